@@ -1,0 +1,24 @@
+#pragma once
+/// autoshard's umbrella header: the dependency-free core only (standard library).
+/// Areas with heavier dependencies are included on their own:
+///   <autoshard/graph/graph.hpp>   Boost.Graph, nlohmann-json
+///   <autoshard/solve/solve.hpp>   GLPK
+///   <autoshard/tensor/tensor.hpp> Eigen
+///   <autoshard/comm/comm.hpp>     Gloo
+///   <autoshard/device/device.hpp> CUDA, NCCL
+#include "core/cost.hpp"          // collective_time, price_plan
+#include "core/dtype.hpp"         // dtype
+#include "core/error.hpp"         // error hierarchy
+#include "core/layout.hpp"        // split rule, local_box
+#include "core/mesh.hpp"          // device_mesh, mesh_extents
+#include "core/parse.hpp"         // parse_spec, "S0R"_spec
+#include "core/placement.hpp"     // Replicate, Shard, Partial
+#include "core/redistribute.hpp"  // plan_redistribute
+#include "core/shape.hpp"         // tensor_shape
+#include "core/spec.hpp"          // sharding_spec
+#include "core/typed.hpp"         // sharded_tensor
+
+/// Library version.
+#define AUTOSHARD_VERSION_MAJOR 0
+#define AUTOSHARD_VERSION_MINOR 1
+#define AUTOSHARD_VERSION_PATCH 0

@@ -1,0 +1,128 @@
+#pragma once
+/// Alpha-beta cost of collectives and of whole redistribute plans, in seconds.
+/// k ranks on the mesh axis, B bytes, link (alpha, beta) of that axis:
+///   all-gather (B = gathered size)      alpha + (k-1)/k * B / beta
+///   reduce-scatter (B = input size)     alpha + (k-1)/k * B / beta
+///   all-reduce (B = buffer size)        2 alpha + 2 (k-1)/k * B / beta
+///   all-to-all (B = input size)         alpha + (k-1)/k * B / beta   (ring volume, no penalty)
+///   local slice / local partial         0
+/// Uneven shards are padded to ceil(n/k) for the collective; padding counts as bytes.
+/// Sizes are taken at mesh coordinate 0, which holds the largest shard under the chunk rule.
+///   constexpr auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);
+///   constexpr auto c = autoshard::price_plan(m, autoshard::plan_redistribute(m, "S0R"_spec, "RR"_spec),
+///                                            {1024, 768}, autoshard::dtype::f32);
+#include <array>    // std::array
+#include <cstdint>  // std::int64_t
+
+#include "dtype.hpp"         // dtype, dtype_size
+#include "layout.hpp"        // local_box, padded_piece
+#include "mesh.hpp"          // device_mesh, link_model
+#include "redistribute.hpp"  // redist_plan, collective
+
+namespace autoshard {
+
+/// Time of one collective of `bytes` (as defined per kind above) over k ranks.
+constexpr double collective_time(collective kind, const link_model& link, int k, double bytes) noexcept {
+  if (k <= 1 || !is_communication(kind)) return 0.0;
+  const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
+  switch (kind) {
+    case collective::all_reduce: return 2.0 * link.alpha + 2.0 * frac * bytes / link.beta;
+    case collective::all_gather:
+    case collective::reduce_scatter:
+    case collective::all_to_all: return link.alpha + frac * bytes / link.beta;
+    default: return 0.0;
+  }
+}
+
+/// Bytes one rank sends in a ring implementation of the collective.
+constexpr double bytes_sent_per_rank(collective kind, int k, double bytes) noexcept {
+  if (k <= 1 || !is_communication(kind)) return 0.0;
+  const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
+  return kind == collective::all_reduce ? 2.0 * frac * bytes : frac * bytes;
+}
+
+/// One step with its sizes and time.
+struct priced_step {
+  redist_step step;
+  int group_size = 1;           ///< ranks on the step's mesh axis
+  std::int64_t bytes = 0;       ///< B of the formula, padding included
+  std::int64_t sent_bytes = 0;  ///< bytes each rank sends
+  double seconds = 0.0;
+};
+
+struct plan_cost {
+  std::array<priced_step, 2 * max_mesh_rank> steps{};
+  std::uint8_t count = 0;
+  double seconds = 0.0;
+  std::int64_t sent_bytes = 0;  ///< total bytes each rank sends over all steps
+
+  constexpr std::size_t size() const noexcept { return count; }
+  constexpr const priced_step* begin() const noexcept { return steps.data(); }
+  constexpr const priced_step* end() const noexcept { return steps.data() + count; }
+  constexpr const priced_step& operator[](std::size_t i) const { return steps[i]; }
+};
+
+namespace detail {
+constexpr std::int64_t elems_with(tensor_shape s, int dim, std::int64_t v) noexcept {
+  s[static_cast<std::size_t>(dim)] = v;
+  return s.numel();
+}
+}  // namespace detail
+
+/// Sizes and time of one step for a tensor of global shape `global`.
+constexpr priced_step price_step(const device_mesh& m, const redist_step& st, const tensor_shape& global, dtype t) {
+  priced_step p;
+  p.step = st;
+  const int k = m.size(st.mesh_axis);
+  p.group_size = k;
+  const auto esz = static_cast<std::int64_t>(dtype_size(t));
+  const tensor_shape before = local_box(m, st.before, global, 0).shape;
+  const tensor_shape after = local_box(m, st.after, global, 0).shape;
+  std::int64_t elems = 0;
+  switch (st.kind) {
+    case collective::all_gather: {  // gathered size, each piece padded to ceil(n/k)
+      const int d = st.src_dim();
+      elems = detail::elems_with(after, d, padded_piece(after[static_cast<std::size_t>(d)], k) * k);
+      break;
+    }
+    case collective::all_reduce: elems = before.numel(); break;
+    case collective::reduce_scatter: {  // input size, padded to a multiple of k
+      const int d = st.dst_dim();
+      elems = detail::elems_with(before, d, padded_piece(before[static_cast<std::size_t>(d)], k) * k);
+      break;
+    }
+    case collective::all_to_all: {  // input: split dim padded, new split dim padded to a multiple of k
+      const int a = st.src_dim(), b = st.dst_dim();
+      tensor_shape in = before;
+      in[static_cast<std::size_t>(a)] = padded_piece(after[static_cast<std::size_t>(a)], k);
+      in[static_cast<std::size_t>(b)] = padded_piece(before[static_cast<std::size_t>(b)], k) * k;
+      elems = in.numel();
+      break;
+    }
+    default: elems = 0;
+  }
+  p.bytes = is_communication(st.kind) ? elems * esz : 0;
+  p.sent_bytes = static_cast<std::int64_t>(bytes_sent_per_rank(st.kind, k, static_cast<double>(p.bytes)));
+  p.seconds = collective_time(st.kind, m.link(st.mesh_axis), k, static_cast<double>(p.bytes));
+  return p;
+}
+
+/// Every step priced, and the total.
+constexpr plan_cost price_plan(const device_mesh& m, const redist_plan& plan, const tensor_shape& global, dtype t) {
+  plan_cost c;
+  for (const redist_step& st : plan) {
+    priced_step p = price_step(m, st, global, t);
+    c.seconds += p.seconds;
+    c.sent_bytes += p.sent_bytes;
+    c.steps[c.count++] = p;
+  }
+  return c;
+}
+
+/// Plan and price in one call: the cost of turning `src` into `dst`.
+constexpr double redistribute_seconds(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst,
+                                      const tensor_shape& global, dtype t) {
+  return price_plan(m, plan_redistribute(m, src, dst), global, t).seconds;
+}
+
+}  // namespace autoshard

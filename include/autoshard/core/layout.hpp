@@ -1,0 +1,126 @@
+#pragma once
+/// Where each rank's shard lies in the global tensor.
+/// Split rule (DTensor / torch.chunk, the default): n over k ranks, c = ceil(n/k),
+/// rank r holds [min(c*r, n), min(c*(r+1), n)): 5/4 -> 2,2,1,0; an empty shard's offset is n.
+/// Two mesh axes on one tensor dim split axis by axis, outer (lower) axis first.
+///   constexpr auto m = autoshard::device_mesh{2, 4};
+///   constexpr auto b = autoshard::local_box(m, "S01R"_spec, {10, 3}, 5);
+///   static_assert(b.shape[0] == 1 && b.offset[0] == 7);
+#include <cstdint>  // std::int64_t
+
+#include "error.hpp"  // shape_error
+#include "mesh.hpp"   // device_mesh
+#include "shape.hpp"  // tensor_shape
+#include "spec.hpp"   // sharding_spec
+
+namespace autoshard {
+
+/// How a dim of size n is cut into k pieces.
+enum class split_rule : std::uint8_t {
+  chunk,     ///< torch.chunk / DTensor: ceil-sized pieces, the tail may be short or empty
+  balanced,  ///< sizes differ by at most one: 6/4 -> 2,2,1,1 (explicit opt-in only)
+};
+
+struct dim_range {
+  std::int64_t offset = 0;
+  std::int64_t size = 0;
+  friend constexpr bool operator==(const dim_range&, const dim_range&) = default;
+};
+
+/// Piece r of n split k ways.
+constexpr dim_range split_range(std::int64_t n, int k, int r, split_rule rule = split_rule::chunk) noexcept {
+  if (rule == split_rule::balanced) {
+    std::int64_t q = n / k, rem = n % k;
+    return {r * q + (r < rem ? r : rem), q + (r < rem ? 1 : 0)};
+  }
+  std::int64_t c = (n + k - 1) / k;
+  std::int64_t lo = c * r < n ? c * r : n;
+  std::int64_t hi = c * (r + 1) < n ? c * (r + 1) : n;
+  return {lo, hi - lo};
+}
+
+/// The size every piece is padded to for a collective: ceil(n / k).
+constexpr std::int64_t padded_piece(std::int64_t n, int k) noexcept { return (n + k - 1) / k; }
+
+/// A rank's block of the global tensor.
+struct shard_box {
+  tensor_shape shape;
+  tensor_shape offset;
+  friend constexpr bool operator==(const shard_box&, const shard_box&) = default;
+  constexpr bool empty() const noexcept { return shape.numel() == 0; }
+};
+
+/// Shape and offset of `rank`'s shard. Partial and Replicate placements do not cut.
+constexpr shard_box local_box(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                              int rank, split_rule rule = split_rule::chunk) {
+  if (s.mesh_rank != m.ndim() || s.tensor_rank != global.rank)
+    throw shape_error("local_box: spec " + std::to_string(s.mesh_rank) + "-axis/rank-" +
+                      std::to_string(s.tensor_rank) + " does not match mesh or tensor rank " +
+                      std::to_string(global.rank));
+  auto coord = m.coordinate(rank);
+  shard_box b;
+  b.shape = global;
+  b.offset.rank = global.rank;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i) {
+    if (!s[i].is_shard()) continue;
+    auto d = static_cast<std::size_t>(s[i].dim);
+    dim_range r = split_range(b.shape[d], m.size(i), coord[i], rule);
+    b.offset[d] += r.offset;
+    b.shape[d] = r.size;
+  }
+  return b;
+}
+
+/// Local shard shape of `rank`.
+constexpr tensor_shape local_shape(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                                   int rank, split_rule rule = split_rule::chunk) {
+  return local_box(m, s, global, rank, rule).shape;
+}
+
+/// The largest local shard (rank 0's under the chunk rule), what memory is budgeted by.
+constexpr tensor_shape max_local_shape(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) {
+  tensor_shape out = global;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard()) {
+      auto d = static_cast<std::size_t>(s[i].dim);
+      out[d] = padded_piece(out[d], m.size(i));
+    }
+  return out;
+}
+
+/// True when every sharded dim divides evenly at every level of nesting.
+constexpr bool divides_evenly(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) noexcept {
+  tensor_shape cur = global;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard()) {
+      auto d = static_cast<std::size_t>(s[i].dim);
+      if (cur[d] % m.size(i) != 0) return false;
+      cur[d] /= m.size(i);
+    }
+  return true;
+}
+
+/// True when no rank's shard is smaller than one element along a sharded dim
+/// (i.e. every sharded dim is at least as large as its shard count).
+constexpr bool no_empty_shards(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) noexcept {
+  for (int d = 0; d < s.tensor_rank; ++d)
+    if (s.is_sharded(d) && global[static_cast<std::size_t>(d)] < s.shard_count(m, d)) return false;
+  return true;
+}
+
+/// Throws shape_error naming the tensor, dim, size and shard count when a dim does not divide.
+inline void require_even(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                         const std::string& what = "tensor") {
+  tensor_shape cur = global;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard()) {
+      auto d = static_cast<std::size_t>(s[i].dim);
+      if (cur[d] % m.size(i) != 0)
+        throw shape_error(what + ": dim " + std::to_string(d) + " of size " + std::to_string(cur[d]) +
+                          " does not divide over " + std::to_string(m.size(i)) + " ranks of mesh axis " +
+                          std::to_string(i));
+      cur[d] /= m.size(i);
+    }
+}
+
+}  // namespace autoshard

@@ -1,0 +1,236 @@
+#pragma once
+/// Device meshes: an N-D grid of ranks (1 <= N <= 4), row-major, with a link model per axis.
+///   constexpr auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);   // 2 nodes x 4 GPUs
+///   static_assert(m.rank_of({1, 2}) == 6 && m.coordinate(6)[1] == 2);
+/// Sizes can also be static types, mdspan style: mesh_extents<2, dyn> stores one int.
+#include <array>             // std::array
+#include <cstddef>           // std::size_t
+#include <cstdint>           // std::uint8_t
+#include <initializer_list>  // std::initializer_list
+#include <ostream>           // std::ostream
+#include <span>              // std::dynamic_extent
+#include <string>            // std::string
+#include <string_view>       // std::string_view
+#include <vector>            // std::vector
+
+#include "error.hpp"  // spec_error, shape_error
+
+namespace autoshard {
+
+inline constexpr std::size_t max_mesh_rank = 4;
+inline constexpr std::size_t dyn = std::dynamic_extent;
+
+/// Alpha-beta model of one mesh axis: a message of B bytes costs alpha + B / beta seconds.
+struct link_model {
+  double alpha = 5e-6;   ///< latency, seconds
+  double beta = 100e9;   ///< bandwidth, bytes per second
+  friend constexpr bool operator==(const link_model&, const link_model&) = default;
+};
+
+/// Mesh axis sizes, each static or std::dynamic_extent (only the dynamic ones are stored).
+template <std::size_t... Sizes>
+class mesh_extents {
+  static_assert(sizeof...(Sizes) >= 1 && sizeof...(Sizes) <= max_mesh_rank,
+                "autoshard: a device mesh has 1 to 4 axes");
+  static_assert(((Sizes == dyn || Sizes >= 1) && ...),
+                "autoshard: a static mesh axis size must be at least 1");
+  static constexpr std::array<std::size_t, sizeof...(Sizes)> static_sizes{Sizes...};
+  static constexpr std::size_t n_dynamic = ((Sizes == dyn ? 1 : 0) + ...);
+  static constexpr std::size_t dynamic_index(std::size_t axis) {
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < axis; ++i) k += static_sizes[i] == dyn ? 1 : 0;
+    return k;
+  }
+  [[no_unique_address]] std::array<int, n_dynamic> dynamic_{};
+
+ public:
+  static constexpr std::size_t rank() noexcept { return sizeof...(Sizes); }
+  static constexpr std::size_t rank_dynamic() noexcept { return n_dynamic; }
+  static constexpr std::size_t static_size(std::size_t axis) noexcept { return static_sizes[axis]; }
+  static constexpr bool is_static() noexcept { return n_dynamic == 0; }
+
+  constexpr mesh_extents() requires(n_dynamic == 0) = default;
+  /// One argument per dynamic axis, in axis order.
+  template <class... Ints>
+    requires(sizeof...(Ints) == n_dynamic && n_dynamic > 0)
+  explicit constexpr mesh_extents(Ints... dynamic_sizes) : dynamic_{static_cast<int>(dynamic_sizes)...} {
+    for (int s : dynamic_)
+      if (s < 1) throw shape_error("a mesh axis size must be at least 1, got " + std::to_string(s));
+  }
+  constexpr int size(std::size_t axis) const noexcept {
+    return static_sizes[axis] == dyn ? dynamic_[dynamic_index(axis)] : static_cast<int>(static_sizes[axis]);
+  }
+};
+
+/// The runtime mesh every area consumes: sizes, row-major rank order, one link model per axis.
+class device_mesh {
+ private:
+  template <class It>
+  constexpr void init(It first, It last, link_model link) {
+    std::size_t n = 0;
+    for (; first != last; ++first) {
+      if (n == max_mesh_rank) too_many_axes();
+      if (*first < 1) bad_size(*first);
+      sizes_[n] = *first;
+      links_[n] = link;
+      ++n;
+    }
+    if (n == 0) too_many_axes();
+    ndim_ = static_cast<std::uint8_t>(n);
+  }
+  constexpr void check_axis(std::size_t axis) const {
+    if (axis >= ndim_) out_of_range("mesh axis", static_cast<int>(axis), static_cast<int>(ndim_));
+  }
+  static void too_many_axes() { throw spec_error("a device mesh has 1 to 4 axes"); }
+  static void bad_size(int s) {
+    throw spec_error("a mesh axis size must be at least 1, got " + std::to_string(s));
+  }
+  static void out_of_range(const char* what, int v, int n) {
+    throw spec_error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
+                     std::to_string(n) + ")");
+  }
+
+ public:
+  using coords = std::array<int, max_mesh_rank>;
+
+  constexpr device_mesh() = default;
+  constexpr device_mesh(std::initializer_list<int> sizes, link_model link = {}) {
+    init(sizes.begin(), sizes.end(), link);
+  }
+  explicit device_mesh(const std::vector<int>& sizes, link_model link = {}) {
+    init(sizes.begin(), sizes.end(), link);
+  }
+  template <std::size_t... S>
+  explicit constexpr device_mesh(const mesh_extents<S...>& e, link_model link = {}) {
+    ndim_ = static_cast<std::uint8_t>(e.rank());
+    for (std::size_t i = 0; i < e.rank(); ++i) {
+      sizes_[i] = e.size(i);
+      links_[i] = link;
+    }
+  }
+
+  constexpr std::size_t ndim() const noexcept { return ndim_; }
+  constexpr int size(std::size_t axis) const noexcept { return sizes_[axis]; }
+  constexpr int num_ranks() const noexcept {
+    int n = 1;
+    for (std::size_t i = 0; i < ndim_; ++i) n *= sizes_[i];
+    return n;
+  }
+  std::vector<int> shape() const { return {sizes_.begin(), sizes_.begin() + ndim_}; }
+
+  constexpr const link_model& link(std::size_t axis) const noexcept { return links_[axis]; }
+  constexpr device_mesh& set_link(std::size_t axis, link_model l) {
+    check_axis(axis);
+    links_[axis] = l;
+    return *this;
+  }
+
+  /// rank = sum coord[i] * prod_{j>i} size[j]
+  constexpr int rank_of(std::initializer_list<int> c) const {
+    coords cc{};
+    std::size_t i = 0;
+    for (int v : c) cc[i++] = v;
+    return rank_of(cc);
+  }
+  constexpr int rank_of(const coords& c) const {
+    int r = 0;
+    for (std::size_t i = 0; i < ndim_; ++i) {
+      if (c[i] < 0 || c[i] >= sizes_[i]) out_of_range("coordinate", c[i], sizes_[i]);
+      r = r * sizes_[i] + c[i];
+    }
+    return r;
+  }
+  constexpr coords coordinate(int rank) const {
+    if (rank < 0 || rank >= num_ranks()) out_of_range("rank", rank, num_ranks());
+    coords c{};
+    for (std::size_t i = ndim_; i-- > 0;) {
+      c[i] = rank % sizes_[i];
+      rank /= sizes_[i];
+    }
+    return c;
+  }
+  /// The i-th member (coordinate i on `axis`) of the axis group that `rank` belongs to.
+  constexpr int group_member(std::size_t axis, int rank, int i) const {
+    coords c = coordinate(rank);
+    c[axis] = i;
+    return rank_of(c);
+  }
+  /// Every rank that shares `rank`'s other coordinates, ordered by coordinate `axis`.
+  std::vector<int> group(std::size_t axis, int rank) const {
+    check_axis(axis);
+    std::vector<int> g(static_cast<std::size_t>(sizes_[axis]));
+    for (int i = 0; i < sizes_[axis]; ++i) g[static_cast<std::size_t>(i)] = group_member(axis, rank, i);
+    return g;
+  }
+  /// Index of `rank`'s group along `axis` (0 .. num_ranks/size(axis)-1), handy as a tag.
+  constexpr int group_index(std::size_t axis, int rank) const {
+    coords c = coordinate(rank);
+    c[axis] = 0;
+    int idx = 0;
+    for (std::size_t i = 0; i < ndim_; ++i)
+      if (i != axis) idx = idx * sizes_[i] + c[i];
+    return idx;
+  }
+
+  friend constexpr bool operator==(const device_mesh& a, const device_mesh& b) noexcept {
+    if (a.ndim_ != b.ndim_) return false;
+    for (std::size_t i = 0; i < a.ndim_; ++i)
+      if (a.sizes_[i] != b.sizes_[i] || !(a.links_[i] == b.links_[i])) return false;
+    return true;
+  }
+
+ private:
+  std::array<int, max_mesh_rank> sizes_{};
+  std::array<link_model, max_mesh_rank> links_{};
+  std::uint8_t ndim_ = 0;
+};
+
+/// The 2-D default: axis 0 crosses nodes, axis 1 stays inside a node.
+constexpr device_mesh make_mesh_2d(int nodes, int devices_per_node, double inter_node_bandwidth,
+                                   double intra_node_bandwidth, double inter_node_latency = 2e-5,
+                                   double intra_node_latency = 5e-6) {
+  device_mesh m{nodes, devices_per_node};
+  m.set_link(0, {inter_node_latency, inter_node_bandwidth});
+  m.set_link(1, {intra_node_latency, intra_node_bandwidth});
+  return m;
+}
+
+/// "mesh(2,4)"
+inline std::string to_string(const device_mesh& m) {
+  std::string s = "mesh(";
+  for (std::size_t i = 0; i < m.ndim(); ++i) s += (i ? "," : "") + std::to_string(m.size(i));
+  return s + ")";
+}
+inline std::ostream& operator<<(std::ostream& os, const device_mesh& m) { return os << to_string(m); }
+
+/// Parses "2x4", "8", "2x2x2" or "mesh(2,4)" into axis sizes.
+inline std::vector<int> parse_mesh_shape(std::string_view s) {
+  std::string_view body = s;
+  char sep = 'x';
+  if (body.starts_with("mesh(") && body.ends_with(")")) {
+    body = body.substr(5, body.size() - 6);
+    sep = ',';
+  }
+  std::vector<int> out;
+  long long cur = -1;
+  for (std::size_t i = 0; i <= body.size(); ++i) {
+    char ch = i < body.size() ? body[i] : sep;
+    if (ch >= '0' && ch <= '9') {
+      cur = (cur < 0 ? 0 : cur) * 10 + (ch - '0');
+      if (cur > 1'000'000) break;
+    } else if (ch == sep || (sep == 'x' && ch == 'X') || (sep == ',' && ch == ' ' && cur < 0)) {
+      if (ch == ' ') continue;
+      if (cur < 1) throw spec_error("mesh shape '" + std::string(s) + "': each axis needs a size >= 1");
+      out.push_back(static_cast<int>(cur));
+      cur = -1;
+    } else {
+      throw spec_error("mesh shape '" + std::string(s) + "': unexpected character '" +
+                       std::string(1, ch) + "' (write e.g. 2x4)");
+    }
+  }
+  if (out.empty() || out.size() > max_mesh_rank || cur > 1'000'000)
+    throw spec_error("mesh shape '" + std::string(s) + "': a mesh has 1 to 4 axes of size 1 to 1000000");
+  return out;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,195 @@
+#pragma once
+/// Redistribute plans: the ordered collectives that turn one spec into another, in
+/// DTensor's default order (undo mismatched inner axes last-to-first, then re-shard
+/// first-to-last). The structure depends only on the placements (and which mesh axes
+/// have size 1), so with static specs the plan is a constant expression:
+///   constexpr auto p = autoshard::plan_redistribute("S0R"_spec, "RS0"_spec);
+///   static_assert(p.size() == 2 && p[0].kind == autoshard::collective::all_gather);
+#include <array>    // std::array
+#include <cstdint>  // std::uint8_t
+#include <ostream>  // std::ostream
+#include <string>   // std::string
+
+#include "error.hpp"      // spec_error
+#include "mesh.hpp"       // device_mesh
+#include "parse.hpp"      // to_string(sharding_spec)
+#include "placement.hpp"  // placement
+#include "spec.hpp"       // sharding_spec
+
+namespace autoshard {
+
+/// The transition one step performs on one mesh axis.
+enum class collective : std::uint8_t {
+  all_gather,      ///< S(d) -> R
+  all_reduce,      ///< P -> R
+  reduce_scatter,  ///< P -> S(d)
+  all_to_all,      ///< S(d) -> S(e)
+  local_slice,     ///< R -> S(d): keep one's own piece, no communication
+  local_partial,   ///< R -> P: rank 0 of the axis keeps the value, others hold the identity (sum)
+};
+
+constexpr std::string_view to_string(collective c) noexcept {
+  switch (c) {
+    case collective::all_gather: return "all-gather";
+    case collective::all_reduce: return "all-reduce";
+    case collective::reduce_scatter: return "reduce-scatter";
+    case collective::all_to_all: return "all-to-all";
+    case collective::local_slice: return "local-slice";
+    case collective::local_partial: return "local-partial";
+  }
+  return "?";
+}
+
+constexpr bool is_communication(collective c) noexcept {
+  return c != collective::local_slice && c != collective::local_partial;
+}
+
+/// One step on one mesh axis.
+struct redist_step {
+  std::uint8_t mesh_axis = 0;
+  collective kind = collective::local_slice;
+  placement from;         ///< placement on mesh_axis before the step
+  placement to;           ///< placement on mesh_axis after the step
+  sharding_spec before;   ///< whole spec before the step
+  sharding_spec after;    ///< whole spec after the step
+  /// Tensor dim gathered (all-gather), scattered (reduce-scatter, local slice) or, for
+  /// all-to-all, the dim that was split before; -1 if none.
+  constexpr int src_dim() const noexcept { return from.is_shard() ? from.dim : -1; }
+  constexpr int dst_dim() const noexcept { return to.is_shard() ? to.dim : -1; }
+};
+
+/// At most one undo and one re-shard step per mesh axis.
+struct redist_plan {
+  sharding_spec src;
+  sharding_spec dst;
+  std::array<redist_step, 2 * max_mesh_rank> steps{};
+  std::uint8_t count = 0;
+
+  constexpr std::size_t size() const noexcept { return count; }
+  constexpr bool empty() const noexcept { return count == 0; }
+  constexpr const redist_step& operator[](std::size_t i) const { return steps[i]; }
+  constexpr const redist_step* begin() const noexcept { return steps.data(); }
+  constexpr const redist_step* end() const noexcept { return steps.data() + count; }
+  /// Number of steps that move data between ranks.
+  constexpr std::size_t communication_steps() const noexcept {
+    std::size_t n = 0;
+    for (const auto& s : *this) n += is_communication(s.kind) ? 1 : 0;
+    return n;
+  }
+};
+
+namespace bad_redistribute {
+// Not constexpr: at compile time the compiler names them and the name reads as the message.
+[[noreturn]] inline void shard_to_partial(int axis) {
+  throw spec_error("cannot redistribute Shard to Partial on mesh axis " + std::to_string(axis) +
+                   " (a shard holds no partial value); go through Replicate explicitly");
+}
+[[noreturn]] inline void partial_to_different_partial(int axis) {
+  throw spec_error("cannot redistribute Partial(op) into a different Partial on mesh axis " +
+                   std::to_string(axis) + "; reduce to Replicate first");
+}
+[[noreturn]] inline void specs_have_different_mesh_rank(int a, int b) {
+  throw spec_error("cannot redistribute between specs for meshes of " + std::to_string(a) + " and " +
+                   std::to_string(b) + " axes");
+}
+[[noreturn]] inline void specs_have_different_tensor_rank(int a, int b) {
+  throw spec_error("cannot redistribute between specs for tensors of rank " + std::to_string(a) + " and " +
+                   std::to_string(b));
+}
+}  // namespace bad_redistribute
+
+namespace detail {
+constexpr collective classify(placement from, placement to, int axis) {
+  if (from.is_shard() && to.is_replicate()) return collective::all_gather;
+  if (from.is_partial() && to.is_replicate()) return collective::all_reduce;
+  if (from.is_partial() && to.is_shard()) return collective::reduce_scatter;
+  if (from.is_shard() && to.is_shard()) return collective::all_to_all;
+  if (from.is_replicate() && to.is_shard()) return collective::local_slice;
+  if (from.is_replicate() && to.is_partial()) return collective::local_partial;
+  if (from.is_shard() && to.is_partial()) bad_redistribute::shard_to_partial(axis);
+  bad_redistribute::partial_to_different_partial(axis);
+}
+}  // namespace detail
+
+/// The plan from `src` to `dst`. `axis_sizes` (optional, one per mesh axis) lets size-1
+/// axes be skipped: they never communicate, the placement is simply relabelled.
+constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst,
+                                        const int* axis_sizes = nullptr) {
+  if (src.mesh_rank != dst.mesh_rank) bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, dst.mesh_rank);
+  if (src.tensor_rank != dst.tensor_rank)
+    bad_redistribute::specs_have_different_tensor_rank(src.tensor_rank, dst.tensor_rank);
+  const int n = src.mesh_rank;
+  // Reject impossible transitions up front, whatever the order would be.
+  for (int i = 0; i < n; ++i) {
+    const placement& a = src[static_cast<std::size_t>(i)];
+    const placement& b = dst[static_cast<std::size_t>(i)];
+    if (a == b) continue;
+    if (a.is_shard() && b.is_partial()) bad_redistribute::shard_to_partial(i);
+    if (a.is_partial() && b.is_partial()) bad_redistribute::partial_to_different_partial(i);
+  }
+  redist_plan plan;
+  plan.src = src;
+  plan.dst = dst;
+  sharding_spec cur = src;
+  auto push = [&](int axis, placement to) constexpr {
+    placement from = cur[static_cast<std::size_t>(axis)];
+    sharding_spec next = cur.with(static_cast<std::size_t>(axis), to);
+    if (axis_sizes == nullptr || axis_sizes[axis] > 1) {
+      redist_step st;
+      st.mesh_axis = static_cast<std::uint8_t>(axis);
+      st.kind = detail::classify(from, to, axis);
+      st.from = from;
+      st.to = to;
+      st.before = cur;
+      st.after = next;
+      plan.steps[plan.count++] = st;
+    }
+    cur = next;
+  };
+  bool src_sharded = false;
+  for (int i = 0; i < n; ++i) src_sharded = src_sharded || src[static_cast<std::size_t>(i)].is_shard();
+  if (src_sharded) {
+    // Inner to outer: a target Shard(d) whose outer sharding of d differs from the
+    // current one must be replicated first to clear the nested sharding.
+    for (int axis = n - 1; axis >= 0; --axis) {
+      placement current = cur[static_cast<std::size_t>(axis)];
+      placement target = dst[static_cast<std::size_t>(axis)];
+      if (target.is_shard()) {
+        bool misaligned = false;
+        for (int i = 0; i < axis; ++i)
+          misaligned = misaligned || (cur[static_cast<std::size_t>(i)].is_shard(target.dim) !=
+                                      dst[static_cast<std::size_t>(i)].is_shard(target.dim));
+        if (misaligned) target = Replicate();
+      }
+      if (!(current == target)) push(axis, target);
+    }
+  }
+  for (int axis = 0; axis < n; ++axis) {
+    placement current = cur[static_cast<std::size_t>(axis)];
+    placement target = dst[static_cast<std::size_t>(axis)];
+    if (!(current == target)) push(axis, target);
+  }
+  return plan;
+}
+
+/// The same, skipping the mesh's size-1 axes.
+constexpr redist_plan plan_redistribute(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst) {
+  std::array<int, max_mesh_rank> sizes{};
+  for (std::size_t i = 0; i < m.ndim(); ++i) sizes[i] = m.size(i);
+  if (src.mesh_rank != m.ndim())
+    bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, static_cast<int>(m.ndim()));
+  return plan_redistribute(src, dst, sizes.data());
+}
+
+inline std::ostream& operator<<(std::ostream& os, const redist_step& s) {
+  return os << "axis " << int(s.mesh_axis) << ": " << to_string(s.kind) << " " << to_string(s.from) << " -> "
+            << to_string(s.to);
+}
+inline std::ostream& operator<<(std::ostream& os, const redist_plan& p) {
+  os << to_string(p.src) << " -> " << to_string(p.dst) << ":";
+  if (p.empty()) os << " (no steps)";
+  for (const auto& s : p) os << "\n  " << s;
+  return os;
+}
+
+}  // namespace autoshard

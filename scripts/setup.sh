@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package autoshard needs (idempotent: fast when all are present)
+# and the test-only Python tools from PyPI. CUDA/NCCL come with the CUDA toolkit and are
+# only detected, never installed.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build clang libclang-rt-14-dev
+      libeigen3-dev libboost-graph-dev libglpk-dev glpk-utils doctest-dev nlohmann-json3-dev
+      libgloo-dev libbenchmark-dev libcli11-dev graphviz time python3 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Test-only Python tools (interop with Hugging Face's safetensors).
+py=$(command -v python3)
+if ! "$py" -c 'import safetensors, numpy' 2>/dev/null; then
+  echo "setup: installing safetensors and numpy from PyPI"
+  "$py" -m pip install -q safetensors numpy 2>/dev/null || "$py" -m pip install -q --break-system-packages safetensors numpy
+fi
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA toolkit found; CUDA parts will be built"
+else
+  echo "setup: no nvcc; CUDA parts are skipped"
+fi

@@ -1,0 +1,15 @@
+// Every public header of every area that this build has.
+#pragma once
+#include <autoshard/autoshard.hpp>
+#if defined(HAVE_AUTOSHARD_GRAPH)
+#include <autoshard/graph/graph.hpp>
+#endif
+#if defined(HAVE_AUTOSHARD_GLPK)
+#include <autoshard/solve/solve.hpp>
+#endif
+#if defined(HAVE_AUTOSHARD_TENSOR)
+#include <autoshard/tensor/tensor.hpp>
+#endif
+#if defined(HAVE_AUTOSHARD_GLOO)
+#include <autoshard/comm/comm.hpp>
+#endif

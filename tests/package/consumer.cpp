@@ -1,0 +1,27 @@
+// Uses the installed headers of every requested component.
+#include <autoshard/autoshard.hpp>
+#if defined(AUTOSHARD_HAVE_GRAPH)
+#include <autoshard/graph/graph.hpp>
+#endif
+#if defined(AUTOSHARD_HAVE_GLPK)
+#include <autoshard/solve/solve.hpp>
+#endif
+#if defined(AUTOSHARD_HAVE_TENSOR)
+#include <autoshard/tensor/tensor.hpp>
+#endif
+#if defined(AUTOSHARD_HAVE_GLOO)
+#include <autoshard/comm/comm.hpp>
+#endif
+#include <iostream>
+
+int main() {
+  using namespace autoshard;
+  constexpr device_mesh mesh = make_mesh_2d(2, 4, 25e9, 300e9);
+  constexpr sharding_spec from = parse_spec("[R,S(1)]", 2, 2);
+  constexpr sharding_spec to = parse_spec("S0R", 2, 2);
+  constexpr plan_cost cost = price_plan(mesh, plan_redistribute(mesh, from, to), {768, 2304}, dtype::f32);
+  static_assert(cost.size() == 2);
+  const tensor_shape local = local_shape(mesh, to, {768, 2304}, 7);
+  std::cout << "rank 7 holds " << local << "; plan costs " << cost.seconds << " s\n";
+  return local == tensor_shape{384, 2304} ? 0 : 1;
+}

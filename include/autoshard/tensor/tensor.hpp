@@ -1,0 +1,6 @@
+#pragma once
+/// autoshard's tensor area: host tensors, slicing, tensor-parallel policies, safetensors
+/// checkpoints. Needs Eigen and nlohmann-json (target autoshard::tensor).
+///   #include <autoshard/tensor/tensor.hpp>
+#include "host_tensor.hpp"  // host_tensor, tensor_view, convert
+#include "slice.hpp"        // copy_block, shard_of, gather, shard_layout

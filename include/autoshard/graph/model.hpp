@@ -1,0 +1,445 @@
+#pragma once
+/// The model graph: a Boost.Graph adjacency_list whose vertices are operators (model inputs
+/// and parameters are vertices too) and whose edges are tensor uses with the operand index.
+///   autoshard::model_graph g;
+///   auto x = autoshard::add_input(g, "x", {8, 768}, autoshard::dtype::bf16);
+///   auto w = autoshard::add_parameter(g, "fc.weight", {3072, 768}, autoshard::dtype::bf16);
+///   auto y = autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});   // shape [8,3072]
+#include <algorithm>    // std::find, std::sort
+#include <cstdint>      // std::int64_t
+#include <optional>     // std::optional
+#include <span>         // std::span
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <boost/graph/adjacency_list.hpp>  // adjacency_list, add_vertex, add_edge
+#include <boost/graph/graph_traits.hpp>    // graph_traits
+
+#include "../core/dtype.hpp"  // dtype
+#include "../core/error.hpp"  // graph_error
+#include "../core/shape.hpp"  // tensor_shape
+
+namespace autoshard {
+
+/// What a vertex computes. `input` and `parameter` vertices have no operands.
+enum class op_kind : std::uint8_t {
+  input,          ///< a model input (token ids, labels, activations fed in)
+  parameter,      ///< a trainable weight, named like its checkpoint entry
+  linear,         ///< x[...,in] @ W^T (+ b); W is [out,in], or [in,out] with transposed_weight
+  matmul,         ///< a[...,m,k] @ b[...,k,n]; b may be [k,n] (batched when both have batch dims)
+  gelu, silu, relu, tanh, exp, dropout,  ///< elementwise unary (dropout: identity at inference)
+  rotary,         ///< rotary position embedding of x[B,S,heads*D] (pairs within each head)
+  add, sub, mul, div,                    ///< elementwise binary, numpy broadcasting
+  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]
+  rms_norm,       ///< over the last dim; operands x, [weight]
+  softmax,        ///< over attrs.axis
+  embedding,      ///< ids[...] (integer), table[V,H] -> [...,H]
+  reshape,        ///< to attrs.dims (same number of elements)
+  transpose,      ///< permute by attrs.dims
+  reduce_sum, reduce_mean,  ///< over attrs.dims (removed from the shape)
+  concat,         ///< along attrs.axis
+  split,          ///< the slice [start, start+length) of attrs.axis (one output per split node)
+  attention,      ///< scaled-dot-product attention: q[B,S,heads*D], k,v[B,Sk,kv_heads*D]
+  cross_entropy,  ///< logits[...,V], labels[...] (integer) -> mean loss, shape []
+};
+
+inline constexpr op_kind all_op_kinds[] = {
+    op_kind::input,      op_kind::parameter,   op_kind::linear,     op_kind::matmul,     op_kind::gelu,
+    op_kind::silu,       op_kind::relu,        op_kind::tanh,       op_kind::exp,        op_kind::dropout,
+    op_kind::rotary,     op_kind::add,         op_kind::sub,        op_kind::mul,        op_kind::div,
+    op_kind::layer_norm, op_kind::rms_norm,    op_kind::softmax,    op_kind::embedding,  op_kind::reshape,
+    op_kind::transpose,  op_kind::reduce_sum,  op_kind::reduce_mean, op_kind::concat,    op_kind::split,
+    op_kind::attention,  op_kind::cross_entropy};
+
+/// The JSON / DOT spelling: "linear", "layer_norm", ...
+constexpr std::string_view to_string(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::input: return "input";
+    case op_kind::parameter: return "parameter";
+    case op_kind::linear: return "linear";
+    case op_kind::matmul: return "matmul";
+    case op_kind::gelu: return "gelu";
+    case op_kind::silu: return "silu";
+    case op_kind::relu: return "relu";
+    case op_kind::tanh: return "tanh";
+    case op_kind::exp: return "exp";
+    case op_kind::dropout: return "dropout";
+    case op_kind::rotary: return "rotary";
+    case op_kind::add: return "add";
+    case op_kind::sub: return "sub";
+    case op_kind::mul: return "mul";
+    case op_kind::div: return "div";
+    case op_kind::layer_norm: return "layer_norm";
+    case op_kind::rms_norm: return "rms_norm";
+    case op_kind::softmax: return "softmax";
+    case op_kind::embedding: return "embedding";
+    case op_kind::reshape: return "reshape";
+    case op_kind::transpose: return "transpose";
+    case op_kind::reduce_sum: return "reduce_sum";
+    case op_kind::reduce_mean: return "reduce_mean";
+    case op_kind::concat: return "concat";
+    case op_kind::split: return "split";
+    case op_kind::attention: return "attention";
+    case op_kind::cross_entropy: return "cross_entropy";
+  }
+  return "?";
+}
+
+/// Inverse of to_string(op_kind).
+constexpr std::optional<op_kind> parse_op_kind(std::string_view s) noexcept {
+  for (op_kind k : all_op_kinds)
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
+constexpr bool is_known(op_kind k) noexcept { return static_cast<std::uint8_t>(k) <= static_cast<std::uint8_t>(op_kind::cross_entropy); }
+constexpr bool is_unary_elementwise(op_kind k) noexcept {
+  return k == op_kind::gelu || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
+         k == op_kind::exp || k == op_kind::dropout || k == op_kind::rotary;
+}
+constexpr bool is_binary_elementwise(op_kind k) noexcept {
+  return k == op_kind::add || k == op_kind::sub || k == op_kind::mul || k == op_kind::div;
+}
+constexpr bool is_source(op_kind k) noexcept { return k == op_kind::input || k == op_kind::parameter; }
+
+/// Operator attributes; each kind reads only the fields its comment names.
+struct op_attrs {
+  bool transposed_weight = false;  ///< linear: weight stored [in,out] (GPT-2 Conv1D)
+  bool causal = false;             ///< attention: causal mask
+  int axis = -1;                   ///< softmax, concat, split: tensor dim, negative counts from the end
+  int heads = 0;                   ///< attention (query heads), rotary
+  int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
+  std::int64_t start = 0;          ///< split: first index taken along `axis`
+  std::int64_t length = 0;         ///< split: number of indices taken
+  std::vector<std::int64_t> dims;  ///< reshape: target shape; transpose: permutation; reduce: dims
+  friend bool operator==(const op_attrs&, const op_attrs&) = default;
+};
+
+/// Vertex bundle.
+struct node {
+  std::string name;               ///< unique; Hugging Face module / parameter name where one exists
+  op_kind kind = op_kind::input;
+  op_attrs attrs;
+  tensor_shape shape;             ///< output shape
+  dtype type = dtype::f32;        ///< output element type
+  bool is_input() const noexcept { return kind == op_kind::input; }
+  bool is_parameter() const noexcept { return kind == op_kind::parameter; }
+  bool is_operator() const noexcept { return !is_source(kind); }
+};
+
+/// Edge bundle: the producer's output is operand `operand` of the consumer.
+struct edge {
+  int operand = 0;
+};
+
+using model_graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, node, edge>;
+using vertex_t = boost::graph_traits<model_graph>::vertex_descriptor;
+using edge_t = boost::graph_traits<model_graph>::edge_descriptor;
+
+namespace detail {
+[[noreturn]] inline void bad_operands(op_kind k, const std::string& why) {
+  throw graph_error(std::string(to_string(k)) + ": " + why);
+}
+inline std::string shapes_str(std::span<const tensor_shape> in) {
+  std::string s;
+  for (std::size_t i = 0; i < in.size(); ++i) s += (i ? ", " : "") + to_string(in[i]);
+  return s;
+}
+inline int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+inline bool is_integer(dtype t) { return t == dtype::i32 || t == dtype::i64 || t == dtype::u8 || t == dtype::boolean; }
+}  // namespace detail
+
+/// Smallest and largest operand count of a kind.
+constexpr std::pair<int, int> operand_count_range(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::input:
+    case op_kind::parameter: return {0, 0};
+    case op_kind::linear: return {2, 3};
+    case op_kind::layer_norm: return {1, 3};
+    case op_kind::rms_norm: return {1, 2};
+    case op_kind::concat: return {1, 64};
+    case op_kind::attention: return {3, 3};
+    case op_kind::matmul:
+    case op_kind::embedding:
+    case op_kind::cross_entropy:
+    case op_kind::add:
+    case op_kind::sub:
+    case op_kind::mul:
+    case op_kind::div: return {2, 2};
+    default: return {1, 1};
+  }
+}
+
+/// The output shape of `k` applied to operands of shapes `in`; throws graph_error (naming
+/// the operator kind, the operand and the sizes) when they do not fit.
+inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  using detail::bad_operands;
+  auto [lo, hi] = operand_count_range(k);
+  if (!is_known(k)) throw graph_error("unknown operator kind " + std::to_string(static_cast<int>(k)));
+  if (static_cast<int>(in.size()) < lo || static_cast<int>(in.size()) > hi)
+    bad_operands(k, "takes " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) +
+                        " operands, got " + std::to_string(in.size()));
+  auto need_rank = [&](std::size_t i, int min_rank) {
+    if (in[i].rank < min_rank)
+      bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " needs rank >= " +
+                          std::to_string(min_rank));
+  };
+  auto last = [](const tensor_shape& s) { return s[s.rank - 1u]; };
+  switch (k) {
+    case op_kind::input:
+    case op_kind::parameter: throw graph_error(std::string(to_string(k)) + " vertices have no operands");
+    case op_kind::linear: {
+      need_rank(0, 1);
+      if (in[1].rank != 2) bad_operands(k, "weight " + to_string(in[1]) + " must have rank 2");
+      const std::int64_t w_in = a.transposed_weight ? in[1][0] : in[1][1];
+      const std::int64_t w_out = a.transposed_weight ? in[1][1] : in[1][0];
+      if (w_in != last(in[0]))
+        bad_operands(k, "input " + to_string(in[0]) + " has " + std::to_string(last(in[0])) +
+                            " features but weight " + to_string(in[1]) + (a.transposed_weight ? " [in,out]" : " [out,in]") +
+                            " expects " + std::to_string(w_in));
+      if (in.size() == 3 && !(in[2] == tensor_shape{w_out}))
+        bad_operands(k, "bias " + to_string(in[2]) + " must be [" + std::to_string(w_out) + "]");
+      tensor_shape out = in[0];
+      out[out.rank - 1u] = w_out;
+      return out;
+    }
+    case op_kind::matmul: {
+      need_rank(0, 2);
+      need_rank(1, 2);
+      const auto& x = in[0];
+      const auto& y = in[1];
+      if (x[x.rank - 1u] != y[y.rank - 2u])
+        bad_operands(k, "contraction sizes differ: " + to_string(x) + " @ " + to_string(y));
+      if (y.rank > 2) {
+        if (y.rank != x.rank) bad_operands(k, "batched operands need equal rank: " + detail::shapes_str(in));
+        for (std::size_t d = 0; d + 2 < x.rank; ++d)
+          if (x[d] != y[d]) bad_operands(k, "batch dim " + std::to_string(d) + " differs: " + detail::shapes_str(in));
+      }
+      tensor_shape out = x;
+      out[x.rank - 1u] = y[y.rank - 1u];
+      return out;
+    }
+    case op_kind::rotary:
+      need_rank(0, 2);
+      if (a.heads <= 0 || last(in[0]) % a.heads != 0 || (last(in[0]) / a.heads) % 2 != 0)
+        bad_operands(k, "last dim of " + to_string(in[0]) + " must be heads (" + std::to_string(a.heads) +
+                            ") x an even head size");
+      return in[0];
+    case op_kind::gelu:
+    case op_kind::silu:
+    case op_kind::relu:
+    case op_kind::tanh:
+    case op_kind::exp:
+    case op_kind::dropout: return in[0];
+    case op_kind::add:
+    case op_kind::sub:
+    case op_kind::mul:
+    case op_kind::div: {
+      const tensor_shape& x = in[0];
+      const tensor_shape& y = in[1];
+      tensor_shape out;
+      out.rank = std::max(x.rank, y.rank);
+      for (std::size_t i = 0; i < out.rank; ++i) {
+        const std::int64_t dx = i < x.rank ? x[x.rank - 1 - i] : 1;
+        const std::int64_t dy = i < y.rank ? y[y.rank - 1 - i] : 1;
+        if (dx != dy && dx != 1 && dy != 1)
+          bad_operands(k, "shapes " + detail::shapes_str(in) + " do not broadcast (dim -" + std::to_string(i + 1) +
+                              ": " + std::to_string(dx) + " vs " + std::to_string(dy) + ")");
+        out[out.rank - 1 - i] = std::max(dx, dy);
+      }
+      return out;
+    }
+    case op_kind::layer_norm:
+    case op_kind::rms_norm:
+      need_rank(0, 1);
+      for (std::size_t i = 1; i < in.size(); ++i)
+        if (!(in[i] == tensor_shape{last(in[0])}))
+          bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " must be [" +
+                              std::to_string(last(in[0])) + "] for input " + to_string(in[0]));
+      return in[0];
+    case op_kind::softmax: {
+      need_rank(0, 1);
+      const int ax = detail::norm_axis(a.axis, in[0].rank);
+      if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
+      return in[0];
+    }
+    case op_kind::embedding: {
+      if (in[1].rank != 2) bad_operands(k, "table " + to_string(in[1]) + " must have rank 2");
+      if (in[0].rank + 1u > max_tensor_rank) bad_operands(k, "ids have too many dims");
+      tensor_shape out = in[0];
+      out.dims[out.rank] = in[1][1];
+      ++out.rank;
+      return out;
+    }
+    case op_kind::reshape: {
+      if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
+      for (std::int64_t d : a.dims)
+        if (d < 0) bad_operands(k, "target dims must be non-negative");
+      tensor_shape out(a.dims);
+      if (out.numel() != in[0].numel())
+        bad_operands(k, "cannot view " + to_string(in[0]) + " (" + std::to_string(in[0].numel()) + " elements) as " +
+                            to_string(out) + " (" + std::to_string(out.numel()) + ")");
+      return out;
+    }
+    case op_kind::transpose: {
+      if (a.dims.size() != in[0].rank)
+        bad_operands(k, "permutation has " + std::to_string(a.dims.size()) + " entries for " + to_string(in[0]));
+      tensor_shape out = in[0];
+      std::vector<bool> seen(in[0].rank, false);
+      for (std::size_t i = 0; i < a.dims.size(); ++i) {
+        const std::int64_t p = a.dims[i];
+        if (p < 0 || p >= in[0].rank || seen[static_cast<std::size_t>(p)])
+          bad_operands(k, "attrs.dims is not a permutation of 0.." + std::to_string(in[0].rank - 1));
+        seen[static_cast<std::size_t>(p)] = true;
+        out[i] = in[0][static_cast<std::size_t>(p)];
+      }
+      return out;
+    }
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean: {
+      std::vector<bool> drop(in[0].rank, false);
+      for (std::int64_t d : a.dims) {
+        if (d < 0 || d >= in[0].rank || drop[static_cast<std::size_t>(d)])
+          bad_operands(k, "reduced dim " + std::to_string(d) + " is outside " + to_string(in[0]) + " or repeated");
+        drop[static_cast<std::size_t>(d)] = true;
+      }
+      tensor_shape out;
+      for (std::size_t d = 0; d < in[0].rank; ++d)
+        if (!drop[d]) out.dims[out.rank++] = in[0][d];
+      return out;
+    }
+    case op_kind::concat: {
+      const int ax = detail::norm_axis(a.axis, in[0].rank);
+      if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
+      tensor_shape out = in[0];
+      for (std::size_t i = 1; i < in.size(); ++i) {
+        bool ok = in[i].rank == in[0].rank;
+        for (std::size_t d = 0; ok && d < in[0].rank; ++d) ok = static_cast<int>(d) == ax || in[i][d] == in[0][d];
+        if (!ok) bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " does not match " +
+                                     to_string(in[0]) + " outside axis " + std::to_string(ax));
+        out[static_cast<std::size_t>(ax)] += in[i][static_cast<std::size_t>(ax)];
+      }
+      return out;
+    }
+    case op_kind::split: {
+      const int ax = detail::norm_axis(a.axis, in[0].rank);
+      if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
+      const std::int64_t n = in[0][static_cast<std::size_t>(ax)];
+      if (a.start < 0 || a.length < 0 || a.start + a.length > n)
+        bad_operands(k, "slice [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
+                            ") is outside dim " + std::to_string(ax) + " of " + to_string(in[0]));
+      tensor_shape out = in[0];
+      out[static_cast<std::size_t>(ax)] = a.length;
+      return out;
+    }
+    case op_kind::attention: {
+      for (std::size_t i = 0; i < 3; ++i)
+        if (in[i].rank != 3) bad_operands(k, "q, k, v must be [batch, seq, heads*head_dim], got " + detail::shapes_str(in));
+      const int kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+      if (a.heads <= 0 || in[0][2] % a.heads != 0 || a.heads % kv != 0)
+        bad_operands(k, "q width " + std::to_string(in[0][2]) + " must be heads (" + std::to_string(a.heads) +
+                            ") x head_dim, and heads a multiple of kv_heads (" + std::to_string(kv) + ")");
+      const std::int64_t hd = in[0][2] / a.heads;
+      if (!(in[1] == in[2]) || in[1][0] != in[0][0] || in[1][2] != kv * hd)
+        bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
+                            "] for q " + to_string(in[0]) + ", got " + detail::shapes_str(in.subspan(1)));
+      if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
+      return in[0];
+    }
+    case op_kind::cross_entropy: {
+      need_rank(0, 1);
+      bool ok = in[1].rank + 1u == in[0].rank;
+      for (std::size_t d = 0; ok && d < in[1].rank; ++d) ok = in[1][d] == in[0][d];
+      if (!ok) bad_operands(k, "labels " + to_string(in[1]) + " must be logits " + to_string(in[0]) + " without the last dim");
+      return tensor_shape{};
+    }
+  }
+  throw graph_error("unknown operator kind " + std::to_string(static_cast<int>(k)));
+}
+
+/// The operands of `v` in operand order; throws graph_error naming the vertex when an
+/// operand index is missing or used twice.
+inline std::vector<vertex_t> operands(const model_graph& g, vertex_t v) {
+  std::vector<vertex_t> out(boost::in_degree(v, g), boost::graph_traits<model_graph>::null_vertex());
+  for (auto [it, end] = boost::in_edges(v, g); it != end; ++it) {
+    const int i = g[*it].operand;
+    if (i < 0 || i >= static_cast<int>(out.size()) || out[static_cast<std::size_t>(i)] != boost::graph_traits<model_graph>::null_vertex())
+      throw graph_error("vertex '" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + "): operand " +
+                        std::to_string(i) + (i >= 0 && i < static_cast<int>(out.size()) ? " is given twice" : " is out of order") +
+                        "; operand indices must be 0.." + std::to_string(static_cast<int>(out.size()) - 1));
+    out[static_cast<std::size_t>(i)] = boost::source(*it, g);
+  }
+  return out;
+}
+
+/// The in-edges of `v` in operand order.
+inline std::vector<edge_t> operand_edges(const model_graph& g, vertex_t v) {
+  std::vector<edge_t> out;
+  for (auto [it, end] = boost::in_edges(v, g); it != end; ++it) out.push_back(*it);
+  std::sort(out.begin(), out.end(), [&](const edge_t& a, const edge_t& b) { return g[a].operand < g[b].operand; });
+  return out;
+}
+
+/// Shapes of `v`'s operands, in operand order.
+inline std::vector<tensor_shape> operand_shapes(const model_graph& g, vertex_t v) {
+  std::vector<tensor_shape> s;
+  for (vertex_t u : operands(g, v)) s.push_back(g[u].shape);
+  return s;
+}
+
+/// The vertex called `name`, or nullopt.
+inline std::optional<vertex_t> find_vertex(const model_graph& g, std::string_view name) {
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].name == name) return v;
+  return std::nullopt;
+}
+
+/// Adds a model input.
+inline vertex_t add_input(model_graph& g, std::string name, tensor_shape shape, dtype t) {
+  return boost::add_vertex(node{std::move(name), op_kind::input, {}, shape, t}, g);
+}
+/// Adds a parameter (weight); name it as in the checkpoint ("transformer.h.0.attn.c_attn.weight").
+inline vertex_t add_parameter(model_graph& g, std::string name, tensor_shape shape, dtype t) {
+  return boost::add_vertex(node{std::move(name), op_kind::parameter, {}, shape, t}, g);
+}
+
+/// Adds an operator over `ops` (operand order), inferring its output shape; the output
+/// dtype is the first floating operand's (the table's for embedding, f32 for cross_entropy)
+/// unless given. Throws graph_error naming `name` when the operands do not fit.
+inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::initializer_list<vertex_t> ops,
+                       op_attrs attrs = {}, std::optional<dtype> type = std::nullopt) {
+  std::vector<tensor_shape> shapes;
+  dtype t = dtype::f32;
+  bool have_t = false;
+  for (vertex_t u : ops) {
+    if (u >= boost::num_vertices(g)) throw graph_error("vertex '" + name + "': operand vertex " + std::to_string(u) + " does not exist");
+    shapes.push_back(g[u].shape);
+    if (!have_t && !detail::is_integer(g[u].type)) {
+      t = g[u].type;
+      have_t = true;
+    }
+  }
+  tensor_shape out;
+  try {
+    out = infer_shape(k, attrs, shapes);
+  } catch (const graph_error& e) {
+    throw graph_error("vertex '" + name + "': " + std::string(e.what()).substr(std::string_view("autoshard: graph error: ").size()));
+  }
+  if (k == op_kind::cross_entropy) t = dtype::f32;
+  vertex_t v = boost::add_vertex(node{std::move(name), k, std::move(attrs), out, type.value_or(t)}, g);
+  int i = 0;
+  for (vertex_t u : ops) boost::add_edge(u, v, edge{i++}, g);
+  return v;
+}
+
+/// Sum of the elements of every parameter vertex (a parameter used twice, e.g. tied
+/// embeddings, counts once).
+inline std::int64_t parameter_count(const model_graph& g) {
+  std::int64_t n = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_parameter()) n += g[v].shape.numel();
+  return n;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,475 @@
+#pragma once
+/// Sharding strategies of each operator, and the resharding cost of each edge.
+///   auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);
+///   std::vector<autoshard::strategy> s = autoshard::enumerate_strategies(g, v, m);
+///   autoshard::cost_matrix r = autoshard::resharding_costs(g, e, s_producer, s_consumer, m);
+///
+/// Enumeration follows DTensor's einsum rule: per mesh axis an operator offers Replicate,
+/// or sharding one of its index labels (a batch dim, a free dim of either operand, or the
+/// contraction dim, which leaves the output Partial); the strategies are the Cartesian
+/// product over mesh axes. Elementwise ops, norms and softmax follow their input with the
+/// normalised dim forced to Replicate; views map shardings through split/merged dims;
+/// embeddings offer batch, column and vocab-parallel (output Partial); attention shards
+/// batch or heads (whole heads per rank, GQA groups kept together).
+///
+/// Costs, per device, in seconds:
+///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
+///              (x3 in training: forward + two backward products)
+///   comm     = the operator's own communication. Forward: none (a Partial output is settled
+///              on the edge that consumes it). Training: for each differentiable operand that
+///              is Replicate on a mesh axis where the strategy shards a label it lacks, its
+///              gradient is Partial there and costs an all-reduce of its local size; for
+///              parameters this is the data-parallel gradient all-reduce.
+///   memory   = bytes of the local output (activations); a parameter vertex holds its local
+///              weight (x4 in training: weight, gradient, two Adam moments).
+/// Resharding on an edge: price_plan(plan_redistribute(producer output -> consumer input)),
+/// x2 in training (the backward pass moves the gradient the opposite way).
+#include <cmath>      // std::isfinite
+#include <cstdint>    // std::int64_t
+#include <limits>     // std::numeric_limits
+#include <map>        // std::map
+#include <string>     // std::string
+#include <utility>    // std::pair
+#include <vector>     // std::vector
+
+#include "../core/cost.hpp"          // price_plan, collective_time
+#include "../core/layout.hpp"        // max_local_shape, divides_evenly, no_empty_shards
+#include "../core/parse.hpp"         // to_alpa_string
+#include "../core/redistribute.hpp"  // plan_redistribute
+#include "model.hpp"                 // model_graph, node, op_kind
+
+namespace autoshard {
+
+/// What one device can do. Defaults: an A100-class GPU, 312 TFLOP/s (bf16 tensor cores)
+/// and 2 TB/s of HBM bandwidth.
+struct device_model {
+  double peak_flops = 312e12;       ///< FLOP/s
+  double memory_bandwidth = 2.0e12;  ///< bytes/s
+  std::int64_t memory_bytes = 80LL << 30;  ///< capacity, for a solver's memory budget
+};
+
+/// Inference prices the forward pass; training adds backward compute and communication.
+enum class run_mode : std::uint8_t { inference, training };
+
+struct strategy_options {
+  device_model device{};
+  run_mode mode = run_mode::inference;
+  /// Drop strategies that cut a dim into more pieces than it has elements.
+  bool drop_empty_shards = true;
+  /// Also drop strategies whose sharded dims do not divide evenly (the even-split policy).
+  bool even_split_only = false;
+};
+
+/// One way to run an operator on the mesh.
+struct strategy {
+  std::string name;                   ///< "S0R,RS1->S0S1" (Alpa notation, operands then output)
+  std::vector<sharding_spec> inputs;  ///< spec each operand must arrive in, operand order
+  sharding_spec output;               ///< spec of the result
+  double compute_seconds = 0.0;
+  double comm_seconds = 0.0;          ///< the operator's own communication
+  std::int64_t memory_bytes = 0;      ///< per device
+  double seconds() const noexcept { return compute_seconds + comm_seconds; }
+};
+
+namespace detail {
+
+/// One choice on one mesh axis: a placement per operand, the output's, and which operands
+/// end up with a Partial gradient (training).
+struct axis_option {
+  std::vector<placement> in;
+  placement out;
+  std::vector<char> grad_partial;
+};
+
+/// An einsum-like description: a label per dim of each operand (-1: broadcast size-1
+/// dim) and of the output; labels missing from the output are contracted.
+struct einsum_desc {
+  std::vector<std::vector<int>> in;
+  std::vector<int> out;
+  std::vector<char> forced_replicate;  ///< per label
+  int labels = 0;
+};
+
+inline int find_label(const std::vector<int>& v, int l) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] == l) return static_cast<int>(i);
+  return -1;
+}
+
+inline std::vector<axis_option> einsum_options(const einsum_desc& e, const std::vector<char>& differentiable) {
+  const std::size_t n = e.in.size();
+  std::vector<axis_option> opts;
+  opts.push_back({std::vector<placement>(n, Replicate()), Replicate(), std::vector<char>(n, 0)});
+  std::vector<int> order;  // output labels first (in output order), then contracted ones
+  for (int l : e.out) order.push_back(l);
+  for (const auto& labels : e.in)
+    for (int l : labels)
+      if (l >= 0 && find_label(order, l) < 0) order.push_back(l);
+  for (int l : order) {
+    if (e.forced_replicate[static_cast<std::size_t>(l)]) continue;
+    const int out_pos = find_label(e.out, l);
+    axis_option o;
+    o.out = out_pos >= 0 ? Shard(out_pos) : Partial();
+    o.grad_partial.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const int pos = find_label(e.in[i], l);
+      if (pos >= 0) o.in.push_back(Shard(pos));
+      else if (out_pos < 0) o.in.push_back(Partial());
+      else o.in.push_back(Replicate());
+      o.grad_partial[i] = o.in.back().is_replicate() && differentiable[i];
+    }
+    opts.push_back(std::move(o));
+  }
+  return opts;
+}
+
+inline std::vector<int> iota_labels(int n, int first = 0) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = first + i;
+  return v;
+}
+
+/// Einsum description of the kinds that have one; nullopt for the others.
+inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<tensor_shape>& in) {
+  einsum_desc e;
+  const int r0 = in.empty() ? 0 : in[0].rank;
+  auto forced = [&](std::initializer_list<int> ls) {
+    e.forced_replicate.assign(static_cast<std::size_t>(e.labels), 0);
+    for (int l : ls)
+      if (l >= 0) e.forced_replicate[static_cast<std::size_t>(l)] = 1;
+  };
+  switch (nd.kind) {
+    case op_kind::linear: {  // x: b.. c ; w: o c (or c o) ; bias: o ; out: b.. o
+      std::vector<int> x = iota_labels(r0);  // last label r0-1 is c
+      const int c = r0 - 1, o = r0;
+      e.labels = r0 + 1;
+      e.in.push_back(x);
+      e.in.push_back(nd.attrs.transposed_weight ? std::vector<int>{c, o} : std::vector<int>{o, c});
+      if (in.size() == 3) e.in.push_back({o});
+      e.out = x;
+      e.out.back() = o;
+      forced({});
+      return e;
+    }
+    case op_kind::matmul: {  // a: b.. m k ; b: (b..) k n ; out: b.. m n
+      const int k = r0, nlab = r0 + 1;
+      e.labels = r0 + 2;
+      std::vector<int> a = iota_labels(r0);
+      a.back() = k;  // a = b.. m k  (m is label r0-2)
+      std::vector<int> b = in[1].rank > 2 ? iota_labels(r0 - 2) : std::vector<int>{};
+      b.push_back(k);
+      b.push_back(nlab);
+      e.in = {a, b};
+      e.out = iota_labels(r0);
+      e.out.back() = nlab;
+      forced({});
+      return e;
+    }
+    case op_kind::add:
+    case op_kind::sub:
+    case op_kind::mul:
+    case op_kind::div: {
+      const int r = nd.shape.rank;
+      e.labels = r;
+      e.out = iota_labels(r);
+      for (const tensor_shape& s : in) {
+        std::vector<int> ls(s.rank);
+        for (std::size_t d = 0; d < s.rank; ++d) {
+          const int l = r - static_cast<int>(s.rank) + static_cast<int>(d);
+          ls[d] = (s[d] == 1 && nd.shape[static_cast<std::size_t>(l)] != 1) ? -1 : l;
+        }
+        e.in.push_back(ls);
+      }
+      forced({});
+      return e;
+    }
+    case op_kind::layer_norm:
+    case op_kind::rms_norm:
+    case op_kind::softmax:
+    case op_kind::split:
+    case op_kind::concat:
+    case op_kind::gelu:
+    case op_kind::silu:
+    case op_kind::relu:
+    case op_kind::tanh:
+    case op_kind::exp:
+    case op_kind::dropout:
+    case op_kind::rotary: {
+      e.labels = r0;
+      e.out = iota_labels(r0);
+      const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
+      const std::size_t n_main = norm ? 1 : in.size();
+      for (std::size_t i = 0; i < n_main; ++i) e.in.push_back(e.out);
+      for (std::size_t i = n_main; i < in.size(); ++i) e.in.push_back({r0 - 1});  // norm weight / bias
+      int f = -1;
+      if (norm) f = r0 - 1;
+      else if (nd.kind == op_kind::softmax || nd.kind == op_kind::split || nd.kind == op_kind::concat)
+        f = norm_axis(nd.attrs.axis, r0);
+      forced({f});
+      return e;
+    }
+    case op_kind::transpose: {
+      e.labels = r0;
+      e.in.push_back(iota_labels(r0));
+      for (std::int64_t p : nd.attrs.dims) e.out.push_back(static_cast<int>(p));
+      forced({});
+      return e;
+    }
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean: {
+      e.labels = r0;
+      e.in.push_back(iota_labels(r0));
+      for (int d = 0; d < r0; ++d)
+        if (std::find(nd.attrs.dims.begin(), nd.attrs.dims.end(), d) == nd.attrs.dims.end()) e.out.push_back(d);
+      forced({});
+      return e;
+    }
+    case op_kind::cross_entropy: {  // logits: b.. v ; labels: b.. ; out: scalar (mean)
+      e.labels = r0;
+      e.in.push_back(iota_labels(r0));
+      e.in.push_back(iota_labels(r0 - 1));
+      forced({r0 - 1});
+      return e;
+    }
+    default: return std::nullopt;
+  }
+}
+
+/// Groups of input and output dims of a reshape that cover the same elements; each group
+/// is represented by its first dim larger than one.
+inline std::vector<std::pair<int, int>> reshape_groups(const tensor_shape& a, const tensor_shape& b) {
+  std::vector<std::pair<int, int>> out;
+  std::size_t i = 0, j = 0;
+  while (i < a.rank && j < b.rank) {
+    int fa = -1, fb = -1;
+    auto take_a = [&] { if (fa < 0 && a[i] > 1) fa = static_cast<int>(i); return a[i++]; };
+    auto take_b = [&] { if (fb < 0 && b[j] > 1) fb = static_cast<int>(j); return b[j++]; };
+    std::int64_t pa = take_a(), pb = take_b();
+    while (pa != pb) {
+      if (pa < pb && i < a.rank) pa *= take_a();
+      else if (pb < pa && j < b.rank) pb *= take_b();
+      else return out;  // sizes do not line up (only with zero-sized dims)
+    }
+    if (fa >= 0 && fb >= 0) out.emplace_back(fa, fb);
+  }
+  return out;
+}
+
+inline bool has_grad(const node& n) { return !is_integer(n.type); }
+
+/// FLOPs of the operator on local shapes.
+inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, const tensor_shape& out) {
+  const double n_out = static_cast<double>(out.numel());
+  switch (nd.kind) {
+    case op_kind::linear: {
+      const double c = static_cast<double>(in[0][in[0].rank - 1u]);
+      return 2.0 * n_out * c + (in.size() == 3 ? n_out : 0.0);
+    }
+    case op_kind::matmul: return 2.0 * n_out * static_cast<double>(in[0][in[0].rank - 1u]);
+    case op_kind::attention:
+      return 4.0 * static_cast<double>(in[0][0]) * static_cast<double>(in[0][1]) * static_cast<double>(in[1][1]) *
+             static_cast<double>(in[0][2]);
+    case op_kind::layer_norm:
+    case op_kind::rms_norm:
+    case op_kind::softmax:
+    case op_kind::cross_entropy: return 5.0 * static_cast<double>(in[0].numel());
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean: return static_cast<double>(in[0].numel());
+    case op_kind::gelu:
+    case op_kind::silu: return 8.0 * n_out;
+    case op_kind::rotary: return 3.0 * n_out;
+    default: return is_binary_elementwise(nd.kind) || is_unary_elementwise(nd.kind) ? n_out : 0.0;
+  }
+}
+
+/// The per-axis options of `v` (the same list on every mesh axis).
+inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops,
+                                             const std::vector<tensor_shape>& in) {
+  const node& nd = g[v];
+  std::vector<char> diff;
+  for (vertex_t u : ops) diff.push_back(has_grad(g[u]));
+  if (auto e = einsum_of(nd, in)) return einsum_options(*e, diff);
+  std::vector<axis_option> o;
+  const std::size_t n = ops.size();
+  auto opt = [&](std::vector<placement> p, placement out) {
+    axis_option a{std::move(p), out, std::vector<char>(n, 0)};
+    bool any = !out.is_replicate();
+    for (std::size_t i = 0; i < n; ++i) any = any || !a.in[i].is_replicate();
+    for (std::size_t i = 0; i < n; ++i) a.grad_partial[i] = any && a.in[i].is_replicate() && diff[i];
+    o.push_back(std::move(a));
+  };
+  switch (nd.kind) {
+    case op_kind::input:
+    case op_kind::parameter:
+      opt({}, Replicate());
+      for (int d = 0; d < nd.shape.rank; ++d) opt({}, Shard(d));
+      break;
+    case op_kind::embedding: {  // ids, table
+      opt({Replicate(), Replicate()}, Replicate());
+      for (int d = 0; d < in[0].rank; ++d) opt({Shard(d), Replicate()}, Shard(d));  // batch / sequence
+      opt({Replicate(), Shard(1)}, Shard(in[0].rank));                              // column
+      opt({Replicate(), Shard(0)}, Partial());                                      // vocab-parallel
+      break;
+    }
+    case op_kind::attention:
+      opt({Replicate(), Replicate(), Replicate()}, Replicate());
+      opt({Shard(0), Shard(0), Shard(0)}, Shard(0));  // batch
+      opt({Shard(2), Shard(2), Shard(2)}, Shard(2));  // heads
+      break;
+    case op_kind::reshape:
+      opt({Replicate()}, Replicate());
+      for (auto [a, b] : reshape_groups(in[0], nd.shape)) opt({Shard(a)}, Shard(b));
+      break;
+    default: break;
+  }
+  return o;
+}
+
+/// Kind-specific validity of a whole strategy beyond the generic size checks.
+inline bool kind_accepts(const node& nd, const device_mesh& m, const std::vector<sharding_spec>& in_specs,
+                         const std::vector<tensor_shape>& in, const sharding_spec& out_spec) {
+  switch (nd.kind) {
+    case op_kind::attention: {
+      const int kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
+      const int k = in_specs[0].shard_count(m, 2);
+      return nd.attrs.heads % k == 0 && kv % k == 0;
+    }
+    case op_kind::rotary: return nd.attrs.heads % in_specs[0].shard_count(m, in[0].rank - 1) == 0;
+    case op_kind::reshape: return divides_evenly(m, in_specs[0], in[0]) && divides_evenly(m, out_spec, nd.shape);
+    default: return true;
+  }
+}
+
+inline std::int64_t local_bytes(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape, dtype t) {
+  return max_local_shape(m, s, shape).numel() * static_cast<std::int64_t>(dtype_size(t));
+}
+
+}  // namespace detail
+
+/// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
+/// offer Replicate or Shard(d) per mesh axis.
+inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t v, const device_mesh& m,
+                                                  const strategy_options& opt = {}) {
+  const node& nd = g[v];
+  const std::vector<vertex_t> ops = operands(g, v);
+  const std::vector<tensor_shape> in = operand_shapes(g, v);
+  const std::vector<detail::axis_option> options = detail::axis_options(g, v, ops, in);
+  if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
+  const int axes = static_cast<int>(m.ndim());
+  const bool train = opt.mode == run_mode::training;
+  std::vector<strategy> out;
+  std::array<std::size_t, max_mesh_rank> pick{};
+  std::size_t total = 1;
+  for (int a = 0; a < axes; ++a) total *= options.size();
+  for (std::size_t code = 0; code < total; ++code) {
+    std::size_t c = code;
+    for (int a = axes - 1; a >= 0; --a) {
+      pick[static_cast<std::size_t>(a)] = c % options.size();
+      c /= options.size();
+    }
+    strategy s;
+    s.inputs.assign(ops.size(), replicated_spec(axes, 0));
+    for (std::size_t i = 0; i < ops.size(); ++i) s.inputs[i].tensor_rank = in[i].rank;
+    s.output = replicated_spec(axes, nd.shape.rank);
+    for (int a = 0; a < axes; ++a) {
+      const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+      for (std::size_t i = 0; i < ops.size(); ++i) s.inputs[i][static_cast<std::size_t>(a)] = o.in[i];
+      s.output[static_cast<std::size_t>(a)] = o.out;
+    }
+    bool ok = true;
+    auto fits = [&](const sharding_spec& sp, const tensor_shape& sh) {
+      return (!opt.drop_empty_shards || no_empty_shards(m, sp, sh)) && (!opt.even_split_only || divides_evenly(m, sp, sh));
+    };
+    for (std::size_t i = 0; ok && i < ops.size(); ++i) ok = fits(s.inputs[i], in[i]);
+    ok = ok && fits(s.output, nd.shape) && detail::kind_accepts(nd, m, s.inputs, in, s.output);
+    if (!ok) continue;
+
+    // costs
+    std::vector<tensor_shape> local_in;
+    double bytes = 0.0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      local_in.push_back(max_local_shape(m, s.inputs[i], in[i]));
+      bytes += static_cast<double>(local_in.back().numel() * static_cast<std::int64_t>(dtype_size(g[ops[i]].type)));
+    }
+    const std::int64_t out_bytes = detail::local_bytes(m, s.output, nd.shape, nd.type);
+    if (nd.is_operator()) {
+      bytes += static_cast<double>(out_bytes);
+      const double flops = detail::op_flops(nd, local_in, max_local_shape(m, s.output, nd.shape));
+      s.compute_seconds = (flops / opt.device.peak_flops + bytes / opt.device.memory_bandwidth) * (train ? 3.0 : 1.0);
+      s.memory_bytes = out_bytes;
+    } else {
+      s.memory_bytes = out_bytes * (train && nd.is_parameter() ? 4 : 1);
+    }
+    if (train)
+      for (int a = 0; a < axes; ++a) {
+        const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+        for (std::size_t i = 0; i < ops.size(); ++i)
+          if (o.grad_partial[i])
+            s.comm_seconds += collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)), m.size(static_cast<std::size_t>(a)),
+                                              static_cast<double>(detail::local_bytes(m, s.inputs[i], in[i], g[ops[i]].type)));
+      }
+    for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
+    s.name += "->" + to_alpa_string(s.output);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Strategies of every vertex, indexed by vertex.
+inline std::vector<std::vector<strategy>> enumerate_all_strategies(const model_graph& g, const device_mesh& m,
+                                                                  const strategy_options& opt = {}) {
+  std::vector<std::vector<strategy>> all(boost::num_vertices(g));
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt);
+  return all;
+}
+
+/// Seconds to turn a tensor held as `from` into `to`. Shard -> Partial goes through
+/// Replicate (all-gather, then keep the value on one rank); impossible transitions
+/// (Partial(op) -> another Partial) are +infinity. Training doubles it (the gradient
+/// travels back the opposite way).
+inline double resharding_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& to,
+                                 const tensor_shape& shape, dtype t, run_mode mode = run_mode::inference) {
+  sharding_spec target = to;
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_shard()) target[a] = Replicate();
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
+  const double s = price_plan(m, plan_redistribute(m, from, target), shape, t).seconds;
+  return mode == run_mode::training ? 2.0 * s : s;
+}
+
+/// Row-major producer-strategy x consumer-strategy matrix of seconds.
+struct cost_matrix {
+  std::size_t rows = 0, cols = 0;
+  std::vector<double> values;
+  double operator()(std::size_t i, std::size_t j) const { return values[i * cols + j]; }
+};
+
+/// Resharding cost of edge `e` (producer u -> consumer v, operand g[e].operand) for every
+/// pair of u's and v's strategies. Distinct specs are priced once.
+inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::vector<strategy>& producer,
+                                    const std::vector<strategy>& consumer, const device_mesh& m,
+                                    const strategy_options& opt = {}) {
+  const node& src = g[boost::source(e, g)];
+  const auto operand = static_cast<std::size_t>(g[e].operand);
+  cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
+  auto key = [](const sharding_spec& s) { return to_alpa_string(s); };
+  std::map<std::pair<std::string, std::string>, double> memo;
+  std::vector<std::string> ck(consumer.size());
+  for (std::size_t j = 0; j < consumer.size(); ++j) {
+    if (operand >= consumer[j].inputs.size())
+      throw graph_error("edge into '" + g[boost::target(e, g)].name + "': strategy has no operand " + std::to_string(operand));
+    ck[j] = key(consumer[j].inputs[operand]);
+  }
+  for (std::size_t i = 0; i < producer.size(); ++i) {
+    const std::string pk = key(producer[i].output);
+    for (std::size_t j = 0; j < consumer.size(); ++j) {
+      auto [it, fresh] = memo.try_emplace({pk, ck[j]}, 0.0);
+      if (fresh) it->second = resharding_seconds(m, producer[i].output, consumer[j].inputs[operand], src.shape, src.type, opt.mode);
+      c.values[i * c.cols + j] = it->second;
+    }
+  }
+  return c;
+}
+
+}  // namespace autoshard

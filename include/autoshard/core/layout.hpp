@@ -54,9 +54,13 @@ struct shard_box {
 constexpr shard_box local_box(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
                               int rank, split_rule rule = split_rule::chunk) {
   if (s.mesh_rank != m.ndim() || s.tensor_rank != global.rank)
-    throw shape_error("local_box: spec " + std::to_string(s.mesh_rank) + "-axis/rank-" +
-                      std::to_string(s.tensor_rank) + " does not match mesh or tensor rank " +
+    throw shape_error("local_box: the spec is for " + std::to_string(s.mesh_rank) + " mesh axes and a tensor of rank " +
+                      std::to_string(s.tensor_rank) + ", but the mesh " + to_string(m) + " has " +
+                      std::to_string(m.ndim()) + " axes and the tensor " + to_string(global) + " has rank " +
                       std::to_string(global.rank));
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard() && (s[i].dim < 0 || s[i].dim >= s.tensor_rank))
+      bad_spec::shard_dim_outside_tensor_rank(s[i].dim, s.tensor_rank);
   auto coord = m.coordinate(rank);
   shard_box b;
   b.shape = global;
@@ -100,11 +104,16 @@ constexpr bool divides_evenly(const device_mesh& m, const sharding_spec& s, cons
   return true;
 }
 
-/// True when no rank's shard is smaller than one element along a sharded dim
-/// (i.e. every sharded dim is at least as large as its shard count).
-constexpr bool no_empty_shards(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) noexcept {
-  for (int d = 0; d < s.tensor_rank; ++d)
-    if (s.is_sharded(d) && global[static_cast<std::size_t>(d)] < s.shard_count(m, d)) return false;
+/// True when no rank's shard is smaller than one element along a sharded dim. Under the
+/// chunk rule this is stricter than n >= pieces: 6 over 4 gives 2,2,2,0, and nested splits
+/// can empty a piece that one split alone would not, so every rank is checked.
+constexpr bool no_empty_shards(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                               split_rule rule = split_rule::chunk) {
+  for (int r = 0; r < m.num_ranks(); ++r) {
+    const tensor_shape local = local_box(m, s, global, r, rule).shape;
+    for (int d = 0; d < s.tensor_rank; ++d)
+      if (s.is_sharded(d) && local[static_cast<std::size_t>(d)] == 0) return false;
+  }
   return true;
 }
 

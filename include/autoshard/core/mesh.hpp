@@ -35,7 +35,8 @@ class mesh_extents {
   static_assert(((Sizes == dyn || Sizes >= 1) && ...),
                 "autoshard: a static mesh axis size must be at least 1");
   static constexpr std::array<std::size_t, sizeof...(Sizes)> static_sizes{Sizes...};
-  static constexpr std::size_t n_dynamic = ((Sizes == dyn ? 1 : 0) + ...);
+  // A binary fold, so that mesh_extents<> reaches the static_assert above, not a fold error.
+  static constexpr std::size_t n_dynamic = (std::size_t{0} + ... + (Sizes == dyn ? 1 : 0));
   static constexpr std::size_t dynamic_index(std::size_t axis) {
     std::size_t k = 0;
     for (std::size_t i = 0; i < axis; ++i) k += static_sizes[i] == dyn ? 1 : 0;
@@ -85,6 +86,10 @@ class device_mesh {
   static void bad_size(int s) {
     throw spec_error("a mesh axis size must be at least 1, got " + std::to_string(s));
   }
+  static void wrong_coordinate_count(std::size_t got, std::size_t want) {
+    throw spec_error("a coordinate of " + std::to_string(got) + " values on a mesh of " +
+                     std::to_string(want) + " axes");
+  }
   static void out_of_range(const char* what, int v, int n) {
     throw spec_error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
                      std::to_string(n) + ")");
@@ -127,6 +132,7 @@ class device_mesh {
 
   /// rank = sum coord[i] * prod_{j>i} size[j]
   constexpr int rank_of(std::initializer_list<int> c) const {
+    if (c.size() != ndim_) wrong_coordinate_count(c.size(), ndim_);
     coords cc{};
     std::size_t i = 0;
     for (int v : c) cc[i++] = v;
@@ -151,6 +157,7 @@ class device_mesh {
   }
   /// The i-th member (coordinate i on `axis`) of the axis group that `rank` belongs to.
   constexpr int group_member(std::size_t axis, int rank, int i) const {
+    check_axis(axis);
     coords c = coordinate(rank);
     c[axis] = i;
     return rank_of(c);
@@ -164,6 +171,7 @@ class device_mesh {
   }
   /// Index of `rank`'s group along `axis` (0 .. num_ranks/size(axis)-1), handy as a tag.
   constexpr int group_index(std::size_t axis, int rank) const {
+    check_axis(axis);
     coords c = coordinate(rank);
     c[axis] = 0;
     int idx = 0;

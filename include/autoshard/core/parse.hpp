@@ -24,7 +24,14 @@ namespace bad_spec {
   fail(text, pos, "the spec is empty");
 }
 [[noreturn]] inline void unexpected_character(std::string_view text, std::size_t pos) {
-  fail(text, pos, std::string("unexpected character '") + (pos < text.size() ? text[pos] : '?') + "'");
+  if (pos >= text.size()) fail(text, pos, "unexpected end of the spec");
+  fail(text, pos, std::string("unexpected character '") + text[pos] + "'");
+}
+[[noreturn]] inline void too_many_placements(std::string_view text, std::size_t pos) {
+  fail(text, pos, "more than 4 placements (a mesh has at most 4 axes)");
+}
+[[noreturn]] inline void too_many_tensor_dims(std::string_view text, std::size_t pos) {
+  fail(text, pos, "more than 8 tensor dims (a tensor has at most 8)");
 }
 [[noreturn]] inline void expected_closing_bracket(std::string_view text, std::size_t pos) {
   fail(text, pos, "expected ']' or ','");
@@ -116,11 +123,12 @@ constexpr sharding_spec parse_dtensor(std::string_view text, int mesh_rank, int 
   lx.eat("[");
   sharding_spec s;
   lx.skip_ws();
-  if (lx.eat("]")) bad_spec::empty_spec(text, lx.i);
+  if (lx.i < text.size() && text[lx.i] == ']') bad_spec::empty_spec(text, lx.i);
   int max_dim = -1;
   for (;;) {
-    if (s.mesh_rank == max_mesh_rank) bad_spec::too_many_mesh_axes(max_mesh_rank + 1);
+    lx.skip_ws();
     std::size_t pos = lx.i;
+    if (s.mesh_rank == max_mesh_rank) bad_spec::too_many_placements(text, pos);
     placement p = parse_placement(lx);
     if (p.is_shard()) {
       if (tensor_rank >= 0 && p.dim >= tensor_rank) bad_spec::shard_dim_outside_tensor(text, pos, p.dim, tensor_rank);
@@ -163,13 +171,14 @@ constexpr sharding_spec parse_alpa(std::string_view text, int mesh_rank, int ten
   if (lx.i == text.size()) bad_spec::empty_spec(text, lx.i);
   while (lx.i < text.size()) {
     char c = text[lx.i];
+    if ((c == 'R' || c == 'S') && dims >= static_cast<int>(max_tensor_rank))
+      bad_spec::too_many_tensor_dims(text, lx.i);
     if (c == 'R') {
       ++lx.i;
       ++dims;
     } else if (c == 'S') {
       ++lx.i;
       if (!lx.at_digit()) bad_spec::unexpected_character(text, lx.i);
-      if (dims >= static_cast<int>(max_tensor_rank)) bad_spec::tensor_rank_too_large(dims + 1);
       int prev = -1;
       while (lx.at_digit()) prev = take_axis(dims, reduce_op::sum, prev);
       ++dims;
@@ -189,7 +198,6 @@ constexpr sharding_spec parse_alpa(std::string_view text, int mesh_rank, int ten
       bad_spec::unexpected_character(text, lx.i);
     }
   }
-  if (dims > static_cast<int>(max_tensor_rank)) bad_spec::tensor_rank_too_large(static_cast<std::size_t>(dims));
   if (tensor_rank >= 0 && dims != tensor_rank) bad_spec::wrong_tensor_rank(text, static_cast<std::size_t>(dims), tensor_rank);
   s.tensor_rank = static_cast<std::uint8_t>(dims);
   s.mesh_rank = static_cast<std::uint8_t>(mesh_rank >= 0 ? mesh_rank : max_axis + 1);

@@ -1,0 +1,439 @@
+// Meshes, the split rule, local shards, and both spec notations, each checked against an
+// independent computation: torch.chunk / numpy.array_split simulated on index lists, and
+// row-major coordinates found by counting.
+#include <doctest/doctest.h>
+
+#include <autoshard/autoshard.hpp>
+
+#include <algorithm>  // std::max, std::sort
+#include <map>        // std::map
+#include <sstream>    // std::ostringstream
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "core_test_util.hpp"
+
+using namespace autoshard;
+using namespace autoshard::literals;
+namespace at = autoshard_test;
+
+namespace {
+
+device_mesh mesh_of(const std::vector<int>& sizes) { return device_mesh(sizes); }
+
+std::string spec_name(const sharding_spec& s) { return to_string(s); }
+
+/// The exception message of `f`, which must throw spec_error (empty if it did not).
+template <class F>
+std::string spec_error_of(F&& f) {
+  try {
+    f();
+  } catch (const spec_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("split rule: the worked numbers of the design") {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> five_over_four{{0, 2}, {2, 2}, {4, 1}, {5, 0}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> six_over_four{{0, 2}, {2, 2}, {4, 2}, {6, 0}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> six_balanced{{0, 2}, {2, 2}, {4, 1}, {5, 1}};
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    auto u = static_cast<std::size_t>(r);
+    CHECK(split_range(5, 4, r) == dim_range{five_over_four[u].first, five_over_four[u].second});
+    CHECK(split_range(6, 4, r) == dim_range{six_over_four[u].first, six_over_four[u].second});
+    CHECK(split_range(6, 4, r, split_rule::balanced) == dim_range{six_balanced[u].first, six_balanced[u].second});
+    CHECK(split_range(8, 4, r) == dim_range{2 * r, 2});
+  }
+  CHECK(padded_piece(5, 4) == 2);
+  CHECK(padded_piece(6, 4) == 2);
+  CHECK(padded_piece(8, 4) == 2);
+  CHECK(padded_piece(9, 4) == 3);
+  CHECK(padded_piece(0, 4) == 0);
+  // An empty shard sits at the end of the dim.
+  CHECK(split_range(1, 3, 2) == dim_range{1, 0});
+  CHECK(split_range(0, 3, 0) == dim_range{0, 0});
+}
+
+TEST_CASE("split rule: chunk and balanced against torch.chunk and array_split on index lists") {
+  for (std::int64_t n = 0; n <= 40; ++n)
+    for (int k = 1; k <= 9; ++k) {
+      const auto chunks = at::torch_chunk(at::iota_piece(n), k);
+      const auto splits = at::array_split(at::iota_piece(n), k);
+      REQUIRE(chunks.size() == static_cast<std::size_t>(k));
+      std::int64_t largest = 0;
+      for (int r = 0; r < k; ++r) {
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(r);
+        const auto& c = chunks[static_cast<std::size_t>(r)];
+        const auto& b = splits[static_cast<std::size_t>(r)];
+        CHECK(split_range(n, k, r) == dim_range{c.offset(), static_cast<std::int64_t>(c.idx.size())});
+        CHECK(split_range(n, k, r, split_rule::balanced) ==
+              dim_range{b.offset(), static_cast<std::int64_t>(b.idx.size())});
+        largest = std::max(largest, static_cast<std::int64_t>(c.idx.size()));
+      }
+      CHECK(padded_piece(n, k) == largest);
+    }
+}
+
+TEST_CASE("mesh: rank <-> coordinate is row-major, found by counting") {
+  for (const std::vector<int>& sizes : std::vector<std::vector<int>>{
+           {4}, {1}, {2, 4}, {3, 2}, {1, 4}, {2, 2, 2}, {2, 3, 4}, {2, 1, 3}, {2, 2, 2, 2}, {3, 1, 2, 2}}) {
+    const device_mesh m = mesh_of(sizes);
+    CAPTURE(to_string(m));
+    const auto coords = at::all_coordinates(sizes);
+    REQUIRE(m.num_ranks() == static_cast<int>(coords.size()));
+    REQUIRE(m.ndim() == sizes.size());
+    for (int r = 0; r < m.num_ranks(); ++r) {
+      const auto& want = coords[static_cast<std::size_t>(r)];
+      const auto got = m.coordinate(r);
+      device_mesh::coords c{};
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        CHECK(got[i] == want[i]);
+        c[i] = want[i];
+      }
+      CHECK(m.rank_of(c) == r);
+    }
+    // Axis groups: every rank with the same other coordinates, ordered by this axis.
+    for (std::size_t axis = 0; axis < sizes.size(); ++axis) {
+      std::map<std::vector<int>, std::vector<int>> groups;  // other coords -> ranks in counting order
+      for (int r = 0; r < m.num_ranks(); ++r) {
+        auto key = coords[static_cast<std::size_t>(r)];
+        key[axis] = -1;
+        groups[key].push_back(r);
+      }
+      std::vector<int> tags;
+      for (const auto& [key, ranks] : groups) {
+        REQUIRE(ranks.size() == static_cast<std::size_t>(sizes[axis]));
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+          CHECK(coords[static_cast<std::size_t>(ranks[i])][axis] == static_cast<int>(i));
+          CHECK(m.group_member(axis, ranks[0], static_cast<int>(i)) == ranks[i]);
+        }
+        for (int r : ranks) {
+          CHECK(m.group(axis, r) == ranks);
+          CHECK(m.group_index(axis, r) == m.group_index(axis, ranks[0]));
+        }
+        tags.push_back(m.group_index(axis, ranks[0]));
+      }
+      std::sort(tags.begin(), tags.end());
+      for (std::size_t i = 0; i < tags.size(); ++i) CHECK(tags[i] == static_cast<int>(i));
+    }
+  }
+  const device_mesh m{2, 4};
+  CHECK(m.rank_of({1, 2}) == 6);
+  CHECK(m.coordinate(6)[0] == 1);
+  CHECK(m.coordinate(6)[1] == 2);
+  CHECK(m.group(0, 6) == std::vector<int>{2, 6});
+  CHECK(m.group(1, 6) == std::vector<int>{4, 5, 6, 7});
+}
+
+TEST_CASE("mesh: errors, links, printing, parsing") {
+  const device_mesh m{2, 4};
+  CHECK_THROWS_AS(m.coordinate(8), spec_error);
+  CHECK_THROWS_AS(m.coordinate(-1), spec_error);
+  CHECK_THROWS_AS(m.rank_of({2, 0}), spec_error);
+  CHECK_THROWS_AS(m.rank_of({0, -1}), spec_error);
+  CHECK(spec_error_of([&] { (void)m.rank_of({1, 2, 0}); }).find("3 values on a mesh of 2 axes") != std::string::npos);
+  CHECK_THROWS_AS((void)m.rank_of({1}), spec_error);
+  CHECK(spec_error_of([&] { (void)m.group(2, 0); }).find("mesh axis 2 is outside [0, 2)") != std::string::npos);
+  CHECK_THROWS_AS((void)m.group_member(4, 0, 0), spec_error);
+  CHECK_THROWS_AS((void)m.group_index(3, 0), spec_error);
+  CHECK_THROWS_AS(device_mesh(std::initializer_list<int>{}), spec_error);
+  CHECK_THROWS_AS((device_mesh{1, 2, 3, 4, 5}), spec_error);
+  CHECK(spec_error_of([] { (void)device_mesh{2, 0}; }).find("at least 1, got 0") != std::string::npos);
+  CHECK_THROWS_AS(device_mesh(std::vector<int>{}), spec_error);
+
+  const device_mesh d = make_mesh_2d(2, 8, 25e9, 300e9);
+  CHECK(d.size(0) == 2);
+  CHECK(d.size(1) == 8);
+  CHECK(d.link(0) == link_model{2e-5, 25e9});
+  CHECK(d.link(1) == link_model{5e-6, 300e9});
+  device_mesh e{2, 8};
+  CHECK_FALSE(e == d);
+  e.set_link(0, {2e-5, 25e9}).set_link(1, {5e-6, 300e9});
+  CHECK(e == d);
+  CHECK_THROWS_AS(e.set_link(2, {}), spec_error);
+
+  CHECK(to_string(device_mesh{2, 4}) == "mesh(2,4)");
+  CHECK(to_string(device_mesh{8}) == "mesh(8)");
+  CHECK(parse_mesh_shape("2x4") == std::vector<int>{2, 4});
+  CHECK(parse_mesh_shape("8") == std::vector<int>{8});
+  CHECK(parse_mesh_shape("2X2x2") == std::vector<int>{2, 2, 2});
+  CHECK(parse_mesh_shape("mesh(2,4)") == std::vector<int>{2, 4});
+  CHECK(parse_mesh_shape("mesh(2, 4)") == std::vector<int>{2, 4});
+  for (const device_mesh& x : {device_mesh{3}, device_mesh{2, 4}, device_mesh{2, 1, 3}, device_mesh{2, 2, 2, 2}})
+    CHECK(device_mesh(parse_mesh_shape(to_string(x))) == x);
+  for (const char* bad : {"", "x", "2x", "2x0", "2xx4", "2x4a", "1x2x3x4x5", "mesh(2,)", "99999999", "-2"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_mesh_shape(bad), spec_error);
+  }
+}
+
+TEST_CASE("mesh_extents: static sizes are free, dynamic ones are stored") {
+  using S = mesh_extents<2, 4>;
+  using D = mesh_extents<2, dyn>;
+  using DD = mesh_extents<dyn, 3, dyn>;
+  CHECK(S::rank() == 2);
+  CHECK(S::rank_dynamic() == 0);
+  CHECK(S::is_static());
+  CHECK(S{}.size(1) == 4);
+  CHECK(D::rank_dynamic() == 1);
+  CHECK_FALSE(D::is_static());
+  CHECK(D::static_size(1) == dyn);
+  const D d(8);
+  CHECK(d.size(0) == 2);
+  CHECK(d.size(1) == 8);
+  const DD dd(5, 7);
+  CHECK(dd.size(0) == 5);
+  CHECK(dd.size(1) == 3);
+  CHECK(dd.size(2) == 7);
+  CHECK(sizeof(DD) == 2 * sizeof(int));
+  CHECK(device_mesh(dd) == device_mesh{5, 3, 7});
+  CHECK(device_mesh(S{}) == device_mesh{2, 4});
+  CHECK(device_mesh(d, link_model{1e-6, 1e9}).link(1) == link_model{1e-6, 1e9});
+  CHECK_THROWS_AS(D(0), shape_error);
+  CHECK_THROWS_AS(DD(2, -1), shape_error);
+}
+
+TEST_CASE("local_box: every rank, spec and shape against chunking index lists") {
+  struct mesh_case {
+    std::vector<int> sizes;
+    std::vector<tensor_shape> shapes;
+  };
+  // Even, uneven (5 and 6 over 4), empty-shard and nested cases, tensors of rank 1 to 3.
+  const std::vector<mesh_case> cases{
+      {{4}, {{8}, {5}, {6}, {3}, {0}, {8, 4}, {5, 6}, {6, 5}, {3, 2, 5}}},
+      {{3}, {{6}, {7}, {2, 9}}},
+      {{2, 4}, {{16}, {5}, {10}, {3}, {8, 12}, {5, 6}, {6, 5}, {2, 3}, {4, 6, 3}}},
+      {{2, 3}, {{12}, {7}, {12, 6}, {5, 7}, {1, 4}, {3, 4, 5}}},
+      {{1, 4}, {{6, 5}}},
+      {{2, 2, 2}, {{8}, {5}, {3}, {8, 8}, {5, 6}, {3, 2}, {2, 3, 5}}},
+      {{2, 1, 3}, {{6, 5}, {7, 2, 4}}},
+      {{2, 2, 2, 2}, {{16}, {9, 4}}},
+  };
+  int checked = 0;
+  for (const auto& mc : cases) {
+    const device_mesh m = mesh_of(mc.sizes);
+    const auto coords = at::all_coordinates(mc.sizes);
+    for (const tensor_shape& g : mc.shapes) {
+      const int t = static_cast<int>(g.rank);
+      for (const sharding_spec& s : at::all_specs(static_cast<int>(mc.sizes.size()), t, {reduce_op::sum})) {
+        CAPTURE(to_string(m));
+        CAPTURE(to_string(g));
+        CAPTURE(spec_name(s));
+        // How many ranks hold each global element: the product of the axes that do not shard.
+        int copies = 1;
+        for (std::size_t i = 0; i < mc.sizes.size(); ++i)
+          if (!s[i].is_shard()) copies *= mc.sizes[i];
+        std::vector<int> holders(static_cast<std::size_t>(g.numel()), 0);
+        tensor_shape largest = g;
+        for (int d = 0; d < t; ++d) largest[static_cast<std::size_t>(d)] = 0;
+        bool all_equal = true, none_empty = true;
+        std::vector<tensor_shape> leaves;
+        for (int r = 0; r < m.num_ranks(); ++r) {
+          const auto& c = coords[static_cast<std::size_t>(r)];
+          const shard_box box = local_box(m, s, g, r);
+          const shard_box bal = local_box(m, s, g, r, split_rule::balanced);
+          REQUIRE(box.shape.rank == g.rank);
+          REQUIRE(box.offset.rank == g.rank);
+          CHECK(local_shape(m, s, g, r) == box.shape);
+          for (int d = 0; d < t; ++d) {
+            const auto u = static_cast<std::size_t>(d);
+            const auto p = at::brute_dim_piece(mc.sizes, c, s, d, g[u]);
+            const auto q = at::brute_dim_piece(mc.sizes, c, s, d, g[u], true);
+            CHECK(box.shape[u] == static_cast<std::int64_t>(p.idx.size()));
+            CHECK(box.offset[u] == p.offset());
+            CHECK(bal.shape[u] == static_cast<std::int64_t>(q.idx.size()));
+            CHECK(bal.offset[u] == q.offset());
+            largest[u] = std::max(largest[u], box.shape[u]);
+            if (s.is_sharded(d) && box.shape[u] == 0) none_empty = false;
+          }
+          leaves.push_back(box.shape);
+          // Mark the elements this rank holds.
+          std::vector<std::int64_t> idx(g.rank, 0);
+          if (!box.empty())
+            for (;;) {
+              std::int64_t flat = 0;
+              for (std::size_t d = 0; d < g.rank; ++d) flat = flat * g[d] + box.offset[d] + idx[d];
+              ++holders[static_cast<std::size_t>(flat)];
+              std::size_t d = g.rank;
+              while (d > 0 && ++idx[d - 1] == box.shape[d - 1]) idx[--d] = 0;
+              if (d == 0) break;
+            }
+          ++checked;
+        }
+        for (const auto& l : leaves) all_equal = all_equal && l == leaves.front();
+        for (int h : holders) CHECK(h == copies);
+        CHECK(max_local_shape(m, s, g) == largest);
+        CHECK(max_local_shape(m, s, g) == local_shape(m, s, g, 0));  // rank 0 holds the largest shard
+        CHECK(divides_evenly(m, s, g) == all_equal);
+        CHECK(no_empty_shards(m, s, g) == none_empty);
+        if (all_equal) {
+          CHECK_NOTHROW(require_even(m, s, g, "w"));
+        } else {
+          CHECK_THROWS_AS(require_even(m, s, g, "w"), shape_error);
+        }
+      }
+    }
+  }
+  CHECK(checked > 10000);
+}
+
+TEST_CASE("local_box: nested splits go outer axis first, with worked numbers") {
+  const device_mesh m{2, 4};
+  // 10 over 2 -> [0,5) [5,10); each over 4 -> 2,2,1,0: rank 5 = (1,1) holds [7,9).
+  const auto s01 = parse_spec("S01R", 2, 2);
+  CHECK(local_box(m, s01, {10, 3}, 5) == shard_box{{2, 3}, {7, 0}});
+  CHECK(local_box(m, s01, {10, 3}, 7) == shard_box{{0, 3}, {10, 0}});  // empty: offset at the end
+  CHECK(local_box(m, s01, {10, 3}, 3) == shard_box{{0, 3}, {5, 0}});   // empty inside the first half
+  // The same axes in the other order is a different layout: Alpa writes S01, never S10,
+  // and the DTensor spelling [S(0),S(0)] is the only nesting order there is.
+  CHECK(parse_spec("[S(0),S(0)]", 2, 2) == s01);
+  const auto rs = parse_spec("[S(1),S(0)]", 2, 2);
+  // Rank 7 = (1,3): dim 1 over axis 0 -> [3,5); dim 0 over axis 1 -> 2,2,2,0, the last empty.
+  CHECK(local_box(m, rs, {6, 5}, 7) == shard_box{{0, 2}, {6, 3}});
+  CHECK(local_box(m, rs, {6, 5}, 5) == shard_box{{2, 2}, {2, 3}});
+  CHECK(local_box(m, rs, {6, 5}, 0) == shard_box{{2, 3}, {0, 0}});
+  // Errors: the spec must fit the mesh and the tensor.
+  CHECK_THROWS_AS(local_box(m, s01, {10}, 0), shape_error);
+  CHECK_THROWS_AS(local_box(device_mesh{8}, s01, {10, 3}, 0), shape_error);
+  CHECK_THROWS_AS(local_box(m, s01, {10, 3}, 8), spec_error);
+  sharding_spec bad = s01;
+  bad.placements[1] = Shard(5);
+  CHECK(spec_error_of([&] { (void)local_box(m, bad, {10, 3}, 0); }).find("Shard(5) is outside a tensor of rank 2") !=
+        std::string::npos);
+  try {
+    require_even(m, parse_spec("RS1", 2, 2), {8, 6}, "c_attn.weight");
+    FAIL("require_even accepted 6 over 4");
+  } catch (const shape_error& e) {
+    CHECK(std::string(e.what()) ==
+          "autoshard: shape error: c_attn.weight: dim 1 of size 6 does not divide over 4 ranks of mesh axis 1");
+  }
+}
+
+TEST_CASE("specs: both notations round-trip over every spec of small meshes") {
+  int n = 0;
+  for (int mr = 1; mr <= 4; ++mr)
+    for (int tr = 1; tr <= 3; ++tr)
+      for (const sharding_spec& s : at::all_specs(mr, tr)) {
+        const std::string dt = to_string(s), alpa = to_alpa_string(s);
+        CAPTURE(dt);
+        CAPTURE(alpa);
+        CHECK(parse_spec(dt, mr, tr) == s);
+        CHECK(parse_spec(alpa, mr, tr) == s);
+        CHECK(parse_spec(alpa, -1, tr) == parse_spec(alpa, -1, -1));
+        CHECK(parse_spec(dt, mr) == parse_spec(dt));
+        // Without context each notation infers what it can: DTensor the mesh rank,
+        // Alpa the tensor rank.
+        CHECK(parse_spec(dt).mesh_rank == mr);
+        CHECK(parse_spec(alpa).tensor_rank == tr);
+        CHECK(parse_spec(alpa, mr).tensor_rank == tr);
+        // Printing is canonical: what parses prints back the same.
+        CHECK(to_string(parse_spec(alpa, mr, tr)) == dt);
+        CHECK(to_alpa_string(parse_spec(dt, mr, tr)) == alpa);
+        ++n;
+      }
+  CHECK(n == 5 + 25 + 125 + 625 + 6 + 36 + 216 + 1296 + 7 + 49 + 343 + 2401);
+}
+
+TEST_CASE("specs: the two notations name the same placements") {
+  struct eq {
+    const char* dtensor;
+    const char* alpa;
+    int mesh_rank;
+    int tensor_rank;
+  };
+  for (const eq& e : {eq{"[S(0),R]", "S0R", 2, 2}, eq{"[R,S(0)]", "S1R", 2, 2}, eq{"[S(0),S(0)]", "S01R", 2, 2},
+                      eq{"[R,S(1)]", "RS1", 2, 2}, eq{"[S(1),S(0)]", "S1S0", 2, 2}, eq{"[R,R]", "RR", 2, 2},
+                      eq{"[P,R]", "RRP0", 2, 2}, eq{"[R,P(max)]", "RRPmax1", 2, 2}, eq{"[S(2),P(min),S(0)]", "S2RS0Pmin1", 3, 3},
+                      eq{"[P,P(max),R,S(1)]", "RS3P0Pmax1", 4, 2}, eq{"[S(0)]", "S0", 1, 1}}) {
+    CAPTURE(e.dtensor);
+    CHECK(parse_spec(e.dtensor, e.mesh_rank, e.tensor_rank) == parse_spec(e.alpa, e.mesh_rank, e.tensor_rank));
+    CHECK(to_string(parse_spec(e.alpa, e.mesh_rank, e.tensor_rank)) == e.dtensor);
+    CHECK(to_alpa_string(parse_spec(e.dtensor, e.mesh_rank, e.tensor_rank)) == e.alpa);
+  }
+  // The long DTensor spellings, spaces, and Partial's spellings.
+  CHECK(parse_spec("[Shard(0), Replicate()]") == parse_spec("[S(0),R]"));
+  CHECK(parse_spec(" [ S( 1 ) , Partial( max ) ] ") == make_spec(2, {Shard(1), Partial(reduce_op::max)}));
+  CHECK(parse_spec("[Partial(sum),P(),P,Partial]", 4, 1) == make_spec(1, {Partial(), Partial(), Partial(), Partial()}));
+  CHECK(parse_spec("[P(min)]", 1, 1)[0] == Partial(reduce_op::min));
+  CHECK(parse_spec("RPsum0", 1) == parse_spec("RP0", 1));
+  CHECK(parse_spec("S0R ", 2) == parse_spec("S0R", 2));
+  // Inferred ranks.
+  CHECK(parse_spec("[S(2),R]").tensor_rank == 3);
+  CHECK(parse_spec("[R,R]").tensor_rank == 0);
+  CHECK(parse_spec("S1R").mesh_rank == 2);
+  CHECK(parse_spec("RR").mesh_rank == 1);
+  // Compile-time spellings agree with the runtime parser.
+  constexpr sharding_spec lit = "S01R"_spec;
+  CHECK(lit == parse_spec("S01R"));
+  constexpr spec_literal sl = "[S(0),R]";
+  CHECK(sharding_spec(sl) == parse_spec("[S(0),R]"));
+  CHECK(make_spec(2, {Shard(0), Replicate()}) == parse_spec("S0R", 2));
+  CHECK_THROWS_AS(make_spec(2, {Shard(2)}), spec_error);
+  CHECK_THROWS_AS(make_spec(2, {Replicate(), Replicate(), Replicate(), Replicate(), Replicate()}), spec_error);
+  std::ostringstream os;
+  os << parse_spec("S0R", 2) << " " << Partial(reduce_op::max) << " " << tensor_shape{4, 2};
+  CHECK(os.str() == "[S(0),R] P(max) [4,2]");
+}
+
+TEST_CASE("specs: every parse error names the problem and the position") {
+  struct bad {
+    const char* text;
+    int mesh_rank;
+    int tensor_rank;
+    const char* message;  // after "autoshard: spec error: "
+  };
+  const bad cases[] = {
+      {"", -1, -1, "'' at position 0: the spec is empty"},
+      {"   ", -1, -1, "'   ' at position 3: the spec is empty"},
+      {"[]", -1, -1, "'[]' at position 1: the spec is empty"},
+      {"[ ]", -1, -1, "'[ ]' at position 2: the spec is empty"},
+      {"S0X", -1, -1, "'S0X' at position 2: unexpected character 'X'"},
+      {"s0R", -1, -1, "'s0R' at position 0: unexpected character 's'"},
+      {"S0 R", -1, -1, "'S0 R' at position 3: unexpected character 'R'"},
+      {"SR", -1, -1, "'SR' at position 1: unexpected character 'R'"},
+      {"S", -1, -1, "'S' at position 1: unexpected end of the spec"},
+      {"RP", -1, -1, "'RP' at position 2: unexpected end of the spec"},
+      {"RPavg0", -1, -1, "'RPavg0' at position 2: unexpected character 'a'"},
+      {"[S(0),R", -1, -1, "'[S(0),R' at position 7: expected ']' or ','"},
+      {"[S(0) R]", -1, -1, "'[S(0) R]' at position 6: expected ']' or ','"},
+      {"[S(0),]", -1, -1, "'[S(0),]' at position 6: unexpected character ']'"},
+      {"[S(0),R] x", -1, -1, "'[S(0),R] x' at position 9: unexpected character 'x'"},
+      {"[S(x)]", -1, -1, "'[S(x)]' at position 3: unexpected character 'x'"},
+      {"[S(0]", -1, -1, "'[S(0]' at position 4: unexpected character ']'"},
+      {"[Shard(1]", -1, -1, "'[Shard(1]' at position 8: unexpected character ']'"},
+      {"[P(avg)]", -1, -1, "'[P(avg)]' at position 3: unexpected character 'a'"},
+      {"[P(max]", -1, -1, "'[P(max]' at position 6: unexpected character ']'"},
+      {"[S(", -1, -1, "'[S(' at position 3: unexpected end of the spec"},
+      {"[S(100)]", -1, -1, "'[S(100)]' at position 6: number too large"},
+      {"[S(9)]", -1, -1, "'[S(9)]' at position 1: Shard(9) is outside a tensor of rank 8"},
+      {"[R,S(2)]", -1, 2, "'[R,S(2)]' at position 3: Shard(2) is outside a tensor of rank 2"},
+      {"[R,R,R,R,R]", -1, -1, "'[R,R,R,R,R]' at position 9: more than 4 placements (a mesh has at most 4 axes)"},
+      {"[S(0),R]", 3, -1, "'[S(0),R]' at position 0: has 2 placements but the mesh has 3 axes"},
+      {"S00", -1, -1, "'S00' at position 2: mesh axis 0 used twice"},
+      {"S0S0", -1, -1, "'S0S0' at position 3: mesh axis 0 used twice"},
+      {"S1P1", -1, -1, "'S1P1' at position 3: mesh axis 1 used twice"},
+      {"S10", -1, -1, "'S10' at position 2: mesh axes splitting one tensor dim must be listed outer first (S01, not S10)"},
+      {"S4", -1, -1, "'S4' at position 1: mesh axis 4 is outside a mesh of 4 axes"},
+      {"RS2", 2, -1, "'RS2' at position 2: mesh axis 2 is outside a mesh of 2 axes"},
+      {"RRP1", 1, -1, "'RRP1' at position 3: mesh axis 1 is outside a mesh of 1 axes"},
+      {"S0R", -1, 3, "'S0R' at position 0: describes 2 tensor dims but the tensor has rank 3"},
+      {"RRRRRRRRR", -1, -1, "'RRRRRRRRR' at position 8: more than 8 tensor dims (a tensor has at most 8)"},
+      {"RRRRRRRRS0", -1, -1, "'RRRRRRRRS0' at position 8: more than 8 tensor dims (a tensor has at most 8)"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.text);
+    CHECK(spec_error_of([&] { (void)parse_spec(b.text, b.mesh_rank, b.tensor_rank); }) ==
+          std::string("autoshard: spec error: ") + b.message);
+  }
+  // Contexts that are out of range are errors too (no position: the text is not at fault).
+  CHECK(spec_error_of([] { (void)parse_spec("S0R", 5); }).find("at most 4 mesh axes") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_spec("S0R", -1, 9); }).find("at most 8 dims") != std::string::npos);
+  // Every spec_error is an autoshard::error.
+  CHECK_THROWS_AS((void)parse_spec("S0X"), autoshard::error);
+}

@@ -1,0 +1,113 @@
+#pragma once
+// Shared pieces of the autoshard tool: mesh and shape options, exit codes, JSON output.
+#include <autoshard/autoshard.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace autoshard::tool {
+
+/// Exit codes: 0 success, 1 user error (one clear message on stderr), 2 usage error.
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_user_error = 1;
+inline constexpr int exit_usage = 2;
+
+/// Mesh and link options shared by every subcommand that prices communication.
+/// Axis 0 crosses nodes (inter-node link) on meshes of 2+ axes; the other axes stay
+/// inside a node. A 1-D mesh is one node.
+struct mesh_options {
+  std::string mesh = "2x4";
+  double inter_bw = 25e9;
+  double intra_bw = 300e9;
+  double inter_lat = 2e-5;
+  double intra_lat = 5e-6;
+
+  void add_to(CLI::App& cmd) {
+    cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4 (1 to 4 axes)")->capture_default_str();
+    cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")->capture_default_str();
+    cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")->capture_default_str();
+    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds")->capture_default_str();
+    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds")->capture_default_str();
+  }
+  device_mesh build() const {
+    if (inter_bw <= 0 || intra_bw <= 0) throw spec_error("bandwidths must be positive");
+    if (inter_lat < 0 || intra_lat < 0) throw spec_error("latencies must be non-negative");
+    device_mesh m(parse_mesh_shape(mesh));
+    for (std::size_t i = 0; i < m.ndim(); ++i)
+      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{inter_lat, inter_bw} : link_model{intra_lat, intra_bw});
+    return m;
+  }
+};
+
+/// "8,4" or "[8,4]" -> tensor_shape.
+inline tensor_shape parse_shape_list(std::string s) {
+  if (!s.empty() && s.front() == '[') s.erase(0, 1);
+  if (!s.empty() && s.back() == ']') s.pop_back();
+  std::vector<std::int64_t> dims;
+  std::size_t i = 0;
+  while (i <= s.size()) {
+    std::size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string tok = s.substr(i, j - i);
+    while (!tok.empty() && tok.front() == ' ') tok.erase(0, 1);
+    while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+    if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos || tok.size() > 15)
+      throw shape_error("shape '" + s + "': '" + tok + "' is not a dim size (write e.g. 8,4)");
+    dims.push_back(std::stoll(tok));
+    i = j + 1;
+  }
+  if (dims.size() > max_tensor_rank) throw shape_error("shape '" + s + "': at most 8 dims");
+  return tensor_shape(dims);
+}
+
+inline dtype parse_dtype_or_throw(const std::string& s) {
+  auto t = parse_dtype(s);
+  if (!t) throw spec_error("unknown dtype '" + s + "' (f32, f16, bf16, f64, i32, i64, u8)");
+  return *t;
+}
+
+inline nlohmann::json to_json(const tensor_shape& s) { return s.to_vector(); }
+inline nlohmann::json to_json(const device_mesh& m) {
+  nlohmann::json axes = nlohmann::json::array();
+  for (std::size_t i = 0; i < m.ndim(); ++i)
+    axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"bandwidth_Bps", m.link(i).beta}});
+  return {{"shape", m.shape()}, {"axes", axes}};
+}
+
+/// Human-readable bytes: "1.50 MiB".
+inline std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+/// Human-readable seconds: "12.3 us".
+inline std::string human_seconds(double s) {
+  char buf[32];
+  if (s == 0) return "0";
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+// Subcommand registration: each returns the subcommand; `run` is set to its action.
+using action = std::function<int()>;
+void register_explain(CLI::App& app, action& run);
+void register_show(CLI::App& app, action& run);
+void register_plan(CLI::App& app, action& run);
+void register_solve(CLI::App& app, action& run);
+void register_shard(CLI::App& app, action& run);
+void register_verify(CLI::App& app, action& run);
+void register_calibrate(CLI::App& app, action& run);
+
+}  // namespace autoshard::tool

@@ -4,3 +4,4 @@
 ///   #include <autoshard/tensor/tensor.hpp>
 #include "host_tensor.hpp"  // host_tensor, tensor_view, convert
 #include "slice.hpp"        // copy_block, shard_of, gather, shard_layout
+#include "safetensors.hpp"  // safetensors_file, save_safetensors, checkpoint

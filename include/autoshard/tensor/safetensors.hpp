@@ -1,0 +1,572 @@
+#pragma once
+/// safetensors files, byte for byte as Hugging Face's `safetensors` writes them:
+/// 8-byte little-endian header length N, N bytes of JSON ({"__metadata__": {str: str},
+/// name: {"dtype", "shape", "data_offsets": [begin, end]}}), padded with spaces to a multiple
+/// of 8, then the data in offset order (tensors sorted by dtype, widest first, then by name).
+/// Reading memory-maps the file and validates the whole header before anything is used.
+///   autoshard::safetensors_file f("model.safetensors");
+///   autoshard::const_tensor_view w = f.view("transformer.h.0.attn.c_attn.weight");
+///   autoshard::save_safetensors("out.safetensors", {{"w", w}}, {{"format", "pt"}});
+#include <fcntl.h>     // open
+#include <sys/mman.h>  // mmap, madvise
+#include <sys/stat.h>  // fstat
+#include <unistd.h>    // close, write, fsync
+
+#include <algorithm>    // std::sort
+#include <cerrno>       // errno
+#include <cstddef>      // std::byte
+#include <cstdint>      // std::uint64_t
+#include <cstdio>       // std::fopen
+#include <cstring>      // std::memcpy, std::strerror
+#include <filesystem>   // std::filesystem::path
+#include <map>          // std::map
+#include <set>          // std::set
+#include <span>         // std::span
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair, std::exchange
+#include <vector>       // std::vector
+
+#include <nlohmann/json.hpp>  // header JSON
+
+#include "../core/dtype.hpp"  // dtype, parse_dtype, safetensors_name
+#include "../core/error.hpp"  // io_error
+#include "../core/shape.hpp"  // tensor_shape
+#include "host_tensor.hpp"    // const_tensor_view, host_tensor
+
+namespace autoshard {
+
+/// Hugging Face's limit on the JSON header (safetensors' MAX_HEADER_SIZE).
+inline constexpr std::uint64_t safetensors_max_header = 100'000'000;
+
+/// One tensor of a safetensors file; offsets are relative to the start of the data.
+struct safetensors_entry {
+  std::string name;
+  dtype type = dtype::f32;
+  tensor_shape shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t nbytes() const noexcept { return end - begin; }
+};
+
+/// A validated header: entries in data order, the optional __metadata__, where data starts.
+struct safetensors_header {
+  std::vector<safetensors_entry> entries;
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;  ///< 8 + header length
+  std::uint64_t data_size = 0;
+};
+
+namespace detail {
+[[noreturn]] inline void bad_file(std::string_view file, const std::string& why) {
+  throw io_error("safetensors file '" + std::string(file) + "': " + why);
+}
+[[noreturn]] inline void bad_tensor(std::string_view file, std::string_view name, const std::string& why) {
+  throw io_error("safetensors file '" + std::string(file) + "', tensor '" + std::string(name) + "': " + why);
+}
+inline std::uint64_t read_le64(const std::byte* p) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint64_t>(p[i]);
+  return v;
+}
+inline void write_le64(std::uint64_t v, char* out) noexcept {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+/// Hugging Face's dtype order (Rust enum Dtype); files list wider-ranked dtypes first.
+inline int hf_dtype_rank(dtype t) noexcept {
+  switch (t) {
+    case dtype::boolean: return 0;
+    case dtype::u8: return 1;
+    case dtype::f16: return 2;
+    case dtype::bf16: return 3;
+    case dtype::i32: return 4;
+    case dtype::f32: return 5;
+    case dtype::f64: return 6;
+    case dtype::i64: return 7;
+  }
+  return 0;
+}
+inline std::string sys_error(const std::string& what, const std::filesystem::path& p) {
+  return what + " '" + p.string() + "': " + std::strerror(errno);
+}
+}  // namespace detail
+
+/// Parses and validates the header of a safetensors file held in `bytes` (the whole file).
+/// Every inconsistency is an io_error naming `file` and, where there is one, the tensor:
+/// a header length beyond the file or above 100 MB, JSON that is not an object or not
+/// UTF-8, duplicate names, unknown dtypes, bad shapes, offsets that overlap, leave gaps, are
+/// out of order or end before/after the file, a span whose size is not numel * dtype size.
+inline safetensors_header parse_safetensors_header(std::span<const std::byte> bytes, std::string_view file) {
+  using nlohmann::json;
+  if (bytes.size() < 8) detail::bad_file(file, "only " + std::to_string(bytes.size()) + " bytes, no header length");
+  const std::uint64_t n = detail::read_le64(bytes.data());
+  if (n > safetensors_max_header)
+    detail::bad_file(file, "header length " + std::to_string(n) + " exceeds the 100000000-byte limit");
+  if (n > bytes.size() - 8)
+    detail::bad_file(file, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                               std::to_string(bytes.size()) + " bytes)");
+  if (n < 2) detail::bad_file(file, "header length " + std::to_string(n) + " is too short for a JSON object");
+  std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(n));
+  if (text.front() != '{') detail::bad_file(file, "header does not start with '{'");
+  std::set<std::string> seen;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(text.begin(), text.end(), on_event);
+  } catch (const json::exception& e) {
+    detail::bad_file(file, std::string("header is not valid UTF-8 JSON: ") + e.what());
+  }
+  if (!duplicate.empty()) detail::bad_tensor(file, duplicate, "name appears twice in the header");
+  if (!h.is_object()) detail::bad_file(file, "header is not a JSON object");
+
+  safetensors_header out;
+  out.data_start = 8 + n;
+  out.data_size = bytes.size() - out.data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) detail::bad_file(file, "__metadata__ is not an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          detail::bad_file(file, "__metadata__ value of '" + m.key() + "' is not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object()) detail::bad_tensor(file, name, "entry is not an object");
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || sh == v.end() || off == v.end())
+      detail::bad_tensor(file, name, "entry needs dtype, shape and data_offsets");
+    if (!dt->is_string()) detail::bad_tensor(file, name, "dtype is not a string");
+    const std::string dts = dt->get<std::string>();
+    auto t = parse_dtype(dts);
+    if (!t || safetensors_name(*t) != dts)
+      detail::bad_tensor(file, name, "unknown or unsupported dtype '" + dts + "'");
+    safetensors_entry e;
+    e.name = name;
+    e.type = *t;
+    if (!sh->is_array()) detail::bad_tensor(file, name, "shape is not an array");
+    if (sh->size() > max_tensor_rank)
+      detail::bad_tensor(file, name, "shape has " + std::to_string(sh->size()) + " dims, at most 8 are supported");
+    std::uint64_t numel = 1;
+    bool overflow = false;
+    e.shape.rank = static_cast<std::uint8_t>(sh->size());
+    for (std::size_t i = 0; i < sh->size(); ++i) {
+      const json& d = (*sh)[i];
+      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 62))
+        detail::bad_tensor(file, name, "shape dim " + std::to_string(i) + " is not a non-negative integer");
+      e.shape[i] = static_cast<std::int64_t>(d.get<std::uint64_t>());
+      overflow = overflow || __builtin_mul_overflow(numel, d.get<std::uint64_t>(), &numel);
+    }
+    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+      detail::bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
+    e.begin = (*off)[0].get<std::uint64_t>();
+    e.end = (*off)[1].get<std::uint64_t>();
+    if (e.end < e.begin)
+      detail::bad_tensor(file, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                         "] end before they begin");
+    std::uint64_t want = 0;
+    if (overflow || __builtin_mul_overflow(numel, dtype_size(e.type), &want) || want != e.end - e.begin)
+      detail::bad_tensor(file, name, "shape " + to_string(e.shape) + " of " + std::string(dts) + " needs " +
+                                         (overflow ? std::string("more than 2^64") : std::to_string(want)) +
+                                         " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+    out.entries.push_back(std::move(e));
+  }
+  std::sort(out.entries.begin(), out.entries.end(), [](const safetensors_entry& a, const safetensors_entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t at = 0;
+  for (const auto& e : out.entries) {
+    if (e.begin != at)
+      detail::bad_tensor(file, e.name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                           "] " + (e.begin < at ? "overlap the previous tensor" : "leave a gap") +
+                                           " (expected to begin at " + std::to_string(at) + ")");
+    at = e.end;
+  }
+  if (at != out.data_size)
+    detail::bad_file(file, "tensors cover " + std::to_string(at) + " data bytes but the file holds " +
+                               std::to_string(out.data_size) + (at > out.data_size ? " (truncated)" : " (trailing bytes)"));
+  return out;
+}
+
+/// A read-only memory-mapped safetensors file, validated on open. Move-only.
+/// Views point into the map: they live as long as the file object. Their data may be
+/// unaligned when another writer did not sort by dtype; host_tensor::copy_of aligns.
+class safetensors_file {
+ public:
+  explicit safetensors_file(const std::filesystem::path& path) : path_(path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw io_error(detail::sys_error("cannot open", path));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      throw io_error(detail::sys_error("cannot stat", path));
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        throw io_error(detail::sys_error("cannot mmap", path));
+      }
+      map_ = static_cast<const std::byte*>(p);
+    }
+    ::close(fd);
+    try {
+      header_ = parse_safetensors_header({map_, size_}, path.string());
+    } catch (...) {
+      unmap();
+      throw;
+    }
+    for (std::size_t i = 0; i < header_.entries.size(); ++i) index_[header_.entries[i].name] = i;
+  }
+  safetensors_file(safetensors_file&& o) noexcept
+      : path_(std::move(o.path_)), map_(std::exchange(o.map_, nullptr)), size_(std::exchange(o.size_, 0)),
+        header_(std::move(o.header_)), index_(std::move(o.index_)) {}
+  safetensors_file& operator=(safetensors_file&& o) noexcept {
+    if (this != &o) {
+      unmap();
+      path_ = std::move(o.path_);
+      map_ = std::exchange(o.map_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      header_ = std::move(o.header_);
+      index_ = std::move(o.index_);
+    }
+    return *this;
+  }
+  safetensors_file(const safetensors_file&) = delete;
+  safetensors_file& operator=(const safetensors_file&) = delete;
+  ~safetensors_file() { unmap(); }
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+  /// Tensors in data order.
+  const std::vector<safetensors_entry>& entries() const noexcept { return header_.entries; }
+  const std::map<std::string, std::string>& metadata() const noexcept { return header_.metadata; }
+  std::size_t file_size() const noexcept { return size_; }
+  const safetensors_entry* find(std::string_view name) const {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &header_.entries[it->second];
+  }
+  const safetensors_entry& entry(std::string_view name) const {
+    if (const auto* e = find(name)) return *e;
+    throw io_error("safetensors file '" + path_.string() + "' has no tensor '" + std::string(name) + "'");
+  }
+  /// The bytes of a tensor, in the map.
+  std::span<const std::byte> bytes(const safetensors_entry& e) const noexcept {
+    return {map_ + header_.data_start + e.begin, static_cast<std::size_t>(e.nbytes())};
+  }
+  const_tensor_view view(const safetensors_entry& e) const noexcept {
+    return {map_ + header_.data_start + e.begin, e.shape, e.type};
+  }
+  const_tensor_view view(std::string_view name) const { return view(entry(name)); }
+  /// An aligned, owned copy of a tensor.
+  host_tensor load(std::string_view name) const { return host_tensor::copy_of(view(name)); }
+  /// Drops the tensor's pages from this process (they stay in the page cache): keeps the
+  /// resident set near one tensor while streaming a whole checkpoint.
+  void release(const safetensors_entry& e) const noexcept {
+    if (!map_ || e.nbytes() == 0) return;
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::size_t lo = static_cast<std::size_t>(header_.data_start + e.begin) / page * page;
+    std::size_t hi = static_cast<std::size_t>(header_.data_start + e.end);
+    ::madvise(const_cast<std::byte*>(map_) + lo, hi - lo, MADV_DONTNEED);
+  }
+
+ private:
+  void unmap() noexcept {
+    if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+    map_ = nullptr;
+  }
+  std::filesystem::path path_;
+  const std::byte* map_ = nullptr;
+  std::size_t size_ = 0;
+  safetensors_header header_;
+  std::map<std::string, std::size_t> index_;
+};
+
+/// What a writer is told up front about one tensor.
+struct safetensors_tensor_info {
+  std::string name;
+  dtype type = dtype::f32;
+  tensor_shape shape;
+};
+
+/// Lays out a file as Hugging Face does: tensors sorted by dtype (widest-ranked first) then
+/// name, offsets back to back, compact JSON with __metadata__ first, padded with spaces.
+/// Returns the header bytes (length prefix included) and the entries in data order.
+inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_header(
+    std::vector<safetensors_tensor_info> tensors, const std::map<std::string, std::string>& metadata) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    int ra = detail::hf_dtype_rank(a.type), rb = detail::hf_dtype_rank(b.type);
+    return ra != rb ? ra > rb : a.name < b.name;
+  });
+  std::vector<safetensors_entry> entries;
+  std::set<std::string_view> names;
+  std::string json = "{";
+  if (!metadata.empty()) {
+    json += "\"__metadata__\":";
+    json += nlohmann::json(metadata).dump();
+  }
+  std::uint64_t at = 0;
+  for (const auto& t : tensors) {
+    if (t.name == "__metadata__" || !names.insert(t.name).second)
+      throw io_error("cannot write tensor '" + t.name + "': the name is reserved or used twice");
+    safetensors_entry e{t.name, t.type, t.shape, at, at + static_cast<std::uint64_t>(t.shape.numel()) * dtype_size(t.type)};
+    at = e.end;
+    if (json.size() > 1) json += ",";
+    json += nlohmann::json(t.name).dump() + ":{\"dtype\":\"" + std::string(safetensors_name(t.type)) + "\",\"shape\":[";
+    for (std::size_t i = 0; i < t.shape.rank; ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
+    json += "],\"data_offsets\":[" + std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
+    entries.push_back(std::move(e));
+  }
+  json += "}";
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  detail::write_le64(json.size(), out.data());
+  return {out + json, std::move(entries)};
+}
+
+/// Writes one file to `<final>.tmp.<pid>` in the same directory, then fsync + rename on
+/// commit(). Destroyed without commit(), it removes the temporary: never a half file.
+class atomic_file_writer {
+ public:
+  explicit atomic_file_writer(std::filesystem::path final_path) : final_(std::move(final_path)) {
+    tmp_ = final_;
+    tmp_ += ".tmp." + std::to_string(::getpid());
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw io_error(detail::sys_error("cannot create", tmp_));
+    buf_.reserve(buffer_size);
+  }
+  atomic_file_writer(const atomic_file_writer&) = delete;
+  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
+  ~atomic_file_writer() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) {
+      std::error_code ec;
+      std::filesystem::remove(tmp_, ec);
+    }
+  }
+  void write(std::span<const std::byte> data) {
+    if (buf_.size() + data.size() <= buffer_size) {
+      buf_.insert(buf_.end(), data.begin(), data.end());
+      return;
+    }
+    flush_buffer();
+    if (data.size() >= buffer_size) raw_write(data.data(), data.size());
+    else buf_.insert(buf_.end(), data.begin(), data.end());
+  }
+  void write(std::string_view s) { write(std::as_bytes(std::span(s.data(), s.size()))); }
+  std::uint64_t written() const noexcept { return written_ + buf_.size(); }
+  /// Flushes and fsyncs; the file stays under its temporary name.
+  void finish() {
+    flush_buffer();
+    if (::fsync(fd_) != 0) throw io_error(detail::sys_error("cannot fsync", tmp_));
+    if (::close(std::exchange(fd_, -1)) != 0) throw io_error(detail::sys_error("cannot close", tmp_));
+  }
+  /// Renames to the final name and fsyncs the directory.
+  void commit() {
+    if (fd_ >= 0) finish();
+    std::error_code ec;
+    std::filesystem::rename(tmp_, final_, ec);
+    if (ec) throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + ec.message());
+    committed_ = true;
+    auto dir = final_.parent_path();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  const std::filesystem::path& temporary_path() const noexcept { return tmp_; }
+
+ private:
+  static constexpr std::size_t buffer_size = std::size_t{4} << 20;
+  void flush_buffer() {
+    raw_write(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  void raw_write(const std::byte* p, std::size_t n) {
+    while (n > 0) {
+      ssize_t k = ::write(fd_, p, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) throw io_error(detail::sys_error("cannot write", tmp_));
+      p += k;
+      n -= static_cast<std::size_t>(k);
+      written_ += static_cast<std::uint64_t>(k);
+    }
+  }
+  std::filesystem::path final_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::vector<std::byte> buf_;
+  std::uint64_t written_ = 0;
+};
+
+/// Streams one safetensors file: the header first, then each tensor's bytes in data order
+/// (entries()), each call checked against the header. commit() publishes it atomically.
+class safetensors_writer {
+ public:
+  safetensors_writer(std::filesystem::path path, std::vector<safetensors_tensor_info> tensors,
+                     const std::map<std::string, std::string>& metadata = {})
+      : file_(path), path_(std::move(path)) {
+    auto [header, entries] = make_safetensors_header(std::move(tensors), metadata);
+    entries_ = std::move(entries);
+    file_.write(header);
+  }
+  /// Tensors in the order their bytes must be written.
+  const std::vector<safetensors_entry>& entries() const noexcept { return entries_; }
+  /// The next tensor's bytes, possibly in several calls (a tensor is done at its size).
+  void write(std::span<const std::byte> data) {
+    while (!data.empty()) {
+      if (next_ == entries_.size())
+        throw io_error("'" + path_.string() + "': " + std::to_string(data.size()) + " bytes past the last tensor");
+      const auto& e = entries_[next_];
+      std::uint64_t take = std::min<std::uint64_t>(e.nbytes() - done_, data.size());
+      file_.write(data.first(static_cast<std::size_t>(take)));
+      data = data.subspan(static_cast<std::size_t>(take));
+      done_ += take;
+      advance();
+    }
+    advance();
+  }
+  void finish() {
+    advance();
+    if (next_ != entries_.size())
+      throw io_error("'" + path_.string() + "': tensor '" + entries_[next_].name + "' was not written");
+    file_.finish();
+  }
+  void commit() {
+    finish();
+    file_.commit();
+  }
+
+ private:
+  void advance() {
+    while (next_ < entries_.size() && done_ == entries_[next_].nbytes()) {
+      ++next_;
+      done_ = 0;
+    }
+  }
+  atomic_file_writer file_;
+  std::filesystem::path path_;
+  std::vector<safetensors_entry> entries_;
+  std::size_t next_ = 0;
+  std::uint64_t done_ = 0;
+};
+
+/// Writes named tensors to one safetensors file (atomically: temporary name, fsync, rename).
+inline void save_safetensors(const std::filesystem::path& path,
+                             const std::vector<std::pair<std::string, const_tensor_view>>& tensors,
+                             const std::map<std::string, std::string>& metadata = {}) {
+  std::vector<safetensors_tensor_info> infos;
+  std::map<std::string, const_tensor_view> by_name;
+  for (const auto& [name, v] : tensors) {
+    infos.push_back({name, v.type(), v.shape()});
+    by_name.emplace(name, v);
+  }
+  safetensors_writer w(path, std::move(infos), metadata);
+  for (const auto& e : w.entries()) w.write(by_name.at(e.name).bytes());
+  w.commit();
+}
+
+/// A checkpoint: one safetensors file, or several joined by model.safetensors.index.json
+/// (Hugging Face's {"weight_map": {tensor: file}}). Opening validates every file and the map.
+///   autoshard::checkpoint ck("llama-dir");   // dir, index json, or single file
+class checkpoint {
+ public:
+  explicit checkpoint(const std::filesystem::path& where) {
+    namespace fs = std::filesystem;
+    fs::path p = where;
+    if (fs::is_directory(p)) {
+      if (fs::exists(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
+      else if (fs::exists(p / "model.safetensors")) p /= "model.safetensors";
+      else throw io_error("directory '" + where.string() + "' has neither model.safetensors nor its index");
+    }
+    if (p.extension() == ".json") open_index(p);
+    else {
+      files_.emplace_back(p);
+      for (const auto& e : files_.back().entries()) map_[e.name] = {0, &e};
+    }
+  }
+  checkpoint(checkpoint&&) = default;
+  checkpoint& operator=(checkpoint&&) = default;
+
+  struct ref {
+    std::size_t file = 0;
+    const safetensors_entry* entry = nullptr;
+  };
+  /// Tensor names, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    for (const auto& [k, v] : map_) n.push_back(k);
+    return n;
+  }
+  std::size_t size() const noexcept { return map_.size(); }
+  bool contains(std::string_view name) const { return map_.count(std::string(name)) != 0; }
+  const safetensors_entry& entry(std::string_view name) const { return *at(name).entry; }
+  const safetensors_file& file_of(std::string_view name) const { return files_[at(name).file]; }
+  const_tensor_view view(std::string_view name) const { return file_of(name).view(entry(name)); }
+  const std::vector<safetensors_file>& files() const noexcept { return files_; }
+  /// __metadata__ of the first file.
+  const std::map<std::string, std::string>& metadata() const { return files_.front().metadata(); }
+
+ private:
+  const ref& at(std::string_view name) const {
+    auto it = map_.find(std::string(name));
+    if (it == map_.end()) throw io_error("checkpoint has no tensor '" + std::string(name) + "'");
+    return it->second;
+  }
+  void open_index(const std::filesystem::path& index) {
+    nlohmann::json j;
+    {
+      std::FILE* f = std::fopen(index.c_str(), "rb");
+      if (!f) throw io_error(detail::sys_error("cannot open", index));
+      std::string text;
+      char buf[65536];
+      for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, k);
+      std::fclose(f);
+      try {
+        j = nlohmann::json::parse(text);
+      } catch (const nlohmann::json::exception& e) {
+        throw io_error("index '" + index.string() + "' is not valid JSON: " + e.what());
+      }
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw io_error("index '" + index.string() + "' has no weight_map object");
+    std::map<std::string, std::size_t> file_ids;
+    std::vector<std::pair<std::string, std::string>> wanted;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string())
+        throw io_error("index '" + index.string() + "': weight_map entry '" + it.key() + "' is not a file name");
+      const std::string fname = it.value().get<std::string>();
+      if (fname.find('/') != std::string::npos || fname == ".." || fname.empty())
+        throw io_error("index '" + index.string() + "': file '" + fname + "' of tensor '" + it.key() +
+                       "' is not a plain file name");
+      if (!file_ids.count(fname)) {
+        file_ids[fname] = files_.size();
+        files_.emplace_back(index.parent_path() / fname);
+      }
+      wanted.emplace_back(it.key(), fname);
+    }
+    for (const auto& [name, fname] : wanted) {
+      std::size_t id = file_ids[fname];
+      const auto* e = files_[id].find(name);
+      if (!e)
+        throw io_error("index '" + index.string() + "' maps tensor '" + name + "' to '" + fname +
+                       "', which does not hold it");
+      map_[name] = {id, e};
+    }
+  }
+  std::vector<safetensors_file> files_;
+  std::map<std::string, ref> map_;
+};
+
+}  // namespace autoshard

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# End-to-end checks of the autoshard tool: outputs, JSON documents and exit codes
+# (0 success, 1 user error with one message on stderr, 2 usage error).
+set -uo pipefail
+tool=$1
+fails=0; passes=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok()   { passes=$((passes+1)); }
+bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
+expect_rc() {  # expect_rc CODE cmd...
+  local want=$1; shift
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok; else bad "$* -> exit $rc, wanted $want"; cat "$tmp/err"; fi
+}
+json_check() {  # json_check 'python expression over d' cmd...
+  local expr=$1; shift
+  if "$@" >"$tmp/j" 2>"$tmp/err" && python3 -c "import json,sys; d=json.load(open('$tmp/j')); sys.exit(0 if ($expr) else 1)"; then ok
+  else bad "json check '$expr' on: $*"; head -c 2000 "$tmp/j"; cat "$tmp/err"; fi
+}
+
+expect_rc 0 "$tool" --version
+expect_rc 0 "$tool" --help
+expect_rc 0 "$tool" explain --help
+expect_rc 0 "$tool" show --help
+expect_rc 2 "$tool"
+expect_rc 2 "$tool" explain --mesh 2x2
+expect_rc 2 "$tool" no-such-command
+
+# S(0),S(1) -> S(1),S(0) on 2x2: all-gather inner, all-to-all outer, slice inner (DTensor's order).
+json_check "[s['collective'] for s in d['steps']] == ['all-gather','all-to-all','local-slice'] and [s['mesh_axis'] for s in d['steps']] == [1,0,1]" \
+  "$tool" explain --mesh 2x2 --shape 8,4 --from "[S(0),S(1)]" --to "[S(1),S(0)]" --json
+# all-gather of a [768,2304] f32 over 4 ranks on the intra-node axis: B = 768*2304*4 bytes,
+# time = alpha + 3/4 * B / beta with the given link.
+json_check "d['steps'][0]['bytes'] == 768*2304*4 and abs(d['steps'][0]['seconds'] - (5e-6 + 0.75*768*2304*4/300e9)) < 1e-12" \
+  "$tool" explain --mesh 2x4 --intra-bw 300e9 --intra-lat 5e-6 --shape 768,2304 --from "RS1" --to "S0R" --json
+# Uneven: 5 rows over 4 ranks -> 2,2,1,0; the empty shard sits at offset 5.
+json_check "[r['after']['shape'][0] for r in d['ranks']] == [2,2,1,0] and d['ranks'][3]['after']['offset'][0] == 5" \
+  "$tool" explain --mesh 4 --shape 5,3 --from "[R]" --to "[S(0)]" --json
+# Alpa and DTensor notations agree.
+json_check "d['from']['dtensor'] == '[S(0),R]' and d['to']['alpa'] == 'RS01'" \
+  "$tool" explain --mesh 2x2 --shape 8,8 --from "S0R" --to "[S(1),S(1)]" --json
+# User errors: exit 1, one message naming the problem.
+expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,4 --from "S00R" --to "RR"
+grep -q "mesh axis 0 used twice" "$tmp/err" && ok || bad "message for S00R: $(cat "$tmp/err")"
+expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,4 --from "[S(0),R]" --to "[P(max),P]"
+expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,4 --from "[S(0),R]" --to "[P,R]"
+grep -q "Shard to Partial" "$tmp/err" && ok || bad "message for S->P: $(cat "$tmp/err")"
+expect_rc 1 "$tool" explain --mesh 2x0 --shape 8,4 --from "RR" --to "RR"
+expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,x --from "RR" --to "RR"
+expect_rc 1 "$tool" show --mesh 2x2 --shape 8,4 --spec "S5R"
+# show: block map owners and the SVG file.
+json_check "d['owners'][0][0] == [0] and d['owners'][1][1] == [3] and d['row_cuts'] == [0,4,8]" \
+  "$tool" show --mesh 2x2 --shape 8,8 --spec "S0S1" --json
+expect_rc 0 "$tool" show --mesh 2x4 --shape 768,2304 --spec "[R,S(1)]" --svg "$tmp/m.svg"
+grep -q "<svg" "$tmp/m.svg" && grep -q "ranks 0,4" "$tmp/m.svg" && ok || bad "svg content"
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

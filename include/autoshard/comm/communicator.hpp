@@ -1,0 +1,266 @@
+#pragma once
+/// The communicator concept every backend (Gloo here, NCCL in device/) satisfies, and
+/// the element-wise reductions it needs for every dtype (f16/bf16 reduce through float).
+///   static_assert(autoshard::communicator<autoshard::self_communicator>);
+///   autoshard::all_reduce(comm, std::span<float>(grad), autoshard::reduce_op::sum);
+/// Buffers are contiguous and typed by a dtype; counts are in elements.
+#include <algorithm>    // std::max, std::min, std::copy_n
+#include <bit>          // std::bit_cast
+#include <concepts>     // std::convertible_to
+#include <cstddef>      // std::size_t, std::byte
+#include <cstdint>      // std::uint16_t, std::uint32_t
+#include <cstring>      // std::memcpy
+#include <limits>       // std::numeric_limits
+#include <span>         // std::span
+#include <string>       // std::string
+#include <type_traits>  // std::is_same_v
+
+#include "../core/dtype.hpp"      // dtype, dtype_size
+#include "../core/error.hpp"      // comm_error
+#include "../core/placement.hpp"  // reduce_op
+#include "../core/typed.hpp"      // f16_t, bf16_t, dtype_of
+
+namespace autoshard {
+
+/// What a backend offers. Every operation is collective over the communicator's ranks,
+/// blocks until done or until the backend's timeout, and throws comm_error on failure.
+///   all_reduce(buf, n, t, op)            in place, n elements
+///   all_gather(in, out, n, t)            n per rank in, size()*n out, rank order
+///   reduce_scatter(in, out, n, t, op)    size()*n in, n out (block rank() of the reduction)
+///   all_to_all(in, out, n, t)            block j of `in` goes to rank j; block i of `out` came from rank i
+///   broadcast(buf, n, t, root)           root's buffer to every rank
+///   barrier()
+template <class C>
+concept communicator = requires(C& c, const C& cc, void* p, const void* q, std::size_t n, dtype t,
+                                reduce_op op, int root) {
+  { cc.rank() } -> std::convertible_to<int>;
+  { cc.size() } -> std::convertible_to<int>;
+  c.all_reduce(p, n, t, op);
+  c.all_gather(q, p, n, t);
+  c.reduce_scatter(q, p, n, t, op);
+  c.all_to_all(q, p, n, t);
+  c.broadcast(p, n, t, root);
+  c.barrier();
+};
+
+// ---- half-precision conversions (round to nearest even) ----
+
+/// IEEE binary16 bits to float.
+inline float f16_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t man = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ffu;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+/// float to IEEE binary16 bits, round to nearest even, overflow to infinity.
+inline std::uint16_t float_to_f16(float f) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u)  // inf or nan
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
+  if (absx >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  if (absx < 0x38800000u) {  // result is subnormal or zero
+    if (absx < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t exp = absx >> 23;
+    const std::uint32_t man = (absx & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - exp;  // 14..24
+    std::uint32_t r = man >> shift;
+    const std::uint32_t rem = man & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  std::uint32_t r = ((absx >> 13) - (112u << 10));
+  const std::uint32_t rem = absx & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return static_cast<std::uint16_t>(sign | r);
+}
+
+/// bfloat16 bits to float.
+inline float bf16_to_float(std::uint16_t b) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+/// float to bfloat16 bits, round to nearest even, NaN stays NaN.
+inline std::uint16_t float_to_bf16(float f) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>((x + rounding) >> 16);
+}
+
+namespace detail {
+
+template <class T, class Op>
+void reduce_typed(void* out, const void* a, const void* b, std::size_t n, Op op) {
+  // memcpy in and out: the buffers may be unaligned slices of a byte buffer.
+  auto* o = static_cast<std::byte*>(out);
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  for (std::size_t i = 0; i < n; ++i) {
+    T u, v;
+    std::memcpy(&u, x + i * sizeof(T), sizeof(T));
+    std::memcpy(&v, y + i * sizeof(T), sizeof(T));
+    const T r = op(u, v);
+    std::memcpy(o + i * sizeof(T), &r, sizeof(T));
+  }
+}
+
+template <class T>
+void reduce_dispatch(void* out, const void* a, const void* b, std::size_t n, reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return reduce_typed<T>(out, a, b, n, [](T u, T v) { return static_cast<T>(u + v); });
+    case reduce_op::max: return reduce_typed<T>(out, a, b, n, [](T u, T v) { return u < v ? v : u; });
+    case reduce_op::min: return reduce_typed<T>(out, a, b, n, [](T u, T v) { return v < u ? v : u; });
+  }
+}
+
+template <float (*ToF)(std::uint16_t) noexcept, std::uint16_t (*FromF)(float) noexcept>
+void reduce_half(void* out, const void* a, const void* b, std::size_t n, reduce_op op) {
+  auto f = [op](std::uint16_t u, std::uint16_t v) {
+    const float x = ToF(u), y = ToF(v);
+    switch (op) {
+      case reduce_op::sum: return FromF(x + y);
+      case reduce_op::max: return x < y ? v : u;
+      case reduce_op::min: return y < x ? v : u;
+    }
+    return u;
+  };
+  reduce_typed<std::uint16_t>(out, a, b, n, f);
+}
+
+}  // namespace detail
+
+/// out[i] = a[i] (op) b[i] for n elements of dtype t; out may alias a or b.
+inline void reduce_elements(void* out, const void* a, const void* b, std::size_t n, dtype t, reduce_op op) {
+  switch (t) {
+    case dtype::f32: return detail::reduce_dispatch<float>(out, a, b, n, op);
+    case dtype::f64: return detail::reduce_dispatch<double>(out, a, b, n, op);
+    case dtype::i32: return detail::reduce_dispatch<std::int32_t>(out, a, b, n, op);
+    case dtype::i64: return detail::reduce_dispatch<std::int64_t>(out, a, b, n, op);
+    case dtype::u8: return detail::reduce_dispatch<std::uint8_t>(out, a, b, n, op);
+    case dtype::boolean:  // sum and max are "or", min is "and"
+      return detail::reduce_typed<std::uint8_t>(out, a, b, n, [op](std::uint8_t u, std::uint8_t v) {
+        return static_cast<std::uint8_t>(op == reduce_op::min ? (u && v) : (u || v));
+      });
+    case dtype::f16: return detail::reduce_half<f16_to_float, float_to_f16>(out, a, b, n, op);
+    case dtype::bf16: return detail::reduce_half<bf16_to_float, float_to_bf16>(out, a, b, n, op);
+  }
+}
+
+/// Fills n elements with the identity of `op` (0 for sum, lowest for max, highest for min):
+/// what the non-owning ranks of a Partial hold.
+inline void fill_identity(void* out, std::size_t n, dtype t, reduce_op op) {
+  auto fill = [&](auto v) {
+    auto* o = static_cast<std::byte*>(out);
+    for (std::size_t i = 0; i < n; ++i) std::memcpy(o + i * sizeof(v), &v, sizeof(v));
+  };
+  auto pick = [op](auto zero, auto lo, auto hi) { return op == reduce_op::sum ? zero : op == reduce_op::max ? lo : hi; };
+  switch (t) {
+    case dtype::f32:
+      return fill(pick(0.0f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()));
+    case dtype::f64:
+      return fill(pick(0.0, -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()));
+    case dtype::i32:
+      return fill(pick(std::int32_t{0}, std::numeric_limits<std::int32_t>::lowest(),
+                       std::numeric_limits<std::int32_t>::max()));
+    case dtype::i64:
+      return fill(pick(std::int64_t{0}, std::numeric_limits<std::int64_t>::lowest(),
+                       std::numeric_limits<std::int64_t>::max()));
+    case dtype::u8: return fill(pick(std::uint8_t{0}, std::uint8_t{0}, std::uint8_t{255}));
+    case dtype::boolean: return fill(pick(std::uint8_t{0}, std::uint8_t{0}, std::uint8_t{1}));
+    case dtype::f16:
+      return fill(pick(std::uint16_t{0}, std::uint16_t{0xfc00u}, std::uint16_t{0x7c00u}));
+    case dtype::bf16:
+      return fill(pick(std::uint16_t{0}, std::uint16_t{0xff80u}, std::uint16_t{0x7f80u}));
+  }
+}
+
+/// The trivial communicator of one rank: every collective is a copy. Handy for
+/// single-rank reference runs of code written against the concept.
+class self_communicator {
+ public:
+  int rank() const noexcept { return 0; }
+  int size() const noexcept { return 1; }
+  void all_reduce(void*, std::size_t, dtype, reduce_op) {}
+  void all_gather(const void* in, void* out, std::size_t n, dtype t) { copy(in, out, n, t); }
+  void reduce_scatter(const void* in, void* out, std::size_t n, dtype t, reduce_op) { copy(in, out, n, t); }
+  void all_to_all(const void* in, void* out, std::size_t n, dtype t) { copy(in, out, n, t); }
+  void broadcast(void*, std::size_t, dtype, int root) {
+    if (root != 0) throw comm_error("rank 0: broadcast from root " + std::to_string(root) + " in a group of 1");
+  }
+  void barrier() {}
+
+ private:
+  static void copy(const void* in, void* out, std::size_t n, dtype t) {
+    if (n != 0 && in != out) std::memmove(out, in, n * dtype_size(t));
+  }
+};
+
+// ---- typed conveniences over any communicator ----
+
+/// In-place all-reduce of a typed span.
+template <communicator C, element_type T>
+void all_reduce(C& c, std::span<T> buf, reduce_op op = reduce_op::sum) {
+  c.all_reduce(buf.data(), buf.size(), dtype_of<T>(), op);
+}
+
+/// Gathers `in` from every rank into `out` (size() * in.size() elements, rank order).
+template <communicator C, element_type T>
+void all_gather(C& c, std::span<const T> in, std::span<T> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(c.size()))
+    throw comm_error("rank " + std::to_string(c.rank()) + ": all-gather output holds " +
+                     std::to_string(out.size()) + " elements, needs " +
+                     std::to_string(in.size() * static_cast<std::size_t>(c.size())));
+  c.all_gather(in.data(), out.data(), in.size(), dtype_of<T>());
+}
+
+/// Reduces `in` (size() blocks) over the ranks; rank r receives block r in `out`.
+template <communicator C, element_type T>
+void reduce_scatter(C& c, std::span<const T> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+  if (in.size() != out.size() * static_cast<std::size_t>(c.size()))
+    throw comm_error("rank " + std::to_string(c.rank()) + ": reduce-scatter input holds " +
+                     std::to_string(in.size()) + " elements, needs " +
+                     std::to_string(out.size() * static_cast<std::size_t>(c.size())));
+  c.reduce_scatter(in.data(), out.data(), out.size(), dtype_of<T>(), op);
+}
+
+/// Block j of `in` goes to rank j; block i of `out` comes from rank i.
+template <communicator C, element_type T>
+void all_to_all(C& c, std::span<const T> in, std::span<T> out) {
+  if (in.size() != out.size() || in.size() % static_cast<std::size_t>(c.size()) != 0)
+    throw comm_error("rank " + std::to_string(c.rank()) + ": all-to-all buffers of " + std::to_string(in.size()) +
+                     " and " + std::to_string(out.size()) + " elements do not split into " +
+                     std::to_string(c.size()) + " equal blocks");
+  c.all_to_all(in.data(), out.data(), in.size() / static_cast<std::size_t>(c.size()), dtype_of<T>());
+}
+
+/// Root's `buf` to every rank.
+template <communicator C, element_type T>
+void broadcast(C& c, std::span<T> buf, int root = 0) {
+  c.broadcast(buf.data(), buf.size(), dtype_of<T>(), root);
+}
+
+static_assert(communicator<self_communicator>);
+
+}  // namespace autoshard

@@ -1,0 +1,335 @@
+#pragma once
+/// The Gloo backend: TCP transport (loopback by default), rendezvous through a store
+/// (a FileStore directory shared by processes, or an in-process store for ranks that are
+/// threads), one gloo context per communicator, and a sub-communicator per mesh axis.
+///   auto store = autoshard::gloo_store::file("/tmp/run1");
+///   auto world = autoshard::gloo_communicator::connect(store, rank, 8, {.timeout = 10s});
+///   autoshard::mesh_communicator mc(std::move(world), autoshard::device_mesh{2, 4});
+///   mc.axis(1).all_reduce(buf, n, autoshard::dtype::f32, autoshard::reduce_op::sum);
+/// Every operation has the communicator's timeout; a dead, missing or mismatched peer
+/// turns into comm_error naming this rank, the group and the operation.
+#include <chrono>     // std::chrono::milliseconds
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::uint32_t
+#include <cstring>    // std::memcpy
+#include <exception>  // std::exception
+#include <memory>     // std::shared_ptr
+#include <string>     // std::string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+#include <gloo/allgather.h>                // gloo::allgather
+#include <gloo/allreduce.h>                // gloo::allreduce
+#include <gloo/alltoall.h>                 // gloo::alltoall
+#include <gloo/barrier.h>                  // gloo::barrier
+#include <gloo/broadcast.h>                // gloo::broadcast
+#include <gloo/rendezvous/context.h>       // gloo::rendezvous::Context
+#include <gloo/rendezvous/file_store.h>    // gloo::rendezvous::FileStore
+#include <gloo/rendezvous/hash_store.h>    // gloo::rendezvous::HashStore
+#include <gloo/rendezvous/prefix_store.h>  // gloo::rendezvous::PrefixStore
+#include <gloo/transport/tcp/device.h>     // gloo::transport::tcp::CreateDevice
+
+#include "../core/dtype.hpp"      // dtype
+#include "../core/error.hpp"      // comm_error
+#include "../core/mesh.hpp"       // device_mesh
+#include "../core/placement.hpp"  // reduce_op
+#include "communicator.hpp"       // communicator, reduce_elements
+
+namespace autoshard {
+
+/// How ranks find and reach each other.
+struct gloo_options {
+  std::string hostname = "127.0.0.1";        ///< address to listen on (ignored when iface is set)
+  std::string iface;                         ///< network interface, e.g. "eth0"
+  std::chrono::milliseconds timeout{30000};  ///< per operation, and for connecting
+};
+
+/// A rendezvous store shared by the ranks of one run.
+class gloo_store {
+ public:
+  /// A FileStore in `dir` (created by the caller, empty, shared by every process of the run).
+  static gloo_store file(const std::string& dir) {
+    gloo_store s;
+    try {
+      s.store_ = std::make_shared<gloo::rendezvous::FileStore>(dir);
+    } catch (const std::exception& e) {
+      throw comm_error("cannot open the file store '" + dir + "': " + e.what());
+    }
+    s.description_ = "file store " + dir;
+    return s;
+  }
+  /// One in-process store for ranks that are threads of this process.
+  static gloo_store in_process() {
+    gloo_store s;
+    s.store_ = std::make_shared<gloo::rendezvous::HashStore>();
+    s.description_ = "in-process store";
+    return s;
+  }
+  gloo::rendezvous::Store& get() const { return *store_; }
+  const std::string& description() const noexcept { return description_; }
+  explicit operator bool() const noexcept { return store_ != nullptr; }
+
+ private:
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::string description_;
+};
+
+namespace detail {
+
+inline std::string rank_list(const std::vector<int>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+/// Calls f with a null pointer of the unsigned type of t's size: gloo only needs the width.
+template <class F>
+decltype(auto) with_width(dtype t, F&& f) {
+  switch (dtype_size(t)) {
+    case 1: return f(static_cast<std::uint8_t*>(nullptr));
+    case 2: return f(static_cast<std::uint16_t*>(nullptr));
+    case 4: return f(static_cast<std::uint32_t*>(nullptr));
+    default: return f(static_cast<std::uint64_t*>(nullptr));
+  }
+}
+
+}  // namespace detail
+
+/// A group of ranks with a connected gloo context. Movable, not copyable.
+class gloo_communicator {
+ public:
+  gloo_communicator() = default;
+
+  /// Joins the world of `size` ranks as `rank`; blocks until everyone has joined or
+  /// the timeout passes (comm_error naming the rank and the missing peers' store).
+  static gloo_communicator connect(const gloo_store& store, int rank, int size, const gloo_options& opts = {}) {
+    if (size < 1 || rank < 0 || rank >= size)
+      throw comm_error("rank " + std::to_string(rank) + " is outside a world of " + std::to_string(size));
+    std::shared_ptr<gloo::transport::Device> dev;
+    try {
+      gloo::transport::tcp::attr a;
+      if (!opts.iface.empty())
+        a.iface = opts.iface;
+      else
+        a.hostname = opts.hostname;
+      dev = gloo::transport::tcp::CreateDevice(a);
+    } catch (const std::exception& e) {
+      throw comm_error("rank " + std::to_string(rank) + ": cannot open a TCP device on " +
+                       (opts.iface.empty() ? "host " + opts.hostname : "interface " + opts.iface) + ": " + e.what());
+    }
+    std::vector<int> members(static_cast<std::size_t>(size));
+    for (int i = 0; i < size; ++i) members[static_cast<std::size_t>(i)] = i;
+    return gloo_communicator(store, std::move(dev), opts.timeout, "world", std::move(members), rank, rank);
+  }
+
+  /// A sub-communicator of the ranks `members` (ranks of this communicator, in the new
+  /// group's order; this rank must be one of them). Every rank of this communicator must
+  /// call split in the same order, each with its own group; `name` tells groups apart.
+  gloo_communicator split(const std::vector<int>& members, const std::string& name) {
+    require_connected("split");
+    int my = -1;
+    std::vector<int> global(members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= size())
+        throw comm_error(who() + ": split '" + name + "' names rank " + std::to_string(members[i]) +
+                         " outside the group of " + std::to_string(size()));
+      if (members[i] == rank()) my = static_cast<int>(i);
+      global[i] = members_[static_cast<std::size_t>(members[i])];
+    }
+    if (my < 0) throw comm_error(who() + ": split '" + name + "' of " + detail::rank_list(members) + " leaves this rank out");
+    ++splits_;
+    std::string prefix = name_ + "/" + std::to_string(splits_) + "/" + name + detail::rank_list(global);
+    return gloo_communicator(store_, device_, timeout_, std::move(prefix), std::move(global), my, global_rank_, name);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  /// Rank in the world this communicator was split from.
+  int global_rank() const noexcept { return global_rank_; }
+  /// World ranks of the members, in group order.
+  const std::vector<int>& members() const noexcept { return members_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) {
+    timeout_ = t;
+    if (ctx_) ctx_->setTimeout(t);
+  }
+  /// "rank 5 (axis1 group [4,5,6,7])": how errors name this end.
+  std::string who() const {
+    return "rank " + std::to_string(global_rank_) +
+           (label_.empty() ? std::string() : " (" + label_ + " group " + detail::rank_list(members_) + ")");
+  }
+
+  void all_reduce(void* buf, std::size_t n, dtype t, reduce_op op) {
+    if (size() == 1 || n == 0) return require_connected("all-reduce");
+    run("all-reduce", n, t, [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      gloo::AllreduceOptions o(ctx_);
+      o.setOutput<W>(static_cast<W*>(buf), n);
+      o.setReduceFunction([t, op](void* c, const void* a, const void* b, std::size_t k) {
+        reduce_elements(c, a, b, k, t, op);
+      });
+      o.setTag(next_tag());
+      o.setTimeout(timeout_);
+      gloo::allreduce(o);
+    });
+  }
+
+  void all_gather(const void* in, void* out, std::size_t n, dtype t) {
+    if (size() == 1 || n == 0) return local_copy("all-gather", in, out, n, t);
+    run("all-gather", n, t, [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      gloo::AllgatherOptions o(ctx_);
+      o.setInput<W>(static_cast<W*>(const_cast<void*>(in)), n);
+      o.setOutput<W>(static_cast<W*>(out), n * static_cast<std::size_t>(size()));
+      o.setTag(next_tag());
+      o.setTimeout(timeout_);
+      gloo::allgather(o);
+    });
+  }
+
+  /// Direct reduce-scatter: an all-to-all of the blocks, then a local reduction in rank
+  /// order (deterministic, and each rank sends (k-1)/k of its input, as the cost model says).
+  void reduce_scatter(const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
+    if (size() == 1 || n == 0) return local_copy("reduce-scatter", in, out, n, t);
+    const std::size_t bytes = n * dtype_size(t);
+    std::vector<std::byte> recv(bytes * static_cast<std::size_t>(size()));
+    exchange("reduce-scatter", in, recv.data(), n, t);
+    std::memcpy(out, recv.data(), bytes);
+    for (int i = 1; i < size(); ++i) reduce_elements(out, out, recv.data() + bytes * static_cast<std::size_t>(i), n, t, op);
+  }
+
+  void all_to_all(const void* in, void* out, std::size_t n, dtype t) {
+    if (size() == 1 || n == 0) return local_copy("all-to-all", in, out, n, t);
+    exchange("all-to-all", in, out, n, t);
+  }
+
+  void broadcast(void* buf, std::size_t n, dtype t, int root) {
+    if (root < 0 || root >= size())
+      throw comm_error(who() + ": broadcast from root " + std::to_string(root) + " outside the group of " +
+                       std::to_string(size()));
+    if (size() == 1 || n == 0) return require_connected("broadcast");
+    run("broadcast", n, t, [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      gloo::BroadcastOptions o(ctx_);
+      o.setOutput<W>(static_cast<W*>(buf), n);
+      o.setRoot(root);
+      o.setTag(next_tag());
+      o.setTimeout(timeout_);
+      gloo::broadcast(o);
+    });
+  }
+
+  void barrier() {
+    if (size() == 1) return require_connected("barrier");
+    run("barrier", 0, dtype::u8, [&](auto*) {
+      gloo::BarrierOptions o(ctx_);
+      o.setTag(next_tag());
+      o.setTimeout(timeout_);
+      gloo::barrier(o);
+    });
+  }
+
+ private:
+  gloo_communicator(gloo_store store, std::shared_ptr<gloo::transport::Device> dev, std::chrono::milliseconds timeout,
+                    std::string name, std::vector<int> members, int rank, int global_rank, std::string label = {})
+      : store_(std::move(store)),
+        device_(std::move(dev)),
+        timeout_(timeout),
+        name_(std::move(name)),
+        label_(std::move(label)),
+        members_(std::move(members)),
+        rank_(rank),
+        global_rank_(global_rank) {
+    if (members_.size() == 1) return;  // nothing to connect: every collective is local
+    try {
+      ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, size());
+      ctx_->setTimeout(timeout_);
+      gloo::rendezvous::PrefixStore prefixed(name_, store_.get());
+      ctx_->connectFullMesh(prefixed, device_);
+    } catch (const std::exception& e) {
+      ctx_.reset();
+      throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " +
+                       store_.description() + " failed within " + std::to_string(timeout_.count()) +
+                       " ms (a peer never joined or died): " + e.what());
+    }
+  }
+
+  void require_connected(const char* op) const {
+    if (members_.empty()) throw comm_error(std::string(op) + " on a communicator that was never connected");
+  }
+  void local_copy(const char* op, const void* in, void* out, std::size_t n, dtype t) const {
+    require_connected(op);
+    if (n != 0 && in != out) std::memmove(out, in, n * dtype_size(t));
+  }
+  std::uint32_t next_tag() noexcept { return ++tag_; }
+
+  template <class F>
+  void run(const char* op, std::size_t n, dtype t, F&& f) {
+    require_connected(op);
+    if (!ctx_) throw comm_error(who() + ": " + op + " on a communicator whose earlier failure closed it");
+    try {
+      detail::with_width(t, f);
+    } catch (const std::exception& e) {
+      // A failed gloo context is unusable (its pairs are closed or out of step): drop it,
+      // so later calls fail fast instead of waiting for another timeout.
+      ctx_.reset();
+      throw comm_error(who() + ": " + op + " of " + std::to_string(n) + " " + std::string(to_string(t)) +
+                       " elements failed (timeout " + std::to_string(timeout_.count()) +
+                       " ms; a peer died, is missing or sent a different size): " + e.what());
+    }
+  }
+
+  void exchange(const char* op, const void* in, void* out, std::size_t n, dtype t) {
+    run(op, n, t, [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      const std::size_t total = n * static_cast<std::size_t>(size());
+      gloo::AlltoallOptions o(ctx_);
+      o.setInput<W>(static_cast<W*>(const_cast<void*>(in)), total);
+      o.setOutput<W>(static_cast<W*>(out), total);
+      o.setTag(next_tag());
+      o.setTimeout(timeout_);
+      gloo::alltoall(o);
+    });
+  }
+
+  gloo_store store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::chrono::milliseconds timeout_{30000};
+  std::string name_;   // store prefix, unique per group
+  std::string label_;  // what errors call the group
+  std::vector<int> members_;
+  int rank_ = 0;
+  int global_rank_ = 0;
+  std::uint32_t tag_ = 0;
+  int splits_ = 0;
+};
+
+static_assert(communicator<gloo_communicator>);
+
+/// The world plus one sub-communicator per mesh axis: axis(a) holds the ranks that share
+/// this rank's other coordinates, ordered by coordinate a (device_mesh::group).
+template <communicator Comm = gloo_communicator>
+class basic_mesh_communicator {
+ public:
+  basic_mesh_communicator(Comm world, const device_mesh& mesh) : mesh_(mesh), world_(std::move(world)) {
+    if (world_.size() != mesh.num_ranks())
+      throw comm_error("rank " + std::to_string(world_.rank()) + ": a world of " + std::to_string(world_.size()) +
+                       " ranks cannot form " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " ranks)");
+    for (std::size_t a = 0; a < mesh.ndim(); ++a)
+      axes_.push_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)));
+  }
+  const device_mesh& mesh() const noexcept { return mesh_; }
+  int rank() const noexcept { return world_.rank(); }
+  Comm& world() noexcept { return world_; }
+  Comm& axis(std::size_t a) { return axes_.at(a); }
+
+ private:
+  device_mesh mesh_;
+  Comm world_;
+  std::vector<Comm> axes_;
+};
+
+using mesh_communicator = basic_mesh_communicator<gloo_communicator>;
+
+}  // namespace autoshard

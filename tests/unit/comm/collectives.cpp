@@ -1,0 +1,215 @@
+// Gloo collectives on real ranks (threads over loopback TCP), every dtype and op, and
+// what happens when a peer dies or never joins.
+#include <doctest/doctest.h>
+
+#include <autoshard/comm/comm.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace autoshard;
+using namespace std::chrono_literals;
+
+namespace {
+
+gloo_options fast_fail() {
+  gloo_options o;
+  o.timeout = 3000ms;
+  return o;
+}
+
+// Rank r's value of element i, exactly representable in every dtype tested.
+double value_of(int r, std::size_t i) { return static_cast<double>((r * 7 + static_cast<int>(i) * 3) % 23) - 11.0; }
+
+template <class T>
+std::vector<T> rank_values(int r, std::size_t n) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(value_of(r, i));
+  return v;
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("all-reduce sum/max/min over 8 ranks", T, float, double, std::int32_t, std::int64_t) {
+  constexpr int n = 8;
+  constexpr std::size_t len = 37;
+  run_ranks(n, [&](gloo_communicator& c) {
+    for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min}) {
+      auto v = rank_values<T>(c.rank(), len);
+      all_reduce(c, std::span<T>(v), op);
+      for (std::size_t i = 0; i < len; ++i) {
+        double expect = value_of(0, i);
+        for (int r = 1; r < n; ++r) {
+          const double x = value_of(r, i);
+          expect = op == reduce_op::sum ? expect + x : op == reduce_op::max ? std::max(expect, x) : std::min(expect, x);
+        }
+        REQUIRE(static_cast<double>(v[i]) == expect);
+      }
+    }
+  });
+}
+
+TEST_CASE("all-reduce of f16 and bf16 reduces through float") {
+  run_ranks(4, [](gloo_communicator& c) {
+    for (dtype t : {dtype::f16, dtype::bf16}) {
+      auto to = t == dtype::f16 ? float_to_f16 : float_to_bf16;
+      auto from = t == dtype::f16 ? f16_to_float : bf16_to_float;
+      std::vector<std::uint16_t> v(19);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = to(static_cast<float>(value_of(c.rank(), i)) * 0.5f);
+      c.all_reduce(v.data(), v.size(), t, reduce_op::sum);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        float expect = 0;
+        for (int r = 0; r < 4; ++r) expect += static_cast<float>(value_of(r, i)) * 0.5f;
+        REQUIRE(from(v[i]) == expect);
+      }
+    }
+  });
+}
+
+TEST_CASE("half conversions round to nearest even") {
+  CHECK(float_to_f16(1.0f) == 0x3c00);
+  CHECK(float_to_f16(-2.0f) == 0xc000);
+  CHECK(float_to_f16(65504.0f) == 0x7bff);
+  CHECK(float_to_f16(1e6f) == 0x7c00);
+  CHECK(float_to_f16(1.0f + 1.0f / 2048.0f) == 0x3c00);               // tie, to even
+  CHECK(float_to_f16(1.0f + 3.0f / 2048.0f) == 0x3c02);               // tie, to even (up)
+  CHECK(f16_to_float(0x0001) == std::ldexp(1.0f, -24));                 // smallest subnormal
+  CHECK(float_to_f16(std::ldexp(1.0f, -24)) == 0x0001);
+  CHECK(float_to_f16(std::ldexp(3.0f, -16)) == f16_t{0x0300}.bits);     // subnormal 3*2^-16
+  for (std::uint32_t h = 0; h < 0x7c00u; ++h) REQUIRE(float_to_f16(f16_to_float(static_cast<std::uint16_t>(h))) == h);
+  CHECK(float_to_bf16(1.0f) == 0x3f80);
+  CHECK(bf16_to_float(float_to_bf16(3.140625f)) == 3.140625f);
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+}
+
+TEST_CASE("all-gather, reduce-scatter, all-to-all, broadcast, barrier") {
+  constexpr int n = 6;
+  run_ranks(n, [](gloo_communicator& c) {
+    const int r = c.rank();
+    const std::size_t len = 5;
+    auto mine = rank_values<std::int64_t>(r, len);
+
+    std::vector<std::int64_t> gathered(len * n);
+    all_gather(c, std::span<const std::int64_t>(mine), std::span<std::int64_t>(gathered));
+    for (int q = 0; q < n; ++q)
+      for (std::size_t i = 0; i < len; ++i) REQUIRE(gathered[static_cast<std::size_t>(q) * len + i] == value_of(q, i));
+
+    auto big = rank_values<double>(r, len * n);
+    std::vector<double> block(len);
+    reduce_scatter(c, std::span<const double>(big), std::span<double>(block), reduce_op::max);
+    for (std::size_t i = 0; i < len; ++i) {
+      double expect = -1e9;
+      for (int q = 0; q < n; ++q) expect = std::max(expect, value_of(q, static_cast<std::size_t>(r) * len + i));
+      REQUIRE(block[i] == expect);
+    }
+
+    // Block j of rank q's input is 100*q + j; rank r receives 100*q + r from each q.
+    std::vector<std::int32_t> in(len * n), out(len * n);
+    for (int j = 0; j < n; ++j)
+      for (std::size_t i = 0; i < len; ++i) in[static_cast<std::size_t>(j) * len + i] = 100 * r + j + 1000 * static_cast<int>(i);
+    all_to_all(c, std::span<const std::int32_t>(in), std::span<std::int32_t>(out));
+    for (int q = 0; q < n; ++q)
+      for (std::size_t i = 0; i < len; ++i) REQUIRE(out[static_cast<std::size_t>(q) * len + i] == 100 * q + r + 1000 * static_cast<int>(i));
+
+    std::vector<float> b(len, static_cast<float>(r));
+    broadcast(c, std::span<float>(b), 3);
+    for (float x : b) REQUIRE(x == 3.0f);
+    c.barrier();
+  });
+}
+
+TEST_CASE("axis sub-communicators of a 2x2x2 mesh hold the device_mesh groups") {
+  const device_mesh mesh{2, 2, 2};
+  run_ranks(8, [&](gloo_communicator& w) {
+    mesh_communicator mc(std::move(w), mesh);
+    for (std::size_t a = 0; a < 3; ++a) {
+      auto& c = mc.axis(a);
+      REQUIRE(c.size() == 2);
+      REQUIRE(c.members() == mesh.group(a, mc.rank()));
+      REQUIRE(c.rank() == mesh.coordinate(mc.rank())[a]);
+      std::int64_t g[2] = {0, 0};
+      const std::int64_t me = mc.rank();
+      c.all_gather(&me, g, 1, dtype::i64);
+      CHECK(g[0] == mesh.group(a, mc.rank())[0]);
+      CHECK(g[1] == mesh.group(a, mc.rank())[1]);
+    }
+  });
+}
+
+TEST_CASE("a rank that dies mid-collective makes the others fail with comm_error") {
+  constexpr int n = 4;
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run_ranks_collect(
+      n,
+      [](gloo_communicator& c) {
+        std::vector<float> v(1000, 1.0f);
+        c.all_reduce(v.data(), v.size(), dtype::f32, reduce_op::sum);  // everyone is connected
+        if (c.rank() == 2) return;  // leaves: its communicator (and sockets) go away
+        for (int i = 0; i < 3; ++i) c.all_reduce(v.data(), v.size(), dtype::f32, reduce_op::sum);
+      },
+      fast_fail());
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < 10s);
+  CHECK_FALSE(results[2]);
+  for (int r : {0, 1, 3}) {
+    REQUIRE(results[static_cast<std::size_t>(r)]);
+    const std::string m = message_of(results[static_cast<std::size_t>(r)]);
+    CHECK_THROWS_AS(std::rethrow_exception(results[static_cast<std::size_t>(r)]), comm_error);
+    CHECK(m.find("rank " + std::to_string(r)) != std::string::npos);
+    CHECK(m.find("all-reduce") != std::string::npos);
+  }
+}
+
+TEST_CASE("a rank that never joins makes the others fail with comm_error within the timeout") {
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run_ranks_collect(
+      3,
+      [](int rank, const gloo_store& store, const gloo_options& opts) {
+        if (rank == 1) return;
+        auto c = gloo_communicator::connect(store, rank, 3, opts);
+        c.barrier();
+      },
+      fast_fail());
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  for (int r : {0, 2}) {
+    REQUIRE(results[static_cast<std::size_t>(r)]);
+    const std::string m = message_of(results[static_cast<std::size_t>(r)]);
+    CHECK(m.find("rank " + std::to_string(r)) != std::string::npos);
+    CHECK(m.find("connecting") != std::string::npos);
+  }
+}
+
+TEST_CASE("a rank that stops calling (but stays connected) times out the others") {
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run_ranks_collect(
+      3,
+      [](gloo_communicator& c) {
+        c.barrier();
+        if (c.rank() == 0) {
+          std::this_thread::sleep_for(4500ms);  // alive, but silent past the others' timeout
+          return;
+        }
+        std::vector<double> v(10, 1.0);
+        c.all_gather(v.data(), std::vector<double>(30).data(), 10, dtype::f64);
+      },
+      [] { auto o = fast_fail(); o.timeout = 1500ms; return o; }());
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  for (int r : {1, 2}) {
+    REQUIRE(results[static_cast<std::size_t>(r)]);
+    CHECK(message_of(results[static_cast<std::size_t>(r)]).find("all-gather") != std::string::npos);
+  }
+}

@@ -1,0 +1,218 @@
+// The strategy ILP against exhaustive enumeration, and its documented errors.
+#include <doctest/doctest.h>
+
+#include <autoshard/solve/solve.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "brute.hpp"
+
+namespace {
+
+using autoshard::solve_ilp;
+using autoshard::solve_options;
+using autoshard::strategy_problem;
+
+// Compare one problem with enumeration: same objective, a valid choice within the limit,
+// or both say infeasible.
+void check_against_brute(const strategy_problem& p, const solve_options& opt, int seed) {
+  CAPTURE(seed);
+  const solve_test::brute_result want = solve_test::brute_force(p);
+  if (!want.best) {
+    CHECK_THROWS_AS(solve_ilp(p, opt), autoshard::solver_error);
+    return;
+  }
+  const autoshard::solve_result got = solve_ilp(p, opt);
+  REQUIRE(got.choice.size() == p.nodes.size());
+  CHECK(got.status == autoshard::solve_status::optimal);
+  CHECK(got.objective == doctest::Approx(*want.best).epsilon(1e-9));
+  CHECK(p.cost_of(got.choice) == doctest::Approx(got.objective).epsilon(1e-12));
+  CHECK(got.bound <= got.objective + 1e-9 * (1 + std::abs(got.objective)));
+  CHECK(got.gap == 0.0);
+  if (p.usage_limit) CHECK(p.peak_usage(got.choice).bytes <= *p.usage_limit);
+}
+
+// A usage limit somewhere between the smallest reachable peak and the unconstrained optimum's
+// peak, so that it often binds.
+void set_binding_limit(strategy_problem& p, std::mt19937& rng) {
+  p.usage_limit.reset();
+  const solve_test::brute_result free = solve_test::brute_force(p);
+  const std::int64_t lo = p.min_peak_usage().bytes;
+  const std::int64_t hi = free.best ? p.peak_usage(free.choice).bytes : lo;
+  std::uniform_int_distribution<std::int64_t> d(lo, std::max(lo, hi));
+  p.usage_limit = d(rng);
+}
+
+}  // namespace
+
+TEST_CASE("solve_ilp equals exhaustive enumeration on random small problems") {
+  std::mt19937 rng(20250302);
+  solve_test::random_spec spec;
+  for (int seed = 0; seed < 120; ++seed) {
+    strategy_problem p = solve_test::random_problem(rng, spec);
+    if (seed % 2 == 1) set_binding_limit(p, rng);
+    check_against_brute(p, {}, seed);
+  }
+}
+
+TEST_CASE("solve_ilp with floating-point costs, dense edges and tight limits") {
+  std::mt19937 rng(7);
+  solve_test::random_spec spec;
+  spec.integer_costs = false;
+  spec.p_inf = 0.0;
+  spec.max_nodes = 8;
+  for (int seed = 0; seed < 40; ++seed) {
+    strategy_problem p = solve_test::random_problem(rng, spec);
+    set_binding_limit(p, rng);
+    check_against_brute(p, {}, seed);
+  }
+}
+
+TEST_CASE("the naive AND formulation without reductions finds the same optimum") {
+  std::mt19937 rng(11);
+  solve_test::random_spec spec;
+  spec.max_nodes = 7;
+  solve_options naive;
+  naive.reduce = false;
+  naive.formulation = autoshard::ilp_formulation::naive_and;
+  naive.lazy_memory = false;
+  solve_options marginal_unreduced;
+  marginal_unreduced.reduce = false;
+  for (int seed = 0; seed < 30; ++seed) {
+    strategy_problem p = solve_test::random_problem(rng, spec);
+    if (seed % 2 == 0) set_binding_limit(p, rng);
+    check_against_brute(p, naive, seed);
+    check_against_brute(p, marginal_unreduced, seed);
+  }
+}
+
+TEST_CASE("IOPDDL example.json: the optimum found by enumeration") {
+  const strategy_problem p = autoshard::read_iopddl_file(AUTOSHARD_TEST_DATA_DIR "/solve/example.json");
+  const solve_test::brute_result want = solve_test::brute_force(p);
+  REQUIRE(want.best);
+  const autoshard::solve_result got = solve_ilp(p);
+  CHECK(got.objective == *want.best);
+  CHECK(got.choice == want.choice);  // the optimum is unique here
+  CHECK(got.peak.bytes <= 50);
+  // The reductions leave less than the input, and the sizes are reported stage by stage.
+  REQUIRE(got.sizes.size() >= 3);
+  CHECK(got.sizes.front().stage == "input");
+  CHECK(got.sizes.front().variables == 23);  // 1+2+3+2+1 strategies + 2+3+4+3+2 pairs
+  CHECK(got.sizes.back().stage == "ilp");
+  CHECK(got.sizes.back().variables < got.sizes.front().variables);
+
+  // Without the limit the optimum is cheaper or equal, and the limit is respected only with it.
+  strategy_problem unlimited = p;
+  unlimited.usage_limit.reset();
+  const autoshard::solve_result free = solve_ilp(unlimited);
+  CHECK(free.objective == *solve_test::brute_force(unlimited).best);
+  CHECK(free.objective <= got.objective);
+}
+
+TEST_CASE("forbidden (infinite) strategies and pairs are never chosen") {
+  strategy_problem p;
+  p.nodes = {{"a", {0, 1, 2}, {0, 0, 0}, {}}, {"b", {0, 1}, {0, 0}, {}}, {"c", {5, 0}, {0, 0}, {}}};
+  const double inf = autoshard::infinite_cost;
+  p.edges = {{0, 1, {inf, 3, 4, inf, 0, 9}}, {1, 2, {0, inf, inf, 0}}};
+  // a=0 must take b=1 (cost 3); c then must be 1: 0+3+1+0+0 = 4. a=1 with b=0: 1+4+0+0+5 = 10.
+  const autoshard::solve_result r = solve_ilp(p);
+  CHECK(r.objective == 4.0);
+  CHECK(r.choice == std::vector<int>{0, 1, 1});
+  p.nodes[0].costs = {inf, inf, inf};
+  CHECK_THROWS_WITH_AS(solve_ilp(p), doctest::Contains("node 0 'a'"), autoshard::solver_error);
+}
+
+TEST_CASE("an infeasible budget names the smallest budget that could fit") {
+  strategy_problem p = autoshard::read_iopddl_file(AUTOSHARD_TEST_DATA_DIR "/solve/example.json");
+  const std::int64_t lo = p.min_peak_usage().bytes;  // 10 + 25 + 15 at time 50
+  CHECK(lo == 50);
+  p.usage_limit = 49;
+  CHECK_THROWS_WITH_AS(solve_ilp(p), doctest::Contains("smallest budget that could fit is 50"),
+                       autoshard::solver_error);
+  p.usage_limit = 50;
+  CHECK(solve_ilp(p).peak.bytes == 50);
+}
+
+TEST_CASE("bad options are errors: time_limit 0, negative gap") {
+  const strategy_problem p = autoshard::read_iopddl_file(AUTOSHARD_TEST_DATA_DIR "/solve/example.json");
+  solve_options o;
+  o.time_limit = 0;
+  CHECK_THROWS_WITH_AS(solve_ilp(p, o), doctest::Contains("time_limit must be > 0 seconds, got 0"),
+                       autoshard::solver_error);
+  o.time_limit = 10;
+  o.mip_rel_gap = -0.5;
+  CHECK_THROWS_WITH_AS(solve_ilp(p, o), doctest::Contains("mip_rel_gap"), autoshard::solver_error);
+  strategy_problem bad = p;
+  bad.edges[0].costs.pop_back();
+  CHECK_THROWS_WITH_AS(solve_ilp(bad), doctest::Contains("edge 0 [0, 1] has 1 costs, expected 1x2 = 2"),
+                       autoshard::solver_error);
+}
+
+TEST_CASE("a short time limit returns an incumbent with its gap, or says it found none") {
+  // A grid with frustrated random edge costs and no structure the reductions can use.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> c(0, 1000);
+  strategy_problem p;
+  const int side = 14, k = 5;
+  for (int v = 0; v < side * side; ++v) {
+    autoshard::strategy_node n;
+    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
+    p.nodes.push_back(n);
+  }
+  auto edge = [&](int a, int b) {
+    autoshard::strategy_edge e{static_cast<std::size_t>(a), static_cast<std::size_t>(b), {}};
+    for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
+    p.edges.push_back(e);
+  };
+  for (int r = 0; r < side; ++r)
+    for (int q = 0; q < side; ++q) {
+      if (q + 1 < side) edge(r * side + q, r * side + q + 1);
+      if (r + 1 < side) edge(r * side + q, (r + 1) * side + q);
+    }
+  solve_options o;
+  o.time_limit = 0.05;
+  int reports = 0;
+  o.on_progress = [&](const autoshard::solve_progress& pr) {
+    ++reports;
+    CHECK(pr.seconds >= 0.0);
+    CHECK(pr.bound <= pr.incumbent);
+  };
+  try {
+    const autoshard::solve_result r = solve_ilp(p, o);
+    CHECK(p.cost_of(r.choice) == doctest::Approx(r.objective));
+    CHECK(r.bound <= r.objective);
+    CHECK(r.gap >= 0.0);
+    if (r.status == autoshard::solve_status::feasible) CHECK(r.gap > 0.0);
+    CHECK(r.seconds < 5.0);
+  } catch (const autoshard::solver_error& e) {
+    CHECK(std::string(e.what()).find("time_limit of 0.05 s reached") != std::string::npos);
+  }
+}
+
+TEST_CASE("progress reports every better incumbent; mip_rel_gap stops early within the gap") {
+  std::mt19937 rng(5);
+  solve_test::random_spec spec;
+  spec.max_nodes = 40;
+  spec.max_choices = 1L << 62;
+  spec.p_inf = 0.0;
+  strategy_problem p;
+  while (p.nodes.size() < 25) p = solve_test::random_problem(rng, spec);
+  solve_options o;
+  std::vector<double> incumbents;
+  o.on_progress = [&](const autoshard::solve_progress& pr) {
+    if (pr.incumbent < autoshard::infinite_cost) incumbents.push_back(pr.incumbent);
+  };
+  const autoshard::solve_result exact = solve_ilp(p, o);
+  CHECK(exact.status == autoshard::solve_status::optimal);
+  for (std::size_t i = 1; i < incumbents.size(); ++i) CHECK(incumbents[i] <= incumbents[i - 1] + 1e-9);
+  o.mip_rel_gap = 0.5;
+  const autoshard::solve_result loose = solve_ilp(p, o);
+  CHECK(loose.objective >= exact.objective - 1e-9);
+  CHECK(loose.objective <= exact.objective * 1.5 + 1e-9);
+  // A callback that throws stops the solve and its exception comes out unchanged.
+  o.mip_rel_gap = 0;
+  o.on_progress = [](const autoshard::solve_progress&) { throw std::runtime_error("stop here"); };
+  if (exact.rounds > 0) CHECK_THROWS_WITH(solve_ilp(p, o), "stop here");
+}

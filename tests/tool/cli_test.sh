@@ -54,5 +54,34 @@ json_check "d['owners'][0][0] == [0] and d['owners'][1][1] == [3] and d['row_cut
 expect_rc 0 "$tool" show --mesh 2x4 --shape 768,2304 --spec "[R,S(1)]" --svg "$tmp/m.svg"
 grep -q "<svg" "$tmp/m.svg" && grep -q "ranks 0,4" "$tmp/m.svg" && ok || bad "svg content"
 
+# solve: the IOPDDL example, checked against exhaustive enumeration done here in Python.
+if "$tool" --help | grep -q ' solve'; then
+  src=$(dirname "$0")/../data/solve/example.json
+  brute=$(python3 - "$src" <<'PY'
+import itertools, json, sys
+p = json.load(open(sys.argv[1]))["problem"]
+n, e = p["nodes"], p["edges"]
+best = None
+for ch in itertools.product(*[range(len(c)) for c in n["costs"]]):
+    peak = 0
+    for t in sorted({a for a, b in n["intervals"]}):
+        peak = max(peak, sum(n["usages"][v][ch[v]] for v, (a, b) in enumerate(n["intervals"]) if a <= t < b))
+    if p.get("usage_limit") is not None and peak > p["usage_limit"]:
+        continue
+    c = sum(n["costs"][v][ch[v]] for v in range(len(ch)))
+    for (u, v), m in zip(e["nodes"], e["costs"]):
+        c += m[ch[u] * len(n["costs"][v]) + ch[v]]
+    best = c if best is None else min(best, c)
+print(best)
+PY
+)
+  json_check "d['status'] == 'optimal' and abs(d['objective'] - $brute) < 1e-9 and d['peak_usage'] <= 50" \
+    "$tool" solve "$src" --json --quiet
+  echo '{"problem": {"nodes": {"intervals": [[0,1]], "costs": [[1, 2, 3]], "usages": [[1]]}}}' > "$tmp/bad.json"
+  expect_rc 1 "$tool" solve "$tmp/bad.json"
+  grep -q "usages" "$tmp/err" && ok || bad "message for a bad problem: $(cat "$tmp/err")"
+  expect_rc 1 "$tool" solve "$tmp/missing.json"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

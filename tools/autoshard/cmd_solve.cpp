@@ -1,0 +1,78 @@
+// autoshard solve: a solver-level problem in the IOPDDL contest's JSON format.
+#include "common.hpp"
+#include "progress.hpp"
+
+#include <iomanip>
+#include <iostream>
+
+namespace autoshard::tool {
+namespace {
+
+struct solve_cli_options {
+  std::string file;
+  double time_limit = 60.0;
+  double mip_rel_gap = 0.0;
+  bool json = false;
+  bool quiet = false;
+};
+
+int run_solve(const solve_cli_options& o) {
+  const strategy_problem p = read_iopddl_file(o.file);
+  solve_options so;
+  so.time_limit = o.time_limit;
+  so.mip_rel_gap = o.mip_rel_gap;
+  progress_printer progress(!o.quiet);
+  so.on_progress = [&progress](const solve_progress& s) { progress(s); };
+  const solve_result r = solve_ilp(p, so);
+  progress.finish();
+
+  if (o.json) {
+    nlohmann::json sizes = nlohmann::json::array();
+    for (const auto& s : r.sizes)
+      sizes.push_back({{"stage", s.stage}, {"nodes", s.nodes}, {"edges", s.edges}, {"variables", s.variables},
+                       {"rows", s.rows}, {"memory_rows", s.memory_rows}});
+    nlohmann::json j{{"problem", p.name},
+                     {"status", to_string(r.status)},
+                     {"objective", r.objective},
+                     {"bound", r.bound},
+                     {"gap", r.gap},
+                     {"seconds", r.seconds},
+                     {"peak_usage", r.peak.bytes},
+                     {"usage_limit", p.usage_limit ? nlohmann::json(*p.usage_limit) : nlohmann::json(nullptr)},
+                     {"choice", r.choice},
+                     {"sizes", sizes}};
+    std::cout << j.dump(2) << "\n";
+    return exit_ok;
+  }
+  std::cout << "problem  " << (p.name.empty() ? o.file : p.name) << ": " << p.nodes.size() << " nodes, "
+            << p.edges.size() << " edges"
+            << (p.usage_limit ? ", usage limit " + std::to_string(*p.usage_limit) : std::string()) << "\n";
+  std::cout << "status   " << to_string(r.status);
+  if (r.status == solve_status::feasible)
+    std::cout << " (gap " << std::setprecision(4) << 100.0 * r.gap << "% to bound " << r.bound << ")";
+  std::cout << "\nobjective " << std::setprecision(12) << r.objective << "\ntime     " << human_seconds(r.seconds)
+            << "\npeak usage " << r.peak.bytes << "\n\nILP size\n";
+  for (const auto& s : r.sizes)
+    std::cout << "  " << std::left << std::setw(40) << s.stage << std::right << std::setw(8) << s.variables
+              << " variables " << std::setw(8) << s.rows << " rows\n";
+  std::cout << "\nnode  strategy  name\n";
+  for (std::size_t v = 0; v < r.choice.size(); ++v)
+    std::cout << std::setw(4) << v << "  " << std::setw(8) << r.choice[v] << "  " << p.nodes[v].name << "\n";
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_solve(CLI::App& app, action& run) {
+  auto o = std::make_shared<solve_cli_options>();
+  CLI::App* cmd = app.add_subcommand("solve", "solve a strategy problem in the IOPDDL JSON format");
+  cmd->add_option("problem", o->file, "problem file (IOPDDL JSON)")->required();
+  cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str();
+  cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
+  cmd->callback([o, &run] { run = [o] { return run_solve(*o); }; });
+}
+
+}  // namespace autoshard::tool

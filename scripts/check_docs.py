@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Compiles and runs every runnable C++ example in docs/*.md, so the docs stay true.
+
+A fenced ```cpp block is runnable when its first line is a comment naming a file,
+e.g. `// first.cpp — ...`. Link flags follow the autoshard areas it includes.
+Prints 'N passed, N failed' and exits non-zero on any failure.
+"""
+import argparse, pathlib, re, subprocess, sys, tempfile
+
+AREA_FLAGS = {
+    "autoshard/solve/": ["-lglpk"],
+    "autoshard/comm/": ["-lgloo", "-pthread"],
+}
+
+def snippets(md: pathlib.Path):
+    text = md.read_text(encoding="utf-8")
+    for m in re.finditer(r"```cpp\n(.*?)```", text, re.S):
+        body = m.group(1)
+        first = body.splitlines()[0] if body.strip() else ""
+        name = re.match(r"//\s*([\w\-]+\.cpp)\b", first)
+        if name:
+            yield name.group(1), body
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compiler", default="c++")
+    ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
+    ap.add_argument("--timeout", type=int, default=300)
+    a = ap.parse_args()
+    root = pathlib.Path(a.root)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for md in sorted((root / "docs").glob("*.md")):
+            for name, body in snippets(md):
+                src = pathlib.Path(tmp) / name
+                src.write_text(body, encoding="utf-8")
+                exe = pathlib.Path(tmp) / (name[:-4] + ".out")
+                flags = ["-std=c++20", "-O1", "-I", str(root / "include"), "-isystem", "/usr/include/eigen3"]
+                libs = []
+                for key, extra in AREA_FLAGS.items():
+                    if key in body or (key == "autoshard/comm/" and "autoshard/comm" in body):
+                        libs += extra
+                cmd = [a.compiler, *flags, str(src), "-o", str(exe), *libs]
+                r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+                if r.returncode != 0:
+                    print(f"FAIL {md.name}: {name} does not compile:\n{r.stderr[-3000:]}")
+                    failed += 1
+                    continue
+                try:
+                    r = subprocess.run([str(exe)], capture_output=True, text=True, cwd=tmp, timeout=a.timeout)
+                except subprocess.TimeoutExpired:
+                    print(f"FAIL {md.name}: {name} timed out")
+                    failed += 1
+                    continue
+                if r.returncode != 0:
+                    print(f"FAIL {md.name}: {name} exited {r.returncode}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+                    failed += 1
+                else:
+                    print(f"ok   {md.name}: {name}")
+                    passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or passed == 0 else 0
+
+if __name__ == "__main__":
+    sys.exit(main())

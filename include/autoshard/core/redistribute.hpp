@@ -146,8 +146,12 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
     }
     cur = next;
   };
+  // DTensor runs the inner-to-outer pass only when the source has more than one shard, so a
+  // Shard on a size-1 axis alone does not count (it would only change the order of steps).
   bool src_sharded = false;
-  for (int i = 0; i < n; ++i) src_sharded = src_sharded || src[static_cast<std::size_t>(i)].is_shard();
+  for (int i = 0; i < n; ++i)
+    src_sharded = src_sharded || (src[static_cast<std::size_t>(i)].is_shard() &&
+                                  (axis_sizes == nullptr || axis_sizes[i] > 1));
   if (src_sharded) {
     // Inner to outer: a target Shard(d) whose outer sharding of d differs from the
     // current one must be replicated first to clear the nested sharding.

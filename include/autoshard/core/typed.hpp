@@ -60,6 +60,14 @@ struct sharded_desc {
   friend constexpr bool operator==(const sharded_desc&, const sharded_desc&) = default;
 };
 
+namespace detail {
+// Not constexpr: at compile time its name is the message.
+[[noreturn]] inline void links_do_not_match_the_mesh(const device_mesh& links, const device_mesh& mesh) {
+  throw shape_error("cost_to: the link mesh " + to_string(links) + " does not have the sizes of the tensor's mesh " +
+                    to_string(mesh));
+}
+}  // namespace detail
+
 template <class T, class Mesh, fixed_string Spec, std::size_t... Global>
 class sharded_tensor {
   static_assert(is_element_type_v<T>,
@@ -104,8 +112,13 @@ class sharded_tensor {
     else return plan_redistribute(spec, to);
   }
   /// Its alpha-beta cost on a static mesh with the given link model per axis (seconds).
+  /// `links` must have the mesh's sizes; only its link models are new.
   template <fixed_string To>
   static constexpr plan_cost cost_to(const device_mesh& links) requires(Mesh::is_static()) {
+    const device_mesh mine(Mesh{});
+    bool same = links.ndim() == mine.ndim();
+    for (std::size_t i = 0; same && i < mine.ndim(); ++i) same = links.size(i) == mine.size(i);
+    if (!same) detail::links_do_not_match_the_mesh(links, mine);
     return price_plan(links, plan_to<To>(), global_shape, type);
   }
 };

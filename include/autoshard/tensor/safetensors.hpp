@@ -165,7 +165,9 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> by
       if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 62))
         detail::bad_tensor(file, name, "shape dim " + std::to_string(i) + " is not a non-negative integer");
       e.shape[i] = static_cast<std::int64_t>(d.get<std::uint64_t>());
-      overflow = overflow || __builtin_mul_overflow(numel, d.get<std::uint64_t>(), &numel);
+      // Every prefix product must fit int64: tensor_shape::numel() multiplies in that type.
+      overflow = overflow || __builtin_mul_overflow(numel, d.get<std::uint64_t>(), &numel) ||
+                 numel > static_cast<std::uint64_t>(INT64_MAX);
     }
     if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
       detail::bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
@@ -367,13 +369,14 @@ class atomic_file_writer {
   std::uint64_t written() const noexcept { return written_ + buf_.size(); }
   /// Flushes and fsyncs; the file stays under its temporary name.
   void finish() {
+    if (fd_ < 0) return;  // already finished
     flush_buffer();
     if (::fsync(fd_) != 0) throw io_error(detail::sys_error("cannot fsync", tmp_));
     if (::close(std::exchange(fd_, -1)) != 0) throw io_error(detail::sys_error("cannot close", tmp_));
   }
   /// Renames to the final name and fsyncs the directory.
   void commit() {
-    if (fd_ >= 0) finish();
+    finish();
     std::error_code ec;
     std::filesystem::rename(tmp_, final_, ec);
     if (ec) throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + ec.message());

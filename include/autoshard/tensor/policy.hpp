@@ -1,0 +1,448 @@
+#pragma once
+/// Tensor-parallel policies (Parallelformers / Megatron rules) and plan policies (the ILP's
+/// answer): both turn a parameter name + shape into where each rank's shard comes from.
+///   auto p = autoshard::policies::gpt2();                      // Hugging Face names
+///   autoshard::model_config cfg{{"n_head", 12}, {"n_embd", 768}};
+///   auto t = autoshard::plan_tensor(p, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
+///   // t.ranks[1]: columns 192..383 of each of q, k, v, concatenated in that order
+/// Your own model in a few lines:
+///   autoshard::tp_policy mine{"mine"};
+///   mine.add("*.qkv.weight", autoshard::column().fused(3))
+///       .add("*.out.weight", autoshard::row())
+///       .scale("attn.heads", "num_heads");
+#include <algorithm>    // std::max
+#include <cstdint>      // std::int64_t
+#include <filesystem>   // std::filesystem::path
+#include <fstream>      // std::ifstream
+#include <map>          // std::map
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+#include <nlohmann/json.hpp>  // config.json
+
+#include "../core/dtype.hpp"   // dtype
+#include "../core/error.hpp"   // shape_error, spec_error
+#include "../core/layout.hpp"  // local_box, split_rule
+#include "../core/mesh.hpp"    // device_mesh
+#include "../core/parse.hpp"   // to_string(sharding_spec)
+#include "../core/spec.hpp"    // sharding_spec, make_spec
+#include "slice.hpp"           // shard_layout, spec_layout
+
+namespace autoshard {
+
+/// Integer attributes of a model config (Hugging Face config.json keys: "n_head", ...).
+using model_config = std::map<std::string, std::int64_t>;
+
+/// The integer fields of a Hugging Face config.json.
+inline model_config load_model_config(const std::filesystem::path& config_json) {
+  std::ifstream f(config_json);
+  if (!f) throw io_error("cannot open model config '" + config_json.string() + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("model config '" + config_json.string() + "' is not valid JSON: " + e.what());
+  }
+  model_config c;
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.value().is_number_integer()) c[it.key()] = it.value().get<std::int64_t>();
+  return c;
+}
+
+/// What a tensor-parallel rule does to one parameter.
+enum class tp_kind : std::uint8_t {
+  replicate,  ///< every rank holds it whole (embeddings, norms)
+  column,     ///< split the output dim; bias split
+  row,        ///< split the input dim; bias whole, added once after the all-reduce
+  vocab,      ///< vocab-parallel embedding: split dim 0 (rows), chunk rule, may be uneven
+};
+
+constexpr std::string_view to_string(tp_kind k) noexcept {
+  switch (k) {
+    case tp_kind::replicate: return "replicate";
+    case tp_kind::column: return "column";
+    case tp_kind::row: return "row";
+    case tp_kind::vocab: return "vocab";
+  }
+  return "?";
+}
+
+/// Weight layout: nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
+enum class weight_layout : std::uint8_t { out_in, in_out };
+
+/// One rule: kind, layout and how a fused projection is built along the split dim.
+///   column().fused(3)                                  GPT-2 c_attn: q | k | v, equal parts
+///   column().fused_heads({"num_attention_heads", "num_key_value_heads", "num_key_value_heads"})
+///                                                      grouped-query q | k | v, sizes in heads
+///   column().per_head("n_head")                        BLOOM: [heads, 3, head_dim, in]
+///   column().whole_heads("num_key_value_heads")        k_proj: whole heads on every rank
+struct tp_rule {
+  tp_kind kind = tp_kind::replicate;
+  weight_layout layout = weight_layout::out_in;
+  int parts = 1;                        ///< equal fused blocks (QKV 3, gate/up 2)
+  std::vector<std::string> part_heads;  ///< fused blocks sized in heads by these attributes
+  std::string interleaved_heads;        ///< per-head interleaved layout, heads from this attribute
+  int parts_per_head = 3;               ///< rows of each head: [heads, parts_per_head, head_dim]
+
+  tp_rule fused(int n) const {
+    tp_rule r = *this;
+    r.parts = n;
+    return r;
+  }
+  tp_rule fused_heads(std::vector<std::string> head_attrs) const {
+    tp_rule r = *this;
+    r.part_heads = std::move(head_attrs);
+    r.parts = static_cast<int>(r.part_heads.size());
+    return r;
+  }
+  tp_rule whole_heads(std::string head_attr) const { return fused_heads({std::move(head_attr)}); }
+  tp_rule per_head(std::string head_attr, int parts_per_head = 3) const {
+    tp_rule r = *this;
+    r.interleaved_heads = std::move(head_attr);
+    r.parts_per_head = parts_per_head;
+    return r;
+  }
+  tp_rule transposed() const {
+    tp_rule r = *this;
+    r.layout = weight_layout::in_out;
+    return r;
+  }
+};
+
+inline tp_rule replicate() { return {}; }
+inline tp_rule column(weight_layout l = weight_layout::out_in) { return {tp_kind::column, l, 1, {}, {}, 3}; }
+inline tp_rule row(weight_layout l = weight_layout::out_in) { return {tp_kind::row, l, 1, {}, {}, 3}; }
+inline tp_rule vocab() { return {tp_kind::vocab, weight_layout::out_in, 1, {}, {}, 3}; }
+
+/// A per-rank attribute: `name` = config[from] * multiplier / tp (checked to divide).
+/// Several rules may define one name; the first whose `from` is in the config wins.
+struct attribute_rule {
+  std::string name;
+  std::string from;
+  std::int64_t multiplier = 1;
+};
+
+/// `*` matches any run of characters (dots included), `?` one; the whole name must match.
+inline bool glob_match(std::string_view pattern, std::string_view name) noexcept {
+  std::size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+/// Parameter name patterns -> rules (first match wins; no match: replicate), plus the
+/// attributes a tensor-parallel size rescales.
+struct tp_policy {
+  std::string name;
+  std::vector<std::pair<std::string, tp_rule>> rules;
+  std::vector<attribute_rule> attributes;
+
+  tp_policy& add(std::string pattern, tp_rule r) {
+    rules.emplace_back(std::move(pattern), std::move(r));
+    return *this;
+  }
+  tp_policy& scale(std::string attr_name, std::string from, std::int64_t multiplier = 1) {
+    attributes.push_back({std::move(attr_name), std::move(from), multiplier});
+    return *this;
+  }
+  /// The rule for `param`, or nullptr when none matches (then it is replicated).
+  const tp_rule* match(std::string_view param) const noexcept {
+    for (const auto& [pat, r] : rules)
+      if (glob_match(pat, param)) return &r;
+    return nullptr;
+  }
+};
+
+/// The per-rank attributes of `p` at tensor-parallel size `tp`. A value that does not divide is
+/// a shape_error naming the attribute, its value and the size; never floor division.
+inline std::map<std::string, std::int64_t> rescale_attributes(const tp_policy& p, const model_config& config,
+                                                              int tp) {
+  if (tp < 1) throw shape_error("tensor-parallel size must be at least 1, got " + std::to_string(tp));
+  std::map<std::string, std::int64_t> out;
+  for (const auto& a : p.attributes) {
+    if (out.count(a.name)) continue;
+    auto it = config.find(a.from);
+    if (it == config.end()) continue;
+    const std::int64_t v = it->second * a.multiplier;
+    if (v % tp != 0)
+      throw shape_error("attribute '" + a.from + "'" +
+                        (a.multiplier != 1 ? " x" + std::to_string(a.multiplier) : std::string()) + " = " +
+                        std::to_string(v) + " (for '" + a.name + "') does not divide over tensor-parallel size " +
+                        std::to_string(tp));
+    out[a.name] = v / tp;
+  }
+  return out;
+}
+
+/// How one tensor is distributed: its rule, spec and every rank's shard layout.
+struct tensor_plan {
+  std::string name;
+  tensor_shape global;
+  dtype type = dtype::f32;
+  device_mesh mesh;
+  sharding_spec spec;       ///< S(d) on the split dim, or replicated; fused parts are in `ranks`
+  std::string rule;         ///< "replicate", "column", "row", "vocab" or "plan"
+  std::string fused;        ///< "" or a description of the fused layout
+  bool add_after_allreduce = false;  ///< row-parallel bias: whole on every rank, add once
+  std::vector<shard_layout> ranks;   ///< one per rank of `mesh`
+};
+
+namespace detail {
+inline std::int64_t need_attr(const model_config& c, const std::string& attr, const std::string& tensor) {
+  auto it = c.find(attr);
+  if (it == c.end())
+    throw shape_error("tensor '" + tensor + "': its rule counts heads with attribute '" + attr +
+                      "', which the model config does not have");
+  if (it->second < 1)
+    throw shape_error("tensor '" + tensor + "': attribute '" + attr + "' = " + std::to_string(it->second));
+  return it->second;
+}
+inline tensor_plan replicated_plan(std::string name, const tensor_shape& g, dtype t, const device_mesh& m) {
+  tensor_plan p{std::move(name), g, t, m, replicated_spec(static_cast<int>(m.ndim()), g.rank), "replicate", "", false, {}};
+  for (int r = 0; r < m.num_ranks(); ++r) p.ranks.push_back(spec_layout(m, p.spec, g, r));
+  return p;
+}
+}  // namespace detail
+
+/// Plans one parameter under tensor-parallel policy `p` over `tp` ranks (mesh {tp}).
+inline tensor_plan plan_tensor(const tp_policy& p, const std::string& name, const tensor_shape& global, dtype type,
+                               int tp, const model_config& config = {}) {
+  if (tp < 1) throw shape_error("tensor-parallel size must be at least 1, got " + std::to_string(tp));
+  const device_mesh mesh{tp};
+  const tp_rule* rule = p.match(name);
+  if (!rule || rule->kind == tp_kind::replicate || global.rank == 0)
+    return detail::replicated_plan(name, global, type, mesh);
+  tensor_plan out{name, global, type, mesh, {}, std::string(to_string(rule->kind)), "", false, {}};
+  if (rule->kind == tp_kind::row && global.rank == 1) {  // bias of a row-parallel linear
+    out = detail::replicated_plan(name, global, type, mesh);
+    out.rule = "row";
+    out.add_after_allreduce = true;
+    return out;
+  }
+  if ((rule->kind == tp_kind::row || rule->kind == tp_kind::vocab) && (rule->parts != 1 || !rule->interleaved_heads.empty()))
+    throw spec_error("tensor '" + name + "': only column-parallel rules may be fused");
+  if (rule->layout == weight_layout::in_out && global.rank != 2 && global.rank != 1)
+    throw shape_error("tensor '" + name + "': an [in,out] layout needs a 2-D weight, got " + to_string(global));
+  // The split dim: [out,in] column -> 0, row -> 1; [in,out] the other way; 1-D (bias) -> 0.
+  int d = 0;
+  if (global.rank >= 2) {
+    const bool out_dim = rule->kind == tp_kind::column;
+    if (rule->kind == tp_kind::vocab) d = 0;
+    else if (rule->layout == weight_layout::out_in) d = out_dim ? 0 : 1;
+    else d = out_dim ? 1 : 0;
+  }
+  const auto du = static_cast<std::size_t>(d);
+  const std::int64_t n = global[du];
+  out.spec = make_spec(global.rank, {Shard(d)});
+  auto dim_error = [&](const std::string& why) {
+    return shape_error("tensor '" + name + "' " + to_string(global) + ": dim " + std::to_string(d) + " of size " +
+                       std::to_string(n) + " " + why);
+  };
+
+  // The parts the split dim is made of, each split over tp ranks.
+  std::vector<std::int64_t> part_sizes;
+  if (rule->kind == tp_kind::vocab) {
+    part_sizes = {n};
+  } else if (!rule->part_heads.empty()) {
+    std::int64_t total = 0;
+    std::vector<std::int64_t> heads;
+    for (const auto& a : rule->part_heads) total += heads.emplace_back(detail::need_attr(config, a, name));
+    if (n % total != 0)
+      throw dim_error("is not a whole number of heads (" + std::to_string(total) + " heads in all)");
+    const std::int64_t head_dim = n / total;
+    for (std::size_t i = 0; i < heads.size(); ++i) {
+      if (heads[i] % tp != 0)
+        throw shape_error("tensor '" + name + "': attribute '" + rule->part_heads[i] + "' = " +
+                          std::to_string(heads[i]) + " heads does not divide over tensor-parallel size " +
+                          std::to_string(tp));
+      part_sizes.push_back(heads[i] * head_dim);
+    }
+    if (heads.size() > 1) {
+      out.fused = "heads";
+      for (std::size_t i = 0; i < heads.size(); ++i) out.fused += (i ? "," : " ") + std::to_string(heads[i]);
+      out.fused += " x " + std::to_string(head_dim);
+    }
+  } else if (!rule->interleaved_heads.empty()) {
+    const std::int64_t h = detail::need_attr(config, rule->interleaved_heads, name);
+    const std::int64_t per = std::max(1, rule->parts_per_head);
+    if (n % (h * per) != 0)
+      throw dim_error("is not " + std::to_string(h) + " heads x " + std::to_string(per) + " parts x head_dim");
+    if (h % tp != 0)
+      throw shape_error("tensor '" + name + "': attribute '" + rule->interleaved_heads + "' = " + std::to_string(h) +
+                        " heads does not divide over tensor-parallel size " + std::to_string(tp));
+    part_sizes = {n};  // [heads, parts, head_dim]: whole heads per rank are one contiguous block
+    out.fused = "per-head interleaved [" + std::to_string(h) + " heads, " + std::to_string(per) + ", " +
+                std::to_string(n / (h * per)) + "]";
+  } else {
+    if (rule->parts < 1) throw spec_error("tensor '" + name + "': a fused rule needs at least one part");
+    if (n % rule->parts != 0)
+      throw dim_error("does not split into " + std::to_string(rule->parts) + " equal fused parts");
+    part_sizes.assign(static_cast<std::size_t>(rule->parts), n / rule->parts);
+    if (rule->parts > 1) out.fused = std::to_string(rule->parts) + " equal parts";
+  }
+  if (rule->kind != tp_kind::vocab)
+    for (std::int64_t s : part_sizes)
+      if (s % tp != 0)
+        throw dim_error(part_sizes.size() > 1 ? "has fused parts of " + std::to_string(s) +
+                                                    " that do not divide over tensor-parallel size " + std::to_string(tp)
+                                              : "does not divide over tensor-parallel size " + std::to_string(tp));
+
+  const sharding_spec part_spec = out.spec;
+  for (int r = 0; r < tp; ++r) {
+    shard_layout l;
+    l.concat_dim = d;
+    l.shape = global;
+    l.shape[du] = 0;
+    std::int64_t start = 0;
+    for (std::int64_t s : part_sizes) {
+      tensor_shape part = global;
+      part[du] = s;
+      shard_box b = local_box(mesh, part_spec, part, r);  // the shard box always comes from core
+      b.offset[du] += start;
+      l.pieces.push_back({b.offset, b.shape});
+      l.shape[du] += b.shape[du];
+      start += s;
+    }
+    out.ranks.push_back(std::move(l));
+  }
+  return out;
+}
+
+/// The auto-sharding pass's answer as a policy: parameter name -> spec on `mesh`.
+/// Unlisted parameters are replicated. Filled by the solve area; consumed here.
+struct plan_policy {
+  device_mesh mesh;
+  std::map<std::string, sharding_spec> specs;
+  split_rule rule = split_rule::chunk;
+};
+
+/// Plans one parameter under a solved plan.
+inline tensor_plan plan_tensor(const plan_policy& p, const std::string& name, const tensor_shape& global, dtype type) {
+  auto it = p.specs.find(name);
+  if (it == p.specs.end()) return detail::replicated_plan(name, global, type, p.mesh);
+  tensor_plan out{name, global, type, p.mesh, it->second, "plan", "", false, {}};
+  try {
+    for (int r = 0; r < p.mesh.num_ranks(); ++r) out.ranks.push_back(spec_layout(p.mesh, it->second, global, r, p.rule));
+  } catch (const error& e) {
+    throw spec_error("tensor '" + name + "' " + to_string(global) + " with spec " + to_string(it->second) + ": " +
+                     e.what());
+  }
+  return out;
+}
+
+/// Built-in policies with Hugging Face parameter names (any prefix: "transformer.", "model.").
+namespace policies {
+
+/// GPT-2 (Conv1D weights are [in,out]); c_attn fuses q|k|v, each n_embd wide.
+inline tp_policy gpt2() {
+  tp_policy p{"gpt2", {}, {}};
+  const auto T = weight_layout::in_out;
+  p.add("*.attn.c_attn.weight", column(T).fused_heads({"n_head", "n_head", "n_head"}))
+      .add("*.attn.c_attn.bias", column(T).fused_heads({"n_head", "n_head", "n_head"}))
+      .add("*.attn.c_proj.*", row(T))
+      .add("*.mlp.c_fc.*", column(T))
+      .add("*.mlp.c_proj.*", row(T));
+  p.scale("attn.num_heads", "n_head").scale("attn.embed_dim", "n_embd").scale("attn.split_size", "n_embd");
+  p.scale("mlp.width", "n_inner").scale("mlp.width", "n_embd", 4);
+  return p;
+}
+
+/// BERT (BertModel / BertFor*): separate query/key/value.
+inline tp_policy bert() {
+  tp_policy p{"bert", {}, {}};
+  for (const char* qkv : {"query", "key", "value"})
+    p.add(std::string("*.attention.self.") + qkv + ".*", column().whole_heads("num_attention_heads"));
+  p.add("*.attention.output.dense.*", row()).add("*.intermediate.dense.*", column()).add("*.output.dense.*", row());
+  p.scale("attention.num_attention_heads", "num_attention_heads")
+      .scale("attention.all_head_size", "hidden_size")
+      .scale("intermediate.width", "intermediate_size");
+  return p;
+}
+
+/// OPT (OPTForCausalLM): q/k/v/out_proj, fc1/fc2.
+inline tp_policy opt() {
+  tp_policy p{"opt", {}, {}};
+  for (const char* qkv : {"q_proj", "k_proj", "v_proj"})
+    p.add(std::string("*.self_attn.") + qkv + ".*", column().whole_heads("num_attention_heads"));
+  p.add("*.self_attn.out_proj.*", row()).add("*.fc1.*", column()).add("*.fc2.*", row());
+  p.scale("self_attn.num_heads", "num_attention_heads")
+      .scale("self_attn.embed_dim", "hidden_size")
+      .scale("ffn_dim", "ffn_dim");
+  return p;
+}
+
+/// GPT-NeoX: query_key_value is per-head interleaved [heads, 3, head_dim, hidden].
+inline tp_policy gpt_neox() {
+  tp_policy p{"gpt_neox", {}, {}};
+  p.add("*.attention.query_key_value.*", column().per_head("num_attention_heads"))
+      .add("*.attention.dense.*", row())
+      .add("*.mlp.dense_h_to_4h.*", column())
+      .add("*.mlp.dense_4h_to_h.*", row());
+  p.scale("attention.num_attention_heads", "num_attention_heads")
+      .scale("attention.hidden_size", "hidden_size")
+      .scale("mlp.width", "intermediate_size");
+  return p;
+}
+
+/// BLOOM: query_key_value is per-head interleaved [n_head, 3, head_dim, hidden].
+inline tp_policy bloom() {
+  tp_policy p{"bloom", {}, {}};
+  p.add("*.self_attention.query_key_value.*", column().per_head("n_head"))
+      .add("*.self_attention.dense.*", row())
+      .add("*.mlp.dense_h_to_4h.*", column())
+      .add("*.mlp.dense_4h_to_h.*", row());
+  p.scale("self_attention.num_heads", "n_head")
+      .scale("self_attention.hidden_size", "hidden_size")
+      .scale("mlp.width", "hidden_size", 4);
+  return p;
+}
+
+/// LLaMA (grouped-query attention): q_proj by num_attention_heads, k/v_proj by
+/// num_key_value_heads (whole heads per rank), gate/up column, down row.
+inline tp_policy llama() {
+  tp_policy p{"llama", {}, {}};
+  p.add("*.self_attn.q_proj.*", column().whole_heads("num_attention_heads"))
+      .add("*.self_attn.k_proj.*", column().whole_heads("num_key_value_heads"))
+      .add("*.self_attn.v_proj.*", column().whole_heads("num_key_value_heads"))
+      .add("*.self_attn.o_proj.*", row())
+      .add("*.mlp.gate_proj.*", column())
+      .add("*.mlp.up_proj.*", column())
+      .add("*.mlp.down_proj.*", row());
+  p.scale("self_attn.num_heads", "num_attention_heads")
+      .scale("self_attn.num_key_value_heads", "num_key_value_heads")
+      .scale("self_attn.hidden_size", "hidden_size")
+      .scale("mlp.intermediate_size", "intermediate_size");
+  return p;
+}
+
+/// A built-in policy by Hugging Face model_type ("gpt2", "bert", "opt", "gpt_neox", "bloom", "llama").
+inline tp_policy by_model_type(std::string_view model_type) {
+  if (model_type == "gpt2") return gpt2();
+  if (model_type == "bert") return bert();
+  if (model_type == "opt") return opt();
+  if (model_type == "gpt_neox") return gpt_neox();
+  if (model_type == "bloom") return bloom();
+  if (model_type == "llama") return llama();
+  throw spec_error("no built-in tensor-parallel policy for model_type '" + std::string(model_type) +
+                   "' (built in: gpt2, bert, opt, gpt_neox, bloom, llama)");
+}
+
+}  // namespace policies
+}  // namespace autoshard

@@ -1,0 +1,305 @@
+#pragma once
+/// Sharding a safetensors checkpoint for N ranks, by tensor-parallel policy or by solved plan:
+/// DIR/rank-<r>.safetensors (each rank's shards, replicated tensors whole) plus DIR/index.json
+/// (which tensor went where: rule, spec, global shape, every rank's pieces and offsets).
+/// Everything is validated before the output directory is touched; data streams from the
+/// memory map one tensor at a time; every file is written under a temporary name, fsync'd
+/// and renamed, so a failure never leaves a half file.
+///   autoshard::checkpoint in("gpt2/model.safetensors");
+///   autoshard::shard_checkpoint(in, autoshard::policies::gpt2(), 4,
+///                               autoshard::load_model_config("gpt2/config.json"), "out");
+///   autoshard::sharded_checkpoint out("out");
+///   autoshard::host_tensor w = out.gather("h.0.attn.c_attn.weight");   // bit for bit
+#include <chrono>       // std::chrono::steady_clock
+#include <cstdint>      // std::uint64_t
+#include <cstring>      // std::memcpy
+#include <filesystem>   // std::filesystem
+#include <fstream>      // std::ifstream
+#include <functional>   // std::function
+#include <map>          // std::map
+#include <memory>       // std::unique_ptr
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <nlohmann/json.hpp>  // index.json
+
+#include "../core/error.hpp"  // io_error
+#include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
+#include "host_tensor.hpp"    // host_tensor, convert_into
+#include "policy.hpp"         // tp_policy, plan_policy, plan_tensor, tensor_plan
+#include "safetensors.hpp"    // checkpoint, safetensors_writer
+#include "slice.hpp"          // extract, insert, contiguous_span
+
+namespace autoshard {
+
+/// Reported after each tensor.
+struct shard_progress {
+  std::uint64_t bytes_done = 0;   ///< tensor bytes written so far, all ranks
+  std::uint64_t bytes_total = 0;  ///< tensor bytes to write, all ranks
+  double seconds = 0;
+  double bytes_per_second = 0;
+  std::string_view tensor;  ///< the tensor just written
+};
+
+struct shard_options {
+  /// Convert float tensors (f32, f64, f16, bf16) to this dtype; others are kept as they are.
+  std::optional<dtype> convert_to;
+  std::function<void(const shard_progress&)> progress;
+  /// Extra __metadata__ for every rank file.
+  std::map<std::string, std::string> metadata;
+};
+
+struct shard_report {
+  int world_size = 0;
+  std::uint64_t bytes_written = 0;  ///< tensor bytes, all ranks
+  double seconds = 0;
+  std::size_t largest_buffer = 0;   ///< the biggest staging copy made (bytes)
+  std::map<std::string, std::int64_t> attributes;
+};
+
+/// The file of rank r inside an output directory.
+inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r) {
+  return dir / ("rank-" + std::to_string(r) + ".safetensors");
+}
+
+namespace detail {
+inline nlohmann::json shape_json(const tensor_shape& s) { return s.to_vector(); }
+
+inline dtype output_dtype(dtype in, const shard_options& o) {
+  return o.convert_to && is_float(in) && is_float(*o.convert_to) ? *o.convert_to : in;
+}
+
+inline nlohmann::json index_json(const std::vector<tensor_plan>& plans, const device_mesh& mesh,
+                                 const std::string& policy, const std::map<std::string, std::int64_t>& attrs,
+                                 const shard_options& o) {
+  nlohmann::json j;
+  j["format"] = "autoshard-shards";
+  j["version"] = 1;
+  j["world_size"] = mesh.num_ranks();
+  j["mesh"] = mesh.shape();
+  j["policy"] = policy;
+  j["attributes"] = attrs;
+  j["convert_to"] = o.convert_to ? nlohmann::json(std::string(to_string(*o.convert_to))) : nlohmann::json();
+  for (int r = 0; r < mesh.num_ranks(); ++r) j["files"].push_back(rank_file("", r).string());
+  nlohmann::json& ts = j["tensors"];
+  ts = nlohmann::json::object();
+  for (const auto& p : plans) {
+    nlohmann::json t;
+    t["dtype"] = std::string(safetensors_name(output_dtype(p.type, o)));
+    t["source_dtype"] = std::string(safetensors_name(p.type));
+    t["global_shape"] = shape_json(p.global);
+    t["rule"] = p.rule;
+    t["spec"] = to_string(p.spec);
+    t["fused"] = p.fused;
+    t["add_after_allreduce"] = p.add_after_allreduce;
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
+      const auto& l = p.ranks[r];
+      nlohmann::json s;
+      s["rank"] = r;
+      s["shape"] = shape_json(l.shape);
+      s["concat_dim"] = l.concat_dim;
+      for (const auto& pc : l.pieces)
+        s["pieces"].push_back({{"offset", shape_json(pc.offset)}, {"shape", shape_json(pc.shape)}});
+      t["shards"].push_back(std::move(s));
+    }
+    ts[p.name] = std::move(t);
+  }
+  return j;
+}
+}  // namespace detail
+
+/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
+/// point; the policy overloads below build the plans.
+inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_plan>& plans,
+                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                     const shard_options& opts = {}, const std::string& policy_name = "",
+                                     const std::map<std::string, std::int64_t>& attributes = {}) {
+  namespace fs = std::filesystem;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const int N = mesh.num_ranks();
+  // ---- validate everything before touching the output directory ----
+  std::map<std::string, const tensor_plan*> by_name;
+  for (const auto& p : plans) {
+    if (!in.contains(p.name)) throw io_error("plan for tensor '" + p.name + "', which the checkpoint does not have");
+    const auto& e = in.entry(p.name);
+    if (!(e.shape == p.global) || e.type != p.type)
+      throw shape_error("tensor '" + p.name + "': planned as " + to_string(p.global) + " " +
+                        std::string(to_string(p.type)) + " but stored as " + to_string(e.shape) + " " +
+                        std::string(to_string(e.type)));
+    if (static_cast<int>(p.ranks.size()) != N || !(p.mesh == mesh))
+      throw shape_error("tensor '" + p.name + "': planned for " + std::to_string(p.ranks.size()) + " ranks, not " +
+                        std::to_string(N));
+    if (!by_name.emplace(p.name, &p).second) throw io_error("tensor '" + p.name + "' planned twice");
+  }
+  for (const auto& n : in.names())
+    if (!by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
+  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+    throw io_error("output '" + out_dir.string() + "' exists and is not a directory");
+  if (opts.convert_to && !detail::is_float(*opts.convert_to))
+    throw io_error("convert_to " + std::string(to_string(*opts.convert_to)) + ": only float dtypes are targets");
+
+  std::vector<safetensors_tensor_info> infos;
+  std::uint64_t total = 0;
+  for (const auto& p : plans) {
+    infos.push_back({p.name, detail::output_dtype(p.type, opts), {}});
+    for (const auto& l : p.ranks) total += static_cast<std::uint64_t>(l.shape.numel()) * dtype_size(infos.back().type);
+  }
+  std::map<std::string, std::string> meta = opts.metadata;
+  if (in.files().front().metadata().count("format")) meta.emplace("format", in.files().front().metadata().at("format"));
+  meta["autoshard.world_size"] = std::to_string(N);
+  if (!policy_name.empty()) meta["autoshard.policy"] = policy_name;
+  const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts).dump(1);
+
+  // ---- write: temporary files, one tensor at a time from the map ----
+  fs::create_directories(out_dir);
+  std::vector<std::unique_ptr<safetensors_writer>> writers;
+  for (int r = 0; r < N; ++r) {
+    auto rank_infos = infos;
+    for (std::size_t i = 0; i < plans.size(); ++i) rank_infos[i].shape = plans[i].ranks[static_cast<std::size_t>(r)].shape;
+    auto rank_meta = meta;
+    rank_meta["autoshard.rank"] = std::to_string(r);
+    writers.push_back(std::make_unique<safetensors_writer>(rank_file(out_dir, r), std::move(rank_infos), rank_meta));
+  }
+  shard_report report;
+  report.world_size = N;
+  report.attributes = attributes;
+  std::vector<std::byte> staging, converted;
+  for (const auto& e : writers.front()->entries()) {  // same order in every rank file
+    const tensor_plan& p = *by_name.at(e.name);
+    const auto& file = in.file_of(e.name);
+    const auto& src_entry = in.entry(e.name);
+    const_tensor_view src = file.view(src_entry);
+    for (int r = 0; r < N; ++r) {
+      const shard_layout& l = p.ranks[static_cast<std::size_t>(r)];
+      std::span<const std::byte> out;
+      auto span = contiguous_span(l, p.global, p.type);
+      const std::size_t nb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(p.type);
+      if (span) {
+        out = src.bytes().subspan(span->first, span->second);  // straight from the map
+      } else {
+        if (staging.size() < nb) staging.resize(nb);
+        extract(src, l, tensor_view(staging.data(), l.shape, p.type));
+        out = {staging.data(), nb};
+        report.largest_buffer = std::max(report.largest_buffer, nb);
+      }
+      if (e.type != p.type) {
+        const std::size_t cb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(e.type);
+        if (converted.size() < cb) converted.resize(cb);
+        convert_into(out.data(), p.type, converted.data(), e.type, l.shape.numel());
+        out = {converted.data(), cb};
+        report.largest_buffer = std::max(report.largest_buffer, cb);
+      }
+      writers[static_cast<std::size_t>(r)]->write(out);
+      report.bytes_written += out.size();
+    }
+    file.release(src_entry);
+    if (opts.progress) {
+      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      opts.progress({report.bytes_written, total, s, s > 0 ? static_cast<double>(report.bytes_written) / s : 0.0, e.name});
+    }
+  }
+  for (auto& w : writers) w->finish();
+  atomic_file_writer index(out_dir / "index.json");
+  index.write(index_text);
+  index.finish();
+  for (auto& w : writers) w->commit();
+  index.commit();  // last: a directory with index.json is complete
+  report.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return report;
+}
+
+/// Shards by a tensor-parallel policy over `tp` ranks; `config` supplies heads and widths.
+inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
+                                     const std::filesystem::path& out_dir, const shard_options& opts = {}) {
+  auto attrs = rescale_attributes(policy, config, tp);
+  std::vector<tensor_plan> plans;
+  for (const auto& n : in.names()) {
+    const auto& e = in.entry(n);
+    plans.push_back(plan_tensor(policy, n, e.shape, e.type, tp, config));
+  }
+  return shard_checkpoint(in, plans, device_mesh{tp}, out_dir, opts, policy.name, attrs);
+}
+
+/// Shards by a solved plan (parameter name -> spec on the plan's mesh).
+inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
+                                     const shard_options& opts = {}) {
+  std::vector<tensor_plan> plans;
+  for (const auto& [n, s] : plan.specs)
+    if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
+  for (const auto& n : in.names()) {
+    const auto& e = in.entry(n);
+    plans.push_back(plan_tensor(plan, n, e.shape, e.type));
+  }
+  return shard_checkpoint(in, plans, plan.mesh, out_dir, opts, "plan");
+}
+
+/// A directory written by shard_checkpoint: its index and every rank file (validated).
+class sharded_checkpoint {
+ public:
+  explicit sharded_checkpoint(const std::filesystem::path& dir) : dir_(dir) {
+    const auto path = dir / "index.json";
+    std::ifstream f(path);
+    if (!f) throw io_error("cannot open '" + path.string() + "'");
+    try {
+      index_ = nlohmann::json::parse(f);
+      world_ = index_.at("world_size").get<int>();
+      if (world_ < 1) throw io_error("world_size < 1");
+      for (int r = 0; r < world_; ++r) files_.emplace_back(dir / index_.at("files").at(static_cast<std::size_t>(r)).get<std::string>());
+      for (auto it = index_.at("tensors").begin(); it != index_.at("tensors").end(); ++it) {
+        names_.push_back(it.key());
+        for (int r = 0; r < world_; ++r) layout(it.key(), r);  // validates
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw io_error("'" + path.string() + "' is not a valid autoshard index: " + e.what());
+    }
+  }
+  int world_size() const noexcept { return world_; }
+  const std::vector<std::string>& names() const noexcept { return names_; }
+  const nlohmann::json& index() const noexcept { return index_; }
+  const safetensors_file& rank(int r) const { return files_.at(static_cast<std::size_t>(r)); }
+  /// Rank r's shard of tensor `name`, in its file's map.
+  const_tensor_view shard(int r, std::string_view name) const { return rank(r).view(name); }
+  /// Where rank r's shard came from.
+  shard_layout layout(const std::string& name, int r) const {
+    const auto& s = index_.at("tensors").at(name).at("shards").at(static_cast<std::size_t>(r));
+    shard_layout l;
+    l.shape = tensor_shape(s.at("shape").get<std::vector<std::int64_t>>());
+    l.concat_dim = s.at("concat_dim").get<int>();
+    for (const auto& pc : s.at("pieces"))
+      l.pieces.push_back({tensor_shape(pc.at("offset").get<std::vector<std::int64_t>>()),
+                          tensor_shape(pc.at("shape").get<std::vector<std::int64_t>>())});
+    return l;
+  }
+  tensor_shape global_shape(const std::string& name) const {
+    return tensor_shape(index_.at("tensors").at(name).at("global_shape").get<std::vector<std::int64_t>>());
+  }
+  bool add_after_allreduce(const std::string& name) const {
+    return index_.at("tensors").at(name).at("add_after_allreduce").get<bool>();
+  }
+  /// Reassembles tensor `name` from every rank; replicated copies must agree bit for bit.
+  host_tensor gather(const std::string& name) const {
+    const tensor_shape g = global_shape(name);
+    const_tensor_view s0 = shard(0, name);
+    host_tensor out(s0.type(), g);
+    for (int r = 0; r < world_; ++r) insert(shard(r, name), layout(name, r), out.view());
+    for (int r = 0; r < world_; ++r) {
+      shard_layout l = layout(name, r);
+      host_tensor back = extract(out.view(), l);
+      if (!bitwise_equal(back.view(), shard(r, name)))
+        throw io_error("tensor '" + name + "': rank " + std::to_string(r) + "'s copy differs from the gathered tensor");
+    }
+    return out;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json index_;
+  int world_ = 0;
+  std::vector<safetensors_file> files_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace autoshard

@@ -2,7 +2,13 @@
 /// autoshard::graph: the model graph (Boost.Graph), operator strategies and their costs,
 /// model builders (GPT-2, BERT, LLaMA), validation, JSON and Graphviz I/O.
 ///   #include <autoshard/graph/graph.hpp>
-///   auto g = autoshard::build_gpt2(autoshard::gpt2_config::small());
-///   auto s = autoshard::enumerate_strategies(g, v, autoshard::device_mesh{2, 4});
-#include "model.hpp"     // model_graph, node, edge, op_kind, add_op
-#include "strategy.hpp"  // strategy, enumerate_strategies, resharding_costs
+///   auto g = autoshard::build_gpt2(autoshard::transformer_config::gpt2_124m());
+///   autoshard::validate(g);
+///   auto s = autoshard::enumerate_strategies(g, *autoshard::find_vertex(g, "lm_head"),
+///                                            autoshard::device_mesh{2, 4});
+#include "builders.hpp"  // transformer_config, build_gpt2, build_bert, build_llama, parameter_names
+#include "io.hpp"        // to_json, from_json, read_json, write_json, write_dot
+#include "model.hpp"     // model_graph, node, edge, op_kind, op_attrs, add_op, infer_shape
+#include "rules.hpp"     // constexpr output-spec rules: matmul_output_spec, ...
+#include "strategy.hpp"  // strategy, device_model, enumerate_strategies, resharding_costs
+#include "validate.hpp"  // validate, topological_order

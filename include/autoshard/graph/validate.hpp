@@ -1,0 +1,112 @@
+#pragma once
+/// Validation of a model graph and a topological order of its vertices.
+///   autoshard::validate(g);                      // throws graph_error naming the vertex
+///   std::vector<autoshard::vertex_t> order = autoshard::topological_order(g);
+#include <algorithm>  // std::reverse
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include <boost/graph/topological_sort.hpp>  // topological_sort, not_a_dag
+
+#include "model.hpp"  // model_graph, infer_shape, operands
+
+namespace autoshard {
+
+namespace detail {
+/// A cycle as "a -> b -> a", found by an iterative depth-first search.
+inline std::string find_cycle(const model_graph& g) {
+  const std::size_t n = boost::num_vertices(g);
+  std::vector<int> color(n, 0);  // 0 white, 1 on stack, 2 done
+  std::vector<vertex_t> parent(n, boost::graph_traits<model_graph>::null_vertex());
+  for (vertex_t root = 0; root < n; ++root) {
+    if (color[root]) continue;
+    std::vector<std::pair<vertex_t, boost::graph_traits<model_graph>::out_edge_iterator>> stack;
+    stack.emplace_back(root, boost::out_edges(root, g).first);
+    color[root] = 1;
+    while (!stack.empty()) {
+      auto& [u, it] = stack.back();
+      if (it == boost::out_edges(u, g).second) {
+        color[u] = 2;
+        stack.pop_back();
+        continue;
+      }
+      const vertex_t w = boost::target(*it++, g);
+      if (color[w] == 1) {  // back edge u -> w closes a cycle w -> ... -> u -> w
+        std::vector<vertex_t> path{w};
+        for (vertex_t x = u; x != w; x = parent[x]) path.push_back(x);
+        std::reverse(path.begin() + 1, path.end());
+        std::string s;
+        for (vertex_t x : path) s += "'" + g[x].name + "' -> ";
+        return s + "'" + g[w].name + "'";
+      }
+      if (color[w] == 0) {
+        color[w] = 1;
+        parent[w] = u;
+        stack.emplace_back(w, boost::out_edges(w, g).first);
+      }
+    }
+  }
+  return "(not found)";
+}
+}  // namespace detail
+
+/// Vertices in dependency order (producers first); throws graph_error naming the vertices
+/// of a cycle.
+inline std::vector<vertex_t> topological_order(const model_graph& g) {
+  std::vector<vertex_t> order;
+  order.reserve(boost::num_vertices(g));
+  try {
+    boost::topological_sort(g, std::back_inserter(order));  // writes reverse order
+  } catch (const boost::not_a_dag&) {
+    throw graph_error("the graph has a cycle through vertex " + detail::find_cycle(g));
+  }
+  std::reverse(order.begin(), order.end());
+  return order;
+}
+
+/// Checks the whole graph; throws graph_error naming the vertex: a cycle, an unknown
+/// operator kind, a missing or extra operand, an operand shape that does not fit the
+/// operator, a stored output shape that differs from the inferred one, a repeated name.
+inline void validate(const model_graph& g) {
+  topological_order(g);
+  std::vector<std::string> names;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const node& nd = g[v];
+    const std::string who = "vertex '" + nd.name + "'";
+    if (nd.name.empty()) throw graph_error("vertex " + std::to_string(v) + " has no name");
+    names.push_back(nd.name);
+    if (!is_known(nd.kind))
+      throw graph_error(who + ": unknown operator kind " + std::to_string(static_cast<int>(nd.kind)));
+    const auto [lo, hi] = operand_count_range(nd.kind);
+    const auto n = static_cast<int>(boost::in_degree(v, g));
+    std::vector<bool> seen(static_cast<std::size_t>(std::max(hi, n)), false);
+    for (auto [it, end] = boost::in_edges(v, g); it != end; ++it) {
+      const int i = g[*it].operand;
+      if (i < 0 || i >= hi)
+        throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand index " + std::to_string(i) +
+                          " is outside 0.." + std::to_string(hi - 1) + " (from '" + g[boost::source(*it, g)].name + "')");
+      if (seen[static_cast<std::size_t>(i)])
+        throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand " + std::to_string(i) + " is given twice");
+      seen[static_cast<std::size_t>(i)] = true;
+    }
+    for (int i = 0; i < std::max(lo, n); ++i)
+      if (!seen[static_cast<std::size_t>(i)])
+        throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand " + std::to_string(i) +
+                          " is missing (needs " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) + ")");
+    if (!nd.is_operator()) continue;
+    tensor_shape inferred;
+    try {
+      inferred = infer_shape(nd.kind, nd.attrs, operand_shapes(g, v));
+    } catch (const graph_error& e) {
+      throw graph_error(who + ": " + std::string(e.what()).substr(std::string_view("autoshard: graph error: ").size()));
+    }
+    if (!(inferred == nd.shape))
+      throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): output shape " + to_string(nd.shape) +
+                        " does not match " + to_string(inferred) + " computed from its operands");
+  }
+  std::sort(names.begin(), names.end());
+  for (std::size_t i = 1; i < names.size(); ++i)
+    if (names[i] == names[i - 1]) throw graph_error("vertex name '" + names[i] + "' is used twice");
+}
+
+}  // namespace autoshard

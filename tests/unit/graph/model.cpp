@@ -1,0 +1,240 @@
+// Builders, validation, JSON and Graphviz output of the model graph.
+#include <doctest/doctest.h>
+
+#include <autoshard/graph/graph.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>  // getpid
+
+namespace {
+using namespace autoshard;
+
+std::int64_t params_named_like(const model_graph& g, const std::string& prefix) {
+  std::int64_t n = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_parameter() && g[v].name.rfind(prefix, 0) == 0) n += g[v].shape.numel();
+  return n;
+}
+
+// The exception's message, so a CHECK can look for names in it.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+std::string expect_io_error(const std::string& json) {
+  std::istringstream in(json);
+  return error_of<io_error>([&] { read_json(in); });
+}
+std::string expect_graph_error(const std::string& json) {
+  std::istringstream in(json);
+  return error_of<graph_error>([&] { read_json(in); });
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("builders: parameter counts equal the published models'") {
+  // GPT2LMHeadModel (wte tied to lm_head, counted once), as model.num_parameters() reports.
+  CHECK(parameter_count(build_gpt2(transformer_config::gpt2_124m())) == 124'439'808);
+  CHECK(parameter_count(build_gpt2(transformer_config::gpt2_355m())) == 354'823'168);
+  CHECK(parameter_count(build_gpt2(transformer_config::gpt2_774m())) == 774'030'080);
+  CHECK(parameter_count(build_gpt2(transformer_config::gpt2_1_5b())) == 1'557'611'200);
+  // BertModel of bert-base-uncased / bert-large-uncased, pooler included.
+  CHECK(parameter_count(build_bert(transformer_config::bert_base())) == 109'482'240);
+  CHECK(parameter_count(build_bert(transformer_config::bert_large())) == 335'141'888);
+  // LlamaForCausalLM, untied lm_head: LLaMA-7B (Llama-2-7b) and the 70B shape (Llama-2-70b, GQA 8).
+  CHECK(parameter_count(build_llama(transformer_config::llama_7b())) == 6'738'415'616);
+  CHECK(parameter_count(build_llama(transformer_config::llama_70b())) == 68'976'648'192);
+
+  const model_graph g = build_gpt2(transformer_config::gpt2_124m());
+  CHECK(params_named_like(g, "transformer.h.0.") == 7'087'872);  // one block
+  CHECK(params_named_like(g, "transformer.wte.") == 50257LL * 768);
+}
+
+TEST_CASE("builders: Hugging Face names and the weights of each linear") {
+  transformer_config tiny = transformer_config::gpt2(2, 64, 4);
+  tiny.seq = 16;
+  tiny.batch = 2;
+  tiny.mode = run_mode::training;
+  const model_graph g = build_gpt2(tiny);
+  validate(g);
+  auto c_attn = find_vertex(g, "transformer.h.0.attn.c_attn");
+  REQUIRE(c_attn);
+  CHECK(g[*c_attn].kind == op_kind::linear);
+  CHECK(g[*c_attn].attrs.transposed_weight);
+  CHECK(g[*c_attn].shape == tensor_shape{2, 16, 192});
+  CHECK(parameter_names(g, *c_attn) ==
+        std::vector<std::string>{"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"});
+  CHECK(g[*find_vertex(g, "transformer.h.0.attn.c_attn.weight")].shape == tensor_shape{64, 192});  // Conv1D [in,out]
+  CHECK(parameter_names(g, *find_vertex(g, "lm_head")) == std::vector<std::string>{"transformer.wte.weight"});
+  CHECK(find_vertex(g, "loss"));
+  CHECK(g[*find_vertex(g, "loss")].shape.rank == 0);
+  const auto lw = linear_weights(g);
+  CHECK(lw.size() == 2 * 4 + 1);  // c_attn, c_proj, c_fc, mlp.c_proj per block, and lm_head
+
+  transformer_config bt = transformer_config::bert(1, 64, 4);
+  bt.seq = 8;
+  const model_graph b = build_bert(bt);
+  validate(b);
+  CHECK(parameter_names(b, *find_vertex(b, "bert.encoder.layer.0.attention.self.query")) ==
+        std::vector<std::string>{"bert.encoder.layer.0.attention.self.query.weight",
+                                 "bert.encoder.layer.0.attention.self.query.bias"});
+  CHECK(g[*find_vertex(g, "transformer.h.1.attn.attention")].attrs.causal);
+  CHECK_FALSE(b[*find_vertex(b, "bert.encoder.layer.0.attention.self.attention")].attrs.causal);
+
+  transformer_config lt = transformer_config::llama(1, 64, 8, 2, 96);
+  lt.seq = 8;
+  const model_graph l = build_llama(lt);
+  validate(l);
+  CHECK(g[*c_attn].type == dtype::bf16);
+  CHECK(l[*find_vertex(l, "model.layers.0.self_attn.k_proj.weight")].shape == tensor_shape{16, 64});  // 2 kv heads x 8
+  CHECK(parameter_names(l, *find_vertex(l, "model.layers.0.mlp.gate_proj")) ==
+        std::vector<std::string>{"model.layers.0.mlp.gate_proj.weight"});
+  CHECK(l[*find_vertex(l, "model.layers.0.self_attn.attention")].attrs.kv_heads == 2);
+
+  transformer_config bad = tiny;
+  bad.heads = 5;
+  CHECK(contains(error_of<graph_error>([&] { build_gpt2(bad); }), "hidden 64 is not a multiple of heads 5"));
+}
+
+TEST_CASE("JSON round-trip of every builder's graph") {
+  std::vector<std::pair<std::string, model_graph>> graphs;
+  transformer_config small = transformer_config::gpt2(2, 64, 4);
+  small.mode = run_mode::training;
+  graphs.emplace_back("gpt2-train", build_gpt2(small));
+  graphs.emplace_back("gpt2-124m", build_gpt2(transformer_config::gpt2_124m()));
+  graphs.emplace_back("bert-base", build_bert(transformer_config::bert_base()));
+  transformer_config l70 = transformer_config::llama_70b();
+  l70.layers = 2;  // the 70B shape, two layers, keeps the test fast
+  l70.mode = run_mode::training;
+  graphs.emplace_back("llama-70b-shape", build_llama(l70));
+  graphs.emplace_back("llama-7b", build_llama(transformer_config::llama_7b()));
+  for (const auto& [name, g] : graphs) {
+    CAPTURE(name);
+    std::ostringstream out;
+    write_json(out, g);
+    std::istringstream in(out.str());
+    const model_graph h = read_json(in);
+    REQUIRE(boost::num_vertices(h) == boost::num_vertices(g));
+    REQUIRE(boost::num_edges(h) == boost::num_edges(g));
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      CHECK(h[v].name == g[v].name);
+      CHECK(h[v].kind == g[v].kind);
+      CHECK(h[v].shape == g[v].shape);
+      CHECK(h[v].type == g[v].type);
+      CHECK(h[v].attrs == g[v].attrs);
+      CHECK(operands(h, v) == operands(g, v));
+    }
+    CHECK(parameter_count(h) == parameter_count(g));
+    std::ostringstream again;
+    write_json(again, h);
+    CHECK(again.str() == out.str());
+  }
+}
+
+TEST_CASE("JSON errors name the JSON path or the vertex") {
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
+  const std::string x = R"({"name": "x", "kind": "input", "shape": [4, 8], "dtype": "f32"},)";
+  const std::string w = R"({"name": "w", "kind": "parameter", "shape": [6, 8], "dtype": "f32"},)";
+  CHECK(contains(expect_io_error(head + x + w +
+                                 R"({"name": "fc", "kind": "linear", "shape": [4, -6], "dtype": "f32", "inputs": ["x", "w"]}]})"),
+                 "/nodes/2/shape/1: expected a non-negative integer"));
+  CHECK(contains(expect_io_error(head + x + R"({"name": "fc", "kind": "linear", "shape": [4, 6], "dtype": "f32", "inputs": ["x", "nope"]}]})"),
+                 "/nodes/1/inputs/1: no node is called 'nope'"));
+  CHECK(contains(expect_io_error(head + R"({"name": "x", "kind": "input", "shape": [4], "dtype": "f33"}]})"),
+                 "/nodes/0/dtype: unknown dtype 'f33'"));
+  CHECK(contains(expect_io_error(head + R"({"kind": "input", "shape": [4], "dtype": "f32"}]})"),
+                 "/nodes/0: missing \"name\""));
+  CHECK(contains(expect_io_error(head + x + w +
+                                 R"({"name": "fc", "kind": "linear", "shape": [4, 6], "dtype": "f32", "inputs": ["x", "w"], "attrs": {"heads": "two"}}]})"),
+                 "/nodes/2/attrs/heads: expected a non-negative integer"));
+  CHECK(contains(expect_io_error(R"({"nodes": 3})"), "/nodes: expected an array"));
+  CHECK(contains(expect_io_error(R"({"nodes": [)"), "not valid JSON"));
+  CHECK(contains(expect_graph_error(head + R"({"name": "y", "kind": "conv9", "shape": [4], "dtype": "f32"}]})"),
+                 "vertex 'y' (/nodes/0/kind): unknown operator kind 'conv9'"));
+  // well-formed JSON, invalid graph: the shape check names the vertex
+  CHECK(contains(expect_graph_error(head + x + w +
+                                    R"({"name": "fc", "kind": "linear", "shape": [4, 7], "dtype": "f32", "inputs": ["x", "w"]}]})"),
+                 "vertex 'fc' (linear): output shape [4,7] does not match [4,6]"));
+  const std::string path = "/nonexistent/model.json";
+  CHECK(contains(error_of<io_error>([&] { read_json_file(path); }), "cannot open '/nonexistent/model.json'"));
+}
+
+TEST_CASE("validation names the vertex: cycle, operand shape, unknown kind, missing operand") {
+  model_graph g;
+  auto x = add_input(g, "x", {4, 8}, dtype::f32);
+  auto w = add_parameter(g, "fc.weight", {6, 8}, dtype::f32);
+  auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+  auto act = add_op(g, op_kind::relu, "act", {fc});
+  validate(g);
+  CHECK(topological_order(g).front() < topological_order(g).back());
+
+  SUBCASE("operand shape that does not fit, at construction") {
+    auto w2 = add_parameter(g, "fc2.weight", {6, 5}, dtype::f32);
+    CHECK(contains(error_of<graph_error>([&] { add_op(g, op_kind::linear, "fc2", {act, w2}); }),
+                   "vertex 'fc2': linear: input [4,6] has 6 features but weight [6,5] [out,in] expects 5"));
+    CHECK(contains(error_of<graph_error>([&] { add_op(g, op_kind::matmul, "mm", {x, x}); }),
+                   "vertex 'mm': matmul: contraction sizes differ: [4,8] @ [4,8]"));
+  }
+  SUBCASE("operand shape that does not fit, in an edited graph") {
+    g[x].shape = {4, 9};
+    CHECK(contains(error_of<graph_error>([&] { validate(g); }), "vertex 'fc': linear: input [4,9] has 9 features"));
+  }
+  SUBCASE("cycle") {
+    boost::add_edge(act, fc, edge{2}, g);  // fc -> act -> fc
+    const std::string e = error_of<graph_error>([&] { validate(g); });
+    CHECK(contains(e, "cycle"));
+    CHECK(contains(e, "'fc'"));
+    CHECK(contains(e, "'act'"));
+  }
+  SUBCASE("unknown operator kind") {
+    g[act].kind = static_cast<op_kind>(200);
+    CHECK(contains(error_of<graph_error>([&] { validate(g); }), "vertex 'act': unknown operator kind 200"));
+  }
+  SUBCASE("missing operand") {
+    boost::remove_edge(x, fc, g);
+    CHECK(contains(error_of<graph_error>([&] { validate(g); }), "vertex 'fc' (linear): operand 0 is missing"));
+  }
+  SUBCASE("operand given twice") {
+    boost::add_edge(x, act, edge{0}, g);
+    CHECK(contains(error_of<graph_error>([&] { validate(g); }), "vertex 'act' (relu): operand 0 is given twice"));
+  }
+}
+
+TEST_CASE("Graphviz output parses with dot and carries the chosen specs") {
+  transformer_config tiny = transformer_config::gpt2(1, 64, 4);
+  tiny.seq = 16;
+  const model_graph g = build_gpt2(tiny);
+  const std::map<std::string, std::string> plan{{"transformer.h.0.attn.c_attn", "RRS1"},
+                                                {"transformer.h.0.attn.c_proj", "RRRP1"}};
+  std::ostringstream out;
+  write_dot(out, g, plan);
+  const std::string dot = out.str();
+  CHECK(contains(dot, "digraph G {"));
+  CHECK(contains(dot, "transformer.h.0.attn.c_attn\\nlinear [8,16,192] bf16\\nRRS1"));
+  CHECK(contains(dot, "fillcolor="));
+  CHECK(contains(dot, "[label=\"1\"]"));  // operand indices on edges
+  if (std::system("command -v dot > /dev/null 2>&1") != 0) {
+    MESSAGE("graphviz 'dot' not found: skipping the dot -Tsvg parse check");
+    return;
+  }
+  const auto path = std::filesystem::temp_directory_path() / ("autoshard_graph_test_" + std::to_string(::getpid()) + ".dot");
+  {
+    std::ofstream f(path);
+    f << dot;
+  }
+  const std::string cmd = "dot -Tsvg '" + path.string() + "' -o /dev/null";
+  CHECK(std::system(cmd.c_str()) == 0);
+  std::filesystem::remove(path);
+}

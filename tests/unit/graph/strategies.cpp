@@ -1,0 +1,632 @@
+// Strategies of every operator kind, checked numerically: each rank computes its local
+// result from the shards its strategy's input specs give it, a small simulator sums the
+// Partial outputs over their mesh axes, and every rank's piece is compared with the shard
+// of the unsharded result.
+#include <doctest/doctest.h>
+
+#include <autoshard/graph/graph.hpp>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+namespace {
+using namespace autoshard;
+
+// ---------------------------------------------------------------- a tiny dense tensor
+struct dense {
+  tensor_shape shape;
+  std::vector<double> v;
+  explicit dense(tensor_shape s = {}) : shape(s), v(static_cast<std::size_t>(s.numel()), 0.0) {}
+  std::vector<std::int64_t> strides() const {
+    std::vector<std::int64_t> st(shape.rank, 1);
+    for (std::size_t d = shape.rank; d-- > 1;) st[d - 1] = st[d] * shape[d];
+    return st;
+  }
+};
+
+// Calls f(index vector, flat offset) for every element of `s`, row-major.
+void for_each_index(const tensor_shape& s, const std::function<void(const std::vector<std::int64_t>&, std::size_t)>& f) {
+  if (s.numel() == 0) return;
+  std::vector<std::int64_t> idx(s.rank, 0);
+  for (std::size_t flat = 0;; ++flat) {
+    f(idx, flat);
+    std::size_t d = s.rank;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < s[d]) break;
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (s.rank == 0) return;
+  }
+}
+
+std::size_t offset_of(const dense& t, const std::vector<std::int64_t>& idx) {
+  std::int64_t o = 0;
+  auto st = t.strides();
+  for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
+  return static_cast<std::size_t>(o);
+}
+
+dense slice(const dense& t, const shard_box& b) {
+  dense out(b.shape);
+  for_each_index(b.shape, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+    std::vector<std::int64_t> g = i;
+    for (std::size_t d = 0; d < g.size(); ++d) g[d] += b.offset[d];
+    out.v[flat] = t.v[offset_of(t, g)];
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------- reference operators
+// What a rank knows beyond its local operands: the global shapes and where its pieces lie.
+struct op_context {
+  std::vector<tensor_shape> global_in;
+  tensor_shape global_out;
+  std::vector<tensor_shape> in_offset;
+  tensor_shape out_shape;  // local output shape (reshape needs it)
+};
+
+dense unary(const dense& x, const std::function<double(double)>& f) {
+  dense o(x.shape);
+  for (std::size_t i = 0; i < x.v.size(); ++i) o.v[i] = f(x.v[i]);
+  return o;
+}
+
+dense broadcast_binary(const dense& a, const dense& b, const std::function<double(double, double)>& f) {
+  tensor_shape s;
+  s.rank = std::max(a.shape.rank, b.shape.rank);
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    const std::int64_t da = i < a.shape.rank ? a.shape[a.shape.rank - 1 - i] : 1;
+    const std::int64_t db = i < b.shape.rank ? b.shape[b.shape.rank - 1 - i] : 1;
+    s[s.rank - 1 - i] = std::max(da, db);
+  }
+  dense o(s);
+  for_each_index(s, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+    auto pick = [&](const dense& t) {
+      std::vector<std::int64_t> j(t.shape.rank);
+      for (std::size_t d = 0; d < t.shape.rank; ++d) {
+        const std::size_t od = s.rank - t.shape.rank + d;
+        j[d] = t.shape[d] == 1 ? 0 : i[od];
+      }
+      return t.v[offset_of(t, j)];
+    };
+    o.v[flat] = f(pick(a), pick(b));
+  });
+  return o;
+}
+
+// rows over the last dim: calls f(row pointer in, row pointer out, length)
+dense rowwise(const dense& x, const std::function<void(const double*, double*, std::int64_t, std::int64_t)>& f) {
+  dense o(x.shape);
+  const std::int64_t n = x.shape.rank ? x.shape[x.shape.rank - 1u] : 1;
+  for (std::int64_t r = 0; n > 0 && r * n < static_cast<std::int64_t>(x.v.size()); ++r)
+    f(x.v.data() + r * n, o.v.data() + r * n, n, r);
+  return o;
+}
+
+dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
+  const op_attrs& a = nd.attrs;
+  switch (nd.kind) {
+    case op_kind::linear: {
+      const dense& x = in[0];
+      const dense& w = in[1];
+      const std::int64_t C = x.shape[x.shape.rank - 1u];
+      const std::int64_t O = a.transposed_weight ? w.shape[1] : w.shape[0];
+      tensor_shape s = x.shape;
+      s[s.rank - 1u] = O;
+      dense o(s);
+      const std::int64_t rows = C ? static_cast<std::int64_t>(x.v.size()) / C : s.numel() / std::max<std::int64_t>(O, 1);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < O; ++j) {
+          double acc = in.size() == 3 ? in[2].v[static_cast<std::size_t>(j)] : 0.0;
+          for (std::int64_t k = 0; k < C; ++k)
+            acc += x.v[static_cast<std::size_t>(r * C + k)] *
+                   w.v[static_cast<std::size_t>(a.transposed_weight ? k * O + j : j * C + k)];
+          o.v[static_cast<std::size_t>(r * O + j)] = acc;
+        }
+      return o;
+    }
+    case op_kind::matmul: {
+      const dense& x = in[0];
+      const dense& y = in[1];
+      const std::int64_t M = x.shape[x.shape.rank - 2u], K = x.shape[x.shape.rank - 1u], N = y.shape[y.shape.rank - 1u];
+      tensor_shape s = x.shape;
+      s[s.rank - 1u] = N;
+      dense o(s);
+      const std::int64_t batches = (M * K) != 0 ? static_cast<std::int64_t>(x.v.size()) / (M * K) : s.numel() / std::max<std::int64_t>(M * N, 1);
+      for (std::int64_t bt = 0; bt < batches; ++bt)
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < N; ++j) {
+            double acc = 0;
+            for (std::int64_t k = 0; k < K; ++k)
+              acc += x.v[static_cast<std::size_t>(bt * M * K + i * K + k)] *
+                     y.v[static_cast<std::size_t>((y.shape.rank > 2 ? bt * K * N : 0) + k * N + j)];
+            o.v[static_cast<std::size_t>(bt * M * N + i * N + j)] = acc;
+          }
+      return o;
+    }
+    case op_kind::gelu: return unary(in[0], [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v))); });
+    case op_kind::silu: return unary(in[0], [](double v) { return v / (1 + std::exp(-v)); });
+    case op_kind::relu: return unary(in[0], [](double v) { return v > 0 ? v : 0.0; });
+    case op_kind::tanh: return unary(in[0], [](double v) { return std::tanh(v); });
+    case op_kind::exp: return unary(in[0], [](double v) { return std::exp(v); });
+    case op_kind::dropout: return in[0];
+    case op_kind::rotary: {
+      const dense& x = in[0];
+      const std::size_t r = x.shape.rank;
+      const std::int64_t D = c.global_in[0][r - 1] / a.heads;
+      const std::int64_t e_off = c.in_offset[0][r - 1], s_off = c.in_offset[0][r - 2];
+      REQUIRE(e_off % D == 0);  // whole heads per rank
+      dense o(x.shape);
+      for_each_index(x.shape, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+        const std::int64_t j = (i[r - 1] + e_off) % D, pair = j - j % 2;
+        const double theta = static_cast<double>(i[r - 2] + s_off) * std::pow(100.0, -static_cast<double>(pair) / static_cast<double>(D));
+        std::vector<std::int64_t> k = i;
+        k[r - 1] += (j % 2 == 0) ? 1 : -1;
+        const double other = x.v[offset_of(x, k)];
+        o.v[flat] = j % 2 == 0 ? x.v[flat] * std::cos(theta) - other * std::sin(theta)
+                               : other * std::sin(theta) + x.v[flat] * std::cos(theta);
+      });
+      return o;
+    }
+    case op_kind::add: return broadcast_binary(in[0], in[1], [](double p, double q) { return p + q; });
+    case op_kind::sub: return broadcast_binary(in[0], in[1], [](double p, double q) { return p - q; });
+    case op_kind::mul: return broadcast_binary(in[0], in[1], [](double p, double q) { return p * q; });
+    case op_kind::div: return broadcast_binary(in[0], in[1], [](double p, double q) { return p / q; });
+    case op_kind::layer_norm:
+    case op_kind::rms_norm: {
+      const bool ln = nd.kind == op_kind::layer_norm;
+      return rowwise(in[0], [&](const double* x, double* y, std::int64_t n, std::int64_t) {
+        double mean = 0, var = 0;
+        for (std::int64_t i = 0; i < n; ++i) mean += x[i] / static_cast<double>(n);
+        if (!ln) mean = 0;
+        for (std::int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean) / static_cast<double>(n);
+        for (std::int64_t i = 0; i < n; ++i) {
+          y[i] = (x[i] - mean) / std::sqrt(var + 1e-5);
+          if (in.size() > 1) y[i] *= in[1].v[static_cast<std::size_t>(i)];
+          if (in.size() > 2) y[i] += in[2].v[static_cast<std::size_t>(i)];
+        }
+      });
+    }
+    case op_kind::softmax: {
+      const dense& x = in[0];
+      const auto ax = static_cast<std::size_t>(a.axis < 0 ? a.axis + x.shape.rank : a.axis);
+      dense o(x.shape);
+      for_each_index(x.shape, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+        std::vector<std::int64_t> k = i;
+        double mx = -1e300, sum = 0;
+        for (k[ax] = 0; k[ax] < x.shape[ax]; ++k[ax]) mx = std::max(mx, x.v[offset_of(x, k)]);
+        for (k[ax] = 0; k[ax] < x.shape[ax]; ++k[ax]) sum += std::exp(x.v[offset_of(x, k)] - mx);
+        o.v[flat] = std::exp(x.v[flat] - mx) / sum;
+      });
+      return o;
+    }
+    case op_kind::embedding: {
+      const dense& ids = in[0];
+      const dense& tab = in[1];
+      const std::int64_t rows = tab.shape[0], H = tab.shape[1], row_off = c.in_offset[1][0];
+      tensor_shape s = ids.shape;
+      s.dims[s.rank++] = H;
+      dense o(s);
+      for (std::size_t i = 0; i < ids.v.size(); ++i) {
+        const auto id = static_cast<std::int64_t>(ids.v[i]) - row_off;
+        if (id < 0 || id >= rows) continue;  // another rank's rows (vocab-parallel)
+        for (std::int64_t h = 0; h < H; ++h) o.v[i * static_cast<std::size_t>(H) + static_cast<std::size_t>(h)] = tab.v[static_cast<std::size_t>(id * H + h)];
+      }
+      return o;
+    }
+    case op_kind::reshape: {
+      dense o(c.out_shape);
+      REQUIRE(o.v.size() == in[0].v.size());
+      o.v = in[0].v;
+      return o;
+    }
+    case op_kind::transpose: {
+      const dense& x = in[0];
+      tensor_shape s = x.shape;
+      for (std::size_t d = 0; d < s.rank; ++d) s[d] = x.shape[static_cast<std::size_t>(a.dims[d])];
+      dense o(s);
+      for_each_index(s, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+        std::vector<std::int64_t> j(s.rank);
+        for (std::size_t d = 0; d < s.rank; ++d) j[static_cast<std::size_t>(a.dims[d])] = i[d];
+        o.v[flat] = x.v[offset_of(x, j)];
+      });
+      return o;
+    }
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean: {
+      const dense& x = in[0];
+      std::vector<bool> red(x.shape.rank, false);
+      double count = 1;
+      for (std::int64_t d : a.dims) {
+        red[static_cast<std::size_t>(d)] = true;
+        count *= static_cast<double>(c.global_in[0][static_cast<std::size_t>(d)]);
+      }
+      tensor_shape s;
+      for (std::size_t d = 0; d < x.shape.rank; ++d)
+        if (!red[d]) s.dims[s.rank++] = x.shape[d];
+      dense o(s);
+      for_each_index(x.shape, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+        std::vector<std::int64_t> j;
+        for (std::size_t d = 0; d < i.size(); ++d)
+          if (!red[d]) j.push_back(i[d]);
+        o.v[offset_of(o, j)] += x.v[flat] / (nd.kind == op_kind::reduce_mean ? count : 1.0);
+      });
+      return o;
+    }
+    case op_kind::concat:
+    case op_kind::split: {
+      const auto ax = static_cast<std::size_t>(a.axis < 0 ? a.axis + in[0].shape.rank : a.axis);
+      tensor_shape s = in[0].shape;
+      if (nd.kind == op_kind::split) s[ax] = a.length;
+      else
+        for (std::size_t k = 1; k < in.size(); ++k) s[ax] += in[k].shape[ax];
+      dense o(s);
+      for_each_index(s, [&](const std::vector<std::int64_t>& i, std::size_t flat) {
+        std::vector<std::int64_t> j = i;
+        std::size_t src = 0;
+        if (nd.kind == op_kind::split) j[ax] += a.start;
+        else
+          while (j[ax] >= in[src].shape[ax]) j[ax] -= in[src++].shape[ax];
+        o.v[flat] = in[src].v[offset_of(in[src], j)];
+      });
+      return o;
+    }
+    case op_kind::attention: {
+      const dense &q = in[0], &k = in[1], &v = in[2];
+      const std::int64_t D = c.global_in[0][2] / a.heads;
+      const std::int64_t B = q.shape[0], S = q.shape[1], Sk = k.shape[1];
+      const std::int64_t hq = q.shape[2] / D, hkv = k.shape[2] / D;
+      dense o(q.shape);
+      if (hq == 0 || B == 0) return o;
+      const std::int64_t group = hq / hkv;
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < hq; ++h)
+          for (std::int64_t i = 0; i < S; ++i) {
+            std::vector<double> p(static_cast<std::size_t>(Sk));
+            double mx = -1e300, sum = 0;
+            for (std::int64_t j = 0; j < Sk; ++j) {
+              double dot = 0;
+              for (std::int64_t d = 0; d < D; ++d)
+                dot += q.v[offset_of(q, {b, i, h * D + d})] * k.v[offset_of(k, {b, j, (h / group) * D + d})];
+              p[static_cast<std::size_t>(j)] = (a.causal && j > i) ? -1e300 : dot / std::sqrt(static_cast<double>(D));
+              mx = std::max(mx, p[static_cast<std::size_t>(j)]);
+            }
+            for (auto& x : p) sum += (x = (x <= -1e299 ? 0.0 : std::exp(x - mx)));
+            for (std::int64_t d = 0; d < D; ++d) {
+              double acc = 0;
+              for (std::int64_t j = 0; j < Sk; ++j) acc += p[static_cast<std::size_t>(j)] / sum * v.v[offset_of(v, {b, j, (h / group) * D + d})];
+              o.v[offset_of(o, {b, i, h * D + d})] = acc;
+            }
+          }
+      return o;
+    }
+    case op_kind::cross_entropy: {
+      double n_rows = 1;
+      for (std::int64_t d : c.global_in[1]) n_rows *= static_cast<double>(d);
+      dense o(tensor_shape{});
+      rowwise(in[0], [&](const double* x, double*, std::int64_t n, std::int64_t r) {
+        double mx = -1e300, sum = 0;
+        for (std::int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+        for (std::int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
+        const auto label = static_cast<std::int64_t>(in[1].v[static_cast<std::size_t>(r)]);
+        o.v[0] += (std::log(sum) + mx - x[label]) / n_rows;
+      });
+      return o;
+    }
+    default: FAIL("no reference for " << to_string(nd.kind)); return dense{};
+  }
+}
+
+// ---------------------------------------------------------------- the simulator
+// Rank r's copy of a global tensor under `spec`: its block, and zeros where a Partial axis
+// gives the value to coordinate 0 only (what a local R -> P conversion produces).
+dense local_piece(const device_mesh& m, const sharding_spec& spec, const dense& global, int r) {
+  dense out = slice(global, local_box(m, spec, global.shape, r));
+  auto coord = m.coordinate(r);
+  for (std::size_t a = 0; a < spec.mesh_rank; ++a)
+    if (spec[a].is_partial() && coord[a] != 0) std::fill(out.v.begin(), out.v.end(), 0.0);
+  return out;
+}
+
+int checked_strategies = 0;
+
+// Runs every strategy of vertex `v` on mesh `m` and compares with the unsharded result.
+void check_all_strategies(const model_graph& g, vertex_t v, const device_mesh& m, const std::vector<dense>& globals,
+                          std::size_t min_strategies = 2) {
+  const node& nd = g[v];
+  op_context gc;
+  for (const dense& t : globals) {
+    gc.global_in.push_back(t.shape);
+    gc.in_offset.push_back(tensor_shape(std::vector<std::int64_t>(t.shape.rank, 0)));
+  }
+  gc.global_out = nd.shape;
+  gc.out_shape = nd.shape;
+  const dense want = apply(nd, globals, gc);
+  REQUIRE(want.shape == nd.shape);
+  const auto strategies = enumerate_strategies(g, v, m);
+  CHECK(strategies.size() >= min_strategies);
+  for (const strategy& s : strategies) {
+    CAPTURE(nd.name);
+    CAPTURE(s.name);
+    REQUIRE(s.inputs.size() == globals.size());
+    std::vector<dense> local_out;
+    for (int r = 0; r < m.num_ranks(); ++r) {
+      op_context c = gc;
+      std::vector<dense> ins;
+      for (std::size_t i = 0; i < globals.size(); ++i) {
+        ins.push_back(local_piece(m, s.inputs[i], globals[i], r));
+        c.in_offset[i] = local_box(m, s.inputs[i], globals[i].shape, r).offset;
+      }
+      c.out_shape = local_shape(m, s.output, nd.shape, r);
+      local_out.push_back(apply(nd, ins, c));
+      REQUIRE(local_out.back().shape == c.out_shape);
+    }
+    for (int r = 0; r < m.num_ranks(); ++r) {
+      dense got = local_out[static_cast<std::size_t>(r)];
+      // settle Partial axes: sum over every rank that differs from r only on those axes
+      auto coord = m.coordinate(r);
+      for (int q = 0; q < m.num_ranks(); ++q) {
+        if (q == r) continue;
+        auto cq = m.coordinate(q);
+        bool same_elsewhere = true;
+        for (std::size_t a = 0; a < m.ndim(); ++a)
+          same_elsewhere = same_elsewhere && (s.output[a].is_partial() || cq[a] == coord[a]);
+        if (!same_elsewhere) continue;
+        for (std::size_t i = 0; i < got.v.size(); ++i) got.v[i] += local_out[static_cast<std::size_t>(q)].v[i];
+      }
+      const dense expect = slice(want, local_box(m, s.output, nd.shape, r));
+      REQUIRE(got.shape == expect.shape);
+      for (std::size_t i = 0; i < got.v.size(); ++i) {
+        CAPTURE(r);
+        CAPTURE(i);
+        REQUIRE(got.v[i] == doctest::Approx(expect.v[i]).epsilon(1e-9));
+      }
+    }
+    ++checked_strategies;
+  }
+}
+
+// A one-operator graph over fresh inputs, filled with seeded values.
+struct one_op {
+  model_graph g;
+  std::vector<vertex_t> ins;
+  std::vector<dense> values;
+  std::mt19937 rng{1234};
+  vertex_t add(const std::string& name, tensor_shape s, dtype t = dtype::f32, std::int64_t int_range = 0) {
+    ins.push_back(add_input(g, name, s, t));
+    dense d(s);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::uniform_int_distribution<std::int64_t> ui(0, std::max<std::int64_t>(int_range - 1, 0));
+    for (double& x : d.v) x = int_range ? static_cast<double>(ui(rng)) : u(rng);
+    values.push_back(std::move(d));
+    return ins.back();
+  }
+  void check(op_kind k, op_attrs a = {}, std::size_t min_strategies = 2) {
+    model_graph h = g;
+    std::vector<vertex_t> ops = ins;
+    std::vector<tensor_shape> shapes;
+    for (vertex_t u : ops) shapes.push_back(h[u].shape);
+    const tensor_shape out = infer_shape(k, a, shapes);
+    vertex_t v = boost::add_vertex(node{"op", k, a, out, dtype::f32}, h);
+    for (std::size_t i = 0; i < ops.size(); ++i) boost::add_edge(ops[i], v, edge{static_cast<int>(i)}, h);
+    validate(h);
+    check_all_strategies(h, v, device_mesh{2, 2}, values, min_strategies);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("matmul strategy counts follow DTensor's einsum generator") {
+  model_graph g;
+  const device_mesh m{2, 2};
+  strategy_options all;
+  all.drop_empty_shards = false;
+  SUBCASE("mm: 4 options (R, m, n, k) per axis, 16 on a 2-D mesh") {
+    auto a = add_input(g, "a", {8, 16}, dtype::f32);
+    auto b = add_input(g, "b", {16, 4}, dtype::f32);
+    auto c = add_op(g, op_kind::matmul, "mm", {a, b});
+    CHECK(enumerate_strategies(g, c, m, all).size() == 16);
+    CHECK(enumerate_strategies(g, c, device_mesh{2, 2, 2}, all).size() == 64);
+    CHECK(enumerate_strategies(g, c, device_mesh{8}, all).size() == 4);
+  }
+  SUBCASE("bmm: 5 options (R, b, m, n, k) per axis, 25 on a 2-D mesh") {
+    auto a = add_input(g, "a", {4, 8, 16}, dtype::f32);
+    auto b = add_input(g, "b", {4, 16, 4}, dtype::f32);
+    auto c = add_op(g, op_kind::matmul, "bmm", {a, b});
+    CHECK(enumerate_strategies(g, c, m, all).size() == 25);
+  }
+  SUBCASE("the filter drops dims smaller than their shard count, the even policy uneven ones") {
+    // m=2, k=16, n=4 on a 2x4 mesh. Sharding m on the 4-wide axis 1 (4 combinations) cuts
+    // 2 rows 4 ways; n on both axes cuts 4 columns 8 ways: 16 - 4 - 1 = 11 remain.
+    auto a = add_input(g, "a", {2, 16}, dtype::f32);
+    auto b = add_input(g, "b", {16, 4}, dtype::f32);
+    auto c = add_op(g, op_kind::matmul, "mm", {a, b});
+    const device_mesh m24{2, 4};
+    CHECK(enumerate_strategies(g, c, m24, all).size() == 16);
+    CHECK(enumerate_strategies(g, c, m24).size() == 11);
+    // m=5: over axis 0 it is cut 3,2 (uneven, kept by default, dropped by the even policy);
+    // over axis 1 it is cut 2,2,1,0 (an empty shard: always dropped), over both 8 ways.
+    auto a5 = add_input(g, "a5", {5, 16}, dtype::f32);
+    auto c5 = add_op(g, op_kind::matmul, "mm5", {a5, b});
+    strategy_options even;
+    even.even_split_only = true;
+    CHECK(enumerate_strategies(g, c5, m24).size() == 11);
+    CHECK(enumerate_strategies(g, c5, m24, even).size() == 8);
+    for (const strategy& s : enumerate_strategies(g, c5, m24, even)) CHECK(divides_evenly(m24, s.output, {5, 4}));
+  }
+}
+
+TEST_CASE("every strategy of every operator kind computes the sharded result") {
+  checked_strategies = 0;
+  std::map<op_kind, bool> covered;
+  auto run = [&](op_kind k, const std::function<void(one_op&)>& setup, op_attrs a = {}, std::size_t min_s = 2) {
+    one_op t;
+    setup(t);
+    t.check(k, a, min_s);
+    covered[k] = true;
+  };
+  op_attrs conv1d;
+  conv1d.transposed_weight = true;
+  run(op_kind::linear, [](one_op& t) { t.add("x", {4, 3, 6}); t.add("w", {5, 6}); t.add("b", {5}); });
+  run(op_kind::linear, [](one_op& t) { t.add("x", {4, 6}); t.add("w", {6, 4}); }, conv1d);
+  run(op_kind::matmul, [](one_op& t) { t.add("a", {4, 6}); t.add("b", {6, 5}); });
+  run(op_kind::matmul, [](one_op& t) { t.add("a", {2, 4, 6}); t.add("b", {2, 6, 4}); });
+  run(op_kind::matmul, [](one_op& t) { t.add("a", {2, 3, 4}); t.add("b", {4, 2}); });
+  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+    run(k, [](one_op& t) { t.add("x", {4, 3, 5}); });
+  op_attrs rot;
+  rot.heads = 2;
+  run(op_kind::rotary, [](one_op& t) { t.add("x", {2, 4, 8}); }, rot);
+  for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul})
+    run(k, [](one_op& t) { t.add("x", {4, 3, 6}); t.add("y", {6}); });
+  run(op_kind::add, [](one_op& t) { t.add("x", {4, 1, 6}); t.add("y", {1, 3, 6}); });
+  run(op_kind::div, [](one_op& t) {
+    t.add("x", {4, 6});
+    t.add("y", {4, 6});
+    for (double& v : t.values[1].v) v = 1.5 + v;  // keep away from zero
+  });
+  run(op_kind::layer_norm, [](one_op& t) { t.add("x", {4, 3, 6}); t.add("w", {6}); t.add("b", {6}); });
+  run(op_kind::rms_norm, [](one_op& t) { t.add("x", {4, 6}); t.add("w", {6}); });
+  op_attrs sm;
+  sm.axis = 1;
+  run(op_kind::softmax, [](one_op& t) { t.add("x", {4, 5, 2}); }, sm);
+  run(op_kind::embedding, [](one_op& t) { t.add("ids", {4, 3}, dtype::i64, 10); t.add("table", {10, 6}); });
+  op_attrs rs;
+  rs.dims = {4, 3, 2, 4};
+  run(op_kind::reshape, [](one_op& t) { t.add("x", {4, 6, 4}); }, rs);
+  rs.dims = {8, 12};
+  run(op_kind::reshape, [](one_op& t) { t.add("x", {4, 2, 3, 4}); }, rs);
+  op_attrs tp;
+  tp.dims = {2, 0, 1};
+  run(op_kind::transpose, [](one_op& t) { t.add("x", {4, 3, 6}); }, tp);
+  op_attrs red;
+  red.dims = {0, 2};
+  run(op_kind::reduce_sum, [](one_op& t) { t.add("x", {4, 3, 6}); }, red);
+  run(op_kind::reduce_mean, [](one_op& t) { t.add("x", {4, 3, 6}); }, red);
+  op_attrs cat;
+  cat.axis = 1;
+  run(op_kind::concat, [](one_op& t) { t.add("x", {4, 3, 6}); t.add("y", {4, 2, 6}); }, cat);
+  op_attrs sp;
+  sp.axis = 2;
+  sp.start = 2;
+  sp.length = 3;
+  run(op_kind::split, [](one_op& t) { t.add("x", {4, 3, 6}); }, sp);
+  op_attrs att;
+  att.heads = 4;
+  att.kv_heads = 2;
+  att.causal = true;
+  run(op_kind::attention, [](one_op& t) { t.add("q", {2, 3, 8}); t.add("k", {2, 3, 4}); t.add("v", {2, 3, 4}); }, att);
+  att.kv_heads = 4;
+  att.causal = false;
+  run(op_kind::attention, [](one_op& t) { t.add("q", {4, 3, 8}); t.add("k", {4, 5, 8}); t.add("v", {4, 5, 8}); }, att);
+  run(op_kind::cross_entropy, [](one_op& t) { t.add("logits", {4, 3, 7}); t.add("labels", {4, 3}, dtype::i64, 7); });
+
+  for (op_kind k : all_op_kinds)
+    if (is_source(k)) CHECK_FALSE(covered.count(k));
+    else {
+      CAPTURE(to_string(k));
+      CHECK(covered.count(k) == 1);
+    }
+  MESSAGE("checked " << checked_strategies << " strategies numerically");
+  CHECK(checked_strategies > 300);
+}
+
+TEST_CASE("strategy costs: compute, training communication, memory") {
+  model_graph g;
+  const device_mesh m = make_mesh_2d(2, 2, 25e9, 300e9);
+  auto x = add_input(g, "x", {64, 1024}, dtype::bf16);
+  auto w = add_parameter(g, "fc.weight", {4096, 1024}, dtype::bf16);
+  auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+  const auto parse = [](const char* s, int rank) { return parse_spec(s, 2, rank); };
+  auto find = [&](const std::vector<strategy>& ss, const sharding_spec& a, const sharding_spec& b) -> const strategy& {
+    for (const strategy& s : ss)
+      if (s.inputs[0] == a && s.inputs[1] == b) return s;
+    FAIL("strategy not found");
+    return ss.front();
+  };
+  strategy_options infer, train;
+  train.mode = run_mode::training;
+  const auto si = enumerate_strategies(g, fc, m, infer);
+  const auto st = enumerate_strategies(g, fc, m, train);
+  CHECK(si.size() == 16);  // labels b, o, c (+R) on two axes
+
+  // data parallel on axis 0 and column parallel on axis 1: x S0R, W RS0 (out dim on axis 1)
+  const strategy& dp = find(si, parse("S0R", 2), parse("S1R", 2));
+  CHECK(dp.output == parse("S0S1", 2));
+  const double flops = 2.0 * 32 * 2048 * 1024;
+  const double bytes = (32.0 * 1024 + 2048.0 * 1024 + 32.0 * 2048) * 2;
+  CHECK(dp.compute_seconds == doctest::Approx(flops / 312e12 + bytes / 2e12));
+  CHECK(dp.comm_seconds == 0.0);
+  CHECK(dp.memory_bytes == 32 * 2048 * 2);
+  // training: x is Replicate on axis 1 where the weight's out dim is sharded -> dx is Partial
+  // there (all-reduce of the local x); W is Replicate on axis 0 where the batch is sharded
+  // -> the data-parallel gradient all-reduce of the local W.
+  const strategy& dpt = find(st, parse("S0R", 2), parse("S1R", 2));
+  const double dx = collective_time(collective::all_reduce, m.link(1), 2, 32.0 * 1024 * 2);
+  const double dw = collective_time(collective::all_reduce, m.link(0), 2, 2048.0 * 1024 * 2);
+  CHECK(dpt.comm_seconds == doctest::Approx(dx + dw));
+  CHECK(dpt.compute_seconds == doctest::Approx(3 * dp.compute_seconds));
+  // fully replicated: nothing to reduce
+  CHECK(find(st, parse("RR", 2), parse("RR", 2)).comm_seconds == 0.0);
+  // row parallel (contraction on both axes): output Partial, no gradient reduction
+  const strategy& rp = find(st, parse("RS01", 2), parse("RS01", 2));
+  CHECK(rp.output == parse("RRP01", 2));
+  CHECK(rp.comm_seconds == 0.0);
+  // a parameter's memory: its local shard, x4 in training (weight, gradient, two moments)
+  const auto pw = enumerate_strategies(g, w, m, train);
+  CHECK(pw.size() == 9);
+  for (const strategy& s : pw)
+    CHECK(s.memory_bytes == 4 * max_local_shape(m, s.output, {4096, 1024}).numel() * 2);
+}
+
+TEST_CASE("edge resharding cost matrix is the priced redistribute plan") {
+  model_graph g;
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
+  auto x = add_input(g, "x", {64, 1000}, dtype::f32);
+  auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::f32);
+  auto b = add_parameter(g, "fc.bias", {512}, dtype::f32);
+  auto fc = add_op(g, op_kind::linear, "fc", {x, w, b});
+  auto act = add_op(g, op_kind::gelu, "act", {fc});
+  const auto sx = enumerate_strategies(g, x, m);
+  const auto sb = enumerate_strategies(g, b, m);
+  const auto sfc = enumerate_strategies(g, fc, m);
+  const auto sact = enumerate_strategies(g, act, m);
+  for (strategy_options opt : {strategy_options{}, strategy_options{device_model{}, run_mode::training}}) {
+    const double k = opt.mode == run_mode::training ? 2.0 : 1.0;
+    const edge_t e = boost::edge(fc, act, g).first;
+    const cost_matrix r = resharding_costs(g, e, sfc, sact, m, opt);
+    REQUIRE(r.rows == sfc.size());
+    REQUIRE(r.cols == sact.size());
+    for (std::size_t i = 0; i < r.rows; ++i)
+      for (std::size_t j = 0; j < r.cols; ++j) {
+        const auto plan = plan_redistribute(m, sfc[i].output, sact[j].inputs[0]);
+        CHECK(r(i, j) == doctest::Approx(k * price_plan(m, plan, {64, 512}, dtype::f32).seconds));
+        if (sfc[i].output == sact[j].inputs[0]) CHECK(r(i, j) == 0.0);
+      }
+    // x -> fc operand 0 (uneven 1000 over 4 is padded, as core prices it)
+    const cost_matrix rx = resharding_costs(g, boost::edge(x, fc, g).first, sx, sfc, m, opt);
+    for (std::size_t i = 0; i < rx.rows; ++i)
+      for (std::size_t j = 0; j < rx.cols; ++j)
+        CHECK(rx(i, j) == doctest::Approx(k * redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)));
+    // bias -> fc operand 2: Replicate -> Partial is free; Shard -> Partial gathers first
+    const cost_matrix rb = resharding_costs(g, boost::edge(b, fc, g).first, sb, sfc, m, opt);
+    std::size_t partial_cols = 0;
+    for (std::size_t j = 0; j < rb.cols; ++j) {
+      if (!sfc[j].inputs[2].has_partial()) continue;
+      ++partial_cols;
+      for (std::size_t i = 0; i < rb.rows; ++i) {
+        sharding_spec via = sfc[j].inputs[2];
+        for (std::size_t a = 0; a < 2; ++a)
+          if (via[a].is_partial() && sb[i].output[a].is_shard()) via[a] = Replicate();
+        CHECK(std::isfinite(rb(i, j)));
+        CHECK(rb(i, j) == doctest::Approx(k * redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32)));
+        if (sb[i].output.is_replicated()) CHECK(rb(i, j) == 0.0);
+      }
+    }
+    CHECK(partial_cols > 0);
+  }
+}

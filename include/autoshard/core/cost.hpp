@@ -9,8 +9,9 @@
 /// Uneven shards are padded to ceil(n/k) for the collective; padding counts as bytes.
 /// Sizes are taken at mesh coordinate 0, which holds the largest shard under the chunk rule.
 ///   constexpr auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);
-///   constexpr auto c = autoshard::price_plan(m, autoshard::plan_redistribute(m, "S0R"_spec, "RR"_spec),
-///                                            {1024, 768}, autoshard::dtype::f32);
+///   constexpr auto c = autoshard::price_plan(
+///       m, autoshard::plan_redistribute(m, autoshard::parse_spec("S0R", 2), autoshard::parse_spec("RR", 2)),
+///       {1024, 768}, autoshard::dtype::f32);   // one all-gather over the 2 nodes, c.seconds ~ 83 us
 #include <array>    // std::array
 #include <cstdint>  // std::int64_t
 

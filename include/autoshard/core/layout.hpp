@@ -5,7 +5,7 @@
 /// Two mesh axes on one tensor dim split axis by axis, outer (lower) axis first.
 ///   constexpr auto m = autoshard::device_mesh{2, 4};
 ///   constexpr auto b = autoshard::local_box(m, "S01R"_spec, {10, 3}, 5);
-///   static_assert(b.shape[0] == 1 && b.offset[0] == 7);
+///   static_assert(b.shape[0] == 2 && b.offset[0] == 7);   // [0,5) then 2,2,1,0 of [5,10)
 #include <cstdint>  // std::int64_t
 
 #include "error.hpp"  // shape_error

@@ -11,6 +11,7 @@
 #include <span>              // std::dynamic_extent
 #include <string>            // std::string
 #include <string_view>       // std::string_view
+#include <type_traits>       // std::conditional_t
 #include <vector>            // std::vector
 
 #include "error.hpp"  // spec_error, shape_error
@@ -42,7 +43,10 @@ class mesh_extents {
     for (std::size_t i = 0; i < axis; ++i) k += static_sizes[i] == dyn ? 1 : 0;
     return k;
   }
-  [[no_unique_address]] std::array<int, n_dynamic> dynamic_{};
+  struct no_dynamic_sizes {};
+  // std::array<int, 0> is not an empty type, so an all-static mesh stores a tag instead.
+  using storage = std::conditional_t<n_dynamic == 0, no_dynamic_sizes, std::array<int, n_dynamic>>;
+  [[no_unique_address]] storage dynamic_{};
 
  public:
   static constexpr std::size_t rank() noexcept { return sizeof...(Sizes); }
@@ -59,7 +63,8 @@ class mesh_extents {
       if (s < 1) throw shape_error("a mesh axis size must be at least 1, got " + std::to_string(s));
   }
   constexpr int size(std::size_t axis) const noexcept {
-    return static_sizes[axis] == dyn ? dynamic_[dynamic_index(axis)] : static_cast<int>(static_sizes[axis]);
+    if constexpr (n_dynamic == 0) return static_cast<int>(static_sizes[axis]);
+    else return static_sizes[axis] == dyn ? dynamic_[dynamic_index(axis)] : static_cast<int>(static_sizes[axis]);
   }
 };
 

@@ -3,8 +3,8 @@
 /// DTensor's default order (undo mismatched inner axes last-to-first, then re-shard
 /// first-to-last). The structure depends only on the placements (and which mesh axes
 /// have size 1), so with static specs the plan is a constant expression:
-///   constexpr auto p = autoshard::plan_redistribute("S0R"_spec, "RS0"_spec);
-///   static_assert(p.size() == 2 && p[0].kind == autoshard::collective::all_gather);
+///   constexpr auto p = autoshard::plan_redistribute("[S(0),S(0)]"_spec, "[R,S(0)]"_spec);
+///   static_assert(p.size() == 3 && p[0].mesh_axis == 1 && p[0].kind == autoshard::collective::all_gather);
 #include <array>    // std::array
 #include <cstdint>  // std::uint8_t
 #include <ostream>  // std::ostream

@@ -91,3 +91,20 @@ if(AUTOSHARD_ENABLE_CUDA)
     endif()
   endif()
 endif()
+
+# The device area (include/autoshard/device): CUDA placement and the NCCL backend, on top of
+# the tensor area. NCCL ships no CMake config: the build links the located library through
+# autoshard_nccl_lib; the installed package records its absolute path.
+if(AUTOSHARD_HAVE_CUDA)
+  set(_cuda_extra "")
+  if(NOT TARGET autoshard_gloo)  # nccl.hpp implements the communicator concept of comm/
+    set(_cuda_extra "${PROJECT_SOURCE_DIR}/include/autoshard/comm/communicator.hpp")
+  endif()
+  autoshard_area(autoshard_cuda cuda device
+                 DEPS autoshard_tensor CUDA::cudart "$<BUILD_INTERFACE:autoshard_nccl_lib>"
+                      "$<INSTALL_INTERFACE:${NCCL_LIBRARY}>"
+                 EXTRA_HEADERS ${_cuda_extra})
+  if(TARGET autoshard_cuda)
+    target_include_directories(autoshard_cuda SYSTEM INTERFACE "$<INSTALL_INTERFACE:${NCCL_INCLUDE_DIR}>")
+  endif()
+endif()

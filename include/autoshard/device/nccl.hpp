@@ -310,6 +310,7 @@ class nccl_communicator {
 
   void all_reduce(void* buf, std::size_t n, dtype t, reduce_op op) {
     require_open("all-reduce");
+    if (n == 0) return;  // nothing moves; NCCL is not asked about empty buffers
     check_buffer("all-reduce", buf, n, t);
     run("ncclAllReduce", n, t, [&] {
       return ncclAllReduce(buf, buf, n, detail::nccl_type(t), detail::nccl_op(op, t), comm_, stream_);
@@ -318,6 +319,7 @@ class nccl_communicator {
 
   void all_gather(const void* in, void* out, std::size_t n, dtype t) {
     require_open("all-gather");
+    if (n == 0) return;
     check_buffer("all-gather input", in, n, t);
     check_buffer("all-gather output", out, n * static_cast<std::size_t>(size()), t);
     run("ncclAllGather", n, t, [&] { return ncclAllGather(in, out, n, detail::nccl_type(t), comm_, stream_); });
@@ -325,6 +327,7 @@ class nccl_communicator {
 
   void reduce_scatter(const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     require_open("reduce-scatter");
+    if (n == 0) return;
     check_buffer("reduce-scatter input", in, n * static_cast<std::size_t>(size()), t);
     check_buffer("reduce-scatter output", out, n, t);
     run("ncclReduceScatter", n, t, [&] {
@@ -335,6 +338,7 @@ class nccl_communicator {
   /// Grouped ncclSend/ncclRecv pairs (one per peer); the local block is a device copy.
   void all_to_all(const void* in, void* out, std::size_t n, dtype t) {
     require_open("all-to-all");
+    if (n == 0) return;
     const std::size_t total = n * static_cast<std::size_t>(size());
     check_buffer("all-to-all input", in, total, t);
     check_buffer("all-to-all output", out, total, t);
@@ -369,6 +373,7 @@ class nccl_communicator {
     if (root < 0 || root >= size())
       throw comm_error(who() + ": broadcast from root " + std::to_string(root) + " outside the group of " +
                        std::to_string(size()));
+    if (n == 0) return;
     check_buffer("broadcast", buf, n, t);
     run("ncclBroadcast", n, t,
         [&] { return ncclBroadcast(buf, buf, n, detail::nccl_type(t), root, comm_, stream_); });

@@ -5,7 +5,8 @@
 // A [12, 8] f32 weight labelled with its global indices is cut for a 2x2 mesh with spec
 // "S0S1" (rows over mesh axis 0, columns over axis 1). Rank r's shard goes to the device
 // named by the r-th id on the command line (default: r % device count); several ranks may
-// share a device for placement. Each shard is copied back and compared bit for bit.
+// share a device for placement (autoshard::upload: pinned staging, one stream per device).
+// Each shard is copied back and compared bit for bit.
 // Then one rank per device (up to 8) joins an NCCL world, uploads its row block of a
 // "S0R" weight to its own device and all-gathers the full weight there, which must equal
 // the host tensor. Without a CUDA device or driver it says so and exits 0.
@@ -17,41 +18,12 @@
 #include <thread>     // std::thread
 #include <vector>     // std::vector
 
-#include <cuda_runtime_api.h>  // cudaSetDevice, cudaMalloc, cudaMemcpy
-
-#include <autoshard/autoshard.hpp>        // device_mesh, parse_spec
-#include <autoshard/device/nccl.hpp>      // nccl_communicator, nccl_memory_store
-#include <autoshard/tensor/tensor.hpp>    // host_tensor, shard_of
+#include <autoshard/autoshard.hpp>          // device_mesh, parse_spec
+#include <autoshard/device/nccl.hpp>        // nccl_communicator, nccl_memory_store
+#include <autoshard/device/placement.hpp>   // upload, device_tensor
+#include <autoshard/tensor/tensor.hpp>      // host_tensor, shard_of
 
 namespace {
-
-void cuda_ok(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess)
-    throw autoshard::device_error(what + " failed (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
-}
-
-/// A shard's bytes on one device; freed with the device current, as CUDA wants.
-struct device_shard {
-  int device = -1;
-  void* ptr = nullptr;
-  std::size_t bytes = 0;
-  device_shard(int dev, const autoshard::host_tensor& host) : device(dev), bytes(host.nbytes()) {
-    cuda_ok(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-    cuda_ok(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes), "cudaMalloc on cuda:" + std::to_string(device));
-    if (bytes != 0) cuda_ok(cudaMemcpy(ptr, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  device_shard(const device_shard&) = delete;
-  device_shard& operator=(const device_shard&) = delete;
-  ~device_shard() {
-    if (ptr != nullptr && cudaSetDevice(device) == cudaSuccess) (void)cudaFree(ptr);
-  }
-  std::vector<std::byte> download() const {
-    std::vector<std::byte> out(bytes);
-    cuda_ok(cudaSetDevice(device), "cudaSetDevice");
-    if (bytes != 0) cuda_ok(cudaMemcpy(out.data(), ptr, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return out;
-  }
-};
 
 autoshard::host_tensor labelled(std::int64_t rows, std::int64_t cols) {
   autoshard::host_tensor t(autoshard::dtype::f32, {rows, cols});
@@ -72,9 +44,8 @@ int place_shards(int devices, const std::vector<int>& ids) {
       throw device_error("rank " + std::to_string(r) + ": device id " + std::to_string(device) + " asked for, but " +
                          std::to_string(devices) + " CUDA devices are visible");
     const host_tensor shard = shard_of(global.view(), mesh, spec, r);
-    const device_shard on_device(device, shard);
-    const std::vector<std::byte> back = on_device.download();
-    const bool same = back.size() == shard.nbytes() && std::memcmp(back.data(), shard.data(), back.size()) == 0;
+    const device_tensor on_device = upload(shard.view(), device);  // explicit device id
+    const bool same = bitwise_equal(on_device.download().view(), shard.view());
     std::printf("  rank %d -> cuda:%d  shard %s, first label %g: %s\n", r, device, to_string(shard.shape()).c_str(),
                 static_cast<double>(shard.as<float>()[0]), same ? "identical after the round trip" : "DIFFERENT");
     if (!same) return 1;
@@ -102,11 +73,10 @@ int gather_with_nccl(int devices) {
         const host_tensor shard = shard_of(global.view(), mesh, spec, r);
         host_tensor padded(dtype::f32, {rows_per_rank, 8});
         std::memcpy(padded.data(), shard.data(), shard.nbytes());
-        const device_shard in(comm.device(), padded);
-        host_tensor whole(dtype::f32, {rows_per_rank * n, 8});
-        const device_shard out(comm.device(), whole);
-        comm.all_gather(in.ptr, out.ptr, static_cast<std::size_t>(padded.numel()), dtype::f32);
-        const std::vector<std::byte> back = out.download();
+        const device_tensor in = upload(padded.view(), comm.device());
+        const device_tensor out(comm.device(), dtype::f32, {rows_per_rank * n, 8});
+        comm.all_gather(in.data(), out.data(), static_cast<std::size_t>(padded.numel()), dtype::f32);
+        const host_tensor back = out.download();
         if (std::memcmp(back.data(), global.data(), global.nbytes()) != 0)
           throw comm_error("rank " + std::to_string(r) + ": the gathered weight differs from the host weight");
         std::printf("  rank %d on cuda:%d: gathered weight identical to the host weight\n", r, comm.device());

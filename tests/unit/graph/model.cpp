@@ -120,7 +120,9 @@ TEST_CASE("JSON round-trip of every builder's graph") {
   l70.mode = run_mode::training;
   graphs.emplace_back("llama-70b-shape", build_llama(l70));
   graphs.emplace_back("llama-7b", build_llama(transformer_config::llama_7b()));
-  for (const auto& [name, g] : graphs) {
+  for (const auto& item : graphs) {
+    const std::string& name = item.first;  // not a structured binding: CAPTURE needs a variable
+    const model_graph& g = item.second;
     CAPTURE(name);
     std::ostringstream out;
     write_json(out, g);

@@ -1,7 +1,7 @@
 // Device bandwidth of the NCCL path on one rank (one communicator on cuda:0), next to a
-// plain cudaMemcpy device-to-device copy, and host-to-device copies from pinned and
-// pageable memory (the baselines of shard uploads). Every collective call is measured
-// end to end as a user sees it: launch, NCCL, and the host-side wait with its polling.
+// plain cudaMemcpy device-to-device copy (upload_bandwidth.cpp has the host-to-device
+// side). Every collective call is measured end to end as a user sees it: launch, NCCL,
+// and the host-side wait with its polling.
 // bytes_per_second counts the bytes of one rank's buffer (algorithm bandwidth);
 // vs_memcpy is that bandwidth over the cudaMemcpy D2D bandwidth of the same size.
 // Without a CUDA device it prints why and exits 0.
@@ -12,9 +12,8 @@
 #include <cstdlib>  // std::exit
 #include <cstdio>   // std::printf
 #include <map>      // std::map
-#include <vector>   // std::vector
 
-#include <cuda_runtime_api.h>  // cudaMalloc, cudaMemcpyAsync, cudaMallocHost
+#include <cuda_runtime_api.h>  // cudaMalloc, cudaMemcpyAsync, cudaEvent_t
 
 #include <autoshard/device/nccl.hpp>  // nccl_communicator
 
@@ -147,25 +146,6 @@ void BM_nccl_barrier(benchmark::State& state) {
   for (auto _ : state) comm().barrier();
 }
 
-void BM_h2d(benchmark::State& state, bool pinned) {
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  buffers& b = device_buffers(bytes);
-  void* host = nullptr;
-  std::vector<std::byte> pageable;
-  if (pinned) {
-    cuda_ok(cudaMallocHost(&host, bytes), "cudaMallocHost");
-  } else {
-    pageable.assign(bytes, std::byte{1});
-    host = pageable.data();
-  }
-  for (auto _ : state) {
-    cuda_ok(cudaMemcpyAsync(b.a, host, bytes, cudaMemcpyHostToDevice, comm().stream()), "cudaMemcpyAsync H2D");
-    cuda_ok(cudaStreamSynchronize(comm().stream()), "cudaStreamSynchronize");
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
-  if (pinned) (void)cudaFreeHost(host);
-}
-
 constexpr std::int64_t kMin = std::int64_t{1} << 20, kMax = std::int64_t{1} << 28;
 
 }  // namespace
@@ -180,8 +160,6 @@ BENCHMARK(BM_nccl_all_to_all)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTi
 BENCHMARK(BM_nccl_broadcast)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
 BENCHMARK(BM_nccl_grouped_all_reduce)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
 BENCHMARK(BM_nccl_barrier)->UseRealTime();
-BENCHMARK_CAPTURE(BM_h2d, pinned, true)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
-BENCHMARK_CAPTURE(BM_h2d, pageable, false)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
 
 int main(int argc, char** argv) {
   if (nccl_communicator::device_count() == 0) {

@@ -97,7 +97,7 @@ constexpr reduce_op parse_reduce(spec_lexer& lx) {
 
 constexpr placement parse_placement(spec_lexer& lx) {
   lx.skip_ws();
-  if (lx.eat("Replicate()") || lx.eat("R")) return Replicate();
+  if (lx.eat("Replicate()") || lx.eat("Replicate") || lx.eat("R")) return Replicate();
   if (lx.eat("Shard(") || lx.eat("S(")) {
     lx.skip_ws();
     int d = lx.number();

@@ -358,6 +358,7 @@ TEST_CASE("specs: the two notations name the same placements") {
   }
   // The long DTensor spellings, spaces, and Partial's spellings.
   CHECK(parse_spec("[Shard(0), Replicate()]") == parse_spec("[S(0),R]"));
+  CHECK(parse_spec("[Shard(0), Replicate]") == parse_spec("[S(0),R]"));
   CHECK(parse_spec(" [ S( 1 ) , Partial( max ) ] ") == make_spec(2, {Shard(1), Partial(reduce_op::max)}));
   CHECK(parse_spec("[Partial(sum),P(),P,Partial]", 4, 1) == make_spec(1, {Partial(), Partial(), Partial(), Partial()}));
   CHECK(parse_spec("[P(min)]", 1, 1)[0] == Partial(reduce_op::min));
@@ -436,4 +437,52 @@ TEST_CASE("specs: every parse error names the problem and the position") {
   CHECK(spec_error_of([] { (void)parse_spec("S0R", -1, 9); }).find("at most 8 dims") != std::string::npos);
   // Every spec_error is an autoshard::error.
   CHECK_THROWS_AS((void)parse_spec("S0X"), autoshard::error);
+}
+
+namespace {
+using typed_rs1 = sharded_tensor<float, mesh_extents<2, 4>, "RS1", 768, 2304>;
+using typed_nested = sharded_tensor<bf16_t, mesh_extents<2, 4>, "S01R", 10, 3>;
+using typed_cube = sharded_tensor<std::int32_t, mesh_extents<2, 2, 2>, "[S(1),S(0),S(1)]", 5, 6, 3>;
+using typed_thin = sharded_tensor<double, mesh_extents<1, 4>, "S1R", 6, 5>;
+using typed_partial = sharded_tensor<std::uint8_t, mesh_extents<3>, "[P(max)]", 7>;
+}  // namespace
+
+TEST_CASE_TEMPLATE("typed tensors agree with the runtime layout and with chunked index lists", T, typed_rs1,
+                   typed_nested, typed_cube, typed_thin, typed_partial) {
+  using M = typename T::mesh_type;
+  const device_mesh m{M{}};
+  std::vector<int> sizes;
+  for (std::size_t i = 0; i < M::rank(); ++i) sizes.push_back(M{}.size(i));
+  const auto coords = at::all_coordinates(sizes);
+  CHECK(T::spec.mesh_rank == M::rank());
+  CHECK(T::spec.tensor_rank == T::global_shape.rank);
+  CHECK(T::lower() == sharded_desc{T::global_shape, T::type, T::spec});
+  std::int64_t largest = 0;
+  for (int r = 0; r < m.num_ranks(); ++r) {
+    const shard_box b = T::local_box(r);
+    CHECK(b == local_box(m, T::spec, T::global_shape, r));
+    CHECK(b == T::local_box(M{}, r));
+    CHECK(T::local_shape(r) == b.shape);
+    for (int d = 0; d < static_cast<int>(T::global_shape.rank); ++d) {
+      const auto p = at::brute_dim_piece(sizes, coords[static_cast<std::size_t>(r)], T::spec, d,
+                                         T::global_shape[static_cast<std::size_t>(d)]);
+      CHECK(b.shape[static_cast<std::size_t>(d)] == static_cast<std::int64_t>(p.idx.size()));
+      CHECK(b.offset[static_cast<std::size_t>(d)] == p.offset());
+    }
+    largest = std::max(largest, b.shape.numel());
+  }
+  CHECK(T::max_local_elements() == largest);
+}
+
+TEST_CASE("check_spec names the tensor and the mismatch") {
+  const device_mesh m{2, 4};
+  CHECK_NOTHROW(check_spec(parse_spec("S0R", 2), m, {8, 4}, "wte"));
+  CHECK(spec_error_of([&] { check_spec(parse_spec("S0R"), m, {8, 4}, "wte"); }) ==
+        "autoshard: spec error: wte: spec has 1 mesh axes but the mesh mesh(2,4) has 2");
+  CHECK(spec_error_of([&] { check_spec(parse_spec("S0R", 2), m, {8, 4, 2}, "wte"); }) ==
+        "autoshard: spec error: wte: spec is for a tensor of rank 2 but the tensor [8,4,2] has rank 3");
+  sharding_spec bad = parse_spec("S0R", 2);
+  bad.placements[1] = Shard(3);
+  CHECK(spec_error_of([&] { check_spec(bad, m, {8, 4}); }) ==
+        "autoshard: spec error: Shard(3) is outside a tensor of rank 2");
 }

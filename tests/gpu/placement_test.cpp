@@ -62,7 +62,9 @@ TEST_CASE("placement: policy shards on explicit devices equal the host shards bi
   REQUIRE(ranks.size() == 4);
   for (int r = 0; r < 4; ++r) {
     CHECK(ranks[static_cast<std::size_t>(r)].device == devices[static_cast<std::size_t>(r)]);
-    for (const auto& [name, t] : model) {
+    for (const auto& entry : model) {
+      const std::string& name = entry.first;  // clang 14 cannot capture structured bindings
+      const host_tensor& t = entry.second;
       CAPTURE(name);
       CAPTURE(r);
       auto plan = plan_tensor(policies::gpt2(), name, t.shape(), t.type(), 4, cfg);

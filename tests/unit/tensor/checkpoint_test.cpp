@@ -343,10 +343,11 @@ void check_roundtrip(const fs::path& out, const std::map<std::string, host_tenso
   sharded_checkpoint sc(out);
   REQUIRE(sc.world_size() == world);
   CHECK(sc.names().size() == original.size());
-  for (const auto& [name, t] : original) {
+  for (const auto& entry : original) {
+    const std::string& name = entry.first;  // a named variable: clang 14 cannot capture bindings
     CAPTURE(name);
     host_tensor g = sc.gather(name);
-    CHECK(bitwise_equal(g.view(), t.view()));
+    CHECK(bitwise_equal(g.view(), entry.second.view()));
   }
   for (int r = 0; r < world; ++r) CHECK(sc.rank(r).metadata().at("autoshard.rank") == std::to_string(r));
 }

@@ -24,13 +24,14 @@ bench_args=(--benchmark_min_time=0.1 --benchmark_counters_tabular=true)
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 build() {  # $1: build dir
+  mkdir -p "$1"
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAUTOSHARD_WERROR=ON \
-        -DAUTOSHARD_BUILD_PACKAGE_TEST=OFF >"$1.configure.log" 2>&1 \
-    || { tail -40 "$1.configure.log"; echo "gpu_check: configure failed"; exit 1; }
+        -DAUTOSHARD_BUILD_PACKAGE_TEST=OFF >"$1/configure.log" 2>&1 \
+    || { tail -40 "$1/configure.log"; echo "gpu_check: configure failed"; exit 1; }
   local targets=(test_gpu example_cuda_placement)
   for f in bench/device/*.cpp; do targets+=("bench_device_$(basename "${f%.cpp}")"); done
   cmake --build "$1" -j "$jobs" --target "${targets[@]}" \
-    || { echo "gpu_check: build failed (are nvcc, the CUDA toolkit and NCCL found? see $1.configure.log)"; exit 1; }
+    || { echo "gpu_check: build failed (are nvcc, the CUDA toolkit and NCCL found? see $1/configure.log)"; exit 1; }
 }
 
 # Runs the binaries in $1 (test_gpu, example_cuda_placement, bench_device_*); $2: log dir.

@@ -6,3 +6,4 @@
 #include "gloo.hpp"          // gloo_store, gloo_communicator, mesh_communicator
 #include "launch.hpp"        // run_ranks, spawn_ranks, connect_from_env
 #include "redistribute.hpp"  // redistribute, execute_step
+#include "parallel.hpp"      // column/row-parallel linear, vocab-parallel embedding and cross-entropy

@@ -241,16 +241,45 @@ class gloo_communicator {
         rank_(rank),
         global_rank_(global_rank) {
     if (members_.size() == 1) return;  // nothing to connect: every collective is local
+    gloo::rendezvous::PrefixStore prefixed(name_, store_.get());
+    wait_for_peers(prefixed);
     try {
       ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, size());
       ctx_->setTimeout(timeout_);
-      gloo::rendezvous::PrefixStore prefixed(name_, store_.get());
       ctx_->connectFullMesh(prefixed, device_);
     } catch (const std::exception& e) {
       ctx_.reset();
       throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " +
                        store_.description() + " failed within " + std::to_string(timeout_.count()) +
                        " ms (a peer never joined or died): " + e.what());
+    }
+  }
+
+  // Everyone announces itself in the store before any TCP connection is made. Gloo's own
+  // connect waits up to 5x the timeout for a peer that has gone; this wait fails within
+  // the timeout, and names the ranks that never came.
+  void wait_for_peers(gloo::rendezvous::Store& st) {
+    auto key = [](int r) { return "joined/" + std::to_string(r); };
+    std::vector<std::string> others;
+    try {
+      st.set(key(rank_), std::vector<char>{'1'});
+      for (int r = 0; r < size(); ++r)
+        if (r != rank_) others.push_back(key(r));
+      st.wait(others, timeout_);
+      return;
+    } catch (const std::exception& e) {
+      std::vector<int> missing;
+      for (int r = 0; r < size(); ++r) {
+        if (r == rank_) continue;
+        try {
+          st.wait({key(r)}, std::chrono::milliseconds(1));
+        } catch (const std::exception&) {
+          missing.push_back(members_[static_cast<std::size_t>(r)]);
+        }
+      }
+      throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " +
+                       store_.description() + ": rank(s) " + detail::rank_list(missing) + " did not join within " +
+                       std::to_string(timeout_.count()) + " ms (" + e.what() + ")");
     }
   }
 

@@ -315,7 +315,11 @@ inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_h
   std::string json = "{";
   if (!metadata.empty()) {
     json += "\"__metadata__\":";
-    json += nlohmann::json(metadata).dump();
+    try {
+      json += nlohmann::json(metadata).dump();
+    } catch (const nlohmann::json::exception&) {
+      throw io_error("cannot write __metadata__: a key or value is not valid UTF-8");
+    }
   }
   std::uint64_t at = 0;
   for (const auto& t : tensors) {
@@ -324,7 +328,13 @@ inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_h
     safetensors_entry e{t.name, t.type, t.shape, at, at + static_cast<std::uint64_t>(t.shape.numel()) * dtype_size(t.type)};
     at = e.end;
     if (json.size() > 1) json += ",";
-    json += nlohmann::json(t.name).dump() + ":{\"dtype\":\"" + std::string(safetensors_name(t.type)) + "\",\"shape\":[";
+    std::string quoted;
+    try {
+      quoted = nlohmann::json(t.name).dump();
+    } catch (const nlohmann::json::exception&) {
+      throw io_error("cannot write tensor '" + t.name + "': the name is not valid UTF-8");
+    }
+    json += quoted + ":{\"dtype\":\"" + std::string(safetensors_name(t.type)) + "\",\"shape\":[";
     for (std::size_t i = 0; i < t.shape.rank; ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
     json += "],\"data_offsets\":[" + std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
     entries.push_back(std::move(e));

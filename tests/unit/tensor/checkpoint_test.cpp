@@ -80,6 +80,9 @@ TEST_CASE("safetensors: write, mmap read, HF layout (dtype order, padding, __met
   CHECK(bitwise_equal(f.view("c"), c.view()));
   CHECK(bitwise_equal(f.load("d").view(), d.view()));
   CHECK_THROWS_AS(f.view("nope"), io_error);
+  CHECK_THROWS_AS(save_safetensors(dir / "y.safetensors", {{"a", a.view()}, {"a", b.view()}}), io_error);
+  CHECK_THROWS_AS(save_safetensors(dir / "y.safetensors", {{"bad\xff", a.view()}}), io_error);
+  CHECK_THROWS_AS(save_safetensors(dir / "y.safetensors", {{"__metadata__", a.view()}}), io_error);
   // No temporary left behind.
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
 }

@@ -27,7 +27,7 @@
 
 namespace autoshard {
 
-namespace detail {
+namespace detail::iopddl {
 
 /// A malformed document, before the source name is known.
 struct bad_json : std::runtime_error {
@@ -71,9 +71,9 @@ inline nlohmann::json cost_to_json(double c) {
 
 inline std::string idx(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
-}  // namespace detail
+}  // namespace detail::iopddl
 
-namespace detail {
+namespace detail::iopddl {
 inline strategy_problem parse_iopddl_impl(const nlohmann::json& doc) {
   strategy_problem p;
   const nlohmann::json& prob = json_member(doc, "problem", "<root>");
@@ -158,13 +158,13 @@ inline strategy_problem parse_iopddl_impl(const nlohmann::json& doc) {
   }
   return p;
 }
-}  // namespace detail
+}  // namespace detail::iopddl
 
 /// Parse an IOPDDL document already read as JSON.
 inline strategy_problem parse_iopddl(const nlohmann::json& doc) {
   try {
-    return detail::parse_iopddl_impl(doc);
-  } catch (const detail::bad_json& e) {
+    return detail::iopddl::parse_iopddl_impl(doc);
+  } catch (const detail::iopddl::bad_json& e) {
     throw io_error(e.what());
   }
 }
@@ -178,8 +178,8 @@ inline strategy_problem read_iopddl(std::istream& in, const std::string& source 
     throw io_error(source + ": not valid JSON: " + e.what());
   }
   try {
-    return detail::parse_iopddl_impl(doc);
-  } catch (const detail::bad_json& e) {
+    return detail::iopddl::parse_iopddl_impl(doc);
+  } catch (const detail::iopddl::bad_json& e) {
     throw io_error(source + ": " + e.what());
   }
 }
@@ -200,7 +200,7 @@ inline nlohmann::json to_iopddl_json(const strategy_problem& p) {
   for (const strategy_node& n : p.nodes) {
     intervals.push_back({n.live.begin, n.live.end});
     nlohmann::json c = nlohmann::json::array();
-    for (double x : n.costs) c.push_back(detail::cost_to_json(x));
+    for (double x : n.costs) c.push_back(detail::iopddl::cost_to_json(x));
     costs.push_back(std::move(c));
     usages.push_back(n.usages);
     names.push_back(n.name);
@@ -210,7 +210,7 @@ inline nlohmann::json to_iopddl_json(const strategy_problem& p) {
   for (const strategy_edge& e : p.edges) {
     ends.push_back({e.from, e.to});
     nlohmann::json c = nlohmann::json::array();
-    for (double x : e.costs) c.push_back(detail::cost_to_json(x));
+    for (double x : e.costs) c.push_back(detail::iopddl::cost_to_json(x));
     ecosts.push_back(std::move(c));
   }
   nlohmann::json nodes = {{"intervals", intervals}, {"costs", costs}, {"usages", usages}};

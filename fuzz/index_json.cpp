@@ -1,0 +1,61 @@
+// libFuzzer target: model.safetensors.index.json (tensor/safetensors.hpp, class checkpoint).
+// A scratch directory (made once) holds two valid shards, a.safetensors {w1, w2} and
+// b.safetensors {w3}, plus a file that is not a safetensors file; each input is written as
+// the index and opened. Only io_error may escape. An index that opens must map every name to
+// a file that holds it, with a readable view.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <autoshard/tensor/safetensors.hpp>
+
+namespace {
+namespace fs = std::filesystem;
+
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    // tmpfs when there is one: the index is rewritten on every execution.
+    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    fs::path d = base / ("autoshard-fuzz-index-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    autoshard::host_tensor a(autoshard::dtype::f32, {2, 3}), b(autoshard::dtype::i64, {4}),
+        c(autoshard::dtype::bf16, {1, 2, 2});
+    autoshard::save_safetensors(d / "a.safetensors", {{"w1", a}, {"w2", b}}, {{"format", "pt"}});
+    autoshard::save_safetensors(d / "b.safetensors", {{"w3", c}});
+    std::ofstream(d / "not.safetensors") << "hello";
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
+    return d;
+  }();
+  return dir;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const fs::path index = scratch() / "model.safetensors.index.json";
+  {
+    std::ofstream out(index, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  try {
+    autoshard::checkpoint ck(index);
+    for (const std::string& name : ck.names()) {
+      const auto v = ck.view(name);
+      if (v.nbytes() != ck.entry(name).nbytes()) {
+        std::fprintf(stderr, "fuzz_index_json: view of '%s' has the wrong size\n", name.c_str());
+        std::abort();
+      }
+      (void)autoshard::host_tensor::copy_of(v);
+    }
+  } catch (const autoshard::io_error&) {
+  }
+  return 0;
+}

@@ -317,3 +317,21 @@ TEST_CASE("nccl: a peer that never comes times out into comm_error") {
     CHECK(std::chrono::steady_clock::now() - start < 60s);
   }
 }
+
+TEST_CASE("nccl: an error inside a group closes the group and aborts the communicator") {
+  nccl_memory_store store;
+  nccl_communicator c = nccl_communicator::connect(store, 0, 1, {.device = 0});
+  device_bytes ok = upload(std::vector<float>(64, 1.0f));
+  std::vector<float> host(64, 1.0f);
+  CHECK_THROWS_AS(c.group([&] {
+    c.all_reduce(ok.get(), 64, dtype::f32, reduce_op::sum);
+    c.all_reduce(host.data(), 64, dtype::f32, reduce_op::sum);  // refused: host memory
+  }),
+                  comm_error);
+  CHECK_FALSE(c.is_open());
+  // The thread's NCCL group is closed: a fresh communicator works normally.
+  nccl_memory_store store2;
+  nccl_communicator d = nccl_communicator::connect(store2, 0, 1, {.device = 0});
+  d.all_reduce(ok.get(), 64, dtype::f32, reduce_op::max);
+  CHECK(download<float>(ok, 64) == std::vector<float>(64, 1.0f));
+}

@@ -388,7 +388,8 @@ class nccl_communicator {
 
   /// Runs f() between ncclGroupStart and ncclGroupEnd: the collectives f calls on this
   /// communicator are launched together (one step of several buffers) and waited for
-  /// once, at the end. Groups nest.
+  /// once, at the end. Groups nest. If f throws (a refused buffer, a failed call), the
+  /// group is closed and the communicator aborted: part of the step may be on its way.
   ///   comm.group([&] { for (auto& g : grads) comm.all_reduce(g.data, g.n, dtype::bf16, reduce_op::sum); });
   template <class F>
   void group(F&& f) {
@@ -399,8 +400,11 @@ class nccl_communicator {
     try {
       f();
     } catch (...) {
+      // Part of the step may be queued: close NCCL's group (the first error is the one
+      // worth reporting), then abort, since the peers now wait for calls that never come.
       --group_depth_;
-      (void)ncclGroupEnd();  // the first error is the one worth reporting
+      (void)ncclGroupEnd();
+      if (group_depth_ == 0) abort();
       throw;
     }
     --group_depth_;
@@ -535,7 +539,7 @@ class nccl_communicator {
     std::string what = who() + ": " + call;
     if (n != 0) what += " of " + std::to_string(n) + " " + std::string(to_string(t)) + " elements";
     what += " failed: " + std::string(ncclGetErrorString(r)) + last_error(comm_);
-    abort();
+    if (group_depth_ == 0) abort();  // inside group(), only after ncclGroupEnd has let go of the calls
     throw comm_error(what);
   }
 

@@ -56,6 +56,9 @@ namespace bad_spec {
   fail(text, 0, "describes " + std::to_string(got) + " tensor dims but the tensor has rank " +
                     std::to_string(want));
 }
+[[noreturn]] inline void a_mesh_has_at_least_one_axis() {
+  throw spec_error("a spec needs a mesh of at least one axis (mesh rank 0 was asked for)");
+}
 [[noreturn]] inline void number_too_large(std::string_view text, std::size_t pos) {
   fail(text, pos, "number too large");
 }
@@ -213,6 +216,7 @@ constexpr sharding_spec parse_spec(std::string_view text, int mesh_rank = -1, in
   std::size_t k = 0;
   while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
   if (k == text.size()) bad_spec::empty_spec(text, k);
+  if (mesh_rank == 0) bad_spec::a_mesh_has_at_least_one_axis();
   if (mesh_rank > static_cast<int>(max_mesh_rank)) bad_spec::too_many_mesh_axes(static_cast<std::size_t>(mesh_rank));
   if (tensor_rank > static_cast<int>(max_tensor_rank)) bad_spec::tensor_rank_too_large(static_cast<std::size_t>(tensor_rank));
   if (text[k] == '[') return detail::parse_dtensor(text, mesh_rank, tensor_rank);

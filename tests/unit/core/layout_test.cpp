@@ -435,6 +435,8 @@ TEST_CASE("specs: every parse error names the problem and the position") {
   // Contexts that are out of range are errors too (no position: the text is not at fault).
   CHECK(spec_error_of([] { (void)parse_spec("S0R", 5); }).find("at most 4 mesh axes") != std::string::npos);
   CHECK(spec_error_of([] { (void)parse_spec("S0R", -1, 9); }).find("at most 8 dims") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_spec("RR", 0); }).find("at least one axis") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_spec("[R]", 0); }).find("at least one axis") != std::string::npos);
   // Every spec_error is an autoshard::error.
   CHECK_THROWS_AS((void)parse_spec("S0X"), autoshard::error);
 }

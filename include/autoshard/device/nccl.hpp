@@ -22,6 +22,7 @@
 #include <cstring>             // std::memcpy
 #include <exception>           // std::exception
 #include <map>                 // std::map
+#include <memory>              // std::unique_ptr
 #include <mutex>               // std::mutex
 #include <string>              // std::string
 #include <thread>              // std::this_thread
@@ -264,7 +265,8 @@ class nccl_communicator {
     nccl_communicator c(device_, timeout_, std::move(global), my, global_rank_, name);
     {
       detail::nccl_device_scope scope(device_, who());
-      ncclConfig_t config = make_config(c.label_);
+      c.nccl_name_ = std::make_unique<std::string>((nccl_name_ ? *nccl_name_ : std::string("nccl")) + "/" + name);
+      ncclConfig_t config = make_config(*c.nccl_name_);
       ncclComm_t sub = nullptr;
       const ncclResult_t r = ncclCommSplit(comm_, color, my, &sub, &config);
       c.comm_ = sub;
@@ -463,16 +465,18 @@ class nccl_communicator {
     return device;
   }
 
+  /// `name` must outlive the communicator: NCCL keeps the pointer (nccl_name_ holds it).
   static ncclConfig_t make_config(const std::string& name) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // calls return at once; wait_state/wait_stream poll with the timeout
-    config.commName = name.empty() ? nullptr : name.c_str();
+    config.commName = name.c_str();
     return config;
   }
 
   void init_rank(const ncclUniqueId& id, const std::string& name) {
     detail::nccl_device_scope scope(device_, who());
-    ncclConfig_t config = make_config(name);
+    nccl_name_ = std::make_unique<std::string>(name);
+    ncclConfig_t config = make_config(*nccl_name_);
     ncclComm_t comm = nullptr;
     const ncclResult_t r = ncclCommInitRankConfig(&comm, size(), id, rank_, &config);
     comm_ = comm;
@@ -488,6 +492,7 @@ class nccl_communicator {
     comm_ = std::exchange(o.comm_, nullptr);
     stream_ = std::exchange(o.stream_, nullptr);
     scratch_ = std::exchange(o.scratch_, nullptr);
+    nccl_name_ = std::move(o.nccl_name_);
     timeout_ = o.timeout_;
     label_ = std::move(o.label_);
     members_ = std::move(o.members_);
@@ -633,6 +638,7 @@ class nccl_communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;  // one int for barrier()
+  std::unique_ptr<std::string> nccl_name_;  // ncclConfig_t::commName: NCCL keeps the pointer
   std::chrono::milliseconds timeout_{30000};
   std::string label_;  // what errors call the group
   std::vector<int> members_;

@@ -178,7 +178,9 @@ struct strategy_problem {
     std::int64_t cur = 0;
     for (std::size_t k = 0; k < events.size();) {
       const std::int64_t t = events[k].first;
-      for (; k < events.size() && events[k].first == t; ++k) cur += events[k].second;
+      for (; k < events.size() && events[k].first == t; ++k)
+        if (__builtin_add_overflow(cur, events[k].second, &cur))
+          throw solver_error("summed usage at time " + std::to_string(t) + " exceeds 2^63-1 bytes");
       if (cur > best.bytes) best = {cur, t};
     }
     return best;

@@ -102,7 +102,7 @@ constexpr priced_step price_step(const device_mesh& m, const redist_step& st, co
     }
     default: elems = 0;
   }
-  p.bytes = is_communication(st.kind) ? elems * esz : 0;
+  p.bytes = is_communication(st.kind) && k > 1 ? elems * esz : 0;  // a size-1 axis moves nothing
   p.sent_bytes = static_cast<std::int64_t>(bytes_sent_per_rank(st.kind, k, static_cast<double>(p.bytes)));
   p.seconds = collective_time(st.kind, m.link(st.mesh_axis), k, static_cast<double>(p.bytes));
   return p;

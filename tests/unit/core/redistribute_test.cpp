@@ -635,8 +635,13 @@ TEST_CASE("size-1 mesh axes never communicate") {
         V{{2, C::all_reduce}, {1, C::all_reduce}, {0, C::all_gather}});
   const int sizes[] = {1, 4};
   CHECK(steps_of(plan_redistribute(a, b, sizes)) == V{{1, C::local_slice}});
-  // Pricing a size-1 axis costs nothing.
+  // Pricing a size-1 axis costs nothing, even in a plan made without the mesh.
   CHECK(collective_time(C::all_reduce, {}, 1, 1e9) == 0.0);
+  const auto unsized = price_plan(m14, plan_redistribute(a, b), {8}, dtype::f32);
+  REQUIRE(unsized.size() == 2);
+  CHECK(unsized[0].bytes == 0);
+  CHECK(unsized[0].seconds == 0.0);
+  CHECK(unsized.seconds == 0.0);
 }
 
 TEST_CASE("impossible redistributions are spec_errors that name the axis") {

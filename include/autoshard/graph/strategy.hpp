@@ -16,7 +16,9 @@
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
 ///              (x3 in training: forward + two backward products)
 ///   comm     = the operator's own communication. Forward: none (a Partial output is settled
-///              on the edge that consumes it). Training: for each differentiable operand that
+///              on the edge that consumes it), except vocab-parallel cross-entropy (three
+///              all-reduces of one f32 per local row: max, sum of exponentials, target logit).
+///              Training: for each differentiable operand that
 ///              is Replicate on a mesh axis where the strategy shards a label it lacks, its
 ///              gradient is Partial there and costs an all-reduce of its local size; for
 ///              parameters this is the data-parallel gradient all-reduce.
@@ -79,6 +81,7 @@ struct axis_option {
   std::vector<placement> in;
   placement out;
   std::vector<char> grad_partial;
+  int row_allreduces = 0;  ///< forward all-reduces of one f32 per local row (vocab-parallel loss)
 };
 
 /// An einsum-like description: a label per dim of each operand (-1: broadcast size-1
@@ -288,7 +291,16 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
   const node& nd = g[v];
   std::vector<char> diff;
   for (vertex_t u : ops) diff.push_back(has_grad(g[u]));
-  if (auto e = einsum_of(nd, in)) return einsum_options(*e, diff);
+  if (auto e = einsum_of(nd, in)) {
+    std::vector<axis_option> o = einsum_options(*e, diff);
+    if (nd.kind == op_kind::cross_entropy) {
+      // vocab-parallel (Megatron): each rank holds a slice of the vocabulary; the row max,
+      // the sum of exponentials and the target logit are all-reduced over the axis, after
+      // which every rank has the whole loss of its rows.
+      o.push_back({{Shard(in[0].rank - 1), Replicate()}, Replicate(), {0, 0}, 3});
+    }
+    return o;
+  }
   std::vector<axis_option> o;
   const std::size_t n = ops.size();
   auto opt = [&](std::vector<placement> p, placement out) {
@@ -399,6 +411,13 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
       s.memory_bytes = out_bytes;
     } else {
       s.memory_bytes = out_bytes * (train && nd.is_parameter() ? 4 : 1);
+    }
+    for (int a = 0; a < axes; ++a) {
+      const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+      if (o.row_allreduces > 0)
+        s.comm_seconds += o.row_allreduces * collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)),
+                                                             m.size(static_cast<std::size_t>(a)),
+                                                             static_cast<double>(local_in[1].numel() * 4));
     }
     if (train)
       for (int a = 0; a < axes; ++a) {

@@ -334,6 +334,53 @@ dense local_piece(const device_mesh& m, const sharding_spec& spec, const dense& 
 
 int checked_strategies = 0;
 
+// Vocab-parallel cross-entropy needs the operator's own collectives: ranks that hold the same
+// rows (they differ only on the mesh axes that shard the vocabulary) combine their row max,
+// sum of exponentials and target logit. Returns every rank's loss contribution.
+std::vector<dense> cross_entropy_vocab_parallel(const device_mesh& m, const strategy& s, const std::vector<dense>& globals) {
+  const int vdim = globals[0].shape.rank - 1;
+  double n_rows = 1;
+  for (std::int64_t d : globals[1].shape) n_rows *= static_cast<double>(d);
+  std::vector<dense> logits, labels;
+  std::vector<std::int64_t> voff;
+  for (int r = 0; r < m.num_ranks(); ++r) {
+    logits.push_back(local_piece(m, s.inputs[0], globals[0], r));
+    labels.push_back(local_piece(m, s.inputs[1], globals[1], r));
+    voff.push_back(local_box(m, s.inputs[0], globals[0].shape, r).offset[static_cast<std::size_t>(vdim)]);
+  }
+  std::vector<dense> out;
+  for (int r = 0; r < m.num_ranks(); ++r) {
+    std::vector<int> group;  // r and the ranks that differ from it only on vocab axes
+    for (int q = 0; q < m.num_ranks(); ++q) {
+      bool same = true;
+      for (std::size_t a = 0; a < m.ndim(); ++a)
+        same = same && (s.inputs[0][a].is_shard(vdim) || m.coordinate(q)[a] == m.coordinate(r)[a]);
+      if (same) group.push_back(q);
+    }
+    dense loss(tensor_shape{});
+    const std::size_t rows = labels[static_cast<std::size_t>(r)].v.size();
+    for (std::size_t i = 0; i < rows; ++i) {
+      double mx = -1e300, sum = 0, target = 0;
+      const auto label = static_cast<std::int64_t>(labels[static_cast<std::size_t>(r)].v[i]);
+      for (int q : group) {  // all-reduce(max)
+        const dense& l = logits[static_cast<std::size_t>(q)];
+        const std::int64_t vq = l.shape[static_cast<std::size_t>(vdim)];
+        for (std::int64_t c = 0; c < vq; ++c) mx = std::max(mx, l.v[i * static_cast<std::size_t>(vq) + static_cast<std::size_t>(c)]);
+      }
+      for (int q : group) {  // all-reduce(sum) of exponentials and of the target logit
+        const dense& l = logits[static_cast<std::size_t>(q)];
+        const std::int64_t vq = l.shape[static_cast<std::size_t>(vdim)];
+        for (std::int64_t c = 0; c < vq; ++c) sum += std::exp(l.v[i * static_cast<std::size_t>(vq) + static_cast<std::size_t>(c)] - mx);
+        const std::int64_t lc = label - voff[static_cast<std::size_t>(q)];
+        if (lc >= 0 && lc < vq) target += l.v[i * static_cast<std::size_t>(vq) + static_cast<std::size_t>(lc)];
+      }
+      loss.v[0] += (std::log(sum) + mx - target) / n_rows;
+    }
+    out.push_back(std::move(loss));
+  }
+  return out;
+}
+
 // Runs every strategy of vertex `v` on mesh `m` and compares with the unsharded result.
 void check_all_strategies(const model_graph& g, vertex_t v, const device_mesh& m, const std::vector<dense>& globals,
                           std::size_t min_strategies = 2) {
@@ -354,7 +401,9 @@ void check_all_strategies(const model_graph& g, vertex_t v, const device_mesh& m
     CAPTURE(s.name);
     REQUIRE(s.inputs.size() == globals.size());
     std::vector<dense> local_out;
-    for (int r = 0; r < m.num_ranks(); ++r) {
+    const bool vocab_parallel = nd.kind == op_kind::cross_entropy && s.inputs[0].is_sharded(static_cast<int>(globals[0].shape.rank) - 1);
+    if (vocab_parallel) local_out = cross_entropy_vocab_parallel(m, s, globals);
+    for (int r = 0; r < m.num_ranks() && !vocab_parallel; ++r) {
       op_context c = gc;
       std::vector<dense> ins;
       for (std::size_t i = 0; i < globals.size(); ++i) {
@@ -524,6 +573,7 @@ TEST_CASE("every strategy of every operator kind computes the sharded result") {
   att.causal = false;
   run(op_kind::attention, [](one_op& t) { t.add("q", {4, 3, 8}); t.add("k", {4, 5, 8}); t.add("v", {4, 5, 8}); }, att);
   run(op_kind::cross_entropy, [](one_op& t) { t.add("logits", {4, 3, 7}); t.add("labels", {4, 3}, dtype::i64, 7); });
+  run(op_kind::cross_entropy, [](one_op& t) { t.add("logits", {6, 8}); t.add("labels", {6}, dtype::i64, 8); });
 
   for (op_kind k : all_op_kinds)
     if (is_source(k)) CHECK_FALSE(covered.count(k));
@@ -576,6 +626,17 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   const strategy& rp = find(st, parse("RS01", 2), parse("RS01", 2));
   CHECK(rp.output == parse("RRP01", 2));
   CHECK(rp.comm_seconds == 0.0);
+  // vocab-parallel cross-entropy: its own forward all-reduces (max, sum of exp, target) of
+  // one f32 per local row; batch-sharded on axis 0 (256 of 512 rows), vocab on axis 1.
+  auto logits = add_input(g, "logits", {512, 32000}, dtype::bf16);
+  auto labels = add_input(g, "labels", {512}, dtype::i64);
+  auto loss = add_op(g, op_kind::cross_entropy, "loss", {logits, labels});
+  const auto sl = enumerate_strategies(g, loss, m, infer);
+  CHECK(sl.size() == 9);  // R, batch, vocab on two axes
+  const strategy& vp = find(sl, parse("S0S1", 2), parse("S0", 1));
+  CHECK(vp.output == replicated_spec(2, 0).with(0, Partial()));
+  CHECK(vp.comm_seconds == doctest::Approx(3 * collective_time(collective::all_reduce, m.link(1), 2, 256.0 * 4)));
+  CHECK(find(sl, parse("S0R", 2), parse("S0", 1)).comm_seconds == 0.0);
   // a parameter's memory: its local shard, x4 in training (weight, gradient, two moments)
   const auto pw = enumerate_strategies(g, w, m, train);
   CHECK(pw.size() == 9);

@@ -83,5 +83,44 @@ PY
   expect_rc 1 "$tool" solve "$tmp/missing.json"
 fi
 
+# plan + synth + shard: a small GPT-2 planned on 2x4, a checkpoint of its layout, sharded by
+# policy and by plan, every rank file checked against the original with numpy.
+if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' synth'; then
+  here=$(dirname "$0")
+  small=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
+  expect_rc 0 "$tool" synth "${small[@]}" --out "$tmp/ck"
+  json_check "d['plan']['feasible'] and all(d['plan']['step_seconds'] <= b['step_seconds'] * (1 + 1e-9) for b in d['baselines'] if b['feasible']) and d['solver']['status'] == 'optimal'" \
+    "$tool" plan "${small[@]}" --mesh 2x4 --mode train --out "$tmp/plan.json" --json --quiet
+  test -s "$tmp/plan.json" && test -s "$tmp/plan.dot" && ok || bad "plan files missing"
+  obj=$(python3 -c "import json; print(json.load(open('$tmp/plan.json'))['objective'])")
+  json_check "abs(d['plan']['step_seconds'] - $obj) <= 1e-12 * max(1.0, abs($obj))" \
+    "$tool" plan "${small[@]}" --mesh 2x4 --mode train --out "$tmp/plan.json" --preload --json
+  expect_rc 1 "$tool" plan --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8 \
+    --mesh 2x4 --mode train --out "$tmp/plan.json" --preload
+  grep -qi "plan file" "$tmp/err" && ok || bad "preload mismatch message: $(cat "$tmp/err")"
+  expect_rc 1 "$tool" plan --model no-such-model
+  expect_rc 0 "$tool" shard "$tmp/ck/model.safetensors" --plan "$tmp/plan.json" --out "$tmp/by-plan" --quiet
+  test -f "$tmp/by-plan/rank-7.safetensors" && ok || bad "plan shards: no rank-7 file"
+  python3 "$here/check_shards.py" "$tmp/ck/model.safetensors" "$tmp/by-plan" >/dev/null && ok || bad "plan shards differ"
+  expect_rc 0 "$tool" shard "$tmp/ck/model.safetensors" --policy gpt2 --tp 4 --out "$tmp/by-policy" --quiet
+  python3 "$here/check_shards.py" "$tmp/ck/model.safetensors" "$tmp/by-policy" >/dev/null && ok || bad "policy shards differ"
+  # c_attn [64,192] column-parallel over 4: each rank holds 16 columns of each of q, k, v.
+  python3 -c "
+from safetensors.numpy import load_file
+import numpy as np
+g = load_file('$tmp/ck/model.safetensors')['h.0.attn.c_attn.weight']
+r1 = load_file('$tmp/by-policy/rank-1.safetensors')['h.0.attn.c_attn.weight']
+want = np.concatenate([g[:, 16:32], g[:, 80:96], g[:, 144:160]], axis=1)
+assert np.array_equal(r1, want)" && ok || bad "fused QKV split"
+  # a plan for another model, and a policy that does not divide: exit 1, output untouched.
+  "$tool" plan --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8 --mesh 2x4 \
+    --out "$tmp/other.json" --quiet >/dev/null 2>&1
+  expect_rc 1 "$tool" shard "$tmp/ck/model.safetensors" --plan "$tmp/other.json" --out "$tmp/never"
+  test ! -e "$tmp/never" && ok || bad "a failed shard left $tmp/never behind"
+  expect_rc 1 "$tool" shard "$tmp/ck/model.safetensors" --policy gpt2 --tp 3 --out "$tmp/never3"
+  test ! -e "$tmp/never3" && ok || bad "a failed shard left $tmp/never3 behind"
+  expect_rc 2 "$tool" shard "$tmp/ck/model.safetensors" --out "$tmp/x" --tp 4
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

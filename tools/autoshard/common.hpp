@@ -23,22 +23,22 @@ struct mesh_options {
   std::string mesh = "2x4";
   double inter_bw = 25e9;
   double intra_bw = 300e9;
-  double inter_lat = 2e-5;
-  double intra_lat = 5e-6;
+  double inter_lat = -1;  ///< < 0: the default, 20 us (NCCL's; `plan --backend gloo` uses Gloo's)
+  double intra_lat = -1;  ///< < 0: the default, 5 us
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4 (1 to 4 axes)")->capture_default_str();
     cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")->capture_default_str();
     cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")->capture_default_str();
-    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds")->capture_default_str();
-    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds")->capture_default_str();
+    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)");
+    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)");
   }
   device_mesh build() const {
     if (inter_bw <= 0 || intra_bw <= 0) throw spec_error("bandwidths must be positive");
-    if (inter_lat < 0 || intra_lat < 0) throw spec_error("latencies must be non-negative");
+    const double a0 = inter_lat < 0 ? 2e-5 : inter_lat, a1 = intra_lat < 0 ? 5e-6 : intra_lat;
     device_mesh m(parse_mesh_shape(mesh));
     for (std::size_t i = 0; i < m.ndim(); ++i)
-      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{inter_lat, inter_bw} : link_model{intra_lat, intra_bw});
+      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{a0, inter_bw} : link_model{a1, intra_bw});
     return m;
   }
 };
@@ -109,5 +109,6 @@ void register_solve(CLI::App& app, action& run);
 void register_shard(CLI::App& app, action& run);
 void register_verify(CLI::App& app, action& run);
 void register_calibrate(CLI::App& app, action& run);
+void register_synth(CLI::App& app, action& run);
 
 }  // namespace autoshard::tool

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
 #if defined(AUTOSHARD_TOOL_CMD_VERIFY)
   register_verify(app, run);
 #endif
+#if defined(AUTOSHARD_TOOL_CMD_SYNTH)
+  register_synth(app, run);
+#endif
 #if defined(AUTOSHARD_TOOL_CMD_CALIBRATE)
   register_calibrate(app, run);
 #endif

@@ -1,0 +1,288 @@
+// autoshard plan: auto-shard a model on a mesh, print the plan with the baselines side by
+// side, and write the plan JSON, a Graphviz DOT and (where `dot` is installed) an SVG.
+#include "common.hpp"
+#include "model_options.hpp"
+#include "progress.hpp"
+
+#include <autoshard/solve/solve.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <regex>
+
+namespace autoshard::tool {
+namespace {
+
+struct plan_cli_options {
+  model_options model;
+  mesh_options mesh;
+  std::string algo = "alpa";
+  std::string backend = "nccl";
+  std::string memory_budget;
+  double time_limit = 600.0;
+  double mip_rel_gap = 0.0;
+  bool skip_fully_replicated = false;
+  bool run_checks = false;
+  bool preload = false;
+  bool no_tie_layers = false;
+  std::vector<std::string> pins;
+  std::string out = "plan.json";
+  std::string dot;
+  bool json = false;
+  bool quiet = false;
+};
+
+/// "16GiB", "512MiB", "8e9" -> bytes.
+std::int64_t parse_bytes(const std::string& s) {
+  static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) throw spec_error("memory budget '" + s + "' is not a size (e.g. 16GiB or 8e9)");
+  double v = std::stod(m[1].str());
+  const std::string u = m[2].str();
+  const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
+                                           {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
+                                           {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  v *= mult.at(u);
+  if (v < 1 || v > 9e18) throw spec_error("memory budget '" + s + "' is out of range");
+  return static_cast<std::int64_t>(v);
+}
+
+/// "transformer.h.7.attn" -> "transformer.h.#.attn"; and the layer index (or -1).
+std::pair<std::string, int> layer_of(const std::string& name) {
+  static const std::regex re(R"(\.([0-9]+)\.)");
+  std::smatch m;
+  if (!std::regex_search(name, m, re)) return {name, -1};
+  return {m.prefix().str() + ".#." + m.suffix().str(), std::stoi(m[1].str())};
+}
+
+std::string spec_list(const std::vector<sharding_spec>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + to_alpa_string(v[i]);
+  return s.empty() ? "-" : s;
+}
+
+nlohmann::json summary_json(const plan_summary& s) {
+  return {{"algo", s.algo},
+          {"feasible", s.feasible},
+          {"why_not", s.why_not},
+          {"step_seconds", s.step_seconds},
+          {"compute_seconds", s.compute_seconds},
+          {"communication_seconds", s.communication_seconds},
+          {"resharding_seconds", s.resharding_seconds},
+          {"peak_memory_bytes", s.peak_memory_bytes}};
+}
+
+void print_summary_row(const plan_summary& s, bool chosen) {
+  std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << s.algo << std::right;
+  if (!s.feasible) {
+    std::cout << "  not feasible: " << s.why_not << "\n";
+    return;
+  }
+  std::cout << std::setw(12) << human_seconds(s.step_seconds) << std::setw(12) << human_seconds(s.compute_seconds)
+            << std::setw(12) << human_seconds(s.communication_seconds) << std::setw(12)
+            << human_seconds(s.resharding_seconds) << std::setw(14)
+            << human_bytes(static_cast<double>(s.peak_memory_bytes)) << "\n";
+}
+
+/// Writes `text` to `path` through a temporary name, so no half file is ever left.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f || !(f << text) || !f.flush()) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw io_error("cannot write '" + path.string() + "'");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
+}
+
+int run_plan(const plan_cli_options& o) {
+  namespace fs = std::filesystem;
+  const model_graph g = o.model.build();
+  const device_mesh m = o.mesh.build();
+
+  autosharding_options po;
+  po.mesh_shape = m.shape();
+  po.inter_node_bandwidth = o.mesh.inter_bw;
+  po.intra_node_bandwidth = o.mesh.intra_bw;
+  if (o.mesh.inter_lat >= 0) po.inter_node_latency = o.mesh.inter_lat;
+  if (o.mesh.intra_lat >= 0) po.intra_node_latency = o.mesh.intra_lat;
+  po.algo = o.algo;
+  po.communications_backend = o.backend;
+  po.skip_fully_replicated = o.skip_fully_replicated;
+  po.time_limit = o.time_limit;
+  po.mip_rel_gap = o.mip_rel_gap;
+  po.run_checks = o.run_checks;
+  po.preload_solution = o.preload;
+  po.ilp_solution_file = o.out;
+  po.mode = o.model.run();
+  po.tie_layers = !o.no_tie_layers;
+  if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget);
+  for (const std::string& pin : o.pins) {
+    auto eq = pin.find('=');
+    if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
+    const std::string name = pin.substr(0, eq);
+    auto v = find_vertex(g, name);
+    if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'");
+    po.pinned[name] = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+  }
+  progress_printer progress(!o.quiet && !o.preload);
+  po.on_progress = [&progress](const solve_progress& p) { progress(p); };
+
+  const autosharding_result r = autosharding_analysis_pass(g, po);
+  progress.finish();
+  const autosharding_report& rep = r.report;
+
+  // DOT coloured by chosen spec, and an SVG where Graphviz is installed.
+  std::map<std::string, std::string> specs;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    specs[g[v].name] = spec_list(r.strategies[v].inputs) + " -> " + to_alpa_string(r.strategies[v].output);
+  const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
+  std::ostringstream dot_text;
+  write_dot(dot_text, g, specs);
+  write_file_atomically(dot, dot_text.str());
+  fs::path svg;
+  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
+    svg = fs::path(dot).replace_extension(".svg");
+    const std::string cmd = "dot -Tsvg '" + dot.string() + "' -o '" + svg.string() + ".tmp' 2>/dev/null && mv '" +
+                            svg.string() + ".tmp' '" + svg.string() + "'";
+    if (std::system(cmd.c_str()) != 0) svg.clear();
+  }
+
+  // Collectives per step, by kind and mesh axis.
+  std::map<std::pair<std::string, int>, std::tuple<int, double, double>> agg;
+  for (const collective_use& c : rep.plan.collectives) {
+    auto& [n, bytes, secs] = agg[{std::string(to_string(c.kind)), c.mesh_axis}];
+    ++n;
+    bytes += static_cast<double>(c.bytes);
+    secs += c.seconds;
+  }
+
+  if (o.json) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      ops.push_back({{"name", g[v].name},
+                     {"kind", std::string(to_string(g[v].kind))},
+                     {"strategy", r.strategies[v].name},
+                     {"inputs", spec_list(r.strategies[v].inputs)},
+                     {"output", to_alpa_string(r.strategies[v].output)}});
+    nlohmann::json coll = nlohmann::json::array();
+    for (const auto& [k, v] : agg)
+      coll.push_back({{"collective", k.first}, {"mesh_axis", k.second}, {"count", std::get<0>(v)},
+                      {"bytes", std::get<1>(v)}, {"seconds", std::get<2>(v)}});
+    nlohmann::json base = nlohmann::json::array();
+    for (const plan_summary& b : rep.baselines) base.push_back(summary_json(b));
+    nlohmann::json j{{"model", o.model.model},
+                     {"parameters", parameter_count(g)},
+                     {"mesh", to_json(m)},
+                     {"mode", o.model.mode},
+                     {"plan", summary_json(rep.plan)},
+                     {"baselines", base},
+                     {"collectives", coll},
+                     {"operators", ops},
+                     {"files", {{"plan", o.out}, {"dot", dot.string()}, {"svg", svg.string()}}}};
+    if (!o.preload)
+      j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective},
+                     {"bound", rep.solver.bound}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
+                     {"ilp_nodes", rep.tied_classes}};
+    std::cout << j.dump(2) << "\n";
+    return exit_ok;
+  }
+
+  std::cout << "model   " << o.model.model << ": " << boost::num_vertices(g) << " operators, "
+            << parameter_count(g) << " parameters, " << (po.mode == run_mode::training ? "training" : "inference")
+            << "\nmesh    " << to_string(m);
+  for (std::size_t a = 0; a < m.ndim(); ++a)
+    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << human_bytes(m.link(a).beta) << "/s";
+  std::cout << ")\n";
+  if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
+  else
+    std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
+              << rep.tied_classes << " ILP nodes for " << rep.vertices << " operators"
+              << (rep.solver.status == solve_status::feasible
+                      ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
+                      : std::string())
+              << ")\n";
+
+  // Per-layer table: operators outside the repeated layers, and layer 0 for the layers,
+  // noting whether every other layer chose the same.
+  std::map<std::string, std::string> first_choice;
+  std::map<std::string, bool> uniform;
+  int max_layer = -1;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    auto [key, layer] = layer_of(g[v].name);
+    if (layer < 0) continue;
+    max_layer = std::max(max_layer, layer);
+    auto it = first_choice.find(key);
+    if (it == first_choice.end()) first_choice[key] = r.strategies[v].name, uniform[key] = true;
+    else if (it->second != r.strategies[v].name) uniform[key] = false;
+  }
+  bool all_uniform = true;
+  for (const auto& [k, u] : uniform) all_uniform = all_uniform && u;
+  std::cout << "\nchosen specs (operands -> output; "
+            << (max_layer < 0 ? std::string("no repeated layers")
+                : all_uniform ? "layer 0 shown, layers 1.." + std::to_string(max_layer) + " chose the same"
+                              : std::string("every layer shown where they differ"))
+            << ")\n";
+  std::cout << "  " << std::left << std::setw(44) << "operator" << std::setw(16) << "kind" << "specs\n";
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (is_source(g[v].kind)) continue;
+    auto [key, layer] = layer_of(g[v].name);
+    if (layer > 0 && uniform[key]) continue;
+    std::cout << "  " << std::setw(44) << g[v].name << std::setw(16) << to_string(g[v].kind)
+              << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
+  }
+  std::cout << std::right << "\ncollectives per step\n";
+  if (agg.empty()) std::cout << "  none\n";
+  for (const auto& [k, v] : agg)
+    std::cout << "  " << std::left << std::setw(16) << k.first << std::right << " mesh axis " << k.second << ": "
+              << std::setw(5) << std::get<0>(v) << " x, " << std::setw(12) << human_bytes(std::get<1>(v))
+              << " in all, " << human_seconds(std::get<2>(v)) << "\n";
+  std::cout << "\nmodeled step time and memory per device (* = this plan)\n  " << std::string(20, ' ') << std::setw(12)
+            << "step" << std::setw(12) << "compute" << std::setw(12) << "comm" << std::setw(12) << "reshard"
+            << std::setw(14) << "peak memory" << "\n";
+  print_summary_row(rep.plan, true);
+  for (const plan_summary& b : rep.baselines) print_summary_row(b, false);
+  std::cout << "\nwrote " << o.out << " (plan), " << dot.string() << (svg.empty() ? "" : ", " + svg.string())
+            << "\n";
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app, action& run) {
+  auto o = std::make_shared<plan_cli_options>();
+  CLI::App* cmd = app.add_subcommand("plan", "auto-shard a model on a mesh and write the plan");
+  o->model.add_to(*cmd);
+  o->mesh.add_to(*cmd);
+  cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel or fully_replicated")
+      ->check(CLI::IsMember({"alpa", "megatron", "data_parallel", "fully_replicated"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", o->backend, "communications backend whose costs to use")
+      ->check(CLI::IsMember({"nccl", "gloo"}))
+      ->capture_default_str();
+  cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9");
+  cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str();
+  cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
+      ->capture_default_str();
+  cmd->add_flag("--skip-fully-replicated", o->skip_fully_replicated, "never choose an all-replicated strategy");
+  cmd->add_flag("--run-checks", o->run_checks, "check the plan's consistency and re-price it from scratch");
+  cmd->add_flag("--preload", o->preload, "read the plan from --out instead of solving");
+  cmd->add_flag("--no-tie-layers", o->no_tie_layers, "let identical layers choose differently");
+  cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)");
+  cmd->add_option("--out", o->out, "plan file (JSON)")->capture_default_str();
+  cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");
+  cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
+  cmd->callback([o, &run] { run = [o] { return run_plan(*o); }; });
+}
+
+}  // namespace autoshard::tool

@@ -1,0 +1,117 @@
+// autoshard shard: cut a safetensors checkpoint into one file per rank, by a built-in
+// tensor-parallel policy or by a solved plan, with DIR/index.json saying what went where.
+#include "common.hpp"
+#include "plan_file.hpp"
+
+#include <autoshard/tensor/tensor.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+namespace autoshard::tool {
+namespace {
+
+struct shard_cli_options {
+  std::string checkpoint;
+  std::string policy;
+  int tp = 0;
+  std::string plan;
+  std::string config;
+  std::string out;
+  std::string dtype_name;
+  bool json = false;
+  bool quiet = false;
+};
+
+/// config.json beside the checkpoint (or inside it, for a directory), if there is one.
+std::filesystem::path default_config(const std::filesystem::path& ck) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::is_directory(ck) ? ck : ck.parent_path();
+  fs::path c = (dir.empty() ? fs::path(".") : dir) / "config.json";
+  return fs::exists(c) ? c : fs::path();
+}
+
+int run_shard(const shard_cli_options& o) {
+  namespace fs = std::filesystem;
+  if (o.policy.empty() == o.plan.empty()) throw spec_error("give exactly one of --policy (with --tp) or --plan");
+  const checkpoint in(o.checkpoint);
+  shard_options so;
+  if (!o.dtype_name.empty()) so.convert_to = parse_dtype_or_throw(o.dtype_name);
+
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+  bool printed = false;
+  so.progress = [&](const shard_progress& p) {
+    if (o.quiet) return;
+    const auto now = std::chrono::steady_clock::now();
+    const bool done = p.bytes_done == p.bytes_total;
+    if (!done && now - last < std::chrono::milliseconds(tty ? 100 : 1000)) return;
+    last = now;
+    std::fprintf(stderr, "%sshard: %s of %s  %s/s  %.1f s%s", tty ? "\r\033[K" : "",
+                 human_bytes(static_cast<double>(p.bytes_done)).c_str(),
+                 human_bytes(static_cast<double>(p.bytes_total)).c_str(), human_bytes(p.bytes_per_second).c_str(),
+                 p.seconds, tty ? "" : "\n");
+    printed = true;
+  };
+
+  shard_report r;
+  std::string how;
+  if (!o.policy.empty()) {
+    if (o.tp < 1) throw spec_error("--policy needs --tp N (the tensor-parallel size), N >= 1");
+    std::string name = o.policy;
+    for (char& c : name)
+      if (c == '-') c = '_';
+    const tp_policy policy = policies::by_model_type(name);
+    fs::path cfg = o.config.empty() ? default_config(o.checkpoint) : fs::path(o.config);
+    const model_config config = cfg.empty() ? model_config{} : load_model_config(cfg);
+    r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
+    how = "policy " + policy.name + ", tp " + std::to_string(o.tp);
+  } else {
+    const plan_policy policy = plan_policy_for(read_plan_parameters(o.plan), in, o.plan);
+    r = shard_checkpoint(in, policy, o.out, so);
+    how = "plan " + o.plan + " on " + to_string(policy.mesh);
+  }
+  if (printed && tty) std::fputc('\n', stderr);
+
+  if (o.json) {
+    nlohmann::json files = nlohmann::json::array();
+    for (int k = 0; k < r.world_size; ++k) files.push_back(rank_file(o.out, k).string());
+    std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", how},        {"world_size", r.world_size},
+                                {"bytes_written", r.bytes_written}, {"seconds", r.seconds},
+                                {"largest_buffer", r.largest_buffer}, {"files", files},
+                                {"index", (fs::path(o.out) / "index.json").string()}}
+                     .dump(2)
+              << "\n";
+    return exit_ok;
+  }
+  std::cout << "sharded " << in.size() << " tensors of " << o.checkpoint << " by " << how << " into "
+            << r.world_size << " rank files: " << human_bytes(static_cast<double>(r.bytes_written)) << " in "
+            << human_seconds(r.seconds) << " ("
+            << human_bytes(r.seconds > 0 ? static_cast<double>(r.bytes_written) / r.seconds : 0.0) << "/s)\n"
+            << "  " << rank_file(o.out, 0).string() << " .. " << rank_file(o.out, r.world_size - 1).string() << "\n"
+            << "  " << (fs::path(o.out) / "index.json").string() << " says which block of which tensor each rank holds\n";
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_shard(CLI::App& app, action& run) {
+  auto o = std::make_shared<shard_cli_options>();
+  CLI::App* cmd = app.add_subcommand("shard", "cut a safetensors checkpoint into one file per rank");
+  cmd->add_option("checkpoint", o->checkpoint, "model.safetensors, its index json, or a directory")->required();
+  auto* pol = cmd->add_option("--policy", o->policy, "built-in policy: gpt2, bert, opt, gpt_neox, bloom, llama");
+  cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy)")->needs(pol);
+  auto* plan = cmd->add_option("--plan", o->plan, "a plan file written by `autoshard plan --out`");
+  pol->excludes(plan);
+  cmd->add_option("--config", o->config, "Hugging Face config.json (default: the one beside the checkpoint)");
+  cmd->add_option("--out", o->out, "output directory")->required();
+  cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this dtype (e.g. bf16)");
+  cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
+  cmd->callback([o, &run] { run = [o] { return run_shard(*o); }; });
+}
+
+}  // namespace autoshard::tool

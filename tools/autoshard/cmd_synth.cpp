@@ -1,0 +1,118 @@
+// autoshard synth: write a checkpoint with the exact parameter names, shapes and layouts of a
+// model preset (seeded values) plus its Hugging Face config.json — for demos and tests, and
+// to try sharding without downloading a model.
+#include "common.hpp"
+#include "model_options.hpp"
+
+#include <autoshard/tensor/tensor.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+namespace autoshard::tool {
+namespace {
+
+struct synth_options {
+  model_options model;
+  std::string out;
+  std::uint64_t seed = 1;
+  bool json = false;
+};
+
+/// Hugging Face's config.json for the family.
+nlohmann::json hf_config(const std::string& family, const transformer_config& c) {
+  if (family == "gpt2")
+    return {{"model_type", "gpt2"}, {"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads},
+            {"n_inner", c.ffn},     {"vocab_size", c.vocab}, {"n_positions", c.max_positions}};
+  if (family == "bert")
+    return {{"model_type", "bert"},           {"num_hidden_layers", c.layers}, {"hidden_size", c.hidden},
+            {"num_attention_heads", c.heads}, {"intermediate_size", c.ffn},    {"vocab_size", c.vocab},
+            {"max_position_embeddings", c.max_positions}, {"type_vocab_size", c.type_vocab}};
+  return {{"model_type", "llama"},          {"num_hidden_layers", c.layers}, {"hidden_size", c.hidden},
+          {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv()}, {"intermediate_size", c.ffn},
+          {"vocab_size", c.vocab}};
+}
+
+/// The name Hugging Face's files use: GPT-2's drop the "transformer." prefix.
+std::string file_name(const std::string& family, const std::string& n) {
+  const std::string p = "transformer.";
+  return family == "gpt2" && n.rfind(p, 0) == 0 ? n.substr(p.size()) : n;
+}
+
+int run_synth(const synth_options& o) {
+  namespace fs = std::filesystem;
+  if (!o.model.is_preset()) throw spec_error("synth needs a preset --model, not a file");
+  auto [family, cfg] = o.model.preset();
+  const model_graph g = o.model.build();
+  const dtype t = o.model.dtype_name.empty() ? dtype::f32 : cfg.type;
+
+  std::vector<safetensors_tensor_info> infos;
+  std::map<std::string, std::string> source;  // file name -> graph name
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_parameter()) {
+      const std::string n = file_name(family, g[v].name);
+      infos.push_back({n, t, g[v].shape});
+      source[n] = g[v].name;
+    }
+  std::int64_t total = 0;
+  for (const auto& i : infos) total += i.shape.numel() * static_cast<std::int64_t>(dtype_size(t));
+  if (total > (std::int64_t{8} << 30))
+    throw spec_error("synth would write " + human_bytes(static_cast<double>(total)) +
+                     "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
+
+  fs::create_directories(o.out);
+  {
+    safetensors_writer w(fs::path(o.out) / "model.safetensors", infos, {{"format", "pt"}});
+    for (const auto& e : w.entries()) {
+      // Seeded per tensor, so values do not depend on file order.
+      std::seed_seq seq{o.seed, static_cast<std::uint64_t>(std::hash<std::string>{}(e.name))};
+      std::mt19937_64 rng(seq);
+      const bool norm_weight = e.name.find("ln") != std::string::npos || e.name.find("norm") != std::string::npos;
+      std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
+      host_tensor f(dtype::f32, e.shape);
+      float* p = f.as<float>();
+      for (std::int64_t k = 0; k < f.numel(); ++k) p[k] = (norm_weight ? 1.0f : 0.0f) + dist(rng);
+      if (t == dtype::f32) w.write(f.view().bytes());
+      else w.write(convert(f.view(), t).view().bytes());
+    }
+    w.commit();
+  }
+  const std::string config_text = hf_config(family, cfg).dump(2) + "\n";
+  {
+    std::ofstream c(fs::path(o.out) / "config.json.tmp");
+    if (!c || !(c << config_text) || !c.flush()) throw io_error("cannot write config.json in '" + o.out + "'");
+  }
+  fs::rename(fs::path(o.out) / "config.json.tmp", fs::path(o.out) / "config.json");
+
+  if (o.json) {
+    std::cout << nlohmann::json{{"checkpoint", (fs::path(o.out) / "model.safetensors").string()},
+                                {"config", (fs::path(o.out) / "config.json").string()},
+                                {"tensors", infos.size()},
+                                {"parameters", parameter_count(g)},
+                                {"bytes", total}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << "wrote " << (fs::path(o.out) / "model.safetensors").string() << ": " << infos.size() << " tensors, "
+              << parameter_count(g) << " parameters, " << human_bytes(static_cast<double>(total)) << " ("
+              << family << " layout, " << to_string(t) << ", seed " << o.seed << ")\n"
+              << "      " << (fs::path(o.out) / "config.json").string() << "\n";
+  }
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_synth(CLI::App& app, action& run) {
+  auto o = std::make_shared<synth_options>();
+  CLI::App* cmd = app.add_subcommand("synth", "write a seeded checkpoint with a preset's parameter names and shapes");
+  o->model.add_to(*cmd);
+  cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
+  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->callback([o, &run] { run = [o] { return run_synth(*o); }; });
+}
+
+}  // namespace autoshard::tool

@@ -1,0 +1,82 @@
+#pragma once
+// --model and its size overrides, shared by `plan` and `synth`.
+#include "common.hpp"
+
+#include <autoshard/graph/graph.hpp>
+
+#include <filesystem>
+#include <map>
+
+namespace autoshard::tool {
+
+struct model_options {
+  std::string model = "gpt2";
+  int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
+  std::string dtype_name;
+  std::string mode = "train";
+
+  void add_to(CLI::App& cmd) {
+    cmd.add_option("--model", model,
+                   "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b) "
+                   "or a model JSON file")
+        ->capture_default_str();
+    cmd.add_option("--mode", mode, "train or infer")->check(CLI::IsMember({"train", "infer"}))->capture_default_str();
+    cmd.add_option("--layers", layers, "override the preset's number of layers");
+    cmd.add_option("--hidden", hidden, "override the hidden size");
+    cmd.add_option("--heads", heads, "override the attention heads");
+    cmd.add_option("--kv-heads", kv_heads, "override the key/value heads (grouped-query attention)");
+    cmd.add_option("--ffn", ffn, "override the MLP width (default 4 x hidden for GPT-2 and BERT)");
+    cmd.add_option("--vocab", vocab, "override the vocabulary size");
+    cmd.add_option("--seq", seq, "sequence length");
+    cmd.add_option("--batch", batch, "global batch size");
+    cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)");
+  }
+  run_mode run() const { return mode == "train" ? run_mode::training : run_mode::inference; }
+  bool is_preset() const { return !std::filesystem::exists(model) || std::filesystem::is_directory(model); }
+
+  /// The family ("gpt2", "bert", "llama") and the sized config of a preset.
+  std::pair<std::string, transformer_config> preset() const {
+    static const std::map<std::string, std::pair<std::string, transformer_config (*)()>> presets{
+        {"gpt2", {"gpt2", &transformer_config::gpt2_124m}},
+        {"gpt2-medium", {"gpt2", &transformer_config::gpt2_355m}},
+        {"gpt2-large", {"gpt2", &transformer_config::gpt2_774m}},
+        {"gpt2-xl", {"gpt2", &transformer_config::gpt2_1_5b}},
+        {"bert-base", {"bert", &transformer_config::bert_base}},
+        {"bert-large", {"bert", &transformer_config::bert_large}},
+        {"llama-7b", {"llama", &transformer_config::llama_7b}},
+        {"llama-70b", {"llama", &transformer_config::llama_70b}}};
+    auto it = presets.find(model);
+    if (it == presets.end()) {
+      std::string names;
+      for (const auto& [k, v] : presets) names += (names.empty() ? "" : ", ") + k;
+      throw graph_error("unknown model '" + model + "': not a file and not a preset (" + names + ")");
+    }
+    transformer_config c = it->second.second();
+    const bool widened = hidden > 0 && ffn == 0 && it->second.first != "llama";
+    if (layers > 0) c.layers = layers;
+    if (hidden > 0) c.hidden = hidden;
+    if (heads > 0) c.heads = heads;
+    if (kv_heads > 0) c.kv_heads = kv_heads;
+    if (ffn > 0) c.ffn = ffn;
+    else if (widened) c.ffn = 4 * c.hidden;
+    if (vocab > 0) c.vocab = vocab;
+    if (seq > 0) {
+      c.seq = seq;
+      if (c.max_positions > 0 && c.max_positions < seq) c.max_positions = seq;
+    }
+    if (batch > 0) c.batch = batch;
+    if (!dtype_name.empty()) c.type = parse_dtype_or_throw(dtype_name);
+    c.mode = run();
+    return {it->second.first, c};
+  }
+
+  model_graph build() const {
+    if (!is_preset()) return read_json_file(model);
+    auto [family, c] = preset();
+    if (family == "gpt2") return build_gpt2(c);
+    if (family == "bert") return build_bert(c);
+    return build_llama(c);
+  }
+};
+
+}  // namespace autoshard::tool

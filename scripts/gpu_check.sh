@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every `gpu`-labelled test, the CUDA example and the device benches, and
 # fails if a GPU test was skipped (this script is for machines that have a GPU).
-# Budget: about 1-2 min to build, 1 min of tests, 1 min of benches on one H200.
+# Budget on one H200: 1-3 min to build (none for a bundle), about 1 min of tests and 1 min
+# of benches; every step has a timeout, so even a hang ends within 7 minutes of running.
 #
 #   bash scripts/gpu_check.sh                 build here (needs the project's dependencies,
 #                                             nvcc and NCCL) and run everything
@@ -42,20 +43,20 @@ run_all() {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null || echo "(no nvidia-smi)"
   if [ "${SKIP_DOCTEST:-0}" = 1 ]; then :; else
   echo "=== gpu_check: test_gpu (doctest) ==="
-  timeout 300 "$dir/test_gpu" --duration=true 2>&1 | tee "$logs/test_gpu.log"; rc=${PIPESTATUS[0]}
+  timeout 180 "$dir/test_gpu" --duration=true 2>&1 | tee "$logs/test_gpu.log"; rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 77 ]; then echo "gpu_check: FAILED: test_gpu found no CUDA device on a GPU machine"; failed=1
   elif [ "$rc" -ne 0 ]; then echo "gpu_check: FAILED: test_gpu exited $rc"; failed=1; fi
   echo "=== gpu_check: no-device suite ==="
-  timeout 120 "$dir/test_gpu" --autoshard-no-device 2>&1 | tail -4; rc=${PIPESTATUS[0]}
+  timeout 30 "$dir/test_gpu" --autoshard-no-device 2>&1 | tail -4; rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "gpu_check: FAILED: no-device suite exited $rc"; failed=1; }
   fi
   echo "=== gpu_check: example_cuda_placement ==="
-  timeout 120 "$dir/example_cuda_placement" 0 0 0 0 2>&1 | tee "$logs/example.log"; rc=${PIPESTATUS[0]}
+  timeout 60 "$dir/example_cuda_placement" 0 0 0 0 2>&1 | tee "$logs/example.log"; rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "gpu_check: FAILED: example exited $rc"; failed=1; }
   for b in "$dir"/bench_device_*; do
     [ -x "$b" ] || continue
     echo "=== gpu_check: $(basename "$b") ==="
-    timeout 240 "$b" "${bench_args[@]}" --benchmark_out="$logs/$(basename "$b").json" \
+    timeout 90 "$b" "${bench_args[@]}" --benchmark_out="$logs/$(basename "$b").json" \
       --benchmark_out_format=json 2>&1 | tee "$logs/$(basename "$b").log"; rc=${PIPESTATUS[0]}
     [ "$rc" -eq 0 ] || { echo "gpu_check: FAILED: $(basename "$b") exited $rc"; failed=1; }
   done
@@ -68,7 +69,7 @@ case "$mode" in
     build build-gpu
     start=$(date +%s)
     echo "=== gpu_check: ctest -L gpu ==="
-    (cd build-gpu && ctest -L gpu --output-on-failure --timeout 300 2>&1) | tee build-gpu/ctest-gpu.log
+    (cd build-gpu && timeout 240 ctest -L gpu --output-on-failure --timeout 90 2>&1) | tee build-gpu/ctest-gpu.log
     ctest_rc=${PIPESTATUS[0]}
     if grep -q "(Skipped)" build-gpu/ctest-gpu.log; then
       echo "gpu_check: FAILED: gpu tests were skipped on a machine meant to have a GPU"; ctest_rc=1

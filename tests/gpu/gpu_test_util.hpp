@@ -1,9 +1,19 @@
 #pragma once
-// Helpers of the GPU tests: an owning device buffer, copies that throw, and running one
-// rank per visible device as threads of this process.
+// Helpers of the GPU tests: an owning device buffer, copies that throw, running one rank
+// per visible device as threads of this process, and scenarios in a child process.
+#include <fcntl.h>     // O_WRONLY, O_CREAT, O_TRUNC
+#include <spawn.h>     // posix_spawn
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // getpid
+
 #include <chrono>     // std::chrono::milliseconds
+#include <csignal>    // kill, SIGKILL
+#include <filesystem> // std::filesystem::temp_directory_path
+#include <fstream>    // std::ifstream
+#include <iterator>   // std::istreambuf_iterator
 #include <cstddef>    // std::size_t
 #include <exception>  // std::exception_ptr
+#include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 #include <thread>     // std::thread
 #include <utility>    // std::exchange
@@ -93,6 +103,51 @@ inline std::string first_error(const std::vector<std::exception_ptr>& errors) {
     }
   }
   return {};
+}
+
+/// What a child process of this test binary did.
+struct child_result {
+  int exit_code = -1;  ///< -1: killed after the limit, or ended by a signal
+  bool timed_out = false;
+  std::string output;  ///< stdout and stderr
+};
+
+/// Runs this test binary again as `test_gpu --autoshard-child=<what>` in a fresh process
+/// (CUDA state is not inherited across fork; a fresh exec is clean), killing it after
+/// `limit`: scenarios that could hang (an abort during init) cannot hang the suite.
+inline child_result run_child(const std::string& what, std::chrono::seconds limit) {
+  child_result res;
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("autoshard-gpu-child-" + std::to_string(::getpid()) + "-" + what + ".log")).string();
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::string self = "/proc/self/exe", flag = "--autoshard-child=" + what;
+  char* argv[] = {self.data(), flag.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("posix_spawn of " + self + " failed: " + std::to_string(rc));
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (;;) {
+    const pid_t got = waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      res.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!res.timed_out && WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
+  std::ifstream in(out);
+  res.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  std::filesystem::remove(out, ec);
+  return res;
 }
 
 /// Ranks for the multi-rank tests: every visible device, at most 8.

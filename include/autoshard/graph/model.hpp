@@ -7,6 +7,7 @@
 ///   auto y = autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});   // shape [8,3072]
 #include <algorithm>    // std::find, std::sort
 #include <cstdint>      // std::int64_t
+#include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
 #include <span>         // std::span
 #include <string>       // std::string
@@ -277,6 +278,10 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       for (std::int64_t d : a.dims)
         if (d < 0) bad_operands(k, "target dims must be non-negative");
       tensor_shape out(a.dims);
+      std::int64_t n = 1;
+      for (std::int64_t d : a.dims)
+        if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target " + to_string(out) + " has too many elements");
+        else n *= d;
       if (out.numel() != in[0].numel())
         bad_operands(k, "cannot view " + to_string(in[0]) + " (" + std::to_string(in[0].numel()) + " elements) as " +
                             to_string(out) + " (" + std::to_string(out.numel()) + ")");
@@ -318,6 +323,8 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
         for (std::size_t d = 0; ok && d < in[0].rank; ++d) ok = static_cast<int>(d) == ax || in[i][d] == in[0][d];
         if (!ok) bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " does not match " +
                                      to_string(in[0]) + " outside axis " + std::to_string(ax));
+        if (in[i][static_cast<std::size_t>(ax)] > std::numeric_limits<std::int64_t>::max() - out[static_cast<std::size_t>(ax)])
+          bad_operands(k, "concatenated size overflows");
         out[static_cast<std::size_t>(ax)] += in[i][static_cast<std::size_t>(ax)];
       }
       return out;
@@ -326,7 +333,7 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       const int ax = detail::norm_axis(a.axis, in[0].rank);
       if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
       const std::int64_t n = in[0][static_cast<std::size_t>(ax)];
-      if (a.start < 0 || a.length < 0 || a.start + a.length > n)
+      if (a.start < 0 || a.length < 0 || a.start > n || a.length > n - a.start)
         bad_operands(k, "slice [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
                             ") is outside dim " + std::to_string(ax) + " of " + to_string(in[0]));
       tensor_shape out = in[0];
@@ -341,7 +348,7 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
         bad_operands(k, "q width " + std::to_string(in[0][2]) + " must be heads (" + std::to_string(a.heads) +
                             ") x head_dim, and heads a multiple of kv_heads (" + std::to_string(kv) + ")");
       const std::int64_t hd = in[0][2] / a.heads;
-      if (!(in[1] == in[2]) || in[1][0] != in[0][0] || in[1][2] != kv * hd)
+      if (!(in[1] == in[2]) || in[1][0] != in[0][0] || hd == 0 || in[1][2] % hd != 0 || in[1][2] / hd != kv)
         bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
                             "] for q " + to_string(in[0]) + ", got " + detail::shapes_str(in.subspan(1)));
       if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");

@@ -454,7 +454,7 @@ struct one_op {
     values.push_back(std::move(d));
     return ins.back();
   }
-  void check(op_kind k, op_attrs a = {}, std::size_t min_strategies = 2) {
+  void check(op_kind k, op_attrs a = {}, std::size_t min_strategies = 2, const device_mesh& mesh = device_mesh{2, 2}) {
     model_graph h = g;
     std::vector<vertex_t> ops = ins;
     std::vector<tensor_shape> shapes;
@@ -463,7 +463,7 @@ struct one_op {
     vertex_t v = boost::add_vertex(node{"op", k, a, out, dtype::f32}, h);
     for (std::size_t i = 0; i < ops.size(); ++i) boost::add_edge(ops[i], v, edge{static_cast<int>(i)}, h);
     validate(h);
-    check_all_strategies(h, v, device_mesh{2, 2}, values, min_strategies);
+    check_all_strategies(h, v, mesh, values, min_strategies);
   }
 };
 
@@ -690,4 +690,40 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan") {
     }
     CHECK(partial_cols > 0);
   }
+}
+
+TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sharded result") {
+  checked_strategies = 0;
+  op_attrs att;
+  att.heads = 8;
+  att.kv_heads = 4;
+  att.causal = true;
+  for (const device_mesh& m : {device_mesh{4}, device_mesh{2, 1, 2}}) {
+    CAPTURE(to_string(m));
+    {
+      one_op t;
+      t.add("x", {4, 8, 12});
+      t.add("w", {4, 12});
+      t.add("b", {4});
+      t.check(op_kind::linear, {}, 5, m);
+    }
+    {
+      one_op t;
+      t.add("q", {4, 3, 16});
+      t.add("k", {4, 3, 8});
+      t.add("v", {4, 3, 8});
+      t.check(op_kind::attention, att, 3, m);
+    }
+    {
+      one_op t;
+      t.add("ids", {4, 4}, dtype::i64, 8);
+      t.add("table", {8, 4});
+      t.check(op_kind::embedding, {}, 5, m);
+    }
+  }
+  // Per mesh axis: linear 5 options (R, batch, seq, out, in), attention 3 (R, batch, heads),
+  // embedding 5 (R, ids dim 0, ids dim 1, column, vocab). Every size here splits 4 ways
+  // without an empty piece, and the size-1 axis takes any option: 5 + 3 + 5 on the 1-D mesh,
+  // 5^3 + 3^3 + 5^3 on the 3-D one.
+  CHECK(checked_strategies == (5 + 3 + 5) + (125 + 27 + 125));
 }

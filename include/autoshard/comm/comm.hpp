@@ -7,3 +7,4 @@
 #include "launch.hpp"        // run_ranks, spawn_ranks, connect_from_env
 #include "redistribute.hpp"  // redistribute, execute_step
 #include "parallel.hpp"      // column/row-parallel linear, vocab-parallel embedding and cross-entropy
+#include "calibrate.hpp"     // calibrate, save/load_calibration, apply_calibration

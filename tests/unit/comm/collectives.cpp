@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -275,4 +276,61 @@ TEST_CASE("connect_from_env names what is missing") {
   CHECK_THROWS_WITH_AS(connect_from_env(), doctest::Contains("AUTOSHARD_STORE is not set"), comm_error);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
+}
+
+TEST_CASE("the alpha-beta fit recovers a known link exactly") {
+  const link_model truth{7e-6, 3e9};
+  std::vector<calibration_sample> s;
+  for (collective kind : {collective::all_reduce, collective::all_gather, collective::reduce_scatter})
+    for (double b : {4096.0, 65536.0, 1048576.0}) s.push_back({kind, b, collective_time(kind, truth, 4, b), false});
+  s.push_back({collective::all_reduce, 1e9, 123.0, true});  // held out: ignored by the fit
+  const link_model fit = detail::fit_alpha_beta(s, 4);
+  CHECK(fit.alpha == doctest::Approx(truth.alpha).epsilon(1e-9));
+  CHECK(fit.beta == doctest::Approx(truth.beta).epsilon(1e-9));
+}
+
+TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips and loads into a mesh") {
+  calibration_options opts;
+  opts.sizes = {1024, 16384, 131072};
+  opts.holdout = 65536;
+  opts.warmup = 1;
+  opts.repeats = 3;
+  std::vector<calibration_result> results(4);
+  run_ranks(4, [&](gloo_communicator& w) {
+    mesh_communicator mc(std::move(w), device_mesh{2, 2});
+    results[static_cast<std::size_t>(mc.rank())] = calibrate(mc, opts);
+  });
+  const auto& r = results[0];
+  REQUIRE(r.axes.size() == 2);
+  for (const auto& a : r.axes) {
+    CHECK(a.measured);
+    CHECK(a.group_size == 2);
+    CHECK(a.samples.size() == 3 * 4);
+    CHECK(a.link.alpha >= 0);
+    CHECK(a.link.beta > 0);
+    CHECK(a.holdout_bytes == 65536);
+    CHECK(std::isfinite(a.holdout_relative_error));
+    for (const auto& s : a.samples) CHECK(s.seconds > 0);
+  }
+  for (const auto& other : results)  // the slowest rank's medians: the same numbers everywhere
+    for (std::size_t a = 0; a < 2; ++a) CHECK(other.axes[a].link == r.axes[a].link);
+
+  temp_dir dir;
+  const std::string path = dir.path() + "/links.json";
+  save_calibration(r, path);
+  const calibration_result back = load_calibration(path);
+  REQUIRE(back.axes.size() == 2);
+  CHECK(back.mesh_shape == std::vector<int>{2, 2});
+  CHECK(back.axes[1].link == r.axes[1].link);
+  CHECK(back.axes[0].samples.size() == r.axes[0].samples.size());
+  device_mesh m{2, 2};
+  apply_calibration(m, back);
+  CHECK(m.link(0) == r.axes[0].link);
+  device_mesh wrong{4};
+  CHECK_THROWS_AS(apply_calibration(wrong, back), spec_error);
+  {
+    std::ofstream(dir.path() + "/bad.json") << R"({"format":"autoshard-calibration","mesh":[2],"axes":[{"axis":0}]})";
+  }
+  CHECK_THROWS_WITH_AS(load_calibration(dir.path() + "/bad.json"), doctest::Contains("bad.json"), io_error);
+  CHECK_THROWS_AS(load_calibration(dir.path() + "/missing.json"), io_error);
 }

@@ -1,0 +1,276 @@
+#pragma once
+/// Measuring each mesh axis's link on the real backend: a few message sizes per
+/// collective, a least-squares fit of the alpha-beta model that core/cost.hpp prices with,
+/// a held-out size to report how well the fit predicts, and a JSON file the cost model loads.
+///   auto cal = autoshard::calibrate(mc);                 // collective over the mesh
+///   autoshard::save_calibration(cal, "links.json");
+///   device_mesh m{2, 4};  autoshard::apply_calibration(m, autoshard::load_calibration("links.json"));
+/// Time of one collective is the slowest rank's median over the repeats; B is the byte
+/// count of core's formulas (gathered size for all-gather, input size for reduce-scatter).
+#include <algorithm>  // std::sort, std::max
+#include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::abs
+#include <cstddef>    // std::size_t
+#include <fstream>    // std::ifstream, std::ofstream
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "../core/cost.hpp"          // collective_time
+#include "../core/error.hpp"         // io_error, comm_error
+#include "../core/mesh.hpp"          // device_mesh, link_model
+#include "../core/redistribute.hpp"  // collective
+#include "communicator.hpp"          // communicator
+#include "redistribute.hpp"          // mesh_communicator_like
+
+namespace autoshard {
+
+struct calibration_options {
+  /// Message sizes B (bytes) the fit uses.
+  std::vector<double> sizes{4096, 32768, 262144, 1048576, 4194304};
+  /// A size left out of the fit, to report the prediction error on.
+  double holdout = 2097152;
+  std::vector<collective> kinds{collective::all_reduce, collective::all_gather, collective::reduce_scatter};
+  int warmup = 2;
+  int repeats = 7;
+};
+
+/// One measurement.
+struct calibration_sample {
+  collective kind = collective::all_reduce;
+  double bytes = 0;    ///< B as core's formulas define it
+  double seconds = 0;  ///< median over repeats, slowest rank
+  bool held_out = false;
+};
+
+/// The fit of one mesh axis.
+struct axis_calibration {
+  int axis = 0;
+  int group_size = 1;
+  bool measured = false;  ///< false for size-1 axes: they never communicate
+  link_model link;
+  double holdout_bytes = 0;
+  double holdout_relative_error = 0;  ///< mean over kinds of |predicted - measured| / measured
+  std::vector<calibration_sample> samples;
+};
+
+struct calibration_result {
+  std::vector<int> mesh_shape;
+  std::string backend = "gloo-tcp";
+  std::vector<axis_calibration> axes;
+};
+
+namespace detail {
+
+/// Least squares of t ~ a*alpha + b*(1/beta), weighted by 1/t^2 (relative error), with
+/// alpha >= 0 and beta > 0.
+inline link_model fit_alpha_beta(const std::vector<calibration_sample>& s, int k) {
+  double saa = 0, sab = 0, sbb = 0, sat = 0, sbt = 0;
+  int used = 0;
+  for (const auto& x : s) {
+    if (x.held_out || x.seconds <= 0) continue;
+    const double t0 = collective_time(x.kind, link_model{1.0, 1e300}, k, x.bytes);  // alpha coefficient
+    const double b = collective_time(x.kind, link_model{0.0, 1.0}, k, x.bytes);     // coefficient of 1/beta
+    const double w = 1.0 / (x.seconds * x.seconds);
+    saa += w * t0 * t0;
+    sab += w * t0 * b;
+    sbb += w * b * b;
+    sat += w * t0 * x.seconds;
+    sbt += w * b * x.seconds;
+    ++used;
+  }
+  if (used < 2) throw comm_error("calibration needs at least two measured sizes, got " + std::to_string(used));
+  const double det = saa * sbb - sab * sab;
+  double alpha = det != 0 ? (sat * sbb - sbt * sab) / det : 0.0;
+  double inv_beta = det != 0 ? (saa * sbt - sab * sat) / det : 0.0;
+  if (alpha < 0) {  // refit with alpha = 0
+    alpha = 0;
+    inv_beta = sbb > 0 ? sbt / sbb : 0;
+  }
+  if (inv_beta <= 0) {  // no visible bandwidth cost: alpha only
+    inv_beta = 1e-15;
+    alpha = saa > 0 ? sat / saa : 0;
+  }
+  return link_model{alpha, 1.0 / inv_beta};
+}
+
+template <communicator C>
+double time_collective(C& c, collective kind, double bytes, int warmup, int repeats) {
+  const int k = c.size();
+  // f32 elements; B is rounded to a multiple of 4*k bytes so every rank's piece is whole.
+  const auto per_rank = static_cast<std::size_t>(std::max(1.0, bytes / (4.0 * k)));
+  const std::size_t total = per_rank * static_cast<std::size_t>(k);
+  std::vector<float> a(total, 1.0f), b(total, 0.0f);
+  auto once = [&] {
+    switch (kind) {
+      case collective::all_reduce: c.all_reduce(a.data(), total, dtype::f32, reduce_op::sum); break;
+      case collective::all_gather: c.all_gather(a.data(), b.data(), per_rank, dtype::f32); break;
+      case collective::reduce_scatter: c.reduce_scatter(a.data(), b.data(), per_rank, dtype::f32, reduce_op::sum); break;
+      case collective::all_to_all: c.all_to_all(a.data(), b.data(), per_rank, dtype::f32); break;
+      default: break;
+    }
+  };
+  for (int i = 0; i < warmup; ++i) once();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    c.barrier();
+    const auto s = std::chrono::steady_clock::now();
+    once();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
+  }
+  std::sort(t.begin(), t.end());
+  double med = t[t.size() / 2];
+  c.all_reduce(&med, 1, dtype::f64, reduce_op::max);  // every rank agrees: the slowest one
+  return med;
+}
+
+}  // namespace detail
+
+/// Measures every mesh axis (all groups of an axis at once, as a plan would run them) and
+/// fits its link model. Collective over the mesh; every rank returns the same result.
+template <mesh_communicator_like M>
+calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
+  const device_mesh& mesh = mc.mesh();
+  calibration_result out;
+  out.mesh_shape = mesh.shape();
+  for (std::size_t a = 0; a < mesh.ndim(); ++a) {
+    axis_calibration ax;
+    ax.axis = static_cast<int>(a);
+    ax.group_size = mesh.size(a);
+    ax.link = mesh.link(a);
+    if (ax.group_size > 1) {
+      auto& c = mc.axis(a);
+      // The slowest rank of the whole mesh: max over the axis group, then over the other axes.
+      auto measure = [&](collective kind, double b) {
+        double t = detail::time_collective(c, kind, b, opts.warmup, opts.repeats);
+        for (std::size_t o = 0; o < mesh.ndim(); ++o)
+          if (o != a && mesh.size(o) > 1) mc.axis(o).all_reduce(&t, 1, dtype::f64, reduce_op::max);
+        return t;
+      };
+      for (collective kind : opts.kinds) {
+        for (double b : opts.sizes) ax.samples.push_back({kind, b, measure(kind, b), false});
+        if (opts.holdout > 0) ax.samples.push_back({kind, opts.holdout, measure(kind, opts.holdout), true});
+      }
+      // B as priced: the bytes actually moved after rounding to whole f32 pieces per rank.
+      for (auto& s : ax.samples)
+        s.bytes = std::max(1.0, static_cast<double>(static_cast<std::size_t>(s.bytes / (4.0 * ax.group_size)))) * 4.0 *
+                  ax.group_size;
+      ax.link = detail::fit_alpha_beta(ax.samples, ax.group_size);
+      ax.measured = true;
+      double err = 0;
+      int n = 0;
+      for (const auto& s : ax.samples)
+        if (s.held_out) {
+          ax.holdout_bytes = s.bytes;
+          err += std::abs(collective_time(s.kind, ax.link, ax.group_size, s.bytes) - s.seconds) / s.seconds;
+          ++n;
+        }
+      ax.holdout_relative_error = n ? err / n : 0.0;
+    }
+    out.axes.push_back(ax);
+  }
+  return out;
+}
+
+/// The result as JSON (what save_calibration writes).
+inline nlohmann::json calibration_to_json(const calibration_result& r) {
+  nlohmann::json j;
+  j["format"] = "autoshard-calibration";
+  j["version"] = 1;
+  j["backend"] = r.backend;
+  j["mesh"] = r.mesh_shape;
+  j["axes"] = nlohmann::json::array();
+  for (const auto& a : r.axes) {
+    nlohmann::json ja{{"axis", a.axis},
+                      {"group_size", a.group_size},
+                      {"measured", a.measured},
+                      {"alpha_s", a.link.alpha},
+                      {"beta_bytes_per_s", a.link.beta},
+                      {"holdout_bytes", a.holdout_bytes},
+                      {"holdout_relative_error", a.holdout_relative_error}};
+    ja["samples"] = nlohmann::json::array();
+    for (const auto& s : a.samples)
+      ja["samples"].push_back(
+          {{"kind", std::string(to_string(s.kind))}, {"bytes", s.bytes}, {"seconds", s.seconds}, {"held_out", s.held_out}});
+    j["axes"].push_back(ja);
+  }
+  return j;
+}
+
+/// Reads what calibration_to_json wrote; io_error naming the file and the field otherwise.
+inline calibration_result calibration_from_json(const nlohmann::json& j, const std::string& what = "calibration") {
+  calibration_result r;
+  try {
+    if (j.at("format").get<std::string>() != "autoshard-calibration")
+      throw io_error(what + ": not an autoshard calibration file (format '" + j.at("format").get<std::string>() + "')");
+    r.backend = j.value("backend", std::string("?"));
+    r.mesh_shape = j.at("mesh").get<std::vector<int>>();
+    for (const auto& ja : j.at("axes")) {
+      axis_calibration a;
+      a.axis = ja.at("axis").get<int>();
+      a.group_size = ja.at("group_size").get<int>();
+      a.measured = ja.at("measured").get<bool>();
+      a.link.alpha = ja.at("alpha_s").get<double>();
+      a.link.beta = ja.at("beta_bytes_per_s").get<double>();
+      a.holdout_bytes = ja.value("holdout_bytes", 0.0);
+      a.holdout_relative_error = ja.value("holdout_relative_error", 0.0);
+      if (!(a.link.alpha >= 0) || !(a.link.beta > 0))
+        throw io_error(what + ": axis " + std::to_string(a.axis) + " has alpha " + std::to_string(a.link.alpha) +
+                       " s and beta " + std::to_string(a.link.beta) + " B/s (need alpha >= 0, beta > 0)");
+      for (const auto& js : ja.value("samples", nlohmann::json::array())) {
+        calibration_sample s;
+        const auto kind = js.at("kind").get<std::string>();
+        s.kind = kind == "all-reduce"       ? collective::all_reduce
+                 : kind == "all-gather"     ? collective::all_gather
+                 : kind == "reduce-scatter" ? collective::reduce_scatter
+                 : kind == "all-to-all"     ? collective::all_to_all
+                                            : throw io_error(what + ": unknown collective '" + kind + "'");
+        s.bytes = js.at("bytes").get<double>();
+        s.seconds = js.at("seconds").get<double>();
+        s.held_out = js.value("held_out", false);
+        a.samples.push_back(s);
+      }
+      r.axes.push_back(a);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(what + ": " + e.what());
+  }
+  if (r.axes.size() != r.mesh_shape.size())
+    throw io_error(what + ": " + std::to_string(r.axes.size()) + " axes for a mesh of " +
+                   std::to_string(r.mesh_shape.size()));
+  return r;
+}
+
+inline void save_calibration(const calibration_result& r, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw io_error("cannot write calibration file '" + path + "'");
+  f << calibration_to_json(r).dump(2) << "\n";
+  if (!f) throw io_error("writing calibration file '" + path + "' failed");
+}
+
+inline calibration_result load_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw io_error("cannot open calibration file '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("calibration file '" + path + "': " + e.what());
+  }
+  return calibration_from_json(j, "calibration file '" + path + "'");
+}
+
+/// Sets the measured axes' link models on `m` (whose shape must match the calibration's).
+inline device_mesh& apply_calibration(device_mesh& m, const calibration_result& r) {
+  if (m.shape() != r.mesh_shape) {
+    std::string shape;
+    for (int s : r.mesh_shape) shape += (shape.empty() ? "" : "x") + std::to_string(s);
+    throw spec_error("a calibration of mesh " + shape + " does not fit " + to_string(m));
+  }
+  for (const auto& a : r.axes)
+    if (a.measured) m.set_link(static_cast<std::size_t>(a.axis), a.link);
+  return m;
+}
+
+}  // namespace autoshard

@@ -401,7 +401,7 @@ class atomic_file_writer {
   const std::filesystem::path& temporary_path() const noexcept { return tmp_; }
 
  private:
-  static constexpr std::size_t buffer_size = std::size_t{4} << 20;
+  static constexpr std::size_t buffer_size = std::size_t{1} << 20;  // N writers are open at once
   void flush_buffer() {
     raw_write(buf_.data(), buf_.size());
     buf_.clear();

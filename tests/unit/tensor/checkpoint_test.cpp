@@ -512,3 +512,20 @@ TEST_CASE("shard_checkpoint: invalid input never touches the output directory; f
   }
   CHECK(snapshot(out) == before);
 }
+
+TEST_CASE("shard_checkpoint: uneven plans with empty shards round-trip") {
+  scratch_dir dir;
+  model_spec m;
+  m.params = {{"tiny", {3, 2}}, {"v", {5}}, {"s", {}}};
+  auto model = materialise(m, 11);
+  save_model(dir / "model.safetensors", model);
+  checkpoint in(dir / "model.safetensors");
+  plan_policy plan{device_mesh{2, 2}, {{"tiny", parse_spec("S01R", 2, 2)}, {"v", parse_spec("S01", 2, 1)}},
+                   split_rule::chunk};
+  shard_checkpoint(in, plan, dir / "out");
+  sharded_checkpoint sc(dir / "out");
+  CHECK(sc.shard(3, "tiny").shape() == tensor_shape{0, 2});  // 3 -> 2|1 -> 1,1|1,0
+  CHECK(sc.shard(1, "v").shape() == tensor_shape{1});       // 5 -> 3|2 -> 2,1|1,1
+  CHECK(sc.shard(2, "s").shape().rank == 0);                // scalars are replicated
+  check_roundtrip(dir / "out", model, 4);
+}

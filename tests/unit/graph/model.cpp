@@ -3,6 +3,7 @@
 
 #include <autoshard/graph/graph.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -239,4 +240,49 @@ TEST_CASE("Graphviz output parses with dot and carries the chosen specs") {
   const std::string cmd = "dot -Tsvg '" + path.string() + "' -o /dev/null";
   CHECK(std::system(cmd.c_str()) == 0);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("every vertex of every builder's graph has valid, finite strategies and edge costs") {
+  transformer_config gpt = transformer_config::gpt2(1, 64, 4);
+  gpt.seq = 16;
+  gpt.batch = 4;
+  gpt.vocab = 96;
+  gpt.mode = run_mode::training;
+  transformer_config bert = transformer_config::bert(1, 64, 4);
+  bert.seq = 16;
+  bert.batch = 4;
+  bert.vocab = 96;
+  transformer_config llama = transformer_config::llama(1, 64, 8, 2, 96);
+  llama.seq = 16;
+  llama.batch = 4;
+  llama.vocab = 96;
+  llama.mode = run_mode::training;
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
+  for (const model_graph& g : {build_gpt2(gpt), build_bert(bert), build_llama(llama)}) {
+    strategy_options opt;
+    opt.mode = find_vertex(g, "loss") ? run_mode::training : run_mode::inference;
+    const auto all = enumerate_all_strategies(g, m, opt);
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      CAPTURE(g[v].name);
+      REQUIRE(!all[v].empty());
+      const auto ops = operands(g, v);
+      for (const strategy& s : all[v]) {
+        REQUIRE(s.inputs.size() == ops.size());
+        for (std::size_t i = 0; i < ops.size(); ++i) check_spec(s.inputs[i], m, g[ops[i]].shape, g[ops[i]].name);
+        check_spec(s.output, m, g[v].shape, g[v].name);
+        CHECK(no_empty_shards(m, s.output, g[v].shape));
+        CHECK((std::isfinite(s.seconds()) && s.compute_seconds >= 0 && s.comm_seconds >= 0));
+        CHECK(s.memory_bytes >= 0);
+      }
+      // the fully replicated strategy always exists and needs no communication
+      bool replicated = false;
+      for (const strategy& s : all[v])
+        replicated = replicated || (s.output.is_replicated() && s.comm_seconds == 0.0);
+      CHECK(replicated);
+    }
+    for (auto [it, end] = boost::edges(g); it != end; ++it) {
+      const cost_matrix c = resharding_costs(g, *it, all[boost::source(*it, g)], all[boost::target(*it, g)], m, opt);
+      for (double x : c.values) REQUIRE((std::isfinite(x) && x >= 0));
+    }
+  }
 }

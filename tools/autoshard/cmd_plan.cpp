@@ -79,7 +79,10 @@ nlohmann::json summary_json(const plan_summary& s) {
 void print_summary_row(const plan_summary& s, bool chosen) {
   std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << s.algo << std::right;
   if (!s.feasible) {
-    std::cout << "  not feasible: " << s.why_not << "\n";
+    std::string why = s.why_not;
+    for (const char* prefix : {"autoshard: ", "solver error: "})
+      if (why.rfind(prefix, 0) == 0) why.erase(0, std::string(prefix).size());
+    std::cout << "  not feasible: " << why << "\n";
     return;
   }
   std::cout << std::setw(12) << human_seconds(s.step_seconds) << std::setw(12) << human_seconds(s.compute_seconds)
@@ -201,7 +204,8 @@ int run_plan(const plan_cli_options& o) {
             << parameter_count(g) << " parameters, " << (po.mode == run_mode::training ? "training" : "inference")
             << "\nmesh    " << to_string(m);
   for (std::size_t a = 0; a < m.ndim(); ++a)
-    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << human_bytes(m.link(a).beta) << "/s";
+    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
+              << " GB/s";
   std::cout << ")\n";
   if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
   else

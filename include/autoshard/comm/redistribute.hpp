@@ -26,6 +26,9 @@
 #include "../core/spec.hpp"          // sharding_spec, check_spec
 #include "../core/typed.hpp"         // element_type, dtype_of
 #include "communicator.hpp"          // communicator, fill_identity
+#if __has_include("../tensor/host_tensor.hpp")
+#include "../tensor/host_tensor.hpp"  // host_tensor, const_tensor_view (when the tensor area is present)
+#endif
 
 namespace autoshard {
 
@@ -255,5 +258,24 @@ std::vector<T> redistribute(M& mc, std::span<const T> local, const tensor_shape&
   if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
+
+#if __has_include("../tensor/host_tensor.hpp")
+/// Host-tensor form (where the tensor area is present): `local` is this rank's `src`
+/// shard, of any dtype; returns its `dst` shard.
+template <mesh_communicator_like M>
+host_tensor redistribute(M& mc, const_tensor_view local, const tensor_shape& global, const sharding_spec& src,
+                         const sharding_spec& dst) {
+  check_spec(src, mc.mesh(), global, "redistribute source");
+  const tensor_shape want = local_box(mc.mesh(), src, global, mc.rank()).shape;
+  if (!(local.shape() == want))
+    throw shape_error("rank " + std::to_string(mc.rank()) + ": redistribute " + to_string(src) + " -> " +
+                      to_string(dst) + " of " + to_string(global) + " expects a local shard " + to_string(want) +
+                      ", got " + to_string(local.shape()));
+  const std::vector<std::byte> raw = redistribute(mc, local.bytes(), local.type(), global, src, dst);
+  host_tensor out(local.type(), local_box(mc.mesh(), dst, global, mc.rank()).shape);
+  if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+#endif
 
 }  // namespace autoshard

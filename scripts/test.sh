@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: setup, then GCC 12 and Clang 14 builds with
 # -Wall -Wextra -Wpedantic -Werror (every header verified standalone, the installed package
-# consumed by tests/package), then the suite once more under ASan + UBSan.
-# Usage: bash scripts/test.sh [gcc|clang|asan ...]   (default: all three)
+# consumed by tests/package), then the suite once more under ASan + UBSan, then a fuzz smoke
+# (every libFuzzer target in fuzz/ for 20,000 executions, scripts/fuzz.sh).
+# Usage: bash scripts/test.sh [gcc|clang|asan|fuzz ...]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 presets=("$@")
-[ ${#presets[@]} -eq 0 ] && presets=(gcc clang asan)
+[ ${#presets[@]} -eq 0 ] && presets=(gcc clang asan fuzz)
 for p in "${presets[@]}"; do
+  if [ "$p" = fuzz ]; then
+    echo "=== autoshard: fuzz smoke ==="
+    bash scripts/fuzz.sh -p "$jobs"
+    continue
+  fi
   echo "=== autoshard: $p build ==="
   start=$(date +%s)
   cmake --preset "$p" >/dev/null

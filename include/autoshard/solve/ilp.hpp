@@ -68,6 +68,10 @@ struct solve_options {
   ilp_formulation formulation = ilp_formulation::marginal;
   /// Memory rows added when violated (true) or all up front (false).
   bool lazy_memory = true;
+  /// GLPK's feasibility pump at the root (autoshard's own rounding heuristic always runs).
+  bool feasibility_pump = false;
+  /// GLPK's cut generators (mixed-integer rounding, Gomory, cover, clique).
+  bool cuts = false;
 };
 
 struct solve_result {
@@ -158,13 +162,21 @@ class ilp_model {
   double scale = 1.0;                // GLPK objective = scale * true objective
   std::vector<std::size_t> ilp_nodes;
   std::vector<int> first_col;        // per original node: first s column (1-based), 0 if folded
+  // For the primal heuristic: incident edges per node, pair column per (edge, i*|S_v|+j).
+  struct incidence {
+    std::size_t edge;
+    bool is_u;
+  };
+  std::vector<std::vector<incidence>> inc;
+  std::vector<std::vector<int>> pair_col;
   // Memory candidates: one per time point where the limit can bind.
   std::vector<std::int64_t> times;
   std::vector<char> added;
   std::size_t memory_rows = 0;
 
   ilp_model(const strategy_problem& prob, const reducer& r, ilp_formulation f)
-      : p(prob), red(r), form(f), first_col(prob.nodes.size(), 0) {
+      : p(prob), red(r), form(f), first_col(prob.nodes.size(), 0), inc(prob.nodes.size()),
+        pair_col(r.edges.size()) {
     glp_set_obj_dir(lp.get(), GLP_MIN);
     double big = 0.0;
     for (std::size_t v = 0; v < red.nodes.size(); ++v)
@@ -215,6 +227,10 @@ class ilp_model {
       if (!e.alive) continue;
       const std::size_t nu = red.nodes[e.u].size(), nv = red.nodes[e.v].size();
       const int cu = first_col[e.u], cv = first_col[e.v];
+      const auto eid = static_cast<std::size_t>(&e - red.edges.data());
+      inc[e.u].push_back({eid, true});
+      inc[e.v].push_back({eid, false});
+      pair_col[eid].assign(nu * nv, 0);
       if (form == ilp_formulation::marginal) {
         const int r0 = glp_add_rows(P, static_cast<int>(nu + nv));
         for (std::size_t k = 0; k < nu + nv; ++k) glp_set_row_bnds(P, r0 + static_cast<int>(k), GLP_FX, 0.0, 0.0);
@@ -225,6 +241,7 @@ class ilp_model {
             const double c = e.m[i * nv + j];
             if (!std::isfinite(c)) continue;  // a forbidden pair: no variable, so never chosen
             const int col = add_cols(1);
+            pair_col[eid][i * nv + j] = col;
             glp_set_col_bnds(P, col, GLP_DB, 0.0, 1.0);
             glp_set_obj_coef(P, col, scale * c);
             put(r0 + static_cast<int>(i), col, 1.0);
@@ -235,6 +252,7 @@ class ilp_model {
           for (std::size_t j = 0; j < nv; ++j) {
             const double c = e.m[i * nv + j];
             const int col = add_cols(1);
+            pair_col[eid][i * nv + j] = col;
             glp_set_col_kind(P, col, GLP_BV);
             if (std::isfinite(c))
               glp_set_obj_coef(P, col, scale * c);
@@ -349,6 +367,105 @@ class ilp_model {
     return x;
   }
 
+  /// A primal heuristic: round `x` (argmax per node), repair memory by the cheapest switch per
+  /// byte saved at the most violated time point, then improve node by node while it fits.
+  /// Fills `out` (1-based column values) and returns true when it found a feasible choice.
+  bool heuristic(const std::vector<double>& x, std::vector<double>& out) const {
+    std::vector<std::size_t> pick(red.nodes.size(), 0);
+    for (std::size_t v : ilp_nodes) {
+      const work_node& n = red.nodes[v];
+      for (std::size_t i = 1; i < n.size(); ++i)
+        if (x[static_cast<std::size_t>(first_col[v]) + i] > x[static_cast<std::size_t>(first_col[v]) + pick[v]]) pick[v] = i;
+    }
+    auto local = [&](std::size_t v, std::size_t i) {
+      double c = red.nodes[v].cost[i];
+      for (const incidence& in : inc[v]) {
+        const work_edge& e = red.edges[in.edge];
+        const std::size_t nv = red.nodes[e.v].size();
+        c += in.is_u ? e.m[i * nv + pick[e.v]] : e.m[pick[e.u] * nv + i];
+      }
+      return c;
+    };
+    std::vector<double> load;
+    auto range = [&](const live_interval& iv) {
+      const auto a = std::lower_bound(times.begin(), times.end(), iv.begin) - times.begin();
+      const auto b = std::lower_bound(times.begin(), times.end(), iv.end) - times.begin();
+      return std::pair<std::size_t, std::size_t>(static_cast<std::size_t>(a), static_cast<std::size_t>(std::max(a, b)));
+    };
+    if (p.usage_limit) {
+      std::vector<double> xs(x.size(), 0.0);
+      for (std::size_t v : ilp_nodes) xs[static_cast<std::size_t>(first_col[v]) + pick[v]] = 1.0;
+      load = excess(xs);
+    }
+    auto fits = [&](std::size_t v, std::size_t j) {  // switching v to j keeps every time point within the limit
+      if (!p.usage_limit) return true;
+      const double du = static_cast<double>(red.nodes[v].usage[j] - red.nodes[v].usage[pick[v]]);
+      if (du <= 0) return true;
+      const auto [a, b] = range(red.nodes[v].live);
+      for (std::size_t k = a; k < b; ++k)
+        if (load[k] + du > 0.0) return false;
+      return true;
+    };
+    auto move = [&](std::size_t v, std::size_t j) {
+      if (p.usage_limit) {
+        const double du = static_cast<double>(red.nodes[v].usage[j] - red.nodes[v].usage[pick[v]]);
+        const auto [a, b] = range(red.nodes[v].live);
+        for (std::size_t k = a; k < b; ++k) load[k] += du;
+      }
+      pick[v] = j;
+    };
+    // Repair.
+    for (std::size_t guard = 0; p.usage_limit && guard < 100000; ++guard) {
+      std::size_t worst = load.size();
+      for (std::size_t k = 0; k < load.size(); ++k)
+        if (load[k] > 0.0 && (worst == load.size() || load[k] > load[worst])) worst = k;
+      if (worst == load.size()) break;
+      double best_score = infinite_cost;
+      std::size_t bv = 0, bj = 0;
+      for (std::size_t v : ilp_nodes) {
+        const work_node& n = red.nodes[v];
+        if (!n.live.contains(times[worst])) continue;
+        const double here = local(v, pick[v]);
+        for (std::size_t j = 0; j < n.size(); ++j) {
+          if (n.usage[j] >= n.usage[pick[v]]) continue;
+          const double score = (local(v, j) - here) / static_cast<double>(n.usage[pick[v]] - n.usage[j]);
+          if (score < best_score) best_score = score, bv = v, bj = j;
+        }
+      }
+      if (best_score == infinite_cost) return false;
+      move(bv, bj);
+    }
+    // Improve.
+    for (int sweep = 0; sweep < 4; ++sweep) {
+      bool changed = false;
+      for (std::size_t v : ilp_nodes) {
+        double cur = local(v, pick[v]);
+        for (std::size_t j = 0; j < red.nodes[v].size(); ++j) {
+          const double c = local(v, j);
+          if (c < cur - 1e-12 * (1.0 + std::abs(cur)) && fits(v, j)) {
+            move(v, j);
+            cur = c;
+            changed = true;
+          }
+        }
+      }
+      if (!changed) break;
+    }
+    out.assign(x.size(), 0.0);
+    for (std::size_t v : ilp_nodes) {
+      if (!std::isfinite(red.nodes[v].cost[pick[v]])) return false;
+      out[static_cast<std::size_t>(first_col[v]) + pick[v]] = 1.0;
+    }
+    for (std::size_t e = 0; e < red.edges.size(); ++e) {
+      if (!red.edges[e].alive) continue;
+      const std::size_t nv = red.nodes[red.edges[e].v].size();
+      const int col = pair_col[e][pick[red.edges[e].u] * nv + pick[red.edges[e].v]];
+      if (col == 0) return false;  // a forbidden pair
+      out[static_cast<std::size_t>(col)] = 1.0;
+    }
+    return true;
+  }
+
   /// The full choice (original strategy indices) from MIP column values.
   std::vector<int> choice_from(const std::vector<double>& x) const {
     std::vector<int> choice(p.nodes.size(), -1);
@@ -367,6 +484,8 @@ class ilp_model {
 /// State the GLPK callback reads and writes.
 struct callback_state {
   const solve_options* opt = nullptr;
+  const ilp_model* model = nullptr;
+  bool heuristic_done = false;
   clock::time_point t0;
   double scale = 1.0;
   int round = 0;
@@ -378,6 +497,17 @@ struct callback_state {
 inline void glpk_callback(glp_tree* tree, void* info) {
   auto* st = static_cast<callback_state*>(info);
   const int reason = glp_ios_reason(tree);
+  if (reason == GLP_IHEUR && !st->heuristic_done && st->model && st->model->form == ilp_formulation::marginal) {
+    st->heuristic_done = true;  // once per round, at the root
+    try {
+      std::vector<double> out;
+      if (st->model->heuristic(st->model->lp_values(), out)) glp_ios_heur_sol(tree, out.data());
+    } catch (...) {
+      st->error = std::current_exception();
+      glp_ios_terminate(tree);
+    }
+    return;
+  }
   if (reason != GLP_IBINGO && reason != GLP_ISELECT) return;
   const int best = glp_ios_best_node(tree);
   if (best != 0) st->bound = std::max(st->bound, glp_ios_node_bound(tree, best) / st->scale);
@@ -497,6 +627,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   glp_prob* P = model.lp.get();
   callback_state cb;
   cb.opt = &opt;
+  cb.model = &model;
   cb.t0 = t0;
   cb.scale = model.scale;
   const auto timeout = [&](const std::string& where) {
@@ -516,6 +647,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
 
   for (int round = 0;; ++round) {
     cb.round = round;
+    cb.heuristic_done = false;
     // LP phase: solve the relaxation, add the most violated memory row, until none is violated.
     for (;;) {
       glp_smcp sm;
@@ -547,7 +679,8 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
     io.presolve = GLP_OFF;  // the LP relaxation is already optimal
     io.tm_lim = ms_left(opt.time_limit, t0);
     io.mip_gap = opt.mip_rel_gap;
-    io.fp_heur = GLP_ON;
+    io.fp_heur = opt.feasibility_pump ? GLP_ON : GLP_OFF;
+    if (opt.cuts) io.mir_cuts = io.gmi_cuts = io.cov_cuts = io.clq_cuts = GLP_ON;
     io.cb_func = &glpk_callback;
     io.cb_info = &cb;
     if (io.tm_lim == 0) throw timeout("before the branch and bound");

@@ -7,3 +7,4 @@
 #include "ilp.hpp"      // solve_ilp, solve_options, solve_result
 #include "iopddl.hpp"   // read_iopddl, write_iopddl
 #include "problem.hpp"  // strategy_problem
+#include "pass.hpp"     // autosharding_analysis_pass (needs the graph area)

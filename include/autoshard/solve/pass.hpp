@@ -1,0 +1,629 @@
+#pragma once
+/// The auto-sharding pass (Alpa's intra-operator pass, with MASE's option names): one strategy
+/// per vertex of a model graph, chosen by the strategy ILP, priced by the graph's cost model,
+/// and compared side by side with real baselines priced by the same model.
+///   autoshard::autosharding_options o;
+///   o.mesh_shape = {2, 4};
+///   o.inter_node_bandwidth = 25e9;     // bytes/s, mesh axis 0
+///   o.intra_node_bandwidth = 300e9;    // bytes/s, the other axes
+///   o.mode = autoshard::run_mode::training;
+///   auto r = autoshard::autosharding_analysis_pass(g, o);
+///   r.strategies[v];                   // the chosen strategy of vertex v (specs, costs)
+///   std::cout << r.report;             // step time, breakdown, memory, collectives, baselines
+///
+/// algo:
+///   "alpa"              the ILP over every strategy (default)
+///   "megatron"          Megatron-LM: on the last mesh axis the block linears are column-parallel
+///                       (c_attn, c_fc, query/key/value, intermediate.dense, q/k/v/gate/up_proj) or
+///                       row-parallel (c_proj, attention.output.dense, output.dense, o_proj, down_proj);
+///                       on the other axes the batch is split and weights replicated; every other
+///                       operator takes its cheapest consistent strategy under that constraint
+///   "data_parallel"     weights replicated, activations split on the batch dim (or replicated)
+///   "fully_replicated"  every tensor whole on every device
+/// Each is the same ILP over a restricted strategy set, so alpa's plan is never costlier than a
+/// baseline solved to optimality.
+///
+/// Repeated layers: vertices whose names differ only in the layer index (".h.7." / ".layer.7." /
+/// ".layers.7.") and whose strategy lists agree are tied to one strategy (tie_layers, default on):
+/// the ILP sees one node per class, with summed costs and edges, so an 80-layer model costs about
+/// what one layer does. The plan is optimal among plans that treat identical layers identically.
+/// With a memory budget a tied class counts all its members live over the union of their
+/// intervals (exact for parameters and, in training, for saved activations; conservative for
+/// transient inference activations).
+#include <algorithm>   // std::max, std::sort
+#include <cmath>       // std::abs
+#include <cstdint>     // std::int64_t
+#include <filesystem>  // std::filesystem::path
+#include <fstream>     // std::ifstream, std::ofstream
+#include <functional>  // std::function
+#include <map>         // std::map
+#include <optional>    // std::optional
+#include <ostream>     // std::ostream
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include <nlohmann/json.hpp>  // plan files
+
+#include "../core/cost.hpp"         // price_plan, collective_time
+#include "../core/error.hpp"        // solver_error, io_error
+#include "../core/mesh.hpp"         // device_mesh
+#include "../core/parse.hpp"        // to_alpa_string, parse_spec
+#include "../core/redistribute.hpp" // plan_redistribute
+#include "../graph/graph.hpp"       // model_graph, enumerate_all_strategies, resharding_costs
+#include "ilp.hpp"                  // solve_ilp
+
+namespace autoshard {
+
+/// Options, named as MASE's autosharding_analysis_pass names them where it has them.
+struct autosharding_options {
+  std::vector<int> mesh_shape{1, 8};  ///< 1 to 4 axes; with >= 2, axis 0 crosses nodes
+  double inter_node_bandwidth = 25e9;   ///< bytes/s on mesh axis 0 (when the mesh has >= 2 axes)
+  double intra_node_bandwidth = 300e9;  ///< bytes/s on the other axes
+  /// Latencies (s); unset = the backend's default: nccl 20 us / 5 us, gloo 100 us / 50 us.
+  std::optional<double> inter_node_latency, intra_node_latency;
+  std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "fully_replicated"
+  std::string communications_backend = "nccl";  ///< "nccl" | "gloo" (gloo: bandwidth x0.5, staged via host)
+  bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
+  double time_limit = 10000.0;                   ///< seconds per ILP solve
+  double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
+  bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
+  bool preload_solution = false;                 ///< read the plan from ilp_solution_file instead of solving
+  std::string ilp_solution_file;                 ///< where the plan JSON goes (or comes from); "" = nowhere
+  std::optional<std::int64_t> memory_budget;     ///< bytes per device
+  std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
+  run_mode mode = run_mode::inference;           ///< training prices backward compute and gradients
+  device_model device{};
+  bool tie_layers = true;
+  bool compare_baselines = true;                 ///< also solve the other algos for the report
+  std::function<void(const solve_progress&)> on_progress;
+};
+
+/// One collective of the plan.
+struct collective_use {
+  std::string where;     ///< "edge a -> b" or "gradient of w in v"
+  collective kind = collective::all_reduce;
+  int mesh_axis = 0;
+  std::int64_t bytes = 0;  ///< B of the cost formula (per device, padding included)
+  double seconds = 0.0;
+};
+
+/// One plan, priced.
+struct plan_summary {
+  std::string algo;
+  bool feasible = true;
+  std::string why_not;            ///< when not feasible
+  double step_seconds = 0.0;      ///< compute + communication + resharding
+  double compute_seconds = 0.0;
+  double communication_seconds = 0.0;  ///< operators' own (gradient all-reduces in training)
+  double resharding_seconds = 0.0;     ///< on edges
+  std::int64_t peak_memory_bytes = 0;  ///< per device, over the live intervals
+  std::vector<int> choice;             ///< strategy index per vertex
+  std::vector<collective_use> collectives;
+};
+
+struct autosharding_report {
+  plan_summary plan;                   ///< the requested algo
+  std::vector<plan_summary> baselines; ///< the other algos, when compare_baselines
+  solve_result solver;                 ///< of the requested algo (empty when preloaded)
+  std::size_t vertices = 0, edges = 0, tied_classes = 0;
+  device_mesh mesh;
+};
+
+struct autosharding_result {
+  std::vector<strategy> strategies;  ///< the chosen strategy per vertex (index = vertex)
+  autosharding_report report;
+};
+
+namespace detail {
+
+inline bool ends_with(const std::string& s, const char* suf) {
+  const std::string t(suf);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+inline bool megatron_column(const std::string& n) {
+  for (const char* s : {".attn.c_attn", ".mlp.c_fc", ".attention.self.query", ".attention.self.key",
+                        ".attention.self.value", ".intermediate.dense", ".q_proj", ".k_proj", ".v_proj", ".gate_proj",
+                        ".up_proj"})
+    if (ends_with(n, s)) return true;
+  return false;
+}
+inline bool megatron_row(const std::string& n) {
+  for (const char* s : {".attn.c_proj", ".mlp.c_proj", ".output.dense", ".o_proj", ".down_proj"})
+    if (ends_with(n, s)) return true;
+  return false;
+}
+
+/// "transformer.h.7.attn" -> "transformer.h.#.attn"; names without a numeric segment unchanged.
+inline std::string layer_key(const std::string& name) {
+  std::size_t i = 0;
+  while (i < name.size()) {
+    std::size_t j = name.find('.', i);
+    if (j == std::string::npos) j = name.size();
+    const bool digits = j > i && std::all_of(name.begin() + static_cast<long>(i), name.begin() + static_cast<long>(j),
+                                             [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) return name.substr(0, i) + "#" + name.substr(j);
+    i = j + 1;
+  }
+  return name;
+}
+
+inline device_mesh make_pass_mesh(const autosharding_options& o) {
+  if (o.mesh_shape.empty() || o.mesh_shape.size() > max_mesh_rank)
+    throw solver_error("mesh_shape must have 1 to 4 axes, got " + std::to_string(o.mesh_shape.size()));
+  double a_inter = 2e-5, a_intra = 5e-6, eff = 1.0;
+  if (o.communications_backend == "gloo") {
+    a_inter = 1e-4, a_intra = 5e-5, eff = 0.5;
+  } else if (o.communications_backend != "nccl") {
+    throw solver_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + o.communications_backend + "\"");
+  }
+  if (!(o.inter_node_bandwidth > 0) || !(o.intra_node_bandwidth > 0))
+    throw solver_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s");
+  device_mesh m(o.mesh_shape);
+  for (std::size_t a = 0; a < m.ndim(); ++a) {
+    const bool inter = m.ndim() >= 2 && a == 0;
+    const double alpha = inter ? o.inter_node_latency.value_or(a_inter) : o.intra_node_latency.value_or(a_intra);
+    const double beta = (inter ? o.inter_node_bandwidth : o.intra_node_bandwidth) * eff;
+    m.set_link(a, {alpha, beta});
+  }
+  return m;
+}
+
+/// Everything the pass derives from the graph once: strategies, the full strategy problem.
+struct pass_model {
+  const model_graph& g;
+  device_mesh mesh;
+  strategy_options sopt;
+  std::vector<std::vector<strategy>> strategies;
+  std::vector<edge_t> edges;  // in problem edge order
+  strategy_problem problem;   // one node per vertex, one edge per graph edge
+
+  pass_model(const model_graph& graph, const autosharding_options& o) : g(graph), mesh(make_pass_mesh(o)) {
+    sopt.device = o.device;
+    sopt.mode = o.mode;
+    validate(g);
+    strategies = enumerate_all_strategies(g, mesh, sopt);
+    const std::vector<vertex_t> order = topological_order(g);
+    const std::size_t n = boost::num_vertices(g);
+    std::vector<std::int64_t> pos(n), last(n);
+    for (std::size_t k = 0; k < order.size(); ++k) pos[order[k]] = static_cast<std::int64_t>(k);
+    for (vertex_t v = 0; v < n; ++v) {
+      last[v] = pos[v];
+      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e)
+        last[v] = std::max(last[v], pos[boost::target(*e, g)]);
+    }
+    const auto N = static_cast<std::int64_t>(n);
+    problem.name = "autosharding";
+    problem.nodes.resize(n);
+    for (vertex_t v = 0; v < n; ++v) {
+      strategy_node& node = problem.nodes[v];
+      node.name = g[v].name;
+      for (const strategy& s : strategies[v]) {
+        node.costs.push_back(s.seconds());
+        node.usages.push_back(s.memory_bytes);
+      }
+      if (g[v].is_parameter())
+        node.live = {0, N};
+      else if (o.mode == run_mode::training)
+        node.live = {pos[v], N};  // saved for the backward pass
+      else
+        node.live = {pos[v], last[v] + 1};
+    }
+    for (auto [e, end] = boost::edges(g); e != end; ++e) {
+      const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
+      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt);
+      problem.edges.push_back({u, v, std::move(c.values)});
+      edges.push_back(*e);
+    }
+    problem.usage_limit = o.memory_budget;
+  }
+
+  std::size_t size() const { return strategies.size(); }
+};
+
+inline bool dp_ok(const placement& p, bool allow_partial) {
+  return p.is_replicate() || p.is_shard(0) || (allow_partial && p.is_partial());
+}
+
+/// Which strategies an algo allows, per vertex.
+inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std::string& algo, bool skip_replicated) {
+  const model_graph& g = pm.g;
+  const std::size_t axes = pm.mesh.ndim();
+  std::vector<std::vector<char>> allow(pm.size());
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const std::vector<vertex_t> ops = operands(g, v);
+    const node& nd = g[v];
+    for (const strategy& s : pm.strategies[v]) {
+      bool all_rep = s.output.is_replicated();
+      for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
+      bool ok = true;
+      auto dp_axis = [&](std::size_t a) {
+        if (nd.is_parameter()) return s.output[a].is_replicate();
+        if (!dp_ok(s.output[a], nd.shape.rank == 0)) return false;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          if (g[ops[i]].is_parameter() ? !s.inputs[i][a].is_replicate() : !dp_ok(s.inputs[i][a], false)) return false;
+        }
+        return true;
+      };
+      if (algo == "alpa") {
+        ok = !(skip_replicated && nd.is_operator() && all_rep && pm.strategies[v].size() > 1);
+      } else if (algo == "fully_replicated") {
+        ok = all_rep;
+      } else if (algo == "data_parallel") {
+        for (std::size_t a = 0; a < axes && ok; ++a) ok = dp_axis(a);
+      } else if (algo == "megatron") {
+        for (std::size_t a = 0; a + 1 < axes && ok; ++a) ok = dp_axis(a);
+        const std::size_t tp = axes - 1;
+        if (ok && nd.kind == op_kind::linear && (megatron_column(nd.name) || megatron_row(nd.name))) {
+          const bool tw = nd.attrs.transposed_weight;
+          const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;
+          const int last = static_cast<int>(nd.shape.rank) - 1;
+          if (megatron_column(nd.name))
+            ok = s.inputs[1][tp].is_shard(out_dim) && s.inputs[0][tp].is_replicate() && s.output[tp].is_shard(last);
+          else
+            ok = s.inputs[1][tp].is_shard(in_dim) && s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) &&
+                 s.output[tp].is_partial();
+        }
+      } else {
+        throw solver_error("algo must be \"alpa\", \"megatron\", \"data_parallel\" or \"fully_replicated\", got \"" +
+                           algo + "\"");
+      }
+      allow[v].push_back(ok ? 1 : 0);
+    }
+  }
+  return allow;
+}
+
+/// Tied classes: vertex -> class id; classes group vertices that differ only in the layer index
+/// and have identical strategy lists.
+inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, std::size_t& count) {
+  std::vector<std::size_t> cls(pm.size());
+  std::map<std::string, std::size_t> ids;
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const node& nd = pm.g[v];
+    std::string key = tie ? layer_key(nd.name) : nd.name;
+    if (key == nd.name) key += "\x01" + std::to_string(v);  // not in a repeated layer: its own class
+    key += "\x02" + std::string(to_string(nd.kind)) + to_string(nd.shape);
+    for (const strategy& s : pm.strategies[v]) key += "\x03" + s.name;
+    cls[v] = ids.try_emplace(key, ids.size()).first->second;
+  }
+  count = ids.size();
+  return cls;
+}
+
+/// The problem over classes: summed costs and usages, edges between classes (self-loops inside).
+inline strategy_problem quotient(const strategy_problem& full, const std::vector<std::size_t>& cls, std::size_t count) {
+  strategy_problem q;
+  q.name = full.name + " (tied layers)";
+  q.usage_limit = full.usage_limit;
+  q.nodes.resize(count);
+  std::vector<char> seen(count, 0);
+  for (std::size_t v = 0; v < full.nodes.size(); ++v) {
+    strategy_node& n = q.nodes[cls[v]];
+    const strategy_node& f = full.nodes[v];
+    if (!seen[cls[v]]) {
+      n = f;
+      seen[cls[v]] = 1;
+      continue;
+    }
+    n.name += "," + f.name;
+    for (std::size_t i = 0; i < n.costs.size(); ++i) {
+      n.costs[i] += f.costs[i];
+      n.usages[i] += f.usages[i];
+    }
+    if (!f.live.empty()) {
+      if (n.live.empty()) n.live = f.live;
+      n.live = {std::min(n.live.begin, f.live.begin), std::max(n.live.end, f.live.end)};
+    }
+  }
+  for (const strategy_edge& e : full.edges) q.edges.push_back({cls[e.from], cls[e.to], e.costs});
+  return q;
+}
+
+inline sharding_spec settle_target(const sharding_spec& from, const sharding_spec& to) {
+  sharding_spec t = to;  // as resharding_seconds: Shard -> Partial goes through Replicate
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_shard()) t[a] = Replicate();
+  return t;
+}
+
+/// Price a full choice from scratch: breakdown, peak memory, collectives.
+inline plan_summary summarize(const pass_model& pm, const std::string& algo, std::vector<int> choice) {
+  plan_summary s;
+  s.algo = algo;
+  const model_graph& g = pm.g;
+  const double dir = pm.sopt.mode == run_mode::training ? 2.0 : 1.0;
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const strategy& st = pm.strategies[v][static_cast<std::size_t>(choice[v])];
+    s.compute_seconds += st.compute_seconds;
+    s.communication_seconds += st.comm_seconds;
+    if (st.comm_seconds > 0.0) {  // gradient all-reduces: a Replicate operand where the strategy splits
+      const std::vector<vertex_t> ops = operands(g, v);
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        for (std::size_t a = 0; a < pm.mesh.ndim(); ++a) {
+          if (!st.inputs[i][a].is_replicate() || pm.mesh.size(a) == 1 || !detail::has_grad(g[ops[i]])) continue;
+          bool split = !st.output[a].is_replicate();
+          for (const sharding_spec& o : st.inputs) split = split || !o[a].is_replicate();
+          if (!split) continue;
+          const std::int64_t b = detail::local_bytes(pm.mesh, st.inputs[i], g[ops[i]].shape, g[ops[i]].type);
+          s.collectives.push_back({"gradient of " + g[ops[i]].name + " in " + g[v].name, collective::all_reduce,
+                                   static_cast<int>(a), b,
+                                   collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a),
+                                                   static_cast<double>(b))});
+        }
+    }
+  }
+  for (edge_t e : pm.edges) {
+    const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+    const sharding_spec& from = pm.strategies[u][static_cast<std::size_t>(choice[u])].output;
+    const sharding_spec& to =
+        pm.strategies[v][static_cast<std::size_t>(choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
+    const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
+    s.resharding_seconds += sec;
+    if (sec <= 0.0 || sec == infinite_cost) continue;
+    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, from, settle_target(from, to)), g[u].shape, g[u].type);
+    for (const priced_step& st : pc)
+      if (is_communication(st.step.kind))
+        s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes,
+                                 st.seconds * dir});
+  }
+  s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
+  s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;
+  s.choice = std::move(choice);
+  return s;
+}
+
+inline void check_plan(const pass_model& pm, const plan_summary& s, double solver_objective) {
+  const model_graph& g = pm.g;
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (st.inputs.size() != ops.size())
+      throw solver_error("check: '" + g[v].name + "' strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
+                         " operand specs for " + std::to_string(ops.size()) + " operands");
+    check_spec(st.output, pm.mesh, g[v].shape, "check: output of '" + g[v].name + "'");
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      check_spec(st.inputs[i], pm.mesh, g[ops[i]].shape, "check: operand " + std::to_string(i) + " of '" + g[v].name + "'");
+  }
+  double total = 0.0;
+  for (vertex_t v = 0; v < pm.size(); ++v) total += pm.strategies[v][static_cast<std::size_t>(s.choice[v])].seconds();
+  for (std::size_t k = 0; k < pm.edges.size(); ++k) {
+    const edge_t e = pm.edges[k];
+    const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+    const sharding_spec& from = pm.strategies[u][static_cast<std::size_t>(s.choice[u])].output;
+    const sharding_spec& to =
+        pm.strategies[v][static_cast<std::size_t>(s.choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
+    const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
+    if (!(sec < infinite_cost))
+      throw solver_error("check: edge '" + g[u].name + "' -> '" + g[v].name + "': " + to_alpa_string(from) + " cannot become " +
+                         to_alpa_string(to));
+    total += sec;
+  }
+  const double tol = 1e-9 * std::max(1.0, std::abs(total)) + 1e-12;
+  if (std::abs(total - s.step_seconds) > tol || std::abs(total - solver_objective) > 1e-6 * std::max(1e-9, std::abs(total)))
+    throw solver_error("check: the plan re-priced from scratch costs " + fmt_num(total) + " s but the solver reported " +
+                       fmt_num(solver_objective) + " s");
+  if (pm.problem.usage_limit && s.peak_memory_bytes > *pm.problem.usage_limit)
+    throw solver_error("check: peak memory " + std::to_string(s.peak_memory_bytes) + " bytes exceeds the budget " +
+                       std::to_string(*pm.problem.usage_limit));
+}
+
+/// Solve one algo: restricted problem, tied, on GLPK; back to one strategy per vertex.
+inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
+                                                        const std::string& algo, std::size_t& classes) {
+  const std::vector<std::vector<char>> allow = algo_mask(pm, algo, o.skip_fully_replicated);
+  strategy_problem p = pm.problem;
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    for (std::size_t i = 0; i < allow[v].size(); ++i)
+      if (!allow[v][i]) p.nodes[v].costs[i] = infinite_cost;
+    if (std::find(allow[v].begin(), allow[v].end(), 1) == allow[v].end())
+      throw solver_error(algo + ": vertex '" + pm.g[v].name + "' has no strategy this algo allows on mesh " +
+                         to_string(pm.mesh));
+  }
+  for (const auto& [name, spec] : o.pinned) {
+    const auto v = find_vertex(pm.g, name);
+    if (!v) throw solver_error("pinned tensor '" + name + "' is not a vertex of the graph");
+    bool any = false;
+    for (std::size_t i = 0; i < pm.strategies[*v].size(); ++i) {
+      if (!(pm.strategies[*v][i].output == spec)) p.nodes[*v].costs[i] = infinite_cost;
+      else any = any || p.nodes[*v].costs[i] < infinite_cost;
+    }
+    if (!any)
+      throw solver_error("pinned tensor '" + name + "': no " + algo + " strategy outputs " + to_alpa_string(spec) +
+                         " for shape " + to_string(pm.g[*v].shape) + " on mesh " + to_string(pm.mesh));
+  }
+  const std::vector<std::size_t> cls = layer_classes(pm, o.tie_layers, classes);
+  const strategy_problem q = quotient(p, cls, classes);
+  solve_options so;
+  so.time_limit = o.time_limit;
+  so.mip_rel_gap = o.mip_rel_gap;
+  so.on_progress = o.on_progress;
+  solve_result r = solve_ilp(q, so);
+  std::vector<int> choice(pm.size());
+  for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = r.choice[cls[v]];
+  return {summarize(pm, algo, std::move(choice)), std::move(r)};
+}
+
+// ---- plan files -------------------------------------------------------------------------------
+
+inline constexpr int plan_format_version = 1;
+
+inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_options& o, const plan_summary& s) {
+  nlohmann::json links = nlohmann::json::array();
+  for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
+    links.push_back({{"alpha", pm.mesh.link(a).alpha}, {"beta", pm.mesh.link(a).beta}});
+  nlohmann::json ops = nlohmann::json::array();
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
+    nlohmann::json ins = nlohmann::json::array();
+    for (const sharding_spec& sp : st.inputs) ins.push_back(to_alpa_string(sp));
+    std::vector<std::int64_t> shape;
+    for (std::size_t d = 0; d < pm.g[v].shape.rank; ++d) shape.push_back(pm.g[v].shape[d]);
+    ops.push_back({{"name", pm.g[v].name},
+                   {"kind", std::string(to_string(pm.g[v].kind))},
+                   {"shape", shape},
+                   {"strategy", st.name},
+                   {"inputs", ins},
+                   {"output", to_alpa_string(st.output)},
+                   {"seconds", st.seconds()},
+                   {"memory_bytes", st.memory_bytes}});
+  }
+  return {{"format", "autoshard.plan"},
+          {"version", plan_format_version},
+          {"algo", s.algo},
+          {"mode", o.mode == run_mode::training ? "training" : "inference"},
+          {"mesh", {{"shape", pm.mesh.shape()}, {"links", links}}},
+          {"options",
+           {{"communications_backend", o.communications_backend},
+            {"inter_node_bandwidth", o.inter_node_bandwidth},
+            {"intra_node_bandwidth", o.intra_node_bandwidth},
+            {"time_limit", o.time_limit},
+            {"mip_rel_gap", o.mip_rel_gap},
+            {"skip_fully_replicated", o.skip_fully_replicated},
+            {"tie_layers", o.tie_layers},
+            {"memory_budget", o.memory_budget ? nlohmann::json(*o.memory_budget) : nlohmann::json(nullptr)}}},
+          {"objective", s.step_seconds},
+          {"breakdown",
+           {{"compute", s.compute_seconds}, {"communication", s.communication_seconds}, {"resharding", s.resharding_seconds}}},
+          {"peak_memory_bytes", s.peak_memory_bytes},
+          {"operators", ops}};
+}
+
+/// The choice a plan file describes, after checking it matches the graph and the mesh.
+inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::json& j, const std::string& file) {
+  const std::string where = "plan file '" + file + "'";
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
+      throw solver_error(where + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
+    const int version = j.at("version").get<int>();
+    if (version != plan_format_version)
+      throw solver_error(where + " has version " + std::to_string(version) + "; this build reads version " +
+                         std::to_string(plan_format_version));
+    const std::vector<int> shape = j.at("mesh").at("shape").get<std::vector<int>>();
+    if (shape != pm.mesh.shape())
+      throw solver_error(where + " is for mesh shape " + nlohmann::json(shape).dump() + ", not " + to_string(pm.mesh));
+    const std::string mode = j.at("mode").get<std::string>();
+    if (mode != (pm.sopt.mode == run_mode::training ? "training" : "inference"))
+      throw solver_error(where + " is a " + mode + " plan");
+    std::map<std::string, const nlohmann::json*> by_name;
+    for (const nlohmann::json& op : j.at("operators")) by_name[op.at("name").get<std::string>()] = &op;
+    if (by_name.size() != pm.size())
+      throw solver_error(where + " has " + std::to_string(by_name.size()) + " operators; the graph has " +
+                         std::to_string(pm.size()) + " vertices");
+    std::vector<int> choice(pm.size(), -1);
+    for (vertex_t v = 0; v < pm.size(); ++v) {
+      const node& nd = pm.g[v];
+      auto it = by_name.find(nd.name);
+      if (it == by_name.end()) throw solver_error(where + " has no operator '" + nd.name + "'");
+      const nlohmann::json& op = *it->second;
+      const std::vector<std::int64_t> fshape = op.at("shape").get<std::vector<std::int64_t>>();
+      std::vector<std::int64_t> gshape;
+      for (std::size_t d = 0; d < nd.shape.rank; ++d) gshape.push_back(nd.shape[d]);
+      if (fshape != gshape)
+        throw solver_error(where + ": operator '" + nd.name + "' has shape " + nlohmann::json(fshape).dump() +
+                           " in the file but " + to_string(nd.shape) + " in the graph");
+      const std::string sname = op.at("strategy").get<std::string>();
+      for (std::size_t i = 0; i < pm.strategies[v].size(); ++i)
+        if (pm.strategies[v][i].name == sname) choice[v] = static_cast<int>(i);
+      if (choice[v] < 0)
+        throw solver_error(where + ": operator '" + nd.name + "' has strategy " + sname +
+                           ", which it does not offer on mesh " + to_string(pm.mesh));
+    }
+    return choice;
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(where + " is malformed: " + e.what());
+  }
+}
+
+}  // namespace detail
+
+/// Prints the plan and the baselines side by side.
+inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) {
+  os << "auto-sharding on " << to_string(r.mesh) << ": " << r.vertices << " vertices, " << r.edges << " edges, "
+     << r.tied_classes << " ILP nodes after tying layers\n";
+  os << "  algo              step (s)      compute      comm   reshard  peak mem (MiB)\n";
+  auto row = [&](const plan_summary& s) {
+    os << "  " << s.algo << std::string(s.algo.size() < 16 ? 16 - s.algo.size() : 1, ' ');
+    if (!s.feasible) {
+      os << "  -- " << s.why_not << "\n";
+      return;
+    }
+    os << "  " << s.step_seconds << "  " << s.compute_seconds << "  " << s.communication_seconds << "  "
+       << s.resharding_seconds << "  " << static_cast<double>(s.peak_memory_bytes) / (1 << 20) << "\n";
+  };
+  row(r.plan);
+  for (const plan_summary& b : r.baselines) row(b);
+  std::map<std::pair<std::string, int>, std::pair<double, double>> agg;  // (kind, axis) -> bytes, seconds
+  for (const collective_use& c : r.plan.collectives) {
+    auto& a = agg[{std::string(to_string(c.kind)), c.mesh_axis}];
+    a.first += static_cast<double>(c.bytes);
+    a.second += c.seconds;
+  }
+  for (const auto& [k, v] : agg)
+    os << "  " << k.first << " on mesh axis " << k.second << ": " << v.first / (1 << 20) << " MiB, " << v.second
+       << " s\n";
+  return os;
+}
+
+/// Choose one strategy per vertex of `g` (see the header comment for the options).
+/// Throws solver_error for bad options, an infeasible memory budget (with the smallest budget
+/// that could fit), a time-out without a plan, a plan file that does not match the graph, or a
+/// failed run_checks; io_error for an unreadable or malformed plan file.
+inline autosharding_result autosharding_analysis_pass(const model_graph& g, const autosharding_options& o = {}) {
+  detail::pass_model pm(g, o);
+  autosharding_result res;
+  autosharding_report& rep = res.report;
+  rep.mesh = pm.mesh;
+  rep.vertices = pm.size();
+  rep.edges = pm.edges.size();
+  double solver_objective = 0.0;
+  if (o.preload_solution) {
+    if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
+    std::ifstream in(o.ilp_solution_file);
+    if (!in) throw io_error("cannot open plan file '" + o.ilp_solution_file + "'");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw io_error("plan file '" + o.ilp_solution_file + "' is not valid JSON: " + e.what());
+    }
+    std::vector<int> choice = detail::plan_from_json(pm, j, o.ilp_solution_file);
+    auto algo = j.find("algo");  // plan_from_json checked that j is an object
+    if (algo != j.end() && !algo->is_string())
+      throw io_error("plan file '" + o.ilp_solution_file + "' is malformed: \"algo\" is not a string");
+    rep.plan = detail::summarize(pm, algo != j.end() ? algo->get<std::string>() : o.algo, std::move(choice));
+    solver_objective = rep.plan.step_seconds;
+    rep.tied_classes = 0;
+  } else {
+    auto [plan, solved] = detail::solve_algo(pm, o, o.algo, rep.tied_classes);
+    rep.plan = std::move(plan);
+    solver_objective = solved.objective;
+    rep.solver = std::move(solved);
+  }
+  if (o.compare_baselines)
+    for (const char* algo : {"alpa", "megatron", "data_parallel", "fully_replicated"}) {
+      if (algo == rep.plan.algo) continue;
+      std::size_t unused = 0;
+      try {
+        rep.baselines.push_back(detail::solve_algo(pm, o, algo, unused).first);
+      } catch (const solver_error& e) {
+        plan_summary s;
+        s.algo = algo;
+        s.feasible = false;
+        s.why_not = e.what();
+        rep.baselines.push_back(std::move(s));
+      }
+    }
+  if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
+  if (!o.preload_solution && !o.ilp_solution_file.empty()) {
+    std::ofstream out(o.ilp_solution_file);
+    if (!out) throw io_error("cannot open plan file '" + o.ilp_solution_file + "' for writing");
+    out << detail::plan_to_json(pm, o, rep.plan).dump(1) << '\n';
+    if (!out) throw io_error("writing plan file '" + o.ilp_solution_file + "' failed");
+  }
+  for (vertex_t v = 0; v < pm.size(); ++v)
+    res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
+  return res;
+}
+
+}  // namespace autoshard

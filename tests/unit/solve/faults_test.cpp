@@ -1,0 +1,58 @@
+// Bad inputs to the solver, each with its documented error: a time limit of 0, a memory
+// budget below the largest single tensor, a model graph with a cycle or a dangling operand.
+// docs/reliability.md records what each one shows the user.
+#include <doctest/doctest.h>
+
+#include <autoshard/graph/graph.hpp>
+#include <autoshard/solve/solve.hpp>
+
+#include <sstream>
+#include <string>
+
+namespace {
+autoshard::strategy_problem fault_problem() {
+  return autoshard::read_iopddl_file(AUTOSHARD_TEST_DATA_DIR "/solve/example.json");
+}
+template <class E, class F>
+std::string fault_error(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_CASE("faults: a time limit of 0 is a solver_error before GLPK runs") {
+  const auto p = fault_problem();
+  autoshard::solve_options o;
+  o.time_limit = 0;
+  CHECK(fault_error<autoshard::solver_error>([&] { (void)autoshard::solve_ilp(p, o); }) ==
+        "autoshard: solver error: time_limit must be > 0 seconds, got 0");
+}
+
+TEST_CASE("faults: a memory budget below the largest single tensor names the smallest budget that fits") {
+  auto p = fault_problem();  // node 1 uses 25 at least, whatever its strategy
+  p.usage_limit = 20;
+  const std::string m = fault_error<autoshard::solver_error>([&] { (void)autoshard::solve_ilp(p, {}); });
+  CHECK(m.find("autoshard: solver error: usage_limit 20 cannot be met: the smallest budget that could fit is ") == 0);
+}
+
+TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
+  SUBCASE("cycle: graph_error naming the vertices") {
+    std::istringstream in(head + R"({"name": "a", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["b"]},)"
+                                 R"({"name": "b", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["a"]}]})");
+    const std::string m = fault_error<autoshard::graph_error>([&] { (void)autoshard::read_json(in); });
+    CHECK(m.find("autoshard: graph error: the graph has a cycle through vertex ") == 0);
+    CHECK(m.find("'a'") != std::string::npos);
+    CHECK(m.find("'b'") != std::string::npos);
+  }
+  SUBCASE("dangling operand: io_error naming the JSON path and the missing name") {
+    std::istringstream in(head + R"({"name": "x", "kind": "input", "shape": [4, 8], "dtype": "f32"},)"
+                                 R"({"name": "fc", "kind": "linear", "shape": [4, 6], "dtype": "f32", "inputs": ["x", "nope"]}]})");
+    CHECK(fault_error<autoshard::io_error>([&] { (void)autoshard::read_json(in); }) ==
+          "autoshard: io error: /nodes/1/inputs/1: no node is called 'nope'");
+  }
+}

@@ -1,0 +1,219 @@
+// The auto-sharding pass on GPT-2-shaped graphs. Two layers at GPT-2 124M widths: the ILP's
+// size does not depend on the widths, and real widths make the trade-offs real.
+#include <doctest/doctest.h>
+
+#include <autoshard/solve/solve.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+autoshard::transformer_config gpt2_small(int batch, autoshard::run_mode mode) {
+  auto c = autoshard::transformer_config::gpt2(2, 768, 12);
+  c.seq = 1024;
+  c.batch = batch;
+  c.mode = mode;
+  return c;
+}
+
+const autoshard::plan_summary& baseline(const autoshard::autosharding_report& r, const std::string& algo) {
+  for (const auto& b : r.baselines)
+    if (b.algo == algo) return b;
+  FAIL("no baseline " << algo);
+  return r.plan;
+}
+
+const autoshard::strategy& chosen(const autoshard::model_graph& g, const autoshard::autosharding_result& r,
+                                  const std::string& name) {
+  const auto v = autoshard::find_vertex(g, name);
+  REQUIRE(v);
+  return r.strategies[*v];
+}
+
+std::string temp_file(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
+
+}  // namespace
+
+TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {1, 8};
+  o.run_checks = true;
+  o.algo = "megatron";
+  const autoshard::autosharding_result meg = autoshard::autosharding_analysis_pass(g, o);
+  // Column-parallel c_attn and c_fc (Conv1D weight [in,out] split on dim 1), row-parallel c_proj
+  // (weight split on dim 0, output Partial until the next consumer all-reduces it).
+  for (const char* col : {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_fc"}) {
+    const autoshard::strategy& s = chosen(g, meg, col);
+    CHECK(s.inputs[1][1].is_shard(1));
+    CHECK(s.output[1].is_shard(2));
+  }
+  for (const char* row : {"transformer.h.0.attn.c_proj", "transformer.h.1.mlp.c_proj"}) {
+    const autoshard::strategy& s = chosen(g, meg, row);
+    CHECK(s.inputs[1][1].is_shard(0));
+    CHECK(s.output[1].is_partial());
+  }
+  // The Partial outputs of the row-parallel linears are settled on their out-edges.
+  bool settles_partial = false;
+  for (const auto& c : meg.report.plan.collectives)
+    settles_partial |= c.where.find("mlp.c_proj -> ") != std::string::npos &&
+                       (c.kind == autoshard::collective::all_reduce || c.kind == autoshard::collective::reduce_scatter);
+  CHECK(settles_partial);
+
+  // alpa searches a superset, so it is never costlier. With batch 1 it finds sequence parallelism
+  // cheaper: the linears split the sequence (no communication) and attention gathers q, k and v,
+  // where Megatron's plan also re-lays the fused c_attn output (the graph's q/k/v slices keep the
+  // sliced dim whole, an all-to-all each) and reduce-scatters plus all-gathers the hidden state
+  // around both row-parallel linears of every layer.
+  o.algo = "alpa";
+  const autoshard::autosharding_result alpa = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(alpa.report.plan.step_seconds <= meg.report.plan.step_seconds * (1 + 1e-9));
+  CHECK(baseline(alpa.report, "megatron").step_seconds == doctest::Approx(meg.report.plan.step_seconds));
+  if (alpa.report.plan.step_seconds < meg.report.plan.step_seconds * (1 - 1e-6)) {
+    const autoshard::strategy& fc = chosen(g, alpa, "transformer.h.0.mlp.c_fc");
+    CHECK(fc.inputs[0][1].is_shard(1));  // the sequence dim of x [B, S, H]
+    CHECK(alpa.report.plan.resharding_seconds < meg.report.plan.resharding_seconds);
+  }
+  CHECK(alpa.report.solver.status == autoshard::solve_status::optimal);
+}
+
+TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.inter_node_bandwidth = 25e9;
+  o.intra_node_bandwidth = 300e9;
+  o.mode = autoshard::run_mode::training;
+  o.run_checks = true;
+  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+  const autoshard::autosharding_report& rep = r.report;
+  REQUIRE(rep.baselines.size() == 3);
+  for (const char* b : {"megatron", "data_parallel", "fully_replicated"}) {
+    CAPTURE(b);
+    REQUIRE(baseline(rep, b).feasible);
+    CHECK(rep.plan.step_seconds <= baseline(rep, b).step_seconds * (1 + 1e-9));
+  }
+  // Training with a split batch needs gradient all-reduces; the breakdown adds up.
+  CHECK(rep.plan.communication_seconds > 0.0);
+  CHECK(rep.plan.step_seconds ==
+        doctest::Approx(rep.plan.compute_seconds + rep.plan.communication_seconds + rep.plan.resharding_seconds));
+  CHECK(baseline(rep, "fully_replicated").communication_seconds == 0.0);
+  CHECK(baseline(rep, "fully_replicated").resharding_seconds == 0.0);
+  // Tying the two layers shrinks the ILP's node count.
+  CHECK(rep.tied_classes < rep.vertices);
+  CHECK(r.strategies.size() == rep.vertices);
+  // The same plan without tying is at least as cheap (a superset of plans).
+  o.tie_layers = false;
+  o.compare_baselines = false;
+  const autoshard::autosharding_result untied = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(untied.report.tied_classes == untied.report.vertices);
+  CHECK(untied.report.plan.step_seconds <= rep.plan.step_seconds * (1 + 1e-9));
+}
+
+TEST_CASE("memory budget: a tight budget is met, an impossible one names the smallest budget") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mode = autoshard::run_mode::training;
+  o.compare_baselines = false;
+  o.run_checks = true;
+  const auto free = autoshard::autosharding_analysis_pass(g, o);
+  o.memory_budget = free.report.plan.peak_memory_bytes * 3 / 4;
+  try {
+    const auto tight = autoshard::autosharding_analysis_pass(g, o);
+    CHECK(tight.report.plan.peak_memory_bytes <= *o.memory_budget);
+    CHECK(tight.report.plan.step_seconds >= free.report.plan.step_seconds * (1 - 1e-9));
+  } catch (const autoshard::solver_error& e) {  // only when even the smallest plan does not fit
+    CHECK(std::string(e.what()).find("smallest budget that could fit") != std::string::npos);
+  }
+  o.memory_budget = 1024;
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o),
+                       doctest::Contains("usage_limit 1024 cannot be met: the smallest budget that could fit is"),
+                       autoshard::solver_error);
+}
+
+TEST_CASE("plan files: write, preload, and clear errors when the file does not match") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file("autoshard_plan_test.json");
+  const auto solved = autoshard::autosharding_analysis_pass(g, o);
+  o.preload_solution = true;
+  o.run_checks = true;
+  const auto loaded = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(loaded.report.plan.choice == solved.report.plan.choice);
+  CHECK(loaded.report.plan.step_seconds == doctest::Approx(solved.report.plan.step_seconds));
+  {
+    std::ifstream in(o.ilp_solution_file);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    CHECK(j["format"] == "autoshard.plan");
+    CHECK(j["version"] == 1);
+    CHECK(j["mesh"]["shape"] == nlohmann::json({2, 4}));
+    CHECK(j["operators"].size() == boost::num_vertices(g));
+    CHECK(j["breakdown"].contains("resharding"));
+  }
+  // Another mesh.
+  o.mesh_shape = {1, 8};
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("is for mesh shape [2,4], not mesh(1,8)"),
+                       autoshard::solver_error);
+  o.mesh_shape = {2, 4};
+  // Another graph: a wider model has the same names but other shapes.
+  auto wide = gpt2_small(8, autoshard::run_mode::inference);
+  wide.hidden = 1024;
+  wide.heads = 16;
+  wide.ffn = 4096;
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(wide), o),
+                       doctest::Contains("has shape"), autoshard::solver_error);
+  // A deeper model has operators the file lacks.
+  auto deep = gpt2_small(8, autoshard::run_mode::inference);
+  deep.layers = 3;
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(deep), o),
+                       doctest::Contains("operators; the graph has"), autoshard::solver_error);
+  // Training plans are not inference plans.
+  o.mode = autoshard::run_mode::training;
+  CHECK_THROWS_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training)), o),
+                  autoshard::solver_error);
+  o.mode = autoshard::run_mode::inference;
+  // Not JSON / missing file.
+  { std::ofstream(o.ilp_solution_file) << "{ not json"; }
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("is not valid JSON"),
+                       autoshard::io_error);
+  std::filesystem::remove(o.ilp_solution_file);
+  CHECK_THROWS_AS(autoshard::autosharding_analysis_pass(g, o), autoshard::io_error);
+}
+
+TEST_CASE("options: pinned specs, bad names, time-out, backends") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.compare_baselines = false;
+  o.pinned["transformer.h.0.mlp.c_fc"] = autoshard::parse_spec("RRS1", 2, 3);
+  const auto r = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(chosen(g, r, "transformer.h.0.mlp.c_fc").output == autoshard::parse_spec("RRS1", 2, 3));
+  o.pinned.clear();
+  o.pinned["no.such.tensor"] = autoshard::parse_spec("RR", 2, 2);
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("'no.such.tensor' is not a vertex"),
+                       autoshard::solver_error);
+  o.pinned.clear();
+  o.algo = "zero";
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("algo must be"), autoshard::solver_error);
+  o.algo = "alpa";
+  o.communications_backend = "mpi";
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("\"nccl\" or \"gloo\""),
+                       autoshard::solver_error);
+  o.communications_backend = "gloo";  // slower links: the plan never gets cheaper
+  const auto gloo = autoshard::autosharding_analysis_pass(g, o);
+  o.communications_backend = "nccl";
+  const auto nccl = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(gloo.report.plan.step_seconds >= nccl.report.plan.step_seconds * (1 - 1e-9));
+  o.mesh_shape = {1, 2, 2, 2, 1};
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("1 to 4 axes"), autoshard::solver_error);
+  o.mesh_shape = {2, 4};
+  o.time_limit = 0;
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("time_limit must be > 0"),
+                       autoshard::solver_error);
+}

@@ -1,0 +1,96 @@
+// Plan files fed to preload_solution that do not fit: two inputs fuzz_plan_json found
+// crashing (regressions) and a plan for another model (fault injection).
+#include <doctest/doctest.h>
+
+#include <autoshard/graph/graph.hpp>
+#include <autoshard/solve/solve.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct plan_fixture {
+  autoshard::model_graph g = autoshard::from_json(nlohmann::json::parse(R"({"nodes": [
+    {"name": "x", "kind": "input", "shape": [8, 16], "dtype": "f32"},
+    {"name": "w", "kind": "parameter", "shape": [32, 16], "dtype": "f32"},
+    {"name": "fc", "kind": "linear", "shape": [8, 32], "dtype": "f32", "inputs": ["x", "w"]}]})"));
+  fs::path file = fs::temp_directory_path() / ("autoshard-plan-faults-" + std::to_string(::getpid()) + ".json");
+  autoshard::autosharding_options opt;
+  plan_fixture() {
+    opt.mesh_shape = {2, 2};
+    opt.compare_baselines = false;
+    opt.ilp_solution_file = file.string();
+    autoshard::autosharding_analysis_pass(g, opt);  // writes a valid plan
+    opt.preload_solution = true;
+  }
+  ~plan_fixture() {
+    std::error_code ec;
+    fs::remove(file, ec);
+  }
+  nlohmann::json plan() const {
+    std::ifstream in(file);
+    return nlohmann::json::parse(in);
+  }
+  void write(const nlohmann::json& j) const { std::ofstream(file) << j.dump(); }
+  template <class E>
+  std::string error() const {
+    try {
+      autoshard::autosharding_analysis_pass(g, opt);
+    } catch (const E& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+};
+}  // namespace
+
+TEST_CASE("regression: fuzz_plan_json, \"algo\" that is not a string") {
+  // fuzz_plan_json crash-c6cc646b: j.value("algo", ...) threw nlohmann type_error past the pass.
+  plan_fixture f;
+  auto j = f.plan();
+  j["algo"] = 7;
+  f.write(j);
+  CHECK(f.error<autoshard::io_error>().find("\"algo\" is not a string") != std::string::npos);
+}
+
+TEST_CASE("regression: fuzz_plan_json, a mesh shape with a 0 axis") {
+  // fuzz_plan_json crash-bda968bb: the mismatch message built a device_mesh from the file's
+  // shape [0], which threw spec_error instead of the documented solver_error.
+  plan_fixture f;
+  auto j = f.plan();
+  j["mesh"]["shape"] = {0};
+  f.write(j);
+  CHECK(f.error<autoshard::solver_error>().find("is for mesh shape [0], not ") != std::string::npos);
+}
+
+TEST_CASE("faults: a plan file for another model is a solver_error naming the difference") {
+  plan_fixture f;
+  const auto good = f.plan();
+  SUBCASE("another graph: an operator the graph does not have") {
+    auto j = good;
+    j["operators"][2]["name"] = "fc2";
+    f.write(j);
+    CHECK(f.error<autoshard::solver_error>().find("has no operator 'fc'") != std::string::npos);
+  }
+  SUBCASE("another shape") {
+    auto j = good;
+    j["operators"][2]["shape"] = {8, 64};
+    f.write(j);
+    CHECK(f.error<autoshard::solver_error>().find("operator 'fc' has shape [8,64] in the file") != std::string::npos);
+  }
+  SUBCASE("another mode") {
+    auto j = good;
+    j["mode"] = "training";
+    f.write(j);
+    CHECK(f.error<autoshard::solver_error>().find("is a training plan") != std::string::npos);
+  }
+  SUBCASE("not JSON") {
+    std::ofstream(f.file) << "{";
+    CHECK(f.error<autoshard::io_error>().find("is not valid JSON") != std::string::npos);
+  }
+}

@@ -1,0 +1,98 @@
+// The auto-sharding pass on full-size models: time to optimality (graph enumeration and edge
+// pricing included) and the ILP size, for BERT-base on 2x4, GPT-2 1.5B on 2x4 and a
+// LLaMA-70B-shaped model on 8x8 (with and without a memory budget); then the naive MASE-style
+// formulation (no reductions, no tying, AND linearisation) of BERT-base under a time limit.
+//   ./bench_solve_pass_models   env AUTOSHARD_BENCH_NAIVE_LIMIT=seconds (default 60)
+#include <benchmark/benchmark.h>
+
+#include <autoshard/solve/solve.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace {
+
+void run(benchmark::State& state, const autoshard::model_graph& g, autoshard::autosharding_options o, const char* what) {
+  autoshard::autosharding_result r;
+  for (auto _ : state) {
+    try {
+      r = autoshard::autosharding_analysis_pass(g, o);
+    } catch (const autoshard::error& e) {
+      state.SkipWithError(e.what());
+      std::cout << what << ": " << e.what() << "\n";
+      return;
+    }
+  }
+  state.counters["step_s"] = r.report.plan.step_seconds;
+  state.counters["ilp_nodes"] = static_cast<double>(r.report.tied_classes);
+  state.counters["vars_in"] = static_cast<double>(r.report.solver.sizes.front().variables);
+  state.counters["vars_ilp"] = static_cast<double>(r.report.solver.sizes.back().variables);
+  state.counters["solve_s"] = r.report.solver.seconds;
+  std::cout << what << ":\n" << r.report << r.report.solver;
+}
+
+autoshard::autosharding_options opts(std::vector<int> mesh, autoshard::run_mode mode) {
+  autoshard::autosharding_options o;
+  o.mesh_shape = std::move(mesh);
+  o.inter_node_bandwidth = 25e9;
+  o.intra_node_bandwidth = 300e9;
+  o.mode = mode;
+  o.compare_baselines = false;
+  o.time_limit = 600;
+  return o;
+}
+
+void BM_bert_base_2x4(benchmark::State& state) {
+  const auto g = autoshard::build_bert(autoshard::transformer_config::bert_base());
+  run(state, g, opts({2, 4}, autoshard::run_mode::inference), "BERT-base 2x4");
+}
+
+void BM_gpt2_1_5b_2x4_training(benchmark::State& state) {
+  auto c = autoshard::transformer_config::gpt2_1_5b();
+  c.mode = autoshard::run_mode::training;
+  const auto g = autoshard::build_gpt2(c);
+  run(state, g, opts({2, 4}, autoshard::run_mode::training), "GPT-2 1.5B 2x4 training");
+}
+
+void BM_llama_70b_8x8(benchmark::State& state) {
+  const auto g = autoshard::build_llama(autoshard::transformer_config::llama_70b());
+  auto o = opts({8, 8}, autoshard::run_mode::inference);
+  if (state.range(0)) o.memory_budget = std::int64_t{40} << 30;  // 40 GiB per device
+  run(state, g, o, state.range(0) ? "LLaMA-70B 8x8, 40 GiB budget" : "LLaMA-70B 8x8");
+}
+
+void BM_bert_base_2x4_naive(benchmark::State& state) {
+  const auto g = autoshard::build_bert(autoshard::transformer_config::bert_base());
+  const char* s = std::getenv("AUTOSHARD_BENCH_NAIVE_LIMIT");
+  // The naive formulation through the solver level: the pass's full problem, untied and unreduced.
+  autoshard::autosharding_options o = opts({2, 4}, autoshard::run_mode::inference);
+  o.tie_layers = false;
+  autoshard::detail::pass_model pm(g, o);
+  autoshard::solve_options so;
+  so.reduce = false;
+  so.formulation = autoshard::ilp_formulation::naive_and;
+  so.lazy_memory = false;
+  so.time_limit = s ? std::atof(s) : 60.0;
+  autoshard::solve_result r;
+  for (auto _ : state) {
+    try {
+      r = autoshard::solve_ilp(pm.problem, so);
+    } catch (const autoshard::solver_error& e) {
+      state.SkipWithError(e.what());
+      std::cout << "BERT-base 2x4 naive: " << e.what() << "\n";
+      return;
+    }
+  }
+  state.counters["step_s"] = r.objective;
+  state.counters["gap"] = r.gap;
+  std::cout << "BERT-base 2x4 naive:\n" << r;
+}
+
+}  // namespace
+
+BENCHMARK(BM_bert_base_2x4)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_gpt2_1_5b_2x4_training)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_llama_70b_8x8)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_bert_base_2x4_naive)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+BENCHMARK_MAIN();

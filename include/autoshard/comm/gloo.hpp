@@ -15,6 +15,7 @@
 #include <exception>  // std::exception
 #include <memory>     // std::shared_ptr
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <utility>    // std::move
 #include <vector>     // std::vector
 
@@ -42,6 +43,10 @@ struct gloo_options {
   std::string hostname = "127.0.0.1";        ///< address to listen on (ignored when iface is set)
   std::string iface;                         ///< network interface, e.g. "eth0"
   std::chrono::milliseconds timeout{30000};  ///< per operation, and for connecting
+  /// Before each operation, all-gather (op, count, dtype, root) and compare: ranks that call
+  /// different operations or sizes get comm_error instead of Gloo aborting the process
+  /// ("op.preamble.length <= op.nbytes"). Costs one 32-byte all-gather per operation.
+  bool verify = true;
 };
 
 /// A rendezvous store shared by the ranks of one run.
@@ -119,7 +124,9 @@ class gloo_communicator {
     }
     std::vector<int> members(static_cast<std::size_t>(size));
     for (int i = 0; i < size; ++i) members[static_cast<std::size_t>(i)] = i;
-    return gloo_communicator(store, std::move(dev), opts.timeout, "world", std::move(members), rank, rank);
+    gloo_communicator c(store, std::move(dev), opts.timeout, "world", std::move(members), rank, rank);
+    c.verify_ = opts.verify;
+    return c;
   }
 
   /// A sub-communicator of the ranks `members` (ranks of this communicator, in the new
@@ -139,7 +146,9 @@ class gloo_communicator {
     if (my < 0) throw comm_error(who() + ": split '" + name + "' of " + detail::rank_list(members) + " leaves this rank out");
     ++splits_;
     std::string prefix = name_ + "/" + std::to_string(splits_) + "/" + name + detail::rank_list(global);
-    return gloo_communicator(store_, device_, timeout_, std::move(prefix), std::move(global), my, global_rank_, name);
+    gloo_communicator c(store_, device_, timeout_, std::move(prefix), std::move(global), my, global_rank_, name);
+    c.verify_ = verify_;
+    return c;
   }
 
   int rank() const noexcept { return rank_; }
@@ -161,7 +170,7 @@ class gloo_communicator {
 
   void all_reduce(void* buf, std::size_t n, dtype t, reduce_op op) {
     if (size() == 1 || n == 0) return require_connected("all-reduce");
-    run("all-reduce", n, t, [&](auto* w) {
+    run("all-reduce", n, t, static_cast<int>(op), [&](auto* w) {
       using W = std::remove_pointer_t<decltype(w)>;
       gloo::AllreduceOptions o(ctx_);
       o.setOutput<W>(static_cast<W*>(buf), n);
@@ -176,7 +185,7 @@ class gloo_communicator {
 
   void all_gather(const void* in, void* out, std::size_t n, dtype t) {
     if (size() == 1 || n == 0) return local_copy("all-gather", in, out, n, t);
-    run("all-gather", n, t, [&](auto* w) {
+    run("all-gather", n, t, 0, [&](auto* w) {
       using W = std::remove_pointer_t<decltype(w)>;
       gloo::AllgatherOptions o(ctx_);
       o.setInput<W>(static_cast<W*>(const_cast<void*>(in)), n);
@@ -193,14 +202,14 @@ class gloo_communicator {
     if (size() == 1 || n == 0) return local_copy("reduce-scatter", in, out, n, t);
     const std::size_t bytes = n * dtype_size(t);
     std::vector<std::byte> recv(bytes * static_cast<std::size_t>(size()));
-    exchange("reduce-scatter", in, recv.data(), n, t);
+    exchange("reduce-scatter", in, recv.data(), n, t, static_cast<int>(op));
     std::memcpy(out, recv.data(), bytes);
     for (int i = 1; i < size(); ++i) reduce_elements(out, out, recv.data() + bytes * static_cast<std::size_t>(i), n, t, op);
   }
 
   void all_to_all(const void* in, void* out, std::size_t n, dtype t) {
     if (size() == 1 || n == 0) return local_copy("all-to-all", in, out, n, t);
-    exchange("all-to-all", in, out, n, t);
+    exchange("all-to-all", in, out, n, t, 0);
   }
 
   void broadcast(void* buf, std::size_t n, dtype t, int root) {
@@ -208,7 +217,7 @@ class gloo_communicator {
       throw comm_error(who() + ": broadcast from root " + std::to_string(root) + " outside the group of " +
                        std::to_string(size()));
     if (size() == 1 || n == 0) return require_connected("broadcast");
-    run("broadcast", n, t, [&](auto* w) {
+    run("broadcast", n, t, root, [&](auto* w) {
       using W = std::remove_pointer_t<decltype(w)>;
       gloo::BroadcastOptions o(ctx_);
       o.setOutput<W>(static_cast<W*>(buf), n);
@@ -221,7 +230,7 @@ class gloo_communicator {
 
   void barrier() {
     if (size() == 1) return require_connected("barrier");
-    run("barrier", 0, dtype::u8, [&](auto*) {
+    run("barrier", 0, dtype::u8, 0, [&](auto*) {
       gloo::BarrierOptions o(ctx_);
       o.setTag(next_tag());
       o.setTimeout(timeout_);
@@ -292,10 +301,30 @@ class gloo_communicator {
   }
   std::uint32_t next_tag() noexcept { return ++tag_; }
 
+  // `extra` is the reduce op or the broadcast root: part of what every rank must agree on.
   template <class F>
-  void run(const char* op, std::size_t n, dtype t, F&& f) {
+  void run(const char* op, std::size_t n, dtype t, int extra, F&& f) {
     require_connected(op);
     if (!ctx_) throw comm_error(who() + ": " + op + " on a communicator whose earlier failure closed it");
+    std::vector<std::int64_t> all;
+    try {
+      if (verify_) {
+        std::int64_t mine[4] = {op_code(op), static_cast<std::int64_t>(n), static_cast<std::int64_t>(t), extra};
+        all.resize(4 * static_cast<std::size_t>(size()));
+        gloo::AllgatherOptions o(ctx_);
+        o.setInput<std::int64_t>(mine, 4);
+        o.setOutput<std::int64_t>(all.data(), all.size());
+        o.setTag(next_tag());
+        o.setTimeout(timeout_);
+        gloo::allgather(o);
+      }
+    } catch (const std::exception& e) {
+      ctx_.reset();
+      throw comm_error(who() + ": " + op + " of " + std::to_string(n) + " " + std::string(to_string(t)) +
+                       " elements failed before it started (timeout " + std::to_string(timeout_.count()) +
+                       " ms; a peer died or is missing): " + e.what());
+    }
+    if (verify_) check_agreement(op, all);
     try {
       detail::with_width(t, f);
     } catch (const std::exception& e) {
@@ -308,8 +337,32 @@ class gloo_communicator {
     }
   }
 
-  void exchange(const char* op, const void* in, void* out, std::size_t n, dtype t) {
-    run(op, n, t, [&](auto* w) {
+  static std::int64_t op_code(const char* op) {
+    static constexpr const char* names[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "barrier"};
+    for (std::int64_t i = 0; i < 6; ++i)
+      if (std::string_view(op) == names[i]) return i;
+    return 99;
+  }
+  // Every rank sees the same headers, so every rank throws (and the context stays usable).
+  void check_agreement(const char* op, const std::vector<std::int64_t>& all) const {
+    static constexpr const char* names[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "barrier"};
+    bool same = true;
+    for (std::size_t r = 1; r < static_cast<std::size_t>(size()); ++r)
+      for (std::size_t i = 0; i < 4; ++i) same = same && all[4 * r + i] == all[i];
+    if (same) return;
+    std::string list;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
+      const std::int64_t code = all[4 * r];
+      list += (r ? "; " : "") + std::string("rank ") + std::to_string(members_[r]) + ": " +
+              (code >= 0 && code < 6 ? names[code] : "?") + " of " + std::to_string(all[4 * r + 1]) + " " +
+              std::string(to_string(static_cast<dtype>(all[4 * r + 2]))) +
+              (code == 4 ? " from root " + std::to_string(all[4 * r + 3]) : std::string());
+    }
+    throw comm_error(who() + ": " + op + ": the ranks called different collectives or sizes (" + list + ")");
+  }
+
+  void exchange(const char* op, const void* in, void* out, std::size_t n, dtype t, int extra) {
+    run(op, n, t, extra, [&](auto* w) {
       using W = std::remove_pointer_t<decltype(w)>;
       const std::size_t total = n * static_cast<std::size_t>(size());
       gloo::AlltoallOptions o(ctx_);
@@ -332,6 +385,7 @@ class gloo_communicator {
   int global_rank_ = 0;
   std::uint32_t tag_ = 0;
   int splits_ = 0;
+  bool verify_ = true;
 };
 
 static_assert(communicator<gloo_communicator>);

@@ -334,3 +334,35 @@ TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips an
   CHECK_THROWS_WITH_AS(load_calibration(dir.path() + "/bad.json"), doctest::Contains("bad.json"), io_error);
   CHECK_THROWS_AS(load_calibration(dir.path() + "/missing.json"), io_error);
 }
+
+TEST_CASE("ranks that call different sizes or collectives get comm_error, not an abort") {
+  std::vector<std::string> msgs(2);
+  run_ranks(
+      2,
+      [&](gloo_communicator& c) {
+        std::vector<float> v(c.rank() == 0 ? 1000 : 1200, 1.0f), out(2400);
+        try {
+          c.all_reduce(v.data(), v.size(), dtype::f32, reduce_op::sum);
+        } catch (const comm_error& e) {
+          msgs[static_cast<std::size_t>(c.rank())] = e.what();
+        }
+        try {  // a different collective on each rank
+          if (c.rank() == 0)
+            c.all_gather(v.data(), out.data(), 10, dtype::f32);
+          else
+            c.broadcast(v.data(), 10, dtype::f32, 0);
+          msgs[static_cast<std::size_t>(c.rank())] += " | no error";
+        } catch (const comm_error& e) {
+          msgs[static_cast<std::size_t>(c.rank())] += std::string(" | ") + e.what();
+        }
+        c.barrier();  // still usable: the check failed before any data moved
+      },
+      fast_fail());
+  for (int r = 0; r < 2; ++r) {
+    const std::string& m = msgs[static_cast<std::size_t>(r)];
+    CHECK(m.find("rank " + std::to_string(r) + ": all-reduce: the ranks called different") != std::string::npos);
+    CHECK(m.find("rank 0: all-reduce of 1000 f32; rank 1: all-reduce of 1200 f32") != std::string::npos);
+    CHECK(m.find("rank 0: all-gather of 10 f32; rank 1: broadcast of 10 f32 from root 0") != std::string::npos);
+    CHECK(m.find("no error") == std::string::npos);
+  }
+}

@@ -34,12 +34,10 @@ std::string fault_message(const std::exception_ptr& e) {
 }
 }  // namespace
 
-// SKIPPED: today a mismatched size aborts the whole process. Gloo's TCP pair throws
-// gloo::EnforceNotMet ("op.preamble.length <= op.nbytes. 40 vs 20", pair.cc:510) on its own
-// device thread, where nothing can catch it: std::terminate. The communicator needs to agree
-// on sizes before the data moves (docs/reliability.md, "open"). Run it with
-// `test_comm -tc="faults: a peer*" --no-skip` once that is in.
-TEST_CASE("faults: a peer that sends a mismatched size fails every rank with comm_error" * doctest::skip()) {
+// Before b453e2a this aborted the whole process: Gloo's TCP pair threw gloo::EnforceNotMet
+// ("op.preamble.length <= op.nbytes. 40 vs 20") on its own device thread. The communicator
+// now agrees on op, count and dtype before the data moves.
+TEST_CASE("faults: a peer that sends a mismatched size fails every rank with comm_error") {
   gloo_options o;
   o.timeout = 2000ms;
   const std::size_t threads_before = fault_live_threads();

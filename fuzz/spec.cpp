@@ -21,8 +21,8 @@ void check(bool ok, const char* what, const std::string& a, const std::string& b
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  // Mesh rank -1 (infer), 1..4, or 5 (too many: must throw). 0 is not asked: see
-  // docs/fuzzing.md (Alpa notation returns 1 axis for it, DTensor notation throws).
+  // Mesh rank -1 (infer), 1..4, or 5 (too many: must throw). 0 is not asked: this target found
+  // Alpa notation returning 1 axis for it (docs/fuzzing.md); both notations now reject it.
   const int mesh_rank = data[0] % 6 == 0 ? -1 : data[0] % 6;
   const int tensor_rank = static_cast<int>((data[0] / 6) % 10) - 1;  // -1..8
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -85,7 +85,6 @@ struct solve_result {
   std::vector<ilp_size> sizes;       ///< "input", then after each reduction, then "ilp"
   std::size_t memory_rows = 0;       ///< memory rows added to the final ILP
   int rounds = 0;                    ///< MIP solves (1 + times a memory row cut off a solution)
-  std::size_t branch_nodes = 0;      ///< unused; GLPK does not expose it after the search
 };
 
 /// Prints the sizes table and the outcome, e.g. for logs and benches.

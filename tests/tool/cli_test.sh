@@ -122,5 +122,17 @@ assert np.array_equal(r1, want)" && ok || bad "fused QKV split"
   expect_rc 2 "$tool" shard "$tmp/ck/model.safetensors" --out "$tmp/x" --tp 4
 fi
 
+# calibrate: a 2x2 mesh of Gloo ranks on loopback, fitted links written and used by plan.
+if "$tool" --help | grep -q ' calibrate'; then
+  json_check "len(d['axes']) == 2 and all(a['beta_bytes_per_s'] > 0 and a['alpha_s'] >= 0 for a in d['axes'])" \
+    "$tool" calibrate --mesh 2x2 --max-bytes 65536 --repeats 2 --out "$tmp/links.json" --json
+  test -s "$tmp/links.json" && ok || bad "calibration file missing"
+  if "$tool" --help | grep -q ' plan'; then
+    expect_rc 0 "$tool" plan --model gpt2 --layers 1 --hidden 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
+      --mesh 2x2 --calibration "$tmp/links.json" --out "$tmp/cal-plan.json" --quiet
+  fi
+  expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes 10 --out "$tmp/never.json"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

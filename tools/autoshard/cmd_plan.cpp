@@ -5,6 +5,9 @@
 #include "progress.hpp"
 
 #include <autoshard/solve/solve.hpp>
+#if defined(AUTOSHARD_TOOL_HAVE_GLOO)
+#include <autoshard/comm/comm.hpp>
+#endif
 
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +26,7 @@ struct plan_cli_options {
   std::string algo = "alpa";
   std::string backend = "nccl";
   std::string memory_budget;
+  std::string calibration;
   double time_limit = 600.0;
   double mip_rel_gap = 0.0;
   bool skip_fully_replicated = false;
@@ -129,6 +133,19 @@ int run_plan(const plan_cli_options& o) {
   po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
   if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget);
+#if defined(AUTOSHARD_TOOL_HAVE_GLOO)
+  if (!o.calibration.empty()) {  // measured links replace the bandwidth and latency options
+    const calibration_result cal = load_calibration(o.calibration);
+    for (const auto& ax : cal.axes) {
+      if (!ax.measured) continue;
+      const bool inter = ax.axis == 0 && m.ndim() > 1;
+      (inter ? po.inter_node_bandwidth : po.intra_node_bandwidth) = ax.link.beta;
+      (inter ? po.inter_node_latency : po.intra_node_latency) = ax.link.alpha;
+    }
+  }
+#else
+  if (!o.calibration.empty()) throw spec_error("--calibration needs a build with Gloo");
+#endif
   for (const std::string& pin : o.pins) {
     auto eq = pin.find('=');
     if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
@@ -274,6 +291,7 @@ void register_plan(CLI::App& app, action& run) {
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->capture_default_str();
   cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9");
+  cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
   cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str();
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
       ->capture_default_str();

@@ -616,10 +616,22 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     }
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
   if (!o.preload_solution && !o.ilp_solution_file.empty()) {
-    std::ofstream out(o.ilp_solution_file);
-    if (!out) throw io_error("cannot open plan file '" + o.ilp_solution_file + "' for writing");
-    out << detail::plan_to_json(pm, o, rep.plan).dump(1) << '\n';
-    if (!out) throw io_error("writing plan file '" + o.ilp_solution_file + "' failed");
+    // Written under a temporary name and renamed, so a failure never leaves a half plan file.
+    const std::string tmp = o.ilp_solution_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw io_error("cannot open plan file '" + o.ilp_solution_file + "' for writing");
+      out << detail::plan_to_json(pm, o, rep.plan).dump(1) << '\n';
+      if (!out.flush()) {
+        out.close();
+        std::error_code ec;
+        std::filesystem::remove(tmp, ec);
+        throw io_error("writing plan file '" + o.ilp_solution_file + "' failed");
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, o.ilp_solution_file, ec);
+    if (ec) throw io_error("cannot rename '" + tmp + "' to plan file '" + o.ilp_solution_file + "': " + ec.message());
   }
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);

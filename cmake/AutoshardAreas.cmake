@@ -5,6 +5,7 @@
 #   solve  -> autoshard::glpk       (+ GLPK)
 #   tensor -> autoshard::tensor     (+ Eigen, nlohmann-json)
 #   comm   -> autoshard::gloo       (+ Gloo)
+#   exec   -> autoshard::exec       (graph + solve + tensor + comm: the reference executor)
 #   device -> autoshard::cuda       (+ CUDA runtime, NCCL)
 set(AUTOSHARD_INSTALLED_TARGETS "")
 set(AUTOSHARD_AREAS "")
@@ -67,6 +68,12 @@ if(TARGET gloo)
   autoshard_area(autoshard_gloo gloo comm DEPS ${_comm_deps})
 else()
   message(STATUS "autoshard: Gloo not found; autoshard::gloo skipped")
+endif()
+# The reference executor runs a graph with a solved plan on real ranks: every area below it.
+if(TARGET autoshard_gloo AND TARGET autoshard_glpk AND TARGET autoshard_tensor)
+  autoshard_area(autoshard_exec exec exec DEPS autoshard_gloo autoshard_glpk autoshard_tensor)
+else()
+  message(STATUS "autoshard: autoshard::exec skipped (needs autoshard::gloo, ::glpk and ::tensor)")
 endif()
 
 # CUDA: only where nvcc exists. NCCL comes with the CUDA toolkit on these machines.

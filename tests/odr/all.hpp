@@ -13,3 +13,6 @@
 #if defined(HAVE_AUTOSHARD_GLOO)
 #include <autoshard/comm/comm.hpp>
 #endif
+#if defined(HAVE_AUTOSHARD_EXEC)
+#include <autoshard/exec/exec.hpp>
+#endif

@@ -414,7 +414,7 @@ inline vertex_t add_parameter(model_graph& g, std::string name, tensor_shape sha
 /// Adds an operator over `ops` (operand order), inferring its output shape; the output
 /// dtype is the first floating operand's (the table's for embedding, f32 for cross_entropy)
 /// unless given. Throws graph_error naming `name` when the operands do not fit.
-inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::initializer_list<vertex_t> ops,
+inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::span<const vertex_t> ops,
                        op_attrs attrs = {}, std::optional<dtype> type = std::nullopt) {
   std::vector<tensor_shape> shapes;
   dtype t = dtype::f32;
@@ -438,6 +438,10 @@ inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::initial
   int i = 0;
   for (vertex_t u : ops) boost::add_edge(u, v, edge{i++}, g);
   return v;
+}
+inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::initializer_list<vertex_t> ops,
+                       op_attrs attrs = {}, std::optional<dtype> type = std::nullopt) {
+  return add_op(g, k, std::move(name), std::span<const vertex_t>(ops.begin(), ops.size()), std::move(attrs), type);
 }
 
 /// Sum of the elements of every parameter vertex (a parameter used twice, e.g. tied

@@ -67,6 +67,10 @@ struct autosharding_options {
   double time_limit = 10000.0;                   ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
   bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
+  /// With run_checks, also called with the chosen plan (index = vertex); throws to fail the
+  /// check. exec/verify.hpp's numeric_check() runs the plan on real ranks against the
+  /// unsharded graph.
+  std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&)> numeric_check;
   bool preload_solution = false;                 ///< read the plan from ilp_solution_file instead of solving
   std::string ilp_solution_file;                 ///< where the plan JSON goes (or comes from); "" = nowhere
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
@@ -486,7 +490,8 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
           {"breakdown",
            {{"compute", s.compute_seconds}, {"communication", s.communication_seconds}, {"resharding", s.resharding_seconds}}},
           {"peak_memory_bytes", s.peak_memory_bytes},
-          {"operators", ops}};
+          {"operators", ops},
+          {"graph", to_json(pm.g)}};  // so a plan file alone can be executed and verified
 }
 
 /// The choice a plan file describes, after checking it matches the graph and the mesh.
@@ -615,6 +620,9 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
       }
     }
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
+  for (vertex_t v = 0; v < pm.size(); ++v)
+    res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
+  if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies);  // before any file is written
   if (!o.preload_solution && !o.ilp_solution_file.empty()) {
     // Written under a temporary name and renamed, so a failure never leaves a half plan file.
     const std::string tmp = o.ilp_solution_file + ".tmp";
@@ -633,8 +641,6 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     std::filesystem::rename(tmp, o.ilp_solution_file, ec);
     if (ec) throw io_error("cannot rename '" + tmp + "' to plan file '" + o.ilp_solution_file + "': " + ec.message());
   }
-  for (vertex_t v = 0; v < pm.size(); ++v)
-    res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
   return res;
 }
 

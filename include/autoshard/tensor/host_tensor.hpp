@@ -135,6 +135,7 @@ class host_tensor {
   }
   /// A copy of `v`'s bytes.
   static host_tensor copy_of(const_tensor_view v) {
+    if (v.data() == nullptr) return {};  // a default (empty) tensor copies as empty
     host_tensor t(v.type(), v.shape());
     if (v.nbytes()) std::memcpy(t.data(), v.data(), v.nbytes());
     return t;

@@ -1,0 +1,7 @@
+#pragma once
+/// autoshard's execution area: host reference kernels for every operator kind, running a
+/// graph unsharded or sharded by a plan on real ranks, and numeric verification of plans.
+///   #include <autoshard/exec/exec.hpp>
+#include "executor.hpp"  // make_source_values, run_unsharded, run_sharded
+#include "kernels.hpp"   // run_kernel, local_context, exec_error
+#include "verify.hpp"    // verify_plan, verify_report, numeric_check, load_plan

@@ -1,0 +1,224 @@
+#pragma once
+/// Running a graph: unsharded on one host, or sharded by a plan on the ranks of a mesh.
+///   std::vector<host_tensor> ref = autoshard::run_unsharded<double>(g, sources);
+///   autoshard::run_sharded<double>(mc, g, plan, sources, [&](vertex_t v, const host_tensor& piece,
+///                                                        const sharding_spec& spec) { ... });
+/// In the sharded run each rank holds only its piece of every tensor. Before an operator
+/// runs, each operand is redistributed from the spec its producer's strategy outputs to the
+/// spec the operator's strategy takes (the plan's resharding collectives, on real
+/// communicators); the kernel then computes the rank's piece of the output, which may be a
+/// partial sum (a Partial placement) that a later redistribute reduces.
+#include <cstdint>     // std::uint64_t
+#include <functional>  // std::function
+#include <random>      // std::mt19937_64, std::uniform_real_distribution
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include "../comm/redistribute.hpp"  // redistribute, mesh_communicator_like
+#include "../core/layout.hpp"        // local_box
+#include "../graph/graph.hpp"        // model_graph, strategy, topological_order
+#include "../tensor/slice.hpp"       // shard_of
+#include "kernels.hpp"               // run_kernel, local_context
+
+namespace autoshard {
+
+/// The dtype a run computes float tensors in.
+template <class T>
+constexpr dtype compute_dtype() {
+  return std::is_same_v<T, float> ? dtype::f32 : dtype::f64;
+}
+
+namespace detail {
+inline bool integer_node(const node& n) { return is_integer(n.type); }
+
+/// The exclusive upper bound of the integer values source `u` feeds: table rows for embedding
+/// ids, the vocabulary for labels; 2 when no consumer says.
+inline std::int64_t integer_range(const model_graph& g, vertex_t u) {
+  std::int64_t range = 0;
+  for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
+    const vertex_t v = boost::target(*e, g);
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (g[v].kind == op_kind::embedding && g[*e].operand == 0) range = g[ops[1]].shape[0];
+    if (g[v].kind == op_kind::cross_entropy && g[*e].operand == 1) {
+      const tensor_shape& l = g[ops[0]].shape;
+      range = l[l.rank - 1u];
+    }
+  }
+  return range > 0 ? range : 2;
+}
+
+inline std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a over the name, keyed by the seed
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+}  // namespace detail
+
+/// Seeded values for every source vertex (inputs and parameters), indexed by vertex; operator
+/// entries stay empty. Integer inputs get ids inside the range their consumers accept; weight
+/// matrices are uniform in +-sqrt(3/fan) (fan = their larger dim), norm weights near 1, other
+/// vectors small. A value depends on the seed and the vertex name only, not on vertex order.
+template <class T>
+std::vector<host_tensor> make_source_values(const model_graph& g, std::uint64_t seed = 1) {
+  std::vector<host_tensor> out(boost::num_vertices(g));
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const node& nd = g[v];
+    if (nd.is_operator()) continue;
+    std::mt19937_64 rng(detail::name_seed(seed, nd.name));
+    if (detail::integer_node(nd)) {
+      host_tensor t(dtype::i64, nd.shape);
+      std::uniform_int_distribution<std::int64_t> u(0, detail::integer_range(g, v) - 1);
+      std::int64_t* p = t.as<std::int64_t>();
+      if (nd.name == "position_ids")  // positions count up, as a model feeds them
+        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = i % nd.shape[nd.shape.rank - 1u];
+      else
+        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+      out[v] = std::move(t);
+      continue;
+    }
+    host_tensor t(compute_dtype<T>(), nd.shape);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    double scale = 1.0, base = 0.0;
+    if (nd.is_parameter() && nd.shape.rank >= 2) {
+      std::int64_t fan = 1;
+      for (std::size_t d = 0; d < nd.shape.rank; ++d) fan = std::max(fan, nd.shape[d]);
+      scale = std::sqrt(3.0 / static_cast<double>(fan));
+    } else if (nd.is_parameter()) {
+      const bool norm_weight = nd.name.size() >= 7 && nd.name.compare(nd.name.size() - 7, 7, ".weight") == 0;
+      base = norm_weight ? 1.0 : 0.0;
+      scale = 0.1;
+    }
+    T* p = t.as<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(base + scale * u(rng));
+    out[v] = std::move(t);
+  }
+  return out;
+}
+
+/// Every vertex's value computed on one host, indexed by vertex. `sources` holds the value
+/// of each input and parameter (make_source_values); operator entries are ignored.
+template <class T>
+std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources) {
+  const std::size_t n = boost::num_vertices(g);
+  if (sources.size() != n)
+    throw exec_error("run_unsharded: " + std::to_string(sources.size()) + " source values for a graph of " +
+                     std::to_string(n) + " vertices");
+  std::vector<host_tensor> val(n);
+  for (vertex_t v : topological_order(g)) {
+    const node& nd = g[v];
+    if (!nd.is_operator()) {
+      if (!(sources[v].shape() == nd.shape))
+        throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
+      val[v] = host_tensor::copy_of(sources[v]);
+      continue;
+    }
+    std::vector<const host_tensor*> in;
+    std::vector<tensor_shape> shapes;
+    for (vertex_t u : operands(g, v)) {
+      in.push_back(&val[u]);
+      shapes.push_back(g[u].shape);
+    }
+    val[v] = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
+  }
+  return val;
+}
+
+namespace detail {
+/// `from` -> `to` on real ranks. Shard -> Partial goes through Replicate (a shard holds no
+/// partial value): all-gather, then the local Partial conversion.
+template <mesh_communicator_like M>
+host_tensor reshard(M& mc, const host_tensor& local, const tensor_shape& global, const sharding_spec& from,
+                    const sharding_spec& to) {
+  if (from == to) return host_tensor::copy_of(local);
+  sharding_spec mid = to;
+  bool via = false;
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_shard()) {
+      mid[a] = Replicate();
+      via = true;
+    }
+  if (!via) return redistribute(mc, local.view(), global, from, to);
+  host_tensor r = redistribute(mc, local.view(), global, from, mid);
+  return redistribute(mc, r.view(), global, mid, to);
+}
+}  // namespace detail
+
+/// Called with each vertex's local piece as soon as it is computed, and its spec.
+using piece_callback = std::function<void(vertex_t, const host_tensor& piece, const sharding_spec& spec)>;
+
+/// Runs `g` sharded by `plan` (one strategy per vertex, index = vertex) on this rank of `mc`.
+/// Every rank of the mesh calls it with the same graph, plan and sources (the global values
+/// of inputs and parameters; each rank keeps only its own piece, as a loaded shard would be).
+/// `on_piece` sees every vertex's piece; a piece is freed after its last consumer has run.
+/// Throws exec_error for a plan that does not fit the graph, comm_error when a peer fails.
+template <class T, mesh_communicator_like M>
+void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                 const piece_callback& on_piece = {}) {
+  const std::size_t n = boost::num_vertices(g);
+  const device_mesh& mesh = mc.mesh();
+  const int rank = mc.rank();
+  if (plan.size() != n)
+    throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
+  if (sources.size() != n)
+    throw exec_error("run_sharded: " + std::to_string(sources.size()) + " source values for a graph of " +
+                     std::to_string(n) + " vertices");
+  std::vector<std::size_t> uses(n, 0);
+  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
+  std::vector<host_tensor> val(n);
+  for (vertex_t v : topological_order(g)) {
+    const node& nd = g[v];
+    const strategy& st = plan[v];
+    try {
+      check_spec(st.output, mesh, nd.shape, "output of '" + nd.name + "'");
+    } catch (const spec_error& e) {
+      throw exec_error("vertex '" + nd.name + "': the plan's output spec does not fit: " + e.what());
+    }
+    if (!nd.is_operator()) {
+      if (!(sources[v].shape() == nd.shape))
+        throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
+      for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
+        if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
+      val[v] = shard_of(sources[v], mesh, st.output, rank);
+    } else {
+      const std::vector<vertex_t> ops = operands(g, v);
+      if (st.inputs.size() != ops.size())
+        throw exec_error("vertex '" + nd.name + "': strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
+                         " operand specs for " + std::to_string(ops.size()) + " operands");
+      std::vector<host_tensor> local(ops.size());
+      std::vector<const host_tensor*> in;
+      local_context c;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const vertex_t u = ops[i];
+        local[i] = detail::reshard(mc, val[u], g[u].shape, plan[u].output, st.inputs[i]);
+        in.push_back(&local[i]);
+        c.global_in.push_back(g[u].shape);
+        c.in_offset.push_back(local_box(mesh, st.inputs[i], g[u].shape, rank).offset);
+      }
+      c.global_out = nd.shape;
+      c.out_shape = local_box(mesh, st.output, nd.shape, rank).shape;
+      if (nd.kind == op_kind::cross_entropy) {
+        // The vocabulary dim is forced Replicate except in the vocab-parallel strategy: then the
+        // row statistics are combined over every mesh axis that splits it.
+        const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
+        std::vector<std::size_t> axes;
+        for (std::size_t a = 0; a < mesh.ndim(); ++a)
+          if (st.inputs[0][a].is_shard(vdim)) axes.push_back(a);
+        if (!axes.empty())
+          c.vocab_reduce = [&mc, axes](void* p, std::size_t count, dtype t, reduce_op op) {
+            for (std::size_t a : axes) mc.axis(a).all_reduce(p, count, t, op);
+          };
+      }
+      val[v] = run_kernel<T>(nd, in, c);
+      if (!(val[v].shape() == c.out_shape))
+        throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(rank) + " computed a piece of " +
+                         to_string(val[v].shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
+                         to_string(c.out_shape));
+      for (vertex_t u : ops)
+        if (--uses[u] == 0) val[u] = host_tensor();
+    }
+    if (on_piece) on_piece(v, val[v], st.output);
+    if (uses[v] == 0) val[v] = host_tensor();
+  }
+}
+
+}  // namespace autoshard

@@ -1,0 +1,485 @@
+#pragma once
+/// Host reference kernels: every operator kind of the graph area, on host tensors, in f32 or
+/// f64 (Eigen for the matrix products). A kernel computes one rank's piece of an operator's
+/// output from that rank's pieces of the operands; `local_context` says where the pieces lie
+/// in the global tensors, which is all the position-dependent kernels need (embedding rows
+/// of a vocab-parallel table, rotary positions, the global row count of a mean loss). The
+/// unsharded run is the same kernel with every piece equal to the whole tensor.
+///   autoshard::local_context c = autoshard::whole_context(shapes, out_shape);
+///   autoshard::host_tensor y = autoshard::run_kernel<double>(g[v], operands, c);
+#include <algorithm>   // std::max, std::fill, std::copy_n
+#include <cmath>       // std::exp, std::log, std::tanh, std::sqrt, std::cos, std::sin, std::pow
+#include <cstdint>     // std::int64_t
+#include <cstring>     // std::memcpy
+#include <functional>  // std::function
+#include <limits>      // std::numeric_limits
+#include <span>        // std::span
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include <Eigen/Dense>
+
+#include "../comm/communicator.hpp"   // reduce_op
+#include "../core/error.hpp"          // error
+#include "../core/shape.hpp"          // tensor_shape
+#include "../graph/model.hpp"         // node, op_kind
+#include "../tensor/host_tensor.hpp"  // host_tensor
+
+namespace autoshard {
+
+/// A failure while executing a graph: a kernel given pieces it cannot use, a plan whose
+/// specs do not fit the graph, values missing for a source. Names the vertex.
+class exec_error : public error {
+ public:
+  explicit exec_error(const std::string& what) : error("execution error: " + what) {}
+};
+
+/// What a kernel knows beyond its local operands.
+struct local_context {
+  std::vector<tensor_shape> global_in;  ///< global shape of each operand
+  std::vector<tensor_shape> in_offset;  ///< where each local operand starts in its global tensor
+  tensor_shape global_out;              ///< global output shape
+  tensor_shape out_shape;               ///< local output shape
+  /// cross_entropy with a vocab-parallel logits piece: combines `n` values element-wise over
+  /// the ranks holding the other vocabulary slices of the same rows. Empty: nothing to combine.
+  std::function<void(void* values, std::size_t n, dtype t, reduce_op op)> vocab_reduce;
+};
+
+/// The context of an unsharded run: every piece is the whole tensor.
+inline local_context whole_context(const std::vector<tensor_shape>& in, const tensor_shape& out) {
+  local_context c;
+  c.global_in = in;
+  for (const tensor_shape& s : in) c.in_offset.push_back(tensor_shape(std::vector<std::int64_t>(s.rank, 0)));
+  c.global_out = c.out_shape = out;
+  return c;
+}
+
+namespace detail {
+
+template <class T>
+using rm_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+inline std::int64_t prod(const tensor_shape& s, std::size_t from, std::size_t to) {
+  std::int64_t p = 1;
+  for (std::size_t d = from; d < to; ++d) p *= s[d];
+  return p;
+}
+
+[[noreturn]] inline void kernel_error(const node& nd, const std::string& why) {
+  throw exec_error("vertex '" + nd.name + "' (" + std::string(to_string(nd.kind)) + "): " + why);
+}
+
+/// Calls f(flat output index, source offsets...) over an output of shape `out`, where source
+/// k has element strides `st[k]` (0 on broadcast dims).
+template <std::size_t K, class F>
+void strided_loop(const tensor_shape& out, const std::array<std::array<std::int64_t, max_tensor_rank>, K>& st, F&& f) {
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  std::array<std::int64_t, max_tensor_rank> idx{};
+  std::array<std::int64_t, K> off{};
+  for (std::int64_t flat = 0; flat < n; ++flat) {
+    f(flat, off);
+    for (std::size_t d = out.rank; d-- > 0;) {
+      ++idx[d];
+      for (std::size_t k = 0; k < K; ++k) off[k] += st[k][d];
+      if (idx[d] < out[d]) break;
+      for (std::size_t k = 0; k < K; ++k) off[k] -= st[k][d] * out[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Element strides of `s` seen from an output of shape `out` (numpy broadcasting).
+inline std::array<std::int64_t, max_tensor_rank> broadcast_strides(const tensor_shape& s, const tensor_shape& out) {
+  std::array<std::int64_t, max_tensor_rank> st{};
+  std::int64_t stride = 1;
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    const std::size_t d = s.rank - 1 - i, od = out.rank - 1 - i;
+    st[od] = s[d] == 1 ? 0 : stride;
+    stride *= s[d];
+  }
+  return st;
+}
+
+template <class T, class F>
+host_tensor unary(const host_tensor& x, F f) {
+  host_tensor o(x.type(), x.shape());
+  const T* in = x.as<T>();
+  T* out = o.as<T>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = f(in[i]);
+  return o;
+}
+
+template <class T, class F>
+host_tensor binary(const node& nd, const host_tensor& a, const host_tensor& b, F f) {
+  tensor_shape s;
+  s.rank = std::max(a.shape().rank, b.shape().rank);
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    const std::int64_t da = i < a.shape().rank ? a.shape()[a.shape().rank - 1 - i] : 1;
+    const std::int64_t db = i < b.shape().rank ? b.shape()[b.shape().rank - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      kernel_error(nd, "local operands " + to_string(a.shape()) + " and " + to_string(b.shape()) + " do not broadcast");
+    s[s.rank - 1 - i] = std::max(da, db);
+  }
+  host_tensor o(a.type(), s);
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  T* po = o.as<T>();
+  if (a.shape() == s && b.shape() == s) {
+    for (std::int64_t i = 0; i < o.numel(); ++i) po[i] = f(pa[i], pb[i]);
+    return o;
+  }
+  const std::array<std::array<std::int64_t, max_tensor_rank>, 2> st{broadcast_strides(a.shape(), s),
+                                                                     broadcast_strides(b.shape(), s)};
+  strided_loop<2>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 2>& off) {
+    po[flat] = f(pa[off[0]], pb[off[1]]);
+  });
+  return o;
+}
+
+template <class T>
+host_tensor linear(const node& nd, std::span<const host_tensor* const> in) {
+  const host_tensor& x = *in[0];
+  const host_tensor& w = *in[1];
+  const bool tw = nd.attrs.transposed_weight;
+  const std::int64_t C = x.shape()[x.shape().rank - 1u];
+  const std::int64_t wc = tw ? w.shape()[0] : w.shape()[1], O = tw ? w.shape()[1] : w.shape()[0];
+  if (wc != C) kernel_error(nd, "local input " + to_string(x.shape()) + " does not fit local weight " + to_string(w.shape()));
+  tensor_shape s = x.shape();
+  s[s.rank - 1u] = O;
+  host_tensor o(x.type(), s);
+  const std::int64_t rows = prod(x.shape(), 0, x.shape().rank - 1u);
+  Eigen::Map<const rm_matrix<T>> X(x.as<T>(), rows, C);
+  Eigen::Map<rm_matrix<T>> Y(o.as<T>(), rows, O);
+  if (tw) Y.noalias() = X * Eigen::Map<const rm_matrix<T>>(w.as<T>(), C, O);
+  else Y.noalias() = X * Eigen::Map<const rm_matrix<T>>(w.as<T>(), O, C).transpose();
+  if (in.size() == 3) {
+    if (in[2]->numel() != O) kernel_error(nd, "local bias " + to_string(in[2]->shape()) + " for " + std::to_string(O) + " outputs");
+    Y.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(in[2]->as<T>(), O);
+  }
+  return o;
+}
+
+template <class T>
+host_tensor matmul(const node& nd, const host_tensor& x, const host_tensor& y) {
+  const std::size_t r = x.shape().rank;
+  const std::int64_t M = x.shape()[r - 2], K = x.shape()[r - 1], N = y.shape()[y.shape().rank - 1u];
+  if (y.shape()[y.shape().rank - 2u] != K)
+    kernel_error(nd, "local operands " + to_string(x.shape()) + " @ " + to_string(y.shape()) + " do not contract");
+  tensor_shape s = x.shape();
+  s[r - 1] = N;
+  host_tensor o(x.type(), s);
+  const std::int64_t batches = prod(x.shape(), 0, r - 2);
+  const bool batched = y.shape().rank > 2;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    Eigen::Map<const rm_matrix<T>> A(x.as<T>() + b * M * K, M, K);
+    Eigen::Map<const rm_matrix<T>> B(y.as<T>() + (batched ? b * K * N : 0), K, N);
+    Eigen::Map<rm_matrix<T>>(o.as<T>() + b * M * N, M, N).noalias() = A * B;
+  }
+  return o;
+}
+
+template <class T>
+host_tensor norm(const node& nd, std::span<const host_tensor* const> in) {
+  const bool ln = nd.kind == op_kind::layer_norm;
+  const host_tensor& x = *in[0];
+  const std::int64_t n = x.shape().rank ? x.shape()[x.shape().rank - 1u] : 1;
+  for (std::size_t i = 1; i < in.size(); ++i)
+    if (in[i]->numel() != n) kernel_error(nd, "local weight " + to_string(in[i]->shape()) + " for rows of " + std::to_string(n));
+  host_tensor o(x.type(), x.shape());
+  const std::int64_t rows = n ? x.numel() / n : 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* px = x.as<T>() + r * n;
+    T* py = o.as<T>() + r * n;
+    T mean = 0, var = 0;
+    if (ln) {
+      for (std::int64_t i = 0; i < n; ++i) mean += px[i];
+      mean /= static_cast<T>(n);
+    }
+    for (std::int64_t i = 0; i < n; ++i) var += (px[i] - mean) * (px[i] - mean);
+    const T inv = T(1) / std::sqrt(var / static_cast<T>(n) + T(1e-5));
+    for (std::int64_t i = 0; i < n; ++i) {
+      T v = (px[i] - mean) * inv;
+      if (in.size() > 1) v *= in[1]->as<T>()[i];
+      if (in.size() > 2) v += in[2]->as<T>()[i];
+      py[i] = v;
+    }
+  }
+  return o;
+}
+
+template <class T>
+host_tensor softmax(const node& nd, const host_tensor& x) {
+  const int r = x.shape().rank;
+  const int ax = nd.attrs.axis < 0 ? nd.attrs.axis + r : nd.attrs.axis;
+  const std::int64_t outer = prod(x.shape(), 0, static_cast<std::size_t>(ax)), n = x.shape()[static_cast<std::size_t>(ax)],
+                     inner = prod(x.shape(), static_cast<std::size_t>(ax) + 1, x.shape().rank);
+  host_tensor o(x.type(), x.shape());
+  for (std::int64_t a = 0; a < outer; ++a)
+    for (std::int64_t c = 0; c < inner; ++c) {
+      const T* px = x.as<T>() + a * n * inner + c;
+      T* py = o.as<T>() + a * n * inner + c;
+      T mx = -std::numeric_limits<T>::infinity(), sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) mx = std::max(mx, px[i * inner]);
+      for (std::int64_t i = 0; i < n; ++i) sum += (py[i * inner] = std::exp(px[i * inner] - mx));
+      for (std::int64_t i = 0; i < n; ++i) py[i * inner] /= sum;
+    }
+  return o;
+}
+
+/// Rotary embedding of x[..., S, heads*D]: pair (2i, 2i+1) of each head at position p turns by
+/// p * 10000^(-2i/D). Positions and head offsets are global (the piece's offsets).
+template <class T>
+host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c) {
+  const std::size_t r = x.shape().rank;
+  if (nd.attrs.heads <= 0) kernel_error(nd, "rotary needs attrs.heads");
+  const std::int64_t D = c.global_in[0][r - 1] / nd.attrs.heads;
+  const std::int64_t e_off = c.in_offset[0][r - 1], s_off = c.in_offset[0][r - 2];
+  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2];
+  if (D <= 0 || e_off % D != 0 || W % D != 0)
+    kernel_error(nd, "the local piece (columns " + std::to_string(e_off) + ".." + std::to_string(e_off + W) +
+                         ") does not hold whole heads of " + std::to_string(D));
+  host_tensor o(x.type(), x.shape());
+  const std::int64_t rows = W ? x.numel() / W : 0;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const auto pos = static_cast<T>(row % S + s_off);
+    const T* px = x.as<T>() + row * W;
+    T* py = o.as<T>() + row * W;
+    for (std::int64_t j = 0; j + 1 < W; j += 2) {
+      const std::int64_t i = j % D;  // even: the first of a pair
+      const T theta = pos * static_cast<T>(std::pow(10000.0, -static_cast<double>(i) / static_cast<double>(D)));
+      const T cs = std::cos(theta), sn = std::sin(theta);
+      py[j] = px[j] * cs - px[j + 1] * sn;
+      py[j + 1] = px[j] * sn + px[j + 1] * cs;
+    }
+  }
+  return o;
+}
+
+template <class T>
+host_tensor embedding(const node& nd, const host_tensor& ids, const host_tensor& table, const local_context& c) {
+  const std::int64_t rows = table.shape()[0], H = table.shape()[1], row_off = c.in_offset[1][0];
+  tensor_shape s = ids.shape();
+  s.dims[s.rank++] = H;
+  host_tensor o(table.type(), s);
+  const std::int64_t* pid = ids.as<std::int64_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    if (pid[i] < 0 || pid[i] >= c.global_in[1][0])
+      kernel_error(nd, "id " + std::to_string(pid[i]) + " outside the table of " + std::to_string(c.global_in[1][0]) + " rows");
+    const std::int64_t id = pid[i] - row_off;
+    if (id < 0 || id >= rows) continue;  // another rank's rows (vocab-parallel): zeros, a partial sum
+    std::copy_n(table.as<T>() + id * H, H, o.as<T>() + i * H);
+  }
+  return o;
+}
+
+template <class T>
+host_tensor transpose(const node& nd, const host_tensor& x) {
+  const tensor_shape& xs = x.shape();
+  if (nd.attrs.dims.size() != xs.rank) kernel_error(nd, "permutation does not fit " + to_string(xs));
+  tensor_shape s = xs;
+  std::array<std::int64_t, max_tensor_rank> xst{};
+  for (std::size_t d = xs.rank, st = 1; d-- > 0;) {
+    xst[d] = static_cast<std::int64_t>(st);
+    st *= static_cast<std::size_t>(xs[d]);
+  }
+  std::array<std::array<std::int64_t, max_tensor_rank>, 1> st{};
+  for (std::size_t d = 0; d < s.rank; ++d) {
+    const auto p = static_cast<std::size_t>(nd.attrs.dims[d]);
+    s[d] = xs[p];
+    st[0][d] = xst[p];
+  }
+  host_tensor o(x.type(), s);
+  const T* px = x.as<T>();
+  T* po = o.as<T>();
+  strided_loop<1>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 1>& off) { po[flat] = px[off[0]]; });
+  return o;
+}
+
+template <class T>
+host_tensor reduce(const node& nd, const host_tensor& x, const local_context& c) {
+  const tensor_shape& xs = x.shape();
+  std::vector<bool> red(xs.rank, false);
+  T count = 1;
+  for (std::int64_t d : nd.attrs.dims) {
+    red[static_cast<std::size_t>(d)] = true;
+    count *= static_cast<T>(c.global_in[0][static_cast<std::size_t>(d)]);
+  }
+  tensor_shape s;
+  for (std::size_t d = 0; d < xs.rank; ++d)
+    if (!red[d]) s.dims[s.rank++] = xs[d];
+  host_tensor o(x.type(), s);
+  // Walk x; the output offset uses the output's strides on kept dims and 0 on reduced ones.
+  std::array<std::array<std::int64_t, max_tensor_rank>, 1> st{};
+  std::int64_t stride = 1;
+  for (std::size_t d = xs.rank; d-- > 0;)
+    if (!red[d]) {
+      st[0][d] = stride;
+      stride *= xs[d];
+    }
+  const T* px = x.as<T>();
+  T* po = o.as<T>();
+  const T scale = nd.kind == op_kind::reduce_mean ? T(1) / count : T(1);
+  strided_loop<1>(xs, st, [&](std::int64_t flat, const std::array<std::int64_t, 1>& off) { po[off[0]] += px[flat] * scale; });
+  return o;
+}
+
+template <class T>
+host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> in) {
+  const tensor_shape& x0 = in[0]->shape();
+  const auto ax = static_cast<std::size_t>(nd.attrs.axis < 0 ? nd.attrs.axis + x0.rank : nd.attrs.axis);
+  const std::int64_t outer = prod(x0, 0, ax), inner = prod(x0, ax + 1, x0.rank);
+  tensor_shape s = x0;
+  if (nd.kind == op_kind::split) {
+    if (nd.attrs.start + nd.attrs.length > x0[ax]) kernel_error(nd, "slice outside the local " + to_string(x0));
+    s[ax] = nd.attrs.length;
+  } else {
+    for (std::size_t k = 1; k < in.size(); ++k) s[ax] += in[k]->shape()[ax];
+  }
+  host_tensor o(in[0]->type(), s);
+  T* po = o.as<T>();
+  for (std::int64_t a = 0; a < outer; ++a) {
+    if (nd.kind == op_kind::split) {
+      std::copy_n(in[0]->as<T>() + (a * x0[ax] + nd.attrs.start) * inner, nd.attrs.length * inner,
+                  po + a * s[ax] * inner);
+      continue;
+    }
+    std::int64_t at = 0;
+    for (const host_tensor* t : in) {
+      const std::int64_t n = t->shape()[ax] * inner;
+      std::copy_n(t->as<T>() + a * n, n, po + a * s[ax] * inner + at);
+      at += n;
+    }
+  }
+  return o;
+}
+
+/// Scaled-dot-product attention of q[B,S,hq*D] with k,v[B,Sk,hkv*D]; query head h reads
+/// key/value head h / (hq/hkv). D comes from the global width and attrs.heads.
+template <class T>
+host_tensor attention(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
+  const host_tensor &q = *in[0], &k = *in[1], &v = *in[2];
+  if (nd.attrs.heads <= 0) kernel_error(nd, "attention needs attrs.heads");
+  const std::int64_t D = c.global_in[0][2] / nd.attrs.heads;
+  const std::int64_t B = q.shape()[0], S = q.shape()[1], Sk = k.shape()[1];
+  const std::int64_t Wq = q.shape()[2], Wk = k.shape()[2];
+  if (Wq % D != 0 || Wk % D != 0 || Wk == 0 || (Wq / D) % (Wk / D) != 0)
+    kernel_error(nd, "local q " + to_string(q.shape()) + " and k " + to_string(k.shape()) +
+                         " do not hold whole heads of " + std::to_string(D) + " in matching groups");
+  const std::int64_t hq = Wq / D, group = hq / (Wk / D);
+  host_tensor o(q.type(), q.shape());
+  using stride_map = Eigen::Map<const rm_matrix<T>, 0, Eigen::OuterStride<>>;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  rm_matrix<T> p(S, Sk);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < hq; ++h) {
+      const std::int64_t kh = h / group;
+      stride_map Q(q.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
+      stride_map K(k.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
+      stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
+      p.noalias() = (Q * K.transpose()) * scale;
+      for (std::int64_t i = 0; i < S; ++i) {
+        const std::int64_t last = nd.attrs.causal ? std::min(i, Sk - 1) : Sk - 1;
+        T mx = -std::numeric_limits<T>::infinity(), sum = 0;
+        for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, p(i, j));
+        for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j <= last ? std::exp(p(i, j) - mx) : T(0));
+        p.row(i) /= sum;
+      }
+      Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
+          .noalias() = p * V;
+    }
+  return o;
+}
+
+/// Mean cross-entropy over every row of the global batch; this piece's rows contribute
+/// their sum divided by the global row count (a partial sum when rows are split). With a
+/// vocab-parallel piece, the row max, the sum of exponentials and the target logit are
+/// combined over the other vocabulary slices through c.vocab_reduce (Megatron's loss).
+template <class T>
+host_tensor cross_entropy(const node& nd, const host_tensor& logits, const host_tensor& labels, const local_context& c) {
+  const std::int64_t V = logits.shape()[logits.shape().rank - 1u];
+  const std::int64_t v_off = c.in_offset[0][logits.shape().rank - 1u], V_global = c.global_in[0][logits.shape().rank - 1u];
+  const std::int64_t rows = labels.numel();
+  if (rows * V != logits.numel()) kernel_error(nd, "local labels " + to_string(labels.shape()) + " do not match logits " + to_string(logits.shape()));
+  T n_rows = 1;
+  for (std::int64_t d : c.global_in[1]) n_rows *= static_cast<T>(d);
+  const T* x = logits.as<T>();
+  const std::int64_t* lab = labels.as<std::int64_t>();
+  std::vector<T> mx(static_cast<std::size_t>(rows), -std::numeric_limits<T>::infinity());
+  std::vector<T> sum_target(static_cast<std::size_t>(2 * rows), T(0));  // [sum exp..., target...]
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < V; ++j) mx[static_cast<std::size_t>(r)] = std::max(mx[static_cast<std::size_t>(r)], x[r * V + j]);
+  const dtype t = logits.type();
+  if (c.vocab_reduce) c.vocab_reduce(mx.data(), mx.size(), t, reduce_op::max);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    for (std::int64_t j = 0; j < V; ++j) sum_target[ur] += std::exp(x[r * V + j] - mx[ur]);
+    if (lab[r] < 0 || lab[r] >= V_global)
+      kernel_error(nd, "label " + std::to_string(lab[r]) + " outside the vocabulary of " + std::to_string(V_global));
+    const std::int64_t lc = lab[r] - v_off;
+    if (lc >= 0 && lc < V) sum_target[static_cast<std::size_t>(rows) + ur] = x[r * V + lc];
+  }
+  if (c.vocab_reduce) c.vocab_reduce(sum_target.data(), sum_target.size(), t, reduce_op::sum);
+  T loss = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    loss += std::log(sum_target[ur]) + mx[ur] - sum_target[static_cast<std::size_t>(rows) + ur];
+  }
+  host_tensor o(t, tensor_shape{});
+  o.as<T>()[0] = loss / n_rows;
+  return o;
+}
+
+}  // namespace detail
+
+/// Runs operator `nd` on local operands `in` (operand order) and returns the local output.
+/// Float tensors are T (float or double); ids and labels are i64. Throws exec_error naming
+/// the vertex when the pieces do not fit.
+template <class T>
+host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "autoshard: kernels run in float or double");
+  using namespace detail;
+  auto need = [&](std::size_t n) {
+    if (in.size() < n) kernel_error(nd, "needs " + std::to_string(n) + " operands, got " + std::to_string(in.size()));
+  };
+  need(static_cast<std::size_t>(operand_count_range(nd.kind).first));
+  switch (nd.kind) {
+    case op_kind::linear: return linear<T>(nd, in);
+    case op_kind::matmul: return matmul<T>(nd, *in[0], *in[1]);
+    case op_kind::gelu:  // GPT-2's gelu_new (tanh approximation)
+      return unary<T>(*in[0], [](T v) { return T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))); });
+    case op_kind::silu: return unary<T>(*in[0], [](T v) { return v / (T(1) + std::exp(-v)); });
+    case op_kind::relu: return unary<T>(*in[0], [](T v) { return v > T(0) ? v : T(0); });
+    case op_kind::tanh: return unary<T>(*in[0], [](T v) { return std::tanh(v); });
+    case op_kind::exp: return unary<T>(*in[0], [](T v) { return std::exp(v); });
+    case op_kind::dropout: return host_tensor::copy_of(*in[0]);  // inference: identity
+    case op_kind::rotary: return rotary<T>(nd, *in[0], c);
+    case op_kind::add: return binary<T>(nd, *in[0], *in[1], [](T a, T b) { return a + b; });
+    case op_kind::sub: return binary<T>(nd, *in[0], *in[1], [](T a, T b) { return a - b; });
+    case op_kind::mul: return binary<T>(nd, *in[0], *in[1], [](T a, T b) { return a * b; });
+    case op_kind::div: return binary<T>(nd, *in[0], *in[1], [](T a, T b) { return a / b; });
+    case op_kind::layer_norm:
+    case op_kind::rms_norm: return norm<T>(nd, in);
+    case op_kind::softmax: return softmax<T>(nd, *in[0]);
+    case op_kind::embedding: return embedding<T>(nd, *in[0], *in[1], c);
+    case op_kind::reshape: {
+      if (c.out_shape.numel() != in[0]->numel())
+        kernel_error(nd, "cannot view the local " + to_string(in[0]->shape()) + " as " + to_string(c.out_shape));
+      host_tensor o(in[0]->type(), c.out_shape);
+      if (o.nbytes()) std::memcpy(o.data(), in[0]->data(), o.nbytes());
+      return o;
+    }
+    case op_kind::transpose: return transpose<T>(nd, *in[0]);
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean: return reduce<T>(nd, *in[0], c);
+    case op_kind::concat:
+    case op_kind::split: return concat_or_split<T>(nd, in);
+    case op_kind::attention: return attention<T>(nd, in, c);
+    case op_kind::cross_entropy: return cross_entropy<T>(nd, *in[0], *in[1], c);
+    case op_kind::input:
+    case op_kind::parameter: break;
+  }
+  kernel_error(nd, "has no kernel (a source's value is given, not computed)");
+}
+
+}  // namespace autoshard

@@ -1,0 +1,245 @@
+#pragma once
+/// Numeric verification of a plan: run the graph unsharded once, then sharded by the plan on
+/// one real Gloo rank per device of the mesh (threads of this process, TCP over loopback),
+/// each rank computing only its pieces and running the plan's collectives, and compare every
+/// operator's output piece with the same block of the unsharded result.
+///   autoshard::verify_report r = autoshard::verify_plan(g, mesh, result.strategies);
+///   std::cout << r;                    // worst vertices, largest difference, pass / fail
+///   opts.numeric_check = autoshard::numeric_check();  // the pass's run_checks runs it too
+#include <algorithm>  // std::max, std::sort
+#include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::abs, std::isfinite
+#include <fstream>    // std::ifstream
+#include <iomanip>    // std::setprecision
+#include <mutex>      // std::mutex
+#include <ostream>    // std::ostream
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "../comm/gloo.hpp"    // mesh_communicator, gloo_options
+#include "../comm/launch.hpp"  // run_ranks_collect
+#include "../solve/pass.hpp"   // autosharding_options, detail::pass_model, detail::plan_from_json
+#include "executor.hpp"        // run_unsharded, run_sharded, make_source_values
+
+namespace autoshard {
+
+struct verify_options {
+  dtype compute = dtype::f64;  ///< f64 (differences are rounding only) or f32 (what models run in)
+  std::uint64_t seed = 1;      ///< of the input and parameter values
+  /// A vertex passes when its largest difference <= rtol x max(1, largest |reference value|);
+  /// 0 = the default for the dtype: 1e-9 for f64, 1e-3 for f32.
+  double rtol = 0.0;
+  std::chrono::milliseconds timeout{120000};  ///< per collective (a dead rank ends the run)
+};
+
+/// One operator's comparison, over every rank's piece.
+struct vertex_check {
+  std::string name;
+  std::string spec;            ///< the plan's output spec (Alpa notation)
+  double max_abs_diff = 0.0;   ///< largest |sharded - unsharded| over the tensor
+  double ref_max_abs = 0.0;    ///< largest |unsharded value|
+  bool passed = true;
+};
+
+struct verify_report {
+  device_mesh mesh;
+  dtype compute = dtype::f64;
+  double rtol = 0.0;
+  std::vector<vertex_check> checks;  ///< every operator, in topological order
+  std::string worst;                 ///< the operator with the largest relative difference
+  std::string first_failed;          ///< the first failing operator in topological order: where it goes wrong
+  double max_abs_diff = 0.0;         ///< over every operator
+  double max_rel_diff = 0.0;         ///< max over operators of max_abs_diff / max(1, ref_max_abs)
+  std::size_t failed = 0;
+  double reference_seconds = 0.0, sharded_seconds = 0.0;
+  bool passed() const noexcept { return failed == 0; }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
+  std::vector<const vertex_check*> order;
+  for (const vertex_check& c : r.checks) order.push_back(&c);
+  std::sort(order.begin(), order.end(), [](const vertex_check* a, const vertex_check* b) {
+    return a->max_abs_diff / std::max(1.0, a->ref_max_abs) > b->max_abs_diff / std::max(1.0, b->ref_max_abs);
+  });
+  os << "verified " << r.checks.size() << " operators on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
+     << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
+     << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s\n";
+  os << std::defaultfloat << std::setprecision(3);
+  os << "largest differences (sharded - unsharded):\n";
+  for (std::size_t i = 0; i < order.size() && i < 5; ++i)
+    os << "  " << order[i]->name << " [" << order[i]->spec << "]: " << order[i]->max_abs_diff << " (values up to "
+       << order[i]->ref_max_abs << ")" << (order[i]->passed ? "" : "  FAILED") << "\n";
+  os << (r.passed() ? "PASS" : "FAIL") << ": largest difference " << r.max_abs_diff << ", relative " << r.max_rel_diff
+     << " (tolerance " << r.rtol << ")";
+  if (!r.passed()) os << "; " << r.failed << " operators differ, the first '" << r.first_failed << "', the worst '" << r.worst << "'";
+  return os << "\n";
+}
+
+namespace detail {
+
+template <class T>
+void compare_piece(const host_tensor& piece, const host_tensor& ref_block, vertex_check& c) {
+  const T* a = piece.as<T>();
+  const T* b = ref_block.as<T>();
+  for (std::int64_t i = 0; i < piece.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    c.max_abs_diff = std::max(c.max_abs_diff, std::isfinite(d) ? d : std::numeric_limits<double>::infinity());
+    c.ref_max_abs = std::max(c.ref_max_abs, std::abs(static_cast<double>(b[i])));
+  }
+}
+
+template <class T>
+verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                           const verify_options& o) {
+  const std::size_t n = boost::num_vertices(g);
+  if (plan.size() != n)
+    throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
+  verify_report rep;
+  rep.mesh = mesh;
+  rep.compute = compute_dtype<T>();
+  rep.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
+  const std::vector<host_tensor> sources = make_source_values<T>(g, o.seed);
+  auto t0 = std::chrono::steady_clock::now();
+  const std::vector<host_tensor> ref = run_unsharded<T>(g, sources);
+  auto t1 = std::chrono::steady_clock::now();
+
+  const int ranks = mesh.num_ranks();
+  std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
+  gloo_options go;
+  go.timeout = o.timeout;
+  rank_results res = run_ranks_collect(
+      ranks,
+      [&](gloo_communicator& world) {
+        const int me = world.rank();
+        mesh_communicator mc(std::move(world), mesh);
+        std::vector<vertex_check>& mine = per_rank[static_cast<std::size_t>(me)];
+        run_sharded<T>(mc, g, plan, sources, [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+          if (!g[v].is_operator()) return;
+          sharding_spec settled = spec;
+          for (std::size_t a = 0; a < spec.mesh_rank; ++a)
+            if (spec[a].is_partial()) settled[a] = Replicate();
+          const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
+          const host_tensor& got = settled == spec ? piece : whole;
+          compare_piece<T>(got, shard_of(ref[v], mesh, settled, me), mine[v]);
+        });
+      },
+      go);
+  auto t2 = std::chrono::steady_clock::now();
+  // The first failure that is not a consequence of another rank's (a peer's comm_error).
+  std::exception_ptr first, first_comm;
+  for (const std::exception_ptr& e : res) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const comm_error&) {
+      if (!first_comm) first_comm = e;
+    } catch (...) {
+      if (!first) first = e;
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  if (first_comm) std::rethrow_exception(first_comm);
+
+  rep.reference_seconds = std::chrono::duration<double>(t1 - t0).count();
+  rep.sharded_seconds = std::chrono::duration<double>(t2 - t1).count();
+  double worst = -1.0;
+  for (vertex_t v : topological_order(g)) {
+    if (!g[v].is_operator()) continue;
+    vertex_check c;
+    c.name = g[v].name;
+    c.spec = to_alpa_string(plan[v].output);
+    for (const auto& r : per_rank) {
+      c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
+      c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
+    }
+    const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
+    c.passed = rel <= rep.rtol;  // false for NaN and infinity too
+    rep.failed += c.passed ? 0 : 1;
+    if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
+    rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
+    rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
+    if (rel > worst || !(rel == rel)) {
+      worst = rel;
+      rep.worst = c.name;
+    }
+    rep.checks.push_back(std::move(c));
+  }
+  return rep;
+}
+
+}  // namespace detail
+
+/// Runs `plan` (one strategy per vertex of `g`, e.g. autosharding_result::strategies) on
+/// mesh.num_ranks() Gloo ranks and compares every operator with the unsharded run. Throws
+/// exec_error for a plan that does not fit the graph, comm_error when a rank fails.
+inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                 const verify_options& o = {}) {
+  validate(g);
+  if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
+  if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);
+  throw exec_error("verify computes in f32 or f64, not " + std::string(to_string(o.compute)));
+}
+
+/// For autosharding_options::numeric_check: with run_checks the pass runs the chosen plan on
+/// real ranks and throws solver_error (naming the worst vertex) when it does not match.
+inline std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&)> numeric_check(
+    verify_options o = {}) {
+  return [o](const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan) {
+    const verify_report r = verify_plan(g, mesh, plan, o);
+    if (!r.passed()) {
+      const auto it = std::find_if(r.checks.begin(), r.checks.end(), [&](const vertex_check& c) { return c.name == r.first_failed; });
+      throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "
+                         "unsharded run at " + std::to_string(r.failed) + " operators, first at '" + r.first_failed + "' [" +
+                         it->spec + "] by " + std::to_string(it->max_abs_diff) + " (values up to " +
+                         std::to_string(it->ref_max_abs) + ", tolerance " + std::to_string(r.rtol) + " relative)");
+    }
+  };
+}
+
+/// A plan file read back with the graph it was solved for.
+struct loaded_plan {
+  model_graph graph;
+  device_mesh mesh;
+  std::vector<strategy> strategies;  ///< index = vertex
+  std::string algo;
+  run_mode mode = run_mode::inference;
+};
+
+/// Reads a plan file written by the pass (ilp_solution_file). The graph is the one the file
+/// embeds ("graph"), or `graph` when given (older files embed none). Throws io_error for an
+/// unreadable or malformed file, solver_error when the plan does not fit the graph.
+inline loaded_plan load_plan(const std::string& file, const model_graph* graph = nullptr) {
+  std::ifstream in(file);
+  if (!in) throw io_error("cannot open plan file '" + file + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("plan file '" + file + "' is not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
+    throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
+  loaded_plan out;
+  autosharding_options o;
+  try {
+    if (graph) out.graph = *graph;
+    else if (j.contains("graph")) out.graph = from_json(j.at("graph"));
+    else throw io_error("plan file '" + file + "' embeds no graph (written before plans carried one); give the model");
+    o.mesh_shape = j.at("mesh").at("shape").get<std::vector<int>>();
+    o.mode = j.at("mode").get<std::string>() == "training" ? run_mode::training : run_mode::inference;
+    out.algo = j.value("algo", std::string());
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("plan file '" + file + "' is malformed: " + e.what());
+  } catch (const graph_error& e) {
+    throw io_error("plan file '" + file + "': its graph is invalid: " + e.what());
+  }
+  o.compare_baselines = false;
+  const detail::pass_model pm(out.graph, o);
+  const std::vector<int> choice = detail::plan_from_json(pm, j, file);
+  out.mesh = pm.mesh;
+  out.mode = o.mode;
+  for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
+  return out;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,383 @@
+// The reference executor: kernels against hand-computed values, every strategy of every
+// operator kind executed on 4 real Gloo ranks against the unsharded kernel, solved plans of
+// small GPT-2, BERT and LLaMA graphs executed on 8 ranks, and plans that are wrong on purpose.
+#include <doctest/doctest.h>
+
+#include <autoshard/exec/exec.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+namespace {
+using namespace autoshard;
+
+host_tensor make(tensor_shape s, std::vector<double> v) {
+  host_tensor t(dtype::f64, s);
+  REQUIRE(static_cast<std::int64_t>(v.size()) == t.numel());
+  std::copy(v.begin(), v.end(), t.as<double>());
+  return t;
+}
+host_tensor make_ids(tensor_shape s, std::vector<std::int64_t> v) {
+  host_tensor t(dtype::i64, s);
+  std::copy(v.begin(), v.end(), t.as<std::int64_t>());
+  return t;
+}
+
+host_tensor run1(const node& nd, std::vector<const host_tensor*> in) {
+  std::vector<tensor_shape> shapes;
+  for (const host_tensor* t : in) shapes.push_back(t->shape());
+  std::vector<tensor_shape> s2 = shapes;
+  const tensor_shape out = infer_shape(nd.kind, nd.attrs, s2);
+  return run_kernel<double>(nd, in, whole_context(shapes, out));
+}
+
+node op(op_kind k, op_attrs a = {}) { return node{"op", k, std::move(a), {}, dtype::f64}; }
+
+// Every operator piece compared with the same block of the unsharded value (Partial axes
+// summed first), as verify_plan does; returns the largest difference.
+double compare_on_ranks(mesh_communicator& mc, const model_graph& g, const std::vector<strategy>& plan,
+                        const std::vector<host_tensor>& sources, const std::vector<host_tensor>& ref) {
+  double worst = 0.0;
+  run_sharded<double>(mc, g, plan, sources, [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+    if (!g[v].is_operator()) return;
+    sharding_spec settled = spec;
+    for (std::size_t a = 0; a < spec.mesh_rank; ++a)
+      if (spec[a].is_partial()) settled[a] = Replicate();
+    host_tensor got = redistribute(mc, piece.view(), g[v].shape, spec, settled);
+    host_tensor want = shard_of(ref[v], mc.mesh(), settled, mc.rank());
+    REQUIRE(got.shape() == want.shape());
+    for (std::int64_t i = 0; i < got.numel(); ++i)
+      worst = std::max(worst, std::abs(got.as<double>()[i] - want.as<double>()[i]));
+  });
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
+  SUBCASE("linear, both weight layouts, with bias") {
+    const host_tensor x = make({2, 3}, {1, 2, 3, 4, 5, 6});
+    const host_tensor w = make({2, 3}, {1, 0, -1, 2, 1, 0});  // [out, in]
+    const host_tensor b = make({2}, {10, 20});
+    const host_tensor y = run1(op(op_kind::linear), {&x, &w, &b});
+    CHECK(y.shape() == tensor_shape{2, 2});
+    // row 0: [1-3, 2+2] + b = [8, 24]; row 1: [4-6, 8+5] + b = [8, 33]
+    CHECK(std::vector<double>(y.as<double>(), y.as<double>() + 4) == std::vector<double>{8, 24, 8, 33});
+    op_attrs t;
+    t.transposed_weight = true;
+    const host_tensor wt = make({3, 2}, {1, 2, 0, 1, -1, 0});  // [in, out], the same weight
+    const host_tensor yt = run1(op(op_kind::linear, t), {&x, &wt, &b});
+    CHECK(bitwise_equal(y, yt));
+  }
+  SUBCASE("causal attention with grouped heads: position 0 sees only itself") {
+    op_attrs a;
+    a.heads = 2;
+    a.kv_heads = 1;
+    a.causal = true;
+    const host_tensor q = make({1, 2, 4}, {1, 0, 0, 1, 0, 1, 1, 0});
+    const host_tensor k = make({1, 2, 2}, {1, 0, 0, 1});
+    const host_tensor v = make({1, 2, 2}, {1, 2, 3, 4});
+    const host_tensor o = run1(op(op_kind::attention, a), {&q, &k, &v});
+    const double* p = o.as<double>();
+    CHECK(p[0] == 1.0);  // position 0, head 0: only key 0 -> v[0]
+    CHECK(p[1] == 2.0);
+    CHECK(p[2] == 1.0);  // head 1 shares the one kv head
+    // position 1, head 0: q=[0,1], scores [0, 1]/sqrt(2)
+    const double e = std::exp(1.0 / std::sqrt(2.0)), w1 = e / (1 + e);
+    CHECK(p[4] == doctest::Approx((1 - w1) * 1 + w1 * 3).epsilon(1e-14));
+    CHECK(p[5] == doctest::Approx((1 - w1) * 2 + w1 * 4).epsilon(1e-14));
+  }
+  SUBCASE("layer norm, softmax, cross-entropy, embedding, rotary") {
+    const host_tensor x = make({1, 4}, {1, 2, 3, 4});
+    const host_tensor w = make({4}, {1, 1, 2, 2});
+    const host_tensor b = make({4}, {0, 0, 0, 1});
+    const host_tensor y = run1(op(op_kind::layer_norm), {&x, &w, &b});
+    const double sd = std::sqrt(1.25 + 1e-5);
+    CHECK(y.as<double>()[0] == doctest::Approx(-1.5 / sd).epsilon(1e-14));
+    CHECK(y.as<double>()[3] == doctest::Approx(2 * 1.5 / sd + 1).epsilon(1e-14));
+    op_attrs sm;
+    sm.axis = -1;
+    const host_tensor s = run1(op(op_kind::softmax, sm), {&x});
+    CHECK(s.as<double>()[3] == doctest::Approx(std::exp(4.0) / (std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + std::exp(4.0))).epsilon(1e-14));
+    const host_tensor logits = make({2, 3}, {0, 0, 0, 1, 2, 3});
+    const host_tensor labels = make_ids({2}, {1, 2});
+    const host_tensor l = run1(op(op_kind::cross_entropy), {&logits, &labels});
+    const double want = (std::log(3.0) + (std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0)) / 2;
+    CHECK(l.as<double>()[0] == doctest::Approx(want).epsilon(1e-14));
+    const host_tensor table = make({3, 2}, {0, 1, 10, 11, 20, 21});
+    const host_tensor ids = make_ids({1, 2}, {2, 0});
+    const host_tensor em = run1(op(op_kind::embedding), {&ids, &table});
+    CHECK(std::vector<double>(em.as<double>(), em.as<double>() + 4) == std::vector<double>{20, 21, 0, 1});
+    op_attrs r;
+    r.heads = 1;
+    const host_tensor xr = make({2, 2}, {1, 0, 1, 0});  // positions 0 and 1, one pair
+    const host_tensor yr = run1(op(op_kind::rotary, r), {&xr});
+    CHECK(yr.as<double>()[0] == 1.0);  // position 0 does not turn
+    CHECK(yr.as<double>()[2] == doctest::Approx(std::cos(1.0)).epsilon(1e-14));
+    CHECK(yr.as<double>()[3] == doctest::Approx(std::sin(1.0)).epsilon(1e-14));
+  }
+  SUBCASE("an id outside the table is an exec_error naming the vertex") {
+    const host_tensor table = make({3, 2}, {0, 1, 10, 11, 20, 21});
+    const host_tensor ids = make_ids({1}, {3});
+    node nd = op(op_kind::embedding);
+    nd.name = "wte";
+    CHECK_THROWS_WITH_AS(run1(nd, {&ids, &table}), doctest::Contains("'wte'"), exec_error);
+  }
+}
+
+TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matches the unsharded kernel") {
+  // One-operator graphs; each source starts in the spec the strategy takes (Partial operands
+  // start Replicate, so the executor's local Partial conversion runs too).
+  struct one_op {
+    model_graph g;
+    std::vector<vertex_t> ins;
+    vertex_t v = 0;
+  };
+  std::vector<one_op> cases;
+  auto make_case = [&](op_kind k, std::vector<std::tuple<std::string, tensor_shape, dtype>> inputs, op_attrs a = {}) {
+    one_op c;
+    for (auto& [name, shape, t] : inputs) c.ins.push_back(add_input(c.g, name, shape, t));
+    c.v = add_op(c.g, k, "op", c.ins, a);
+    cases.push_back(std::move(c));
+  };
+  const dtype f = dtype::f32, i = dtype::i64;
+  op_attrs conv1d;
+  conv1d.transposed_weight = true;
+  make_case(op_kind::linear, {{"x", {4, 3, 6}, f}, {"w", {5, 6}, f}, {"b", {5}, f}});
+  make_case(op_kind::linear, {{"x", {4, 6}, f}, {"w", {6, 4}, f}}, conv1d);
+  make_case(op_kind::matmul, {{"a", {2, 4, 6}, f}, {"b", {2, 6, 4}, f}});
+  make_case(op_kind::matmul, {{"a", {2, 3, 4}, f}, {"b", {4, 2}, f}});
+  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+    make_case(k, {{"x", {4, 3, 5}, f}});
+  op_attrs rot;
+  rot.heads = 2;
+  make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot);
+  for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul, op_kind::div})
+    make_case(k, {{"x", {4, 3, 6}, f}, {"y", {6}, f}});
+  make_case(op_kind::add, {{"x", {4, 1, 6}, f}, {"y", {1, 3, 6}, f}});
+  make_case(op_kind::layer_norm, {{"x", {4, 3, 6}, f}, {"w", {6}, f}, {"b", {6}, f}});
+  make_case(op_kind::rms_norm, {{"x", {4, 6}, f}, {"w", {6}, f}});
+  op_attrs sm;
+  sm.axis = 1;
+  make_case(op_kind::softmax, {{"x", {4, 5, 2}, f}}, sm);
+  make_case(op_kind::embedding, {{"ids", {4, 3}, i}, {"table", {10, 6}, f}});
+  op_attrs rs;
+  rs.dims = {4, 3, 2, 4};
+  make_case(op_kind::reshape, {{"x", {4, 6, 4}, f}}, rs);
+  op_attrs tp;
+  tp.dims = {2, 0, 1};
+  make_case(op_kind::transpose, {{"x", {4, 3, 6}, f}}, tp);
+  op_attrs red;
+  red.dims = {0, 2};
+  make_case(op_kind::reduce_sum, {{"x", {4, 3, 6}, f}}, red);
+  make_case(op_kind::reduce_mean, {{"x", {4, 3, 6}, f}}, red);
+  op_attrs cat;
+  cat.axis = 1;
+  make_case(op_kind::concat, {{"x", {4, 3, 6}, f}, {"y", {4, 2, 6}, f}}, cat);
+  op_attrs sp;
+  sp.axis = 2;
+  sp.start = 2;
+  sp.length = 3;
+  make_case(op_kind::split, {{"x", {4, 3, 6}, f}}, sp);
+  op_attrs att;
+  att.heads = 4;
+  att.kv_heads = 2;
+  att.causal = true;
+  make_case(op_kind::attention, {{"q", {2, 3, 8}, f}, {"k", {2, 3, 4}, f}, {"v", {2, 3, 4}, f}}, att);
+  make_case(op_kind::cross_entropy, {{"logits", {4, 3, 8}, f}, {"labels", {4, 3}, i}});
+  make_case(op_kind::cross_entropy, {{"logits", {6, 8}, f}, {"labels", {6}, i}});
+
+  const device_mesh mesh{2, 2};
+  std::map<op_kind, int> per_kind;
+  struct run_case {
+    const one_op* c;
+    std::vector<strategy> plan;
+    std::vector<host_tensor> sources, ref;
+  };
+  std::vector<run_case> runs;
+  for (const one_op& c : cases) {
+    const std::vector<host_tensor> sources = make_source_values<double>(c.g, 7);
+    for (const strategy& s : enumerate_strategies(c.g, c.v, mesh)) {
+      run_case r{&c, std::vector<strategy>(boost::num_vertices(c.g)), {}, {}};
+      for (std::size_t k = 0; k < c.ins.size(); ++k) {
+        strategy src;
+        src.output = s.inputs[k];
+        for (std::size_t a = 0; a < src.output.mesh_rank; ++a)
+          if (src.output[a].is_partial()) src.output[a] = Replicate();
+        r.plan[c.ins[k]] = src;
+      }
+      r.plan[c.v] = s;
+      for (const host_tensor& t : sources) r.sources.push_back(host_tensor::copy_of(t));
+      runs.push_back(std::move(r));
+      ++per_kind[c.g[c.v].kind];
+    }
+  }
+  for (run_case& r : runs) r.ref = run_unsharded<double>(r.c->g, r.sources);
+  std::vector<double> worst(runs.size() * 4, -1.0);
+  run_ranks(4, [&](gloo_communicator& world) {
+    const int me = world.rank();
+    mesh_communicator mc(std::move(world), mesh);
+    for (std::size_t k = 0; k < runs.size(); ++k)
+      worst[k * 4 + static_cast<std::size_t>(me)] = compare_on_ranks(mc, runs[k].c->g, runs[k].plan, runs[k].sources, runs[k].ref);
+  });
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    CAPTURE(runs[k].plan[runs[k].c->v].name);
+    CAPTURE(to_string(runs[k].c->g[runs[k].c->v].kind));
+    for (int r = 0; r < 4; ++r) {
+      CHECK(worst[k * 4 + static_cast<std::size_t>(r)] >= 0.0);
+      CHECK(worst[k * 4 + static_cast<std::size_t>(r)] < 1e-12);
+    }
+  }
+  for (op_kind k : all_op_kinds) {
+    CAPTURE(to_string(k));
+    if (!is_source(k)) CHECK(per_kind[k] >= 2);
+  }
+  MESSAGE("executed " << runs.size() << " strategies on 4 ranks");
+  CHECK(runs.size() > 300);
+}
+
+namespace {
+transformer_config tiny(transformer_config c) {
+  c.layers = 2;
+  c.hidden = 32;
+  c.heads = 4;
+  c.ffn = 64;
+  c.vocab = 96;
+  c.max_positions = 16;
+  c.seq = 8;
+  c.batch = 8;
+  c.type = dtype::f32;
+  c.mode = run_mode::training;
+  return c;
+}
+bool splits_something(const std::vector<strategy>& plan) {
+  for (const strategy& s : plan)
+    for (std::size_t a = 0; a < s.output.mesh_rank; ++a)
+      if (!s.output[a].is_replicate()) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo ranks and match the unsharded run") {
+  autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  SUBCASE("GPT-2 (small width), the ILP plan on 2x4 under a memory budget, in f64 and f32") {
+    // So small a model is cheapest replicated; a budget near the smallest feasible one
+    // (83,724 bytes) forces the solver to split weights and activations over both axes.
+    autosharding_options tight = o;
+    tight.memory_budget = 90000;
+    const autosharding_result res = autosharding_analysis_pass(g, tight);
+    std::size_t split_params = 0, resharded_edges = 0;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].is_parameter() && !(res.strategies[v].output == replicated_spec(2, g[v].shape.rank))) ++split_params;
+    for (auto [e, end] = boost::edges(g); e != end; ++e)
+      if (!(res.strategies[boost::source(*e, g)].output ==
+            res.strategies[boost::target(*e, g)].inputs[static_cast<std::size_t>(g[*e].operand)]))
+        ++resharded_edges;
+    CHECK(split_params > 4);
+    CHECK(resharded_edges > 4);
+    const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies);
+    INFO(r);
+    CHECK(r.passed());
+    std::size_t operators = 0;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) operators += g[v].is_operator() ? 1 : 0;
+    CHECK(r.checks.size() == operators);  // every operator compared, not only the loss
+    CHECK(r.max_rel_diff < 1e-12);
+    verify_options f32;
+    f32.compute = dtype::f32;
+    const verify_report r32 = verify_plan(g, device_mesh{2, 4}, res.strategies, f32);
+    INFO(r32);
+    CHECK(r32.passed());
+    CHECK(r32.max_abs_diff > 0.0);  // float rounding is visible, and within tolerance
+  }
+  SUBCASE("GPT-2, the megatron and data-parallel plans") {
+    for (const char* algo : {"megatron", "data_parallel"}) {
+      autosharding_options mo = o;
+      mo.algo = algo;
+      const autosharding_result res = autosharding_analysis_pass(g, mo);
+      REQUIRE(splits_something(res.strategies));
+      const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies);
+      INFO(algo << ": " << r);
+      CHECK(r.passed());
+    }
+  }
+  SUBCASE("LLaMA (rms norm, rotary, SiLU gating, grouped-query attention) and BERT") {
+    transformer_config lc = tiny(transformer_config::llama_7b());
+    lc.kv_heads = 2;
+    const model_graph lg = build_llama(lc);
+    const verify_report rl = verify_plan(lg, device_mesh{2, 4}, autosharding_analysis_pass(lg, o).strategies);
+    INFO(rl);
+    CHECK(rl.passed());
+    transformer_config bc = tiny(transformer_config::bert_base());
+    bc.mode = run_mode::inference;
+    autosharding_options bo = o;
+    bo.mode = run_mode::inference;
+    const model_graph bg = build_bert(bc);
+    const verify_report rb = verify_plan(bg, device_mesh{2, 4}, autosharding_analysis_pass(bg, bo).strategies);
+    INFO(rb);
+    CHECK(rb.passed());
+  }
+}
+
+TEST_CASE("a wrong plan is caught: the check can fail") {
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  o.algo = "megatron";
+  std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  // Claim that a row-parallel projection's partial sums are already replicated.
+  const vertex_t v = *find_vertex(g, "transformer.h.0.mlp.c_proj");
+  bool found = false;
+  for (const strategy& s : enumerate_strategies(g, v, device_mesh{2, 4}))
+    if (s.output[1].is_partial() && s.output[0].is_replicate()) {
+      plan[v] = s;
+      plan[v].output[1] = Replicate();
+      found = true;
+      break;
+    }
+  REQUIRE(found);
+  const verify_report r = verify_plan(g, device_mesh{2, 4}, plan);
+  CHECK_FALSE(r.passed());
+  CHECK(r.first_failed == "transformer.h.0.mlp.c_proj");
+  CHECK_THROWS_WITH_AS(numeric_check()(g, device_mesh{2, 4}, plan),
+                       doctest::Contains("first at 'transformer.h.0.mlp.c_proj'"), solver_error);
+  std::vector<strategy> short_plan(plan.begin(), plan.end() - 1);
+  CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, short_plan), doctest::Contains("strategies for a graph of"), exec_error);
+}
+
+TEST_CASE("run_checks with numeric_check executes the plan; plan files carry the graph and load back") {
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "autoshard-exec-plan";
+  std::filesystem::create_directories(dir);
+  autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  o.run_checks = true;
+  o.numeric_check = numeric_check();
+  o.ilp_solution_file = (dir / "plan.json").string();
+  const autosharding_result res = autosharding_analysis_pass(g, o);
+  const loaded_plan lp = load_plan(o.ilp_solution_file);
+  REQUIRE(boost::num_vertices(lp.graph) == boost::num_vertices(g));
+  CHECK(lp.mesh.shape() == std::vector<int>{2, 4});
+  CHECK(lp.mode == run_mode::training);
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    CHECK(lp.graph[v].name == g[v].name);
+    CHECK(lp.strategies[v].name == res.strategies[v].name);
+  }
+  CHECK(verify_plan(lp.graph, lp.mesh, lp.strategies).passed());
+  // A failing numeric check leaves no plan file behind.
+  std::filesystem::remove(o.ilp_solution_file);
+  o.numeric_check = [](const model_graph&, const device_mesh&, const std::vector<strategy>&) {
+    throw solver_error("check: numeric mismatch");
+  };
+  CHECK_THROWS_AS(autosharding_analysis_pass(g, o), solver_error);
+  CHECK_FALSE(std::filesystem::exists(o.ilp_solution_file));
+  std::filesystem::remove_all(dir);
+}

@@ -1,7 +1,8 @@
 #pragma once
 /// The Gloo backend: TCP transport (loopback by default), rendezvous through a store
-/// (a FileStore directory shared by processes, or an in-process store for ranks that are
-/// threads), one gloo context per communicator, and a sub-communicator per mesh axis.
+/// (a FileStore directory shared by processes, a TCP store hosted by one rank, or an
+/// in-process store for ranks that are threads), one gloo context per communicator, and a
+/// sub-communicator per mesh axis.
 ///   auto store = autoshard::gloo_store::file("/tmp/run1");
 ///   auto world = autoshard::gloo_communicator::connect(store, rank, 8, {.timeout = 10s});
 ///   autoshard::mesh_communicator mc(std::move(world), autoshard::device_mesh{2, 4});
@@ -35,6 +36,7 @@
 #include "../core/mesh.hpp"       // device_mesh
 #include "../core/placement.hpp"  // reduce_op
 #include "communicator.hpp"       // communicator, reduce_elements
+#include "tcp_store.hpp"          // tcp_store
 
 namespace autoshard {
 
@@ -62,6 +64,19 @@ class gloo_store {
     }
     s.description_ = "file store " + dir;
     return s;
+  }
+  /// The TCP store at host:port (tcp_store.hpp); with o.is_server, this process hosts it.
+  /// (A server asked for port 0 picks one: make the tcp_store yourself, read its port(),
+  /// and wrap it with from().)
+  static gloo_store tcp(const std::string& host, std::uint16_t port, const tcp_store_options& o = {}) {
+    return from(std::make_shared<tcp_store>(host, port, o));
+  }
+  /// Wraps a tcp_store made by the caller (to read its port first).
+  static gloo_store from(std::shared_ptr<tcp_store> s) {
+    gloo_store g;
+    g.description_ = "tcp store " + s->address();
+    g.store_ = std::move(s);
+    return g;
   }
   /// One in-process store for ranks that are threads of this process.
   static gloo_store in_process() {

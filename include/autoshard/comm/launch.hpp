@@ -1,8 +1,13 @@
 #pragma once
 /// Starting ranks: as threads of this process (tests, examples), or as forked processes
-/// that meet through a FileStore named by the environment (RANK, WORLD_SIZE, AUTOSHARD_STORE).
+/// that meet through the store the environment names (RANK, WORLD_SIZE, AUTOSHARD_STORE: a
+/// FileStore directory, or tcp://HOST:PORT for a TCP store hosted by rank 0).
 ///   autoshard::run_ranks(8, [](autoshard::gloo_communicator& c) { c.barrier(); });
 ///   int failed = autoshard::spawn_ranks(4, [](int rank) { auto c = autoshard::connect_from_env(); ...; return 0; });
+///   // on each of two machines, 4 ranks each, meeting at node0:29500:
+///   autoshard::spawn_ranks(4, fn, {.store = "tcp://node0:29500", .world_size = 8, .first_rank = 4 * machine});
+#include <netinet/in.h>  // sockaddr_in
+#include <sys/socket.h>  // socket, bind, getsockname
 #include <sys/types.h>  // pid_t
 #include <sys/wait.h>   // waitpid
 #include <unistd.h>     // fork, _exit
@@ -14,6 +19,7 @@
 #include <exception>    // std::exception_ptr
 #include <filesystem>   // std::filesystem
 #include <functional>   // std::function
+#include <optional>     // std::optional
 #include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string
 #include <thread>       // std::thread
@@ -22,6 +28,7 @@
 
 #include "../core/error.hpp"  // comm_error
 #include "gloo.hpp"           // gloo_communicator, gloo_store, gloo_options
+#include "tcp_store.hpp"      // tcp_store, parse_tcp_store_url
 
 namespace autoshard {
 
@@ -89,44 +96,118 @@ void run_ranks(int n, Fn&& fn, const gloo_options& opts = {}) {
     if (e) std::rethrow_exception(e);
 }
 
+namespace detail {
+inline long long env_int(const std::string& k, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw comm_error("environment variable " + k + "='" + v + "' is not an integer");
+  }
+}
+inline std::string env_need(const char* k) {
+  const char* v = std::getenv(k);
+  if (v == nullptr || *v == '\0') throw comm_error(std::string("environment variable ") + k + " is not set");
+  return v;
+}
+}  // namespace detail
+
+/// The store a rank meets the others in: `where` is tcp://HOST:PORT (a TCP store; rank 0
+/// hosts the server, listening on every interface, and every rank connects to HOST:PORT)
+/// or a FileStore directory (optionally written file://DIR). `timeout` bounds every store call.
+inline gloo_store open_store(const std::string& where, int rank, std::chrono::milliseconds timeout) {
+  if (auto tcp = parse_tcp_store_url(where)) {
+    if (tcp->second == 0)
+      throw comm_error("store address '" + where +
+                       "': every rank needs the real port (0 only works inside spawn_ranks)");
+    tcp_store_options o;
+    o.timeout = timeout;
+    o.is_server = rank == 0;
+    return gloo_store::tcp(tcp->first, tcp->second, o);
+  }
+  const std::string file = "file://";
+  return gloo_store::file(where.compare(0, file.size(), file) == 0 ? where.substr(file.size()) : where);
+}
+
 /// Connects to the world the environment describes: RANK, WORLD_SIZE and AUTOSHARD_STORE
-/// (a FileStore directory), plus optional AUTOSHARD_HOSTNAME, AUTOSHARD_IFACE and
-/// AUTOSHARD_TIMEOUT_MS. What spawn_ranks sets, and what a cluster launcher can set.
+/// (a FileStore directory, or tcp://HOST:PORT: a TCP store that rank 0 hosts; see
+/// open_store), plus optional AUTOSHARD_HOSTNAME, AUTOSHARD_IFACE and AUTOSHARD_TIMEOUT_MS
+/// (also the store's timeout). What spawn_ranks sets, and what a cluster launcher can set.
+/// Rank 0's communicator (and every one split from it) keeps the TCP store's server alive:
+/// end with a collective (a barrier) before rank 0 lets it go.
 inline gloo_communicator connect_from_env(gloo_options opts = {}) {
-  auto need = [](const char* k) -> std::string {
-    const char* v = std::getenv(k);
-    if (v == nullptr || *v == '\0') throw comm_error(std::string("environment variable ") + k + " is not set");
-    return v;
-  };
-  auto to_int = [](const std::string& k, const std::string& v) {
-    try {
-      std::size_t used = 0;
-      long long x = std::stoll(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-      return x;
-    } catch (const std::exception&) {
-      throw comm_error("environment variable " + k + "='" + v + "' is not an integer");
-    }
-  };
-  const int rank = static_cast<int>(to_int("RANK", need("RANK")));
-  const int size = static_cast<int>(to_int("WORLD_SIZE", need("WORLD_SIZE")));
+  const int rank = static_cast<int>(detail::env_int("RANK", detail::env_need("RANK")));
+  const int size = static_cast<int>(detail::env_int("WORLD_SIZE", detail::env_need("WORLD_SIZE")));
   if (const char* h = std::getenv("AUTOSHARD_HOSTNAME")) opts.hostname = h;
   if (const char* i = std::getenv("AUTOSHARD_IFACE")) opts.iface = i;
   if (const char* t = std::getenv("AUTOSHARD_TIMEOUT_MS"))
-    opts.timeout = std::chrono::milliseconds(to_int("AUTOSHARD_TIMEOUT_MS", t));
-  return gloo_communicator::connect(gloo_store::file(need("AUTOSHARD_STORE")), rank, size, opts);
+    opts.timeout = std::chrono::milliseconds(detail::env_int("AUTOSHARD_TIMEOUT_MS", t));
+  if (size < 1 || rank < 0 || rank >= size)
+    throw comm_error("environment: RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" + std::to_string(size));
+  return gloo_communicator::connect(open_store(detail::env_need("AUTOSHARD_STORE"), rank, opts.timeout), rank, size,
+                                    opts);
 }
 
-/// Forks n processes; child r gets RANK=r, WORLD_SIZE=n and AUTOSHARD_STORE (a fresh FileStore
-/// directory) in its environment, runs fn(r) and exits with its result (1 if it throws).
-/// Waits for all, killing any still running after `limit`. Returns the number of ranks that
-/// failed (non-zero exit, a signal, or killed). Call it before this process starts threads.
-inline int spawn_ranks(int n, const std::function<int(int rank)>& fn,
-                       std::chrono::milliseconds limit = std::chrono::minutes(10)) {
+/// How spawn_ranks starts its ranks.
+struct spawn_options {
+  /// Where the ranks meet (AUTOSHARD_STORE of every child): empty = a fresh FileStore
+  /// directory for this call (one machine); "tcp://HOST:PORT" = the TCP store at HOST:PORT,
+  /// hosted by rank 0 (give every machine the same address; port 0 = a free port, when
+  /// every rank runs here); anything else = a FileStore directory every rank can see.
+  std::string store;
+  int world_size = 0;  ///< ranks in the whole run; 0 = n (every rank runs here)
+  int first_rank = 0;  ///< this machine runs ranks first_rank .. first_rank + n - 1
+  /// Ranks still running after this are killed (and counted as failed).
+  std::chrono::milliseconds limit = std::chrono::minutes(10);
+};
+
+namespace detail {
+// A TCP port nobody listens on right now (bound to port 0, read, released). Another program
+// may take it before rank 0 binds it; then rank 0 fails with a clear comm_error.
+inline std::uint16_t free_tcp_port() {
+  tcp::fd_handle s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (!s || ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw comm_error("spawn_ranks: cannot find a free TCP port: " + tcp::errno_text(errno));
+  return ntohs(a.sin_port);
+}
+}  // namespace detail
+
+/// Forks n processes; child i runs rank r = o.first_rank + i with RANK=r, WORLD_SIZE and
+/// AUTOSHARD_STORE (see spawn_options::store) in its environment, runs fn(r) and exits with
+/// its result (1 if it throws). Waits for all, killing any still running after o.limit.
+/// Returns the number of ranks here that failed (non-zero exit, a signal, or killed). Call
+/// it before this process starts threads.
+inline int spawn_ranks(int n, const std::function<int(int rank)>& fn, const spawn_options& o) {
   if (n < 1) throw comm_error("spawn_ranks needs at least one rank, got " + std::to_string(n));
-  temp_dir dir("autoshard-store");
+  const int world = o.world_size == 0 ? n : o.world_size;
+  if (o.first_rank < 0 || world < 1 || o.first_rank + n > world)
+    throw comm_error("spawn_ranks: ranks " + std::to_string(o.first_rank) + ".." +
+                     std::to_string(o.first_rank + n - 1) + " do not fit in a world of " + std::to_string(world));
+  const bool all_here = o.first_rank == 0 && world == n;
+  std::optional<temp_dir> dir;
+  std::string store = o.store;
+  if (store.empty()) {
+    if (!all_here)
+      throw comm_error("spawn_ranks: ranks on several machines need a store they all reach: tcp://HOST:PORT, or a "
+                       "shared directory");
+    dir.emplace("autoshard-store");
+    store = dir->path();
+  } else if (auto tcp = parse_tcp_store_url(store); tcp && tcp->second == 0) {
+    if (!all_here) throw comm_error("spawn_ranks: store '" + store + "': port 0 only works when every rank runs here");
+    store = "tcp://" + detail::tcp::host_port(tcp->first, detail::free_tcp_port());
+  }
   std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
+  std::fflush(nullptr);  // or each child writes out a copy of what this process has buffered
+  for (int i = 0; i < n; ++i) {
+    const int r = o.first_rank + i;
     const pid_t pid = fork();
     if (pid < 0) {
       for (pid_t p : pids) kill(p, SIGKILL);
@@ -137,8 +218,8 @@ inline int spawn_ranks(int n, const std::function<int(int rank)>& fn,
       int code = 1;
       try {
         setenv("RANK", std::to_string(r).c_str(), 1);
-        setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("AUTOSHARD_STORE", dir.path().c_str(), 1);
+        setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+        setenv("AUTOSHARD_STORE", store.c_str(), 1);
         code = fn(r);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "autoshard: rank %d failed: %s\n", r, e.what());
@@ -151,7 +232,7 @@ inline int spawn_ranks(int n, const std::function<int(int rank)>& fn,
     pids.push_back(pid);
   }
   int failed = 0;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto deadline = std::chrono::steady_clock::now() + o.limit;
   std::vector<bool> done(pids.size(), false);
   for (std::size_t left = pids.size(); left > 0;) {
     for (std::size_t i = 0; i < pids.size(); ++i) {
@@ -176,6 +257,14 @@ inline int spawn_ranks(int n, const std::function<int(int rank)>& fn,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return failed;
+}
+
+/// spawn_ranks with every rank here, meeting in a fresh FileStore directory.
+inline int spawn_ranks(int n, const std::function<int(int rank)>& fn,
+                       std::chrono::milliseconds limit = std::chrono::minutes(10)) {
+  spawn_options o;
+  o.limit = limit;
+  return spawn_ranks(n, fn, o);
 }
 
 }  // namespace autoshard

@@ -1,0 +1,88 @@
+// autoshard verify: execute a plan file on one local Gloo rank per device of its mesh and
+// compare every operator with the unsharded run of the same graph and seeded weights.
+#include "common.hpp"
+
+#include <autoshard/exec/exec.hpp>
+
+#include <iostream>
+
+namespace autoshard::tool {
+namespace {
+
+struct verify_cli_options {
+  std::string plan;
+  std::string dtype_name = "f64";
+  std::uint64_t seed = 1;
+  double rtol = 0.0;
+  double timeout = 120.0;
+  bool json = false;
+};
+
+int run_verify(const verify_cli_options& o) {
+  const loaded_plan lp = load_plan(o.plan);
+  verify_options vo;
+  vo.compute = parse_dtype_or_throw(o.dtype_name);
+  if (vo.compute != dtype::f32 && vo.compute != dtype::f64)
+    throw exec_error("--dtype: verify computes in f32 or f64, not " + o.dtype_name);
+  vo.seed = o.seed;
+  vo.rtol = o.rtol;
+  if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
+  vo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout * 1000.0));
+  if (!o.json)
+    std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
+              << (lp.mode == run_mode::training ? "training" : "inference") << " plan; the forward pass) on "
+              << to_string(lp.mesh) << " ...\n";
+  const verify_report r = verify_plan(lp.graph, lp.mesh, lp.strategies, vo);
+  if (o.json) {
+    nlohmann::json checks = nlohmann::json::array();
+    for (const vertex_check& c : r.checks)
+      checks.push_back({{"name", c.name},
+                        {"spec", c.spec},
+                        {"max_abs_diff", c.max_abs_diff},
+                        {"ref_max_abs", c.ref_max_abs},
+                        {"passed", c.passed}});
+    nlohmann::json j{{"plan", o.plan},
+                     {"mesh", to_json(r.mesh)},
+                     {"ranks", r.mesh.num_ranks()},
+                     {"dtype", std::string(to_string(r.compute))},
+                     {"seed", o.seed},
+                     {"rtol", r.rtol},
+                     {"passed", r.passed()},
+                     {"failed", r.failed},
+                     {"first_failed", r.first_failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.first_failed)},
+                     {"max_abs_diff", r.max_abs_diff},
+                     {"max_rel_diff", r.max_rel_diff},
+                     {"reference_seconds", r.reference_seconds},
+                     {"sharded_seconds", r.sharded_seconds},
+                     {"operators", checks}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << r;
+  }
+  if (!r.passed()) {
+    std::cerr << "autoshard: verify: the plan's result differs from the unsharded run at " << r.failed
+              << " operators; the first is '" << r.first_failed << "'\n";
+    return exit_user_error;
+  }
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_verify(CLI::App& app, action& run) {
+  auto o = std::make_shared<verify_cli_options>();
+  CLI::App* cmd = app.add_subcommand(
+      "verify", "execute a plan on local Gloo ranks (one per device) and compare with the unsharded run");
+  cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
+  cmd->add_option("--dtype", o->dtype_name, "compute in f64 (differences are rounding only) or f32")
+      ->check(CLI::IsMember({"f32", "f64"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the input and weight values")->capture_default_str();
+  cmd->add_option("--rtol", o->rtol, "tolerance relative to max(1, |values|); 0 = 1e-9 for f64, 1e-3 for f32")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout, "seconds a rank waits in one collective")->capture_default_str();
+  cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
+}
+
+}  // namespace autoshard::tool

@@ -122,6 +122,62 @@ assert np.array_equal(r1, want)" && ok || bad "fused QKV split"
   expect_rc 2 "$tool" shard "$tmp/ck/model.safetensors" --out "$tmp/x" --tp 4
 fi
 
+# show: Partial blocks are labelled by the rank groups holding one partial value each;
+# uneven splits name the ranks that hold nothing (10 rows nested over 2x4: 5 = 2+2+1+0).
+json_check "d['labels'] == [['0,1+2,3']] and d['partial'] == [{'mesh_axis': 0, 'op': 'sum'}] and d['owners'] == [[[0,1,2,3]]]" \
+  "$tool" show --mesh 2x2 --shape 4,8 --spec "[P,R]" --json
+json_check "d['empty_ranks'] == [3,7] and d['row_cuts'] == [0,2,4,5,7,9,10] and not d['even']" \
+  "$tool" show --mesh 2x4 --shape 10,4 --spec S01R --json
+expect_rc 0 "$tool" show --mesh 2x4 --shape 10,4 --spec S01R
+grep -q "ranks 3,7 hold nothing" "$tmp/out" && ok || bad "show: empty ranks note: $(cat "$tmp/out")"
+expect_rc 2 "$tool" show --mesh 2x2
+expect_rc 2 "$tool" show --tensor x
+
+# show --plan: a plan file's tensors with their specs and local shapes, and one tensor's
+# block map. The Megatron baseline's specs are known: c_attn's output [8,64,192] is
+# column-split over mesh axis 1 (4 ranks, 48 columns each), c_proj's is Partial over axis 1.
+if "$tool" --help | grep -q ' plan'; then
+  sm=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
+  "$tool" plan "${sm[@]}" --mesh 2x4 --algo megatron --out "$tmp/meg.json" --quiet >/dev/null 2>&1
+  expect_rc 0 "$tool" show --plan "$tmp/meg.json"
+  grep -Eq '^  transformer\.h\.0\.attn\.c_attn +linear +\[8,64,192\] +\[R,S\(2\)\] +RRS1 +\[8,64,48\]$' "$tmp/out" && ok \
+    || bad "show --plan: c_attn row: $(grep 'attn.c_attn ' "$tmp/out")"
+  grep -Eq '^  transformer\.h\.0\.attn\.c_proj +linear +\[8,64,64\] +\[R,P\] +RRRP1 +\[8,64,64\]$' "$tmp/out" && ok \
+    || bad "show --plan: c_proj row: $(grep 'attn.c_proj ' "$tmp/out")"
+  # every operator of the plan, with the plan's own output spec and shape
+  json_check "[(t['name'], t['alpa'], t['shape']) for t in d['tensors']] == [(o['name'], o['output'], o['shape']) for o in json.load(open('$tmp/meg.json'))['operators']] and d['mesh']['shape'] == [2,4]" \
+    "$tool" show --plan "$tmp/meg.json" --json
+  json_check "d['tensor'] == 'transformer.h.0.attn.c_attn' and d['col_cuts'] == [0,48,96,144,192] and d['owners'] == [[[0,4],[1,5],[2,6],[3,7]]] and d['local_shape'] == [8,64,48]" \
+    "$tool" show --plan "$tmp/meg.json" --tensor transformer.h.0.attn.c_attn --json
+  # the checkpoint spelling (without "transformer.") finds it too; Partial is labelled
+  json_check "d['tensor'] == 'transformer.h.1.attn.c_proj' and d['labels'] == [['0,4+1,5+2,6+3,7']]" \
+    "$tool" show --plan "$tmp/meg.json" --tensor h.1.attn.c_proj --json
+  expect_rc 0 "$tool" show --plan "$tmp/meg.json" --tensor transformer.h.0.mlp.c_fc --svg "$tmp/fc.svg"
+  grep -Fq "[R,S(2)] (RRS1) of [8,64,256] on mesh(2,4)" "$tmp/out" && grep -q "0:64 " "$tmp/out" && ok \
+    || bad "show --plan --tensor: terminal map: $(cat "$tmp/out")"
+  grep -q "ranks 3,7" "$tmp/fc.svg" && grep -q "transformer.h.0.mlp.c_fc" "$tmp/fc.svg" && ok || bad "show --plan svg content"
+  # an unknown tensor: exit 1, one line naming it and suggesting the close names
+  expect_rc 1 "$tool" show --plan "$tmp/meg.json" --tensor transformer.h.0.attn.c_atn
+  [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "no tensor 'transformer.h.0.attn.c_atn'; did you mean 'transformer.h.0.attn.c_attn'" "$tmp/err" \
+    && ok || bad "show: unknown tensor message: $(cat "$tmp/err")"
+  expect_rc 2 "$tool" show --plan "$tmp/meg.json" --spec RR
+  expect_rc 2 "$tool" show --plan "$tmp/meg.json" --svg "$tmp/never.svg"
+  expect_rc 1 "$tool" show --plan "$tmp/no-such-plan.json"
+  echo '{"format": "something else"}' > "$tmp/notaplan.json"
+  expect_rc 1 "$tool" show --plan "$tmp/notaplan.json"
+  # a plan file without shapes: an error, unless the model is given (and must be the same)
+  python3 -c "
+import json; d = json.load(open('$tmp/meg.json'))
+for o in d['operators']: del o['shape']
+json.dump(d, open('$tmp/noshape.json', 'w'))"
+  expect_rc 1 "$tool" show --plan "$tmp/noshape.json"
+  grep -q "no shape for tensor" "$tmp/err" && ok || bad "show: no-shape message: $(cat "$tmp/err")"
+  json_check "d['shape'] == [8,64,192] and d['alpa'] == 'RRS1'" \
+    "$tool" show --plan "$tmp/noshape.json" "${sm[@]}" --tensor transformer.h.0.attn.c_attn --json
+  expect_rc 1 "$tool" show --plan "$tmp/meg.json" --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8
+  grep -q "another model" "$tmp/err" && ok || bad "show: another model message: $(cat "$tmp/err")"
+fi
+
 # calibrate: a 2x2 mesh of Gloo ranks on loopback, fitted links written and used by plan.
 if "$tool" --help | grep -q ' calibrate'; then
   json_check "len(d['axes']) == 2 and all(a['beta_bytes_per_s'] > 0 and a['alpha_s'] >= 0 for a in d['axes'])" \

@@ -1,12 +1,21 @@
 // autoshard show: which rank holds which block of a tensor, as a block map in the
-// terminal (like DTensor's visualize_sharding) and optionally as SVG.
+// terminal (like DTensor's visualize_sharding) and optionally as SVG. With --plan, the
+// tensors of a plan file (written by `autoshard plan --out`) with their specs and local
+// shapes, and, with --tensor, the block map of one of them.
 #include "common.hpp"
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
+#include "model_options.hpp"
+#endif
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 
 namespace autoshard::tool {
 namespace {
@@ -15,8 +24,14 @@ struct show_options {
   mesh_options mesh;
   std::string shape = "8,8";
   std::string spec;
+  std::string plan;
+  std::string tensor;
   std::string svg;
   bool json = false;
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
+  model_options model;  ///< for plan files without shapes: the model they were planned for
+  bool model_given = false;
+#endif
 };
 
 /// Cut points of one dim: every shard boundary of every rank.
@@ -29,9 +44,47 @@ std::vector<std::int64_t> cuts(const std::vector<shard_box>& boxes, std::size_t 
   return {c.begin(), c.end()};
 }
 
+std::string join_ranks(const std::vector<int>& rs) {
+  std::string s;
+  for (std::size_t k = 0; k < rs.size(); ++k) s += (k ? "," : "") + std::to_string(rs[k]);
+  return s;
+}
+
+/// The ranks holding a block, grouped by the partial value they hold: ranks with equal
+/// coordinates on the spec's Partial axes hold the same one. Without Partial axes, one group.
+std::vector<std::vector<int>> partial_groups(const device_mesh& m, const sharding_spec& s, const std::vector<int>& ranks) {
+  std::map<std::vector<int>, std::vector<int>> groups;
+  for (int r : ranks) {
+    const auto c = m.coordinate(r);
+    std::vector<int> key;
+    for (std::size_t a = 0; a < s.mesh_rank; ++a)
+      if (s[a].is_partial()) key.push_back(c[a]);
+    groups[key].push_back(r);
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& [k, rs] : groups) out.push_back(std::move(rs));
+  return out;
+}
+
+/// A block's label: its ranks, or its partial groups joined by '+' (sum) or '|' (max, min):
+/// "0,1+2,3" under [P,R] on a 2x2 mesh (ranks 0 and 1 hold one partial value, 2 and 3 another).
+std::string block_label(const sharding_spec& s, const std::vector<std::vector<int>>& groups, const char* sep_sum = "+",
+                        const char* sep_other = "|") {
+  if (groups.empty()) return "-";
+  bool all_sum = true;
+  for (std::size_t a = 0; a < s.mesh_rank; ++a)
+    if (s[a].is_partial()) all_sum = all_sum && s[a].op == reduce_op::sum;
+  std::string out;
+  for (const auto& g : groups) out += (out.empty() ? "" : all_sum ? sep_sum : sep_other) + join_ranks(g);
+  return out;
+}
+
 struct block_map {
   std::vector<std::int64_t> rows, cols;              // cut points on the shown dims
   std::vector<std::vector<std::vector<int>>> owners;  // [row][col] -> ranks
+  std::vector<std::vector<std::vector<std::vector<int>>>> groups;  // [row][col] -> partial_groups
+  std::vector<std::vector<std::string>> labels;                     // [row][col] -> block_label
+  std::vector<std::vector<std::string>> svg_labels;                 // the same, spaced for SVG
 };
 
 /// The block map of the last two dims (or the only dim); leading dims must be unsharded
@@ -46,8 +99,11 @@ block_map build_map(const device_mesh& m, const sharding_spec& s, const tensor_s
   bm.rows = one_d ? std::vector<std::int64_t>{0, 1} : cuts(boxes, rd, shape[rd]);
   bm.cols = cuts(boxes, cd, shape[cd]);
   bm.owners.assign(bm.rows.size() - 1, std::vector<std::vector<int>>(bm.cols.size() - 1));
+  bm.groups.assign(bm.rows.size() - 1, std::vector<std::vector<std::vector<int>>>(bm.cols.size() - 1));
+  bm.labels.assign(bm.rows.size() - 1, std::vector<std::string>(bm.cols.size() - 1));
+  bm.svg_labels = bm.labels;
   for (std::size_t i = 0; i + 1 < bm.rows.size(); ++i)
-    for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j)
+    for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) {
       for (int r = 0; r < m.num_ranks(); ++r) {
         const auto& b = boxes[static_cast<std::size_t>(r)];
         bool leading_ok = true;  // holds index 0 of every leading dim
@@ -56,20 +112,18 @@ block_map build_map(const device_mesh& m, const sharding_spec& s, const tensor_s
         const bool in_col = b.offset[cd] <= bm.cols[j] && bm.cols[j + 1] <= b.offset[cd] + b.shape[cd];
         if (leading_ok && in_row && in_col && !b.empty()) bm.owners[i][j].push_back(r);
       }
+      bm.groups[i][j] = partial_groups(m, s, bm.owners[i][j]);
+      bm.labels[i][j] = block_label(s, bm.groups[i][j]);
+      bm.svg_labels[i][j] = block_label(s, bm.groups[i][j], " + ", " | ");
+    }
   return bm;
-}
-
-std::string ranks_label(const std::vector<int>& rs) {
-  std::string s;
-  for (std::size_t k = 0; k < rs.size(); ++k) s += (k ? "," : "") + std::to_string(rs[k]);
-  return s.empty() ? "-" : s;
 }
 
 void print_map(const block_map& bm, std::ostream& os) {
   std::vector<std::size_t> width(bm.cols.size() - 1, 0);
   for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) {
     width[j] = std::to_string(bm.cols[j]).size() + std::to_string(bm.cols[j + 1]).size() + 1;
-    for (const auto& row : bm.owners) width[j] = std::max(width[j], ranks_label(row[j]).size());
+    for (const auto& row : bm.labels) width[j] = std::max(width[j], row[j].size());
     width[j] += 2;
   }
   std::size_t rw = 0;
@@ -92,70 +146,367 @@ void print_map(const block_map& bm, std::ostream& os) {
   for (std::size_t i = 0; i + 1 < bm.rows.size(); ++i) {
     std::string rl = std::to_string(bm.rows[i]) + ":" + std::to_string(bm.rows[i + 1]);
     os << std::string(rw - rl.size(), ' ') << rl << " |";
-    for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) os << pad(ranks_label(bm.owners[i][j]), width[j]) << "|";
+    for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) os << pad(bm.labels[i][j], width[j]) << "|";
     os << "\n";
     rule();
   }
 }
 
-void write_svg(const block_map& bm, const std::string& title, const std::string& path) {
-  const double W = 640, H = 400, x0 = 70, y0 = 50;
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+/// The block map as SVG: blocks in proportion to the index ranges they cover (the drawing's
+/// aspect follows the tensor's, within limits), coloured by their first rank, labelled with
+/// block_label, cut points along the top and left, and `notes` under the title.
+void write_svg(const block_map& bm, const std::string& title, const std::vector<std::string>& notes,
+               const std::string& path) {
   const double total_c = static_cast<double>(bm.cols.back() - bm.cols.front());
   const double total_r = static_cast<double>(bm.rows.back() - bm.rows.front());
+  const bool one_d = bm.rows.size() == 2 && bm.rows.back() == 1 && total_c > 1;
+  const double W = 560;
+  const double H = one_d ? 80 : std::clamp(W * total_r / total_c, 120.0, 400.0);
+  const double x0 = 80, y0 = 50 + 16 * static_cast<double>(notes.size()) + 20;
   static const char* palette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
                                   "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw io_error("cannot write '" + path + "'");
-    f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W + x0 + 20 << "\" height=\"" << H + y0 + 20
-      << "\" font-family=\"monospace\" font-size=\"12\">\n"
-      << "<text x=\"" << x0 << "\" y=\"24\" font-size=\"14\">" << title << "</text>\n";
-    for (std::size_t i = 0; i + 1 < bm.rows.size(); ++i)
-      for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) {
-        const double x = x0 + W * static_cast<double>(bm.cols[j] - bm.cols.front()) / total_c;
-        const double w = W * static_cast<double>(bm.cols[j + 1] - bm.cols[j]) / total_c;
-        const double y = y0 + H * static_cast<double>(bm.rows[i] - bm.rows.front()) / total_r;
-        const double h = H * static_cast<double>(bm.rows[i + 1] - bm.rows[i]) / total_r;
-        const auto& own = bm.owners[i][j];
-        const char* fill = own.empty() ? "#ffffff" : palette[static_cast<std::size_t>(own.front()) % 10];
-        f << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << h << "\" fill=\""
-          << fill << "\" fill-opacity=\"0.75\" stroke=\"#222\"/>\n"
-          << "<text x=\"" << x + w / 2 << "\" y=\"" << y + h / 2 << "\" text-anchor=\"middle\">"
-          << "ranks " << ranks_label(own) << "</text>\n";
+  std::ostringstream f;
+  f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W + x0 + 30 << "\" height=\"" << H + y0 + 20
+    << "\" font-family=\"monospace\" font-size=\"12\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
+    << "<text x=\"10\" y=\"24\" font-size=\"14\">" << xml_escape(title) << "</text>\n";
+  for (std::size_t k = 0; k < notes.size(); ++k)
+    f << "<text x=\"10\" y=\"" << 44 + 16 * static_cast<double>(k) << "\" fill=\"#444\">" << xml_escape(notes[k])
+      << "</text>\n";
+  auto xs = [&](std::int64_t c) { return x0 + W * static_cast<double>(c - bm.cols.front()) / total_c; };
+  auto ys = [&](std::int64_t r) { return y0 + H * static_cast<double>(r - bm.rows.front()) / total_r; };
+  for (std::size_t i = 0; i + 1 < bm.rows.size(); ++i)
+    for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) {
+      const double x = xs(bm.cols[j]), w = xs(bm.cols[j + 1]) - x;
+      const double y = ys(bm.rows[i]), h = ys(bm.rows[i + 1]) - y;
+      // One sheet per partial group, stacked down and right, the last in front: a [P,R]
+      // block is two sheets whose sum is the tensor.
+      const auto& groups = bm.groups[i][j];
+      const std::size_t k = std::max<std::size_t>(groups.size(), 1);
+      const double step = std::min({12.0, w / 4 / static_cast<double>(k), h / 4 / static_cast<double>(k)});
+      const double sw = w - step * static_cast<double>(k - 1), sh = h - step * static_cast<double>(k - 1);
+      for (std::size_t g = 0; g < k; ++g) {
+        const char* fill =
+            groups.empty() ? "#ffffff" : palette[static_cast<std::size_t>(groups[g].front()) % 10];
+        f << "<rect x=\"" << x + step * static_cast<double>(g) << "\" y=\"" << y + step * static_cast<double>(g)
+          << "\" width=\"" << sw << "\" height=\"" << sh << "\" fill=\"" << fill
+          << "\" fill-opacity=\"" << (k == 1 ? 0.75 : 1.0) << "\" stroke=\"#222\"/>\n";
       }
-    f << "</svg>\n";
-    if (!f.flush()) throw io_error("cannot write '" + path + "'");
+      const auto& own = bm.owners[i][j];
+      const double front = step * static_cast<double>(k - 1);  // label the front sheet
+      f << "<text x=\"" << x + front + sw / 2 << "\" y=\"" << y + front + sh / 2 + 4 << "\" text-anchor=\"middle\">"
+        << (own.size() == 1 ? "rank " : own.empty() ? "" : "ranks ") << xml_escape(bm.svg_labels[i][j]) << "</text>\n";
+    }
+  // Cut points: column cuts above the blocks, row cuts left of them.
+  for (std::int64_t c : bm.cols)
+    f << "<text x=\"" << xs(c) << "\" y=\"" << y0 - 6 << "\" text-anchor=\"middle\" font-size=\"10\" fill=\"#444\">"
+      << c << "</text>\n";
+  if (!one_d)
+    for (std::int64_t r : bm.rows)
+      f << "<text x=\"" << x0 - 6 << "\" y=\"" << ys(r) + 4
+        << "\" text-anchor=\"end\" font-size=\"10\" fill=\"#444\">" << r << "</text>\n";
+  f << "</svg>\n";
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out || !(out << f.str()) || !out.flush()) {
+      std::remove(tmp.c_str());
+      throw io_error("cannot write '" + path + "'");
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw io_error("cannot rename '" + tmp + "' to '" + path + "'");
 }
 
-int run_show(const show_options& o) {
+/// One line per Partial mesh axis: what its values mean.
+std::vector<std::string> partial_notes(const sharding_spec& s) {
+  std::vector<std::string> notes;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_partial())
+      notes.push_back("mesh axis " + std::to_string(i) + " is Partial(" + std::string(to_string(s[i].op)) +
+                      "): ranks apart on it hold partial values, the tensor is their " + std::string(to_string(s[i].op)));
+  return notes;
+}
+
+/// Draws `s` of `shape` on `m`: terminal or JSON, and SVG. `extra` is added to the JSON
+/// document and `heading` printed before the map.
+void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape, const std::string& svg, bool json,
+          const nlohmann::json& extra, const std::string& heading) {
+  if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
+  const block_map bm = build_map(m, s, shape);
+  std::vector<std::string> notes = partial_notes(s);
+  if (shape.rank > 2) notes.insert(notes.begin(), "the last two dims at index 0 of the leading dims");
+  std::vector<int> empty;  // uneven splits can leave ranks with nothing
+  for (int r = 0; r < m.num_ranks(); ++r)
+    if (local_box(m, s, shape, r).empty()) empty.push_back(r);
+  if (!empty.empty())
+    notes.push_back((empty.size() == 1 ? "rank " : "ranks ") + join_ranks(empty) + (empty.size() == 1 ? " holds" : " hold") +
+                    " nothing: the split is uneven (ceil rule)");
+  if (json) {
+    nlohmann::json partial = nlohmann::json::array();
+    for (std::size_t i = 0; i < s.mesh_rank; ++i)
+      if (s[i].is_partial()) partial.push_back({{"mesh_axis", i}, {"op", std::string(to_string(s[i].op))}});
+    nlohmann::json j{{"mesh", to_json(m)}, {"shape", to_json(shape)}, {"spec", to_string(s)},
+                     {"alpa", to_alpa_string(s)}, {"row_cuts", bm.rows}, {"col_cuts", bm.cols},
+                     {"owners", bm.owners}, {"labels", bm.labels}, {"partial", partial},
+                     {"local_shape", to_json(max_local_shape(m, s, shape))}, {"even", divides_evenly(m, s, shape)},
+                     {"empty_ranks", empty}};
+    j.update(extra);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << heading << to_string(s) << " (" << to_alpa_string(s) << ") of " << shape << " on " << m << "\n";
+    for (const auto& n : notes) std::cout << "note: " << n << "\n";
+    print_map(bm, std::cout);
+  }
+  if (!svg.empty()) {
+    std::string sub = heading;  // the heading is the SVG's first note line
+    while (!sub.empty() && (sub.back() == '\n' || sub.back() == ' ')) sub.pop_back();
+    if (!sub.empty()) notes.insert(notes.begin(), sub);
+    write_svg(bm, to_string(s) + " (" + to_alpa_string(s) + ") of " + to_string(shape) + " on " + to_string(m), notes,
+              svg);
+    if (!json) std::cout << "wrote " << svg << "\n";
+  }
+}
+
+int run_show_spec(const show_options& o) {
   const device_mesh m = o.mesh.build();
   const tensor_shape shape = parse_shape_list(o.shape);
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
   const sharding_spec s = parse_spec(o.spec, static_cast<int>(m.ndim()), static_cast<int>(shape.rank));
   check_spec(s, m, shape, "--spec");
-  const block_map bm = build_map(m, s, shape);
-  std::string partial;
-  for (std::size_t i = 0; i < s.mesh_rank; ++i)
-    if (s[i].is_partial())
-      partial += " mesh axis " + std::to_string(i) + " holds Partial(" + std::string(to_string(s[i].op)) + ") values;";
+  draw(m, s, shape, o.svg, o.json, nlohmann::json::object(), "");
+  return exit_ok;
+}
+
+// ---- plan files -------------------------------------------------------------------------------
+
+struct plan_entry {
+  std::string name, kind, strategy, output;
+  std::vector<std::string> inputs;
+  std::optional<tensor_shape> shape;
+  sharding_spec spec;
+};
+
+struct plan_doc {
+  std::string algo, mode;
+  device_mesh mesh;
+  std::vector<plan_entry> entries;
+};
+
+/// "autoshard: spec error: x" -> "spec error: x", to nest one message in another.
+std::string bare(const std::exception& e) {
+  std::string w = e.what();
+  return w.rfind("autoshard: ", 0) == 0 ? w.substr(11) : w;
+}
+
+/// Reads a plan file: the mesh and every operator's output spec and shape. Operators without
+/// a "shape" get theirs from the model `o` names (the way `plan --preload` rebuilds it).
+plan_doc read_plan(const show_options& o) {
+  const std::string& file = o.plan;
+  std::ifstream f(file);
+  if (!f) throw io_error("cannot open plan file '" + file + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("plan file '" + file + "' is not valid JSON: " + e.what());
+  }
+  plan_doc doc;
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
+      throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
+    doc.algo = j.value("algo", std::string());
+    doc.mode = j.value("mode", std::string());
+    const auto& mj = j.at("mesh");
+    device_mesh m(mj.at("shape").get<std::vector<int>>());
+    if (mj.contains("links")) {
+      const auto& links = mj.at("links");
+      for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
+        m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
+    }
+    doc.mesh = m;
+    for (const auto& op : j.at("operators")) {
+      plan_entry e;
+      e.name = op.at("name").get<std::string>();
+      e.kind = op.value("kind", std::string());
+      e.strategy = op.value("strategy", std::string());
+      e.output = op.at("output").get<std::string>();
+      if (op.contains("inputs")) e.inputs = op.at("inputs").get<std::vector<std::string>>();
+      if (op.contains("shape")) e.shape = tensor_shape(op.at("shape").get<std::vector<std::int64_t>>());
+      doc.entries.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("plan file '" + file + "' is malformed: " + e.what());
+  }
+
+  const auto no_shape = std::find_if(doc.entries.begin(), doc.entries.end(), [](const plan_entry& e) { return !e.shape; });
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
+  if (o.model_given) {  // shapes from the model; those the file has must agree with it
+    const model_graph g = o.model.build();
+    for (plan_entry& e : doc.entries) {
+      const auto v = find_vertex(g, e.name);
+      if (!v)
+        throw io_error("plan file '" + file + "' has tensor '" + e.name + "', which the model '" + o.model.model +
+                       "' does not: the plan is for another model");
+      if (e.shape && !(*e.shape == g[*v].shape))
+        throw io_error("plan file '" + file + "' has tensor '" + e.name + "' of shape " + to_string(*e.shape) +
+                       " but the model's is " + to_string(g[*v].shape) + ": the plan is for another model");
+      e.shape = g[*v].shape;
+    }
+  } else if (no_shape != doc.entries.end()) {
+    throw io_error("plan file '" + file + "' gives no shape for tensor '" + no_shape->name +
+                   "': pass the model it was planned for (--model and the size options, as to plan --preload)");
+  }
+#else
+  if (no_shape != doc.entries.end())
+    throw io_error("plan file '" + file + "' gives no shape for tensor '" + no_shape->name +
+                   "' and this build of the tool cannot rebuild models (no graph area)");
+#endif
+  for (plan_entry& e : doc.entries) {
+    try {
+      e.spec = e.shape->rank == 0 && e.output.empty()
+                   ? replicated_spec(static_cast<int>(doc.mesh.ndim()), 0)
+                   : parse_spec(e.output, static_cast<int>(doc.mesh.ndim()), static_cast<int>(e.shape->rank));
+      check_spec(e.spec, doc.mesh, *e.shape, "tensor '" + e.name + "'");
+    } catch (const spec_error& ex) {
+      throw io_error("plan file '" + file + "': tensor '" + e.name + "' has output spec '" + e.output +
+                     "', which does not fit: " + bare(ex));
+    }
+  }
+  return doc;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0u : 1u)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// Up to three of `names` close to `want`: within a third of its length in edits, or
+/// containing it; closest first.
+std::vector<std::string> close_names(const std::vector<std::string>& names, const std::string& want) {
+  const std::string w = lower(want);
+  const std::size_t limit = std::max<std::size_t>(2, w.size() / 3);
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  for (const auto& n : names) {
+    const std::string l = lower(n);
+    std::size_t d = edit_distance(l, w);
+    if (!w.empty() && l.find(w) != std::string::npos) d = std::min(d, (l.size() - w.size()) / 8);
+    if (d <= limit) scored.emplace_back(d, n);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < scored.size() && k < 3; ++k) out.push_back(scored[k].second);
+  return out;
+}
+
+/// The entry named `want`: exactly, or, failing that, the one entry whose name without its
+/// first component is `want` (checkpoint spelling: "h.0.attn.c_attn.weight").
+const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const std::string& file) {
+  for (const auto& e : doc.entries)
+    if (e.name == want) return e;
+  const plan_entry* only = nullptr;
+  int n = 0;
+  for (const auto& e : doc.entries) {
+    const auto dot = e.name.find('.');
+    if (dot != std::string::npos && e.name.compare(dot + 1, std::string::npos, want) == 0) only = &e, ++n;
+  }
+  if (n == 1) return *only;
+  std::vector<std::string> names;
+  for (const auto& e : doc.entries) names.push_back(e.name);
+  const auto close = close_names(names, want);
+  std::string msg = "plan file '" + file + "' has no tensor '" + want + "'";
+  for (std::size_t k = 0; k < close.size(); ++k)
+    msg += (k == 0 ? "; did you mean '" : k + 1 == close.size() ? " or '" : ", '") + close[k] + "'";
+  msg += close.empty() ? "" : "?";
+  msg += " (`autoshard show --plan " + file + "` lists all " + std::to_string(doc.entries.size()) + ")";
+  throw graph_error(msg);
+}
+
+int run_show_plan(const show_options& o) {
+  const plan_doc doc = read_plan(o);
+  const device_mesh& m = doc.mesh;
+  if (!o.tensor.empty()) {
+    const plan_entry& e = find_entry(doc, o.tensor, o.plan);
+    if (e.shape->rank == 0)
+      throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
+    nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
+                         {"inputs", e.inputs}};
+    const std::string heading =
+        e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
+    draw(m, e.spec, *e.shape, o.svg, o.json, extra, heading);
+    return exit_ok;
+  }
+
   if (o.json) {
-    nlohmann::json j{{"mesh", to_json(m)}, {"shape", to_json(shape)}, {"spec", to_string(s)},
-                     {"alpa", to_alpa_string(s)}, {"row_cuts", bm.rows}, {"col_cuts", bm.cols},
-                     {"owners", bm.owners}};
+    nlohmann::json ts = nlohmann::json::array();
+    for (const auto& e : doc.entries)
+      ts.push_back({{"name", e.name},
+                    {"kind", e.kind},
+                    {"shape", to_json(*e.shape)},
+                    {"strategy", e.strategy},
+                    {"inputs", e.inputs},
+                    {"spec", to_string(e.spec)},
+                    {"alpa", to_alpa_string(e.spec)},
+                    {"local_shape", to_json(max_local_shape(m, e.spec, *e.shape))},
+                    {"even", divides_evenly(m, e.spec, *e.shape)}});
+    nlohmann::json j{{"plan", o.plan}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
     std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << to_string(s) << " (" << to_alpa_string(s) << ") of " << shape << " on " << m << "\n";
-    if (shape.rank > 2) std::cout << "(showing the last two dims at index 0 of the leading dims)\n";
-    if (!partial.empty()) std::cout << "note:" << partial << " the map shows where each block lives\n";
-    print_map(bm, std::cout);
+    return exit_ok;
   }
-  if (!o.svg.empty()) {
-    write_svg(bm, to_string(s) + " of " + to_string(shape) + " on " + to_string(m), o.svg);
-    if (!o.json) std::cout << "wrote " << o.svg << "\n";
+
+  std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
+  for (const auto& e : doc.entries) {
+    wn = std::max(wn, e.name.size());
+    wk = std::max(wk, e.kind.size());
+    ws = std::max(ws, to_string(*e.shape).size());
+    wd = std::max(wd, to_string(e.spec).size());
+    wa = std::max(wa, to_alpa_string(e.spec).size());
   }
+  bool any_uneven = false;
+  std::cout << "plan " << o.plan << ": " << (doc.algo.empty() ? "" : doc.algo + ", ")
+            << (doc.mode.empty() ? "" : doc.mode + ", ") << to_string(m) << ", " << doc.entries.size()
+            << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
+  std::cout << std::left << "  " << std::setw(static_cast<int>(wn)) << "tensor" << "  " << std::setw(static_cast<int>(wk))
+            << "kind" << "  " << std::setw(static_cast<int>(ws)) << "shape" << "  " << std::setw(static_cast<int>(wd))
+            << "spec" << "  " << std::setw(static_cast<int>(wa)) << "alpa" << "  local shape\n";
+  for (const auto& e : doc.entries) {
+    const bool even = divides_evenly(m, e.spec, *e.shape);
+    any_uneven = any_uneven || !even;
+    std::cout << "  " << std::setw(static_cast<int>(wn)) << e.name << "  " << std::setw(static_cast<int>(wk)) << e.kind
+              << "  " << std::setw(static_cast<int>(ws)) << to_string(*e.shape) << "  "
+              << std::setw(static_cast<int>(wd)) << to_string(e.spec) << "  " << std::setw(static_cast<int>(wa))
+              << (to_alpa_string(e.spec).empty() ? "-" : to_alpa_string(e.spec)) << "  "
+              << to_string(max_local_shape(m, e.spec, *e.shape)) << (even ? "" : " *") << "\n";
+  }
+  std::cout << std::right;
+  if (any_uneven) std::cout << "* uneven: some ranks hold less than the shape shown, or nothing\n";
+  std::cout << "draw one: autoshard show --plan " << o.plan << " --tensor NAME [--svg FILE]\n";
   return exit_ok;
 }
 
@@ -163,13 +514,35 @@ int run_show(const show_options& o) {
 
 void register_show(CLI::App& app, action& run) {
   auto o = std::make_shared<show_options>();
-  CLI::App* cmd = app.add_subcommand("show", "draw which rank holds which block of a tensor");
+  CLI::App* cmd = app.add_subcommand(
+      "show", "draw which rank holds which block of a tensor, or list a plan file's tensors and draw one");
   o->mesh.add_to(*cmd);
-  cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,8")->capture_default_str();
-  cmd->add_option("--spec", o->spec, "sharding spec, \"[S(0),S(1)]\" or \"S0S1\"")->required();
+  CLI::Option* shape = cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,8")->capture_default_str();
+  CLI::Option* spec = cmd->add_option("--spec", o->spec, "sharding spec, \"[S(0),S(1)]\" or \"S0S1\"");
+  CLI::Option* plan =
+      cmd->add_option("--plan", o->plan, "a plan file (autoshard plan --out): list its tensors, or draw --tensor");
+  CLI::Option* tensor = cmd->add_option("--tensor", o->tensor, "with --plan: the tensor whose output spec to draw");
   cmd->add_option("--svg", o->svg, "also write the block map as SVG to this file");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
-  cmd->callback([o, &run] { run = [o] { return run_show(*o); }; });
+  tensor->needs(plan);
+  plan->excludes(spec)->excludes(shape);
+  for (const char* opt : {"--mesh", "--inter-bw", "--intra-bw", "--inter-lat", "--intra-lat"})
+    plan->excludes(cmd->get_option(opt));
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
+  CLI::Option_group* model = cmd->add_option_group(
+      "model", "with --plan, for plan files without shapes: the model it was planned for (as plan --preload)");
+  o->model.add_to(*model);
+#endif
+  cmd->callback([=, &run] {
+    if (o->spec.empty() && o->plan.empty()) throw CLI::RequiredError("--spec or --plan");
+    if (!o->plan.empty() && o->tensor.empty() && !o->svg.empty())
+      throw CLI::ValidationError("--svg", "with --plan, --svg draws one tensor: give --tensor NAME");
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
+    o->model_given = false;
+    for (const CLI::Option* mo : model->get_options()) o->model_given = o->model_given || mo->count() > 0;
+#endif
+    run = [o] { return o->plan.empty() ? run_show_spec(*o) : run_show_plan(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

@@ -10,6 +10,7 @@ import argparse, pathlib, re, subprocess, sys, tempfile
 AREA_FLAGS = {
     "autoshard/solve/": ["-lglpk"],
     "autoshard/comm/": ["-lgloo", "-pthread"],
+    "autoshard/exec/": ["-lglpk", "-lgloo", "-pthread"],
 }
 
 def snippets(md: pathlib.Path):

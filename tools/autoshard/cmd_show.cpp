@@ -416,6 +416,8 @@ std::vector<std::string> close_names(const std::vector<std::string>& names, cons
   for (const auto& n : names) {
     const std::string l = lower(n);
     std::size_t d = edit_distance(l, w);
+    if (const auto dot = l.find('.'); dot != std::string::npos)  // the checkpoint spelling
+      d = std::min(d, edit_distance(l.substr(dot + 1), w));
     if (!w.empty() && l.find(w) != std::string::npos) d = std::min(d, (l.size() - w.size()) / 8);
     if (d <= limit) scored.emplace_back(d, n);
   }

@@ -4,12 +4,17 @@
 /// (which tensor went where: rule, spec, global shape, every rank's pieces and offsets).
 /// Everything is validated before the output directory is touched; data streams from the
 /// memory map one tensor at a time; every file is written under a temporary name, fsync'd
-/// and renamed, so a failure never leaves a half file.
+/// and renamed, so a failure never leaves a half file. Temporaries that a killed earlier run
+/// left behind (`<file>.tmp.<pid>` of a pid that no longer exists) are removed by the next run.
 ///   autoshard::checkpoint in("gpt2/model.safetensors");
 ///   autoshard::shard_checkpoint(in, autoshard::policies::gpt2(), 4,
 ///                               autoshard::load_model_config("gpt2/config.json"), "out");
 ///   autoshard::sharded_checkpoint out("out");
 ///   autoshard::host_tensor w = out.gather("h.0.attn.c_attn.weight");   // bit for bit
+#include <signal.h>  // kill
+#include <unistd.h>  // getpid
+
+#include <cerrno>       // errno, ESRCH
 #include <chrono>       // std::chrono::steady_clock
 #include <cstdint>      // std::uint64_t
 #include <cstring>      // std::memcpy
@@ -57,6 +62,8 @@ struct shard_report {
   double seconds = 0;
   std::size_t largest_buffer = 0;   ///< the biggest staging copy made (bytes)
   std::map<std::string, std::int64_t> attributes;
+  /// Stale temporaries of an earlier, killed run that were removed before writing.
+  std::vector<std::filesystem::path> removed_stale;
 };
 
 /// The file of rank r inside an output directory.
@@ -65,6 +72,44 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r) 
 }
 
 namespace detail {
+
+/// The pid in `name` when it is `<final>.tmp.<pid>` (what atomic_file_writer writes) for one of
+/// `finals`, with a positive decimal pid; 0 otherwise.
+inline pid_t temporary_owner(const std::string& name, const std::vector<std::string>& finals) {
+  for (const auto& f : finals) {
+    const std::string prefix = f + ".tmp.";
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+    return static_cast<pid_t>(std::stol(digits));  // at most 999999999: fits, and 0 stays 0
+  }
+  return 0;
+}
+
+/// Removes, from `dir`, the regular files named `<f>.tmp.<pid>` for a file name f of `finals`
+/// whose writer is gone (kill(pid, 0) fails with ESRCH): what a sharder killed mid-write
+/// leaves. Nothing else is touched: not another name, not a live (or other user's) pid, not
+/// this process's own. Best effort: a file that cannot be removed stays. Returns the removed.
+/// (A directory shared with another machine or pid namespace could hold a live writer's
+/// temporary whose pid is unknown here; that writer's rename would then fail with io_error.)
+inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& dir,
+                                                                   const std::vector<std::string>& finals) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const pid_t pid = temporary_owner(it->path().filename().string(), finals);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    std::error_code sec;
+    if (!fs::is_regular_file(it->symlink_status(sec))) continue;  // a link or a directory: not ours
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
+    std::error_code rec;
+    if (fs::remove(it->path(), rec)) removed.push_back(it->path());
+  }
+  return removed;
+}
+
 inline nlohmann::json shape_json(const tensor_shape& s) { return s.to_vector(); }
 
 inline dtype output_dtype(dtype in, const shard_options& o) {
@@ -155,6 +200,9 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);
+  std::vector<std::string> finals{"index.json"};
+  for (int r = 0; r < N; ++r) finals.push_back(rank_file("", r).string());
+  std::vector<fs::path> removed_stale = detail::remove_stale_temporaries(out_dir, finals);
   std::vector<std::unique_ptr<safetensors_writer>> writers;
   for (int r = 0; r < N; ++r) {
     auto rank_infos = infos;
@@ -166,6 +214,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   shard_report report;
   report.world_size = N;
   report.attributes = attributes;
+  report.removed_stale = std::move(removed_stale);
   std::vector<std::byte> staging, converted;
   for (const auto& e : writers.front()->entries()) {  // same order in every rank file
     const tensor_plan& p = *by_name.at(e.name);

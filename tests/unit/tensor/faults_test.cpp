@@ -1,7 +1,8 @@
 // Fault injection for the checkpoint sharder: a disk that fills up (RLIMIT_FSIZE in a forked
 // child, with SIGXFSZ ignored so write() fails with EFBIG), an output directory the process
 // cannot write (a child that drops root), and a process killed mid-write (SIGKILL). After each:
-// no rank file or index.json exists under its final name unless complete, and a rerun succeeds.
+// no rank file or index.json exists under its final name unless complete, and a rerun succeeds
+// (and removes the temporaries a killed run left, but nothing else).
 // docs/reliability.md records what each one shows the user.
 #include <autoshard/tensor/tensor.hpp>
 #include <doctest/doctest.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -129,7 +131,7 @@ TEST_CASE("faults: an output directory that is not writable is an io_error and n
   check_rerun(dir / "model.safetensors", out);
 }
 
-TEST_CASE("faults: a sharder killed mid-write leaves no file under a final name; a rerun succeeds") {
+TEST_CASE("faults: a sharder killed mid-write leaves no file under a final name, and a rerun cleans up and succeeds") {
   scratch_dir dir;
   write_fault_model(dir / "model.safetensors");
   const fs::path out = dir / "out";
@@ -171,8 +173,64 @@ TEST_CASE("faults: a sharder killed mid-write leaves no file under a final name;
     CHECK(n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0);
   }
   CHECK(!fs::exists(out / "index.json"));
-  // A rerun (another pid, other temporaries) succeeds; the killed run's temporaries stay until
-  // removed by hand (SIGKILL runs no destructor).
-  check_rerun(dir / "model.safetensors", out);
-  for (const auto& n : after) CHECK(fs::exists(out / n));
+  // SIGKILL runs no destructor: the killed run's temporaries stay until the next run into the
+  // same directory, which removes them (their writer is gone) and writes its own files.
+  CHECK(!after.empty());
+  checkpoint in(dir / "model.safetensors");
+  const shard_report rep = shard_checkpoint(in, fault_plan(), out);
+  CHECK(rep.removed_stale.size() == after.size());
+  for (const auto& n : after) CHECK(!fs::exists(out / n));
+  // Nothing but the complete outputs: no "*.tmp.*" of either run.
+  CHECK(names_in(out) == std::vector<std::string>{"index.json", "rank-0.safetensors", "rank-1.safetensors"});
+  sharded_checkpoint sc(out);
+  CHECK(sc.world_size() == 2);
+  CHECK(bitwise_equal(sc.gather("a").view(), in.view("a")));
+  CHECK(bitwise_equal(sc.gather("b").view(), in.view("b")));
+}
+
+TEST_CASE("faults: only the sharder's own temporaries of a dead writer are removed, nothing else") {
+  scratch_dir dir;
+  write_fault_model(dir / "model.safetensors");
+  const fs::path out = dir / "out";
+  fs::create_directories(out / "rank-1.safetensors.tmp.77");  // a directory: not a file we wrote
+  // A pid that is certainly gone: a child that has exited and been reaped.
+  const pid_t dead = [] {
+    const pid_t p = ::fork();
+    if (p == 0) ::_exit(0);
+    ::waitpid(p, nullptr, 0);
+    return p;
+  }();
+  REQUIRE(dead > 0);
+  const std::string d = std::to_string(dead);
+  const std::vector<std::string> stale = {"rank-0.safetensors.tmp." + d, "rank-1.safetensors.tmp." + d,
+                                          "index.json.tmp." + d};
+  const std::vector<std::string> keep = {
+      "rank-0.safetensors.tmp.1",           // pid 1 is alive (init): a writer still at work
+      "rank-2.safetensors.tmp." + d,        // a rank this run does not write (2 ranks)
+      "model.safetensors.tmp." + d,         // not a name the sharder writes
+      "notes.txt.tmp." + d,                 // nor this
+      "rank-0.safetensors.tmp." + d + "x",  // not a pid
+      "rank-0.safetensors.tmp.0",           // pid 0 would mean the process group: never
+      "rank-0.safetensors.tmp.-5",          //
+      "rank-0.safetensors.tmp.",            //
+      "rank-0.safetensors.tmp.99999999999", // beyond any pid
+      "xrank-0.safetensors.tmp." + d,       //
+  };
+  for (const auto& n : stale) std::ofstream(out / n) << "half a file";
+  for (const auto& n : keep) std::ofstream(out / n) << "not ours";
+  // A symbolic link under a stale-looking name (the pid ten times a dead one): not a file we wrote.
+  const std::string link = "index.json.tmp." + d + "0";
+  fs::create_symlink(out / ("notes.txt.tmp." + d), out / link);
+  checkpoint in(dir / "model.safetensors");
+  const shard_report rep = shard_checkpoint(in, fault_plan(), out);
+  CHECK(rep.removed_stale.size() == stale.size());
+  for (const auto& n : stale) CHECK(!fs::exists(out / n));
+  for (const auto& n : keep) {
+    CAPTURE(n);
+    CHECK(fs::is_regular_file(out / n));
+  }
+  CHECK(fs::is_directory(out / "rank-1.safetensors.tmp.77"));
+  CHECK(fs::is_symlink(out / link));
+  sharded_checkpoint sc(out);
+  CHECK(bitwise_equal(sc.gather("a").view(), in.view("a")));
 }

@@ -2,7 +2,11 @@
 // pricing included) and the ILP size, for BERT-base on 2x4, GPT-2 1.5B on 2x4 and a
 // LLaMA-70B-shaped model on 8x8 (with and without a memory budget); then the naive MASE-style
 // formulation (no reductions, no tying, AND linearisation) of BERT-base under a time limit.
+// BM_gpt2_depth and BM_bert_depth sweep the number of layers at GPT-2 1.5B's and BERT-base's
+// widths (args: layers, tied), identical layers tied into one ILP node class (tied = 1) or
+// each with its own nodes (tied = 0).
 //   ./bench_solve_pass_models   env AUTOSHARD_BENCH_NAIVE_LIMIT=seconds (default 60)
+//   ./bench_solve_pass_models --benchmark_filter=_depth   (the sweeps scripts/plot_bench.py plots)
 #include <benchmark/benchmark.h>
 
 #include <autoshard/solve/solve.hpp>
@@ -54,6 +58,29 @@ void BM_gpt2_1_5b_2x4_training(benchmark::State& state) {
   run(state, g, opts({2, 4}, autoshard::run_mode::training), "GPT-2 1.5B 2x4 training");
 }
 
+// Depth sweeps: args (layers, tied); tied = 0 gives every layer its own ILP nodes.
+void depth_sweep(benchmark::State& state, autoshard::transformer_config c, bool gpt2, const char* what) {
+  c.layers = static_cast<int>(state.range(0));
+  const auto g = gpt2 ? autoshard::build_gpt2(c) : autoshard::build_bert(c);
+  auto o = opts({2, 4}, c.mode);
+  o.tie_layers = state.range(1) != 0;
+  state.counters["layers"] = static_cast<double>(c.layers);
+  state.counters["operators"] = static_cast<double>(boost::num_vertices(g));
+  run(state, g, o, what);
+}
+
+void BM_gpt2_depth(benchmark::State& state) {
+  auto c = autoshard::transformer_config::gpt2_1_5b();
+  c.mode = autoshard::run_mode::training;
+  depth_sweep(state, c, true, "GPT-2 1.5B width, training, 2x4, depth sweep");
+}
+
+void BM_bert_depth(benchmark::State& state) {
+  auto c = autoshard::transformer_config::bert_base();
+  c.mode = autoshard::run_mode::inference;
+  depth_sweep(state, c, false, "BERT-base width, inference, 2x4, depth sweep");
+}
+
 void BM_llama_70b_8x8(benchmark::State& state) {
   const auto g = autoshard::build_llama(autoshard::transformer_config::llama_70b());
   auto o = opts({8, 8}, autoshard::run_mode::inference);
@@ -92,6 +119,18 @@ void BM_bert_base_2x4_naive(benchmark::State& state) {
 
 BENCHMARK(BM_bert_base_2x4)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 BENCHMARK(BM_gpt2_1_5b_2x4_training)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_gpt2_depth)
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32, 48}, {1, 0}})
+    ->ArgNames({"layers", "tied"})
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_bert_depth)
+    ->ArgsProduct({{1, 2, 4, 8, 12, 24, 48}, {1, 0}})
+    ->ArgNames({"layers", "tied"})
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
 BENCHMARK(BM_llama_70b_8x8)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 BENCHMARK(BM_bert_base_2x4_naive)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 

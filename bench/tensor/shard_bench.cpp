@@ -3,6 +3,8 @@
 //   bench_tensor_shard_bench                         # Google Benchmark part + the side-by-side table
 //   AUTOSHARD_BENCH_CKPT_MB=256 bench_tensor_shard_bench --benchmark_filter=none
 //
+// The Google Benchmark part sweeps the weight's size ([256,256] .. [4096,4096]); the tables
+// after it use [4096,4096]. AUTOSHARD_BENCH_TABLES=0 skips the tables (scripts/plot_bench.py).
 // 1. In memory: a rank's shard of a [4096, 4096] f32 weight (row split, column split, GPT-2
 //    style fused QKV) against memcpy of the same number of bytes.
 // 2. On disk: a GPT-2-shaped f32 checkpoint of ~1 GB (AUTOSHARD_BENCH_CKPT_MB) generated in
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,47 +34,53 @@ namespace fs = std::filesystem;
 namespace {
 constexpr std::int64_t kDim = 4096;
 
-host_tensor make_weight() {
-  host_tensor t(dtype::f32, {kDim, kDim});
+host_tensor make_weight(std::int64_t dim) {
+  host_tensor t(dtype::f32, {dim, dim});
   float* p = t.as<float>();
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(i & 0xffff);
   return t;
 }
-const host_tensor& weight() {
-  static host_tensor w = make_weight();
-  return w;
+/// The [dim, dim] f32 weight, made once per size.
+const host_tensor& weight(std::int64_t dim = kDim) {
+  static std::map<std::int64_t, host_tensor> ws;
+  auto it = ws.find(dim);
+  if (it == ws.end()) it = ws.emplace(dim, make_weight(dim)).first;
+  return it->second;
 }
-tensor_plan plan_for(const char* which) {
+tensor_plan plan_for(const char* which, std::int64_t dim = kDim) {
   tp_policy p{"bench", {}, {}};
   p.add("row", column()).add("col", row()).add("qkv", column(weight_layout::in_out).fused(4));
-  return plan_tensor(p, which, weight().shape(), dtype::f32, 4);
+  return plan_tensor(p, which, weight(dim).shape(), dtype::f32, 4);
 }
 
+// Arg: the weight's dim, [256, 256] (256 KiB, cache-resident) to [4096, 4096] (64 MiB).
 void BM_shard_copy(benchmark::State& state, const char* which) {
-  const tensor_plan plan = plan_for(which);
+  const std::int64_t dim = state.range(0);
+  const tensor_plan plan = plan_for(which, dim);
   const shard_layout& l = plan.ranks[1];
   host_tensor out(dtype::f32, l.shape);
   for (auto _ : state) {
-    extract(weight().view(), l, out.view());
+    extract(weight(dim).view(), l, out.view());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(out.nbytes()));
 }
 void BM_memcpy_same_bytes(benchmark::State& state) {
-  const std::size_t n = weight().nbytes() / 4;
+  const std::int64_t dim = state.range(0);
+  const std::size_t n = weight(dim).nbytes() / 4;
   std::vector<std::byte> out(n);
   for (auto _ : state) {
-    std::memcpy(out.data(), weight().data() + n, n);
+    std::memcpy(out.data(), weight(dim).data() + n, n);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
 }
-BENCHMARK_CAPTURE(BM_shard_copy, row_split_contiguous, "row")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_shard_copy, column_split_strided, "col")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_shard_copy, fused_4_parts_in_out, "qkv")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_memcpy_same_bytes)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_shard_copy, row_split_contiguous, "row")->RangeMultiplier(2)->Range(256, kDim)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_shard_copy, column_split_strided, "col")->RangeMultiplier(2)->Range(256, kDim)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_shard_copy, fused_4_parts_in_out, "qkv")->RangeMultiplier(2)->Range(256, kDim)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_memcpy_same_bytes)->RangeMultiplier(2)->Range(256, kDim)->Unit(benchmark::kMillisecond);
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -237,6 +246,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (const char* t = std::getenv("AUTOSHARD_BENCH_TABLES"); t && std::strcmp(t, "0") == 0) return 0;
   memory_table();
   checkpoint_table();
   return 0;

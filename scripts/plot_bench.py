@@ -9,8 +9,9 @@
 
 Three plots, each from one bench's Google Benchmark JSON (--benchmark_out):
 
-  solve_depth.svg   bench_solve_pass_models --benchmark_filter=_depth: wall time of the whole
-                    auto-sharding pass against the number of layers (GPT-2 1.5B's width in
+  solve_depth.svg   bench_solve_pass_models --benchmark_filter=_depth: CPU time of the whole
+                    auto-sharding pass (one thread; wall time on a loaded machine is more)
+                    against the number of layers (GPT-2 1.5B's width in
                     training, BERT-base's in inference, 2x4 mesh; layers tied or not), and the
                     ILP's variables before and after the reductions.
   shard_memcpy.svg  bench_tensor_shard_bench: bandwidth of cutting rank 1's shard out of a
@@ -105,14 +106,14 @@ def plot_solve(d, out):
         pts.sort()
         ls = "-" if tied else "--"
         tag = f"{label[model]}, {'tied' if tied else 'untied'}"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="o", color=colour[model], label=tag)
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], ls, marker="o", color=colour[model], label=tag)
         if tied:
             bx.plot([p[0] for p in pts], [p[3] for p in pts], "-", marker="o", color=colour[model],
                     label=f"{label[model]}: ILP input")
         bx.plot([p[0] for p in pts], [max(p[4], 0.5) for p in pts], ls, marker="s", color=colour[model],
                 alpha=0.6, label=f"{label[model]}: after reductions, {'tied' if tied else 'untied'}")
     ax.set_xlabel("layers")
-    ax.set_ylabel("auto-sharding pass, wall seconds")
+    ax.set_ylabel("auto-sharding pass, CPU seconds (one thread)")
     ax.set_title("pass time against model depth (2x4 mesh)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -258,6 +258,19 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std:
       } else if (algo == "megatron") {
         for (std::size_t a = 0; a + 1 < axes && ok; ++a) ok = dp_axis(a);
         const std::size_t tp = axes - 1;
+        if (ok && nd.is_parameter()) {
+          // A weight or bias of a Megatron linear is stored the way that linear takes it on the
+          // tensor-parallel axis (sharded), not replicated and sliced on use: the time is the
+          // same, but a replicated copy wastes memory and `shard --plan` would write it whole.
+          for (auto [e, end] = boost::out_edges(v, g); e != end && ok; ++e) {
+            const node& use = g[boost::target(*e, g)];
+            if (use.kind != op_kind::linear || !(megatron_column(use.name) || megatron_row(use.name))) continue;
+            const int i = g[*e].operand, out_dim = use.attrs.transposed_weight ? 1 : 0;
+            const placement want = i == 1 ? Shard(megatron_column(use.name) ? out_dim : 1 - out_dim)
+                                          : (megatron_column(use.name) ? placement(Shard(0)) : placement(Replicate()));
+            ok = s.output[tp] == want;
+          }
+        }
         if (ok && nd.kind == op_kind::linear && (megatron_column(nd.name) || megatron_row(nd.name))) {
           const bool tw = nd.attrs.transposed_weight;
           const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;

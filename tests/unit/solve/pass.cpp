@@ -56,6 +56,13 @@ TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and
     CHECK(s.inputs[1][1].is_shard(0));
     CHECK(s.output[1].is_partial());
   }
+  // Their weights are stored as they are used, sharded on the tensor-parallel axis (not
+  // replicated and sliced on use); the row-parallel bias is added once, so it stays replicated.
+  auto param_spec = [&](const char* name) { return meg.strategies[*autoshard::find_vertex(g, name)].output; };
+  CHECK(param_spec("transformer.h.0.attn.c_attn.weight")[1].is_shard(1));
+  CHECK(param_spec("transformer.h.0.attn.c_attn.bias")[1].is_shard(0));
+  CHECK(param_spec("transformer.h.1.mlp.c_proj.weight")[1].is_shard(0));
+  CHECK(param_spec("transformer.h.1.mlp.c_proj.bias")[1].is_replicate());
   // The Partial outputs of the row-parallel linears are settled on their out-edges.
   bool settles_partial = false;
   for (const auto& c : meg.report.plan.collectives)

@@ -73,6 +73,7 @@ class gloo_store {
   }
   /// Wraps a tcp_store made by the caller (to read its port first).
   static gloo_store from(std::shared_ptr<tcp_store> s) {
+    if (!s) throw comm_error("gloo_store::from: no tcp_store given");
     gloo_store g;
     g.description_ = "tcp store " + s->address();
     g.store_ = std::move(s);

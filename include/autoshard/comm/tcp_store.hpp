@@ -674,9 +674,12 @@ class tcp_store : public gloo::rendezvous::Store {
         if (k > 0) {
           p += k;
           n -= static_cast<std::size_t>(k);
+          replied_ = true;
           continue;
         }
-        if (k == 0) fail("the server closed the connection mid-reply (did it die?)");
+        if (k == 0)
+          fail(replied_ ? "the server closed the connection mid-reply (did it die?)"
+                        : "the server closed the connection before answering (did it die?)");
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
           ready(POLLIN, reply_deadline_, "waiting for the reply");
@@ -739,6 +742,7 @@ class tcp_store : public gloo::rendezvous::Store {
     detail::tcp::clock::time_point start_;
     std::chrono::milliseconds timeout_;
     detail::tcp::clock::time_point deadline_, reply_deadline_;
+    mutable bool replied_ = false;  // some of the reply has arrived
   };
 
   // Connects to the server, retrying (the server may start later) until `deadline`.

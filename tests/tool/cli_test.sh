@@ -190,5 +190,35 @@ if "$tool" --help | grep -q ' calibrate'; then
   expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes 10 --out "$tmp/never.json"
 fi
 
+# verify: a plan file (it embeds its graph) executed on 8 Gloo ranks against the unsharded run.
+if "$tool" --help | grep -q ' verify'; then
+  vp=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mode train --mesh 2x4)
+  "$tool" plan "${vp[@]}" --algo megatron --out "$tmp/v.json" --quiet >/dev/null 2>&1
+  json_check "d['passed'] and d['ranks'] == 8 and d['failed'] == 0 and d['first_failed'] is None and len(d['operators']) == 20 and d['max_rel_diff'] < 1e-12 and any('P' in o['spec'] for o in d['operators'])" \
+    "$tool" verify --plan "$tmp/v.json" --json
+  json_check "d['passed'] and d['dtype'] == 'f32' and d['rtol'] == 1e-3" "$tool" verify --plan "$tmp/v.json" --dtype f32 --json
+  expect_rc 0 "$tool" verify --plan "$tmp/v.json"
+  grep -q "^PASS: largest difference" "$tmp/out" && grep -q "8 Gloo ranks" "$tmp/out" && ok || bad "verify text report"
+  # A strategy the operator does not offer, a graph that does not match the plan, no file, bad options.
+  python3 - "$tmp/v.json" "$tmp/v-bad.json" "$tmp/v-graph.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+op = next(o for o in d['operators'] if o['name'] == 'transformer.h.0.mlp.c_fc')
+op['strategy'] = 'RRR,RR,R->RRR?'
+json.dump(d, open(sys.argv[2], 'w'))
+d = json.load(open(sys.argv[1]))
+v = next(v for v in d['graph']['nodes'] if v['name'] == 'transformer.wte.weight')
+v['shape'] = [64, 32]
+json.dump(d, open(sys.argv[3], 'w'))
+PY
+  expect_rc 1 "$tool" verify --plan "$tmp/v-bad.json"
+  grep -q "transformer.h.0.mlp.c_fc" "$tmp/err" && ok || bad "verify names the operator whose strategy is not offered"
+  expect_rc 1 "$tool" verify --plan "$tmp/v-graph.json"
+  grep -q "its graph is invalid: graph error: vertex 'lm_head'" "$tmp/err" && ok || bad "verify names the vertex whose shape no longer fits"
+  expect_rc 1 "$tool" verify --plan "$tmp/none.json"
+  expect_rc 2 "$tool" verify --plan "$tmp/v.json" --dtype bf16
+  expect_rc 2 "$tool" verify
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

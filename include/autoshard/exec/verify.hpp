@@ -231,7 +231,9 @@ inline loaded_plan load_plan(const std::string& file, const model_graph* graph =
   } catch (const nlohmann::json::exception& e) {
     throw io_error("plan file '" + file + "' is malformed: " + e.what());
   } catch (const graph_error& e) {
-    throw io_error("plan file '" + file + "': its graph is invalid: " + e.what());
+    std::string why = e.what();
+    if (why.rfind("autoshard: ", 0) == 0) why.erase(0, 11);
+    throw io_error("plan file '" + file + "': its graph is invalid: " + why);
   }
   o.compare_baselines = false;
   const detail::pass_model pm(out.graph, o);

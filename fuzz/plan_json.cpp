@@ -2,7 +2,8 @@
 // preload_solution). A small MLP graph on a 2x2 mesh is the model; each input is written as
 // read as a plan for it, as preload_solution does (no ILP is solved). Only io_error (malformed
 // file) and solver_error (a plan for another graph, mesh or mode) may escape. A plan that loads
-// must give every vertex one of its own strategies.
+// must give every vertex one of its own strategies. Every 256th input also goes through the
+// whole pass and through load_plan (solve/plan_file.hpp, with the file's embedded graph).
 //
 // With AUTOSHARD_FUZZ_WRITE_PLANS=<dir> set, it first solves the MLP with each algo and
 // writes the plans there: that is how fuzz/corpus/plan_json/ was seeded.
@@ -20,6 +21,7 @@
 
 #include <autoshard/graph/graph.hpp>
 #include <autoshard/solve/pass.hpp>
+#include <autoshard/solve/plan_file.hpp>
 
 namespace {
 namespace fs = std::filesystem;
@@ -99,6 +101,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     try {
       (void)autoshard::autosharding_analysis_pass(f.g, f.opt);
+    } catch (const autoshard::io_error&) {
+    } catch (const autoshard::solver_error&) {
+    }
+    // load_plan (what `autoshard verify` reads): the file's own embedded graph when it has
+    // one, else the MLP; every vertex must come back with one of its own strategies.
+    try {
+      const autoshard::loaded_plan lp = autoshard::load_plan(f.plan.string(), nullptr);
+      if (lp.strategies.size() != boost::num_vertices(lp.graph)) {
+        std::fprintf(stderr, "fuzz_plan_json: load_plan returned %zu strategies for %zu vertices\n",
+                     lp.strategies.size(), static_cast<std::size_t>(boost::num_vertices(lp.graph)));
+        std::abort();
+      }
+    } catch (const autoshard::io_error&) {
+    } catch (const autoshard::solver_error&) {
+    }
+    try {
+      (void)autoshard::load_plan(f.plan.string(), &f.g);
     } catch (const autoshard::io_error&) {
     } catch (const autoshard::solver_error&) {
     }

@@ -4,4 +4,5 @@
 ///   #include <autoshard/exec/exec.hpp>
 #include "executor.hpp"  // make_source_values, run_unsharded, run_sharded
 #include "kernels.hpp"   // run_kernel, local_context, exec_error
-#include "verify.hpp"    // verify_plan, verify_report, numeric_check, load_plan
+#include "verify.hpp"    // verify_plan, verify_report, numeric_check
+#include "../solve/plan_file.hpp"  // load_plan

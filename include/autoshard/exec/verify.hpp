@@ -6,10 +6,10 @@
 ///   autoshard::verify_report r = autoshard::verify_plan(g, mesh, result.strategies);
 ///   std::cout << r;                    // worst vertices, largest difference, pass / fail
 ///   opts.numeric_check = autoshard::numeric_check();  // the pass's run_checks runs it too
+/// A plan file comes back with its graph through load_plan (solve/plan_file.hpp).
 #include <algorithm>  // std::max, std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::isfinite
-#include <fstream>    // std::ifstream
 #include <iomanip>    // std::setprecision
 #include <mutex>      // std::mutex
 #include <ostream>    // std::ostream
@@ -18,7 +18,7 @@
 
 #include "../comm/gloo.hpp"    // mesh_communicator, gloo_options
 #include "../comm/launch.hpp"  // run_ranks_collect
-#include "../solve/pass.hpp"   // autosharding_options, detail::pass_model, detail::plan_from_json
+#include "../solve/pass.hpp"   // autosharding_options, solver_error
 #include "executor.hpp"        // run_unsharded, run_sharded, make_source_values
 
 namespace autoshard {
@@ -194,54 +194,6 @@ inline std::function<void(const model_graph&, const device_mesh&, const std::vec
                          std::to_string(it->ref_max_abs) + ", tolerance " + std::to_string(r.rtol) + " relative)");
     }
   };
-}
-
-/// A plan file read back with the graph it was solved for.
-struct loaded_plan {
-  model_graph graph;
-  device_mesh mesh;
-  std::vector<strategy> strategies;  ///< index = vertex
-  std::string algo;
-  run_mode mode = run_mode::inference;
-};
-
-/// Reads a plan file written by the pass (ilp_solution_file). The graph is the one the file
-/// embeds ("graph"), or `graph` when given (older files embed none). Throws io_error for an
-/// unreadable or malformed file, solver_error when the plan does not fit the graph.
-inline loaded_plan load_plan(const std::string& file, const model_graph* graph = nullptr) {
-  std::ifstream in(file);
-  if (!in) throw io_error("cannot open plan file '" + file + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "' is not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
-    throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-  loaded_plan out;
-  autosharding_options o;
-  try {
-    if (graph) out.graph = *graph;
-    else if (j.contains("graph")) out.graph = from_json(j.at("graph"));
-    else throw io_error("plan file '" + file + "' embeds no graph (written before plans carried one); give the model");
-    o.mesh_shape = j.at("mesh").at("shape").get<std::vector<int>>();
-    o.mode = j.at("mode").get<std::string>() == "training" ? run_mode::training : run_mode::inference;
-    out.algo = j.value("algo", std::string());
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "' is malformed: " + e.what());
-  } catch (const graph_error& e) {
-    std::string why = e.what();
-    if (why.rfind("autoshard: ", 0) == 0) why.erase(0, 11);
-    throw io_error("plan file '" + file + "': its graph is invalid: " + why);
-  }
-  o.compare_baselines = false;
-  const detail::pass_model pm(out.graph, o);
-  const std::vector<int> choice = detail::plan_from_json(pm, j, file);
-  out.mesh = pm.mesh;
-  out.mode = o.mode;
-  for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
-  return out;
 }
 
 }  // namespace autoshard

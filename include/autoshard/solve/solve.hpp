@@ -7,4 +7,5 @@
 #include "ilp.hpp"      // solve_ilp, solve_options, solve_result
 #include "iopddl.hpp"   // read_iopddl, write_iopddl
 #include "problem.hpp"  // strategy_problem
-#include "pass.hpp"     // autosharding_analysis_pass (needs the graph area)
+#include "pass.hpp"       // autosharding_analysis_pass (needs the graph area)
+#include "plan_file.hpp"  // load_plan: a plan file back with its graph

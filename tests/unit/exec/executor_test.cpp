@@ -351,7 +351,7 @@ TEST_CASE("a wrong plan is caught: the check can fail") {
   CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, short_plan), doctest::Contains("strategies for a graph of"), exec_error);
 }
 
-TEST_CASE("run_checks with numeric_check executes the plan; plan files carry the graph and load back") {
+TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the graph and load back") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "autoshard-exec-plan";
   std::filesystem::create_directories(dir);

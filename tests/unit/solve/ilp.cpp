@@ -191,7 +191,7 @@ TEST_CASE("a short time limit returns an incumbent with its gap, or says it foun
   }
 }
 
-TEST_CASE("progress reports every better incumbent; mip_rel_gap stops early within the gap") {
+TEST_CASE("progress reports every better incumbent, mip_rel_gap stops early within the gap") {
   std::mt19937 rng(5);
   solve_test::random_spec spec;
   spec.max_nodes = 40;

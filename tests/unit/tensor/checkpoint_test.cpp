@@ -385,7 +385,7 @@ TEST_CASE("shard_checkpoint: every built-in policy, gathered back bit for bit") 
   }
 }
 
-TEST_CASE("shard_checkpoint: rank files hold Megatron's shards; index records rule, spec, offsets, bias") {
+TEST_CASE("shard_checkpoint: rank files hold Megatron's shards, index records rule, spec, offsets, bias") {
   scratch_dir dir;
   auto m = gpt2_model();
   auto model = materialise(m, 42);
@@ -469,7 +469,7 @@ TEST_CASE("shard_checkpoint: Hugging Face sharded input, plan policy on a 2-D me
   }
 }
 
-TEST_CASE("shard_checkpoint: invalid input never touches the output directory; failures leave no half file") {
+TEST_CASE("shard_checkpoint: invalid input never touches the output directory, failures leave no half file") {
   scratch_dir dir;
   auto m = gpt2_model();
   auto model = materialise(m, 3);

@@ -92,7 +92,7 @@ TEST_CASE("column, row, bias and vocab rules in both layouts") {
     CHECK(!b.add_after_allreduce);
     for (int r = 0; r < 4; ++r) expect_1d(b, r, 2, [r](std::int64_t j) { return r * 2 + j; });
   }
-  SUBCASE("row [out,in]: input columns split; bias whole, added once after the all-reduce") {
+  SUBCASE("row [out,in]: input columns split, bias whole, added once after the all-reduce") {
     auto t = plan_tensor(p, "row.weight", {6, 8}, dtype::f32, 4);
     CHECK(to_string(t.spec) == "[S(1)]");
     for (int r = 0; r < 4; ++r) expect_2d(t, r, 6, 2, same, [r](std::int64_t j) { return r * 2 + j; });
@@ -178,7 +178,7 @@ TEST_CASE("fused layouts: equal parts, grouped-query heads, BLOOM per-head inter
   }
 }
 
-TEST_CASE("attributes are rescaled per rank; a remainder names the attribute, value and size") {
+TEST_CASE("attributes are rescaled per rank, a remainder names the attribute, value and size") {
   const model_config cfg{{"n_head", 12}, {"n_embd", 768}};
   auto a = rescale_attributes(policies::gpt2(), cfg, 4);
   CHECK(a.at("attn.num_heads") == 3);

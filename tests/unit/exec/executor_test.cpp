@@ -381,3 +381,43 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   CHECK_FALSE(std::filesystem::exists(o.ilp_solution_file));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a rank whose kernel fails ends its run with exec_error, and its peers with comm_error within their timeout") {
+  // ids [4,3] split over 4 ranks by row; only rank 0's row holds an id outside the table, so
+  // only rank 0 fails; the others reach the all-gather in front of the linear and time out.
+  model_graph g;
+  const vertex_t ids = add_input(g, "ids", {4, 3}, dtype::i64);
+  const vertex_t table = add_parameter(g, "table", {10, 6}, dtype::f32);
+  const vertex_t wte = add_op(g, op_kind::embedding, "wte", {ids, table});
+  const vertex_t w = add_parameter(g, "w", {5, 6}, dtype::f32);
+  const vertex_t fc = add_op(g, op_kind::linear, "fc", {wte, w});
+  const device_mesh mesh{4};
+  std::vector<strategy> plan(boost::num_vertices(g));
+  plan[ids].output = parse_spec("S0R", 1, 2);
+  plan[table].output = replicated_spec(1, 2);
+  plan[w].output = replicated_spec(1, 2);
+  for (const strategy& s : enumerate_strategies(g, wte, mesh))
+    if (s.output == parse_spec("S0RR", 1, 3)) plan[wte] = s;
+  for (const strategy& s : enumerate_strategies(g, fc, mesh))
+    if (s.inputs[0] == replicated_spec(1, 3) && s.output == replicated_spec(1, 3)) plan[fc] = s;
+  REQUIRE(plan[wte].inputs.size() == 2);
+  REQUIRE(plan[fc].inputs.size() == 2);
+  std::vector<host_tensor> sources = make_source_values<double>(g, 3);
+  sources[ids].as<std::int64_t>()[1] = 10;  // row 0: rank 0's piece
+  gloo_options go;
+  go.timeout = std::chrono::milliseconds(1500);
+  const auto start = std::chrono::steady_clock::now();
+  const rank_results res = run_ranks_collect(4, [&](gloo_communicator& world) {
+    mesh_communicator mc(std::move(world), mesh);
+    run_sharded<double>(mc, g, plan, sources);
+  }, go);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 10.0);
+  REQUIRE(res[0]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(res[0]), doctest::Contains("vertex 'wte' (embedding): id 10 outside the table of 10 rows"), exec_error);
+  for (int r = 1; r < 4; ++r) {
+    CAPTURE(r);
+    REQUIRE(res[static_cast<std::size_t>(r)]);
+    CHECK_THROWS_AS(std::rethrow_exception(res[static_cast<std::size_t>(r)]), comm_error);
+  }
+}

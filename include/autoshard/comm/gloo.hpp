@@ -272,6 +272,12 @@ class gloo_communicator {
       ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, size());
       ctx_->setTimeout(timeout_);
       ctx_->connectFullMesh(prefixed, device_);
+      // connectFullMesh can return on one rank while a peer is still finishing its side; a
+      // rank that then closed at once (an error before its first collective) would break the
+      // peer's handshake. A barrier makes every rank return connected.
+      gloo::BarrierOptions b(ctx_);
+      b.setTimeout(timeout_);
+      gloo::barrier(b);
     } catch (const std::exception& e) {
       ctx_.reset();
       throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " +

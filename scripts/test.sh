@@ -5,7 +5,7 @@
 # (every libFuzzer target in fuzz/ for 20,000 executions, scripts/fuzz.sh).
 # Usage: bash scripts/test.sh [gcc|clang|asan|fuzz ...]   (default: gcc asan fuzz)
 #
-# Build time (docs/performance.md): the presets compile each test executable and the tool as
+# Build time: the presets compile each test executable and the tool as
 # one translation unit (AUTOSHARD_UNITY_BUILD) with line tables only; when the fuzz smoke
 # runs after other steps, its targets are built from the start at the lowest CPU priority
 # (nice 19), so they take only the cores the GCC and ASan steps leave idle.

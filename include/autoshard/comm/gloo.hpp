@@ -9,12 +9,14 @@
 ///   mc.axis(1).all_reduce(buf, n, autoshard::dtype::f32, autoshard::reduce_op::sum);
 /// Every operation has the communicator's timeout; a dead, missing or mismatched peer
 /// turns into comm_error naming this rank, the group and the operation.
+#include <csignal>    // std::signal, SIGPIPE
 #include <chrono>     // std::chrono::milliseconds
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::uint32_t
 #include <cstring>    // std::memcpy
 #include <exception>  // std::exception
 #include <memory>     // std::shared_ptr
+#include <mutex>      // std::once_flag
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 #include <utility>    // std::move
@@ -103,6 +105,19 @@ inline std::string rank_list(const std::vector<int>& v) {
   return s + "]";
 }
 
+/// Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer that has died
+/// raises SIGPIPE, whose default action kills the whole process before any error can be
+/// reported. Where SIGPIPE still has its default action, ignore it, so the write fails with
+/// EPIPE and the collective with comm_error; a handler the program installed is left alone.
+inline void ignore_default_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO))
+      std::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
 /// Calls f with a null pointer of the unsigned type of t's size: gloo only needs the width.
 template <class F>
 decltype(auto) with_width(dtype t, F&& f) {
@@ -124,6 +139,7 @@ class gloo_communicator {
   /// Joins the world of `size` ranks as `rank`; blocks until everyone has joined or
   /// the timeout passes (comm_error naming the rank and the missing peers' store).
   static gloo_communicator connect(const gloo_store& store, int rank, int size, const gloo_options& opts = {}) {
+    detail::ignore_default_sigpipe();
     if (size < 1 || rank < 0 || rank >= size)
       throw comm_error("rank " + std::to_string(rank) + " is outside a world of " + std::to_string(size));
     std::shared_ptr<gloo::transport::Device> dev;

@@ -14,6 +14,7 @@
 
 #include <chrono>       // std::chrono
 #include <csignal>      // kill, SIGKILL
+#include <cstring>      // strsignal
 #include <cstdio>       // std::fprintf
 #include <cstdlib>      // std::getenv, mkdtemp, setenv
 #include <exception>    // std::exception_ptr
@@ -243,6 +244,9 @@ inline int spawn_ranks(int n, const std::function<int(int rank)>& fn, const spaw
       done[i] = true;
       --left;
       if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+      if (got > 0 && WIFSIGNALED(status))
+        std::fprintf(stderr, "autoshard: rank %d was killed by signal %d (%s)\n", o.first_rank + static_cast<int>(i),
+                     WTERMSIG(status), strsignal(WTERMSIG(status)));
     }
     if (left == 0) break;
     if (std::chrono::steady_clock::now() > deadline) {

@@ -332,7 +332,7 @@ plan_doc read_plan(const show_options& o) {
     doc.algo = j.value("algo", std::string());
     doc.mode = j.value("mode", std::string());
     const auto& mj = j.at("mesh");
-    device_mesh m(mj.at("shape").get<std::vector<int>>());
+    device_mesh m(json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape"));
     if (mj.contains("links")) {
       const auto& links = mj.at("links");
       for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
@@ -346,7 +346,7 @@ plan_doc read_plan(const show_options& o) {
       e.strategy = op.value("strategy", std::string());
       e.output = op.at("output").get<std::string>();
       if (op.contains("inputs")) e.inputs = op.at("inputs").get<std::vector<std::string>>();
-      if (op.contains("shape")) e.shape = tensor_shape(op.at("shape").get<std::vector<std::int64_t>>());
+      if (op.contains("shape")) e.shape = tensor_shape(json_int_array<std::int64_t>(op.at("shape"), "plan file '" + file + "': a shape"));
       doc.entries.push_back(std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {

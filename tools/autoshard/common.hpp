@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,21 @@ inline dtype parse_dtype_or_throw(const std::string& s) {
   auto t = parse_dtype(s);
   if (!t) throw spec_error("unknown dtype '" + s + "' (f32, f16, bf16, f64, i32, i64, u8)");
   return *t;
+}
+
+/// The integers of a JSON array as T, checked: nlohmann's get<int> of a float (1e30, or an
+/// integer beyond 2^64 that parses as one) is undefined behaviour, not an error.
+template <class T>
+std::vector<T> json_int_array(const nlohmann::json& v, const std::string& what) {
+  if (!v.is_array()) throw io_error(what + " is " + v.dump() + ", not an array of integers");
+  std::vector<T> out;
+  for (const nlohmann::json& x : v) {
+    const bool ok = x.is_number_integer() && (x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                                                                      : x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max()));
+    if (!ok) throw io_error(what + " holds " + x.dump() + ", not a non-negative integer that fits");
+    out.push_back(static_cast<T>(x.get<std::int64_t>()));
+  }
+  return out;
 }
 
 inline nlohmann::json to_json(const tensor_shape& s) { return s.to_vector(); }

@@ -36,7 +36,7 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
     if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
       throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
     const auto& mj = j.at("mesh");
-    device_mesh m(mj.at("shape").get<std::vector<int>>());
+    device_mesh m(json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape"));
     const auto& links = mj.at("links");
     for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
       m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
@@ -45,7 +45,7 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
       if (op.at("kind").get<std::string>() != "parameter") continue;
       plan_parameter p;
       p.name = op.at("name").get<std::string>();
-      p.shape = tensor_shape(op.at("shape").get<std::vector<std::int64_t>>());
+      p.shape = tensor_shape(json_int_array<std::int64_t>(op.at("shape"), "plan file '" + file + "': a shape"));
       p.spec = parse_spec(op.at("output").get<std::string>(), static_cast<int>(m.ndim()), static_cast<int>(p.shape.rank));
       out.params.push_back(p);
     }

@@ -36,6 +36,7 @@
 #include <filesystem>  // std::filesystem::path
 #include <fstream>     // std::ifstream, std::ofstream
 #include <functional>  // std::function
+#include <limits>      // std::numeric_limits
 #include <map>         // std::map
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
@@ -507,17 +508,39 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
           {"graph", to_json(pm.g)}};  // so a plan file alone can be executed and verified
 }
 
+/// An integer member of a plan file, checked: nlohmann's get<int> of a float (1e30, or an
+/// integer beyond 2^64 that parses as one) is undefined behaviour, not an error.
+inline std::int64_t plan_int(const nlohmann::json& v, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  const bool in_range = v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) &&
+                        v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
+  if (!in_range)
+    throw io_error(what + " is " + v.dump() + ", not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<std::int64_t>();
+}
+inline std::vector<std::int64_t> plan_ints(const nlohmann::json& v, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  if (!v.is_array()) throw io_error(what + " is " + v.dump() + ", not an array");
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < v.size(); ++i) out.push_back(plan_int(v[i], what + "[" + std::to_string(i) + "]", lo, hi));
+  return out;
+}
+inline std::vector<int> plan_mesh_shape(const nlohmann::json& j, const std::string& where) {
+  std::vector<int> shape;
+  for (std::int64_t d : plan_ints(j.at("mesh").at("shape"), where + ": \"mesh\".\"shape\"", 0, std::numeric_limits<int>::max()))
+    shape.push_back(static_cast<int>(d));
+  return shape;
+}
+
 /// The choice a plan file describes, after checking it matches the graph and the mesh.
 inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::json& j, const std::string& file) {
   const std::string where = "plan file '" + file + "'";
   try {
     if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
       throw solver_error(where + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-    const int version = j.at("version").get<int>();
+    const auto version = static_cast<int>(plan_int(j.at("version"), where + ": \"version\"", 0, std::numeric_limits<int>::max()));
     if (version != plan_format_version)
       throw solver_error(where + " has version " + std::to_string(version) + "; this build reads version " +
                          std::to_string(plan_format_version));
-    const std::vector<int> shape = j.at("mesh").at("shape").get<std::vector<int>>();
+    const std::vector<int> shape = plan_mesh_shape(j, where);
     if (shape != pm.mesh.shape())
       throw solver_error(where + " is for mesh shape " + nlohmann::json(shape).dump() + ", not " + to_string(pm.mesh));
     const std::string mode = j.at("mode").get<std::string>();
@@ -534,7 +557,8 @@ inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::jso
       auto it = by_name.find(nd.name);
       if (it == by_name.end()) throw solver_error(where + " has no operator '" + nd.name + "'");
       const nlohmann::json& op = *it->second;
-      const std::vector<std::int64_t> fshape = op.at("shape").get<std::vector<std::int64_t>>();
+      const std::vector<std::int64_t> fshape =
+          plan_ints(op.at("shape"), where + ": operator '" + nd.name + "' \"shape\"", 0, std::numeric_limits<std::int64_t>::max());
       std::vector<std::int64_t> gshape;
       for (std::size_t d = 0; d < nd.shape.rank; ++d) gshape.push_back(nd.shape[d]);
       if (fshape != gshape)

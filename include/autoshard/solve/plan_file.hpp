@@ -42,7 +42,7 @@ inline loaded_plan load_plan(const std::string& file, const model_graph* graph =
     if (graph) out.graph = *graph;
     else if (j.contains("graph")) out.graph = from_json(j.at("graph"));
     else throw io_error("plan file '" + file + "' embeds no graph (written before plans carried one); give the model");
-    o.mesh_shape = j.at("mesh").at("shape").get<std::vector<int>>();
+    o.mesh_shape = detail::plan_mesh_shape(j, "plan file '" + file + "'");
     o.mode = j.at("mode").get<std::string>() == "training" ? run_mode::training : run_mode::inference;
     out.algo = j.value("algo", std::string());
   } catch (const nlohmann::json::exception& e) {

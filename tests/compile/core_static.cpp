@@ -34,6 +34,18 @@ static_assert("RRPmax0"_spec[0] == as::Partial(as::reduce_op::max));
 static_assert(as::parse_spec("S0R", 2) == as::parse_spec("[S(0),R]", 2, 2));
 static_assert(as::parse_spec("[Shard(1), Partial(min)]", 2, 2) == as::parse_spec("RS0Pmin1", 2, 2));
 
+// PyTorch's printed spellings, at compile time too: tuples, dim=, negative dims (resolved
+// against the tensor's rank), quoted reduce ops, the one-element tuple's trailing comma.
+static_assert("(Replicate(), Shard(dim=1))"_spec == "[R,S(1)]"_spec);
+static_assert("[Shard(0), Partial()]"_spec == as::parse_spec("[S(0),P]"));
+static_assert("(Shard(dim=0),)"_spec == "[S(0)]"_spec);
+static_assert(as::parse_spec("[Shard(-1), R]", 2, 3) == as::parse_spec("[S(2),R]", 2, 3));
+static_assert(as::parse_spec("(Shard(dim=-2),)", 1, 2) == "S0R"_spec);
+static_assert("[Partial(\"max\"), Partial('min')]"_spec == "[P(max),P(min)]"_spec);
+static_assert("[Partial(reduce_op=\"sum\")]"_spec == "[P]"_spec);
+using last_dim = as::sharded_tensor<float, as::mesh_extents<2, 4>, "(Replicate(), Shard(dim=-1))", 768, 2304>;
+static_assert(last_dim::spec == as::parse_spec("RS1", 2, 2));
+
 constexpr as::sharding_spec take(as::spec_literal s) { return s; }
 static_assert(take("[S(0),R]") == "[S(0),R]"_spec);
 static_assert(take("S1R").mesh_rank == 2);

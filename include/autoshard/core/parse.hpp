@@ -1,6 +1,9 @@
 #pragma once
 /// Parsing and printing specs in both notations:
-///   DTensor style, one placement per mesh axis: "[S(0), R]", "[Shard(1), Partial(max)]", "[R,P]"
+///   DTensor style, one placement per mesh axis: "[S(0), R]", "[Shard(1), Partial(max)]", "[R,P]",
+///   and the way PyTorch prints placements: "(Replicate(), Shard(dim=1))", "(Shard(dim=0),)",
+///   "[Shard(-1), Partial(sum)]", "Partial('max')". A negative Shard dim counts from the end
+///   and is resolved while parsing, so it needs the tensor's rank (`tensor_rank`).
 ///   Alpa style, one token per tensor dim naming the mesh axes that split it: "S0R", "S01R", "RS1";
 ///   Partial axes follow as "P<axes>" (sum), "Pmax<axes>", "Pmin<axes>": "RRP0".
 /// The same constexpr parser checks a literal at compile time and throws spec_error at run time:
@@ -62,6 +65,35 @@ namespace bad_spec {
 [[noreturn]] inline void number_too_large(std::string_view text, std::size_t pos) {
   fail(text, pos, "number too large");
 }
+[[noreturn]] inline void negative_shard_dim_needs_tensor_rank(std::string_view text, std::size_t pos, int dim) {
+  fail(text, pos, "Shard(" + std::to_string(dim) +
+                      ") counts from the end of the tensor's dims, so it needs the tensor's rank, which is not "
+                      "known here (give the rank, or write the dim as a non-negative number)");
+}
+[[noreturn]] inline void negative_shard_dim_outside_tensor(std::string_view text, std::size_t pos, int dim, int rank) {
+  fail(text, pos, "Shard(" + std::to_string(dim) + ") counts from the end but the tensor has rank " +
+                      std::to_string(rank) + " (dims -1 to -" + std::to_string(rank) + ")");
+}
+[[noreturn]] inline void reduce_op_not_supported(std::string_view text, std::size_t pos) {
+  std::size_t e = pos;
+  while (e < text.size() && ((text[e] >= 'a' && text[e] <= 'z') || (text[e] >= 'A' && text[e] <= 'Z') || text[e] == '_')) ++e;
+  fail(text, pos, "Partial(" + std::string(text.substr(pos, e - pos)) +
+                      ") is not supported: the supported reduce ops are sum, max and min (PyTorch's avg and "
+                      "product have no counterpart here)");
+}
+[[noreturn]] inline void unmatched_bracket(std::string_view text, std::size_t pos, char want) {
+  fail(text, pos, std::string("expected '") + want + "' to close the list of placements");
+}
+[[noreturn]] inline void bare_placement(std::string_view text, std::size_t pos) {
+  fail(text, pos,
+       "a bare placement is not a spec: list one placement per mesh axis in brackets, DTensor style "
+       "([S(0)], [Shard(0), Replicate()] or PyTorch's tuple (Shard(dim=0),)), or write Alpa's notation, one "
+       "token per tensor dim (S0R)");
+}
+[[noreturn]] inline void strided_shard_not_supported(std::string_view text, std::size_t pos) {
+  fail(text, pos, "_StridedShard (PyTorch's internal placement for FSDP + TP) is not supported: write the "
+                  "nesting as [S(d),S(d)], outer mesh axis first");
+}
 }  // namespace bad_spec
 
 namespace detail {
@@ -80,6 +112,7 @@ struct spec_lexer {
     return false;
   }
   constexpr bool at_digit() const { return i < s.size() && s[i] >= '0' && s[i] <= '9'; }
+  constexpr bool at(char c) const { return i < s.size() && s[i] == c; }
   constexpr int number() {
     if (!at_digit()) bad_spec::unexpected_character(s, i);
     int v = 0;
@@ -91,27 +124,61 @@ struct spec_lexer {
   }
 };
 
-constexpr reduce_op parse_reduce(spec_lexer& lx) {
-  if (lx.eat("sum")) return reduce_op::sum;
-  if (lx.eat("max")) return reduce_op::max;
-  if (lx.eat("min")) return reduce_op::min;
-  bad_spec::unexpected_character(lx.s, lx.i);
+constexpr bool is_word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-constexpr placement parse_placement(spec_lexer& lx) {
+/// sum, max, min; optionally quoted ('max', "max") as PyTorch's Partial takes a string.
+constexpr reduce_op parse_reduce(spec_lexer& lx) {
+  char quote = 0;
+  if (lx.at('\'') || lx.at('"')) quote = lx.s[lx.i++];
+  const std::size_t pos = lx.i;
+  reduce_op op = reduce_op::sum;
+  if (lx.eat("sum")) op = reduce_op::sum;
+  else if (lx.eat("max")) op = reduce_op::max;
+  else if (lx.eat("min")) op = reduce_op::min;
+  else if (lx.i < lx.s.size() && is_word_char(lx.s[lx.i])) bad_spec::reduce_op_not_supported(lx.s, pos);
+  else bad_spec::unexpected_character(lx.s, lx.i);
+  if (lx.i < lx.s.size() && is_word_char(lx.s[lx.i])) bad_spec::reduce_op_not_supported(lx.s, pos);  // "maximum"
+  if (quote != 0 && !lx.eat(std::string_view(&quote, 1))) bad_spec::unexpected_character(lx.s, lx.i);
+  return op;
+}
+
+/// One placement. A negative Shard dim counts from the end (PyTorch's Shard(-1)); it is
+/// resolved here against `tensor_rank`, so it needs one (>= 0).
+constexpr placement parse_placement(spec_lexer& lx, int tensor_rank) {
   lx.skip_ws();
+  if (lx.s.substr(lx.i).starts_with("_StridedShard") || lx.s.substr(lx.i).starts_with("_S("))
+    bad_spec::strided_shard_not_supported(lx.s, lx.i);
   if (lx.eat("Replicate()") || lx.eat("Replicate") || lx.eat("R")) return Replicate();
   if (lx.eat("Shard(") || lx.eat("S(")) {
     lx.skip_ws();
+    if (lx.eat("dim")) {  // PyTorch's repr: Shard(dim=1)
+      lx.skip_ws();
+      if (!lx.eat("=")) bad_spec::unexpected_character(lx.s, lx.i);
+      lx.skip_ws();
+    }
+    const std::size_t pos = lx.i;
+    const bool negative = lx.eat("-");
     int d = lx.number();
     lx.skip_ws();
     if (!lx.eat(")")) bad_spec::unexpected_character(lx.s, lx.i);
+    if (negative) {
+      if (tensor_rank < 0) bad_spec::negative_shard_dim_needs_tensor_rank(lx.s, pos, -d);
+      if (d == 0 || d > tensor_rank) bad_spec::negative_shard_dim_outside_tensor(lx.s, pos, -d, tensor_rank);
+      d = tensor_rank - d;
+    }
     return Shard(d);
   }
   if (lx.eat("Partial") || lx.eat("P")) {
     if (!lx.eat("(")) return Partial();
     lx.skip_ws();
     if (lx.eat(")")) return Partial();
+    if (lx.eat("reduce_op")) {  // Partial(reduce_op="max"), as the constructor is called
+      lx.skip_ws();
+      if (!lx.eat("=")) bad_spec::unexpected_character(lx.s, lx.i);
+      lx.skip_ws();
+    }
     reduce_op op = parse_reduce(lx);
     lx.skip_ws();
     if (!lx.eat(")")) bad_spec::unexpected_character(lx.s, lx.i);
@@ -123,16 +190,23 @@ constexpr placement parse_placement(spec_lexer& lx) {
 constexpr sharding_spec parse_dtensor(std::string_view text, int mesh_rank, int tensor_rank) {
   spec_lexer lx{text, 0};
   lx.skip_ws();
-  lx.eat("[");
+  // "[...]" (a list) or "(...)" (the tuple PyTorch prints, "(Shard(dim=0),)" for one axis).
+  char close = ']';
+  if (lx.eat("(")) close = ')';
+  else lx.eat("[");
   sharding_spec s;
   lx.skip_ws();
-  if (lx.i < text.size() && text[lx.i] == ']') bad_spec::empty_spec(text, lx.i);
+  if (lx.at(close)) bad_spec::empty_spec(text, lx.i);
   int max_dim = -1;
   for (;;) {
     lx.skip_ws();
     std::size_t pos = lx.i;
+    if (s.mesh_rank > 0 && lx.at(close)) {  // a trailing comma: Python's (Shard(dim=0),)
+      ++lx.i;
+      break;
+    }
     if (s.mesh_rank == max_mesh_rank) bad_spec::too_many_placements(text, pos);
-    placement p = parse_placement(lx);
+    placement p = parse_placement(lx, tensor_rank);
     if (p.is_shard()) {
       if (tensor_rank >= 0 && p.dim >= tensor_rank) bad_spec::shard_dim_outside_tensor(text, pos, p.dim, tensor_rank);
       if (p.dim >= static_cast<int>(max_tensor_rank)) bad_spec::shard_dim_outside_tensor(text, pos, p.dim, max_tensor_rank);
@@ -141,7 +215,11 @@ constexpr sharding_spec parse_dtensor(std::string_view text, int mesh_rank, int 
     s.placements[s.mesh_rank++] = p;
     lx.skip_ws();
     if (lx.eat(",")) continue;
-    if (lx.eat("]")) break;
+    if (lx.at(close)) {
+      ++lx.i;
+      break;
+    }
+    if (lx.at(']') || lx.at(')') || close == ')') bad_spec::unmatched_bracket(text, lx.i, close);
     bad_spec::expected_closing_bracket(text, lx.i);
   }
   lx.skip_ws();
@@ -211,7 +289,9 @@ constexpr sharding_spec parse_alpa(std::string_view text, int mesh_rank, int ten
 }  // namespace detail
 
 /// Parses a spec in either notation. `mesh_rank` / `tensor_rank` of -1 are inferred:
-/// DTensor notation gives the mesh rank, Alpa notation the tensor rank.
+/// DTensor notation gives the mesh rank, Alpa notation the tensor rank. A negative Shard
+/// dim (Shard(-1): the last dim) is resolved here and needs `tensor_rank`; it prints back
+/// as the non-negative dim.
 constexpr sharding_spec parse_spec(std::string_view text, int mesh_rank = -1, int tensor_rank = -1) {
   std::size_t k = 0;
   while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
@@ -219,7 +299,10 @@ constexpr sharding_spec parse_spec(std::string_view text, int mesh_rank = -1, in
   if (mesh_rank == 0) bad_spec::a_mesh_has_at_least_one_axis();
   if (mesh_rank > static_cast<int>(max_mesh_rank)) bad_spec::too_many_mesh_axes(static_cast<std::size_t>(mesh_rank));
   if (tensor_rank > static_cast<int>(max_tensor_rank)) bad_spec::tensor_rank_too_large(static_cast<std::size_t>(tensor_rank));
-  if (text[k] == '[') return detail::parse_dtensor(text, mesh_rank, tensor_rank);
+  if (text[k] == '[' || text[k] == '(') return detail::parse_dtensor(text, mesh_rank, tensor_rank);
+  const std::string_view rest = text.substr(k);
+  for (std::string_view word : {"Shard", "Replicate", "Partial", "S(", "P(", "R(", "_S"})
+    if (rest.starts_with(word)) bad_spec::bare_placement(text, k);
   return detail::parse_alpa(text, mesh_rank, tensor_rank);
 }
 

@@ -403,12 +403,12 @@ TEST_CASE("specs: every parse error names the problem and the position") {
       {"RPavg0", -1, -1, "'RPavg0' at position 2: unexpected character 'a'"},
       {"[S(0),R", -1, -1, "'[S(0),R' at position 7: expected ']' or ','"},
       {"[S(0) R]", -1, -1, "'[S(0) R]' at position 6: expected ']' or ','"},
-      {"[S(0),]", -1, -1, "'[S(0),]' at position 6: unexpected character ']'"},
+      {"[S(0),,]", -1, -1, "'[S(0),,]' at position 6: unexpected character ','"},
       {"[S(0),R] x", -1, -1, "'[S(0),R] x' at position 9: unexpected character 'x'"},
       {"[S(x)]", -1, -1, "'[S(x)]' at position 3: unexpected character 'x'"},
       {"[S(0]", -1, -1, "'[S(0]' at position 4: unexpected character ']'"},
       {"[Shard(1]", -1, -1, "'[Shard(1]' at position 8: unexpected character ']'"},
-      {"[P(avg)]", -1, -1, "'[P(avg)]' at position 3: unexpected character 'a'"},
+      {"[P(avg)]", -1, -1, "'[P(avg)]' at position 3: Partial(avg) is not supported: the supported reduce ops are sum, max and min (PyTorch's avg and product have no counterpart here)"},
       {"[P(max]", -1, -1, "'[P(max]' at position 6: unexpected character ']'"},
       {"[S(", -1, -1, "'[S(' at position 3: unexpected end of the spec"},
       {"[S(100)]", -1, -1, "'[S(100)]' at position 6: number too large"},
@@ -487,4 +487,69 @@ TEST_CASE("check_spec names the tensor and the mismatch") {
   bad.placements[1] = Shard(3);
   CHECK(spec_error_of([&] { check_spec(bad, m, {8, 4}); }) ==
         "autoshard: spec error: Shard(3) is outside a tensor of rank 2");
+}
+
+TEST_CASE("specs: PyTorch's printed spellings parse to the same values") {
+  // What `print(dtensor.placements)` shows: a tuple of reprs (Shard's with dim=, Partial's op bare).
+  CHECK(parse_spec("(Replicate(), Shard(dim=1))", 2, 2) == make_spec(2, {Replicate(), Shard(1)}));
+  CHECK(parse_spec("(Shard(dim=0), Replicate())") == parse_spec("[S(0),R]"));
+  CHECK(parse_spec("(Shard(dim=0),)", 1, 1) == parse_spec("S0", 1, 1));  // Python's one-element tuple
+  CHECK(parse_spec("[S(0),]", 1, 1) == parse_spec("S0", 1, 1));          // and a list's trailing comma
+  CHECK(parse_spec("[Shard(0), Partial()]", 2, 1) == make_spec(1, {Shard(0), Partial()}));
+  CHECK(parse_spec("(Partial(sum), Partial(max))", 2, 1) == parse_spec("[P,P(max)]", 2, 1));
+  CHECK(parse_spec("[ Shard( dim = 2 ) , R ]") == parse_spec("[S(2),R]"));
+  // Partial's reduce op as a Python string, positional or by keyword.
+  CHECK(parse_spec("[Partial(\"max\")]", 1, 1)[0] == Partial(reduce_op::max));
+  CHECK(parse_spec("[Partial('min')]", 1, 1)[0] == Partial(reduce_op::min));
+  CHECK(parse_spec("[Partial(reduce_op=\"sum\")]", 1, 1)[0] == Partial());
+  // Negative dims count from the end of the tensor's dims, resolved against its rank.
+  CHECK(parse_spec("[Shard(-1), R]", 2, 3) == parse_spec("[S(2),R]", 2, 3));
+  CHECK(parse_spec("(Shard(dim=-2),)", 1, 2) == parse_spec("S0R", 1, 2));
+  CHECK(parse_spec("[S(-3)]", 1, 3)[0] == Shard(0));
+  CHECK(to_string(parse_spec("[S(-1)]", 1, 2)) == "[S(1)]");  // prints the resolved dim
+  // ... and need that rank: an error that says so, and one naming the range when it is out.
+  CHECK(spec_error_of([] { (void)parse_spec("[Shard(-1), R]"); }).find("needs the tensor's rank") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_spec("[S(-3)]", 1, 2); })
+            .find("Shard(-3) counts from the end but the tensor has rank 2 (dims -1 to -2)") != std::string::npos);
+  CHECK_THROWS_AS(parse_spec("[S(-0)]", 1, 2), spec_error);
+  // Reduce ops PyTorch has and this model does not: refused, naming the supported ones.
+  for (const char* bad : {"[Partial(\"avg\")]", "[P(avg)]", "[Partial(product)]", "[P('avg')]", "[P(maximum)]"}) {
+    CAPTURE(bad);
+    const std::string msg = spec_error_of([&] { (void)parse_spec(bad, 1, 1); });
+    CHECK(msg.find("is not supported: the supported reduce ops are sum, max and min") != std::string::npos);
+  }
+  CHECK(spec_error_of([] { (void)parse_spec("[P(avg)]"); }).find("Partial(avg) is not supported") != std::string::npos);
+  // A bare placement is not a spec: the message says what to write instead.
+  for (const char* bare : {"S(0)", "Shard(0)", "Replicate()", "P(max)", "Partial()", " S(1)"}) {
+    CAPTURE(bare);
+    const std::string msg = spec_error_of([&] { (void)parse_spec(bare); });
+    CHECK(msg.find("a bare placement is not a spec") != std::string::npos);
+    CHECK(msg.find("[S(0)]") != std::string::npos);
+  }
+  // Brackets must match, a lone trailing comma needs a placement before it.
+  CHECK(spec_error_of([] { (void)parse_spec("(S(0), R]"); }).find("expected ')'") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_spec("[S(0), R)"); }).find("expected ']'") != std::string::npos);
+  CHECK_THROWS_AS(parse_spec("(,)"), spec_error);
+  CHECK_THROWS_AS(parse_spec("()"), spec_error);
+  CHECK_THROWS_AS(parse_spec("(S(0),,)"), spec_error);
+  CHECK_THROWS_AS(parse_spec("(Shard(dim 1),)"), spec_error);
+  CHECK(spec_error_of([] { (void)parse_spec("(_StridedShard(dim=0, sf=2), Shard(dim=0))"); }).find("_StridedShard") !=
+        std::string::npos);
+  // Every printed spec of a small mesh, respelled as PyTorch prints it, parses back to itself.
+  int n = 0;
+  for (const sharding_spec& s : at::all_specs(3, 2)) {
+    std::string py = "(";
+    for (std::size_t i = 0; i < s.mesh_rank; ++i) {
+      const placement& p = s[i];
+      py += p.is_replicate() ? std::string("Replicate()")
+            : p.is_shard()   ? "Shard(dim=" + std::to_string(p.dim - s.tensor_rank) + ")"  // negative on purpose
+                             : "Partial(" + std::string(to_string(p.op)) + ")";
+      py += ", ";
+    }
+    py += ")";
+    CAPTURE(py);
+    CHECK(parse_spec(py, s.mesh_rank, s.tensor_rank) == s);
+    ++n;
+  }
+  CHECK(n == 6 * 6 * 6);
 }

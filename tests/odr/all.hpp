@@ -1,6 +1,9 @@
 // Every public header of every area that this build has.
 #pragma once
 #include <autoshard/autoshard.hpp>
+#if defined(HAVE_AUTOSHARD_IO)
+#include <autoshard/io/io.hpp>
+#endif
 #if defined(HAVE_AUTOSHARD_GRAPH)
 #include <autoshard/graph/graph.hpp>
 #endif

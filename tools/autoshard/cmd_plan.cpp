@@ -83,32 +83,13 @@ nlohmann::json summary_json(const plan_summary& s) {
 void print_summary_row(const plan_summary& s, bool chosen) {
   std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << s.algo << std::right;
   if (!s.feasible) {
-    std::string why = s.why_not;
-    for (const char* prefix : {"autoshard: ", "solver error: "})
-      if (why.rfind(prefix, 0) == 0) why.erase(0, std::string(prefix).size());
-    std::cout << "  not feasible: " << why << "\n";
+    std::cout << "  not feasible: " << s.why_not << "\n";
     return;
   }
   std::cout << std::setw(12) << human_seconds(s.step_seconds) << std::setw(12) << human_seconds(s.compute_seconds)
             << std::setw(12) << human_seconds(s.communication_seconds) << std::setw(12)
             << human_seconds(s.resharding_seconds) << std::setw(14)
             << human_bytes(static_cast<double>(s.peak_memory_bytes)) << "\n";
-}
-
-/// Writes `text` to `path` through a temporary name, so no half file is ever left.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f || !(f << text) || !f.flush()) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw io_error("cannot write '" + path.string() + "'");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
 }
 
 int run_plan(const plan_cli_options& o) {

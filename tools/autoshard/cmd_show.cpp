@@ -221,15 +221,7 @@ void write_svg(const block_map& bm, const std::string& title, const std::vector<
         << "\" text-anchor=\"end\" font-size=\"10\" fill=\"#444\">" << r << "</text>\n";
   f << "</svg>\n";
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out || !(out << f.str()) || !out.flush()) {
-      std::remove(tmp.c_str());
-      throw io_error("cannot write '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw io_error("cannot rename '" + tmp + "' to '" + path + "'");
+  write_file_atomically(path, f.str());
 }
 
 /// One line per Partial mesh axis: what its values mean.
@@ -307,12 +299,6 @@ struct plan_doc {
   std::vector<plan_entry> entries;
 };
 
-/// "autoshard: spec error: x" -> "spec error: x", to nest one message in another.
-std::string bare(const std::exception& e) {
-  std::string w = e.what();
-  return w.rfind("autoshard: ", 0) == 0 ? w.substr(11) : w;
-}
-
 /// Reads a plan file: the mesh and every operator's output spec and shape. Operators without
 /// a "shape" get theirs from the model `o` names (the way `plan --preload` rebuilds it).
 plan_doc read_plan(const show_options& o) {
@@ -384,7 +370,7 @@ plan_doc read_plan(const show_options& o) {
       check_spec(e.spec, doc.mesh, *e.shape, "tensor '" + e.name + "'");
     } catch (const spec_error& ex) {
       throw io_error("plan file '" + file + "': tensor '" + e.name + "' has output spec '" + e.output +
-                     "', which does not fit: " + bare(ex));
+                     "', which does not fit: " + ex.what());
     }
   }
   return doc;

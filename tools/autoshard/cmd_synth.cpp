@@ -80,11 +80,7 @@ int run_synth(const synth_options& o) {
     w.commit();
   }
   const std::string config_text = hf_config(family, cfg).dump(2) + "\n";
-  {
-    std::ofstream c(fs::path(o.out) / "config.json.tmp");
-    if (!c || !(c << config_text) || !c.flush()) throw io_error("cannot write config.json in '" + o.out + "'");
-  }
-  fs::rename(fs::path(o.out) / "config.json.tmp", fs::path(o.out) / "config.json");
+  write_file_atomically(fs::path(o.out) / "config.json", config_text);
 
   if (o.json) {
     std::cout << nlohmann::json{{"checkpoint", (fs::path(o.out) / "model.safetensors").string()},

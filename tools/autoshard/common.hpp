@@ -1,6 +1,8 @@
 #pragma once
 // Shared pieces of the autoshard tool: mesh and shape options, exit codes, JSON output.
 #include <autoshard/autoshard.hpp>
+#include <autoshard/io/atomic_file.hpp>
+#include <autoshard/io/json.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -72,18 +74,12 @@ inline dtype parse_dtype_or_throw(const std::string& s) {
   return *t;
 }
 
-/// The integers of a JSON array as T, checked: nlohmann's get<int> of a float (1e30, or an
-/// integer beyond 2^64 that parses as one) is undefined behaviour, not an error.
+/// The integers of a JSON array as T (non-negative, fitting T), checked by json_in.
 template <class T>
 std::vector<T> json_int_array(const nlohmann::json& v, const std::string& what) {
-  if (!v.is_array()) throw io_error(what + " is " + v.dump() + ", not an array of integers");
   std::vector<T> out;
-  for (const nlohmann::json& x : v) {
-    const bool ok = x.is_number_integer() && (x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-                                                                      : x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max()));
-    if (!ok) throw io_error(what + " holds " + x.dump() + ", not a non-negative integer that fits");
-    out.push_back(static_cast<T>(x.get<std::int64_t>()));
-  }
+  for (std::int64_t x : json_in(v, what).integers(0, static_cast<std::int64_t>(std::numeric_limits<T>::max()), 1 << 20))
+    out.push_back(static_cast<T>(x));
   return out;
 }
 

@@ -44,10 +44,7 @@ int main(int argc, char** argv) {
   }
   try {
     return run ? run() : exit_usage;
-  } catch (const autoshard::error& e) {
-    std::cerr << e.what() << "\n";
-    return exit_user_error;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // autoshard::error's what() is "<kind> error: ...": the tool names itself
     std::cerr << "autoshard: " << e.what() << "\n";
     return exit_user_error;
   }

@@ -11,7 +11,6 @@
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs
 #include <cstddef>    // std::size_t
-#include <fstream>    // std::ifstream, std::ofstream
 #include <string>     // std::string
 #include <vector>     // std::vector
 
@@ -21,6 +20,8 @@
 #include "../core/error.hpp"         // io_error, comm_error
 #include "../core/mesh.hpp"          // device_mesh, link_model
 #include "../core/redistribute.hpp"  // collective
+#include "../io/atomic_file.hpp"     // write_file_atomically
+#include "../io/json.hpp"            // json_in, load_json_file
 #include "communicator.hpp"          // communicator
 #include "redistribute.hpp"          // mesh_communicator_like
 
@@ -198,67 +199,50 @@ inline nlohmann::json calibration_to_json(const calibration_result& r) {
   return j;
 }
 
-/// Reads what calibration_to_json wrote; io_error naming the file and the field otherwise.
-inline calibration_result calibration_from_json(const nlohmann::json& j, const std::string& what = "calibration") {
+/// Reads what calibration_to_json wrote; io_error naming the file and the JSON path otherwise.
+inline calibration_result calibration_from_json(const nlohmann::json& doc, const std::string& what = "calibration") {
+  const json_in j(doc, what);
   calibration_result r;
-  try {
-    if (j.at("format").get<std::string>() != "autoshard-calibration")
-      throw io_error(what + ": not an autoshard calibration file (format '" + j.at("format").get<std::string>() + "')");
-    r.backend = j.value("backend", std::string("?"));
-    r.mesh_shape = j.at("mesh").get<std::vector<int>>();
-    for (const auto& ja : j.at("axes")) {
-      axis_calibration a;
-      a.axis = ja.at("axis").get<int>();
-      a.group_size = ja.at("group_size").get<int>();
-      a.measured = ja.at("measured").get<bool>();
-      a.link.alpha = ja.at("alpha_s").get<double>();
-      a.link.beta = ja.at("beta_bytes_per_s").get<double>();
-      a.holdout_bytes = ja.value("holdout_bytes", 0.0);
-      a.holdout_relative_error = ja.value("holdout_relative_error", 0.0);
-      if (!(a.link.alpha >= 0) || !(a.link.beta > 0))
-        throw io_error(what + ": axis " + std::to_string(a.axis) + " has alpha " + std::to_string(a.link.alpha) +
-                       " s and beta " + std::to_string(a.link.beta) + " B/s (need alpha >= 0, beta > 0)");
-      for (const auto& js : ja.value("samples", nlohmann::json::array())) {
+  j["format"].one_of({"autoshard-calibration"});
+  r.backend = j.has("backend") ? j["backend"].string() : std::string("?");
+  for (std::int64_t s : j["mesh"].integers(1, 1 << 20, max_mesh_rank)) r.mesh_shape.push_back(static_cast<int>(s));
+  const json_in axes = j["axes"];
+  if (axes.size() != r.mesh_shape.size())
+    axes.fail("has " + std::to_string(axes.size()) + " axes for a mesh of " + std::to_string(r.mesh_shape.size()));
+  for (const json_in& ja : axes.elements()) {
+    axis_calibration a;
+    a.axis = ja["axis"].small_integer(0, static_cast<int>(r.mesh_shape.size()) - 1);
+    a.group_size = ja["group_size"].small_integer(1, 1 << 20);
+    a.measured = ja["measured"].boolean();
+    a.link.alpha = ja["alpha_s"].number(0.0, 1e6);
+    a.link.beta = ja["beta_bytes_per_s"].number(1e-300, 1e300);
+    if (auto h = ja.find("holdout_bytes")) a.holdout_bytes = h->number();
+    if (auto h = ja.find("holdout_relative_error")) a.holdout_relative_error = h->number();
+    if (auto samples = ja.find("samples"))
+      for (const json_in& js : samples->elements()) {
         calibration_sample s;
-        const auto kind = js.at("kind").get<std::string>();
-        s.kind = kind == "all-reduce"       ? collective::all_reduce
-                 : kind == "all-gather"     ? collective::all_gather
+        const std::string kind = js["kind"].one_of({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"});
+        s.kind = kind == "all-reduce"     ? collective::all_reduce
+                 : kind == "all-gather"   ? collective::all_gather
                  : kind == "reduce-scatter" ? collective::reduce_scatter
-                 : kind == "all-to-all"     ? collective::all_to_all
-                                            : throw io_error(what + ": unknown collective '" + kind + "'");
-        s.bytes = js.at("bytes").get<double>();
-        s.seconds = js.at("seconds").get<double>();
-        s.held_out = js.value("held_out", false);
+                                            : collective::all_to_all;
+        s.bytes = js["bytes"].number(0.0);
+        s.seconds = js["seconds"].number(0.0);
+        if (auto h = js.find("held_out")) s.held_out = h->boolean();
         a.samples.push_back(s);
       }
-      r.axes.push_back(a);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error(what + ": " + e.what());
+    r.axes.push_back(a);
   }
-  if (r.axes.size() != r.mesh_shape.size())
-    throw io_error(what + ": " + std::to_string(r.axes.size()) + " axes for a mesh of " +
-                   std::to_string(r.mesh_shape.size()));
   return r;
 }
 
+/// Writes a calibration file (atomically: never a half file).
 inline void save_calibration(const calibration_result& r, const std::string& path) {
-  std::ofstream f(path);
-  if (!f) throw io_error("cannot write calibration file '" + path + "'");
-  f << calibration_to_json(r).dump(2) << "\n";
-  if (!f) throw io_error("writing calibration file '" + path + "' failed");
+  write_file_atomically(path, calibration_to_json(r).dump(2) + "\n");
 }
 
 inline calibration_result load_calibration(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw io_error("cannot open calibration file '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("calibration file '" + path + "': " + e.what());
-  }
-  return calibration_from_json(j, "calibration file '" + path + "'");
+  return calibration_from_json(load_json_file(path, "calibration file"), "calibration file '" + path + "'");
 }
 
 /// Sets the measured axes' link models on `m` (whose shape must match the calibration's).

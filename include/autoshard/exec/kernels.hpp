@@ -20,19 +20,12 @@
 #include <Eigen/Dense>
 
 #include "../comm/communicator.hpp"   // reduce_op
-#include "../core/error.hpp"          // error
+#include "../core/error.hpp"          // exec_error
 #include "../core/shape.hpp"          // tensor_shape
 #include "../graph/model.hpp"         // node, op_kind
 #include "../tensor/host_tensor.hpp"  // host_tensor
 
 namespace autoshard {
-
-/// A failure while executing a graph: a kernel given pieces it cannot use, a plan whose
-/// specs do not fit the graph, values missing for a source. Names the vertex.
-class exec_error : public error {
- public:
-  explicit exec_error(const std::string& what) : error("execution error: " + what) {}
-};
 
 /// What a kernel knows beyond its local operands.
 struct local_context {

@@ -12,14 +12,15 @@
 /// "float16", ...); "attrs" may hold transposed_weight, causal (booleans), axis, heads,
 /// kv_heads, start, length (integers) and dims (array of integers); omitted ones keep their
 /// defaults. A malformed file throws io_error naming the JSON path
-/// ("/nodes/3/shape/1: expected a non-negative integer"); a well-formed file describing an
+/// ("nodes[3].shape[1] is -1, not an integer in [0, ...]"); a well-formed file describing an
 /// invalid graph throws graph_error naming the vertex (see validate()).
 ///
 ///   autoshard::write_json(std::cout, g);
 ///   autoshard::model_graph h = autoshard::read_json(in);
 ///   autoshard::write_dot(std::cout, g, {{"transformer.h.0.attn.c_attn", "RS1"}});
 #include <cstdint>        // std::uint32_t
-#include <fstream>        // std::ifstream
+#include <iterator>       // std::istreambuf_iterator
+#include <limits>         // std::numeric_limits
 #include <istream>        // std::istream
 #include <map>            // std::map
 #include <ostream>        // std::ostream
@@ -29,6 +30,7 @@
 #include <boost/graph/graphviz.hpp>  // write_graphviz
 #include <nlohmann/json.hpp>         // nlohmann::json
 
+#include "../io/json.hpp"  // json_in, load_json_file
 #include "model.hpp"     // model_graph
 #include "validate.hpp"  // validate
 
@@ -70,125 +72,79 @@ inline nlohmann::json to_json(const model_graph& g) {
 inline void write_json(std::ostream& os, const model_graph& g, int indent = 1) { os << to_json(g).dump(indent) << '\n'; }
 
 namespace detail {
-[[noreturn]] inline void bad_json(const std::string& path, const std::string& why) { throw io_error(path + ": " + why); }
-
-inline const nlohmann::json& member(const nlohmann::json& obj, const std::string& path, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end()) bad_json(path, std::string("missing \"") + key + "\"");
-  return *it;
-}
-inline std::int64_t json_int(const nlohmann::json& j, const std::string& path, std::int64_t lo, const char* what) {
-  if (!j.is_number_integer() || j.get<std::int64_t>() < lo) bad_json(path, std::string("expected ") + what);
-  return j.get<std::int64_t>();
-}
-inline std::string json_string(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_string()) bad_json(path, "expected a string");
-  return j.get<std::string>();
-}
-inline std::vector<std::int64_t> json_ints(const nlohmann::json& j, const std::string& path, std::int64_t lo, const char* what) {
-  if (!j.is_array()) bad_json(path, "expected an array");
-  std::vector<std::int64_t> out;
-  for (std::size_t i = 0; i < j.size(); ++i) out.push_back(json_int(j[i], path + "/" + std::to_string(i), lo, what));
-  return out;
-}
-inline op_attrs json_attrs(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_object()) bad_json(path, "expected an object");
+inline op_attrs json_attrs(const json_in& j) {
   op_attrs a;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string p = path + "/" + it.key();
-    const auto& val = it.value();
-    auto flag = [&] {
-      if (!val.is_boolean()) bad_json(p, "expected true or false");
-      return val.get<bool>();
-    };
-    auto small = [&](std::int64_t lo) {
-      const std::int64_t x = json_int(val, p, lo, lo < 0 ? "an integer" : "a non-negative integer");
-      if (x > 1'000'000'000) bad_json(p, "value too large");
-      return static_cast<int>(x);
-    };
-    if (it.key() == "transposed_weight") a.transposed_weight = flag();
-    else if (it.key() == "causal") a.causal = flag();
-    else if (it.key() == "axis") a.axis = small(-64);
-    else if (it.key() == "heads") a.heads = small(0);
-    else if (it.key() == "kv_heads") a.kv_heads = small(0);
-    else if (it.key() == "start") a.start = json_int(val, p, 0, "a non-negative integer");
-    else if (it.key() == "length") a.length = json_int(val, p, 0, "a non-negative integer");
-    else if (it.key() == "dims") a.dims = json_ints(val, p, 0, "a non-negative integer");
-    else bad_json(p, "unknown attribute");
+  for (const auto& [key, val] : j.members()) {
+    if (key == "transposed_weight") a.transposed_weight = val.boolean();
+    else if (key == "causal") a.causal = val.boolean();
+    else if (key == "axis") a.axis = val.small_integer(-64, 64);
+    else if (key == "heads") a.heads = val.small_integer(0, 1'000'000'000);
+    else if (key == "kv_heads") a.kv_heads = val.small_integer(0, 1'000'000'000);
+    else if (key == "start") a.start = val.integer(0);
+    else if (key == "length") a.length = val.integer(0);
+    else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
+    else val.fail("is not an attribute (transposed_weight, causal, axis, heads, kv_heads, start, length, dims)");
   }
   return a;
 }
 }  // namespace detail
 
-/// Builds and validates a graph from a JSON value.
-inline model_graph from_json(const nlohmann::json& j) {
-  using detail::bad_json;
-  if (!j.is_object()) bad_json("", "expected an object with \"nodes\"");
-  if (auto f = j.find("format"); f != j.end() && (!f->is_string() || *f != "autoshard.graph"))
-    bad_json("/format", "expected \"autoshard.graph\"");
-  if (auto ver = j.find("version"); ver != j.end() && (!ver->is_number_integer() || *ver != 1))
-    bad_json("/version", "only version 1 is supported");
-  const auto& nodes = detail::member(j, "", "nodes");
-  if (!nodes.is_array()) bad_json("/nodes", "expected an array");
+/// Builds and validates a graph from a JSON value reached at `j` (a model file, or a plan's
+/// "graph" member): io_error naming the JSON path for a malformed value, graph_error naming
+/// the vertex for a well-formed invalid graph.
+inline model_graph from_json(const json_in& j) {
+  j.require_object();
+  if (auto f = j.find("format")) f->one_of({"autoshard.graph"});
+  if (auto ver = j.find("version"); ver && ver->integer() != 1) ver->fail("is " + detail::json_excerpt(ver->raw()) + "; only version 1 is supported");
+  const json_in nodes = j["nodes"];
+  const std::size_t count = nodes.size(std::size_t{1} << 24);
   model_graph g;
   std::unordered_map<std::string, vertex_t> by_name;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const std::string p = "/nodes/" + std::to_string(i);
-    const auto& jn = nodes[i];
-    if (!jn.is_object()) bad_json(p, "expected an object");
+  for (std::size_t i = 0; i < count; ++i) {
+    const json_in jn = nodes[i].require_object();
     node n;
-    n.name = detail::json_string(detail::member(jn, p, "name"), p + "/name");
-    if (n.name.empty()) bad_json(p + "/name", "a name cannot be empty");
-    const std::string kind = detail::json_string(detail::member(jn, p, "kind"), p + "/kind");
+    n.name = jn["name"].string();
+    if (n.name.empty()) jn["name"].fail("is empty: a vertex needs a name");
+    const std::string kind = jn["kind"].string();
     auto k = parse_op_kind(kind);
-    if (!k) throw graph_error("vertex '" + n.name + "' (" + p + "/kind): unknown operator kind '" + kind + "'");
+    if (!k) throw graph_error("vertex '" + n.name + "' (" + jn["kind"].path() + "): unknown operator kind '" + kind + "'");
     n.kind = *k;
-    const auto dims = detail::json_ints(detail::member(jn, p, "shape"), p + "/shape", 0, "a non-negative integer");
-    if (dims.size() > max_tensor_rank) bad_json(p + "/shape", "a tensor has at most 8 dims");
-    n.shape = tensor_shape(dims);
-    const std::string ts = detail::json_string(detail::member(jn, p, "dtype"), p + "/dtype");
+    n.shape = tensor_shape(jn["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
+    const std::string ts = jn["dtype"].string();
     auto t = parse_dtype(ts);
-    if (!t) bad_json(p + "/dtype", "unknown dtype '" + ts + "'");
+    if (!t) jn["dtype"].fail("is '" + ts + "', not a dtype (f32, f16, bf16, f64, i32, i64, u8, ...)");
     n.type = *t;
-    if (auto a = jn.find("attrs"); a != jn.end()) n.attrs = detail::json_attrs(*a, p + "/attrs");
-    if (!by_name.emplace(n.name, i).second) bad_json(p + "/name", "name '" + n.name + "' is used twice");
+    if (auto a = jn.find("attrs")) n.attrs = detail::json_attrs(a->require_object());
+    if (!by_name.emplace(n.name, i).second) jn["name"].fail("is '" + n.name + "', a name used twice");
     boost::add_vertex(std::move(n), g);
   }
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const std::string p = "/nodes/" + std::to_string(i);
-    auto it = nodes[i].find("inputs");
-    if (it == nodes[i].end()) continue;
-    if (!it->is_array()) bad_json(p + "/inputs", "expected an array of node names");
-    for (std::size_t k = 0; k < it->size(); ++k) {
-      const std::string name = detail::json_string((*it)[k], p + "/inputs/" + std::to_string(k));
+  for (std::size_t i = 0; i < count; ++i) {
+    auto ins = nodes[i].find("inputs");
+    if (!ins) continue;
+    const std::size_t k_count = ins->size(64);
+    for (std::size_t k = 0; k < k_count; ++k) {
+      const json_in in = (*ins)[k];
+      const std::string name = in.string();
       auto u = by_name.find(name);
-      if (u == by_name.end()) bad_json(p + "/inputs/" + std::to_string(k), "no node is called '" + name + "'");
+      if (u == by_name.end()) in.fail("names '" + name + "', but no node is called that");
       boost::add_edge(u->second, i, edge{static_cast<int>(k)}, g);
     }
   }
   validate(g);
   return g;
 }
+inline model_graph from_json(const nlohmann::json& j) { return from_json(json_in(j, "model JSON")); }
 
 /// Reads a JSON model; a syntax error is an io_error with its byte offset.
 inline model_graph read_json(std::istream& in) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
-    throw io_error(std::string("not valid JSON: ") + e.what());
-  }
-  return from_json(j);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return from_json(parse_json_text(text, "model JSON"));
 }
 
+/// Reads a JSON model file (a regular file; io_error naming the file and the JSON path).
 inline model_graph read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw io_error("cannot open '" + path + "'");
-  try {
-    return read_json(f);
-  } catch (const io_error& e) {
-    throw io_error(path + ": " + std::string(e.what()).substr(std::string_view("autoshard: io error: ").size()));
-  }
+  const nlohmann::json j = load_json_file(path, "model file");
+  return from_json(json_in(j, "model file '" + path + "'"));
 }
 
 namespace detail {

@@ -431,7 +431,7 @@ inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::span<co
   try {
     out = infer_shape(k, attrs, shapes);
   } catch (const graph_error& e) {
-    throw graph_error("vertex '" + name + "': " + std::string(e.what()).substr(std::string_view("autoshard: graph error: ").size()));
+    throw graph_error("vertex '" + name + "': " + std::string(e.message()));
   }
   if (k == op_kind::cross_entropy) t = dtype::f32;
   vertex_t v = boost::add_vertex(node{std::move(name), k, std::move(attrs), out, type.value_or(t)}, g);

@@ -98,7 +98,7 @@ inline void validate(const model_graph& g) {
     try {
       inferred = infer_shape(nd.kind, nd.attrs, operand_shapes(g, v));
     } catch (const graph_error& e) {
-      throw graph_error(who + ": " + std::string(e.what()).substr(std::string_view("autoshard: graph error: ").size()));
+      throw graph_error(who + ": " + std::string(e.message()));
     }
     if (!(inferred == nd.shape))
       throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): output shape " + to_string(nd.shape) +

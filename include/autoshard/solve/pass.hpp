@@ -33,8 +33,7 @@
 #include <algorithm>   // std::max, std::sort
 #include <cmath>       // std::abs
 #include <cstdint>     // std::int64_t
-#include <filesystem>  // std::filesystem::path
-#include <fstream>     // std::ifstream, std::ofstream
+#include <fstream>     // std::ifstream
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
 #include <map>         // std::map
@@ -51,6 +50,8 @@
 #include "../core/parse.hpp"        // to_alpa_string, parse_spec
 #include "../core/redistribute.hpp" // plan_redistribute
 #include "../graph/graph.hpp"       // model_graph, enumerate_all_strategies, resharding_costs
+#include "../io/atomic_file.hpp"    // write_file_atomically
+#include "../io/json.hpp"           // json_in
 #include "ilp.hpp"                  // solve_ilp
 
 namespace autoshard {
@@ -96,7 +97,7 @@ struct collective_use {
 struct plan_summary {
   std::string algo;
   bool feasible = true;
-  std::string why_not;            ///< when not feasible
+  std::string why_not;            ///< when not feasible (the solver_error's message)
   double step_seconds = 0.0;      ///< compute + communication + resharding
   double compute_seconds = 0.0;
   double communication_seconds = 0.0;  ///< operators' own (gradient all-reduces in training)
@@ -508,25 +509,9 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
           {"graph", to_json(pm.g)}};  // so a plan file alone can be executed and verified
 }
 
-/// An integer member of a plan file, checked: nlohmann's get<int> of a float (1e30, or an
-/// integer beyond 2^64 that parses as one) is undefined behaviour, not an error.
-inline std::int64_t plan_int(const nlohmann::json& v, const std::string& what, std::int64_t lo, std::int64_t hi) {
-  const bool in_range = v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) &&
-                        v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
-  if (!in_range)
-    throw io_error(what + " is " + v.dump() + ", not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return v.get<std::int64_t>();
-}
-inline std::vector<std::int64_t> plan_ints(const nlohmann::json& v, const std::string& what, std::int64_t lo, std::int64_t hi) {
-  if (!v.is_array()) throw io_error(what + " is " + v.dump() + ", not an array");
-  std::vector<std::int64_t> out;
-  for (std::size_t i = 0; i < v.size(); ++i) out.push_back(plan_int(v[i], what + "[" + std::to_string(i) + "]", lo, hi));
-  return out;
-}
 inline std::vector<int> plan_mesh_shape(const nlohmann::json& j, const std::string& where) {
   std::vector<int> shape;
-  for (std::int64_t d : plan_ints(j.at("mesh").at("shape"), where + ": \"mesh\".\"shape\"", 0, std::numeric_limits<int>::max()))
-    shape.push_back(static_cast<int>(d));
+  for (std::int64_t d : json_in(j, where)["mesh"]["shape"].integers(1, 1 << 20, max_mesh_rank)) shape.push_back(static_cast<int>(d));
   return shape;
 }
 
@@ -536,7 +521,7 @@ inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::jso
   try {
     if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
       throw solver_error(where + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-    const auto version = static_cast<int>(plan_int(j.at("version"), where + ": \"version\"", 0, std::numeric_limits<int>::max()));
+    const int version = json_in(j, where)["version"].small_integer(0, std::numeric_limits<int>::max());
     if (version != plan_format_version)
       throw solver_error(where + " has version " + std::to_string(version) + "; this build reads version " +
                          std::to_string(plan_format_version));
@@ -558,7 +543,7 @@ inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::jso
       if (it == by_name.end()) throw solver_error(where + " has no operator '" + nd.name + "'");
       const nlohmann::json& op = *it->second;
       const std::vector<std::int64_t> fshape =
-          plan_ints(op.at("shape"), where + ": operator '" + nd.name + "' \"shape\"", 0, std::numeric_limits<std::int64_t>::max());
+          json_in(op, where, "operator '" + nd.name + "'")["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
       std::vector<std::int64_t> gshape;
       for (std::size_t d = 0; d < nd.shape.rank; ++d) gshape.push_back(nd.shape[d]);
       if (fshape != gshape)
@@ -652,7 +637,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
         plan_summary s;
         s.algo = algo;
         s.feasible = false;
-        s.why_not = e.what();
+        s.why_not = std::string(e.message());
         rep.baselines.push_back(std::move(s));
       }
     }
@@ -661,22 +646,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
   if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies);  // before any file is written
   if (!o.preload_solution && !o.ilp_solution_file.empty()) {
-    // Written under a temporary name and renamed, so a failure never leaves a half plan file.
-    const std::string tmp = o.ilp_solution_file + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) throw io_error("cannot open plan file '" + o.ilp_solution_file + "' for writing");
-      out << detail::plan_to_json(pm, o, rep.plan).dump(1) << '\n';
-      if (!out.flush()) {
-        out.close();
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        throw io_error("writing plan file '" + o.ilp_solution_file + "' failed");
-      }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, o.ilp_solution_file, ec);
-    if (ec) throw io_error("cannot rename '" + tmp + "' to plan file '" + o.ilp_solution_file + "': " + ec.message());
+    write_file_atomically(o.ilp_solution_file, detail::plan_to_json(pm, o, rep.plan).dump(1) + "\n");
   }
   return res;
 }

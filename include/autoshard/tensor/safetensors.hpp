@@ -32,6 +32,7 @@
 #include "../core/dtype.hpp"  // dtype, parse_dtype, safetensors_name
 #include "../core/error.hpp"  // io_error
 #include "../core/shape.hpp"  // tensor_shape
+#include "../io/atomic_file.hpp"  // atomic_file, detail::sys_error
 #include "host_tensor.hpp"    // const_tensor_view, host_tensor
 
 namespace autoshard {
@@ -85,9 +86,6 @@ inline int hf_dtype_rank(dtype t) noexcept {
     case dtype::i64: return 7;
   }
   return 0;
-}
-inline std::string sys_error(const std::string& what, const std::filesystem::path& p) {
-  return what + " '" + p.string() + "': " + std::strerror(errno);
 }
 }  // namespace detail
 
@@ -346,83 +344,6 @@ inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_h
   return {out + json, std::move(entries)};
 }
 
-/// Writes one file to `<final>.tmp.<pid>` in the same directory, then fsync + rename on
-/// commit(). Destroyed without commit(), it removes the temporary: never a half file.
-class atomic_file_writer {
- public:
-  explicit atomic_file_writer(std::filesystem::path final_path) : final_(std::move(final_path)) {
-    tmp_ = final_;
-    tmp_ += ".tmp." + std::to_string(::getpid());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw io_error(detail::sys_error("cannot create", tmp_));
-    buf_.reserve(buffer_size);
-  }
-  atomic_file_writer(const atomic_file_writer&) = delete;
-  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
-  ~atomic_file_writer() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) {
-      std::error_code ec;
-      std::filesystem::remove(tmp_, ec);
-    }
-  }
-  void write(std::span<const std::byte> data) {
-    if (buf_.size() + data.size() <= buffer_size) {
-      buf_.insert(buf_.end(), data.begin(), data.end());
-      return;
-    }
-    flush_buffer();
-    if (data.size() >= buffer_size) raw_write(data.data(), data.size());
-    else buf_.insert(buf_.end(), data.begin(), data.end());
-  }
-  void write(std::string_view s) { write(std::as_bytes(std::span(s.data(), s.size()))); }
-  std::uint64_t written() const noexcept { return written_ + buf_.size(); }
-  /// Flushes and fsyncs; the file stays under its temporary name.
-  void finish() {
-    if (fd_ < 0) return;  // already finished
-    flush_buffer();
-    if (::fsync(fd_) != 0) throw io_error(detail::sys_error("cannot fsync", tmp_));
-    if (::close(std::exchange(fd_, -1)) != 0) throw io_error(detail::sys_error("cannot close", tmp_));
-  }
-  /// Renames to the final name and fsyncs the directory.
-  void commit() {
-    finish();
-    std::error_code ec;
-    std::filesystem::rename(tmp_, final_, ec);
-    if (ec) throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + ec.message());
-    committed_ = true;
-    auto dir = final_.parent_path();
-    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-  const std::filesystem::path& temporary_path() const noexcept { return tmp_; }
-
- private:
-  static constexpr std::size_t buffer_size = std::size_t{1} << 20;  // N writers are open at once
-  void flush_buffer() {
-    raw_write(buf_.data(), buf_.size());
-    buf_.clear();
-  }
-  void raw_write(const std::byte* p, std::size_t n) {
-    while (n > 0) {
-      ssize_t k = ::write(fd_, p, n);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) throw io_error(detail::sys_error("cannot write", tmp_));
-      p += k;
-      n -= static_cast<std::size_t>(k);
-      written_ += static_cast<std::uint64_t>(k);
-    }
-  }
-  std::filesystem::path final_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-  std::vector<std::byte> buf_;
-  std::uint64_t written_ = 0;
-};
-
 /// Streams one safetensors file: the header first, then each tensor's bytes in data order
 /// (entries()), each call checked against the header. commit() publishes it atomically.
 class safetensors_writer {
@@ -468,7 +389,7 @@ class safetensors_writer {
       done_ = 0;
     }
   }
-  atomic_file_writer file_;
+  atomic_file file_;
   std::filesystem::path path_;
   std::vector<safetensors_entry> entries_;
   std::size_t next_ = 0;

@@ -5,7 +5,7 @@
 /// Everything is validated before the output directory is touched; data streams from the
 /// memory map one tensor at a time; every file is written under a temporary name, fsync'd
 /// and renamed, so a failure never leaves a half file. Temporaries that a killed earlier run
-/// left behind (`<file>.tmp.<pid>` of a pid that no longer exists) are removed by the next run.
+/// left behind (`<file>.tmp.<pid>.<random>` of a pid that no longer exists) are removed by the next run.
 ///   autoshard::checkpoint in("gpt2/model.safetensors");
 ///   autoshard::shard_checkpoint(in, autoshard::policies::gpt2(), 4,
 ///                               autoshard::load_model_config("gpt2/config.json"), "out");
@@ -32,6 +32,7 @@
 
 #include "../core/error.hpp"  // io_error
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
+#include "../io/json.hpp"     // load_json_file, json_in
 #include "host_tensor.hpp"    // host_tensor, convert_into
 #include "policy.hpp"         // tp_policy, plan_policy, plan_tensor, tensor_plan
 #include "safetensors.hpp"    // checkpoint, safetensors_writer
@@ -73,14 +74,20 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r) 
 
 namespace detail {
 
-/// The pid in `name` when it is `<final>.tmp.<pid>` (what atomic_file_writer writes) for one of
-/// `finals`, with a positive decimal pid; 0 otherwise.
+/// The pid in `name` when it is `<final>.tmp.<pid>.<16 hex digits>` (what atomic_file writes)
+/// or `<final>.tmp.<pid>` (what earlier versions wrote) for one of `finals`, with a positive
+/// decimal pid; 0 otherwise.
 inline pid_t temporary_owner(const std::string& name, const std::vector<std::string>& finals) {
   for (const auto& f : finals) {
     const std::string prefix = f + ".tmp.";
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+    std::string digits = name.substr(prefix.size());
+    if (const auto dot = digits.find('.'); dot != std::string::npos) {
+      const std::string hex = digits.substr(dot + 1);
+      if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return 0;
+      digits.resize(dot);
+    }
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
     return static_cast<pid_t>(std::stol(digits));  // at most 999999999: fits, and 0 stays 0
   }
   return 0;
@@ -251,7 +258,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     }
   }
   for (auto& w : writers) w->finish();
-  atomic_file_writer index(out_dir / "index.json");
+  atomic_file index(out_dir / "index.json");
   index.write(index_text);
   index.finish();
   for (auto& w : writers) w->commit();
@@ -290,19 +297,16 @@ class sharded_checkpoint {
  public:
   explicit sharded_checkpoint(const std::filesystem::path& dir) : dir_(dir) {
     const auto path = dir / "index.json";
-    std::ifstream f(path);
-    if (!f) throw io_error("cannot open '" + path.string() + "'");
-    try {
-      index_ = nlohmann::json::parse(f);
-      world_ = index_.at("world_size").get<int>();
-      if (world_ < 1) throw io_error("world_size < 1");
-      for (int r = 0; r < world_; ++r) files_.emplace_back(dir / index_.at("files").at(static_cast<std::size_t>(r)).get<std::string>());
-      for (auto it = index_.at("tensors").begin(); it != index_.at("tensors").end(); ++it) {
-        names_.push_back(it.key());
-        for (int r = 0; r < world_; ++r) layout(it.key(), r);  // validates
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw io_error("'" + path.string() + "' is not a valid autoshard index: " + e.what());
+    index_ = load_json_file(path.string(), "shard index");
+    const json_in j = in();
+    world_ = j["world_size"].small_integer(1, max_world_size);
+    const json_in files = j["files"];
+    if (files.size() != static_cast<std::size_t>(world_))
+      files.fail("has " + std::to_string(files.size()) + " names for a world of " + std::to_string(world_));
+    for (int r = 0; r < world_; ++r) files_.emplace_back(dir / files[static_cast<std::size_t>(r)].string());
+    for (const auto& [name, t] : j["tensors"].members()) {
+      names_.push_back(name);
+      for (int r = 0; r < world_; ++r) layout(name, r);  // validates
     }
   }
   int world_size() const noexcept { return world_; }
@@ -313,21 +317,15 @@ class sharded_checkpoint {
   const_tensor_view shard(int r, std::string_view name) const { return rank(r).view(name); }
   /// Where rank r's shard came from.
   shard_layout layout(const std::string& name, int r) const {
-    const auto& s = index_.at("tensors").at(name).at("shards").at(static_cast<std::size_t>(r));
+    const json_in s = tensor(name)["shards"][static_cast<std::size_t>(r)];
     shard_layout l;
-    l.shape = tensor_shape(s.at("shape").get<std::vector<std::int64_t>>());
-    l.concat_dim = s.at("concat_dim").get<int>();
-    for (const auto& pc : s.at("pieces"))
-      l.pieces.push_back({tensor_shape(pc.at("offset").get<std::vector<std::int64_t>>()),
-                          tensor_shape(pc.at("shape").get<std::vector<std::int64_t>>())});
+    l.shape = shape_of(s["shape"]);
+    l.concat_dim = s["concat_dim"].small_integer(-1, static_cast<int>(max_tensor_rank) - 1);
+    for (const json_in& pc : s["pieces"].elements(max_pieces)) l.pieces.push_back({shape_of(pc["offset"]), shape_of(pc["shape"])});
     return l;
   }
-  tensor_shape global_shape(const std::string& name) const {
-    return tensor_shape(index_.at("tensors").at(name).at("global_shape").get<std::vector<std::int64_t>>());
-  }
-  bool add_after_allreduce(const std::string& name) const {
-    return index_.at("tensors").at(name).at("add_after_allreduce").get<bool>();
-  }
+  tensor_shape global_shape(const std::string& name) const { return shape_of(tensor(name)["global_shape"]); }
+  bool add_after_allreduce(const std::string& name) const { return tensor(name)["add_after_allreduce"].boolean(); }
   /// Reassembles tensor `name` from every rank; replicated copies must agree bit for bit.
   host_tensor gather(const std::string& name) const {
     const tensor_shape g = global_shape(name);
@@ -344,6 +342,13 @@ class sharded_checkpoint {
   }
 
  private:
+  static constexpr int max_world_size = 1 << 20;
+  static constexpr std::size_t max_pieces = std::size_t{1} << 20;
+  json_in in() const { return json_in(index_, "shard index '" + (dir_ / "index.json").string() + "'"); }
+  json_in tensor(const std::string& name) const { return in()["tensors"][name]; }
+  static tensor_shape shape_of(const json_in& j) {
+    return tensor_shape(j.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
+  }
   std::filesystem::path dir_;
   nlohmann::json index_;
   int world_ = 0;

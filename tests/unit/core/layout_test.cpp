@@ -311,7 +311,7 @@ TEST_CASE("local_box: nested splits go outer axis first, with worked numbers") {
     FAIL("require_even accepted 6 over 4");
   } catch (const shape_error& e) {
     CHECK(std::string(e.what()) ==
-          "autoshard: shape error: c_attn.weight: dim 1 of size 6 does not divide over 4 ranks of mesh axis 1");
+          "shape error: c_attn.weight: dim 1 of size 6 does not divide over 4 ranks of mesh axis 1");
   }
 }
 
@@ -387,7 +387,7 @@ TEST_CASE("specs: every parse error names the problem and the position") {
     const char* text;
     int mesh_rank;
     int tensor_rank;
-    const char* message;  // after "autoshard: spec error: "
+    const char* message;  // after "spec error: "
   };
   const bad cases[] = {
       {"", -1, -1, "'' at position 0: the spec is empty"},
@@ -430,7 +430,7 @@ TEST_CASE("specs: every parse error names the problem and the position") {
   for (const bad& b : cases) {
     CAPTURE(b.text);
     CHECK(spec_error_of([&] { (void)parse_spec(b.text, b.mesh_rank, b.tensor_rank); }) ==
-          std::string("autoshard: spec error: ") + b.message);
+          std::string("spec error: ") + b.message);
   }
   // Contexts that are out of range are errors too (no position: the text is not at fault).
   CHECK(spec_error_of([] { (void)parse_spec("S0R", 5); }).find("at most 4 mesh axes") != std::string::npos);
@@ -480,13 +480,13 @@ TEST_CASE("check_spec names the tensor and the mismatch") {
   const device_mesh m{2, 4};
   CHECK_NOTHROW(check_spec(parse_spec("S0R", 2), m, {8, 4}, "wte"));
   CHECK(spec_error_of([&] { check_spec(parse_spec("S0R"), m, {8, 4}, "wte"); }) ==
-        "autoshard: spec error: wte: spec has 1 mesh axes but the mesh mesh(2,4) has 2");
+        "spec error: wte: spec has 1 mesh axes but the mesh mesh(2,4) has 2");
   CHECK(spec_error_of([&] { check_spec(parse_spec("S0R", 2), m, {8, 4, 2}, "wte"); }) ==
-        "autoshard: spec error: wte: spec is for a tensor of rank 2 but the tensor [8,4,2] has rank 3");
+        "spec error: wte: spec is for a tensor of rank 2 but the tensor [8,4,2] has rank 3");
   sharding_spec bad = parse_spec("S0R", 2);
   bad.placements[1] = Shard(3);
   CHECK(spec_error_of([&] { check_spec(bad, m, {8, 4}); }) ==
-        "autoshard: spec error: Shard(3) is outside a tensor of rank 2");
+        "spec error: Shard(3) is outside a tensor of rank 2");
 }
 
 TEST_CASE("specs: PyTorch's printed spellings parse to the same values") {

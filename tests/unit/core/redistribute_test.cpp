@@ -646,10 +646,10 @@ TEST_CASE("size-1 mesh axes never communicate") {
 
 TEST_CASE("impossible redistributions are spec_errors that name the axis") {
   CHECK(error_of(parse_spec("[S(0),R]"), parse_spec("[P,R]", 2, 1)) ==
-        "autoshard: spec error: cannot redistribute Shard to Partial on mesh axis 0 (a shard holds no partial "
+        "spec error: cannot redistribute Shard to Partial on mesh axis 0 (a shard holds no partial "
         "value); go through Replicate explicitly");
   CHECK(error_of(parse_spec("[R,P]", 2, 1), parse_spec("[R,P(max)]", 2, 1)) ==
-        "autoshard: spec error: cannot redistribute Partial(op) into a different Partial on mesh axis 1; reduce "
+        "spec error: cannot redistribute Partial(op) into a different Partial on mesh axis 1; reduce "
         "to Replicate first");
   // Rejected whatever the order of steps would be, even next to a valid axis.
   CHECK_THROWS_AS(plan_redistribute(parse_spec("[P,S(0)]"), parse_spec("[R,P]", 2, 1)), spec_error);

@@ -17,6 +17,6 @@ TEST_CASE("regression: fuzz_model_json, a number too large for a double") {
   } catch (const autoshard::io_error& e) {
     msg = e.what();
   }
-  CHECK(msg.find("autoshard: io error: not valid JSON") == 0);
+  CHECK(msg.find("io error: model JSON is not valid JSON") == 0);
   CHECK(msg.find("number overflow") != std::string::npos);
 }

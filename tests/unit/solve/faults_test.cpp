@@ -29,14 +29,14 @@ TEST_CASE("faults: a time limit of 0 is a solver_error before GLPK runs") {
   autoshard::solve_options o;
   o.time_limit = 0;
   CHECK(fault_error<autoshard::solver_error>([&] { (void)autoshard::solve_ilp(p, o); }) ==
-        "autoshard: solver error: time_limit must be > 0 seconds, got 0");
+        "solver error: time_limit must be > 0 seconds, got 0");
 }
 
 TEST_CASE("faults: a memory budget below the largest single tensor names the smallest budget that fits") {
   auto p = fault_problem();  // node 1 uses 25 at least, whatever its strategy
   p.usage_limit = 20;
   const std::string m = fault_error<autoshard::solver_error>([&] { (void)autoshard::solve_ilp(p, {}); });
-  CHECK(m.find("autoshard: solver error: usage_limit 20 cannot be met: the smallest budget that could fit is ") == 0);
+  CHECK(m.find("solver error: usage_limit 20 cannot be met: the smallest budget that could fit is ") == 0);
 }
 
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
@@ -45,7 +45,7 @@ TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the 
     std::istringstream in(head + R"({"name": "a", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["b"]},)"
                                  R"({"name": "b", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["a"]}]})");
     const std::string m = fault_error<autoshard::graph_error>([&] { (void)autoshard::read_json(in); });
-    CHECK(m.find("autoshard: graph error: the graph has a cycle through vertex ") == 0);
+    CHECK(m.find("graph error: the graph has a cycle through vertex ") == 0);
     CHECK(m.find("'a'") != std::string::npos);
     CHECK(m.find("'b'") != std::string::npos);
   }
@@ -53,6 +53,6 @@ TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the 
     std::istringstream in(head + R"({"name": "x", "kind": "input", "shape": [4, 8], "dtype": "f32"},)"
                                  R"({"name": "fc", "kind": "linear", "shape": [4, 6], "dtype": "f32", "inputs": ["x", "nope"]}]})");
     CHECK(fault_error<autoshard::io_error>([&] { (void)autoshard::read_json(in); }) ==
-          "autoshard: io error: /nodes/1/inputs/1: no node is called 'nope'");
+          "io error: model JSON: nodes[1].inputs[1] names 'nope', but no node is called that");
   }
 }

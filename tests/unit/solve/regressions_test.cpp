@@ -22,7 +22,7 @@ TEST_CASE("regression: fuzz_iopddl, usages whose sum overflows int64") {
   } catch (const autoshard::solver_error& e) {
     msg = e.what();
   }
-  CHECK(msg == "autoshard: solver error: summed usage at time 1 exceeds 2^63-1 bytes");
+  CHECK(msg == "solver error: summed usage at time 1 exceeds 2^63-1 bytes");
   const std::vector<int> choice{0, 0};
   CHECK_THROWS_AS((void)p.peak_usage(choice), autoshard::solver_error);
 }
@@ -44,14 +44,14 @@ TEST_CASE("regression: fuzz_plan_json, integers beyond 2^64 and floats where a p
     return autoshard::detail::plan_from_json(pm, j, "crash.json");
   };
   CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 18446744073750591615})"),
-                       doctest::Contains("\"version\" is 1.844674407375059"), autoshard::io_error);
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1.5})"), doctest::Contains("\"version\""),
+                       doctest::Contains("version is 1.844674407375059"), autoshard::io_error);
+  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1.5})"), doctest::Contains("version is 1.5, not an integer"),
                        autoshard::io_error);
   CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [1e30, 2]}})"),
-                       doctest::Contains("\"mesh\".\"shape\"[0] is 1e+30"), autoshard::io_error);
+                       doctest::Contains("mesh.shape[0] is 1e+30"), autoshard::io_error);
   CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [2, -2]}})"),
-                       doctest::Contains("\"mesh\".\"shape\"[1] is -2"), autoshard::io_error);
+                       doctest::Contains("mesh.shape[1] is -2"), autoshard::io_error);
   CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [2, 2]}, "mode": "inference",
       "operators": [{"name": "x", "shape": [8, 9.5e40], "strategy": "->RR"}, {"name": "w"}, {"name": "fc"}]})"),
-                       doctest::Contains("operator 'x' \"shape\"[1] is 9.5e+40"), autoshard::io_error);
+                       doctest::Contains("operator 'x'.shape[1] is 9.5e+40"), autoshard::io_error);
 }

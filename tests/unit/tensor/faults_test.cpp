@@ -94,7 +94,7 @@ TEST_CASE("faults: disk full (RLIMIT_FSIZE) is an io_error and leaves no file be
     try {
       shard_checkpoint(in, fault_plan(), out);
     } catch (const io_error& e) {
-      // "autoshard: io error: cannot write '.../rank-0.safetensors.tmp.<pid>': File too large"
+      // "io error: cannot write '.../rank-0.safetensors.tmp.<pid>': File too large"
       return std::strstr(e.what(), "cannot write") && std::strstr(e.what(), "File too large") ? 0 : 2;
     }
     return 1;
@@ -119,7 +119,7 @@ TEST_CASE("faults: an output directory that is not writable is an io_error and n
     try {
       shard_checkpoint(in, fault_plan(), out);
     } catch (const io_error& e) {
-      // "autoshard: io error: cannot create '.../rank-0.safetensors.tmp.<pid>': Permission denied"
+      // "io error: cannot create '.../rank-0.safetensors.tmp.<pid>': Permission denied"
       return std::strstr(e.what(), "cannot create") && std::strstr(e.what(), "Permission denied") ? 0 : 2;
     }
     return 1;
@@ -163,14 +163,15 @@ TEST_CASE("faults: a sharder killed mid-write leaves no file under a final name,
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   CHECK(WIFSIGNALED(status));
-  // Mid-write the directory holds only temporaries ("rank-0.safetensors.tmp.<pid>", ...).
+  // Mid-write the directory holds only temporaries ("rank-0.safetensors.tmp.<pid>.<random>", ...).
   CHECK(!during.empty());
   const auto after = names_in(out);
-  const std::string suffix = ".tmp." + std::to_string(pid);
+  const std::string mark = ".tmp." + std::to_string(pid) + ".";
   for (const auto& n : after) {
     CAPTURE(n);
-    CHECK(n.size() > suffix.size());
-    CHECK(n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0);
+    const auto at = n.find(mark);
+    REQUIRE(at != std::string::npos);
+    CHECK(n.size() - at - mark.size() == 16);  // the unpredictable part: 16 hex digits
   }
   CHECK(!fs::exists(out / "index.json"));
   // SIGKILL runs no destructor: the killed run's temporaries stay until the next run into the
@@ -203,13 +204,15 @@ TEST_CASE("faults: only the sharder's own temporaries of a dead writer are remov
   REQUIRE(dead > 0);
   const std::string d = std::to_string(dead);
   const std::vector<std::string> stale = {"rank-0.safetensors.tmp." + d, "rank-1.safetensors.tmp." + d,
-                                          "index.json.tmp." + d};
+                                          "index.json.tmp." + d + ".0123456789abcdef"};
   const std::vector<std::string> keep = {
       "rank-0.safetensors.tmp.1",           // pid 1 is alive (init): a writer still at work
       "rank-2.safetensors.tmp." + d,        // a rank this run does not write (2 ranks)
       "model.safetensors.tmp." + d,         // not a name the sharder writes
       "notes.txt.tmp." + d,                 // nor this
       "rank-0.safetensors.tmp." + d + "x",  // not a pid
+      "rank-0.safetensors.tmp." + d + ".0123456789abcdeX",  // not 16 hex digits after the pid
+      "rank-0.safetensors.tmp." + d + ".0123",              //
       "rank-0.safetensors.tmp.0",           // pid 0 would mean the process group: never
       "rank-0.safetensors.tmp.-5",          //
       "rank-0.safetensors.tmp.",            //

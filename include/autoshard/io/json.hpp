@@ -1,0 +1,234 @@
+#pragma once
+/// Checked reading of JSON files: the one place where autoshard turns untrusted JSON into
+/// numbers, strings and arrays. Every getter checks the type and the range before converting
+/// (nlohmann's get<int> of 1e30, or of an integer beyond 2^63 that parses as a float, is
+/// undefined behaviour, not an error), and every failure is an io_error naming where it was
+/// read from, the JSON path and the offending value:
+///   io error: plan file 'p.json': mesh.axes[2].bandwidth_Bps is -1, not a number in [1e-300, 1e+300]
+///
+///   const nlohmann::json j = autoshard::load_json_file("p.json", "plan file");
+///   autoshard::json_in in(j, "plan file 'p.json'");
+///   const std::int64_t v = in["version"].integer(1, 1000);
+///   for (std::size_t i = 0; i < in["mesh"]["axes"].size(); ++i)
+///     double bw = in["mesh"]["axes"][i]["bandwidth_Bps"].number(1e-300, 1e300);
+#include <cerrno>      // errno
+#include <cmath>       // std::isfinite
+#include <cstdint>     // std::int64_t, std::uint64_t
+#include <cstdio>      // std::snprintf
+#include <cstring>     // std::strerror
+#include <functional>  // std::function
+#include <limits>      // std::numeric_limits
+#include <optional>    // std::optional
+#include <string>      // std::string
+#include <utility>     // std::move
+#include <vector>      // std::vector
+
+#include <fcntl.h>     // open, O_RDONLY, O_NONBLOCK
+#include <sys/stat.h>  // fstat, S_ISREG
+#include <unistd.h>    // read, close
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "../core/error.hpp"  // io_error
+
+namespace autoshard {
+
+namespace detail {
+/// A JSON value as a message shows it: compact, cut after 60 characters.
+inline std::string json_excerpt(const nlohmann::json& j) {
+  std::string s;
+  try {
+    s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  } catch (const nlohmann::json::exception&) {
+    s = "(unprintable)";
+  }
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+}  // namespace detail
+
+/// A value inside a JSON document with the path it was reached by ("mesh.axes[2].latency_s")
+/// and the document it came from ("plan file 'p.json'"). A view: the document must outlive it.
+class json_in {
+ public:
+  json_in(const nlohmann::json& j, std::string source, std::string path = {})
+      : j_(&j), source_(std::move(source)), path_(std::move(path)) {}
+
+  const nlohmann::json& raw() const noexcept { return *j_; }
+  /// "mesh.axes[2]"; "" for the document itself.
+  const std::string& path() const noexcept { return path_; }
+  const std::string& source() const noexcept { return source_; }
+
+  /// Throws io_error "<source>: <path> <why>" (or "<source>: the document <why>").
+  [[noreturn]] void fail(const std::string& why) const {
+    std::string where = source_.empty() ? std::string() : source_ + ": ";
+    throw io_error(where + (path_.empty() ? std::string("the document") : path_) + " " + why);
+  }
+  /// Throws io_error "<source>: <path> is <value>, not <expected>".
+  [[noreturn]] void fail_expected(const std::string& expected) const {
+    fail("is " + detail::json_excerpt(*j_) + ", not " + expected);
+  }
+
+  bool is_null() const noexcept { return j_->is_null(); }
+  bool has(const char* key) const { return j_->is_object() && j_->contains(key); }
+
+  /// The member `key` of this object; an error when this is not an object or has no such member.
+  json_in operator[](const char* key) const {
+    require_object();
+    auto it = j_->find(key);
+    if (it == j_->end()) fail(std::string("has no member \"") + key + "\"");
+    return {*it, source_, child(key)};
+  }
+  json_in operator[](const std::string& key) const { return (*this)[key.c_str()]; }
+  /// The member `key`, or nothing when it is absent (or null).
+  std::optional<json_in> find(const char* key) const {
+    require_object();
+    auto it = j_->find(key);
+    if (it == j_->end() || it->is_null()) return std::nullopt;
+    return json_in{*it, source_, child(key)};
+  }
+  /// Element i of this array; an error when this is not an array or i is out of range.
+  json_in operator[](std::size_t i) const {
+    require_array();
+    if (i >= j_->size()) fail("has " + std::to_string(j_->size()) + " elements, none at index " + std::to_string(i));
+    return {(*j_)[i], source_, path_ + "[" + std::to_string(i) + "]"};
+  }
+  json_in operator[](int i) const {
+    if (i < 0) fail("has no element at index " + std::to_string(i));
+    return (*this)[static_cast<std::size_t>(i)];
+  }
+  /// The number of elements of this array (an error when it is not one, or holds more than max).
+  std::size_t size(std::size_t max = std::numeric_limits<std::size_t>::max()) const {
+    require_array();
+    if (j_->size() > max) fail("has " + std::to_string(j_->size()) + " elements; at most " + std::to_string(max) + " are allowed");
+    return j_->size();
+  }
+  /// Every element of this array, in order.
+  std::vector<json_in> elements(std::size_t max = std::numeric_limits<std::size_t>::max()) const {
+    std::vector<json_in> out;
+    const std::size_t n = size(max);
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) out.push_back((*this)[i]);
+    return out;
+  }
+  /// Every member of this object, in the document's order.
+  std::vector<std::pair<std::string, json_in>> members() const {
+    require_object();
+    std::vector<std::pair<std::string, json_in>> out;
+    for (auto it = j_->begin(); it != j_->end(); ++it) out.emplace_back(it.key(), json_in{it.value(), source_, child(it.key())});
+    return out;
+  }
+
+  const json_in& require_object() const {
+    if (!j_->is_object()) fail_expected("an object");
+    return *this;
+  }
+  const json_in& require_array() const {
+    if (!j_->is_array()) fail_expected("an array");
+    return *this;
+  }
+
+  /// An integer in [lo, hi]. A float (3.0, 1e30) or an integer beyond the range is an error.
+  std::int64_t integer(std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
+                       std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
+    bool ok = j_->is_number_integer();
+    if (ok && j_->is_number_unsigned()) ok = j_->get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (ok) ok = j_->get<std::int64_t>() >= lo && j_->get<std::int64_t>() <= hi;
+    if (!ok) fail_expected("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return j_->get<std::int64_t>();
+  }
+  /// An int in [lo, hi] (the bounds must fit an int).
+  int small_integer(int lo, int hi) const { return static_cast<int>(integer(lo, hi)); }
+  /// The integers of this array, each in [lo, hi], at most max_size of them.
+  std::vector<std::int64_t> integers(std::int64_t lo, std::int64_t hi,
+                                     std::size_t max_size = std::numeric_limits<std::size_t>::max()) const {
+    std::vector<std::int64_t> out;
+    for (const json_in& e : elements(max_size)) out.push_back(e.integer(lo, hi));
+    return out;
+  }
+  /// A finite number in [lo, hi] (an integer in the file is taken as its double).
+  double number(double lo = -std::numeric_limits<double>::max(), double hi = std::numeric_limits<double>::max()) const {
+    if (!j_->is_number()) fail_expected("a number in [" + fmt(lo) + ", " + fmt(hi) + "]");
+    const double d = j_->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) fail_expected("a number in [" + fmt(lo) + ", " + fmt(hi) + "]");
+    return d;
+  }
+  std::string string() const {
+    if (!j_->is_string()) fail_expected("a string");
+    return j_->get<std::string>();
+  }
+  /// A string, one of `allowed` (the error lists them).
+  std::string one_of(const std::vector<std::string>& allowed) const {
+    std::string s = string();
+    for (const std::string& a : allowed)
+      if (s == a) return s;
+    std::string list;
+    for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? (i + 1 == allowed.size() ? " or \"" : ", \"") : "\"") + allowed[i] + "\"";
+    fail_expected(list);
+  }
+  bool boolean() const {
+    if (!j_->is_boolean()) fail_expected("true or false");
+    return j_->get<bool>();
+  }
+
+ private:
+  std::string child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  static std::string fmt(double d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", d);
+    return buf;
+  }
+  const nlohmann::json* j_;
+  std::string source_, path_;
+};
+
+/// Parses JSON text; a syntax error (or a number beyond a double, 1e999) is an io_error
+/// naming `source` ("plan file 'p.json'").
+inline nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
+    throw io_error(source + " is not valid JSON: " + e.what());
+  }
+}
+
+/// The bytes of a regular file, at most max_bytes. A directory, a FIFO, a device or a socket
+/// is refused without reading from it (it is opened non-blocking, so a FIFO without a writer
+/// cannot hang the call). `what` names the file in messages ("plan file").
+inline std::string read_regular_file(const std::string& path, const std::string& what = "file",
+                                     std::uint64_t max_bytes = std::uint64_t{1} << 32) {
+  const std::string name = what + " '" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw io_error("cannot open " + name + ": " + std::strerror(errno));
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw io_error("cannot stat " + name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw io_error(name + " is a directory, not a file");
+  if (!S_ISREG(st.st_mode)) throw io_error(name + " is not a regular file (a FIFO, a device or a socket)");
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
+    throw io_error(name + " has " + std::to_string(st.st_size) + " bytes; at most " + std::to_string(max_bytes) + " are read");
+  std::string out;
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) throw io_error("cannot read " + name + ": " + std::strerror(errno));
+    if (k == 0) break;
+    if (out.size() + static_cast<std::size_t>(k) > max_bytes) throw io_error(name + " grew beyond " + std::to_string(max_bytes) + " bytes while read");
+    out.append(buf, static_cast<std::size_t>(k));
+  }
+  return out;
+}
+
+/// Opens, reads and parses a JSON file; every failure is an io_error naming it
+/// ("cannot open plan file 'p.json': No such file or directory",
+///  "plan file 'p.json' is not valid JSON: ...").
+inline nlohmann::json load_json_file(const std::string& path, const std::string& what = "file") {
+  return parse_json_text(read_regular_file(path, what), what + " '" + path + "'");
+}
+
+}  // namespace autoshard

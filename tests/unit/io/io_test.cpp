@@ -1,0 +1,206 @@
+// The io area: checked JSON reading and atomic file writing.
+#include <autoshard/io/io.hpp>
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using namespace autoshard;
+
+namespace {
+
+struct io_dir {
+  fs::path path;
+  io_dir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("autoshard-io-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  io_dir(const io_dir&) = delete;
+  io_dir& operator=(const io_dir&) = delete;
+  ~io_dir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const io_error& e) {
+    return e.what();
+  }
+  return "(no io_error)";
+}
+
+}  // namespace
+
+TEST_CASE("json_in: integers are checked against their bounds before conversion, and errors name the path and the value") {
+  const nlohmann::json j = nlohmann::json::parse(R"({"mesh": {"axes": [{"size": 2}, {"size": 4}, {"size": 1e30},
+      {"size": 18446744073709551615}, {"size": -3}, {"size": 3.0}, {"size": "8"}]}, "n": 9223372036854775807})");
+  const json_in in(j, "plan file 'p.json'");
+  CHECK(in["mesh"]["axes"][0]["size"].integer(1, 8) == 2);
+  CHECK(in["mesh"]["axes"][1]["size"].small_integer(1, 8) == 4);
+  CHECK(in["n"].integer() == std::numeric_limits<std::int64_t>::max());
+  CHECK(error_of([&] { in["mesh"]["axes"][2]["size"].integer(1, 8); }) ==
+        "io error: plan file 'p.json': mesh.axes[2].size is 1e+30, not an integer in [1, 8]");
+  CHECK(error_of([&] { in["mesh"]["axes"][3]["size"].integer(); }) ==
+        "io error: plan file 'p.json': mesh.axes[3].size is 18446744073709551615, not an integer in "
+        "[-9223372036854775808, 9223372036854775807]");
+  CHECK(error_of([&] { in["mesh"]["axes"][4]["size"].integer(1, 8); }).find("mesh.axes[4].size is -3, not an integer in [1, 8]") !=
+        std::string::npos);
+  CHECK(error_of([&] { in["mesh"]["axes"][5]["size"].integer(1, 8); }).find("mesh.axes[5].size is 3.0, not an integer") !=
+        std::string::npos);
+  CHECK(error_of([&] { in["mesh"]["axes"][6]["size"].integer(1, 8); }).find("mesh.axes[6].size is \"8\", not an integer") !=
+        std::string::npos);
+  CHECK(error_of([&] { in["mesh"]["axes"][7]; }) ==
+        "io error: plan file 'p.json': mesh.axes has 7 elements, none at index 7");
+  CHECK(error_of([&] { in["mesh"]["links"]; }) == "io error: plan file 'p.json': mesh has no member \"links\"");
+  CHECK(error_of([&] { in["mesh"]["axes"]["size"]; }).find("mesh.axes is [{\"size\":2}") != std::string::npos);
+  CHECK(error_of([&] { in["mesh"]["axes"].size(3); }) ==
+        "io error: plan file 'p.json': mesh.axes has 7 elements; at most 3 are allowed");
+}
+
+TEST_CASE("json_in: doubles are finite and in range, strings, booleans, optional members and choices") {
+  const nlohmann::json j = nlohmann::json::parse(R"({"bw": 2.5e10, "lat": -1, "big": 1e308, "i": 7, "s": "nccl", "b": true,
+      "z": null, "arr": [1, 2, 3]})");
+  const json_in in(j, "calibration file 'c.json'");
+  CHECK(in["bw"].number(1e-300, 1e300) == 2.5e10);
+  CHECK(in["i"].number() == 7.0);
+  CHECK(error_of([&] { in["lat"].number(0.0, 1.0); }) ==
+        "io error: calibration file 'c.json': lat is -1, not a number in [0, 1]");
+  CHECK(error_of([&] { in["big"].number(0.0, 1e300); }).find("big is 1e+308, not a number") != std::string::npos);
+  CHECK(in["s"].string() == "nccl");
+  CHECK(in["s"].one_of({"nccl", "gloo"}) == "nccl");
+  CHECK(error_of([&] { in["s"].one_of({"gloo", "mpi"}); }) ==
+        "io error: calibration file 'c.json': s is \"nccl\", not \"gloo\" or \"mpi\"");
+  CHECK(in["b"].boolean());
+  CHECK(error_of([&] { in["s"].boolean(); }).find("s is \"nccl\", not true or false") != std::string::npos);
+  CHECK(!in.find("z"));
+  CHECK(!in.find("absent"));
+  CHECK(in.find("i")->integer() == 7);
+  CHECK(in["arr"].integers(0, 5) == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(error_of([&] { in["arr"].integers(0, 2); }).find("arr[2] is 3, not an integer in [0, 2]") != std::string::npos);
+  CHECK(error_of([&] { json_in(j, "")["s"].integer(); }).rfind("io error: s is \"nccl\"", 0) == 0);
+  const nlohmann::json arr = nlohmann::json::array();
+  CHECK(error_of([&] { json_in(arr, "x")["k"]; }) == "io error: x: the document is [], not an object");
+}
+
+TEST_CASE("load_json_file: names the file, refuses directories and FIFOs without hanging, rejects bad JSON") {
+  io_dir d;
+  std::ofstream(d.path / "ok.json") << R"({"a": [1, 2]})";
+  CHECK(load_json_file((d.path / "ok.json").string(), "plan file")["a"][1] == 2);
+  std::ofstream(d.path / "bad.json") << R"({"a": [1, 2)";
+  const std::string bad = error_of([&] { load_json_file((d.path / "bad.json").string(), "plan file"); });
+  CHECK(bad.find("plan file '" + (d.path / "bad.json").string() + "' is not valid JSON") != std::string::npos);
+  std::ofstream(d.path / "huge.json") << R"({"a": 1e999})";
+  CHECK(error_of([&] { load_json_file((d.path / "huge.json").string()); }).find("is not valid JSON") != std::string::npos);
+  CHECK(error_of([&] { load_json_file((d.path / "missing.json").string(), "plan file"); }).find(
+            "cannot open plan file '" + (d.path / "missing.json").string() + "': No such file") != std::string::npos);
+  CHECK(error_of([&] { load_json_file(d.path.string(), "plan file"); }).find("is a directory") != std::string::npos);
+  const fs::path fifo = d.path / "fifo.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(error_of([&] { load_json_file(fifo.string(), "plan file"); }).find("is not a regular file") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(error_of([&] { read_regular_file((d.path / "ok.json").string(), "file", 4); }).find("at most 4 are read") !=
+        std::string::npos);
+}
+
+TEST_CASE("atomic_file: writes the whole file, replaces the target, leaves no temporary and honours the umask") {
+  io_dir d;
+  const fs::path target = d.path / "plan.json";
+  std::ofstream(target) << "old contents";
+  write_file_atomically(target, std::string_view("new contents\n"));
+  CHECK(slurp(target) == "new contents\n");
+  const mode_t old = ::umask(027);
+  write_file_atomically(d.path / "b.bin", [](atomic_file& f) {
+    f.write(std::string_view("ab"));
+    f.write(std::string(3 << 20, 'x'));  // beyond the buffer: written straight through
+    CHECK(f.written() == 2 + (3u << 20));
+  });
+  ::umask(old);
+  CHECK(fs::file_size(d.path / "b.bin") == 2 + (3u << 20));
+  CHECK((fs::status(d.path / "b.bin").permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) {
+    ++files;
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+  }
+  CHECK(files == 2);
+}
+
+TEST_CASE("atomic_file: a failure or an abandoned file leaves the target untouched and no temporary") {
+  io_dir d;
+  const fs::path target = d.path / "out.json";
+  std::ofstream(target) << "keep me";
+  fs::path tmp;
+  {
+    atomic_file f(target);
+    tmp = f.temporary_path();
+    // The temporary sits next to the target under an unpredictable name: <target>.tmp.<pid>.<16 hex>.
+    const std::string name = tmp.filename().string();
+    const std::string prefix = "out.json.tmp." + std::to_string(::getpid()) + ".";
+    REQUIRE(name.rfind(prefix, 0) == 0);
+    CHECK(name.size() == prefix.size() + 16);
+    CHECK(tmp.parent_path() == d.path);
+    atomic_file g(target);
+    CHECK(g.temporary_path() != tmp);  // two writers never share a temporary
+    f.write(std::string_view("half a fi"));
+    CHECK(fs::exists(tmp));
+  }  // destroyed without commit
+  CHECK(!fs::exists(tmp));
+  CHECK(slurp(target) == "keep me");
+  CHECK_THROWS_WITH_AS(write_file_atomically(target, [](atomic_file& f) {
+                         f.write(std::string_view("partial"));
+                         throw io_error("the writer failed");
+                       }),
+                       "io error: the writer failed", io_error);
+  CHECK(slurp(target) == "keep me");
+  // A directory that cannot be written: the error names the temporary's directory and nothing changes.
+  if (::geteuid() != 0) {
+    fs::permissions(d.path, fs::perms::owner_write, fs::perm_options::remove);
+    CHECK(error_of([&] { write_file_atomically(target, std::string_view("x")); }).find("cannot create '" + target.string() + ".tmp.") !=
+          std::string::npos);
+    fs::permissions(d.path, fs::perms::owner_write, fs::perm_options::add);
+    CHECK(slurp(target) == "keep me");
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) files += e.path() == target ? 0 : 1;
+  CHECK(files == 0);
+}
+
+TEST_CASE("remove_live_temporaries removes exactly the temporaries still open") {
+  io_dir d;
+  atomic_file a(d.path / "a.bin");
+  a.write(std::string_view("a"));
+  {
+    atomic_file done(d.path / "done.bin");
+    done.write(std::string_view("done"));
+    done.commit();
+  }
+  const fs::path ta = a.temporary_path();
+  CHECK(fs::exists(ta));
+  remove_live_temporaries();  // what a SIGINT handler does before re-raising
+  CHECK(!fs::exists(ta));
+  CHECK(slurp(d.path / "done.bin") == "done");
+}

@@ -30,9 +30,17 @@ expect_rc 2 "$tool" no-such-command
 json_check "[s['collective'] for s in d['steps']] == ['all-gather','all-to-all','local-slice'] and [s['mesh_axis'] for s in d['steps']] == [1,0,1]" \
   "$tool" explain --mesh 2x2 --shape 8,4 --from "[S(0),S(1)]" --to "[S(1),S(0)]" --json
 # all-gather of a [768,2304] f32 over 4 ranks on the intra-node axis: B = 768*2304*4 bytes,
-# time = alpha + 3/4 * B / beta with the given link.
-json_check "d['steps'][0]['bytes'] == 768*2304*4 and abs(d['steps'][0]['seconds'] - (5e-6 + 0.75*768*2304*4/300e9)) < 1e-12" \
+# time = alpha + 3 hops + 3/4 * B / beta with the given link (hop: NCCL's 0.6 us by default).
+json_check "d['steps'][0]['bytes'] == 768*2304*4 and abs(d['steps'][0]['seconds'] - (5e-6 + 3*0.6e-6 + 0.75*768*2304*4/300e9)) < 1e-12" \
   "$tool" explain --mesh 2x4 --intra-bw 300e9 --intra-lat 5e-6 --shape 768,2304 --from "RS1" --to "S0R" --json
+# [P,P] -> [R,R] on 2 nodes x 4: hierarchical (docs/specs.md's worked example): reduce-scatter
+# inside the node, all-reduce of a quarter across nodes, all-gather; within 10% of the hand
+# formula without hops, and exact with them.
+json_check "[(s['mesh_axis'], s['collective']) for s in d['steps']] == [(1,'reduce-scatter'),(0,'all-reduce'),(1,'all-gather')] and abs(d['total_seconds'] - (2*(5e-6+0.75*2**27/300e9) + 2e-5 + 2*0.5*2**25/25e9)) < 0.1*d['total_seconds'] and abs(d['total_seconds'] - (2*(5e-6+3*0.6e-6+0.75*2**27/300e9) + 2e-5+2*2.7e-6 + 2*0.5*2**25/25e9)) < 1e-9" \
+  "$tool" explain --mesh 2x4 --inter-bw 25e9 --intra-bw 300e9 --shape 1024,1024,64 --dtype bf16 --from "[P,P]" --to "[R,R]" --json
+json_check "abs(d['steps'][0]['seconds'] - (5e-6 + 0.75*768*2304*4/300e9)) < 1e-12" \
+  "$tool" explain --mesh 2x4 --intra-hop 0 --shape 768,2304 --from "RS1" --to "S0R" --json
+expect_rc 1 "$tool" explain --mesh 2x4 --intra-hop -1 --shape 8,4 --from "RR" --to "RR"
 # Uneven: 5 rows over 4 ranks -> 2,2,1,0; the empty shard sits at offset 5.
 json_check "[r['after']['shape'][0] for r in d['ranks']] == [2,2,1,0] and d['ranks'][3]['after']['offset'][0] == 5" \
   "$tool" explain --mesh 4 --shape 5,3 --from "[R]" --to "[S(0)]" --json

@@ -35,7 +35,7 @@ int run_explain(const explain_options& o) {
   const sharding_spec dst = parse_spec(o.to, mr, tr);
   check_spec(src, m, shape, "--from");
   check_spec(dst, m, shape, "--to");
-  const redist_plan plan = plan_redistribute(m, src, dst);
+  const redist_plan plan = plan_redistribute(m, src, dst, shape);
   const plan_cost cost = price_plan(m, plan, shape, t);
 
   if (o.json) {

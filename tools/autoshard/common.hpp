@@ -29,6 +29,8 @@ struct mesh_options {
   double intra_bw = 300e9;
   double inter_lat = -1;  ///< < 0: the default, 20 us (NCCL's; `plan --backend gloo` uses Gloo's)
   double intra_lat = -1;  ///< < 0: the default, 5 us
+  double inter_hop = nccl_inter_node_hop;  ///< per ring step, seconds
+  double intra_hop = nccl_intra_node_hop;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4 (1 to 4 axes)")->capture_default_str();
@@ -36,13 +38,17 @@ struct mesh_options {
     cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")->capture_default_str();
     cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)");
     cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)");
+    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)");
+    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)");
   }
   device_mesh build() const {
-    if (inter_bw <= 0 || intra_bw <= 0) throw spec_error("bandwidths must be positive");
+    if (!(inter_bw > 0) || !(intra_bw > 0)) throw spec_error("bandwidths must be positive");
+    if (!(inter_hop >= 0) || !(intra_hop >= 0) || !(inter_hop < 1) || !(intra_hop < 1))
+      throw spec_error("--inter-hop and --intra-hop must be in [0, 1) seconds");
     const double a0 = inter_lat < 0 ? 2e-5 : inter_lat, a1 = intra_lat < 0 ? 5e-6 : intra_lat;
     device_mesh m(parse_mesh_shape(mesh));
     for (std::size_t i = 0; i < m.ndim(); ++i)
-      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{a0, inter_bw} : link_model{a1, intra_bw});
+      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{a0, inter_bw, inter_hop} : link_model{a1, intra_bw, intra_hop});
     return m;
   }
 };
@@ -87,7 +93,7 @@ inline nlohmann::json to_json(const tensor_shape& s) { return s.to_vector(); }
 inline nlohmann::json to_json(const device_mesh& m) {
   nlohmann::json axes = nlohmann::json::array();
   for (std::size_t i = 0; i < m.ndim(); ++i)
-    axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"bandwidth_Bps", m.link(i).beta}});
+    axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"hop_s", m.link(i).hop}, {"bandwidth_Bps", m.link(i).beta}});
   return {{"shape", m.shape()}, {"axes", axes}};
 }
 

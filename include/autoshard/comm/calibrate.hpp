@@ -1,6 +1,7 @@
 #pragma once
 /// Measuring each mesh axis's link on the real backend: a few message sizes per
-/// collective, a least-squares fit of the alpha-beta model that core/cost.hpp prices with,
+/// collective, a least-squares fit of the model core/cost.hpp prices with (alpha per collective, hop per
+/// ring step, beta),
 /// a held-out size to report how well the fit predicts, and a JSON file the cost model loads.
 ///   auto cal = autoshard::calibrate(mc);                 // collective over the mesh
 ///   autoshard::save_calibration(cal, "links.json");
@@ -10,6 +11,7 @@
 #include <algorithm>  // std::sort, std::max
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs
+#include <utility>    // std::swap
 #include <cstddef>    // std::size_t
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -64,36 +66,78 @@ struct calibration_result {
 
 namespace detail {
 
-/// Least squares of t ~ a*alpha + b*(1/beta), weighted by 1/t^2 (relative error), with
-/// alpha >= 0 and beta > 0.
-inline link_model fit_alpha_beta(const std::vector<calibration_sample>& s, int k) {
-  double saa = 0, sab = 0, sbb = 0, sat = 0, sbt = 0;
+/// Weighted least squares (weights 1/t^2: relative error) of t ~ alpha + steps*hop + v/beta,
+/// the formula collective_time prices with; `fit_hop` false keeps hop at 0.
+inline bool fit_link_ls(const std::vector<calibration_sample>& s, int k, bool fit_hop, double out[3]) {
+  const int n = fit_hop ? 3 : 2;
+  double a[3][4] = {};
   int used = 0;
   for (const auto& x : s) {
     if (x.held_out || x.seconds <= 0) continue;
-    const double t0 = collective_time(x.kind, link_model{1.0, 1e300}, k, x.bytes);  // alpha coefficient
-    const double b = collective_time(x.kind, link_model{0.0, 1.0}, k, x.bytes);     // coefficient of 1/beta
+    const double c[3] = {collective_time(x.kind, link_model{1.0, 1e300, 0.0}, k, x.bytes),   // of alpha
+                         collective_time(x.kind, link_model{0.0, 1.0, 0.0}, k, x.bytes),     // of 1/beta
+                         collective_time(x.kind, link_model{0.0, 1e300, 1.0}, k, x.bytes)};  // of hop
     const double w = 1.0 / (x.seconds * x.seconds);
-    saa += w * t0 * t0;
-    sab += w * t0 * b;
-    sbb += w * b * b;
-    sat += w * t0 * x.seconds;
-    sbt += w * b * x.seconds;
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) a[i][j] += w * c[i] * c[j];
+      a[i][3] += w * c[i] * x.seconds;
+    }
     ++used;
   }
+  if (used < n) return false;
+  for (int col = 0; col < n; ++col) {  // Gauss-Jordan with partial pivoting on an n x n system
+    int piv = col;
+    for (int r = col + 1; r < n; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[piv][col])) piv = r;
+    if (!(std::abs(a[piv][col]) > 1e-12 * std::abs(a[0][0]))) return false;  // collinear: hop is not identifiable
+    for (int j = 0; j < 4; ++j) std::swap(a[col][j], a[piv][j]);
+    for (int r = 0; r < n; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (int j = 0; j < 4; ++j) a[r][j] -= f * a[col][j];
+    }
+  }
+  for (int i = 0; i < 3; ++i) out[i] = i < n ? a[i][3] / a[i][i] : 0.0;
+  return true;
+}
+
+/// Fits alpha >= 0, hop >= 0 and beta > 0. The hop is identifiable when the samples mix
+/// collectives with different step counts (an all-reduce has twice an all-gather's); where
+/// it is not, or comes out negative, it is 0 and alpha and beta are refitted alone.
+inline link_model fit_alpha_beta(const std::vector<calibration_sample>& s, int k) {
+  int used = 0;
+  for (const auto& x : s) used += !x.held_out && x.seconds > 0;
   if (used < 2) throw comm_error("calibration needs at least two measured sizes, got " + std::to_string(used));
-  const double det = saa * sbb - sab * sab;
-  double alpha = det != 0 ? (sat * sbb - sbt * sab) / det : 0.0;
-  double inv_beta = det != 0 ? (saa * sbt - sab * sat) / det : 0.0;
-  if (alpha < 0) {  // refit with alpha = 0
+  double p[3] = {0, 0, 0};
+  if (!fit_link_ls(s, k, true, p) || p[2] < 0 || p[0] < 0 || p[1] <= 0) {
+    p[2] = 0;
+    if (!fit_link_ls(s, k, false, p)) p[0] = p[1] = 0;
+  }
+  double alpha = p[0], inv_beta = p[1];
+  if (alpha < 0) {  // refit with alpha = 0: t ~ v/beta
+    double sbb = 0, sbt = 0;
+    for (const auto& x : s) {
+      if (x.held_out || x.seconds <= 0) continue;
+      const double b = collective_time(x.kind, link_model{0.0, 1.0, 0.0}, k, x.bytes), w = 1.0 / (x.seconds * x.seconds);
+      sbb += w * b * b;
+      sbt += w * b * x.seconds;
+    }
     alpha = 0;
     inv_beta = sbb > 0 ? sbt / sbb : 0;
   }
   if (inv_beta <= 0) {  // no visible bandwidth cost: alpha only
+    double saa = 0, sat = 0;
+    for (const auto& x : s) {
+      if (x.held_out || x.seconds <= 0) continue;
+      const double w = 1.0 / (x.seconds * x.seconds);
+      saa += w;
+      sat += w * x.seconds;
+    }
     inv_beta = 1e-15;
     alpha = saa > 0 ? sat / saa : 0;
+    p[2] = 0;
   }
-  return link_model{alpha, 1.0 / inv_beta};
+  return link_model{alpha, 1.0 / inv_beta, p[2]};
 }
 
 template <communicator C>
@@ -188,6 +232,7 @@ inline nlohmann::json calibration_to_json(const calibration_result& r) {
                       {"measured", a.measured},
                       {"alpha_s", a.link.alpha},
                       {"beta_bytes_per_s", a.link.beta},
+                      {"hop_s", a.link.hop},
                       {"holdout_bytes", a.holdout_bytes},
                       {"holdout_relative_error", a.holdout_relative_error}};
     ja["samples"] = nlohmann::json::array();
@@ -216,6 +261,7 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
     a.measured = ja["measured"].boolean();
     a.link.alpha = ja["alpha_s"].number(0.0, 1e6);
     a.link.beta = ja["beta_bytes_per_s"].number(1e-300, 1e300);
+    if (auto h = ja.find("hop_s")) a.link.hop = h->number(0.0, 1e6);
     if (auto h = ja.find("holdout_bytes")) a.holdout_bytes = h->number();
     if (auto h = ja.find("holdout_relative_error")) a.holdout_relative_error = h->number();
     if (auto samples = ja.find("samples"))

@@ -230,13 +230,13 @@ std::vector<std::byte> execute_step(M& mc, const redist_step& st, std::span<cons
 }
 
 /// Turns this rank's `src` shard of a tensor of shape `global` into its `dst` shard,
-/// running plan_redistribute(mesh, src, dst) step by step. Collective over the mesh.
+/// running plan_redistribute(mesh, src, dst, global) step by step. Collective over the mesh.
 template <mesh_communicator_like M>
 std::vector<std::byte> redistribute(M& mc, std::span<const std::byte> local, dtype t, const tensor_shape& global,
                                     const sharding_spec& src, const sharding_spec& dst) {
   check_spec(src, mc.mesh(), global, "redistribute source");
   check_spec(dst, mc.mesh(), global, "redistribute target");
-  const redist_plan plan = plan_redistribute(mc.mesh(), src, dst);
+  const redist_plan plan = plan_redistribute(mc.mesh(), src, dst, global);
   const tensor_shape want = local_box(mc.mesh(), src, global, mc.rank()).shape;
   if (local.size() != static_cast<std::size_t>(want.numel()) * dtype_size(t))
     throw shape_error("rank " + std::to_string(mc.rank()) + ": redistribute " + to_string(src) + " -> " +

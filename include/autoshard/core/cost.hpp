@@ -1,11 +1,18 @@
 #pragma once
-/// Alpha-beta cost of collectives and of whole redistribute plans, in seconds.
-/// k ranks on the mesh axis, B bytes, link (alpha, beta) of that axis:
-///   all-gather (B = gathered size)      alpha + (k-1)/k * B / beta
-///   reduce-scatter (B = input size)     alpha + (k-1)/k * B / beta
-///   all-reduce (B = buffer size)        2 alpha + 2 (k-1)/k * B / beta
-///   all-to-all (B = input size)         alpha + (k-1)/k * B / beta   (ring volume, no penalty)
+/// Cost of collectives and of whole redistribute plans, in seconds: NCCL's model, with the
+/// link of the step's mesh axis (alpha per collective, hop per algorithm step, beta bytes/s),
+/// k ranks on the axis and B bytes:
+///   all-gather (B = gathered size)      alpha + (k-1) hop + (k-1)/k * B / beta
+///   reduce-scatter (B = input size)     alpha + (k-1) hop + (k-1)/k * B / beta
+///   all-reduce (B = buffer size)        alpha + 2(k-1) hop + 2 (k-1)/k * B / beta
+///   all-to-all (B = input size)         alpha + (k-1) hop + (k-1)/k * B / beta   (ring volume, no penalty)
 ///   local slice / local partial         0
+/// B / time is what nccl-tests calls algbw; the volume factor times algbw is its busbw
+/// ((k-1)/k for all-gather and reduce-scatter, 2(k-1)/k for all-reduce), so beta is the
+/// busbw a link sustains. A collective over several mesh axes is several steps of the plan
+/// (core/redistribute.hpp): a reduction is reduce-scatter on the fast axes, all-reduce on the
+/// slowest over what is left, all-gather back; hierarchical_all_reduce_seconds prices one
+/// without a plan (gradient buckets).
 /// Uneven shards are padded to ceil(n/k) for the collective; padding counts as bytes.
 /// Sizes are taken at mesh coordinate 0, which holds the largest shard under the chunk rule.
 ///   constexpr auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);
@@ -22,15 +29,22 @@
 
 namespace autoshard {
 
+/// Steps of the ring algorithm of the collective over k ranks (each pays the link's hop).
+constexpr int algorithm_steps(collective kind, int k) noexcept {
+  if (k <= 1 || !is_communication(kind)) return 0;
+  return kind == collective::all_reduce ? 2 * (k - 1) : k - 1;
+}
+
 /// Time of one collective of `bytes` (as defined per kind above) over k ranks.
 constexpr double collective_time(collective kind, const link_model& link, int k, double bytes) noexcept {
   if (k <= 1 || !is_communication(kind)) return 0.0;
   const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
+  const double latency = link.alpha + algorithm_steps(kind, k) * link.hop;
   switch (kind) {
-    case collective::all_reduce: return 2.0 * link.alpha + 2.0 * frac * bytes / link.beta;
+    case collective::all_reduce: return latency + 2.0 * frac * bytes / link.beta;
     case collective::all_gather:
     case collective::reduce_scatter:
-    case collective::all_to_all: return link.alpha + frac * bytes / link.beta;
+    case collective::all_to_all: return latency + frac * bytes / link.beta;
     default: return 0.0;
   }
 }
@@ -52,7 +66,7 @@ struct priced_step {
 };
 
 struct plan_cost {
-  std::array<priced_step, 2 * max_mesh_rank> steps{};
+  std::array<priced_step, redist_plan::capacity> steps{};
   std::uint8_t count = 0;
   double seconds = 0.0;
   std::int64_t sent_bytes = 0;  ///< total bytes each rank sends over all steps
@@ -120,10 +134,37 @@ constexpr plan_cost price_plan(const device_mesh& m, const redist_plan& plan, co
   return c;
 }
 
+/// An all-reduce of `bytes` over the mesh axes in `axes` (a bit per axis), hierarchically:
+/// reduce-scatter on each faster axis (fastest first, each on what the previous left), one
+/// all-reduce on the slowest over B / (product of the faster sizes), all-gather back in the
+/// reverse order. Bytes are not padded (a flat buffer, as a gradient bucket is).
+///   2x4, 25 / 300 GB/s, 128 MiB:  RS(axis 1, B) + AR(axis 0, B/4) + AG(axis 1, B)
+constexpr double hierarchical_all_reduce_seconds(const device_mesh& m, unsigned axes, double bytes) noexcept {
+  const std::array<int, max_mesh_rank> order = axes_fastest_first(m);
+  std::array<int, max_mesh_rank> use{};
+  int n = 0;
+  for (std::size_t i = 0; i < m.ndim(); ++i) {
+    const int a = order[i];
+    if ((axes >> a) & 1u && m.size(static_cast<std::size_t>(a)) > 1) use[static_cast<std::size_t>(n++)] = a;
+  }
+  double t = 0.0, b = bytes;
+  for (int i = 0; i < n; ++i) {
+    const auto a = static_cast<std::size_t>(use[static_cast<std::size_t>(i)]);
+    const int k = m.size(a);
+    if (i + 1 == n) {
+      t += collective_time(collective::all_reduce, m.link(a), k, b);
+    } else {
+      t += 2.0 * collective_time(collective::reduce_scatter, m.link(a), k, b);  // and its all-gather
+      b /= k;
+    }
+  }
+  return t;
+}
+
 /// Plan and price in one call: the cost of turning `src` into `dst`.
 constexpr double redistribute_seconds(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst,
                                       const tensor_shape& global, dtype t) {
-  return price_plan(m, plan_redistribute(m, src, dst), global, t).seconds;
+  return price_plan(m, plan_redistribute(m, src, dst, global), global, t).seconds;
 }
 
 }  // namespace autoshard

@@ -21,12 +21,41 @@ namespace autoshard {
 inline constexpr std::size_t max_mesh_rank = 4;
 inline constexpr std::size_t dyn = std::dynamic_extent;
 
-/// Alpha-beta model of one mesh axis: a message of B bytes costs alpha + B / beta seconds.
+/// Alpha-beta model of one mesh axis, as NCCL's tuning model has it: a collective costs
+/// alpha once (launch and synchronisation), hop per step of its algorithm (a ring all-gather
+/// over k ranks has k-1 steps, a ring all-reduce 2(k-1)), and its volume over beta
+/// (core/cost.hpp has the formulas).
 struct link_model {
-  double alpha = 5e-6;   ///< latency, seconds
+  double alpha = 5e-6;   ///< latency per collective, seconds
   double beta = 100e9;   ///< bandwidth, bytes per second
+  double hop = 0.0;      ///< latency per algorithm step (ring hop), seconds
   friend constexpr bool operator==(const link_model&, const link_model&) = default;
 };
+
+/// NCCL's per-step latencies of its ring algorithm with the LL protocol (its tuning table,
+/// src/graph/tuning.cc, hwLat): 0.6 us over NVLink, 2.7 us over the network.
+inline constexpr double nccl_intra_node_hop = 0.6e-6;
+inline constexpr double nccl_inter_node_hop = 2.7e-6;
+
+/// Axes ordered fastest first: by bandwidth, then lower latency, ties to the inner (higher)
+/// axis, so that a mesh whose links are all equal puts its last axis first.
+template <class Mesh>
+constexpr std::array<int, max_mesh_rank> axes_fastest_first(const Mesh& m) noexcept {
+  std::array<int, max_mesh_rank> order{};
+  const int n = static_cast<int>(m.ndim());
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = n - 1 - i;
+  for (int i = 1; i < n; ++i)  // insertion sort: at most 4 axes
+    for (int j = i; j > 0; --j) {
+      const link_model& a = m.link(static_cast<std::size_t>(order[static_cast<std::size_t>(j)]));
+      const link_model& b = m.link(static_cast<std::size_t>(order[static_cast<std::size_t>(j - 1)]));
+      const bool faster = a.beta > b.beta || (a.beta == b.beta && a.alpha < b.alpha);
+      if (!faster) break;
+      const int t = order[static_cast<std::size_t>(j)];
+      order[static_cast<std::size_t>(j)] = order[static_cast<std::size_t>(j - 1)];
+      order[static_cast<std::size_t>(j - 1)] = t;
+    }
+  return order;
+}
 
 /// Mesh axis sizes, each static or std::dynamic_extent (only the dynamic ones are stored).
 template <std::size_t... Sizes>

@@ -14,6 +14,7 @@
 #include "mesh.hpp"       // device_mesh
 #include "parse.hpp"      // to_string(sharding_spec)
 #include "placement.hpp"  // placement
+#include "shape.hpp"      // tensor_shape
 #include "spec.hpp"       // sharding_spec
 
 namespace autoshard {
@@ -58,11 +59,12 @@ struct redist_step {
   constexpr int dst_dim() const noexcept { return to.is_shard() ? to.dim : -1; }
 };
 
-/// At most one undo and one re-shard step per mesh axis.
+/// At most one hierarchical-reduction step, one undo and one re-shard step per mesh axis.
 struct redist_plan {
+  static constexpr std::size_t capacity = 3 * max_mesh_rank;
   sharding_spec src;
   sharding_spec dst;
-  std::array<redist_step, 2 * max_mesh_rank> steps{};
+  std::array<redist_step, capacity> steps{};
   std::uint8_t count = 0;
 
   constexpr std::size_t size() const noexcept { return count; }
@@ -111,10 +113,55 @@ constexpr collective classify(placement from, placement to, int axis) {
 }
 }  // namespace detail
 
-/// The plan from `src` to `dst`. `axis_sizes` (optional, one per mesh axis) lets size-1
-/// axes be skipped: they never communicate, the placement is simply relabelled.
-constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst,
-                                        const int* axis_sizes = nullptr) {
+/// What the planner may know about the mesh and the tensor beyond the placements.
+struct plan_context {
+  const int* axis_sizes = nullptr;  ///< one per mesh axis; size-1 axes are skipped
+  /// Mesh axes fastest first (a permutation); null: the inner (higher) axis is the faster,
+  /// as in make_mesh_2d where axis 0 crosses nodes.
+  const int* fastest_first = nullptr;
+  /// The global shape, to choose the dim a hierarchical reduction scatters on (the one
+  /// with the most local elements); null: the lowest-numbered free dim.
+  const tensor_shape* shape = nullptr;
+};
+
+namespace detail {
+
+constexpr int axis_size(const plan_context& c, int axis) noexcept {
+  return c.axis_sizes == nullptr ? 2 : c.axis_sizes[axis];
+}
+
+/// A step on `axis` that puts Shard(d) there (local slice, reduce-scatter or the scatter
+/// half of an all-to-all) stays inside the axis group only if no inner axis already splits
+/// d: the chunk rule nests inner axes inside outer ones.
+constexpr bool can_scatter(const sharding_spec& cur, int axis, int d) noexcept {
+  for (int b = axis + 1; b < cur.mesh_rank; ++b)
+    if (cur[static_cast<std::size_t>(b)].is_shard(d)) return false;
+  return true;
+}
+
+/// Local extent of dim d under `cur` (ceil-divided by every axis that splits it).
+constexpr std::int64_t local_extent(const sharding_spec& cur, const plan_context& c, int d) noexcept {
+  std::int64_t n = (*c.shape)[static_cast<std::size_t>(d)];
+  for (int b = 0; b < cur.mesh_rank; ++b)
+    if (cur[static_cast<std::size_t>(b)].is_shard(d)) {
+      const int k = axis_size(c, b);
+      n = (n + k - 1) / k;
+    }
+  return n;
+}
+
+}  // namespace detail
+
+/// The plan from `src` to `dst`, given what `ctx` says about the mesh and the tensor.
+///
+/// Partial axes that are reduced over several mesh axes at once are reduced hierarchically,
+/// as NCCL and every tuned runtime do: reduce-scatter on the faster axes (fastest first, each
+/// on a tensor dim it can split), then one all-reduce (or reduce-scatter, when the target
+/// shards that axis) on the slowest axis over the 1/k that is left, after which the rest of
+/// the plan gathers back what the target does not keep split. Everything else follows
+/// DTensor's order: undo mismatched inner axes last-to-first, then re-shard first-to-last.
+/// Every step stays inside its axis group under the chunk rule, so a plan always runs.
+constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst, const plan_context& ctx) {
   if (src.mesh_rank != dst.mesh_rank) bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, dst.mesh_rank);
   if (src.tensor_rank != dst.tensor_rank)
     bad_redistribute::specs_have_different_tensor_rank(src.tensor_rank, dst.tensor_rank);
@@ -131,6 +178,7 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
   plan.src = src;
   plan.dst = dst;
   sharding_spec cur = src;
+  const int* axis_sizes = ctx.axis_sizes;
   auto push = [&](int axis, placement to) constexpr {
     placement from = cur[static_cast<std::size_t>(axis)];
     sharding_spec next = cur.with(static_cast<std::size_t>(axis), to);
@@ -146,13 +194,60 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
     }
     cur = next;
   };
+
+  // Hierarchical reduction of the Partial axes that the target settles (Replicate or Shard).
+  std::array<int, max_mesh_rank> order{};
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = ctx.fastest_first ? ctx.fastest_first[i] : n - 1 - i;
+  std::array<int, max_mesh_rank> red{};
+  int nred = 0;
+  for (int i = 0; i < n; ++i) {
+    const int a = order[static_cast<std::size_t>(i)];
+    if (cur[static_cast<std::size_t>(a)].is_partial() && !dst[static_cast<std::size_t>(a)].is_partial() &&
+        detail::axis_size(ctx, a) > 1)
+      red[static_cast<std::size_t>(nred++)] = a;
+  }
+  if (nred >= 2 && src.tensor_rank > 0) {
+    const int slow = red[static_cast<std::size_t>(nred - 1)];
+    const placement slow_dst = dst[static_cast<std::size_t>(slow)];
+    bool reduced_any = false;
+    for (int i = 0; i + 1 < nred; ++i) {
+      const int a = red[static_cast<std::size_t>(i)];
+      const int k = detail::axis_size(ctx, a);
+      // Candidate dims: the axis's own target dim first, then the others; a dim is usable when
+      // the step stays in the group, the slow axis can still scatter its own target dim, and
+      // (with the shape known) it has at least k elements, so padding never outweighs data.
+      int best = -1;
+      std::int64_t best_extent = -1;
+      for (int d = 0; d < src.tensor_rank; ++d) {
+        if (!detail::can_scatter(cur, a, d)) continue;
+        if (slow_dst.is_shard(d) && a > slow) continue;
+        const std::int64_t ext = ctx.shape ? detail::local_extent(cur, ctx, d) : 1;
+        if (ctx.shape && ext < k) continue;
+        const bool own = dst[static_cast<std::size_t>(a)].is_shard(d);
+        if (own) {
+          best = d;
+          break;
+        }
+        if (ext > best_extent) best = d, best_extent = ext;
+      }
+      if (best < 0) continue;  // no dim to scatter on: this axis is all-reduced in its turn
+      push(a, Shard(best));
+      reduced_any = true;
+    }
+    if (reduced_any) {
+      const bool scatter = slow_dst.is_shard() && detail::can_scatter(cur, slow, slow_dst.dim) &&
+                           (!ctx.shape || detail::local_extent(cur, ctx, slow_dst.dim) >= detail::axis_size(ctx, slow));
+      push(slow, scatter ? slow_dst : Replicate());
+    }
+  }
+
   // DTensor runs the inner-to-outer pass only when the source has more than one shard, so a
   // Shard on a size-1 axis alone does not count (it would only change the order of steps).
-  bool src_sharded = false;
+  bool cur_sharded = false;
   for (int i = 0; i < n; ++i)
-    src_sharded = src_sharded || (src[static_cast<std::size_t>(i)].is_shard() &&
+    cur_sharded = cur_sharded || (cur[static_cast<std::size_t>(i)].is_shard() &&
                                   (axis_sizes == nullptr || axis_sizes[i] > 1));
-  if (src_sharded) {
+  if (cur_sharded) {
     // Inner to outer: a target Shard(d) whose outer sharding of d differs from the
     // current one must be replicated first to clear the nested sharding.
     for (int axis = n - 1; axis >= 0; --axis) {
@@ -176,13 +271,35 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
   return plan;
 }
 
-/// The same, skipping the mesh's size-1 axes.
-constexpr redist_plan plan_redistribute(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst) {
+/// The plan from `src` to `dst`. `axis_sizes` (optional, one per mesh axis) lets size-1
+/// axes be skipped: they never communicate, the placement is simply relabelled. Without a
+/// mesh the inner axis counts as the faster one.
+constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst,
+                                        const int* axis_sizes = nullptr) {
+  plan_context c;
+  c.axis_sizes = axis_sizes;
+  return plan_redistribute(src, dst, c);
+}
+
+/// The same on mesh `m`: its size-1 axes are skipped and its links say which axes are fast.
+/// With the global `shape`, a hierarchical reduction scatters on the dim with the most local
+/// elements (the plan that prices and executes a tensor; comm and the pass use this one).
+constexpr redist_plan plan_redistribute(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst,
+                                        const tensor_shape* shape = nullptr) {
   std::array<int, max_mesh_rank> sizes{};
   for (std::size_t i = 0; i < m.ndim(); ++i) sizes[i] = m.size(i);
   if (src.mesh_rank != m.ndim())
     bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, static_cast<int>(m.ndim()));
-  return plan_redistribute(src, dst, sizes.data());
+  const std::array<int, max_mesh_rank> order = axes_fastest_first(m);
+  plan_context c;
+  c.axis_sizes = sizes.data();
+  c.fastest_first = order.data();
+  c.shape = shape != nullptr && shape->rank == src.tensor_rank ? shape : nullptr;
+  return plan_redistribute(src, dst, c);
+}
+constexpr redist_plan plan_redistribute(const device_mesh& m, const sharding_spec& src, const sharding_spec& dst,
+                                        const tensor_shape& shape) {
+  return plan_redistribute(m, src, dst, &shape);
 }
 
 inline std::ostream& operator<<(std::ostream& os, const redist_step& s) {

@@ -108,7 +108,7 @@ class sharded_tensor {
   static constexpr redist_plan plan_to() {
     constexpr sharding_spec to =
         parse_spec(To.view(), static_cast<int>(Mesh::rank()), static_cast<int>(sizeof...(Global)));
-    if constexpr (Mesh::is_static()) return plan_redistribute(device_mesh(Mesh{}), spec, to);
+    if constexpr (Mesh::is_static()) return plan_redistribute(device_mesh(Mesh{}), spec, to, global_shape);
     else return plan_redistribute(spec, to);
   }
   /// Its alpha-beta cost on a static mesh with the given link model per axis (seconds).
@@ -119,7 +119,9 @@ class sharded_tensor {
     bool same = links.ndim() == mine.ndim();
     for (std::size_t i = 0; same && i < mine.ndim(); ++i) same = links.size(i) == mine.size(i);
     if (!same) detail::links_do_not_match_the_mesh(links, mine);
-    return price_plan(links, plan_to<To>(), global_shape, type);
+    constexpr sharding_spec to =
+        parse_spec(To.view(), static_cast<int>(Mesh::rank()), static_cast<int>(sizeof...(Global)));
+    return price_plan(links, plan_redistribute(links, spec, to, global_shape), global_shape, type);
   }
 };
 

@@ -453,7 +453,7 @@ inline double resharding_seconds(const device_mesh& m, const sharding_spec& from
     if (to[a].is_partial() && from[a].is_shard()) target[a] = Replicate();
   for (std::size_t a = 0; a < to.mesh_rank; ++a)
     if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
-  const double s = price_plan(m, plan_redistribute(m, from, target), shape, t).seconds;
+  const double s = price_plan(m, plan_redistribute(m, from, target, shape), shape, t).seconds;
   return mode == run_mode::training ? 2.0 * s : s;
 }
 

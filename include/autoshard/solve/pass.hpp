@@ -170,7 +170,8 @@ inline device_mesh make_pass_mesh(const autosharding_options& o) {
     const bool inter = m.ndim() >= 2 && a == 0;
     const double alpha = inter ? o.inter_node_latency.value_or(a_inter) : o.intra_node_latency.value_or(a_intra);
     const double beta = (inter ? o.inter_node_bandwidth : o.intra_node_bandwidth) * eff;
-    m.set_link(a, {alpha, beta});
+    const double hop = o.communications_backend == "nccl" ? (inter ? nccl_inter_node_hop : nccl_intra_node_hop) : 0.0;
+    m.set_link(a, {alpha, beta, hop});
   }
   return m;
 }
@@ -380,7 +381,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
     const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
     s.resharding_seconds += sec;
     if (sec <= 0.0 || sec == infinite_cost) continue;
-    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, from, settle_target(from, to)), g[u].shape, g[u].type);
+    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, from, settle_target(from, to), g[u].shape), g[u].shape, g[u].type);
     for (const priced_step& st : pc)
       if (is_communication(st.step.kind))
         s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes,

@@ -292,6 +292,26 @@ TEST_CASE("the alpha-beta fit recovers a known link exactly") {
   const link_model fit = detail::fit_alpha_beta(s, 4);
   CHECK(fit.alpha == doctest::Approx(truth.alpha).epsilon(1e-9));
   CHECK(fit.beta == doctest::Approx(truth.beta).epsilon(1e-9));
+  CHECK(fit.hop == doctest::Approx(0.0));
+}
+
+TEST_CASE("the fit separates the per-collective alpha from the per-step hop") {
+  // All-reduce has 2(k-1) ring steps, all-gather and reduce-scatter k-1: mixing them pins both.
+  const link_model truth{6e-6, 40e9, 1.5e-6};
+  std::vector<calibration_sample> s;
+  for (collective kind : {collective::all_reduce, collective::all_gather, collective::reduce_scatter})
+    for (double b : {4096.0, 65536.0, 1048576.0}) s.push_back({kind, b, collective_time(kind, truth, 8, b), false});
+  const link_model fit = detail::fit_alpha_beta(s, 8);
+  CHECK(fit.alpha == doctest::Approx(truth.alpha).epsilon(1e-6));
+  CHECK(fit.hop == doctest::Approx(truth.hop).epsilon(1e-6));
+  CHECK(fit.beta == doctest::Approx(truth.beta).epsilon(1e-6));
+  // One kind alone cannot tell alpha from hop: hop is 0 and alpha absorbs the steps.
+  std::vector<calibration_sample> ag;
+  for (const auto& x : s)
+    if (x.kind == collective::all_gather) ag.push_back(x);
+  const link_model one = detail::fit_alpha_beta(ag, 8);
+  CHECK(one.hop == 0.0);
+  CHECK(one.alpha == doctest::Approx(truth.alpha + 7 * truth.hop).epsilon(1e-6));
 }
 
 TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips and loads into a mesh") {

@@ -143,6 +143,30 @@ TEST_CASE_TEMPLATE("2-D mesh 2x4: nested, mixed and Partial transitions", T, std
   run_cases<T>(mesh, cases);
 }
 
+TEST_CASE("hierarchical reductions run as planned: reduce-scatter on the fast axis, all-reduce, all-gather") {
+  // Equal links: the inner axis is the fast one. Swapped links: axis 0 is, and the plan
+  // scatters there first. Both must give every rank its target shard.
+  device_mesh inner_fast{2, 4}, outer_fast{2, 4};
+  outer_fast.set_link(0, {5e-6, 300e9}).set_link(1, {2e-5, 25e9});
+  const std::vector<std::pair<const char*, const char*>> pairs{
+      {"[P,P]", "[R,R]"},       {"[P(max),P(max)]", "[R,R]"}, {"[P,P]", "[S(0),S(0)]"}, {"[P,P]", "[S(1),R]"},
+      {"[P,P]", "[R,S(0)]"},    {"[P(min),P(min)]", "[S(0),S(1)]"}};
+  for (const device_mesh& mesh : {inner_fast, outer_fast}) {
+    std::vector<rcase> cases;
+    for (tensor_shape g : {tensor_shape{8, 12}, tensor_shape{9, 5}})
+      for (auto [s, d] : pairs) cases.push_back({s, d, g});
+    // The plans really are hierarchical: the first step reduce-scatters the fast axis.
+    const redist_plan p = plan_redistribute(mesh, parse_spec("[P,P]", 2, 2), parse_spec("[R,R]", 2, 2), tensor_shape{8, 12});
+    REQUIRE(p.size() == 3);
+    CHECK(p[0].kind == collective::reduce_scatter);
+    CHECK(static_cast<int>(p[0].mesh_axis) == axes_fastest_first(mesh)[0]);
+    run_cases<std::int64_t>(mesh, cases);
+  }
+  const device_mesh m3{2, 2, 2};
+  run_cases<std::int64_t>(m3, {{"[P,P,P]", "[R,R,R]", {4, 6, 2}}, {"[P,P,R]", "[R,S(1),R]", {5, 6, 4}},
+                               {"[P,R,P]", "[S(2),R,S(0)]", {4, 3, 8}}});
+}
+
 TEST_CASE("3-D mesh 2x2x2: rank-3 tensors, dims 0, 1 and 2") {
   const device_mesh mesh{2, 2, 2};
   std::vector<rcase> cases;

@@ -437,15 +437,16 @@ bool matches_target(const sim_mesh& m, const std::vector<dense>& st, const shard
   return true;
 }
 
-/// DESIGN.md's cost table, written out independently of cost.hpp.
+/// DESIGN.md's cost table, written out independently of cost.hpp: alpha once per
+/// collective, hop per ring step (k-1, or 2(k-1) for an all-reduce), volume over beta.
 double design_seconds(collective kind, const link_model& l, int k, double bytes) {
   if (k == 1) return 0.0;
   const double f = (k - 1.0) / k;
   switch (kind) {
     case collective::all_gather:
     case collective::reduce_scatter:
-    case collective::all_to_all: return l.alpha + f * bytes / l.beta;
-    case collective::all_reduce: return 2 * l.alpha + 2 * f * bytes / l.beta;
+    case collective::all_to_all: return l.alpha + (k - 1) * l.hop + f * bytes / l.beta;
+    case collective::all_reduce: return l.alpha + 2 * (k - 1) * l.hop + 2 * f * bytes / l.beta;
     default: return 0.0;
   }
 }
@@ -469,7 +470,7 @@ void sweep(const std::vector<int>& sizes, const std::vector<tensor_shape>& shape
   const sim_mesh sm(sizes);
   device_mesh m(sizes);
   for (std::size_t i = 0; i < sizes.size(); ++i)  // a different link on every axis
-    m.set_link(i, {1e-6 * static_cast<double>(i + 2), 1e9 * static_cast<double>(3 * i + 5)});
+    m.set_link(i, {1e-6 * static_cast<double>(i + 2), 1e9 * static_cast<double>(3 * i + 5), 1e-7 * static_cast<double>(i + 1)});
   const dtype t = dtype::f32;
   for (const tensor_shape& g : shapes) {
     const auto specs = at::all_specs(static_cast<int>(sizes.size()), static_cast<int>(g.rank), ops);
@@ -603,8 +604,9 @@ TEST_CASE("plans follow DTensor's order: undo inner axes last to first, then re-
   CHECK(plan(m22, "[R,S(0)]", "[S(0),R]") == V{{1, C::all_gather}, {0, C::local_slice}});
   CHECK(plan(m22, "[S(0),R]", "[R,S(0)]") == V{{0, C::all_gather}, {1, C::local_slice}});
   CHECK(plan(m22, "[S(0),S(1)]", "[S(0),S(0)]") == V{{1, C::all_to_all}});
-  // No shard in the source: one outward pass.
-  CHECK(plan(m22, "[P,P]", "[R,R]") == V{{0, C::all_reduce}, {1, C::all_reduce}});
+  // No shard in the source: one outward pass (a Partial over both axes is reduced
+  // hierarchically: see the next test case).
+  CHECK(plan(m22, "[P,R]", "[R,R]") == V{{0, C::all_reduce}});
   CHECK(plan(m22, "[P,R]", "[S(0),S(0)]") == V{{0, C::reduce_scatter}, {1, C::local_slice}});
   CHECK(plan(m22, "[R,R]", "[S(1),P]") == V{{0, C::local_slice}, {1, C::local_partial}});
   // A shard in the source: the inward pass runs first.
@@ -621,6 +623,53 @@ TEST_CASE("plans follow DTensor's order: undo inner axes last to first, then re-
   CHECK(plan(m22, "S01R", "S1R") == plan(m22, "[S(0),S(0)]", "[R,S(0)]"));
 }
 
+TEST_CASE("a Partial over several axes is reduced hierarchically, fastest axis first") {
+  using C = collective;
+  using V = std::vector<std::pair<int, collective>>;
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);  // axis 1 is the fast one
+  const tensor_shape g{1024, 1024, 64};
+  auto steps = [&](const device_mesh& mm, const char* a, const char* b, const tensor_shape& shape) {
+    return plan_redistribute(mm, parse_spec(a, 2, static_cast<int>(shape.rank)), parse_spec(b, 2, static_cast<int>(shape.rank)), shape);
+  };
+  // [P,P] -> [R,R]: reduce-scatter inside the node, all-reduce a quarter across nodes, all-gather.
+  const redist_plan pr = steps(m, "[P,P]", "[R,R]", g);
+  CHECK(steps_of(pr) == V{{1, C::reduce_scatter}, {0, C::all_reduce}, {1, C::all_gather}});
+  CHECK(pr[0].to == Shard(0));  // the dim with the most elements (ties: the first)
+  // Its price is the hand formula of docs/autosharding.md, term by term.
+  const double B = 1024.0 * 1024 * 64 * 2;
+  const link_model a = m.link(0), b = m.link(1);
+  const double hand = 2 * (b.alpha + 3 * b.hop + 0.75 * B / b.beta) + (a.alpha + 2 * a.hop + 2 * 0.5 * (B / 4) / a.beta);
+  CHECK(price_plan(m, pr, g, dtype::bf16).seconds == doctest::Approx(hand).epsilon(1e-12));
+  // ... about a third of two full-size all-reduces one axis after the other.
+  const double flat = collective_time(C::all_reduce, a, 2, B) + collective_time(C::all_reduce, b, 4, B);
+  CHECK(price_plan(m, pr, g, dtype::bf16).seconds < 0.4 * flat);
+  // [P,P] -> S01: the fast axis scatters a dim the slow axis does not need, the slow axis
+  // reduce-scatters its own, and an all-to-all inside the node puts dim 0 in place.
+  const redist_plan ps = steps(m, "[P,P]", "S01RR", g);
+  CHECK(steps_of(ps) == V{{1, C::reduce_scatter}, {0, C::reduce_scatter}, {1, C::all_to_all}});
+  const double rs_fast = b.alpha + 3 * b.hop + 0.75 * B / b.beta, rs_slow = a.alpha + a.hop + 0.5 * (B / 4) / a.beta,
+               a2a = b.alpha + 3 * b.hop + 0.75 * (B / 8) / b.beta;
+  CHECK(price_plan(m, ps, g, dtype::bf16).seconds == doctest::Approx(rs_fast + rs_slow + a2a).epsilon(1e-12));
+  // DTensor's order (slow axis first, at full size) costs almost three times as much.
+  const double slow_first = (a.alpha + a.hop + 0.5 * B / a.beta) + (b.alpha + 3 * b.hop + 0.75 * (B / 2) / b.beta);
+  CHECK(price_plan(m, ps, g, dtype::bf16).seconds < 0.4 * slow_first);
+  // The target's own dim is scattered when the slow axis does not need it.
+  CHECK(steps_of(steps(m, "[P,P]", "RS1R", g)) == V{{1, C::reduce_scatter}, {0, C::all_reduce}});
+  // The links decide which axis is fast: swap them and the order swaps.
+  device_mesh swapped{2, 4};
+  swapped.set_link(0, b).set_link(1, a);
+  CHECK(steps_of(steps(swapped, "[P,P]", "[R,R]", g)) == V{{0, C::reduce_scatter}, {1, C::all_reduce}, {0, C::all_gather}});
+  // A dim smaller than the axis is never scattered (padding would outweigh the data), and a
+  // scalar has no dim: both fall back to one all-reduce per axis.
+  CHECK(steps_of(steps(m, "[P,P]", "[R,R]", {3})) == V{{0, C::all_reduce}, {1, C::all_reduce}});
+  CHECK(steps_of(plan_redistribute(m, parse_spec("[P,P]", 2, 0), parse_spec("[R,R]", 2, 0))) ==
+        V{{0, C::all_reduce}, {1, C::all_reduce}});
+  // Without a shape the first free dim is scattered; the plan is still a constant.
+  constexpr redist_plan cp = plan_redistribute(device_mesh{2, 2}, parse_spec("[P,P]", 2, 2), parse_spec("[R,R]", 2, 2));
+  static_assert(cp.size() == 3 && cp[0].mesh_axis == 1 && cp[0].kind == collective::reduce_scatter &&
+                cp[1].kind == collective::all_reduce && cp[2].kind == collective::all_gather);
+}
+
 TEST_CASE("size-1 mesh axes never communicate") {
   using C = collective;
   using V = std::vector<std::pair<int, collective>>;
@@ -630,9 +679,9 @@ TEST_CASE("size-1 mesh axes never communicate") {
   CHECK(steps_of(plan_redistribute(a, b)) == V{{0, C::all_gather}, {1, C::local_slice}});  // sizes unknown
   // A Shard on a size-1 axis is not a sharded source (DTensor counts shards): one outward pass.
   const auto p = parse_spec("[S(0),P,P]"), r = parse_spec("[R,R,R]", 3, 1);
-  CHECK(steps_of(plan_redistribute(m122, p, r)) == V{{1, C::all_reduce}, {2, C::all_reduce}});
+  CHECK(steps_of(plan_redistribute(m122, p, r)) == V{{2, C::reduce_scatter}, {1, C::all_reduce}, {2, C::all_gather}});
   CHECK(steps_of(plan_redistribute(device_mesh{2, 2, 2}, p, r)) ==
-        V{{2, C::all_reduce}, {1, C::all_reduce}, {0, C::all_gather}});
+        V{{2, C::reduce_scatter}, {1, C::all_reduce}, {2, C::all_gather}, {0, C::all_gather}});
   const int sizes[] = {1, 4};
   CHECK(steps_of(plan_redistribute(a, b, sizes)) == V{{1, C::local_slice}});
   // Pricing a size-1 axis costs nothing, even in a plan made without the mesh.
@@ -674,10 +723,19 @@ TEST_CASE("cost: worked numbers of the alpha-beta model") {
   const auto u = price_plan(m, plan_redistribute(m, parse_spec("S1R", 2), parse_spec("RR", 2)), {5, 10}, dtype::bf16);
   CHECK(u[0].bytes == 8 * 10 * 2);
   CHECK(u[0].seconds == doctest::Approx(5e-6 + 0.75 * 160 / 300e9));
-  // All-reduce: twice the latency and twice the volume.
+  // All-reduce: one latency (NCCL runs it as one kernel) and twice the volume.
   const auto ar = price_plan(m, plan_redistribute(m, parse_spec("RRP1", 2), parse_spec("RR", 2)), {6, 6}, dtype::f64);
   CHECK(ar[0].bytes == 36 * 8);
-  CHECK(ar[0].seconds == doctest::Approx(2 * 5e-6 + 2 * 0.75 * 288 / 300e9));
+  CHECK(ar[0].seconds == doctest::Approx(5e-6 + 2 * 0.75 * 288 / 300e9));
+  // Per-step latency: a ring all-reduce over 4 ranks has 6 steps, an all-gather 3.
+  const link_model hop{5e-6, 300e9, 1e-6};
+  CHECK(collective_time(collective::all_reduce, hop, 4, 288) == doctest::Approx(5e-6 + 6e-6 + 1.5 * 288 / 300e9));
+  CHECK(collective_time(collective::all_gather, hop, 4, 288) == doctest::Approx(5e-6 + 3e-6 + 0.75 * 288 / 300e9));
+  // A gradient bucket over both axes: reduce-scatter + all-gather on the fast axis, all-reduce of a quarter on the slow.
+  CHECK(hierarchical_all_reduce_seconds(m, 0b11, 4e6) ==
+        doctest::Approx(2 * (5e-6 + 0.75 * 4e6 / 300e9) + 2e-5 + 2 * 0.5 * 1e6 / 25e9));
+  CHECK(hierarchical_all_reduce_seconds(m, 0b01, 4e6) == doctest::Approx(collective_time(collective::all_reduce, m.link(0), 2, 4e6)));
+  CHECK(hierarchical_all_reduce_seconds(device_mesh{1, 4}, 0b01, 4e6) == 0.0);
   CHECK(ar[0].sent_bytes == 432);
   // Local steps are free.
   const auto sl = price_plan(m, plan_redistribute(m, parse_spec("RR", 2), parse_spec("S01R", 2)), {8, 8}, dtype::f32);

@@ -98,7 +98,11 @@ static_assert(uneven::cost_to<"R">(as::device_mesh{4})[0].bytes == 8 * 2);  // p
 using partial = as::sharded_tensor<float, as::mesh_extents<2, 4>, "RRP1", 8, 8>;
 static_assert(partial::plan_to<"RS1">()[0].kind == collective::reduce_scatter);
 static_assert(partial::plan_to<"RR">()[0].kind == collective::all_reduce);
-static_assert(near(partial::cost_to<"RR">(m24).seconds, 2 * 5e-6 + 2 * 0.75 * 256 / 300e9));
+static_assert(near(partial::cost_to<"RR">(m24).seconds, 5e-6 + 2 * 0.75 * 256 / 300e9));  // one alpha per collective
+// A Partial over both axes is reduced hierarchically, at compile time too.
+using partial2 = as::sharded_tensor<float, as::mesh_extents<2, 4>, "RRP01", 8, 8>;
+static_assert(partial2::plan_to<"RR">().size() == 3 && partial2::plan_to<"RR">()[0].kind == collective::reduce_scatter &&
+              partial2::plan_to<"RR">()[0].mesh_axis == 1 && partial2::plan_to<"RR">()[1].kind == collective::all_reduce);
 
 // Size-1 axes never communicate, and dynamic meshes still plan at compile time.
 using thin = as::sharded_tensor<float, as::mesh_extents<1, 4>, "S0R", 8, 8>;

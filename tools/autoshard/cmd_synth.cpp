@@ -1,6 +1,6 @@
 // autoshard synth: write a checkpoint with the exact parameter names, shapes and layouts of a
-// model preset (seeded values) plus its Hugging Face config.json — for demos and tests, and
-// to try sharding without downloading a model.
+// model preset or of a Hugging Face config.json (seeded values) plus its config.json — for
+// demos and tests, and to try sharding without downloading a model.
 #include "common.hpp"
 #include "model_options.hpp"
 
@@ -21,20 +21,6 @@ struct synth_options {
   bool json = false;
 };
 
-/// Hugging Face's config.json for the family.
-nlohmann::json hf_config(const std::string& family, const transformer_config& c) {
-  if (family == "gpt2")
-    return {{"model_type", "gpt2"}, {"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads},
-            {"n_inner", c.ffn},     {"vocab_size", c.vocab}, {"n_positions", c.max_positions}};
-  if (family == "bert")
-    return {{"model_type", "bert"},           {"num_hidden_layers", c.layers}, {"hidden_size", c.hidden},
-            {"num_attention_heads", c.heads}, {"intermediate_size", c.ffn},    {"vocab_size", c.vocab},
-            {"max_position_embeddings", c.max_positions}, {"type_vocab_size", c.type_vocab}};
-  return {{"model_type", "llama"},          {"num_hidden_layers", c.layers}, {"hidden_size", c.hidden},
-          {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv()}, {"intermediate_size", c.ffn},
-          {"vocab_size", c.vocab}};
-}
-
 /// The name Hugging Face's files use: GPT-2's drop the "transformer." prefix.
 std::string file_name(const std::string& family, const std::string& n) {
   const std::string p = "transformer.";
@@ -43,10 +29,20 @@ std::string file_name(const std::string& family, const std::string& n) {
 
 int run_synth(const synth_options& o) {
   namespace fs = std::filesystem;
-  if (!o.model.is_preset()) throw spec_error("synth needs a preset --model, not a file");
-  auto [family, cfg] = o.model.preset();
-  const model_graph g = o.model.build();
-  const dtype t = o.model.dtype_name.empty() ? dtype::f32 : cfg.type;
+  // A preset is its family's Hugging Face model; a config.json (or directory) is used as the template.
+  hf_model m;
+  if (std::optional<hf_model> h = o.model.hf()) {
+    m = *h;
+  } else {
+    if (!o.model.is_preset()) throw spec_error("synth needs a preset or a Hugging Face config --model, not a model JSON file");
+    auto [family, cfg] = o.model.preset();
+    m = hf_model{family, cfg, !o.model.dtype_name.empty()};
+  }
+  const std::string family = m.model_type;
+  // f32 unless --dtype: the written config.json names the dtype the weights have.
+  const dtype t = o.model.dtype_name.empty() ? dtype::f32 : m.config.type;
+  m.config.type = t;
+  const model_graph g = build_hf(m);
 
   std::vector<safetensors_tensor_info> infos;
   std::map<std::string, std::string> source;  // file name -> graph name
@@ -62,6 +58,11 @@ int run_synth(const synth_options& o) {
     throw spec_error("synth would write " + human_bytes(static_cast<double>(total)) +
                      "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
 
+  std::error_code ec;
+  if (!o.model.is_preset() && fs::exists(fs::path(o.out) / "config.json", ec) &&
+      fs::equivalent(fs::path(o.out) / "config.json",
+                     fs::is_directory(o.model.model, ec) ? fs::path(o.model.model) / "config.json" : fs::path(o.model.model), ec))
+    throw spec_error("--out '" + o.out + "' holds the --model config.json; synth would overwrite its input");
   fs::create_directories(o.out);
   {
     safetensors_writer w(fs::path(o.out) / "model.safetensors", infos, {{"format", "pt"}});
@@ -79,7 +80,7 @@ int run_synth(const synth_options& o) {
     }
     w.commit();
   }
-  const std::string config_text = hf_config(family, cfg).dump(2) + "\n";
+  const std::string config_text = to_hf_config(m).dump(2) + "\n";
   write_file_atomically(fs::path(o.out) / "config.json", config_text);
 
   if (o.json) {
@@ -103,7 +104,8 @@ int run_synth(const synth_options& o) {
 
 void register_synth(CLI::App& app, action& run) {
   auto o = std::make_shared<synth_options>();
-  CLI::App* cmd = app.add_subcommand("synth", "write a seeded checkpoint with a preset's parameter names and shapes");
+  CLI::App* cmd = app.add_subcommand(
+      "synth", "write a seeded checkpoint with the parameter names and shapes of a preset or a Hugging Face config");
   o->model.add_to(*cmd);
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();

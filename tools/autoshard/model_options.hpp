@@ -3,9 +3,14 @@
 #include "common.hpp"
 
 #include <autoshard/graph/graph.hpp>
+#if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
+#include "hf_weights.hpp"  // check_weights_match: a Hugging Face directory's checkpoint against its graph
+#endif
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 
 namespace autoshard::tool {
 
@@ -17,8 +22,8 @@ struct model_options {
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--model", model,
-                   "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b) "
-                   "or a model JSON file")
+                   "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b), "
+                   "a Hugging Face model directory (or its config.json), or a model JSON file")
         ->capture_default_str();
     cmd.add_option("--mode", mode, "train or infer")->check(CLI::IsMember({"train", "infer"}))->capture_default_str();
     cmd.add_option("--layers", layers, "override the preset's number of layers");
@@ -32,7 +37,60 @@ struct model_options {
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)");
   }
   run_mode run() const { return mode == "train" ? run_mode::training : run_mode::inference; }
-  bool is_preset() const { return !std::filesystem::exists(model) || std::filesystem::is_directory(model); }
+  bool is_preset() const { return !std::filesystem::exists(model); }
+
+  /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size
+  /// overrides applied; nullopt for presets and autoshard model JSON files.
+  std::optional<hf_model> hf() const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (is_preset()) return std::nullopt;
+    if (!fs::is_directory(model, ec)) {
+      if (fs::path(model).filename() != "config.json" && !has_model_type(model)) return std::nullopt;
+    }
+    hf_model m = read_hf_config_file(model);
+    transformer_config& c = m.config;
+    if (m.model_type == "bloom" && ffn > 0)
+      throw spec_error("--ffn: BLOOM's MLP is 4 x hidden wide (its config.json has no width to set)");
+    // Sizes the config derives from hidden follow a new --hidden.
+    if (hidden > 0) {
+      if (ffn == 0 && c.ffn == 4 * c.hidden) c.ffn = 4 * hidden;
+      if (c.embed_proj == c.hidden) c.embed_proj = hidden;
+    }
+    if (layers > 0) c.layers = layers;
+    if (hidden > 0) c.hidden = hidden;
+    if (heads > 0) c.heads = heads;
+    if (kv_heads > 0) c.kv_heads = kv_heads;
+    if (ffn > 0) c.ffn = ffn;
+    if (vocab > 0) c.vocab = vocab;
+    if (seq > 0) c.seq = seq;  // a learned position table must be long enough: the builder says so
+    if (batch > 0) c.batch = batch;
+    if (!dtype_name.empty()) {
+      c.type = parse_dtype_or_throw(dtype_name);
+      m.dtype_given = true;
+    }
+    c.mode = run();
+    return m;
+  }
+
+  /// The directory a Hugging Face model's weights would be in.
+  std::filesystem::path hf_dir() const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(model, ec)) return model;
+    const fs::path parent = fs::path(model).parent_path();
+    return parent.empty() ? fs::path(".") : parent;
+  }
+
+  /// Whether a JSON file is a Hugging Face config (a top-level "model_type" string).
+  static bool has_model_type(const std::string& file) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec) || std::filesystem::file_size(file, ec) > (std::uintmax_t{16} << 20))
+      return false;
+    std::ifstream f(file, std::ios::binary);
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    return j.is_object() && j.contains("model_type") && j["model_type"].is_string();
+  }
 
   /// The family ("gpt2", "bert", "llama") and the sized config of a preset.
   std::pair<std::string, transformer_config> preset() const {
@@ -70,7 +128,17 @@ struct model_options {
     return {it->second.first, c};
   }
 
-  model_graph build() const {
+  /// The model's graph. For a Hugging Face directory with weights (model.safetensors or its
+  /// index), the checkpoint must hold exactly the graph's parameters (check_weights = false
+  /// skips that, for `synth`, which writes new weights).
+  model_graph build(bool check_weights = true) const {
+    if (std::optional<hf_model> m = hf()) {
+#if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
+      if (check_weights) return build_checked(*m, hf_dir(), dtype_name.empty());
+#endif
+      (void)check_weights;
+      return build_hf(*m);
+    }
     if (!is_preset()) return read_json_file(model);
     auto [family, c] = preset();
     if (family == "gpt2") return build_gpt2(c);

@@ -25,10 +25,29 @@ struct transformer_config {
   int seq = 1024;
   int batch = 8;
   dtype type = dtype::bf16;
-  run_mode mode = run_mode::inference;  ///< training adds labels and a cross-entropy loss (GPT-2, LLaMA)
+  run_mode mode = run_mode::inference;  ///< training adds labels and a cross-entropy loss (decoders)
+
+  // Per-family details, as Hugging Face's config.json gives them (see hf_config.hpp); the
+  // defaults are the GPT-2 / BERT / LLaMA presets'.
+  int head_size = 0;            ///< explicit head size (Gemma's head_dim); 0: hidden / heads
+  bool tie_embeddings = false;  ///< decoders with a separate lm_head: it is the token embedding
+  bool qkv_bias = false;        ///< biases on the query/key/value projections (Qwen2, OPT, GPT-NeoX, ...)
+  bool out_bias = false;        ///< bias on the attention output projection
+  bool mlp_bias = false;        ///< biases on the MLP projections
+  bool fused_qkv = false;       ///< LLaMA family: one qkv_proj and one gate_up_proj (Phi-3)
+  op_kind activation = op_kind::gelu;  ///< the MLP's activation (the gate's, for the LLaMA family)
+  bool parallel_residual = false;      ///< attention and MLP read the same input (GPT-NeoX, Falcon)
+  bool pre_norm = true;         ///< OPT's do_layer_norm_before
+  bool final_norm = true;       ///< OPT without do_layer_norm_before has no final_layer_norm
+  int embed_proj = 0;           ///< OPT's word_embed_proj_dim when it differs from hidden (project_in/out)
+  int position_offset = 0;      ///< rows of the learned position table before position 0 (OPT, RoBERTa: 2)
+  bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: ALiBi (no parameters)
+  bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
+  int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
+  std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
 
   int kv() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
-  int head_dim() const noexcept { return hidden / heads; }
+  int head_dim() const noexcept { return head_size > 0 ? head_size : hidden / heads; }
 
   static transformer_config gpt2(int layers, int hidden, int heads) {
     transformer_config c;
@@ -58,6 +77,7 @@ struct transformer_config {
     c.heads = heads;
     c.kv_heads = kv_heads;
     c.ffn = ffn;
+    c.activation = op_kind::silu;
     c.vocab = 32000;
     c.max_positions = 0;
     c.seq = 2048;
@@ -73,10 +93,22 @@ inline void check_config(const transformer_config& c, const char* what) {
   auto bad = [&](const std::string& why) { throw graph_error(std::string(what) + " config: " + why); };
   if (c.layers < 0 || c.hidden < 1 || c.heads < 1 || c.ffn < 1 || c.vocab < 1 || c.seq < 1 || c.batch < 1)
     bad("layers, hidden, heads, ffn, vocab, seq and batch must be positive");
-  if (c.hidden % c.heads != 0)
+  if (c.head_size < 0 || c.embed_proj < 0 || c.position_offset < 0 || c.max_positions < 0 || c.type_vocab < 0)
+    bad("head_size, embed_proj, position_offset, max_positions and type_vocab must not be negative");
+  if (c.head_size == 0 && c.hidden % c.heads != 0)
     bad("hidden " + std::to_string(c.hidden) + " is not a multiple of heads " + std::to_string(c.heads));
+  if (static_cast<std::int64_t>(c.head_dim()) * c.heads > (std::int64_t{1} << 24))
+    bad("heads x head size " + std::to_string(static_cast<std::int64_t>(c.head_dim()) * c.heads) + " exceeds 2^24");
+  if (!is_unary_elementwise(c.activation) || c.activation == op_kind::rotary || c.activation == op_kind::dropout)
+    bad("activation " + std::string(to_string(c.activation)) + " is not an activation");
   if (c.heads % c.kv() != 0)
     bad("heads " + std::to_string(c.heads) + " is not a multiple of kv_heads " + std::to_string(c.kv()));
+}
+
+inline void check_no_gqa(const transformer_config& c, const char* what) {
+  if (c.kv() != c.heads)
+    throw graph_error(std::string(what) + " config: " + std::to_string(c.kv()) + " key/value heads for " +
+                      std::to_string(c.heads) + " heads, but " + what + " has no grouped-query attention");
 }
 
 struct builder {
@@ -114,6 +146,33 @@ struct builder {
     a.causal = causal;
     return add_op(g, op_kind::attention, name, {q, k, v}, a);
   }
+  vertex_t norm(bool rms, const std::string& name, vertex_t x, std::int64_t h) {
+    return rms ? rms_norm(name, x, h) : layer_norm(name, x, h);
+  }
+  /// Splits [B,S,groups*per] into the slice [start, start+length) of each group, as [B,S,groups*length]:
+  /// how fused per-head qkv layouts (GPT-NeoX, BLOOM, Falcon) are read.
+  vertex_t group_slice(const std::string& name, vertex_t x, std::int64_t groups, std::int64_t start, std::int64_t length) {
+    const tensor_shape s = g[x].shape;
+    const std::int64_t per = s[2] / groups;
+    if (groups == 1) return slice(name, x, 2, start, length);
+    op_attrs r;
+    r.dims = {s[0], s[1], groups, per};
+    vertex_t v = op(op_kind::reshape, name + "_view", {x}, r);
+    v = slice(name + "_slice", v, 3, start, length);
+    op_attrs back;
+    back.dims = {s[0], s[1], groups * length};
+    return op(op_kind::reshape, name, {v}, back);
+  }
+  vertex_t rope(const std::string& name, vertex_t x, int heads) {
+    op_attrs a;
+    a.heads = heads;
+    return op(op_kind::rotary, name, {x}, a);
+  }
+  /// The output head: lm_head of its own, or the token embedding's table when tied.
+  vertex_t lm_head(const transformer_config& c, const std::string& name, vertex_t x, vertex_t table, std::int64_t in) {
+    if (c.tie_embeddings) return op(op_kind::linear, name, {x, table});
+    return linear(name, x, in, c.vocab, false, false);
+  }
   void loss(const transformer_config& c, vertex_t logits) {
     if (c.mode != run_mode::training) return;
     vertex_t labels = add_input(g, "labels", {c.batch, c.seq}, dtype::i64);
@@ -126,6 +185,7 @@ struct builder {
 /// fused c_attn split into q, k, v, causal attention, lm_head tied to transformer.wte.
 inline model_graph build_gpt2(const transformer_config& c) {
   detail::check_config(c, "gpt2");
+  detail::check_no_gqa(c, "gpt2");
   if (c.seq > c.max_positions)
     throw graph_error("gpt2 config: seq " + std::to_string(c.seq) + " exceeds max_positions " + std::to_string(c.max_positions));
   model_graph g;
@@ -160,28 +220,41 @@ inline model_graph build_gpt2(const transformer_config& c) {
   return g;
 }
 
-/// BERT (BertModel, as bert-base-uncased: embeddings, post-norm encoder, tanh pooler).
+namespace detail {
+inline void check_positions(const transformer_config& c, const char* what) {
+  if (static_cast<std::int64_t>(c.seq) + c.position_offset > c.max_positions)
+    throw graph_error(std::string(what) + " config: seq " + std::to_string(c.seq) + " exceeds max_positions " +
+                      std::to_string(c.max_positions) +
+                      (c.position_offset ? " - " + std::to_string(c.position_offset) + " (position offset)" : ""));
+}
+}  // namespace detail
+
+/// BERT (BertModel, as bert-base-uncased: embeddings, post-norm encoder, tanh pooler); with
+/// prefix "roberta" and position_offset 2 it is RobertaModel (same layout, other names).
 inline model_graph build_bert(const transformer_config& c) {
-  detail::check_config(c, "bert");
-  if (c.seq > c.max_positions)
-    throw graph_error("bert config: seq " + std::to_string(c.seq) + " exceeds max_positions " + std::to_string(c.max_positions));
+  const std::string pre = c.prefix.empty() ? "bert" : c.prefix;
+  detail::check_config(c, pre.c_str());
+  detail::check_no_gqa(c, pre.c_str());
+  detail::check_positions(c, pre.c_str());
   model_graph g;
   detail::builder b{g, c.type};
   const std::int64_t H = c.hidden;
-  const std::string e = "bert.embeddings";
+  const std::string e = pre + ".embeddings";
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
-  vertex_t tt = add_input(g, "token_type_ids", {c.batch, c.seq}, dtype::i64);
+  vertex_t tt = c.type_vocab > 0 ? add_input(g, "token_type_ids", {c.batch, c.seq}, dtype::i64) : ids;
   vertex_t pos = add_input(g, "position_ids", {1, c.seq}, dtype::i64);
   vertex_t x = b.op(op_kind::embedding, e + ".word_embeddings", {ids, b.param(e + ".word_embeddings.weight", {c.vocab, H})});
   vertex_t p = b.op(op_kind::embedding, e + ".position_embeddings",
                     {pos, b.param(e + ".position_embeddings.weight", {c.max_positions, H})});
-  vertex_t t = b.op(op_kind::embedding, e + ".token_type_embeddings",
-                    {tt, b.param(e + ".token_type_embeddings.weight", {c.type_vocab, H})});
   x = b.op(op_kind::add, e + ".add_position", {x, p});
-  x = b.op(op_kind::add, e + ".add_token_type", {x, t});
+  if (c.type_vocab > 0) {
+    vertex_t t = b.op(op_kind::embedding, e + ".token_type_embeddings",
+                      {tt, b.param(e + ".token_type_embeddings.weight", {c.type_vocab, H})});
+    x = b.op(op_kind::add, e + ".add_token_type", {x, t});
+  }
   x = b.layer_norm(e + ".LayerNorm", x, H);
   for (int i = 0; i < c.layers; ++i) {
-    const std::string n = "bert.encoder.layer." + std::to_string(i);
+    const std::string n = pre + ".encoder.layer." + std::to_string(i);
     vertex_t q = b.linear(n + ".attention.self.query", x, H, H, true, false);
     vertex_t k = b.linear(n + ".attention.self.key", x, H, H, true, false);
     vertex_t v = b.linear(n + ".attention.self.value", x, H, H, true, false);
@@ -190,53 +263,246 @@ inline model_graph build_bert(const transformer_config& c) {
     a = b.op(op_kind::add, n + ".attention.output.residual", {a, x});
     x = b.layer_norm(n + ".attention.output.LayerNorm", a, H);
     vertex_t h = b.linear(n + ".intermediate.dense", x, H, c.ffn, true, false);
-    h = b.op(op_kind::gelu, n + ".intermediate.act", {h});
+    h = b.op(c.activation, n + ".intermediate.act", {h});
     h = b.linear(n + ".output.dense", h, c.ffn, H, true, false);
     h = b.op(op_kind::add, n + ".output.residual", {h, x});
     x = b.layer_norm(n + ".output.LayerNorm", h, H);
   }
-  vertex_t first = b.slice("bert.pooler.first_token", x, 1, 0, 1);
+  vertex_t first = b.slice(pre + ".pooler.first_token", x, 1, 0, 1);
   op_attrs flat;
   flat.dims = {c.batch, H};
-  first = b.op(op_kind::reshape, "bert.pooler.flatten", {first}, flat);
-  vertex_t pooled = b.linear("bert.pooler.dense", first, H, H, true, false);
-  b.op(op_kind::tanh, "bert.pooler.activation", {pooled});
+  first = b.op(op_kind::reshape, pre + ".pooler.flatten", {first}, flat);
+  vertex_t pooled = b.linear(pre + ".pooler.dense", first, H, H, true, false);
+  b.op(op_kind::tanh, pre + ".pooler.activation", {pooled});
   return g;
 }
 
 /// LLaMA-style decoder (LlamaForCausalLM): RMSNorm, rotary (elementwise on q and k),
-/// grouped-query attention, SwiGLU MLP, untied lm_head.
+/// grouped-query attention, gated MLP (SwiGLU), lm_head. The same layout with the config's
+/// details is Mistral (as LLaMA), Qwen2 (qkv_bias), Gemma (head_size, GELU gate, tied
+/// embeddings) and Phi-3 (fused_qkv: qkv_proj = q|k|v and gate_up_proj = gate|up).
 inline model_graph build_llama(const transformer_config& c) {
   detail::check_config(c, "llama");
   model_graph g;
   detail::builder b{g, c.type};
-  const std::int64_t H = c.hidden, KV = static_cast<std::int64_t>(c.kv()) * c.head_dim();
+  const std::int64_t H = c.hidden, D = c.head_dim();
+  const std::int64_t Q = c.heads * D, KV = static_cast<std::int64_t>(c.kv()) * D;
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
-  vertex_t x = b.op(op_kind::embedding, "model.embed_tokens", {ids, b.param("model.embed_tokens.weight", {c.vocab, H})});
+  vertex_t table = b.param("model.embed_tokens.weight", {c.vocab, H});
+  vertex_t x = b.op(op_kind::embedding, "model.embed_tokens", {ids, table});
   for (int i = 0; i < c.layers; ++i) {
     const std::string n = "model.layers." + std::to_string(i);
     vertex_t h = b.rms_norm(n + ".input_layernorm", x, H);
-    vertex_t q = b.linear(n + ".self_attn.q_proj", h, H, H, false, false);
-    vertex_t k = b.linear(n + ".self_attn.k_proj", h, H, KV, false, false);
-    vertex_t v = b.linear(n + ".self_attn.v_proj", h, H, KV, false, false);
-    op_attrs rq, rk;
-    rq.heads = c.heads;
-    rk.heads = c.kv();
-    q = b.op(op_kind::rotary, n + ".self_attn.rotary_q", {q}, rq);
-    k = b.op(op_kind::rotary, n + ".self_attn.rotary_k", {k}, rk);
+    vertex_t q, k, v;
+    if (c.fused_qkv) {
+      vertex_t qkv = b.linear(n + ".self_attn.qkv_proj", h, H, Q + 2 * KV, c.qkv_bias, false);
+      q = b.slice(n + ".self_attn.q", qkv, 2, 0, Q);
+      k = b.slice(n + ".self_attn.k", qkv, 2, Q, KV);
+      v = b.slice(n + ".self_attn.v", qkv, 2, Q + KV, KV);
+    } else {
+      q = b.linear(n + ".self_attn.q_proj", h, H, Q, c.qkv_bias, false);
+      k = b.linear(n + ".self_attn.k_proj", h, H, KV, c.qkv_bias, false);
+      v = b.linear(n + ".self_attn.v_proj", h, H, KV, c.qkv_bias, false);
+    }
+    q = b.rope(n + ".self_attn.rotary_q", q, c.heads);
+    k = b.rope(n + ".self_attn.rotary_k", k, c.kv());
     vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true);
-    a = b.linear(n + ".self_attn.o_proj", a, H, H, false, false);
+    a = b.linear(n + ".self_attn.o_proj", a, Q, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
     h = b.rms_norm(n + ".post_attention_layernorm", x, H);
-    vertex_t gate = b.linear(n + ".mlp.gate_proj", h, H, c.ffn, false, false);
-    vertex_t up = b.linear(n + ".mlp.up_proj", h, H, c.ffn, false, false);
-    gate = b.op(op_kind::silu, n + ".mlp.act", {gate});
+    vertex_t gate, up;
+    if (c.fused_qkv) {
+      vertex_t gu = b.linear(n + ".mlp.gate_up_proj", h, H, 2 * std::int64_t{c.ffn}, c.mlp_bias, false);
+      gate = b.slice(n + ".mlp.gate", gu, 2, 0, c.ffn);
+      up = b.slice(n + ".mlp.up", gu, 2, c.ffn, c.ffn);
+    } else {
+      gate = b.linear(n + ".mlp.gate_proj", h, H, c.ffn, c.mlp_bias, false);
+      up = b.linear(n + ".mlp.up_proj", h, H, c.ffn, c.mlp_bias, false);
+    }
+    gate = b.op(c.activation, n + ".mlp.act", {gate});
     h = b.op(op_kind::mul, n + ".mlp.gate_mul", {gate, up});
-    h = b.linear(n + ".mlp.down_proj", h, c.ffn, H, false, false);
+    h = b.linear(n + ".mlp.down_proj", h, c.ffn, H, c.mlp_bias, false);
     x = b.op(op_kind::add, n + ".mlp.residual", {x, h});
   }
   x = b.rms_norm("model.norm", x, H);
-  vertex_t logits = b.linear("lm_head", x, H, c.vocab, false, false);
+  vertex_t logits = b.lm_head(c, "lm_head", x, table, H);
+  b.loss(c, logits);
+  return g;
+}
+
+/// OPT (OPTForCausalLM): learned positions with an offset of 2, q/k/v/out_proj and fc1/fc2
+/// with biases, ReLU, pre-norm (post-norm without do_layer_norm_before), project_in/out when
+/// word_embed_proj_dim differs from hidden, lm_head tied to model.decoder.embed_tokens.
+inline model_graph build_opt(const transformer_config& c) {
+  detail::check_config(c, "opt");
+  detail::check_no_gqa(c, "opt");
+  detail::check_positions(c, "opt");
+  model_graph g;
+  detail::builder b{g, c.type};
+  const std::int64_t H = c.hidden, E = c.embed_proj > 0 ? c.embed_proj : c.hidden;
+  const std::string d = "model.decoder";
+  vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
+  vertex_t pos = add_input(g, "position_ids", {1, c.seq}, dtype::i64);
+  vertex_t table = b.param(d + ".embed_tokens.weight", {c.vocab, E});
+  vertex_t x = b.op(op_kind::embedding, d + ".embed_tokens", {ids, table});
+  if (E != H) x = b.linear(d + ".project_in", x, E, H, false, false);
+  vertex_t p = b.op(op_kind::embedding, d + ".embed_positions", {pos, b.param(d + ".embed_positions.weight", {c.max_positions, H})});
+  x = b.op(op_kind::add, d + ".embed_add", {x, p});
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string n = d + ".layers." + std::to_string(i);
+    vertex_t h = c.pre_norm ? b.layer_norm(n + ".self_attn_layer_norm", x, H) : x;
+    vertex_t q = b.linear(n + ".self_attn.q_proj", h, H, H, c.qkv_bias, false);
+    vertex_t k = b.linear(n + ".self_attn.k_proj", h, H, H, c.qkv_bias, false);
+    vertex_t v = b.linear(n + ".self_attn.v_proj", h, H, H, c.qkv_bias, false);
+    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.heads, true);
+    a = b.linear(n + ".self_attn.out_proj", a, H, H, c.out_bias, false);
+    x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
+    if (!c.pre_norm) x = b.layer_norm(n + ".self_attn_layer_norm", x, H);
+    h = c.pre_norm ? b.layer_norm(n + ".final_layer_norm", x, H) : x;
+    h = b.linear(n + ".fc1", h, H, c.ffn, c.mlp_bias, false);
+    h = b.op(c.activation, n + ".activation_fn", {h});
+    h = b.linear(n + ".fc2", h, c.ffn, H, c.mlp_bias, false);
+    x = b.op(op_kind::add, n + ".residual", {x, h});
+    if (!c.pre_norm) x = b.layer_norm(n + ".final_layer_norm", x, H);
+  }
+  if (c.final_norm) x = b.layer_norm(d + ".final_layer_norm", x, H);
+  if (E != H) x = b.linear(d + ".project_out", x, H, E, false, false);
+  vertex_t logits = b.lm_head(c, "lm_head", x, table, E);
+  b.loss(c, logits);
+  return g;
+}
+
+/// GPT-NeoX (GPTNeoXForCausalLM, the Pythia suite): query_key_value per-head interleaved
+/// ([heads, 3, head_dim] rows), rotary on q and k, parallel residual by default, GELU MLP,
+/// untied embed_out.
+inline model_graph build_gpt_neox(const transformer_config& c) {
+  detail::check_config(c, "gpt_neox");
+  detail::check_no_gqa(c, "gpt_neox");
+  model_graph g;
+  detail::builder b{g, c.type};
+  const std::int64_t H = c.hidden, D = c.head_dim();
+  vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
+  vertex_t table = b.param("gpt_neox.embed_in.weight", {c.vocab, H});
+  vertex_t x = b.op(op_kind::embedding, "gpt_neox.embed_in", {ids, table});
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string n = "gpt_neox.layers." + std::to_string(i);
+    vertex_t h = b.layer_norm(n + ".input_layernorm", x, H);
+    vertex_t qkv = b.linear(n + ".attention.query_key_value", h, H, 3 * H, c.qkv_bias, false);
+    vertex_t q = b.group_slice(n + ".attention.q", qkv, c.heads, 0, D);
+    vertex_t k = b.group_slice(n + ".attention.k", qkv, c.heads, D, D);
+    vertex_t v = b.group_slice(n + ".attention.v", qkv, c.heads, 2 * D, D);
+    q = b.rope(n + ".attention.rotary_q", q, c.heads);
+    k = b.rope(n + ".attention.rotary_k", k, c.heads);
+    vertex_t a = b.attention(n + ".attention.attention", q, k, v, c.heads, c.heads, true);
+    a = b.linear(n + ".attention.dense", a, H, H, c.out_bias, false);
+    vertex_t m_in = x;
+    if (!c.parallel_residual) m_in = x = b.op(op_kind::add, n + ".attention.residual", {x, a});
+    h = b.layer_norm(n + ".post_attention_layernorm", m_in, H);
+    h = b.linear(n + ".mlp.dense_h_to_4h", h, H, c.ffn, c.mlp_bias, false);
+    h = b.op(c.activation, n + ".mlp.act", {h});
+    h = b.linear(n + ".mlp.dense_4h_to_h", h, c.ffn, H, c.mlp_bias, false);
+    if (c.parallel_residual) h = b.op(op_kind::add, n + ".attention_mlp", {a, h});
+    x = b.op(op_kind::add, n + ".residual", {x, h});
+  }
+  x = b.layer_norm("gpt_neox.final_layer_norm", x, H);
+  vertex_t logits = b.lm_head(c, "embed_out", x, table, H);
+  b.loss(c, logits);
+  return g;
+}
+
+/// BLOOM (BloomForCausalLM): word_embeddings_layernorm, query_key_value per-head interleaved
+/// ([heads, 3, head_dim] rows), ALiBi positions (no parameters), GELU MLP, lm_head tied to
+/// transformer.word_embeddings.
+inline model_graph build_bloom(const transformer_config& c) {
+  detail::check_config(c, "bloom");
+  detail::check_no_gqa(c, "bloom");
+  model_graph g;
+  detail::builder b{g, c.type};
+  const std::int64_t H = c.hidden, D = c.head_dim();
+  vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
+  vertex_t table = b.param("transformer.word_embeddings.weight", {c.vocab, H});
+  vertex_t x = b.op(op_kind::embedding, "transformer.word_embeddings", {ids, table});
+  x = b.layer_norm("transformer.word_embeddings_layernorm", x, H);
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string n = "transformer.h." + std::to_string(i);
+    vertex_t h = b.layer_norm(n + ".input_layernorm", x, H);
+    vertex_t qkv = b.linear(n + ".self_attention.query_key_value", h, H, 3 * H, c.qkv_bias, false);
+    vertex_t q = b.group_slice(n + ".self_attention.q", qkv, c.heads, 0, D);
+    vertex_t k = b.group_slice(n + ".self_attention.k", qkv, c.heads, D, D);
+    vertex_t v = b.group_slice(n + ".self_attention.v", qkv, c.heads, 2 * D, D);
+    vertex_t a = b.attention(n + ".self_attention.attention", q, k, v, c.heads, c.heads, true);
+    a = b.linear(n + ".self_attention.dense", a, H, H, c.out_bias, false);
+    x = b.op(op_kind::add, n + ".self_attention.residual", {x, a});
+    h = b.layer_norm(n + ".post_attention_layernorm", x, H);
+    h = b.linear(n + ".mlp.dense_h_to_4h", h, H, c.ffn, c.mlp_bias, false);
+    h = b.op(c.activation, n + ".mlp.gelu_impl", {h});
+    h = b.linear(n + ".mlp.dense_4h_to_h", h, c.ffn, H, c.mlp_bias, false);
+    x = b.op(op_kind::add, n + ".mlp.residual", {x, h});
+  }
+  x = b.layer_norm("transformer.ln_f", x, H);
+  vertex_t logits = b.lm_head(c, "lm_head", x, table, H);
+  b.loss(c, logits);
+  return g;
+}
+
+/// Falcon (FalconForCausalLM). query_key_value holds q|k|v: multi-query (kv_heads 1) as
+/// heads*D | D | D, the new decoder architecture per key/value group as [kv, heads/kv + 2, D]
+/// rows, otherwise per head as [heads, 3, D]. Rotary (or ALiBi), parallel attention and MLP
+/// (one input_layernorm, or ln_attn and ln_mlp), GELU MLP, lm_head tied by default.
+inline model_graph build_falcon(const transformer_config& c) {
+  detail::check_config(c, "falcon");
+  model_graph g;
+  detail::builder b{g, c.type};
+  const std::int64_t H = c.hidden, D = c.head_dim(), KV = c.kv(), G = c.heads / c.kv();
+  vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
+  vertex_t table = b.param("transformer.word_embeddings.weight", {c.vocab, H});
+  vertex_t x = b.op(op_kind::embedding, "transformer.word_embeddings", {ids, table});
+  const bool two_norms = c.new_decoder_architecture && c.layer_norms == 2;
+  const bool parallel = c.parallel_residual || c.new_decoder_architecture;
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string n = "transformer.h." + std::to_string(i);
+    vertex_t h = b.layer_norm(n + (two_norms ? ".ln_attn" : ".input_layernorm"), x, H);
+    vertex_t q, k, v;
+    const std::string s = n + ".self_attention";
+    if (c.new_decoder_architecture) {
+      vertex_t qkv = b.linear(s + ".query_key_value", h, H, (c.heads + 2 * KV) * D, c.qkv_bias, false);
+      q = b.group_slice(s + ".q", qkv, KV, 0, G * D);
+      k = b.group_slice(s + ".k", qkv, KV, G * D, D);
+      v = b.group_slice(s + ".v", qkv, KV, (G + 1) * D, D);
+    } else if (KV == 1) {
+      vertex_t qkv = b.linear(s + ".query_key_value", h, H, (c.heads + 2) * D, c.qkv_bias, false);
+      q = b.slice(s + ".q", qkv, 2, 0, c.heads * D);
+      k = b.slice(s + ".k", qkv, 2, c.heads * D, D);
+      v = b.slice(s + ".v", qkv, 2, (c.heads + 1) * D, D);
+    } else {
+      if (KV != c.heads)
+        throw graph_error("falcon config: " + std::to_string(KV) + " key/value heads need new_decoder_architecture "
+                          "(without it Falcon has 1 (multi_query) or one per head)");
+      vertex_t qkv = b.linear(s + ".query_key_value", h, H, 3 * c.heads * D, c.qkv_bias, false);
+      q = b.group_slice(s + ".q", qkv, c.heads, 0, D);
+      k = b.group_slice(s + ".k", qkv, c.heads, D, D);
+      v = b.group_slice(s + ".v", qkv, c.heads, 2 * D, D);
+    }
+    if (c.rotary) {
+      q = b.rope(s + ".rotary_q", q, c.heads);
+      k = b.rope(s + ".rotary_k", k, c.kv());
+    }
+    vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true);
+    a = b.linear(s + ".dense", a, c.heads * D, H, c.out_bias, false);
+    vertex_t m_in = h;
+    if (two_norms) m_in = b.layer_norm(n + ".ln_mlp", x, H);
+    else if (!parallel) {
+      x = b.op(op_kind::add, s + ".residual", {x, a});
+      m_in = b.layer_norm(n + ".post_attention_layernorm", x, H);
+    }
+    vertex_t m = b.linear(n + ".mlp.dense_h_to_4h", m_in, H, c.ffn, c.mlp_bias, false);
+    m = b.op(c.activation, n + ".mlp.act", {m});
+    m = b.linear(n + ".mlp.dense_4h_to_h", m, c.ffn, H, c.mlp_bias, false);
+    if (parallel) m = b.op(op_kind::add, n + ".attention_mlp", {a, m});
+    x = b.op(op_kind::add, n + ".residual", {x, m});
+  }
+  x = b.layer_norm("transformer.ln_f", x, H);
+  vertex_t logits = b.lm_head(c, "lm_head", x, table, H);
   b.loss(c, logits);
   return g;
 }

@@ -1,0 +1,310 @@
+#pragma once
+/// Hugging Face config.json -> the model graph, with the checkpoint's parameter names and shapes:
+///   autoshard::hf_model m = autoshard::read_hf_config_file("Qwen2-0.5B");  // DIR or DIR/config.json
+///   autoshard::model_graph g = autoshard::build_hf(m);
+///   autoshard::parameter_count(g);                                         // 494'032'768
+///
+/// model_type selects the builder (builders.hpp); the config's sizes, key/value heads,
+/// head_dim, tie_word_embeddings, biases, activation, norm placement and torch_dtype fill
+/// its transformer_config. Keys are read under every spelling transformers accepts
+/// ("n_embd", "n_embed", "hidden_size"); a missing optional key takes transformers' default
+/// for that model_type. Sizes are bounded (a config is input), and every error names the file,
+/// the key and the value.
+#include <algorithm>    // std::min
+#include <cstdint>      // std::int64_t
+#include <filesystem>   // std::filesystem::path
+#include <fstream>      // std::ifstream
+#include <initializer_list>  // std::initializer_list
+#include <iterator>     // std::istreambuf_iterator
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "builders.hpp"  // transformer_config, build_*
+#include "model.hpp"     // model_graph
+
+namespace autoshard {
+
+/// The model_types read_hf_config understands, in the order error messages list them.
+inline constexpr std::string_view hf_model_types[] = {"gpt2",    "bert",  "roberta", "llama",    "mistral", "qwen2",
+                                                      "gemma",   "phi3",  "opt",     "gpt_neox", "bloom",   "falcon"};
+
+/// A Hugging Face model: its model_type and the sized configuration its builder takes.
+struct hf_model {
+  std::string model_type;
+  transformer_config config;
+  bool dtype_given = false;  ///< the config named torch_dtype (else config.type is f32, transformers' default)
+};
+
+namespace detail {
+
+struct hf_reader {
+  const nlohmann::json& j;
+  const std::string& what;
+
+  [[noreturn]] void fail(const std::string& why) const { throw io_error(what + ": " + why); }
+
+  const nlohmann::json* find(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys) {
+      auto it = j.find(k);
+      if (it != j.end() && !it->is_null()) return &*it;
+    }
+    return nullptr;
+  }
+  static std::string names(std::initializer_list<const char*> keys) {
+    std::string s;
+    for (const char* k : keys) s += std::string(s.empty() ? "\"" : " or \"") + k + "\"";
+    return s;
+  }
+  std::int64_t integer(const nlohmann::json& v, std::initializer_list<const char*> keys, std::int64_t lo,
+                       std::int64_t hi) const {
+    std::int64_t x = 0;
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) x = hi + 1;
+      else x = v.get<std::int64_t>();
+    } else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(
+                                                             std::clamp(v.get<double>(), -1e18, 1e18)))) {
+      x = static_cast<std::int64_t>(v.get<double>());  // 4096.0: an integer written as a float
+    } else {
+      fail(names(keys) + " must be an integer, got " + v.dump());
+    }
+    if (x < lo || x > hi)
+      fail(names(keys) + " is " + std::to_string(x) + "; it must be in [" + std::to_string(lo) + ", " +
+           std::to_string(hi) + "]");
+    return x;
+  }
+  /// A required size.
+  int need(std::initializer_list<const char*> keys, std::int64_t lo, std::int64_t hi) const {
+    const nlohmann::json* v = find(keys);
+    if (!v) fail("missing " + names(keys));
+    return static_cast<int>(integer(*v, keys, lo, hi));
+  }
+  /// An optional size; `fallback` when absent or null.
+  int get(std::initializer_list<const char*> keys, std::int64_t lo, std::int64_t hi, int fallback) const {
+    const nlohmann::json* v = find(keys);
+    return v ? static_cast<int>(integer(*v, keys, lo, hi)) : fallback;
+  }
+  bool flag(std::initializer_list<const char*> keys, bool fallback) const {
+    const nlohmann::json* v = find(keys);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(names(keys) + " must be true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+  op_kind activation(std::initializer_list<const char*> keys, op_kind fallback) const {
+    const nlohmann::json* v = find(keys);
+    if (!v) return fallback;
+    if (!v->is_string()) fail(names(keys) + " must be a string, got " + v->dump());
+    const std::string a = v->get<std::string>();
+    if (a.rfind("gelu", 0) == 0 || a == "quick_gelu") return op_kind::gelu;
+    if (a == "silu" || a == "swish") return op_kind::silu;
+    if (a == "relu") return op_kind::relu;
+    if (a == "tanh") return op_kind::tanh;
+    fail(names(keys) + " is \"" + a + "\"; understood: gelu (and its variants), silu, swish, relu, tanh");
+  }
+};
+
+// Bounds on sizes read from a file: far above any published model, far below overflow.
+inline constexpr std::int64_t hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_max_heads = 1 << 16,
+                              hf_max_ffn = 1 << 22, hf_max_vocab = 1 << 24, hf_max_positions = 1 << 24;
+
+}  // namespace detail
+
+/// Reads a parsed config.json. `what` names it in errors (a file name). Throws io_error naming
+/// the key for a missing or out-of-range value, and for a model_type it has no builder for.
+inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what = "config.json") {
+  if (!j.is_object()) throw io_error(what + ": a Hugging Face config.json is a JSON object");
+  detail::hf_reader r{j, what};
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) r.fail("no \"model_type\" string: not a Hugging Face config.json");
+  hf_model m;
+  m.model_type = mt->get<std::string>();
+  std::string known;
+  bool supported = false;
+  for (std::string_view t : hf_model_types) {
+    known += (known.empty() ? "" : ", ") + std::string(t);
+    supported = supported || t == m.model_type;
+  }
+  if (!supported) r.fail("model_type \"" + m.model_type + "\" is not supported (supported: " + known + ")");
+
+  using namespace detail;
+  transformer_config& c = m.config;
+  const std::string& t = m.model_type;
+  c.layers = r.need({"num_hidden_layers", "n_layer", "num_layers"}, 1, hf_max_layers);
+  c.hidden = r.need({"hidden_size", "n_embd", "n_embed", "d_model"}, 1, hf_max_hidden);
+  c.heads = r.need({"num_attention_heads", "n_head", "num_heads"}, 1, hf_max_heads);
+  c.vocab = r.need({"vocab_size"}, 1, hf_max_vocab);
+  c.kv_heads = 0;
+  c.type_vocab = 0;
+  c.max_positions = 0;
+  c.batch = 8;
+  c.mode = run_mode::inference;
+  const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
+
+  if (t == "gpt2") {
+    c.ffn = r.get({"n_inner"}, 1, hf_max_ffn, 4 * c.hidden);
+    c.max_positions = r.get({"n_positions", "max_position_embeddings"}, 1, hf_max_positions, 1024);
+    c.activation = r.activation({"activation_function"}, op_kind::gelu);
+  } else if (t == "bert" || t == "roberta") {
+    c.prefix = t;
+    c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
+    c.max_positions = r.get({"max_position_embeddings"}, 1, hf_max_positions, 512);
+    c.type_vocab = r.get({"type_vocab_size"}, 0, hf_max_vocab, 2);
+    c.activation = r.activation({"hidden_act"}, op_kind::gelu);
+    if (t == "roberta") c.position_offset = r.get({"pad_token_id"}, 0, hf_max_positions, 1) + 1;
+  } else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "gemma" || t == "phi3") {
+    c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
+    c.kv_heads = r.get({"num_key_value_heads"}, 1, hf_max_heads, c.heads);
+    c.head_size = r.get({"head_dim"}, 1, hf_max_heads, 0);
+    c.activation = t == "gemma" ? r.activation({"hidden_activation", "hidden_act"}, op_kind::gelu)
+                                : r.activation({"hidden_act"}, op_kind::silu);
+    c.tie_embeddings = r.flag({"tie_word_embeddings"}, t == "gemma");
+    const bool attention_bias = r.flag({"attention_bias"}, false);
+    c.qkv_bias = t == "qwen2" || attention_bias;
+    c.out_bias = attention_bias && t != "qwen2";
+    c.mlp_bias = r.flag({"mlp_bias"}, false);
+    c.fused_qkv = t == "phi3";
+  } else if (t == "opt") {
+    c.ffn = r.need({"ffn_dim"}, 1, hf_max_ffn);
+    c.position_offset = 2;  // OPTLearnedPositionalEmbedding's offset
+    c.max_positions = r.get({"max_position_embeddings"}, 1, hf_max_positions, 2048) + 2;
+    c.embed_proj = r.get({"word_embed_proj_dim"}, 1, hf_max_hidden, c.hidden);
+    c.pre_norm = r.flag({"do_layer_norm_before"}, true);
+    c.final_norm = c.pre_norm && !r.flag({"_remove_final_layer_norm"}, false);
+    c.qkv_bias = c.out_bias = c.mlp_bias = r.flag({"enable_bias"}, true);
+    c.activation = r.activation({"activation_function"}, op_kind::relu);
+    c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
+  } else if (t == "gpt_neox") {
+    c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
+    c.parallel_residual = r.flag({"use_parallel_residual"}, true);
+    c.qkv_bias = c.out_bias = r.flag({"attention_bias"}, true);
+    c.mlp_bias = true;
+    c.activation = r.activation({"hidden_act"}, op_kind::gelu);
+    c.tie_embeddings = r.flag({"tie_word_embeddings"}, false);
+  } else if (t == "bloom") {
+    c.ffn = 4 * c.hidden;
+    c.qkv_bias = c.out_bias = c.mlp_bias = true;
+    c.rotary = false;  // ALiBi
+    c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
+  } else {  // falcon
+    c.ffn = r.get({"ffn_hidden_size"}, 1, hf_max_ffn, 4 * c.hidden);
+    c.new_decoder_architecture = r.flag({"new_decoder_architecture"}, false);
+    const bool multi_query = r.flag({"multi_query"}, true);
+    c.kv_heads = c.new_decoder_architecture ? r.get({"num_kv_heads", "n_head_kv"}, 1, hf_max_heads, c.heads)
+                 : multi_query              ? 1
+                                            : c.heads;
+    c.layer_norms = r.get({"num_ln_in_parallel_attn"}, 1, 2, c.new_decoder_architecture ? 2 : 1);
+    c.parallel_residual = r.flag({"parallel_attn"}, true);
+    c.qkv_bias = c.out_bias = c.mlp_bias = r.flag({"bias"}, false);
+    c.rotary = !r.flag({"alibi"}, false);
+    c.activation = r.activation({"activation"}, op_kind::gelu);
+    c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
+  }
+  if (c.head_size == 0 && c.hidden % c.heads != 0)
+    r.fail("hidden size " + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads) + " heads");
+  if (c.heads % c.kv() != 0)
+    r.fail(std::to_string(c.heads) + " attention heads are not a multiple of " + std::to_string(c.kv()) +
+           " key/value heads");
+  // Default sequence: the whole learned position table (less its offset), else the context, at most 2048.
+  const std::int64_t table = c.max_positions > 0 ? c.max_positions - c.position_offset : positions;
+  if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
+  c.seq = static_cast<int>(std::min<std::int64_t>(table, 2048));
+
+  const nlohmann::json* dt = r.find({"torch_dtype", "dtype"});
+  c.type = dtype::f32;
+  if (dt) {
+    if (!dt->is_string()) r.fail("\"torch_dtype\" must be a string, got " + dt->dump());
+    std::string s = dt->get<std::string>();
+    if (s.rfind("torch.", 0) == 0) s.erase(0, 6);
+    const auto p = parse_dtype(s);
+    if (!p || (*p != dtype::f32 && *p != dtype::f16 && *p != dtype::bf16 && *p != dtype::f64))
+      r.fail("\"torch_dtype\" is \"" + s + "\"; understood: float32, float16, bfloat16, float64");
+    c.type = *p;
+    m.dtype_given = true;
+  }
+  return m;
+}
+
+/// Reads DIR/config.json, or a config file itself (at most 16 MiB).
+inline hf_model read_hf_config_file(const std::filesystem::path& dir_or_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p = fs::is_directory(dir_or_file, ec) ? dir_or_file / "config.json" : dir_or_file;
+  const std::string what = p.string();
+  if (!fs::is_regular_file(p, ec)) throw io_error("cannot read '" + what + "': not a regular file");
+  const auto size = fs::file_size(p, ec);
+  if (ec || size > (std::uintmax_t{16} << 20)) throw io_error("'" + what + "' is not a config.json (over 16 MiB)");
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw io_error("cannot open '" + what + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(what + " is not valid JSON: " + e.what());
+  }
+  return read_hf_config(j, what);
+}
+
+/// Builds the graph of a Hugging Face model: the base model for bert and roberta
+/// (BertModel / RobertaModel, with the pooler), the causal LM otherwise.
+inline model_graph build_hf(const hf_model& m) {
+  const std::string& t = m.model_type;
+  if (t == "gpt2") return build_gpt2(m.config);
+  if (t == "bert" || t == "roberta") return build_bert(m.config);
+  if (t == "opt") return build_opt(m.config);
+  if (t == "gpt_neox") return build_gpt_neox(m.config);
+  if (t == "bloom") return build_bloom(m.config);
+  if (t == "falcon") return build_falcon(m.config);
+  for (std::string_view l : {"llama", "mistral", "qwen2", "gemma", "phi3"})
+    if (t == l) return build_llama(m.config);
+  throw graph_error("no builder for model_type '" + t + "'");
+}
+
+/// The config.json of `m`, as the family's configuration class writes it (the keys
+/// read_hf_config reads back to the same model).
+inline nlohmann::json to_hf_config(const hf_model& m) {
+  const transformer_config& c = m.config;
+  const std::string& t = m.model_type;
+  const char* torch_dtype = c.type == dtype::f16 ? "float16" : c.type == dtype::bf16 ? "bfloat16"
+                            : c.type == dtype::f64 ? "float64" : "float32";
+  nlohmann::json j{{"model_type", t}, {"vocab_size", c.vocab}, {"torch_dtype", torch_dtype}};
+  auto act = [](op_kind k) { return std::string(to_string(k)); };
+  if (t == "gpt2") {
+    j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
+              {"n_positions", c.max_positions}, {"activation_function", act(c.activation)}});
+  } else if (t == "bloom") {
+    j.update({{"n_layer", c.layers}, {"hidden_size", c.hidden}, {"n_head", c.heads},
+              {"tie_word_embeddings", c.tie_embeddings}});
+  } else {
+    j.update({{"num_hidden_layers", c.layers}, {"hidden_size", c.hidden}, {"num_attention_heads", c.heads}});
+    if (t == "bert" || t == "roberta") {
+      j.update({{"intermediate_size", c.ffn}, {"max_position_embeddings", c.max_positions},
+                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}});
+      if (t == "roberta") j["pad_token_id"] = c.position_offset - 1;
+    } else if (t == "opt") {
+      j.update({{"ffn_dim", c.ffn}, {"max_position_embeddings", c.max_positions - 2},
+                {"word_embed_proj_dim", c.embed_proj > 0 ? c.embed_proj : c.hidden}, {"do_layer_norm_before", c.pre_norm},
+                {"_remove_final_layer_norm", c.pre_norm && !c.final_norm}, {"enable_bias", c.qkv_bias},
+                {"activation_function", act(c.activation)}, {"tie_word_embeddings", c.tie_embeddings}});
+    } else if (t == "gpt_neox") {
+      j.update({{"intermediate_size", c.ffn}, {"use_parallel_residual", c.parallel_residual},
+                {"attention_bias", c.qkv_bias}, {"hidden_act", act(c.activation)},
+                {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq}});
+    } else if (t == "falcon") {
+      j.update({{"ffn_hidden_size", c.ffn}, {"new_decoder_architecture", c.new_decoder_architecture},
+                {"multi_query", c.kv() == 1}, {"num_kv_heads", c.kv()}, {"parallel_attn", c.parallel_residual},
+                {"bias", c.qkv_bias}, {"alibi", !c.rotary}, {"tie_word_embeddings", c.tie_embeddings},
+                {"activation", act(c.activation)}});
+      if (c.new_decoder_architecture) j["num_ln_in_parallel_attn"] = c.layer_norms;
+    } else {  // the LLaMA family
+      j.update({{"intermediate_size", c.ffn}, {"num_key_value_heads", c.kv()}, {"hidden_act", act(c.activation)},
+                {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
+                {"mlp_bias", c.mlp_bias}});
+      if (c.head_size > 0) j["head_dim"] = c.head_size;
+      if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
+    }
+  }
+  return j;
+}
+
+}  // namespace autoshard

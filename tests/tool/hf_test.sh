@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Hugging Face directories end to end, for every supported model_type: `synth` writes a small
+# directory (config.json + model.safetensors) from the published config in tests/data/hf, then
+# `plan --model DIR` (under a memory budget tight enough to make it shard weights),
+# `shard DIR --plan`, `show --plan` and `verify --plan` run on it with no other flag; every rank
+# file is checked against the original with numpy, and every parameter's blocks against the
+# plan's spec. Then the errors: weights that do not match the config, an unsupported model_type.
+set -uo pipefail
+tool=$1
+here=$(cd "$(dirname "$0")" && pwd)
+data="$here/../data/hf"
+fails=0; passes=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok()   { passes=$((passes+1)); }
+bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
+run()  { "$@" >"$tmp/out" 2>"$tmp/err"; }
+
+"$tool" --help | grep -q ' synth' || { echo "SKIP: no synth"; exit 0; }
+small=(--layers 2 --hidden 64 --heads 4 --vocab 256)
+for cfg in gpt2 bert-base-uncased roberta-base opt-125m pythia-160m bloom-560m qwen2-0.5b mistral-7b-v0.1 \
+           llama-2-7b gemma-2b falcon-7b phi-3-mini-4k; do
+  d="$tmp/$cfg"
+  extra=()
+  case $cfg in qwen2*|mistral*|llama*|phi*) extra=(--kv-heads 2 --ffn 128);; bloom*) ;; *) extra=(--ffn 128);; esac
+  run "$tool" synth --model "$data/$cfg.json" "${small[@]}" "${extra[@]}" --out "$d" || { bad "$cfg: synth"; cat "$tmp/err"; continue; }
+  # The tightest budget the solver can meet (its own lower bound), with a quarter of the way to
+  # data parallel's peak on top: weights must be cut.
+  run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --memory-budget 1 --out "$d/x.json"
+  low=$(grep -o 'smallest budget that could fit is [0-9]*' "$tmp/err" | grep -o '[0-9]*$')
+  [ -n "$low" ] || { bad "$cfg: no lower bound in: $(cat "$tmp/err")"; continue; }
+  run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --json --quiet --out "$d/y.json" || { bad "$cfg: plan"; cat "$tmp/err"; continue; }
+  dp=$(python3 -c "import json; print([b['peak_memory_bytes'] for b in json.load(open('$tmp/out'))['baselines'] if b['algo'] == 'data_parallel'][0])")
+  run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --quiet --out "$d/plan.json" \
+    --memory-budget $(( low + (dp - low) / 4 )) && ok || { bad "$cfg: plan under a budget"; cat "$tmp/err"; continue; }
+  run "$tool" plan --model "$d/config.json" --mesh 2 --seq 8 --batch 2 --mode infer --quiet --out "$d/same.json" && ok || bad "$cfg: plan --model DIR/config.json"
+  run "$tool" shard "$d" --plan "$d/plan.json" --out "$d/shards" --quiet && ok || { bad "$cfg: shard --plan"; cat "$tmp/err"; continue; }
+  python3 "$here/check_shards.py" "$d/model.safetensors" "$d/shards" >/dev/null && ok || bad "$cfg: shards differ from the checkpoint"
+  # Each parameter's blocks follow its spec in the plan: split where the spec shards, whole where it replicates.
+  python3 - "$d/plan.json" "$d/shards/index.json" <<'EOF' && ok || bad "$cfg: blocks do not follow the plan"
+import json, sys
+plan, index = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["tensors"]
+split = 0
+for op in plan["operators"]:
+    if op["kind"] != "parameter": continue
+    name = op["name"] if op["name"] in index else op["name"].split(".", 1)[1]
+    if name not in index: continue  # a tied table used twice is one tensor
+    whole = all(s["shape"] == index[name]["global_shape"] for s in index[name]["shards"])
+    assert whole == ("S" not in op["output"]), (name, op["output"], index[name]["shards"])
+    split += not whole
+assert split > 0, "the budget cut no weight"
+EOF
+  run "$tool" show --plan "$d/plan.json" && ok || bad "$cfg: show --plan"
+  run "$tool" verify --plan "$d/plan.json" && grep -q "^PASS" "$tmp/out" && ok || { bad "$cfg: verify --plan"; tail -3 "$tmp/out" "$tmp/err"; }
+done
+
+# A checkpoint split over two files with an index (as large models ship) plans and shards the same.
+d="$tmp/qwen2-0.5b"
+mkdir -p "$tmp/split" && cp "$d/config.json" "$tmp/split/"
+python3 - "$d/model.safetensors" "$tmp/split" <<'EOF'
+import json, sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); names = sorted(t)
+parts = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+for f, ns in parts.items(): save_file({n: t[n] for n in ns}, f"{sys.argv[2]}/{f}", metadata={"format": "pt"})
+json.dump({"metadata": {}, "weight_map": {n: f for f, ns in parts.items() for n in ns}},
+          open(f"{sys.argv[2]}/model.safetensors.index.json", "w"))
+EOF
+run "$tool" plan --model "$tmp/split" --mesh 2 --seq 8 --batch 2 --quiet --out "$tmp/split/plan.json" && ok || bad "plan of an indexed checkpoint: $(cat "$tmp/err")"
+run "$tool" shard "$tmp/split" --plan "$d/plan.json" --out "$tmp/split/shards" --quiet && ok || bad "shard of an indexed checkpoint: $(cat "$tmp/err")"
+python3 "$here/check_shards.py" "$d/model.safetensors" "$tmp/split/shards" >/dev/null && ok || bad "indexed checkpoint's shards differ"
+# The config's torch_dtype must be the weights' dtype; --dtype plans in another one on purpose.
+sed -i 's/"float32"/"bfloat16"/' "$tmp/split/config.json"
+run "$tool" plan --model "$tmp/split" --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "model.embed_tokens.weight (checkpoint \[256,64\] f32, config \[256,64\] bf16)" "$tmp/err" && ok || bad "dtype mismatch: $(cat "$tmp/err")"
+run "$tool" plan --model "$tmp/split" --mesh 2 --seq 8 --batch 2 --dtype bf16 --quiet --out "$tmp/split/bf16.json" && ok || bad "--dtype over the checkpoint's: $(cat "$tmp/err")"
+# A tied head the checkpoint saved anyway is the embedding, not an extra tensor.
+python3 - "$d/model.safetensors" <<'EOF'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); t["lm_head.weight"] = t["model.embed_tokens.weight"].copy()
+save_file(t, sys.argv[1], metadata={"format": "pt"})
+EOF
+run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --quiet --out "$tmp/tied.json" && ok || bad "saved tied head: $(cat "$tmp/err")"
+
+# Weights that do not match the config: the error names the first tensors that differ.
+d="$tmp/gpt2"
+python3 - "$d/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["n_layer"] = 3; c["n_inner"] = 96
+json.dump(c, open(sys.argv[1], "w"))
+EOF
+run "$tool" plan --model "$d" --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "do not match its config.json" "$tmp/err" && grep -q "h.0.mlp.c_fc.weight (checkpoint \[64,128\] f32, config \[64,96\] f32)" "$tmp/err" \
+  && grep -q "transformer.h.2.ln_1.weight" "$tmp/err" && ok || bad "mismatched weights: $(cat "$tmp/err")"
+test ! -e "$tmp/never.json" && ok || bad "a failed plan wrote its output"
+# An unsupported model_type names the supported ones.
+mkdir -p "$tmp/t5" && echo '{"model_type": "t5", "d_model": 512}' >"$tmp/t5/config.json"
+run "$tool" plan --model "$tmp/t5" --mesh 2
+[ $? -eq 1 ] && grep -q 'model_type "t5" is not supported (supported: gpt2, bert, roberta, llama, mistral, qwen2, gemma, phi3, opt, gpt_neox, bloom, falcon)' "$tmp/err" \
+  && ok || bad "unsupported model_type: $(cat "$tmp/err")"
+# synth never writes over the config it reads.
+run "$tool" synth --model "$tmp/qwen2-0.5b" --layers 1 --out "$tmp/qwen2-0.5b"
+[ $? -eq 1 ] && grep -q "overwrite its input" "$tmp/err" && ok || bad "synth over its input: $(cat "$tmp/err")"
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,229 @@
+// Hugging Face config.json -> graph: parameter counts equal the published ones, names and
+// shapes follow the checkpoints, and bad configs are errors naming the key.
+#include <doctest/doctest.h>
+
+#include <autoshard/graph/graph.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+namespace {
+using namespace autoshard;
+
+const std::string hf_dir = std::string(AUTOSHARD_TEST_DATA_DIR) + "/hf/";
+
+std::string hf_error(const std::string& text) {
+  try {
+    read_hf_config(nlohmann::json::parse(text), "c.json");
+  } catch (const io_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const node& param(const model_graph& g, const std::string& name) {
+  auto v = find_vertex(g, name);
+  REQUIRE_MESSAGE(v.has_value(), name);
+  REQUIRE(g[*v].is_parameter());
+  return g[*v];
+}
+}  // namespace
+
+// The counts are transformers' model.num_parameters() for the published checkpoints (tied
+// embeddings counted once; BERT and RoBERTa as BertModel/RobertaModel with the pooler).
+TEST_CASE("Hugging Face configs of published models give their published parameter counts") {
+  const std::map<std::string, std::int64_t> published{
+      {"gpt2.json", 124'439'808},          {"bert-base-uncased.json", 109'482'240},
+      {"roberta-base.json", 124'645'632},  {"opt-125m.json", 125'239'296},
+      {"pythia-160m.json", 162'322'944},   {"bloom-560m.json", 559'214'592},
+      {"qwen2-0.5b.json", 494'032'768},    {"mistral-7b-v0.1.json", 7'241'732'096},
+      {"llama-2-7b.json", 6'738'415'616},  {"gemma-2b.json", 2'506'172'416},
+      {"falcon-7b.json", 6'921'720'704},   {"phi-3-mini-4k.json", 3'821'079'552}};
+  std::map<std::string, bool> families;
+  for (const auto& [file, count] : published) {
+    CAPTURE(file);
+    hf_model m = read_hf_config_file(hf_dir + file);
+    m.config.seq = 16;  // the count does not depend on the sequence; keep shape inference cheap
+    m.config.batch = 1;
+    const model_graph g = build_hf(m);
+    CHECK(parameter_count(g) == count);
+    validate(g);
+    families[m.model_type] = true;
+  }
+  for (std::string_view t : hf_model_types) CHECK_MESSAGE(families.count(std::string(t)) == 1, t);
+}
+
+TEST_CASE("Hugging Face names and shapes per family") {
+  auto build = [](const std::string& file) {
+    hf_model m = read_hf_config_file(hf_dir + file);
+    m.config.seq = 8;
+    m.config.batch = 1;
+    return build_hf(m);
+  };
+  SUBCASE("qwen2: q/k/v biases, no o_proj bias, GQA widths, tied lm_head") {
+    const model_graph g = build("qwen2-0.5b.json");
+    CHECK(param(g, "model.layers.3.self_attn.k_proj.weight").shape == tensor_shape{128, 896});
+    CHECK(param(g, "model.layers.3.self_attn.k_proj.bias").shape == tensor_shape{128});
+    CHECK(param(g, "model.layers.3.self_attn.q_proj.bias").shape == tensor_shape{896});
+    CHECK_FALSE(find_vertex(g, "model.layers.3.self_attn.o_proj.bias"));
+    CHECK_FALSE(find_vertex(g, "lm_head.weight"));
+    CHECK(parameter_names(g, *find_vertex(g, "lm_head")) == std::vector<std::string>{"model.embed_tokens.weight"});
+    CHECK(param(g, "model.norm.weight").type == dtype::bf16);  // torch_dtype
+  }
+  SUBCASE("gemma: head_dim 256 with 8 heads and 1 key/value head") {
+    const model_graph g = build("gemma-2b.json");
+    CHECK(param(g, "model.layers.0.self_attn.q_proj.weight").shape == tensor_shape{2048, 2048});
+    CHECK(param(g, "model.layers.0.self_attn.k_proj.weight").shape == tensor_shape{256, 2048});
+    CHECK(param(g, "model.layers.0.self_attn.o_proj.weight").shape == tensor_shape{2048, 2048});
+    CHECK(g[*find_vertex(g, "model.layers.0.mlp.act")].kind == op_kind::gelu);
+    CHECK_FALSE(find_vertex(g, "lm_head.weight"));
+  }
+  SUBCASE("phi3: fused qkv_proj and gate_up_proj") {
+    const model_graph g = build("phi-3-mini-4k.json");
+    CHECK(param(g, "model.layers.31.self_attn.qkv_proj.weight").shape == tensor_shape{9216, 3072});
+    CHECK(param(g, "model.layers.31.mlp.gate_up_proj.weight").shape == tensor_shape{16384, 3072});
+    CHECK(param(g, "lm_head.weight").shape == tensor_shape{32064, 3072});
+    CHECK_FALSE(find_vertex(g, "model.layers.0.self_attn.q_proj.weight"));
+  }
+  SUBCASE("falcon-7b: multi-query query_key_value, no biases, one layer norm per block") {
+    const model_graph g = build("falcon-7b.json");
+    CHECK(param(g, "transformer.h.0.self_attention.query_key_value.weight").shape == tensor_shape{4672, 4544});
+    CHECK_FALSE(find_vertex(g, "transformer.h.0.self_attention.query_key_value.bias"));
+    CHECK(find_vertex(g, "transformer.h.0.input_layernorm.bias"));
+    CHECK_FALSE(find_vertex(g, "transformer.h.0.post_attention_layernorm.weight"));
+    const node& att = g[*find_vertex(g, "transformer.h.0.self_attention.attention")];
+    CHECK(att.attrs.heads == 71);
+    CHECK(att.attrs.kv_heads == 1);
+  }
+  SUBCASE("pythia: per-head interleaved query_key_value, untied embed_out, rotary") {
+    const model_graph g = build("pythia-160m.json");
+    CHECK(param(g, "gpt_neox.layers.0.attention.query_key_value.weight").shape == tensor_shape{2304, 768});
+    CHECK(param(g, "embed_out.weight").shape == tensor_shape{50304, 768});
+    CHECK(find_vertex(g, "gpt_neox.layers.0.attention.rotary_q"));
+    CHECK(param(g, "gpt_neox.final_layer_norm.bias").type == dtype::f16);
+  }
+  SUBCASE("opt: position table of max_position_embeddings + 2 rows, tied lm_head") {
+    const model_graph g = build("opt-125m.json");
+    CHECK(param(g, "model.decoder.embed_positions.weight").shape == tensor_shape{2050, 768});
+    CHECK(param(g, "model.decoder.layers.11.fc1.bias").shape == tensor_shape{3072});
+    CHECK(g[*find_vertex(g, "model.decoder.layers.0.activation_fn")].kind == op_kind::relu);
+    CHECK_FALSE(find_vertex(g, "lm_head.weight"));
+  }
+  SUBCASE("bloom: word_embeddings_layernorm, ALiBi (no rotary)") {
+    const model_graph g = build("bloom-560m.json");
+    CHECK(param(g, "transformer.word_embeddings_layernorm.weight").shape == tensor_shape{1024});
+    CHECK(param(g, "transformer.h.23.self_attention.query_key_value.bias").shape == tensor_shape{3072});
+    CHECK_FALSE(find_vertex(g, "transformer.h.0.self_attention.rotary_q"));
+  }
+  SUBCASE("roberta: RoBERTa names, one token type, 514 positions") {
+    const model_graph g = build("roberta-base.json");
+    CHECK(param(g, "roberta.embeddings.position_embeddings.weight").shape == tensor_shape{514, 768});
+    CHECK(param(g, "roberta.embeddings.token_type_embeddings.weight").shape == tensor_shape{1, 768});
+    CHECK(find_vertex(g, "roberta.pooler.dense.weight"));
+  }
+  SUBCASE("the default sequence is the position table less its offset, at most 2048") {
+    CHECK(read_hf_config_file(hf_dir + "roberta-base.json").config.seq == 512);
+    CHECK(read_hf_config_file(hf_dir + "opt-125m.json").config.seq == 2048);
+    CHECK(read_hf_config_file(hf_dir + "gpt2.json").config.seq == 1024);
+    CHECK(read_hf_config_file(hf_dir + "qwen2-0.5b.json").config.seq == 2048);
+  }
+}
+
+TEST_CASE("a written config reads back to the same graph, for every family") {
+  for (const char* file : {"gpt2.json", "bert-base-uncased.json", "roberta-base.json", "opt-125m.json",
+                           "pythia-160m.json", "bloom-560m.json", "qwen2-0.5b.json", "mistral-7b-v0.1.json",
+                           "llama-2-7b.json", "gemma-2b.json", "falcon-7b.json", "phi-3-mini-4k.json"}) {
+    CAPTURE(file);
+    hf_model m = read_hf_config_file(hf_dir + file);
+    m.config.layers = 2;
+    hf_model back = read_hf_config(to_hf_config(m));
+    CHECK(back.model_type == m.model_type);
+    m.config.seq = back.config.seq = 8;
+    m.config.batch = back.config.batch = 1;
+    const model_graph a = build_hf(m), b = build_hf(back);
+    CHECK(to_json(a) == to_json(b));
+  }
+}
+
+TEST_CASE("falcon's new decoder architecture: grouped query_key_value and two layer norms") {
+  // Falcon-40B's published sizes; the layout is [kv, heads/kv + 2, head_dim] rows.
+  const hf_model m = read_hf_config(nlohmann::json::parse(R"({"model_type": "falcon", "hidden_size": 8192,
+      "num_hidden_layers": 2, "num_attention_heads": 128, "num_kv_heads": 8, "new_decoder_architecture": true,
+      "vocab_size": 65024})"));
+  hf_model small = m;
+  small.config.seq = 4;
+  small.config.batch = 1;
+  const model_graph g = build_hf(small);
+  CHECK(param(g, "transformer.h.1.self_attention.query_key_value.weight").shape == tensor_shape{(128 + 16) * 64, 8192});
+  CHECK(find_vertex(g, "transformer.h.1.ln_attn.weight"));
+  CHECK(find_vertex(g, "transformer.h.1.ln_mlp.bias"));
+  CHECK(g[*find_vertex(g, "transformer.h.1.self_attention.k")].shape == tensor_shape{1, 4, 8 * 64});
+  CHECK(g[*find_vertex(g, "transformer.h.1.self_attention.q")].shape == tensor_shape{1, 4, 128 * 64});
+}
+
+TEST_CASE("bad Hugging Face configs are errors naming the key and the value") {
+  const std::string unsupported = hf_error(R"({"model_type": "t5", "d_model": 512})");
+  CHECK(has(unsupported, "model_type \"t5\" is not supported"));
+  for (std::string_view t : hf_model_types) CHECK(has(unsupported, std::string(t)));
+  CHECK(has(hf_error(R"({"hidden_size": 8})"), "no \"model_type\""));
+  CHECK(has(hf_error(R"([1, 2])"), "JSON object"));
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
+                                "intermediate_size": 64, "vocab_size": 100, )";
+  CHECK(has(hf_error(llama + R"("hidden_size": -3})"), "\"hidden_size\" or \"n_embd\" or \"n_embed\" or \"d_model\" is -3"));
+  CHECK(has(hf_error(llama + R"("hidden_size": 1e30})"), "must be an integer"));
+  CHECK(has(hf_error(llama + R"("hidden_size": 18446744073709551615})"), "must be in [1, 1048576]"));
+  CHECK(has(hf_error(llama + R"("hidden_size": "big"})"), "must be an integer, got \"big\""));
+  CHECK(has(hf_error(llama + R"("hidden_size": 30})"), "not a multiple of 4 heads"));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "num_key_value_heads": 3})"), "not a multiple of 3 key/value heads"));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "torch_dtype": "int8"})"), "\"torch_dtype\" is \"int8\""));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "hidden_act": "mish"})"), "\"hidden_act\" is \"mish\""));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "tie_word_embeddings": 1})"), "must be true or false"));
+  CHECK(has(hf_error(R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "vocab_size": 10})"), "missing \"hidden_size\""));
+  // An integer written as a float is an integer; null means the default.
+  CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32.0, "num_key_value_heads": null})"))
+            .config.kv() == 4);
+  CHECK(has(hf_error(llama + R"("hidden_size": 32.5})"), "must be an integer"));
+  CHECK_THROWS_AS(read_hf_config_file(hf_dir + "no-such-config.json"), io_error);
+}
+
+TEST_CASE("every vertex of every family's graph has a replicated strategy and finite costs") {
+  const device_mesh mesh = make_mesh_2d(2, 2, 25e9, 300e9);
+  for (const char* file : {"opt-125m.json", "pythia-160m.json", "bloom-560m.json", "falcon-7b.json", "gemma-2b.json",
+                           "phi-3-mini-4k.json", "qwen2-0.5b.json", "roberta-base.json"}) {
+    CAPTURE(file);
+    hf_model m = read_hf_config_file(hf_dir + file);
+    transformer_config& c = m.config;
+    c.layers = 1;
+    c.hidden = 64;
+    c.heads = 4;
+    c.kv_heads = c.kv_heads > 0 ? std::min(c.kv_heads, 2) : 0;  // GQA and multi-query stay so
+    c.head_size = c.head_size > 0 ? 32 : 0;
+    c.ffn = 96;
+    c.vocab = 80;
+    if (c.embed_proj > 0) c.embed_proj = 64;
+    c.seq = 8;
+    c.batch = 4;
+    c.mode = m.model_type == "roberta" ? run_mode::inference : run_mode::training;
+    const model_graph g = build_hf(m);
+    strategy_options opt;
+    opt.mode = c.mode;
+    const auto all = enumerate_all_strategies(g, mesh, opt);
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      CAPTURE(g[v].name);
+      REQUIRE(!all[v].empty());
+      bool replicated = false;
+      for (const strategy& s : all[v]) {
+        CHECK(std::isfinite(s.seconds()));
+        replicated = replicated || (s.output.is_replicated() && s.comm_seconds == 0.0);
+      }
+      CHECK(replicated);
+    }
+    for (auto [it, end] = boost::edges(g); it != end; ++it) {
+      const cost_matrix cm = resharding_costs(g, *it, all[boost::source(*it, g)], all[boost::target(*it, g)], mesh, opt);
+      for (double x : cm.values) REQUIRE((std::isfinite(x) && x >= 0));
+    }
+  }
+}

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Compile-time cost of typed specs. Generates three translation units and compiles each one
-# three times (median wall seconds):
+# Compile-time cost of typed specs and of each area's umbrella header. Generates these
+# translation units and compiles each one three times (median wall seconds):
 #   baseline   : #include <vector> only
 #   header     : #include <autoshard/autoshard.hpp> only
 #   N types    : N distinct sharded_tensor types, each with a plan_to<> and a local_shape
 #                static_assert (the plan is computed by the compiler)
+#   <area>     : one include of include/autoshard/<area>/<area>.hpp, for every area that
+#                has an umbrella header (what a file pays for using that area)
 # and prints them side by side with the ratio to the baseline.
 #   bench/compile_time.sh              # g++, 200 types
 #   CXX=clang++ N=400 bench/compile_time.sh
+#   AREAS=0 bench/compile_time.sh      # without the per-area rows
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 include="$here/../include"
 cxx="${CXX:-g++}"
 n="${N:-200}"
+# Eigen and the CUDA headers are not on the default search path on every system.
 flags=(-std=c++20 -O0 -c -o /dev/null -I"$include")
+for d in /usr/include/eigen3 /usr/local/include/eigen3; do [[ -d $d ]] && flags+=(-isystem "$d"); done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -74,3 +79,13 @@ row() { printf '%-30s %9.3f %9.3f %9.2f\n' "$1" "$2" "$3" "$(echo "$3 / $base_c"
 row "<vector> only" "$base_w" "$base_c"
 row "<autoshard/autoshard.hpp>" "$head_w" "$head_c"
 row "$n sharded_tensor + plan_to" "$types_w" "$types_c"
+
+if [[ "${AREAS:-1}" != 0 ]]; then
+  for dir in "$include"/autoshard/*/; do
+    area="$(basename "$dir")"
+    [[ -f "$dir/$area.hpp" ]] || continue
+    printf '#include <autoshard/%s/%s.hpp>\nint main() { return 0; }\n' "$area" "$area" > "$work/area_$area.cpp"
+    read -r w c <<< "$(median3 "$work/area_$area.cpp")"
+    row "<autoshard/$area/$area.hpp>" "$w" "$c"
+  done
+fi

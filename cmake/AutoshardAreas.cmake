@@ -5,9 +5,13 @@
 #   graph  -> autoshard::graph      (+ Boost.Graph header-only)
 #   solve  -> autoshard::glpk       (+ GLPK)
 #   tensor -> autoshard::tensor     (+ Eigen)
-#   comm   -> autoshard::gloo       (+ Gloo)
-#   exec   -> autoshard::exec       (graph + solve + tensor + comm: the reference executor)
-#   device -> autoshard::cuda       (+ CUDA runtime, NCCL)
+#   comm   -> autoshard::comm       (core only: communicator concept, mesh communicators,
+#                                    redistribute execution, calibration; backend-free)
+#   gloo   -> autoshard::gloo       (comm + io + Gloo: the Gloo backend, TCP store,
+#                                    launcher, calibration file)
+#   exec   -> autoshard::exec       (graph + solve + tensor + gloo: the reference executor,
+#                                    tensor-parallel layers)
+#   device -> autoshard::cuda       (tensor + comm + CUDA runtime, NCCL)
 set(AUTOSHARD_INSTALLED_TARGETS "")
 set(AUTOSHARD_AREAS "")
 
@@ -33,6 +37,8 @@ endfunction()
 
 autoshard_area(autoshard autoshard core
                EXTRA_HEADERS "${PROJECT_SOURCE_DIR}/include/autoshard/autoshard.hpp")
+# Backend-free communication: needs nothing but the core, so it is always built.
+autoshard_area(autoshard_comm comm comm DEPS autoshard)
 
 find_package(Boost 1.74 CONFIG COMPONENTS headers)
 find_package(nlohmann_json 3.10 CONFIG)
@@ -61,17 +67,11 @@ if(TARGET Eigen3::Eigen AND TARGET autoshard_io)
 else()
   message(STATUS "autoshard: Eigen not found; autoshard::tensor skipped")
 endif()
-if(TARGET gloo)
-  set(_comm_deps autoshard gloo Threads::Threads)
-  # Eigen for the tensor-parallel layers, nlohmann-json for calibration files.
-  foreach(_t autoshard_tensor autoshard_glpk Eigen3::Eigen autoshard_io)
-    if(TARGET ${_t})
-      list(APPEND _comm_deps ${_t})
-    endif()
-  endforeach()
-  autoshard_area(autoshard_gloo gloo comm DEPS ${_comm_deps})
+# The Gloo backend (include/autoshard/gloo): io for the calibration file.
+if(TARGET gloo AND TARGET autoshard_io)
+  autoshard_area(autoshard_gloo gloo gloo DEPS autoshard_comm autoshard_io gloo Threads::Threads)
 else()
-  message(STATUS "autoshard: Gloo not found; autoshard::gloo skipped")
+  message(STATUS "autoshard: Gloo or autoshard::io not found; autoshard::gloo skipped")
 endif()
 # The reference executor runs a graph with a solved plan on real ranks: every area below it.
 if(TARGET autoshard_gloo AND TARGET autoshard_glpk AND TARGET autoshard_tensor)
@@ -107,14 +107,10 @@ endif()
 # the tensor area. NCCL ships no CMake config: the build links the located library through
 # autoshard_nccl_lib; the installed package records its absolute path.
 if(AUTOSHARD_HAVE_CUDA)
-  set(_cuda_extra "")
-  if(NOT TARGET autoshard_gloo)  # nccl.hpp implements the communicator concept of comm/
-    set(_cuda_extra "${PROJECT_SOURCE_DIR}/include/autoshard/comm/communicator.hpp")
-  endif()
+  # nccl.hpp implements the communicator concept of comm/ and uses its mesh communicator.
   autoshard_area(autoshard_cuda cuda device
-                 DEPS autoshard_tensor CUDA::cudart "$<BUILD_INTERFACE:autoshard_nccl_lib>"
-                      "$<INSTALL_INTERFACE:${NCCL_LIBRARY}>"
-                 EXTRA_HEADERS ${_cuda_extra})
+                 DEPS autoshard_tensor autoshard_comm CUDA::cudart "$<BUILD_INTERFACE:autoshard_nccl_lib>"
+                      "$<INSTALL_INTERFACE:${NCCL_LIBRARY}>")
   if(TARGET autoshard_cuda)
     target_include_directories(autoshard_cuda SYSTEM INTERFACE "$<INSTALL_INTERFACE:${NCCL_INCLUDE_DIR}>")
   endif()

@@ -27,7 +27,7 @@ endfunction()
 
 # What code using include/autoshard/device needs: the cuda area target where the tensor
 # area created it, else the pieces it is made of.
-set(AUTOSHARD_DEVICE_DEPS autoshard CUDA::cudart autoshard_nccl_lib)
+set(AUTOSHARD_DEVICE_DEPS autoshard autoshard_comm CUDA::cudart autoshard_nccl_lib)
 foreach(_t autoshard_tensor autoshard_cuda)
   if(TARGET ${_t})
     list(APPEND AUTOSHARD_DEVICE_DEPS ${_t})

@@ -2,7 +2,8 @@
 // (uneven: 13 rows over 2) becomes "RS1" (6 columns over 4, uneven), every rank checks its
 // shard against the one cut straight from the global tensor, and a tensor-parallel layer
 // pair runs forward on the 4-rank axis groups.
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/exec/parallel.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 #include <cstdio>
 #include <mutex>

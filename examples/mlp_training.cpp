@@ -2,7 +2,8 @@
 // split), trained with SGD on 4 Gloo ranks (threads over loopback TCP). The same model is
 // trained on one rank alongside; the loss curves must agree.
 //   build/gcc/examples/example_mlp_training
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/exec/parallel.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 #include <cmath>
 #include <cstdio>

@@ -9,7 +9,7 @@ import argparse, pathlib, re, subprocess, sys, tempfile
 
 AREA_FLAGS = {
     "autoshard/solve/": ["-lglpk"],
-    "autoshard/comm/": ["-lgloo", "-pthread"],
+    "autoshard/gloo/": ["-lgloo", "-pthread"],
     "autoshard/exec/": ["-lglpk", "-lgloo", "-pthread"],
 }
 
@@ -39,7 +39,7 @@ def main():
                 flags = ["-std=c++20", "-O1", "-I", str(root / "include"), "-isystem", "/usr/include/eigen3"]
                 libs = []
                 for key, extra in AREA_FLAGS.items():
-                    if key in body or (key == "autoshard/comm/" and "autoshard/comm" in body):
+                    if key in body or (key == "autoshard/gloo/" and "autoshard/gloo" in body):
                         libs += extra
                 cmd = [a.compiler, *flags, str(src), "-o", str(exe), *libs]
                 r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)

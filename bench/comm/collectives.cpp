@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 using namespace autoshard;
 

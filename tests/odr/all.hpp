@@ -13,8 +13,11 @@
 #if defined(HAVE_AUTOSHARD_TENSOR)
 #include <autoshard/tensor/tensor.hpp>
 #endif
-#if defined(HAVE_AUTOSHARD_GLOO)
+#if defined(HAVE_AUTOSHARD_COMM)
 #include <autoshard/comm/comm.hpp>
+#endif
+#if defined(HAVE_AUTOSHARD_GLOO)
+#include <autoshard/gloo/gloo.hpp>
 #endif
 #if defined(HAVE_AUTOSHARD_EXEC)
 #include <autoshard/exec/exec.hpp>

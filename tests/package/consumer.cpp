@@ -9,8 +9,11 @@
 #if defined(AUTOSHARD_HAVE_TENSOR)
 #include <autoshard/tensor/tensor.hpp>
 #endif
-#if defined(AUTOSHARD_HAVE_GLOO)
+#if defined(AUTOSHARD_HAVE_COMM)
 #include <autoshard/comm/comm.hpp>
+#endif
+#if defined(AUTOSHARD_HAVE_GLOO)
+#include <autoshard/gloo/gloo.hpp>
 #endif
 #include <iostream>
 

@@ -3,7 +3,7 @@
 // write it for `autoshard plan --calibration` to use.
 #include "common.hpp"
 
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 #include <iomanip>
 #include <iostream>

@@ -6,7 +6,7 @@
 
 #include <autoshard/solve/solve.hpp>
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 #endif
 
 #include <cstdlib>

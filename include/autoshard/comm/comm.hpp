@@ -1,11 +1,10 @@
 #pragma once
-/// autoshard's communication area (Gloo): communicators, rendezvous stores, launching ranks, executing
-/// redistribute plans, tensor-parallel layers and link calibration.
+/// autoshard's communication area, backend-free (core and the standard library only): the
+/// communicator concept, a mesh of communicators, executing redistribute plans on real
+/// shards, and link calibration over any backend. The backends: gloo/ (Gloo, with its TCP
+/// store and launcher) and device/ (NCCL).
 ///   #include <autoshard/comm/comm.hpp>
-#include "communicator.hpp"  // communicator concept, self_communicator, reduce_elements
-#include "tcp_store.hpp"     // tcp_store: Gloo rendezvous over TCP, across machines
-#include "gloo.hpp"          // gloo_store, gloo_communicator, mesh_communicator
-#include "launch.hpp"        // run_ranks, spawn_ranks, connect_from_env, open_store
-#include "redistribute.hpp"  // redistribute, execute_step
-#include "parallel.hpp"      // column/row-parallel linear, vocab-parallel embedding and cross-entropy
-#include "calibrate.hpp"     // calibrate, save/load_calibration, apply_calibration
+#include "communicator.hpp"       // communicator concept, self_communicator, reduce_elements
+#include "mesh_communicator.hpp"  // basic_mesh_communicator, mesh_communicator_like
+#include "redistribute.hpp"       // redistribute, execute_step
+#include "calibrate.hpp"          // calibrate, apply_calibration

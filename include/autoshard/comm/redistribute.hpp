@@ -8,13 +8,11 @@
 /// after), any tensor dim and nested splits come out of one rule: the result is exactly
 /// the target spec's shard of the global tensor.
 #include <algorithm>  // std::max, std::min
-#include <concepts>   // std::convertible_to
 #include <cstddef>    // std::byte, std::size_t
 #include <cstdint>    // std::int64_t
 #include <cstring>    // std::memcpy
 #include <span>       // std::span
 #include <string>     // std::string
-#include <type_traits>  // std::remove_cvref_t
 #include <vector>     // std::vector
 
 #include "../core/dtype.hpp"         // dtype, dtype_size
@@ -26,20 +24,9 @@
 #include "../core/spec.hpp"          // sharding_spec, check_spec
 #include "../core/typed.hpp"         // element_type, dtype_of
 #include "communicator.hpp"          // communicator, fill_identity
-#if __has_include("../tensor/host_tensor.hpp")
-#include "../tensor/host_tensor.hpp"  // host_tensor, const_tensor_view (when the tensor area is present)
-#endif
+#include "mesh_communicator.hpp"     // mesh_communicator_like
 
 namespace autoshard {
-
-/// What the executor needs: the mesh, this rank, and a communicator per mesh axis whose
-/// members are device_mesh::group(axis, rank) in that order.
-template <class M>
-concept mesh_communicator_like = requires(M& m, const M& cm, std::size_t a) {
-  { cm.mesh() } -> std::convertible_to<const device_mesh&>;
-  { cm.rank() } -> std::convertible_to<int>;
-  requires communicator<std::remove_cvref_t<decltype(m.axis(a))>>;
-};
 
 namespace detail {
 
@@ -258,24 +245,5 @@ std::vector<T> redistribute(M& mc, std::span<const T> local, const tensor_shape&
   if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
-
-#if __has_include("../tensor/host_tensor.hpp")
-/// Host-tensor form (where the tensor area is present): `local` is this rank's `src`
-/// shard, of any dtype; returns its `dst` shard.
-template <mesh_communicator_like M>
-host_tensor redistribute(M& mc, const_tensor_view local, const tensor_shape& global, const sharding_spec& src,
-                         const sharding_spec& dst) {
-  check_spec(src, mc.mesh(), global, "redistribute source");
-  const tensor_shape want = local_box(mc.mesh(), src, global, mc.rank()).shape;
-  if (!(local.shape() == want))
-    throw shape_error("rank " + std::to_string(mc.rank()) + ": redistribute " + to_string(src) + " -> " +
-                      to_string(dst) + " of " + to_string(global) + " expects a local shard " + to_string(want) +
-                      ", got " + to_string(local.shape()));
-  const std::vector<std::byte> raw = redistribute(mc, local.bytes(), local.type(), global, src, dst);
-  host_tensor out(local.type(), local_box(mc.mesh(), dst, global, mc.rank()).shape);
-  if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
-}
-#endif
 
 }  // namespace autoshard

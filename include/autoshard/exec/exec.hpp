@@ -4,5 +4,7 @@
 ///   #include <autoshard/exec/exec.hpp>
 #include "executor.hpp"  // make_source_values, run_unsharded, run_sharded
 #include "kernels.hpp"   // run_kernel, local_context, exec_error
+#include "parallel.hpp"  // column/row-parallel linear, vocab-parallel embedding and cross-entropy
+#include "redistribute.hpp"  // redistribute of host tensors
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
 #include "../solve/plan_file.hpp"  // load_plan

@@ -14,11 +14,12 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-#include "../comm/redistribute.hpp"  // redistribute, mesh_communicator_like
+#include "../comm/mesh_communicator.hpp"  // mesh_communicator_like
 #include "../core/layout.hpp"        // local_box
 #include "../graph/graph.hpp"        // model_graph, strategy, topological_order
 #include "../tensor/slice.hpp"       // shard_of
 #include "kernels.hpp"               // run_kernel, local_context
+#include "redistribute.hpp"          // redistribute (host tensors)
 
 namespace autoshard {
 

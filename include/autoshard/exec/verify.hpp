@@ -16,8 +16,8 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
-#include "../comm/gloo.hpp"    // mesh_communicator, gloo_options
-#include "../comm/launch.hpp"  // run_ranks_collect
+#include "../gloo/communicator.hpp"  // mesh_communicator, gloo_options
+#include "../gloo/launch.hpp"        // run_ranks_collect
 #include "../solve/pass.hpp"   // autosharding_options, solver_error
 #include "executor.hpp"        // run_unsharded, run_sharded, make_source_values
 

@@ -2,7 +2,7 @@
 // what happens when a peer dies or never joins.
 #include <doctest/doctest.h>
 
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -2,7 +2,7 @@
 // ranks: a peer that sends a mismatched size, and a rank process killed by SIGKILL mid-run.
 // Every other rank must get comm_error naming itself within its timeout, and no thread or
 // process may be left behind. docs/reliability.md records what each one shows the user.
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 #include <doctest/doctest.h>
 
 #include <signal.h>

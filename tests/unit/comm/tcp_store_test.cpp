@@ -1,8 +1,8 @@
-// The TCP rendezvous store (comm/tcp_store.hpp) and the launcher's tcp:// path: set / get /
+// The TCP rendezvous store (gloo/tcp_store.hpp) and the launcher's tcp:// path: set / get /
 // wait across threads and processes, 8 processes that meet over TCP and all-reduce, and the
 // faults docs/reliability.md lists: a key that never appears, a server that is killed, a
 // client that sends junk, a server that answers junk, a port already in use.
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/gloo/gloo.hpp>
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>

@@ -33,12 +33,13 @@
 #include <gloo/rendezvous/prefix_store.h>  // gloo::rendezvous::PrefixStore
 #include <gloo/transport/tcp/device.h>     // gloo::transport::tcp::CreateDevice
 
-#include "../core/dtype.hpp"      // dtype
-#include "../core/error.hpp"      // comm_error
-#include "../core/mesh.hpp"       // device_mesh
-#include "../core/placement.hpp"  // reduce_op
-#include "communicator.hpp"       // communicator, reduce_elements
-#include "tcp_store.hpp"          // tcp_store
+#include "../comm/communicator.hpp"       // communicator, reduce_elements
+#include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, detail::rank_list
+#include "../core/dtype.hpp"              // dtype
+#include "../core/error.hpp"              // comm_error
+#include "../core/mesh.hpp"               // device_mesh
+#include "../core/placement.hpp"          // reduce_op
+#include "tcp_store.hpp"                  // tcp_store
 
 namespace autoshard {
 
@@ -98,12 +99,6 @@ class gloo_store {
 };
 
 namespace detail {
-
-inline std::string rank_list(const std::vector<int>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 /// Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer that has died
 /// raises SIGPIPE, whose default action kills the whole process before any error can be
@@ -428,29 +423,7 @@ class gloo_communicator {
 
 static_assert(communicator<gloo_communicator>);
 
-/// The world plus one sub-communicator per mesh axis: axis(a) holds the ranks that share
-/// this rank's other coordinates, ordered by coordinate a (device_mesh::group).
-template <communicator Comm = gloo_communicator>
-class basic_mesh_communicator {
- public:
-  basic_mesh_communicator(Comm world, const device_mesh& mesh) : mesh_(mesh), world_(std::move(world)) {
-    if (world_.size() != mesh.num_ranks())
-      throw comm_error("rank " + std::to_string(world_.rank()) + ": a world of " + std::to_string(world_.size()) +
-                       " ranks cannot form " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " ranks)");
-    for (std::size_t a = 0; a < mesh.ndim(); ++a)
-      axes_.push_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)));
-  }
-  const device_mesh& mesh() const noexcept { return mesh_; }
-  int rank() const noexcept { return world_.rank(); }
-  Comm& world() noexcept { return world_; }
-  Comm& axis(std::size_t a) { return axes_.at(a); }
-
- private:
-  device_mesh mesh_;
-  Comm world_;
-  std::vector<Comm> axes_;
-};
-
+/// The Gloo world plus one communicator per mesh axis (comm/mesh_communicator.hpp).
 using mesh_communicator = basic_mesh_communicator<gloo_communicator>;
 
 }  // namespace autoshard

@@ -28,7 +28,7 @@
 #include <vector>       // std::vector
 
 #include "../core/error.hpp"  // comm_error
-#include "gloo.hpp"           // gloo_communicator, gloo_store, gloo_options
+#include "communicator.hpp"   // gloo_communicator, gloo_store, gloo_options
 #include "tcp_store.hpp"      // tcp_store, parse_tcp_store_url
 
 namespace autoshard {

@@ -19,11 +19,11 @@
 
 #include <Eigen/Core>  // Eigen::Matrix
 
-#include "../core/dtype.hpp"      // dtype
-#include "../core/error.hpp"      // shape_error
-#include "../core/layout.hpp"     // split_range, padded_piece, dim_range
-#include "../core/placement.hpp"  // reduce_op
-#include "communicator.hpp"       // communicator
+#include "../comm/communicator.hpp"  // communicator
+#include "../core/dtype.hpp"         // dtype
+#include "../core/error.hpp"         // shape_error
+#include "../core/layout.hpp"        // split_range, padded_piece, dim_range
+#include "../core/placement.hpp"     // reduce_op
 
 namespace autoshard {
 

@@ -4,7 +4,8 @@
 // single-rank loss curve.
 #include <doctest/doctest.h>
 
-#include <autoshard/comm/comm.hpp>
+#include <autoshard/exec/exec.hpp>
+#include <autoshard/gloo/gloo.hpp>
 
 #include <cmath>
 #include <mutex>

@@ -1,0 +1,79 @@
+#pragma once
+/// A mesh of communicators, for any backend: the world plus one sub-communicator per mesh
+/// axis, and the checks every backend's split makes. Gloo (gloo/communicator.hpp) and NCCL
+/// (device/nccl.hpp) both use these; neither keeps a copy.
+///   autoshard::basic_mesh_communicator<my_comm> mc(std::move(world), autoshard::device_mesh{2, 4});
+///   mc.axis(1).all_reduce(buf, n, autoshard::dtype::f32, autoshard::reduce_op::sum);
+#include <concepts>     // std::convertible_to
+#include <cstddef>      // std::size_t
+#include <string>       // std::string
+#include <type_traits>  // std::remove_cvref_t
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include "../core/error.hpp"  // comm_error
+#include "../core/mesh.hpp"   // device_mesh
+#include "communicator.hpp"   // communicator
+
+namespace autoshard {
+
+/// What the executor needs: the mesh, this rank, and a communicator per mesh axis whose
+/// members are device_mesh::group(axis, rank) in that order.
+template <class M>
+concept mesh_communicator_like = requires(M& m, const M& cm, std::size_t a) {
+  { cm.mesh() } -> std::convertible_to<const device_mesh&>;
+  { cm.rank() } -> std::convertible_to<int>;
+  requires communicator<std::remove_cvref_t<decltype(m.axis(a))>>;
+};
+
+/// A communicator that can make sub-communicators of some of its ranks.
+template <class C>
+concept splittable_communicator =
+    communicator<C> && std::movable<C> && requires(C& c, const std::vector<int>& members, const std::string& name) {
+      { c.split(members, name) } -> std::convertible_to<C>;
+    };
+
+namespace detail {
+
+/// "[0,1,2]": how messages name a group of ranks.
+inline std::string rank_list(const std::vector<int>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+/// How errors name this end of a communicator: its who() where the backend has one.
+template <class C>
+std::string who_of(const C& c) {
+  if constexpr (requires { { c.who() } -> std::convertible_to<std::string>; })
+    return c.who();
+  else
+    return "rank " + std::to_string(c.rank());
+}
+
+}  // namespace detail
+
+/// The world plus one sub-communicator per mesh axis: axis(a) holds the ranks that share
+/// this rank's other coordinates, ordered by coordinate a (device_mesh::group).
+template <splittable_communicator Comm>
+class basic_mesh_communicator {
+ public:
+  basic_mesh_communicator(Comm world, const device_mesh& mesh) : mesh_(mesh), world_(std::move(world)) {
+    if (world_.size() != mesh.num_ranks())
+      throw comm_error(detail::who_of(world_) + ": a world of " + std::to_string(world_.size()) +
+                       " ranks cannot form " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " ranks)");
+    for (std::size_t a = 0; a < mesh.ndim(); ++a)
+      axes_.push_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)));
+  }
+  const device_mesh& mesh() const noexcept { return mesh_; }
+  int rank() const noexcept { return world_.rank(); }
+  Comm& world() noexcept { return world_; }
+  Comm& axis(std::size_t a) { return axes_.at(a); }
+
+ private:
+  device_mesh mesh_;
+  Comm world_;
+  std::vector<Comm> axes_;
+};
+
+}  // namespace autoshard

@@ -89,6 +89,13 @@ PY
   expect_rc 1 "$tool" solve "$tmp/bad.json"
   grep -q "usages" "$tmp/err" && ok || bad "message for a bad problem: $(cat "$tmp/err")"
   expect_rc 1 "$tool" solve "$tmp/missing.json"
+  # --solution-out writes the contest's list of indices; --evaluate scores it exactly.
+  expect_rc 0 "$tool" solve "$src" --quiet --solution-out "$tmp/answer.json"
+  python3 -c "import json,sys; sys.exit(0 if json.load(open('$tmp/answer.json')) == [0, 0, 2, 1, 0] else 1)" && ok || bad "solution file: $(cat "$tmp/answer.json")"
+  json_check "d['feasible'] and d['objective'] == $brute" "$tool" solve "$src" --evaluate "$tmp/answer.json" --json
+  echo '[0, 0, 1, 0, 0]' > "$tmp/over.json"
+  expect_rc 1 "$tool" solve "$src" --evaluate "$tmp/over.json"
+  grep -q "exceeds usage_limit 50" "$tmp/out" && ok || bad "message for an over-limit solution: $(cat "$tmp/out")"
 fi
 
 # plan + synth + shard: a small GPT-2 planned on 2x4, a checkpoint of its layout, sharded by

@@ -191,8 +191,8 @@ int run_plan(const plan_cli_options& o) {
                      {"operators", ops},
                      {"files", {{"plan", o.out}, {"dot", dot.string()}, {"svg", svg.string()}}}};
     if (!o.preload)
-      j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective},
-                     {"bound", rep.solver.bound}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
+      j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
+                     {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
                      {"ilp_nodes", rep.tied_classes}};
     std::cout << j.dump(2) << "\n";
     return exit_ok;

@@ -1,4 +1,5 @@
-// autoshard solve: a solver-level problem in the IOPDDL contest's JSON format.
+// autoshard solve: a solver-level problem in the IOPDDL contest's JSON format; or, with
+// --evaluate, the exact contest score of any solution to it.
 #include "common.hpp"
 #include "progress.hpp"
 
@@ -12,12 +13,37 @@ struct solve_cli_options {
   std::string file;
   double time_limit = 60.0;
   double mip_rel_gap = 0.0;
+  std::string solution_out;
+  std::string evaluate;
   bool json = false;
   bool quiet = false;
 };
 
+/// --evaluate: google/iopddl's Evaluate, exactly. Exit 0 when the solution is feasible, 1 when not.
+int run_evaluate(const solve_cli_options& o, const strategy_problem& p) {
+  const std::vector<int> choice = read_iopddl_solution_file(o.evaluate, p);
+  const evaluation ev = p.evaluate(choice);
+  if (o.json) {
+    nlohmann::json j{{"problem", p.name},
+                     {"solution", o.evaluate},
+                     {"feasible", ev.feasible},
+                     {"objective", ev.feasible ? nlohmann::json(ev.objective) : nlohmann::json(nullptr)},
+                     {"peak_usage", ev.peak.bytes},
+                     {"usage_limit", p.usage_limit ? nlohmann::json(*p.usage_limit) : nlohmann::json(nullptr)},
+                     {"why", ev.why}};
+    std::cout << j.dump(2) << "\n";
+  } else if (ev.feasible) {
+    std::cout << "feasible  objective " << ev.objective << ", peak usage " << ev.peak.bytes << " at time "
+              << ev.peak.time << "\n";
+  } else {
+    std::cout << "infeasible: " << ev.why << "\n";
+  }
+  return ev.feasible ? exit_ok : exit_user_error;
+}
+
 int run_solve(const solve_cli_options& o) {
   const strategy_problem p = read_iopddl_file(o.file);
+  if (!o.evaluate.empty()) return run_evaluate(o, p);
   solve_options so;
   so.time_limit = o.time_limit;
   so.mip_rel_gap = o.mip_rel_gap;
@@ -25,6 +51,7 @@ int run_solve(const solve_cli_options& o) {
   so.on_progress = [&progress](const solve_progress& s) { progress(s); };
   const solve_result r = solve_ilp(p, so);
   progress.finish();
+  if (!o.solution_out.empty()) write_iopddl_solution_file(o.solution_out, r.choice);
 
   if (o.json) {
     nlohmann::json sizes = nlohmann::json::array();
@@ -36,7 +63,9 @@ int run_solve(const solve_cli_options& o) {
                      {"objective", r.objective},
                      {"bound", r.bound},
                      {"gap", r.gap},
+                     {"stopped", r.stopped},
                      {"seconds", r.seconds},
+                     {"first_feasible_seconds", r.first_feasible_seconds},
                      {"peak_usage", r.peak.bytes},
                      {"usage_limit", p.usage_limit ? nlohmann::json(*p.usage_limit) : nlohmann::json(nullptr)},
                      {"choice", r.choice},
@@ -49,9 +78,10 @@ int run_solve(const solve_cli_options& o) {
             << (p.usage_limit ? ", usage limit " + std::to_string(*p.usage_limit) : std::string()) << "\n";
   std::cout << "status   " << to_string(r.status);
   if (r.status == solve_status::feasible)
-    std::cout << " (gap " << std::setprecision(4) << 100.0 * r.gap << "% to bound " << r.bound << ")";
-  std::cout << "\nobjective " << std::setprecision(12) << r.objective << "\ntime     " << human_seconds(r.seconds)
-            << "\npeak usage " << r.peak.bytes << "\n\nILP size\n";
+    std::cout << " (gap " << std::setprecision(4) << 100.0 * r.gap << "% to bound " << r.bound << "; " << r.stopped
+              << ")";
+  std::cout << "\nobjective " << r.objective << "\ntime     " << human_seconds(r.seconds) << " (first feasible after "
+            << human_seconds(r.first_feasible_seconds) << ")\npeak usage " << r.peak.bytes << "\n\nILP size\n";
   for (const auto& s : r.sizes)
     std::cout << "  " << std::left << std::setw(40) << s.stage << std::right << std::setw(8) << s.variables
               << " variables " << std::setw(8) << s.rows << " rows\n";
@@ -70,6 +100,9 @@ void register_solve(CLI::App& app, action& run) {
   cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str();
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
       ->capture_default_str();
+  cmd->add_option("--solution-out", o->solution_out, "write the answer in the contest's format: [0, 2, 1, ...]");
+  cmd->add_option("--evaluate", o->evaluate,
+                  "do not solve: evaluate this solution file exactly (exit 1 when it is infeasible)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_solve(*o); }; });

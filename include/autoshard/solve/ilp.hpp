@@ -1,57 +1,53 @@
 #pragma once
-/// The strategy ILP on GLPK. One one-hot binary vector s_v per node; objective = node costs +
-/// edge costs + a constant; each edge u->v gets continuous pair variables e[i][j] in [0, 1] tied
-/// to the node vectors by the marginal rows
-///   sum_j e[i][j] = s_u[i]   and   sum_i e[i][j] = s_v[j]
-/// (|S_u| + |S_v| rows per edge; with integral s they force e to the product). Before GLPK the
-/// problem is reduced exactly (detail/reduce.hpp); a memory limit becomes rows over the nodes live
-/// at one time point, added lazily: solve, find the most violated time point, add its row, re-solve.
+/// The strategy solver: exact reductions (detail/reduce.hpp), a primal heuristic that gives a
+/// feasible answer early (detail/heuristic.hpp), then the ILP on GLPK (detail/glpk_model.hpp)
+/// to improve it and prove a bound; memory rows are added lazily (solve, find the most violated
+/// candidate time point, add its row, re-solve). Every answer is re-evaluated exactly on the
+/// original problem (`strategy_problem::evaluate`), independently of the ILP; "optimal" is
+/// claimed only when that exact objective equals the proven integer lower bound.
 ///   autoshard::solve_options o;
 ///   o.time_limit = 60;        // seconds, for everything
 ///   o.mip_rel_gap = 0.01;     // a FRACTION: 0.01 = stop within 1% of the bound (MASE used percent)
 ///   autoshard::solve_result r = autoshard::solve_ilp(problem, o);
-///   // r.choice[v] = strategy of node v; r.objective; r.status; r.bound; r.gap; r.sizes
-#include <glpk.h>  // glp_prob, glp_intopt, glp_simplex
+///   // r.choice[v] = strategy of node v; r.objective (exact); r.status; r.bound; r.gap; r.sizes
+#include <glpk.h>  // glp_intopt, glp_simplex
 
 #include <algorithm>   // std::max, std::min
 #include <chrono>      // std::chrono::steady_clock
 #include <climits>     // INT_MAX
-#include <cmath>       // std::abs, std::isfinite
+#include <cmath>       // std::abs, std::ceil
 #include <cstddef>     // std::size_t
 #include <cstdint>     // std::int64_t
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
-#include <memory>      // std::unique_ptr
+#include <optional>    // std::optional
 #include <ostream>     // std::ostream
 #include <sstream>     // std::ostringstream
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-#include "../core/error.hpp"  // solver_error
-#include "detail/reduce.hpp"  // reducer, ilp_size
-#include "problem.hpp"        // strategy_problem
+#include "../core/error.hpp"     // solver_error
+#include "detail/glpk_model.hpp" // glpk_model, ilp_formulation
+#include "detail/heuristic.hpp"  // local_search, reduced_view
+#include "detail/reduce.hpp"     // reducer, ilp_size
+#include "problem.hpp"           // strategy_problem
 
 namespace autoshard {
 
-/// How pair variables are tied to node variables.
-enum class ilp_formulation {
-  marginal,   ///< e continuous, |S_u| + |S_v| rows per edge (the default)
-  naive_and,  ///< e binary, e <= s_u, e <= s_v, e >= s_u + s_v - 1 per pair (MASE; for comparison)
-};
-
-/// Proven optimal (within GLPK's tolerance) or merely feasible (time-out or mip_rel_gap reached).
+/// Proven optimal, or feasible (time-out, mip_rel_gap reached, or optimality not provable
+/// exactly in floating point) with a proven bound and gap.
 enum class solve_status { optimal, feasible };
 
 inline const char* to_string(solve_status s) { return s == solve_status::optimal ? "optimal" : "feasible"; }
 
-/// A snapshot of the branch and bound, passed to solve_options::on_progress.
+/// A snapshot of the search, passed to solve_options::on_progress (costs in problem units).
 struct solve_progress {
-  double incumbent = infinite_cost;  ///< best objective found so far (this round), or infinity
-  double bound = -infinite_cost;     ///< best lower bound of this round's ILP
-  double gap = infinite_cost;        ///< (incumbent - bound) / |incumbent|, a fraction
-  double seconds = 0.0;              ///< since solve_ilp started
-  int round = 0;                     ///< memory round (0 before any memory row is added)
+  double incumbent = std::numeric_limits<double>::infinity();  ///< best objective so far, or infinity
+  double bound = -std::numeric_limits<double>::infinity();     ///< lower bound of this round's ILP
+  double gap = std::numeric_limits<double>::infinity();        ///< (incumbent - bound) / incumbent
+  double seconds = 0.0;                                         ///< since solve_ilp started
+  int round = 0;  ///< memory round (0 before any memory row is added)
 };
 
 struct solve_options {
@@ -68,7 +64,9 @@ struct solve_options {
   ilp_formulation formulation = ilp_formulation::marginal;
   /// Memory rows added when violated (true) or all up front (false).
   bool lazy_memory = true;
-  /// GLPK's feasibility pump at the root (autoshard's own rounding heuristic always runs).
+  /// The primal heuristic's share of time_limit (greedy, repair, local search) before GLPK.
+  double heuristic_share = 0.05;
+  /// GLPK's feasibility pump at the root (autoshard's own heuristics always run).
   bool feasibility_pump = false;
   /// GLPK's cut generators (mixed-integer rounding, Gomory, cover, clique).
   bool cuts = false;
@@ -76,15 +74,21 @@ struct solve_options {
 
 struct solve_result {
   std::vector<int> choice;           ///< strategy index per node (of the input problem)
-  double objective = 0.0;            ///< cost_of(choice), re-priced on the input problem
+  std::int64_t objective = 0;        ///< exact total of `choice` on the input problem
   solve_status status = solve_status::optimal;
-  double bound = 0.0;                ///< proven lower bound on the optimum
-  double gap = 0.0;                  ///< (objective - bound) / |objective|, a fraction
+  std::int64_t bound = 0;            ///< proven integer lower bound on the optimum (<= objective)
+  double gap = 0.0;                  ///< (objective - bound) / objective, a fraction
   double seconds = 0.0;              ///< wall-clock time of solve_ilp
+  double first_feasible_seconds = 0.0;  ///< when the first feasible answer was known
   usage_peak peak;                   ///< peak summed usage of the choice
   std::vector<ilp_size> sizes;       ///< "input", then after each reduction, then "ilp"
   std::size_t memory_rows = 0;       ///< memory rows added to the final ILP
   int rounds = 0;                    ///< MIP solves (1 + times a memory row cut off a solution)
+  std::string stopped;               ///< why the search stopped short of a proof ("" when optimal)
+  double cost_unit = 1.0;            ///< the problem's cost_unit
+  /// The objective and the bound in the problem's own unit (seconds for the pass).
+  double objective_value() const { return static_cast<double>(objective) * cost_unit; }
+  double bound_value() const { return static_cast<double>(bound) * cost_unit; }
 };
 
 /// Prints the sizes table and the outcome, e.g. for logs and benches.
@@ -100,26 +104,22 @@ inline std::ostream& operator<<(std::ostream& os, const solve_result& r) {
 
 namespace detail {
 
-struct glp_deleter {
-  void operator()(glp_prob* p) const noexcept { glp_delete_prob(p); }
-};
-using glp_ptr = std::unique_ptr<glp_prob, glp_deleter>;
-
-/// Silences GLPK's terminal output for a scope.
-class glp_quiet {
-  int old_;
-
- public:
-  glp_quiet() : old_(glp_term_out(GLP_OFF)) {}
-  ~glp_quiet() { glp_term_out(old_); }
-  glp_quiet(const glp_quiet&) = delete;
-  glp_quiet& operator=(const glp_quiet&) = delete;
-};
-
 using clock = std::chrono::steady_clock;
 
 inline double seconds_since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();
+}
+
+inline std::string fmt_num(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+inline int ms_left(double limit, clock::time_point t0) {
+  const double left = limit - seconds_since(t0);
+  if (left <= 0.0) return 0;
+  return static_cast<int>(std::min(left * 1000.0, static_cast<double>(INT_MAX)));
 }
 
 /// Sizes of the input as written (nothing merged): all pair variables, all maximal live sets.
@@ -151,411 +151,14 @@ inline ilp_size input_size(const strategy_problem& p) {
   return s;
 }
 
-/// The GLPK model of a reduced problem, with the memory rows it can still add.
-class ilp_model {
- public:
-  const strategy_problem& p;
-  const reducer& red;
-  ilp_formulation form;
-  glp_ptr lp{glp_create_prob()};
-  double scale = 1.0;                // GLPK objective = scale * true objective
-  std::vector<std::size_t> ilp_nodes;
-  std::vector<int> first_col;        // per original node: first s column (1-based), 0 if folded
-  // For the primal heuristic: incident edges per node, pair column per (edge, i*|S_v|+j).
-  struct incidence {
-    std::size_t edge;
-    bool is_u;
-  };
-  std::vector<std::vector<incidence>> inc;
-  std::vector<std::vector<int>> pair_col;
-  // Memory candidates: one per time point where the limit can bind.
-  std::vector<std::int64_t> times;
-  std::vector<char> added;
-  std::size_t memory_rows = 0;
-
-  ilp_model(const strategy_problem& prob, const reducer& r, ilp_formulation f)
-      : p(prob), red(r), form(f), first_col(prob.nodes.size(), 0), inc(prob.nodes.size()),
-        pair_col(r.edges.size()) {
-    glp_set_obj_dir(lp.get(), GLP_MIN);
-    double big = 0.0;
-    for (std::size_t v = 0; v < red.nodes.size(); ++v)
-      if (red.nodes[v].alive) {
-        ilp_nodes.push_back(v);
-        for (double c : red.nodes[v].cost)
-          if (std::isfinite(c)) big = std::max(big, std::abs(c));
-      }
-    for (const work_edge& e : red.edges)
-      if (e.alive)
-        for (double c : e.m)
-          if (std::isfinite(c)) big = std::max(big, std::abs(c));
-    scale = big > 0.0 ? 1000.0 / big : 1.0;
-    build();
-  }
-
-  int add_cols(int n) { return glp_add_cols(lp.get(), n); }
-
-  void build() {
-    glp_prob* P = lp.get();
-    std::vector<int> ia{0}, ja{0};
-    std::vector<double> ar{0.0};
-    auto put = [&](int row, int col, double v) {
-      ia.push_back(row);
-      ja.push_back(col);
-      ar.push_back(v);
-    };
-    // Node columns and one-hot rows.
-    for (std::size_t v : ilp_nodes) {
-      const work_node& n = red.nodes[v];
-      const int c0 = add_cols(static_cast<int>(n.size()));
-      first_col[v] = c0;
-      const int row = glp_add_rows(P, 1);
-      glp_set_row_bnds(P, row, GLP_FX, 1.0, 1.0);
-      for (std::size_t i = 0; i < n.size(); ++i) {
-        const int c = c0 + static_cast<int>(i);
-        glp_set_col_kind(P, c, GLP_BV);
-        if (std::isfinite(n.cost[i])) {
-          glp_set_obj_coef(P, c, scale * n.cost[i]);
-        } else {
-          glp_set_col_bnds(P, c, GLP_FX, 0.0, 0.0);
-        }
-        put(row, c, 1.0);
-      }
-    }
-    // Pair columns.
-    for (const work_edge& e : red.edges) {
-      if (!e.alive) continue;
-      const std::size_t nu = red.nodes[e.u].size(), nv = red.nodes[e.v].size();
-      const int cu = first_col[e.u], cv = first_col[e.v];
-      const auto eid = static_cast<std::size_t>(&e - red.edges.data());
-      inc[e.u].push_back({eid, true});
-      inc[e.v].push_back({eid, false});
-      pair_col[eid].assign(nu * nv, 0);
-      if (form == ilp_formulation::marginal) {
-        const int r0 = glp_add_rows(P, static_cast<int>(nu + nv));
-        for (std::size_t k = 0; k < nu + nv; ++k) glp_set_row_bnds(P, r0 + static_cast<int>(k), GLP_FX, 0.0, 0.0);
-        for (std::size_t i = 0; i < nu; ++i) put(r0 + static_cast<int>(i), cu + static_cast<int>(i), -1.0);
-        for (std::size_t j = 0; j < nv; ++j) put(r0 + static_cast<int>(nu + j), cv + static_cast<int>(j), -1.0);
-        for (std::size_t i = 0; i < nu; ++i)
-          for (std::size_t j = 0; j < nv; ++j) {
-            const double c = e.m[i * nv + j];
-            if (!std::isfinite(c)) continue;  // a forbidden pair: no variable, so never chosen
-            const int col = add_cols(1);
-            pair_col[eid][i * nv + j] = col;
-            glp_set_col_bnds(P, col, GLP_DB, 0.0, 1.0);
-            glp_set_obj_coef(P, col, scale * c);
-            put(r0 + static_cast<int>(i), col, 1.0);
-            put(r0 + static_cast<int>(nu + j), col, 1.0);
-          }
-      } else {
-        for (std::size_t i = 0; i < nu; ++i)
-          for (std::size_t j = 0; j < nv; ++j) {
-            const double c = e.m[i * nv + j];
-            const int col = add_cols(1);
-            pair_col[eid][i * nv + j] = col;
-            glp_set_col_kind(P, col, GLP_BV);
-            if (std::isfinite(c))
-              glp_set_obj_coef(P, col, scale * c);
-            else
-              glp_set_col_bnds(P, col, GLP_FX, 0.0, 0.0);  // then e >= s_u + s_v - 1 forbids the pair
-            const int r0 = glp_add_rows(P, 3);
-            glp_set_row_bnds(P, r0, GLP_UP, 0.0, 0.0);  // e - s_u[i] <= 0
-            put(r0, col, 1.0);
-            put(r0, cu + static_cast<int>(i), -1.0);
-            glp_set_row_bnds(P, r0 + 1, GLP_UP, 0.0, 0.0);  // e - s_v[j] <= 0
-            put(r0 + 1, col, 1.0);
-            put(r0 + 1, cv + static_cast<int>(j), -1.0);
-            glp_set_row_bnds(P, r0 + 2, GLP_LO, -1.0, 0.0);  // e - s_u[i] - s_v[j] >= -1
-            put(r0 + 2, col, 1.0);
-            put(r0 + 2, cu + static_cast<int>(i), -1.0);
-            put(r0 + 2, cv + static_cast<int>(j), -1.0);
-          }
-      }
-    }
-    glp_set_obj_coef(P, 0, scale * red.offset);
-    glp_load_matrix(P, static_cast<int>(ia.size() - 1), ia.data(), ja.data(), ar.data());
-    if (p.usage_limit) {
-      times = red.binding_times;
-      added.assign(times.size(), 0);
-    }
-  }
-
-  double true_objective(double glpk_value) const { return glpk_value / scale; }
-
-  /// Usage at every candidate time for column values `x` (LP or MIP), minus the limit.
-  /// Folded nodes contribute their constant usage.
-  std::vector<double> excess(const std::vector<double>& x) const {
-    std::vector<double> diff(times.size() + 1, 0.0);
-    auto add_range = [&](const live_interval& iv, double u) {
-      if (iv.empty() || u == 0.0) return;
-      const auto a = std::lower_bound(times.begin(), times.end(), iv.begin) - times.begin();
-      const auto b = std::lower_bound(times.begin(), times.end(), iv.end) - times.begin();
-      diff[static_cast<std::size_t>(a)] += u;
-      diff[static_cast<std::size_t>(b)] -= u;
-    };
-    for (std::size_t v = 0; v < red.nodes.size(); ++v) {
-      const work_node& n = red.nodes[v];
-      if (!n.alive) {
-        add_range(n.live, static_cast<double>(n.lo));
-        continue;
-      }
-      double u = 0.0;
-      for (std::size_t i = 0; i < n.size(); ++i)
-        u += static_cast<double>(n.usage[i]) * x[static_cast<std::size_t>(first_col[v]) + i];
-      add_range(n.live, u);
-    }
-    std::vector<double> out(times.size());
-    double cur = 0.0;
-    for (std::size_t k = 0; k < times.size(); ++k) {
-      cur += diff[k];
-      out[k] = cur - static_cast<double>(*p.usage_limit);
-    }
-    return out;
-  }
-
-  /// Add the row of candidate time k: sum (usage - lo) s <= limit - constants - sum lo, scaled by 1/limit.
-  void add_memory_row(std::size_t k) {
-    const std::int64_t t = times[k];
-    glp_prob* P = lp.get();
-    double rhs = static_cast<double>(*p.usage_limit);
-    std::vector<int> idx{0};
-    std::vector<double> val{0.0};
-    for (std::size_t v = 0; v < red.nodes.size(); ++v) {
-      const work_node& n = red.nodes[v];
-      if (!n.live.contains(t)) continue;
-      if (!n.alive) {
-        rhs -= static_cast<double>(n.lo);
-        continue;
-      }
-      const std::int64_t lo = reducer::min_usage(n);
-      rhs -= static_cast<double>(lo);
-      for (std::size_t i = 0; i < n.size(); ++i)
-        if (n.usage[i] != lo) {
-          idx.push_back(first_col[v] + static_cast<int>(i));
-          val.push_back(static_cast<double>(n.usage[i] - lo));
-        }
-    }
-    const double norm = std::max(1.0, static_cast<double>(*p.usage_limit));
-    for (double& a : val) a /= norm;
-    const int row = glp_add_rows(P, 1);
-    glp_set_row_bnds(P, row, GLP_UP, 0.0, rhs / norm);
-    glp_set_mat_row(P, row, static_cast<int>(idx.size() - 1), idx.data(), val.data());
-    added[k] = 1;
-    ++memory_rows;
-  }
-
-  /// Index of the most violated candidate not yet added, or -1.
-  long most_violated(const std::vector<double>& x, double tol) const {
-    const std::vector<double> ex = excess(x);
-    long best = -1;
-    double worst = tol;
-    for (std::size_t k = 0; k < ex.size(); ++k)
-      if (ex[k] > worst) worst = ex[k], best = static_cast<long>(k);
-    return best;
-  }
-
-  std::vector<double> lp_values() const {
-    const int n = glp_get_num_cols(lp.get());
-    std::vector<double> x(static_cast<std::size_t>(n) + 1, 0.0);
-    for (int j = 1; j <= n; ++j) x[static_cast<std::size_t>(j)] = glp_get_col_prim(lp.get(), j);
-    return x;
-  }
-  std::vector<double> mip_values() const {
-    const int n = glp_get_num_cols(lp.get());
-    std::vector<double> x(static_cast<std::size_t>(n) + 1, 0.0);
-    for (int j = 1; j <= n; ++j) x[static_cast<std::size_t>(j)] = glp_mip_col_val(lp.get(), j);
-    return x;
-  }
-
-  /// A primal heuristic: round `x` (argmax per node), repair memory by the cheapest switch per
-  /// byte saved at the most violated time point, then improve node by node while it fits.
-  /// Fills `out` (1-based column values) and returns true when it found a feasible choice.
-  bool heuristic(const std::vector<double>& x, std::vector<double>& out) const {
-    std::vector<std::size_t> pick(red.nodes.size(), 0);
-    for (std::size_t v : ilp_nodes) {
-      const work_node& n = red.nodes[v];
-      for (std::size_t i = 1; i < n.size(); ++i)
-        if (x[static_cast<std::size_t>(first_col[v]) + i] > x[static_cast<std::size_t>(first_col[v]) + pick[v]]) pick[v] = i;
-    }
-    auto local = [&](std::size_t v, std::size_t i) {
-      double c = red.nodes[v].cost[i];
-      for (const incidence& in : inc[v]) {
-        const work_edge& e = red.edges[in.edge];
-        const std::size_t nv = red.nodes[e.v].size();
-        c += in.is_u ? e.m[i * nv + pick[e.v]] : e.m[pick[e.u] * nv + i];
-      }
-      return c;
-    };
-    std::vector<double> load;
-    auto range = [&](const live_interval& iv) {
-      const auto a = std::lower_bound(times.begin(), times.end(), iv.begin) - times.begin();
-      const auto b = std::lower_bound(times.begin(), times.end(), iv.end) - times.begin();
-      return std::pair<std::size_t, std::size_t>(static_cast<std::size_t>(a), static_cast<std::size_t>(std::max(a, b)));
-    };
-    if (p.usage_limit) {
-      std::vector<double> xs(x.size(), 0.0);
-      for (std::size_t v : ilp_nodes) xs[static_cast<std::size_t>(first_col[v]) + pick[v]] = 1.0;
-      load = excess(xs);
-    }
-    auto fits = [&](std::size_t v, std::size_t j) {  // switching v to j keeps every time point within the limit
-      if (!p.usage_limit) return true;
-      const double du = static_cast<double>(red.nodes[v].usage[j] - red.nodes[v].usage[pick[v]]);
-      if (du <= 0) return true;
-      const auto [a, b] = range(red.nodes[v].live);
-      for (std::size_t k = a; k < b; ++k)
-        if (load[k] + du > 0.0) return false;
-      return true;
-    };
-    auto move = [&](std::size_t v, std::size_t j) {
-      if (p.usage_limit) {
-        const double du = static_cast<double>(red.nodes[v].usage[j] - red.nodes[v].usage[pick[v]]);
-        const auto [a, b] = range(red.nodes[v].live);
-        for (std::size_t k = a; k < b; ++k) load[k] += du;
-      }
-      pick[v] = j;
-    };
-    // Repair.
-    for (std::size_t guard = 0; p.usage_limit && guard < 100000; ++guard) {
-      std::size_t worst = load.size();
-      for (std::size_t k = 0; k < load.size(); ++k)
-        if (load[k] > 0.0 && (worst == load.size() || load[k] > load[worst])) worst = k;
-      if (worst == load.size()) break;
-      double best_score = infinite_cost;
-      std::size_t bv = 0, bj = 0;
-      for (std::size_t v : ilp_nodes) {
-        const work_node& n = red.nodes[v];
-        if (!n.live.contains(times[worst])) continue;
-        const double here = local(v, pick[v]);
-        for (std::size_t j = 0; j < n.size(); ++j) {
-          if (n.usage[j] >= n.usage[pick[v]]) continue;
-          const double score = (local(v, j) - here) / static_cast<double>(n.usage[pick[v]] - n.usage[j]);
-          if (score < best_score) best_score = score, bv = v, bj = j;
-        }
-      }
-      if (best_score == infinite_cost) return false;
-      move(bv, bj);
-    }
-    // Improve.
-    for (int sweep = 0; sweep < 4; ++sweep) {
-      bool changed = false;
-      for (std::size_t v : ilp_nodes) {
-        double cur = local(v, pick[v]);
-        for (std::size_t j = 0; j < red.nodes[v].size(); ++j) {
-          const double c = local(v, j);
-          if (c < cur - 1e-12 * (1.0 + std::abs(cur)) && fits(v, j)) {
-            move(v, j);
-            cur = c;
-            changed = true;
-          }
-        }
-      }
-      if (!changed) break;
-    }
-    out.assign(x.size(), 0.0);
-    for (std::size_t v : ilp_nodes) {
-      if (!std::isfinite(red.nodes[v].cost[pick[v]])) return false;
-      out[static_cast<std::size_t>(first_col[v]) + pick[v]] = 1.0;
-    }
-    for (std::size_t e = 0; e < red.edges.size(); ++e) {
-      if (!red.edges[e].alive) continue;
-      const std::size_t nv = red.nodes[red.edges[e].v].size();
-      const int col = pair_col[e][pick[red.edges[e].u] * nv + pick[red.edges[e].v]];
-      if (col == 0) return false;  // a forbidden pair
-      out[static_cast<std::size_t>(col)] = 1.0;
-    }
-    return true;
-  }
-
-  /// The full choice (original strategy indices) from MIP column values.
-  std::vector<int> choice_from(const std::vector<double>& x) const {
-    std::vector<int> choice(p.nodes.size(), -1);
-    for (std::size_t v : ilp_nodes) {
-      const work_node& n = red.nodes[v];
-      std::size_t best = 0;
-      for (std::size_t i = 1; i < n.size(); ++i)
-        if (x[static_cast<std::size_t>(first_col[v]) + i] > x[static_cast<std::size_t>(first_col[v]) + best]) best = i;
-      choice[v] = n.strat[best];
-    }
-    red.unfold(choice);
-    return choice;
-  }
-};
-
-/// State the GLPK callback reads and writes.
-struct callback_state {
-  const solve_options* opt = nullptr;
-  const ilp_model* model = nullptr;
-  bool heuristic_done = false;
-  clock::time_point t0;
-  double scale = 1.0;
-  int round = 0;
-  double bound = -infinite_cost;  // best bound seen in this round (scaled back)
-  double last_report = -1e300;
-  std::exception_ptr error;
-};
-
-inline void glpk_callback(glp_tree* tree, void* info) {
-  auto* st = static_cast<callback_state*>(info);
-  const int reason = glp_ios_reason(tree);
-  if (reason == GLP_IHEUR && !st->heuristic_done && st->model && st->model->form == ilp_formulation::marginal) {
-    st->heuristic_done = true;  // once per round, at the root
-    try {
-      std::vector<double> out;
-      if (st->model->heuristic(st->model->lp_values(), out)) glp_ios_heur_sol(tree, out.data());
-    } catch (...) {
-      st->error = std::current_exception();
-      glp_ios_terminate(tree);
-    }
-    return;
-  }
-  if (reason != GLP_IBINGO && reason != GLP_ISELECT) return;
-  const int best = glp_ios_best_node(tree);
-  if (best != 0) st->bound = std::max(st->bound, glp_ios_node_bound(tree, best) / st->scale);
-  if (!st->opt->on_progress || st->error) return;
-  const double now = seconds_since(st->t0);
-  if (reason == GLP_ISELECT && now - st->last_report < st->opt->progress_interval) return;
-  st->last_report = now;
-  solve_progress pr;
-  glp_prob* P = glp_ios_get_prob(tree);
-  if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) {
-    pr.incumbent = glp_mip_obj_val(P) / st->scale;
-    pr.gap = glp_ios_mip_gap(tree);
-  }
-  pr.bound = st->bound;
-  pr.seconds = now;
-  pr.round = st->round;
-  try {
-    st->opt->on_progress(pr);
-  } catch (...) {  // never unwind through GLPK's C frames
-    st->error = std::current_exception();
-    glp_ios_terminate(tree);
-  }
-}
-
-inline int ms_left(double limit, clock::time_point t0) {
-  const double left = limit - seconds_since(t0);
-  if (left <= 0.0) return 0;
-  return static_cast<int>(std::min(left * 1000.0, static_cast<double>(INT_MAX)));
-}
-
-inline std::string fmt_num(double x) {
-  std::ostringstream os;
-  os << x;
-  return os.str();
-}
-
-}  // namespace detail
-
-/// Pick one strategy per node at minimum total cost within the usage limit.
-/// Throws solver_error on: bad options (time_limit <= 0, mip_rel_gap < 0), a malformed problem,
-/// a usage limit below the smallest reachable peak (the message states that peak), an
-/// infeasible ILP, and a time-out without an incumbent that fits the limit.
-inline solve_result solve_ilp(const strategy_problem& p, const solve_options& opt = {}) {
-  using namespace detail;
-  const clock::time_point t0 = clock::now();
+/// Options and problem checks before any work; a limit below the smallest reachable peak.
+inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
   if (!(opt.time_limit > 0.0))
     throw solver_error("time_limit must be > 0 seconds, got " + fmt_num(opt.time_limit));
   if (!(opt.mip_rel_gap >= 0.0))
     throw solver_error("mip_rel_gap must be a fraction >= 0 (0.01 = 1%), got " + fmt_num(opt.mip_rel_gap));
+  if (!(opt.heuristic_share >= 0.0 && opt.heuristic_share <= 1.0))
+    throw solver_error("heuristic_share must be in [0, 1], got " + fmt_num(opt.heuristic_share));
   p.validate();
   if (p.usage_limit) {
     const usage_peak lo = p.min_peak_usage();
@@ -564,162 +167,483 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
                          " cannot be met: the smallest budget that could fit is " + std::to_string(lo.bytes) +
                          " (every node at its smallest usage, peak at time " + std::to_string(lo.time) + ")");
   }
+}
 
-  solve_result res;
-  res.sizes.push_back(input_size(p));
-  reducer red(p, opt.reduce);
-  if (opt.reduce) {
-    red.run();
-  } else {
-    red.update_binding();
-    if (!opt.lazy_memory && p.usage_limit) {  // every maximal live set, binding or not
-      red.binding_times.clear();
-      for (const strategy_node& n : p.nodes)
-        if (!n.live.empty()) red.binding_times.push_back(n.live.begin);
-      std::sort(red.binding_times.begin(), red.binding_times.end());
-      red.binding_times.erase(std::unique(red.binding_times.begin(), red.binding_times.end()),
-                              red.binding_times.end());
+/// Candidate time points for memory rows: the binding ones, or (unreduced, not lazy) every start.
+inline std::vector<std::int64_t> candidate_times(const strategy_problem& p, const reducer& red,
+                                                 const solve_options& opt) {
+  if (!p.usage_limit) return {};
+  if (opt.reduce || opt.lazy_memory) return red.binding_times;
+  std::vector<std::int64_t> t;
+  for (const strategy_node& n : p.nodes)
+    if (!n.live.empty()) t.push_back(n.live.begin);
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
+}
+
+/// The best answer so far, each one evaluated exactly on the original problem.
+struct incumbent {
+  const strategy_problem& p;
+  const reducer& red;
+  clock::time_point t0;
+  std::vector<int> choice;
+  std::optional<evaluation> eval;
+  double found_at = 0.0;
+
+  /// The original choice of reduced picks.
+  std::vector<int> unreduce(const reduced_view& rv, const std::vector<std::size_t>& pick) const {
+    std::vector<int> c(p.nodes.size(), -1);
+    for (std::size_t v : rv.ilp_nodes) c[v] = red.nodes[v].strat[pick[v]];
+    red.unfold(c);
+    return c;
+  }
+
+  /// The best choice on the nodes of `rv` (a node whose strategy is gone keeps its first one).
+  std::vector<std::size_t> project(const reduced_view& rv) const {
+    std::vector<std::size_t> pick(p.nodes.size(), 0);
+    for (std::size_t v : rv.ilp_nodes) {
+      const std::vector<int>& strat = red.nodes[v].strat;
+      const auto it = std::find(strat.begin(), strat.end(), choice[v]);
+      pick[v] = it == strat.end() ? 0 : static_cast<std::size_t>(it - strat.begin());
     }
+    return pick;
   }
 
-  glp_quiet quiet;
-  ilp_model model(p, red, opt.formulation);
-  {
-    ilp_size s = red.sizes.empty() ? ilp_size{} : red.sizes.back();
-    s.stage = "ilp";
-    s.nodes = model.ilp_nodes.size();
-    s.variables = static_cast<std::size_t>(glp_get_num_cols(model.lp.get()));
-    s.rows = static_cast<std::size_t>(glp_get_num_rows(model.lp.get()));
-    s.edges = 0;
-    for (const work_edge& e : red.edges) s.edges += e.alive ? 1 : 0;
-    s.memory_rows = model.times.size();
-    for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
-    res.sizes.push_back(s);
+  /// Keep `c` when it is feasible and cheaper; true when kept.
+  bool offer(std::vector<int> c) {
+    evaluation ev = p.evaluate(c);
+    if (!ev.feasible || (eval && ev.objective >= eval->objective)) return false;
+    if (!eval) found_at = seconds_since(t0);
+    eval = std::move(ev);
+    choice = std::move(c);
+    return true;
   }
-  if (!opt.lazy_memory)
-    for (std::size_t k = 0; k < model.times.size(); ++k) model.add_memory_row(k);
+  double value() const {
+    return eval ? static_cast<double>(eval->objective) : std::numeric_limits<double>::infinity();
+  }
+};
 
-  const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
-  auto finish = [&](std::vector<int> choice, solve_status status, double bound) {
-    res.choice = std::move(choice);
-    res.objective = p.cost_of(res.choice);
-    res.peak = p.peak_usage(res.choice);
-    res.status = status;
-    res.bound = status == solve_status::optimal ? res.objective : std::min(bound, res.objective);
-    res.gap = res.objective == res.bound ? 0.0
-                                         : (res.objective - res.bound) / std::max(std::abs(res.objective), 1e-300);
-    res.memory_rows = model.memory_rows;
-    res.seconds = seconds_since(t0);
-    return res;
+/// Greedy, memory repair and local search within the heuristic's share of the time; offers the
+/// result.
+inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
+  local_search ls(rv);
+  std::optional<std::vector<std::size_t>> best_pick;
+  wcost best_total = forbidden;
+  // Make `ls` feasible and locally optimal; keep it when it is the best so far.
+  const auto polish = [&]() {
+    if (!ls.repair()) return;
+    ls.improve(deadline);
+    const wcost t = ls.total();
+    if (!is_forbidden_w(t) && t < best_total) best_total = t, best_pick = ls.pick;
   };
-
-  // Nothing left to choose: the reductions solved it.
-  if (model.ilp_nodes.empty()) {
-    std::vector<int> choice(p.nodes.size(), -1);
-    red.unfold(choice);
-    if (p.usage_limit && p.peak_usage(choice).bytes > *p.usage_limit)
-      throw solver_error("internal: the reduced solution exceeds usage_limit " + std::to_string(*p.usage_limit));
-    res.rounds = 0;
-    return finish(std::move(choice), solve_status::optimal, 0.0);
+  ls.greedy();
+  polish();
+  // Subgradient steps on the prices of the memory rows, a forest DP at each.
+  std::vector<double> lambda(rv.times.size(), 0.0);
+  double theta = 1.0;
+  for (int iter = 0; iter < 300 && clock::now() < deadline; ++iter) {
+    std::vector<std::vector<wcost>> pen;
+    if (iter > 0) pen = ls.penalties(lambda);
+    const wcost value = ls.tree_dp(iter == 0 ? nullptr : &pen);
+    std::vector<double> g(rv.times.size());
+    double norm = 0.0, priced = 0.0;
+    for (std::size_t t = 0; t < g.size(); ++t) {
+      g[t] = static_cast<double>(ls.load[t] - *rv.limit);
+      norm += g[t] * g[t];
+      priced += lambda[t] * static_cast<double>(*rv.limit);
+    }
+    polish();
+    if (norm == 0.0 || !rv.limit) break;
+    const double lagrangian = static_cast<double>(wadd(value, rv.red.offset)) - priced;
+    const double ub = is_forbidden_w(best_total) ? 2.0 * std::abs(lagrangian) + 1.0 : static_cast<double>(best_total);
+    const double step = theta * std::max(ub - lagrangian, 0.01 * ub) / norm;
+    for (std::size_t t = 0; t < g.size(); ++t) lambda[t] = std::max(0.0, lambda[t] + step * g[t]);
+    if (iter % 20 == 19) theta *= 0.5;
   }
+  if (!best_pick) return;
+  ls.pick = *best_pick;
+  ls.recompute_load();
+  ls.perturb(deadline, 12345u, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
+  best.offer(best.unreduce(rv, ls.pick));
+}
 
+/// Picks made exact: memory repaired in integers, then improved locally.
+inline std::optional<std::vector<std::size_t>> repair_pick(const reduced_view& rv, std::vector<std::size_t> pick,
+                                                           clock::time_point deadline) {
+  local_search ls(rv);
+  ls.pick = std::move(pick);
+  ls.recompute_load();
+  if (!ls.repair()) return std::nullopt;
+  ls.improve(deadline);
+  if (is_forbidden_w(ls.total())) return std::nullopt;
+  return ls.pick;
+}
+
+/// Now plus the heuristic's share of the time limit.
+inline clock::time_point heuristic_deadline_from_now(const solve_options& opt) {
+  return clock::now() + std::chrono::duration_cast<clock::duration>(
+                            std::chrono::duration<double>(opt.time_limit * opt.heuristic_share));
+}
+
+/// A lower bound in problem units that holds in spite of floating point: GLPK's bound `b` on
+/// the scaled objective less a slack well above GLPK's tolerances (it prunes at a relative
+/// 1e-10 and accepts LP solutions within 1e-7 relative feasibility), then rounded up to an
+/// integer, since every objective value is one. The offset is exact.
+inline std::int64_t safe_bound(double b, double scale, wcost offset) {
+  const double slack = 1e-7 * (1.0 + std::abs(b));
+  const double lo = (b - slack) / scale;
+  wcost above = 0;  // every reduced cost is >= 0, so the offset alone is a bound
+  if (lo > 0.0) {
+    const double r = std::ceil(lo * (1.0 - 4e-16));
+    above = r >= 1e30 ? forbidden : static_cast<wcost>(r);
+  }
+  const wcost total = wadd(offset, above);
+  return total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total);
+}
+
+/// State the GLPK callback reads and writes.
+struct callback_state {
+  const solve_options* opt = nullptr;
+  const reduced_view* rv = nullptr;
+  const glpk_model* model = nullptr;
+  incumbent* best = nullptr;
+  std::optional<std::vector<std::size_t>> start;  // the heuristic's picks, offered at the root
+  bool root_done = false;
+  clock::time_point t0;
+  int round = 0;
+  double bound = -std::numeric_limits<double>::infinity();  // best bound of this round (scaled)
+  double last_report = -1e300;
+  std::exception_ptr error;
+};
+
+inline void offer_root_solutions(glp_tree* tree, callback_state& st) {
+  st.root_done = true;  // once per round, at the root
+  if (st.start) {
+    std::vector<double> x = st.model->columns_of(*st.start);
+    glp_ios_heur_sol(tree, x.data());
+  }
+  // LP rounding: the argmax of each node's LP block, repaired and improved.
+  if (auto pick = repair_pick(*st.rv, st.model->pick_of(st.model->lp_values()), heuristic_deadline_from_now(*st.opt))) {
+    st.best->offer(st.best->unreduce(*st.rv, *pick));
+    std::vector<double> x = st.model->columns_of(*pick);
+    glp_ios_heur_sol(tree, x.data());
+  }
+}
+
+inline void report(glp_tree* tree, callback_state& st, int reason) {
+  const double now = seconds_since(st.t0);
+  if (reason == GLP_ISELECT && now - st.last_report < st.opt->progress_interval) return;
+  st.last_report = now;
+  solve_progress pr;
+  const double off = static_cast<double>(st.rv->red.offset);
+  glp_prob* P = glp_ios_get_prob(tree);
+  pr.incumbent = st.best->value();
+  if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT)
+    pr.incumbent = std::min(pr.incumbent, glp_mip_obj_val(P) / st.model->scale + off);
+  pr.bound = st.bound / st.model->scale + off;
+  if (pr.incumbent < std::numeric_limits<double>::infinity())
+    pr.gap = std::max(0.0, (pr.incumbent - pr.bound) / std::max(std::abs(pr.incumbent), 1e-300));
+  pr.seconds = now;
+  pr.round = st.round;
+  st.opt->on_progress(pr);
+}
+
+inline void glpk_callback(glp_tree* tree, void* info) {
+  auto* st = static_cast<callback_state*>(info);
+  if (st->error) return;
+  try {
+    const int reason = glp_ios_reason(tree);
+    if (reason == GLP_IHEUR && !st->root_done && st->model->form == ilp_formulation::marginal) {
+      offer_root_solutions(tree, *st);
+      return;
+    }
+    if (reason != GLP_IBINGO && reason != GLP_ISELECT) return;
+    const int node = glp_ios_best_node(tree);
+    if (node != 0) st->bound = std::max(st->bound, glp_ios_node_bound(tree, node));
+    if (st->opt->on_progress) report(tree, *st, reason);
+  } catch (...) {  // never unwind through GLPK's C frames
+    st->error = std::current_exception();
+    glp_ios_terminate(tree);
+  }
+}
+
+/// How one phase of the search ended.
+enum class phase_end { done, time_out, infeasible };
+
+/// The LP relaxation with memory rows added until none is violated. Raises `lp_bound` (scaled).
+inline phase_end solve_relaxation(glpk_model& model, const solve_options& opt, clock::time_point t0,
+                                  double& lp_bound, double limit_tol) {
   glp_prob* P = model.lp.get();
-  callback_state cb;
-  cb.opt = &opt;
-  cb.model = &model;
-  cb.t0 = t0;
-  cb.scale = model.scale;
-  const auto timeout = [&](const std::string& where) {
-    return solver_error("time_limit of " + fmt_num(opt.time_limit) + " s reached " + where +
-                        " without an incumbent" + (p.usage_limit ? " that fits usage_limit " +
-                                                                        std::to_string(*p.usage_limit)
-                                                                  : std::string()));
+  for (;;) {
+    glp_smcp sm;
+    glp_init_smcp(&sm);
+    sm.msg_lev = GLP_MSG_OFF;
+    sm.meth = GLP_DUALP;
+    sm.tm_lim = ms_left(opt.time_limit, t0);
+    if (sm.tm_lim == 0) return phase_end::time_out;
+    int rc = glp_simplex(P, &sm);
+    if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
+      glp_adv_basis(P, 0);
+      rc = glp_simplex(P, &sm);
+    }
+    if (rc == GLP_ETMLIM) return phase_end::time_out;
+    if (rc != 0) throw solver_error("GLPK simplex failed with code " + std::to_string(rc));
+    const int st = glp_get_status(P);
+    if (st == GLP_NOFEAS) return phase_end::infeasible;
+    if (st != GLP_OPT) throw solver_error("GLPK simplex ended with status " + std::to_string(st));
+    lp_bound = std::max(lp_bound, glp_get_obj_val(P));
+    const long t = model.most_violated(model.lp_values(), limit_tol);
+    if (t < 0) return phase_end::done;
+    model.add_memory_row(static_cast<std::size_t>(t));
+  }
+}
+
+/// What one branch and bound round found.
+struct mip_round {
+  phase_end end = phase_end::done;
+  bool proven = false;          // GLPK finished the tree (optimal for this round's rows)
+  double bound = -std::numeric_limits<double>::infinity();  // scaled
+  std::optional<std::vector<std::size_t>> pick;             // GLPK's integer solution
+};
+
+inline mip_round run_branch_and_bound(glpk_model& model, callback_state& cb, const solve_options& opt,
+                                      clock::time_point t0) {
+  glp_prob* P = model.lp.get();
+  glp_iocp io;
+  glp_init_iocp(&io);
+  io.msg_lev = GLP_MSG_OFF;
+  io.presolve = GLP_OFF;  // the LP relaxation is already optimal
+  io.tm_lim = ms_left(opt.time_limit, t0);
+  io.mip_gap = opt.mip_rel_gap;
+  io.fp_heur = opt.feasibility_pump ? GLP_ON : GLP_OFF;
+  if (opt.cuts) io.mir_cuts = io.gmi_cuts = io.cov_cuts = io.clq_cuts = GLP_ON;
+  io.cb_func = &glpk_callback;
+  io.cb_info = &cb;
+  mip_round out;
+  if (io.tm_lim == 0) {
+    out.end = phase_end::time_out;
+    return out;
+  }
+  cb.bound = glp_get_obj_val(P);
+  cb.root_done = false;
+  const int rc = glp_intopt(P, &io);
+  if (cb.error) std::rethrow_exception(cb.error);
+  const int ms = glp_mip_status(P);
+  if (rc == GLP_ENOPFS || ms == GLP_NOFEAS) {
+    out.end = phase_end::infeasible;
+    return out;
+  }
+  if (rc != 0 && rc != GLP_ETMLIM && rc != GLP_ESTOP && rc != GLP_EMIPGAP)
+    throw solver_error("GLPK intopt failed with code " + std::to_string(rc));
+  out.end = rc == GLP_ETMLIM ? phase_end::time_out : phase_end::done;
+  out.proven = rc == 0 && ms == GLP_OPT;
+  if (ms == GLP_OPT || ms == GLP_FEAS) out.pick = model.pick_of(model.mip_values());
+  out.bound = out.proven && out.pick ? glp_mip_obj_val(P) : cb.bound;
+  return out;
+}
+
+/// The result from the best incumbent and the proven bound.
+inline solve_result finish(solve_result res, const strategy_problem& p, const incumbent& best, std::int64_t bound,
+                           std::string stopped, clock::time_point t0) {
+  res.choice = best.choice;
+  res.objective = best.eval->objective;
+  res.peak = best.eval->peak;
+  res.bound = std::min(bound, res.objective);
+  res.status = res.bound == res.objective ? solve_status::optimal : solve_status::feasible;
+  res.gap = res.objective == res.bound ? 0.0
+                                       : static_cast<double>(res.objective - res.bound) /
+                                             std::max(static_cast<double>(res.objective), 1.0);
+  res.stopped = res.status == solve_status::optimal ? std::string() : std::move(stopped);
+  res.first_feasible_seconds = best.found_at;
+  res.cost_unit = p.cost_unit;
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+/// The sizes after the reductions and of the model GLPK gets.
+inline void record_sizes(solve_result& res, const reducer& red, const reduced_view& rv, const glpk_model& model) {
+  for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
+  ilp_size s = red.sizes.empty() ? ilp_size{} : red.sizes.back();
+  s.stage = "ilp";
+  s.nodes = rv.ilp_nodes.size();
+  s.variables = static_cast<std::size_t>(glp_get_num_cols(model.lp.get()));
+  s.rows = static_cast<std::size_t>(glp_get_num_rows(model.lp.get()));
+  s.edges = 0;
+  for (const work_edge& e : red.edges) s.edges += e.alive ? 1 : 0;
+  s.memory_rows = rv.times.size();
+  res.sizes.push_back(s);
+}
+
+/// Columns whose LP reduced cost exceeds the gap between the answer and the LP bound cannot be
+/// 1 in a better answer: forbid their strategies and pairs in the reducer. Returns how many.
+inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, double lp_value, wcost answer) {
+  if (is_forbidden_w(answer)) return 0;
+  glp_prob* P = model.lp.get();
+  const double gap = static_cast<double>(answer - red.offset) * model.scale - lp_value;
+  const double margin = 1e-6 * (1.0 + std::abs(lp_value) + std::abs(gap));
+  const auto fixable = [&](int col) {
+    return col != 0 && glp_get_col_stat(P, col) == GLP_NL && glp_get_col_dual(P, col) > gap + margin;
   };
-  const auto infeasible = [&]() {
-    std::string msg = "no choice is feasible";
+  std::size_t fixed = 0;
+  for (std::size_t v : model.rv.ilp_nodes)
+    for (std::size_t i = 0; i < red.nodes[v].size(); ++i)
+      if (fixable(model.first_col[v] + static_cast<int>(i)) && !is_forbidden_w(red.nodes[v].cost[i]))
+        red.nodes[v].cost[i] = forbidden, ++fixed;
+  for (std::size_t e = 0; e < red.edges.size(); ++e)
+    for (std::size_t k = 0; k < model.pair_col[e].size(); ++k)
+      if (fixable(model.pair_col[e][k]) && !is_forbidden_w(red.edges[e].m[k])) red.edges[e].m[k] = forbidden, ++fixed;
+  return fixed;
+}
+
+/// The ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce and
+/// rebuild) while it removes much, then branch and bound seeded with the best answer.
+inline solve_result search(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best,
+                           solve_result res, clock::time_point t0) {
+  const std::string timed_out = "time_limit of " + fmt_num(opt.time_limit) + " s reached";
+  const auto no_answer = [&](const std::string& why) {
+    return solver_error(why + ", and no feasible answer was found" +
+                        (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
+  };
+  const auto proven_infeasible = [&]() {
+    std::string msg = "no choice is feasible (proven by the ILP)";
     if (p.usage_limit)
       msg += ": usage_limit " + std::to_string(*p.usage_limit) + " cannot be met together with the forbidden " +
              "(infinite-cost) pairs; the smallest budget ignoring them is " +
              std::to_string(p.min_peak_usage().bytes);
     return solver_error(msg);
   };
+  const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
+  std::vector<std::int64_t> rows_at;  // time points whose memory rows proved needed
+  std::int64_t bound = safe_bound(0.0, 1.0, red.offset);
+  glp_quiet quiet;
+  for (int pass = 0;; ++pass) {
+    const reduced_view rv(red, candidate_times(p, red, opt));
+    bound = std::max(bound, safe_bound(0.0, 1.0, red.offset));
+    if (rv.ilp_nodes.empty()) {
+      std::vector<int> choice(p.nodes.size(), -1);
+      red.unfold(choice);
+      best.offer(std::move(choice));
+      for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
+      if (!best.eval) throw proven_infeasible();
+      return finish(std::move(res), p, best, bound, "", t0);
+    }
+    glpk_model model(rv, opt.formulation);
+    for (std::size_t t = 0; t < rv.times.size(); ++t)
+      if (!opt.lazy_memory || std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t])) model.add_memory_row(t);
+    const auto bound_of = [&](double scaled) { return safe_bound(scaled, model.scale, red.offset); };
+    // GLPK's first incumbent: the best answer so far, on the nodes left.
+    std::optional<std::vector<std::size_t>> start;
+    if (best.eval) start = repair_pick(rv, best.project(rv), heuristic_deadline_from_now(opt));
+    if (start) best.offer(best.unreduce(rv, *start));
 
-  for (int round = 0;; ++round) {
-    cb.round = round;
-    cb.heuristic_done = false;
-    // LP phase: solve the relaxation, add the most violated memory row, until none is violated.
-    for (;;) {
-      glp_smcp sm;
-      glp_init_smcp(&sm);
-      sm.msg_lev = GLP_MSG_OFF;
-      sm.meth = GLP_DUALP;
-      sm.tm_lim = ms_left(opt.time_limit, t0);
-      if (sm.tm_lim == 0) throw timeout("in the LP relaxation");
-      int rc = glp_simplex(P, &sm);
-      if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
-        glp_adv_basis(P, 0);
-        rc = glp_simplex(P, &sm);
+    callback_state cb;
+    cb.opt = &opt;
+    cb.rv = &rv;
+    cb.model = &model;
+    cb.best = &best;
+    cb.start = start;
+    cb.t0 = t0;
+    for (int round = 0;; ++round) {
+      cb.round = round;
+      double lp_bound = -std::numeric_limits<double>::infinity();
+      const phase_end lp = solve_relaxation(model, opt, t0, lp_bound, limit_tol);
+      for (std::size_t t = 0; t < rv.times.size(); ++t)
+        if (model.added[t] && !std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t]))
+          rows_at.insert(std::upper_bound(rows_at.begin(), rows_at.end(), rv.times[t]), rv.times[t]);
+      if (lp == phase_end::infeasible) {
+        if (best.eval) throw solver_error("internal: the LP is infeasible although a feasible answer is known");
+        throw proven_infeasible();
       }
-      if (rc == GLP_ETMLIM) throw timeout("in the LP relaxation");
-      if (rc != 0) throw solver_error("GLPK simplex failed with code " + std::to_string(rc));
-      const int st = glp_get_status(P);
-      if (st == GLP_NOFEAS) throw infeasible();
-      if (st != GLP_OPT) throw solver_error("GLPK simplex ended with status " + std::to_string(st));
-      cb.bound = std::max(cb.bound, model.true_objective(glp_get_obj_val(P)));
-      if (!p.usage_limit) break;
-      const long k = model.most_violated(model.lp_values(), limit_tol);
-      if (k < 0) break;
-      model.add_memory_row(static_cast<std::size_t>(k));
-    }
-    // MIP phase.
-    glp_iocp io;
-    glp_init_iocp(&io);
-    io.msg_lev = GLP_MSG_OFF;
-    io.presolve = GLP_OFF;  // the LP relaxation is already optimal
-    io.tm_lim = ms_left(opt.time_limit, t0);
-    io.mip_gap = opt.mip_rel_gap;
-    io.fp_heur = opt.feasibility_pump ? GLP_ON : GLP_OFF;
-    if (opt.cuts) io.mir_cuts = io.gmi_cuts = io.cov_cuts = io.clq_cuts = GLP_ON;
-    io.cb_func = &glpk_callback;
-    io.cb_info = &cb;
-    if (io.tm_lim == 0) throw timeout("before the branch and bound");
-    cb.bound = -infinite_cost;
-    cb.bound = std::max(cb.bound, model.true_objective(glp_get_obj_val(P)));
-    const int rc = glp_intopt(P, &io);
-    if (cb.error) std::rethrow_exception(cb.error);
-    res.rounds = round + 1;
-    const int ms = glp_mip_status(P);
-    if (rc == GLP_ENOPFS || ms == GLP_NOFEAS) throw infeasible();
-    const bool have = ms == GLP_OPT || ms == GLP_FEAS;
-    if (rc == GLP_ETMLIM || rc == GLP_ESTOP) {
-      if (!have) throw timeout("in the branch and bound");
-    } else if (rc != 0 && rc != GLP_EMIPGAP) {
-      throw solver_error("GLPK intopt failed with code " + std::to_string(rc));
-    }
-    if (!have) throw solver_error("GLPK intopt found no integer solution (status " + std::to_string(ms) + ")");
-    const std::vector<double> x = model.mip_values();
-    std::vector<int> choice = model.choice_from(x);
-    const double glpk_obj = model.true_objective(glp_mip_obj_val(P));
-    const double true_obj = p.cost_of(choice);
-    if (std::abs(glpk_obj - true_obj) > 1e-6 * (1.0 + std::abs(true_obj)))
-      throw solver_error("internal: GLPK's objective " + fmt_num(glpk_obj) + " differs from the re-priced " +
-                         fmt_num(true_obj));
-    if (p.usage_limit) {
-      const long k = model.most_violated(x, limit_tol);
-      if (k >= 0) {
-        if (model.added[static_cast<std::size_t>(k)])
-          throw solver_error("internal: memory row at time " + std::to_string(model.times[static_cast<std::size_t>(k)]) +
-                             " is violated although added");
-        if (rc == GLP_ETMLIM) throw timeout("in the branch and bound");
-        model.add_memory_row(static_cast<std::size_t>(k));
-        continue;
+      if (lp == phase_end::time_out) {
+        if (!best.eval) throw no_answer(timed_out + " in the LP relaxation");
+        record_sizes(res, red, rv, model);
+        return finish(std::move(res), p, best, bound, timed_out + " in the LP relaxation", t0);
       }
-      if (p.peak_usage(choice).bytes > *p.usage_limit)
-        throw solver_error("internal: the solution exceeds usage_limit " + std::to_string(*p.usage_limit));
+      bound = std::max(bound, bound_of(lp_bound));
+      if (best.eval && bound >= best.eval->objective) {  // the answer meets the LP bound
+        record_sizes(res, red, rv, model);
+        return finish(std::move(res), p, best, bound, "", t0);
+      }
+      // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
+      if (round == 0 && pass < 8 && best.eval && opt.reduce) {
+        const std::size_t fixed = fix_by_reduced_costs(model, red, lp_bound, best.eval->objective);
+        if (fixed * 20 > static_cast<std::size_t>(glp_get_num_cols(model.lp.get()))) {
+          red.record_size("reduced-cost fixing (LP bound " + std::to_string(bound) + ")");
+          if (red.prune_infinite()) red.update_binding();
+          red.run_rounds();
+          break;  // next pass
+        }
+      }
+      const mip_round mr = run_branch_and_bound(model, cb, opt, t0);
+      res.rounds += 1;
+      res.memory_rows = model.memory_rows;
+      if (mr.end == phase_end::infeasible) {
+        if (best.eval) throw solver_error("internal: the ILP is infeasible although a feasible answer is known");
+        throw proven_infeasible();
+      }
+      bound = std::max(bound, bound_of(mr.bound));
+      if (mr.pick && !best.offer(best.unreduce(rv, *mr.pick))) {
+        // Within GLPK's tolerance but not exactly within the limit: repair it in integers.
+        if (auto fixed = repair_pick(rv, *mr.pick, heuristic_deadline_from_now(opt))) best.offer(best.unreduce(rv, *fixed));
+      }
+      if (mr.pick) {
+        // A violated time point without a row: add it and solve again (the bound stays valid).
+        const long t = model.most_violated(model.columns_of(*mr.pick), limit_tol);
+        if (t >= 0 && mr.end != phase_end::time_out && (!best.eval || bound < best.eval->objective)) {
+          model.add_memory_row(static_cast<std::size_t>(t));
+          continue;
+        }
+      }
+      record_sizes(res, red, rv, model);
+      if (!best.eval)
+        throw no_answer(mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
+                                                      : std::string("the branch and bound ended"));
+      std::string why = mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
+                        : opt.mip_rel_gap > 0.0       ? "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached"
+                                                      : "the proven bound is below the exact objective "
+                                                        "(optimality not provable within floating-point tolerance)";
+      return finish(std::move(res), p, best, bound, why, t0);
     }
-    const bool proven = rc == 0 && ms == GLP_OPT;
-    return finish(std::move(choice), proven ? solve_status::optimal : solve_status::feasible, cb.bound);
   }
+}
+
+}  // namespace detail
+
+/// Pick one strategy per node at minimum total cost within the usage limit.
+/// Returns the best answer found (exactly evaluated): status optimal when its objective equals
+/// the proven bound, else feasible with the bound and gap (a time-out is not an error).
+/// Throws solver_error on: bad options, a malformed problem, a usage limit below the smallest
+/// reachable peak (the message states that peak), a problem proven infeasible (says so), and a
+/// time-out before any feasible answer was found (says so).
+inline solve_result solve_ilp(const strategy_problem& p, const solve_options& opt = {}) {
+  using namespace detail;
+  const clock::time_point t0 = clock::now();
+  check_inputs(p, opt);
+  solve_result res;
+  res.sizes.push_back(input_size(p));
+  reducer red(p, opt.reduce);
+  if (opt.reduce)
+    red.run();
+  else
+    red.update_binding();
+  incumbent best{p, red, t0, {}, std::nullopt, 0.0};
+  {
+    const reduced_view first(red, candidate_times(p, red, opt));
+    if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
+      std::vector<int> choice(p.nodes.size(), -1);
+      red.unfold(choice);
+      const evaluation ev = p.evaluate(choice);
+      if (!ev.feasible) throw solver_error("no choice is feasible: " + ev.why);
+      best.offer(std::move(choice));
+      for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
+      return finish(std::move(res), p, best, safe_bound(0.0, 1.0, red.offset), "", t0);
+    }
+    run_heuristic(first, best, heuristic_deadline_from_now(opt));
+  }
+  // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
+  if (best.eval && opt.reduce) red.tighten(best.eval->objective);
+  return detail::search(p, opt, red, best, std::move(res), t0);
 }
 
 }  // namespace autoshard

@@ -4,21 +4,27 @@
 ///                "nodes": {"intervals": [[30, 70], ...], "costs": [[15], ...], "usages": [[10], ...]},
 ///                "edges": {"nodes": [[0, 1], ...], "costs": [[30, 40], ...]},
 ///                "usage_limit": 50}}
-/// Edge costs are the row-major |S_from| x |S_to| matrix. Intervals are half-open. The contest
-/// writes int64 costs; this reader also takes floating-point costs (seconds). Two extensions,
-/// both optional and ignored by contest tools: "nodes": {"names": [...]}, and the string "inf"
-/// for a forbidden strategy (JSON has no infinity). A missing or null usage_limit means none.
+/// Edge costs are the row-major |S_from| x |S_to| matrix. Intervals are half-open. Costs and
+/// usages are int64 as in the contest; a cost >= 1e18 (the contest's infinity) forbids a choice,
+/// and so does any larger integer. Two extensions, both optional and ignored by contest tools:
+/// "nodes": {"names": [...]}, and the string "inf" for a forbidden cost (read as 1e18). A
+/// missing or null usage_limit means none. Solutions are the contest's list of strategy indices.
 ///   auto p = autoshard::read_iopddl_file("example.json");
 ///   autoshard::write_iopddl_file("copy.json", p);
+///   std::vector<int> s = autoshard::read_iopddl_solution_file("answer.json", p);   // [0, 0, 2, 1, 0]
+///   autoshard::write_iopddl_solution_file("answer.json", s);
 /// Malformed input throws io_error naming the JSON path, e.g. "problem.edges.costs[2]".
-#include <cmath>       // std::isinf, std::trunc
+#include <cmath>       // std::trunc
 #include <cstdint>     // std::int64_t
+#include <limits>      // std::numeric_limits
 #include <filesystem>  // std::filesystem::path
 #include <fstream>     // std::ifstream, std::ofstream
 #include <istream>     // std::istream
 #include <ostream>     // std::ostream
 #include <stdexcept>   // std::runtime_error
 #include <string>      // std::string
+#include <system_error>  // std::error_code
+#include <vector>      // std::vector
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -49,6 +55,8 @@ inline const nlohmann::json& json_array(const nlohmann::json& j, const std::stri
 }
 
 inline std::int64_t json_int(const nlohmann::json& j, const std::string& path) {
+  if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    throw bad_json(path + ": " + j.dump() + " is beyond int64");
   if (j.is_number_integer()) return j.get<std::int64_t>();
   if (j.is_number_float()) {
     const double d = j.get<double>();
@@ -57,16 +65,23 @@ inline std::int64_t json_int(const nlohmann::json& j, const std::string& path) {
   throw bad_json(path + ": expected an integer, got " + (j.is_number() ? j.dump() : json_kind(j)));
 }
 
-inline double json_cost(const nlohmann::json& j, const std::string& path) {
-  if (j.is_number()) return j.get<double>();
+/// An int64 cost: a non-negative integer (an integral float too); any value >= 1e18, beyond
+/// int64 included, and the string "inf" forbid the choice.
+inline std::int64_t json_cost(const nlohmann::json& j, const std::string& path) {
+  if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    return infinite_cost;
+  if (j.is_number_integer()) {
+    const std::int64_t c = j.get<std::int64_t>();
+    if (c < 0) throw bad_json(path + ": negative cost " + std::to_string(c));
+    return c;
+  }
+  if (j.is_number_float()) {
+    const double d = j.get<double>();
+    if (d >= 0.0 && std::trunc(d) == d) return d >= 1e18 ? infinite_cost : static_cast<std::int64_t>(d);
+    throw bad_json(path + ": expected a non-negative integer cost (costs are int64), got " + j.dump());
+  }
   if (j.is_string() && (j.get<std::string>() == "inf" || j.get<std::string>() == "Infinity")) return infinite_cost;
-  throw bad_json(path + ": expected a cost (a number or \"inf\"), got " + json_kind(j));
-}
-
-inline nlohmann::json cost_to_json(double c) {
-  if (std::isinf(c)) return "inf";
-  if (std::trunc(c) == c && std::abs(c) < 9.0e15) return static_cast<std::int64_t>(c);
-  return c;
+  throw bad_json(path + ": expected a cost (an integer or \"inf\"), got " + json_kind(j));
 }
 
 inline std::string idx(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
@@ -160,6 +175,27 @@ inline strategy_problem parse_iopddl_impl(const nlohmann::json& doc) {
 }
 }  // namespace detail::iopddl
 
+namespace detail::iopddl {
+/// Write `text` to `file` through a temporary file and a rename, so a failure never leaves a half file.
+inline void write_whole_file(const std::filesystem::path& file, const std::string& text) {
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw io_error("cannot open '" + tmp.string() + "' for writing");
+    out << text;
+    if (!out.flush()) {
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw io_error("writing '" + file.string() + "' failed");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + ec.message());
+}
+}  // namespace detail::iopddl
+
 /// Parse an IOPDDL document already read as JSON.
 inline strategy_problem parse_iopddl(const nlohmann::json& doc) {
   try {
@@ -200,7 +236,7 @@ inline nlohmann::json to_iopddl_json(const strategy_problem& p) {
   for (const strategy_node& n : p.nodes) {
     intervals.push_back({n.live.begin, n.live.end});
     nlohmann::json c = nlohmann::json::array();
-    for (double x : n.costs) c.push_back(detail::iopddl::cost_to_json(x));
+    for (std::int64_t x : n.costs) c.push_back(x);
     costs.push_back(std::move(c));
     usages.push_back(n.usages);
     names.push_back(n.name);
@@ -210,7 +246,7 @@ inline nlohmann::json to_iopddl_json(const strategy_problem& p) {
   for (const strategy_edge& e : p.edges) {
     ends.push_back({e.from, e.to});
     nlohmann::json c = nlohmann::json::array();
-    for (double x : e.costs) c.push_back(detail::iopddl::cost_to_json(x));
+    for (std::int64_t x : e.costs) c.push_back(x);
     ecosts.push_back(std::move(c));
   }
   nlohmann::json nodes = {{"intervals", intervals}, {"costs", costs}, {"usages", usages}};
@@ -228,9 +264,47 @@ inline void write_iopddl(std::ostream& out, const strategy_problem& p) {
 
 /// Write a problem to an IOPDDL file.
 inline void write_iopddl_file(const std::filesystem::path& file, const strategy_problem& p) {
-  std::ofstream out(file);
-  if (!out) throw io_error("cannot open '" + file.string() + "' for writing");
-  write_iopddl(out, p);
+  detail::iopddl::write_whole_file(file, to_iopddl_json(p).dump() + "\n");
+}
+
+/// Parse a solution in the contest's format, a JSON list of strategy indices, one per node of `p`.
+inline std::vector<int> parse_iopddl_solution(const nlohmann::json& doc, const strategy_problem& p,
+                                              const std::string& source = "<solution>") {
+  if (!doc.is_array()) throw io_error(source + ": expected a list of strategy indices, got " + doc.type_name());
+  if (doc.size() != p.nodes.size())
+    throw io_error(source + ": " + std::to_string(doc.size()) + " strategy indices for " +
+                   std::to_string(p.nodes.size()) + " nodes");
+  std::vector<int> choice(doc.size());
+  for (std::size_t v = 0; v < doc.size(); ++v) {
+    const nlohmann::json& x = doc[v];
+    const std::size_t count = p.nodes[v].costs.size();
+    const bool ok = x.is_number_integer() && !(x.is_number_unsigned() && x.get<std::uint64_t>() >= count) &&
+                    x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < static_cast<std::int64_t>(count);
+    if (!ok)
+      throw io_error(source + ": [" + std::to_string(v) + "] is " + x.dump() + ", not a strategy index in [0, " +
+                     std::to_string(count) + ") of " + p.node_label(v));
+    choice[v] = static_cast<int>(x.get<std::int64_t>());
+  }
+  return choice;
+}
+
+/// Read a solution file for `p` (see parse_iopddl_solution).
+inline std::vector<int> read_iopddl_solution_file(const std::filesystem::path& file, const strategy_problem& p) {
+  std::ifstream in(file);
+  if (!in) throw io_error("cannot open '" + file.string() + "' for reading");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(file.string() + ": not valid JSON: " + e.what());
+  }
+  return parse_iopddl_solution(doc, p, file.string());
+}
+
+
+/// Write a solution in the contest's format: `[0, 0, 2, 1, 0]`.
+inline void write_iopddl_solution_file(const std::filesystem::path& file, const std::vector<int>& choice) {
+  detail::iopddl::write_whole_file(file, nlohmann::json(choice).dump() + "\n");
 }
 
 }  // namespace autoshard

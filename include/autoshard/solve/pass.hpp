@@ -205,10 +205,7 @@ struct pass_model {
     for (vertex_t v = 0; v < n; ++v) {
       strategy_node& node = problem.nodes[v];
       node.name = g[v].name;
-      for (const strategy& s : strategies[v]) {
-        node.costs.push_back(s.seconds());
-        node.usages.push_back(s.memory_bytes);
-      }
+      for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
       if (g[v].is_parameter())
         node.live = {0, N};
       else if (o.mode == run_mode::training)
@@ -216,12 +213,27 @@ struct pass_model {
       else
         node.live = {pos[v], last[v] + 1};
     }
+    // Seconds become integer units of one cost_unit (the solver works in exact integers).
+    std::vector<std::vector<double>> seconds;
+    double largest = 0.0;
+    const auto note = [&largest](double x) {
+      if (x < std::numeric_limits<double>::infinity()) largest = std::max(largest, x);
+    };
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
       cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt);
-      problem.edges.push_back({u, v, std::move(c.values)});
+      for (double x : c.values) note(x);
+      problem.edges.push_back({u, v, {}});
+      seconds.push_back(std::move(c.values));
       edges.push_back(*e);
     }
+    for (vertex_t v = 0; v < n; ++v)
+      for (const strategy& s : strategies[v]) note(s.seconds());
+    problem.cost_unit = cost_unit_for(largest);
+    for (vertex_t v = 0; v < n; ++v)
+      for (const strategy& s : strategies[v]) problem.nodes[v].costs.push_back(to_cost_units(s.seconds(), problem.cost_unit));
+    for (std::size_t k = 0; k < seconds.size(); ++k)
+      for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
     problem.usage_limit = o.memory_budget;
   }
 
@@ -316,6 +328,7 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
   strategy_problem q;
   q.name = full.name + " (tied layers)";
   q.usage_limit = full.usage_limit;
+  q.cost_unit = full.cost_unit;
   q.nodes.resize(count);
   std::vector<char> seen(count, 0);
   for (std::size_t v = 0; v < full.nodes.size(); ++v) {
@@ -328,7 +341,7 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
     }
     n.name += "," + f.name;
     for (std::size_t i = 0; i < n.costs.size(); ++i) {
-      n.costs[i] += f.costs[i];
+      n.costs[i] = add_costs(n.costs[i], f.costs[i]);
       n.usages[i] += f.usages[i];
     }
     if (!f.live.empty()) {
@@ -380,7 +393,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
         pm.strategies[v][static_cast<std::size_t>(choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
     const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
     s.resharding_seconds += sec;
-    if (sec <= 0.0 || sec == infinite_cost) continue;
+    if (sec <= 0.0 || std::isinf(sec)) continue;
     const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, from, settle_target(from, to), g[u].shape), g[u].shape, g[u].type);
     for (const priced_step& st : pc)
       if (is_communication(st.step.kind))
@@ -420,7 +433,10 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
     total += sec;
   }
   const double tol = 1e-9 * std::max(1.0, std::abs(total)) + 1e-12;
-  if (std::abs(total - s.step_seconds) > tol || std::abs(total - solver_objective) > 1e-6 * std::max(1e-9, std::abs(total)))
+  // The solver's total is in integer cost units: each of its terms rounded by up to half a unit.
+  const double rounding = pm.problem.cost_unit * static_cast<double>(pm.problem.nodes.size() + pm.problem.edges.size());
+  if (std::abs(total - s.step_seconds) > tol ||
+      std::abs(total - solver_objective) > 1e-6 * std::max(1e-9, std::abs(total)) + rounding)
     throw solver_error("check: the plan re-priced from scratch costs " + fmt_num(total) + " s but the solver reported " +
                        fmt_num(solver_objective) + " s");
   if (pm.problem.usage_limit && s.peak_memory_bytes > *pm.problem.usage_limit)
@@ -625,7 +641,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   } else {
     auto [plan, solved] = detail::solve_algo(pm, o, o.algo, rep.tied_classes);
     rep.plan = std::move(plan);
-    solver_objective = solved.objective;
+    solver_objective = solved.objective_value();
     rep.solver = std::move(solved);
   }
   if (o.compare_baselines)

@@ -1,7 +1,9 @@
 #pragma once
-// Exhaustive enumeration and random problems, shared by the solve tests.
+// Exhaustive enumeration and random problems, shared by the solve tests. Enumeration is exact
+// (strategy_problem::evaluate sums in 128-bit integers), so it is the cross-check for the solver.
 #include <autoshard/solve/problem.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -10,19 +12,18 @@
 namespace solve_test {
 
 struct brute_result {
-  std::optional<double> best;  // none when no choice is feasible
+  std::optional<std::int64_t> best;  // none when no choice is feasible
   std::vector<int> choice;
 };
 
-/// Every choice, odometer order; keeps the cheapest one within the usage limit.
+/// Every choice, odometer order; keeps the cheapest feasible one (exact evaluation).
 inline brute_result brute_force(const autoshard::strategy_problem& p) {
   brute_result r;
   std::vector<int> c(p.nodes.size(), 0);
   for (;;) {
-    const double cost = p.cost_of(c);
-    if (cost < autoshard::infinite_cost && (!r.best || cost < *r.best) &&
-        (!p.usage_limit || p.peak_usage(c).bytes <= *p.usage_limit)) {
-      r.best = cost;
+    const autoshard::evaluation ev = p.evaluate(c);
+    if (ev.feasible && (!r.best || ev.objective < *r.best)) {
+      r.best = ev.objective;
       r.choice = c;
     }
     std::size_t v = 0;
@@ -39,8 +40,10 @@ struct random_spec {
   int max_nodes = 10;
   int max_strategies = 4;
   long max_choices = 20000;  // product of strategy counts
-  double p_inf = 0.03;       // chance that a cost is infinite
-  bool integer_costs = true;
+  double p_inf = 0.03;       // chance that a cost is forbidden (1e18, or above it up to 2^62)
+  /// Costs: 0..20 when false; else spread over 1..1e17 (log-uniform), some near 2^62 / 8.
+  bool wide_costs = false;
+  double p_follower = 0.0;  // chance that an edge is a follower/alias pattern (0 or 1e18)
 };
 
 /// A random problem: parallel, reversed and self edges included; usage limit left unset.
@@ -49,9 +52,16 @@ inline autoshard::strategy_problem random_problem(std::mt19937& rng, const rando
   std::uniform_int_distribution<int> nn(1, s.max_nodes), ns(1, s.max_strategies), small(0, 20), t(0, 12),
       use(0, 10);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  auto cost = [&]() -> double {
-    if (unit(rng) < s.p_inf) return autoshard::infinite_cost;
-    return s.integer_costs ? small(rng) : unit(rng) * 1e-3;
+  auto cost = [&]() -> std::int64_t {
+    if (unit(rng) < s.p_inf) {
+      // The contest's infinity, or any larger int64: all forbid.
+      const double k = unit(rng);
+      return k < 0.5 ? autoshard::infinite_cost : autoshard::infinite_cost + static_cast<std::int64_t>(k * 3e18);
+    }
+    if (!s.wide_costs) return small(rng);
+    const double k = unit(rng);
+    if (k < 0.05) return (std::int64_t{1} << 59) + small(rng);  // near 2^62 / 8, still finite
+    return static_cast<std::int64_t>(std::pow(10.0, 17.0 * unit(rng)));
   };
   const int n = nn(rng);
   long choices = 1;
@@ -75,8 +85,15 @@ inline autoshard::strategy_problem random_problem(std::mt19937& rng, const rando
     autoshard::strategy_edge ed;
     ed.from = static_cast<std::size_t>(pick(rng));
     ed.to = static_cast<std::size_t>(pick(rng));
-    const std::size_t sz = p.nodes[ed.from].costs.size() * p.nodes[ed.to].costs.size();
-    for (std::size_t k = 0; k < sz; ++k) ed.costs.push_back(cost());
+    const std::size_t su = p.nodes[ed.from].costs.size(), sv = p.nodes[ed.to].costs.size();
+    if (unit(rng) < s.p_follower) {
+      // Each strategy of `from` allows exactly one of `to` (XLA's follower and alias edges).
+      std::uniform_int_distribution<std::size_t> target(0, sv - 1);
+      ed.costs.assign(su * sv, autoshard::infinite_cost);
+      for (std::size_t i = 0; i < su; ++i) ed.costs[i * sv + target(rng)] = 0;
+    } else {
+      for (std::size_t k = 0; k < su * sv; ++k) ed.costs.push_back(cost());
+    }
     p.edges.push_back(ed);
   }
   return p;

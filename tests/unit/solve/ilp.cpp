@@ -15,9 +15,9 @@ using autoshard::solve_ilp;
 using autoshard::solve_options;
 using autoshard::strategy_problem;
 
-// Compare one problem with enumeration: same objective, a valid choice within the limit,
-// or both say infeasible.
-void check_against_brute(const strategy_problem& p, const solve_options& opt, int seed) {
+// Compare one problem with exact enumeration: the answer is feasible and exactly priced, the
+// bound is a true bound, "optimal" only when the answer is the optimum; both agree on infeasible.
+void check_against_brute(const strategy_problem& p, const solve_options& opt, int seed, bool must_be_optimal = true) {
   CAPTURE(seed);
   const solve_test::brute_result want = solve_test::brute_force(p);
   if (!want.best) {
@@ -26,11 +26,18 @@ void check_against_brute(const strategy_problem& p, const solve_options& opt, in
   }
   const autoshard::solve_result got = solve_ilp(p, opt);
   REQUIRE(got.choice.size() == p.nodes.size());
-  CHECK(got.status == autoshard::solve_status::optimal);
-  CHECK(got.objective == doctest::Approx(*want.best).epsilon(1e-9));
-  CHECK(p.cost_of(got.choice) == doctest::Approx(got.objective).epsilon(1e-12));
-  CHECK(got.bound <= got.objective + 1e-9 * (1 + std::abs(got.objective)));
-  CHECK(got.gap == 0.0);
+  const autoshard::evaluation ev = p.evaluate(got.choice);
+  CHECK(ev.feasible);
+  CHECK(ev.objective == got.objective);
+  CHECK(got.objective >= *want.best);
+  CHECK(got.bound <= *want.best);
+  if (got.status == autoshard::solve_status::optimal) {
+    CHECK(got.objective == *want.best);
+    CHECK(got.gap == 0.0);
+  } else {
+    CHECK(got.gap > 0.0);
+  }
+  if (must_be_optimal) CHECK(got.status == autoshard::solve_status::optimal);
   if (p.usage_limit) CHECK(p.peak_usage(got.choice).bytes <= *p.usage_limit);
 }
 
@@ -57,17 +64,38 @@ TEST_CASE("solve_ilp equals exhaustive enumeration on random small problems") {
   }
 }
 
-TEST_CASE("solve_ilp with floating-point costs, dense edges and tight limits") {
-  std::mt19937 rng(7);
+TEST_CASE("follower and alias edges merge, and the answer stays the optimum") {
+  std::mt19937 rng(17);
   solve_test::random_spec spec;
-  spec.integer_costs = false;
-  spec.p_inf = 0.0;
-  spec.max_nodes = 8;
-  for (int seed = 0; seed < 40; ++seed) {
+  spec.p_follower = 0.4;
+  spec.max_nodes = 9;
+  for (int seed = 0; seed < 60; ++seed) {
     strategy_problem p = solve_test::random_problem(rng, spec);
-    set_binding_limit(p, rng);
+    if (seed % 2 == 0) set_binding_limit(p, rng);
     check_against_brute(p, {}, seed);
   }
+}
+
+TEST_CASE("costs from 1 to 1e17, near 2^59 and beyond 1e18: exact or feasible with a true bound, never a wrong optimal") {
+  // The exact cross-check is enumeration in 128-bit integers; the solver's LP works in doubles,
+  // where 1e17 and 1 differ by more than a double's precision.
+  std::mt19937 rng(7);
+  solve_test::random_spec spec;
+  spec.wide_costs = true;
+  spec.p_inf = 0.15;
+  spec.p_follower = 0.2;
+  spec.max_nodes = 8;
+  int optimal = 0;
+  for (int seed = 0; seed < 80; ++seed) {
+    strategy_problem p = solve_test::random_problem(rng, spec);
+    if (seed % 2 == 1) set_binding_limit(p, rng);
+    check_against_brute(p, {}, seed, false);
+    try {
+      optimal += solve_ilp(p).status == autoshard::solve_status::optimal ? 1 : 0;
+    } catch (const autoshard::solver_error&) {
+    }
+  }
+  CHECK(optimal > 30);  // many are still proven (exactly, by the reductions and the integer bound)
 }
 
 TEST_CASE("the naive AND formulation without reductions finds the same optimum") {
@@ -114,11 +142,11 @@ TEST_CASE("IOPDDL example.json: the optimum found by enumeration") {
 TEST_CASE("forbidden (infinite) strategies and pairs are never chosen") {
   strategy_problem p;
   p.nodes = {{"a", {0, 1, 2}, {0, 0, 0}, {}}, {"b", {0, 1}, {0, 0}, {}}, {"c", {5, 0}, {0, 0}, {}}};
-  const double inf = autoshard::infinite_cost;
+  const std::int64_t inf = autoshard::infinite_cost;
   p.edges = {{0, 1, {inf, 3, 4, inf, 0, 9}}, {1, 2, {0, inf, inf, 0}}};
   // a=0 must take b=1 (cost 3); c then must be 1: 0+3+1+0+0 = 4. a=1 with b=0: 1+4+0+0+5 = 10.
   const autoshard::solve_result r = solve_ilp(p);
-  CHECK(r.objective == 4.0);
+  CHECK(r.objective == 4);
   CHECK(r.choice == std::vector<int>{0, 1, 1});
   p.nodes[0].costs = {inf, inf, inf};
   CHECK_THROWS_WITH_AS(solve_ilp(p), doctest::Contains("node 0 'a'"), autoshard::solver_error);
@@ -181,13 +209,13 @@ TEST_CASE("a short time limit returns an incumbent with its gap, or says it foun
   };
   try {
     const autoshard::solve_result r = solve_ilp(p, o);
-    CHECK(p.cost_of(r.choice) == doctest::Approx(r.objective));
+    CHECK(p.cost_of(r.choice) == r.objective);
     CHECK(r.bound <= r.objective);
     CHECK(r.gap >= 0.0);
     if (r.status == autoshard::solve_status::feasible) CHECK(r.gap > 0.0);
     CHECK(r.seconds < 5.0);
   } catch (const autoshard::solver_error& e) {
-    CHECK(std::string(e.what()).find("time_limit of 0.05 s reached") != std::string::npos);
+    CHECK(std::string(e.what()).find("no feasible answer was found") != std::string::npos);
   }
 }
 

@@ -12,6 +12,8 @@
 
 namespace {
 
+constexpr std::int64_t infinite_cost_minus_one() { return autoshard::infinite_cost - 1; }
+
 autoshard::strategy_problem example() {
   return autoshard::read_iopddl_file(AUTOSHARD_TEST_DATA_DIR "/solve/example.json");
 }
@@ -32,7 +34,7 @@ TEST_CASE("the IOPDDL example reads as the contest README describes") {
   const autoshard::strategy_problem p = example();
   CHECK(p.name == "example");
   REQUIRE(p.nodes.size() == 5);
-  CHECK(p.nodes[2].costs == std::vector<double>{25, 45, 35});
+  CHECK(p.nodes[2].costs == std::vector<std::int64_t>{25, 45, 35});
   CHECK(p.nodes[2].usages == std::vector<std::int64_t>{15, 20, 15});
   CHECK(p.nodes[2].live == autoshard::live_interval{50, 120});
   REQUIRE(p.edges.size() == 5);
@@ -40,7 +42,7 @@ TEST_CASE("the IOPDDL example reads as the contest README describes") {
   CHECK(p.edges[2].to == 3);
   CHECK(p.usage_limit == 50);
   // The README's answer [0, 0, 2, 1, 0]: 15+55+35+75+95 node, 30+40+10+30+60 edge costs.
-  CHECK(p.cost_of({0, 0, 2, 1, 0}) == 445.0);
+  CHECK(p.cost_of({0, 0, 2, 1, 0}) == 445);
   // Peak at [50, 70): nodes 0, 1, 2 live = 10 + 25 + 15.
   const autoshard::usage_peak pk = p.peak_usage(std::vector<int>{0, 0, 2, 1, 0});
   CHECK(pk.bytes == 50);
@@ -63,12 +65,12 @@ TEST_CASE("IOPDDL round trip: write then read gives the same problem") {
     std::istringstream in(out.str());
     CHECK(autoshard::read_iopddl(in) == p);
   }
-  // Fractional costs keep their value (seconds), integral ones are written as integers.
+  // Forbidden costs are written as the integers they are (the contest's 1e18, or larger).
   autoshard::strategy_problem q = example();
-  q.nodes[1].costs[0] = 1.25e-6;
+  q.nodes[1].costs[0] = autoshard::infinite_cost;
+  q.nodes[1].costs[1] = autoshard::infinite_cost + 5;
   const nlohmann::json j = autoshard::to_iopddl_json(q);
-  CHECK(j["problem"]["nodes"]["costs"][0][0].is_number_integer());
-  CHECK(j["problem"]["nodes"]["costs"][1][0].get<double>() == 1.25e-6);
+  CHECK(j["problem"]["nodes"]["costs"][1][0].get<std::int64_t>() == 1000000000000000000);
   CHECK(autoshard::parse_iopddl(j) == q);
   // Through a file as well.
   const auto file = std::filesystem::temp_directory_path() / "autoshard_solve_roundtrip.json";
@@ -125,6 +127,53 @@ TEST_CASE("validate and cost_of reject malformed problems and choices") {
   CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("edge 4 [3, 9] names a node beyond the 5 nodes"),
                        autoshard::solver_error);
   p = example();
-  p.nodes[0].costs[0] = std::nan("");
-  CHECK_THROWS_AS(p.validate(), autoshard::solver_error);
+  p.nodes[0].costs[0] = -1;
+  CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("node 0 strategy 0 has negative cost -1"),
+                       autoshard::solver_error);
+}
+
+TEST_CASE("evaluate is the contest's Evaluate: forbidden picks, the limit at every time point, exact totals") {
+  autoshard::strategy_problem p = example();
+  const std::vector<int> answer{0, 0, 2, 1, 0};
+  autoshard::evaluation ev = p.evaluate(answer);
+  CHECK(ev.feasible);
+  CHECK(ev.objective == 445);
+  CHECK(ev.peak.bytes == 50);
+  // Over the limit: [0, 0, 1, 0, 0] reaches 55 at time 50 (nodes 0, 1, 2 live: 10 + 25 + 20).
+  ev = p.evaluate(std::vector<int>{0, 0, 1, 0, 0});
+  CHECK_FALSE(ev.feasible);
+  CHECK(ev.why == "summed usage 55 at time 50 exceeds usage_limit 50");
+  // A node cost of 1e18 is a forbidden pick, not a term; so is an edge entry above it.
+  p.nodes[2].costs[2] = autoshard::infinite_cost;
+  ev = p.evaluate(answer);
+  CHECK_FALSE(ev.feasible);
+  CHECK(ev.why == "node 2 strategy 2 is forbidden (cost 1000000000000000000 >= 1e18)");
+  p = example();
+  p.edges[2].costs[1] = autoshard::infinite_cost + 1;  // edge [1, 3]: node 1 at 0, node 3 at 1
+  ev = p.evaluate(answer);
+  CHECK_FALSE(ev.feasible);
+  CHECK(ev.why.find("edge 2 [1, 3] pair (0, 1) is forbidden") == 0);
+  // Finite costs whose total reaches 1e18 (int64 sums would overflow past 2^63): infeasible.
+  p = example();
+  for (auto& n : p.nodes)
+    for (auto& c : n.costs) c = infinite_cost_minus_one();
+  ev = p.evaluate(answer);
+  CHECK_FALSE(ev.feasible);
+  CHECK(ev.why == "the total cost 5000000000000000165 reaches the contest's infinity 1e18");
+  CHECK(p.cost_of(answer) == autoshard::infinite_cost);
+}
+
+TEST_CASE("solution files: the contest's list of indices, written then read, and clear errors") {
+  const autoshard::strategy_problem p = example();
+  const auto file = std::filesystem::temp_directory_path() / "autoshard_solve_solution.json";
+  autoshard::write_iopddl_solution_file(file, {0, 0, 2, 1, 0});
+  CHECK(autoshard::read_iopddl_solution_file(file, p) == std::vector<int>{0, 0, 2, 1, 0});
+  CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0, 3, 1, 0]"), p, "s.json"),
+                       doctest::Contains("s.json: [2] is 3, not a strategy index in [0, 3) of node 2"),
+                       autoshard::io_error);
+  CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0]"), p, "s.json"),
+                       doctest::Contains("2 strategy indices for 5 nodes"), autoshard::io_error);
+  CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0, 18446744073709551615, 1, 0]"), p),
+                       doctest::Contains("not a strategy index"), autoshard::io_error);
+  std::filesystem::remove(file);
 }

@@ -1,10 +1,16 @@
 #pragma once
-// Exact reductions of a strategy_problem before GLPK sees it. Every step keeps the optimum:
+// Exact reductions of a strategy_problem before GLPK sees it. Costs are exact integers here
+// (128 bits, so sums never overflow); a forbidden choice is `forbidden` and stays forbidden
+// under every sum. Every step keeps the optimum:
 //   merge parallel edges (and fold self-loops into node costs),
-//   prune strategies with an infinite node cost or an all-infinite row/column in an edge,
+//   prune strategies with a forbidden node cost or a forbidden row/column in an edge,
+//   merge followers and aliases: an edge whose allowed pairs map every strategy of one node to
+//     exactly one strategy of the other makes the second node a function of the first, so the
+//     first absorbs it (its costs, its other edges, and its usage as one more live part),
 //   fold single-strategy nodes into their neighbours' costs,
-//   normalise edges (row minima into the source's costs, column minima into the target's,
-//     so every matrix is >= 0 with a zero in every row and column; all-zero edges vanish),
+//   normalise: each edge's row minima into the source's costs, column minima into the
+//     target's, and each node's minimum into a constant offset, so every entry is >= 0 with a
+//     zero in every row, column and node (all-zero edges vanish),
 //   remove duplicate and dominated strategies (cost, usage where memory binds, every incident edge),
 //   fold leaves (min_j c_leaf[j] + R[i][j] into the neighbour) and series nodes (a degree-2 node
 //     becomes an edge min_j R_a[i][j] + c[j] + R_b[j][k]) when their usage never binds.
@@ -15,13 +21,12 @@
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
-#include <optional>   // std::optional
 #include <string>     // std::string
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include "../../core/error.hpp"  // solver_error
-#include "../problem.hpp"        // strategy_problem
+#include "../problem.hpp"        // strategy_problem, int128
 
 namespace autoshard {
 
@@ -30,39 +35,53 @@ struct ilp_size {
   std::string stage;           ///< "input", "merge parallel edges", ..., "ilp"
   std::size_t nodes = 0;       ///< nodes with a choice left
   std::size_t edges = 0;       ///< edges left
-  std::size_t variables = 0;   ///< strategy + pair variables
+  std::size_t variables = 0;   ///< strategy + pair variables (allowed ones)
   std::size_t rows = 0;        ///< one-hot + marginal rows + memory rows over maximal live sets
-  std::size_t memory_rows = 0; ///< of `rows`: time points where the usage limit can bind
+  std::size_t memory_rows = 0; ///< of `rows`: maximal live sets where the usage limit can bind
 };
 
 namespace detail {
 
+/// An exact cost inside the reductions; `forbidden` and above is a forbidden choice.
+using wcost = int128;
+inline constexpr wcost forbidden = static_cast<wcost>(1) << 100;
+constexpr bool is_forbidden_w(wcost c) noexcept { return c >= forbidden; }
+constexpr wcost wadd(wcost a, wcost b) noexcept { return a >= forbidden || b >= forbidden ? forbidden : a + b; }
+inline wcost to_wcost(std::int64_t c) { return is_forbidden(c) ? forbidden : static_cast<wcost>(c); }
+
+/// One live range of a node's usage: its own, or that of a follower it absorbed.
+struct usage_part {
+  live_interval live;
+  std::vector<std::int64_t> usage;  // per strategy of the owning node
+  std::int64_t lo = 0, hi = 0;      // once the node is folded: its range (for the binding test)
+};
+
 struct work_node {
   bool alive = true;
   std::vector<int> strat;            // original strategy indices still allowed
-  std::vector<double> cost;
-  std::vector<std::int64_t> usage;
-  live_interval live;
+  std::vector<wcost> cost;
+  std::vector<usage_part> parts;     // empty after being absorbed by another node
   std::vector<std::size_t> adj;      // edge ids (some may be dead)
-  // Once folded: its usage range at fold time (for the binding test) and whether it is constant.
-  std::int64_t lo = 0, hi = 0;
   std::size_t size() const { return strat.size(); }
 };
 
 struct work_edge {
   bool alive = true;
   std::size_t u = 0, v = 0;  // u < v when merged; m is |S_u| x |S_v|
-  std::vector<double> m;
+  std::vector<wcost> m;
 };
 
 struct fold_record {
-  enum class kind { fixed, leaf, series } what = kind::fixed;
+  enum class kind { fixed, leaf, series, follow } what = kind::fixed;
   std::size_t node = 0;
   int fixed = -1;              // kind::fixed: the original strategy
-  std::size_t a = 0, b = 0;    // leaf: neighbour a; series: neighbours a, b
+  std::size_t a = 0, b = 0;    // leaf and follow: node a decides; series: neighbours a, b
   std::size_t na = 0, nb = 0;  // original strategy counts of a and b (table dims)
-  std::vector<int> table;      // leaf: [orig a] -> orig; series: [orig a * nb + orig b] -> orig
+  std::vector<int> table;      // leaf, follow: [orig a] -> orig; series: [orig a * nb + orig b] -> orig
 };
+
+inline std::int64_t min_of(const std::vector<std::int64_t>& u) { return *std::min_element(u.begin(), u.end()); }
+inline std::int64_t max_of(const std::vector<std::int64_t>& u) { return *std::max_element(u.begin(), u.end()); }
 
 class reducer {
  public:
@@ -71,7 +90,7 @@ class reducer {
   std::vector<work_edge> edges;
   std::vector<fold_record> records;
   std::vector<ilp_size> sizes;
-  double offset = 0.0;
+  wcost offset = 0;
   bool merge = true;
 
   reducer(const strategy_problem& prob, bool merge_parallel) : p(prob), merge(merge_parallel) {
@@ -79,48 +98,56 @@ class reducer {
     for (std::size_t v = 0; v < p.nodes.size(); ++v) {
       work_node& n = nodes[v];
       const strategy_node& s = p.nodes[v];
-      n.cost = s.costs;
-      n.usage = s.usages;
-      n.live = s.live;
+      for (std::int64_t c : s.costs) n.cost.push_back(to_wcost(c));
+      n.parts.push_back({s.live, s.usages, 0, 0});
       for (std::size_t i = 0; i < s.costs.size(); ++i) n.strat.push_back(static_cast<int>(i));
     }
     std::map<std::pair<std::size_t, std::size_t>, std::size_t> seen;
     for (const strategy_edge& e : p.edges) {
       const std::size_t nu = nodes[e.from].size(), nv = nodes[e.to].size();
       if (e.from == e.to) {  // a self-loop only ever pays its diagonal
-        for (std::size_t i = 0; i < nu; ++i) nodes[e.from].cost[i] += e.costs[i * nv + i];
+        for (std::size_t i = 0; i < nu; ++i) nodes[e.from].cost[i] = wadd(nodes[e.from].cost[i], to_wcost(e.costs[i * nv + i]));
         continue;
       }
-      std::size_t u = e.from, v = e.to;
-      std::vector<double> m = e.costs;
-      if (merge && u > v) {
-        std::swap(u, v);
-        m = transpose(e.costs, nu, nv);
-      }
+      std::vector<wcost> m;
+      m.reserve(e.costs.size());
+      for (std::int64_t c : e.costs) m.push_back(to_wcost(c));
       if (merge) {
-        auto [it, fresh] = seen.try_emplace({u, v}, edges.size());
-        if (!fresh) {
-          std::vector<double>& into = edges[it->second].m;
-          for (std::size_t k = 0; k < into.size(); ++k) into[k] += m[k];
-          continue;
-        }
+        connect(e.from, e.to, std::move(m));
+      } else {
+        add_edge(e.from, e.to, std::move(m));
       }
-      add_edge(u, v, std::move(m));
     }
+    (void)seen;
   }
 
-  static std::vector<double> transpose(const std::vector<double>& m, std::size_t r, std::size_t c) {
-    std::vector<double> t(m.size());
+  static std::vector<wcost> transpose(const std::vector<wcost>& m, std::size_t r, std::size_t c) {
+    std::vector<wcost> t(m.size());
     for (std::size_t i = 0; i < r; ++i)
       for (std::size_t j = 0; j < c; ++j) t[j * r + i] = m[i * c + j];
     return t;
   }
 
-  std::size_t add_edge(std::size_t u, std::size_t v, std::vector<double> m) {
+  std::size_t add_edge(std::size_t u, std::size_t v, std::vector<wcost> m) {
     edges.push_back({true, u, v, std::move(m)});
     nodes[u].adj.push_back(edges.size() - 1);
     nodes[v].adj.push_back(edges.size() - 1);
     return edges.size() - 1;
+  }
+
+  /// Add the cost matrix m (|S_a| x |S_b|) between a != b: into the live a-b edge if there is
+  /// one, else as a new edge oriented u < v.
+  void connect(std::size_t a, std::size_t b, std::vector<wcost> m) {
+    const std::size_t u = std::min(a, b), v = std::max(a, b);
+    if (u != a) m = transpose(m, nodes[a].size(), nodes[b].size());
+    for (std::size_t e : live_edges(u)) {
+      work_edge& ed = edges[e];
+      if (ed.u == u && ed.v == v) {
+        for (std::size_t k = 0; k < m.size(); ++k) ed.m[k] = wadd(ed.m[k], m[k]);
+        return;
+      }
+    }
+    add_edge(u, v, std::move(m));
   }
 
   std::vector<std::size_t> live_edges(std::size_t v) {
@@ -129,22 +156,28 @@ class reducer {
     return a;
   }
 
+  /// Entry of edge `ed` for strategy i of node `x` and k of the other end.
+  wcost entry(const work_edge& ed, std::size_t x, std::size_t i, std::size_t k) const {
+    const std::size_t nv = nodes[ed.v].size();
+    return ed.u == x ? ed.m[i * nv + k] : ed.m[k * nv + i];
+  }
+
   // ---- memory: which time points can bind --------------------------------------------------
   std::vector<std::int64_t> binding_times;  // sorted start times where the max summed usage > limit
 
   void update_binding() {
     binding_times.clear();
     if (!p.usage_limit) return;
-    std::vector<std::pair<std::int64_t, std::int64_t>> ev;
-    for (std::size_t v = 0; v < nodes.size(); ++v) {
-      const work_node& n = nodes[v];
-      if (n.live.empty()) continue;
-      const std::int64_t hi = n.alive ? max_usage(n) : n.hi;
-      ev.emplace_back(n.live.begin, hi);
-      ev.emplace_back(n.live.end, -hi);
-    }
+    std::vector<std::pair<std::int64_t, int128>> ev;
+    for (const work_node& n : nodes)
+      for (const usage_part& pt : n.parts) {
+        if (pt.live.empty()) continue;
+        const std::int64_t hi = n.alive ? max_of(pt.usage) : pt.hi;
+        ev.emplace_back(pt.live.begin, hi);
+        ev.emplace_back(pt.live.end, -static_cast<int128>(hi));
+      }
     std::sort(ev.begin(), ev.end());
-    std::int64_t cur = 0;
+    int128 cur = 0;
     for (std::size_t k = 0; k < ev.size();) {
       const std::int64_t t = ev[k].first;
       bool starts = false;
@@ -156,9 +189,6 @@ class reducer {
     }
   }
 
-  static std::int64_t max_usage(const work_node& n) { return *std::max_element(n.usage.begin(), n.usage.end()); }
-  static std::int64_t min_usage(const work_node& n) { return *std::min_element(n.usage.begin(), n.usage.end()); }
-
   bool live_at_binding(const live_interval& iv) const {
     if (iv.empty()) return false;
     auto it = std::lower_bound(binding_times.begin(), binding_times.end(), iv.begin);
@@ -167,8 +197,10 @@ class reducer {
 
   /// Its usage can change feasibility: it varies and the node is live where the limit can bind.
   bool coupled(std::size_t v) const {
-    const work_node& n = nodes[v];
-    return p.usage_limit && min_usage(n) != max_usage(n) && live_at_binding(n.live);
+    if (!p.usage_limit) return false;
+    for (const usage_part& pt : nodes[v].parts)
+      if (min_of(pt.usage) != max_of(pt.usage) && live_at_binding(pt.live)) return true;
+    return false;
   }
 
   // ---- strategy removal ----------------------------------------------------------------------
@@ -178,7 +210,7 @@ class reducer {
     for (std::size_t e : live_edges(v)) {
       work_edge& ed = edges[e];
       const std::size_t nu = nodes[ed.u].size(), nv = nodes[ed.v].size();
-      std::vector<double> m;
+      std::vector<wcost> m;
       for (std::size_t i = 0; i < nu; ++i)
         for (std::size_t j = 0; j < nv; ++j)
           if ((ed.u != v || keep[i]) && (ed.v != v || keep[j])) m.push_back(ed.m[i * nv + j]);
@@ -189,16 +221,16 @@ class reducer {
       if (keep[i]) {
         n.strat[w] = n.strat[i];
         n.cost[w] = n.cost[i];
-        n.usage[w] = n.usage[i];
+        for (usage_part& pt : n.parts) pt.usage[w] = pt.usage[i];
         ++w;
       }
     n.strat.resize(w);
     n.cost.resize(w);
-    n.usage.resize(w);
+    for (usage_part& pt : n.parts) pt.usage.resize(w);
     if (w == 0) throw solver_error(p.node_label(v) + ": every strategy is forbidden (infinite cost)");
   }
 
-  // Strategies with an infinite node cost, or infinite against every strategy of a neighbour.
+  // Strategies with a forbidden node cost, or forbidden against every strategy of a neighbour.
   bool prune_infinite() {
     bool changed = false, again = true;
     while (again) {
@@ -207,14 +239,13 @@ class reducer {
         if (!nodes[v].alive) continue;
         work_node& n = nodes[v];
         std::vector<char> keep(n.size(), 1);
-        for (std::size_t i = 0; i < n.size(); ++i) keep[i] = n.cost[i] < infinite_cost;
+        for (std::size_t i = 0; i < n.size(); ++i) keep[i] = !is_forbidden_w(n.cost[i]);
         for (std::size_t e : live_edges(v)) {
           const work_edge& ed = edges[e];
-          const std::size_t nu = nodes[ed.u].size(), nv = nodes[ed.v].size();
+          const std::size_t other = nodes[ed.u == v ? ed.v : ed.u].size();
           for (std::size_t i = 0; i < n.size(); ++i) {
             bool any = false;
-            for (std::size_t k = 0; k < (ed.u == v ? nv : nu) && !any; ++k)
-              any = (ed.u == v ? ed.m[i * nv + k] : ed.m[k * nv + i]) < infinite_cost;
+            for (std::size_t k = 0; k < other && !any; ++k) any = !is_forbidden_w(entry(ed, v, i, k));
             if (!any) keep[i] = 0;
           }
         }
@@ -230,8 +261,7 @@ class reducer {
   void kill_node(std::size_t v) {
     work_node& n = nodes[v];
     n.alive = false;
-    n.lo = min_usage(n);
-    n.hi = max_usage(n);
+    for (usage_part& pt : n.parts) pt.lo = min_of(pt.usage), pt.hi = max_of(pt.usage);
   }
 
   // A single-strategy node adds its edge rows to its neighbours and leaves.
@@ -242,10 +272,10 @@ class reducer {
       for (std::size_t e : live_edges(v)) {
         work_edge& ed = edges[e];
         const std::size_t w = ed.u == v ? ed.v : ed.u;
-        for (std::size_t k = 0; k < nodes[w].size(); ++k) nodes[w].cost[k] += ed.m[k];  // one row or column
+        for (std::size_t k = 0; k < nodes[w].size(); ++k) nodes[w].cost[k] = wadd(nodes[w].cost[k], ed.m[k]);
         ed.alive = false;
       }
-      offset += nodes[v].cost[0];
+      offset = wadd(offset, nodes[v].cost[0]);
       records.push_back({fold_record::kind::fixed, v, nodes[v].strat[0], 0, 0, 0, 0, {}});
       kill_node(v);
       changed = true;
@@ -253,34 +283,101 @@ class reducer {
     return changed;
   }
 
-  // Row minima into u's costs, column minima into v's; an all-zero matrix disappears.
-  bool normalise_edges() {
+  /// The map k -> the only allowed strategy of `to` for strategy k of `from` over edge ed, or
+  /// empty when some strategy of `from` allows more than one.
+  std::vector<std::size_t> function_of(const work_edge& ed, std::size_t from) const {
+    const std::size_t to = ed.u == from ? ed.v : ed.u;
+    std::vector<std::size_t> f(nodes[from].size());
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      std::size_t count = 0;
+      for (std::size_t k = 0; k < nodes[to].size(); ++k)
+        if (!is_forbidden_w(entry(ed, from, i, k))) f[i] = k, ++count;
+      if (count != 1) return {};
+    }
+    return f;
+  }
+
+  /// Node `x` takes strategy f[i] whenever `a` takes i: `a` absorbs x's costs, edges and usage.
+  void absorb(std::size_t a, std::size_t x, std::size_t via, const std::vector<std::size_t>& f) {
+    work_node &na = nodes[a], &nx = nodes[x];
+    fold_record r{fold_record::kind::follow, x, -1, a, 0, orig_count(a), 0, {}};
+    r.table.assign(orig_count(a), -1);
+    for (std::size_t i = 0; i < na.size(); ++i) {
+      na.cost[i] = wadd(na.cost[i], wadd(entry(edges[via], a, i, f[i]), nx.cost[f[i]]));
+      r.table[static_cast<std::size_t>(na.strat[i])] = nx.strat[f[i]];
+    }
+    edges[via].alive = false;
+    for (usage_part& pt : nx.parts) {
+      usage_part moved{pt.live, {}, 0, 0};
+      for (std::size_t i = 0; i < na.size(); ++i) moved.usage.push_back(pt.usage[f[i]]);
+      na.parts.push_back(std::move(moved));
+    }
+    nx.parts.clear();  // its usage now lives in a's parts
+    for (std::size_t e : live_edges(x)) {
+      work_edge& ed = edges[e];
+      const std::size_t w = ed.u == x ? ed.v : ed.u;
+      std::vector<wcost> m(na.size() * nodes[w].size());
+      for (std::size_t i = 0; i < na.size(); ++i)
+        for (std::size_t k = 0; k < nodes[w].size(); ++k) m[i * nodes[w].size() + k] = entry(ed, x, f[i], k);
+      ed.alive = false;
+      connect(a, w, std::move(m));
+    }
+    nx.alive = false;
+    records.push_back(std::move(r));
+  }
+
+  // Followers and aliases: an edge that makes one end a function of the other merges them, when
+  // the re-indexed edges of the absorbed node are no larger than the ones removed.
+  bool merge_followers() {
     bool changed = false;
+    for (std::size_t e = 0; e < edges.size(); ++e) {
+      if (!edges[e].alive) continue;
+      for (const bool from_u : {true, false}) {
+        const std::size_t a = from_u ? edges[e].u : edges[e].v, x = from_u ? edges[e].v : edges[e].u;
+        const std::vector<std::size_t> f = function_of(edges[e], a);
+        if (f.empty()) continue;
+        std::size_t before = nodes[a].size() * nodes[x].size(), after = 0;
+        for (std::size_t k : live_edges(x)) {
+          if (k == e) continue;
+          const std::size_t w = edges[k].u == x ? edges[k].v : edges[k].u;
+          before += nodes[x].size() * nodes[w].size();
+          after += nodes[a].size() * nodes[w].size();
+        }
+        if (after > before) continue;
+        absorb(a, x, e, f);
+        changed = true;
+        break;
+      }
+    }
+    return changed;
+  }
+
+  // Row minima into u's costs, column minima into v's, node minima into the offset; an all-zero
+  // matrix disappears.
+  bool normalise() {
+    bool changed = false;
+    auto shift = [&](auto&& at, std::size_t count, wcost& into) {
+      wcost lo = forbidden;
+      for (std::size_t k = 0; k < count; ++k) lo = std::min(lo, at(k));
+      if (lo == 0 || is_forbidden_w(lo)) return;
+      for (std::size_t k = 0; k < count; ++k)
+        if (!is_forbidden_w(at(k))) at(k) -= lo;
+      into = wadd(into, lo);
+      changed = true;
+    };
     for (work_edge& ed : edges) {
       if (!ed.alive) continue;
       work_node &a = nodes[ed.u], &b = nodes[ed.v];
       const std::size_t nu = a.size(), nv = b.size();
-      for (std::size_t i = 0; i < nu; ++i) {
-        double lo = infinite_cost;
-        for (std::size_t j = 0; j < nv; ++j) lo = std::min(lo, ed.m[i * nv + j]);
-        if (lo == 0.0 || lo == infinite_cost) continue;
-        for (std::size_t j = 0; j < nv; ++j) ed.m[i * nv + j] -= lo;
-        a.cost[i] += lo;
-        changed = true;
-      }
-      for (std::size_t j = 0; j < nv; ++j) {
-        double lo = infinite_cost;
-        for (std::size_t i = 0; i < nu; ++i) lo = std::min(lo, ed.m[i * nv + j]);
-        if (lo == 0.0 || lo == infinite_cost) continue;
-        for (std::size_t i = 0; i < nu; ++i) ed.m[i * nv + j] -= lo;
-        b.cost[j] += lo;
-        changed = true;
-      }
-      if (std::all_of(ed.m.begin(), ed.m.end(), [](double x) { return x == 0.0; })) {
+      for (std::size_t i = 0; i < nu; ++i) shift([&](std::size_t j) -> wcost& { return ed.m[i * nv + j]; }, nv, a.cost[i]);
+      for (std::size_t j = 0; j < nv; ++j) shift([&](std::size_t i) -> wcost& { return ed.m[i * nv + j]; }, nu, b.cost[j]);
+      if (std::all_of(ed.m.begin(), ed.m.end(), [](wcost x) { return x == 0; })) {
         ed.alive = false;
         changed = true;
       }
     }
+    for (work_node& n : nodes)
+      if (n.alive) shift([&](std::size_t i) -> wcost& { return n.cost[i]; }, n.size(), offset);
     return changed;
   }
 
@@ -293,20 +390,17 @@ class reducer {
       const work_node& n = nodes[v];
       const std::size_t s = n.size();
       const bool mem = coupled(v);
-      std::vector<std::vector<double>> sig(s);
+      std::vector<std::vector<wcost>> sig(s);
       for (std::size_t i = 0; i < s; ++i) {
         sig[i].push_back(n.cost[i]);
-        if (mem) sig[i].push_back(static_cast<double>(n.usage[i]));
+        if (mem)
+          for (const usage_part& pt : n.parts) sig[i].push_back(pt.usage[i]);
       }
       for (std::size_t e : live_edges(v)) {
         const work_edge& ed = edges[e];
-        const std::size_t nv = nodes[ed.v].size(), nu = nodes[ed.u].size();
-        for (std::size_t i = 0; i < s; ++i) {
-          if (ed.u == v)
-            for (std::size_t k = 0; k < nv; ++k) sig[i].push_back(ed.m[i * nv + k]);
-          else
-            for (std::size_t k = 0; k < nu; ++k) sig[i].push_back(ed.m[k * nv + i]);
-        }
+        const std::size_t other = nodes[ed.u == v ? ed.v : ed.u].size();
+        for (std::size_t i = 0; i < s; ++i)
+          for (std::size_t k = 0; k < other; ++k) sig[i].push_back(entry(ed, v, i, k));
       }
       auto le = [&](std::size_t a, std::size_t b) {
         for (std::size_t k = 0; k < sig[a].size(); ++k)
@@ -318,9 +412,6 @@ class reducer {
         for (std::size_t a = 0; a < s && keep[b]; ++a)
           if (a != b && keep[a] && le(a, b) && (a < b || !le(b, a))) keep[b] = 0;
       if (std::find(keep.begin(), keep.end(), 0) != keep.end()) {
-        if (mem) {  // a removed strategy with a unique usage must not be the only one fitting
-          // (dominance already required usage[a] <= usage[b], so nothing to check)
-        }
         restrict_to(v, keep);
         changed = true;
       }
@@ -341,7 +432,7 @@ class reducer {
         std::size_t best = 0;
         for (std::size_t i = 1; i < n.size(); ++i)
           if (n.cost[i] < n.cost[best]) best = i;
-        offset += n.cost[best];
+        offset = wadd(offset, n.cost[best]);
         records.push_back({fold_record::kind::fixed, v, n.strat[best], 0, 0, 0, 0, {}});
         kill_node(v);
         changed = true;
@@ -353,18 +444,16 @@ class reducer {
       work_node& nb = nodes[w];
       fold_record r{fold_record::kind::leaf, v, -1, w, 0, orig_count(w), 0, {}};
       r.table.assign(orig_count(w), -1);
-      const std::size_t nu = nodes[ed.u].size(), nv = nodes[ed.v].size();
       for (std::size_t i = 0; i < nb.size(); ++i) {
-        double best = infinite_cost;
+        wcost best = forbidden;
         std::size_t arg = 0;
         for (std::size_t j = 0; j < n.size(); ++j) {
-          const double r_ij = ed.u == w ? ed.m[i * nv + j] : ed.m[j * nv + i];
-          if (n.cost[j] + r_ij < best) best = n.cost[j] + r_ij, arg = j;
+          const wcost c = wadd(n.cost[j], entry(ed, w, i, j));
+          if (c < best) best = c, arg = j;
         }
-        nb.cost[i] += best;
+        nb.cost[i] = wadd(nb.cost[i], best);
         r.table[static_cast<std::size_t>(nb.strat[i])] = n.strat[arg];
       }
-      (void)nu;
       ed.alive = false;
       records.push_back(std::move(r));
       kill_node(v);
@@ -386,22 +475,16 @@ class reducer {
       if (a == b) continue;  // parallel pair: cannot happen once merged
       const std::size_t sa = nodes[a].size(), sb = nodes[b].size(), sx = nodes[x].size();
       if (sa * sb > sa * sx + sx * sb) continue;
-      auto r_a = [&](std::size_t i, std::size_t j) {  // a's strategy i, x's strategy j
-        return e1.u == a ? e1.m[i * sx + j] : e1.m[j * sa + i];
-      };
-      auto r_b = [&](std::size_t j, std::size_t k) {  // x's strategy j, b's strategy k
-        return e2.u == x ? e2.m[j * sb + k] : e2.m[k * sx + j];
-      };
       fold_record r{fold_record::kind::series, x, -1, a, b, orig_count(a), orig_count(b), {}};
       r.table.assign(r.na * r.nb, -1);
-      std::vector<double> m(sa * sb, infinite_cost);
+      std::vector<wcost> m(sa * sb, forbidden);
       const work_node& n = nodes[x];
       for (std::size_t i = 0; i < sa; ++i)
         for (std::size_t k = 0; k < sb; ++k) {
-          double best = infinite_cost;
+          wcost best = forbidden;
           std::size_t arg = 0;
           for (std::size_t j = 0; j < sx; ++j) {
-            const double c = r_a(i, j) + n.cost[j] + r_b(j, k);
+            const wcost c = wadd(wadd(entry(e1, a, i, j), n.cost[j]), entry(e2, b, k, j));
             if (c < best) best = c, arg = j;
           }
           m[i * sb + k] = best;
@@ -412,38 +495,22 @@ class reducer {
       edges[es[1]].alive = false;
       records.push_back(std::move(r));
       kill_node(x);
-      // Into the existing a-b edge if there is one (kept u < v orientation).
-      const std::size_t u = std::min(a, b), v = std::max(a, b);
-      if (u != a) m = transpose(m, sa, sb);
-      bool merged = false;
-      for (std::size_t e : live_edges(u)) {
-        work_edge& ed = edges[e];
-        if (ed.u == u && ed.v == v) {
-          for (std::size_t k = 0; k < m.size(); ++k) ed.m[k] += m[k];
-          merged = true;
-          break;
-        }
-        if (ed.u == v && ed.v == u) {  // unmerged orientation (merge disabled never reaches here)
-          const std::vector<double> t = transpose(m, nodes[u].size(), nodes[v].size());
-          for (std::size_t k = 0; k < t.size(); ++k) ed.m[k] += t[k];
-          merged = true;
-          break;
-        }
-      }
-      if (!merged) add_edge(u, v, std::move(m));
+      connect(a, b, std::move(m));
       changed = true;
     }
     return changed;
   }
 
   // ---- sizes -----------------------------------------------------------------------------------
-  /// Memory rows that would be written: maximal sets of simultaneously live nodes with a choice,
+  /// Memory rows that would be written: maximal sets of simultaneously live parts with a choice,
   /// at time points where the limit can bind.
   std::size_t count_memory_rows() const {
     if (!p.usage_limit || binding_times.empty()) return 0;
     std::vector<std::int64_t> ends;
     for (const work_node& n : nodes)
-      if (n.alive && !n.live.empty()) ends.push_back(n.live.end);
+      if (n.alive)
+        for (const usage_part& pt : n.parts)
+          if (!pt.live.empty()) ends.push_back(pt.live.end);
     std::sort(ends.begin(), ends.end());
     std::size_t rows = 0;
     for (std::size_t k = 0; k < binding_times.size(); ++k) {
@@ -469,7 +536,7 @@ class reducer {
     for (const work_edge& e : edges)
       if (e.alive) {
         ++s.edges;
-        for (double x : e.m) s.variables += x < infinite_cost ? 1 : 0;
+        for (wcost x : e.m) s.variables += is_forbidden_w(x) ? 0 : 1;
         s.rows += nodes[e.u].size() + nodes[e.v].size();
       }
     s.memory_rows = count_memory_rows();
@@ -477,11 +544,43 @@ class reducer {
     sizes.push_back(std::move(s));
   }
 
+  /// Forbid every node cost and edge entry above `cap`. With every entry >= 0 and the offset a
+  /// lower bound, a choice that pays one of them costs more than offset + cap: for cap = (a known
+  /// answer) - offset no cheaper answer is lost. False when nothing was above.
+  bool forbid_above(wcost cap) {
+    bool changed = false;
+    const auto cut = [&](wcost& c) {
+      if (!is_forbidden_w(c) && c > cap) c = forbidden, changed = true;
+    };
+    for (work_node& n : nodes)
+      if (n.alive)
+        for (wcost& c : n.cost) cut(c);
+    for (work_edge& e : edges)
+      if (e.alive)
+        for (wcost& c : e.m) cut(c);
+    return changed;
+  }
+
   /// Run every reduction to a fixed point, recording the size after each one that changed something.
   void run() {
     update_binding();
     record_size("merge parallel edges");
     if (prune_infinite()) record_size("prune infinite");
+    run_rounds();
+  }
+
+  /// After a known answer of reduced objective `answer`: forbid what costs more, reduce again.
+  void tighten(wcost answer) {
+    if (!forbid_above(answer - offset)) return;
+    record_size("forbid costs above the heuristic's answer");
+    if (prune_infinite()) {
+      update_binding();
+      record_size("prune infinite");
+    }
+    run_rounds();
+  }
+
+  void run_rounds() {
     for (int round = 1;; ++round) {
       bool any = false;
       const auto step = [&](const char* name, bool changed) {
@@ -491,9 +590,11 @@ class reducer {
           any = true;
         }
       };
+      step("merge followers and aliases", merge_followers());
+      step("prune infinite", prune_infinite());
       step("fold single-strategy nodes", fold_singletons());
       step("prune infinite", prune_infinite());
-      step("normalise edges", normalise_edges());
+      step("normalise edges", normalise());
       step("remove dominated strategies", remove_dominated());
       step("fold leaves", fold_leaves());
       step("fold series nodes", fold_series());
@@ -507,7 +608,8 @@ class reducer {
       const fold_record& r = *it;
       switch (r.what) {
         case fold_record::kind::fixed: choice[r.node] = r.fixed; break;
-        case fold_record::kind::leaf: choice[r.node] = r.table[static_cast<std::size_t>(choice[r.a])]; break;
+        case fold_record::kind::leaf:
+        case fold_record::kind::follow: choice[r.node] = r.table[static_cast<std::size_t>(choice[r.a])]; break;
         case fold_record::kind::series:
           choice[r.node] =
               r.table[static_cast<std::size_t>(choice[r.a]) * r.nb + static_cast<std::size_t>(choice[r.b])];

@@ -1,0 +1,274 @@
+#pragma once
+// The GLPK model of a reduced problem. One one-hot binary vector s_v per node; each edge u-v
+// gets pair variables e[i][j] for its allowed pairs, tied to the node vectors by the marginal
+// rows  sum_j e[i][j] = s_u[i]  and  sum_i e[i][j] = s_v[j]  (with integral s they force e to
+// the product; a forbidden pair has no variable). The objective is the reduced one, without
+// its constant offset, times `scale` so that GLPK works with magnitudes near 1000: after the
+// reductions every node and edge has a zero entry and no negative one, so the LP never sees
+// 1e18 or a large constant. Memory rows, one per candidate time point (the maximal live sets
+// where the limit can bind), aggregate each node's live parts and are added when violated.
+#include <glpk.h>  // glp_prob
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <memory>     // std::unique_ptr
+#include <vector>     // std::vector
+
+#include "heuristic.hpp"  // reduced_view
+#include "reduce.hpp"     // reducer
+
+namespace autoshard {
+
+/// How pair variables are tied to node variables.
+enum class ilp_formulation {
+  marginal,   ///< e continuous, |S_u| + |S_v| rows per edge (the default)
+  naive_and,  ///< e binary, e <= s_u, e <= s_v, e >= s_u + s_v - 1 per pair (MASE; for comparison)
+};
+
+namespace detail {
+
+struct glp_deleter {
+  void operator()(glp_prob* p) const noexcept { glp_delete_prob(p); }
+};
+using glp_ptr = std::unique_ptr<glp_prob, glp_deleter>;
+
+/// Silences GLPK's terminal output for a scope.
+class glp_quiet {
+  int old_;
+
+ public:
+  glp_quiet() : old_(glp_term_out(GLP_OFF)) {}
+  ~glp_quiet() { glp_term_out(old_); }
+  glp_quiet(const glp_quiet&) = delete;
+  glp_quiet& operator=(const glp_quiet&) = delete;
+};
+
+/// Largest finite cost left in the reduced problem (0 when none).
+inline double largest_cost(const reduced_view& rv) {
+  double big = 0.0;
+  for (std::size_t v : rv.ilp_nodes)
+    for (wcost c : rv.node(v).cost)
+      if (!is_forbidden_w(c)) big = std::max(big, static_cast<double>(c));
+  for (const work_edge& e : rv.red.edges)
+    if (e.alive)
+      for (wcost c : e.m)
+        if (!is_forbidden_w(c)) big = std::max(big, static_cast<double>(c));
+  return big;
+}
+
+/// The sparse matrix GLPK loads at once (1-based triplets).
+struct triplets {
+  std::vector<int> ia{0}, ja{0};
+  std::vector<double> ar{0.0};
+  void put(int row, int col, double v) {
+    ia.push_back(row);
+    ja.push_back(col);
+    ar.push_back(v);
+  }
+};
+
+class glpk_model {
+ public:
+  const reduced_view& rv;
+  ilp_formulation form;
+  glp_ptr lp{glp_create_prob()};
+  double scale = 1.0;                       // GLPK objective = scale * (reduced objective - offset)
+  std::vector<int> first_col;               // per node id: first s column (1-based), 0 if folded
+  std::vector<std::vector<int>> pair_col;   // per edge id: column per (i * |S_v| + j), 0 if none
+  std::vector<char> added;                  // per candidate time: its memory row is in the model
+  std::size_t memory_rows = 0;
+
+  glpk_model(const reduced_view& view, ilp_formulation f)
+      : rv(view), form(f), first_col(view.red.nodes.size(), 0), pair_col(view.red.edges.size()),
+        added(view.times.size(), 0) {
+    glp_set_obj_dir(lp.get(), GLP_MIN);
+    const double big = largest_cost(rv);
+    scale = big > 0.0 ? 1000.0 / big : 1.0;
+    triplets t;
+    add_node_columns(t);
+    for (std::size_t e = 0; e < rv.red.edges.size(); ++e)
+      if (rv.edge(e).alive) {
+        if (form == ilp_formulation::marginal)
+          add_marginal_edge(e, t);
+        else
+          add_naive_edge(e, t);
+      }
+    glp_load_matrix(lp.get(), static_cast<int>(t.ia.size() - 1), t.ia.data(), t.ja.data(), t.ar.data());
+    glp_scale_prob(lp.get(), GLP_SF_AUTO);
+  }
+
+  double coef(wcost c) const { return scale * static_cast<double>(c); }
+
+  /// Column values (1-based, GLPK's layout) of one assignment of the reduced problem.
+  std::vector<double> columns_of(const std::vector<std::size_t>& pick) const {
+    std::vector<double> x(static_cast<std::size_t>(glp_get_num_cols(lp.get())) + 1, 0.0);
+    for (std::size_t v : rv.ilp_nodes) x[static_cast<std::size_t>(first_col[v]) + pick[v]] = 1.0;
+    for (std::size_t e = 0; e < rv.red.edges.size(); ++e) {
+      if (!rv.edge(e).alive) continue;
+      const work_edge& ed = rv.edge(e);
+      const int col = pair_col[e][pick[ed.u] * rv.node(ed.v).size() + pick[ed.v]];
+      if (col != 0) x[static_cast<std::size_t>(col)] = 1.0;
+    }
+    return x;
+  }
+
+  /// The largest entry of each node's block of column values.
+  std::vector<std::size_t> pick_of(const std::vector<double>& x) const {
+    std::vector<std::size_t> pick(rv.red.nodes.size(), 0);
+    for (std::size_t v : rv.ilp_nodes) {
+      const auto c0 = static_cast<std::size_t>(first_col[v]);
+      for (std::size_t i = 1; i < rv.node(v).size(); ++i)
+        if (x[c0 + i] > x[c0 + pick[v]]) pick[v] = i;
+    }
+    return pick;
+  }
+
+  /// Usage minus the limit at every candidate time for column values `x` (LP or MIP).
+  std::vector<double> excess(const std::vector<double>& x) const {
+    std::vector<double> out(rv.times.size());
+    for (std::size_t t = 0; t < out.size(); ++t) out[t] = static_cast<double>(rv.base[t]) - static_cast<double>(*rv.limit);
+    for (std::size_t v : rv.ilp_nodes)
+      for (const reduced_view::part_span& s : rv.spans[v]) {
+        double u = 0.0;
+        const std::vector<std::int64_t>& use = rv.node(v).parts[s.part].usage;
+        for (std::size_t i = 0; i < use.size(); ++i) u += static_cast<double>(use[i]) * x[static_cast<std::size_t>(first_col[v]) + i];
+        for (std::size_t t = s.a; t < s.b; ++t) out[t] += u;
+      }
+    return out;
+  }
+
+  /// Index of the most violated candidate time not yet in the model, or -1.
+  long most_violated(const std::vector<double>& x, double tol) const {
+    if (!rv.limit) return -1;
+    const std::vector<double> ex = excess(x);
+    long best = -1;
+    double worst = tol;
+    for (std::size_t t = 0; t < ex.size(); ++t)
+      if (!added[t] && ex[t] > worst) worst = ex[t], best = static_cast<long>(t);
+    return best;
+  }
+
+  /// The row of candidate time t: sum over live nodes of (usage - lo) s <= limit - base - sum lo,
+  /// each node's live parts summed, scaled by 1/limit.
+  void add_memory_row(std::size_t t) {
+    double rhs = static_cast<double>(*rv.limit) - static_cast<double>(rv.base[t]);
+    std::vector<int> idx{0};
+    std::vector<double> val{0.0};
+    for (std::size_t v : rv.ilp_nodes) {
+      const std::size_t s = rv.node(v).size();
+      std::vector<int128> use(s, 0);
+      bool live = false;
+      for (const reduced_view::part_span& sp : rv.spans[v])
+        if (sp.a <= t && t < sp.b) {
+          live = true;
+          for (std::size_t i = 0; i < s; ++i) use[i] += rv.node(v).parts[sp.part].usage[i];
+        }
+      if (!live) continue;
+      const int128 lo = *std::min_element(use.begin(), use.end());
+      rhs -= static_cast<double>(lo);
+      for (std::size_t i = 0; i < s; ++i)
+        if (use[i] != lo) {
+          idx.push_back(first_col[v] + static_cast<int>(i));
+          val.push_back(static_cast<double>(use[i] - lo));
+        }
+    }
+    const double norm = std::max(1.0, static_cast<double>(*rv.limit));
+    for (std::size_t k = 1; k < val.size(); ++k) val[k] /= norm;
+    const int row = glp_add_rows(lp.get(), 1);
+    glp_set_row_bnds(lp.get(), row, GLP_UP, 0.0, rhs / norm);
+    glp_set_mat_row(lp.get(), row, static_cast<int>(idx.size() - 1), idx.data(), val.data());
+    added[t] = 1;
+    ++memory_rows;
+  }
+
+  std::vector<double> lp_values() const { return values(glp_get_col_prim); }
+  std::vector<double> mip_values() const { return values(glp_mip_col_val); }
+
+ private:
+  std::vector<double> values(double (*get)(glp_prob*, int)) const {
+    const int n = glp_get_num_cols(lp.get());
+    std::vector<double> x(static_cast<std::size_t>(n) + 1, 0.0);
+    for (int j = 1; j <= n; ++j) x[static_cast<std::size_t>(j)] = get(lp.get(), j);
+    return x;
+  }
+
+  /// One binary column per strategy and a one-hot row per node.
+  void add_node_columns(triplets& t) {
+    glp_prob* P = lp.get();
+    for (std::size_t v : rv.ilp_nodes) {
+      const work_node& n = rv.node(v);
+      const int c0 = glp_add_cols(P, static_cast<int>(n.size()));
+      first_col[v] = c0;
+      const int row = glp_add_rows(P, 1);
+      glp_set_row_bnds(P, row, GLP_FX, 1.0, 1.0);
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        const int c = c0 + static_cast<int>(i);
+        glp_set_col_kind(P, c, GLP_BV);
+        if (is_forbidden_w(n.cost[i]))
+          glp_set_col_bnds(P, c, GLP_FX, 0.0, 0.0);
+        else
+          glp_set_obj_coef(P, c, coef(n.cost[i]));
+        t.put(row, c, 1.0);
+      }
+    }
+  }
+
+  /// Continuous pair columns for the allowed pairs and the |S_u| + |S_v| marginal rows.
+  void add_marginal_edge(std::size_t eid, triplets& t) {
+    glp_prob* P = lp.get();
+    const work_edge& e = rv.edge(eid);
+    const std::size_t nu = rv.node(e.u).size(), nv = rv.node(e.v).size();
+    const int cu = first_col[e.u], cv = first_col[e.v];
+    pair_col[eid].assign(nu * nv, 0);
+    const int r0 = glp_add_rows(P, static_cast<int>(nu + nv));
+    for (std::size_t k = 0; k < nu + nv; ++k) glp_set_row_bnds(P, r0 + static_cast<int>(k), GLP_FX, 0.0, 0.0);
+    for (std::size_t i = 0; i < nu; ++i) t.put(r0 + static_cast<int>(i), cu + static_cast<int>(i), -1.0);
+    for (std::size_t j = 0; j < nv; ++j) t.put(r0 + static_cast<int>(nu + j), cv + static_cast<int>(j), -1.0);
+    for (std::size_t i = 0; i < nu; ++i)
+      for (std::size_t j = 0; j < nv; ++j) {
+        const wcost c = e.m[i * nv + j];
+        if (is_forbidden_w(c)) continue;  // a forbidden pair: no variable, so never chosen
+        const int col = glp_add_cols(P, 1);
+        pair_col[eid][i * nv + j] = col;
+        glp_set_col_bnds(P, col, GLP_DB, 0.0, 1.0);
+        glp_set_obj_coef(P, col, coef(c));
+        t.put(r0 + static_cast<int>(i), col, 1.0);
+        t.put(r0 + static_cast<int>(nu + j), col, 1.0);
+      }
+  }
+
+  /// Binary pair columns with the three AND rows each (a forbidden pair's column is fixed at 0).
+  void add_naive_edge(std::size_t eid, triplets& t) {
+    glp_prob* P = lp.get();
+    const work_edge& e = rv.edge(eid);
+    const std::size_t nu = rv.node(e.u).size(), nv = rv.node(e.v).size();
+    const int cu = first_col[e.u], cv = first_col[e.v];
+    pair_col[eid].assign(nu * nv, 0);
+    for (std::size_t i = 0; i < nu; ++i)
+      for (std::size_t j = 0; j < nv; ++j) {
+        const wcost c = e.m[i * nv + j];
+        const int col = glp_add_cols(P, 1);
+        pair_col[eid][i * nv + j] = col;
+        glp_set_col_kind(P, col, GLP_BV);
+        if (is_forbidden_w(c))
+          glp_set_col_bnds(P, col, GLP_FX, 0.0, 0.0);  // then e >= s_u + s_v - 1 forbids the pair
+        else
+          glp_set_obj_coef(P, col, coef(c));
+        const int r0 = glp_add_rows(P, 3);
+        glp_set_row_bnds(P, r0, GLP_UP, 0.0, 0.0);  // e - s_u[i] <= 0
+        t.put(r0, col, 1.0);
+        t.put(r0, cu + static_cast<int>(i), -1.0);
+        glp_set_row_bnds(P, r0 + 1, GLP_UP, 0.0, 0.0);  // e - s_v[j] <= 0
+        t.put(r0 + 1, col, 1.0);
+        t.put(r0 + 1, cv + static_cast<int>(j), -1.0);
+        glp_set_row_bnds(P, r0 + 2, GLP_LO, -1.0, 0.0);  // e - s_u[i] - s_v[j] >= -1
+        t.put(r0 + 2, col, 1.0);
+        t.put(r0 + 2, cu + static_cast<int>(i), -1.0);
+        t.put(r0 + 2, cv + static_cast<int>(j), -1.0);
+      }
+  }
+};
+
+}  // namespace detail
+}  // namespace autoshard

@@ -1,0 +1,414 @@
+#pragma once
+// The primal heuristic on the reduced problem, in exact integer arithmetic: a greedy pass in
+// node order that keeps every time point within the usage limit, a memory repair (cheapest
+// cost per byte saved at the most loaded time point), then local search: iterated conditional
+// modes (each node moves to its best strategy given its neighbours while the limit holds) and
+// random kicks that are kept when they lead to a cheaper assignment. It gives an answer within
+// a small fraction of the time limit on every instance; the ILP then improves it.
+#include <algorithm>  // std::min, std::lower_bound
+#include <chrono>     // std::chrono::steady_clock
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <optional>   // std::optional
+#include <random>     // std::mt19937
+#include <utility>    // std::pair
+#include <vector>     // std::vector
+
+#include "reduce.hpp"  // reducer, wcost
+
+namespace autoshard::detail {
+
+/// The reduced problem as the heuristic and the ILP see it: the nodes with a choice left, their
+/// live edges, and the candidate time points where the usage limit can bind.
+struct reduced_view {
+  const reducer& red;
+  std::vector<std::size_t> ilp_nodes;  // alive node ids, ascending
+  struct incidence {
+    std::size_t edge;
+    bool is_u;
+  };
+  std::vector<std::vector<incidence>> inc;  // per node id
+  std::optional<std::int64_t> limit;
+  std::vector<std::int64_t> times;  // candidate time points, sorted
+  std::vector<int128> base;         // per time: the usage of folded nodes there
+  struct part_span {
+    std::size_t part, a, b;  // time indices [a, b) this part of the node is live at
+  };
+  std::vector<std::vector<part_span>> spans;  // per node id
+
+  reduced_view(const reducer& r, std::vector<std::int64_t> candidate_times)
+      : red(r), inc(r.nodes.size()), limit(r.p.usage_limit), spans(r.nodes.size()) {
+    for (std::size_t v = 0; v < red.nodes.size(); ++v)
+      if (red.nodes[v].alive) ilp_nodes.push_back(v);
+    for (std::size_t e = 0; e < red.edges.size(); ++e)
+      if (red.edges[e].alive) {
+        inc[red.edges[e].u].push_back({e, true});
+        inc[red.edges[e].v].push_back({e, false});
+      }
+    if (!limit) return;
+    times = std::move(candidate_times);
+    base.assign(times.size(), 0);
+    for (std::size_t v = 0; v < red.nodes.size(); ++v) {
+      const work_node& n = red.nodes[v];
+      for (std::size_t k = 0; k < n.parts.size(); ++k) {
+        const auto [a, b] = range(n.parts[k].live);
+        if (a == b) continue;
+        if (n.alive) {
+          spans[v].push_back({k, a, b});
+        } else {
+          for (std::size_t t = a; t < b; ++t) base[t] += n.parts[k].lo;
+        }
+      }
+    }
+  }
+
+  /// Time indices [a, b) inside a live interval.
+  std::pair<std::size_t, std::size_t> range(const live_interval& iv) const {
+    if (iv.empty()) return {0, 0};
+    const auto a = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), iv.begin) - times.begin());
+    const auto b = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), iv.end) - times.begin());
+    return {a, std::max(a, b)};
+  }
+
+  const work_node& node(std::size_t v) const { return red.nodes[v]; }
+  const work_edge& edge(std::size_t e) const { return red.edges[e]; }
+  std::size_t other(const incidence& in) const { return in.is_u ? edge(in.edge).v : edge(in.edge).u; }
+  /// Entry of the incident edge for strategy i of its node and k of the other end.
+  wcost entry(const incidence& in, std::size_t i, std::size_t k) const {
+    const work_edge& e = edge(in.edge);
+    const std::size_t nv = red.nodes[e.v].size();
+    return in.is_u ? e.m[i * nv + k] : e.m[k * nv + i];
+  }
+};
+
+/// A local cost: how many forbidden terms, then the exact sum of the others.
+struct local_cost {
+  int bad = 0;
+  wcost sum = 0;
+  void add(wcost c) {
+    if (is_forbidden_w(c))
+      ++bad;
+    else
+      sum += c;
+  }
+  friend bool operator<(const local_cost& a, const local_cost& b) {
+    return a.bad != b.bad ? a.bad < b.bad : a.sum < b.sum;
+  }
+};
+
+/// One assignment of the reduced problem and the moves of the local search.
+class local_search {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit local_search(const reduced_view& view) : rv(view), pick(view.red.nodes.size(), 0) {}
+
+  const reduced_view& rv;
+  std::vector<std::size_t> pick;  // per node id; meaningful for alive nodes
+  std::vector<int128> load;       // per candidate time
+
+  /// Node and edge cost of node v at strategy i, against its neighbours' current picks.
+  local_cost local(std::size_t v, std::size_t i) const {
+    local_cost c;
+    c.add(rv.node(v).cost[i]);
+    for (const reduced_view::incidence& in : rv.inc[v]) c.add(rv.entry(in, i, pick[rv.other(in)]));
+    return c;
+  }
+
+  /// Summed usage of node v's parts at time index t... as a change: moving v from its pick to j
+  /// keeps every candidate time point within the limit.
+  bool fits(std::size_t v, std::size_t j) const {
+    if (!rv.limit) return true;
+    for (const reduced_view::part_span& s : rv.spans[v]) {
+      const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
+      const int128 du = static_cast<int128>(u[j]) - u[pick[v]];
+      if (du <= 0) continue;
+      for (std::size_t t = s.a; t < s.b; ++t)
+        if (load[t] + usage_delta(v, j, t) > *rv.limit) return false;
+    }
+    return true;
+  }
+
+  void move(std::size_t v, std::size_t j) {
+    if (rv.limit)
+      for (const reduced_view::part_span& s : rv.spans[v]) {
+        const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
+        const int128 du = static_cast<int128>(u[j]) - u[pick[v]];
+        for (std::size_t t = s.a; t < s.b; ++t) load[t] += du;
+      }
+    pick[v] = j;
+  }
+
+  void recompute_load() {
+    if (!rv.limit) return;
+    load = rv.base;
+    for (std::size_t v : rv.ilp_nodes)
+      for (const reduced_view::part_span& s : rv.spans[v])
+        for (std::size_t t = s.a; t < s.b; ++t) load[t] += rv.node(v).parts[s.part].usage[pick[v]];
+  }
+
+  bool within_limit() const {
+    if (!rv.limit) return true;
+    for (const int128& l : load)
+      if (l > *rv.limit) return false;
+    return true;
+  }
+
+  /// Greedy in node order: each node takes its cheapest strategy against the neighbours already
+  /// placed, among those that keep the limit (the others sit at their smallest usage meanwhile).
+  void greedy() {
+    for (std::size_t v : rv.ilp_nodes) {
+      const work_node& n = rv.node(v);
+      std::size_t best = 0;
+      int128 lowest = -1;
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        int128 total = 0;
+        for (const usage_part& pt : n.parts) total += pt.usage[i];
+        if (lowest < 0 || total < lowest) lowest = total, best = i;
+      }
+      pick[v] = best;
+    }
+    recompute_load();
+    std::vector<char> placed(rv.red.nodes.size(), 0);
+    for (std::size_t v : rv.ilp_nodes) {
+      const work_node& n = rv.node(v);
+      std::optional<std::pair<local_cost, std::size_t>> best;
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        if (!fits(v, i)) continue;
+        local_cost c;
+        c.add(n.cost[i]);
+        for (const reduced_view::incidence& in : rv.inc[v])
+          if (placed[rv.other(in)]) c.add(rv.entry(in, i, pick[rv.other(in)]));
+        if (!best || c < best->first) best = {c, i};
+      }
+      if (best) move(v, best->second);
+      placed[v] = 1;
+    }
+  }
+
+  /// Exact minimum over a maximum spanning forest of the edges (weighted by their largest
+  /// allowed entry), the other edges and the limit ignored: dynamic programming from the leaves
+  /// up, then each node's best strategy given its parent's, from the roots down.
+  /// With `penalty` (per node id and strategy), node costs are raised by it (Lagrangian prices
+  /// of the memory rows). Returns the value the forest gives (with the penalties).
+  wcost tree_dp(const std::vector<std::vector<wcost>>* penalty = nullptr) {
+    const std::size_t n = rv.red.nodes.size();
+    std::vector<std::pair<wcost, std::size_t>> order;  // (weight, edge)
+    for (std::size_t e = 0; e < rv.red.edges.size(); ++e) {
+      if (!rv.edge(e).alive) continue;
+      wcost w = 0;
+      for (wcost c : rv.edge(e).m)
+        if (!is_forbidden_w(c)) w = std::max(w, c);
+      order.emplace_back(w, e);
+    }
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::size_t> root(n);
+    for (std::size_t v = 0; v < n; ++v) root[v] = v;
+    const auto find = [&](std::size_t v) {
+      while (root[v] != v) v = root[v] = root[root[v]];
+      return v;
+    };
+    std::vector<std::vector<reduced_view::incidence>> tree(n);
+    for (const auto& [w, e] : order) {
+      const std::size_t a = find(rv.edge(e).u), b = find(rv.edge(e).v);
+      if (a == b) continue;
+      root[a] = b;
+      tree[rv.edge(e).u].push_back({e, true});
+      tree[rv.edge(e).v].push_back({e, false});
+    }
+    // Order each component from a root by depth-first search; parent edge per node.
+    std::vector<std::size_t> seq, parent(n, n);
+    std::vector<reduced_view::incidence> up(n);
+    std::vector<char> seen(n, 0);
+    for (std::size_t r : rv.ilp_nodes) {
+      if (seen[r]) continue;
+      std::vector<std::size_t> stack{r};
+      seen[r] = 1;
+      while (!stack.empty()) {
+        const std::size_t v = stack.back();
+        stack.pop_back();
+        seq.push_back(v);
+        for (const reduced_view::incidence& in : tree[v]) {
+          const std::size_t w = rv.other(in);
+          if (seen[w]) continue;
+          seen[w] = 1;
+          parent[w] = v;
+          up[w] = {in.edge, !in.is_u};  // the edge as seen from w
+          stack.push_back(w);
+        }
+      }
+    }
+    // best[v][i]: cheapest subtree of v with v at i; arg[v][j]: v's best strategy for parent's j.
+    std::vector<std::vector<wcost>> best(n);
+    std::vector<std::vector<std::size_t>> arg(n);
+    for (std::size_t v : rv.ilp_nodes) {
+      best[v] = rv.node(v).cost;
+      if (penalty)
+        for (std::size_t i = 0; i < best[v].size(); ++i) best[v][i] = wadd(best[v][i], (*penalty)[v][i]);
+    }
+    for (auto it = seq.rbegin(); it != seq.rend(); ++it) {
+      const std::size_t v = *it, par = parent[v];
+      if (par == n) continue;
+      const std::size_t sp = rv.node(par).size(), sv = rv.node(v).size();
+      arg[v].assign(sp, 0);
+      for (std::size_t j = 0; j < sp; ++j) {
+        wcost m = forbidden;
+        for (std::size_t i = 0; i < sv; ++i) {
+          const wcost c = wadd(best[v][i], rv.entry(up[v], i, j));
+          if (c < m) m = c, arg[v][j] = i;
+        }
+        best[par][j] = wadd(best[par][j], m);
+      }
+    }
+    wcost value = 0;
+    for (std::size_t v : seq) {
+      if (parent[v] == n) {
+        pick[v] = static_cast<std::size_t>(std::min_element(best[v].begin(), best[v].end()) - best[v].begin());
+        value = wadd(value, best[v][pick[v]]);
+      } else {
+        pick[v] = arg[v][pick[parent[v]]];
+      }
+    }
+    recompute_load();
+    return value;
+  }
+
+  /// Lagrangian prices for the memory rows: per node and strategy, the sum over its live parts
+  /// of (price of each time point it covers) x usage.
+  std::vector<std::vector<wcost>> penalties(const std::vector<double>& lambda) const {
+    std::vector<double> prefix(lambda.size() + 1, 0.0);
+    for (std::size_t t = 0; t < lambda.size(); ++t) prefix[t + 1] = prefix[t] + lambda[t];
+    std::vector<std::vector<wcost>> pen(rv.red.nodes.size());
+    for (std::size_t v : rv.ilp_nodes) {
+      pen[v].assign(rv.node(v).size(), 0);
+      for (const reduced_view::part_span& s : rv.spans[v]) {
+        const double price = prefix[s.b] - prefix[s.a];
+        for (std::size_t i = 0; i < pen[v].size(); ++i) {
+          const double x = price * static_cast<double>(rv.node(v).parts[s.part].usage[i]);
+          pen[v][i] += x >= 1e30 ? static_cast<wcost>(1e30) : static_cast<wcost>(x);
+        }
+      }
+    }
+    return pen;
+  }
+
+  /// Bring every candidate time point within the limit: at the most loaded one, switch the node
+  /// whose lower-usage strategy costs least per byte saved. False when no switch helps.
+  bool repair() {
+    if (!rv.limit) return true;
+    for (std::size_t guard = 0; guard < 1000000; ++guard) {
+      std::size_t worst = load.size();
+      for (std::size_t t = 0; t < load.size(); ++t)
+        if (load[t] > *rv.limit && (worst == load.size() || load[t] > load[worst])) worst = t;
+      if (worst == load.size()) return true;
+      bool found = false;
+      long double best_score = 0;
+      std::size_t bv = 0, bj = 0;
+      for (std::size_t v : rv.ilp_nodes) {
+        const int128 here_use = usage_at(v, pick[v], worst);
+        const local_cost here = local(v, pick[v]);
+        for (std::size_t j = 0; j < rv.node(v).size(); ++j) {
+          const int128 saved = here_use - usage_at(v, j, worst);
+          if (saved <= 0) continue;
+          const local_cost there = local(v, j);
+          const long double dc = static_cast<long double>(there.bad - here.bad) * 1e30L +
+                                 static_cast<long double>(there.sum - here.sum);
+          const long double score = dc / static_cast<long double>(saved);
+          if (!found || score < best_score) found = true, best_score = score, bv = v, bj = j;
+        }
+      }
+      if (!found) return false;
+      move(bv, bj);
+    }
+    return within_limit();
+  }
+
+  /// Iterated conditional modes from a queue of nodes whose neighbourhood changed.
+  void improve_from(std::vector<std::size_t> queue, clock::time_point deadline) {
+    std::vector<char> queued(rv.red.nodes.size(), 0);
+    for (std::size_t v : queue) queued[v] = 1;
+    std::size_t steps = 0;
+    while (!queue.empty()) {
+      if ((++steps & 255) == 0 && clock::now() > deadline) return;
+      const std::size_t v = queue.back();
+      queue.pop_back();
+      queued[v] = 0;
+      local_cost cur = local(v, pick[v]);
+      std::size_t to = pick[v];
+      for (std::size_t j = 0; j < rv.node(v).size(); ++j) {
+        if (j == pick[v]) continue;
+        const local_cost c = local(v, j);
+        if (c < cur && fits(v, j)) cur = c, to = j;
+      }
+      if (to == pick[v]) continue;
+      note_change(local(v, pick[v]), cur);
+      log.push_back({v, pick[v]});
+      move(v, to);
+      for (const reduced_view::incidence& in : rv.inc[v])
+        if (!queued[rv.other(in)]) queued[rv.other(in)] = 1, queue.push_back(rv.other(in));
+    }
+  }
+
+  void improve(clock::time_point deadline) { improve_from(rv.ilp_nodes, deadline); }
+
+  /// Exact reduced objective of the current picks (offset included); `forbidden` if any term is.
+  wcost total() const {
+    wcost t = rv.red.offset;
+    for (std::size_t v : rv.ilp_nodes) t = wadd(t, rv.node(v).cost[pick[v]]);
+    for (std::size_t e = 0; e < rv.red.edges.size(); ++e) {
+      const work_edge& ed = rv.edge(e);
+      if (ed.alive) t = wadd(t, ed.m[pick[ed.u] * rv.red.nodes[ed.v].size() + pick[ed.v]]);
+    }
+    return t;
+  }
+
+  /// Random kicks (a node to another strategy, then ICM around it), kept when the total drops,
+  /// until the deadline or until `patience` kicks in a row found nothing better.
+  void perturb(clock::time_point deadline, unsigned seed, std::size_t patience) {
+    if (rv.ilp_nodes.empty()) return;
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<std::size_t> pick_node(0, rv.ilp_nodes.size() - 1);
+    for (std::size_t idle = 0; idle < patience && clock::now() < deadline; ++idle) {
+      log.clear();
+      drift = {};
+      const std::size_t v = rv.ilp_nodes[pick_node(rng)];
+      const std::size_t s = rv.node(v).size();
+      if (s < 2) continue;
+      const std::size_t j = (pick[v] + 1 + std::uniform_int_distribution<std::size_t>(0, s - 2)(rng)) % s;
+      if (!fits(v, j)) continue;
+      note_change(local(v, pick[v]), local(v, j));
+      log.push_back({v, pick[v]});
+      move(v, j);
+      std::vector<std::size_t> queue;
+      for (const reduced_view::incidence& in : rv.inc[v]) queue.push_back(rv.other(in));
+      improve_from(std::move(queue), deadline);
+      if (drift.bad < 0 || (drift.bad == 0 && drift.sum < 0)) {
+        idle = 0;
+        continue;
+      }
+      for (auto it = log.rbegin(); it != log.rend(); ++it) move(it->first, it->second);
+    }
+    log.clear();
+  }
+
+ private:
+  std::vector<std::pair<std::size_t, std::size_t>> log;  // (node, previous pick) for undo
+  local_cost drift;  // change of the total since the last kick (may be negative)
+
+  void note_change(const local_cost& from, const local_cost& to) {
+    drift.bad += to.bad - from.bad;
+    drift.sum += to.sum - from.sum;
+  }
+
+  int128 usage_at(std::size_t v, std::size_t j, std::size_t t) const {
+    int128 u = 0;
+    for (const reduced_view::part_span& s : rv.spans[v])
+      if (s.a <= t && t < s.b) u += rv.node(v).parts[s.part].usage[j];
+    return u;
+  }
+  int128 usage_delta(std::size_t v, std::size_t j, std::size_t t) const {
+    return usage_at(v, j, t) - usage_at(v, pick[v], t);
+  }
+};
+
+}  // namespace autoshard::detail

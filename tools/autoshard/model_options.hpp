@@ -8,7 +8,6 @@
 #endif
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 
@@ -84,11 +83,13 @@ struct model_options {
 
   /// Whether a JSON file is a Hugging Face config (a top-level "model_type" string).
   static bool has_model_type(const std::string& file) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec) || std::filesystem::file_size(file, ec) > (std::uintmax_t{16} << 20))
-      return false;
-    std::ifstream f(file, std::ios::binary);
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    std::string text;
+    try {
+      text = read_regular_file(file, "model file", std::uint64_t{16} << 20);
+    } catch (const io_error&) {
+      return false;  // not a config; the model reader reports what is wrong with the file
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     return j.is_object() && j.contains("model_type") && j["model_type"].is_string();
   }
 

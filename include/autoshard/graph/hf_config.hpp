@@ -7,20 +7,20 @@
 /// model_type selects the builder (builders.hpp); the config's sizes, key/value heads,
 /// head_dim, tie_word_embeddings, biases, activation, norm placement and torch_dtype fill
 /// its transformer_config. Keys are read under every spelling transformers accepts
-/// ("n_embd", "n_embed", "hidden_size"); a missing optional key takes transformers' default
-/// for that model_type. Sizes are bounded (a config is input), and every error names the file,
-/// the key and the value.
+/// ("n_embd", "n_embed", "hidden_size"); a missing (or null) optional key takes transformers'
+/// default for that model_type. Values are read through io/json.hpp: sizes are bounded
+/// integers (a config is input), and every error names the file, the key and the value.
 #include <algorithm>    // std::min
 #include <cstdint>      // std::int64_t
 #include <filesystem>   // std::filesystem::path
-#include <fstream>      // std::ifstream
 #include <initializer_list>  // std::initializer_list
-#include <iterator>     // std::istreambuf_iterator
+#include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
+#include "../io/json.hpp"  // json_in, read_regular_file, parse_json_text
 #include "builders.hpp"  // transformer_config, build_*
 #include "model.hpp"     // model_graph
 
@@ -40,73 +40,51 @@ struct hf_model {
 namespace detail {
 
 struct hf_reader {
-  const nlohmann::json& j;
-  const std::string& what;
+  json_in in;
 
-  [[noreturn]] void fail(const std::string& why) const { throw io_error(what + ": " + why); }
+  [[noreturn]] void fail(const std::string& why) const { throw io_error(in.source() + ": " + why); }
 
-  const nlohmann::json* find(std::initializer_list<const char*> keys) const {
-    for (const char* k : keys) {
-      auto it = j.find(k);
-      if (it != j.end() && !it->is_null()) return &*it;
-    }
-    return nullptr;
+  /// The first of `keys` present and not null (transformers' spellings of one attribute).
+  std::optional<json_in> find(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys)
+      if (std::optional<json_in> v = in.find(k)) return v;
+    return std::nullopt;
   }
   static std::string names(std::initializer_list<const char*> keys) {
     std::string s;
     for (const char* k : keys) s += std::string(s.empty() ? "\"" : " or \"") + k + "\"";
     return s;
   }
-  std::int64_t integer(const nlohmann::json& v, std::initializer_list<const char*> keys, std::int64_t lo,
-                       std::int64_t hi) const {
-    std::int64_t x = 0;
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) x = hi + 1;
-      else x = v.get<std::int64_t>();
-    } else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(
-                                                             std::clamp(v.get<double>(), -1e18, 1e18)))) {
-      x = static_cast<std::int64_t>(v.get<double>());  // 4096.0: an integer written as a float
-    } else {
-      fail(names(keys) + " must be an integer, got " + v.dump());
-    }
-    if (x < lo || x > hi)
-      fail(names(keys) + " is " + std::to_string(x) + "; it must be in [" + std::to_string(lo) + ", " +
-           std::to_string(hi) + "]");
-    return x;
-  }
   /// A required size.
-  int need(std::initializer_list<const char*> keys, std::int64_t lo, std::int64_t hi) const {
-    const nlohmann::json* v = find(keys);
+  int need(std::initializer_list<const char*> keys, int lo, int hi) const {
+    std::optional<json_in> v = find(keys);
     if (!v) fail("missing " + names(keys));
-    return static_cast<int>(integer(*v, keys, lo, hi));
+    return v->small_integer(lo, hi);
   }
   /// An optional size; `fallback` when absent or null.
-  int get(std::initializer_list<const char*> keys, std::int64_t lo, std::int64_t hi, int fallback) const {
-    const nlohmann::json* v = find(keys);
-    return v ? static_cast<int>(integer(*v, keys, lo, hi)) : fallback;
+  int get(std::initializer_list<const char*> keys, int lo, int hi, int fallback) const {
+    std::optional<json_in> v = find(keys);
+    return v ? v->small_integer(lo, hi) : fallback;
   }
   bool flag(std::initializer_list<const char*> keys, bool fallback) const {
-    const nlohmann::json* v = find(keys);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail(names(keys) + " must be true or false, got " + v->dump());
-    return v->get<bool>();
+    std::optional<json_in> v = find(keys);
+    return v ? v->boolean() : fallback;
   }
   op_kind activation(std::initializer_list<const char*> keys, op_kind fallback) const {
-    const nlohmann::json* v = find(keys);
+    std::optional<json_in> v = find(keys);
     if (!v) return fallback;
-    if (!v->is_string()) fail(names(keys) + " must be a string, got " + v->dump());
-    const std::string a = v->get<std::string>();
+    const std::string a = v->string();
     if (a.rfind("gelu", 0) == 0 || a == "quick_gelu") return op_kind::gelu;
     if (a == "silu" || a == "swish") return op_kind::silu;
     if (a == "relu") return op_kind::relu;
     if (a == "tanh") return op_kind::tanh;
-    fail(names(keys) + " is \"" + a + "\"; understood: gelu (and its variants), silu, swish, relu, tanh");
+    v->fail_expected("an activation autoshard knows (gelu and its variants, silu, swish, relu, tanh)");
   }
 };
 
 // Bounds on sizes read from a file: far above any published model, far below overflow.
-inline constexpr std::int64_t hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_max_heads = 1 << 16,
-                              hf_max_ffn = 1 << 22, hf_max_vocab = 1 << 24, hf_max_positions = 1 << 24;
+inline constexpr int hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_max_heads = 1 << 16, hf_max_ffn = 1 << 22,
+                     hf_max_vocab = 1 << 24, hf_max_positions = 1 << 24;
 
 }  // namespace detail
 
@@ -114,7 +92,7 @@ inline constexpr std::int64_t hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_
 /// the key for a missing or out-of-range value, and for a model_type it has no builder for.
 inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what = "config.json") {
   if (!j.is_object()) throw io_error(what + ": a Hugging Face config.json is a JSON object");
-  detail::hf_reader r{j, what};
+  detail::hf_reader r{json_in(j, what)};
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) r.fail("no \"model_type\" string: not a Hugging Face config.json");
   hf_model m;
@@ -210,39 +188,27 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
   c.seq = static_cast<int>(std::min<std::int64_t>(table, 2048));
 
-  const nlohmann::json* dt = r.find({"torch_dtype", "dtype"});
+  const std::optional<json_in> dt = r.find({"torch_dtype", "dtype"});
   c.type = dtype::f32;
   if (dt) {
-    if (!dt->is_string()) r.fail("\"torch_dtype\" must be a string, got " + dt->dump());
-    std::string s = dt->get<std::string>();
+    std::string s = dt->string();
     if (s.rfind("torch.", 0) == 0) s.erase(0, 6);
     const auto p = parse_dtype(s);
     if (!p || (*p != dtype::f32 && *p != dtype::f16 && *p != dtype::bf16 && *p != dtype::f64))
-      r.fail("\"torch_dtype\" is \"" + s + "\"; understood: float32, float16, bfloat16, float64");
+      dt->fail_expected("float32, float16, bfloat16 or float64");
     c.type = *p;
     m.dtype_given = true;
   }
   return m;
 }
 
-/// Reads DIR/config.json, or a config file itself (at most 16 MiB).
+/// Reads DIR/config.json, or a config file itself (a regular file of at most 16 MiB).
 inline hf_model read_hf_config_file(const std::filesystem::path& dir_or_file) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path p = fs::is_directory(dir_or_file, ec) ? dir_or_file / "config.json" : dir_or_file;
-  const std::string what = p.string();
-  if (!fs::is_regular_file(p, ec)) throw io_error("cannot read '" + what + "': not a regular file");
-  const auto size = fs::file_size(p, ec);
-  if (ec || size > (std::uintmax_t{16} << 20)) throw io_error("'" + what + "' is not a config.json (over 16 MiB)");
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw io_error("cannot open '" + what + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error(what + " is not valid JSON: " + e.what());
-  }
-  return read_hf_config(j, what);
+  const std::filesystem::path p =
+      std::filesystem::is_directory(dir_or_file, ec) ? dir_or_file / "config.json" : dir_or_file;
+  const std::string text = read_regular_file(p.string(), "Hugging Face config", std::uint64_t{16} << 20);
+  return read_hf_config(parse_json_text(text, "'" + p.string() + "'"), p.string());
 }
 
 /// Builds the graph of a Hugging Face model: the base model for bert and roberta

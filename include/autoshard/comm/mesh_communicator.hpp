@@ -42,6 +42,37 @@ inline std::string rank_list(const std::vector<int>& v) {
   return s + "]";
 }
 
+/// The checked members of a split: this rank's index in the new group and the members'
+/// ranks in the world the parent communicator was split from.
+struct split_group {
+  int index = -1;
+  std::vector<int> world_ranks;
+};
+
+/// What every backend's split checks before it builds a group: `members` are ranks of the
+/// parent communicator (of `parent_world_ranks.size()` ranks; this end is `rank` there and
+/// is named `who` in errors), each within the parent, none twice, this rank among them.
+inline split_group check_split(const std::vector<int>& members, int rank, const std::vector<int>& parent_world_ranks,
+                               const std::string& who, const std::string& name) {
+  const auto size = static_cast<int>(parent_world_ranks.size());
+  split_group g;
+  g.world_ranks.reserve(members.size());
+  std::vector<bool> seen(parent_world_ranks.size(), false);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int m = members[i];
+    if (m < 0 || m >= size)
+      throw comm_error(who + ": split '" + name + "' names rank " + std::to_string(m) + " outside the group of " +
+                       std::to_string(size));
+    if (seen[static_cast<std::size_t>(m)])
+      throw comm_error(who + ": split '" + name + "' names rank " + std::to_string(m) + " twice");
+    seen[static_cast<std::size_t>(m)] = true;
+    if (m == rank) g.index = static_cast<int>(i);
+    g.world_ranks.push_back(parent_world_ranks[static_cast<std::size_t>(m)]);
+  }
+  if (g.index < 0) throw comm_error(who + ": split '" + name + "' of " + rank_list(members) + " leaves this rank out");
+  return g;
+}
+
 /// How errors name this end of a communicator: its who() where the backend has one.
 template <class C>
 std::string who_of(const C& c) {

@@ -12,7 +12,7 @@
 /// the timeout passes; the last two abort the communicator (ncclCommAbort) and throw
 /// comm_error naming the rank, the group, the call and NCCL's message. Missing CUDA
 /// devices or drivers, and CUDA failures, throw device_error; nothing crashes.
-#include <algorithm>           // std::min_element, std::find
+#include <algorithm>           // std::min_element
 #include <chrono>              // std::chrono::milliseconds, steady_clock
 #include <concepts>            // std::convertible_to
 #include <condition_variable>  // std::condition_variable
@@ -32,7 +32,8 @@
 #include <cuda_runtime_api.h>  // cudaStream_t, cudaGetDeviceCount, cudaStreamQuery, ...
 #include <nccl.h>              // ncclComm_t, ncclCommInitRankConfig, ncclAllReduce, ...
 
-#include "../comm/communicator.hpp"  // communicator concept
+#include "../comm/communicator.hpp"       // communicator concept
+#include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, detail::check_split, detail::rank_list
 #include "../core/dtype.hpp"         // dtype, dtype_size, to_string
 #include "../core/error.hpp"         // comm_error, device_error
 #include "../core/mesh.hpp"          // device_mesh
@@ -145,12 +146,6 @@ inline ncclRedOp_t nccl_op(reduce_op op, dtype t) {
   return ncclSum;
 }
 
-inline std::string nccl_rank_list(const std::vector<int>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 template <class S>
 auto& nccl_store_ref(S& s) {
   if constexpr (rendezvous_store<S>)
@@ -247,22 +242,10 @@ class nccl_communicator {
   /// (mesh axes partition the ranks): NCCL splits by colour (the group's lowest member).
   nccl_communicator split(const std::vector<int>& members, const std::string& name) {
     require_open("split");
-    int my = -1;
-    std::vector<int> global(members.size());
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      if (members[i] < 0 || members[i] >= size())
-        throw comm_error(who() + ": split '" + name + "' names rank " + std::to_string(members[i]) +
-                         " outside the group of " + std::to_string(size()));
-      if (std::find(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(i), members[i]) !=
-          members.begin() + static_cast<std::ptrdiff_t>(i))
-        throw comm_error(who() + ": split '" + name + "' names rank " + std::to_string(members[i]) + " twice");
-      if (members[i] == rank()) my = static_cast<int>(i);
-      global[i] = members_[static_cast<std::size_t>(members[i])];
-    }
-    if (my < 0)
-      throw comm_error(who() + ": split '" + name + "' of " + detail::nccl_rank_list(members) + " leaves this rank out");
+    detail::split_group g = detail::check_split(members, rank(), members_, who(), name);
+    const int my = g.index;
     const int color = *std::min_element(members.begin(), members.end());
-    nccl_communicator c(device_, timeout_, std::move(global), my, global_rank_, name);
+    nccl_communicator c(device_, timeout_, std::move(g.world_ranks), my, global_rank_, name);
     {
       detail::nccl_device_scope scope(device_, who());
       c.nccl_name_ = std::make_unique<std::string>((nccl_name_ ? *nccl_name_ : std::string("nccl")) + "/" + name);
@@ -306,7 +289,7 @@ class nccl_communicator {
   /// "rank 5 (axis1 group [4,5,6,7], cuda:1)": how errors name this end.
   std::string who() const {
     return "rank " + std::to_string(global_rank_) + " (" +
-           (label_.empty() ? std::string() : label_ + " group " + detail::nccl_rank_list(members_) + ", ") + "cuda:" +
+           (label_.empty() ? std::string() : label_ + " group " + detail::rank_list(members_) + ", ") + "cuda:" +
            std::to_string(device_) + ")";
   }
 
@@ -650,27 +633,9 @@ class nccl_communicator {
 
 static_assert(communicator<nccl_communicator>);
 
-/// The NCCL world plus one sub-communicator per mesh axis: axis(a) holds the ranks that
-/// share this rank's other coordinates, ordered by coordinate a (device_mesh::group), as
-/// the Gloo mesh_communicator does (kept here so device/ needs no Gloo).
-class nccl_mesh_communicator {
- public:
-  nccl_mesh_communicator(nccl_communicator world, const device_mesh& mesh) : mesh_(mesh), world_(std::move(world)) {
-    if (world_.size() != mesh.num_ranks())
-      throw comm_error(world_.who() + ": a world of " + std::to_string(world_.size()) + " ranks cannot form " +
-                       to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " ranks)");
-    for (std::size_t a = 0; a < mesh.ndim(); ++a)
-      axes_.push_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)));
-  }
-  const device_mesh& mesh() const noexcept { return mesh_; }
-  int rank() const noexcept { return world_.rank(); }
-  nccl_communicator& world() noexcept { return world_; }
-  nccl_communicator& axis(std::size_t a) { return axes_.at(a); }
-
- private:
-  device_mesh mesh_;
-  nccl_communicator world_;
-  std::vector<nccl_communicator> axes_;
-};
+/// The NCCL world plus one sub-communicator per mesh axis (comm/mesh_communicator.hpp, the
+/// same class the Gloo backend uses): axis(a) holds the ranks that share this rank's other
+/// coordinates, ordered by coordinate a (device_mesh::group).
+using nccl_mesh_communicator = basic_mesh_communicator<nccl_communicator>;
 
 }  // namespace autoshard

@@ -34,7 +34,7 @@
 #include <gloo/transport/tcp/device.h>     // gloo::transport::tcp::CreateDevice
 
 #include "../comm/communicator.hpp"       // communicator, reduce_elements
-#include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, detail::rank_list
+#include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, detail::check_split, detail::rank_list
 #include "../core/dtype.hpp"              // dtype
 #include "../core/error.hpp"              // comm_error
 #include "../core/mesh.hpp"               // device_mesh
@@ -161,19 +161,11 @@ class gloo_communicator {
   /// call split in the same order, each with its own group; `name` tells groups apart.
   gloo_communicator split(const std::vector<int>& members, const std::string& name) {
     require_connected("split");
-    int my = -1;
-    std::vector<int> global(members.size());
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      if (members[i] < 0 || members[i] >= size())
-        throw comm_error(who() + ": split '" + name + "' names rank " + std::to_string(members[i]) +
-                         " outside the group of " + std::to_string(size()));
-      if (members[i] == rank()) my = static_cast<int>(i);
-      global[i] = members_[static_cast<std::size_t>(members[i])];
-    }
-    if (my < 0) throw comm_error(who() + ": split '" + name + "' of " + detail::rank_list(members) + " leaves this rank out");
+    detail::split_group g = detail::check_split(members, rank(), members_, who(), name);
     ++splits_;
-    std::string prefix = name_ + "/" + std::to_string(splits_) + "/" + name + detail::rank_list(global);
-    gloo_communicator c(store_, device_, timeout_, std::move(prefix), std::move(global), my, global_rank_, name);
+    std::string prefix = name_ + "/" + std::to_string(splits_) + "/" + name + detail::rank_list(g.world_ranks);
+    gloo_communicator c(store_, device_, timeout_, std::move(prefix), std::move(g.world_ranks), g.index, global_rank_,
+                        name);
     c.verify_ = verify_;
     return c;
   }

@@ -203,6 +203,51 @@ if "$tool" --help | grep -q ' calibrate'; then
       --mesh 2x2 --calibration "$tmp/links.json" --out "$tmp/cal-plan.json" --quiet
   fi
   expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes 10 --out "$tmp/never.json"
+  # --max-bytes is bounded before anything is allocated (1e30 once reached 24 GB; nan passed).
+  for mb in 1e30 nan inf 2147483648; do
+    expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes "$mb" --out "$tmp/never.json"
+    grep -q "max-bytes must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB)" "$tmp/err" && ok ||
+      bad "calibrate --max-bytes $mb: $(cat "$tmp/err")"
+  done
+  test ! -e "$tmp/never.json" && ok || bad "a refused calibrate wrote its file"
+  # Rank threads that cannot be created (an address-space limit) end in a clear error, not
+  # "terminate called without an active exception" (SIGABRT). Skipped where the build
+  # cannot start under the limit at all (sanitizers reserve terabytes of address space).
+  if (ulimit -v 400000 && "$tool" --version) >/dev/null 2>&1; then
+    expect_rc 1 bash -c 'ulimit -v 400000 && exec "$0" calibrate --mesh 8x8 --max-bytes 65536 --repeats 1 --out "$1"' \
+      "$tool" "$tmp/never.json"
+    grep -q "cannot start the thread of rank" "$tmp/err" && ok || bad "calibrate under ulimit -v: $(cat "$tmp/err")"
+  fi
+  # Launched like torchrun: two "nodes" (each its own process group), two ranks each, every
+  # process given only torchrun's variables, meeting at MASTER_ADDR:MASTER_PORT on loopback.
+  launch_node() {  # launch_node NODE PORT OUT
+    local node=$1 port=$2 out=$3 lr r
+    for lr in 0 1; do
+      r=$((2 * node + lr))
+      env -u AUTOSHARD_STORE RANK=$r LOCAL_RANK=$lr WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT="$port" AUTOSHARD_TIMEOUT_MS=30000 \
+        "$tool" calibrate --mesh 2x2 --from-env --max-bytes 65536 --repeats 2 --out "$out" >"$out.$r.log" 2>&1 &
+    done
+    local rc=0
+    wait -n || rc=1
+    wait -n || rc=1
+    return $rc
+  }
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  ( set -m; launch_node 0 "$port" "$tmp/env-links.json" & n0=$!; launch_node 1 "$port" "$tmp/env-links.json" & n1=$!
+    wait $n0 && wait $n1 ) && ok || { bad "calibrate --from-env on two local nodes"; cat "$tmp"/env-links.json.*.log; }
+  python3 -c "import json,sys; d=json.load(open('$tmp/env-links.json')); sys.exit(0 if d['mesh'] == [2,2] and all(a['measured'] for a in d['axes']) else 1)" \
+    && ok || bad "calibrate --from-env: the file of rank 0"
+  grep -q "4 ranks, one process each" "$tmp/env-links.json.0.log" && ok || bad "calibrate --from-env: rank 0's report"
+  # Launch variables that cannot be used: errors naming the variable.
+  expect_rc 1 env RANK=x WORLD_SIZE=4 "$tool" calibrate --mesh 2x2 --from-env --out "$tmp/never.json"
+  grep -q "RANK='x' is not an integer" "$tmp/err" && ok || bad "RANK=x: $(cat "$tmp/err")"
+  expect_rc 1 env RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$tool" calibrate --mesh 2x2 --from-env --out "$tmp/never.json"
+  grep -q "the launch has 3 ranks (WORLD_SIZE=3) but mesh(2,2) needs 4" "$tmp/err" && ok || bad "WORLD_SIZE=3: $(cat "$tmp/err")"
+  expect_rc 1 env RANK=0 WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=70000 "$tool" calibrate --mesh 2x2 --from-env --out "$tmp/never.json"
+  grep -q "MASTER_PORT=70000 is outside \[1, 65535\]" "$tmp/err" && ok || bad "MASTER_PORT=70000: $(cat "$tmp/err")"
+  expect_rc 1 env -u RANK -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK "$tool" calibrate --mesh 2x2 --from-env --out "$tmp/never.json"
+  grep -q "no rank in the environment" "$tmp/err" && ok || bad "no RANK: $(cat "$tmp/err")"
 fi
 
 # verify: a plan file (it embeds its graph) executed on 8 Gloo ranks against the unsharded run.

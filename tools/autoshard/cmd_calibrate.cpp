@@ -1,13 +1,16 @@
 // autoshard calibrate: measure each mesh axis's latency and bandwidth on Gloo (ranks as
-// threads over loopback TCP, or this machine's interface), fit the alpha-beta model, and
-// write it for `autoshard plan --calibration` to use.
+// threads over loopback TCP, or one rank per process under torchrun, srun or mpirun with
+// --from-env), fit the alpha-beta model, and write it for `autoshard plan --calibration`.
 #include "common.hpp"
 
 #include <autoshard/gloo/gloo.hpp>
 
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 
 namespace autoshard::tool {
 namespace {
@@ -18,28 +21,67 @@ struct calibrate_cli_options {
   double max_bytes = 4194304;
   int repeats = 7;
   bool json = false;
+  bool from_env = false;
 };
+
+// The largest message calibrate sends; every rank holds three buffers of it (send, receive,
+// and the backend's reduce-scatter staging).
+constexpr double max_calibration_bytes = 1073741824;  // 1 GiB
+constexpr int max_calibration_threads = 64;          // ranks as threads of this process
+
+std::string number(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// Every limit is checked before a rank starts or a buffer is allocated.
+void check_calibrate_options(const calibrate_cli_options& o, const device_mesh& m) {
+  if (!std::isfinite(o.max_bytes) || o.max_bytes < 65536 || o.max_bytes > max_calibration_bytes)
+    throw spec_error("--max-bytes must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB), got " +
+                     number(o.max_bytes));
+  if (o.repeats < 1 || o.repeats > 1000) throw spec_error("--repeats must be from 1 to 1000, got " + std::to_string(o.repeats));
+  if (!o.from_env && m.num_ranks() > max_calibration_threads)
+    throw spec_error("calibrate runs the " + std::to_string(m.num_ranks()) + " ranks of " + to_string(m) +
+                     " as threads of this process: at most " + std::to_string(max_calibration_threads) +
+                     "; start one process per rank with torchrun, srun or mpirun and --from-env instead");
+}
+
+// One process of a launch (torchrun, srun, mpirun): this rank only; rank 0 returns the result.
+std::optional<calibration_result> calibrate_launched(const device_mesh& m, const calibration_options& co) {
+  const launch_env env = read_launch_env();
+  env.check_mesh(m);
+  mesh_communicator mc(connect_launch(env), m);
+  calibration_result r = calibrate(mc, co);  // the same on every rank
+  mc.world().barrier();                      // rank 0 hosts the store: nobody leaves before everyone is done
+  if (env.rank != 0) return std::nullopt;
+  return r;
+}
 
 int run_calibrate(const calibrate_cli_options& o) {
   const device_mesh m(parse_mesh_shape(o.mesh));
-  if (m.num_ranks() > 64) throw spec_error("calibrate runs every rank on this machine: at most 64 ranks");
-  if (o.max_bytes < 65536) throw spec_error("--max-bytes must be at least 65536");
-  if (o.repeats < 1) throw spec_error("--repeats must be at least 1");
+  check_calibrate_options(o, m);
   calibration_options co;
   co.repeats = o.repeats;
   co.sizes.clear();
   for (double b = 4096; b <= o.max_bytes; b *= 4) co.sizes.push_back(b);
   co.holdout = o.max_bytes / 2;
   calibration_result result;
-  std::mutex mu;
-  run_ranks(m.num_ranks(), [&](gloo_communicator& c) {
-    mesh_communicator mc(std::move(c), m);
-    calibration_result r = calibrate(mc, co);  // the same on every rank
-    if (mc.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      result = std::move(r);
-    }
-  });
+  if (o.from_env) {
+    std::optional<calibration_result> r = calibrate_launched(m, co);
+    if (!r) return exit_ok;  // rank 0 writes and reports
+    result = std::move(*r);
+  } else {
+    std::mutex mu;
+    run_ranks(m.num_ranks(), [&](gloo_communicator& c) {
+      mesh_communicator mc(std::move(c), m);
+      calibration_result r = calibrate(mc, co);  // the same on every rank
+      if (mc.rank() == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        result = std::move(r);
+      }
+    });
+  }
   save_calibration(result, o.out);
 
   if (o.json) {
@@ -47,7 +89,7 @@ int run_calibrate(const calibrate_cli_options& o) {
     return exit_ok;
   }
   std::cout << "calibrated " << to_string(m) << " on " << result.backend << " (" << m.num_ranks()
-            << " ranks as threads of this process)\n\n  axis  ranks   latency       bandwidth     held-out error\n";
+            << (o.from_env ? " ranks, one process each" : " ranks as threads of this process") << ")\n\n  axis  ranks   latency       bandwidth     held-out error\n";
   for (const auto& ax : result.axes) {
     std::cout << "  " << std::setw(4) << ax.axis << std::setw(7) << ax.group_size;
     if (!ax.measured) {
@@ -67,12 +109,16 @@ int run_calibrate(const calibrate_cli_options& o) {
 void register_calibrate(CLI::App& app, action& run) {
   auto o = std::make_shared<calibrate_cli_options>();
   CLI::App* cmd = app.add_subcommand("calibrate", "measure each mesh axis's link on Gloo and fit alpha-beta");
-  cmd->add_option("--mesh", o->mesh, "mesh shape, e.g. 2x2 (every rank runs here)")->capture_default_str();
+  cmd->add_option("--mesh", o->mesh, "mesh shape, e.g. 2x2 (its ranks run here as threads, or are the launch's ranks)")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "calibration file (JSON)")->capture_default_str();
-  cmd->add_option("--max-bytes", o->max_bytes, "largest message; sizes go 4 KiB, 16 KiB, ... up to it")
+  cmd->add_option("--max-bytes", o->max_bytes, "largest message (64 KiB .. 1 GiB); sizes go 4 KiB, 16 KiB, ... up to it")
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed repeats per size (the median is kept)")->capture_default_str();
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_flag("--from-env", o->from_env,
+                "this process is one rank of a launch: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun), "
+                "or Slurm's or Open MPI's variables; rank 0 writes --out");
   cmd->callback([o, &run] { run = [o] { return run_calibrate(*o); }; });
 }
 

@@ -8,3 +8,4 @@
 #include "mesh_communicator.hpp"  // basic_mesh_communicator, mesh_communicator_like
 #include "redistribute.hpp"       // redistribute, execute_step
 #include "calibrate.hpp"          // calibrate, apply_calibration
+#include "launch_env.hpp"         // launch_env, read_launch_env: torchrun, Slurm, mpirun

@@ -1,7 +1,8 @@
 #pragma once
-/// Starting ranks: as threads of this process (tests, examples), or as forked processes
-/// that meet through the store the environment names (RANK, WORLD_SIZE, AUTOSHARD_STORE: a
-/// FileStore directory, or tcp://HOST:PORT for a TCP store hosted by rank 0).
+/// Starting ranks: as threads of this process (tests, examples), as forked processes that
+/// meet through the store the environment names (RANK, WORLD_SIZE, AUTOSHARD_STORE: a
+/// FileStore directory, or tcp://HOST:PORT for a TCP store hosted by rank 0), or as the
+/// processes a cluster launcher started (torchrun, srun, mpirun: connect_from_env).
 ///   autoshard::run_ranks(8, [](autoshard::gloo_communicator& c) { c.barrier(); });
 ///   int failed = autoshard::spawn_ranks(4, [](int rank) { auto c = autoshard::connect_from_env(); ...; return 0; });
 ///   // on each of two machines, 4 ranks each, meeting at node0:29500:
@@ -10,26 +11,29 @@
 #include <sys/socket.h>  // socket, bind, getsockname
 #include <sys/types.h>  // pid_t
 #include <sys/wait.h>   // waitpid
-#include <unistd.h>     // fork, _exit
+#include <unistd.h>     // fork, _exit, gethostname
 
 #include <chrono>       // std::chrono
+#include <condition_variable>  // std::condition_variable
 #include <csignal>      // kill, SIGKILL
 #include <cstring>      // strsignal
 #include <cstdio>       // std::fprintf
-#include <cstdlib>      // std::getenv, mkdtemp, setenv
+#include <cstdlib>      // mkdtemp, setenv
 #include <exception>    // std::exception_ptr
 #include <filesystem>   // std::filesystem
 #include <functional>   // std::function
+#include <mutex>        // std::mutex
 #include <optional>     // std::optional
-#include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string
+#include <string_view>  // std::string_view
 #include <thread>       // std::thread
 #include <type_traits>  // std::is_invocable_v
 #include <vector>       // std::vector
 
-#include "../core/error.hpp"  // comm_error
-#include "communicator.hpp"   // gloo_communicator, gloo_store, gloo_options
-#include "tcp_store.hpp"      // tcp_store, parse_tcp_store_url
+#include "../comm/launch_env.hpp"  // launch_env, read_launch_env
+#include "../core/error.hpp"        // comm_error
+#include "communicator.hpp"         // gloo_communicator, gloo_store, gloo_options
+#include "tcp_store.hpp"            // tcp_store, parse_tcp_store_url
 
 namespace autoshard {
 
@@ -58,10 +62,17 @@ class temp_dir {
 /// The outcome of each rank of run_ranks_collect: null, or the exception it ended with.
 using rank_results = std::vector<std::exception_ptr>;
 
+/// The most ranks run_ranks starts as threads of one process (each rank is two threads,
+/// its own and its TCP device's, and holds a socket to every peer).
+inline constexpr int max_rank_threads = 1024;
+
 /// Runs `fn` on n ranks, each a thread with its own TCP device, connected through one
 /// in-process store. `fn` takes either (gloo_communicator&) — connected before the call —
 /// or (int rank, const gloo_store&, const gloo_options&) to connect itself (or not: a
 /// rank that never joins). Joins every thread, then returns each rank's exception.
+/// Every thread is created before any rank starts: when one cannot be created (a thread
+/// or address-space limit), the ones already created are told to stop, joined, and
+/// comm_error says how many ranks could start; n above max_rank_threads is refused first.
 template <class Fn>
 rank_results run_ranks_collect(int n, Fn&& fn, const gloo_options& opts = {}) {
   constexpr bool connected = std::is_invocable_v<Fn&, gloo_communicator&>;
@@ -69,23 +80,52 @@ rank_results run_ranks_collect(int n, Fn&& fn, const gloo_options& opts = {}) {
                 "autoshard: run_ranks takes fn(gloo_communicator&) or fn(int rank, const gloo_store&, "
                 "const gloo_options&)");
   if (n < 1) throw comm_error("run_ranks needs at least one rank, got " + std::to_string(n));
+  if (n > max_rank_threads)
+    throw comm_error("run_ranks: " + std::to_string(n) + " ranks as threads of one process is above the limit of " +
+                     std::to_string(max_rank_threads) + " (each rank is two threads and a socket per peer)");
   gloo_store store = gloo_store::in_process();
   rank_results results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        if constexpr (connected) {
-          gloo_communicator c = gloo_communicator::connect(store, r, n, opts);
-          fn(c);
-        } else {
-          fn(r, store, opts);
+  // The start gate: 0 while threads are being created, 1 to run, -1 to stop unstarted.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  int gate = 0;
+  const auto open_gate = [&](int value) {
+    {
+      std::lock_guard<std::mutex> lock(gate_mu);
+      gate = value;
+    }
+    gate_cv.notify_all();
+  };
+  try {
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        {
+          std::unique_lock<std::mutex> lock(gate_mu);
+          gate_cv.wait(lock, [&] { return gate != 0; });
+          if (gate < 0) return;
         }
-      } catch (...) {
-        results[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
+        try {
+          if constexpr (connected) {
+            gloo_communicator c = gloo_communicator::connect(store, r, n, opts);
+            fn(c);
+          } else {
+            fn(r, store, opts);
+          }
+        } catch (...) {
+          results[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+  } catch (const std::exception& e) {  // std::system_error (EAGAIN), or bad_alloc
+    const std::size_t started = threads.size();
+    open_gate(-1);
+    for (auto& t : threads) t.join();
+    throw comm_error("run_ranks: cannot start the thread of rank " + std::to_string(started) + " of " +
+                     std::to_string(n) + " (" + e.what() + "; a thread, process or address-space limit, e.g. ulimit " +
+                     "-v or -u); the " + std::to_string(started) + " ranks created were stopped before they ran");
+  }
+  open_gate(1);
   for (auto& t : threads) t.join();
   return results;
 }
@@ -96,24 +136,6 @@ void run_ranks(int n, Fn&& fn, const gloo_options& opts = {}) {
   for (auto& e : run_ranks_collect(n, std::forward<Fn>(fn), opts))
     if (e) std::rethrow_exception(e);
 }
-
-namespace detail {
-inline long long env_int(const std::string& k, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw comm_error("environment variable " + k + "='" + v + "' is not an integer");
-  }
-}
-inline std::string env_need(const char* k) {
-  const char* v = std::getenv(k);
-  if (v == nullptr || *v == '\0') throw comm_error(std::string("environment variable ") + k + " is not set");
-  return v;
-}
-}  // namespace detail
 
 /// The store a rank meets the others in: `where` is tcp://HOST:PORT (a TCP store; rank 0
 /// hosts the server, listening on every interface, and every rank connects to HOST:PORT)
@@ -132,23 +154,68 @@ inline gloo_store open_store(const std::string& where, int rank, std::chrono::mi
   return gloo_store::file(where.compare(0, file.size(), file) == 0 ? where.substr(file.size()) : where);
 }
 
-/// Connects to the world the environment describes: RANK, WORLD_SIZE and AUTOSHARD_STORE
-/// (a FileStore directory, or tcp://HOST:PORT: a TCP store that rank 0 hosts; see
-/// open_store), plus optional AUTOSHARD_HOSTNAME, AUTOSHARD_IFACE and AUTOSHARD_TIMEOUT_MS
-/// (also the store's timeout). What spawn_ranks sets, and what a cluster launcher can set.
-/// Rank 0's communicator (and every one split from it) keeps the TCP store's server alive:
-/// end with a collective (a barrier) before rank 0 lets it go.
-inline gloo_communicator connect_from_env(gloo_options opts = {}) {
-  const int rank = static_cast<int>(detail::env_int("RANK", detail::env_need("RANK")));
-  const int size = static_cast<int>(detail::env_int("WORLD_SIZE", detail::env_need("WORLD_SIZE")));
-  if (const char* h = std::getenv("AUTOSHARD_HOSTNAME")) opts.hostname = h;
-  if (const char* i = std::getenv("AUTOSHARD_IFACE")) opts.iface = i;
-  if (const char* t = std::getenv("AUTOSHARD_TIMEOUT_MS"))
-    opts.timeout = std::chrono::milliseconds(detail::env_int("AUTOSHARD_TIMEOUT_MS", t));
-  if (size < 1 || rank < 0 || rank >= size)
-    throw comm_error("environment: RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" + std::to_string(size));
-  return gloo_communicator::connect(open_store(detail::env_need("AUTOSHARD_STORE"), rank, opts.timeout), rank, size,
-                                    opts);
+/// Where the ranks of a launched run meet (an address for open_store): AUTOSHARD_STORE when
+/// set (a FileStore directory, or tcp://HOST:PORT); else the TCP store at MASTER_ADDR, hosted
+/// by rank 0, on AUTOSHARD_MASTER_PORT if set, else on MASTER_PORT, or on MASTER_PORT + 1
+/// under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True: torchrun itself serves
+/// a PyTorch TCPStore on MASTER_PORT). comm_error naming what is missing or out of range.
+inline std::string launch_store_address(const launch_env& env, const env_lookup& get = process_env) {
+  if (const char* s = detail::env_value(get, "AUTOSHARD_STORE")) return s;
+  if (env.master_addr.empty())
+    throw comm_error("environment: MASTER_ADDR is not set: the ranks meet at MASTER_ADDR:MASTER_PORT (a TCP store "
+                     "that rank 0 hosts), or in AUTOSHARD_STORE (tcp://HOST:PORT or a shared directory)");
+  int port = 0;
+  if (const char* p = detail::env_value(get, "AUTOSHARD_MASTER_PORT")) {
+    port = detail::env_integer("AUTOSHARD_MASTER_PORT", p, 1, 65535);
+  } else {
+    if (env.master_port == 0) throw comm_error("environment: MASTER_ADDR is set but MASTER_PORT is not");
+    port = env.master_port;
+    const char* agent = detail::env_value(get, "TORCHELASTIC_USE_AGENT_STORE");
+    if (agent != nullptr && std::string_view(agent) == "True") {
+      if (port == 65535)
+        throw comm_error("environment: MASTER_PORT=65535 is torchrun's own store, and the port after it (where "
+                         "autoshard's store goes) does not exist: set AUTOSHARD_MASTER_PORT");
+      ++port;
+    }
+  }
+  return "tcp://" + detail::tcp::host_port(env.master_addr, static_cast<std::uint16_t>(port));
+}
+
+namespace detail {
+inline bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+}  // namespace detail
+
+/// Connects rank env.rank of env.world_size through launch_store_address(env). The Gloo
+/// device listens on AUTOSHARD_IFACE or GLOO_SOCKET_IFNAME (an interface, as PyTorch's
+/// Gloo backend reads it) or AUTOSHARD_HOSTNAME when set; else on this machine's host name
+/// when MASTER_ADDR is another machine, on 127.0.0.1 when it is this one.
+/// AUTOSHARD_TIMEOUT_MS sets the timeout of connecting and of every operation (and of
+/// the store). Rank 0's communicator (and every one split from it) keeps the TCP store's
+/// server alive: end with a collective (a barrier) before rank 0 lets it go.
+inline gloo_communicator connect_launch(const launch_env& env, gloo_options opts = {},
+                                        const env_lookup& get = process_env) {
+  if (const char* h = detail::env_value(get, "AUTOSHARD_HOSTNAME")) {
+    opts.hostname = h;
+  } else if (!env.master_addr.empty() && !detail::is_loopback(env.master_addr)) {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') opts.hostname = name;
+  }
+  if (const char* i = detail::env_value(get, "GLOO_SOCKET_IFNAME")) opts.iface = i;
+  if (const char* i = detail::env_value(get, "AUTOSHARD_IFACE")) opts.iface = i;
+  if (const char* t = detail::env_value(get, "AUTOSHARD_TIMEOUT_MS"))
+    opts.timeout = std::chrono::milliseconds(detail::env_integer("AUTOSHARD_TIMEOUT_MS", t, 1, 86400000));
+  const std::string where = launch_store_address(env, get);
+  return gloo_communicator::connect(open_store(where, env.rank, opts.timeout), env.rank, env.world_size, opts);
+}
+
+/// Connects to the world the environment describes (read_launch_env: torchrun's RANK and
+/// WORLD_SIZE, Slurm's or Open MPI's equivalents; then connect_launch). What spawn_ranks
+/// sets (RANK, WORLD_SIZE, AUTOSHARD_STORE), and what torchrun, srun or mpirun set with
+/// MASTER_ADDR and MASTER_PORT.
+inline gloo_communicator connect_from_env(gloo_options opts = {}, const env_lookup& get = process_env) {
+  return connect_launch(read_launch_env(get), std::move(opts), get);
 }
 
 /// How spawn_ranks starts its ranks.

@@ -274,11 +274,12 @@ TEST_CASE("a process that exits mid-run makes the other processes fail with comm
 
 TEST_CASE("connect_from_env names what is missing") {
   unsetenv("AUTOSHARD_STORE");
+  unsetenv("MASTER_ADDR");
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "x2", 1);
   CHECK_THROWS_WITH_AS(connect_from_env(), doctest::Contains("WORLD_SIZE='x2' is not an integer"), comm_error);
   setenv("WORLD_SIZE", "2", 1);
-  CHECK_THROWS_WITH_AS(connect_from_env(), doctest::Contains("AUTOSHARD_STORE is not set"), comm_error);
+  CHECK_THROWS_WITH_AS(connect_from_env(), doctest::Contains("MASTER_ADDR is not set"), comm_error);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
 }

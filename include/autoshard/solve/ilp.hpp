@@ -246,15 +246,16 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
     std::vector<std::vector<wcost>> pen;
     if (iter > 0) pen = ls.penalties(lambda);
     const wcost value = ls.tree_dp(iter == 0 ? nullptr : &pen);
-    std::vector<double> g(rv.times.size());
+    const std::vector<double> g = rv.limit ? ls.excess() : std::vector<double>();
     double norm = 0.0, priced = 0.0;
     for (std::size_t t = 0; t < g.size(); ++t) {
-      g[t] = static_cast<double>(ls.load[t] - *rv.limit);
       norm += g[t] * g[t];
       priced += lambda[t] * static_cast<double>(*rv.limit);
     }
     polish();
-    if (norm == 0.0 || !rv.limit) break;
+    const bool fits_unpriced = std::all_of(g.begin(), g.end(), [](double x) { return x <= 0.0; }) &&
+                               std::all_of(lambda.begin(), lambda.end(), [](double l) { return l == 0.0; });
+    if (norm == 0.0 || !rv.limit || fits_unpriced) break;
     const double lagrangian = static_cast<double>(wadd(value, rv.red.offset)) - priced;
     const double ub = is_forbidden_w(best_total) ? 2.0 * std::abs(lagrangian) + 1.0 : static_cast<double>(best_total);
     const double step = theta * std::max(ub - lagrangian, 0.01 * ub) / norm;

@@ -126,15 +126,21 @@ class glpk_model {
 
   /// Usage minus the limit at every candidate time for column values `x` (LP or MIP).
   std::vector<double> excess(const std::vector<double>& x) const {
-    std::vector<double> out(rv.times.size());
-    for (std::size_t t = 0; t < out.size(); ++t) out[t] = static_cast<double>(rv.base[t]) - static_cast<double>(*rv.limit);
+    std::vector<double> diff(rv.times.size() + 1, 0.0);
     for (std::size_t v : rv.ilp_nodes)
       for (const reduced_view::part_span& s : rv.spans[v]) {
         double u = 0.0;
         const std::vector<std::int64_t>& use = rv.node(v).parts[s.part].usage;
         for (std::size_t i = 0; i < use.size(); ++i) u += static_cast<double>(use[i]) * x[static_cast<std::size_t>(first_col[v]) + i];
-        for (std::size_t t = s.a; t < s.b; ++t) out[t] += u;
+        diff[s.a] += u;
+        diff[s.b] -= u;
       }
+    std::vector<double> out(rv.times.size());
+    double cur = 0.0;
+    for (std::size_t t = 0; t < out.size(); ++t) {
+      cur += diff[t];
+      out[t] = static_cast<double>(rv.base[t]) + cur - static_cast<double>(*rv.limit);
+    }
     return out;
   }
 

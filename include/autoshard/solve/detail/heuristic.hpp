@@ -14,7 +14,8 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
-#include "reduce.hpp"  // reducer, wcost
+#include "load_tree.hpp"  // load_tree
+#include "reduce.hpp"     // reducer, wcost
 
 namespace autoshard::detail {
 
@@ -47,7 +48,7 @@ struct reduced_view {
       }
     if (!limit) return;
     times = std::move(candidate_times);
-    base.assign(times.size(), 0);
+    std::vector<int128> diff(times.size() + 1, 0);
     for (std::size_t v = 0; v < red.nodes.size(); ++v) {
       const work_node& n = red.nodes[v];
       for (std::size_t k = 0; k < n.parts.size(); ++k) {
@@ -56,10 +57,14 @@ struct reduced_view {
         if (n.alive) {
           spans[v].push_back({k, a, b});
         } else {
-          for (std::size_t t = a; t < b; ++t) base[t] += n.parts[k].lo;
+          diff[a] += n.parts[k].lo;
+          diff[b] -= n.parts[k].lo;
         }
       }
     }
+    base.assign(times.size(), 0);
+    int128 cur = 0;
+    for (std::size_t t = 0; t < times.size(); ++t) cur += diff[t], base[t] = cur;
   }
 
   /// Time indices [a, b) inside a live interval.
@@ -105,7 +110,7 @@ class local_search {
 
   const reduced_view& rv;
   std::vector<std::size_t> pick;  // per node id; meaningful for alive nodes
-  std::vector<int128> load;       // per candidate time
+  load_tree load;                 // summed usage per candidate time
 
   /// Node and edge cost of node v at strategy i, against its neighbours' current picks.
   local_cost local(std::size_t v, std::size_t i) const {
@@ -115,16 +120,28 @@ class local_search {
     return c;
   }
 
-  /// Summed usage of node v's parts at time index t... as a change: moving v from its pick to j
-  /// keeps every candidate time point within the limit.
+  /// Moving v from its pick to j keeps every candidate time point within the limit (its live
+  /// parts may overlap: each stretch between their ends is checked with their summed change).
   bool fits(std::size_t v, std::size_t j) const {
-    if (!rv.limit) return true;
-    for (const reduced_view::part_span& s : rv.spans[v]) {
-      const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
+    if (!rv.limit || j == pick[v]) return true;
+    const std::vector<reduced_view::part_span>& spans = rv.spans[v];
+    if (spans.size() == 1) {
+      const std::vector<std::int64_t>& u = rv.node(v).parts[spans[0].part].usage;
       const int128 du = static_cast<int128>(u[j]) - u[pick[v]];
-      if (du <= 0) continue;
-      for (std::size_t t = s.a; t < s.b; ++t)
-        if (load[t] + usage_delta(v, j, t) > *rv.limit) return false;
+      return du <= 0 || load.max(spans[0].a, spans[0].b) + du <= *rv.limit;
+    }
+    std::vector<std::size_t> cuts;
+    for (const reduced_view::part_span& s : spans) cuts.push_back(s.a), cuts.push_back(s.b);
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      int128 du = 0;
+      for (const reduced_view::part_span& s : spans)
+        if (s.a <= cuts[k] && cuts[k] < s.b) {
+          const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
+          du += static_cast<int128>(u[j]) - u[pick[v]];
+        }
+      if (du > 0 && load.max(cuts[k], cuts[k + 1]) + du > *rv.limit) return false;
     }
     return true;
   }
@@ -133,25 +150,33 @@ class local_search {
     if (rv.limit)
       for (const reduced_view::part_span& s : rv.spans[v]) {
         const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
-        const int128 du = static_cast<int128>(u[j]) - u[pick[v]];
-        for (std::size_t t = s.a; t < s.b; ++t) load[t] += du;
+        load.add(s.a, s.b, static_cast<int128>(u[j]) - u[pick[v]]);
       }
     pick[v] = j;
   }
 
   void recompute_load() {
     if (!rv.limit) return;
-    load = rv.base;
+    std::vector<int128> diff(rv.times.size() + 1, 0);
     for (std::size_t v : rv.ilp_nodes)
-      for (const reduced_view::part_span& s : rv.spans[v])
-        for (std::size_t t = s.a; t < s.b; ++t) load[t] += rv.node(v).parts[s.part].usage[pick[v]];
+      for (const reduced_view::part_span& s : rv.spans[v]) {
+        const std::int64_t u = rv.node(v).parts[s.part].usage[pick[v]];
+        diff[s.a] += u;
+        diff[s.b] -= u;
+      }
+    std::vector<int128> values(rv.times.size());
+    int128 cur = 0;
+    for (std::size_t t = 0; t < values.size(); ++t) cur += diff[t], values[t] = rv.base[t] + cur;
+    load = load_tree(values);
   }
 
-  bool within_limit() const {
-    if (!rv.limit) return true;
-    for (const int128& l : load)
-      if (l > *rv.limit) return false;
-    return true;
+  bool within_limit() const { return !rv.limit || load.size() == 0 || load.argmax().first <= *rv.limit; }
+
+  /// Summed usage minus the limit at every candidate time point.
+  std::vector<double> excess() const {
+    std::vector<double> g(load.size());
+    for (std::size_t t = 0; t < g.size(); ++t) g[t] = static_cast<double>(load.at(t) - *rv.limit);
+    return g;
   }
 
   /// Greedy in node order: each node takes its cheapest strategy against the neighbours already
@@ -297,14 +322,16 @@ class local_search {
   bool repair() {
     if (!rv.limit) return true;
     for (std::size_t guard = 0; guard < 1000000; ++guard) {
-      std::size_t worst = load.size();
-      for (std::size_t t = 0; t < load.size(); ++t)
-        if (load[t] > *rv.limit && (worst == load.size() || load[t] > load[worst])) worst = t;
-      if (worst == load.size()) return true;
+      if (load.size() == 0) return true;
+      const auto [peak, worst] = load.argmax();
+      if (peak <= *rv.limit) return true;
       bool found = false;
       long double best_score = 0;
       std::size_t bv = 0, bj = 0;
       for (std::size_t v : rv.ilp_nodes) {
+        bool live = false;
+        for (const reduced_view::part_span& s : rv.spans[v]) live = live || (s.a <= worst && worst < s.b);
+        if (!live) continue;
         const int128 here_use = usage_at(v, pick[v], worst);
         const local_cost here = local(v, pick[v]);
         for (std::size_t j = 0; j < rv.node(v).size(); ++j) {
@@ -405,9 +432,6 @@ class local_search {
     for (const reduced_view::part_span& s : rv.spans[v])
       if (s.a <= t && t < s.b) u += rv.node(v).parts[s.part].usage[j];
     return u;
-  }
-  int128 usage_delta(std::size_t v, std::size_t j, std::size_t t) const {
-    return usage_at(v, j, t) - usage_at(v, pick[v], t);
   }
 };
 

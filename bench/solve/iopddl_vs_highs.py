@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""autoshard solve next to a one-thread HiGHS on IOPDDL contest instances, one run.
+
+For each instance: `autoshard solve FILE --json` (its exact objective, re-checked here with
+`autoshard solve FILE --evaluate`), then HiGHS (highspy, one thread, no reductions) on the
+plain marginal model of the same problem: a binary per strategy, a continuous variable per
+allowed pair (a cost >= 1e18 forbids: no variable, or the strategy fixed at 0), the marginal
+rows, and one memory row per maximal live set where the limit can bind, all up front. Prints
+per instance the exact objective, the best known value and their ratio, the bound, the time,
+HiGHS's objective, bound and time, and the load average of the machine.
+
+Setup (bench only, not a library dependency): `python3 -m pip install -r bench/solve/requirements.txt`
+  bench/solve/iopddl_vs_highs.py --tool build/release/tools/autoshard --time-limit 120 \\
+      ../shared/iopddl/asplos-2025-iopddl-B.json.gz ...
+"""
+import argparse, gzip, json, os, pathlib, subprocess, sys, tempfile, time
+
+INF = 10**18
+BEST_KNOWN = {  # ../shared/iopddl/README.md: exact optima (Gurobi) where known
+    "example": 445,
+    "asplos-2025-iopddl-B": 532843,
+    "asplos-2025-iopddl-G": 217039,
+    "asplos-2025-iopddl-P": 658025094417,
+    "asplos-2025-iopddl-V": 1617084,
+}
+
+
+def load(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)["problem"]
+
+
+def stem(path):
+    name = pathlib.Path(path).name
+    for ext in (".gz", ".json"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return name
+
+
+def run_autoshard(tool, path, time_limit, workdir):
+    plain = path
+    if str(path).endswith(".gz"):
+        plain = os.path.join(workdir, stem(path) + ".json")
+        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+            dst.write(src.read())
+    answer = os.path.join(workdir, stem(path) + ".answer.json")
+    t0 = time.perf_counter()
+    out = subprocess.run([tool, "solve", plain, "--json", "--quiet", "--time-limit", str(time_limit),
+                          "--solution-out", answer], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        return {"error": out.stderr.strip(), "wall": wall}
+    r = json.loads(out.stdout)
+    ev = subprocess.run([tool, "solve", plain, "--evaluate", answer, "--json"], capture_output=True, text=True)
+    r["evaluated"] = json.loads(ev.stdout)["objective"] if ev.returncode == 0 else None
+    r["wall"] = wall
+    return r
+
+
+def run_highs(p, time_limit):
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("time_limit", float(time_limit))
+    nodes, edges = p["nodes"], p["edges"]
+    costs, usages, intervals = nodes["costs"], nodes["usages"], nodes["intervals"]
+    col_cost, col_lo, col_hi, integrality = [], [], [], []
+    first = []
+    for c in costs:
+        first.append(len(col_cost))
+        for x in c:
+            col_cost.append(float(x) if x < INF else 0.0)
+            col_lo.append(0.0)
+            col_hi.append(1.0 if x < INF else 0.0)
+            integrality.append(1)
+    rows_lo, rows_hi, starts, index, value = [], [], [], [], []
+
+    def row(lo, hi, idx, val):
+        rows_lo.append(lo)
+        rows_hi.append(hi)
+        starts.append(len(index))
+        index.extend(idx)
+        value.extend(val)
+
+    for v, c in enumerate(costs):
+        row(1.0, 1.0, [first[v] + i for i in range(len(c))], [1.0] * len(c))
+    for (u, w), m in zip(edges["nodes"], edges["costs"]):
+        nu, nw = len(costs[u]), len(costs[w])
+        by_i = [[] for _ in range(nu)]
+        by_j = [[] for _ in range(nw)]
+        for k, x in enumerate(m):
+            if x >= INF:
+                continue
+            col = len(col_cost)
+            col_cost.append(float(x))
+            col_lo.append(0.0)
+            col_hi.append(1.0)
+            integrality.append(0)
+            by_i[k // nw].append(col)
+            by_j[k % nw].append(col)
+        for i in range(nu):
+            row(0.0, 0.0, by_i[i] + [first[u] + i], [1.0] * len(by_i[i]) + [-1.0])
+        for j in range(nw):
+            row(0.0, 0.0, by_j[j] + [first[w] + j], [1.0] * len(by_j[j]) + [-1.0])
+    limit = p.get("usage_limit")
+    if limit is not None:
+        starts_t = sorted({a for a, b in intervals if a < b})
+        ends = sorted(b for a, b in intervals if a < b)
+        import bisect
+        for k, t in enumerate(starts_t):
+            nxt = starts_t[k + 1] if k + 1 < len(starts_t) else float("inf")
+            e = bisect.bisect_right(ends, t)
+            if e == len(ends) or ends[e] > nxt:
+                continue  # not a maximal live set
+            live = [v for v, (a, b) in enumerate(intervals) if a <= t < b]
+            if sum(max(usages[v]) for v in live) <= limit:
+                continue  # cannot bind
+            idx, val = [], []
+            for v in live:
+                for i, u in enumerate(usages[v]):
+                    if u:
+                        idx.append(first[v] + i)
+                        val.append(float(u))
+            row(-highspy.kHighsInf, float(limit), idx, val)
+    n = len(col_cost)
+    h.addVars(n, np.array(col_lo), np.array(col_hi))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(col_cost))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.array(integrality, dtype=np.uint8))
+    h.addRows(len(rows_lo), np.array(rows_lo), np.array(rows_hi), len(index), np.array(starts, dtype=np.int32),
+              np.array(index, dtype=np.int32), np.array(value))
+    t0 = time.perf_counter()
+    h.run()
+    wall = time.perf_counter() - t0
+    info = h.getInfo()
+    status = h.modelStatusToString(h.getModelStatus())
+    return {"objective": info.objective_function_value, "bound": info.mip_dual_bound, "status": status, "wall": wall}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--tool", default="build/release/tools/autoshard")
+    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--no-highs", action="store_true")
+    a = ap.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    hdr = ("instance", "best known", "autoshard", "ratio", "bound", "status", "first feas s", "time s", "HiGHS obj",
+           "HiGHS bound", "HiGHS status", "HiGHS s", "load")
+    print(" | ".join(hdr))
+    with tempfile.TemporaryDirectory() as work:
+        for f in a.files:
+            name = stem(f)
+            best = BEST_KNOWN.get(name)
+            r = run_autoshard(a.tool, f, a.time_limit, work)
+            load1 = os.getloadavg()[0]
+            if "error" in r:
+                row = [name, str(best), "error: " + r["error"][:80], "-", "-", "-", "-", f"{r['wall']:.1f}"]
+            else:
+                assert r["evaluated"] == r["objective"], (r["evaluated"], r["objective"])
+                ratio = f"{r['objective'] / best:.5f}" if best else "-"
+                row = [name, str(best), str(r["objective"]), ratio, str(r["bound"]), r["status"],
+                       f"{r['first_feasible_seconds']:.2f}", f"{r['wall']:.1f}"]
+            if a.no_highs:
+                row += ["-", "-", "-", "-"]
+            else:
+                hs = run_highs(load(f), a.time_limit)
+                row += [f"{hs['objective']:.0f}", f"{hs['bound']:.0f}", hs["status"], f"{hs['wall']:.1f}"]
+            row.append(f"{load1:.1f}")
+            print(" | ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

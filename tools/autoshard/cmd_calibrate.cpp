@@ -2,6 +2,7 @@
 // threads over loopback TCP, or one rank per process under torchrun, srun or mpirun with
 // --from-env), fit the alpha-beta model, and write it for `autoshard plan --calibration`.
 #include "common.hpp"
+#include "paths.hpp"
 
 #include <autoshard/gloo/gloo.hpp>
 
@@ -59,6 +60,7 @@ std::optional<calibration_result> calibrate_launched(const device_mesh& m, const
 }
 
 int run_calibrate(const calibrate_cli_options& o) {
+  command_paths{}.output("--out", o.out).check();  // not a directory: found before the ranks run
   const device_mesh m(parse_mesh_shape(o.mesh));
   check_calibrate_options(o, m);
   calibration_options co;

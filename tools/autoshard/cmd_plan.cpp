@@ -1,6 +1,7 @@
 // autoshard plan: auto-shard a model on a mesh, print the plan with the baselines side by
 // side, and write the plan JSON, a Graphviz DOT and (where `dot` is installed) an SVG.
 #include "common.hpp"
+#include "paths.hpp"
 #include "model_options.hpp"
 #include "progress.hpp"
 
@@ -45,13 +46,14 @@ std::int64_t parse_bytes(const std::string& s) {
   static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
   std::smatch m;
   if (!std::regex_match(s, m, re)) throw spec_error("memory budget '" + s + "' is not a size (e.g. 16GiB or 8e9)");
-  double v = std::stod(m[1].str());
+  double v = std::strtod(m[1].str().c_str(), nullptr);  // 1e400 is inf, refused below (std::stod threw "stod")
   const std::string u = m[2].str();
   const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
                                            {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
                                            {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
   v *= mult.at(u);
-  if (v < 1 || v > 9e18) throw spec_error("memory budget '" + s + "' is out of range");
+  if (!(v >= 1) || !(v <= 9e18))
+    throw spec_error("memory budget '" + s + "' is out of range: give 1 byte to 9e18 bytes (8 EiB)");
   return static_cast<std::int64_t>(v);
 }
 
@@ -94,6 +96,16 @@ void print_summary_row(const plan_summary& s, bool chosen) {
 
 int run_plan(const plan_cli_options& o) {
   namespace fs = std::filesystem;
+  {  // no output may replace an input (`plan --model M.json --out M.json`) or another output
+    const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
+    command_paths paths;
+    if (!o.model.is_preset()) paths.model("--model", o.model.model);
+    if (!o.calibration.empty()) paths.input("--calibration", o.calibration);
+    if (o.preload) paths.input("--out (with --preload)", o.out);
+    else paths.output("--out", o.out);
+    paths.output("--dot", dot).output("the SVG beside --dot", fs::path(dot).replace_extension(".svg"));
+    paths.check();
+  }
   const model_graph g = o.model.build();
   const device_mesh m = o.mesh.build();
 
@@ -273,9 +285,10 @@ void register_plan(CLI::App& app, action& run) {
       ->capture_default_str();
   cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9");
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
-  cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str();
+  cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str()->check(finite_in(0, 1e7, true));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_in(0, 1));
   cmd->add_flag("--skip-fully-replicated", o->skip_fully_replicated, "never choose an all-replicated strategy");
   cmd->add_flag("--run-checks", o->run_checks, "check the plan's consistency and re-price it from scratch");
   cmd->add_flag("--preload", o->preload, "read the plan from --out instead of solving");

@@ -1,6 +1,7 @@
 // autoshard shard: cut a safetensors checkpoint into one file per rank, by a built-in
 // tensor-parallel policy or by a solved plan, with DIR/index.json saying what went where.
 #include "common.hpp"
+#include "paths.hpp"
 #include "plan_file.hpp"
 
 #include <autoshard/tensor/tensor.hpp>
@@ -37,7 +38,20 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
 int run_shard(const shard_cli_options& o) {
   namespace fs = std::filesystem;
   if (o.policy.empty() == o.plan.empty()) throw spec_error("give exactly one of --policy (with --tp) or --plan");
+  // Inputs first checked as files (a FIFO would block), then opened; outputs checked below.
+  command_paths paths;
+  paths.input_or_dir("checkpoint", o.checkpoint);
+  if (!o.plan.empty()) paths.input("--plan", o.plan);
+  if (!o.config.empty()) paths.input("--config", o.config);
+  paths.check();
   const checkpoint in(o.checkpoint);
+  // Every file the checkpoint is made of is an input the outputs must not replace.
+  for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
+  auto check_outputs = [&](int ranks) {
+    for (int r = 0; r < ranks; ++r) paths.output("--out rank file", rank_file(o.out, r));
+    paths.output("--out index", fs::path(o.out) / "index.json");
+    paths.check();
+  };
   shard_options so;
   if (!o.dtype_name.empty()) so.convert_to = parse_dtype_or_throw(o.dtype_name);
 
@@ -61,16 +75,31 @@ int run_shard(const shard_cli_options& o) {
   std::string how;
   if (!o.policy.empty()) {
     if (o.tp < 1) throw spec_error("--policy needs --tp N (the tensor-parallel size), N >= 1");
-    std::string name = o.policy;
-    for (char& c : name)
-      if (c == '-') c = '_';
-    const tp_policy policy = policies::by_model_type(name);
-    fs::path cfg = o.config.empty() ? default_config(o.checkpoint) : fs::path(o.config);
+    auto normal = [](std::string n) {
+      for (char& c : n)
+        if (c == '-') c = '_';
+      return n;
+    };
+    const fs::path cfg = o.config.empty() ? default_config(o.checkpoint) : fs::path(o.config);
     const model_config config = cfg.empty() ? model_config{} : load_model_config(cfg);
+    const std::string model_type = cfg.empty() ? std::string() : normal(load_model_type(cfg));
+    std::string name = normal(o.policy);
+    if (name == "auto") {
+      if (cfg.empty()) throw spec_error("--policy auto reads model_type from config.json, but there is none beside '" +
+                                        o.checkpoint + "': give --config or a policy by name");
+      if (model_type.empty()) throw spec_error("--policy auto: '" + cfg.string() + "' has no \"model_type\"; give a policy by name");
+      name = model_type;
+    } else if (!model_type.empty() && model_type != name) {
+      throw spec_error("policy '" + name + "' does not fit this checkpoint: '" + cfg.string() + "' says model_type '" +
+                       model_type + "' (use --policy auto, or --policy " + model_type + ")");
+    }
+    const tp_policy policy = policies::by_model_type(name);
+    check_outputs(o.tp);
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
     how = "policy " + policy.name + ", tp " + std::to_string(o.tp);
   } else {
     const plan_policy policy = plan_policy_for(read_plan_parameters(o.plan), in, o.plan);
+    check_outputs(policy.mesh.num_ranks());
     r = shard_checkpoint(in, policy, o.out, so);
     how = "plan " + o.plan + " on " + to_string(policy.mesh);
   }
@@ -102,8 +131,8 @@ void register_shard(CLI::App& app, action& run) {
   auto o = std::make_shared<shard_cli_options>();
   CLI::App* cmd = app.add_subcommand("shard", "cut a safetensors checkpoint into one file per rank");
   cmd->add_option("checkpoint", o->checkpoint, "model.safetensors, its index json, or a directory")->required();
-  auto* pol = cmd->add_option("--policy", o->policy, "built-in policy: gpt2, bert, opt, gpt_neox, bloom, llama");
-  cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy)")->needs(pol);
+  auto* pol = cmd->add_option("--policy", o->policy, "built-in policy: gpt2, bert, opt, gpt_neox, bloom, llama, or auto (config.json's model_type)");
+  cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy)")->needs(pol)->check(positive_int());
   auto* plan = cmd->add_option("--plan", o->plan, "a plan file written by `autoshard plan --out`");
   pol->excludes(plan);
   cmd->add_option("--config", o->config, "Hugging Face config.json (default: the one beside the checkpoint)");

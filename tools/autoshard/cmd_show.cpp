@@ -3,12 +3,15 @@
 // tensors of a plan file (written by `autoshard plan --out`) with their specs and local
 // shapes, and, with --tensor, the block map of one of them.
 #include "common.hpp"
+#include "paths.hpp"
 #if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
 #include "model_options.hpp"
 #endif
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -275,6 +278,7 @@ void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shap
 }
 
 int run_show_spec(const show_options& o) {
+  command_paths{}.output("--svg", o.svg).check();
   const device_mesh m = o.mesh.build();
   const tensor_shape shape = parse_shape_list(o.shape);
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
@@ -318,7 +322,9 @@ plan_doc read_plan(const show_options& o) {
     doc.algo = j.value("algo", std::string());
     doc.mode = j.value("mode", std::string());
     const auto& mj = j.at("mesh");
-    device_mesh m(json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape"));
+    const std::vector<int> mesh_shape = json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape");
+    check_mesh_size(mesh_shape, "plan file '" + file + "': the mesh shape");  // before anything is sized by it
+    device_mesh m(mesh_shape);
     if (mj.contains("links")) {
       const auto& links = mj.at("links");
       for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
@@ -437,6 +443,10 @@ const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const
 }
 
 int run_show_plan(const show_options& o) {
+  command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
+  paths.input("--plan", o.plan).output("--svg", o.svg);
+  if (o.model_given && !o.model.is_preset()) paths.model("--model", o.model.model);
+  paths.check();
   const plan_doc doc = read_plan(o);
   const device_mesh& m = doc.mesh;
   if (!o.tensor.empty()) {

@@ -1,6 +1,7 @@
 // autoshard solve: a solver-level problem in the IOPDDL contest's JSON format; or, with
 // --evaluate, the exact contest score of any solution to it.
 #include "common.hpp"
+#include "paths.hpp"
 #include "progress.hpp"
 
 #include <iomanip>
@@ -42,6 +43,13 @@ int run_evaluate(const solve_cli_options& o, const strategy_problem& p) {
 }
 
 int run_solve(const solve_cli_options& o) {
+  {  // a directory or FIFO: a clear error, no hang; the answer never written over the problem
+    command_paths paths;
+    paths.input("problem file", o.file);
+    if (!o.evaluate.empty()) paths.input("--evaluate", o.evaluate);
+    paths.output("--solution-out", o.solution_out);
+    paths.check();
+  }
   const strategy_problem p = read_iopddl_file(o.file);
   if (!o.evaluate.empty()) return run_evaluate(o, p);
   solve_options so;
@@ -97,9 +105,10 @@ void register_solve(CLI::App& app, action& run) {
   auto o = std::make_shared<solve_cli_options>();
   CLI::App* cmd = app.add_subcommand("solve", "solve a strategy problem in the IOPDDL JSON format");
   cmd->add_option("problem", o->file, "problem file (IOPDDL JSON)")->required();
-  cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str();
+  cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str()->check(finite_in(0, 1e7, true));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_in(0, 1));
   cmd->add_option("--solution-out", o->solution_out, "write the answer in the contest's format: [0, 2, 1, ...]");
   cmd->add_option("--evaluate", o->evaluate,
                   "do not solve: evaluate this solution file exactly (exit 1 when it is infeasible)");

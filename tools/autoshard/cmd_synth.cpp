@@ -3,6 +3,7 @@
 // demos and tests, and to try sharding without downloading a model.
 #include "common.hpp"
 #include "model_options.hpp"
+#include "paths.hpp"
 
 #include <autoshard/tensor/tensor.hpp>
 
@@ -30,6 +31,14 @@ std::string file_name(const std::string& family, const std::string& n) {
 int run_synth(const synth_options& o) {
   namespace fs = std::filesystem;
   // A preset is its family's Hugging Face model; a config.json (or directory) is used as the template.
+  {  // `synth --model DIR --out DIR` would replace the config it reads
+    command_paths paths;
+    if (!o.model.is_preset())
+      paths.model("--model", o.model.model);
+    paths.output("--out checkpoint", fs::path(o.out) / "model.safetensors")
+        .output("--out config", fs::path(o.out) / "config.json")
+        .check();
+  }
   hf_model m;
   if (std::optional<hf_model> h = o.model.hf()) {
     m = *h;
@@ -108,7 +117,7 @@ void register_synth(CLI::App& app, action& run) {
       "synth", "write a seeded checkpoint with the parameter names and shapes of a preset or a Hugging Face config");
   o->model.add_to(*cmd);
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str()->check(seed_value());
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_synth(*o); }; });
 }

@@ -1,6 +1,7 @@
 // autoshard verify: execute a plan file on one local Gloo rank per device of its mesh and
 // compare every operator with the unsharded run of the same graph and seeded weights.
 #include "common.hpp"
+#include "paths.hpp"
 
 #include <autoshard/exec/exec.hpp>
 
@@ -19,6 +20,7 @@ struct verify_cli_options {
 };
 
 int run_verify(const verify_cli_options& o) {
+  command_paths{}.input("--plan", o.plan).check();
   const loaded_plan lp = load_plan(o.plan);
   verify_options vo;
   vo.compute = parse_dtype_or_throw(o.dtype_name);
@@ -27,7 +29,7 @@ int run_verify(const verify_cli_options& o) {
   vo.seed = o.seed;
   vo.rtol = o.rtol;
   if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
-  vo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout * 1000.0));
+  vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
               << (lp.mode == run_mode::training ? "training" : "inference") << " plan; the forward pass) on "
@@ -77,10 +79,13 @@ void register_verify(CLI::App& app, action& run) {
   cmd->add_option("--dtype", o->dtype_name, "compute in f64 (differences are rounding only) or f32")
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "seed of the input and weight values")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the input and weight values")->capture_default_str()->check(seed_value());
   cmd->add_option("--rtol", o->rtol, "tolerance relative to max(1, |values|); 0 = 1e-9 for f64, 1e-3 for f32")
-      ->capture_default_str();
-  cmd->add_option("--timeout", o->timeout, "seconds a rank waits in one collective")->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_in(0, 1));
+  cmd->add_option("--timeout", o->timeout, "seconds a rank waits in one collective")
+      ->capture_default_str()
+      ->check(finite_in(0, 1e6, true));
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
 }

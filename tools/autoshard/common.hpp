@@ -7,9 +7,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,47 @@ inline constexpr int exit_ok = 0;
 inline constexpr int exit_user_error = 1;
 inline constexpr int exit_usage = 2;
 
+/// A CLI11 check for a size flag: an int in [1, 2^31-1]. "0" or "-1" is a usage error
+/// ("--layers: Value 0 not in range 1 to 2147483647"), never a silent fall back to a default.
+inline CLI::Range positive_int() { return CLI::Range(1, std::numeric_limits<int>::max()); }
+
+/// A CLI11 check for a real-valued flag: a finite number in [lo, hi] (or (lo, hi] when
+/// `open_low`). "nan", "inf", "1e400" and numbers outside are usage errors naming the range,
+/// e.g. "--mip-rel-gap: inf is not a finite number in [0, 1]".
+inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
+  auto show = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  const std::string range = (open_low ? "(" : "[") + show(lo) + ", " + show(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(in.c_str(), &end);
+        const bool parsed = end != in.c_str() && *end == '\0' && errno != ERANGE;
+        if (!parsed || !std::isfinite(v) || v < lo || v > hi || (open_low && v == lo))
+          return in + " is not a finite number in " + range;
+        return {};
+      },
+      "FINITE in " + range);
+}
+
+/// A CLI11 check for a seed: decimal digits only, at most 2^64-1 ("-1" used to wrap to 2^64-1).
+inline CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const bool digits = !in.empty() && in.find_first_not_of("0123456789") == std::string::npos;
+        (void)std::strtoull(in.c_str(), &end, 10);
+        if (!digits || errno == ERANGE) return in + " is not a seed (an integer in [0, 18446744073709551615])";
+        return {};
+      },
+      "SEED");
+}
+
 /// Mesh and link options shared by every subcommand that prices communication.
 /// Axis 0 crosses nodes (inter-node link) on meshes of 2+ axes; the other axes stay
 /// inside a node. A 1-D mesh is one node.
@@ -27,22 +72,31 @@ struct mesh_options {
   std::string mesh = "2x4";
   double inter_bw = 25e9;
   double intra_bw = 300e9;
-  double inter_lat = -1;  ///< < 0: the default, 20 us (NCCL's; `plan --backend gloo` uses Gloo's)
-  double intra_lat = -1;  ///< < 0: the default, 5 us
+  double inter_lat = -1;  ///< < 0: not given, the default 20 us (NCCL's; `plan --backend gloo` uses Gloo's)
+  double intra_lat = -1;  ///< < 0: not given, the default 5 us
   double inter_hop = nccl_inter_node_hop;  ///< per ring step, seconds
   double intra_hop = nccl_intra_node_hop;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4 (1 to 4 axes)")->capture_default_str();
-    cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")->capture_default_str();
-    cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")->capture_default_str();
-    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)");
-    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)");
-    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)");
-    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)");
+    // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
+    // the default without a word: refused as usage errors.
+    cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")
+        ->capture_default_str()
+        ->check(finite_in(0, 1e18, true));
+    cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")
+        ->capture_default_str()
+        ->check(finite_in(0, 1e18, true));
+    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)")->check(finite_in(0, 3600));
+    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)")->check(finite_in(0, 3600));
+    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)")
+        ->check(finite_in(0, 1));
+    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)")
+        ->check(finite_in(0, 1));
   }
   device_mesh build() const {
-    if (!(inter_bw > 0) || !(intra_bw > 0)) throw spec_error("bandwidths must be positive");
+    if (!(inter_bw > 0) || !(intra_bw > 0) || !std::isfinite(inter_bw) || !std::isfinite(intra_bw))
+      throw spec_error("bandwidths must be finite and positive");
     if (!(inter_hop >= 0) || !(intra_hop >= 0) || !(inter_hop < 1) || !(intra_hop < 1))
       throw spec_error("--inter-hop and --intra-hop must be in [0, 1) seconds");
     const double a0 = inter_lat < 0 ? 2e-5 : inter_lat, a1 = intra_lat < 0 ? 5e-6 : intra_lat;

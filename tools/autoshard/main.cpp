@@ -2,7 +2,9 @@
 // Exit codes: 0 success, 1 user error (one message on stderr), 2 usage error.
 #include "common.hpp"
 
+#include <filesystem>
 #include <iostream>
+#include <new>
 
 int main(int argc, char** argv) {
   using namespace autoshard::tool;
@@ -44,8 +46,19 @@ int main(int argc, char** argv) {
   }
   try {
     return run ? run() : exit_usage;
-  } catch (const std::exception& e) {  // autoshard::error's what() is "<kind> error: ...": the tool names itself
+  } catch (const autoshard::error& e) {  // what() is "<kind> error: ...": the tool names itself
     std::cerr << "autoshard: " << e.what() << "\n";
+    return exit_user_error;
+  } catch (const std::bad_alloc&) {  // a size no check caught: say what happened, not "std::bad_alloc"
+    std::cerr << "autoshard: resource error: out of memory (an allocation failed); the input asks for more "
+                 "memory than this machine lets the process have\n";
+    return exit_user_error;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "autoshard: io error: " << e.code().message() << ": '" << e.path1().string() << "'"
+              << (e.path2().empty() ? "" : " and '" + e.path2().string() + "'") << "\n";
+    return exit_user_error;
+  } catch (const std::exception& e) {  // a bug: still one line with a kind
+    std::cerr << "autoshard: internal error: " << e.what() << "\n";
     return exit_user_error;
   }
 }

@@ -19,20 +19,22 @@ struct model_options {
   std::string dtype_name;
   std::string mode = "train";
 
+  /// The size overrides must be positive when given: 0 or -1 used to fall back to the
+  /// preset's value without a word (synth --layers -1 wrote 12 layers).
   void add_to(CLI::App& cmd) {
     cmd.add_option("--model", model,
                    "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b), "
                    "a Hugging Face model directory (or its config.json), or a model JSON file")
         ->capture_default_str();
     cmd.add_option("--mode", mode, "train or infer")->check(CLI::IsMember({"train", "infer"}))->capture_default_str();
-    cmd.add_option("--layers", layers, "override the preset's number of layers");
-    cmd.add_option("--hidden", hidden, "override the hidden size");
-    cmd.add_option("--heads", heads, "override the attention heads");
-    cmd.add_option("--kv-heads", kv_heads, "override the key/value heads (grouped-query attention)");
-    cmd.add_option("--ffn", ffn, "override the MLP width (default 4 x hidden for GPT-2 and BERT)");
-    cmd.add_option("--vocab", vocab, "override the vocabulary size");
-    cmd.add_option("--seq", seq, "sequence length");
-    cmd.add_option("--batch", batch, "global batch size");
+    cmd.add_option("--layers", layers, "override the preset's number of layers")->check(positive_int());
+    cmd.add_option("--hidden", hidden, "override the hidden size")->check(positive_int());
+    cmd.add_option("--heads", heads, "override the attention heads")->check(positive_int());
+    cmd.add_option("--kv-heads", kv_heads, "override the key/value heads (grouped-query attention)")->check(positive_int());
+    cmd.add_option("--ffn", ffn, "override the MLP width (default 4 x hidden for GPT-2 and BERT)")->check(positive_int());
+    cmd.add_option("--vocab", vocab, "override the vocabulary size")->check(positive_int());
+    cmd.add_option("--seq", seq, "sequence length")->check(positive_int());
+    cmd.add_option("--batch", batch, "global batch size")->check(positive_int());
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)");
   }
   run_mode run() const { return mode == "train" ? run_mode::training : run_mode::inference; }

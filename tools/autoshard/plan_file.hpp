@@ -36,7 +36,9 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
     if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
       throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
     const auto& mj = j.at("mesh");
-    device_mesh m(json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape"));
+    const std::vector<int> mesh_shape = json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape");
+    check_mesh_size(mesh_shape, "plan file '" + file + "': the mesh shape");  // before anything is sized by it
+    device_mesh m(mesh_shape);
     const auto& links = mj.at("links");
     for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
       m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
@@ -86,6 +88,33 @@ inline plan_policy plan_policy_for(const plan_parameters& plan, const checkpoint
     throw io_error("plan file '" + file + "' names none of the checkpoint's tensors (first: '" +
                    (plan.params.empty() ? std::string("none") : plan.params.front().name) +
                    "'): the plan is for another model");
+  // A plan for fewer (or more) layers would leave the checkpoint's other layers replicated
+  // without a word: every stack of numbered layers must have as many layers in both.
+  auto layer_counts = [](const auto& names) {
+    std::map<std::string, std::int64_t> c;
+    for (const auto& n : names)
+      if (auto l = split_layer_name(n)) c[l->stack] = std::max(c[l->stack], l->index + 1);
+    return c;
+  };
+  const auto in_ck = layer_counts(ck.names());
+  std::vector<std::string> planned;  // in the checkpoint's spelling, also for those it lacks
+  for (const auto& p : plan.params) {
+    std::string n = checkpoint_name(ck, p.name);
+    const auto dot = p.name.find('.');
+    if (n.empty()) {
+      const auto l = split_layer_name(p.name);
+      n = (l && in_ck.count(l->stack)) || dot == std::string::npos ? p.name : p.name.substr(dot + 1);
+    }
+    planned.push_back(n);
+  }
+  const auto in_plan = layer_counts(planned);
+  for (const auto& [stack, count] : in_ck) {
+    const auto it = in_plan.find(stack);
+    const std::int64_t p = it == in_plan.end() ? 0 : it->second;
+    if (p != count)
+      throw io_error("plan file '" + file + "' has " + std::to_string(p) + " layers of '" + stack + "N.' but the checkpoint has " +
+                     std::to_string(count) + ": the plan is for another model");
+  }
   for (const auto& n : missing)
     std::cerr << "autoshard: note: plan parameter '" << n << "' is not in the checkpoint (tied or unused); skipped\n";
   return pol;

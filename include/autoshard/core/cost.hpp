@@ -22,6 +22,7 @@
 #include <array>    // std::array
 #include <cstdint>  // std::int64_t
 
+#include "checked.hpp"       // checked_mul, checked_numel
 #include "dtype.hpp"         // dtype, dtype_size
 #include "layout.hpp"        // local_box, padded_piece
 #include "mesh.hpp"          // device_mesh, link_model
@@ -78,9 +79,13 @@ struct plan_cost {
 };
 
 namespace detail {
-constexpr std::int64_t elems_with(tensor_shape s, int dim, std::int64_t v) noexcept {
+constexpr std::int64_t elems_with(tensor_shape s, int dim, std::int64_t v) {
   s[static_cast<std::size_t>(dim)] = v;
-  return s.numel();
+  return checked_numel(s, "elements moved by a collective");
+}
+/// ceil(n / k) * k: n padded to a multiple of k, checked.
+constexpr std::int64_t padded_total(std::int64_t n, int k) {
+  return checked_mul(padded_piece(n, k), k, "a dim padded for a collective");
 }
 }  // namespace detail
 
@@ -97,27 +102,29 @@ constexpr priced_step price_step(const device_mesh& m, const redist_step& st, co
   switch (st.kind) {
     case collective::all_gather: {  // gathered size, each piece padded to ceil(n/k)
       const int d = st.src_dim();
-      elems = detail::elems_with(after, d, padded_piece(after[static_cast<std::size_t>(d)], k) * k);
+      elems = detail::elems_with(after, d, detail::padded_total(after[static_cast<std::size_t>(d)], k));
       break;
     }
-    case collective::all_reduce: elems = before.numel(); break;
+    case collective::all_reduce: elems = checked_numel(before, "elements moved by a collective"); break;
     case collective::reduce_scatter: {  // input size, padded to a multiple of k
       const int d = st.dst_dim();
-      elems = detail::elems_with(before, d, padded_piece(before[static_cast<std::size_t>(d)], k) * k);
+      elems = detail::elems_with(before, d, detail::padded_total(before[static_cast<std::size_t>(d)], k));
       break;
     }
     case collective::all_to_all: {  // input: split dim padded, new split dim padded to a multiple of k
       const int a = st.src_dim(), b = st.dst_dim();
       tensor_shape in = before;
       in[static_cast<std::size_t>(a)] = padded_piece(after[static_cast<std::size_t>(a)], k);
-      in[static_cast<std::size_t>(b)] = padded_piece(before[static_cast<std::size_t>(b)], k) * k;
-      elems = in.numel();
+      in[static_cast<std::size_t>(b)] = detail::padded_total(before[static_cast<std::size_t>(b)], k);
+      elems = checked_numel(in, "elements moved by a collective");
       break;
     }
     default: elems = 0;
   }
-  p.bytes = is_communication(st.kind) && k > 1 ? elems * esz : 0;  // a size-1 axis moves nothing
-  p.sent_bytes = static_cast<std::int64_t>(bytes_sent_per_rank(st.kind, k, static_cast<double>(p.bytes)));
+  p.bytes = is_communication(st.kind) && k > 1 ? checked_mul(elems, esz, "bytes moved by a collective") : 0;
+  const double sent = bytes_sent_per_rank(st.kind, k, static_cast<double>(p.bytes));  // up to 2 B
+  if (sent >= 9.2e18) (void)checked_mul(p.bytes, 2, "bytes each rank sends in an all-reduce");
+  p.sent_bytes = static_cast<std::int64_t>(sent);
   p.seconds = collective_time(st.kind, m.link(st.mesh_axis), k, static_cast<double>(p.bytes));
   return p;
 }
@@ -128,7 +135,7 @@ constexpr plan_cost price_plan(const device_mesh& m, const redist_plan& plan, co
   for (const redist_step& st : plan) {
     priced_step p = price_step(m, st, global, t);
     c.seconds += p.seconds;
-    c.sent_bytes += p.sent_bytes;
+    c.sent_bytes = checked_add(c.sent_bytes, p.sent_bytes, "bytes each rank sends");
     c.steps[c.count++] = p;
   }
   return c;

@@ -14,6 +14,7 @@
 #include <type_traits>       // std::conditional_t
 #include <vector>            // std::vector
 
+#include "checked.hpp"  // checked_rank_count
 #include "error.hpp"  // spec_error, shape_error
 
 namespace autoshard {
@@ -111,6 +112,7 @@ class device_mesh {
       ++n;
     }
     if (n == 0) too_many_axes();
+    (void)checked_rank_count(std::span<const int>(sizes_.data(), n), "mesh");  // ranks are ints
     ndim_ = static_cast<std::uint8_t>(n);
   }
   constexpr void check_axis(std::size_t axis) const {
@@ -245,7 +247,26 @@ inline std::string to_string(const device_mesh& m) {
 }
 inline std::ostream& operator<<(std::ostream& os, const device_mesh& m) { return os << to_string(m); }
 
-/// Parses "2x4", "8", "2x2x2" or "mesh(2,4)" into axis sizes.
+/// The most ranks a mesh given as text (a flag, a file) may have: 2^20, far beyond any machine
+/// built, small enough that tools which visit every rank finish.
+inline constexpr std::int64_t max_parsed_mesh_ranks = std::int64_t{1} << 20;
+
+/// Checks a mesh shape read from text (a flag, a plan file) before anything is sized by it:
+/// 1 to 4 axes, each 1 to 10^6, at most max_parsed_mesh_ranks ranks in all. spec_error naming
+/// `what` otherwise (a plan file's mesh [99999999,99999999] grew memory until bad_alloc).
+inline void check_mesh_size(const std::vector<int>& sizes, const std::string& what) {
+  if (sizes.empty() || sizes.size() > max_mesh_rank)
+    throw spec_error(what + ": a mesh has 1 to 4 axes, not " + std::to_string(sizes.size()));
+  std::int64_t ranks = 1;  // each axis <= 10^6 and the product so far <= 2^20: no overflow
+  for (int a : sizes) {
+    if (a < 1 || a > 1'000'000) throw spec_error(what + ": axis size " + std::to_string(a) + " is not in [1, 1000000]");
+    if ((ranks *= a) > max_parsed_mesh_ranks)
+      throw spec_error(what + " has more than " + std::to_string(max_parsed_mesh_ranks) +
+                       " ranks (the most a mesh read from text may have)");
+  }
+}
+
+/// Parses "2x4", "8", "2x2x2" or "mesh(2,4)" into axis sizes (see check_mesh_size).
 inline std::vector<int> parse_mesh_shape(std::string_view s) {
   std::string_view body = s;
   char sep = 'x';
@@ -272,6 +293,7 @@ inline std::vector<int> parse_mesh_shape(std::string_view s) {
   }
   if (out.empty() || out.size() > max_mesh_rank || cur > 1'000'000)
     throw spec_error("mesh shape '" + std::string(s) + "': a mesh has 1 to 4 axes of size 1 to 1000000");
+  check_mesh_size(out, "mesh shape '" + std::string(s) + "'");
   return out;
 }
 

@@ -8,9 +8,13 @@
 
 #include <boost/graph/topological_sort.hpp>  // topological_sort, not_a_dag
 
-#include "model.hpp"  // model_graph, infer_shape, operands
+#include "../core/checked.hpp"  // checked_bytes
+#include "model.hpp"            // model_graph, infer_shape, operands
 
 namespace autoshard {
+
+/// The most bytes one tensor of a model graph may have: 2^53 (8 PiB).
+inline constexpr std::int64_t max_graph_tensor_bytes = std::int64_t{1} << 53;
 
 namespace detail {
 /// A cycle as "a -> b -> a", found by an iterative depth-first search.
@@ -93,6 +97,18 @@ inline void validate(const model_graph& g) {
       if (!seen[static_cast<std::size_t>(i)])
         throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand " + std::to_string(i) +
                           " is missing (needs " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) + ")");
+    // Sizes that wrap: `plan --batch 2147483647 --seq 2147483647` used to end in "negative
+    // usage". One tensor may hold at most 2^53 bytes (8 PiB), so that the cost model's sums and
+    // multiples of tensor sizes (optimizer state, live tensors) stay exact and below 2^63.
+    std::int64_t bytes = -1;
+    try {
+      bytes = checked_bytes(nd.shape, static_cast<std::int64_t>(dtype_size(nd.type)), who);
+    } catch (const shape_error&) {
+    }
+    if (bytes < 0 || bytes > max_graph_tensor_bytes)
+      throw graph_error(who + ": shape " + to_string(nd.shape) + " of " + std::string(to_string(nd.type)) + " is " +
+                        (bytes < 0 ? std::string("more than 2^63-1") : std::to_string(bytes)) +
+                        " bytes; one tensor may have at most 2^53 (8 PiB)");
     if (!nd.is_operator()) continue;
     tensor_shape inferred;
     try {

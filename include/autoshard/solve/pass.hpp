@@ -529,6 +529,7 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
 inline std::vector<int> plan_mesh_shape(const nlohmann::json& j, const std::string& where) {
   std::vector<int> shape;
   for (std::int64_t d : json_in(j, where)["mesh"]["shape"].integers(1, 1 << 20, max_mesh_rank)) shape.push_back(static_cast<int>(d));
+  check_mesh_size(shape, where + ": \"mesh\".\"shape\"");  // bounded before anything is sized by it
   return shape;
 }
 

@@ -53,6 +53,71 @@ inline model_config load_model_config(const std::filesystem::path& config_json) 
   return c;
 }
 
+/// config.json's "model_type" ("gpt2", "llama", ...), or "" when it has none.
+inline std::string load_model_type(const std::filesystem::path& config_json) {
+  std::ifstream f(config_json);
+  if (!f) throw io_error("cannot open model config '" + config_json.string() + "'");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) return j["model_type"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error("model config '" + config_json.string() + "' is not valid JSON: " + e.what());
+  }
+  return {};
+}
+
+/// A parameter name split at its layer number: the first dot-separated component made of
+/// digits only ("h.3.attn.c_attn.weight" -> {"h.", 3, ".attn.c_attn.weight"}).
+struct layer_name {
+  std::string stack;  ///< what comes before the number, dot included ("model.layers.")
+  std::int64_t index = 0;
+  std::string rest;   ///< what comes after it, dot included
+};
+inline std::optional<layer_name> split_layer_name(std::string_view name) {
+  std::size_t b = 0;
+  while (b < name.size()) {
+    std::size_t e = name.find('.', b);
+    if (e == std::string_view::npos) e = name.size();
+    const std::string_view c = name.substr(b, e - b);
+    if (!c.empty() && c.size() <= 9 && c.find_first_not_of("0123456789") == std::string_view::npos && b > 0)
+      return layer_name{std::string(name.substr(0, b)), std::stoll(std::string(c)), std::string(name.substr(e))};
+    b = e + 1;
+  }
+  return std::nullopt;
+}
+
+/// The number of layers of each stack of numbered layers in `names` ("h." -> 12), after checking
+/// that every layer 0..n-1 of a stack holds the same tensors: a checkpoint missing one tensor of
+/// one layer ("h.0.attn.c_attn.bias" while "h.1.attn.c_attn.bias" exists) or a whole layer is an
+/// io_error naming the first missing tensor. `what` names the source in the message.
+inline std::map<std::string, std::int64_t> check_layer_stacks(const std::vector<std::string>& names,
+                                                              const std::string& what) {
+  std::map<std::string, std::map<std::string, std::vector<bool>>> stacks;  // stack -> rest -> layers seen
+  std::map<std::string, std::int64_t> counts;
+  std::vector<layer_name> split;
+  for (const auto& n : names)
+    if (auto l = split_layer_name(n)) {
+      counts[l->stack] = std::max(counts[l->stack], l->index + 1);
+      split.push_back(std::move(*l));
+    }
+  for (const auto& l : split) {
+    auto& seen = stacks[l.stack][l.rest];
+    seen.resize(static_cast<std::size_t>(counts[l.stack]), false);
+    seen[static_cast<std::size_t>(l.index)] = true;
+  }
+  for (const auto& [stack, rests] : stacks)
+    for (const auto& [rest, seen] : rests)
+      for (std::size_t i = 0; i < seen.size(); ++i)
+        if (!seen[i]) {
+          std::size_t have = 0;
+          while (!seen[have]) ++have;
+          throw io_error(what + " has no tensor '" + stack + std::to_string(i) + rest + "' but has '" + stack +
+                         std::to_string(have) + rest + "': every layer " + stack + "0.." +
+                         std::to_string(seen.size() - 1) + " should hold the same tensors");
+        }
+  return counts;
+}
+
 /// What a tensor-parallel rule does to one parameter.
 enum class tp_kind : std::uint8_t {
   replicate,  ///< every rank holds it whole (embeddings, norms)

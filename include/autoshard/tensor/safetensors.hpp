@@ -8,6 +8,8 @@
 ///   autoshard::const_tensor_view w = f.view("transformer.h.0.attn.c_attn.weight");
 ///   autoshard::save_safetensors("out.safetensors", {{"w", w}}, {{"format", "pt"}});
 #include <fcntl.h>     // open
+#include <setjmp.h>    // sigsetjmp, siglongjmp
+#include <signal.h>    // sigaction, SIGBUS
 #include <sys/mman.h>  // mmap, madvise
 #include <sys/stat.h>  // fstat
 #include <unistd.h>    // close, write, fsync
@@ -24,6 +26,7 @@
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <unordered_set>  // std::unordered_set
 #include <utility>      // std::pair, std::exchange
 #include <vector>       // std::vector
 
@@ -87,6 +90,76 @@ inline int hf_dtype_rank(dtype t) noexcept {
   }
   return 0;
 }
+/// The first top-level key of a JSON object text that appears twice, or "" (also "" when the
+/// text is not valid JSON: the real parse reports that). Linear in the text: a SAX pass that
+/// keeps the depth-1 keys in a hash set and builds nothing else.
+inline std::string first_duplicate_key(std::string_view text) {
+  struct dup_sax : nlohmann::json_sax<nlohmann::json> {
+    std::unordered_set<std::string> seen;
+    std::string duplicate;
+    int depth = 0;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return ++depth, true; }
+    bool end_object() override { return --depth, true; }
+    bool start_array(std::size_t) override { return ++depth, true; }
+    bool end_array() override { return --depth, true; }
+    bool key(string_t& k) override {
+      if (depth == 1 && !seen.insert(k).second) {
+        duplicate = k;
+        return false;  // stop: one is enough
+      }
+      return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  } sax;
+  (void)nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json, false);
+  return sax.duplicate;
+}
+/// SIGBUS while reading a mapped file (another program truncated it after it was mapped):
+/// a thread that arms a guard jumps back to it instead of dying. The handler is installed once;
+/// a SIGBUS outside a guard restores the previous action, so the fault repeats under it.
+struct sigbus_guard {
+  sigjmp_buf env;
+};
+inline thread_local sigbus_guard* armed_sigbus_guard = nullptr;
+inline struct sigaction& previous_sigbus_action() {
+  static struct sigaction a {};
+  return a;
+}
+inline void on_sigbus(int, siginfo_t*, void*) {
+  if (sigbus_guard* g = armed_sigbus_guard) {
+    armed_sigbus_guard = nullptr;
+    siglongjmp(g->env, 1);
+  }
+  ::sigaction(SIGBUS, &previous_sigbus_action(), nullptr);  // not ours: the fault repeats under it
+}
+inline void install_sigbus_handler() {
+  static const bool installed = [] {
+    struct sigaction a {};
+    a.sa_sigaction = &on_sigbus;
+    a.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&a.sa_mask);
+    return ::sigaction(SIGBUS, &a, &previous_sigbus_action()) == 0;
+  }();
+  (void)installed;
+}
+/// Calls f(); true when it returned, false when a SIGBUS cut it short. Kept apart so that no
+/// local of the caller lives across the jump.
+template <class F>
+[[gnu::noinline]] bool call_sigbus_guarded(F& f) {
+  sigbus_guard g;
+  if (sigsetjmp(g.env, 0) != 0) return false;
+  armed_sigbus_guard = &g;
+  f();
+  armed_sigbus_guard = nullptr;
+  return true;
+}
 }  // namespace detail
 
 /// Parses and validates the header of a safetensors file held in `bytes` (the whole file).
@@ -106,17 +179,13 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> by
   if (n < 2) detail::bad_file(file, "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(n));
   if (text.front() != '{') detail::bad_file(file, "header does not start with '{'");
-  std::set<std::string> seen;
-  std::string duplicate;
-  json::parser_callback_t on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second &&
-        duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
+  // Duplicate names first, in one linear pass (a hash set of the top-level keys): nlohmann's
+  // callback parser rescans the whole object at the end of every entry (quadratic: 1,000,000
+  // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.
+  const std::string duplicate = detail::first_duplicate_key(text);
   json h;
   try {
-    h = json::parse(text.begin(), text.end(), on_event);
+    h = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     detail::bad_file(file, std::string("header is not valid UTF-8 JSON: ") + e.what());
   }
@@ -204,12 +273,17 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> by
 class safetensors_file {
  public:
   explicit safetensors_file(const std::filesystem::path& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw io_error(detail::sys_error("cannot open", path));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       ::close(fd);
       throw io_error(detail::sys_error("cannot stat", path));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw io_error("cannot open '" + path.string() + "': not a regular file (a directory, FIFO or device)");
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
@@ -268,6 +342,27 @@ class safetensors_file {
     return {map_ + header_.data_start + e.begin, e.shape, e.type};
   }
   const_tensor_view view(std::string_view name) const { return view(entry(name)); }
+  /// Runs f, which reads this file's map: a SIGBUS (the file truncated by another program
+  /// after it was mapped) becomes an io_error naming the file, and so does a failed write
+  /// from the map (EFAULT) once the file is found shorter. f must not own what it allocates:
+  /// the jump out of it runs no destructors (copy into buffers owned outside it).
+  template <class F>
+  void read_guarded(F&& f) const {
+    detail::install_sigbus_handler();
+    bool done = false;
+    try {
+      done = detail::call_sigbus_guarded(f);
+    } catch (const io_error&) {
+      detail::armed_sigbus_guard = nullptr;
+      if (!shrunk()) throw;
+    } catch (...) {
+      detail::armed_sigbus_guard = nullptr;
+      throw;
+    }
+    if (!done || shrunk())
+      throw io_error("safetensors file '" + path_.string() + "' changed while it was read: it is " + current_size() +
+                     " now, " + std::to_string(size_) + " bytes when it was opened (truncated by another program?)");
+  }
   /// An aligned, owned copy of a tensor.
   host_tensor load(std::string_view name) const { return host_tensor::copy_of(view(name)); }
   /// Drops the tensor's pages from this process (they stay in the page cache): keeps the
@@ -284,6 +379,14 @@ class safetensors_file {
   void unmap() noexcept {
     if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
     map_ = nullptr;
+  }
+  bool shrunk() const {
+    struct stat st {};
+    return ::stat(path_.c_str(), &st) != 0 || static_cast<std::size_t>(st.st_size) < size_;
+  }
+  std::string current_size() const {
+    struct stat st {};
+    return ::stat(path_.c_str(), &st) != 0 ? std::string("gone") : std::to_string(st.st_size) + " bytes";
   }
   std::filesystem::path path_;
   const std::byte* map_ = nullptr;
@@ -461,6 +564,10 @@ class checkpoint {
   void open_index(const std::filesystem::path& index) {
     nlohmann::json j;
     {
+      std::error_code ec;  // a FIFO would block fopen; a directory reads as an error later
+      if (!std::filesystem::is_regular_file(index, ec))
+        throw io_error("cannot open index '" + index.string() + "': " +
+                       (std::filesystem::exists(index, ec) ? "not a regular file" : "no such file"));
       std::FILE* f = std::fopen(index.c_str(), "rb");
       if (!f) throw io_error(detail::sys_error("cannot open", index));
       std::string text;
@@ -475,6 +582,8 @@ class checkpoint {
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw io_error("index '" + index.string() + "' has no weight_map object");
+    if (j["weight_map"].empty())
+      throw io_error("index '" + index.string() + "' has an empty weight_map: it names no tensor and no file");
     std::map<std::string, std::size_t> file_ids;
     std::vector<std::pair<std::string, std::string>> wanted;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -498,6 +607,12 @@ class checkpoint {
                        "', which does not hold it");
       map_[name] = {id, e};
     }
+    // A tensor the index does not list would be dropped without a word by every reader.
+    for (std::size_t id = 0; id < files_.size(); ++id)
+      for (const auto& e : files_[id].entries())
+        if (!map_.count(e.name))
+          throw io_error("index '" + index.string() + "': file '" + files_[id].path().filename().string() +
+                         "' holds tensor '" + e.name + "', which the weight_map does not list (an incomplete index)");
   }
   std::vector<safetensors_file> files_;
   std::map<std::string, ref> map_;

@@ -15,8 +15,10 @@
 #include <unistd.h>  // getpid
 
 #include <cerrno>       // errno, ESRCH
+#include <algorithm>    // std::none_of
 #include <chrono>       // std::chrono::steady_clock
 #include <cstdint>      // std::uint64_t
+#include <cstdio>       // std::snprintf
 #include <cstring>      // std::memcpy
 #include <filesystem>   // std::filesystem
 #include <fstream>      // std::ifstream
@@ -24,6 +26,7 @@
 #include <map>          // std::map
 #include <memory>       // std::unique_ptr
 #include <optional>     // std::optional
+#include <random>       // std::random_device
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
@@ -55,6 +58,11 @@ struct shard_options {
   std::function<void(const shard_progress&)> progress;
   /// Extra __metadata__ for every rank file.
   std::map<std::string, std::string> metadata;
+  /// Require every numbered layer of the checkpoint ("h.0.", "h.1.", ...) to hold the same
+  /// tensors, and (policy sharding) as many layers as the config's n_layer/num_hidden_layers:
+  /// a missing tensor is an error instead of a silently smaller output. Off for models whose
+  /// layers differ on purpose.
+  bool check_layers = true;
 };
 
 struct shard_report {
@@ -63,7 +71,8 @@ struct shard_report {
   double seconds = 0;
   std::size_t largest_buffer = 0;   ///< the biggest staging copy made (bytes)
   std::map<std::string, std::int64_t> attributes;
-  /// Stale temporaries of an earlier, killed run that were removed before writing.
+  /// Stale temporaries of an earlier, killed run that were removed before writing, and rank
+  /// files beyond this run's world size that an earlier run with more ranks left (removed after).
   std::vector<std::filesystem::path> removed_stale;
 };
 
@@ -119,16 +128,56 @@ inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::fi
 
 inline nlohmann::json shape_json(const tensor_shape& s) { return s.to_vector(); }
 
+/// A fresh generation id: 128 random bits in hex. Every file of one sharding run carries it.
+inline std::string new_generation_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    id += buf;
+  }
+  return id;
+}
+
+/// Removes `dir/rank-<r>.safetensors` for r >= world (regular files only): what an earlier
+/// run with more ranks left beside a new, smaller output; never one of `keep` (the input's
+/// files, should one be named so). Returns the removed.
+inline std::vector<std::filesystem::path> remove_extra_rank_files(const std::filesystem::path& dir, int world,
+                                                                  const std::vector<std::filesystem::path>& keep) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const std::string pre = "rank-", post = ".safetensors";
+    if (n.size() <= pre.size() + post.size() || n.compare(0, pre.size(), pre) != 0 ||
+        n.compare(n.size() - post.size(), post.size(), post) != 0)
+      continue;
+    const std::string digits = n.substr(pre.size(), n.size() - pre.size() - post.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code sec;
+    if (std::stol(digits) < world || !fs::is_regular_file(it->symlink_status(sec))) continue;
+    bool input = false;
+    for (const auto& k : keep) input = input || fs::equivalent(k, it->path(), sec);
+    if (input) continue;
+    std::error_code rec;
+    if (fs::remove(it->path(), rec)) removed.push_back(it->path());
+  }
+  return removed;
+}
+
 inline dtype output_dtype(dtype in, const shard_options& o) {
   return o.convert_to && is_float(in) && is_float(*o.convert_to) ? *o.convert_to : in;
 }
 
 inline nlohmann::json index_json(const std::vector<tensor_plan>& plans, const device_mesh& mesh,
                                  const std::string& policy, const std::map<std::string, std::int64_t>& attrs,
-                                 const shard_options& o) {
+                                 const shard_options& o, const std::string& generation) {
   nlohmann::json j;
   j["format"] = "autoshard-shards";
-  j["version"] = 1;
+  j["version"] = 2;
+  j["generation"] = generation;  // every rank file's __metadata__ "autoshard.generation"
   j["world_size"] = mesh.num_ranks();
   j["mesh"] = mesh.shape();
   j["policy"] = policy;
@@ -173,6 +222,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const auto t0 = clock::now();
   const int N = mesh.num_ranks();
   // ---- validate everything before touching the output directory ----
+  if (in.size() == 0) throw io_error("the checkpoint holds no tensor: nothing to shard");
   std::map<std::string, const tensor_plan*> by_name;
   for (const auto& p : plans) {
     if (!in.contains(p.name)) throw io_error("plan for tensor '" + p.name + "', which the checkpoint does not have");
@@ -202,8 +252,10 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   std::map<std::string, std::string> meta = opts.metadata;
   if (in.files().front().metadata().count("format")) meta.emplace("format", in.files().front().metadata().at("format"));
   meta["autoshard.world_size"] = std::to_string(N);
+  const std::string generation = detail::new_generation_id();
+  meta["autoshard.generation"] = generation;
   if (!policy_name.empty()) meta["autoshard.policy"] = policy_name;
-  const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts).dump(1);
+  const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);
@@ -228,7 +280,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     const auto& file = in.file_of(e.name);
     const auto& src_entry = in.entry(e.name);
     const_tensor_view src = file.view(src_entry);
-    for (int r = 0; r < N; ++r) {
+    for (int r = 0; r < N; ++r) file.read_guarded([&] {  // truncated under us: an error naming it
       const shard_layout& l = p.ranks[static_cast<std::size_t>(r)];
       std::span<const std::byte> out;
       auto span = contiguous_span(l, p.global, p.type);
@@ -250,7 +302,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
       }
       writers[static_cast<std::size_t>(r)]->write(out);
       report.bytes_written += out.size();
-    }
+    });
     file.release(src_entry);
     if (opts.progress) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -261,8 +313,18 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   atomic_file index(out_dir / "index.json");
   index.write(index_text);
   index.finish();
+  // The old index goes first: a run killed while renaming leaves no index (an incomplete
+  // directory every reader refuses), never an old index over new rank files. Every rank file
+  // and the index carry this run's generation, so any other mix is refused on reading too.
+  {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::symlink_status(out_dir / "index.json", ec))) fs::remove(out_dir / "index.json", ec);
+  }
   for (auto& w : writers) w->commit();
   index.commit();  // last: a directory with index.json is complete
+  std::vector<fs::path> inputs;
+  for (const auto& f : in.files()) inputs.push_back(f.path());
+  for (auto& p : detail::remove_extra_rank_files(out_dir, N, inputs)) report.removed_stale.push_back(std::move(p));
   report.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return report;
 }
@@ -271,8 +333,24 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
 inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
   auto attrs = rescale_attributes(policy, config, tp);
+  const std::vector<std::string> names = in.names();
+  if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
+    throw spec_error("policy '" + policy.name + "' matches none of the checkpoint's " + std::to_string(names.size()) +
+                     " tensors (e.g. '" + names.front() + "'): it is for another model; the config's model_type names "
+                     "the policy that fits");
+  if (opts.check_layers) {
+    const auto stacks = check_layer_stacks(names, "the checkpoint");
+    for (const char* key : {"n_layer", "num_hidden_layers"}) {
+      auto it = config.find(key);
+      if (it == config.end() || stacks.size() != 1) continue;
+      if (stacks.begin()->second != it->second)
+        throw io_error("the checkpoint has " + std::to_string(stacks.begin()->second) + " layers ('" +
+                       stacks.begin()->first + "0..'), but its config says " + key + " = " +
+                       std::to_string(it->second));
+    }
+  }
   std::vector<tensor_plan> plans;
-  for (const auto& n : in.names()) {
+  for (const auto& n : names) {
     const auto& e = in.entry(n);
     plans.push_back(plan_tensor(policy, n, e.shape, e.type, tp, config));
   }
@@ -285,6 +363,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& pl
   std::vector<tensor_plan> plans;
   for (const auto& [n, s] : plan.specs)
     if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
+  if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
   for (const auto& n : in.names()) {
     const auto& e = in.entry(n);
     plans.push_back(plan_tensor(plan, n, e.shape, e.type));
@@ -304,6 +383,17 @@ class sharded_checkpoint {
     if (files.size() != static_cast<std::size_t>(world_))
       files.fail("has " + std::to_string(files.size()) + " names for a world of " + std::to_string(world_));
     for (int r = 0; r < world_; ++r) files_.emplace_back(dir / files[static_cast<std::size_t>(r)].string());
+    // One generation: a rank file of another sharding run (one killed while renaming, or an
+    // older output the run replaced) disagrees with the index and is refused.
+    const std::string gen = j.has("generation") ? j["generation"].string() : std::string();
+    for (const auto& f : files_) {
+      const auto it = f.metadata().find("autoshard.generation");
+      const std::string fgen = it == f.metadata().end() ? "" : it->second;
+      if (fgen != gen)
+        throw io_error("'" + f.path().string() + "' is of sharding run " + (fgen.empty() ? "(none)" : fgen) + " but '" +
+                       path.string() + "' of run " + (gen.empty() ? "(none)" : gen) +
+                       ": the directory mixes the files of two runs (one was interrupted); shard again");
+    }
     for (const auto& [name, t] : j["tensors"].members()) {
       names_.push_back(name);
       for (int r = 0; r < world_; ++r) layout(name, r);  // validates

@@ -1,0 +1,66 @@
+// The one checked-arithmetic helper (core/checked.hpp): overflow is an error naming the
+// quantity, never a wrapped number; and the mesh sizes that used to wrap.
+#include <autoshard/core/checked.hpp>
+#include <autoshard/core/cost.hpp>
+#include <autoshard/core/mesh.hpp>
+#include <autoshard/core/parse.hpp>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+using namespace autoshard;
+
+namespace {
+template <class F>
+std::string checked_error(F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+bool names(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("checked: products, sums and byte counts that overflow name the quantity") {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  CHECK(checked_mul(3, 4, "x") == 12);
+  CHECK(names(checked_error([&] { (void)checked_mul(big, 2, "bytes of 'w'"); }),
+              "shape error: bytes of 'w': 4611686018427387904 x 2 exceeds 2^63-1"));
+  CHECK(names(checked_error([&] { (void)checked_add(big, big, "sum"); }), "sum: 4611686018427387904 + 4611686018427387904"));
+  CHECK(checked_numel(tensor_shape{1000000, 1000000}, "s") == 1000000000000);
+  CHECK(names(checked_error([] { (void)checked_numel(tensor_shape{1000000000000, 1000000000000}, "--shape"); }),
+              "--shape: the element count of [1000000000000,1000000000000] exceeds 2^63-1"));
+  CHECK(names(checked_error([] { (void)checked_bytes(tensor_shape{std::int64_t{1} << 61, 2}, 8, "t"); }), "exceeds 2^63-1"));
+  static_assert(checked_mul(6, 7, "static") == 42);  // the same function at compile time
+}
+
+TEST_CASE("checked: times in milliseconds refuse nan, inf and negative") {
+  CHECK(checked_milliseconds(1.5, "--timeout") == 1500);
+  CHECK(checked_milliseconds(0.0001, "--timeout") == 1);  // rounded up: never a zero wait
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan(""), -1.0, 1e300})
+    CHECK(names(checked_error([&] { (void)checked_milliseconds(bad, "--timeout"); }),
+                "spec error: --timeout must be a finite number of seconds"));
+}
+
+TEST_CASE("checked: a mesh whose rank count does not fit an int, and meshes read from text, are refused") {
+  // 46341 x 46341 = 2147488281 ranks: num_ranks() wrapped to -2147479015 before.
+  CHECK(names(checked_error([] { device_mesh m{46341, 46341}; }), "is more than 2147483647 ranks"));
+  CHECK(device_mesh{46340, 46340}.num_ranks() == 46340 * 46340);
+  CHECK(names(checked_error([] { (void)parse_mesh_shape("65536x65536"); }), "has more than 1048576 ranks"));
+  CHECK(names(checked_error([] { check_mesh_size({99999999, 99999999}, "plan"); }),
+              "plan: axis size 99999999 is not in [1, 1000000]"));
+  CHECK_NOTHROW(check_mesh_size({1024, 1024}, "plan"));
+}
+
+TEST_CASE("checked: pricing a redistribution of a tensor beyond 2^63 bytes is an error, not negative bytes") {
+  const device_mesh m{2, 2};
+  const tensor_shape huge{1000000000000, 1000000000000};
+  const auto src = parse_spec("S0S1", 2, 2), dst = parse_spec("RR", 2, 2);
+  // Before: "bytes" -8.5e18 and a negative time, exit 0.
+  CHECK(names(checked_error([&] { (void)price_plan(m, plan_redistribute(m, src, dst), huge, dtype::f64); }),
+              "exceeds 2^63-1"));
+}

@@ -1,0 +1,217 @@
+// Regressions of the hostile-input battery (issue 17): each case fed what crashed, hung or
+// silently gave a wrong result before, and required to give a clear error now.
+#include <autoshard/tensor/tensor.hpp>
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tensor_test_util.hpp"
+
+using namespace autoshard;
+using autoshard_test::scratch_dir;
+
+namespace {
+namespace fs = std::filesystem;
+
+void hardening_write(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f << bytes;
+}
+std::string hardening_raw(const std::string& header, std::size_t data_bytes) {
+  std::string s(8, '\0');
+  for (std::size_t i = 0; i < 8; ++i) s[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return s + header + std::string(data_bytes, '\0');
+}
+template <class F>
+std::string hardening_error(F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+bool has_text(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// A two-layer GPT-2-shaped checkpoint (Hugging Face names), tiny: n_embd 8, 2 heads.
+std::vector<std::pair<std::string, host_tensor>> tiny_gpt2(int layers = 2) {
+  std::vector<std::pair<std::string, host_tensor>> t;
+  auto add = [&](const std::string& n, tensor_shape s) {
+    host_tensor h(dtype::f32, s);
+    for (std::int64_t i = 0; i < h.numel(); ++i) h.as<float>()[i] = static_cast<float>(i);
+    t.emplace_back(n, std::move(h));
+  };
+  add("wte.weight", {16, 8});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    add(p + "attn.c_attn.weight", {8, 24});
+    add(p + "attn.c_attn.bias", {24});
+    add(p + "attn.c_proj.weight", {8, 8});
+    add(p + "mlp.c_fc.weight", {8, 32});
+    add(p + "mlp.c_proj.weight", {32, 8});
+  }
+  return t;
+}
+void save_all(const fs::path& p, const std::vector<std::pair<std::string, host_tensor>>& ts, const std::string& skip = "") {
+  std::vector<std::pair<std::string, const_tensor_view>> v;
+  for (const auto& [n, h] : ts)
+    if (n != skip) v.emplace_back(n, h.view());
+  save_safetensors(p, v);
+}
+const model_config tiny_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 2}};
+}  // namespace
+
+TEST_CASE("hardening: an index with an empty weight_map is an io_error, not a crash") {
+  // Before: checkpoint opened with no file, and shard_checkpoint's files().front() segfaulted.
+  scratch_dir dir;
+  hardening_write(dir / "model.safetensors.index.json", R"({"weight_map":{}})");
+  const std::string msg = hardening_error([&] { checkpoint ck(dir.path); });
+  CHECK(has_text(msg, "io error: index '"));
+  CHECK(has_text(msg, "empty weight_map"));
+}
+
+TEST_CASE("hardening: a tensor in a shard file that the weight_map does not list is an io_error") {
+  // Before: the tensor was silently dropped from every output.
+  scratch_dir dir;
+  save_all(dir / "a.safetensors", tiny_gpt2(1));
+  hardening_write(dir / "model.safetensors.index.json",
+                  R"({"weight_map":{"wte.weight":"a.safetensors","h.0.attn.c_attn.weight":"a.safetensors"}})");
+  const std::string msg = hardening_error([&] { checkpoint ck(dir.path); });
+  CHECK(has_text(msg, "holds tensor 'h.0.attn.c_attn.bias', which the weight_map does not list"));
+}
+
+TEST_CASE("hardening: safetensors header parsing is linear in the number of entries") {
+  // nlohmann's callback parser, used before for the duplicate check, rescanned the whole object
+  // after every entry: 4,000 zero-size tensors took 8 s and 16,000 took 233 s in a debug build
+  // (28x for 4x the entries); a 1,000,000-entry header never finished. The check is the growth,
+  // not a time, so that it holds in every build: 4x the entries may cost at most 8x the time
+  // (linear: ~4x, quadratic: 16x), the best of three runs each in this thread's CPU time (not wall time: other
+  // processes' load does not count).
+  auto header_of = [](int n) {
+    std::string h = "{";
+    for (int i = 0; i < n; ++i)
+      h += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    return h + "}";
+  };
+  auto cpu_seconds = [] {  // this thread's CPU time: other processes' load does not count
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  auto best_seconds = [&](const std::string& bytes, std::size_t want) {
+    double best = 1e9;
+    for (int run = 0; run < 3; ++run) {
+      const double t0 = cpu_seconds();
+      const auto hdr = parse_safetensors_header(std::as_bytes(std::span(bytes.data(), bytes.size())), "big");
+      best = std::min(best, cpu_seconds() - t0);
+      REQUIRE(hdr.entries.size() == want);
+    }
+    return best;
+  };
+  const double small = best_seconds(hardening_raw(header_of(2000), 0), 2000);
+  const double large = best_seconds(hardening_raw(header_of(8000), 0), 8000);
+  INFO("2,000 entries: " << small << " s, 8,000 entries: " << large << " s");
+  CHECK(large < 8 * small);
+  // the duplicate check still works, at the end of a long header too
+  const std::string h = header_of(8000);
+  const std::string dup = hardening_raw(h.substr(0, h.size() - 1) + R"(,"t7":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", 0);
+  const std::string msg = hardening_error(
+      [&] { (void)parse_safetensors_header(std::as_bytes(std::span(dup.data(), dup.size())), "dup"); });
+  CHECK(has_text(msg, "tensor 't7': name appears twice"));
+}
+
+TEST_CASE("hardening: a policy that matches no tensor of the checkpoint is an error, not a replicated copy") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2());
+  checkpoint ck(dir / "m.safetensors");
+  const std::string msg = hardening_error([&] { shard_checkpoint(ck, policies::llama(), 2, tiny_config, dir / "out"); });
+  CHECK(has_text(msg, "policy 'llama' matches none of the checkpoint's 11 tensors"));
+  CHECK(!fs::exists(dir / "out"));
+  CHECK_NOTHROW(shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "ok"));
+}
+
+TEST_CASE("hardening: a checkpoint missing one tensor of one layer, or a layer, is an error") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2(), "h.0.attn.c_attn.bias");
+  checkpoint ck(dir / "m.safetensors");
+  std::string msg = hardening_error([&] { shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "out"); });
+  CHECK(has_text(msg, "has no tensor 'h.0.attn.c_attn.bias' but has 'h.1.attn.c_attn.bias'"));
+  CHECK(!fs::exists(dir / "out"));
+  // one layer where the config says two
+  save_all(dir / "one.safetensors", tiny_gpt2(1));
+  checkpoint one(dir / "one.safetensors");
+  msg = hardening_error([&] { shard_checkpoint(one, policies::gpt2(), 2, tiny_config, dir / "out"); });
+  CHECK(has_text(msg, "the checkpoint has 1 layers ('h.0..'), but its config says n_layer = 2"));
+  // the check can be turned off for models whose layers differ on purpose
+  shard_options o;
+  o.check_layers = false;
+  CHECK_NOTHROW(shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "off", o));
+}
+
+TEST_CASE("hardening: split_layer_name and check_layer_stacks") {
+  auto l = split_layer_name("model.layers.12.mlp.experts.3.w1");
+  REQUIRE(l);
+  CHECK(l->stack == "model.layers.");
+  CHECK(l->index == 12);
+  CHECK(l->rest == ".mlp.experts.3.w1");
+  CHECK(!split_layer_name("wte.weight"));
+  CHECK(!split_layer_name("0.weight"));  // a leading number is not a layer of a stack
+  const auto c = check_layer_stacks({"h.0.a", "h.1.a", "h.2.a", "enc.0.b", "x"}, "t");
+  CHECK(c.at("h.") == 3);
+  CHECK(c.at("enc.") == 1);
+  CHECK(has_text(hardening_error([] { (void)check_layer_stacks({"h.0.a", "h.2.a"}, "t"); }),
+                 "t has no tensor 'h.1.a' but has 'h.0.a'"));
+}
+
+TEST_CASE("hardening: every file of a sharded output is of one run; a smaller run removes the larger one's extra ranks") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2());
+  checkpoint ck(dir / "m.safetensors");
+  shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "a");
+  shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "b");
+  CHECK_NOTHROW(sharded_checkpoint(dir / "a"));
+  // A rank file of another run (what a run killed while renaming leaves, or an older output):
+  // identical tensors, but not the same generation. Before, nothing could tell the mix.
+  fs::copy_file(dir / "b" / "rank-1.safetensors", dir / "a" / "rank-1.safetensors",
+                fs::copy_options::overwrite_existing);
+  const std::string msg = hardening_error([&] { sharded_checkpoint s(dir / "a"); });
+  CHECK(has_text(msg, "rank-1.safetensors' is of sharding run "));
+  CHECK(has_text(msg, "mixes the files of two runs"));
+  // A 2-rank run over a 4-rank output: rank-2 and rank-3 go, the output reads back whole.
+  shard_checkpoint(ck, policies::gpt2(), 1, tiny_config, dir / "c");
+  shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "c");
+  hardening_write(dir / "c" / "rank-7.safetensors.bak", "not ours");
+  const shard_report r = shard_checkpoint(ck, policies::gpt2(), 1, tiny_config, dir / "c");
+  CHECK(r.removed_stale == std::vector<fs::path>{dir / "c" / "rank-1.safetensors"});
+  CHECK(!fs::exists(dir / "c" / "rank-1.safetensors"));
+  CHECK(fs::exists(dir / "c" / "rank-7.safetensors.bak"));
+  sharded_checkpoint c(dir / "c");
+  CHECK(c.world_size() == 1);
+  CHECK(bitwise_equal(c.gather("h.1.mlp.c_fc.weight").view(), ck.view("h.1.mlp.c_fc.weight")));
+}
+
+TEST_CASE("hardening: an input truncated after it was mapped is an io_error naming it, not SIGBUS") {
+  for (const bool convert : {true, false}) {
+    CAPTURE(convert);
+    scratch_dir dir;
+    save_all(dir / "m.safetensors", tiny_gpt2());
+    checkpoint ck(dir / "m.safetensors");
+    REQUIRE(::truncate((dir / "m.safetensors").c_str(), 1024) == 0);  // the data is gone
+    shard_options o;
+    if (convert) o.convert_to = dtype::bf16;
+    const std::string msg =
+        hardening_error([&] { shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "out", o); });
+    CHECK(has_text(msg, "io error: safetensors file '" + (dir / "m.safetensors").string() + "' changed while it was read"));
+    std::size_t left = 0;
+    for (const auto& e : fs::directory_iterator(dir / "out")) left += !e.path().empty();
+    CHECK(left == 0);  // no final file, no temporary
+  }
+}

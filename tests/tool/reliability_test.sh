@@ -108,6 +108,8 @@ one_error item12 "$tool" plan --model gpt2 --layers 1 --memory-budget 1e400 --ou
 grep -q "memory budget '1e400' is out of range" "$tmp/err" && ok || bad "item12: 1e400: $(cat "$tmp/err")"
 one_error item12 "$tool" solve "$tmp"
 grep -q "is a directory, not a regular file" "$tmp/err" && ok || bad "item12: solve DIR: $(cat "$tmp/err")"
+one_error item12 "$tool" synth "${small[@]}" --out /dev/null/x  # a std::filesystem error: kind io
+grep -q "^autoshard: io error: Not a directory: '/dev/null/x'" "$tmp/err" && ok || bad "item12: filesystem error: $(cat "$tmp/err")"
 for bad_flag in "--inter-bw nan" "--intra-bw inf" "--intra-lat nan" "--inter-lat -1" "--intra-bw 0"; do
   # shellcheck disable=SC2086
   expect item12 2 "is not a finite number in" "$tool" explain --mesh 2x2 --shape 8,4 --from S0R --to RR $bad_flag
@@ -149,6 +151,38 @@ expect item13 1 "is a FIFO" "$tool" shard "$tmp/fifo.safetensors" --policy gpt2 
 mkdir -p "$tmp/svgdir"
 one_error item13 "$tool" show --mesh 2x2 --shape 8,8 --spec S0S1 --svg "$tmp/svgdir"
 test ! -e "$tmp/svgdir.tmp" && ok || bad "item13: show --svg DIR left DIR.tmp"
+
+# item13: SIGINT or SIGTERM while shard writes removes its live temporaries (it left ~50 MB).
+"$tool" synth --model gpt2 --layers 4 --hidden 512 --heads 8 --vocab 4096 --seq 64 --batch 8 \
+  --out "$tmp/big" >/dev/null 2>&1 || bad "item13: synth of the big checkpoint"
+set -m  # background jobs get SIGINT (a non-interactive shell's jobs ignore it otherwise)
+for sig in TERM INT; do
+  rm -rf "$tmp/sig"
+  "$tool" shard "$tmp/big" --policy gpt2 --tp 4 --dtype bf16 --out "$tmp/sig" --quiet >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 2000); do  # until a temporary exists (or the run is over)
+    compgen -G "$tmp/sig/*.tmp.*" >/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.005
+  done
+  kill -s "$sig" "$pid" 2>/dev/null
+  wait "$pid"; rc=$?
+  left=$(find "$tmp/sig" -name '*.tmp.*' 2>/dev/null | wc -l)
+  if [ "$rc" -eq 0 ]; then echo "note: item13 SIG$sig came after the run ended; nothing to check"
+  elif [ "$rc" -gt 128 ] && [ "$left" -eq 0 ]; then ok
+  else bad "item13: SIG$sig: exit $rc, $left temporaries left"; fi
+done
+set +m
+
+# item4: a symbolic link planted at a temporary's name is never followed (plan used the fixed
+# name X.tmp, O_CREAT|O_TRUNC without O_EXCL|O_NOFOLLOW: the link's target was overwritten).
+echo "precious" >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/p4.json.tmp"
+expect item4 0 "" "$tool" plan --model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 \
+  --mesh 2x2 --out "$tmp/p4.json" --quiet
+[ "$(cat "$tmp/victim")" = precious ] && ok || bad "item4: the link's target was overwritten"
+python3 -c "import json; assert json.load(open('$tmp/p4.json'))['format'] == 'autoshard.plan'" && ok \
+  || bad "item4: the plan file does not hold the plan"
 
 echo "reliability: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -2,12 +2,40 @@
 // Exit codes: 0 success, 1 user error (one message on stderr), 2 usage error.
 #include "common.hpp"
 
+#include <autoshard/io/atomic_file.hpp>  // remove_live_temporaries
+
+#include <signal.h>
+
 #include <filesystem>
 #include <iostream>
 #include <new>
 
+namespace {
+/// SIGINT, SIGTERM, SIGHUP: remove the temporaries this process is writing (async-signal-safe:
+/// unlink only), then die of the signal as before (the default action, re-raised), so the
+/// exit status still says which signal it was. A signal ignored at start (nohup, a background
+/// job of a non-interactive shell) stays ignored.
+void remove_temporaries_and_die(int sig) {
+  autoshard::remove_live_temporaries();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+void clean_up_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    struct sigaction a {};
+    a.sa_handler = &remove_temporaries_and_die;
+    sigemptyset(&a.sa_mask);
+    a.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &a, nullptr);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace autoshard::tool;
+  clean_up_on_signals();
   CLI::App app{"autoshard: split a neural network over a mesh of GPUs", "autoshard"};
   app.set_version_flag("--version", std::string("autoshard ") + AUTOSHARD_TOOL_VERSION);
   app.require_subcommand(1);

@@ -29,13 +29,6 @@ class command_paths {
     inputs_.push_back({std::move(what), std::move(p), true});
     return *this;
   }
-  /// Every regular file directly inside `dir` counts as an input (a checkpoint's shards).
-  command_paths& inputs_in(const std::string& what, const std::filesystem::path& dir) {
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file(ec)) inputs_.push_back({what, it->path(), false});
-    return *this;
-  }
   /// A --model that is a file: a model JSON or a Hugging Face config.json, or a directory
   /// holding config.json (the file read from it is the input).
   command_paths& model(std::string what, const std::filesystem::path& p) {

@@ -54,17 +54,23 @@ constexpr std::int64_t checked_bytes(const tensor_shape& s, std::int64_t elem_si
   return r;
 }
 
-/// The product of a mesh's axis sizes as an int (ranks are ints everywhere), checked.
+namespace detail {
+template <class Range>
+[[noreturn]] void too_many_ranks(const Range& sizes, std::string_view what) {
+  std::string shown;
+  for (auto s : sizes) shown += (shown.empty() ? "" : "x") + std::to_string(s);
+  throw spec_error(std::string(what) + ": " + shown + " is more than 2147483647 ranks");
+}
+}  // namespace detail
+
+/// The product of a mesh's axis sizes as an int (ranks are ints everywhere), checked; a
+/// constant expression when the sizes are.
 template <class Range>
 constexpr int checked_rank_count(const Range& sizes, std::string_view what) {
   std::int64_t n = 1;
-  std::string shown;
   for (auto s : sizes) {
-    n *= static_cast<std::int64_t>(s);  // every factor is at most 2^31-1 and n stays below 2^31 here
-    shown += (shown.empty() ? "" : "x") + std::to_string(s);
-    if (n > std::numeric_limits<int>::max())
-      throw spec_error(std::string(what) + ": " + shown + (shown.find('x') == std::string::npos ? "" : "...") +
-                       " is more than 2147483647 ranks");
+    n *= static_cast<std::int64_t>(s);  // every factor is below 2^31 and n stays below 2^31 here
+    if (n > std::numeric_limits<int>::max()) detail::too_many_ranks(sizes, what);
   }
   return static_cast<int>(n);
 }

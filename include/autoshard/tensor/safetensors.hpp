@@ -36,6 +36,7 @@
 #include "../core/error.hpp"  // io_error
 #include "../core/shape.hpp"  // tensor_shape
 #include "../io/atomic_file.hpp"  // atomic_file, detail::sys_error
+#include "../io/json.hpp"         // read_regular_file
 #include "host_tensor.hpp"    // const_tensor_view, host_tensor
 
 namespace autoshard {
@@ -359,7 +360,7 @@ class safetensors_file {
       detail::armed_sigbus_guard = nullptr;
       throw;
     }
-    if (!done || shrunk())
+    if (!done)
       throw io_error("safetensors file '" + path_.string() + "' changed while it was read: it is " + current_size() +
                      " now, " + std::to_string(size_) + " bytes when it was opened (truncated by another program?)");
   }
@@ -564,16 +565,9 @@ class checkpoint {
   void open_index(const std::filesystem::path& index) {
     nlohmann::json j;
     {
-      std::error_code ec;  // a FIFO would block fopen; a directory reads as an error later
-      if (!std::filesystem::is_regular_file(index, ec))
-        throw io_error("cannot open index '" + index.string() + "': " +
-                       (std::filesystem::exists(index, ec) ? "not a regular file" : "no such file"));
-      std::FILE* f = std::fopen(index.c_str(), "rb");
-      if (!f) throw io_error(detail::sys_error("cannot open", index));
-      std::string text;
-      char buf[65536];
-      for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, k);
-      std::fclose(f);
+      // A regular file (a FIFO would block, a directory reads as an error), read up to a bound:
+      // Hugging Face's indexes are kilobytes; 256 MiB is far beyond any, and no more is read.
+      const std::string text = read_regular_file(index.string(), "index", std::uint64_t{256} << 20);
       try {
         j = nlohmann::json::parse(text);
       } catch (const nlohmann::json::exception& e) {

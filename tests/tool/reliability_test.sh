@@ -99,7 +99,7 @@ python3 -c "
 import json; d = json.load(open('$tmp/v.json')); d['mesh']['shape'] = [99999999, 99999999]
 json.dump(d, open('$tmp/huge.json', 'w'))"
 one_error item2 "$tool" verify --plan "$tmp/huge.json"
-grep -q "99999999 is not in \[1, 1000000\]" "$tmp/err" && ok || bad "item2: verify message: $(cat "$tmp/err")"
+grep -Eq "99999999(, not an integer in| is not in)" "$tmp/err" && ok || bad "item2: verify message: $(cat "$tmp/err")"
 one_error item2 "$tool" shard "$tmp/ck" --plan "$tmp/huge.json" --out "$tmp/o2"
 one_error item2 "$tool" show --plan "$tmp/huge.json"
 
@@ -124,7 +124,7 @@ expect item12 2 "--mip-rel-gap: nan is not" "$tool" solve "$tmp/v.json" --mip-re
 
 # item8: an output that is an input, or two outputs that are one file: refused, inputs intact.
 cp "$tmp/v.json" "$tmp/keep.json"
-expect item8 1 "io error: --svg '.*' is the --plan '.*': refusing to overwrite an input" \
+expect item8 1 "io error: --svg '.*' is the --plan '.*': refusing to overwrite its input" \
   "$tool" show --plan "$tmp/v.json" --tensor lm_head --svg "$tmp/v.json"
 cmp -s "$tmp/v.json" "$tmp/keep.json" && ok || bad "item8: show --svg replaced the plan"
 expect item8 1 "io error: --dot '.*' and --out '.*' are the same file" \
@@ -133,14 +133,14 @@ test ! -e "$tmp/x8.json" && ok || bad "item8: plan --out X --dot X wrote X"
 python3 -c "
 import json; d = json.load(open('$tmp/v.json')); json.dump(d['graph'], open('$tmp/model8.json', 'w'))"
 cp "$tmp/model8.json" "$tmp/model8.keep"
-expect item8 1 "io error: --out '.*' is the --model '.*': refusing to overwrite an input" \
+expect item8 1 "io error: --out '.*' is the --model '.*': refusing to overwrite its input" \
   "$tool" plan --model "$tmp/model8.json" --mesh 2x2 --out "$tmp/model8.json" --quiet
 cmp -s "$tmp/model8.json" "$tmp/model8.keep" && ok || bad "item8: plan --out replaced the model"
 ln -s "$tmp/v.json" "$tmp/link8.svg"
-expect item8 1 "refusing to overwrite an input" "$tool" show --plan "$tmp/v.json" --tensor lm_head --svg "$tmp/link8.svg"
+expect item8 1 "refusing to overwrite its input" "$tool" show --plan "$tmp/v.json" --tensor lm_head --svg "$tmp/link8.svg"
 cmp -s "$tmp/v.json" "$tmp/keep.json" && ok || bad "item8: show --svg through a symlink replaced the plan"
 cp "$tmp/ck/model.safetensors" "$tmp/rank-0.safetensors"
-expect item8 1 "refusing to overwrite an input" "$tool" shard "$tmp/rank-0.safetensors" --policy gpt2 --tp 2 \
+expect item8 1 "refusing to overwrite its input" "$tool" shard "$tmp/rank-0.safetensors" --policy gpt2 --tp 2 \
   --config "$tmp/ck/config.json" --out "$tmp"
 
 # item13: a FIFO is refused at once, never read (that would block); show --svg DIR leaves no DIR.tmp.
@@ -166,7 +166,7 @@ for sig in TERM INT; do
     sleep 0.005
   done
   kill -s "$sig" "$pid" 2>/dev/null
-  wait "$pid"; rc=$?
+  wait "$pid" 2>/dev/null; rc=$?
   left=$(find "$tmp/sig" -name '*.tmp.*' 2>/dev/null | wc -l)
   if [ "$rc" -eq 0 ]; then echo "note: item13 SIG$sig came after the run ended; nothing to check"
   elif [ "$rc" -gt 128 ] && [ "$left" -eq 0 ]; then ok

@@ -89,10 +89,8 @@ struct mesh_options {
         ->check(finite_in(0, 1e18, true));
     cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)")->check(finite_in(0, 3600));
     cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)")->check(finite_in(0, 3600));
-    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)")
-        ->check(finite_in(0, 1));
-    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)")
-        ->check(finite_in(0, 1));
+    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)");
+    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)");
   }
   device_mesh build() const {
     if (!(inter_bw > 0) || !(intra_bw > 0) || !std::isfinite(inter_bw) || !std::isfinite(intra_bw))

@@ -62,7 +62,7 @@ class command_paths {
         for (const auto& [ie, ist] : in)
           if (ist.st_dev == st.st_dev && ist.st_ino == st.st_ino)
             throw io_error(o.what + " '" + o.path.string() + "' is the " + ie->what + " '" + ie->path.string() +
-                           "': refusing to overwrite an input");
+                           "': refusing to overwrite its input");
       }
       for (std::size_t j = 0; j < i; ++j)
         if (same_place(outputs_[j].path, o.path))

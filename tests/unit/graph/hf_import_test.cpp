@@ -43,7 +43,9 @@ TEST_CASE("Hugging Face configs of published models give their published paramet
       {"llama-2-7b.json", 6'738'415'616},  {"gemma-2b.json", 2'506'172'416},
       {"falcon-7b.json", 6'921'720'704},   {"phi-3-mini-4k.json", 3'821'079'552}};
   std::map<std::string, bool> families;
-  for (const auto& [file, count] : published) {
+  for (const auto& entry : published) {
+    const std::string& file = entry.first;  // a plain name: Clang 14's CAPTURE cannot take a structured binding
+    const std::int64_t count = entry.second;
     CAPTURE(file);
     hf_model m = read_hf_config_file(hf_dir + file);
     m.config.seq = 16;  // the count does not depend on the sequence; keep shape inference cheap

@@ -6,7 +6,8 @@
 #   N types    : N distinct sharded_tensor types, each with a plan_to<> and a local_shape
 #                static_assert (the plan is computed by the compiler)
 #   <area>     : one include of include/autoshard/<area>/<area>.hpp, for every area that
-#                has an umbrella header (what a file pays for using that area)
+#                has an umbrella header (what a file pays for using that area); gloo also
+#                with AUTOSHARD_TCP_STORE_SEPARATE (its TCP store compiled in another file)
 # and prints them side by side with the ratio to the baseline.
 #   bench/compile_time.sh              # g++, 200 types
 #   CXX=clang++ N=400 bench/compile_time.sh
@@ -58,10 +59,12 @@ done
 } > "$work/types.cpp"
 
 # Median of three compiles: "wall cpu" seconds (cpu = user + sys, steadier on a shared machine).
+# median3 FILE [EXTRA FLAGS...]
 median3() {
-  local walls=() cpus=() out
+  local walls=() cpus=() out src=$1
+  shift
   for _ in 1 2 3; do
-    out=$( { TIMEFORMAT='%R %U %S'; time "$cxx" "${flags[@]}" "$1"; } 2>&1 )
+    out=$( { TIMEFORMAT='%R %U %S'; time "$cxx" "${flags[@]}" "$@" "$src"; } 2>&1 )
     read -r r u s <<< "$out"
     walls+=("$r")
     cpus+=("$(echo "$u + $s" | bc -l)")
@@ -87,5 +90,9 @@ if [[ "${AREAS:-1}" != 0 ]]; then
     printf '#include <autoshard/%s/%s.hpp>\nint main() { return 0; }\n' "$area" "$area" > "$work/area_$area.cpp"
     read -r w c <<< "$(median3 "$work/area_$area.cpp")"
     row "<autoshard/$area/$area.hpp>" "$w" "$c"
+    if [[ $area == gloo ]]; then  # the TCP store compiled elsewhere (gloo/tcp_store_impl.hpp)
+      read -r w c <<< "$(median3 "$work/area_$area.cpp" -DAUTOSHARD_TCP_STORE_SEPARATE)"
+      row "  ... with TCP_STORE_SEPARATE" "$w" "$c"
+    fi
   done
 fi

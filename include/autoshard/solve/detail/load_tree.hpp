@@ -3,6 +3,7 @@
 // of time points and ask the largest value over a range, each in O(log T), exactly (128 bits).
 #include <algorithm>  // std::max
 #include <cstddef>    // std::size_t
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include "../problem.hpp"  // int128

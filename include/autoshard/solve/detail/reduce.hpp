@@ -20,7 +20,6 @@
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
-#include <map>        // std::map
 #include <string>     // std::string
 #include <utility>    // std::pair
 #include <vector>     // std::vector
@@ -102,7 +101,6 @@ class reducer {
       n.parts.push_back({s.live, s.usages, 0, 0});
       for (std::size_t i = 0; i < s.costs.size(); ++i) n.strat.push_back(static_cast<int>(i));
     }
-    std::map<std::pair<std::size_t, std::size_t>, std::size_t> seen;
     for (const strategy_edge& e : p.edges) {
       const std::size_t nu = nodes[e.from].size(), nv = nodes[e.to].size();
       if (e.from == e.to) {  // a self-loop only ever pays its diagonal
@@ -118,7 +116,6 @@ class reducer {
         add_edge(e.from, e.to, std::move(m));
       }
     }
-    (void)seen;
   }
 
   static std::vector<wcost> transpose(const std::vector<wcost>& m, std::size_t r, std::size_t c) {

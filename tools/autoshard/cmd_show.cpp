@@ -445,7 +445,9 @@ const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const
 int run_show_plan(const show_options& o) {
   command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
   paths.input("--plan", o.plan).output("--svg", o.svg);
+#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
   if (o.model_given && !o.model.is_preset()) paths.model("--model", o.model.model);
+#endif
   paths.check();
   const plan_doc doc = read_plan(o);
   const device_mesh& m = doc.mesh;

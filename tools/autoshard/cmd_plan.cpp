@@ -41,22 +41,6 @@ struct plan_cli_options {
   bool quiet = false;
 };
 
-/// "16GiB", "512MiB", "8e9" -> bytes.
-std::int64_t parse_bytes(const std::string& s) {
-  static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) throw spec_error("memory budget '" + s + "' is not a size (e.g. 16GiB or 8e9)");
-  double v = std::strtod(m[1].str().c_str(), nullptr);  // 1e400 is inf, refused below (std::stod threw "stod")
-  const std::string u = m[2].str();
-  const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
-                                           {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
-                                           {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  v *= mult.at(u);
-  if (!(v >= 1) || !(v <= 9e18))
-    throw spec_error("memory budget '" + s + "' is out of range: give 1 byte to 9e18 bytes (8 EiB)");
-  return static_cast<std::int64_t>(v);
-}
-
 /// "transformer.h.7.attn" -> "transformer.h.#.attn"; and the layer index (or -1).
 std::pair<std::string, int> layer_of(const std::string& name) {
   static const std::regex re(R"(\.([0-9]+)\.)");
@@ -125,7 +109,7 @@ int run_plan(const plan_cli_options& o) {
   po.ilp_solution_file = o.out;
   po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
-  if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget);
+  if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
   if (!o.calibration.empty()) {  // measured links replace the bandwidth and latency options
     const calibration_result cal = load_calibration(o.calibration);

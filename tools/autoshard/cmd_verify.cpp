@@ -16,6 +16,7 @@ struct verify_cli_options {
   std::uint64_t seed = 1;
   double rtol = 0.0;
   double timeout = 120.0;
+  std::string max_memory;
   bool json = false;
 };
 
@@ -30,6 +31,7 @@ int run_verify(const verify_cli_options& o) {
   vo.rtol = o.rtol;
   if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
+  if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
               << (lp.mode == run_mode::training ? "training" : "inference") << " plan; the forward pass) on "
@@ -56,6 +58,7 @@ int run_verify(const verify_cli_options& o) {
                      {"max_rel_diff", r.max_rel_diff},
                      {"reference_seconds", r.reference_seconds},
                      {"sharded_seconds", r.sharded_seconds},
+                     {"estimated_peak_bytes", r.estimate.total()},
                      {"operators", checks}};
     std::cout << j.dump(2) << "\n";
   } else {
@@ -86,6 +89,8 @@ void register_verify(CLI::App& app, action& run) {
   cmd->add_option("--timeout", o->timeout, "seconds a rank waits in one collective")
       ->capture_default_str()
       ->check(finite_in(0, 1e6, true));
+  cmd->add_option("--max-memory", o->max_memory,
+                  "refuse to start when the estimated peak is above this (e.g. 8GiB); default: MemAvailable");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
 }

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <regex>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -147,6 +149,21 @@ inline nlohmann::json to_json(const device_mesh& m) {
   for (std::size_t i = 0; i < m.ndim(); ++i)
     axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"hop_s", m.link(i).hop}, {"bandwidth_Bps", m.link(i).beta}});
   return {{"shape", m.shape()}, {"axes", axes}};
+}
+
+/// "16GiB", "512MiB", "8e9" -> bytes, in [1, 9e18]; `what` names the option in errors.
+inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
+  static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) throw spec_error(what + " '" + s + "' is not a size (e.g. 16GiB or 8e9)");
+  double v = std::strtod(m[1].str().c_str(), nullptr);  // inf beyond double's range, refused below
+  const std::string u = m[2].str();
+  const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
+                                           {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
+                                           {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  v *= mult.at(u);
+  if (!(v >= 1 && v <= 9e18)) throw spec_error(what + " '" + s + "' is out of range (1 byte to 9e18)");
+  return static_cast<std::int64_t>(v);
 }
 
 /// Human-readable bytes: "1.50 MiB".

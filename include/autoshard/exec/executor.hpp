@@ -8,8 +8,10 @@
 /// spec the operator's strategy takes (the plan's resharding collectives, on real
 /// communicators); the kernel then computes the rank's piece of the output, which may be a
 /// partial sum (a Partial placement) that a later redistribute reduces.
+#include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // std::uint64_t
 #include <functional>  // std::function
+#include <mutex>       // std::mutex, std::lock_guard
 #include <random>      // std::mt19937_64, std::uniform_real_distribution
 #include <string>      // std::string
 #include <vector>      // std::vector
@@ -147,10 +149,112 @@ host_tensor reshard(M& mc, const host_tensor& local, const tensor_shape& global,
 /// Called with each vertex's local piece as soon as it is computed, and its spec.
 using piece_callback = std::function<void(vertex_t, const host_tensor& piece, const sharding_spec& spec)>;
 
+namespace detail {
+/// A value an executor holds: its own tensor, or a read-only alias of one that outlives it
+/// (a replicated source read in place instead of copied once per rank).
+struct held_value {
+  host_tensor own;
+  const host_tensor* alias = nullptr;
+  const host_tensor& get() const noexcept { return alias ? *alias : own; }
+  void reset() noexcept {
+    own = host_tensor();
+    alias = nullptr;
+  }
+};
+
+inline bool whole_on_every_rank(const sharding_spec& s) {
+  for (std::size_t a = 0; a < s.mesh_rank; ++a)
+    if (!s[a].is_replicate()) return false;
+  return true;
+}
+}  // namespace detail
+
+/// The unsharded run computed on demand and forgotten as soon as it is no longer needed:
+/// value(v) computes the graph in topological order up to v; a value is kept until every
+/// consumer has run and release(v) has been called `watchers` times (once per rank that
+/// compares with it). Sources are read in place. Thread-safe: ranks of one process share one.
+template <class T>
+class reference_stream {
+ public:
+  reference_stream(const model_graph& g, const std::vector<host_tensor>& sources, int watchers)
+      : g_(g), sources_(sources), order_(topological_order(g)), val_(boost::num_vertices(g)),
+        pending_(boost::num_vertices(g), 0), done_(boost::num_vertices(g), false) {
+    const std::size_t n = boost::num_vertices(g);
+    if (sources.size() != n)
+      throw exec_error("the reference run: " + std::to_string(sources.size()) + " source values for a graph of " +
+                       std::to_string(n) + " vertices");
+    for (vertex_t v = 0; v < n; ++v) {
+      pending_[v] = boost::out_degree(v, g) + (g[v].is_operator() ? static_cast<std::size_t>(watchers) : 0);
+      if (!g[v].is_operator() && !(sources[v].shape() == g[v].shape))
+        throw exec_error("source '" + g[v].name + "' is " + to_string(g[v].shape) + " but its value is " +
+                         to_string(sources[v].shape()));
+    }
+  }
+
+  /// The unsharded value of v; valid until this caller's release(v).
+  const host_tensor& value(vertex_t v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!done_[v]) step();
+    return val_[v].get();
+  }
+
+  void release(vertex_t v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop(v);
+  }
+
+  /// The most bytes the reference held at once so far.
+  std::uint64_t peak_bytes() const noexcept { return peak_; }
+  /// Seconds spent computing the reference so far.
+  double seconds() const noexcept { return seconds_; }
+
+ private:
+  void drop(vertex_t v) {
+    if (pending_[v] > 0 && --pending_[v] == 0 && g_[v].is_operator()) {
+      held_ -= val_[v].get().nbytes();
+      val_[v].reset();
+    }
+  }
+  void step() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const vertex_t v = order_[next_++];
+    const node& nd = g_[v];
+    if (!nd.is_operator()) {
+      val_[v].alias = &sources_[v];
+    } else {
+      const std::vector<vertex_t> ops = operands(g_, v);
+      std::vector<const host_tensor*> in;
+      std::vector<tensor_shape> shapes;
+      for (vertex_t u : ops) {
+        in.push_back(&val_[u].get());
+        shapes.push_back(g_[u].shape);
+      }
+      val_[v].own = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
+      held_ += val_[v].own.nbytes();
+      peak_ = std::max(peak_, held_);
+      for (vertex_t u : ops) drop(u);
+    }
+    done_[v] = true;
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const model_graph& g_;
+  const std::vector<host_tensor>& sources_;
+  std::vector<vertex_t> order_;
+  std::vector<detail::held_value> val_;
+  std::vector<std::size_t> pending_;
+  std::vector<bool> done_;
+  std::size_t next_ = 0;
+  std::uint64_t held_ = 0, peak_ = 0;
+  double seconds_ = 0.0;
+  std::mutex mu_;
+};
+
 /// Runs `g` sharded by `plan` (one strategy per vertex, index = vertex) on this rank of `mc`.
 /// Every rank of the mesh calls it with the same graph, plan and sources (the global values
-/// of inputs and parameters; each rank keeps only its own piece, as a loaded shard would be).
-/// `on_piece` sees every vertex's piece; a piece is freed after its last consumer has run.
+/// of inputs and parameters; each rank keeps only its own piece, as a loaded shard would be,
+/// and reads a source it holds whole in place). `on_piece` sees every vertex's piece; a piece
+/// is freed after its last consumer has run.
 /// Throws exec_error for a plan that does not fit the graph, comm_error when a peer fails.
 template <class T, mesh_communicator_like M>
 void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
@@ -165,7 +269,7 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
                      std::to_string(n) + " vertices");
   std::vector<std::size_t> uses(n, 0);
   for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
-  std::vector<host_tensor> val(n);
+  std::vector<detail::held_value> val(n);
   for (vertex_t v : topological_order(g)) {
     const node& nd = g[v];
     const strategy& st = plan[v];
@@ -179,7 +283,8 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
         throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
       for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
         if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
-      val[v] = shard_of(sources[v], mesh, st.output, rank);
+      if (detail::whole_on_every_rank(st.output)) val[v].alias = &sources[v];
+      else val[v].own = shard_of(sources[v], mesh, st.output, rank);
     } else {
       const std::vector<vertex_t> ops = operands(g, v);
       if (st.inputs.size() != ops.size())
@@ -190,8 +295,12 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
       local_context c;
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const vertex_t u = ops[i];
-        local[i] = detail::reshard(mc, val[u], g[u].shape, plan[u].output, st.inputs[i]);
-        in.push_back(&local[i]);
+        if (plan[u].output == st.inputs[i]) {
+          in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
+        } else {
+          local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i]);
+          in.push_back(&local[i]);
+        }
         c.global_in.push_back(g[u].shape);
         c.in_offset.push_back(local_box(mesh, st.inputs[i], g[u].shape, rank).offset);
       }
@@ -209,16 +318,17 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
             for (std::size_t a : axes) mc.axis(a).all_reduce(p, count, t, op);
           };
       }
-      val[v] = run_kernel<T>(nd, in, c);
-      if (!(val[v].shape() == c.out_shape))
+      val[v].own = run_kernel<T>(nd, in, c);
+      if (!(val[v].own.shape() == c.out_shape))
         throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(rank) + " computed a piece of " +
-                         to_string(val[v].shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
+                         to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
                          to_string(c.out_shape));
+      local.clear();
       for (vertex_t u : ops)
-        if (--uses[u] == 0) val[u] = host_tensor();
+        if (--uses[u] == 0) val[u].reset();
     }
-    if (on_piece) on_piece(v, val[v], st.output);
-    if (uses[v] == 0) val[v] = host_tensor();
+    if (on_piece) on_piece(v, val[v].get(), st.output);
+    if (uses[v] == 0) val[v].reset();
   }
 }
 

@@ -13,13 +13,15 @@
 #include <iomanip>    // std::setprecision
 #include <mutex>      // std::mutex
 #include <ostream>    // std::ostream
+#include <sstream>    // std::ostringstream
 #include <string>     // std::string
 #include <vector>     // std::vector
 
 #include "../gloo/communicator.hpp"  // mesh_communicator, gloo_options
 #include "../gloo/launch.hpp"        // run_ranks_collect
 #include "../solve/pass.hpp"   // autosharding_options, solver_error
-#include "executor.hpp"        // run_unsharded, run_sharded, make_source_values
+#include "executor.hpp"        // reference_stream, run_sharded, make_source_values
+#include "resources.hpp"       // check_rank_threads, estimate_verify_memory
 
 namespace autoshard {
 
@@ -30,6 +32,9 @@ struct verify_options {
   /// 0 = the default for the dtype: 1e-9 for f64, 1e-3 for f32.
   double rtol = 0.0;
   std::chrono::milliseconds timeout{120000};  ///< per collective (a dead rank ends the run)
+  /// Refuse to start when the estimated peak (estimate_verify_memory) is above this many
+  /// bytes; 0 = the memory available now (MemAvailable).
+  std::uint64_t max_memory = 0;
 };
 
 /// One operator's comparison, over every rank's piece.
@@ -52,6 +57,7 @@ struct verify_report {
   double max_rel_diff = 0.0;         ///< max over operators of max_abs_diff / max(1, ref_max_abs)
   std::size_t failed = 0;
   double reference_seconds = 0.0, sharded_seconds = 0.0;
+  memory_estimate estimate;  ///< the peak estimated before the run started
   bool passed() const noexcept { return failed == 0; }
 };
 
@@ -63,7 +69,8 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   });
   os << "verified " << r.checks.size() << " operators on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
      << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
-     << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s\n";
+     << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s (estimated peak memory "
+     << readable_bytes(r.estimate.total()) << ")\n";
   os << std::defaultfloat << std::setprecision(3);
   os << "largest differences (sharded - unsharded):\n";
   for (std::size_t i = 0; i < order.size() && i < 5; ++i)
@@ -88,6 +95,41 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
   }
 }
 
+/// Refuses, before anything is allocated or started, a run this machine cannot hold: more
+/// rank threads than it can start, or an estimated peak above `max_memory` (0: MemAvailable).
+/// The message names the estimate, the limit and what to change.
+inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh,
+                                              const std::vector<strategy>& plan, dtype compute,
+                                              std::uint64_t max_memory) {
+  const machine_limits m = machine_limits::here();
+  check_rank_threads(mesh, m);
+  const memory_estimate e = estimate_verify_memory(g, mesh, plan, compute);
+  const std::uint64_t limit = max_memory > 0 ? max_memory : m.mem_available;
+  if (e.total() <= limit) return e;
+  std::string fix;
+  if (compute == dtype::f64) {
+    const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32).total();
+    fix += "--dtype f32 (about " + readable_bytes(f32) + ")" + std::string(f32 <= limit ? ", or " : " and ");
+  }
+  const std::uint64_t fixed = e.sources + e.ranks;
+  if (fixed < limit && e.activations > 0) {
+    const double shrink = static_cast<double>(e.activations) / static_cast<double>(limit - fixed);
+    std::ostringstream f;
+    f.precision(2);
+    f << std::fixed << shrink;
+    fix += "a plan for a smaller batch or sequence (autoshard plan --batch/--seq: the activations scale with batch x seq; "
+           "divide it by more than " + f.str() + ")";
+  } else {
+    fix += "a smaller model (the parameters alone take " + readable_bytes(e.sources) + ")";
+  }
+  throw exec_error("verify would need about " + readable_bytes(e.total()) + " (inputs and parameters " +
+                   readable_bytes(e.sources) + ", activations " + readable_bytes(e.activations) + " at '" + e.worst_step +
+                   "', " + std::to_string(mesh.num_ranks()) + " rank threads " + readable_bytes(e.ranks) + ") but " +
+                   (max_memory > 0 ? "--max-memory allows " : "this machine has ") + readable_bytes(limit) +
+                   (max_memory > 0 ? "" : " available (MemAvailable)") + "; use " + fix +
+                   (max_memory > 0 ? "" : ", or --max-memory to allow more"));
+}
+
 template <class T>
 verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
                            const verify_options& o) {
@@ -98,15 +140,17 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   rep.mesh = mesh;
   rep.compute = compute_dtype<T>();
   rep.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
+  rep.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory);
   const std::vector<host_tensor> sources = make_source_values<T>(g, o.seed);
-  auto t0 = std::chrono::steady_clock::now();
-  const std::vector<host_tensor> ref = run_unsharded<T>(g, sources);
-  auto t1 = std::chrono::steady_clock::now();
-
   const int ranks = mesh.num_ranks();
+  // Each rank compares its piece with the same block of the reference as soon as it has it;
+  // the reference is computed on demand and forgotten once every rank has compared.
+  reference_stream<T> ref(g, sources, ranks);
   std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
+  std::mutex compare_mu;  // one block copy at a time
   gloo_options go;
   go.timeout = o.timeout;
+  auto t1 = std::chrono::steady_clock::now();
   rank_results res = run_ranks_collect(
       ranks,
       [&](gloo_communicator& world) {
@@ -120,7 +164,13 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
             if (spec[a].is_partial()) settled[a] = Replicate();
           const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
           const host_tensor& got = settled == spec ? piece : whole;
-          compare_piece<T>(got, shard_of(ref[v], mesh, settled, me), mine[v]);
+          const host_tensor& want = ref.value(v);
+          {
+            std::lock_guard<std::mutex> lock(compare_mu);
+            if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, mine[v]);
+            else compare_piece<T>(got, shard_of(want, mesh, settled, me), mine[v]);
+          }
+          ref.release(v);
         });
       },
       go);
@@ -140,8 +190,9 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   if (first) std::rethrow_exception(first);
   if (first_comm) std::rethrow_exception(first_comm);
 
-  rep.reference_seconds = std::chrono::duration<double>(t1 - t0).count();
-  rep.sharded_seconds = std::chrono::duration<double>(t2 - t1).count();
+  // The reference is computed on demand inside the ranks' run: its time is taken out.
+  rep.reference_seconds = ref.seconds();
+  rep.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - rep.reference_seconds);
   double worst = -1.0;
   for (vertex_t v : topological_order(g)) {
     if (!g[v].is_operator()) continue;

@@ -5,8 +5,15 @@
 
 #include <autoshard/exec/exec.hpp>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 namespace {
@@ -421,3 +428,107 @@ TEST_CASE("a rank whose kernel fails ends its run with exec_error, and its peers
     CHECK_THROWS_AS(std::rethrow_exception(res[static_cast<std::size_t>(r)]), comm_error);
   }
 }
+
+TEST_CASE("verify refuses a run above its memory limit before starting, naming the estimate and what to change") {
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  const device_mesh mesh{2, 4};
+  // The sources are held once: the sum of every input and parameter (ids and labels in i64).
+  std::uint64_t source_bytes = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (!g[v].is_operator()) source_bytes += static_cast<std::uint64_t>(g[v].shape.numel()) * 8u;
+  const memory_estimate e = estimate_verify_memory(g, mesh, plan, dtype::f64);
+  CHECK(e.sources == source_bytes);
+  CHECK(estimate_verify_memory(g, mesh, plan, dtype::f32).activations < e.activations);
+  // The estimate covers what the streamed reference run really holds.
+  const std::vector<host_tensor> sources = make_source_values<double>(g, 1);
+  reference_stream<double> ref(g, sources, 0);
+  for (vertex_t v : topological_order(g)) ref.value(v);
+  CHECK(ref.peak_bytes() > 0);
+  CHECK(e.activations >= ref.peak_bytes());
+  verify_options vo;
+  vo.max_memory = e.sources + e.ranks + e.activations / 2;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(verify_plan(g, mesh, plan, vo), doctest::Contains("verify would need about"), exec_error);
+  CHECK_THROWS_WITH_AS(verify_plan(g, mesh, plan, vo), doctest::Contains("--dtype f32"), exec_error);
+  CHECK_THROWS_WITH_AS(verify_plan(g, mesh, plan, vo), doctest::Contains("--batch/--seq"), exec_error);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
+  vo.max_memory = e.total();
+  const verify_report r = verify_plan(g, mesh, plan, vo);
+  CHECK(r.passed());
+  CHECK(r.estimate.total() == e.total());
+}
+
+TEST_CASE("rank threads beyond what the machine allows are refused before any starts") {
+  const device_mesh mesh{2, 4};
+  const rank_thread_cost c = rank_threads_cost(mesh);
+  CHECK(c.threads == 16);  // a rank thread and its TCP device's loop thread each
+  CHECK(c.files == 8u * (7 + 1 + 3 + 3));  // world peers, axis peers, epoll, listener, spare
+  machine_limits m;  // nothing limited
+  CHECK_NOTHROW(check_rank_threads(mesh, m));
+  m.threads = 15;
+  CHECK_THROWS_WITH_AS(check_rank_threads(mesh, m), doctest::Contains("need 16 threads"), exec_error);
+  m = machine_limits{};
+  m.files = 100;
+  CHECK_THROWS_WITH_AS(check_rank_threads(mesh, m), doctest::Contains("ulimit -n"), exec_error);
+  m = machine_limits{};
+  m.address_space = 64u << 20;
+  CHECK_THROWS_WITH_AS(check_rank_threads(mesh, m), doctest::Contains("ulimit -v"), exec_error);
+  // A 40,000-rank plan fails at once here, whatever this machine's limits are.
+  const machine_limits here = machine_limits::here();
+  if (here.files != machine_limits::unlimited || here.threads != machine_limits::unlimited) {
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(check_rank_threads(device_mesh{200, 200}, here), exec_error);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.0);
+  }
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define AUTOSHARD_TEST_NO_RLIMIT_AS 1  // the sanitizers reserve terabytes of address space
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define AUTOSHARD_TEST_NO_RLIMIT_AS 1
+#endif
+#endif
+
+#ifndef AUTOSHARD_TEST_NO_RLIMIT_AS
+TEST_CASE("a rank thread that cannot be created stops the started ranks and reports it instead of aborting") {
+  // In a child under an address-space limit with room for about 10 thread stacks, 64 ranks
+  // cannot all start: run_ranks_collect must throw comm_error (before the fix: SIGABRT).
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 3;
+    try {
+      std::ifstream st("/proc/self/status");
+      std::string k;
+      std::uint64_t vm_kb = 0;
+      while (st >> k)
+        if (k == "VmSize:" && st >> vm_kb) break;
+      rlimit r{};
+      getrlimit(RLIMIT_STACK, &r);
+      const std::uint64_t stack = r.rlim_cur == RLIM_INFINITY ? 8u << 20 : r.rlim_cur;
+      r.rlim_cur = r.rlim_max = vm_kb * 1024 + 10 * (stack + (1u << 20));
+      if (setrlimit(RLIMIT_AS, &r) != 0) _exit(4);
+      std::atomic<int> ran{0};
+      run_ranks_collect(64, [&](int, const gloo_store&, const gloo_options&) { ++ran; });
+      code = 2;  // every thread started: the limit did not bite
+    } catch (const comm_error& e) {
+      code = std::string(e.what()).find("cannot start the thread of rank") != std::string::npos ? 0 : 5;
+    } catch (...) {
+      code = 6;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK_FALSE(WIFSIGNALED(status));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+#endif

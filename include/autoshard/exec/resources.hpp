@@ -1,0 +1,201 @@
+#pragma once
+/// What a run on rank threads will take, estimated before it starts, and what this machine
+/// gives: memory (MemAvailable in /proc/meminfo), threads (RLIMIT_NPROC, kernel.threads-max),
+/// file descriptors (RLIMIT_NOFILE: every Gloo rank holds a socket to every peer of the world
+/// and of each mesh axis) and address space (RLIMIT_AS: every thread reserves a stack).
+///   autoshard::machine_limits m = autoshard::machine_limits::here();
+///   autoshard::check_rank_threads(mesh, m);                // exec_error when they cannot run
+///   autoshard::memory_estimate e = autoshard::estimate_verify_memory(g, mesh, plan, dtype::f64);
+#include <sys/resource.h>  // getrlimit
+
+#include <algorithm>  // std::max, std::min
+#include <cstdint>    // std::uint64_t
+#include <fstream>    // std::ifstream
+#include <limits>     // std::numeric_limits
+#include <sstream>    // std::ostringstream
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "../core/layout.hpp"   // local_box
+#include "../graph/graph.hpp"   // model_graph, strategy, topological_order
+#include "kernels.hpp"          // exec_error
+
+namespace autoshard {
+
+/// Limits of this process and machine; `unlimited` where there is none.
+struct machine_limits {
+  static constexpr std::uint64_t unlimited = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t mem_available = unlimited;  ///< bytes (MemAvailable)
+  std::uint64_t threads = unlimited;        ///< threads this process may still start
+  std::uint64_t files = unlimited;          ///< file descriptors this process may still open
+  std::uint64_t address_space = unlimited;  ///< bytes of address space it may still map
+  std::uint64_t stack = 8u << 20;           ///< bytes a new thread reserves for its stack
+
+  /// Reads /proc and the resource limits (a limit that cannot be read stays unlimited).
+  static machine_limits here() {
+    machine_limits m;
+    const auto soft = [](int what) -> std::uint64_t {
+      rlimit r{};
+      if (getrlimit(what, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return unlimited;
+      return static_cast<std::uint64_t>(r.rlim_cur);
+    };
+    const auto proc_value = [](const char* file, const std::string& key) -> std::uint64_t {
+      std::ifstream in(file);
+      std::string k;
+      std::uint64_t v = 0;
+      while (in >> k) {
+        if (k == key && in >> v) return v;
+        in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+      }
+      return unlimited;
+    };
+    if (const std::uint64_t kb = proc_value("/proc/meminfo", "MemAvailable:"); kb != unlimited) m.mem_available = kb * 1024;
+    const std::uint64_t used_threads = proc_value("/proc/self/status", "Threads:");
+    std::uint64_t tmax = soft(RLIMIT_NPROC);
+    if (std::ifstream in("/proc/sys/kernel/threads-max"); in) {
+      std::uint64_t v = 0;
+      if (in >> v) tmax = std::min(tmax, v);
+    }
+    // RLIMIT_NPROC counts every thread of the user, not only ours: keep half for the others.
+    if (tmax != unlimited && used_threads != unlimited) m.threads = tmax / 2 > used_threads ? tmax / 2 - used_threads : 0;
+    const std::uint64_t nofile = soft(RLIMIT_NOFILE);
+    if (nofile != unlimited) {
+      std::uint64_t open = 0;
+      for (int fd = 0; fd < 4096; ++fd) {  // the descriptors the tool holds are few and low
+        std::ifstream probe("/proc/self/fdinfo/" + std::to_string(fd));
+        if (probe) ++open;
+      }
+      m.files = nofile > open ? nofile - open : 0;
+    }
+    const std::uint64_t as = soft(RLIMIT_AS);
+    if (as != unlimited) {
+      const std::uint64_t vm = proc_value("/proc/self/status", "VmSize:");
+      const std::uint64_t used = vm == unlimited ? 0 : vm * 1024;
+      m.address_space = as > used ? as - used : 0;
+    }
+    if (const std::uint64_t st = soft(RLIMIT_STACK); st != unlimited && st > 0) m.stack = st;
+    return m;
+  }
+};
+
+/// What running `mesh.num_ranks()` Gloo ranks as threads of this process takes.
+struct rank_thread_cost {
+  std::uint64_t ranks = 0;
+  std::uint64_t threads = 0;        ///< a rank thread and its TCP device's loop thread each
+  std::uint64_t files = 0;          ///< a socket per peer of the world and of every mesh axis, an epoll, a listener
+  std::uint64_t address_space = 0;  ///< the threads' stacks
+  std::uint64_t memory = 0;         ///< resident bytes: stacks touched, connection buffers
+};
+
+inline rank_thread_cost rank_threads_cost(const device_mesh& mesh, std::uint64_t stack = 8u << 20) {
+  rank_thread_cost c;
+  c.ranks = static_cast<std::uint64_t>(mesh.num_ranks());
+  std::uint64_t peers = c.ranks - 1;
+  for (std::size_t a = 0; a < mesh.ndim(); ++a) peers += static_cast<std::uint64_t>(mesh.size(a)) - 1;
+  c.threads = 2 * c.ranks;
+  c.files = c.ranks * (peers + 3);
+  c.address_space = c.threads * (stack + (64u << 10));
+  c.memory = c.ranks * ((1u << 20) + peers * (16u << 10));  // measured: ~1 MiB a rank, ~16 KiB a connection
+  return c;
+}
+
+/// Throws exec_error, naming the count and the limit, when the mesh's ranks cannot all run
+/// as threads here: a half-started world would only wait for its missing peers.
+inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m) {
+  const rank_thread_cost c = rank_threads_cost(mesh, m.stack);
+  const auto refuse = [&](const std::string& what, std::uint64_t need, std::uint64_t have, const std::string& unit) {
+    throw exec_error(std::to_string(c.ranks) + " ranks on " + to_string(mesh) + " need " + std::to_string(need) + " " +
+                     unit + " as threads of one process, but " + what + " allows " + std::to_string(have) +
+                     "; verify a plan for a smaller mesh (e.g. `autoshard plan --mesh 2x4`)");
+  };
+  if (c.threads > m.threads) refuse("the thread limit (RLIMIT_NPROC, kernel.threads-max)", c.threads, m.threads, "threads");
+  if (c.files > m.files) refuse("the open-file limit (ulimit -n)", c.files, m.files, "sockets");
+  if (c.address_space > m.address_space)
+    refuse("the address-space limit (ulimit -v)", c.address_space, m.address_space, "bytes of stacks");
+}
+
+/// The peak memory of a verification run, estimated before it starts.
+struct memory_estimate {
+  std::uint64_t sources = 0;     ///< the global inputs and parameters, held once
+  std::uint64_t activations = 0; ///< the reference run's and every rank's live pieces at the worst step
+  std::uint64_t ranks = 0;       ///< threads and connections
+  std::string worst_step;        ///< the vertex computed at the worst step
+  std::uint64_t total() const noexcept { return sources + activations + ranks; }
+};
+
+namespace detail {
+inline std::uint64_t bytes_of(const tensor_shape& s, dtype t) {
+  return static_cast<std::uint64_t>(s.numel()) * static_cast<std::uint64_t>(dtype_size(t));
+}
+inline bool all_replicated(const sharding_spec& s) {
+  for (std::size_t a = 0; a < s.mesh_rank; ++a)
+    if (!s[a].is_replicate()) return false;
+  return true;
+}
+}  // namespace detail
+
+/// The peak of verify_plan's forward run in `compute` (f32 or f64): the sources held once,
+/// then step by step in topological order the reference values still needed plus every
+/// rank's live pieces, its resharded operands (twice: a collective's buffer and its result),
+/// its output and the replicated copy a Partial output is compared through.
+inline memory_estimate estimate_verify_memory(const model_graph& g, const device_mesh& mesh,
+                                              const std::vector<strategy>& plan, dtype compute) {
+  const std::size_t n = boost::num_vertices(g);
+  if (plan.size() != n)
+    throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
+  const auto type_of = [&](vertex_t v) { return detail::is_integer(g[v].type) ? dtype::i64 : compute; };
+  const int ranks = mesh.num_ranks();
+  memory_estimate e;
+  e.ranks = rank_threads_cost(mesh).memory;
+  std::vector<std::size_t> uses(n, 0);
+  std::vector<std::uint64_t> piece_sum(n, 0);  // every rank's piece of v together
+  for (vertex_t v = 0; v < n; ++v) {
+    uses[v] = boost::out_degree(v, g);
+    if (!g[v].is_operator()) {
+      e.sources += detail::bytes_of(g[v].shape, type_of(v));
+      if (detail::all_replicated(plan[v].output)) continue;  // ranks read the source itself
+    }
+    for (int r = 0; r < ranks; ++r) piece_sum[v] += detail::bytes_of(local_box(mesh, plan[v].output, g[v].shape, r).shape, type_of(v));
+  }
+  std::uint64_t live = 0;  // reference values and pieces alive between steps
+  for (vertex_t v : topological_order(g)) {
+    std::uint64_t step = 0;
+    if (g[v].is_operator()) {
+      const std::vector<vertex_t> ops = operands(g, v);
+      for (std::size_t i = 0; i < ops.size() && i < plan[v].inputs.size(); ++i) {
+        const vertex_t u = ops[i];
+        if (plan[u].output == plan[v].inputs[i]) continue;
+        for (int r = 0; r < ranks; ++r)
+          step += 2 * detail::bytes_of(local_box(mesh, plan[v].inputs[i], g[u].shape, r).shape, type_of(u));
+      }
+      const std::uint64_t whole = detail::bytes_of(g[v].shape, type_of(v));
+      step += whole;  // the reference output
+      bool partial = false;
+      for (std::size_t a = 0; a < plan[v].output.mesh_rank; ++a) partial |= plan[v].output[a].is_partial();
+      step += partial ? 2 * whole : whole / static_cast<std::uint64_t>(ranks) + 1;  // the compared block, one rank at a time
+      if (e.sources + live + piece_sum[v] + step + e.ranks > e.total()) {
+        e.activations = live + piece_sum[v] + step;
+        e.worst_step = g[v].name;
+      }
+      live += piece_sum[v] + whole;
+      for (vertex_t u : ops)
+        if (--uses[u] == 0) live -= piece_sum[u] + (g[u].is_operator() ? detail::bytes_of(g[u].shape, type_of(u)) : 0);
+    } else {
+      live += piece_sum[v];
+    }
+    if (uses[v] == 0) live -= piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
+  }
+  return e;
+}
+
+/// "1.23 GiB": bytes for a person.
+inline std::string readable_bytes(std::uint64_t b) {
+  std::ostringstream os;
+  os.precision(3);
+  if (b >= (1ull << 30)) os << static_cast<double>(b) / static_cast<double>(1ull << 30) << " GiB";
+  else if (b >= (1ull << 20)) os << static_cast<double>(b) / static_cast<double>(1ull << 20) << " MiB";
+  else os << b << " B";
+  return os.str();
+}
+
+}  // namespace autoshard

@@ -1,0 +1,176 @@
+// Backward kernels against central finite differences of the forward kernels, in f64, for
+// every operator kind: the loss is sum(output * R) for a fixed random R, so its gradient is
+// the backward kernel fed dy = R, and each operand element is nudged both ways.
+#include <doctest/doctest.h>
+
+#include <autoshard/exec/backward.hpp>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+namespace {
+using namespace autoshard;
+
+struct bw_case {
+  std::string what;
+  op_kind kind;
+  op_attrs attrs;
+  std::vector<tensor_shape> shapes;
+  std::vector<std::int64_t> int_range;  // > 0: operand i is integer ids/labels in [0, range)
+  double lo = -1.0, hi = 1.0;           // float values, uniform
+};
+
+host_tensor bw_random(const tensor_shape& s, std::int64_t int_range, double lo, double hi, std::mt19937_64& rng) {
+  if (int_range > 0) {
+    host_tensor t(dtype::i64, s);
+    std::uniform_int_distribution<std::int64_t> u(0, int_range - 1);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.as<std::int64_t>()[i] = u(rng);
+    return t;
+  }
+  host_tensor t(dtype::f64, s);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.as<double>()[i] = u(rng);
+  return t;
+}
+
+double bw_loss(const node& nd, const std::vector<host_tensor>& x, const host_tensor& r, const local_context& c) {
+  std::vector<const host_tensor*> in;
+  for (const host_tensor& t : x) in.push_back(&t);
+  const host_tensor y = run_kernel<double>(nd, in, c);
+  double s = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) s += y.as<double>()[i] * r.as<double>()[i];
+  return s;
+}
+
+// Largest |analytic - numeric| / max(1, |numeric|) over every float operand element.
+double bw_check(const bw_case& k) {
+  std::mt19937_64 rng(7);
+  node nd{"op", k.kind, k.attrs, {}, dtype::f64};
+  std::vector<host_tensor> x;
+  for (std::size_t i = 0; i < k.shapes.size(); ++i)
+    x.push_back(bw_random(k.shapes[i], i < k.int_range.size() ? k.int_range[i] : 0, k.lo, k.hi, rng));
+  std::vector<tensor_shape> s2 = k.shapes;
+  const tensor_shape out = infer_shape(k.kind, k.attrs, s2);
+  const local_context c = whole_context(k.shapes, out);
+  const host_tensor r = bw_random(out, 0, -1.0, 1.0, rng);
+  std::vector<const host_tensor*> in;
+  for (const host_tensor& t : x) in.push_back(&t);
+  const std::vector<host_tensor> g = run_kernel_backward<double>(nd, in, r, c);
+  REQUIRE(g.size() == x.size());
+  double worst = 0.0;
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (x[i].type() != dtype::f64) {
+      CHECK(g[i].data() == nullptr);  // integer operands have no gradient
+      continue;
+    }
+    REQUIRE(g[i].shape() == x[i].shape());
+    for (std::int64_t e = 0; e < x[i].numel(); ++e) {
+      double& v = x[i].as<double>()[e];
+      const double keep = v;
+      v = keep + h;
+      const double up = bw_loss(nd, x, r, c);
+      v = keep - h;
+      const double down = bw_loss(nd, x, r, c);
+      v = keep;
+      const double numeric = (up - down) / (2 * h);
+      worst = std::max(worst, std::abs(g[i].as<double>()[e] - numeric) / std::max(1.0, std::abs(numeric)));
+    }
+  }
+  return worst;
+}
+
+std::vector<bw_case> bw_cases() {
+  std::vector<bw_case> v;
+  op_attrs none;
+  op_attrs tw;
+  tw.transposed_weight = true;
+  v.push_back({"linear with bias", op_kind::linear, none, {{2, 3, 4}, {5, 4}, {5}}, {}});
+  v.push_back({"linear, [in,out] weight", op_kind::linear, tw, {{3, 4}, {4, 5}}, {}});
+  v.push_back({"batched matmul", op_kind::matmul, none, {{2, 3, 4}, {2, 4, 5}}, {}});
+  v.push_back({"matmul with a shared right operand", op_kind::matmul, none, {{2, 3, 4}, {4, 5}}, {}});
+  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+    v.push_back({std::string(to_string(k)), k, none, {{2, 5}}, {}});
+  v.push_back({"relu (away from 0)", op_kind::relu, none, {{2, 5}}, {}, 0.1, 1.0});
+  v.push_back({"relu, negative side", op_kind::relu, none, {{2, 5}}, {}, -1.0, -0.1});
+  op_attrs rot;
+  rot.heads = 2;
+  v.push_back({"rotary", op_kind::rotary, rot, {{1, 3, 8}}, {}});
+  for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul})
+    v.push_back({std::string(to_string(k)) + " with broadcasting", k, none, {{2, 3, 4}, {4}}, {}});
+  v.push_back({"div with broadcasting", op_kind::div, none, {{2, 1, 4}, {3, 1}}, {}, 0.5, 1.5});
+  v.push_back({"layer_norm", op_kind::layer_norm, none, {{3, 6}, {6}, {6}}, {}});
+  v.push_back({"layer_norm without weights", op_kind::layer_norm, none, {{3, 6}}, {}});
+  v.push_back({"rms_norm", op_kind::rms_norm, none, {{3, 6}, {6}}, {}});
+  op_attrs last;
+  last.axis = -1;
+  op_attrs mid;
+  mid.axis = 1;
+  v.push_back({"softmax, last axis", op_kind::softmax, last, {{2, 3, 4}}, {}});
+  v.push_back({"softmax, middle axis", op_kind::softmax, mid, {{2, 3, 4}}, {}});
+  v.push_back({"embedding", op_kind::embedding, none, {{2, 3}, {5, 4}}, {5, 0}});
+  op_attrs rs;
+  rs.dims = {3, 4};
+  v.push_back({"reshape", op_kind::reshape, rs, {{2, 6}}, {}});
+  op_attrs tp;
+  tp.dims = {2, 0, 1};
+  v.push_back({"transpose", op_kind::transpose, tp, {{2, 3, 4}}, {}});
+  op_attrs r1;
+  r1.dims = {1};
+  op_attrs r02;
+  r02.dims = {0, 2};
+  v.push_back({"reduce_sum", op_kind::reduce_sum, r1, {{2, 3, 4}}, {}});
+  v.push_back({"reduce_mean", op_kind::reduce_mean, r02, {{2, 3, 4}}, {}});
+  v.push_back({"concat", op_kind::concat, mid, {{2, 3, 2}, {2, 2, 2}}, {}});
+  op_attrs sp;
+  sp.axis = 1;
+  sp.start = 1;
+  sp.length = 2;
+  v.push_back({"split", op_kind::split, sp, {{2, 5}}, {}});
+  op_attrs at;
+  at.heads = 4;
+  at.kv_heads = 2;
+  at.causal = true;
+  v.push_back({"causal attention, grouped heads", op_kind::attention, at, {{2, 3, 8}, {2, 3, 4}, {2, 3, 4}}, {}});
+  op_attrs at2;
+  at2.heads = 2;
+  v.push_back({"attention", op_kind::attention, at2, {{1, 3, 4}, {1, 4, 4}, {1, 4, 4}}, {}});
+  v.push_back({"cross_entropy", op_kind::cross_entropy, none, {{4, 5}, {4}}, {0, 5}, -2.0, 2.0});
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("every backward kernel matches finite differences of its forward kernel (f64, every operator kind)") {
+  std::set<op_kind> covered;
+  for (const bw_case& k : bw_cases()) {
+    CAPTURE(k.what);
+    CHECK(bw_check(k) < 1e-6);
+    covered.insert(k.kind);
+  }
+  for (op_kind k : all_op_kinds) {
+    if (is_source(k)) continue;
+    CAPTURE(to_string(k));
+    CHECK(covered.count(k) == 1);
+  }
+}
+
+TEST_CASE("a backward kernel that is wrong is caught: the check can fail") {
+  // The finite differences of gelu compared with the gradient of relu must differ.
+  bw_case k{"gelu", op_kind::gelu, {}, {{2, 5}}, {}};
+  std::mt19937_64 rng(7);
+  node gelu{"op", op_kind::gelu, {}, {}, dtype::f64};
+  node relu{"op", op_kind::relu, {}, {}, dtype::f64};
+  const host_tensor x = bw_random({2, 5}, 0, -1.0, 1.0, rng);
+  const host_tensor r = bw_random({2, 5}, 0, -1.0, 1.0, rng);
+  const local_context c = whole_context({x.shape()}, x.shape());
+  std::vector<const host_tensor*> in{&x};
+  const host_tensor a = std::move(run_kernel_backward<double>(gelu, in, r, c)[0]);
+  const host_tensor b = std::move(run_kernel_backward<double>(relu, in, r, c)[0]);
+  double diff = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) diff = std::max(diff, std::abs(a.as<double>()[i] - b.as<double>()[i]));
+  CHECK(diff > 1e-3);
+  CHECK(bw_check(k) < 1e-6);
+  CHECK_THROWS_AS(run_kernel_backward<double>(gelu, in, host_tensor(dtype::f64, {3}), c), exec_error);
+}

@@ -6,7 +6,9 @@
 /// is replicated and the work is not, i.e. a Partial gradient).
 ///   std::vector<host_tensor> d = autoshard::run_kernel_backward<double>(g[v], operands, dy, c);
 ///   // d[i]: gradient of operand i (empty for integer operands: ids, labels)
-#include <algorithm>  // std::max, std::min
+#include <algorithm>  // std::max, std::min, std::copy_n
+#include <array>      // std::array
+#include <cstring>    // std::memcpy
 #include <cmath>      // std::exp, std::tanh, std::sqrt, std::cos, std::sin, std::pow
 #include <span>       // std::span
 #include <vector>     // std::vector

@@ -17,6 +17,8 @@ struct verify_cli_options {
   double rtol = 0.0;
   double timeout = 120.0;
   std::string max_memory;
+  std::string optimizer = "adam";
+  bool forward_only = false;
   bool json = false;
 };
 
@@ -32,19 +34,25 @@ int run_verify(const verify_cli_options& o) {
   if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
+  vo.training = lp.mode == run_mode::training && !o.forward_only;
+  vo.step.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
-              << (lp.mode == run_mode::training ? "training" : "inference") << " plan; the forward pass) on "
+              << (lp.mode == run_mode::training ? "training" : "inference") << " plan; "
+              << (vo.training ? "forward, backward and one " + o.optimizer + " step" : std::string("the forward pass")) << ") on "
               << to_string(lp.mesh) << " ...\n";
   const verify_report r = verify_plan(lp.graph, lp.mesh, lp.strategies, vo);
   if (o.json) {
-    nlohmann::json checks = nlohmann::json::array();
-    for (const vertex_check& c : r.checks)
-      checks.push_back({{"name", c.name},
-                        {"spec", c.spec},
-                        {"max_abs_diff", c.max_abs_diff},
-                        {"ref_max_abs", c.ref_max_abs},
-                        {"passed", c.passed}});
+    const auto list = [](const std::vector<vertex_check>& v) {
+      nlohmann::json checks = nlohmann::json::array();
+      for (const vertex_check& c : v)
+        checks.push_back({{"name", c.name},
+                          {"spec", c.spec},
+                          {"max_abs_diff", c.max_abs_diff},
+                          {"ref_max_abs", c.ref_max_abs},
+                          {"passed", c.passed}});
+      return checks;
+    };
     nlohmann::json j{{"plan", o.plan},
                      {"mesh", to_json(r.mesh)},
                      {"ranks", r.mesh.num_ranks()},
@@ -59,14 +67,18 @@ int run_verify(const verify_cli_options& o) {
                      {"reference_seconds", r.reference_seconds},
                      {"sharded_seconds", r.sharded_seconds},
                      {"estimated_peak_bytes", r.estimate.total()},
-                     {"operators", checks}};
+                     {"training", vo.training},
+                     {"worst", r.worst},
+                     {"operators", list(r.checks)},
+                     {"gradients", list(r.gradients)},
+                     {"updates", list(r.updates)}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << r;
   }
   if (!r.passed()) {
     std::cerr << "autoshard: verify: the plan's result differs from the unsharded run at " << r.failed
-              << " operators; the first is '" << r.first_failed << "'\n";
+              << " tensors; the first is '" << r.first_failed << "', the worst '" << r.worst << "'\n";
     return exit_user_error;
   }
   return exit_ok;
@@ -91,6 +103,10 @@ void register_verify(CLI::App& app, action& run) {
       ->check(finite_in(0, 1e6, true));
   cmd->add_option("--max-memory", o->max_memory,
                   "refuse to start when the estimated peak is above this (e.g. 8GiB); default: MemAvailable");
+  cmd->add_option("--optimizer", o->optimizer, "training plans: the optimizer step checked after the backward")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  cmd->add_flag("--forward-only", o->forward_only, "training plans: check the forward pass only");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
 }

@@ -7,6 +7,7 @@
 #include "kernels.hpp"   // run_kernel, local_context, exec_error
 #include "parallel.hpp"  // column/row-parallel linear, vocab-parallel embedding and cross-entropy
 #include "redistribute.hpp"  // redistribute of host tensors
+#include "training.hpp"  // train_sharded, train_unsharded, training_step
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
 #include "../solve/plan_file.hpp"  // load_plan

@@ -162,6 +162,13 @@ struct held_value {
   }
 };
 
+/// What an operator's forward saw on this rank, kept for its backward.
+struct saved_forward {
+  std::vector<host_tensor> own;        ///< operands this rank resharded (empty: read in place)
+  std::vector<const host_tensor*> in;  ///< every operand piece
+  local_context c;
+};
+
 inline bool whole_on_every_rank(const sharding_spec& s) {
   for (std::size_t a = 0; a < s.mesh_rank; ++a)
     if (!s[a].is_replicate()) return false;
@@ -250,15 +257,12 @@ class reference_stream {
   std::mutex mu_;
 };
 
-/// Runs `g` sharded by `plan` (one strategy per vertex, index = vertex) on this rank of `mc`.
-/// Every rank of the mesh calls it with the same graph, plan and sources (the global values
-/// of inputs and parameters; each rank keeps only its own piece, as a loaded shard would be,
-/// and reads a source it holds whole in place). `on_piece` sees every vertex's piece; a piece
-/// is freed after its last consumer has run.
-/// Throws exec_error for a plan that does not fit the graph, comm_error when a peer fails.
+namespace detail {
+/// run_sharded's forward into `val`; with `keep`, nothing is freed and every operator's
+/// operand pieces and context are kept there for the backward.
 template <class T, mesh_communicator_like M>
-void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
-                 const piece_callback& on_piece = {}) {
+void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                     const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep) {
   const std::size_t n = boost::num_vertices(g);
   const device_mesh& mesh = mc.mesh();
   const int rank = mc.rank();
@@ -269,7 +273,12 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
                      std::to_string(n) + " vertices");
   std::vector<std::size_t> uses(n, 0);
   for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
-  std::vector<detail::held_value> val(n);
+  val.clear();
+  val.resize(n);
+  if (keep) {
+    keep->clear();
+    keep->resize(n);
+  }
   for (vertex_t v : topological_order(g)) {
     const node& nd = g[v];
     const strategy& st = plan[v];
@@ -323,13 +332,35 @@ void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
         throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(rank) + " computed a piece of " +
                          to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
                          to_string(c.out_shape));
-      local.clear();
-      for (vertex_t u : ops)
-        if (--uses[u] == 0) val[u].reset();
+      if (keep) {
+        saved_forward& sv = (*keep)[v];
+        sv.own = std::move(local);
+        for (std::size_t i = 0; i < ops.size(); ++i)
+          sv.in.push_back(sv.own[i].data() != nullptr ? &sv.own[i] : &val[ops[i]].get());
+        sv.c = std::move(c);
+      } else {
+        local.clear();
+        for (vertex_t u : ops)
+          if (--uses[u] == 0) val[u].reset();
+      }
     }
     if (on_piece) on_piece(v, val[v].get(), st.output);
-    if (uses[v] == 0) val[v].reset();
+    if (uses[v] == 0 && !keep) val[v].reset();
   }
+}
+}  // namespace detail
+
+/// Runs `g` sharded by `plan` (one strategy per vertex, index = vertex) on this rank of `mc`.
+/// Every rank of the mesh calls it with the same graph, plan and sources (the global values
+/// of inputs and parameters; each rank keeps only its own piece, as a loaded shard would be,
+/// and reads a source it holds whole in place). `on_piece` sees every vertex's piece; a piece
+/// is freed after its last consumer has run.
+/// Throws exec_error for a plan that does not fit the graph, comm_error when a peer fails.
+template <class T, mesh_communicator_like M>
+void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                 const piece_callback& on_piece = {}) {
+  std::vector<detail::held_value> val;
+  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, nullptr);
 }
 
 }  // namespace autoshard

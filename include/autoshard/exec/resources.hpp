@@ -139,7 +139,7 @@ inline bool all_replicated(const sharding_spec& s) {
 /// rank's live pieces, its resharded operands (twice: a collective's buffer and its result),
 /// its output and the replicated copy a Partial output is compared through.
 inline memory_estimate estimate_verify_memory(const model_graph& g, const device_mesh& mesh,
-                                              const std::vector<strategy>& plan, dtype compute) {
+                                              const std::vector<strategy>& plan, dtype compute, bool training = false) {
   const std::size_t n = boost::num_vertices(g);
   if (plan.size() != n)
     throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
@@ -184,6 +184,12 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
       live += piece_sum[v];
     }
     if (uses[v] == 0) live -= piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
+  }
+  if (training) {  // every value and piece is kept for the backward, and gradients come alike
+    std::uint64_t kept = 0;
+    for (vertex_t v = 0; v < n; ++v)
+      kept += piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
+    e.activations += 2 * kept;
   }
   return e;
 }

@@ -22,6 +22,7 @@
 #include "../solve/pass.hpp"   // autosharding_options, solver_error
 #include "executor.hpp"        // reference_stream, run_sharded, make_source_values
 #include "resources.hpp"       // check_rank_threads, estimate_verify_memory
+#include "training.hpp"        // train_sharded, train_unsharded, training_step
 
 namespace autoshard {
 
@@ -35,6 +36,10 @@ struct verify_options {
   /// Refuse to start when the estimated peak (estimate_verify_memory) is above this many
   /// bytes; 0 = the memory available now (MemAvailable).
   std::uint64_t max_memory = 0;
+  /// Also run the backward and one optimizer step (`step`), and compare every parameter's
+  /// gradient and updated value block by block (a training plan's verification).
+  bool training = false;
+  training_step step;
 };
 
 /// One operator's comparison, over every rank's piece.
@@ -51,8 +56,10 @@ struct verify_report {
   dtype compute = dtype::f64;
   double rtol = 0.0;
   std::vector<vertex_check> checks;  ///< every operator, in topological order
-  std::string worst;                 ///< the operator with the largest relative difference
-  std::string first_failed;          ///< the first failing operator in topological order: where it goes wrong
+  std::vector<vertex_check> gradients;  ///< training: every parameter's gradient, in the order the backward reaches them
+  std::vector<vertex_check> updates;    ///< training: every parameter after the optimizer step, same order
+  std::string worst;                 ///< the operator (or "grad:P", "update:P") with the largest relative difference
+  std::string first_failed;          ///< the first failing one: operators in topological order, then gradients, then updates
   double max_abs_diff = 0.0;         ///< over every operator
   double max_rel_diff = 0.0;         ///< max over operators of max_abs_diff / max(1, ref_max_abs)
   std::size_t failed = 0;
@@ -63,11 +70,14 @@ struct verify_report {
 
 inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   std::vector<const vertex_check*> order;
-  for (const vertex_check& c : r.checks) order.push_back(&c);
+  for (const auto* list : {&r.checks, &r.gradients, &r.updates})
+    for (const vertex_check& c : *list) order.push_back(&c);
   std::sort(order.begin(), order.end(), [](const vertex_check* a, const vertex_check* b) {
     return a->max_abs_diff / std::max(1.0, a->ref_max_abs) > b->max_abs_diff / std::max(1.0, b->ref_max_abs);
   });
-  os << "verified " << r.checks.size() << " operators on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
+  os << "verified " << r.checks.size() << " operators";
+  if (!r.gradients.empty()) os << ", " << r.gradients.size() << " parameter gradients and their update";
+  os << " on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
      << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
      << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s (estimated peak memory "
      << readable_bytes(r.estimate.total()) << ")\n";
@@ -100,15 +110,15 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
 /// The message names the estimate, the limit and what to change.
 inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh,
                                               const std::vector<strategy>& plan, dtype compute,
-                                              std::uint64_t max_memory) {
+                                              std::uint64_t max_memory, bool training = false) {
   const machine_limits m = machine_limits::here();
   check_rank_threads(mesh, m);
-  const memory_estimate e = estimate_verify_memory(g, mesh, plan, compute);
+  const memory_estimate e = estimate_verify_memory(g, mesh, plan, compute, training);
   const std::uint64_t limit = max_memory > 0 ? max_memory : m.mem_available;
   if (e.total() <= limit) return e;
   std::string fix;
   if (compute == dtype::f64) {
-    const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32).total();
+    const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32, training).total();
     fix += "--dtype f32 (about " + readable_bytes(f32) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
   const std::uint64_t fixed = e.sources + e.ranks;
@@ -140,13 +150,19 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   rep.mesh = mesh;
   rep.compute = compute_dtype<T>();
   rep.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
-  rep.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory);
+  rep.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
   const std::vector<host_tensor> sources = make_source_values<T>(g, o.seed);
   const int ranks = mesh.num_ranks();
   // Each rank compares its piece with the same block of the reference as soon as it has it;
   // the reference is computed on demand and forgotten once every rank has compared.
-  reference_stream<T> ref(g, sources, ranks);
+  reference_stream<T> ref(g, sources, o.training ? 0 : ranks);
+  training_result tref;  // training: the whole unsharded step, kept
+  auto t0 = std::chrono::steady_clock::now();
+  if (o.training) tref = train_unsharded<T>(g, sources, o.step);
+  const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
+  std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
+  std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::mutex compare_mu;  // one block copy at a time
   gloo_options go;
   go.timeout = o.timeout;
@@ -155,23 +171,35 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
       ranks,
       [&](gloo_communicator& world) {
         const int me = world.rank();
+        const auto ume = static_cast<std::size_t>(me);
         mesh_communicator mc(std::move(world), mesh);
-        std::vector<vertex_check>& mine = per_rank[static_cast<std::size_t>(me)];
-        run_sharded<T>(mc, g, plan, sources, [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+        std::vector<vertex_check>& mine = per_rank[ume];
+        const auto compare_block = [&](const host_tensor& got, const host_tensor& want, const sharding_spec& settled, vertex_check& c) {
+          std::lock_guard<std::mutex> lock(compare_mu);
+          if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, c);
+          else compare_piece<T>(got, shard_of(want, mesh, settled, me), c);
+        };
+        const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
           if (!g[v].is_operator()) return;
-          sharding_spec settled = spec;
-          for (std::size_t a = 0; a < spec.mesh_rank; ++a)
-            if (spec[a].is_partial()) settled[a] = Replicate();
+          const sharding_spec settled = detail::settled_spec(spec);
           const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
           const host_tensor& got = settled == spec ? piece : whole;
-          const host_tensor& want = ref.value(v);
-          {
-            std::lock_guard<std::mutex> lock(compare_mu);
-            if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, mine[v]);
-            else compare_piece<T>(got, shard_of(want, mesh, settled, me), mine[v]);
+          if (o.training) {
+            compare_block(got, tref.value[v], settled, mine[v]);
+            return;
           }
+          compare_block(got, ref.value(v), settled, mine[v]);
           ref.release(v);
-        });
+        };
+        if (!o.training) {
+          run_sharded<T>(mc, g, plan, sources, on_piece);
+          return;
+        }
+        train_sharded<T>(mc, g, plan, sources, o.step, on_piece,
+                         [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+                           compare_block(grad, tref.grad[v], spec, per_rank_grad[ume][v]);
+                           compare_block(updated, tref.updated[v], spec, per_rank_update[ume][v]);
+                         });
       },
       go);
   auto t2 = std::chrono::steady_clock::now();
@@ -191,7 +219,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   if (first_comm) std::rethrow_exception(first_comm);
 
   // The reference is computed on demand inside the ranks' run: its time is taken out.
-  rep.reference_seconds = ref.seconds();
+  rep.reference_seconds = ref.seconds() + train_ref_seconds;
   rep.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - rep.reference_seconds);
   double worst = -1.0;
   for (vertex_t v : topological_order(g)) {
@@ -214,6 +242,32 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
       rep.worst = c.name;
     }
     rep.checks.push_back(std::move(c));
+  }
+  if (o.training) {
+    const std::vector<vertex_t> order = topological_order(g);
+    for (int pass = 0; pass < 2; ++pass)
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        const vertex_t v = *it;
+        if (!g[v].is_parameter() || tref.grad[v].data() == nullptr) continue;
+        vertex_check c;
+        c.name = (pass == 0 ? "grad:" : "update:") + g[v].name;
+        c.spec = to_alpa_string(plan[v].output);
+        for (const auto& r : pass == 0 ? per_rank_grad : per_rank_update) {
+          c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
+          c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
+        }
+        const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
+        c.passed = rel <= rep.rtol;
+        rep.failed += c.passed ? 0 : 1;
+        if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
+        rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
+        rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
+        if (rel > worst || !(rel == rel)) {
+          worst = rel;
+          rep.worst = c.name;
+        }
+        (pass == 0 ? rep.gradients : rep.updates).push_back(std::move(c));
+      }
   }
   return rep;
 }

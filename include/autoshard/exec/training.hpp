@@ -1,0 +1,217 @@
+#pragma once
+/// One training step executed: the forward pass, the backward pass (every operator's backward
+/// kernel, the adjoint of every redistribute step) and an optimizer step on the parameters,
+/// unsharded on one host or sharded by a plan on the ranks of a mesh.
+///   autoshard::training_result ref = autoshard::train_unsharded<double>(g, sources, step);
+///   autoshard::train_sharded<double>(mc, g, plan, sources, step, on_piece, on_param);
+/// In the sharded run a gradient lives in a spec derived from the forward plan: per mesh
+/// axis, an operand split there gets a gradient split the same way; an operand replicated
+/// there gets a Partial gradient (each rank's contribution) unless the operator ran the same
+/// work on every rank of that axis (then it is Replicate); a Partial operand gets a Replicate
+/// gradient. Before an operator's backward runs, its output gradient is redistributed to
+/// the output spec with Partial made Replicate: the redistribute plan of the adjoint
+/// collective (all-gather <-> reduce-scatter, an all-reduce's backward free where the work
+/// was replicated, a local slice's backward a Partial to reduce). A parameter's gradient
+/// is finally redistributed to the parameter's own spec: the data-parallel reduction and
+/// the sum over a tied parameter's uses.
+#include <cmath>       // std::sqrt
+#include <functional>  // std::function
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include "backward.hpp"  // run_kernel_backward
+#include "executor.hpp"  // run_sharded helpers, detail::reshard
+
+namespace autoshard {
+
+enum class optimizer_kind : std::uint8_t { none, sgd, adam };
+
+/// The optimizer step after the backward (first step: Adam's moments start at zero).
+struct training_step {
+  optimizer_kind optimizer = optimizer_kind::adam;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// Fault injection for tests of the checker: this parameter's gradient reduction is left
+  /// out (each rank keeps its own contribution as if it were the whole gradient).
+  std::string drop_gradient_sync;
+};
+
+namespace detail {
+/// The scalar float operators nothing consumes: the losses a backward starts from (d = 1).
+inline std::vector<vertex_t> losses(const model_graph& g) {
+  std::vector<vertex_t> out;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_operator() && boost::out_degree(v, g) == 0 && !is_integer(g[v].type) && g[v].shape.numel() == 1)
+      out.push_back(v);
+  if (out.empty()) throw exec_error("a training step needs a scalar loss (an operator with one value that nothing consumes)");
+  return out;
+}
+
+inline sharding_spec settled_spec(sharding_spec s) {
+  for (std::size_t a = 0; a < s.mesh_rank; ++a)
+    if (s[a].is_partial()) s[a] = Replicate();
+  return s;
+}
+
+/// The spec of operand i's gradient from operator v's backward under strategy st (see above).
+inline sharding_spec gradient_spec(const model_graph& g, vertex_t v, const strategy& st, std::size_t i) {
+  const std::vector<vertex_t> ops = operands(g, v);
+  sharding_spec s = st.inputs[i];
+  for (std::size_t a = 0; a < s.mesh_rank; ++a) {
+    if (s[a].is_partial()) {
+      s[a] = Replicate();
+      continue;
+    }
+    if (!s[a].is_replicate()) continue;
+    bool redundant = st.output[a].is_replicate();
+    for (std::size_t j = 0; j < ops.size(); ++j)
+      if (!is_integer(g[ops[j]].type) && !st.inputs[j][a].is_replicate()) redundant = false;
+    if (!redundant) s[a] = Partial();
+  }
+  return s;
+}
+
+template <class T>
+void add_into(host_tensor& acc, const host_tensor& x) {
+  T* a = acc.as<T>();
+  const T* b = x.as<T>();
+  for (std::int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+}
+
+/// The optimizer's new value of a parameter block from its gradient block.
+template <class T>
+host_tensor optimizer_update(const host_tensor& p, const host_tensor& grad, const training_step& o) {
+  host_tensor out = host_tensor::copy_of(p);
+  T* w = out.as<T>();
+  const T* d = grad.as<T>();
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    if (o.optimizer == optimizer_kind::sgd) {
+      w[i] -= static_cast<T>(o.lr) * d[i];
+    } else if (o.optimizer == optimizer_kind::adam) {
+      const double m = (1 - o.beta1) * d[i], v = (1 - o.beta2) * d[i] * d[i];
+      const double mh = m / (1 - o.beta1), vh = v / (1 - o.beta2);
+      w[i] = static_cast<T>(w[i] - o.lr * mh / (std::sqrt(vh) + o.eps));
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Every parameter's gradient and updated value of the unsharded step, indexed by vertex
+/// (empty for operators and inputs), and every vertex's forward value.
+struct training_result {
+  std::vector<host_tensor> value, grad, updated;
+};
+
+/// One training step on one host: the forward, the backward from every loss, the update.
+template <class T>
+training_result train_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, const training_step& o = {}) {
+  const std::size_t n = boost::num_vertices(g);
+  training_result r;
+  r.value = run_unsharded<T>(g, sources);
+  r.grad.resize(n);
+  r.updated.resize(n);
+  std::vector<host_tensor> d(n);
+  for (vertex_t v : detail::losses(g)) {
+    d[v] = host_tensor(compute_dtype<T>(), g[v].shape);
+    d[v].as<T>()[0] = T(1);
+  }
+  const std::vector<vertex_t> order = topological_order(g);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (!g[v].is_operator() || d[v].data() == nullptr) continue;
+    const std::vector<vertex_t> ops = operands(g, v);
+    std::vector<const host_tensor*> in;
+    std::vector<tensor_shape> shapes;
+    for (vertex_t u : ops) {
+      in.push_back(&r.value[u]);
+      shapes.push_back(g[u].shape);
+    }
+    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape));
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (dx[i].data() == nullptr) continue;
+      if (d[ops[i]].data() == nullptr) d[ops[i]] = std::move(dx[i]);
+      else detail::add_into<T>(d[ops[i]], dx[i]);
+    }
+    d[v] = host_tensor();
+  }
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_parameter() && d[v].data() != nullptr) {
+      r.updated[v] = detail::optimizer_update<T>(sources[v], d[v], o);
+      r.grad[v] = std::move(d[v]);
+    }
+  return r;
+}
+
+/// Called with each parameter's gradient block and updated block, in the parameter's spec.
+using parameter_callback = std::function<void(vertex_t, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec)>;
+
+/// One training step sharded by `plan` on this rank of `mc` (every rank calls it alike):
+/// run_sharded's forward (on_piece sees every piece), then the backward with the adjoint
+/// collectives, each parameter's gradient reduced to the parameter's spec, and the
+/// optimizer step on the block this rank holds (on_param sees both).
+template <class T, mesh_communicator_like M>
+void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                   const training_step& o, const piece_callback& on_piece, const parameter_callback& on_param) {
+  const std::size_t n = boost::num_vertices(g);
+  const device_mesh& mesh = mc.mesh();
+  const int rank = mc.rank();
+  std::vector<detail::held_value> val;
+  std::vector<detail::saved_forward> saved;
+  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved);  // keeps what the backward needs
+  const std::vector<vertex_t> order = topological_order(g);
+  // Backward, in reverse topological order.
+  std::vector<host_tensor> grad(n);
+  std::vector<sharding_spec> gspec(n);
+  for (vertex_t v : detail::losses(g)) {
+    gspec[v] = detail::settled_spec(plan[v].output);
+    grad[v] = host_tensor(compute_dtype<T>(), local_box(mesh, gspec[v], g[v].shape, rank).shape);
+    for (std::int64_t i = 0; i < grad[v].numel(); ++i) grad[v].as<T>()[i] = T(1);
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (!g[v].is_operator() || grad[v].data() == nullptr) continue;
+    const strategy& st = plan[v];
+    const sharding_spec want = detail::settled_spec(st.output);
+    host_tensor dy = gspec[v] == want ? std::move(grad[v]) : detail::reshard(mc, grad[v], g[v].shape, gspec[v], want);
+    grad[v] = host_tensor();
+    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], saved[v].in, dy, saved[v].c);
+    const std::vector<vertex_t> ops = operands(g, v);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const vertex_t u = ops[i];
+      if (dx[i].data() == nullptr || g[u].is_input()) continue;  // graph inputs have no gradients
+      const sharding_spec gs = detail::gradient_spec(g, v, st, i);
+      if (grad[u].data() == nullptr) {
+        grad[u] = std::move(dx[i]);
+        gspec[u] = gs;
+      } else if (gs == gspec[u]) {
+        detail::add_into<T>(grad[u], dx[i]);
+      } else {
+        detail::add_into<T>(grad[u], detail::reshard(mc, dx[i], g[u].shape, gs, gspec[u]));
+      }
+    }
+    saved[v] = detail::saved_forward();
+  }
+  // The gradient synchronisation the plan implies, then the optimizer step on this block.
+  for (vertex_t v = 0; v < n; ++v) {
+    if (!g[v].is_parameter() || grad[v].data() == nullptr) continue;
+    const sharding_spec& ps = plan[v].output;
+    host_tensor gblock;
+    if (gspec[v] == ps) {
+      gblock = std::move(grad[v]);
+    } else if (g[v].name == o.drop_gradient_sync) {
+      // The fault a test injects: the reduction is skipped, each rank's contribution kept.
+      sharding_spec local = gspec[v];
+      for (std::size_t a = 0; a < local.mesh_rank; ++a)
+        if (local[a].is_partial()) local[a] = Replicate();
+      gblock = local == ps ? std::move(grad[v]) : detail::reshard(mc, grad[v], g[v].shape, local, ps);
+    } else {
+      gblock = detail::reshard(mc, grad[v], g[v].shape, gspec[v], ps);
+    }
+    const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
+    if (on_param) on_param(v, gblock, updated, ps);
+  }
+}
+
+}  // namespace autoshard

@@ -23,6 +23,9 @@ constexpr as::device_mesh m24 = as::make_mesh_2d(2, 4, 25e9, 300e9);
 static_assert(m24.rank_of({1, 2}) == 6 && m24.coordinate(6)[0] == 1 && m24.coordinate(6)[1] == 2);
 static_assert(m24.group_member(0, 6, 0) == 2 && m24.group_index(1, 6) == 1);
 static_assert(m24.link(0).beta == 25e9 && m24.link(1).alpha == 5e-6);
+// Axis names (PyTorch's mesh_dim_names) are constexpr too, and labels only.
+constexpr as::device_mesh named24 = as::device_mesh{2, 4}.set_axis_name(0, "dp").set_axis_name(1, "tp");
+static_assert(named24.axis_name(1) == "tp" && named24.find_axis("dp") == 0 && named24 == as::device_mesh{2, 4});
 
 // ---- specs: literals in both notations, checked while compiling
 static_assert("S0R"_spec == as::make_spec(2, {as::Shard(0)}));  // Alpa infers the mesh rank from the axes it names

@@ -56,6 +56,15 @@ grep -q "Shard to Partial" "$tmp/err" && ok || bad "message for S->P: $(cat "$tm
 expect_rc 1 "$tool" explain --mesh 2x0 --shape 8,4 --from "RR" --to "RR"
 expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,x --from "RR" --to "RR"
 expect_rc 1 "$tool" show --mesh 2x2 --shape 8,4 --spec "S5R"
+# PyTorch's printed placements and named mesh axes (names appear in reports and JSON).
+json_check "d['from']['dtensor'] == '[R,S(1)]' and d['to']['alpa'] == 'S0R' and d['mesh']['axis_names'] == ['dp','tp']" \
+  "$tool" explain --mesh dp=2,tp=4 --shape 768,2304 --from "(Replicate(), Shard(dim=-1))" --to "[Shard(0), Replicate()]" --json
+expect_rc 0 "$tool" show --mesh dp=2,tp=2 --shape 8,4 --spec "(Partial(sum), Shard(dim=1))"
+grep -q "mesh axis 0 (dp) is Partial(sum)" "$tmp/out" && ok || bad "show names the Partial axis by its name: $(cat "$tmp/out")"
+expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,4 --from "[P(avg),R]" --to "RR"
+grep -q "supported reduce ops are sum, max and min" "$tmp/err" && ok || bad "message for P(avg): $(cat "$tmp/err")"
+expect_rc 1 "$tool" explain --mesh dp=2,4 --shape 8,4 --from "RR" --to "RR"
+grep -q "name every axis or none" "$tmp/err" && ok || bad "message for a half-named mesh: $(cat "$tmp/err")"
 # show: block map owners and the SVG file.
 json_check "d['owners'][0][0] == [0] and d['owners'][1][1] == [3] and d['row_cuts'] == [0,4,8]" \
   "$tool" show --mesh 2x2 --shape 8,8 --spec "S0S1" --json

@@ -95,6 +95,7 @@ int run_plan(const plan_cli_options& o) {
 
   autosharding_options po;
   po.mesh_shape = m.shape();
+  for (std::size_t a = 0; a < m.ndim() && m.has_axis_names(); ++a) po.mesh_axis_names.emplace_back(m.axis_name(a));
   po.inter_node_bandwidth = o.mesh.inter_bw;
   po.intra_node_bandwidth = o.mesh.intra_bw;
   if (o.mesh.inter_lat >= 0) po.inter_node_latency = o.mesh.inter_lat;
@@ -241,7 +242,7 @@ int run_plan(const plan_cli_options& o) {
   std::cout << std::right << "\ncollectives per step\n";
   if (agg.empty()) std::cout << "  none\n";
   for (const auto& [k, v] : agg)
-    std::cout << "  " << std::left << std::setw(16) << k.first << std::right << " mesh axis " << k.second << ": "
+    std::cout << "  " << std::left << std::setw(16) << k.first << std::right << " " << m.axis_label(static_cast<std::size_t>(k.second)) << ": "
               << std::setw(5) << std::get<0>(v) << " x, " << std::setw(12) << human_bytes(std::get<1>(v))
               << " in all, " << human_seconds(std::get<2>(v)) << "\n";
   std::cout << "\nmodeled step time and memory per device (* = this plan)\n  " << std::string(20, ' ') << std::setw(12)

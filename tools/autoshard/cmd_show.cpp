@@ -228,11 +228,11 @@ void write_svg(const block_map& bm, const std::string& title, const std::vector<
 }
 
 /// One line per Partial mesh axis: what its values mean.
-std::vector<std::string> partial_notes(const sharding_spec& s) {
+std::vector<std::string> partial_notes(const device_mesh& m, const sharding_spec& s) {
   std::vector<std::string> notes;
   for (std::size_t i = 0; i < s.mesh_rank; ++i)
     if (s[i].is_partial())
-      notes.push_back("mesh axis " + std::to_string(i) + " is Partial(" + std::string(to_string(s[i].op)) +
+      notes.push_back(m.axis_label(i) + " is Partial(" + std::string(to_string(s[i].op)) +
                       "): ranks apart on it hold partial values, the tensor is their " + std::string(to_string(s[i].op)));
   return notes;
 }
@@ -243,7 +243,7 @@ void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shap
           const nlohmann::json& extra, const std::string& heading) {
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
   const block_map bm = build_map(m, s, shape);
-  std::vector<std::string> notes = partial_notes(s);
+  std::vector<std::string> notes = partial_notes(m, s);
   if (shape.rank > 2) notes.insert(notes.begin(), "the last two dims at index 0 of the leading dims");
   std::vector<int> empty;  // uneven splits can leave ranks with nothing
   for (int r = 0; r < m.num_ranks(); ++r)
@@ -330,6 +330,7 @@ plan_doc read_plan(const show_options& o) {
       for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
         m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
     }
+    read_axis_names(m, mj, "plan file '" + file + "'");
     doc.mesh = m;
     for (const auto& op : j.at("operators")) {
       plan_entry e;

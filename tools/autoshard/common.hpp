@@ -80,7 +80,7 @@ struct mesh_options {
   double intra_hop = nccl_intra_node_hop;
 
   void add_to(CLI::App& cmd) {
-    cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4 (1 to 4 axes)")->capture_default_str();
+    cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4, or dp=2,tp=4 to name the axes (1 to 4 axes)")->capture_default_str();
     // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
     // the default without a word: refused as usage errors.
     cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")
@@ -100,7 +100,7 @@ struct mesh_options {
     if (!(inter_hop >= 0) || !(intra_hop >= 0) || !(inter_hop < 1) || !(intra_hop < 1))
       throw spec_error("--inter-hop and --intra-hop must be in [0, 1) seconds");
     const double a0 = inter_lat < 0 ? 2e-5 : inter_lat, a1 = intra_lat < 0 ? 5e-6 : intra_lat;
-    device_mesh m(parse_mesh_shape(mesh));
+    device_mesh m = parse_mesh(mesh);
     for (std::size_t i = 0; i < m.ndim(); ++i)
       m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{a0, inter_bw, inter_hop} : link_model{a1, intra_bw, intra_hop});
     return m;
@@ -148,7 +148,28 @@ inline nlohmann::json to_json(const device_mesh& m) {
   nlohmann::json axes = nlohmann::json::array();
   for (std::size_t i = 0; i < m.ndim(); ++i)
     axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"hop_s", m.link(i).hop}, {"bandwidth_Bps", m.link(i).beta}});
-  return {{"shape", m.shape()}, {"axes", axes}};
+  nlohmann::json j{{"shape", m.shape()}, {"axes", axes}};
+  if (m.has_axis_names()) {
+    j["axis_names"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < m.ndim(); ++i) j["axis_names"].push_back(std::string(m.axis_name(i)));
+  }
+  return j;
+}
+
+/// Names the axes of `m` from a plan file's "mesh" object ("axis_names", when present).
+inline void read_axis_names(device_mesh& m, const nlohmann::json& mesh, const std::string& where) {
+  if (!mesh.contains("axis_names")) return;
+  const nlohmann::json& a = mesh.at("axis_names");
+  if (!a.is_array() || a.size() != m.ndim())
+    throw io_error(where + ": \"mesh\".\"axis_names\" is " + a.dump() + ", not one name per mesh axis");
+  for (std::size_t i = 0; i < m.ndim(); ++i) {
+    if (!a[i].is_string()) throw io_error(where + ": \"mesh\".\"axis_names\" holds " + a[i].dump() + ", not a name");
+    try {
+      m.set_axis_name(i, a[i].get<std::string>());
+    } catch (const spec_error& e) {
+      throw io_error(where + ": " + std::string(e.what()).substr(23));
+    }
+  }
 }
 
 /// "16GiB", "512MiB", "8e9" -> bytes, in [1, 9e18]; `what` names the option in errors.

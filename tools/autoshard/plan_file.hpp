@@ -42,6 +42,7 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
     const auto& links = mj.at("links");
     for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
       m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
+    read_axis_names(m, mj, "plan file '" + file + "'");
     out.mesh = m;
     for (const auto& op : j.at("operators")) {
       if (op.at("kind").get<std::string>() != "parameter") continue;

@@ -3,6 +3,8 @@
 ///   constexpr auto m = autoshard::make_mesh_2d(2, 4, 25e9, 300e9);   // 2 nodes x 4 GPUs
 ///   static_assert(m.rank_of({1, 2}) == 6 && m.coordinate(6)[1] == 2);
 /// Sizes can also be static types, mdspan style: mesh_extents<2, dyn> stores one int.
+/// Axes may carry names, as PyTorch's DeviceMesh(mesh_dim_names=...) does:
+///   auto n = autoshard::parse_mesh("dp=2,tp=4");   // n.axis_name(1) == "tp", to_string(n) == "mesh(dp=2,tp=4)"
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::uint8_t
@@ -20,6 +22,8 @@
 namespace autoshard {
 
 inline constexpr std::size_t max_mesh_rank = 4;
+/// The longest mesh axis name ("dp", "tp", "pipeline_stage"...), in characters.
+inline constexpr std::size_t max_axis_name = 15;
 inline constexpr std::size_t dyn = std::dynamic_extent;
 
 /// Alpha-beta model of one mesh axis, as NCCL's tuning model has it: a collective costs
@@ -126,6 +130,9 @@ class device_mesh {
     throw spec_error("a coordinate of " + std::to_string(got) + " values on a mesh of " +
                      std::to_string(want) + " axes");
   }
+  static void bad_axis_name(std::string_view name, const char* why) {
+    throw spec_error("mesh axis name '" + std::string(name) + "' " + why);
+  }
   static void out_of_range(const char* what, int v, int n) {
     throw spec_error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
                      std::to_string(n) + ")");
@@ -158,6 +165,44 @@ class device_mesh {
     return n;
   }
   std::vector<int> shape() const { return {sizes_.begin(), sizes_.begin() + ndim_}; }
+
+  /// The axis' name ("" when unnamed). Names are labels: they appear in reports and files
+  /// but take no part in ==, since they change nothing that is computed.
+  constexpr std::string_view axis_name(std::size_t axis) const noexcept {
+    const auto& n = names_[axis];
+    std::size_t len = 0;
+    while (len < n.size() && n[len] != '\0') ++len;
+    return {n.data(), len};
+  }
+  constexpr bool has_axis_names() const noexcept { return ndim_ > 0 && !axis_name(0).empty(); }
+  /// Names `axis`: a letter or '_' then letters, digits or '_', at most 15, unique on the mesh.
+  constexpr device_mesh& set_axis_name(std::size_t axis, std::string_view name) {
+    check_axis(axis);
+    if (name.empty() || name.size() > max_axis_name)
+      bad_axis_name(name, "must have 1 to 15 characters");
+    for (std::size_t k = 0; k < name.size(); ++k) {
+      const char c = name[k];
+      const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+      if (!letter && !(k > 0 && c >= '0' && c <= '9'))
+        bad_axis_name(name, "must be a letter or '_' followed by letters, digits or '_' (e.g. dp, tp)");
+    }
+    for (std::size_t i = 0; i < ndim_; ++i)
+      if (i != axis && axis_name(i) == name) bad_axis_name(name, "names two axes");
+    names_[axis] = {};
+    for (std::size_t k = 0; k < name.size(); ++k) names_[axis][k] = name[k];
+    return *this;
+  }
+  /// The axis whose name is `name`, or -1.
+  constexpr int find_axis(std::string_view name) const noexcept {
+    for (std::size_t i = 0; i < ndim_; ++i)
+      if (!name.empty() && axis_name(i) == name) return static_cast<int>(i);
+    return -1;
+  }
+  /// How reports name an axis: "mesh axis 1 (tp)", or "mesh axis 1" when unnamed.
+  std::string axis_label(std::size_t axis) const {
+    const std::string n(axis_name(axis));
+    return "mesh axis " + std::to_string(axis) + (n.empty() ? "" : " (" + n + ")");
+  }
 
   constexpr const link_model& link(std::size_t axis) const noexcept { return links_[axis]; }
   constexpr device_mesh& set_link(std::size_t axis, link_model l) {
@@ -226,6 +271,7 @@ class device_mesh {
  private:
   std::array<int, max_mesh_rank> sizes_{};
   std::array<link_model, max_mesh_rank> links_{};
+  std::array<std::array<char, max_axis_name + 1>, max_mesh_rank> names_{};
   std::uint8_t ndim_ = 0;
 };
 
@@ -239,10 +285,14 @@ constexpr device_mesh make_mesh_2d(int nodes, int devices_per_node, double inter
   return m;
 }
 
-/// "mesh(2,4)"
+/// "mesh(2,4)", or "mesh(dp=2,tp=4)" when the axes have names; parse_mesh reads both back.
 inline std::string to_string(const device_mesh& m) {
   std::string s = "mesh(";
-  for (std::size_t i = 0; i < m.ndim(); ++i) s += (i ? "," : "") + std::to_string(m.size(i));
+  for (std::size_t i = 0; i < m.ndim(); ++i) {
+    s += i ? "," : "";
+    if (!m.axis_name(i).empty()) s += std::string(m.axis_name(i)) + "=";
+    s += std::to_string(m.size(i));
+  }
   return s + ")";
 }
 inline std::ostream& operator<<(std::ostream& os, const device_mesh& m) { return os << to_string(m); }
@@ -266,35 +316,67 @@ inline void check_mesh_size(const std::vector<int>& sizes, const std::string& wh
   }
 }
 
-/// Parses "2x4", "8", "2x2x2" or "mesh(2,4)" into axis sizes (see check_mesh_size).
-inline std::vector<int> parse_mesh_shape(std::string_view s) {
+/// Parses "2x4", "8", "2x2x2", "mesh(2,4)", or named axes "dp=2,tp=4" / "mesh(dp=2,tp=4)",
+/// into a mesh with default links. Either every axis has a name or none has.
+inline device_mesh parse_mesh(std::string_view s) {
+  const std::string text(s);
+  auto fail = [&](const std::string& why) -> void { throw spec_error("mesh shape '" + text + "': " + why); };
   std::string_view body = s;
+  while (!body.empty() && body.front() == ' ') body.remove_prefix(1);
+  while (!body.empty() && body.back() == ' ') body.remove_suffix(1);
   char sep = 'x';
   if (body.starts_with("mesh(") && body.ends_with(")")) {
     body = body.substr(5, body.size() - 6);
     sep = ',';
   }
-  std::vector<int> out;
-  long long cur = -1;
-  for (std::size_t i = 0; i <= body.size(); ++i) {
-    char ch = i < body.size() ? body[i] : sep;
-    if (ch >= '0' && ch <= '9') {
-      cur = (cur < 0 ? 0 : cur) * 10 + (ch - '0');
-      if (cur > 1'000'000) break;
-    } else if (ch == sep || (sep == 'x' && ch == 'X') || (sep == ',' && ch == ' ' && cur < 0)) {
-      if (ch == ' ') continue;
-      if (cur < 1) throw spec_error("mesh shape '" + std::string(s) + "': each axis needs a size >= 1");
-      out.push_back(static_cast<int>(cur));
-      cur = -1;
-    } else {
-      throw spec_error("mesh shape '" + std::string(s) + "': unexpected character '" +
-                       std::string(1, ch) + "' (write e.g. 2x4)");
+  if (body.find('=') != std::string_view::npos) sep = ',';
+  std::vector<int> sizes;
+  std::vector<std::string> names;
+  std::size_t i = 0;
+  while (i <= body.size()) {
+    std::size_t j = i;
+    while (j < body.size() && body[j] != sep && !(sep == 'x' && body[j] == 'X')) ++j;
+    std::string_view tok = body.substr(i, j - i);
+    while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
+    while (!tok.empty() && tok.back() == ' ') tok.remove_suffix(1);
+    std::string name;
+    if (const std::size_t eq = tok.find('='); eq != std::string_view::npos) {
+      name = std::string(tok.substr(0, eq));
+      while (!name.empty() && name.back() == ' ') name.pop_back();
+      if (name.empty()) fail("an axis name is missing before '=' (write e.g. dp=2,tp=4)");
+      tok.remove_prefix(eq + 1);
+      while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
     }
+    if (tok.empty()) fail("each axis needs a size >= 1 (write e.g. 2x4 or dp=2,tp=4)");
+    long long v = 0;
+    for (char ch : tok) {
+      if (ch < '0' || ch > '9')
+        fail(std::string("unexpected character '") + ch + "' (write e.g. 2x4, or dp=2,tp=4 to name the axes)");
+      v = v * 10 + (ch - '0');
+      if (v > 1'000'000) fail("a mesh has 1 to 4 axes of size 1 to 1000000");
+    }
+    if (v < 1) fail("each axis needs a size >= 1 (write e.g. 2x4 or dp=2,tp=4)");
+    sizes.push_back(static_cast<int>(v));
+    names.push_back(name);
+    if (sizes.size() > max_mesh_rank) fail("a mesh has 1 to 4 axes of size 1 to 1000000");
+    i = j + 1;
   }
-  if (out.empty() || out.size() > max_mesh_rank || cur > 1'000'000)
-    throw spec_error("mesh shape '" + std::string(s) + "': a mesh has 1 to 4 axes of size 1 to 1000000");
-  check_mesh_size(out, "mesh shape '" + std::string(s) + "'");
-  return out;
+  std::size_t named = 0;
+  for (const std::string& n : names) named += n.empty() ? 0 : 1;
+  if (named != 0 && named != names.size()) fail("name every axis or none (e.g. dp=2,tp=4)");
+  check_mesh_size(sizes, "mesh shape '" + text + "'");
+  device_mesh m(sizes);
+  try {
+    for (std::size_t a = 0; a < names.size() && named; ++a) m.set_axis_name(a, names[a]);
+  } catch (const spec_error& e) {
+    std::string why = e.what();
+    if (why.rfind("autoshard: spec error: ", 0) == 0) why.erase(0, 23);
+    fail(why);
+  }
+  return m;
 }
+
+/// The axis sizes of a mesh shape in any spelling parse_mesh reads (see check_mesh_size).
+inline std::vector<int> parse_mesh_shape(std::string_view s) { return parse_mesh(s).shape(); }
 
 }  // namespace autoshard

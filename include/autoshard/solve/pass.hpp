@@ -59,6 +59,8 @@ namespace autoshard {
 /// Options, named as MASE's autosharding_analysis_pass names them where it has them.
 struct autosharding_options {
   std::vector<int> mesh_shape{1, 8};  ///< 1 to 4 axes; with >= 2, axis 0 crosses nodes
+  /// Empty, or one name per mesh axis ("dp", "tp"): labels for reports and the plan file.
+  std::vector<std::string> mesh_axis_names;
   double inter_node_bandwidth = 25e9;   ///< bytes/s on mesh axis 0 (when the mesh has >= 2 axes)
   double intra_node_bandwidth = 300e9;  ///< bytes/s on the other axes
   /// Latencies (s); unset = the backend's default: nccl 20 us / 5 us, gloo 100 us / 50 us.
@@ -166,6 +168,10 @@ inline device_mesh make_pass_mesh(const autosharding_options& o) {
   if (!(o.inter_node_bandwidth > 0) || !(o.intra_node_bandwidth > 0))
     throw solver_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s");
   device_mesh m(o.mesh_shape);
+  if (!o.mesh_axis_names.empty() && o.mesh_axis_names.size() != m.ndim())
+    throw solver_error("mesh_axis_names has " + std::to_string(o.mesh_axis_names.size()) + " names for a mesh of " +
+                       std::to_string(m.ndim()) + " axes");
+  for (std::size_t a = 0; a < o.mesh_axis_names.size(); ++a) m.set_axis_name(a, o.mesh_axis_names[a]);
   for (std::size_t a = 0; a < m.ndim(); ++a) {
     const bool inter = m.ndim() >= 2 && a == 0;
     const double alpha = inter ? o.inter_node_latency.value_or(a_inter) : o.intra_node_latency.value_or(a_intra);
@@ -488,6 +494,11 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
   nlohmann::json links = nlohmann::json::array();
   for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
     links.push_back({{"alpha", pm.mesh.link(a).alpha}, {"beta", pm.mesh.link(a).beta}});
+  nlohmann::json mesh{{"shape", pm.mesh.shape()}, {"links", links}};
+  if (pm.mesh.has_axis_names()) {
+    mesh["axis_names"] = nlohmann::json::array();
+    for (std::size_t a = 0; a < pm.mesh.ndim(); ++a) mesh["axis_names"].push_back(std::string(pm.mesh.axis_name(a)));
+  }
   nlohmann::json ops = nlohmann::json::array();
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
@@ -508,7 +519,7 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
           {"version", plan_format_version},
           {"algo", s.algo},
           {"mode", o.mode == run_mode::training ? "training" : "inference"},
-          {"mesh", {{"shape", pm.mesh.shape()}, {"links", links}}},
+          {"mesh", mesh},
           {"options",
            {{"communications_backend", o.communications_backend},
             {"inter_node_bandwidth", o.inter_node_bandwidth},
@@ -526,6 +537,19 @@ inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_opti
           {"graph", to_json(pm.g)}};  // so a plan file alone can be executed and verified
 }
 
+/// The mesh axis names a plan file carries (none when it has no "axis_names").
+inline std::vector<std::string> plan_mesh_axis_names(const nlohmann::json& j, const std::string& where) {
+  std::vector<std::string> names;
+  const nlohmann::json& m = j.at("mesh");
+  if (!m.contains("axis_names")) return names;
+  const nlohmann::json& a = m.at("axis_names");
+  if (!a.is_array()) throw io_error(where + ": \"mesh\".\"axis_names\" is " + a.dump() + ", not an array of names");
+  for (const nlohmann::json& n : a) {
+    if (!n.is_string()) throw io_error(where + ": \"mesh\".\"axis_names\" holds " + n.dump() + ", not a name");
+    names.push_back(n.get<std::string>());
+  }
+  return names;
+}
 inline std::vector<int> plan_mesh_shape(const nlohmann::json& j, const std::string& where) {
   std::vector<int> shape;
   for (std::int64_t d : json_in(j, where)["mesh"]["shape"].integers(1, 1 << 20, max_mesh_rank)) shape.push_back(static_cast<int>(d));

@@ -43,6 +43,7 @@ inline loaded_plan load_plan(const std::string& file, const model_graph* graph =
     else if (j.contains("graph")) out.graph = from_json(j.at("graph"));
     else throw io_error("plan file '" + file + "' embeds no graph (written before plans carried one); give the model");
     o.mesh_shape = detail::plan_mesh_shape(j, "plan file '" + file + "'");
+    o.mesh_axis_names = detail::plan_mesh_axis_names(j, "plan file '" + file + "'");
     o.mode = j.at("mode").get<std::string>() == "training" ? run_mode::training : run_mode::inference;
     out.algo = j.value("algo", std::string());
   } catch (const nlohmann::json::exception& e) {
@@ -58,6 +59,10 @@ inline loaded_plan load_plan(const std::string& file, const model_graph* graph =
     pm = std::make_unique<detail::pass_model>(out.graph, o);
   } catch (const solver_error&) {
     throw;
+  } catch (const spec_error& e) {  // a bad axis name
+    std::string why = e.what();
+    if (why.rfind("autoshard: spec error: ", 0) == 0) why.erase(0, 23);
+    throw io_error("plan file '" + file + "': \"mesh\": " + why);
   } catch (const error& e) {  // a graph or mesh the strategies cannot be built for
     std::string why = e.what();
     if (why.rfind("autoshard: ", 0) == 0) why.erase(0, 11);

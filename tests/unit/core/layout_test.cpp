@@ -173,6 +173,44 @@ TEST_CASE("mesh: errors, links, printing, parsing") {
   }
 }
 
+TEST_CASE("mesh axis names: parsed, printed, round-tripped, and labels only") {
+  const device_mesh n = parse_mesh("dp=2,tp=4");
+  CHECK(n.shape() == std::vector<int>{2, 4});
+  CHECK(n.axis_name(0) == "dp");
+  CHECK(n.axis_name(1) == "tp");
+  CHECK(n.has_axis_names());
+  CHECK(n.find_axis("tp") == 1);
+  CHECK(n.find_axis("pp") == -1);
+  CHECK(n.axis_label(1) == "mesh axis 1 (tp)");
+  CHECK(device_mesh{2, 4}.axis_label(1) == "mesh axis 1");
+  CHECK(to_string(n) == "mesh(dp=2,tp=4)");
+  CHECK(parse_mesh("mesh( dp = 2 , tp=4 )").axis_name(1) == "tp");
+  CHECK(parse_mesh_shape("dp=2,tp=4") == std::vector<int>{2, 4});
+  // Names are labels: equal to the unnamed mesh of the same sizes and links.
+  CHECK(n == device_mesh{2, 4});
+  CHECK_FALSE(device_mesh{2, 4}.has_axis_names());
+  // Every spelling prints and parses back to the same sizes and names.
+  for (const char* text : {"dp=2,tp=4", "pp=2,dp=2,tp=2", "x=8", "a1=1,_b=3,c_c=2,d=1", "mesh(2,4)", "2x2x2"}) {
+    CAPTURE(text);
+    const device_mesh m = parse_mesh(text);
+    const device_mesh back = parse_mesh(to_string(m));
+    CHECK(back == m);
+    for (std::size_t i = 0; i < m.ndim(); ++i) CHECK(back.axis_name(i) == m.axis_name(i));
+  }
+  // Bad names and mixtures: one clear error each.
+  for (const char* bad : {"dp=2,4", "dp=2,dp=4", "1a=2", "d-p=2", "dp=,tp=4", "=2", "a_name_too_long_x=2", "dp=0",
+                          "dp=2,tp=4,pp=1,ep=1,sp=1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_mesh(bad), spec_error);
+  }
+  CHECK(spec_error_of([] { (void)parse_mesh("dp=2,4"); }).find("name every axis or none") != std::string::npos);
+  CHECK(spec_error_of([] { (void)parse_mesh("dp=2,dp=4"); }).find("'dp' names two axes") != std::string::npos);
+  device_mesh m{2, 4};
+  CHECK_THROWS_AS(m.set_axis_name(2, "pp"), spec_error);
+  m.set_axis_name(0, "nodes").set_axis_name(1, "gpus");
+  CHECK(to_string(m) == "mesh(nodes=2,gpus=4)");
+}
+
 TEST_CASE("mesh_extents: static sizes are free, dynamic ones are stored") {
   using S = mesh_extents<2, 4>;
   using D = mesh_extents<2, dyn>;

@@ -224,3 +224,34 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("time_limit must be > 0"),
                        autoshard::solver_error);
 }
+
+TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
+  autoshard::autosharding_options o;
+  o.mesh_shape = {2, 4};
+  o.mesh_axis_names = {"dp", "tp"};
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file("autoshard_plan_names.json");
+  const auto solved = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(to_string(solved.report.mesh) == "mesh(dp=2,tp=4)");
+  {
+    std::ifstream in(o.ilp_solution_file);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    CHECK(j["mesh"]["axis_names"] == nlohmann::json({"dp", "tp"}));
+  }
+  const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
+  CHECK(lp.mesh.axis_name(0) == "dp");
+  CHECK(lp.mesh.axis_name(1) == "tp");
+  // A name the core refuses, or one per axis missing, is a clear error naming the file's member.
+  o.mesh_axis_names = {"dp"};
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("1 names for a mesh of 2 axes"),
+                       autoshard::solver_error);
+  {
+    std::ifstream in(o.ilp_solution_file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["mesh"]["axis_names"] = {"dp", "dp"};
+    std::ofstream(o.ilp_solution_file) << j.dump();
+  }
+  CHECK_THROWS_WITH_AS(autoshard::load_plan(o.ilp_solution_file), doctest::Contains("'dp' names two axes"), autoshard::io_error);
+  std::filesystem::remove(o.ilp_solution_file);
+}

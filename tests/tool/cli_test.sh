@@ -287,6 +287,21 @@ PY
   expect_rc 1 "$tool" verify --plan "$tmp/none.json"
   expect_rc 2 "$tool" verify --plan "$tmp/v.json" --dtype bf16
   expect_rc 2 "$tool" verify
+  # export: the Megatron plan of a small LLaMA as transformers' tp_plan and PyTorch's styles.
+  lp=(--model llama-7b --layers 2 --hidden 256 --heads 8 --kv-heads 8 --ffn 688 --vocab 512 --seq 64 --batch 8 --mesh dp=2,tp=4)
+  "$tool" plan "${lp[@]}" --algo megatron --out "$tmp/l.json" --quiet >/dev/null 2>&1
+  json_check "d['base_model_tp_plan'] == {'layers.*.self_attn.q_proj': 'colwise', 'layers.*.self_attn.k_proj': 'colwise', 'layers.*.self_attn.v_proj': 'colwise', 'layers.*.self_attn.o_proj': 'rowwise', 'layers.*.mlp.gate_proj': 'colwise', 'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} and d['tp_axis_name'] == 'tp'" \
+    "$tool" export --plan "$tmp/l.json" --to hf-tp-plan
+  expect_rc 0 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l-dt.json"
+  python3 -c "import json; d=json.load(open('$tmp/l-dt.json')); p=d['plan']; assert p['model.layers.1.mlp.up_proj']['style']=='ColwiseParallel' and p['model.layers.1.mlp.down_proj']['kwargs']['input_layouts']=='Shard(-1)'" && ok || bad "dtensor export content"
+  expect_rc 1 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l.json"   # never overwrites its input
+  grep -q "is the plan file itself" "$tmp/err" && ok || bad "export refuses to overwrite the plan: $(cat "$tmp/err")"
+  expect_rc 1 "$tool" export --plan "$tmp/l.json" --to dtensor --axis pp
+  # GPT-2's Conv1D weights: PyTorch's styles take nn.Linear only, so the dtensor export is refused, naming the modules.
+  expect_rc 1 "$tool" export --plan "$tmp/v.json" --to dtensor
+  grep -q "transformer.h.0.attn.c_attn' (linear): its weight is stored \[in,out\]" "$tmp/err" && ok || bad "export names the Conv1D modules: $(cat "$tmp/err")"
+  expect_rc 2 "$tool" export --plan "$tmp/l.json" --to onnx
+  expect_rc 2 "$tool" export --plan "$tmp/l.json"
 fi
 
 echo "$passes passed, $fails failed"

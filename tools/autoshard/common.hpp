@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -156,6 +158,22 @@ inline nlohmann::json to_json(const device_mesh& m) {
   return j;
 }
 
+/// Writes `text` to `path` through a temporary name, so no half file is ever left.
+inline void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f || !(f << text) || !f.flush()) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw io_error("cannot write '" + path.string() + "'");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
+}
+
 /// Names the axes of `m` from a plan file's "mesh" object ("axis_names", when present).
 inline void read_axis_names(device_mesh& m, const nlohmann::json& mesh, const std::string& where) {
   if (!mesh.contains("axis_names")) return;
@@ -219,5 +237,6 @@ void register_shard(CLI::App& app, action& run);
 void register_verify(CLI::App& app, action& run);
 void register_calibrate(CLI::App& app, action& run);
 void register_synth(CLI::App& app, action& run);
+void register_export(CLI::App& app, action& run);
 
 }  // namespace autoshard::tool

@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
 #if defined(AUTOSHARD_TOOL_CMD_SYNTH)
   register_synth(app, run);
 #endif
+#if defined(AUTOSHARD_TOOL_CMD_EXPORT)
+  register_export(app, run);
+#endif
 #if defined(AUTOSHARD_TOOL_CMD_CALIBRATE)
   register_calibrate(app, run);
 #endif

@@ -1,0 +1,70 @@
+// autoshard export: a plan file in the formats users run, for its tensor-parallel mesh axis:
+// Hugging Face's tp_plan (module -> "colwise" / "rowwise" / ...) or PyTorch's
+// parallelize_module plan (module -> ColwiseParallel / RowwiseParallel / SequenceParallel with
+// layouts). A plan no such style expresses is an error that lists the operators and why.
+#include "common.hpp"
+
+#include <autoshard/solve/export.hpp>
+
+#include <iostream>
+
+namespace autoshard::tool {
+namespace {
+
+struct export_cli_options {
+  std::string plan;
+  std::string to;
+  std::string out;
+  std::string axis;
+};
+
+int run_export(const export_cli_options& o) {
+  if (!o.out.empty() && std::filesystem::exists(o.out) && std::filesystem::exists(o.plan) &&
+      std::filesystem::equivalent(o.out, o.plan))
+    throw io_error("--out '" + o.out + "' is the plan file itself; write the export elsewhere");
+  const loaded_plan lp = load_plan(o.plan);
+  int axis = -1;
+  if (!o.axis.empty()) {
+    axis = lp.mesh.find_axis(o.axis);
+    if (axis < 0) {
+      if (o.axis.find_first_not_of("0123456789") != std::string::npos || o.axis.size() > 2)
+        throw spec_error("--axis '" + o.axis + "' is neither a mesh axis number nor a name of the plan's mesh " +
+                         to_string(lp.mesh));
+      axis = std::stoi(o.axis);
+    }
+  }
+  const tp_export e = export_tensor_parallel(lp, axis);
+  const nlohmann::json j = o.to == "hf-tp-plan" ? to_hf_tp_plan(e) : to_dtensor_plan(e);
+  const std::string text = j.dump(2) + "\n";
+  if (o.out.empty()) {
+    std::cout << text;
+  } else {
+    write_file_atomically(o.out, text);
+    std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh.axis_label(static_cast<std::size_t>(e.tp_axis))
+              << " of " << to_string(lp.mesh) << ", "
+              << (o.to == "hf-tp-plan" ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
+  }
+  for (const std::string& n : o.to == "hf-tp-plan" ? hf_export_notes(e) : e.notes) std::cerr << "note: " << n << "\n";
+  return exit_ok;
+}
+
+}  // namespace
+
+void register_export(CLI::App& app, action& run) {
+  auto o = std::make_shared<export_cli_options>();
+  CLI::App* cmd = app.add_subcommand("export", "write a plan as a Hugging Face tp_plan or a PyTorch parallelize_module plan");
+  cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
+  cmd->add_option("--to", o->to, "hf-tp-plan (transformers' tp_plan) or dtensor (parallelize_module styles and layouts)")
+      ->required()
+      ->check(CLI::IsMember({"hf-tp-plan", "dtensor"}));
+  cmd->add_option("--out", o->out, "file to write (default: stdout); notes go to stderr");
+  cmd->add_option("--axis", o->axis, "the tensor-parallel mesh axis, a number or a name (default: the axis named tp, else the last of size > 1)");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard plan --model llama-7b --mesh dp=2,tp=4 --algo megatron --out plan.json --quiet\n"
+      "  autoshard export --plan plan.json --to hf-tp-plan --out tp_plan.json\n"
+      "  autoshard export --plan plan.json --to dtensor --out dtensor.json");
+  cmd->callback([o, &run] { run = [o] { return run_export(*o); }; });
+}
+
+}  // namespace autoshard::tool

@@ -15,7 +15,6 @@
 #include <map>
 #include <regex>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -156,22 +155,6 @@ inline nlohmann::json to_json(const device_mesh& m) {
     for (std::size_t i = 0; i < m.ndim(); ++i) j["axis_names"].push_back(std::string(m.axis_name(i)));
   }
   return j;
-}
-
-/// Writes `text` to `path` through a temporary name, so no half file is ever left.
-inline void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f || !(f << text) || !f.flush()) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw io_error("cannot write '" + path.string() + "'");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message());
 }
 
 /// Names the axes of `m` from a plan file's "mesh" object ("axis_names", when present).

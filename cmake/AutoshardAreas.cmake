@@ -1,9 +1,14 @@
 # One INTERFACE target per area of include/autoshard/, each with its own header set so
 # VERIFY_INTERFACE_HEADER_SETS proves that every public header compiles on its own.
-#   core   -> autoshard::autoshard  (standard library only)
+# An area's package component is its folder name (core, io, graph, solve, tensor, comm,
+# exec, device, ...); its target is autoshard::<folder> and, for the older names,
+# autoshard::<export name> (autoshard, glpk, gloo, cuda), which stay accepted as components.
+# Each area records the packages it needs (PACKAGES, find_dependency arguments) and the
+# areas it builds on, so find_package(autoshard COMPONENTS x) looks up only x's.
+#   core   -> autoshard::core, autoshard::autoshard  (standard library only)
 #   io     -> autoshard::io         (+ nlohmann-json: checked JSON reading, atomic file writing)
 #   graph  -> autoshard::graph      (+ Boost.Graph header-only)
-#   solve  -> autoshard::glpk       (+ GLPK)
+#   solve  -> autoshard::solve, autoshard::glpk  (+ GLPK)
 #   tensor -> autoshard::tensor     (+ Eigen)
 #   comm   -> autoshard::comm       (core only: communicator concept, mesh communicators,
 #                                    redistribute execution, calibration; backend-free)
@@ -11,12 +16,13 @@
 #                                    launcher, calibration file)
 #   exec   -> autoshard::exec       (graph + solve + tensor + gloo: the reference executor,
 #                                    tensor-parallel layers)
-#   device -> autoshard::cuda       (tensor + comm + CUDA runtime, NCCL)
+#   device -> autoshard::device, autoshard::cuda  (tensor + comm + CUDA runtime, NCCL)
 set(AUTOSHARD_INSTALLED_TARGETS "")
 set(AUTOSHARD_AREAS "")
+set(AUTOSHARD_AREA_METADATA "")  # lines of the installed autoshardAreas.cmake
 
 function(autoshard_area target export_name folder)
-  cmake_parse_arguments(A "" "" "DEPS;EXTRA_HEADERS" ${ARGN})
+  cmake_parse_arguments(A "" "" "DEPS;EXTRA_HEADERS;PACKAGES" ${ARGN})
   file(GLOB_RECURSE _hdrs CONFIGURE_DEPENDS
        "${PROJECT_SOURCE_DIR}/include/autoshard/${folder}/*.hpp")
   list(APPEND _hdrs ${A_EXTRA_HEADERS})
@@ -31,8 +37,24 @@ function(autoshard_area target export_name folder)
   target_compile_features(${target} INTERFACE cxx_std_20)
   target_link_libraries(${target} INTERFACE ${A_DEPS})
   set_property(TARGET ${target} PROPERTY VERIFY_INTERFACE_HEADER_SETS ON)
+  set_property(TARGET ${target} PROPERTY AUTOSHARD_AREA ${folder})
+  if(NOT export_name STREQUAL folder)
+    add_library(autoshard::${folder} ALIAS ${target})
+  endif()
+  # The areas this one builds on: the autoshard targets among DEPS.
+  set(_area_deps "")
+  foreach(_d IN LISTS A_DEPS)
+    if(TARGET ${_d})
+      get_target_property(_f ${_d} AUTOSHARD_AREA)
+      if(_f)
+        list(APPEND _area_deps ${_f})
+      endif()
+    endif()
+  endforeach()
+  string(REPLACE ";" "|" _pkgs "${A_PACKAGES}")
+  set(AUTOSHARD_AREA_METADATA "${AUTOSHARD_AREA_METADATA}autoshard_area_record(${folder} ${export_name} \"${_area_deps}\" \"${_pkgs}\")\n" PARENT_SCOPE)
   set(AUTOSHARD_INSTALLED_TARGETS ${AUTOSHARD_INSTALLED_TARGETS} ${target} PARENT_SCOPE)
-  set(AUTOSHARD_AREAS ${AUTOSHARD_AREAS} ${export_name} PARENT_SCOPE)
+  set(AUTOSHARD_AREAS ${AUTOSHARD_AREAS} ${folder} PARENT_SCOPE)
 endfunction()
 
 autoshard_area(autoshard autoshard core
@@ -48,28 +70,31 @@ find_package(Gloo CONFIG)
 find_package(Threads REQUIRED)
 
 if(TARGET nlohmann_json::nlohmann_json)
-  autoshard_area(autoshard_io io io DEPS autoshard nlohmann_json::nlohmann_json)
+  autoshard_area(autoshard_io io io DEPS autoshard nlohmann_json::nlohmann_json
+                 PACKAGES "nlohmann_json 3.10 CONFIG")
 else()
   message(STATUS "autoshard: autoshard::io skipped (needs nlohmann-json)")
 endif()
 if(TARGET Boost::headers AND TARGET autoshard_io)
-  autoshard_area(autoshard_graph graph graph DEPS autoshard_io Boost::headers)
+  autoshard_area(autoshard_graph graph graph DEPS autoshard_io Boost::headers
+                 PACKAGES "Boost 1.74 CONFIG COMPONENTS headers")
 else()
   message(STATUS "autoshard: autoshard::graph skipped (needs Boost, nlohmann-json and include/autoshard/graph)")
 endif()
 if(TARGET autoshard_graph AND TARGET GLPK::GLPK)
-  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_graph GLPK::GLPK)
+  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_graph GLPK::GLPK PACKAGES "GLPK")
 else()
   message(STATUS "autoshard: autoshard::glpk skipped (needs GLPK and autoshard::graph)")
 endif()
 if(TARGET Eigen3::Eigen AND TARGET autoshard_io)
-  autoshard_area(autoshard_tensor tensor tensor DEPS autoshard_io Eigen3::Eigen)
+  autoshard_area(autoshard_tensor tensor tensor DEPS autoshard_io Eigen3::Eigen PACKAGES "Eigen3 3.4 CONFIG")
 else()
   message(STATUS "autoshard: Eigen not found; autoshard::tensor skipped")
 endif()
 # The Gloo backend (include/autoshard/gloo): io for the calibration file.
 if(TARGET gloo AND TARGET autoshard_io)
-  autoshard_area(autoshard_gloo gloo gloo DEPS autoshard_comm autoshard_io gloo Threads::Threads)
+  autoshard_area(autoshard_gloo gloo gloo DEPS autoshard_comm autoshard_io gloo Threads::Threads
+                 PACKAGES "Gloo CONFIG" "Threads")
 else()
   message(STATUS "autoshard: Gloo or autoshard::io not found; autoshard::gloo skipped")
 endif()
@@ -110,7 +135,8 @@ if(AUTOSHARD_HAVE_CUDA)
   # nccl.hpp implements the communicator concept of comm/ and uses its mesh communicator.
   autoshard_area(autoshard_cuda cuda device
                  DEPS autoshard_tensor autoshard_comm CUDA::cudart "$<BUILD_INTERFACE:autoshard_nccl_lib>"
-                      "$<INSTALL_INTERFACE:${NCCL_LIBRARY}>")
+                      "$<INSTALL_INTERFACE:${NCCL_LIBRARY}>"
+                 PACKAGES "CUDAToolkit")
   if(TARGET autoshard_cuda)
     target_include_directories(autoshard_cuda SYSTEM INTERFACE "$<INSTALL_INTERFACE:${NCCL_INCLUDE_DIR}>")
   endif()

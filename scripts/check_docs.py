@@ -22,6 +22,19 @@ def snippets(md: pathlib.Path):
         if name:
             yield name.group(1), body
 
+def missing_headers(root: pathlib.Path):
+    """Every <autoshard/...hpp> named in a header, a doc, the tool, cmake or the README exists."""
+    out = []
+    files = [*(root / "include").rglob("*.hpp"), *(root / "docs").glob("*.md"), root / "README.md",
+             *(root / "tools").rglob("*.[ch]pp"), *(root / "cmake").glob("*"), *(root / "examples").rglob("*.c*")]
+    for f in files:
+        if not f.is_file():
+            continue
+        for m in re.finditer(r"(?<![\w/])autoshard/((?:[a-z_]+/)*[a-z_]+\.hpp)", f.read_text(encoding="utf-8", errors="replace")):
+            if not (root / "include" / "autoshard" / m.group(1)).is_file():
+                out.append(f"{f.relative_to(root)} names <autoshard/{m.group(1)}>, which does not exist")
+    return out
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compiler", default="c++")
@@ -59,6 +72,9 @@ def main():
                 else:
                     print(f"ok   {md.name}: {name}")
                     passed += 1
+    for problem in missing_headers(root):
+        print(f"FAIL {problem}")
+        failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or passed == 0 else 0
 

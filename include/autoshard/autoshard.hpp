@@ -1,11 +1,14 @@
 #pragma once
 /// autoshard's umbrella header: the dependency-free core only (standard library).
 /// Areas with heavier dependencies are included on their own:
-///   <autoshard/graph/graph.hpp>   Boost.Graph, nlohmann-json
-///   <autoshard/solve/solve.hpp>   GLPK
-///   <autoshard/tensor/tensor.hpp> Eigen
-///   <autoshard/comm/comm.hpp>     Gloo
-///   <autoshard/device/device.hpp> CUDA, NCCL
+///   <autoshard/io/io.hpp>            nlohmann-json (checked JSON reading, atomic files)
+///   <autoshard/graph/graph.hpp>      Boost.Graph, nlohmann-json
+///   <autoshard/solve/solve.hpp>      GLPK
+///   <autoshard/tensor/tensor.hpp>    Eigen
+///   <autoshard/comm/comm.hpp>        Gloo
+///   <autoshard/exec/exec.hpp>        the reference executor (all of the above)
+///   <autoshard/device/placement.hpp> CUDA; <autoshard/device/nccl.hpp> NCCL
+/// (scripts/check_docs.py checks that every header named in a comment or a doc exists)
 #include "core/cost.hpp"          // collective_time, price_plan
 #include "core/dtype.hpp"         // dtype
 #include "core/error.hpp"         // error hierarchy

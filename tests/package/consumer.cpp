@@ -3,7 +3,7 @@
 #if defined(AUTOSHARD_HAVE_GRAPH)
 #include <autoshard/graph/graph.hpp>
 #endif
-#if defined(AUTOSHARD_HAVE_GLPK)
+#if defined(AUTOSHARD_HAVE_SOLVE)
 #include <autoshard/solve/solve.hpp>
 #endif
 #if defined(AUTOSHARD_HAVE_TENSOR)

@@ -139,20 +139,23 @@ int run_plan(const plan_cli_options& o) {
   progress.finish();
   const autosharding_report& rep = r.report;
 
-  // DOT coloured by chosen spec, and an SVG where Graphviz is installed.
-  std::map<std::string, std::string> specs;
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    specs[g[v].name] = spec_list(r.strategies[v].inputs) + " -> " + to_alpa_string(r.strategies[v].output);
+  // DOT of the plan (tied layers once, a legend, resharding edges with their collectives and
+  // time), and an SVG where Graphviz is installed.
   const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
   std::ostringstream dot_text;
-  write_dot(dot_text, g, specs);
+  write_plan_dot(dot_text, g, rep.mesh, r.strategies, po.mode);
   write_file_atomically(dot, dot_text.str());
   fs::path svg;
-  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
+  {  // Graphviz's dot, run without a shell; the SVG is renamed into place only when dot succeeded.
     svg = fs::path(dot).replace_extension(".svg");
-    const std::string cmd = "dot -Tsvg '" + dot.string() + "' -o '" + svg.string() + ".tmp' 2>/dev/null && mv '" +
-                            svg.string() + ".tmp' '" + svg.string() + "'";
-    if (std::system(cmd.c_str()) != 0) svg.clear();
+    const fs::path tmp = svg.string() + ".tmp";
+    std::error_code ec;
+    if (run_program({"dot", "-Tsvg", dot.string(), "-o", tmp.string()}) == 0) fs::rename(tmp, svg, ec);
+    else ec = std::make_error_code(std::errc::no_such_file_or_directory);
+    if (ec) {
+      fs::remove(tmp, ec);
+      svg.clear();
+    }
   }
 
   // Collectives per step, by kind and mesh axis.

@@ -14,6 +14,11 @@
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <spawn.h>     // posix_spawnp: programs run without a shell
+#include <sys/wait.h>  // waitpid
+#include <fcntl.h>     // O_WRONLY
+#include <unistd.h>    // environ
+#include <cerrno>
 #include <filesystem>
 #include <limits>
 #include <sstream>
@@ -155,6 +160,27 @@ inline nlohmann::json to_json(const device_mesh& m) {
     for (std::size_t i = 0; i < m.ndim(); ++i) j["axis_names"].push_back(std::string(m.axis_name(i)));
   }
   return j;
+}
+
+/// Runs a program found on PATH with exactly these arguments, without a shell (no quoting,
+/// no expansion: a path with a quote or a `$(...)` is just a path), its stdout and stderr
+/// discarded. Returns its exit status, or -1 when it could not be started or was killed.
+inline int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), ::environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /// Names the axes of `m` from a plan file's "mesh" object ("axis_names", when present).

@@ -20,6 +20,7 @@
 #include "../core/error.hpp"    // spec_error
 #include "../core/mesh.hpp"     // device_mesh
 #include "../graph/model.hpp"   // model_graph, operands
+#include "pass.hpp"             // detail::layer_key
 #include "plan_file.hpp"        // loaded_plan
 
 namespace autoshard {
@@ -232,21 +233,13 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) 
 }
 
 namespace detail {
-/// "model.layers.3.mlp.up_proj" -> "model.layers.*.mlp.up_proj" (the first all-digit component).
-inline std::string layer_wildcard(const std::string& name, std::string* index = nullptr) {
-  std::size_t i = 0;
-  while (i < name.size()) {
-    std::size_t j = name.find('.', i);
-    if (j == std::string::npos) j = name.size();
-    bool digits = j > i;
-    for (std::size_t k = i; k < j; ++k) digits = digits && name[k] >= '0' && name[k] <= '9';
-    if (digits) {
-      if (index) *index = name.substr(i, j - i);
-      return name.substr(0, i) + "*" + name.substr(j);
-    }
-    i = j + 1;
-  }
-  return name;
+/// "model.layers.3.mlp.up_proj" -> "model.layers.*.mlp.up_proj", transformers' spelling of
+/// the pass's layer key.
+inline std::string layer_wildcard(const std::string& name) {
+  std::string k = layer_key(name);
+  if (k != name)
+    if (const std::size_t h = k.find('#'); h != std::string::npos) k[h] = '*';
+  return k;
 }
 inline void throw_if_problems(const tp_export& e, const std::string& target) {
   if (e.problems.empty()) return;

@@ -9,3 +9,5 @@
 #include "problem.hpp"  // strategy_problem
 #include "pass.hpp"       // autosharding_analysis_pass (needs the graph area)
 #include "plan_file.hpp"  // load_plan: a plan file back with its graph
+#include "export.hpp"     // export_tensor_parallel, to_hf_tp_plan, to_dtensor_plan
+#include "plan_dot.hpp"   // write_plan_dot

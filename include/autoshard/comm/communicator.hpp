@@ -15,7 +15,7 @@
 #include <string>       // std::string
 #include <type_traits>  // std::is_same_v
 
-#include "../core/dtype.hpp"      // dtype, dtype_size
+#include "../core/dtype.hpp"      // dtype, dtype_size, f16_to_float, float_to_bf16, ...
 #include "../core/error.hpp"      // comm_error
 #include "../core/placement.hpp"  // reduce_op
 #include "../core/typed.hpp"      // f16_t, bf16_t, dtype_of
@@ -43,71 +43,8 @@ concept communicator = requires(C& c, const C& cc, void* p, const void* q, std::
   c.barrier();
 };
 
-// ---- half-precision conversions (round to nearest even) ----
-
-/// IEEE binary16 bits to float.
-inline float f16_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t man = h & 0x3ffu;
-  std::uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((man & 0x400u) == 0) {
-        man <<= 1;
-        --exp;
-      }
-      man &= 0x3ffu;
-      bits = sign | (exp << 23) | (man << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-/// float to IEEE binary16 bits, round to nearest even, overflow to infinity.
-inline std::uint16_t float_to_f16(float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  const std::uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u)  // inf or nan
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-  if (absx >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504
-  if (absx < 0x38800000u) {  // result is subnormal or zero
-    if (absx < 0x33000000u) return static_cast<std::uint16_t>(sign);
-    const std::uint32_t exp = absx >> 23;
-    const std::uint32_t man = (absx & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126 - exp;  // 14..24
-    std::uint32_t r = man >> shift;
-    const std::uint32_t rem = man & ((1u << shift) - 1);
-    const std::uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) ++r;
-    return static_cast<std::uint16_t>(sign | r);
-  }
-  std::uint32_t r = ((absx >> 13) - (112u << 10));
-  const std::uint32_t rem = absx & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-  return static_cast<std::uint16_t>(sign | r);
-}
-
-/// bfloat16 bits to float.
-inline float bf16_to_float(std::uint16_t b) noexcept {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
-
-/// float to bfloat16 bits, round to nearest even, NaN stays NaN.
-inline std::uint16_t float_to_bf16(float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>((x + rounding) >> 16);
-}
+// The half-precision conversions (f16_to_float, float_to_f16, bf16_to_float, float_to_bf16)
+// live in core/dtype.hpp: one set, bit-identical to Eigen's, with no Eigen in this area.
 
 namespace detail {
 

@@ -1,6 +1,7 @@
 #pragma once
 /// Element types autoshard moves and prices: f32, f16, bf16, i32, i64, u8 (plus f64, bool).
 ///   static_assert(autoshard::dtype_size(autoshard::dtype::bf16) == 2);
+#include <bit>          // std::bit_cast
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <optional>     // std::optional
@@ -70,6 +71,75 @@ constexpr std::optional<dtype> parse_dtype(std::string_view s) noexcept {
   if (s == "int64") return dtype::i64;
   if (s == "uint8") return dtype::u8;
   return std::nullopt;
+}
+
+// ---- half-precision conversions, bit for bit Eigen's (Eigen::half, Eigen::bfloat16) ----
+// The core has no Eigen; tests/unit/tensor/half_test.cpp compares these with Eigen's on every
+// 16-bit pattern and on the rounding boundaries of every f16 / bf16 value.
+
+/// IEEE binary16 bits to float.
+inline float f16_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t man = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ffu;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+/// float to IEEE binary16 bits, round to nearest even, overflow to infinity.
+inline std::uint16_t float_to_f16(float f) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u)  // inf or nan
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
+  if (absx >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  if (absx < 0x38800000u) {  // result is subnormal or zero
+    if (absx < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t exp = absx >> 23;
+    const std::uint32_t man = (absx & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - exp;  // 14..24
+    std::uint32_t r = man >> shift;
+    const std::uint32_t rem = man & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  std::uint32_t r = ((absx >> 13) - (112u << 10));
+  const std::uint32_t rem = absx & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return static_cast<std::uint16_t>(sign | r);
+}
+
+/// bfloat16 bits to float.
+inline float bf16_to_float(std::uint16_t b) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+/// float to bfloat16 bits, round to nearest even; a NaN becomes the quiet NaN of its sign
+/// (0x7fc0 / 0xffc0), as Eigen::bfloat16 does.
+inline std::uint16_t float_to_bf16(float f) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x & 0x80000000u) ? 0xffc0u : 0x7fc0u);
+  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>((x + rounding) >> 16);
 }
 
 }  // namespace autoshard

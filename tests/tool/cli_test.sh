@@ -287,6 +287,16 @@ PY
   expect_rc 1 "$tool" verify --plan "$tmp/none.json"
   expect_rc 2 "$tool" verify --plan "$tmp/v.json" --dtype bf16
   expect_rc 2 "$tool" verify
+  # The plan's picture: tied layers once with their count, a legend; dot runs without a shell,
+  # so a directory whose name has quotes and a $(...) keeps its files and runs nothing.
+  q="$tmp/it's a \"quoted\" \$(touch $tmp/pwned) dir"
+  mkdir -p "$q"
+  expect_rc 0 "$tool" plan "${vp[@]}" --layers 3 --algo megatron --out "$q/p.json" --quiet
+  grep -q "layers 0-2 (x 3, tied" "$q/p.dot" && grep -q "cluster_legend" "$q/p.dot" && ok || bad "plan DOT collapses tied layers and has a legend"
+  if command -v dot >/dev/null 2>&1; then
+    [ -s "$q/p.svg" ] && [ ! -e "$q/p.svg.tmp" ] && ok || bad "the SVG beside a quoted path"
+  fi
+  [ ! -e "$tmp/pwned" ] && ok || bad "a path ran a command"
   # export: the Megatron plan of a small LLaMA as transformers' tp_plan and PyTorch's styles.
   lp=(--model llama-7b --layers 2 --hidden 256 --heads 8 --kv-heads 8 --ffn 688 --vocab 512 --seq 64 --batch 8 --mesh dp=2,tp=4)
   "$tool" plan "${lp[@]}" --algo megatron --out "$tmp/l.json" --quiet >/dev/null 2>&1

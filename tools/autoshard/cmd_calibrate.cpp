@@ -111,6 +111,10 @@ int run_calibrate(const calibrate_cli_options& o) {
 void register_calibrate(CLI::App& app, action& run) {
   auto o = std::make_shared<calibrate_cli_options>();
   CLI::App* cmd = app.add_subcommand("calibrate", "measure each mesh axis's link on Gloo and fit alpha-beta");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard calibrate --mesh 2x2 --out links.json\n"
+      "  autoshard plan --model gpt2 --mesh 2x2 --calibration links.json");
   cmd->add_option("--mesh", o->mesh, "mesh shape, e.g. 2x2 (its ranks run here as threads, or are the launch's ranks)")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "calibration file (JSON)")->capture_default_str();

@@ -111,6 +111,11 @@ int run_explain(const explain_options& o) {
 void register_explain(CLI::App& app, action& run) {
   auto o = std::make_shared<explain_options>();
   CLI::App* cmd = app.add_subcommand("explain", "the redistribute plan between two specs, step by step");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard explain --mesh 2x2 --shape 8,4 --from \"[S(0),S(1)]\" --to \"[S(1),S(0)]\"\n"
+      "  autoshard explain --mesh dp=2,tp=4 --shape 768,2304 --from \"(Replicate(), Shard(dim=-1))\" --to S0R --json");
+
   o->mesh.mesh = "2x2";
   o->mesh.add_to(*cmd);
   cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,4")->required();

@@ -263,6 +263,11 @@ int run_plan(const plan_cli_options& o) {
 void register_plan(CLI::App& app, action& run) {
   auto o = std::make_shared<plan_cli_options>();
   CLI::App* cmd = app.add_subcommand("plan", "auto-shard a model on a mesh and write the plan");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard plan --model gpt2 --mesh 2x4 --out plan.json\n"
+      "  autoshard plan --model llama-7b --mesh dp=2,tp=4 --mode infer --memory-budget 40GiB --out plan.json --json");
+
   o->model.add_to(*cmd);
   o->mesh.add_to(*cmd);
   cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel or fully_replicated")

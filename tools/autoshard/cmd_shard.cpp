@@ -130,6 +130,11 @@ int run_shard(const shard_cli_options& o) {
 void register_shard(CLI::App& app, action& run) {
   auto o = std::make_shared<shard_cli_options>();
   CLI::App* cmd = app.add_subcommand("shard", "cut a safetensors checkpoint into one file per rank");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard shard ckpt --policy gpt2 --tp 4 --out shards\n"
+      "  autoshard shard ckpt --plan plan.json --out shards");
+
   cmd->add_option("checkpoint", o->checkpoint, "model.safetensors, its index json, or a directory")->required();
   auto* pol = cmd->add_option("--policy", o->policy, "built-in policy: gpt2, bert, opt, gpt_neox, bloom, llama, or auto (config.json's model_type)");
   cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy)")->needs(pol)->check(positive_int());

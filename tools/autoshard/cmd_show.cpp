@@ -517,6 +517,10 @@ void register_show(CLI::App& app, action& run) {
   auto o = std::make_shared<show_options>();
   CLI::App* cmd = app.add_subcommand(
       "show", "draw which rank holds which block of a tensor, or list a plan file's tensors and draw one");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard show --mesh 2x4 --shape 768,2304 --spec \"[R,S(1)]\" --svg c_attn.svg\n"
+      "  autoshard show --plan plan.json --tensor transformer.h.0.attn.c_attn.weight");
   o->mesh.add_to(*cmd);
   CLI::Option* shape = cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,8")->capture_default_str();
   CLI::Option* spec = cmd->add_option("--spec", o->spec, "sharding spec, \"[S(0),S(1)]\" or \"S0S1\"");

@@ -104,6 +104,11 @@ int run_solve(const solve_cli_options& o) {
 void register_solve(CLI::App& app, action& run) {
   auto o = std::make_shared<solve_cli_options>();
   CLI::App* cmd = app.add_subcommand("solve", "solve a strategy problem in the IOPDDL JSON format");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard solve problem.json\n"
+      "  autoshard solve problem.json --time-limit 60 --mip-rel-gap 0.01 --json");
+
   cmd->add_option("problem", o->file, "problem file (IOPDDL JSON)")->required();
   cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str()->check(finite_in(0, 1e7, true));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")

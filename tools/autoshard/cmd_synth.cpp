@@ -115,7 +115,14 @@ void register_synth(CLI::App& app, action& run) {
   auto o = std::make_shared<synth_options>();
   CLI::App* cmd = app.add_subcommand(
       "synth", "write a seeded checkpoint with the parameter names and shapes of a preset or a Hugging Face config");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard synth --model gpt2 --layers 2 --hidden 256 --heads 8 --vocab 8192 --out ckpt\n"
+      "  autoshard synth --model llama-7b --layers 1 --dtype bf16 --out ckpt");
   o->model.add_to(*cmd);
+  cmd->get_option("--dtype")->description("dtype of the written tensors: f32 (the default), bf16, f16 or f64");
+  for (const char* unused : {"--batch", "--mode"})  // no parameter depends on them (--seq can widen GPT-2's wpe)
+    cmd->remove_option(cmd->get_option(unused));
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str()->check(seed_value());
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");

@@ -90,6 +90,10 @@ void register_verify(CLI::App& app, action& run) {
   auto o = std::make_shared<verify_cli_options>();
   CLI::App* cmd = app.add_subcommand(
       "verify", "execute a plan on local Gloo ranks (one per device) and compare with the unsharded run");
+  cmd->footer(
+      "Examples:\n"
+      "  autoshard plan --model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --out small.json\n"
+      "  autoshard verify --plan small.json --dtype f32");
   cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
   cmd->add_option("--dtype", o->dtype_name, "compute in f64 (differences are rounding only) or f32")
       ->check(CLI::IsMember({"f32", "f64"}))

@@ -247,5 +247,6 @@ void register_verify(CLI::App& app, action& run);
 void register_calibrate(CLI::App& app, action& run);
 void register_synth(CLI::App& app, action& run);
 void register_export(CLI::App& app, action& run);
+void register_completion(CLI::App& app, action& run);
 
 }  // namespace autoshard::tool

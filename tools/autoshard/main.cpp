@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
 #if defined(AUTOSHARD_TOOL_CMD_CALIBRATE)
   register_calibrate(app, run);
 #endif
+  register_completion(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -25,6 +25,20 @@ expect_rc 0 "$tool" show --help
 expect_rc 2 "$tool"
 expect_rc 2 "$tool" explain --mesh 2x2
 expect_rc 2 "$tool" no-such-command
+# Every subcommand's --help ends with examples.
+for sub in $("$tool" --help | awk '/^Subcommands:/{f=1; next} f && NF {print $1}'); do
+  "$tool" "$sub" --help 2>&1 | tail -4 | grep -q "  autoshard " && ok || bad "$sub --help ends without an example"
+done
+# The bash completion is generated from the options: subcommands, options, fixed choices.
+"$tool" completion > "$tmp/completion.bash" && ok || bad "completion"
+comp() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _autoshard; echo "${COMPREPLY[*]}"' _ "$tmp/completion.bash" "$@"; }
+[ "$(comp autoshard expl)" = "explain" ] && ok || bad "completion of a subcommand: $(comp autoshard expl)"
+[ "$(comp autoshard export --t)" = "--to" ] && ok || bad "completion of an option: $(comp autoshard export --t)"
+[ "$(comp autoshard export --to hf)" = "hf-tp-plan" ] && ok || bad "completion of a choice: $(comp autoshard export --to hf)"
+[ "$(comp autoshard plan --mode i)" = "infer" ] && ok || bad "completion of --mode: $(comp autoshard plan --mode i)"
+# synth says the dtype it writes; options that change nothing it writes are not offered.
+"$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
+"$tool" synth --help | grep -q -- "--batch" && bad "synth offers --batch" || ok
 
 # S(0),S(1) -> S(1),S(0) on 2x2: all-gather inner, all-to-all outer, slice inner (DTensor's order).
 json_check "[s['collective'] for s in d['steps']] == ['all-gather','all-to-all','local-slice'] and [s['mesh_axis'] for s in d['steps']] == [1,0,1]" \
@@ -63,6 +77,9 @@ expect_rc 0 "$tool" show --mesh dp=2,tp=2 --shape 8,4 --spec "(Partial(sum), Sha
 grep -q "mesh axis 0 (dp) is Partial(sum)" "$tmp/out" && ok || bad "show names the Partial axis by its name: $(cat "$tmp/out")"
 expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,4 --from "[P(avg),R]" --to "RR"
 grep -q "supported reduce ops are sum, max and min" "$tmp/err" && ok || bad "message for P(avg): $(cat "$tmp/err")"
+# --mip-rel-gap is a fraction: above 1 is a usage error.
+expect_rc 2 "$tool" plan --model gpt2 --mip-rel-gap 5
+grep -q "a fraction in \[0, 1\]" "$tmp/err" && ok || bad "--mip-rel-gap 5 says it is a fraction: $(cat "$tmp/err")"
 expect_rc 1 "$tool" explain --mesh dp=2,4 --shape 8,4 --from "RR" --to "RR"
 grep -q "name every axis or none" "$tmp/err" && ok || bad "message for a half-named mesh: $(cat "$tmp/err")"
 # show: block map owners and the SVG file.
@@ -287,6 +304,10 @@ PY
   expect_rc 1 "$tool" verify --plan "$tmp/none.json"
   expect_rc 2 "$tool" verify --plan "$tmp/v.json" --dtype bf16
   expect_rc 2 "$tool" verify
+  # Tensor names in Hugging Face's state-dict spelling: GPT-2's lm_head.weight is the tied wte.
+  expect_rc 0 "$tool" show --plan "$tmp/v.json" --tensor lm_head.weight
+  grep -q "note: lm_head.weight is transformer.wte.weight (tied" "$tmp/out" && ok || bad "show resolves the tied lm_head.weight: $(cat "$tmp/out" "$tmp/err")"
+  json_check "d['tensor'] == 'transformer.wte.weight'" "$tool" show --plan "$tmp/v.json" --tensor wte.weight --json
   # The plan's picture: tied layers once with their count, a legend; dot runs without a shell,
   # so a directory whose name has quotes and a $(...) keeps its files and runs nothing.
   q="$tmp/it's a \"quoted\" \$(touch $tmp/pwned) dir"

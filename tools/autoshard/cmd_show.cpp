@@ -301,6 +301,7 @@ struct plan_doc {
   std::string algo, mode;
   device_mesh mesh;
   std::vector<plan_entry> entries;
+  std::map<std::string, std::vector<std::string>> operands;  ///< operator -> its operands' names (the embedded graph)
 };
 
 /// Reads a plan file: the mesh and every operator's output spec and shape. Operators without
@@ -342,6 +343,9 @@ plan_doc read_plan(const show_options& o) {
       if (op.contains("shape")) e.shape = tensor_shape(json_int_array<std::int64_t>(op.at("shape"), "plan file '" + file + "': a shape"));
       doc.entries.push_back(std::move(e));
     }
+    if (j.contains("graph") && j.at("graph").contains("nodes"))
+      for (const auto& n : j.at("graph").at("nodes"))
+        if (n.contains("inputs")) doc.operands[n.at("name").get<std::string>()] = n.at("inputs").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     throw io_error("plan file '" + file + "' is malformed: " + e.what());
   }
@@ -420,18 +424,34 @@ std::vector<std::string> close_names(const std::vector<std::string>& names, cons
   return out;
 }
 
-/// The entry named `want`: exactly, or, failing that, the one entry whose name without its
-/// first component is `want` (checkpoint spelling: "h.0.attn.c_attn.weight").
-const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const std::string& file) {
-  for (const auto& e : doc.entries)
-    if (e.name == want) return e;
-  const plan_entry* only = nullptr;
-  int n = 0;
-  for (const auto& e : doc.entries) {
-    const auto dot = e.name.find('.');
-    if (dot != std::string::npos && e.name.compare(dot + 1, std::string::npos, want) == 0) only = &e, ++n;
+/// The entry named `want`: exactly, or the one entry whose name without its first component
+/// is `want` (checkpoint spelling: "h.0.attn.c_attn.weight"), or, in Hugging Face's
+/// state-dict spelling, a module's ".weight" / ".bias" that the graph stores as another
+/// tensor because it is tied ("lm_head.weight" -> "transformer.wte.weight"; `tied` says so).
+const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const std::string& file, std::string* tied = nullptr) {
+  auto by_name = [&](const std::string& name) -> const plan_entry* {
+    for (const auto& e : doc.entries)
+      if (e.name == name) return &e;
+    const plan_entry* only = nullptr;
+    int n = 0;
+    for (const auto& e : doc.entries) {
+      const auto dot = e.name.find('.');
+      if (dot != std::string::npos && e.name.compare(dot + 1, std::string::npos, name) == 0) only = &e, ++n;
+    }
+    return n == 1 ? only : nullptr;
+  };
+  if (const plan_entry* e = by_name(want)) return *e;
+  for (const auto& [suffix, operand] : {std::pair<std::string, std::size_t>{".weight", 1}, {".bias", 2}}) {
+    if (want.size() <= suffix.size() || want.compare(want.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const plan_entry* op = by_name(want.substr(0, want.size() - suffix.size()));
+    if (!op || !doc.operands.count(op->name)) continue;
+    const std::vector<std::string>& ins = doc.operands.at(op->name);
+    if (operand >= ins.size()) continue;
+    if (const plan_entry* p = by_name(ins[operand]); p && p->kind == "parameter") {
+      if (tied) *tied = want + " is " + p->name + " (tied: operator '" + op->name + "' uses it as its" + suffix.substr(1) + ")";
+      return *p;
+    }
   }
-  if (n == 1) return *only;
   std::vector<std::string> names;
   for (const auto& e : doc.entries) names.push_back(e.name);
   const auto close = close_names(names, want);
@@ -453,7 +473,9 @@ int run_show_plan(const show_options& o) {
   const plan_doc doc = read_plan(o);
   const device_mesh& m = doc.mesh;
   if (!o.tensor.empty()) {
-    const plan_entry& e = find_entry(doc, o.tensor, o.plan);
+    std::string tied;
+    const plan_entry& e = find_entry(doc, o.tensor, o.plan, &tied);
+    if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
     if (e.shape->rank == 0)
       throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
     nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},

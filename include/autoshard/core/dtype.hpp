@@ -4,6 +4,8 @@
 #include <bit>          // std::bit_cast
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
+#include <cstdio>       // std::snprintf
+#include <string>       // std::string
 #include <optional>     // std::optional
 #include <string_view>  // std::string_view
 
@@ -71,6 +73,26 @@ constexpr std::optional<dtype> parse_dtype(std::string_view s) noexcept {
   if (s == "int64") return dtype::i64;
   if (s == "uint8") return dtype::u8;
   return std::nullopt;
+}
+
+// ---- sizes for people ----
+
+/// Human-readable bytes in binary units: "1.50 MiB".
+inline std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+/// Bytes as people and programs read them: "40.00 GiB (42949672960 bytes)".
+inline std::string human_bytes_exact(std::int64_t b) {
+  return human_bytes(static_cast<double>(b)) + " (" + std::to_string(b) + " bytes)";
 }
 
 // ---- half-precision conversions, bit for bit Eigen's (Eigen::half, Eigen::bfloat16) ----

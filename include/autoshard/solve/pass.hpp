@@ -480,6 +480,13 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   so.time_limit = o.time_limit;
   so.mip_rel_gap = o.mip_rel_gap;
   so.on_progress = o.on_progress;
+  if (q.usage_limit) {  // said in the pass's words; solve_ilp's are the IOPDDL format's
+    const usage_peak lo = q.min_peak_usage();
+    if (lo.bytes > *q.usage_limit)
+      throw solver_error("the memory budget of " + human_bytes_exact(*q.usage_limit) +
+                         " per device cannot be met: even with every operator at its most memory-frugal strategy, "
+                         "the peak memory per device is " + human_bytes_exact(lo.bytes));
+  }
   solve_result r = solve_ilp(q, so);
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = r.choice[cls[v]];

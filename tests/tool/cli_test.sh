@@ -70,6 +70,15 @@ grep -q "Shard to Partial" "$tmp/err" && ok || bad "message for S->P: $(cat "$tm
 expect_rc 1 "$tool" explain --mesh 2x0 --shape 8,4 --from "RR" --to "RR"
 expect_rc 1 "$tool" explain --mesh 2x2 --shape 8,x --from "RR" --to "RR"
 expect_rc 1 "$tool" show --mesh 2x2 --shape 8,4 --spec "S5R"
+# A 3-D tensor split on its leading dim: one map per block of the leading dims, every rank in one.
+json_check "len(d['maps']) == 2 and [m['leading'] for m in d['maps']] == [[[0,2]],[[2,4]]] and sorted(r for m in d['maps'] for row in m['owners'] for c in row for r in c) == [0,1,2,3]" \
+  "$tool" show --mesh 2x2 --shape 4,6,8 --spec "[S(0),S(2)]" --json
+json_check "len(d['maps']) == 1 and d['maps'][0]['leading'] == [[2,4]] and d['owners'] == [[[2],[3]]]" \
+  "$tool" show --mesh 2x2 --shape 4,6,8 --spec "[S(0),S(2)]" --slice 3 --json
+expect_rc 0 "$tool" show --mesh 2x2 --shape 4,6,8 --spec "[S(0),S(2)]"
+grep -q "^dim 0 \[2,4):" "$tmp/out" && ok || bad "show prints a map per leading block: $(cat "$tmp/out")"
+expect_rc 1 "$tool" show --mesh 2x2 --shape 4,6,8 --spec "[S(0),S(2)]" --slice 4
+expect_rc 1 "$tool" show --mesh 2x2 --shape 6,8 --spec "[S(0),S(1)]" --slice 0
 # PyTorch's printed placements and named mesh axes (names appear in reports and JSON).
 json_check "d['from']['dtensor'] == '[R,S(1)]' and d['to']['alpa'] == 'S0R' and d['mesh']['axis_names'] == ['dp','tp']" \
   "$tool" explain --mesh dp=2,tp=4 --shape 768,2304 --from "(Replicate(), Shard(dim=-1))" --to "[Shard(0), Replicate()]" --json

@@ -30,6 +30,7 @@ struct show_options {
   std::string plan;
   std::string tensor;
   std::string svg;
+  std::string slice;  ///< for tensors of rank > 2: one index per leading dim ("0,3"); empty: every block
   bool json = false;
 #if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
   model_options model;  ///< for plan files without shapes: the model they were planned for
@@ -90,9 +91,12 @@ struct block_map {
   std::vector<std::vector<std::string>> svg_labels;                 // the same, spaced for SVG
 };
 
-/// The block map of the last two dims (or the only dim); leading dims must be unsharded
-/// for the picture to be complete, otherwise only the block at index 0 of them is drawn.
-block_map build_map(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape) {
+/// One block of the leading dims (all but the last two): [lo, hi) per dim.
+using leading_block = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+/// The block map of the last two dims (or the only dim) within one block of the leading dims
+/// (`lead`, empty for rank <= 2): the ranks that hold that block of the leading dims.
+block_map build_map(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape, const leading_block& lead = {}) {
   std::vector<shard_box> boxes;
   for (int r = 0; r < m.num_ranks(); ++r) boxes.push_back(local_box(m, s, shape, r));
   const std::size_t rd = shape.rank >= 2 ? shape.rank - 2u : 0u;
@@ -109,8 +113,11 @@ block_map build_map(const device_mesh& m, const sharding_spec& s, const tensor_s
     for (std::size_t j = 0; j + 1 < bm.cols.size(); ++j) {
       for (int r = 0; r < m.num_ranks(); ++r) {
         const auto& b = boxes[static_cast<std::size_t>(r)];
-        bool leading_ok = true;  // holds index 0 of every leading dim
-        for (std::size_t d = 0; d + 2 < shape.rank; ++d) leading_ok = leading_ok && b.offset[d] == 0 && b.shape[d] > 0;
+        bool leading_ok = true;  // holds this block of every leading dim
+        for (std::size_t d = 0; d + 2 < shape.rank; ++d) {
+          const std::int64_t lo = d < lead.size() ? lead[d].first : 0, hi = d < lead.size() ? lead[d].second : 1;
+          leading_ok = leading_ok && b.offset[d] <= lo && hi <= b.offset[d] + b.shape[d] && b.shape[d] > 0;
+        }
         const bool in_row = one_d || (b.offset[rd] <= bm.rows[i] && bm.rows[i + 1] <= b.offset[rd] + b.shape[rd]);
         const bool in_col = b.offset[cd] <= bm.cols[j] && bm.cols[j + 1] <= b.offset[cd] + b.shape[cd];
         if (leading_ok && in_row && in_col && !b.empty()) bm.owners[i][j].push_back(r);
@@ -239,12 +246,67 @@ std::vector<std::string> partial_notes(const device_mesh& m, const sharding_spec
 
 /// Draws `s` of `shape` on `m`: terminal or JSON, and SVG. `extra` is added to the JSON
 /// document and `heading` printed before the map.
+/// The blocks of the leading dims to draw: every block the shards cut them into, or the one
+/// holding the indices of `slice` ("0,3": one index per leading dim).
+std::vector<leading_block> leading_blocks(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape,
+                                          const std::string& slice) {
+  const std::size_t nlead = shape.rank > 2 ? shape.rank - 2 : 0;
+  std::vector<shard_box> boxes;
+  for (int r = 0; r < m.num_ranks(); ++r) boxes.push_back(local_box(m, s, shape, r));
+  std::vector<std::vector<std::int64_t>> cut(nlead);
+  for (std::size_t d = 0; d < nlead; ++d) cut[d] = cuts(boxes, d, shape[d]);
+  if (!slice.empty()) {
+    if (nlead == 0) throw shape_error("--slice picks indices of the leading dims; a tensor of rank " + std::to_string(shape.rank) + " has none");
+    const tensor_shape idx = parse_shape_list(slice);
+    if (idx.rank != nlead)
+      throw shape_error("--slice '" + slice + "' gives " + std::to_string(idx.rank) + " indices; the tensor " +
+                        to_string(shape) + " has " + std::to_string(nlead) + " leading dims (all but the last two)");
+    leading_block one;
+    for (std::size_t d = 0; d < nlead; ++d) {
+      if (idx[d] >= shape[d])
+        throw shape_error("--slice: index " + std::to_string(idx[d]) + " of dim " + std::to_string(d) + " is outside its size " +
+                          std::to_string(shape[d]));
+      const auto hi = std::upper_bound(cut[d].begin(), cut[d].end(), idx[d]);
+      one.push_back({*(hi - 1), *hi});
+    }
+    return {one};
+  }
+  std::vector<leading_block> out{{}};
+  for (std::size_t d = 0; d < nlead; ++d) {
+    std::vector<leading_block> next;
+    for (const leading_block& b : out)
+      for (std::size_t k = 0; k + 1 < cut[d].size(); ++k) {
+        leading_block nb = b;
+        nb.push_back({cut[d][k], cut[d][k + 1]});
+        next.push_back(nb);
+      }
+    out = std::move(next);
+    if (out.size() > 64)
+      throw shape_error("the shards cut the leading dims of " + to_string(shape) + " into more than 64 blocks; pick one with --slice");
+  }
+  return out;
+}
+
+std::string leading_text(const leading_block& b) {
+  std::string t;
+  for (std::size_t d = 0; d < b.size(); ++d)
+    t += (d ? ", " : "") + std::string("dim ") + std::to_string(d) + " [" + std::to_string(b[d].first) + "," +
+         std::to_string(b[d].second) + ")";
+  return t;
+}
+
 void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape, const std::string& svg, bool json,
-          const nlohmann::json& extra, const std::string& heading) {
+          const nlohmann::json& extra, const std::string& heading, const std::string& slice = "") {
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
-  const block_map bm = build_map(m, s, shape);
+  const std::vector<leading_block> blocks = leading_blocks(m, s, shape, slice);
+  std::vector<block_map> maps;
+  for (const leading_block& b : blocks) maps.push_back(build_map(m, s, shape, b));
+  const block_map& bm = maps.front();
   std::vector<std::string> notes = partial_notes(m, s);
-  if (shape.rank > 2) notes.insert(notes.begin(), "the last two dims at index 0 of the leading dims");
+  if (shape.rank > 2)
+    notes.insert(notes.begin(), blocks.size() == 1 ? "the last two dims at " + leading_text(blocks.front())
+                                                   : "the last two dims, one map per block of the leading dims (" +
+                                                         std::to_string(blocks.size()) + " blocks; --slice picks one)");
   std::vector<int> empty;  // uneven splits can leave ranks with nothing
   for (int r = 0; r < m.num_ranks(); ++r)
     if (local_box(m, s, shape, r).empty()) empty.push_back(r);
@@ -260,17 +322,31 @@ void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shap
                      {"owners", bm.owners}, {"labels", bm.labels}, {"partial", partial},
                      {"local_shape", to_json(max_local_shape(m, s, shape))}, {"even", divides_evenly(m, s, shape)},
                      {"empty_ranks", empty}};
+    if (shape.rank > 2) {
+      nlohmann::json ms = nlohmann::json::array();
+      for (std::size_t k = 0; k < maps.size(); ++k) {
+        nlohmann::json lead = nlohmann::json::array();
+        for (const auto& [lo, hi] : blocks[k]) lead.push_back({lo, hi});
+        ms.push_back({{"leading", lead}, {"row_cuts", maps[k].rows}, {"col_cuts", maps[k].cols},
+                      {"owners", maps[k].owners}, {"labels", maps[k].labels}});
+      }
+      j["maps"] = ms;
+    }
     j.update(extra);
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << heading << to_string(s) << " (" << to_alpa_string(s) << ") of " << shape << " on " << m << "\n";
     for (const auto& n : notes) std::cout << "note: " << n << "\n";
-    print_map(bm, std::cout);
+    for (std::size_t k = 0; k < maps.size(); ++k) {
+      if (maps.size() > 1) std::cout << (k ? "\n" : "") << leading_text(blocks[k]) << ":\n";
+      print_map(maps[k], std::cout);
+    }
   }
   if (!svg.empty()) {
     std::string sub = heading;  // the heading is the SVG's first note line
     while (!sub.empty() && (sub.back() == '\n' || sub.back() == ' ')) sub.pop_back();
     if (!sub.empty()) notes.insert(notes.begin(), sub);
+    if (maps.size() > 1) notes.push_back("this picture: " + leading_text(blocks.front()) + " (--slice picks another block)");
     write_svg(bm, to_string(s) + " (" + to_alpa_string(s) + ") of " + to_string(shape) + " on " + to_string(m), notes,
               svg);
     if (!json) std::cout << "wrote " << svg << "\n";
@@ -284,7 +360,7 @@ int run_show_spec(const show_options& o) {
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
   const sharding_spec s = parse_spec(o.spec, static_cast<int>(m.ndim()), static_cast<int>(shape.rank));
   check_spec(s, m, shape, "--spec");
-  draw(m, s, shape, o.svg, o.json, nlohmann::json::object(), "");
+  draw(m, s, shape, o.svg, o.json, nlohmann::json::object(), "", o.slice);
   return exit_ok;
 }
 
@@ -482,7 +558,7 @@ int run_show_plan(const show_options& o) {
                          {"inputs", e.inputs}};
     const std::string heading =
         e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
-    draw(m, e.spec, *e.shape, o.svg, o.json, extra, heading);
+    draw(m, e.spec, *e.shape, o.svg, o.json, extra, heading, o.slice);
     return exit_ok;
   }
 
@@ -550,6 +626,7 @@ void register_show(CLI::App& app, action& run) {
       cmd->add_option("--plan", o->plan, "a plan file (autoshard plan --out): list its tensors, or draw --tensor");
   CLI::Option* tensor = cmd->add_option("--tensor", o->tensor, "with --plan: the tensor whose output spec to draw");
   cmd->add_option("--svg", o->svg, "also write the block map as SVG to this file");
+  cmd->add_option("--slice", o->slice, "tensors of rank > 2: one index per leading dim, e.g. 0,3 (default: a map per block)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   tensor->needs(plan);
   plan->excludes(spec)->excludes(shape);

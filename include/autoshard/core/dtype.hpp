@@ -75,7 +75,7 @@ constexpr std::optional<dtype> parse_dtype(std::string_view s) noexcept {
   return std::nullopt;
 }
 
-// ---- sizes for people ----
+// ---- sizes and times for people ----
 
 /// Human-readable bytes in binary units: "1.50 MiB".
 inline std::string human_bytes(double b) {
@@ -93,6 +93,16 @@ inline std::string human_bytes(double b) {
 /// Bytes as people and programs read them: "40.00 GiB (42949672960 bytes)".
 inline std::string human_bytes_exact(std::int64_t b) {
   return human_bytes(static_cast<double>(b)) + " (" + std::to_string(b) + " bytes)";
+}
+
+/// Human-readable seconds: "12.3 us".
+inline std::string human_seconds(double s) {
+  char buf[32];
+  if (s == 0) return "0";
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
 }
 
 // ---- half-precision conversions, bit for bit Eigen's (Eigen::half, Eigen::bfloat16) ----

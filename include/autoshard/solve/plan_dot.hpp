@@ -32,13 +32,6 @@ inline long layer_index(const std::string& name) {
   return end - at > 9 ? -1 : std::stol(name.substr(at, end - at));
 }
 
-inline std::string plan_dot_seconds(double s) {
-  char buf[32];
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f s", s);
-  return buf;
-}
 
 }  // namespace detail
 
@@ -146,7 +139,7 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
   for (const auto& [uv, e] : edges) {
     os << "  v" << uv.first << " -> v" << uv.second;
     if (!e.label.empty())
-      os << " [label=\"" << detail::dot_escape(e.label) << "\\n" << detail::plan_dot_seconds(e.seconds)
+      os << " [label=\"" << detail::dot_escape(e.label) << "\\n" << human_seconds(e.seconds)
          << (e.count > 1 ? " (x " + std::to_string(e.count) + ")" : std::string()) << "\", color=\"#b2182b\", fontcolor=\"#b2182b\"]";
     os << ";\n";
   }

@@ -121,8 +121,8 @@ void register_synth(CLI::App& app, action& run) {
       "  autoshard synth --model llama-7b --layers 1 --dtype bf16 --out ckpt");
   o->model.add_to(*cmd);
   cmd->get_option("--dtype")->description("dtype of the written tensors: f32 (the default), bf16, f16 or f64");
-  for (const char* unused : {"--batch", "--mode"})  // no parameter depends on them (--seq can widen GPT-2's wpe)
-    cmd->remove_option(cmd->get_option(unused));
+  for (const char* unused : {"--batch", "--mode"})  // no parameter depends on them (--seq can widen GPT-2's wpe):
+    cmd->get_option(unused)->group("");           // accepted, as plan takes them, but not shown
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str()->check(seed_value());
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");

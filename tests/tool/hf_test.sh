@@ -26,7 +26,7 @@ for cfg in gpt2 bert-base-uncased roberta-base opt-125m pythia-160m bloom-560m q
   # The tightest budget the solver can meet (its own lower bound), with a quarter of the way to
   # data parallel's peak on top: weights must be cut.
   run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --memory-budget 1 --out "$d/x.json"
-  low=$(grep -o 'smallest budget that could fit is [0-9]*' "$tmp/err" | grep -o '[0-9]*$')
+  low=$(grep -o 'peak memory per device is [^(]*([0-9]* bytes)' "$tmp/err" | grep -o '([0-9]*' | tr -d '(')
   [ -n "$low" ] || { bad "$cfg: no lower bound in: $(cat "$tmp/err")"; continue; }
   run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --json --quiet --out "$d/y.json" || { bad "$cfg: plan"; cat "$tmp/err"; continue; }
   dp=$(python3 -c "import json; print([b['peak_memory_bytes'] for b in json.load(open('$tmp/out'))['baselines'] if b['algo'] == 'data_parallel'][0])")

@@ -214,28 +214,6 @@ inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
   return static_cast<std::int64_t>(v);
 }
 
-/// Human-readable bytes: "1.50 MiB".
-inline std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) {
-    b /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
-/// Human-readable seconds: "12.3 us".
-inline std::string human_seconds(double s) {
-  char buf[32];
-  if (s == 0) return "0";
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f s", s);
-  return buf;
-}
-
 // Subcommand registration: each returns the subcommand; `run` is set to its action.
 using action = std::function<int()>;
 void register_explain(CLI::App& app, action& run);

@@ -12,10 +12,10 @@
 #include <cstdint>    // std::uint64_t
 #include <fstream>    // std::ifstream
 #include <limits>     // std::numeric_limits
-#include <sstream>    // std::ostringstream
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+#include "../core/dtype.hpp"    // human_bytes
 #include "../core/layout.hpp"   // local_box
 #include "../graph/graph.hpp"   // model_graph, strategy, topological_order
 #include "kernels.hpp"          // exec_error
@@ -192,16 +192,6 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
     e.activations += 2 * kept;
   }
   return e;
-}
-
-/// "1.23 GiB": bytes for a person.
-inline std::string readable_bytes(std::uint64_t b) {
-  std::ostringstream os;
-  os.precision(3);
-  if (b >= (1ull << 30)) os << static_cast<double>(b) / static_cast<double>(1ull << 30) << " GiB";
-  else if (b >= (1ull << 20)) os << static_cast<double>(b) / static_cast<double>(1ull << 20) << " MiB";
-  else os << b << " B";
-  return os.str();
 }
 
 }  // namespace autoshard

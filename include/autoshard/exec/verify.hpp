@@ -80,7 +80,7 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   os << " on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
      << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
      << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s (estimated peak memory "
-     << readable_bytes(r.estimate.total()) << ")\n";
+     << human_bytes(static_cast<double>(r.estimate.total())) << ")\n";
   os << std::defaultfloat << std::setprecision(3);
   os << "largest differences (sharded - unsharded):\n";
   for (std::size_t i = 0; i < order.size() && i < 5; ++i)
@@ -119,7 +119,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   std::string fix;
   if (compute == dtype::f64) {
     const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32, training).total();
-    fix += "--dtype f32 (about " + readable_bytes(f32) + ")" + std::string(f32 <= limit ? ", or " : " and ");
+    fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
   const std::uint64_t fixed = e.sources + e.ranks;
   if (fixed < limit && e.activations > 0) {
@@ -130,12 +130,12 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     fix += "a plan for a smaller batch or sequence (autoshard plan --batch/--seq: the activations scale with batch x seq; "
            "divide it by more than " + f.str() + ")";
   } else {
-    fix += "a smaller model (the parameters alone take " + readable_bytes(e.sources) + ")";
+    fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources)) + ")";
   }
-  throw exec_error("verify would need about " + readable_bytes(e.total()) + " (inputs and parameters " +
-                   readable_bytes(e.sources) + ", activations " + readable_bytes(e.activations) + " at '" + e.worst_step +
-                   "', " + std::to_string(mesh.num_ranks()) + " rank threads " + readable_bytes(e.ranks) + ") but " +
-                   (max_memory > 0 ? "--max-memory allows " : "this machine has ") + readable_bytes(limit) +
+  throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total())) + " (inputs and parameters " +
+                   human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at '" + e.worst_step +
+                   "', " + std::to_string(mesh.num_ranks()) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
+                   (max_memory > 0 ? "--max-memory allows " : "this machine has ") + human_bytes(static_cast<double>(limit)) +
                    (max_memory > 0 ? "" : " available (MemAvailable)") + "; use " + fix +
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));
 }

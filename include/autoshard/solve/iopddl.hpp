@@ -28,7 +28,8 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "../core/error.hpp"  // io_error, solver_error
+#include "../core/error.hpp"       // io_error, solver_error
+#include "../io/atomic_file.hpp"   // write_file_atomically
 #include "problem.hpp"        // strategy_problem
 
 namespace autoshard {
@@ -175,27 +176,6 @@ inline strategy_problem parse_iopddl_impl(const nlohmann::json& doc) {
 }
 }  // namespace detail::iopddl
 
-namespace detail::iopddl {
-/// Write `text` to `file` through a temporary file and a rename, so a failure never leaves a half file.
-inline void write_whole_file(const std::filesystem::path& file, const std::string& text) {
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw io_error("cannot open '" + tmp.string() + "' for writing");
-    out << text;
-    if (!out.flush()) {
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw io_error("writing '" + file.string() + "' failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) throw io_error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + ec.message());
-}
-}  // namespace detail::iopddl
-
 /// Parse an IOPDDL document already read as JSON.
 inline strategy_problem parse_iopddl(const nlohmann::json& doc) {
   try {
@@ -264,7 +244,7 @@ inline void write_iopddl(std::ostream& out, const strategy_problem& p) {
 
 /// Write a problem to an IOPDDL file.
 inline void write_iopddl_file(const std::filesystem::path& file, const strategy_problem& p) {
-  detail::iopddl::write_whole_file(file, to_iopddl_json(p).dump() + "\n");
+  write_file_atomically(file, to_iopddl_json(p).dump() + "\n");
 }
 
 /// Parse a solution in the contest's format, a JSON list of strategy indices, one per node of `p`.
@@ -304,7 +284,7 @@ inline std::vector<int> read_iopddl_solution_file(const std::filesystem::path& f
 
 /// Write a solution in the contest's format: `[0, 0, 2, 1, 0]`.
 inline void write_iopddl_solution_file(const std::filesystem::path& file, const std::vector<int>& choice) {
-  detail::iopddl::write_whole_file(file, nlohmann::json(choice).dump() + "\n");
+  write_file_atomically(file, nlohmann::json(choice).dump() + "\n");
 }
 
 }  // namespace autoshard

@@ -171,7 +171,7 @@ TEST_CASE("hardening: split_layer_name and check_layer_stacks") {
                  "t has no tensor 'h.1.a' but has 'h.0.a'"));
 }
 
-TEST_CASE("hardening: every file of a sharded output is of one run; a smaller run removes the larger one's extra ranks") {
+TEST_CASE("hardening: every file of a sharded output is of one run, and a smaller run removes the larger one's extra ranks") {
   scratch_dir dir;
   save_all(dir / "m.safetensors", tiny_gpt2());
   checkpoint ck(dir / "m.safetensors");

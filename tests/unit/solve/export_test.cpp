@@ -119,7 +119,9 @@ TEST_CASE("export: the dtensor plan carries the layouts, Megatron's sequence par
     }
   }
   // Every module the plan lists is one the graph has, and every style is one PyTorch has.
-  for (const auto& [mod, entry] : plan.items()) {
+  for (const auto& item : plan.items()) {
+    const std::string mod = item.key();
+    const auto& entry = item.value();
     CAPTURE(mod);
     CHECK(autoshard::find_vertex(p.graph, mod).has_value());
     const std::string style = entry["style"];

@@ -141,14 +141,15 @@ std::vector<std::byte> execute_step(M& mc, const redist_step& st, std::span<cons
       return out;
     }
     case collective::local_partial: {
-      if (me == 0)
-        std::memcpy(out.data(), in.data(), in.size());
-      else
+      if (me == 0) {
+        if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());  // an empty piece has no data() to copy from
+      } else {
         fill_identity(out.data(), static_cast<std::size_t>(ame.shape.numel()), t, st.to.op);
+      }
       return out;
     }
     case collective::all_reduce: {
-      std::memcpy(out.data(), in.data(), in.size());
+      if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());  // an empty piece has no data() to copy from
       comm.all_reduce(out.data(), static_cast<std::size_t>(ame.shape.numel()), t, st.from.op);
       return out;
     }

@@ -288,13 +288,7 @@ std::vector<host_tensor> attention_backward(const node& nd, std::span<const host
       cmap V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       cmap DO(dy.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
       p.noalias() = (Q * K.transpose()) * scale;
-      for (std::int64_t i = 0; i < S; ++i) {
-        const std::int64_t last = nd.attrs.causal ? std::min(i, Sk - 1) : Sk - 1;
-        T mx = -std::numeric_limits<T>::infinity(), sum = 0;
-        for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, p(i, j));
-        for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j <= last ? std::exp(p(i, j) - mx) : T(0));
-        p.row(i) /= sum;
-      }
+      detail::softmax_scores(p, nd.attrs.causal);
       mmap(out[2].as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk)).noalias() += p.transpose() * DO;
       dp.noalias() = DO * V.transpose();
       for (std::int64_t i = 0; i < S; ++i) {

@@ -349,6 +349,20 @@ host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> 
 
 /// Scaled-dot-product attention of q[B,S,hq*D] with k,v[B,Sk,hkv*D]; query head h reads
 /// key/value head h / (hq/hkv). D comes from the global width and attrs.heads.
+/// Row-wise softmax of attention scores in place; with `causal`, query i sees keys 0..i only
+/// (the rest become 0). The forward kernel and its backward share it, so they cannot drift.
+template <class T>
+void softmax_scores(rm_matrix<T>& p, bool causal) {
+  const std::int64_t S = p.rows(), Sk = p.cols();
+  for (std::int64_t i = 0; i < S; ++i) {
+    const std::int64_t last = causal ? std::min(i, Sk - 1) : Sk - 1;
+    T mx = -std::numeric_limits<T>::infinity(), sum = 0;
+    for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, p(i, j));
+    for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j <= last ? std::exp(p(i, j) - mx) : T(0));
+    p.row(i) /= sum;
+  }
+}
+
 template <class T>
 host_tensor attention(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
   const host_tensor &q = *in[0], &k = *in[1], &v = *in[2];
@@ -371,13 +385,7 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
       stride_map K(k.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       p.noalias() = (Q * K.transpose()) * scale;
-      for (std::int64_t i = 0; i < S; ++i) {
-        const std::int64_t last = nd.attrs.causal ? std::min(i, Sk - 1) : Sk - 1;
-        T mx = -std::numeric_limits<T>::infinity(), sum = 0;
-        for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, p(i, j));
-        for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j <= last ? std::exp(p(i, j) - mx) : T(0));
-        p.row(i) /= sum;
-      }
+      softmax_scores(p, nd.attrs.causal);
       Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
           .noalias() = p * V;
     }

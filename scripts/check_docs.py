@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Compiles and runs every runnable C++ example in docs/*.md, so the docs stay true.
+"""Keeps the docs true: compiles and runs every runnable C++ example in docs/*.md, or (with
+--tool) runs every `autoshard` command the docs and the README show.
 
-A fenced ```cpp block is runnable when its first line is a comment naming a file,
+C++: a fenced ```cpp block is runnable when its first line is a comment naming a file,
 e.g. `// first.cpp — ...`. Link flags follow the autoshard areas it includes.
+
+Commands (--tool PATH): see docs_commands.py.
 Prints 'N passed, N failed' and exits non-zero on any failure.
 """
 import argparse, pathlib, re, subprocess, sys, tempfile
@@ -40,8 +43,13 @@ def main():
     ap.add_argument("--compiler", default="c++")
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--tool", help="run the docs' autoshard commands with this binary instead of the C++ examples")
     a = ap.parse_args()
     root = pathlib.Path(a.root)
+    if a.tool:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        import docs_commands
+        return docs_commands.check(root, pathlib.Path(a.tool).resolve())
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for md in sorted((root / "docs").glob("*.md")):

@@ -1,0 +1,275 @@
+"""Runs every `autoshard` command that README.md and docs/*.md show, so the docs stay true
+against the tool (`check_docs.py --tool PATH`, the `docs.commands` test).
+
+Per document, in a fresh scratch directory (`tests/` there links to the repository's, so
+`tests/data/...` paths work; `autoshard` on PATH is the tool under test), in the order the
+document shows them:
+
+* Shell blocks (```sh, ```bash, ```console): each line (`\\` continuations joined) that
+  starts with `autoshard` runs in bash and must exit 0. The optional groups of a synopsis
+  (`[--dtype f32]`, `[--json]`) are left out of the run, and each option they name must be
+  one that `autoshard SUB --help` lists. A line that starts autoshard through another
+  program (`torchrun ... autoshard calibrate`) must be in a skipped block; other lines
+  (`bash scripts/demo.sh`) are listed as not run, with the count.
+* Transcripts (```text blocks whose first line starts with `$ `): each `$ autoshard ...`
+  line runs, and what it prints (stdout and stderr together, as a terminal shows them)
+  must equal the lines shown under it; a line `...` stands for any number of lines, and
+  trailing blanks are ignored.
+* Directives, HTML comments right before a block (only blank lines or other directives
+  between), which a reader of the rendered page does not see:
+    <!-- docs-test: skip (why) -->   the block's commands are not run: listed with why, counted
+    <!-- docs-test: exit N -->       the block's commands must exit N instead of 0
+    <!-- docs-test: setup CMD -->    CMD runs first (e.g. makes the model directory that a
+                                     placeholder such as `path/to/Qwen2-0.5B` stands for)
+  A directive that no block follows is an error.
+* Inline code spans in prose that read `autoshard SUB --opt ...`: SUB must be a subcommand
+  and every option one that its --help lists (they are not run: their files are the
+  reader's).
+"""
+import difflib, os, pathlib, re, shlex, subprocess, tempfile, time
+
+SHELL_LANGS = {"sh", "bash", "shell", "console"}
+FENCE_OPEN = re.compile(r"^\s*```([\w+-]*)\s*$")
+FENCE_CLOSE = re.compile(r"^\s*```\s*$")
+DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
+INLINE = re.compile(r"`(autoshard (?:[a-z]+|--[a-z-]+)(?: [^`]*)?)`")
+OPTION_LINE = re.compile(r"^\s+(?:-\w,)?(--[a-z][a-z0-9-]*)")
+
+
+def blocks(text):
+    """(language, body lines, directives, first body line number) of each fenced block, where
+    directives are (text, line number); and the problems: directives that no block follows."""
+    lines = text.splitlines()
+    found, problems, pending = [], [], []
+    i = 0
+    while i < len(lines):
+        m = FENCE_OPEN.match(lines[i])
+        if m:
+            start, body = i + 2, []
+            i += 1
+            while i < len(lines) and not FENCE_CLOSE.match(lines[i]):
+                body.append(lines[i])
+                i += 1
+            found.append((m.group(1), body, pending, start))
+            pending = []
+        else:
+            d = DIRECTIVE.match(lines[i])
+            if d:
+                pending.append((d.group(1), i + 1))
+            elif lines[i].strip() and pending:
+                problems += [(n, f"docs-test directive '{t}' is not right before a block") for t, n in pending]
+                pending = []
+        i += 1
+    problems += [(n, f"docs-test directive '{t}' is not right before a block") for t, n in pending]
+    return found, problems
+
+
+def prose(text):
+    """The text outside fenced blocks."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if (FENCE_CLOSE if inside else FENCE_OPEN).match(line):
+            inside = not inside
+        elif not inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def shell_commands(body):
+    """(command, line offset) for each logical line of a shell block, continuations joined."""
+    cmd, first = "", 0
+    for k, line in enumerate(body):
+        if not cmd:
+            first = k
+        if line.rstrip().endswith("\\"):
+            cmd += line.rstrip()[:-1] + " "
+            continue
+        cmd += line
+        if cmd.strip():
+            yield cmd.strip(), first
+        cmd = ""
+    if cmd.strip():
+        yield cmd.strip(), first
+
+
+def transcript(body):
+    """(command, shown output lines, line offset) for each `$ ` line of a transcript."""
+    out = []
+    for k, line in enumerate(body):
+        if line.startswith("$ "):
+            out.append([line[2:].strip(), [], k])
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def output_matches(shown, got):
+    """Whether `got` is `shown`, where a `...` line of `shown` stands for any number of lines."""
+    shown = [l.rstrip() for l in shown]
+    got = [l.rstrip() for l in got]
+    while shown and not shown[-1]:
+        shown.pop()
+    while got and not got[-1]:
+        got.pop()
+    # ok[j]: shown[:i] matches got[:j]
+    ok = [True] + [False] * len(got)
+    for line in shown:
+        if line.strip() == "...":
+            for j in range(1, len(got) + 1):
+                ok[j] = ok[j] or ok[j - 1]
+        else:
+            ok = [False] + [ok[j - 1] and got[j - 1] == line for j in range(1, len(got) + 1)]
+    return ok[len(got)]
+
+
+class Tool:
+    def __init__(self, path):
+        self.path = path
+        top = subprocess.run([str(path), "--help"], capture_output=True, text=True).stdout
+        sub = top.split("Subcommands:", 1)[1] if "Subcommands:" in top else ""
+        self.subcommands = {l.split()[0] for l in sub.splitlines() if l.strip()}
+        self.top_options = {m.group(1) for m in map(OPTION_LINE.match, top.splitlines()) if m}
+        self._options = {}
+
+    def options(self, sub):
+        if sub not in self._options:
+            h = subprocess.run([str(self.path), sub, "--help"], capture_output=True, text=True).stdout
+            opts = h.split("Options:", 1)[1] if "Options:" in h else ""
+            self._options[sub] = {m.group(1) for m in map(OPTION_LINE.match, opts.splitlines()) if m}
+        return self._options[sub]
+
+    def check_options(self, words):
+        """Problems with `autoshard SUB --opt ...` written as words: an unknown subcommand or option."""
+        if len(words) < 2:
+            return []
+        if words[1].startswith("--"):
+            return [] if words[1] in self.top_options else [f"autoshard has no option {words[1]}"]
+        sub = words[1]
+        if sub not in self.subcommands:
+            return [f"autoshard has no subcommand '{sub}'"]
+        known = self.options(sub)
+        return [f"autoshard {sub} has no option {w.strip('[]')}" for w in words[2:]
+                if re.fullmatch(r"\[?--[a-z][a-z0-9-]*(=.*)?\]?", w) and w.strip("[]").split("=")[0] not in known]
+
+
+def synopsis(cmd):
+    """A synopsis without its optional groups (`[--dtype f32]`), and the words of those groups."""
+    words = shlex.split(cmd, comments=True)
+    kept, optional, depth = [], [], 0
+    for w in words:
+        if depth == 0 and w.startswith("[--"):
+            depth = 1
+        if depth:
+            optional.append(w)
+            if w.endswith("]"):
+                depth = 0
+        else:
+            kept.append(w)
+    return (shlex.join(kept) if optional else cmd), optional
+
+
+class Runner:
+    def __init__(self, root, tool, doc, scratch, bindir):
+        self.root, self.tool, self.doc, self.scratch = root, tool, doc, scratch
+        self.env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+        self.ran = self.compared = self.skipped = self.failed = self.other = 0
+
+    def where(self, line):
+        return f"{self.doc.relative_to(self.root)}:{line}"
+
+    def fail(self, line, what):
+        print(f"FAIL {self.where(line)}: {what}")
+        self.failed += 1
+
+    def run(self, cmd, line, want_rc=0, shown=None):
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(["bash", "-c", "set -o pipefail\n" + cmd], cwd=self.scratch, env=self.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            self.fail(line, f"`{cmd}` ran longer than 300 s")
+            return
+        self.ran += 1
+        secs = time.monotonic() - t0
+        if r.returncode != want_rc:
+            self.fail(line, f"`{cmd}` exited {r.returncode}, the doc expects {want_rc}:\n{r.stdout[-3000:]}")
+            return
+        if shown is not None:
+            self.compared += 1
+            if not output_matches(shown, r.stdout.splitlines()):
+                diff = "\n".join(difflib.unified_diff(shown, r.stdout.splitlines(), "shown in the doc", "printed", lineterm=""))
+                self.fail(line, f"`{cmd}` prints other than the doc shows:\n{diff[:4000]}")
+                return
+        print(f"ok   {self.where(line)}: {cmd}  ({secs:.1f} s)")
+
+    def document(self):
+        text = self.doc.read_text(encoding="utf-8")
+        for span in INLINE.findall(prose(text)):
+            for problem in self.tool.check_options(span.split()):
+                self.fail("prose", f"`{span}`: {problem}")
+        found, problems = blocks(text)
+        for line, problem in problems:
+            self.fail(line, problem)
+        for lang, body, directives, start in found:
+            skip, want_rc = None, 0
+            for d, dline in directives:
+                if m := re.fullmatch(r"skip \((.+)\)", d):
+                    skip = m.group(1)
+                elif m := re.fullmatch(r"exit (\d+)", d):
+                    want_rc = int(m.group(1))
+                elif m := re.fullmatch(r"setup (.+)", d):
+                    self.run(m.group(1), dline)
+                else:
+                    self.fail(dline, f"unknown docs-test directive '{d}' (skip (why), exit N, setup CMD)")
+            if lang in SHELL_LANGS:
+                cmds = [(c, start + k, None) for c, k in shell_commands(body) if not c.startswith("#")]
+            elif body and body[0].startswith("$ "):
+                cmds = [(c, start + k, shown) for c, shown, k in transcript(body)]
+            else:
+                continue
+            for cmd, line, shown in cmds:
+                launched = not re.match(r"autoshard(\s|$)", cmd) and re.search(r"(^|\s)autoshard\s+[a-z]", cmd)
+                if skip is None and launched:
+                    self.fail(line, f"`{cmd}` runs autoshard through another program: show it plainly or mark "
+                                    "the block <!-- docs-test: skip (why) -->")
+                    continue
+                if not re.match(r"autoshard(\s|$)", cmd) and not launched:
+                    if lang in SHELL_LANGS and not shown:
+                        print(f"--   {self.where(line)}: not an autoshard command, not run: {cmd[:100]}")
+                        self.other += 1
+                    continue
+                if skip is not None:
+                    words = shlex.split(cmd, comments=True)
+                    first = next(k for k, w in enumerate(words) if w == "autoshard")
+                    for problem in self.tool.check_options(words[first:]):  # not run, but still true
+                        self.fail(line, f"`{cmd}`: {problem}")
+                    print(f"SKIP {self.where(line)}: {cmd}  ({skip})")
+                    self.skipped += 1
+                    continue
+                run_cmd, optional = synopsis(cmd)
+                words = shlex.split(cmd, comments=True)
+                for problem in self.tool.check_options([*words[:2], *optional]):
+                    self.fail(line, f"`{cmd}`: {problem}")
+                self.run(run_cmd, line, want_rc, shown)
+
+
+def check(root, tool_path):
+    tool = Tool(tool_path)
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    totals = dict(ran=0, compared=0, skipped=0, failed=0, other=0)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        bindir = pathlib.Path(tmp) / "bin"
+        bindir.mkdir()
+        (bindir / "autoshard").symlink_to(tool_path)
+        for doc in docs:
+            scratch = pathlib.Path(tmp) / doc.stem
+            scratch.mkdir()
+            (scratch / "tests").symlink_to(root / "tests")
+            r = Runner(root, tool, doc, scratch, bindir)
+            r.document()
+            for k in totals:
+                totals[k] += getattr(r, k)
+    print(f"{totals['ran']} commands run ({totals['compared']} outputs compared), {totals['skipped']} skipped, "
+          f"{totals['other']} not autoshard commands; {totals['failed']} failed; {time.monotonic() - t0:.0f} s")
+    return 1 if totals["failed"] or totals["ran"] == 0 else 0

@@ -237,11 +237,13 @@ if "$tool" --help | grep -q ' calibrate'; then
     expect_rc 0 "$tool" plan --model gpt2 --layers 1 --hidden 64 --heads 4 --vocab 256 --seq 32 --batch 4 \
       --mesh 2x2 --calibration "$tmp/links.json" --out "$tmp/cal-plan.json" --quiet
   fi
-  expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes 10 --out "$tmp/never.json"
-  # --max-bytes is bounded before anything is allocated (1e30 once reached 24 GB; nan passed).
+  expect_rc 2 "$tool" calibrate --mesh 2x2 --max-bytes 10 --out "$tmp/never.json"
+  expect_rc 2 "$tool" calibrate --mesh 2x2 --repeats 0 --out "$tmp/never.json"
+  # --max-bytes is bounded before anything is allocated (1e30 once reached 24 GB; nan passed):
+  # a usage error, as every number out of its range.
   for mb in 1e30 nan inf 2147483648; do
-    expect_rc 1 "$tool" calibrate --mesh 2x2 --max-bytes "$mb" --out "$tmp/never.json"
-    grep -q "max-bytes must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB)" "$tmp/err" && ok ||
+    expect_rc 2 "$tool" calibrate --mesh 2x2 --max-bytes "$mb" --out "$tmp/never.json"
+    grep -q "max-bytes: must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB), got $mb" "$tmp/err" && ok ||
       bad "calibrate --max-bytes $mb: $(cat "$tmp/err")"
   done
   test ! -e "$tmp/never.json" && ok || bad "a refused calibrate wrote its file"

@@ -118,9 +118,23 @@ void register_calibrate(CLI::App& app, action& run) {
   cmd->add_option("--mesh", o->mesh, "mesh shape, e.g. 2x2 (its ranks run here as threads, or are the launch's ranks)")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "calibration file (JSON)")->capture_default_str();
+  // Out of range is a usage error (exit 2), as for every number option; run_calibrate checks again.
   cmd->add_option("--max-bytes", o->max_bytes, "largest message (64 KiB .. 1 GiB); sizes go 4 KiB, 16 KiB, ... up to it")
-      ->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "timed repeats per size (the median is kept)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& in) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            const double v = std::strtod(in.c_str(), &end);
+            if (end == in.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 65536 ||
+                v > static_cast<double>(max_calibration_bytes))
+              return "must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB), got " + in;
+            return {};
+          },
+          "BYTES in [65536, 1073741824]"));
+  cmd->add_option("--repeats", o->repeats, "timed repeats per size (the median is kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--from-env", o->from_env,
                 "this process is one rank of a launch: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun), "

@@ -2,6 +2,7 @@
 // compare every operator with the unsharded run of the same graph and seeded weights.
 #include "common.hpp"
 #include "paths.hpp"
+#include "progress.hpp"
 
 #include <autoshard/exec/exec.hpp>
 
@@ -20,6 +21,7 @@ struct verify_cli_options {
   std::string optimizer = "adam";
   bool forward_only = false;
   bool json = false;
+  bool progress = false;
 };
 
 int run_verify(const verify_cli_options& o) {
@@ -41,7 +43,17 @@ int run_verify(const verify_cli_options& o) {
               << (lp.mode == run_mode::training ? "training" : "inference") << " plan; "
               << (vo.training ? "forward, backward and one " + o.optimizer + " step" : std::string("the forward pass")) << ") on "
               << to_string(lp.mesh) << " ...\n";
+  phase_printer progress(progress_wanted(o.progress), "verify");
+  vo.progress = [&progress](const verify_progress& p) {
+    const std::string phase = p.phase;
+    progress(phase, p.done, p.total,
+             phase == "reference" ? "operators (the unsharded training step)"
+             : phase == "ranks"   ? "pieces compared with the unsharded run"
+                                  : "tensors merged over the ranks",
+             p.seconds);
+  };
   const verify_report r = verify_plan(lp.graph, lp.mesh, lp.strategies, vo);
+  progress.finish();
   if (o.json) {
     const auto list = [](const std::vector<vertex_check>& v) {
       nlohmann::json checks = nlohmann::json::array();
@@ -112,6 +124,8 @@ void register_verify(CLI::App& app, action& run) {
       ->capture_default_str();
   cmd->add_flag("--forward-only", o->forward_only, "training plans: check the forward pass only");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_flag("--progress", o->progress,
+                "progress of each phase (reference run, ranks, comparison) on stderr even when it is not a terminal");
   cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
 }
 

@@ -1,11 +1,14 @@
 #pragma once
-// Solver progress on stderr: one updating line on a terminal, plain lines otherwise.
+// Progress on stderr: one updating line on a terminal, plain lines otherwise. The solver's
+// rounds (progress_printer) and the phases of a long command (phase_printer).
 #include <autoshard/solve/solve.hpp>
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 namespace autoshard::tool {
 
@@ -41,6 +44,48 @@ class progress_printer {
   bool enabled_;
   bool tty_;
   bool printed_ = false;
+};
+
+/// Whether phase progress is shown: asked for (--progress), or stderr is a terminal.
+inline bool progress_wanted(bool asked) { return asked || ::isatty(STDERR_FILENO) == 1; }
+
+/// The phases of a long command, each with a count: "verify: ranks: 96/312 pieces compared
+/// (1.4 s)". On a terminal one line redrawn in place (at most 10 times a second); otherwise
+/// plain lines: a phase's start, its end, and at most one a second between. Never on stdout,
+/// so a --json document stays one document.
+class phase_printer {
+ public:
+  phase_printer(bool enabled, std::string command) : enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1), command_(std::move(command)) {}
+  ~phase_printer() { finish(); }
+  phase_printer(const phase_printer&) = delete;
+  phase_printer& operator=(const phase_printer&) = delete;
+
+  /// `phase` at `done` of `total` `what` (e.g. "pieces compared"), `seconds` since the start.
+  void operator()(const std::string& phase, std::size_t done, std::size_t total, const std::string& what, double seconds) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const bool edge = phase != phase_ || done == 0 || done >= total;
+    if (!edge && now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000))) return;
+    if (tty_ && printed_ && phase != phase_) std::fputc('\n', stderr);  // keep the finished phase's last line
+    phase_ = phase;
+    last_ = now;
+    std::fprintf(stderr, "%s%s: %s: %zu/%zu %s (%.1f s)%s", tty_ ? "\r\033[K" : "", command_.c_str(), phase.c_str(), done,
+                 total, what.c_str(), seconds, tty_ ? "" : "\n");
+    std::fflush(stderr);
+    printed_ = true;
+  }
+  void finish() {
+    if (enabled_ && tty_ && printed_) std::fputc('\n', stderr);
+    printed_ = false;
+    phase_.clear();
+  }
+
+ private:
+  bool enabled_;
+  bool tty_;
+  bool printed_ = false;
+  std::string command_, phase_;
+  std::chrono::steady_clock::time_point last_{};
 };
 
 }  // namespace autoshard::tool

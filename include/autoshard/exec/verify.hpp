@@ -10,6 +10,7 @@
 #include <algorithm>  // std::max, std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::isfinite
+#include <functional> // std::function
 #include <iomanip>    // std::setprecision
 #include <mutex>      // std::mutex
 #include <ostream>    // std::ostream
@@ -26,6 +27,18 @@
 
 namespace autoshard {
 
+/// Where a verification is: `phase` is "reference" (training: the whole unsharded step,
+/// before the ranks start; `done` of `total` operators), "ranks" (the ranks' run: `done` of
+/// `total` pieces compared, one per operator per rank, plus a gradient and an updated
+/// value per parameter per rank in training; the unsharded values of inference are computed
+/// on demand inside it) or "comparison" (`done` of `total` tensors merged over the ranks).
+/// `seconds` since verify_plan started.
+struct verify_progress {
+  const char* phase = "";
+  std::size_t done = 0, total = 0;
+  double seconds = 0.0;
+};
+
 struct verify_options {
   dtype compute = dtype::f64;  ///< f64 (differences are rounding only) or f32 (what models run in)
   std::uint64_t seed = 1;      ///< of the input and parameter values
@@ -40,6 +53,9 @@ struct verify_options {
   /// gradient and updated value block by block (a training plan's verification).
   bool training = false;
   training_step step;
+  /// Called at the start and end of each phase and as pieces are compared (from the rank
+  /// threads, one call at a time); empty = no reports. It must not throw.
+  std::function<void(const verify_progress&)> progress;
 };
 
 /// One operator's comparison, over every rank's piece.
@@ -158,8 +174,26 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   reference_stream<T> ref(g, sources, o.training ? 0 : ranks);
   training_result tref;  // training: the whole unsharded step, kept
   auto t0 = std::chrono::steady_clock::now();
-  if (o.training) tref = train_unsharded<T>(g, sources, o.step);
+  const auto report = [&](const char* phase, std::size_t done, std::size_t total) {
+    if (o.progress)
+      o.progress({phase, done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  };
+  std::size_t operators = 0, parameters = 0;
+  for (vertex_t v = 0; v < n; ++v) {
+    operators += g[v].is_operator() ? 1 : 0;
+    parameters += g[v].is_parameter() ? 1 : 0;
+  }
+  if (o.training) {
+    report("reference", 0, operators);
+    tref = train_unsharded<T>(g, sources, o.step);
+    report("reference", operators, operators);
+    parameters = 0;  // those the backward reaches: the ranks compare a gradient and an update of each
+    for (vertex_t v = 0; v < n; ++v) parameters += g[v].is_parameter() && tref.grad[v].data() != nullptr ? 1 : 0;
+  }
   const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::size_t pieces = static_cast<std::size_t>(ranks) * (operators + (o.training ? 2 * parameters : 0));
+  std::size_t compared = 0;  // under compare_mu
+  report("ranks", 0, pieces);
   std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
@@ -178,6 +212,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
           std::lock_guard<std::mutex> lock(compare_mu);
           if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, c);
           else compare_piece<T>(got, shard_of(want, mesh, settled, me), c);
+          report("ranks", ++compared, pieces);
         };
         const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
           if (!g[v].is_operator()) return;
@@ -203,6 +238,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
       },
       go);
   auto t2 = std::chrono::steady_clock::now();
+  if (compared != pieces) report("ranks", compared, pieces);  // ended early: a rank failed (rethrown below)
   // The first failure that is not a consequence of another rank's (a peer's comm_error).
   std::exception_ptr first, first_comm;
   for (const std::exception_ptr& e : res) {
@@ -222,6 +258,8 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   rep.reference_seconds = ref.seconds() + train_ref_seconds;
   rep.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - rep.reference_seconds);
   double worst = -1.0;
+  const std::size_t tensors = operators + (o.training ? 2 * parameters : 0);
+  report("comparison", 0, tensors);
   for (vertex_t v : topological_order(g)) {
     if (!g[v].is_operator()) continue;
     vertex_check c;
@@ -269,6 +307,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
         (pass == 0 ? rep.gradients : rep.updates).push_back(std::move(c));
       }
   }
+  report("comparison", rep.checks.size() + rep.gradients.size() + rep.updates.size(), tensors);
   return rep;
 }
 

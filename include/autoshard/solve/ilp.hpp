@@ -28,6 +28,7 @@
 #include <vector>      // std::vector
 
 #include "../core/error.hpp"     // solver_error
+#include "detail/exact_search.hpp"  // exact_search
 #include "detail/glpk_model.hpp" // glpk_model, ilp_formulation
 #include "detail/heuristic.hpp"  // local_search, reduced_view
 #include "detail/reduce.hpp"     // reducer, ilp_size
@@ -84,6 +85,7 @@ struct solve_result {
   std::vector<ilp_size> sizes;       ///< "input", then after each reduction, then "ilp"
   std::size_t memory_rows = 0;       ///< memory rows added to the final ILP
   int rounds = 0;                    ///< MIP solves (1 + times a memory row cut off a solution)
+  std::size_t exact_nodes = 0;       ///< LPs the exact search solved to prove the bound
   std::string stopped;               ///< why the search stopped short of a proof ("" when optimal)
   double cost_unit = 1.0;            ///< the problem's cost_unit
   /// The objective and the bound in the problem's own unit (seconds for the pass).
@@ -287,18 +289,12 @@ inline clock::time_point heuristic_deadline_from_now(const solve_options& opt) {
                             std::chrono::duration<double>(opt.time_limit * opt.heuristic_share));
 }
 
-/// A lower bound in problem units that holds in spite of floating point: GLPK's bound `b` on
-/// the scaled objective less a slack well above GLPK's tolerances (it prunes at a relative
-/// 1e-10 and accepts LP solutions within 1e-7 relative feasibility), then rounded up to an
-/// integer, since every objective value is one. The offset is exact.
-inline std::int64_t safe_bound(double b, double scale, wcost offset) {
-  const double slack = 1e-7 * (1.0 + std::abs(b));
-  const double lo = (b - slack) / scale;
-  wcost above = 0;  // every reduced cost is >= 0, so the offset alone is a bound
-  if (lo > 0.0) {
-    const double r = std::ceil(lo * (1.0 - 4e-16));
-    above = r >= 1e30 ? forbidden : static_cast<wcost>(r);
-  }
+/// A proven lower bound in problem units from a proven bound `b` of the reduced costs (a safe
+/// dual bound, see glpk_model::safe_dual_bound): every answer is an integer, so ceil(b) holds;
+/// every reduced cost is >= 0, so the offset alone does too. The offset is exact.
+inline std::int64_t proven_bound(long double b, wcost offset) {
+  wcost above = 0;
+  if (b > 0.0L) above = b >= 1e30L ? forbidden : static_cast<wcost>(std::ceil(b));
   const wcost total = wadd(offset, above);
   return total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total);
 }
@@ -372,15 +368,16 @@ inline void glpk_callback(glp_tree* tree, void* info) {
 /// How one phase of the search ended.
 enum class phase_end { done, time_out, infeasible };
 
-/// The LP relaxation with memory rows added until none is violated. Raises `lp_bound` (scaled).
+/// The LP relaxation with memory rows added until none is violated.
 inline phase_end solve_relaxation(glpk_model& model, const solve_options& opt, clock::time_point t0,
-                                  double& lp_bound, double limit_tol) {
+                                  double limit_tol) {
   glp_prob* P = model.lp.get();
   for (;;) {
     glp_smcp sm;
     glp_init_smcp(&sm);
     sm.msg_lev = GLP_MSG_OFF;
     sm.meth = GLP_DUALP;
+    sm.tol_dj = safe_tol_dj;  // its duals give the safe bound
     sm.tm_lim = ms_left(opt.time_limit, t0);
     if (sm.tm_lim == 0) return phase_end::time_out;
     int rc = glp_simplex(P, &sm);
@@ -393,7 +390,6 @@ inline phase_end solve_relaxation(glpk_model& model, const solve_options& opt, c
     const int st = glp_get_status(P);
     if (st == GLP_NOFEAS) return phase_end::infeasible;
     if (st != GLP_OPT) throw solver_error("GLPK simplex ended with status " + std::to_string(st));
-    lp_bound = std::max(lp_bound, glp_get_obj_val(P));
     const long t = model.most_violated(model.lp_values(), limit_tol);
     if (t < 0) return phase_end::done;
     model.add_memory_row(static_cast<std::size_t>(t));
@@ -476,15 +472,22 @@ inline void record_sizes(solve_result& res, const reducer& red, const reduced_vi
   res.sizes.push_back(s);
 }
 
-/// Columns whose LP reduced cost exceeds the gap between the answer and the LP bound cannot be
-/// 1 in a better answer: forbid their strategies and pairs in the reducer. Returns how many.
-inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, double lp_value, wcost answer) {
-  if (is_forbidden_w(answer)) return 0;
+/// Columns that cannot be 1 in a cheaper answer: with the safe bound L of the LP and the safe
+/// lower bound d_j >= 0 of a column's reduced cost, every answer that takes the column costs at
+/// least L + d_j; when that rounds up to the answer's cost or more, forbid its strategy or pair in
+/// the reducer. Returns how many.
+inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, const glpk_model::safe_lp& safe,
+                                        wcost answer) {
+  if (is_forbidden_w(answer) || !(safe.bound > -std::numeric_limits<long double>::infinity())) return 0;
   glp_prob* P = model.lp.get();
-  const double gap = static_cast<double>(answer - red.offset) * model.scale - lp_value;
-  const double margin = 1e-6 * (1.0 + std::abs(lp_value) + std::abs(gap));
+  const wcost gap = answer - red.offset;  // the answer in reduced units
+  const long double eps = std::numeric_limits<long double>::epsilon();
   const auto fixable = [&](int col) {
-    return col != 0 && glp_get_col_stat(P, col) == GLP_NL && glp_get_col_dual(P, col) > gap + margin;
+    if (col == 0 || glp_get_col_ub(P, col) <= 0.0) return false;
+    const long double d = safe.reduced[static_cast<std::size_t>(col)];
+    if (!(d >= 0.0L)) return false;
+    const long double sum = safe.bound + d, lo = sum - 4.0L * eps * (std::fabs(safe.bound) + d);
+    return lo >= 1e30L || (lo > 0.0L && static_cast<wcost>(std::ceil(lo)) >= gap);
   };
   std::size_t fixed = 0;
   for (std::size_t v : model.rv.ilp_nodes)
@@ -495,6 +498,25 @@ inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, d
     for (std::size_t k = 0; k < model.pair_col[e].size(); ++k)
       if (fixable(model.pair_col[e][k]) && !is_forbidden_w(red.edges[e].m[k])) red.edges[e].m[k] = forbidden, ++fixed;
   return fixed;
+}
+
+/// The exact search (detail/exact_search.hpp) on `model`, seeded with the best answer, until
+/// the time limit: it proves the answer optimal (within mip_rel_gap) or a lower bound.
+inline exact_search_result prove(glpk_model& model, const reduced_view& rv, incumbent& best, const solve_options& opt,
+                                 clock::time_point t0, double limit_tol) {
+  const wcost offset = rv.red.offset;
+  const auto reduced_answer = [&]() { return static_cast<wcost>(best.eval->objective) - offset; };
+  exact_search es(
+      model,
+      [&](const std::vector<std::size_t>& pick) {
+        best.offer(best.unreduce(rv, pick));
+        return reduced_answer();
+      },
+      reduced_answer(), static_cast<wcost>(opt.mip_rel_gap * static_cast<double>(best.eval->objective)), limit_tol);
+  exact_search_result ex = es.run(t0 + std::chrono::duration_cast<clock::duration>(
+                                             std::chrono::duration<double>(opt.time_limit)));
+  if (ex.complete) ex.bound = std::min(ex.bound, static_cast<long double>(reduced_answer()));
+  return ex;
 }
 
 /// The ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce and
@@ -516,11 +538,11 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
   };
   const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
   std::vector<std::int64_t> rows_at;  // time points whose memory rows proved needed
-  std::int64_t bound = safe_bound(0.0, 1.0, red.offset);
+  std::int64_t bound = proven_bound(0.0L, red.offset);
   glp_quiet quiet;
   for (int pass = 0;; ++pass) {
     const reduced_view rv(red, candidate_times(p, red, opt));
-    bound = std::max(bound, safe_bound(0.0, 1.0, red.offset));
+    bound = std::max(bound, proven_bound(0.0L, red.offset));
     if (rv.ilp_nodes.empty()) {
       std::vector<int> choice(p.nodes.size(), -1);
       red.unfold(choice);
@@ -532,7 +554,6 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
     glpk_model model(rv, opt.formulation);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
       if (!opt.lazy_memory || std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t])) model.add_memory_row(t);
-    const auto bound_of = [&](double scaled) { return safe_bound(scaled, model.scale, red.offset); };
     // GLPK's first incumbent: the best answer so far, on the nodes left.
     std::optional<std::vector<std::size_t>> start;
     if (best.eval) start = repair_pick(rv, best.project(rv), heuristic_deadline_from_now(opt));
@@ -547,8 +568,7 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
     cb.t0 = t0;
     for (int round = 0;; ++round) {
       cb.round = round;
-      double lp_bound = -std::numeric_limits<double>::infinity();
-      const phase_end lp = solve_relaxation(model, opt, t0, lp_bound, limit_tol);
+      const phase_end lp = solve_relaxation(model, opt, t0, limit_tol);
       for (std::size_t t = 0; t < rv.times.size(); ++t)
         if (model.added[t] && !std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t]))
           rows_at.insert(std::upper_bound(rows_at.begin(), rows_at.end(), rv.times[t]), rv.times[t]);
@@ -561,14 +581,15 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
         record_sizes(res, red, rv, model);
         return finish(std::move(res), p, best, bound, timed_out + " in the LP relaxation", t0);
       }
-      bound = std::max(bound, bound_of(lp_bound));
+      const glpk_model::safe_lp safe = model.safe_dual_bound();
+      bound = std::max(bound, proven_bound(safe.bound, red.offset));
       if (best.eval && bound >= best.eval->objective) {  // the answer meets the LP bound
         record_sizes(res, red, rv, model);
         return finish(std::move(res), p, best, bound, "", t0);
       }
       // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
       if (round == 0 && pass < 8 && best.eval && opt.reduce) {
-        const std::size_t fixed = fix_by_reduced_costs(model, red, lp_bound, best.eval->objective);
+        const std::size_t fixed = fix_by_reduced_costs(model, red, safe, best.eval->objective);
         if (fixed * 20 > static_cast<std::size_t>(glp_get_num_cols(model.lp.get()))) {
           red.record_size("reduced-cost fixing (LP bound " + std::to_string(bound) + ")");
           if (red.prune_infinite()) red.update_binding();
@@ -583,7 +604,6 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
         if (best.eval) throw solver_error("internal: the ILP is infeasible although a feasible answer is known");
         throw proven_infeasible();
       }
-      bound = std::max(bound, bound_of(mr.bound));
       if (mr.pick && !best.offer(best.unreduce(rv, *mr.pick))) {
         // Within GLPK's tolerance but not exactly within the limit: repair it in integers.
         if (auto fixed = repair_pick(rv, *mr.pick, heuristic_deadline_from_now(opt))) best.offer(best.unreduce(rv, *fixed));
@@ -600,10 +620,16 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
       if (!best.eval)
         throw no_answer(mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
                                                       : std::string("the branch and bound ended"));
-      std::string why = mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
-                        : opt.mip_rel_gap > 0.0       ? "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached"
-                                                      : "the proven bound is below the exact objective "
-                                                        "(optimality not provable within floating-point tolerance)";
+      // GLPK's tree ends within its floating-point tolerances: its bound is not a proof. The
+      // exact search proves the answer (or a bound) with safe LP bounds, in the time left.
+      std::string why = timed_out + " in the branch and bound";
+      if (mr.end != phase_end::time_out && bound < best.eval->objective) {
+        const exact_search_result ex = prove(model, rv, best, opt, t0, limit_tol);
+        res.exact_nodes = ex.nodes;
+        bound = std::max(bound, proven_bound(ex.bound, red.offset));
+        why = ex.complete ? "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached"
+                          : timed_out + " in the exact search";
+      }
       return finish(std::move(res), p, best, bound, why, t0);
     }
   }
@@ -638,7 +664,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
       if (!ev.feasible) throw solver_error("no choice is feasible: " + ev.why);
       best.offer(std::move(choice));
       for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
-      return finish(std::move(res), p, best, safe_bound(0.0, 1.0, red.offset), "", t0);
+      return finish(std::move(res), p, best, proven_bound(0.0L, red.offset), "", t0);
     }
     run_heuristic(first, best, heuristic_deadline_from_now(opt));
   }

@@ -7,12 +7,22 @@
 // reductions every node and edge has a zero entry and no negative one, so the LP never sees
 // 1e18 or a large constant. Memory rows, one per candidate time point (the maximal live sets
 // where the limit can bind), aggregate each node's live parts and are added when violated.
+//
+// Bounds that hold in spite of floating point (`safe_dual_bound`): GLPK's duals y are only
+// some vector; for ANY y of the right signs, y.b + sum_j min(0, c_j - y.A_j) u_j (l = 0) is
+// a lower bound of the LP, hence of every integer answer. It is evaluated on the exact integer
+// data (costs, the memory rows' integer usages and limits; the other rows are 0/+-1) in long
+// double with a rigorous bound on the rounding error subtracted (Neumaier and Shcherbina, "Safe
+// bounds in linear and mixed-integer programming", Math. Program. 99, 2004).
 #include <glpk.h>  // glp_prob
 
 #include <algorithm>  // std::max
+#include <cmath>      // std::fabs
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
+#include <limits>     // std::numeric_limits
 #include <memory>     // std::unique_ptr
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include "heuristic.hpp"  // reduced_view
@@ -43,6 +53,11 @@ class glp_quiet {
   glp_quiet(const glp_quiet&) = delete;
   glp_quiet& operator=(const glp_quiet&) = delete;
 };
+
+/// GLPK's tolerance on reduced costs (default 1e-7) for the LPs whose duals give safe bounds:
+/// a reduced cost below 0 within the tolerance costs its size in the safe bound, so a tight one
+/// keeps the safe bound within a fraction of a unit of GLPK's value.
+inline constexpr double safe_tol_dj = 1e-11;
 
 /// Largest finite cost left in the reduced problem (0 when none).
 inline double largest_cost(const reduced_view& rv) {
@@ -78,6 +93,16 @@ class glpk_model {
   std::vector<std::vector<int>> pair_col;   // per edge id: column per (i * |S_v| + j), 0 if none
   std::vector<char> added;                  // per candidate time: its memory row is in the model
   std::size_t memory_rows = 0;
+  std::vector<wcost> col_cost{0};           // per column (1-based): exact reduced cost (0 if fixed)
+  /// A memory row in exact integers: sum coef * s <= rhs; GLPK holds it divided by `norm`.
+  struct exact_row {
+    int row = 0;
+    int128 rhs = 0;
+    double norm = 1.0;
+    std::vector<std::pair<int, int128>> coef;  // (column, usage above the node's lowest)
+  };
+  std::vector<exact_row> exact_rows;
+  std::vector<std::size_t> exact_of_row{0};  // per GLPK row (1-based): index + 1 into exact_rows, or 0
 
   glpk_model(const reduced_view& view, ilp_formulation f)
       : rv(view), form(f), first_col(view.red.nodes.size(), 0), pair_col(view.red.edges.size()),
@@ -96,6 +121,91 @@ class glpk_model {
       }
     glp_load_matrix(lp.get(), static_cast<int>(t.ia.size() - 1), t.ia.data(), t.ja.data(), t.ar.data());
     glp_scale_prob(lp.get(), GLP_SF_AUTO);
+    exact_of_row.resize(static_cast<std::size_t>(glp_get_num_rows(lp.get())) + 1, 0);
+  }
+
+  /// A lower bound of the current LP (with its current column bounds) in reduced-cost units,
+  /// and a lower bound of every column's reduced cost, both exact in spite of floating point
+  /// (see the top of this file). `bound` is -infinity when the numbers do not allow one.
+  struct safe_lp {
+    long double bound = -std::numeric_limits<long double>::infinity();
+    std::vector<long double> reduced;  // per column (1-based)
+  };
+  safe_lp safe_dual_bound() const {
+    using ld = long double;
+    glp_prob* P = lp.get();
+    const int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
+    const ld eps = std::numeric_limits<ld>::epsilon();
+    std::vector<ld> y(static_cast<std::size_t>(m) + 1, 0.0L);
+    ld by = 0.0L, by_abs = 0.0L;
+    for (int r = 1; r <= m; ++r) {
+      const std::size_t ex = exact_of_row[static_cast<std::size_t>(r)];
+      const int type = glp_get_row_type(P, r);
+      ld yr = static_cast<ld>(glp_get_row_dual(P, r)) / static_cast<ld>(scale);
+      ld b = 0.0L;
+      if (ex != 0) {  // memory row: per exact unit of usage, and <= needs y <= 0
+        yr = std::min(0.0L, yr / static_cast<ld>(exact_rows[ex - 1].norm));
+        b = static_cast<ld>(exact_rows[ex - 1].rhs);
+      } else if (type == GLP_FX) {
+        b = static_cast<ld>(glp_get_row_lb(P, r));
+      } else if (type == GLP_UP) {
+        yr = std::min(0.0L, yr);
+        b = static_cast<ld>(glp_get_row_ub(P, r));
+      } else if (type == GLP_LO) {
+        yr = std::max(0.0L, yr);
+        b = static_cast<ld>(glp_get_row_lb(P, r));
+      } else {
+        yr = 0.0L;
+      }
+      if (!std::isfinite(static_cast<double>(yr))) return {};
+      y[static_cast<std::size_t>(r)] = yr;
+      by += b * yr;
+      by_abs += std::fabs(b * yr);
+    }
+    // Reduced costs d_j = c_j - sum_i a_ij y_i: the memory rows from their exact integers.
+    safe_lp out;
+    out.reduced.assign(static_cast<std::size_t>(n) + 1, 0.0L);
+    std::vector<ld> mag(static_cast<std::size_t>(n) + 1, 0.0L);
+    std::vector<int> terms(static_cast<std::size_t>(n) + 1, 1);
+    for (const exact_row& er : exact_rows) {
+      const ld yr = y[static_cast<std::size_t>(er.row)];
+      if (yr == 0.0L) continue;
+      for (const auto& [col, a] : er.coef) {
+        const ld t = static_cast<ld>(a) * yr;
+        out.reduced[static_cast<std::size_t>(col)] -= t;
+        mag[static_cast<std::size_t>(col)] += std::fabs(t);
+        ++terms[static_cast<std::size_t>(col)];
+      }
+    }
+    std::vector<int> ind(static_cast<std::size_t>(m) + 1);
+    std::vector<double> val(static_cast<std::size_t>(m) + 1);
+    ld sum = by, err_mag = by_abs;
+    long total_terms = m + 2;
+    for (int j = 1; j <= n; ++j) {
+      const auto jj = static_cast<std::size_t>(j);
+      const int len = glp_get_mat_col(P, j, ind.data(), val.data());
+      ld d = static_cast<ld>(col_cost[jj]) + out.reduced[jj];
+      ld a = std::fabs(static_cast<ld>(col_cost[jj])) + mag[jj];
+      for (int k = 1; k <= len; ++k) {
+        const auto r = static_cast<std::size_t>(ind[static_cast<std::size_t>(k)]);
+        if (exact_of_row[r] != 0) continue;
+        const ld t = static_cast<ld>(val[static_cast<std::size_t>(k)]) * y[r];
+        d -= t;
+        a += std::fabs(t);
+      }
+      // Every step of d's sum loses at most eps/2 of the magnitudes summed so far.
+      const ld lower = d - static_cast<ld>(terms[jj] + len + 4) * eps * a;
+      out.reduced[jj] = lower;
+      const ld lb = static_cast<ld>(glp_get_col_lb(P, j)), ub = static_cast<ld>(glp_get_col_ub(P, j));
+      const ld part = lower >= 0.0L ? lower * lb : lower * ub;
+      sum += part;
+      err_mag += std::fabs(part);
+      total_terms += 1;
+    }
+    const ld bound = sum - static_cast<ld>(total_terms + 4) * eps * err_mag;
+    if (!std::isfinite(static_cast<double>(bound))) return {};
+    out.bound = bound;
+    return out;
   }
 
   double coef(wcost c) const { return scale * static_cast<double>(c); }
@@ -158,7 +268,8 @@ class glpk_model {
   /// The row of candidate time t: sum over live nodes of (usage - lo) s <= limit - base - sum lo,
   /// each node's live parts summed, scaled by 1/limit.
   void add_memory_row(std::size_t t) {
-    double rhs = static_cast<double>(*rv.limit) - static_cast<double>(rv.base[t]);
+    exact_row er;
+    er.rhs = static_cast<int128>(*rv.limit) - rv.base[t];
     std::vector<int> idx{0};
     std::vector<double> val{0.0};
     for (std::size_t v : rv.ilp_nodes) {
@@ -172,18 +283,23 @@ class glpk_model {
         }
       if (!live) continue;
       const int128 lo = *std::min_element(use.begin(), use.end());
-      rhs -= static_cast<double>(lo);
+      er.rhs -= lo;
       for (std::size_t i = 0; i < s; ++i)
         if (use[i] != lo) {
           idx.push_back(first_col[v] + static_cast<int>(i));
           val.push_back(static_cast<double>(use[i] - lo));
+          er.coef.emplace_back(idx.back(), use[i] - lo);
         }
     }
-    const double norm = std::max(1.0, static_cast<double>(*rv.limit));
-    for (std::size_t k = 1; k < val.size(); ++k) val[k] /= norm;
+    er.norm = std::max(1.0, static_cast<double>(*rv.limit));
+    for (std::size_t k = 1; k < val.size(); ++k) val[k] /= er.norm;
     const int row = glp_add_rows(lp.get(), 1);
-    glp_set_row_bnds(lp.get(), row, GLP_UP, 0.0, rhs / norm);
+    glp_set_row_bnds(lp.get(), row, GLP_UP, 0.0, static_cast<double>(er.rhs) / er.norm);
     glp_set_mat_row(lp.get(), row, static_cast<int>(idx.size() - 1), idx.data(), val.data());
+    er.row = row;
+    exact_rows.push_back(std::move(er));
+    exact_of_row.resize(static_cast<std::size_t>(row) + 1, 0);
+    exact_of_row[static_cast<std::size_t>(row)] = exact_rows.size();
     added[t] = 1;
     ++memory_rows;
   }
@@ -211,10 +327,13 @@ class glpk_model {
       for (std::size_t i = 0; i < n.size(); ++i) {
         const int c = c0 + static_cast<int>(i);
         glp_set_col_kind(P, c, GLP_BV);
-        if (is_forbidden_w(n.cost[i]))
+        if (is_forbidden_w(n.cost[i])) {
           glp_set_col_bnds(P, c, GLP_FX, 0.0, 0.0);
-        else
+          col_cost.push_back(0);
+        } else {
           glp_set_obj_coef(P, c, coef(n.cost[i]));
+          col_cost.push_back(n.cost[i]);
+        }
         t.put(row, c, 1.0);
       }
     }
@@ -239,6 +358,7 @@ class glpk_model {
         pair_col[eid][i * nv + j] = col;
         glp_set_col_bnds(P, col, GLP_DB, 0.0, 1.0);
         glp_set_obj_coef(P, col, coef(c));
+        col_cost.push_back(c);
         t.put(r0 + static_cast<int>(i), col, 1.0);
         t.put(r0 + static_cast<int>(nu + j), col, 1.0);
       }
@@ -257,10 +377,13 @@ class glpk_model {
         const int col = glp_add_cols(P, 1);
         pair_col[eid][i * nv + j] = col;
         glp_set_col_kind(P, col, GLP_BV);
-        if (is_forbidden_w(c))
+        if (is_forbidden_w(c)) {
           glp_set_col_bnds(P, col, GLP_FX, 0.0, 0.0);  // then e >= s_u + s_v - 1 forbids the pair
-        else
+          col_cost.push_back(0);
+        } else {
           glp_set_obj_coef(P, col, coef(c));
+          col_cost.push_back(c);
+        }
         const int r0 = glp_add_rows(P, 3);
         glp_set_row_bnds(P, r0, GLP_UP, 0.0, 0.0);  // e - s_u[i] <= 0
         t.put(r0, col, 1.0);

@@ -121,7 +121,7 @@ void register_explain(CLI::App& app, action& run) {
   cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,4")->required();
   cmd->add_option("--from", o->from, "source spec, \"[S(0),S(1)]\" or \"S0S1\"")->required();
   cmd->add_option("--to", o->to, "target spec")->required();
-  cmd->add_option("--dtype", o->dtype_name, "element type")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype_name, "element type")->capture_default_str()->check(dtype_value());
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_explain(*o); }; });
 }

@@ -142,7 +142,7 @@ void register_shard(CLI::App& app, action& run) {
   pol->excludes(plan);
   cmd->add_option("--config", o->config, "Hugging Face config.json (default: the one beside the checkpoint)");
   cmd->add_option("--out", o->out, "output directory")->required();
-  cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this dtype (e.g. bf16)");
+  cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this dtype (e.g. bf16)")->check(dtype_value());
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_shard(*o); }; });

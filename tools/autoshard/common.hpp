@@ -214,6 +214,28 @@ inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
   return static_cast<std::int64_t>(v);
 }
 
+/// CLI11 checks for a dtype and a byte size: a value that does not parse is a usage error
+/// (exit 2) naming the option, as every malformed number is, not a user error after parsing.
+inline CLI::Validator dtype_value() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        return parse_dtype(in) ? std::string() : "unknown dtype '" + in + "' (f32, f16, bf16, f64, i32, i64, u8)";
+      },
+      "DTYPE");
+}
+inline CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        try {
+          (void)parse_bytes(in, "size");
+          return {};
+        } catch (const spec_error&) {
+          return "'" + in + "' is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
+        }
+      },
+      "BYTES");
+}
+
 // Subcommand registration: each returns the subcommand; `run` is set to its action.
 using action = std::function<int()>;
 void register_explain(CLI::App& app, action& run);

@@ -35,7 +35,7 @@ struct model_options {
     cmd.add_option("--vocab", vocab, "override the vocabulary size")->check(positive_int());
     cmd.add_option("--seq", seq, "sequence length")->check(positive_int());
     cmd.add_option("--batch", batch, "global batch size")->check(positive_int());
-    cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)");
+    cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
   run_mode run() const { return mode == "train" ? run_mode::training : run_mode::inference; }
   bool is_preset() const { return !std::filesystem::exists(model); }

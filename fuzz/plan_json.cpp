@@ -44,7 +44,7 @@ struct fixture {
   fixture() {
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
     plan = base / ("autoshard-fuzz-plan-" + std::to_string(::getpid()) + ".json");
-    opt.mesh_shape = {2, 2};
+    opt.mesh = autoshard::make_cluster_mesh({2, 2});
     opt.compare_baselines = false;
     opt.time_limit = 10;
     if (const char* dir = std::getenv("AUTOSHARD_FUZZ_WRITE_PLANS")) {
@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static fixture f;
   // The preload path of autosharding_analysis_pass without re-enumerating the strategies on
   // every execution (that made the pass itself run at ~12 executions/s): the same JSON
-  // parse, the same plan_from_json check against the graph and mesh, the same summary.
+  // parse, the same plan_from_json reading and plan_choice check against the graph and mesh, the same summary.
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(data, data + size);
@@ -78,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;  // the pass turns this into io_error ("is not valid JSON")
   }
   try {
-    std::vector<int> choice = autoshard::detail::plan_from_json(*f.pm, j, "fuzz.json");
+    const autoshard::plan_document d = autoshard::plan_from_json(j, "fuzz.json");
+    std::vector<int> choice = autoshard::detail::plan_choice(*f.pm, d, "fuzz.json");
     if (choice.size() != boost::num_vertices(f.g)) {
       std::fprintf(stderr, "fuzz_plan_json: plan does not cover the graph\n");
       std::abort();
@@ -90,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     (void)autoshard::detail::summarize(*f.pm, "fuzz", std::move(choice));
   } catch (const autoshard::io_error&) {
+  } catch (const autoshard::graph_error&) {
   } catch (const autoshard::solver_error&) {
   }
   // Every few hundred inputs, the whole public path (file, preload, "algo"), as users call it.
@@ -102,22 +104,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       (void)autoshard::autosharding_analysis_pass(f.g, f.opt);
     } catch (const autoshard::io_error&) {
+    } catch (const autoshard::graph_error&) {  // an invalid embedded graph
     } catch (const autoshard::solver_error&) {
     }
     // load_plan (what `autoshard verify` reads): the file's own embedded graph when it has
     // one, else the MLP; every vertex must come back with one of its own strategies.
     try {
-      const autoshard::loaded_plan lp = autoshard::load_plan(f.plan.string(), nullptr);
+      const autoshard::loaded_plan lp = autoshard::load_plan(f.plan.string());
       if (lp.strategies.size() != boost::num_vertices(lp.graph)) {
         std::fprintf(stderr, "fuzz_plan_json: load_plan returned %zu strategies for %zu vertices\n",
                      lp.strategies.size(), static_cast<std::size_t>(boost::num_vertices(lp.graph)));
         std::abort();
       }
-    } catch (const autoshard::io_error&) {
-    } catch (const autoshard::solver_error&) {
-    }
-    try {
-      (void)autoshard::load_plan(f.plan.string(), &f.g);
+    } catch (const autoshard::graph_error&) {
     } catch (const autoshard::io_error&) {
     } catch (const autoshard::solver_error&) {
     }

@@ -16,11 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Test-only Python tools (interop with Hugging Face's safetensors).
+# Test-only Python tools (interop with Hugging Face's safetensors; jsonschema checks every plan
+# file the tool tests write against docs/plan.schema.json).
 py=$(command -v python3)
-if ! "$py" -c 'import safetensors, numpy' 2>/dev/null; then
-  echo "setup: installing safetensors and numpy from PyPI"
-  "$py" -m pip install -q safetensors numpy 2>/dev/null || "$py" -m pip install -q --break-system-packages safetensors numpy
+if ! "$py" -c 'import safetensors, numpy, jsonschema' 2>/dev/null; then
+  echo "setup: installing safetensors, numpy and jsonschema from PyPI"
+  "$py" -m pip install -q safetensors numpy jsonschema 2>/dev/null || "$py" -m pip install -q --break-system-packages safetensors numpy jsonschema
 fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found; CUDA parts will be built"

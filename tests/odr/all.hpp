@@ -7,6 +7,9 @@
 #if defined(HAVE_AUTOSHARD_GRAPH)
 #include <autoshard/graph/graph.hpp>
 #endif
+#if defined(HAVE_AUTOSHARD_PLAN)
+#include <autoshard/plan/plan.hpp>
+#endif
 #if defined(HAVE_AUTOSHARD_GLPK)
 #include <autoshard/solve/solve.hpp>
 #endif

@@ -4,6 +4,7 @@
 set -uo pipefail
 tool=$1
 fails=0; passes=0
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 ok()   { passes=$((passes+1)); }
 bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
@@ -136,13 +137,13 @@ fi
 # plan + synth + shard: a small GPT-2 planned on 2x4, a checkpoint of its layout, sharded by
 # policy and by plan, every rank file checked against the original with numpy.
 if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' synth'; then
-  here=$(dirname "$0")
+  :
   small=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
   expect_rc 0 "$tool" synth "${small[@]}" --out "$tmp/ck"
   json_check "d['plan']['feasible'] and all(d['plan']['step_seconds'] <= b['step_seconds'] * (1 + 1e-9) for b in d['baselines'] if b['feasible']) and d['solver']['status'] == 'optimal'" \
     "$tool" plan "${small[@]}" --mesh 2x4 --mode train --out "$tmp/plan.json" --json --quiet
   test -s "$tmp/plan.json" && test -s "$tmp/plan.dot" && ok || bad "plan files missing"
-  obj=$(python3 -c "import json; print(json.load(open('$tmp/plan.json'))['objective'])")
+  obj=$(python3 -c "import json; print(json.load(open('$tmp/plan.json'))['cost']['objective'])")
   json_check "abs(d['plan']['step_seconds'] - $obj) <= 1e-12 * max(1.0, abs($obj))" \
     "$tool" plan "${small[@]}" --mesh 2x4 --mode train --out "$tmp/plan.json" --preload --json
   expect_rc 1 "$tool" plan --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8 \
@@ -195,7 +196,7 @@ if "$tool" --help | grep -q ' plan'; then
   grep -Eq '^  transformer\.h\.0\.attn\.c_proj +linear +\[8,64,64\] +\[R,P\] +RRRP1 +\[8,64,64\]$' "$tmp/out" && ok \
     || bad "show --plan: c_proj row: $(grep 'attn.c_proj ' "$tmp/out")"
   # every operator of the plan, with the plan's own output spec and shape
-  json_check "[(t['name'], t['alpa'], t['shape']) for t in d['tensors']] == [(o['name'], o['output'], o['shape']) for o in json.load(open('$tmp/meg.json'))['operators']] and d['mesh']['shape'] == [2,4]" \
+  json_check "[(t['name'], t['alpa'], t['shape']) for t in d['tensors']] == [(o['name'], o['output'], o['shape']) for o in json.load(open('$tmp/meg.json'))['tensors']] and d['mesh']['shape'] == [2,4]" \
     "$tool" show --plan "$tmp/meg.json" --json
   json_check "d['tensor'] == 'transformer.h.0.attn.c_attn' and d['col_cuts'] == [0,48,96,144,192] and d['owners'] == [[[0,4],[1,5],[2,6],[3,7]]] and d['local_shape'] == [8,64,48]" \
     "$tool" show --plan "$tmp/meg.json" --tensor transformer.h.0.attn.c_attn --json
@@ -215,22 +216,18 @@ if "$tool" --help | grep -q ' plan'; then
   expect_rc 1 "$tool" show --plan "$tmp/no-such-plan.json"
   echo '{"format": "something else"}' > "$tmp/notaplan.json"
   expect_rc 1 "$tool" show --plan "$tmp/notaplan.json"
-  # a plan file without shapes: an error, unless the model is given (and must be the same)
+  # a version-1 plan (before plans carried their links and local shapes): refused, naming both versions
   python3 -c "
-import json; d = json.load(open('$tmp/meg.json'))
-for o in d['operators']: del o['shape']
-json.dump(d, open('$tmp/noshape.json', 'w'))"
-  expect_rc 1 "$tool" show --plan "$tmp/noshape.json"
-  grep -q "no shape for tensor" "$tmp/err" && ok || bad "show: no-shape message: $(cat "$tmp/err")"
-  json_check "d['shape'] == [8,64,192] and d['alpa'] == 'RRS1'" \
-    "$tool" show --plan "$tmp/noshape.json" "${sm[@]}" --tensor transformer.h.0.attn.c_attn --json
-  expect_rc 1 "$tool" show --plan "$tmp/meg.json" --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8
-  grep -q "another model" "$tmp/err" && ok || bad "show: another model message: $(cat "$tmp/err")"
+import json; d = json.load(open('$tmp/meg.json')); d['version'] = 1
+json.dump(d, open('$tmp/v1.json', 'w'))"
+  expect_rc 1 "$tool" show --plan "$tmp/v1.json"
+  grep -q "has version 1, an older format this build no longer reads (it reads version 2)" "$tmp/err" && ok \
+    || bad "show: version 1 message: $(cat "$tmp/err")"
 fi
 
 # calibrate: a 2x2 mesh of Gloo ranks on loopback, fitted links written and used by plan.
 if "$tool" --help | grep -q ' calibrate'; then
-  json_check "len(d['axes']) == 2 and all(a['beta_bytes_per_s'] > 0 and a['alpha_s'] >= 0 for a in d['axes'])" \
+  json_check "len(d['axes']) == 2 and all(a['bandwidth_Bps'] > 0 and a['latency_s'] >= 0 for a in d['axes'])" \
     "$tool" calibrate --mesh 2x2 --max-bytes 65536 --repeats 2 --out "$tmp/links.json" --json
   test -s "$tmp/links.json" && ok || bad "calibration file missing"
   if "$tool" --help | grep -q ' plan'; then
@@ -287,6 +284,34 @@ if "$tool" --help | grep -q ' calibrate'; then
   grep -q "no rank in the environment" "$tmp/err" && ok || bad "no RANK: $(cat "$tmp/err")"
 fi
 
+# A calibration of a 3-axis mesh: plan, show and verify use all three axes' measured links
+# (none collapses into another), and another mesh shape or backend needs --force.
+if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' calibrate'; then
+  python3 - "$tmp/cal3.json" <<'PY'
+import json, sys
+axes = [{"axis": a, "group_size": 2, "measured": True, "latency_s": lat, "bandwidth_Bps": bw,
+         "holdout_bytes": 0.0, "holdout_relative_error": 0.0, "samples": []}
+        for a, (lat, bw) in enumerate([(3e-5, 2e10), (7e-6, 1.5e11), (2e-6, 4.5e11)])]
+json.dump({"format": "autoshard-calibration", "version": 2, "backend": "gloo-tcp", "mesh": [2, 2, 2], "axes": axes},
+          open(sys.argv[1], "w"))
+PY
+  c3=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mode train --mesh 2x2x2)
+  links="[(a['latency_s'], a['bandwidth_Bps']) for a in d['mesh']['axes']] == [(3e-5, 2e10), (7e-6, 1.5e11), (2e-6, 4.5e11)]"
+  json_check "$links" "$tool" plan "${c3[@]}" --algo data_parallel --calibration "$tmp/cal3.json" --out "$tmp/cal3-plan.json" --json --quiet
+  json_check "$links" python3 -c "import json; print(json.dumps(json.load(open('$tmp/cal3-plan.json'))))"
+  json_check "$links" "$tool" show --plan "$tmp/cal3-plan.json" --json
+  json_check "$links" "$tool" plan "${c3[@]}" --algo data_parallel --preload --out "$tmp/cal3-plan.json" --json
+  if "$tool" --help | grep -q ' verify'; then
+    json_check "d['passed'] and $links" "$tool" verify --plan "$tmp/cal3-plan.json" --json
+  fi
+  expect_rc 1 "$tool" plan "${c3[@]/2x2x2/2x4}" --calibration "$tmp/cal3.json" --out "$tmp/never.json" --quiet
+  grep -q "measured on mesh 2x2x2, not 2x4 (--force uses it anyway)" "$tmp/err" && ok || bad "calibration shape: $(cat "$tmp/err")"
+  expect_rc 1 "$tool" plan "${c3[@]}" --backend nccl --calibration "$tmp/cal3.json" --out "$tmp/never.json" --quiet
+  grep -q "measured on gloo-tcp, not nccl" "$tmp/err" && ok || bad "calibration backend: $(cat "$tmp/err")"
+  expect_rc 0 "$tool" plan "${c3[@]}" --backend nccl --force --calibration "$tmp/cal3.json" --out "$tmp/forced.json" --quiet
+  grep -q "note: --force" "$tmp/err" && ok || bad "--force says so: $(cat "$tmp/err")"
+fi
+
 # verify: a plan file (it embeds its graph) executed on 8 Gloo ranks against the unsharded run.
 if "$tool" --help | grep -q ' verify'; then
   vp=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mode train --mesh 2x4)
@@ -300,7 +325,7 @@ if "$tool" --help | grep -q ' verify'; then
   python3 - "$tmp/v.json" "$tmp/v-bad.json" "$tmp/v-graph.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-op = next(o for o in d['operators'] if o['name'] == 'transformer.h.0.mlp.c_fc')
+op = next(o for o in d['tensors'] if o['name'] == 'transformer.h.0.mlp.c_fc')
 op['strategy'] = 'RRR,RR,R->RRR?'
 json.dump(d, open(sys.argv[2], 'w'))
 d = json.load(open(sys.argv[1]))
@@ -344,6 +369,24 @@ PY
   grep -q "transformer.h.0.attn.c_attn' (linear): its weight is stored \[in,out\]" "$tmp/err" && ok || bad "export names the Conv1D modules: $(cat "$tmp/err")"
   expect_rc 2 "$tool" export --plan "$tmp/l.json" --to onnx
   expect_rc 2 "$tool" export --plan "$tmp/l.json"
+fi
+
+# Every plan file this test wrote validates against the published schema (docs/plan.schema.json),
+# and the schema rejects a plan with a missing member or an out-of-range size.
+plans=()
+for f in "$tmp"/*.json; do
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if isinstance(d, dict) and d.get('format') == 'autoshard.plan' and d.get('version') == 2 else 1)" "$f" 2>/dev/null \
+    && plans+=("$f")
+done
+if [ "${#plans[@]}" -gt 0 ]; then
+  python3 "$here/check_plan_schema.py" "$here/../../docs/plan.schema.json" "${plans[@]}" && ok || bad "plan files do not match docs/plan.schema.json"
+  python3 - "${plans[0]}" "$tmp/schema-bad1.json" "$tmp/schema-bad2.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); del d['tensors'][0]['local_shape']; json.dump(d, open(sys.argv[2], 'w'))
+d = json.load(open(sys.argv[1])); d['mesh']['axes'][0]['size'] = 99999999; json.dump(d, open(sys.argv[3], 'w'))
+PY
+  python3 "$here/check_plan_schema.py" --expect-invalid "$here/../../docs/plan.schema.json" "$tmp/schema-bad1.json" "$tmp/schema-bad2.json" \
+    && ok || bad "the schema accepts an invalid plan"
 fi
 
 echo "$passes passed, $fails failed"

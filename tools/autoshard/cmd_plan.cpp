@@ -24,12 +24,14 @@ namespace {
 struct plan_cli_options {
   model_options model;
   mesh_options mesh;
-  std::string algo = "alpa";
+  std::string algo = autosharding_options{}.algo;
   std::string backend = "nccl";
+  bool backend_given = false;
   std::string memory_budget;
   std::string calibration;
-  double time_limit = 600.0;
-  double mip_rel_gap = 0.0;
+  bool force = false;
+  double time_limit = autosharding_options{}.time_limit;
+  double mip_rel_gap = autosharding_options{}.mip_rel_gap;
   bool skip_fully_replicated = false;
   bool run_checks = false;
   bool preload = false;
@@ -78,30 +80,44 @@ void print_summary_row(const plan_summary& s, bool chosen) {
             << human_bytes(static_cast<double>(s.peak_memory_bytes)) << "\n";
 }
 
-int run_plan(const plan_cli_options& o) {
-  namespace fs = std::filesystem;
-  {  // no output may replace an input (`plan --model M.json --out M.json`) or another output
-    const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
-    command_paths paths;
-    if (!o.model.is_preset()) paths.model("--model", o.model.model);
-    if (!o.calibration.empty()) paths.input("--calibration", o.calibration);
-    if (o.preload) paths.input("--out (with --preload)", o.out);
-    else paths.output("--out", o.out);
-    paths.output("--dot", dot).output("the SVG beside --dot", fs::path(dot).replace_extension(".svg"));
-    paths.check();
-  }
-  const model_graph g = o.model.build();
-  const device_mesh m = o.mesh.build();
+/// The mesh to plan on: the --mesh and link options, or the links a calibration file measured
+/// (on the same mesh shape and backend, unless --force).
+device_mesh plan_mesh(const plan_cli_options& o) {
+  if (o.calibration.empty()) return o.mesh.build(o.backend);
+#if defined(AUTOSHARD_TOOL_HAVE_GLOO)
+  const calibration_result cal = load_calibration(o.calibration);
+  const std::string backend = o.backend_given ? o.backend : cal.backend_family();
+  const std::vector<int> shape = parse_mesh_shape(o.mesh.mesh);
+  cal.check_fits(shape, backend, o.force);
+  if (o.force && (shape != cal.mesh_shape || backend != cal.backend_family()))
+    std::cerr << "autoshard: note: --force: using links measured on " << to_string(cal.mesh()) << " with " << cal.backend
+              << " for " << to_string(device_mesh(shape)) << " with " << backend << "\n";
+  device_mesh m = o.mesh.build(backend);
+  for (const auto& a : cal.axes)  // measured links replace the bandwidth and latency options
+    if (a.measured && static_cast<std::size_t>(a.axis) < m.ndim()) m.set_link(static_cast<std::size_t>(a.axis), a.link);
+  return m;
+#else
+  throw spec_error("--calibration needs a build with Gloo");
+#endif
+}
 
+/// No output may replace an input (`plan --model M.json --out M.json`) or another output.
+void check_plan_paths(const plan_cli_options& o) {
+  namespace fs = std::filesystem;
+  const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
+  command_paths paths;
+  if (!o.model.is_preset()) paths.model("--model", o.model.model);
+  if (!o.calibration.empty()) paths.input("--calibration", o.calibration);
+  if (o.preload) paths.input("--out (with --preload)", o.out);
+  else paths.output("--out", o.out);
+  paths.output("--dot", dot).output("the SVG beside --dot", fs::path(dot).replace_extension(".svg"));
+  paths.check();
+}
+
+autosharding_options pass_options(const plan_cli_options& o, const model_graph& g, const device_mesh& m) {
   autosharding_options po;
-  po.mesh_shape = m.shape();
-  for (std::size_t a = 0; a < m.ndim() && m.has_axis_names(); ++a) po.mesh_axis_names.emplace_back(m.axis_name(a));
-  po.inter_node_bandwidth = o.mesh.inter_bw;
-  po.intra_node_bandwidth = o.mesh.intra_bw;
-  if (o.mesh.inter_lat >= 0) po.inter_node_latency = o.mesh.inter_lat;
-  if (o.mesh.intra_lat >= 0) po.intra_node_latency = o.mesh.intra_lat;
+  po.mesh = m;
   po.algo = o.algo;
-  po.communications_backend = o.backend;
   po.skip_fully_replicated = o.skip_fully_replicated;
   po.time_limit = o.time_limit;
   po.mip_rel_gap = o.mip_rel_gap;
@@ -111,19 +127,6 @@ int run_plan(const plan_cli_options& o) {
   po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
   if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
-#if defined(AUTOSHARD_TOOL_HAVE_GLOO)
-  if (!o.calibration.empty()) {  // measured links replace the bandwidth and latency options
-    const calibration_result cal = load_calibration(o.calibration);
-    for (const auto& ax : cal.axes) {
-      if (!ax.measured) continue;
-      const bool inter = ax.axis == 0 && m.ndim() > 1;
-      (inter ? po.inter_node_bandwidth : po.intra_node_bandwidth) = ax.link.beta;
-      (inter ? po.inter_node_latency : po.intra_node_latency) = ax.link.alpha;
-    }
-  }
-#else
-  if (!o.calibration.empty()) throw spec_error("--calibration needs a build with Gloo");
-#endif
   for (const std::string& pin : o.pins) {
     auto eq = pin.find('=');
     if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
@@ -132,12 +135,21 @@ int run_plan(const plan_cli_options& o) {
     if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'");
     po.pinned[name] = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
   }
+  return po;
+}
+
+int run_plan(const plan_cli_options& o) {
+  namespace fs = std::filesystem;
+  check_plan_paths(o);
+  const model_graph g = o.model.build();
+  autosharding_options po = pass_options(o, g, plan_mesh(o));
   progress_printer progress(!o.quiet && !o.preload);
   po.on_progress = [&progress](const solve_progress& p) { progress(p); };
 
   const autosharding_result r = autosharding_analysis_pass(g, po);
   progress.finish();
   const autosharding_report& rep = r.report;
+  const device_mesh& m = rep.mesh;  // the mesh the plan was priced with (a preloaded plan's own links)
 
   // DOT of the plan (tied layers once, a legend, resharding edges with their collectives and
   // time), and an SVG where Graphviz is installed.
@@ -203,7 +215,7 @@ int run_plan(const plan_cli_options& o) {
             << "\nmesh    " << to_string(m);
   for (std::size_t a = 0; a < m.ndim(); ++a)
     std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
-              << " GB/s";
+              << " GB/s, " << human_seconds(m.link(a).alpha);
   std::cout << ")\n";
   if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
   else
@@ -273,11 +285,12 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel or fully_replicated")
       ->check(CLI::IsMember({"alpa", "megatron", "data_parallel", "fully_replicated"}))
       ->capture_default_str();
-  cmd->add_option("--backend", o->backend, "communications backend whose costs to use")
+  CLI::Option* backend = cmd->add_option("--backend", o->backend, "communications backend whose costs to use (with --calibration: the file's)")
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->capture_default_str();
   cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9");
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
+  cmd->add_flag("--force", o->force, "use a calibration measured on another mesh shape or backend (and say so)");
   cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str()->check(finite_in(0, 1e7, true));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
       ->capture_default_str()
@@ -291,7 +304,10 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
-  cmd->callback([o, &run] { run = [o] { return run_plan(*o); }; });
+  cmd->callback([o, backend, &run] {
+    o->backend_given = backend->count() > 0;
+    run = [o] { return run_plan(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

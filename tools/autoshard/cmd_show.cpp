@@ -4,8 +4,8 @@
 // shapes, and, with --tensor, the block map of one of them.
 #include "common.hpp"
 #include "paths.hpp"
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-#include "model_options.hpp"
+#if defined(AUTOSHARD_TOOL_HAVE_PLAN)
+#include <autoshard/plan/plan.hpp>
 #endif
 
 #include <algorithm>
@@ -32,10 +32,6 @@ struct show_options {
   std::string svg;
   std::string slice;  ///< for tensors of rank > 2: one index per leading dim ("0,3"); empty: every block
   bool json = false;
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-  model_options model;  ///< for plan files without shapes: the model they were planned for
-  bool model_given = false;
-#endif
 };
 
 /// Cut points of one dim: every shard boundary of every rank.
@@ -364,101 +360,36 @@ int run_show_spec(const show_options& o) {
   return exit_ok;
 }
 
+#if defined(AUTOSHARD_TOOL_HAVE_PLAN)
 // ---- plan files -------------------------------------------------------------------------------
 
+/// One tensor of a plan, as show lists and draws it.
 struct plan_entry {
-  std::string name, kind, strategy, output;
+  std::string name, kind, strategy;
   std::vector<std::string> inputs;
-  std::optional<tensor_shape> shape;
+  tensor_shape shape;
   sharding_spec spec;
 };
 
 struct plan_doc {
   std::string algo, mode;
-  device_mesh mesh;
+  device_mesh mesh;  ///< with the links the plan was priced with
   std::vector<plan_entry> entries;
   std::map<std::string, std::vector<std::string>> operands;  ///< operator -> its operands' names (the embedded graph)
 };
 
-/// Reads a plan file: the mesh and every operator's output spec and shape. Operators without
-/// a "shape" get theirs from the model `o` names (the way `plan --preload` rebuilds it).
-plan_doc read_plan(const show_options& o) {
-  const std::string& file = o.plan;
-  std::ifstream f(file);
-  if (!f) throw io_error("cannot open plan file '" + file + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "' is not valid JSON: " + e.what());
-  }
-  plan_doc doc;
-  try {
-    if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
-      throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-    doc.algo = j.value("algo", std::string());
-    doc.mode = j.value("mode", std::string());
-    const auto& mj = j.at("mesh");
-    const std::vector<int> mesh_shape = json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape");
-    check_mesh_size(mesh_shape, "plan file '" + file + "': the mesh shape");  // before anything is sized by it
-    device_mesh m(mesh_shape);
-    if (mj.contains("links")) {
-      const auto& links = mj.at("links");
-      for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
-        m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
-    }
-    read_axis_names(m, mj, "plan file '" + file + "'");
-    doc.mesh = m;
-    for (const auto& op : j.at("operators")) {
-      plan_entry e;
-      e.name = op.at("name").get<std::string>();
-      e.kind = op.value("kind", std::string());
-      e.strategy = op.value("strategy", std::string());
-      e.output = op.at("output").get<std::string>();
-      if (op.contains("inputs")) e.inputs = op.at("inputs").get<std::vector<std::string>>();
-      if (op.contains("shape")) e.shape = tensor_shape(json_int_array<std::int64_t>(op.at("shape"), "plan file '" + file + "': a shape"));
-      doc.entries.push_back(std::move(e));
-    }
-    if (j.contains("graph") && j.at("graph").contains("nodes"))
-      for (const auto& n : j.at("graph").at("nodes"))
-        if (n.contains("inputs")) doc.operands[n.at("name").get<std::string>()] = n.at("inputs").get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "' is malformed: " + e.what());
-  }
-
-  const auto no_shape = std::find_if(doc.entries.begin(), doc.entries.end(), [](const plan_entry& e) { return !e.shape; });
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-  if (o.model_given) {  // shapes from the model; those the file has must agree with it
-    const model_graph g = o.model.build();
-    for (plan_entry& e : doc.entries) {
-      const auto v = find_vertex(g, e.name);
-      if (!v)
-        throw io_error("plan file '" + file + "' has tensor '" + e.name + "', which the model '" + o.model.model +
-                       "' does not: the plan is for another model");
-      if (e.shape && !(*e.shape == g[*v].shape))
-        throw io_error("plan file '" + file + "' has tensor '" + e.name + "' of shape " + to_string(*e.shape) +
-                       " but the model's is " + to_string(g[*v].shape) + ": the plan is for another model");
-      e.shape = g[*v].shape;
-    }
-  } else if (no_shape != doc.entries.end()) {
-    throw io_error("plan file '" + file + "' gives no shape for tensor '" + no_shape->name +
-                   "': pass the model it was planned for (--model and the size options, as to plan --preload)");
-  }
-#else
-  if (no_shape != doc.entries.end())
-    throw io_error("plan file '" + file + "' gives no shape for tensor '" + no_shape->name +
-                   "' and this build of the tool cannot rebuild models (no graph area)");
-#endif
-  for (plan_entry& e : doc.entries) {
-    try {
-      e.spec = e.shape->rank == 0 && e.output.empty()
-                   ? replicated_spec(static_cast<int>(doc.mesh.ndim()), 0)
-                   : parse_spec(e.output, static_cast<int>(doc.mesh.ndim()), static_cast<int>(e.shape->rank));
-      check_spec(e.spec, doc.mesh, *e.shape, "tensor '" + e.name + "'");
-    } catch (const spec_error& ex) {
-      throw io_error("plan file '" + file + "': tensor '" + e.name + "' has output spec '" + e.output +
-                     "', which does not fit: " + ex.what());
-    }
+/// A plan file through the one plan reader: every vertex's output spec and shape, and each
+/// operator's operands (for tied weights: find_entry).
+plan_doc read_plan(const std::string& file) {
+  const plan_document d = read_plan_file(file);
+  plan_doc doc{d.options.algo, to_string(d.mode), d.mesh, {}, {}};
+  for (vertex_t v = 0; v < d.tensors.size(); ++v) {
+    const plan_tensor& t = d.tensors[v];
+    plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output};
+    for (const sharding_spec& in : t.inputs) e.inputs.push_back(to_alpa_string(in));
+    doc.entries.push_back(std::move(e));
+    std::vector<std::string>& ops = doc.operands[d.graph[v].name];
+    for (const vertex_t u : operands(d.graph, v)) ops.push_back(d.graph[u].name);
   }
   return doc;
 }
@@ -542,23 +473,20 @@ const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const
 int run_show_plan(const show_options& o) {
   command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
   paths.input("--plan", o.plan).output("--svg", o.svg);
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-  if (o.model_given && !o.model.is_preset()) paths.model("--model", o.model.model);
-#endif
   paths.check();
-  const plan_doc doc = read_plan(o);
+  const plan_doc doc = read_plan(o.plan);
   const device_mesh& m = doc.mesh;
   if (!o.tensor.empty()) {
     std::string tied;
     const plan_entry& e = find_entry(doc, o.tensor, o.plan, &tied);
     if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
-    if (e.shape->rank == 0)
+    if (e.shape.rank == 0)
       throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
     nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
                          {"inputs", e.inputs}};
     const std::string heading =
         e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
-    draw(m, e.spec, *e.shape, o.svg, o.json, extra, heading, o.slice);
+    draw(m, e.spec, e.shape, o.svg, o.json, extra, heading, o.slice);
     return exit_ok;
   }
 
@@ -567,13 +495,13 @@ int run_show_plan(const show_options& o) {
     for (const auto& e : doc.entries)
       ts.push_back({{"name", e.name},
                     {"kind", e.kind},
-                    {"shape", to_json(*e.shape)},
+                    {"shape", to_json(e.shape)},
                     {"strategy", e.strategy},
                     {"inputs", e.inputs},
                     {"spec", to_string(e.spec)},
                     {"alpa", to_alpa_string(e.spec)},
-                    {"local_shape", to_json(max_local_shape(m, e.spec, *e.shape))},
-                    {"even", divides_evenly(m, e.spec, *e.shape)}});
+                    {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
+                    {"even", divides_evenly(m, e.spec, e.shape)}});
     nlohmann::json j{{"plan", o.plan}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
     std::cout << j.dump(2) << "\n";
     return exit_ok;
@@ -583,7 +511,7 @@ int run_show_plan(const show_options& o) {
   for (const auto& e : doc.entries) {
     wn = std::max(wn, e.name.size());
     wk = std::max(wk, e.kind.size());
-    ws = std::max(ws, to_string(*e.shape).size());
+    ws = std::max(ws, to_string(e.shape).size());
     wd = std::max(wd, to_string(e.spec).size());
     wa = std::max(wa, to_alpa_string(e.spec).size());
   }
@@ -595,19 +523,22 @@ int run_show_plan(const show_options& o) {
             << "kind" << "  " << std::setw(static_cast<int>(ws)) << "shape" << "  " << std::setw(static_cast<int>(wd))
             << "spec" << "  " << std::setw(static_cast<int>(wa)) << "alpa" << "  local shape\n";
   for (const auto& e : doc.entries) {
-    const bool even = divides_evenly(m, e.spec, *e.shape);
+    const bool even = divides_evenly(m, e.spec, e.shape);
     any_uneven = any_uneven || !even;
     std::cout << "  " << std::setw(static_cast<int>(wn)) << e.name << "  " << std::setw(static_cast<int>(wk)) << e.kind
-              << "  " << std::setw(static_cast<int>(ws)) << to_string(*e.shape) << "  "
+              << "  " << std::setw(static_cast<int>(ws)) << to_string(e.shape) << "  "
               << std::setw(static_cast<int>(wd)) << to_string(e.spec) << "  " << std::setw(static_cast<int>(wa))
               << (to_alpa_string(e.spec).empty() ? "-" : to_alpa_string(e.spec)) << "  "
-              << to_string(max_local_shape(m, e.spec, *e.shape)) << (even ? "" : " *") << "\n";
+              << to_string(max_local_shape(m, e.spec, e.shape)) << (even ? "" : " *") << "\n";
   }
   std::cout << std::right;
   if (any_uneven) std::cout << "* uneven: some ranks hold less than the shape shown, or nothing\n";
   std::cout << "draw one: autoshard show --plan " << o.plan << " --tensor NAME [--svg FILE]\n";
   return exit_ok;
 }
+#else
+int run_show_plan(const show_options&) { throw io_error("show --plan needs a build with the plan area (Boost.Graph)"); }
+#endif
 
 }  // namespace
 
@@ -632,19 +563,10 @@ void register_show(CLI::App& app, action& run) {
   plan->excludes(spec)->excludes(shape);
   for (const char* opt : {"--mesh", "--inter-bw", "--intra-bw", "--inter-lat", "--intra-lat"})
     plan->excludes(cmd->get_option(opt));
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-  CLI::Option_group* model = cmd->add_option_group(
-      "model", "with --plan, for plan files without shapes: the model it was planned for (as plan --preload)");
-  o->model.add_to(*model);
-#endif
   cmd->callback([=, &run] {
     if (o->spec.empty() && o->plan.empty()) throw CLI::RequiredError("--spec or --plan");
     if (!o->plan.empty() && o->tensor.empty() && !o->svg.empty())
       throw CLI::ValidationError("--svg", "with --plan, --svg draws one tensor: give --tensor NAME");
-#if defined(AUTOSHARD_TOOL_HAVE_GRAPH)
-    o->model_given = false;
-    for (const CLI::Option* mo : model->get_options()) o->model_given = o->model_given || mo->count() > 0;
-#endif
     run = [o] { return o->plan.empty() ? run_show_spec(*o) : run_show_plan(*o); };
   });
 }

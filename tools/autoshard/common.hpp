@@ -3,6 +3,7 @@
 #include <autoshard/autoshard.hpp>
 #include <autoshard/io/atomic_file.hpp>
 #include <autoshard/io/json.hpp>
+#include <autoshard/io/mesh_json.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -73,42 +74,47 @@ inline CLI::Validator seed_value() {
       "SEED");
 }
 
-/// Mesh and link options shared by every subcommand that prices communication.
-/// Axis 0 crosses nodes (inter-node link) on meshes of 2+ axes; the other axes stay
-/// inside a node. A 1-D mesh is one node.
+/// Mesh and link options shared by every subcommand that prices communication; the defaults
+/// are the library's (core/mesh.hpp: default_mesh_shape, cluster_links). Axis 0 crosses nodes
+/// (inter-node link) on meshes of 2+ axes; the other axes stay inside a node. A 1-D mesh is
+/// one node.
 struct mesh_options {
-  std::string mesh = "2x4";
-  double inter_bw = 25e9;
-  double intra_bw = 300e9;
-  double inter_lat = -1;  ///< < 0: not given, the default 20 us (NCCL's; `plan --backend gloo` uses Gloo's)
-  double intra_lat = -1;  ///< < 0: not given, the default 5 us
-  double inter_hop = nccl_inter_node_hop;  ///< per ring step, seconds
-  double intra_hop = nccl_intra_node_hop;
+  static constexpr double unset = std::numeric_limits<double>::quiet_NaN();
+  std::string mesh = std::to_string(default_mesh_shape[0]) + "x" + std::to_string(default_mesh_shape[1]);
+  /// Latencies and hops start as NaN, "not given": the backend's then (cluster_links' < 0).
+  cluster_links links{.inter_node_latency = unset, .intra_node_latency = unset, .inter_node_hop = unset,
+                      .intra_node_hop = unset};
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4, or dp=2,tp=4 to name the axes (1 to 4 axes)")->capture_default_str();
     // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
     // the default without a word: refused as usage errors.
-    cmd.add_option("--inter-bw", inter_bw, "inter-node bandwidth of mesh axis 0, bytes/s")
+    cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
         ->capture_default_str()
         ->check(finite_in(0, 1e18, true));
-    cmd.add_option("--intra-bw", intra_bw, "intra-node bandwidth of the other axes, bytes/s")
+    cmd.add_option("--intra-bw", links.intra_node_bandwidth, "intra-node bandwidth of the other axes, bytes/s")
         ->capture_default_str()
         ->check(finite_in(0, 1e18, true));
-    cmd.add_option("--inter-lat", inter_lat, "inter-node latency, seconds (default 2e-5)")->check(finite_in(0, 3600));
-    cmd.add_option("--intra-lat", intra_lat, "intra-node latency, seconds (default 5e-6)")->check(finite_in(0, 3600));
-    cmd.add_option("--inter-hop", inter_hop, "inter-node latency per ring step, seconds (NCCL's 2.7e-6)");
-    cmd.add_option("--intra-hop", intra_hop, "intra-node latency per ring step, seconds (NCCL's 6e-7)");
+    cmd.add_option("--inter-lat", links.inter_node_latency, "inter-node latency, seconds (default: the backend's, nccl 2e-5)")
+        ->check(finite_in(0, 3600));
+    cmd.add_option("--intra-lat", links.intra_node_latency, "intra-node latency, seconds (default: the backend's, nccl 5e-6)")
+        ->check(finite_in(0, 3600));
+    cmd.add_option("--inter-hop", links.inter_node_hop, "inter-node latency per ring step, seconds (default: the backend's, nccl 2.7e-6)");
+    cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)");
   }
-  device_mesh build() const {
-    if (!(inter_bw > 0) || !(intra_bw > 0) || !std::isfinite(inter_bw) || !std::isfinite(intra_bw))
-      throw spec_error("bandwidths must be finite and positive");
-    if (!(inter_hop >= 0) || !(intra_hop >= 0) || !(inter_hop < 1) || !(intra_hop < 1))
-      throw spec_error("--inter-hop and --intra-hop must be in [0, 1) seconds");
-    const double a0 = inter_lat < 0 ? 2e-5 : inter_lat, a1 = intra_lat < 0 ? 5e-6 : intra_lat;
-    device_mesh m = parse_mesh(mesh);
-    for (std::size_t i = 0; i < m.ndim(); ++i)
-      m.set_link(i, (i == 0 && m.ndim() > 1) ? link_model{a0, inter_bw, inter_hop} : link_model{a1, intra_bw, intra_hop});
+  /// The mesh with these links; `backend` ("nccl" or "gloo") supplies the default latencies.
+  /// Axis names given in --mesh (dp=2,tp=4) stay on the mesh.
+  device_mesh build(std::string_view backend = "nccl") const {
+    cluster_links c = links;
+    c.communications_backend = backend;
+    for (auto [value, flag] : {std::pair{&c.inter_node_latency, "--inter-lat"}, std::pair{&c.intra_node_latency, "--intra-lat"},
+                               std::pair{&c.inter_node_hop, "--inter-hop"}, std::pair{&c.intra_node_hop, "--intra-hop"}}) {
+      if (std::isnan(*value)) *value = -1;  // not given
+      else if (!(*value >= 0)) throw spec_error(std::string(flag) + " must be >= 0 seconds, got " + std::to_string(*value));
+    }
+    const device_mesh named = parse_mesh(mesh);
+    device_mesh m = make_cluster_mesh(named.shape(), c);
+    for (std::size_t a = 0; a < m.ndim() && named.has_axis_names(); ++a) m.set_axis_name(a, named.axis_name(a));
     return m;
   }
 };
@@ -140,25 +146,11 @@ inline dtype parse_dtype_or_throw(const std::string& s) {
   return *t;
 }
 
-/// The integers of a JSON array as T (non-negative, fitting T), checked by json_in.
-template <class T>
-std::vector<T> json_int_array(const nlohmann::json& v, const std::string& what) {
-  std::vector<T> out;
-  for (std::int64_t x : json_in(v, what).integers(0, static_cast<std::int64_t>(std::numeric_limits<T>::max()), 1 << 20))
-    out.push_back(static_cast<T>(x));
-  return out;
-}
-
 inline nlohmann::json to_json(const tensor_shape& s) { return s.to_vector(); }
+/// The mesh as every file spells it (io/mesh_json.hpp), plus its shape for readers' convenience.
 inline nlohmann::json to_json(const device_mesh& m) {
-  nlohmann::json axes = nlohmann::json::array();
-  for (std::size_t i = 0; i < m.ndim(); ++i)
-    axes.push_back({{"size", m.size(i)}, {"latency_s", m.link(i).alpha}, {"hop_s", m.link(i).hop}, {"bandwidth_Bps", m.link(i).beta}});
-  nlohmann::json j{{"shape", m.shape()}, {"axes", axes}};
-  if (m.has_axis_names()) {
-    j["axis_names"] = nlohmann::json::array();
-    for (std::size_t i = 0; i < m.ndim(); ++i) j["axis_names"].push_back(std::string(m.axis_name(i)));
-  }
+  nlohmann::json j = mesh_to_json(m);
+  j["shape"] = m.shape();
   return j;
 }
 
@@ -181,22 +173,6 @@ inline int run_program(const std::vector<std::string>& argv) {
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/// Names the axes of `m` from a plan file's "mesh" object ("axis_names", when present).
-inline void read_axis_names(device_mesh& m, const nlohmann::json& mesh, const std::string& where) {
-  if (!mesh.contains("axis_names")) return;
-  const nlohmann::json& a = mesh.at("axis_names");
-  if (!a.is_array() || a.size() != m.ndim())
-    throw io_error(where + ": \"mesh\".\"axis_names\" is " + a.dump() + ", not one name per mesh axis");
-  for (std::size_t i = 0; i < m.ndim(); ++i) {
-    if (!a[i].is_string()) throw io_error(where + ": \"mesh\".\"axis_names\" holds " + a[i].dump() + ", not a name");
-    try {
-      m.set_axis_name(i, a[i].get<std::string>());
-    } catch (const spec_error& e) {
-      throw io_error(where + ": " + std::string(e.what()).substr(23));
-    }
-  }
 }
 
 /// "16GiB", "512MiB", "8e9" -> bytes, in [1, 9e18]; `what` names the option in errors.

@@ -1,11 +1,11 @@
 #pragma once
-// Reading a plan file (written by the auto-sharding pass, "format": "autoshard.plan") as the
-// parameter -> spec map the checkpoint sharder takes, matched against a checkpoint's names.
+// A plan file's parameters as the parameter -> spec map the checkpoint sharder takes,
+// matched against a checkpoint's names.
 #include "common.hpp"
 
+#include <autoshard/plan/plan.hpp>
 #include <autoshard/tensor/tensor.hpp>
 
-#include <fstream>
 #include <iostream>
 
 namespace autoshard::tool {
@@ -22,39 +22,13 @@ struct plan_parameters {
   std::vector<plan_parameter> params;
 };
 
+/// The parameters of a plan file (read by the one plan reader) in the specs they are stored in.
 inline plan_parameters read_plan_parameters(const std::string& file) {
-  std::ifstream f(file);
-  if (!f) throw io_error("cannot open plan file '" + file + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "' is not valid JSON: " + e.what());
-  }
+  const plan_document d = read_plan_file(file);
   plan_parameters out;
-  try {
-    if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
-      throw io_error("'" + file + "' is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-    const auto& mj = j.at("mesh");
-    const std::vector<int> mesh_shape = json_int_array<int>(mj.at("shape"), "plan file '" + file + "': the mesh shape");
-    check_mesh_size(mesh_shape, "plan file '" + file + "': the mesh shape");  // before anything is sized by it
-    device_mesh m(mesh_shape);
-    const auto& links = mj.at("links");
-    for (std::size_t a = 0; a < m.ndim() && a < links.size(); ++a)
-      m.set_link(a, {links.at(a).at("alpha").get<double>(), links.at(a).at("beta").get<double>()});
-    read_axis_names(m, mj, "plan file '" + file + "'");
-    out.mesh = m;
-    for (const auto& op : j.at("operators")) {
-      if (op.at("kind").get<std::string>() != "parameter") continue;
-      plan_parameter p;
-      p.name = op.at("name").get<std::string>();
-      p.shape = tensor_shape(json_int_array<std::int64_t>(op.at("shape"), "plan file '" + file + "': a shape"));
-      p.spec = parse_spec(op.at("output").get<std::string>(), static_cast<int>(m.ndim()), static_cast<int>(p.shape.rank));
-      out.params.push_back(p);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("plan file '" + file + "': " + e.what());
-  }
+  out.mesh = d.mesh;
+  for (vertex_t v = 0; v < d.tensors.size(); ++v)
+    if (d.graph[v].is_parameter()) out.params.push_back({d.graph[v].name, d.graph[v].shape, d.tensors[v].output});
   return out;
 }
 

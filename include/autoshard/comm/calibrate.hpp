@@ -57,8 +57,35 @@ struct axis_calibration {
 
 struct calibration_result {
   std::vector<int> mesh_shape;
-  std::string backend = "gloo-tcp";
+  std::string backend = "gloo-tcp";  ///< what was measured; its family ("gloo") is before the '-'
   std::vector<axis_calibration> axes;
+
+  /// The backend family a plan's --backend names: "gloo" for "gloo-tcp".
+  std::string backend_family() const { return backend.substr(0, backend.find('-')); }
+  /// The mesh measured on, with the measured links; an axis that was not measured (size 1:
+  /// it never communicates) keeps the link `nominal` gives it.
+  device_mesh mesh(const cluster_links& nominal = {}) const {
+    device_mesh m = make_cluster_mesh(mesh_shape, nominal);
+    for (const auto& a : axes)
+      if (a.measured) m.set_link(static_cast<std::size_t>(a.axis), a.link);
+    return m;
+  }
+  /// Throws spec_error when this calibration was measured on another mesh shape or another
+  /// backend family than the plan asks for, unless `force` (then the caller says so).
+  void check_fits(const std::vector<int>& shape, const std::string& backend_family_wanted, bool force) const {
+    if (force) return;
+    const auto text = [](const std::vector<int>& v) {
+      std::string t;
+      for (int x : v) t += (t.empty() ? "" : "x") + std::to_string(x);
+      return t;
+    };
+    if (shape != mesh_shape)
+      throw spec_error("the calibration was measured on mesh " + text(mesh_shape) + ", not " + text(shape) +
+                       " (--force uses it anyway)");
+    if (backend_family_wanted != backend_family())
+      throw spec_error("the calibration was measured on " + backend + ", not " + backend_family_wanted +
+                       " (--force uses it anyway)");
+  }
 };
 
 namespace detail {

@@ -275,7 +275,59 @@ class device_mesh {
   std::uint8_t ndim_ = 0;
 };
 
-/// The 2-D default: axis 0 crosses nodes, axis 1 stays inside a node.
+/// A cluster's links in MASE's terms: on a mesh of 2+ axes, axis 0 crosses nodes and the
+/// other axes stay inside a node; a 1-D mesh is one node. The one home of autoshard's
+/// default link values (every command, the pass options and the tool share them).
+///   auto m = autoshard::make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 25e9});
+struct cluster_links {
+  double inter_node_bandwidth = 25e9;   ///< bytes/s on mesh axis 0 (meshes of 2+ axes)
+  double intra_node_bandwidth = 300e9;  ///< bytes/s on the other axes
+  double inter_node_latency = -1;       ///< seconds; < 0: the backend's (nccl 20 us, gloo 100 us)
+  double intra_node_latency = -1;       ///< seconds; < 0: the backend's (nccl 5 us, gloo 50 us)
+  double inter_node_hop = -1;           ///< seconds per ring step; < 0: the backend's (nccl 2.7 us, gloo 0)
+  double intra_node_hop = -1;           ///< seconds per ring step; < 0: the backend's (nccl 0.6 us, gloo 0)
+  /// "nccl", or "gloo" (staged through host memory: the backend's latencies, half the bandwidth).
+  std::string_view communications_backend = "nccl";
+};
+
+/// The default mesh of every command and of autosharding_options: 2 nodes x 4 devices.
+inline constexpr std::array<int, 2> default_mesh_shape{2, 4};
+
+/// The mesh of `shape` with the links `c` describes. Throws spec_error for a bad shape, a
+/// non-positive bandwidth, a negative or non-finite latency, or an unknown backend.
+inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluster_links& c = {}) {
+  double inter_lat = 2e-5, intra_lat = 5e-6, efficiency = 1.0;
+  double inter_hop = nccl_inter_node_hop, intra_hop = nccl_intra_node_hop;
+  if (c.communications_backend == "gloo") {
+    inter_lat = 1e-4, intra_lat = 5e-5, efficiency = 0.5;
+    inter_hop = intra_hop = 0.0;
+  } else if (c.communications_backend != "nccl") {
+    throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + std::string(c.communications_backend) + "\"");
+  }
+  const auto finite_positive = [](double x) { return x > 0 && x < 1e300; };
+  if (!finite_positive(c.inter_node_bandwidth) || !finite_positive(c.intra_node_bandwidth))
+    throw spec_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s, got " +
+                     std::to_string(c.inter_node_bandwidth) + " and " + std::to_string(c.intra_node_bandwidth));
+  if (!(c.inter_node_latency < 1e300) || !(c.intra_node_latency < 1e300))
+    throw spec_error("inter_node_latency and intra_node_latency must be finite seconds");
+  if (c.inter_node_latency >= 0) inter_lat = c.inter_node_latency;
+  if (c.intra_node_latency >= 0) intra_lat = c.intra_node_latency;
+  if (!(c.inter_node_hop < 1) || !(c.intra_node_hop < 1))
+    throw spec_error("inter_node_hop and intra_node_hop must be in [0, 1) seconds");
+  if (c.inter_node_hop >= 0) inter_hop = c.inter_node_hop;
+  if (c.intra_node_hop >= 0) intra_hop = c.intra_node_hop;
+  if (shape.empty() || shape.size() > max_mesh_rank)
+    throw spec_error("a mesh has 1 to 4 axes, got " + std::to_string(shape.size()));
+  device_mesh m(shape);
+  for (std::size_t a = 0; a < m.ndim(); ++a) {
+    const bool inter = m.ndim() >= 2 && a == 0;
+    m.set_link(a, inter ? link_model{inter_lat, c.inter_node_bandwidth * efficiency, inter_hop}
+                        : link_model{intra_lat, c.intra_node_bandwidth * efficiency, intra_hop});
+  }
+  return m;
+}
+
+/// The 2-D case, usable in constant expressions: axis 0 crosses nodes, axis 1 stays inside.
 constexpr device_mesh make_mesh_2d(int nodes, int devices_per_node, double inter_node_bandwidth,
                                    double intra_node_bandwidth, double inter_node_latency = 2e-5,
                                    double intra_node_latency = 5e-6) {

@@ -17,14 +17,19 @@
 #include "../core/redistribute.hpp"  // collective, to_string
 #include "../io/atomic_file.hpp"     // write_file_atomically
 #include "../io/json.hpp"            // json_in, load_json_file
+#include "../io/mesh_json.hpp"       // link_from_json
 
 namespace autoshard {
+
+/// The calibration file format this build writes and reads (version 2: links spelled
+/// latency_s / bandwidth_Bps / hop_s, as in every autoshard file).
+inline constexpr int calibration_format_version = 2;
 
 /// The result as JSON (what save_calibration writes).
 inline nlohmann::json calibration_to_json(const calibration_result& r) {
   nlohmann::json j;
   j["format"] = "autoshard-calibration";
-  j["version"] = 1;
+  j["version"] = calibration_format_version;
   j["backend"] = r.backend;
   j["mesh"] = r.mesh_shape;
   j["axes"] = nlohmann::json::array();
@@ -32,8 +37,8 @@ inline nlohmann::json calibration_to_json(const calibration_result& r) {
     nlohmann::json ja{{"axis", a.axis},
                       {"group_size", a.group_size},
                       {"measured", a.measured},
-                      {"alpha_s", a.link.alpha},
-                      {"beta_bytes_per_s", a.link.beta},
+                      {"latency_s", a.link.alpha},
+                      {"bandwidth_Bps", a.link.beta},
                       {"hop_s", a.link.hop},
                       {"holdout_bytes", a.holdout_bytes},
                       {"holdout_relative_error", a.holdout_relative_error}};
@@ -51,6 +56,9 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
   const json_in j(doc, what);
   calibration_result r;
   j["format"].one_of({"autoshard-calibration"});
+  if (const std::int64_t v = j["version"].integer(0, 1 << 30); v != calibration_format_version)
+    j["version"].fail("is " + std::to_string(v) + "; this build reads version " + std::to_string(calibration_format_version) +
+                      (v == 1 ? " (version 1 spelled the links alpha_s/beta_bytes_per_s): run autoshard calibrate again" : ""));
   r.backend = j.has("backend") ? j["backend"].string() : std::string("?");
   for (std::int64_t s : j["mesh"].integers(1, 1 << 20, max_mesh_rank)) r.mesh_shape.push_back(static_cast<int>(s));
   const json_in axes = j["axes"];
@@ -61,9 +69,7 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
     a.axis = ja["axis"].small_integer(0, static_cast<int>(r.mesh_shape.size()) - 1);
     a.group_size = ja["group_size"].small_integer(1, 1 << 20);
     a.measured = ja["measured"].boolean();
-    a.link.alpha = ja["alpha_s"].number(0.0, 1e6);
-    a.link.beta = ja["beta_bytes_per_s"].number(1e-300, 1e300);
-    if (auto h = ja.find("hop_s")) a.link.hop = h->number(0.0, 1e6);
+    a.link = link_from_json(ja);
     if (auto h = ja.find("holdout_bytes")) a.holdout_bytes = h->number();
     if (auto h = ja.find("holdout_relative_error")) a.holdout_relative_error = h->number();
     if (auto samples = ja.find("samples"))

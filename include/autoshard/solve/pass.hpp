@@ -3,9 +3,8 @@
 /// per vertex of a model graph, chosen by the strategy ILP, priced by the graph's cost model,
 /// and compared side by side with real baselines priced by the same model.
 ///   autoshard::autosharding_options o;
-///   o.mesh_shape = {2, 4};
-///   o.inter_node_bandwidth = 25e9;     // bytes/s, mesh axis 0
-///   o.intra_node_bandwidth = 300e9;    // bytes/s, the other axes
+///   o.mesh = autoshard::make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 25e9,    // mesh axis 0
+///                                                  .intra_node_bandwidth = 300e9});  // the others
 ///   o.mode = autoshard::run_mode::training;
 ///   auto r = autoshard::autosharding_analysis_pass(g, o);
 ///   r.strategies[v];                   // the chosen strategy of vertex v (specs, costs)
@@ -33,7 +32,6 @@
 #include <algorithm>   // std::max, std::sort
 #include <cmath>       // std::abs
 #include <cstdint>     // std::int64_t
-#include <fstream>     // std::ifstream
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
 #include <map>         // std::map
@@ -42,41 +40,37 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-#include <nlohmann/json.hpp>  // plan files
-
 #include "../core/cost.hpp"         // price_plan, collective_time
 #include "../core/error.hpp"        // solver_error, io_error
 #include "../core/mesh.hpp"         // device_mesh
 #include "../core/parse.hpp"        // to_alpa_string, parse_spec
 #include "../core/redistribute.hpp" // plan_redistribute
 #include "../graph/graph.hpp"       // model_graph, enumerate_all_strategies, resharding_costs
-#include "../io/atomic_file.hpp"    // write_file_atomically
-#include "../io/json.hpp"           // json_in
+#include "../plan/document.hpp"     // plan_document, read_plan_file, write_plan_file
 #include "ilp.hpp"                  // solve_ilp
 
 namespace autoshard {
 
-/// Options, named as MASE's autosharding_analysis_pass names them where it has them.
+/// Options, named as MASE's autosharding_analysis_pass names them where it has them. The mesh
+/// travels whole, with every axis's link: build it from MASE's mesh_shape,
+/// inter/intra_node_bandwidth, latencies and communications_backend with make_cluster_mesh
+/// (core/mesh.hpp, the one home of the default links), from a calibration file
+/// (calibration_result::mesh()), or set each axis's link yourself.
 struct autosharding_options {
-  std::vector<int> mesh_shape{1, 8};  ///< 1 to 4 axes; with >= 2, axis 0 crosses nodes
-  /// Empty, or one name per mesh axis ("dp", "tp"): labels for reports and the plan file.
-  std::vector<std::string> mesh_axis_names;
-  double inter_node_bandwidth = 25e9;   ///< bytes/s on mesh axis 0 (when the mesh has >= 2 axes)
-  double intra_node_bandwidth = 300e9;  ///< bytes/s on the other axes
-  /// Latencies (s); unset = the backend's default: nccl 20 us / 5 us, gloo 100 us / 50 us.
-  std::optional<double> inter_node_latency, intra_node_latency;
+  device_mesh mesh = make_cluster_mesh({default_mesh_shape.begin(), default_mesh_shape.end()});
   std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "fully_replicated"
-  std::string communications_backend = "nccl";  ///< "nccl" | "gloo" (gloo: bandwidth x0.5, staged via host)
   bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
-  double time_limit = 10000.0;                   ///< seconds per ILP solve
+  double time_limit = 600.0;                     ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
   bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
   /// With run_checks, also called with the chosen plan (index = vertex); throws to fail the
   /// check. exec/verify.hpp's numeric_check() runs the plan on real ranks against the
   /// unsharded graph.
   std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&)> numeric_check;
-  bool preload_solution = false;                 ///< read the plan from ilp_solution_file instead of solving
-  std::string ilp_solution_file;                 ///< where the plan JSON goes (or comes from); "" = nowhere
+  /// Read the plan from ilp_solution_file instead of solving. It is priced with the links it
+  /// was solved with (the file's mesh), which must have the shape of `mesh`.
+  bool preload_solution = false;
+  std::string ilp_solution_file;                 ///< where the plan file goes (or comes from); "" = nowhere
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
   run_mode mode = run_mode::inference;           ///< training prices backward compute and gradients
@@ -156,32 +150,6 @@ inline std::string layer_key(const std::string& name) {
   return name;
 }
 
-inline device_mesh make_pass_mesh(const autosharding_options& o) {
-  if (o.mesh_shape.empty() || o.mesh_shape.size() > max_mesh_rank)
-    throw solver_error("mesh_shape must have 1 to 4 axes, got " + std::to_string(o.mesh_shape.size()));
-  double a_inter = 2e-5, a_intra = 5e-6, eff = 1.0;
-  if (o.communications_backend == "gloo") {
-    a_inter = 1e-4, a_intra = 5e-5, eff = 0.5;
-  } else if (o.communications_backend != "nccl") {
-    throw solver_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + o.communications_backend + "\"");
-  }
-  if (!(o.inter_node_bandwidth > 0) || !(o.intra_node_bandwidth > 0))
-    throw solver_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s");
-  device_mesh m(o.mesh_shape);
-  if (!o.mesh_axis_names.empty() && o.mesh_axis_names.size() != m.ndim())
-    throw solver_error("mesh_axis_names has " + std::to_string(o.mesh_axis_names.size()) + " names for a mesh of " +
-                       std::to_string(m.ndim()) + " axes");
-  for (std::size_t a = 0; a < o.mesh_axis_names.size(); ++a) m.set_axis_name(a, o.mesh_axis_names[a]);
-  for (std::size_t a = 0; a < m.ndim(); ++a) {
-    const bool inter = m.ndim() >= 2 && a == 0;
-    const double alpha = inter ? o.inter_node_latency.value_or(a_inter) : o.intra_node_latency.value_or(a_intra);
-    const double beta = (inter ? o.inter_node_bandwidth : o.intra_node_bandwidth) * eff;
-    const double hop = o.communications_backend == "nccl" ? (inter ? nccl_inter_node_hop : nccl_intra_node_hop) : 0.0;
-    m.set_link(a, {alpha, beta, hop});
-  }
-  return m;
-}
-
 /// Everything the pass derives from the graph once: strategies, the full strategy problem.
 struct pass_model {
   const model_graph& g;
@@ -191,9 +159,12 @@ struct pass_model {
   std::vector<edge_t> edges;  // in problem edge order
   strategy_problem problem;   // one node per vertex, one edge per graph edge
 
-  pass_model(const model_graph& graph, const autosharding_options& o) : g(graph), mesh(make_pass_mesh(o)) {
-    sopt.device = o.device;
-    sopt.mode = o.mode;
+  pass_model(const model_graph& graph, const device_mesh& m, run_mode mode, const device_model& device,
+             std::optional<std::int64_t> memory_budget = std::nullopt)
+      : g(graph), mesh(m) {
+    if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
+    sopt.device = device;
+    sopt.mode = mode;
     validate(g);
     strategies = enumerate_all_strategies(g, mesh, sopt);
     const std::vector<vertex_t> order = topological_order(g);
@@ -214,7 +185,7 @@ struct pass_model {
       for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
       if (g[v].is_parameter())
         node.live = {0, N};
-      else if (o.mode == run_mode::training)
+      else if (mode == run_mode::training)
         node.live = {pos[v], N};  // saved for the backward pass
       else
         node.live = {pos[v], last[v] + 1};
@@ -240,8 +211,10 @@ struct pass_model {
       for (const strategy& s : strategies[v]) problem.nodes[v].costs.push_back(to_cost_units(s.seconds(), problem.cost_unit));
     for (std::size_t k = 0; k < seconds.size(); ++k)
       for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
-    problem.usage_limit = o.memory_budget;
+    problem.usage_limit = memory_budget;
   }
+  pass_model(const model_graph& graph, const autosharding_options& o)
+      : pass_model(graph, o.mesh, o.mode, o.device, o.memory_budget) {}
 
   std::size_t size() const { return strategies.size(); }
 };
@@ -493,122 +466,62 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   return {summarize(pm, algo, std::move(choice)), std::move(r)};
 }
 
-// ---- plan files -------------------------------------------------------------------------------
+// ---- plan files: through the plan document (plan/document.hpp) ---------------------------------
 
-inline constexpr int plan_format_version = 1;
-
-inline nlohmann::json plan_to_json(const pass_model& pm, const autosharding_options& o, const plan_summary& s) {
-  nlohmann::json links = nlohmann::json::array();
-  for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
-    links.push_back({{"alpha", pm.mesh.link(a).alpha}, {"beta", pm.mesh.link(a).beta}});
-  nlohmann::json mesh{{"shape", pm.mesh.shape()}, {"links", links}};
-  if (pm.mesh.has_axis_names()) {
-    mesh["axis_names"] = nlohmann::json::array();
-    for (std::size_t a = 0; a < pm.mesh.ndim(); ++a) mesh["axis_names"].push_back(std::string(pm.mesh.axis_name(a)));
-  }
-  nlohmann::json ops = nlohmann::json::array();
+/// The plan document of a priced choice.
+inline plan_document make_plan_document(const pass_model& pm, const autosharding_options& o, const plan_summary& s,
+                                        const solve_result& solved) {
+  plan_document d;
+  d.mesh = pm.mesh;
+  d.mode = pm.sopt.mode;
+  d.options.algo = s.algo;
+  d.options.time_limit = o.time_limit;
+  d.options.mip_rel_gap = o.mip_rel_gap;
+  d.options.skip_fully_replicated = o.skip_fully_replicated;
+  d.options.tie_layers = o.tie_layers;
+  d.options.memory_budget = o.memory_budget;
+  for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
+  d.options.device = pm.sopt.device;
+  d.graph = pm.g;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
-    nlohmann::json ins = nlohmann::json::array();
-    for (const sharding_spec& sp : st.inputs) ins.push_back(to_alpa_string(sp));
-    std::vector<std::int64_t> shape;
-    for (std::size_t d = 0; d < pm.g[v].shape.rank; ++d) shape.push_back(pm.g[v].shape[d]);
-    ops.push_back({{"name", pm.g[v].name},
-                   {"kind", std::string(to_string(pm.g[v].kind))},
-                   {"shape", shape},
-                   {"strategy", st.name},
-                   {"inputs", ins},
-                   {"output", to_alpa_string(st.output)},
-                   {"seconds", st.seconds()},
-                   {"memory_bytes", st.memory_bytes}});
+    d.tensors.push_back({st.name, st.inputs, st.output, max_local_shape(pm.mesh, st.output, pm.g[v].shape), st.seconds(),
+                         st.memory_bytes});
   }
-  return {{"format", "autoshard.plan"},
-          {"version", plan_format_version},
-          {"algo", s.algo},
-          {"mode", o.mode == run_mode::training ? "training" : "inference"},
-          {"mesh", mesh},
-          {"options",
-           {{"communications_backend", o.communications_backend},
-            {"inter_node_bandwidth", o.inter_node_bandwidth},
-            {"intra_node_bandwidth", o.intra_node_bandwidth},
-            {"time_limit", o.time_limit},
-            {"mip_rel_gap", o.mip_rel_gap},
-            {"skip_fully_replicated", o.skip_fully_replicated},
-            {"tie_layers", o.tie_layers},
-            {"memory_budget", o.memory_budget ? nlohmann::json(*o.memory_budget) : nlohmann::json(nullptr)}}},
-          {"objective", s.step_seconds},
-          {"breakdown",
-           {{"compute", s.compute_seconds}, {"communication", s.communication_seconds}, {"resharding", s.resharding_seconds}}},
-          {"peak_memory_bytes", s.peak_memory_bytes},
-          {"operators", ops},
-          {"graph", to_json(pm.g)}};  // so a plan file alone can be executed and verified
+  d.cost = {s.step_seconds, s.compute_seconds, s.communication_seconds, s.resharding_seconds, s.peak_memory_bytes};
+  d.solver = {to_string(solved.status), solved.objective_value(), solved.bound_value(), solved.gap, solved.seconds};  // seconds
+  return d;
 }
 
-/// The mesh axis names a plan file carries (none when it has no "axis_names").
-inline std::vector<std::string> plan_mesh_axis_names(const nlohmann::json& j, const std::string& where) {
-  std::vector<std::string> names;
-  const nlohmann::json& m = j.at("mesh");
-  if (!m.contains("axis_names")) return names;
-  const nlohmann::json& a = m.at("axis_names");
-  if (!a.is_array()) throw io_error(where + ": \"mesh\".\"axis_names\" is " + a.dump() + ", not an array of names");
-  for (const nlohmann::json& n : a) {
-    if (!n.is_string()) throw io_error(where + ": \"mesh\".\"axis_names\" holds " + n.dump() + ", not a name");
-    names.push_back(n.get<std::string>());
-  }
-  return names;
-}
-inline std::vector<int> plan_mesh_shape(const nlohmann::json& j, const std::string& where) {
-  std::vector<int> shape;
-  for (std::int64_t d : json_in(j, where)["mesh"]["shape"].integers(1, 1 << 20, max_mesh_rank)) shape.push_back(static_cast<int>(d));
-  check_mesh_size(shape, where + ": \"mesh\".\"shape\"");  // bounded before anything is sized by it
-  return shape;
-}
-
-/// The choice a plan file describes, after checking it matches the graph and the mesh.
-inline std::vector<int> plan_from_json(const pass_model& pm, const nlohmann::json& j, const std::string& file) {
+/// The strategy index per vertex that a plan document chose, after checking that the document
+/// is for this graph (names, kinds, shapes), mesh shape and mode, and that every strategy is
+/// one the vertex offers.
+inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d, const std::string& file) {
   const std::string where = "plan file '" + file + "'";
-  try {
-    if (!j.is_object() || j.value("format", std::string()) != "autoshard.plan")
-      throw solver_error(where + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
-    const int version = json_in(j, where)["version"].small_integer(0, std::numeric_limits<int>::max());
-    if (version != plan_format_version)
-      throw solver_error(where + " has version " + std::to_string(version) + "; this build reads version " +
-                         std::to_string(plan_format_version));
-    const std::vector<int> shape = plan_mesh_shape(j, where);
-    if (shape != pm.mesh.shape())
-      throw solver_error(where + " is for mesh shape " + nlohmann::json(shape).dump() + ", not " + to_string(pm.mesh));
-    const std::string mode = j.at("mode").get<std::string>();
-    if (mode != (pm.sopt.mode == run_mode::training ? "training" : "inference"))
-      throw solver_error(where + " is a " + mode + " plan");
-    std::map<std::string, const nlohmann::json*> by_name;
-    for (const nlohmann::json& op : j.at("operators")) by_name[op.at("name").get<std::string>()] = &op;
-    if (by_name.size() != pm.size())
-      throw solver_error(where + " has " + std::to_string(by_name.size()) + " operators; the graph has " +
-                         std::to_string(pm.size()) + " vertices");
-    std::vector<int> choice(pm.size(), -1);
-    for (vertex_t v = 0; v < pm.size(); ++v) {
-      const node& nd = pm.g[v];
-      auto it = by_name.find(nd.name);
-      if (it == by_name.end()) throw solver_error(where + " has no operator '" + nd.name + "'");
-      const nlohmann::json& op = *it->second;
-      const std::vector<std::int64_t> fshape =
-          json_in(op, where, "operator '" + nd.name + "'")["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
-      std::vector<std::int64_t> gshape;
-      for (std::size_t d = 0; d < nd.shape.rank; ++d) gshape.push_back(nd.shape[d]);
-      if (fshape != gshape)
-        throw solver_error(where + ": operator '" + nd.name + "' has shape " + nlohmann::json(fshape).dump() +
-                           " in the file but " + to_string(nd.shape) + " in the graph");
-      const std::string sname = op.at("strategy").get<std::string>();
-      for (std::size_t i = 0; i < pm.strategies[v].size(); ++i)
-        if (pm.strategies[v][i].name == sname) choice[v] = static_cast<int>(i);
-      if (choice[v] < 0)
-        throw solver_error(where + ": operator '" + nd.name + "' has strategy " + sname +
-                           ", which it does not offer on mesh " + to_string(pm.mesh));
-    }
-    return choice;
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error(where + " is malformed: " + e.what());
+  if (d.mesh.shape() != pm.mesh.shape())
+    throw solver_error(where + " is for mesh " + to_string(d.mesh) + ", not " + to_string(pm.mesh));
+  if (d.mode != pm.sopt.mode)
+    throw solver_error(where + (d.mode == run_mode::training ? " is a training plan" : " is an inference plan") +
+                       ", not " + (pm.sopt.mode == run_mode::training ? "a training" : "an inference") + " one");
+  const std::size_t n = boost::num_vertices(d.graph);
+  if (n != pm.size())
+    throw solver_error(where + " has " + std::to_string(n) + " tensors; the graph has " + std::to_string(pm.size()) + " vertices");
+  std::vector<int> choice(pm.size(), -1);
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const node& nd = pm.g[v];
+    const auto u = find_vertex(d.graph, nd.name);
+    if (!u) throw solver_error(where + " has no tensor '" + nd.name + "'");
+    if (!(d.graph[*u].shape == nd.shape))
+      throw solver_error(where + ": tensor '" + nd.name + "' has shape " + to_string(d.graph[*u].shape) +
+                         " in the file but " + to_string(nd.shape) + " in the graph");
+    const std::string& sname = d.tensors[*u].strategy;
+    for (std::size_t i = 0; i < pm.strategies[v].size(); ++i)
+      if (pm.strategies[v][i].name == sname) choice[v] = static_cast<int>(i);
+    if (choice[v] < 0)
+      throw solver_error(where + ": tensor '" + nd.name + "' has strategy " + sname + ", which it does not offer on mesh " +
+                         to_string(pm.mesh));
   }
+  return choice;
 }
 
 }  // namespace detail
@@ -646,28 +559,24 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
 /// that could fit), a time-out without a plan, a plan file that does not match the graph, or a
 /// failed run_checks; io_error for an unreadable or malformed plan file.
 inline autosharding_result autosharding_analysis_pass(const model_graph& g, const autosharding_options& o = {}) {
-  detail::pass_model pm(g, o);
+  std::optional<plan_document> preloaded;
+  if (o.preload_solution) {
+    if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
+    preloaded = read_plan_file(o.ilp_solution_file);
+    if (preloaded->mesh.shape() != o.mesh.shape())
+      throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
+                         to_string(o.mesh));
+  }
+  // A preloaded plan is priced with the links it was solved with.
+  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, o.mode, o.device, o.memory_budget);
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;
   rep.vertices = pm.size();
   rep.edges = pm.edges.size();
   double solver_objective = 0.0;
-  if (o.preload_solution) {
-    if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
-    std::ifstream in(o.ilp_solution_file);
-    if (!in) throw io_error("cannot open plan file '" + o.ilp_solution_file + "'");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw io_error("plan file '" + o.ilp_solution_file + "' is not valid JSON: " + e.what());
-    }
-    std::vector<int> choice = detail::plan_from_json(pm, j, o.ilp_solution_file);
-    auto algo = j.find("algo");  // plan_from_json checked that j is an object
-    if (algo != j.end() && !algo->is_string())
-      throw io_error("plan file '" + o.ilp_solution_file + "' is malformed: \"algo\" is not a string");
-    rep.plan = detail::summarize(pm, algo != j.end() ? algo->get<std::string>() : o.algo, std::move(choice));
+  if (preloaded) {
+    rep.plan = detail::summarize(pm, preloaded->options.algo, detail::plan_choice(pm, *preloaded, o.ilp_solution_file));
     solver_objective = rep.plan.step_seconds;
     rep.tied_classes = 0;
   } else {
@@ -694,9 +603,8 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
   if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies);  // before any file is written
-  if (!o.preload_solution && !o.ilp_solution_file.empty()) {
-    write_file_atomically(o.ilp_solution_file, detail::plan_to_json(pm, o, rep.plan).dump(1) + "\n");
-  }
+  if (!o.preload_solution && !o.ilp_solution_file.empty())
+    write_plan_file(detail::make_plan_document(pm, o, rep.plan, rep.solver), o.ilp_solution_file);
   return res;
 }
 

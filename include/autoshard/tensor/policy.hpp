@@ -12,6 +12,7 @@
 ///       .scale("attn.heads", "num_heads");
 #include <algorithm>    // std::max
 #include <cstdint>      // std::int64_t
+#include <limits>       // std::numeric_limits
 #include <filesystem>   // std::filesystem::path
 #include <fstream>      // std::ifstream
 #include <map>          // std::map
@@ -23,6 +24,7 @@
 
 #include <nlohmann/json.hpp>  // config.json
 
+#include "../io/json.hpp"  // load_json_file
 #include "../core/dtype.hpp"   // dtype
 #include "../core/error.hpp"   // shape_error, spec_error
 #include "../core/layout.hpp"  // local_box, split_rule
@@ -38,18 +40,12 @@ using model_config = std::map<std::string, std::int64_t>;
 
 /// The integer fields of a Hugging Face config.json.
 inline model_config load_model_config(const std::filesystem::path& config_json) {
-  std::ifstream f(config_json);
-  if (!f) throw io_error("cannot open model config '" + config_json.string() + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("model config '" + config_json.string() + "' is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = load_json_file(config_json.string(), "model config");
   model_config c;
   if (j.is_object())
     for (auto it = j.begin(); it != j.end(); ++it)
-      if (it.value().is_number_integer()) c[it.key()] = it.value().get<std::int64_t>();
+      if (it.value().is_number_integer() && !(it.value().is_number_unsigned() && it.value().get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+        c[it.key()] = it.value().get<std::int64_t>();  // other members (strings, floats, ints beyond 2^63) are not attributes
   return c;
 }
 

@@ -268,7 +268,7 @@ bool splits_something(const std::vector<strategy>& plan) {
 
 TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo ranks and match the unsharded run") {
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
@@ -333,7 +333,7 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
 TEST_CASE("a wrong plan is caught: the check can fail") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   o.algo = "megatron";
@@ -363,7 +363,7 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "autoshard-exec-plan";
   std::filesystem::create_directories(dir);
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   o.run_checks = true;
@@ -432,7 +432,7 @@ TEST_CASE("a rank whose kernel fails ends its run with exec_error, and its peers
 TEST_CASE("verify refuses a run above its memory limit before starting, naming the estimate and what to change") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
@@ -536,7 +536,7 @@ TEST_CASE("a rank thread that cannot be created stops the started ranks and repo
 TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo ranks match the unsharded step") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   verify_options vo;
@@ -566,7 +566,7 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
 TEST_CASE("a training plan broken in its backward (a missing gradient reduction) is caught at that parameter") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = make_cluster_mesh({2, 4});
   o.mode = run_mode::training;
   o.compare_baselines = false;
   o.memory_budget = 90000;  // weights and activations split over both axes

@@ -20,8 +20,8 @@ nlohmann::json shipped(const std::string& model) {
 autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const std::string& algo, std::vector<int> mesh,
                                       std::vector<std::string> names = {}) {
   autoshard::autosharding_options o;
-  o.mesh_shape = std::move(mesh);
-  o.mesh_axis_names = std::move(names);
+  o.mesh = autoshard::make_cluster_mesh(mesh);
+  for (std::size_t a = 0; a < names.size(); ++a) o.mesh.set_axis_name(a, names[a]);
   o.algo = algo;
   o.compare_baselines = false;
   o.ilp_solution_file = (std::filesystem::temp_directory_path() / ("autoshard_export_" + algo + ".json")).string();

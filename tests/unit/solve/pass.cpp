@@ -40,7 +40,7 @@ std::string temp_file(const char* name) { return (std::filesystem::temp_director
 TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mesh_shape = {1, 8};
+  o.mesh = autoshard::make_cluster_mesh({1, 8});
   o.run_checks = true;
   o.algo = "megatron";
   const autoshard::autosharding_result meg = autoshard::autosharding_analysis_pass(g, o);
@@ -90,9 +90,7 @@ TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and
 TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
-  o.inter_node_bandwidth = 25e9;
-  o.intra_node_bandwidth = 300e9;
+  o.mesh = autoshard::make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 25e9, .intra_node_bandwidth = 300e9});
   o.mode = autoshard::run_mode::training;
   o.run_checks = true;
   const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
@@ -123,7 +121,7 @@ TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
 TEST_CASE("memory budget: a tight budget is met, an impossible one names the smallest budget") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mode = autoshard::run_mode::training;
   o.compare_baselines = false;
   o.run_checks = true;
@@ -146,7 +144,7 @@ TEST_CASE("memory budget: a tight budget is met, an impossible one names the sma
 TEST_CASE("plan files: write, preload, and clear errors when the file does not match") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_test.json");
   const auto solved = autoshard::autosharding_analysis_pass(g, o);
@@ -159,16 +157,17 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
     std::ifstream in(o.ilp_solution_file);
     const nlohmann::json j = nlohmann::json::parse(in);
     CHECK(j["format"] == "autoshard.plan");
-    CHECK(j["version"] == 1);
-    CHECK(j["mesh"]["shape"] == nlohmann::json({2, 4}));
-    CHECK(j["operators"].size() == boost::num_vertices(g));
-    CHECK(j["breakdown"].contains("resharding"));
+    CHECK(j["version"] == 2);
+    CHECK(j["mesh"]["axes"].size() == 2);
+    CHECK(j["mesh"]["axes"][1]["size"] == 4);
+    CHECK(j["tensors"].size() == boost::num_vertices(g));
+    CHECK(j["cost"].contains("resharding"));
   }
   // Another mesh.
-  o.mesh_shape = {1, 8};
-  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("is for mesh shape [2,4], not mesh(1,8)"),
+  o.mesh = autoshard::make_cluster_mesh({1, 8});
+  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("is for mesh mesh(2,4), not mesh(1,8)"),
                        autoshard::solver_error);
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   // Another graph: a wider model has the same names but other shapes.
   auto wide = gpt2_small(8, autoshard::run_mode::inference);
   wide.hidden = 1024;
@@ -180,7 +179,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
   auto deep = gpt2_small(8, autoshard::run_mode::inference);
   deep.layers = 3;
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(deep), o),
-                       doctest::Contains("operators; the graph has"), autoshard::solver_error);
+                       doctest::Contains("tensors; the graph has"), autoshard::solver_error);
   // Training plans are not inference plans.
   o.mode = autoshard::run_mode::training;
   CHECK_THROWS_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training)), o),
@@ -197,7 +196,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
 TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.pinned["transformer.h.0.mlp.c_fc"] = autoshard::parse_spec("RRS1", 2, 3);
   const auto r = autoshard::autosharding_analysis_pass(g, o);
@@ -210,17 +209,15 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   o.algo = "zero";
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("algo must be"), autoshard::solver_error);
   o.algo = "alpa";
-  o.communications_backend = "mpi";
-  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("\"nccl\" or \"gloo\""),
-                       autoshard::solver_error);
-  o.communications_backend = "gloo";  // slower links: the plan never gets cheaper
+  CHECK_THROWS_WITH_AS(autoshard::make_cluster_mesh({2, 4}, {.communications_backend = "mpi"}),
+                       doctest::Contains("\"nccl\" or \"gloo\""), autoshard::spec_error);
+  o.mesh = autoshard::make_cluster_mesh({2, 4}, {.communications_backend = "gloo"});  // slower links: never cheaper
   const auto gloo = autoshard::autosharding_analysis_pass(g, o);
-  o.communications_backend = "nccl";
+  CHECK(gloo.report.mesh.link(0) == autoshard::link_model{1e-4, 12.5e9});  // gloo: its latency, half the bandwidth
+  o.mesh = autoshard::make_cluster_mesh({2, 4}, {.communications_backend = "nccl"});
   const auto nccl = autoshard::autosharding_analysis_pass(g, o);
   CHECK(gloo.report.plan.step_seconds >= nccl.report.plan.step_seconds * (1 - 1e-9));
-  o.mesh_shape = {1, 2, 2, 2, 1};
-  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("1 to 4 axes"), autoshard::solver_error);
-  o.mesh_shape = {2, 4};
+  CHECK_THROWS_WITH_AS(autoshard::make_cluster_mesh({1, 2, 2, 2, 1}), doctest::Contains("1 to 4 axes"), autoshard::spec_error);
   o.time_limit = 0;
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("time_limit must be > 0"),
                        autoshard::solver_error);
@@ -229,8 +226,8 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
 TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
-  o.mesh_axis_names = {"dp", "tp"};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
+  o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_names.json");
   const auto solved = autoshard::autosharding_analysis_pass(g, o);
@@ -240,19 +237,83 @@ TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan
     const nlohmann::json j = nlohmann::json::parse(in);
     CHECK(j["mesh"]["axis_names"] == nlohmann::json({"dp", "tp"}));
   }
+  const autoshard::plan_document d = autoshard::read_plan_file(o.ilp_solution_file);
+  CHECK(to_string(d.mesh) == "mesh(dp=2,tp=4)");
   const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
   CHECK(lp.mesh.axis_name(0) == "dp");
   CHECK(lp.mesh.axis_name(1) == "tp");
   // A name the core refuses, or one per axis missing, is a clear error naming the file's member.
-  o.mesh_axis_names = {"dp"};
-  CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("1 names for a mesh of 2 axes"),
-                       autoshard::solver_error);
+  nlohmann::json j;
   {
     std::ifstream in(o.ilp_solution_file);
-    nlohmann::json j = nlohmann::json::parse(in);
-    j["mesh"]["axis_names"] = {"dp", "dp"};
-    std::ofstream(o.ilp_solution_file) << j.dump();
+    j = nlohmann::json::parse(in);
   }
+  j["mesh"]["axis_names"] = {"dp", "dp"};
+  std::ofstream(o.ilp_solution_file) << j.dump();
   CHECK_THROWS_WITH_AS(autoshard::load_plan(o.ilp_solution_file), doctest::Contains("'dp' names two axes"), autoshard::io_error);
+  j["mesh"]["axis_names"] = {"dp"};
+  std::ofstream(o.ilp_solution_file) << j.dump();
+  CHECK_THROWS_WITH_AS(autoshard::load_plan(o.ilp_solution_file), doctest::Contains("1 names for a mesh of 2 axes"),
+                       autoshard::io_error);
+}
+
+TEST_CASE("plan document: what the pass writes reads back equal, field by field, links included") {
+  const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({2, 2, 2});
+  o.mesh.set_link(0, {3e-5, 20e9});  // three different links: none may collapse into another
+  o.mesh.set_link(1, {7e-6, 150e9});
+  o.mesh.set_link(2, {2e-6, 450e9});
+  o.mode = autoshard::run_mode::training;
+  o.algo = "data_parallel";  // gradients all-reduced over every axis: each link is priced
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file("autoshard_plan_document_test.json");
+  const auto r = autoshard::autosharding_analysis_pass(g, o);
+  const autoshard::plan_document d = autoshard::read_plan_file(o.ilp_solution_file);
+  CHECK(d.mesh == o.mesh);
+  for (std::size_t a = 0; a < 3; ++a) CHECK(d.mesh.link(a) == o.mesh.link(a));
+  CHECK(d.mode == autoshard::run_mode::training);
+  CHECK(d.options.algo == "data_parallel");
+  CHECK(d.options.time_limit == o.time_limit);
+  CHECK(d.options.tie_layers == o.tie_layers);
+  CHECK(autoshard::to_json(d.graph) == autoshard::to_json(g));
+  REQUIRE(d.tensors.size() == r.strategies.size());
+  for (std::size_t v = 0; v < d.tensors.size(); ++v) {
+    CAPTURE(g[v].name);
+    CHECK(d.tensors[v].strategy == r.strategies[v].name);
+    CHECK(d.tensors[v].output == r.strategies[v].output);
+    CHECK(d.tensors[v].inputs == r.strategies[v].inputs);
+    CHECK(d.tensors[v].local_shape == autoshard::max_local_shape(o.mesh, r.strategies[v].output, g[v].shape));
+    CHECK(d.tensors[v].memory_bytes == r.strategies[v].memory_bytes);
+  }
+  CHECK(d.cost.objective == r.report.plan.step_seconds);
+  CHECK(d.cost.communication == r.report.plan.communication_seconds);
+  CHECK(d.cost.peak_memory_bytes == r.report.plan.peak_memory_bytes);
+  CHECK(d.solver.status == autoshard::to_string(r.report.solver.status));
+  CHECK(d.solver.bound == r.report.solver.bound_value());
+  // load_plan (verify, the executor) gives back the very strategies, on the links solved with.
+  const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
+  CHECK(lp.mesh == o.mesh);
+  for (std::size_t v = 0; v < lp.strategies.size(); ++v) CHECK(lp.strategies[v].name == r.strategies[v].name);
+
+  // An edited plan with a slower link on axis 2 is priced with it, not with the caller's mesh.
+  nlohmann::json j;
+  {
+    std::ifstream in(o.ilp_solution_file);
+    j = nlohmann::json::parse(in);
+  }
+  j["mesh"]["axes"][2]["bandwidth_Bps"] = 45e9;
+  std::ofstream(o.ilp_solution_file) << j.dump();
+  o.preload_solution = true;
+  const auto edited = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(edited.report.mesh.link(2) == autoshard::link_model{2e-6, 45e9});
+  CHECK(edited.report.mesh.link(0) == o.mesh.link(0));
+  CHECK(edited.report.plan.choice == r.report.plan.choice);
+  CHECK(edited.report.plan.communication_seconds > r.report.plan.communication_seconds);
+  // Priced exactly as a pass on the edited mesh prices the same choice.
+  autoshard::autosharding_options e = o;
+  e.mesh.set_link(2, {2e-6, 45e9});
+  const autoshard::detail::pass_model pm(g, e);
+  CHECK(edited.report.plan.step_seconds == autoshard::detail::summarize(pm, "data_parallel", r.report.plan.choice).step_seconds);
   std::filesystem::remove(o.ilp_solution_file);
 }

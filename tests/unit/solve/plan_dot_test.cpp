@@ -19,8 +19,8 @@ autoshard::loaded_plan plan_of(int layers, const std::string& algo) {
   c.max_positions = 32;
   c.mode = autoshard::run_mode::training;
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 4};
-  o.mesh_axis_names = {"dp", "tp"};
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
+  o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.algo = algo;
   o.compare_baselines = false;
   o.ilp_solution_file = (std::filesystem::temp_directory_path() / ("autoshard_plan_dot_" + algo + ".json")).string();

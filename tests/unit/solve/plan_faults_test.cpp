@@ -22,7 +22,7 @@ struct plan_fixture {
   fs::path file = fs::temp_directory_path() / ("autoshard-plan-faults-" + std::to_string(::getpid()) + ".json");
   autoshard::autosharding_options opt;
   plan_fixture() {
-    opt.mesh_shape = {2, 2};
+    opt.mesh = autoshard::make_cluster_mesh({2, 2});
     opt.compare_baselines = false;
     opt.ilp_solution_file = file.string();
     autoshard::autosharding_analysis_pass(g, opt);  // writes a valid plan
@@ -49,13 +49,21 @@ struct plan_fixture {
 };
 }  // namespace
 
+autoshard::model_graph mlp(std::int64_t width, const char* name = "fc") {
+  autoshard::model_graph g;
+  const auto x = autoshard::add_input(g, "x", {8, 16}, autoshard::dtype::f32);
+  const auto w = autoshard::add_parameter(g, "w", {width, 16}, autoshard::dtype::f32);
+  autoshard::add_op(g, autoshard::op_kind::linear, name, {x, w});
+  return g;
+}
+
 TEST_CASE("regression: fuzz_plan_json, \"algo\" that is not a string") {
   // fuzz_plan_json crash-c6cc646b: j.value("algo", ...) threw nlohmann type_error past the pass.
   plan_fixture f;
   auto j = f.plan();
-  j["algo"] = 7;
+  j["options"]["algo"] = 7;
   f.write(j);
-  CHECK(f.error<autoshard::io_error>().find("\"algo\" is not a string") != std::string::npos);
+  CHECK(f.error<autoshard::io_error>().find("options.algo is 7, not a string") != std::string::npos);
 }
 
 TEST_CASE("regression: fuzz_plan_json, a mesh shape with a 0 axis") {
@@ -64,31 +72,30 @@ TEST_CASE("regression: fuzz_plan_json, a mesh shape with a 0 axis") {
   // refused as it is read, as an io_error naming the member.
   plan_fixture f;
   auto j = f.plan();
-  j["mesh"]["shape"] = {0};
+  j["mesh"]["axes"][0]["size"] = 0;
   f.write(j);
-  CHECK(f.error<autoshard::io_error>().find("mesh.shape[0] is 0, not an integer in [1, ") != std::string::npos);
+  CHECK(f.error<autoshard::io_error>().find("mesh.axes[0].size is 0, not an integer in [1, ") != std::string::npos);
 }
 
 TEST_CASE("faults: a plan file for another model is a solver_error naming the difference") {
   plan_fixture f;
-  const auto good = f.plan();
-  SUBCASE("another graph: an operator the graph does not have") {
-    auto j = good;
-    j["operators"][2]["name"] = "fc2";
-    f.write(j);
-    CHECK(f.error<autoshard::solver_error>().find("has no operator 'fc'") != std::string::npos);
+  SUBCASE("another graph: a vertex the plan does not have") {
+    f.g = mlp(32, "fc2");
+    CHECK(f.error<autoshard::solver_error>().find("has no tensor 'fc2'") != std::string::npos);
   }
   SUBCASE("another shape") {
-    auto j = good;
-    j["operators"][2]["shape"] = {8, 64};
-    f.write(j);
-    CHECK(f.error<autoshard::solver_error>().find("operator 'fc' has shape [8,64] in the file") != std::string::npos);
+    f.g = mlp(64);
+    CHECK(f.error<autoshard::solver_error>().find("tensor 'w' has shape [32,16] in the file but [64,16] in the graph") !=
+          std::string::npos);
   }
   SUBCASE("another mode") {
-    auto j = good;
-    j["mode"] = "training";
-    f.write(j);
-    CHECK(f.error<autoshard::solver_error>().find("is a training plan") != std::string::npos);
+    f.opt.mode = autoshard::run_mode::training;
+    CHECK(f.error<autoshard::solver_error>().find("is a inference plan") == std::string::npos);
+    CHECK(f.error<autoshard::solver_error>().find("is an inference plan") != std::string::npos);
+  }
+  SUBCASE("another mesh shape") {
+    f.opt.mesh = autoshard::make_cluster_mesh({4});
+    CHECK(f.error<autoshard::solver_error>().find("is for mesh mesh(2,2), not mesh(4)") != std::string::npos);
   }
   SUBCASE("not JSON") {
     std::ofstream(f.file) << "{";

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <autoshard/solve/solve.hpp>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
 
 #include <sstream>
 #include <string>
@@ -36,22 +39,40 @@ TEST_CASE("regression: fuzz_plan_json, integers beyond 2^64 and floats where a p
   const auto w = autoshard::add_parameter(g, "w", {4, 16}, autoshard::dtype::f32);
   autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});
   autoshard::autosharding_options o;
-  o.mesh_shape = {2, 2};
+  o.mesh = autoshard::make_cluster_mesh({2, 2});
   o.compare_baselines = false;
-  const autoshard::detail::pass_model pm(g, o);
-  auto load = [&](const std::string& text) {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    return autoshard::detail::plan_from_json(pm, j, "crash.json");
+  const std::string path = (std::filesystem::temp_directory_path() / ("autoshard-crash-" + std::to_string(::getpid()) + ".json")).string();
+  o.ilp_solution_file = path;
+  (void)autoshard::autosharding_analysis_pass(g, o);
+  nlohmann::json good;
+  {
+    std::ifstream in(path);
+    good = nlohmann::json::parse(in);
+  }
+  std::filesystem::remove(path);
+  auto load = [&](const std::string& edit_path, const nlohmann::json& value) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(edit_path)] = value;
+    return autoshard::plan_from_json(j, "crash.json");
   };
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 18446744073750591615})"),
+  CHECK_THROWS_WITH_AS(load("/version", nlohmann::json::parse("18446744073750591615")),
                        doctest::Contains("version is 1.844674407375059"), autoshard::io_error);
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1.5})"), doctest::Contains("version is 1.5, not an integer"),
+  CHECK_THROWS_WITH_AS(load("/version", 1.5), doctest::Contains("version is 1.5, not an integer"), autoshard::io_error);
+  CHECK_THROWS_WITH_AS(load("/mesh/axes/0/size", 1e30), doctest::Contains("mesh.axes[0].size is 1e+30"), autoshard::io_error);
+  CHECK_THROWS_WITH_AS(load("/mesh/axes/1/size", -2), doctest::Contains("mesh.axes[1].size is -2"), autoshard::io_error);
+  CHECK_THROWS_WITH_AS(load("/tensors/0/local_shape/1", 9.5e40), doctest::Contains("tensors[0].local_shape[1] is 9.5e+40"),
                        autoshard::io_error);
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [1e30, 2]}})"),
-                       doctest::Contains("mesh.shape[0] is 1e+30"), autoshard::io_error);
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [2, -2]}})"),
-                       doctest::Contains("mesh.shape[1] is -2"), autoshard::io_error);
-  CHECK_THROWS_WITH_AS(load(R"({"format": "autoshard.plan", "version": 1, "mesh": {"shape": [2, 2]}, "mode": "inference",
-      "operators": [{"name": "x", "shape": [8, 9.5e40], "strategy": "->RR"}, {"name": "w"}, {"name": "fc"}]})"),
-                       doctest::Contains("operator 'x'.shape[1] is 9.5e+40"), autoshard::io_error);
+}
+
+TEST_CASE("regression: a plan whose mesh asks for 10^16 devices is refused before anything is allocated") {
+  // Issue 17 item 2: a plan with mesh [99999999, 99999999] grew memory without end.
+  const nlohmann::json axis{{"size", 99999999}, {"latency_s", 5e-6}, {"bandwidth_Bps", 1e11}};
+  const nlohmann::json huge{{"axes", {axis, axis}}};
+  CHECK_THROWS_WITH_AS(autoshard::mesh_from_json(autoshard::json_in(huge, "plan file 'p.json'", "mesh")),
+                       "io error: plan file 'p.json': mesh.axes[0].size is 99999999, not an integer in [1, 1048576]",
+                       autoshard::io_error);
+  nlohmann::json wide = huge;  // each axis allowed, the product not
+  for (auto& a : wide["axes"]) a["size"] = 4096;
+  CHECK_THROWS_WITH_AS(autoshard::mesh_from_json(autoshard::json_in(wide, "plan file 'p.json'", "mesh")),
+                       doctest::Contains("mesh.axes describes 16777216+ devices; at most 1048576"), autoshard::io_error);
 }

@@ -1,0 +1,150 @@
+// The plan document: one writer, one reader, every member checked.
+#include <autoshard/plan/plan.hpp>
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using namespace autoshard;
+
+namespace {
+
+/// x [8,16] -> fc = linear(x, w [32,16]) on a 2x2 mesh with three different links, the
+/// weight column-split over axis 1, the batch split over axis 0.
+plan_document small_plan() {
+  plan_document d;
+  d.mesh = device_mesh{2, 2};
+  d.mesh.set_link(0, {3e-5, 20e9});
+  d.mesh.set_link(1, {4e-6, 250e9});
+  d.mode = run_mode::training;
+  d.options.algo = "megatron";
+  d.options.time_limit = 12.5;
+  d.options.mip_rel_gap = 0.01;
+  d.options.memory_budget = 1 << 20;
+  d.options.pinned["x"] = "S0R";
+  const vertex_t x = add_input(d.graph, "x", {8, 16}, dtype::f32);
+  const vertex_t w = add_parameter(d.graph, "w", {32, 16}, dtype::f32);
+  add_op(d.graph, op_kind::linear, "fc", {x, w});
+  const sharding_spec sx = parse_spec("S0R", 2, 2);
+  const sharding_spec w_col = parse_spec("S1R", 2, 2), fc_out = parse_spec("S0S1", 2, 2);
+  d.tensors.push_back({"->S0R", {}, sx, tensor_shape{4, 16}, 0.0, 256});
+  d.tensors.push_back({"->S1R", {}, w_col, tensor_shape{16, 16}, 0.0, 1024});
+  d.tensors.push_back({"S0R,S1R->S0S1", {sx, w_col}, fc_out, tensor_shape{4, 16}, 1.5e-9, 256});
+  d.cost = {2.5e-9, 1.5e-9, 1e-9, 0.0, 1536};
+  d.solver = {"feasible", 2.5e-9, 2.0e-9, 0.2, 0.125};
+  return d;
+}
+
+struct temp_plan {
+  fs::path path = fs::temp_directory_path() / ("autoshard-plan-doc-" + std::to_string(::getpid()) + ".json");
+  ~temp_plan() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+std::string read_error(const nlohmann::json& j) {
+  try {
+    (void)plan_from_json(j, "plan file 'p.json'");
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("plan document: written and read back, it compares equal field by field, links included") {
+  const plan_document d = small_plan();
+  temp_plan f;
+  write_plan_file(d, f.path);
+  const plan_document back = read_plan_file(f.path.string());
+  CHECK(back.mesh == d.mesh);
+  CHECK(back.mesh.link(0) == link_model{3e-5, 20e9});
+  CHECK(back.mesh.link(1) == link_model{4e-6, 250e9});
+  CHECK(back.mode == d.mode);
+  CHECK(back.options == d.options);
+  CHECK(back.tensors == d.tensors);
+  CHECK(back.cost == d.cost);
+  CHECK(back.solver == d.solver);
+  CHECK(to_json(back.graph) == to_json(d.graph));
+  CHECK(back == d);
+  // The file spells the links one way and says its version.
+  const nlohmann::json j = to_json(d);
+  CHECK(j["version"] == 2);
+  CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}});
+  CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
+}
+
+TEST_CASE("plan document: an unknown, newer or older version fails naming both versions") {
+  nlohmann::json j = to_json(small_plan());
+  j["version"] = 3;
+  CHECK(read_error(j) == "io error: plan file 'p.json' has version 3; this build reads version 2");
+  j["version"] = 1;
+  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads version 2)") !=
+        std::string::npos);
+  j.erase("version");
+  CHECK(read_error(j) == "io error: plan file 'p.json': the document has no member \"version\"");
+  j["version"] = 2;
+  j["format"] = "autoshard.graph";
+  CHECK(read_error(j).find("is not an autoshard plan") != std::string::npos);
+}
+
+TEST_CASE("plan document: a missing field, a wrong type or an out-of-range integer fails naming the field") {
+  const nlohmann::json good = to_json(small_plan());
+  auto edited = [&](const char* pointer, const nlohmann::json& value) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(pointer)] = value;
+    return read_error(j);
+  };
+  auto without = [&](const char* parent, const char* key) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(parent)].erase(key);
+    return read_error(j);
+  };
+  CHECK(without("/mesh/axes/1", "bandwidth_Bps") == "io error: plan file 'p.json': mesh.axes[1] has no member \"bandwidth_Bps\"");
+  CHECK(without("/tensors/2", "output") == "io error: plan file 'p.json': tensors[2] has no member \"output\"");
+  CHECK(without("/options", "tie_layers") == "io error: plan file 'p.json': options has no member \"tie_layers\"");
+  CHECK(edited("/mesh/axes/0/latency_s", "fast") ==
+        "io error: plan file 'p.json': mesh.axes[0].latency_s is \"fast\", not a number in [0, 1000]");
+  CHECK(edited("/mesh/axes/0/bandwidth_Bps", -1) ==
+        "io error: plan file 'p.json': mesh.axes[0].bandwidth_Bps is -1, not a number in [1, 1e+18]");
+  CHECK(edited("/options/tie_layers", 1) == "io error: plan file 'p.json': options.tie_layers is 1, not true or false");
+  CHECK(edited("/tensors/1/memory_bytes", nlohmann::json::parse("18446744073709551615")).find(
+            "tensors[1].memory_bytes is 18446744073709551615, not an integer in [0, ") != std::string::npos);
+  CHECK(edited("/mesh/axes/1/size", 3.0).find("mesh.axes[1].size is 3.0, not an integer in [1, 1048576]") != std::string::npos);
+  CHECK(edited("/mode", "serving") == "io error: plan file 'p.json': mode is \"serving\", not \"inference\" or \"training\"");
+  CHECK(edited("/solver/status", "optimal?").find("solver.status is \"optimal?\"") != std::string::npos);
+  // Consistency with the embedded graph and the mesh.
+  CHECK(edited("/tensors/2/name", "fc2").find("tensors[2].name is \"fc2\", not \"fc\", the name of graph vertex 2") !=
+        std::string::npos);
+  CHECK(edited("/tensors/2/output", "S0S0").find("tensors[2].output is \"S0S0\", which does not fit") != std::string::npos);
+  CHECK(edited("/tensors/1/local_shape", nlohmann::json{32, 16}).find(
+            "tensors[1].local_shape is [32,16], not [16,16], rank 0's shard of [32,16] under S1R") != std::string::npos);
+  CHECK(edited("/tensors/2/inputs", nlohmann::json{"S0R"}).find("tensors[2].inputs has 1 specs for 2 operands") !=
+        std::string::npos);
+  CHECK(edited("/graph/nodes/2/shape", nlohmann::json{8, 33}).find("its graph is invalid: graph error:") != std::string::npos);
+}
+
+TEST_CASE("plan document: the mesh's sizes are bounded before anything is allocated") {
+  const nlohmann::json good = to_json(small_plan());
+  nlohmann::json j = good;
+  for (auto& a : j["mesh"]["axes"]) a["size"] = 99999999;
+  CHECK(read_error(j).find("mesh.axes[0].size is 99999999, not an integer in [1, 1048576]") != std::string::npos);
+  j = good;
+  const nlohmann::json axis = j["mesh"]["axes"][0];
+  j["mesh"]["axes"] = {axis, axis, axis, axis, axis};
+  CHECK(read_error(j).find("mesh.axes has 5 elements; at most 4 are allowed") != std::string::npos);
+  j["mesh"]["axes"] = nlohmann::json::array();
+  CHECK(read_error(j).find("mesh.axes is empty") != std::string::npos);
+}
+
+TEST_CASE("plan document: reading a directory or a missing file is an io_error naming it") {
+  CHECK_THROWS_WITH_AS(read_plan_file(fs::temp_directory_path().string()), doctest::Contains("is a directory"), io_error);
+  CHECK_THROWS_WITH_AS(read_plan_file("/nonexistent/plan.json"), doctest::Contains("cannot open plan file '/nonexistent/plan.json'"),
+                       io_error);
+}

@@ -138,24 +138,15 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   return po;
 }
 
-int run_plan(const plan_cli_options& o) {
+/// The plan's pictures: a DOT (tied layers once, a legend, resharding edges with their
+/// collectives and time; solve/plan_dot.hpp), and an SVG where Graphviz is installed (empty
+/// path when it is not). Returns {dot, svg}.
+std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const plan_cli_options& o, const model_graph& g,
+                                                                       const autosharding_result& r) {
   namespace fs = std::filesystem;
-  check_plan_paths(o);
-  const model_graph g = o.model.build();
-  autosharding_options po = pass_options(o, g, plan_mesh(o));
-  progress_printer progress(!o.quiet && !o.preload);
-  po.on_progress = [&progress](const solve_progress& p) { progress(p); };
-
-  const autosharding_result r = autosharding_analysis_pass(g, po);
-  progress.finish();
-  const autosharding_report& rep = r.report;
-  const device_mesh& m = rep.mesh;  // the mesh the plan was priced with (a preloaded plan's own links)
-
-  // DOT of the plan (tied layers once, a legend, resharding edges with their collectives and
-  // time), and an SVG where Graphviz is installed.
   const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
   std::ostringstream dot_text;
-  write_plan_dot(dot_text, g, rep.mesh, r.strategies, po.mode);
+  write_plan_dot(dot_text, g, r.report.mesh, r.strategies, o.model.run());
   write_file_atomically(dot, dot_text.str());
   fs::path svg;
   {  // Graphviz's dot, run without a shell; the SVG is renamed into place only when dot succeeded.
@@ -169,65 +160,59 @@ int run_plan(const plan_cli_options& o) {
       svg.clear();
     }
   }
+  return {dot, svg};
+}
 
-  // Collectives per step, by kind and mesh axis.
-  std::map<std::pair<std::string, int>, std::tuple<int, double, double>> agg;
-  for (const collective_use& c : rep.plan.collectives) {
+/// Collectives per step, by (kind, mesh axis): count, bytes, seconds.
+using collective_totals = std::map<std::pair<std::string, int>, std::tuple<int, double, double>>;
+collective_totals total_collectives(const plan_summary& plan) {
+  collective_totals agg;
+  for (const collective_use& c : plan.collectives) {
     auto& [n, bytes, secs] = agg[{std::string(to_string(c.kind)), c.mesh_axis}];
     ++n;
     bytes += static_cast<double>(c.bytes);
     secs += c.seconds;
   }
+  return agg;
+}
 
-  if (o.json) {
-    nlohmann::json ops = nlohmann::json::array();
-    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-      ops.push_back({{"name", g[v].name},
-                     {"kind", std::string(to_string(g[v].kind))},
-                     {"strategy", r.strategies[v].name},
-                     {"inputs", spec_list(r.strategies[v].inputs)},
-                     {"output", to_alpa_string(r.strategies[v].output)}});
-    nlohmann::json coll = nlohmann::json::array();
-    for (const auto& [k, v] : agg)
-      coll.push_back({{"collective", k.first}, {"mesh_axis", k.second}, {"count", std::get<0>(v)},
-                      {"bytes", std::get<1>(v)}, {"seconds", std::get<2>(v)}});
-    nlohmann::json base = nlohmann::json::array();
-    for (const plan_summary& b : rep.baselines) base.push_back(summary_json(b));
-    nlohmann::json j{{"model", o.model.model},
-                     {"parameters", parameter_count(g)},
-                     {"mesh", to_json(m)},
-                     {"mode", o.model.mode},
-                     {"plan", summary_json(rep.plan)},
-                     {"baselines", base},
-                     {"collectives", coll},
-                     {"operators", ops},
-                     {"files", {{"plan", o.out}, {"dot", dot.string()}, {"svg", svg.string()}}}};
-    if (!o.preload)
-      j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
-                     {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
-                     {"ilp_nodes", rep.tied_classes}};
-    std::cout << j.dump(2) << "\n";
-    return exit_ok;
-  }
+/// --json: one document with the plan, the baselines, the collectives and the files.
+void print_plan_json(const plan_cli_options& o, const model_graph& g, const autosharding_result& r,
+                     const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
+  const autosharding_report& rep = r.report;
+  const device_mesh& m = rep.mesh;
+  nlohmann::json ops = nlohmann::json::array();
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    ops.push_back({{"name", g[v].name},
+                   {"kind", std::string(to_string(g[v].kind))},
+                   {"strategy", r.strategies[v].name},
+                   {"inputs", spec_list(r.strategies[v].inputs)},
+                   {"output", to_alpa_string(r.strategies[v].output)}});
+  nlohmann::json coll = nlohmann::json::array();
+  for (const auto& [k, v] : agg)
+    coll.push_back({{"collective", k.first}, {"mesh_axis", k.second}, {"count", std::get<0>(v)},
+                    {"bytes", std::get<1>(v)}, {"seconds", std::get<2>(v)}});
+  nlohmann::json base = nlohmann::json::array();
+  for (const plan_summary& b : rep.baselines) base.push_back(summary_json(b));
+  nlohmann::json j{{"model", o.model.model},
+                   {"parameters", parameter_count(g)},
+                   {"mesh", to_json(m)},
+                   {"mode", o.model.mode},
+                   {"plan", summary_json(rep.plan)},
+                   {"baselines", base},
+                   {"collectives", coll},
+                   {"operators", ops},
+                   {"files", {{"plan", o.out}, {"dot", dot.string()}, {"svg", svg.string()}}}};
+  if (!o.preload)
+    j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
+                   {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
+                   {"ilp_nodes", rep.tied_classes}};
+  std::cout << j.dump(2) << "\n";
+}
 
-  std::cout << "model   " << o.model.model << ": " << boost::num_vertices(g) << " operators, "
-            << parameter_count(g) << " parameters, " << (po.mode == run_mode::training ? "training" : "inference")
-            << "\nmesh    " << to_string(m);
-  for (std::size_t a = 0; a < m.ndim(); ++a)
-    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
-              << " GB/s, " << human_seconds(m.link(a).alpha);
-  std::cout << ")\n";
-  if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
-  else
-    std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
-              << rep.tied_classes << " ILP nodes for " << rep.vertices << " operators"
-              << (rep.solver.status == solve_status::feasible
-                      ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
-                      : std::string())
-              << ")\n";
-
-  // Per-layer table: operators outside the repeated layers, and layer 0 for the layers,
-  // noting whether every other layer chose the same.
+/// Per-layer table: operators outside the repeated layers, and layer 0 for the layers,
+/// noting whether every other layer chose the same.
+void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
   std::map<std::string, std::string> first_choice;
   std::map<std::string, bool> uniform;
   int max_layer = -1;
@@ -254,6 +239,32 @@ int run_plan(const plan_cli_options& o) {
     std::cout << "  " << std::setw(44) << g[v].name << std::setw(16) << to_string(g[v].kind)
               << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
   }
+}
+
+/// The terminal report: model and mesh (as priced), solver, chosen specs per layer,
+/// collectives, and the plan next to the baselines.
+void print_plan_report(const plan_cli_options& o, const model_graph& g, const autosharding_result& r,
+                       const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
+  const autosharding_report& rep = r.report;
+  const device_mesh& m = rep.mesh;
+  const run_mode mode = o.model.run();
+  std::cout << "model   " << o.model.model << ": " << boost::num_vertices(g) << " operators, "
+            << parameter_count(g) << " parameters, " << (mode == run_mode::training ? "training" : "inference")
+            << "\nmesh    " << to_string(m);
+  for (std::size_t a = 0; a < m.ndim(); ++a)
+    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
+              << " GB/s, " << human_seconds(m.link(a).alpha);
+  std::cout << ")\n";
+  if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
+  else
+    std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
+              << rep.tied_classes << " ILP nodes for " << rep.vertices << " operators"
+              << (rep.solver.status == solve_status::feasible
+                      ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
+                      : std::string())
+              << ")\n";
+
+  print_chosen_specs(g, r);
   std::cout << std::right << "\ncollectives per step\n";
   if (agg.empty()) std::cout << "  none\n";
   for (const auto& [k, v] : agg)
@@ -267,6 +278,20 @@ int run_plan(const plan_cli_options& o) {
   for (const plan_summary& b : rep.baselines) print_summary_row(b, false);
   std::cout << "\nwrote " << o.out << " (plan), " << dot.string() << (svg.empty() ? "" : ", " + svg.string())
             << "\n";
+}
+
+int run_plan(const plan_cli_options& o) {
+  check_plan_paths(o);
+  const model_graph g = o.model.build();
+  autosharding_options po = pass_options(o, g, plan_mesh(o));
+  progress_printer progress(!o.quiet && !o.preload);
+  po.on_progress = [&progress](const solve_progress& p) { progress(p); };
+  const autosharding_result r = autosharding_analysis_pass(g, po);
+  progress.finish();
+  const auto [dot, svg] = write_pictures(o, g, r);
+  const collective_totals agg = total_collectives(r.report.plan);
+  if (o.json) print_plan_json(o, g, r, agg, dot, svg);
+  else print_plan_report(o, g, r, agg, dot, svg);
   return exit_ok;
 }
 

@@ -470,43 +470,40 @@ const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const
   throw graph_error(msg);
 }
 
-int run_show_plan(const show_options& o) {
-  command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
-  paths.input("--plan", o.plan).output("--svg", o.svg);
-  paths.check();
-  const plan_doc doc = read_plan(o.plan);
+/// --plan --tensor NAME: the block map of one tensor's output spec.
+void show_plan_tensor(const plan_doc& doc, const show_options& o) {
+  std::string tied;
+  const plan_entry& e = find_entry(doc, o.tensor, o.plan, &tied);
+  if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
+  if (e.shape.rank == 0)
+    throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
+  const nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
+                             {"inputs", e.inputs}};
+  const std::string heading = e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
+  draw(doc.mesh, e.spec, e.shape, o.svg, o.json, extra, heading, o.slice);
+}
+
+/// --plan --json: every tensor with its specs and local shape, and the mesh with its links.
+void show_plan_json(const plan_doc& doc, const std::string& file) {
   const device_mesh& m = doc.mesh;
-  if (!o.tensor.empty()) {
-    std::string tied;
-    const plan_entry& e = find_entry(doc, o.tensor, o.plan, &tied);
-    if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
-    if (e.shape.rank == 0)
-      throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
-    nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
-                         {"inputs", e.inputs}};
-    const std::string heading =
-        e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
-    draw(m, e.spec, e.shape, o.svg, o.json, extra, heading, o.slice);
-    return exit_ok;
-  }
+  nlohmann::json ts = nlohmann::json::array();
+  for (const auto& e : doc.entries)
+    ts.push_back({{"name", e.name},
+                  {"kind", e.kind},
+                  {"shape", to_json(e.shape)},
+                  {"strategy", e.strategy},
+                  {"inputs", e.inputs},
+                  {"spec", to_string(e.spec)},
+                  {"alpa", to_alpa_string(e.spec)},
+                  {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
+                  {"even", divides_evenly(m, e.spec, e.shape)}});
+  const nlohmann::json j{{"plan", file}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
+  std::cout << j.dump(2) << "\n";
+}
 
-  if (o.json) {
-    nlohmann::json ts = nlohmann::json::array();
-    for (const auto& e : doc.entries)
-      ts.push_back({{"name", e.name},
-                    {"kind", e.kind},
-                    {"shape", to_json(e.shape)},
-                    {"strategy", e.strategy},
-                    {"inputs", e.inputs},
-                    {"spec", to_string(e.spec)},
-                    {"alpa", to_alpa_string(e.spec)},
-                    {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
-                    {"even", divides_evenly(m, e.spec, e.shape)}});
-    nlohmann::json j{{"plan", o.plan}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
-    std::cout << j.dump(2) << "\n";
-    return exit_ok;
-  }
-
+/// --plan: one row per tensor, columns as wide as their widest cell.
+void show_plan_table(const plan_doc& doc, const std::string& file) {
+  const device_mesh& m = doc.mesh;
   std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
   for (const auto& e : doc.entries) {
     wn = std::max(wn, e.name.size());
@@ -515,25 +512,33 @@ int run_show_plan(const show_options& o) {
     wd = std::max(wd, to_string(e.spec).size());
     wa = std::max(wa, to_alpa_string(e.spec).size());
   }
+  const auto cell = [](std::size_t w) { return std::setw(static_cast<int>(w)); };
+  std::cout << "plan " << file << ": " << (doc.algo.empty() ? "" : doc.algo + ", ") << (doc.mode.empty() ? "" : doc.mode + ", ")
+            << to_string(m) << ", " << doc.entries.size() << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
+  std::cout << std::left << "  " << cell(wn) << "tensor" << "  " << cell(wk) << "kind" << "  " << cell(ws) << "shape" << "  "
+            << cell(wd) << "spec" << "  " << cell(wa) << "alpa" << "  local shape\n";
   bool any_uneven = false;
-  std::cout << "plan " << o.plan << ": " << (doc.algo.empty() ? "" : doc.algo + ", ")
-            << (doc.mode.empty() ? "" : doc.mode + ", ") << to_string(m) << ", " << doc.entries.size()
-            << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
-  std::cout << std::left << "  " << std::setw(static_cast<int>(wn)) << "tensor" << "  " << std::setw(static_cast<int>(wk))
-            << "kind" << "  " << std::setw(static_cast<int>(ws)) << "shape" << "  " << std::setw(static_cast<int>(wd))
-            << "spec" << "  " << std::setw(static_cast<int>(wa)) << "alpa" << "  local shape\n";
   for (const auto& e : doc.entries) {
     const bool even = divides_evenly(m, e.spec, e.shape);
     any_uneven = any_uneven || !even;
-    std::cout << "  " << std::setw(static_cast<int>(wn)) << e.name << "  " << std::setw(static_cast<int>(wk)) << e.kind
-              << "  " << std::setw(static_cast<int>(ws)) << to_string(e.shape) << "  "
-              << std::setw(static_cast<int>(wd)) << to_string(e.spec) << "  " << std::setw(static_cast<int>(wa))
-              << (to_alpa_string(e.spec).empty() ? "-" : to_alpa_string(e.spec)) << "  "
+    const std::string alpa = to_alpa_string(e.spec);
+    std::cout << "  " << cell(wn) << e.name << "  " << cell(wk) << e.kind << "  " << cell(ws) << to_string(e.shape) << "  "
+              << cell(wd) << to_string(e.spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
               << to_string(max_local_shape(m, e.spec, e.shape)) << (even ? "" : " *") << "\n";
   }
   std::cout << std::right;
   if (any_uneven) std::cout << "* uneven: some ranks hold less than the shape shown, or nothing\n";
-  std::cout << "draw one: autoshard show --plan " << o.plan << " --tensor NAME [--svg FILE]\n";
+  std::cout << "draw one: autoshard show --plan " << file << " --tensor NAME [--svg FILE]\n";
+}
+
+int run_show_plan(const show_options& o) {
+  command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
+  paths.input("--plan", o.plan).output("--svg", o.svg);
+  paths.check();
+  const plan_doc doc = read_plan(o.plan);
+  if (!o.tensor.empty()) show_plan_tensor(doc, o);
+  else if (o.json) show_plan_json(doc, o.plan);
+  else show_plan_table(doc, o.plan);
   return exit_ok;
 }
 #else

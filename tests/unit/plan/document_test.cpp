@@ -76,7 +76,7 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   // The file spells the links one way and says its version.
   const nlohmann::json j = to_json(d);
   CHECK(j["version"] == 2);
-  CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}});
+  CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}, {"hop_s", 0.0}});
   CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
 }
 

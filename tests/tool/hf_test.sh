@@ -40,7 +40,7 @@ for cfg in gpt2 bert-base-uncased roberta-base opt-125m pythia-160m bloom-560m q
 import json, sys
 plan, index = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["tensors"]
 split = 0
-for op in plan["operators"]:
+for op in plan["tensors"]:
     if op["kind"] != "parameter": continue
     name = op["name"] if op["name"] in index else op["name"].split(".", 1)[1]
     if name not in index: continue  # a tied table used twice is one tensor

@@ -96,7 +96,8 @@ expect item9 2 "--timeout: inf is not a finite number" "$tool" verify --plan "$t
 # item2: a plan file's mesh is bounded before anything is sized by it ([99999999,99999999] grew
 # memory until bad_alloc in shard --plan and spun forever in verify).
 python3 -c "
-import json; d = json.load(open('$tmp/v.json')); d['mesh']['shape'] = [99999999, 99999999]
+import json; d = json.load(open('$tmp/v.json'))
+for a in d['mesh']['axes']: a['size'] = 99999999
 json.dump(d, open('$tmp/huge.json', 'w'))"
 one_error item2 "$tool" verify --plan "$tmp/huge.json"
 grep -Eq "99999999(, not an integer in| is not in)" "$tmp/err" && ok || bad "item2: verify message: $(cat "$tmp/err")"

@@ -1,6 +1,6 @@
 # One INTERFACE target per area of include/autoshard/, each with its own header set so
 # VERIFY_INTERFACE_HEADER_SETS proves that every public header compiles on its own.
-# An area's package component is its folder name (core, io, graph, solve, tensor, comm,
+# An area's package component is its folder name (core, io, graph, plan, solve, tensor, comm,
 # exec, device, ...); its target is autoshard::<folder> and, for the older names,
 # autoshard::<export name> (autoshard, glpk, gloo, cuda), which stay accepted as components.
 # Each area records the packages it needs (PACKAGES, find_dependency arguments) and the

@@ -3,6 +3,9 @@
 #if defined(AUTOSHARD_HAVE_GRAPH)
 #include <autoshard/graph/graph.hpp>
 #endif
+#if defined(AUTOSHARD_HAVE_PLAN)
+#include <autoshard/plan/plan.hpp>
+#endif
 #if defined(AUTOSHARD_HAVE_SOLVE)
 #include <autoshard/solve/solve.hpp>
 #endif

@@ -116,7 +116,7 @@ TEST_CASE("plan document: a missing field, a wrong type or an out-of-range integ
   CHECK(edited("/options/tie_layers", 1) == "io error: plan file 'p.json': options.tie_layers is 1, not true or false");
   CHECK(edited("/tensors/1/memory_bytes", nlohmann::json::parse("18446744073709551615")).find(
             "tensors[1].memory_bytes is 18446744073709551615, not an integer in [0, ") != std::string::npos);
-  CHECK(edited("/mesh/axes/1/size", 3.0).find("mesh.axes[1].size is 3.0, not an integer in [1, 1048576]") != std::string::npos);
+  CHECK(edited("/mesh/axes/1/size", 3.0).find("mesh.axes[1].size is 3.0, not an integer in [1, 1000000]") != std::string::npos);
   CHECK(edited("/mode", "serving") == "io error: plan file 'p.json': mode is \"serving\", not \"inference\" or \"training\"");
   CHECK(edited("/solver/status", "optimal?").find("solver.status is \"optimal?\"") != std::string::npos);
   // Consistency with the embedded graph and the mesh.
@@ -134,7 +134,11 @@ TEST_CASE("plan document: the mesh's sizes are bounded before anything is alloca
   const nlohmann::json good = to_json(small_plan());
   nlohmann::json j = good;
   for (auto& a : j["mesh"]["axes"]) a["size"] = 99999999;
-  CHECK(read_error(j).find("mesh.axes[0].size is 99999999, not an integer in [1, 1048576]") != std::string::npos);
+  CHECK(read_error(j).find("mesh.axes[0].size is 99999999, not an integer in [1, 1000000]") != std::string::npos);
+  j = good;  // each axis in range, 2^21 ranks in all: check_mesh_size's bound
+  j["mesh"]["axes"][0]["size"] = 2048;
+  j["mesh"]["axes"][1]["size"] = 1024;
+  CHECK(read_error(j).find("mesh.axes the mesh has more than 1048576 ranks") != std::string::npos);
   j = good;
   const nlohmann::json axis = j["mesh"]["axes"][0];
   j["mesh"]["axes"] = {axis, axis, axis, axis, axis};

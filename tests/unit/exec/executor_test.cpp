@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include "unit/scratch.hpp"
 
 namespace {
 using namespace autoshard;
@@ -360,7 +361,7 @@ TEST_CASE("a wrong plan is caught: the check can fail") {
 
 TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the graph and load back") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "autoshard-exec-plan";
+  const std::filesystem::path dir = autoshard_test::unique_temp_path("exec-plan");
   std::filesystem::create_directories(dir);
   autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({2, 4});

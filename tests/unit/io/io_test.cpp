@@ -12,28 +12,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include "unit/scratch.hpp"
 
 namespace fs = std::filesystem;
 using namespace autoshard;
 
 namespace {
 
-struct io_dir {
-  fs::path path;
-  io_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("autoshard-io-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  io_dir(const io_dir&) = delete;
-  io_dir& operator=(const io_dir&) = delete;
-  ~io_dir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-};
+using io_dir = autoshard_test::scratch_dir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include "unit/scratch.hpp"
 
 namespace {
 
@@ -24,7 +25,7 @@ autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const std
   for (std::size_t a = 0; a < names.size(); ++a) o.mesh.set_axis_name(a, names[a]);
   o.algo = algo;
   o.compare_baselines = false;
-  o.ilp_solution_file = (std::filesystem::temp_directory_path() / ("autoshard_export_" + algo + ".json")).string();
+  o.ilp_solution_file = autoshard_test::unique_temp_path("export_" + algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(g, o);
   autoshard::loaded_plan p = autoshard::load_plan(o.ilp_solution_file);  // the one plan reader
   std::filesystem::remove(o.ilp_solution_file);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include "unit/scratch.hpp"
 
 namespace {
 
@@ -33,7 +34,7 @@ const autoshard::strategy& chosen(const autoshard::model_graph& g, const autosha
   return r.strategies[*v];
 }
 
-std::string temp_file(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
+std::string temp_file(const char* name) { return autoshard_test::unique_temp_path(name).string(); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include "unit/scratch.hpp"
 
 namespace {
 
@@ -23,7 +24,7 @@ autoshard::loaded_plan plan_of(int layers, const std::string& algo) {
   o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.algo = algo;
   o.compare_baselines = false;
-  o.ilp_solution_file = (std::filesystem::temp_directory_path() / ("autoshard_plan_dot_" + algo + ".json")).string();
+  o.ilp_solution_file = autoshard_test::unique_temp_path("plan_dot_" + algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(autoshard::build_gpt2(c), o);
   autoshard::loaded_plan p = autoshard::load_plan(o.ilp_solution_file);
   std::filesystem::remove(o.ilp_solution_file);

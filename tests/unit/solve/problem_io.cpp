@@ -9,6 +9,7 @@
 #include <string>
 
 #include "brute.hpp"
+#include "unit/scratch.hpp"
 
 namespace {
 
@@ -73,7 +74,7 @@ TEST_CASE("IOPDDL round trip: write then read gives the same problem") {
   CHECK(j["problem"]["nodes"]["costs"][1][0].get<std::int64_t>() == 1000000000000000000);
   CHECK(autoshard::parse_iopddl(j) == q);
   // Through a file as well.
-  const auto file = std::filesystem::temp_directory_path() / "autoshard_solve_roundtrip.json";
+  const auto file = autoshard_test::unique_temp_path("solve_roundtrip.json");
   autoshard::write_iopddl_file(file, q);
   CHECK(autoshard::read_iopddl_file(file) == q);
   std::filesystem::remove(file);
@@ -165,7 +166,7 @@ TEST_CASE("evaluate is the contest's Evaluate: forbidden picks, the limit at eve
 
 TEST_CASE("solution files: the contest's list of indices, written then read, and clear errors") {
   const autoshard::strategy_problem p = example();
-  const auto file = std::filesystem::temp_directory_path() / "autoshard_solve_solution.json";
+  const auto file = autoshard_test::unique_temp_path("solve_solution.json");
   autoshard::write_iopddl_solution_file(file, {0, 0, 2, 1, 0});
   CHECK(autoshard::read_iopddl_solution_file(file, p) == std::vector<int>{0, 0, 2, 1, 0});
   CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0, 3, 1, 0]"), p, "s.json"),

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor_test_util.hpp"
+#include "unit/scratch.hpp"
 
 using namespace autoshard;
 namespace fs = std::filesystem;

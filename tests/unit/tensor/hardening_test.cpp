@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor_test_util.hpp"
+#include "unit/scratch.hpp"
 
 using namespace autoshard;
 using autoshard_test::scratch_dir;

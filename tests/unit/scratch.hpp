@@ -1,0 +1,38 @@
+// Temporary paths of the unit tests. ctest runs test cases as separate processes, two at a
+// time, and several checkouts may run the same suite at once on one machine: a fixed name in
+// the temp dir would let one process read another's half-written file. Every name carries the
+// process id (and a counter), so no two processes share one.
+#pragma once
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+
+namespace autoshard_test {
+
+/// A path in the system temp dir that no other process uses: "<pid>-<n>-<name>".
+inline std::filesystem::path unique_temp_path(const std::string& name) {
+  static std::atomic<int> counter{0};
+  return std::filesystem::temp_directory_path() /
+         ("autoshard-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
+}
+
+/// A fresh directory under the system temp dir, removed with everything in it.
+struct scratch_dir {
+  std::filesystem::path path;
+  scratch_dir() : path(unique_temp_path("dir")) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+  ~scratch_dir() {
+    std::error_code ec;  // a test may have taken the write permission away
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  std::filesystem::path operator/(const std::string& name) const { return path / name; }
+};
+
+}  // namespace autoshard_test

@@ -93,9 +93,7 @@ device_mesh plan_mesh(const plan_cli_options& o) {
     std::cerr << "autoshard: note: --force: using links measured on " << to_string(cal.mesh()) << " with " << cal.backend
               << " for " << to_string(device_mesh(shape)) << " with " << backend << "\n";
   device_mesh m = o.mesh.build(backend);
-  for (const auto& a : cal.axes)  // measured links replace the bandwidth and latency options
-    if (a.measured && static_cast<std::size_t>(a.axis) < m.ndim()) m.set_link(static_cast<std::size_t>(a.axis), a.link);
-  return m;
+  return apply_calibration(m, cal, o.force);  // measured links replace the bandwidth and latency options
 #else
   throw spec_error("--calibration needs a build with Gloo");
 #endif

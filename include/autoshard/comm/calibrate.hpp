@@ -242,15 +242,17 @@ calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
   return out;
 }
 
-/// Sets the measured axes' link models on `m` (whose shape must match the calibration's).
-inline device_mesh& apply_calibration(device_mesh& m, const calibration_result& r) {
-  if (m.shape() != r.mesh_shape) {
+/// Sets the measured axes' link models on `m`, whose shape must match the calibration's.
+/// `force` takes the links of the axes both meshes have even when the shapes differ (the
+/// caller says so to the user); the shape and backend checks themselves are `check_fits`.
+inline device_mesh& apply_calibration(device_mesh& m, const calibration_result& r, bool force = false) {
+  if (!force && m.shape() != r.mesh_shape) {
     std::string shape;
     for (int s : r.mesh_shape) shape += (shape.empty() ? "" : "x") + std::to_string(s);
     throw spec_error("a calibration of mesh " + shape + " does not fit " + to_string(m));
   }
   for (const auto& a : r.axes)
-    if (a.measured) m.set_link(static_cast<std::size_t>(a.axis), a.link);
+    if (a.measured && static_cast<std::size_t>(a.axis) < m.ndim()) m.set_link(static_cast<std::size_t>(a.axis), a.link);
   return m;
 }
 

@@ -248,6 +248,10 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
     std::vector<std::vector<wcost>> pen;
     if (iter > 0) pen = ls.penalties(lambda);
     const wcost value = ls.tree_dp(iter == 0 ? nullptr : &pen);
+    // The forest ignores the other edges: ICM on the priced problem accounts for all of them.
+    ls.priced = iter == 0 ? nullptr : &pen;
+    if (ls.priced) ls.improve(deadline);
+    ls.priced = nullptr;
     const std::vector<double> g = rv.limit ? ls.excess() : std::vector<double>();
     double norm = 0.0, priced = 0.0;
     for (std::size_t t = 0; t < g.size(); ++t) {
@@ -268,6 +272,18 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
   ls.pick = *best_pick;
   ls.recompute_load();
   ls.perturb(deadline, 12345u, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
+  best.offer(best.unreduce(rv, ls.pick));
+}
+
+/// Random kicks (repaired past the limit, then improved) from the best answer until the
+/// deadline, restarted with a new seed whenever a run of kicks finds nothing; offers the result.
+inline void improve_locally(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
+  local_search ls(rv);
+  ls.pick = best.project(rv);
+  ls.recompute_load();
+  if (!ls.repair()) return;
+  for (unsigned seed = 1; clock::now() < deadline; ++seed)
+    ls.perturb(deadline, seed, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
   best.offer(best.unreduce(rv, ls.pick));
 }
 
@@ -369,8 +385,7 @@ inline void glpk_callback(glp_tree* tree, void* info) {
 enum class phase_end { done, time_out, infeasible };
 
 /// The LP relaxation with memory rows added until none is violated.
-inline phase_end solve_relaxation(glpk_model& model, const solve_options& opt, clock::time_point t0,
-                                  double limit_tol) {
+inline phase_end solve_relaxation(glpk_model& model, double until, clock::time_point t0, double limit_tol) {
   glp_prob* P = model.lp.get();
   for (;;) {
     glp_smcp sm;
@@ -378,7 +393,7 @@ inline phase_end solve_relaxation(glpk_model& model, const solve_options& opt, c
     sm.msg_lev = GLP_MSG_OFF;
     sm.meth = GLP_DUALP;
     sm.tol_dj = safe_tol_dj;  // its duals give the safe bound
-    sm.tm_lim = ms_left(opt.time_limit, t0);
+    sm.tm_lim = ms_left(until, t0);
     if (sm.tm_lim == 0) return phase_end::time_out;
     int rc = glp_simplex(P, &sm);
     if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
@@ -568,7 +583,10 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
     cb.t0 = t0;
     for (int round = 0;; ++round) {
       cb.round = round;
-      const phase_end lp = solve_relaxation(model, opt, t0, limit_tol);
+      // With an answer in hand the LP relaxation gets at most half the time: one that cannot
+      // finish by then leaves no time for a search over it, and the rest goes to local search.
+      const double lp_until = best.eval ? 0.5 * opt.time_limit : opt.time_limit;
+      const phase_end lp = solve_relaxation(model, lp_until, t0, limit_tol);
       for (std::size_t t = 0; t < rv.times.size(); ++t)
         if (model.added[t] && !std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t]))
           rows_at.insert(std::upper_bound(rows_at.begin(), rows_at.end(), rv.times[t]), rv.times[t]);
@@ -578,8 +596,14 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
       }
       if (lp == phase_end::time_out) {
         if (!best.eval) throw no_answer(timed_out + " in the LP relaxation");
+        improve_locally(rv, best, t0 + std::chrono::duration_cast<clock::duration>(
+                                           std::chrono::duration<double>(opt.time_limit)));
         record_sizes(res, red, rv, model);
-        return finish(std::move(res), p, best, bound, timed_out + " in the LP relaxation", t0);
+        return finish(std::move(res), p, best, bound,
+                      lp_until < opt.time_limit ? "the LP relaxation did not finish in half the time_limit; local "
+                                                  "search used the rest"
+                                                : timed_out + " in the LP relaxation",
+                      t0);
       }
       const glpk_model::safe_lp safe = model.safe_dual_bound();
       bound = std::max(bound, proven_bound(safe.bound, red.offset));

@@ -112,10 +112,14 @@ class local_search {
   std::vector<std::size_t> pick;  // per node id; meaningful for alive nodes
   load_tree load;                 // summed usage per candidate time
 
+  /// Lagrangian prices of the memory rows per node and strategy (see `penalties`): when set,
+  /// they are part of every node's cost and the moves ignore the limit.
+  const std::vector<std::vector<wcost>>* priced = nullptr;
+
   /// Node and edge cost of node v at strategy i, against its neighbours' current picks.
   local_cost local(std::size_t v, std::size_t i) const {
     local_cost c;
-    c.add(rv.node(v).cost[i]);
+    c.add(priced ? wadd(rv.node(v).cost[i], (*priced)[v][i]) : rv.node(v).cost[i]);
     for (const reduced_view::incidence& in : rv.inc[v]) c.add(rv.entry(in, i, pick[rv.other(in)]));
     return c;
   }
@@ -345,6 +349,8 @@ class local_search {
         }
       }
       if (!found) return false;
+      note_change(local(bv, pick[bv]), local(bv, bj));
+      log.push_back({bv, pick[bv]});
       move(bv, bj);
     }
     return within_limit();
@@ -365,7 +371,7 @@ class local_search {
       for (std::size_t j = 0; j < rv.node(v).size(); ++j) {
         if (j == pick[v]) continue;
         const local_cost c = local(v, j);
-        if (c < cur && fits(v, j)) cur = c, to = j;
+        if (c < cur && (priced || fits(v, j))) cur = c, to = j;
       }
       if (to == pick[v]) continue;
       note_change(local(v, pick[v]), cur);
@@ -402,14 +408,21 @@ class local_search {
       const std::size_t s = rv.node(v).size();
       if (s < 2) continue;
       const std::size_t j = (pick[v] + 1 + std::uniform_int_distribution<std::size_t>(0, s - 2)(rng)) % s;
-      if (!fits(v, j)) continue;
+      // A kick past the limit is repaired (the most loaded time point first), then improved.
+      const bool over = !fits(v, j);
       note_change(local(v, pick[v]), local(v, j));
       log.push_back({v, pick[v]});
       move(v, j);
       std::vector<std::size_t> queue;
       for (const reduced_view::incidence& in : rv.inc[v]) queue.push_back(rv.other(in));
-      improve_from(std::move(queue), deadline);
-      if (drift.bad < 0 || (drift.bad == 0 && drift.sum < 0)) {
+      const std::size_t kicked = log.size();
+      const bool fixed = !over || repair();
+      if (fixed) {
+        for (std::size_t k = kicked; k < log.size(); ++k)
+          for (const reduced_view::incidence& in : rv.inc[log[k].first]) queue.push_back(rv.other(in));
+        improve_from(std::move(queue), deadline);
+      }
+      if (fixed && (drift.bad < 0 || (drift.bad == 0 && drift.sum < 0))) {
         idle = 0;
         continue;
       }

@@ -407,6 +407,7 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::split: return concat_or_split_backward<T>(nd, in, dy);
     case op_kind::attention: return attention_backward<T>(nd, in, dy, c);
     case op_kind::cross_entropy: return with_none(cross_entropy_backward<T>(nd, *in[0], *in[1], dy, c));
+    case op_kind::opaque: kernel_error(nd, opaque_why(nd));
     case op_kind::input:
     case op_kind::parameter: break;
   }

@@ -62,6 +62,13 @@ inline std::int64_t prod(const tensor_shape& s, std::size_t from, std::size_t to
   throw exec_error("vertex '" + nd.name + "' (" + std::string(to_string(nd.kind)) + "): " + why);
 }
 
+/// Why an opaque operator (imported with no mapping) cannot run: the kernels know no such operator.
+inline std::string opaque_why(const node& nd) {
+  return "has no kernel: it is an imported operator with no mapping (" +
+         (nd.attrs.op_type.empty() ? std::string("of unknown type") : nd.attrs.op_type) +
+         "), so a graph holding it can be planned but not executed or verified";
+}
+
 /// Calls f(flat output index, source offsets...) over an output of shape `out`, where source
 /// k has element strides `st[k]` (0 on broadcast dims).
 template <std::size_t K, class F>
@@ -477,6 +484,7 @@ host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, c
     case op_kind::split: return concat_or_split<T>(nd, in);
     case op_kind::attention: return attention<T>(nd, in, c);
     case op_kind::cross_entropy: return cross_entropy<T>(nd, *in[0], *in[1], c);
+    case op_kind::opaque: kernel_error(nd, opaque_why(nd));
     case op_kind::input:
     case op_kind::parameter: break;
   }

@@ -319,6 +319,16 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
 inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
                                  const verify_options& o = {}) {
   validate(g);
+  // Before any rank starts: an operator without a kernel would stop every rank half-way.
+  std::string opaque;
+  int n_opaque = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::opaque && n_opaque++ < 5)
+      opaque += (opaque.empty() ? "'" : ", '") + g[v].name + "' (" + g[v].attrs.op_type + ")";
+  if (n_opaque > 0)
+    throw exec_error("verify cannot run this graph: " + std::to_string(n_opaque) + " opaque operator" +
+                     (n_opaque > 1 ? "s" : "") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
+                     "); the plan is valid, but only a graph of known operators can be executed");
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
   if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);
   throw exec_error("verify computes in f32 or f64, not " + std::string(to_string(o.compute)));

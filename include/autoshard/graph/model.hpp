@@ -43,6 +43,8 @@ enum class op_kind : std::uint8_t {
   split,          ///< the slice [start, start+length) of attrs.axis (one output per split node)
   attention,      ///< scaled-dot-product attention: q[B,S,heads*D], k,v[B,Sk,kv_heads*D]
   cross_entropy,  ///< logits[...,V], labels[...] (integer) -> mean loss, shape []
+  opaque,         ///< an imported operator with no mapping (attrs.op_type): output shape attrs.dims,
+                  ///< any operands; only fully Replicate strategies, and no kernel to run it
 };
 
 inline constexpr op_kind all_op_kinds[] = {
@@ -51,7 +53,7 @@ inline constexpr op_kind all_op_kinds[] = {
     op_kind::rotary,     op_kind::add,         op_kind::sub,        op_kind::mul,        op_kind::div,
     op_kind::layer_norm, op_kind::rms_norm,    op_kind::softmax,    op_kind::embedding,  op_kind::reshape,
     op_kind::transpose,  op_kind::reduce_sum,  op_kind::reduce_mean, op_kind::concat,    op_kind::split,
-    op_kind::attention,  op_kind::cross_entropy};
+    op_kind::attention,  op_kind::cross_entropy, op_kind::opaque};
 
 /// The JSON / DOT spelling: "linear", "layer_norm", ...
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -83,6 +85,7 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::split: return "split";
     case op_kind::attention: return "attention";
     case op_kind::cross_entropy: return "cross_entropy";
+    case op_kind::opaque: return "opaque";
   }
   return "?";
 }
@@ -94,7 +97,7 @@ constexpr std::optional<op_kind> parse_op_kind(std::string_view s) noexcept {
   return std::nullopt;
 }
 
-constexpr bool is_known(op_kind k) noexcept { return static_cast<std::uint8_t>(k) <= static_cast<std::uint8_t>(op_kind::cross_entropy); }
+constexpr bool is_known(op_kind k) noexcept { return static_cast<std::uint8_t>(k) <= static_cast<std::uint8_t>(op_kind::opaque); }
 constexpr bool is_unary_elementwise(op_kind k) noexcept {
   return k == op_kind::gelu || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
          k == op_kind::exp || k == op_kind::dropout || k == op_kind::rotary;
@@ -113,7 +116,10 @@ struct op_attrs {
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
-  std::vector<std::int64_t> dims;  ///< reshape: target shape; transpose: permutation; reduce: dims
+  std::vector<std::int64_t> dims;  ///< reshape: target shape; transpose: permutation; reduce: dims;
+                                   ///< opaque: the output shape (it cannot be inferred)
+  std::string op_type;             ///< opaque: the operator in its source format ("NonMaxSuppression",
+                                   ///< "com.example.FancyNorm"), for reports
   friend bool operator==(const op_attrs&, const op_attrs&) = default;
 };
 
@@ -160,6 +166,7 @@ constexpr std::pair<int, int> operand_count_range(op_kind k) noexcept {
     case op_kind::layer_norm: return {1, 3};
     case op_kind::rms_norm: return {1, 2};
     case op_kind::concat: return {1, 64};
+    case op_kind::opaque: return {0, 64};
     case op_kind::attention: return {3, 3};
     case op_kind::matmul:
     case op_kind::embedding:
@@ -360,6 +367,12 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       for (std::size_t d = 0; ok && d < in[1].rank; ++d) ok = in[1][d] == in[0][d];
       if (!ok) bad_operands(k, "labels " + to_string(in[1]) + " must be logits " + to_string(in[0]) + " without the last dim");
       return tensor_shape{};
+    }
+    case op_kind::opaque: {
+      if (a.dims.size() > max_tensor_rank) bad_operands(k, "output shape has more than 8 dims");
+      for (std::int64_t d : a.dims)
+        if (d < 0) bad_operands(k, "output dims must be non-negative");
+      return tensor_shape(a.dims);
     }
   }
   throw graph_error("unknown operator kind " + std::to_string(static_cast<int>(k)));

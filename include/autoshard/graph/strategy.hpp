@@ -10,7 +10,8 @@
 /// product over mesh axes. Elementwise ops, norms and softmax follow their input with the
 /// normalised dim forced to Replicate; views map shardings through split/merged dims;
 /// embeddings offer batch, column and vocab-parallel (output Partial); attention shards
-/// batch or heads (whole heads per rank, GQA groups kept together).
+/// batch or heads (whole heads per rank, GQA groups kept together); an opaque operator
+/// (imported, with no mapping) offers only Replicate for every operand and its output.
 ///
 /// Costs, per device, in seconds:
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
@@ -331,6 +332,9 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
     case op_kind::reshape:
       opt({Replicate()}, Replicate());
       for (auto [a, b] : reshape_groups(in[0], nd.shape)) opt({Shard(a)}, Shard(b));
+      break;
+    case op_kind::opaque:  // nothing is known of how it could be split: every operand and the output whole
+      opt(std::vector<placement>(n, Replicate()), Replicate());
       break;
     default: break;
   }

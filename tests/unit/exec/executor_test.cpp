@@ -239,7 +239,7 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   }
   for (op_kind k : all_op_kinds) {
     CAPTURE(to_string(k));
-    if (!is_source(k)) CHECK(per_kind[k] >= 2);
+    if (!is_source(k) && k != op_kind::opaque) CHECK(per_kind[k] >= 2);  // opaque: no kernel (tested apart)
   }
   MESSAGE("executed " << runs.size() << " strategies on 4 ranks");
   CHECK(runs.size() > 300);

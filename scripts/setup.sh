@@ -5,7 +5,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build clang libclang-rt-14-dev
       libeigen3-dev libboost-graph-dev libglpk-dev glpk-utils doctest-dev nlohmann-json3-dev
-      libgloo-dev libbenchmark-dev libcli11-dev graphviz time python3 python3-pip)
+      libgloo-dev libbenchmark-dev libcli11-dev graphviz time python3 python3-pip
+      libonnx-dev libprotobuf-dev python3-onnx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

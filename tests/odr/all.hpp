@@ -7,6 +7,9 @@
 #if defined(HAVE_AUTOSHARD_GRAPH)
 #include <autoshard/graph/graph.hpp>
 #endif
+#if defined(HAVE_AUTOSHARD_ONNX)
+#include <autoshard/onnx/onnx.hpp>
+#endif
 #if defined(HAVE_AUTOSHARD_PLAN)
 #include <autoshard/plan/plan.hpp>
 #endif

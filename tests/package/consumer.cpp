@@ -18,6 +18,9 @@
 #if defined(AUTOSHARD_HAVE_GLOO)
 #include <autoshard/gloo/gloo.hpp>
 #endif
+#if defined(AUTOSHARD_HAVE_ONNX)
+#include <autoshard/onnx/onnx.hpp>
+#endif
 #include <iostream>
 
 int main() {
@@ -29,5 +32,13 @@ int main() {
   static_assert(cost.size() == 2);
   const tensor_shape local = local_shape(mesh, to, {768, 2304}, 7);
   std::cout << "rank 7 holds " << local << "; plan costs " << cost.seconds << " s\n";
+#if defined(AUTOSHARD_HAVE_ONNX)
+  try {  // links libonnx and protobuf: an empty file is no model
+    read_onnx("", "empty.onnx");
+    return 1;
+  } catch (const io_error& e) {
+    std::cout << e.what() << "\n";
+  }
+#endif
   return local == tensor_shape{384, 2304} ? 0 : 1;
 }

@@ -1,0 +1,257 @@
+// The ONNX reader on models built here with protobuf's C++ API: what each operator maps to,
+// what becomes opaque and why, the options, and hostile models (each a clear error).
+// tests/tool/onnx_test.sh plans whole models written by python3-onnx.
+#include <doctest/doctest.h>
+
+#include <autoshard/onnx/onnx.hpp>
+
+#include <string>
+#include <vector>
+
+namespace {
+using namespace autoshard;
+
+struct model_maker {
+  onnx::ModelProto m;
+  onnx::GraphProto* g = m.mutable_graph();
+  model_maker(const model_maker& o) : m(o.m), g(m.mutable_graph()) {}
+  model_maker& operator=(const model_maker&) = delete;
+  explicit model_maker(int opset = 14) {
+    m.set_ir_version(8);
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+  }
+  static void shape(onnx::ValueInfoProto* v, const std::string& name, int type, const std::vector<std::string>& dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    auto* s = t->mutable_shape();
+    for (const std::string& d : dims) {
+      auto* dim = s->add_dim();
+      if (!d.empty() && (d[0] == '-' || std::isdigit(static_cast<unsigned char>(d[0])))) dim->set_dim_value(std::stoll(d));
+      else dim->set_dim_param(d);
+    }
+  }
+  model_maker& input(const std::string& name, const std::vector<std::string>& dims, int type = onnx::TensorProto::FLOAT) {
+    shape(g->add_input(), name, type, dims);
+    return *this;
+  }
+  model_maker& output(const std::string& name) {
+    g->add_output()->set_name(name);
+    return *this;
+  }
+  model_maker& weight(const std::string& name, const std::vector<std::int64_t>& dims, int type = onnx::TensorProto::FLOAT) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(type);
+    std::int64_t n = 1;
+    for (std::int64_t d : dims) t->add_dims(d), n *= d;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (type == onnx::TensorProto::FLOAT) t->add_float_data(0.5f);
+      else t->add_int64_data(0);
+    }
+    return *this;
+  }
+  model_maker& ints(const std::string& name, const std::vector<std::int64_t>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<std::int64_t>(v.size()));
+    for (std::int64_t x : v) t->add_int64_data(x);
+    return *this;
+  }
+  onnx::NodeProto* node(const std::string& op, const std::string& name, const std::vector<std::string>& in,
+                        const std::vector<std::string>& out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : in) n->add_input(i);
+    for (const auto& o : out) n->add_output(o);
+    return n;
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, std::int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+};
+
+template <class E>
+std::string error_of(const std::string& bytes, const onnx_options& o = {}) {
+  try {
+    read_onnx(bytes, "m.onnx", o);
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const node& vertex(const model_graph& g, const std::string& name) {
+  auto v = find_vertex(g, name);
+  REQUIRE_MESSAGE(v, "no vertex " << name);
+  return g[*v];
+}
+}  // namespace
+
+TEST_CASE("ONNX operators map to the graph's kinds with ONNX's shapes") {
+  model_maker mm;
+  mm.input("x", {"batch", "seq", "16"}).weight("fc.weight", {16, 32}).weight("fc.bias", {32}).weight("proj.weight", {8, 32});
+  mm.weight("proj.bias", {8}).ints("starts", {2}).ints("ends", {6}).ints("axes", {2});
+  mm.node("MatMul", "/fc/MatMul", {"x", "fc.weight"}, {"a"});
+  mm.node("Add", "/fc/Add", {"a", "fc.bias"}, {"b"});
+  mm.node("Relu", "act", {"b"}, {"c"});
+  auto* gemm_in = mm.node("Reshape", "flat", {"c", "shape"}, {"c2"});
+  (void)gemm_in;
+  mm.ints("shape", {-1, 32});
+  auto* gemm = mm.node("Gemm", "proj", {"c2", "proj.weight", "proj.bias"}, {"d"});
+  model_maker::attr(gemm, "transB", std::int64_t{1});
+  mm.node("Slice", "slice", {"d", "starts", "ends", "axes_1"}, {"e"});
+  mm.ints("axes_1", {1});
+  auto* rm = mm.node("ReduceMean", "mean", {"e"}, {"f"});
+  model_maker::attr(rm, "axes", std::vector<std::int64_t>{1});
+  mm.node("Tanh", "tanh", {"f"}, {"y"});
+  mm.output("y");
+  onnx_options o;
+  o.batch = 2;
+  o.seq = 5;
+  const onnx_import r = read_onnx(mm.bytes(), "m.onnx", o);
+  const model_graph& g = r.graph;
+  CHECK(r.opaque.empty());
+  CHECK(r.opset == 14);
+  // MatMul + Add of a 1-D initializer: one linear with its bias, [in,out] weight; the torch
+  // module path "/fc/MatMul" names it "fc".
+  const node& fc = vertex(g, "fc");
+  CHECK(fc.kind == op_kind::linear);
+  CHECK(fc.attrs.transposed_weight);
+  CHECK(boost::in_degree(*find_vertex(g, "fc"), g) == 3);
+  CHECK(fc.shape == tensor_shape{2, 5, 32});
+  CHECK(vertex(g, "fc.weight").kind == op_kind::parameter);
+  CHECK(vertex(g, "fc.weight").shape == tensor_shape{16, 32});
+  // Reshape to [-1, 32]: the inferred [10, 32]; the shape initializer is no vertex.
+  CHECK(vertex(g, "flat").kind == op_kind::reshape);
+  CHECK(vertex(g, "flat").attrs.dims == std::vector<std::int64_t>{10, 32});
+  CHECK_FALSE(find_vertex(g, "shape"));
+  // Gemm with transB: a linear with an [out,in] weight.
+  CHECK(vertex(g, "proj").kind == op_kind::linear);
+  CHECK_FALSE(vertex(g, "proj").attrs.transposed_weight);
+  // Slice [2, 6) of axis 1: a split.
+  CHECK(vertex(g, "slice").kind == op_kind::split);
+  CHECK(vertex(g, "slice").attrs.start == 2);
+  CHECK(vertex(g, "slice").attrs.length == 4);
+  // ReduceMean with keepdims: the reduction and a reshape back to [10, 1].
+  CHECK(vertex(g, "mean:reduce").kind == op_kind::reduce_mean);
+  CHECK(vertex(g, "mean").kind == op_kind::reshape);
+  CHECK(vertex(g, "mean").shape == tensor_shape{10, 1});
+  CHECK(vertex(g, "tanh").kind == op_kind::tanh);
+  CHECK(parameter_count(g) == 16 * 32 + 32 + 8 * 32 + 8);
+  // --dtype: every floating tensor in bf16, the ints untouched.
+  o.float_type = dtype::bf16;
+  const model_graph h = read_onnx(mm.bytes(), "m.onnx", o).graph;
+  CHECK(vertex(h, "fc.weight").type == dtype::bf16);
+  CHECK(vertex(h, "tanh").type == dtype::bf16);
+}
+
+TEST_CASE("ONNX operators with no mapping become opaque, with the reason") {
+  model_maker mm;
+  mm.input("x", {"4", "8"}).input("c", {"4", "8"}, onnx::TensorProto::BOOL).weight("w", {8, 8});
+  mm.node("MatMul", "mm", {"x", "w"}, {"a"});
+  mm.node("Where", "where", {"c", "a", "x"}, {"b"});
+  auto* gemm = mm.node("Gemm", "gemm", {"b", "w"}, {"d"});
+  auto* alpha = gemm->add_attribute();
+  alpha->set_name("alpha");
+  alpha->set_type(onnx::AttributeProto::FLOAT);
+  alpha->set_f(0.5f);
+  auto* custom = mm.node("Frobnicate", "frob", {"d"}, {"y"});
+  custom->set_domain("com.example");
+  mm.output("y");
+  auto* vi = mm.g->add_value_info();
+  model_maker::shape(vi, "y", onnx::TensorProto::FLOAT, {"4", "8"});
+  const onnx_import r = read_onnx(mm.bytes());
+  REQUIRE(r.opaque.size() == 3);
+  CHECK(r.opaque[0].node == "where");
+  CHECK(r.opaque[0].op_type == "Where");
+  CHECK(r.opaque[1].node == "gemm");
+  CHECK(r.opaque[1].why == "alpha is not 1");
+  CHECK(r.opaque[2].op_type == "com.example.Frobnicate");
+  const node& f = vertex(r.graph, "frob");
+  CHECK(f.kind == op_kind::opaque);
+  CHECK(f.attrs.op_type == "com.example.Frobnicate");
+  CHECK(f.shape == tensor_shape{4, 8});
+  CHECK(vertex(r.graph, "c").type == dtype::boolean);
+  // Without value_info the custom operator's output has no shape: named, with the way out.
+  mm.g->clear_value_info();
+  CHECK(error_of<graph_error>(mm.bytes()).find("the shape of 'y' is unknown after shape inference (give it in the model's value_info)") !=
+        std::string::npos);
+}
+
+TEST_CASE("hostile ONNX models are clear errors naming the numbers") {
+  model_maker ok;
+  ok.input("x", {"4", "8"}).weight("w", {8, 8});
+  ok.node("MatMul", "first", {"x", "w"}, {"a"});
+  ok.node("Relu", "second", {"a"}, {"y"});
+  ok.output("y");
+  const std::string good = ok.bytes();
+  CHECK(parameter_count(read_onnx(good).graph) == 64);
+  SUBCASE("truncated, empty, not protobuf") {
+    CHECK(error_of<io_error>(good.substr(0, good.size() - 7)).find("not an ONNX model") != std::string::npos);
+    CHECK(error_of<io_error>("").find("no graph with nodes (0 bytes parsed)") != std::string::npos);
+    CHECK(error_of<io_error>("{\"not\": \"onnx\"}").find("not an ONNX model") != std::string::npos);
+  }
+  SUBCASE("a dim of 2^62 in an input, an initializer, a value_info") {
+    model_maker m = ok;
+    m.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(std::int64_t{1} << 62);
+    CHECK(error_of<io_error>(m.bytes()).find("input 'x' dim 1 is 4611686018427387904, outside [0, 2^40]") != std::string::npos);
+    model_maker n = ok;
+    n.g->mutable_initializer(0)->set_dims(0, std::int64_t{1} << 62);
+    CHECK(error_of<io_error>(n.bytes()).find("initializer 'w' dim 0 is 4611686018427387904") != std::string::npos);
+    model_maker big = ok;  // each dim allowed, the product too large
+    big.g->mutable_initializer(0)->set_dims(0, std::int64_t{1} << 40);
+    big.g->mutable_initializer(0)->set_dims(1, std::int64_t{1} << 40);
+    CHECK(error_of<io_error>(big.bytes()).find("initializer 'w' shape [1099511627776,1099511627776] has more than 2^63 bytes") != std::string::npos);
+  }
+  SUBCASE("an initializer whose data disagrees with its shape") {
+    model_maker m = ok;
+    m.g->mutable_initializer(0)->clear_float_data();
+    m.g->mutable_initializer(0)->set_raw_data(std::string(4 * 63, '\0'));
+    CHECK(error_of<io_error>(m.bytes()).find("initializer 'w' raw_data holds 252 bytes, but its shape [8,8] of f32 needs 256") != std::string::npos);
+    m.g->mutable_initializer(0)->clear_raw_data();
+    m.g->mutable_initializer(0)->add_float_data(1.0f);
+    CHECK(error_of<io_error>(m.bytes()).find("initializer 'w' holds 1 values, but its shape [8,8] needs 64") != std::string::npos);
+  }
+  SUBCASE("a cycle, a value nobody writes, a value written twice, too many nodes, a large file") {
+    model_maker m = ok;
+    m.g->mutable_node(0)->set_input(0, "y");
+    CHECK(error_of<graph_error>(m.bytes()).find("the graph has a cycle: 2 nodes are on it or wait on it (node 0 'first' (MatMul), node 1 'second' (Relu))") !=
+          std::string::npos);
+    m.g->mutable_node(0)->set_input(0, "nowhere");
+    CHECK(error_of<graph_error>(m.bytes()).find("node 0 'first' (MatMul) reads 'nowhere', which no node, graph input or initializer provides") !=
+          std::string::npos);
+    model_maker twice = ok;
+    twice.g->mutable_node(1)->set_output(0, "a");
+    CHECK(error_of<graph_error>(twice.bytes()).find("writes 'a', which node 0 'first' (MatMul) writes too") != std::string::npos);
+    onnx_options o;
+    o.max_nodes = 1;
+    CHECK(error_of<io_error>(good, o).find("2 nodes, more than the limit of 1") != std::string::npos);
+    o.max_file_bytes = 10;
+    CHECK(error_of<io_error>(good, o).find("bytes, more than the limit of 10") != std::string::npos);
+  }
+  SUBCASE("nodes out of order are sorted, a symbolic dim without a size is named") {
+    model_maker m = ok;
+    m.g->mutable_node()->SwapElements(0, 1);
+    CHECK(vertex(read_onnx(m.bytes()).graph, "second").kind == op_kind::relu);
+    m.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("rows");
+    CHECK(error_of<graph_error>(m.bytes()).find("graph input 'x' dim 0 is symbolic ('rows'); give its size") != std::string::npos);
+    onnx_options o;
+    o.dims["rows"] = 3;
+    CHECK(vertex(read_onnx(m.bytes(), "m.onnx", o).graph, "second").shape == tensor_shape{3, 8});
+  }
+}

@@ -186,6 +186,9 @@ void print_plan_json(const plan_cli_options& o, const model_graph& g, const auto
                    {"strategy", r.strategies[v].name},
                    {"inputs", spec_list(r.strategies[v].inputs)},
                    {"output", to_alpa_string(r.strategies[v].output)}});
+  nlohmann::json opaque = nlohmann::json::array();  // imported operators with no mapping (only Replicate)
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::opaque) opaque.push_back({{"name", g[v].name}, {"op_type", g[v].attrs.op_type}});
   nlohmann::json coll = nlohmann::json::array();
   for (const auto& [k, v] : agg)
     coll.push_back({{"collective", k.first}, {"mesh_axis", k.second}, {"count", std::get<0>(v)},
@@ -200,6 +203,7 @@ void print_plan_json(const plan_cli_options& o, const model_graph& g, const auto
                    {"baselines", base},
                    {"collectives", coll},
                    {"operators", ops},
+                   {"opaque", opaque},
                    {"files", {{"plan", o.out}, {"dot", dot.string()}, {"svg", svg.string()}}}};
   if (!o.preload)
     j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
@@ -237,6 +241,13 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
     std::cout << "  " << std::setw(44) << g[v].name << std::setw(16) << to_string(g[v].kind)
               << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
   }
+  // Imported operators with no mapping: they only offer Replicate, and the plan says so.
+  std::size_t n_opaque = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::opaque) {
+      if (n_opaque++ == 0) std::cout << "\nopaque operators (no mapping: replicated, every operand whole)\n";
+      std::cout << "  " << std::setw(44) << g[v].name << g[v].attrs.op_type << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
+    }
 }
 
 /// The terminal report: model and mesh (as priced), solver, chosen specs per layer,

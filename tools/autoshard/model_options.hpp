@@ -3,6 +3,9 @@
 #include "common.hpp"
 
 #include <autoshard/graph/graph.hpp>
+#if defined(AUTOSHARD_TOOL_HAVE_ONNX)
+#include <autoshard/onnx/onnx.hpp>  // read_onnx_file: --model model.onnx
+#endif
 #if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
 #include "hf_weights.hpp"  // check_weights_match: a Hugging Face directory's checkpoint against its graph
 #endif
@@ -24,7 +27,7 @@ struct model_options {
   void add_to(CLI::App& cmd) {
     cmd.add_option("--model", model,
                    "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b), "
-                   "a Hugging Face model directory (or its config.json), or a model JSON file")
+                   "a Hugging Face model directory (or its config.json), an ONNX file (.onnx), or a model JSON file")
         ->capture_default_str();
     cmd.add_option("--mode", mode, "train or infer")->check(CLI::IsMember({"train", "infer"}))->capture_default_str();
     cmd.add_option("--layers", layers, "override the preset's number of layers")->check(positive_int());
@@ -72,6 +75,30 @@ struct model_options {
     }
     c.mode = run();
     return m;
+  }
+
+  /// An ONNX file: named *.onnx (any case).
+  bool is_onnx() const {
+    std::string ext = std::filesystem::path(model).extension().string();
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return ext == ".onnx" && !is_preset();
+  }
+
+  /// An ONNX model: --batch and --seq size its inputs' symbolic dims 0 and 1, --dtype every
+  /// floating tensor; the size overrides of presets do not apply to it.
+  model_graph build_onnx() const {
+    if (layers || hidden || heads || kv_heads || ffn || vocab)
+      throw spec_error("--layers, --hidden, --heads, --kv-heads, --ffn and --vocab size presets and Hugging Face "
+                       "configs; an ONNX model's sizes are its own (only --batch, --seq and --dtype apply)");
+#if defined(AUTOSHARD_TOOL_HAVE_ONNX)
+    onnx_options o;
+    o.batch = batch;
+    o.seq = seq;
+    if (!dtype_name.empty()) o.float_type = parse_dtype_or_throw(dtype_name);
+    return read_onnx_file(model, o).graph;
+#else
+    throw io_error("'" + model + "' is an ONNX model, but this autoshard was built without ONNX (libonnx-dev)");
+#endif
   }
 
   /// The directory a Hugging Face model's weights would be in.
@@ -135,6 +162,7 @@ struct model_options {
   /// index), the checkpoint must hold exactly the graph's parameters (check_weights = false
   /// skips that, for `synth`, which writes new weights).
   model_graph build(bool check_weights = true) const {
+    if (is_onnx()) return build_onnx();
     if (std::optional<hf_model> m = hf()) {
 #if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
       if (check_weights) return build_checked(*m, hf_dir(), dtype_name.empty());

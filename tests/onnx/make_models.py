@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Writes the ONNX models the tests plan, with python3-onnx's helper API (Debian's package).
+
+  python3 tests/onnx/make_models.py OUTDIR
+  python3 tests/onnx/make_models.py --tiny OUTDIR   # a 1-layer GPT-2 of width 8: fuzz/corpus/onnx
+
+gpt2-block.onnx        a GPT-2 model as torch.onnx.export writes it at opset 14: token and
+                       position Gather, per layer the decomposed layer norm (ReduceMean, Sub,
+                       Pow, Add, Sqrt, Div, Mul, Add), c_attn MatMul + Add, Split into q/k/v,
+                       Reshape + Transpose into heads, scores MatMul, Div by sqrt(head_dim),
+                       an additive causal mask, Softmax, MatMul with v, Transpose + Reshape
+                       back, c_proj, the residual Add, the MLP with the Erf GELU, ln_f and the
+                       tied lm_head (MatMul by Transpose of wte); batch and sequence symbolic.
+                       Initializers carry Hugging Face's names and [in,out] Conv1D layouts.
+gpt2-block-fused.onnx  the same model at opset 17: LayerNormalization nodes instead of the pattern.
+unmapped.onnx          a small MLP with a custom-domain operator and a CumSum between its layers.
+bad-*.onnx             hostile files: truncated, a dim of 2^62, raw_data that disagrees with
+                       its shape, a cycle.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+LAYERS, HIDDEN, HEADS, VOCAB, POSITIONS = 2, 128, 4, 512, 128
+
+
+def init(name, shape, rng):
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.02).astype(np.float32), name)
+
+
+def const(nodes, name, value, dtype=np.float32):
+    nodes.append(helper.make_node("Constant", [], [name], name=name + "_const",
+                                  value=numpy_helper.from_array(np.array(value, dtype=dtype), name)))
+    return name
+
+
+def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POSITIONS=POSITIONS):
+    rng = np.random.default_rng(0)
+    H, nh, hd = HIDDEN, HEADS, HIDDEN // HEADS
+    nodes, inits = [], []
+    inits += [init("transformer.wte.weight", [VOCAB, H], rng), init("transformer.wpe.weight", [POSITIONS, H], rng)]
+    nodes.append(helper.make_node("Gather", ["transformer.wte.weight", "input_ids"], ["tok"], name="/transformer/wte/Gather"))
+    nodes.append(helper.make_node("Gather", ["transformer.wpe.weight", "position_ids"], ["pos"], name="/transformer/wpe/Gather"))
+    nodes.append(helper.make_node("Add", ["tok", "pos"], ["embed"], name="/transformer/Add"))
+    nodes.append(helper.make_node("Dropout", ["embed"], ["h_in0"], name="/transformer/drop/Dropout"))
+    shape_ids = 0
+
+    def layer_norm(prefix, x, out):
+        w, b = prefix + ".weight", prefix + ".bias"
+        inits.append(numpy_helper.from_array(np.ones([H], np.float32), w))
+        inits.append(numpy_helper.from_array(np.zeros([H], np.float32), b))
+        p = "/" + prefix.replace(".", "/") + "/"
+        if fused_norm:
+            nodes.append(helper.make_node("LayerNormalization", [x, w, b], [out], name=p + "LayerNormalization", axis=-1, epsilon=1e-5))
+            return out
+        nodes.append(helper.make_node("ReduceMean", [x], [p + "mean"], name=p + "ReduceMean", axes=[-1]))
+        nodes.append(helper.make_node("Sub", [x, p + "mean"], [p + "d"], name=p + "Sub"))
+        nodes.append(helper.make_node("Pow", [p + "d", const(nodes, p + "two", 2.0)], [p + "sq"], name=p + "Pow"))
+        nodes.append(helper.make_node("ReduceMean", [p + "sq"], [p + "var"], name=p + "ReduceMean_1", axes=[-1]))
+        nodes.append(helper.make_node("Add", [p + "var", const(nodes, p + "eps", 1e-5)], [p + "ve"], name=p + "Add"))
+        nodes.append(helper.make_node("Sqrt", [p + "ve"], [p + "s"], name=p + "Sqrt"))
+        nodes.append(helper.make_node("Div", [p + "d", p + "s"], [p + "n"], name=p + "Div"))
+        nodes.append(helper.make_node("Mul", [p + "n", w], [p + "g"], name=p + "Mul"))
+        nodes.append(helper.make_node("Add", [p + "g", b], [out], name=p + "Add_1"))
+        return out
+
+    def linear(prefix, x, n_in, n_out, out):
+        w, b = prefix + ".weight", prefix + ".bias"
+        inits.extend([init(w, [n_in, n_out], rng), numpy_helper.from_array(np.zeros([n_out], np.float32), b)])
+        p = "/" + prefix.replace(".", "/") + "/"
+        nodes.append(helper.make_node("MatMul", [x, w], [p + "mm"], name=p + "MatMul"))
+        nodes.append(helper.make_node("Add", [p + "mm", b], [out], name=p + "Add"))
+        return out
+
+    def dynamic_shape(x, tail, name):  # Shape -> Slice [0:2] -> Concat with constant tail, as torch writes views
+        nonlocal shape_ids
+        shape_ids += 1
+        s = name + "_shape"
+        nodes.append(helper.make_node("Shape", [x], [s], name=s))
+        nodes.append(helper.make_node("Slice", [s, const(nodes, s + "_st", [0], np.int64), const(nodes, s + "_en", [2], np.int64)],
+                                      [s + "_bs"], name=s + "_Slice"))
+        nodes.append(helper.make_node("Concat", [s + "_bs", const(nodes, s + "_tail", tail, np.int64)], [s + "_new"], name=s + "_Concat", axis=0))
+        return s + "_new"
+
+    # causal additive mask [1, 1, P, P] sliced to the sequence by the Shape of the scores
+    mask = np.triu(np.full([POSITIONS, POSITIONS], -1e4, np.float32), 1)[None, None]
+    x = "h_in0"
+    for i in range(LAYERS):
+        n = f"transformer.h.{i}"
+        p = f"/transformer/h.{i}/attn/"
+        h = layer_norm(n + ".ln_1", x, p + "ln_1_out")
+        qkv = linear(n + ".attn.c_attn", h, H, 3 * H, p + "qkv")
+        nodes.append(helper.make_node("Split", [qkv, const(nodes, p + "split", [H, H, H], np.int64)], [p + "q", p + "k", p + "v"],
+                                      name=p + "Split", axis=2))
+        heads = {}
+        for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+            shp = dynamic_shape(p + t, [nh, hd], p + t + "_view")
+            nodes.append(helper.make_node("Reshape", [p + t, shp], [p + t + "4"], name=p + "Reshape_" + t))
+            nodes.append(helper.make_node("Transpose", [p + t + "4"], [p + t + "t"], name=p + "Transpose_" + t, perm=perm))
+            heads[t] = p + t + "t"
+        nodes.append(helper.make_node("MatMul", [heads["q"], heads["k"]], [p + "scores"], name=p + "MatMul"))
+        nodes.append(helper.make_node("Div", [p + "scores", const(nodes, p + "scale", math.sqrt(hd))], [p + "scaled"], name=p + "Div"))
+        inits.append(numpy_helper.from_array(mask, n + ".attn.bias_mask"))
+        nodes.append(helper.make_node("Shape", [p + "scores"], [p + "sshape"], name=p + "Shape_scores"))
+        nodes.append(helper.make_node("Slice", [p + "sshape", const(nodes, p + "ss_st", [2], np.int64), const(nodes, p + "ss_en", [4], np.int64)],
+                                      [p + "seq2"], name=p + "Slice_seq"))
+        nodes.append(helper.make_node("Slice", [n + ".attn.bias_mask", const(nodes, p + "m_st", [0, 0], np.int64), p + "seq2",
+                                                const(nodes, p + "m_ax", [2, 3], np.int64)], [p + "mask"], name=p + "Slice_mask"))
+        nodes.append(helper.make_node("Add", [p + "scaled", p + "mask"], [p + "masked"], name=p + "Add_mask"))
+        nodes.append(helper.make_node("Softmax", [p + "masked"], [p + "probs"], name=p + "Softmax", axis=-1))
+        nodes.append(helper.make_node("MatMul", [p + "probs", heads["v"]], [p + "ctx4"], name=p + "MatMul_1"))
+        nodes.append(helper.make_node("Transpose", [p + "ctx4"], [p + "ctxt"], name=p + "Transpose_ctx", perm=[0, 2, 1, 3]))
+        shp = dynamic_shape(p + "ctxt", [H], p + "ctx_view")
+        nodes.append(helper.make_node("Reshape", [p + "ctxt", shp], [p + "ctx"], name=p + "Reshape_ctx"))
+        a = linear(n + ".attn.c_proj", p + "ctx", H, H, p + "proj")
+        nodes.append(helper.make_node("Add", [x, a], [p + "res"], name=f"/transformer/h.{i}/Add"))
+        x = p + "res"
+        m = f"/transformer/h.{i}/mlp/"
+        h = layer_norm(n + ".ln_2", x, m + "ln_2_out")
+        h = linear(n + ".mlp.c_fc", h, H, 4 * H, m + "fc")
+        nodes.append(helper.make_node("Div", [h, const(nodes, m + "sqrt2", math.sqrt(2.0))], [m + "g0"], name=m + "act/Div"))
+        nodes.append(helper.make_node("Erf", [m + "g0"], [m + "g1"], name=m + "act/Erf"))
+        nodes.append(helper.make_node("Add", [m + "g1", const(nodes, m + "one", 1.0)], [m + "g2"], name=m + "act/Add"))
+        nodes.append(helper.make_node("Mul", [h, m + "g2"], [m + "g3"], name=m + "act/Mul"))
+        nodes.append(helper.make_node("Mul", [m + "g3", const(nodes, m + "half", 0.5)], [m + "gelu"], name=m + "act/Mul_1"))
+        h = linear(n + ".mlp.c_proj", m + "gelu", 4 * H, H, m + "proj")
+        nodes.append(helper.make_node("Add", [x, h], [m + "res"], name=f"/transformer/h.{i}/Add_1"))
+        x = m + "res"
+    h = layer_norm("transformer.ln_f", x, "ln_f_out")
+    nodes.append(helper.make_node("Transpose", ["transformer.wte.weight"], ["wte_t"], name="/lm_head/Transpose", perm=[1, 0]))
+    nodes.append(helper.make_node("MatMul", [h, "wte_t"], ["logits"], name="/lm_head/MatMul"))
+    graph = helper.make_graph(
+        nodes, "gpt2",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "sequence"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", VOCAB])], inits)
+    model = helper.make_model(graph, producer_name="autoshard-tests", opset_imports=[helper.make_opsetid("", 17 if fused_norm else 14)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def unmapped():
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "fc1.weight"], ["h1"], name="fc1"),
+        helper.make_node("Relu", ["h1"], ["a1"], name="act1"),
+        helper.make_node("FancyNorm", ["a1"], ["n1"], name="fancy", domain="com.example"),
+        helper.make_node("CumSum", ["n1", "axis"], ["c1"], name="cumsum"),
+        helper.make_node("MatMul", ["c1", "fc2.weight"], ["y"], name="fc2"),
+    ]
+    inits = [init("fc1.weight", [32, 64], rng), init("fc2.weight", [64, 16], rng),
+             numpy_helper.from_array(np.array(1, np.int64), "axis")]
+    graph = helper.make_graph(nodes, "unmapped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits,
+                              value_info=[helper.make_tensor_value_info("n1", TensorProto.FLOAT, ["batch", 64])])
+    model = helper.make_model(graph, producer_name="autoshard-tests",
+                              opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    return model
+
+
+def small(inits_override=None, input_shape=(4, 8), cycle=False):
+    w = numpy_helper.from_array(np.ones([8, 8], np.float32), "w")
+    if inits_override is not None:
+        w = inits_override
+    a_in = "b" if cycle else "x"
+    nodes = [helper.make_node("MatMul", [a_in, "w"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Tanh", ["b"], ["y"], name="third")]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(input_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+def main():
+    tiny = sys.argv[1] == "--tiny"
+    out = sys.argv[2] if tiny else sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    sizes = dict(LAYERS=1, HIDDEN=8, HEADS=2, VOCAB=16, POSITIONS=8) if tiny else {}
+    onnx.save(gpt2(False, **sizes), os.path.join(out, "gpt2-block.onnx"))
+    onnx.save(gpt2(True, **sizes), os.path.join(out, "gpt2-block-fused.onnx"))
+    onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
+    good = small().SerializeToString()
+    with open(os.path.join(out, "small.onnx"), "wb") as f:
+        f.write(good)
+    with open(os.path.join(out, "bad-truncated.onnx"), "wb") as f:
+        f.write(good[: len(good) * 2 // 3])
+    with open(os.path.join(out, "bad-huge-dim.onnx"), "wb") as f:
+        f.write(small(input_shape=(4, 2 ** 62)).SerializeToString())
+    short = onnx.TensorProto()
+    short.name, short.data_type = "w", TensorProto.FLOAT
+    short.dims.extend([8, 8])
+    short.raw_data = np.ones([8, 7], np.float32).tobytes()
+    with open(os.path.join(out, "bad-raw-data.onnx"), "wb") as f:
+        f.write(small(inits_override=short).SerializeToString())
+    with open(os.path.join(out, "bad-cycle.onnx"), "wb") as f:
+        f.write(small(cycle=True).SerializeToString())
+
+
+if __name__ == "__main__":
+    main()

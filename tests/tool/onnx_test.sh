@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# ONNX models end to end: tests/onnx/make_models.py writes them with python3-onnx's helper API.
+# (a) a GPT-2 model as torch.onnx.export writes it (decomposed layer norms, Erf GELU, attention
+#     as MatMul/Softmax over Reshape+Transpose heads with a causal mask; and the opset 17 form
+#     with LayerNormalization) plans, under memory budgets that make it cut weights, with the
+#     same spec for every parameter as the built-in GPT-2 builder given the same sizes (its
+#     Hugging Face config); (b) a model with a custom-domain operator and a CumSum gets a plan
+#     whose report names both, and `verify` says why it cannot run it; (c) hostile files:
+#     truncated, a dim of 2^62, raw_data that disagrees with the shape, a cycle: a clear error each.
+set -uo pipefail
+tool=$1
+here=$(cd "$(dirname "$0")" && pwd)
+fails=0; passes=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok()   { passes=$((passes+1)); }
+bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
+run()  { "$@" >"$tmp/out" 2>"$tmp/err"; }
+
+py=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import onnx, numpy' 2>/dev/null; then py=$p; break; fi
+done
+[ -n "$py" ] || { echo "SKIP: no python3 with onnx (Debian's python3-onnx)"; exit 0; }
+"$py" "$here/../onnx/make_models.py" "$tmp" || { echo "FAIL: make_models.py"; exit 1; }
+run "$tool" plan --model "$tmp/small.onnx" --mesh 2 --quiet --out "$tmp/small.json"
+grep -q "built without ONNX" "$tmp/err" && { echo "SKIP: autoshard built without ONNX"; exit 0; }
+
+# (a) The builder's GPT-2 of the same sizes, read from a Hugging Face config.
+cat >"$tmp/gpt2-config.json" <<'EOF'
+{"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 512, "n_positions": 128}
+EOF
+compare() {  # compare ONNX_JSON BUILDER_JSON: every parameter's spec equal, some cut
+  "$py" - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+spec = lambda j: {o["name"]: o["output"] for o in j["operators"] if o["kind"] == "parameter"}
+sa, sb = spec(a), spec(b)
+if set(sa) != set(sb):
+    sys.exit(f"parameters differ: only ONNX {sorted(set(sa) - set(sb))[:5]}, only builder {sorted(set(sb) - set(sa))[:5]}")
+diff = [(n, sa[n], sb[n]) for n in sorted(sa) if sa[n] != sb[n]]
+if diff:
+    sys.exit(f"{len(diff)} parameters differ (name, ONNX, builder): {diff[:5]}")
+if not any("S" in s for s in sa.values()):
+    sys.exit("no parameter is cut: the budget did not bind, the comparison proves little")
+if len(sa) != 28:
+    sys.exit(f"{len(sa)} parameters, expected 28 (2 layers x 12 + wte, wpe, ln_f weight and bias)")
+EOF
+}
+for f in gpt2-block gpt2-block-fused; do
+  for args in "--mesh 2x4 --batch 2 --seq 128 --mode infer --memory-budget 1MiB" \
+              "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 3MiB"; do
+    # shellcheck disable=SC2086
+    run "$tool" plan --model "$tmp/$f.onnx" $args --dtype bf16 --json --quiet --out "$tmp/p1.json" || { bad "$f $args: plan"; cat "$tmp/err"; continue; }
+    cp "$tmp/out" "$tmp/onnx.json"
+    # shellcheck disable=SC2086
+    run "$tool" plan --model "$tmp/gpt2-config.json" $args --dtype bf16 --json --quiet --out "$tmp/p2.json" || { bad "$f $args: builder plan"; cat "$tmp/err"; continue; }
+    compare "$tmp/onnx.json" "$tmp/out" && ok || bad "$f $args: specs differ from the GPT-2 builder's"
+  done
+done
+# The attention, norms, GELU and linears were recognised: no opaque operator, the builder's kinds.
+run "$tool" plan --model "$tmp/gpt2-block.onnx" --mesh 2 --batch 2 --seq 16 --json --quiet --out "$tmp/p3.json"
+"$py" - "$tmp/out" <<'EOF' && ok || bad "gpt2-block.onnx: operator kinds"
+import json, sys, collections
+j = json.load(open(sys.argv[1]))
+kinds = collections.Counter(o["kind"] for o in j["operators"])
+want = {"attention": 2, "layer_norm": 5, "gelu": 2, "linear": 9, "split": 6, "embedding": 2, "dropout": 1}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+if bad or j["opaque"]:
+    sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
+EOF
+
+# (b) Unmapped operators: a plan, and a report line naming each.
+run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2x2 --batch 8 --quiet --out "$tmp/u.json" || { bad "unmapped: plan"; cat "$tmp/err"; }
+grep -q '^opaque operators' "$tmp/out" && ok || bad "unmapped: no opaque section in: $(cat "$tmp/out")"
+grep -Eq '^  fancy +com\.example\.FancyNorm -> RR$' "$tmp/out" && ok || bad "unmapped: FancyNorm not named"
+grep -Eq '^  cumsum +CumSum -> RR$' "$tmp/out" && ok || bad "unmapped: CumSum not named"
+run "$tool" verify --plan "$tmp/u.json"
+[ $? -eq 1 ] && grep -q "opaque operator.*'fancy' (com.example.FancyNorm)" "$tmp/err" && ok || bad "unmapped: verify: $(cat "$tmp/err")"
+
+# (c) Hostile files: exit 1 (never a crash), a message with the numbers.
+expect_error() {  # FILE REGEX
+  run "$tool" plan --model "$tmp/$1" --mesh 2 --batch 2 --quiet --out "$tmp/never.json"
+  local rc=$?
+  if [ $rc -ne 1 ] || ! grep -Eq "$2" "$tmp/err" || [ -e "$tmp/never.json" ]; then
+    bad "$1: exit $rc, message: $(cat "$tmp/err")"
+  else
+    ok
+  fi
+}
+expect_error bad-truncated.onnx "not an ONNX model: the protobuf does not parse"
+expect_error bad-huge-dim.onnx "input 'x' dim 1 is 4611686018427387904, outside \[0, 2\^40\]"
+expect_error bad-raw-data.onnx "initializer 'w' raw_data holds 224 bytes, but its shape \[8,8\] of f32 needs 256"
+expect_error bad-cycle.onnx "the graph has a cycle.*'first' \(MatMul\).*'second' \(Relu\)"
+# Sizes of presets do not apply to an ONNX model; a symbolic dim without a size is named.
+run "$tool" plan --model "$tmp/small.onnx" --hidden 64 --mesh 2 --out "$tmp/never.json"
+[ $? -ne 0 ] && grep -q "only --batch, --seq and --dtype apply" "$tmp/err" && ok || bad "small.onnx --hidden: $(cat "$tmp/err")"
+run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "graph input 'x' dim 0 is symbolic ('batch'); give its size" "$tmp/err" && ok || bad "unmapped.onnx without --batch: $(cat "$tmp/err")"
+
+echo "onnx_test: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]

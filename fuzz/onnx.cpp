@@ -1,0 +1,46 @@
+// libFuzzer target: the ONNX reader (onnx/onnx.hpp). Input: the bytes of an ONNX file. Only
+// io_error and graph_error may escape; a model that reads must give a valid graph whose JSON
+// reads back to the same graph, and every opaque vertex must be listed with its op_type.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include <autoshard/graph/graph.hpp>
+#include <autoshard/onnx/onnx.hpp>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  autoshard::onnx_options o;
+  // Keep each input fast and small: shapes, not sizes, are what the reader decides.
+  o.max_file_bytes = std::uint64_t{1} << 20;
+  o.max_nodes = 4096;
+  o.batch = 2;
+  o.seq = 3;
+  autoshard::onnx_import r;
+  try {
+    r = autoshard::read_onnx(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.onnx", o);
+  } catch (const autoshard::io_error&) {
+    return 0;
+  } catch (const autoshard::graph_error&) {
+    return 0;
+  }
+  const autoshard::model_graph& g = r.graph;
+  autoshard::validate(g);
+  std::size_t opaque = 0;
+  for (autoshard::vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == autoshard::op_kind::opaque) {
+      ++opaque;
+      if (g[v].attrs.op_type.empty()) std::abort();
+    }
+  if (opaque != r.opaque.size()) {
+    std::fprintf(stderr, "fuzz_onnx: %zu opaque vertices but %zu listed\n", opaque, r.opaque.size());
+    std::abort();
+  }
+  const nlohmann::json j = autoshard::to_json(g);
+  if (autoshard::to_json(autoshard::from_json(j)) != j) {
+    std::fprintf(stderr, "fuzz_onnx: the graph's JSON does not read back to the same graph\n");
+    std::abort();
+  }
+  return 0;
+}

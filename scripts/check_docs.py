@@ -14,6 +14,7 @@ AREA_FLAGS = {
     "autoshard/solve/": ["-lglpk"],
     "autoshard/gloo/": ["-lgloo", "-pthread"],
     "autoshard/exec/": ["-lglpk", "-lgloo", "-pthread"],
+    "autoshard/onnx/": ["-DONNX_NAMESPACE=onnx", "-DONNX_ML=1", "-lonnx", "-lonnx_proto", "-lprotobuf", "-pthread"],
 }
 
 def snippets(md: pathlib.Path):

@@ -43,7 +43,7 @@ int run_synth(const synth_options& o) {
   if (std::optional<hf_model> h = o.model.hf()) {
     m = *h;
   } else {
-    if (!o.model.is_preset()) throw spec_error("synth needs a preset or a Hugging Face config --model, not a model JSON file");
+    if (!o.model.is_preset()) throw spec_error("synth needs a preset or a Hugging Face config --model, not a model JSON or ONNX file");
     auto [family, cfg] = o.model.preset();
     m = hf_model{family, cfg, !o.model.dtype_name.empty()};
   }

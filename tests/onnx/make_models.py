@@ -3,6 +3,7 @@
 
   python3 tests/onnx/make_models.py OUTDIR
   python3 tests/onnx/make_models.py --tiny OUTDIR   # a 1-layer GPT-2 of width 8: fuzz/corpus/onnx
+  python3 tests/onnx/make_models.py --mlp FILE      # docs/getting-started.md's MLP, as torch exports it
 
 gpt2-block.onnx        a GPT-2 model as torch.onnx.export writes it at opset 14: token and
                        position Gather, per layer the decomposed layer norm (ReduceMean, Sub,
@@ -144,6 +145,26 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
     return model
 
 
+def mlp():
+    """torch.nn.Sequential(Linear(256, 1024), GELU(), Linear(1024, 256)) through torch.onnx.export
+    (opset 14, input x [batch, 256]): Gemm with transB for each Linear, the Erf pattern for GELU."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Gemm", ["x", "0.weight", "0.bias"], ["h"], name="/0/Gemm", alpha=1.0, beta=1.0, transB=1)]
+    nodes.append(helper.make_node("Div", ["h", const(nodes, "/1/sqrt2", math.sqrt(2.0))], ["g0"], name="/1/Div"))
+    nodes.append(helper.make_node("Erf", ["g0"], ["g1"], name="/1/Erf"))
+    nodes.append(helper.make_node("Add", ["g1", const(nodes, "/1/one", 1.0)], ["g2"], name="/1/Add"))
+    nodes.append(helper.make_node("Mul", ["h", "g2"], ["g3"], name="/1/Mul"))
+    nodes.append(helper.make_node("Mul", ["g3", const(nodes, "/1/half", 0.5)], ["g"], name="/1/Mul_1"))
+    nodes.append(helper.make_node("Gemm", ["g", "2.weight", "2.bias"], ["y"], name="/2/Gemm", alpha=1.0, beta=1.0, transB=1))
+    inits = [init("0.weight", [1024, 256], rng), init("0.bias", [1024], rng), init("2.weight", [256, 1024], rng), init("2.bias", [256], rng)]
+    graph = helper.make_graph(nodes, "main_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 256])], inits)
+    model = helper.make_model(graph, producer_name="pytorch", opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 def unmapped():
     rng = np.random.default_rng(1)
     nodes = [
@@ -180,6 +201,9 @@ def small(inits_override=None, input_shape=(4, 8), cycle=False):
 
 
 def main():
+    if sys.argv[1] == "--mlp":
+        onnx.save(mlp(), sys.argv[2])
+        return
     tiny = sys.argv[1] == "--tiny"
     out = sys.argv[2] if tiny else sys.argv[1]
     os.makedirs(out, exist_ok=True)

@@ -1140,7 +1140,10 @@ struct reader {
   void emit(int k) {
     const onnx::NodeProto& n = nd(k);
     const std::string who = node_label(n, k);
-    const std::string name = n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : n.name();
+    // A Gemm, a LayerNormalization or a Gelu is the whole module it came from: named by the
+    // module's path ("/0/Gemm" -> "0"), as the builders name linears and norms.
+    const bool module_op = n.op_type() == "Gemm" || n.op_type() == "LayerNormalization" || n.op_type() == "Gelu";
+    const std::string name = n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : module_op ? pattern_name(k) : n.name();
     std::string why = "no mapping";
     if (auto f = fused.find(k); f != fused.end()) {
       if (try_emit(f->second.kind, f->second.name, f->second.operands, f->second.attrs, f->second.output, who, why)) return;

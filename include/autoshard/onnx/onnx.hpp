@@ -37,8 +37,13 @@
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
+// <sys/mman.h> (the tensor area maps checkpoints) defines MAP_TYPE, which ONNX's parser.h
+// uses as an enumerator: hidden while ONNX's headers are read, so any include order works.
+#pragma push_macro("MAP_TYPE")
+#undef MAP_TYPE
 #include <onnx/onnx_pb.h>                          // onnx::ModelProto (protobuf)
 #include <onnx/shape_inference/implementation.h>  // onnx::shape_inference::InferShapes
+#pragma pop_macro("MAP_TYPE")
 
 #include "../core/checked.hpp"    // checked_bytes
 #include "../core/error.hpp"      // graph_error, io_error

@@ -3,6 +3,8 @@
 // tests/tool/onnx_test.sh plans whole models written by python3-onnx.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>  // defines MAP_TYPE, as the tensor area's headers do: onnx.hpp must compile after it
+
 #include <autoshard/onnx/onnx.hpp>
 
 #include <string>

@@ -55,7 +55,7 @@ json_check "[(s['mesh_axis'], s['collective']) for s in d['steps']] == [(1,'redu
   "$tool" explain --mesh 2x4 --inter-bw 25e9 --intra-bw 300e9 --shape 1024,1024,64 --dtype bf16 --from "[P,P]" --to "[R,R]" --json
 json_check "abs(d['steps'][0]['seconds'] - (5e-6 + 0.75*768*2304*4/300e9)) < 1e-12" \
   "$tool" explain --mesh 2x4 --intra-hop 0 --shape 768,2304 --from "RS1" --to "S0R" --json
-expect_rc 1 "$tool" explain --mesh 2x4 --intra-hop -1 --shape 8,4 --from "RR" --to "RR"
+expect_rc 2 "$tool" explain --mesh 2x4 --intra-hop -1 --shape 8,4 --from "RR" --to "RR"  # a usage error, as every number out of range
 # Uneven: 5 rows over 4 ranks -> 2,2,1,0; the empty shard sits at offset 5.
 json_check "[r['after']['shape'][0] for r in d['ranks']] == [2,2,1,0] and d['ranks'][3]['after']['offset'][0] == 5" \
   "$tool" explain --mesh 4 --shape 5,3 --from "[R]" --to "[S(0)]" --json
@@ -344,6 +344,14 @@ PY
   expect_rc 0 "$tool" show --plan "$tmp/v.json" --tensor lm_head.weight
   grep -q "note: lm_head.weight is transformer.wte.weight (tied" "$tmp/out" && ok || bad "show resolves the tied lm_head.weight: $(cat "$tmp/out" "$tmp/err")"
   json_check "d['tensor'] == 'transformer.wte.weight'" "$tool" show --plan "$tmp/v.json" --tensor wte.weight --json
+  # plan --pin takes the same spellings (one resolver): the tied name pins the embedding table,
+  # the checkpoint spelling a layer's weight; a name nothing fits gets the closest names.
+  "$tool" plan "${vp[@]}" --pin lm_head.weight=S0R --pin h.0.attn.c_attn.weight=RS0 --out "$tmp/pinned.json" --quiet >/dev/null 2>"$tmp/err" \
+    && grep -q "note: --pin lm_head.weight is transformer.wte.weight (tied" "$tmp/err" && ok || bad "plan --pin in state-dict spelling: $(cat "$tmp/err")"
+  json_check "{t['name']: t['output'] for t in d['tensors']}['transformer.wte.weight'] == 'S0R' and {t['name']: t['output'] for t in d['tensors']}['transformer.h.0.attn.c_attn.weight'] == 'RS0'" \
+    cat "$tmp/pinned.json"
+  expect_rc 1 "$tool" plan "${vp[@]}" --pin h.0.attn.c_atn.weight=RR --out "$tmp/never.json" --quiet
+  grep -q "no tensor named 'h.0.attn.c_atn.weight'; did you mean 'transformer.h.0.attn.c_attn.weight'" "$tmp/err" && ok || bad "--pin did-you-mean: $(cat "$tmp/err")"
   # The plan's picture: tied layers once with their count, a legend; dot runs without a shell,
   # so a directory whose name has quotes and a $(...) keeps its files and runs nothing.
   q="$tmp/it's a \"quoted\" \$(touch $tmp/pwned) dir"

@@ -4,6 +4,7 @@
 #include "paths.hpp"
 #include "model_options.hpp"
 #include "progress.hpp"
+#include "tensor_names.hpp"
 
 #include <autoshard/solve/solve.hpp>
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
@@ -129,9 +130,11 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
     auto eq = pin.find('=');
     if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
     const std::string name = pin.substr(0, eq);
-    auto v = find_vertex(g, name);
-    if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'");
-    po.pinned[name] = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+    std::string tied;  // a name as users write it: checkpoint spelling, a tied weight's state-dict name
+    const std::optional<vertex_t> v = find_tensor(g, name, &tied);
+    if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'" + did_you_mean(g, name));
+    if (!tied.empty()) std::cerr << "note: --pin " << tied << "\n";
+    po.pinned[g[*v].name] = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
   }
   return po;
 }
@@ -322,7 +325,7 @@ void register_plan(CLI::App& app, action& run) {
   CLI::Option* backend = cmd->add_option("--backend", o->backend, "communications backend whose costs to use (with --calibration: the file's)")
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->capture_default_str();
-  cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9");
+  cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9")->check(byte_size());
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
   cmd->add_flag("--force", o->force, "use a calibration measured on another mesh shape or backend (and say so)");
   cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str()->check(finite_in(0, 1e7, true));

@@ -4,6 +4,7 @@
 // shapes, and, with --tensor, the block map of one of them.
 #include "common.hpp"
 #include "paths.hpp"
+#include "tensor_names.hpp"
 #if defined(AUTOSHARD_TOOL_HAVE_PLAN)
 #include <autoshard/plan/plan.hpp>
 #endif
@@ -374,100 +375,30 @@ struct plan_entry {
 struct plan_doc {
   std::string algo, mode;
   device_mesh mesh;  ///< with the links the plan was priced with
-  std::vector<plan_entry> entries;
-  std::map<std::string, std::vector<std::string>> operands;  ///< operator -> its operands' names (the embedded graph)
+  std::vector<plan_entry> entries;  ///< one per vertex of `graph`, in vertex order
+  model_graph graph;                ///< the embedded graph (tensor names as users write them: find_entry)
 };
 
-/// A plan file through the one plan reader: every vertex's output spec and shape, and each
-/// operator's operands (for tied weights: find_entry).
+/// A plan file through the one plan reader: every vertex's output spec and shape, and the
+/// graph (for the names users write: find_entry).
 plan_doc read_plan(const std::string& file) {
   const plan_document d = read_plan_file(file);
-  plan_doc doc{d.options.algo, to_string(d.mode), d.mesh, {}, {}};
+  plan_doc doc{d.options.algo, to_string(d.mode), d.mesh, {}, d.graph};
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {
     const plan_tensor& t = d.tensors[v];
     plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output};
     for (const sharding_spec& in : t.inputs) e.inputs.push_back(to_alpa_string(in));
     doc.entries.push_back(std::move(e));
-    std::vector<std::string>& ops = doc.operands[d.graph[v].name];
-    for (const vertex_t u : operands(d.graph, v)) ops.push_back(d.graph[u].name);
   }
   return doc;
 }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0u : 1u)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-/// Up to three of `names` close to `want`: within a third of its length in edits, or
-/// containing it; closest first.
-std::vector<std::string> close_names(const std::vector<std::string>& names, const std::string& want) {
-  const std::string w = lower(want);
-  const std::size_t limit = std::max<std::size_t>(2, w.size() / 3);
-  std::vector<std::pair<std::size_t, std::string>> scored;
-  for (const auto& n : names) {
-    const std::string l = lower(n);
-    std::size_t d = edit_distance(l, w);
-    if (const auto dot = l.find('.'); dot != std::string::npos)  // the checkpoint spelling
-      d = std::min(d, edit_distance(l.substr(dot + 1), w));
-    if (!w.empty() && l.find(w) != std::string::npos) d = std::min(d, (l.size() - w.size()) / 8);
-    if (d <= limit) scored.emplace_back(d, n);
-  }
-  std::sort(scored.begin(), scored.end());
-  std::vector<std::string> out;
-  for (std::size_t k = 0; k < scored.size() && k < 3; ++k) out.push_back(scored[k].second);
-  return out;
-}
-
-/// The entry named `want`: exactly, or the one entry whose name without its first component
-/// is `want` (checkpoint spelling: "h.0.attn.c_attn.weight"), or, in Hugging Face's
-/// state-dict spelling, a module's ".weight" / ".bias" that the graph stores as another
-/// tensor because it is tied ("lm_head.weight" -> "transformer.wte.weight"; `tied` says so).
+/// The entry `want` names, as users write tensor names (tensor_names.hpp: the graph's name,
+/// the checkpoint spelling, a tied weight's state-dict name; `tied` says which it is then).
 const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const std::string& file, std::string* tied = nullptr) {
-  auto by_name = [&](const std::string& name) -> const plan_entry* {
-    for (const auto& e : doc.entries)
-      if (e.name == name) return &e;
-    const plan_entry* only = nullptr;
-    int n = 0;
-    for (const auto& e : doc.entries) {
-      const auto dot = e.name.find('.');
-      if (dot != std::string::npos && e.name.compare(dot + 1, std::string::npos, name) == 0) only = &e, ++n;
-    }
-    return n == 1 ? only : nullptr;
-  };
-  if (const plan_entry* e = by_name(want)) return *e;
-  for (const auto& [suffix, operand] : {std::pair<std::string, std::size_t>{".weight", 1}, {".bias", 2}}) {
-    if (want.size() <= suffix.size() || want.compare(want.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    const plan_entry* op = by_name(want.substr(0, want.size() - suffix.size()));
-    if (!op || !doc.operands.count(op->name)) continue;
-    const std::vector<std::string>& ins = doc.operands.at(op->name);
-    if (operand >= ins.size()) continue;
-    if (const plan_entry* p = by_name(ins[operand]); p && p->kind == "parameter") {
-      if (tied) *tied = want + " is " + p->name + " (tied: operator '" + op->name + "' uses it as its" + suffix.substr(1) + ")";
-      return *p;
-    }
-  }
-  std::vector<std::string> names;
-  for (const auto& e : doc.entries) names.push_back(e.name);
-  const auto close = close_names(names, want);
-  std::string msg = "plan file '" + file + "' has no tensor '" + want + "'";
-  for (std::size_t k = 0; k < close.size(); ++k)
-    msg += (k == 0 ? "; did you mean '" : k + 1 == close.size() ? " or '" : ", '") + close[k] + "'";
-  msg += close.empty() ? "" : "?";
-  msg += " (`autoshard show --plan " + file + "` lists all " + std::to_string(doc.entries.size()) + ")";
-  throw graph_error(msg);
+  if (const std::optional<vertex_t> v = find_tensor(doc.graph, want, tied)) return doc.entries[*v];
+  throw graph_error("plan file '" + file + "' has no tensor '" + want + "'" + did_you_mean(doc.graph, want) +
+                    " (`autoshard show --plan " + file + "` lists all " + std::to_string(doc.entries.size()) + ")");
 }
 
 /// --plan --tensor NAME: the block map of one tensor's output spec.
@@ -555,7 +486,7 @@ void register_show(CLI::App& app, action& run) {
       "Examples:\n"
       "  autoshard show --mesh 2x4 --shape 768,2304 --spec \"[R,S(1)]\" --svg c_attn.svg\n"
       "  autoshard show --plan plan.json --tensor transformer.h.0.attn.c_attn.weight");
-  o->mesh.add_to(*cmd);
+  o->mesh.add_to(*cmd, false);  // a block map depends on the mesh's shape, not on its links
   CLI::Option* shape = cmd->add_option("--shape", o->shape, "global tensor shape, e.g. 8,8")->capture_default_str();
   CLI::Option* spec = cmd->add_option("--spec", o->spec, "sharding spec, \"[S(0),S(1)]\" or \"S0S1\"");
   CLI::Option* plan =
@@ -565,9 +496,7 @@ void register_show(CLI::App& app, action& run) {
   cmd->add_option("--slice", o->slice, "tensors of rank > 2: one index per leading dim, e.g. 0,3 (default: a map per block)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   tensor->needs(plan);
-  plan->excludes(spec)->excludes(shape);
-  for (const char* opt : {"--mesh", "--inter-bw", "--intra-bw", "--inter-lat", "--intra-lat"})
-    plan->excludes(cmd->get_option(opt));
+  plan->excludes(spec)->excludes(shape)->excludes(cmd->get_option("--mesh"));
   cmd->callback([=, &run] {
     if (o->spec.empty() && o->plan.empty()) throw CLI::RequiredError("--spec or --plan");
     if (!o->plan.empty() && o->tensor.empty() && !o->svg.empty())

@@ -85,8 +85,11 @@ struct mesh_options {
   cluster_links links{.inter_node_latency = unset, .intra_node_latency = unset, .inter_node_hop = unset,
                       .intra_node_hop = unset};
 
-  void add_to(CLI::App& cmd) {
+  /// --mesh, and with `links` the link options (a command that prices nothing, such as
+  /// `show`, takes the mesh's shape only: an option that changes nothing is not offered).
+  void add_to(CLI::App& cmd, bool with_links = true) {
     cmd.add_option("--mesh", mesh, "mesh shape, e.g. 2x4, or dp=2,tp=4 to name the axes (1 to 4 axes)")->capture_default_str();
+    if (!with_links) return;
     // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
     // the default without a word: refused as usage errors.
     cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
@@ -99,8 +102,10 @@ struct mesh_options {
         ->check(finite_in(0, 3600));
     cmd.add_option("--intra-lat", links.intra_node_latency, "intra-node latency, seconds (default: the backend's, nccl 5e-6)")
         ->check(finite_in(0, 3600));
-    cmd.add_option("--inter-hop", links.inter_node_hop, "inter-node latency per ring step, seconds (default: the backend's, nccl 2.7e-6)");
-    cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)");
+    cmd.add_option("--inter-hop", links.inter_node_hop, "inter-node latency per ring step, seconds (default: the backend's, nccl 2.7e-6)")
+        ->check(finite_in(0, 3600));
+    cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)")
+        ->check(finite_in(0, 3600));
   }
   /// The mesh with these links; `backend` ("nccl" or "gloo") supplies the default latencies.
   /// Axis names given in --mesh (dp=2,tp=4) stay on the mesh.

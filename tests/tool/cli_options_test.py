@@ -84,7 +84,8 @@ TABLE = {
          "--preload": pre({"megatron.json": "p.json"}, FLAG),
          "--no-tie-layers": {"--no-tie-layers": FLAG, "--layers": "2"}, "--pin": "input_ids=S0R",
          "--out": "q.json", "--dot": "x.dot", "--json": REMOVE,
-         "--quiet": unseen("the solver reports progress only in a branch-and-bound search longer than this one")}),
+         "--progress": {"--progress": FLAG, "--quiet": REMOVE},
+         "--quiet": based({"--progress": FLAG}, REMOVE)}),
     "solve": (
         [("--json", FLAG), ("--quiet", FLAG)], [str(root / "tests/data/solve/example.json")],
         {"--time-limit": "1e-9", "--mip-rel-gap": weak("2", "the example is solved to optimality before any gap stops it"),

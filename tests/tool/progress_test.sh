@@ -45,5 +45,26 @@ PY
   fi
 fi
 
+# plan: the phases around the solve with their counts (operators, edges, baselines); --quiet
+# silences them; stdout stays one JSON document.
+if "$tool" --help | grep -q ' plan'; then
+  if "$tool" plan --model llama-7b --layers 2 --mesh 2x2 --out "$tmp/p.json" --json --progress >"$tmp/out" 2>"$tmp/err"; then ok; else bad "plan --progress"; cat "$tmp/err"; fi
+  python3 - "$tmp/out" "$tmp/err" "$tmp/p.json" <<'PY' && ok || bad "plan --progress lines: $(cat "$tmp/err")"
+import json, sys
+json.load(open(sys.argv[1]))
+err = open(sys.argv[2]).read()
+plan = json.load(open(sys.argv[3]))
+n = len(plan["tensors"])  # one per vertex
+edges = sum(len(t["inputs"]) for t in plan["tensors"])  # one edge per operand
+want = [f"plan: strategies: 0/{n} ", f"plan: strategies: {n}/{n} ", f"plan: pricing: 0/{edges} ",
+        f"plan: pricing: {edges}/{edges} ", "plan: baselines: 0/3 ", "plan: baselines: 3/3 "]
+missing = [w for w in want if w not in err]
+order = [err.find(w) for w in want]
+sys.exit(0 if not missing and order == sorted(order) else 1)
+PY
+  "$tool" plan --model llama-7b --layers 2 --mesh 2x2 --out "$tmp/p.json" --progress --quiet >/dev/null 2>"$tmp/err" && ok || bad "plan --quiet"
+  ! grep -q "^plan: " "$tmp/err" && ok || bad "plan --quiet still shows progress: $(cat "$tmp/err")"
+fi
+
 echo "progress: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

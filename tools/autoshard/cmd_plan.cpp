@@ -11,6 +11,7 @@
 #include <autoshard/gloo/gloo.hpp>
 #endif
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +43,7 @@ struct plan_cli_options {
   std::string dot;
   bool json = false;
   bool quiet = false;
+  bool progress = false;
 };
 
 /// "transformer.h.7.attn" -> "transformer.h.#.attn"; and the layer index (or -1).
@@ -298,7 +300,20 @@ int run_plan(const plan_cli_options& o) {
   autosharding_options po = pass_options(o, g, plan_mesh(o));
   progress_printer progress(!o.quiet && !o.preload);
   po.on_progress = [&progress](const solve_progress& p) { progress(p); };
+  // The phases around the solve (strategies, pricing every edge, the baselines): long on
+  // large models, shown on a terminal or with --progress.
+  phase_printer phases(!o.quiet && progress_wanted(o.progress), "plan");
+  const auto started = std::chrono::steady_clock::now();
+  po.on_phase = [&phases, started](const char* phase, std::size_t done, std::size_t total) {
+    const std::string p = phase;
+    phases(p, done, total, p == "strategies" ? "operators' strategies enumerated"
+                           : p == "pricing"  ? "edges' resharding costs priced"
+                                             : "baseline algos solved",
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (p == "pricing" && done == total) phases.finish();  // the solver's own line comes next
+  };
   const autosharding_result r = autosharding_analysis_pass(g, po);
+  phases.finish();
   progress.finish();
   const auto [dot, svg] = write_pictures(o, g, r);
   const collective_totals agg = total_collectives(r.report.plan);
@@ -340,7 +355,9 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--out", o->out, "plan file (JSON)")->capture_default_str();
   cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
-  cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
+  cmd->add_flag("--quiet", o->quiet, "no progress on stderr (solver, phases)");
+  cmd->add_flag("--progress", o->progress,
+                "progress of the phases (strategies, pricing, baselines) on stderr even when it is not a terminal");
   cmd->callback([o, backend, &run] {
     o->backend_given = backend->count() > 0;
     run = [o] { return run_plan(*o); };

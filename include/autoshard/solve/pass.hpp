@@ -78,6 +78,11 @@ struct autosharding_options {
   bool tie_layers = true;
   bool compare_baselines = true;                 ///< also solve the other algos for the report
   std::function<void(const solve_progress&)> on_progress;
+  /// The phases before and around the solve, for a progress display on large models: called
+  /// with ("strategies", done, total vertices) around enumerating every operator's strategies,
+  /// ("pricing", done, total edges) as each edge's resharding costs are priced, and
+  /// ("baselines", done, total) as the compared algos are solved. Must not throw.
+  std::function<void(const char* phase, std::size_t done, std::size_t total)> on_phase;
 };
 
 /// One collective of the plan.
@@ -160,13 +165,19 @@ struct pass_model {
   strategy_problem problem;   // one node per vertex, one edge per graph edge
 
   pass_model(const model_graph& graph, const device_mesh& m, run_mode mode, const device_model& device,
-             std::optional<std::int64_t> memory_budget = std::nullopt)
+             std::optional<std::int64_t> memory_budget = std::nullopt,
+             const std::function<void(const char*, std::size_t, std::size_t)>& on_phase = {})
       : g(graph), mesh(m) {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
     sopt.device = device;
     sopt.mode = mode;
     validate(g);
+    const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
+      if (on_phase) on_phase(name, done, total);
+    };
+    phase("strategies", 0, boost::num_vertices(g));
     strategies = enumerate_all_strategies(g, mesh, sopt);
+    phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
     const std::vector<vertex_t> order = topological_order(g);
     const std::size_t n = boost::num_vertices(g);
     std::vector<std::int64_t> pos(n), last(n);
@@ -196,9 +207,12 @@ struct pass_model {
     const auto note = [&largest](double x) {
       if (x < std::numeric_limits<double>::infinity()) largest = std::max(largest, x);
     };
+    const std::size_t edge_count = boost::num_edges(g);
+    phase("pricing", 0, edge_count);
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
       cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt);
+      phase("pricing", problem.edges.size() + 1, edge_count);
       for (double x : c.values) note(x);
       problem.edges.push_back({u, v, {}});
       seconds.push_back(std::move(c.values));
@@ -568,7 +582,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
                          to_string(o.mesh));
   }
   // A preloaded plan is priced with the links it was solved with.
-  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, o.mode, o.device, o.memory_budget);
+  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, o.mode, o.device, o.memory_budget, o.on_phase);
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;
@@ -585,7 +599,9 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     solver_objective = solved.objective_value();
     rep.solver = std::move(solved);
   }
-  if (o.compare_baselines)
+  if (o.compare_baselines) {
+    std::size_t done = 0;
+    if (o.on_phase) o.on_phase("baselines", 0, 3);
     for (const char* algo : {"alpa", "megatron", "data_parallel", "fully_replicated"}) {
       if (algo == rep.plan.algo) continue;
       std::size_t unused = 0;
@@ -598,7 +614,9 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
         s.why_not = std::string(e.message());
         rep.baselines.push_back(std::move(s));
       }
+      if (o.on_phase) o.on_phase("baselines", ++done, 3);
     }
+  }
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);

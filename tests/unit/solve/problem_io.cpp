@@ -81,35 +81,35 @@ TEST_CASE("IOPDDL round trip: write then read gives the same problem") {
 }
 
 TEST_CASE("malformed IOPDDL documents name the JSON path") {
-  expect_io_error("{", "doc.json: not valid JSON");
-  expect_io_error("[]", "<root>: expected an object, got array");
-  expect_io_error(R"({"problem":{}})", "problem: missing member \"nodes\"");
+  expect_io_error("{", "doc.json is not valid JSON");
+  expect_io_error("[]", "doc.json: the document is [], not an object");
+  expect_io_error(R"({"problem":{}})", "doc.json: problem has no member \"nodes\"");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2]],"usages":[[0],[0]]}}})",
-                  "problem: missing member \"edges\"");
+                  "doc.json: problem has no member \"edges\"");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],"two"],"usages":[[0],[0]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.costs[1]: expected an array, got string");
+                  "problem.nodes.costs[1] is \"two\", not an array");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[true]],"usages":[[0],[0]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.costs[1][0]: expected a cost");
+                  "problem.nodes.costs[1][0] is true, not a cost");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2,3]],"usages":[[0],[0]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.usages[1]: 1 usages for 2 strategies");
+                  "problem.nodes.usages[1] has 1 usages for 2 strategies");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2]],"usages":[[0],[-4]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.usages[1][0]: negative usage -4");
+                  "problem.nodes.usages[1][0] is -4, not an integer in [0, ");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[]],"usages":[[0],[]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.costs[1]: a node needs at least one strategy");
+                  "problem.nodes.costs[1] is empty; a node needs at least one strategy");
   expect_io_error(R"({"problem":{"nodes":{"intervals":[[3,2]],"costs":[[1]],"usages":[[0]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.intervals[0]: end before begin");
+                  "problem.nodes.intervals[0] ends before it begins: [3,2]");
   expect_io_error(R"({"problem":{"nodes":{"intervals":[[0,1.5]],"costs":[[1]],"usages":[[0]]},"edges":{"nodes":[],"costs":[]}}})",
-                  "problem.nodes.intervals[0][1]: expected an integer, got 1.5");
+                  "problem.nodes.intervals[0][1] is 1.5, not an integer");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2,3]],"usages":[[0],[0,0]]},"edges":{"nodes":[[0,2]],"costs":[[1,2]]}}})",
-                  "problem.edges.nodes[0]: node 2 out of range [0, 2)");
+                  "problem.edges.nodes[0][1] is 2, not an integer in [0, 1]");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2,3]],"usages":[[0],[0,0]]},"edges":{"nodes":[[0,1]],"costs":[[1,2,3]]}}})",
-                  "problem.edges.costs[0]: 3 costs for edge [0, 1], expected 1x2 = 2");
+                  "problem.edges.costs[0] has 3 costs for edge [0, 1], expected 1x2 = 2");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2,3]],"usages":[[0],[0,0]]},"edges":{"nodes":[[0,1]],"costs":[]}}})",
-                  "problem.edges: 1 node pairs but 0 cost lists");
+                  "problem.edges has 1 node pairs but 0 cost lists");
   expect_io_error(std::string(good_prefix) + R"("costs":[[1],[2]],"usages":[[0],[0]]},"edges":{"nodes":[],"costs":[]},"usage_limit":"lots"}})",
-                  "problem.usage_limit: expected an integer, got string");
+                  "problem.usage_limit is \"lots\", not an integer");
   CHECK_THROWS_WITH_AS(autoshard::read_iopddl_file("/nonexistent/x.json"),
-                       doctest::Contains("cannot open '/nonexistent/x.json'"), autoshard::io_error);
+                       doctest::Contains("cannot open IOPDDL problem '/nonexistent/x.json'"), autoshard::io_error);
   // A null usage_limit means none.
   std::istringstream ok(std::string(good_prefix) +
                         R"("costs":[[1],[2]],"usages":[[0],[0]]},"edges":{"nodes":[],"costs":[]},"usage_limit":null}})");

@@ -58,7 +58,7 @@ def main():
                 src = pathlib.Path(tmp) / name
                 src.write_text(body, encoding="utf-8")
                 exe = pathlib.Path(tmp) / (name[:-4] + ".out")
-                flags = ["-std=c++20", "-O1", "-I", str(root / "include"), "-isystem", "/usr/include/eigen3"]
+                flags = ["-std=c++20", "-O0", "-I", str(root / "include"), "-isystem", "/usr/include/eigen3"]
                 libs = []
                 for key, extra in AREA_FLAGS.items():
                     if key in body or (key == "autoshard/gloo/" and "autoshard/gloo" in body):

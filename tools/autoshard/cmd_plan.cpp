@@ -214,6 +214,7 @@ void print_plan_json(const plan_cli_options& o, const model_graph& g, const auto
     j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
                    {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
                    {"ilp_nodes", rep.tied_classes}};
+  if (o.run_checks) j["checks"] = "passed";  // a failed check is an error before any output
   std::cout << j.dump(2) << "\n";
 }
 
@@ -277,6 +278,8 @@ void print_plan_report(const plan_cli_options& o, const model_graph& g, const au
                       ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
                       : std::string())
               << ")\n";
+  if (o.run_checks)  // a failed check is an error before any output
+    std::cout << "checks  passed: the plan is consistent and re-priced from scratch to the same step time\n";
 
   print_chosen_specs(g, r);
   std::cout << std::right << "\ncollectives per step\n";

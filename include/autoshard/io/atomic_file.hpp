@@ -83,12 +83,17 @@ class atomic_file {
       std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()), static_cast<unsigned long long>(r));
       tmp_ = final_;
       tmp_ += suffix;
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      // Listed before it exists: a signal between open() and the listing would leave the
+      // file behind (a handler that unlinks a name not yet created does no harm).
+      tmp_c_ = tmp_.string();
+      slot_ = detail::live_temporaries::instance().add(tmp_c_.c_str());
+      fd_ = ::open(tmp_c_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
       if (fd_ >= 0) break;
-      if (errno != EEXIST || attempt >= 16) throw io_error(detail::sys_error("cannot create", tmp_));
+      const int err = errno;
+      detail::live_temporaries::instance().remove(std::exchange(slot_, -1));  // not ours: unlisted at once
+      errno = err;
+      if (err != EEXIST || attempt >= 16) throw io_error(detail::sys_error("cannot create", tmp_));
     }
-    tmp_c_ = tmp_.string();
-    slot_ = detail::live_temporaries::instance().add(tmp_c_.c_str());
     buf_.reserve(buffer_size);
   }
   atomic_file(const atomic_file&) = delete;

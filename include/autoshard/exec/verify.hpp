@@ -258,6 +258,20 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   rep.reference_seconds = ref.seconds() + train_ref_seconds;
   rep.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - rep.reference_seconds);
   double worst = -1.0;
+  // One check's verdict folded into the report: passed when its largest difference relative
+  // to max(1, the reference's largest magnitude) is within rtol (false for NaN and infinity).
+  auto judge = [&](vertex_check& c) {
+    const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
+    c.passed = rel <= rep.rtol;
+    rep.failed += c.passed ? 0 : 1;
+    if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
+    rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
+    rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
+    if (rel > worst || !(rel == rel)) {
+      worst = rel;
+      rep.worst = c.name;
+    }
+  };
   const std::size_t tensors = operators + (o.training ? 2 * parameters : 0);
   report("comparison", 0, tensors);
   for (vertex_t v : topological_order(g)) {
@@ -269,16 +283,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
       c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
       c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
     }
-    const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
-    c.passed = rel <= rep.rtol;  // false for NaN and infinity too
-    rep.failed += c.passed ? 0 : 1;
-    if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
-    rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
-    rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
-    if (rel > worst || !(rel == rel)) {
-      worst = rel;
-      rep.worst = c.name;
-    }
+    judge(c);
     rep.checks.push_back(std::move(c));
   }
   if (o.training) {
@@ -294,16 +299,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
           c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
           c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
         }
-        const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
-        c.passed = rel <= rep.rtol;
-        rep.failed += c.passed ? 0 : 1;
-        if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
-        rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
-        rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
-        if (rel > worst || !(rel == rel)) {
-          worst = rel;
-          rep.worst = c.name;
-        }
+        judge(c);
         (pass == 0 ? rep.gradients : rep.updates).push_back(std::move(c));
       }
   }

@@ -24,6 +24,29 @@ struct verify_cli_options {
   bool progress = false;
 };
 
+/// The communication audit: totals, then every site/kind/axis line with both sides.
+nlohmann::json traffic_json(const traffic_audit& a) {
+  nlohmann::json lines = nlohmann::json::array();
+  for (const traffic_line& l : a.lines)
+    lines.push_back({{"site", l.where},
+                     {"kind", l.kind},
+                     {"mesh_axis", l.mesh_axis},
+                     {"priced_bytes", l.priced_bytes},
+                     {"executed_bytes", l.executed_bytes},
+                     {"priced_calls", l.priced_calls},
+                     {"executed_calls", l.executed_calls},
+                     {"matches", l.matches()},
+                     {"documented", l.documented.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.documented)}});
+  return {{"checked", a.checked},
+          {"passed", a.passed()},
+          {"priced_bytes", a.priced_bytes},
+          {"executed_bytes", a.executed_bytes},
+          {"documented_bytes", a.documented_bytes},
+          {"mismatches", a.mismatches},
+          {"first_mismatch", a.mismatches > 0 ? nlohmann::json(a.lines[a.first_mismatch].where) : nlohmann::json(nullptr)},
+          {"lines", lines}};
+}
+
 int run_verify(const verify_cli_options& o) {
   command_paths{}.input("--plan", o.plan).check();
   const loaded_plan lp = load_plan(o.plan);
@@ -38,6 +61,7 @@ int run_verify(const verify_cli_options& o) {
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
   vo.training = lp.mode == run_mode::training && !o.forward_only;
   vo.step.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
+  vo.priced = lp.collectives;
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
               << (lp.mode == run_mode::training ? "training" : "inference") << " plan; "
@@ -83,16 +107,19 @@ int run_verify(const verify_cli_options& o) {
                      {"worst", r.worst},
                      {"operators", list(r.checks)},
                      {"gradients", list(r.gradients)},
-                     {"updates", list(r.updates)}};
+                     {"updates", list(r.updates)},
+                     {"communication", traffic_json(r.traffic)}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << r;
   }
-  if (!r.passed()) {
+  if (r.failed > 0)
     std::cerr << "autoshard: verify: the plan's result differs from the unsharded run at " << r.failed
               << " tensors; the first is '" << r.first_failed << "', the worst '" << r.worst << "'\n";
-    return exit_user_error;
-  }
+  if (!r.traffic.passed())
+    std::cerr << "autoshard: verify: the executed communication differs from what the cost model priced at "
+              << r.traffic.mismatches << " places; the first is " << r.traffic.lines[r.traffic.first_mismatch].where << "\n";
+  if (!r.passed()) return exit_user_error;
   return exit_ok;
 }
 

@@ -5,6 +5,7 @@
 /// store and launcher) and device/ (NCCL).
 ///   #include <autoshard/comm/comm.hpp>
 #include "communicator.hpp"       // communicator concept, self_communicator, reduce_elements
+#include "ledger.hpp"             // collective_ledger, counted_communicator: the collectives a rank issued
 #include "mesh_communicator.hpp"  // basic_mesh_communicator, mesh_communicator_like
 #include "redistribute.hpp"       // redistribute, execute_step
 #include "calibrate.hpp"          // calibrate, apply_calibration

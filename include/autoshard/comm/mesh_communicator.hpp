@@ -4,8 +4,11 @@
 /// (device/nccl.hpp) both use these; neither keeps a copy.
 ///   autoshard::basic_mesh_communicator<my_comm> mc(std::move(world), autoshard::device_mesh{2, 4});
 ///   mc.axis(1).all_reduce(buf, n, autoshard::dtype::f32, autoshard::reduce_op::sum);
+/// Every axis communicator notes its collectives in the mesh's ledger (comm/ledger.hpp)
+/// while a caller names a site there: how an executor's traffic is audited.
 #include <concepts>     // std::convertible_to
 #include <cstddef>      // std::size_t
+#include <memory>       // std::unique_ptr, std::make_unique
 #include <string>       // std::string
 #include <type_traits>  // std::remove_cvref_t
 #include <utility>      // std::move
@@ -14,6 +17,7 @@
 #include "../core/error.hpp"  // comm_error
 #include "../core/mesh.hpp"   // device_mesh
 #include "communicator.hpp"   // communicator
+#include "ledger.hpp"         // collective_ledger, counted_communicator
 
 namespace autoshard {
 
@@ -85,26 +89,34 @@ std::string who_of(const C& c) {
 }  // namespace detail
 
 /// The world plus one sub-communicator per mesh axis: axis(a) holds the ranks that share
-/// this rank's other coordinates, ordered by coordinate a (device_mesh::group).
+/// this rank's other coordinates, ordered by coordinate a (device_mesh::group). Each axis
+/// communicator is counted: its collectives go to ledger() (under the site named there).
 template <splittable_communicator Comm>
 class basic_mesh_communicator {
  public:
-  basic_mesh_communicator(Comm world, const device_mesh& mesh) : mesh_(mesh), world_(std::move(world)) {
+  using axis_communicator = counted_communicator<Comm>;
+
+  basic_mesh_communicator(Comm world, const device_mesh& mesh)
+      : mesh_(mesh), world_(std::move(world)), ledger_(std::make_unique<collective_ledger>()) {
     if (world_.size() != mesh.num_ranks())
       throw comm_error(detail::who_of(world_) + ": a world of " + std::to_string(world_.size()) +
                        " ranks cannot form " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " ranks)");
     for (std::size_t a = 0; a < mesh.ndim(); ++a)
-      axes_.push_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)));
+      axes_.emplace_back(world_.split(mesh.group(a, world_.rank()), "axis" + std::to_string(a)), ledger_.get(),
+                         static_cast<int>(a));
   }
   const device_mesh& mesh() const noexcept { return mesh_; }
   int rank() const noexcept { return world_.rank(); }
   Comm& world() noexcept { return world_; }
-  Comm& axis(std::size_t a) { return axes_.at(a); }
+  axis_communicator& axis(std::size_t a) { return axes_.at(a); }
+  /// The count of this rank's collectives on the axes (the world's are not counted).
+  collective_ledger& ledger() noexcept { return *ledger_; }
 
  private:
   device_mesh mesh_;
   Comm world_;
-  std::vector<Comm> axes_;
+  std::unique_ptr<collective_ledger> ledger_;  // on the heap: the axes keep its address across moves
+  std::vector<axis_communicator> axes_;
 };
 
 }  // namespace autoshard

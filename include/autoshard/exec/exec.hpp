@@ -2,11 +2,13 @@
 /// autoshard's execution area: host reference kernels for every operator kind, running a
 /// graph unsharded or sharded by a plan on real ranks, and numeric verification of plans.
 ///   #include <autoshard/exec/exec.hpp>
+#include "audit.hpp"     // audit_traffic, traffic_audit: executed against priced collectives
 #include "backward.hpp"  // run_kernel_backward
 #include "executor.hpp"  // make_source_values, run_unsharded, run_sharded
 #include "kernels.hpp"   // run_kernel, local_context, exec_error
 #include "parallel.hpp"  // column/row-parallel linear, vocab-parallel embedding and cross-entropy
 #include "redistribute.hpp"  // redistribute of host tensors
+#include "traffic.hpp"   // detail::charge: collectives charged to their traffic_site
 #include "training.hpp"  // train_sharded, train_unsharded, training_step
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check

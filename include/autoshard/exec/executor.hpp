@@ -22,6 +22,7 @@
 #include "../tensor/slice.hpp"       // shard_of
 #include "kernels.hpp"               // run_kernel, local_context
 #include "redistribute.hpp"          // redistribute (host tensors)
+#include "traffic.hpp"               // detail::charge, traffic_site
 
 namespace autoshard {
 
@@ -307,6 +308,7 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
         if (plan[u].output == st.inputs[i]) {
           in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
         } else {
+          const auto site = detail::charge(mc, traffic_site::edge(v, i));
           local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i]);
           in.push_back(&local[i]);
         }
@@ -327,7 +329,10 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
             for (std::size_t a : axes) mc.axis(a).all_reduce(p, count, t, op);
           };
       }
-      val[v].own = run_kernel<T>(nd, in, c);
+      {
+        const auto site = detail::charge(mc, traffic_site::op(v));
+        val[v].own = run_kernel<T>(nd, in, c);
+      }
       if (!(val[v].own.shape() == c.out_shape))
         throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(rank) + " computed a piece of " +
                          to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +

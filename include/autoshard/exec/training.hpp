@@ -174,9 +174,19 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
     if (!g[v].is_operator() || grad[v].data() == nullptr) continue;
     const strategy& st = plan[v];
     const sharding_spec want = detail::settled_spec(st.output);
-    host_tensor dy = gspec[v] == want ? std::move(grad[v]) : detail::reshard(mc, grad[v], g[v].shape, gspec[v], want);
+    host_tensor dy;
+    if (gspec[v] == want) {
+      dy = std::move(grad[v]);
+    } else {
+      const auto site = detail::charge(mc, traffic_site::gradient(v));
+      dy = detail::reshard(mc, grad[v], g[v].shape, gspec[v], want);
+    }
     grad[v] = host_tensor();
-    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], saved[v].in, dy, saved[v].c);
+    std::vector<host_tensor> dx;
+    {
+      const auto site = detail::charge(mc, traffic_site::recompute(v));  // a loss's row statistics, again
+      dx = run_kernel_backward<T>(g[v], saved[v].in, dy, saved[v].c);
+    }
     const std::vector<vertex_t> ops = operands(g, v);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];
@@ -188,6 +198,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
       } else if (gs == gspec[u]) {
         detail::add_into<T>(grad[u], dx[i]);
       } else {
+        const auto site = detail::charge(mc, traffic_site::gradient(u));
         detail::add_into<T>(grad[u], detail::reshard(mc, dx[i], g[u].shape, gs, gspec[u]));
       }
     }
@@ -198,6 +209,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
     if (!g[v].is_parameter() || grad[v].data() == nullptr) continue;
     const sharding_spec& ps = plan[v].output;
     host_tensor gblock;
+    const auto site = detail::charge(mc, traffic_site::gradient(v));
     if (gspec[v] == ps) {
       gblock = std::move(grad[v]);
     } else if (g[v].name == o.drop_gradient_sync) {

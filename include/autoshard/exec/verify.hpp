@@ -13,6 +13,7 @@
 #include <functional> // std::function
 #include <iomanip>    // std::setprecision
 #include <mutex>      // std::mutex
+#include <optional>   // std::optional
 #include <ostream>    // std::ostream
 #include <sstream>    // std::ostringstream
 #include <string>     // std::string
@@ -20,7 +21,8 @@
 
 #include "../gloo/communicator.hpp"  // mesh_communicator, gloo_options
 #include "../gloo/launch.hpp"        // run_ranks_collect
-#include "../solve/pass.hpp"   // autosharding_options, solver_error
+#include "../solve/pass.hpp"   // autosharding_options, solver_error, collective_use
+#include "audit.hpp"           // traffic_audit, audit_traffic
 #include "executor.hpp"        // reference_stream, run_sharded, make_source_values
 #include "resources.hpp"       // check_rank_threads, estimate_verify_memory
 #include "training.hpp"        // train_sharded, train_unsharded, training_step
@@ -53,6 +55,14 @@ struct verify_options {
   /// gradient and updated value block by block (a training plan's verification).
   bool training = false;
   training_step step;
+  /// The collectives the cost model priced for this plan (plan_summary::collectives, or
+  /// loaded_plan::collectives): when given, every collective the ranks issue is counted and
+  /// compared with them (verify_report::traffic), and a difference fails the verification.
+  std::optional<std::vector<collective_use>> priced;
+  /// Training: audit the backward's collectives too. Off until the training cost model
+  /// prices the backward as the adjoint of the forward plan (issue 16); the forward's are
+  /// always audited.
+  bool audit_backward = false;
   /// Called at the start and end of each phase and as pieces are compared (from the rank
   /// threads, one call at a time); empty = no reports. It must not throw.
   std::function<void(const verify_progress&)> progress;
@@ -81,7 +91,8 @@ struct verify_report {
   std::size_t failed = 0;
   double reference_seconds = 0.0, sharded_seconds = 0.0;
   memory_estimate estimate;  ///< the peak estimated before the run started
-  bool passed() const noexcept { return failed == 0; }
+  traffic_audit traffic;     ///< executed against priced collectives (checked when verify_options::priced is given)
+  bool passed() const noexcept { return failed == 0 && traffic.passed(); }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
@@ -102,9 +113,25 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   for (std::size_t i = 0; i < order.size() && i < 5; ++i)
     os << "  " << order[i]->name << " [" << order[i]->spec << "]: " << order[i]->max_abs_diff << " (values up to "
        << order[i]->ref_max_abs << ")" << (order[i]->passed ? "" : "  FAILED") << "\n";
+  if (r.traffic.checked) {
+    const traffic_audit& a = r.traffic;
+    os << "communication per rank: priced " << human_bytes(static_cast<double>(a.priced_bytes)) << ", executed "
+       << human_bytes(static_cast<double>(a.executed_bytes)) << " over " << a.lines.size() << " site/kind/axis lines";
+    if (a.documented_bytes > 0)
+      os << " (" << human_bytes(static_cast<double>(a.documented_bytes)) << " of it on documented differences)";
+    os << (a.passed() ? ": every line matches\n" : ": " + std::to_string(a.mismatches) + " lines differ\n");
+    std::size_t shown = 0;
+    for (const traffic_line& l : a.lines)
+      if (l.failed() && shown++ < 5)
+        os << "  " << l.where << ", " << l.kind << " on mesh axis " << l.mesh_axis << ": priced " << l.priced_bytes
+           << " B in " << l.priced_calls << " collectives, executed " << l.executed_bytes << " B in " << l.executed_calls << "\n";
+  }
   os << (r.passed() ? "PASS" : "FAIL") << ": largest difference " << r.max_abs_diff << ", relative " << r.max_rel_diff
      << " (tolerance " << r.rtol << ")";
-  if (!r.passed()) os << "; " << r.failed << " operators differ, the first '" << r.first_failed << "', the worst '" << r.worst << "'";
+  if (r.failed > 0) os << "; " << r.failed << " operators differ, the first '" << r.first_failed << "', the worst '" << r.worst << "'";
+  if (!r.traffic.passed())
+    os << "; the executed communication differs from the priced at " << r.traffic.mismatches << " lines, the first at "
+       << r.traffic.lines[r.traffic.first_mismatch].where;
   return os << "\n";
 }
 
@@ -198,6 +225,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::mutex compare_mu;  // one block copy at a time
+  std::vector<std::vector<issued_collective>> issued(static_cast<std::size_t>(ranks));  // each rank's ledger
   gloo_options go;
   go.timeout = o.timeout;
   auto t1 = std::chrono::steady_clock::now();
@@ -217,6 +245,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
         const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
           if (!g[v].is_operator()) return;
           const sharding_spec settled = detail::settled_spec(spec);
+          const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
           const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
           const host_tensor& got = settled == spec ? piece : whole;
           if (o.training) {
@@ -228,13 +257,14 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
         };
         if (!o.training) {
           run_sharded<T>(mc, g, plan, sources, on_piece);
-          return;
+        } else {
+          train_sharded<T>(mc, g, plan, sources, o.step, on_piece,
+                           [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+                             compare_block(grad, tref.grad[v], spec, per_rank_grad[ume][v]);
+                             compare_block(updated, tref.updated[v], spec, per_rank_update[ume][v]);
+                           });
         }
-        train_sharded<T>(mc, g, plan, sources, o.step, on_piece,
-                         [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-                           compare_block(grad, tref.grad[v], spec, per_rank_grad[ume][v]);
-                           compare_block(updated, tref.updated[v], spec, per_rank_update[ume][v]);
-                         });
+        issued[ume] = mc.ledger().entries();
       },
       go);
   auto t2 = std::chrono::steady_clock::now();
@@ -304,6 +334,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
       }
   }
   report("comparison", rep.checks.size() + rep.gradients.size() + rep.updates.size(), tensors);
+  if (o.priced) rep.traffic = audit_traffic(g, *o.priced, issued, o.training && o.audit_backward);
   return rep;
 }
 
@@ -336,7 +367,14 @@ inline std::function<void(const model_graph&, const device_mesh&, const std::vec
     verify_options o = {}) {
   return [o](const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan) {
     const verify_report r = verify_plan(g, mesh, plan, o);
-    if (!r.passed()) {
+    if (!r.traffic.passed()) {
+      const traffic_line& l = r.traffic.lines[r.traffic.first_mismatch];
+      throw solver_error("check: the plan's executed communication differs from its pricing at " +
+                         std::to_string(r.traffic.mismatches) + " places, first at " + l.where + " (" + l.kind +
+                         " on mesh axis " + std::to_string(l.mesh_axis) + "): priced " + std::to_string(l.priced_bytes) +
+                         " bytes per rank, executed " + std::to_string(l.executed_bytes));
+    }
+    if (r.failed > 0) {
       const auto it = std::find_if(r.checks.begin(), r.checks.end(), [&](const vertex_check& c) { return c.name == r.first_failed; });
       throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "
                          "unsharded run at " + std::to_string(r.failed) + " operators, first at '" + r.first_failed + "' [" +

@@ -12,4 +12,5 @@
 #include "model.hpp"     // model_graph, node, edge, op_kind, op_attrs, add_op, infer_shape
 #include "rules.hpp"     // constexpr output-spec rules: matmul_output_spec, ...
 #include "strategy.hpp"  // strategy, device_model, enumerate_strategies, resharding_costs
+#include "traffic.hpp"   // traffic_site
 #include "validate.hpp"  // validate, topological_order

@@ -92,6 +92,7 @@ struct collective_use {
   int mesh_axis = 0;
   std::int64_t bytes = 0;  ///< B of the cost formula (per device, padding included)
   double seconds = 0.0;
+  traffic_site site;       ///< where an executor charges it (the communication audit, exec/audit.hpp)
 };
 
 /// One plan, priced.
@@ -375,8 +376,20 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
           s.collectives.push_back({"gradient of " + g[ops[i]].name + " in " + g[v].name, collective::all_reduce,
                                    static_cast<int>(a), b,
                                    collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a),
-                                                   static_cast<double>(b))});
+                                                   static_cast<double>(b)),
+                                   traffic_site::gradient(ops[i])});
         }
+    }
+    if (g[v].kind == op_kind::cross_entropy) {  // a vocab-parallel loss: three row statistics per axis splitting the vocabulary
+      const std::vector<vertex_t> ops = operands(g, v);
+      const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
+      const std::int64_t b = max_local_shape(pm.mesh, st.inputs[1], g[ops[1]].shape).numel() * 4;
+      for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
+        if (st.inputs[0][a].is_shard(vdim) && pm.mesh.size(a) > 1)
+          for (const char* what : {"row max", "row sum of exponentials", "target logit"})
+            s.collectives.push_back({std::string(what) + " of " + g[v].name, collective::all_reduce, static_cast<int>(a), b,
+                                     collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
+                                     traffic_site::op(v)});
     }
   }
   for (edge_t e : pm.edges) {
@@ -391,7 +404,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
     for (const priced_step& st : pc)
       if (is_communication(st.step.kind))
         s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes,
-                                 st.seconds * dir});
+                                 st.seconds * dir, traffic_site::edge(v, static_cast<std::size_t>(g[e].operand))});
   }
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;

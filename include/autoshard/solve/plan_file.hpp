@@ -20,6 +20,8 @@ struct loaded_plan {
   std::string algo;
   run_mode mode = run_mode::inference;
   plan_document document;            ///< everything the file says
+  /// The collectives the cost model prices for this plan (what verify audits the run against).
+  std::vector<collective_use> collectives;
 };
 
 /// The strategies a plan document chose, rebuilt on its own graph, mesh and device model.
@@ -29,6 +31,7 @@ inline loaded_plan load_plan(plan_document d, const std::string& file = "(in mem
   const detail::pass_model pm(d.graph, d.mesh, d.mode, d.options.device);
   const std::vector<int> choice = detail::plan_choice(pm, d, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
+  out.collectives = detail::summarize(pm, d.options.algo, choice).collectives;
   out.graph = d.graph;
   out.mesh = d.mesh;
   out.algo = d.options.algo;

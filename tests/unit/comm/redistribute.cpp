@@ -2,13 +2,15 @@
 // 2-D and 3-D meshes, even and uneven shapes, Partial sources, tensor dims 0, 1 and 2.
 // Each rank's result is compared with the target shard cut from a labelled global tensor
 // (value = row-major global index) by an index loop written here, independent of the
-// library's block copies.
+// library's block copies. Each run is counted (the mesh communicator's ledger) and must
+// issue what core's cost model prices for the same plan.
 #include <doctest/doctest.h>
 
 #include <autoshard/gloo/gloo.hpp>
 
 #include <array>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -76,8 +78,29 @@ void run_cases(const device_mesh& mesh, const std::vector<rcase>& cases) {
       const auto src = parse_spec(c.src, static_cast<int>(mesh.ndim()), c.global.rank);
       const auto dst = parse_spec(c.dst, static_cast<int>(mesh.ndim()), c.global.rank);
       const std::vector<T> in = cut<T>(mesh, src, c.global, mc.rank());
-      const std::vector<T> got = redistribute(mc, std::span<const T>(in), c.global, src, dst);
+      mc.ledger().clear();
+      std::vector<T> got;
+      {
+        ledger_site counted(mc.ledger(), 0);
+        got = redistribute(mc, std::span<const T>(in), c.global, src, dst);
+      }
       const std::vector<T> want = cut<T>(mesh, dst, c.global, mc.rank());
+      if (mc.rank() == 0) {
+        // What ran is what core's cost model prices for this plan: rank 0 holds the pieces the
+        // model sizes (coordinate 0), every kind and axis moved the priced elements, padding included.
+        std::map<std::pair<std::string, int>, std::int64_t> priced, ran;
+        for (const priced_step& p : price_plan(mesh, plan_redistribute(mesh, src, dst, c.global), c.global, dtype_of<T>()))
+          if (p.bytes > 0) priced[{std::string(to_string(p.step.kind)), p.step.mesh_axis}] += p.bytes / static_cast<std::int64_t>(sizeof(T));
+        for (const issued_collective& e : mc.ledger().entries()) ran[{e.kind, e.mesh_axis}] += static_cast<std::int64_t>(e.elements);
+        if (priced != ran) {
+          std::ostringstream os;
+          os << to_string(mesh) << " " << c.src << " -> " << c.dst << " of " << c.global << ": the collectives issued differ from the priced:";
+          for (const auto& [k, n] : priced) os << " priced " << k.first << "@" << k.second << "=" << n;
+          for (const auto& [k, n] : ran) os << " ran " << k.first << "@" << k.second << "=" << n;
+          std::lock_guard lock(mu);
+          failures.push_back(os.str());
+        }
+      }
       if (got != want) {
         std::ostringstream os;
         os << to_string(mesh) << " " << c.src << " -> " << c.dst << " of " << c.global << ": rank " << mc.rank()

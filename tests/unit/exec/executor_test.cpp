@@ -288,9 +288,13 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
         ++resharded_edges;
     CHECK(split_params > 4);
     CHECK(resharded_edges > 4);
-    const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies);
+    verify_options audited;
+    audited.priced = res.report.plan.collectives;
+    const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, audited);
     INFO(r);
     CHECK(r.passed());
+    CHECK(r.traffic.checked);
+    CHECK(r.traffic.executed_bytes > 0);  // the plan communicates, and what ran is what was priced
     std::size_t operators = 0;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) operators += g[v].is_operator() ? 1 : 0;
     CHECK(r.checks.size() == operators);  // every operator compared, not only the loss
@@ -545,9 +549,12 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   for (const char* algo : {"megatron", "data_parallel"}) {
     CAPTURE(algo);
     o.algo = algo;
-    const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
-    const verify_report r = verify_plan(g, device_mesh{2, 4}, plan, vo);
+    const autosharding_result res = autosharding_analysis_pass(g, o);
+    vo.priced = res.report.plan.collectives;
+    const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, vo);
+    INFO(r);
     CHECK(r.passed());
+    CHECK(r.traffic.checked);
     std::size_t params = 0;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) params += g[v].is_parameter() ? 1 : 0;
     CHECK(r.gradients.size() == params);  // every parameter reaches the loss (wte twice: tied)
@@ -559,9 +566,12 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   o.algo = "alpa";
   autosharding_options tight = o;
   tight.memory_budget = 90000;  // forces weights and activations split over both axes
-  const std::vector<strategy> alpa = autosharding_analysis_pass(g, tight).strategies;
+  const autosharding_result alpa = autosharding_analysis_pass(g, tight);
   vo.step.optimizer = optimizer_kind::sgd;
-  CHECK(verify_plan(g, device_mesh{2, 4}, alpa, vo).passed());
+  vo.priced = alpa.report.plan.collectives;
+  const verify_report ra = verify_plan(g, device_mesh{2, 4}, alpa.strategies, vo);
+  INFO(ra);
+  CHECK(ra.passed());
 }
 
 TEST_CASE("a training plan broken in its backward (a missing gradient reduction) is caught at that parameter") {
@@ -593,4 +603,60 @@ TEST_CASE("a training plan broken in its backward (a missing gradient reduction)
   std::size_t bad_grads = 0;
   for (const vertex_check& c : r.gradients) bad_grads += c.passed ? 0 : 1;
   CHECK(bad_grads == 1);
+}
+
+TEST_CASE("the communication audit: what the ranks issue is what the plan was priced, and altered pricing is caught") {
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = run_mode::inference;
+  o.compare_baselines = false;
+  o.algo = "megatron";
+  const autosharding_result res = autosharding_analysis_pass(g, o);
+  verify_options vo;
+  vo.priced = res.report.plan.collectives;
+  const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, vo);
+  INFO(r);
+  REQUIRE(r.passed());
+  REQUIRE(r.traffic.checked);
+  std::int64_t priced = 0;
+  for (const collective_use& c : res.report.plan.collectives) priced += c.bytes;
+  CHECK(r.traffic.priced_bytes == priced);
+  CHECK(r.traffic.executed_bytes == priced);  // Megatron's activation all-reduces, byte for byte
+  std::size_t all_reduces = 0;
+  for (const traffic_line& l : r.traffic.lines) {
+    CHECK(l.matches());
+    CHECK(l.executed_calls > 0);
+    all_reduces += l.kind == "all-reduce" ? 1 : 0;
+  }
+  CHECK(all_reduces >= 2);  // the attention and MLP outputs of the layer
+  // The same run audited against pricing changed on purpose: one collective priced at half
+  // its size, then one left out. Each is caught at its own site.
+  REQUIRE_FALSE(res.report.plan.collectives.empty());
+  const collective_use victim = res.report.plan.collectives.front();
+  std::vector<collective_use> halved = res.report.plan.collectives;
+  halved.front().bytes /= 2;
+  const verify_report rh = verify_plan(g, device_mesh{2, 4}, res.strategies, [&] {
+    verify_options h = vo;
+    h.priced = halved;
+    return h;
+  }());
+  CHECK_FALSE(rh.passed());
+  CHECK(rh.failed == 0);  // the numbers are right: only the traffic disagrees
+  REQUIRE(rh.traffic.mismatches == 1);
+  const traffic_line& bad = rh.traffic.lines[rh.traffic.first_mismatch];
+  CHECK(bad.site == victim.site);
+  CHECK(bad.executed_bytes == victim.bytes);
+  CHECK(bad.priced_bytes == victim.bytes / 2);
+  std::vector<collective_use> dropped(res.report.plan.collectives.begin() + 1, res.report.plan.collectives.end());
+  verify_options d = vo;
+  d.priced = dropped;
+  const verify_report rd = verify_plan(g, device_mesh{2, 4}, res.strategies, d);
+  CHECK_FALSE(rd.passed());
+  REQUIRE(rd.traffic.mismatches >= 1);
+  CHECK(rd.traffic.lines[rd.traffic.first_mismatch].site == victim.site);
+  std::ostringstream text;
+  text << rd;
+  CHECK(text.str().find("the executed communication differs from the priced") != std::string::npos);
+  CHECK(text.str().find(victim.site.name(g)) != std::string::npos);
 }

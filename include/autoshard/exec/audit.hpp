@@ -1,0 +1,121 @@
+#pragma once
+/// The communication audit: the collectives a plan's execution actually issued (each rank's
+/// collective_ledger, comm/ledger.hpp) against the collectives the cost model priced for
+/// that plan (plan_summary::collectives), site by site (graph/traffic.hpp), kind by kind and
+/// mesh axis by mesh axis, and in total. A difference is a failure unless it is one of the
+/// documented approximations (docs/execution.md, "Communication audit").
+///   autoshard::traffic_audit a = autoshard::audit_traffic(g, summary.collectives, ledgers, true);
+///   if (!a.passed()) std::cout << a.lines[a.first_mismatch].site;
+/// Bytes are per rank, in the model's dtype (what the cost model prices), whatever dtype the
+/// run computed in: executed elements x the tensor's element size (4 for the f32 row
+/// statistics of a vocabulary-parallel loss, as priced). The executed side is the largest
+/// over the ranks; the model prices mesh coordinate 0, which holds the largest pieces.
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <map>        // std::map
+#include <string>     // std::string
+#include <tuple>      // std::tuple
+#include <vector>     // std::vector
+
+#include "../comm/ledger.hpp"    // issued_collective
+#include "../core/dtype.hpp"     // dtype_size
+#include "../graph/traffic.hpp"  // traffic_site
+#include "../solve/pass.hpp"     // collective_use
+
+namespace autoshard {
+
+/// One site, kind and mesh axis: what was priced and what ran.
+struct traffic_line {
+  traffic_site site;
+  std::string where;  ///< site.name(g)
+  std::string kind;   ///< "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast"
+  int mesh_axis = 0;
+  std::int64_t priced_bytes = 0, executed_bytes = 0;  ///< per rank (executed: the largest over the ranks)
+  std::size_t priced_calls = 0, executed_calls = 0;
+  std::string documented;  ///< why this line is expected to differ (docs/execution.md); empty: it must match
+  bool matches() const noexcept { return priced_bytes == executed_bytes; }
+  bool failed() const noexcept { return !matches() && documented.empty(); }
+};
+
+struct traffic_audit {
+  bool checked = false;  ///< false: no pricing was given, nothing was compared
+  std::vector<traffic_line> lines;  ///< by site (forward edges in vertex order, gradients, operators), kind, axis
+  std::int64_t priced_bytes = 0, executed_bytes = 0;  ///< totals over every line
+  std::int64_t documented_bytes = 0;                  ///< executed bytes on documented lines
+  std::size_t mismatches = 0;                         ///< lines that differ and are not documented
+  std::size_t first_mismatch = 0;                     ///< index into lines when mismatches > 0
+  bool passed() const noexcept { return mismatches == 0; }
+};
+
+namespace detail {
+/// Bytes per element the cost model prices a site's collectives in.
+inline std::int64_t priced_element_bytes(const model_graph& g, const traffic_site& s) {
+  switch (s.what) {
+    case traffic_site::phase::edge:
+      return static_cast<std::int64_t>(dtype_size(g[operands(g, s.vertex)[static_cast<std::size_t>(s.operand)]].type));
+    case traffic_site::phase::gradient: return static_cast<std::int64_t>(dtype_size(g[s.vertex].type));
+    case traffic_site::phase::op:
+    case traffic_site::phase::recompute: return 4;  // row statistics in f32
+  }
+  return 1;
+}
+
+inline bool backward_site(const traffic_site& s) {
+  return s.what == traffic_site::phase::gradient || s.what == traffic_site::phase::recompute;
+}
+}  // namespace detail
+
+/// Compares `priced` (the cost model's collectives of the plan) with `executed` (each rank's
+/// ledger entries, keyed by packed traffic_site). `backward`: compare the backward's sites
+/// too (gradients, recomputations); without it both sides' backward is left out.
+inline traffic_audit audit_traffic(const model_graph& g, const std::vector<collective_use>& priced,
+                                   const std::vector<std::vector<issued_collective>>& executed, bool backward) {
+  traffic_audit a;
+  a.checked = true;
+  using key = std::tuple<int, vertex_t, int, std::string, int>;  // phase, vertex, operand, kind, axis
+  std::map<key, traffic_line> by;
+  const auto line = [&](const traffic_site& s, const std::string& kind, int axis) -> traffic_line& {
+    traffic_line& l = by[key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
+    l.site = s;
+    l.kind = kind;
+    l.mesh_axis = axis;
+    return l;
+  };
+  for (const collective_use& c : priced) {
+    if (!backward && detail::backward_site(c.site)) continue;
+    traffic_line& l = line(c.site, std::string(to_string(c.kind)), c.mesh_axis);
+    l.priced_bytes += c.bytes;
+    ++l.priced_calls;
+  }
+  for (const std::vector<issued_collective>& rank : executed) {
+    std::map<key, std::pair<std::int64_t, std::size_t>> mine;  // this rank's bytes and calls per line
+    for (const issued_collective& e : rank) {
+      const traffic_site s = traffic_site::unpack(e.site);
+      if (!backward && detail::backward_site(s)) continue;
+      auto& [bytes, calls] = mine[key{static_cast<int>(s.what), s.vertex, s.operand, e.kind, e.mesh_axis}];
+      bytes += static_cast<std::int64_t>(e.elements) * detail::priced_element_bytes(g, s);
+      calls += e.calls;
+      (void)line(s, e.kind, e.mesh_axis);
+    }
+    for (const auto& [k, bc] : mine) {
+      traffic_line& l = by[k];
+      l.executed_bytes = std::max(l.executed_bytes, bc.first);
+      l.executed_calls = std::max(l.executed_calls, bc.second);
+    }
+  }
+  for (auto& [k, l] : by) {
+    l.where = l.site.name(g);
+    if (l.site.what == traffic_site::phase::recompute)
+      l.documented = "the loss's backward recomputes its row max and sum over the vocabulary-parallel axes "
+                     "instead of keeping the softmax (docs/execution.md)";
+    a.priced_bytes += l.priced_bytes;
+    a.executed_bytes += l.executed_bytes;
+    if (!l.documented.empty()) a.documented_bytes += l.executed_bytes;
+    if (l.failed() && a.mismatches++ == 0) a.first_mismatch = a.lines.size();
+    a.lines.push_back(std::move(l));
+  }
+  return a;
+}
+
+}  // namespace autoshard

@@ -100,7 +100,8 @@ TABLE = {
         [("--plan", "{F}/v.json"), ("--json", FLAG)], [],
         {"--plan": "{F}/v-infer.json", "--dtype": "f32", "--seed": "2", "--rtol": "0.5",
          "--timeout": weak("0", "a collective's time-out shows only when a rank hangs"),
-         "--max-memory": "1KiB", "--optimizer": "sgd", "--forward-only": FLAG, "--json": REMOVE, "--progress": FLAG}),
+         "--max-memory": "1KiB", "--optimizer": "sgd", "--forward-only": FLAG, "--json": REMOVE, "--progress": FLAG,
+         "--batch": "8", "--seq": "4"}),
     "synth": (
         TINY_LLAMA[:-2] + [("--out", "c"), ("--json", FLAG)], [],
         {"--model": "gpt2", "--layers": "2", "--hidden": "64", "--heads": "8", "--kv-heads": "2", "--ffn": "128",
@@ -233,6 +234,8 @@ USAGE = [
     ("verify", ["--plan", "{F}/v.json", "--timeout", "100000"], "--timeout"),
     ("verify", ["--plan", "{F}/v.json", "--max-memory", "lots"], "--max-memory"),
     ("verify", ["--plan", "{F}/v.json", "--dtype", "bf16"], "--dtype"),
+    ("verify", ["--plan", "{F}/v.json", "--batch", "0"], "--batch"),
+    ("verify", ["--plan", "{F}/v.json", "--seq", "-3"], "--seq"),
     ("synth", ["--model", "gpt2", "--layers", "1", "--out", "c", "--seed", "-1"], "--seed"),
     ("synth", ["--model", "gpt2", "--layers", "1", "--out", "c", "--dtype", "f8"], "--dtype"),
     ("shard", ["{F}/ckpt", "--policy", "gpt2", "--tp", "0", "--out", "s"], "--tp"),

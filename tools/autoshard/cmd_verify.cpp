@@ -19,10 +19,15 @@ struct verify_cli_options {
   double timeout = 120.0;
   std::string max_memory;
   std::string optimizer = "adam";
+  std::int64_t batch = 0, seq = 0;  // 0: the plan's
   bool forward_only = false;
   bool json = false;
   bool progress = false;
 };
+
+std::string without_prefix(std::string s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
+}
 
 /// The communication audit: totals, then every site/kind/axis line with both sides.
 nlohmann::json traffic_json(const traffic_audit& a) {
@@ -49,7 +54,19 @@ nlohmann::json traffic_json(const traffic_audit& a) {
 
 int run_verify(const verify_cli_options& o) {
   command_paths{}.input("--plan", o.plan).check();
-  const loaded_plan lp = load_plan(o.plan);
+  plan_document doc = read_plan_file(o.plan);
+  if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
+  const loaded_plan lp = [&] {
+    try {
+      return load_plan(std::move(doc), o.plan);
+    } catch (const solver_error& e) {
+      if (o.batch == 0 && o.seq == 0) throw;
+      throw solver_error("at --batch " + (o.batch > 0 ? std::to_string(o.batch) : std::string("(the plan's)")) + " --seq " +
+                         (o.seq > 0 ? std::to_string(o.seq) : std::string("(the plan's)")) +
+                         " the plan no longer fits its graph: " + without_prefix(e.what(), "solver error: ") +
+                         "; choose sizes its shards divide");
+    }
+  }();
   verify_options vo;
   vo.compute = parse_dtype_or_throw(o.dtype_name);
   if (vo.compute != dtype::f32 && vo.compute != dtype::f64)
@@ -151,6 +168,10 @@ void register_verify(CLI::App& app, action& run) {
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();
   cmd->add_flag("--forward-only", o->forward_only, "training plans: check the forward pass only");
+  cmd->add_option("--batch", o->batch, "run the plan's graph at this batch size (the plan's strategies, checked to still fit)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--seq", o->seq, "run the plan's graph at this sequence length (the plan's strategies, checked to still fit)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--progress", o->progress,
                 "progress of each phase (reference run, ranks, comparison) on stderr even when it is not a terminal");

@@ -170,8 +170,8 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     std::ostringstream f;
     f.precision(2);
     f << std::fixed << shrink;
-    fix += "a plan for a smaller batch or sequence (autoshard plan --batch/--seq: the activations scale with batch x seq; "
-           "divide it by more than " + f.str() + ")";
+    fix += "a smaller batch or sequence (verify --batch/--seq runs the plan's strategies at smaller sizes, as does a plan "
+           "made with plan --batch/--seq: the activations scale with batch x seq; divide it by more than " + f.str() + ")";
   } else {
     fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources)) + ")";
   }

@@ -10,6 +10,7 @@
 #include "hf_config.hpp"  // read_hf_config_file, build_hf
 #include "io.hpp"        // to_json, from_json, read_json, write_json, write_dot
 #include "model.hpp"     // model_graph, node, edge, op_kind, op_attrs, add_op, infer_shape
+#include "resize.hpp"    // with_batch_seq
 #include "rules.hpp"     // constexpr output-spec rules: matmul_output_spec, ...
 #include "strategy.hpp"  // strategy, device_model, enumerate_strategies, resharding_costs
 #include "traffic.hpp"   // traffic_site

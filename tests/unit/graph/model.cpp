@@ -286,3 +286,52 @@ TEST_CASE("every vertex of every builder's graph has valid, finite strategies an
     }
   }
 }
+
+TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vertex by vertex") {
+  const auto small = [](transformer_config c, int batch, int seq) {
+    c.layers = 2;
+    c.hidden = 32;
+    c.heads = 4;
+    c.ffn = 64;
+    c.vocab = 96;
+    c.max_positions = 32;
+    c.batch = batch;
+    c.seq = seq;
+    c.mode = run_mode::training;
+    return c;
+  };
+  transformer_config llama = transformer_config::llama_7b();
+  llama.kv_heads = 2;
+  transformer_config bert = transformer_config::bert_base();
+  for (const auto& [name, build, base] : std::vector<std::tuple<std::string, model_graph (*)(const transformer_config&), transformer_config>>{
+           {"gpt2", build_gpt2, transformer_config::gpt2_124m()}, {"bert", build_bert, bert}, {"llama", build_llama, llama}}) {
+    CAPTURE(name);
+    const model_graph g = build(small(base, 8, 16));
+    for (auto [b, s] : {std::pair{2, 8}, std::pair{8, 4}, std::pair{3, 16}}) {
+      CAPTURE(b);
+      CAPTURE(s);
+      const model_graph want = build(small(base, b, s));
+      const model_graph got = with_batch_seq(g, b, s);
+      REQUIRE(boost::num_vertices(got) == boost::num_vertices(want));
+      for (vertex_t v = 0; v < boost::num_vertices(want); ++v) {
+        CAPTURE(want[v].name);
+        CHECK(got[v].name == want[v].name);
+        CHECK(got[v].shape == want[v].shape);
+        CHECK(got[v].attrs == want[v].attrs);  // a reshape's target follows (BERT's pooler)
+      }
+    }
+    CHECK(to_json(with_batch_seq(g, 0, 0)) == to_json(g));  // 0 keeps a size
+  }
+  // A reshape whose target cannot follow: the batch merged with another dim and cut into two
+  // other dims.
+  model_graph r;
+  const vertex_t x = add_input(r, "x", {8, 6}, dtype::f32);
+  op_attrs a;
+  a.dims = {4, 12};
+  add_op(r, op_kind::reshape, "mix", {x}, a);
+  CHECK_THROWS_WITH_AS(with_batch_seq(r, 2, 0), doctest::Contains("reshape 'mix' from [8,6] to [4,12]"), graph_error);
+  model_graph ids;
+  add_input(ids, "ids", {8}, dtype::i64);
+  CHECK_THROWS_WITH_AS(with_batch_seq(ids, 0, 5), doctest::Contains("no input with a sequence dim"), graph_error);
+  CHECK(with_batch_seq(ids, 3, 0)[0].shape == tensor_shape{3});
+}

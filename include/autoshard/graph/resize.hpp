@@ -1,0 +1,112 @@
+#pragma once
+/// The same graph at another batch size or sequence length: the graph inputs' batch dim
+/// (dim 0) and sequence dim (dim 1) replaced, every operator's shape inferred again, and a
+/// reshape's target following its input (a dim it carries over, or the product of the dims
+/// it merges). Vertex order, names, kinds and parameters are unchanged, so a plan's
+/// strategies can be looked up on the result (verify --batch/--seq).
+///   autoshard::model_graph small = autoshard::with_batch_seq(g, 2, 64);
+/// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
+/// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2. 0 keeps a size.
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "../core/error.hpp"  // graph_error
+#include "model.hpp"          // model_graph, node, infer_shape, operands
+#include "validate.hpp"       // topological_order, validate
+
+namespace autoshard {
+
+namespace detail {
+/// The new target of a reshape from `old_in` to `old_out` when its input becomes `new_in`:
+/// groups of dims covering the same elements are matched; an unchanged group keeps its
+/// target, a group of one output dim takes the product of its inputs, a group whose input
+/// and output dims are the same sizes in the same order takes the new sizes. Empty: no rule fits.
+inline std::vector<std::int64_t> resized_reshape(const tensor_shape& old_in, const tensor_shape& old_out,
+                                                 const tensor_shape& new_in) {
+  std::vector<std::int64_t> out;
+  std::size_t i = 0, j = 0;
+  while (i < old_in.rank || j < old_out.rank) {
+    const std::size_t i0 = i, j0 = j;
+    std::int64_t pa = 1, pb = 1;
+    if (i < old_in.rank) pa *= old_in[i++];
+    if (j < old_out.rank) pb *= old_out[j++];
+    while (pa != pb) {
+      if (pa < pb && i < old_in.rank) pa *= old_in[i++];
+      else if (pb < pa && j < old_out.rank) pb *= old_out[j++];
+      else return {};
+    }
+    bool same = true;
+    std::int64_t prod = 1;
+    for (std::size_t k = i0; k < i; ++k) {
+      same = same && new_in[k] == old_in[k];
+      prod *= new_in[k];
+    }
+    if (same) {
+      for (std::size_t k = j0; k < j; ++k) out.push_back(old_out[k]);
+    } else if (j - j0 == 1) {
+      out.push_back(prod);
+    } else if (i - i0 == j - j0) {
+      for (std::size_t k = 0; k < i - i0; ++k) {
+        if (old_in[i0 + k] != old_out[j0 + k]) return {};
+        out.push_back(new_in[i0 + k]);
+      }
+    } else {
+      return {};
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
+/// `g` with batch size `batch` and sequence length `seq` (0: unchanged). Throws graph_error
+/// naming the vertex when a size cannot follow (a reshape whose target cannot be re-derived,
+/// an operator the new sizes do not fit).
+inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std::int64_t seq) {
+  if (batch < 0 || seq < 0)
+    throw graph_error("a batch size and a sequence length are positive, got " + std::to_string(batch) + " and " +
+                      std::to_string(seq));
+  model_graph out = g;
+  std::int64_t b0 = -1, s0 = -1;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_input()) continue;
+    if (b0 < 0 && g[v].shape.rank >= 1) b0 = g[v].shape[0];
+    if (s0 < 0 && g[v].shape.rank >= 2) s0 = g[v].shape[1];
+  }
+  if (batch > 0 && b0 < 0) throw graph_error("the graph has no input with a batch dim to re-size");
+  if (seq > 0 && s0 < 0) throw graph_error("the graph has no input with a sequence dim (dim 1) to re-size");
+  for (vertex_t v : topological_order(g)) {
+    node& nd = out[v];
+    if (nd.is_parameter()) continue;
+    if (nd.is_input()) {
+      if (batch > 0 && nd.shape.rank >= 1 && nd.shape[0] == b0) nd.shape[0] = batch;
+      if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0) nd.shape[1] = seq;
+      continue;
+    }
+    std::vector<tensor_shape> in;
+    for (vertex_t u : operands(out, v)) in.push_back(out[u].shape);
+    if (nd.kind == op_kind::reshape) {
+      const tensor_shape& old_in = g[operands(g, v)[0]].shape;
+      if (!(old_in == in[0])) {
+        const std::vector<std::int64_t> dims = detail::resized_reshape(old_in, g[v].shape, in[0]);
+        if (dims.empty())
+          throw graph_error("reshape '" + nd.name + "' from " + to_string(old_in) + " to " + to_string(g[v].shape) +
+                            " cannot follow its input re-sized to " + to_string(in[0]));
+        nd.attrs.dims = dims;
+      }
+    } else if (nd.kind == op_kind::opaque) {
+      throw graph_error("opaque operator '" + nd.name + "' keeps a fixed output shape; the graph cannot be re-sized");
+    }
+    try {
+      nd.shape = infer_shape(nd.kind, nd.attrs, in);
+    } catch (const graph_error& e) {
+      throw graph_error("re-sizing to batch " + std::to_string(batch > 0 ? batch : b0) + ", sequence " +
+                        std::to_string(seq > 0 ? seq : s0) + ": vertex '" + nd.name + "': " + e.what());
+    }
+  }
+  validate(out);
+  return out;
+}
+
+}  // namespace autoshard

@@ -9,7 +9,7 @@
 #include <algorithm>  // std::max, std::min, std::copy_n
 #include <array>      // std::array
 #include <cstring>    // std::memcpy
-#include <cmath>      // std::exp, std::tanh, std::sqrt, std::cos, std::sin, std::pow
+#include <cmath>      // std::exp, std::tanh, std::erf, std::sqrt, std::cos, std::sin, std::pow
 #include <span>       // std::span
 #include <vector>     // std::vector
 
@@ -61,6 +61,30 @@ std::vector<host_tensor> binary_backward(const host_tensor& a, const host_tensor
   std::vector<host_tensor> out;
   out.push_back(unbroadcast<T>(ga, a.shape()));
   out.push_back(unbroadcast<T>(gb, b.shape()));
+  return out;
+}
+
+/// where(cond, x, y): dx = dy where cond, dy' = dy elsewhere (each summed back over its
+/// broadcast dims); cond (integer) has none.
+template <class T>
+std::vector<host_tensor> where_backward(const node& nd, std::span<const host_tensor* const> in, const host_tensor& dy) {
+  const tensor_shape s = broadcast_shape(nd, in);
+  if (!(s == dy.shape())) kernel_error(nd, "the output gradient " + to_string(dy.shape()) + " is not the local output " + to_string(s));
+  host_tensor gx(in[1]->type(), s), gy(in[2]->type(), s);
+  const std::array<std::array<std::int64_t, max_tensor_rank>, 1> st{broadcast_strides(in[0]->shape(), s)};
+  const std::int64_t* pc = in[0]->as<std::int64_t>();
+  const T* pd = dy.as<T>();
+  T* px = gx.as<T>();
+  T* py = gy.as<T>();
+  strided_loop<1>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 1>& off) {
+    const bool take_x = pc[off[0]] != 0;
+    px[flat] = take_x ? pd[flat] : T(0);
+    py[flat] = take_x ? T(0) : pd[flat];
+  });
+  std::vector<host_tensor> out;
+  out.emplace_back();
+  out.push_back(unbroadcast<T>(gx, in[1]->shape()));
+  out.push_back(unbroadcast<T>(gy, in[2]->shape()));
   return out;
 }
 
@@ -366,6 +390,10 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
         const T t = std::tanh(a * (v + b * v * v * v));
         return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * a * (T(1) + T(3) * b * v * v);
       }));
+    case op_kind::gelu_erf:  // Phi(x) + x phi(x)
+      return one(unary_backward<T>(*in[0], dy, [](T v) {
+        return T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476))) + v * T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
+      }));
     case op_kind::silu:
       return one(unary_backward<T>(*in[0], dy, [](T v) {
         const T s = T(1) / (T(1) + std::exp(-v));
@@ -407,6 +435,8 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::split: return concat_or_split_backward<T>(nd, in, dy);
     case op_kind::attention: return attention_backward<T>(nd, in, dy, c);
     case op_kind::cross_entropy: return with_none(cross_entropy_backward<T>(nd, *in[0], *in[1], dy, c));
+    case op_kind::where: return where_backward<T>(nd, in, dy);
+    case op_kind::expand: return one(unbroadcast<T>(dy, in[0]->shape()));
     case op_kind::opaque: kernel_error(nd, opaque_why(nd));
     case op_kind::input:
     case op_kind::parameter: break;

@@ -8,7 +8,8 @@
 ///   autoshard::local_context c = autoshard::whole_context(shapes, out_shape);
 ///   autoshard::host_tensor y = autoshard::run_kernel<double>(g[v], operands, c);
 #include <algorithm>   // std::max, std::fill, std::copy_n
-#include <cmath>       // std::exp, std::log, std::tanh, std::sqrt, std::cos, std::sin, std::pow
+#include <array>       // std::array
+#include <cmath>       // std::exp, std::log, std::tanh, std::erf, std::sqrt, std::cos, std::sin, std::pow
 #include <cstdint>     // std::int64_t
 #include <cstring>     // std::memcpy
 #include <functional>  // std::function
@@ -134,6 +135,57 @@ host_tensor binary(const node& nd, const host_tensor& a, const host_tensor& b, F
   strided_loop<2>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 2>& off) {
     po[flat] = f(pa[off[0]], pb[off[1]]);
   });
+  return o;
+}
+
+/// The numpy broadcast of local shapes (each operand's piece of a broadcasting operator).
+inline tensor_shape broadcast_shape(const node& nd, std::span<const host_tensor* const> in) {
+  tensor_shape s;
+  for (const host_tensor* t : in) s.rank = std::max(s.rank, t->shape().rank);
+  for (std::size_t i = 0; i < s.rank; ++i) s[i] = 1;
+  for (const host_tensor* t : in)
+    for (std::size_t i = 0; i < t->shape().rank; ++i) {
+      const std::int64_t d = t->shape()[t->shape().rank - 1 - i];
+      std::int64_t& o = s[s.rank - 1 - i];
+      if (d != o && d != 1 && o != 1) {
+        std::string shapes;
+        for (const host_tensor* u : in) shapes += (shapes.empty() ? "" : ", ") + to_string(u->shape());
+        kernel_error(nd, "local operands " + shapes + " do not broadcast");
+      }
+      if (o == 1) o = d;
+    }
+  return s;
+}
+
+/// cond ? x : y; cond is integer (ids, booleans: i64 in a run), nonzero is true.
+template <class T>
+host_tensor where(const node& nd, std::span<const host_tensor* const> in) {
+  const tensor_shape s = broadcast_shape(nd, in);
+  host_tensor o(in[1]->type(), s);
+  const std::array<std::array<std::int64_t, max_tensor_rank>, 3> st{
+      broadcast_strides(in[0]->shape(), s), broadcast_strides(in[1]->shape(), s), broadcast_strides(in[2]->shape(), s)};
+  const std::int64_t* pc = in[0]->as<std::int64_t>();
+  const T* px = in[1]->as<T>();
+  const T* py = in[2]->as<T>();
+  T* po = o.as<T>();
+  strided_loop<3>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 3>& off) {
+    po[flat] = pc[off[0]] != 0 ? px[off[1]] : py[off[2]];
+  });
+  return o;
+}
+
+/// x broadcast to the local output shape (a piece of attrs.dims).
+template <class T>
+host_tensor expand(const node& nd, const host_tensor& x, const tensor_shape& out) {
+  const tensor_shape& xs = x.shape();
+  bool ok = xs.rank <= out.rank;
+  for (std::size_t i = 0; ok && i < xs.rank; ++i) ok = xs[xs.rank - 1 - i] == 1 || xs[xs.rank - 1 - i] == out[out.rank - 1 - i];
+  if (!ok) kernel_error(nd, "cannot broadcast the local " + to_string(xs) + " to " + to_string(out));
+  host_tensor o(x.type(), out);
+  const std::array<std::array<std::int64_t, max_tensor_rank>, 1> st{broadcast_strides(xs, out)};
+  const T* px = x.as<T>();
+  T* po = o.as<T>();
+  strided_loop<1>(out, st, [&](std::int64_t flat, const std::array<std::int64_t, 1>& off) { po[flat] = px[off[0]]; });
   return o;
 }
 
@@ -456,6 +508,8 @@ host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, c
     case op_kind::matmul: return matmul<T>(nd, *in[0], *in[1]);
     case op_kind::gelu:  // GPT-2's gelu_new (tanh approximation)
       return unary<T>(*in[0], [](T v) { return T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))); });
+    case op_kind::gelu_erf:  // exact: x Phi(x)
+      return unary<T>(*in[0], [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(0.7071067811865476))); });
     case op_kind::silu: return unary<T>(*in[0], [](T v) { return v / (T(1) + std::exp(-v)); });
     case op_kind::relu: return unary<T>(*in[0], [](T v) { return v > T(0) ? v : T(0); });
     case op_kind::tanh: return unary<T>(*in[0], [](T v) { return std::tanh(v); });
@@ -484,6 +538,8 @@ host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, c
     case op_kind::split: return concat_or_split<T>(nd, in);
     case op_kind::attention: return attention<T>(nd, in, c);
     case op_kind::cross_entropy: return cross_entropy<T>(nd, *in[0], *in[1], c);
+    case op_kind::where: return where<T>(nd, in);
+    case op_kind::expand: return expand<T>(nd, *in[0], c.out_shape);
     case op_kind::opaque: kernel_error(nd, opaque_why(nd));
     case op_kind::input:
     case op_kind::parameter: break;

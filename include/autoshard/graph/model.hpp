@@ -29,7 +29,9 @@ enum class op_kind : std::uint8_t {
   parameter,      ///< a trainable weight, named like its checkpoint entry
   linear,         ///< x[...,in] @ W^T (+ b); W is [out,in], or [in,out] with transposed_weight
   matmul,         ///< a[...,m,k] @ b[...,k,n]; b may be [k,n] (batched when both have batch dims)
-  gelu, silu, relu, tanh, exp, dropout,  ///< elementwise unary (dropout: identity at inference)
+  gelu,           ///< GELU, tanh approximation (GPT-2's gelu_new, torch's approximate="tanh")
+  gelu_erf,       ///< GELU, exact: 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU(), BERT's "gelu")
+  silu, relu, tanh, exp, dropout,        ///< elementwise unary (dropout: identity at inference)
   rotary,         ///< rotary position embedding of x[B,S,heads*D] (pairs within each head)
   add, sub, mul, div,                    ///< elementwise binary, numpy broadcasting
   layer_norm,     ///< over the last dim; operands x, [weight, [bias]]
@@ -43,17 +45,19 @@ enum class op_kind : std::uint8_t {
   split,          ///< the slice [start, start+length) of attrs.axis (one output per split node)
   attention,      ///< scaled-dot-product attention: q[B,S,heads*D], k,v[B,Sk,kv_heads*D]
   cross_entropy,  ///< logits[...,V], labels[...] (integer) -> mean loss, shape []
+  where,          ///< cond ? x : y elementwise (cond integer/boolean, nonzero is true), numpy broadcasting
+  expand,         ///< x broadcast (numpy rules) to the shape attrs.dims
   opaque,         ///< an imported operator with no mapping (attrs.op_type): output shape attrs.dims,
                   ///< any operands; only fully Replicate strategies, and no kernel to run it
 };
 
 inline constexpr op_kind all_op_kinds[] = {
     op_kind::input,      op_kind::parameter,   op_kind::linear,     op_kind::matmul,     op_kind::gelu,
-    op_kind::silu,       op_kind::relu,        op_kind::tanh,       op_kind::exp,        op_kind::dropout,
+    op_kind::gelu_erf,   op_kind::silu,       op_kind::relu,        op_kind::tanh,       op_kind::exp,        op_kind::dropout,
     op_kind::rotary,     op_kind::add,         op_kind::sub,        op_kind::mul,        op_kind::div,
     op_kind::layer_norm, op_kind::rms_norm,    op_kind::softmax,    op_kind::embedding,  op_kind::reshape,
     op_kind::transpose,  op_kind::reduce_sum,  op_kind::reduce_mean, op_kind::concat,    op_kind::split,
-    op_kind::attention,  op_kind::cross_entropy, op_kind::opaque};
+    op_kind::attention,  op_kind::cross_entropy, op_kind::where,     op_kind::expand,     op_kind::opaque};
 
 /// The JSON / DOT spelling: "linear", "layer_norm", ...
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -63,6 +67,7 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::linear: return "linear";
     case op_kind::matmul: return "matmul";
     case op_kind::gelu: return "gelu";
+    case op_kind::gelu_erf: return "gelu_erf";
     case op_kind::silu: return "silu";
     case op_kind::relu: return "relu";
     case op_kind::tanh: return "tanh";
@@ -85,6 +90,8 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::split: return "split";
     case op_kind::attention: return "attention";
     case op_kind::cross_entropy: return "cross_entropy";
+    case op_kind::where: return "where";
+    case op_kind::expand: return "expand";
     case op_kind::opaque: return "opaque";
   }
   return "?";
@@ -99,7 +106,7 @@ constexpr std::optional<op_kind> parse_op_kind(std::string_view s) noexcept {
 
 constexpr bool is_known(op_kind k) noexcept { return static_cast<std::uint8_t>(k) <= static_cast<std::uint8_t>(op_kind::opaque); }
 constexpr bool is_unary_elementwise(op_kind k) noexcept {
-  return k == op_kind::gelu || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
+  return k == op_kind::gelu || k == op_kind::gelu_erf || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
          k == op_kind::exp || k == op_kind::dropout || k == op_kind::rotary;
 }
 constexpr bool is_binary_elementwise(op_kind k) noexcept {
@@ -116,7 +123,7 @@ struct op_attrs {
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
-  std::vector<std::int64_t> dims;  ///< reshape: target shape; transpose: permutation; reduce: dims;
+  std::vector<std::int64_t> dims;  ///< reshape, expand: target shape; transpose: permutation; reduce: dims;
                                    ///< opaque: the output shape (it cannot be inferred)
   std::string op_type;             ///< opaque: the operator in its source format ("NonMaxSuppression",
                                    ///< "com.example.FancyNorm"), for reports
@@ -167,7 +174,8 @@ constexpr std::pair<int, int> operand_count_range(op_kind k) noexcept {
     case op_kind::rms_norm: return {1, 2};
     case op_kind::concat: return {1, 64};
     case op_kind::opaque: return {0, 64};
-    case op_kind::attention: return {3, 3};
+    case op_kind::attention:
+    case op_kind::where: return {3, 3};
     case op_kind::matmul:
     case op_kind::embedding:
     case op_kind::cross_entropy:
@@ -235,6 +243,7 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
                             ") x an even head size");
       return in[0];
     case op_kind::gelu:
+    case op_kind::gelu_erf:
     case op_kind::silu:
     case op_kind::relu:
     case op_kind::tanh:
@@ -243,19 +252,34 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
     case op_kind::add:
     case op_kind::sub:
     case op_kind::mul:
-    case op_kind::div: {
-      const tensor_shape& x = in[0];
-      const tensor_shape& y = in[1];
+    case op_kind::div:
+    case op_kind::where: {  // numpy broadcasting of every operand
       tensor_shape out;
-      out.rank = std::max(x.rank, y.rank);
-      for (std::size_t i = 0; i < out.rank; ++i) {
-        const std::int64_t dx = i < x.rank ? x[x.rank - 1 - i] : 1;
-        const std::int64_t dy = i < y.rank ? y[y.rank - 1 - i] : 1;
-        if (dx != dy && dx != 1 && dy != 1)
-          bad_operands(k, "shapes " + detail::shapes_str(in) + " do not broadcast (dim -" + std::to_string(i + 1) +
-                              ": " + std::to_string(dx) + " vs " + std::to_string(dy) + ")");
-        out[out.rank - 1 - i] = std::max(dx, dy);
-      }
+      for (const tensor_shape& x : in) out.rank = std::max(out.rank, x.rank);
+      for (std::size_t i = 0; i < out.rank; ++i) out[i] = 1;
+      for (const tensor_shape& x : in)
+        for (std::size_t i = 0; i < x.rank; ++i) {
+          const std::int64_t dx = x[x.rank - 1 - i];
+          std::int64_t& d = out[out.rank - 1 - i];
+          if (dx != d && dx != 1 && d != 1)
+            bad_operands(k, "shapes " + detail::shapes_str(in) + " do not broadcast (dim -" + std::to_string(i + 1) +
+                                ": " + std::to_string(d) + " vs " + std::to_string(dx) + ")");
+          if (d == 1) d = dx;
+        }
+      return out;
+    }
+    case op_kind::expand: {  // to attrs.dims exactly (ONNX's two-way Expand: the importer gives its inferred shape)
+      if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
+      std::int64_t n = 1;
+      for (std::int64_t d : a.dims)
+        if (d < 0) bad_operands(k, "target dims must be non-negative");
+        else if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target has too many elements");
+        else n *= d;
+      const tensor_shape out(a.dims);
+      const tensor_shape& x = in[0];
+      bool ok = x.rank <= out.rank;
+      for (std::size_t i = 0; ok && i < x.rank; ++i) ok = x[x.rank - 1 - i] == 1 || x[x.rank - 1 - i] == out[out.rank - 1 - i];
+      if (!ok) bad_operands(k, "cannot broadcast " + to_string(x) + " to " + to_string(out));
       return out;
     }
     case op_kind::layer_norm:

@@ -8,7 +8,9 @@
 /// or sharding one of its index labels (a batch dim, a free dim of either operand, or the
 /// contraction dim, which leaves the output Partial); the strategies are the Cartesian
 /// product over mesh axes. Elementwise ops, norms and softmax follow their input with the
-/// normalised dim forced to Replicate; views map shardings through split/merged dims;
+/// normalised dim forced to Replicate (where and expand broadcast like the binary ones: a
+/// size-1 operand dim stays Replicate while the output's dim is cut); views map shardings
+/// through split/merged dims;
 /// embeddings offer batch, column and vocab-parallel (output Partial); attention shards
 /// batch or heads (whole heads per rank, GQA groups kept together); an opaque operator
 /// (imported, with no mapping) offers only Replicate for every operand and its output.
@@ -172,7 +174,9 @@ inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<te
     case op_kind::add:
     case op_kind::sub:
     case op_kind::mul:
-    case op_kind::div: {
+    case op_kind::div:
+    case op_kind::where:
+    case op_kind::expand: {  // every operand's dims line up with the output's from the right
       const int r = nd.shape.rank;
       e.labels = r;
       e.out = iota_labels(r);
@@ -193,6 +197,7 @@ inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<te
     case op_kind::split:
     case op_kind::concat:
     case op_kind::gelu:
+    case op_kind::gelu_erf:
     case op_kind::silu:
     case op_kind::relu:
     case op_kind::tanh:
@@ -280,7 +285,10 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
     case op_kind::reduce_sum:
     case op_kind::reduce_mean: return static_cast<double>(in[0].numel());
     case op_kind::gelu:
+    case op_kind::gelu_erf:
     case op_kind::silu: return 8.0 * n_out;
+    case op_kind::where: return n_out;
+    case op_kind::expand: return 0.0;  // a copy: its bytes are priced by the memory bandwidth
     case op_kind::rotary: return 3.0 * n_out;
     default: return is_binary_elementwise(nd.kind) || is_unary_elementwise(nd.kind) ? n_out : 0.0;
   }

@@ -90,8 +90,9 @@ std::vector<bw_case> bw_cases() {
   v.push_back({"linear, [in,out] weight", op_kind::linear, tw, {{3, 4}, {4, 5}}, {}});
   v.push_back({"batched matmul", op_kind::matmul, none, {{2, 3, 4}, {2, 4, 5}}, {}});
   v.push_back({"matmul with a shared right operand", op_kind::matmul, none, {{2, 3, 4}, {4, 5}}, {}});
-  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+  for (op_kind k : {op_kind::gelu, op_kind::gelu_erf, op_kind::silu, op_kind::tanh, op_kind::exp, op_kind::dropout})
     v.push_back({std::string(to_string(k)), k, none, {{2, 5}}, {}});
+  v.push_back({"gelu_erf, wide range", op_kind::gelu_erf, none, {{3, 4}}, {}, -4.0, 4.0});
   v.push_back({"relu (away from 0)", op_kind::relu, none, {{2, 5}}, {}, 0.1, 1.0});
   v.push_back({"relu, negative side", op_kind::relu, none, {{2, 5}}, {}, -1.0, -0.1});
   op_attrs rot;
@@ -136,6 +137,11 @@ std::vector<bw_case> bw_cases() {
   op_attrs at2;
   at2.heads = 2;
   v.push_back({"attention", op_kind::attention, at2, {{1, 3, 4}, {1, 4, 4}, {1, 4, 4}}, {}});
+  v.push_back({"where with broadcasting", op_kind::where, none, {{2, 1, 4}, {2, 3, 4}, {4}}, {2, 0, 0}});
+  v.push_back({"where, condition broadcast over rows", op_kind::where, none, {{3, 1}, {1, 5}, {3, 5}}, {2, 0, 0}});
+  op_attrs ex;
+  ex.dims = {2, 3, 4, 5};
+  v.push_back({"expand (new leading dim and a size-1 dim)", op_kind::expand, ex, {{3, 1, 5}}, {}});
   v.push_back({"cross_entropy", op_kind::cross_entropy, none, {{4, 5}, {4}}, {0, 5}, -2.0, 2.0});
   return v;
 }

@@ -156,7 +156,7 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   make_case(op_kind::linear, {{"x", {4, 6}, f}, {"w", {6, 4}, f}}, conv1d);
   make_case(op_kind::matmul, {{"a", {2, 4, 6}, f}, {"b", {2, 6, 4}, f}});
   make_case(op_kind::matmul, {{"a", {2, 3, 4}, f}, {"b", {4, 2}, f}});
-  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+  for (op_kind k : {op_kind::gelu, op_kind::gelu_erf, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
     make_case(k, {{"x", {4, 3, 5}, f}});
   op_attrs rot;
   rot.heads = 2;
@@ -193,6 +193,10 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   att.kv_heads = 2;
   att.causal = true;
   make_case(op_kind::attention, {{"q", {2, 3, 8}, f}, {"k", {2, 3, 4}, f}, {"v", {2, 3, 4}, f}}, att);
+  make_case(op_kind::where, {{"c", {4, 1, 6}, dtype::boolean}, {"x", {4, 3, 6}, f}, {"y", {6}, f}});
+  op_attrs ex;
+  ex.dims = {4, 3, 2, 6};
+  make_case(op_kind::expand, {{"x", {3, 1, 6}, f}}, ex);
   make_case(op_kind::cross_entropy, {{"logits", {4, 3, 8}, f}, {"labels", {4, 3}, i}});
   make_case(op_kind::cross_entropy, {{"logits", {6, 8}, f}, {"labels", {6}, i}});
 

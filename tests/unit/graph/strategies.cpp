@@ -149,6 +149,7 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
       return o;
     }
     case op_kind::gelu: return unary(in[0], [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v))); });
+    case op_kind::gelu_erf: return unary(in[0], [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
     case op_kind::silu: return unary(in[0], [](double v) { return v / (1 + std::exp(-v)); });
     case op_kind::relu: return unary(in[0], [](double v) { return v > 0 ? v : 0.0; });
     case op_kind::tanh: return unary(in[0], [](double v) { return std::tanh(v); });
@@ -176,6 +177,16 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
     case op_kind::sub: return broadcast_binary(in[0], in[1], [](double p, double q) { return p - q; });
     case op_kind::mul: return broadcast_binary(in[0], in[1], [](double p, double q) { return p * q; });
     case op_kind::div: return broadcast_binary(in[0], in[1], [](double p, double q) { return p / q; });
+    case op_kind::where: {  // select by the condition broadcast to the values' shape, then broadcast again
+      const dense sel = broadcast_binary(in[0], broadcast_binary(in[1], in[2], [](double p, double) { return p; }),
+                                         [](double c, double) { return c; });
+      const dense xs = broadcast_binary(in[1], sel, [](double p, double) { return p; });
+      const dense ys = broadcast_binary(in[2], sel, [](double p, double) { return p; });
+      dense o(sel.shape);
+      for (std::size_t i = 0; i < o.v.size(); ++i) o.v[i] = sel.v[i] != 0 ? xs.v[i] : ys.v[i];
+      return o;
+    }
+    case op_kind::expand: return broadcast_binary(in[0], dense(c.out_shape), [](double p, double) { return p; });
     case op_kind::layer_norm:
     case op_kind::rms_norm: {
       const bool ln = nd.kind == op_kind::layer_norm;
@@ -525,7 +536,7 @@ TEST_CASE("every strategy of every operator kind computes the sharded result") {
   run(op_kind::matmul, [](one_op& t) { t.add("a", {4, 6}); t.add("b", {6, 5}); });
   run(op_kind::matmul, [](one_op& t) { t.add("a", {2, 4, 6}); t.add("b", {2, 6, 4}); });
   run(op_kind::matmul, [](one_op& t) { t.add("a", {2, 3, 4}); t.add("b", {4, 2}); });
-  for (op_kind k : {op_kind::gelu, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
+  for (op_kind k : {op_kind::gelu, op_kind::gelu_erf, op_kind::silu, op_kind::relu, op_kind::tanh, op_kind::exp, op_kind::dropout})
     run(k, [](one_op& t) { t.add("x", {4, 3, 5}); });
   op_attrs rot;
   rot.heads = 2;
@@ -572,6 +583,10 @@ TEST_CASE("every strategy of every operator kind computes the sharded result") {
   att.kv_heads = 4;
   att.causal = false;
   run(op_kind::attention, [](one_op& t) { t.add("q", {4, 3, 8}); t.add("k", {4, 5, 8}); t.add("v", {4, 5, 8}); }, att);
+  run(op_kind::where, [](one_op& t) { t.add("c", {4, 1, 6}, dtype::boolean, 2); t.add("x", {4, 3, 6}); t.add("y", {6}); });
+  op_attrs ex;
+  ex.dims = {4, 3, 2, 6};
+  run(op_kind::expand, [](one_op& t) { t.add("x", {3, 1, 6}); }, ex);
   run(op_kind::cross_entropy, [](one_op& t) { t.add("logits", {4, 3, 7}); t.add("labels", {4, 3}, dtype::i64, 7); });
   run(op_kind::cross_entropy, [](one_op& t) { t.add("logits", {6, 8}); t.add("labels", {6}, dtype::i64, 8); });
 

@@ -63,6 +63,7 @@ struct transformer_config {
   static transformer_config gpt2_1_5b() { return gpt2(48, 1600, 25); }
   static transformer_config bert(int layers, int hidden, int heads) {
     transformer_config c = gpt2(layers, hidden, heads);
+    c.activation = op_kind::gelu_erf;  // BERT's "gelu" is the exact form
     c.vocab = 30522;
     c.max_positions = 512;
     c.seq = 512;
@@ -210,7 +211,7 @@ inline model_graph build_gpt2(const transformer_config& c) {
     x = b.op(op_kind::add, n + ".attn.residual", {x, a});
     h = b.layer_norm(n + ".ln_2", x, H);
     h = b.linear(n + ".mlp.c_fc", h, H, c.ffn, true, true);
-    h = b.op(op_kind::gelu, n + ".mlp.act", {h});
+    h = b.op(c.activation, n + ".mlp.act", {h});
     h = b.linear(n + ".mlp.c_proj", h, c.ffn, H, true, true);
     x = b.op(op_kind::add, n + ".mlp.residual", {x, h});
   }

@@ -74,6 +74,10 @@ struct hf_reader {
     std::optional<json_in> v = find(keys);
     if (!v) return fallback;
     const std::string a = v->string();
+    // transformers' ACT2FN: "gelu" (and gelu_python, gelu_10) is the exact erf form; gelu_new,
+    // gelu_pytorch_tanh, gelu_fast, gelu_accurate are the tanh approximation. quick_gelu
+    // (x sigmoid(1.702 x)) has no kind of its own: planned as the tanh form, whose cost is the same.
+    if (a == "gelu" || a == "gelu_python" || a == "gelu_10") return op_kind::gelu_erf;
     if (a.rfind("gelu", 0) == 0 || a == "quick_gelu") return op_kind::gelu;
     if (a == "silu" || a == "swish") return op_kind::silu;
     if (a == "relu") return op_kind::relu;
@@ -128,13 +132,15 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
     c.max_positions = r.get({"max_position_embeddings"}, 1, hf_max_positions, 512);
     c.type_vocab = r.get({"type_vocab_size"}, 0, hf_max_vocab, 2);
-    c.activation = r.activation({"hidden_act"}, op_kind::gelu);
+    c.activation = r.activation({"hidden_act"}, op_kind::gelu_erf);
     if (t == "roberta") c.position_offset = r.get({"pad_token_id"}, 0, hf_max_positions, 1) + 1;
   } else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "gemma" || t == "phi3") {
     c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
     c.kv_heads = r.get({"num_key_value_heads"}, 1, hf_max_heads, c.heads);
     c.head_size = r.get({"head_dim"}, 1, hf_max_heads, 0);
-    c.activation = t == "gemma" ? r.activation({"hidden_activation", "hidden_act"}, op_kind::gelu)
+    // Gemma reads hidden_activation only; without it transformers uses gelu_pytorch_tanh
+    // (older configs' hidden_act "gelu" is ignored, with a warning).
+    c.activation = t == "gemma" ? r.activation({"hidden_activation"}, op_kind::gelu)
                                 : r.activation({"hidden_act"}, op_kind::silu);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, t == "gemma");
     const bool attention_bias = r.flag({"attention_bias"}, false);
@@ -157,7 +163,7 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     c.parallel_residual = r.flag({"use_parallel_residual"}, true);
     c.qkv_bias = c.out_bias = r.flag({"attention_bias"}, true);
     c.mlp_bias = true;
-    c.activation = r.activation({"hidden_act"}, op_kind::gelu);
+    c.activation = r.activation({"hidden_act"}, op_kind::gelu_erf);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, false);
   } else if (t == "bloom") {
     c.ffn = 4 * c.hidden;
@@ -175,7 +181,7 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     c.parallel_residual = r.flag({"parallel_attn"}, true);
     c.qkv_bias = c.out_bias = c.mlp_bias = r.flag({"bias"}, false);
     c.rotary = !r.flag({"alibi"}, false);
-    c.activation = r.activation({"activation"}, op_kind::gelu);
+    c.activation = r.activation({"activation"}, op_kind::gelu_erf);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
   }
   if (c.head_size == 0 && c.hidden % c.heads != 0)
@@ -234,7 +240,9 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
   const char* torch_dtype = c.type == dtype::f16 ? "float16" : c.type == dtype::bf16 ? "bfloat16"
                             : c.type == dtype::f64 ? "float64" : "float32";
   nlohmann::json j{{"model_type", t}, {"vocab_size", c.vocab}, {"torch_dtype", torch_dtype}};
-  auto act = [](op_kind k) { return std::string(to_string(k)); };
+  auto act = [](op_kind k) {  // transformers' ACT2FN names: "gelu" is the exact form
+    return k == op_kind::gelu ? std::string("gelu_new") : k == op_kind::gelu_erf ? std::string("gelu") : std::string(to_string(k));
+  };
   if (t == "gpt2") {
     j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
               {"n_positions", c.max_positions}, {"activation_function", act(c.activation)}});
@@ -268,6 +276,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
                 {"mlp_bias", c.mlp_bias}});
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
+      if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
   }
   return j;

@@ -5,15 +5,25 @@
   python3 tests/onnx/make_models.py --tiny OUTDIR   # a 1-layer GPT-2 of width 8: fuzz/corpus/onnx
   python3 tests/onnx/make_models.py --mlp FILE      # docs/getting-started.md's MLP, as torch exports it
 
-gpt2-block.onnx        a GPT-2 model as torch.onnx.export writes it at opset 14: token and
-                       position Gather, per layer the decomposed layer norm (ReduceMean, Sub,
-                       Pow, Add, Sqrt, Div, Mul, Add), c_attn MatMul + Add, Split into q/k/v,
-                       Reshape + Transpose into heads, scores MatMul, Div by sqrt(head_dim),
-                       an additive causal mask, Softmax, MatMul with v, Transpose + Reshape
-                       back, c_proj, the residual Add, the MLP with the Erf GELU, ln_f and the
-                       tied lm_head (MatMul by Transpose of wte); batch and sequence symbolic.
-                       Initializers carry Hugging Face's names and [in,out] Conv1D layouts.
-gpt2-block-fused.onnx  the same model at opset 17: LayerNormalization nodes instead of the pattern.
+gpt2-block.onnx        a GPT-2 model as torch.onnx.export writes transformers' GPT2LMHeadModel
+                       at opset 14: token and position Gather, per layer the decomposed layer
+                       norm (ReduceMean, Sub, Pow, Add, Sqrt, Div, Mul, Add), c_attn MatMul +
+                       Add, Split into q/k/v, Reshape + Transpose into heads, scores MatMul,
+                       Div by sqrt(head_dim), the causal mask as GPT2Attention applies it
+                       (Where(bias[:, :, :S, :S], scores, finfo(float32).min) with the bool
+                       `bias` buffer), Softmax, MatMul with v, Transpose + Reshape back,
+                       c_proj, the residual Add, the MLP with gelu_new (0.5 x (1 + tanh(
+                       sqrt(2/pi) (x + 0.044715 x^3)))), ln_f and the tied lm_head (MatMul by
+                       Transpose of wte); batch and sequence symbolic. Initializers carry
+                       Hugging Face's names and [in,out] Conv1D layouts.
+gpt2-block-leaky.onnx  gpt2-block.onnx with one mask entry above the diagonal true: not causal.
+gpt2-block-fused.onnx  the same model at opset 17: LayerNormalization nodes instead of the
+                       pattern, and the older additive causal mask (0 / -1e4, Add).
+rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm exports it
+                       (Pow, ReduceMean, Add eps, Sqrt, Reciprocal, Mul, Mul by the weight), an
+                       exact (Erf) GELU MLP, and a padding select Where(keep [batch, seq, 1],
+                       y, Expand(fill [64] -> Shape(y))), and a mean as the loss (a scalar,
+                       so that `verify` runs a training step).
 unmapped.onnx          a small MLP with a custom-domain operator and a CumSum between its layers.
 bad-*.onnx             hostile files: truncated, a dim of 2^62, raw_data that disagrees with
                        its shape, a cycle.
@@ -39,7 +49,30 @@ def const(nodes, name, value, dtype=np.float32):
     return name
 
 
-def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POSITIONS=POSITIONS):
+def gelu_tanh(nodes, x, p):
+    """transformers' NewGELUActivation (gpt2's gelu_new) as torch.onnx.export writes it."""
+    nodes.append(helper.make_node("Mul", [x, const(nodes, p + "half", 0.5)], [p + "hx"], name=p + "Mul"))
+    nodes.append(helper.make_node("Pow", [x, const(nodes, p + "three", 3.0)], [p + "x3"], name=p + "Pow"))
+    nodes.append(helper.make_node("Mul", [p + "x3", const(nodes, p + "c", 0.044715)], [p + "cx3"], name=p + "Mul_1"))
+    nodes.append(helper.make_node("Add", [x, p + "cx3"], [p + "inner"], name=p + "Add"))
+    nodes.append(helper.make_node("Mul", [p + "inner", const(nodes, p + "s2pi", math.sqrt(2.0 / math.pi))], [p + "arg"], name=p + "Mul_2"))
+    nodes.append(helper.make_node("Tanh", [p + "arg"], [p + "t"], name=p + "Tanh"))
+    nodes.append(helper.make_node("Add", [p + "t", const(nodes, p + "one", 1.0)], [p + "t1"], name=p + "Add_1"))
+    nodes.append(helper.make_node("Mul", [p + "hx", p + "t1"], [p + "out"], name=p + "Mul_3"))
+    return p + "out"
+
+
+def gelu_erf(nodes, x, p):
+    """torch.nn.GELU() (exact) as torch.onnx.export writes it."""
+    nodes.append(helper.make_node("Div", [x, const(nodes, p + "sqrt2", math.sqrt(2.0))], [p + "g0"], name=p + "Div"))
+    nodes.append(helper.make_node("Erf", [p + "g0"], [p + "g1"], name=p + "Erf"))
+    nodes.append(helper.make_node("Add", [p + "g1", const(nodes, p + "one", 1.0)], [p + "g2"], name=p + "Add"))
+    nodes.append(helper.make_node("Mul", [x, p + "g2"], [p + "g3"], name=p + "Mul"))
+    nodes.append(helper.make_node("Mul", [p + "g3", const(nodes, p + "half", 0.5)], [p + "out"], name=p + "Mul_1"))
+    return p + "out"
+
+
+def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POSITIONS=POSITIONS, leaky_mask=False):
     rng = np.random.default_rng(0)
     H, nh, hd = HIDDEN, HEADS, HIDDEN // HEADS
     nodes, inits = [], []
@@ -87,8 +120,14 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
         nodes.append(helper.make_node("Concat", [s + "_bs", const(nodes, s + "_tail", tail, np.int64)], [s + "_new"], name=s + "_Concat", axis=0))
         return s + "_new"
 
-    # causal additive mask [1, 1, P, P] sliced to the sequence by the Shape of the scores
-    mask = np.triu(np.full([POSITIONS, POSITIONS], -1e4, np.float32), 1)[None, None]
+    # the causal mask [1, 1, P, P] sliced to the sequence by the Shape of the scores: GPT2Attention's
+    # bool `bias` buffer for Where, or the older additive form (0 / -1e4)
+    if fused_norm:
+        mask = np.triu(np.full([POSITIONS, POSITIONS], -1e4, np.float32), 1)[None, None]
+    else:
+        mask = np.tril(np.ones([POSITIONS, POSITIONS], np.bool_))[None, None]
+        if leaky_mask:  # token 0 sees token 1: not causal, so not the attention kind
+            mask[0, 0, 0, 1] = True
     x = "h_in0"
     for i in range(LAYERS):
         n = f"transformer.h.{i}"
@@ -111,7 +150,11 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
                                       [p + "seq2"], name=p + "Slice_seq"))
         nodes.append(helper.make_node("Slice", [n + ".attn.bias_mask", const(nodes, p + "m_st", [0, 0], np.int64), p + "seq2",
                                                 const(nodes, p + "m_ax", [2, 3], np.int64)], [p + "mask"], name=p + "Slice_mask"))
-        nodes.append(helper.make_node("Add", [p + "scaled", p + "mask"], [p + "masked"], name=p + "Add_mask"))
+        if fused_norm:
+            nodes.append(helper.make_node("Add", [p + "scaled", p + "mask"], [p + "masked"], name=p + "Add_mask"))
+        else:
+            nodes.append(helper.make_node("Where", [p + "mask", p + "scaled", const(nodes, p + "min", np.finfo(np.float32).min)],
+                                          [p + "masked"], name=p + "Where"))
         nodes.append(helper.make_node("Softmax", [p + "masked"], [p + "probs"], name=p + "Softmax", axis=-1))
         nodes.append(helper.make_node("MatMul", [p + "probs", heads["v"]], [p + "ctx4"], name=p + "MatMul_1"))
         nodes.append(helper.make_node("Transpose", [p + "ctx4"], [p + "ctxt"], name=p + "Transpose_ctx", perm=[0, 2, 1, 3]))
@@ -123,12 +166,7 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
         m = f"/transformer/h.{i}/mlp/"
         h = layer_norm(n + ".ln_2", x, m + "ln_2_out")
         h = linear(n + ".mlp.c_fc", h, H, 4 * H, m + "fc")
-        nodes.append(helper.make_node("Div", [h, const(nodes, m + "sqrt2", math.sqrt(2.0))], [m + "g0"], name=m + "act/Div"))
-        nodes.append(helper.make_node("Erf", [m + "g0"], [m + "g1"], name=m + "act/Erf"))
-        nodes.append(helper.make_node("Add", [m + "g1", const(nodes, m + "one", 1.0)], [m + "g2"], name=m + "act/Add"))
-        nodes.append(helper.make_node("Mul", [h, m + "g2"], [m + "g3"], name=m + "act/Mul"))
-        nodes.append(helper.make_node("Mul", [m + "g3", const(nodes, m + "half", 0.5)], [m + "gelu"], name=m + "act/Mul_1"))
-        h = linear(n + ".mlp.c_proj", m + "gelu", 4 * H, H, m + "proj")
+        h = linear(n + ".mlp.c_proj", gelu_tanh(nodes, h, m + "act/"), 4 * H, H, m + "proj")
         nodes.append(helper.make_node("Add", [x, h], [m + "res"], name=f"/transformer/h.{i}/Add_1"))
         x = m + "res"
     h = layer_norm("transformer.ln_f", x, "ln_f_out")
@@ -150,17 +188,47 @@ def mlp():
     (opset 14, input x [batch, 256]): Gemm with transB for each Linear, the Erf pattern for GELU."""
     rng = np.random.default_rng(2)
     nodes = [helper.make_node("Gemm", ["x", "0.weight", "0.bias"], ["h"], name="/0/Gemm", alpha=1.0, beta=1.0, transB=1)]
-    nodes.append(helper.make_node("Div", ["h", const(nodes, "/1/sqrt2", math.sqrt(2.0))], ["g0"], name="/1/Div"))
-    nodes.append(helper.make_node("Erf", ["g0"], ["g1"], name="/1/Erf"))
-    nodes.append(helper.make_node("Add", ["g1", const(nodes, "/1/one", 1.0)], ["g2"], name="/1/Add"))
-    nodes.append(helper.make_node("Mul", ["h", "g2"], ["g3"], name="/1/Mul"))
-    nodes.append(helper.make_node("Mul", ["g3", const(nodes, "/1/half", 0.5)], ["g"], name="/1/Mul_1"))
-    nodes.append(helper.make_node("Gemm", ["g", "2.weight", "2.bias"], ["y"], name="/2/Gemm", alpha=1.0, beta=1.0, transB=1))
+    g = gelu_erf(nodes, "h", "/1/")
+    nodes.append(helper.make_node("Gemm", [g, "2.weight", "2.bias"], ["y"], name="/2/Gemm", alpha=1.0, beta=1.0, transB=1))
     inits = [init("0.weight", [1024, 256], rng), init("0.bias", [1024], rng), init("2.weight", [256, 1024], rng), init("2.bias", [256], rng)]
     graph = helper.make_graph(nodes, "main_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 256])], inits)
     model = helper.make_model(graph, producer_name="pytorch", opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+def rms_mlp(H=64, F=256):
+    rng = np.random.default_rng(3)
+    nodes, p = [], "/model/norm/"
+    inits = [numpy_helper.from_array(np.ones([H], np.float32), "model.norm.weight"),
+             init("model.mlp.up_proj.weight", [F, H], rng), init("model.mlp.down_proj.weight", [H, F], rng),
+             init("model.pad_fill", [H], rng)]
+    nodes.append(helper.make_node("Pow", ["x", const(nodes, p + "two", 2.0)], [p + "sq"], name=p + "Pow"))
+    nodes.append(helper.make_node("ReduceMean", [p + "sq"], [p + "ms"], name=p + "ReduceMean", axes=[-1], keepdims=1))
+    nodes.append(helper.make_node("Add", [p + "ms", const(nodes, p + "eps", 1e-6)], [p + "mse"], name=p + "Add"))
+    nodes.append(helper.make_node("Sqrt", [p + "mse"], [p + "rms"], name=p + "Sqrt"))
+    nodes.append(helper.make_node("Reciprocal", [p + "rms"], [p + "inv"], name=p + "Reciprocal"))
+    nodes.append(helper.make_node("Mul", ["x", p + "inv"], [p + "xn"], name=p + "Mul"))
+    nodes.append(helper.make_node("Mul", ["model.norm.weight", p + "xn"], ["normed"], name=p + "Mul_1"))
+    for name, w in (("up", "model.mlp.up_proj.weight"), ("down", "model.mlp.down_proj.weight")):
+        nodes.append(helper.make_node("Transpose", [w], [name + "_wt"], name=f"/model/mlp/{name}_proj/Transpose", perm=[1, 0]))
+    nodes.append(helper.make_node("MatMul", ["normed", "up_wt"], ["up"], name="/model/mlp/up_proj/MatMul"))
+    act = gelu_erf(nodes, "up", "/model/mlp/act/")
+    nodes.append(helper.make_node("MatMul", [act, "down_wt"], ["down"], name="/model/mlp/down_proj/MatMul"))
+    nodes.append(helper.make_node("Add", ["x", "down"], ["res"], name="/model/Add"))
+    nodes.append(helper.make_node("Shape", ["res"], ["res_shape"], name="/model/Shape"))
+    nodes.append(helper.make_node("Expand", ["model.pad_fill", "res_shape"], ["fill"], name="/model/Expand"))
+    nodes.append(helper.make_node("Where", ["keep", "res", "fill"], ["y"], name="/model/Where"))
+    nodes.append(helper.make_node("ReduceMean", ["y"], ["loss"], name="/loss/ReduceMean", keepdims=0))
+    graph = helper.make_graph(
+        nodes, "rms_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", H]),
+         helper.make_tensor_value_info("keep", TensorProto.BOOL, ["batch", "sequence", 1])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, producer_name="autoshard-tests", opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
     onnx.checker.check_model(model)
     return model
 
@@ -210,7 +278,9 @@ def main():
     sizes = dict(LAYERS=1, HIDDEN=8, HEADS=2, VOCAB=16, POSITIONS=8) if tiny else {}
     onnx.save(gpt2(False, **sizes), os.path.join(out, "gpt2-block.onnx"))
     onnx.save(gpt2(True, **sizes), os.path.join(out, "gpt2-block-fused.onnx"))
+    onnx.save(gpt2(False, leaky_mask=True, **sizes), os.path.join(out, "gpt2-block-leaky.onnx"))
     onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
+    onnx.save(rms_mlp(**(dict(H=8, F=16) if tiny else {})), os.path.join(out, "rms-mlp.onnx"))
     good = small().SerializeToString()
     with open(os.path.join(out, "small.onnx"), "wb") as f:
         f.write(good)

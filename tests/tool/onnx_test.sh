@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # ONNX models end to end: tests/onnx/make_models.py writes them with python3-onnx's helper API.
-# (a) a GPT-2 model as torch.onnx.export writes it (decomposed layer norms, Erf GELU, attention
-#     as MatMul/Softmax over Reshape+Transpose heads with a causal mask; and the opset 17 form
-#     with LayerNormalization) plans, under memory budgets that make it cut weights, with the
-#     same spec for every parameter as the built-in GPT-2 builder given the same sizes (its
-#     Hugging Face config); (b) a model with a custom-domain operator and a CumSum gets a plan
+# (a) a GPT-2 model as torch.onnx.export writes it (decomposed layer norms, gelu_new's tanh
+#     pattern, attention as MatMul/Softmax over Reshape+Transpose heads with GPT-2's Where causal
+#     mask; and the opset 17 form with LayerNormalization and an additive mask) plans, under
+#     memory budgets that make it cut weights, with the same spec for every parameter as the
+#     built-in GPT-2 builder given the same sizes (its Hugging Face config), in inference and in
+#     training (the CLI's default; there the builder's graph also has the labels and the
+#     cross_entropy loss, which the export has not: the parameters' specs still agree, the
+#     objectives differ by the loss); a mask that is not causal is not fused into attention;
+#     a LLaMA-style block (RMSNorm, exact GELU, Where, Expand) maps with no opaque operator
+#     and `verify` runs its training step sharded; (b) a model with a custom-domain operator and a CumSum gets a plan
 #     whose report names both, and `verify` says why it cannot run it; (c) hostile files:
 #     truncated, a dim of 2^62, raw_data that disagrees with the shape, a cycle: a clear error each.
 set -uo pipefail
@@ -48,7 +53,9 @@ EOF
 }
 for f in gpt2-block gpt2-block-fused; do
   for args in "--mesh 2x4 --batch 2 --seq 128 --mode infer --memory-budget 1MiB" \
-              "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 3MiB"; do
+              "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 3MiB" \
+              "--mesh 2x4 --batch 2 --seq 128 --memory-budget 4MiB" \
+              "--mesh 4 --batch 8 --seq 128 --memory-budget 8MiB"; do
     # shellcheck disable=SC2086
     run "$tool" plan --model "$tmp/$f.onnx" $args --dtype bf16 --json --quiet --out "$tmp/p1.json" || { bad "$f $args: plan"; cat "$tmp/err"; continue; }
     cp "$tmp/out" "$tmp/onnx.json"
@@ -63,11 +70,40 @@ run "$tool" plan --model "$tmp/gpt2-block.onnx" --mesh 2 --batch 2 --seq 16 --js
 import json, sys, collections
 j = json.load(open(sys.argv[1]))
 kinds = collections.Counter(o["kind"] for o in j["operators"])
-want = {"attention": 2, "layer_norm": 5, "gelu": 2, "linear": 9, "split": 6, "embedding": 2, "dropout": 1}
+want = {"attention": 2, "layer_norm": 5, "gelu": 2, "linear": 9, "split": 6, "embedding": 2, "dropout": 1,
+        "where": 0, "softmax": 0, "matmul": 0, "tanh": 0, "mul": 0}
 bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
 if bad or j["opaque"]:
     sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
 EOF
+# One mask entry above the diagonal: not causal, so the scores stay matmul/where/softmax.
+run "$tool" plan --model "$tmp/gpt2-block-leaky.onnx" --mesh 2 --batch 2 --seq 16 --json --quiet --out "$tmp/p4.json"
+"$py" - "$tmp/out" <<'EOF' && ok || bad "gpt2-block-leaky.onnx: operator kinds"
+import json, sys, collections
+j = json.load(open(sys.argv[1]))
+kinds = collections.Counter(o["kind"] for o in j["operators"])
+want = {"attention": 0, "where": 2, "softmax": 2, "matmul": 4, "gelu": 2}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+if bad or j["opaque"]:
+    sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
+EOF
+
+# A LLaMA-style block: RMSNorm, the exact GELU, Where and Expand are kinds with kernels, so a
+# sharded training step runs and matches the unsharded one.
+run "$tool" plan --model "$tmp/rms-mlp.onnx" --mesh 2x2 --batch 4 --seq 8 --memory-budget 200KiB --json --quiet --out "$tmp/r.json"
+"$py" - "$tmp/out" <<'EOF' && ok || bad "rms-mlp.onnx: operator kinds"
+import json, sys, collections
+j = json.load(open(sys.argv[1]))
+kinds = collections.Counter(o["kind"] for o in j["operators"])
+want = {"rms_norm": 1, "gelu_erf": 1, "linear": 2, "where": 1, "expand": 1, "reduce_mean": 1, "mul": 0, "sqrt": 0}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+if bad or j["opaque"]:
+    sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
+if not any("S" in o["output"] for o in j["operators"] if o["kind"] in ("where", "expand")):
+    sys.exit("where / expand are not sharded: the verify below would prove little")
+EOF
+run "$tool" verify --plan "$tmp/r.json"
+[ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "rms-mlp.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 
 # (b) Unmapped operators: a plan, and a report line naming each.
 run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2x2 --batch 8 --quiet --out "$tmp/u.json" || { bad "unmapped: plan"; cat "$tmp/err"; }

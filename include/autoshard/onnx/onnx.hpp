@@ -12,11 +12,17 @@
 /// MatMul by a 2-D initializer (or its Transpose) and Gemm -> linear (a following Add of a
 /// 1-D initializer is its bias), MatMul -> matmul, Add/Sub/Mul/Div, Softmax,
 /// LayerNormalization and the decomposed ReduceMean/Sub/Pow/Add/Sqrt/Div(/Mul/Add) pattern ->
-/// layer_norm, Gelu and the Erf pattern (x * 0.5 * (1 + erf(x / sqrt 2))) -> gelu, Relu, Tanh,
-/// Exp, Identity/Dropout, Reshape/Flatten/Squeeze/Unsqueeze -> reshape, Transpose, Gather of a
-/// 2-D table -> embedding, Concat, Split and unit-step Slice -> split, a floating Cast ->
-/// reshape, ReduceMean/ReduceSum. Any other operator (and one whose attributes the kinds
-/// cannot express: a Gemm with alpha != 1, a strided Slice, Where, Expand) becomes an opaque
+/// layer_norm, the decomposed RMSNorm (Pow/ReduceMean/Add/Sqrt, then Reciprocal+Mul or Div,
+/// then Mul by the weight) -> rms_norm, the Erf pattern (x * 0.5 * (1 + erf(x / sqrt 2))) and
+/// Gelu -> gelu_erf, the tanh pattern (GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x +
+/// 0.044715 x^3)))) and Gelu(approximate="tanh") -> gelu, Relu, Tanh, Exp, Identity/Dropout,
+/// Reshape/Flatten/Squeeze/Unsqueeze -> reshape, Transpose, Gather of a 2-D table ->
+/// embedding, Concat, Split and unit-step Slice -> split, a floating Cast -> reshape,
+/// ReduceMean/ReduceSum, Where (floating values) -> where, Expand (floating) -> expand.
+/// Softmax over QK^T / sqrt(hd) with heads split by Reshape+Transpose is attention; an
+/// additive causal mask or GPT-2's Where(bool causal buffer, scores, finfo.min) before the
+/// Softmax makes it causal. Any other operator (and one whose attributes the kinds cannot
+/// express: a Gemm with alpha != 1, a strided Slice, a Where on integers) becomes an opaque
 /// vertex that offers only Replicate; `opaque` lists each with the reason, so every model
 /// gets a plan. Values computed only for shapes (Shape -> Gather -> Concat -> Reshape) are
 /// not vertices: they are folded into constants on the inferred shapes, and ONNX's shape
@@ -644,6 +650,11 @@ struct reader {
         if (has_raw) { if (!from_raw(std::int32_t{})) return std::nullopt; }
         else for (std::int32_t f : t.int32_data()) v.push_back(f);
         break;
+      case T::BOOL:
+      case T::UINT8:  // one byte each in raw_data, int32_data otherwise
+        if (has_raw) { if (!from_raw(std::uint8_t{})) return std::nullopt; }
+        else for (std::int32_t f : t.int32_data()) v.push_back(f);
+        break;
       default: return std::nullopt;
     }
     if (static_cast<std::int64_t>(v.size()) != n) return std::nullopt;
@@ -818,47 +829,144 @@ struct reader {
     fused[last] = std::move(f);  // absorbed too: emitted through `fused`
   }
 
-  /// e = Erf(Div(x, sqrt 2) | Mul(x, 1/sqrt 2)); c = Add(e, 1); then Mul(Mul(x, c), 0.5) or
-  /// Mul(Mul(x, 0.5), c) -> gelu(x).
+  /// The operand of Mul node k that is not the scalar constant `c` (either order); nullopt
+  /// when k is no such Mul.
+  std::optional<std::string> scaled_by(int k, double c) const {
+    if (!is_op(k, "Mul") || nd(k).input_size() != 2) return std::nullopt;
+    if (near(scalar(in_of(k, 1)), c)) return in_of(k, 0);
+    if (near(scalar(in_of(k, 0)), c)) return in_of(k, 1);
+    return std::nullopt;
+  }
+  /// The end every GELU form shares: c = Add(f, 1) (node `add`, f the erf / tanh term) and
+  /// then Mul(Mul(x, c), 0.5) or Mul(Mul(x, 0.5), c). Marks the nodes (and `body`, the
+  /// term's own nodes) as one fused `kind` vertex of x.
+  bool fuse_gelu_tail(op_kind kind, const std::string& x, const std::string& f, std::vector<int> body, const std::string& name) {
+    auto add = only_consumer(f);
+    if (!add || !is_op(*add, "Add")) return false;
+    auto one = other(*add, f);
+    if (!one || !near(scalar(*one), 1.0)) return false;
+    const std::string c = out_of(*add, 0);
+    auto m1 = only_consumer(c);
+    if (!m1 || !is_op(*m1, "Mul")) return false;
+    auto o1 = other(*m1, c);
+    if (!o1) return false;
+    int last = -1;
+    body.push_back(*add);
+    body.push_back(*m1);
+    if (*o1 == x) {  // Mul(x, c) then Mul(., 0.5)
+      auto m2 = only_consumer(out_of(*m1, 0));
+      if (!m2 || !scaled_by(*m2, 0.5)) return false;
+      last = *m2;
+    } else if (const int h = producer(*o1); only_consumer(*o1) && scaled_by(h, 0.5) == x) {  // Mul(Mul(x, 0.5), c)
+      body.push_back(h);
+      last = *m1;
+    } else {
+      return false;
+    }
+    body.push_back(last);
+    for (int k : body) absorbed[static_cast<std::size_t>(k)] = 1;
+    fused[last] = fusion{kind, {x}, {}, name, out_of(last, 0)};
+    return true;
+  }
+
+  /// e = Erf(Div(x, sqrt 2) | Mul(x, 1/sqrt 2)); then the GELU tail -> gelu_erf(x) (exact GELU).
   void fuse_erf_gelu(int erf) {
     const int scale = producer(in_of(erf, 0));
     std::string x;
     if (is_op(scale, "Div") && near(scalar(in_of(scale, 1)), std::sqrt(2.0))) x = in_of(scale, 0);
-    else if (is_op(scale, "Mul")) {
-      if (near(scalar(in_of(scale, 1)), 1.0 / std::sqrt(2.0))) x = in_of(scale, 0);
-      else if (near(scalar(in_of(scale, 0)), 1.0 / std::sqrt(2.0))) x = in_of(scale, 1);
+    else if (auto s = scaled_by(scale, 1.0 / std::sqrt(2.0))) x = *s;
+    if (x.empty() || !only_consumer(out_of(scale, 0))) return;
+    fuse_gelu_tail(op_kind::gelu_erf, x, out_of(erf, 0), {scale, erf}, pattern_name(erf));
+  }
+
+  /// t = Tanh(Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2/pi))) (x^3 also as Mul(Mul(x, x), x));
+  /// then the GELU tail -> gelu(x), GPT-2's gelu_new (the tanh approximation).
+  void fuse_tanh_gelu(int tanh) {
+    const int s = producer(in_of(tanh, 0));
+    auto r = scaled_by(s, std::sqrt(2.0 / 3.141592653589793));
+    if (!r || !only_consumer(out_of(s, 0)) || !only_consumer(*r)) return;
+    const int add = producer(*r);
+    if (!is_op(add, "Add") || nd(add).input_size() != 2) return;
+    for (int side = 0; side < 2; ++side) {
+      const std::string x = in_of(add, side), q = in_of(add, 1 - side);
+      const int qk = producer(q);
+      auto cube = scaled_by(qk, 0.044715);
+      if (!cube || !only_consumer(q) || !only_consumer(*cube)) continue;
+      const int pk = producer(*cube);
+      std::vector<int> body{s, add, qk, pk, tanh};
+      bool is_cube = false;
+      if (is_op(pk, "Pow") && in_of(pk, 0) == x && near(scalar(in_of(pk, 1)), 3.0)) {
+        is_cube = true;
+      } else if (is_op(pk, "Mul") && nd(pk).input_size() == 2) {  // Mul(Mul(x, x), x), either order
+        for (int o = 0; o < 2 && !is_cube; ++o) {
+          const int sq = producer(in_of(pk, o));
+          if (in_of(pk, 1 - o) == x && is_op(sq, "Mul") && in_of(sq, 0) == x && in_of(sq, 1) == x && only_consumer(in_of(pk, o))) {
+            is_cube = true;
+            body.push_back(sq);
+          }
+        }
+      }
+      if (is_cube && fuse_gelu_tail(op_kind::gelu, x, out_of(tanh, 0), body, pattern_name(tanh))) return;
     }
-    if (x.empty()) return;
-    auto add = only_consumer(out_of(erf, 0));
-    if (!add || !is_op(*add, "Add")) return;
-    auto one = other(*add, out_of(erf, 0));
-    if (!one || !near(scalar(*one), 1.0)) return;
-    if (!only_consumer(out_of(scale, 0))) return;
-    const std::string c = out_of(*add, 0);
-    auto m1 = only_consumer(c);
-    if (!m1 || !is_op(*m1, "Mul")) return;
-    auto o1 = other(*m1, c);
-    if (!o1) return;
+  }
+
+  /// LLaMA's RMSNorm as exported: ms = ReduceMean(Pow(x, 2) | Mul(x, x)); s = Sqrt(Add(ms, eps));
+  /// y = Mul(x, Reciprocal(s)) | Mul(x, Div(1, s)) | Div(x, s) [; Cast] [; Mul(w, .)] ->
+  /// rms_norm(x [, w]) (over the last dim).
+  void fuse_rms_norm(int mean) {
+    const int pow = producer(in_of(mean, 0));
+    std::string x;
+    if (is_op(pow, "Pow") && near(scalar(in_of(pow, 1)), 2.0)) x = in_of(pow, 0);
+    else if (is_op(pow, "Mul") && nd(pow).input_size() == 2 && in_of(pow, 0) == in_of(pow, 1)) x = in_of(pow, 0);
+    auto xv = values.find(x);
+    if (x.empty() || xv == values.end() || !xv->second.known || xv->second.shape.rank < 1 || !is_float(xv->second.type)) return;
+    const std::int64_t rank = xv->second.shape.rank, h = xv->second.shape[xv->second.shape.rank - 1u];
+    if (!reduces_last(mean, rank) || !only_consumer(out_of(pow, 0)) || !only_consumer(out_of(mean, 0))) return;
+    auto add = only_consumer(out_of(mean, 0));
+    if (!add || !is_op(*add, "Add") || !other(*add, out_of(mean, 0)) || !scalar(*other(*add, out_of(mean, 0)))) return;
+    auto sqrt = only_consumer(out_of(*add, 0));
+    if (!sqrt || !is_op(*sqrt, "Sqrt")) return;
+    auto inv = only_consumer(out_of(*sqrt, 0));
+    if (!inv) return;
+    std::vector<int> body{pow, mean, *add, *sqrt, *inv};
     int last = -1;
-    std::vector<int> extra;
-    if (*o1 == x) {  // Mul(x, c) then Mul(., 0.5)
-      auto m2 = only_consumer(out_of(*m1, 0));
-      if (!m2 || !is_op(*m2, "Mul")) return;
-      auto half = other(*m2, out_of(*m1, 0));
-      if (!half || !near(scalar(*half), 0.5)) return;
-      last = *m2;
-    } else if (const int h = producer(*o1); is_op(h, "Mul") && only_consumer(*o1)) {  // Mul(Mul(x, 0.5), c)
-      auto half = other(h, x);
-      if (!half || !near(scalar(*half), 0.5)) return;
-      extra.push_back(h);
-      last = *m1;
+    if (is_op(*inv, "Div") && in_of(*inv, 0) == x && in_of(*inv, 1) == out_of(*sqrt, 0)) {
+      last = *inv;
     } else {
-      return;
+      const bool recip = is_op(*inv, "Reciprocal") ||
+                         (is_op(*inv, "Div") && in_of(*inv, 1) == out_of(*sqrt, 0) && near(scalar(in_of(*inv, 0)), 1.0));
+      auto mul = recip ? only_consumer(out_of(*inv, 0)) : std::nullopt;
+      if (!mul || !is_op(*mul, "Mul") || other(*mul, out_of(*inv, 0)) != x) return;
+      last = *mul;
+      body.push_back(last);
     }
-    absorb({scale, erf, *add, *m1});
-    for (int e : extra) absorb({e});
+    fusion f{op_kind::rms_norm, {x}, {}, pattern_name(*sqrt), out_of(last, 0)};
+    std::string y = f.output;
+    auto next = only_consumer(y);
+    if (next && is_op(*next, "Cast")) {  // back to the input dtype, before the weight
+      auto cv = values.find(out_of(*next, 0));
+      if (cv != values.end() && cv->second.known && is_float(cv->second.type) && only_consumer(out_of(*next, 0))) {
+        auto wm = only_consumer(out_of(*next, 0));
+        auto w = wm && is_op(*wm, "Mul") ? other(*wm, out_of(*next, 0)) : std::nullopt;
+        if (w && is_param_vector(*w, h) && producer(*w) < 0) {
+          body.push_back(*next);
+          y = out_of(*next, 0);
+          next = wm;
+        }
+      }
+    }
+    if (next && is_op(*next, "Mul")) {
+      if (auto w = other(*next, y); w && is_param_vector(*w, h) && producer(*w) < 0) {
+        f.operands.push_back(*w);
+        f.output = out_of(*next, 0);
+        last = *next;
+        body.push_back(last);
+      }
+    }
+    if (f.operands.size() == 1 && y != f.output) return;  // a Cast with no weight after it: left alone
+    for (int k : body) absorbed[static_cast<std::size_t>(k)] = 1;
     absorbed[static_cast<std::size_t>(last)] = 1;
-    fused[last] = fusion{op_kind::gelu, {x}, {}, pattern_name(erf), out_of(last, 0)};
+    fused[last] = std::move(f);
   }
 
   /// A 2-D floating initializer, or Transpose(perm [1,0]) of one: the weight of a linear.
@@ -925,17 +1033,31 @@ struct reader {
     if (a.rank != 3 || b.rank != 4 || b[0] != a[0] || b[1] != a[1] || b[2] * b[3] != a[2]) return std::nullopt;
     return std::pair{x, b[2]};
   }
-  /// Whether constant `v` [.., P, P] (or the square [0:S, 0:S] of it a Slice takes) adds a
-  /// causal mask: 0 on and below the diagonal, at most -1e4 above it.
-  bool causal_mask(const std::string& v, std::vector<int>& nodes_used) const {
+  /// Whether `v` is a constant causal mask for scores whose last two dims are [S, S]: an
+  /// initializer [.., P, P] (or the top-left [0:S, 0:S] of it that Slices with zero starts
+  /// take, as exporters cut a buffer of max_positions to the sequence) holding, on and below
+  /// the diagonal / above it: with `additive`, 0 / at most -1e4 (added to the scores); else
+  /// true / false (Where's condition, GPT-2's bool `bias` buffer).
+  bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const {
+    auto vi = values.find(v);
+    if (vi == values.end() || !vi->second.known || vi->second.shape.rank < 2 || scores.rank < 2) return false;
+    const tensor_shape& ms = vi->second.shape;  // the mask as the scores see it: [.., S, S] exactly
+    if (ms[ms.rank - 1u] != scores[scores.rank - 1u] || ms[ms.rank - 2u] != scores[scores.rank - 2u] ||
+        scores[scores.rank - 1u] != scores[scores.rank - 2u])
+      return false;
     std::string src = v;
-    const int sl = producer(v);
-    if (sl >= 0) {
-      if (!is_op(sl, "Slice") || !only_consumer(v) || nd(sl).input_size() < 3) return false;
+    for (int sl = producer(src); sl >= 0; sl = producer(src)) {
+      if (!is_op(sl, "Slice") || !only_consumer(src) || nd(sl).input_size() < 3) return false;
       auto st = constant(in_of(sl, 1));
       if (!st) return false;
       for (double x : *st)
         if (x != 0) return false;
+      if (nd(sl).input_size() > 4 && !in_of(sl, 4).empty()) {
+        auto steps = constant(in_of(sl, 4));
+        if (!steps) return false;
+        for (double x : *steps)
+          if (x != 1) return false;
+      }
       src = in_of(sl, 0);
       nodes_used.push_back(sl);
     }
@@ -949,7 +1071,8 @@ struct reader {
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
         const double x = (*m)[static_cast<std::size_t>(i * n + j)];
-        if (j <= i ? x != 0.0 : !(x <= -1e4)) return false;
+        const bool ok = additive ? (j <= i ? x == 0.0 : x <= -1e4) : (j <= i ? x != 0.0 : x == 0.0);
+        if (!ok) return false;
       }
     return true;
   }
@@ -963,12 +1086,13 @@ struct reader {
     if (attr_int(n, "axis", -1) != -1 && attr_int(n, "axis", -1) != 3) return;
     std::vector<int> used{sm};
     std::string z = n.input(0);
+    const tensor_shape scores = in->second.shape;
     bool causal = false;
     int p = producer(z);
     if (is_op(p, "Add")) {  // a constant additive mask
       for (int side = 0; side < 2 && !causal; ++side) {
         std::vector<int> mask_nodes;
-        if (causal_mask(in_of(p, 1 - side), mask_nodes)) {
+        if (causal_mask(in_of(p, 1 - side), scores, true, mask_nodes)) {
           causal = true;
           used.push_back(p);
           used.insert(used.end(), mask_nodes.begin(), mask_nodes.end());
@@ -976,6 +1100,16 @@ struct reader {
         }
       }
       if (!causal) return;
+      if (!only_consumer(z)) return;
+      p = producer(z);
+    } else if (is_op(p, "Where") && nd(p).input_size() == 3) {  // Where(causal, scores, very negative): GPT-2's export
+      std::vector<int> mask_nodes;
+      const std::optional<double> fill = scalar(in_of(p, 2));
+      if (!fill || !(*fill <= -1e4) || !causal_mask(in_of(p, 0), scores, false, mask_nodes)) return;
+      causal = true;
+      used.push_back(p);
+      used.insert(used.end(), mask_nodes.begin(), mask_nodes.end());
+      z = in_of(p, 1);
       if (!only_consumer(z)) return;
       p = producer(z);
     }
@@ -1041,7 +1175,11 @@ struct reader {
     for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), "Div")) fuse_layer_norm(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)
+      if (needed[k] && is_op(static_cast<int>(k), "ReduceMean")) fuse_rms_norm(static_cast<int>(k));
+    for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), "Erf")) fuse_erf_gelu(static_cast<int>(k));
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      if (needed[k] && is_op(static_cast<int>(k), "Tanh")) fuse_tanh_gelu(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), "Softmax")) fuse_attention(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)
@@ -1170,10 +1308,16 @@ struct reader {
     };
     if (std_op) {
       static const std::map<std::string, op_kind> unary{{"Relu", op_kind::relu}, {"Tanh", op_kind::tanh}, {"Exp", op_kind::exp},
-                                                        {"Gelu", op_kind::gelu}, {"Identity", op_kind::dropout}};
+                                                        {"Identity", op_kind::dropout}};
       static const std::map<std::string, op_kind> binary{{"Add", op_kind::add}, {"Sub", op_kind::sub}, {"Mul", op_kind::mul}, {"Div", op_kind::div}};
       if (auto u = unary.find(t); u != unary.end() && n.input_size() == 1) {
         if (try_emit(u->second, name, {in(0)}, {}, out0, who, why)) return;
+      } else if (t == "Gelu" && n.input_size() == 1) {  // opset 20: approximate "none" (erf) or "tanh"
+        const auto* ap = attr(n, "approximate");
+        const std::string approx = ap ? ap->s() : "none";
+        if (approx != "none" && approx != "tanh") why = "approximate is '" + approx + "'";
+        else if (try_emit(approx == "tanh" ? op_kind::gelu : op_kind::gelu_erf, name, {in(0)}, {}, out0, who, why))
+          return;
       } else if (t == "Dropout" && single_output()) {
         if (try_emit(op_kind::dropout, name, {in(0)}, {}, out0, who, why)) return;
       } else if (auto b = binary.find(t); b != binary.end() && n.input_size() == 2) {
@@ -1261,11 +1405,23 @@ struct reader {
         }
       } else if ((t == "ReduceMean" || t == "ReduceSum") && n.input_size() >= 1 && n.output_size() == 1) {
         if (reduce(k, t == "ReduceMean" ? op_kind::reduce_mean : op_kind::reduce_sum, name, who, why)) return;
-      } else if (t == "Where" || t == "Expand") {
-        why = "no operator kind for it (elementwise select / broadcast)";
+      } else if (t == "Where" && n.input_size() == 3) {
+        const value_info& cond = known(in(0), who);
+        if (is_float(cond.type) || !is_float(known(in(1), who).type) || !is_float(known(in(2), who).type))
+          why = "only a select of floating values by a boolean or integer condition maps";
+        else if (try_emit(op_kind::where, name, {in(0), in(1), in(2)}, {}, out0, who, why))
+          return;
+      } else if (t == "Expand" && n.input_size() == 2) {
+        if (!is_float(known(in(0), who).type)) why = "expands " + std::string(to_string(known(in(0), who).type)) + " values";
+        else {
+          op_attrs a;
+          a.dims = known(out0, who).shape.to_vector();
+          if (try_emit(op_kind::expand, name, {in(0)}, a, out0, who, why)) return;
+        }
       }
     } else if (n.domain() == "com.microsoft" && (t == "Gelu" || t == "FastGelu") && n.input_size() == 1) {
-      if (try_emit(op_kind::gelu, name, {in(0)}, {}, out0, who, why)) return;
+      // Gelu is the exact (erf) form, FastGelu the tanh approximation
+      if (try_emit(t == "Gelu" ? op_kind::gelu_erf : op_kind::gelu, name, {in(0)}, {}, out0, who, why)) return;
     }
     opaque(k, why);
   }

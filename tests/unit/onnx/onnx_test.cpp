@@ -7,6 +7,7 @@
 
 #include <autoshard/onnx/onnx.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct model_maker {
     t->set_data_type(onnx::TensorProto::INT64);
     t->add_dims(static_cast<std::int64_t>(v.size()));
     for (std::int64_t x : v) t->add_int64_data(x);
+    return *this;
+  }
+  model_maker& scalar(const std::string& name, float v) {  // as torch exports constants: a 0-d initializer
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_float_data(v);
     return *this;
   }
   onnx::NodeProto* node(const std::string& op, const std::string& name, const std::vector<std::string>& in,
@@ -167,6 +175,8 @@ TEST_CASE("ONNX operators with no mapping become opaque, with the reason") {
   mm.input("x", {"4", "8"}).input("c", {"4", "8"}, onnx::TensorProto::BOOL).weight("w", {8, 8});
   mm.node("MatMul", "mm", {"x", "w"}, {"a"});
   mm.node("Where", "where", {"c", "a", "x"}, {"b"});
+  mm.node("Where", "select_ids", {"c", "ids", "ids"}, {"ids2"});  // on integers: no kind
+  mm.input("ids", {"4", "8"}, onnx::TensorProto::INT64).output("ids2");
   auto* gemm = mm.node("Gemm", "gemm", {"b", "w"}, {"d"});
   auto* alpha = gemm->add_attribute();
   alpha->set_name("alpha");
@@ -179,11 +189,13 @@ TEST_CASE("ONNX operators with no mapping become opaque, with the reason") {
   model_maker::shape(vi, "y", onnx::TensorProto::FLOAT, {"4", "8"});
   const onnx_import r = read_onnx(mm.bytes());
   REQUIRE(r.opaque.size() == 3);
-  CHECK(r.opaque[0].node == "where");
-  CHECK(r.opaque[0].op_type == "Where");
-  CHECK(r.opaque[1].node == "gemm");
-  CHECK(r.opaque[1].why == "alpha is not 1");
-  CHECK(r.opaque[2].op_type == "com.example.Frobnicate");
+  CHECK(vertex(r.graph, "where").kind == op_kind::where);  // floating values: mapped
+  CHECK(r.opaque[0].node == "gemm");
+  CHECK(r.opaque[0].why == "alpha is not 1");
+  CHECK(r.opaque[1].op_type == "com.example.Frobnicate");
+  CHECK(r.opaque[2].node == "select_ids");
+  CHECK(r.opaque[2].op_type == "Where");
+  CHECK(r.opaque[2].why == "only a select of floating values by a boolean or integer condition maps");
   const node& f = vertex(r.graph, "frob");
   CHECK(f.kind == op_kind::opaque);
   CHECK(f.attrs.op_type == "com.example.Frobnicate");
@@ -193,6 +205,71 @@ TEST_CASE("ONNX operators with no mapping become opaque, with the reason") {
   mm.g->clear_value_info();
   CHECK(error_of<graph_error>(mm.bytes()).find("the shape of 'y' is unknown after shape inference (give it in the model's value_info)") !=
         std::string::npos);
+}
+
+TEST_CASE("ONNX GELU forms, RMSNorm, Where and Expand map to kinds with their own numerics") {
+  model_maker mm;
+  mm.input("x", {"2", "3", "8"}).input("keep", {"2", "3", "1"}, onnx::TensorProto::BOOL);
+  mm.weight("norm.weight", {8}).weight("fill", {8}).ints("target", {2, 3, 8});
+  mm.scalar("half", 0.5f).scalar("three", 3.0f).scalar("c", 0.044715f).scalar("s2pi", 0.7978845608f).scalar("one", 1.0f);
+  mm.scalar("two", 2.0f).scalar("eps", 1e-6f).scalar("sqrt2", 1.4142135f);
+  // gelu_new: Mul(x, 0.5) * (1 + Tanh(Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2/pi))))
+  mm.node("Mul", "/t/Mul", {"half", "x"}, {"hx"});  // the constant first: either order
+  mm.node("Pow", "/t/Pow", {"x", "three"}, {"x3"});
+  mm.node("Mul", "/t/Mul_1", {"x3", "c"}, {"cx3"});
+  mm.node("Add", "/t/Add", {"x", "cx3"}, {"in"});
+  mm.node("Mul", "/t/Mul_2", {"s2pi", "in"}, {"arg"});
+  mm.node("Tanh", "/t/Tanh", {"arg"}, {"th"});
+  mm.node("Add", "/t/Add_1", {"th", "one"}, {"th1"});
+  mm.node("Mul", "/t/Mul_3", {"hx", "th1"}, {"gt"});
+  // exact GELU: Mul(Mul(y, Add(Erf(Div(y, sqrt 2)), 1)), 0.5)
+  mm.node("Div", "/e/Div", {"gt", "sqrt2"}, {"e0"});
+  mm.node("Erf", "/e/Erf", {"e0"}, {"e1"});
+  mm.node("Add", "/e/Add", {"e1", "one"}, {"e2"});
+  mm.node("Mul", "/e/Mul", {"gt", "e2"}, {"e3"});
+  mm.node("Mul", "/e/Mul_1", {"e3", "half"}, {"ge"});
+  // LlamaRMSNorm: w * (y * Reciprocal(Sqrt(ReduceMean(Pow(y, 2)) + eps)))
+  mm.node("Pow", "/norm/Pow", {"ge", "two"}, {"sq"});
+  model_maker::attr(mm.node("ReduceMean", "/norm/ReduceMean", {"sq"}, {"ms"}), "axes", std::vector<std::int64_t>{-1});
+  mm.node("Add", "/norm/Add", {"ms", "eps"}, {"mse"});
+  mm.node("Sqrt", "/norm/Sqrt", {"mse"}, {"rms"});
+  mm.node("Reciprocal", "/norm/Reciprocal", {"rms"}, {"inv"});
+  mm.node("Mul", "/norm/Mul", {"ge", "inv"}, {"yn"});
+  mm.node("Mul", "/norm/Mul_1", {"norm.weight", "yn"}, {"normed"});
+  // RMSNorm without a weight, divided: Div(z, Sqrt(ReduceMean(Mul(z, z)) + eps))
+  mm.node("Mul", "/n2/Mul", {"normed", "normed"}, {"sq2"});
+  model_maker::attr(mm.node("ReduceMean", "/n2/ReduceMean", {"sq2"}, {"ms2"}), "axes", std::vector<std::int64_t>{2});
+  mm.node("Add", "/n2/Add", {"eps", "ms2"}, {"mse2"});
+  mm.node("Sqrt", "/n2/Sqrt", {"mse2"}, {"rms2"});
+  mm.node("Div", "/n2/Div", {"normed", "rms2"}, {"n2"});
+  // Where(keep, n2, Expand(fill, [2, 3, 8]))
+  mm.node("Expand", "expand", {"fill", "target"}, {"filled"});
+  mm.node("Where", "where", {"keep", "n2", "filled"}, {"y"});
+  mm.output("y");
+  const onnx_import r = read_onnx(mm.bytes());
+  const model_graph& g = r.graph;
+  CHECK(r.opaque.empty());
+  std::map<op_kind, int> kinds;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) ++kinds[g[v].kind];
+  // Nothing of the patterns is left: their Mul / Add / Tanh / Pow / Sqrt are fused away.
+  CHECK(kinds == std::map<op_kind, int>{{op_kind::input, 2}, {op_kind::parameter, 2}, {op_kind::gelu, 1}, {op_kind::gelu_erf, 1},
+                                        {op_kind::rms_norm, 2}, {op_kind::expand, 1}, {op_kind::where, 1}});
+  CHECK(vertex(g, "t").kind == op_kind::gelu);  // the tanh approximation, as GPT-2 computes it
+  CHECK(vertex(g, "e").kind == op_kind::gelu_erf);  // the exact form, as torch.nn.GELU()
+  CHECK(vertex(g, "norm").kind == op_kind::rms_norm);
+  CHECK(boost::in_degree(*find_vertex(g, "norm"), g) == 2);  // x and the weight
+  CHECK(boost::in_degree(*find_vertex(g, "n2"), g) == 1);
+  CHECK(vertex(g, "expand").attrs.dims == std::vector<std::int64_t>{2, 3, 8});
+  CHECK(vertex(g, "where").shape == tensor_shape{2, 3, 8});
+  CHECK(vertex(g, "keep").type == dtype::boolean);
+  // A wrong constant is not the pattern: 0.04 for 0.044715 leaves the tanh form unfused.
+  model_maker off = mm;
+  for (auto& t : *off.g->mutable_initializer())
+    if (t.name() == "c") t.set_float_data(0, 0.04f);
+  const model_graph h = read_onnx(off.bytes()).graph;
+  CHECK_FALSE(find_vertex(h, "t"));
+  CHECK(vertex(h, "t.Tanh").kind == op_kind::tanh);
+  CHECK(vertex(h, "e").kind == op_kind::gelu_erf);
 }
 
 TEST_CASE("hostile ONNX models are clear errors naming the numbers") {

@@ -15,9 +15,9 @@
 /// layer_norm, the decomposed RMSNorm (Pow/ReduceMean/Add/Sqrt, then Reciprocal+Mul or Div,
 /// then Mul by the weight) -> rms_norm, the Erf pattern (x * 0.5 * (1 + erf(x / sqrt 2))) and
 /// Gelu -> gelu_erf, the tanh pattern (GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x +
-/// 0.044715 x^3)))) and Gelu(approximate="tanh") -> gelu, Relu, Tanh, Exp, Identity/Dropout,
-/// Reshape/Flatten/Squeeze/Unsqueeze -> reshape, Transpose, Gather of a 2-D table ->
-/// embedding, Concat, Split and unit-step Slice -> split, a floating Cast -> reshape,
+/// 0.044715 x^3)))) and Gelu(approximate="tanh") -> gelu, x * Sigmoid(x) -> silu, Relu, Tanh,
+/// Exp, Identity/Dropout, Reshape/Flatten/Squeeze/Unsqueeze -> reshape, Transpose, Gather of
+/// a 2-D table -> embedding, Concat, Split and unit-step Slice -> split, a floating Cast -> reshape,
 /// ReduceMean/ReduceSum, Where (floating values) -> where, Expand (floating) -> expand.
 /// Softmax over QK^T / sqrt(hd) with heads split by Reshape+Transpose is attention; an
 /// additive causal mask or GPT-2's Where(bool causal buffer, scores, finfo.min) before the
@@ -910,6 +910,16 @@ struct reader {
     }
   }
 
+  /// Mul(x, Sigmoid(x)) (either order), how torch exports SiLU (LLaMA's MLP gate) -> silu(x).
+  void fuse_silu(int sig) {
+    const std::string x = in_of(sig, 0), s = out_of(sig, 0);
+    auto mul = only_consumer(s);
+    if (x.empty() || !mul || !is_op(*mul, "Mul") || other(*mul, s) != x) return;
+    absorbed[static_cast<std::size_t>(sig)] = 1;
+    absorbed[static_cast<std::size_t>(*mul)] = 1;
+    fused[*mul] = fusion{op_kind::silu, {x}, {}, pattern_name(sig), out_of(*mul, 0)};
+  }
+
   /// LLaMA's RMSNorm as exported: ms = ReduceMean(Pow(x, 2) | Mul(x, x)); s = Sqrt(Add(ms, eps));
   /// y = Mul(x, Reciprocal(s)) | Mul(x, Div(1, s)) | Div(x, s) [; Cast] [; Mul(w, .)] ->
   /// rms_norm(x [, w]) (over the last dim).
@@ -1180,6 +1190,8 @@ struct reader {
       if (needed[k] && is_op(static_cast<int>(k), "Erf")) fuse_erf_gelu(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), "Tanh")) fuse_tanh_gelu(static_cast<int>(k));
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      if (needed[k] && is_op(static_cast<int>(k), "Sigmoid")) fuse_silu(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), "Softmax")) fuse_attention(static_cast<int>(k));
     for (std::size_t k = 0; k < nodes.size(); ++k)

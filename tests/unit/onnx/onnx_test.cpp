@@ -242,9 +242,12 @@ TEST_CASE("ONNX GELU forms, RMSNorm, Where and Expand map to kinds with their ow
   mm.node("Add", "/n2/Add", {"eps", "ms2"}, {"mse2"});
   mm.node("Sqrt", "/n2/Sqrt", {"mse2"}, {"rms2"});
   mm.node("Div", "/n2/Div", {"normed", "rms2"}, {"n2"});
-  // Where(keep, n2, Expand(fill, [2, 3, 8]))
+  // SiLU as torch exports it: Mul(Sigmoid(z), z)
+  mm.node("Sigmoid", "/act/Sigmoid", {"n2"}, {"sg"});
+  mm.node("Mul", "/act/Mul", {"sg", "n2"}, {"si"});
+  // Where(keep, si, Expand(fill, [2, 3, 8]))
   mm.node("Expand", "expand", {"fill", "target"}, {"filled"});
-  mm.node("Where", "where", {"keep", "n2", "filled"}, {"y"});
+  mm.node("Where", "where", {"keep", "si", "filled"}, {"y"});
   mm.output("y");
   const onnx_import r = read_onnx(mm.bytes());
   const model_graph& g = r.graph;
@@ -253,7 +256,8 @@ TEST_CASE("ONNX GELU forms, RMSNorm, Where and Expand map to kinds with their ow
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) ++kinds[g[v].kind];
   // Nothing of the patterns is left: their Mul / Add / Tanh / Pow / Sqrt are fused away.
   CHECK(kinds == std::map<op_kind, int>{{op_kind::input, 2}, {op_kind::parameter, 2}, {op_kind::gelu, 1}, {op_kind::gelu_erf, 1},
-                                        {op_kind::rms_norm, 2}, {op_kind::expand, 1}, {op_kind::where, 1}});
+                                        {op_kind::rms_norm, 2}, {op_kind::silu, 1}, {op_kind::expand, 1}, {op_kind::where, 1}});
+  CHECK(vertex(g, "act").kind == op_kind::silu);
   CHECK(vertex(g, "t").kind == op_kind::gelu);  // the tanh approximation, as GPT-2 computes it
   CHECK(vertex(g, "e").kind == op_kind::gelu_erf);  // the exact form, as torch.nn.GELU()
   CHECK(vertex(g, "norm").kind == op_kind::rms_norm);

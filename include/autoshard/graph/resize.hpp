@@ -2,7 +2,8 @@
 /// The same graph at another batch size or sequence length: the graph inputs' batch dim
 /// (dim 0) and sequence dim (dim 1) replaced, every operator's shape inferred again, and a
 /// reshape's target following its input (a dim it carries over, or the product of the dims
-/// it merges). Vertex order, names, kinds and parameters are unchanged, so a plan's
+/// it merges), an expand's target following its input where it carries the input's dims and
+/// the new batch / sequence where it broadcasts to them. Vertex order, names, kinds and parameters are unchanged, so a plan's
 /// strategies can be looked up on the result (verify --batch/--seq).
 ///   autoshard::model_graph small = autoshard::with_batch_seq(g, 2, 64);
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
@@ -94,6 +95,20 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
           throw graph_error("reshape '" + nd.name + "' from " + to_string(old_in) + " to " + to_string(g[v].shape) +
                             " cannot follow its input re-sized to " + to_string(in[0]));
         nd.attrs.dims = dims;
+      }
+    } else if (nd.kind == op_kind::expand) {
+      // A target dim the input carries (equal sizes, right-aligned) follows the input; a
+      // broadcast one that was the batch (dim 0) or the sequence (dim 1) takes the new size.
+      const tensor_shape& old_in = g[operands(g, v)[0]].shape;
+      const tensor_shape& old_out = g[v].shape;
+      for (std::size_t d = 0; d < old_out.rank; ++d) {
+        const std::size_t back = old_out.rank - 1 - d;
+        if (back < old_in.rank && old_in[old_in.rank - 1 - back] == old_out[d] && old_out[d] != 1)
+          nd.attrs.dims[d] = in[0][in[0].rank - 1 - back];
+        else if (d == 0 && batch > 0 && old_out[d] == b0)
+          nd.attrs.dims[d] = batch;
+        else if (d == 1 && seq > 0 && old_out[d] == s0)
+          nd.attrs.dims[d] = seq;
       }
     } else if (nd.kind == op_kind::opaque) {
       throw graph_error("opaque operator '" + nd.name + "' keeps a fixed output shape; the graph cannot be re-sized");

@@ -322,6 +322,21 @@ TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vert
     }
     CHECK(to_json(with_batch_seq(g, 0, 0)) == to_json(g));  // 0 keeps a size
   }
+  // An expand's target follows the dims it carries and broadcasts to the new batch / sequence.
+  model_graph e;
+  const vertex_t ex = add_input(e, "x", {4, 8, 6}, dtype::f32);
+  const vertex_t em = add_input(e, "m", {4, 1, 6}, dtype::f32);
+  const vertex_t fill = add_parameter(e, "fill", {6}, dtype::f32);
+  op_attrs to;
+  to.dims = {4, 8, 6};
+  const vertex_t e1 = add_op(e, op_kind::expand, "e1", {fill}, to);
+  const vertex_t e2 = add_op(e, op_kind::expand, "e2", {em}, to);
+  add_op(e, op_kind::where, "w", {add_input(e, "keep", {4, 8, 1}, dtype::boolean), add_op(e, op_kind::add, "a", {ex, e1}), e2});
+  const model_graph e23 = with_batch_seq(e, 2, 3);
+  CHECK(e23[e1].shape == tensor_shape{2, 3, 6});
+  CHECK(e23[e2].shape == tensor_shape{2, 3, 6});
+  CHECK(e23[e2].attrs.dims == std::vector<std::int64_t>{2, 3, 6});
+  CHECK(e23[*find_vertex(e23, "w")].shape == tensor_shape{2, 3, 6});
   // A reshape whose target cannot follow: the batch merged with another dim and cut into two
   // other dims.
   model_graph r;

@@ -271,19 +271,24 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
   if (!best_pick) return;
   ls.pick = *best_pick;
   ls.recompute_load();
+  ls.window_search(deadline, 12345u, 2 * rv.ilp_nodes.size());
   ls.perturb(deadline, 12345u, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
   best.offer(best.unreduce(rv, ls.pick));
 }
 
-/// Random kicks (repaired past the limit, then improved) from the best answer until the
-/// deadline, restarted with a new seed whenever a run of kicks finds nothing; offers the result.
+/// From the best answer until the deadline: exact re-optimisation of tree-shaped windows
+/// (local_search::window_search) until a run of windows finds nothing, then random kicks
+/// (repaired past the limit, then improved) until a run of them finds nothing, again with a new
+/// seed; offers the result.
 inline void improve_locally(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
   local_search ls(rv);
   ls.pick = best.project(rv);
   ls.recompute_load();
   if (!ls.repair()) return;
-  for (unsigned seed = 1; clock::now() < deadline; ++seed)
+  for (unsigned seed = 1; clock::now() < deadline; ++seed) {
+    ls.window_search(deadline, seed, 2 * rv.ilp_nodes.size());
     ls.perturb(deadline, seed, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
+  }
   best.offer(best.unreduce(rv, ls.pick));
 }
 

@@ -116,6 +116,11 @@ class local_search {
   /// they are part of every node's cost and the moves ignore the limit.
   const std::vector<std::vector<wcost>>* priced = nullptr;
 
+  /// Cost of node v at strategy i, its price included when `priced` is set.
+  wcost node_cost(std::size_t v, std::size_t i) const {
+    return priced ? wadd(rv.node(v).cost[i], (*priced)[v][i]) : rv.node(v).cost[i];
+  }
+
   /// Node and edge cost of node v at strategy i, against its neighbours' current picks.
   local_cost local(std::size_t v, std::size_t i) const {
     local_cost c;
@@ -431,7 +436,200 @@ class local_search {
     log.clear();
   }
 
+  /// Large-neighbourhood search: a window of nodes that induces a tree (grown from a random node,
+  /// each new node joined to the window by exactly one edge) is re-optimised exactly by dynamic
+  /// programming with every node outside it fixed; the usage limit is handled by prices on the
+  /// time points the window overloads (raised until its answer fits, a few times at most). The
+  /// window's new picks are kept when the exact total does not rise. Runs until the deadline or
+  /// until `patience` windows in a row found nothing cheaper.
+  void window_search(clock::time_point deadline, unsigned seed, std::size_t patience, std::size_t work = 4000000,
+                     std::size_t roots = 8) {
+    if (rv.ilp_nodes.empty()) return;
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<std::size_t> pick_node(0, rv.ilp_nodes.size() - 1);
+    const std::size_t n = rv.red.nodes.size();
+    std::vector<std::size_t> pos(n, n);  // position in the window, n when outside
+    for (std::size_t idle = 0; idle < patience && clock::now() < deadline; ++idle) {
+      const window w = grow_window(rv.ilp_nodes[pick_node(rng)], rng, pos, work, roots);
+      const wcost before = window_cost(w, pos);
+      std::vector<std::size_t> old(w.nodes.size());
+      for (std::size_t k = 0; k < w.nodes.size(); ++k) old[k] = pick[w.nodes[k]];
+      std::vector<double> lambda;  // prices per time point, only once the window overloads one
+      bool kept = false;
+      for (int attempt = 0; attempt < 6; ++attempt) {
+        const std::vector<std::size_t> to = solve_window(w, pos, lambda);
+        for (std::size_t k = 0; k < w.nodes.size(); ++k) move(w.nodes[k], to[k]);
+        const wcost after = window_cost(w, pos);
+        if (is_forbidden_w(after) || after > before) break;  // prices cannot make it cheaper
+        if (priced || within_limit()) {
+          kept = true;
+          if (after < before) idle = 0;
+          break;
+        }
+        raise_prices(lambda, before);
+        for (std::size_t k = 0; k < w.nodes.size(); ++k) move(w.nodes[k], old[k]);
+      }
+      if (!kept)
+        for (std::size_t k = 0; k < w.nodes.size(); ++k) move(w.nodes[k], old[k]);
+      for (std::size_t v : w.nodes) pos[v] = n;
+    }
+  }
+
  private:
+  /// Nodes in breadth-first order (a parent before its children), each one's parent position
+  /// and tree edge as seen from it.
+  struct window {
+    std::vector<std::size_t> nodes, parent;
+    std::vector<reduced_view::incidence> up;
+  };
+
+  /// The seed, then (when a limit holds) up to `roots` other nodes live at the seed's most
+  /// loaded time point that share no edge with the window, its partners in trading memory; then
+  /// breadth-first growth from all of them while each new node has exactly one edge into the
+  /// window and the dynamic programming's work stays within `work`.
+  window grow_window(std::size_t seed, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
+                     std::size_t roots) const {
+    const std::size_t n = rv.red.nodes.size();
+    window w;
+    std::size_t spent = 0;
+    const auto add_root = [&](std::size_t v) {
+      pos[v] = w.nodes.size();
+      w.nodes.push_back(v);
+      w.parent.push_back(n);
+      w.up.push_back({});
+      spent += rv.node(v).size();
+    };
+    add_root(seed);
+    if (rv.limit && roots > 0 && !rv.spans[seed].empty()) {
+      std::size_t hot = rv.spans[seed][0].a;
+      int128 peak = load.at(hot);
+      for (const reduced_view::part_span& sp : rv.spans[seed])
+        for (std::size_t t = sp.a; t < sp.b; ++t)
+          if (load.at(t) > peak) peak = load.at(t), hot = t;
+      std::vector<std::size_t> live = live_at(hot);
+      std::shuffle(live.begin(), live.end(), rng);
+      for (std::size_t v : live) {
+        if (w.nodes.size() > roots || pos[v] != n) continue;
+        bool touches = false;
+        for (const reduced_view::incidence& in : rv.inc[v]) touches = touches || pos[rv.other(in)] != n;
+        if (!touches && spent + rv.node(v).size() <= work) add_root(v);
+      }
+    }
+    std::vector<reduced_view::incidence> around;
+    for (std::size_t head = 0; head < w.nodes.size(); ++head) {
+      const std::size_t v = w.nodes[head];
+      around = rv.inc[v];
+      std::shuffle(around.begin(), around.end(), rng);
+      for (const reduced_view::incidence& in : around) {
+        const std::size_t x = rv.other(in);
+        if (pos[x] != n) continue;
+        std::size_t joins = 0;  // edges from x into the window: one keeps it a forest
+        for (const reduced_view::incidence& back : rv.inc[x]) joins += pos[rv.other(back)] != n;
+        const std::size_t cost = rv.node(x).size() * rv.node(v).size();
+        if (joins != 1 || spent + cost > work) continue;
+        spent += cost;
+        pos[x] = w.nodes.size();
+        w.nodes.push_back(x);
+        w.parent.push_back(head);
+        w.up.push_back({in.edge, !in.is_u});
+      }
+    }
+    return w;
+  }
+
+  /// Alive nodes with a live part at time index t.
+  std::vector<std::size_t> live_at(std::size_t t) const {
+    std::vector<std::size_t> out;
+    for (std::size_t v : rv.ilp_nodes)
+      for (const reduced_view::part_span& sp : rv.spans[v])
+        if (sp.a <= t && t < sp.b) {
+          out.push_back(v);
+          break;
+        }
+    return out;
+  }
+
+  /// Node costs of the window plus every edge with an end in it, at the current picks.
+  wcost window_cost(const window& w, const std::vector<std::size_t>& pos) const {
+    const std::size_t n = rv.red.nodes.size();
+    wcost c = 0;
+    for (std::size_t v : w.nodes) {
+      c = wadd(c, node_cost(v, pick[v]));
+      for (const reduced_view::incidence& in : rv.inc[v]) {
+        const std::size_t x = rv.other(in);
+        if (pos[x] == n || in.is_u) c = wadd(c, rv.entry(in, pick[v], pick[x]));  // inner edges once
+      }
+    }
+    return c;
+  }
+
+  /// The window's exact best picks with the outside fixed, each node's usage priced by `lambda`.
+  std::vector<std::size_t> solve_window(const window& w, const std::vector<std::size_t>& pos,
+                                        const std::vector<double>& lambda) const {
+    const std::size_t n = rv.red.nodes.size(), size = w.nodes.size();
+    std::vector<double> prefix;
+    if (!lambda.empty()) {
+      prefix.assign(lambda.size() + 1, 0.0);
+      for (std::size_t t = 0; t < lambda.size(); ++t) prefix[t + 1] = prefix[t] + lambda[t];
+    }
+    std::vector<std::vector<wcost>> best(size);
+    for (std::size_t k = 0; k < size; ++k) {
+      const std::size_t v = w.nodes[k];
+      best[k].resize(rv.node(v).size());
+      for (std::size_t i = 0; i < best[k].size(); ++i) best[k][i] = node_cost(v, i);
+      for (const reduced_view::incidence& in : rv.inc[v]) {
+        const std::size_t x = rv.other(in);
+        if (pos[x] != n) continue;
+        for (std::size_t i = 0; i < best[k].size(); ++i) best[k][i] = wadd(best[k][i], rv.entry(in, i, pick[x]));
+      }
+      if (prefix.empty()) continue;
+      for (const reduced_view::part_span& s : rv.spans[v]) {
+        const double price = prefix[s.b] - prefix[s.a];
+        if (price <= 0.0) continue;
+        for (std::size_t i = 0; i < best[k].size(); ++i) {
+          const double x = price * static_cast<double>(rv.node(v).parts[s.part].usage[i]);
+          best[k][i] = wadd(best[k][i], x >= 1e30 ? forbidden : static_cast<wcost>(x));
+        }
+      }
+    }
+    std::vector<std::vector<std::size_t>> arg(size);
+    for (std::size_t k = size; k-- > 0;) {
+      const std::size_t par = w.parent[k];
+      if (par == n) continue;
+      const std::size_t sp = rv.node(w.nodes[par]).size(), sv = rv.node(w.nodes[k]).size();
+      arg[k].assign(sp, 0);
+      for (std::size_t j = 0; j < sp; ++j) {
+        wcost m = forbidden;
+        for (std::size_t i = 0; i < sv; ++i) {
+          const wcost c = wadd(best[k][i], rv.entry(w.up[k], i, j));
+          if (c < m) m = c, arg[k][j] = i;
+        }
+        best[par][j] = wadd(best[par][j], m);
+      }
+    }
+    std::vector<std::size_t> to(size);
+    for (std::size_t k = 0; k < size; ++k)
+      to[k] = w.parent[k] == n
+                  ? static_cast<std::size_t>(std::min_element(best[k].begin(), best[k].end()) - best[k].begin())
+                  : arg[k][to[w.parent[k]]];
+    return to;
+  }
+
+  /// Raise the prices of the overloaded time points (created at the first overload), in
+  /// proportion to the overload, scaled so that the window's cost `scale` is at stake.
+  void raise_prices(std::vector<double>& lambda, wcost scale) const {
+    if (lambda.empty()) lambda.assign(rv.times.size(), 0.0);
+    std::vector<double> over(lambda.size(), 0.0);
+    double norm = 0.0;
+    for (std::size_t t = 0; t < lambda.size(); ++t) {
+      const int128 x = load.at(t) - *rv.limit;
+      if (x > 0) over[t] = static_cast<double>(x), norm += over[t] * over[t];
+    }
+    if (norm == 0.0) return;
+    const double step = std::max(1.0, static_cast<double>(scale)) / norm;
+    for (std::size_t t = 0; t < lambda.size(); ++t) lambda[t] = 2.0 * lambda[t] + step * over[t];
+  }
+
   std::vector<std::pair<std::size_t, std::size_t>> log;  // (node, previous pick) for undo
   local_cost drift;  // change of the total since the last kick (may be negative)
 

@@ -588,9 +588,10 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
     cb.t0 = t0;
     for (int round = 0;; ++round) {
       cb.round = round;
-      // With an answer in hand the LP relaxation gets at most half the time: one that cannot
-      // finish by then leaves no time for a search over it, and the rest goes to local search.
-      const double lp_until = best.eval ? 0.5 * opt.time_limit : opt.time_limit;
+      // With an answer in hand the LP relaxation gets at most a quarter of the time: one that
+      // cannot finish by then leaves too little for a search and a proof over it, and the rest
+      // goes to local search, which then needs every second it can get.
+      const double lp_until = best.eval ? 0.25 * opt.time_limit : opt.time_limit;
       const phase_end lp = solve_relaxation(model, lp_until, t0, limit_tol);
       for (std::size_t t = 0; t < rv.times.size(); ++t)
         if (model.added[t] && !std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t]))
@@ -605,7 +606,7 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
                                            std::chrono::duration<double>(opt.time_limit)));
         record_sizes(res, red, rv, model);
         return finish(std::move(res), p, best, bound,
-                      lp_until < opt.time_limit ? "the LP relaxation did not finish in half the time_limit; local "
+                      lp_until < opt.time_limit ? "the LP relaxation did not finish in a quarter of the time_limit; local "
                                                   "search used the rest"
                                                 : timed_out + " in the LP relaxation",
                       t0);

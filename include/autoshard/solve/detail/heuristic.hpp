@@ -400,8 +400,9 @@ class local_search {
     return t;
   }
 
-  /// Random kicks (a node to another strategy, then ICM around it), kept when the total drops,
-  /// until the deadline or until `patience` kicks in a row found nothing better.
+  /// Random kicks (a node to another strategy, then ICM around it), kept when the total does not
+  /// rise (sideways steps let the search walk along a plateau), until the deadline or until
+  /// `patience` kicks in a row found nothing cheaper.
   void perturb(clock::time_point deadline, unsigned seed, std::size_t patience) {
     if (rv.ilp_nodes.empty()) return;
     std::mt19937 rng(seed);
@@ -431,6 +432,7 @@ class local_search {
         idle = 0;
         continue;
       }
+      if (fixed && drift.bad == 0 && drift.sum == 0) continue;  // a sideways step: kept, not a success
       for (auto it = log.rbegin(); it != log.rend(); ++it) move(it->first, it->second);
     }
     log.clear();
@@ -442,7 +444,7 @@ class local_search {
   /// time points the window overloads (raised until its answer fits, a few times at most). The
   /// window's new picks are kept when the exact total does not rise. Runs until the deadline or
   /// until `patience` windows in a row found nothing cheaper.
-  void window_search(clock::time_point deadline, unsigned seed, std::size_t patience, std::size_t work = 4000000,
+  void window_search(clock::time_point deadline, unsigned seed, std::size_t patience, std::size_t work = 1000000,
                      std::size_t roots = 8) {
     if (rv.ilp_nodes.empty()) return;
     std::mt19937 rng(seed);

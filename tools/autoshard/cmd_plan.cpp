@@ -32,6 +32,9 @@ struct plan_cli_options {
   std::string memory_budget;
   std::string calibration;
   bool force = false;
+  std::string optimizer = "adam";
+  double gradient_bucket = autosharding_options{}.gradient_bucket_bytes;
+  double gradient_overlap = autosharding_options{}.gradient_overlap;
   double time_limit = autosharding_options{}.time_limit;
   double mip_rel_gap = autosharding_options{}.mip_rel_gap;
   bool skip_fully_replicated = false;
@@ -127,6 +130,11 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.ilp_solution_file = o.out;
   po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
+  if (o.optimizer != "adam" && o.optimizer != "sgd")
+    throw solver_error("--optimizer must be adam or sgd, got '" + o.optimizer + "'");
+  po.optimizer = o.optimizer == "adam" ? optimizer_kind::adam : optimizer_kind::sgd;
+  po.gradient_bucket_bytes = o.gradient_bucket;
+  po.gradient_overlap = o.gradient_overlap;
   if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
   for (const std::string& pin : o.pins) {
     auto eq = pin.find('=');
@@ -347,6 +355,15 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
   cmd->add_flag("--force", o->force, "use a calibration measured on another mesh shape or backend (and say so)");
   cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str()->check(finite_in(0, 1e7, true));
+  cmd->add_option("--optimizer", o->optimizer, "training: adam (16 B per parameter, mixed precision) or sgd (8 B)")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  cmd->add_option("--gradient-bucket", o->gradient_bucket, "training: gradient bucket bytes, DDP's 25 MiB; 0 = per tensor")
+      ->capture_default_str()
+      ->check(finite_in(0, 1e18));
+  cmd->add_option("--gradient-overlap", o->gradient_overlap, "training: fraction of gradient sync hidden behind compute, 0 to 1")
+      ->capture_default_str()
+      ->check(finite_in(0, 1));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
       ->capture_default_str()
       ->check(finite_in(0, 1));

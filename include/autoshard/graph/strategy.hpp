@@ -18,17 +18,29 @@
 /// Costs, per device, in seconds:
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
 ///              (x3 in training: forward + two backward products)
-///   comm     = the operator's own communication. Forward: none (a Partial output is settled
-///              on the edge that consumes it), except vocab-parallel cross-entropy (three
+///   comm     = the operator's own communication: none (a Partial output is settled on the
+///              edge that consumes it), except vocab-parallel cross-entropy (three
 ///              all-reduces of one f32 per local row: max, sum of exponentials, target logit).
-///              Training: for each differentiable operand that
-///              is Replicate on a mesh axis where the strategy shards a label it lacks, its
-///              gradient is Partial there and costs an all-reduce of its local size; for
-///              parameters this is the data-parallel gradient all-reduce.
+///   grads    = training: the spec each operand's gradient leaves the operator in. A
+///              differentiable operand that is Replicate on a mesh axis where the strategy
+///              shards a label it lacks has a Partial gradient there; a Partial operand has a
+///              Replicate one; otherwise the gradient is laid out as the operand was.
 ///   memory   = bytes of the local output (activations); a parameter vertex holds its local
-///              weight (x4 in training: weight, gradient, two Adam moments).
-/// Resharding on an edge: price_plan(plan_redistribute(producer output -> consumer input)),
-/// x2 in training (the backward pass moves the gradient the opposite way).
+///              weight, and in training its gradient and optimizer state too
+///              (parameter_state_bytes: 16 B per parameter for mixed-precision Adam).
+/// An edge u -> v costs, forward, price_plan(plan_redistribute(u's output -> v's input)) and,
+/// in training, its adjoint: the plan that takes v's gradient of the operand back to the
+/// layout of u's output (a Partial output takes a Replicate gradient). So an all-gather's
+/// backward is a reduce-scatter when the consumer's gradient is Partial and a free slice when
+/// it is not, an all-reduce's backward is free, a local slice's backward is an all-gather, and
+/// the consumer's Partial input gradient is reduced here, once: a producer with c
+/// differentiable consumers charges each edge 1/c of its reductions (exact when the consumers
+/// hand the gradient back in the same spec, as a runtime that sums them before reducing
+/// does). Graph inputs, and everything computed from inputs alone, have no gradient. A
+/// parameter's reductions are its gradient synchronisation: bucketed like DDP (each tensor
+/// pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
+/// optionally overlapped with the backward pass (that fraction is not charged).
+#include <algorithm>  // std::min, std::max
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
@@ -56,6 +68,17 @@ struct device_model {
 /// Inference prices the forward pass; training adds backward compute and communication.
 enum class run_mode : std::uint8_t { inference, training };
 
+/// What the optimizer keeps per parameter in training.
+enum class optimizer_kind : std::uint8_t { adam, sgd };
+
+/// Bytes per parameter element in training: weight and gradient in the parameter's dtype,
+/// plus with mixed precision (a dtype narrower than f32) an f32 master copy, plus Adam's two
+/// f32 moments: bf16 Adam 2 + 2 + 4 + 8 = 16 B, f32 Adam 4 + 4 + 8 = 16 B, bf16 SGD 8 B.
+constexpr std::int64_t parameter_state_bytes(dtype t, optimizer_kind o) noexcept {
+  const auto e = static_cast<std::int64_t>(dtype_size(t));
+  return 2 * e + (e < 4 ? 4 : 0) + (o == optimizer_kind::adam ? 8 : 0);
+}
+
 struct strategy_options {
   device_model device{};
   run_mode mode = run_mode::inference;
@@ -63,12 +86,19 @@ struct strategy_options {
   bool drop_empty_shards = true;
   /// Also drop strategies whose sharded dims do not divide evenly (the even-split policy).
   bool even_split_only = false;
+  optimizer_kind optimizer = optimizer_kind::adam;
+  /// Gradient synchronisation of parameters: bucket size (DDP's 25 MiB; 0 = one collective
+  /// per tensor, each paying its full latency) and the fraction hidden behind the backward
+  /// pass's compute (0 = none).
+  double gradient_bucket_bytes = 25.0 * (1 << 20);
+  double gradient_overlap = 0.0;
 };
 
 /// One way to run an operator on the mesh.
 struct strategy {
   std::string name;                   ///< "S0R,RS1->S0S1" (Alpa notation, operands then output)
   std::vector<sharding_spec> inputs;  ///< spec each operand must arrive in, operand order
+  std::vector<sharding_spec> grads;   ///< training: spec of each operand's gradient (see above)
   sharding_spec output;               ///< spec of the result
   double compute_seconds = 0.0;
   double comm_seconds = 0.0;          ///< the operator's own communication
@@ -264,7 +294,25 @@ inline std::vector<std::pair<int, int>> reshape_groups(const tensor_shape& a, co
   return out;
 }
 
-inline bool has_grad(const node& n) { return !is_integer(n.type); }
+/// Whether vertex `v` has a gradient: a floating-point parameter, or an operator with a
+/// differentiable operand that has one. Graph inputs (token ids, `x`) have none.
+inline bool requires_grad(const model_graph& g, vertex_t v) {
+  std::vector<vertex_t> stack{v};
+  std::vector<char> seen(boost::num_vertices(g), 0);
+  seen[v] = 1;
+  while (!stack.empty()) {
+    const vertex_t u = stack.back();
+    stack.pop_back();
+    const node& n = g[u];
+    if (is_integer(n.type)) continue;
+    if (n.is_parameter()) return true;
+    for (auto [e, end] = boost::in_edges(u, g); e != end; ++e) {
+      const vertex_t w = boost::source(*e, g);
+      if (!seen[w]) seen[w] = 1, stack.push_back(w);
+    }
+  }
+  return false;
+}
 
 /// FLOPs of the operator on local shapes.
 inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, const tensor_shape& out) {
@@ -299,7 +347,7 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
                                              const std::vector<tensor_shape>& in) {
   const node& nd = g[v];
   std::vector<char> diff;
-  for (vertex_t u : ops) diff.push_back(has_grad(g[u]));
+  for (vertex_t u : ops) diff.push_back(requires_grad(g, u));
   if (auto e = einsum_of(nd, in)) {
     std::vector<axis_option> o = einsum_options(*e, diff);
     if (nd.kind == op_kind::cross_entropy) {
@@ -422,7 +470,9 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
       s.compute_seconds = (flops / opt.device.peak_flops + bytes / opt.device.memory_bandwidth) * (train ? 3.0 : 1.0);
       s.memory_bytes = out_bytes;
     } else {
-      s.memory_bytes = out_bytes * (train && nd.is_parameter() ? 4 : 1);
+      s.memory_bytes = train && nd.is_parameter()
+                           ? out_bytes / static_cast<std::int64_t>(dtype_size(nd.type)) * parameter_state_bytes(nd.type, opt.optimizer)
+                           : out_bytes;
     }
     for (int a = 0; a < axes; ++a) {
       const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
@@ -431,14 +481,17 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
                                                              m.size(static_cast<std::size_t>(a)),
                                                              static_cast<double>(local_in[1].numel() * 4));
     }
-    if (train)
+    if (train) {
+      s.grads = s.inputs;
       for (int a = 0; a < axes; ++a) {
         const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
-        for (std::size_t i = 0; i < ops.size(); ++i)
-          if (o.grad_partial[i])
-            s.comm_seconds += collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)), m.size(static_cast<std::size_t>(a)),
-                                              static_cast<double>(detail::local_bytes(m, s.inputs[i], in[i], g[ops[i]].type)));
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          placement& gp = s.grads[i][static_cast<std::size_t>(a)];
+          if (o.grad_partial[i]) gp = Partial();
+          else if (gp.is_partial()) gp = Replicate();
+        }
       }
+    }
     for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
     s.name += "->" + to_alpa_string(s.output);
     out.push_back(std::move(s));
@@ -454,19 +507,106 @@ inline std::vector<std::vector<strategy>> enumerate_all_strategies(const model_g
   return all;
 }
 
-/// Seconds to turn a tensor held as `from` into `to`. Shard -> Partial goes through
-/// Replicate (all-gather, then keep the value on one rank); impossible transitions
-/// (Partial(op) -> another Partial) are +infinity. Training doubles it (the gradient
-/// travels back the opposite way).
+/// The target of a Shard -> Partial edge: Shard goes through Replicate (all-gather, then
+/// keep the value on one rank).
+inline sharding_spec settle_target(const sharding_spec& from, const sharding_spec& to) {
+  sharding_spec t = to;
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_shard()) t[a] = Replicate();
+  return t;
+}
+
+/// The spec a tensor produced as `out` takes its gradient in: Partial axes become Replicate.
+inline sharding_spec gradient_target(const sharding_spec& out) {
+  sharding_spec t = out;
+  for (std::size_t a = 0; a < out.mesh_rank; ++a)
+    if (out[a].is_partial()) t[a] = Replicate();
+  return t;
+}
+
+/// How the backward of one edge is priced (see the header comment).
+struct backward_pricing {
+  bool parameter = false;  ///< the producer is a parameter: its reductions are gradient sync
+  int consumers = 1;       ///< differentiable consumer edges of the producer
+  double bucket_bytes = 0; ///< gradient bucket (parameters); 0: per tensor
+  double overlap = 0;      ///< fraction of a parameter's gradient sync hidden behind compute
+};
+
+/// Seconds of one priced step in the backward pass: reductions (from a Partial gradient) are
+/// shared by the producer's consumers; a parameter's are bucketed and may overlap.
+inline double backward_step_seconds(const device_mesh& m, const priced_step& p, const backward_pricing& b) {
+  if (!is_communication(p.step.kind) || p.seconds <= 0) return 0.0;
+  const bool reduction = p.step.from.is_partial();
+  double s = p.seconds;
+  if (b.parameter && reduction && b.bucket_bytes > 0) {
+    const double latency = collective_time(p.step.kind, m.link(p.step.mesh_axis), p.group_size, 0.0);
+    const double share = std::min(1.0, static_cast<double>(p.bytes) / b.bucket_bytes);
+    s = s - latency + latency * share;
+  }
+  if (b.parameter && reduction) s *= 1.0 - b.overlap;
+  if (reduction && b.consumers > 1) s /= b.consumers;
+  return s;
+}
+
+/// Seconds to turn a tensor held as `from` into `to` (forward only). Shard -> Partial goes
+/// through Replicate; impossible transitions (Partial(op) -> another Partial) are +infinity.
+/// Training without a gradient spec adds the adjoint of a consumer whose gradient is laid out
+/// as its input (no Partial): the plan from `to` back to `from`'s gradient layout.
 inline double resharding_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& to,
                                  const tensor_shape& shape, dtype t, run_mode mode = run_mode::inference) {
-  sharding_spec target = to;
-  for (std::size_t a = 0; a < to.mesh_rank; ++a)
-    if (to[a].is_partial() && from[a].is_shard()) target[a] = Replicate();
   for (std::size_t a = 0; a < to.mesh_rank; ++a)
     if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
-  const double s = price_plan(m, plan_redistribute(m, from, target, shape), shape, t).seconds;
-  return mode == run_mode::training ? 2.0 * s : s;
+  const sharding_spec target = settle_target(from, to);
+  double s = price_plan(m, plan_redistribute(m, from, target, shape), shape, t).seconds;
+  if (mode == run_mode::training) {
+    sharding_spec grad = to;
+    for (std::size_t a = 0; a < to.mesh_rank; ++a)
+      if (grad[a].is_partial()) grad[a] = Replicate();
+    s += price_plan(m, plan_redistribute(m, grad, gradient_target(from), shape), shape, t).seconds;
+  }
+  return s;
+}
+
+/// Seconds of the backward of an edge: the consumer's gradient `grad` of the operand, taken
+/// back to the layout of the producer's output `from`.
+inline double backward_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& grad,
+                               const tensor_shape& shape, dtype t, const backward_pricing& b) {
+  const plan_cost c = price_plan(m, plan_redistribute(m, grad, gradient_target(from), shape), shape, t);
+  double s = 0;
+  for (const priced_step& p : c) s += backward_step_seconds(m, p, b);
+  return s;
+}
+
+/// Everything one edge costs: forward resharding, and in training the backward of it.
+struct edge_costs {
+  double forward = 0, backward = 0;
+  double total() const noexcept { return forward + backward; }
+};
+
+/// How the backward of edge `e` is priced, from the graph and the options.
+inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, const strategy_options& opt) {
+  backward_pricing b;
+  const vertex_t u = boost::source(e, g);
+  b.parameter = g[u].is_parameter();
+  b.bucket_bytes = opt.gradient_bucket_bytes;
+  b.overlap = opt.gradient_overlap;
+  b.consumers = 0;
+  for (auto [o, end] = boost::out_edges(u, g); o != end; ++o) b.consumers += detail::is_integer(g[boost::target(*o, g)].type) ? 0 : 1;
+  b.consumers = std::max(1, b.consumers);
+  return b;
+}
+
+/// The cost of edge `e` when its producer runs `producer` and its consumer `consumer`.
+/// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
+inline edge_costs price_edge(const model_graph& g, edge_t e, const strategy& producer, const strategy& consumer,
+                             const device_mesh& m, bool grad_flows, const backward_pricing& b) {
+  const node& src = g[boost::source(e, g)];
+  const auto operand = static_cast<std::size_t>(g[e].operand);
+  edge_costs c;
+  c.forward = resharding_seconds(m, producer.output, consumer.inputs[operand], src.shape, src.type);
+  if (grad_flows && operand < consumer.grads.size() && std::isfinite(c.forward))
+    c.backward = backward_seconds(m, producer.output, consumer.grads[operand], src.shape, src.type, b);
+  return c;
 }
 
 /// Row-major producer-strategy x consumer-strategy matrix of seconds.
@@ -477,26 +617,31 @@ struct cost_matrix {
 };
 
 /// Resharding cost of edge `e` (producer u -> consumer v, operand g[e].operand) for every
-/// pair of u's and v's strategies. Distinct specs are priced once.
+/// pair of u's and v's strategies, forward plus (training) backward. Distinct specs are
+/// priced once.
 inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::vector<strategy>& producer,
                                     const std::vector<strategy>& consumer, const device_mesh& m,
                                     const strategy_options& opt = {}) {
-  const node& src = g[boost::source(e, g)];
   const auto operand = static_cast<std::size_t>(g[e].operand);
+  const bool grad_flows = opt.mode == run_mode::training && detail::requires_grad(g, boost::source(e, g));
+  const backward_pricing bp = backward_pricing_of(g, e, opt);
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   auto key = [](const sharding_spec& s) { return to_alpa_string(s); };
+  auto ckey = [&](const strategy& s) {
+    return key(s.inputs[operand]) + (grad_flows && operand < s.grads.size() ? "|" + key(s.grads[operand]) : std::string());
+  };
   std::map<std::pair<std::string, std::string>, double> memo;
   std::vector<std::string> ck(consumer.size());
   for (std::size_t j = 0; j < consumer.size(); ++j) {
     if (operand >= consumer[j].inputs.size())
       throw graph_error("edge into '" + g[boost::target(e, g)].name + "': strategy has no operand " + std::to_string(operand));
-    ck[j] = key(consumer[j].inputs[operand]);
+    ck[j] = ckey(consumer[j]);
   }
   for (std::size_t i = 0; i < producer.size(); ++i) {
     const std::string pk = key(producer[i].output);
     for (std::size_t j = 0; j < consumer.size(); ++j) {
       auto [it, fresh] = memo.try_emplace({pk, ck[j]}, 0.0);
-      if (fresh) it->second = resharding_seconds(m, producer[i].output, consumer[j].inputs[operand], src.shape, src.type, opt.mode);
+      if (fresh) it->second = price_edge(g, e, producer[i], consumer[j], m, grad_flows, bp).total();
       c.values[i * c.cols + j] = it->second;
     }
   }

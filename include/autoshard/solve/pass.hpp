@@ -74,6 +74,9 @@ struct autosharding_options {
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
   run_mode mode = run_mode::inference;           ///< training prices backward compute and gradients
+  optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
+  double gradient_bucket_bytes = 25.0 * (1 << 20);  ///< training: DDP's bucket; 0 = one collective per tensor
+  double gradient_overlap = 0.0;                    ///< training: fraction of gradient sync hidden behind compute
   device_model device{};
   bool tie_layers = true;
   bool compare_baselines = true;                 ///< also solve the other algos for the report
@@ -102,8 +105,8 @@ struct plan_summary {
   std::string why_not;            ///< when not feasible (the solver_error's message)
   double step_seconds = 0.0;      ///< compute + communication + resharding
   double compute_seconds = 0.0;
-  double communication_seconds = 0.0;  ///< operators' own (gradient all-reduces in training)
-  double resharding_seconds = 0.0;     ///< on edges
+  double communication_seconds = 0.0;  ///< operators' own, and parameters' gradient sync in training
+  double resharding_seconds = 0.0;     ///< on edges (forward, and the activations' backward in training)
   std::int64_t peak_memory_bytes = 0;  ///< per device, over the live intervals
   std::vector<int> choice;             ///< strategy index per vertex
   std::vector<collective_use> collectives;
@@ -156,6 +159,17 @@ inline std::string layer_key(const std::string& name) {
   return name;
 }
 
+/// The cost model's options that the pass's options set.
+inline strategy_options pricing_options(const autosharding_options& o) {
+  strategy_options so;
+  so.device = o.device;
+  so.mode = o.mode;
+  so.optimizer = o.optimizer;
+  so.gradient_bucket_bytes = o.gradient_bucket_bytes;
+  so.gradient_overlap = o.gradient_overlap;
+  return so;
+}
+
 /// Everything the pass derives from the graph once: strategies, the full strategy problem.
 struct pass_model {
   const model_graph& g;
@@ -165,13 +179,16 @@ struct pass_model {
   std::vector<edge_t> edges;  // in problem edge order
   strategy_problem problem;   // one node per vertex, one edge per graph edge
 
-  pass_model(const model_graph& graph, const device_mesh& m, run_mode mode, const device_model& device,
+  /// `so`: the cost model's options (device, mode, optimizer, gradient buckets).
+  pass_model(const model_graph& graph, const device_mesh& m, const strategy_options& so,
              std::optional<std::int64_t> memory_budget = std::nullopt,
              const std::function<void(const char*, std::size_t, std::size_t)>& on_phase = {})
-      : g(graph), mesh(m) {
+      : g(graph), mesh(m), sopt(so) {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
-    sopt.device = device;
-    sopt.mode = mode;
+    if (!(sopt.gradient_bucket_bytes >= 0) || !(sopt.gradient_overlap >= 0 && sopt.gradient_overlap <= 1))
+      throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap in [0, 1], got " +
+                         fmt_num(sopt.gradient_bucket_bytes) + " and " + fmt_num(sopt.gradient_overlap));
+    const run_mode mode = sopt.mode;
     validate(g);
     const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
       if (on_phase) on_phase(name, done, total);
@@ -229,7 +246,7 @@ struct pass_model {
     problem.usage_limit = memory_budget;
   }
   pass_model(const model_graph& graph, const autosharding_options& o)
-      : pass_model(graph, o.mesh, o.mode, o.device, o.memory_budget) {}
+      : pass_model(graph, o.mesh, pricing_options(o), o.memory_budget) {}
 
   std::size_t size() const { return strategies.size(); }
 };
@@ -347,11 +364,14 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
   return q;
 }
 
-inline sharding_spec settle_target(const sharding_spec& from, const sharding_spec& to) {
-  sharding_spec t = to;  // as resharding_seconds: Shard -> Partial goes through Replicate
-  for (std::size_t a = 0; a < to.mesh_rank; ++a)
-    if (to[a].is_partial() && from[a].is_shard()) t[a] = Replicate();
-  return t;
+/// The cost of every edge under `choice`, as the ILP has it.
+inline edge_costs edge_cost_of(const pass_model& pm, edge_t e, const std::vector<int>& choice) {
+  const model_graph& g = pm.g;
+  const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+  const bool grad_flows = pm.sopt.mode == run_mode::training && detail::requires_grad(g, u);
+  return price_edge(g, e, pm.strategies[u][static_cast<std::size_t>(choice[u])],
+                    pm.strategies[v][static_cast<std::size_t>(choice[v])], pm.mesh, grad_flows,
+                    backward_pricing_of(g, e, pm.sopt));
 }
 
 /// Price a full choice from scratch: breakdown, peak memory, collectives.
@@ -359,27 +379,10 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
   plan_summary s;
   s.algo = algo;
   const model_graph& g = pm.g;
-  const double dir = pm.sopt.mode == run_mode::training ? 2.0 : 1.0;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(choice[v])];
     s.compute_seconds += st.compute_seconds;
     s.communication_seconds += st.comm_seconds;
-    if (st.comm_seconds > 0.0) {  // gradient all-reduces: a Replicate operand where the strategy splits
-      const std::vector<vertex_t> ops = operands(g, v);
-      for (std::size_t i = 0; i < ops.size(); ++i)
-        for (std::size_t a = 0; a < pm.mesh.ndim(); ++a) {
-          if (!st.inputs[i][a].is_replicate() || pm.mesh.size(a) == 1 || !detail::has_grad(g[ops[i]])) continue;
-          bool split = !st.output[a].is_replicate();
-          for (const sharding_spec& o : st.inputs) split = split || !o[a].is_replicate();
-          if (!split) continue;
-          const std::int64_t b = detail::local_bytes(pm.mesh, st.inputs[i], g[ops[i]].shape, g[ops[i]].type);
-          s.collectives.push_back({"gradient of " + g[ops[i]].name + " in " + g[v].name, collective::all_reduce,
-                                   static_cast<int>(a), b,
-                                   collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a),
-                                                   static_cast<double>(b)),
-                                   traffic_site::gradient(ops[i])});
-        }
-    }
     if (g[v].kind == op_kind::cross_entropy) {  // a vocab-parallel loss: three row statistics per axis splitting the vocabulary
       const std::vector<vertex_t> ops = operands(g, v);
       const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
@@ -394,17 +397,33 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
   }
   for (edge_t e : pm.edges) {
     const vertex_t u = boost::source(e, g), v = boost::target(e, g);
-    const sharding_spec& from = pm.strategies[u][static_cast<std::size_t>(choice[u])].output;
-    const sharding_spec& to =
-        pm.strategies[v][static_cast<std::size_t>(choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
-    const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
-    s.resharding_seconds += sec;
-    if (sec <= 0.0 || std::isinf(sec)) continue;
-    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, from, settle_target(from, to), g[u].shape), g[u].shape, g[u].type);
-    for (const priced_step& st : pc)
-      if (is_communication(st.step.kind))
-        s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes,
-                                 st.seconds * dir, traffic_site::edge(v, static_cast<std::size_t>(g[e].operand))});
+    const strategy& su = pm.strategies[u][static_cast<std::size_t>(choice[u])];
+    const strategy& sv = pm.strategies[v][static_cast<std::size_t>(choice[v])];
+    const auto operand = static_cast<std::size_t>(g[e].operand);
+    const edge_costs c = edge_cost_of(pm, e, choice);
+    s.resharding_seconds += c.forward;
+    if (g[u].is_parameter()) s.communication_seconds += c.backward;  // gradient synchronisation
+    else s.resharding_seconds += c.backward;
+    if (c.forward > 0.0 && !std::isinf(c.forward)) {
+      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, su.output, settle_target(su.output, sv.inputs[operand]), g[u].shape),
+                                      g[u].shape, g[u].type);
+      for (const priced_step& st : pc)
+        if (is_communication(st.step.kind))
+          s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes, st.seconds,
+                                   traffic_site::edge(v, operand)});
+    }
+    if (c.backward > 0.0) {
+      const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
+      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], gradient_target(su.output), g[u].shape),
+                                      g[u].shape, g[u].type);
+      const std::string where = g[u].is_parameter() ? "gradient of " + g[u].name + " in " + g[v].name
+                                                    : "backward of edge " + g[u].name + " -> " + g[v].name;
+      for (const priced_step& st : pc) {
+        const double sec = backward_step_seconds(pm.mesh, st, bp);
+        if (sec > 0.0)
+          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec, traffic_site::gradient(u)});
+      }
+    }
   }
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;
@@ -432,7 +451,7 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
     const sharding_spec& from = pm.strategies[u][static_cast<std::size_t>(s.choice[u])].output;
     const sharding_spec& to =
         pm.strategies[v][static_cast<std::size_t>(s.choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
-    const double sec = resharding_seconds(pm.mesh, from, to, g[u].shape, g[u].type, pm.sopt.mode);
+    const double sec = edge_cost_of(pm, e, s.choice).total();
     if (!(sec < infinite_cost))
       throw solver_error("check: edge '" + g[u].name + "' -> '" + g[v].name + "': " + to_alpa_string(from) + " cannot become " +
                          to_alpa_string(to));
@@ -595,7 +614,8 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
                          to_string(o.mesh));
   }
   // A preloaded plan is priced with the links it was solved with.
-  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, o.mode, o.device, o.memory_budget, o.on_phase);
+  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, detail::pricing_options(o), o.memory_budget,
+                        o.on_phase);
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;

@@ -627,16 +627,24 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(dp.compute_seconds == doctest::Approx(flops / 312e12 + bytes / 2e12));
   CHECK(dp.comm_seconds == 0.0);
   CHECK(dp.memory_bytes == 32 * 2048 * 2);
-  // training: x is Replicate on axis 1 where the weight's out dim is sharded -> dx is Partial
-  // there (all-reduce of the local x); W is Replicate on axis 0 where the batch is sharded
-  // -> the data-parallel gradient all-reduce of the local W.
+  // training: W is Replicate on axis 0 where the batch is sharded -> its gradient is Partial
+  // there (the data-parallel gradient sync, priced on the edge W -> fc). x is a graph input:
+  // no gradient, so its operand's gradient spec only mirrors its input spec.
   const strategy& dpt = find(st, parse("S0R", 2), parse("S1R", 2));
-  const double dx = collective_time(collective::all_reduce, m.link(1), 2, 32.0 * 1024 * 2);
-  const double dw = collective_time(collective::all_reduce, m.link(0), 2, 2048.0 * 1024 * 2);
-  CHECK(dpt.comm_seconds == doctest::Approx(dx + dw));
+  CHECK(dpt.comm_seconds == 0.0);
+  CHECK(dpt.grads[1] == parse("[P,S(0)]", 2));
+  CHECK(dpt.grads[0] == dpt.inputs[0]);
   CHECK(dpt.compute_seconds == doctest::Approx(3 * dp.compute_seconds));
+  // A differentiable activation operand Replicate where the weight's out dim is sharded has a
+  // Partial gradient there (a second linear fed by fc's output).
+  auto w2 = add_parameter(g, "fc2.weight", {256, 4096}, dtype::bf16);
+  auto fc2 = add_op(g, op_kind::linear, "fc2", {fc, w2});
+  const auto st2 = enumerate_strategies(g, fc2, m, train);
+  const strategy& col2 = find(st2, parse("RR", 2), parse("S0R", 2));
+  CHECK(col2.grads[0] == parse("[P,R]", 2));
+  CHECK(col2.grads[1] == parse("S0R", 2));
   // fully replicated: nothing to reduce
-  CHECK(find(st, parse("RR", 2), parse("RR", 2)).comm_seconds == 0.0);
+  CHECK(find(st, parse("RR", 2), parse("RR", 2)).grads[1] == parse("RR", 2));
   // row parallel (contraction on both axes): output Partial, no gradient reduction
   const strategy& rp = find(st, parse("RS01", 2), parse("RS01", 2));
   CHECK(rp.output == parse("RRP01", 2));
@@ -652,14 +660,20 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(vp.output == replicated_spec(2, 0).with(0, Partial()));
   CHECK(vp.comm_seconds == doctest::Approx(3 * collective_time(collective::all_reduce, m.link(1), 2, 256.0 * 4)));
   CHECK(find(sl, parse("S0R", 2), parse("S0", 1)).comm_seconds == 0.0);
-  // a parameter's memory: its local shard, x4 in training (weight, gradient, two moments)
+  // a parameter's memory: its local shard, 16 B per element in training with mixed-precision
+  // Adam (bf16 weight and gradient, f32 master and two moments), 8 B with SGD
   const auto pw = enumerate_strategies(g, w, m, train);
   CHECK(pw.size() == 9);
-  for (const strategy& s : pw)
-    CHECK(s.memory_bytes == 4 * max_local_shape(m, s.output, {4096, 1024}).numel() * 2);
+  for (const strategy& s : pw) CHECK(s.memory_bytes == 16 * max_local_shape(m, s.output, {4096, 1024}).numel());
+  strategy_options sgd = train;
+  sgd.optimizer = optimizer_kind::sgd;
+  for (const strategy& s : enumerate_strategies(g, w, m, sgd))
+    CHECK(s.memory_bytes == 8 * max_local_shape(m, s.output, {4096, 1024}).numel());
+  CHECK(parameter_state_bytes(dtype::f32, optimizer_kind::adam) == 16);
+  CHECK(parameter_state_bytes(dtype::f32, optimizer_kind::sgd) == 8);
 }
 
-TEST_CASE("edge resharding cost matrix is the priced redistribute plan") {
+TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in training its adjoint") {
   model_graph g;
   const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
   auto x = add_input(g, "x", {64, 1000}, dtype::f32);
@@ -667,28 +681,53 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan") {
   auto b = add_parameter(g, "fc.bias", {512}, dtype::f32);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w, b});
   auto act = add_op(g, op_kind::gelu, "act", {fc});
-  const auto sx = enumerate_strategies(g, x, m);
-  const auto sb = enumerate_strategies(g, b, m);
-  const auto sfc = enumerate_strategies(g, fc, m);
-  const auto sact = enumerate_strategies(g, act, m);
   for (strategy_options opt : {strategy_options{}, strategy_options{device_model{}, run_mode::training}}) {
-    const double k = opt.mode == run_mode::training ? 2.0 : 1.0;
+    const bool train = opt.mode == run_mode::training;
+    opt.gradient_bucket_bytes = 0;  // every tensor pays its own latency: the plain plan price
+    const auto sx = enumerate_strategies(g, x, m, opt);
+    const auto sb = enumerate_strategies(g, b, m, opt);
+    const auto sfc = enumerate_strategies(g, fc, m, opt);
+    const auto sact = enumerate_strategies(g, act, m, opt);
+    // Partial axes of a produced tensor take a Replicate gradient.
+    auto grad_layout = [](sharding_spec s) {
+      for (std::size_t a = 0; a < s.mesh_rank; ++a)
+        if (s[a].is_partial()) s[a] = Replicate();
+      return s;
+    };
     const edge_t e = boost::edge(fc, act, g).first;
     const cost_matrix r = resharding_costs(g, e, sfc, sact, m, opt);
     REQUIRE(r.rows == sfc.size());
     REQUIRE(r.cols == sact.size());
+    int free_backward = 0, paid_backward = 0;
     for (std::size_t i = 0; i < r.rows; ++i)
       for (std::size_t j = 0; j < r.cols; ++j) {
-        const auto plan = plan_redistribute(m, sfc[i].output, sact[j].inputs[0]);
-        CHECK(r(i, j) == doctest::Approx(k * price_plan(m, plan, {64, 512}, dtype::f32).seconds));
+        const double fwd = price_plan(m, plan_redistribute(m, sfc[i].output, sact[j].inputs[0], tensor_shape{64, 512}),
+                                      {64, 512}, dtype::f32).seconds;
+        // gelu hands back its gradient laid out as its input; it goes back to fc's layout.
+        const double bwd = train ? price_plan(m, plan_redistribute(m, sact[j].inputs[0], grad_layout(sfc[i].output), tensor_shape{64, 512}),
+                                              {64, 512}, dtype::f32).seconds
+                                 : 0.0;
+        CHECK(r(i, j) == doctest::Approx(fwd + bwd));
         if (sfc[i].output == sact[j].inputs[0]) CHECK(r(i, j) == 0.0);
+        // An all-reduce's backward is free; a local slice's backward is an all-gather.
+        if (train && sfc[i].output == parse_spec("[R,P]", 2, 2) && sact[j].inputs[0] == parse_spec("RR", 2)) {
+          CHECK(bwd == 0.0);
+          ++free_backward;
+        }
+        if (train && sfc[i].output == parse_spec("RR", 2) && sact[j].inputs[0] == parse_spec("RS1", 2)) {
+          CHECK(bwd == doctest::Approx(collective_time(collective::all_gather, m.link(1), 4, 64 * 512 * 4.0)));
+          ++paid_backward;
+        }
       }
-    // x -> fc operand 0 (uneven 1000 over 4 is padded, as core prices it)
+    if (train) CHECK(free_backward + paid_backward == 2);
+    // x -> fc operand 0: a graph input has no gradient, so only the forward is priced
     const cost_matrix rx = resharding_costs(g, boost::edge(x, fc, g).first, sx, sfc, m, opt);
     for (std::size_t i = 0; i < rx.rows; ++i)
       for (std::size_t j = 0; j < rx.cols; ++j)
-        CHECK(rx(i, j) == doctest::Approx(k * redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)));
-    // bias -> fc operand 2: Replicate -> Partial is free; Shard -> Partial gathers first
+        CHECK(rx(i, j) == doctest::Approx(redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)));
+    // bias -> fc operand 2: Replicate -> Partial is free; Shard -> Partial gathers first.
+    // In training the bias gradient comes back (Partial where fc splits the batch: the
+    // data-parallel gradient sync) to the bias's own layout.
     const cost_matrix rb = resharding_costs(g, boost::edge(b, fc, g).first, sb, sfc, m, opt);
     std::size_t partial_cols = 0;
     for (std::size_t j = 0; j < rb.cols; ++j) {
@@ -698,13 +737,46 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan") {
         sharding_spec via = sfc[j].inputs[2];
         for (std::size_t a = 0; a < 2; ++a)
           if (via[a].is_partial() && sb[i].output[a].is_shard()) via[a] = Replicate();
+        const double bwd = train ? price_plan(m, plan_redistribute(m, sfc[j].grads[2], sb[i].output, tensor_shape{512}), {512}, dtype::f32).seconds
+                                 : 0.0;
         CHECK(std::isfinite(rb(i, j)));
-        CHECK(rb(i, j) == doctest::Approx(k * redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32)));
-        if (sb[i].output.is_replicated()) CHECK(rb(i, j) == 0.0);
+        CHECK(rb(i, j) == doctest::Approx(redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32) + bwd));
       }
     }
     CHECK(partial_cols > 0);
   }
+}
+
+TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
+  model_graph g;
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
+  auto x = add_input(g, "x", {64, 1000}, dtype::bf16);
+  auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
+  auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+  strategy_options opt{device_model{}, run_mode::training};
+  const auto sw = enumerate_strategies(g, w, m, opt);
+  const auto sfc = enumerate_strategies(g, fc, m, opt);
+  std::size_t rep = 0, dp = 0;
+  for (std::size_t i = 0; i < sw.size(); ++i) rep = sw[i].output.is_replicated() ? i : rep;
+  for (std::size_t j = 0; j < sfc.size(); ++j)
+    dp = sfc[j].inputs[0] == parse_spec("S01R", 2) && sfc[j].inputs[1].is_replicated() ? j : dp;
+  REQUIRE(sfc[dp].grads[1] == parse_spec("[P,P]", 2, 2));
+  const edge_t e = boost::edge(w, fc, g).first;
+  const double B = 512 * 1000 * 2;  // bytes of the weight gradient
+  // Per tensor: the hierarchical all-reduce over both axes, each collective with its latency.
+  opt.gradient_bucket_bytes = 0;
+  const double per_tensor = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
+  const link_model a = m.link(0), b = m.link(1);
+  CHECK(per_tensor == doctest::Approx(2 * (b.alpha + 0.75 * B / b.beta) + a.alpha + 2 * 0.5 * (B / 4) / a.beta));
+  // Bucketed (25 MiB): each collective's latency is paid in proportion to the bytes.
+  opt.gradient_bucket_bytes = 25.0 * (1 << 20);
+  const double bucketed = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
+  const double lat = 2 * b.alpha + a.alpha;
+  CHECK(bucketed == doctest::Approx(per_tensor - lat + 2 * b.alpha * B / opt.gradient_bucket_bytes +
+                                    a.alpha * (B / 4) / opt.gradient_bucket_bytes));
+  // Half of it overlapped with the backward compute: half is charged.
+  opt.gradient_overlap = 0.5;
+  CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == doctest::Approx(0.5 * bucketed));
 }
 
 TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sharded result") {

@@ -34,13 +34,15 @@
 /// backward is a reduce-scatter when the consumer's gradient is Partial and a free slice when
 /// it is not, an all-reduce's backward is free, a local slice's backward is an all-gather, and
 /// the consumer's Partial input gradient is reduced here, once: a producer with c
-/// differentiable consumers charges each edge 1/c of its reductions (exact when the consumers
+/// differentiable consumers charges each edge 1/c of its reductions (and of the all-gathers
+/// that undo their reduce-scatters) (exact when the consumers
 /// hand the gradient back in the same spec, as a runtime that sums them before reducing
 /// does). Graph inputs, and everything computed from inputs alone, have no gradient. A
-/// parameter's reductions are its gradient synchronisation: bucketed like DDP (each tensor
-/// pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
+/// parameter's backward plan is its gradient synchronisation: bucketed like DDP (each
+/// collective pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
 /// optionally overlapped with the backward pass (that fraction is not charged).
 #include <algorithm>  // std::min, std::max
+#include <array>      // std::array
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
@@ -532,20 +534,33 @@ struct backward_pricing {
   double overlap = 0;      ///< fraction of a parameter's gradient sync hidden behind compute
 };
 
-/// Seconds of one priced step in the backward pass: reductions (from a Partial gradient) are
-/// shared by the producer's consumers; a parameter's are bucketed and may overlap.
-inline double backward_step_seconds(const device_mesh& m, const priced_step& p, const backward_pricing& b) {
+/// Seconds of one priced step in the backward pass. `reduction`: the step is part of reducing
+/// a Partial gradient (the reduction itself, or the all-gather that undoes a reduce-scatter of
+/// the same plan); those are shared by the producer's consumers. Every step of a parameter's
+/// plan is gradient synchronisation: bucketed and possibly overlapped.
+inline double backward_step_seconds(const device_mesh& m, const priced_step& p, const backward_pricing& b, bool reduction) {
   if (!is_communication(p.step.kind) || p.seconds <= 0) return 0.0;
-  const bool reduction = p.step.from.is_partial();
   double s = p.seconds;
-  if (b.parameter && reduction && b.bucket_bytes > 0) {
+  if (b.parameter && b.bucket_bytes > 0) {
     const double latency = collective_time(p.step.kind, m.link(p.step.mesh_axis), p.group_size, 0.0);
     const double share = std::min(1.0, static_cast<double>(p.bytes) / b.bucket_bytes);
     s = s - latency + latency * share;
   }
-  if (b.parameter && reduction) s *= 1.0 - b.overlap;
+  if (b.parameter) s *= 1.0 - b.overlap;
   if (reduction && b.consumers > 1) s /= b.consumers;
   return s;
+}
+
+/// Which steps of a backward plan reduce a Partial gradient (see backward_step_seconds).
+inline std::array<bool, redist_plan::capacity> reduction_steps(const plan_cost& c) {
+  std::array<bool, redist_plan::capacity> r{};
+  std::array<bool, max_mesh_rank> scattered{};
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const redist_step& st = c[i].step;
+    r[i] = st.from.is_partial() || (st.kind == collective::all_gather && scattered[st.mesh_axis]);
+    if (st.kind == collective::reduce_scatter) scattered[st.mesh_axis] = true;
+  }
+  return r;
 }
 
 /// Seconds to turn a tensor held as `from` into `to` (forward only). Shard -> Partial goes
@@ -572,8 +587,9 @@ inline double resharding_seconds(const device_mesh& m, const sharding_spec& from
 inline double backward_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& grad,
                                const tensor_shape& shape, dtype t, const backward_pricing& b) {
   const plan_cost c = price_plan(m, plan_redistribute(m, grad, gradient_target(from), shape), shape, t);
+  const std::array<bool, redist_plan::capacity> red = reduction_steps(c);
   double s = 0;
-  for (const priced_step& p : c) s += backward_step_seconds(m, p, b);
+  for (std::size_t i = 0; i < c.size(); ++i) s += backward_step_seconds(m, c[i], b, red[i]);
   return s;
 }
 

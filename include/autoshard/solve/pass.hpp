@@ -418,8 +418,10 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
                                       g[u].shape, g[u].type);
       const std::string where = g[u].is_parameter() ? "gradient of " + g[u].name + " in " + g[v].name
                                                     : "backward of edge " + g[u].name + " -> " + g[v].name;
-      for (const priced_step& st : pc) {
-        const double sec = backward_step_seconds(pm.mesh, st, bp);
+      const std::array<bool, redist_plan::capacity> red = reduction_steps(pc);
+      for (std::size_t k = 0; k < pc.size(); ++k) {
+        const priced_step& st = pc[k];
+        const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
         if (sec > 0.0)
           s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec, traffic_site::gradient(u)});
       }

@@ -309,7 +309,12 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
     const verify_report r32 = verify_plan(g, device_mesh{2, 4}, res.strategies, f32);
     INFO(r32);
     CHECK(r32.passed());
-    CHECK(r32.max_abs_diff > 0.0);  // float rounding is visible, and within tolerance
+    // Where the plan sums partial results of a tensor (not only the scalar loss), float
+    // rounding is visible, and within tolerance.
+    bool sums_partials = false;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      sums_partials = sums_partials || (g[v].shape.rank > 0 && res.strategies[v].output.has_partial());
+    if (sums_partials) CHECK(r32.max_abs_diff > 0.0);
   }
   SUBCASE("GPT-2, the megatron and data-parallel plans") {
     for (const char* algo : {"megatron", "data_parallel"}) {

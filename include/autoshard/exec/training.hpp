@@ -24,7 +24,7 @@
 
 namespace autoshard {
 
-enum class optimizer_kind : std::uint8_t { none, sgd, adam };
+// optimizer_kind: graph/strategy.hpp (none, sgd, adam), shared with the cost model.
 
 /// The optimizer step after the backward (first step: Adam's moments start at zero).
 struct training_step {

@@ -71,7 +71,7 @@ struct device_model {
 enum class run_mode : std::uint8_t { inference, training };
 
 /// What the optimizer keeps per parameter in training.
-enum class optimizer_kind : std::uint8_t { adam, sgd };
+enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
 
 /// Bytes per parameter element in training: weight and gradient in the parameter's dtype,
 /// plus with mixed precision (a dtype narrower than f32) an f32 master copy, plus Adam's two

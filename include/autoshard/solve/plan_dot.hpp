@@ -15,8 +15,8 @@
 #include "../core/cost.hpp"          // price_plan
 #include "../core/redistribute.hpp"  // plan_redistribute
 #include "../graph/io.hpp"           // detail::dot_escape, detail::spec_colour
-#include "../graph/strategy.hpp"     // strategy, resharding_seconds
-#include "pass.hpp"                  // detail::layer_key, detail::settle_target
+#include "../graph/strategy.hpp"     // strategy, price_edge, settle_target
+#include "pass.hpp"                  // detail::layer_key
 
 namespace autoshard {
 
@@ -125,16 +125,26 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
     const sharding_spec& to = chosen[v].inputs.at(static_cast<std::size_t>(g[*it].operand));
     edge_info& e = edges[{rep[u], rep[v]}];
     ++e.count;
-    if (from == to) continue;
-    const redist_plan plan = plan_redistribute(m, from, detail::settle_target(from, to), g[u].shape);
+    // Priced as the pass prices it: forward, and in training the backward (gradient sync).
+    strategy_options so;
+    so.mode = mode;
+    const bool grad_flows = mode == run_mode::training && detail::requires_grad(g, u);
+    const edge_costs c = price_edge(g, *it, chosen[u], chosen[v], m, grad_flows, backward_pricing_of(g, *it, so));
+    if (from == to && !(c.total() > 0)) continue;
     std::string what;
-    for (std::size_t k = 0; k < plan.size(); ++k) {
-      if (!is_communication(plan[k].kind) || m.size(plan[k].mesh_axis) == 1) continue;
-      what += (what.empty() ? "" : " + ") + std::string(to_string(plan[k].kind)) + " (" + axis_name(plan[k].mesh_axis) + ")";
-    }
+    const auto name_steps = [&](const redist_plan& plan, const char* suffix) {
+      for (std::size_t k = 0; k < plan.size(); ++k) {
+        if (!is_communication(plan[k].kind) || m.size(plan[k].mesh_axis) == 1) continue;
+        what += (what.empty() ? "" : " + ") + std::string(to_string(plan[k].kind)) + " (" + axis_name(plan[k].mesh_axis) + ")" + suffix;
+      }
+    };
+    name_steps(plan_redistribute(m, from, settle_target(from, to), g[u].shape), "");
+    if (c.backward > 0)
+      name_steps(plan_redistribute(m, chosen[v].grads.at(static_cast<std::size_t>(g[*it].operand)), gradient_target(from), g[u].shape),
+                 " backward");
     if (what.empty()) what = "local slice";
     e.label = what;
-    e.seconds += resharding_seconds(m, from, to, g[u].shape, g[u].type, mode);
+    e.seconds += c.total();
   }
   for (const auto& [uv, e] : edges) {
     os << "  v" << uv.first << " -> v" << uv.second;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of the autoshard tool: outputs, JSON documents and exit codes
-# (0 success, 1 user error with one message on stderr, 2 usage error).
+# (0 success, 1 user error with one message on stderr, 2 usage error, 3 a plan that does not
+# fit the device's memory).
 set -uo pipefail
 tool=$1
 fails=0; passes=0
@@ -150,6 +151,22 @@ if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' synth'; then
     --mesh 2x4 --mode train --out "$tmp/plan.json" --preload
   grep -qi "plan file" "$tmp/err" && ok || bad "preload mismatch message: $(cat "$tmp/err")"
   expect_rc 1 "$tool" plan --model no-such-model
+  # --device: the preset's numbers and links, its memory the default budget. A model of about
+  # 100 GiB of activations on one device: under the default budget an error naming the
+  # smallest budget; with none, the plan is written and exit 3 says it does not fit.
+  json_check "d['device']['name'] == 'h100-80g' and d['device']['peak_flops'] == 989.4e12 and d['memory_budget'] == 81559 * 2**20 and d['mesh']['axes'][0]['bandwidth_Bps'] == 50e9 and d['mesh']['axes'][1]['bandwidth_Bps'] == 450e9 and d['plan']['fits']" \
+    "$tool" plan "${small[@]}" --mesh 2x4 --device h100-80g --out "$tmp/h100.json" --json --quiet
+  json_check "d['mesh']['axes'][1]['bandwidth_Bps'] == 100e9 and d['memory_budget'] == 2**30" \
+    "$tool" plan "${small[@]}" --mesh 2x4 --device h100-80g --intra-bw 100e9 --memory-budget 1GiB --out "$tmp/h100.json" --json --quiet
+  expect_rc 2 "$tool" plan "${small[@]}" --device h100 --out "$tmp/never.json"
+  grep -q "unknown device 'h100'; presets: a100-80g, h100-80g, h200-141g" "$tmp/err" && ok || bad "--device h100: $(cat "$tmp/err")"
+  big=(--model gpt2 --layers 1 --batch 1024 --mesh 1 --mode infer)
+  expect_rc 1 "$tool" plan "${big[@]}" --out "$tmp/big.json" --quiet
+  grep -q "memory budget of 80.00 GiB .* cannot be met.* is 99.74 GiB" "$tmp/err" && ok || bad "default budget: $(cat "$tmp/err")"
+  test ! -e "$tmp/big.json" && ok || bad "an infeasible plan wrote its file"
+  expect_rc 3 "$tool" plan "${big[@]}" --memory-budget none --out "$tmp/big.json"
+  grep -q "the plan does not fit: its peak memory is 99.74 GiB" "$tmp/err" && grep -q "DOES NOT FIT" "$tmp/out" && test -s "$tmp/big.json" \
+    && ok || bad "a plan above the device's memory: $(cat "$tmp/err")"
   expect_rc 0 "$tool" shard "$tmp/ck/model.safetensors" --plan "$tmp/plan.json" --out "$tmp/by-plan" --quiet
   test -f "$tmp/by-plan/rank-7.safetensors" && ok || bad "plan shards: no rank-7 file"
   python3 "$here/check_shards.py" "$tmp/ck/model.safetensors" "$tmp/by-plan" >/dev/null && ok || bad "plan shards differ"

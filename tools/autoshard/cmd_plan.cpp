@@ -29,7 +29,8 @@ struct plan_cli_options {
   std::string algo = autosharding_options{}.algo;
   std::string backend = "nccl";
   bool backend_given = false;
-  std::string memory_budget;
+  std::string device;         ///< a preset name (device_presets), "" = device_model's defaults
+  std::string memory_budget;  ///< "" = the device's memory, "none" = no budget
   std::string calibration;
   bool force = false;
   std::string optimizer = "adam";
@@ -71,7 +72,8 @@ nlohmann::json summary_json(const plan_summary& s) {
           {"compute_seconds", s.compute_seconds},
           {"communication_seconds", s.communication_seconds},
           {"resharding_seconds", s.resharding_seconds},
-          {"peak_memory_bytes", s.peak_memory_bytes}};
+          {"peak_memory_bytes", s.peak_memory_bytes},
+          {"fits", s.fits}};
 }
 
 void print_summary_row(const plan_summary& s, bool chosen) {
@@ -83,7 +85,7 @@ void print_summary_row(const plan_summary& s, bool chosen) {
   std::cout << std::setw(12) << human_seconds(s.step_seconds) << std::setw(12) << human_seconds(s.compute_seconds)
             << std::setw(12) << human_seconds(s.communication_seconds) << std::setw(12)
             << human_seconds(s.resharding_seconds) << std::setw(14)
-            << human_bytes(static_cast<double>(s.peak_memory_bytes)) << "\n";
+            << human_bytes(static_cast<double>(s.peak_memory_bytes)) << (s.fits ? "" : "  DOES NOT FIT") << "\n";
 }
 
 /// The mesh to plan on: the --mesh and link options, or the links a calibration file measured
@@ -130,12 +132,13 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.ilp_solution_file = o.out;
   po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
-  if (o.optimizer != "adam" && o.optimizer != "sgd")
-    throw solver_error("--optimizer must be adam or sgd, got '" + o.optimizer + "'");
-  po.optimizer = o.optimizer == "adam" ? optimizer_kind::adam : optimizer_kind::sgd;
+  po.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
   po.gradient_bucket_bytes = o.gradient_bucket;
   po.gradient_overlap = o.gradient_overlap;
-  if (!o.memory_budget.empty()) po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
+  if (const device_preset* p = find_device_preset(o.device)) po.device = p->device;
+  // The budget is the device's memory unless said otherwise.
+  if (o.memory_budget.empty()) po.memory_budget = po.device.memory_bytes;
+  else if (o.memory_budget != "none") po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
   for (const std::string& pin : o.pins) {
     auto eq = pin.find('=');
     if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
@@ -187,8 +190,19 @@ collective_totals total_collectives(const plan_summary& plan) {
   return agg;
 }
 
+/// The device line of the report: the preset (or the default model) and the budget.
+std::string device_line(const plan_cli_options& o, const autosharding_options& po) {
+  std::ostringstream s;
+  const device_preset* p = find_device_preset(o.device);
+  s << (p ? std::string(p->name) + " (" + std::string(p->description) + ")" : std::string("default (A100-class)")) << ": "
+    << po.device.peak_flops / 1e12 << " TFLOP/s, " << po.device.memory_bandwidth / 1e12 << " TB/s, "
+    << human_bytes(static_cast<double>(po.device.memory_bytes)) << "; budget "
+    << (po.memory_budget ? human_bytes(static_cast<double>(*po.memory_budget)) + " per device" : std::string("none"));
+  return s.str();
+}
+
 /// --json: one document with the plan, the baselines, the collectives and the files.
-void print_plan_json(const plan_cli_options& o, const model_graph& g, const autosharding_result& r,
+void print_plan_json(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
                      const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
   const autosharding_report& rep = r.report;
   const device_mesh& m = rep.mesh;
@@ -212,6 +226,12 @@ void print_plan_json(const plan_cli_options& o, const model_graph& g, const auto
                    {"parameters", parameter_count(g)},
                    {"mesh", to_json(m)},
                    {"mode", o.model.mode},
+                   {"device",
+                    {{"name", o.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.device)},
+                     {"peak_flops", po.device.peak_flops},
+                     {"memory_bandwidth", po.device.memory_bandwidth},
+                     {"memory_bytes", po.device.memory_bytes}}},
+                   {"memory_budget", po.memory_budget ? nlohmann::json(*po.memory_budget) : nlohmann::json(nullptr)},
                    {"plan", summary_json(rep.plan)},
                    {"baselines", base},
                    {"collectives", coll},
@@ -266,7 +286,7 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
 
 /// The terminal report: model and mesh (as priced), solver, chosen specs per layer,
 /// collectives, and the plan next to the baselines.
-void print_plan_report(const plan_cli_options& o, const model_graph& g, const autosharding_result& r,
+void print_plan_report(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
                        const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
   const autosharding_report& rep = r.report;
   const device_mesh& m = rep.mesh;
@@ -277,7 +297,7 @@ void print_plan_report(const plan_cli_options& o, const model_graph& g, const au
   for (std::size_t a = 0; a < m.ndim(); ++a)
     std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
               << " GB/s, " << human_seconds(m.link(a).alpha);
-  std::cout << ")\n";
+  std::cout << ")\ndevice  " << device_line(o, po) << "\n";
   if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
   else
     std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
@@ -305,7 +325,9 @@ void print_plan_report(const plan_cli_options& o, const model_graph& g, const au
             << "\n";
 }
 
-int run_plan(const plan_cli_options& o) {
+int run_plan(plan_cli_options o) {
+  if (const device_preset* p = find_device_preset(o.device))  // its links, unless given
+    if (o.calibration.empty()) o.mesh.default_bandwidths(p->inter_node_bandwidth, p->intra_node_bandwidth);
   check_plan_paths(o);
   const model_graph g = o.model.build();
   autosharding_options po = pass_options(o, g, plan_mesh(o));
@@ -328,8 +350,16 @@ int run_plan(const plan_cli_options& o) {
   progress.finish();
   const auto [dot, svg] = write_pictures(o, g, r);
   const collective_totals agg = total_collectives(r.report.plan);
-  if (o.json) print_plan_json(o, g, r, agg, dot, svg);
-  else print_plan_report(o, g, r, agg, dot, svg);
+  if (o.json) print_plan_json(o, po, g, r, agg, dot, svg);
+  else print_plan_report(o, po, g, r, agg, dot, svg);
+  if (!r.report.plan.fits) {  // said loudly, after the files are written
+    std::cerr << "autoshard: the plan does not fit: its peak memory is "
+              << human_bytes_exact(r.report.plan.peak_memory_bytes) << " per device, the device has "
+              << human_bytes_exact(po.device.memory_bytes) << " (budget: "
+              << (po.memory_budget ? human_bytes_exact(*po.memory_budget) : std::string("none"))
+              << "); leave --memory-budget at its default, the device's memory, to find a plan that fits\n";
+    return exit_does_not_fit;
+  }
   return exit_ok;
 }
 
@@ -351,7 +381,17 @@ void register_plan(CLI::App& app, action& run) {
   CLI::Option* backend = cmd->add_option("--backend", o->backend, "communications backend whose costs to use (with --calibration: the file's)")
       ->check(CLI::IsMember({"nccl", "gloo"}))
       ->capture_default_str();
-  cmd->add_option("--memory-budget", o->memory_budget, "bytes per device, e.g. 16GiB or 8e9")->check(byte_size());
+  cmd->add_option("--device", o->device, "device preset: its FLOP/s, HBM bandwidth and memory (the default budget), "
+                  "and its NVLink and network bandwidths unless --intra-bw/--inter-bw are given")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return find_device_preset(v) ? std::string() : "unknown device '" + v + "'; presets: " + device_preset_names();
+          },
+          "{" + device_preset_names() + "}"));
+  cmd->add_option("--memory-budget", o->memory_budget,
+                  "bytes per device, e.g. 16GiB or 8e9; default the device's memory; none = no budget")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v == "none" ? std::string() : byte_size()(v); }, "BYTES|none"));
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");
   cmd->add_flag("--force", o->force, "use a calibration measured on another mesh shape or backend (and say so)");
   cmd->add_option("--time-limit", o->time_limit, "seconds per ILP solve")->capture_default_str()->check(finite_in(0, 1e7, true));

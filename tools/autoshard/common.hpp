@@ -28,10 +28,13 @@
 
 namespace autoshard::tool {
 
-/// Exit codes: 0 success, 1 user error (one clear message on stderr), 2 usage error.
+/// Exit codes: 0 success, 1 user error (one clear message on stderr), 2 usage error, 3 a plan
+/// was made and written but does not fit the device's memory (`plan` under no budget or one
+/// above the device's).
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_user_error = 1;
 inline constexpr int exit_usage = 2;
+inline constexpr int exit_does_not_fit = 3;
 
 /// A CLI11 check for a size flag: an int in [1, 2^31-1]. "0" or "-1" is a usage error
 /// ("--layers: Value 0 not in range 1 to 2147483647"), never a silent fall back to a default.
@@ -84,6 +87,8 @@ struct mesh_options {
   /// Latencies and hops start as NaN, "not given": the backend's then (cluster_links' < 0).
   cluster_links links{.inter_node_latency = unset, .intra_node_latency = unset, .inter_node_hop = unset,
                       .intra_node_hop = unset};
+  CLI::Option* inter_bw = nullptr;  ///< to know whether they were given
+  CLI::Option* intra_bw = nullptr;
 
   /// --mesh, and with `links` the link options (a command that prices nothing, such as
   /// `show`, takes the mesh's shape only: an option that changes nothing is not offered).
@@ -92,10 +97,10 @@ struct mesh_options {
     if (!with_links) return;
     // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
     // the default without a word: refused as usage errors.
-    cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
+    inter_bw = cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
         ->capture_default_str()
         ->check(finite_in(0, 1e18, true));
-    cmd.add_option("--intra-bw", links.intra_node_bandwidth, "intra-node bandwidth of the other axes, bytes/s")
+    intra_bw = cmd.add_option("--intra-bw", links.intra_node_bandwidth, "intra-node bandwidth of the other axes, bytes/s")
         ->capture_default_str()
         ->check(finite_in(0, 1e18, true));
     cmd.add_option("--inter-lat", links.inter_node_latency, "inter-node latency, seconds (default: the backend's, nccl 2e-5)")
@@ -106,6 +111,11 @@ struct mesh_options {
         ->check(finite_in(0, 3600));
     cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)")
         ->check(finite_in(0, 3600));
+  }
+  /// Other defaults for the bandwidths (a device preset's), where --inter-bw / --intra-bw were not given.
+  void default_bandwidths(double inter, double intra) {
+    if (inter_bw && inter_bw->count() == 0) links.inter_node_bandwidth = inter;
+    if (intra_bw && intra_bw->count() == 0) links.intra_node_bandwidth = intra;
   }
   /// The mesh with these links; `backend` ("nccl" or "gloo") supplies the default latencies.
   /// Axis names given in --mesh (dp=2,tp=4) stay on the mesh.

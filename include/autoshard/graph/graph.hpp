@@ -6,6 +6,7 @@
 ///   autoshard::validate(g);
 ///   auto s = autoshard::enumerate_strategies(g, *autoshard::find_vertex(g, "lm_head"),
 ///                                            autoshard::device_mesh{2, 4});
+#include "device.hpp"     // device_model, device_presets, find_device_preset
 #include "builders.hpp"   // transformer_config, build_gpt2, build_bert, build_llama, ..., parameter_names
 #include "hf_config.hpp"  // read_hf_config_file, build_hf
 #include "io.hpp"        // to_json, from_json, read_json, write_json, write_dot

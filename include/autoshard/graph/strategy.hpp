@@ -55,17 +55,10 @@
 #include "../core/layout.hpp"        // max_local_shape, divides_evenly, no_empty_shards
 #include "../core/parse.hpp"         // to_alpa_string
 #include "../core/redistribute.hpp"  // plan_redistribute
+#include "device.hpp"                // device_model
 #include "model.hpp"                 // model_graph, node, op_kind
 
 namespace autoshard {
-
-/// What one device can do. Defaults: an A100-class GPU, 312 TFLOP/s (bf16 tensor cores)
-/// and 2 TB/s of HBM bandwidth.
-struct device_model {
-  double peak_flops = 312e12;       ///< FLOP/s
-  double memory_bandwidth = 2.0e12;  ///< bytes/s
-  std::int64_t memory_bytes = 80LL << 30;  ///< capacity, for a solver's memory budget
-};
 
 /// Inference prices the forward pass; training adds backward compute and communication.
 enum class run_mode : std::uint8_t { inference, training };

@@ -108,6 +108,9 @@ struct plan_summary {
   double communication_seconds = 0.0;  ///< operators' own, and parameters' gradient sync in training
   double resharding_seconds = 0.0;     ///< on edges (forward, and the activations' backward in training)
   std::int64_t peak_memory_bytes = 0;  ///< per device, over the live intervals
+  /// The peak is within the device's memory (device_model::memory_bytes). A plan solved under
+  /// no budget, or a budget above the device's, may not fit: the report says so.
+  bool fits = true;
   std::vector<int> choice;             ///< strategy index per vertex
   std::vector<collective_use> collectives;
 };
@@ -118,6 +121,7 @@ struct autosharding_report {
   solve_result solver;                 ///< of the requested algo (empty when preloaded)
   std::size_t vertices = 0, edges = 0, tied_classes = 0;
   device_mesh mesh;
+  device_model device;  ///< as priced: whether a plan fits is against its memory_bytes
 };
 
 struct autosharding_result {
@@ -185,6 +189,11 @@ struct pass_model {
              const std::function<void(const char*, std::size_t, std::size_t)>& on_phase = {})
       : g(graph), mesh(m), sopt(so) {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
+    const device_model& d = sopt.device;
+    if (!(d.peak_flops > 0 && d.peak_flops < 1e30) || !(d.memory_bandwidth > 0 && d.memory_bandwidth < 1e30) || d.memory_bytes <= 0)
+      throw solver_error("the device model needs peak_flops and memory_bandwidth finite and > 0 and memory_bytes > 0, got " +
+                         fmt_num(d.peak_flops) + " FLOP/s, " + fmt_num(d.memory_bandwidth) + " bytes/s and " +
+                         std::to_string(d.memory_bytes) + " bytes");
     if (!(sopt.gradient_bucket_bytes >= 0) || !(sopt.gradient_overlap >= 0 && sopt.gradient_overlap <= 1))
       throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap in [0, 1], got " +
                          fmt_num(sopt.gradient_bucket_bytes) + " and " + fmt_num(sopt.gradient_overlap));
@@ -429,6 +438,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
   }
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;
+  s.fits = s.peak_memory_bytes <= pm.sopt.device.memory_bytes;
   s.choice = std::move(choice);
   return s;
 }
@@ -587,6 +597,9 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
     }
     os << "  " << s.step_seconds << "  " << s.compute_seconds << "  " << s.communication_seconds << "  "
        << s.resharding_seconds << "  " << static_cast<double>(s.peak_memory_bytes) / (1 << 20) << "\n";
+    if (!s.fits)
+      os << "    DOES NOT FIT: peak " << human_bytes_exact(s.peak_memory_bytes) << " per device > the device's "
+         << human_bytes_exact(r.device.memory_bytes) << "\n";
   };
   row(r.plan);
   for (const plan_summary& b : r.baselines) row(b);
@@ -621,6 +634,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;
+  rep.device = pm.sopt.device;
   rep.vertices = pm.size();
   rep.edges = pm.edges.size();
   double solver_objective = 0.0;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
 
 namespace {
 using namespace autoshard;
@@ -813,4 +814,35 @@ TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sha
   // without an empty piece, and the size-1 axis takes any option: 5 + 3 + 5 on the 1-D mesh,
   // 5^3 + 3^3 + 5^3 on the 3-D one.
   CHECK(checked_strategies == (5 + 3 + 5) + (125 + 27 + 125));
+}
+
+TEST_CASE("device presets price compute with their data sheet's numbers") {
+  // H100 SXM5: 989.4 TFLOP/s dense bf16 (1,979 with sparsity), 3.35 TB/s HBM3, 81559 MiB as
+  // nvidia-smi totals it, NVLink 4 at 900 GB/s both ways, NDR 400 Gb/s per GPU.
+  const device_preset* h100 = find_device_preset("h100-80g");
+  REQUIRE(h100 != nullptr);
+  CHECK(h100->intra_node_bandwidth == 900e9 / 2);
+  CHECK(h100->inter_node_bandwidth == 400e9 / 8);
+  CHECK(h100->device.memory_bytes == 81559LL * 1024 * 1024);
+  CHECK(find_device_preset("H100") == nullptr);
+  CHECK(device_preset_names() == "a100-80g, h100-80g, h200-141g");
+  for (const device_preset& p : device_presets) CHECK(find_device_preset(p.name) == &p);
+  // A [512, 4096] x [4096, 4096] bf16 matmul on one device: 2 m n k FLOPs at the peak, and its
+  // operands and output once through HBM.
+  model_graph g;
+  auto x = add_input(g, "x", {512, 4096}, dtype::bf16);
+  auto w = add_parameter(g, "w", {4096, 4096}, dtype::bf16);
+  auto y = add_op(g, op_kind::matmul, "y", {x, w});
+  const device_mesh one{1};
+  for (const char* name : {"a100-80g", "h100-80g", "h200-141g"}) {
+    CAPTURE(name);
+    strategy_options o;
+    o.device = find_device_preset(name)->device;
+    const std::vector<strategy> s = enumerate_strategies(g, y, one, o);
+    REQUIRE(!s.empty());
+    const double flops = 2.0 * 512 * 4096 * 4096, bytes = (512.0 * 4096 * 2 + 4096.0 * 4096) * 2;
+    const double peak = std::string(name) == "a100-80g" ? 312e12 : 989.4e12;
+    const double hbm = std::string(name) == "a100-80g" ? 2.039e12 : std::string(name) == "h100-80g" ? 3.35e12 : 4.8e12;
+    CHECK(s.front().compute_seconds == doctest::Approx(flops / peak + bytes / hbm));
+  }
 }

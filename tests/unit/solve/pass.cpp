@@ -438,3 +438,39 @@ TEST_CASE("Alpa test_mlp on a 2x2 mesh with links 10x apart: data parallel on th
     CHECK(s.inputs[1][1].is_shard());
   }
 }
+
+TEST_CASE("a plan above the device's memory says it does not fit, and the device's memory as budget finds one that fits") {
+  using namespace autoshard;
+  // One linear: x [64, 1024] f32 (256 KiB), W [1024, 1024] f32 (4 MiB), y [64, 1024] (256 KiB),
+  // inference, on a device of 3 MiB. Replicated, W alone is 4 MiB: it cannot fit.
+  model_graph g;
+  const vertex_t x = add_input(g, "x", {64, 1024}, dtype::f32);
+  const vertex_t w = add_parameter(g, "w", {1024, 1024}, dtype::f32);
+  add_op(g, op_kind::linear, "y", {x, w});
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({1});
+  o.device.memory_bytes = 3 << 20;
+  o.mode = run_mode::inference;
+  o.run_checks = true;
+  const autosharding_result one = autosharding_analysis_pass(g, o);
+  CHECK(one.report.plan.peak_memory_bytes >= 4 << 20);
+  CHECK_FALSE(one.report.plan.fits);
+  CHECK(one.report.device.memory_bytes == 3 << 20);
+  std::ostringstream text;
+  text << one.report;
+  CHECK(text.str().find("DOES NOT FIT: peak") != std::string::npos);
+  // On two devices under the device's memory as budget, W is stored split (2 MiB + at most
+  // x and y whole, 512 KiB): it fits, and says so.
+  o.mesh = make_cluster_mesh({2});
+  o.memory_budget = o.device.memory_bytes;
+  const autosharding_result two = autosharding_analysis_pass(g, o);
+  CHECK(two.report.plan.fits);
+  CHECK(two.report.plan.peak_memory_bytes <= (2 << 20) + (512 << 10));
+  CHECK_FALSE(chosen(g, two, "w").output.is_replicated());
+  std::ostringstream text2;
+  text2 << two.report;
+  CHECK(text2.str().find("DOES NOT FIT") == std::string::npos);
+  // A device the cost model cannot price is refused by name.
+  o.device.peak_flops = 0;
+  CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("peak_flops"), solver_error);
+}

@@ -42,6 +42,7 @@ struct plan_cli_options {
   bool run_checks = false;
   bool preload = false;
   bool no_tie_layers = false;
+  bool no_zero = false;
   std::vector<std::string> pins;
   std::string out = "plan.json";
   std::string dot;
@@ -135,6 +136,7 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
   po.gradient_bucket_bytes = o.gradient_bucket;
   po.gradient_overlap = o.gradient_overlap;
+  po.zero = !o.no_zero;
   if (const device_preset* p = find_device_preset(o.device)) po.device = p->device;
   // The budget is the device's memory unless said otherwise.
   if (o.memory_budget.empty()) po.memory_budget = po.device.memory_bytes;
@@ -375,8 +377,8 @@ void register_plan(CLI::App& app, action& run) {
 
   o->model.add_to(*cmd);
   o->mesh.add_to(*cmd);
-  cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel or fully_replicated")
-      ->check(CLI::IsMember({"alpa", "megatron", "data_parallel", "fully_replicated"}))
+  cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel, zero3 or fully_replicated")
+      ->check(CLI::IsMember({"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"}))
       ->capture_default_str();
   CLI::Option* backend = cmd->add_option("--backend", o->backend, "communications backend whose costs to use (with --calibration: the file's)")
       ->check(CLI::IsMember({"nccl", "gloo"}))
@@ -411,6 +413,7 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_flag("--run-checks", o->run_checks, "check the plan's consistency and re-price it from scratch");
   cmd->add_flag("--preload", o->preload, "read the plan from --out instead of solving");
   cmd->add_flag("--no-tie-layers", o->no_tie_layers, "let identical layers choose differently");
+  cmd->add_flag("--no-zero", o->no_zero, "training: offer no ZeRO-1/2 storage of parameters (ZeRO-3, stored sharded, stays)");
   cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)");
   cmd->add_option("--out", o->out, "plan file (JSON)")->capture_default_str();
   cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");

@@ -47,6 +47,7 @@
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
+#include <optional>   // std::optional
 #include <string>     // std::string
 #include <utility>    // std::pair
 #include <vector>     // std::vector
@@ -87,6 +88,10 @@ struct strategy_options {
   /// pass's compute (0 = none).
   double gradient_bucket_bytes = 25.0 * (1 << 20);
   double gradient_overlap = 0.0;
+  /// Training: also offer each parameter replicated on some mesh axes as ZeRO-1 (optimizer
+  /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a
+  /// parameter stored sharded, gathered on use.
+  bool zero = true;
 };
 
 /// One way to run an operator on the mesh.
@@ -98,6 +103,13 @@ struct strategy {
   double compute_seconds = 0.0;
   double comm_seconds = 0.0;          ///< the operator's own communication
   std::int64_t memory_bytes = 0;      ///< per device
+  /// Training, a parameter: 1 when its optimizer state is sharded over the mesh axes where the
+  /// weight is replicated (ZeRO-1), 2 when its gradient is too (ZeRO-2); 0 otherwise. Its
+  /// gradient synchronisation then ends sharded, in `gradient_spec` (a reduce-scatter where
+  /// plain data parallelism all-reduces), and comm_seconds is the all-gather of the updated
+  /// weight after the optimizer step.
+  int zero_stage = 0;
+  sharding_spec gradient_spec;        ///< with zero_stage > 0: where the gradient sync ends
   double seconds() const noexcept { return compute_seconds + comm_seconds; }
 };
 
@@ -413,6 +425,68 @@ inline std::int64_t local_bytes(const device_mesh& m, const sharding_spec& s, co
 
 }  // namespace detail
 
+/// One collective of a parameter's synchronisation (its gradient's reduction, ZeRO's
+/// all-gather of the updated weight), bucketed like DDP: it pays its share, bytes / bucket, of
+/// the latency of a full bucket (bucket 0: the whole latency).
+inline double bucketed_seconds(const device_mesh& m, const priced_step& p, double bucket_bytes) {
+  if (!is_communication(p.step.kind) || p.seconds <= 0) return 0.0;
+  if (bucket_bytes <= 0) return p.seconds;
+  const double latency = collective_time(p.step.kind, m.link(p.step.mesh_axis), p.group_size, 0.0);
+  const double share = std::min(1.0, static_cast<double>(p.bytes) / bucket_bytes);
+  return p.seconds - latency + latency * share;
+}
+
+/// The spec of a parameter's ZeRO shard when it is held as `out`: every mesh axis of more
+/// than one rank where it is replicated shards its largest local dim (ZeRO flattens the
+/// tensor; a dim keeps shards whole rows). None when there is no such axis, or a shard would
+/// be empty.
+inline std::optional<sharding_spec> zero_spec(const device_mesh& m, const sharding_spec& out, const tensor_shape& shape) {
+  if (shape.rank == 0) return std::nullopt;
+  const tensor_shape local = max_local_shape(m, out, shape);
+  int d = 0;
+  for (std::size_t i = 1; i < shape.rank; ++i)
+    if (local[i] > local[static_cast<std::size_t>(d)]) d = static_cast<int>(i);
+  sharding_spec z = out;
+  bool any = false;
+  for (std::size_t a = 0; a < out.mesh_rank; ++a)
+    if (out[a].is_replicate() && m.size(a) > 1) z[a] = Shard(d), any = true;
+  if (!any || !no_empty_shards(m, z, shape)) return std::nullopt;
+  return z;
+}
+
+namespace detail {
+
+/// The ZeRO-1 and ZeRO-2 variants of parameter strategy `s` (training). Per device, with e
+/// the weight's bytes per element, S the optimizer's (f32 master and moments: 12 B for
+/// mixed-precision Adam), n elements held and n_z in the ZeRO shard:
+///   plain data parallel  (2e + S) n        ZeRO-1  2e n + S n_z        ZeRO-2  e n + (e + S) n_z
+/// Both reduce-scatter the gradient (on the edges) and all-gather the updated weight
+/// (comm_seconds, bucketed): the bytes of one all-reduce, as the ZeRO paper counts them.
+inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy& s, const node& nd, const strategy_options& opt) {
+  std::vector<strategy> out;
+  const std::optional<sharding_spec> z = zero_spec(m, s.output, nd.shape);
+  if (!z) return out;
+  const auto e = static_cast<std::int64_t>(dtype_size(nd.type));
+  const std::int64_t state = parameter_state_bytes(nd.type, opt.optimizer) - 2 * e;
+  const std::int64_t n = max_local_shape(m, s.output, nd.shape).numel(), nz = max_local_shape(m, *z, nd.shape).numel();
+  double gather = 0.0;
+  for (const priced_step& p : price_plan(m, plan_redistribute(m, *z, s.output, nd.shape), nd.shape, nd.type))
+    gather += bucketed_seconds(m, p, opt.gradient_bucket_bytes);
+  for (int stage : {1, 2}) {
+    if (stage == 1 && state == 0) continue;  // no optimizer state to shard: ZeRO-1 is plain data parallelism
+    strategy v = s;
+    v.zero_stage = stage;
+    v.gradient_spec = *z;
+    v.memory_bytes = stage == 1 ? 2 * e * n + state * nz : e * n + (e + state) * nz;
+    v.comm_seconds += gather;
+    v.name += stage == 1 ? " zero-1" : " zero-2";
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace detail
+
 /// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
 /// offer Replicate or Shard(d) per mesh axis.
 inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t v, const device_mesh& m,
@@ -489,7 +563,10 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     }
     for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
     s.name += "->" + to_alpa_string(s.output);
+    std::vector<strategy> zero;
+    if (train && opt.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt);
     out.push_back(std::move(s));
+    for (strategy& z : zero) out.push_back(std::move(z));
   }
   return out;
 }
@@ -533,12 +610,7 @@ struct backward_pricing {
 /// plan is gradient synchronisation: bucketed and possibly overlapped.
 inline double backward_step_seconds(const device_mesh& m, const priced_step& p, const backward_pricing& b, bool reduction) {
   if (!is_communication(p.step.kind) || p.seconds <= 0) return 0.0;
-  double s = p.seconds;
-  if (b.parameter && b.bucket_bytes > 0) {
-    const double latency = collective_time(p.step.kind, m.link(p.step.mesh_axis), p.group_size, 0.0);
-    const double share = std::min(1.0, static_cast<double>(p.bytes) / b.bucket_bytes);
-    s = s - latency + latency * share;
-  }
+  double s = b.parameter ? bucketed_seconds(m, p, b.bucket_bytes) : p.seconds;
   if (b.parameter) s *= 1.0 - b.overlap;
   if (reduction && b.consumers > 1) s /= b.consumers;
   return s;
@@ -575,21 +647,29 @@ inline double resharding_seconds(const device_mesh& m, const sharding_spec& from
   return s;
 }
 
+/// Where the gradient of `producer`'s output is taken back to: a ZeRO parameter's
+/// gradient_spec, otherwise its output with Partial axes Replicate.
+inline sharding_spec backward_target(const strategy& producer) {
+  return producer.zero_stage > 0 ? producer.gradient_spec : gradient_target(producer.output);
+}
+
 /// Seconds of the backward of an edge: the consumer's gradient `grad` of the operand, taken
-/// back to the layout of the producer's output `from`.
-inline double backward_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& grad,
+/// back to `target` (backward_target of the producer's strategy).
+inline double backward_seconds(const device_mesh& m, const sharding_spec& target, const sharding_spec& grad,
                                const tensor_shape& shape, dtype t, const backward_pricing& b) {
-  const plan_cost c = price_plan(m, plan_redistribute(m, grad, gradient_target(from), shape), shape, t);
+  const plan_cost c = price_plan(m, plan_redistribute(m, grad, target, shape), shape, t);
   const std::array<bool, redist_plan::capacity> red = reduction_steps(c);
   double s = 0;
   for (std::size_t i = 0; i < c.size(); ++i) s += backward_step_seconds(m, c[i], b, red[i]);
   return s;
 }
 
-/// Everything one edge costs: forward resharding, and in training the backward of it.
+/// Everything one edge costs: forward resharding, and in training the backward of it and,
+/// out of a parameter, its forward plan once more: the weight gathered again for the
+/// backward, as ZeRO-3 and FSDP do (a gathered copy is not kept: no memory counts it).
 struct edge_costs {
-  double forward = 0, backward = 0;
-  double total() const noexcept { return forward + backward; }
+  double forward = 0, backward = 0, regather = 0;
+  double total() const noexcept { return forward + backward + regather; }
 };
 
 /// How the backward of edge `e` is priced, from the graph and the options.
@@ -605,17 +685,65 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
   return b;
 }
 
+/// Prices one graph edge for any pair of producer and consumer strategies: forward, backward
+/// and re-gather (edge_costs). The forward plan depends on (output spec, input spec) only and
+/// the backward on (backward target, gradient spec) only, so each distinct pair is priced
+/// once (a few dozen distinct specs per edge, compared as values).
+class edge_pricer {
+ public:
+  /// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
+  edge_pricer(const model_graph& g, edge_t e, const device_mesh& m, bool grad_flows, const backward_pricing& b)
+      : m_(m), src_(g[boost::source(e, g)]), operand_(static_cast<std::size_t>(g[e].operand)), grad_flows_(grad_flows), b_(b) {}
+
+  edge_costs operator()(const strategy& producer, const strategy& consumer) {
+    edge_costs c;
+    c.forward = memo(forward_, producer.output, consumer.inputs[operand_], [&](const sharding_spec& from, const sharding_spec& to) {
+      return resharding_seconds(m_, from, to, src_.shape, src_.type);
+    });
+    if (grad_flows_ && std::isfinite(c.forward)) {
+      if (operand_ < consumer.grads.size())
+        c.backward = memo(backward_, backward_target(producer), consumer.grads[operand_],
+                          [&](const sharding_spec& target, const sharding_spec& grad) {
+                            return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
+                          });
+      if (src_.is_parameter()) c.regather = c.forward;
+    }
+    return c;
+  }
+
+ private:
+  struct table {
+    std::vector<sharding_spec> rows, cols;
+    std::vector<std::vector<double>> values;  // [row][col], NaN = not priced yet
+  };
+  static std::size_t index(std::vector<sharding_spec>& ids, const sharding_spec& s) {
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      if (ids[k] == s) return k;
+    ids.push_back(s);
+    return ids.size() - 1;
+  }
+  template <class F>
+  static double memo(table& t, const sharding_spec& a, const sharding_spec& b, F&& price) {
+    const std::size_t r = index(t.rows, a), c = index(t.cols, b);
+    if (t.values.size() <= r) t.values.resize(r + 1);
+    std::vector<double>& row = t.values[r];
+    if (row.size() <= c) row.resize(c + 1, std::numeric_limits<double>::quiet_NaN());
+    if (std::isnan(row[c])) row[c] = price(a, b);
+    return row[c];
+  }
+  const device_mesh& m_;
+  const node& src_;
+  std::size_t operand_;
+  bool grad_flows_;
+  backward_pricing b_;
+  table forward_, backward_;
+};
+
 /// The cost of edge `e` when its producer runs `producer` and its consumer `consumer`.
 /// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
 inline edge_costs price_edge(const model_graph& g, edge_t e, const strategy& producer, const strategy& consumer,
                              const device_mesh& m, bool grad_flows, const backward_pricing& b) {
-  const node& src = g[boost::source(e, g)];
-  const auto operand = static_cast<std::size_t>(g[e].operand);
-  edge_costs c;
-  c.forward = resharding_seconds(m, producer.output, consumer.inputs[operand], src.shape, src.type);
-  if (grad_flows && operand < consumer.grads.size() && std::isfinite(c.forward))
-    c.backward = backward_seconds(m, producer.output, consumer.grads[operand], src.shape, src.type, b);
-  return c;
+  return edge_pricer(g, e, m, grad_flows, b)(producer, consumer);
 }
 
 /// Row-major producer-strategy x consumer-strategy matrix of seconds.
@@ -633,27 +761,13 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
                                     const strategy_options& opt = {}) {
   const auto operand = static_cast<std::size_t>(g[e].operand);
   const bool grad_flows = opt.mode == run_mode::training && detail::requires_grad(g, boost::source(e, g));
-  const backward_pricing bp = backward_pricing_of(g, e, opt);
+  edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt));
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
-  auto key = [](const sharding_spec& s) { return to_alpa_string(s); };
-  auto ckey = [&](const strategy& s) {
-    return key(s.inputs[operand]) + (grad_flows && operand < s.grads.size() ? "|" + key(s.grads[operand]) : std::string());
-  };
-  std::map<std::pair<std::string, std::string>, double> memo;
-  std::vector<std::string> ck(consumer.size());
-  for (std::size_t j = 0; j < consumer.size(); ++j) {
+  for (std::size_t j = 0; j < consumer.size(); ++j)
     if (operand >= consumer[j].inputs.size())
       throw graph_error("edge into '" + g[boost::target(e, g)].name + "': strategy has no operand " + std::to_string(operand));
-    ck[j] = ckey(consumer[j]);
-  }
-  for (std::size_t i = 0; i < producer.size(); ++i) {
-    const std::string pk = key(producer[i].output);
-    for (std::size_t j = 0; j < consumer.size(); ++j) {
-      auto [it, fresh] = memo.try_emplace({pk, ck[j]}, 0.0);
-      if (fresh) it->second = price_edge(g, e, producer[i], consumer[j], m, grad_flows, bp).total();
-      c.values[i * c.cols + j] = it->second;
-    }
-  }
+  for (std::size_t i = 0; i < producer.size(); ++i)
+    for (std::size_t j = 0; j < consumer.size(); ++j) c.values[i * c.cols + j] = price(producer[i], consumer[j]).total();
   return c;
 }
 

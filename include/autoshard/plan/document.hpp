@@ -203,7 +203,7 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   d.mesh = mesh_from_json(j["mesh"]);
 
   const json_in o = j["options"];
-  d.options.algo = o["algo"].one_of({"alpa", "megatron", "data_parallel", "fully_replicated"});
+  d.options.algo = o["algo"].one_of({"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"});
   d.options.time_limit = o["time_limit"].number(0.0, 1e12);
   d.options.mip_rel_gap = o["mip_rel_gap"].number(0.0, 1.0);
   d.options.skip_fully_replicated = o["skip_fully_replicated"].boolean();

@@ -18,6 +18,8 @@
 ///                       on the other axes the batch is split and weights replicated; every other
 ///                       operator takes its cheapest consistent strategy under that constraint
 ///   "data_parallel"     weights replicated, activations split on the batch dim (or replicated)
+///   "zero3"             data_parallel's activations, every parameter stored sharded on every
+///                       mesh axis (where it splits that finely) and gathered on use (ZeRO-3, FSDP)
 ///   "fully_replicated"  every tensor whole on every device
 /// Each is the same ILP over a restricted strategy set, so alpa's plan is never costlier than a
 /// baseline solved to optimality.
@@ -58,7 +60,7 @@ namespace autoshard {
 /// (calibration_result::mesh()), or set each axis's link yourself.
 struct autosharding_options {
   device_mesh mesh = make_cluster_mesh({default_mesh_shape.begin(), default_mesh_shape.end()});
-  std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "fully_replicated"
+  std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "zero3", "fully_replicated"
   bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
   double time_limit = 600.0;                     ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
@@ -77,6 +79,7 @@ struct autosharding_options {
   optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
   double gradient_bucket_bytes = 25.0 * (1 << 20);  ///< training: DDP's bucket; 0 = one collective per tensor
   double gradient_overlap = 0.0;                    ///< training: fraction of gradient sync hidden behind compute
+  bool zero = true;  ///< training: also offer ZeRO-1/2 storage of parameters (strategy_options::zero)
   device_model device{};
   bool tie_layers = true;
   bool compare_baselines = true;                 ///< also solve the other algos for the report
@@ -171,6 +174,7 @@ inline strategy_options pricing_options(const autosharding_options& o) {
   so.optimizer = o.optimizer;
   so.gradient_bucket_bytes = o.gradient_bucket_bytes;
   so.gradient_overlap = o.gradient_overlap;
+  so.zero = o.zero;
   return so;
 }
 
@@ -269,9 +273,19 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std:
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
   std::vector<std::vector<char>> allow(pm.size());
+  // ZeRO-3 stores a parameter sharded on every mesh axis of more than one rank, where the
+  // parameter can be split that finely.
+  const auto fully_sharded = [&](const strategy& s) {
+    if (s.zero_stage > 0) return false;
+    for (std::size_t a = 0; a < axes; ++a)
+      if (pm.mesh.size(a) > 1 && !s.output[a].is_shard()) return false;
+    return true;
+  };
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const std::vector<vertex_t> ops = operands(g, v);
     const node& nd = g[v];
+    const bool can_shard_fully =
+        nd.is_parameter() && std::any_of(pm.strategies[v].begin(), pm.strategies[v].end(), fully_sharded);
     for (const strategy& s : pm.strategies[v]) {
       bool all_rep = s.output.is_replicated();
       for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
@@ -287,10 +301,19 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std:
       if (algo == "alpa") {
         ok = !(skip_replicated && nd.is_operator() && all_rep && pm.strategies[v].size() > 1);
       } else if (algo == "fully_replicated") {
-        ok = all_rep;
+        ok = all_rep && s.zero_stage == 0;
       } else if (algo == "data_parallel") {
+        ok = s.zero_stage == 0;
         for (std::size_t a = 0; a < axes && ok; ++a) ok = dp_axis(a);
+      } else if (algo == "zero3") {
+        if (can_shard_fully) {
+          ok = fully_sharded(s);
+        } else {
+          ok = s.zero_stage == 0;
+          for (std::size_t a = 0; a < axes && ok; ++a) ok = dp_axis(a);
+        }
       } else if (algo == "megatron") {
+        ok = s.zero_stage == 0;
         for (std::size_t a = 0; a + 1 < axes && ok; ++a) ok = dp_axis(a);
         const std::size_t tp = axes - 1;
         if (ok && nd.is_parameter()) {
@@ -317,7 +340,7 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std:
                  s.output[tp].is_partial();
         }
       } else {
-        throw solver_error("algo must be \"alpa\", \"megatron\", \"data_parallel\" or \"fully_replicated\", got \"" +
+        throw solver_error("algo must be \"alpa\", \"megatron\", \"data_parallel\", \"zero3\" or \"fully_replicated\", got \"" +
                            algo + "\"");
       }
       allow[v].push_back(ok ? 1 : 0);
@@ -403,6 +426,13 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
                                      collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
                                      traffic_site::op(v)});
     }
+    if (st.zero_stage > 0)  // the all-gather of the updated weight
+      for (const priced_step& p : price_plan(pm.mesh, plan_redistribute(pm.mesh, st.gradient_spec, st.output, g[v].shape), g[v].shape, g[v].type)) {
+        const double sec = bucketed_seconds(pm.mesh, p, pm.sopt.gradient_bucket_bytes);
+        if (sec > 0.0)
+          s.collectives.push_back({"ZeRO-" + std::to_string(st.zero_stage) + " all-gather of " + g[v].name, p.step.kind,
+                                   p.step.mesh_axis, p.bytes, sec, traffic_site::gradient(v)});
+      }
   }
   for (edge_t e : pm.edges) {
     const vertex_t u = boost::source(e, g), v = boost::target(e, g);
@@ -411,19 +441,22 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
     const auto operand = static_cast<std::size_t>(g[e].operand);
     const edge_costs c = edge_cost_of(pm, e, choice);
     s.resharding_seconds += c.forward;
-    if (g[u].is_parameter()) s.communication_seconds += c.backward;  // gradient synchronisation
+    if (g[u].is_parameter()) s.communication_seconds += c.backward + c.regather;  // gradient sync, re-gather
     else s.resharding_seconds += c.backward;
     if (c.forward > 0.0 && !std::isinf(c.forward)) {
       const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, su.output, settle_target(su.output, sv.inputs[operand]), g[u].shape),
                                       g[u].shape, g[u].type);
-      for (const priced_step& st : pc)
-        if (is_communication(st.step.kind))
-          s.collectives.push_back({"edge " + g[u].name + " -> " + g[v].name, st.step.kind, st.step.mesh_axis, st.bytes, st.seconds,
-                                   traffic_site::edge(v, operand)});
+      // The re-gather happens in the backward: the gradient's site (the forward audit leaves it out).
+      for (int k = 0; k < (c.regather > 0.0 ? 2 : 1); ++k)
+        for (const priced_step& st : pc)
+          if (is_communication(st.step.kind))
+            s.collectives.push_back({(k ? "re-gather for the backward: edge " : "edge ") + g[u].name + " -> " + g[v].name,
+                                     st.step.kind, st.step.mesh_axis, st.bytes, st.seconds,
+                                     k ? traffic_site::gradient(u) : traffic_site::edge(v, operand)});
     }
     if (c.backward > 0.0) {
       const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
-      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], gradient_target(su.output), g[u].shape),
+      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
                                       g[u].shape, g[u].type);
       const std::string where = g[u].is_parameter() ? "gradient of " + g[u].name + " in " + g[v].name
                                                     : "backward of edge " + g[u].name + " -> " + g[v].name;
@@ -649,10 +682,12 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     rep.solver = std::move(solved);
   }
   if (o.compare_baselines) {
+    std::vector<const char*> algos;
+    for (const char* algo : {"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"})
+      if (algo != rep.plan.algo) algos.push_back(algo);
     std::size_t done = 0;
-    if (o.on_phase) o.on_phase("baselines", 0, 3);
-    for (const char* algo : {"alpa", "megatron", "data_parallel", "fully_replicated"}) {
-      if (algo == rep.plan.algo) continue;
+    if (o.on_phase) o.on_phase("baselines", 0, algos.size());
+    for (const char* algo : algos) {
       std::size_t unused = 0;
       try {
         rep.baselines.push_back(detail::solve_algo(pm, o, algo, unused).first);
@@ -663,7 +698,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
         s.why_not = std::string(e.message());
         rep.baselines.push_back(std::move(s));
       }
-      if (o.on_phase) o.on_phase("baselines", ++done, 3);
+      if (o.on_phase) o.on_phase("baselines", ++done, algos.size());
     }
   }
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);

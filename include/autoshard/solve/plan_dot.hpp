@@ -140,7 +140,7 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
     };
     name_steps(plan_redistribute(m, from, settle_target(from, to), g[u].shape), "");
     if (c.backward > 0)
-      name_steps(plan_redistribute(m, chosen[v].grads.at(static_cast<std::size_t>(g[*it].operand)), gradient_target(from), g[u].shape),
+      name_steps(plan_redistribute(m, chosen[v].grads.at(static_cast<std::size_t>(g[*it].operand)), backward_target(chosen[u]), g[u].shape),
                  " backward");
     if (what.empty()) what = "local slice";
     e.label = what;

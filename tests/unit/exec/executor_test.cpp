@@ -316,8 +316,8 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
       sums_partials = sums_partials || (g[v].shape.rank > 0 && res.strategies[v].output.has_partial());
     if (sums_partials) CHECK(r32.max_abs_diff > 0.0);
   }
-  SUBCASE("GPT-2, the megatron and data-parallel plans") {
-    for (const char* algo : {"megatron", "data_parallel"}) {
+  SUBCASE("GPT-2, the megatron, data-parallel and ZeRO-3 plans") {
+    for (const char* algo : {"megatron", "data_parallel", "zero3"}) {
       autosharding_options mo = o;
       mo.algo = algo;
       // So small a model trains fastest replicated on fast devices; on slow ones splitting
@@ -559,7 +559,7 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   o.compare_baselines = false;
   verify_options vo;
   vo.training = true;
-  for (const char* algo : {"megatron", "data_parallel"}) {
+  for (const char* algo : {"megatron", "data_parallel", "zero3"}) {
     CAPTURE(algo);
     o.algo = algo;
     const autosharding_result res = autosharding_analysis_pass(g, o);

@@ -662,12 +662,24 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(vp.comm_seconds == doctest::Approx(3 * collective_time(collective::all_reduce, m.link(1), 2, 256.0 * 4)));
   CHECK(find(sl, parse("S0R", 2), parse("S0", 1)).comm_seconds == 0.0);
   // a parameter's memory: its local shard, 16 B per element in training with mixed-precision
-  // Adam (bf16 weight and gradient, f32 master and two moments), 8 B with SGD
+  // Adam (bf16 weight and gradient, f32 master and two moments), 8 B with SGD. Stored
+  // replicated on some axes it also comes as ZeRO-1 (the 12 B of optimizer state sharded over
+  // those axes) and ZeRO-2 (the gradient's 2 B too): 9 specs, 5 of them replicated somewhere.
   const auto pw = enumerate_strategies(g, w, m, train);
-  CHECK(pw.size() == 9);
-  for (const strategy& s : pw) CHECK(s.memory_bytes == 16 * max_local_shape(m, s.output, {4096, 1024}).numel());
+  CHECK(pw.size() == 9 + 2 * 5);
+  for (const strategy& s : pw) {
+    CAPTURE(s.name);
+    const std::int64_t n = max_local_shape(m, s.output, {4096, 1024}).numel();
+    int replicated = 1;  // ranks that hold the same n elements
+    for (std::size_t a = 0; a < 2; ++a) replicated *= s.output[a].is_replicate() ? 2 : 1;
+    if (s.zero_stage == 0) CHECK(s.memory_bytes == 16 * n);
+    if (s.zero_stage == 1) CHECK(s.memory_bytes == 4 * n + 12 * n / replicated);
+    if (s.zero_stage == 2) CHECK(s.memory_bytes == 2 * n + 14 * n / replicated);
+    CHECK((s.zero_stage == 0 || replicated > 1));
+  }
   strategy_options sgd = train;
   sgd.optimizer = optimizer_kind::sgd;
+  sgd.zero = false;
   for (const strategy& s : enumerate_strategies(g, w, m, sgd))
     CHECK(s.memory_bytes == 8 * max_local_shape(m, s.output, {4096, 1024}).numel());
   CHECK(parameter_state_bytes(dtype::f32, optimizer_kind::adam) == 16);
@@ -728,7 +740,8 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
         CHECK(rx(i, j) == doctest::Approx(redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)));
     // bias -> fc operand 2: Replicate -> Partial is free; Shard -> Partial gathers first.
     // In training the bias gradient comes back (Partial where fc splits the batch: the
-    // data-parallel gradient sync) to the bias's own layout.
+    // data-parallel gradient sync) to the bias's own layout, or a ZeRO bias's shard; and a
+    // bias gathered for the forward is gathered again for the backward.
     const cost_matrix rb = resharding_costs(g, boost::edge(b, fc, g).first, sb, sfc, m, opt);
     std::size_t partial_cols = 0;
     for (std::size_t j = 0; j < rb.cols; ++j) {
@@ -738,10 +751,12 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
         sharding_spec via = sfc[j].inputs[2];
         for (std::size_t a = 0; a < 2; ++a)
           if (via[a].is_partial() && sb[i].output[a].is_shard()) via[a] = Replicate();
-        const double bwd = train ? price_plan(m, plan_redistribute(m, sfc[j].grads[2], sb[i].output, tensor_shape{512}), {512}, dtype::f32).seconds
+        const sharding_spec back = sb[i].zero_stage > 0 ? sb[i].gradient_spec : sb[i].output;
+        const double bwd = train ? price_plan(m, plan_redistribute(m, sfc[j].grads[2], back, tensor_shape{512}), {512}, dtype::f32).seconds
                                  : 0.0;
+        const double fwd = redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32);
         CHECK(std::isfinite(rb(i, j)));
-        CHECK(rb(i, j) == doctest::Approx(redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32) + bwd));
+        CHECK(rb(i, j) == doctest::Approx(fwd * (train ? 2 : 1) + bwd));
       }
     }
     CHECK(partial_cols > 0);
@@ -758,7 +773,7 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   const auto sw = enumerate_strategies(g, w, m, opt);
   const auto sfc = enumerate_strategies(g, fc, m, opt);
   std::size_t rep = 0, dp = 0;
-  for (std::size_t i = 0; i < sw.size(); ++i) rep = sw[i].output.is_replicated() ? i : rep;
+  for (std::size_t i = 0; i < sw.size(); ++i) rep = sw[i].output.is_replicated() && sw[i].zero_stage == 0 ? i : rep;
   for (std::size_t j = 0; j < sfc.size(); ++j)
     dp = sfc[j].inputs[0] == parse_spec("S01R", 2) && sfc[j].inputs[1].is_replicated() ? j : dp;
   REQUIRE(sfc[dp].grads[1] == parse_spec("[P,P]", 2, 2));
@@ -845,4 +860,71 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
     const double hbm = std::string(name) == "a100-80g" ? 2.039e12 : std::string(name) == "h100-80g" ? 3.35e12 : 4.8e12;
     CHECK(s.front().compute_seconds == doctest::Approx(flops / peak + bytes / hbm));
   }
+}
+
+TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stages 1 and 2, 3 for stage 3") {
+  // A [1024, 1024] bf16 weight (2 MiB) used by a batch-split linear on 8 ranks of one link
+  // (alpha 5 us, 300 GB/s, no per-step term, one collective per tensor): the consumer hands
+  // back a Partial gradient of the whole weight.
+  model_graph g;
+  device_mesh m{8};
+  m.set_link(0, {5e-6, 300e9, 0.0});
+  auto x = add_input(g, "x", {64, 1024}, dtype::bf16);
+  auto w = add_parameter(g, "fc.weight", {1024, 1024}, dtype::bf16);
+  auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+  strategy_options opt{device_model{}, run_mode::training};
+  opt.gradient_bucket_bytes = 0;
+  const auto sw = enumerate_strategies(g, w, m, opt);
+  const auto sfc = enumerate_strategies(g, fc, m, opt);
+  const strategy* dp = nullptr;
+  for (const strategy& s : sfc)
+    if (s.inputs[0] == parse_spec("[S(0)]", 1, 2) && s.inputs[1].is_replicated()) dp = &s;
+  REQUIRE(dp != nullptr);
+  REQUIRE(dp->grads[1] == parse_spec("[P]", 1, 2));
+  const edge_t e = boost::edge(w, fc, g).first;
+  const backward_pricing bp = backward_pricing_of(g, e, opt);
+  const double B = 1024.0 * 1024 * 2, n = 1024.0 * 1024, alpha = 5e-6, beta = 300e9;
+  const double ring = 7.0 / 8 * B / beta;  // one volume: an all-gather's or a reduce-scatter's
+  auto find = [&](const char* spec, int stage) -> const strategy& {
+    for (const strategy& s : sw)
+      if (s.output == parse_spec(spec, 1, 2) && s.zero_stage == stage) return s;
+    FAIL("no strategy " << spec << " zero-" << stage);
+    return sw.front();
+  };
+  auto cost = [&](const strategy& s) { return s.comm_seconds + price_edge(g, e, s, *dp, m, true, bp).total(); };
+  // Data parallel: one all-reduce (two volumes), 16 B per parameter.
+  const strategy& ddp = find("[R]", 0);
+  CHECK(cost(ddp) == doctest::Approx(alpha + 2 * ring));
+  CHECK(ddp.memory_bytes == 16 * n);
+  // ZeRO-1 and ZeRO-2: the gradient reduce-scattered, the updated weight all-gathered (two
+  // volumes, two latencies); optimizer state (and gradient) an eighth.
+  const strategy& z1 = find("[R]", 1);
+  const strategy& z2 = find("[R]", 2);
+  CHECK(z1.name == "->RR zero-1");
+  for (const strategy* z : {&z1, &z2}) {
+    CHECK(z->gradient_spec.is_sharded(0));  // the larger local dim, the first of equals
+    CHECK(cost(*z) == doctest::Approx(2 * alpha + 2 * ring));
+    CHECK(price_edge(g, e, *z, *dp, m, true, bp).backward == doctest::Approx(alpha + ring));  // the reduce-scatter
+  }
+  CHECK(z1.memory_bytes == (2 + 2) * n + 12 * n / 8);
+  CHECK(z2.memory_bytes == 2 * n + (2 + 12) * n / 8);
+  // ZeRO-3: stored sharded, gathered for the forward and again for the backward, the gradient
+  // reduce-scattered (three volumes); everything an eighth.
+  const strategy& z3 = find("[S(0)]", 0);
+  const edge_costs c3 = price_edge(g, e, z3, *dp, m, true, bp);
+  CHECK(c3.forward == doctest::Approx(alpha + ring));
+  CHECK(c3.regather == doctest::Approx(alpha + ring));
+  CHECK(c3.backward == doctest::Approx(alpha + ring));
+  CHECK(z3.memory_bytes == 16 * n / 8);
+  // Without the option, only plain storage; SGD in f32 has no optimizer state: no ZeRO-1.
+  opt.zero = false;
+  for (const strategy& s : enumerate_strategies(g, w, m, opt)) CHECK(s.zero_stage == 0);
+  model_graph g32;
+  auto w32 = add_parameter(g32, "w", {1024, 1024}, dtype::f32);
+  strategy_options sgd{device_model{}, run_mode::training};
+  sgd.optimizer = optimizer_kind::sgd;
+  int stages[3] = {0, 0, 0};
+  for (const strategy& s : enumerate_strategies(g32, w32, m, sgd)) ++stages[s.zero_stage];
+  CHECK(stages[1] == 0);
+  CHECK(stages[2] == 1);
 }

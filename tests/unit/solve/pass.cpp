@@ -96,8 +96,8 @@ TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
   o.run_checks = true;
   const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
   const autoshard::autosharding_report& rep = r.report;
-  REQUIRE(rep.baselines.size() == 3);
-  for (const char* b : {"megatron", "data_parallel", "fully_replicated"}) {
+  REQUIRE(rep.baselines.size() == 4);
+  for (const char* b : {"megatron", "data_parallel", "zero3", "fully_replicated"}) {
     CAPTURE(b);
     REQUIRE(baseline(rep, b).feasible);
     CHECK(rep.plan.step_seconds <= baseline(rep, b).step_seconds * (1 + 1e-9));
@@ -351,6 +351,7 @@ autoshard::autosharding_options alpa_options(const std::vector<int>& mesh, doubl
                                                .intra_node_hop = 0});
   o.mode = autoshard::run_mode::training;
   o.gradient_bucket_bytes = 0;
+  o.zero = false;  // Alpa has no ZeRO (with no latency, ZeRO-2 costs what an all-reduce does)
   o.device.peak_flops = 1e12;
   o.compare_baselines = false;
   o.run_checks = true;
@@ -473,4 +474,59 @@ TEST_CASE("a plan above the device's memory says it does not fit, and the device
   // A device the cost model cannot price is refused by name.
   o.device.peak_flops = 0;
   CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("peak_flops"), solver_error);
+}
+
+TEST_CASE("ZeRO: under a budget plain data parallelism cannot meet, the weights go ZeRO-1 or -2, and the ZeRO-3 baseline moves 1.5x the bytes") {
+  using namespace autoshard;
+  // Two f32 [1024, 1024] weights (n = 2^20 elements each, 16 B per element with Adam) trained
+  // data-parallel on 8 ranks: every activation pinned batch-split, so each linear takes its
+  // weight whole. Per weight: plain 16n, ZeRO-1 8n + 8n/8 = 9n, ZeRO-2 4n + 12n/8 = 5.5n,
+  // ZeRO-3 2n. A budget of 20n per device leaves both weights ZeRO-1 or -2 (18n or less;
+  // plain + ZeRO-3, 18n too, moves 5 volumes where two ZeRO-1/2 weights move 4).
+  const model_graph g = alpa_mlp(2, 64, 1024);
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({8});
+  o.mode = run_mode::training;
+  o.gradient_bucket_bytes = 0;  // every collective its own latency: the plain formulas
+  o.run_checks = true;
+  o.tie_layers = false;
+  for (const char* v : {"dense.0", "relu.0", "dense.1"}) o.pinned[v] = parse_spec("[S(0)]", 1, 2);
+  const std::int64_t n = 1 << 20;
+  o.memory_budget = 20 * n;
+  const autosharding_result r = autosharding_analysis_pass(g, o);
+  const device_mesh& m = r.report.mesh;
+  const double W = 4.0 * n, b = 4.0 * 1024;  // bytes of a weight and of a bias
+  for (const char* w : {"dense.0.weight", "dense.1.weight"}) {
+    const strategy& s = chosen(g, r, w);
+    CAPTURE(s.name);
+    CHECK(s.output.is_replicated());
+    CHECK((s.zero_stage == 1 || s.zero_stage == 2));
+  }
+  // Each weight: its gradient reduce-scattered and its update all-gathered; each bias (too
+  // small to matter for memory) all-reduced.
+  const double rs = collective_time(collective::reduce_scatter, m.link(0), 8, W);
+  const double ag = collective_time(collective::all_gather, m.link(0), 8, W);
+  const double ar_b = collective_time(collective::all_reduce, m.link(0), 8, b);
+  CHECK(r.report.plan.communication_seconds == doctest::Approx(2 * (rs + ag) + 2 * ar_b).epsilon(1e-12));
+  CHECK(r.report.plan.resharding_seconds == 0.0);
+  CHECK(r.report.plan.peak_memory_bytes <= 20 * n);
+
+  // Bytes only (no latency): ZeRO-3 gathers each parameter for the forward and again for the
+  // backward and reduce-scatters its gradient, 3 volumes against plain data parallelism's
+  // all-reduce, 2: 1.5x (the ZeRO paper's 3 Psi against 2 Psi), holding 1/8 of the state.
+  o.mesh = make_cluster_mesh({8}, {.intra_node_latency = 0, .intra_node_hop = 0});
+  o.memory_budget.reset();
+  const autosharding_result free = autosharding_analysis_pass(g, o);
+  const plan_summary& dp = baseline(free.report, "data_parallel");
+  const plan_summary& z3 = baseline(free.report, "zero3");
+  REQUIRE(dp.feasible);
+  REQUIRE(z3.feasible);
+  // (The forward gather of a stored shard is its edge's resharding; the rest communication.)
+  auto moved = [](const plan_summary& p) { return p.communication_seconds + p.resharding_seconds; };
+  CHECK(dp.resharding_seconds == 0.0);
+  CHECK(dp.communication_seconds > 0.0);
+  CHECK(moved(z3) == doctest::Approx(1.5 * moved(dp)).epsilon(1e-12));
+  CHECK(z3.compute_seconds == doctest::Approx(dp.compute_seconds).epsilon(1e-12));
+  const double params = 2.0 * n + 2.0 * 1024;
+  CHECK(static_cast<double>(dp.peak_memory_bytes - z3.peak_memory_bytes) == doctest::Approx(16.0 * params * 7 / 8).epsilon(1e-9));
 }

@@ -393,18 +393,9 @@ enum class phase_end { done, time_out, infeasible };
 inline phase_end solve_relaxation(glpk_model& model, double until, clock::time_point t0, double limit_tol) {
   glp_prob* P = model.lp.get();
   for (;;) {
-    glp_smcp sm;
-    glp_init_smcp(&sm);
-    sm.msg_lev = GLP_MSG_OFF;
-    sm.meth = GLP_DUALP;
-    sm.tol_dj = safe_tol_dj;  // its duals give the safe bound
-    sm.tm_lim = ms_left(until, t0);
-    if (sm.tm_lim == 0) return phase_end::time_out;
-    int rc = glp_simplex(P, &sm);
-    if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
-      glp_adv_basis(P, 0);
-      rc = glp_simplex(P, &sm);
-    }
+    const int tm_lim = ms_left(until, t0);
+    if (tm_lim == 0) return phase_end::time_out;
+    const int rc = safe_simplex(P, tm_lim);  // its duals give the safe bound
     if (rc == GLP_ETMLIM) return phase_end::time_out;
     if (rc != 0) throw solver_error("GLPK simplex failed with code " + std::to_string(rc));
     const int st = glp_get_status(P);

@@ -18,7 +18,7 @@
 #include <limits>      // std::numeric_limits
 #include <vector>      // std::vector
 
-#include "glpk_model.hpp"  // glpk_model
+#include "glpk_model.hpp"  // glpk_model, safe_simplex
 
 namespace autoshard::detail {
 
@@ -175,19 +175,9 @@ class exact_search {
   /// 0 solved, 1 infeasible, 2 time out or failure.
   int simplex(clock::time_point deadline) {
     glp_prob* P = model_.lp.get();
-    glp_smcp sm;
-    glp_init_smcp(&sm);
-    sm.msg_lev = GLP_MSG_OFF;
-    sm.meth = GLP_DUALP;
-    sm.tol_dj = safe_tol_dj;
-    sm.tm_lim = ms_until(deadline);
-    if (sm.tm_lim == 0) return 2;
-    int rc = glp_simplex(P, &sm);
-    if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
-      glp_adv_basis(P, 0);
-      rc = glp_simplex(P, &sm);
-    }
-    if (rc != 0) return 2;
+    const int tm_lim = ms_until(deadline);
+    if (tm_lim == 0) return 2;
+    if (safe_simplex(P, tm_lim) != 0) return 2;
     const int st = glp_get_status(P);
     if (st == GLP_OPT) return 0;
     if (st == GLP_NOFEAS) return 1;

@@ -16,7 +16,9 @@
 // bounds in linear and mixed-integer programming", Math. Program. 99, 2004).
 #include <glpk.h>  // glp_prob
 
-#include <algorithm>  // std::max
+#include <algorithm>  // std::max, std::min
+#include <chrono>     // std::chrono::steady_clock
+#include <climits>    // INT_MAX
 #include <cmath>      // std::fabs
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
@@ -58,6 +60,43 @@ class glp_quiet {
 /// a reduced cost below 0 within the tolerance costs its size in the safe bound, so a tight one
 /// keeps the safe bound within a fraction of a unit of GLPK's value.
 inline constexpr double safe_tol_dj = 1e-11;
+
+/// glp_simplex for an LP whose duals give a safe bound, within `tm_lim` ms: the dual simplex at
+/// safe_tol_dj, from an advanced basis when GLPK finds the current one unusable. At so tight a
+/// tolerance GLPK's dual simplex can stall on a degenerate LP (strategies priced alike, as a
+/// parameter's ZeRO storage variants are: one node of the exact search ran 45,000 iterations in
+/// 5.8 s without ending where its neighbours need a few dozen, and a 1 MiB GPT-2 plan that took
+/// 0.6 s took the whole time limit). So it gets an iteration budget of 1000 + 5 (rows + columns),
+/// and past it goes on from the basis reached at GLPK's default tolerance: the safe bound stays
+/// a bound (a negative reduced cost is paid in full), looser at most by that tolerance. Returns
+/// glp_simplex's code (GLP_ETMLIM when the time ran out).
+inline int safe_simplex(glp_prob* P, int tm_lim) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point start = clock::now();
+  glp_smcp sm;
+  glp_init_smcp(&sm);
+  const double default_tol_dj = sm.tol_dj;
+  sm.msg_lev = GLP_MSG_OFF;
+  sm.meth = GLP_DUALP;
+  sm.tol_dj = safe_tol_dj;
+  sm.tm_lim = tm_lim;
+  sm.it_lim = static_cast<int>(std::min<long long>(
+      INT_MAX, 1000LL + 5LL * (static_cast<long long>(glp_get_num_rows(P)) + glp_get_num_cols(P))));
+  int rc = glp_simplex(P, &sm);
+  if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
+    glp_adv_basis(P, 0);
+    rc = glp_simplex(P, &sm);
+  }
+  if (rc == GLP_EITLIM) {
+    const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+    if (used >= tm_lim) return GLP_ETMLIM;
+    sm.tm_lim = tm_lim - static_cast<int>(used);
+    sm.it_lim = INT_MAX;
+    sm.tol_dj = default_tol_dj;
+    rc = glp_simplex(P, &sm);
+  }
+  return rc;
+}
 
 /// Largest finite cost left in the reduced problem (0 when none).
 inline double largest_cost(const reduced_view& rv) {

@@ -11,6 +11,7 @@
 /// statistics of a vocabulary-parallel loss, as priced). The executed side is the largest
 /// over the ranks; the model prices mesh coordinate 0, which holds the largest pieces.
 #include <algorithm>  // std::max
+#include <cmath>      // std::llround
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <map>        // std::map
@@ -75,6 +76,8 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
   a.checked = true;
   using key = std::tuple<int, vertex_t, int, std::string, int>;  // phase, vertex, operand, kind, axis
   std::map<key, traffic_line> by;
+  std::map<key, double> priced_share;  // priced bytes x share, rounded once per line
+  std::map<key, std::int64_t> unshared;  // lines with reductions shared by consumer edges: their full bytes
   const auto line = [&](const traffic_site& s, const std::string& kind, int axis) -> traffic_line& {
     traffic_line& l = by[key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
     l.site = s;
@@ -85,9 +88,12 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
   for (const collective_use& c : priced) {
     if (!backward && detail::backward_site(c.site)) continue;
     traffic_line& l = line(c.site, std::string(to_string(c.kind)), c.mesh_axis);
-    l.priced_bytes += c.bytes;
+    const key k{static_cast<int>(c.site.what), c.site.vertex, c.site.operand, l.kind, l.mesh_axis};
+    priced_share[k] += static_cast<double>(c.bytes) * c.share;
+    if (c.share < 1.0) unshared[k] += c.bytes;
     ++l.priced_calls;
   }
+  for (const auto& [k, b] : priced_share) by[k].priced_bytes = std::llround(b);
   for (const std::vector<issued_collective>& rank : executed) {
     std::map<key, std::pair<std::int64_t, std::size_t>> mine;  // this rank's bytes and calls per line
     for (const issued_collective& e : rank) {
@@ -109,6 +115,10 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
     if (l.site.what == traffic_site::phase::recompute)
       l.documented = "the loss's backward recomputes its row max and sum over the vocabulary-parallel axes "
                      "instead of keeping the softmax (docs/execution.md)";
+    const auto sh = unshared.find(k);
+    if (sh != unshared.end() && l.executed_bytes > l.priced_bytes && l.executed_bytes <= sh->second)
+      l.documented = "consumers hand this gradient back in different specs: each spec's sum is reduced once, "
+                     "where the model charges every consumer edge 1/c of its reduction (docs/execution.md)";
     a.priced_bytes += l.priced_bytes;
     a.executed_bytes += l.executed_bytes;
     if (!l.documented.empty()) a.documented_bytes += l.executed_bytes;

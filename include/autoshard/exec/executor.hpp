@@ -166,7 +166,7 @@ struct held_value {
 /// What an operator's forward saw on this rank, kept for its backward.
 struct saved_forward {
   std::vector<host_tensor> own;        ///< operands this rank resharded (empty: read in place)
-  std::vector<const host_tensor*> in;  ///< every operand piece
+  std::vector<const host_tensor*> in;  ///< every operand piece (null: a resharded parameter, gathered again)
   local_context c;
 };
 
@@ -340,8 +340,14 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
       if (keep) {
         saved_forward& sv = (*keep)[v];
         sv.own = std::move(local);
-        for (std::size_t i = 0; i < ops.size(); ++i)
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          if (sv.own[i].data() != nullptr && g[ops[i]].is_parameter()) {
+            sv.own[i] = host_tensor();  // a resharded weight is not kept: the backward gathers it again
+            sv.in.push_back(nullptr);
+            continue;
+          }
           sv.in.push_back(sv.own[i].data() != nullptr ? &sv.own[i] : &val[ops[i]].get());
+        }
         sv.c = std::move(c);
       } else {
         local.clear();

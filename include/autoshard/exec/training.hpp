@@ -14,6 +14,7 @@
 /// was replicated, a local slice's backward a Partial to reduce). A parameter's gradient
 /// is finally redistributed to the parameter's own spec: the data-parallel reduction and
 /// the sum over a tied parameter's uses.
+#include <algorithm>   // std::find_if
 #include <cmath>       // std::sqrt
 #include <functional>  // std::function
 #include <string>      // std::string
@@ -162,67 +163,89 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
   detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved);  // keeps what the backward needs
   const std::vector<vertex_t> order = topological_order(g);
   // Backward, in reverse topological order.
-  std::vector<host_tensor> grad(n);
-  std::vector<sharding_spec> gspec(n);
+  // A tensor's gradient contributions, one per spec they arrive in (summed within a spec).
+  using contributions = std::vector<std::pair<sharding_spec, host_tensor>>;
+  std::vector<contributions> parts(n);
+  // Every contribution taken to `target` (each distinct spec's sum reduced once), summed there.
+  // With `skip_sync` (the fault a test injects) a Partial contribution is kept as it is.
+  const auto settle = [&](vertex_t u, const sharding_spec& target, bool skip_sync) {
+    host_tensor total;
+    for (auto& [spec, t] : parts[u]) {
+      host_tensor x;
+      sharding_spec from = spec;
+      if (skip_sync)
+        for (std::size_t a = 0; a < from.mesh_rank; ++a)
+          if (from[a].is_partial()) from[a] = Replicate();
+      if (from == target) {
+        x = std::move(t);
+      } else {
+        const auto site = detail::charge(mc, traffic_site::gradient(u));
+        x = detail::reshard(mc, t, g[u].shape, from, target);
+      }
+      if (total.data() == nullptr) total = std::move(x);
+      else detail::add_into<T>(total, x);
+    }
+    parts[u].clear();
+    return total;
+  };
   for (vertex_t v : detail::losses(g)) {
-    gspec[v] = detail::settled_spec(plan[v].output);
-    grad[v] = host_tensor(compute_dtype<T>(), local_box(mesh, gspec[v], g[v].shape, rank).shape);
-    for (std::int64_t i = 0; i < grad[v].numel(); ++i) grad[v].as<T>()[i] = T(1);
+    const sharding_spec s = detail::settled_spec(plan[v].output);
+    host_tensor one(compute_dtype<T>(), local_box(mesh, s, g[v].shape, rank).shape);
+    for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1);
+    parts[v].emplace_back(s, std::move(one));
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
-    if (!g[v].is_operator() || grad[v].data() == nullptr) continue;
+    if (!g[v].is_operator() || parts[v].empty()) continue;
     const strategy& st = plan[v];
-    const sharding_spec want = detail::settled_spec(st.output);
-    host_tensor dy;
-    if (gspec[v] == want) {
-      dy = std::move(grad[v]);
-    } else {
-      const auto site = detail::charge(mc, traffic_site::gradient(v));
-      dy = detail::reshard(mc, grad[v], g[v].shape, gspec[v], want);
-    }
-    grad[v] = host_tensor();
+    const host_tensor dy = settle(v, detail::settled_spec(st.output), false);
+    const std::vector<vertex_t> ops = operands(g, v);
+    detail::saved_forward& sv = saved[v];
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (sv.in[i] == nullptr) {  // a weight resharded in the forward, gathered again (as priced: the re-gather)
+        const auto site = detail::charge(mc, traffic_site::gradient(ops[i]));
+        sv.own[i] = detail::reshard(mc, val[ops[i]].get(), g[ops[i]].shape, plan[ops[i]].output, st.inputs[i]);
+        sv.in[i] = &sv.own[i];
+      }
     std::vector<host_tensor> dx;
     {
       const auto site = detail::charge(mc, traffic_site::recompute(v));  // a loss's row statistics, again
-      dx = run_kernel_backward<T>(g[v], saved[v].in, dy, saved[v].c);
+      dx = run_kernel_backward<T>(g[v], sv.in, dy, sv.c);
     }
-    const std::vector<vertex_t> ops = operands(g, v);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];
       if (dx[i].data() == nullptr || g[u].is_input()) continue;  // graph inputs have no gradients
-      const sharding_spec gs = detail::gradient_spec(g, v, st, i);
-      if (grad[u].data() == nullptr) {
-        grad[u] = std::move(dx[i]);
-        gspec[u] = gs;
-      } else if (gs == gspec[u]) {
-        detail::add_into<T>(grad[u], dx[i]);
-      } else {
-        const auto site = detail::charge(mc, traffic_site::gradient(u));
-        detail::add_into<T>(grad[u], detail::reshard(mc, dx[i], g[u].shape, gs, gspec[u]));
-      }
+      // The cost model's gradient spec where the plan carries it (training strategies), else the same rule here.
+      const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : detail::gradient_spec(g, v, st, i);
+      auto same = std::find_if(parts[u].begin(), parts[u].end(), [&](const auto& p) { return p.first == gs; });
+      if (same == parts[u].end()) parts[u].emplace_back(gs, std::move(dx[i]));
+      else detail::add_into<T>(same->second, dx[i]);
     }
-    saved[v] = detail::saved_forward();
+    sv = detail::saved_forward();
   }
-  // The gradient synchronisation the plan implies, then the optimizer step on this block.
+  // The gradient synchronisation the plan implies, then the optimizer step on this block:
+  // a ZeRO parameter's gradient ends sharded (its gradient_spec), the step updates that shard
+  // and the updated weight is gathered back to the parameter's spec.
   for (vertex_t v = 0; v < n; ++v) {
-    if (!g[v].is_parameter() || grad[v].data() == nullptr) continue;
-    const sharding_spec& ps = plan[v].output;
-    host_tensor gblock;
-    const auto site = detail::charge(mc, traffic_site::gradient(v));
-    if (gspec[v] == ps) {
-      gblock = std::move(grad[v]);
-    } else if (g[v].name == o.drop_gradient_sync) {
-      // The fault a test injects: the reduction is skipped, each rank's contribution kept.
-      sharding_spec local = gspec[v];
-      for (std::size_t a = 0; a < local.mesh_rank; ++a)
-        if (local[a].is_partial()) local[a] = Replicate();
-      gblock = local == ps ? std::move(grad[v]) : detail::reshard(mc, grad[v], g[v].shape, local, ps);
-    } else {
-      gblock = detail::reshard(mc, grad[v], g[v].shape, gspec[v], ps);
+    if (!g[v].is_parameter() || parts[v].empty()) continue;
+    const strategy& ps = plan[v];
+    const bool zero = ps.zero_stage > 0;
+    const sharding_spec& gs = zero ? ps.gradient_spec : ps.output;
+    const host_tensor gblock = settle(v, gs, g[v].name == o.drop_gradient_sync);
+    if (!zero) {
+      const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
+      if (on_param) on_param(v, gblock, updated, gs);
+      continue;
     }
-    const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
-    if (on_param) on_param(v, gblock, updated, ps);
+    host_tensor wshard;
+    {
+      const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // a local slice: no traffic
+      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs);
+    }
+    const host_tensor updated = detail::optimizer_update<T>(wshard, gblock, o);
+    if (on_param) on_param(v, gblock, updated, gs);
+    const auto site = detail::charge(mc, traffic_site::gradient(v));
+    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output);  // the all-gather of the updated weight
   }
 }
 

@@ -59,10 +59,9 @@ struct verify_options {
   /// loaded_plan::collectives): when given, every collective the ranks issue is counted and
   /// compared with them (verify_report::traffic), and a difference fails the verification.
   std::optional<std::vector<collective_use>> priced;
-  /// Training: audit the backward's collectives too. Off until the training cost model
-  /// prices the backward as the adjoint of the forward plan (issue 16); the forward's are
-  /// always audited.
-  bool audit_backward = false;
+  /// Training: audit the backward's collectives too (gradients, their synchronisation, the
+  /// re-gathered weights); the forward's are always audited.
+  bool audit_backward = true;
   /// Called at the start and end of each phase and as pieces are compared (from the rank
   /// threads, one call at a time); empty = no reports. It must not throw.
   std::function<void(const verify_progress&)> progress;

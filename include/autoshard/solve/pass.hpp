@@ -99,6 +99,9 @@ struct collective_use {
   std::int64_t bytes = 0;  ///< B of the cost formula (per device, padding included)
   double seconds = 0.0;
   traffic_site site;       ///< where an executor charges it (the communication audit, exec/audit.hpp)
+  /// The part of `bytes` the model charges here: 1/c for a reduction of a Partial gradient
+  /// that the producer's c consumer edges share (one reduction per producer), else 1.
+  double share = 1.0;
 };
 
 /// One plan, priced.
@@ -465,7 +468,8 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
         const priced_step& st = pc[k];
         const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
         if (sec > 0.0)
-          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec, traffic_site::gradient(u)});
+          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec, traffic_site::gradient(u),
+                                   red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0});
       }
     }
   }

@@ -594,7 +594,8 @@ TEST_CASE("a training plan broken in its backward (a missing gradient reduction)
   o.mode = run_mode::training;
   o.compare_baselines = false;
   o.memory_budget = 90000;  // weights and activations split over both axes
-  const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  const autosharding_result res = autosharding_analysis_pass(g, o);
+  const std::vector<strategy>& plan = res.strategies;
   // A parameter replicated on an axis where its consumer's output is split needs its
   // gradient summed over that axis (the data-parallel reduction): leave that sum out.
   std::string victim;
@@ -609,9 +610,16 @@ TEST_CASE("a training plan broken in its backward (a missing gradient reduction)
   verify_options vo;
   vo.training = true;
   vo.step.drop_gradient_sync = victim;
+  vo.priced = res.report.plan.collectives;
   const verify_report r = verify_plan(g, device_mesh{2, 4}, plan, vo);
   CHECK_FALSE(r.passed());
   CHECK(r.first_failed == "grad:" + victim);
+  // The audit sees the same fault: the reduction priced for that gradient never ran.
+  REQUIRE(r.traffic.mismatches >= 1);
+  const traffic_line& missing = r.traffic.lines[r.traffic.first_mismatch];
+  CHECK(missing.where == "gradient of " + victim);
+  CHECK(missing.executed_bytes < missing.priced_bytes);
+  CHECK(r.traffic.mismatches == 1);
   for (const vertex_check& c : r.checks) CHECK(c.passed);  // the forward is right
   std::size_t bad_grads = 0;
   for (const vertex_check& c : r.gradients) bad_grads += c.passed ? 0 : 1;

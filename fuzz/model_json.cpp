@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include <autoshard/graph/dot.hpp>
 #include <autoshard/graph/io.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

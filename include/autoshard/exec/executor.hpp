@@ -18,7 +18,9 @@
 
 #include "../comm/mesh_communicator.hpp"  // mesh_communicator_like
 #include "../core/layout.hpp"        // local_box
-#include "../graph/graph.hpp"        // model_graph, strategy, topological_order
+#include "../graph/strategy.hpp"     // model_graph, strategy
+#include "../graph/traffic.hpp"      // traffic_site
+#include "../graph/validate.hpp"     // topological_order
 #include "../tensor/slice.hpp"       // shard_of
 #include "kernels.hpp"               // run_kernel, local_context
 #include "redistribute.hpp"          // redistribute (host tensors)

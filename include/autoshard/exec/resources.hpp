@@ -17,7 +17,8 @@
 
 #include "../core/dtype.hpp"    // human_bytes
 #include "../core/layout.hpp"   // local_box
-#include "../graph/graph.hpp"   // model_graph, strategy, topological_order
+#include "../graph/strategy.hpp"  // model_graph, strategy
+#include "../graph/validate.hpp"  // topological_order
 #include "kernels.hpp"          // exec_error
 
 namespace autoshard {

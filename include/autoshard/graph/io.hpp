@@ -1,5 +1,5 @@
 #pragma once
-/// JSON model files and Graphviz pictures.
+/// JSON model files (Graphviz pictures: dot.hpp).
 ///
 /// JSON format (version 1), one object per vertex; operands by name, in operand order:
 ///   {"format": "autoshard.graph", "version": 1,
@@ -18,7 +18,6 @@
 ///
 ///   autoshard::write_json(std::cout, g);
 ///   autoshard::model_graph h = autoshard::read_json(in);
-///   autoshard::write_dot(std::cout, g, {{"transformer.h.0.attn.c_attn", "RS1"}});
 #include <cstdint>        // std::uint32_t
 #include <iterator>       // std::istreambuf_iterator
 #include <limits>         // std::numeric_limits
@@ -28,7 +27,6 @@
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
 
-#include <boost/graph/graphviz.hpp>  // write_graphviz
 #include <nlohmann/json.hpp>         // nlohmann::json
 
 #include "../io/json.hpp"  // json_in, load_json_file
@@ -148,44 +146,6 @@ inline model_graph read_json(std::istream& in) {
 inline model_graph read_json_file(const std::string& path) {
   const nlohmann::json j = load_json_file(path, "model file");
   return from_json(json_in(j, "model file '" + path + "'"));
-}
-
-namespace detail {
-inline std::string dot_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-inline const char* spec_colour(const std::string& spec) {
-  static constexpr const char* palette[] = {"#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
-                                            "#b3de69", "#fccde5", "#bc80bd", "#ccebc5", "#ffed6f", "#d9d9d9"};
-  if (spec.find('S') == std::string::npos && spec.find('P') == std::string::npos) return "#ffffff";
-  std::uint32_t h = 2166136261u;  // FNV-1a: the same colour for the same spec on every platform
-  for (char c : spec) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
-  return palette[h % (sizeof(palette) / sizeof(palette[0]))];
-}
-}  // namespace detail
-
-/// Graphviz DOT of the graph: one box per vertex labelled with name, kind, shape and dtype;
-/// edges labelled with the operand index. `specs` (vertex name -> spec string, e.g. from a
-/// plan) adds the spec to the label and fills the box with a colour per distinct spec.
-inline void write_dot(std::ostream& os, const model_graph& g, const std::map<std::string, std::string>& specs = {}) {
-  auto vw = [&](std::ostream& out, vertex_t v) {
-    const node& n = g[v];
-    std::string label = detail::dot_escape(n.name) + "\\n" + std::string(to_string(n.kind)) + " " +
-                        to_string(n.shape) + " " + std::string(to_string(n.type));
-    auto it = specs.find(n.name);
-    if (it != specs.end()) label += "\\n" + detail::dot_escape(it->second);
-    out << "[label=\"" << label << "\", shape=" << (n.is_operator() ? "box" : "ellipse");
-    if (it != specs.end()) out << ", style=filled, fillcolor=\"" << detail::spec_colour(it->second) << "\"";
-    out << "]";
-  };
-  auto ew = [&](std::ostream& out, edge_t e) { out << "[label=\"" << g[e].operand << "\"]"; };
-  auto gw = [](std::ostream& out) { out << "node [fontname=\"Helvetica\", fontsize=10];\n"; };
-  boost::write_graphviz(os, g, vw, ew, gw);
 }
 
 }  // namespace autoshard

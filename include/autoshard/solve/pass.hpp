@@ -47,7 +47,10 @@
 #include "../core/mesh.hpp"         // device_mesh
 #include "../core/parse.hpp"        // to_alpa_string, parse_spec
 #include "../core/redistribute.hpp" // plan_redistribute
-#include "../graph/graph.hpp"       // model_graph, enumerate_all_strategies, resharding_costs
+#include "../graph/model.hpp"       // model_graph
+#include "../graph/strategy.hpp"    // enumerate_all_strategies, resharding_costs
+#include "../graph/traffic.hpp"     // traffic_site
+#include "../graph/validate.hpp"    // validate, topological_order
 #include "../plan/document.hpp"     // plan_document, read_plan_file, write_plan_file
 #include "ilp.hpp"                  // solve_ilp
 

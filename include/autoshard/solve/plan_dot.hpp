@@ -14,7 +14,7 @@
 
 #include "../core/cost.hpp"          // price_plan
 #include "../core/redistribute.hpp"  // plan_redistribute
-#include "../graph/io.hpp"           // detail::dot_escape, detail::spec_colour
+#include "../graph/dot.hpp"          // detail::dot_escape, detail::spec_colour
 #include "../graph/strategy.hpp"     // strategy, price_edge, settle_target
 #include "pass.hpp"                  // detail::layer_key
 

@@ -12,4 +12,5 @@
 #include "training.hpp"  // train_sharded, train_unsharded, training_step
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
+#include "../graph/graph.hpp"  // the models it runs: builders, Hugging Face configs, JSON
 #include "../solve/plan_file.hpp"  // load_plan

@@ -7,6 +7,7 @@
 #include "ilp.hpp"      // solve_ilp, solve_options, solve_result
 #include "iopddl.hpp"   // read_iopddl, write_iopddl
 #include "problem.hpp"  // strategy_problem
+#include "../graph/graph.hpp"  // the models the pass takes: builders, Hugging Face configs, JSON
 #include "pass.hpp"       // autosharding_analysis_pass (needs the graph area)
 #include "plan_file.hpp"  // load_plan: a plan file back with its graph
 #include "export.hpp"     // export_tensor_parallel, to_hf_tp_plan, to_dtensor_plan

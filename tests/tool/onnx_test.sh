@@ -54,8 +54,8 @@ EOF
 for f in gpt2-block gpt2-block-fused; do
   for args in "--mesh 2x4 --batch 2 --seq 128 --mode infer --memory-budget 1MiB" \
               "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 3MiB" \
-              "--mesh 2x4 --batch 2 --seq 128 --memory-budget 4MiB" \
-              "--mesh 4 --batch 8 --seq 128 --memory-budget 8MiB"; do
+              "--mesh 2x4 --batch 2 --seq 128 --memory-budget 3MiB" \
+              "--mesh 4 --batch 8 --seq 128 --memory-budget 5MiB"; do
     # shellcheck disable=SC2086
     run "$tool" plan --model "$tmp/$f.onnx" $args --dtype bf16 --json --quiet --out "$tmp/p1.json" || { bad "$f $args: plan"; cat "$tmp/err"; continue; }
     cp "$tmp/out" "$tmp/onnx.json"

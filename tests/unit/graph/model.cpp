@@ -305,9 +305,11 @@ TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vert
   transformer_config bert = transformer_config::bert_base();
   for (const auto& [name, build, base] : std::vector<std::tuple<std::string, model_graph (*)(const transformer_config&), transformer_config>>{
            {"gpt2", build_gpt2, transformer_config::gpt2_124m()}, {"bert", build_bert, bert}, {"llama", build_llama, llama}}) {
-    CAPTURE(name);
+    const std::string model = name;  // CAPTURE cannot take a structured binding (Clang)
+    CAPTURE(model);
     const model_graph g = build(small(base, 8, 16));
-    for (auto [b, s] : {std::pair{2, 8}, std::pair{8, 4}, std::pair{3, 16}}) {
+    for (const auto& [batch, seq] : {std::pair{2, 8}, std::pair{8, 4}, std::pair{3, 16}}) {
+      const int b = batch, s = seq;  // CAPTURE cannot take a structured binding (Clang)
       CAPTURE(b);
       CAPTURE(s);
       const model_graph want = build(small(base, b, s));

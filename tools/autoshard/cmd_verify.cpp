@@ -55,6 +55,8 @@ nlohmann::json traffic_json(const traffic_audit& a) {
 int run_verify(const verify_cli_options& o) {
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
+  // Before the plan is re-priced (seconds on a large graph): a training check needs a loss.
+  if (doc.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
   if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
   const loaded_plan lp = [&] {
     try {

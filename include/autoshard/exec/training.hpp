@@ -37,16 +37,33 @@ struct training_step {
   std::string drop_gradient_sync;
 };
 
-namespace detail {
-/// The scalar float operators nothing consumes: the losses a backward starts from (d = 1).
-inline std::vector<vertex_t> losses(const model_graph& g) {
+/// The losses a training step starts its backward from (d = 1): the scalar float operators
+/// nothing consumes (a cross_entropy over labels, as the builders add in training mode).
+/// Throws exec_error when there is none, before anything runs: such a graph (an encoder
+/// without a head, an inference graph) has nothing to differentiate.
+///   autoshard::training_losses(build_gpt2(c));   // {the "loss" vertex} when c.mode is training
+inline std::vector<vertex_t> training_losses(const model_graph& g) {
   std::vector<vertex_t> out;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_operator() && boost::out_degree(v, g) == 0 && !is_integer(g[v].type) && g[v].shape.numel() == 1)
+    if (g[v].is_operator() && boost::out_degree(v, g) == 0 && !detail::is_integer(g[v].type) && g[v].shape.numel() == 1)
       out.push_back(v);
-  if (out.empty()) throw exec_error("a training step needs a scalar loss (an operator with one value that nothing consumes)");
+  if (out.empty()) {
+    std::string sinks;
+    int n_sinks = 0;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].is_operator() && boost::out_degree(v, g) == 0 && n_sinks++ < 3)
+        sinks += (sinks.empty() ? "'" : ", '") + g[v].name + "' " + to_string(g[v].shape);
+    throw exec_error("a training step needs a loss, and this graph has none: no scalar float operator that nothing "
+                     "consumes (such as a cross_entropy over labels, which the model builders add in training mode); its "
+                     "outputs are " + (sinks.empty() ? std::string("none") : sinks) + (n_sinks > 3 ? ", ..." : "") +
+                     ". Nothing can be differentiated: check the forward pass only (verify --forward-only), or plan a "
+                     "graph that ends in a loss");
+  }
   return out;
 }
+
+namespace detail {
+inline std::vector<vertex_t> losses(const model_graph& g) { return training_losses(g); }
 
 inline sharding_spec settled_spec(sharding_spec s) {
   for (std::size_t a = 0; a < s.mesh_rank; ++a)

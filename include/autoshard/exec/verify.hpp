@@ -355,6 +355,7 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
     throw exec_error("verify cannot run this graph: " + std::to_string(n_opaque) + " opaque operator" +
                      (n_opaque > 1 ? "s" : "") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
                      "); the plan is valid, but only a graph of known operators can be executed");
+  if (o.training) (void)training_losses(g);  // before the reference run: a graph without a loss has no backward
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
   if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);
   throw exec_error("verify computes in f32 or f64, not " + std::string(to_string(o.compute)));

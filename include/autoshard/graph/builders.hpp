@@ -25,7 +25,7 @@ struct transformer_config {
   int seq = 1024;
   int batch = 8;
   dtype type = dtype::bf16;
-  run_mode mode = run_mode::inference;  ///< training adds labels and a cross-entropy loss (decoders)
+  run_mode mode = run_mode::inference;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
 
   // Per-family details, as Hugging Face's config.json gives them (see hf_config.hpp); the
   // defaults are the GPT-2 / BERT / LLaMA presets'.
@@ -232,6 +232,9 @@ inline void check_positions(const transformer_config& c, const char* what) {
 
 /// BERT (BertModel, as bert-base-uncased: embeddings, post-norm encoder, tanh pooler); with
 /// prefix "roberta" and position_offset 2 it is RobertaModel (same layout, other names).
+/// In training mode it is BertForMaskedLM (RobertaForMaskedLM): no pooler, the masked-LM head
+/// (cls.predictions.transform.dense, .LayerNorm, the decoder tied to the word embeddings plus
+/// cls.predictions.bias), labels and a cross-entropy loss: 109'514'298 parameters for bert-base.
 inline model_graph build_bert(const transformer_config& c) {
   const std::string pre = c.prefix.empty() ? "bert" : c.prefix;
   detail::check_config(c, pre.c_str());
@@ -244,7 +247,8 @@ inline model_graph build_bert(const transformer_config& c) {
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t tt = c.type_vocab > 0 ? add_input(g, "token_type_ids", {c.batch, c.seq}, dtype::i64) : ids;
   vertex_t pos = add_input(g, "position_ids", {1, c.seq}, dtype::i64);
-  vertex_t x = b.op(op_kind::embedding, e + ".word_embeddings", {ids, b.param(e + ".word_embeddings.weight", {c.vocab, H})});
+  vertex_t word = b.param(e + ".word_embeddings.weight", {c.vocab, H});
+  vertex_t x = b.op(op_kind::embedding, e + ".word_embeddings", {ids, word});
   vertex_t p = b.op(op_kind::embedding, e + ".position_embeddings",
                     {pos, b.param(e + ".position_embeddings.weight", {c.max_positions, H})});
   x = b.op(op_kind::add, e + ".add_position", {x, p});
@@ -268,6 +272,21 @@ inline model_graph build_bert(const transformer_config& c) {
     h = b.linear(n + ".output.dense", h, c.ffn, H, true, false);
     h = b.op(op_kind::add, n + ".output.residual", {h, x});
     x = b.layer_norm(n + ".output.LayerNorm", h, H);
+  }
+  if (c.mode == run_mode::training) {
+    // The masked-LM head (BertForMaskedLM / RobertaForMaskedLM, built without the pooler):
+    // dense + activation + LayerNorm, then the decoder tied to the word embeddings with a
+    // bias of its own, and the cross-entropy over the labels (every position a target).
+    const bool roberta = pre == "roberta";
+    const std::string h = roberta ? "lm_head" : "cls.predictions";
+    const std::string t = roberta ? "lm_head" : "cls.predictions.transform";
+    x = b.linear(t + ".dense", x, H, H, true, false);
+    // BERT's transform takes hidden_act; RobertaLMHead calls the exact gelu whatever the config says.
+    x = b.op(roberta ? op_kind::gelu_erf : c.activation, t + (roberta ? ".gelu" : ".transform_act_fn"), {x});
+    x = b.layer_norm(t + (roberta ? ".layer_norm" : ".LayerNorm"), x, H);
+    vertex_t logits = b.op(op_kind::linear, h + ".decoder", {x, word, b.param(h + ".bias", {c.vocab})});
+    b.loss(c, logits);
+    return g;
   }
   vertex_t first = b.slice(pre + ".pooler.first_token", x, 1, 0, 1);
   op_attrs flat;

@@ -217,8 +217,9 @@ inline hf_model read_hf_config_file(const std::filesystem::path& dir_or_file) {
   return read_hf_config(parse_json_text(text, "'" + p.string() + "'"), p.string());
 }
 
-/// Builds the graph of a Hugging Face model: the base model for bert and roberta
-/// (BertModel / RobertaModel, with the pooler), the causal LM otherwise.
+/// Builds the graph of a Hugging Face model: for bert and roberta the base model (BertModel /
+/// RobertaModel, with the pooler) in inference and the masked LM (BertForMaskedLM /
+/// RobertaForMaskedLM) in training; the causal LM otherwise.
 inline model_graph build_hf(const hf_model& m) {
   const std::string& t = m.model_type;
   if (t == "gpt2") return build_gpt2(m.config);

@@ -587,6 +587,55 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   CHECK(ra.passed());
 }
 
+TEST_CASE("BERT trains as a masked LM: the head's tied decoder and bias get gradients and updates on 8 Gloo ranks") {
+  const model_graph g = build_bert(tiny(transformer_config::bert_base()));
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  o.algo = "megatron";
+  const autosharding_result res = autosharding_analysis_pass(g, o);
+  verify_options vo;
+  vo.training = true;
+  vo.priced = res.report.plan.collectives;
+  const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, vo);
+  INFO(r);
+  CHECK(r.passed());
+  std::size_t params = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) params += g[v].is_parameter() ? 1 : 0;
+  CHECK(r.gradients.size() == params);  // every parameter reaches the loss: no pooler left over
+  const auto grad_of = [&](const std::string& name) {
+    const auto it = std::find_if(r.gradients.begin(), r.gradients.end(), [&](const vertex_check& c) { return c.name == "grad:" + name; });
+    REQUIRE(it != r.gradients.end());
+    return *it;
+  };
+  // The word embeddings are used twice (lookup and decoder): both contributions are summed.
+  CHECK(grad_of("bert.embeddings.word_embeddings.weight").ref_max_abs > 0.0);
+  CHECK(grad_of("cls.predictions.bias").ref_max_abs > 0.0);
+}
+
+TEST_CASE("a training check of a graph without a loss is refused before anything runs, naming its outputs") {
+  transformer_config c = tiny(transformer_config::bert_base());
+  c.mode = run_mode::inference;  // BertModel: the pooler's output, no labels, no loss
+  const model_graph g = build_bert(c);
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  verify_options vo;
+  vo.training = true;
+  vo.max_memory = 1;  // the loss is checked first: no estimate, no rank started
+  CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, plan, vo), doctest::Contains("needs a loss, and this graph has none"),
+                       exec_error);
+  CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, plan, vo), doctest::Contains("'bert.pooler.activation' [8,32]"),
+                       exec_error);
+  CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, plan, vo), doctest::Contains("--forward-only"), exec_error);
+  vo.training = false;  // the forward alone needs no loss
+  vo.max_memory = 0;
+  CHECK(verify_plan(g, device_mesh{2, 4}, plan, vo).passed());
+}
+
 TEST_CASE("a training plan broken in its backward (a missing gradient reduction) is caught at that parameter") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o;

@@ -58,6 +58,35 @@ TEST_CASE("Hugging Face configs of published models give their published paramet
   for (std::string_view t : hf_model_types) CHECK_MESSAGE(families.count(std::string(t)) == 1, t);
 }
 
+// In training, bert and roberta are the masked LMs: transformers' BertForMaskedLM and
+// RobertaForMaskedLM num_parameters() (no pooler; the head's dense, LayerNorm and decoder
+// bias; the decoder's weight is the word embeddings, counted once).
+TEST_CASE("Hugging Face BERT and RoBERTa in training are the masked LMs, with their published parameter counts") {
+  const std::map<std::string, std::int64_t> published{{"bert-base-uncased.json", 109'514'298}, {"roberta-base.json", 124'697'433}};
+  for (const auto& entry : published) {
+    const std::string& file = entry.first;
+    CAPTURE(file);
+    hf_model m = read_hf_config_file(hf_dir + file);
+    m.config.seq = 16;
+    m.config.batch = 1;
+    m.config.mode = run_mode::training;
+    const model_graph g = build_hf(m);
+    CHECK(parameter_count(g) == entry.second);
+    validate(g);
+    const std::string pre = m.model_type;
+    const std::string head = pre == "bert" ? "cls.predictions" : "lm_head";
+    CHECK_FALSE(find_vertex(g, pre + ".pooler.dense.weight"));
+    CHECK(parameter_names(g, *find_vertex(g, head + ".decoder")) ==
+          std::vector<std::string>{pre + ".embeddings.word_embeddings.weight", head + ".bias"});
+    CHECK(g[*find_vertex(g, "loss")].kind == op_kind::cross_entropy);
+    CHECK(g[*find_vertex(g, "labels")].shape == tensor_shape{1, 16});
+  }
+  hf_model m = read_hf_config_file(hf_dir + "bert-base-uncased.json");
+  m.config.seq = 16;
+  m.config.batch = 1;
+  CHECK(parameter_count(build_hf(m)) == 109'482'240);  // inference: BertModel, with the pooler
+}
+
 TEST_CASE("Hugging Face names and shapes per family") {
   auto build = [](const std::string& file) {
     hf_model m = read_hf_config_file(hf_dir + file);

@@ -54,6 +54,13 @@ TEST_CASE("builders: parameter counts equal the published models'") {
   // BertModel of bert-base-uncased / bert-large-uncased, pooler included.
   CHECK(parameter_count(build_bert(transformer_config::bert_base())) == 109'482'240);
   CHECK(parameter_count(build_bert(transformer_config::bert_large())) == 335'141'888);
+  // Training: BertForMaskedLM (no pooler; the masked-LM head, its decoder tied to the word embeddings).
+  transformer_config bert_mlm = transformer_config::bert_base();
+  bert_mlm.mode = run_mode::training;
+  CHECK(parameter_count(build_bert(bert_mlm)) == 109'514'298);
+  bert_mlm = transformer_config::bert_large();
+  bert_mlm.mode = run_mode::training;
+  CHECK(parameter_count(build_bert(bert_mlm)) == 335'174'458);
   // LlamaForCausalLM, untied lm_head: LLaMA-7B (Llama-2-7b) and the 70B shape (Llama-2-70b, GQA 8).
   CHECK(parameter_count(build_llama(transformer_config::llama_7b())) == 6'738'415'616);
   CHECK(parameter_count(build_llama(transformer_config::llama_70b())) == 68'976'648'192);

@@ -53,7 +53,7 @@ EOF
 }
 for f in gpt2-block gpt2-block-fused; do
   for args in "--mesh 2x4 --batch 2 --seq 128 --mode infer --memory-budget 1MiB" \
-              "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 3MiB" \
+              "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 1MiB" \
               "--mesh 2x4 --batch 2 --seq 128 --memory-budget 3MiB" \
               "--mesh 4 --batch 8 --seq 128 --memory-budget 5MiB"; do
     # shellcheck disable=SC2086

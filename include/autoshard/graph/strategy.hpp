@@ -330,9 +330,14 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
       return 2.0 * n_out * c + (in.size() == 3 ? n_out : 0.0);
     }
     case op_kind::matmul: return 2.0 * n_out * static_cast<double>(in[0][in[0].rank - 1u]);
-    case op_kind::attention:
-      return 4.0 * static_cast<double>(in[0][0]) * static_cast<double>(in[0][1]) * static_cast<double>(in[1][1]) *
-             static_cast<double>(in[0][2]);
+    case op_kind::attention: {
+      // Scores and the weighted sum, 2 FLOPs per multiply-add each, over the (query, key) pairs
+      // computed: all Sq x Sk of them, or with a causal mask over equal lengths the S (S + 1) / 2
+      // a causal kernel computes (FlashAttention skips the masked blocks): about half.
+      const double sq = static_cast<double>(in[0][1]), sk = static_cast<double>(in[1][1]);
+      const double pairs = nd.attrs.causal && in[0][1] == in[1][1] ? sq * (sq + 1.0) / 2.0 : sq * sk;
+      return 4.0 * static_cast<double>(in[0][0]) * pairs * static_cast<double>(in[0][2]);
+    }
     case op_kind::layer_norm:
     case op_kind::rms_norm:
     case op_kind::softmax:

@@ -266,6 +266,10 @@ struct pass_model {
   }
   pass_model(const model_graph& graph, const autosharding_options& o)
       : pass_model(graph, o.mesh, pricing_options(o), o.memory_budget) {}
+  // `g` is a reference: a temporary graph would dangle as soon as the constructor returns.
+  pass_model(model_graph&&, const device_mesh&, const strategy_options&, std::optional<std::int64_t> = std::nullopt,
+             const std::function<void(const char*, std::size_t, std::size_t)>& = {}) = delete;
+  pass_model(model_graph&&, const autosharding_options&) = delete;
 
   std::size_t size() const { return strategies.size(); }
 };
@@ -372,7 +376,14 @@ inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, st
   return cls;
 }
 
-/// The problem over classes: summed costs and usages, edges between classes (self-loops inside).
+/// The problem over classes: summed costs, edges between classes (self-loops inside). Memory is
+/// counted exactly: the members of a class take the same strategy and have the same usages, so
+/// a class's node holds the usage of the members live when its first member is, and every
+/// other live interval of its members becomes a shadow node (after the classes) with those
+/// usages, no cost and an edge that allows only the class's own strategy: the solver's
+/// reductions fold it back into the class as one more live part. Summing every member over the
+/// hull of their intervals instead counted 32 inference layers' activations as live at once
+/// (llama-7b on 1x8: a smallest budget of 7.26 GiB for plans that peak at 2.2 GiB).
 inline strategy_problem quotient(const strategy_problem& full, const std::vector<std::size_t>& cls, std::size_t count) {
   strategy_problem q;
   q.name = full.name + " (tied layers)";
@@ -380,25 +391,46 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
   q.cost_unit = full.cost_unit;
   q.nodes.resize(count);
   std::vector<char> seen(count, 0);
+  // Per class: its live intervals (the node's own first), each with the members' summed usage.
+  std::vector<std::vector<std::pair<live_interval, std::vector<std::int64_t>>>> parts(count);
   for (std::size_t v = 0; v < full.nodes.size(); ++v) {
     strategy_node& n = q.nodes[cls[v]];
     const strategy_node& f = full.nodes[v];
+    auto& ps = parts[cls[v]];
     if (!seen[cls[v]]) {
       n = f;
       seen[cls[v]] = 1;
+      ps.push_back({f.live, f.usages});
       continue;
     }
     n.name += "," + f.name;
-    for (std::size_t i = 0; i < n.costs.size(); ++i) {
-      n.costs[i] = add_costs(n.costs[i], f.costs[i]);
-      n.usages[i] += f.usages[i];
-    }
-    if (!f.live.empty()) {
-      if (n.live.empty()) n.live = f.live;
-      n.live = {std::min(n.live.begin, f.live.begin), std::max(n.live.end, f.live.end)};
+    for (std::size_t i = 0; i < n.costs.size(); ++i) n.costs[i] = add_costs(n.costs[i], f.costs[i]);
+    if (f.live.empty()) continue;
+    auto same = std::find_if(ps.begin(), ps.end(), [&](const auto& pt) { return pt.first == f.live; });
+    if (same == ps.end()) {
+      ps.push_back({f.live, f.usages});
+    } else {
+      for (std::size_t i = 0; i < f.usages.size(); ++i) same->second[i] += f.usages[i];
     }
   }
   for (const strategy_edge& e : full.edges) q.edges.push_back({cls[e.from], cls[e.to], e.costs});
+  for (std::size_t c = 0; c < count; ++c) {
+    q.nodes[c].usages = parts[c].front().second;
+    const std::size_t k = q.nodes[c].costs.size();
+    for (std::size_t p = 1; p < parts[c].size(); ++p) {
+      // q.nodes grows below: index the class, never hold a reference across the push_back.
+      const strategy_node& n = q.nodes[c];
+      strategy_node shadow;
+      shadow.name = n.name.substr(0, n.name.find(',')) + " (memory of a tied layer)";
+      shadow.live = parts[c][p].first;
+      shadow.usages = parts[c][p].second;
+      for (std::size_t i = 0; i < k; ++i) shadow.costs.push_back(is_forbidden(n.costs[i]) ? infinite_cost : 0);
+      strategy_edge same{c, q.nodes.size(), std::vector<std::int64_t>(k * k, infinite_cost)};
+      for (std::size_t i = 0; i < k; ++i) same.costs[i * k + i] = 0;
+      q.nodes.push_back(std::move(shadow));
+      q.edges.push_back(std::move(same));
+    }
+  }
   return q;
 }
 

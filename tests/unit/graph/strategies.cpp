@@ -862,6 +862,29 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
   }
 }
 
+TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a causal kernel computes") {
+  // q, k, v [2, 128, 64] bf16 (4 heads) on one A100: scores and weighted sum are 4 B S_q S_k hidden
+  // FLOPs unmasked; with the causal mask, 4 B (S (S + 1) / 2) hidden. Same bytes through HBM.
+  const device_mesh one{1};
+  strategy_options o;
+  o.device = find_device_preset("a100-80g")->device;
+  const auto seconds = [&](bool causal) {
+    model_graph g;
+    auto q = add_input(g, "q", {2, 128, 64}, dtype::bf16);
+    auto k = add_input(g, "k", {2, 128, 64}, dtype::bf16);
+    auto v = add_input(g, "v", {2, 128, 64}, dtype::bf16);
+    op_attrs a;
+    a.heads = 4;
+    a.causal = causal;
+    const std::vector<strategy> s = enumerate_strategies(g, add_op(g, op_kind::attention, "att", {q, k, v}, a), one, o);
+    REQUIRE(!s.empty());
+    return s.front().compute_seconds;
+  };
+  const double bytes = 4.0 * 2 * 128 * 64 * 2;  // three operands and the output
+  CHECK(seconds(false) == doctest::Approx(4.0 * 2 * 128 * 128 * 64 / 312e12 + bytes / 2.039e12));
+  CHECK(seconds(true) == doctest::Approx(4.0 * 2 * (128 * 129 / 2) * 64 / 312e12 + bytes / 2.039e12));
+}
+
 TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stages 1 and 2, 3 for stage 3") {
   // A [1024, 1024] bf16 weight (2 MiB) used by a batch-split linear on 8 ranks of one link
   // (alpha 5 us, 300 GB/s, no per-step term, one collective per tensor): the consumer hands

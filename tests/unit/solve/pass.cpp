@@ -530,3 +530,54 @@ TEST_CASE("ZeRO: under a budget plain data parallelism cannot meet, the weights 
   const double params = 2.0 * n + 2.0 * 1024;
   CHECK(static_cast<double>(dp.peak_memory_bytes - z3.peak_memory_bytes) == doctest::Approx(16.0 * params * 7 / 8).epsilon(1e-9));
 }
+
+TEST_CASE("tied layers: the tied problem counts memory exactly (inference activations live one layer at a time)") {
+  // LLaMA-7B widths, 4 layers, inference on 1x8: tying the layers must not change any plan's
+  // peak memory nor the smallest budget that can be met (the problem untied is the truth).
+  auto c = autoshard::transformer_config::llama_7b();
+  c.layers = 4;
+  c.seq = 512;
+  c.batch = 1;
+  const autoshard::model_graph g = autoshard::build_llama(c);
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({1, 8});
+  o.mode = autoshard::run_mode::inference;
+  const autoshard::detail::pass_model pm(g, o);
+  std::size_t classes = 0;
+  const std::vector<std::size_t> cls = autoshard::detail::layer_classes(pm, true, classes);
+  REQUIRE(classes < pm.size());
+  const autoshard::strategy_problem q = autoshard::detail::quotient(pm.problem, cls, classes);
+  CHECK(q.min_peak_usage().bytes == pm.problem.min_peak_usage().bytes);
+  // Any tied choice (each class's first strategy, then its last) peaks as the untied one.
+  for (const bool last : {false, true}) {
+    std::vector<int> tied(q.nodes.size(), 0), full(pm.size(), 0);
+    for (std::size_t k = 0; k < classes; ++k) tied[k] = last ? static_cast<int>(q.nodes[k].costs.size()) - 1 : 0;
+    for (std::size_t k = classes; k < q.nodes.size(); ++k)  // a shadow takes its class's strategy
+      tied[k] = tied[q.edges[q.edges.size() - (q.nodes.size() - k)].from];
+    for (std::size_t v = 0; v < pm.size(); ++v) full[v] = tied[cls[v]];
+    CHECK(q.peak_usage(tied).bytes == pm.problem.peak_usage(full).bytes);
+    CHECK(q.cost_of(tied) == pm.problem.cost_of(full));
+  }
+}
+
+TEST_CASE("tied layers: in inference, four more layers add only their weights to the smallest peak") {
+  // Inference activations are live one layer at a time, so four more LLaMA-7B layers add only
+  // their weights, each cut 8 ways at its most frugal: 4 x (4 d^2 + 3 d f + 2 d) bf16 values / 8
+  // (LLaMA's published per-layer count: q, k, v, o; gate, up, down; two RMSNorm weights).
+  const auto smallest = [](int layers) {
+    auto c = autoshard::transformer_config::llama_7b();
+    c.layers = layers;
+    c.seq = 512;
+    c.batch = 1;
+    autoshard::autosharding_options o;
+    o.mesh = autoshard::make_cluster_mesh({1, 8});
+    o.mode = autoshard::run_mode::inference;
+    const autoshard::model_graph g = autoshard::build_llama(c);  // pass_model keeps a reference
+    const autoshard::detail::pass_model pm(g, o);
+    std::size_t classes = 0;
+    const std::vector<std::size_t> cls = autoshard::detail::layer_classes(pm, true, classes);
+    return autoshard::detail::quotient(pm.problem, cls, classes).min_peak_usage().bytes;
+  };
+  const std::int64_t d = 4096, f = 11008;
+  CHECK(smallest(8) - smallest(4) == 4 * (4 * d * d + 3 * d * f + 2 * d) * 2 / 8);
+}

@@ -374,6 +374,7 @@ struct plan_entry {
 
 struct plan_doc {
   std::string algo, mode;
+  std::string training;  ///< training plans: the settings they were priced with, and the parameters' ZeRO stages
   device_mesh mesh;  ///< with the links the plan was priced with
   std::vector<plan_entry> entries;  ///< one per vertex of `graph`, in vertex order
   model_graph graph;                ///< the embedded graph (tensor names as users write them: find_entry)
@@ -383,7 +384,16 @@ struct plan_doc {
 /// graph (for the names users write: find_entry).
 plan_doc read_plan(const std::string& file) {
   const plan_document d = read_plan_file(file);
-  plan_doc doc{d.options.algo, to_string(d.mode), d.mesh, {}, d.graph};
+  plan_doc doc{d.options.algo, to_string(d.mode), {}, d.mesh, {}, d.graph};
+  if (d.mode == run_mode::training) {
+    std::size_t zero1 = 0, zero2 = 0;
+    for (const plan_tensor& t : d.tensors) {
+      zero1 += t.strategy.ends_with(" zero-1");
+      zero2 += t.strategy.ends_with(" zero-2");
+    }
+    doc.training = describe_training(d.options) + "; parameters stored ZeRO-1: " + std::to_string(zero1) +
+                   ", ZeRO-2: " + std::to_string(zero2);
+  }
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {
     const plan_tensor& t = d.tensors[v];
     plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output};
@@ -428,7 +438,8 @@ void show_plan_json(const plan_doc& doc, const std::string& file) {
                   {"alpa", to_alpa_string(e.spec)},
                   {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
                   {"even", divides_evenly(m, e.spec, e.shape)}});
-  const nlohmann::json j{{"plan", file}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
+  nlohmann::json j{{"plan", file}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
+  if (!doc.training.empty()) j["training"] = doc.training;
   std::cout << j.dump(2) << "\n";
 }
 
@@ -446,6 +457,7 @@ void show_plan_table(const plan_doc& doc, const std::string& file) {
   const auto cell = [](std::size_t w) { return std::setw(static_cast<int>(w)); };
   std::cout << "plan " << file << ": " << (doc.algo.empty() ? "" : doc.algo + ", ") << (doc.mode.empty() ? "" : doc.mode + ", ")
             << to_string(m) << ", " << doc.entries.size() << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
+  if (!doc.training.empty()) std::cout << "priced for training with " << doc.training << "\n";
   std::cout << std::left << "  " << cell(wn) << "tensor" << "  " << cell(wk) << "kind" << "  " << cell(ws) << "shape" << "  "
             << cell(wd) << "spec" << "  " << cell(wa) << "alpa" << "  local shape\n";
   bool any_uneven = false;

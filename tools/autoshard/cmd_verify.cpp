@@ -18,7 +18,7 @@ struct verify_cli_options {
   double rtol = 0.0;
   double timeout = 120.0;
   std::string max_memory;
-  std::string optimizer = "adam";
+  std::string optimizer;  // empty: the one the plan was priced with
   std::int64_t batch = 0, seq = 0;  // 0: the plan's
   bool forward_only = false;
   bool json = false;
@@ -79,13 +79,17 @@ int run_verify(const verify_cli_options& o) {
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
   vo.training = lp.mode == run_mode::training && !o.forward_only;
-  vo.step.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
+  const std::string optimizer =
+      !o.optimizer.empty() ? o.optimizer : lp.document.options.optimizer == optimizer_kind::sgd ? "sgd" : "adam";
+  vo.step.optimizer = optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
   vo.priced = lp.collectives;
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
               << (lp.mode == run_mode::training ? "training" : "inference") << " plan; "
-              << (vo.training ? "forward, backward and one " + o.optimizer + " step" : std::string("the forward pass")) << ") on "
+              << (vo.training ? "forward, backward and one " + optimizer + " step" : std::string("the forward pass")) << ") on "
               << to_string(lp.mesh) << " ...\n";
+  if (!o.json && lp.mode == run_mode::training)
+    std::cerr << "priced for training with " << describe_training(lp.document.options) << "\n";
   phase_printer progress(progress_wanted(o.progress), "verify");
   vo.progress = [&progress](const verify_progress& p) {
     const std::string phase = p.phase;
@@ -166,9 +170,9 @@ void register_verify(CLI::App& app, action& run) {
   cmd->add_option("--max-memory", o->max_memory,
                   "refuse to start when the estimated peak is above this (e.g. 8GiB); default: MemAvailable")
       ->check(byte_size());
-  cmd->add_option("--optimizer", o->optimizer, "training plans: the optimizer step checked after the backward")
-      ->check(CLI::IsMember({"adam", "sgd"}))
-      ->capture_default_str();
+  cmd->add_option("--optimizer", o->optimizer,
+                  "training plans: the optimizer step checked after the backward (default: the plan's)")
+      ->check(CLI::IsMember({"adam", "sgd"}));
   cmd->add_flag("--forward-only", o->forward_only, "training plans: check the forward pass only");
   cmd->add_option("--batch", o->batch, "run the plan's graph at this batch size (the plan's strategies, checked to still fit)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));

@@ -8,6 +8,7 @@
 ///   d.tensors[v].output;          // the spec vertex v of d.graph is produced (or stored) in
 ///   autoshard::write_plan_file(d, "copy.json");
 #include <cmath>       // std::isfinite
+#include <cstdio>      // std::snprintf
 #include <cstdint>     // std::int64_t
 #include <filesystem>  // std::filesystem::path
 #include <map>         // std::map
@@ -58,13 +59,46 @@ struct plan_options {
   std::optional<std::int64_t> memory_budget;
   std::map<std::string, std::string> pinned;  ///< vertex name -> spec (Alpa notation)
   device_model device{};
+  /// How training was priced (strategy_options' fields of the same names): the optimizer's
+  /// state per parameter, the gradient buckets, the fraction of gradient sync hidden behind
+  /// the backward, and whether ZeRO-1/2 storage was offered. The stage each parameter took is
+  /// in its strategy's name (" zero-1", " zero-2"). A file without them was priced with these
+  /// defaults, the only settings before they were recorded.
+  optimizer_kind optimizer = optimizer_kind::adam;
+  double gradient_bucket_bytes = 25.0 * (1 << 20);
+  double gradient_overlap = 0.0;
+  bool zero = true;
   friend bool operator==(const plan_options& a, const plan_options& b) {
     return a.algo == b.algo && a.time_limit == b.time_limit && a.mip_rel_gap == b.mip_rel_gap &&
            a.skip_fully_replicated == b.skip_fully_replicated && a.tie_layers == b.tie_layers &&
            a.memory_budget == b.memory_budget && a.pinned == b.pinned && a.device.peak_flops == b.device.peak_flops &&
-           a.device.memory_bandwidth == b.device.memory_bandwidth && a.device.memory_bytes == b.device.memory_bytes;
+           a.device.memory_bandwidth == b.device.memory_bandwidth && a.device.memory_bytes == b.device.memory_bytes &&
+           a.optimizer == b.optimizer && a.gradient_bucket_bytes == b.gradient_bucket_bytes &&
+           a.gradient_overlap == b.gradient_overlap && a.zero == b.zero;
   }
 };
+
+/// The strategy_options a plan was priced with: its device, mode and training settings.
+inline strategy_options pricing_of(const plan_options& o, run_mode mode) {
+  strategy_options so;
+  so.device = o.device;
+  so.mode = mode;
+  so.optimizer = o.optimizer;
+  so.gradient_bucket_bytes = o.gradient_bucket_bytes;
+  so.gradient_overlap = o.gradient_overlap;
+  so.zero = o.zero;
+  return so;
+}
+
+/// The training settings of a plan in words: "adam, gradient buckets of 25.00 MiB, 0 of the
+/// gradient sync overlapped, ZeRO-1/2 offered" (what `show --plan` and `verify` report).
+inline std::string describe_training(const plan_options& o) {
+  char overlap[32];
+  std::snprintf(overlap, sizeof overlap, "%g", o.gradient_overlap);
+  return std::string(o.optimizer == optimizer_kind::sgd ? "sgd" : "adam") + ", gradient buckets of " +
+         (o.gradient_bucket_bytes > 0 ? human_bytes(o.gradient_bucket_bytes) : std::string("0 (one per tensor)")) + ", " +
+         overlap + " of the gradient sync overlapped, ZeRO-1/2 " + (o.zero ? "offered" : "not offered");
+}
 
 /// The objective and its parts, seconds per step.
 struct plan_objective {
@@ -165,7 +199,12 @@ inline nlohmann::json to_json(const plan_document& d) {
             {"device",
              {{"peak_flops", o.device.peak_flops},
               {"memory_bandwidth", o.device.memory_bandwidth},
-              {"memory_bytes", o.device.memory_bytes}}}}},
+              {"memory_bytes", o.device.memory_bytes}}},
+            {"training",
+             {{"optimizer", o.optimizer == optimizer_kind::sgd ? "sgd" : "adam"},
+              {"gradient_bucket_bytes", o.gradient_bucket_bytes},
+              {"gradient_overlap", o.gradient_overlap},
+              {"zero", o.zero}}}}},
           {"cost",
            {{"objective", d.cost.objective},
             {"compute", d.cost.compute},
@@ -214,6 +253,12 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   d.options.device.peak_flops = dev["peak_flops"].number(1.0, 1e30);
   d.options.device.memory_bandwidth = dev["memory_bandwidth"].number(1.0, 1e30);
   d.options.device.memory_bytes = dev["memory_bytes"].integer(1);
+  if (const auto tr = o.find("training")) {  // absent in files written before it was recorded: the defaults
+    d.options.optimizer = (*tr)["optimizer"].one_of({"adam", "sgd"}) == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
+    d.options.gradient_bucket_bytes = (*tr)["gradient_bucket_bytes"].number(0.0, 1e18);
+    d.options.gradient_overlap = (*tr)["gradient_overlap"].number(0.0, 1.0);
+    d.options.zero = (*tr)["zero"].boolean();
+  }
 
   const json_in c = j["cost"];
   d.cost.objective = c["objective"].number(0.0);

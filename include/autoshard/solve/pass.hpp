@@ -612,6 +612,10 @@ inline plan_document make_plan_document(const pass_model& pm, const autosharding
   d.options.memory_budget = o.memory_budget;
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
   d.options.device = pm.sopt.device;
+  d.options.optimizer = pm.sopt.optimizer;
+  d.options.gradient_bucket_bytes = pm.sopt.gradient_bucket_bytes;
+  d.options.gradient_overlap = pm.sopt.gradient_overlap;
+  d.options.zero = pm.sopt.zero;
   d.graph = pm.g;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
@@ -700,9 +704,16 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
       throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
-  // A preloaded plan is priced with the links it was solved with.
-  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, detail::pricing_options(o), o.memory_budget,
-                        o.on_phase);
+  // A preloaded plan is priced with the links and the training settings it was solved with.
+  strategy_options so = detail::pricing_options(o);
+  if (preloaded) {
+    const strategy_options solved = pricing_of(preloaded->options, so.mode);
+    so.optimizer = solved.optimizer;
+    so.gradient_bucket_bytes = solved.gradient_bucket_bytes;
+    so.gradient_overlap = solved.gradient_overlap;
+    so.zero = solved.zero;
+  }
+  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, so, o.memory_budget, o.on_phase);
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;

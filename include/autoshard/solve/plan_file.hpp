@@ -24,14 +24,12 @@ struct loaded_plan {
   std::vector<collective_use> collectives;
 };
 
-/// The strategies a plan document chose, rebuilt on its own graph, mesh and device model.
+/// The strategies a plan document chose, rebuilt on its own graph, mesh, device model and
+/// training settings (so the collectives are priced as the plan was).
 /// Throws solver_error when a strategy is not one its vertex offers.
 inline loaded_plan load_plan(plan_document d, const std::string& file = "(in memory)") {
   loaded_plan out;
-  strategy_options so;
-  so.device = d.options.device;
-  so.mode = d.mode;
-  const detail::pass_model pm(d.graph, d.mesh, so);
+  const detail::pass_model pm(d.graph, d.mesh, pricing_of(d.options, d.mode));
   const std::vector<int> choice = detail::plan_choice(pm, d, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
   out.collectives = detail::summarize(pm, d.options.algo, choice).collectives;

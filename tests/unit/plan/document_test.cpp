@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -151,4 +152,48 @@ TEST_CASE("plan document: reading a directory or a missing file is an io_error n
   CHECK_THROWS_WITH_AS(read_plan_file(fs::temp_directory_path().string()), doctest::Contains("is a directory"), io_error);
   CHECK_THROWS_WITH_AS(read_plan_file("/nonexistent/plan.json"), doctest::Contains("cannot open plan file '/nonexistent/plan.json'"),
                        io_error);
+}
+
+TEST_CASE("plan document: the training settings a plan was priced with are written, read back and checked") {
+  plan_document d = small_plan();
+  d.options.optimizer = optimizer_kind::sgd;
+  d.options.gradient_bucket_bytes = 4.0 * (1 << 20);
+  d.options.gradient_overlap = 0.25;
+  d.options.zero = false;
+  temp_plan f;
+  write_plan_file(d, f.path);
+  const plan_document back = read_plan_file(f.path.string());
+  CHECK(back.options.optimizer == optimizer_kind::sgd);
+  CHECK(back.options.gradient_bucket_bytes == 4.0 * (1 << 20));
+  CHECK(back.options.gradient_overlap == 0.25);
+  CHECK(!back.options.zero);
+  CHECK(back == d);
+  const nlohmann::json j = to_json(d);
+  CHECK(j["options"]["training"] ==
+        nlohmann::json{{"optimizer", "sgd"}, {"gradient_bucket_bytes", 4194304.0}, {"gradient_overlap", 0.25}, {"zero", false}});
+  CHECK(describe_training(back.options) == "sgd, gradient buckets of 4.00 MiB, 0.25 of the gradient sync overlapped, ZeRO-1/2 not offered");
+  // Each setting set back to its default alone: the document differs (none is ignored).
+  const std::map<std::string, nlohmann::json> defaults{
+      {"optimizer", "adam"}, {"gradient_bucket_bytes", 26214400.0}, {"gradient_overlap", 0.0}, {"zero", true}};
+  for (const auto& [key, value] : defaults) {
+    CAPTURE(key);
+    nlohmann::json k = j;
+    k["options"]["training"][key] = value;
+    CHECK(!(plan_from_json(k, "p.json").options == d.options));
+  }
+  // A file written before the settings were recorded was priced with the defaults.
+  nlohmann::json old = j;
+  old["options"].erase("training");
+  const plan_options dflt = plan_from_json(old, "p.json").options;
+  CHECK(dflt.optimizer == optimizer_kind::adam);
+  CHECK(dflt.gradient_bucket_bytes == 25.0 * (1 << 20));
+  CHECK(dflt.gradient_overlap == 0.0);
+  CHECK(dflt.zero);
+  // Out of range or of the wrong type: named.
+  nlohmann::json bad = j;
+  bad["options"]["training"]["gradient_overlap"] = 1.5;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': options.training.gradient_overlap is 1.5, not a number in [0, 1]");
+  bad = j;
+  bad["options"]["training"]["optimizer"] = "lamb";
+  CHECK(read_error(bad).find("options.training.optimizer is \"lamb\"") != std::string::npos);
 }

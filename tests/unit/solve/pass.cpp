@@ -581,3 +581,47 @@ TEST_CASE("tied layers: in inference, four more layers add only their weights to
   const std::int64_t d = 4096, f = 11008;
   CHECK(smallest(8) - smallest(4) == 4 * (4 * d * d + 3 * d * f + 2 * d) * 2 / 8);
 }
+
+TEST_CASE("plan files: the training settings the pass priced with travel in the file and price the plan read back") {
+  // Non-default settings: sgd, 1 MiB buckets, half the gradient sync overlapped, no ZeRO-1/2.
+  auto c = gpt2_small(8, autoshard::run_mode::training);
+  c.layers = 1;
+  c.seq = 128;
+  const autoshard::model_graph g = autoshard::build_gpt2(c);
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({2, 4});
+  o.mode = autoshard::run_mode::training;
+  o.compare_baselines = false;
+  o.optimizer = autoshard::optimizer_kind::sgd;
+  o.gradient_bucket_bytes = 1 << 20;
+  o.gradient_overlap = 0.5;
+  o.zero = false;
+  o.ilp_solution_file = temp_file("autoshard_train_settings.json");
+  const auto solved = autoshard::autosharding_analysis_pass(g, o);
+  const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
+  CHECK(lp.document.options.optimizer == autoshard::optimizer_kind::sgd);
+  CHECK(lp.document.options.gradient_bucket_bytes == 1 << 20);
+  CHECK(lp.document.options.gradient_overlap == 0.5);
+  CHECK(!lp.document.options.zero);
+  // Re-priced from the file alone (what verify audits against): the pass's collectives,
+  // gradient sync halved by the overlap included. Some gradient sync is priced at all.
+  const auto& want = solved.report.plan.collectives;
+  REQUIRE(lp.collectives.size() == want.size());
+  bool any_gradient = false;
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    CAPTURE(want[k].where);
+    CHECK(lp.collectives[k].seconds == doctest::Approx(want[k].seconds).epsilon(1e-12));
+    any_gradient = any_gradient || want[k].where.rfind("gradient of ", 0) == 0;
+  }
+  CHECK(any_gradient);
+  // Preloaded by the pass with default options, the plan keeps the step time it was solved at.
+  autoshard::autosharding_options p;
+  p.mesh = o.mesh;
+  p.mode = o.mode;
+  p.compare_baselines = false;
+  p.preload_solution = true;
+  p.ilp_solution_file = o.ilp_solution_file;
+  CHECK(autoshard::autosharding_analysis_pass(g, p).report.plan.step_seconds ==
+        doctest::Approx(solved.report.plan.step_seconds).epsilon(1e-12));
+  std::remove(o.ilp_solution_file.c_str());
+}

@@ -13,6 +13,7 @@
 #          -t SECONDS cap per target (default none), -k keep the corpus a run grows in
 #          fuzz/corpus-run/<target> (git-ignored; default for -n above 20000) instead of a
 #          fresh temporary folder, -b build only.
+# Environment: FUZZ_OPT, the targets' optimization level (default -O1; the CI smoke uses -O0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -36,7 +37,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD
   -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only \
   -DAUTOSHARD_BUILD_FUZZ=ON -DAUTOSHARD_BUILD_TESTS=OFF -DAUTOSHARD_BUILD_EXAMPLES=OFF \
   -DAUTOSHARD_BUILD_BENCH=OFF -DAUTOSHARD_BUILD_TOOLS=OFF -DAUTOSHARD_BUILD_PACKAGE_TEST=OFF \
-  -DAUTOSHARD_ENABLE_CUDA=OFF >/dev/null
+  -DAUTOSHARD_ENABLE_CUDA=OFF -DAUTOSHARD_FUZZ_OPT="${FUZZ_OPT:--O1}" >/dev/null
 cmake --build "$build" -j "${FUZZ_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}" --target autoshard_fuzz_all
 echo "=== fuzz: built in $(( $(date +%s) - start )) s ==="
 [ "$build_only" = 1 ] && exit 0

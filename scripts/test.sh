@@ -3,12 +3,18 @@
 # -Wall -Wextra -Wpedantic -Werror (every header verified standalone, the installed package
 # consumed by tests/package), then the suite once more under ASan + UBSan, then a fuzz smoke
 # (every libFuzzer target in fuzz/ for 20,000 executions, scripts/fuzz.sh).
-# Usage: bash scripts/test.sh [gcc|clang|asan|fuzz ...]   (default: gcc asan fuzz)
+# Usage: bash scripts/test.sh [gcc|clang|asan|fuzz ...]   (default: gcc asan fuzz; a step
+# given alone builds and runs everything it can)
 #
-# Build time: the presets compile each test executable and the tool as
-# one translation unit (AUTOSHARD_UNITY_BUILD) with line tables only; when the fuzz smoke
-# runs after other steps, its targets are built from the start at the lowest CPU priority
-# (nice 19), so they take only the cores the GCC and ASan steps leave idle.
+# Build time (CI has 2 cores and 15 minutes): the presets compile each test executable and
+# the tool as one translation unit (AUTOSHARD_UNITY_BUILD) with line tables only. Nothing
+# is compiled or run twice for the same proof: when the run has both, the ASan build (-O0)
+# runs the unit and tool tests and the GCC build compiles those only for GCC's warnings
+# (-fsyntax-only) and runs the rest (docs, package, examples, compile-fail, ODR); the ASan
+# build compiles the examples and benches for Clang's warnings only; every header is
+# checked on its own once (autoshard_header_checks, under Clang when the run has it). When
+# the fuzz smoke runs after other steps, its targets (-O0) are built from the start at the
+# lowest CPU priority (nice 19), so they take only the cores the other steps leave idle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,6 +23,12 @@ presets=("$@")
 # The asan preset builds everything with Clang 14 and -Werror, so it is also the Clang
 # warning build; `bash scripts/test.sh clang` runs a plain Clang build on request.
 [ ${#presets[@]} -eq 0 ] && presets=(gcc asan fuzz)
+has_asan=0
+[[ " ${presets[*]} " == *" asan "* ]] && has_asan=1
+header_step=""  # the build that checks every header on its own: asan's, else the first build
+for p in "${presets[@]}"; do
+  if [ "$p" = asan ] || { [ -z "$header_step" ] && [ "$p" != fuzz ]; }; then header_step=$p; fi
+done
 
 fuzz_pid="" fuzz_log=build/fuzz-build.log
 if [ ${#presets[@]} -gt 1 ] && [[ " ${presets[*]} " == *" fuzz "* ]]; then
@@ -24,7 +36,7 @@ if [ ${#presets[@]} -gt 1 ] && [[ " ${presets[*]} " == *" fuzz "* ]]; then
   # Its own process group (setsid), so that a failing step stops the whole background build.
   # A new session is also a new scheduler autogroup where the kernel has them, and nice only
   # counts inside one: the autogroup is niced to 19 as well.
-  FUZZ_BUILD_JOBS=$jobs setsid -w bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
+  FUZZ_OPT=-O0 FUZZ_BUILD_JOBS=$jobs setsid -w bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
     exec nice -n 19 bash scripts/fuzz.sh -b' >"$fuzz_log" 2>&1 &
   fuzz_pid=$!
   trap '[ -n "$fuzz_pid" ] && kill -- -"$fuzz_pid" 2>/dev/null; true' EXIT
@@ -43,17 +55,23 @@ for p in "${presets[@]}"; do
       fi
       grep '=== fuzz: built' "$fuzz_log" | sed 's/=== fuzz: built/=== fuzz: built in the background/' || true
     fi
-    bash scripts/fuzz.sh -p "$jobs"
+    FUZZ_OPT=-O0 bash scripts/fuzz.sh -p "$jobs"
     continue
   fi
   echo "=== autoshard: $p build ==="
   start=$(date +%s)
-  cmake --preset "$p" >/dev/null
+  # The unit tests run under ASan when the run has it; GCC or Clang then checks their warnings.
+  only_warnings=OFF tests=()
+  if [ "$has_asan" = 1 ] && [ "$p" != asan ]; then
+    only_warnings=ON
+    tests=(-L '^(compile_fail|package|docs|gpu|example|odr)$')
+  fi
+  cmake --preset "$p" -DAUTOSHARD_UNIT_TESTS_WARNINGS_ONLY=$only_warnings >/dev/null
   cmake --build --preset "$p" -j "$jobs"
-  if [ "$p" != asan ]; then
-    cmake --build --preset "$p" -j "$jobs" --target all_verify_interface_header_sets
+  if [ "$p" = "$header_step" ]; then
+    cmake --build --preset "$p" -j "$jobs" --target autoshard_header_checks
   fi
   echo "=== autoshard: $p built in $(( $(date +%s) - start )) s ==="
-  ctest --preset "$p" -j "$jobs" --timeout 600
+  ctest --preset "$p" -j "$jobs" --timeout 600 "${tests[@]}"
   echo "=== autoshard: $p done in $(( $(date +%s) - start )) s ==="
 done

@@ -64,7 +64,7 @@ for p in "${presets[@]}"; do
   only_warnings=OFF tests=()
   if [ "$has_asan" = 1 ] && [ "$p" != asan ]; then
     only_warnings=ON
-    tests=(-L '^(compile_fail|package|docs|gpu|example|odr)$')
+    tests=(-L '^(compile_fail|package|docs|gpu|example|odr|tool_native)$')
   fi
   cmake --preset "$p" -DAUTOSHARD_UNIT_TESTS_WARNINGS_ONLY=$only_warnings >/dev/null
   cmake --build --preset "$p" -j "$jobs"

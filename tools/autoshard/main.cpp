@@ -5,7 +5,11 @@
 #include <autoshard/io/atomic_file.hpp>  // remove_live_temporaries
 
 #include <signal.h>
+#include <unistd.h>  // write
 
+#include <cstdlib>    // std::_Exit
+#include <cstring>    // std::strlen
+#include <exception>  // std::set_terminate, std::current_exception
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -31,11 +35,31 @@ void clean_up_on_signals() {
     ::sigaction(sig, &a, nullptr);
   }
 }
+
+/// The last net under every check: an exception that reaches std::terminate (one thrown
+/// while another unwinds, or from a noexcept function: a JSON tree's destructor allocates as
+/// it unwinds from an allocation that failed) ends in the same one line with a kind as any
+/// error, exit 1, and the temporaries this process was writing removed, never SIGABRT.
+[[noreturn]] void fail_on_terminate() {
+  const char* line = "autoshard: internal error: terminated without an exception\n";
+  try {
+    if (const std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    line = "autoshard: resource error: out of memory (an allocation failed while another was being undone); "
+           "the input asks for more memory than this machine lets the process have\n";
+  } catch (...) {
+    line = "autoshard: internal error: an exception escaped where none may (std::terminate)\n";
+  }
+  autoshard::remove_live_temporaries();
+  (void)!::write(2, line, std::strlen(line));
+  std::_Exit(1);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace autoshard::tool;
   clean_up_on_signals();
+  std::set_terminate(&fail_on_terminate);
   CLI::App app{"autoshard: split a neural network over a mesh of GPUs", "autoshard"};
   app.set_version_flag("--version", std::string("autoshard ") + AUTOSHARD_TOOL_VERSION);
   app.require_subcommand(1);

@@ -78,4 +78,12 @@ class exec_error : public error {
   explicit exec_error(const std::string& what) : error("execution error: ", what) {}
 };
 
+/// Work this process cannot do within what the machine gives it: an allocation that failed,
+/// or an estimate made before starting above the memory, threads or address space left.
+/// Names the estimate and the limit.
+class resource_error : public error {
+ public:
+  explicit resource_error(const std::string& what) : error("resource error: ", what) {}
+};
+
 }  // namespace autoshard

@@ -29,7 +29,9 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "../core/error.hpp"  // io_error
+#include "../core/dtype.hpp"    // human_bytes
+#include "../core/error.hpp"    // io_error, resource_error
+#include "../core/machine.hpp"  // machine_limits
 
 namespace autoshard {
 
@@ -182,9 +184,34 @@ class json_in {
   std::string source_, path_;
 };
 
+/// The most memory nlohmann::json's tree of a JSON text takes, per byte of text. Measured
+/// with glibc malloc: 3.7 for a real IOPDDL request (long arrays of numbers), about 10 for a
+/// problem of many small nodes (arrays of short arrays), 16 for arrays of one-number arrays,
+/// 21 for arrays of empty objects (the worst shape: 3 bytes of text, a 16-byte value and a
+/// 48-byte map).
+inline constexpr std::uint64_t json_tree_bytes_per_byte = 32;
+
+/// Refuses, before parsing, a text whose tree may not fit what this process can still
+/// allocate (MemAvailable, RLIMIT_AS): running out of memory inside the parser cannot be
+/// recovered cleanly (the tree's destructor allocates while it unwinds). Texts under 2 MiB
+/// are not checked (their trees take at most 64 MiB).
+inline void check_json_memory(std::size_t text_bytes, const std::string& source) {
+  const std::uint64_t need = static_cast<std::uint64_t>(text_bytes) * json_tree_bytes_per_byte;
+  if (text_bytes < (std::size_t{2} << 20)) return;
+  const machine_limits m = machine_limits::here();
+  if (need <= m.memory()) return;
+  const bool as = m.address_space < m.mem_available;
+  throw resource_error(source + " has " + human_bytes(text_bytes) + " of JSON, whose tree may take up to " +
+                       human_bytes(need) + " (" + std::to_string(json_tree_bytes_per_byte) + " bytes a byte); this process can allocate " +
+                       human_bytes(m.memory()) + " more (" + (as ? "the address-space limit, ulimit -v" : "MemAvailable") +
+                       "): free memory or raise the limit");
+}
+
 /// Parses JSON text; a syntax error (or a number beyond a double, 1e999) is an io_error
-/// naming `source` ("plan file 'p.json'").
+/// naming `source` ("plan file 'p.json'"), a text too big for the memory left a
+/// resource_error (check_json_memory).
 inline nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
+  check_json_memory(text.size(), source);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999

@@ -211,6 +211,8 @@ inline void check_json_memory(std::size_t text_bytes, const std::string& source)
 /// naming `source` ("plan file 'p.json'"), a text too big for the memory left a
 /// resource_error (check_json_memory).
 inline nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
+  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b)
+    throw io_error(source + " is gzip-compressed, not JSON: decompress it first (gunzip -k FILE, or zcat FILE > FILE.json)");
   check_json_memory(text.size(), source);
   try {
     return nlohmann::json::parse(text);

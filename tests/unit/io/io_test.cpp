@@ -99,6 +99,12 @@ TEST_CASE("load_json_file: names the file, refuses directories and FIFOs without
   CHECK(bad.find("plan file '" + (d.path / "bad.json").string() + "' is not valid JSON") != std::string::npos);
   std::ofstream(d.path / "huge.json") << R"({"a": 1e999})";
   CHECK(error_of([&] { load_json_file((d.path / "huge.json").string()); }).find("is not valid JSON") != std::string::npos);
+  // A gzip file (the contest ships its requests as .json.gz) says so instead of "not valid JSON".
+  const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03};
+  std::ofstream(d.path / "p.json.gz", std::ios::binary).write(reinterpret_cast<const char*>(gz), sizeof gz);
+  CHECK(error_of([&] { load_json_file((d.path / "p.json.gz").string(), "IOPDDL problem"); }) ==
+        "io error: IOPDDL problem '" + (d.path / "p.json.gz").string() +
+            "' is gzip-compressed, not JSON: decompress it first (gunzip -k FILE, or zcat FILE > FILE.json)");
   CHECK(error_of([&] { load_json_file((d.path / "missing.json").string(), "plan file"); }).find(
             "cannot open plan file '" + (d.path / "missing.json").string() + "': No such file") != std::string::npos);
   CHECK(error_of([&] { load_json_file(d.path.string(), "plan file"); }).find("is a directory") != std::string::npos);

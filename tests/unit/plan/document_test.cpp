@@ -175,10 +175,11 @@ TEST_CASE("plan document: the training settings a plan was priced with are writt
   // Each setting set back to its default alone: the document differs (none is ignored).
   const std::map<std::string, nlohmann::json> defaults{
       {"optimizer", "adam"}, {"gradient_bucket_bytes", 26214400.0}, {"gradient_overlap", 0.0}, {"zero", true}};
-  for (const auto& [key, value] : defaults) {
+  for (const auto& entry : defaults) {
+    const std::string key = entry.first;  // Clang 14 refuses a structured binding in CAPTURE
     CAPTURE(key);
     nlohmann::json k = j;
-    k["options"]["training"][key] = value;
+    k["options"]["training"][key] = entry.second;
     CHECK(!(plan_from_json(k, "p.json").options == d.options));
   }
   // A file written before the settings were recorded was priced with the defaults.

@@ -8,6 +8,10 @@
 
 #include <iostream>
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallopt
+#endif
+
 namespace autoshard::tool {
 namespace {
 
@@ -53,6 +57,13 @@ nlohmann::json traffic_json(const traffic_audit& a) {
 }
 
 int run_verify(const verify_cli_options& o) {
+#if defined(__GLIBC__)
+  // Tensors of 1 MiB and more are mapped and unmapped whole. glibc's default threshold rises
+  // to the largest block freed (up to 32 MiB), after which freed gradients and pieces stay in
+  // the rank threads' arenas: the resident size would grow past the live bytes that the
+  // estimate counts and the run frees.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
   // Before the plan is re-priced (seconds on a large graph): a training check needs a loss.

@@ -232,8 +232,10 @@ std::vector<std::byte> redistribute(M& mc, std::span<const std::byte> local, dty
                       " of " + std::string(to_string(t)) + " (" +
                       std::to_string(want.numel() * static_cast<std::int64_t>(dtype_size(t))) + " bytes), got " +
                       std::to_string(local.size()) + " bytes");
-  std::vector<std::byte> cur(local.begin(), local.end());
-  for (const redist_step& st : plan) cur = execute_step(mc, st, std::span<const std::byte>(cur), t, global);
+  if (plan.empty()) return std::vector<std::byte>(local.begin(), local.end());
+  // The first step reads `local` in place: no copy of a tensor as large as a whole parameter.
+  std::vector<std::byte> cur = execute_step(mc, plan[0], local, t, global);
+  for (std::size_t i = 1; i < plan.size(); ++i) cur = execute_step(mc, plan[i], std::span<const std::byte>(cur), t, global);
   return cur;
 }
 

@@ -104,7 +104,13 @@ std::vector<host_tensor> make_source_values(const model_graph& g, std::uint64_t 
 /// Every vertex's value computed on one host, indexed by vertex. `sources` holds the value
 /// of each input and parameter (make_source_values); operator entries are ignored.
 template <class T>
-std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources) {
+std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources);
+
+namespace detail {
+/// run_unsharded's loop: every operator's value, and with `copy_sources` a copy of every
+/// source (else the sources' entries stay empty and the kernels read `sources` in place).
+template <class T>
+std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, bool copy_sources) {
   const std::size_t n = boost::num_vertices(g);
   if (sources.size() != n)
     throw exec_error("run_unsharded: " + std::to_string(sources.size()) + " source values for a graph of " +
@@ -115,18 +121,24 @@ std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<h
     if (!nd.is_operator()) {
       if (!(sources[v].shape() == nd.shape))
         throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
-      val[v] = host_tensor::copy_of(sources[v]);
+      if (copy_sources) val[v] = host_tensor::copy_of(sources[v]);
       continue;
     }
     std::vector<const host_tensor*> in;
     std::vector<tensor_shape> shapes;
     for (vertex_t u : operands(g, v)) {
-      in.push_back(&val[u]);
+      in.push_back(g[u].is_operator() ? &val[u] : &sources[u]);
       shapes.push_back(g[u].shape);
     }
     val[v] = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
   }
   return val;
+}
+}  // namespace detail
+
+template <class T>
+std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources) {
+  return detail::forward_unsharded<T>(g, sources, true);
 }
 
 namespace detail {

@@ -6,7 +6,7 @@
 ///   autoshard::machine_limits m = autoshard::machine_limits::here();
 ///   autoshard::check_rank_threads(mesh, m);                // exec_error when they cannot run
 ///   autoshard::memory_estimate e = autoshard::estimate_verify_memory(g, mesh, plan, dtype::f64);
-#include <algorithm>  // std::max, std::min
+#include <algorithm>  // std::find, std::max, std::min
 #include <cstdint>    // std::uint64_t
 #include <limits>     // std::numeric_limits
 #include <string>     // std::string
@@ -18,6 +18,7 @@
 #include "../core/machine.hpp"  // machine_limits
 #include "../graph/validate.hpp"  // topological_order
 #include "kernels.hpp"          // exec_error
+#include "training.hpp"         // detail::gradient_spec, detail::settled_spec: the specs train_sharded uses
 
 namespace autoshard {
 
@@ -61,9 +62,12 @@ inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m)
 struct memory_estimate {
   std::uint64_t sources = 0;     ///< the global inputs and parameters, held once
   std::uint64_t activations = 0; ///< the reference run's and every rank's live pieces at the worst step
+  /// Training: what the worst step holds the size of the parameters (gradients, updates,
+  /// gathered weights), which a smaller batch or sequence does not shrink.
+  std::uint64_t parameters = 0;
   std::uint64_t ranks = 0;       ///< threads and connections
   std::string worst_step;        ///< the vertex computed at the worst step
-  std::uint64_t total() const noexcept { return sources + activations + ranks; }
+  std::uint64_t total() const noexcept { return sources + activations + parameters + ranks; }
 };
 
 namespace detail {
@@ -74,6 +78,197 @@ inline bool all_replicated(const sharding_spec& s) {
   for (std::size_t a = 0; a < s.mesh_rank; ++a)
     if (!s[a].is_replicate()) return false;
   return true;
+}
+}  // namespace detail
+
+namespace detail {
+/// Bytes that grow with batch x seq (activations and their gradients) apart from those the
+/// size of the parameters (their gradients, updates and gathered copies), which do not.
+struct split_bytes {
+  std::uint64_t act = 0, par = 0;
+  std::uint64_t total() const noexcept { return act + par; }
+  split_bytes& operator+=(const split_bytes& o) noexcept {
+    act += o.act;
+    par += o.par;
+    return *this;
+  }
+  split_bytes& operator-=(const split_bytes& o) noexcept {
+    act -= std::min(act, o.act);
+    par -= std::min(par, o.par);
+    return *this;
+  }
+  friend split_bytes operator+(split_bytes a, const split_bytes& b) noexcept { return a += b; }
+};
+
+/// The peak of a verified training step beyond the sources (train_unsharded's reference,
+/// then train_sharded on every rank), simulated step by step as verify runs it, the ranks in
+/// lockstep (their collectives keep them together). The reference keeps every operator's
+/// value until every rank has compared it, and every parameter's gradient until every rank
+/// has compared its block (the updates are computed block by block where they are compared).
+/// Each rank keeps its forward pieces and resharded operands for the backward; in the
+/// backward it holds its gradient contributions, the operator's output gradient, its
+/// operands' gradients and a re-gathered weight; when a parameter's last use has run, its
+/// reduction (3 x the target block: the contribution, the collective's buffer, the result)
+/// and its update, and the compared blocks (one rank at a time).
+template <class TypeOf>
+memory_estimate estimate_training_step(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                       const TypeOf& type_of) {
+  const std::size_t n = boost::num_vertices(g);
+  const int ranks = mesh.num_ranks();
+  const std::vector<vertex_t> order = topological_order(g);
+  const auto whole = [&](vertex_t v) { return bytes_of(g[v].shape, type_of(v)); };
+  const auto tagged = [&](vertex_t u, std::uint64_t b) { return g[u].is_parameter() ? split_bytes{0, b} : split_bytes{b, 0}; };
+  const auto box = [&](int r, vertex_t u, const sharding_spec& s) {
+    return bytes_of(local_box(mesh, s, g[u].shape, r).shape, type_of(u));
+  };
+  std::vector<bool> is_loss(n, false);
+  for (vertex_t v = 0; v < n; ++v)
+    is_loss[v] = g[v].is_operator() && boost::out_degree(v, g) == 0 && !is_integer(g[v].type) && g[v].shape.numel() == 1;
+  const auto differentiable = [&](vertex_t u) { return !g[u].is_input() && !is_integer(g[u].type); };
+  // The operators the backward reaches: a loss, or a consumer of one reached.
+  std::vector<bool> reached(n, false);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (!g[v].is_operator()) continue;
+    reached[v] = reached[v] || is_loss[v];
+    if (reached[v])
+      for (vertex_t u : operands(g, v))
+        if (differentiable(u)) reached[u] = true;
+  }
+  memory_estimate e;
+  split_bytes worst;
+  const auto note = [&](const split_bytes& now, const std::string& where) {
+    if (now.total() > worst.total()) {
+      worst = now;
+      e.worst_step = where;
+    }
+  };
+  // The reference: every operator's value, the gradients live in its backward.
+  split_bytes values, live;
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_operator()) values.act += whole(v);
+  std::vector<bool> has_grad(n, false);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (!g[v].is_operator() || !reached[v]) continue;
+    if (is_loss[v] && !has_grad[v]) {
+      live.act += whole(v);
+      has_grad[v] = true;
+    }
+    split_bytes dx;
+    for (vertex_t u : operands(g, v))
+      if (differentiable(u)) dx += tagged(u, whole(u));
+    note(values + live + dx, "the unsharded reference step (backward of " + g[v].name + ")");
+    for (vertex_t u : operands(g, v))
+      if (differentiable(u) && !has_grad[u]) {
+        live += tagged(u, whole(u));
+        has_grad[u] = true;
+      }
+    live -= split_bytes{whole(v), 0};
+  }
+  split_bytes ref = values + live;  // what the reference holds when the ranks start
+  // The ranks' forward.
+  const auto ur = static_cast<std::size_t>(ranks);
+  std::vector<std::vector<split_bytes>> kept(ur, std::vector<split_bytes>(n));  // v's piece and saved operands, per rank
+  split_bytes k;  // every rank's kept bytes together
+  for (vertex_t v : order) {
+    const strategy& st = plan[v];
+    if (!g[v].is_operator()) {
+      if (!all_replicated(st.output))
+        for (int r = 0; r < ranks; ++r) {
+          kept[static_cast<std::size_t>(r)][v] = tagged(v, box(r, v, st.output));  // its own shard
+          k += kept[static_cast<std::size_t>(r)][v];
+        }
+      continue;
+    }
+    const std::vector<vertex_t> ops = operands(g, v);
+    split_bytes step;
+    for (int r = 0; r < ranks; ++r) {
+      split_bytes& mine = kept[static_cast<std::size_t>(r)][v];
+      for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
+        if (plan[ops[i]].output == st.inputs[i]) continue;
+        const split_bytes b = tagged(ops[i], box(r, ops[i], st.inputs[i]));
+        step += b + b;                                // the collective's buffer and the resharded piece
+        if (!g[ops[i]].is_parameter()) mine += b;     // kept for the backward (a weight is gathered again)
+      }
+      mine.act += box(r, v, st.output);
+      if (st.output.has_partial()) step.act += 2 * box(r, v, settled_spec(st.output));  // compared through a reduction
+    }
+    const split_bytes block{whole(v), 0};  // the compared block, one rank at a time
+    for (int r = 0; r < ranks; ++r) k += kept[static_cast<std::size_t>(r)][v];
+    note(ref + k + step + block, "forward of " + g[v].name + " on the ranks");
+    ref -= split_bytes{whole(v), 0};  // every rank compared it
+  }
+  // The ranks' backward.
+  std::vector<std::vector<split_bytes>> contrib(ur, std::vector<split_bytes>(n));
+  std::vector<std::vector<std::vector<sharding_spec>>> contrib_specs(ur, std::vector<std::vector<sharding_spec>>(n));
+  std::vector<std::size_t> pending(n);
+  for (vertex_t v = 0; v < n; ++v) pending[v] = boost::out_degree(v, g);
+  split_bytes grads;  // every rank's contributions together
+  for (vertex_t v = 0; v < n; ++v)
+    if (is_loss[v])
+      for (int r = 0; r < ranks; ++r) {
+        contrib[static_cast<std::size_t>(r)][v].act = box(r, v, settled_spec(plan[v].output));
+        grads += contrib[static_cast<std::size_t>(r)][v];
+      }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (!g[v].is_operator()) continue;
+    const strategy& st = plan[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (reached[v]) {
+      split_bytes settling, step, added;
+      for (int r = 0; r < ranks; ++r) {
+        const auto rr = static_cast<std::size_t>(r);
+        const std::uint64_t dy = box(r, v, settled_spec(st.output));
+        settling.act += 2 * dy;  // the collective's buffer and the settled gradient, beside the contributions
+        step.act += dy;
+        for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
+          const vertex_t u = ops[i];
+          if (g[u].is_parameter() && !(plan[u].output == st.inputs[i])) step += tagged(u, box(r, u, st.inputs[i]));  // gathered again
+          if (!differentiable(u)) continue;
+          const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g, v, st, i);
+          const split_bytes dx = tagged(u, box(r, u, gs));
+          step += dx;
+          if (std::find(contrib_specs[rr][u].begin(), contrib_specs[rr][u].end(), gs) == contrib_specs[rr][u].end()) {
+            contrib_specs[rr][u].push_back(gs);
+            contrib[rr][u] += dx;
+            added += dx;
+          }
+        }
+      }
+      note(ref + k + grads + settling, "backward of " + g[v].name + " on the ranks");
+      for (int r = 0; r < ranks; ++r) {
+        grads -= contrib[static_cast<std::size_t>(r)][v];
+        contrib[static_cast<std::size_t>(r)][v] = {};
+      }
+      note(ref + k + grads + step, "backward of " + g[v].name + " on the ranks");
+      grads += added;
+    }
+    for (int r = 0; r < ranks; ++r) k -= kept[static_cast<std::size_t>(r)][v];
+    for (vertex_t u : ops) {
+      if (!g[u].is_parameter() || --pending[u] > 0 || !has_grad[u]) continue;
+      const strategy& ps = plan[u];
+      const sharding_spec& target = ps.zero_stage > 0 ? ps.gradient_spec : ps.output;
+      split_bytes finishing;
+      std::uint64_t largest_block = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const std::uint64_t b = box(r, u, target);
+        finishing.par += 3 * b + (ps.zero_stage > 0 ? 3 * box(r, u, ps.output) : 0);  // reduce, update, gather back
+        largest_block = std::max(largest_block, b);
+      }
+      note(ref + k + grads + finishing + split_bytes{0, 3 * largest_block}, "update of " + g[u].name + " on the ranks");
+      for (int r = 0; r < ranks; ++r) {
+        grads -= contrib[static_cast<std::size_t>(r)][u];
+        contrib[static_cast<std::size_t>(r)][u] = {};
+        k -= kept[static_cast<std::size_t>(r)][u];
+      }
+      ref -= split_bytes{0, whole(u)};  // every rank compared its gradient
+    }
+  }
+  e.activations = worst.act;
+  e.parameters = worst.par;
+  return e;
 }
 }  // namespace detail
 
@@ -128,11 +323,13 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
     }
     if (uses[v] == 0) live -= piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
   }
-  if (training) {  // every value and piece is kept for the backward, and gradients come alike
-    std::uint64_t kept = 0;
-    for (vertex_t v = 0; v < n; ++v)
-      kept += piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
-    e.activations += 2 * kept;
+  if (training) {
+    const memory_estimate t = detail::estimate_training_step(g, mesh, plan, type_of);
+    if (t.activations + t.parameters > e.activations + e.parameters) {
+      e.activations = t.activations;
+      e.parameters = t.parameters;
+      e.worst_step = t.worst_step;
+    }
   }
   return e;
 }

@@ -117,17 +117,22 @@ host_tensor optimizer_update(const host_tensor& p, const host_tensor& grad, cons
 }  // namespace detail
 
 /// Every parameter's gradient and updated value of the unsharded step, indexed by vertex
-/// (empty for operators and inputs), and every vertex's forward value.
+/// (empty for operators and inputs), and every operator's forward value (empty for inputs
+/// and parameters: their values are the sources the step was given).
 struct training_result {
   std::vector<host_tensor> value, grad, updated;
 };
 
-/// One training step on one host: the forward, the backward from every loss, the update.
+/// One training step on one host: the forward, the backward from every loss, the update
+/// (left out with `with_updates` false: the update is elementwise, so a caller comparing
+/// blocks can compute the block it needs from the gradient's, holding no second copy of
+/// the parameters).
 template <class T>
-training_result train_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, const training_step& o = {}) {
+training_result train_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, const training_step& o = {},
+                                bool with_updates = true) {
   const std::size_t n = boost::num_vertices(g);
   training_result r;
-  r.value = run_unsharded<T>(g, sources);
+  r.value = detail::forward_unsharded<T>(g, sources, false);
   r.grad.resize(n);
   r.updated.resize(n);
   std::vector<host_tensor> d(n);
@@ -143,7 +148,7 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
     std::vector<const host_tensor*> in;
     std::vector<tensor_shape> shapes;
     for (vertex_t u : ops) {
-      in.push_back(&r.value[u]);
+      in.push_back(g[u].is_operator() ? &r.value[u] : &sources[u]);
       shapes.push_back(g[u].shape);
     }
     std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape));
@@ -156,7 +161,7 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
   }
   for (vertex_t v = 0; v < n; ++v)
     if (g[v].is_parameter() && d[v].data() != nullptr) {
-      r.updated[v] = detail::optimizer_update<T>(sources[v], d[v], o);
+      if (with_updates) r.updated[v] = detail::optimizer_update<T>(sources[v], d[v], o);
       r.grad[v] = std::move(d[v]);
     }
   return r;
@@ -198,6 +203,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
       } else {
         const auto site = detail::charge(mc, traffic_site::gradient(u));
         x = detail::reshard(mc, t, g[u].shape, from, target);
+        t = host_tensor();  // a replicated parameter's contribution is as large as the parameter
       }
       if (total.data() == nullptr) total = std::move(x);
       else detail::add_into<T>(total, x);
@@ -205,15 +211,61 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
     parts[u].clear();
     return total;
   };
+  // The gradient synchronisation the plan implies, then the optimizer step on this block,
+  // as soon as the parameter's last use has run its backward (as DDP's buckets fire during
+  // the backward): the gradient and the update are handed to on_param and dropped, so a rank
+  // holds one parameter's full gradient at a time, not every replicated parameter's. A ZeRO
+  // parameter's gradient ends sharded (its gradient_spec), the step updates that shard and
+  // the updated weight is gathered back to the parameter's spec.
+  const auto finish_parameter = [&](vertex_t v) {
+    const strategy& ps = plan[v];
+    const bool zero = ps.zero_stage > 0;
+    const sharding_spec& gs = zero ? ps.gradient_spec : ps.output;
+    host_tensor gblock = settle(v, gs, g[v].name == o.drop_gradient_sync);
+    if (!zero) {
+      const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
+      if (on_param) on_param(v, gblock, updated, gs);
+      return;
+    }
+    host_tensor wshard;
+    {
+      const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // a local slice: no traffic
+      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs);
+    }
+    host_tensor updated = detail::optimizer_update<T>(wshard, gblock, o);
+    if (on_param) on_param(v, gblock, updated, gs);
+    gblock = host_tensor();
+    wshard = host_tensor();
+    const auto site = detail::charge(mc, traffic_site::gradient(v));
+    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output);  // the all-gather of the updated weight
+  };
+  std::vector<std::size_t> pending_uses(n, 0);  // a parameter's uses whose backward has not run yet
+  for (vertex_t v = 0; v < n; ++v) pending_uses[v] = boost::out_degree(v, g);
   for (vertex_t v : detail::losses(g)) {
     const sharding_spec s = detail::settled_spec(plan[v].output);
     host_tensor one(compute_dtype<T>(), local_box(mesh, s, g[v].shape, rank).shape);
     for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1);
     parts[v].emplace_back(s, std::move(one));
   }
+  // After v's backward (or where it has none): what only v's backward needed is dropped, and
+  // each parameter whose last use this was is synchronised and updated.
+  const auto after_backward = [&](vertex_t v) {
+    saved[v] = detail::saved_forward();
+    val[v].reset();
+    for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
+      const vertex_t u = boost::source(*e, g);
+      if (!g[u].is_parameter() || --pending_uses[u] > 0) continue;
+      if (!parts[u].empty()) finish_parameter(u);
+      val[u].reset();
+    }
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
-    if (!g[v].is_operator() || parts[v].empty()) continue;
+    if (!g[v].is_operator()) continue;
+    if (parts[v].empty()) {
+      after_backward(v);
+      continue;
+    }
     const strategy& st = plan[v];
     const host_tensor dy = settle(v, detail::settled_spec(st.output), false);
     const std::vector<vertex_t> ops = operands(g, v);
@@ -237,32 +289,9 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
       auto same = std::find_if(parts[u].begin(), parts[u].end(), [&](const auto& p) { return p.first == gs; });
       if (same == parts[u].end()) parts[u].emplace_back(gs, std::move(dx[i]));
       else detail::add_into<T>(same->second, dx[i]);
+      dx[i] = host_tensor();
     }
-    sv = detail::saved_forward();
-  }
-  // The gradient synchronisation the plan implies, then the optimizer step on this block:
-  // a ZeRO parameter's gradient ends sharded (its gradient_spec), the step updates that shard
-  // and the updated weight is gathered back to the parameter's spec.
-  for (vertex_t v = 0; v < n; ++v) {
-    if (!g[v].is_parameter() || parts[v].empty()) continue;
-    const strategy& ps = plan[v];
-    const bool zero = ps.zero_stage > 0;
-    const sharding_spec& gs = zero ? ps.gradient_spec : ps.output;
-    const host_tensor gblock = settle(v, gs, g[v].name == o.drop_gradient_sync);
-    if (!zero) {
-      const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
-      if (on_param) on_param(v, gblock, updated, gs);
-      continue;
-    }
-    host_tensor wshard;
-    {
-      const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // a local slice: no traffic
-      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs);
-    }
-    const host_tensor updated = detail::optimizer_update<T>(wshard, gblock, o);
-    if (on_param) on_param(v, gblock, updated, gs);
-    const auto site = detail::charge(mc, traffic_site::gradient(v));
-    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output);  // the all-gather of the updated weight
+    after_backward(v);
   }
 }
 

@@ -163,7 +163,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32, training).total();
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
-  const std::uint64_t fixed = e.sources + e.ranks;
+  const std::uint64_t fixed = e.sources + e.ranks + e.parameters;  // what a smaller batch or sequence leaves
   if (fixed < limit && e.activations > 0) {
     const double shrink = static_cast<double>(e.activations) / static_cast<double>(limit - fixed);
     std::ostringstream f;
@@ -172,11 +172,13 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     fix += "a smaller batch or sequence (verify --batch/--seq runs the plan's strategies at smaller sizes, as does a plan "
            "made with plan --batch/--seq: the activations scale with batch x seq; divide it by more than " + f.str() + ")";
   } else {
-    fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources)) + ")";
+    fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources + e.parameters)) +
+           (e.parameters > 0 ? " with their gradients and updates" : "") + ")";
   }
   throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total())) + " (inputs and parameters " +
                    human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at '" + e.worst_step +
-                   "', " + std::to_string(mesh.num_ranks()) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
+                   "'" + (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
+                   ", " + std::to_string(mesh.num_ranks()) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
                    (max_memory > 0 ? "--max-memory allows " : "this machine has ") + human_bytes(static_cast<double>(limit)) +
                    (max_memory > 0 ? "" : " available (MemAvailable)") + "; use " + fix +
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));
@@ -198,7 +200,8 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   // Each rank compares its piece with the same block of the reference as soon as it has it;
   // the reference is computed on demand and forgotten once every rank has compared.
   reference_stream<T> ref(g, sources, o.training ? 0 : ranks);
-  training_result tref;  // training: the whole unsharded step, kept
+  training_result tref;  // training: the whole unsharded step, each tensor kept until every rank compared it
+  std::vector<bool> reached(n, false);  // training: the parameters the backward reaches
   auto t0 = std::chrono::steady_clock::now();
   const auto report = [&](const char* phase, std::size_t done, std::size_t total) {
     if (o.progress)
@@ -211,10 +214,13 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   }
   if (o.training) {
     report("reference", 0, operators);
-    tref = train_unsharded<T>(g, sources, o.step);
+    tref = train_unsharded<T>(g, sources, o.step, false);  // each update block is computed where it is compared
     report("reference", operators, operators);
     parameters = 0;  // those the backward reaches: the ranks compare a gradient and an update of each
-    for (vertex_t v = 0; v < n; ++v) parameters += g[v].is_parameter() && tref.grad[v].data() != nullptr ? 1 : 0;
+    for (vertex_t v = 0; v < n; ++v) {
+      reached[v] = g[v].is_parameter() && tref.grad[v].data() != nullptr;
+      parameters += reached[v] ? 1 : 0;
+    }
   }
   const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::size_t pieces = static_cast<std::size_t>(ranks) * (operators + (o.training ? 2 * parameters : 0));
@@ -224,6 +230,8 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::mutex compare_mu;  // one block copy at a time
+  // Training: the unsharded step's tensors are dropped once every rank has compared its block.
+  std::vector<int> unread(o.training ? n : 0, ranks);
   std::vector<std::vector<issued_collective>> issued(static_cast<std::size_t>(ranks));  // each rank's ledger
   gloo_options go;
   go.timeout = o.timeout;
@@ -249,6 +257,8 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
           const host_tensor& got = settled == spec ? piece : whole;
           if (o.training) {
             compare_block(got, tref.value[v], settled, mine[v]);
+            std::lock_guard<std::mutex> lock(compare_mu);
+            if (--unread[v] == 0) tref.value[v] = host_tensor();
             return;
           }
           compare_block(got, ref.value(v), settled, mine[v]);
@@ -259,8 +269,18 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
         } else {
           train_sharded<T>(mc, g, plan, sources, o.step, on_piece,
                            [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-                             compare_block(grad, tref.grad[v], spec, per_rank_grad[ume][v]);
-                             compare_block(updated, tref.updated[v], spec, per_rank_update[ume][v]);
+                             std::lock_guard<std::mutex> lock(compare_mu);
+                             // The unsharded update of this block: the optimizer is elementwise.
+                             const bool whole = detail::whole_on_every_rank(spec);
+                             const host_tensor gblock = whole ? host_tensor() : shard_of(tref.grad[v], mesh, spec, me);
+                             const host_tensor pblock = whole ? host_tensor() : shard_of(sources[v], mesh, spec, me);
+                             const host_tensor& want_grad = whole ? tref.grad[v] : gblock;
+                             const host_tensor want_update = optimizer_update<T>(whole ? sources[v] : pblock, want_grad, o.step);
+                             compare_piece<T>(grad, want_grad, per_rank_grad[ume][v]);
+                             compare_piece<T>(updated, want_update, per_rank_update[ume][v]);
+                             compared += 2;
+                             report("ranks", compared, pieces);
+                             if (--unread[v] == 0) tref.grad[v] = host_tensor();
                            });
         }
         issued[ume] = mc.ledger().entries();
@@ -320,7 +340,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
     for (int pass = 0; pass < 2; ++pass)
       for (auto it = order.rbegin(); it != order.rend(); ++it) {
         const vertex_t v = *it;
-        if (!g[v].is_parameter() || tref.grad[v].data() == nullptr) continue;
+        if (!reached[v]) continue;
         vertex_check c;
         c.name = (pass == 0 ? "grad:" : "update:") + g[v].name;
         c.spec = to_alpa_string(plan[v].output);
@@ -362,24 +382,33 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
 }
 
 /// For autosharding_options::numeric_check: with run_checks the pass runs the chosen plan on
-/// real ranks and throws solver_error (naming the worst vertex) when it does not match.
-inline std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&)> numeric_check(
-    verify_options o = {}) {
-  return [o](const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan) {
-    const verify_report r = verify_plan(g, mesh, plan, o);
+/// real ranks and throws solver_error when it does not match: naming the first differing
+/// vertex, or the first place where the collectives the ranks issued differ from those the
+/// cost model priced for the plan (the communication audit; `o.priced`, when set, is audited
+/// instead of the pass's pricing).
+inline std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&, const std::vector<collective_use>&)>
+numeric_check(verify_options o = {}) {
+  return [o](const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+             const std::vector<collective_use>& priced) {
+    verify_options vo = o;
+    if (!vo.priced) vo.priced = priced;
+    const verify_report r = verify_plan(g, mesh, plan, vo);
+    if (r.failed > 0) {
+      const vertex_check* it = nullptr;  // an operator's output, or a training step's gradient or update
+      for (const auto* list : {&r.checks, &r.gradients, &r.updates})
+        for (const vertex_check& c : *list)
+          if (it == nullptr && c.name == r.first_failed) it = &c;
+      throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "
+                         "unsharded run at " + std::to_string(r.failed) + " operators, first at '" + r.first_failed + "' [" +
+                         it->spec + "] by " + std::to_string(it->max_abs_diff) + " (values up to " +
+                         std::to_string(it->ref_max_abs) + ", tolerance " + std::to_string(r.rtol) + " relative)");
+    }
     if (!r.traffic.passed()) {
       const traffic_line& l = r.traffic.lines[r.traffic.first_mismatch];
       throw solver_error("check: the plan's executed communication differs from its pricing at " +
                          std::to_string(r.traffic.mismatches) + " places, first at " + l.where + " (" + l.kind +
                          " on mesh axis " + std::to_string(l.mesh_axis) + "): priced " + std::to_string(l.priced_bytes) +
                          " bytes per rank, executed " + std::to_string(l.executed_bytes));
-    }
-    if (r.failed > 0) {
-      const auto it = std::find_if(r.checks.begin(), r.checks.end(), [&](const vertex_check& c) { return c.name == r.first_failed; });
-      throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "
-                         "unsharded run at " + std::to_string(r.failed) + " operators, first at '" + r.first_failed + "' [" +
-                         it->spec + "] by " + std::to_string(it->max_abs_diff) + " (values up to " +
-                         std::to_string(it->ref_max_abs) + ", tolerance " + std::to_string(r.rtol) + " relative)");
     }
   };
 }

@@ -453,7 +453,9 @@ inline std::optional<sharding_spec> zero_spec(const device_mesh& m, const shardi
     if (local[i] > local[static_cast<std::size_t>(d)]) d = static_cast<int>(i);
   sharding_spec z = out;
   bool any = false;
-  for (std::size_t a = 0; a < out.mesh_rank; ++a)
+  // The max_mesh_rank bound is implied by mesh_rank; GCC 12 at -O3 cannot see it and warns
+  // (stringop-overflow) in the release build.
+  for (std::size_t a = 0; a < out.mesh_rank && a < max_mesh_rank; ++a)
     if (out[a].is_replicate() && m.size(a) > 1) z[a] = Shard(d), any = true;
   if (!any || !no_empty_shards(m, z, shape)) return std::nullopt;
   return z;

@@ -56,6 +56,8 @@
 
 namespace autoshard {
 
+struct collective_use;  // below: one collective the cost model prices
+
 /// Options, named as MASE's autosharding_analysis_pass names them where it has them. The mesh
 /// travels whole, with every axis's link: build it from MASE's mesh_shape,
 /// inter/intra_node_bandwidth, latencies and communications_backend with make_cluster_mesh
@@ -68,10 +70,12 @@ struct autosharding_options {
   double time_limit = 600.0;                     ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
   bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
-  /// With run_checks, also called with the chosen plan (index = vertex); throws to fail the
-  /// check. exec/verify.hpp's numeric_check() runs the plan on real ranks against the
-  /// unsharded graph.
-  std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&)> numeric_check;
+  /// With run_checks, also called with the chosen plan (index = vertex) and the collectives
+  /// the cost model priced for it (plan_summary::collectives); throws to fail the check.
+  /// exec/verify.hpp's numeric_check() runs the plan on real ranks against the unsharded
+  /// graph and audits the collectives they issue against the priced ones.
+  std::function<void(const model_graph&, const device_mesh&, const std::vector<strategy>&, const std::vector<collective_use>&)>
+      numeric_check;
   /// Read the plan from ilp_solution_file instead of solving. It is priced with the links it
   /// was solved with (the file's mesh), which must have the shape of `mesh`.
   bool preload_solution = false;
@@ -754,7 +758,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
-  if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies);  // before any file is written
+  if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies, rep.plan.collectives);  // before any file is written
   if (!o.preload_solution && !o.ilp_solution_file.empty())
     write_plan_file(detail::make_plan_document(pm, o, rep.plan, rep.solver), o.ilp_solution_file);
   return res;

@@ -370,7 +370,7 @@ TEST_CASE("a wrong plan is caught: the check can fail") {
   const verify_report r = verify_plan(g, device_mesh{2, 4}, plan);
   CHECK_FALSE(r.passed());
   CHECK(r.first_failed == "transformer.h.0.mlp.c_proj");
-  CHECK_THROWS_WITH_AS(numeric_check()(g, device_mesh{2, 4}, plan),
+  CHECK_THROWS_WITH_AS(numeric_check()(g, device_mesh{2, 4}, plan, {}),  // the numbers are named before the traffic
                        doctest::Contains("first at 'transformer.h.0.mlp.c_proj'"), solver_error);
   std::vector<strategy> short_plan(plan.begin(), plan.end() - 1);
   CHECK_THROWS_WITH_AS(verify_plan(g, device_mesh{2, 4}, short_plan), doctest::Contains("strategies for a graph of"), exec_error);
@@ -397,9 +397,29 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
     CHECK(lp.strategies[v].name == res.strategies[v].name);
   }
   CHECK(verify_plan(lp.graph, lp.mesh, lp.strategies).passed());
+  // The check audits the run against the collectives the pass priced for the plan (training:
+  // the backward's gradient reductions too); pricing altered on purpose fails it at that site.
+  verify_options train;
+  train.training = true;
+  std::vector<collective_use> audited;
+  o.numeric_check = [&](const model_graph& cg, const device_mesh& m, const std::vector<strategy>& p,
+                        const std::vector<collective_use>& priced) {
+    audited = priced;
+    numeric_check(train)(cg, m, p, priced);
+  };
+  autosharding_options mo = o;
+  mo.algo = "megatron";  // so small a model is cheapest replicated, with nothing to communicate
+  const autosharding_result checked = autosharding_analysis_pass(g, mo);
+  REQUIRE_FALSE(audited.empty());
+  CHECK(audited.size() == checked.report.plan.collectives.size());
+  std::vector<collective_use> halved = audited;
+  halved.front().bytes /= 2;
+  const std::string altered = "executed communication differs from its pricing at 1 places, first at " + halved.front().site.name(g);
+  CHECK_THROWS_WITH_AS(numeric_check(train)(g, lp.mesh, checked.strategies, halved), doctest::Contains(altered.c_str()),
+                       solver_error);
   // A failing numeric check leaves no plan file behind.
   std::filesystem::remove(o.ilp_solution_file);
-  o.numeric_check = [](const model_graph&, const device_mesh&, const std::vector<strategy>&) {
+  o.numeric_check = [](const model_graph&, const device_mesh&, const std::vector<strategy>&, const std::vector<collective_use>&) {
     throw solver_error("check: numeric mismatch");
   };
   CHECK_THROWS_AS(autosharding_analysis_pass(g, o), solver_error);
@@ -585,6 +605,52 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   const verify_report ra = verify_plan(g, device_mesh{2, 4}, alpa.strategies, vo);
   INFO(ra);
   CHECK(ra.passed());
+}
+
+TEST_CASE("the sharded step synchronises and updates each parameter as soon as its last use ran its backward") {
+  const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  o.algo = "data_parallel";  // every parameter replicated: each rank's gradient is as large as the parameter
+  const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  const std::vector<host_tensor> sources = make_source_values<double>(g, 1);
+  // What each rank saw, in order: a forward piece of an operator ("F") or a finished parameter ("P").
+  std::vector<std::vector<std::pair<char, vertex_t>>> seen(8);
+  run_ranks(8, [&](gloo_communicator& world) {
+    const auto me = static_cast<std::size_t>(world.rank());
+    mesh_communicator mc(std::move(world), device_mesh{2, 4});
+    train_sharded<double>(
+        mc, g, plan, sources, training_step{},
+        [&](vertex_t v, const host_tensor&, const sharding_spec&) { seen[me].emplace_back('F', v); },
+        [&](vertex_t v, const host_tensor& grad, const host_tensor&, const sharding_spec&) {
+          CHECK(grad.shape() == g[v].shape);
+          seen[me].emplace_back('P', v);
+        });
+  });
+  const auto at = [&](std::size_t r, const std::string& name) {
+    const vertex_t v = *find_vertex(g, name);
+    const auto it = std::find(seen[r].begin(), seen[r].end(), std::make_pair('P', v));
+    REQUIRE_MESSAGE(it != seen[r].end(), name);
+    return it - seen[r].begin();
+  };
+  for (std::size_t r = 0; r < 8; ++r) {
+    CAPTURE(r);
+    CHECK(seen[r] == seen[0]);  // every rank in the same order: the reductions pair up
+    // The backward runs from the head to the embeddings: the last block's parameters are
+    // finished before the first block's, and wte (tied: lm_head and the lookup) last of all.
+    CHECK(at(r, "transformer.ln_f.weight") < at(r, "transformer.h.1.mlp.c_proj.weight"));
+    CHECK(at(r, "transformer.h.1.mlp.c_proj.weight") < at(r, "transformer.h.0.attn.c_attn.weight"));
+    CHECK(at(r, "transformer.h.0.attn.c_attn.weight") < at(r, "transformer.wte.weight"));
+  }
+  // The estimate counts what finishing wte holds on the 8 ranks at once: each rank's whole
+  // contribution, the reduction's buffer and result, and the update.
+  const std::uint64_t wte = static_cast<std::uint64_t>(g[*find_vertex(g, "transformer.wte.weight")].shape.numel()) * 8u;
+  const memory_estimate e = estimate_verify_memory(g, device_mesh{2, 4}, plan, dtype::f64, true);
+  CHECK(e.activations + e.parameters >= 8 * 4 * wte);
+  CHECK(e.parameters > 0);
+  CHECK(e.total() > estimate_verify_memory(g, device_mesh{2, 4}, plan, dtype::f64, false).total());
 }
 
 TEST_CASE("BERT trains as a masked LM: the head's tied decoder and bias get gradients and updates on 8 Gloo ranks") {

@@ -78,6 +78,9 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
   std::map<key, traffic_line> by;
   std::map<key, double> priced_share;  // priced bytes x share, rounded once per line
   std::map<key, std::int64_t> unshared;  // lines with reductions shared by consumer edges: their full bytes
+  // Gradient lines priced as one conversion per consumer edge, all of the same size: the bytes
+  // of one (-1 when the edges' conversions differ).
+  std::map<key, std::int64_t> per_edge;
   const auto line = [&](const traffic_site& s, const std::string& kind, int axis) -> traffic_line& {
     traffic_line& l = by[key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
     l.site = s;
@@ -91,6 +94,10 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
     const key k{static_cast<int>(c.site.what), c.site.vertex, c.site.operand, l.kind, l.mesh_axis};
     priced_share[k] += static_cast<double>(c.bytes) * c.share;
     if (c.share < 1.0) unshared[k] += c.bytes;
+    if (c.share >= 1.0 && c.site.what == traffic_site::phase::gradient) {
+      const auto [it, fresh] = per_edge.emplace(k, c.bytes);
+      if (!fresh && it->second != c.bytes) it->second = -1;
+    }
     ++l.priced_calls;
   }
   for (const auto& [k, b] : priced_share) by[k].priced_bytes = std::llround(b);
@@ -119,6 +126,11 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
     if (sh != unshared.end() && l.executed_bytes > l.priced_bytes && l.executed_bytes <= sh->second)
       l.documented = "consumers hand this gradient back in different specs: each spec's sum is reduced once, "
                      "where the model charges every consumer edge 1/c of its reduction (docs/execution.md)";
+    const auto pe = per_edge.find(k);
+    if (pe != per_edge.end() && pe->second > 0 && l.priced_calls > 1 && l.executed_bytes > 0 &&
+        l.executed_bytes < l.priced_bytes && l.executed_bytes % pe->second == 0)
+      l.documented = "consumers hand this gradient back in the same spec: their sum is converted once, where the "
+                     "model charges every consumer edge its own conversion (docs/execution.md)";
     a.priced_bytes += l.priced_bytes;
     a.executed_bytes += l.executed_bytes;
     if (!l.documented.empty()) a.documented_bytes += l.executed_bytes;

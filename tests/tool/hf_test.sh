@@ -22,7 +22,8 @@ for cfg in gpt2 bert-base-uncased roberta-base opt-125m pythia-160m bloom-560m q
   d="$tmp/$cfg"
   extra=()
   case $cfg in qwen2*|mistral*|llama*|phi*) extra=(--kv-heads 2 --ffn 128);; bloom*) ;; *) extra=(--ffn 128);; esac
-  run "$tool" synth --model "$data/$cfg.json" "${small[@]}" "${extra[@]}" --out "$d" || { bad "$cfg: synth"; cat "$tmp/err"; continue; }
+  # --mode infer: the base models (BertModel with its pooler) that the plans below are made for
+  run "$tool" synth --model "$data/$cfg.json" "${small[@]}" "${extra[@]}" --mode infer --out "$d" || { bad "$cfg: synth"; cat "$tmp/err"; continue; }
   # The tightest budget the solver can meet (its own lower bound), with a quarter of the way to
   # data parallel's peak on top: weights must be cut.
   run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --memory-budget 1 --out "$d/x.json"

@@ -45,6 +45,7 @@ struct fixture {
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
     plan = base / ("autoshard-fuzz-plan-" + std::to_string(::getpid()) + ".json");
     opt.mesh = autoshard::make_cluster_mesh({2, 2});
+    opt.mode = autoshard::run_mode::inference;  // the corpus's plans are inference plans
     opt.compare_baselines = false;
     opt.time_limit = 10;
     if (const char* dir = std::getenv("AUTOSHARD_FUZZ_WRITE_PLANS")) {

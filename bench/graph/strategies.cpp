@@ -12,8 +12,13 @@
 namespace {
 using namespace autoshard;
 
+// Inference (forward only), as the numbers in docs/performance.md were measured.
+const strategy_options forward{device_model{}, run_mode::inference};
+
 model_graph build(int which) {
-  return which == 0 ? build_gpt2(transformer_config::gpt2_1_5b()) : build_llama(transformer_config::llama_70b());
+  transformer_config c = which == 0 ? transformer_config::gpt2_1_5b() : transformer_config::llama_70b();
+  c.mode = forward.mode;
+  return which == 0 ? build_gpt2(c) : build_llama(c);
 }
 const char* model_name(int which) { return which == 0 ? "gpt2-1.5b" : "llama-70b"; }
 device_mesh mesh(int which) { return which == 0 ? make_mesh_2d(2, 4, 25e9, 300e9) : make_mesh_2d(8, 8, 25e9, 300e9); }
@@ -33,7 +38,7 @@ void BM_enumerate(benchmark::State& st) {
   const device_mesh m = mesh(static_cast<int>(st.range(1)));
   std::size_t total = 0;
   for (auto _ : st) {
-    auto all = enumerate_all_strategies(g, m);
+    auto all = enumerate_all_strategies(g, m, forward);
     total = 0;
     for (const auto& s : all) total += s.size();
     benchmark::DoNotOptimize(total);
@@ -48,12 +53,12 @@ BENCHMARK(BM_enumerate)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})-
 void BM_edge_costs(benchmark::State& st) {
   const model_graph g = build(static_cast<int>(st.range(0)));
   const device_mesh m = mesh(static_cast<int>(st.range(1)));
-  const auto all = enumerate_all_strategies(g, m);
+  const auto all = enumerate_all_strategies(g, m, forward);
   std::size_t entries = 0;
   for (auto _ : st) {
     entries = 0;
     for (auto [it, end] = boost::edges(g); it != end; ++it) {
-      const cost_matrix c = resharding_costs(g, *it, all[boost::source(*it, g)], all[boost::target(*it, g)], m);
+      const cost_matrix c = resharding_costs(g, *it, all[boost::source(*it, g)], all[boost::target(*it, g)], m, forward);
       entries += c.values.size();
     }
     benchmark::DoNotOptimize(entries);
@@ -67,7 +72,7 @@ void print_strategy_counts() {
   for (int which = 0; which < 2; ++which) {
     const model_graph g = build(which);
     for (int mi = 0; mi < 2; ++mi) {
-      const auto all = enumerate_all_strategies(g, mesh(mi));
+      const auto all = enumerate_all_strategies(g, mesh(mi), forward);
       std::map<std::string, std::pair<std::size_t, std::size_t>> per_kind;  // kind -> (min, max)
       std::map<std::string, std::size_t> vertices;
       for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {

@@ -44,8 +44,13 @@ autoshard::autosharding_options opts(std::vector<int> mesh, autoshard::run_mode 
   return o;
 }
 
+autoshard::transformer_config inference(autoshard::transformer_config c) {
+  c.mode = autoshard::run_mode::inference;  // the graph without labels and loss
+  return c;
+}
+
 void BM_bert_base_2x4(benchmark::State& state) {
-  const auto g = autoshard::build_bert(autoshard::transformer_config::bert_base());
+  const auto g = autoshard::build_bert(inference(autoshard::transformer_config::bert_base()));
   run(state, g, opts({2, 4}, autoshard::run_mode::inference), "BERT-base 2x4");
 }
 
@@ -80,14 +85,14 @@ void BM_bert_depth(benchmark::State& state) {
 }
 
 void BM_llama_70b_8x8(benchmark::State& state) {
-  const auto g = autoshard::build_llama(autoshard::transformer_config::llama_70b());
+  const auto g = autoshard::build_llama(inference(autoshard::transformer_config::llama_70b()));
   auto o = opts({8, 8}, autoshard::run_mode::inference);
   if (state.range(0)) o.memory_budget = std::int64_t{40} << 30;  // 40 GiB per device
   run(state, g, o, state.range(0) ? "LLaMA-70B 8x8, 40 GiB budget" : "LLaMA-70B 8x8");
 }
 
 void BM_bert_base_2x4_naive(benchmark::State& state) {
-  const auto g = autoshard::build_bert(autoshard::transformer_config::bert_base());
+  const auto g = autoshard::build_bert(inference(autoshard::transformer_config::bert_base()));
   const char* s = std::getenv("AUTOSHARD_BENCH_NAIVE_LIMIT");
   // The naive formulation through the solver level: the pass's full problem, untied and unreduced.
   autoshard::autosharding_options o = opts({2, 4}, autoshard::run_mode::inference);

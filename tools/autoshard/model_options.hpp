@@ -16,11 +16,14 @@
 
 namespace autoshard::tool {
 
+/// `--mode`'s spelling of a run_mode.
+inline const char* mode_flag(run_mode m) { return m == run_mode::training ? "train" : "infer"; }
+
 struct model_options {
   std::string model = "gpt2";
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
   std::string dtype_name;
-  std::string mode = "train";
+  std::string mode = mode_flag(default_run_mode);  // the library's default, not a second one
 
   /// The size overrides must be positive when given: 0 or -1 used to fall back to the
   /// preset's value without a word (synth --layers -1 wrote 12 layers).
@@ -29,7 +32,9 @@ struct model_options {
                    "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b), "
                    "a Hugging Face model directory (or its config.json), an ONNX file (.onnx), or a model JSON file")
         ->capture_default_str();
-    cmd.add_option("--mode", mode, "train or infer")->check(CLI::IsMember({"train", "infer"}))->capture_default_str();
+    cmd.add_option("--mode", mode, "train (forward, backward, gradients and optimizer state) or infer (forward only)")
+        ->check(CLI::IsMember({mode_flag(run_mode::training), mode_flag(run_mode::inference)}))
+        ->capture_default_str();
     cmd.add_option("--layers", layers, "override the preset's number of layers")->check(positive_int());
     cmd.add_option("--hidden", hidden, "override the hidden size")->check(positive_int());
     cmd.add_option("--heads", heads, "override the attention heads")->check(positive_int());
@@ -40,7 +45,7 @@ struct model_options {
     cmd.add_option("--batch", batch, "global batch size")->check(positive_int());
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
-  run_mode run() const { return mode == "train" ? run_mode::training : run_mode::inference; }
+  run_mode run() const { return mode == mode_flag(run_mode::training) ? run_mode::training : run_mode::inference; }
   bool is_preset() const { return !std::filesystem::exists(model); }
 
   /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size

@@ -25,7 +25,7 @@ struct transformer_config {
   int seq = 1024;
   int batch = 8;
   dtype type = dtype::bf16;
-  run_mode mode = run_mode::inference;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
+  run_mode mode = default_run_mode;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
 
   // Per-family details, as Hugging Face's config.json gives them (see hf_config.hpp); the
   // defaults are the GPT-2 / BERT / LLaMA presets'.

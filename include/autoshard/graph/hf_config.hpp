@@ -120,7 +120,7 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   c.type_vocab = 0;
   c.max_positions = 0;
   c.batch = 8;
-  c.mode = run_mode::inference;
+  c.mode = default_run_mode;
   const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
 
   if (t == "gpt2") {

@@ -64,6 +64,13 @@ namespace autoshard {
 /// Inference prices the forward pass; training adds backward compute and communication.
 enum class run_mode : std::uint8_t { inference, training };
 
+/// What autoshard plans for when not told: training, what most users of an auto-sharder plan
+/// and what the CLI's `--mode` defaults to. The one home of that default: strategy_options,
+/// transformer_config, autosharding_options and the tool all start from it.
+///   autoshard::autosharding_options o;  // o.mode == default_run_mode (training)
+///   o.mode = autoshard::run_mode::inference;  // forward only: serving
+inline constexpr run_mode default_run_mode = run_mode::training;
+
 /// What the optimizer keeps per parameter in training.
 enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
 
@@ -77,7 +84,7 @@ constexpr std::int64_t parameter_state_bytes(dtype t, optimizer_kind o) noexcept
 
 struct strategy_options {
   device_model device{};
-  run_mode mode = run_mode::inference;
+  run_mode mode = default_run_mode;
   /// Drop strategies that cut a dim into more pieces than it has elements.
   bool drop_empty_shards = true;
   /// Also drop strategies whose sharded dims do not divide evenly (the even-split policy).
@@ -640,7 +647,7 @@ inline std::array<bool, redist_plan::capacity> reduction_steps(const plan_cost& 
 /// Training without a gradient spec adds the adjoint of a consumer whose gradient is laid out
 /// as its input (no Partial): the plan from `to` back to `from`'s gradient layout.
 inline double resharding_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& to,
-                                 const tensor_shape& shape, dtype t, run_mode mode = run_mode::inference) {
+                                 const tensor_shape& shape, dtype t, run_mode mode) {
   for (std::size_t a = 0; a < to.mesh_rank; ++a)
     if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
   const sharding_spec target = settle_target(from, to);
@@ -705,7 +712,7 @@ class edge_pricer {
   edge_costs operator()(const strategy& producer, const strategy& consumer) {
     edge_costs c;
     c.forward = memo(forward_, producer.output, consumer.inputs[operand_], [&](const sharding_spec& from, const sharding_spec& to) {
-      return resharding_seconds(m_, from, to, src_.shape, src_.type);
+      return resharding_seconds(m_, from, to, src_.shape, src_.type, run_mode::inference);  // the backward is priced below
     });
     if (grad_flows_ && std::isfinite(c.forward)) {
       if (operand_ < consumer.grads.size())

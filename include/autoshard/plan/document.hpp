@@ -123,7 +123,7 @@ struct plan_solver {
 /// A solved plan, whole: it alone is enough to re-price, shard, draw or execute it.
 struct plan_document {
   device_mesh mesh;  ///< with every axis's link, as priced
-  run_mode mode = run_mode::inference;
+  run_mode mode = default_run_mode;
   plan_options options;
   model_graph graph;
   std::vector<plan_tensor> tensors;  ///< index = vertex of graph

@@ -82,7 +82,7 @@ struct autosharding_options {
   std::string ilp_solution_file;                 ///< where the plan file goes (or comes from); "" = nowhere
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
-  run_mode mode = run_mode::inference;           ///< training prices backward compute and gradients
+  run_mode mode = default_run_mode;              ///< training prices backward compute and gradients
   optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
   double gradient_bucket_bytes = 25.0 * (1 << 20);  ///< training: DDP's bucket; 0 = one collective per tensor
   double gradient_overlap = 0.0;                    ///< training: fraction of gradient sync hidden behind compute

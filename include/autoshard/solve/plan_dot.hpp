@@ -37,7 +37,7 @@ inline long layer_index(const std::string& name) {
 
 /// Writes the plan as DOT (see the file comment). `chosen[v]` is vertex v's strategy.
 inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_mesh& m,
-                           const std::vector<strategy>& chosen, run_mode mode = run_mode::inference) {
+                           const std::vector<strategy>& chosen, run_mode mode = default_run_mode) {
   const std::size_t n = boost::num_vertices(g);
   if (chosen.size() != n)
     throw solver_error("write_plan_dot: " + std::to_string(chosen.size()) + " strategies for " + std::to_string(n) + " vertices");

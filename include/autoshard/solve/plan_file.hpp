@@ -18,7 +18,7 @@ struct loaded_plan {
   device_mesh mesh;                  ///< with the links the plan was priced with
   std::vector<strategy> strategies;  ///< index = vertex
   std::string algo;
-  run_mode mode = run_mode::inference;
+  run_mode mode = default_run_mode;
   plan_document document;            ///< everything the file says
   /// The collectives the cost model prices for this plan (what verify audits the run against).
   std::vector<collective_use> collectives;

@@ -50,6 +50,7 @@ TEST_CASE("Hugging Face configs of published models give their published paramet
     hf_model m = read_hf_config_file(hf_dir + file);
     m.config.seq = 16;  // the count does not depend on the sequence; keep shape inference cheap
     m.config.batch = 1;
+    m.config.mode = run_mode::inference;  // BertModel / RobertaModel (the decoders count the same in training)
     const model_graph g = build_hf(m);
     CHECK(parameter_count(g) == count);
     validate(g);
@@ -84,6 +85,7 @@ TEST_CASE("Hugging Face BERT and RoBERTa in training are the masked LMs, with th
   hf_model m = read_hf_config_file(hf_dir + "bert-base-uncased.json");
   m.config.seq = 16;
   m.config.batch = 1;
+  m.config.mode = run_mode::inference;
   CHECK(parameter_count(build_hf(m)) == 109'482'240);  // inference: BertModel, with the pooler
 }
 
@@ -92,6 +94,7 @@ TEST_CASE("Hugging Face names and shapes per family") {
     hf_model m = read_hf_config_file(hf_dir + file);
     m.config.seq = 8;
     m.config.batch = 1;
+    m.config.mode = run_mode::inference;  // the base models' names (RoBERTa's pooler below)
     return build_hf(m);
   };
   SUBCASE("qwen2: q/k/v biases, no o_proj bias, GQA widths, tied lm_head") {

@@ -51,9 +51,13 @@ TEST_CASE("builders: parameter counts equal the published models'") {
   CHECK(parameter_count(build_gpt2(transformer_config::gpt2_355m())) == 354'823'168);
   CHECK(parameter_count(build_gpt2(transformer_config::gpt2_774m())) == 774'030'080);
   CHECK(parameter_count(build_gpt2(transformer_config::gpt2_1_5b())) == 1'557'611'200);
-  // BertModel of bert-base-uncased / bert-large-uncased, pooler included.
-  CHECK(parameter_count(build_bert(transformer_config::bert_base())) == 109'482'240);
-  CHECK(parameter_count(build_bert(transformer_config::bert_large())) == 335'141'888);
+  // BertModel of bert-base-uncased / bert-large-uncased, pooler included: the inference graph.
+  transformer_config bert_model = transformer_config::bert_base();
+  bert_model.mode = run_mode::inference;
+  CHECK(parameter_count(build_bert(bert_model)) == 109'482'240);
+  bert_model = transformer_config::bert_large();
+  bert_model.mode = run_mode::inference;
+  CHECK(parameter_count(build_bert(bert_model)) == 335'141'888);
   // Training: BertForMaskedLM (no pooler; the masked-LM head, its decoder tied to the word embeddings).
   transformer_config bert_mlm = transformer_config::bert_base();
   bert_mlm.mode = run_mode::training;
@@ -121,13 +125,17 @@ TEST_CASE("JSON round-trip of every builder's graph") {
   transformer_config small = transformer_config::gpt2(2, 64, 4);
   small.mode = run_mode::training;
   graphs.emplace_back("gpt2-train", build_gpt2(small));
-  graphs.emplace_back("gpt2-124m", build_gpt2(transformer_config::gpt2_124m()));
+  const auto inference = [](transformer_config c) {  // the forward-only graphs too: no labels, no loss
+    c.mode = run_mode::inference;
+    return c;
+  };
+  graphs.emplace_back("gpt2-124m", build_gpt2(inference(transformer_config::gpt2_124m())));
   graphs.emplace_back("bert-base", build_bert(transformer_config::bert_base()));
   transformer_config l70 = transformer_config::llama_70b();
   l70.layers = 2;  // the 70B shape, two layers, keeps the test fast
   l70.mode = run_mode::training;
   graphs.emplace_back("llama-70b-shape", build_llama(l70));
-  graphs.emplace_back("llama-7b", build_llama(transformer_config::llama_7b()));
+  graphs.emplace_back("llama-7b", build_llama(inference(transformer_config::llama_7b())));
   for (const auto& item : graphs) {
     const std::string& name = item.first;  // not a structured binding: CAPTURE needs a variable
     const model_graph& g = item.second;

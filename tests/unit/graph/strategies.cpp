@@ -406,7 +406,7 @@ void check_all_strategies(const model_graph& g, vertex_t v, const device_mesh& m
   gc.out_shape = nd.shape;
   const dense want = apply(nd, globals, gc);
   REQUIRE(want.shape == nd.shape);
-  const auto strategies = enumerate_strategies(g, v, m);
+  const auto strategies = enumerate_strategies(g, v, m, {device_model{}, run_mode::inference});  // forward
   CHECK(strategies.size() >= min_strategies);
   for (const strategy& s : strategies) {
     CAPTURE(nd.name);
@@ -615,6 +615,7 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
     return ss.front();
   };
   strategy_options infer, train;
+  infer.mode = run_mode::inference;
   train.mode = run_mode::training;
   const auto si = enumerate_strategies(g, fc, m, infer);
   const auto st = enumerate_strategies(g, fc, m, train);
@@ -694,7 +695,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
   auto b = add_parameter(g, "fc.bias", {512}, dtype::f32);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w, b});
   auto act = add_op(g, op_kind::gelu, "act", {fc});
-  for (strategy_options opt : {strategy_options{}, strategy_options{device_model{}, run_mode::training}}) {
+  for (strategy_options opt : {strategy_options{device_model{}, run_mode::inference}, strategy_options{device_model{}, run_mode::training}}) {
     const bool train = opt.mode == run_mode::training;
     opt.gradient_bucket_bytes = 0;  // every tensor pays its own latency: the plain plan price
     const auto sx = enumerate_strategies(g, x, m, opt);
@@ -853,6 +854,7 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
     CAPTURE(name);
     strategy_options o;
     o.device = find_device_preset(name)->device;
+    o.mode = run_mode::inference;  // the forward's FLOPs and bytes
     const std::vector<strategy> s = enumerate_strategies(g, y, one, o);
     REQUIRE(!s.empty());
     const double flops = 2.0 * 512 * 4096 * 4096, bytes = (512.0 * 4096 * 2 + 4096.0 * 4096) * 2;
@@ -868,6 +870,7 @@ TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a c
   const device_mesh one{1};
   strategy_options o;
   o.device = find_device_preset("a100-80g")->device;
+  o.mode = run_mode::inference;  // the forward's FLOPs
   const auto seconds = [&](bool causal) {
     model_graph g;
     auto q = add_input(g, "q", {2, 128, 64}, dtype::bf16);

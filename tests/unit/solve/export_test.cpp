@@ -18,9 +18,11 @@ nlohmann::json shipped(const std::string& model) {
   return nlohmann::json::parse(in).at(model);
 }
 
+/// Solved in the mode the graph was built for (a training graph ends in its loss).
 autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const std::string& algo, std::vector<int> mesh,
                                       std::vector<std::string> names = {}) {
   autoshard::autosharding_options o;
+  o.mode = autoshard::find_vertex(g, "loss") ? autoshard::run_mode::training : autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh(mesh);
   for (std::size_t a = 0; a < names.size(); ++a) o.mesh.set_axis_name(a, names[a]);
   o.algo = algo;

@@ -41,6 +41,7 @@ std::string temp_file(const char* name) { return autoshard_test::unique_temp_pat
 TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
+  o.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({1, 8});
   o.run_checks = true;
   o.algo = "megatron";
@@ -145,6 +146,7 @@ TEST_CASE("memory budget: a tight budget is met, an impossible one names the sma
 TEST_CASE("plan files: write, preload, and clear errors when the file does not match") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
+  o.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_test.json");
@@ -197,6 +199,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
 TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
+  o.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.pinned["transformer.h.0.mlp.c_fc"] = autoshard::parse_spec("RRS1", 2, 3);
@@ -227,6 +230,7 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
 TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
+  o.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.compare_baselines = false;
@@ -538,6 +542,7 @@ TEST_CASE("tied layers: the tied problem counts memory exactly (inference activa
   c.layers = 4;
   c.seq = 512;
   c.batch = 1;
+  c.mode = autoshard::run_mode::inference;
   const autoshard::model_graph g = autoshard::build_llama(c);
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({1, 8});
@@ -569,6 +574,7 @@ TEST_CASE("tied layers: in inference, four more layers add only their weights to
     c.layers = layers;
     c.seq = 512;
     c.batch = 1;
+    c.mode = autoshard::run_mode::inference;
     autoshard::autosharding_options o;
     o.mesh = autoshard::make_cluster_mesh({1, 8});
     o.mode = autoshard::run_mode::inference;

@@ -20,6 +20,7 @@ autoshard::loaded_plan plan_of(int layers, const std::string& algo) {
   c.max_positions = 32;
   c.mode = autoshard::run_mode::training;
   autoshard::autosharding_options o;
+  o.mode = c.mode;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.algo = algo;

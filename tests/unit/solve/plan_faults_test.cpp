@@ -22,6 +22,7 @@ struct plan_fixture {
   fs::path file = fs::temp_directory_path() / ("autoshard-plan-faults-" + std::to_string(::getpid()) + ".json");
   autoshard::autosharding_options opt;
   plan_fixture() {
+    opt.mode = autoshard::run_mode::inference;  // "another mode" below asks for training
     opt.mesh = autoshard::make_cluster_mesh({2, 2});
     opt.compare_baselines = false;
     opt.ilp_solution_file = file.string();

@@ -36,7 +36,7 @@ struct plan_cli_options {
   std::string optimizer = "adam";
   double gradient_bucket = autosharding_options{}.gradient_bucket_bytes;
   double gradient_overlap = autosharding_options{}.gradient_overlap;
-  double time_limit = autosharding_options{}.time_limit;
+  double time_limit = default_time_limit_s;
   double mip_rel_gap = autosharding_options{}.mip_rel_gap;
   bool skip_fully_replicated = false;
   bool run_checks = false;

@@ -12,7 +12,7 @@ namespace {
 
 struct solve_cli_options {
   std::string file;
-  double time_limit = 60.0;
+  double time_limit = default_time_limit_s;  // the library's, as `plan`'s
   double mip_rel_gap = 0.0;
   std::string solution_out;
   std::string evaluate;

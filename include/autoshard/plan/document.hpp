@@ -50,6 +50,9 @@ struct plan_tensor {
 };
 
 /// The options that produced a plan (besides the mesh and the mode, which the document holds).
+/// The pass fills every field from its autosharding_options; the defaults here are that
+/// struct's (the plan area sits below the solver's default_time_limit_s: a test in
+/// tests/unit/solve/pass.cpp keeps the two equal).
 struct plan_options {
   std::string algo = "alpa";
   double time_limit = 600.0;

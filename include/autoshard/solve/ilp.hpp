@@ -51,9 +51,13 @@ struct solve_progress {
   int round = 0;  ///< memory round (0 before any memory row is added)
 };
 
+/// Seconds a solve may take when not told: solve_options, autosharding_options and the tool's
+/// `--time-limit` of `plan` and `solve` all start from it (10 minutes).
+inline constexpr double default_time_limit_s = 600.0;
+
 struct solve_options {
   /// Wall-clock budget in seconds for the whole solve (all memory rounds). Must be > 0.
-  double time_limit = 10000.0;
+  double time_limit = default_time_limit_s;
   /// Relative MIP gap at which to stop, as a fraction: 0 = prove optimality, 0.01 = within 1%.
   /// (MASE's pass documented an int and passed percent; this is GLPK's mip_gap unit.)
   double mip_rel_gap = 0.0;

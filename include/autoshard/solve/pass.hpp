@@ -67,7 +67,7 @@ struct autosharding_options {
   device_mesh mesh = make_cluster_mesh({default_mesh_shape.begin(), default_mesh_shape.end()});
   std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "zero3", "fully_replicated"
   bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
-  double time_limit = 600.0;                     ///< seconds per ILP solve
+  double time_limit = default_time_limit_s;      ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
   bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
   /// With run_checks, also called with the chosen plan (index = vertex) and the collectives

@@ -38,6 +38,25 @@ comp() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
 [ "$(comp autoshard export --t)" = "--to" ] && ok || bad "completion of an option: $(comp autoshard export --t)"
 [ "$(comp autoshard export --to hf)" = "hf-tp-plan" ] && ok || bad "completion of a choice: $(comp autoshard export --to hf)"
 [ "$(comp autoshard plan --mode i)" = "infer" ] && ok || bad "completion of --mode: $(comp autoshard plan --mode i)"
+# The tool's defaults are the library's (issue 18): --mode and --time-limit start from
+# default_run_mode and default_time_limit_s, read here from their one home, the headers.
+inc="$here/../../include/autoshard"
+lib_mode=$(sed -n 's/^inline constexpr run_mode default_run_mode = run_mode::\([a-z]*\);.*/\1/p' "$inc/graph/strategy.hpp")
+lib_limit=$(sed -n 's/^inline constexpr double default_time_limit_s = \([0-9.]*\);.*/\1/p' "$inc/solve/ilp.hpp")
+[ -n "$lib_mode" ] && [ -n "$lib_limit" ] && ok || bad "default_run_mode / default_time_limit_s not found in the headers"
+"$tool" plan --model gpt2 --layers 1 --hidden 16 --heads 2 --vocab 32 --seq 8 --batch 4 --mesh 2 \
+  --out "$tmp/default-mode.json" --json --quiet > "$tmp/default-mode.out" 2>"$tmp/err" || bad "plan with the defaults: $(cat "$tmp/err")"
+python3 - "$tmp/default-mode.json" "$tmp/default-mode.out" "$lib_mode" "$lib_limit" <<'PY' && ok || bad "plan's default mode and time limit are not the library's ($lib_mode, $lib_limit s)"
+import json, sys
+plan, out, mode, limit = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], float(sys.argv[4])
+flag = {"training": "train", "inference": "infer"}[mode]
+sys.exit(0 if plan["mode"] == mode and out["mode"] == flag and plan["options"]["time_limit"] == limit
+         and any(v["name"] == "loss" for v in plan["graph"]["nodes"]) == (mode == "training") else 1)
+PY
+for sub in plan solve; do  # --help shows the defaults it uses: the same ones
+  "$tool" $sub --help | grep -- "--time-limit" | grep -qE "=${lib_limit%.0}( |\$)" && ok || bad "$sub --help: --time-limit's default is not ${lib_limit%.0}"
+done
+"$tool" plan --help | grep -- "--mode" | grep -qE "=$([ "$lib_mode" = training ] && echo train || echo infer)( |\$)" && ok || bad "plan --help: --mode's default"
 # synth says the dtype it writes; options that change nothing it writes are not offered.
 "$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
 "$tool" synth --help | grep -q -- "--batch" && bad "synth shows --batch" || ok

@@ -631,3 +631,50 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
         doctest::Approx(solved.report.plan.step_seconds).epsilon(1e-12));
   std::remove(o.ilp_solution_file.c_str());
 }
+
+TEST_CASE("defaults: one run mode and one time limit, from one home each, for every options struct") {
+  using namespace autoshard;
+  // The choice (issue 18): what the CLI always planned for and what users of an auto-sharder
+  // mostly plan, training; ten minutes per solve. tests/tool/cli_test.sh checks the tool
+  // against these same constants.
+  static_assert(default_run_mode == run_mode::training);
+  static_assert(default_time_limit_s == 600.0);
+  CHECK(strategy_options{}.mode == default_run_mode);
+  CHECK(transformer_config{}.mode == default_run_mode);
+  CHECK(transformer_config::llama_7b().mode == default_run_mode);  // the presets start from it too
+  CHECK(autosharding_options{}.mode == default_run_mode);
+  CHECK(plan_document{}.mode == default_run_mode);
+  CHECK(read_hf_config(nlohmann::json::parse(R"({"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4,
+                                                 "vocab_size": 128})"))
+            .config.mode == default_run_mode);
+  CHECK(solve_options{}.time_limit == default_time_limit_s);
+  CHECK(autosharding_options{}.time_limit == default_time_limit_s);
+  CHECK(plan_options{}.time_limit == default_time_limit_s);  // the plan area's record, below the solver
+
+  // What that means end to end: a decoder built and planned with every default is a training
+  // plan (labels, loss, the backward's compute and the optimizer's state priced), and the plan
+  // file says so.
+  transformer_config c = transformer_config::gpt2(1, 64, 4);
+  c.seq = 16;
+  c.batch = 8;
+  c.vocab = 128;
+  c.max_positions = 16;
+  const model_graph g = build_gpt2(c);
+  REQUIRE(find_vertex(g, "loss"));
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2});
+  o.compare_baselines = false;
+  o.algo = "fully_replicated";  // the same plan in both modes: only its price differs
+  o.ilp_solution_file = temp_file("autoshard_default_mode.json");
+  const autosharding_result r = autosharding_analysis_pass(g, o);
+  const plan_document d = read_plan_file(o.ilp_solution_file);
+  std::filesystem::remove(o.ilp_solution_file);
+  CHECK(d.mode == run_mode::training);
+  CHECK(d.options.time_limit == default_time_limit_s);
+  autosharding_options forward = o;
+  forward.mode = run_mode::inference;
+  forward.ilp_solution_file.clear();
+  const autosharding_result f = autosharding_analysis_pass(g, forward);
+  CHECK(r.report.plan.compute_seconds > 2.5 * f.report.plan.compute_seconds);  // forward + backward: about 3x
+  CHECK(r.report.plan.peak_memory_bytes > f.report.plan.peak_memory_bytes);    // gradients, Adam's moments
+}

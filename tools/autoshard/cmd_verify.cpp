@@ -66,7 +66,9 @@ int run_verify(const verify_cli_options& o) {
 #endif
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
-  // Before the plan is re-priced (seconds on a large graph): a training check needs a loss.
+  // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
+  // a training check needs a loss.
+  require_known_operators(doc.graph);
   if (doc.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
   if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
   const loaded_plan lp = [&] {

@@ -359,13 +359,10 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
 
 }  // namespace detail
 
-/// Runs `plan` (one strategy per vertex of `g`, e.g. autosharding_result::strategies) on
-/// mesh.num_ranks() Gloo ranks and compares every operator with the unsharded run. Throws
-/// exec_error for a plan that does not fit the graph, comm_error when a rank fails.
-inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
-                                 const verify_options& o = {}) {
-  validate(g);
-  // Before any rank starts: an operator without a kernel would stop every rank half-way.
+/// Throws exec_error naming the opaque operators of `g` (imported with no mapping), which
+/// have no kernel: checked before anything else about running a graph (a rank would stop
+/// half-way; a missing loss is the second question).
+inline void require_known_operators(const model_graph& g) {
   std::string opaque;
   int n_opaque = 0;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
@@ -375,6 +372,15 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
     throw exec_error("verify cannot run this graph: " + std::to_string(n_opaque) + " opaque operator" +
                      (n_opaque > 1 ? "s" : "") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
                      "); the plan is valid, but only a graph of known operators can be executed");
+}
+
+/// Runs `plan` (one strategy per vertex of `g`, e.g. autosharding_result::strategies) on
+/// mesh.num_ranks() Gloo ranks and compares every operator with the unsharded run. Throws
+/// exec_error for a plan that does not fit the graph, comm_error when a rank fails.
+inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                 const verify_options& o = {}) {
+  validate(g);
+  require_known_operators(g);
   if (o.training) (void)training_losses(g);  // before the reference run: a graph without a loss has no backward
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
   if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);

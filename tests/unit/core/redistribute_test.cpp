@@ -716,25 +716,25 @@ TEST_CASE("cost: worked numbers of the alpha-beta model") {
   const auto c = price_plan(m, plan, {1024, 768}, dtype::f32);
   REQUIRE(c.size() == 1);
   CHECK(c[0].bytes == 1024 * 768 * 4);
-  CHECK(c[0].seconds == doctest::Approx(2e-5 + 0.5 * 1024 * 768 * 4 / 25e9));
+  CHECK(c[0].seconds == doctest::Approx(2e-5 + 0.5 * 1024 * 768 * 4 / 25e9).scale(1e-9));
   CHECK(c[0].sent_bytes == 1024 * 768 * 2);
   CHECK(redistribute_seconds(m, parse_spec("S0R", 2), parse_spec("RR", 2), {1024, 768}, dtype::f32) == c.seconds);
   // Uneven: 5 rows over 4 GPUs are padded to 2 each, so 8 rows are gathered.
   const auto u = price_plan(m, plan_redistribute(m, parse_spec("S1R", 2), parse_spec("RR", 2)), {5, 10}, dtype::bf16);
   CHECK(u[0].bytes == 8 * 10 * 2);
-  CHECK(u[0].seconds == doctest::Approx(5e-6 + 0.75 * 160 / 300e9));
+  CHECK(u[0].seconds == doctest::Approx(5e-6 + 0.75 * 160 / 300e9).scale(1e-9));
   // All-reduce: one latency (NCCL runs it as one kernel) and twice the volume.
   const auto ar = price_plan(m, plan_redistribute(m, parse_spec("RRP1", 2), parse_spec("RR", 2)), {6, 6}, dtype::f64);
   CHECK(ar[0].bytes == 36 * 8);
-  CHECK(ar[0].seconds == doctest::Approx(5e-6 + 2 * 0.75 * 288 / 300e9));
+  CHECK(ar[0].seconds == doctest::Approx(5e-6 + 2 * 0.75 * 288 / 300e9).scale(1e-9));
   // Per-step latency: a ring all-reduce over 4 ranks has 6 steps, an all-gather 3.
   const link_model hop{5e-6, 300e9, 1e-6};
-  CHECK(collective_time(collective::all_reduce, hop, 4, 288) == doctest::Approx(5e-6 + 6e-6 + 1.5 * 288 / 300e9));
-  CHECK(collective_time(collective::all_gather, hop, 4, 288) == doctest::Approx(5e-6 + 3e-6 + 0.75 * 288 / 300e9));
+  CHECK(collective_time(collective::all_reduce, hop, 4, 288) == doctest::Approx(5e-6 + 6e-6 + 1.5 * 288 / 300e9).scale(1e-9));
+  CHECK(collective_time(collective::all_gather, hop, 4, 288) == doctest::Approx(5e-6 + 3e-6 + 0.75 * 288 / 300e9).scale(1e-9));
   // A gradient bucket over both axes: reduce-scatter + all-gather on the fast axis, all-reduce of a quarter on the slow.
   CHECK(hierarchical_all_reduce_seconds(m, 0b11, 4e6) ==
-        doctest::Approx(2 * (5e-6 + 0.75 * 4e6 / 300e9) + 2e-5 + 2 * 0.5 * 1e6 / 25e9));
-  CHECK(hierarchical_all_reduce_seconds(m, 0b01, 4e6) == doctest::Approx(collective_time(collective::all_reduce, m.link(0), 2, 4e6)));
+        doctest::Approx(2 * (5e-6 + 0.75 * 4e6 / 300e9) + 2e-5 + 2 * 0.5 * 1e6 / 25e9).scale(1e-9));
+  CHECK(hierarchical_all_reduce_seconds(m, 0b01, 4e6) == doctest::Approx(collective_time(collective::all_reduce, m.link(0), 2, 4e6)).scale(1e-9));
   CHECK(hierarchical_all_reduce_seconds(device_mesh{1, 4}, 0b01, 4e6) == 0.0);
   CHECK(ar[0].sent_bytes == 432);
   // Local steps are free.
@@ -745,7 +745,7 @@ TEST_CASE("cost: worked numbers of the alpha-beta model") {
   CHECK(bytes_sent_per_rank(collective::all_to_all, 4, 400) == 300);
   // The typed front end prices with the link model it is given, on its own mesh sizes only.
   using W = sharded_tensor<float, mesh_extents<2, 4>, "S0R", 1024, 768>;
-  CHECK(W::cost_to<"RR">(m).seconds == doctest::Approx(c.seconds));
+  CHECK(W::cost_to<"RR">(m).seconds == doctest::Approx(c.seconds).scale(1e-9));
   CHECK_THROWS_AS(W::cost_to<"RR">(device_mesh{4, 2}), shape_error);
   // Plans and steps print.
   std::ostringstream os;

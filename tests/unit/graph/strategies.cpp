@@ -626,7 +626,7 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(dp.output == parse("S0S1", 2));
   const double flops = 2.0 * 32 * 2048 * 1024;
   const double bytes = (32.0 * 1024 + 2048.0 * 1024 + 32.0 * 2048) * 2;
-  CHECK(dp.compute_seconds == doctest::Approx(flops / 312e12 + bytes / 2e12));
+  CHECK(dp.compute_seconds == doctest::Approx(flops / 312e12 + bytes / 2e12).scale(1e-9));
   CHECK(dp.comm_seconds == 0.0);
   CHECK(dp.memory_bytes == 32 * 2048 * 2);
   // training: W is Replicate on axis 0 where the batch is sharded -> its gradient is Partial
@@ -636,7 +636,7 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(dpt.comm_seconds == 0.0);
   CHECK(dpt.grads[1] == parse("[P,S(0)]", 2));
   CHECK(dpt.grads[0] == dpt.inputs[0]);
-  CHECK(dpt.compute_seconds == doctest::Approx(3 * dp.compute_seconds));
+  CHECK(dpt.compute_seconds == doctest::Approx(3 * dp.compute_seconds).scale(1e-9));
   // A differentiable activation operand Replicate where the weight's out dim is sharded has a
   // Partial gradient there (a second linear fed by fc's output).
   auto w2 = add_parameter(g, "fc2.weight", {256, 4096}, dtype::bf16);
@@ -660,7 +660,7 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
   CHECK(sl.size() == 9);  // R, batch, vocab on two axes
   const strategy& vp = find(sl, parse("S0S1", 2), parse("S0", 1));
   CHECK(vp.output == replicated_spec(2, 0).with(0, Partial()));
-  CHECK(vp.comm_seconds == doctest::Approx(3 * collective_time(collective::all_reduce, m.link(1), 2, 256.0 * 4)));
+  CHECK(vp.comm_seconds == doctest::Approx(3 * collective_time(collective::all_reduce, m.link(1), 2, 256.0 * 4)).scale(1e-9));
   CHECK(find(sl, parse("S0R", 2), parse("S0", 1)).comm_seconds == 0.0);
   // a parameter's memory: its local shard, 16 B per element in training with mixed-precision
   // Adam (bf16 weight and gradient, f32 master and two moments), 8 B with SGD. Stored
@@ -721,7 +721,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
         const double bwd = train ? price_plan(m, plan_redistribute(m, sact[j].inputs[0], grad_layout(sfc[i].output), tensor_shape{64, 512}),
                                               {64, 512}, dtype::f32).seconds
                                  : 0.0;
-        CHECK(r(i, j) == doctest::Approx(fwd + bwd));
+        CHECK(r(i, j) == doctest::Approx(fwd + bwd).scale(1e-9));
         if (sfc[i].output == sact[j].inputs[0]) CHECK(r(i, j) == 0.0);
         // An all-reduce's backward is free; a local slice's backward is an all-gather.
         if (train && sfc[i].output == parse_spec("[R,P]", 2, 2) && sact[j].inputs[0] == parse_spec("RR", 2)) {
@@ -729,7 +729,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
           ++free_backward;
         }
         if (train && sfc[i].output == parse_spec("RR", 2) && sact[j].inputs[0] == parse_spec("RS1", 2)) {
-          CHECK(bwd == doctest::Approx(collective_time(collective::all_gather, m.link(1), 4, 64 * 512 * 4.0)));
+          CHECK(bwd == doctest::Approx(collective_time(collective::all_gather, m.link(1), 4, 64 * 512 * 4.0)).scale(1e-9));
           ++paid_backward;
         }
       }
@@ -738,7 +738,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
     const cost_matrix rx = resharding_costs(g, boost::edge(x, fc, g).first, sx, sfc, m, opt);
     for (std::size_t i = 0; i < rx.rows; ++i)
       for (std::size_t j = 0; j < rx.cols; ++j)
-        CHECK(rx(i, j) == doctest::Approx(redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)));
+        CHECK(rx(i, j) == doctest::Approx(redistribute_seconds(m, sx[i].output, sfc[j].inputs[0], {64, 1000}, dtype::f32)).scale(1e-9));
     // bias -> fc operand 2: Replicate -> Partial is free; Shard -> Partial gathers first.
     // In training the bias gradient comes back (Partial where fc splits the batch: the
     // data-parallel gradient sync) to the bias's own layout, or a ZeRO bias's shard; and a
@@ -757,7 +757,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
                                  : 0.0;
         const double fwd = redistribute_seconds(m, sb[i].output, via, {512}, dtype::f32);
         CHECK(std::isfinite(rb(i, j)));
-        CHECK(rb(i, j) == doctest::Approx(fwd * (train ? 2 : 1) + bwd));
+        CHECK(rb(i, j) == doctest::Approx(fwd * (train ? 2 : 1) + bwd).scale(1e-9));
       }
     }
     CHECK(partial_cols > 0);
@@ -784,16 +784,16 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   opt.gradient_bucket_bytes = 0;
   const double per_tensor = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
   const link_model a = m.link(0), b = m.link(1);
-  CHECK(per_tensor == doctest::Approx(2 * (b.alpha + 0.75 * B / b.beta) + a.alpha + 2 * 0.5 * (B / 4) / a.beta));
+  CHECK(per_tensor == doctest::Approx(2 * (b.alpha + 0.75 * B / b.beta) + a.alpha + 2 * 0.5 * (B / 4) / a.beta).scale(1e-9));
   // Bucketed (25 MiB): each collective's latency is paid in proportion to the bytes.
   opt.gradient_bucket_bytes = 25.0 * (1 << 20);
   const double bucketed = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
   const double lat = 2 * b.alpha + a.alpha;
   CHECK(bucketed == doctest::Approx(per_tensor - lat + 2 * b.alpha * B / opt.gradient_bucket_bytes +
-                                    a.alpha * (B / 4) / opt.gradient_bucket_bytes));
+                                    a.alpha * (B / 4) / opt.gradient_bucket_bytes).scale(1e-9));
   // Half of it overlapped with the backward compute: half is charged.
   opt.gradient_overlap = 0.5;
-  CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == doctest::Approx(0.5 * bucketed));
+  CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == doctest::Approx(0.5 * bucketed).scale(1e-9));
 }
 
 TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sharded result") {
@@ -860,7 +860,7 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
     const double flops = 2.0 * 512 * 4096 * 4096, bytes = (512.0 * 4096 * 2 + 4096.0 * 4096) * 2;
     const double peak = std::string(name) == "a100-80g" ? 312e12 : 989.4e12;
     const double hbm = std::string(name) == "a100-80g" ? 2.039e12 : std::string(name) == "h100-80g" ? 3.35e12 : 4.8e12;
-    CHECK(s.front().compute_seconds == doctest::Approx(flops / peak + bytes / hbm));
+    CHECK(s.front().compute_seconds == doctest::Approx(flops / peak + bytes / hbm).scale(1e-9));
   }
 }
 
@@ -884,8 +884,8 @@ TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a c
     return s.front().compute_seconds;
   };
   const double bytes = 4.0 * 2 * 128 * 64 * 2;  // three operands and the output
-  CHECK(seconds(false) == doctest::Approx(4.0 * 2 * 128 * 128 * 64 / 312e12 + bytes / 2.039e12));
-  CHECK(seconds(true) == doctest::Approx(4.0 * 2 * (128 * 129 / 2) * 64 / 312e12 + bytes / 2.039e12));
+  CHECK(seconds(false) == doctest::Approx(4.0 * 2 * 128 * 128 * 64 / 312e12 + bytes / 2.039e12).scale(1e-9));
+  CHECK(seconds(true) == doctest::Approx(4.0 * 2 * (128 * 129 / 2) * 64 / 312e12 + bytes / 2.039e12).scale(1e-9));
 }
 
 TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stages 1 and 2, 3 for stage 3") {
@@ -920,7 +920,7 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   auto cost = [&](const strategy& s) { return s.comm_seconds + price_edge(g, e, s, *dp, m, true, bp).total(); };
   // Data parallel: one all-reduce (two volumes), 16 B per parameter.
   const strategy& ddp = find("[R]", 0);
-  CHECK(cost(ddp) == doctest::Approx(alpha + 2 * ring));
+  CHECK(cost(ddp) == doctest::Approx(alpha + 2 * ring).scale(1e-9));
   CHECK(ddp.memory_bytes == 16 * n);
   // ZeRO-1 and ZeRO-2: the gradient reduce-scattered, the updated weight all-gathered (two
   // volumes, two latencies); optimizer state (and gradient) an eighth.
@@ -929,8 +929,8 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   CHECK(z1.name == "->RR zero-1");
   for (const strategy* z : {&z1, &z2}) {
     CHECK(z->gradient_spec.is_sharded(0));  // the larger local dim, the first of equals
-    CHECK(cost(*z) == doctest::Approx(2 * alpha + 2 * ring));
-    CHECK(price_edge(g, e, *z, *dp, m, true, bp).backward == doctest::Approx(alpha + ring));  // the reduce-scatter
+    CHECK(cost(*z) == doctest::Approx(2 * alpha + 2 * ring).scale(1e-9));
+    CHECK(price_edge(g, e, *z, *dp, m, true, bp).backward == doctest::Approx(alpha + ring).scale(1e-9));  // the reduce-scatter
   }
   CHECK(z1.memory_bytes == (2 + 2) * n + 12 * n / 8);
   CHECK(z2.memory_bytes == 2 * n + (2 + 12) * n / 8);
@@ -938,9 +938,9 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   // reduce-scattered (three volumes); everything an eighth.
   const strategy& z3 = find("[S(0)]", 0);
   const edge_costs c3 = price_edge(g, e, z3, *dp, m, true, bp);
-  CHECK(c3.forward == doctest::Approx(alpha + ring));
-  CHECK(c3.regather == doctest::Approx(alpha + ring));
-  CHECK(c3.backward == doctest::Approx(alpha + ring));
+  CHECK(c3.forward == doctest::Approx(alpha + ring).scale(1e-9));
+  CHECK(c3.regather == doctest::Approx(alpha + ring).scale(1e-9));
+  CHECK(c3.backward == doctest::Approx(alpha + ring).scale(1e-9));
   CHECK(z3.memory_bytes == 16 * n / 8);
   // Without the option, only plain storage; SGD in f32 has no optimizer state: no ZeRO-1.
   opt.zero = false;

@@ -80,7 +80,7 @@ TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and
   o.algo = "alpa";
   const autoshard::autosharding_result alpa = autoshard::autosharding_analysis_pass(g, o);
   CHECK(alpa.report.plan.step_seconds <= meg.report.plan.step_seconds * (1 + 1e-9));
-  CHECK(baseline(alpa.report, "megatron").step_seconds == doctest::Approx(meg.report.plan.step_seconds));
+  CHECK(baseline(alpa.report, "megatron").step_seconds == doctest::Approx(meg.report.plan.step_seconds).scale(1e-9));
   if (alpa.report.plan.step_seconds < meg.report.plan.step_seconds * (1 - 1e-6)) {
     const autoshard::strategy& fc = chosen(g, alpa, "transformer.h.0.mlp.c_fc");
     CHECK(fc.inputs[0][1].is_shard(1));  // the sequence dim of x [B, S, H]
@@ -106,7 +106,7 @@ TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
   // Training with a split batch needs gradient all-reduces; the breakdown adds up.
   CHECK(rep.plan.communication_seconds > 0.0);
   CHECK(rep.plan.step_seconds ==
-        doctest::Approx(rep.plan.compute_seconds + rep.plan.communication_seconds + rep.plan.resharding_seconds));
+        doctest::Approx(rep.plan.compute_seconds + rep.plan.communication_seconds + rep.plan.resharding_seconds).scale(1e-9));
   CHECK(baseline(rep, "fully_replicated").communication_seconds == 0.0);
   CHECK(baseline(rep, "fully_replicated").resharding_seconds == 0.0);
   // Tying the two layers shrinks the ILP's node count.
@@ -155,7 +155,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
   o.run_checks = true;
   const auto loaded = autoshard::autosharding_analysis_pass(g, o);
   CHECK(loaded.report.plan.choice == solved.report.plan.choice);
-  CHECK(loaded.report.plan.step_seconds == doctest::Approx(solved.report.plan.step_seconds));
+  CHECK(loaded.report.plan.step_seconds == doctest::Approx(solved.report.plan.step_seconds).scale(1e-9));
   {
     std::ifstream in(o.ilp_solution_file);
     const nlohmann::json j = nlohmann::json::parse(in);
@@ -432,7 +432,7 @@ TEST_CASE("Alpa test_mlp on a 2x2 mesh with links 10x apart: data parallel on th
   const plan_summary alpa_plan = pinned("[S(0),S(1)]", "[S(0),P]");  // data parallel on 0, Megatron on 1
   const plan_summary swapped = pinned("[S(1),S(0)]", "[P,S(0)]");    // Megatron on 0, data parallel on 1
   auto comm = [](const plan_summary& p) { return p.communication_seconds + p.resharding_seconds; };
-  CHECK(alpa_plan.compute_seconds == doctest::Approx(swapped.compute_seconds));
+  CHECK(alpa_plan.compute_seconds == doctest::Approx(swapped.compute_seconds).scale(1e-9));
   CHECK(comm(alpa_plan) < 0.8 * comm(swapped));
   const autosharding_result r = autosharding_analysis_pass(g, o);
   CHECK(r.report.plan.step_seconds <= alpa_plan.step_seconds * (1 + 1e-12));

@@ -9,9 +9,9 @@
 # Build time (CI has 2 cores and 15 minutes): the presets compile each test executable and
 # the tool as one translation unit (AUTOSHARD_UNITY_BUILD) with line tables only. Nothing
 # is compiled or run twice for the same proof: when the run has both, the ASan build (-O0)
-# runs the unit and tool tests and the GCC build compiles those only for GCC's warnings
-# (-fsyntax-only) and runs the rest (docs, package, examples, compile-fail, ODR); the ASan
-# build compiles the examples and benches for Clang's warnings only; every header is
+# runs the unit and tool tests and the GCC build compiles those (and the benches) only for
+# GCC's warnings (-fsyntax-only) and runs the rest (docs, package, examples, compile-fail,
+# ODR); the ASan build compiles the examples and benches for Clang's warnings only; every header is
 # checked on its own once (autoshard_header_checks, under Clang when the run has it). When
 # the fuzz smoke runs after other steps, its targets (-O0) are built from the start at the
 # lowest CPU priority (nice 19), so they take only the cores the other steps leave idle.
@@ -66,7 +66,7 @@ for p in "${presets[@]}"; do
     only_warnings=ON
     tests=(-L '^(compile_fail|package|docs|gpu|example|odr|tool_native)$')
   fi
-  cmake --preset "$p" -DAUTOSHARD_UNIT_TESTS_WARNINGS_ONLY=$only_warnings >/dev/null
+  cmake --preset "$p" -DAUTOSHARD_UNIT_TESTS_WARNINGS_ONLY=$only_warnings -DAUTOSHARD_BENCH_WARNINGS_ONLY=$only_warnings >/dev/null
   cmake --build --preset "$p" -j "$jobs"
   if [ "$p" = "$header_step" ]; then
     cmake --build --preset "$p" -j "$jobs" --target autoshard_header_checks

@@ -83,6 +83,53 @@ save_file(t, sys.argv[1], metadata={"format": "pt"})
 EOF
 run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --quiet --out "$tmp/tied.json" && ok || bad "saved tied head: $(cat "$tmp/err")"
 
+# bert-base-uncased as Hugging Face ships it (BertForPreTraining): "bert."-prefixed names, the
+# legacy LayerNorm.gamma/.beta spelling, the pooler, the masked-LM head (its decoder saved beside
+# the word embeddings it is tied to) and the next-sentence head. Both modes plan it: inference
+# (BertModel) notes the cls.* head unused, training (BertForMaskedLM) the pooler and
+# cls.seq_relationship; shard --plan finds the gamma/beta tensors.
+d="$tmp/bert-pt"
+run "$tool" synth --model "$data/bert-base-uncased.json" "${small[@]}" --ffn 128 --mode infer --out "$d" || bad "bert-pt: synth"
+python3 - "$d/model.safetensors" <<'EOF'
+import sys, numpy as np
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); out = {}
+for n, v in t.items():
+    m = "bert." + n if not n.startswith("bert.") else n
+    out[m.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")] = v
+H, V = 64, 256
+full = lambda v, *s: np.full(s, v, np.float32)
+out.update({"cls.predictions.bias": full(0.5, V), "cls.predictions.transform.dense.weight": full(0.01, H, H),
+            "cls.predictions.transform.dense.bias": full(0, H), "cls.predictions.transform.LayerNorm.gamma": full(1, H),
+            "cls.predictions.transform.LayerNorm.beta": full(0, H), "cls.seq_relationship.weight": full(0.1, 2, H),
+            "cls.seq_relationship.bias": full(0, 2)})
+out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"].copy()
+out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].copy()
+save_file(out, sys.argv[1], metadata={"format": "pt"})
+EOF
+run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --quiet --out "$d/infer.json" \
+  && grep -q "note: 9 tensors of '$d' belong to task heads this model does not build, and are not planned: cls.predictions.bias" "$tmp/err" \
+  && ok || bad "pre-training BERT, inference: $(cat "$tmp/err")"
+run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode train --quiet --out "$d/train.json" \
+  && grep -q "note: 4 tensors of '$d' belong to task heads this model does not build, and are not planned: bert.pooler.dense.bias, bert.pooler.dense.weight, cls.seq_relationship.bias, cls.seq_relationship.weight$" "$tmp/err" \
+  && ok || bad "pre-training BERT, training: $(cat "$tmp/err")"
+run "$tool" shard "$d" --plan "$d/train.json" --out "$d/shards" --quiet && python3 - "$d/shards/index.json" <<'EOF' && ok || bad "pre-training BERT, shard --plan: $(cat "$tmp/err")"
+import json, sys
+index = json.load(open(sys.argv[1]))["tensors"]
+assert "bert.encoder.layer.1.output.LayerNorm.gamma" in index and "cls.seq_relationship.weight" in index, sorted(index)[:8]
+EOF
+python3 "$here/check_shards.py" "$d/model.safetensors" "$d/shards" >/dev/null && ok || bad "pre-training BERT: shards differ from the checkpoint"
+run "$tool" verify --plan "$d/train.json" && grep -q "^PASS" "$tmp/out" && ok || bad "pre-training BERT: verify --plan: $(tail -3 "$tmp/out" "$tmp/err")"
+# A layer the config lacks is a mismatch, never a task head.
+python3 - "$d/model.safetensors" <<'EOF'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); t["bert.encoder.layer.2.output.dense.bias"] = t["bert.encoder.layer.1.output.dense.bias"].copy()
+save_file(t, sys.argv[1], metadata={"format": "pt"})
+EOF
+run "$tool" plan --model "$d" --mesh 2 --mode infer --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "1 checkpoint tensors are not parameters: bert.encoder.layer.2.output.dense.bias" "$tmp/err" && ok || bad "extra layer in a pre-training BERT: $(cat "$tmp/err")"
+
 # Weights that do not match the config: the error names the first tensors that differ.
 d="$tmp/gpt2"
 python3 - "$d/config.json" <<'EOF'

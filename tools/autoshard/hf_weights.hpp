@@ -8,7 +8,9 @@
 #include <autoshard/graph/graph.hpp>
 #include <autoshard/tensor/tensor.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <set>
 
@@ -33,6 +35,43 @@ inline bool is_saved_buffer(const std::string& name) {
   return false;
 }
 
+/// A tensor of a task head that the graph does not build: pre-training checkpoints carry heads
+/// beside the model a config builds (bert-base-uncased is BertForPreTraining: the pooler, the
+/// masked-LM head cls.predictions and the next-sentence head cls.seq_relationship), and
+/// transformers loads the base model or the masked LM from such a file, reporting the rest as
+/// unused; so does autoshard. `name`'s first component, or its second after a base-model
+/// prefix, is a head (cls, pooler, classifier, qa_outputs, score, or lm_head with a sub-module
+/// such as RoBERTa's lm_head.dense), and no parameter of `g` lies under that head's module.
+/// A tensor of a numbered layer is never one: a layer the config lacks is a mismatch.
+inline bool is_task_head(const model_graph& g, const std::string& name) {
+  if (split_layer_name(name)) return false;
+  std::vector<std::string> c;
+  for (std::size_t a = 0;;) {
+    const std::size_t b = name.find('.', a);
+    c.push_back(name.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  for (std::size_t i = 0; i < 2 && i + 1 < c.size(); ++i) {
+    const std::string& h = c[i];
+    const bool head = h == "cls" || h == "pooler" || h == "classifier" || h == "qa_outputs" || h == "score" || h == "lm_head";
+    if (!head || (h == "lm_head" && i + 2 >= c.size())) continue;
+    std::string module;  // the head and one level below it (not the member itself)
+    for (std::size_t k = 0; k <= std::min(i + 1, c.size() - 2); ++k) module += (k ? "." : "") + c[k];
+    const std::string under = module + ".", bare = module.find('.') == std::string::npos ? "" : module.substr(module.find('.') + 1) + ".";
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_parameter()) continue;
+      const std::string& p = g[v].name;
+      const auto pd = p.find('.');
+      if (p.rfind(under, 0) == 0 || (pd != std::string::npos && p.compare(pd + 1, under.size(), under) == 0) ||
+          (!bare.empty() && p.rfind(bare, 0) == 0))
+        return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 /// Throws io_error listing the first names that differ between `ck` and the parameters of `g`
 /// (shape, and dtype when `compare_dtype`).
 inline void check_weights_match(const model_graph& g, const checkpoint& ck, const std::string& where, bool compare_dtype) {
@@ -51,26 +90,37 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
       differ.push_back(n + " (checkpoint " + to_string(e.shape) + " " + std::string(to_string(e.type)) + ", config " +
                        to_string(g[v].shape) + " " + std::string(to_string(g[v].type)) + ")");
   }
-  // A tied output head that the checkpoint saved anyway (some conversions keep lm_head.weight
-  // beside the embedding it equals) is the same parameter, not an extra one.
+  // A tied parameter that the checkpoint saved anyway under its other name (some conversions
+  // keep lm_head.weight beside the embedding it equals; BERT's pre-training files keep
+  // cls.predictions.decoder.weight and .bias beside the word embeddings and cls.predictions.bias)
+  // is the same parameter, not an extra one: X.weight (X.bias) where the graph's linear X takes
+  // a weight (bias) of another name and the same shape.
   auto tied_copy = [&](const std::string& n) {
-    for (const char* head : {"lm_head", "embed_out"}) {
-      auto v = find_vertex(g, head);
-      if (n != std::string(head) + ".weight" || !v || g[*v].kind != op_kind::linear) continue;
-      const std::vector<std::string> w = parameter_names(g, *v);
-      if (!w.empty() && w.front() != n && ck.entry(n).shape == g[*find_vertex(g, w.front())].shape) return true;
-    }
-    return false;
+    const auto dot = n.rfind('.');
+    if (dot == std::string::npos) return false;
+    const std::string member = n.substr(dot + 1);
+    const std::size_t slot = member == "weight" ? 0 : member == "bias" ? 1 : 2;
+    const std::string module = n.substr(0, dot);
+    auto v = find_vertex(g, module);
+    if (slot > 1 || !v || g[*v].kind != op_kind::linear) return false;
+    const std::vector<std::string> w = parameter_names(g, *v);
+    return slot < w.size() && w[slot] != n && checkpoint_name(ck, w[slot]) != n &&
+           ck.entry(n).shape == g[*find_vertex(g, w[slot])].shape;
   };
-  std::vector<std::string> extra;
+  std::vector<std::string> extra, unused;
   for (const std::string& n : ck.names())
-    if (!matched.count(n) && !is_saved_buffer(n) && !tied_copy(n)) extra.push_back(n);
-  if (missing.empty() && differ.empty() && extra.empty()) return;
+    if (!matched.count(n) && !is_saved_buffer(n) && !tied_copy(n)) (is_task_head(g, n) ? unused : extra).push_back(n);
   auto first = [](const std::vector<std::string>& v) {
     std::string s;
     for (std::size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", " : "") + v[i];
     return s + (v.size() > 5 ? ", ..." : "");
   };
+  if (missing.empty() && differ.empty() && extra.empty()) {
+    if (!unused.empty())
+      std::cerr << "autoshard: note: " << unused.size() << " tensors of '" << where
+                << "' belong to task heads this model does not build, and are not planned: " << first(unused) << "\n";
+    return;
+  }
   std::string why;
   if (!differ.empty()) why += "; " + std::to_string(differ.size()) + " differ: " + first(differ);
   if (!missing.empty()) why += "; " + std::to_string(missing.size()) + " parameters are not in the checkpoint: " + first(missing);

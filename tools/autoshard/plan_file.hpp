@@ -7,6 +7,8 @@
 #include <autoshard/tensor/tensor.hpp>
 
 #include <iostream>
+#include <string_view>
+#include <utility>
 
 namespace autoshard::tool {
 
@@ -33,11 +35,25 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
 }
 
 /// The checkpoint's name for a plan parameter: the same name, or without its first component
-/// (Hugging Face's GPT-2 files say "h.0.attn.c_attn.weight" for "transformer.h.0.attn.c_attn.weight").
+/// (Hugging Face's GPT-2 files say "h.0.attn.c_attn.weight" for "transformer.h.0.attn.c_attn.weight"),
+/// each also in the legacy spelling of a LayerNorm's parameters that checkpoints converted from
+/// TensorFlow keep ("LayerNorm.gamma" and ".beta" for ".weight" and ".bias", as in
+/// bert-base-uncased; transformers renames them the same way when it loads them).
 inline std::string checkpoint_name(const checkpoint& ck, const std::string& name) {
-  if (ck.contains(name)) return name;
-  auto dot = name.find('.');
-  if (dot != std::string::npos && ck.contains(name.substr(dot + 1))) return name.substr(dot + 1);
+  auto legacy = [](const std::string& n) -> std::string {
+    for (auto [now, old] : {std::pair{"LayerNorm.weight", "LayerNorm.gamma"}, std::pair{"LayerNorm.bias", "LayerNorm.beta"}}) {
+      const std::string_view suffix(now);
+      if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return n.substr(0, n.size() - suffix.size()) + old;
+    }
+    return {};
+  };
+  const auto dot = name.find('.');
+  for (const std::string& n : {name, dot == std::string::npos ? std::string() : name.substr(dot + 1)}) {
+    if (n.empty()) continue;
+    if (ck.contains(n)) return n;
+    if (const std::string old = legacy(n); !old.empty() && ck.contains(old)) return old;
+  }
   return {};
 }
 

@@ -35,7 +35,7 @@ struct plan_cli_options {
   bool force = false;
   std::string optimizer = "adam";
   double gradient_bucket = autosharding_options{}.gradient_bucket_bytes;
-  double gradient_overlap = autosharding_options{}.gradient_overlap;
+  std::string gradient_overlap = to_string(autosharding_options{}.gradient_overlap);  // "backward" or a fraction
   double time_limit = default_time_limit_s;
   double mip_rel_gap = autosharding_options{}.mip_rel_gap;
   bool skip_fully_replicated = false;
@@ -135,7 +135,7 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.tie_layers = !o.no_tie_layers;
   po.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
   po.gradient_bucket_bytes = o.gradient_bucket;
-  po.gradient_overlap = o.gradient_overlap;
+  po.gradient_overlap = parse_gradient_overlap(o.gradient_overlap, "--gradient-overlap");
   po.zero = !o.no_zero;
   if (const device_preset* p = find_device_preset(o.device)) po.device = p->device;
   // The budget is the device's memory unless said otherwise.
@@ -403,9 +403,20 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--gradient-bucket", o->gradient_bucket, "training: gradient bucket bytes, DDP's 25 MiB; 0 = per tensor")
       ->capture_default_str()
       ->check(finite_in(0, 1e18));
-  cmd->add_option("--gradient-overlap", o->gradient_overlap, "training: fraction of gradient sync hidden behind compute, 0 to 1")
+  cmd->add_option("--gradient-overlap", o->gradient_overlap,
+                  "training: gradient sync hidden behind each consumer's backward compute (backward), "
+                  "or this fraction of it, 0 to 1")
       ->capture_default_str()
-      ->check(finite_in(0, 1));
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              (void)parse_gradient_overlap(v, "--gradient-overlap");
+              return std::string();
+            } catch (const spec_error& e) {
+              return std::string(e.message());
+            }
+          },
+          "backward|FRACTION"));
   cmd->add_option("--mip-rel-gap", o->mip_rel_gap, "stop within this FRACTION of the bound (0.01 = 1%)")
       ->capture_default_str()
       ->check(finite_in(0, 1));

@@ -17,7 +17,7 @@
 ///
 /// Costs, per device, in seconds:
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
-///              (x3 in training: forward + two backward products)
+///              (x3 in training: forward + two backward products, backward_compute_seconds)
 ///   comm     = the operator's own communication: none (a Partial output is settled on the
 ///              edge that consumes it), except vocab-parallel cross-entropy (three
 ///              all-reduces of one f32 per local row: max, sum of exponentials, target logit).
@@ -40,11 +40,14 @@
 /// does). Graph inputs, and everything computed from inputs alone, have no gradient. A
 /// parameter's backward plan is its gradient synchronisation: bucketed like DDP (each
 /// collective pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
-/// optionally overlapped with the backward pass (that fraction is not charged).
+/// partly hidden behind the backward pass (gradient_overlap_model): per edge parameter ->
+/// consumer, behind the consumer's own backward compute, or a fixed fraction of it.
 #include <algorithm>  // std::min, std::max
 #include <array>      // std::array
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
+#include <cstdio>     // std::snprintf
+#include <exception>  // std::exception (std::stod's)
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
 #include <optional>   // std::optional
@@ -53,6 +56,7 @@
 #include <vector>     // std::vector
 
 #include "../core/cost.hpp"          // price_plan, collective_time
+#include "../core/error.hpp"         // spec_error
 #include "../core/layout.hpp"        // max_local_shape, divides_evenly, no_empty_shards
 #include "../core/parse.hpp"         // to_alpa_string
 #include "../core/redistribute.hpp"  // plan_redistribute
@@ -70,6 +74,64 @@ enum class run_mode : std::uint8_t { inference, training };
 ///   autoshard::autosharding_options o;  // o.mode == default_run_mode (training)
 ///   o.mode = autoshard::run_mode::inference;  // forward only: serving
 inline constexpr run_mode default_run_mode = run_mode::training;
+
+/// How much of a parameter's gradient synchronisation the backward pass hides. PyTorch DDP and
+/// Megatron-LM (overlap_grad_reduce) launch each bucket's reduction as soon as its gradients
+/// are ready, while the backward of the layers before it still runs.
+///   backward   on an edge parameter -> consumer, the sync is hidden behind one consumer's
+///              worth of backward compute: exposed = max(0, sync - window), window = the
+///              backward part of the consumer strategy's compute_seconds
+///              (strategy::backward_compute_seconds)
+///   a fraction f in [0, 1]: f of every sync is hidden, 1 - f is charged (0: all of it)
+///   autoshard::autosharding_options o;
+///   o.gradient_overlap = 0.0;  // every byte of gradient sync on the critical path (Alpa's model)
+///   o.gradient_overlap = autoshard::gradient_overlap_model::behind_backward();
+struct gradient_overlap_model {
+  bool backward = false;  ///< hidden behind the consumer's backward compute (fraction unused)
+  double fraction = 0.0;  ///< otherwise: the share of the sync hidden, 0 to 1
+  /// A fraction hidden; implicit, so `o.gradient_overlap = 0.4` reads as it means.
+  constexpr gradient_overlap_model(double hidden = 0.0) noexcept : fraction(hidden) {}  // NOLINT(google-explicit-constructor)
+  static constexpr gradient_overlap_model behind_backward() noexcept {
+    gradient_overlap_model m;
+    m.backward = true;
+    return m;
+  }
+  /// Seconds of `sync` (a parameter's gradient synchronisation on one edge) left exposed when
+  /// the consumer's backward compute takes `window` seconds.
+  constexpr double exposed(double sync, double window) const noexcept {
+    return backward ? (sync > window ? sync - window : 0.0) : sync * (1.0 - fraction);
+  }
+  friend constexpr bool operator==(const gradient_overlap_model&, const gradient_overlap_model&) = default;
+};
+
+/// "backward", or the fraction as %g ("0", "0.4"): what the CLI and plan files write.
+inline std::string to_string(const gradient_overlap_model& o) {
+  if (o.backward) return "backward";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", o.fraction);
+  return buf;
+}
+
+/// The model `to_string` writes: "backward" or a number in [0, 1]; spec_error naming `what`
+/// and the text otherwise.
+inline gradient_overlap_model parse_gradient_overlap(const std::string& text, const std::string& what = "gradient overlap") {
+  if (text == "backward") return gradient_overlap_model::behind_backward();
+  double f = 0.0;
+  std::size_t used = 0;
+  try {
+    f = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !(f >= 0.0 && f <= 1.0))
+    throw spec_error(what + " '" + text + "' is neither \"backward\" nor a number in [0, 1]");
+  return f;
+}
+
+/// What training prices when not told: gradient sync hidden behind the consumer's backward, as
+/// DDP and Megatron-LM run it. The one home of that default: strategy_options,
+/// autosharding_options, plan_options (what a plan records) and the tool start from it.
+inline constexpr gradient_overlap_model default_gradient_overlap{};
 
 /// What the optimizer keeps per parameter in training.
 enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
@@ -91,15 +153,20 @@ struct strategy_options {
   bool even_split_only = false;
   optimizer_kind optimizer = optimizer_kind::adam;
   /// Gradient synchronisation of parameters: bucket size (DDP's 25 MiB; 0 = one collective
-  /// per tensor, each paying its full latency) and the fraction hidden behind the backward
-  /// pass's compute (0 = none).
+  /// per tensor, each paying its full latency) and how much of it the backward hides
+  /// (gradient_overlap_model).
   double gradient_bucket_bytes = 25.0 * (1 << 20);
-  double gradient_overlap = 0.0;
+  gradient_overlap_model gradient_overlap = default_gradient_overlap;
   /// Training: also offer each parameter replicated on some mesh axes as ZeRO-1 (optimizer
   /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a
   /// parameter stored sharded, gathered on use.
   bool zero = true;
 };
+
+/// Training prices an operator's backward as this many of its forward: the gradient of each
+/// operand and of the weight, each a product as costly as the forward one (compute and memory
+/// traffic alike), as Megatron-LM's and Alpa's FLOP counts do.
+inline constexpr double backward_products = 2.0;
 
 /// One way to run an operator on the mesh.
 struct strategy {
@@ -107,7 +174,11 @@ struct strategy {
   std::vector<sharding_spec> inputs;  ///< spec each operand must arrive in, operand order
   std::vector<sharding_spec> grads;   ///< training: spec of each operand's gradient (see above)
   sharding_spec output;               ///< spec of the result
-  double compute_seconds = 0.0;
+  double compute_seconds = 0.0;       ///< forward, and in training backward too
+  /// Training: the part of compute_seconds that is the backward (two products per forward one:
+  /// the gradients of the operands and of the weight), the window a parameter's gradient
+  /// sync hides behind (gradient_overlap_model::backward).
+  double backward_compute_seconds = 0.0;
   double comm_seconds = 0.0;          ///< the operator's own communication
   std::int64_t memory_bytes = 0;      ///< per device
   /// Training, a parameter: 1 when its optimizer state is sharded over the mesh axes where the
@@ -550,7 +621,9 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     if (nd.is_operator()) {
       bytes += static_cast<double>(out_bytes);
       const double flops = detail::op_flops(nd, local_in, max_local_shape(m, s.output, nd.shape));
-      s.compute_seconds = (flops / opt.device.peak_flops + bytes / opt.device.memory_bandwidth) * (train ? 3.0 : 1.0);
+      const double forward = flops / opt.device.peak_flops + bytes / opt.device.memory_bandwidth;
+      s.backward_compute_seconds = train ? backward_products * forward : 0.0;
+      s.compute_seconds = forward + s.backward_compute_seconds;
       s.memory_bytes = out_bytes;
     } else {
       s.memory_bytes = train && nd.is_parameter()
@@ -615,17 +688,17 @@ struct backward_pricing {
   bool parameter = false;  ///< the producer is a parameter: its reductions are gradient sync
   int consumers = 1;       ///< differentiable consumer edges of the producer
   double bucket_bytes = 0; ///< gradient bucket (parameters); 0: per tensor
-  double overlap = 0;      ///< fraction of a parameter's gradient sync hidden behind compute
+  gradient_overlap_model overlap{};  ///< how much of a parameter's gradient sync the backward hides
 };
 
 /// Seconds of one priced step in the backward pass. `reduction`: the step is part of reducing
 /// a Partial gradient (the reduction itself, or the all-gather that undoes a reduce-scatter of
 /// the same plan); those are shared by the producer's consumers. Every step of a parameter's
-/// plan is gradient synchronisation: bucketed and possibly overlapped.
+/// plan is gradient synchronisation: bucketed (the part the backward hides is taken off the
+/// whole edge, by edge_pricer: it depends on the consumer's strategy).
 inline double backward_step_seconds(const device_mesh& m, const priced_step& p, const backward_pricing& b, bool reduction) {
   if (!is_communication(p.step.kind) || p.seconds <= 0) return 0.0;
   double s = b.parameter ? bucketed_seconds(m, p, b.bucket_bytes) : p.seconds;
-  if (b.parameter) s *= 1.0 - b.overlap;
   if (reduction && b.consumers > 1) s /= b.consumers;
   return s;
 }
@@ -681,8 +754,10 @@ inline double backward_seconds(const device_mesh& m, const sharding_spec& target
 /// Everything one edge costs: forward resharding, and in training the backward of it and,
 /// out of a parameter, its forward plan once more: the weight gathered again for the
 /// backward, as ZeRO-3 and FSDP do (a gathered copy is not kept: no memory counts it).
+/// Out of a parameter, `backward` is the gradient sync's exposed part, `sync` all of it.
 struct edge_costs {
   double forward = 0, backward = 0, regather = 0;
+  double sync = 0;  ///< a parameter's gradient sync on this edge before the backward hides any
   double total() const noexcept { return forward + backward + regather; }
 };
 
@@ -702,7 +777,8 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
 /// Prices one graph edge for any pair of producer and consumer strategies: forward, backward
 /// and re-gather (edge_costs). The forward plan depends on (output spec, input spec) only and
 /// the backward on (backward target, gradient spec) only, so each distinct pair is priced
-/// once (a few dozen distinct specs per edge, compared as values).
+/// once (a few dozen distinct specs per edge, compared as values); the part of a parameter's
+/// gradient sync that the consumer's backward hides is then taken off per pair.
 class edge_pricer {
  public:
   /// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
@@ -720,7 +796,11 @@ class edge_pricer {
                           [&](const sharding_spec& target, const sharding_spec& grad) {
                             return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
                           });
-      if (src_.is_parameter()) c.regather = c.forward;
+      if (src_.is_parameter()) {
+        c.sync = c.backward;
+        c.backward = b_.overlap.exposed(c.sync, consumer.backward_compute_seconds);
+        c.regather = c.forward;
+      }
     }
     return c;
   }

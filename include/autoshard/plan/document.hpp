@@ -63,13 +63,13 @@ struct plan_options {
   std::map<std::string, std::string> pinned;  ///< vertex name -> spec (Alpa notation)
   device_model device{};
   /// How training was priced (strategy_options' fields of the same names): the optimizer's
-  /// state per parameter, the gradient buckets, the fraction of gradient sync hidden behind
-  /// the backward, and whether ZeRO-1/2 storage was offered. The stage each parameter took is
-  /// in its strategy's name (" zero-1", " zero-2"). A file without them was priced with these
-  /// defaults, the only settings before they were recorded.
+  /// state per parameter, the gradient buckets, how much of the gradient sync the backward
+  /// hides, and whether ZeRO-1/2 storage was offered. The stage each parameter took is in its
+  /// strategy's name (" zero-1", " zero-2"). A file without them was priced with
+  /// legacy_training() (plan_from_json reads it so).
   optimizer_kind optimizer = optimizer_kind::adam;
   double gradient_bucket_bytes = 25.0 * (1 << 20);
-  double gradient_overlap = 0.0;
+  gradient_overlap_model gradient_overlap = default_gradient_overlap;
   bool zero = true;
   friend bool operator==(const plan_options& a, const plan_options& b) {
     return a.algo == b.algo && a.time_limit == b.time_limit && a.mip_rel_gap == b.mip_rel_gap &&
@@ -80,6 +80,18 @@ struct plan_options {
            a.gradient_overlap == b.gradient_overlap && a.zero == b.zero;
   }
 };
+
+/// The training settings of every plan file written before they were recorded: adam, 25 MiB
+/// buckets, no gradient sync hidden, ZeRO-1/2 offered (the other fields: plan_options'
+/// defaults).
+inline plan_options legacy_training() {
+  plan_options o;
+  o.optimizer = optimizer_kind::adam;
+  o.gradient_bucket_bytes = 25.0 * (1 << 20);
+  o.gradient_overlap = 0.0;
+  o.zero = true;
+  return o;
+}
 
 /// The strategy_options a plan was priced with: its device, mode and training settings.
 inline strategy_options pricing_of(const plan_options& o, run_mode mode) {
@@ -93,14 +105,15 @@ inline strategy_options pricing_of(const plan_options& o, run_mode mode) {
   return so;
 }
 
-/// The training settings of a plan in words: "adam, gradient buckets of 25.00 MiB, 0 of the
-/// gradient sync overlapped, ZeRO-1/2 offered" (what `show --plan` and `verify` report).
+/// The training settings of a plan in words: "adam, gradient buckets of 25.00 MiB, gradient
+/// sync overlapped with each consumer's backward, ZeRO-1/2 offered" (or "0.4 of the gradient
+/// sync overlapped"; what `show --plan` and `verify` report).
 inline std::string describe_training(const plan_options& o) {
-  char overlap[32];
-  std::snprintf(overlap, sizeof overlap, "%g", o.gradient_overlap);
+  const std::string overlap = o.gradient_overlap.backward ? std::string("gradient sync overlapped with each consumer's backward")
+                                                          : to_string(o.gradient_overlap) + " of the gradient sync overlapped";
   return std::string(o.optimizer == optimizer_kind::sgd ? "sgd" : "adam") + ", gradient buckets of " +
          (o.gradient_bucket_bytes > 0 ? human_bytes(o.gradient_bucket_bytes) : std::string("0 (one per tensor)")) + ", " +
-         overlap + " of the gradient sync overlapped, ZeRO-1/2 " + (o.zero ? "offered" : "not offered");
+         overlap + ", ZeRO-1/2 " + (o.zero ? "offered" : "not offered");
 }
 
 /// The objective and its parts, seconds per step.
@@ -206,7 +219,7 @@ inline nlohmann::json to_json(const plan_document& d) {
             {"training",
              {{"optimizer", o.optimizer == optimizer_kind::sgd ? "sgd" : "adam"},
               {"gradient_bucket_bytes", o.gradient_bucket_bytes},
-              {"gradient_overlap", o.gradient_overlap},
+              {"gradient_overlap", o.gradient_overlap.backward ? json("backward") : json(o.gradient_overlap.fraction)},
               {"zero", o.zero}}}}},
           {"cost",
            {{"objective", d.cost.objective},
@@ -256,11 +269,23 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   d.options.device.peak_flops = dev["peak_flops"].number(1.0, 1e30);
   d.options.device.memory_bandwidth = dev["memory_bandwidth"].number(1.0, 1e30);
   d.options.device.memory_bytes = dev["memory_bytes"].integer(1);
-  if (const auto tr = o.find("training")) {  // absent in files written before it was recorded: the defaults
+  if (const auto tr = o.find("training")) {
     d.options.optimizer = (*tr)["optimizer"].one_of({"adam", "sgd"}) == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
     d.options.gradient_bucket_bytes = (*tr)["gradient_bucket_bytes"].number(0.0, 1e18);
-    d.options.gradient_overlap = (*tr)["gradient_overlap"].number(0.0, 1.0);
+    const json_in ov = (*tr)["gradient_overlap"];  // "backward" or a fraction (the only form before "backward")
+    if (ov.raw().is_string() && ov.raw().get<std::string>() == "backward")
+      d.options.gradient_overlap = gradient_overlap_model::behind_backward();
+    else if (ov.raw().is_number())
+      d.options.gradient_overlap = ov.number(0.0, 1.0);
+    else
+      ov.fail_expected("\"backward\" or a number in [0, 1]");
     d.options.zero = (*tr)["zero"].boolean();
+  } else {  // a file written before they were recorded
+    const plan_options legacy = legacy_training();
+    d.options.optimizer = legacy.optimizer;
+    d.options.gradient_bucket_bytes = legacy.gradient_bucket_bytes;
+    d.options.gradient_overlap = legacy.gradient_overlap;
+    d.options.zero = legacy.zero;
   }
 
   const json_in c = j["cost"];

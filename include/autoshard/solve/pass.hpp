@@ -85,7 +85,9 @@ struct autosharding_options {
   run_mode mode = default_run_mode;              ///< training prices backward compute and gradients
   optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
   double gradient_bucket_bytes = 25.0 * (1 << 20);  ///< training: DDP's bucket; 0 = one collective per tensor
-  double gradient_overlap = 0.0;                    ///< training: fraction of gradient sync hidden behind compute
+  /// Training: how much of the gradient sync the backward hides: behind each consumer's
+  /// backward compute (gradient_overlap_model::behind_backward()) or a fraction (0 = none).
+  gradient_overlap_model gradient_overlap = default_gradient_overlap;
   bool zero = true;  ///< training: also offer ZeRO-1/2 storage of parameters (strategy_options::zero)
   device_model device{};
   bool tie_layers = true;
@@ -104,7 +106,7 @@ struct collective_use {
   collective kind = collective::all_reduce;
   int mesh_axis = 0;
   std::int64_t bytes = 0;  ///< B of the cost formula (per device, padding included)
-  double seconds = 0.0;
+  double seconds = 0.0;    ///< as charged: of a parameter's gradient sync, its share of the part the backward does not hide
   traffic_site site;       ///< where an executor charges it (the communication audit, exec/audit.hpp)
   /// The part of `bytes` the model charges here: 1/c for a reduction of a Partial gradient
   /// that the producer's c consumer edges share (one reduction per producer), else 1.
@@ -208,9 +210,10 @@ struct pass_model {
       throw solver_error("the device model needs peak_flops and memory_bandwidth finite and > 0 and memory_bytes > 0, got " +
                          fmt_num(d.peak_flops) + " FLOP/s, " + fmt_num(d.memory_bandwidth) + " bytes/s and " +
                          std::to_string(d.memory_bytes) + " bytes");
-    if (!(sopt.gradient_bucket_bytes >= 0) || !(sopt.gradient_overlap >= 0 && sopt.gradient_overlap <= 1))
-      throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap in [0, 1], got " +
-                         fmt_num(sopt.gradient_bucket_bytes) + " and " + fmt_num(sopt.gradient_overlap));
+    const gradient_overlap_model& ov = sopt.gradient_overlap;
+    if (!(sopt.gradient_bucket_bytes >= 0) || !(ov.backward || (ov.fraction >= 0 && ov.fraction <= 1)))
+      throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap \"backward\" or in [0, 1], got " +
+                         fmt_num(sopt.gradient_bucket_bytes) + " and " + (ov.backward ? "backward" : fmt_num(ov.fraction)));
     const run_mode mode = sopt.mode;
     validate(g);
     const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
@@ -496,7 +499,11 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
                                      st.step.kind, st.step.mesh_axis, st.bytes, st.seconds,
                                      k ? traffic_site::gradient(u) : traffic_site::edge(v, operand)});
     }
-    if (c.backward > 0.0) {
+    // A parameter's gradient sync is listed whole (the audit counts its bytes), each step
+    // charged its share of the part the backward does not hide.
+    const double unhidden = g[u].is_parameter() ? c.sync : c.backward;
+    if (unhidden > 0.0) {
+      const double exposed = c.backward / unhidden;
       const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
       const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
                                       g[u].shape, g[u].type);
@@ -507,7 +514,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
         const priced_step& st = pc[k];
         const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
         if (sec > 0.0)
-          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec, traffic_site::gradient(u),
+          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec * exposed, traffic_site::gradient(u),
                                    red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0});
       }
     }

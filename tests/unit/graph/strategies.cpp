@@ -771,6 +771,7 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w});
   strategy_options opt{device_model{}, run_mode::training};
+  opt.gradient_overlap = 0.0;
   const auto sw = enumerate_strategies(g, w, m, opt);
   const auto sfc = enumerate_strategies(g, fc, m, opt);
   std::size_t rep = 0, dp = 0;
@@ -794,6 +795,74 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   // Half of it overlapped with the backward compute: half is charged.
   opt.gradient_overlap = 0.5;
   CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == doctest::Approx(0.5 * bucketed).scale(1e-9));
+  opt.gradient_overlap = 1.0;
+  CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == 0.0);
+}
+
+TEST_CASE("gradient sync hidden behind the backward: per edge, exposed = max(0, sync - the consumer's backward)") {
+  // fc = x W^T, x [batch, 1000], W [512, 1000] bf16, batch over all 8 devices of a 2x4 mesh
+  // (25 / 300 GB/s), W replicated: W's gradient is [P,P] and its sync is the hierarchical
+  // all-reduce of 1,024,000 B, bucketed (25 MiB): the same for any batch. The consumer's
+  // backward is two products as costly as its forward (312 TFLOP/s, 2 TB/s):
+  //   forward = 2 (batch/8) 1000 512 / 312e12 + ((batch/8) 1000 + 512 1000 + (batch/8) 512) 2 / 2e12
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
+  const link_model a = m.link(0), b = m.link(1);
+  const double B = 512 * 1000 * 2, bucket = 25.0 * (1 << 20);
+  const double sync = 2 * (b.alpha * B / bucket + 0.75 * B / b.beta) + a.alpha * (B / 4) / bucket + 2 * 0.5 * (B / 4) / a.beta;
+  const auto price = [&](std::int64_t batch, gradient_overlap_model overlap) {
+    model_graph g;
+    auto x = add_input(g, "x", {batch, 1000}, dtype::bf16);
+    auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
+    auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+    strategy_options opt{device_model{}, run_mode::training};
+    opt.gradient_overlap = overlap;
+    const auto sw = enumerate_strategies(g, w, m, opt);
+    const auto sfc = enumerate_strategies(g, fc, m, opt);
+    const strategy* rep = nullptr;
+    const strategy* dp = nullptr;
+    for (const strategy& s : sw) rep = s.output.is_replicated() && s.zero_stage == 0 ? &s : rep;
+    for (const strategy& s : sfc) dp = s.inputs[0] == parse_spec("S01R", 2) && s.inputs[1].is_replicated() ? &s : dp;
+    REQUIRE((rep && dp));
+    const double local = static_cast<double>(batch / 8);
+    const double forward = 2 * local * 1000 * 512 / 312e12 + (local * 1000 + 512 * 1000 + local * 512) * 2 / 2e12;
+    CHECK(dp->backward_compute_seconds == doctest::Approx(2 * forward).scale(1e-9));
+    CHECK(dp->compute_seconds == doctest::Approx(3 * forward).scale(1e-9));
+    const edge_t e = boost::edge(w, fc, g).first;
+    const edge_costs c = price_edge(g, e, *rep, *dp, m, true, backward_pricing_of(g, e, opt));
+    CHECK(c.sync == doctest::Approx(sync).scale(1e-9));
+    CHECK(c.forward == 0.0);
+    CHECK(c.regather == 0.0);
+    return std::pair{c.backward, 2 * forward};
+  };
+  const gradient_overlap_model behind = gradient_overlap_model::behind_backward();
+  // 64 rows: the window (1.10 us) hides part of the sync (15.4 us plus latencies).
+  const auto [exposed64, window64] = price(64, behind);
+  CHECK(window64 == doctest::Approx(2 * (2.0 * 8 * 1000 * 512 / 312e12 + (8.0 * 1000 + 512 * 1000 + 8 * 512) * 2 / 2e12)).scale(1e-9));
+  CHECK(window64 < sync);
+  CHECK(exposed64 == doctest::Approx(sync - window64).scale(1e-9));
+  // 65536 rows: a window of 80 us hides all of it.
+  const auto [exposed64k, window64k] = price(65536, behind);
+  CHECK(window64k > sync);
+  CHECK(exposed64k == 0.0);
+  // A fraction keeps its meaning whatever the window; 0 is every byte charged.
+  CHECK(price(65536, 0.25).first == doctest::Approx(0.75 * sync).scale(1e-9));
+  CHECK(price(64, 0.0).first == doctest::Approx(sync).scale(1e-9));
+  // The model on its own, the numbers by hand.
+  CHECK(behind.exposed(3e-3, 1e-3) == doctest::Approx(2e-3).scale(1e-15));
+  CHECK(behind.exposed(1e-3, 3e-3) == 0.0);
+  CHECK(gradient_overlap_model(0.4).exposed(3e-3, 1e-3) == doctest::Approx(1.8e-3).scale(1e-15));
+  CHECK(gradient_overlap_model(0.0).exposed(3e-3, 1e-3) == 3e-3);  // exactly the old price
+  // Spelled as the CLI and plan files spell it.
+  CHECK(to_string(behind) == "backward");
+  CHECK(to_string(gradient_overlap_model(0.4)) == "0.4");
+  CHECK(parse_gradient_overlap("backward") == behind);
+  CHECK(parse_gradient_overlap("0.25") == gradient_overlap_model(0.25));
+  CHECK(parse_gradient_overlap("0") == gradient_overlap_model(0.0));
+  CHECK_THROWS_WITH_AS(parse_gradient_overlap("1.5", "--gradient-overlap"),
+                       "spec error: --gradient-overlap '1.5' is neither \"backward\" nor a number in [0, 1]", spec_error);
+  CHECK_THROWS_AS(parse_gradient_overlap("0.5x"), spec_error);
+  CHECK_THROWS_AS(parse_gradient_overlap("nan"), spec_error);
+  CHECK_THROWS_AS(parse_gradient_overlap(""), spec_error);
 }
 
 TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sharded result") {

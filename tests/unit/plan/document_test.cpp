@@ -190,10 +190,20 @@ TEST_CASE("plan document: the training settings a plan was priced with are writt
   CHECK(dflt.gradient_bucket_bytes == 25.0 * (1 << 20));
   CHECK(dflt.gradient_overlap == 0.0);
   CHECK(dflt.zero);
+  // Hidden behind each consumer's backward: written as "backward", read back as that model.
+  d.options.gradient_overlap = gradient_overlap_model::behind_backward();
+  const nlohmann::json jb = to_json(d);
+  CHECK(jb["options"]["training"]["gradient_overlap"] == "backward");
+  CHECK(plan_from_json(jb, "p.json").options == d.options);
+  CHECK(describe_training(d.options) ==
+        "sgd, gradient buckets of 4.00 MiB, gradient sync overlapped with each consumer's backward, ZeRO-1/2 not offered");
   // Out of range or of the wrong type: named.
   nlohmann::json bad = j;
   bad["options"]["training"]["gradient_overlap"] = 1.5;
   CHECK(read_error(bad) == "io error: plan file 'p.json': options.training.gradient_overlap is 1.5, not a number in [0, 1]");
+  bad["options"]["training"]["gradient_overlap"] = "forward";
+  CHECK(read_error(bad) ==
+        "io error: plan file 'p.json': options.training.gradient_overlap is \"forward\", not \"backward\" or a number in [0, 1]");
   bad = j;
   bad["options"]["training"]["optimizer"] = "lamb";
   CHECK(read_error(bad).find("options.training.optimizer is \"lamb\"") != std::string::npos);

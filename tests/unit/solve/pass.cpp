@@ -356,6 +356,7 @@ autoshard::autosharding_options alpa_options(const std::vector<int>& mesh, doubl
   o.mode = autoshard::run_mode::training;
   o.gradient_bucket_bytes = 0;
   o.zero = false;  // Alpa has no ZeRO (with no latency, ZeRO-2 costs what an all-reduce does)
+  o.gradient_overlap = 0.0;  // nor overlap: its cost model puts every gradient all-reduce on the critical path
   o.device.peak_flops = 1e12;
   o.compare_baselines = false;
   o.run_checks = true;
@@ -385,6 +386,18 @@ TEST_CASE("Alpa test_mlp, data-parallel regime: the cost is 6 gradient all-reduc
   int grads = 0;
   for (const collective_use& c : r.report.plan.collectives) grads += c.kind == collective::all_reduce;
   CHECK(grads == 2 * layers);
+  // All of it hidden behind the backward: nothing charged, but the same collectives still
+  // run, so they are still listed (with the bytes the audit compares), at 0 s each.
+  autosharding_options hidden = alpa_options({4});
+  hidden.gradient_overlap = 1.0;
+  hidden.algo = "data_parallel";
+  const plan_summary h = autosharding_analysis_pass(g, hidden).report.plan;
+  CHECK(h.communication_seconds == 0.0);
+  REQUIRE(h.collectives.size() == r.report.plan.collectives.size());
+  for (std::size_t k = 0; k < h.collectives.size(); ++k) {
+    CHECK(h.collectives[k].bytes == r.report.plan.collectives[k].bytes);
+    CHECK(h.collectives[k].seconds == 0.0);
+  }
 }
 
 TEST_CASE("Alpa test_mlp, model-parallel regime: Megatron alternation pays its all-reduces once") {

@@ -131,7 +131,7 @@ inline gradient_overlap_model parse_gradient_overlap(const std::string& text, co
 /// What training prices when not told: gradient sync hidden behind the consumer's backward, as
 /// DDP and Megatron-LM run it. The one home of that default: strategy_options,
 /// autosharding_options, plan_options (what a plan records) and the tool start from it.
-inline constexpr gradient_overlap_model default_gradient_overlap{};
+inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::behind_backward();
 
 /// What the optimizer keeps per parameter in training.
 enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)

@@ -698,6 +698,7 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
   for (strategy_options opt : {strategy_options{device_model{}, run_mode::inference}, strategy_options{device_model{}, run_mode::training}}) {
     const bool train = opt.mode == run_mode::training;
     opt.gradient_bucket_bytes = 0;  // every tensor pays its own latency: the plain plan price
+    opt.gradient_overlap = 0.0;     // none of it hidden behind the backward
     const auto sx = enumerate_strategies(g, x, m, opt);
     const auto sb = enumerate_strategies(g, b, m, opt);
     const auto sfc = enumerate_strategies(g, fc, m, opt);
@@ -847,6 +848,20 @@ TEST_CASE("gradient sync hidden behind the backward: per edge, exposed = max(0, 
   // A fraction keeps its meaning whatever the window; 0 is every byte charged.
   CHECK(price(65536, 0.25).first == doctest::Approx(0.75 * sync).scale(1e-9));
   CHECK(price(64, 0.0).first == doctest::Approx(sync).scale(1e-9));
+  // Inference has no gradients: every model prices the same.
+  {
+    model_graph g;
+    auto x = add_input(g, "x", {64, 1000}, dtype::bf16);
+    auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
+    auto fc = add_op(g, op_kind::linear, "fc", {x, w});
+    strategy_options infer{device_model{}, run_mode::inference};
+    const auto sw = enumerate_strategies(g, w, m, infer), sfc = enumerate_strategies(g, fc, m, infer);
+    const edge_t e = boost::edge(w, fc, g).first;
+    infer.gradient_overlap = 0.0;
+    const cost_matrix none = resharding_costs(g, e, sw, sfc, m, infer);
+    infer.gradient_overlap = behind;
+    CHECK(resharding_costs(g, e, sw, sfc, m, infer).values == none.values);
+  }
   // The model on its own, the numbers by hand.
   CHECK(behind.exposed(3e-3, 1e-3) == doctest::Approx(2e-3).scale(1e-15));
   CHECK(behind.exposed(1e-3, 3e-3) == 0.0);
@@ -969,6 +984,7 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   auto fc = add_op(g, op_kind::linear, "fc", {x, w});
   strategy_options opt{device_model{}, run_mode::training};
   opt.gradient_bucket_bytes = 0;
+  opt.gradient_overlap = 0.0;  // the paper counts volumes, none hidden behind the backward
   const auto sw = enumerate_strategies(g, w, m, opt);
   const auto sfc = enumerate_strategies(g, fc, m, opt);
   const strategy* dp = nullptr;

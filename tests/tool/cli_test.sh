@@ -57,6 +57,12 @@ for sub in plan solve; do  # --help shows the defaults it uses: the same ones
   "$tool" $sub --help | grep -- "--time-limit" | grep -qE "=${lib_limit%.0}( |\$)" && ok || bad "$sub --help: --time-limit's default is not ${lib_limit%.0}"
 done
 "$tool" plan --help | grep -- "--mode" | grep -qE "=$([ "$lib_mode" = training ] && echo train || echo infer)( |\$)" && ok || bad "plan --help: --mode's default"
+# --gradient-overlap's default is default_gradient_overlap's, and the plan file records it.
+lib_overlap=$(sed -n 's/^inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::\([a-z_]*\)();.*/\1/p' "$inc/graph/strategy.hpp")
+[ "$lib_overlap" = behind_backward ] && ok || bad "default_gradient_overlap is not behind_backward() in graph/strategy.hpp ('$lib_overlap')"
+"$tool" plan --help | grep -- "--gradient-overlap" | grep -qE "=backward( |\$)" && ok || bad "plan --help: --gradient-overlap's default"
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["options"]["training"]["gradient_overlap"] != "backward")' \
+  "$tmp/default-mode.json" && ok || bad "a plan with the defaults does not record gradient_overlap \"backward\""
 # synth says the dtype it writes; options that change nothing it writes are not offered.
 "$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
 "$tool" synth --help | grep -q -- "--batch" && bad "synth shows --batch" || ok

@@ -700,7 +700,7 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
   std::remove(o.ilp_solution_file.c_str());
 }
 
-TEST_CASE("defaults: one run mode and one time limit, from one home each, for every options struct") {
+TEST_CASE("defaults: one run mode, one time limit and one gradient overlap, from one home each, for every options struct") {
   using namespace autoshard;
   // The choice (issue 18): what the CLI always planned for and what users of an auto-sharder
   // mostly plan, training; ten minutes per solve. tests/tool/cli_test.sh checks the tool
@@ -718,6 +718,14 @@ TEST_CASE("defaults: one run mode and one time limit, from one home each, for ev
   CHECK(solve_options{}.time_limit == default_time_limit_s);
   CHECK(autosharding_options{}.time_limit == default_time_limit_s);
   CHECK(plan_options{}.time_limit == default_time_limit_s);  // the plan area's record, below the solver
+  // Gradient sync hidden behind each consumer's backward, as DDP and Megatron-LM run it; a plan
+  // file from before it was recorded keeps the price it was solved at (none hidden).
+  static_assert(default_gradient_overlap == gradient_overlap_model::behind_backward());
+  CHECK(strategy_options{}.gradient_overlap == default_gradient_overlap);
+  CHECK(autosharding_options{}.gradient_overlap == default_gradient_overlap);
+  CHECK(plan_options{}.gradient_overlap == default_gradient_overlap);
+  CHECK(detail::pricing_options(autosharding_options{}).gradient_overlap == default_gradient_overlap);
+  CHECK(legacy_training().gradient_overlap == gradient_overlap_model(0.0));
 
   // What that means end to end: a decoder built and planned with every default is a training
   // plan (labels, loss, the backward's compute and the optimizer's state priced), and the plan
@@ -739,6 +747,7 @@ TEST_CASE("defaults: one run mode and one time limit, from one home each, for ev
   std::filesystem::remove(o.ilp_solution_file);
   CHECK(d.mode == run_mode::training);
   CHECK(d.options.time_limit == default_time_limit_s);
+  CHECK(d.options.gradient_overlap == default_gradient_overlap);
   autosharding_options forward = o;
   forward.mode = run_mode::inference;
   forward.ilp_solution_file.clear();

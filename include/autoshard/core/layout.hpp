@@ -132,4 +132,65 @@ inline void require_even(const device_mesh& m, const sharding_spec& s, const ten
     }
 }
 
+/// A tensor dim made of `parts` equal fused blocks, as GPT-2's c_attn output is q | k | v. A
+/// Shard of that dim cuts every part the same way and gives each rank its piece of every part,
+/// concatenated in part order (the blocked layout Megatron gives a fused QKV projection, so
+/// each rank holds the q, k and v columns of its own heads), not one contiguous run. Local
+/// shapes are a plain Shard's: fused dims are only cut when every part divides evenly.
+///   fused_dim{1, 3} on a [768, 2304] weight over 4 ranks: rank 1 holds columns
+///   [192, 384) ++ [960, 1152) ++ [1728, 1920).
+struct fused_dim {
+  int dim = -1;   ///< the fused tensor dim; -1: none
+  int parts = 1;  ///< equal blocks along it
+  constexpr bool any() const noexcept { return dim >= 0 && parts > 1; }
+  friend constexpr bool operator==(const fused_dim&, const fused_dim&) = default;
+};
+
+/// The tensor seen with its fused dim as two, [parts, n / parts] (a free view of the same
+/// row-major bytes, global or local): a per-part Shard of the fused dim is a plain Shard of
+/// the second, so every redistribute plan of the view keeps the per-part layout exactly, and
+/// its steps and bytes are a plain Shard's (the parts divide evenly). Dims after the fused one
+/// move up by one. Needs a tensor rank below max_tensor_rank.
+constexpr tensor_shape fused_view(fused_dim f, const tensor_shape& s) {
+  if (!f.any()) return s;
+  if (f.dim >= s.rank || s.rank >= max_tensor_rank || s[static_cast<std::size_t>(f.dim)] % f.parts != 0)
+    throw shape_error("fused_view: dim " + std::to_string(f.dim) + " of " + to_string(s) + " is not " +
+                      std::to_string(f.parts) + " equal parts");
+  tensor_shape v;
+  v.rank = s.rank + 1;
+  for (std::size_t i = 0, j = 0; i < s.rank; ++i, ++j) {
+    if (static_cast<int>(i) == f.dim) {
+      v[j++] = f.parts;
+      v[j] = s[i] / f.parts;
+    } else {
+      v[j] = s[i];
+    }
+  }
+  return v;
+}
+constexpr sharding_spec fused_view(fused_dim f, const sharding_spec& s) {
+  if (!f.any()) return s;
+  sharding_spec v = s;
+  v.tensor_rank = static_cast<std::uint8_t>(s.tensor_rank + 1);
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard() && s[i].dim >= f.dim) v[i] = Shard(s[i].dim + 1);
+  return v;
+}
+
+/// Whether spec `s` may hold a tensor whose dim `f` is fused: a spec that cuts the fused dim
+/// must cut every part into equal pieces at every level of nesting.
+constexpr bool fused_parts_divide(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                                  fused_dim f) noexcept {
+  if (!f.any() || f.dim >= s.tensor_rank || !s.is_sharded(f.dim)) return true;
+  const std::int64_t n = global[static_cast<std::size_t>(f.dim)];
+  if (n % f.parts != 0) return false;
+  std::int64_t part = n / f.parts;
+  for (std::size_t i = 0; i < s.mesh_rank; ++i)
+    if (s[i].is_shard(f.dim)) {
+      if (part % m.size(i) != 0) return false;
+      part /= m.size(i);
+    }
+  return true;
+}
+
 }  // namespace autoshard

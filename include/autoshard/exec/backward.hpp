@@ -431,8 +431,8 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     }
     case op_kind::reduce_sum:
     case op_kind::reduce_mean: return one(reduce_backward<T>(nd, *in[0], dy, c));
-    case op_kind::concat:
-    case op_kind::split: return concat_or_split_backward<T>(nd, in, dy);
+    case op_kind::concat: return concat_or_split_backward<T>(nd, in, dy);
+    case op_kind::split: return concat_or_split_backward<T>(local_split(nd, in[0]->shape(), c), in, dy);
     case op_kind::attention: return attention_backward<T>(nd, in, dy, c);
     case op_kind::cross_entropy: return with_none(cross_entropy_backward<T>(nd, *in[0], *in[1], dy, c));
     case op_kind::where: return where_backward<T>(nd, in, dy);

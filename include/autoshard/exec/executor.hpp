@@ -10,6 +10,7 @@
 /// partial sum (a Partial placement) that a later redistribute reduces.
 #include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // std::uint64_t
+#include <cstring>     // std::memcpy
 #include <functional>  // std::function
 #include <mutex>       // std::mutex, std::lock_guard
 #include <random>      // std::mt19937_64, std::uniform_real_distribution
@@ -18,6 +19,7 @@
 
 #include "../comm/mesh_communicator.hpp"  // mesh_communicator_like
 #include "../core/layout.hpp"        // local_box
+#include "../graph/fused.hpp"        // fused_dims
 #include "../graph/strategy.hpp"     // model_graph, strategy
 #include "../graph/traffic.hpp"      // traffic_site
 #include "../graph/validate.hpp"     // topological_order
@@ -145,8 +147,8 @@ namespace detail {
 /// `from` -> `to` on real ranks. Shard -> Partial goes through Replicate (a shard holds no
 /// partial value): all-gather, then the local Partial conversion.
 template <mesh_communicator_like M>
-host_tensor reshard(M& mc, const host_tensor& local, const tensor_shape& global, const sharding_spec& from,
-                    const sharding_spec& to) {
+host_tensor reshard_plain(M& mc, const host_tensor& local, const tensor_shape& global, const sharding_spec& from,
+                          const sharding_spec& to) {
   if (from == to) return host_tensor::copy_of(local);
   sharding_spec mid = to;
   bool via = false;
@@ -158,6 +160,26 @@ host_tensor reshard(M& mc, const host_tensor& local, const tensor_shape& global,
   if (!via) return redistribute(mc, local.view(), global, from, to);
   host_tensor r = redistribute(mc, local.view(), global, from, mid);
   return redistribute(mc, r.view(), global, mid, to);
+}
+
+/// reshard_plain for a tensor whose dim `fused` is fused parts (graph/fused.hpp): the same
+/// plan on core's fused_view, where a per-part Shard is a plain one, so gathers, slices and
+/// all-to-alls of the fused dim keep the per-part layout (the pieces are the same bytes).
+template <mesh_communicator_like M>
+host_tensor reshard(M& mc, const host_tensor& local, const tensor_shape& global, const sharding_spec& from,
+                    const sharding_spec& to, fused_dim fused = {}) {
+  if (!fused.any() || from == to) return reshard_plain(mc, local, global, from, to);
+  host_tensor view(local.type(), fused_view(fused, local.shape()));  // the same bytes, one dim more
+  if (local.nbytes() > 0) std::memcpy(view.data(), local.data(), local.nbytes());
+  const host_tensor moved = reshard_plain(mc, view, fused_view(fused, global), fused_view(fused, from), fused_view(fused, to));
+  tensor_shape back = moved.shape();  // the view's dims fused.dim and fused.dim + 1 merged again
+  const auto d = static_cast<std::size_t>(fused.dim);
+  back[d] *= back[d + 1];
+  for (std::size_t i = d + 1; i + 1 < back.rank; ++i) back[i] = back[i + 1];
+  back[--back.rank] = 0;
+  host_tensor out(moved.type(), back);
+  if (out.nbytes() > 0) std::memcpy(out.data(), moved.data(), out.nbytes());
+  return out;
 }
 }  // namespace detail
 
@@ -288,6 +310,7 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
                      std::to_string(n) + " vertices");
   std::vector<std::size_t> uses(n, 0);
   for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
+  const std::vector<fused_dim> fused = fused_dims(g);  // tensors laid out per part when cut
   val.clear();
   val.resize(n);
   if (keep) {
@@ -308,7 +331,7 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
       for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
         if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
       if (detail::whole_on_every_rank(st.output)) val[v].alias = &sources[v];
-      else val[v].own = shard_of(sources[v], mesh, st.output, rank);
+      else val[v].own = shard_of(sources[v], mesh, st.output, rank, split_rule::chunk, fused[v]);
     } else {
       const std::vector<vertex_t> ops = operands(g, v);
       if (st.inputs.size() != ops.size())
@@ -323,7 +346,7 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
           in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
         } else {
           const auto site = detail::charge(mc, traffic_site::edge(v, i));
-          local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i]);
+          local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i], fused[u]);
           in.push_back(&local[i]);
         }
         c.global_in.push_back(g[u].shape);

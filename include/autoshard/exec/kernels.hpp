@@ -376,6 +376,25 @@ host_tensor reduce(const node& nd, const host_tensor& x, const local_context& c)
   return o;
 }
 
+/// A split whose operand arrives cut along the split axis: the operand is fused there
+/// (graph/fused.hpp), so the local piece holds this rank's piece of every part, k = global /
+/// local of each, and the part [start, start + length) is the local [start / k, (start + length) / k).
+/// Any other split (its axis whole) is returned as it is.
+inline node local_split(const node& nd, const tensor_shape& local_in, const local_context& c) {
+  const auto ax = static_cast<std::size_t>(nd.attrs.axis < 0 ? nd.attrs.axis + local_in.rank : nd.attrs.axis);
+  if (c.global_in.empty() || ax >= local_in.rank || local_in[ax] == c.global_in[0][ax]) return nd;
+  const std::int64_t n = c.global_in[0][ax], l = local_in[ax];
+  if (l <= 0 || n % l != 0 || nd.attrs.start % (n / l) != 0 || nd.attrs.length % (n / l) != 0)
+    throw exec_error("vertex '" + nd.name + "' (split): its operand's dim " + std::to_string(ax) + " is cut to " +
+                     std::to_string(l) + " of " + std::to_string(n) + ", which does not cut the part [" +
+                     std::to_string(nd.attrs.start) + ", " + std::to_string(nd.attrs.start + nd.attrs.length) +
+                     ") into equal pieces (only a fused operand may arrive cut along the split axis)");
+  node local = nd;
+  local.attrs.start = nd.attrs.start / (n / l);
+  local.attrs.length = nd.attrs.length / (n / l);
+  return local;
+}
+
 template <class T>
 host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> in) {
   const tensor_shape& x0 = in[0]->shape();
@@ -535,7 +554,7 @@ host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, c
     case op_kind::reduce_sum:
     case op_kind::reduce_mean: return reduce<T>(nd, *in[0], c);
     case op_kind::concat:
-    case op_kind::split: return concat_or_split<T>(nd, in);
+    case op_kind::split: return concat_or_split<T>(local_split(nd, in[0]->shape(), c), in);
     case op_kind::attention: return attention<T>(nd, in, c);
     case op_kind::cross_entropy: return cross_entropy<T>(nd, *in[0], *in[1], c);
     case op_kind::where: return where<T>(nd, in);

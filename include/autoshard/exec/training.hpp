@@ -183,6 +183,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
   std::vector<detail::held_value> val;
   std::vector<detail::saved_forward> saved;
   detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved);  // keeps what the backward needs
+  const std::vector<fused_dim> fused = fused_dims(g);
   const std::vector<vertex_t> order = topological_order(g);
   // Backward, in reverse topological order.
   // A tensor's gradient contributions, one per spec they arrive in (summed within a spec).
@@ -202,7 +203,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
         x = std::move(t);
       } else {
         const auto site = detail::charge(mc, traffic_site::gradient(u));
-        x = detail::reshard(mc, t, g[u].shape, from, target);
+        x = detail::reshard(mc, t, g[u].shape, from, target, fused[u]);
         t = host_tensor();  // a replicated parameter's contribution is as large as the parameter
       }
       if (total.data() == nullptr) total = std::move(x);
@@ -230,14 +231,14 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
     host_tensor wshard;
     {
       const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // a local slice: no traffic
-      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs);
+      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs, fused[v]);
     }
     host_tensor updated = detail::optimizer_update<T>(wshard, gblock, o);
     if (on_param) on_param(v, gblock, updated, gs);
     gblock = host_tensor();
     wshard = host_tensor();
     const auto site = detail::charge(mc, traffic_site::gradient(v));
-    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output);  // the all-gather of the updated weight
+    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output, fused[v]);  // the all-gather of the updated weight
   };
   std::vector<std::size_t> pending_uses(n, 0);  // a parameter's uses whose backward has not run yet
   for (vertex_t v = 0; v < n; ++v) pending_uses[v] = boost::out_degree(v, g);
@@ -273,7 +274,7 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
     for (std::size_t i = 0; i < ops.size(); ++i)
       if (sv.in[i] == nullptr) {  // a weight resharded in the forward, gathered again (as priced: the re-gather)
         const auto site = detail::charge(mc, traffic_site::gradient(ops[i]));
-        sv.own[i] = detail::reshard(mc, val[ops[i]].get(), g[ops[i]].shape, plan[ops[i]].output, st.inputs[i]);
+        sv.own[i] = detail::reshard(mc, val[ops[i]].get(), g[ops[i]].shape, plan[ops[i]].output, st.inputs[i], fused[ops[i]]);
         sv.in[i] = &sv.own[i];
       }
     std::vector<host_tensor> dx;

@@ -229,6 +229,7 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
   std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
+  const std::vector<fused_dim> fused = fused_dims(g);  // tensors cut per part (graph/fused.hpp)
   std::mutex compare_mu;  // one block copy at a time
   // Training: the unsharded step's tensors are dropped once every rank has compared its block.
   std::vector<int> unread(o.training ? n : 0, ranks);
@@ -243,10 +244,11 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
         const auto ume = static_cast<std::size_t>(me);
         mesh_communicator mc(std::move(world), mesh);
         std::vector<vertex_check>& mine = per_rank[ume];
-        const auto compare_block = [&](const host_tensor& got, const host_tensor& want, const sharding_spec& settled, vertex_check& c) {
+        const auto compare_block = [&](const host_tensor& got, const host_tensor& want, const sharding_spec& settled, vertex_check& c,
+                                       fused_dim f) {
           std::lock_guard<std::mutex> lock(compare_mu);
           if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, c);
-          else compare_piece<T>(got, shard_of(want, mesh, settled, me), c);
+          else compare_piece<T>(got, shard_of(want, mesh, settled, me, split_rule::chunk, f), c);
           report("ranks", ++compared, pieces);
         };
         const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
@@ -256,12 +258,12 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
           const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
           const host_tensor& got = settled == spec ? piece : whole;
           if (o.training) {
-            compare_block(got, tref.value[v], settled, mine[v]);
+            compare_block(got, tref.value[v], settled, mine[v], fused[v]);
             std::lock_guard<std::mutex> lock(compare_mu);
             if (--unread[v] == 0) tref.value[v] = host_tensor();
             return;
           }
-          compare_block(got, ref.value(v), settled, mine[v]);
+          compare_block(got, ref.value(v), settled, mine[v], fused[v]);
           ref.release(v);
         };
         if (!o.training) {
@@ -272,8 +274,8 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
                              std::lock_guard<std::mutex> lock(compare_mu);
                              // The unsharded update of this block: the optimizer is elementwise.
                              const bool whole = detail::whole_on_every_rank(spec);
-                             const host_tensor gblock = whole ? host_tensor() : shard_of(tref.grad[v], mesh, spec, me);
-                             const host_tensor pblock = whole ? host_tensor() : shard_of(sources[v], mesh, spec, me);
+                             const host_tensor gblock = whole ? host_tensor() : shard_of(tref.grad[v], mesh, spec, me, split_rule::chunk, fused[v]);
+                             const host_tensor pblock = whole ? host_tensor() : shard_of(sources[v], mesh, spec, me, split_rule::chunk, fused[v]);
                              const host_tensor& want_grad = whole ? tref.grad[v] : gblock;
                              const host_tensor want_update = optimizer_update<T>(whole ? sources[v] : pblock, want_grad, o.step);
                              compare_piece<T>(grad, want_grad, per_rank_grad[ume][v]);

@@ -10,7 +10,8 @@
 /// product over mesh axes. Elementwise ops, norms and softmax follow their input with the
 /// normalised dim forced to Replicate (where and expand broadcast like the binary ones: a
 /// size-1 operand dim stays Replicate while the output's dim is cut); views map shardings
-/// through split/merged dims;
+/// through split/merged dims; a split keeps its axis whole, except out of a tensor fused on
+/// that axis (fused.hpp: c_attn's q | k | v), whose per-part Shard hands each part on sharded;
 /// embeddings offer batch, column and vocab-parallel (output Partial); attention shards
 /// batch or heads (whole heads per rank, GQA groups kept together); an opaque operator
 /// (imported, with no mapping) offers only Replicate for every operand and its output.
@@ -37,7 +38,9 @@
 /// differentiable consumers charges each edge 1/c of its reductions (and of the all-gathers
 /// that undo their reduce-scatters) (exact when the consumers
 /// hand the gradient back in the same spec, as a runtime that sums them before reducing
-/// does). Graph inputs, and everything computed from inputs alone, have no gradient. A
+/// does). Graph inputs, and everything computed from inputs alone, have no gradient. An edge
+/// out of a fused tensor (fused.hpp) is priced as a plain Shard's: its parts divide evenly, so
+/// the plan on core's fused_view, which the executor runs, has the same steps and bytes. A
 /// parameter's backward plan is its gradient synchronisation: bucketed like DDP (each
 /// collective pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
 /// partly hidden behind the backward pass (gradient_overlap_model): per edge parameter ->
@@ -61,6 +64,7 @@
 #include "../core/parse.hpp"         // to_alpa_string
 #include "../core/redistribute.hpp"  // plan_redistribute
 #include "device.hpp"                // device_model
+#include "fused.hpp"                 // fused_dim_of
 #include "model.hpp"                 // model_graph, node, op_kind
 
 namespace autoshard {
@@ -440,6 +444,12 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
   for (vertex_t u : ops) diff.push_back(requires_grad(g, u));
   if (auto e = einsum_of(nd, in)) {
     std::vector<axis_option> o = einsum_options(*e, diff);
+    if (nd.kind == op_kind::split && fused_dim_of(g, ops[0]).dim == norm_axis(nd.attrs.axis, in[0].rank)) {
+      // The operand is fused on the split axis and this split reads one whole part: a Shard of
+      // it holds every rank's piece of that part, which is the part sharded (fused.hpp).
+      const int ax = norm_axis(nd.attrs.axis, in[0].rank);
+      o.push_back({{Shard(ax)}, Shard(ax), {0}});
+    }
     if (nd.kind == op_kind::cross_entropy) {
       // vocab-parallel (Megatron): each rank holds a slice of the vocabulary; the row max,
       // the sum of exponentials and the target logit are all-reduced over the axis, after
@@ -522,13 +532,16 @@ inline double bucketed_seconds(const device_mesh& m, const priced_step& p, doubl
 /// The spec of a parameter's ZeRO shard when it is held as `out`: every mesh axis of more
 /// than one rank where it is replicated shards its largest local dim (ZeRO flattens the
 /// tensor; a dim keeps shards whole rows). None when there is no such axis, or a shard would
-/// be empty.
-inline std::optional<sharding_spec> zero_spec(const device_mesh& m, const sharding_spec& out, const tensor_shape& shape) {
+/// be empty. A fused dim (`keep`, fused.hpp) is never the ZeRO dim: its parts need not divide
+/// evenly that finely.
+inline std::optional<sharding_spec> zero_spec(const device_mesh& m, const sharding_spec& out, const tensor_shape& shape,
+                                              int keep = -1) {
   if (shape.rank == 0) return std::nullopt;
   const tensor_shape local = max_local_shape(m, out, shape);
-  int d = 0;
-  for (std::size_t i = 1; i < shape.rank; ++i)
-    if (local[i] > local[static_cast<std::size_t>(d)]) d = static_cast<int>(i);
+  int d = -1;
+  for (std::size_t i = 0; i < shape.rank; ++i)
+    if (static_cast<int>(i) != keep && (d < 0 || local[i] > local[static_cast<std::size_t>(d)])) d = static_cast<int>(i);
+  if (d < 0) return std::nullopt;
   sharding_spec z = out;
   bool any = false;
   // The max_mesh_rank bound is implied by mesh_rank; GCC 12 at -O3 cannot see it and warns
@@ -547,9 +560,10 @@ namespace detail {
 ///   plain data parallel  (2e + S) n        ZeRO-1  2e n + S n_z        ZeRO-2  e n + (e + S) n_z
 /// Both reduce-scatter the gradient (on the edges) and all-gather the updated weight
 /// (comm_seconds, bucketed): the bytes of one all-reduce, as the ZeRO paper counts them.
-inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy& s, const node& nd, const strategy_options& opt) {
+inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy& s, const node& nd, const strategy_options& opt,
+                                           fused_dim fused = {}) {
   std::vector<strategy> out;
-  const std::optional<sharding_spec> z = zero_spec(m, s.output, nd.shape);
+  const std::optional<sharding_spec> z = zero_spec(m, s.output, nd.shape, fused.any() ? fused.dim : -1);
   if (!z) return out;
   const auto e = static_cast<std::int64_t>(dtype_size(nd.type));
   const std::int64_t state = parameter_state_bytes(nd.type, opt.optimizer) - 2 * e;
@@ -583,6 +597,9 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
   if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
   const int axes = static_cast<int>(m.ndim());
   const bool train = opt.mode == run_mode::training;
+  const fused_dim out_fused = fused_dim_of(g, v);
+  std::vector<fused_dim> in_fused;
+  for (vertex_t u : ops) in_fused.push_back(fused_dim_of(g, u));
   std::vector<strategy> out;
   std::array<std::size_t, max_mesh_rank> pick{};
   std::size_t total = 1;
@@ -603,11 +620,12 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
       s.output[static_cast<std::size_t>(a)] = o.out;
     }
     bool ok = true;
-    auto fits = [&](const sharding_spec& sp, const tensor_shape& sh) {
-      return (!opt.drop_empty_shards || no_empty_shards(m, sp, sh)) && (!opt.even_split_only || divides_evenly(m, sp, sh));
+    auto fits = [&](const sharding_spec& sp, const tensor_shape& sh, fused_dim f) {
+      return (!opt.drop_empty_shards || no_empty_shards(m, sp, sh)) && (!opt.even_split_only || divides_evenly(m, sp, sh)) &&
+             fused_parts_divide(m, sp, sh, f);
     };
-    for (std::size_t i = 0; ok && i < ops.size(); ++i) ok = fits(s.inputs[i], in[i]);
-    ok = ok && fits(s.output, nd.shape) && detail::kind_accepts(nd, m, s.inputs, in, s.output);
+    for (std::size_t i = 0; ok && i < ops.size(); ++i) ok = fits(s.inputs[i], in[i], in_fused[i]);
+    ok = ok && fits(s.output, nd.shape, out_fused) && detail::kind_accepts(nd, m, s.inputs, in, s.output);
     if (!ok) continue;
 
     // costs
@@ -651,7 +669,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
     s.name += "->" + to_alpa_string(s.output);
     std::vector<strategy> zero;
-    if (train && opt.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt);
+    if (train && opt.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt, out_fused);
     out.push_back(std::move(s));
     for (strategy& z : zero) out.push_back(std::move(z));
   }

@@ -19,6 +19,7 @@
 
 #include "../core/error.hpp"    // spec_error
 #include "../core/mesh.hpp"     // device_mesh
+#include "../graph/fused.hpp"   // fused_dim_of
 #include "../graph/model.hpp"   // model_graph, operands
 #include "pass.hpp"             // detail::layer_key
 #include "plan_file.hpp"        // loaded_plan
@@ -190,6 +191,11 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) 
                     " after the module (" + (want->is_replicate() ? "an all-gather: transformers' colwise_rep would do it inside" : "for its consumers") + ")");
       if (!want) note(v, "its consumers take the output in different layouts on " + tp_label);
       if (lin && x.is_shard()) hf_note(v, "its input arrives split on dim " + std::to_string(x.dim) + " (sequence parallel): 'colwise' in transformers assumes it whole");
+      if (const fused_dim f = fused_dim_of(g, v); f.any())
+        note(v, "its output features are " + std::to_string(f.parts) + " fused parts, each split over " + tp_label +
+                    " (rank r holds piece r of every part, Megatron's fused QKV): ColwiseParallel and 'colwise' cut one "
+                    "contiguous run, so the weight's columns and bias must be stored regrouped rank by rank before this "
+                    "plan applies (`autoshard shard --plan` writes them so)");
     } else if (ws.is_shard(in_dim)) {  // row-parallel: input features split, output partial sums
       m.style = "RowwiseParallel";
       if (emb) {  // vocab-parallel: each rank looks up its rows, the partial sums are reduced

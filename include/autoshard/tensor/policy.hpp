@@ -365,24 +365,7 @@ inline tensor_plan plan_tensor(const tp_policy& p, const std::string& name, cons
                                                     " that do not divide over tensor-parallel size " + std::to_string(tp)
                                               : "does not divide over tensor-parallel size " + std::to_string(tp));
 
-  const sharding_spec part_spec = out.spec;
-  for (int r = 0; r < tp; ++r) {
-    shard_layout l;
-    l.concat_dim = d;
-    l.shape = global;
-    l.shape[du] = 0;
-    std::int64_t start = 0;
-    for (std::int64_t s : part_sizes) {
-      tensor_shape part = global;
-      part[du] = s;
-      shard_box b = local_box(mesh, part_spec, part, r);  // the shard box always comes from core
-      b.offset[du] += start;
-      l.pieces.push_back({b.offset, b.shape});
-      l.shape[du] += b.shape[du];
-      start += s;
-    }
-    out.ranks.push_back(std::move(l));
-  }
+  for (int r = 0; r < tp; ++r) out.ranks.push_back(parts_layout(mesh, out.spec, global, d, part_sizes, r));
   return out;
 }
 
@@ -392,6 +375,9 @@ struct plan_policy {
   device_mesh mesh;
   std::map<std::string, sharding_spec> specs;
   split_rule rule = split_rule::chunk;
+  /// Parameters with a fused dim (the graph's fused_dim_of, e.g. c_attn.weight: dim 1, 3 parts):
+  /// a spec that cuts it cuts each part (parts_layout), as the Megatron policy does.
+  std::map<std::string, fused_dim> fused = {};
 };
 
 /// Plans one parameter under a solved plan.
@@ -399,8 +385,11 @@ inline tensor_plan plan_tensor(const plan_policy& p, const std::string& name, co
   auto it = p.specs.find(name);
   if (it == p.specs.end()) return detail::replicated_plan(name, global, type, p.mesh);
   tensor_plan out{name, global, type, p.mesh, it->second, "plan", "", false, {}};
+  const auto f = p.fused.find(name);
+  const fused_dim fd = f == p.fused.end() ? fused_dim{} : f->second;
+  if (fd.any() && it->second.is_sharded(fd.dim)) out.fused = std::to_string(fd.parts) + " equal parts";
   try {
-    for (int r = 0; r < p.mesh.num_ranks(); ++r) out.ranks.push_back(spec_layout(p.mesh, it->second, global, r, p.rule));
+    for (int r = 0; r < p.mesh.num_ranks(); ++r) out.ranks.push_back(spec_layout(p.mesh, it->second, global, r, p.rule, fd));
   } catch (const error& e) {
     throw spec_error("tensor '" + name + "' " + to_string(global) + " with spec " + to_string(it->second) + ": " +
                      e.what());

@@ -15,7 +15,7 @@
 #include <vector>   // std::vector
 
 #include "../core/error.hpp"   // shape_error, spec_error
-#include "../core/layout.hpp"  // local_box, split_rule, shard_box
+#include "../core/layout.hpp"  // local_box, split_rule, shard_box, fused_dim
 #include "../core/mesh.hpp"    // device_mesh
 #include "../core/parse.hpp"   // to_string(sharding_spec)
 #include "../core/spec.hpp"    // sharding_spec, check_spec
@@ -38,12 +38,49 @@ struct shard_layout {
   std::vector<shard_piece> pieces;
 };
 
-/// The layout of `rank`'s shard of a tensor with spec `s` on mesh `m` (one piece: local_box).
+/// The layout of `rank`'s shard when dim `d` of `global` is the concatenation of parts of
+/// `part_sizes` (summing to global[d]) and spec `s` cuts each part on its own: one piece per
+/// part (core's local_box of the part, moved to where the part starts), concatenated along d.
+/// The one home of the fused (per part) cut: tensor-parallel policies (QKV, GQA, gate/up) and
+/// plans over fused tensors (fused_dim) both use it.
+inline shard_layout parts_layout(const device_mesh& m, const sharding_spec& s, const tensor_shape& global, int d,
+                                 std::span<const std::int64_t> part_sizes, int rank, split_rule rule = split_rule::chunk) {
+  const auto du = static_cast<std::size_t>(d);
+  shard_layout l;
+  l.concat_dim = d;
+  l.shape = global;
+  l.shape[du] = 0;
+  std::int64_t start = 0;
+  for (std::int64_t size : part_sizes) {
+    tensor_shape part = global;
+    part[du] = size;
+    shard_box b = local_box(m, s, part, rank, rule);
+    b.offset[du] += start;
+    l.pieces.push_back({b.offset, b.shape});
+    for (std::size_t i = 0; i < global.rank; ++i) l.shape[i] = i == du ? l.shape[i] + b.shape[i] : b.shape[i];  // other dims as cut
+    start += size;
+  }
+  if (start != global[du])
+    throw shape_error("parts of " + std::to_string(start) + " in all do not make dim " + std::to_string(d) + " of " +
+                      to_string(global));
+  return l;
+}
+
+/// The layout of `rank`'s shard of a tensor with spec `s` on mesh `m`: one piece (local_box),
+/// or, when `fused` names a dim that `s` cuts, one piece per fused part (parts_layout).
 inline shard_layout spec_layout(const device_mesh& m, const sharding_spec& s, const tensor_shape& global, int rank,
-                                split_rule rule = split_rule::chunk) {
+                                split_rule rule = split_rule::chunk, fused_dim fused = {}) {
   check_spec(s, m, global);
   if (s.has_partial())
     throw spec_error("spec " + to_string(s) + " has a Partial placement; a stored tensor cannot be partial");
+  if (fused.any() && fused.dim < static_cast<int>(global.rank) && s.is_sharded(fused.dim)) {
+    if (!fused_parts_divide(m, s, global, fused))
+      throw shape_error("spec " + to_string(s) + " cuts dim " + std::to_string(fused.dim) + " of " + to_string(global) +
+                        ", made of " + std::to_string(fused.parts) + " fused parts, into pieces that are not equal");
+    const std::vector<std::int64_t> parts(static_cast<std::size_t>(fused.parts),
+                                          global[static_cast<std::size_t>(fused.dim)] / fused.parts);
+    return parts_layout(m, s, global, fused.dim, parts, rank, rule);
+  }
   shard_box b = local_box(m, s, global, rank, rule);
   return {b.shape, 0, {{b.offset, b.shape}}};
 }
@@ -186,14 +223,14 @@ inline std::optional<std::pair<std::size_t, std::size_t>> contiguous_span(const 
 
 /// `rank`'s shard of `global` under spec `s` on mesh `m`.
 inline host_tensor shard_of(const_tensor_view global, const device_mesh& m, const sharding_spec& s, int rank,
-                            split_rule rule = split_rule::chunk) {
-  return extract(global, spec_layout(m, s, global.shape(), rank, rule));
+                            split_rule rule = split_rule::chunk, fused_dim fused = {}) {
+  return extract(global, spec_layout(m, s, global.shape(), rank, rule, fused));
 }
 
 /// Reassembles the global tensor from every rank's shard (shards[r] is rank r's).
 /// Replicated copies must agree bit for bit; a mismatch is a shape_error naming the rank.
 inline host_tensor gather(std::span<const const_tensor_view> shards, const device_mesh& m, const sharding_spec& s,
-                          const tensor_shape& global, split_rule rule = split_rule::chunk) {
+                          const tensor_shape& global, split_rule rule = split_rule::chunk, fused_dim fused = {}) {
   if (static_cast<int>(shards.size()) != m.num_ranks())
     throw shape_error("gather: " + std::to_string(shards.size()) + " shards for a mesh of " +
                       std::to_string(m.num_ranks()) + " ranks");
@@ -204,7 +241,7 @@ inline host_tensor gather(std::span<const const_tensor_view> shards, const devic
     if (sh.type() != out.type())
       throw shape_error("gather: rank " + std::to_string(r) + " holds " + std::string(to_string(sh.type())) +
                         ", rank 0 holds " + std::string(to_string(out.type())));
-    shard_layout l = spec_layout(m, s, global, r, rule);
+    shard_layout l = spec_layout(m, s, global, r, rule, fused);
     if (!(sh.shape() == l.shape))
       throw shape_error("gather: rank " + std::to_string(r) + " holds " + to_string(sh.shape()) +
                         " but spec " + to_string(s) + " gives it " + to_string(l.shape));
@@ -212,7 +249,7 @@ inline host_tensor gather(std::span<const const_tensor_view> shards, const devic
   }
   // Replicated copies: every rank's shard must equal the gathered block.
   for (int r = 0; r < m.num_ranks(); ++r) {
-    shard_layout l = spec_layout(m, s, global, r, rule);
+    shard_layout l = spec_layout(m, s, global, r, rule, fused);
     host_tensor back = extract(out.view(), l);
     if (!bitwise_equal(back.view(), shards[static_cast<std::size_t>(r)]))
       throw shape_error("gather: rank " + std::to_string(r) + "'s replica differs from the other ranks'");

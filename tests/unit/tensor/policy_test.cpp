@@ -80,6 +80,52 @@ TEST_CASE("GPT-2 c_attn [768, 2304] over 4 ranks: columns r*192..r*192+191 of q,
     expect_1d(b, r, 576, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
 }
 
+TEST_CASE("a plan over a fused dim cuts each part: c_attn as the gpt2 policy cuts it, nested and on labels") {
+  // A plan's c_attn [768, 2304] with dim 1 fused in 3 parts (graph/fused.hpp) and spec S(1)
+  // over 4 ranks: rank r holds columns [r*192, (r+1)*192) of q, of k and of v, concatenated,
+  // exactly the Megatron policy's layout (one home: parts_layout).
+  plan_policy plan{device_mesh{4}, {{"h.0.attn.c_attn.weight", make_spec(2, {Shard(1)})}, {"h.0.attn.c_attn.bias", make_spec(1, {Shard(0)})}}};
+  plan.fused = {{"h.0.attn.c_attn.weight", fused_dim{1, 3}}, {"h.0.attn.c_attn.bias", fused_dim{0, 3}}};
+  const model_config cfg{{"n_head", 12}, {"n_embd", 768}};
+  const tensor_plan by_plan = plan_tensor(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32);
+  const tensor_plan by_policy = plan_tensor(policies::gpt2(), "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
+  CHECK(by_plan.fused == "3 equal parts");
+  for (int r = 0; r < 4; ++r) {
+    expect_2d(by_plan, r, 768, 576, same, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
+    CHECK(by_plan.ranks[static_cast<std::size_t>(r)].pieces == by_policy.ranks[static_cast<std::size_t>(r)].pieces);
+  }
+  const tensor_plan bias = plan_tensor(plan, "h.0.attn.c_attn.bias", {2304}, dtype::f32);
+  for (int r = 0; r < 4; ++r) expect_1d(bias, r, 576, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
+  // Without the fused dim the same spec is one contiguous run (a plain Shard).
+  plan.fused.clear();
+  expect_2d(plan_tensor(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32), 1, 768, 576, same,
+            [](std::int64_t j) { return 576 + j; });
+
+  // Nested over both axes of 2x2 ([S(1),S(1)]): 12 columns in 3 parts of 4, one column of each
+  // part per rank, the outer axis first: rank (a, b) holds columns 2a + b, 4 + 2a + b, 8 + 2a + b.
+  const device_mesh m{2, 2};
+  const host_tensor g = labels({2, 12});
+  for (int r = 0; r < 4; ++r) {
+    const host_tensor s = shard_of(g.view(), m, make_spec(2, {Shard(1), Shard(1)}), r, split_rule::chunk, fused_dim{1, 3});
+    REQUIRE(s.shape() == tensor_shape{2, 3});
+    for (std::int64_t i = 0; i < 2; ++i)
+      for (std::int64_t j = 0; j < 3; ++j) CHECK(s.as<std::int64_t>()[i * 3 + j] == i * 12 + j * 4 + r);
+  }
+  // Another dim cut too ([S(0),S(1)]): rank (a, b) holds rows [2a, 2a + 2) of columns
+  // [2b, 2b + 2) of each part of 4.
+  const host_tensor g2 = labels({4, 12});
+  for (int r = 0; r < 4; ++r) {
+    const host_tensor s = shard_of(g2.view(), m, make_spec(2, {Shard(0), Shard(1)}), r, split_rule::chunk, fused_dim{1, 3});
+    REQUIRE(s.shape() == tensor_shape{2, 6});
+    for (std::int64_t i = 0; i < 2; ++i)
+      for (std::int64_t j = 0; j < 6; ++j)
+        CHECK(s.as<std::int64_t>()[i * 6 + j] == (2 * (r / 2) + i) * 12 + (j / 2) * 4 + 2 * (r % 2) + j % 2);
+  }
+  // Parts that do not cut evenly are refused, naming the parts.
+  CHECK(message_of([&] { (void)shard_of(labels({2, 6}).view(), m, make_spec(2, {Shard(1), Shard(1)}), 0, split_rule::chunk, fused_dim{1, 3}); })
+            .find("3 fused parts") != std::string::npos);
+}
+
 TEST_CASE("column, row, bias and vocab rules in both layouts") {
   tp_policy p{"t", {}, {}};
   p.add("col.weight", column()).add("col.bias", column()).add("row.weight", row()).add("row.bias", row());

@@ -205,6 +205,37 @@ g = load_file('$tmp/ck/model.safetensors')['h.0.attn.c_attn.weight']
 r1 = load_file('$tmp/by-policy/rank-1.safetensors')['h.0.attn.c_attn.weight']
 want = np.concatenate([g[:, 16:32], g[:, 80:96], g[:, 144:160]], axis=1)
 assert np.array_equal(r1, want)" && ok || bad "fused QKV split"
+  # A Megatron plan (head-parallel attention after the fused QKV split), sharded by plan on a
+  # checkpoint whose c_attn values are labels (weight: the column index, bias: 10000 + it): rank
+  # r holds columns [16r, 16r + 16) of q, of k and of v, concatenated, as --policy gpt2 cuts them.
+  expect_rc 0 "$tool" plan "${small[@]}" --mesh 1x4 --mode infer --algo megatron --out "$tmp/tp.json" --quiet
+  grep -q "attn.q  *split  *RRS1 -> RRS1" "$tmp/out" && ok || bad "megatron's q is not head-parallel: $(grep attn.q "$tmp/out")"
+  python3 -c "
+from safetensors.numpy import load_file, save_file
+import numpy as np
+t = load_file('$tmp/ck/model.safetensors')
+for l in (0, 1):
+    w = t[f'h.{l}.attn.c_attn.weight']
+    t[f'h.{l}.attn.c_attn.weight'] = np.broadcast_to(np.arange(w.shape[1], dtype=w.dtype), w.shape).copy()
+    t[f'h.{l}.attn.c_attn.bias'] = 10000 + np.arange(w.shape[1], dtype=w.dtype)
+save_file(t, '$tmp/labelled.safetensors')" && ok || bad "labelled checkpoint"
+  expect_rc 0 "$tool" shard "$tmp/labelled.safetensors" --plan "$tmp/tp.json" --out "$tmp/by-tp-plan" --quiet
+  python3 -c "
+from safetensors.numpy import load_file
+import json, numpy as np
+for r in range(4):
+    s = load_file(f'$tmp/by-tp-plan/rank-{r}.safetensors')
+    cols = np.concatenate([np.arange(p * 64 + 16 * r, p * 64 + 16 * r + 16) for p in range(3)])
+    for l in (0, 1):
+        w, b = s[f'h.{l}.attn.c_attn.weight'], s[f'h.{l}.attn.c_attn.bias']
+        assert w.shape == (64, 48) and (w == cols).all(), (r, l, w[0])
+        assert (b == 10000 + cols).all(), (r, l, b)
+assert json.load(open('$tmp/by-tp-plan/index.json'))['tensors']['h.0.attn.c_attn.weight']['fused'] == '3 equal parts'" \
+    && ok || bad "plan shards of the fused QKV are not cut per part"
+  python3 "$here/check_shards.py" "$tmp/labelled.safetensors" "$tmp/by-tp-plan" >/dev/null && ok || bad "tp plan shards differ"
+  if "$tool" --help | grep -q ' verify'; then
+    json_check "d['passed']" "$tool" verify --plan "$tmp/tp.json" --json
+  fi
   # a plan for another model, and a policy that does not divide: exit 1, output untouched.
   "$tool" plan --model gpt2 --layers 2 --hidden 128 --heads 4 --vocab 512 --seq 64 --batch 8 --mesh 2x4 \
     --out "$tmp/other.json" --quiet >/dev/null 2>&1
@@ -233,14 +264,15 @@ if "$tool" --help | grep -q ' plan'; then
   sm=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
   "$tool" plan "${sm[@]}" --mesh 2x4 --algo megatron --out "$tmp/meg.json" --quiet >/dev/null 2>&1
   expect_rc 0 "$tool" show --plan "$tmp/meg.json"
-  grep -Eq '^  transformer\.h\.0\.attn\.c_attn +linear +\[8,64,192\] +\[R,S\(2\)\] +RRS1 +\[8,64,48\]$' "$tmp/out" && ok \
+  grep -Eq '^  transformer\.h\.0\.attn\.c_attn +linear +\[8,64,192\] +\[R,S\(2\)\] +RRS1 +\[8,64,48\] \(dim 2: 3 fused parts, each cut\)$' "$tmp/out" && ok \
     || bad "show --plan: c_attn row: $(grep 'attn.c_attn ' "$tmp/out")"
   grep -Eq '^  transformer\.h\.0\.attn\.c_proj +linear +\[8,64,64\] +\[R,P\] +RRRP1 +\[8,64,64\]$' "$tmp/out" && ok \
     || bad "show --plan: c_proj row: $(grep 'attn.c_proj ' "$tmp/out")"
   # every operator of the plan, with the plan's own output spec and shape
   json_check "[(t['name'], t['alpa'], t['shape']) for t in d['tensors']] == [(o['name'], o['output'], o['shape']) for o in json.load(open('$tmp/meg.json'))['tensors']] and d['mesh']['shape'] == [2,4]" \
     "$tool" show --plan "$tmp/meg.json" --json
-  json_check "d['tensor'] == 'transformer.h.0.attn.c_attn' and d['col_cuts'] == [0,48,96,144,192] and d['owners'] == [[[0,4],[1,5],[2,6],[3,7]]] and d['local_shape'] == [8,64,48]" \
+  # q | k | v cut per part: the map is one part's, which every part shares
+  json_check "d['tensor'] == 'transformer.h.0.attn.c_attn' and d['col_cuts'] == [0,16,32,48,64] and d['owners'] == [[[0,4],[1,5],[2,6],[3,7]]] and d['local_shape'] == [8,64,48] and d['fused'] == {'dim': 2, 'parts': 3} and d['global_shape'] == [8,64,192]" \
     "$tool" show --plan "$tmp/meg.json" --tensor transformer.h.0.attn.c_attn --json
   # the checkpoint spelling (without "transformer.") finds it too; Partial is labelled
   json_check "d['tensor'] == 'transformer.h.1.attn.c_proj' and d['labels'] == [['0,4+1,5+2,6+3,7']]" \

@@ -6,6 +6,7 @@
 #include "paths.hpp"
 #include "tensor_names.hpp"
 #if defined(AUTOSHARD_TOOL_HAVE_PLAN)
+#include <autoshard/graph/fused.hpp>  // fused_dim_of: tensors cut per part
 #include <autoshard/plan/plan.hpp>
 #endif
 
@@ -370,6 +371,8 @@ struct plan_entry {
   std::vector<std::string> inputs;
   tensor_shape shape;
   sharding_spec spec;
+  fused_dim fused = {};  ///< the graph's fused dim (c_attn's q | k | v): a cut of it is per part
+  bool cut_per_part() const { return fused.any() && spec.is_sharded(fused.dim); }
 };
 
 struct plan_doc {
@@ -396,7 +399,8 @@ plan_doc read_plan(const std::string& file) {
   }
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {
     const plan_tensor& t = d.tensors[v];
-    plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output};
+    plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output,
+                 fused_dim_of(d.graph, v)};
     for (const sharding_spec& in : t.inputs) e.inputs.push_back(to_alpa_string(in));
     doc.entries.push_back(std::move(e));
   }
@@ -418,17 +422,28 @@ void show_plan_tensor(const plan_doc& doc, const show_options& o) {
   if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
   if (e.shape.rank == 0)
     throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
-  const nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
-                             {"inputs", e.inputs}};
-  const std::string heading = e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
-  draw(doc.mesh, e.spec, e.shape, o.svg, o.json, extra, heading, o.slice);
+  nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
+                       {"inputs", e.inputs}};
+  std::string heading = e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
+  tensor_shape shape = e.shape;
+  if (e.cut_per_part()) {
+    // Every part is cut alike and each rank holds its block of every part: the map of one part.
+    shape[static_cast<std::size_t>(e.fused.dim)] /= e.fused.parts;
+    heading += "dim " + std::to_string(e.fused.dim) + " is " + std::to_string(e.fused.parts) + " fused parts of " +
+               std::to_string(shape[static_cast<std::size_t>(e.fused.dim)]) +
+               ", cut alike: the map shows one part, and each rank holds its block of every part\n";
+    extra["fused"] = nlohmann::json{{"dim", e.fused.dim}, {"parts", e.fused.parts}};
+    extra["global_shape"] = to_json(e.shape);  // "shape" is the part drawn
+    extra["local_shape"] = to_json(max_local_shape(doc.mesh, e.spec, e.shape));
+  }
+  draw(doc.mesh, e.spec, shape, o.svg, o.json, extra, heading, o.slice);
 }
 
 /// --plan --json: every tensor with its specs and local shape, and the mesh with its links.
 void show_plan_json(const plan_doc& doc, const std::string& file) {
   const device_mesh& m = doc.mesh;
   nlohmann::json ts = nlohmann::json::array();
-  for (const auto& e : doc.entries)
+  for (const auto& e : doc.entries) {
     ts.push_back({{"name", e.name},
                   {"kind", e.kind},
                   {"shape", to_json(e.shape)},
@@ -438,6 +453,8 @@ void show_plan_json(const plan_doc& doc, const std::string& file) {
                   {"alpa", to_alpa_string(e.spec)},
                   {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
                   {"even", divides_evenly(m, e.spec, e.shape)}});
+    if (e.cut_per_part()) ts.back()["fused"] = nlohmann::json{{"dim", e.fused.dim}, {"parts", e.fused.parts}};
+  }
   nlohmann::json j{{"plan", file}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
   if (!doc.training.empty()) j["training"] = doc.training;
   std::cout << j.dump(2) << "\n";
@@ -467,7 +484,9 @@ void show_plan_table(const plan_doc& doc, const std::string& file) {
     const std::string alpa = to_alpa_string(e.spec);
     std::cout << "  " << cell(wn) << e.name << "  " << cell(wk) << e.kind << "  " << cell(ws) << to_string(e.shape) << "  "
               << cell(wd) << to_string(e.spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
-              << to_string(max_local_shape(m, e.spec, e.shape)) << (even ? "" : " *") << "\n";
+              << to_string(max_local_shape(m, e.spec, e.shape)) << (even ? "" : " *")
+              << (e.cut_per_part() ? " (dim " + std::to_string(e.fused.dim) + ": " + std::to_string(e.fused.parts) + " fused parts, each cut)" : "")
+              << "\n";
   }
   std::cout << std::right;
   if (any_uneven) std::cout << "* uneven: some ranks hold less than the shape shown, or nothing\n";

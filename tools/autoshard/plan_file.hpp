@@ -3,6 +3,7 @@
 // matched against a checkpoint's names.
 #include "common.hpp"
 
+#include <autoshard/graph/fused.hpp>  // fused_dim_of: c_attn cut per part
 #include <autoshard/plan/plan.hpp>
 #include <autoshard/tensor/tensor.hpp>
 
@@ -17,6 +18,7 @@ struct plan_parameter {
   std::string name;
   tensor_shape shape;
   sharding_spec spec;
+  fused_dim fused = {};  ///< the plan graph's fused dim of the parameter (c_attn's q | k | v)
 };
 
 struct plan_parameters {
@@ -30,7 +32,8 @@ inline plan_parameters read_plan_parameters(const std::string& file) {
   plan_parameters out;
   out.mesh = d.mesh;
   for (vertex_t v = 0; v < d.tensors.size(); ++v)
-    if (d.graph[v].is_parameter()) out.params.push_back({d.graph[v].name, d.graph[v].shape, d.tensors[v].output});
+    if (d.graph[v].is_parameter())
+      out.params.push_back({d.graph[v].name, d.graph[v].shape, d.tensors[v].output, fused_dim_of(d.graph, v)});
   return out;
 }
 
@@ -74,6 +77,7 @@ inline plan_policy plan_policy_for(const plan_parameters& plan, const checkpoint
       throw io_error("plan file '" + file + "' has parameter '" + p.name + "' of shape " + to_string(p.shape) +
                      " but the checkpoint's '" + n + "' is " + to_string(e.shape) + ": the plan is for another model");
     pol.specs[n] = p.spec;
+    if (p.fused.any()) pol.fused[n] = p.fused;
   }
   if (pol.specs.empty())
     throw io_error("plan file '" + file + "' names none of the checkpoint's tensors (first: '" +

@@ -88,6 +88,29 @@ std::vector<host_tensor> where_backward(const node& nd, std::span<const host_ten
   return out;
 }
 
+/// Whether the backward kernel of `kind` reads the values of operand `i` (else only its
+/// shape and dtype): an executor can free a forward value that no backward reads as soon as
+/// its consumers' forwards have run, keeping only a host_tensor::shape_only stand-in.
+inline bool backward_reads_operand(op_kind kind, std::size_t i) {
+  switch (kind) {
+    case op_kind::dropout:
+    case op_kind::reshape:
+    case op_kind::transpose:
+    case op_kind::concat:
+    case op_kind::split:
+    case op_kind::expand:
+    case op_kind::reduce_sum:
+    case op_kind::reduce_mean:
+    case op_kind::rotary:  // orthogonal: the gradient is turned back by the same angle
+    case op_kind::add:
+    case op_kind::sub: return false;
+    case op_kind::linear: return i < 2;     // x and W; the bias's gradient is a column sum of dy
+    case op_kind::where: return i == 0;     // the condition picks; x and y give shapes
+    case op_kind::embedding: return i == 0; // the ids; the table gives its shape
+    default: return true;
+  }
+}
+
 template <class T>
 std::vector<host_tensor> linear_backward(const node& nd, std::span<const host_tensor* const> in, const host_tensor& dy) {
   const host_tensor& x = *in[0];
@@ -327,9 +350,11 @@ std::vector<host_tensor> attention_backward(const node& nd, std::span<const host
 
 /// d loss / d logits = dloss (softmax - onehot(label)) / rows, the softmax over the whole
 /// vocabulary: with a vocab-parallel piece the row max and sum come through c.vocab_reduce.
+/// With `reuse` (the logits themselves, given up by the caller) the gradient is written over
+/// them: each element is read before it is overwritten.
 template <class T>
 host_tensor cross_entropy_backward(const node& nd, const host_tensor& logits, const host_tensor& labels, const host_tensor& dy,
-                                   const local_context& c) {
+                                   const local_context& c, host_tensor* reuse = nullptr) {
   const std::int64_t V = logits.shape()[logits.shape().rank - 1u];
   const std::int64_t v_off = c.in_offset[0][logits.shape().rank - 1u];
   const std::int64_t rows = labels.numel();
@@ -346,7 +371,7 @@ host_tensor cross_entropy_backward(const node& nd, const host_tensor& logits, co
     for (std::int64_t j = 0; j < V; ++j) sum[static_cast<std::size_t>(r)] += std::exp(x[r * V + j] - mx[static_cast<std::size_t>(r)]);
   if (c.vocab_reduce) c.vocab_reduce(sum.data(), sum.size(), logits.type(), reduce_op::sum);
   const T g = dy.as<T>()[0] / n_rows;
-  host_tensor o(logits.type(), logits.shape());
+  host_tensor o = reuse != nullptr ? std::move(*reuse) : host_tensor(logits.type(), logits.shape());
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto ur = static_cast<std::size_t>(r);
     for (std::int64_t j = 0; j < V; ++j) o.as<T>()[r * V + j] = g * std::exp(x[r * V + j] - mx[ur]) / sum[ur];
@@ -361,9 +386,13 @@ host_tensor cross_entropy_backward(const node& nd, const host_tensor& logits, co
 /// The gradients of operator `nd`'s operands (operand order) from `dy`, the gradient of its
 /// local output, given the same local operands and context its forward kernel had. Integer
 /// operands (ids, labels) get an empty tensor. Throws exec_error naming the vertex.
+/// `reuse`, when given, is operand 0 (`in[0]` points at it) handed over by a caller that no
+/// longer needs it: a kernel that can write operand 0's gradient over it does
+/// (cross_entropy: d logits over the logits, the largest tensor of a language model), and
+/// leaves it empty; the others leave it alone.
 template <class T>
 std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const host_tensor* const> in, const host_tensor& dy,
-                                             const local_context& c) {
+                                             const local_context& c, host_tensor* reuse = nullptr) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "autoshard: kernels run in float or double");
   using namespace detail;
   if (in.size() < static_cast<std::size_t>(operand_count_range(nd.kind).first))
@@ -404,8 +433,15 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::exp: return one(unary_backward<T>(*in[0], dy, [](T v) { return std::exp(v); }));
     case op_kind::dropout: return one(host_tensor::copy_of(dy));  // identity, as the forward
     case op_kind::rotary: return one(rotary_backward<T>(nd, *in[0], dy, c));
-    case op_kind::add: return binary_backward<T>(*in[0], *in[1], dy, [](T, T) { return T(1); }, [](T, T) { return T(1); });
-    case op_kind::sub: return binary_backward<T>(*in[0], *in[1], dy, [](T, T) { return T(1); }, [](T, T) { return T(-1); });
+    case op_kind::add:
+    case op_kind::sub: {  // shapes only (backward_reads_operand): dy summed back over each operand's broadcast dims
+      std::vector<host_tensor> v;
+      v.push_back(unbroadcast<T>(dy, in[0]->shape()));
+      v.push_back(unbroadcast<T>(dy, in[1]->shape()));
+      if (nd.kind == op_kind::sub)
+        for (std::int64_t i = 0; i < v[1].numel(); ++i) v[1].as<T>()[i] = -v[1].as<T>()[i];
+      return v;
+    }
     case op_kind::mul: return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return b; }, [](T a, T) { return a; });
     case op_kind::div:
       return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return T(1) / b; }, [](T a, T b) { return -a / (b * b); });
@@ -434,7 +470,8 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::concat: return concat_or_split_backward<T>(nd, in, dy);
     case op_kind::split: return concat_or_split_backward<T>(local_split(nd, in[0]->shape(), c), in, dy);
     case op_kind::attention: return attention_backward<T>(nd, in, dy, c);
-    case op_kind::cross_entropy: return with_none(cross_entropy_backward<T>(nd, *in[0], *in[1], dy, c));
+    case op_kind::cross_entropy:
+      return with_none(cross_entropy_backward<T>(nd, *in[0], *in[1], dy, c, reuse != nullptr && reuse == in[0] ? reuse : nullptr));
     case op_kind::where: return where_backward<T>(nd, in, dy);
     case op_kind::expand: return one(unbroadcast<T>(dy, in[0]->shape()));
     case op_kind::opaque: kernel_error(nd, opaque_why(nd));

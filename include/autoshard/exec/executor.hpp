@@ -24,6 +24,7 @@
 #include "../graph/traffic.hpp"      // traffic_site
 #include "../graph/validate.hpp"     // topological_order
 #include "../tensor/slice.hpp"       // shard_of
+#include "backward.hpp"              // backward_reads_operand
 #include "kernels.hpp"               // run_kernel, local_context
 #include "redistribute.hpp"          // redistribute (host tensors)
 #include "traffic.hpp"               // detail::charge, traffic_site
@@ -109,15 +110,42 @@ template <class T>
 std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources);
 
 namespace detail {
+/// How many backward kernels read u's forward value where it lies (its consumers that take it
+/// in the spec u's strategy gives, or every consumer with `plan` null: the unsharded run), per
+/// vertex: when none is left, the value is no longer needed (a consumer that resharded it
+/// keeps its own copy, and backward kernels never read their own output).
+inline std::vector<std::size_t> in_place_backward_readers(const model_graph& g, const std::vector<strategy>* plan) {
+  std::vector<std::size_t> readers(boost::num_vertices(g), 0);
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_operator()) continue;
+    const std::vector<vertex_t> ops = operands(g, v);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (backward_reads_operand(g[v].kind, i) &&
+          (plan == nullptr || (i < (*plan)[v].inputs.size() && (*plan)[ops[i]].output == (*plan)[v].inputs[i])))
+        ++readers[ops[i]];
+  }
+  return readers;
+}
+
+/// Keeps only the shape of an operator's value (host_tensor::shape_only): its bytes are freed.
+inline void keep_shape_only(host_tensor& t) {
+  if (t.data() != nullptr) t = host_tensor::shape_only(t.type(), t.shape());
+}
+
 /// run_unsharded's loop: every operator's value, and with `copy_sources` a copy of every
 /// source (else the sources' entries stay empty and the kernels read `sources` in place).
+/// With `readers` (in_place_backward_readers), a value no backward reads is freed once its
+/// consumers have run (a shape-only stand-in stays).
 template <class T>
-std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, bool copy_sources) {
+std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, bool copy_sources,
+                                           const std::vector<std::size_t>* readers = nullptr) {
   const std::size_t n = boost::num_vertices(g);
   if (sources.size() != n)
     throw exec_error("run_unsharded: " + std::to_string(sources.size()) + " source values for a graph of " +
                      std::to_string(n) + " vertices");
   std::vector<host_tensor> val(n);
+  std::vector<std::size_t> uses(n, 0);
+  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
   for (vertex_t v : topological_order(g)) {
     const node& nd = g[v];
     if (!nd.is_operator()) {
@@ -133,6 +161,10 @@ std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vect
       shapes.push_back(g[u].shape);
     }
     val[v] = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
+    if (readers == nullptr) continue;
+    for (vertex_t u : operands(g, v))
+      if (--uses[u] == 0 && g[u].is_operator() && (*readers)[u] == 0) keep_shape_only(val[u]);
+    if (uses[v] == 0 && (*readers)[v] == 0) keep_shape_only(val[v]);
   }
   return val;
 }
@@ -295,11 +327,14 @@ class reference_stream {
 };
 
 namespace detail {
-/// run_sharded's forward into `val`; with `keep`, nothing is freed and every operator's
-/// operand pieces and context are kept there for the backward.
+/// run_sharded's forward into `val`; with `keep`, every operator's operand pieces and context
+/// are kept there for the backward, and a value is freed (a shape-only stand-in left) only
+/// once its consumers have run and no backward kernel reads it (`readers`,
+/// in_place_backward_readers: what is left of it is the backward's to count down).
 template <class T, mesh_communicator_like M>
 void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
-                     const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep) {
+                     const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
+                     const std::vector<std::size_t>* readers = nullptr) {
   const std::size_t n = boost::num_vertices(g);
   const device_mesh& mesh = mc.mesh();
   const int rank = mc.rank();
@@ -383,9 +418,12 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
             sv.in.push_back(nullptr);
             continue;
           }
-          sv.in.push_back(sv.own[i].data() != nullptr ? &sv.own[i] : &val[ops[i]].get());
+          if (!backward_reads_operand(nd.kind, i)) keep_shape_only(sv.own[i]);  // its shape is all the backward needs
+          sv.in.push_back(sv.own[i].data() != nullptr || !(plan[ops[i]].output == st.inputs[i]) ? &sv.own[i] : &val[ops[i]].get());
         }
         sv.c = std::move(c);
+        for (vertex_t u : ops)
+          if (--uses[u] == 0 && g[u].is_operator() && readers != nullptr && (*readers)[u] == 0) keep_shape_only(val[u].own);
       } else {
         local.clear();
         for (vertex_t u : ops)
@@ -394,6 +432,7 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
     }
     if (on_piece) on_piece(v, val[v].get(), st.output);
     if (uses[v] == 0 && !keep) val[v].reset();
+    if (uses[v] == 0 && keep && nd.is_operator() && readers != nullptr && (*readers)[v] == 0) keep_shape_only(val[v].own);
   }
 }
 }  // namespace detail

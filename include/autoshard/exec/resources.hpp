@@ -100,21 +100,27 @@ struct split_bytes {
   friend split_bytes operator+(split_bytes a, const split_bytes& b) noexcept { return a += b; }
 };
 
-/// The peak of a verified training step beyond the sources (train_unsharded's reference,
-/// then train_sharded on every rank), simulated step by step as verify runs it, the ranks in
-/// lockstep (their collectives keep them together). The reference keeps every operator's
-/// value until every rank has compared it, and every parameter's gradient until every rank
-/// has compared its block (the updates are computed block by block where they are compared).
-/// Each rank keeps its forward pieces and resharded operands for the backward; in the
-/// backward it holds its gradient contributions, the operator's output gradient, its
-/// operands' gradients and a re-gathered weight; when a parameter's last use has run, its
-/// reduction (3 x the target block: the contribution, the collective's buffer, the result)
-/// and its update, and the compared blocks (one rank at a time).
+/// The peak of a verified training step beyond the sources, simulated step by step as verify
+/// runs it, the ranks in lockstep (their collectives keep them together):
+///  1. the unsharded step (train_unsharded without keeping values): a forward value lives
+///     until no backward still to run reads it (backward_reads_operand: a value only a
+///     shape is needed of is freed once its consumers have run), the loss's backward writes
+///     d logits over the logits, and every parameter's gradient is kept for the comparison;
+///  2. the ranks' forward against the streamed reference (`forward`: the inference
+///     estimate's peak), beside those gradients;
+///  3. the ranks' training step: each rank keeps its forward pieces while a backward still
+///     to run reads them, and the operand pieces it resharded for such a backward; in the
+///     backward it holds its gradient contributions, the settled output gradient (a
+///     collective's buffer and result for each contribution in another spec), its operands'
+///     gradients and a re-gathered weight; when a parameter's last use has run, its
+///     reduction (3 x the target block: the contribution, the collective's buffer, the
+///     result) and its update, and the compared blocks (one rank at a time).
 template <class TypeOf>
 memory_estimate estimate_training_step(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
-                                       const TypeOf& type_of) {
+                                       const TypeOf& type_of, std::uint64_t forward, const std::string& forward_worst) {
   const std::size_t n = boost::num_vertices(g);
   const int ranks = mesh.num_ranks();
+  const auto ur = static_cast<std::size_t>(ranks);
   const std::vector<vertex_t> order = topological_order(g);
   const auto whole = [&](vertex_t v) { return bytes_of(g[v].shape, type_of(v)); };
   const auto tagged = [&](vertex_t u, std::uint64_t b) { return g[u].is_parameter() ? split_bytes{0, b} : split_bytes{b, 0}; };
@@ -135,6 +141,12 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
       for (vertex_t u : operands(g, v))
         if (differentiable(u)) reached[u] = true;
   }
+  // Whether the backward of operand i of v reads it where it lies (plan null: unsharded).
+  const auto reads_in_place = [&](vertex_t v, std::size_t i, const std::vector<strategy>* p) {
+    const vertex_t u = operands(g, v)[i];
+    return g[u].is_operator() && backward_reads_operand(g[v].kind, i) &&
+           (p == nullptr || (i < (*p)[v].inputs.size() && (*p)[u].output == (*p)[v].inputs[i]));
+  };
   memory_estimate e;
   split_bytes worst;
   const auto note = [&](const split_bytes& now, const std::string& where) {
@@ -143,73 +155,115 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
       e.worst_step = where;
     }
   };
-  // The reference: every operator's value, the gradients live in its backward.
-  split_bytes values, live;
-  for (vertex_t v = 0; v < n; ++v)
-    if (g[v].is_operator()) values.act += whole(v);
-  std::vector<bool> has_grad(n, false);
+  // 1. The unsharded step.
+  std::vector<std::size_t> readers = in_place_backward_readers(g, nullptr), uses(n);
+  std::vector<bool> alive(n, false), has_grad(n, false);
+  split_bytes values, grads;
+  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
+  const auto free_value = [&](vertex_t u) {
+    if (!alive[u]) return;
+    alive[u] = false;
+    values.act -= whole(u);
+  };
+  for (vertex_t v : order) {
+    if (!g[v].is_operator()) continue;
+    note(values + split_bytes{whole(v), 0}, "the unsharded step (forward of " + g[v].name + ")");
+    values.act += whole(v);
+    alive[v] = true;
+    for (vertex_t u : operands(g, v))
+      if (--uses[u] == 0 && readers[u] == 0) free_value(u);
+    if (uses[v] == 0 && readers[v] == 0) free_value(v);
+  }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
-    if (!g[v].is_operator() || !reached[v]) continue;
+    if (!g[v].is_operator()) continue;
+    const std::vector<vertex_t> ops = operands(g, v);
     if (is_loss[v] && !has_grad[v]) {
-      live.act += whole(v);
+      grads.act += whole(v);
       has_grad[v] = true;
     }
-    split_bytes dx;
-    for (vertex_t u : operands(g, v))
-      if (differentiable(u)) dx += tagged(u, whole(u));
-    note(values + live + dx, "the unsharded reference step (backward of " + g[v].name + ")");
-    for (vertex_t u : operands(g, v))
-      if (differentiable(u) && !has_grad[u]) {
-        live += tagged(u, whole(u));
-        has_grad[u] = true;
+    if (reached[v] && has_grad[v]) {
+      // Operand 0 read by no later backward: the kernel may write its gradient over it.
+      const bool reuse = !ops.empty() && reads_in_place(v, 0, nullptr) && readers[ops[0]] == 1 && g[v].kind == op_kind::cross_entropy;
+      split_bytes dx;
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
+      note(values + grads + dx, "the unsharded step (backward of " + g[v].name + ")");
+      if (reuse) {
+        free_value(ops[0]);
+        grads.act += whole(ops[0]);
+        has_grad[ops[0]] = true;
       }
-    live -= split_bytes{whole(v), 0};
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (differentiable(ops[i]) && !has_grad[ops[i]]) {
+          grads += tagged(ops[i], whole(ops[i]));
+          has_grad[ops[i]] = true;
+        }
+      grads.act -= std::min(grads.act, whole(v));
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (reads_in_place(v, i, nullptr) && --readers[ops[i]] == 0) free_value(ops[i]);
   }
-  split_bytes ref = values + live;  // what the reference holds when the ranks start
-  // The ranks' forward.
-  const auto ur = static_cast<std::size_t>(ranks);
-  std::vector<std::vector<split_bytes>> kept(ur, std::vector<split_bytes>(n));  // v's piece and saved operands, per rank
-  split_bytes k;  // every rank's kept bytes together
+  split_bytes ref;  // the parameters' gradients, kept until every rank compared its block
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_parameter() && has_grad[v]) ref.par += whole(v);
+  // 2. The ranks' forward against the streamed reference.
+  note(ref + split_bytes{forward, 0}, forward_worst);
+  // 3. The ranks' training step: every rank's value pieces and saved operand copies.
+  readers = in_place_backward_readers(g, &plan);
+  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
+  std::vector<std::vector<split_bytes>> piece(ur, std::vector<split_bytes>(n)), saved(ur, std::vector<split_bytes>(n));
+  split_bytes k;  // every rank's pieces and saved copies together
+  const auto free_piece = [&](vertex_t u) {
+    for (std::size_t r = 0; r < ur; ++r) {
+      k -= piece[r][u];
+      piece[r][u] = {};
+    }
+  };
   for (vertex_t v : order) {
     const strategy& st = plan[v];
     if (!g[v].is_operator()) {
       if (!all_replicated(st.output))
         for (int r = 0; r < ranks; ++r) {
-          kept[static_cast<std::size_t>(r)][v] = tagged(v, box(r, v, st.output));  // its own shard
-          k += kept[static_cast<std::size_t>(r)][v];
+          piece[static_cast<std::size_t>(r)][v] = tagged(v, box(r, v, st.output));  // its own shard
+          k += piece[static_cast<std::size_t>(r)][v];
         }
       continue;
     }
     const std::vector<vertex_t> ops = operands(g, v);
     split_bytes step;
     for (int r = 0; r < ranks; ++r) {
-      split_bytes& mine = kept[static_cast<std::size_t>(r)][v];
+      const auto rr = static_cast<std::size_t>(r);
       for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
         if (plan[ops[i]].output == st.inputs[i]) continue;
         const split_bytes b = tagged(ops[i], box(r, ops[i], st.inputs[i]));
-        step += b + b;                                // the collective's buffer and the resharded piece
-        if (!g[ops[i]].is_parameter()) mine += b;     // kept for the backward (a weight is gathered again)
+        step += b + b;  // the collective's buffer and the resharded piece
+        if (!g[ops[i]].is_parameter() && backward_reads_operand(g[v].kind, i)) saved[rr][v] += b;  // kept for the backward
       }
-      mine.act += box(r, v, st.output);
-      if (st.output.has_partial()) step.act += 2 * box(r, v, settled_spec(st.output));  // compared through a reduction
+      step.act += box(r, v, st.output);
     }
-    const split_bytes block{whole(v), 0};  // the compared block, one rank at a time
-    for (int r = 0; r < ranks; ++r) k += kept[static_cast<std::size_t>(r)][v];
-    note(ref + k + step + block, "forward of " + g[v].name + " on the ranks");
-    ref -= split_bytes{whole(v), 0};  // every rank compared it
+    note(ref + k + step, "forward of " + g[v].name + " on the ranks (training step)");
+    for (int r = 0; r < ranks; ++r) {
+      const auto rr = static_cast<std::size_t>(r);
+      piece[rr][v].act = box(r, v, st.output);
+      k += piece[rr][v] + saved[rr][v];
+    }
+    for (vertex_t u : ops)
+      if (--uses[u] == 0 && g[u].is_operator() && readers[u] == 0) free_piece(u);
+    if (uses[v] == 0 && readers[v] == 0) free_piece(v);
   }
-  // The ranks' backward.
   std::vector<std::vector<split_bytes>> contrib(ur, std::vector<split_bytes>(n));
   std::vector<std::vector<std::vector<sharding_spec>>> contrib_specs(ur, std::vector<std::vector<sharding_spec>>(n));
   std::vector<std::size_t> pending(n);
   for (vertex_t v = 0; v < n; ++v) pending[v] = boost::out_degree(v, g);
-  split_bytes grads;  // every rank's contributions together
+  split_bytes gr;  // every rank's contributions together
   for (vertex_t v = 0; v < n; ++v)
     if (is_loss[v])
       for (int r = 0; r < ranks; ++r) {
-        contrib[static_cast<std::size_t>(r)][v].act = box(r, v, settled_spec(plan[v].output));
-        grads += contrib[static_cast<std::size_t>(r)][v];
+        const auto rr = static_cast<std::size_t>(r);
+        contrib[rr][v].act = box(r, v, settled_spec(plan[v].output));
+        contrib_specs[rr][v].push_back(settled_spec(plan[v].output));
+        gr += contrib[rr][v];
       }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
@@ -217,11 +271,15 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
     const strategy& st = plan[v];
     const std::vector<vertex_t> ops = operands(g, v);
     if (reached[v]) {
+      const sharding_spec target = settled_spec(st.output);
+      const bool reuse = g[v].kind == op_kind::cross_entropy && !ops.empty() && g[ops[0]].is_operator() &&
+                         (!(plan[ops[0]].output == st.inputs[0]) || readers[ops[0]] == 1);
       split_bytes settling, step, added;
       for (int r = 0; r < ranks; ++r) {
         const auto rr = static_cast<std::size_t>(r);
-        const std::uint64_t dy = box(r, v, settled_spec(st.output));
-        settling.act += 2 * dy;  // the collective's buffer and the settled gradient, beside the contributions
+        const std::uint64_t dy = box(r, v, target);
+        for (const sharding_spec& cs : contrib_specs[rr][v])
+          if (!(cs == target)) settling.act += 2 * dy;  // the collective's buffer and its result, beside the contributions
         step.act += dy;
         for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
           const vertex_t u = ops[i];
@@ -229,7 +287,7 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
           if (!differentiable(u)) continue;
           const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g, v, st, i);
           const split_bytes dx = tagged(u, box(r, u, gs));
-          step += dx;
+          if (!(i == 0 && reuse)) step += dx;  // else written over the logits piece
           if (std::find(contrib_specs[rr][u].begin(), contrib_specs[rr][u].end(), gs) == contrib_specs[rr][u].end()) {
             contrib_specs[rr][u].push_back(gs);
             contrib[rr][u] += dx;
@@ -237,15 +295,32 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
           }
         }
       }
-      note(ref + k + grads + settling, "backward of " + g[v].name + " on the ranks");
-      for (int r = 0; r < ranks; ++r) {
-        grads -= contrib[static_cast<std::size_t>(r)][v];
-        contrib[static_cast<std::size_t>(r)][v] = {};
+      note(ref + k + gr + settling, "backward of " + g[v].name + " on the ranks");
+      for (std::size_t r = 0; r < ur; ++r) {
+        gr -= contrib[r][v];
+        contrib[r][v] = {};
       }
-      note(ref + k + grads + step, "backward of " + g[v].name + " on the ranks");
-      grads += added;
+      note(ref + k + gr + step, "backward of " + g[v].name + " on the ranks");
+      if (reuse)  // the logits piece became their gradient: it leaves what the ranks keep
+        for (int r = 0; r < ranks; ++r) {
+          const auto rr = static_cast<std::size_t>(r);
+          if (!(plan[ops[0]].output == st.inputs[0])) {
+            const split_bytes b{box(r, ops[0], st.inputs[0]), 0};
+            k -= b;
+            saved[rr][v] -= b;
+          } else {
+            k -= piece[rr][ops[0]];
+            piece[rr][ops[0]] = {};
+          }
+        }
+      gr += added;
     }
-    for (int r = 0; r < ranks; ++r) k -= kept[static_cast<std::size_t>(r)][v];
+    for (std::size_t r = 0; r < ur; ++r) {
+      k -= saved[r][v] + piece[r][v];
+      saved[r][v] = piece[r][v] = {};
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (reads_in_place(v, i, &plan) && --readers[ops[i]] == 0) free_piece(ops[i]);
     for (vertex_t u : ops) {
       if (!g[u].is_parameter() || --pending[u] > 0 || !has_grad[u]) continue;
       const strategy& ps = plan[u];
@@ -257,12 +332,12 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
         finishing.par += 3 * b + (ps.zero_stage > 0 ? 3 * box(r, u, ps.output) : 0);  // reduce, update, gather back
         largest_block = std::max(largest_block, b);
       }
-      note(ref + k + grads + finishing + split_bytes{0, 3 * largest_block}, "update of " + g[u].name + " on the ranks");
-      for (int r = 0; r < ranks; ++r) {
-        grads -= contrib[static_cast<std::size_t>(r)][u];
-        contrib[static_cast<std::size_t>(r)][u] = {};
-        k -= kept[static_cast<std::size_t>(r)][u];
+      note(ref + k + gr + finishing + split_bytes{0, 3 * largest_block}, "update of " + g[u].name + " on the ranks");
+      for (std::size_t r = 0; r < ur; ++r) {
+        gr -= contrib[r][u];
+        contrib[r][u] = {};
       }
+      free_piece(u);
       ref -= split_bytes{0, whole(u)};  // every rank compared its gradient
     }
   }
@@ -323,13 +398,11 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
     }
     if (uses[v] == 0) live -= piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
   }
-  if (training) {
-    const memory_estimate t = detail::estimate_training_step(g, mesh, plan, type_of);
-    if (t.activations + t.parameters > e.activations + e.parameters) {
-      e.activations = t.activations;
-      e.parameters = t.parameters;
-      e.worst_step = t.worst_step;
-    }
+  if (training) {  // the forward above is its step 2, beside the reference's gradients
+    const memory_estimate t = detail::estimate_training_step(g, mesh, plan, type_of, e.activations, e.worst_step);
+    e.activations = t.activations;
+    e.parameters = t.parameters;
+    e.worst_step = t.worst_step;
   }
   return e;
 }

@@ -118,7 +118,8 @@ host_tensor optimizer_update(const host_tensor& p, const host_tensor& grad, cons
 
 /// Every parameter's gradient and updated value of the unsharded step, indexed by vertex
 /// (empty for operators and inputs), and every operator's forward value (empty for inputs
-/// and parameters: their values are the sources the step was given).
+/// and parameters: their values are the sources the step was given; with `keep_values`
+/// false, shape-only stand-ins).
 struct training_result {
   std::vector<host_tensor> value, grad, updated;
 };
@@ -126,13 +127,17 @@ struct training_result {
 /// One training step on one host: the forward, the backward from every loss, the update
 /// (left out with `with_updates` false: the update is elementwise, so a caller comparing
 /// blocks can compute the block it needs from the gradient's, holding no second copy of
-/// the parameters).
+/// the parameters). With `keep_values` false the step holds what a training framework
+/// holds: a forward value is freed once no backward still to run reads it (never read
+/// values as soon as their consumers have run), and the loss's backward writes the logits'
+/// gradient over the logits.
 template <class T>
 training_result train_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, const training_step& o = {},
-                                bool with_updates = true) {
+                                bool with_updates = true, bool keep_values = true) {
   const std::size_t n = boost::num_vertices(g);
   training_result r;
-  r.value = detail::forward_unsharded<T>(g, sources, false);
+  std::vector<std::size_t> readers = detail::in_place_backward_readers(g, nullptr);
+  r.value = detail::forward_unsharded<T>(g, sources, false, keep_values ? nullptr : &readers);
   r.grad.resize(n);
   r.updated.resize(n);
   std::vector<host_tensor> d(n);
@@ -143,21 +148,36 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
   const std::vector<vertex_t> order = topological_order(g);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
-    if (!g[v].is_operator() || d[v].data() == nullptr) continue;
+    if (!g[v].is_operator()) continue;
     const std::vector<vertex_t> ops = operands(g, v);
+    const auto free_read_operands = [&] {  // what no backward still to run reads
+      if (!keep_values)
+        for (std::size_t i = 0; i < ops.size(); ++i)
+          if (g[ops[i]].is_operator() && detail::backward_reads_operand(g[v].kind, i) && --readers[ops[i]] == 0)
+            detail::keep_shape_only(r.value[ops[i]]);
+    };
+    if (d[v].data() == nullptr) {
+      free_read_operands();
+      continue;
+    }
     std::vector<const host_tensor*> in;
     std::vector<tensor_shape> shapes;
     for (vertex_t u : ops) {
       in.push_back(g[u].is_operator() ? &r.value[u] : &sources[u]);
       shapes.push_back(g[u].shape);
     }
-    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape));
+    host_tensor* reuse = !keep_values && !ops.empty() && g[ops[0]].is_operator() && detail::backward_reads_operand(g[v].kind, 0) &&
+                                 readers[ops[0]] == 1
+                             ? &r.value[ops[0]]
+                             : nullptr;  // operand 0 read by no later backward: its gradient may be written over it
+    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape), reuse);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (dx[i].data() == nullptr) continue;
       if (d[ops[i]].data() == nullptr) d[ops[i]] = std::move(dx[i]);
       else detail::add_into<T>(d[ops[i]], dx[i]);
     }
     d[v] = host_tensor();
+    free_read_operands();
   }
   for (vertex_t v = 0; v < n; ++v)
     if (g[v].is_parameter() && d[v].data() != nullptr) {
@@ -182,7 +202,8 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
   const int rank = mc.rank();
   std::vector<detail::held_value> val;
   std::vector<detail::saved_forward> saved;
-  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved);  // keeps what the backward needs
+  std::vector<std::size_t> readers = detail::in_place_backward_readers(g, &plan);
+  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, &readers);  // keeps what the backward needs
   const std::vector<fused_dim> fused = fused_dims(g);
   const std::vector<vertex_t> order = topological_order(g);
   // Backward, in reverse topological order.
@@ -253,6 +274,11 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
   const auto after_backward = [&](vertex_t v) {
     saved[v] = detail::saved_forward();
     val[v].reset();
+    const std::vector<vertex_t> ops = operands(g, v);
+    for (std::size_t i = 0; i < ops.size(); ++i)  // an operand value read by no backward still to run is freed
+      if (g[ops[i]].is_operator() && detail::backward_reads_operand(g[v].kind, i) && plan[ops[i]].output == plan[v].inputs[i] &&
+          --readers[ops[i]] == 0)
+        detail::keep_shape_only(val[ops[i]].own);
     for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g);
       if (!g[u].is_parameter() || --pending_uses[u] > 0) continue;
@@ -277,10 +303,19 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
         sv.own[i] = detail::reshard(mc, val[ops[i]].get(), g[ops[i]].shape, plan[ops[i]].output, st.inputs[i], fused[ops[i]]);
         sv.in[i] = &sv.own[i];
       }
+    // Operand 0's piece when nothing needs it after this backward (its own resharded copy, or
+    // the value itself when this is its last reader): the kernel may write its gradient over it.
+    host_tensor* reuse = nullptr;
+    if (!ops.empty() && g[ops[0]].is_operator()) {
+      if (sv.own[0].data() != nullptr) reuse = &sv.own[0];
+      else if (plan[ops[0]].output == st.inputs[0] && detail::backward_reads_operand(g[v].kind, 0) && readers[ops[0]] == 1 &&
+               val[ops[0]].alias == nullptr)
+        reuse = &val[ops[0]].own;
+    }
     std::vector<host_tensor> dx;
     {
       const auto site = detail::charge(mc, traffic_site::recompute(v));  // a loss's row statistics, again
-      dx = run_kernel_backward<T>(g[v], sv.in, dy, sv.c);
+      dx = run_kernel_backward<T>(g[v], sv.in, dy, sv.c, reuse);
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];

@@ -133,6 +133,15 @@ class host_tensor {
     data_.reset(static_cast<std::byte*>(p));
     std::memset(p, 0, rounded);
   }
+  /// A stand-in that holds a dtype and a shape but no bytes (data() is null): for code that
+  /// reads only the shape of a tensor whose values are gone (a backward kernel that needs an
+  /// operand's shape, not its values).
+  static host_tensor shape_only(dtype type, tensor_shape shape) {
+    host_tensor t;
+    t.type_ = type;
+    t.shape_ = shape;
+    return t;
+  }
   /// A copy of `v`'s bytes.
   static host_tensor copy_of(const_tensor_view v) {
     if (v.data() == nullptr) return {};  // a default (empty) tensor copies as empty

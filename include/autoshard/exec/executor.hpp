@@ -127,6 +127,21 @@ inline std::vector<std::size_t> in_place_backward_readers(const model_graph& g, 
   return readers;
 }
 
+/// Whether u's value is freed once its consumers' forwards have run and computed again for a
+/// backward that reads it: an element-wise function of one operand (gelu, silu, ...) whose
+/// operand u's own backward keeps anyway and is not itself recomputed, so the recomputation
+/// reads the same bits and gives the same bits (a language model's MLP activation, four
+/// times the width of the residual stream, then lives only during its reader's backward).
+inline bool recomputed_in_backward(const model_graph& g, vertex_t u) {
+  const auto elementwise = [](op_kind k) {
+    return k == op_kind::gelu || k == op_kind::gelu_erf || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
+           k == op_kind::exp;
+  };
+  if (!g[u].is_operator() || !elementwise(g[u].kind)) return false;
+  const std::vector<vertex_t> ops = operands(g, u);
+  return ops.size() == 1 && !(g[ops[0]].is_operator() && elementwise(g[ops[0]].kind));
+}
+
 /// Keeps only the shape of an operator's value (host_tensor::shape_only): its bytes are freed.
 inline void keep_shape_only(host_tensor& t) {
   if (t.data() != nullptr) t = host_tensor::shape_only(t.type(), t.shape());
@@ -163,8 +178,8 @@ std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vect
     val[v] = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
     if (readers == nullptr) continue;
     for (vertex_t u : operands(g, v))
-      if (--uses[u] == 0 && g[u].is_operator() && (*readers)[u] == 0) keep_shape_only(val[u]);
-    if (uses[v] == 0 && (*readers)[v] == 0) keep_shape_only(val[v]);
+      if (--uses[u] == 0 && g[u].is_operator() && ((*readers)[u] == 0 || recomputed_in_backward(g, u))) keep_shape_only(val[u]);
+    if (uses[v] == 0 && ((*readers)[v] == 0 || recomputed_in_backward(g, v))) keep_shape_only(val[v]);
   }
   return val;
 }
@@ -330,7 +345,8 @@ namespace detail {
 /// run_sharded's forward into `val`; with `keep`, every operator's operand pieces and context
 /// are kept there for the backward, and a value is freed (a shape-only stand-in left) only
 /// once its consumers have run and no backward kernel reads it (`readers`,
-/// in_place_backward_readers: what is left of it is the backward's to count down).
+/// in_place_backward_readers: what is left of it is the backward's to count down) or it is
+/// recomputed_in_backward.
 template <class T, mesh_communicator_like M>
 void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
                      const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
@@ -423,7 +439,8 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
         }
         sv.c = std::move(c);
         for (vertex_t u : ops)
-          if (--uses[u] == 0 && g[u].is_operator() && readers != nullptr && (*readers)[u] == 0) keep_shape_only(val[u].own);
+          if (--uses[u] == 0 && g[u].is_operator() && readers != nullptr && ((*readers)[u] == 0 || recomputed_in_backward(g, u)))
+            keep_shape_only(val[u].own);
       } else {
         local.clear();
         for (vertex_t u : ops)
@@ -432,7 +449,8 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
     }
     if (on_piece) on_piece(v, val[v].get(), st.output);
     if (uses[v] == 0 && !keep) val[v].reset();
-    if (uses[v] == 0 && keep && nd.is_operator() && readers != nullptr && (*readers)[v] == 0) keep_shape_only(val[v].own);
+    if (uses[v] == 0 && keep && nd.is_operator() && readers != nullptr && ((*readers)[v] == 0 || recomputed_in_backward(g, v)))
+      keep_shape_only(val[v].own);
   }
 }
 }  // namespace detail

@@ -104,12 +104,14 @@ struct split_bytes {
 /// runs it, the ranks in lockstep (their collectives keep them together):
 ///  1. the unsharded step (train_unsharded without keeping values): a forward value lives
 ///     until no backward still to run reads it (backward_reads_operand: a value only a
-///     shape is needed of is freed once its consumers have run), the loss's backward writes
-///     d logits over the logits, and every parameter's gradient is kept for the comparison;
+///     shape is needed of is freed once its consumers have run; an element-wise activation
+///     is computed again for its reader's backward, recomputed_in_backward), the loss's
+///     backward writes d logits over the logits, and every parameter's gradient is kept for
+///     the comparison;
 ///  2. the ranks' forward against the streamed reference (`forward`: the inference
 ///     estimate's peak), beside those gradients;
 ///  3. the ranks' training step: each rank keeps its forward pieces while a backward still
-///     to run reads them, and the operand pieces it resharded for such a backward; in the
+///     to run reads them (the same rules), and the operand pieces it resharded for such a backward; in the
 ///     backward it holds its gradient contributions, the settled output gradient (a
 ///     collective's buffer and result for each contribution in another spec), its operands'
 ///     gradients and a re-gathered weight; when a parameter's last use has run, its
@@ -171,8 +173,8 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
     values.act += whole(v);
     alive[v] = true;
     for (vertex_t u : operands(g, v))
-      if (--uses[u] == 0 && readers[u] == 0) free_value(u);
-    if (uses[v] == 0 && readers[v] == 0) free_value(v);
+      if (--uses[u] == 0 && (readers[u] == 0 || recomputed_in_backward(g, u))) free_value(u);
+    if (uses[v] == 0 && (readers[v] == 0 || recomputed_in_backward(g, v))) free_value(v);
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const vertex_t v = *it;
@@ -186,8 +188,10 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
       // Operand 0 read by no later backward: the kernel may write its gradient over it.
       const bool reuse = !ops.empty() && reads_in_place(v, 0, nullptr) && readers[ops[0]] == 1 && g[v].kind == op_kind::cross_entropy;
       split_bytes dx;
-      for (std::size_t i = 0; i < ops.size(); ++i)
+      for (std::size_t i = 0; i < ops.size(); ++i) {
         if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
+        if (reads_in_place(v, i, nullptr) && recomputed_in_backward(g, ops[i]) && !alive[ops[i]]) dx.act += whole(ops[i]);  // computed again
+      }
       note(values + grads + dx, "the unsharded step (backward of " + g[v].name + ")");
       if (reuse) {
         free_value(ops[0]);
@@ -214,7 +218,9 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
   for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
   std::vector<std::vector<split_bytes>> piece(ur, std::vector<split_bytes>(n)), saved(ur, std::vector<split_bytes>(n));
   split_bytes k;  // every rank's pieces and saved copies together
+  std::vector<bool> held(n, false);  // the ranks hold u's pieces
   const auto free_piece = [&](vertex_t u) {
+    held[u] = false;
     for (std::size_t r = 0; r < ur; ++r) {
       k -= piece[r][u];
       piece[r][u] = {};
@@ -243,14 +249,15 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
       step.act += box(r, v, st.output);
     }
     note(ref + k + step, "forward of " + g[v].name + " on the ranks (training step)");
+    held[v] = true;
     for (int r = 0; r < ranks; ++r) {
       const auto rr = static_cast<std::size_t>(r);
       piece[rr][v].act = box(r, v, st.output);
       k += piece[rr][v] + saved[rr][v];
     }
     for (vertex_t u : ops)
-      if (--uses[u] == 0 && g[u].is_operator() && readers[u] == 0) free_piece(u);
-    if (uses[v] == 0 && readers[v] == 0) free_piece(v);
+      if (--uses[u] == 0 && g[u].is_operator() && (readers[u] == 0 || recomputed_in_backward(g, u))) free_piece(u);
+    if (uses[v] == 0 && (readers[v] == 0 || recomputed_in_backward(g, v))) free_piece(v);
   }
   std::vector<std::vector<split_bytes>> contrib(ur, std::vector<split_bytes>(n));
   std::vector<std::vector<std::vector<sharding_spec>>> contrib_specs(ur, std::vector<std::vector<sharding_spec>>(n));
@@ -278,6 +285,11 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
       for (int r = 0; r < ranks; ++r) {
         const auto rr = static_cast<std::size_t>(r);
         const std::uint64_t dy = box(r, v, target);
+        for (std::size_t i = 0; i < ops.size(); ++i)  // an operand value computed again for this backward
+          if (reads_in_place(v, i, &plan) && recomputed_in_backward(g, ops[i]) && !held[ops[i]]) {
+            settling.act += box(r, ops[i], plan[ops[i]].output);
+            step.act += box(r, ops[i], plan[ops[i]].output);
+          }
         for (const sharding_spec& cs : contrib_specs[rr][v])
           if (!(cs == target)) settling.act += 2 * dy;  // the collective's buffer and its result, beside the contributions
         step.act += dy;

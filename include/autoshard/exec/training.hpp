@@ -166,6 +166,16 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
       in.push_back(g[u].is_operator() ? &r.value[u] : &sources[u]);
       shapes.push_back(g[u].shape);
     }
+    std::vector<vertex_t> again;  // operand values recomputed for this backward (recomputed_in_backward)
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const vertex_t u = ops[i];
+      if (!detail::recomputed_in_backward(g, u) || !detail::backward_reads_operand(g[v].kind, i) || r.value[u].data() != nullptr)
+        continue;
+      const vertex_t w = operands(g, u)[0];
+      const host_tensor* x = g[w].is_operator() ? &r.value[w] : &sources[w];
+      r.value[u] = run_kernel<T>(g[u], std::span<const host_tensor* const>(&x, 1), whole_context({g[w].shape}, g[u].shape));
+      again.push_back(u);
+    }
     host_tensor* reuse = !keep_values && !ops.empty() && g[ops[0]].is_operator() && detail::backward_reads_operand(g[v].kind, 0) &&
                                  readers[ops[0]] == 1
                              ? &r.value[ops[0]]
@@ -178,6 +188,7 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
     }
     d[v] = host_tensor();
     free_read_operands();
+    for (vertex_t u : again) detail::keep_shape_only(r.value[u]);
   }
   for (vertex_t v = 0; v < n; ++v)
     if (g[v].is_parameter() && d[v].data() != nullptr) {
@@ -312,11 +323,21 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
                val[ops[0]].alias == nullptr)
         reuse = &val[ops[0]].own;
     }
+    std::vector<vertex_t> again;  // operand values recomputed for this backward (recomputed_in_backward)
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const vertex_t u = ops[i];
+      if (!detail::recomputed_in_backward(g, u) || !detail::backward_reads_operand(g[v].kind, i) ||
+          !(plan[u].output == st.inputs[i]) || val[u].own.data() != nullptr)
+        continue;
+      val[u].own = run_kernel<T>(g[u], saved[u].in, saved[u].c);  // the same kernel on the same bits as the forward
+      again.push_back(u);
+    }
     std::vector<host_tensor> dx;
     {
       const auto site = detail::charge(mc, traffic_site::recompute(v));  // a loss's row statistics, again
       dx = run_kernel_backward<T>(g[v], sv.in, dy, sv.c, reuse);
     }
+    for (vertex_t u : again) detail::keep_shape_only(val[u].own);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];
       if (dx[i].data() == nullptr || g[u].is_input()) continue;  // graph inputs have no gradients

@@ -5,16 +5,19 @@
 
 #include <autoshard/exec/exec.hpp>
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include "unit/scratch.hpp"
 
 namespace {
@@ -605,6 +608,55 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   const verify_report ra = verify_plan(g, device_mesh{2, 4}, alpa.strategies, vo);
   INFO(ra);
   CHECK(ra.passed());
+}
+
+TEST_CASE("the training estimate bounds the heap a training check holds, sampled while it runs") {
+  transformer_config c = tiny(transformer_config::gpt2_124m());
+  c.hidden = 64;
+  c.ffn = 128;
+  c.vocab = 2048;  // the logits (8 x 32 x 2048) are the largest tensor, as GPT-2's are
+  c.max_positions = c.seq = 32;
+  const model_graph g = build_gpt2(c);
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = run_mode::training;
+  o.compare_baselines = false;
+  const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
+  const device_mesh mesh{2, 4};
+  const memory_estimate e = estimate_verify_memory(g, mesh, plan, dtype::f64, true);
+  // At least the logits and their gradient's buffer (the same one: d logits is written over them).
+  CHECK(e.activations + e.parameters >= static_cast<std::uint64_t>(8 * 32 * 2048) * 8u);
+  // The heap in use (every arena's chunks and the mmapped ones), polled while verify runs.
+  const auto in_use = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return static_cast<std::uint64_t>(m.uordblks + m.hblkhd);
+  };
+  const std::uint64_t before = in_use();
+  std::atomic<std::uint64_t> peak{before};
+  std::atomic<bool> done{false};
+  std::thread sampler([&] {
+    while (!done) {
+      peak = std::max(peak.load(), in_use());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  verify_options vo;
+  vo.training = true;
+  verify_report r;
+  try {
+    r = verify_plan(g, mesh, plan, vo);
+  } catch (...) {
+    done = true;
+    sampler.join();
+    throw;
+  }
+  done = true;
+  sampler.join();
+  INFO(r);
+  CHECK(r.passed());
+  MESSAGE("heap in use at most " << (peak - before) << " bytes above the start, estimate " << e.total());
+  CHECK(peak > before + static_cast<std::uint64_t>(8 * 32 * 2048) * 8u);  // the sampler saw the logits
+  CHECK(peak - before <= e.total());
 }
 
 TEST_CASE("the sharded step synchronises and updates each parameter as soon as its last use ran its backward") {

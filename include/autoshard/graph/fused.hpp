@@ -73,18 +73,12 @@ inline bool carriers(const model_graph& g, vertex_t w, int d, std::vector<std::p
       if (d != r - 1) return false;
       out.emplace_back(1, g[ops[1]].shape.rank - 1);
       return true;
-    case op_kind::add:
-    case op_kind::sub:
-    case op_kind::mul:
-    case op_kind::div:
-    case op_kind::where:
-    case op_kind::gelu:
-    case op_kind::gelu_erf:
-    case op_kind::silu:
-    case op_kind::relu:
-    case op_kind::tanh:
-    case op_kind::exp:
-    case op_kind::dropout:
+    default:
+      // Element-wise kinds (model.hpp's predicates, and where) carry the dim through every
+      // operand that is not broadcast along it; rotary mixes pairs inside a head, so it does not.
+      if (!(is_binary_elementwise(nd.kind) || nd.kind == op_kind::where ||
+            (is_unary_elementwise(nd.kind) && nd.kind != op_kind::rotary)))
+        return false;
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const tensor_shape& s = g[ops[i]].shape;
         const int od = d - (r - static_cast<int>(s.rank));
@@ -92,7 +86,6 @@ inline bool carriers(const model_graph& g, vertex_t w, int d, std::vector<std::p
           out.emplace_back(i, od);
       }
       return true;
-    default: return false;
   }
 }
 

@@ -11,10 +11,12 @@
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
 #include <random>     // std::mt19937
+#include <tuple>      // std::tuple
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include "load_tree.hpp"  // load_tree
+#include "min_sum.hpp"    // min_sum_problem, plan_elimination, solve_min_sum
 #include "reduce.hpp"     // reducer, wcost
 
 namespace autoshard::detail {
@@ -438,12 +440,12 @@ class local_search {
     log.clear();
   }
 
-  /// Large-neighbourhood search: a window of nodes that induces a tree (grown from a random node,
-  /// each new node joined to the window by exactly one edge) is re-optimised exactly by dynamic
-  /// programming with every node outside it fixed; the usage limit is handled by prices on the
-  /// time points the window overloads (raised until its answer fits, a few times at most). The
-  /// window's new picks are kept when the exact total does not rise. Runs until the deadline or
-  /// until `patience` windows in a row found nothing cheaper.
+  /// Large-neighbourhood search: a window of nodes (grown from a random node, see grow_window)
+  /// is re-optimised exactly by variable elimination (detail/min_sum.hpp) with every node outside
+  /// it fixed; the usage limit is handled by prices on the time points the window overloads
+  /// (raised until its answer fits, a few times at most). The window's new picks are kept when
+  /// the exact total does not rise. Runs until the deadline or until `patience` windows in a row
+  /// found nothing cheaper. `work` bounds the table entries one window's elimination visits.
   void window_search(clock::time_point deadline, unsigned seed, std::size_t patience, std::size_t work = 1000000,
                      std::size_t roots = 8) {
     if (rv.ilp_nodes.empty()) return;
@@ -478,30 +480,33 @@ class local_search {
   }
 
  private:
-  /// Nodes in breadth-first order (a parent before its children), each one's parent position
-  /// and tree edge as seen from it.
+  /// The window's nodes, the edges between them (as (position, position, edge)), and the order
+  /// that eliminates them within the work bound.
   struct window {
-    std::vector<std::size_t> nodes, parent;
-    std::vector<reduced_view::incidence> up;
+    std::vector<std::size_t> nodes;
+    std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> inner;
+    elimination_plan plan;
   };
 
   /// The seed, then (when a limit holds) up to `roots` other nodes live at the seed's most
   /// loaded time point that share no edge with the window, its partners in trading memory; then
-  /// breadth-first growth from all of them while each new node has exactly one edge into the
-  /// window and the dynamic programming's work stays within `work`.
+  /// breadth-first growth from all of them. A new node joined to the window by one edge keeps it
+  /// a forest (its elimination visits its values times its neighbour's); one joined by two or
+  /// more closes a cycle (estimated at its values times theirs), and at most `closers` of those
+  /// are taken. The exact elimination plan is checked at the end: while it visits more than
+  /// twice `work` entries, the last cycle-closing node leaves again.
   window grow_window(std::size_t seed, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
-                     std::size_t roots) const {
+                     std::size_t roots, std::size_t closers = 4) const {
     const std::size_t n = rv.red.nodes.size();
     window w;
-    std::size_t spent = 0;
-    const auto add_root = [&](std::size_t v) {
+    std::vector<std::size_t> closing;  // positions of the cycle-closing nodes, in order
+    double spent = 0.0;
+    const auto add = [&](std::size_t v) {
       pos[v] = w.nodes.size();
       w.nodes.push_back(v);
-      w.parent.push_back(n);
-      w.up.push_back({});
-      spent += rv.node(v).size();
     };
-    add_root(seed);
+    add(seed);
+    spent += static_cast<double>(rv.node(seed).size());
     if (rv.limit && roots > 0 && !rv.spans[seed].empty()) {
       std::size_t hot = rv.spans[seed][0].a;
       int128 peak = load.at(hot);
@@ -514,29 +519,66 @@ class local_search {
         if (w.nodes.size() > roots || pos[v] != n) continue;
         bool touches = false;
         for (const reduced_view::incidence& in : rv.inc[v]) touches = touches || pos[rv.other(in)] != n;
-        if (!touches && spent + rv.node(v).size() <= work) add_root(v);
+        if (!touches && spent + static_cast<double>(rv.node(v).size()) <= static_cast<double>(work)) {
+          add(v);
+          spent += static_cast<double>(rv.node(v).size());
+        }
       }
     }
     std::vector<reduced_view::incidence> around;
+    std::vector<std::size_t> joined;
     for (std::size_t head = 0; head < w.nodes.size(); ++head) {
-      const std::size_t v = w.nodes[head];
-      around = rv.inc[v];
+      around = rv.inc[w.nodes[head]];
       std::shuffle(around.begin(), around.end(), rng);
       for (const reduced_view::incidence& in : around) {
         const std::size_t x = rv.other(in);
         if (pos[x] != n) continue;
-        std::size_t joins = 0;  // edges from x into the window: one keeps it a forest
-        for (const reduced_view::incidence& back : rv.inc[x]) joins += pos[rv.other(back)] != n;
-        const std::size_t cost = rv.node(x).size() * rv.node(v).size();
-        if (joins != 1 || spent + cost > work) continue;
+        joined.clear();  // window nodes x has an edge to
+        for (const reduced_view::incidence& back : rv.inc[x])
+          if (pos[rv.other(back)] != n) joined.push_back(rv.other(back));
+        std::sort(joined.begin(), joined.end());
+        joined.erase(std::unique(joined.begin(), joined.end()), joined.end());
+        if (joined.size() > 1 && closing.size() >= closers) continue;
+        double cost = static_cast<double>(rv.node(x).size());
+        for (std::size_t y : joined) cost *= static_cast<double>(rv.node(y).size());
+        if (spent + cost > static_cast<double>(work)) continue;
         spent += cost;
-        pos[x] = w.nodes.size();
-        w.nodes.push_back(x);
-        w.parent.push_back(head);
-        w.up.push_back({in.edge, !in.is_u});
+        if (joined.size() > 1) closing.push_back(w.nodes.size());
+        add(x);
       }
     }
-    return w;
+    for (;;) {
+      w.inner.clear();
+      std::vector<std::size_t> size(w.nodes.size());
+      std::vector<std::pair<std::size_t, std::size_t>> links;
+      for (std::size_t k = 0; k < w.nodes.size(); ++k) {
+        size[k] = rv.node(w.nodes[k]).size();
+        for (const reduced_view::incidence& in : rv.inc[w.nodes[k]])
+          if (in.is_u && pos[rv.other(in)] != n) {
+            w.inner.emplace_back(k, pos[rv.other(in)], in.edge);
+            links.emplace_back(k, pos[rv.other(in)]);
+          }
+      }
+      w.plan = plan_elimination(size, links);
+      if (closing.empty()) {
+        // A forest: the reverse of the growth order eliminates each node when only the one it
+        // joined is left, within `work`; take it when the greedy order does worse.
+        std::vector<std::size_t> order(w.nodes.size());
+        for (std::size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+        elimination_plan leaves_up = plan_in_order(size, links, std::move(order));
+        if (leaves_up.work < w.plan.work) w.plan = std::move(leaves_up);
+        return w;
+      }
+      if (w.plan.work <= 2.0 * static_cast<double>(work)) return w;
+      // Drop the last cycle-closing node (the growth order of the others is kept).
+      const std::size_t k = closing.back();
+      closing.pop_back();
+      pos[w.nodes[k]] = n;
+      w.nodes.erase(w.nodes.begin() + static_cast<std::ptrdiff_t>(k));
+      for (std::size_t q = k; q < w.nodes.size(); ++q) pos[w.nodes[q]] = q;
+      for (std::size_t& c : closing)
+        if (c > k) --c;
+    }
   }
 
   /// Alive nodes with a live part at time index t.
@@ -574,47 +616,39 @@ class local_search {
       prefix.assign(lambda.size() + 1, 0.0);
       for (std::size_t t = 0; t < lambda.size(); ++t) prefix[t + 1] = prefix[t] + lambda[t];
     }
-    std::vector<std::vector<wcost>> best(size);
+    min_sum_problem pb;
+    pb.size.resize(size);
+    pb.unary.resize(size);
     for (std::size_t k = 0; k < size; ++k) {
       const std::size_t v = w.nodes[k];
-      best[k].resize(rv.node(v).size());
-      for (std::size_t i = 0; i < best[k].size(); ++i) best[k][i] = node_cost(v, i);
+      std::vector<wcost>& u = pb.unary[k];
+      pb.size[k] = rv.node(v).size();
+      u.resize(pb.size[k]);
+      for (std::size_t i = 0; i < u.size(); ++i) u[i] = node_cost(v, i);
       for (const reduced_view::incidence& in : rv.inc[v]) {
         const std::size_t x = rv.other(in);
         if (pos[x] != n) continue;
-        for (std::size_t i = 0; i < best[k].size(); ++i) best[k][i] = wadd(best[k][i], rv.entry(in, i, pick[x]));
+        for (std::size_t i = 0; i < u.size(); ++i) u[i] = wadd(u[i], rv.entry(in, i, pick[x]));
       }
       if (prefix.empty()) continue;
       for (const reduced_view::part_span& s : rv.spans[v]) {
         const double price = prefix[s.b] - prefix[s.a];
         if (price <= 0.0) continue;
-        for (std::size_t i = 0; i < best[k].size(); ++i) {
+        for (std::size_t i = 0; i < u.size(); ++i) {
           const double x = price * static_cast<double>(rv.node(v).parts[s.part].usage[i]);
-          best[k][i] = wadd(best[k][i], x >= 1e30 ? forbidden : static_cast<wcost>(x));
+          u[i] = wadd(u[i], x >= 1e30 ? forbidden : static_cast<wcost>(x));
         }
       }
     }
-    std::vector<std::vector<std::size_t>> arg(size);
-    for (std::size_t k = size; k-- > 0;) {
-      const std::size_t par = w.parent[k];
-      if (par == n) continue;
-      const std::size_t sp = rv.node(w.nodes[par]).size(), sv = rv.node(w.nodes[k]).size();
-      arg[k].assign(sp, 0);
-      for (std::size_t j = 0; j < sp; ++j) {
-        wcost m = forbidden;
-        for (std::size_t i = 0; i < sv; ++i) {
-          const wcost c = wadd(best[k][i], rv.entry(w.up[k], i, j));
-          if (c < m) m = c, arg[k][j] = i;
-        }
-        best[par][j] = wadd(best[par][j], m);
-      }
+    for (const auto& [a, b, e] : w.inner) {
+      // rv.entry sees the edge from its u end, which is the node at position a.
+      min_sum_problem::pair_table pt;
+      pt.a = a;
+      pt.b = b;
+      pt.m = rv.edge(e).m;
+      pb.pairs.push_back(std::move(pt));
     }
-    std::vector<std::size_t> to(size);
-    for (std::size_t k = 0; k < size; ++k)
-      to[k] = w.parent[k] == n
-                  ? static_cast<std::size_t>(std::min_element(best[k].begin(), best[k].end()) - best[k].begin())
-                  : arg[k][to[w.parent[k]]];
-    return to;
+    return solve_min_sum(pb, w.plan);
   }
 
   /// Raise the prices of the overloaded time points (created at the first overload), in

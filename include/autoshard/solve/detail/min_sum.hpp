@@ -10,6 +10,8 @@
 #include <algorithm>  // std::sort, std::unique, std::find
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::uint32_t
+#include <set>        // std::set
+#include <tuple>      // std::tuple
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
@@ -70,25 +72,33 @@ inline double eliminate(std::vector<std::vector<std::size_t>>& adj, const std::v
 }  // namespace min_sum_detail
 
 /// The greedy order: at each step the variable whose elimination visits the fewest entries
-/// (ties: the fewest links, then the lowest index).
+/// (ties: the fewest links, then the lowest index). Keys live in an ordered set and change only
+/// for the neighbours of each eliminated variable, so a forest of m variables plans in
+/// O(m log m).
 inline elimination_plan plan_elimination(const std::vector<std::size_t>& size,
                                          const std::vector<std::pair<std::size_t, std::size_t>>& links) {
   const std::size_t n = size.size();
   std::vector<std::vector<std::size_t>> adj = min_sum_detail::adjacency(n, links);
-  std::vector<char> gone(n, 0);
+  using key = std::tuple<double, std::size_t, std::size_t>;  // (work, links, variable)
+  const auto key_of = [&](std::size_t x) {
+    double w = static_cast<double>(size[x]);
+    for (std::size_t y : adj[x]) w *= static_cast<double>(size[y]);
+    return key{w, adj[x].size(), x};
+  };
+  std::set<key> queue;
+  std::vector<key> current(n);
+  for (std::size_t x = 0; x < n; ++x) queue.insert(current[x] = key_of(x));
   elimination_plan plan;
-  for (std::size_t step = 0; step < n; ++step) {
-    std::size_t best = n;
-    double best_w = 0.0;
-    for (std::size_t x = 0; x < n; ++x) {
-      if (gone[x]) continue;
-      double w = static_cast<double>(size[x]);
-      for (std::size_t y : adj[x]) w *= static_cast<double>(size[y]);
-      if (best == n || w < best_w || (w == best_w && adj[x].size() < adj[best].size())) best = x, best_w = w;
+  while (!queue.empty()) {
+    const std::size_t x = std::get<2>(*queue.begin());
+    queue.erase(queue.begin());
+    const std::vector<std::size_t> nb = adj[x];
+    plan.order.push_back(x);
+    plan.work += min_sum_detail::eliminate(adj, size, x);
+    for (std::size_t y : nb) {
+      queue.erase(current[y]);
+      queue.insert(current[y] = key_of(y));
     }
-    plan.order.push_back(best);
-    plan.work += min_sum_detail::eliminate(adj, size, best);
-    gone[best] = 1;
   }
   return plan;
 }

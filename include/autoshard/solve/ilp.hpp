@@ -280,8 +280,8 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
   best.offer(best.unreduce(rv, ls.pick));
 }
 
-/// From the best answer until the deadline: exact re-optimisation of tree-shaped windows
-/// (local_search::window_search) until a run of windows finds nothing, then random kicks
+/// From the best answer until the deadline: exact re-optimisation of windows, trees or with a
+/// few cycles (local_search::window_search), until a run of windows finds nothing, then random kicks
 /// (repaired past the limit, then improved) until a run of them finds nothing, again with a new
 /// seed; offers the result.
 inline void improve_locally(const reduced_view& rv, incumbent& best, clock::time_point deadline) {

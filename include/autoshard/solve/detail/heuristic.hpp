@@ -2,8 +2,9 @@
 // The primal heuristic on the reduced problem, in exact integer arithmetic: a greedy pass in
 // node order that keeps every time point within the usage limit, a memory repair (cheapest
 // cost per byte saved at the most loaded time point), then local search: iterated conditional
-// modes (each node moves to its best strategy given its neighbours while the limit holds) and
-// random kicks that are kept when they lead to a cheaper assignment. It gives an answer within
+// modes (each node moves to its best strategy given its neighbours while the limit holds),
+// windows of nodes re-optimised exactly (detail/min_sum.hpp), and random kicks that are kept
+// when they lead to a cheaper assignment. It gives an answer within
 // a small fraction of the time limit on every instance; the ILP then improves it.
 #include <algorithm>  // std::min, std::lower_bound
 #include <chrono>     // std::chrono::steady_clock

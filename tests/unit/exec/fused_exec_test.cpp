@@ -8,18 +8,12 @@
 
 #include <string>
 
+#include "../graph/graph_test_util.hpp"
+
 namespace {
 using namespace autoshard;
-
-model_graph two_layer_gpt2(run_mode mode) {
-  transformer_config c = transformer_config::gpt2(2, 64, 4);
-  c.seq = 8;
-  c.batch = 2;
-  c.vocab = 96;
-  c.max_positions = 8;
-  c.mode = mode;
-  return build_gpt2(c);
-}
+using graph_test::tiny_gpt2;
+using graph_test::vertex_named;
 
 std::vector<strategy> megatron_plan(const model_graph& g, run_mode mode) {
   autosharding_options o;
@@ -30,38 +24,32 @@ std::vector<strategy> megatron_plan(const model_graph& g, run_mode mode) {
   return autosharding_analysis_pass(g, o).strategies;
 }
 
-vertex_t at(const model_graph& g, const std::string& name) {
-  const auto v = find_vertex(g, name);
-  REQUIRE_MESSAGE(v, name);
-  return *v;
-}
-
 // Every layer's attention runs head-parallel on the 4 ranks of mesh axis 1, and nothing is
 // gathered between c_attn and the attention.
 void check_head_parallel(const model_graph& g, const std::vector<strategy>& plan) {
   for (int l = 0; l < 2; ++l) {
     const std::string n = "transformer.h." + std::to_string(l) + ".attn.";
     CAPTURE(n);
-    CHECK(plan[at(g, n + "c_attn.weight")].output[1].is_shard(1));
-    CHECK(plan[at(g, n + "c_attn.bias")].output[1].is_shard(0));
-    CHECK(plan[at(g, n + "c_attn")].output[1].is_shard(2));
+    CHECK(plan[vertex_named(g, n + "c_attn.weight")].output[1].is_shard(1));
+    CHECK(plan[vertex_named(g, n + "c_attn.bias")].output[1].is_shard(0));
+    CHECK(plan[vertex_named(g, n + "c_attn")].output[1].is_shard(2));
     for (const char* part : {"q", "k", "v"}) {
-      const strategy& s = plan[at(g, n + part)];
-      CHECK(s.inputs[0] == plan[at(g, n + "c_attn")].output);
+      const strategy& s = plan[vertex_named(g, n + part)];
+      CHECK(s.inputs[0] == plan[vertex_named(g, n + "c_attn")].output);
       CHECK(s.output[1].is_shard(2));
     }
-    const strategy& a = plan[at(g, n + "attention")];
+    const strategy& a = plan[vertex_named(g, n + "attention")];
     for (std::size_t i = 0; i < 3; ++i) {
       CHECK(a.inputs[i][1].is_shard(2));
-      CHECK(a.inputs[i] == plan[at(g, n + (i == 0 ? "q" : i == 1 ? "k" : "v"))].output);
+      CHECK(a.inputs[i] == plan[vertex_named(g, n + (i == 0 ? "q" : i == 1 ? "k" : "v"))].output);
     }
-    CHECK(plan[at(g, n + "c_proj")].output[1].is_partial());  // row-parallel
+    CHECK(plan[vertex_named(g, n + "c_proj")].output[1].is_partial());  // row-parallel
   }
 }
 }  // namespace
 
 TEST_CASE("head-parallel attention after the fused QKV split runs on 4 Gloo ranks and matches the unsharded forward") {
-  const model_graph g = two_layer_gpt2(run_mode::inference);
+  const model_graph g = tiny_gpt2(run_mode::inference);
   const std::vector<strategy> plan = megatron_plan(g, run_mode::inference);
   check_head_parallel(g, plan);
   const verify_report r = verify_plan(g, device_mesh{1, 4}, plan);
@@ -71,7 +59,7 @@ TEST_CASE("head-parallel attention after the fused QKV split runs on 4 Gloo rank
 }
 
 TEST_CASE("a training step with head-parallel attention after the fused QKV split matches the unsharded step") {
-  const model_graph g = two_layer_gpt2(run_mode::training);
+  const model_graph g = tiny_gpt2(run_mode::training);
   const std::vector<strategy> plan = megatron_plan(g, run_mode::training);
   check_head_parallel(g, plan);
   verify_options o;
@@ -82,11 +70,11 @@ TEST_CASE("a training step with head-parallel attention after the fused QKV spli
 }
 
 TEST_CASE("gathering, slicing and reduce-scattering a fused QKV output keep its per-part layout on 4 Gloo ranks") {
-  const model_graph g = two_layer_gpt2(run_mode::training);
+  const model_graph g = tiny_gpt2(run_mode::training);
   std::vector<strategy> plan = megatron_plan(g, run_mode::training);
   const device_mesh m{1, 4};
   auto pick = [&](const std::string& name, auto&& want) {
-    const vertex_t v = at(g, name);
+    const vertex_t v = vertex_named(g, name);
     for (const strategy& s : enumerate_strategies(g, v, m))
       if (want(s)) {
         plan[v] = s;

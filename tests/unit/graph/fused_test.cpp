@@ -8,24 +8,12 @@
 #include <cmath>
 #include <string>
 
+#include "graph_test_util.hpp"
+
 namespace {
 using namespace autoshard;
-
-vertex_t at(const model_graph& g, const std::string& name) {
-  const auto v = find_vertex(g, name);
-  REQUIRE_MESSAGE(v, name);
-  return *v;
-}
-
-model_graph tiny_gpt2(run_mode mode) {
-  transformer_config c = transformer_config::gpt2(2, 64, 4);
-  c.seq = 8;
-  c.batch = 2;
-  c.vocab = 96;
-  c.max_positions = 8;
-  c.mode = mode;
-  return build_gpt2(c);
-}
+using graph_test::tiny_gpt2;
+using graph_test::vertex_named;
 
 const strategy* find_strategy(const std::vector<strategy>& s, const std::string& name) {
   for (const strategy& x : s)
@@ -36,12 +24,12 @@ const strategy* find_strategy(const std::vector<strategy>& s, const std::string&
 
 TEST_CASE("fused dims: GPT-2's c_attn output, weight and bias are q | k | v, nothing else is fused") {
   const model_graph g = tiny_gpt2(run_mode::inference);
-  CHECK(fused_dim_of(g, at(g, "transformer.h.0.attn.c_attn")) == fused_dim{2, 3});
-  CHECK(fused_dim_of(g, at(g, "transformer.h.0.attn.c_attn.weight")) == fused_dim{1, 3});  // Conv1D [in, out]
-  CHECK(fused_dim_of(g, at(g, "transformer.h.1.attn.c_attn.bias")) == fused_dim{0, 3});
+  CHECK(fused_dim_of(g, vertex_named(g, "transformer.h.0.attn.c_attn")) == fused_dim{2, 3});
+  CHECK(fused_dim_of(g, vertex_named(g, "transformer.h.0.attn.c_attn.weight")) == fused_dim{1, 3});  // Conv1D [in, out]
+  CHECK(fused_dim_of(g, vertex_named(g, "transformer.h.1.attn.c_attn.bias")) == fused_dim{0, 3});
   for (const char* plain : {"transformer.h.0.ln_1", "transformer.h.0.attn.q", "transformer.h.0.attn.c_proj",
                             "transformer.h.0.mlp.c_fc.weight", "transformer.wte.weight", "input_ids"})
-    CHECK_MESSAGE(!fused_dim_of(g, at(g, plain)).any(), plain);
+    CHECK_MESSAGE(!fused_dim_of(g, vertex_named(g, plain)).any(), plain);
   const std::vector<fused_dim> all = fused_dims(g);
   CHECK(std::count_if(all.begin(), all.end(), [](fused_dim f) { return f.any(); }) == 2 * 3);
 }
@@ -88,7 +76,7 @@ TEST_CASE("fused dims: the split offers the per-part Shard, and resharding a fus
   const device_mesh m = make_mesh_2d(1, 4, 25e9, 300e9);
   strategy_options o;
   o.mode = run_mode::inference;
-  const vertex_t qkv = at(g, "transformer.h.0.attn.c_attn"), q = at(g, "transformer.h.0.attn.q");
+  const vertex_t qkv = vertex_named(g, "transformer.h.0.attn.c_attn"), q = vertex_named(g, "transformer.h.0.attn.q");
   const std::vector<strategy> sq = enumerate_strategies(g, q, m, o);
   const strategy* heads = find_strategy(sq, "RRS1->RRS1");  // [2, 8, 192] cut per part -> q [2, 8, 64] cut
   REQUIRE(heads);

@@ -16,6 +16,7 @@
 #include <limits>      // std::numeric_limits
 #include <span>        // std::span
 #include <string>      // std::string
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 #include <Eigen/Dense>
@@ -231,6 +232,19 @@ host_tensor matmul(const node& nd, const host_tensor& x, const host_tensor& y) {
   return o;
 }
 
+/// One row's statistics for layer_norm (`centred`: mean and 1 / sqrt(variance + 1e-5)) and
+/// rms_norm (mean 0, 1 / sqrt(mean square + 1e-5)); the forward and the backward share them.
+template <class T>
+std::pair<T, T> norm_stats(const T* px, std::int64_t n, bool centred) {
+  T mean = 0, var = 0;
+  if (centred) {
+    for (std::int64_t i = 0; i < n; ++i) mean += px[i];
+    mean /= static_cast<T>(n);
+  }
+  for (std::int64_t i = 0; i < n; ++i) var += (px[i] - mean) * (px[i] - mean);
+  return {mean, T(1) / std::sqrt(var / static_cast<T>(n) + T(1e-5))};
+}
+
 template <class T>
 host_tensor norm(const node& nd, std::span<const host_tensor* const> in) {
   const bool ln = nd.kind == op_kind::layer_norm;
@@ -243,13 +257,7 @@ host_tensor norm(const node& nd, std::span<const host_tensor* const> in) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* px = x.as<T>() + r * n;
     T* py = o.as<T>() + r * n;
-    T mean = 0, var = 0;
-    if (ln) {
-      for (std::int64_t i = 0; i < n; ++i) mean += px[i];
-      mean /= static_cast<T>(n);
-    }
-    for (std::int64_t i = 0; i < n; ++i) var += (px[i] - mean) * (px[i] - mean);
-    const T inv = T(1) / std::sqrt(var / static_cast<T>(n) + T(1e-5));
+    const auto [mean, inv] = norm_stats(px, n, ln);
     for (std::int64_t i = 0; i < n; ++i) {
       T v = (px[i] - mean) * inv;
       if (in.size() > 1) v *= in[1]->as<T>()[i];

@@ -2,13 +2,7 @@
 # End-to-end checks of the autoshard tool: outputs, JSON documents and exit codes
 # (0 success, 1 user error with one message on stderr, 2 usage error, 3 a plan that does not
 # fit the device's memory).
-set -uo pipefail
-tool=$1
-fails=0; passes=0
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()   { passes=$((passes+1)); }
-bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/common.sh" "$1"
 expect_rc() {  # expect_rc CODE cmd...
   local want=$1; shift
   "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
@@ -479,5 +473,4 @@ PY
     && ok || bad "the schema accepts an invalid plan"
 fi
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # The docs' command checker (scripts/docs_commands.py) fails on each kind of wrong document
 # in tests/data/docs_check and passes the right ones, so docs.commands cannot pass vacuously.
-set -uo pipefail
-tool=$1
+source "$(dirname "$0")/common.sh" "$1"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-fails=0; passes=0
 out=$(python3 "$root/scripts/check_docs.py" --root "$root/tests/data/docs_check" --tool "$tool" 2>&1); rc=$?
 check() {  # check DESCRIPTION PATTERN: the checker's output has a line matching PATTERN
   if grep -qE -- "$2" <<<"$out"; then passes=$((passes+1)); else echo "FAIL: $1 (no line matching '$2')"; fails=$((fails+1)); fi
@@ -23,5 +21,4 @@ check "a skipped command is listed with why" '^SKIP docs/wrong.md:35: .*\(shows 
 check "a directive away from its block" '^FAIL docs/wrong.md:38: docs-test directive'
 check "the summary counts" '^6 commands run \(2 outputs compared\), 1 skipped, 0 not autoshard commands; 7 failed'
 [ "$fails" -eq 0 ] || echo "$out"
-echo "docs_check: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish docs_check

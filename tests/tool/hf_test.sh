@@ -5,15 +5,8 @@
 # `shard DIR --plan`, `show --plan` and `verify --plan` run on it with no other flag; every rank
 # file is checked against the original with numpy, and every parameter's blocks against the
 # plan's spec. Then the errors: weights that do not match the config, an unsupported model_type.
-set -uo pipefail
-tool=$1
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/common.sh" "$1"
 data="$here/../data/hf"
-fails=0; passes=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()   { passes=$((passes+1)); }
-bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
-run()  { "$@" >"$tmp/out" 2>"$tmp/err"; }
 
 "$tool" --help | grep -q ' synth' || { echo "SKIP: no synth"; exit 0; }
 small=(--layers 2 --hidden 64 --heads 4 --vocab 256)
@@ -150,5 +143,4 @@ run "$tool" plan --model "$tmp/t5" --mesh 2
 run "$tool" synth --model "$tmp/qwen2-0.5b" --layers 1 --out "$tmp/qwen2-0.5b"
 [ $? -eq 1 ] && grep -q "overwrite its input" "$tmp/err" && ok || bad "synth over its input: $(cat "$tmp/err")"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish hf

@@ -4,12 +4,7 @@
 # Needs a build without sanitizers (they reserve terabytes of address space, so such a build
 # cannot start under any limit): CTest label tool_native, run by the GCC build in CI. A build
 # that cannot start under the limit fails this test instead of skipping it.
-set -uo pipefail
-tool=$1
-fails=0; passes=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()  { passes=$((passes+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/common.sh" "$1"
 limited() {  # limited KB cmd...: run under an address-space limit of KB kilobytes
   local kb=$1; shift
   bash -c 'ulimit -v "$0" && exec "$@"' "$kb" "$@" >"$tmp/out" 2>"$tmp/err"
@@ -55,5 +50,4 @@ PY
     bad "evaluate without the limit: $(head -c 600 "$tmp/out") $(head -c 600 "$tmp/err")"
 fi
 
-echo "limits: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish limits

@@ -12,14 +12,7 @@
 #     and `verify` runs its training step sharded; (b) a model with a custom-domain operator and a CumSum gets a plan
 #     whose report names both, and `verify` says why it cannot run it; (c) hostile files:
 #     truncated, a dim of 2^62, raw_data that disagrees with the shape, a cycle: a clear error each.
-set -uo pipefail
-tool=$1
-here=$(cd "$(dirname "$0")" && pwd)
-fails=0; passes=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()   { passes=$((passes+1)); }
-bad()  { echo "FAIL: $*"; fails=$((fails+1)); }
-run()  { "$@" >"$tmp/out" 2>"$tmp/err"; }
+source "$(dirname "$0")/common.sh" "$1"
 
 py=""
 for p in python3 /usr/bin/python3; do
@@ -135,5 +128,4 @@ run "$tool" plan --model "$tmp/small.onnx" --hidden 64 --mesh 2 --out "$tmp/neve
 run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2 --out "$tmp/never.json"
 [ $? -eq 1 ] && grep -q "graph input 'x' dim 0 is symbolic ('batch'); give its size" "$tmp/err" && ok || bad "unmapped.onnx without --batch: $(cat "$tmp/err")"
 
-echo "onnx_test: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish onnx_test

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Progress lines of long commands: on stderr only when asked (--progress) or when stderr is a
 # terminal, with each phase's counts, and never in a --json document on stdout.
-set -uo pipefail
-tool=$1
-fails=0; passes=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()  { passes=$((passes+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/common.sh" "$1"
 
 if "$tool" --help | grep -q ' verify'; then
   m=(--model gpt2 --layers 1 --hidden 16 --heads 2 --vocab 32 --seq 8 --batch 4 --mesh 2x2 --quiet)
@@ -66,5 +61,4 @@ PY
   ! grep -q "^plan: " "$tmp/err" && ok || bad "plan --quiet still shows progress: $(cat "$tmp/err")"
 fi
 
-echo "progress: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish progress

@@ -4,17 +4,13 @@
 # requires a clear one-line error now (exit 1 with `autoshard: <kind> error: `, or exit 2 for a
 # usage error) and the files it must leave alone left alone. Each check is labelled
 # "item<N>:" after the issue's numbered list.
-set -uo pipefail
-tool=$1
-fails=0; passes=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()  { passes=$((passes+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
-run() { timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"; echo $?; }
+source "$(dirname "$0")/common.sh" "$1"
+# run_rc cmd...: as run, within 60 s, printing the exit status.
+run_rc() { timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"; echo $?; }
 # expect LABEL CODE REGEX cmd...: exit CODE and stderr matching REGEX (extended).
 expect() {
   local label=$1 want=$2 re=$3; shift 3
-  local rc; rc=$(run "$@")
+  local rc; rc=$(run_rc "$@")
   if [ "$rc" -eq "$want" ] && { [ -z "$re" ] || grep -Eq -- "$re" "$tmp/err"; }; then ok
   else bad "$label: $* -> exit $rc (wanted $want), stderr: $(head -c 600 "$tmp/err")"; fi
 }
@@ -22,7 +18,7 @@ expect() {
 kinds='^autoshard: (spec|shape|graph|solver|io|comm|device|execution|resource) error: '
 one_error() {
   local label=$1; shift
-  local rc; rc=$(run "$@")
+  local rc; rc=$(run_rc "$@")
   if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -Eq "$kinds" "$tmp/err"; then ok
   else bad "$label: $* -> exit $rc, stderr: $(head -c 600 "$tmp/err")"; fi
 }
@@ -184,5 +180,4 @@ expect item4 0 "" "$tool" plan --model gpt2 --layers 1 --hidden 32 --heads 4 --v
 python3 -c "import json; assert json.load(open('$tmp/p4.json'))['format'] == 'autoshard.plan'" && ok \
   || bad "item4: the plan file does not hold the plan"
 
-echo "reliability: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish reliability

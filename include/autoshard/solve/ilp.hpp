@@ -30,7 +30,7 @@
 #include "../core/error.hpp"     // solver_error
 #include "detail/exact_search.hpp"  // exact_search
 #include "detail/glpk_model.hpp" // glpk_model, ilp_formulation
-#include "detail/heuristic.hpp"  // local_search, reduced_view
+#include "detail/heuristic.hpp"  // local_search
 #include "detail/reduce.hpp"     // reducer, ilp_size
 #include "problem.hpp"           // strategy_problem
 

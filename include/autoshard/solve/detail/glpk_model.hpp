@@ -27,8 +27,8 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
-#include "heuristic.hpp"  // reduced_view
-#include "reduce.hpp"     // reducer
+#include "reduce.hpp"        // reducer
+#include "reduced_view.hpp"  // reduced_view
 
 namespace autoshard {
 

@@ -4,8 +4,8 @@
 // cost per byte saved at the most loaded time point), then local search: iterated conditional
 // modes (each node moves to its best strategy given its neighbours while the limit holds),
 // windows of nodes re-optimised exactly (detail/min_sum.hpp), and random kicks that are kept
-// when they lead to a cheaper assignment. It gives an answer within
-// a small fraction of the time limit on every instance; the ILP then improves it.
+// when they lead to a cheaper assignment. It gives an answer within a small fraction of the
+// time limit on every instance; the ILP then improves it.
 #include <algorithm>  // std::min, std::lower_bound
 #include <chrono>     // std::chrono::steady_clock
 #include <cstddef>    // std::size_t
@@ -16,78 +16,12 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
-#include "load_tree.hpp"  // load_tree
-#include "min_sum.hpp"    // min_sum_problem, plan_elimination, solve_min_sum
-#include "reduce.hpp"     // reducer, wcost
+#include "load_tree.hpp"     // load_tree
+#include "min_sum.hpp"       // min_sum_problem, plan_elimination, solve_min_sum
+#include "reduce.hpp"        // reducer, wcost
+#include "reduced_view.hpp"  // reduced_view, spanning_forest
 
 namespace autoshard::detail {
-
-/// The reduced problem as the heuristic and the ILP see it: the nodes with a choice left, their
-/// live edges, and the candidate time points where the usage limit can bind.
-struct reduced_view {
-  const reducer& red;
-  std::vector<std::size_t> ilp_nodes;  // alive node ids, ascending
-  struct incidence {
-    std::size_t edge;
-    bool is_u;
-  };
-  std::vector<std::vector<incidence>> inc;  // per node id
-  std::optional<std::int64_t> limit;
-  std::vector<std::int64_t> times;  // candidate time points, sorted
-  std::vector<int128> base;         // per time: the usage of folded nodes there
-  struct part_span {
-    std::size_t part, a, b;  // time indices [a, b) this part of the node is live at
-  };
-  std::vector<std::vector<part_span>> spans;  // per node id
-
-  reduced_view(const reducer& r, std::vector<std::int64_t> candidate_times)
-      : red(r), inc(r.nodes.size()), limit(r.p.usage_limit), spans(r.nodes.size()) {
-    for (std::size_t v = 0; v < red.nodes.size(); ++v)
-      if (red.nodes[v].alive) ilp_nodes.push_back(v);
-    for (std::size_t e = 0; e < red.edges.size(); ++e)
-      if (red.edges[e].alive) {
-        inc[red.edges[e].u].push_back({e, true});
-        inc[red.edges[e].v].push_back({e, false});
-      }
-    if (!limit) return;
-    times = std::move(candidate_times);
-    std::vector<int128> diff(times.size() + 1, 0);
-    for (std::size_t v = 0; v < red.nodes.size(); ++v) {
-      const work_node& n = red.nodes[v];
-      for (std::size_t k = 0; k < n.parts.size(); ++k) {
-        const auto [a, b] = range(n.parts[k].live);
-        if (a == b) continue;
-        if (n.alive) {
-          spans[v].push_back({k, a, b});
-        } else {
-          diff[a] += n.parts[k].lo;
-          diff[b] -= n.parts[k].lo;
-        }
-      }
-    }
-    base.assign(times.size(), 0);
-    int128 cur = 0;
-    for (std::size_t t = 0; t < times.size(); ++t) cur += diff[t], base[t] = cur;
-  }
-
-  /// Time indices [a, b) inside a live interval.
-  std::pair<std::size_t, std::size_t> range(const live_interval& iv) const {
-    if (iv.empty()) return {0, 0};
-    const auto a = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), iv.begin) - times.begin());
-    const auto b = static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), iv.end) - times.begin());
-    return {a, std::max(a, b)};
-  }
-
-  const work_node& node(std::size_t v) const { return red.nodes[v]; }
-  const work_edge& edge(std::size_t e) const { return red.edges[e]; }
-  std::size_t other(const incidence& in) const { return in.is_u ? edge(in.edge).v : edge(in.edge).u; }
-  /// Entry of the incident edge for strategy i of its node and k of the other end.
-  wcost entry(const incidence& in, std::size_t i, std::size_t k) const {
-    const work_edge& e = edge(in.edge);
-    const std::size_t nv = red.nodes[e.v].size();
-    return in.is_u ? e.m[i * nv + k] : e.m[k * nv + i];
-  }
-};
 
 /// A local cost: how many forbidden terms, then the exact sum of the others.
 struct local_cost {
@@ -230,51 +164,9 @@ class local_search {
   /// of the memory rows). Returns the value the forest gives (with the penalties).
   wcost tree_dp(const std::vector<std::vector<wcost>>* penalty = nullptr) {
     const std::size_t n = rv.red.nodes.size();
-    std::vector<std::pair<wcost, std::size_t>> order;  // (weight, edge)
-    for (std::size_t e = 0; e < rv.red.edges.size(); ++e) {
-      if (!rv.edge(e).alive) continue;
-      wcost w = 0;
-      for (wcost c : rv.edge(e).m)
-        if (!is_forbidden_w(c)) w = std::max(w, c);
-      order.emplace_back(w, e);
-    }
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<std::size_t> root(n);
-    for (std::size_t v = 0; v < n; ++v) root[v] = v;
-    const auto find = [&](std::size_t v) {
-      while (root[v] != v) v = root[v] = root[root[v]];
-      return v;
-    };
-    std::vector<std::vector<reduced_view::incidence>> tree(n);
-    for (const auto& [w, e] : order) {
-      const std::size_t a = find(rv.edge(e).u), b = find(rv.edge(e).v);
-      if (a == b) continue;
-      root[a] = b;
-      tree[rv.edge(e).u].push_back({e, true});
-      tree[rv.edge(e).v].push_back({e, false});
-    }
-    // Order each component from a root by depth-first search; parent edge per node.
-    std::vector<std::size_t> seq, parent(n, n);
-    std::vector<reduced_view::incidence> up(n);
-    std::vector<char> seen(n, 0);
-    for (std::size_t r : rv.ilp_nodes) {
-      if (seen[r]) continue;
-      std::vector<std::size_t> stack{r};
-      seen[r] = 1;
-      while (!stack.empty()) {
-        const std::size_t v = stack.back();
-        stack.pop_back();
-        seq.push_back(v);
-        for (const reduced_view::incidence& in : tree[v]) {
-          const std::size_t w = rv.other(in);
-          if (seen[w]) continue;
-          seen[w] = 1;
-          parent[w] = v;
-          up[w] = {in.edge, !in.is_u};  // the edge as seen from w
-          stack.push_back(w);
-        }
-      }
-    }
+    const spanning_forest f(rv);
+    const std::vector<std::size_t>&seq = f.seq, &parent = f.parent;
+    const std::vector<reduced_view::incidence>& up = f.up;
     // best[v][i]: cheapest subtree of v with v at i; arg[v][j]: v's best strategy for parent's j.
     std::vector<std::vector<wcost>> best(n);
     std::vector<std::vector<std::size_t>> arg(n);

@@ -27,12 +27,13 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-#include "../core/error.hpp"     // solver_error
-#include "detail/exact_search.hpp"  // exact_search
-#include "detail/glpk_model.hpp" // glpk_model, ilp_formulation
-#include "detail/heuristic.hpp"  // local_search
-#include "detail/reduce.hpp"     // reducer, ilp_size
-#include "problem.hpp"           // strategy_problem
+#include "../core/error.hpp"            // solver_error
+#include "detail/exact_search.hpp"      // exact_search
+#include "detail/glpk_model.hpp"        // glpk_model, ilp_formulation
+#include "detail/heuristic.hpp"         // local_search
+#include "detail/lagrangian_bound.hpp"  // lagrangian_bound
+#include "detail/reduce.hpp"            // reducer, ilp_size
+#include "problem.hpp"                  // strategy_problem
 
 namespace autoshard {
 
@@ -231,8 +232,9 @@ struct incumbent {
 };
 
 /// Greedy, memory repair and local search within the heuristic's share of the time; offers the
-/// result.
-inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
+/// result. Returns the proven Lagrangian bound (detail/lagrangian_bound.hpp, reduced units) of
+/// the best prices the subgradient steps met, when it could be stated exactly.
+inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
   local_search ls(rv);
   std::optional<std::vector<std::size_t>> best_pick;
   wcost best_total = forbidden;
@@ -246,7 +248,8 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
   ls.greedy();
   polish();
   // Subgradient steps on the prices of the memory rows, a forest DP at each.
-  std::vector<double> lambda(rv.times.size(), 0.0);
+  std::vector<double> lambda(rv.times.size(), 0.0), best_lambda = lambda;
+  double best_lagrangian = -std::numeric_limits<double>::infinity();
   double theta = 1.0;
   for (int iter = 0; iter < 300 && clock::now() < deadline; ++iter) {
     std::vector<std::vector<wcost>> pen;
@@ -263,21 +266,24 @@ inline void run_heuristic(const reduced_view& rv, incumbent& best, clock::time_p
       priced += lambda[t] * static_cast<double>(*rv.limit);
     }
     polish();
+    const double lagrangian = static_cast<double>(wadd(value, rv.red.offset)) - priced;
+    if (lagrangian > best_lagrangian) best_lagrangian = lagrangian, best_lambda = lambda;
     const bool fits_unpriced = std::all_of(g.begin(), g.end(), [](double x) { return x <= 0.0; }) &&
                                std::all_of(lambda.begin(), lambda.end(), [](double l) { return l == 0.0; });
     if (norm == 0.0 || !rv.limit || fits_unpriced) break;
-    const double lagrangian = static_cast<double>(wadd(value, rv.red.offset)) - priced;
     const double ub = is_forbidden_w(best_total) ? 2.0 * std::abs(lagrangian) + 1.0 : static_cast<double>(best_total);
     const double step = theta * std::max(ub - lagrangian, 0.01 * ub) / norm;
     for (std::size_t t = 0; t < g.size(); ++t) lambda[t] = std::max(0.0, lambda[t] + step * g[t]);
     if (iter % 20 == 19) theta *= 0.5;
   }
-  if (!best_pick) return;
+  const std::optional<wcost> bound = lagrangian_bound(rv, spanning_forest(rv), best_lambda);
+  if (!best_pick) return bound;
   ls.pick = *best_pick;
   ls.recompute_load();
   ls.window_search(deadline, 12345u, 2 * rv.ilp_nodes.size());
   ls.perturb(deadline, 12345u, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
   best.offer(best.unreduce(rv, ls.pick));
+  return bound;
 }
 
 /// From the best answer until the deadline: exact re-optimisation of windows, trees or with a
@@ -537,7 +543,7 @@ inline exact_search_result prove(glpk_model& model, const reduced_view& rv, incu
 /// The ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce and
 /// rebuild) while it removes much, then branch and bound seeded with the best answer.
 inline solve_result search(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best,
-                           solve_result res, clock::time_point t0) {
+                           solve_result res, clock::time_point t0, std::int64_t known_bound) {
   const std::string timed_out = "time_limit of " + fmt_num(opt.time_limit) + " s reached";
   const auto no_answer = [&](const std::string& why) {
     return solver_error(why + ", and no feasible answer was found" +
@@ -553,7 +559,7 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
   };
   const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
   std::vector<std::int64_t> rows_at;  // time points whose memory rows proved needed
-  std::int64_t bound = proven_bound(0.0L, red.offset);
+  std::int64_t bound = std::max(known_bound, proven_bound(0.0L, red.offset));
   glp_quiet quiet;
   for (int pass = 0;; ++pass) {
     const reduced_view rv(red, candidate_times(p, red, opt));
@@ -680,6 +686,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   else
     red.update_binding();
   incumbent best{p, red, t0, {}, std::nullopt, 0.0};
+  std::int64_t known_bound = 0;
   {
     const reduced_view first(red, candidate_times(p, red, opt));
     if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
@@ -691,11 +698,16 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
       for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
       return finish(std::move(res), p, best, proven_bound(0.0L, red.offset), "", t0);
     }
-    run_heuristic(first, best, heuristic_deadline_from_now(opt));
+    // The Lagrangian bound holds for the problem as it is now: its offset is added here.
+    if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
+        lb && !is_forbidden_w(*lb)) {
+      const wcost total = wadd(red.offset, *lb);
+      known_bound = total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total);
+    }
   }
   // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
   if (best.eval && opt.reduce) red.tighten(best.eval->objective);
-  return detail::search(p, opt, red, best, std::move(res), t0);
+  return detail::search(p, opt, red, best, std::move(res), t0, known_bound);
 }
 
 }  // namespace autoshard

@@ -99,4 +99,24 @@ inline autoshard::strategy_problem random_problem(std::mt19937& rng, const rando
   return p;
 }
 
+/// Replace p's edges by a random tree (each node joins one earlier node) plus `extra` random
+/// edges, each of which closes a cycle (or doubles an edge); costs 0..50.
+inline void random_tree_edges(autoshard::strategy_problem& p, std::mt19937& rng, int extra) {
+  p.edges.clear();
+  std::uniform_int_distribution<std::int64_t> c(0, 50);
+  const auto link = [&](std::size_t a, std::size_t b) {
+    autoshard::strategy_edge e;
+    e.from = a;
+    e.to = b;
+    for (std::size_t k = 0; k < p.nodes[a].costs.size() * p.nodes[b].costs.size(); ++k) e.costs.push_back(c(rng));
+    p.edges.push_back(e);
+  };
+  for (std::size_t v = 1; v < p.nodes.size(); ++v) link(std::uniform_int_distribution<std::size_t>(0, v - 1)(rng), v);
+  std::uniform_int_distribution<std::size_t> any(0, p.nodes.size() - 1);
+  for (int k = 0; k < extra; ++k) {
+    const std::size_t a = any(rng), b = any(rng);
+    if (a != b) link(a, b);
+  }
+}
+
 }  // namespace solve_test

@@ -28,26 +28,6 @@ std::vector<int> choice_of(const ad::reducer& red, const ad::local_search& ls) {
 
 ad::clock::time_point in_seconds(int s) { return ad::clock::now() + std::chrono::seconds(s); }
 
-// Replace p's edges by a random tree (each node joins one earlier node) plus `extra` random
-// edges, each of which closes a cycle (or doubles an edge); costs 0..50.
-void random_tree_plus(strategy_problem& p, std::mt19937& rng, int extra) {
-  p.edges.clear();
-  std::uniform_int_distribution<std::int64_t> c(0, 50);
-  const auto link = [&](std::size_t a, std::size_t b) {
-    autoshard::strategy_edge e;
-    e.from = a;
-    e.to = b;
-    for (std::size_t k = 0; k < p.nodes[a].costs.size() * p.nodes[b].costs.size(); ++k) e.costs.push_back(c(rng));
-    p.edges.push_back(e);
-  };
-  for (std::size_t v = 1; v < p.nodes.size(); ++v) link(std::uniform_int_distribution<std::size_t>(0, v - 1)(rng), v);
-  std::uniform_int_distribution<std::size_t> any(0, p.nodes.size() - 1);
-  for (int k = 0; k < extra; ++k) {
-    const std::size_t a = any(rng), b = any(rng);
-    if (a != b) link(a, b);
-  }
-}
-
 // Without a usage limit, a greedy start then window search (no reductions ran); returns the
 // exact evaluation of the answer and whether the problem kept a cycle.
 std::pair<autoshard::evaluation, bool> window_search_answer(const strategy_problem& p, unsigned seed) {
@@ -80,7 +60,7 @@ TEST_CASE("window search without a usage limit: one window covers a small tree, 
     for (int seed = 0; seed < 60; ++seed) {
       CAPTURE(seed);
       strategy_problem p = solve_test::random_problem(rng, spec);
-      random_tree_plus(p, rng, std::uniform_int_distribution<int>(std::min(1, extra_max), extra_max)(rng));
+      solve_test::random_tree_edges(p, rng, std::uniform_int_distribution<int>(std::min(1, extra_max), extra_max)(rng));
       const solve_test::brute_result want = solve_test::brute_force(p);
       REQUIRE(want.best);
       const auto [ev, cyclic] = window_search_answer(p, static_cast<unsigned>(seed));

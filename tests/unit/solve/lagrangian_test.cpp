@@ -1,0 +1,82 @@
+// The Lagrangian bound (detail/lagrangian_bound.hpp) against exhaustive enumeration: for any
+// prices >= 0, however large, it never exceeds the optimum of the problem with its usage limit;
+// on a tree without a limit (prices zero) it is the optimum exactly.
+#include <doctest/doctest.h>
+
+#include <autoshard/solve/ilp.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "brute.hpp"
+
+namespace {
+
+namespace ad = autoshard::detail;
+
+// The bound in problem units, or nothing when it could not be stated exactly.
+std::optional<std::int64_t> bound_of(const ad::reducer& red, const std::vector<double>& lambda) {
+  const ad::reduced_view rv(red, red.binding_times);
+  const std::optional<ad::wcost> lb = ad::lagrangian_bound(rv, ad::spanning_forest(rv), lambda);
+  if (!lb || ad::is_forbidden_w(*lb)) return std::nullopt;
+  return static_cast<std::int64_t>(ad::wadd(red.offset, *lb));
+}
+
+}  // namespace
+
+TEST_CASE("lagrangian bound: never above the optimum, for any prices, with the reductions run") {
+  std::mt19937 rng(8080);
+  solve_test::random_spec spec;
+  spec.p_follower = 0.1;
+  int priced = 0, above_free = 0;
+  for (int seed = 0; seed < 150; ++seed) {
+    CAPTURE(seed);
+    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
+    const std::int64_t lo = p.min_peak_usage().bytes;
+    p.usage_limit = lo + std::uniform_int_distribution<std::int64_t>(0, 6)(rng);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    if (!want.best) continue;
+    ad::reducer red(p, true);
+    red.run();
+    const ad::reduced_view rv(red, red.binding_times);
+    if (rv.ilp_nodes.empty()) continue;
+    const std::optional<std::int64_t> free = bound_of(red, std::vector<double>(rv.times.size(), 0.0));
+    REQUIRE(free);
+    CHECK(*free <= *want.best);
+    for (int draw = 0; draw < 6; ++draw) {
+      // Prices from 0 to far beyond any cost per usage unit.
+      std::vector<double> lambda(rv.times.size());
+      const double top = std::pow(10.0, std::uniform_real_distribution<double>(-3.0, 4.0)(rng));
+      for (double& l : lambda) l = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? 0.0 : top * std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      const std::optional<std::int64_t> b = bound_of(red, lambda);
+      REQUIRE(b);
+      CHECK(*b <= *want.best);
+      priced += rv.times.empty() ? 0 : 1;
+      above_free += *b > *free ? 1 : 0;
+    }
+  }
+  CHECK(priced > 100);
+  CHECK(above_free > 0);  // prices do raise the bound on some problems
+}
+
+TEST_CASE("lagrangian bound: on a tree without a usage limit it is the optimum") {
+  std::mt19937 rng(9090);
+  solve_test::random_spec spec;
+  spec.p_inf = 0.0;
+  spec.max_nodes = 8;
+  for (int seed = 0; seed < 60; ++seed) {
+    CAPTURE(seed);
+    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
+    solve_test::random_tree_edges(p, rng, 0);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    REQUIRE(want.best);
+    ad::reducer red(p, true);
+    red.update_binding();
+    const std::optional<std::int64_t> b = bound_of(red, {});
+    REQUIRE(b);
+    CHECK(*b == *want.best);
+  }
+}

@@ -119,4 +119,16 @@ inline void random_tree_edges(autoshard::strategy_problem& p, std::mt19937& rng,
   }
 }
 
+/// A random problem without forbidden costs or a usage limit (up to `max_nodes` nodes of up to
+/// 4 strategies) on a random tree plus `extra` random edges.
+inline autoshard::strategy_problem random_tree_problem(std::mt19937& rng, int max_nodes, int extra) {
+  random_spec spec;
+  spec.p_inf = 0.0;
+  spec.max_nodes = max_nodes;
+  spec.max_strategies = 4;
+  autoshard::strategy_problem p = random_problem(rng, spec);
+  random_tree_edges(p, rng, extra);
+  return p;
+}
+
 }  // namespace solve_test

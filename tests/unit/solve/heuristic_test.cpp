@@ -52,15 +52,11 @@ TEST_CASE("window search without a usage limit: one window covers a small tree, 
   for (const int extra_max : {0, 3}) {
     CAPTURE(extra_max);
     std::mt19937 rng(static_cast<unsigned>(4242 + extra_max));
-    solve_test::random_spec spec;
-    spec.p_inf = 0.0;
-    spec.max_nodes = 9;
-    spec.max_strategies = 4;
     int with_cycles = 0;
     for (int seed = 0; seed < 60; ++seed) {
       CAPTURE(seed);
-      strategy_problem p = solve_test::random_problem(rng, spec);
-      solve_test::random_tree_edges(p, rng, std::uniform_int_distribution<int>(std::min(1, extra_max), extra_max)(rng));
+      const int extra = std::uniform_int_distribution<int>(std::min(1, extra_max), extra_max)(rng);
+      const strategy_problem p = solve_test::random_tree_problem(rng, 9, extra);
       const solve_test::brute_result want = solve_test::brute_force(p);
       REQUIRE(want.best);
       const auto [ev, cyclic] = window_search_answer(p, static_cast<unsigned>(seed));

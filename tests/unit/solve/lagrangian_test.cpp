@@ -64,13 +64,9 @@ TEST_CASE("lagrangian bound: never above the optimum, for any prices, with the r
 
 TEST_CASE("lagrangian bound: on a tree without a usage limit it is the optimum") {
   std::mt19937 rng(9090);
-  solve_test::random_spec spec;
-  spec.p_inf = 0.0;
-  spec.max_nodes = 8;
   for (int seed = 0; seed < 60; ++seed) {
     CAPTURE(seed);
-    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
-    solve_test::random_tree_edges(p, rng, 0);
+    const autoshard::strategy_problem p = solve_test::random_tree_problem(rng, 8, 0);
     const solve_test::brute_result want = solve_test::brute_force(p);
     REQUIRE(want.best);
     ad::reducer red(p, true);

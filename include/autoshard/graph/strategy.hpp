@@ -137,6 +137,10 @@ inline gradient_overlap_model parse_gradient_overlap(const std::string& text, co
 /// autosharding_options, plan_options (what a plan records) and the tool start from it.
 inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::behind_backward();
 
+/// The gradient bucket training prices when not told: DDP's 25 MiB. The one home of that
+/// default, as above.
+inline constexpr double default_gradient_bucket_bytes = 25.0 * (1 << 20);
+
 /// What the optimizer keeps per parameter in training.
 enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
 
@@ -159,7 +163,7 @@ struct strategy_options {
   /// Gradient synchronisation of parameters: bucket size (DDP's 25 MiB; 0 = one collective
   /// per tensor, each paying its full latency) and how much of it the backward hides
   /// (gradient_overlap_model).
-  double gradient_bucket_bytes = 25.0 * (1 << 20);
+  double gradient_bucket_bytes = default_gradient_bucket_bytes;
   gradient_overlap_model gradient_overlap = default_gradient_overlap;
   /// Training: also offer each parameter replicated on some mesh axes as ZeRO-1 (optimizer
   /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a

@@ -51,8 +51,9 @@ struct plan_tensor {
 
 /// The options that produced a plan (besides the mesh and the mode, which the document holds).
 /// The pass fills every field from its autosharding_options; the defaults here are that
-/// struct's (the plan area sits below the solver's default_time_limit_s: a test in
-/// tests/unit/solve/pass.cpp keeps the two equal).
+/// struct's (the training ones from graph/strategy.hpp's default_* constants; the plan area sits
+/// below the solver's default_time_limit_s and algo names, so the "defaults" test in
+/// tests/unit/solve/pass.cpp checks that a default pass records exactly these values).
 struct plan_options {
   std::string algo = "alpa";
   double time_limit = 600.0;
@@ -68,7 +69,7 @@ struct plan_options {
   /// strategy's name (" zero-1", " zero-2"). A file without them was priced with
   /// legacy_training() (plan_from_json reads it so).
   optimizer_kind optimizer = optimizer_kind::adam;
-  double gradient_bucket_bytes = 25.0 * (1 << 20);
+  double gradient_bucket_bytes = default_gradient_bucket_bytes;
   gradient_overlap_model gradient_overlap = default_gradient_overlap;
   bool zero = true;
   friend bool operator==(const plan_options& a, const plan_options& b) {
@@ -87,7 +88,7 @@ struct plan_options {
 inline plan_options legacy_training() {
   plan_options o;
   o.optimizer = optimizer_kind::adam;
-  o.gradient_bucket_bytes = 25.0 * (1 << 20);
+  o.gradient_bucket_bytes = default_gradient_bucket_bytes;
   o.gradient_overlap = 0.0;
   o.zero = true;
   return o;

@@ -84,7 +84,7 @@ struct autosharding_options {
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
   run_mode mode = default_run_mode;              ///< training prices backward compute and gradients
   optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
-  double gradient_bucket_bytes = 25.0 * (1 << 20);  ///< training: DDP's bucket; 0 = one collective per tensor
+  double gradient_bucket_bytes = default_gradient_bucket_bytes;  ///< training: DDP's 25 MiB; 0 = one collective per tensor
   /// Training: how much of the gradient sync the backward hides: behind each consumer's
   /// backward compute (gradient_overlap_model::behind_backward()) or a fraction (0 = none).
   gradient_overlap_model gradient_overlap = default_gradient_overlap;

@@ -700,7 +700,7 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
   std::remove(o.ilp_solution_file.c_str());
 }
 
-TEST_CASE("defaults: one run mode, one time limit and one gradient overlap, from one home each, for every options struct") {
+TEST_CASE("defaults: one run mode, one time limit, one gradient overlap and one bucket, from one home each, for every options struct") {
   using namespace autoshard;
   // The choice (issue 18): what the CLI always planned for and what users of an auto-sharder
   // mostly plan, training; ten minutes per solve. tests/tool/cli_test.sh checks the tool
@@ -726,6 +726,13 @@ TEST_CASE("defaults: one run mode, one time limit and one gradient overlap, from
   CHECK(plan_options{}.gradient_overlap == default_gradient_overlap);
   CHECK(detail::pricing_options(autosharding_options{}).gradient_overlap == default_gradient_overlap);
   CHECK(legacy_training().gradient_overlap == gradient_overlap_model(0.0));
+  // DDP's 25 MiB bucket, from its one home too.
+  static_assert(default_gradient_bucket_bytes == 25.0 * (1 << 20));
+  CHECK(strategy_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(autosharding_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(plan_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(legacy_training().gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(autosharding_options{}.algo == plan_options{}.algo);
 
   // What that means end to end: a decoder built and planned with every default is a training
   // plan (labels, loss, the backward's compute and the optimizer's state priced), and the plan
@@ -748,6 +755,10 @@ TEST_CASE("defaults: one run mode, one time limit and one gradient overlap, from
   CHECK(d.mode == run_mode::training);
   CHECK(d.options.time_limit == default_time_limit_s);
   CHECK(d.options.gradient_overlap == default_gradient_overlap);
+  // plan_options' defaults are what a default pass records, field by field (its algo aside).
+  plan_options recorded;
+  recorded.algo = o.algo;
+  CHECK(d.options == recorded);
   autosharding_options forward = o;
   forward.mode = run_mode::inference;
   forward.ilp_solution_file.clear();

@@ -30,7 +30,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
 #include <thread>
+
 #include "unit/scratch.hpp"
 
 namespace {
@@ -57,6 +59,16 @@ host_tensor run1(const node& nd, std::vector<const host_tensor*> in) {
 }
 
 node op(op_kind k, op_attrs a = {}) { return node{"op", k, std::move(a), {}, dtype::f64}; }
+
+// The pass's options for the tests' 2x4 cluster: `mode`, `algo`, no baselines compared.
+autosharding_options pass_on_2x4(run_mode mode, const std::string& algo = autosharding_options{}.algo) {
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.mode = mode;
+  o.compare_baselines = false;
+  o.algo = algo;
+  return o;
+}
 
 // Every operator piece compared with the same block of the unsharded value (Partial axes
 // summed first), as verify_plan does; returns the largest difference.
@@ -288,10 +300,7 @@ bool splits_something(const std::vector<strategy>& plan) {
 }  // namespace
 
 TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo ranks and match the unsharded run") {
-  autosharding_options o;
-  o.mesh = autoshard::make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   SUBCASE("GPT-2 (small width), the ILP plan on 2x4 under a memory budget, in f64 and f32") {
     // So small a model is cheapest replicated; a budget near the smallest feasible one
@@ -366,11 +375,7 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
 
 TEST_CASE("a wrong plan is caught: the check can fail") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = autoshard::make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
-  o.algo = "megatron";
+  autosharding_options o = pass_on_2x4(run_mode::training, "megatron");
   std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   // Claim that a row-parallel projection's partial sums are already replicated.
   const vertex_t v = *find_vertex(g, "transformer.h.0.mlp.c_proj");
@@ -396,10 +401,7 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   const std::filesystem::path dir = autoshard_test::unique_temp_path("exec-plan");
   std::filesystem::create_directories(dir);
-  autosharding_options o;
-  o.mesh = autoshard::make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   o.run_checks = true;
   o.numeric_check = numeric_check();
   o.ilp_solution_file = (dir / "plan.json").string();
@@ -485,10 +487,7 @@ TEST_CASE("a rank whose kernel fails ends its run with exec_error, and its peers
 
 TEST_CASE("verify refuses a run above its memory limit before starting, naming the estimate and what to change") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   const device_mesh mesh{2, 4};
   // The sources are held once: the sum of every input and parameter (ids and labels in i64).
@@ -589,10 +588,7 @@ TEST_CASE("a rank thread that cannot be created stops the started ranks and repo
 
 TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo ranks match the unsharded step") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   verify_options vo;
   vo.training = true;
   for (const char* algo : {"megatron", "data_parallel", "zero3"}) {
@@ -630,10 +626,7 @@ TEST_CASE("the training estimate bounds the heap a training check holds, sampled
   c.vocab = 2048;  // the logits (8 x 32 x 2048) are the largest tensor, as GPT-2's are
   c.max_positions = c.seq = 32;
   const model_graph g = build_gpt2(c);
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   const device_mesh mesh{2, 4};
   const memory_estimate e = estimate_verify_memory(g, mesh, plan, dtype::f64, true);
@@ -679,11 +672,8 @@ TEST_CASE("the training estimate bounds the heap a training check holds, sampled
 
 TEST_CASE("the sharded step synchronises and updates each parameter as soon as its last use ran its backward") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
-  o.algo = "data_parallel";  // every parameter replicated: each rank's gradient is as large as the parameter
+  // Every parameter replicated: each rank's gradient is as large as the parameter.
+  autosharding_options o = pass_on_2x4(run_mode::training, "data_parallel");
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   const std::vector<host_tensor> sources = make_source_values<double>(g, 1);
   // What each rank saw, in order: a forward piece of an operator ("F") or a finished parameter ("P").
@@ -725,11 +715,7 @@ TEST_CASE("the sharded step synchronises and updates each parameter as soon as i
 
 TEST_CASE("BERT trains as a masked LM: the head's tied decoder and bias get gradients and updates on 8 Gloo ranks") {
   const model_graph g = build_bert(tiny(transformer_config::bert_base()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
-  o.algo = "megatron";
+  autosharding_options o = pass_on_2x4(run_mode::training, "megatron");
   const autosharding_result res = autosharding_analysis_pass(g, o);
   verify_options vo;
   vo.training = true;
@@ -754,10 +740,7 @@ TEST_CASE("a training check of a graph without a loss is refused before anything
   transformer_config c = tiny(transformer_config::bert_base());
   c.mode = run_mode::inference;  // BertModel: the pooler's output, no labels, no loss
   const model_graph g = build_bert(c);
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   verify_options vo;
   vo.training = true;
@@ -774,10 +757,7 @@ TEST_CASE("a training check of a graph without a loss is refused before anything
 
 TEST_CASE("a training plan broken in its backward (a missing gradient reduction) is caught at that parameter") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::training;
-  o.compare_baselines = false;
+  autosharding_options o = pass_on_2x4(run_mode::training);
   o.memory_budget = 90000;  // weights and activations split over both axes
   const autosharding_result res = autosharding_analysis_pass(g, o);
   const std::vector<strategy>& plan = res.strategies;
@@ -814,11 +794,7 @@ TEST_CASE("a training plan broken in its backward (a missing gradient reduction)
 
 TEST_CASE("the communication audit: what the ranks issue is what the plan was priced, and altered pricing is caught") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.mode = run_mode::inference;
-  o.compare_baselines = false;
-  o.algo = "megatron";
+  autosharding_options o = pass_on_2x4(run_mode::inference, "megatron");
   const autosharding_result res = autosharding_analysis_pass(g, o);
   verify_options vo;
   vo.priced = res.report.plan.collectives;

@@ -55,13 +55,15 @@ TEST_CASE("min-sum elimination: exact on random graphs with cycles and forbidden
     // A random graph: up to 2n links, parallel ones included (a cycle is likely beyond n - 1).
     const std::size_t links = n < 2 ? 0 : std::uniform_int_distribution<std::size_t>(0, 2 * n)(rng);
     std::vector<std::pair<std::size_t, std::size_t>> ab;
+    std::vector<std::vector<ad::wcost>> tables(links);  // the pairs' tables (pair_table only points at them)
     for (std::size_t l = 0; l < links; ++l) {
       std::size_t a = std::uniform_int_distribution<std::size_t>(0, n - 1)(rng), b = a;
       while (b == a) b = std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
       ad::min_sum_problem::pair_table pt;
       pt.a = a;
       pt.b = b;
-      for (std::size_t k = 0; k < pb.size[a] * pb.size[b]; ++k) pt.m.push_back(coin(rng) < 10 ? ad::forbidden : cost(rng));
+      for (std::size_t k = 0; k < pb.size[a] * pb.size[b]; ++k) tables[l].push_back(coin(rng) < 10 ? ad::forbidden : cost(rng));
+      pt.m = tables[l];
       pb.pairs.push_back(pt);
       ab.emplace_back(a, b);
     }

@@ -539,9 +539,9 @@ class local_search {
       pt.a = a;
       pt.b = b;
       pt.m = rv.edge(e).m;
-      pb.pairs.push_back(std::move(pt));
+      pb.pairs.push_back(pt);
     }
-    return solve_min_sum(pb, w.plan);
+    return solve_min_sum(std::move(pb), w.plan);
   }
 
   /// Raise the prices of the overloaded time points (created at the first overload), in

@@ -11,6 +11,7 @@
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::uint32_t
 #include <set>        // std::set
+#include <span>       // std::span
 #include <tuple>      // std::tuple
 #include <utility>    // std::pair
 #include <vector>     // std::vector
@@ -25,7 +26,7 @@ struct min_sum_problem {
   std::vector<std::vector<wcost>> unary;  ///< [variable][value]
   struct pair_table {
     std::size_t a = 0, b = 0;  ///< a != b
-    std::vector<wcost> m;      ///< m[i * size[b] + j] for a at i and b at j
+    std::span<const wcost> m;  ///< m[i * size[b] + j] for a at i and b at j (the caller owns it)
   };
   std::vector<pair_table> pairs;
 };
@@ -114,12 +115,14 @@ inline elimination_plan plan_in_order(const std::vector<std::size_t>& size,
   return plan;
 }
 
-/// The exact minimiser of `pb`, eliminating in `plan.order` (every variable exactly once).
-inline std::vector<std::size_t> solve_min_sum(const min_sum_problem& pb, const elimination_plan& plan) {
+/// The exact minimiser of `pb`, eliminating in `plan.order` (every variable exactly once). Its
+/// unary costs are consumed (the eliminations add into them); its pair tables are only read.
+inline std::vector<std::size_t> solve_min_sum(min_sum_problem pb, const elimination_plan& plan) {
   const std::size_t n = pb.size.size();
   struct factor {
     std::vector<std::size_t> scope;  // variables, the first one most significant
-    std::vector<wcost> t;
+    std::vector<wcost> own;          // a table made by an elimination (empty for an input pair)
+    std::span<const wcost> t;        // the table: an input pair's, or `own`
     bool alive = true;
   };
   std::vector<factor> fs;
@@ -127,9 +130,9 @@ inline std::vector<std::size_t> solve_min_sum(const min_sum_problem& pb, const e
   for (const min_sum_problem::pair_table& pt : pb.pairs) {
     touching[pt.a].push_back(fs.size());
     touching[pt.b].push_back(fs.size());
-    fs.push_back({{pt.a, pt.b}, pt.m, true});
+    fs.push_back({{pt.a, pt.b}, {}, pt.m, true});
   }
-  std::vector<std::vector<wcost>> unary = pb.unary;
+  std::vector<std::vector<wcost>>& unary = pb.unary;
   struct record {
     std::vector<std::size_t> scope;
     std::vector<std::uint32_t> arg;
@@ -196,7 +199,8 @@ inline std::vector<std::size_t> solve_min_sum(const min_sum_problem& pb, const e
       for (std::size_t i = 0; i < cells; ++i) unary[scope[0]][i] = wadd(unary[scope[0]][i], out[i]);
     } else if (k > 1) {
       for (std::size_t v : scope) touching[v].push_back(fs.size());
-      fs.push_back({scope, std::move(out), true});
+      fs.push_back({scope, std::move(out), {}, true});
+      fs.back().t = fs.back().own;  // the buffer stays put when `fs` grows (vectors move it)
     }
   }
   std::vector<std::size_t> val(n, 0);

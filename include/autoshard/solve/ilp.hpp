@@ -247,14 +247,15 @@ inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& bes
   };
   ls.greedy();
   polish();
-  // Subgradient steps on the prices of the memory rows, a forest DP at each.
+  // Subgradient steps on the prices of the memory rows, a DP over one spanning forest at each.
+  const spanning_forest forest(rv);
   std::vector<double> lambda(rv.times.size(), 0.0), best_lambda = lambda;
   double best_lagrangian = -std::numeric_limits<double>::infinity();
   double theta = 1.0;
   for (int iter = 0; iter < 300 && clock::now() < deadline; ++iter) {
     std::vector<std::vector<wcost>> pen;
     if (iter > 0) pen = ls.penalties(lambda);
-    const wcost value = ls.tree_dp(iter == 0 ? nullptr : &pen);
+    const wcost value = ls.tree_dp(forest, iter == 0 ? nullptr : &pen);
     // The forest ignores the other edges: ICM on the priced problem accounts for all of them.
     ls.priced = iter == 0 ? nullptr : &pen;
     if (ls.priced) ls.improve(deadline);
@@ -276,7 +277,7 @@ inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& bes
     for (std::size_t t = 0; t < g.size(); ++t) lambda[t] = std::max(0.0, lambda[t] + step * g[t]);
     if (iter % 20 == 19) theta *= 0.5;
   }
-  const std::optional<wcost> bound = lagrangian_bound(rv, spanning_forest(rv), best_lambda);
+  const std::optional<wcost> bound = lagrangian_bound(rv, forest, best_lambda);
   if (!best_pick) return bound;
   ls.pick = *best_pick;
   ls.recompute_load();

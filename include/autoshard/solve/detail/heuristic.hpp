@@ -157,14 +157,13 @@ class local_search {
     }
   }
 
-  /// Exact minimum over a maximum spanning forest of the edges (weighted by their largest
-  /// allowed entry), the other edges and the limit ignored: dynamic programming from the leaves
-  /// up, then each node's best strategy given its parent's, from the roots down.
+  /// Exact minimum over `f` (a maximum spanning forest of rv's edges, see spanning_forest),
+  /// the other edges and the limit ignored: dynamic programming from the leaves up, then each
+  /// node's best strategy given its parent's, from the roots down.
   /// With `penalty` (per node id and strategy), node costs are raised by it (Lagrangian prices
   /// of the memory rows). Returns the value the forest gives (with the penalties).
-  wcost tree_dp(const std::vector<std::vector<wcost>>* penalty = nullptr) {
+  wcost tree_dp(const spanning_forest& f, const std::vector<std::vector<wcost>>* penalty = nullptr) {
     const std::size_t n = rv.red.nodes.size();
-    const spanning_forest f(rv);
     const std::vector<std::size_t>&seq = f.seq, &parent = f.parent;
     const std::vector<reduced_view::incidence>& up = f.up;
     // best[v][i]: cheapest subtree of v with v at i; arg[v][j]: v's best strategy for parent's j.

@@ -1,6 +1,7 @@
 #pragma once
 /// What one device can do, and the GPUs people train on as presets: the one home of their
-/// numbers (peak FLOP/s, HBM bandwidth and capacity, NVLink and network bandwidth per GPU).
+/// numbers (peak FLOP/s, HBM bandwidth and capacity, NVLink and network bandwidth per GPU, and
+/// what real GEMMs and copies were measured to reach, each with its source).
 ///   const autoshard::device_preset* p = autoshard::find_device_preset("h100-80g");
 ///   o.device = p->device;  // autosharding_options: compute prices and the memory budget
 ///   o.mesh = autoshard::make_cluster_mesh({2, 8}, {.inter_node_bandwidth = p->inter_node_bandwidth,
@@ -20,24 +21,57 @@ struct device_model {
   std::int64_t memory_bytes = 80LL << 30;  ///< capacity: a plan's peak above it does not fit
 };
 
+/// A rate real kernels reach on a device, and where the figure comes from (who measured
+/// it, on what, how, when; or the publication). value 0: no figure yet.
+struct sourced_rate {
+  double value = 0;         ///< FLOP/s or bytes/s
+  std::string_view source;  ///< "" when value is 0
+
+  /// value over `peak`: the achievable fraction a price can scale the peak by; 1 without a figure.
+  constexpr double fraction_of(double peak) const noexcept { return value > 0 && peak > 0 ? value / peak : 1.0; }
+};
+
+/// What real work reaches on a device, by shape class, next to its data-sheet peaks
+/// (device_model): the achievable-compute model prices with these where they exist.
+struct achievable_rates {
+  sourced_rate large_matmul;   ///< dense bf16 GEMMs of whole transformer-layer shapes, fp32 accumulate (FLOP/s)
+  sourced_rate sliced_matmul;  ///< the same layers' tensor-parallel slices (one dimension cut 4-8 ways) (FLOP/s)
+  sourced_rate memory;         ///< memory-bound work: a large device-to-device copy, bytes read + written (bytes/s)
+};
+
 /// A GPU as its vendor's data sheet describes it, inside a node of 8 like it (NVLink) and
-/// one network port per GPU between nodes.
+/// one network port per GPU between nodes, with what real kernels were measured to reach.
 struct device_preset {
   std::string_view name;         ///< what `--device` takes: "h100-80g"
   std::string_view description;  ///< "NVIDIA H100 80GB SXM5"
   device_model device;           ///< dense bf16 tensor-core FLOP/s, HBM bytes/s, memory as nvidia-smi totals it
   double intra_node_bandwidth;   ///< bytes/s per GPU and direction over NVLink (half the bidirectional figure)
   double inter_node_bandwidth;   ///< bytes/s per GPU between nodes (its InfiniBand port)
+  std::string_view peak_source;  ///< where `device`'s peaks and the links come from
+  achievable_rates achievable;   ///< measured or published; zero where there is no figure yet
 };
 
-/// A100: 312 TFLOP/s bf16, 2,039 GB/s HBM2e, 81920 MiB, NVLink 3 600 GB/s bidirectional,
-/// HDR 200 Gb/s. H100 SXM5: 989.4 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3,
-/// 81559 MiB, NVLink 4 900 GB/s bidirectional, NDR 400 Gb/s. H200: H100's compute, 4.8 TB/s
-/// HBM3e, 143771 MiB (141 GB), NVLink 4, NDR 400 Gb/s.
+/// The peaks are the vendors' data sheets (peak_source). Achievable figures: the H200's were
+/// measured on one H200 SXM (issue 33: cuBLAS bf16 GEMMs and a 4 GiB device-to-device copy);
+/// the A100's and H100's are left to published measurements (issue 28) and are zero until then.
 inline constexpr std::array<device_preset, 3> device_presets{{
-    {"a100-80g", "NVIDIA A100 80GB SXM4", {312e12, 2.039e12, 81920LL << 20}, 300e9, 25e9},
-    {"h100-80g", "NVIDIA H100 80GB SXM5", {989.4e12, 3.35e12, 81559LL << 20}, 450e9, 50e9},
-    {"h200-141g", "NVIDIA H200 141GB SXM", {989.4e12, 4.8e12, 143771LL << 20}, 450e9, 50e9},
+    {"a100-80g", "NVIDIA A100 80GB SXM4", {312e12, 2.039e12, 81920LL << 20}, 300e9, 25e9,
+     "NVIDIA A100 data sheet: 312 TFLOP/s bf16 dense, 2,039 GB/s HBM2e, 81920 MiB; NVLink 3 600 GB/s "
+     "bidirectional; HDR 200 Gb/s",
+     {}},
+    {"h100-80g", "NVIDIA H100 80GB SXM5", {989.4e12, 3.35e12, 81559LL << 20}, 450e9, 50e9,
+     "NVIDIA H100 data sheet: 989.4 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3, 81559 MiB; "
+     "NVLink 4 900 GB/s bidirectional; NDR 400 Gb/s",
+     {}},
+    {"h200-141g", "NVIDIA H200 141GB SXM", {989.4e12, 4.8e12, 143771LL << 20}, 450e9, 50e9,
+     "NVIDIA H200 data sheet: H100's compute (989.4 TFLOP/s bf16 dense), 4.8 TB/s HBM3e, 143771 MiB "
+     "(141 GB); NVLink 4 900 GB/s bidirectional; NDR 400 Gb/s",
+     {{787e12, "measured for issue 33 (one H200 SXM, driver 580.159.04): cuBLAS bf16 GEMM, fp32 "
+               "accumulate, LLaMA-70B / GPT-18B layer shapes, 787-818 TFLOP/s; zero-filled inputs, which "
+               "run about 10 % faster than random ones"},
+      {684e12, "measured, issue 33 (as above): tensor-parallel slices 4096x1024x4096 and 4096x8192x1024, "
+               "684-730 TFLOP/s; zero-filled inputs"},
+      {4.27e12, "measured, issue 33 (as above): a 4 GiB device-to-device copy, read + write"}}},
 }};
 
 /// The preset named `name`, or nullptr.

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace {
 using namespace autoshard;
@@ -926,7 +927,27 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
   CHECK(h100->device.memory_bytes == 81559LL * 1024 * 1024);
   CHECK(find_device_preset("H100") == nullptr);
   CHECK(device_preset_names() == "a100-80g, h100-80g, h200-141g");
-  for (const device_preset& p : device_presets) CHECK(find_device_preset(p.name) == &p);
+  for (const device_preset& p : device_presets) {
+    CAPTURE(p.name);
+    CHECK(find_device_preset(p.name) == &p);
+    CHECK(!p.peak_source.empty());
+    // An achievable figure names its source and stays under the peak it is a fraction of.
+    for (const auto& [rate, peak] : {std::pair{p.achievable.large_matmul, p.device.peak_flops},
+                                     std::pair{p.achievable.sliced_matmul, p.device.peak_flops},
+                                     std::pair{p.achievable.memory, p.device.memory_bandwidth}}) {
+      CHECK(rate.source.empty() == (rate.value == 0));
+      CHECK(rate.value <= peak);
+      CHECK(rate.fraction_of(peak) <= 1.0);
+    }
+  }
+  // The H200's were measured (issue 33); tensor-parallel slices run slower than whole layers.
+  const device_preset* h200 = find_device_preset("h200-141g");
+  REQUIRE(h200 != nullptr);
+  CHECK(h200->achievable.large_matmul.value > h200->achievable.sliced_matmul.value);
+  CHECK(h200->achievable.sliced_matmul.value > 0);
+  CHECK(h200->achievable.memory.fraction_of(h200->device.memory_bandwidth) ==
+        doctest::Approx(h200->achievable.memory.value / 4.8e12));
+  CHECK(sourced_rate{}.fraction_of(1e12) == 1.0);  // no figure: priced at the peak
   // A [512, 4096] x [4096, 4096] bf16 matmul on one device: 2 m n k FLOPs at the peak, and its
   // operands and output once through HBM.
   model_graph g;

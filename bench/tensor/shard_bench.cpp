@@ -47,16 +47,16 @@ const host_tensor& weight(std::int64_t dim = kDim) {
   if (it == ws.end()) it = ws.emplace(dim, make_weight(dim)).first;
   return it->second;
 }
-tensor_plan plan_for(const char* which, std::int64_t dim = kDim) {
+tensor_shards plan_for(const char* which, std::int64_t dim = kDim) {
   tp_policy p{"bench", {}, {}};
   p.add("row", column()).add("col", row()).add("qkv", column(weight_layout::in_out).fused(4));
-  return plan_tensor(p, which, weight(dim).shape(), dtype::f32, 4);
+  return shards_of(p, which, weight(dim).shape(), dtype::f32, 4);
 }
 
 // Arg: the weight's dim, [256, 256] (256 KiB, cache-resident) to [4096, 4096] (64 MiB).
 void BM_shard_copy(benchmark::State& state, const char* which) {
   const std::int64_t dim = state.range(0);
-  const tensor_plan plan = plan_for(which, dim);
+  const tensor_shards plan = plan_for(which, dim);
   const shard_layout& l = plan.ranks[1];
   host_tensor out(dtype::f32, l.shape);
   for (auto _ : state) {
@@ -221,7 +221,7 @@ void memory_table() {
   const char* which[] = {"row", "col", "qkv"};
   const char* label[] = {"row split (contiguous)", "column split (4 KB runs)", "fused 4 parts [in,out]"};
   for (int i = 0; i < 3; ++i) {
-    const tensor_plan plan = plan_for(which[i]);
+    const tensor_shards plan = plan_for(which[i]);
     host_tensor out(dtype::f32, plan.ranks[1].shape);
     const std::byte* from = weight().data() + out.nbytes();
     double t_mem = 1e30, t = 1e30;

@@ -68,7 +68,7 @@ TEST_CASE("placement: policy shards on explicit devices equal the host shards bi
       const host_tensor& t = entry.second;
       CAPTURE(name);
       CAPTURE(r);
-      auto plan = plan_tensor(policies::gpt2(), name, t.shape(), t.type(), 4, cfg);
+      auto plan = shards_of(policies::gpt2(), name, t.shape(), t.type(), 4, cfg);
       host_tensor want = extract(t.view(), plan.ranks[static_cast<std::size_t>(r)]);
       const device_tensor& d = ranks[static_cast<std::size_t>(r)].tensors.at(name);
       CHECK(d.device() == devices[static_cast<std::size_t>(r)]);
@@ -90,7 +90,7 @@ TEST_CASE("placement: solved plan on mesh(2,2), bf16 conversion, rank files, sin
   auto ranks = upload_shards(in, plan, devices, o);
   for (int r = 0; r < 4; ++r)
     for (const auto& [name, t] : model) {
-      auto p = plan_tensor(plan, name, t.shape(), t.type());
+      auto p = shards_of(plan, name, t.shape(), t.type());
       host_tensor want = convert(extract(t.view(), p.ranks[static_cast<std::size_t>(r)]).view(), dtype::bf16);
       CHECK(bitwise_equal(ranks[static_cast<std::size_t>(r)].tensors.at(name).download().view(), want.view()));
     }

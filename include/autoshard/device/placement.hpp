@@ -23,7 +23,7 @@
 
 #include "../core/error.hpp"                // device_error
 #include "../tensor/host_tensor.hpp"        // host_tensor, convert_into
-#include "../tensor/policy.hpp"             // tp_policy, plan_policy, plan_tensor
+#include "../tensor/policy.hpp"             // tp_policy, plan_policy, shards_of
 #include "../tensor/safetensors.hpp"        // checkpoint
 #include "../tensor/shard_checkpoint.hpp"   // sharded_checkpoint
 #include "../tensor/slice.hpp"              // extract, contiguous_span
@@ -211,7 +211,7 @@ inline device_tensor upload(const_tensor_view t, int device) {
 }
 
 /// Uploads every rank's shards of `in` to `devices[r]` as `plans` say (one plan per tensor).
-inline std::vector<device_shards> upload_shards(const checkpoint& in, const std::vector<tensor_plan>& plans,
+inline std::vector<device_shards> upload_shards(const checkpoint& in, const std::vector<tensor_shards>& plans,
                                                 std::span<const int> devices, const upload_options& opts = {}) {
   if (plans.empty()) return {};
   const int N = plans.front().mesh.num_ranks();
@@ -258,16 +258,16 @@ inline std::vector<device_shards> upload_shards(const checkpoint& in, const tp_p
                                                 std::span<const int> devices, const upload_options& opts = {}) {
   const int tp = static_cast<int>(devices.size());
   (void)rescale_attributes(policy, config, tp);  // heads and widths must divide before anything moves
-  std::vector<tensor_plan> plans;
-  for (const auto& n : in.names()) plans.push_back(plan_tensor(policy, n, in.entry(n).shape, in.entry(n).type, tp, config));
+  std::vector<tensor_shards> plans;
+  for (const auto& n : in.names()) plans.push_back(shards_of(policy, n, in.entry(n).shape, in.entry(n).type, tp, config));
   return upload_shards(in, plans, devices, opts);
 }
 
 /// Uploads by a solved plan; devices[r] receives rank r of the plan's mesh.
 inline std::vector<device_shards> upload_shards(const checkpoint& in, const plan_policy& plan, std::span<const int> devices,
                                                 const upload_options& opts = {}) {
-  std::vector<tensor_plan> plans;
-  for (const auto& n : in.names()) plans.push_back(plan_tensor(plan, n, in.entry(n).shape, in.entry(n).type));
+  std::vector<tensor_shards> plans;
+  for (const auto& n : in.names()) plans.push_back(shards_of(plan, n, in.entry(n).shape, in.entry(n).type));
   return upload_shards(in, plans, devices, opts);
 }
 

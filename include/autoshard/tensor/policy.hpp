@@ -3,7 +3,7 @@
 /// answer): both turn a parameter name + shape into where each rank's shard comes from.
 ///   auto p = autoshard::policies::gpt2();                      // Hugging Face names
 ///   autoshard::model_config cfg{{"n_head", 12}, {"n_embd", 768}};
-///   auto t = autoshard::plan_tensor(p, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
+///   auto t = autoshard::shards_of(p, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
 ///   // t.ranks[1]: columns 192..383 of each of q, k, v, concatenated in that order
 /// Your own model in a few lines:
 ///   autoshard::tp_policy mine{"mine"};
@@ -253,7 +253,7 @@ inline std::map<std::string, std::int64_t> rescale_attributes(const tp_policy& p
 }
 
 /// How one tensor is distributed: its rule, spec and every rank's shard layout.
-struct tensor_plan {
+struct tensor_shards {
   std::string name;
   tensor_shape global;
   dtype type = dtype::f32;
@@ -275,24 +275,24 @@ inline std::int64_t need_attr(const model_config& c, const std::string& attr, co
     throw shape_error("tensor '" + tensor + "': attribute '" + attr + "' = " + std::to_string(it->second));
   return it->second;
 }
-inline tensor_plan replicated_plan(std::string name, const tensor_shape& g, dtype t, const device_mesh& m) {
-  tensor_plan p{std::move(name), g, t, m, replicated_spec(static_cast<int>(m.ndim()), g.rank), "replicate", "", false, {}};
+inline tensor_shards replicated_shards(std::string name, const tensor_shape& g, dtype t, const device_mesh& m) {
+  tensor_shards p{std::move(name), g, t, m, replicated_spec(static_cast<int>(m.ndim()), g.rank), "replicate", "", false, {}};
   for (int r = 0; r < m.num_ranks(); ++r) p.ranks.push_back(spec_layout(m, p.spec, g, r));
   return p;
 }
 }  // namespace detail
 
-/// Plans one parameter under tensor-parallel policy `p` over `tp` ranks (mesh {tp}).
-inline tensor_plan plan_tensor(const tp_policy& p, const std::string& name, const tensor_shape& global, dtype type,
+/// How one parameter is cut under tensor-parallel policy `p` over `tp` ranks (mesh {tp}).
+inline tensor_shards shards_of(const tp_policy& p, const std::string& name, const tensor_shape& global, dtype type,
                                int tp, const model_config& config = {}) {
   if (tp < 1) throw shape_error("tensor-parallel size must be at least 1, got " + std::to_string(tp));
   const device_mesh mesh{tp};
   const tp_rule* rule = p.match(name);
   if (!rule || rule->kind == tp_kind::replicate || global.rank == 0)
-    return detail::replicated_plan(name, global, type, mesh);
-  tensor_plan out{name, global, type, mesh, {}, std::string(to_string(rule->kind)), "", false, {}};
+    return detail::replicated_shards(name, global, type, mesh);
+  tensor_shards out{name, global, type, mesh, {}, std::string(to_string(rule->kind)), "", false, {}};
   if (rule->kind == tp_kind::row && global.rank == 1) {  // bias of a row-parallel linear
-    out = detail::replicated_plan(name, global, type, mesh);
+    out = detail::replicated_shards(name, global, type, mesh);
     out.rule = "row";
     out.add_after_allreduce = true;
     return out;
@@ -370,7 +370,7 @@ inline tensor_plan plan_tensor(const tp_policy& p, const std::string& name, cons
 }
 
 /// The auto-sharding pass's answer as a policy: parameter name -> spec on `mesh`.
-/// Unlisted parameters are replicated. Filled by the solve area; consumed here.
+/// Unlisted parameters are replicated. Filled from a plan document (the tool's `shard --plan`); consumed here.
 struct plan_policy {
   device_mesh mesh;
   std::map<std::string, sharding_spec> specs;
@@ -380,11 +380,11 @@ struct plan_policy {
   std::map<std::string, fused_dim> fused = {};
 };
 
-/// Plans one parameter under a solved plan.
-inline tensor_plan plan_tensor(const plan_policy& p, const std::string& name, const tensor_shape& global, dtype type) {
+/// How one parameter is cut under a solved plan.
+inline tensor_shards shards_of(const plan_policy& p, const std::string& name, const tensor_shape& global, dtype type) {
   auto it = p.specs.find(name);
-  if (it == p.specs.end()) return detail::replicated_plan(name, global, type, p.mesh);
-  tensor_plan out{name, global, type, p.mesh, it->second, "plan", "", false, {}};
+  if (it == p.specs.end()) return detail::replicated_shards(name, global, type, p.mesh);
+  tensor_shards out{name, global, type, p.mesh, it->second, "plan", "", false, {}};
   const auto f = p.fused.find(name);
   const fused_dim fd = f == p.fused.end() ? fused_dim{} : f->second;
   if (fd.any() && it->second.is_sharded(fd.dim)) out.fused = std::to_string(fd.parts) + " equal parts";

@@ -37,7 +37,7 @@
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
 #include "../io/json.hpp"     // load_json_file, json_in
 #include "host_tensor.hpp"    // host_tensor, convert_into
-#include "policy.hpp"         // tp_policy, plan_policy, plan_tensor, tensor_plan
+#include "policy.hpp"         // tp_policy, plan_policy, shards_of, tensor_shards
 #include "safetensors.hpp"    // checkpoint, safetensors_writer
 #include "slice.hpp"          // extract, insert, contiguous_span
 
@@ -171,7 +171,7 @@ inline dtype output_dtype(dtype in, const shard_options& o) {
   return o.convert_to && is_float(in) && is_float(*o.convert_to) ? *o.convert_to : in;
 }
 
-inline nlohmann::json index_json(const std::vector<tensor_plan>& plans, const device_mesh& mesh,
+inline nlohmann::json index_json(const std::vector<tensor_shards>& plans, const device_mesh& mesh,
                                  const std::string& policy, const std::map<std::string, std::int64_t>& attrs,
                                  const shard_options& o, const std::string& generation) {
   nlohmann::json j;
@@ -213,7 +213,7 @@ inline nlohmann::json index_json(const std::vector<tensor_plan>& plans, const de
 
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
 /// point; the policy overloads below build the plans.
-inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_plan>& plans,
+inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
                                      const device_mesh& mesh, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}, const std::string& policy_name = "",
                                      const std::map<std::string, std::int64_t>& attributes = {}) {
@@ -223,7 +223,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const int N = mesh.num_ranks();
   // ---- validate everything before touching the output directory ----
   if (in.size() == 0) throw io_error("the checkpoint holds no tensor: nothing to shard");
-  std::map<std::string, const tensor_plan*> by_name;
+  std::map<std::string, const tensor_shards*> by_name;
   for (const auto& p : plans) {
     if (!in.contains(p.name)) throw io_error("plan for tensor '" + p.name + "', which the checkpoint does not have");
     const auto& e = in.entry(p.name);
@@ -276,7 +276,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   report.removed_stale = std::move(removed_stale);
   std::vector<std::byte> staging, converted;
   for (const auto& e : writers.front()->entries()) {  // same order in every rank file
-    const tensor_plan& p = *by_name.at(e.name);
+    const tensor_shards& p = *by_name.at(e.name);
     const auto& file = in.file_of(e.name);
     const auto& src_entry = in.entry(e.name);
     const_tensor_view src = file.view(src_entry);
@@ -349,10 +349,10 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
                        std::to_string(it->second));
     }
   }
-  std::vector<tensor_plan> plans;
+  std::vector<tensor_shards> plans;
   for (const auto& n : names) {
     const auto& e = in.entry(n);
-    plans.push_back(plan_tensor(policy, n, e.shape, e.type, tp, config));
+    plans.push_back(shards_of(policy, n, e.shape, e.type, tp, config));
   }
   return shard_checkpoint(in, plans, device_mesh{tp}, out_dir, opts, policy.name, attrs);
 }
@@ -360,13 +360,13 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
 /// Shards by a solved plan (parameter name -> spec on the plan's mesh).
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
-  std::vector<tensor_plan> plans;
+  std::vector<tensor_shards> plans;
   for (const auto& [n, s] : plan.specs)
     if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
   if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
   for (const auto& n : in.names()) {
     const auto& e = in.entry(n);
-    plans.push_back(plan_tensor(plan, n, e.shape, e.type));
+    plans.push_back(shards_of(plan, n, e.shape, e.type));
   }
   return shard_checkpoint(in, plans, plan.mesh, out_dir, opts, "plan");
 }

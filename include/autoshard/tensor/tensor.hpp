@@ -5,5 +5,5 @@
 #include "host_tensor.hpp"  // host_tensor, tensor_view, convert
 #include "slice.hpp"        // copy_block, shard_of, gather, shard_layout
 #include "safetensors.hpp"  // safetensors_file, save_safetensors, checkpoint
-#include "policy.hpp"            // tp_policy, policies::gpt2() ..., plan_policy, plan_tensor
+#include "policy.hpp"            // tp_policy, policies::gpt2() ..., plan_policy, shards_of
 #include "shard_checkpoint.hpp"  // shard_checkpoint, sharded_checkpoint

@@ -19,7 +19,7 @@ host_tensor labels(tensor_shape s) {
   return t;
 }
 // Rank r's 2-D shard must be [rows, cols] with element (i, j) == label of (row_of(i), col_of(j)).
-void expect_2d(const tensor_plan& p, int r, std::int64_t rows, std::int64_t cols,
+void expect_2d(const tensor_shards& p, int r, std::int64_t rows, std::int64_t cols,
                const std::function<std::int64_t(std::int64_t)>& row_of,
                const std::function<std::int64_t(std::int64_t)>& col_of) {
   CAPTURE(p.name);
@@ -41,7 +41,7 @@ void expect_2d(const tensor_plan& p, int r, std::int64_t rows, std::int64_t cols
   for (std::size_t q = 0; q < p.ranks.size(); ++q) insert(extract(g.view(), p.ranks[q]).view(), p.ranks[q], back.view());
   CHECK(bitwise_equal(back.view(), g.view()));
 }
-void expect_1d(const tensor_plan& p, int r, std::int64_t n, const std::function<std::int64_t(std::int64_t)>& at) {
+void expect_1d(const tensor_shards& p, int r, std::int64_t n, const std::function<std::int64_t(std::int64_t)>& at) {
   host_tensor g = labels(p.global);
   host_tensor s = extract(g.view(), p.ranks[static_cast<std::size_t>(r)]);
   REQUIRE(s.shape() == tensor_shape{n});
@@ -70,12 +70,12 @@ TEST_CASE("glob patterns match Hugging Face names") {
 
 TEST_CASE("GPT-2 c_attn [768, 2304] over 4 ranks: columns r*192..r*192+191 of q, k, v, in that order") {
   const model_config cfg{{"n_head", 12}, {"n_embd", 768}};
-  auto p = plan_tensor(policies::gpt2(), "transformer.h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
+  auto p = shards_of(policies::gpt2(), "transformer.h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
   CHECK(p.rule == "column");
   CHECK(to_string(p.spec) == "[S(1)]");
   for (int r = 0; r < 4; ++r)
     expect_2d(p, r, 768, 576, same, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
-  auto b = plan_tensor(policies::gpt2(), "transformer.h.0.attn.c_attn.bias", {2304}, dtype::f32, 4, cfg);
+  auto b = shards_of(policies::gpt2(), "transformer.h.0.attn.c_attn.bias", {2304}, dtype::f32, 4, cfg);
   for (int r = 0; r < 4; ++r)
     expect_1d(b, r, 576, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
 }
@@ -87,18 +87,18 @@ TEST_CASE("a plan over a fused dim cuts each part: c_attn as the gpt2 policy cut
   plan_policy plan{device_mesh{4}, {{"h.0.attn.c_attn.weight", make_spec(2, {Shard(1)})}, {"h.0.attn.c_attn.bias", make_spec(1, {Shard(0)})}}};
   plan.fused = {{"h.0.attn.c_attn.weight", fused_dim{1, 3}}, {"h.0.attn.c_attn.bias", fused_dim{0, 3}}};
   const model_config cfg{{"n_head", 12}, {"n_embd", 768}};
-  const tensor_plan by_plan = plan_tensor(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32);
-  const tensor_plan by_policy = plan_tensor(policies::gpt2(), "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
+  const tensor_shards by_plan = shards_of(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32);
+  const tensor_shards by_policy = shards_of(policies::gpt2(), "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 4, cfg);
   CHECK(by_plan.fused == "3 equal parts");
   for (int r = 0; r < 4; ++r) {
     expect_2d(by_plan, r, 768, 576, same, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
     CHECK(by_plan.ranks[static_cast<std::size_t>(r)].pieces == by_policy.ranks[static_cast<std::size_t>(r)].pieces);
   }
-  const tensor_plan bias = plan_tensor(plan, "h.0.attn.c_attn.bias", {2304}, dtype::f32);
+  const tensor_shards bias = shards_of(plan, "h.0.attn.c_attn.bias", {2304}, dtype::f32);
   for (int r = 0; r < 4; ++r) expect_1d(bias, r, 576, [r](std::int64_t j) { return (j / 192) * 768 + r * 192 + j % 192; });
   // Without the fused dim the same spec is one contiguous run (a plain Shard).
   plan.fused.clear();
-  expect_2d(plan_tensor(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32), 1, 768, 576, same,
+  expect_2d(shards_of(plan, "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32), 1, 768, 576, same,
             [](std::int64_t j) { return 576 + j; });
 
   // Nested over both axes of 2x2 ([S(1),S(1)]): 12 columns in 3 parts of 4, one column of each
@@ -132,43 +132,43 @@ TEST_CASE("column, row, bias and vocab rules in both layouts") {
   p.add("tcol.weight", column(weight_layout::in_out)).add("trow.weight", row(weight_layout::in_out));
   p.add("emb.weight", vocab());
   SUBCASE("column [out,in]: rows r*2..r*2+1") {
-    auto t = plan_tensor(p, "col.weight", {8, 6}, dtype::f32, 4);
+    auto t = shards_of(p, "col.weight", {8, 6}, dtype::f32, 4);
     for (int r = 0; r < 4; ++r) expect_2d(t, r, 2, 6, [r](std::int64_t i) { return r * 2 + i; }, same);
-    auto b = plan_tensor(p, "col.bias", {8}, dtype::f32, 4);
+    auto b = shards_of(p, "col.bias", {8}, dtype::f32, 4);
     CHECK(!b.add_after_allreduce);
     for (int r = 0; r < 4; ++r) expect_1d(b, r, 2, [r](std::int64_t j) { return r * 2 + j; });
   }
   SUBCASE("row [out,in]: input columns split, bias whole, added once after the all-reduce") {
-    auto t = plan_tensor(p, "row.weight", {6, 8}, dtype::f32, 4);
+    auto t = shards_of(p, "row.weight", {6, 8}, dtype::f32, 4);
     CHECK(to_string(t.spec) == "[S(1)]");
     for (int r = 0; r < 4; ++r) expect_2d(t, r, 6, 2, same, [r](std::int64_t j) { return r * 2 + j; });
-    auto b = plan_tensor(p, "row.bias", {6}, dtype::f32, 4);
+    auto b = shards_of(p, "row.bias", {6}, dtype::f32, 4);
     CHECK(b.add_after_allreduce);
     CHECK(b.spec.is_replicated());
     for (int r = 0; r < 4; ++r) expect_1d(b, r, 6, same);
   }
   SUBCASE("transposed [in,out] (Conv1D): column splits dim 1, row splits dim 0") {
-    auto c = plan_tensor(p, "tcol.weight", {6, 8}, dtype::f32, 4);
+    auto c = shards_of(p, "tcol.weight", {6, 8}, dtype::f32, 4);
     for (int r = 0; r < 4; ++r) expect_2d(c, r, 6, 2, same, [r](std::int64_t j) { return r * 2 + j; });
-    auto w = plan_tensor(p, "trow.weight", {8, 6}, dtype::f32, 4);
+    auto w = shards_of(p, "trow.weight", {8, 6}, dtype::f32, 4);
     for (int r = 0; r < 4; ++r) expect_2d(w, r, 2, 6, [r](std::int64_t i) { return r * 2 + i; }, same);
   }
   SUBCASE("vocab-parallel embedding: rows by the chunk rule, 10 over 4 -> 3,3,3,1") {
-    auto e = plan_tensor(p, "emb.weight", {10, 4}, dtype::f32, 4);
+    auto e = shards_of(p, "emb.weight", {10, 4}, dtype::f32, 4);
     expect_2d(e, 0, 3, 4, same, same);
     expect_2d(e, 3, 1, 4, [](std::int64_t) { return 9; }, same);
   }
   SUBCASE("unmatched parameters are replicated") {
-    auto n = plan_tensor(p, "ln.weight", {8}, dtype::f32, 4);
+    auto n = shards_of(p, "ln.weight", {8}, dtype::f32, 4);
     CHECK(n.rule == "replicate");
     for (int r = 0; r < 4; ++r) expect_1d(n, r, 8, same);
   }
   SUBCASE("sizes that do not divide are shape_errors naming tensor, dim, size and tp") {
-    auto msg = message_of([&] { (void)plan_tensor(p, "col.weight", {6, 4}, dtype::f32, 4); });
+    auto msg = message_of([&] { (void)shards_of(p, "col.weight", {6, 4}, dtype::f32, 4); });
     CHECK(msg.find("'col.weight'") != std::string::npos);
     CHECK(msg.find("dim 0 of size 6") != std::string::npos);
     CHECK(msg.find("tensor-parallel size 4") != std::string::npos);
-    CHECK_THROWS_AS((void)plan_tensor(p, "row.weight", {4, 6}, dtype::f32, 4), shape_error);
+    CHECK_THROWS_AS((void)shards_of(p, "row.weight", {4, 6}, dtype::f32, 4), shape_error);
   }
 }
 
@@ -177,21 +177,21 @@ TEST_CASE("fused layouts: equal parts, grouped-query heads, BLOOM per-head inter
     tp_policy p{"gqa", {}, {}};
     p.add("*.qkv_proj.weight", column().fused_heads({"num_attention_heads", "num_key_value_heads", "num_key_value_heads"}));
     const model_config cfg{{"num_attention_heads", 4}, {"num_key_value_heads", 2}};
-    auto t = plan_tensor(p, "model.layers.0.self_attn.qkv_proj.weight", {24, 5}, dtype::bf16, 2, cfg);
+    auto t = shards_of(p, "model.layers.0.self_attn.qkv_proj.weight", {24, 5}, dtype::bf16, 2, cfg);
     for (int r = 0; r < 2; ++r)
       expect_2d(t, r, 12, 5, [r](std::int64_t i) {
         if (i < 6) return r * 6 + i;                // q heads 2r, 2r+1
         if (i < 9) return 12 + r * 3 + (i - 6);     // k head r
         return 18 + r * 3 + (i - 9);                // v head r
       }, same);
-    auto msg = message_of([&] { (void)plan_tensor(p, "m.qkv_proj.weight", {24, 5}, dtype::bf16, 4, cfg); });
+    auto msg = message_of([&] { (void)shards_of(p, "m.qkv_proj.weight", {24, 5}, dtype::bf16, 4, cfg); });
     CHECK(msg.find("'num_key_value_heads' = 2 heads does not divide over tensor-parallel size 4") != std::string::npos);
-    CHECK_THROWS_AS((void)plan_tensor(p, "m.qkv_proj.weight", {25, 5}, dtype::bf16, 2, cfg), shape_error);
-    CHECK_THROWS_AS((void)plan_tensor(p, "m.qkv_proj.weight", {24, 5}, dtype::bf16, 2, {}), shape_error);
+    CHECK_THROWS_AS((void)shards_of(p, "m.qkv_proj.weight", {25, 5}, dtype::bf16, 2, cfg), shape_error);
+    CHECK_THROWS_AS((void)shards_of(p, "m.qkv_proj.weight", {24, 5}, dtype::bf16, 2, {}), shape_error);
   }
   SUBCASE("BLOOM query_key_value [3*hidden, hidden] as [heads, 3, head_dim, hidden]: whole heads per rank") {
     const model_config cfg{{"n_head", 4}, {"hidden_size", 8}};
-    auto t = plan_tensor(policies::bloom(), "transformer.h.0.self_attention.query_key_value.weight", {24, 8},
+    auto t = shards_of(policies::bloom(), "transformer.h.0.self_attention.query_key_value.weight", {24, 8},
                          dtype::f16, 2, cfg);
     // Megatron/BLOOM: rank r owns heads 2r, 2r+1, each with its q, k, v rows (3 x head_dim 2).
     for (int r = 0; r < 2; ++r)
@@ -199,27 +199,27 @@ TEST_CASE("fused layouts: equal parts, grouped-query heads, BLOOM per-head inter
         const std::int64_t head = r * 2 + i / 6, within = i % 6;  // within = part * head_dim + d
         return head * 6 + within;
       }, same);
-    auto b = plan_tensor(policies::bloom(), "transformer.h.0.self_attention.query_key_value.bias", {24}, dtype::f16, 2, cfg);
+    auto b = shards_of(policies::bloom(), "transformer.h.0.self_attention.query_key_value.bias", {24}, dtype::f16, 2, cfg);
     expect_1d(b, 1, 12, [](std::int64_t j) { return 12 + j; });
-    CHECK_THROWS_AS((void)plan_tensor(policies::bloom(), "transformer.h.0.self_attention.query_key_value.weight",
+    CHECK_THROWS_AS((void)shards_of(policies::bloom(), "transformer.h.0.self_attention.query_key_value.weight",
                                       {24, 8}, dtype::f16, 3, {{"n_head", 3}}),
                     shape_error);  // 24 rows are not whole heads of 3
   }
   SUBCASE("gate|up fused pair over 3 ranks") {
     tp_policy p{"phi", {}, {}};
     p.add("*.gate_up_proj.weight", column().fused(2));
-    auto t = plan_tensor(p, "model.layers.0.mlp.gate_up_proj.weight", {12, 4}, dtype::f32, 3);
+    auto t = shards_of(p, "model.layers.0.mlp.gate_up_proj.weight", {12, 4}, dtype::f32, 3);
     for (int r = 0; r < 3; ++r)
       expect_2d(t, r, 4, 4, [r](std::int64_t i) { return i < 2 ? r * 2 + i : 6 + r * 2 + (i - 2); }, same);
-    CHECK_THROWS_AS((void)plan_tensor(p, "x.gate_up_proj.weight", {8, 4}, dtype::f32, 3), shape_error);
+    CHECK_THROWS_AS((void)shards_of(p, "x.gate_up_proj.weight", {8, 4}, dtype::f32, 3), shape_error);
   }
   SUBCASE("LLaMA k_proj: 2 kv heads cannot go to 4 ranks even though 8 rows divide") {
     const model_config cfg{{"num_attention_heads", 8}, {"num_key_value_heads", 2}};
     auto msg = message_of([&] {
-      (void)plan_tensor(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 4, cfg);
+      (void)shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 4, cfg);
     });
     CHECK(msg.find("'num_key_value_heads' = 2") != std::string::npos);
-    auto ok = plan_tensor(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 2, cfg);
+    auto ok = shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 2, cfg);
     expect_2d(ok, 1, 4, 16, [](std::int64_t i) { return 4 + i; }, same);
   }
 }
@@ -275,7 +275,7 @@ TEST_CASE("built-in policies pick the Megatron rule for real Hugging Face names"
   const model_config cfg{{"n_head", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
   for (const auto& t : table) {
     CAPTURE(t.name);
-    auto p = plan_tensor(t.policy, t.name, t.shape, dtype::f32, 2, cfg);
+    auto p = shards_of(t.policy, t.name, t.shape, dtype::f32, 2, cfg);
     CHECK(p.rule == t.rule);
     CHECK(to_string(p.spec) == t.spec);
   }
@@ -283,18 +283,18 @@ TEST_CASE("built-in policies pick the Megatron rule for real Hugging Face names"
 
 TEST_CASE("plan_policy: the ILP's name -> spec map on a 2-D mesh, uneven nested splits") {
   plan_policy plan{device_mesh{2, 2}, {{"w", parse_spec("S01R", 2, 2)}, {"v", parse_spec("RS0", 2, 2)}}, split_rule::chunk};
-  auto w = plan_tensor(plan, "w", {7, 3}, dtype::f32);
+  auto w = shards_of(plan, "w", {7, 3}, dtype::f32);
   for (int r = 0; r < 4; ++r) {
     const auto box = local_box(plan.mesh, plan.specs.at("w"), {7, 3}, r);
     REQUIRE(w.ranks[static_cast<std::size_t>(r)].pieces.size() == 1);
     CHECK(w.ranks[static_cast<std::size_t>(r)].pieces[0] == shard_piece{box.offset, box.shape});
   }
   expect_2d(w, 3, 1, 3, [](std::int64_t) { return 6; }, same);  // 7 -> 4|3 -> 2,2|2,1
-  auto v = plan_tensor(plan, "v", {4, 6}, dtype::f32);
+  auto v = shards_of(plan, "v", {4, 6}, dtype::f32);
   expect_2d(v, 1, 4, 3, same, same);                                   // RS0: mesh axis 0 splits dim 1
   expect_2d(v, 2, 4, 3, same, [](std::int64_t j) { return 3 + j; });
-  auto u = plan_tensor(plan, "unlisted", {4, 6}, dtype::f32);
+  auto u = shards_of(plan, "unlisted", {4, 6}, dtype::f32);
   CHECK(u.spec.is_replicated());
   plan.specs["p"] = parse_spec("[P,R]", 2, 2);
-  CHECK_THROWS_AS((void)plan_tensor(plan, "p", {4, 6}, dtype::f32), spec_error);
+  CHECK_THROWS_AS((void)shards_of(plan, "p", {4, 6}, dtype::f32), spec_error);
 }

@@ -1,7 +1,7 @@
 # One INTERFACE target per area of include/autoshard/, each with its own header set (the
 # top-level CMakeLists.txt proves from it that every public header compiles on its own).
-# An area's package component is its folder name (core, io, graph, plan, solve, tensor, comm,
-# exec, device, ...); its target is autoshard::<folder> and, for the older names,
+# An area's package component is its folder name (core, io, graph, plan, solve, pass, tensor,
+# comm, exec, device, ...); its target is autoshard::<folder> and, for the older names,
 # autoshard::<export name> (autoshard, glpk, gloo, cuda), which stay accepted as components.
 # Each area records the packages it needs (PACKAGES, find_dependency arguments) and the
 # areas it builds on, so find_package(autoshard COMPONENTS x) looks up only x's.
@@ -10,13 +10,15 @@
 #   graph  -> autoshard::graph      (+ Boost.Graph header-only)
 #   plan   -> autoshard::plan       (graph + io: the plan document, its one reader and writer)
 #   onnx   -> autoshard::onnx       (graph + libonnx and protobuf: ONNX models in)
-#   solve  -> autoshard::solve, autoshard::glpk  (+ GLPK)
+#   solve  -> autoshard::solve, autoshard::glpk  (io + GLPK: the graph-free strategy ILP)
+#   pass   -> autoshard::pass       (plan + solve: the auto-sharding pass, plan loading,
+#                                    exports, the plan's picture)
 #   tensor -> autoshard::tensor     (+ Eigen)
 #   comm   -> autoshard::comm       (core only: communicator concept, mesh communicators,
 #                                    redistribute execution, calibration; backend-free)
 #   gloo   -> autoshard::gloo       (comm + io + Gloo: the Gloo backend, TCP store,
 #                                    launcher, calibration file)
-#   exec   -> autoshard::exec       (graph + solve + tensor + gloo: the reference executor,
+#   exec   -> autoshard::exec       (pass + tensor + gloo: the reference executor,
 #                                    tensor-parallel layers)
 #   device -> autoshard::device, autoshard::cuda  (tensor + comm + CUDA runtime, NCCL)
 set(AUTOSHARD_INSTALLED_TARGETS "")
@@ -98,10 +100,16 @@ if(TARGET autoshard_graph)
 else()
   message(STATUS "autoshard: autoshard::plan skipped (needs autoshard::graph)")
 endif()
-if(TARGET autoshard_plan AND TARGET GLPK::GLPK)
-  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_plan GLPK::GLPK PACKAGES "GLPK")
+# The strategy ILP needs no graph: a user who wants only the solver never pulls in Boost.Graph.
+if(TARGET autoshard_io AND TARGET GLPK::GLPK)
+  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_io GLPK::GLPK PACKAGES "GLPK")
 else()
-  message(STATUS "autoshard: autoshard::glpk skipped (needs GLPK and autoshard::graph)")
+  message(STATUS "autoshard: autoshard::glpk skipped (needs GLPK and autoshard::io)")
+endif()
+if(TARGET autoshard_plan AND TARGET autoshard_glpk)
+  autoshard_area(autoshard_pass pass pass DEPS autoshard_plan autoshard_glpk)
+else()
+  message(STATUS "autoshard: autoshard::pass skipped (needs autoshard::plan and autoshard::solve)")
 endif()
 if(TARGET Eigen3::Eigen AND TARGET autoshard_io)
   autoshard_area(autoshard_tensor tensor tensor DEPS autoshard_io Eigen3::Eigen PACKAGES "Eigen3 3.4 CONFIG")
@@ -116,10 +124,10 @@ else()
   message(STATUS "autoshard: Gloo or autoshard::io not found; autoshard::gloo skipped")
 endif()
 # The reference executor runs a graph with a solved plan on real ranks: every area below it.
-if(TARGET autoshard_gloo AND TARGET autoshard_glpk AND TARGET autoshard_tensor)
-  autoshard_area(autoshard_exec exec exec DEPS autoshard_gloo autoshard_glpk autoshard_tensor)
+if(TARGET autoshard_gloo AND TARGET autoshard_pass AND TARGET autoshard_tensor)
+  autoshard_area(autoshard_exec exec exec DEPS autoshard_gloo autoshard_pass autoshard_tensor)
 else()
-  message(STATUS "autoshard: autoshard::exec skipped (needs autoshard::gloo, ::glpk and ::tensor)")
+  message(STATUS "autoshard: autoshard::exec skipped (needs autoshard::gloo, ::pass and ::tensor)")
 endif()
 
 # CUDA: only where nvcc exists. NCCL comes with the CUDA toolkit on these machines.

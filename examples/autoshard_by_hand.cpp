@@ -2,7 +2,7 @@
 // softmax head, planned for training on a 2x4 mesh with and without a memory budget.
 //   build/gcc/examples/example_autoshard_by_hand
 #include <autoshard/graph/graph.hpp>
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <iostream>
 

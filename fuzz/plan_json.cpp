@@ -1,9 +1,9 @@
-// libFuzzer target: plan files read back by the auto-sharding pass (solve/pass.hpp,
+// libFuzzer target: plan files read back by the auto-sharding pass (pass/autosharding.hpp,
 // preload_solution). A small MLP graph on a 2x2 mesh is the model; each input is written as
 // read as a plan for it, as preload_solution does (no ILP is solved). Only io_error (malformed
 // file) and solver_error (a plan for another graph, mesh or mode) may escape. A plan that loads
 // must give every vertex one of its own strategies. Every 256th input also goes through the
-// whole pass and through load_plan (solve/plan_file.hpp, with the file's embedded graph).
+// whole pass and through load_plan (pass/loaded_plan.hpp, with the file's embedded graph).
 //
 // With AUTOSHARD_FUZZ_WRITE_PLANS=<dir> set, it first solves the MLP with each algo and
 // writes the plans there: that is how fuzz/corpus/plan_json/ was seeded.
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include <autoshard/graph/graph.hpp>
-#include <autoshard/solve/pass.hpp>
-#include <autoshard/solve/plan_file.hpp>
+#include <autoshard/pass/autosharding.hpp>
+#include <autoshard/pass/loaded_plan.hpp>
 
 namespace {
 namespace fs = std::filesystem;

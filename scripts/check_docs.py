@@ -12,6 +12,7 @@ import argparse, pathlib, re, subprocess, sys, tempfile
 
 AREA_FLAGS = {
     "autoshard/solve/": ["-lglpk"],
+    "autoshard/pass/": ["-lglpk"],
     "autoshard/gloo/": ["-lgloo", "-pthread"],
     "autoshard/exec/": ["-lglpk", "-lgloo", "-pthread"],
     "autoshard/onnx/": ["-DONNX_NAMESPACE=onnx", "-DONNX_ML=1", "-lonnx", "-lonnx_proto", "-lprotobuf", "-pthread"],

@@ -9,7 +9,7 @@
 //   ./bench_solve_pass_models --benchmark_filter=_depth   (the sweeps scripts/plot_bench.py plots)
 #include <benchmark/benchmark.h>
 
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <cstdlib>
 #include <iostream>

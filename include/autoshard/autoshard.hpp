@@ -3,9 +3,11 @@
 /// Areas with heavier dependencies are included on their own:
 ///   <autoshard/io/io.hpp>            nlohmann-json (checked JSON reading, atomic files)
 ///   <autoshard/graph/graph.hpp>      Boost.Graph, nlohmann-json
-///   <autoshard/solve/solve.hpp>      GLPK
+///   <autoshard/plan/plan.hpp>        the plan document (graph area + io)
+///   <autoshard/solve/solve.hpp>      GLPK (the graph-free ILP)
+///   <autoshard/pass/pass.hpp>        the auto-sharding pass (graph, plan and solve areas)
 ///   <autoshard/tensor/tensor.hpp>    Eigen
-///   <autoshard/comm/comm.hpp>        Gloo
+///   <autoshard/comm/comm.hpp>        backend-free collectives; <autoshard/gloo/gloo.hpp> Gloo
 ///   <autoshard/exec/exec.hpp>        the reference executor (all of the above)
 ///   <autoshard/device/placement.hpp> CUDA; <autoshard/device/nccl.hpp> NCCL
 /// (scripts/check_docs.py checks that every header named in a comment or a doc exists)

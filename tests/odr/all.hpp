@@ -16,6 +16,9 @@
 #if defined(HAVE_AUTOSHARD_GLPK)
 #include <autoshard/solve/solve.hpp>
 #endif
+#if defined(HAVE_AUTOSHARD_PASS)
+#include <autoshard/pass/pass.hpp>
+#endif
 #if defined(HAVE_AUTOSHARD_TENSOR)
 #include <autoshard/tensor/tensor.hpp>
 #endif

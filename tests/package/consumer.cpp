@@ -9,6 +9,9 @@
 #if defined(AUTOSHARD_HAVE_SOLVE)
 #include <autoshard/solve/solve.hpp>
 #endif
+#if defined(AUTOSHARD_HAVE_PASS)
+#include <autoshard/pass/pass.hpp>
+#endif
 #if defined(AUTOSHARD_HAVE_TENSOR)
 #include <autoshard/tensor/tensor.hpp>
 #endif
@@ -38,6 +41,16 @@ int main() {
     return 1;
   } catch (const io_error& e) {
     std::cout << e.what() << "\n";
+  }
+#endif
+#if defined(AUTOSHARD_HAVE_SOLVE)
+  {  // links GLPK: two nodes of two strategies, the edge prefers they agree
+    strategy_problem p;
+    p.nodes = {{"a", {3, 1}, {0, 0}, {}}, {"b", {1, 2}, {0, 0}, {}}};  // name, costs, usages, live
+    p.edges = {{0, 1, {0, 5, 5, 0}}};
+    const solve_result r = solve_ilp(p);
+    std::cout << "solver: objective " << r.objective_value() << "\n";
+    if (r.objective_value() != 3) return 1;
   }
 #endif
   return local == tensor_shape{384, 2304} ? 0 : 1;

@@ -4,7 +4,7 @@
 // layouts). A plan no such style expresses is an error that lists the operators and why.
 #include "common.hpp"
 
-#include <autoshard/solve/export.hpp>
+#include <autoshard/pass/export.hpp>
 
 #include <iostream>
 

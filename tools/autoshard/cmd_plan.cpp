@@ -6,7 +6,7 @@
 #include "progress.hpp"
 #include "tensor_names.hpp"
 
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
 #include <autoshard/gloo/gloo.hpp>
 #endif
@@ -155,7 +155,7 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
 }
 
 /// The plan's pictures: a DOT (tied layers once, a legend, resharding edges with their
-/// collectives and time; solve/plan_dot.hpp), and an SVG where Graphviz is installed (empty
+/// collectives and time; pass/plan_dot.hpp), and an SVG where Graphviz is installed (empty
 /// path when it is not). Returns {dot, svg}.
 std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const plan_cli_options& o, const model_graph& g,
                                                                        const autosharding_result& r) {

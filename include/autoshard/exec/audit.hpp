@@ -22,7 +22,7 @@
 #include "../comm/ledger.hpp"    // issued_collective
 #include "../core/dtype.hpp"     // dtype_size
 #include "../graph/traffic.hpp"  // traffic_site
-#include "../solve/pass.hpp"     // collective_use
+#include "../pass/autosharding.hpp"  // collective_use
 
 namespace autoshard {
 

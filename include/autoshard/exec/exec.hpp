@@ -13,4 +13,4 @@
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
 #include "../graph/graph.hpp"  // the models it runs: builders, Hugging Face configs, JSON
-#include "../solve/plan_file.hpp"  // load_plan
+#include "../pass/loaded_plan.hpp"  // load_plan

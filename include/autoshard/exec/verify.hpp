@@ -6,7 +6,7 @@
 ///   autoshard::verify_report r = autoshard::verify_plan(g, mesh, result.strategies);
 ///   std::cout << r;                    // worst vertices, largest difference, pass / fail
 ///   opts.numeric_check = autoshard::numeric_check();  // the pass's run_checks runs it too
-/// A plan file comes back with its graph through load_plan (solve/plan_file.hpp).
+/// A plan file comes back with its graph through load_plan (pass/loaded_plan.hpp).
 #include <algorithm>  // std::max, std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::isfinite
@@ -22,7 +22,7 @@
 
 #include "../gloo/communicator.hpp"  // mesh_communicator, gloo_options
 #include "../gloo/launch.hpp"        // run_ranks_collect
-#include "../solve/pass.hpp"   // autosharding_options, solver_error, collective_use
+#include "../pass/autosharding.hpp"  // autosharding_options, solver_error, collective_use
 #include "audit.hpp"           // traffic_audit, audit_traffic
 #include "executor.hpp"        // reference_stream, run_sharded, make_source_values
 #include "resources.hpp"       // check_rank_threads, estimate_verify_memory

@@ -53,7 +53,7 @@ struct plan_tensor {
 /// The pass fills every field from its autosharding_options; the defaults here are that
 /// struct's (the training ones from graph/strategy.hpp's default_* constants; the plan area sits
 /// below the solver's default_time_limit_s and algo names, so the "defaults" test in
-/// tests/unit/solve/pass.cpp checks that a default pass records exactly these values).
+/// tests/unit/pass/pass.cpp checks that a default pass records exactly these values).
 struct plan_options {
   std::string algo = "alpa";
   double time_limit = 600.0;

@@ -189,6 +189,22 @@ TEST_CASE("JSON errors name the JSON path or the vertex") {
   CHECK(contains(error_of<io_error>([&] { read_json_file(path); }), "cannot open model file '/nonexistent/model.json'"));
 }
 
+TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
+  SUBCASE("cycle: graph_error naming the vertices") {
+    const std::string m = expect_graph_error(head + R"({"name": "a", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["b"]},)"
+                                                    R"({"name": "b", "kind": "gelu", "shape": [4], "dtype": "f32", "inputs": ["a"]}]})");
+    CHECK(m.find("graph error: the graph has a cycle through vertex ") == 0);
+    CHECK(m.find("'a'") != std::string::npos);
+    CHECK(m.find("'b'") != std::string::npos);
+  }
+  SUBCASE("dangling operand: io_error naming the JSON path and the missing name") {
+    CHECK(expect_io_error(head + R"({"name": "x", "kind": "input", "shape": [4, 8], "dtype": "f32"},)"
+                                 R"({"name": "fc", "kind": "linear", "shape": [4, 6], "dtype": "f32", "inputs": ["x", "nope"]}]})") ==
+          "io error: model JSON: nodes[1].inputs[1] names 'nope', but no node is called that");
+  }
+}
+
 TEST_CASE("validation names the vertex: cycle, operand shape, unknown kind, missing operand") {
   model_graph g;
   auto x = add_input(g, "x", {4, 8}, dtype::f32);

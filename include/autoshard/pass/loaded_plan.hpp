@@ -8,7 +8,7 @@
 #include <vector>  // std::vector
 
 #include "../plan/document.hpp"  // plan_document, read_plan_file
-#include "pass.hpp"              // detail::pass_model, detail::plan_choice
+#include "autosharding.hpp"      // detail::pass_model, detail::plan_choice
 
 namespace autoshard {
 

@@ -2,7 +2,7 @@
 // size does not depend on the widths, and real widths make the trade-offs real.
 #include <doctest/doctest.h>
 
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <cstdio>
 #include <filesystem>

@@ -16,7 +16,7 @@
 #include "../core/redistribute.hpp"  // plan_redistribute
 #include "../graph/dot.hpp"          // detail::dot_escape, detail::spec_colour
 #include "../graph/strategy.hpp"     // strategy, price_edge, settle_target
-#include "pass.hpp"                  // detail::layer_key
+#include "autosharding.hpp"          // detail::layer_key
 
 namespace autoshard {
 

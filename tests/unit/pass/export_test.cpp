@@ -2,8 +2,8 @@
 // baselines of GPT-2 and LLaMA against the plans transformers ships (tests/data/export).
 #include <doctest/doctest.h>
 
-#include <autoshard/solve/export.hpp>
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/export.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <filesystem>
 #include <fstream>

@@ -21,8 +21,8 @@
 #include "../core/mesh.hpp"     // device_mesh
 #include "../graph/fused.hpp"   // fused_dim_of
 #include "../graph/model.hpp"   // model_graph, operands
-#include "pass.hpp"             // detail::layer_key
-#include "plan_file.hpp"        // loaded_plan
+#include "autosharding.hpp"     // detail::layer_key
+#include "loaded_plan.hpp"      // loaded_plan
 
 namespace autoshard {
 

@@ -52,7 +52,7 @@
 #include "../graph/traffic.hpp"     // traffic_site
 #include "../graph/validate.hpp"    // validate, topological_order
 #include "../plan/document.hpp"     // plan_document, read_plan_file, write_plan_file
-#include "ilp.hpp"                  // solve_ilp
+#include "../solve/ilp.hpp"         // solve_ilp
 
 namespace autoshard {
 

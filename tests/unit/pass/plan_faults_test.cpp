@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <autoshard/graph/graph.hpp>
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <unistd.h>
 

@@ -2,7 +2,7 @@
 // labelled with their collectives and modeled time.
 #include <doctest/doctest.h>
 
-#include <autoshard/solve/solve.hpp>
+#include <autoshard/pass/pass.hpp>
 
 #include <filesystem>
 #include <regex>

@@ -6,12 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <autoshard/graph/graph.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, false);
-  if (j.is_discarded()) return 0;
+  nlohmann::json j;
+  try {  // as the tool reads a config.json: depth-checked first (io/json.hpp)
+    j = autoshard::parse_json_text(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
+  } catch (const autoshard::io_error&) {
+    return 0;
+  }
   autoshard::hf_model m;
   autoshard::model_graph g;
   try {

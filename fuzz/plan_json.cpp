@@ -17,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <autoshard/graph/graph.hpp>
@@ -73,10 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // every execution (that made the pass itself run at ~12 executions/s): the same JSON
   // parse, the same plan_from_json reading and plan_choice check against the graph and mesh, the same summary.
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(data, data + size);
-  } catch (const nlohmann::json::exception&) {
-    return 0;  // the pass turns this into io_error ("is not valid JSON")
+  try {  // as load_json_file reads a plan file: depth-checked first (io/json.hpp)
+    j = autoshard::parse_json_text(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
+  } catch (const autoshard::io_error&) {
+    return 0;  // not JSON, or nested too deep
   }
   try {
     const autoshard::plan_document d = autoshard::plan_from_json(j, "fuzz.json");

@@ -57,8 +57,14 @@ run_one() {  # target -> writes $tmp/<target>.log and $tmp/<target>.rc
               -artifact_prefix="$root/fuzz/corpus-run/crashes/$t-")
   [ -f "$root/fuzz/dict/$t.dict" ] && args+=(-dict="$root/fuzz/dict/$t.dict")
   [ "$max_time" != 0 ] && args+=(-max_total_time="$max_time")
+  # The JSON readers run on a 512 KiB stack (8 MiB by default): recursion that grows with the
+  # input's nesting then crashes on the corpus's depth bombs (2,000 levels) instead of fitting
+  # by luck. Every reader refuses more than 128 levels before parsing (io/json.hpp).
+  local stack=unlimited
+  case $t in hf_config | index_json | iopddl | model_json | plan_json | safetensors) stack=512 ;; esac
   local s=$(date +%s) rc=0
-  (cd "$work" && "$build/fuzz/fuzz_$t" "${args[@]}" "$work" "$root/fuzz/corpus/$t") >"$tmp/$t.log" 2>&1 || rc=$?
+  (cd "$work" && { [ "$stack" = unlimited ] || ulimit -s "$stack"; } &&
+    "$build/fuzz/fuzz_$t" "${args[@]}" "$work" "$root/fuzz/corpus/$t") >"$tmp/$t.log" 2>&1 || rc=$?
   echo "$rc $(( $(date +%s) - s ))" >"$tmp/$t.rc"
 }
 

@@ -5,24 +5,6 @@
 # usage error) and the files it must leave alone left alone. Each check is labelled
 # "item<N>:" after the issue's numbered list.
 source "$(dirname "$0")/common.sh" "$1"
-# run_rc cmd...: as run, within 60 s, printing the exit status.
-run_rc() { timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"; echo $?; }
-# expect LABEL CODE REGEX cmd...: exit CODE and stderr matching REGEX (extended).
-expect() {
-  local label=$1 want=$2 re=$3; shift 3
-  local rc; rc=$(run_rc "$@")
-  if [ "$rc" -eq "$want" ] && { [ -z "$re" ] || grep -Eq -- "$re" "$tmp/err"; }; then ok
-  else bad "$label: $* -> exit $rc (wanted $want), stderr: $(head -c 600 "$tmp/err")"; fi
-}
-# one_error LABEL cmd...: exit 1 and exactly one stderr line with a documented kind.
-kinds='^autoshard: (spec|shape|graph|solver|io|comm|device|execution|resource) error: '
-one_error() {
-  local label=$1; shift
-  local rc; rc=$(run_rc "$@")
-  if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -Eq "$kinds" "$tmp/err"; then ok
-  else bad "$label: $* -> exit $rc, stderr: $(head -c 600 "$tmp/err")"; fi
-}
-
 small=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
 "$tool" synth "${small[@]}" --out "$tmp/ck" >/dev/null 2>&1 || bad "synth of the test checkpoint"
 

@@ -117,13 +117,12 @@ struct model_options {
 
   /// Whether a JSON file is a Hugging Face config (a top-level "model_type" string).
   static bool has_model_type(const std::string& file) {
-    std::string text;
+    nlohmann::json j;
     try {
-      text = read_regular_file(file, "model file", std::uint64_t{16} << 20);
+      j = parse_json_text(read_regular_file(file, "model file", std::uint64_t{16} << 20), "model file '" + file + "'");
     } catch (const io_error&) {
       return false;  // not a config; the model reader reports what is wrong with the file
     }
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     return j.is_object() && j.contains("model_type") && j["model_type"].is_string();
   }
 

@@ -20,6 +20,7 @@
 #include <limits>      // std::numeric_limits
 #include <optional>    // std::optional
 #include <string>      // std::string
+#include <string_view>  // std::string_view
 #include <utility>     // std::move
 #include <vector>      // std::vector
 
@@ -35,12 +36,40 @@
 
 namespace autoshard {
 
+/// The deepest nesting of arrays and objects a JSON text autoshard reads may have (serde_json's
+/// default limit; real plan files, model JSON, configs and IOPDDL requests nest fewer than 10
+/// levels). Every reader refuses a deeper text before parsing it (check_json_depth), so
+/// nothing that walks a parsed document (nlohmann's dump() and copy are recursive) can run
+/// out of stack on one: a 100,000-deep `[[[...]]]` once crashed nine readers.
+inline constexpr int max_json_depth = 128;
+
 namespace detail {
+/// Appends a compact rendering of `j` to `out`, stopping soon after `out` holds more than
+/// `budget` characters: every level adds a character before it descends, so the recursion is
+/// at most `budget` deep whatever the document's depth (nlohmann's dump() recurses all the way).
+inline void append_excerpt(const nlohmann::json& j, std::string& out, std::size_t budget) {
+  if (out.size() > budget) return;
+  if (j.is_array() || j.is_object()) {
+    const bool object = j.is_object();
+    out += object ? '{' : '[';
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (out.size() > budget) return;
+      if (!first) out += ',';
+      first = false;
+      if (object) out += nlohmann::json(it.key()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ":";
+      append_excerpt(*it, out, budget);
+    }
+    out += object ? '}' : ']';
+    return;
+  }
+  out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a scalar: no recursion
+}
 /// A JSON value as a message shows it: compact, cut after 60 characters.
 inline std::string json_excerpt(const nlohmann::json& j) {
   std::string s;
   try {
-    s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    append_excerpt(j, s, 60);
   } catch (const nlohmann::json::exception&) {
     s = "(unprintable)";
   }
@@ -48,6 +77,71 @@ inline std::string json_excerpt(const nlohmann::json& j) {
   return s;
 }
 }  // namespace detail
+
+/// Refuses, before it is parsed, a JSON text whose arrays and objects nest deeper than
+/// `max_depth`: an io_error "<source>: nested deeper than 128 levels (arrays and objects) at
+/// <path>", the path as json_in writes it (`a.b[0][0]...`, its middle cut when long). One
+/// linear pass over the text that follows strings and escapes, so brackets inside strings
+/// do not count; a text that is not JSON is left to the parser to report.
+inline void check_json_depth(std::string_view text, const std::string& source, int max_depth = max_json_depth) {
+  struct frame {
+    bool object = false;
+    bool expect_key = false;
+    std::size_t index = 0;
+    std::string key;
+  };
+  std::vector<frame> stack;
+  bool in_string = false, escape = false, capture = false;
+  std::string key;
+  for (const char c : text) {
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') {
+        in_string = false;
+        if (capture) stack.back().key = std::move(key), stack.back().expect_key = false;
+        capture = false;
+        continue;
+      }
+      if (capture && key.size() < 40) key += c;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        capture = !stack.empty() && stack.back().object && stack.back().expect_key;
+        key.clear();
+        break;
+      case '[':
+      case '{':
+        if (static_cast<int>(stack.size()) >= max_depth) {
+          std::string path;
+          for (const frame& f : stack)
+            path += f.object ? (path.empty() ? "" : ".") + (f.key.empty() ? std::string("\"\"") : f.key)
+                             : "[" + std::to_string(f.index) + "]";
+          if (path.size() > 160) path = path.substr(0, 100) + "..." + path.substr(path.size() - 50);
+          throw io_error((source.empty() ? std::string() : source + ": ") + "nested deeper than " +
+                         std::to_string(max_depth) + " levels (arrays and objects) at " +
+                         (path.empty() ? std::string("the document") : path) +
+                         "; no file autoshard reads nests that deep");
+        }
+        stack.push_back({c == '{', c == '{', 0, {}});
+        break;
+      case ']':
+      case '}':
+        if (!stack.empty()) stack.pop_back();
+        break;
+      case ',':
+        if (!stack.empty()) {
+          if (stack.back().object) stack.back().expect_key = true;
+          else ++stack.back().index;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
 
 /// A value inside a JSON document with the path it was reached by ("mesh.axes[2].latency_s")
 /// and the document it came from ("plan file 'p.json'"). A view: the document must outlive it.
@@ -208,14 +302,16 @@ inline void check_json_memory(std::size_t text_bytes, const std::string& source)
 }
 
 /// Parses JSON text; a syntax error (or a number beyond a double, 1e999) is an io_error
-/// naming `source` ("plan file 'p.json'"), a text too big for the memory left a
-/// resource_error (check_json_memory).
-inline nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
+/// naming `source` ("plan file 'p.json'"), and so is a text nested deeper than
+/// max_json_depth (check_json_depth); a text too big for the memory left is a resource_error
+/// (check_json_memory). Every JSON reader of autoshard parses through here.
+inline nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
   if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b)
     throw io_error(source + " is gzip-compressed, not JSON: decompress it first (gunzip -k FILE, or zcat FILE > FILE.json)");
   check_json_memory(text.size(), source);
+  check_json_depth(text, source);
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw io_error(source + " is not valid JSON: " + e.what());
   }

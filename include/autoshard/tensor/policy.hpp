@@ -14,7 +14,6 @@
 #include <cstdint>      // std::int64_t
 #include <limits>       // std::numeric_limits
 #include <filesystem>   // std::filesystem::path
-#include <fstream>      // std::ifstream
 #include <map>          // std::map
 #include <optional>     // std::optional
 #include <string>       // std::string
@@ -51,14 +50,8 @@ inline model_config load_model_config(const std::filesystem::path& config_json) 
 
 /// config.json's "model_type" ("gpt2", "llama", ...), or "" when it has none.
 inline std::string load_model_type(const std::filesystem::path& config_json) {
-  std::ifstream f(config_json);
-  if (!f) throw io_error("cannot open model config '" + config_json.string() + "'");
-  try {
-    const nlohmann::json j = nlohmann::json::parse(f);
-    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) return j["model_type"].get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw io_error("model config '" + config_json.string() + "' is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = load_json_file(config_json.string(), "model config");
+  if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) return j["model_type"].get<std::string>();
   return {};
 }
 

@@ -36,7 +36,7 @@
 #include "../core/error.hpp"  // io_error
 #include "../core/shape.hpp"  // tensor_shape
 #include "../io/atomic_file.hpp"  // atomic_file, detail::sys_error
-#include "../io/json.hpp"         // read_regular_file
+#include "../io/json.hpp"         // read_regular_file, parse_json_text, check_json_depth
 #include "host_tensor.hpp"    // const_tensor_view, host_tensor
 
 namespace autoshard {
@@ -183,6 +183,7 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> by
   // Duplicate names first, in one linear pass (a hash set of the top-level keys): nlohmann's
   // callback parser rescans the whole object at the end of every entry (quadratic: 1,000,000
   // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.
+  check_json_depth(text, "safetensors file '" + std::string(file) + "': header");
   const std::string duplicate = detail::first_duplicate_key(text);
   json h;
   try {
@@ -568,11 +569,7 @@ class checkpoint {
       // A regular file (a FIFO would block, a directory reads as an error), read up to a bound:
       // Hugging Face's indexes are kilobytes; 256 MiB is far beyond any, and no more is read.
       const std::string text = read_regular_file(index.string(), "index", std::uint64_t{256} << 20);
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::exception& e) {
-        throw io_error("index '" + index.string() + "' is not valid JSON: " + e.what());
-      }
+      j = parse_json_text(text, "index '" + index.string() + "'");
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw io_error("index '" + index.string() + "' has no weight_map object");

@@ -196,3 +196,29 @@ TEST_CASE("remove_live_temporaries removes exactly the temporaries still open") 
   CHECK(!fs::exists(ta));
   CHECK(slurp(d.path / "done.bin") == "done");
 }
+
+TEST_CASE("check_json_depth: a text nested deeper than max_json_depth is refused before parsing, naming the path") {
+  // 100,000 levels of [ or { once overflowed the stack (nlohmann's dump() of the value in the
+  // error message, and its copies, recurse once per level).
+  const std::string arrays = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(error_of([&] { parse_json_text(arrays, "plan file 'p.json'"); }).rfind(
+            "io error: plan file 'p.json': nested deeper than 128 levels (arrays and objects) at [0][0][0]", 0) == 0);
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(100000, '}');
+  const std::string why = error_of([&] { parse_json_text(objects, "model file 'm.json'"); });
+  CHECK(why.rfind("io error: model file 'm.json': nested deeper than 128 levels (arrays and objects) at a.a.a.a", 0) == 0);
+  // The path follows keys and indices, and brackets inside strings (escaped quotes too) do not count.
+  std::string mixed = R"({"x": "[[[[\"{{{", "mesh": {"axes": [1, 2, )";
+  for (int i = 0; i < 200; ++i) mixed += "[";
+  CHECK(error_of([&] { check_json_depth(mixed, "f"); }).find("at mesh.axes[2][0][0]") != std::string::npos);
+  // Exactly the limit is fine; one more is not.
+  const std::string at_limit = std::string(max_json_depth, '[') + std::string(max_json_depth, ']');
+  CHECK(parse_json_text(at_limit, "f").is_array());
+  CHECK(error_of([&] { parse_json_text("[" + at_limit + "]", "f"); }).find("nested deeper than 128") != std::string::npos);
+  // A message's excerpt of a deep in-memory value stays short (no recursive dump() of it all).
+  nlohmann::json deep = nlohmann::json::array();
+  for (int i = 0; i < 20; ++i) deep = nlohmann::json::array({deep, 1});
+  CHECK(error_of([&] { json_in(deep, "x").integer(); }) == "io error: x: the document is " + deep.dump().substr(0, 57) +
+                                                              "..., not an integer in [-9223372036854775808, 9223372036854775807]");
+}

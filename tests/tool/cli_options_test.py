@@ -50,7 +50,7 @@ def based(base_change, change):
 
 def pre(files, change):
     """A change run with `files` (fixture name -> name in the run's directory) copied in first,
-    for the base run too."""
+    for the base run too. A name "->T" makes a symbolic link to T (relative, T need not exist)."""
     return ("pre", files, change)
 
 
@@ -71,7 +71,8 @@ TABLE = {
          "--plan": {"--plan": "{F}/megatron.json", "--mesh": REMOVE, "--shape": REMOVE, "--spec": REMOVE},
          "--tensor": based({"--plan": "{F}/megatron.json", "--mesh": REMOVE, "--shape": REMOVE, "--spec": REMOVE},
                            "model.layers.0.mlp.up_proj"),
-         "--svg": "m.svg", "--slice": based({"--shape": "4,8,4"}, "1"), "--json": REMOVE}),
+         "--svg": "m.svg", "--slice": based({"--shape": "4,8,4"}, "1"), "--json": REMOVE,
+         "--follow-symlinks": pre({"->t.svg": "m.svg"}, based({"--svg": "m.svg"}, FLAG))}),
     "plan": (
         TINY_LLAMA + [("--mesh", "2x2"), ("--out", "p.json"), ("--json", FLAG), ("--quiet", FLAG)], [],
         {"--model": "gpt2", "--mode": "infer", "--layers": "2", "--hidden": "64", "--heads": "8", "--kv-heads": "2",
@@ -85,19 +86,22 @@ TABLE = {
          "--run-checks": FLAG,
          "--preload": pre({"megatron.json": "p.json"}, FLAG),
          "--no-tie-layers": {"--no-tie-layers": FLAG, "--layers": "2"}, "--pin": "input_ids=S0R",
-         "--out": "q.json", "--dot": "x.dot", "--json": REMOVE,
+         "--out": "q.json", "--dot": "x.dot", "--no-svg": FLAG, "--json": REMOVE,
+         "--follow-symlinks": pre({"->t.json": "p.json"}, FLAG),
          "--progress": {"--progress": FLAG, "--quiet": REMOVE},
          "--quiet": based({"--progress": FLAG}, REMOVE)}),
     "solve": (
         [("--json", FLAG), ("--quiet", FLAG)], [str(root / "tests/data/solve/example.json")],
         {"--time-limit": "1e-9", "--mip-rel-gap": weak("2", "the example is solved to optimality before any gap stops it"),
          "--solution-out": "a.json", "--evaluate": "{F}/answer.json", "--json": REMOVE,
+         "--follow-symlinks": pre({"->t.json": "a.json"}, based({"--solution-out": "a.json"}, FLAG)),
          "--quiet": unseen("the solver reports progress only in a branch-and-bound search longer than the example's")}),
     "shard": (
         [("--policy", "gpt2"), ("--tp", "2"), ("--out", "s"), ("--json", FLAG), ("--quiet", FLAG)], ["{F}/ckpt"],
         {"--policy": {"--policy": REMOVE, "--tp": REMOVE}, "--tp": "4",
          "--plan": {"--policy": REMOVE, "--tp": REMOVE, "--plan": "{F}/ckpt-plan.json"},
-         "--config": "{F}/other/config.json", "--out": "s2", "--dtype": "bf16", "--json": REMOVE, "--quiet": REMOVE}),
+         "--config": "{F}/other/config.json", "--out": "s2", "--dtype": "bf16", "--json": REMOVE, "--quiet": REMOVE,
+         "--follow-symlinks": pre({"->../t.safetensors": "s/rank-0.safetensors"}, FLAG)}),
     "verify": (
         [("--plan", "{F}/v.json"), ("--json", FLAG)], [],
         {"--plan": "{F}/v-infer.json", "--dtype": "f32", "--seed": "2", "--rtol": "0.5",
@@ -107,15 +111,17 @@ TABLE = {
     "synth": (
         TINY_LLAMA[:-2] + [("--out", "c"), ("--json", FLAG)], [],
         {"--model": "gpt2", "--layers": "2", "--hidden": "64", "--heads": "8", "--kv-heads": "2", "--ffn": "128",
-         "--vocab": "256", "--seq": "64", "--dtype": "bf16", "--out": "c2", "--seed": "2", "--json": REMOVE}),
+         "--vocab": "256", "--seq": "64", "--dtype": "bf16", "--out": "c2", "--seed": "2", "--json": REMOVE,
+         "--follow-symlinks": pre({"->../t.json": "c/config.json"}, FLAG)}),
     "export": (
         [("--plan", "{F}/tp.json"), ("--to", "hf-tp-plan"), ("--out", "e.json")], [],
-        {"--plan": "{F}/megatron.json", "--to": "dtensor", "--out": "e2.json", "--axis": "dp"}),
+        {"--plan": "{F}/megatron.json", "--to": "dtensor", "--out": "e2.json", "--axis": "dp",
+         "--follow-symlinks": pre({"->t.json": "e.json"}, FLAG)}),
     "calibrate": (
         [("--mesh", "2"), ("--max-bytes", "65536"), ("--repeats", "1"), ("--out", "l.json"), ("--json", FLAG)], [],
         {"--mesh": "2x2", "--out": "l2.json", "--max-bytes": "262144",
          "--repeats": weak("0", "more repeats change only the measured times, which differ from run to run anyway"),
-         "--json": REMOVE, "--from-env": FLAG}),
+         "--json": REMOVE, "--from-env": FLAG, "--follow-symlinks": pre({"->t.json": "l.json"}, FLAG)}),
     "completion": ([], [], {}),
 }
 
@@ -151,7 +157,11 @@ def as_data(text, sub):
 def observe(sub, argv, files):
     with tempfile.TemporaryDirectory() as d:
         for src, dst in files.items():
-            shutil.copy(fixture / src, pathlib.Path(d) / dst)
+            (pathlib.Path(d) / dst).parent.mkdir(parents=True, exist_ok=True)
+            if src.startswith("->"):
+                os.symlink(src[2:], pathlib.Path(d) / dst)
+            else:
+                shutil.copy(fixture / src, pathlib.Path(d) / dst)
         r = subprocess.run([tool, sub, *argv], cwd=d, capture_output=True, text=True, timeout=300)
         written = {}
         for p in sorted(pathlib.Path(d).rglob("*")):

@@ -446,7 +446,7 @@ PY
   expect_rc 0 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l-dt.json"
   python3 -c "import json; d=json.load(open('$tmp/l-dt.json')); p=d['plan']; assert p['model.layers.1.mlp.up_proj']['style']=='ColwiseParallel' and p['model.layers.1.mlp.down_proj']['kwargs']['input_layouts']=='Shard(-1)'" && ok || bad "dtensor export content"
   expect_rc 1 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l.json"   # never overwrites its input
-  grep -q "is the plan file itself" "$tmp/err" && ok || bad "export refuses to overwrite the plan: $(cat "$tmp/err")"
+  grep -q "is the --plan .*: refusing to overwrite its input" "$tmp/err" && ok || bad "export refuses to overwrite the plan: $(cat "$tmp/err")"
   expect_rc 1 "$tool" export --plan "$tmp/l.json" --to dtensor --axis pp
   # GPT-2's Conv1D weights: PyTorch's styles take nn.Linear only, so the dtensor export is refused, naming the modules.
   expect_rc 1 "$tool" export --plan "$tmp/v.json" --to dtensor

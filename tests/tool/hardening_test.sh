@@ -39,4 +39,69 @@ for k in arr obj; do
 done
 test ! -e "$tmp/o1.json" && test ! -e "$tmp/o1" && ok || bad "class1: a refused reader wrote an output"
 
+# class2: an output that is a FIFO or a symbolic link was replaced by a regular file (the node or
+# link gone, exit 0). Every writer refuses it and leaves it as it was; --follow-symlinks writes
+# the file a link points to.
+"$tool" solve "$data/solve/example.json" --quiet --solution-out "$tmp/sol.json" >/dev/null 2>&1 || bad "class2: the test solution"
+"$tool" calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/links.json" >/dev/null 2>&1 || bad "class2: the test calibration"
+# writers NAME OUT: each writing command with its output at OUT (a file path, or for synth and
+# shard the directory that holds FILE as their output).
+refuse_writers() {
+  local o=$1
+  mkdir -p "$o.d"
+  cat <<CMDS
+plan|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o --dot $o.d/p.dot
+plan --dot|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o.d/p.json --dot $o
+export|$o|export --plan $tmp/p.json --to hf-tp-plan --out $o
+solve|$o|solve $data/solve/example.json --quiet --solution-out $o
+show|$o|show --mesh 2x2 --shape 8,8 --spec S0S1 --svg $o
+show --plan|$o|show --plan $tmp/p.json --tensor lm_head --svg $o
+calibrate|$o|calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out $o
+synth|$o.d/config.json|synth ${small[*]} --out $o.d
+shard|$o.d/rank-1.safetensors|shard $tmp/ck --policy gpt2 --tp 2 --out $o.d
+shard index|$o.d/index.json|shard $tmp/ck --policy gpt2 --tp 2 --out $o.d
+CMDS
+}
+echo precious >"$tmp/victim"
+n=0
+while IFS='|' read -r name out cmd; do
+  for kind in fifo link; do
+    n=$((n + 1)); o=$tmp/w$n
+    while IFS='|' read -r name2 out2 cmd2; do [ "$name2" = "$name" ] && { out=$out2; cmd=$cmd2; }; done < <(refuse_writers "$o")
+    rm -f "$out"
+    if [ $kind = fifo ]; then mkfifo "$out"; else ln -s "$tmp/victim" "$out"; fi
+    # shellcheck disable=SC2086
+    one_error "class2 ($name, $kind)" "$tool" $cmd
+    grep -q "not a regular file: refusing to replace it" "$tmp/err" || bad "class2 ($name, $kind): $(cat "$tmp/err")"
+    if [ $kind = fifo ]; then test -p "$out" && ok || bad "class2 ($name): the FIFO was replaced"
+    else test -L "$out" && [ "$(cat "$tmp/victim")" = precious ] && ok || bad "class2 ($name): the link or its target changed"; fi
+    [ -z "$(find "$tmp" -name '*.tmp.*')" ] && ok || bad "class2 ($name, $kind): temporaries left: $(find "$tmp" -name '*.tmp.*')"
+  done
+done < <(refuse_writers "$tmp/w0")
+# --follow-symlinks: the link stays, the file it points to is written (a regular file only).
+ln -s "$tmp/victim" "$tmp/follow.json"
+expect "class2 (--follow-symlinks)" 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/follow.json" --follow-symlinks
+test -L "$tmp/follow.json" && python3 -c "import json,sys; json.load(open(sys.argv[1]))['tp_plan']" "$tmp/victim" && ok \
+  || bad "class2: --follow-symlinks did not write the link's target"
+mkfifo "$tmp/fifo-target" && ln -s "$tmp/fifo-target" "$tmp/follow2.json"
+one_error "class2 (--follow-symlinks to a FIFO)" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/follow2.json" --follow-symlinks
+test -p "$tmp/fifo-target" && ok || bad "class2: a FIFO behind a followed link was replaced"
+
+# class3: the picture's temporary was the fixed name <plan>.svg.tmp, opened through a link planted
+# there; now every temporary is created exclusively under an unpredictable name.
+echo precious >"$tmp/victim3"
+ln -s "$tmp/victim3" "$tmp/p3.svg.tmp"
+expect class3 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p3.json" --quiet
+[ "$(cat "$tmp/victim3")" = precious ] && ok || bad "class3: the link's target was overwritten"
+grep -q "<svg" "$tmp/p3.svg" && ok || bad "class3: no SVG was written"
+# --no-svg skips Graphviz.
+expect class6 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p6.json" --quiet --no-svg
+test ! -e "$tmp/p6.svg" && test -e "$tmp/p6.dot" && ok || bad "class6: --no-svg wrote an SVG (or no DOT)"
+
+# class10: a 240-byte file name (Linux allows 255) was refused: its temporary's suffix pushed it over.
+long=$(printf 'a%.0s' $(seq 1 235)).json
+expect class10 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/$long" --quiet --no-svg
+test -s "$tmp/$long" && ok || bad "class10: no plan under a 240-byte name"
+expect class10 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/${long%.json}.dtensor"
+
 finish hardening

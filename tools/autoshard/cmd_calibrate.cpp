@@ -23,6 +23,7 @@ struct calibrate_cli_options {
   int repeats = 7;
   bool json = false;
   bool from_env = false;
+  bool follow_symlinks = false;
 };
 
 // The largest message calibrate sends; every rank holds three buffers of it (send, receive,
@@ -59,8 +60,12 @@ std::optional<calibration_result> calibrate_launched(const device_mesh& m, const
   return r;
 }
 
-int run_calibrate(const calibrate_cli_options& o) {
-  command_paths{}.output("--out", o.out).check();  // not a directory: found before the ranks run
+int run_calibrate(calibrate_cli_options o) {
+  {  // not a directory, a FIFO or a link: found before the ranks run
+    command_paths paths(o.follow_symlinks);
+    o.out = paths.output_path("--out", o.out).string();
+    paths.check();
+  }
   const device_mesh m(parse_mesh_shape(o.mesh));
   check_calibrate_options(o, m);
   calibration_options co;
@@ -118,6 +123,7 @@ void register_calibrate(CLI::App& app, action& run) {
   cmd->add_option("--mesh", o->mesh, "mesh shape, e.g. 2x2 (its ranks run here as threads, or are the launch's ranks)")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "calibration file (JSON)")->capture_default_str();
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   // Out of range is a usage error (exit 2), as for every number option; run_calibrate checks again.
   cmd->add_option("--max-bytes", o->max_bytes, "largest message (64 KiB .. 1 GiB); sizes go 4 KiB, 16 KiB, ... up to it")
       ->capture_default_str()

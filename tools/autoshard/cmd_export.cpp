@@ -3,6 +3,7 @@
 // parallelize_module plan (module -> ColwiseParallel / RowwiseParallel / SequenceParallel with
 // layouts). A plan no such style expresses is an error that lists the operators and why.
 #include "common.hpp"
+#include "paths.hpp"
 
 #include <autoshard/pass/export.hpp>
 
@@ -16,12 +17,14 @@ struct export_cli_options {
   std::string to;
   std::string out;
   std::string axis;
+  bool follow_symlinks = false;
 };
 
 int run_export(const export_cli_options& o) {
-  if (!o.out.empty() && std::filesystem::exists(o.out) && std::filesystem::exists(o.plan) &&
-      std::filesystem::equivalent(o.out, o.plan))
-    throw io_error("--out '" + o.out + "' is the plan file itself; write the export elsewhere");
+  command_paths paths(o.follow_symlinks);  // the export never written over the plan, a FIFO or a link
+  paths.input("--plan", o.plan);
+  const std::filesystem::path out = paths.output_path("--out", o.out);
+  paths.check();
   const loaded_plan lp = load_plan(o.plan);
   int axis = -1;
   if (!o.axis.empty()) {
@@ -39,7 +42,7 @@ int run_export(const export_cli_options& o) {
   if (o.out.empty()) {
     std::cout << text;
   } else {
-    write_file_atomically(o.out, text);
+    write_file_atomically(out, text);
     std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh.axis_label(static_cast<std::size_t>(e.tp_axis))
               << " of " << to_string(lp.mesh) << ", "
               << (o.to == "hf-tp-plan" ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
@@ -58,6 +61,7 @@ void register_export(CLI::App& app, action& run) {
       ->required()
       ->check(CLI::IsMember({"hf-tp-plan", "dtensor"}));
   cmd->add_option("--out", o->out, "file to write (default: stdout); notes go to stderr");
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_option("--axis", o->axis, "the tensor-parallel mesh axis, a number or a name (default: the axis named tp, else the last of size > 1)");
   cmd->footer(
       "Examples:\n"

@@ -46,6 +46,9 @@ struct plan_cli_options {
   std::vector<std::string> pins;
   std::string out = "plan.json";
   std::string dot;
+  std::string svg;  ///< set by check_plan_paths: the SVG beside the DOT
+  bool no_svg = false;
+  bool follow_symlinks = false;
   bool json = false;
   bool quiet = false;
   bool progress = false;
@@ -108,16 +111,20 @@ device_mesh plan_mesh(const plan_cli_options& o) {
 #endif
 }
 
-/// No output may replace an input (`plan --model M.json --out M.json`) or another output.
-void check_plan_paths(const plan_cli_options& o) {
+/// No output may replace an input (`plan --model M.json --out M.json`), another output, or
+/// anything but a regular file. Sets the paths to write: --out, --dot (default: beside --out)
+/// and the SVG beside the DOT (the files links point to, with --follow-symlinks).
+void check_plan_paths(plan_cli_options& o) {
   namespace fs = std::filesystem;
   const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
-  command_paths paths;
+  const fs::path svg = fs::path(dot).replace_extension(".svg");
+  command_paths paths(o.follow_symlinks);
   if (!o.model.is_preset()) paths.model("--model", o.model.model);
   if (!o.calibration.empty()) paths.input("--calibration", o.calibration);
   if (o.preload) paths.input("--out (with --preload)", o.out);
-  else paths.output("--out", o.out);
-  paths.output("--dot", dot).output("the SVG beside --dot", fs::path(dot).replace_extension(".svg"));
+  else o.out = paths.output_path("--out", o.out).string();
+  o.dot = paths.output_path("--dot", dot).string();
+  o.svg = o.no_svg ? std::string() : paths.output_path("the SVG beside --dot", svg).string();
   paths.check();
 }
 
@@ -154,29 +161,44 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   return po;
 }
 
+/// The most operators a DOT may draw for Graphviz to lay it out into the SVG: layout time grows
+/// faster than the drawing (a 32,768-operator chain took 83 s, ten times its planning).
+inline constexpr std::size_t max_svg_nodes = 2000;
+
+/// The operators a plan's DOT draws (write_plan_dot: one `    v<N> [label=...` line each).
+std::size_t dot_nodes(const std::string& dot) {
+  std::size_t n = 0;
+  for (std::size_t at = dot.find("\n    v"); at != std::string::npos; at = dot.find("\n    v", at + 1)) {
+    std::size_t k = at + 6;
+    while (k < dot.size() && std::isdigit(static_cast<unsigned char>(dot[k]))) ++k;
+    n += dot.compare(k, 2, " [") == 0;
+  }
+  return n;
+}
+
 /// The plan's pictures: a DOT (tied layers once, a legend, resharding edges with their
-/// collectives and time; pass/plan_dot.hpp), and an SVG where Graphviz is installed (empty
-/// path when it is not). Returns {dot, svg}.
+/// collectives and time; pass/plan_dot.hpp), and an SVG where Graphviz is installed, unless
+/// --no-svg or the drawing has more than max_svg_nodes operators (then a note says why).
+/// Returns {dot, svg}; svg is empty when none was written.
 std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const plan_cli_options& o, const model_graph& g,
                                                                        const autosharding_result& r) {
   namespace fs = std::filesystem;
-  const fs::path dot = o.dot.empty() ? fs::path(o.out).replace_extension(".dot") : fs::path(o.dot);
   std::ostringstream dot_text;
   write_plan_dot(dot_text, g, r.report.mesh, r.strategies, o.model.run());
-  write_file_atomically(dot, dot_text.str());
-  fs::path svg;
-  {  // Graphviz's dot, run without a shell; the SVG is renamed into place only when dot succeeded.
-    svg = fs::path(dot).replace_extension(".svg");
-    const fs::path tmp = svg.string() + ".tmp";
-    std::error_code ec;
-    if (run_program({"dot", "-Tsvg", dot.string(), "-o", tmp.string()}) == 0) fs::rename(tmp, svg, ec);
-    else ec = std::make_error_code(std::errc::no_such_file_or_directory);
-    if (ec) {
-      fs::remove(tmp, ec);
-      svg.clear();
-    }
+  write_file_atomically(o.dot, dot_text.str());
+  if (o.svg.empty()) return {o.dot, {}};
+  if (const std::size_t nodes = dot_nodes(dot_text.str()); nodes > max_svg_nodes) {
+    std::cerr << "autoshard: note: no SVG: the plan's drawing has " << nodes << " operators (tied layers drawn once), more than "
+              << max_svg_nodes << " that Graphviz lays out in seconds; the DOT is in " << o.dot
+              << " (`dot -Tsvg` draws it, slowly), and `autoshard show --plan` lists every tensor\n";
+    return {o.dot, {}};
   }
-  return {dot, svg};
+  // Graphviz's dot, run without a shell, writing into an exclusive temporary (atomic_file: a
+  // link planted at any name is never followed), renamed into place only when dot succeeded.
+  atomic_file svg(o.svg);
+  if (run_program({"dot", "-Tsvg", o.dot}, svg.fd()) != 0) return {o.dot, {}};  // no Graphviz: no SVG
+  svg.commit();
+  return {o.dot, fs::path(o.svg)};
 }
 
 /// Collectives per step, by (kind, mesh axis): count, bytes, seconds.
@@ -428,6 +450,8 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)");
   cmd->add_option("--out", o->out, "plan file (JSON)")->capture_default_str();
   cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");
+  cmd->add_flag("--no-svg", o->no_svg, "write no SVG beside the DOT (Graphviz is skipped)");
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr (solver, phases)");
   cmd->add_flag("--progress", o->progress,

@@ -25,6 +25,7 @@ struct shard_cli_options {
   std::string dtype_name;
   bool json = false;
   bool quiet = false;
+  bool follow_symlinks = false;
 };
 
 /// config.json beside the checkpoint (or inside it, for a directory), if there is one.
@@ -39,7 +40,7 @@ int run_shard(const shard_cli_options& o) {
   namespace fs = std::filesystem;
   if (o.policy.empty() == o.plan.empty()) throw spec_error("give exactly one of --policy (with --tp) or --plan");
   // Inputs first checked as files (a FIFO would block), then opened; outputs checked below.
-  command_paths paths;
+  command_paths paths(o.follow_symlinks);
   paths.input_or_dir("checkpoint", o.checkpoint);
   if (!o.plan.empty()) paths.input("--plan", o.plan);
   if (!o.config.empty()) paths.input("--config", o.config);
@@ -54,6 +55,7 @@ int run_shard(const shard_cli_options& o) {
   };
   shard_options so;
   if (!o.dtype_name.empty()) so.convert_to = parse_dtype_or_throw(o.dtype_name);
+  so.follow_symlinks = o.follow_symlinks;
 
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
@@ -74,7 +76,6 @@ int run_shard(const shard_cli_options& o) {
   shard_report r;
   std::string how;
   if (!o.policy.empty()) {
-    if (o.tp < 1) throw spec_error("--policy needs --tp N (the tensor-parallel size), N >= 1");
     auto normal = [](std::string n) {
       for (char& c : n)
         if (c == '-') c = '_';
@@ -93,6 +94,7 @@ int run_shard(const shard_cli_options& o) {
       throw spec_error("policy '" + name + "' does not fit this checkpoint: '" + cfg.string() + "' says model_type '" +
                        model_type + "' (use --policy auto, or --policy " + model_type + ")");
     }
+    if (o.tp < 1) throw spec_error("--policy needs --tp N (the tensor-parallel size), N >= 1");
     const tp_policy policy = policies::by_model_type(name);
     check_outputs(o.tp);
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
@@ -143,6 +145,7 @@ void register_shard(CLI::App& app, action& run) {
   cmd->add_option("--config", o->config, "Hugging Face config.json (default: the one beside the checkpoint)");
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this dtype (e.g. bf16)")->check(dtype_value());
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_shard(*o); }; });

@@ -34,6 +34,7 @@ struct show_options {
   std::string svg;
   std::string slice;  ///< for tensors of rank > 2: one index per leading dim ("0,3"); empty: every block
   bool json = false;
+  bool follow_symlinks = false;
 };
 
 /// Cut points of one dim: every shard boundary of every rank.
@@ -351,8 +352,10 @@ void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shap
   }
 }
 
-int run_show_spec(const show_options& o) {
-  command_paths{}.output("--svg", o.svg).check();
+int run_show_spec(show_options o) {
+  command_paths paths(o.follow_symlinks);
+  o.svg = paths.output_path("--svg", o.svg).string();
+  paths.check();
   const device_mesh m = o.mesh.build();
   const tensor_shape shape = parse_shape_list(o.shape);
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
@@ -493,9 +496,10 @@ void show_plan_table(const plan_doc& doc, const std::string& file) {
   std::cout << "draw one: autoshard show --plan " << file << " --tensor NAME [--svg FILE]\n";
 }
 
-int run_show_plan(const show_options& o) {
-  command_paths paths;  // `show --plan P --svg P` replaced the plan with a picture
-  paths.input("--plan", o.plan).output("--svg", o.svg);
+int run_show_plan(show_options o) {
+  command_paths paths(o.follow_symlinks);  // `show --plan P --svg P` replaced the plan with a picture
+  paths.input("--plan", o.plan);
+  o.svg = paths.output_path("--svg", o.svg).string();
   paths.check();
   const plan_doc doc = read_plan(o.plan);
   if (!o.tensor.empty()) show_plan_tensor(doc, o);
@@ -504,7 +508,7 @@ int run_show_plan(const show_options& o) {
   return exit_ok;
 }
 #else
-int run_show_plan(const show_options&) { throw io_error("show --plan needs a build with the plan area (Boost.Graph)"); }
+int run_show_plan(show_options) { throw io_error("show --plan needs a build with the plan area (Boost.Graph)"); }
 #endif
 
 }  // namespace
@@ -524,6 +528,7 @@ void register_show(CLI::App& app, action& run) {
       cmd->add_option("--plan", o->plan, "a plan file (autoshard plan --out): list its tensors, or draw --tensor");
   CLI::Option* tensor = cmd->add_option("--tensor", o->tensor, "with --plan: the tensor whose output spec to draw");
   cmd->add_option("--svg", o->svg, "also write the block map as SVG to this file");
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_option("--slice", o->slice, "tensors of rank > 2: one index per leading dim, e.g. 0,3 (default: a map per block)");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   tensor->needs(plan);

@@ -18,6 +18,7 @@ struct solve_cli_options {
   std::string evaluate;
   bool json = false;
   bool quiet = false;
+  bool follow_symlinks = false;
 };
 
 /// --evaluate: google/iopddl's Evaluate, exactly. Exit 0 when the solution is feasible, 1 when not.
@@ -42,12 +43,12 @@ int run_evaluate(const solve_cli_options& o, const strategy_problem& p) {
   return ev.feasible ? exit_ok : exit_user_error;
 }
 
-int run_solve(const solve_cli_options& o) {
+int run_solve(solve_cli_options o) {
   {  // a directory or FIFO: a clear error, no hang; the answer never written over the problem
-    command_paths paths;
+    command_paths paths(o.follow_symlinks);
     paths.input("problem file", o.file);
     if (!o.evaluate.empty()) paths.input("--evaluate", o.evaluate);
-    paths.output("--solution-out", o.solution_out);
+    o.solution_out = paths.output_path("--solution-out", o.solution_out).string();
     paths.check();
   }
   const strategy_problem p = read_iopddl_file(o.file);
@@ -117,6 +118,7 @@ void register_solve(CLI::App& app, action& run) {
   cmd->add_option("--solution-out", o->solution_out, "write the answer in the contest's format: [0, 2, 1, ...]");
   cmd->add_option("--evaluate", o->evaluate,
                   "do not solve: evaluate this solution file exactly (exit 1 when it is infeasible)");
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_solve(*o); }; });

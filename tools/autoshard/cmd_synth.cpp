@@ -20,6 +20,7 @@ struct synth_options {
   std::string out;
   std::uint64_t seed = 1;
   bool json = false;
+  bool follow_symlinks = false;
 };
 
 /// The name Hugging Face's files use: GPT-2's drop the "transformer." prefix.
@@ -31,14 +32,12 @@ std::string file_name(const std::string& family, const std::string& n) {
 int run_synth(const synth_options& o) {
   namespace fs = std::filesystem;
   // A preset is its family's Hugging Face model; a config.json (or directory) is used as the template.
-  {  // `synth --model DIR --out DIR` would replace the config it reads
-    command_paths paths;
-    if (!o.model.is_preset())
-      paths.model("--model", o.model.model);
-    paths.output("--out checkpoint", fs::path(o.out) / "model.safetensors")
-        .output("--out config", fs::path(o.out) / "config.json")
-        .check();
-  }
+  // `synth --model DIR --out DIR` would replace the config it reads
+  command_paths paths(o.follow_symlinks);
+  if (!o.model.is_preset()) paths.model("--model", o.model.model);
+  const fs::path weights_file = paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors");
+  const fs::path config_file = paths.output_path("--out config", fs::path(o.out) / "config.json");
+  paths.check();
   hf_model m;
   if (std::optional<hf_model> h = o.model.hf()) {
     m = *h;
@@ -74,7 +73,7 @@ int run_synth(const synth_options& o) {
     throw spec_error("--out '" + o.out + "' holds the --model config.json; synth would overwrite its input");
   fs::create_directories(o.out);
   {
-    safetensors_writer w(fs::path(o.out) / "model.safetensors", infos, {{"format", "pt"}});
+    safetensors_writer w(weights_file, infos, {{"format", "pt"}});
     for (const auto& e : w.entries()) {
       // Seeded per tensor, so values do not depend on file order.
       std::seed_seq seq{o.seed, static_cast<std::uint64_t>(std::hash<std::string>{}(e.name))};
@@ -90,7 +89,7 @@ int run_synth(const synth_options& o) {
     w.commit();
   }
   const std::string config_text = to_hf_config(m).dump(2) + "\n";
-  write_file_atomically(fs::path(o.out) / "config.json", config_text);
+  write_file_atomically(config_file, config_text);
 
   if (o.json) {
     std::cout << nlohmann::json{{"checkpoint", (fs::path(o.out) / "model.safetensors").string()},
@@ -125,6 +124,7 @@ void register_synth(CLI::App& app, action& run) {
     cmd->get_option(unused)->group("");           // accepted, as plan takes them, but not shown
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str()->check(seed_value());
+  add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->callback([o, &run] { run = [o] { return run_synth(*o); }; });
 }

@@ -170,15 +170,17 @@ inline nlohmann::json to_json(const device_mesh& m) {
 }
 
 /// Runs a program found on PATH with exactly these arguments, without a shell (no quoting,
-/// no expansion: a path with a quote or a `$(...)` is just a path), its stdout and stderr
-/// discarded. Returns its exit status, or -1 when it could not be started or was killed.
-inline int run_program(const std::vector<std::string>& argv) {
+/// no expansion: a path with a quote or a `$(...)` is just a path), its stderr discarded and
+/// its stdout too, or written to `out_fd` (an atomic_file's temporary: atomic_file::fd()).
+/// Returns its exit status, or -1 when it could not be started or was killed.
+inline int run_program(const std::vector<std::string>& argv, int out_fd = -1) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   if (posix_spawn_file_actions_init(&fa) != 0) return -1;
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), ::environ);
@@ -225,6 +227,15 @@ inline CLI::Validator byte_size() {
         }
       },
       "BYTES");
+}
+
+/// --follow-symlinks, on every command that writes files: an output path that is a symbolic
+/// link is written through (the file it points to is replaced, only if it is a regular file
+/// or absent); without it such an output is refused and nothing is written.
+inline void add_follow_symlinks(CLI::App& cmd, bool& follow) {
+  cmd.add_flag("--follow-symlinks", follow,
+               "an output that is a symbolic link: write the file it points to (refused unless a regular file) "
+               "instead of refusing");
 }
 
 // Subcommand registration: each returns the subcommand; `run` is set to its action.

@@ -1,8 +1,10 @@
 #pragma once
 // One check of a command's files before it reads or writes anything: inputs are regular files
 // (or directories where one is allowed) — a FIFO would block the read forever, a directory
-// read as a file says "Is a directory" — and no output is an input (same device and inode, so
-// hard links and symbolic links count) or another output (`plan --out X --dot X`).
+// read as a file says "Is a directory" — no output is an input (same device and inode, so
+// hard links and symbolic links count) or another output (`plan --out X --dot X`), and no
+// output is anything but a regular file or absent (io/atomic_file.hpp refuses the rest again
+// when it writes: a FIFO, a device or a link is never replaced).
 //   command_paths{}.input("--plan", plan).output("--svg", svg).check();
 #include "common.hpp"
 
@@ -11,7 +13,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -19,6 +23,10 @@ namespace autoshard::tool {
 
 class command_paths {
  public:
+  /// `follow_links`: an output that is a symbolic link is written through (the file it points
+  /// to is replaced, or refused as any output is); without it a link is refused.
+  explicit command_paths(bool follow_links = false) : follow_(follow_links) {}
+
   /// A file the command reads. Must exist and be a regular file (after following links).
   command_paths& input(std::string what, std::filesystem::path p) {
     inputs_.push_back({std::move(what), std::move(p), false});
@@ -35,39 +43,57 @@ class command_paths {
     std::error_code ec;
     return std::filesystem::is_directory(p, ec) ? input(std::move(what), p / "config.json") : input(std::move(what), p);
   }
-  /// A file the command writes (it may exist: it is replaced, unless it is an input).
-  command_paths& output(std::string what, std::filesystem::path p) {
-    if (!p.empty()) outputs_.push_back({std::move(what), std::move(p), false});
+  /// A file the command writes. It may exist as a regular file, which is replaced unless it is
+  /// an input; anything else there (a FIFO, a device, a directory, a link unless following
+  /// links) is refused by check().
+  command_paths& output(std::string what, const std::filesystem::path& p) {
+    (void)output_path(std::move(what), p);
     return *this;
   }
+  /// output(), returning the path to write: `p`, or the file a link at `p` points to when
+  /// following links.
+  std::filesystem::path output_path(std::string what, std::filesystem::path p) {
+    if (p.empty()) return p;
+    if (follow_) p = resolve_output_link(p);
+    outputs_.push_back({std::move(what), p, false});
+    return p;
+  }
 
-  /// Throws io_error naming the flag and the path of the first conflict.
+  /// Throws io_error naming the flag and the path of the first conflict. Linear in the
+  /// number of paths (a shard's 4,096 rank files are checked in milliseconds).
   void check() const {
-    std::vector<std::pair<const entry*, struct stat>> in;
+    std::map<std::pair<dev_t, ino_t>, const entry*> in;
     for (const entry& e : inputs_) {
       struct stat st {};
       if (::stat(e.path.c_str(), &st) != 0)
         throw io_error("cannot open " + e.what + " '" + e.path.string() + "': " + std::strerror(errno));
       const bool dir = S_ISDIR(st.st_mode);
       if (!S_ISREG(st.st_mode) && !(dir && e.dir_ok))
-        throw io_error(e.what + " '" + e.path.string() + "' is " + kind(st.st_mode) +
-                       ", not a regular file");
-      in.emplace_back(&e, st);
+        throw io_error(e.what + " '" + e.path.string() + "' is " + kind(st.st_mode) + ", not a regular file");
+      in.emplace(std::pair{st.st_dev, st.st_ino}, &e);
     }
-    for (std::size_t i = 0; i < outputs_.size(); ++i) {
-      const entry& o = outputs_[i];
+    std::unordered_map<std::string, const entry*> seen;  // an output's file (device:inode) or absolute path
+    for (const entry& o : outputs_) {
       struct stat st {};
+      std::string key;
       if (::stat(o.path.c_str(), &st) == 0) {
-        if (S_ISDIR(st.st_mode)) throw io_error(o.what + " '" + o.path.string() + "' is a directory, not a file");
-        for (const auto& [ie, ist] : in)
-          if (ist.st_dev == st.st_dev && ist.st_ino == st.st_ino)
-            throw io_error(o.what + " '" + o.path.string() + "' is the " + ie->what + " '" + ie->path.string() +
-                           "': refusing to overwrite its input");
+        if (const auto it = in.find({st.st_dev, st.st_ino}); it != in.end())
+          throw io_error(o.what + " '" + o.path.string() + "' is the " + it->second->what + " '" + it->second->path.string() +
+                         "': refusing to overwrite its input");
+        key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      } else {
+        std::error_code ec;
+        key = std::filesystem::weakly_canonical(o.path, ec).string();
+        if (ec) key = std::filesystem::absolute(o.path, ec).string();
       }
-      for (std::size_t j = 0; j < i; ++j)
-        if (same_place(outputs_[j].path, o.path))
-          throw io_error(o.what + " '" + o.path.string() + "' and " + outputs_[j].what + " '" +
-                         outputs_[j].path.string() + "' are the same file: give each output its own path");
+      if (const std::string why = why_not_replaceable(o.path); !why.empty()) {
+        struct stat lst {};
+        const bool link = ::lstat(o.path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
+        throw io_error(o.what + " " + why + (link ? " (give --follow-symlinks to write the file it points to)" : ""));
+      }
+      if (const auto [it, fresh] = seen.emplace(key, &o); !fresh)
+        throw io_error(o.what + " '" + o.path.string() + "' and " + it->second->what + " '" + it->second->path.string() +
+                       "' are the same file: give each output its own path");
     }
   }
 
@@ -78,22 +104,10 @@ class command_paths {
     bool dir_ok = false;
   };
   static std::string kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
     if (S_ISFIFO(m)) return "a FIFO (reading it could wait forever)";
-    if (S_ISSOCK(m)) return "a socket";
-    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
-    return "not a regular file";
+    return detail::file_kind(m);
   }
-  /// Two output paths that name one file: the same inode when both exist, else the same
-  /// absolute path with links in the existing part resolved.
-  static bool same_place(const std::filesystem::path& a, const std::filesystem::path& b) {
-    struct stat sa {}, sb {};
-    if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
-      return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    std::error_code ea, eb;
-    const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
-    return !ea && !eb && ca == cb;
-  }
+  bool follow_ = false;
   std::vector<entry> inputs_, outputs_;
 };
 

@@ -1,34 +1,48 @@
 #pragma once
 /// The one way autoshard writes a file: never a half file, never an input overwritten in
-/// place. The bytes go to a temporary in the target's directory under an unpredictable name
-/// (`<target>.tmp.<pid>.<16 hex digits>`, created with O_CREAT|O_EXCL|O_NOFOLLOW, mode
-/// 0666 & ~umask), are fsync'd, renamed over the target, and the directory is fsync'd. On
-/// any failure (or destruction without commit) the temporary is removed and the target is
-/// untouched.
+/// place, never anything but a regular file replaced. The bytes go to a temporary in the
+/// target's directory under an unpredictable name (`<target>.tmp.<pid>.<16 hex digits>`,
+/// created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0666 & ~umask), are fsync'd, renamed over the
+/// target, and the directory is fsync'd. On any failure (or destruction without commit) the
+/// temporary is removed and the target is untouched.
 ///   autoshard::write_file_atomically("plan.json", text);
 ///   autoshard::write_file_atomically("out.bin", [&](autoshard::atomic_file& f) { f.write(bytes); });
 ///   autoshard::atomic_file f("rank-0.safetensors");   // streaming: write(), then commit()
 ///
-/// Every live temporary is listed in a process-wide table, so a signal handler can remove
-/// them (remove_live_temporaries() is async-signal-safe).
+/// - A target that exists and is not a regular file (a FIFO, a device, a socket, a directory,
+///   or a symbolic link, which is never followed) is refused before anything is written and
+///   again at the rename: renaming over it would destroy the node (as root, a device's).
+///   A caller that means a link's target resolves it first (resolve_output_link).
+/// - A name too long for a temporary's suffix (names may have 255 bytes) gets a temporary of
+///   a shortened stem (`<first bytes>~<8 hex of the name's hash>.tmp.<pid>.<16 hex>`).
+/// - Temporaries that a killed writer left (its pid gone) under the target's temporary names
+///   are removed when the next writer of that target starts (remove_stale_temporaries).
+/// - Every live temporary is listed in a process-wide table without a size limit, so a
+///   signal handler can remove them (remove_live_temporaries() is async-signal-safe).
+#include <algorithm>    // std::min, std::max
 #include <array>        // std::array
 #include <atomic>       // std::atomic
 #include <cerrno>       // errno
+#include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::byte
 #include <cstdint>      // std::uint64_t
-#include <cstdio>       // std::snprintf
+#include <cstdio>       // std::snprintf, std::rename
 #include <cstring>      // std::strerror
 #include <filesystem>   // std::filesystem::path
 #include <functional>   // std::function
+#include <mutex>        // std::mutex
 #include <random>       // std::random_device
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <unordered_map>  // std::unordered_map
 #include <utility>      // std::exchange
 #include <vector>       // std::vector
 
-#include <fcntl.h>   // open, O_*
-#include <unistd.h>  // write, fsync, close, unlink, getpid
+#include <fcntl.h>     // open, O_*, AT_FDCWD, renameat2 (glibc)
+#include <signal.h>    // kill
+#include <sys/stat.h>  // lstat, S_IS*
+#include <unistd.h>    // write, fsync, close, unlink, getpid
 
 #include "../core/error.hpp"  // io_error
 
@@ -40,49 +54,223 @@ inline std::string sys_error(const std::string& what, const std::filesystem::pat
   return what + " '" + p.string() + "': " + std::strerror(errno);
 }
 
-/// The table of live temporaries: fixed slots of C strings, so that a signal handler can
-/// read it without locks or allocation. A path that finds no free slot is simply not listed.
+/// What a file mode is, as a message says it.
+inline std::string file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+/// The table of live temporaries: chunks of 256 slots of C strings, linked, so that a signal
+/// handler can walk it without locks or allocation. A chunk is added when every slot is taken
+/// (any number of files may be open at once: a 4,096-rank shard) and is never freed, since a
+/// handler may be walking it; at most the peak number of live temporaries is ever allocated.
 struct live_temporaries {
-  static constexpr std::size_t slots = 256;
-  std::array<std::atomic<const char*>, slots> path{};
+  static constexpr std::size_t chunk_slots = 256;
+  struct chunk {
+    std::array<std::atomic<const char*>, chunk_slots> path{};
+    std::atomic<std::size_t> used{0};
+    std::atomic<chunk*> next{nullptr};
+  };
+  using slot = std::atomic<const char*>;
+  chunk first;
+
   static live_temporaries& instance() {
     static live_temporaries t;
     return t;
   }
-  int add(const char* p) noexcept {
-    for (std::size_t i = 0; i < slots; ++i) {
-      const char* expected = nullptr;
-      if (path[i].compare_exchange_strong(expected, p)) return static_cast<int>(i);
+  struct handle {
+    chunk* c = nullptr;
+    slot* s = nullptr;
+  };
+  handle add(const char* p) {
+    for (chunk* c = &first;;) {
+      if (c->used.load() < chunk_slots)
+        for (slot& s : c->path) {
+          const char* expected = nullptr;
+          if (s.compare_exchange_strong(expected, p)) {
+            c->used.fetch_add(1);
+            return {c, &s};
+          }
+        }
+      chunk* n = c->next.load();
+      if (n == nullptr) {
+        auto* fresh = new chunk;  // never deleted (see above)
+        if (c->next.compare_exchange_strong(n, fresh)) n = fresh;
+        else delete fresh;  // another thread linked one first: n is it
+      }
+      c = n;
     }
-    return -1;
   }
-  void remove(int slot) noexcept {
-    if (slot >= 0) path[static_cast<std::size_t>(slot)].store(nullptr);
+  static void remove(handle& h) noexcept {
+    if (h.s == nullptr) return;
+    h.s->store(nullptr);
+    h.c->used.fetch_sub(1);
+    h = {};
+  }
+  /// Only atomic loads and unlink(): async-signal-safe.
+  void unlink_all() noexcept {
+    for (chunk* c = &first; c != nullptr; c = c->next.load())
+      for (slot& s : c->path)
+        if (const char* p = s.load()) ::unlink(p);
+  }
+};
+
+/// The longest file name Linux file systems take (NAME_MAX).
+inline constexpr std::size_t max_file_name = 255;
+/// ".tmp." + pid (at most 10 digits) + "." + 16 hex digits.
+inline constexpr std::size_t temporary_suffix_max = 5 + 10 + 1 + 16;
+
+/// The stem of `name`'s temporaries: the name itself, or, when the name leaves no room for the
+/// suffix, its first bytes (not cut inside a UTF-8 character) + "~" + 8 hex digits of its hash,
+/// so that two long names that share their first bytes still get different stems.
+inline std::string temporary_stem(const std::string& name) {
+  if (name.size() + temporary_suffix_max <= max_file_name) return name;
+  std::uint32_t h = 2166136261u;  // FNV-1a
+  for (const unsigned char c : name) h = (h ^ c) * 16777619u;
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "~%08x", static_cast<unsigned>(h));
+  std::size_t keep = max_file_name - temporary_suffix_max - 9;
+  while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xc0) == 0x80) --keep;
+  return name.substr(0, keep) + tag;
+}
+
+/// The stem and writer's pid of a temporary's file name `<stem>.tmp.<pid>.<16 hex>` (what
+/// atomic_file creates) or `<stem>.tmp.<pid>` (what earlier versions wrote), with a positive
+/// decimal pid of at most 9 digits; pid 0 when `name` is not one.
+struct temporary_name {
+  std::string stem;
+  pid_t pid = 0;
+};
+inline temporary_name parse_temporary_name(std::string_view name) {
+  if (name.size() > 17 && name[name.size() - 17] == '.') {
+    const std::string_view hex = name.substr(name.size() - 16);
+    if (hex.find_first_not_of("0123456789abcdef") == std::string_view::npos) name.remove_suffix(17);
+  }
+  const std::size_t at = name.rfind(".tmp.");
+  if (at == std::string_view::npos || at == 0) return {};
+  const std::string_view digits = name.substr(at + 5);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) return {};
+  pid_t pid = 0;
+  for (const char c : digits) pid = pid * 10 + (c - '0');
+  return {std::string(name.substr(0, at)), pid};
+}
+
+/// The stale temporaries of the directory scanned last, by stem: one scan serves every file a
+/// writer then creates there (a shard's thousands of rank files), not one scan per file.
+struct stale_temporaries {
+  std::mutex mu;
+  std::filesystem::path dir;
+  std::chrono::steady_clock::time_point scanned;
+  std::unordered_map<std::string, std::vector<std::string>> by_stem;
+  static stale_temporaries& instance() {
+    static stale_temporaries s;
+    return s;
   }
 };
 
 }  // namespace detail
 
+/// Removes, from `dir`, the temporaries of the files named `names` that a killed writer left:
+/// regular files named as atomic_file names them (`<name>.tmp.<pid>.<16 hex>`, or
+/// `<name>.tmp.<pid>` as earlier versions did) whose writer is gone (kill(pid, 0) fails with
+/// ESRCH). Nothing else is touched: not another name, a live (or another user's) pid, this
+/// process's own, a link or a directory. Best effort: a file that cannot be removed stays.
+/// Returns the removed. One scan of the directory serves calls for 5 s (atomic_file calls
+/// this for its target). In a directory shared with another machine or pid namespace a live
+/// writer's pid may look gone; that writer then fails with io_error (`cannot rename ...`),
+/// never a half file.
+inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& dir,
+                                                                   const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  auto& cache = detail::stale_temporaries::instance();
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  const auto now = std::chrono::steady_clock::now();
+  const fs::path d = dir.empty() ? fs::path(".") : dir;
+  if (cache.dir != d || now - cache.scanned > std::chrono::seconds(5)) {
+    cache.dir = d;
+    cache.scanned = now;
+    cache.by_stem.clear();
+    std::error_code ec;
+    for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      const detail::temporary_name t = detail::parse_temporary_name(n);
+      if (t.pid <= 0 || t.pid == ::getpid()) continue;
+      std::error_code sec;
+      if (!fs::is_regular_file(it->symlink_status(sec))) continue;  // a link or a directory: not ours
+      if (::kill(t.pid, 0) == 0 || errno != ESRCH) continue;          // alive, or not ours to judge (EPERM)
+      cache.by_stem[t.stem].push_back(n);
+    }
+  }
+  std::vector<fs::path> removed;
+  for (const std::string& name : names) {
+    const auto it = cache.by_stem.find(detail::temporary_stem(name));
+    if (it == cache.by_stem.end()) continue;
+    for (const std::string& n : it->second)
+      if (::unlink((d / n).c_str()) == 0) removed.push_back(dir / n);
+    cache.by_stem.erase(it);
+  }
+  return removed;
+}
+
+/// Why `target` may not be replaced by a new file ("" when it may): it exists and is not a
+/// regular file. A symbolic link is not followed: it is refused as a link, whatever it
+/// points to.
+inline std::string why_not_replaceable(const std::filesystem::path& target) {
+  struct stat st {};
+  if (::lstat(target.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};  // absent (or unreadable: the create says why)
+  std::string what = detail::file_kind(st.st_mode);
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const auto to = std::filesystem::read_symlink(target, ec);
+    if (!ec) what += " to '" + to.string() + "'";
+  }
+  return "'" + target.string() + "' is " + what + ", not a regular file: refusing to replace it";
+}
+
+/// Throws io_error unless `target` is absent or a regular file (why_not_replaceable).
+inline void check_replaceable(const std::filesystem::path& target) {
+  if (std::string why = why_not_replaceable(target); !why.empty()) throw io_error(why);
+}
+
+/// The file a symbolic link `p` points to, through up to 40 links (relative links resolved
+/// against the link's directory); `p` itself when it is not a link. For a caller that was
+/// asked to write through a link: the result is then replaced (or refused) as any target is.
+inline std::filesystem::path resolve_output_link(std::filesystem::path p) {
+  namespace fs = std::filesystem;
+  for (int hops = 0;; ++hops) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p;
+    if (hops == 40) throw io_error("'" + p.string() + "': too many levels of symbolic links");
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) throw io_error("cannot read the symbolic link '" + p.string() + "': " + ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+}
+
 /// Removes every temporary an atomic_file of this process has open right now. Only unlink()
 /// and atomic loads: safe to call from a signal handler (then re-raise the signal).
-inline void remove_live_temporaries() noexcept {
-  auto& t = detail::live_temporaries::instance();
-  for (auto& slot : t.path)
-    if (const char* p = slot.load()) ::unlink(p);
-}
+inline void remove_live_temporaries() noexcept { detail::live_temporaries::instance().unlink_all(); }
 
 /// One file written atomically, streaming: write() as often as needed, then commit().
 /// Destroyed without commit(), it removes its temporary.
 class atomic_file {
  public:
   explicit atomic_file(std::filesystem::path target) : final_(std::move(target)) {
+    check_replaceable(final_);  // before a byte is written: a FIFO or a link is never replaced
+    const std::string stem = detail::temporary_stem(final_.filename().string());
+    (void)remove_stale_temporaries(final_.parent_path(), {final_.filename().string()});
     std::random_device rd;
     for (int attempt = 0;; ++attempt) {
       char suffix[48];
       const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
       std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()), static_cast<unsigned long long>(r));
-      tmp_ = final_;
-      tmp_ += suffix;
+      tmp_ = final_.parent_path() / (stem + suffix);
       // Listed before it exists: a signal between open() and the listing would leave the
       // file behind (a handler that unlinks a name not yet created does no harm).
       tmp_c_ = tmp_.string();
@@ -90,22 +278,22 @@ class atomic_file {
       fd_ = ::open(tmp_c_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
       if (fd_ >= 0) break;
       const int err = errno;
-      detail::live_temporaries::instance().remove(std::exchange(slot_, -1));  // not ours: unlisted at once
+      detail::live_temporaries::remove(slot_);  // not ours: unlisted at once
       errno = err;
       if (err != EEXIST || attempt >= 16) throw io_error(detail::sys_error("cannot create", tmp_));
     }
-    buf_.reserve(buffer_size);
   }
   atomic_file(const atomic_file&) = delete;
   atomic_file& operator=(const atomic_file&) = delete;
   ~atomic_file() {
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(tmp_c_.c_str());
-    detail::live_temporaries::instance().remove(slot_);
+    detail::live_temporaries::remove(slot_);
   }
 
   void write(std::span<const std::byte> data) {
     if (buf_.size() + data.size() <= buffer_size) {
+      if (buf_.capacity() == 0) buf_.reserve(std::min(buffer_size, std::max(data.size(), std::size_t{4096}) * 4));
       buf_.insert(buf_.end(), data.begin(), data.end());
       return;
     }
@@ -114,8 +302,14 @@ class atomic_file {
     else buf_.insert(buf_.end(), data.begin(), data.end());
   }
   void write(std::string_view s) { write(std::as_bytes(std::span(s.data(), s.size()))); }
-  /// Bytes written so far (buffered ones included).
+  /// Bytes written so far (buffered ones included; not what another program wrote to fd()).
   std::uint64_t written() const noexcept { return written_ + buf_.size(); }
+  /// The temporary's descriptor, what write() buffered flushed first: for a program that
+  /// writes the contents itself (Graphviz's output as its stdout). -1 once finished.
+  int fd() {
+    if (fd_ >= 0) flush_buffer();
+    return fd_;
+  }
 
   /// Flushes and fsyncs; the file stays under its temporary name.
   void finish() {
@@ -124,14 +318,14 @@ class atomic_file {
     if (::fsync(fd_) != 0) throw io_error(detail::sys_error("cannot fsync", tmp_));
     if (::close(std::exchange(fd_, -1)) != 0) throw io_error(detail::sys_error("cannot close", tmp_));
   }
-  /// Renames over the target and fsyncs the directory.
+  /// Renames over the target (only a regular file, or none, is replaced: checked again, and
+  /// a target that appears after the check is not replaced unless it is a regular file) and
+  /// fsyncs the directory.
   void commit() {
     finish();
-    std::error_code ec;
-    std::filesystem::rename(tmp_, final_, ec);
-    if (ec) throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + ec.message());
+    rename_over_target();
     committed_ = true;
-    detail::live_temporaries::instance().remove(std::exchange(slot_, -1));
+    detail::live_temporaries::remove(slot_);
     const auto dir = final_.parent_path();
     const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {  // the rename is durable once the directory is; a failure here loses nothing written
@@ -143,7 +337,7 @@ class atomic_file {
   const std::filesystem::path& target() const noexcept { return final_; }
 
  private:
-  static constexpr std::size_t buffer_size = std::size_t{1} << 20;  // N files may be open at once
+  static constexpr std::size_t buffer_size = std::size_t{1} << 20;  // grown as written: N files may be open at once
   void flush_buffer() {
     raw_write(buf_.data(), buf_.size());
     buf_.clear();
@@ -158,10 +352,34 @@ class atomic_file {
       written_ += static_cast<std::uint64_t>(k);
     }
   }
+  void rename_over_target() {
+    auto fail = [&](int err) {
+      errno = err;
+      throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + std::strerror(err));
+    };
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      check_replaceable(final_);  // replaced by a FIFO or a link since the constructor: refused
+      struct stat st {};
+      if (::lstat(final_.c_str(), &st) == 0) {  // a regular file: replaced
+        if (::rename(tmp_c_.c_str(), final_.c_str()) != 0) fail(errno);
+        return;
+      }
+#if defined(RENAME_NOREPLACE)
+      // None there: created only if still none, so nothing planted since the check is replaced.
+      if (::renameat2(AT_FDCWD, tmp_c_.c_str(), AT_FDCWD, final_.c_str(), RENAME_NOREPLACE) == 0) return;
+      if (errno == EEXIST) continue;  // something appeared: look again
+      if (errno != EINVAL && errno != ENOSYS) fail(errno);
+#endif
+      if (::rename(tmp_c_.c_str(), final_.c_str()) != 0) fail(errno);  // no RENAME_NOREPLACE here
+      return;
+    }
+    check_replaceable(final_);
+    fail(EEXIST);
+  }
   std::filesystem::path final_, tmp_;
   std::string tmp_c_;  // what the live-temporaries table points at
   int fd_ = -1;
-  int slot_ = -1;
+  detail::live_temporaries::handle slot_;
   bool committed_ = false;
   std::uint64_t written_ = 0;
   std::vector<std::byte> buf_;

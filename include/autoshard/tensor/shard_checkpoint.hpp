@@ -11,17 +11,12 @@
 ///                               autoshard::load_model_config("gpt2/config.json"), "out");
 ///   autoshard::sharded_checkpoint out("out");
 ///   autoshard::host_tensor w = out.gather("h.0.attn.c_attn.weight");   // bit for bit
-#include <signal.h>  // kill
-#include <unistd.h>  // getpid
-
-#include <cerrno>       // errno, ESRCH
 #include <algorithm>    // std::none_of
 #include <chrono>       // std::chrono::steady_clock
 #include <cstdint>      // std::uint64_t
 #include <cstdio>       // std::snprintf
 #include <cstring>      // std::memcpy
 #include <filesystem>   // std::filesystem
-#include <fstream>      // std::ifstream
 #include <functional>   // std::function
 #include <map>          // std::map
 #include <memory>       // std::unique_ptr
@@ -35,6 +30,7 @@
 
 #include "../core/error.hpp"  // io_error
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
+#include "../io/atomic_file.hpp"  // atomic_file, remove_stale_temporaries, resolve_output_link
 #include "../io/json.hpp"     // load_json_file, json_in
 #include "host_tensor.hpp"    // host_tensor, convert_into
 #include "policy.hpp"         // tp_policy, plan_policy, shards_of, tensor_shards
@@ -63,6 +59,10 @@ struct shard_options {
   /// a missing tensor is an error instead of a silently smaller output. Off for models whose
   /// layers differ on purpose.
   bool check_layers = true;
+  /// An output file (a rank file, index.json) that is a symbolic link: write the file it points
+  /// to (replaced only if it is a regular file). Off: such an output is refused, as anything
+  /// but a regular file is (io/atomic_file.hpp).
+  bool follow_symlinks = false;
 };
 
 struct shard_report {
@@ -82,49 +82,6 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r) 
 }
 
 namespace detail {
-
-/// The pid in `name` when it is `<final>.tmp.<pid>.<16 hex digits>` (what atomic_file writes)
-/// or `<final>.tmp.<pid>` (what earlier versions wrote) for one of `finals`, with a positive
-/// decimal pid; 0 otherwise.
-inline pid_t temporary_owner(const std::string& name, const std::vector<std::string>& finals) {
-  for (const auto& f : finals) {
-    const std::string prefix = f + ".tmp.";
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string digits = name.substr(prefix.size());
-    if (const auto dot = digits.find('.'); dot != std::string::npos) {
-      const std::string hex = digits.substr(dot + 1);
-      if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return 0;
-      digits.resize(dot);
-    }
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-    return static_cast<pid_t>(std::stol(digits));  // at most 999999999: fits, and 0 stays 0
-  }
-  return 0;
-}
-
-/// Removes, from `dir`, the regular files named `<f>.tmp.<pid>` for a file name f of `finals`
-/// whose writer is gone (kill(pid, 0) fails with ESRCH): what a sharder killed mid-write
-/// leaves. Nothing else is touched: not another name, not a live (or other user's) pid, not
-/// this process's own. Best effort: a file that cannot be removed stays. Returns the removed.
-/// (A directory shared with another machine or pid namespace could hold a live writer's
-/// temporary whose pid is unknown here; that writer's rename would then fail with io_error.)
-inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& dir,
-                                                                   const std::vector<std::string>& finals) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> removed;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const pid_t pid = temporary_owner(it->path().filename().string(), finals);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    std::error_code sec;
-    if (!fs::is_regular_file(it->symlink_status(sec))) continue;  // a link or a directory: not ours
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
-    std::error_code rec;
-    if (fs::remove(it->path(), rec)) removed.push_back(it->path());
-  }
-  return removed;
-}
 
 inline nlohmann::json shape_json(const tensor_shape& s) { return s.to_vector(); }
 
@@ -261,14 +218,15 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   fs::create_directories(out_dir);
   std::vector<std::string> finals{"index.json"};
   for (int r = 0; r < N; ++r) finals.push_back(rank_file("", r).string());
-  std::vector<fs::path> removed_stale = detail::remove_stale_temporaries(out_dir, finals);
+  std::vector<fs::path> removed_stale = remove_stale_temporaries(out_dir, finals);
+  const auto output = [&](const fs::path& p) { return opts.follow_symlinks ? resolve_output_link(p) : p; };
   std::vector<std::unique_ptr<safetensors_writer>> writers;
   for (int r = 0; r < N; ++r) {
     auto rank_infos = infos;
     for (std::size_t i = 0; i < plans.size(); ++i) rank_infos[i].shape = plans[i].ranks[static_cast<std::size_t>(r)].shape;
     auto rank_meta = meta;
     rank_meta["autoshard.rank"] = std::to_string(r);
-    writers.push_back(std::make_unique<safetensors_writer>(rank_file(out_dir, r), std::move(rank_infos), rank_meta));
+    writers.push_back(std::make_unique<safetensors_writer>(output(rank_file(out_dir, r)), std::move(rank_infos), rank_meta));
   }
   shard_report report;
   report.world_size = N;
@@ -310,7 +268,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     }
   }
   for (auto& w : writers) w->finish();
-  atomic_file index(out_dir / "index.json");
+  atomic_file index(output(out_dir / "index.json"));
   index.write(index_text);
   index.finish();
   // The old index goes first: a run killed while renaming leaves no index (an incomplete
@@ -318,7 +276,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   // and the index carry this run's generation, so any other mix is refused on reading too.
   {
     std::error_code ec;
-    if (fs::is_regular_file(fs::symlink_status(out_dir / "index.json", ec))) fs::remove(out_dir / "index.json", ec);
+    if (fs::is_regular_file(fs::symlink_status(index.target(), ec))) fs::remove(index.target(), ec);
   }
   for (auto& w : writers) w->commit();
   index.commit();  // last: a directory with index.json is complete

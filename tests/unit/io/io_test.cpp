@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include "unit/scratch.hpp"
@@ -221,4 +223,104 @@ TEST_CASE("check_json_depth: a text nested deeper than max_json_depth is refused
   for (int i = 0; i < 20; ++i) deep = nlohmann::json::array({deep, 1});
   CHECK(error_of([&] { json_in(deep, "x").integer(); }) == "io error: x: the document is " + deep.dump().substr(0, 57) +
                                                               "..., not an integer in [-9223372036854775808, 9223372036854775807]");
+}
+
+TEST_CASE("atomic_file: an output that is not a regular file is refused before anything is written, and kept") {
+  io_dir d;
+  const fs::path victim = d.path / "victim.json";
+  std::ofstream(victim) << "precious";
+  const fs::path fifo = d.path / "out.fifo", link = d.path / "out.link", dir = d.path / "out.dir";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_symlink(victim, link);
+  fs::create_directories(dir);
+  // Renaming over them (what every writer did) destroyed the FIFO, the link, or as root a device node.
+  CHECK(error_of([&] { write_file_atomically(fifo, std::string_view("x")); }) ==
+        "io error: '" + fifo.string() + "' is a FIFO, not a regular file: refusing to replace it");
+  CHECK(error_of([&] { write_file_atomically(link, std::string_view("x")); }) ==
+        "io error: '" + link.string() + "' is a symbolic link to '" + victim.string() +
+            "', not a regular file: refusing to replace it");
+  CHECK(error_of([&] { write_file_atomically(dir, std::string_view("x")); }).find("is a directory, not a regular file") !=
+        std::string::npos);
+  CHECK(fs::is_fifo(fifo));
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(victim) == "precious");
+  // A character device is named as one (only checked: nothing is written near /dev/null).
+  CHECK(why_not_replaceable("/dev/null") == "'/dev/null' is a character device, not a regular file: refusing to replace it");
+  CHECK(why_not_replaceable(victim).empty());
+  CHECK(why_not_replaceable(d.path / "absent").empty());
+  // A FIFO planted while the file was written (after the first check) is refused at the rename.
+  const fs::path late = d.path / "late.json";
+  {
+    atomic_file f(late);
+    f.write(std::string_view("x"));
+    REQUIRE(::mkfifo(late.c_str(), 0600) == 0);
+    CHECK(error_of([&] { f.commit(); }).find("is a FIFO, not a regular file") != std::string::npos);
+  }
+  CHECK(fs::is_fifo(late));
+  // Asked to (resolve_output_link), a link is written through: the file it points to is replaced.
+  write_file_atomically(resolve_output_link(link), std::string_view("new"));
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(victim) == "new");
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) files += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(files == 0);
+}
+
+TEST_CASE("atomic_file: a 255-byte name gets a temporary that fits, and two long names never share one") {
+  io_dir d;
+  const std::string stem(240, 'a');
+  for (const std::string& name : {stem + ".json", std::string(255, 'b'), std::string(240, 'a') + "." + std::string(14, 'c')}) {
+    CAPTURE(name.size());
+    atomic_file f(d.path / name);
+    CHECK(f.temporary_path().filename().string().size() <= 255);
+    f.write(std::string_view("ok"));
+    f.commit();
+    CHECK(slurp(d.path / name) == "ok");
+  }
+  atomic_file a(d.path / (stem + ".x1")), b(d.path / (stem + ".x2"));
+  const std::string ta = a.temporary_path().filename().string(), tb = b.temporary_path().filename().string();
+  CHECK(ta.substr(0, ta.find(".tmp.")) != tb.substr(0, tb.find(".tmp.")));  // the stems differ (a hash of the name)
+}
+
+TEST_CASE("atomic_file: the temporaries a killed writer left are removed by the next writer of that file only") {
+  io_dir d;
+  const pid_t dead = [] {  // a pid that is certainly gone: a child that has exited and been reaped
+    const pid_t p = ::fork();
+    if (p == 0) ::_exit(0);
+    ::waitpid(p, nullptr, 0);
+    return p;
+  }();
+  REQUIRE(dead > 0);
+  const std::string pid = std::to_string(dead);
+  const std::string long_name(250, 'n');
+  const std::string long_stem = detail::temporary_stem(long_name);
+  const std::vector<std::string> stale = {"plan.json.tmp." + pid + ".0123456789abcdef", "plan.json.tmp." + pid,
+                                          long_stem + ".tmp." + pid + ".00000000000000ff"};
+  const std::vector<std::string> keep = {"plan.json.tmp.1.0123456789abcdef",       // pid 1 is alive
+                                         "other.json.tmp." + pid + ".0123456789abcdef",  // another file's
+                                         "plan.json.tmp." + pid + ".0123"};             // not a temporary's name
+  for (const auto& n : stale) std::ofstream(d.path / n) << "half";
+  for (const auto& n : keep) std::ofstream(d.path / n) << "not ours";
+  write_file_atomically(d.path / "plan.json", std::string_view("{}"));
+  write_file_atomically(d.path / long_name, std::string_view("{}"));
+  for (const auto& n : stale) CHECK(!fs::exists(d.path / n));
+  for (const auto& n : keep) CHECK(fs::exists(d.path / n));
+}
+
+TEST_CASE("remove_live_temporaries covers any number of open files (the table once had 256 slots)") {
+  io_dir d;
+  std::vector<std::unique_ptr<atomic_file>> open;
+  for (int i = 0; i < 600; ++i) {
+    open.push_back(std::make_unique<atomic_file>(d.path / ("rank-" + std::to_string(i) + ".safetensors")));
+    open.back()->write(std::string_view("x"));
+    (void)open.back()->fd();  // flushed: the temporary holds a byte
+  }
+  CHECK(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()) == 600);
+  remove_live_temporaries();
+  CHECK(fs::directory_iterator(d.path) == fs::directory_iterator());
+  open.clear();  // their destructors find nothing left to remove
+  atomic_file again(d.path / "rank-0.safetensors");  // slots are reused after the 600 are gone
+  again.write(std::string_view("y"));
+  again.commit();
+  CHECK(slurp(d.path / "rank-0.safetensors") == "y");
 }

@@ -98,10 +98,92 @@ grep -q "<svg" "$tmp/p3.svg" && ok || bad "class3: no SVG was written"
 expect class6 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p6.json" --quiet --no-svg
 test ! -e "$tmp/p6.svg" && test -e "$tmp/p6.dot" && ok || bad "class6: --no-svg wrote an SVG (or no DOT)"
 
+# class4: a failed write to stdout (a full device) is exit 1 with a message, for every subcommand.
+while IFS= read -r cmd; do
+  # shellcheck disable=SC2086
+  rc=0; "$tool" $cmd >/dev/full 2>"$tmp/err" || rc=$?
+  if [ "$rc" -eq 1 ] && grep -q "cannot write to standard output" "$tmp/err"; then ok
+  else bad "class4: $cmd > /dev/full -> exit $rc: $(head -c 300 "$tmp/err")"; fi
+done <<CMDS
+plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $tmp/o4.json --json
+plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $tmp/o4.json
+show --mesh 2x2 --shape 8,8 --spec S0S1 --json
+show --plan $tmp/p.json
+explain --mesh 2x2 --shape 8,4 --from S0S1 --to RR
+export --plan $tmp/p.json --to hf-tp-plan
+solve $data/solve/example.json --json --quiet
+synth ${small[*]} --out $tmp/o4
+shard $tmp/ck --policy gpt2 --tp 2 --out $tmp/o4s --quiet
+verify --plan $tmp/p.json --forward-only
+--help
+plan --help
+--version
+completion
+CMDS
+
+# class5: SIGXFSZ (the file-size limit) killed synth and left its temporary; now the write fails
+# with a clear error and nothing is left. A killed writer's temporaries (SIGKILL) are removed by
+# the next writer of the same file; a live writer's are not.
+rc=0; (ulimit -f 64; exec "$tool" synth "${small[@]}" --out "$tmp/o5") >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "File too large" "$tmp/err" && ok || bad "class5: ulimit -f: exit $rc: $(cat "$tmp/err")"
+[ -z "$(find "$tmp/o5" -name '*.tmp.*')" ] && ok || bad "class5: ulimit -f left $(find "$tmp/o5" -name '*.tmp.*')"
+dead=$(bash -c 'echo $$')  # a pid that has exited
+mkdir -p "$tmp/o5k"
+for f in model.safetensors config.json; do echo half >"$tmp/o5k/$f.tmp.$dead.0123456789abcdef"; done
+echo live >"$tmp/o5k/config.json.tmp.1.0123456789abcdef"
+expect class5 0 "" "$tool" synth "${small[@]}" --out "$tmp/o5k"
+[ "$(find "$tmp/o5k" -name '*.tmp.*' | wc -l)" -eq 1 ] && test -e "$tmp/o5k/config.json.tmp.1.0123456789abcdef" && ok \
+  || bad "class5: stale temporaries: $(ls "$tmp/o5k")"
+echo half >"$tmp/p.json.tmp.$dead.0123456789abcdef"
+expect class5 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p.json" --quiet --no-svg
+test ! -e "$tmp/p.json.tmp.$dead.0123456789abcdef" && ok || bad "class5: plan left a dead writer's temporary"
+
+# class9: wrong answers reported as success.
+for d in i32 bool u8 int64; do
+  expect "class9 (--dtype $d)" 2 "training needs a floating-point dtype" "$tool" plan "${small[@]}" --dtype "$d" --out "$tmp/o9.json"
+done
+expect "class9 (--dtype i32 infer)" 0 "" "$tool" plan "${small[@]}" --mode infer --dtype i32 --mesh 2x2 --out "$tmp/o9i.json" --quiet --no-svg
+for cmd in "plan ${small[*]} --out ''" "plan ${small[*]} --dot ''" "export --plan $tmp/p.json --to hf-tp-plan --out ''" \
+           "solve $data/solve/example.json --solution-out ''" "show --mesh 2x2 --shape 8,8 --spec S0S1 --svg ''" \
+           "synth ${small[*]} --out ''" "shard $tmp/ck --policy gpt2 --tp 2 --out ''" "verify --plan ''"; do
+  eval "set -- $cmd"
+  expect "class9 (empty value)" 2 "the value is empty" "$tool" "$@"
+done
+test -z "$(find "$tmp" -maxdepth 1 -name '.*')" && ok || bad "class9: hidden files written: $(find "$tmp" -maxdepth 1 -name '.*')"
+expect "class9 (010)" 0 "" "$tool" synth --model gpt2 --hidden 32 --heads 4 --vocab 128 --layers 010 --out "$tmp/o9l"
+grep -q '"n_layer": 10' "$tmp/o9l/config.json" && ok || bad "class9: --layers 010 is not 10: $(grep n_layer "$tmp/o9l/config.json")"
+expect "class9 (0x2)" 2 "--tp: '0x2' is not a decimal integer" "$tool" shard "$tmp/ck" --policy gpt2 --tp 0x2 --out "$tmp/o9x"
+expect "class9 (i64)" 2 "not a floating-point dtype" "$tool" synth "${small[@]}" --dtype i64 --out "$tmp/o9d"
+test ! -e "$tmp/o9d" && test ! -e "$tmp/o9x" && ok || bad "class9: a refused command made its output directory"
+expect "class9 (--pin aliases)" 1 "spec error: --pin .* and --pin .* pin one tensor, 'transformer.wte.weight', to different specs" \
+  "$tool" plan "${small[@]}" --pin lm_head.weight=RR --pin transformer.wte.weight=S0R --out "$tmp/o9p.json"
+expect "class9 (--pin form)" 2 "is not NAME=SPEC" "$tool" plan "${small[@]}" --pin lm_head --out "$tmp/o9p.json"
+expect "class9 (shard without a policy)" 2 "--policy \(with --tp\) or --plan is required" "$tool" shard "$tmp/ck" --out "$tmp/o9s"
+python3 - "$tmp" <<'PY'
+import json, os, sys
+from safetensors.numpy import load_file, save_file
+t = sys.argv[1]
+d = load_file(f"{t}/ck/model.safetensors")
+os.makedirs(f"{t}/twice", exist_ok=True)
+names = sorted(d)
+save_file({k: d[k] for k in names[:-1]}, f"{t}/twice/a.safetensors", metadata={"format": "pt"})
+save_file({k: d[k] for k in names[-2:]}, f"{t}/twice/b.safetensors", metadata={"format": "pt"})
+wm = {k: "a.safetensors" for k in names[:-1]}
+wm[names[-1]] = "b.safetensors"
+json.dump({"weight_map": wm}, open(f"{t}/twice/model.safetensors.index.json", "w"))
+os.system(f"cp {t}/ck/config.json {t}/twice/")
+PY
+expect "class9 (a tensor in two shard files)" 1 "is in two files, 'a.safetensors' \(the weight_map's\) and 'b.safetensors'" \
+  "$tool" shard "$tmp/twice" --policy gpt2 --tp 2 --out "$tmp/o9t"
+
 # class10: a 240-byte file name (Linux allows 255) was refused: its temporary's suffix pushed it over.
 long=$(printf 'a%.0s' $(seq 1 235)).json
 expect class10 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/$long" --quiet --no-svg
 test -s "$tmp/$long" && ok || bad "class10: no plan under a 240-byte name"
 expect class10 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/${long%.json}.dtensor"
+
+# class11: a flag's range is the library's (--intra-hop 2 passed [0, 3600], then failed as [0, 1)).
+expect class11 2 "--intra-hop: 2 is not a finite number in \[0, 1\]" "$tool" plan "${small[@]}" --intra-hop 2 --out "$tmp/o11.json"
+expect class11 2 "--inter-lat: 2000 is not a finite number in \[0, 1000\]" "$tool" explain --mesh 2x2 --shape 8,4 --from S0R --to RR --inter-lat 2000
 
 finish hardening

@@ -148,15 +148,22 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   // The budget is the device's memory unless said otherwise.
   if (o.memory_budget.empty()) po.memory_budget = po.device.memory_bytes;
   else if (o.memory_budget != "none") po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
+  std::map<std::string, std::string> pinned_by;  // tensor -> the --pin that pinned it
   for (const std::string& pin : o.pins) {
-    auto eq = pin.find('=');
-    if (eq == std::string::npos) throw spec_error("--pin '" + pin + "': write NAME=SPEC, e.g. input_ids=S0R");
+    const auto eq = pin.find('=');
     const std::string name = pin.substr(0, eq);
     std::string tied;  // a name as users write it: checkpoint spelling, a tied weight's state-dict name
     const std::optional<vertex_t> v = find_tensor(g, name, &tied);
     if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'" + did_you_mean(g, name));
     if (!tied.empty()) std::cerr << "note: --pin " << tied << "\n";
-    po.pinned[g[*v].name] = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+    const sharding_spec spec = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+    // Two names of one tensor (an alias, the tied lm_head.weight / wte.weight) pinned apart:
+    // the last one used to win without a word.
+    const auto [it, fresh] = pinned_by.emplace(g[*v].name, pin);
+    if (!fresh && !(po.pinned.at(g[*v].name) == spec))
+      throw spec_error("--pin '" + pin + "' and --pin '" + it->second + "' pin one tensor, '" + g[*v].name +
+                       "', to different specs: give one");
+    po.pinned[g[*v].name] = spec;
   }
   return po;
 }
@@ -447,7 +454,15 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_flag("--preload", o->preload, "read the plan from --out instead of solving");
   cmd->add_flag("--no-tie-layers", o->no_tie_layers, "let identical layers choose differently");
   cmd->add_flag("--no-zero", o->no_zero, "training: offer no ZeRO-1/2 storage of parameters (ZeRO-3, stored sharded, stays)");
-  cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)");
+  cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const auto eq = v.find('=');
+            return eq == std::string::npos || eq == 0 || eq + 1 == v.size()
+                       ? "'" + v + "' is not NAME=SPEC (e.g. input_ids=S0R)"
+                       : std::string();
+          },
+          "NAME=SPEC"));
   cmd->add_option("--out", o->out, "plan file (JSON)")->capture_default_str();
   cmd->add_option("--dot", o->dot, "Graphviz file (default: the plan's name with .dot)");
   cmd->add_flag("--no-svg", o->no_svg, "write no SVG beside the DOT (Graphviz is skipped)");
@@ -457,6 +472,7 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_flag("--progress", o->progress,
                 "progress of the phases (strategies, pricing, baselines) on stderr even when it is not a terminal");
   cmd->callback([o, backend, &run] {
+    o->model.check_flags();
     o->backend_given = backend->count() > 0;
     run = [o] { return run_plan(*o); };
   });

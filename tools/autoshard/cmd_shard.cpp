@@ -38,7 +38,6 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
 
 int run_shard(const shard_cli_options& o) {
   namespace fs = std::filesystem;
-  if (o.policy.empty() == o.plan.empty()) throw spec_error("give exactly one of --policy (with --tp) or --plan");
   // Inputs first checked as files (a FIFO would block), then opened; outputs checked below.
   command_paths paths(o.follow_symlinks);
   paths.input_or_dir("checkpoint", o.checkpoint);
@@ -94,7 +93,6 @@ int run_shard(const shard_cli_options& o) {
       throw spec_error("policy '" + name + "' does not fit this checkpoint: '" + cfg.string() + "' says model_type '" +
                        model_type + "' (use --policy auto, or --policy " + model_type + ")");
     }
-    if (o.tp < 1) throw spec_error("--policy needs --tp N (the tensor-parallel size), N >= 1");
     const tp_policy policy = policies::by_model_type(name);
     check_outputs(o.tp);
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
@@ -139,16 +137,23 @@ void register_shard(CLI::App& app, action& run) {
 
   cmd->add_option("checkpoint", o->checkpoint, "model.safetensors, its index json, or a directory")->required();
   auto* pol = cmd->add_option("--policy", o->policy, "built-in policy: gpt2, bert, opt, gpt_neox, bloom, llama, or auto (config.json's model_type)");
-  cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy)")->needs(pol)->check(positive_int());
+  cmd->add_option("--tp", o->tp, "tensor-parallel size (with --policy), at most 1048576 (2^20, the most ranks a mesh has)")
+      ->needs(pol)
+      ->check(CLI::Range(1, static_cast<int>(max_parsed_mesh_ranks)));
   auto* plan = cmd->add_option("--plan", o->plan, "a plan file written by `autoshard plan --out`");
   pol->excludes(plan);
   cmd->add_option("--config", o->config, "Hugging Face config.json (default: the one beside the checkpoint)");
   cmd->add_option("--out", o->out, "output directory")->required();
-  cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this dtype (e.g. bf16)")->check(dtype_value());
+  cmd->add_option("--dtype", o->dtype_name, "convert float tensors to this float dtype (f32, bf16, f16, f64)")
+      ->check(dtype_value(true));
   add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
-  cmd->callback([o, &run] { run = [o] { return run_shard(*o); }; });
+  cmd->callback([o, &run] {
+    if (o->policy.empty() && o->plan.empty()) throw CLI::RequiredError("--policy (with --tp) or --plan");
+    if (!o->policy.empty() && o->tp == 0) throw CLI::RequiredError("--tp (the tensor-parallel size, with --policy)");
+    run = [o] { return run_shard(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

@@ -119,7 +119,9 @@ void register_synth(CLI::App& app, action& run) {
       "  autoshard synth --model gpt2 --layers 2 --hidden 256 --heads 8 --vocab 8192 --out ckpt\n"
       "  autoshard synth --model llama-7b --layers 1 --dtype bf16 --out ckpt");
   o->model.add_to(*cmd);
-  cmd->get_option("--dtype")->description("dtype of the written tensors: f32 (the default), bf16, f16 or f64");
+  cmd->get_option("--dtype")
+      ->description("dtype of the written tensors: f32 (the default), bf16, f16 or f64")
+      ->check(dtype_value(true));  // a usage error before the output directory is made
   for (const char* unused : {"--batch", "--mode"})  // no parameter depends on them (--seq can widen GPT-2's wpe):
     cmd->get_option(unused)->group("");           // accepted, as plan takes them, but not shown
   cmd->add_option("--out", o->out, "output directory (model.safetensors and config.json)")->required();

@@ -97,20 +97,22 @@ struct mesh_options {
     if (!with_links) return;
     // NaN, infinite, zero or negative links used to price every step as "nan s" or fall back to
     // the default without a word: refused as usage errors.
+    // The ranges are the library's (core/mesh.hpp max_link_*), so the flag and the library
+    // never disagree (`--intra-hop 2` passed the flag's [0, 3600] and then failed in the library).
     inter_bw = cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
         ->capture_default_str()
-        ->check(finite_in(0, 1e18, true));
+        ->check(finite_in(0, max_link_bandwidth, true));
     intra_bw = cmd.add_option("--intra-bw", links.intra_node_bandwidth, "intra-node bandwidth of the other axes, bytes/s")
         ->capture_default_str()
-        ->check(finite_in(0, 1e18, true));
+        ->check(finite_in(0, max_link_bandwidth, true));
     cmd.add_option("--inter-lat", links.inter_node_latency, "inter-node latency, seconds (default: the backend's, nccl 2e-5)")
-        ->check(finite_in(0, 3600));
+        ->check(finite_in(0, max_link_latency_s));
     cmd.add_option("--intra-lat", links.intra_node_latency, "intra-node latency, seconds (default: the backend's, nccl 5e-6)")
-        ->check(finite_in(0, 3600));
+        ->check(finite_in(0, max_link_latency_s));
     cmd.add_option("--inter-hop", links.inter_node_hop, "inter-node latency per ring step, seconds (default: the backend's, nccl 2.7e-6)")
-        ->check(finite_in(0, 3600));
+        ->check(finite_in(0, max_link_hop_s));
     cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)")
-        ->check(finite_in(0, 3600));
+        ->check(finite_in(0, max_link_hop_s));
   }
   /// Other defaults for the bandwidths (a device preset's), where --inter-bw / --intra-bw were not given.
   void default_bandwidths(double inter, double intra) {
@@ -209,12 +211,15 @@ inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
 
 /// CLI11 checks for a dtype and a byte size: a value that does not parse is a usage error
 /// (exit 2) naming the option, as every malformed number is, not a user error after parsing.
-inline CLI::Validator dtype_value() {
+inline CLI::Validator dtype_value(bool floating_only = false) {
   return CLI::Validator(
-      [](std::string& in) -> std::string {
-        return parse_dtype(in) ? std::string() : "unknown dtype '" + in + "' (f32, f16, bf16, f64, i32, i64, u8)";
+      [floating_only](std::string& in) -> std::string {
+        const std::optional<dtype> t = parse_dtype(in);
+        if (!t) return "unknown dtype '" + in + "' (f32, f16, bf16, f64, i32, i64, u8)";
+        if (floating_only && !is_floating(*t)) return "'" + in + "' is not a floating-point dtype (f32, f16, bf16, f64)";
+        return {};
       },
-      "DTYPE");
+      floating_only ? "FLOAT_DTYPE" : "DTYPE");
 }
 inline CLI::Validator byte_size() {
   return CLI::Validator(

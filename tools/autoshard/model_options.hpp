@@ -46,6 +46,14 @@ struct model_options {
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
   run_mode run() const { return mode == mode_flag(run_mode::training) ? run_mode::training : run_mode::inference; }
+  /// Usage errors between the options (a subcommand's callback calls this): training needs a
+  /// floating-point --dtype (i32, bool, u8 or int64 parameters have no gradients; such a plan
+  /// was reported as a training plan).
+  void check_flags() const {
+    if (run() == run_mode::training && !dtype_name.empty() && !is_floating(*parse_dtype(dtype_name)))
+      throw CLI::ValidationError("--dtype", "training needs a floating-point dtype (f32, bf16, f16 or f64), not '" +
+                                                dtype_name + "' (use --mode infer for an integer model)");
+  }
   bool is_preset() const { return !std::filesystem::exists(model); }
 
   /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size

@@ -16,6 +16,12 @@ enum class dtype : std::uint8_t { f32, f16, bf16, f64, i32, i64, u8, boolean };
 inline constexpr dtype all_dtypes[] = {dtype::f32, dtype::f16, dtype::bf16, dtype::f64,
                                        dtype::i32, dtype::i64, dtype::u8,   dtype::boolean};
 
+/// A floating-point dtype (f32, f16, bf16, f64): what gradients, optimizer state and
+/// conversions need.
+constexpr bool is_floating(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
+}
+
 /// Bytes per element.
 constexpr std::size_t dtype_size(dtype t) noexcept {
   switch (t) {

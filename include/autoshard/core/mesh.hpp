@@ -8,6 +8,7 @@
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::uint8_t
+#include <cstdio>            // std::snprintf
 #include <initializer_list>  // std::initializer_list
 #include <ostream>           // std::ostream
 #include <span>              // std::dynamic_extent
@@ -290,11 +291,20 @@ struct cluster_links {
   std::string_view communications_backend = "nccl";
 };
 
+/// The ranges a link's figures must fall in wherever they come from (flags, plan and
+/// calibration files, code), so that every reader says the same range: latency per
+/// collective in [0, 1000] s, latency per ring step (hop) in [0, 1] s, bandwidth in
+/// (0, 1e18] bytes/s.
+inline constexpr double max_link_latency_s = 1000;
+inline constexpr double max_link_hop_s = 1;
+inline constexpr double max_link_bandwidth = 1e18;
+
 /// The default mesh of every command and of autosharding_options: 2 nodes x 4 devices.
 inline constexpr std::array<int, 2> default_mesh_shape{2, 4};
 
 /// The mesh of `shape` with the links `c` describes. Throws spec_error for a bad shape, a
-/// non-positive bandwidth, a negative or non-finite latency, or an unknown backend.
+/// bandwidth, latency or hop outside its range (max_link_*; a negative latency or hop means
+/// the backend's), or an unknown backend, naming the field and its value.
 inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluster_links& c = {}) {
   double inter_lat = 2e-5, intra_lat = 5e-6, efficiency = 1.0;
   double inter_hop = nccl_inter_node_hop, intra_hop = nccl_intra_node_hop;
@@ -304,16 +314,23 @@ inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluste
   } else if (c.communications_backend != "nccl") {
     throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + std::string(c.communications_backend) + "\"");
   }
-  const auto finite_positive = [](double x) { return x > 0 && x < 1e300; };
-  if (!finite_positive(c.inter_node_bandwidth) || !finite_positive(c.intra_node_bandwidth))
-    throw spec_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s, got " +
-                     std::to_string(c.inter_node_bandwidth) + " and " + std::to_string(c.intra_node_bandwidth));
-  if (!(c.inter_node_latency < 1e300) || !(c.intra_node_latency < 1e300))
-    throw spec_error("inter_node_latency and intra_node_latency must be finite seconds");
+  const auto check = [](double x, const char* field, bool negative_is_default, double lo_open, double hi, const char* unit) {
+    if (negative_is_default && x < 0) return;
+    if (!(x > lo_open || (lo_open < 0 && x >= 0)) || !(x <= hi)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s is %g %s, not in %s%g, %g]%s", field, x, unit, lo_open < 0 ? "[" : "(",
+                    lo_open < 0 ? 0.0 : lo_open, hi, negative_is_default ? " (or negative: the backend's)" : "");
+      throw spec_error(buf);
+    }
+  };
+  check(c.inter_node_bandwidth, "inter_node_bandwidth", false, 0, max_link_bandwidth, "bytes/s");
+  check(c.intra_node_bandwidth, "intra_node_bandwidth", false, 0, max_link_bandwidth, "bytes/s");
+  check(c.inter_node_latency, "inter_node_latency", true, -1, max_link_latency_s, "s");
+  check(c.intra_node_latency, "intra_node_latency", true, -1, max_link_latency_s, "s");
+  check(c.inter_node_hop, "inter_node_hop", true, -1, max_link_hop_s, "s");
+  check(c.intra_node_hop, "intra_node_hop", true, -1, max_link_hop_s, "s");
   if (c.inter_node_latency >= 0) inter_lat = c.inter_node_latency;
   if (c.intra_node_latency >= 0) intra_lat = c.intra_node_latency;
-  if (!(c.inter_node_hop < 1) || !(c.intra_node_hop < 1))
-    throw spec_error("inter_node_hop and intra_node_hop must be in [0, 1) seconds");
   if (c.inter_node_hop >= 0) inter_hop = c.inter_node_hop;
   if (c.intra_node_hop >= 0) intra_hop = c.intra_node_hop;
   if (shape.empty() || shape.size() > max_mesh_rank)

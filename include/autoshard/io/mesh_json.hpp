@@ -41,10 +41,11 @@ inline nlohmann::json mesh_to_json(const device_mesh& m) {
 }
 
 /// One link: latency in [0, 1000] s, bandwidth in [1, 1e18] B/s, hop (latency per ring
-/// step) in [0, 1) s, 0 when absent.
+/// step) in [0, 1] s, 0 when absent (core/mesh.hpp's max_link_* ranges).
 inline link_model link_from_json(const json_in& j) {
   const auto hop = j.find("hop_s");
-  return {j["latency_s"].number(0.0, 1e3), j["bandwidth_Bps"].number(1.0, 1e18), hop ? hop->number(0.0, 0.999999) : 0.0};
+  return {j["latency_s"].number(0.0, max_link_latency_s), j["bandwidth_Bps"].number(1.0, max_link_bandwidth),
+          hop ? hop->number(0.0, max_link_hop_s) : 0.0};
 }
 
 /// The mesh mesh_to_json wrote; its sizes bounded by check_mesh_size before the mesh is

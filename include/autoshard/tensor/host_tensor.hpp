@@ -185,9 +185,7 @@ inline bool bitwise_equal(const_tensor_view a, const_tensor_view b) noexcept {
 }
 
 namespace detail {
-inline bool is_float(dtype t) noexcept {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
+inline bool is_float(dtype t) noexcept { return is_floating(t); }
 template <class From, class To>
 inline void convert_elements(const std::byte* src, std::byte* dst, std::int64_t n) noexcept {
   for (std::int64_t i = 0; i < n; ++i) {

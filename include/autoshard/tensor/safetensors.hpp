@@ -598,12 +598,19 @@ class checkpoint {
                        "', which does not hold it");
       map_[name] = {id, e};
     }
-    // A tensor the index does not list would be dropped without a word by every reader.
+    // A tensor the index does not list would be dropped without a word by every reader, and
+    // one that two files hold would be taken from whichever the weight_map names.
     for (std::size_t id = 0; id < files_.size(); ++id)
-      for (const auto& e : files_[id].entries())
-        if (!map_.count(e.name))
+      for (const auto& e : files_[id].entries()) {
+        const auto it = map_.find(e.name);
+        if (it == map_.end())
           throw io_error("index '" + index.string() + "': file '" + files_[id].path().filename().string() +
                          "' holds tensor '" + e.name + "', which the weight_map does not list (an incomplete index)");
+        if (it->second.file != id)
+          throw io_error("index '" + index.string() + "': tensor '" + e.name + "' is in two files, '" +
+                         files_[it->second.file].path().filename().string() + "' (the weight_map's) and '" +
+                         files_[id].path().filename().string() + "': which one holds the weights is ambiguous");
+      }
   }
   std::vector<safetensors_file> files_;
   std::map<std::string, ref> map_;

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>  // index.json
 
 #include "../core/error.hpp"  // io_error
+#include "../core/mesh.hpp"   // check_mesh_size
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
 #include "../io/atomic_file.hpp"  // atomic_file, remove_stale_temporaries, resolve_output_link
 #include "../io/json.hpp"     // load_json_file, json_in
@@ -290,6 +291,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
 /// Shards by a tensor-parallel policy over `tp` ranks; `config` supplies heads and widths.
 inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
+  check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))

@@ -3,6 +3,7 @@
 // the temp dir would let one process read another's half-written file. Every name carries the
 // process id (and a counter), so no two processes share one.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -34,5 +35,14 @@ struct scratch_dir {
   }
   std::filesystem::path operator/(const std::string& name) const { return path / name; }
 };
+
+/// A pid that is certainly gone: a child that has exited and been reaped (a killed writer's,
+/// for the stale-temporary tests).
+inline pid_t dead_pid() {
+  const pid_t p = ::fork();
+  if (p == 0) ::_exit(0);
+  ::waitpid(p, nullptr, 0);
+  return p;
+}
 
 }  // namespace autoshard_test

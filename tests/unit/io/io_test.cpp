@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -284,12 +283,7 @@ TEST_CASE("atomic_file: a 255-byte name gets a temporary that fits, and two long
 
 TEST_CASE("atomic_file: the temporaries a killed writer left are removed by the next writer of that file only") {
   io_dir d;
-  const pid_t dead = [] {  // a pid that is certainly gone: a child that has exited and been reaped
-    const pid_t p = ::fork();
-    if (p == 0) ::_exit(0);
-    ::waitpid(p, nullptr, 0);
-    return p;
-  }();
+  const pid_t dead = autoshard_test::dead_pid();
   REQUIRE(dead > 0);
   const std::string pid = std::to_string(dead);
   const std::string long_name(250, 'n');

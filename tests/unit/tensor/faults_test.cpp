@@ -194,13 +194,7 @@ TEST_CASE("faults: only the sharder's own temporaries of a dead writer are remov
   write_fault_model(dir / "model.safetensors");
   const fs::path out = dir / "out";
   fs::create_directories(out / "rank-1.safetensors.tmp.77");  // a directory: not a file we wrote
-  // A pid that is certainly gone: a child that has exited and been reaped.
-  const pid_t dead = [] {
-    const pid_t p = ::fork();
-    if (p == 0) ::_exit(0);
-    ::waitpid(p, nullptr, 0);
-    return p;
-  }();
+  const pid_t dead = autoshard_test::dead_pid();
   REQUIRE(dead > 0);
   const std::string d = std::to_string(dead);
   const std::vector<std::string> stale = {"rank-0.safetensors.tmp." + d, "rank-1.safetensors.tmp." + d,

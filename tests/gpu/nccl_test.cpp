@@ -46,6 +46,17 @@ std::vector<std::byte> rank_values(dtype t, int r, std::size_t n) {
   return out;
 }
 
+/// True when f() throws comm_error (the ranks' threads report through exceptions, not doctest).
+template <class F>
+bool throws_comm_error(F&& f) {
+  try {
+    f();
+  } catch (const comm_error&) {
+    return true;
+  }
+  return false;
+}
+
 device_bytes upload_bytes(const std::vector<std::byte>& host) { return upload(host); }
 
 std::vector<std::byte> download_bytes(const device_bytes& d) { return download<std::byte>(d, d.size()); }
@@ -269,6 +280,118 @@ TEST_CASE("nccl: mesh axes are sub-communicators of the mesh's groups") {
     mc.world().barrier();
   });
   CHECK_MESSAGE(first_error(errors).empty(), first_error(errors));
+}
+
+TEST_CASE("nccl: 1xN and Nx1 meshes: a one-rank axis is local, the other axis is NCCL's") {
+  // Axes of one rank are everywhere (1x8, a data-parallel axis of 1): they need no NCCL
+  // communicator, and their collectives are the one-rank results: all-reduce and broadcast
+  // leave the data, all-gather, reduce-scatter and all-to-all copy it.
+  const int n = test_ranks();
+  std::vector<device_mesh> meshes{device_mesh{1, n}};
+  if (n > 1) meshes.push_back(device_mesh{n, 1});
+  const std::size_t count = 1031;
+  for (const device_mesh& mesh : meshes) {
+    CAPTURE(to_string(mesh));
+    auto errors = run_device_ranks(n, [&](nccl_communicator& world) {
+      const int me = world.rank();
+      nccl_mesh_communicator mc(std::move(world), mesh);
+      for (std::size_t a = 0; a < mesh.ndim(); ++a) {
+        nccl_communicator& ax = mc.axis(a);
+        const std::vector<int> group = mesh.group(a, me);
+        const bool one = group.size() == 1;
+        auto expect = [&](bool ok, const std::string& what) {
+          if (!ok) throw comm_error(ax.who() + ": axis " + std::to_string(a) + ": " + what);
+        };
+        expect(ax.members() == group && ax.is_open(), "wrong members or closed");
+        expect(ax.is_local() == one && (ax.native_handle() == nullptr) == one,
+               one ? "a one-rank axis holds an NCCL communicator" : "a multi-rank axis has no NCCL communicator");
+        const auto g = static_cast<std::size_t>(ax.size());
+        std::vector<float> mine(count);
+        for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(me * 100000) + static_cast<float>(i);
+        {  // all-reduce (sum of the group's labels) and a broadcast from the group's rank 0
+          device_bytes v = upload(mine);
+          ax.all_reduce(v.get(), count, dtype::f32, reduce_op::sum);
+          std::vector<float> want(count, 0.0f);
+          for (int q : group)
+            for (std::size_t i = 0; i < count; ++i) want[i] += static_cast<float>(q * 100000) + static_cast<float>(i);
+          expect(download<float>(v, count) == want, "all-reduce");
+          device_bytes b = upload(mine);
+          ax.broadcast(b.get(), count, dtype::f32, 0);
+          std::vector<float> root(count);
+          for (std::size_t i = 0; i < count; ++i) root[i] = static_cast<float>(group[0] * 100000) + static_cast<float>(i);
+          expect(download<float>(b, count) == root, "broadcast");
+          if (one) expect(throws_comm_error([&] { ax.broadcast(b.get(), count, dtype::f32, 1); }), "root 1 accepted");
+        }
+        {  // all-gather into rank order, reduce-scatter of it back to this rank's block (times g)
+          device_bytes in = upload(mine);
+          device_bytes all(g * count * sizeof(float));
+          ax.all_gather(in.get(), all.get(), count, dtype::f32);
+          std::vector<float> want;
+          for (int q : group)
+            for (std::size_t i = 0; i < count; ++i) want.push_back(static_cast<float>(q * 100000) + static_cast<float>(i));
+          expect(download<float>(all, g * count) == want, "all-gather");
+          device_bytes out(count * sizeof(float));
+          ax.reduce_scatter(all.get(), out.get(), count, dtype::f32, reduce_op::sum);
+          std::vector<float> scaled(mine);
+          for (float& x : scaled) x *= static_cast<float>(g);
+          expect(download<float>(out, count) == scaled, "reduce-scatter");
+        }
+        {  // all-to-all, inside a group with an all-reduce: one step, waited for once
+          std::vector<std::int32_t> blocks(g * count);
+          for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = me * 1000000 + static_cast<std::int32_t>(i);
+          device_bytes in = upload(blocks);
+          device_bytes out(blocks.size() * sizeof(std::int32_t));
+          device_bytes ones = upload(std::vector<std::int32_t>(count, 1));
+          ax.group([&] {
+            ax.all_to_all(in.get(), out.get(), count, dtype::i32);
+            ax.all_reduce(ones.get(), count, dtype::i32, reduce_op::sum);
+          });
+          std::vector<std::int32_t> want(g * count);
+          const auto my_index = static_cast<std::size_t>(ax.rank());
+          for (std::size_t q = 0; q < g; ++q)
+            for (std::size_t k = 0; k < count; ++k)
+              want[q * count + k] = group[q] * 1000000 + static_cast<std::int32_t>(my_index * count + k);
+          expect(download<std::int32_t>(out, g * count) == want, "all-to-all");
+          expect(download<std::int32_t>(ones, count) == std::vector<std::int32_t>(count, static_cast<std::int32_t>(g)),
+                 "grouped all-reduce");
+        }
+        ax.barrier();
+        std::vector<float> host(16, 1.0f);  // a one-rank axis refuses host memory too
+        expect(throws_comm_error([&] { ax.all_reduce(host.data(), host.size(), dtype::f32, reduce_op::sum); }),
+               "a host buffer accepted");
+      }
+      mc.world().barrier();
+    });
+    CHECK_MESSAGE(first_error(errors).empty(), first_error(errors));
+  }
+}
+
+TEST_CASE("nccl: a one-rank split of a one-rank world calls nothing and aborts like any other") {
+  nccl_memory_store store;
+  nccl_communicator world = nccl_communicator::connect(store, 0, 1, {.device = 0});
+  nccl_communicator one = world.split({0}, "solo");
+  CHECK(one.is_local());
+  CHECK(one.is_open());
+  CHECK(one.native_handle() == nullptr);
+  CHECK(one.who().find("solo group [0]") != std::string::npos);
+  nccl_communicator again = one.split({0}, "again");  // a split of a local group is local too
+  CHECK(again.is_local());
+  CHECK_THROWS_AS((void)one.split({1}, "outside"), comm_error);
+  device_bytes v = upload(std::vector<float>(8, 2.0f));
+  one.all_reduce(v.get(), 8, dtype::f32, reduce_op::sum);
+  CHECK(download<float>(v, 8) == std::vector<float>(8, 2.0f));
+  one.abort();
+  CHECK_FALSE(one.is_open());
+  try {
+    one.all_reduce(v.get(), 8, dtype::f32, reduce_op::sum);
+    FAIL("all-reduce on an aborted one-rank group");
+  } catch (const comm_error& e) {
+    CHECK(std::string(e.what()).find("aborted") != std::string::npos);
+  }
+  nccl_communicator moved = std::move(again);
+  CHECK(moved.is_local());
+  CHECK(moved.is_open());
+  world.barrier();  // the world is untouched
 }
 
 TEST_CASE("nccl: host buffers are refused with comm_error naming the memory") {

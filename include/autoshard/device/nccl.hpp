@@ -10,7 +10,9 @@
 /// Communicators are non-blocking NCCL communicators: every call polls the stream and
 /// ncclCommGetAsyncError until the work is done, the communicator reports an error, or
 /// the timeout passes; the last two abort the communicator (ncclCommAbort) and throw
-/// comm_error naming the rank, the group, the call and NCCL's message. Missing CUDA
+/// comm_error naming the rank, the group, the call and NCCL's message (NCCL's own error for
+/// the call that failed). A split group of one rank (a mesh axis of size 1: 1x8, a data-
+/// parallel axis of 1) has no NCCL communicator: its collectives are local. Missing CUDA
 /// devices or drivers, and CUDA failures, throw device_error; nothing crashes.
 #include <algorithm>           // std::min_element
 #include <chrono>              // std::chrono::milliseconds, steady_clock
@@ -240,33 +242,54 @@ class nccl_communicator {
   /// group's order; this rank must be one of them). Every rank of this communicator calls
   /// split at the same point, each with its own group, and the groups must not overlap
   /// (mesh axes partition the ranks): NCCL splits by colour (the group's lowest member).
+  /// A group of one rank gets no NCCL communicator: its collectives are local (a copy on
+  /// the stream, or nothing), and it takes part in the parent's ncclCommSplit with
+  /// NCCL_SPLIT_NOCOLOR, as every rank of the parent must; a one-rank parent calls nothing.
   nccl_communicator split(const std::vector<int>& members, const std::string& name) {
     require_open("split");
     detail::split_group g = detail::check_split(members, rank(), members_, who(), name);
     const int my = g.index;
-    const int color = *std::min_element(members.begin(), members.end());
+    const bool alone = g.world_ranks.size() == 1;
+    const int color = alone ? NCCL_SPLIT_NOCOLOR : *std::min_element(members.begin(), members.end());
     nccl_communicator c(device_, timeout_, std::move(g.world_ranks), my, global_rank_, name);
-    {
-      detail::nccl_device_scope scope(device_, who());
-      c.nccl_name_ = std::make_unique<std::string>((nccl_name_ ? *nccl_name_ : std::string("nccl")) + "/" + name);
-      ncclConfig_t config = make_config(*c.nccl_name_);
-      ncclComm_t sub = nullptr;
-      const ncclResult_t r = ncclCommSplit(comm_, color, my, &sub, &config);
-      c.comm_ = sub;
-      if (r != ncclSuccess && r != ncclInProgress) {
+    c.nccl_name_ = std::make_unique<std::string>((nccl_name_ ? *nccl_name_ : std::string("nccl")) + "/" + name);
+    c.local_ = c.local_open_ = alone;
+    if (alone && (local_ || size() == 1)) return c;  // nobody to split with
+    detail::nccl_device_scope scope(device_, who());
+    ncclConfig_t config = make_config(*c.nccl_name_);
+    // Non-blocking: NCCL writes the new handle only once the split completed, which the
+    // parent's state tells (it stays ncclInProgress until then); the slot lives on the heap
+    // so that a split abandoned at the timeout never writes into a dead stack frame.
+    auto* slot = new ncclComm_t(nullptr);
+    const ncclResult_t r = ncclCommSplit(comm_, color, my, slot, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      delete slot;
+      fail("ncclCommSplit", r);  // NCCL's own error for the split, then the parent is aborted
+    }
+    // On failure or timeout this aborts the parent (which stops the split) and throws; the
+    // slot is then left to NCCL, never freed.
+    wait_state(comm_, "ncclCommSplit");
+    c.comm_ = std::exchange(*slot, nullptr);
+    delete slot;
+    if (alone) {
+      if (c.comm_ != nullptr) {  // NCCL_SPLIT_NOCOLOR makes none; never leak one
         c.abort();
-        fail("ncclCommSplit", r);
+        throw comm_error(c.who() + ": ncclCommSplit with NCCL_SPLIT_NOCOLOR returned a communicator");
       }
-      c.wait_state("ncclCommSplit");
-      int count = 0, user_rank = -1;
-      c.check_nccl(ncclCommCount(c.comm_, &count), "ncclCommCount");
-      c.check_nccl(ncclCommUserRank(c.comm_, &user_rank), "ncclCommUserRank");
-      if (count != c.size() || user_rank != my) {
-        c.abort();
-        throw comm_error(c.who() + ": split '" + name + "' made a group of " + std::to_string(count) + " ranks (rank " +
-                         std::to_string(user_rank) + ") where " + std::to_string(c.size()) + " (rank " +
-                         std::to_string(my) + ") were asked for: the groups of the ranks overlap or differ");
-      }
+      return c;
+    }
+    if (c.comm_ == nullptr)
+      throw comm_error(c.who() + ": ncclCommSplit '" + name + "' completed without a communicator for a group of " +
+                       std::to_string(c.size()) + " ranks");
+    c.wait_state(c.comm_, "ncclCommSplit (the new communicator)");
+    int count = 0, user_rank = -1;
+    c.check_nccl(ncclCommCount(c.comm_, &count), "ncclCommCount");
+    c.check_nccl(ncclCommUserRank(c.comm_, &user_rank), "ncclCommUserRank");
+    if (count != c.size() || user_rank != my) {
+      c.abort();
+      throw comm_error(c.who() + ": split '" + name + "' made a group of " + std::to_string(count) + " ranks (rank " +
+                       std::to_string(user_rank) + ") where " + std::to_string(c.size()) + " (rank " +
+                       std::to_string(my) + ") were asked for: the groups of the ranks overlap or differ");
     }
     return c;
   }
@@ -281,11 +304,14 @@ class nccl_communicator {
   int device() const noexcept { return device_; }
   /// The stream the collectives run on (work the caller queues there runs in order with them).
   cudaStream_t stream() const noexcept { return stream_; }
+  /// The NCCL communicator; nullptr for a one-rank group (is_local()) and once aborted.
   ncclComm_t native_handle() const noexcept { return comm_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
   /// False before connect and after a failure aborted the communicator.
-  bool is_open() const noexcept { return comm_ != nullptr; }
+  bool is_open() const noexcept { return comm_ != nullptr || local_open_; }
+  /// A group of one rank made by split: no NCCL communicator, every collective local.
+  bool is_local() const noexcept { return local_; }
   /// "rank 5 (axis1 group [4,5,6,7], cuda:1)": how errors name this end.
   std::string who() const {
     return "rank " + std::to_string(global_rank_) + " (" +
@@ -297,6 +323,7 @@ class nccl_communicator {
     require_open("all-reduce");
     if (n == 0) return;  // nothing moves; NCCL is not asked about empty buffers
     check_buffer("all-reduce", buf, n, t);
+    if (local_) return;  // one rank's reduction is its own data
     run("ncclAllReduce", n, t, [&] {
       return ncclAllReduce(buf, buf, n, detail::nccl_type(t), detail::nccl_op(op, t), comm_, stream_);
     });
@@ -307,6 +334,7 @@ class nccl_communicator {
     if (n == 0) return;
     check_buffer("all-gather input", in, n, t);
     check_buffer("all-gather output", out, n * static_cast<std::size_t>(size()), t);
+    if (local_) return local_copy("all-gather", in, out, n, t);
     run("ncclAllGather", n, t, [&] { return ncclAllGather(in, out, n, detail::nccl_type(t), comm_, stream_); });
   }
 
@@ -315,6 +343,7 @@ class nccl_communicator {
     if (n == 0) return;
     check_buffer("reduce-scatter input", in, n * static_cast<std::size_t>(size()), t);
     check_buffer("reduce-scatter output", out, n, t);
+    if (local_) return local_copy("reduce-scatter", in, out, n, t);
     run("ncclReduceScatter", n, t, [&] {
       return ncclReduceScatter(in, out, n, detail::nccl_type(t), detail::nccl_op(op, t), comm_, stream_);
     });
@@ -329,6 +358,7 @@ class nccl_communicator {
     check_buffer("all-to-all output", out, total, t);
     if (in == out && size() > 1 && n != 0)
       throw comm_error(who() + ": all-to-all needs distinct input and output buffers");
+    if (local_) return local_copy("all-to-all", in, out, n, t);
     const std::size_t bytes = n * dtype_size(t);
     const auto* src = static_cast<const std::byte*>(in);
     auto* dst = static_cast<std::byte*>(out);
@@ -360,13 +390,16 @@ class nccl_communicator {
                        std::to_string(size()));
     if (n == 0) return;
     check_buffer("broadcast", buf, n, t);
+    if (local_) return;  // the root's data is already everywhere
     run("ncclBroadcast", n, t,
         [&] { return ncclBroadcast(buf, buf, n, detail::nccl_type(t), root, comm_, stream_); });
   }
 
-  /// NCCL has no barrier: an all-reduce of one integer, waited for on the host.
+  /// NCCL has no barrier: an all-reduce of one integer, waited for on the host (a one-rank
+  /// group waits for its stream).
   void barrier() {
     require_open("barrier");
+    if (local_) return synchronize();
     run("barrier (ncclAllReduce)", 1, dtype::i32,
         [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_); });
   }
@@ -380,7 +413,7 @@ class nccl_communicator {
   void group(F&& f) {
     require_open("group");
     detail::nccl_device_scope scope(device_, who());
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    if (!local_) check_nccl(ncclGroupStart(), "ncclGroupStart");
     ++group_depth_;
     try {
       f();
@@ -388,14 +421,16 @@ class nccl_communicator {
       // Part of the step may be queued: close NCCL's group (the first error is the one
       // worth reporting), then abort, since the peers now wait for calls that never come.
       --group_depth_;
-      (void)ncclGroupEnd();
+      if (!local_) (void)ncclGroupEnd();
       if (group_depth_ == 0) abort();
       throw;
     }
     --group_depth_;
-    const ncclResult_t r = ncclGroupEnd();
-    if (r != ncclSuccess && r != ncclInProgress) fail("ncclGroupEnd", r);
-    wait_state("ncclGroupEnd");
+    if (!local_) {
+      const ncclResult_t r = ncclGroupEnd();
+      if (r != ncclSuccess && r != ncclInProgress) fail("ncclGroupEnd", r);
+      if (r == ncclInProgress) wait_state(comm_, "ncclGroupEnd");
+    }
     if (group_depth_ == 0) wait_stream("group", 0, dtype::u8);
   }
 
@@ -408,6 +443,7 @@ class nccl_communicator {
 
   /// Aborts the communicator now (peers blocked in a collective with it fail too).
   void abort() noexcept {
+    local_open_ = false;
     if (comm_ == nullptr) return;
     int prev = 0;
     const bool restore = cudaGetDevice(&prev) == cudaSuccess;
@@ -468,7 +504,7 @@ class nccl_communicator {
       throw comm_error(who() + ": ncclCommInitRankConfig of " + std::to_string(size()) + " ranks failed: " +
                        ncclGetErrorString(r) + last_error(nullptr));
     }
-    wait_state("ncclCommInitRankConfig");
+    if (r == ncclInProgress) wait_state(comm_, "ncclCommInitRankConfig");
   }
 
   void take(nccl_communicator& o) noexcept {
@@ -483,6 +519,8 @@ class nccl_communicator {
     rank_ = o.rank_;
     global_rank_ = o.global_rank_;
     group_depth_ = std::exchange(o.group_depth_, 0);
+    local_ = std::exchange(o.local_, false);
+    local_open_ = std::exchange(o.local_open_, false);
   }
 
   void release_cuda() noexcept {
@@ -492,6 +530,7 @@ class nccl_communicator {
 
   /// Finalize (flushes queued work, bounded by the timeout), then destroy; abort on failure.
   void close() noexcept {
+    local_open_ = false;
     if (comm_ == nullptr && stream_ == nullptr && scratch_ == nullptr) return;
     int prev = 0;
     const bool restore = cudaGetDevice(&prev) == cudaSuccess;
@@ -514,7 +553,7 @@ class nccl_communicator {
 
   void require_open(const char* op) const {
     if (members_.empty()) throw comm_error(std::string(op) + " on an NCCL communicator that was never connected");
-    if (comm_ == nullptr) throw comm_error(who() + ": " + op + " on an NCCL communicator an earlier failure aborted");
+    if (!is_open()) throw comm_error(who() + ": " + op + " on an NCCL communicator an earlier failure aborted");
   }
 
   std::string last_error(ncclComm_t c) const {
@@ -535,12 +574,17 @@ class nccl_communicator {
     if (r != ncclSuccess) fail(call, r);
   }
 
-  /// Polls a non-blocking communicator until its last call left ncclInProgress.
-  void wait_state(const char* call) {
+  /// Polls the non-blocking communicator `handle` (this one's, or the parent's during a
+  /// split) until its last call left ncclInProgress; NCCL's own error for `call` if it failed.
+  void wait_state(ncclComm_t handle, const char* call) {
+    if (handle == nullptr) {  // never a follow-on NCCL call on a null handle
+      abort();
+      throw comm_error(who() + ": " + call + " returned ncclInProgress without a communicator to wait on");
+    }
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (unsigned spin = 0;; ++spin) {
       ncclResult_t state = ncclSuccess;
-      if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) fail("ncclCommGetAsyncError", r);
+      if (ncclResult_t r = ncclCommGetAsyncError(handle, &state); r != ncclSuccess) fail("ncclCommGetAsyncError", r);
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail(call, state);
       if (std::chrono::steady_clock::now() > deadline) {
@@ -562,9 +606,11 @@ class nccl_communicator {
         abort();
         detail::nccl_cuda_check(q, who(), (std::string("cudaStreamQuery after ") + op).c_str());
       }
-      ncclResult_t state = ncclSuccess;
-      if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) fail("ncclCommGetAsyncError", r);
-      if (state != ncclSuccess && state != ncclInProgress) fail(op, state, n, t);
+      if (comm_ != nullptr) {  // a one-rank group has only its stream to watch
+        ncclResult_t state = ncclSuccess;
+        if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) fail("ncclCommGetAsyncError", r);
+        if (state != ncclSuccess && state != ncclInProgress) fail(op, state, n, t);
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         const std::string what = who() + ": " + op + (n ? " of " + std::to_string(n) + " " + std::string(to_string(t)) + " elements" : std::string()) +
                                  " did not finish within " + std::to_string(timeout_.count()) +
@@ -590,8 +636,19 @@ class nccl_communicator {
     detail::nccl_device_scope scope(device_, who());
     const ncclResult_t r = enqueue();
     if (r != ncclSuccess && r != ncclInProgress) fail(call, r, n, t);
-    if (r == ncclInProgress) wait_state(call);
+    if (r == ncclInProgress) wait_state(comm_, call);
     if (group_depth_ == 0) wait_stream(call, n, t);
+  }
+
+  /// A one-rank group's all-gather, reduce-scatter or all-to-all: `n` elements from `in`
+  /// to `out` on the stream (nothing when they are the same buffer), waited for unless
+  /// inside group().
+  void local_copy(const char* op, const void* in, void* out, std::size_t n, dtype t) {
+    detail::nccl_device_scope scope(device_, who());
+    if (in != out)
+      detail::nccl_cuda_check(cudaMemcpyAsync(out, in, n * dtype_size(t), cudaMemcpyDeviceToDevice, stream_), who(),
+                              (std::string("cudaMemcpyAsync (one-rank ") + op + ")").c_str());
+    if (group_depth_ == 0) wait_stream(op, n, t);
   }
 
   /// Buffers must be device or managed memory on this device: a host pointer would fault
@@ -629,6 +686,8 @@ class nccl_communicator {
   int rank_ = 0;
   int global_rank_ = 0;
   int group_depth_ = 0;
+  bool local_ = false;       // a one-rank group made by split: no NCCL communicator
+  bool local_open_ = false;  // such a group, until aborted or closed
 };
 
 static_assert(communicator<nccl_communicator>);

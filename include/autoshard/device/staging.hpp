@@ -1,0 +1,405 @@
+#pragma once
+/// The host side of uploads, with no CUDA in it: a pool that keeps per-device resources
+/// (pinned staging, streams, events) for the next upload instead of allocating them anew,
+/// a team of threads that fill staging buffers together, and the pipeline that streams a
+/// tensor through a ring of staging slots to whatever moves the bytes on (the copy engine
+/// in device/placement.hpp; a host copy in the tests).
+///   autoshard::staging_team team(8);                    // the caller and 7 threads
+///   autoshard::staging_ring ring(arena, 8 << 20, 8);    // 8 slots of 8 MiB
+///   autoshard::stage_through(team, ring, src, dtype::f32, dtype::bf16, n, sink);
+/// Why several threads: one thread copies 6-8 GB/s into pinned memory, a PCIe 5 copy
+/// engine reads 50 GB/s from it (issue 33, H200); the copy engine must never wait.
+#include <algorithm>           // std::min, std::max
+#include <atomic>              // std::atomic
+#include <chrono>              // std::chrono::steady_clock
+#include <condition_variable>  // std::condition_variable
+#include <cstddef>             // std::size_t, std::byte
+#include <cstdint>             // std::uint64_t, std::int64_t
+#include <exception>           // std::exception_ptr
+#include <functional>          // std::function
+#include <map>                 // std::map
+#include <memory>              // std::unique_ptr
+#include <mutex>               // std::mutex
+#include <stdexcept>           // std::logic_error
+#include <thread>              // std::thread
+#include <type_traits>         // std::remove_reference_t
+#include <utility>             // std::exchange
+#include <vector>              // std::vector
+
+#include "../core/dtype.hpp"          // dtype, dtype_size
+#include "../core/error.hpp"          // error
+#include "../tensor/host_tensor.hpp"  // convert_into
+
+namespace autoshard {
+
+/// Keeps objects made per key (a device and a size) for reuse: acquire() hands out an idle
+/// one or makes a new one, and the lease gives it back when destroyed. At most `max_idle`
+/// idle objects per key are kept; a lease returned beyond that destroys its object. The
+/// pool must outlive its leases. Thread-safe.
+template <class T, class Key = int>
+class reuse_pool {
+ public:
+  using factory = std::function<std::unique_ptr<T>(const Key&)>;
+
+  /// An object out of the pool, given back on destruction. Move-only.
+  class lease {
+   public:
+    lease() = default;
+    lease(lease&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), key_(o.key_), obj_(std::move(o.obj_)) {}
+    lease& operator=(lease&& o) noexcept {
+      if (this != &o) {
+        give_back();
+        pool_ = std::exchange(o.pool_, nullptr);
+        key_ = o.key_;
+        obj_ = std::move(o.obj_);
+      }
+      return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { give_back(); }
+    T& operator*() const noexcept { return *obj_; }
+    T* operator->() const noexcept { return obj_.get(); }
+    T* get() const noexcept { return obj_.get(); }
+
+   private:
+    friend class reuse_pool;
+    lease(reuse_pool* p, Key k, std::unique_ptr<T> o) : pool_(p), key_(std::move(k)), obj_(std::move(o)) {}
+    void give_back() noexcept {
+      if (pool_ != nullptr && obj_) pool_->put(key_, std::move(obj_));
+      pool_ = nullptr;
+    }
+    reuse_pool* pool_ = nullptr;
+    Key key_{};
+    std::unique_ptr<T> obj_;
+  };
+
+  explicit reuse_pool(factory make, std::size_t max_idle = 2) : make_(std::move(make)), max_idle_(max_idle) {}
+  reuse_pool(const reuse_pool&) = delete;
+  reuse_pool& operator=(const reuse_pool&) = delete;
+
+  /// An idle object of `key`, or a new one (made outside the lock: making may be slow).
+  lease acquire(const Key& key) {
+    {
+      std::lock_guard lock(m_);
+      auto it = idle_.find(key);
+      if (it != idle_.end() && !it->second.empty()) {
+        std::unique_ptr<T> o = std::move(it->second.back());
+        it->second.pop_back();
+        ++reused_;
+        return lease(this, key, std::move(o));
+      }
+    }
+    std::unique_ptr<T> o = make_(key);
+    std::lock_guard lock(m_);
+    ++made_;
+    return lease(this, key, std::move(o));
+  }
+  /// Objects made so far, and acquisitions served by an idle one.
+  std::size_t made() const {
+    std::lock_guard lock(m_);
+    return made_;
+  }
+  std::size_t reused() const {
+    std::lock_guard lock(m_);
+    return reused_;
+  }
+  /// Idle objects kept for `key`.
+  std::size_t idle(const Key& key) const {
+    std::lock_guard lock(m_);
+    auto it = idle_.find(key);
+    return it == idle_.end() ? 0 : it->second.size();
+  }
+  /// Destroys every idle object (leased ones come back later as usual).
+  void trim() {
+    std::map<Key, std::vector<std::unique_ptr<T>>> drop;
+    {
+      std::lock_guard lock(m_);
+      drop.swap(idle_);
+    }
+  }
+
+ private:
+  void put(const Key& key, std::unique_ptr<T> o) noexcept {
+    std::unique_ptr<T> drop;  // destroyed outside the lock
+    try {
+      std::lock_guard lock(m_);
+      auto& v = idle_[key];
+      if (v.size() < max_idle_) {
+        v.push_back(std::move(o));
+        return;
+      }
+    } catch (...) {  // no memory for the bookkeeping: destroy the object instead
+    }
+    drop = std::move(o);
+  }
+
+  mutable std::mutex m_;
+  factory make_;
+  std::size_t max_idle_;
+  std::map<Key, std::vector<std::unique_ptr<T>>> idle_;
+  std::size_t made_ = 0, reused_ = 0;
+};
+
+/// Threads for staging copies: min(hardware threads, 8), at least 1. Eight copy threads
+/// fill pinned memory faster than one PCIe 5 copy engine drains it.
+inline unsigned default_staging_threads() noexcept {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return std::max(1u, std::min(hw == 0 ? 1u : hw, 8u));
+}
+
+/// A team of threads that runs one job at a time: fn(part) for every part in [0, parts),
+/// the parts claimed in increasing order by the caller and the team's threads together
+/// (so a part may wait for an earlier one: the earliest unfinished part always runs).
+/// The first exception stops the claiming and is rethrown to the caller; failed() tells
+/// parts that wait on others to give up. Jobs from several threads run one after another.
+class staging_team {
+ public:
+  /// `threads` in all, the caller included: 1 runs every part on the caller.
+  explicit staging_team(unsigned threads) {
+    threads = std::max(threads, 1u);
+    workers_.reserve(threads - 1);
+    try {
+      for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+  staging_team(const staging_team&) = delete;
+  staging_team& operator=(const staging_team&) = delete;
+  ~staging_team() { stop(); }
+
+  unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
+  /// True once a part of the running job threw: parts waiting for others should stop.
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  template <class F>
+  void run(std::size_t parts, F&& fn) {
+    if (parts == 0) return;
+    std::lock_guard job(job_mutex_);
+    if (workers_.empty() || parts == 1) {  // no one to wake: run here
+      failed_.store(false, std::memory_order_relaxed);
+      for (std::size_t p = 0; p < parts; ++p) fn(p);
+      return;
+    }
+    using Fn = std::remove_reference_t<F>;
+    {
+      std::lock_guard lock(m_);
+      call_ = [](void* f, std::size_t p) { (*static_cast<Fn*>(f))(p); };
+      fn_ = const_cast<void*>(static_cast<const void*>(&fn));
+      parts_ = parts;
+      next_.store(0, std::memory_order_relaxed);
+      failed_.store(false, std::memory_order_relaxed);
+      error_ = nullptr;
+      open_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    work();
+    std::unique_lock lock(m_);
+    open_ = false;  // late wakers skip this job
+    done_.wait(lock, [&] { return busy_ == 0; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void work() noexcept {
+    for (;;) {
+      if (failed_.load(std::memory_order_relaxed)) return;
+      const std::size_t p = next_.fetch_add(1, std::memory_order_relaxed);
+      if (p >= parts_) return;
+      try {
+        call_(fn_, p);
+      } catch (...) {
+        std::lock_guard lock(m_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_release);
+      }
+    }
+  }
+
+  void worker() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      // Spin briefly for the next job (a copy often follows a copy: a condition variable's
+      // wake-up is as long as a megabyte's transfer), then sleep.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      for (unsigned i = 0; generation_.load(std::memory_order_acquire) == seen && !stopping_.load(std::memory_order_relaxed); ++i) {
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+        std::this_thread::yield();
+      }
+      std::unique_lock lock(m_);
+      wake_.wait(lock, [&] { return stopping_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen; });
+      if (stopping_.load(std::memory_order_relaxed)) return;
+      seen = generation_.load(std::memory_order_relaxed);
+      if (!open_) continue;
+      ++busy_;
+      lock.unlock();
+      work();
+      lock.lock();
+      if (--busy_ == 0) done_.notify_all();
+    }
+  }
+
+  void stop() noexcept {
+    {
+      std::lock_guard lock(m_);
+      stopping_.store(true, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    for (auto& t : workers_)
+      if (t.joinable()) t.join();
+  }
+
+  std::mutex job_mutex_;  // one job at a time
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<std::size_t> next_{0};
+  void (*call_)(void*, std::size_t) = nullptr;
+  void* fn_ = nullptr;
+  std::size_t parts_ = 0;
+  bool open_ = false;
+  unsigned busy_ = 0;
+  std::exception_ptr error_;
+  std::vector<std::thread> workers_;
+};
+
+/// The process's shared staging team (default_staging_threads() threads), made at first
+/// use and kept until the process ends.
+inline staging_team& shared_staging_team() {
+  static staging_team* team = new staging_team(default_staging_threads());  // never destroyed: threads outlive static destructors
+  return *team;
+}
+
+/// A ring of equal staging slots over one arena (pinned memory for the copy engine), and
+/// what the pipeline knows about them across copies: slot s serves chunks s, s + slots,
+/// ..., and issued(s) is one more than the last chunk whose transfer was issued from it.
+class staging_ring {
+ public:
+  staging_ring(std::byte* arena, std::size_t slot_bytes, std::size_t slots)
+      : arena_(arena), slot_bytes_(slot_bytes), slots_(slots), issued_(new std::atomic<std::uint64_t>[slots]) {
+    if (arena == nullptr || slots == 0 || slot_bytes < 64)
+      throw error("staging ring: " + std::to_string(slots) + " slots of " + std::to_string(slot_bytes) +
+                  " bytes (at least one slot of 64 bytes over an arena)");
+    for (std::size_t s = 0; s < slots; ++s) issued_[s].store(0, std::memory_order_relaxed);
+  }
+  std::byte* slot(std::size_t s) const noexcept { return arena_ + s * slot_bytes_; }
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  std::size_t slots() const noexcept { return slots_; }
+  /// Chunks staged so far through this ring (the next chunk's sequence number).
+  std::uint64_t chunks() const noexcept { return next_; }
+
+ private:
+  template <class Sink>
+  friend void stage_through(staging_team&, staging_ring&, const std::byte*, dtype, dtype, std::size_t, Sink&);
+  std::byte* arena_;
+  std::size_t slot_bytes_, slots_;
+  std::uint64_t next_ = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> issued_;
+};
+
+/// How one copy of `n` elements is cut: chunks that fit one slot, each cut into parts for
+/// the team. About 8 chunks per copy (the first chunk's staging is the only time the copy
+/// engine waits), at least 1 MiB of source each unless the copy is smaller, at most a
+/// slot; parts of at least 64 KiB, one per thread.
+struct staging_cut {
+  std::size_t elements = 0;
+  std::size_t chunk_elements = 0;
+  std::size_t part_elements = 0;
+
+  std::size_t chunks() const noexcept { return elements == 0 ? 0 : (elements + chunk_elements - 1) / chunk_elements; }
+  std::size_t chunk_size(std::size_t c) const noexcept { return std::min(chunk_elements, elements - c * chunk_elements); }
+  std::size_t parts_of(std::size_t c) const noexcept { return (chunk_size(c) + part_elements - 1) / part_elements; }
+  std::size_t parts() const noexcept {
+    const std::size_t k = chunks();
+    return k == 0 ? 0 : (k - 1) * parts_of(0) + parts_of(k - 1);
+  }
+};
+
+inline staging_cut cut_for_staging(std::size_t n, std::size_t in_size, std::size_t staged_size, std::size_t slot_bytes,
+                                   unsigned threads) {
+  staging_cut c;
+  c.elements = n;
+  if (n == 0) return c;
+  const std::size_t widest = std::max(in_size, staged_size);
+  const std::size_t fit = slot_bytes / widest;  // elements a slot holds
+  if (fit == 0)
+    throw error("staging slots of " + std::to_string(slot_bytes) + " bytes cannot hold one element of " +
+                std::to_string(widest) + " bytes");
+  const std::size_t mib = (std::size_t{1} << 20) / in_size;
+  const std::size_t want = std::max((n + 7) / 8, mib);
+  c.chunk_elements = std::min({want, fit, n});
+  const std::size_t min_part = (std::size_t{64} << 10) / in_size;
+  const std::size_t per_thread = (c.chunk_elements + threads - 1) / std::max(threads, 1u);
+  const std::size_t part = (std::max(per_thread, min_part) + 63) / 64 * 64;  // whole cache lines of source
+  c.part_elements = std::min(c.chunk_elements, part);
+  return c;
+}
+
+/// Streams `n` elements of `from` at `src` through `ring` as `staged` (a conversion on the
+/// host when they differ), each chunk handed on when its last part is staged:
+///   sink.wait_slot(s)           blocks until the transfer last issued from slot s is done
+///   sink.issue(s, first, count) moves slot s's staged elements [first, first + count) on
+/// Several threads call both at once. Returns once every chunk was staged and issued (the
+/// source may be reused then; the transfers may still run). Throws what a part threw.
+template <class Sink>
+void stage_through(staging_team& team, staging_ring& ring, const std::byte* src, dtype from, dtype staged, std::size_t n,
+                   Sink& sink) {
+  const std::size_t in_size = dtype_size(from), out_size = dtype_size(staged);
+  const staging_cut cut = cut_for_staging(n, in_size, out_size, ring.slot_bytes(), team.threads());
+  const std::size_t chunks = cut.chunks();
+  if (chunks == 0) return;
+  const std::size_t per_chunk = cut.parts_of(0);
+  std::vector<std::atomic<std::size_t>> left(chunks);
+  for (std::size_t c = 0; c < chunks; ++c) left[c].store(cut.parts_of(c), std::memory_order_relaxed);
+  const std::uint64_t first_seq = ring.next_;
+  const std::size_t slots = ring.slots();
+  auto stage = [&](std::size_t p) {
+    const std::size_t c = p / per_chunk, j = p % per_chunk;
+    const std::uint64_t seq = first_seq + c;
+    const std::size_t s = static_cast<std::size_t>(seq % slots);
+    if (seq >= slots) {  // the slot's previous chunk must be issued, then its transfer done
+      const std::uint64_t need = seq - slots + 1;
+      for (unsigned spin = 0; ring.issued_[s].load(std::memory_order_acquire) < need; ++spin) {
+        if (team.failed()) return;  // that chunk will never come: the job is failing anyway
+        if (spin < 64)
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      sink.wait_slot(s);
+    }
+    const std::size_t chunk_first = c * cut.chunk_elements;
+    const std::size_t first = chunk_first + j * cut.part_elements;
+    const std::size_t count = std::min(cut.part_elements, chunk_first + cut.chunk_size(c) - first);
+    convert_into(src + first * in_size, from, ring.slot(s) + (first - chunk_first) * out_size, staged,
+                 static_cast<std::int64_t>(count));
+    if (left[c].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      sink.issue(s, chunk_first, cut.chunk_size(c));
+      ring.issued_[s].store(seq + 1, std::memory_order_release);
+    }
+  };
+  try {
+    team.run(cut.parts(), stage);
+  } catch (...) {
+    // Some chunks were issued and some never will be: wait for every slot's last transfer,
+    // then go on after this copy's chunks with every slot free, so no later copy waits for
+    // a chunk that never came or writes into a slot still being read.
+    for (std::size_t s = 0; s < slots; ++s) {
+      try {
+        sink.wait_slot(s);
+      } catch (...) {  // the first failure is the one reported
+      }
+    }
+    ring.next_ = first_seq + chunks;
+    for (std::size_t s = 0; s < slots; ++s) ring.issued_[s].store(ring.next_, std::memory_order_release);
+    throw;
+  }
+  ring.next_ = first_seq + chunks;
+}
+
+}  // namespace autoshard

@@ -2,8 +2,11 @@
 /// Placing shards on CUDA devices: each rank's shards of a checkpoint (by tensor-parallel
 /// policy, by solved plan, or from a sharded directory) go to the device chosen for that
 /// rank; replicated tensors go to every device. Bytes move once from the memory map (or one
-/// block copy for strided shards) into pinned staging buffers, two per device, and on with
-/// cudaMemcpyAsync on one stream per device, so copies to several devices overlap.
+/// block copy for strided shards) into pinned staging, filled by several host threads
+/// (device/staging.hpp), and on with cudaMemcpyAsync on one stream per device, chunk by
+/// chunk as they are staged, so the copy engine does not wait and copies to several devices
+/// overlap. The staging is pooled per device: a second upload allocates nothing. A dtype
+/// conversion runs on the device (device/convert.hpp) or on the staging threads.
 ///   autoshard::checkpoint in("gpt2");
 ///   std::vector<int> devices{0, 1, 2, 3};                       // rank r -> cuda:devices[r]
 ///   auto ranks = autoshard::upload_shards(in, autoshard::policies::gpt2(), 4, cfg, devices);
@@ -13,13 +16,14 @@
 #include <cstddef>      // std::size_t, std::byte
 #include <cstring>      // std::memcpy
 #include <map>          // std::map
+#include <memory>       // std::unique_ptr, std::make_unique
 #include <optional>     // std::optional
 #include <span>         // std::span
 #include <string>       // std::string
-#include <utility>      // std::exchange
+#include <utility>      // std::exchange, std::pair
 #include <vector>       // std::vector
 
-#include <cuda_runtime_api.h>  // cudaMalloc, cudaMallocHost, cudaMemcpyAsync, cudaStream_t, cudaEvent_t
+#include <cuda_runtime_api.h>  // cudaMalloc, cudaHostAlloc, cudaMemcpyAsync, cudaStream_t, cudaEvent_t
 
 #include "../core/error.hpp"                // device_error
 #include "../tensor/host_tensor.hpp"        // host_tensor, convert_into
@@ -27,6 +31,8 @@
 #include "../tensor/safetensors.hpp"        // checkpoint
 #include "../tensor/shard_checkpoint.hpp"   // sharded_checkpoint
 #include "../tensor/slice.hpp"              // extract, contiguous_span
+#include "convert.hpp"                      // convert_on_device, device_converts
+#include "staging.hpp"                      // staging_team, staging_ring, stage_through, reuse_pool
 
 namespace autoshard {
 
@@ -121,90 +127,211 @@ struct device_shards {
   std::map<std::string, device_tensor> tensors;
 };
 
-struct upload_options {
-  std::size_t staging_bytes = std::size_t{32} << 20;  ///< each of the two pinned buffers per device
-  std::optional<dtype> convert_to;                    ///< float tensors only, as in shard_options
+/// Where a dtype conversion during an upload runs.
+enum class convert_site {
+  automatic,  ///< on the device where its kernel loaded (f32, f16, bf16), else on the host
+  host,       ///< the staging threads convert; PCIe carries the converted bytes
+  device,     ///< PCIe carries the source bytes, a kernel converts them (device_error if it cannot)
 };
 
-/// Streams host bytes to devices through pinned double buffers, one stream per device.
-/// Destroying it synchronises and frees everything.
+struct upload_options {
+  std::size_t staging_bytes = std::size_t{64} << 20;  ///< pinned staging per device, in 8 slots
+  std::optional<dtype> convert_to;                    ///< float tensors only, as in shard_options
+  unsigned staging_threads = 0;  ///< host threads that fill the staging: 0, the process's shared team (default_staging_threads())
+  convert_site convert_on = convert_site::automatic;
+};
+
+namespace detail {
+
+/// One device's staging, kept between uploads (cuda_staging_pool): pinned slots (a ring),
+/// a stream, an event per slot, and device scratch for conversions, made on first need.
+class cuda_staging {
+ public:
+  static constexpr std::size_t slots = 8;
+
+  cuda_staging(int device, std::size_t bytes) : device_(device) {
+    const std::size_t slot_bytes = std::max<std::size_t>(bytes / slots, 64) / 64 * 64;
+    cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    try {
+      cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda_check(cudaHostAlloc(&pinned_, slot_bytes * slots, cudaHostAllocPortable),
+                 "cudaHostAlloc of " + std::to_string(slot_bytes * slots) + " pinned staging bytes");
+      for (cudaEvent_t& e : done_) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      ring_ = std::make_unique<staging_ring>(static_cast<std::byte*>(pinned_), slot_bytes, slots);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  cuda_staging(const cuda_staging&) = delete;
+  cuda_staging& operator=(const cuda_staging&) = delete;
+  ~cuda_staging() { release(); }
+
+  int device() const noexcept { return device_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  staging_ring& ring() noexcept { return *ring_; }
+  cudaEvent_t done(std::size_t s) const noexcept { return done_[s]; }
+  /// Device memory as large as the ring, for source bytes a kernel converts (made once).
+  std::byte* scratch() {
+    if (scratch_ == nullptr)
+      cuda_check(cudaMalloc(&scratch_, ring_->slot_bytes() * slots),
+                 "cudaMalloc of " + std::to_string(ring_->slot_bytes() * slots) + " conversion bytes on cuda:" +
+                     std::to_string(device_));
+    return static_cast<std::byte*>(scratch_);
+  }
+
+ private:
+  void release() noexcept {
+    if (cudaSetDevice(device_) != cudaSuccess) return;
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : done_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    if (scratch_ != nullptr) (void)cudaFree(scratch_);
+    if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    (void)cudaGetLastError();
+  }
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  void* pinned_ = nullptr;
+  void* scratch_ = nullptr;
+  cudaEvent_t done_[slots] = {};
+  std::unique_ptr<staging_ring> ring_;
+};
+
+using staging_key = std::pair<int, std::size_t>;  // device, staging bytes
+
+/// The process's staging, per device and size: an upload takes one and gives it back, so
+/// the next upload allocates nothing (at most 2 idle per device and size are kept; made at
+/// first use, never destroyed: release_upload_staging() frees the idle ones).
+inline reuse_pool<cuda_staging, staging_key>& cuda_staging_pool() {
+  static auto* pool = new reuse_pool<cuda_staging, staging_key>(
+      [](const staging_key& k) { return std::make_unique<cuda_staging>(k.first, k.second); }, 2);
+  return *pool;
+}
+
+/// What stage_through hands chunks to: the copy engine (and the conversion kernel).
+struct cuda_staging_sink {
+  cuda_staging& staging;
+  std::byte* out;
+  dtype from, to;
+  bool on_device;
+
+  void wait_slot(std::size_t s) const { cuda_check(cudaEventSynchronize(staging.done(s)), "cudaEventSynchronize"); }
+  void issue(std::size_t s, std::size_t first, std::size_t count) const {
+    const int d = staging.device();
+    cuda_check(cudaSetDevice(d), "cudaSetDevice(" + std::to_string(d) + ")");  // a staging thread's first chunk
+    const std::byte* slot = staging.ring().slot(s);
+    std::byte* dst = out + first * dtype_size(to);
+    if (on_device) {
+      std::byte* bytes = staging.scratch() + s * staging.ring().slot_bytes();
+      cuda_check(cudaMemcpyAsync(bytes, slot, count * dtype_size(from), cudaMemcpyHostToDevice, staging.stream()),
+                 "cudaMemcpyAsync H2D to cuda:" + std::to_string(d));
+      cuda_check(convert_on_device(bytes, from, dst, to, count, staging.stream()),
+                 "the conversion kernel on cuda:" + std::to_string(d));
+    } else {
+      cuda_check(cudaMemcpyAsync(dst, slot, count * dtype_size(to), cudaMemcpyHostToDevice, staging.stream()),
+                 "cudaMemcpyAsync H2D to cuda:" + std::to_string(d));
+    }
+    cuda_check(cudaEventRecord(staging.done(s), staging.stream()), "cudaEventRecord");
+  }
+};
+
+}  // namespace detail
+
+/// Frees the pinned staging that uploads keep for the next one (only what no upload uses).
+inline void release_upload_staging() { detail::cuda_staging_pool().trim(); }
+
+/// Streams host bytes to devices: staging threads copy (or convert) parts of each tensor
+/// into pinned slots, and each finished chunk goes on to its device's copy engine while
+/// the next is staged, so the copy engine does not wait for one host thread. The staging
+/// comes from a per-device pool, so a new uploader allocates nothing. copy() returns once
+/// the source was read (it may be freed or reused then); synchronize() waits for the
+/// devices. Destroying it synchronises and gives the staging back. Not thread-safe.
 class device_uploader {
  public:
-  device_uploader(std::span<const int> devices, std::size_t staging_bytes) : staging_(staging_bytes) {
-    if (staging_ < 4096) staging_ = 4096;
+  device_uploader(std::span<const int> devices, const upload_options& opts = {})
+      : site_(opts.convert_on) {
+    if (site_ == convert_site::device && !device_conversion_error().empty())
+      throw device_error("conversion on the device asked for, but " + device_conversion_error());
+    if (opts.staging_threads != 0) own_team_ = std::make_unique<staging_team>(opts.staging_threads);
+    team_ = own_team_ ? own_team_.get() : &shared_staging_team();
+    const std::size_t bytes = std::max<std::size_t>(opts.staging_bytes, detail::cuda_staging::slots * 64);
     for (int d : devices) {
       require_cuda_device(d);
       if (lanes_.count(d)) continue;
-      lane& l = lanes_[d];
-      l.device = d;
-      detail::cuda_check(cudaSetDevice(d), "cudaSetDevice(" + std::to_string(d) + ")");
-      detail::cuda_check(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-      for (int b = 0; b < 2; ++b) {
-        detail::cuda_check(cudaMallocHost(&l.pinned[b], staging_),
-                           "cudaMallocHost of " + std::to_string(staging_) + " staging bytes");
-        detail::cuda_check(cudaEventCreateWithFlags(&l.done[b], cudaEventDisableTiming), "cudaEventCreate");
-      }
+      lanes_.emplace(d, detail::cuda_staging_pool().acquire({d, bytes}));
     }
   }
+  /// The older form: `staging_bytes` of pinned staging per device.
+  device_uploader(std::span<const int> devices, std::size_t staging_bytes)
+      : device_uploader(devices, with_staging(staging_bytes)) {}
   device_uploader(const device_uploader&) = delete;
   device_uploader& operator=(const device_uploader&) = delete;
   ~device_uploader() {
     for (auto& [d, l] : lanes_) {
-      if (cudaSetDevice(d) != cudaSuccess) continue;
-      if (l.stream) (void)cudaStreamSynchronize(l.stream);
-      for (int b = 0; b < 2; ++b) {
-        if (l.done[b]) (void)cudaEventDestroy(l.done[b]);
-        if (l.pinned[b]) (void)cudaFreeHost(l.pinned[b]);
+      // Staging whose stream failed is not given back: a later upload would inherit the failure.
+      if (cudaSetDevice(d) != cudaSuccess || cudaStreamSynchronize(l->stream()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        l.discard();
       }
-      if (l.stream) (void)cudaStreamDestroy(l.stream);
     }
   }
-  std::size_t staging_bytes() const noexcept { return staging_; }
+  /// Pinned staging bytes per device, and the host threads that fill it.
+  std::size_t staging_bytes() const noexcept {
+    return lanes_.empty() ? 0 : lanes_.begin()->second->ring().slot_bytes() * detail::cuda_staging::slots;
+  }
+  unsigned staging_threads() const noexcept { return team_->threads(); }
+  /// Whether copy() converts `from` to `to` with the device's kernel (else on the host).
+  bool converts_on_device(dtype from, dtype to) const {
+    return from != to && site_ != convert_site::host && device_converts(from, to);
+  }
 
-  /// Copies `n` elements of `from` (contiguous at `src`) to `dst` as `to`, converting floats.
+  /// Copies the dst.numel() elements of `from` at `src` (contiguous host memory) into
+  /// `dst`, converting float dtypes where they differ; asynchronous for the device.
   void copy(const std::byte* src, dtype from, device_tensor& dst) {
-    lane& l = lanes_.at(dst.device());
-    detail::cuda_check(cudaSetDevice(l.device), "cudaSetDevice(" + std::to_string(l.device) + ")");
-    const std::size_t in_es = dtype_size(from), out_es = dtype_size(dst.type());
-    const std::size_t per_chunk = staging_ / out_es;
-    const auto n = static_cast<std::size_t>(dst.shape().numel());
-    auto* out = static_cast<std::byte*>(dst.data());
-    for (std::size_t i = 0; i < n; i += per_chunk) {
-      const std::size_t k = std::min(per_chunk, n - i);
-      const int b = l.next;
-      l.next ^= 1;
-      detail::cuda_check(cudaEventSynchronize(l.done[b]), "cudaEventSynchronize");  // buffer b is free again
-      convert_into(src + i * in_es, from, static_cast<std::byte*>(l.pinned[b]), dst.type(), static_cast<std::int64_t>(k));
-      detail::cuda_check(cudaMemcpyAsync(out + i * out_es, l.pinned[b], k * out_es, cudaMemcpyHostToDevice, l.stream),
-                         "cudaMemcpyAsync H2D to cuda:" + std::to_string(l.device));
-      detail::cuda_check(cudaEventRecord(l.done[b], l.stream), "cudaEventRecord");
-    }
+    auto it = lanes_.find(dst.device());
+    if (it == lanes_.end())
+      throw device_error("upload to cuda:" + std::to_string(dst.device()) + ", a device this uploader was not made for");
+    if (from != dst.type() && (!detail::is_float(from) || !detail::is_float(dst.type())))
+      throw device_error("cannot upload " + std::string(to_string(from)) + " as " + std::string(to_string(dst.type())) +
+                         ": only float dtypes (f32, f64, f16, bf16) convert");
+    detail::cuda_staging& st = *it->second;
+    const bool on_device = converts_on_device(from, dst.type());
+    detail::cuda_check(cudaSetDevice(st.device()), "cudaSetDevice(" + std::to_string(st.device()) + ")");
+    if (on_device) (void)st.scratch();  // made here, not by several staging threads at once
+    detail::cuda_staging_sink sink{st, static_cast<std::byte*>(dst.data()), from, dst.type(), on_device};
+    stage_through(*team_, st.ring(), src, from, on_device ? from : dst.type(), static_cast<std::size_t>(dst.shape().numel()),
+                  sink);
   }
   /// Waits for every copy.
   void synchronize() {
     for (auto& [d, l] : lanes_) {
       detail::cuda_check(cudaSetDevice(d), "cudaSetDevice(" + std::to_string(d) + ")");
-      detail::cuda_check(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize on cuda:" + std::to_string(d));
+      detail::cuda_check(cudaStreamSynchronize(l->stream()), "cudaStreamSynchronize on cuda:" + std::to_string(d));
     }
   }
 
  private:
-  struct lane {
-    int device = 0;
-    cudaStream_t stream = nullptr;
-    void* pinned[2] = {nullptr, nullptr};
-    cudaEvent_t done[2] = {nullptr, nullptr};
-    int next = 0;
-  };
-  std::size_t staging_;
-  std::map<int, lane> lanes_;
+  static upload_options with_staging(std::size_t bytes) {
+    upload_options o;
+    o.staging_bytes = bytes;
+    return o;
+  }
+  convert_site site_;
+  std::unique_ptr<staging_team> own_team_;
+  staging_team* team_ = nullptr;
+  std::map<int, reuse_pool<detail::cuda_staging, detail::staging_key>::lease> lanes_;
 };
 
-/// Uploads one host tensor to `device` (synchronous).
-inline device_tensor upload(const_tensor_view t, int device) {
-  device_tensor d(device, t.type(), t.shape());
+/// Uploads one host tensor to `device` (synchronous), converted to opts.convert_to if
+/// that is set and both are float dtypes. Staging comes from the per-device pool.
+inline device_tensor upload(const_tensor_view t, int device, const upload_options& opts = {}) {
+  const dtype to = opts.convert_to && detail::is_float(t.type()) && detail::is_float(*opts.convert_to) ? *opts.convert_to
+                                                                                                   : t.type();
+  device_tensor d(device, to, t.shape());
   const int devs[1] = {device};
-  device_uploader up(devs, std::max<std::size_t>(t.nbytes(), 4096));
+  device_uploader up(devs, opts);
   up.copy(t.data(), t.type(), d);
   up.synchronize();
   return d;
@@ -222,7 +349,7 @@ inline std::vector<device_shards> upload_shards(const checkpoint& in, const std:
   for (const auto& p : plans)
     if (static_cast<int>(p.ranks.size()) != N || !in.contains(p.name))
       throw shape_error("tensor '" + p.name + "': not in the checkpoint or not planned for " + std::to_string(N) + " ranks");
-  device_uploader up(devices, opts.staging_bytes);
+  device_uploader up(devices, opts);
   std::vector<device_shards> out(static_cast<std::size_t>(N));
   for (int r = 0; r < N; ++r) out[static_cast<std::size_t>(r)] = {r, devices[static_cast<std::size_t>(r)], {}};
   std::vector<std::byte> scratch;
@@ -247,7 +374,7 @@ inline std::vector<device_shards> upload_shards(const checkpoint& in, const std:
       up.copy(bytes, p.type, dst);
       out[static_cast<std::size_t>(r)].tensors.emplace(p.name, std::move(dst));
     }
-    file.release(entry);  // copy() has read the bytes into pinned memory already
+    file.release(entry);  // copy() has read the bytes into pinned staging already
   }
   up.synchronize();
   return out;
@@ -275,7 +402,7 @@ inline std::vector<device_shards> upload_shards(const checkpoint& in, const plan
 inline device_shards upload_rank(const sharded_checkpoint& sc, int rank, int device, const upload_options& opts = {}) {
   require_cuda_device(device);
   const int devs[1] = {device};
-  device_uploader up(devs, opts.staging_bytes);
+  device_uploader up(devs, opts);
   device_shards out{rank, device, {}};
   const auto& f = sc.rank(rank);
   for (const auto& e : f.entries()) {

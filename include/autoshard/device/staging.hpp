@@ -61,6 +61,11 @@ class reuse_pool {
     T& operator*() const noexcept { return *obj_; }
     T* operator->() const noexcept { return obj_.get(); }
     T* get() const noexcept { return obj_.get(); }
+    /// Destroys the object instead of giving it back (it is broken: a failed stream, say).
+    void discard() noexcept {
+      obj_.reset();
+      pool_ = nullptr;
+    }
 
    private:
     friend class reuse_pool;

@@ -1,12 +1,19 @@
-// Shard upload bandwidth (include/autoshard/device/placement.hpp) against plain
-// cudaMemcpy from pinned memory, on cuda:0. vs_pinned is the upload's bandwidth over the
-// pinned-cudaMemcpy bandwidth of the same size (1.0: as fast as a pinned copy).
-//   upload_tensor     autoshard::upload(view, 0): allocation + staging + copy, per call
-//   uploader_copy     a reused device_uploader (32 MiB double buffers) into a reused
-//                     device_tensor: the steady state of upload_shards
-//   uploader_to_bf16  the same with f32 -> bf16 conversion in the staging step
-//   memcpy_pinned / memcpy_pageable   the baselines
-// bytes_per_second counts host bytes read. Without a CUDA device it prints why and exits 0.
+// Host-to-device upload bandwidth (include/autoshard/device/placement.hpp) on cuda:0, next
+// to its peer, cudaMemcpy from pinned memory of the same bytes, measured in the same run.
+//   memcpy_pinned       the peer: cudaMemcpy H2D from cudaMallocHost memory
+//   memcpy_pageable     cudaMemcpy from ordinary memory (the driver stages it, one thread)
+//   register_copy       cudaHostRegister of ordinary memory + cudaMemcpy + unregister, per
+//                       call: what registering a checkpoint's range instead of staging costs
+//   upload_tensor       autoshard::upload(view, 0): device allocation + staging + copy per call
+//   uploader/copy       a reused device_uploader into a reused device_tensor (upload_shards'
+//                       steady state), staging by the shared team (default_staging_threads())
+//   uploader_threads/N  the same at 256 MiB with N staging threads
+//   uploader/<a>_to_<b>_<site>  with a dtype conversion on the device or on the host threads
+// bytes_per_second counts host (source) bytes; device_bytes_per_second the bytes written on
+// the device; vs_pinned is bytes_per_second over the peer's at the same size (1.0: as fast
+// as a pinned copy of the same source bytes). Every row warms up first (the CUDA context,
+// the pooled staging, the conversion kernel's compilation are never timed).
+// Without a CUDA device it prints why and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>  // std::size_t, std::byte
@@ -14,9 +21,11 @@
 #include <cstdio>   // std::printf, std::fprintf
 #include <cstdlib>  // std::exit
 #include <map>      // std::map
+#include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
-#include <cuda_runtime_api.h>  // cudaMallocHost, cudaMemcpyAsync, cudaEvent_t
+#include <cuda_runtime_api.h>  // cudaMallocHost, cudaMemcpyAsync, cudaEvent_t, cudaHostRegister
 
 #include <autoshard/device/placement.hpp>  // upload, device_tensor, device_uploader, cuda_device_count
 
@@ -31,20 +40,22 @@ void cuda_ok(cudaError_t e, const char* what) {
   }
 }
 
-/// A host f32 tensor of `bytes` (kept per size), filled with labels.
-const host_tensor& host_source(std::size_t bytes) {
-  static std::map<std::size_t, host_tensor> cache;
-  auto it = cache.find(bytes);
+/// A host tensor of `bytes` bytes of dtype `t` (kept per size and dtype), labelled with
+/// values that need rounding when narrowed.
+const host_tensor& host_source(std::size_t bytes, dtype t) {
+  static std::map<std::pair<std::size_t, dtype>, host_tensor> cache;
+  auto it = cache.find({bytes, t});
   if (it == cache.end()) {
-    host_tensor h(dtype::f32, {static_cast<std::int64_t>(bytes / 4)});
-    float* p = h.as<float>();
-    for (std::int64_t i = 0; i < h.numel(); ++i) p[i] = static_cast<float>(i);
-    it = cache.emplace(bytes, std::move(h)).first;
+    host_tensor f(dtype::f32, {static_cast<std::int64_t>(bytes / dtype_size(t))});
+    float* p = f.as<float>();
+    for (std::int64_t i = 0; i < f.numel(); ++i) p[i] = static_cast<float>(i % 100003) * 0.001953125f + 0.1f;
+    it = cache.emplace(std::pair{bytes, t}, t == dtype::f32 ? std::move(f) : convert(f.view(), t)).first;
   }
   return it->second;
 }
 
-/// cudaMemcpy H2D bandwidth from pinned memory (bytes/s), measured once per size with events.
+/// cudaMemcpy H2D bandwidth from pinned memory (bytes/s), measured once per size with events
+/// after a warm-up copy.
 double pinned_bandwidth(std::size_t bytes) {
   static std::map<std::size_t, double> cache;
   if (auto it = cache.find(bytes); it != cache.end()) return it->second;
@@ -56,7 +67,7 @@ double pinned_bandwidth(std::size_t bytes) {
   cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
   cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
   cuda_ok(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");  // warm-up
-  const int reps = bytes >= (std::size_t{1} << 26) ? 5 : 30;
+  const int reps = bytes >= (std::size_t{1} << 26) ? 10 : 50;
   cuda_ok(cudaEventRecord(start, nullptr), "cudaEventRecord");
   for (int i = 0; i < reps; ++i) cuda_ok(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, nullptr), "cudaMemcpyAsync");
   cuda_ok(cudaEventRecord(stop, nullptr), "cudaEventRecord");
@@ -70,34 +81,14 @@ double pinned_bandwidth(std::size_t bytes) {
   return cache[bytes] = static_cast<double>(bytes) * reps / (static_cast<double>(ms) * 1e-3);
 }
 
-void finish(benchmark::State& state, std::size_t bytes) {
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
-  state.counters["vs_pinned"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(bytes) / pinned_bandwidth(bytes),
-      benchmark::Counter::kIsRate);
-}
-
-void BM_upload_tensor(benchmark::State& state) {
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  const host_tensor& h = host_source(bytes);
-  for (auto _ : state) {
-    device_tensor d = upload(h.view(), 0);
-    benchmark::DoNotOptimize(d.data());
-  }
-  finish(state, bytes);
-}
-
-void BM_uploader(benchmark::State& state, dtype to) {
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  const host_tensor& h = host_source(bytes);
-  const int devices[1] = {0};
-  device_uploader up(devices, upload_options{}.staging_bytes);
-  device_tensor dst(0, to, h.shape());
-  for (auto _ : state) {
-    up.copy(h.data(), dtype::f32, dst);
-    up.synchronize();
-  }
-  finish(state, bytes);
+/// Host bytes/s, device bytes/s, and the ratio to the pinned peer of the same host bytes.
+void finish(benchmark::State& state, std::size_t host_bytes, std::size_t device_bytes) {
+  const auto it = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(host_bytes));
+  state.counters["device_bytes_per_second"] =
+      benchmark::Counter(it * static_cast<double>(device_bytes), benchmark::Counter::kIsRate);
+  state.counters["vs_pinned"] =
+      benchmark::Counter(it * static_cast<double>(host_bytes) / pinned_bandwidth(host_bytes), benchmark::Counter::kIsRate);
 }
 
 void BM_memcpy(benchmark::State& state, bool pinned) {
@@ -113,19 +104,83 @@ void BM_memcpy(benchmark::State& state, bool pinned) {
   }
   device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(bytes)});
   for (auto _ : state) cuda_ok(cudaMemcpy(dst.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  finish(state, bytes);
+  finish(state, bytes, bytes);
   if (pinned) (void)cudaFreeHost(host);
 }
 
+void BM_register_copy(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const host_tensor& h = host_source(bytes, dtype::f32);
+  device_tensor dst(0, dtype::f32, h.shape());
+  auto* p = const_cast<std::byte*>(h.data());
+  for (auto _ : state) {
+    if (cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      state.SkipWithError((std::string("cudaHostRegister failed: ") + cudaGetErrorString(e)).c_str());
+      return;
+    }
+    cuda_ok(cudaMemcpy(dst.data(), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    cuda_ok(cudaHostUnregister(p), "cudaHostUnregister");
+  }
+  finish(state, bytes, bytes);
+}
+
+void BM_upload_tensor(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const host_tensor& h = host_source(bytes, dtype::f32);
+  for (auto _ : state) {
+    device_tensor d = upload(h.view(), 0);
+    benchmark::DoNotOptimize(d.data());
+  }
+  finish(state, bytes, bytes);
+}
+
+/// A reused uploader from `from` to `to`; `threads` 0: the shared team.
+void run_uploader(benchmark::State& state, dtype from, dtype to, convert_site site, unsigned threads) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const host_tensor& h = host_source(bytes, from);
+  const int devices[1] = {0};
+  upload_options o;
+  o.convert_on = site;
+  o.staging_threads = threads;
+  device_uploader up(devices, o);
+  device_tensor dst(0, to, h.shape());
+  if (from != to) state.SetLabel(up.converts_on_device(from, to) ? "converted on the device" : "converted on the host");
+  for (auto _ : state) {
+    up.copy(h.data(), from, dst);
+    up.synchronize();
+  }
+  finish(state, bytes, dst.nbytes());
+}
+
+void BM_uploader(benchmark::State& state, dtype from, dtype to, convert_site site) {
+  run_uploader(state, from, to, site, 0);
+}
+
+void BM_uploader_threads(benchmark::State& state) {
+  run_uploader(state, dtype::f32, dtype::f32, convert_site::automatic, static_cast<unsigned>(state.range(1)));
+}
+
 constexpr std::int64_t kMin = std::int64_t{1} << 20, kMax = std::int64_t{1} << 28;
+constexpr double kWarmUp = 0.05;  // seconds per row before timing
 
 }  // namespace
 
-BENCHMARK(BM_upload_tensor)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
-BENCHMARK_CAPTURE(BM_uploader, copy, dtype::f32)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
-BENCHMARK_CAPTURE(BM_uploader, to_bf16, dtype::bf16)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
-BENCHMARK_CAPTURE(BM_memcpy, pinned, true)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
-BENCHMARK_CAPTURE(BM_memcpy, pageable, false)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime();
+BENCHMARK_CAPTURE(BM_memcpy, pinned, true)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_memcpy, pageable, false)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_register_copy)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_upload_tensor)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_uploader, copy, dtype::f32, dtype::f32, convert_site::automatic)
+    ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_uploader_threads)->ArgsProduct({{kMax}, {1, 2, 4, 8, 16}})->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_uploader, f32_to_bf16_device, dtype::f32, dtype::bf16, convert_site::device)
+    ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_uploader, f32_to_bf16_host, dtype::f32, dtype::bf16, convert_site::host)
+    ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_uploader, bf16_to_f32_device, dtype::bf16, dtype::f32, convert_site::device)
+    ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK_CAPTURE(BM_uploader, bf16_to_f32_host, dtype::bf16, dtype::f32, convert_site::host)
+    ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
 
 int main(int argc, char** argv) {
   if (autoshard::cuda_device_count() == 0) {
@@ -134,6 +189,12 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The CUDA context and the conversion kernel before any row (each row also warms up).
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaFree(nullptr), "cudaFree(nullptr)");
+  std::printf("conversion kernel: %s; staging threads: %u\n",
+              autoshard::device_converts(dtype::f32, dtype::bf16) ? "loaded" : autoshard::device_conversion_error().c_str(),
+              autoshard::default_staging_threads());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,8 +1,9 @@
 // The doctest main of the GPU tests. Without a CUDA device (or driver) every test is
-// The doctest main of the GPU tests. Without a CUDA device (or driver) every test is
-// turns into "Skipped". The test suite "no_device" runs everywhere: it checks that the
-// NCCL backend reports a missing device as autoshard::device_error instead of crashing.
+// skipped: the process exits 77, which CTest (SKIP_RETURN_CODE 77) turns into "Skipped".
+// The test suite "no_device" runs everywhere: the NCCL backend reports a missing device as
+// autoshard::device_error instead of crashing, and the host side of uploads (staging).
 // Listing the tests (doctest_discover_tests does at build time) never needs a device.
+// `--autoshard-versions` prints the NCCL, CUDA runtime and driver versions as JSON.
 // `--autoshard-child=<scenario>` runs one scenario that could hang (see run_child) in
 // its own process for the test that spawned it.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -49,6 +50,16 @@ bool has_flag(int argc, char** argv, const char* prefix) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (has_flag(argc, argv, "--autoshard-versions")) {  // for scripts/gpu_check.sh's figures
+    int runtime = 0, driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaGetLastError();
+    std::printf("{\"nccl\": %d, \"cuda_runtime\": %d, \"cuda_driver\": %d, \"devices\": %d}\n",
+                autoshard::nccl_communicator::library_version(), runtime, driver,
+                autoshard::nccl_communicator::device_count());
+    return 0;
+  }
   constexpr std::string_view child_flag = "--autoshard-child=";
   for (int i = 1; i < argc; ++i)
     if (std::string_view(argv[i]).substr(0, child_flag.size()) == child_flag)

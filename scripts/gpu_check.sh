@@ -46,7 +46,7 @@ run_all() {
   local dir=$1 logs=$2 rates=$3 figures=$4 failed=0 rc
   mkdir -p "$logs" "$(dirname "$figures")"
   echo "=== gpu_check: devices ==="
-  nvidia-smi --query-gpu=index,name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current \
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max,clocks.max.sm \
     --format=csv 2>/dev/null | tee "$logs/nvidia-smi.csv" || echo "(no nvidia-smi)"
   timeout 30 "$dir/test_gpu" --autoshard-versions >"$logs/versions.json" 2>&1; cat "$logs/versions.json"
   if [ "${SKIP_DOCTEST:-0}" = 1 ]; then :; else

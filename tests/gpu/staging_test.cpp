@@ -203,12 +203,15 @@ TEST_SUITE("no_device") {
     }
   }
 
-  TEST_CASE("staging: the cut makes about 8 chunks of a copy, each fitting a slot, in parts per thread") {
+  TEST_CASE("staging: the cut makes about 16 chunks of a copy, each fitting a slot, in parts per thread") {
     const staging_cut c = cut_for_staging(std::size_t{4} << 20, 4, 4, std::size_t{8} << 20, 8);  // 16 MiB of f32
-    CHECK(c.chunk_elements == (std::size_t{1} << 19));                                            // 2 MiB chunks
-    CHECK(c.chunks() == 8);
-    CHECK(c.part_elements == (std::size_t{1} << 16));  // 256 KiB parts, one per thread
-    CHECK(c.parts() == 64);
+    CHECK(c.chunk_elements == (std::size_t{1} << 18));                                            // 1 MiB chunks
+    CHECK(c.chunks() == 16);
+    CHECK(c.part_elements == (std::size_t{1} << 15));  // 128 KiB parts, one per thread
+    CHECK(c.parts() == 128);
+    const staging_cut mib = cut_for_staging(std::size_t{1} << 18, 4, 4, std::size_t{8} << 20, 8);  // 1 MiB
+    CHECK(mib.chunks() == 4);  // 256 KiB at least
+    CHECK(mib.part_elements == (std::size_t{1} << 14));  // 64 KiB at least
     const staging_cut big = cut_for_staging(std::size_t{64} << 20, 4, 2, std::size_t{8} << 20, 8);  // 256 MiB
     CHECK(big.chunk_elements == (std::size_t{2} << 20));  // a slot's worth of f32
     CHECK(big.chunks() == 32);

@@ -140,8 +140,14 @@ for size, arg in (("1 MiB", 1 << 20), ("16 MiB", 1 << 24), ("256 MiB", 1 << 28))
          f"BM_uploader/f32_to_bf16_device/{arg}/real_time", f"BM_uploader/f32_to_bf16_host/{arg}/real_time",
          f"BM_uploader/bf16_to_f32_device/{arg}/real_time")]
     print(f"  {size:8} {gbs(f'BM_memcpy/pinned/{arg}/real_time')}  {gbs(f'BM_memcpy/pageable/{arg}/real_time')}   " + "  ".join(r))
-threads = [f"{t}: {gbs(f'BM_uploader_threads/{1 << 28}/{t}/real_time').strip()}" for t in (1, 2, 4, 8, 16)]
-print("  uploader at 256 MiB by staging threads (GB/s): " + ", ".join(threads))
+for arg, size in ((1 << 24, "16 MiB"), (1 << 28, "256 MiB")):
+    dma = [f"{c >> 10} KiB x{st}: {gbs(f'BM_dma_chunks/{arg}/{c}/{st}/real_time').strip()}"
+           for c in (1 << 18, 1 << 20, 1 << 23) for st in (1, 2)]
+    print(f"  copy engine alone, {size} in chunks (GB/s): " + ", ".join(dma) +
+          f"; staging alone: {gbs(f'BM_staging_only/{arg}/real_time').strip()}")
+for arg, size in ((1 << 24, "16 MiB"), (1 << 28, "256 MiB")):
+    threads = [f"{t}: {gbs(f'BM_uploader_threads/{arg}/{t}/real_time').strip()}" for t in (1, 2, 4, 8, 16)]
+    print(f"  uploader at {size} by staging threads (GB/s): " + ", ".join(threads))
 coll = [b for b in doc["benches"]["nccl_bandwidth"].get("benchmarks", []) if b.get("run_type") != "aggregate"]
 if coll:
     print("\nNCCL path and device copies (cuda:0):")

@@ -7,7 +7,10 @@
 //   upload_tensor       autoshard::upload(view, 0): device allocation + staging + copy per call
 //   uploader/copy       a reused device_uploader into a reused device_tensor (upload_shards'
 //                       steady state), staging by the shared team (default_staging_threads())
-//   uploader_threads/N  the same at 256 MiB with N staging threads
+//   dma_chunks/B/C/S    the copy engine's side alone: B bytes from pinned memory in chunks of
+//                       C (a cudaMemcpyAsync and an event record each) on S streams
+//   staging_only/B      the staging threads' side alone: B bytes into the pinned slots
+//   uploader_threads/N  the same at 16 and 256 MiB with N staging threads
 //   uploader/<a>_to_<b>_<site>  with a dtype conversion on the device or on the host threads
 // bytes_per_second counts host (source) bytes; device_bytes_per_second the bytes written on
 // the device; vs_pinned is bytes_per_second over the peer's at the same size (1.0: as fast
@@ -16,10 +19,12 @@
 // Without a CUDA device it prints why and exits 0.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>  // std::min
 #include <cstddef>  // std::size_t, std::byte
 #include <cstdint>  // std::int64_t
 #include <cstdio>   // std::printf, std::fprintf
 #include <cstdlib>  // std::exit
+#include <cstring>  // std::memset
 #include <map>      // std::map
 #include <string>   // std::string
 #include <utility>  // std::pair
@@ -157,6 +162,56 @@ void BM_uploader(benchmark::State& state, dtype from, dtype to, convert_site sit
   run_uploader(state, from, to, site, 0);
 }
 
+/// The copy engine's side alone: `bytes` from pinned memory in chunks of range(1) bytes, each
+/// its own cudaMemcpyAsync and event record as the uploader issues them, alternating
+/// between range(2) streams, from one thread.
+void BM_dma_chunks(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0)), chunk = static_cast<std::size_t>(state.range(1));
+  const auto nstreams = static_cast<std::size_t>(state.range(2));
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  void* host = nullptr;
+  cuda_ok(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  std::memset(host, 1, bytes);
+  device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(bytes)});
+  cudaStream_t streams[2];
+  cudaEvent_t events[8];
+  for (auto& st : streams) cuda_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (auto& e : events) cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  for (auto _ : state) {
+    std::size_t i = 0;
+    for (std::size_t off = 0; off < bytes; off += chunk, ++i) {
+      cudaStream_t st = streams[i % nstreams];
+      cuda_ok(cudaMemcpyAsync(static_cast<std::byte*>(dst.data()) + off, static_cast<std::byte*>(host) + off,
+                              std::min(chunk, bytes - off), cudaMemcpyHostToDevice, st),
+              "cudaMemcpyAsync");
+      cuda_ok(cudaEventRecord(events[i % 8], st), "cudaEventRecord");
+    }
+    for (auto& st : streams) cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+  }
+  finish(state, bytes, bytes);
+  for (auto& e : events) (void)cudaEventDestroy(e);
+  for (auto& st : streams) (void)cudaStreamDestroy(st);
+  (void)cudaFreeHost(host);
+}
+
+/// The staging threads' side alone: `bytes` of f32 staged through a ring of 8 pinned slots
+/// of 8 MiB by the shared team, handed to nobody.
+void BM_staging_only(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const host_tensor& h = host_source(bytes, dtype::f32);
+  void* arena = nullptr;
+  cuda_ok(cudaMallocHost(&arena, std::size_t{64} << 20), "cudaMallocHost");
+  staging_ring ring(static_cast<std::byte*>(arena), std::size_t{8} << 20, 8);
+  struct nobody {
+    void wait_slot(std::size_t) const noexcept {}
+    bool done(std::size_t) const noexcept { return true; }
+    void issue(std::size_t, std::size_t, std::size_t) const noexcept {}
+  } sink;
+  for (auto _ : state) stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, bytes / 4, sink);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+  (void)cudaFreeHost(arena);
+}
+
 void BM_uploader_threads(benchmark::State& state) {
   run_uploader(state, dtype::f32, dtype::f32, convert_site::automatic, static_cast<unsigned>(state.range(1)));
 }
@@ -172,7 +227,11 @@ BENCHMARK(BM_register_copy)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime
 BENCHMARK(BM_upload_tensor)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
 BENCHMARK_CAPTURE(BM_uploader, copy, dtype::f32, dtype::f32, convert_site::automatic)
     ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
-BENCHMARK(BM_uploader_threads)->ArgsProduct({{kMax}, {1, 2, 4, 8, 16}})->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_dma_chunks)
+    ->ArgsProduct({{std::int64_t{1} << 24, kMax}, {std::int64_t{1} << 18, std::int64_t{1} << 20, std::int64_t{1} << 23}, {1, 2}})
+    ->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_staging_only)->Arg(std::int64_t{1} << 24)->Arg(kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_uploader_threads)->ArgsProduct({{std::int64_t{1} << 24, kMax}, {1, 2, 4, 8, 16}})->UseRealTime()->MinWarmUpTime(kWarmUp);
 BENCHMARK_CAPTURE(BM_uploader, f32_to_bf16_device, dtype::f32, dtype::bf16, convert_site::device)
     ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
 BENCHMARK_CAPTURE(BM_uploader, f32_to_bf16_host, dtype::f32, dtype::bf16, convert_site::host)

@@ -33,7 +33,8 @@ struct counted {
 
 /// A copy engine on a thread of its own: issue() queues a transfer from a slot into `dst`,
 /// done later (after a pause, so that a slot overwritten too early would show in the
-/// result); wait_slot() waits for the slot's queued transfers.
+/// result); done() says whether the slot's queued transfers are done, wait_slot() waits.
+/// issue() and done() must come from the thread that called stage_through.
 class slow_engine {
  public:
   slow_engine(const staging_ring& ring, std::byte* dst, std::size_t out_size)
@@ -49,6 +50,7 @@ class slow_engine {
     thread_.join();
   }
   void issue(std::size_t s, std::size_t first, std::size_t count) {
+    if (std::this_thread::get_id() != owner_) ++foreign_;
     std::lock_guard lock(m_);
     if (fail_at_ >= 0 && transfers_.load() == static_cast<std::uint64_t>(fail_at_))
       throw std::runtime_error("transfer " + std::to_string(fail_at_) + " refused");
@@ -61,6 +63,10 @@ class slow_engine {
     std::unique_lock lock(m_);
     cv_.wait(lock, [&] { return done_[s] == issued_[s]; });
   }
+  bool done(std::size_t s) {
+    std::lock_guard lock(m_);
+    return done_[s] == issued_[s];
+  }
   void drain() {
     for (std::size_t s = 0; s < issued_.size(); ++s) wait_slot(s);
   }
@@ -70,6 +76,8 @@ class slow_engine {
     out_size_ = out_size;
   }
   std::uint64_t transfers() const { return transfers_.load(); }
+  /// Transfers issued from another thread than the one that made the engine: should be none.
+  int foreign() const { return foreign_.load(); }
   int fail_at_ = -1;  // the transfer that throws instead
 
  private:
@@ -99,6 +107,8 @@ class slow_engine {
   std::deque<job> queue_;
   std::vector<std::uint64_t> issued_, done_;
   std::atomic<std::uint64_t> transfers_{0};
+  std::atomic<int> foreign_{0};
+  std::thread::id owner_ = std::this_thread::get_id();
   bool stop_ = false;
   std::thread thread_;
 };
@@ -203,6 +213,40 @@ TEST_SUITE("no_device") {
     }
   }
 
+  TEST_CASE("staging: with a job of its own, the caller takes only the parts it may, the team the rest") {
+    for (unsigned threads : {1u, 4u}) {
+      CAPTURE(threads);
+      staging_team team(threads);
+      const std::size_t parts = 200;
+      std::vector<std::atomic<int>> hits(parts);
+      std::atomic<std::size_t> finished{0};
+      const auto caller = std::this_thread::get_id();
+      std::atomic<int> odd_by_caller{0};
+      int steps = 0;
+      team.run_with_caller(
+          parts,
+          [&](std::size_t p) {
+            if (std::this_thread::get_id() == caller && p % 2 == 1) ++odd_by_caller;
+            ++hits[p];
+            ++finished;
+          },
+          [&] {
+            ++steps;
+            return finished.load() == parts;
+          },
+          [&](std::size_t p) { return threads == 1 || p % 2 == 0; });
+      bool once = true;
+      for (auto& h : hits) once = once && h.load() == 1;
+      CHECK(once);
+      CHECK(steps > 0);
+      if (threads > 1) CHECK(odd_by_caller.load() == 0);
+      CHECK_THROWS_WITH(team.run_with_caller(
+                            10, [](std::size_t) {}, [&]() -> bool { throw std::runtime_error("step failed"); },
+                            [](std::size_t) { return true; }),
+                        "step failed");
+    }
+  }
+
   TEST_CASE("staging: the cut makes about 16 chunks of a copy, each fitting a slot, in parts per thread") {
     const staging_cut c = cut_for_staging(std::size_t{4} << 20, 4, 4, std::size_t{8} << 20, 8);  // 16 MiB of f32
     CHECK(c.chunk_elements == (std::size_t{1} << 18));                                            // 1 MiB chunks
@@ -256,6 +300,7 @@ TEST_SUITE("no_device") {
             const staging_cut cut = cut_for_staging(static_cast<std::size_t>(n), dtype_size(k.from),
                                                     dtype_size(k.to), slot_bytes, threads);
             CHECK(engine.transfers() - before == cut.chunks());
+            CHECK(engine.foreign() == 0);  // only the calling thread hands chunks on
             CHECK(bitwise_equal(out.view(), convert(src.view(), k.to).view()));
           }
         }

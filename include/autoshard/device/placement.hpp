@@ -218,22 +218,29 @@ struct cuda_staging_sink {
   bool on_device;
 
   void wait_slot(std::size_t s) const { cuda_check(cudaEventSynchronize(staging.done(s)), "cudaEventSynchronize"); }
+  bool done(std::size_t s) const {
+    const cudaError_t e = cudaEventQuery(staging.done(s));
+    if (e == cudaErrorNotReady) return false;
+    cuda_check(e, "cudaEventQuery");
+    return true;
+  }
+  /// On the thread that called copy(), whose device is current.
   void issue(std::size_t s, std::size_t first, std::size_t count) const {
     const int d = staging.device();
-    cuda_check(cudaSetDevice(d), "cudaSetDevice(" + std::to_string(d) + ")");  // a staging thread's first chunk
     const std::byte* slot = staging.ring().slot(s);
+    const cudaStream_t stream = staging.stream();
     std::byte* dst = out + first * dtype_size(to);
     if (on_device) {
       std::byte* bytes = staging.scratch() + s * staging.ring().slot_bytes();
-      cuda_check(cudaMemcpyAsync(bytes, slot, count * dtype_size(from), cudaMemcpyHostToDevice, staging.stream()),
+      cuda_check(cudaMemcpyAsync(bytes, slot, count * dtype_size(from), cudaMemcpyHostToDevice, stream),
                  "cudaMemcpyAsync H2D to cuda:" + std::to_string(d));
-      cuda_check(convert_on_device(bytes, from, dst, to, count, staging.stream()),
+      cuda_check(convert_on_device(bytes, from, dst, to, count, stream),
                  "the conversion kernel on cuda:" + std::to_string(d));
     } else {
-      cuda_check(cudaMemcpyAsync(dst, slot, count * dtype_size(to), cudaMemcpyHostToDevice, staging.stream()),
+      cuda_check(cudaMemcpyAsync(dst, slot, count * dtype_size(to), cudaMemcpyHostToDevice, stream),
                  "cudaMemcpyAsync H2D to cuda:" + std::to_string(d));
     }
-    cuda_check(cudaEventRecord(staging.done(s), staging.stream()), "cudaEventRecord");
+    cuda_check(cudaEventRecord(staging.done(s), stream), "cudaEventRecord");
   }
 };
 
@@ -243,8 +250,8 @@ struct cuda_staging_sink {
 inline void release_upload_staging() { detail::cuda_staging_pool().trim(); }
 
 /// Streams host bytes to devices: staging threads copy (or convert) parts of each tensor
-/// into pinned slots, and each finished chunk goes on to its device's copy engine while
-/// the next is staged, so the copy engine does not wait for one host thread. The staging
+/// into pinned slots, and the calling thread hands each finished chunk to its device's copy
+/// engine while the next is staged, so the copy engine does not wait for one host thread. The staging
 /// comes from a per-device pool, so a new uploader allocates nothing. copy() returns once
 /// the source was read (it may be freed or reused then); synchronize() waits for the
 /// devices. Destroying it synchronises and gives the staging back. Not thread-safe.

@@ -52,7 +52,7 @@ struct device_preset {
 };
 
 /// The peaks are the vendors' data sheets (peak_source). Achievable figures: the H200's were
-/// measured on one H200 SXM (issue 33: cuBLAS bf16 GEMMs and a 4 GiB device-to-device copy);
+/// measured on one H200 SXM by scripts/gpu_rates.py (bench/device/results, docs/devices.md);
 /// the A100's and H100's are left to published measurements (issue 28) and are zero until then.
 inline constexpr std::array<device_preset, 3> device_presets{{
     {"a100-80g", "NVIDIA A100 80GB SXM4", {312e12, 2.039e12, 81920LL << 20}, 300e9, 25e9,
@@ -66,12 +66,14 @@ inline constexpr std::array<device_preset, 3> device_presets{{
     {"h200-141g", "NVIDIA H200 141GB SXM", {989.4e12, 4.8e12, 143771LL << 20}, 450e9, 50e9,
      "NVIDIA H200 data sheet: H100's compute (989.4 TFLOP/s bf16 dense), 4.8 TB/s HBM3e, 143771 MiB "
      "(141 GB); NVLink 4 900 GB/s bidirectional; NDR 400 Gb/s",
-     {{787e12, "measured for issue 33 (one H200 SXM, driver 580.159.04): cuBLAS bf16 GEMM, fp32 "
-               "accumulate, LLaMA-70B / GPT-18B layer shapes, 787-818 TFLOP/s; zero-filled inputs, which "
-               "run about 10 % faster than random ones"},
-      {684e12, "measured, issue 33 (as above): tensor-parallel slices 4096x1024x4096 and 4096x8192x1024, "
-               "684-730 TFLOP/s; zero-filled inputs"},
-      {4.27e12, "measured, issue 33 (as above): a 4 GiB device-to-device copy, read + write"}}},
+     {{714e12, "measured 2026-12-04 on one H200 SXM (driver 580.159.04, PyTorch 2.11 / CUDA 13.0 cuBLAS, "
+               "scripts/gpu_rates.py, 5 runs): bf16 GEMMs, fp32 accumulate, random inputs, 4096 tokens x LLaMA-70B "
+               "and GPT-3 18.4B layer shapes and 8192^3; the median over shapes of each shape's median, 714 "
+               "TFLOP/s (shapes 675-766; zero-filled inputs run about 10 % faster)"},
+      {593e12, "measured as above: the same layers cut 8 ways by tensor parallelism (4096x8192x3584, "
+               "4096x3584x8192, 4096x8192x1280, 4096x6144x3072) and 4096x1024x4096, 4096x8192x1024; 593 TFLOP/s "
+               "(shapes 423-626)"},
+      {4.24e12, "measured as above: a 4 GiB device-to-device copy, bytes read + written, 4.22-4.26 TB/s"}}},
 }};
 
 /// The preset named `name`, or nullptr.

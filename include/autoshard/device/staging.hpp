@@ -281,9 +281,8 @@ class staging_team {
   void worker() {
     std::uint64_t seen = 0;
     for (;;) {
-      // Spin for the next job (a copy often follows a copy, and waking a sleeping thread
-      // takes as long as a megabyte's transfer: on one H200 VM a 16 MiB upload ran at 0.49 of
-      // a pinned copy with 50 us of spinning), then sleep.
+      // Spin for the next job (a copy often follows a copy, and waking a sleeping thread in
+      // a VM takes tens of microseconds, as long as a megabyte's transfer), then sleep.
       const auto until = std::chrono::steady_clock::now() + spin_for;
       for (unsigned i = 0; generation_.load(std::memory_order_acquire) == seen && !stopping_.load(std::memory_order_relaxed); ++i) {
         if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
@@ -411,8 +410,7 @@ inline staging_cut cut_for_staging(std::size_t n, std::size_t in_size, std::size
 
 /// Streams `n` elements of `from` at `src` through `ring` as `staged` (a conversion on the
 /// host when they differ). The team's threads stage parts; the calling thread alone talks
-/// to the sink, so a device's API sees one thread (measured on one H200: with every staging
-/// thread issuing and waiting, a 16 MiB upload reached 0.44-0.50 of a pinned copy):
+/// to the sink, so the device's API is called from one thread only:
 ///   sink.issue(s, first, count)  moves slot s's staged elements [first, first + count) on
 ///   sink.done(s)                 whether the transfer last issued from slot s finished (no wait)
 ///   sink.wait_slot(s)            waits for it (used to clean up after a failure)

@@ -24,23 +24,26 @@ except ImportError:
     print(json.dumps({"error": "PyTorch is not installed"}))
     sys.exit(3)
 
-# (m, k, n): [m, k] x [k, n], 4096 tokens.
-LARGE = {
-    "square 8192x8192x8192": (8192, 8192, 8192),
-    "llama-70b up/gate (4096x8192x28672)": (4096, 8192, 28672),
-    "llama-70b down (4096x28672x8192)": (4096, 28672, 8192),
-    "llama-70b qkv (4096x8192x10240)": (4096, 8192, 10240),
-    "gpt-18.4b fc1 (4096x6144x24576)": (4096, 6144, 24576),
-    "gpt-18.4b fc2 (4096x24576x6144)": (4096, 24576, 6144),
-}
-SLICED = {
-    "llama-70b up/gate / 8 (4096x8192x3584)": (4096, 8192, 3584),
-    "llama-70b down / 8 (4096x3584x8192)": (4096, 3584, 8192),
-    "llama-70b qkv / 8 (4096x8192x1280)": (4096, 8192, 1280),
-    "gpt-18.4b fc1 / 8 (4096x6144x3072)": (4096, 6144, 3072),
-    "issue 33 (4096x1024x4096)": (4096, 1024, 4096),
-    "issue 33 (4096x8192x1024)": (4096, 8192, 1024),
-}
+# class, m, k, n ([m, k] x [k, n], 4096 tokens), what the shape is. Tensor-parallel slices
+# are the layers above them cut 8 ways, and issue 33's two.
+SHAPE_TABLE = """
+large_matmul   8192  8192  8192  square
+large_matmul   4096  8192 28672  llama-70b up/gate
+large_matmul   4096 28672  8192  llama-70b down
+large_matmul   4096  8192 10240  llama-70b qkv
+large_matmul   4096  6144 24576  gpt-18.4b fc1
+large_matmul   4096 24576  6144  gpt-18.4b fc2
+sliced_matmul  4096  8192  3584  llama-70b up/gate / 8
+sliced_matmul  4096  3584  8192  llama-70b down / 8
+sliced_matmul  4096  8192  1280  llama-70b qkv / 8
+sliced_matmul  4096  6144  3072  gpt-18.4b fc1 / 8
+sliced_matmul  4096  1024  4096  issue 33
+sliced_matmul  4096  8192  1024  issue 33
+"""
+SHAPES = {}
+for line in SHAPE_TABLE.strip().splitlines():
+    cls, m, k, n, name = line.split(maxsplit=4)
+    SHAPES.setdefault(cls, {})[f"{name} ({m}x{k}x{n})"] = (int(m), int(k), int(n))
 
 
 def timed(fn, warmup=3, reps=15):
@@ -75,7 +78,7 @@ def main():
     props = torch.cuda.get_device_properties(0)
     out = {"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
            "inputs": "random normal bf16", "method": "3 warm-ups, median of 15 CUDA-event timings per shape"}
-    for cls, shapes in (("large_matmul", LARGE), ("sliced_matmul", SLICED)):
+    for cls, shapes in SHAPES.items():
         rows = {name: gemm(*mkn) for name, mkn in shapes.items()}
         meds = sorted(r["median_flops"] for r in rows.values())
         out[cls] = {"shapes": rows, "min_median_flops": meds[0], "median_of_medians_flops": statistics.median(meds)}

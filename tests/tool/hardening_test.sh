@@ -138,6 +138,18 @@ echo half >"$tmp/p.json.tmp.$dead.0123456789abcdef"
 expect class5 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p.json" --quiet --no-svg
 test ! -e "$tmp/p.json.tmp.$dead.0123456789abcdef" && ok || bad "class5: plan left a dead writer's temporary"
 
+# class7: ranks bounded before anything is sized by them, and per-rank work linear. --tp 16777216
+# allocated 4.7 GB and was OOM-killed; --tp 4096 on a 4-head model compared every output path
+# with every other for 51 s before saying the heads do not divide; a block map compared every
+# block with every rank (90 s for a 32,768-rank map).
+expect class7 2 "--tp: Value 16777216 not in range 1 to 1048576" "$tool" shard "$tmp/ck" --policy gpt2 --tp 16777216 --out "$tmp/o7"
+within() { local s=$1; shift; local t0=$SECONDS; "$@"; [ $((SECONDS - t0)) -le "$s" ] && ok || bad "class7: took $((SECONDS - t0)) s: ${*:3}"; }
+within 20 expect class7 1 "does not divide over tensor-parallel size 4096" "$tool" shard "$tmp/ck" --policy gpt2 --tp 4096 --out "$tmp/o7"
+test ! -e "$tmp/o7" && ok || bad "class7: a refused shard made its output"
+within 20 expect class7 0 "" "$tool" show --mesh 32768 --shape 32768,8 --spec "[S(0)]" --json
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['owners'][32767][0]==[32767] and len(d['row_cuts'])==32769" "$tmp/out" \
+  && ok || bad "class7: the 32,768-rank block map is wrong"
+
 # class9: wrong answers reported as success.
 for d in i32 bool u8 int64; do
   expect "class9 (--dtype $d)" 2 "training needs a floating-point dtype" "$tool" plan "${small[@]}" --dtype "$d" --out "$tmp/o9.json"

@@ -4,6 +4,7 @@
 // process id (and a counter), so no two processes share one.
 #pragma once
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,6 +44,14 @@ inline pid_t dead_pid() {
   if (p == 0) ::_exit(0);
   ::waitpid(p, nullptr, 0);
   return p;
+}
+
+/// This thread's CPU time in seconds: what a growth test compares (other processes' load on a
+/// shared machine does not count, as it would in wall time).
+inline double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 }  // namespace autoshard_test

@@ -66,6 +66,7 @@
 #include "device.hpp"                // device_model
 #include "fused.hpp"                 // fused_dim_of
 #include "model.hpp"                 // model_graph, node, op_kind
+#include "validate.hpp"              // topological_order
 
 namespace autoshard {
 
@@ -387,8 +388,23 @@ inline std::vector<std::pair<int, int>> reshape_groups(const tensor_shape& a, co
   return out;
 }
 
+/// Whether each vertex has a gradient (requires_grad), for the whole graph in one topological
+/// sweep: what every pass over all vertices or edges uses (requires_grad per vertex walks its
+/// ancestors, which made planning quadratic in a model's depth).
+inline std::vector<char> gradient_flags(const model_graph& g) {
+  std::vector<char> grad(boost::num_vertices(g), 0);
+  for (const vertex_t v : topological_order(g)) {
+    const node& n = g[v];
+    if (is_integer(n.type)) continue;
+    grad[v] = n.is_parameter();
+    for (auto [e, end] = boost::in_edges(v, g); e != end && !grad[v]; ++e) grad[v] = grad[boost::source(*e, g)];
+  }
+  return grad;
+}
+
 /// Whether vertex `v` has a gradient: a floating-point parameter, or an operator with a
-/// differentiable operand that has one. Graph inputs (token ids, `x`) have none.
+/// differentiable operand that has one. Graph inputs (token ids, `x`) have none. Walks v's
+/// ancestors: for many vertices, gradient_flags once.
 inline bool requires_grad(const model_graph& g, vertex_t v) {
   std::vector<vertex_t> stack{v};
   std::vector<char> seen(boost::num_vertices(g), 0);
@@ -441,11 +457,12 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
 }
 
 /// The per-axis options of `v` (the same list on every mesh axis).
+/// `grads`: gradient_flags(g), or empty to ask requires_grad of each operand.
 inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops,
-                                             const std::vector<tensor_shape>& in) {
+                                             const std::vector<tensor_shape>& in, const std::vector<char>& grads = {}) {
   const node& nd = g[v];
   std::vector<char> diff;
-  for (vertex_t u : ops) diff.push_back(requires_grad(g, u));
+  for (vertex_t u : ops) diff.push_back(grads.empty() ? requires_grad(g, u) : grads[u]);
   if (auto e = einsum_of(nd, in)) {
     std::vector<axis_option> o = einsum_options(*e, diff);
     if (nd.kind == op_kind::split && fused_dim_of(g, ops[0]).dim == norm_axis(nd.attrs.axis, in[0].rank)) {
@@ -591,13 +608,14 @@ inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy&
 }  // namespace detail
 
 /// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
-/// offer Replicate or Shard(d) per mesh axis.
+/// offer Replicate or Shard(d) per mesh axis. `grads`: detail::gradient_flags(g) when enumerating
+/// many vertices (empty: v's operands are looked up one by one).
 inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t v, const device_mesh& m,
-                                                  const strategy_options& opt = {}) {
+                                                  const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
   const node& nd = g[v];
   const std::vector<vertex_t> ops = operands(g, v);
   const std::vector<tensor_shape> in = operand_shapes(g, v);
-  const std::vector<detail::axis_option> options = detail::axis_options(g, v, ops, in);
+  const std::vector<detail::axis_option> options = detail::axis_options(g, v, ops, in, grads);
   if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
   const int axes = static_cast<int>(m.ndim());
   const bool train = opt.mode == run_mode::training;
@@ -684,7 +702,8 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
 inline std::vector<std::vector<strategy>> enumerate_all_strategies(const model_graph& g, const device_mesh& m,
                                                                   const strategy_options& opt = {}) {
   std::vector<std::vector<strategy>> all(boost::num_vertices(g));
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt);
+  const std::vector<char> grads = detail::gradient_flags(g);
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt, grads);
   return all;
 }
 
@@ -871,12 +890,13 @@ struct cost_matrix {
 
 /// Resharding cost of edge `e` (producer u -> consumer v, operand g[e].operand) for every
 /// pair of u's and v's strategies, forward plus (training) backward. Distinct specs are
-/// priced once.
+/// priced once. `grads`: detail::gradient_flags(g) when pricing many edges (empty: u is looked up).
 inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::vector<strategy>& producer,
                                     const std::vector<strategy>& consumer, const device_mesh& m,
-                                    const strategy_options& opt = {}) {
+                                    const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
   const auto operand = static_cast<std::size_t>(g[e].operand);
-  const bool grad_flows = opt.mode == run_mode::training && detail::requires_grad(g, boost::source(e, g));
+  const vertex_t u = boost::source(e, g);
+  const bool grad_flows = opt.mode == run_mode::training && (grads.empty() ? detail::requires_grad(g, u) : grads[u] != 0);
   edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt));
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   for (std::size_t j = 0; j < consumer.size(); ++j)

@@ -79,6 +79,7 @@ struct live_temporaries {
   };
   using slot = std::atomic<const char*>;
   chunk first;
+  std::atomic<std::size_t> count{0};  ///< live temporaries (what the write buffers share)
 
   static live_temporaries& instance() {
     static live_temporaries t;
@@ -95,6 +96,7 @@ struct live_temporaries {
           const char* expected = nullptr;
           if (s.compare_exchange_strong(expected, p)) {
             c->used.fetch_add(1);
+            count.fetch_add(1);
             return {c, &s};
           }
         }
@@ -111,6 +113,7 @@ struct live_temporaries {
     if (h.s == nullptr) return;
     h.s->store(nullptr);
     h.c->used.fetch_sub(1);
+    instance().count.fetch_sub(1);
     h = {};
   }
   /// Only atomic loads and unlink(): async-signal-safe.
@@ -292,13 +295,13 @@ class atomic_file {
   }
 
   void write(std::span<const std::byte> data) {
-    if (buf_.size() + data.size() <= buffer_size) {
-      if (buf_.capacity() == 0) buf_.reserve(std::min(buffer_size, std::max(data.size(), std::size_t{4096}) * 4));
+    const std::size_t limit = buffer_limit();
+    if (buf_.size() + data.size() <= limit) {
       buf_.insert(buf_.end(), data.begin(), data.end());
       return;
     }
     flush_buffer();
-    if (data.size() >= buffer_size) raw_write(data.data(), data.size());
+    if (data.size() >= limit) raw_write(data.data(), data.size());
     else buf_.insert(buf_.end(), data.begin(), data.end());
   }
   void write(std::string_view s) { write(std::as_bytes(std::span(s.data(), s.size()))); }
@@ -337,7 +340,12 @@ class atomic_file {
   const std::filesystem::path& target() const noexcept { return final_; }
 
  private:
-  static constexpr std::size_t buffer_size = std::size_t{1} << 20;  // grown as written: N files may be open at once
+  /// The write buffers of all open files share 64 MiB: 1 MiB each for up to 64 files, down to
+  /// 16 KiB each (a 4,096-rank shard held 1.9 GB of buffers at 1 MiB a file).
+  static std::size_t buffer_limit() noexcept {
+    const std::size_t open = std::max<std::size_t>(detail::live_temporaries::instance().count.load(), 1);
+    return std::clamp((std::size_t{64} << 20) / open, std::size_t{16} << 10, std::size_t{1} << 20);
+  }
   void flush_buffer() {
     raw_write(buf_.data(), buf_.size());
     buf_.clear();

@@ -196,6 +196,7 @@ struct pass_model {
   device_mesh mesh;
   strategy_options sopt;
   std::vector<std::vector<strategy>> strategies;
+  std::vector<char> gradients;  // gradient_flags(g): whether each vertex has a gradient
   std::vector<edge_t> edges;  // in problem edge order
   strategy_problem problem;   // one node per vertex, one edge per graph edge
 
@@ -220,7 +221,9 @@ struct pass_model {
       if (on_phase) on_phase(name, done, total);
     };
     phase("strategies", 0, boost::num_vertices(g));
-    strategies = enumerate_all_strategies(g, mesh, sopt);
+    gradients = detail::gradient_flags(g);
+    strategies.resize(boost::num_vertices(g));
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) strategies[v] = enumerate_strategies(g, v, mesh, sopt, gradients);
     phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
     const std::vector<vertex_t> order = topological_order(g);
     const std::size_t n = boost::num_vertices(g);
@@ -255,7 +258,7 @@ struct pass_model {
     phase("pricing", 0, edge_count);
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
-      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt);
+      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients);
       phase("pricing", problem.edges.size() + 1, edge_count);
       for (double x : c.values) note(x);
       problem.edges.push_back({u, v, {}});
@@ -445,7 +448,7 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
 inline edge_costs edge_cost_of(const pass_model& pm, edge_t e, const std::vector<int>& choice) {
   const model_graph& g = pm.g;
   const vertex_t u = boost::source(e, g), v = boost::target(e, g);
-  const bool grad_flows = pm.sopt.mode == run_mode::training && detail::requires_grad(g, u);
+  const bool grad_flows = pm.sopt.mode == run_mode::training && pm.gradients[u];
   return price_edge(g, e, pm.strategies[u][static_cast<std::size_t>(choice[u])],
                     pm.strategies[v][static_cast<std::size_t>(choice[v])], pm.mesh, grad_flows,
                     backward_pricing_of(g, e, pm.sopt));

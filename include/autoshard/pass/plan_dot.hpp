@@ -119,6 +119,7 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
     int count = 0;
   };
   std::map<std::pair<vertex_t, vertex_t>, edge_info> edges;
+  const std::vector<char> grads = mode == run_mode::training ? detail::gradient_flags(g) : std::vector<char>(n, 0);
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
     const vertex_t u = boost::source(*it, g), v = boost::target(*it, g);
     const sharding_spec& from = chosen[u].output;
@@ -128,7 +129,7 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
     // Priced as the pass prices it: forward, and in training the backward (gradient sync).
     strategy_options so;
     so.mode = mode;
-    const bool grad_flows = mode == run_mode::training && detail::requires_grad(g, u);
+    const bool grad_flows = grads[u] != 0;
     const edge_costs c = price_edge(g, *it, chosen[u], chosen[v], m, grad_flows, backward_pricing_of(g, *it, so));
     if (from == to && !(c.total() > 0)) continue;
     std::string what;

@@ -101,17 +101,13 @@ TEST_CASE("hardening: safetensors header parsing is linear in the number of entr
       h += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
     return h + "}";
   };
-  auto cpu_seconds = [] {  // this thread's CPU time: other processes' load does not count
-    timespec t{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-  };
+  using autoshard_test::thread_cpu_seconds;
   auto best_seconds = [&](const std::string& bytes, std::size_t want) {
     double best = 1e9;
     for (int run = 0; run < 3; ++run) {
-      const double t0 = cpu_seconds();
+      const double t0 = thread_cpu_seconds();
       const auto hdr = parse_safetensors_header(std::as_bytes(std::span(bytes.data(), bytes.size())), "big");
-      best = std::min(best, cpu_seconds() - t0);
+      best = std::min(best, thread_cpu_seconds() - t0);
       REQUIRE(hdr.entries.size() == want);
     }
     return best;

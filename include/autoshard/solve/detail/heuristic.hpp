@@ -220,21 +220,26 @@ class local_search {
     return pen;
   }
 
-  /// Bring every candidate time point within the limit: at the most loaded one, switch the node
-  /// whose lower-usage strategy costs least per byte saved. False when no switch helps.
+  /// Bring every candidate time point within the limit: at the most loaded one, switch nodes
+  /// to lower-usage strategies, the least cost per byte saved first, until it fits. The switches
+  /// for one time point are ranked once; a node whose neighbour has switched meanwhile is skipped
+  /// (its cost changed), so each switch taken is priced exactly. False when no switch helps.
   bool repair() {
     if (!rv.limit) return true;
+    struct option {
+      long double score;
+      int128 saved;
+      std::size_t v, j;
+    };
+    std::vector<option> options;
+    std::vector<char> moved(rv.red.nodes.size(), 0);
+    std::vector<std::size_t> marked;
     for (std::size_t guard = 0; guard < 1000000; ++guard) {
       if (load.size() == 0) return true;
       const auto [peak, worst] = load.argmax();
       if (peak <= *rv.limit) return true;
-      bool found = false;
-      long double best_score = 0;
-      std::size_t bv = 0, bj = 0;
-      for (std::size_t v : rv.ilp_nodes) {
-        bool live = false;
-        for (const reduced_view::part_span& s : rv.spans[v]) live = live || (s.a <= worst && worst < s.b);
-        if (!live) continue;
+      options.clear();
+      for (std::size_t v : rv.live_at(worst)) {
         const int128 here_use = usage_at(v, pick[v], worst);
         const local_cost here = local(v, pick[v]);
         for (std::size_t j = 0; j < rv.node(v).size(); ++j) {
@@ -243,14 +248,27 @@ class local_search {
           const local_cost there = local(v, j);
           const long double dc = static_cast<long double>(there.bad - here.bad) * 1e30L +
                                  static_cast<long double>(there.sum - here.sum);
-          const long double score = dc / static_cast<long double>(saved);
-          if (!found || score < best_score) found = true, best_score = score, bv = v, bj = j;
+          options.push_back({dc / static_cast<long double>(saved), saved, v, j});
         }
       }
-      if (!found) return false;
-      note_change(local(bv, pick[bv]), local(bv, bj));
-      log.push_back({bv, pick[bv]});
-      move(bv, bj);
+      if (options.empty()) return false;
+      std::stable_sort(options.begin(), options.end(),
+                       [](const option& a, const option& b) { return a.score < b.score; });
+      int128 over = peak - *rv.limit;
+      for (const option& o : options) {
+        if (moved[o.v]) continue;
+        note_change(local(o.v, pick[o.v]), local(o.v, o.j));
+        log.push_back({o.v, pick[o.v]});
+        move(o.v, o.j);
+        over -= o.saved;
+        moved[o.v] = 1;
+        marked.push_back(o.v);
+        for (const reduced_view::incidence& in : rv.inc[o.v])
+          if (!moved[rv.other(in)]) moved[rv.other(in)] = 1, marked.push_back(rv.other(in));
+        if (over <= 0) break;
+      }
+      for (std::size_t v : marked) moved[v] = 0;
+      marked.clear();
     }
     return within_limit();
   }
@@ -336,16 +354,17 @@ class local_search {
   /// is re-optimised exactly by variable elimination (detail/min_sum.hpp) with every node outside
   /// it fixed; the usage limit is handled by prices on the time points the window overloads
   /// (raised until its answer fits, a few times at most). The window's new picks are kept when
-  /// the exact total does not rise. Runs until the deadline or until `patience` windows in a row
-  /// found nothing cheaper. `work` bounds the table entries one window's elimination visits.
+  /// the exact total does not rise. Runs until the deadline, until `patience` windows in a row
+  /// found nothing cheaper, or after `limit` windows. `work` bounds the table entries one window's
+  /// elimination visits.
   void window_search(clock::time_point deadline, unsigned seed, std::size_t patience, std::size_t work = 1000000,
-                     std::size_t roots = 8) {
+                     std::size_t roots = 8, std::size_t limit = static_cast<std::size_t>(-1)) {
     if (rv.ilp_nodes.empty()) return;
     std::mt19937 rng(seed);
     std::uniform_int_distribution<std::size_t> pick_node(0, rv.ilp_nodes.size() - 1);
     const std::size_t n = rv.red.nodes.size();
     std::vector<std::size_t> pos(n, n);  // position in the window, n when outside
-    for (std::size_t idle = 0; idle < patience && clock::now() < deadline; ++idle) {
+    for (std::size_t idle = 0, done = 0; idle < patience && done < limit && clock::now() < deadline; ++idle, ++done) {
       const window w = grow_window(rv.ilp_nodes[pick_node(rng)], rng, pos, work, roots);
       const wcost before = window_cost(w, pos);
       std::vector<std::size_t> old(w.nodes.size());
@@ -474,16 +493,7 @@ class local_search {
   }
 
   /// Alive nodes with a live part at time index t.
-  std::vector<std::size_t> live_at(std::size_t t) const {
-    std::vector<std::size_t> out;
-    for (std::size_t v : rv.ilp_nodes)
-      for (const reduced_view::part_span& sp : rv.spans[v])
-        if (sp.a <= t && t < sp.b) {
-          out.push_back(v);
-          break;
-        }
-    return out;
-  }
+  std::vector<std::size_t> live_at(std::size_t t) const { return rv.live_at(t); }
 
   /// Node costs of the window plus every edge with an end in it, at the current picks.
   wcost window_cost(const window& w, const std::vector<std::size_t>& pos) const {

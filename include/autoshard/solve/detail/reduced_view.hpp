@@ -30,6 +30,8 @@ struct reduced_view {
     std::size_t part, a, b;  // time indices [a, b) this part of the node is live at
   };
   std::vector<std::vector<part_span>> spans;  // per node id
+  std::size_t leaves = 0;                       // of the segment tree over the time indices
+  std::vector<std::vector<std::size_t>> segment;  // its nodes: the alive nodes whose spans cover them
 
   reduced_view(const reducer& r, std::vector<std::int64_t> candidate_times)
       : red(r), inc(r.nodes.size()), limit(r.p.usage_limit), spans(r.nodes.size()) {
@@ -59,6 +61,30 @@ struct reduced_view {
     base.assign(times.size(), 0);
     int128 cur = 0;
     for (std::size_t t = 0; t < times.size(); ++t) cur += diff[t], base[t] = cur;
+    // Each live span in the O(log T) segments of a segment tree that cover it.
+    leaves = 1;
+    while (leaves < times.size()) leaves *= 2;
+    segment.resize(2 * leaves);
+    for (std::size_t v : ilp_nodes)
+      for (const part_span& s : spans[v])
+        for (std::size_t lo = s.a + leaves, hi = s.b + leaves; lo < hi; lo /= 2, hi /= 2) {
+          if (lo & 1) segment[lo++].push_back(v);
+          if (hi & 1) segment[--hi].push_back(v);
+        }
+    for (std::vector<std::size_t>& l : segment) {
+      std::sort(l.begin(), l.end());
+      l.erase(std::unique(l.begin(), l.end()), l.end());
+    }
+  }
+
+  /// The alive nodes with a live part at time index t, ascending, each once: O(log T + answer).
+  std::vector<std::size_t> live_at(std::size_t t) const {
+    std::vector<std::size_t> out;
+    if (t >= times.size()) return out;
+    for (std::size_t i = t + leaves; i >= 1; i /= 2) out.insert(out.end(), segment[i].begin(), segment[i].end());
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
   }
 
   /// Time indices [a, b) inside a live interval.

@@ -102,7 +102,7 @@ else()
 endif()
 # The strategy ILP needs no graph: a user who wants only the solver never pulls in Boost.Graph.
 if(TARGET autoshard_io AND TARGET GLPK::GLPK)
-  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_io GLPK::GLPK PACKAGES "GLPK")
+  autoshard_area(autoshard_glpk glpk solve DEPS autoshard_io GLPK::GLPK Threads::Threads PACKAGES "GLPK" "Threads")
 else()
   message(STATUS "autoshard: autoshard::glpk skipped (needs GLPK and autoshard::io)")
 endif()

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""autoshard solve next to a one-thread HiGHS on IOPDDL contest instances, one run.
+"""autoshard solve next to HiGHS and the contest's best entries on IOPDDL contest instances, one run.
 
-For each instance: `autoshard solve FILE --json` (its exact objective, re-checked here with
-`autoshard solve FILE --evaluate`), then HiGHS (highspy, one thread, no reductions) on the
+For each instance: `autoshard solve FILE --json --threads N` (its exact objective, re-checked
+here with `autoshard solve FILE --evaluate`), then HiGHS (highspy, N threads, no reductions) on the
 plain marginal model of the same problem: a binary per strategy, a continuous variable per
 allowed pair (a cost >= 1e18 forbids: no variable, or the strategy fixed at 0), the marginal
 rows, and one memory row per maximal live set where the limit can bind, all up front. Prints
-per instance the exact objective, the best known value and their ratio, the bound, the time,
-HiGHS's objective, bound and time, and the load average of the machine.
+per instance the exact objective, the best known value and the best contest entry (8 cores,
+<= 300 s) and the ratios to them, the bound, why it stopped, the time, the threads, HiGHS's
+objective, bound and time, and the load average of the machine.
 
 Setup (bench only, not a library dependency): `python3 -m pip install -r bench/solve/requirements.txt`
   bench/solve/iopddl_vs_highs.py --tool build/release/tools/autoshard --time-limit 120 \\
-      ../shared/iopddl/asplos-2025-iopddl-B.json.gz ...
+      --threads 2 ../shared/iopddl/asplos-2025-iopddl-B.json.gz ...
 """
 import argparse, gzip, json, os, pathlib, subprocess, sys, tempfile, time
 
@@ -25,6 +26,18 @@ BEST_KNOWN = {  # ../shared/iopddl/README.md: exact optima (Gurobi) where known
     # autoshard proves optimal (docs/autosharding.md).
     "asplos-2025-iopddl-P": 651833115436,
     "asplos-2025-iopddl-V": 1617084,
+    # S: Gurobi's optimum (25.7 h on 18 threads). K: no optimum is known; its best known value is
+    # the best contest entry.
+    "asplos-2025-iopddl-S": 1511377982,
+    "asplos-2025-iopddl-K": 2274276676,
+}
+BEST_CONTEST = {  # the best contest entry per instance (../shared/iopddl/README.md; 8 cores, <= 300 s)
+    "asplos-2025-iopddl-B": 532843,
+    "asplos-2025-iopddl-G": 217039,
+    "asplos-2025-iopddl-K": 2274276676,
+    "asplos-2025-iopddl-P": 662197407330,
+    "asplos-2025-iopddl-S": 1534613444,
+    "asplos-2025-iopddl-V": 1632051,
 }
 
 
@@ -42,7 +55,7 @@ def stem(path):
     return name
 
 
-def run_autoshard(tool, path, time_limit, workdir):
+def run_autoshard(tool, path, time_limit, threads, workdir):
     plain = path
     if str(path).endswith(".gz"):
         plain = os.path.join(workdir, stem(path) + ".json")
@@ -51,7 +64,7 @@ def run_autoshard(tool, path, time_limit, workdir):
     answer = os.path.join(workdir, stem(path) + ".answer.json")
     t0 = time.perf_counter()
     out = subprocess.run([tool, "solve", plain, "--json", "--quiet", "--time-limit", str(time_limit),
-                          "--solution-out", answer], capture_output=True, text=True)
+                          "--threads", str(threads), "--solution-out", answer], capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         return {"error": out.stderr.strip(), "wall": wall}
@@ -104,13 +117,13 @@ def highs_nonzeros(p):
     return nz + sum(sum(per_node[v] for v in live) for live in binding_live_sets(p))
 
 
-def run_highs(p, time_limit):
+def run_highs(p, time_limit, threads):
     import highspy
     import numpy as np
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
+    h.setOptionValue("threads", threads)
     h.setOptionValue("time_limit", float(time_limit))
     nodes, edges = p["nodes"], p["edges"]
     costs, usages, intervals = nodes["costs"], nodes["usages"], nodes["intervals"]
@@ -179,28 +192,33 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--tool", default="build/release/tools/autoshard")
     ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--threads", type=int, default=2, help="threads of autoshard and of HiGHS")
     ap.add_argument("--no-highs", action="store_true")
     ap.add_argument("--highs-max-nonzeros", type=int, default=30_000_000,
                     help="build the plain HiGHS model only up to this many nonzeros (about 40 bytes each in "
                          "this script's lists, 1.2 GB at the default)")
     a = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    hdr = ("instance", "best known", "autoshard", "ratio", "bound", "status", "first feas s", "time s", "HiGHS obj",
-           "HiGHS bound", "HiGHS status", "HiGHS s", "load")
+    hdr = ("instance", "best known", "best contest", "autoshard", "ratio known", "ratio contest", "bound", "status",
+           "stop", "first feas s", "time s", "threads", "HiGHS obj", "HiGHS bound", "HiGHS status", "HiGHS s", "load")
     print(" | ".join(hdr))
     with tempfile.TemporaryDirectory() as work:
         for f in a.files:
             name = stem(f)
             best = BEST_KNOWN.get(name)
-            r = run_autoshard(a.tool, f, a.time_limit, work)
+            contest = BEST_CONTEST.get(name)
+            r = run_autoshard(a.tool, f, a.time_limit, a.threads, work)
             load1 = os.getloadavg()[0]
             if "error" in r:
-                row = [name, str(best), "error: " + r["error"][:80], "-", "-", "-", "-", f"{r['wall']:.1f}"]
+                row = [name, str(best), str(contest), "error: " + r["error"][:80], "-", "-", "-", "-", "-", "-",
+                       f"{r['wall']:.1f}", str(a.threads)]
             else:
                 assert r["evaluated"] == r["objective"], (r["evaluated"], r["objective"])
                 ratio = f"{r['objective'] / best:.5f}" if best else "-"
-                row = [name, str(best), str(r["objective"]), ratio, str(r["bound"]), r["status"],
-                       f"{r['first_feasible_seconds']:.2f}", f"{r['wall']:.1f}"]
+                ratio_contest = f"{r['objective'] / contest:.5f}" if contest else "-"
+                row = [name, str(best), str(contest), str(r["objective"]), ratio, ratio_contest, str(r["bound"]),
+                       r["status"], r["stop"], f"{r['first_feasible_seconds']:.2f}", f"{r['wall']:.1f}",
+                       str(r["threads"])]
             problem = None if a.no_highs else load(f)  # read once: counted, then built
             nz = None if a.no_highs else highs_nonzeros(problem)
             if a.no_highs:
@@ -208,7 +226,7 @@ def main():
             elif nz > a.highs_max_nonzeros:  # bounded before the model is built (P: 418 M, 20 GB)
                 row += ["-", "-", f"skipped: {nz:,} nonzeros > --highs-max-nonzeros {a.highs_max_nonzeros:,}", "-"]
             else:
-                hs = run_highs(problem, a.time_limit)
+                hs = run_highs(problem, a.time_limit, a.threads)
                 row += [f"{hs['objective']:.0f}", f"{hs['bound']:.0f}", hs["status"], f"{hs['wall']:.1f}"]
             row.append(f"{load1:.1f}")
             print(" | ".join(row), flush=True)

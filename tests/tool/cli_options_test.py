@@ -95,7 +95,10 @@ TABLE = {
         {"--time-limit": "1e-9", "--mip-rel-gap": weak("2", "the example is solved to optimality before any gap stops it"),
          "--solution-out": "a.json", "--evaluate": "{F}/answer.json", "--json": REMOVE,
          "--follow-symlinks": pre({"->t.json": "a.json"}, based({"--solution-out": "a.json"}, FLAG)),
-         "--quiet": unseen("the solver reports progress only in a branch-and-bound search longer than the example's")}),
+         "--threads": "3",
+         "--seed": weak("-1", "the example is solved exactly by the ILP's thread, whatever the search threads' seed"),
+         "--progress": {"--progress": FLAG, "--quiet": REMOVE},
+         "--quiet": based({"--progress": FLAG}, REMOVE)}),
     "shard": (
         [("--policy", "gpt2"), ("--tp", "2"), ("--out", "s"), ("--json", FLAG), ("--quiet", FLAG)], ["{F}/ckpt"],
         {"--policy": {"--policy": REMOVE, "--tp": REMOVE}, "--tp": "4",

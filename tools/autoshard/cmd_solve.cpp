@@ -16,9 +16,12 @@ struct solve_cli_options {
   double mip_rel_gap = 0.0;
   std::string solution_out;
   std::string evaluate;
+  int threads = 0;
+  unsigned seed = 0;
   bool json = false;
   bool quiet = false;
   bool follow_symlinks = false;
+  bool progress = false;
 };
 
 /// --evaluate: google/iopddl's Evaluate, exactly. Exit 0 when the solution is feasible, 1 when not.
@@ -56,7 +59,10 @@ int run_solve(solve_cli_options o) {
   solve_options so;
   so.time_limit = o.time_limit;
   so.mip_rel_gap = o.mip_rel_gap;
-  progress_printer progress(!o.quiet);
+  so.threads = o.threads;
+  so.seed = o.seed;
+  // The incumbent over time: on a terminal one line redrawn, with --progress plain lines.
+  progress_printer progress(!o.quiet && progress_wanted(o.progress));
   so.on_progress = [&progress](const solve_progress& s) { progress(s); };
   const solve_result r = solve_ilp(p, so);
   progress.finish();
@@ -72,7 +78,10 @@ int run_solve(solve_cli_options o) {
                      {"objective", r.objective},
                      {"bound", r.bound},
                      {"gap", r.gap},
+                     {"stop", to_string(r.stop)},
                      {"stopped", r.stopped},
+                     {"threads", r.threads},
+                     {"search_rounds", r.search_rounds},
                      {"seconds", r.seconds},
                      {"first_feasible_seconds", r.first_feasible_seconds},
                      {"peak_usage", r.peak.bytes},
@@ -87,8 +96,8 @@ int run_solve(solve_cli_options o) {
             << (p.usage_limit ? ", usage limit " + std::to_string(*p.usage_limit) : std::string()) << "\n";
   std::cout << "status   " << to_string(r.status);
   if (r.status == solve_status::feasible)
-    std::cout << " (gap " << std::setprecision(4) << 100.0 * r.gap << "% to bound " << r.bound << "; " << r.stopped
-              << ")";
+    std::cout << " (gap " << std::setprecision(4) << 100.0 * r.gap << "% to bound " << r.bound << ")";
+  std::cout << "\nstopped  " << to_string(r.stop) << ": " << r.stopped << "\nthreads  " << r.threads;
   std::cout << "\nobjective " << r.objective << "\ntime     " << human_seconds(r.seconds) << " (first feasible after "
             << human_seconds(r.first_feasible_seconds) << ")\npeak usage " << r.peak.bytes << "\n\nILP size\n";
   for (const auto& s : r.sizes)
@@ -108,7 +117,8 @@ void register_solve(CLI::App& app, action& run) {
   cmd->footer(
       "Examples:\n"
       "  autoshard solve problem.json\n"
-      "  autoshard solve problem.json --time-limit 60 --mip-rel-gap 0.01 --json");
+      "  autoshard solve problem.json --time-limit 60 --mip-rel-gap 0.01 --json\n"
+      "  autoshard solve problem.json --time-limit 120 --threads 2 --progress");
 
   cmd->add_option("problem", o->file, "problem file (IOPDDL JSON)")->required();
   cmd->add_option("--time-limit", o->time_limit, "seconds")->capture_default_str()->check(finite_in(0, 1e7, true));
@@ -120,6 +130,14 @@ void register_solve(CLI::App& app, action& run) {
                   "do not solve: evaluate this solution file exactly (exit 1 when it is infeasible)");
   add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
+  cmd->add_option("--threads", o->threads, "search threads (0: the cores available)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--seed", o->seed, "seed of the search threads (same seed and threads: same answers)")
+      ->capture_default_str();
+  cmd->add_flag("--progress", o->progress,
+                "print the incumbent and the proven bound over time on stderr (one line per better answer and about "
+                "one a second), even when it is not a terminal");
   cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_solve(*o); }; });
 }

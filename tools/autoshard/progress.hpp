@@ -26,8 +26,8 @@ class progress_printer {
     fmt(bnd, sizeof bnd, p.bound);
     if (std::isfinite(p.gap)) std::snprintf(gap, sizeof gap, "%.3f%%", 100.0 * p.gap);
     else std::snprintf(gap, sizeof gap, "-");
-    std::fprintf(stderr, "%ssolver: round %d  incumbent %s  bound %s  gap %s  %.1f s%s", tty_ ? "\r\033[K" : "",
-                 p.round, inc, bnd, gap, p.seconds, tty_ ? "" : "\n");
+    std::fprintf(stderr, "%ssolver: %.1f s  incumbent %s  bound %s  gap %s  (%s)%s", tty_ ? "\r\033[K" : "", p.seconds,
+                 inc, bnd, gap, p.phase.c_str(), tty_ ? "" : "\n");
     std::fflush(stderr);
     printed_ = true;
   }
@@ -38,7 +38,7 @@ class progress_printer {
 
  private:
   static void fmt(char* buf, std::size_t n, double v) {
-    if (std::isfinite(v)) std::snprintf(buf, n, "%.6g", v);
+    if (std::isfinite(v)) std::snprintf(buf, n, "%.0f", v);
     else std::snprintf(buf, n, "-");
   }
   bool enabled_;

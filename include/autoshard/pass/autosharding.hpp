@@ -69,6 +69,11 @@ struct autosharding_options {
   bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
   double time_limit = default_time_limit_s;      ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
+  /// Threads of each solve (solve_options::threads: 0 = the cores available; the ILP on one,
+  /// the Lagrangian search on the others) and their seed: a large model's plan improves with
+  /// time and cores the way a solver-level request's does.
+  int threads = 0;
+  unsigned seed = 0;
   bool run_checks = false;                       ///< verify the plan; throws solver_error on a failure
   /// With run_checks, also called with the chosen plan (index = vertex) and the collectives
   /// the cost model priced for it (plan_summary::collectives); throws to fail the check.
@@ -596,6 +601,8 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   solve_options so;
   so.time_limit = o.time_limit;
   so.mip_rel_gap = o.mip_rel_gap;
+  so.threads = o.threads;
+  so.seed = o.seed;
   so.on_progress = o.on_progress;
   if (q.usage_limit) {  // said in the pass's words; solve_ilp's are the IOPDDL format's
     const usage_peak lo = q.min_peak_usage();

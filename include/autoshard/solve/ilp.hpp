@@ -2,14 +2,18 @@
 /// The strategy solver: exact reductions (detail/reduce.hpp), a primal heuristic that gives a
 /// feasible answer early (detail/heuristic.hpp), then the ILP on GLPK (detail/glpk_model.hpp)
 /// to improve it and prove a bound; memory rows are added lazily (solve, find the most violated
-/// candidate time point, add its row, re-solve). Every answer is re-evaluated exactly on the
+/// candidate time point, add its row, re-solve). Beside it, on every other core, the Lagrangian
+/// search (detail/lagrangian_search.hpp, detail/portfolio.hpp); the ILP's thread joins it when
+/// the LP relaxation is too large to finish. Every answer is re-evaluated exactly on the
 /// original problem (`strategy_problem::evaluate`), independently of the ILP; "optimal" is
 /// claimed only when that exact objective equals the proven integer lower bound.
 ///   autoshard::solve_options o;
 ///   o.time_limit = 60;        // seconds, for everything
 ///   o.mip_rel_gap = 0.01;     // a FRACTION: 0.01 = stop within 1% of the bound (MASE used percent)
+///   o.threads = 2;            // 0 (the default): every core
 ///   autoshard::solve_result r = autoshard::solve_ilp(problem, o);
-///   // r.choice[v] = strategy of node v; r.objective (exact); r.status; r.bound; r.gap; r.sizes
+///   // r.choice[v] = strategy of node v; r.objective (exact); r.status; r.bound; r.gap; r.sizes;
+///   // r.stop and r.stopped: why it ended
 #include <glpk.h>  // glp_intopt, glp_simplex
 
 #include <algorithm>   // std::max, std::min
@@ -25,6 +29,7 @@
 #include <ostream>     // std::ostream
 #include <sstream>     // std::ostringstream
 #include <string>      // std::string
+#include <thread>      // std::thread::hardware_concurrency
 #include <vector>      // std::vector
 
 #include "../core/error.hpp"            // solver_error
@@ -32,6 +37,7 @@
 #include "detail/glpk_model.hpp"        // glpk_model, ilp_formulation
 #include "detail/heuristic.hpp"         // local_search
 #include "detail/lagrangian_bound.hpp"  // lagrangian_bound
+#include "detail/portfolio.hpp"         // search_pool, progress_hub
 #include "detail/reduce.hpp"            // reducer, ilp_size
 #include "problem.hpp"                  // strategy_problem
 
@@ -43,13 +49,38 @@ enum class solve_status { optimal, feasible };
 
 inline const char* to_string(solve_status s) { return s == solve_status::optimal ? "optimal" : "feasible"; }
 
+/// Why a solve ended. Only `optimal` is a proof; the others leave a proven bound and a gap.
+enum class stop_reason {
+  optimal,      ///< the answer equals a proven lower bound
+  gap_reached,  ///< within mip_rel_gap of the proven bound
+  stalled,      ///< before the time limit: every search thread went many rounds without a cheaper
+                ///< answer and nothing else was left to run (more time is unlikely to help)
+  work_limit,   ///< every search thread did solve_options::work_limit rounds
+  time_limit,   ///< time_limit reached
+};
+
+inline const char* to_string(stop_reason r) {
+  switch (r) {
+    case stop_reason::optimal: return "optimal";
+    case stop_reason::gap_reached: return "gap_reached";
+    case stop_reason::stalled: return "stalled";
+    case stop_reason::work_limit: return "work_limit";
+    case stop_reason::time_limit: return "time_limit";
+  }
+  return "?";
+}
+
 /// A snapshot of the search, passed to solve_options::on_progress (costs in problem units).
+/// Called on every cheaper answer (from any thread, one call at a time) and about every
+/// `progress_interval` seconds otherwise.
 struct solve_progress {
-  double incumbent = std::numeric_limits<double>::infinity();  ///< best objective so far, or infinity
-  double bound = -std::numeric_limits<double>::infinity();     ///< lower bound of this round's ILP
+  double incumbent = std::numeric_limits<double>::infinity();  ///< best exact objective so far, or infinity
+  double bound = -std::numeric_limits<double>::infinity();     ///< best proven lower bound so far
   double gap = std::numeric_limits<double>::infinity();        ///< (incumbent - bound) / incumbent
   double seconds = 0.0;                                         ///< since solve_ilp started
-  int round = 0;  ///< memory round (0 before any memory row is added)
+  /// What is running: "heuristic", "LP relaxation", "branch and bound", "exact search", or
+  /// "search k" (the Lagrangian search of thread k).
+  std::string phase;
 };
 
 /// Seconds a solve may take when not told: solve_options, autosharding_options and the tool's
@@ -76,7 +107,28 @@ struct solve_options {
   bool feasibility_pump = false;
   /// GLPK's cut generators (mixed-integer rounding, Gomory, cover, clique).
   bool cuts = false;
+  /// Threads: one runs the ILP, the others the Lagrangian search. 0: the cores available
+  /// (std::thread::hardware_concurrency). Thread k does the same work with any thread count, so
+  /// more threads never give a worse answer at the same point of the search.
+  int threads = 0;
+  /// Seed of the search threads: the same seed and thread count give the same answers.
+  unsigned seed = 0;
+  /// Rounds each search thread may do (0: no limit). With it and a time limit that is not
+  /// reached, a solve is the same work on any machine.
+  std::size_t work_limit = 0;
+  /// Rounds without a cheaper answer after which a search thread gives up (0: never).
+  std::size_t stall_rounds = 200;
+  /// Run the ILP (LP relaxation, branch and bound, exact search). Off: thread 0 runs the
+  /// Lagrangian search too and the bound is the Lagrangian one alone.
+  bool exact = true;
 };
+
+/// The number of threads a solve uses for `requested` (0: the cores available, at least 1).
+inline int solver_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
 
 struct solve_result {
   std::vector<int> choice;           ///< strategy index per node (of the input problem)
@@ -91,7 +143,10 @@ struct solve_result {
   std::size_t memory_rows = 0;       ///< memory rows added to the final ILP
   int rounds = 0;                    ///< MIP solves (1 + times a memory row cut off a solution)
   std::size_t exact_nodes = 0;       ///< LPs the exact search solved to prove the bound
-  std::string stopped;               ///< why the search stopped short of a proof ("" when optimal)
+  stop_reason stop = stop_reason::optimal;  ///< why it ended
+  std::string stopped;               ///< the same, in words, with what ran (never empty)
+  int threads = 1;                   ///< threads used
+  std::size_t search_rounds = 0;     ///< Lagrangian search rounds, all threads
   double cost_unit = 1.0;            ///< the problem's cost_unit
   /// The objective and the bound in the problem's own unit (seconds for the pass).
   double objective_value() const { return static_cast<double>(objective) * cost_unit; }
@@ -166,6 +221,8 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
     throw solver_error("mip_rel_gap must be a fraction >= 0 (0.01 = 1%), got " + fmt_num(opt.mip_rel_gap));
   if (!(opt.heuristic_share >= 0.0 && opt.heuristic_share <= 1.0))
     throw solver_error("heuristic_share must be in [0, 1], got " + fmt_num(opt.heuristic_share));
+  if (opt.threads < 0 || opt.threads > 1024)
+    throw solver_error("threads must be 0 (the cores available) to 1024, got " + std::to_string(opt.threads));
   p.validate();
   if (p.usage_limit) {
     const usage_peak lo = p.min_peak_usage();
@@ -197,6 +254,8 @@ struct incumbent {
   std::vector<int> choice;
   std::optional<evaluation> eval;
   double found_at = 0.0;
+  progress_hub* hub = nullptr;
+  std::string phase = "heuristic";
 
   /// The original choice of reduced picks.
   std::vector<int> unreduce(const reduced_view& rv, const std::vector<std::size_t>& pick) const {
@@ -224,6 +283,10 @@ struct incumbent {
     if (!eval) found_at = seconds_since(t0);
     eval = std::move(ev);
     choice = std::move(c);
+    if (hub) {
+      hub->incumbent(eval->objective, phase);
+      if (std::exception_ptr e = hub->error()) std::rethrow_exception(e);  // a callback threw
+    }
     return true;
   }
   double value() const {
@@ -287,22 +350,6 @@ inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& bes
   return bound;
 }
 
-/// From the best answer until the deadline: exact re-optimisation of windows, trees or with a
-/// few cycles (local_search::window_search), until a run of windows finds nothing, then random kicks
-/// (repaired past the limit, then improved) until a run of them finds nothing, again with a new
-/// seed; offers the result.
-inline void improve_locally(const reduced_view& rv, incumbent& best, clock::time_point deadline) {
-  local_search ls(rv);
-  ls.pick = best.project(rv);
-  ls.recompute_load();
-  if (!ls.repair()) return;
-  for (unsigned seed = 1; clock::now() < deadline; ++seed) {
-    ls.window_search(deadline, seed, 2 * rv.ilp_nodes.size());
-    ls.perturb(deadline, seed, std::max<std::size_t>(2000, 20 * rv.ilp_nodes.size()));
-  }
-  best.offer(best.unreduce(rv, ls.pick));
-}
-
 /// Picks made exact: memory repaired in integers, then improved locally.
 inline std::optional<std::vector<std::size_t>> repair_pick(const reduced_view& rv, std::vector<std::size_t> pick,
                                                            clock::time_point deadline) {
@@ -360,24 +407,6 @@ inline void offer_root_solutions(glp_tree* tree, callback_state& st) {
   }
 }
 
-inline void report(glp_tree* tree, callback_state& st, int reason) {
-  const double now = seconds_since(st.t0);
-  if (reason == GLP_ISELECT && now - st.last_report < st.opt->progress_interval) return;
-  st.last_report = now;
-  solve_progress pr;
-  const double off = static_cast<double>(st.rv->red.offset);
-  glp_prob* P = glp_ios_get_prob(tree);
-  pr.incumbent = st.best->value();
-  if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT)
-    pr.incumbent = std::min(pr.incumbent, glp_mip_obj_val(P) / st.model->scale + off);
-  pr.bound = st.bound / st.model->scale + off;
-  if (pr.incumbent < std::numeric_limits<double>::infinity())
-    pr.gap = std::max(0.0, (pr.incumbent - pr.bound) / std::max(std::abs(pr.incumbent), 1e-300));
-  pr.seconds = now;
-  pr.round = st.round;
-  st.opt->on_progress(pr);
-}
-
 inline void glpk_callback(glp_tree* tree, void* info) {
   auto* st = static_cast<callback_state*>(info);
   if (st->error) return;
@@ -390,7 +419,12 @@ inline void glpk_callback(glp_tree* tree, void* info) {
     if (reason != GLP_IBINGO && reason != GLP_ISELECT) return;
     const int node = glp_ios_best_node(tree);
     if (node != 0) st->bound = std::max(st->bound, glp_ios_node_bound(tree, node));
-    if (st->opt->on_progress) report(tree, *st, reason);
+    // GLPK's own bound and objective are not exact: the progress shows only exact objectives
+    // (offered to the incumbent) and proven bounds.
+    if (st->best->hub) {
+      st->best->hub->tick("branch and bound");
+      if (std::exception_ptr e = st->best->hub->error()) std::rethrow_exception(e);
+    }
   } catch (...) {  // never unwind through GLPK's C frames
     st->error = std::current_exception();
     glp_ios_terminate(tree);
@@ -462,19 +496,37 @@ inline mip_round run_branch_and_bound(glpk_model& model, callback_state& cb, con
   return out;
 }
 
-/// The result from the best incumbent and the proven bound.
-inline solve_result finish(solve_result res, const strategy_problem& p, const incumbent& best, std::int64_t bound,
-                           std::string stopped, clock::time_point t0) {
-  res.choice = best.choice;
-  res.objective = best.eval->objective;
-  res.peak = best.eval->peak;
+/// How thread 0's exact pipeline ended: its proven bound, and why it stopped (in words).
+struct exact_end {
+  std::int64_t bound = 0;
+  stop_reason why = stop_reason::time_limit;
+  std::string message;
+  bool then_search = false;  ///< the Lagrangian search is to use the rest of the time on thread 0
+};
+
+/// The result from the best answer of all threads and the proven bound.
+inline solve_result finish(solve_result res, const strategy_problem& p, double first_feasible_seconds,
+                           const std::optional<evaluation>& eval, const std::vector<int>& choice, std::int64_t bound,
+                           stop_reason why, const std::string& message, const solve_options& opt, clock::time_point t0) {
+  res.choice = choice;
+  res.objective = eval->objective;
+  res.peak = eval->peak;
   res.bound = std::min(bound, res.objective);
   res.status = res.bound == res.objective ? solve_status::optimal : solve_status::feasible;
   res.gap = res.objective == res.bound ? 0.0
                                        : static_cast<double>(res.objective - res.bound) /
                                              std::max(static_cast<double>(res.objective), 1.0);
-  res.stopped = res.status == solve_status::optimal ? std::string() : std::move(stopped);
-  res.first_feasible_seconds = best.found_at;
+  if (res.status == solve_status::optimal) {
+    res.stop = stop_reason::optimal;
+    res.stopped = "proven optimal: the answer equals the proven bound";
+  } else if (why == stop_reason::gap_reached || res.gap <= opt.mip_rel_gap) {
+    res.stop = stop_reason::gap_reached;
+    res.stopped = "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached" + (message.empty() ? "" : " (" + message + ")");
+  } else {
+    res.stop = why;
+    res.stopped = message;
+  }
+  res.first_feasible_seconds = first_feasible_seconds;
   res.cost_unit = p.cost_unit;
   res.seconds = seconds_since(t0);
   return res;
@@ -541,15 +593,12 @@ inline exact_search_result prove(glpk_model& model, const reduced_view& rv, incu
   return ex;
 }
 
-/// The ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce and
-/// rebuild) while it removes much, then branch and bound seeded with the best answer.
-inline solve_result search(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best,
-                           solve_result res, clock::time_point t0, std::int64_t known_bound) {
+/// Thread 0's ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce
+/// and rebuild) while it removes much, then branch and bound seeded with the best answer, then
+/// the exact search. Says how it ended; the search threads may still hold a cheaper answer.
+inline exact_end exact_phase(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best,
+                             solve_result& res, clock::time_point t0, std::int64_t known_bound) {
   const std::string timed_out = "time_limit of " + fmt_num(opt.time_limit) + " s reached";
-  const auto no_answer = [&](const std::string& why) {
-    return solver_error(why + ", and no feasible answer was found" +
-                        (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
-  };
   const auto proven_infeasible = [&]() {
     std::string msg = "no choice is feasible (proven by the ILP)";
     if (p.usage_limit)
@@ -561,6 +610,9 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
   const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
   std::vector<std::int64_t> rows_at;  // time points whose memory rows proved needed
   std::int64_t bound = std::max(known_bound, proven_bound(0.0L, red.offset));
+  const auto note_bound = [&]() {
+    if (best.hub) best.hub->bound(bound);
+  };
   glp_quiet quiet;
   for (int pass = 0;; ++pass) {
     const reduced_view rv(red, candidate_times(p, red, opt));
@@ -571,7 +623,7 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
       best.offer(std::move(choice));
       for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
       if (!best.eval) throw proven_infeasible();
-      return finish(std::move(res), p, best, bound, "", t0);
+      return {bound, stop_reason::optimal, "the reductions decided every node", false};
     }
     glpk_model model(rv, opt.formulation);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
@@ -590,6 +642,8 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
     cb.t0 = t0;
     for (int round = 0;; ++round) {
       cb.round = round;
+      best.phase = "LP relaxation";
+      if (best.hub) best.hub->tick(best.phase);
       // With an answer in hand the LP relaxation gets at most a quarter of the time: one that
       // cannot finish by then leaves too little for a search and a proof over it, and the rest
       // goes to local search, which then needs every second it can get.
@@ -603,32 +657,39 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
         throw proven_infeasible();
       }
       if (lp == phase_end::time_out) {
-        if (!best.eval) throw no_answer(timed_out + " in the LP relaxation");
-        improve_locally(rv, best, t0 + std::chrono::duration_cast<clock::duration>(
-                                           std::chrono::duration<double>(opt.time_limit)));
         record_sizes(res, red, rv, model);
-        return finish(std::move(res), p, best, bound,
-                      lp_until < opt.time_limit ? "the LP relaxation did not finish in a quarter of the time_limit; local "
-                                                  "search used the rest"
-                                                : timed_out + " in the LP relaxation",
-                      t0);
+        if (lp_until < opt.time_limit)
+          return {bound, stop_reason::time_limit,
+                  "the LP relaxation did not finish in a quarter of the time_limit; the Lagrangian search used the rest",
+                  true};
+        return {bound, stop_reason::time_limit, timed_out + " in the LP relaxation", false};
       }
       const glpk_model::safe_lp safe = model.safe_dual_bound();
       bound = std::max(bound, proven_bound(safe.bound, red.offset));
+      note_bound();
       if (best.eval && bound >= best.eval->objective) {  // the answer meets the LP bound
         record_sizes(res, red, rv, model);
-        return finish(std::move(res), p, best, bound, "", t0);
+        return {bound, stop_reason::optimal, "the answer meets the LP relaxation's bound", false};
       }
       // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
       if (round == 0 && pass < 8 && best.eval && opt.reduce) {
         const std::size_t fixed = fix_by_reduced_costs(model, red, safe, best.eval->objective);
         if (fixed * 20 > static_cast<std::size_t>(glp_get_num_cols(model.lp.get()))) {
           red.record_size("reduced-cost fixing (LP bound " + std::to_string(bound) + ")");
-          if (red.prune_infinite()) red.update_binding();
-          red.run_rounds();
+          try {
+            if (red.prune_infinite()) red.update_binding();
+            red.run_rounds();
+          } catch (const no_strategy_left&) {
+            // Every strategy left of some node is in no answer cheaper than the best one: it is optimal.
+            bound = best.eval->objective;
+            note_bound();
+            record_sizes(res, red, rv, model);
+            return {bound, stop_reason::optimal, "reduced-cost fixing left no cheaper answer", false};
+          }
           break;  // next pass
         }
       }
+      best.phase = "branch and bound";
       const mip_round mr = run_branch_and_bound(model, cb, opt, t0);
       res.rounds += 1;
       res.memory_rows = model.memory_rows;
@@ -650,19 +711,27 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
       }
       record_sizes(res, red, rv, model);
       if (!best.eval)
-        throw no_answer(mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
-                                                      : std::string("the branch and bound ended"));
+        return {bound, stop_reason::time_limit,
+                mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
+                                              : std::string("the branch and bound ended without an answer"),
+                false};
       // GLPK's tree ends within its floating-point tolerances: its bound is not a proof. The
       // exact search proves the answer (or a bound) with safe LP bounds, in the time left.
-      std::string why = timed_out + " in the branch and bound";
-      if (mr.end != phase_end::time_out && bound < best.eval->objective) {
-        const exact_search_result ex = prove(model, rv, best, opt, t0, limit_tol);
-        res.exact_nodes = ex.nodes;
-        bound = std::max(bound, proven_bound(ex.bound, red.offset));
-        why = ex.complete ? "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached"
-                          : timed_out + " in the exact search";
-      }
-      return finish(std::move(res), p, best, bound, why, t0);
+      if (mr.end == phase_end::time_out) return {bound, stop_reason::time_limit, timed_out + " in the branch and bound", false};
+      if (bound >= best.eval->objective) return {bound, stop_reason::optimal, "", false};
+      best.phase = "exact search";
+      const exact_search_result ex = prove(model, rv, best, opt, t0, limit_tol);
+      res.exact_nodes = ex.nodes;
+      bound = std::max(bound, proven_bound(ex.bound, red.offset));
+      note_bound();
+      if (ex.complete) return {bound, stop_reason::gap_reached, "the exact search closed every node within it", false};
+      if (ex.failure != 0)
+        return {bound, stop_reason::time_limit,
+                "GLPK's simplex failed (code " + std::to_string(ex.failure) + ") in the exact search after " +
+                    std::to_string(ex.nodes) + " LPs; the bound is that of its open nodes, and the Lagrangian "
+                    "search used the rest of the time",
+                true};
+      return {bound, stop_reason::time_limit, timed_out + " in the exact search", false};
     }
   }
 }
@@ -671,44 +740,118 @@ inline solve_result search(const strategy_problem& p, const solve_options& opt, 
 
 /// Pick one strategy per node at minimum total cost within the usage limit.
 /// Returns the best answer found (exactly evaluated): status optimal when its objective equals
-/// the proven bound, else feasible with the bound and gap (a time-out is not an error).
+/// the proven bound, else feasible with the bound and gap (a time-out is not an error); `stop`
+/// and `stopped` say why it ended.
 /// Throws solver_error on: bad options, a malformed problem, a usage limit below the smallest
 /// reachable peak (the message states that peak), a problem proven infeasible (says so), and a
-/// time-out before any feasible answer was found (says so).
+/// time-out before any feasible answer was found (says so). An exception thrown by
+/// `on_progress` stops the solve and comes out unchanged.
 inline solve_result solve_ilp(const strategy_problem& p, const solve_options& opt = {}) {
   using namespace detail;
   const clock::time_point t0 = clock::now();
   check_inputs(p, opt);
+  const clock::time_point deadline =
+      t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.time_limit));
   solve_result res;
+  res.threads = solver_threads(opt.threads);
   res.sizes.push_back(input_size(p));
   reducer red(p, opt.reduce);
   if (opt.reduce)
     red.run();
   else
     red.update_binding();
-  incumbent best{p, red, t0, {}, std::nullopt, 0.0};
-  std::int64_t known_bound = 0;
-  {
-    const reduced_view first(red, candidate_times(p, red, opt));
-    if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
-      std::vector<int> choice(p.nodes.size(), -1);
-      red.unfold(choice);
-      const evaluation ev = p.evaluate(choice);
-      if (!ev.feasible) throw solver_error("no choice is feasible: " + ev.why);
-      best.offer(std::move(choice));
-      for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
-      return finish(std::move(res), p, best, proven_bound(0.0L, red.offset), "", t0);
-    }
-    // The Lagrangian bound holds for the problem as it is now: its offset is added here.
-    if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
-        lb && !is_forbidden_w(*lb)) {
-      const wcost total = wadd(red.offset, *lb);
-      known_bound = total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total);
+  red.release_dead();
+  progress_hub hub(
+      opt.on_progress
+          ? progress_hub::sink([&opt](double inc, double bnd, double sec, const std::string& phase) {
+              solve_progress pr;
+              pr.incumbent = inc;
+              pr.bound = bnd;
+              if (inc < std::numeric_limits<double>::infinity())
+                pr.gap = std::max(0.0, (inc - bnd) / std::max(std::abs(inc), 1.0));
+              pr.seconds = sec;
+              pr.phase = phase;
+              opt.on_progress(pr);
+            })
+          : progress_hub::sink(),
+      opt.progress_interval, t0);
+  incumbent best{p, red, t0, {}, std::nullopt, 0.0, &hub, "heuristic"};
+  const reduced_view first(red, candidate_times(p, red, opt));
+  if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
+    std::vector<int> choice(p.nodes.size(), -1);
+    red.unfold(choice);
+    const evaluation ev = p.evaluate(choice);
+    if (!ev.feasible) throw solver_error("no choice is feasible: " + ev.why);
+    best.offer(std::move(choice));
+    for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
+    return finish(std::move(res), p, best.found_at, best.eval, best.choice, proven_bound(0.0L, red.offset),
+                  stop_reason::optimal, "", opt, t0);
+  }
+  // The search threads start now, on a snapshot of the reduced problem; thread 0 joins them
+  // when the ILP cannot go on.
+  search_pool pool(p, red, first.times, hub,
+                   {deadline, opt.work_limit, opt.stall_rounds, opt.seed});
+  res.threads = 1 + static_cast<int>(pool.start(1, static_cast<std::size_t>(res.threads - 1)));
+  std::int64_t known_bound = proven_bound(0.0L, red.offset);
+  // The Lagrangian bound holds for the problem as it is now: its offset is added here.
+  if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
+      lb && !is_forbidden_w(*lb)) {
+    const wcost total = wadd(red.offset, *lb);
+    known_bound = std::max(known_bound, total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total));
+  }
+  hub.bound(known_bound);
+  exact_end end{known_bound, stop_reason::time_limit, "", true};
+  if (opt.exact) {
+    // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
+    if (best.eval && opt.reduce) red.tighten(best.eval->objective);
+    end = exact_phase(p, opt, red, best, res, t0, known_bound);
+  } else {
+    end.message = "the ILP is off (solve_options::exact); the Lagrangian search ran";
+  }
+  const bool searched = end.then_search && clock::now() < deadline;
+  if (searched) {
+    pool.run_here(0, deadline);
+    pool.join();  // the others end at their own limits (or the deadline)
+  } else {
+    pool.stop();
+  }
+  if (std::exception_ptr e = hub.error()) std::rethrow_exception(e);
+  // The cheapest answer over the threads, ties to the lowest thread (thread 0 first).
+  std::optional<evaluation> eval = best.eval;
+  std::vector<int> choice = best.choice;
+  bool any_time = false, any_work = false;
+  for (const search_pool::result& r : pool.results()) {
+    res.search_rounds += r.rounds;
+    any_time = any_time || r.end == search_end::time_limit;
+    any_work = any_work || r.end == search_end::work_limit;
+    if (r.choice && (!eval || r.objective < eval->objective)) {
+      eval = p.evaluate(*r.choice);
+      choice = *r.choice;
     }
   }
-  // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
-  if (best.eval && opt.reduce) red.tighten(best.eval->objective);
-  return detail::search(p, opt, red, best, std::move(res), t0, known_bound);
+  if (!eval)
+    throw solver_error((end.message.empty() ? "the search ended" : end.message) + ", and no feasible answer was found" +
+                       (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
+  stop_reason why = end.why;
+  std::string message = end.message;
+  if (searched) {
+    const std::string rounds = std::to_string(res.search_rounds) + " rounds of the Lagrangian search on " +
+                               std::to_string(res.threads) + " thread(s)";
+    if (any_time || clock::now() >= deadline) {
+      why = stop_reason::time_limit;
+      message = "time_limit of " + fmt_num(opt.time_limit) + " s reached (" + end.message + "; " + rounds + ")";
+    } else if (any_work) {
+      why = stop_reason::work_limit;
+      message = "work_limit of " + std::to_string(opt.work_limit) + " rounds per search thread reached (" +
+                end.message + "; " + rounds + ")";
+    } else {
+      why = stop_reason::stalled;
+      message = "no improvement possible under the method: every search thread went " +
+                std::to_string(opt.stall_rounds) + " rounds without a cheaper answer before the time limit (" +
+                end.message + "; " + rounds + ")";
+    }
+  }
+  return finish(std::move(res), p, hub.first_seconds(), eval, choice, end.bound, why, message, opt, t0);
 }
 
 }  // namespace autoshard

@@ -25,6 +25,9 @@ namespace autoshard::detail {
 /// What the exact search established (reduced-cost units, the reducer's offset not included).
 struct exact_search_result {
   bool complete = false;  ///< every node was pruned: no answer is cheaper than the incumbent
+  /// Not complete and not for lack of time: GLPK's simplex failed (its return code or, when it
+  /// returned 0, 100 + the LP's status) on a node's LP, so the search could not go on.
+  int failure = 0;
   /// A lower bound of every answer cheaper than the incumbent (the open nodes' smallest bound).
   long double bound = -std::numeric_limits<long double>::infinity();
   std::size_t nodes = 0;  ///< LPs solved
@@ -61,9 +64,10 @@ class exact_search {
       std::vector<double> x;
       const lp_end end = solve_node(nd.fixed, deadline, root_bound, bound, x);
       ++out.nodes;
-      if (end == lp_end::stop) {
+      if (end == lp_end::stop || end == lp_end::failed) {
         stack.push_back(std::move(nd));
         stopped = true;
+        if (end == lp_end::failed) out.failure = failure_;
         break;
       }
       if (stack.empty() && nd.fixed.empty()) root_bound = bound;
@@ -118,7 +122,7 @@ class exact_search {
     std::vector<int> fixed;  // strategy columns held at 0 (with their pair columns, by the marginal rows)
     long double bound;       // proven lower bound (from the parent)
   };
-  enum class lp_end { solved, pruned, stop };
+  enum class lp_end { solved, pruned, stop, failed };
 
   glpk_model& model_;
   offer_fn offer_;
@@ -172,16 +176,25 @@ class exact_search {
     return static_cast<int>(std::min(left * 1000.0, static_cast<double>(INT_MAX)));
   }
 
-  /// 0 solved, 1 infeasible, 2 time out or failure.
+  int failure_ = 0;  // the last failure's code (see exact_search_result::failure)
+
+  /// 0 solved, 1 infeasible, 2 out of time, 3 failed (the code in failure_). A time-out and a
+  /// failure are told apart: only the first is the time limit's doing.
   int simplex(clock::time_point deadline) {
     glp_prob* P = model_.lp.get();
     const int tm_lim = ms_until(deadline);
     if (tm_lim == 0) return 2;
-    if (safe_simplex(P, tm_lim) != 0) return 2;
+    const int rc = safe_simplex(P, tm_lim);
+    if (rc == GLP_ETMLIM) return 2;
+    if (rc != 0) {
+      failure_ = rc;
+      return 3;
+    }
     const int st = glp_get_status(P);
     if (st == GLP_OPT) return 0;
     if (st == GLP_NOFEAS) return 1;
-    return 2;
+    failure_ = 100 + st;
+    return 3;
   }
 
   /// Solve the node's LP (adding violated memory rows), raise `bound` to its safe bound, leave
@@ -191,6 +204,7 @@ class exact_search {
     for (;;) {
       const int st = simplex(deadline);
       if (st == 2) return lp_end::stop;
+      if (st == 3) return lp_end::failed;
       if (st == 1) return penalised(fixed, deadline, root_bound, bound, x);
       glpk_model::safe_lp safe = model_.safe_dual_bound();
       bound = std::max(bound, safe.bound);
@@ -232,7 +246,11 @@ class exact_search {
       glp_set_obj_coef(P, c, model_.coef(old_cost[k]));
       glp_set_col_bnds(P, c, GLP_FX, 0.0, 0.0);
     }
-    if (st != 0) return lp_end::stop;
+    if (st == 2) return lp_end::stop;
+    if (st != 0) {
+      if (st == 1) failure_ = 100 + GLP_NOFEAS;  // infeasible even with every strategy allowed
+      return lp_end::failed;
+    }
     return prunes(bound) ? lp_end::pruned : lp_end::solved;
   }
 };

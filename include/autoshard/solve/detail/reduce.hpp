@@ -79,6 +79,14 @@ struct fold_record {
   std::vector<int> table;      // leaf, follow: [orig a] -> orig; series: [orig a * nb + orig b] -> orig
 };
 
+/// A node lost its last strategy: the problem as given has no feasible choice, or (after
+/// strategies were forbidden because only a cheaper answer than a known one was wanted) no
+/// answer is cheaper than that one.
+class no_strategy_left : public solver_error {
+ public:
+  using solver_error::solver_error;
+};
+
 inline std::int64_t min_of(const std::vector<std::int64_t>& u) { return *std::min_element(u.begin(), u.end()); }
 inline std::int64_t max_of(const std::vector<std::int64_t>& u) { return *std::max_element(u.begin(), u.end()); }
 
@@ -224,7 +232,7 @@ class reducer {
     n.strat.resize(w);
     n.cost.resize(w);
     for (usage_part& pt : n.parts) pt.usage.resize(w);
-    if (w == 0) throw solver_error(p.node_label(v) + ": every strategy is forbidden (infinite cost)");
+    if (w == 0) throw no_strategy_left(p.node_label(v) + ": every strategy is forbidden (infinite cost)");
   }
 
   // Strategies with a forbidden node cost, or forbidden against every strategy of a neighbour.
@@ -519,6 +527,12 @@ class reducer {
       if (it != ends.end() && *it <= next) ++rows;
     }
     return rows;
+  }
+
+  /// Free the tables of the edges the reductions removed (nothing reads them again).
+  void release_dead() {
+    for (work_edge& e : edges)
+      if (!e.alive) std::vector<wcost>().swap(e.m);
   }
 
   void record_size(std::string stage) {

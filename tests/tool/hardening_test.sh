@@ -150,6 +150,24 @@ within 20 expect class7 0 "" "$tool" show --mesh 32768 --shape 32768,8 --spec "[
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['owners'][32767][0]==[32767] and len(d['row_cuts'])==32769" "$tmp/out" \
   && ok || bad "class7: the 32,768-rank block map is wrong"
 
+# class8: verify under a process limit nearly used up (30 other processes of the user) waited its
+# whole time-out ("rank(s) [1,4,6] did not join"): the check reserved half the limit without
+# counting them. Now the threads the user runs are counted and the refusal is immediate. As root
+# (whom the kernel exempts from RLIMIT_NPROC) it runs as nobody.
+pub=$tmp/pub && mkdir -p "$pub" && chmod 755 "$tmp" "$pub" && cp "$tool" "$pub/autoshard"
+"$tool" plan "${small[@]}" --mesh 2x4 --algo megatron --out "$pub/v.json" --quiet --no-svg >/dev/null 2>&1 && chmod 644 "$pub"/v.* \
+  || bad "class8: the 2x4 plan"
+as_user=()
+[ "$(id -u)" = 0 ] && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+t0=$SECONDS rc=0
+ASAN_OPTIONS=detect_leaks=0 "${as_user[@]}" bash -c 'for _ in $(seq 30); do sleep 60 & done
+  ulimit -u $(( $(ps -L -u "$(id -u)" --no-headers | wc -l) + 8 ))
+  "$0" verify --plan "$1" --timeout 30 --forward-only; rc=$?; kill $(jobs -p) 2>/dev/null; exit $rc' \
+  "$pub/autoshard" "$pub/v.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "need 16 threads as threads of one process, but the thread limit" "$tmp/err" && ok \
+  || bad "class8: exit $rc: $(tail -c 400 "$tmp/err")"
+[ $((SECONDS - t0)) -lt 15 ] && ok || bad "class8: the refusal took $((SECONDS - t0)) s"
+
 # class9: wrong answers reported as success.
 for d in i32 bool u8 int64; do
   expect "class9 (--dtype $d)" 2 "training needs a floating-point dtype" "$tool" plan "${small[@]}" --dtype "$d" --out "$tmp/o9.json"

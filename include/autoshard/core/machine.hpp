@@ -1,17 +1,22 @@
 #pragma once
 /// What this process and machine give, read before work that could exhaust them starts:
-/// memory (MemAvailable in /proc/meminfo), threads (RLIMIT_NPROC, kernel.threads-max), file
-/// descriptors (RLIMIT_NOFILE) and address space (RLIMIT_AS less what the process maps).
+/// memory (MemAvailable in /proc/meminfo), threads (RLIMIT_NPROC less the threads the user
+/// already runs, kernel.threads-max less the machine's, the cgroup's pids.max less its
+/// pids.current), file descriptors (RLIMIT_NOFILE) and address space (RLIMIT_AS less what the
+/// process maps).
 ///   const autoshard::machine_limits m = autoshard::machine_limits::here();
 ///   if (need > m.memory()) throw autoshard::resource_error(...);
 /// The rank-thread estimates of the executor (exec/resources.hpp) and the JSON reader's
 /// bound (io/json.hpp) compare against it.
+#include <dirent.h>        // opendir, readdir: /proc
 #include <sys/resource.h>  // getrlimit
+#include <unistd.h>        // getuid
 
 #include <algorithm>  // std::min
 #include <cstdint>    // std::uint64_t
 #include <fstream>    // std::ifstream
 #include <limits>     // std::numeric_limits
+#include <sstream>    // std::istringstream
 #include <string>     // std::string
 
 namespace autoshard {
@@ -44,14 +49,7 @@ struct machine_limits {
       return unlimited;
     };
     if (const std::uint64_t kb = proc_value("/proc/meminfo", "MemAvailable:"); kb != unlimited) m.mem_available = kb * 1024;
-    const std::uint64_t used_threads = proc_value("/proc/self/status", "Threads:");
-    std::uint64_t tmax = soft(RLIMIT_NPROC);
-    if (std::ifstream in("/proc/sys/kernel/threads-max"); in) {
-      std::uint64_t v = 0;
-      if (in >> v) tmax = std::min(tmax, v);
-    }
-    // RLIMIT_NPROC counts every thread of the user, not only ours: keep half for the others.
-    if (tmax != unlimited && used_threads != unlimited) m.threads = tmax / 2 > used_threads ? tmax / 2 - used_threads : 0;
+    m.threads = threads_left(soft(RLIMIT_NPROC));
     const std::uint64_t nofile = soft(RLIMIT_NOFILE);
     if (nofile != unlimited) {
       std::uint64_t open = 0;
@@ -73,6 +71,74 @@ struct machine_limits {
   /// Bytes a new allocation can still take: the smaller of MemAvailable and the address
   /// space left under RLIMIT_AS.
   std::uint64_t memory() const noexcept { return std::min(mem_available, address_space); }
+
+  /// The threads this process may still start: the least of what RLIMIT_NPROC (`nproc`)
+  /// leaves the real user beside every thread of theirs already running (the kernel exempts
+  /// root), what kernel.threads-max leaves the machine, and what the pids.max of this
+  /// process's cgroup and its ancestors leave (cgroup v2, or v1's pids controller). Half of
+  /// RLIMIT_NPROC used to be reserved for the others without counting them: under a limit
+  /// nearly used up, verify started and its ranks waited their whole time-out for peers that
+  /// could not start.
+  static std::uint64_t threads_left(std::uint64_t nproc) {
+    const auto left = [](std::uint64_t limit, std::uint64_t used) { return limit > used ? limit - used : 0; };
+    const auto read_number = [](const std::string& file) -> std::uint64_t {
+      std::ifstream in(file);
+      std::uint64_t v = 0;
+      return in >> v ? v : unlimited;  // "max" (no limit) or unreadable
+    };
+    std::uint64_t out = unlimited;
+    if (nproc != unlimited && ::getuid() != 0) out = std::min(out, left(nproc, user_threads(::getuid())));
+    if (const std::uint64_t tmax = read_number("/proc/sys/kernel/threads-max"); tmax != unlimited) {
+      std::ifstream in("/proc/loadavg");  // "0.1 0.2 0.3 running/total last-pid": total threads now
+      std::string a, b, c, tasks;
+      if (in >> a >> b >> c >> tasks && tasks.find('/') != std::string::npos)
+        out = std::min(out, left(tmax, std::stoull(tasks.substr(tasks.find('/') + 1))));
+    }
+    std::ifstream cg("/proc/self/cgroup");
+    for (std::string line; std::getline(cg, line);) {  // "0::/path" (v2) or "N:pids:/path" (v1)
+      const std::size_t a = line.find(':'), b = line.find(':', a + 1);
+      if (a == std::string::npos || b == std::string::npos) continue;
+      const std::string controllers = line.substr(a + 1, b - a - 1);
+      const std::string root = controllers.empty() ? "/sys/fs/cgroup" : controllers == "pids" ? "/sys/fs/cgroup/pids" : "";
+      if (root.empty()) continue;
+      for (std::string path = line.substr(b + 1);; path = path.substr(0, path.rfind('/'))) {
+        const std::uint64_t max = read_number(root + path + "/pids.max");
+        const std::uint64_t current = read_number(root + path + "/pids.current");
+        if (max != unlimited && current != unlimited) out = std::min(out, left(max, current));
+        if (path.empty() || path == "/") break;
+      }
+    }
+    return out;
+  }
+
+  /// The threads every process of real user `uid` runs now (what RLIMIT_NPROC counts).
+  static std::uint64_t user_threads(uid_t uid) {
+    std::uint64_t total = 0;
+    DIR* proc = ::opendir("/proc");
+    if (proc == nullptr) return 0;
+    while (const dirent* e = ::readdir(proc)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::ifstream status(std::string("/proc/") + e->d_name + "/status");
+      bool mine = false;
+      for (std::string line; std::getline(status, line);) {
+        std::istringstream f(line);
+        std::string key;
+        f >> key;
+        if (key == "Uid:") {
+          std::uint64_t real = 0;
+          f >> real;
+          mine = real == uid;
+          if (!mine) break;
+        } else if (key == "Threads:" && mine) {
+          std::uint64_t n = 0;
+          if (f >> n) total += n;
+          break;
+        }
+      }
+    }
+    ::closedir(proc);
+    return total;
+  }
 };
 
 }  // namespace autoshard

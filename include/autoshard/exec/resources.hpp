@@ -52,7 +52,9 @@ inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m)
                      unit + " as threads of one process, but " + what + " allows " + std::to_string(have) +
                      "; verify a plan for a smaller mesh (e.g. `autoshard plan --mesh 2x4`)");
   };
-  if (c.threads > m.threads) refuse("the thread limit (RLIMIT_NPROC, kernel.threads-max)", c.threads, m.threads, "threads");
+  if (c.threads > m.threads)
+    refuse("the thread limit (RLIMIT_NPROC less the user's running threads, kernel.threads-max, the cgroup's pids.max)", c.threads,
+           m.threads, "threads");
   if (c.files > m.files) refuse("the open-file limit (ulimit -n)", c.files, m.files, "sockets");
   if (c.address_space > m.address_space)
     refuse("the address-space limit (ulimit -v)", c.address_space, m.address_space, "bytes of stacks");

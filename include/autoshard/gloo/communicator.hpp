@@ -9,6 +9,7 @@
 ///   mc.axis(1).all_reduce(buf, n, autoshard::dtype::f32, autoshard::reduce_op::sum);
 /// Every operation has the communicator's timeout; a dead, missing or mismatched peer
 /// turns into comm_error naming this rank, the group and the operation.
+#include <algorithm>  // std::clamp
 #include <csignal>    // std::signal, SIGPIPE
 #include <chrono>     // std::chrono::milliseconds
 #include <cstddef>    // std::size_t
@@ -146,8 +147,10 @@ class gloo_communicator {
         a.hostname = opts.hostname;
       dev = gloo::transport::tcp::CreateDevice(a);
     } catch (const std::exception& e) {
-      throw comm_error("rank " + std::to_string(rank) + ": cannot open a TCP device on " +
-                       (opts.iface.empty() ? "host " + opts.hostname : "interface " + opts.iface) + ": " + e.what());
+      const std::string why = "rank " + std::to_string(rank) + ": cannot open a TCP device on " +
+                              (opts.iface.empty() ? "host " + opts.hostname : "interface " + opts.iface) + ": " + e.what();
+      abort_world(store, "world", why);  // the others stop waiting for this rank now, not after their time-out
+      throw comm_error(why);
     }
     std::vector<int> members(static_cast<std::size_t>(size));
     for (int i = 0; i < size; ++i) members[static_cast<std::size_t>(i)] = i;
@@ -289,18 +292,49 @@ class gloo_communicator {
     }
   }
 
+  /// Tells the ranks of group `name` that one of them cannot start (its TCP device, or a
+  /// thread, could not be created: a process or thread limit): they fail at once with `why`
+  /// instead of waiting their whole time-out for it ("rank(s) [1,4,6] did not join").
+  static void abort_world(const gloo_store& store, const std::string& name, const std::string& why) noexcept {
+    try {
+      gloo::rendezvous::PrefixStore prefixed(name, store.get());
+      prefixed.set("abort", std::vector<char>(why.begin(), why.end()));
+    } catch (...) {  // the store itself is gone: the others time out as before
+    }
+  }
+
   // Everyone announces itself in the store before any TCP connection is made. Gloo's own
   // connect waits up to 5x the timeout for a peer that has gone; this wait fails within
-  // the timeout, and names the ranks that never came.
+  // the timeout, and names the ranks that never came. It waits in slices of at most 100 ms and
+  // between them looks for an abort: a rank that could not start says so (abort_world).
   void wait_for_peers(gloo::rendezvous::Store& st) {
     auto key = [](int r) { return "joined/" + std::to_string(r); };
     std::vector<std::string> others;
+    std::string aborted;  // why a peer could not start, when one said so
     try {
       st.set(key(rank_), std::vector<char>{'1'});
       for (int r = 0; r < size(); ++r)
         if (r != rank_) others.push_back(key(r));
-      st.wait(others, timeout_);
-      return;
+      const auto deadline = std::chrono::steady_clock::now() + timeout_;
+      while (aborted.empty()) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start);
+        const auto slice = std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+        try {
+          st.wait(others, slice);
+          return;
+        } catch (const std::exception&) {
+          // The last slice, or a failure that is not its time-out (it came early: a store that
+          // is gone): as before.
+          if (left <= slice || std::chrono::steady_clock::now() - start < slice / 2) throw;
+        }
+        try {
+          st.wait({"abort"}, std::chrono::milliseconds(1));
+          const std::vector<char> why = st.get("abort");
+          aborted.assign(why.begin(), why.end());
+        } catch (const std::exception&) {  // no abort: wait on
+        }
+      }
     } catch (const std::exception& e) {
       std::vector<int> missing;
       for (int r = 0; r < size(); ++r) {
@@ -315,6 +349,8 @@ class gloo_communicator {
                        store_.description() + ": rank(s) " + detail::rank_list(missing) + " did not join within " +
                        std::to_string(timeout_.count()) + " ms (" + e.what() + ")");
     }
+    throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " + store_.description() +
+                     ": a peer could not start (" + aborted + ")");
   }
 
   void require_connected(const char* op) const {

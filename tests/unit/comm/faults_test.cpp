@@ -98,3 +98,34 @@ TEST_CASE("faults: a rank process killed by SIGKILL mid-collective fails the oth
   // spawn_ranks counts ranks that did not exit 0: only the killed one.
   CHECK(failed == 1);
 }
+
+TEST_CASE("faults: a rank that cannot open its TCP device makes the others fail at once, naming it (issue 30 class 8)") {
+  // A process or thread limit made one rank's device fail ("cannot open a TCP device ...
+  // Resource temporarily unavailable") while the others waited their whole time-out and then
+  // said the rank "did not join". The failing rank now tells the others through the store.
+  using namespace std::chrono_literals;
+  autoshard::gloo_options slow;
+  slow.timeout = 20000ms;
+  const auto start = std::chrono::steady_clock::now();
+  const autoshard::rank_results results = autoshard::run_ranks_collect(
+      3,
+      [](int rank, const autoshard::gloo_store& store, const autoshard::gloo_options& opts) {
+        autoshard::gloo_options o = opts;
+        if (rank == 1) o.iface = "autoshard-no-such-interface0";  // CreateDevice throws, as under a thread limit
+        auto c = autoshard::gloo_communicator::connect(store, rank, 3, o);
+        c.barrier();
+      },
+      slow);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the 20 s time-out
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(results[static_cast<std::size_t>(r)]);
+    try {
+      std::rethrow_exception(results[static_cast<std::size_t>(r)]);
+    } catch (const autoshard::comm_error& e) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find("rank 1: cannot open a TCP device on interface autoshard-no-such-interface0") !=
+            std::string::npos);
+      if (r != 1) CHECK(std::string(e.what()).find("a peer could not start") != std::string::npos);
+    }
+  }
+}

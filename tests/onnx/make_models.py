@@ -26,7 +26,8 @@ rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm
                        so that `verify` runs a training step).
 unmapped.onnx          a small MLP with a custom-domain operator and a CumSum between its layers.
 bad-*.onnx             hostile files: truncated, a dim of 2^62, raw_data that disagrees with
-                       its shape, a cycle.
+                       its shape, a cycle, a value_info that ONNX's shape inference contradicts
+                       at an unnamed node.
 """
 import math
 import os
@@ -253,16 +254,17 @@ def unmapped():
     return model
 
 
-def small(inits_override=None, input_shape=(4, 8), cycle=False):
+def small(inits_override=None, input_shape=(4, 8), cycle=False, unnamed=False, value_info=()):
     w = numpy_helper.from_array(np.ones([8, 8], np.float32), "w")
     if inits_override is not None:
         w = inits_override
     a_in = "b" if cycle else "x"
     nodes = [helper.make_node("MatMul", [a_in, "w"], ["a"], name="first"),
-             helper.make_node("Relu", ["a"], ["b"], name="second"),
-             helper.make_node("Tanh", ["b"], ["y"], name="third")]
+             helper.make_node("Relu", ["a"], ["b"], name="" if unnamed else "second"),
+             helper.make_node("Tanh", ["b"], ["y"], name="" if unnamed else "third")]
     graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(input_shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w],
+                              value_info=[helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in value_info])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     return model
@@ -296,6 +298,9 @@ def main():
         f.write(small(inits_override=short).SerializeToString())
     with open(os.path.join(out, "bad-cycle.onnx"), "wb") as f:
         f.write(small(cycle=True).SerializeToString())
+    # a value_info that contradicts what ONNX infers for an unnamed node's output
+    with open(os.path.join(out, "bad-inference.onnx"), "wb") as f:
+        f.write(small(unnamed=True, value_info=[("b", [4, 9])]).SerializeToString())
 
 
 if __name__ == "__main__":

@@ -215,5 +215,16 @@ expect class10 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$
 # class11: a flag's range is the library's (--intra-hop 2 passed [0, 3600], then failed as [0, 1)).
 expect class11 2 "--intra-hop: 2 is not a finite number in \[0, 1\]" "$tool" plan "${small[@]}" --intra-hop 2 --out "$tmp/o11.json"
 expect class11 2 "--inter-lat: 2000 is not a finite number in \[0, 1000\]" "$tool" explain --mesh 2x2 --shape 8,4 --from S0R --to RR --inter-lat 2000
+# class11: costs that sum past the contest's infinity (1e18) were blamed on the usage limit.
+python3 - "$data/solve/example.json" "$tmp/big.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for part in ("nodes", "edges"):
+    d["problem"][part]["costs"] = [[c * 10**16 for c in cs] for cs in d["problem"][part]["costs"]]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+expect class11 1 "solver error: no choice can be feasible: a total cost must stay below the contest's infinity, 1e18, but the cheapest cost of every node and every edge alone sum to [0-9]{19}" \
+  "$tool" solve "$tmp/big.json" --quiet
+grep -q usage_limit "$tmp/err" && bad "class11: the usage limit is blamed: $(cat "$tmp/err")" || ok
 
 finish hardening

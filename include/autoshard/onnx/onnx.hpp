@@ -335,13 +335,39 @@ struct reader {
     for (auto& v : *g.mutable_value_info()) fix(v);
   }
 
+  /// ONNX's shape inference over the model. A failure names the node (ONNX's own message
+  /// names it by its name only, "node name: " for the many exporters leave unnamed): unnamed
+  /// nodes carry a name of their index while inference runs.
   void infer_shapes() {
+    onnx::GraphProto& g = *model.mutable_graph();
+    const std::string mark = "autoshard-node-";
+    std::vector<int> unnamed;
+    for (int i = 0; i < g.node_size(); ++i)
+      if (g.node(i).name().empty()) {
+        unnamed.push_back(i);
+        g.mutable_node(i)->set_name(mark + std::to_string(i));
+      }
+    std::string failure;
     try {
       onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                          onnx::ShapeInferenceOptions(false, 0, false));
     } catch (const std::exception& e) {
-      fail(std::string("ONNX shape inference failed: ") + e.what());
+      failure = e.what();
     }
+    int culprit = -1;  // the node ONNX names: "(op_type:Relu, node name: act)"
+    if (const std::size_t at = failure.find("node name: "); at != std::string::npos) {
+      const std::size_t from = at + 11, to = failure.find(')', from);
+      const std::string name = failure.substr(from, to == std::string::npos ? std::string::npos : to - from);
+      for (int i = 0; i < g.node_size() && culprit < 0; ++i)
+        if (g.node(i).name() == name) culprit = i;
+    }
+    for (const int i : unnamed) {
+      g.mutable_node(i)->clear_name();
+      const std::string name = mark + std::to_string(i);
+      if (const std::size_t at = failure.find(name); at != std::string::npos) failure.replace(at, name.size(), "(none)");
+    }
+    if (failure.empty()) return;
+    fail((culprit >= 0 ? node_label(g.node(culprit), culprit) + ": " : std::string()) + "ONNX shape inference failed: " + failure);
   }
 
   // ---- shape computations folded into constants, so that inference sees through them ----

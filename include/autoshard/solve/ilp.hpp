@@ -224,6 +224,9 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
   if (opt.threads < 0 || opt.threads > 1024)
     throw solver_error("threads must be 0 (the cores available) to 1024, got " + std::to_string(opt.threads));
   p.validate();
+  // A total that must reach the contest's infinity: said so, not blamed on the usage limit
+  // ("no feasible answer was found (usage_limit 50)" for costs summing to 4.45e18).
+  p.check_costs_can_be_finite();
   if (p.usage_limit) {
     const usage_peak lo = p.min_peak_usage();
     if (lo.bytes > *p.usage_limit)

@@ -239,6 +239,32 @@ struct strategy_problem {
     });
   }
 
+  /// Throws solver_error when no choice can be feasible whatever the usage limit: a node or an
+  /// edge whose every cost is forbidden (>= 1e18), or cheapest costs that alone sum to the
+  /// contest's infinity (a total reaching 1e18 is infinite).
+  void check_costs_can_be_finite() const {
+    const auto cheapest = [](const std::vector<std::int64_t>& costs) {
+      std::int64_t lo = infinite_cost;
+      for (const std::int64_t c : costs) lo = std::min(lo, c);
+      return lo;
+    };
+    int128 total = 0;
+    for (std::size_t v = 0; v < nodes.size(); ++v) {
+      const std::int64_t c = cheapest(nodes[v].costs);
+      if (is_forbidden(c)) throw solver_error(node_label(v) + ": every strategy is forbidden (cost >= 1e18): no choice is feasible");
+      total += c;
+    }
+    for (std::size_t e = 0; e < edges.size(); ++e) {
+      const std::int64_t c = cheapest(edges[e].costs);
+      if (is_forbidden(c)) throw solver_error(edge_label(e) + ": every pair is forbidden (cost >= 1e18): no choice is feasible");
+      total += c;
+    }
+    if (total >= infinite_cost)
+      throw solver_error("no choice can be feasible: a total cost must stay below the contest's infinity, 1e18, but the "
+                         "cheapest cost of every node and every edge alone sum to " + to_decimal(total) +
+                         " (costs in one problem must sum to less than 1e18)");
+  }
+
   /// "node 3 'attn.c_proj'" or "node 3".
   std::string node_label(std::size_t v) const {
     std::string s = "node " + std::to_string(v);

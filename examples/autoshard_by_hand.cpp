@@ -28,7 +28,7 @@ int main() {
   o.mesh = make_cluster_mesh({2, 4},    // 2 nodes x 4 devices
                              {.inter_node_bandwidth = 25e9,     // bytes/s on mesh axis 0
                               .intra_node_bandwidth = 300e9});  // bytes/s on mesh axis 1
-  o.mode = run_mode::training;
+  o.pricing.mode = run_mode::training;
   o.run_checks = true;                  // re-price the plan from scratch and check every edge
 
   for (bool budget : {false, true}) {

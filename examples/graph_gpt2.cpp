@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
 
   const device_mesh mesh = make_mesh_2d(2, 4, 25e9, 300e9);  // 2 nodes x 4 GPUs
   strategy_options opt;
-  opt.mode = run_mode::training;
+  opt.pricing.mode = run_mode::training;
   const vertex_t qkv = *find_vertex(g, "transformer.h.0.attn.c_attn");
   std::vector<strategy> s = enumerate_strategies(g, qkv, mesh, opt);
   std::sort(s.begin(), s.end(), [](const strategy& a, const strategy& b) { return a.seconds() < b.seconds(); });

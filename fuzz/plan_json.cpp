@@ -46,13 +46,13 @@ struct fixture {
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
     plan = base / ("autoshard-fuzz-plan-" + std::to_string(::getpid()) + ".json");
     opt.mesh = autoshard::make_cluster_mesh({2, 2});
-    opt.mode = autoshard::run_mode::inference;  // the corpus's plans are inference plans
+    opt.pricing.mode = autoshard::run_mode::inference;  // the corpus's plans are inference plans
     opt.compare_baselines = false;
     opt.time_limit = 10;
     if (const char* dir = std::getenv("AUTOSHARD_FUZZ_WRITE_PLANS")) {
       for (const char* algo : {"alpa", "megatron", "data_parallel", "fully_replicated"}) {
         autoshard::autosharding_options o = opt;
-        o.algo = algo;
+        o.algo = *autoshard::parse_algo(algo);
         o.ilp_solution_file = (fs::path(dir) / (std::string(algo) + ".json")).string();
         autoshard::autosharding_analysis_pass(g, o);
       }
@@ -91,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::fprintf(stderr, "fuzz_plan_json: vertex %zu got strategy %d\n", v, choice[v]);
         std::abort();
       }
-    (void)autoshard::detail::summarize(*f.pm, "fuzz", std::move(choice));
+    (void)autoshard::detail::summarize(*f.pm, autoshard::algo::alpa, std::move(choice));
   } catch (const autoshard::io_error&) {
   } catch (const autoshard::graph_error&) {
   } catch (const autoshard::solver_error&) {

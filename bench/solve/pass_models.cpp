@@ -38,7 +38,7 @@ void run(benchmark::State& state, const autoshard::model_graph& g, autoshard::au
 autoshard::autosharding_options opts(std::vector<int> mesh, autoshard::run_mode mode) {
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh(mesh, {.inter_node_bandwidth = 25e9, .intra_node_bandwidth = 300e9});
-  o.mode = mode;
+  o.pricing.mode = mode;
   o.compare_baselines = false;
   o.time_limit = 600;
   return o;

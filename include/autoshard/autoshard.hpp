@@ -13,6 +13,7 @@
 /// (scripts/check_docs.py checks that every header named in a comment or a doc exists)
 #include "core/cost.hpp"          // collective_time, price_plan
 #include "core/dtype.hpp"         // dtype
+#include "core/enum_text.hpp"     // parse_enum, enum_names
 #include "core/error.hpp"         // error hierarchy
 #include "core/layout.hpp"        // split rule, local_box
 #include "core/mesh.hpp"          // device_mesh, mesh_extents

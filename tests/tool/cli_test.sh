@@ -35,7 +35,7 @@ comp() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
 # The tool's defaults are the library's (issue 18): --mode and --time-limit start from
 # default_run_mode and default_time_limit_s, read here from their one home, the headers.
 inc="$here/../../include/autoshard"
-lib_mode=$(sed -n 's/^inline constexpr run_mode default_run_mode = run_mode::\([a-z]*\);.*/\1/p' "$inc/graph/strategy.hpp")
+lib_mode=$(sed -n 's/^inline constexpr run_mode default_run_mode = run_mode::\([a-z]*\);.*/\1/p' "$inc/graph/pricing.hpp")
 lib_limit=$(sed -n 's/^inline constexpr double default_time_limit_s = \([0-9.]*\);.*/\1/p' "$inc/solve/ilp.hpp")
 [ -n "$lib_mode" ] && [ -n "$lib_limit" ] && ok || bad "default_run_mode / default_time_limit_s not found in the headers"
 "$tool" plan --model gpt2 --layers 1 --hidden 16 --heads 2 --vocab 32 --seq 8 --batch 4 --mesh 2 \
@@ -44,7 +44,7 @@ python3 - "$tmp/default-mode.json" "$tmp/default-mode.out" "$lib_mode" "$lib_lim
 import json, sys
 plan, out, mode, limit = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], float(sys.argv[4])
 flag = {"training": "train", "inference": "infer"}[mode]
-sys.exit(0 if plan["mode"] == mode and out["mode"] == flag and plan["options"]["time_limit"] == limit
+sys.exit(0 if plan["pricing"]["mode"] == mode and out["mode"] == flag and plan["options"]["time_limit"] == limit
          and any(v["name"] == "loss" for v in plan["graph"]["nodes"]) == (mode == "training") else 1)
 PY
 for sub in plan solve; do  # --help shows the defaults it uses: the same ones
@@ -52,10 +52,10 @@ for sub in plan solve; do  # --help shows the defaults it uses: the same ones
 done
 "$tool" plan --help | grep -- "--mode" | grep -qE "=$([ "$lib_mode" = training ] && echo train || echo infer)( |\$)" && ok || bad "plan --help: --mode's default"
 # --gradient-overlap's default is default_gradient_overlap's, and the plan file records it.
-lib_overlap=$(sed -n 's/^inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::\([a-z_]*\)();.*/\1/p' "$inc/graph/strategy.hpp")
-[ "$lib_overlap" = behind_backward ] && ok || bad "default_gradient_overlap is not behind_backward() in graph/strategy.hpp ('$lib_overlap')"
+lib_overlap=$(sed -n 's/^inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::\([a-z_]*\)();.*/\1/p' "$inc/graph/pricing.hpp")
+[ "$lib_overlap" = behind_backward ] && ok || bad "default_gradient_overlap is not behind_backward() in graph/pricing.hpp ('$lib_overlap')"
 "$tool" plan --help | grep -- "--gradient-overlap" | grep -qE "=backward( |\$)" && ok || bad "plan --help: --gradient-overlap's default"
-python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["options"]["training"]["gradient_overlap"] != "backward")' \
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["pricing"]["gradient_overlap"] != "backward")' \
   "$tmp/default-mode.json" && ok || bad "a plan with the defaults does not record gradient_overlap \"backward\""
 # synth says the dtype it writes; options that change nothing it writes are not offered.
 "$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
@@ -289,7 +289,7 @@ if "$tool" --help | grep -q ' plan'; then
 import json; d = json.load(open('$tmp/meg.json')); d['version'] = 1
 json.dump(d, open('$tmp/v1.json', 'w'))"
   expect_rc 1 "$tool" show --plan "$tmp/v1.json"
-  grep -q "has version 1, an older format this build no longer reads (it reads version 2)" "$tmp/err" && ok \
+  grep -q "has version 1, an older format this build no longer reads (it reads versions 2 and 3)" "$tmp/err" && ok \
     || bad "show: version 1 message: $(cat "$tmp/err")"
 fi
 
@@ -459,7 +459,7 @@ fi
 # and the schema rejects a plan with a missing member or an out-of-range size.
 plans=()
 for f in "$tmp"/*.json; do
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if isinstance(d, dict) and d.get('format') == 'autoshard.plan' and d.get('version') == 2 else 1)" "$f" 2>/dev/null \
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if isinstance(d, dict) and d.get('format') == 'autoshard.plan' and d.get('version') == 3 else 1)" "$f" 2>/dev/null \
     && plans+=("$f")
 done
 if [ "${#plans[@]}" -gt 0 ]; then

@@ -26,16 +26,16 @@ namespace {
 struct plan_cli_options {
   model_options model;
   mesh_options mesh;
-  std::string algo = autosharding_options{}.algo;
+  std::string algo{to_string(autosharding_options{}.algo)};
   std::string backend = "nccl";
   bool backend_given = false;
   std::string device;         ///< a preset name (device_presets), "" = device_model's defaults
   std::string memory_budget;  ///< "" = the device's memory, "none" = no budget
   std::string calibration;
   bool force = false;
-  std::string optimizer = "adam";
-  double gradient_bucket = autosharding_options{}.gradient_bucket_bytes;
-  std::string gradient_overlap = to_string(autosharding_options{}.gradient_overlap);  // "backward" or a fraction
+  std::string optimizer{to_string(step_pricing{}.optimizer)};
+  double gradient_bucket = step_pricing{}.gradient_bucket_bytes;
+  std::string gradient_overlap = to_string(step_pricing{}.gradient_overlap);  // "backward" or a fraction
   double time_limit = default_time_limit_s;
   double mip_rel_gap = autosharding_options{}.mip_rel_gap;
   bool skip_fully_replicated = false;
@@ -69,7 +69,7 @@ std::string spec_list(const std::vector<sharding_spec>& v) {
 }
 
 nlohmann::json summary_json(const plan_summary& s) {
-  return {{"algo", s.algo},
+  return {{"algo", std::string(to_string(s.algo))},
           {"feasible", s.feasible},
           {"why_not", s.why_not},
           {"step_seconds", s.step_seconds},
@@ -81,7 +81,7 @@ nlohmann::json summary_json(const plan_summary& s) {
 }
 
 void print_summary_row(const plan_summary& s, bool chosen) {
-  std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << s.algo << std::right;
+  std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << to_string(s.algo) << std::right;
   if (!s.feasible) {
     std::cout << "  not feasible: " << s.why_not << "\n";
     return;
@@ -128,25 +128,32 @@ void check_plan_paths(plan_cli_options& o) {
   paths.check();
 }
 
+/// How a step is priced, from the flags: built here once and carried whole (graph/pricing.hpp).
+step_pricing pricing_of(const plan_cli_options& o) {
+  step_pricing p;
+  if (const device_preset* d = find_device_preset(o.device)) p.device = d->device;
+  p.mode = o.model.run();
+  p.optimizer = *parse_optimizer_kind(o.optimizer);
+  p.gradient_bucket_bytes = o.gradient_bucket;
+  p.gradient_overlap = parse_gradient_overlap(o.gradient_overlap, "--gradient-overlap");
+  p.zero = !o.no_zero;
+  return p;
+}
+
 autosharding_options pass_options(const plan_cli_options& o, const model_graph& g, const device_mesh& m) {
   autosharding_options po;
   po.mesh = m;
-  po.algo = o.algo;
+  po.algo = *parse_algo(o.algo);
+  po.pricing = pricing_of(o);
   po.skip_fully_replicated = o.skip_fully_replicated;
   po.time_limit = o.time_limit;
   po.mip_rel_gap = o.mip_rel_gap;
   po.run_checks = o.run_checks;
   po.preload_solution = o.preload;
   po.ilp_solution_file = o.out;
-  po.mode = o.model.run();
   po.tie_layers = !o.no_tie_layers;
-  po.optimizer = o.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
-  po.gradient_bucket_bytes = o.gradient_bucket;
-  po.gradient_overlap = parse_gradient_overlap(o.gradient_overlap, "--gradient-overlap");
-  po.zero = !o.no_zero;
-  if (const device_preset* p = find_device_preset(o.device)) po.device = p->device;
   // The budget is the device's memory unless said otherwise.
-  if (o.memory_budget.empty()) po.memory_budget = po.device.memory_bytes;
+  if (o.memory_budget.empty()) po.memory_budget = po.pricing.device.memory_bytes;
   else if (o.memory_budget != "none") po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
   std::map<std::string, std::string> pinned_by;  // tensor -> the --pin that pinned it
   for (const std::string& pin : o.pins) {
@@ -191,7 +198,7 @@ std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const pla
                                                                        const autosharding_result& r) {
   namespace fs = std::filesystem;
   std::ostringstream dot_text;
-  write_plan_dot(dot_text, g, r.report.mesh, r.strategies, o.model.run());
+  write_plan_dot(dot_text, g, r.report.mesh, r.strategies, r.report.pricing);
   write_file_atomically(o.dot, dot_text.str());
   if (o.svg.empty()) return {o.dot, {}};
   if (const std::size_t nodes = dot_nodes(dot_text.str()); nodes > max_svg_nodes) {
@@ -226,8 +233,8 @@ std::string device_line(const plan_cli_options& o, const autosharding_options& p
   std::ostringstream s;
   const device_preset* p = find_device_preset(o.device);
   s << (p ? std::string(p->name) + " (" + std::string(p->description) + ")" : std::string("default (A100-class)")) << ": "
-    << po.device.peak_flops / 1e12 << " TFLOP/s, " << po.device.memory_bandwidth / 1e12 << " TB/s, "
-    << human_bytes(static_cast<double>(po.device.memory_bytes)) << "; budget "
+    << po.pricing.device.peak_flops / 1e12 << " TFLOP/s, " << po.pricing.device.memory_bandwidth / 1e12 << " TB/s, "
+    << human_bytes(static_cast<double>(po.pricing.device.memory_bytes)) << "; budget "
     << (po.memory_budget ? human_bytes(static_cast<double>(*po.memory_budget)) + " per device" : std::string("none"));
   return s.str();
 }
@@ -253,15 +260,13 @@ void print_plan_json(const plan_cli_options& o, const autosharding_options& po, 
                     {"bytes", std::get<1>(v)}, {"seconds", std::get<2>(v)}});
   nlohmann::json base = nlohmann::json::array();
   for (const plan_summary& b : rep.baselines) base.push_back(summary_json(b));
+  nlohmann::json device = to_json(po.pricing.device);  // the one spelling of a device, plus its preset's name
+  device["name"] = o.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.device);
   nlohmann::json j{{"model", o.model.model},
                    {"parameters", parameter_count(g)},
                    {"mesh", to_json(m)},
                    {"mode", o.model.mode},
-                   {"device",
-                    {{"name", o.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.device)},
-                     {"peak_flops", po.device.peak_flops},
-                     {"memory_bandwidth", po.device.memory_bandwidth},
-                     {"memory_bytes", po.device.memory_bytes}}},
+                   {"device", device},
                    {"memory_budget", po.memory_budget ? nlohmann::json(*po.memory_budget) : nlohmann::json(nullptr)},
                    {"plan", summary_json(rep.plan)},
                    {"baselines", base},
@@ -323,7 +328,7 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
   const device_mesh& m = rep.mesh;
   const run_mode mode = o.model.run();
   std::cout << "model   " << o.model.model << ": " << boost::num_vertices(g) << " operators, "
-            << parameter_count(g) << " parameters, " << (mode == run_mode::training ? "training" : "inference")
+            << parameter_count(g) << " parameters, " << to_string(mode)
             << "\nmesh    " << to_string(m);
   for (std::size_t a = 0; a < m.ndim(); ++a)
     std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
@@ -386,7 +391,7 @@ int run_plan(plan_cli_options o) {
   if (!r.report.plan.fits) {  // said loudly, after the files are written
     std::cerr << "autoshard: the plan does not fit: its peak memory is "
               << human_bytes_exact(r.report.plan.peak_memory_bytes) << " per device, the device has "
-              << human_bytes_exact(po.device.memory_bytes) << " (budget: "
+              << human_bytes_exact(po.pricing.device.memory_bytes) << " (budget: "
               << (po.memory_budget ? human_bytes_exact(*po.memory_budget) : std::string("none"))
               << "); leave --memory-budget at its default, the device's memory, to find a plan that fits\n";
     return exit_does_not_fit;
@@ -406,8 +411,10 @@ void register_plan(CLI::App& app, action& run) {
 
   o->model.add_to(*cmd);
   o->mesh.add_to(*cmd);
+  std::vector<std::string> algos;
+  for (algo a : all_algos) algos.emplace_back(to_string(a));
   cmd->add_option("--algo", o->algo, "alpa (the ILP), megatron, data_parallel, zero3 or fully_replicated")
-      ->check(CLI::IsMember({"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"}))
+      ->check(CLI::IsMember(algos))
       ->capture_default_str();
   CLI::Option* backend = cmd->add_option("--backend", o->backend, "communications backend whose costs to use (with --calibration: the file's)")
       ->check(CLI::IsMember({"nccl", "gloo"}))

@@ -403,14 +403,14 @@ struct plan_doc {
 /// graph (for the names users write: find_entry).
 plan_doc read_plan(const std::string& file) {
   const plan_document d = read_plan_file(file);
-  plan_doc doc{d.options.algo, to_string(d.mode), {}, d.mesh, {}, d.graph};
-  if (d.mode == run_mode::training) {
+  plan_doc doc{std::string(to_string(d.options.algo)), std::string(to_string(d.pricing.mode)), {}, d.mesh, {}, d.graph};
+  if (d.pricing.mode == run_mode::training) {
     std::size_t zero1 = 0, zero2 = 0;
     for (const plan_tensor& t : d.tensors) {
       zero1 += t.strategy.ends_with(" zero-1");
       zero2 += t.strategy.ends_with(" zero-2");
     }
-    doc.training = describe_training(d.options) + "; parameters stored ZeRO-1: " + std::to_string(zero1) +
+    doc.training = describe_training(d.pricing) + "; parameters stored ZeRO-1: " + std::to_string(zero1) +
                    ", ZeRO-2: " + std::to_string(zero2);
   }
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {

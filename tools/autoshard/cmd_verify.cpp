@@ -70,7 +70,7 @@ int run_verify(const verify_cli_options& o) {
   // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
   // a training check needs a loss.
   require_known_operators(doc.graph);
-  if (doc.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
+  if (doc.pricing.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
   if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
   const loaded_plan lp = [&] {
     try {
@@ -93,17 +93,16 @@ int run_verify(const verify_cli_options& o) {
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
   vo.training = lp.mode == run_mode::training && !o.forward_only;
-  const std::string optimizer =
-      !o.optimizer.empty() ? o.optimizer : lp.document.options.optimizer == optimizer_kind::sgd ? "sgd" : "adam";
-  vo.step.optimizer = optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
+  vo.step.optimizer = o.optimizer.empty() ? lp.document.pricing.optimizer : *parse_optimizer_kind(o.optimizer);
+  const std::string optimizer(to_string(vo.step.optimizer));
   vo.priced = lp.collectives;
   if (!o.json)
-    std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << lp.algo << ", "
-              << (lp.mode == run_mode::training ? "training" : "inference") << " plan; "
+    std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << to_string(lp.algo) << ", "
+              << to_string(lp.mode) << " plan; "
               << (vo.training ? "forward, backward and one " + optimizer + " step" : std::string("the forward pass")) << ") on "
               << to_string(lp.mesh) << " ...\n";
   if (!o.json && lp.mode == run_mode::training)
-    std::cerr << "priced for training with " << describe_training(lp.document.options) << "\n";
+    std::cerr << "priced for training with " << describe_training(lp.document.pricing) << "\n";
   phase_printer progress(progress_wanted(o.progress), "verify");
   vo.progress = [&progress](const verify_progress& p) {
     const std::string phase = p.phase;

@@ -8,7 +8,7 @@
 #include <vector>  // std::vector
 
 #include "model.hpp"     // model_graph, add_op, add_parameter
-#include "strategy.hpp"  // run_mode
+#include "pricing.hpp"   // run_mode, default_run_mode
 
 namespace autoshard {
 

@@ -3,7 +3,7 @@
 /// numbers (peak FLOP/s, HBM bandwidth and capacity, NVLink and network bandwidth per GPU, and
 /// what real GEMMs and copies were measured to reach, each with its source).
 ///   const autoshard::device_preset* p = autoshard::find_device_preset("h100-80g");
-///   o.device = p->device;  // autosharding_options: compute prices and the memory budget
+///   o.pricing.device = p->device;  // autosharding_options: compute prices and the memory budget
 ///   o.mesh = autoshard::make_cluster_mesh({2, 8}, {.inter_node_bandwidth = p->inter_node_bandwidth,
 ///                                                  .intra_node_bandwidth = p->intra_node_bandwidth});
 #include <array>        // std::array
@@ -19,6 +19,7 @@ struct device_model {
   double peak_flops = 312e12;              ///< FLOP/s
   double memory_bandwidth = 2.0e12;        ///< bytes/s
   std::int64_t memory_bytes = 80LL << 30;  ///< capacity: a plan's peak above it does not fit
+  friend constexpr bool operator==(const device_model&, const device_model&) = default;
 };
 
 /// A rate real kernels reach on a device, and where the figure comes from (who measured

@@ -13,6 +13,7 @@
 #include "hf_config.hpp"  // read_hf_config_file, build_hf
 #include "io.hpp"        // to_json, from_json, read_json, write_json
 #include "model.hpp"     // model_graph, node, edge, op_kind, op_attrs, add_op, infer_shape
+#include "pricing.hpp"   // step_pricing, run_mode, optimizer_kind: how a step is priced
 #include "resize.hpp"    // with_batch_seq
 #include "rules.hpp"     // constexpr output-spec rules: matmul_output_spec, ...
 #include "strategy.hpp"  // strategy, device_model, enumerate_strategies, resharding_costs

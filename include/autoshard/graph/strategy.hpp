@@ -64,112 +64,21 @@
 #include "../core/parse.hpp"         // to_alpa_string
 #include "../core/redistribute.hpp"  // plan_redistribute
 #include "device.hpp"                // device_model
+#include "pricing.hpp"               // step_pricing, run_mode, optimizer_kind, gradient_overlap_model
 #include "fused.hpp"                 // fused_dim_of
 #include "model.hpp"                 // model_graph, node, op_kind
 #include "validate.hpp"              // topological_order
 
 namespace autoshard {
 
-/// Inference prices the forward pass; training adds backward compute and communication.
-enum class run_mode : std::uint8_t { inference, training };
-
-/// What autoshard plans for when not told: training, what most users of an auto-sharder plan
-/// and what the CLI's `--mode` defaults to. The one home of that default: strategy_options,
-/// transformer_config, autosharding_options and the tool all start from it.
-///   autoshard::autosharding_options o;  // o.mode == default_run_mode (training)
-///   o.mode = autoshard::run_mode::inference;  // forward only: serving
-inline constexpr run_mode default_run_mode = run_mode::training;
-
-/// How much of a parameter's gradient synchronisation the backward pass hides. PyTorch DDP and
-/// Megatron-LM (overlap_grad_reduce) launch each bucket's reduction as soon as its gradients
-/// are ready, while the backward of the layers before it still runs.
-///   backward   on an edge parameter -> consumer, the sync is hidden behind one consumer's
-///              worth of backward compute: exposed = max(0, sync - window), window = the
-///              backward part of the consumer strategy's compute_seconds
-///              (strategy::backward_compute_seconds)
-///   a fraction f in [0, 1]: f of every sync is hidden, 1 - f is charged (0: all of it)
-///   autoshard::autosharding_options o;
-///   o.gradient_overlap = 0.0;  // every byte of gradient sync on the critical path (Alpa's model)
-///   o.gradient_overlap = autoshard::gradient_overlap_model::behind_backward();
-struct gradient_overlap_model {
-  bool backward = false;  ///< hidden behind the consumer's backward compute (fraction unused)
-  double fraction = 0.0;  ///< otherwise: the share of the sync hidden, 0 to 1
-  /// A fraction hidden; implicit, so `o.gradient_overlap = 0.4` reads as it means.
-  constexpr gradient_overlap_model(double hidden = 0.0) noexcept : fraction(hidden) {}  // NOLINT(google-explicit-constructor)
-  static constexpr gradient_overlap_model behind_backward() noexcept {
-    gradient_overlap_model m;
-    m.backward = true;
-    return m;
-  }
-  /// Seconds of `sync` (a parameter's gradient synchronisation on one edge) left exposed when
-  /// the consumer's backward compute takes `window` seconds.
-  constexpr double exposed(double sync, double window) const noexcept {
-    return backward ? (sync > window ? sync - window : 0.0) : sync * (1.0 - fraction);
-  }
-  friend constexpr bool operator==(const gradient_overlap_model&, const gradient_overlap_model&) = default;
-};
-
-/// "backward", or the fraction as %g ("0", "0.4"): what the CLI and plan files write.
-inline std::string to_string(const gradient_overlap_model& o) {
-  if (o.backward) return "backward";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", o.fraction);
-  return buf;
-}
-
-/// The model `to_string` writes: "backward" or a number in [0, 1]; spec_error naming `what`
-/// and the text otherwise.
-inline gradient_overlap_model parse_gradient_overlap(const std::string& text, const std::string& what = "gradient overlap") {
-  if (text == "backward") return gradient_overlap_model::behind_backward();
-  double f = 0.0;
-  std::size_t used = 0;
-  try {
-    f = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !(f >= 0.0 && f <= 1.0))
-    throw spec_error(what + " '" + text + "' is neither \"backward\" nor a number in [0, 1]");
-  return f;
-}
-
-/// What training prices when not told: gradient sync hidden behind the consumer's backward, as
-/// DDP and Megatron-LM run it. The one home of that default: strategy_options,
-/// autosharding_options, plan_options (what a plan records) and the tool start from it.
-inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::behind_backward();
-
-/// The gradient bucket training prices when not told: DDP's 25 MiB. The one home of that
-/// default, as above.
-inline constexpr double default_gradient_bucket_bytes = 25.0 * (1 << 20);
-
-/// What the optimizer keeps per parameter in training.
-enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
-
-/// Bytes per parameter element in training: weight and gradient in the parameter's dtype,
-/// plus with mixed precision (a dtype narrower than f32) an f32 master copy, plus Adam's two
-/// f32 moments: bf16 Adam 2 + 2 + 4 + 8 = 16 B, f32 Adam 4 + 4 + 8 = 16 B, bf16 SGD 8 B.
-constexpr std::int64_t parameter_state_bytes(dtype t, optimizer_kind o) noexcept {
-  const auto e = static_cast<std::int64_t>(dtype_size(t));
-  return 2 * e + (e < 4 ? 4 : 0) + (o == optimizer_kind::adam ? 8 : 0);
-}
-
+/// The cost model's options: how a step is priced (step_pricing, one value carried whole from
+/// the options to the plan file) and which strategies are offered at all.
 struct strategy_options {
-  device_model device{};
-  run_mode mode = default_run_mode;
+  step_pricing pricing{};
   /// Drop strategies that cut a dim into more pieces than it has elements.
   bool drop_empty_shards = true;
   /// Also drop strategies whose sharded dims do not divide evenly (the even-split policy).
   bool even_split_only = false;
-  optimizer_kind optimizer = optimizer_kind::adam;
-  /// Gradient synchronisation of parameters: bucket size (DDP's 25 MiB; 0 = one collective
-  /// per tensor, each paying its full latency) and how much of it the backward hides
-  /// (gradient_overlap_model).
-  double gradient_bucket_bytes = default_gradient_bucket_bytes;
-  gradient_overlap_model gradient_overlap = default_gradient_overlap;
-  /// Training: also offer each parameter replicated on some mesh axes as ZeRO-1 (optimizer
-  /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a
-  /// parameter stored sharded, gathered on use.
-  bool zero = true;
 };
 
 /// Training prices an operator's backward as this many of its forward: the gradient of each
@@ -587,11 +496,11 @@ inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy&
   const std::optional<sharding_spec> z = zero_spec(m, s.output, nd.shape, fused.any() ? fused.dim : -1);
   if (!z) return out;
   const auto e = static_cast<std::int64_t>(dtype_size(nd.type));
-  const std::int64_t state = parameter_state_bytes(nd.type, opt.optimizer) - 2 * e;
+  const std::int64_t state = parameter_state_bytes(nd.type, opt.pricing.optimizer) - 2 * e;
   const std::int64_t n = max_local_shape(m, s.output, nd.shape).numel(), nz = max_local_shape(m, *z, nd.shape).numel();
   double gather = 0.0;
   for (const priced_step& p : price_plan(m, plan_redistribute(m, *z, s.output, nd.shape), nd.shape, nd.type))
-    gather += bucketed_seconds(m, p, opt.gradient_bucket_bytes);
+    gather += bucketed_seconds(m, p, opt.pricing.gradient_bucket_bytes);
   for (int stage : {1, 2}) {
     if (stage == 1 && state == 0) continue;  // no optimizer state to shard: ZeRO-1 is plain data parallelism
     strategy v = s;
@@ -618,7 +527,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
   const std::vector<detail::axis_option> options = detail::axis_options(g, v, ops, in, grads);
   if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
   const int axes = static_cast<int>(m.ndim());
-  const bool train = opt.mode == run_mode::training;
+  const bool train = opt.pricing.mode == run_mode::training;
   const fused_dim out_fused = fused_dim_of(g, v);
   std::vector<fused_dim> in_fused;
   for (vertex_t u : ops) in_fused.push_back(fused_dim_of(g, u));
@@ -661,13 +570,13 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     if (nd.is_operator()) {
       bytes += static_cast<double>(out_bytes);
       const double flops = detail::op_flops(nd, local_in, max_local_shape(m, s.output, nd.shape));
-      const double forward = flops / opt.device.peak_flops + bytes / opt.device.memory_bandwidth;
+      const double forward = flops / opt.pricing.device.peak_flops + bytes / opt.pricing.device.memory_bandwidth;
       s.backward_compute_seconds = train ? backward_products * forward : 0.0;
       s.compute_seconds = forward + s.backward_compute_seconds;
       s.memory_bytes = out_bytes;
     } else {
       s.memory_bytes = train && nd.is_parameter()
-                           ? out_bytes / static_cast<std::int64_t>(dtype_size(nd.type)) * parameter_state_bytes(nd.type, opt.optimizer)
+                           ? out_bytes / static_cast<std::int64_t>(dtype_size(nd.type)) * parameter_state_bytes(nd.type, opt.pricing.optimizer)
                            : out_bytes;
     }
     for (int a = 0; a < axes; ++a) {
@@ -691,7 +600,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
     s.name += "->" + to_alpa_string(s.output);
     std::vector<strategy> zero;
-    if (train && opt.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt, out_fused);
+    if (train && opt.pricing.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt, out_fused);
     out.push_back(std::move(s));
     for (strategy& z : zero) out.push_back(std::move(z));
   }
@@ -807,8 +716,8 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
   backward_pricing b;
   const vertex_t u = boost::source(e, g);
   b.parameter = g[u].is_parameter();
-  b.bucket_bytes = opt.gradient_bucket_bytes;
-  b.overlap = opt.gradient_overlap;
+  b.bucket_bytes = opt.pricing.gradient_bucket_bytes;
+  b.overlap = opt.pricing.gradient_overlap;
   b.consumers = 0;
   for (auto [o, end] = boost::out_edges(u, g); o != end; ++o) b.consumers += detail::is_integer(g[boost::target(*o, g)].type) ? 0 : 1;
   b.consumers = std::max(1, b.consumers);
@@ -896,7 +805,7 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
                                     const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
   const auto operand = static_cast<std::size_t>(g[e].operand);
   const vertex_t u = boost::source(e, g);
-  const bool grad_flows = opt.mode == run_mode::training && (grads.empty() ? detail::requires_grad(g, u) : grads[u] != 0);
+  const bool grad_flows = opt.pricing.mode == run_mode::training && (grads.empty() ? detail::requires_grad(g, u) : grads[u] != 0);
   edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt));
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   for (std::size_t j = 0; j < consumer.size(); ++j)

@@ -30,7 +30,8 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "../core/dtype.hpp"    // human_bytes
+#include "../core/dtype.hpp"      // human_bytes
+#include "../core/enum_text.hpp"  // parse_enum
 #include "../core/error.hpp"    // io_error, resource_error
 #include "../core/machine.hpp"  // machine_limits
 
@@ -277,6 +278,15 @@ class json_in {
   const nlohmann::json* j_;
   std::string source_, path_;
 };
+
+/// One of an enum's values, spelled as its to_string (found by argument-dependent lookup):
+/// `enum_value(j["mode"], all_run_modes)`; io_error listing the spellings otherwise.
+template <class E, std::size_t N>
+E enum_value(const json_in& j, const E (&all)[N]) {
+  std::vector<std::string> names;
+  for (E e : all) names.push_back(std::string(to_string(e)));
+  return *parse_enum(j.one_of(names), all);  // one_of accepted a spelling of `all`
+}
 
 /// The most memory nlohmann::json's tree of a JSON text takes, per byte of text. Measured
 /// with glibc malloc: 3.7 for a real IOPDDL request (long arrays of numbers), about 10 for a

@@ -5,12 +5,12 @@
 ///   autoshard::autosharding_options o;
 ///   o.mesh = autoshard::make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 25e9,    // mesh axis 0
 ///                                                  .intra_node_bandwidth = 300e9});  // the others
-///   o.mode = autoshard::run_mode::training;
+///   o.pricing.mode = autoshard::run_mode::training;  // how a step is priced (graph/pricing.hpp)
 ///   auto r = autoshard::autosharding_analysis_pass(g, o);
 ///   r.strategies[v];                   // the chosen strategy of vertex v (specs, costs)
 ///   std::cout << r.report;             // step time, breakdown, memory, collectives, baselines
 ///
-/// algo:
+/// algo (plan/algo.hpp):
 ///   "alpa"              the ILP over every strategy (default)
 ///   "megatron"          Megatron-LM: on the last mesh axis the block linears are column-parallel
 ///                       (c_attn, c_fc, query/key/value, intermediate.dense, q/k/v/gate/up_proj) or
@@ -51,6 +51,8 @@
 #include "../graph/strategy.hpp"    // enumerate_all_strategies, resharding_costs
 #include "../graph/traffic.hpp"     // traffic_site
 #include "../graph/validate.hpp"    // validate, topological_order
+#include "../graph/pricing.hpp"     // step_pricing
+#include "../plan/algo.hpp"         // algo, all_algos
 #include "../plan/document.hpp"     // plan_document, read_plan_file, write_plan_file
 #include "../solve/ilp.hpp"         // solve_ilp
 
@@ -65,7 +67,9 @@ struct collective_use;  // below: one collective the cost model prices
 /// (calibration_result::mesh()), or set each axis's link yourself.
 struct autosharding_options {
   device_mesh mesh = make_cluster_mesh({default_mesh_shape.begin(), default_mesh_shape.end()});
-  std::string algo = "alpa";                     ///< "alpa", "megatron", "data_parallel", "zero3", "fully_replicated"
+  autoshard::algo algo = autoshard::algo::alpa;  ///< see the header comment
+  /// How a step is priced: the device, the mode and the training settings, whole.
+  step_pricing pricing{};
   bool skip_fully_replicated = false;            ///< alpa: drop an operator's all-replicated strategy
   double time_limit = default_time_limit_s;      ///< seconds per ILP solve
   double mip_rel_gap = 0.0;                      ///< a fraction: 0.01 = 1% (not percent)
@@ -87,14 +91,6 @@ struct autosharding_options {
   std::string ilp_solution_file;                 ///< where the plan file goes (or comes from); "" = nowhere
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
-  run_mode mode = default_run_mode;              ///< training prices backward compute and gradients
-  optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
-  double gradient_bucket_bytes = default_gradient_bucket_bytes;  ///< training: DDP's 25 MiB; 0 = one collective per tensor
-  /// Training: how much of the gradient sync the backward hides: behind each consumer's
-  /// backward compute (gradient_overlap_model::behind_backward()) or a fraction (0 = none).
-  gradient_overlap_model gradient_overlap = default_gradient_overlap;
-  bool zero = true;  ///< training: also offer ZeRO-1/2 storage of parameters (strategy_options::zero)
-  device_model device{};
   bool tie_layers = true;
   bool compare_baselines = true;                 ///< also solve the other algos for the report
   std::function<void(const solve_progress&)> on_progress;
@@ -120,7 +116,7 @@ struct collective_use {
 
 /// One plan, priced.
 struct plan_summary {
-  std::string algo;
+  autoshard::algo algo = autoshard::algo::alpa;
   bool feasible = true;
   std::string why_not;            ///< when not feasible (the solver_error's message)
   double step_seconds = 0.0;      ///< compute + communication + resharding
@@ -141,7 +137,7 @@ struct autosharding_report {
   solve_result solver;                 ///< of the requested algo (empty when preloaded)
   std::size_t vertices = 0, edges = 0, tied_classes = 0;
   device_mesh mesh;
-  device_model device;  ///< as priced: whether a plan fits is against its memory_bytes
+  step_pricing pricing;  ///< as priced: whether a plan fits is against its device's memory_bytes
 };
 
 struct autosharding_result {
@@ -183,20 +179,26 @@ inline std::string layer_key(const std::string& name) {
   return name;
 }
 
-/// The cost model's options that the pass's options set.
-inline strategy_options pricing_options(const autosharding_options& o) {
-  strategy_options so;
-  so.device = o.device;
-  so.mode = o.mode;
-  so.optimizer = o.optimizer;
-  so.gradient_bucket_bytes = o.gradient_bucket_bytes;
-  so.gradient_overlap = o.gradient_overlap;
-  so.zero = o.zero;
-  return so;
+/// The pricing a pass can price with: a device of finite, positive FLOP/s, bandwidth and
+/// memory, gradient buckets >= 0 and an overlap of "backward" or a fraction in [0, 1];
+/// solver_error naming the numbers otherwise.
+inline void check_pricing(const step_pricing& p) {
+  const device_model& d = p.device;
+  if (!(d.peak_flops > 0 && d.peak_flops < 1e30) || !(d.memory_bandwidth > 0 && d.memory_bandwidth < 1e30) || d.memory_bytes <= 0)
+    throw solver_error("the device model needs peak_flops and memory_bandwidth finite and > 0 and memory_bytes > 0, got " +
+                       fmt_num(d.peak_flops) + " FLOP/s, " + fmt_num(d.memory_bandwidth) + " bytes/s and " +
+                       std::to_string(d.memory_bytes) + " bytes");
+  const gradient_overlap_model& ov = p.gradient_overlap;
+  if (!(p.gradient_bucket_bytes >= 0) || !(ov.backward || (ov.fraction >= 0 && ov.fraction <= 1)))
+    throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap \"backward\" or in [0, 1], got " +
+                       fmt_num(p.gradient_bucket_bytes) + " and " + (ov.backward ? "backward" : fmt_num(ov.fraction)));
 }
 
 /// Everything the pass derives from the graph once: strategies, the full strategy problem.
 struct pass_model {
+  /// Called with (phase, done, total) as the strategies are enumerated and the edges priced.
+  using phase_callback = std::function<void(const char*, std::size_t, std::size_t)>;
+
   const model_graph& g;
   device_mesh mesh;
   strategy_options sopt;
@@ -205,22 +207,12 @@ struct pass_model {
   std::vector<edge_t> edges;  // in problem edge order
   strategy_problem problem;   // one node per vertex, one edge per graph edge
 
-  /// `so`: the cost model's options (device, mode, optimizer, gradient buckets).
-  pass_model(const model_graph& graph, const device_mesh& m, const strategy_options& so,
-             std::optional<std::int64_t> memory_budget = std::nullopt,
-             const std::function<void(const char*, std::size_t, std::size_t)>& on_phase = {})
-      : g(graph), mesh(m), sopt(so) {
+  /// `pricing`: how a step is priced (device, mode, training settings).
+  pass_model(const model_graph& graph, const device_mesh& m, const step_pricing& pricing,
+             std::optional<std::int64_t> memory_budget = std::nullopt, const phase_callback& on_phase = {})
+      : g(graph), mesh(m), sopt{pricing} {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
-    const device_model& d = sopt.device;
-    if (!(d.peak_flops > 0 && d.peak_flops < 1e30) || !(d.memory_bandwidth > 0 && d.memory_bandwidth < 1e30) || d.memory_bytes <= 0)
-      throw solver_error("the device model needs peak_flops and memory_bandwidth finite and > 0 and memory_bytes > 0, got " +
-                         fmt_num(d.peak_flops) + " FLOP/s, " + fmt_num(d.memory_bandwidth) + " bytes/s and " +
-                         std::to_string(d.memory_bytes) + " bytes");
-    const gradient_overlap_model& ov = sopt.gradient_overlap;
-    if (!(sopt.gradient_bucket_bytes >= 0) || !(ov.backward || (ov.fraction >= 0 && ov.fraction <= 1)))
-      throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap \"backward\" or in [0, 1], got " +
-                         fmt_num(sopt.gradient_bucket_bytes) + " and " + (ov.backward ? "backward" : fmt_num(ov.fraction)));
-    const run_mode mode = sopt.mode;
+    check_pricing(sopt.pricing);
     validate(g);
     const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
       if (on_phase) on_phase(name, done, total);
@@ -230,6 +222,23 @@ struct pass_model {
     strategies.resize(boost::num_vertices(g));
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) strategies[v] = enumerate_strategies(g, v, mesh, sopt, gradients);
     phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
+    add_nodes();
+    add_edges_and_costs(phase);
+    problem.usage_limit = memory_budget;
+  }
+  pass_model(const model_graph& graph, const autosharding_options& o)
+      : pass_model(graph, o.mesh, o.pricing, o.memory_budget) {}
+  // `g` is a reference: a temporary graph would dangle as soon as the constructor returns.
+  pass_model(model_graph&&, const device_mesh&, const step_pricing&, std::optional<std::int64_t> = std::nullopt,
+             const phase_callback& = {}) = delete;
+  pass_model(model_graph&&, const autosharding_options&) = delete;
+
+  std::size_t size() const { return strategies.size(); }
+
+ private:
+  /// One node per vertex: its strategies' memory and its live interval in topological order
+  /// (a parameter lives throughout; in training an activation is saved for the backward).
+  void add_nodes() {
     const std::vector<vertex_t> order = topological_order(g);
     const std::size_t n = boost::num_vertices(g);
     std::vector<std::int64_t> pos(n), last(n);
@@ -248,12 +257,17 @@ struct pass_model {
       for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
       if (g[v].is_parameter())
         node.live = {0, N};
-      else if (mode == run_mode::training)
+      else if (sopt.pricing.mode == run_mode::training)
         node.live = {pos[v], N};  // saved for the backward pass
       else
         node.live = {pos[v], last[v] + 1};
     }
-    // Seconds become integer units of one cost_unit (the solver works in exact integers).
+  }
+
+  /// One edge per graph edge with its resharding costs; then every cost, node and edge, in
+  /// integer units of one cost_unit (the solver works in exact integers).
+  template <class Phase>
+  void add_edges_and_costs(const Phase& phase) {
     std::vector<std::vector<double>> seconds;
     double largest = 0.0;
     const auto note = [&largest](double x) {
@@ -270,6 +284,7 @@ struct pass_model {
       seconds.push_back(std::move(c.values));
       edges.push_back(*e);
     }
+    const std::size_t n = strategies.size();
     for (vertex_t v = 0; v < n; ++v)
       for (const strategy& s : strategies[v]) note(s.seconds());
     problem.cost_unit = cost_unit_for(largest);
@@ -277,99 +292,100 @@ struct pass_model {
       for (const strategy& s : strategies[v]) problem.nodes[v].costs.push_back(to_cost_units(s.seconds(), problem.cost_unit));
     for (std::size_t k = 0; k < seconds.size(); ++k)
       for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
-    problem.usage_limit = memory_budget;
   }
-  pass_model(const model_graph& graph, const autosharding_options& o)
-      : pass_model(graph, o.mesh, pricing_options(o), o.memory_budget) {}
-  // `g` is a reference: a temporary graph would dangle as soon as the constructor returns.
-  pass_model(model_graph&&, const device_mesh&, const strategy_options&, std::optional<std::int64_t> = std::nullopt,
-             const std::function<void(const char*, std::size_t, std::size_t)>& = {}) = delete;
-  pass_model(model_graph&&, const autosharding_options&) = delete;
-
-  std::size_t size() const { return strategies.size(); }
 };
 
 inline bool dp_ok(const placement& p, bool allow_partial) {
   return p.is_replicate() || p.is_shard(0) || (allow_partial && p.is_partial());
 }
 
-/// Which strategies an algo allows, per vertex.
-inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const std::string& algo, bool skip_replicated) {
+/// Data parallelism on mesh axis `a`: a parameter replicated, an activation split on its
+/// batch dim or replicated (a scalar may be Partial), every operand taken likewise.
+inline bool data_parallel_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
+                               std::size_t a) {
+  const node& nd = g[v];
+  if (nd.is_parameter()) return s.output[a].is_replicate();
+  if (!dp_ok(s.output[a], nd.shape.rank == 0)) return false;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (g[ops[i]].is_parameter() ? !s.inputs[i][a].is_replicate() : !dp_ok(s.inputs[i][a], false)) return false;
+  }
+  return true;
+}
+
+/// Megatron-LM on the tensor-parallel mesh axis `tp`: its block linears column- or
+/// row-parallel, and their weights and biases stored the way they take them.
+inline bool megatron_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
+                          std::size_t tp) {
+  const node& nd = g[v];
+  bool ok = true;
+  if (nd.is_parameter()) {
+    // A weight or bias of a Megatron linear is stored the way that linear takes it on the
+    // tensor-parallel axis (sharded), not replicated and sliced on use: the time is the
+    // same, but a replicated copy wastes memory and `shard --plan` would write it whole.
+    for (auto [e, end] = boost::out_edges(v, g); e != end && ok; ++e) {
+      const node& use = g[boost::target(*e, g)];
+      if (use.kind != op_kind::linear || !(megatron_column(use.name) || megatron_row(use.name))) continue;
+      const int i = g[*e].operand, out_dim = use.attrs.transposed_weight ? 1 : 0;
+      const placement want = i == 1 ? Shard(megatron_column(use.name) ? out_dim : 1 - out_dim)
+                                    : (megatron_column(use.name) ? placement(Shard(0)) : placement(Replicate()));
+      ok = s.output[tp] == want;
+    }
+  }
+  if (ok && nd.kind == op_kind::linear && (megatron_column(nd.name) || megatron_row(nd.name))) {
+    const bool tw = nd.attrs.transposed_weight;
+    const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;
+    const int last = static_cast<int>(nd.shape.rank) - 1;
+    if (megatron_column(nd.name))
+      ok = s.inputs[1][tp].is_shard(out_dim) && s.inputs[0][tp].is_replicate() && s.output[tp].is_shard(last);
+    else
+      ok = s.inputs[1][tp].is_shard(in_dim) && s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) &&
+           s.output[tp].is_partial();
+  }
+  return ok;
+}
+
+/// ZeRO-3 stores a parameter sharded on every mesh axis of more than one rank, where the
+/// parameter can be split that finely.
+inline bool fully_sharded(const device_mesh& m, const strategy& s) {
+  if (s.zero_stage > 0) return false;
+  for (std::size_t a = 0; a < m.ndim(); ++a)
+    if (m.size(a) > 1 && !s.output[a].is_shard()) return false;
+  return true;
+}
+
+/// Whether `a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is a
+/// parameter with a fully_sharded strategy).
+inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
+                   bool skip_replicated, bool can_shard_fully) {
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
-  std::vector<std::vector<char>> allow(pm.size());
-  // ZeRO-3 stores a parameter sharded on every mesh axis of more than one rank, where the
-  // parameter can be split that finely.
-  const auto fully_sharded = [&](const strategy& s) {
-    if (s.zero_stage > 0) return false;
-    for (std::size_t a = 0; a < axes; ++a)
-      if (pm.mesh.size(a) > 1 && !s.output[a].is_shard()) return false;
-    return true;
+  bool all_rep = s.output.is_replicated();
+  for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
+  const auto data_parallel_on = [&](std::size_t from, std::size_t to) {
+    bool ok = s.zero_stage == 0;
+    for (std::size_t x = from; x < to && ok; ++x) ok = data_parallel_axis(g, v, ops, s, x);
+    return ok;
   };
+  switch (a) {
+    case algo::alpa: return !(skip_replicated && g[v].is_operator() && all_rep && pm.strategies[v].size() > 1);
+    case algo::fully_replicated: return all_rep && s.zero_stage == 0;
+    case algo::data_parallel: return data_parallel_on(0, axes);
+    case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(0, axes);
+    case algo::megatron: return data_parallel_on(0, axes - 1) && megatron_axis(g, v, ops, s, axes - 1);
+  }
+  throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(a)));
+}
+
+/// Which strategies an algo allows, per vertex.
+inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, algo a, bool skip_replicated) {
+  std::vector<std::vector<char>> allow(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) {
-    const std::vector<vertex_t> ops = operands(g, v);
-    const node& nd = g[v];
-    const bool can_shard_fully =
-        nd.is_parameter() && std::any_of(pm.strategies[v].begin(), pm.strategies[v].end(), fully_sharded);
-    for (const strategy& s : pm.strategies[v]) {
-      bool all_rep = s.output.is_replicated();
-      for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
-      bool ok = true;
-      auto dp_axis = [&](std::size_t a) {
-        if (nd.is_parameter()) return s.output[a].is_replicate();
-        if (!dp_ok(s.output[a], nd.shape.rank == 0)) return false;
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          if (g[ops[i]].is_parameter() ? !s.inputs[i][a].is_replicate() : !dp_ok(s.inputs[i][a], false)) return false;
-        }
-        return true;
-      };
-      if (algo == "alpa") {
-        ok = !(skip_replicated && nd.is_operator() && all_rep && pm.strategies[v].size() > 1);
-      } else if (algo == "fully_replicated") {
-        ok = all_rep && s.zero_stage == 0;
-      } else if (algo == "data_parallel") {
-        ok = s.zero_stage == 0;
-        for (std::size_t a = 0; a < axes && ok; ++a) ok = dp_axis(a);
-      } else if (algo == "zero3") {
-        if (can_shard_fully) {
-          ok = fully_sharded(s);
-        } else {
-          ok = s.zero_stage == 0;
-          for (std::size_t a = 0; a < axes && ok; ++a) ok = dp_axis(a);
-        }
-      } else if (algo == "megatron") {
-        ok = s.zero_stage == 0;
-        for (std::size_t a = 0; a + 1 < axes && ok; ++a) ok = dp_axis(a);
-        const std::size_t tp = axes - 1;
-        if (ok && nd.is_parameter()) {
-          // A weight or bias of a Megatron linear is stored the way that linear takes it on the
-          // tensor-parallel axis (sharded), not replicated and sliced on use: the time is the
-          // same, but a replicated copy wastes memory and `shard --plan` would write it whole.
-          for (auto [e, end] = boost::out_edges(v, g); e != end && ok; ++e) {
-            const node& use = g[boost::target(*e, g)];
-            if (use.kind != op_kind::linear || !(megatron_column(use.name) || megatron_row(use.name))) continue;
-            const int i = g[*e].operand, out_dim = use.attrs.transposed_weight ? 1 : 0;
-            const placement want = i == 1 ? Shard(megatron_column(use.name) ? out_dim : 1 - out_dim)
-                                          : (megatron_column(use.name) ? placement(Shard(0)) : placement(Replicate()));
-            ok = s.output[tp] == want;
-          }
-        }
-        if (ok && nd.kind == op_kind::linear && (megatron_column(nd.name) || megatron_row(nd.name))) {
-          const bool tw = nd.attrs.transposed_weight;
-          const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;
-          const int last = static_cast<int>(nd.shape.rank) - 1;
-          if (megatron_column(nd.name))
-            ok = s.inputs[1][tp].is_shard(out_dim) && s.inputs[0][tp].is_replicate() && s.output[tp].is_shard(last);
-          else
-            ok = s.inputs[1][tp].is_shard(in_dim) && s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) &&
-                 s.output[tp].is_partial();
-        }
-      } else {
-        throw solver_error("algo must be \"alpa\", \"megatron\", \"data_parallel\", \"zero3\" or \"fully_replicated\", got \"" +
-                           algo + "\"");
-      }
-      allow[v].push_back(ok ? 1 : 0);
-    }
+    const std::vector<strategy>& ss = pm.strategies[v];
+    const bool can_shard_fully = pm.g[v].is_parameter() && std::any_of(ss.begin(), ss.end(), [&](const strategy& s) {
+                                   return fully_sharded(pm.mesh, s);
+                                 });
+    const std::vector<vertex_t> ops = operands(pm.g, v);
+    for (const strategy& s : ss) allow[v].push_back(allows(a, pm, v, ops, s, skip_replicated, can_shard_fully) ? 1 : 0);
   }
   return allow;
 }
@@ -453,16 +469,16 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
 inline edge_costs edge_cost_of(const pass_model& pm, edge_t e, const std::vector<int>& choice) {
   const model_graph& g = pm.g;
   const vertex_t u = boost::source(e, g), v = boost::target(e, g);
-  const bool grad_flows = pm.sopt.mode == run_mode::training && pm.gradients[u];
+  const bool grad_flows = pm.sopt.pricing.mode == run_mode::training && pm.gradients[u];
   return price_edge(g, e, pm.strategies[u][static_cast<std::size_t>(choice[u])],
                     pm.strategies[v][static_cast<std::size_t>(choice[v])], pm.mesh, grad_flows,
                     backward_pricing_of(g, e, pm.sopt));
 }
 
 /// Price a full choice from scratch: breakdown, peak memory, collectives.
-inline plan_summary summarize(const pass_model& pm, const std::string& algo, std::vector<int> choice) {
+inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> choice) {
   plan_summary s;
-  s.algo = algo;
+  s.algo = a;
   const model_graph& g = pm.g;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(choice[v])];
@@ -481,7 +497,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
     }
     if (st.zero_stage > 0)  // the all-gather of the updated weight
       for (const priced_step& p : price_plan(pm.mesh, plan_redistribute(pm.mesh, st.gradient_spec, st.output, g[v].shape), g[v].shape, g[v].type)) {
-        const double sec = bucketed_seconds(pm.mesh, p, pm.sopt.gradient_bucket_bytes);
+        const double sec = bucketed_seconds(pm.mesh, p, pm.sopt.pricing.gradient_bucket_bytes);
         if (sec > 0.0)
           s.collectives.push_back({"ZeRO-" + std::to_string(st.zero_stage) + " all-gather of " + g[v].name, p.step.kind,
                                    p.step.mesh_axis, p.bytes, sec, traffic_site::gradient(v)});
@@ -529,7 +545,7 @@ inline plan_summary summarize(const pass_model& pm, const std::string& algo, std
   }
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;
-  s.fits = s.peak_memory_bytes <= pm.sopt.device.memory_bytes;
+  s.fits = s.peak_memory_bytes <= pm.sopt.pricing.device.memory_bytes;
   s.choice = std::move(choice);
   return s;
 }
@@ -574,14 +590,14 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
 
 /// Solve one algo: restricted problem, tied, on GLPK; back to one strategy per vertex.
 inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
-                                                        const std::string& algo, std::size_t& classes) {
-  const std::vector<std::vector<char>> allow = algo_mask(pm, algo, o.skip_fully_replicated);
+                                                        algo a, std::size_t& classes) {
+  const std::vector<std::vector<char>> allow = algo_mask(pm, a, o.skip_fully_replicated);
   strategy_problem p = pm.problem;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     for (std::size_t i = 0; i < allow[v].size(); ++i)
       if (!allow[v][i]) p.nodes[v].costs[i] = infinite_cost;
     if (std::find(allow[v].begin(), allow[v].end(), 1) == allow[v].end())
-      throw solver_error(algo + ": vertex '" + pm.g[v].name + "' has no strategy this algo allows on mesh " +
+      throw solver_error(std::string(to_string(a)) + ": vertex '" + pm.g[v].name + "' has no strategy this algo allows on mesh " +
                          to_string(pm.mesh));
   }
   for (const auto& [name, spec] : o.pinned) {
@@ -593,7 +609,7 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
       else any = any || p.nodes[*v].costs[i] < infinite_cost;
     }
     if (!any)
-      throw solver_error("pinned tensor '" + name + "': no " + algo + " strategy outputs " + to_alpa_string(spec) +
+      throw solver_error("pinned tensor '" + name + "': no " + std::string(to_string(a)) + " strategy outputs " + to_alpa_string(spec) +
                          " for shape " + to_string(pm.g[*v].shape) + " on mesh " + to_string(pm.mesh));
   }
   const std::vector<std::size_t> cls = layer_classes(pm, o.tie_layers, classes);
@@ -614,7 +630,31 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   solve_result r = solve_ilp(q, so);
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = r.choice[cls[v]];
-  return {summarize(pm, algo, std::move(choice)), std::move(r)};
+  return {summarize(pm, a, std::move(choice)), std::move(r)};
+}
+
+/// Every algo but `chosen`, each solved as the pass solves its own (an algo that has no plan
+/// on this mesh is listed as not feasible, with the solver's reason).
+inline std::vector<plan_summary> solve_baselines(const pass_model& pm, const autosharding_options& o, algo chosen) {
+  std::vector<algo> algos;
+  for (algo a : all_algos)
+    if (a != chosen) algos.push_back(a);
+  std::vector<plan_summary> out;
+  if (o.on_phase) o.on_phase("baselines", 0, algos.size());
+  for (algo a : algos) {
+    std::size_t unused = 0;
+    try {
+      out.push_back(solve_algo(pm, o, a, unused).first);
+    } catch (const solver_error& e) {
+      plan_summary s;
+      s.algo = a;
+      s.feasible = false;
+      s.why_not = std::string(e.message());
+      out.push_back(std::move(s));
+    }
+    if (o.on_phase) o.on_phase("baselines", out.size(), algos.size());
+  }
+  return out;
 }
 
 // ---- plan files: through the plan document (plan/document.hpp) ---------------------------------
@@ -624,19 +664,9 @@ inline plan_document make_plan_document(const pass_model& pm, const autosharding
                                         const solve_result& solved) {
   plan_document d;
   d.mesh = pm.mesh;
-  d.mode = pm.sopt.mode;
-  d.options.algo = s.algo;
-  d.options.time_limit = o.time_limit;
-  d.options.mip_rel_gap = o.mip_rel_gap;
-  d.options.skip_fully_replicated = o.skip_fully_replicated;
-  d.options.tie_layers = o.tie_layers;
-  d.options.memory_budget = o.memory_budget;
+  d.pricing = pm.sopt.pricing;
+  d.options = {s.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, o.tie_layers, o.memory_budget, {}};
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
-  d.options.device = pm.sopt.device;
-  d.options.optimizer = pm.sopt.optimizer;
-  d.options.gradient_bucket_bytes = pm.sopt.gradient_bucket_bytes;
-  d.options.gradient_overlap = pm.sopt.gradient_overlap;
-  d.options.zero = pm.sopt.zero;
   d.graph = pm.g;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
@@ -655,9 +685,9 @@ inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d
   const std::string where = "plan file '" + file + "'";
   if (d.mesh.shape() != pm.mesh.shape())
     throw solver_error(where + " is for mesh " + to_string(d.mesh) + ", not " + to_string(pm.mesh));
-  if (d.mode != pm.sopt.mode)
-    throw solver_error(where + (d.mode == run_mode::training ? " is a training plan" : " is an inference plan") +
-                       ", not " + (pm.sopt.mode == run_mode::training ? "a training" : "an inference") + " one");
+  if (d.pricing.mode != pm.sopt.pricing.mode)
+    throw solver_error(where + (d.pricing.mode == run_mode::training ? " is a training plan" : " is an inference plan") +
+                       ", not " + (pm.sopt.pricing.mode == run_mode::training ? "a training" : "an inference") + " one");
   const std::size_t n = boost::num_vertices(d.graph);
   if (n != pm.size())
     throw solver_error(where + " has " + std::to_string(n) + " tensors; the graph has " + std::to_string(pm.size()) + " vertices");
@@ -687,7 +717,8 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
      << r.tied_classes << " ILP nodes after tying layers\n";
   os << "  algo              step (s)      compute      comm   reshard  peak mem (MiB)\n";
   auto row = [&](const plan_summary& s) {
-    os << "  " << s.algo << std::string(s.algo.size() < 16 ? 16 - s.algo.size() : 1, ' ');
+    const std::string_view name = to_string(s.algo);
+    os << "  " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ');
     if (!s.feasible) {
       os << "  -- " << s.why_not << "\n";
       return;
@@ -696,7 +727,7 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
        << s.resharding_seconds << "  " << static_cast<double>(s.peak_memory_bytes) / (1 << 20) << "\n";
     if (!s.fits)
       os << "    DOES NOT FIT: peak " << human_bytes_exact(s.peak_memory_bytes) << " per device > the device's "
-         << human_bytes_exact(r.device.memory_bytes) << "\n";
+         << human_bytes_exact(r.pricing.device.memory_bytes) << "\n";
   };
   row(r.plan);
   for (const plan_summary& b : r.baselines) row(b);
@@ -725,20 +756,19 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
       throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
-  // A preloaded plan is priced with the links and the training settings it was solved with.
-  strategy_options so = detail::pricing_options(o);
+  // A preloaded plan is priced with the links and the training settings it was solved with,
+  // on the device and in the mode asked for now (a plan of another mode is refused below).
+  step_pricing pricing = o.pricing;
   if (preloaded) {
-    const strategy_options solved = pricing_of(preloaded->options, so.mode);
-    so.optimizer = solved.optimizer;
-    so.gradient_bucket_bytes = solved.gradient_bucket_bytes;
-    so.gradient_overlap = solved.gradient_overlap;
-    so.zero = solved.zero;
+    pricing = preloaded->pricing;
+    pricing.device = o.pricing.device;
+    pricing.mode = o.pricing.mode;
   }
-  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, so, o.memory_budget, o.on_phase);
+  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, pricing, o.memory_budget, o.on_phase);
   autosharding_result res;
   autosharding_report& rep = res.report;
   rep.mesh = pm.mesh;
-  rep.device = pm.sopt.device;
+  rep.pricing = pm.sopt.pricing;
   rep.vertices = pm.size();
   rep.edges = pm.edges.size();
   double solver_objective = 0.0;
@@ -752,26 +782,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     solver_objective = solved.objective_value();
     rep.solver = std::move(solved);
   }
-  if (o.compare_baselines) {
-    std::vector<const char*> algos;
-    for (const char* algo : {"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"})
-      if (algo != rep.plan.algo) algos.push_back(algo);
-    std::size_t done = 0;
-    if (o.on_phase) o.on_phase("baselines", 0, algos.size());
-    for (const char* algo : algos) {
-      std::size_t unused = 0;
-      try {
-        rep.baselines.push_back(detail::solve_algo(pm, o, algo, unused).first);
-      } catch (const solver_error& e) {
-        plan_summary s;
-        s.algo = algo;
-        s.feasible = false;
-        s.why_not = std::string(e.message());
-        rep.baselines.push_back(std::move(s));
-      }
-      if (o.on_phase) o.on_phase("baselines", ++done, algos.size());
-    }
-  }
+  if (o.compare_baselines) rep.baselines = detail::solve_baselines(pm, o, rep.plan.algo);
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);

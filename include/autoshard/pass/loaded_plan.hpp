@@ -17,7 +17,7 @@ struct loaded_plan {
   model_graph graph;
   device_mesh mesh;                  ///< with the links the plan was priced with
   std::vector<strategy> strategies;  ///< index = vertex
-  std::string algo;
+  autoshard::algo algo = autoshard::algo::alpa;
   run_mode mode = default_run_mode;
   plan_document document;            ///< everything the file says
   /// The collectives the cost model prices for this plan (what verify audits the run against).
@@ -29,14 +29,14 @@ struct loaded_plan {
 /// Throws solver_error when a strategy is not one its vertex offers.
 inline loaded_plan load_plan(plan_document d, const std::string& file = "(in memory)") {
   loaded_plan out;
-  const detail::pass_model pm(d.graph, d.mesh, pricing_of(d.options, d.mode));
+  const detail::pass_model pm(d.graph, d.mesh, d.pricing);
   const std::vector<int> choice = detail::plan_choice(pm, d, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
   out.collectives = detail::summarize(pm, d.options.algo, choice).collectives;
   out.graph = d.graph;
   out.mesh = d.mesh;
   out.algo = d.options.algo;
-  out.mode = d.mode;
+  out.mode = d.pricing.mode;
   out.document = std::move(d);
   return out;
 }

@@ -5,7 +5,7 @@
 /// and consumer disagree is labelled with the collectives that reshard it and their modeled
 /// time (per step, training counting the backward).
 ///   std::ofstream f("plan.dot");
-///   autoshard::write_plan_dot(f, p.graph, p.mesh, p.strategies, p.mode);   // p: a loaded_plan
+///   autoshard::write_plan_dot(f, p.graph, p.mesh, p.strategies, p.document.pricing);   // p: a loaded_plan
 #include <map>      // std::map
 #include <ostream>  // std::ostream
 #include <set>      // std::set
@@ -37,7 +37,8 @@ inline long layer_index(const std::string& name) {
 
 /// Writes the plan as DOT (see the file comment). `chosen[v]` is vertex v's strategy.
 inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_mesh& m,
-                           const std::vector<strategy>& chosen, run_mode mode = default_run_mode) {
+                           const std::vector<strategy>& chosen, const step_pricing& pricing = {}) {
+  const run_mode mode = pricing.mode;
   const std::size_t n = boost::num_vertices(g);
   if (chosen.size() != n)
     throw solver_error("write_plan_dot: " + std::to_string(chosen.size()) + " strategies for " + std::to_string(n) + " vertices");
@@ -127,8 +128,7 @@ inline void write_plan_dot(std::ostream& os, const model_graph& g, const device_
     edge_info& e = edges[{rep[u], rep[v]}];
     ++e.count;
     // Priced as the pass prices it: forward, and in training the backward (gradient sync).
-    strategy_options so;
-    so.mode = mode;
+    const strategy_options so{pricing};
     const bool grad_flows = grads[u] != 0;
     const edge_costs c = price_edge(g, *it, chosen[u], chosen[v], m, grad_flows, backward_pricing_of(g, *it, so));
     if (from == to && !(c.total() > 0)) continue;

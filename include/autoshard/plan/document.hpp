@@ -23,16 +23,19 @@
 #include "../core/mesh.hpp"       // device_mesh, link_model
 #include "../core/parse.hpp"      // parse_spec, to_alpa_string
 #include "../graph/io.hpp"        // to_json(model_graph), from_json(json_in)
-#include "../graph/strategy.hpp"  // run_mode, device_model
+#include "../graph/pricing.hpp"   // step_pricing, run_mode, optimizer_kind
 #include "../io/atomic_file.hpp"  // write_file_atomically
 #include "../io/json.hpp"         // json_in, load_json_file
 #include "../io/mesh_json.hpp"    // mesh_to_json, mesh_from_json
+#include "algo.hpp"               // algo
 
 namespace autoshard {
 
-/// The version this build writes and reads. Version 1 files (before the plan carried its
-/// links, options and local shapes) are refused: solve the model again.
-inline constexpr int plan_format_version = 2;
+/// The version this build writes. It reads it and version 2 (before the pricing was one
+/// value: "mode" at the top, the device and the training settings under "options"). Version 1
+/// files (before the plan carried its links, options and local shapes) are refused: solve the
+/// model again.
+inline constexpr int plan_format_version = 3;
 
 /// At most this many vertices in a plan file, checked before the graph is built (the mesh
 /// is bounded by mesh_from_json).
@@ -49,72 +52,31 @@ struct plan_tensor {
   friend bool operator==(const plan_tensor&, const plan_tensor&) = default;
 };
 
-/// The options that produced a plan (besides the mesh and the mode, which the document holds).
+/// How the plan was searched for (besides the mesh and the pricing, which the document holds).
 /// The pass fills every field from its autosharding_options; the defaults here are that
-/// struct's (the training ones from graph/strategy.hpp's default_* constants; the plan area sits
-/// below the solver's default_time_limit_s and algo names, so the "defaults" test in
-/// tests/unit/pass/pass.cpp checks that a default pass records exactly these values).
+/// struct's (the plan area sits below the solver's default_time_limit_s, so the "defaults"
+/// test in tests/unit/pass/pass.cpp checks that a default pass records exactly these values).
 struct plan_options {
-  std::string algo = "alpa";
+  autoshard::algo algo = autoshard::algo::alpa;
   double time_limit = 600.0;
   double mip_rel_gap = 0.0;
   bool skip_fully_replicated = false;
   bool tie_layers = true;
   std::optional<std::int64_t> memory_budget;
   std::map<std::string, std::string> pinned;  ///< vertex name -> spec (Alpa notation)
-  device_model device{};
-  /// How training was priced (strategy_options' fields of the same names): the optimizer's
-  /// state per parameter, the gradient buckets, how much of the gradient sync the backward
-  /// hides, and whether ZeRO-1/2 storage was offered. The stage each parameter took is in its
-  /// strategy's name (" zero-1", " zero-2"). A file without them was priced with
-  /// legacy_training() (plan_from_json reads it so).
-  optimizer_kind optimizer = optimizer_kind::adam;
-  double gradient_bucket_bytes = default_gradient_bucket_bytes;
-  gradient_overlap_model gradient_overlap = default_gradient_overlap;
-  bool zero = true;
-  friend bool operator==(const plan_options& a, const plan_options& b) {
-    return a.algo == b.algo && a.time_limit == b.time_limit && a.mip_rel_gap == b.mip_rel_gap &&
-           a.skip_fully_replicated == b.skip_fully_replicated && a.tie_layers == b.tie_layers &&
-           a.memory_budget == b.memory_budget && a.pinned == b.pinned && a.device.peak_flops == b.device.peak_flops &&
-           a.device.memory_bandwidth == b.device.memory_bandwidth && a.device.memory_bytes == b.device.memory_bytes &&
-           a.optimizer == b.optimizer && a.gradient_bucket_bytes == b.gradient_bucket_bytes &&
-           a.gradient_overlap == b.gradient_overlap && a.zero == b.zero;
-  }
+  friend bool operator==(const plan_options&, const plan_options&) = default;
 };
 
-/// The training settings of every plan file written before they were recorded: adam, 25 MiB
-/// buckets, no gradient sync hidden, ZeRO-1/2 offered (the other fields: plan_options'
-/// defaults).
-inline plan_options legacy_training() {
-  plan_options o;
-  o.optimizer = optimizer_kind::adam;
-  o.gradient_bucket_bytes = default_gradient_bucket_bytes;
-  o.gradient_overlap = 0.0;
-  o.zero = true;
-  return o;
-}
-
-/// The strategy_options a plan was priced with: its device, mode and training settings.
-inline strategy_options pricing_of(const plan_options& o, run_mode mode) {
-  strategy_options so;
-  so.device = o.device;
-  so.mode = mode;
-  so.optimizer = o.optimizer;
-  so.gradient_bucket_bytes = o.gradient_bucket_bytes;
-  so.gradient_overlap = o.gradient_overlap;
-  so.zero = o.zero;
-  return so;
-}
-
-/// The training settings of a plan in words: "adam, gradient buckets of 25.00 MiB, gradient
-/// sync overlapped with each consumer's backward, ZeRO-1/2 offered" (or "0.4 of the gradient
-/// sync overlapped"; what `show --plan` and `verify` report).
-inline std::string describe_training(const plan_options& o) {
-  const std::string overlap = o.gradient_overlap.backward ? std::string("gradient sync overlapped with each consumer's backward")
-                                                          : to_string(o.gradient_overlap) + " of the gradient sync overlapped";
-  return std::string(o.optimizer == optimizer_kind::sgd ? "sgd" : "adam") + ", gradient buckets of " +
-         (o.gradient_bucket_bytes > 0 ? human_bytes(o.gradient_bucket_bytes) : std::string("0 (one per tensor)")) + ", " +
-         overlap + ", ZeRO-1/2 " + (o.zero ? "offered" : "not offered");
+/// The pricing of every plan file written before the training settings were recorded: adam,
+/// 25 MiB buckets, no gradient sync hidden, ZeRO-1/2 offered (the other fields: step_pricing's
+/// defaults; a file's mode and device always came with it).
+inline step_pricing legacy_pricing() {
+  step_pricing p;
+  p.optimizer = optimizer_kind::adam;
+  p.gradient_bucket_bytes = default_gradient_bucket_bytes;
+  p.gradient_overlap = 0.0;
+  p.zero = true;
+  return p;
 }
 
 /// The objective and its parts, seconds per step.
@@ -139,8 +101,8 @@ struct plan_solver {
 
 /// A solved plan, whole: it alone is enough to re-price, shard, draw or execute it.
 struct plan_document {
-  device_mesh mesh;  ///< with every axis's link, as priced
-  run_mode mode = default_run_mode;
+  device_mesh mesh;      ///< with every axis's link, as priced
+  step_pricing pricing;  ///< how the plan was priced: device, mode, training settings
   plan_options options;
   model_graph graph;
   std::vector<plan_tensor> tensors;  ///< index = vertex of graph
@@ -150,11 +112,9 @@ struct plan_document {
 
 /// Field by field, the graph compared as its JSON.
 inline bool operator==(const plan_document& a, const plan_document& b) {
-  return a.mesh == b.mesh && a.mode == b.mode && a.options == b.options && a.tensors == b.tensors && a.cost == b.cost &&
+  return a.mesh == b.mesh && a.pricing == b.pricing && a.options == b.options && a.tensors == b.tensors && a.cost == b.cost &&
          a.solver == b.solver && to_json(a.graph) == to_json(b.graph);
 }
-
-inline const char* to_string(run_mode m) { return m == run_mode::training ? "training" : "inference"; }
 
 // ---- the document as JSON -------------------------------------------------------------------
 
@@ -181,47 +141,47 @@ inline sharding_spec spec_from_json(const json_in& j, const device_mesh& m, cons
 
 }  // namespace detail
 
-/// The plan as its version-2 JSON document (docs/plan-format.md).
-inline nlohmann::json to_json(const plan_document& d) {
-  using nlohmann::json;
+namespace detail {
+
+inline nlohmann::json plan_options_json(const plan_options& o) {
+  nlohmann::json pinned = nlohmann::json::object();
+  for (const auto& [name, spec] : o.pinned) pinned[name] = spec;
+  return {{"algo", std::string(to_string(o.algo))},
+          {"time_limit", o.time_limit},
+          {"mip_rel_gap", o.mip_rel_gap},
+          {"skip_fully_replicated", o.skip_fully_replicated},
+          {"tie_layers", o.tie_layers},
+          {"memory_budget", o.memory_budget ? nlohmann::json(*o.memory_budget) : nlohmann::json(nullptr)},
+          {"pinned", pinned}};
+}
+
+inline nlohmann::json plan_tensors_json(const plan_document& d) {
   const model_graph& g = d.graph;
-  json tensors = json::array();
+  nlohmann::json tensors = nlohmann::json::array();
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {
     const plan_tensor& t = d.tensors[v];
     tensors.push_back({{"name", g[v].name},
                        {"kind", std::string(to_string(g[v].kind))},
                        {"shape", g[v].shape.to_vector()},
                        {"strategy", t.strategy},
-                       {"inputs", detail::specs_json(t.inputs)},
+                       {"inputs", specs_json(t.inputs)},
                        {"output", to_alpa_string(t.output)},
                        {"local_shape", t.local_shape.to_vector()},
                        {"seconds", t.seconds},
                        {"memory_bytes", t.memory_bytes}});
   }
-  const plan_options& o = d.options;
-  json pinned = json::object();
-  for (const auto& [name, spec] : o.pinned) pinned[name] = spec;
+  return tensors;
+}
+
+}  // namespace detail
+
+/// The plan as its version-3 JSON document (docs/plan-format.md).
+inline nlohmann::json to_json(const plan_document& d) {
   return {{"format", "autoshard.plan"},
           {"version", plan_format_version},
-          {"mode", to_string(d.mode)},
           {"mesh", mesh_to_json(d.mesh)},
-          {"options",
-           {{"algo", o.algo},
-            {"time_limit", o.time_limit},
-            {"mip_rel_gap", o.mip_rel_gap},
-            {"skip_fully_replicated", o.skip_fully_replicated},
-            {"tie_layers", o.tie_layers},
-            {"memory_budget", o.memory_budget ? json(*o.memory_budget) : json(nullptr)},
-            {"pinned", pinned},
-            {"device",
-             {{"peak_flops", o.device.peak_flops},
-              {"memory_bandwidth", o.device.memory_bandwidth},
-              {"memory_bytes", o.device.memory_bytes}}},
-            {"training",
-             {{"optimizer", o.optimizer == optimizer_kind::sgd ? "sgd" : "adam"},
-              {"gradient_bucket_bytes", o.gradient_bucket_bytes},
-              {"gradient_overlap", o.gradient_overlap.backward ? json("backward") : json(o.gradient_overlap.fraction)},
-              {"zero", o.zero}}}}},
+          {"pricing", to_json(d.pricing)},
+          {"options", detail::plan_options_json(d.options)},
           {"cost",
            {{"objective", d.cost.objective},
             {"compute", d.cost.compute},
@@ -234,74 +194,105 @@ inline nlohmann::json to_json(const plan_document& d) {
             {"bound", d.solver.bound},
             {"gap", d.solver.gap},
             {"seconds", d.solver.seconds}}},
-          {"tensors", std::move(tensors)},
-          {"graph", to_json(g)}};
+          {"tensors", detail::plan_tensors_json(d)},
+          {"graph", to_json(d.graph)}};
 }
 
-/// The document a version-2 JSON value describes, every member checked (type, range, and
-/// that the tensors match the embedded graph, the mesh and each other); io_error naming
-/// `source` and the JSON path otherwise (an invalid embedded graph too: "its graph is
-/// invalid: graph error: vertex ...").
-inline plan_document plan_from_json(const nlohmann::json& doc, const std::string& source) {
-  const json_in j(doc, source);
+namespace detail {
+
+/// The format version of a plan document: 2 or plan_format_version; io_error otherwise.
+inline std::int64_t plan_version(const json_in& j, const std::string& source) {
   j.require_object();
   if (!j.has("format") || !j["format"].raw().is_string() || j["format"].string() != "autoshard.plan")
     throw io_error(source + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
   const std::int64_t version = j["version"].integer(0, std::numeric_limits<int>::max());
   if (version == 1)
-    throw io_error(source + " has version 1, an older format this build no longer reads (it reads version " +
+    throw io_error(source + " has version 1, an older format this build no longer reads (it reads versions 2 and " +
                    std::to_string(plan_format_version) + "): solve the model again with `autoshard plan`");
-  if (version != plan_format_version)
-    throw io_error(source + " has version " + std::to_string(version) + "; this build reads version " +
+  if (version != 2 && version != plan_format_version)
+    throw io_error(source + " has version " + std::to_string(version) + "; this build reads versions 2 and " +
                    std::to_string(plan_format_version));
-  plan_document d;
-  d.mode = j["mode"].one_of({"inference", "training"}) == "training" ? run_mode::training : run_mode::inference;
-  d.mesh = mesh_from_json(j["mesh"]);
+  return version;
+}
 
+/// How a plan was priced: version 3's "pricing"; in version 2, "mode" at the top and the
+/// device and the training settings (legacy_pricing() when absent) under "options".
+inline step_pricing plan_pricing(const json_in& j, std::int64_t version) {
+  if (version != 2) return step_pricing_from_json(j["pricing"]);
+  step_pricing p = legacy_pricing();
+  p.mode = enum_value(j["mode"], all_run_modes);
   const json_in o = j["options"];
-  d.options.algo = o["algo"].one_of({"alpa", "megatron", "data_parallel", "zero3", "fully_replicated"});
-  d.options.time_limit = o["time_limit"].number(0.0, 1e12);
-  d.options.mip_rel_gap = o["mip_rel_gap"].number(0.0, 1.0);
-  d.options.skip_fully_replicated = o["skip_fully_replicated"].boolean();
-  d.options.tie_layers = o["tie_layers"].boolean();
-  if (auto b = o.find("memory_budget")) d.options.memory_budget = b->integer(1);
-  for (const auto& [name, spec] : o["pinned"].members()) d.options.pinned[name] = spec.string();
-  const json_in dev = o["device"];
-  d.options.device.peak_flops = dev["peak_flops"].number(1.0, 1e30);
-  d.options.device.memory_bandwidth = dev["memory_bandwidth"].number(1.0, 1e30);
-  d.options.device.memory_bytes = dev["memory_bytes"].integer(1);
+  p.device = device_model_from_json(o["device"]);
   if (const auto tr = o.find("training")) {
-    d.options.optimizer = (*tr)["optimizer"].one_of({"adam", "sgd"}) == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam;
-    d.options.gradient_bucket_bytes = (*tr)["gradient_bucket_bytes"].number(0.0, 1e18);
-    const json_in ov = (*tr)["gradient_overlap"];  // "backward" or a fraction (the only form before "backward")
-    if (ov.raw().is_string() && ov.raw().get<std::string>() == "backward")
-      d.options.gradient_overlap = gradient_overlap_model::behind_backward();
-    else if (ov.raw().is_number())
-      d.options.gradient_overlap = ov.number(0.0, 1.0);
-    else
-      ov.fail_expected("\"backward\" or a number in [0, 1]");
-    d.options.zero = (*tr)["zero"].boolean();
-  } else {  // a file written before they were recorded
-    const plan_options legacy = legacy_training();
-    d.options.optimizer = legacy.optimizer;
-    d.options.gradient_bucket_bytes = legacy.gradient_bucket_bytes;
-    d.options.gradient_overlap = legacy.gradient_overlap;
-    d.options.zero = legacy.zero;
+    p.optimizer = enum_value((*tr)["optimizer"], all_optimizer_kinds);
+    p.gradient_bucket_bytes = (*tr)["gradient_bucket_bytes"].number(0.0, 1e18);
+    p.gradient_overlap = gradient_overlap_from_json((*tr)["gradient_overlap"]);
+    p.zero = (*tr)["zero"].boolean();
   }
+  return p;
+}
 
-  const json_in c = j["cost"];
-  d.cost.objective = c["objective"].number(0.0);
-  d.cost.compute = c["compute"].number(0.0);
-  d.cost.communication = c["communication"].number(0.0);
-  d.cost.resharding = c["resharding"].number(0.0);
-  d.cost.peak_memory_bytes = c["peak_memory_bytes"].integer(0);
-  const json_in s = j["solver"];
-  d.solver.status = s["status"].one_of({"optimal", "feasible"});
-  d.solver.objective = s["objective"].number();
-  d.solver.bound = s["bound"].number();
-  d.solver.gap = s["gap"].number();
-  d.solver.seconds = s["seconds"].number(0.0);
+inline plan_options plan_options_from_json(const json_in& o) {
+  plan_options out;
+  out.algo = enum_value(o["algo"], all_algos);
+  out.time_limit = o["time_limit"].number(0.0, 1e12);
+  out.mip_rel_gap = o["mip_rel_gap"].number(0.0, 1.0);
+  out.skip_fully_replicated = o["skip_fully_replicated"].boolean();
+  out.tie_layers = o["tie_layers"].boolean();
+  if (auto b = o.find("memory_budget")) out.memory_budget = b->integer(1);
+  for (const auto& [name, spec] : o["pinned"].members()) out.pinned[name] = spec.string();
+  return out;
+}
 
+inline plan_objective plan_cost_from_json(const json_in& c) {
+  return {c["objective"].number(0.0), c["compute"].number(0.0), c["communication"].number(0.0),
+          c["resharding"].number(0.0), c["peak_memory_bytes"].integer(0)};
+}
+
+inline plan_solver plan_solver_from_json(const json_in& s) {
+  return {s["status"].one_of({"optimal", "feasible"}), s["objective"].number(), s["bound"].number(), s["gap"].number(),
+          s["seconds"].number(0.0)};
+}
+
+/// Tensor v of a plan, checked against vertex v of its graph, the mesh and each other.
+inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g, vertex_t v, const device_mesh& mesh) {
+  const node& nd = g[v];
+  if (t["name"].string() != nd.name) t["name"].fail_expected("\"" + nd.name + "\", the name of graph vertex " + std::to_string(v));
+  if (t["kind"].string() != to_string(nd.kind)) t["kind"].fail_expected("\"" + std::string(to_string(nd.kind)) + "\", the graph's");
+  if (tensor_shape(t["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank)) != nd.shape)
+    t["shape"].fail_expected(to_string(nd.shape) + ", the graph's");
+  plan_tensor p;
+  p.strategy = t["strategy"].string();
+  const std::vector<vertex_t> ops = operands(g, v);
+  const json_in ins = t["inputs"];
+  if (ins.size() != ops.size())
+    ins.fail("has " + std::to_string(ins.size()) + " specs for " + std::to_string(ops.size()) + " operands");
+  for (std::size_t i = 0; i < ops.size(); ++i) p.inputs.push_back(spec_from_json(ins[i], mesh, g[ops[i]].shape));
+  p.output = spec_from_json(t["output"], mesh, nd.shape);
+  p.local_shape = tensor_shape(t["local_shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
+  if (p.local_shape != max_local_shape(mesh, p.output, nd.shape))
+    t["local_shape"].fail_expected(to_string(max_local_shape(mesh, p.output, nd.shape)) + ", rank 0's shard of " +
+                                   to_string(nd.shape) + " under " + to_alpa_string(p.output));
+  p.seconds = t["seconds"].number(0.0);
+  p.memory_bytes = t["memory_bytes"].integer(0);
+  return p;
+}
+
+}  // namespace detail
+
+/// The document a version-2 or -3 JSON value describes, every member checked (type, range,
+/// and that the tensors match the embedded graph, the mesh and each other); io_error naming
+/// `source` and the JSON path otherwise (an invalid embedded graph too: "its graph is invalid:
+/// graph error: vertex ...").
+inline plan_document plan_from_json(const nlohmann::json& doc, const std::string& source) {
+  const json_in j(doc, source);
+  const std::int64_t version = detail::plan_version(j, source);
+  plan_document d;
+  d.pricing = detail::plan_pricing(j, version);
+  d.mesh = mesh_from_json(j["mesh"]);
+  d.options = detail::plan_options_from_json(j["options"]);
+  d.cost = detail::plan_cost_from_json(j["cost"]);
+  d.solver = detail::plan_solver_from_json(j["solver"]);
   const json_in ts = j["tensors"];
   ts.size(max_plan_vertices);  // bounded before the graph is built
   try {
@@ -309,32 +300,9 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   } catch (const graph_error& e) {
     throw io_error(source + ": its graph is invalid: " + std::string(e.what()));
   }
-  const model_graph& g = d.graph;
-  const std::size_t n = boost::num_vertices(g);
+  const std::size_t n = boost::num_vertices(d.graph);
   if (ts.size() != n) ts.fail("has " + std::to_string(ts.size()) + " entries for a graph of " + std::to_string(n) + " vertices");
-  for (vertex_t v = 0; v < n; ++v) {
-    const json_in t = ts[v];
-    const node& nd = g[v];
-    if (t["name"].string() != nd.name) t["name"].fail_expected("\"" + nd.name + "\", the name of graph vertex " + std::to_string(v));
-    if (t["kind"].string() != to_string(nd.kind)) t["kind"].fail_expected("\"" + std::string(to_string(nd.kind)) + "\", the graph's");
-    if (tensor_shape(t["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank)) != nd.shape)
-      t["shape"].fail_expected(to_string(nd.shape) + ", the graph's");
-    plan_tensor p;
-    p.strategy = t["strategy"].string();
-    const std::vector<vertex_t> ops = operands(g, v);
-    const json_in ins = t["inputs"];
-    if (ins.size() != ops.size())
-      ins.fail("has " + std::to_string(ins.size()) + " specs for " + std::to_string(ops.size()) + " operands");
-    for (std::size_t i = 0; i < ops.size(); ++i) p.inputs.push_back(detail::spec_from_json(ins[i], d.mesh, g[ops[i]].shape));
-    p.output = detail::spec_from_json(t["output"], d.mesh, nd.shape);
-    p.local_shape = tensor_shape(t["local_shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
-    if (p.local_shape != max_local_shape(d.mesh, p.output, nd.shape))
-      t["local_shape"].fail_expected(to_string(max_local_shape(d.mesh, p.output, nd.shape)) + ", rank 0's shard of " +
-                                     to_string(nd.shape) + " under " + to_alpa_string(p.output));
-    p.seconds = t["seconds"].number(0.0);
-    p.memory_bytes = t["memory_bytes"].integer(0);
-    d.tensors.push_back(std::move(p));
-  }
+  for (vertex_t v = 0; v < n; ++v) d.tensors.push_back(detail::plan_tensor_from_json(ts[v], d.graph, v, d.mesh));
   return d;
 }
 

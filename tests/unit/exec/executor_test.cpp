@@ -61,12 +61,12 @@ host_tensor run1(const node& nd, std::vector<const host_tensor*> in) {
 node op(op_kind k, op_attrs a = {}) { return node{"op", k, std::move(a), {}, dtype::f64}; }
 
 // The pass's options for the tests' 2x4 cluster: `mode`, `algo`, no baselines compared.
-autosharding_options pass_on_2x4(run_mode mode, const std::string& algo = autosharding_options{}.algo) {
+autosharding_options pass_on_2x4(run_mode mode, algo a = autosharding_options{}.algo) {
   autosharding_options o;
   o.mesh = make_cluster_mesh({2, 4});
-  o.mode = mode;
+  o.pricing.mode = mode;
   o.compare_baselines = false;
-  o.algo = algo;
+  o.algo = a;
   return o;
 }
 
@@ -342,16 +342,16 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
     if (sums_partials) CHECK(r32.max_abs_diff > 0.0);
   }
   SUBCASE("GPT-2, the megatron, data-parallel and ZeRO-3 plans") {
-    for (const char* algo : {"megatron", "data_parallel", "zero3"}) {
+    for (const algo a : {algo::megatron, algo::data_parallel, algo::zero3}) {
       autosharding_options mo = o;
-      mo.algo = algo;
+      mo.algo = a;
       // So small a model trains fastest replicated on fast devices; on slow ones splitting
       // the compute pays, so the plans exercise sharding.
-      mo.device.peak_flops = 1e9;
+      mo.pricing.device.peak_flops = 1e9;
       const autosharding_result res = autosharding_analysis_pass(g, mo);
       REQUIRE(splits_something(res.strategies));
       const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies);
-      INFO(algo << ": " << r);
+      INFO(to_string(a) << ": " << r);
       CHECK(r.passed());
     }
   }
@@ -365,7 +365,7 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
     transformer_config bc = tiny(transformer_config::bert_base());
     bc.mode = run_mode::inference;
     autosharding_options bo = o;
-    bo.mode = run_mode::inference;
+    bo.pricing.mode = run_mode::inference;
     const model_graph bg = build_bert(bc);
     const verify_report rb = verify_plan(bg, device_mesh{2, 4}, autosharding_analysis_pass(bg, bo).strategies);
     INFO(rb);
@@ -375,7 +375,7 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
 
 TEST_CASE("a wrong plan is caught: the check can fail") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o = pass_on_2x4(run_mode::training, "megatron");
+  autosharding_options o = pass_on_2x4(run_mode::training, algo::megatron);
   std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   // Claim that a row-parallel projection's partial sums are already replicated.
   const vertex_t v = *find_vertex(g, "transformer.h.0.mlp.c_proj");
@@ -426,7 +426,7 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
     numeric_check(train)(cg, m, p, priced);
   };
   autosharding_options mo = o;
-  mo.algo = "megatron";  // so small a model is cheapest replicated, with nothing to communicate
+  mo.algo = algo::megatron;  // so small a model is cheapest replicated, with nothing to communicate
   const autosharding_result checked = autosharding_analysis_pass(g, mo);
   REQUIRE_FALSE(audited.empty());
   CHECK(audited.size() == checked.report.plan.collectives.size());
@@ -591,9 +591,9 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
   autosharding_options o = pass_on_2x4(run_mode::training);
   verify_options vo;
   vo.training = true;
-  for (const char* algo : {"megatron", "data_parallel", "zero3"}) {
-    CAPTURE(algo);
-    o.algo = algo;
+  for (const algo a : {algo::megatron, algo::data_parallel, algo::zero3}) {
+    CAPTURE(to_string(a));
+    o.algo = a;
     const autosharding_result res = autosharding_analysis_pass(g, o);
     vo.priced = res.report.plan.collectives;
     const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, vo);
@@ -608,7 +608,7 @@ TEST_CASE("training plans: forward, gradients and one Adam or SGD step on 8 Gloo
     for (const vertex_check& c : r.gradients) largest_grad = std::max(largest_grad, c.ref_max_abs);
     CHECK(largest_grad > 1e-3);  // the gradients compared are not all zero
   }
-  o.algo = "alpa";
+  o.algo = algo::alpa;
   autosharding_options tight = o;
   tight.memory_budget = 90000;  // forces weights and activations split over both axes
   const autosharding_result alpa = autosharding_analysis_pass(g, tight);
@@ -673,7 +673,7 @@ TEST_CASE("the training estimate bounds the heap a training check holds, sampled
 TEST_CASE("the sharded step synchronises and updates each parameter as soon as its last use ran its backward") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   // Every parameter replicated: each rank's gradient is as large as the parameter.
-  autosharding_options o = pass_on_2x4(run_mode::training, "data_parallel");
+  autosharding_options o = pass_on_2x4(run_mode::training, algo::data_parallel);
   const std::vector<strategy> plan = autosharding_analysis_pass(g, o).strategies;
   const std::vector<host_tensor> sources = make_source_values<double>(g, 1);
   // What each rank saw, in order: a forward piece of an operator ("F") or a finished parameter ("P").
@@ -715,7 +715,7 @@ TEST_CASE("the sharded step synchronises and updates each parameter as soon as i
 
 TEST_CASE("BERT trains as a masked LM: the head's tied decoder and bias get gradients and updates on 8 Gloo ranks") {
   const model_graph g = build_bert(tiny(transformer_config::bert_base()));
-  autosharding_options o = pass_on_2x4(run_mode::training, "megatron");
+  autosharding_options o = pass_on_2x4(run_mode::training, algo::megatron);
   const autosharding_result res = autosharding_analysis_pass(g, o);
   verify_options vo;
   vo.training = true;
@@ -794,7 +794,7 @@ TEST_CASE("a training plan broken in its backward (a missing gradient reduction)
 
 TEST_CASE("the communication audit: what the ranks issue is what the plan was priced, and altered pricing is caught") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
-  autosharding_options o = pass_on_2x4(run_mode::inference, "megatron");
+  autosharding_options o = pass_on_2x4(run_mode::inference, algo::megatron);
   const autosharding_result res = autosharding_analysis_pass(g, o);
   verify_options vo;
   vo.priced = res.report.plan.collectives;

@@ -18,8 +18,8 @@ using graph_test::vertex_named;
 std::vector<strategy> megatron_plan(const model_graph& g, run_mode mode) {
   autosharding_options o;
   o.mesh = make_cluster_mesh({1, 4});
-  o.mode = mode;
-  o.algo = "megatron";
+  o.pricing.mode = mode;
+  o.algo = algo::megatron;
   o.compare_baselines = false;
   return autosharding_analysis_pass(g, o).strategies;
 }

@@ -75,7 +75,7 @@ TEST_CASE("fused dims: the split offers the per-part Shard, and resharding a fus
   const model_graph g = tiny_gpt2(run_mode::inference);
   const device_mesh m = make_mesh_2d(1, 4, 25e9, 300e9);
   strategy_options o;
-  o.mode = run_mode::inference;
+  o.pricing.mode = run_mode::inference;
   const vertex_t qkv = vertex_named(g, "transformer.h.0.attn.c_attn"), q = vertex_named(g, "transformer.h.0.attn.q");
   const std::vector<strategy> sq = enumerate_strategies(g, q, m, o);
   const strategy* heads = find_strategy(sq, "RRS1->RRS1");  // [2, 8, 192] cut per part -> q [2, 8, 64] cut

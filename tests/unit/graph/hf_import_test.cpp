@@ -242,7 +242,7 @@ TEST_CASE("every vertex of every family's graph has a replicated strategy and fi
     c.mode = m.model_type == "roberta" ? run_mode::inference : run_mode::training;
     const model_graph g = build_hf(m);
     strategy_options opt;
-    opt.mode = c.mode;
+    opt.pricing.mode = c.mode;
     const auto all = enumerate_all_strategies(g, mesh, opt);
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       CAPTURE(g[v].name);

@@ -291,7 +291,7 @@ TEST_CASE("every vertex of every builder's graph has valid, finite strategies an
   const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
   for (const model_graph& g : {build_gpt2(gpt), build_bert(bert), build_llama(llama)}) {
     strategy_options opt;
-    opt.mode = find_vertex(g, "loss") ? run_mode::training : run_mode::inference;
+    opt.pricing.mode = find_vertex(g, "loss") ? run_mode::training : run_mode::inference;
     const auto all = enumerate_all_strategies(g, m, opt);
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       CAPTURE(g[v].name);

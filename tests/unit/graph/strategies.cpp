@@ -616,8 +616,8 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
     return ss.front();
   };
   strategy_options infer, train;
-  infer.mode = run_mode::inference;
-  train.mode = run_mode::training;
+  infer.pricing.mode = run_mode::inference;
+  train.pricing.mode = run_mode::training;
   const auto si = enumerate_strategies(g, fc, m, infer);
   const auto st = enumerate_strategies(g, fc, m, train);
   CHECK(si.size() == 16);  // labels b, o, c (+R) on two axes
@@ -680,8 +680,8 @@ TEST_CASE("strategy costs: compute, training communication, memory") {
     CHECK((s.zero_stage == 0 || replicated > 1));
   }
   strategy_options sgd = train;
-  sgd.optimizer = optimizer_kind::sgd;
-  sgd.zero = false;
+  sgd.pricing.optimizer = optimizer_kind::sgd;
+  sgd.pricing.zero = false;
   for (const strategy& s : enumerate_strategies(g, w, m, sgd))
     CHECK(s.memory_bytes == 8 * max_local_shape(m, s.output, {4096, 1024}).numel());
   CHECK(parameter_state_bytes(dtype::f32, optimizer_kind::adam) == 16);
@@ -696,10 +696,10 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
   auto b = add_parameter(g, "fc.bias", {512}, dtype::f32);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w, b});
   auto act = add_op(g, op_kind::gelu, "act", {fc});
-  for (strategy_options opt : {strategy_options{device_model{}, run_mode::inference}, strategy_options{device_model{}, run_mode::training}}) {
-    const bool train = opt.mode == run_mode::training;
-    opt.gradient_bucket_bytes = 0;  // every tensor pays its own latency: the plain plan price
-    opt.gradient_overlap = 0.0;     // none of it hidden behind the backward
+  for (strategy_options opt : {strategy_options{{device_model{}, run_mode::inference}}, strategy_options{{device_model{}, run_mode::training}}}) {
+    const bool train = opt.pricing.mode == run_mode::training;
+    opt.pricing.gradient_bucket_bytes = 0;  // every tensor pays its own latency: the plain plan price
+    opt.pricing.gradient_overlap = 0.0;     // none of it hidden behind the backward
     const auto sx = enumerate_strategies(g, x, m, opt);
     const auto sb = enumerate_strategies(g, b, m, opt);
     const auto sfc = enumerate_strategies(g, fc, m, opt);
@@ -772,8 +772,8 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   auto x = add_input(g, "x", {64, 1000}, dtype::bf16);
   auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w});
-  strategy_options opt{device_model{}, run_mode::training};
-  opt.gradient_overlap = 0.0;
+  strategy_options opt{{device_model{}, run_mode::training}};
+  opt.pricing.gradient_overlap = 0.0;
   const auto sw = enumerate_strategies(g, w, m, opt);
   const auto sfc = enumerate_strategies(g, fc, m, opt);
   std::size_t rep = 0, dp = 0;
@@ -784,20 +784,20 @@ TEST_CASE("gradient sync of parameters is bucketed and may overlap") {
   const edge_t e = boost::edge(w, fc, g).first;
   const double B = 512 * 1000 * 2;  // bytes of the weight gradient
   // Per tensor: the hierarchical all-reduce over both axes, each collective with its latency.
-  opt.gradient_bucket_bytes = 0;
+  opt.pricing.gradient_bucket_bytes = 0;
   const double per_tensor = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
   const link_model a = m.link(0), b = m.link(1);
   CHECK(per_tensor == doctest::Approx(2 * (b.alpha + 0.75 * B / b.beta) + a.alpha + 2 * 0.5 * (B / 4) / a.beta).scale(1e-9));
   // Bucketed (25 MiB): each collective's latency is paid in proportion to the bytes.
-  opt.gradient_bucket_bytes = 25.0 * (1 << 20);
+  opt.pricing.gradient_bucket_bytes = 25.0 * (1 << 20);
   const double bucketed = resharding_costs(g, e, sw, sfc, m, opt)(rep, dp);
   const double lat = 2 * b.alpha + a.alpha;
-  CHECK(bucketed == doctest::Approx(per_tensor - lat + 2 * b.alpha * B / opt.gradient_bucket_bytes +
-                                    a.alpha * (B / 4) / opt.gradient_bucket_bytes).scale(1e-9));
+  CHECK(bucketed == doctest::Approx(per_tensor - lat + 2 * b.alpha * B / opt.pricing.gradient_bucket_bytes +
+                                    a.alpha * (B / 4) / opt.pricing.gradient_bucket_bytes).scale(1e-9));
   // Half of it overlapped with the backward compute: half is charged.
-  opt.gradient_overlap = 0.5;
+  opt.pricing.gradient_overlap = 0.5;
   CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == doctest::Approx(0.5 * bucketed).scale(1e-9));
-  opt.gradient_overlap = 1.0;
+  opt.pricing.gradient_overlap = 1.0;
   CHECK(resharding_costs(g, e, sw, sfc, m, opt)(rep, dp) == 0.0);
 }
 
@@ -816,8 +816,8 @@ TEST_CASE("gradient sync hidden behind the backward: per edge, exposed = max(0, 
     auto x = add_input(g, "x", {batch, 1000}, dtype::bf16);
     auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
     auto fc = add_op(g, op_kind::linear, "fc", {x, w});
-    strategy_options opt{device_model{}, run_mode::training};
-    opt.gradient_overlap = overlap;
+    strategy_options opt{{device_model{}, run_mode::training}};
+    opt.pricing.gradient_overlap = overlap;
     const auto sw = enumerate_strategies(g, w, m, opt);
     const auto sfc = enumerate_strategies(g, fc, m, opt);
     const strategy* rep = nullptr;
@@ -855,12 +855,12 @@ TEST_CASE("gradient sync hidden behind the backward: per edge, exposed = max(0, 
     auto x = add_input(g, "x", {64, 1000}, dtype::bf16);
     auto w = add_parameter(g, "fc.weight", {512, 1000}, dtype::bf16);
     auto fc = add_op(g, op_kind::linear, "fc", {x, w});
-    strategy_options infer{device_model{}, run_mode::inference};
+    strategy_options infer{{device_model{}, run_mode::inference}};
     const auto sw = enumerate_strategies(g, w, m, infer), sfc = enumerate_strategies(g, fc, m, infer);
     const edge_t e = boost::edge(w, fc, g).first;
-    infer.gradient_overlap = 0.0;
+    infer.pricing.gradient_overlap = 0.0;
     const cost_matrix none = resharding_costs(g, e, sw, sfc, m, infer);
-    infer.gradient_overlap = behind;
+    infer.pricing.gradient_overlap = behind;
     CHECK(resharding_costs(g, e, sw, sfc, m, infer).values == none.values);
   }
   // The model on its own, the numbers by hand.
@@ -958,8 +958,8 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
   for (const char* name : {"a100-80g", "h100-80g", "h200-141g"}) {
     CAPTURE(name);
     strategy_options o;
-    o.device = find_device_preset(name)->device;
-    o.mode = run_mode::inference;  // the forward's FLOPs and bytes
+    o.pricing.device = find_device_preset(name)->device;
+    o.pricing.mode = run_mode::inference;  // the forward's FLOPs and bytes
     const std::vector<strategy> s = enumerate_strategies(g, y, one, o);
     REQUIRE(!s.empty());
     const double flops = 2.0 * 512 * 4096 * 4096, bytes = (512.0 * 4096 * 2 + 4096.0 * 4096) * 2;
@@ -974,8 +974,8 @@ TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a c
   // FLOPs unmasked; with the causal mask, 4 B (S (S + 1) / 2) hidden. Same bytes through HBM.
   const device_mesh one{1};
   strategy_options o;
-  o.device = find_device_preset("a100-80g")->device;
-  o.mode = run_mode::inference;  // the forward's FLOPs
+  o.pricing.device = find_device_preset("a100-80g")->device;
+  o.pricing.mode = run_mode::inference;  // the forward's FLOPs
   const auto seconds = [&](bool causal) {
     model_graph g;
     auto q = add_input(g, "q", {2, 128, 64}, dtype::bf16);
@@ -1003,9 +1003,9 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   auto x = add_input(g, "x", {64, 1024}, dtype::bf16);
   auto w = add_parameter(g, "fc.weight", {1024, 1024}, dtype::bf16);
   auto fc = add_op(g, op_kind::linear, "fc", {x, w});
-  strategy_options opt{device_model{}, run_mode::training};
-  opt.gradient_bucket_bytes = 0;
-  opt.gradient_overlap = 0.0;  // the paper counts volumes, none hidden behind the backward
+  strategy_options opt{{device_model{}, run_mode::training}};
+  opt.pricing.gradient_bucket_bytes = 0;
+  opt.pricing.gradient_overlap = 0.0;  // the paper counts volumes, none hidden behind the backward
   const auto sw = enumerate_strategies(g, w, m, opt);
   const auto sfc = enumerate_strategies(g, fc, m, opt);
   const strategy* dp = nullptr;
@@ -1049,12 +1049,12 @@ TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stage
   CHECK(c3.backward == doctest::Approx(alpha + ring).scale(1e-9));
   CHECK(z3.memory_bytes == 16 * n / 8);
   // Without the option, only plain storage; SGD in f32 has no optimizer state: no ZeRO-1.
-  opt.zero = false;
+  opt.pricing.zero = false;
   for (const strategy& s : enumerate_strategies(g, w, m, opt)) CHECK(s.zero_stage == 0);
   model_graph g32;
   auto w32 = add_parameter(g32, "w", {1024, 1024}, dtype::f32);
-  strategy_options sgd{device_model{}, run_mode::training};
-  sgd.optimizer = optimizer_kind::sgd;
+  strategy_options sgd{{device_model{}, run_mode::training}};
+  sgd.pricing.optimizer = optimizer_kind::sgd;
   int stages[3] = {0, 0, 0};
   for (const strategy& s : enumerate_strategies(g32, w32, m, sgd)) ++stages[s.zero_stage];
   CHECK(stages[1] == 0);

@@ -25,12 +25,12 @@ autoshard::model_graph gelu_chain(int n) {
 /// The best of three builds of the pass's model (strategies and every edge priced) on two
 /// devices (few strategies: what grows with the depth shows), in this thread's CPU time.
 double model_seconds(const autoshard::model_graph& g) {
-  autoshard::strategy_options so;
-  so.mode = autoshard::run_mode::training;
+  autoshard::step_pricing pricing;
+  pricing.mode = autoshard::run_mode::training;
   double best = 1e9;
   for (int run = 0; run < 3; ++run) {
     const double t0 = autoshard_test::thread_cpu_seconds();
-    const autoshard::detail::pass_model pm(g, autoshard::make_cluster_mesh({2}), so);
+    const autoshard::detail::pass_model pm(g, autoshard::make_cluster_mesh({2}), pricing);
     best = std::min(best, autoshard_test::thread_cpu_seconds() - t0);
     REQUIRE(pm.problem.edges.size() == boost::num_edges(g));
   }

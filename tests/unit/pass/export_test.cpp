@@ -22,10 +22,10 @@ nlohmann::json shipped(const std::string& model) {
 autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const std::string& algo, std::vector<int> mesh,
                                       std::vector<std::string> names = {}) {
   autoshard::autosharding_options o;
-  o.mode = autoshard::find_vertex(g, "loss") ? autoshard::run_mode::training : autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::find_vertex(g, "loss") ? autoshard::run_mode::training : autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh(mesh);
   for (std::size_t a = 0; a < names.size(); ++a) o.mesh.set_axis_name(a, names[a]);
-  o.algo = algo;
+  o.algo = *autoshard::parse_algo(algo);
   o.compare_baselines = false;
   o.ilp_solution_file = autoshard_test::unique_temp_path("export_" + algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(g, o);

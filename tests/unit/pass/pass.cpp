@@ -22,7 +22,7 @@ autoshard::transformer_config gpt2_small(int batch, autoshard::run_mode mode) {
 
 const autoshard::plan_summary& baseline(const autoshard::autosharding_report& r, const std::string& algo) {
   for (const auto& b : r.baselines)
-    if (b.algo == algo) return b;
+    if (to_string(b.algo) == algo) return b;
   FAIL("no baseline " << algo);
   return r.plan;
 }
@@ -41,10 +41,10 @@ std::string temp_file(const char* name) { return autoshard_test::unique_temp_pat
 TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({1, 8});
   o.run_checks = true;
-  o.algo = "megatron";
+  o.algo = autoshard::algo::megatron;
   const autoshard::autosharding_result meg = autoshard::autosharding_analysis_pass(g, o);
   // Column-parallel c_attn and c_fc (Conv1D weight [in,out] split on dim 1), row-parallel c_proj
   // (weight split on dim 0, output Partial until the next consumer all-reduces it).
@@ -77,7 +77,7 @@ TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and
   // where Megatron's plan also re-lays the fused c_attn output (the graph's q/k/v slices keep the
   // sliced dim whole, an all-to-all each) and reduce-scatters plus all-gathers the hidden state
   // around both row-parallel linears of every layer.
-  o.algo = "alpa";
+  o.algo = autoshard::algo::alpa;
   const autoshard::autosharding_result alpa = autoshard::autosharding_analysis_pass(g, o);
   CHECK(alpa.report.plan.step_seconds <= meg.report.plan.step_seconds * (1 + 1e-9));
   CHECK(baseline(alpa.report, "megatron").step_seconds == doctest::Approx(meg.report.plan.step_seconds).scale(1e-9));
@@ -93,7 +93,7 @@ TEST_CASE("GPT-2 training on 2x4: the plan costs no more than every baseline") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 25e9, .intra_node_bandwidth = 300e9});
-  o.mode = autoshard::run_mode::training;
+  o.pricing.mode = autoshard::run_mode::training;
   o.run_checks = true;
   const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
   const autoshard::autosharding_report& rep = r.report;
@@ -124,7 +124,7 @@ TEST_CASE("memory budget: a tight budget is met, an impossible one names the sma
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training));
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
-  o.mode = autoshard::run_mode::training;
+  o.pricing.mode = autoshard::run_mode::training;
   o.compare_baselines = false;
   o.run_checks = true;
   const auto free = autoshard::autosharding_analysis_pass(g, o);
@@ -146,7 +146,7 @@ TEST_CASE("memory budget: a tight budget is met, an impossible one names the sma
 TEST_CASE("plan files: write, preload, and clear errors when the file does not match") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_test.json");
@@ -160,7 +160,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
     std::ifstream in(o.ilp_solution_file);
     const nlohmann::json j = nlohmann::json::parse(in);
     CHECK(j["format"] == "autoshard.plan");
-    CHECK(j["version"] == 2);
+    CHECK(j["version"] == 3);
     CHECK(j["mesh"]["axes"].size() == 2);
     CHECK(j["mesh"]["axes"][1]["size"] == 4);
     CHECK(j["tensors"].size() == boost::num_vertices(g));
@@ -184,10 +184,10 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(deep), o),
                        doctest::Contains("tensors; the graph has"), autoshard::solver_error);
   // Training plans are not inference plans.
-  o.mode = autoshard::run_mode::training;
+  o.pricing.mode = autoshard::run_mode::training;
   CHECK_THROWS_AS(autoshard::autosharding_analysis_pass(autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::training)), o),
                   autoshard::solver_error);
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   // Not JSON / missing file.
   { std::ofstream(o.ilp_solution_file) << "{ not json"; }
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("is not valid JSON"),
@@ -199,7 +199,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
 TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   o.pinned["transformer.h.0.mlp.c_fc"] = autoshard::parse_spec("RRS1", 2, 3);
@@ -210,9 +210,10 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("'no.such.tensor' is not a vertex"),
                        autoshard::solver_error);
   o.pinned.clear();
-  o.algo = "zero";
+  CHECK(!autoshard::parse_algo("zero"));  // the algos are an enum: a misspelt one never reaches the pass
+  o.algo = static_cast<autoshard::algo>(99);
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o), doctest::Contains("algo must be"), autoshard::solver_error);
-  o.algo = "alpa";
+  o.algo = autoshard::algo::alpa;
   CHECK_THROWS_WITH_AS(autoshard::make_cluster_mesh({2, 4}, {.communications_backend = "mpi"}),
                        doctest::Contains("\"nccl\" or \"gloo\""), autoshard::spec_error);
   o.mesh = autoshard::make_cluster_mesh({2, 4}, {.communications_backend = "gloo"});  // slower links: never cheaper
@@ -230,7 +231,7 @@ TEST_CASE("options: pinned specs, bad names, time-out, backends") {
 TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
   o.compare_baselines = false;
@@ -269,16 +270,16 @@ TEST_CASE("plan document: what the pass writes reads back equal, field by field,
   o.mesh.set_link(0, {3e-5, 20e9});  // three different links: none may collapse into another
   o.mesh.set_link(1, {7e-6, 150e9});
   o.mesh.set_link(2, {2e-6, 450e9});
-  o.mode = autoshard::run_mode::training;
-  o.algo = "data_parallel";  // gradients all-reduced over every axis: each link is priced
+  o.pricing.mode = autoshard::run_mode::training;
+  o.algo = autoshard::algo::data_parallel;  // gradients all-reduced over every axis: each link is priced
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_document_test.json");
   const auto r = autoshard::autosharding_analysis_pass(g, o);
   const autoshard::plan_document d = autoshard::read_plan_file(o.ilp_solution_file);
   CHECK(d.mesh == o.mesh);
   for (std::size_t a = 0; a < 3; ++a) CHECK(d.mesh.link(a) == o.mesh.link(a));
-  CHECK(d.mode == autoshard::run_mode::training);
-  CHECK(d.options.algo == "data_parallel");
+  CHECK(d.pricing.mode == autoshard::run_mode::training);
+  CHECK(d.options.algo == autoshard::algo::data_parallel);
   CHECK(d.options.time_limit == o.time_limit);
   CHECK(d.options.tie_layers == o.tie_layers);
   CHECK(autoshard::to_json(d.graph) == autoshard::to_json(g));
@@ -319,7 +320,7 @@ TEST_CASE("plan document: what the pass writes reads back equal, field by field,
   autoshard::autosharding_options e = o;
   e.mesh.set_link(2, {2e-6, 45e9});
   const autoshard::detail::pass_model pm(g, e);
-  CHECK(edited.report.plan.step_seconds == autoshard::detail::summarize(pm, "data_parallel", r.report.plan.choice).step_seconds);
+  CHECK(edited.report.plan.step_seconds == autoshard::detail::summarize(pm, autoshard::algo::data_parallel, r.report.plan.choice).step_seconds);
   std::filesystem::remove(o.ilp_solution_file);
 }
 
@@ -353,11 +354,11 @@ autoshard::autosharding_options alpa_options(const std::vector<int>& mesh, doubl
                                                .intra_node_latency = 0,
                                                .inter_node_hop = 0,
                                                .intra_node_hop = 0});
-  o.mode = autoshard::run_mode::training;
-  o.gradient_bucket_bytes = 0;
-  o.zero = false;  // Alpa has no ZeRO (with no latency, ZeRO-2 costs what an all-reduce does)
-  o.gradient_overlap = 0.0;  // nor overlap: its cost model puts every gradient all-reduce on the critical path
-  o.device.peak_flops = 1e12;
+  o.pricing.mode = autoshard::run_mode::training;
+  o.pricing.gradient_bucket_bytes = 0;
+  o.pricing.zero = false;  // Alpa has no ZeRO (with no latency, ZeRO-2 costs what an all-reduce does)
+  o.pricing.gradient_overlap = 0.0;  // nor overlap: its cost model puts every gradient all-reduce on the critical path
+  o.pricing.device.peak_flops = 1e12;
   o.compare_baselines = false;
   o.run_checks = true;
   o.tie_layers = false;
@@ -389,8 +390,8 @@ TEST_CASE("Alpa test_mlp, data-parallel regime: the cost is 6 gradient all-reduc
   // All of it hidden behind the backward: nothing charged, but the same collectives still
   // run, so they are still listed (with the bytes the audit compares), at 0 s each.
   autosharding_options hidden = alpa_options({4});
-  hidden.gradient_overlap = 1.0;
-  hidden.algo = "data_parallel";
+  hidden.pricing.gradient_overlap = 1.0;
+  hidden.algo = autoshard::algo::data_parallel;
   const plan_summary h = autosharding_analysis_pass(g, hidden).report.plan;
   CHECK(h.communication_seconds == 0.0);
   REQUIRE(h.collectives.size() == r.report.plan.collectives.size());
@@ -436,7 +437,7 @@ TEST_CASE("Alpa test_mlp on a 2x2 mesh with links 10x apart: data parallel on th
   const int layers = 6;
   const model_graph g = alpa_mlp(layers, 144, 64);
   autosharding_options o = alpa_options({2, 2}, 1e9, 10e9);  // axis 0 slow, axis 1 fast
-  o.device.peak_flops = 1e10;     // slower links need slower devices for compute to be worth splitting
+  o.pricing.device.peak_flops = 1e10;     // slower links need slower devices for compute to be worth splitting
   auto pinned = [&](const char* column, const char* row) {
     autosharding_options p = o;
     for (int i = 0; i < layers; ++i) p.pinned["dense." + std::to_string(i)] = parse_spec(i % 2 == 0 ? column : row, 2, 2);
@@ -467,9 +468,9 @@ TEST_CASE("LLaMA-7B training on 2x8, gradient sync behind the backward: tensor p
   const model_graph g = build_llama(transformer_config::llama_7b());
   autosharding_options o;
   o.mesh = make_cluster_mesh({2, 8});
-  o.memory_budget = o.device.memory_bytes;  // the tool's default budget, 80 GiB
+  o.memory_budget = o.pricing.device.memory_bytes;  // the tool's default budget, 80 GiB
   o.compare_baselines = false;
-  REQUIRE(o.gradient_overlap == gradient_overlap_model::behind_backward());  // the default
+  REQUIRE(o.pricing.gradient_overlap == gradient_overlap_model::behind_backward());  // the default
   const autosharding_result r = autosharding_analysis_pass(g, o);
   CHECK(r.report.plan.fits);
   CHECK(r.report.plan.peak_memory_bytes <= std::int64_t{80} << 30);
@@ -498,7 +499,7 @@ TEST_CASE("GPT-2 124M training on 2x4, gradient sync behind the backward: the ba
   const model_graph g = build_gpt2(transformer_config::gpt2_124m());
   autosharding_options o;
   o.mesh = make_cluster_mesh({2, 4});  // 25 GB/s between the nodes, 300 GB/s inside
-  o.memory_budget = o.device.memory_bytes;
+  o.memory_budget = o.pricing.device.memory_bytes;
   o.compare_baselines = false;
   const autosharding_result r = autosharding_analysis_pass(g, o);
   CHECK(r.report.plan.fits);
@@ -521,20 +522,20 @@ TEST_CASE("a plan above the device's memory says it does not fit, and the device
   add_op(g, op_kind::linear, "y", {x, w});
   autosharding_options o;
   o.mesh = make_cluster_mesh({1});
-  o.device.memory_bytes = 3 << 20;
-  o.mode = run_mode::inference;
+  o.pricing.device.memory_bytes = 3 << 20;
+  o.pricing.mode = run_mode::inference;
   o.run_checks = true;
   const autosharding_result one = autosharding_analysis_pass(g, o);
   CHECK(one.report.plan.peak_memory_bytes >= 4 << 20);
   CHECK_FALSE(one.report.plan.fits);
-  CHECK(one.report.device.memory_bytes == 3 << 20);
+  CHECK(one.report.pricing.device.memory_bytes == 3 << 20);
   std::ostringstream text;
   text << one.report;
   CHECK(text.str().find("DOES NOT FIT: peak") != std::string::npos);
   // On two devices under the device's memory as budget, W is stored split (2 MiB + at most
   // x and y whole, 512 KiB): it fits, and says so.
   o.mesh = make_cluster_mesh({2});
-  o.memory_budget = o.device.memory_bytes;
+  o.memory_budget = o.pricing.device.memory_bytes;
   const autosharding_result two = autosharding_analysis_pass(g, o);
   CHECK(two.report.plan.fits);
   CHECK(two.report.plan.peak_memory_bytes <= (2 << 20) + (512 << 10));
@@ -543,7 +544,7 @@ TEST_CASE("a plan above the device's memory says it does not fit, and the device
   text2 << two.report;
   CHECK(text2.str().find("DOES NOT FIT") == std::string::npos);
   // A device the cost model cannot price is refused by name.
-  o.device.peak_flops = 0;
+  o.pricing.device.peak_flops = 0;
   CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("peak_flops"), solver_error);
 }
 
@@ -557,9 +558,9 @@ TEST_CASE("ZeRO: under a budget plain data parallelism cannot meet, the weights 
   const model_graph g = alpa_mlp(2, 64, 1024);
   autosharding_options o;
   o.mesh = make_cluster_mesh({8});
-  o.mode = run_mode::training;
-  o.gradient_bucket_bytes = 0;  // every collective its own latency: the plain formulas
-  o.gradient_overlap = 0.0;     // none hidden behind the backward: the ZeRO paper counts volumes
+  o.pricing.mode = run_mode::training;
+  o.pricing.gradient_bucket_bytes = 0;  // every collective its own latency: the plain formulas
+  o.pricing.gradient_overlap = 0.0;     // none hidden behind the backward: the ZeRO paper counts volumes
   o.run_checks = true;
   o.tie_layers = false;
   for (const char* v : {"dense.0", "relu.0", "dense.1"}) o.pinned[v] = parse_spec("[S(0)]", 1, 2);
@@ -614,7 +615,7 @@ TEST_CASE("tied layers: the tied problem counts memory exactly (inference activa
   const autoshard::model_graph g = autoshard::build_llama(c);
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({1, 8});
-  o.mode = autoshard::run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
   const autoshard::detail::pass_model pm(g, o);
   std::size_t classes = 0;
   const std::vector<std::size_t> cls = autoshard::detail::layer_classes(pm, true, classes);
@@ -645,7 +646,7 @@ TEST_CASE("tied layers: in inference, four more layers add only their weights to
     c.mode = autoshard::run_mode::inference;
     autoshard::autosharding_options o;
     o.mesh = autoshard::make_cluster_mesh({1, 8});
-    o.mode = autoshard::run_mode::inference;
+    o.pricing.mode = autoshard::run_mode::inference;
     const autoshard::model_graph g = autoshard::build_llama(c);  // pass_model keeps a reference
     const autoshard::detail::pass_model pm(g, o);
     std::size_t classes = 0;
@@ -664,19 +665,19 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
   const autoshard::model_graph g = autoshard::build_gpt2(c);
   autoshard::autosharding_options o;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
-  o.mode = autoshard::run_mode::training;
+  o.pricing.mode = autoshard::run_mode::training;
   o.compare_baselines = false;
-  o.optimizer = autoshard::optimizer_kind::sgd;
-  o.gradient_bucket_bytes = 1 << 20;
-  o.gradient_overlap = 0.5;
-  o.zero = false;
+  o.pricing.optimizer = autoshard::optimizer_kind::sgd;
+  o.pricing.gradient_bucket_bytes = 1 << 20;
+  o.pricing.gradient_overlap = 0.5;
+  o.pricing.zero = false;
   o.ilp_solution_file = temp_file("autoshard_train_settings.json");
   const auto solved = autoshard::autosharding_analysis_pass(g, o);
   const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
-  CHECK(lp.document.options.optimizer == autoshard::optimizer_kind::sgd);
-  CHECK(lp.document.options.gradient_bucket_bytes == 1 << 20);
-  CHECK(lp.document.options.gradient_overlap == 0.5);
-  CHECK(!lp.document.options.zero);
+  CHECK(lp.document.pricing.optimizer == autoshard::optimizer_kind::sgd);
+  CHECK(lp.document.pricing.gradient_bucket_bytes == 1 << 20);
+  CHECK(lp.document.pricing.gradient_overlap == 0.5);
+  CHECK(!lp.document.pricing.zero);
   // Re-priced from the file alone (what verify audits against): the pass's collectives,
   // gradient sync halved by the overlap included. Some gradient sync is priced at all.
   const auto& want = solved.report.plan.collectives;
@@ -691,7 +692,7 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
   // Preloaded by the pass with default options, the plan keeps the step time it was solved at.
   autoshard::autosharding_options p;
   p.mesh = o.mesh;
-  p.mode = o.mode;
+  p.pricing.mode = o.pricing.mode;
   p.compare_baselines = false;
   p.preload_solution = true;
   p.ilp_solution_file = o.ilp_solution_file;
@@ -700,38 +701,35 @@ TEST_CASE("plan files: the training settings the pass priced with travel in the 
   std::remove(o.ilp_solution_file.c_str());
 }
 
-TEST_CASE("defaults: one run mode, one time limit, one gradient overlap and one bucket, from one home each, for every options struct") {
+TEST_CASE("defaults: one pricing value with one run mode, gradient overlap and bucket, from one home each") {
   using namespace autoshard;
   // The choice (issue 18): what the CLI always planned for and what users of an auto-sharder
   // mostly plan, training; ten minutes per solve. tests/tool/cli_test.sh checks the tool
   // against these same constants.
   static_assert(default_run_mode == run_mode::training);
   static_assert(default_time_limit_s == 600.0);
-  CHECK(strategy_options{}.mode == default_run_mode);
+  CHECK(step_pricing{}.mode == default_run_mode);
   CHECK(transformer_config{}.mode == default_run_mode);
   CHECK(transformer_config::llama_7b().mode == default_run_mode);  // the presets start from it too
-  CHECK(autosharding_options{}.mode == default_run_mode);
-  CHECK(plan_document{}.mode == default_run_mode);
   CHECK(read_hf_config(nlohmann::json::parse(R"({"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4,
                                                  "vocab_size": 128})"))
             .config.mode == default_run_mode);
+  // The pass's options, the cost model's and the plan document hold the pricing whole.
+  CHECK(strategy_options{}.pricing == step_pricing{});
+  CHECK(autosharding_options{}.pricing == step_pricing{});
+  CHECK(plan_document{}.pricing == step_pricing{});
   CHECK(solve_options{}.time_limit == default_time_limit_s);
   CHECK(autosharding_options{}.time_limit == default_time_limit_s);
   CHECK(plan_options{}.time_limit == default_time_limit_s);  // the plan area's record, below the solver
   // Gradient sync hidden behind each consumer's backward, as DDP and Megatron-LM run it; a plan
   // file from before it was recorded keeps the price it was solved at (none hidden).
   static_assert(default_gradient_overlap == gradient_overlap_model::behind_backward());
-  CHECK(strategy_options{}.gradient_overlap == default_gradient_overlap);
-  CHECK(autosharding_options{}.gradient_overlap == default_gradient_overlap);
-  CHECK(plan_options{}.gradient_overlap == default_gradient_overlap);
-  CHECK(detail::pricing_options(autosharding_options{}).gradient_overlap == default_gradient_overlap);
-  CHECK(legacy_training().gradient_overlap == gradient_overlap_model(0.0));
+  CHECK(step_pricing{}.gradient_overlap == default_gradient_overlap);
+  CHECK(legacy_pricing().gradient_overlap == gradient_overlap_model(0.0));
   // DDP's 25 MiB bucket, from its one home too.
   static_assert(default_gradient_bucket_bytes == 25.0 * (1 << 20));
-  CHECK(strategy_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
-  CHECK(autosharding_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
-  CHECK(plan_options{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
-  CHECK(legacy_training().gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(step_pricing{}.gradient_bucket_bytes == default_gradient_bucket_bytes);
+  CHECK(legacy_pricing().gradient_bucket_bytes == default_gradient_bucket_bytes);
   CHECK(autosharding_options{}.algo == plan_options{}.algo);
 
   // What that means end to end: a decoder built and planned with every default is a training
@@ -747,20 +745,20 @@ TEST_CASE("defaults: one run mode, one time limit, one gradient overlap and one 
   autosharding_options o;
   o.mesh = make_cluster_mesh({2});
   o.compare_baselines = false;
-  o.algo = "fully_replicated";  // the same plan in both modes: only its price differs
+  o.algo = autoshard::algo::fully_replicated;  // the same plan in both modes: only its price differs
   o.ilp_solution_file = temp_file("autoshard_default_mode.json");
   const autosharding_result r = autosharding_analysis_pass(g, o);
   const plan_document d = read_plan_file(o.ilp_solution_file);
   std::filesystem::remove(o.ilp_solution_file);
-  CHECK(d.mode == run_mode::training);
+  CHECK(d.pricing.mode == run_mode::training);
   CHECK(d.options.time_limit == default_time_limit_s);
-  CHECK(d.options.gradient_overlap == default_gradient_overlap);
+  CHECK(d.pricing == step_pricing{});
   // plan_options' defaults are what a default pass records, field by field (its algo aside).
   plan_options recorded;
   recorded.algo = o.algo;
   CHECK(d.options == recorded);
   autosharding_options forward = o;
-  forward.mode = run_mode::inference;
+  forward.pricing.mode = run_mode::inference;
   forward.ilp_solution_file.clear();
   const autosharding_result f = autosharding_analysis_pass(g, forward);
   CHECK(r.report.plan.compute_seconds > 2.5 * f.report.plan.compute_seconds);  // forward + backward: about 3x

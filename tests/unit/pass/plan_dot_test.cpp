@@ -20,10 +20,10 @@ autoshard::loaded_plan plan_of(int layers, const std::string& algo) {
   c.max_positions = 32;
   c.mode = autoshard::run_mode::training;
   autoshard::autosharding_options o;
-  o.mode = c.mode;
+  o.pricing.mode = c.mode;
   o.mesh = autoshard::make_cluster_mesh({2, 4});
   o.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
-  o.algo = algo;
+  o.algo = *autoshard::parse_algo(algo);
   o.compare_baselines = false;
   o.ilp_solution_file = autoshard_test::unique_temp_path("plan_dot_" + algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(autoshard::build_gpt2(c), o);
@@ -40,7 +40,7 @@ std::size_t count(const std::string& s, const std::string& what) {
 
 std::string dot_of(const autoshard::loaded_plan& p) {
   std::ostringstream os;
-  autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.mode);
+  autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.document.pricing);
   return os.str();
 }
 
@@ -85,5 +85,5 @@ TEST_CASE("plan DOT: strategies that do not fit the graph are an error") {
   autoshard::loaded_plan p = plan_of(1, "data_parallel");
   p.strategies.pop_back();
   std::ostringstream os;
-  CHECK_THROWS_AS(autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.mode), autoshard::solver_error);
+  CHECK_THROWS_AS(autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.document.pricing), autoshard::solver_error);
 }

@@ -22,7 +22,7 @@ struct plan_fixture {
   fs::path file = fs::temp_directory_path() / ("autoshard-plan-faults-" + std::to_string(::getpid()) + ".json");
   autoshard::autosharding_options opt;
   plan_fixture() {
-    opt.mode = autoshard::run_mode::inference;  // "another mode" below asks for training
+    opt.pricing.mode = autoshard::run_mode::inference;  // "another mode" below asks for training
     opt.mesh = autoshard::make_cluster_mesh({2, 2});
     opt.compare_baselines = false;
     opt.ilp_solution_file = file.string();
@@ -90,7 +90,7 @@ TEST_CASE("faults: a plan file for another model is a solver_error naming the di
           std::string::npos);
   }
   SUBCASE("another mode") {
-    f.opt.mode = autoshard::run_mode::training;
+    f.opt.pricing.mode = autoshard::run_mode::training;
     CHECK(f.error<autoshard::solver_error>().find("is a inference plan") == std::string::npos);
     CHECK(f.error<autoshard::solver_error>().find("is an inference plan") != std::string::npos);
   }

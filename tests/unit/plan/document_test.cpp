@@ -21,8 +21,8 @@ plan_document small_plan() {
   d.mesh = device_mesh{2, 2};
   d.mesh.set_link(0, {3e-5, 20e9});
   d.mesh.set_link(1, {4e-6, 250e9});
-  d.mode = run_mode::training;
-  d.options.algo = "megatron";
+  d.pricing.mode = run_mode::training;
+  d.options.algo = algo::megatron;
   d.options.time_limit = 12.5;
   d.options.mip_rel_gap = 0.01;
   d.options.memory_budget = 1 << 20;
@@ -48,6 +48,20 @@ struct temp_plan {
   }
 };
 
+/// The document as a version-2 file spelled it: "mode" at the top, the device and the training
+/// settings under "options" (what every plan written before version 3 looks like).
+nlohmann::json as_version_2(const plan_document& d) {
+  nlohmann::json j = to_json(d);
+  const nlohmann::json p = j["pricing"];
+  j.erase("pricing");
+  j["version"] = 2;
+  j["mode"] = p["mode"];
+  j["options"]["device"] = p["device"];
+  j["options"]["training"] = {{"optimizer", p["optimizer"]}, {"gradient_bucket_bytes", p["gradient_bucket_bytes"]},
+                              {"gradient_overlap", p["gradient_overlap"]}, {"zero", p["zero"]}};
+  return j;
+}
+
 std::string read_error(const nlohmann::json& j) {
   try {
     (void)plan_from_json(j, "plan file 'p.json'");
@@ -67,7 +81,7 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   CHECK(back.mesh == d.mesh);
   CHECK(back.mesh.link(0) == link_model{3e-5, 20e9});
   CHECK(back.mesh.link(1) == link_model{4e-6, 250e9});
-  CHECK(back.mode == d.mode);
+  CHECK(back.pricing == d.pricing);
   CHECK(back.options == d.options);
   CHECK(back.tensors == d.tensors);
   CHECK(back.cost == d.cost);
@@ -76,17 +90,17 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   CHECK(back == d);
   // The file spells the links one way and says its version.
   const nlohmann::json j = to_json(d);
-  CHECK(j["version"] == 2);
+  CHECK(j["version"] == 3);
   CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}, {"hop_s", 0.0}});
   CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
 }
 
 TEST_CASE("plan document: an unknown, newer or older version fails naming both versions") {
   nlohmann::json j = to_json(small_plan());
-  j["version"] = 3;
-  CHECK(read_error(j) == "io error: plan file 'p.json' has version 3; this build reads version 2");
+  j["version"] = 4;
+  CHECK(read_error(j) == "io error: plan file 'p.json' has version 4; this build reads versions 2 and 3");
   j["version"] = 1;
-  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads version 2)") !=
+  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads versions 2 and 3)") !=
         std::string::npos);
   j.erase("version");
   CHECK(read_error(j) == "io error: plan file 'p.json': the document has no member \"version\"");
@@ -118,7 +132,8 @@ TEST_CASE("plan document: a missing field, a wrong type or an out-of-range integ
   CHECK(edited("/tensors/1/memory_bytes", nlohmann::json::parse("18446744073709551615")).find(
             "tensors[1].memory_bytes is 18446744073709551615, not an integer in [0, ") != std::string::npos);
   CHECK(edited("/mesh/axes/1/size", 3.0).find("mesh.axes[1].size is 3.0, not an integer in [1, 1000000]") != std::string::npos);
-  CHECK(edited("/mode", "serving") == "io error: plan file 'p.json': mode is \"serving\", not \"inference\" or \"training\"");
+  CHECK(edited("/pricing/mode", "serving") ==
+        "io error: plan file 'p.json': pricing.mode is \"serving\", not \"inference\" or \"training\"");
   CHECK(edited("/solver/status", "optimal?").find("solver.status is \"optimal?\"") != std::string::npos);
   // Consistency with the embedded graph and the mesh.
   CHECK(edited("/tensors/2/name", "fc2").find("tensors[2].name is \"fc2\", not \"fc\", the name of graph vertex 2") !=
@@ -154,57 +169,100 @@ TEST_CASE("plan document: reading a directory or a missing file is an io_error n
                        io_error);
 }
 
-TEST_CASE("plan document: the training settings a plan was priced with are written, read back and checked") {
+TEST_CASE("plan document: the pricing a plan was priced with is written whole, read back and checked") {
   plan_document d = small_plan();
-  d.options.optimizer = optimizer_kind::sgd;
-  d.options.gradient_bucket_bytes = 4.0 * (1 << 20);
-  d.options.gradient_overlap = 0.25;
-  d.options.zero = false;
+  d.pricing.optimizer = optimizer_kind::sgd;
+  d.pricing.gradient_bucket_bytes = 4.0 * (1 << 20);
+  d.pricing.gradient_overlap = 0.25;
+  d.pricing.zero = false;
+  d.pricing.device.memory_bytes = 40LL << 30;
   temp_plan f;
   write_plan_file(d, f.path);
   const plan_document back = read_plan_file(f.path.string());
-  CHECK(back.options.optimizer == optimizer_kind::sgd);
-  CHECK(back.options.gradient_bucket_bytes == 4.0 * (1 << 20));
-  CHECK(back.options.gradient_overlap == 0.25);
-  CHECK(!back.options.zero);
+  CHECK(back.pricing == d.pricing);
   CHECK(back == d);
   const nlohmann::json j = to_json(d);
-  CHECK(j["options"]["training"] ==
-        nlohmann::json{{"optimizer", "sgd"}, {"gradient_bucket_bytes", 4194304.0}, {"gradient_overlap", 0.25}, {"zero", false}});
-  CHECK(describe_training(back.options) == "sgd, gradient buckets of 4.00 MiB, 0.25 of the gradient sync overlapped, ZeRO-1/2 not offered");
+  CHECK(j["pricing"] == nlohmann::json{{"mode", "training"},
+                                       {"device", {{"peak_flops", 312e12}, {"memory_bandwidth", 2e12}, {"memory_bytes", 40LL << 30}}},
+                                       {"optimizer", "sgd"},
+                                       {"gradient_bucket_bytes", 4194304.0},
+                                       {"gradient_overlap", 0.25},
+                                       {"zero", false}});
+  CHECK(j["pricing"] == to_json(d.pricing));  // the one spelling of the value
+  CHECK(describe_training(back.pricing) == "sgd, gradient buckets of 4.00 MiB, 0.25 of the gradient sync overlapped, ZeRO-1/2 not offered");
   // Each setting set back to its default alone: the document differs (none is ignored).
-  const std::map<std::string, nlohmann::json> defaults{
-      {"optimizer", "adam"}, {"gradient_bucket_bytes", 26214400.0}, {"gradient_overlap", 0.0}, {"zero", true}};
+  const std::map<std::string, nlohmann::json> defaults{{"mode", "inference"},
+                                                       {"optimizer", "adam"},
+                                                       {"gradient_bucket_bytes", 26214400.0},
+                                                       {"gradient_overlap", 0.0},
+                                                       {"zero", true},
+                                                       {"device", to_json(device_model{})}};
   for (const auto& entry : defaults) {
     const std::string key = entry.first;  // Clang 14 refuses a structured binding in CAPTURE
     CAPTURE(key);
     nlohmann::json k = j;
-    k["options"]["training"][key] = entry.second;
-    CHECK(!(plan_from_json(k, "p.json").options == d.options));
+    k["pricing"][key] = entry.second;
+    CHECK(!(plan_from_json(k, "p.json").pricing == d.pricing));
   }
-  // A file written before the settings were recorded was priced with the defaults.
-  nlohmann::json old = j;
-  old["options"].erase("training");
-  const plan_options dflt = plan_from_json(old, "p.json").options;
-  CHECK(dflt.optimizer == optimizer_kind::adam);
-  CHECK(dflt.gradient_bucket_bytes == 25.0 * (1 << 20));
-  CHECK(dflt.gradient_overlap == 0.0);
-  CHECK(dflt.zero);
   // Hidden behind each consumer's backward: written as "backward", read back as that model.
-  d.options.gradient_overlap = gradient_overlap_model::behind_backward();
+  d.pricing.gradient_overlap = gradient_overlap_model::behind_backward();
   const nlohmann::json jb = to_json(d);
-  CHECK(jb["options"]["training"]["gradient_overlap"] == "backward");
-  CHECK(plan_from_json(jb, "p.json").options == d.options);
-  CHECK(describe_training(d.options) ==
+  CHECK(jb["pricing"]["gradient_overlap"] == "backward");
+  CHECK(plan_from_json(jb, "p.json").pricing == d.pricing);
+  CHECK(describe_training(d.pricing) ==
         "sgd, gradient buckets of 4.00 MiB, gradient sync overlapped with each consumer's backward, ZeRO-1/2 not offered");
   // Out of range or of the wrong type: named.
   nlohmann::json bad = j;
-  bad["options"]["training"]["gradient_overlap"] = 1.5;
-  CHECK(read_error(bad) == "io error: plan file 'p.json': options.training.gradient_overlap is 1.5, not a number in [0, 1]");
-  bad["options"]["training"]["gradient_overlap"] = "forward";
+  bad["pricing"]["gradient_overlap"] = 1.5;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pricing.gradient_overlap is 1.5, not a number in [0, 1]");
+  bad["pricing"]["gradient_overlap"] = "forward";
   CHECK(read_error(bad) ==
-        "io error: plan file 'p.json': options.training.gradient_overlap is \"forward\", not \"backward\" or a number in [0, 1]");
+        "io error: plan file 'p.json': pricing.gradient_overlap is \"forward\", not \"backward\" or a number in [0, 1]");
   bad = j;
+  bad["pricing"]["optimizer"] = "lamb";
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pricing.optimizer is \"lamb\", not \"none\", \"sgd\" or \"adam\"");
+  bad = j;
+  bad["pricing"].erase("zero");
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pricing has no member \"zero\"");
+}
+
+TEST_CASE("plan document: a version-2 file (mode at the top, device and training under options) reads as the same document") {
+  plan_document d = small_plan();
+  d.pricing.optimizer = optimizer_kind::sgd;
+  d.pricing.gradient_bucket_bytes = 4.0 * (1 << 20);
+  d.pricing.gradient_overlap = gradient_overlap_model::behind_backward();
+  d.pricing.zero = false;
+  const nlohmann::json v2 = as_version_2(d);
+  CHECK(plan_from_json(v2, "p.json") == d);
+  // One written before the training settings were recorded was priced with legacy_pricing().
+  nlohmann::json old = v2;
+  old["options"].erase("training");
+  const step_pricing legacy = plan_from_json(old, "p.json").pricing;
+  CHECK(legacy.mode == run_mode::training);  // the file's own mode and device
+  CHECK(legacy.device == d.pricing.device);
+  CHECK(legacy.optimizer == optimizer_kind::adam);
+  CHECK(legacy.gradient_bucket_bytes == 25.0 * (1 << 20));
+  CHECK(legacy.gradient_overlap == 0.0);
+  CHECK(legacy.zero);
+  // Its members are checked where version 2 kept them.
+  nlohmann::json bad = v2;
   bad["options"]["training"]["optimizer"] = "lamb";
   CHECK(read_error(bad).find("options.training.optimizer is \"lamb\"") != std::string::npos);
+  bad = v2;
+  bad["mode"] = "serving";
+  CHECK(read_error(bad) == "io error: plan file 'p.json': mode is \"serving\", not \"inference\" or \"training\"");
+  bad = v2;
+  bad["options"]["device"]["memory_bytes"] = 0;
+  CHECK(read_error(bad).find("options.device.memory_bytes is 0, not an integer in [1, ") != std::string::npos);
+}
+
+TEST_CASE("pricing enums: to_string and parse are inverse, and an unknown spelling parses to nothing") {
+  for (run_mode m : all_run_modes) CHECK(parse_run_mode(to_string(m)) == m);
+  for (optimizer_kind o : all_optimizer_kinds) CHECK(parse_optimizer_kind(to_string(o)) == o);
+  for (algo a : all_algos) CHECK(parse_algo(to_string(a)) == a);
+  CHECK(to_string(optimizer_kind::none) == "none");  // it printed as "adam"
+  CHECK(!parse_run_mode("train"));
+  CHECK(!parse_optimizer_kind("lamb"));
+  CHECK(!parse_algo("zero"));
+  CHECK(algo_names() == "\"alpa\", \"megatron\", \"data_parallel\", \"zero3\" or \"fully_replicated\"");
 }

@@ -1,0 +1,214 @@
+#pragma once
+/// How a step is priced: one value (step_pricing) with its defaults, `==` and one JSON spelling,
+/// carried whole from the pass's options through the cost model into the plan file and back.
+/// Its closed choices are enums with to_string/parse beside them.
+///   autoshard::step_pricing p;                      // training, A100-class, Adam, DDP's buckets
+///   p.mode = autoshard::run_mode::inference;        // forward only: serving
+///   p.optimizer = *autoshard::parse_optimizer_kind("sgd");
+///   nlohmann::json j = autoshard::to_json(p);       // what a plan file records
+///   autoshard::step_pricing q = autoshard::step_pricing_from_json(autoshard::json_in(j, "p.json"));
+///
+/// Adding a setting (docs/design.md): a field here with its default, its member in to_json and
+/// step_pricing_from_json (optional when read, so older files keep their meaning), and the flag
+/// that sets it in tools/autoshard/cmd_plan.cpp's pricing_of; the cost model reads it from
+/// strategy_options::pricing. Nothing else copies it.
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t, std::uint8_t
+#include <iterator>     // std::size
+#include <cstdio>       // std::snprintf
+#include <exception>    // std::exception (std::stod's)
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "../core/dtype.hpp"      // dtype, dtype_size, human_bytes
+#include "../core/enum_text.hpp"  // parse_enum
+#include "../core/error.hpp"  // spec_error
+#include "../io/json.hpp"     // json_in, enum_value
+#include "device.hpp"         // device_model
+
+namespace autoshard {
+
+/// Inference prices the forward pass; training adds backward compute and communication.
+enum class run_mode : std::uint8_t { inference, training };
+inline constexpr run_mode all_run_modes[] = {run_mode::inference, run_mode::training};
+
+/// "inference" or "training": what plan files and reports write.
+constexpr std::string_view to_string(run_mode m) noexcept { return m == run_mode::training ? "training" : "inference"; }
+/// The mode to_string wrote, or nullopt.
+constexpr std::optional<run_mode> parse_run_mode(std::string_view s) noexcept { return parse_enum(s, all_run_modes); }
+
+/// What autoshard plans for when not told: training, what most users of an auto-sharder plan
+/// and what the CLI's `--mode` defaults to. The one home of that default: step_pricing and
+/// transformer_config start from it.
+///   autoshard::autosharding_options o;             // o.pricing.mode == default_run_mode (training)
+///   o.pricing.mode = autoshard::run_mode::inference;  // forward only: serving
+inline constexpr run_mode default_run_mode = run_mode::training;
+
+/// What the optimizer keeps per parameter in training.
+enum class optimizer_kind : std::uint8_t { none, sgd, adam };  ///< none: no optimizer state (exec)
+inline constexpr optimizer_kind all_optimizer_kinds[] = {optimizer_kind::none, optimizer_kind::sgd, optimizer_kind::adam};
+
+/// "none", "sgd" or "adam".
+constexpr std::string_view to_string(optimizer_kind o) noexcept {
+  constexpr std::string_view names[] = {"none", "sgd", "adam"};
+  return static_cast<std::size_t>(o) < std::size(names) ? names[static_cast<std::size_t>(o)] : "?";
+}
+/// The optimizer to_string wrote, or nullopt.
+constexpr std::optional<optimizer_kind> parse_optimizer_kind(std::string_view s) noexcept {
+  return parse_enum(s, all_optimizer_kinds);
+}
+
+/// Bytes per parameter element in training: weight and gradient in the parameter's dtype,
+/// plus with mixed precision (a dtype narrower than f32) an f32 master copy, plus Adam's two
+/// f32 moments: bf16 Adam 2 + 2 + 4 + 8 = 16 B, f32 Adam 4 + 4 + 8 = 16 B, bf16 SGD 8 B.
+constexpr std::int64_t parameter_state_bytes(dtype t, optimizer_kind o) noexcept {
+  const auto e = static_cast<std::int64_t>(dtype_size(t));
+  return 2 * e + (e < 4 ? 4 : 0) + (o == optimizer_kind::adam ? 8 : 0);
+}
+
+/// How much of a parameter's gradient synchronisation the backward pass hides. PyTorch DDP and
+/// Megatron-LM (overlap_grad_reduce) launch each bucket's reduction as soon as its gradients
+/// are ready, while the backward of the layers before it still runs.
+///   backward   on an edge parameter -> consumer, the sync is hidden behind one consumer's
+///              worth of backward compute: exposed = max(0, sync - window), window = the
+///              backward part of the consumer strategy's compute_seconds
+///              (strategy::backward_compute_seconds)
+///   a fraction f in [0, 1]: f of every sync is hidden, 1 - f is charged (0: all of it)
+///   autoshard::step_pricing p;
+///   p.gradient_overlap = 0.0;  // every byte of gradient sync on the critical path (Alpa's model)
+///   p.gradient_overlap = autoshard::gradient_overlap_model::behind_backward();
+struct gradient_overlap_model {
+  bool backward = false;  ///< hidden behind the consumer's backward compute (fraction unused)
+  double fraction = 0.0;  ///< otherwise: the share of the sync hidden, 0 to 1
+  /// A fraction hidden; implicit, so `p.gradient_overlap = 0.4` reads as it means.
+  constexpr gradient_overlap_model(double hidden = 0.0) noexcept : fraction(hidden) {}  // NOLINT(google-explicit-constructor)
+  static constexpr gradient_overlap_model behind_backward() noexcept {
+    gradient_overlap_model m;
+    m.backward = true;
+    return m;
+  }
+  /// Seconds of `sync` (a parameter's gradient synchronisation on one edge) left exposed when
+  /// the consumer's backward compute takes `window` seconds.
+  constexpr double exposed(double sync, double window) const noexcept {
+    return backward ? (sync > window ? sync - window : 0.0) : sync * (1.0 - fraction);
+  }
+  friend constexpr bool operator==(const gradient_overlap_model&, const gradient_overlap_model&) = default;
+};
+
+/// "backward", or the fraction as %g ("0", "0.4"): what the CLI and plan files write.
+inline std::string to_string(const gradient_overlap_model& o) {
+  if (o.backward) return "backward";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", o.fraction);
+  return buf;
+}
+
+/// The model `to_string` writes: "backward" or a number in [0, 1]; spec_error naming `what`
+/// and the text otherwise.
+inline gradient_overlap_model parse_gradient_overlap(const std::string& text, const std::string& what = "gradient overlap") {
+  if (text == "backward") return gradient_overlap_model::behind_backward();
+  double f = 0.0;
+  std::size_t used = 0;
+  try {
+    f = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !(f >= 0.0 && f <= 1.0))
+    throw spec_error(what + " '" + text + "' is neither \"backward\" nor a number in [0, 1]");
+  return f;
+}
+
+/// What training prices when not told: gradient sync hidden behind the consumer's backward, as
+/// DDP and Megatron-LM run it (step_pricing's default, the tool's too).
+inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::behind_backward();
+
+/// The gradient bucket training prices when not told: DDP's 25 MiB (step_pricing's default).
+inline constexpr double default_gradient_bucket_bytes = 25.0 * (1 << 20);
+
+/// How a step is priced: the device, inference or training, and how training runs. The pass's
+/// options, the cost model (strategy_options) and the plan document each hold one, whole.
+struct step_pricing {
+  device_model device{};              ///< compute prices, and the memory a plan must fit in
+  run_mode mode = default_run_mode;   ///< training prices backward compute and gradients
+  optimizer_kind optimizer = optimizer_kind::adam;  ///< training: what each parameter keeps (16 B/param for Adam)
+  /// Training: gradient synchronisation of parameters in buckets of this many bytes (DDP's
+  /// 25 MiB; 0 = one collective per tensor, each paying its full latency) ...
+  double gradient_bucket_bytes = default_gradient_bucket_bytes;
+  /// ... and how much of it the backward hides: behind each consumer's backward compute
+  /// (gradient_overlap_model::behind_backward()) or a fraction (0 = none).
+  gradient_overlap_model gradient_overlap = default_gradient_overlap;
+  /// Training: also offer each parameter replicated on some mesh axes as ZeRO-1 (optimizer
+  /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a
+  /// parameter stored sharded, gathered on use.
+  bool zero = true;
+  friend bool operator==(const step_pricing&, const step_pricing&) = default;
+};
+
+/// The training settings in words: "adam, gradient buckets of 25.00 MiB, gradient sync
+/// overlapped with each consumer's backward, ZeRO-1/2 offered" (or "0.4 of the gradient sync
+/// overlapped"; what `show --plan` and `verify` report).
+inline std::string describe_training(const step_pricing& p) {
+  const std::string overlap = p.gradient_overlap.backward ? std::string("gradient sync overlapped with each consumer's backward")
+                                                          : to_string(p.gradient_overlap) + " of the gradient sync overlapped";
+  return std::string(to_string(p.optimizer)) + ", gradient buckets of " +
+         (p.gradient_bucket_bytes > 0 ? human_bytes(p.gradient_bucket_bytes) : std::string("0 (one per tensor)")) + ", " +
+         overlap + ", ZeRO-1/2 " + (p.zero ? "offered" : "not offered");
+}
+
+// ---- the one JSON spelling -----------------------------------------------------------------
+
+/// {"peak_flops": 3.12e14, "memory_bandwidth": 2e12, "memory_bytes": 85899345920}
+inline nlohmann::json to_json(const device_model& d) {
+  return {{"peak_flops", d.peak_flops}, {"memory_bandwidth", d.memory_bandwidth}, {"memory_bytes", d.memory_bytes}};
+}
+
+/// The device to_json wrote: FLOP/s and bytes/s in [1, 1e30], memory_bytes >= 1.
+inline device_model device_model_from_json(const json_in& j) {
+  device_model d;
+  d.peak_flops = j["peak_flops"].number(1.0, 1e30);
+  d.memory_bandwidth = j["memory_bandwidth"].number(1.0, 1e30);
+  d.memory_bytes = j["memory_bytes"].integer(1);
+  return d;
+}
+
+/// "backward", or the fraction as a number.
+inline nlohmann::json to_json(const gradient_overlap_model& o) {
+  return o.backward ? nlohmann::json("backward") : nlohmann::json(o.fraction);
+}
+
+/// "backward" or a number in [0, 1] (the only form before "backward" existed).
+inline gradient_overlap_model gradient_overlap_from_json(const json_in& j) {
+  if (j.raw().is_string() && j.raw().get<std::string>() == "backward") return gradient_overlap_model::behind_backward();
+  if (!j.raw().is_number()) j.fail_expected("\"backward\" or a number in [0, 1]");
+  return j.number(0.0, 1.0);
+}
+
+/// {"mode": "training", "device": {...}, "optimizer": "adam", "gradient_bucket_bytes": 26214400,
+///  "gradient_overlap": "backward", "zero": true}
+inline nlohmann::json to_json(const step_pricing& p) {
+  return {{"mode", std::string(to_string(p.mode))},
+          {"device", to_json(p.device)},
+          {"optimizer", std::string(to_string(p.optimizer))},
+          {"gradient_bucket_bytes", p.gradient_bucket_bytes},
+          {"gradient_overlap", to_json(p.gradient_overlap)},
+          {"zero", p.zero}};
+}
+
+/// The value to_json wrote, every member checked; io_error naming the JSON path otherwise.
+inline step_pricing step_pricing_from_json(const json_in& j) {
+  j.require_object();
+  step_pricing p;
+  p.mode = enum_value(j["mode"], all_run_modes);
+  p.device = device_model_from_json(j["device"]);
+  p.optimizer = enum_value(j["optimizer"], all_optimizer_kinds);
+  p.gradient_bucket_bytes = j["gradient_bucket_bytes"].number(0.0, 1e18);
+  p.gradient_overlap = gradient_overlap_from_json(j["gradient_overlap"]);
+  p.zero = j["zero"].boolean();
+  return p;
+}
+
+}  // namespace autoshard

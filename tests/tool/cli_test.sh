@@ -295,7 +295,7 @@ fi
 
 # calibrate: a 2x2 mesh of Gloo ranks on loopback, fitted links written and used by plan.
 if "$tool" --help | grep -q ' calibrate'; then
-  json_check "len(d['axes']) == 2 and all(a['bandwidth_Bps'] > 0 and a['latency_s'] >= 0 for a in d['axes'])" \
+  json_check "len(d['axes']) == 2 and all(a['measured'] for a in d['axes']) and all(a['bandwidth_Bps'] > 0 and a['latency_s'] >= 0 for a in d['mesh']['axes'])" \
     "$tool" calibrate --mesh 2x2 --max-bytes 65536 --repeats 2 --out "$tmp/links.json" --json
   test -s "$tmp/links.json" && ok || bad "calibration file missing"
   if "$tool" --help | grep -q ' plan'; then
@@ -331,7 +331,7 @@ if "$tool" --help | grep -q ' calibrate'; then
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   ( set -m; launch_node 0 "$port" "$tmp/env-links.json" & n0=$!; launch_node 1 "$port" "$tmp/env-links.json" & n1=$!
     wait $n0 && wait $n1 ) && ok || { bad "calibrate --from-env on two local nodes"; cat "$tmp"/env-links.json.*.log; }
-  python3 -c "import json,sys; d=json.load(open('$tmp/env-links.json')); sys.exit(0 if d['mesh'] == [2,2] and all(a['measured'] for a in d['axes']) else 1)" \
+  python3 -c "import json,sys; d=json.load(open('$tmp/env-links.json')); sys.exit(0 if d['version'] == 3 and [a['size'] for a in d['mesh']['axes']] == [2,2] and all(a['measured'] for a in d['axes']) else 1)" \
     && ok || bad "calibrate --from-env: the file of rank 0"
   grep -q "4 ranks, one process each" "$tmp/env-links.json.0.log" && ok || bad "calibrate --from-env: rank 0's report"
   # Launch variables that cannot be used: errors naming the variable.
@@ -345,8 +345,10 @@ if "$tool" --help | grep -q ' calibrate'; then
   grep -q "no rank in the environment" "$tmp/err" && ok || bad "no RANK: $(cat "$tmp/err")"
 fi
 
-# A calibration of a 3-axis mesh: plan, show and verify use all three axes' measured links
-# (none collapses into another), and another mesh shape or backend needs --force.
+# A calibration of a 3-axis mesh (a version-2 file: the mesh a list of sizes, the links beside
+# each axis's fit, as calibrate wrote them before version 3): plan, show and verify use all
+# three axes' measured links (none collapses into another), and another mesh shape or backend
+# needs --force.
 if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' calibrate'; then
   python3 - "$tmp/cal3.json" <<'PY'
 import json, sys

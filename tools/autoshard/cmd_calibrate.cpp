@@ -66,7 +66,7 @@ int run_calibrate(calibrate_cli_options o) {
     o.out = paths.output_path("--out", o.out).string();
     paths.check();
   }
-  const device_mesh m(parse_mesh_shape(o.mesh));
+  const device_mesh m = parse_mesh(o.mesh);  // its sizes and axis names; the links are what is measured
   check_calibrate_options(o, m);
   calibration_options co;
   co.repeats = o.repeats;
@@ -103,8 +103,9 @@ int run_calibrate(calibrate_cli_options o) {
       std::cout << "   (size 1: never communicates)\n";
       continue;
     }
-    std::cout << "   " << std::setw(10) << human_seconds(ax.link.alpha) << "   " << std::setw(9) << std::setprecision(3)
-              << ax.link.beta / 1e9 << " GB/s   " << std::setprecision(3) << 100.0 * ax.holdout_relative_error
+    const link_model& link = result.mesh.link(static_cast<std::size_t>(ax.axis));
+    std::cout << "   " << std::setw(10) << human_seconds(link.alpha) << "   " << std::setw(9) << std::setprecision(3)
+              << link.beta / 1e9 << " GB/s   " << std::setprecision(3) << 100.0 * ax.holdout_relative_error
               << "% at " << human_bytes(ax.holdout_bytes) << "\n";
   }
   std::cout << "\nwrote " << o.out << "; use it with: autoshard plan --calibration " << o.out << " ...\n";

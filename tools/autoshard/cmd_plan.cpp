@@ -99,12 +99,11 @@ device_mesh plan_mesh(const plan_cli_options& o) {
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
   const calibration_result cal = load_calibration(o.calibration);
   const std::string backend = o.backend_given ? o.backend : cal.backend_family();
-  const std::vector<int> shape = parse_mesh_shape(o.mesh.mesh);
-  cal.check_fits(shape, backend, o.force);
-  if (o.force && (shape != cal.mesh_shape || backend != cal.backend_family()))
-    std::cerr << "autoshard: note: --force: using links measured on " << to_string(cal.mesh()) << " with " << cal.backend
-              << " for " << to_string(device_mesh(shape)) << " with " << backend << "\n";
   device_mesh m = o.mesh.build(backend);
+  cal.check_fits(m, backend, o.force);
+  if (o.force && (!cal.measured_on(m) || backend != cal.backend_family()))
+    std::cerr << "autoshard: note: --force: using links measured on " << to_string(cal.mesh) << " with " << cal.backend
+              << " for " << to_string(m) << " with " << backend << "\n";
   return apply_calibration(m, cal, o.force);  // measured links replace the bandwidth and latency options
 #else
   throw spec_error("--calibration needs a build with Gloo");

@@ -83,7 +83,7 @@ inline CLI::Validator seed_value() {
 /// one node.
 struct mesh_options {
   static constexpr double unset = std::numeric_limits<double>::quiet_NaN();
-  std::string mesh = std::to_string(default_mesh_shape[0]) + "x" + std::to_string(default_mesh_shape[1]);
+  std::string mesh = shape_text(device_mesh(std::vector<int>(default_mesh_shape.begin(), default_mesh_shape.end())));  // "2x4"
   /// Latencies and hops start as NaN, "not given": the backend's then (cluster_links' < 0).
   cluster_links links{.inter_node_latency = unset, .intra_node_latency = unset, .inter_node_hop = unset,
                       .intra_node_hop = unset};
@@ -119,8 +119,8 @@ struct mesh_options {
     if (inter_bw && inter_bw->count() == 0) links.inter_node_bandwidth = inter;
     if (intra_bw && intra_bw->count() == 0) links.intra_node_bandwidth = intra;
   }
-  /// The mesh with these links; `backend` ("nccl" or "gloo") supplies the default latencies.
-  /// Axis names given in --mesh (dp=2,tp=4) stay on the mesh.
+  /// The mesh --mesh names (parsed once: its sizes and axis names, dp=2,tp=4) with these links;
+  /// `backend` ("nccl" or "gloo") supplies the default latencies.
   device_mesh build(std::string_view backend = "nccl") const {
     cluster_links c = links;
     c.communications_backend = backend;
@@ -129,10 +129,7 @@ struct mesh_options {
       if (std::isnan(*value)) *value = -1;  // not given
       else if (!(*value >= 0)) throw spec_error(std::string(flag) + " must be >= 0 seconds, got " + std::to_string(*value));
     }
-    const device_mesh named = parse_mesh(mesh);
-    device_mesh m = make_cluster_mesh(named.shape(), c);
-    for (std::size_t a = 0; a < m.ndim() && named.has_axis_names(); ++a) m.set_axis_name(a, named.axis_name(a));
-    return m;
+    return with_cluster_links(parse_mesh(mesh), c);
   }
 };
 

@@ -4,6 +4,7 @@
 /// ring step, beta),
 /// and a held-out size to report how well the fit predicts.
 ///   auto cal = autoshard::calibrate(mc);                 // collective over the mesh
+///   cal.mesh;                                            // the mesh measured on, with the fitted links
 ///   device_mesh m{2, 4};  autoshard::apply_calibration(m, cal);
 /// Backend-free (any mesh_communicator_like); the JSON file that `autoshard calibrate` writes
 /// is read and written by gloo/calibration_file.hpp.
@@ -44,43 +45,34 @@ struct calibration_sample {
   bool held_out = false;
 };
 
-/// The fit of one mesh axis.
+/// The fit of one mesh axis (its fitted link is the calibration's mesh.link(axis)).
 struct axis_calibration {
   int axis = 0;
   int group_size = 1;
   bool measured = false;  ///< false for size-1 axes: they never communicate
-  link_model link;
   double holdout_bytes = 0;
   double holdout_relative_error = 0;  ///< mean over kinds of |predicted - measured| / measured
   std::vector<calibration_sample> samples;
 };
 
 struct calibration_result {
-  std::vector<int> mesh_shape;
+  /// The mesh measured on: its sizes and axis names, and on every measured axis the fitted
+  /// link (an axis of size 1 never communicates and keeps the link it had).
+  device_mesh mesh;
   std::string backend = "gloo-tcp";  ///< what was measured; its family ("gloo") is before the '-'
   std::vector<axis_calibration> axes;
 
   /// The backend family a plan's --backend names: "gloo" for "gloo-tcp".
   std::string backend_family() const { return backend.substr(0, backend.find('-')); }
-  /// The mesh measured on, with the measured links; an axis that was not measured (size 1:
-  /// it never communicates) keeps the link `nominal` gives it.
-  device_mesh mesh(const cluster_links& nominal = {}) const {
-    device_mesh m = make_cluster_mesh(mesh_shape, nominal);
-    for (const auto& a : axes)
-      if (a.measured) m.set_link(static_cast<std::size_t>(a.axis), a.link);
-    return m;
-  }
-  /// Throws spec_error when this calibration was measured on another mesh shape or another
-  /// backend family than the plan asks for, unless `force` (then the caller says so).
-  void check_fits(const std::vector<int>& shape, const std::string& backend_family_wanted, bool force) const {
+  /// Whether it was measured on a mesh of `m`'s shape (axis names are labels: not compared).
+  bool measured_on(const device_mesh& m) const { return mesh.shape() == m.shape(); }
+  /// Throws spec_error when this calibration was measured on another mesh shape than
+  /// `wanted`'s or another backend family than the plan asks for, unless `force` (then the
+  /// caller says so).
+  void check_fits(const device_mesh& wanted, const std::string& backend_family_wanted, bool force) const {
     if (force) return;
-    const auto text = [](const std::vector<int>& v) {
-      std::string t;
-      for (int x : v) t += (t.empty() ? "" : "x") + std::to_string(x);
-      return t;
-    };
-    if (shape != mesh_shape)
-      throw spec_error("the calibration was measured on mesh " + text(mesh_shape) + ", not " + text(shape) +
+    if (!measured_on(wanted))
+      throw spec_error("the calibration was measured on mesh " + shape_text(mesh) + ", not " + shape_text(wanted) +
                        " (--force uses it anyway)");
     if (backend_family_wanted != backend_family())
       throw spec_error("the calibration was measured on " + backend + ", not " + backend_family_wanted +
@@ -202,12 +194,11 @@ template <mesh_communicator_like M>
 calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
   const device_mesh& mesh = mc.mesh();
   calibration_result out;
-  out.mesh_shape = mesh.shape();
+  out.mesh = mesh;
   for (std::size_t a = 0; a < mesh.ndim(); ++a) {
     axis_calibration ax;
     ax.axis = static_cast<int>(a);
     ax.group_size = mesh.size(a);
-    ax.link = mesh.link(a);
     if (ax.group_size > 1) {
       auto& c = mc.axis(a);
       // The slowest rank of the whole mesh: max over the axis group, then over the other axes.
@@ -225,14 +216,15 @@ calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
       for (auto& s : ax.samples)
         s.bytes = std::max(1.0, static_cast<double>(static_cast<std::size_t>(s.bytes / (4.0 * ax.group_size)))) * 4.0 *
                   ax.group_size;
-      ax.link = detail::fit_alpha_beta(ax.samples, ax.group_size);
+      const link_model fit = detail::fit_alpha_beta(ax.samples, ax.group_size);
+      out.mesh.set_link(a, fit);
       ax.measured = true;
       double err = 0;
       int n = 0;
       for (const auto& s : ax.samples)
         if (s.held_out) {
           ax.holdout_bytes = s.bytes;
-          err += std::abs(collective_time(s.kind, ax.link, ax.group_size, s.bytes) - s.seconds) / s.seconds;
+          err += std::abs(collective_time(s.kind, fit, ax.group_size, s.bytes) - s.seconds) / s.seconds;
           ++n;
         }
       ax.holdout_relative_error = n ? err / n : 0.0;
@@ -242,17 +234,14 @@ calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
   return out;
 }
 
-/// Sets the measured axes' link models on `m`, whose shape must match the calibration's.
-/// `force` takes the links of the axes both meshes have even when the shapes differ (the
-/// caller says so to the user); the shape and backend checks themselves are `check_fits`.
+/// Sets the measured axes' link models on `m`, whose shape must be the calibration's
+/// (check_fits). `force` takes the links of the axes both meshes have even when the shapes
+/// differ (the caller says so to the user).
 inline device_mesh& apply_calibration(device_mesh& m, const calibration_result& r, bool force = false) {
-  if (!force && m.shape() != r.mesh_shape) {
-    std::string shape;
-    for (int s : r.mesh_shape) shape += (shape.empty() ? "" : "x") + std::to_string(s);
-    throw spec_error("a calibration of mesh " + shape + " does not fit " + to_string(m));
-  }
+  r.check_fits(m, r.backend_family(), force);
   for (const auto& a : r.axes)
-    if (a.measured && static_cast<std::size_t>(a.axis) < m.ndim()) m.set_link(static_cast<std::size_t>(a.axis), a.link);
+    if (a.measured && static_cast<std::size_t>(a.axis) < m.ndim())
+      m.set_link(static_cast<std::size_t>(a.axis), r.mesh.link(static_cast<std::size_t>(a.axis)));
   return m;
 }
 

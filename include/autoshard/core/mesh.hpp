@@ -302,10 +302,12 @@ inline constexpr double max_link_bandwidth = 1e18;
 /// The default mesh of every command and of autosharding_options: 2 nodes x 4 devices.
 inline constexpr std::array<int, 2> default_mesh_shape{2, 4};
 
-/// The mesh of `shape` with the links `c` describes. Throws spec_error for a bad shape, a
-/// bandwidth, latency or hop outside its range (max_link_*; a negative latency or hop means
-/// the backend's), or an unknown backend, naming the field and its value.
-inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluster_links& c = {}) {
+/// `m` (its sizes and axis names, e.g. from parse_mesh) with the links `c` describes: one
+/// home for turning a mesh's shape and MASE's link options into the mesh a plan is priced on.
+/// Throws spec_error for a non-positive bandwidth, a negative or non-finite latency, or an
+/// unknown backend.
+///   auto m = autoshard::with_cluster_links(autoshard::parse_mesh("dp=2,tp=4"), {.inter_node_bandwidth = 25e9});
+inline device_mesh with_cluster_links(device_mesh m, const cluster_links& c = {}) {
   double inter_lat = 2e-5, intra_lat = 5e-6, efficiency = 1.0;
   double inter_hop = nccl_inter_node_hop, intra_hop = nccl_intra_node_hop;
   if (c.communications_backend == "gloo") {
@@ -314,34 +316,32 @@ inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluste
   } else if (c.communications_backend != "nccl") {
     throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + std::string(c.communications_backend) + "\"");
   }
-  const auto check = [](double x, const char* field, bool negative_is_default, double lo_open, double hi, const char* unit) {
-    if (negative_is_default && x < 0) return;
-    if (!(x > lo_open || (lo_open < 0 && x >= 0)) || !(x <= hi)) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s is %g %s, not in %s%g, %g]%s", field, x, unit, lo_open < 0 ? "[" : "(",
-                    lo_open < 0 ? 0.0 : lo_open, hi, negative_is_default ? " (or negative: the backend's)" : "");
-      throw spec_error(buf);
-    }
-  };
-  check(c.inter_node_bandwidth, "inter_node_bandwidth", false, 0, max_link_bandwidth, "bytes/s");
-  check(c.intra_node_bandwidth, "intra_node_bandwidth", false, 0, max_link_bandwidth, "bytes/s");
-  check(c.inter_node_latency, "inter_node_latency", true, -1, max_link_latency_s, "s");
-  check(c.intra_node_latency, "intra_node_latency", true, -1, max_link_latency_s, "s");
-  check(c.inter_node_hop, "inter_node_hop", true, -1, max_link_hop_s, "s");
-  check(c.intra_node_hop, "intra_node_hop", true, -1, max_link_hop_s, "s");
+  const auto finite_positive = [](double x) { return x > 0 && x < 1e300; };
+  if (!finite_positive(c.inter_node_bandwidth) || !finite_positive(c.intra_node_bandwidth))
+    throw spec_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s, got " +
+                     std::to_string(c.inter_node_bandwidth) + " and " + std::to_string(c.intra_node_bandwidth));
+  if (!(c.inter_node_latency < 1e300) || !(c.intra_node_latency < 1e300))
+    throw spec_error("inter_node_latency and intra_node_latency must be finite seconds");
   if (c.inter_node_latency >= 0) inter_lat = c.inter_node_latency;
   if (c.intra_node_latency >= 0) intra_lat = c.intra_node_latency;
+  if (!(c.inter_node_hop < 1) || !(c.intra_node_hop < 1))
+    throw spec_error("inter_node_hop and intra_node_hop must be in [0, 1) seconds");
   if (c.inter_node_hop >= 0) inter_hop = c.inter_node_hop;
   if (c.intra_node_hop >= 0) intra_hop = c.intra_node_hop;
-  if (shape.empty() || shape.size() > max_mesh_rank)
-    throw spec_error("a mesh has 1 to 4 axes, got " + std::to_string(shape.size()));
-  device_mesh m(shape);
   for (std::size_t a = 0; a < m.ndim(); ++a) {
     const bool inter = m.ndim() >= 2 && a == 0;
     m.set_link(a, inter ? link_model{inter_lat, c.inter_node_bandwidth * efficiency, inter_hop}
                         : link_model{intra_lat, c.intra_node_bandwidth * efficiency, intra_hop});
   }
   return m;
+}
+
+/// The mesh of `shape` with the links `c` describes (with_cluster_links). Throws spec_error
+/// for a bad shape or bad links.
+inline device_mesh make_cluster_mesh(const std::vector<int>& shape, const cluster_links& c = {}) {
+  if (shape.empty() || shape.size() > max_mesh_rank)
+    throw spec_error("a mesh has 1 to 4 axes, got " + std::to_string(shape.size()));
+  return with_cluster_links(device_mesh(shape), c);
 }
 
 /// The 2-D case, usable in constant expressions: axis 0 crosses nodes, axis 1 stays inside.
@@ -365,6 +365,18 @@ inline std::string to_string(const device_mesh& m) {
   return s + ")";
 }
 inline std::ostream& operator<<(std::ostream& os, const device_mesh& m) { return os << to_string(m); }
+
+/// The mesh's shape as `--mesh` takes it: "2x4", or "dp=2,tp=4" when the axes have names (the
+/// one such formatter; parse_mesh reads it back).
+inline std::string shape_text(const device_mesh& m) {
+  std::string s;
+  for (std::size_t i = 0; i < m.ndim(); ++i) {
+    if (m.has_axis_names()) s += (i ? "," : "") + std::string(m.axis_name(i)) + "=";
+    else s += i ? "x" : "";
+    s += std::to_string(m.size(i));
+  }
+  return s;
+}
 
 /// The most ranks a mesh given as text (a flag, a file) may have: 2^20, far beyond any machine
 /// built, small enough that tools which visit every rank finish.
@@ -438,14 +450,9 @@ inline device_mesh parse_mesh(std::string_view s) {
   try {
     for (std::size_t a = 0; a < names.size() && named; ++a) m.set_axis_name(a, names[a]);
   } catch (const spec_error& e) {
-    std::string why = e.what();
-    if (why.rfind("autoshard: spec error: ", 0) == 0) why.erase(0, 23);
-    fail(why);
+    fail(std::string(e.message()));  // said once: "mesh shape 'dp=2,dp=4': axis name 'dp' names two axes"
   }
   return m;
 }
-
-/// The axis sizes of a mesh shape in any spelling parse_mesh reads (see check_mesh_size).
-inline std::vector<int> parse_mesh_shape(std::string_view s) { return parse_mesh(s).shape(); }
 
 }  // namespace autoshard

@@ -23,11 +23,12 @@ inline nlohmann::json link_to_json(const link_model& l) {
 }
 
 /// {"axes": [{"size": 2, "latency_s": 2e-05, "bandwidth_Bps": 25e9}, ...]}, with
-/// "axis_names" when the mesh's axes have names.
-inline nlohmann::json mesh_to_json(const device_mesh& m) {
+/// "axis_names" when the mesh's axes have names. Without `links`, the sizes and names only
+/// ({"axes": [{"size": 2}, {"size": 4}]}: where the links mean nothing, as in a shard index).
+inline nlohmann::json mesh_to_json(const device_mesh& m, bool links = true) {
   nlohmann::json axes = nlohmann::json::array();
   for (std::size_t a = 0; a < m.ndim(); ++a) {
-    nlohmann::json ax = link_to_json(m.link(a));
+    nlohmann::json ax = links ? link_to_json(m.link(a)) : nlohmann::json::object();
     ax["size"] = m.size(a);
     axes.push_back(std::move(ax));
   }

@@ -33,6 +33,7 @@
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
 #include "../io/atomic_file.hpp"  // atomic_file, remove_stale_temporaries, resolve_output_link
 #include "../io/json.hpp"     // load_json_file, json_in
+#include "../io/mesh_json.hpp"  // mesh_to_json: the index records the mesh
 #include "host_tensor.hpp"    // host_tensor, convert_into
 #include "policy.hpp"         // tp_policy, plan_policy, shards_of, tensor_shards
 #include "safetensors.hpp"    // checkpoint, safetensors_writer
@@ -134,10 +135,10 @@ inline nlohmann::json index_json(const std::vector<tensor_shards>& plans, const 
                                  const shard_options& o, const std::string& generation) {
   nlohmann::json j;
   j["format"] = "autoshard-shards";
-  j["version"] = 2;
+  j["version"] = 3;
   j["generation"] = generation;  // every rank file's __metadata__ "autoshard.generation"
   j["world_size"] = mesh.num_ranks();
-  j["mesh"] = mesh.shape();
+  j["mesh"] = mesh_to_json(mesh, /*links=*/false);  // sizes and axis names: what the ranks are
   j["policy"] = policy;
   j["attributes"] = attrs;
   j["convert_to"] = o.convert_to ? nlohmann::json(std::string(to_string(*o.convert_to))) : nlohmann::json();

@@ -332,30 +332,48 @@ TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips an
     CHECK(a.measured);
     CHECK(a.group_size == 2);
     CHECK(a.samples.size() == 3 * 4);
-    CHECK(a.link.alpha >= 0);
-    CHECK(a.link.beta > 0);
+    const link_model& link = r.mesh.link(static_cast<std::size_t>(a.axis));
+    CHECK(link.alpha >= 0);
+    CHECK(link.beta > 0);
     CHECK(a.holdout_bytes == 65536);
     CHECK(std::isfinite(a.holdout_relative_error));
     for (const auto& s : a.samples) CHECK(s.seconds > 0);
   }
   for (const auto& other : results)  // the slowest rank's medians: the same numbers everywhere
-    for (std::size_t a = 0; a < 2; ++a) CHECK(other.axes[a].link == r.axes[a].link);
+    for (std::size_t a = 0; a < 2; ++a) CHECK(other.mesh.link(a) == r.mesh.link(a));
 
   temp_dir dir;
   const std::string path = dir.path() + "/links.json";
   save_calibration(r, path);
   const calibration_result back = load_calibration(path);
   REQUIRE(back.axes.size() == 2);
-  CHECK(back.mesh_shape == std::vector<int>{2, 2});
-  CHECK(back.axes[1].link == r.axes[1].link);
+  CHECK(back.mesh == r.mesh);  // the sizes and every axis's fitted link, through the one mesh spelling
+  CHECK(back.mesh.link(1) == r.mesh.link(1));
   CHECK(back.axes[0].samples.size() == r.axes[0].samples.size());
+  // The axis names travel with the mesh; a version-2 file (the mesh as its sizes, each axis's
+  // link beside its fit, as calibrate wrote it before) reads as the same result.
+  calibration_result named = r;
+  named.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");
+  CHECK(calibration_from_json(calibration_to_json(named)).mesh.axis_name(1) == "tp");
+  nlohmann::json v2 = calibration_to_json(r);
+  v2["version"] = 2;
+  v2["mesh"] = nlohmann::json{2, 2};
+  for (std::size_t a = 0; a < 2; ++a) {
+    v2["axes"][a]["latency_s"] = r.mesh.link(a).alpha;
+    v2["axes"][a]["bandwidth_Bps"] = r.mesh.link(a).beta;
+    v2["axes"][a]["hop_s"] = r.mesh.link(a).hop;
+  }
+  CHECK(calibration_from_json(v2, "v2").mesh == r.mesh);
+  v2["version"] = 4;
+  CHECK_THROWS_WITH_AS(calibration_from_json(v2, "v4"), doctest::Contains("this build reads versions 2 and 3"), io_error);
   device_mesh m{2, 2};
   apply_calibration(m, back);
-  CHECK(m.link(0) == r.axes[0].link);
+  CHECK(m.link(0) == r.mesh.link(0));
   device_mesh wrong{4};
-  CHECK_THROWS_AS(apply_calibration(wrong, back), spec_error);
+  CHECK_THROWS_WITH_AS(apply_calibration(wrong, back), "spec error: the calibration was measured on mesh 2x2, not 4 (--force uses it anyway)",
+                       spec_error);
   apply_calibration(wrong, back, /*force=*/true);  // the axes both meshes have: axis 0 only
-  CHECK(wrong.link(0) == r.axes[0].link);
+  CHECK(wrong.link(0) == r.mesh.link(0));
   {
     std::ofstream(dir.path() + "/bad.json") << R"({"format":"autoshard-calibration","mesh":[2],"axes":[{"axis":0}]})";
   }

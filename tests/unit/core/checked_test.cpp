@@ -50,7 +50,7 @@ TEST_CASE("checked: a mesh whose rank count does not fit an int, and meshes read
   // 46341 x 46341 = 2147488281 ranks: num_ranks() wrapped to -2147479015 before.
   CHECK(names(checked_error([] { device_mesh m{46341, 46341}; }), "is more than 2147483647 ranks"));
   CHECK(device_mesh{46340, 46340}.num_ranks() == 46340 * 46340);
-  CHECK(names(checked_error([] { (void)parse_mesh_shape("65536x65536"); }), "has more than 1048576 ranks"));
+  CHECK(names(checked_error([] { (void)parse_mesh("65536x65536"); }), "has more than 1048576 ranks"));
   CHECK(names(checked_error([] { check_mesh_size({99999999, 99999999}, "plan"); }),
               "plan: axis size 99999999 is not in [1, 1000000]"));
   CHECK_NOTHROW(check_mesh_size({1024, 1024}, "plan"));

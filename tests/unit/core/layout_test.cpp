@@ -160,16 +160,19 @@ TEST_CASE("mesh: errors, links, printing, parsing") {
 
   CHECK(to_string(device_mesh{2, 4}) == "mesh(2,4)");
   CHECK(to_string(device_mesh{8}) == "mesh(8)");
-  CHECK(parse_mesh_shape("2x4") == std::vector<int>{2, 4});
-  CHECK(parse_mesh_shape("8") == std::vector<int>{8});
-  CHECK(parse_mesh_shape("2X2x2") == std::vector<int>{2, 2, 2});
-  CHECK(parse_mesh_shape("mesh(2,4)") == std::vector<int>{2, 4});
-  CHECK(parse_mesh_shape("mesh(2, 4)") == std::vector<int>{2, 4});
-  for (const device_mesh& x : {device_mesh{3}, device_mesh{2, 4}, device_mesh{2, 1, 3}, device_mesh{2, 2, 2, 2}})
-    CHECK(device_mesh(parse_mesh_shape(to_string(x))) == x);
+  CHECK(parse_mesh("2x4").shape() == std::vector<int>{2, 4});
+  CHECK(parse_mesh("8").shape() == std::vector<int>{8});
+  CHECK(parse_mesh("2X2x2").shape() == std::vector<int>{2, 2, 2});
+  CHECK(parse_mesh("mesh(2,4)").shape() == std::vector<int>{2, 4});
+  CHECK(parse_mesh("mesh(2, 4)").shape() == std::vector<int>{2, 4});
+  for (const device_mesh& x : {device_mesh{3}, device_mesh{2, 4}, device_mesh{2, 1, 3}, device_mesh{2, 2, 2, 2}}) {
+    CHECK(parse_mesh(to_string(x)) == x);
+    CHECK(parse_mesh(shape_text(x)) == x);  // "2x1x3": the spelling --mesh takes
+  }
+  CHECK(shape_text(device_mesh{2, 1, 3}) == "2x1x3");
   for (const char* bad : {"", "x", "2x", "2x0", "2xx4", "2x4a", "1x2x3x4x5", "mesh(2,)", "99999999", "-2"}) {
     CAPTURE(bad);
-    CHECK_THROWS_AS(parse_mesh_shape(bad), spec_error);
+    CHECK_THROWS_AS(parse_mesh(bad).shape(), spec_error);
   }
 }
 
@@ -185,7 +188,7 @@ TEST_CASE("mesh axis names: parsed, printed, round-tripped, and labels only") {
   CHECK(device_mesh{2, 4}.axis_label(1) == "mesh axis 1");
   CHECK(to_string(n) == "mesh(dp=2,tp=4)");
   CHECK(parse_mesh("mesh( dp = 2 , tp=4 )").axis_name(1) == "tp");
-  CHECK(parse_mesh_shape("dp=2,tp=4") == std::vector<int>{2, 4});
+  CHECK(parse_mesh("dp=2,tp=4").shape() == std::vector<int>{2, 4});
   // Names are labels: equal to the unnamed mesh of the same sizes and links.
   CHECK(n == device_mesh{2, 4});
   CHECK_FALSE(device_mesh{2, 4}.has_axis_names());
@@ -205,6 +208,17 @@ TEST_CASE("mesh axis names: parsed, printed, round-tripped, and labels only") {
   }
   CHECK(spec_error_of([] { (void)parse_mesh("dp=2,4"); }).find("name every axis or none") != std::string::npos);
   CHECK(spec_error_of([] { (void)parse_mesh("dp=2,dp=4"); }).find("'dp' names two axes") != std::string::npos);
+  // The message says "spec error" once (the inner one's label was stripped by a prefix that no
+  // longer existed: "spec error: mesh shape 'dp=2,dp=4': spec error: ...").
+  const std::string twice = spec_error_of([] { (void)parse_mesh("dp=2,dp=4"); });
+  CHECK(twice.rfind("spec error: mesh shape 'dp=2,dp=4': ", 0) == 0);
+  CHECK(twice.find("spec error", 1) == std::string::npos);
+  CHECK(shape_text(parse_mesh("dp=2,tp=4")) == "dp=2,tp=4");
+  // One place gives a parsed mesh its links, keeping its names.
+  const device_mesh linked = with_cluster_links(parse_mesh("dp=2,tp=4"), {.inter_node_bandwidth = 10e9});
+  CHECK(linked.axis_name(1) == "tp");
+  CHECK(linked.link(0).beta == 10e9);
+  CHECK(linked == make_cluster_mesh({2, 4}, {.inter_node_bandwidth = 10e9}));
   device_mesh m{2, 4};
   CHECK_THROWS_AS(m.set_axis_name(2, "pp"), spec_error);
   m.set_axis_name(0, "nodes").set_axis_name(1, "gpus");

@@ -410,6 +410,8 @@ TEST_CASE("shard_checkpoint: rank files hold Megatron's shards, index records ru
         CHECK(std::memcmp(s.data() + (i * 12 + j) * 4, full.data() + (i * 48 + (j / 4) * 16 + r * 4 + j % 4) * 4, 4) == 0);
   }
   const auto& idx = sc.index();
+  CHECK(idx["version"] == 3);
+  CHECK(idx["mesh"] == nlohmann::json::parse(R"({"axes": [{"size": 4}]})"));  // the mesh's spelling, no links
   CHECK(idx["attributes"]["attn.num_heads"] == 1);
   CHECK(idx["tensors"]["transformer.h.0.attn.c_proj.bias"]["add_after_allreduce"] == true);
   CHECK(idx["tensors"]["transformer.h.0.mlp.c_fc.bias"]["add_after_allreduce"] == false);
@@ -444,6 +446,7 @@ TEST_CASE("shard_checkpoint: Hugging Face sharded input, plan policy on a 2-D me
   }
   SUBCASE("solved plan: S01R, RS1, S0S1 on mesh(2,2), uneven") {
     plan_policy plan{device_mesh{2, 2}, {}, split_rule::chunk};
+    plan.mesh.set_axis_name(0, "dp").set_axis_name(1, "tp");  // the plan's names go into the index
     plan.specs["model.embed_tokens.weight"] = parse_spec("S01R", 2, 2);      // 30 -> 15|15 -> 8,7|8,7
     plan.specs["model.layers.0.mlp.up_proj.weight"] = parse_spec("S0S1", 2, 2);
     plan.specs["model.layers.1.self_attn.k_proj.weight"] = parse_spec("RS01", 2, 2);
@@ -452,6 +455,7 @@ TEST_CASE("shard_checkpoint: Hugging Face sharded input, plan policy on a 2-D me
     check_roundtrip(dir / "plan", model, 4);
     sharded_checkpoint sc(dir / "plan");
     CHECK(sc.shard(3, "model.embed_tokens.weight").shape() == tensor_shape{7, 16});
+    CHECK(sc.index()["mesh"] == nlohmann::json::parse(R"({"axes": [{"size": 2}, {"size": 2}], "axis_names": ["dp", "tp"]})"));
     plan.specs["not.there"] = parse_spec("S0R", 2, 2);
     CHECK_THROWS_AS(shard_checkpoint(in, plan, dir / "plan2"), io_error);
     CHECK(!fs::exists(dir / "plan2"));

@@ -113,9 +113,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // one, else the MLP; every vertex must come back with one of its own strategies.
     try {
       const autoshard::loaded_plan lp = autoshard::load_plan(f.plan.string());
-      if (lp.strategies.size() != boost::num_vertices(lp.graph)) {
+      if (lp.strategies.size() != boost::num_vertices(lp.graph())) {
         std::fprintf(stderr, "fuzz_plan_json: load_plan returned %zu strategies for %zu vertices\n",
-                     lp.strategies.size(), static_cast<std::size_t>(boost::num_vertices(lp.graph)));
+                     lp.strategies.size(), static_cast<std::size_t>(boost::num_vertices(lp.graph())));
         std::abort();
       }
     } catch (const autoshard::graph_error&) {

@@ -28,11 +28,11 @@ int run_export(const export_cli_options& o) {
   const loaded_plan lp = load_plan(o.plan);
   int axis = -1;
   if (!o.axis.empty()) {
-    axis = lp.mesh.find_axis(o.axis);
+    axis = lp.mesh().find_axis(o.axis);
     if (axis < 0) {
       if (o.axis.find_first_not_of("0123456789") != std::string::npos || o.axis.size() > 2)
         throw spec_error("--axis '" + o.axis + "' is neither a mesh axis number nor a name of the plan's mesh " +
-                         to_string(lp.mesh));
+                         to_string(lp.mesh()));
       axis = std::stoi(o.axis);
     }
   }
@@ -43,8 +43,8 @@ int run_export(const export_cli_options& o) {
     std::cout << text;
   } else {
     write_file_atomically(out, text);
-    std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh.axis_label(static_cast<std::size_t>(e.tp_axis))
-              << " of " << to_string(lp.mesh) << ", "
+    std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh().axis_label(static_cast<std::size_t>(e.tp_axis))
+              << " of " << to_string(lp.mesh()) << ", "
               << (o.to == "hf-tp-plan" ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
   }
   for (const std::string& n : o.to == "hf-tp-plan" ? hf_export_notes(e) : e.notes) std::cerr << "note: " << n << "\n";

@@ -98,7 +98,7 @@ int run_shard(const shard_cli_options& o) {
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
     how = "policy " + policy.name + ", tp " + std::to_string(o.tp);
   } else {
-    const plan_policy policy = plan_policy_for(read_plan_parameters(o.plan), in, o.plan);
+    const plan_policy policy = plan_policy_for(read_plan_file(o.plan), in, o.plan);
     check_outputs(policy.mesh.num_ranks());
     r = shard_checkpoint(in, policy, o.out, so);
     how = "plan " + o.plan + " on " + to_string(policy.mesh);

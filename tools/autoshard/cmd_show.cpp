@@ -381,127 +381,130 @@ int run_show_spec(show_options o) {
 #if defined(AUTOSHARD_TOOL_HAVE_PLAN)
 // ---- plan files -------------------------------------------------------------------------------
 
-/// One tensor of a plan, as show lists and draws it.
-struct plan_entry {
-  std::string name, kind, strategy;
-  std::vector<std::string> inputs;
-  tensor_shape shape;
-  sharding_spec spec;
-  fused_dim fused = {};  ///< the graph's fused dim (c_attn's q | k | v): a cut of it is per part
-  bool cut_per_part() const { return fused.any() && spec.is_sharded(fused.dim); }
-};
+// The plan document as the one plan reader gives it (plan/document.hpp), read whole: the
+// functions below look at its graph and tensors directly.
 
-struct plan_doc {
-  std::string algo, mode;
-  std::string training;  ///< training plans: the settings they were priced with, and the parameters' ZeRO stages
-  device_mesh mesh;  ///< with the links the plan was priced with
-  std::vector<plan_entry> entries;  ///< one per vertex of `graph`, in vertex order
-  model_graph graph;                ///< the embedded graph (tensor names as users write them: find_entry)
-};
-
-/// A plan file through the one plan reader: every vertex's output spec and shape, and the
-/// graph (for the names users write: find_entry).
-plan_doc read_plan(const std::string& file) {
-  const plan_document d = read_plan_file(file);
-  plan_doc doc{std::string(to_string(d.options.algo)), std::string(to_string(d.pricing.mode)), {}, d.mesh, {}, d.graph};
-  if (d.pricing.mode == run_mode::training) {
-    std::size_t zero1 = 0, zero2 = 0;
-    for (const plan_tensor& t : d.tensors) {
-      zero1 += t.strategy.ends_with(" zero-1");
-      zero2 += t.strategy.ends_with(" zero-2");
-    }
-    doc.training = describe_training(d.pricing) + "; parameters stored ZeRO-1: " + std::to_string(zero1) +
-                   ", ZeRO-2: " + std::to_string(zero2);
+/// Training plans: the settings they were priced with, and the parameters' ZeRO stages ("" for
+/// an inference plan).
+std::string training_line(const plan_document& d) {
+  if (d.pricing.mode != run_mode::training) return {};
+  std::size_t zero1 = 0, zero2 = 0;
+  for (const plan_tensor& t : d.tensors) {
+    zero1 += t.strategy.ends_with(" zero-1");
+    zero2 += t.strategy.ends_with(" zero-2");
   }
-  for (vertex_t v = 0; v < d.tensors.size(); ++v) {
-    const plan_tensor& t = d.tensors[v];
-    plan_entry e{d.graph[v].name, std::string(to_string(d.graph[v].kind)), t.strategy, {}, d.graph[v].shape, t.output,
-                 fused_dim_of(d.graph, v)};
-    for (const sharding_spec& in : t.inputs) e.inputs.push_back(to_alpa_string(in));
-    doc.entries.push_back(std::move(e));
-  }
-  return doc;
+  return describe_training(d.pricing) + "; parameters stored ZeRO-1: " + std::to_string(zero1) +
+         ", ZeRO-2: " + std::to_string(zero2);
 }
 
-/// The entry `want` names, as users write tensor names (tensor_names.hpp: the graph's name,
+/// Tensor v's operand specs in Alpa notation.
+std::vector<std::string> input_specs(const plan_document& d, vertex_t v) {
+  std::vector<std::string> out;
+  for (const sharding_spec& in : d.tensors[v].inputs) out.push_back(to_alpa_string(in));
+  return out;
+}
+
+/// The fused dim of tensor v (c_attn's q | k | v) when its spec cuts it: a cut of it is per part.
+std::optional<fused_dim> cut_per_part(const plan_document& d, vertex_t v) {
+  const fused_dim f = fused_dim_of(d.graph, v);
+  if (f.any() && d.tensors[v].output.is_sharded(f.dim)) return f;
+  return std::nullopt;
+}
+
+/// The vertex `want` names, as users write tensor names (tensor_names.hpp: the graph's name,
 /// the checkpoint spelling, a tied weight's state-dict name; `tied` says which it is then).
-const plan_entry& find_entry(const plan_doc& doc, const std::string& want, const std::string& file, std::string* tied = nullptr) {
-  if (const std::optional<vertex_t> v = find_tensor(doc.graph, want, tied)) return doc.entries[*v];
-  throw graph_error("plan file '" + file + "' has no tensor '" + want + "'" + did_you_mean(doc.graph, want) +
-                    " (`autoshard show --plan " + file + "` lists all " + std::to_string(doc.entries.size()) + ")");
+vertex_t find_plan_tensor(const plan_document& d, const std::string& want, const std::string& file, std::string* tied = nullptr) {
+  if (const std::optional<vertex_t> v = find_tensor(d.graph, want, tied)) return *v;
+  throw graph_error("plan file '" + file + "' has no tensor '" + want + "'" + did_you_mean(d.graph, want) +
+                    " (`autoshard show --plan " + file + "` lists all " + std::to_string(d.tensors.size()) + ")");
 }
 
 /// --plan --tensor NAME: the block map of one tensor's output spec.
-void show_plan_tensor(const plan_doc& doc, const show_options& o) {
+void show_plan_tensor(const plan_document& d, const show_options& o) {
   std::string tied;
-  const plan_entry& e = find_entry(doc, o.tensor, o.plan, &tied);
+  const vertex_t v = find_plan_tensor(d, o.tensor, o.plan, &tied);
   if (!tied.empty() && !o.json) std::cout << "note: " << tied << "\n";
-  if (e.shape.rank == 0)
-    throw shape_error("tensor '" + e.name + "' is a scalar: every rank holds all of it, there is no block map");
-  nlohmann::json extra{{"plan", o.plan}, {"tensor", e.name}, {"kind", e.kind}, {"strategy", e.strategy},
-                       {"inputs", e.inputs}};
-  std::string heading = e.name + ": " + e.kind + (e.strategy.empty() ? "" : ", strategy " + e.strategy) + "\n";
-  tensor_shape shape = e.shape;
-  if (e.cut_per_part()) {
+  const node& nd = d.graph[v];
+  const plan_tensor& t = d.tensors[v];
+  if (nd.shape.rank == 0)
+    throw shape_error("tensor '" + nd.name + "' is a scalar: every rank holds all of it, there is no block map");
+  const std::string kind(to_string(nd.kind));
+  nlohmann::json extra{{"plan", o.plan}, {"tensor", nd.name}, {"kind", kind}, {"strategy", t.strategy},
+                       {"inputs", input_specs(d, v)}};
+  std::string heading = nd.name + ": " + kind + (t.strategy.empty() ? "" : ", strategy " + t.strategy) + "\n";
+  tensor_shape shape = nd.shape;
+  if (const std::optional<fused_dim> f = cut_per_part(d, v)) {
     // Every part is cut alike and each rank holds its block of every part: the map of one part.
-    shape[static_cast<std::size_t>(e.fused.dim)] /= e.fused.parts;
-    heading += "dim " + std::to_string(e.fused.dim) + " is " + std::to_string(e.fused.parts) + " fused parts of " +
-               std::to_string(shape[static_cast<std::size_t>(e.fused.dim)]) +
+    shape[static_cast<std::size_t>(f->dim)] /= f->parts;
+    heading += "dim " + std::to_string(f->dim) + " is " + std::to_string(f->parts) + " fused parts of " +
+               std::to_string(shape[static_cast<std::size_t>(f->dim)]) +
                ", cut alike: the map shows one part, and each rank holds its block of every part\n";
-    extra["fused"] = nlohmann::json{{"dim", e.fused.dim}, {"parts", e.fused.parts}};
-    extra["global_shape"] = to_json(e.shape);  // "shape" is the part drawn
-    extra["local_shape"] = to_json(max_local_shape(doc.mesh, e.spec, e.shape));
+    extra["fused"] = nlohmann::json{{"dim", f->dim}, {"parts", f->parts}};
+    extra["global_shape"] = to_json(nd.shape);  // "shape" is the part drawn
+    extra["local_shape"] = to_json(max_local_shape(d.mesh, t.output, nd.shape));
   }
-  draw(doc.mesh, e.spec, shape, o.svg, o.json, extra, heading, o.slice);
+  draw(d.mesh, t.output, shape, o.svg, o.json, extra, heading, o.slice);
 }
 
 /// --plan --json: every tensor with its specs and local shape, and the mesh with its links.
-void show_plan_json(const plan_doc& doc, const std::string& file) {
-  const device_mesh& m = doc.mesh;
+void show_plan_json(const plan_document& d, const std::string& file) {
+  const device_mesh& m = d.mesh;
   nlohmann::json ts = nlohmann::json::array();
-  for (const auto& e : doc.entries) {
-    ts.push_back({{"name", e.name},
-                  {"kind", e.kind},
-                  {"shape", to_json(e.shape)},
-                  {"strategy", e.strategy},
-                  {"inputs", e.inputs},
-                  {"spec", to_string(e.spec)},
-                  {"alpa", to_alpa_string(e.spec)},
-                  {"local_shape", to_json(max_local_shape(m, e.spec, e.shape))},
-                  {"even", divides_evenly(m, e.spec, e.shape)}});
-    if (e.cut_per_part()) ts.back()["fused"] = nlohmann::json{{"dim", e.fused.dim}, {"parts", e.fused.parts}};
+  for (vertex_t v = 0; v < d.tensors.size(); ++v) {
+    const node& nd = d.graph[v];
+    const sharding_spec& spec = d.tensors[v].output;
+    ts.push_back({{"name", nd.name},
+                  {"kind", std::string(to_string(nd.kind))},
+                  {"shape", to_json(nd.shape)},
+                  {"strategy", d.tensors[v].strategy},
+                  {"inputs", input_specs(d, v)},
+                  {"spec", to_string(spec)},
+                  {"alpa", to_alpa_string(spec)},
+                  {"local_shape", to_json(max_local_shape(m, spec, nd.shape))},
+                  {"even", divides_evenly(m, spec, nd.shape)}});
+    if (const std::optional<fused_dim> f = cut_per_part(d, v)) ts.back()["fused"] = nlohmann::json{{"dim", f->dim}, {"parts", f->parts}};
   }
-  nlohmann::json j{{"plan", file}, {"algo", doc.algo}, {"mode", doc.mode}, {"mesh", to_json(m)}, {"tensors", ts}};
-  if (!doc.training.empty()) j["training"] = doc.training;
+  nlohmann::json j{{"plan", file},
+                   {"algo", std::string(to_string(d.options.algo))},
+                   {"mode", std::string(to_string(d.pricing.mode))},
+                   {"mesh", to_json(m)},
+                   {"tensors", ts}};
+  if (const std::string training = training_line(d); !training.empty()) j["training"] = training;
   std::cout << j.dump(2) << "\n";
 }
 
 /// --plan: one row per tensor, columns as wide as their widest cell.
-void show_plan_table(const plan_doc& doc, const std::string& file) {
-  const device_mesh& m = doc.mesh;
+void show_plan_table(const plan_document& d, const std::string& file) {
+  const device_mesh& m = d.mesh;
+  const std::size_t n = d.tensors.size();
   std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
-  for (const auto& e : doc.entries) {
-    wn = std::max(wn, e.name.size());
-    wk = std::max(wk, e.kind.size());
-    ws = std::max(ws, to_string(e.shape).size());
-    wd = std::max(wd, to_string(e.spec).size());
-    wa = std::max(wa, to_alpa_string(e.spec).size());
+  for (vertex_t v = 0; v < n; ++v) {
+    const node& nd = d.graph[v];
+    wn = std::max(wn, nd.name.size());
+    wk = std::max(wk, to_string(nd.kind).size());
+    ws = std::max(ws, to_string(nd.shape).size());
+    wd = std::max(wd, to_string(d.tensors[v].output).size());
+    wa = std::max(wa, to_alpa_string(d.tensors[v].output).size());
   }
   const auto cell = [](std::size_t w) { return std::setw(static_cast<int>(w)); };
-  std::cout << "plan " << file << ": " << (doc.algo.empty() ? "" : doc.algo + ", ") << (doc.mode.empty() ? "" : doc.mode + ", ")
-            << to_string(m) << ", " << doc.entries.size() << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
-  if (!doc.training.empty()) std::cout << "priced for training with " << doc.training << "\n";
+  const std::string training = training_line(d);
+  std::cout << "plan " << file << ": " << to_string(d.options.algo) << ", " << to_string(d.pricing.mode) << ", "
+            << to_string(m) << ", " << n << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
+  if (!training.empty()) std::cout << "priced for training with " << training << "\n";
   std::cout << std::left << "  " << cell(wn) << "tensor" << "  " << cell(wk) << "kind" << "  " << cell(ws) << "shape" << "  "
             << cell(wd) << "spec" << "  " << cell(wa) << "alpa" << "  local shape\n";
   bool any_uneven = false;
-  for (const auto& e : doc.entries) {
-    const bool even = divides_evenly(m, e.spec, e.shape);
+  for (vertex_t v = 0; v < n; ++v) {
+    const node& nd = d.graph[v];
+    const sharding_spec& spec = d.tensors[v].output;
+    const bool even = divides_evenly(m, spec, nd.shape);
     any_uneven = any_uneven || !even;
-    const std::string alpa = to_alpa_string(e.spec);
-    std::cout << "  " << cell(wn) << e.name << "  " << cell(wk) << e.kind << "  " << cell(ws) << to_string(e.shape) << "  "
-              << cell(wd) << to_string(e.spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
-              << to_string(max_local_shape(m, e.spec, e.shape)) << (even ? "" : " *")
-              << (e.cut_per_part() ? " (dim " + std::to_string(e.fused.dim) + ": " + std::to_string(e.fused.parts) + " fused parts, each cut)" : "")
+    const std::string alpa = to_alpa_string(spec);
+    const std::optional<fused_dim> f = cut_per_part(d, v);
+    std::cout << "  " << cell(wn) << nd.name << "  " << cell(wk) << to_string(nd.kind) << "  " << cell(ws) << to_string(nd.shape)
+              << "  " << cell(wd) << to_string(spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
+              << to_string(max_local_shape(m, spec, nd.shape)) << (even ? "" : " *")
+              << (f ? " (dim " + std::to_string(f->dim) + ": " + std::to_string(f->parts) + " fused parts, each cut)" : "")
               << "\n";
   }
   std::cout << std::right;
@@ -514,10 +517,10 @@ int run_show_plan(show_options o) {
   paths.input("--plan", o.plan);
   o.svg = paths.output_path("--svg", o.svg).string();
   paths.check();
-  const plan_doc doc = read_plan(o.plan);
-  if (!o.tensor.empty()) show_plan_tensor(doc, o);
-  else if (o.json) show_plan_json(doc, o.plan);
-  else show_plan_table(doc, o.plan);
+  const plan_document d = read_plan_file(o.plan);
+  if (!o.tensor.empty()) show_plan_tensor(d, o);
+  else if (o.json) show_plan_json(d, o.plan);
+  else show_plan_table(d, o.plan);
   return exit_ok;
 }
 #else

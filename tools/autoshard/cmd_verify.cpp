@@ -92,16 +92,15 @@ int run_verify(const verify_cli_options& o) {
   if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
-  vo.training = lp.mode == run_mode::training && !o.forward_only;
+  vo.training = lp.document.pricing.mode == run_mode::training && !o.forward_only;
   vo.step.optimizer = o.optimizer.empty() ? lp.document.pricing.optimizer : *parse_optimizer_kind(o.optimizer);
   const std::string optimizer(to_string(vo.step.optimizer));
-  vo.priced = lp.collectives;
   if (!o.json)
-    std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph) << " vertices, " << to_string(lp.algo) << ", "
-              << to_string(lp.mode) << " plan; "
+    std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph()) << " vertices, " << to_string(lp.document.options.algo) << ", "
+              << to_string(lp.document.pricing.mode) << " plan; "
               << (vo.training ? "forward, backward and one " + optimizer + " step" : std::string("the forward pass")) << ") on "
-              << to_string(lp.mesh) << " ...\n";
-  if (!o.json && lp.mode == run_mode::training)
+              << to_string(lp.mesh()) << " ...\n";
+  if (!o.json && lp.document.pricing.mode == run_mode::training)
     std::cerr << "priced for training with " << describe_training(lp.document.pricing) << "\n";
   phase_printer progress(progress_wanted(o.progress), "verify");
   vo.progress = [&progress](const verify_progress& p) {
@@ -112,7 +111,7 @@ int run_verify(const verify_cli_options& o) {
                                   : "tensors merged over the ranks",
              p.seconds);
   };
-  const verify_report r = verify_plan(lp.graph, lp.mesh, lp.strategies, vo);
+  const verify_report r = verify_plan(lp, vo);  // audited against the collectives the plan is priced with
   progress.finish();
   if (o.json) {
     const auto list = [](const std::vector<vertex_check>& v) {

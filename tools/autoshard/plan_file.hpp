@@ -1,5 +1,5 @@
 #pragma once
-// A plan file's parameters as the parameter -> spec map the checkpoint sharder takes,
+// A plan document's parameters as the parameter -> spec map the checkpoint sharder takes,
 // matched against a checkpoint's names.
 #include "common.hpp"
 
@@ -12,30 +12,6 @@
 #include <utility>
 
 namespace autoshard::tool {
-
-/// One parameter of a plan: its spec on the plan's mesh and its global shape.
-struct plan_parameter {
-  std::string name;
-  tensor_shape shape;
-  sharding_spec spec;
-  fused_dim fused = {};  ///< the plan graph's fused dim of the parameter (c_attn's q | k | v)
-};
-
-struct plan_parameters {
-  device_mesh mesh;
-  std::vector<plan_parameter> params;
-};
-
-/// The parameters of a plan file (read by the one plan reader) in the specs they are stored in.
-inline plan_parameters read_plan_parameters(const std::string& file) {
-  const plan_document d = read_plan_file(file);
-  plan_parameters out;
-  out.mesh = d.mesh;
-  for (vertex_t v = 0; v < d.tensors.size(); ++v)
-    if (d.graph[v].is_parameter())
-      out.params.push_back({d.graph[v].name, d.graph[v].shape, d.tensors[v].output, fused_dim_of(d.graph, v)});
-  return out;
-}
 
 /// The checkpoint's name for a plan parameter: the same name, or without its first component
 /// (Hugging Face's GPT-2 files say "h.0.attn.c_attn.weight" for "transformer.h.0.attn.c_attn.weight"),
@@ -60,13 +36,18 @@ inline std::string checkpoint_name(const checkpoint& ck, const std::string& name
   return {};
 }
 
-/// The plan as a sharding policy for `ck`. Every matched tensor must have the plan's shape;
-/// a plan none of whose parameters the checkpoint has is for another model.
-inline plan_policy plan_policy_for(const plan_parameters& plan, const checkpoint& ck, const std::string& file) {
+/// The plan document (read by the one plan reader) as a sharding policy for `ck`: every
+/// parameter in the spec it is stored in. Every matched tensor must have the plan's shape; a
+/// plan none of whose parameters the checkpoint has is for another model.
+inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& ck, const std::string& file) {
   plan_policy pol;
   pol.mesh = plan.mesh;
+  std::vector<vertex_t> params;
+  for (vertex_t v = 0; v < plan.tensors.size(); ++v)
+    if (plan.graph[v].is_parameter()) params.push_back(v);
   std::vector<std::string> missing;
-  for (const auto& p : plan.params) {
+  for (vertex_t v : params) {
+    const node& p = plan.graph[v];
     const std::string n = checkpoint_name(ck, p.name);
     if (n.empty()) {
       missing.push_back(p.name);
@@ -76,12 +57,12 @@ inline plan_policy plan_policy_for(const plan_parameters& plan, const checkpoint
     if (!(e.shape == p.shape))
       throw io_error("plan file '" + file + "' has parameter '" + p.name + "' of shape " + to_string(p.shape) +
                      " but the checkpoint's '" + n + "' is " + to_string(e.shape) + ": the plan is for another model");
-    pol.specs[n] = p.spec;
-    if (p.fused.any()) pol.fused[n] = p.fused;
+    pol.specs[n] = plan.tensors[v].output;
+    if (const fused_dim f = fused_dim_of(plan.graph, v); f.any()) pol.fused[n] = f;
   }
   if (pol.specs.empty())
     throw io_error("plan file '" + file + "' names none of the checkpoint's tensors (first: '" +
-                   (plan.params.empty() ? std::string("none") : plan.params.front().name) +
+                   (params.empty() ? std::string("none") : plan.graph[params.front()].name) +
                    "'): the plan is for another model");
   // A plan for fewer (or more) layers would leave the checkpoint's other layers replicated
   // without a word: every stack of numbered layers must have as many layers in both.
@@ -93,12 +74,13 @@ inline plan_policy plan_policy_for(const plan_parameters& plan, const checkpoint
   };
   const auto in_ck = layer_counts(ck.names());
   std::vector<std::string> planned;  // in the checkpoint's spelling, also for those it lacks
-  for (const auto& p : plan.params) {
-    std::string n = checkpoint_name(ck, p.name);
-    const auto dot = p.name.find('.');
+  for (vertex_t v : params) {
+    const std::string& name = plan.graph[v].name;
+    std::string n = checkpoint_name(ck, name);
+    const auto dot = name.find('.');
     if (n.empty()) {
-      const auto l = split_layer_name(p.name);
-      n = (l && in_ck.count(l->stack)) || dot == std::string::npos ? p.name : p.name.substr(dot + 1);
+      const auto l = split_layer_name(name);
+      n = (l && in_ck.count(l->stack)) || dot == std::string::npos ? name : name.substr(dot + 1);
     }
     planned.push_back(n);
   }

@@ -6,7 +6,7 @@
 ///   autoshard::verify_report r = autoshard::verify_plan(g, mesh, result.strategies);
 ///   std::cout << r;                    // worst vertices, largest difference, pass / fail
 ///   opts.numeric_check = autoshard::numeric_check();  // the pass's run_checks runs it too
-/// A plan file comes back with its graph through load_plan (pass/loaded_plan.hpp).
+/// A plan file comes back whole through load_plan (pass/loaded_plan.hpp); verify_plan takes it so.
 #include <algorithm>  // std::max, std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::isfinite
@@ -23,6 +23,7 @@
 #include "../gloo/communicator.hpp"  // mesh_communicator, gloo_options
 #include "../gloo/launch.hpp"        // run_ranks_collect
 #include "../pass/autosharding.hpp"  // autosharding_options, solver_error, collective_use
+#include "../pass/loaded_plan.hpp"   // loaded_plan
 #include "audit.hpp"           // traffic_audit, audit_traffic
 #include "executor.hpp"        // reference_stream, run_sharded, make_source_values
 #include "resources.hpp"       // check_rank_threads, estimate_verify_memory
@@ -414,6 +415,15 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
   if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);
   throw exec_error("verify computes in f32 or f64, not " + std::string(to_string(o.compute)));
+}
+
+/// Runs a plan file read back whole (load_plan) as verify_plan does, auditing the collectives
+/// the ranks issue against the ones the plan is priced with (`o.priced`, when set, instead).
+///   const autoshard::loaded_plan p = autoshard::load_plan("plan.json");
+///   autoshard::verify_report r = autoshard::verify_plan(p, {.training = true});
+inline verify_report verify_plan(const loaded_plan& p, verify_options o = {}) {
+  if (!o.priced) o.priced = p.collectives;
+  return verify_plan(p.graph(), p.mesh(), p.strategies, o);
 }
 
 /// For autosharding_options::numeric_check: with run_checks the pass runs the chosen plan on

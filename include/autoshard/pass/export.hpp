@@ -55,9 +55,9 @@ inline std::string tp_placement(int dim, int rank) {
 /// The placement on `axis` that every consumer of `v` asks for, or nullopt when they differ.
 inline std::optional<placement> consumers_want(const loaded_plan& p, vertex_t v, std::size_t axis) {
   std::optional<placement> want;
-  for (auto [it, end] = boost::out_edges(v, p.graph); it != end; ++it) {
-    const vertex_t c = boost::target(*it, p.graph);
-    const placement q = p.strategies[c].inputs[static_cast<std::size_t>(p.graph[*it].operand)][axis];
+  for (auto [it, end] = boost::out_edges(v, p.graph()); it != end; ++it) {
+    const vertex_t c = boost::target(*it, p.graph());
+    const placement q = p.strategies[c].inputs[static_cast<std::size_t>(p.graph()[*it].operand)][axis];
     if (want && !(*want == q)) return std::nullopt;
     want = q;
   }
@@ -77,14 +77,14 @@ inline int default_tp_axis(const device_mesh& m) {
 /// "tp", else the last axis of more than one rank. Throws spec_error for an axis the mesh lacks.
 inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) {
   tp_export out;
-  out.mesh = p.mesh;
-  out.tp_axis = tp_axis >= 0 ? tp_axis : detail::default_tp_axis(p.mesh);
-  if (out.tp_axis < 0) throw spec_error("the plan's mesh " + to_string(p.mesh) + " has no axis of more than one rank to export");
-  if (out.tp_axis >= static_cast<int>(p.mesh.ndim()))
-    throw spec_error("mesh axis " + std::to_string(out.tp_axis) + " is outside the plan's mesh " + to_string(p.mesh));
+  out.mesh = p.mesh();
+  out.tp_axis = tp_axis >= 0 ? tp_axis : detail::default_tp_axis(p.mesh());
+  if (out.tp_axis < 0) throw spec_error("the plan's mesh " + to_string(p.mesh()) + " has no axis of more than one rank to export");
+  if (out.tp_axis >= static_cast<int>(p.mesh().ndim()))
+    throw spec_error("mesh axis " + std::to_string(out.tp_axis) + " is outside the plan's mesh " + to_string(p.mesh()));
   const auto tp = static_cast<std::size_t>(out.tp_axis);
-  const std::string tp_label = p.mesh.axis_label(tp);
-  const model_graph& g = p.graph;
+  const std::string tp_label = p.mesh().axis_label(tp);
+  const model_graph& g = p.graph();
   auto problem = [&](vertex_t v, const std::string& why) { out.problems.push_back("'" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + "): " + why); };
   auto note = [&](vertex_t v, const std::string& what) { out.notes.push_back("'" + g[v].name + "': " + what); };
   auto hf_note = [&](vertex_t v, const std::string& what) { out.hf_notes.push_back("'" + g[v].name + "': " + what); };
@@ -105,10 +105,10 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) 
       if (!g[ops[i]].is_parameter()) continue;
       styled_params.insert(ops[i]);
       const sharding_spec& stored = p.strategies[ops[i]].output;
-      for (std::size_t a = 0; a < p.mesh.ndim(); ++a) {
-        if (a == tp || p.mesh.size(a) == 1) continue;
+      for (std::size_t a = 0; a < p.mesh().ndim(); ++a) {
+        if (a == tp || p.mesh().size(a) == 1) continue;
         if (!stored[a].is_replicate() || !st.inputs[i][a].is_replicate()) {
-          problem(v, "its parameter '" + g[ops[i]].name + "' is " + to_string(stored[a]) + " on " + p.mesh.axis_label(a) +
+          problem(v, "its parameter '" + g[ops[i]].name + "' is " + to_string(stored[a]) + " on " + p.mesh().axis_label(a) +
                          ": a tensor-parallel plan splits weights over one mesh axis (" + tp_label +
                          "); splitting them over another too (2-D tensor parallelism, ZeRO-3 / FSDP) is beyond tp_plan and parallelize_module");
           other_axes_ok = false;
@@ -155,7 +155,7 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) 
       if (wc.is_shard())
         note(v, "the plan stores the weight whole on " + tp_label + " and computes on a slice of it (" +
                     (wc.is_shard(out_dim) ? "column" : "row") + "-parallel in compute only); exported as replicated, the same weights");
-      else if (x.is_shard() && p.mesh.size(tp) > 1)
+      else if (x.is_shard() && p.mesh().size(tp) > 1)
         note(v, "weight whole, input split on dim " + std::to_string(x.dim) + " over " + tp_label +
                     " (data or sequence parallel compute): exported as replicated, the same weights");
       continue;

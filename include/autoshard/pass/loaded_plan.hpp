@@ -3,7 +3,8 @@
 /// read by the one reader (plan/document.hpp); its embedded graph and its mesh, with the
 /// links it was solved with, give one strategy per vertex, checked against each other.
 ///   autoshard::loaded_plan p = autoshard::load_plan("plan.json");
-///   // p.graph, p.mesh, p.strategies[v]: what verify_plan, a sharder or an executor needs
+///   // p.graph(), p.mesh(), p.strategies[v], p.collectives: what verify_plan, a sharder or an
+///   // executor needs; p.document: the rest of what the file says
 #include <string>  // std::string
 #include <vector>  // std::vector
 
@@ -12,32 +13,30 @@
 
 namespace autoshard {
 
-/// A plan file read back with the graph it was solved for.
+/// A plan file read back whole: the document (the graph it was solved for, the mesh with the
+/// links it was priced with, the pricing, the options), one strategy per vertex, and the
+/// collectives the cost model prices for it. Nothing is copied out of the document.
 struct loaded_plan {
-  model_graph graph;
-  device_mesh mesh;                  ///< with the links the plan was priced with
-  std::vector<strategy> strategies;  ///< index = vertex
-  autoshard::algo algo = autoshard::algo::alpa;
-  run_mode mode = default_run_mode;
   plan_document document;            ///< everything the file says
+  std::vector<strategy> strategies;  ///< index = vertex of document.graph
   /// The collectives the cost model prices for this plan (what verify audits the run against).
   std::vector<collective_use> collectives;
+
+  const model_graph& graph() const noexcept { return document.graph; }
+  const device_mesh& mesh() const noexcept { return document.mesh; }  ///< with the links the plan was priced with
 };
 
-/// The strategies a plan document chose, rebuilt on its own graph, mesh, device model and
-/// training settings (so the collectives are priced as the plan was).
-/// Throws solver_error when a strategy is not one its vertex offers.
+/// The strategies a plan document chose, rebuilt on its own graph, mesh and pricing (so the
+/// collectives are priced as the plan was). Throws solver_error when a strategy is not one
+/// its vertex offers.
 inline loaded_plan load_plan(plan_document d, const std::string& file = "(in memory)") {
   loaded_plan out;
-  const detail::pass_model pm(d.graph, d.mesh, d.pricing);
-  const std::vector<int> choice = detail::plan_choice(pm, d, file);
-  for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
-  out.collectives = detail::summarize(pm, d.options.algo, choice).collectives;
-  out.graph = d.graph;
-  out.mesh = d.mesh;
-  out.algo = d.options.algo;
-  out.mode = d.pricing.mode;
   out.document = std::move(d);
+  const plan_document& doc = out.document;
+  const detail::pass_model pm(doc.graph, doc.mesh, doc.pricing);
+  const std::vector<int> choice = detail::plan_choice(pm, doc, file);
+  for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
+  out.collectives = detail::summarize(pm, doc.options.algo, choice).collectives;
   return out;
 }
 

@@ -5,7 +5,7 @@
 /// and consumer disagree is labelled with the collectives that reshard it and their modeled
 /// time (per step, training counting the backward).
 ///   std::ofstream f("plan.dot");
-///   autoshard::write_plan_dot(f, p.graph, p.mesh, p.strategies, p.document.pricing);   // p: a loaded_plan
+///   autoshard::write_plan_dot(f, p.graph(), p.mesh(), p.strategies, p.document.pricing);   // p: a loaded_plan
 #include <map>      // std::map
 #include <ostream>  // std::ostream
 #include <set>      // std::set

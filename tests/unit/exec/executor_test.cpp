@@ -407,14 +407,16 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   o.ilp_solution_file = (dir / "plan.json").string();
   const autosharding_result res = autosharding_analysis_pass(g, o);
   const loaded_plan lp = load_plan(o.ilp_solution_file);
-  REQUIRE(boost::num_vertices(lp.graph) == boost::num_vertices(g));
-  CHECK(lp.mesh.shape() == std::vector<int>{2, 4});
-  CHECK(lp.mode == run_mode::training);
+  REQUIRE(boost::num_vertices(lp.graph()) == boost::num_vertices(g));
+  CHECK(lp.mesh().shape() == std::vector<int>{2, 4});
+  CHECK(lp.document.pricing.mode == run_mode::training);
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    CHECK(lp.graph[v].name == g[v].name);
+    CHECK(lp.graph()[v].name == g[v].name);
     CHECK(lp.strategies[v].name == res.strategies[v].name);
   }
-  CHECK(verify_plan(lp.graph, lp.mesh, lp.strategies).passed());
+  const verify_report whole = verify_plan(lp);  // the plan whole: audited against its own pricing
+  CHECK(whole.passed());
+  CHECK(whole.traffic.checked);
   // The check audits the run against the collectives the pass priced for the plan (training:
   // the backward's gradient reductions too); pricing altered on purpose fails it at that site.
   verify_options train;
@@ -433,7 +435,7 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   std::vector<collective_use> halved = audited;
   halved.front().bytes /= 2;
   const std::string altered = "executed communication differs from its pricing at 1 places, first at " + halved.front().site.name(g);
-  CHECK_THROWS_WITH_AS(numeric_check(train)(g, lp.mesh, checked.strategies, halved), doctest::Contains(altered.c_str()),
+  CHECK_THROWS_WITH_AS(numeric_check(train)(g, lp.mesh(), checked.strategies, halved), doctest::Contains(altered.c_str()),
                        solver_error);
   // A failing numeric check leaves no plan file behind.
   std::filesystem::remove(o.ilp_solution_file);

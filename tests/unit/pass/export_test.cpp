@@ -126,7 +126,7 @@ TEST_CASE("export: the dtensor plan carries the layouts, Megatron's sequence par
     const std::string mod = item.key();
     const auto& entry = item.value();
     CAPTURE(mod);
-    CHECK(autoshard::find_vertex(p.graph, mod).has_value());
+    CHECK(autoshard::find_vertex(p.graph(), mod).has_value());
     const std::string style = entry["style"];
     CHECK((style == "ColwiseParallel" || style == "RowwiseParallel" || style == "SequenceParallel"));
   }
@@ -135,8 +135,8 @@ TEST_CASE("export: the dtensor plan carries the layouts, Megatron's sequence par
 TEST_CASE("export: what no style expresses is reported, not approximated") {
   // Weights split over two mesh axes (2-D tensor parallelism): hand-made from the Megatron plan.
   auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference)), "megatron", {2, 4});
-  const auto w = autoshard::find_vertex(p.graph, "model.layers.1.mlp.up_proj.weight");
-  const auto up = autoshard::find_vertex(p.graph, "model.layers.1.mlp.up_proj");
+  const auto w = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj.weight");
+  const auto up = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj");
   REQUIRE((w && up));
   p.strategies[*w].output = autoshard::parse_spec("S01R", 2, 2);
   p.strategies[*up].inputs[1] = autoshard::parse_spec("S01R", 2, 2);

@@ -246,8 +246,8 @@ TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan
   const autoshard::plan_document d = autoshard::read_plan_file(o.ilp_solution_file);
   CHECK(to_string(d.mesh) == "mesh(dp=2,tp=4)");
   const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
-  CHECK(lp.mesh.axis_name(0) == "dp");
-  CHECK(lp.mesh.axis_name(1) == "tp");
+  CHECK(lp.mesh().axis_name(0) == "dp");
+  CHECK(lp.mesh().axis_name(1) == "tp");
   // A name the core refuses, or one per axis missing, is a clear error naming the file's member.
   nlohmann::json j;
   {
@@ -299,7 +299,7 @@ TEST_CASE("plan document: what the pass writes reads back equal, field by field,
   CHECK(d.solver.bound == r.report.solver.bound_value());
   // load_plan (verify, the executor) gives back the very strategies, on the links solved with.
   const autoshard::loaded_plan lp = autoshard::load_plan(o.ilp_solution_file);
-  CHECK(lp.mesh == o.mesh);
+  CHECK(lp.mesh() == o.mesh);
   for (std::size_t v = 0; v < lp.strategies.size(); ++v) CHECK(lp.strategies[v].name == r.strategies[v].name);
 
   // An edited plan with a slower link on axis 2 is priced with it, not with the caller's mesh.

@@ -40,7 +40,7 @@ std::size_t count(const std::string& s, const std::string& what) {
 
 std::string dot_of(const autoshard::loaded_plan& p) {
   std::ostringstream os;
-  autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.document.pricing);
+  autoshard::write_plan_dot(os, p.graph(), p.mesh(), p.strategies, p.document.pricing);
   return os.str();
 }
 
@@ -55,8 +55,8 @@ TEST_CASE("plan DOT: six tied layers are drawn once, with their count") {
   CHECK(dot.find("transformer.h.3.") == std::string::npos);  // no layer drawn twice
   // Nodes: every vertex outside the layers plus one layer's worth.
   std::size_t in_layer0 = 0, outside = 0;
-  for (autoshard::vertex_t v = 0; v < boost::num_vertices(p.graph); ++v) {
-    const std::string& nm = p.graph[v].name;
+  for (autoshard::vertex_t v = 0; v < boost::num_vertices(p.graph()); ++v) {
+    const std::string& nm = p.graph()[v].name;
     if (nm.rfind("transformer.h.0.", 0) == 0) ++in_layer0;
     else if (nm.rfind("transformer.h.", 0) != 0) ++outside;
   }
@@ -71,7 +71,7 @@ TEST_CASE("plan DOT: six tied layers are drawn once, with their count") {
 
 TEST_CASE("plan DOT: a layer that chose differently is drawn on its own") {
   autoshard::loaded_plan p = plan_of(4, "megatron");
-  const auto v = autoshard::find_vertex(p.graph, "transformer.h.2.mlp.act");
+  const auto v = autoshard::find_vertex(p.graph(), "transformer.h.2.mlp.act");
   REQUIRE(v);
   p.strategies[*v].name += " (changed)";  // a different choice for layer 2 only
   const std::string dot = dot_of(p);
@@ -85,5 +85,5 @@ TEST_CASE("plan DOT: strategies that do not fit the graph are an error") {
   autoshard::loaded_plan p = plan_of(1, "data_parallel");
   p.strategies.pop_back();
   std::ostringstream os;
-  CHECK_THROWS_AS(autoshard::write_plan_dot(os, p.graph, p.mesh, p.strategies, p.document.pricing), autoshard::solver_error);
+  CHECK_THROWS_AS(autoshard::write_plan_dot(os, p.graph(), p.mesh(), p.strategies, p.document.pricing), autoshard::solver_error);
 }

@@ -823,8 +823,10 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   std::optional<evaluation> eval = best.eval;
   std::vector<int> choice = best.choice;
   bool any_time = false, any_work = false;
+  std::int64_t bound = end.bound;
   for (const search_pool::result& r : pool.results()) {
     res.search_rounds += r.rounds;
+    if (r.bound) bound = std::max(bound, *r.bound);
     any_time = any_time || r.end == search_end::time_limit;
     any_work = any_work || r.end == search_end::work_limit;
     if (r.choice && (!eval || r.objective < eval->objective)) {
@@ -854,7 +856,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
                 end.message + "; " + rounds + ")";
     }
   }
-  return finish(std::move(res), p, hub.first_seconds(), eval, choice, end.bound, why, message, opt, t0);
+  return finish(std::move(res), p, hub.first_seconds(), eval, choice, bound, why, message, opt, t0);
 }
 
 }  // namespace autoshard

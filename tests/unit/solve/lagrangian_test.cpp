@@ -1,9 +1,11 @@
 // The Lagrangian bound (detail/lagrangian_bound.hpp) against exhaustive enumeration: for any
 // prices >= 0, however large, it never exceeds the optimum of the problem with its usage limit;
-// on a tree without a limit (prices zero) it is the optimum exactly.
+// on a tree without a limit (prices zero) it is the optimum exactly. The chain bound of TRW-S
+// messages likewise, and it sees the edges a spanning forest drops.
 #include <doctest/doctest.h>
 
 #include <autoshard/solve/ilp.hpp>
+#include <autoshard/solve/detail/lagrangian_search.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -72,6 +74,68 @@ TEST_CASE("lagrangian bound: on a tree without a usage limit it is the optimum")
     ad::reducer red(p, true);
     red.update_binding();
     const std::optional<std::int64_t> b = bound_of(red, {});
+    REQUIRE(b);
+    CHECK(*b == *want.best);
+  }
+}
+
+namespace {
+
+// The chain bound of `passes` TRW-S iterations at prices `lambda`, in problem units.
+std::optional<std::int64_t> chain_bound_of(const ad::reducer& red, const std::vector<double>& lambda, int passes) {
+  const ad::reduced_view rv(red, red.binding_times);
+  const ad::mrf_tables tables(rv);
+  ad::message_passing mp(tables);
+  ad::local_search ls(rv);
+  const std::vector<std::vector<ad::wcost>> pen = ls.penalties(lambda);
+  mp.set_costs(rv.limit ? &pen : nullptr);
+  mp.run(passes);
+  const std::optional<ad::wcost> lb = ad::chain_bound(rv, lambda, mp, tables.pos);
+  if (!lb || ad::is_forbidden_w(*lb)) return std::nullopt;
+  return static_cast<std::int64_t>(ad::wadd(red.offset, *lb));
+}
+
+}  // namespace
+
+TEST_CASE("chain bound: never above the optimum for any prices and messages; exact on a tree without a limit") {
+  std::mt19937 rng(7070);
+  solve_test::random_spec spec;
+  spec.p_follower = 0.1;
+  int checked = 0, tighter = 0;
+  for (int seed = 0; seed < 150; ++seed) {
+    CAPTURE(seed);
+    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
+    const std::int64_t lo = p.min_peak_usage().bytes;
+    p.usage_limit = lo + std::uniform_int_distribution<std::int64_t>(0, 6)(rng);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    if (!want.best) continue;
+    ad::reducer red(p, true);
+    red.run();
+    const ad::reduced_view rv(red, red.binding_times);
+    if (rv.ilp_nodes.empty()) continue;
+    for (const int passes : {0, 1, 5, 30}) {
+      std::vector<double> lambda(rv.times.size());
+      const double top = std::pow(10.0, std::uniform_real_distribution<double>(-3.0, 3.0)(rng));
+      for (double& l : lambda) l = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? 0.0 : top * std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      const std::optional<std::int64_t> b = chain_bound_of(red, lambda, passes);
+      REQUIRE(b);
+      CHECK(*b <= *want.best);
+      ++checked;
+      const std::optional<std::int64_t> forest = bound_of(red, lambda);
+      tighter += forest && *b > *forest ? 1 : 0;
+    }
+  }
+  CHECK(checked >= 200);
+  CHECK(tighter > 0);  // the messages see the edges a spanning forest drops
+  // On a tree without a limit, TRW-S's messages converge to the exact minimum.
+  for (int seed = 0; seed < 40; ++seed) {
+    CAPTURE(seed);
+    const autoshard::strategy_problem p = solve_test::random_tree_problem(rng, 8, 0);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    REQUIRE(want.best);
+    ad::reducer red(p, true);
+    red.update_binding();
+    const std::optional<std::int64_t> b = chain_bound_of(red, {}, 20);
     REQUIRE(b);
     CHECK(*b == *want.best);
   }

@@ -11,7 +11,9 @@
 //      time point) and improved by ICM, is a feasible answer;
 //   4. the prices move along the subgradient (each time point's load minus the limit), with a
 //      Polyak step towards the best answer's cost.
-// Every so often the best answer is polished by the feasible window search and random kicks.
+// After each cheaper answer and every few rounds the best answer is polished by the feasible
+// window search. Each round also proves a bound: the chain bound of its messages and prices
+// (detail/lagrangian_bound.hpp).
 // A round's work is fixed by counts, never by the clock, so the same seed gives the same
 // sequence of answers; the clock only decides where the sequence stops (a round cut short by the
 // deadline offers nothing). Each thread owns one of these; the tables are shared read-only.
@@ -24,6 +26,7 @@
 #include <vector>     // std::vector
 
 #include "heuristic.hpp"        // local_search
+#include "lagrangian_bound.hpp"  // chain_bound
 #include "message_passing.hpp"  // mrf_tables, message_passing
 #include "reduce.hpp"           // wcost, forbidden
 #include "reduced_view.hpp"     // reduced_view
@@ -36,7 +39,8 @@ struct lagrangian_effort {
   int passes = 10;           ///< message-passing iterations per round (each forwards and backwards)
   std::size_t windows = 16;  ///< priced windows per round
   int polish_every = 8;      ///< rounds between polishes of the best answer (and after each new best)
-  std::size_t polish_windows = 64;  ///< feasible windows per polish
+  std::size_t polish_windows = 64;  ///< feasible windows per polish (a quarter of them in a row finding nothing ends it)
+  bool polish_on_better = true;     ///< also polish right after each cheaper answer
 };
 
 class lagrangian_search {
@@ -44,8 +48,9 @@ class lagrangian_search {
   using clock = std::chrono::steady_clock;
 
   lagrangian_search(const mrf_tables& tables, unsigned seed, lagrangian_effort e = {})
-      : rv_(tables.rv), mp_(tables), ls_(tables.rv), seed_(seed), effort_(e),
+      : rv_(tables.rv), tables_(tables), mp_(tables), ls_(tables.rv), seed_(seed), effort_(e),
         lambda_(tables.rv.times.size(), 0.0) {
+    effort_.polish_every = std::max(1, effort_.polish_every);
   }
 
   /// The best feasible answer so far (reduced picks per node id) and its exact reduced total.
@@ -54,6 +59,9 @@ class lagrangian_search {
   /// The prices of the best priced estimate so far (for the proven bound), per time point.
   const std::vector<double>& best_prices() const { return best_lambda_; }
   const message_passing& messages() const { return mp_; }
+  /// The best proven lower bound of the rounds so far (reduced units, the offset not included):
+  /// the chain bound of each round's messages and prices (detail/lagrangian_bound.hpp).
+  const std::optional<wcost>& bound() const { return bound_; }
   std::size_t rounds() const { return rounds_; }
   std::size_t rounds_since_improvement() const { return idle_; }
 
@@ -74,6 +82,8 @@ class lagrangian_search {
     mp_.set_costs(rv_.limit ? &pen : nullptr);
     mp_.run(effort_.passes);
     if (clock::now() >= deadline) return false;
+    if (const std::optional<wcost> b = chain_bound(rv_, lambda_, mp_, tables_.pos); b && (!bound_ || *b > *bound_))
+      bound_ = b;
     ls_.pick = mp_.pick;
     ls_.recompute_load();
     ls_.priced = rv_.limit ? &pen : nullptr;
@@ -113,7 +123,9 @@ class lagrangian_search {
     }
     ++rounds_;
     if (rounds_ % 10 == 0) theta_ *= 0.7;
-    if ((better || rounds_ % static_cast<std::size_t>(effort_.polish_every) == 0) && best_) better = polish(deadline) || better;
+    // Polish after each cheaper answer and every `polish_every` rounds.
+    if (best_ && ((better && effort_.polish_on_better) || rounds_ % static_cast<std::size_t>(effort_.polish_every) == 0))
+      better = polish(deadline) || better;
     idle_ = better ? 0 : idle_ + 1;
     return better;
   }
@@ -125,7 +137,7 @@ class lagrangian_search {
     ls.pick = *best_;
     ls.recompute_load();
     const unsigned s = seed_ * 104729u + static_cast<unsigned>(rounds_);
-    ls.window_search(deadline, s, effort_.polish_windows, 1000000, 8, effort_.polish_windows);
+    ls.window_search(deadline, s, effort_.polish_windows / 4, 1000000, 8, effort_.polish_windows);
     const wcost t = ls.total();
     if (is_forbidden_w(t) || t >= best_total_ || !ls.within_limit()) return false;
     best_total_ = t;
@@ -135,6 +147,7 @@ class lagrangian_search {
 
  private:
   const reduced_view& rv_;
+  const mrf_tables& tables_;
   message_passing mp_;
   local_search ls_;
   unsigned seed_;
@@ -144,6 +157,7 @@ class lagrangian_search {
   double best_estimate_ = -std::numeric_limits<double>::infinity();
   std::optional<std::vector<std::size_t>> best_;
   wcost best_total_ = forbidden;
+  std::optional<wcost> bound_;
   std::size_t rounds_ = 0, idle_ = 0;
 };
 

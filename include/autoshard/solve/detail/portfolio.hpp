@@ -128,6 +128,7 @@ class search_pool {
     std::int64_t objective = std::numeric_limits<std::int64_t>::max();
     std::size_t rounds = 0;
     search_end end = search_end::running;
+    std::optional<std::int64_t> bound;  ///< proven lower bound (problem units)
   };
 
   /// Copies the reduced problem as it is now (its live tables only).
@@ -228,7 +229,14 @@ class search_pool {
         end = search_end::stalled;
         break;
       }
-      if (s.round(deadline) && s.best()) {
+      const std::optional<wcost> before = s.bound();
+      const bool better = s.round(deadline);
+      if (s.bound() && (!before || *s.bound() > *before)) {
+        const wcost b = wadd(red_.offset, *s.bound());
+        mine.bound = b >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(b);
+        hub_.bound(*mine.bound);
+      }
+      if (better && s.best()) {
         std::vector<int> c(p_.nodes.size(), -1);
         for (std::size_t v : view_.ilp_nodes) c[v] = red_.nodes[v].strat[(*s.best())[v]];
         red_.unfold(c);

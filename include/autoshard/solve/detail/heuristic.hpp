@@ -7,6 +7,7 @@
 // when they lead to a cheaper assignment. It gives an answer within a small fraction of the
 // time limit on every instance; the ILP then improves it.
 #include <algorithm>  // std::min, std::lower_bound
+#include <atomic>     // std::atomic
 #include <chrono>     // std::chrono::steady_clock
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
@@ -48,6 +49,14 @@ class local_search {
   const reduced_view& rv;
   std::vector<std::size_t> pick;  // per node id; meaningful for alive nodes
   load_tree load;                 // summed usage per candidate time
+
+  /// Set by a search thread: when it turns true the loops end as at their deadline.
+  const std::atomic<bool>* cancel = nullptr;
+
+  /// The deadline has passed, or the search was cancelled.
+  bool over(clock::time_point deadline) const {
+    return clock::now() >= deadline || (cancel && cancel->load(std::memory_order_relaxed));
+  }
 
   /// Lagrangian prices of the memory rows per node and strategy (see `penalties`): when set,
   /// they are part of every node's cost and the moves ignore the limit.
@@ -279,7 +288,7 @@ class local_search {
     for (std::size_t v : queue) queued[v] = 1;
     std::size_t steps = 0;
     while (!queue.empty()) {
-      if ((++steps & 255) == 0 && clock::now() > deadline) return;
+      if ((++steps & 255) == 0 && over(deadline)) return;
       const std::size_t v = queue.back();
       queue.pop_back();
       queued[v] = 0;
@@ -319,7 +328,7 @@ class local_search {
     if (rv.ilp_nodes.empty()) return;
     std::mt19937 rng(seed);
     std::uniform_int_distribution<std::size_t> pick_node(0, rv.ilp_nodes.size() - 1);
-    for (std::size_t idle = 0; idle < patience && clock::now() < deadline; ++idle) {
+    for (std::size_t idle = 0; idle < patience && !over(deadline); ++idle) {
       log.clear();
       drift = {};
       const std::size_t v = rv.ilp_nodes[pick_node(rng)];
@@ -364,7 +373,7 @@ class local_search {
     std::uniform_int_distribution<std::size_t> pick_node(0, rv.ilp_nodes.size() - 1);
     const std::size_t n = rv.red.nodes.size();
     std::vector<std::size_t> pos(n, n);  // position in the window, n when outside
-    for (std::size_t idle = 0, done = 0; idle < patience && done < limit && clock::now() < deadline; ++idle, ++done) {
+    for (std::size_t idle = 0, done = 0; idle < patience && done < limit && !over(deadline); ++idle, ++done) {
       const window w = grow_window(rv.ilp_nodes[pick_node(rng)], rng, pos, work, roots);
       const wcost before = window_cost(w, pos);
       std::vector<std::size_t> old(w.nodes.size());

@@ -18,6 +18,7 @@
 // sequence of answers; the clock only decides where the sequence stops (a round cut short by the
 // deadline offers nothing). Each thread owns one of these; the tables are shared read-only.
 #include <algorithm>  // std::max
+#include <atomic>     // std::atomic
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs
 #include <cstddef>    // std::size_t
@@ -47,9 +48,12 @@ class lagrangian_search {
  public:
   using clock = std::chrono::steady_clock;
 
-  lagrangian_search(const mrf_tables& tables, unsigned seed, lagrangian_effort e = {})
+  /// `cancel`, when given, ends a round early (as its deadline would) once it turns true.
+  lagrangian_search(const mrf_tables& tables, unsigned seed, lagrangian_effort e = {},
+                    const std::atomic<bool>* cancel = nullptr)
       : rv_(tables.rv), tables_(tables), mp_(tables), ls_(tables.rv), seed_(seed), effort_(e),
-        lambda_(tables.rv.times.size(), 0.0) {
+        lambda_(tables.rv.times.size(), 0.0), cancel_(cancel) {
+    ls_.cancel = cancel;
     effort_.polish_every = std::max(1, effort_.polish_every);
   }
 
@@ -81,7 +85,7 @@ class lagrangian_search {
     const std::vector<std::vector<wcost>> pen = ls_.penalties(lambda_);
     mp_.set_costs(rv_.limit ? &pen : nullptr);
     mp_.run(effort_.passes);
-    if (clock::now() >= deadline) return false;
+    if (ls_.over(deadline)) return false;
     if (const std::optional<wcost> b = chain_bound(rv_, lambda_, mp_, tables_.pos); b && (!bound_ || *b > *bound_))
       bound_ = b;
     ls_.pick = mp_.pick;
@@ -91,7 +95,7 @@ class lagrangian_search {
     ls_.improve(deadline);
     ls_.window_search(deadline, s, static_cast<std::size_t>(-1), 1000000, 8, effort_.windows);
     ls_.priced = nullptr;
-    if (clock::now() >= deadline) return false;
+    if (ls_.over(deadline)) return false;
     // The priced value of this assignment: an estimate (from above) of the Lagrangian function.
     double estimate = static_cast<double>(ls_.total());
     for (std::size_t v : rv_.ilp_nodes) estimate += rv_.limit ? static_cast<double>(pen[v][ls_.pick[v]]) : 0.0;
@@ -105,11 +109,12 @@ class lagrangian_search {
     bool better = false;
     {
       local_search fix(rv_);
+      fix.cancel = cancel_;
       fix.pick = ls_.pick;
       fix.recompute_load();
       if (fix.repair()) {
         fix.improve(deadline);
-        if (clock::now() >= deadline) return false;
+        if (ls_.over(deadline)) return false;
         const wcost t = fix.total();
         if (!is_forbidden_w(t) && t < best_total_) best_total_ = t, best_ = fix.pick, better = true;
       }
@@ -134,6 +139,7 @@ class lagrangian_search {
   bool polish(clock::time_point deadline) {
     if (!best_) return false;
     local_search ls(rv_);
+    ls.cancel = cancel_;
     ls.pick = *best_;
     ls.recompute_load();
     const unsigned s = seed_ * 104729u + static_cast<unsigned>(rounds_);
@@ -153,6 +159,7 @@ class lagrangian_search {
   unsigned seed_;
   lagrangian_effort effort_;
   std::vector<double> lambda_, best_lambda_;
+  const std::atomic<bool>* cancel_;
   double theta_ = 1.0;
   double best_estimate_ = -std::numeric_limits<double>::infinity();
   std::optional<std::vector<std::size_t>> best_;

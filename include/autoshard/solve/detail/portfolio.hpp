@@ -9,7 +9,13 @@
 // the answers are the same, and thread k does the same with any thread count, so more threads
 // never give a worse answer (the answer is the cheapest over the threads, ties to the lowest
 // thread). Only the stop flag and the progress reports cross threads.
-#include <algorithm>  // std::max
+#if defined(__linux__)
+#include <sys/resource.h>  // getpriority, setpriority
+
+#include <cerrno>  // errno
+#endif
+
+#include <algorithm>  // std::max, std::min
 #include <atomic>     // std::atomic
 #include <chrono>     // std::chrono::steady_clock
 #include <cstddef>    // std::size_t
@@ -209,10 +215,20 @@ class search_pool {
     results_[k].end = search_end::running;
   }
 
-  void run(std::size_t k) { run(k, lim_.deadline); }
+  /// A search thread started here runs at a lower priority (nice + 5, where threads have their
+  /// own, as on Linux): on an idle machine it still gets its core, and on a busy one the ILP's
+  /// thread keeps its share (B, G and P are proven on thread 0 alone).
+  void run(std::size_t k) {
+#if defined(__linux__)
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, 0);
+    if (errno == 0) (void)::setpriority(PRIO_PROCESS, 0, std::min(now + 5, 19));
+#endif
+    run(k, lim_.deadline);
+  }
 
   void run(std::size_t k, clock::time_point deadline) {
-    lagrangian_search s(tables_, lim_.seed * 1000003u + static_cast<unsigned>(k));
+    lagrangian_search s(tables_, lim_.seed * 1000003u + static_cast<unsigned>(k), {}, &stop_);
     search_end end = search_end::time_limit;
     result mine;
     for (;;) {

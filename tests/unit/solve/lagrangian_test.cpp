@@ -27,13 +27,27 @@ std::optional<std::int64_t> bound_of(const ad::reducer& red, const std::vector<d
   return static_cast<std::int64_t>(ad::wadd(red.offset, *lb));
 }
 
+// The chain bound of `passes` TRW-S iterations at prices `lambda`, in problem units.
+std::optional<std::int64_t> chain_bound_of(const ad::reducer& red, const std::vector<double>& lambda, int passes) {
+  const ad::reduced_view rv(red, red.binding_times);
+  const ad::mrf_tables tables(rv);
+  ad::message_passing mp(tables);
+  ad::local_search ls(rv);
+  const std::vector<std::vector<ad::wcost>> pen = ls.penalties(lambda);
+  mp.set_costs(rv.limit ? &pen : nullptr);
+  mp.run(passes);
+  const std::optional<ad::wcost> lb = ad::chain_bound(rv, lambda, mp, tables.pos);
+  if (!lb || ad::is_forbidden_w(*lb)) return std::nullopt;
+  return static_cast<std::int64_t>(ad::wadd(red.offset, *lb));
+}
+
 }  // namespace
 
-TEST_CASE("lagrangian bound: never above the optimum, for any prices, with the reductions run") {
+TEST_CASE("lagrangian and chain bounds: never above the optimum, for any prices and messages, with the reductions run") {
   std::mt19937 rng(8080);
   solve_test::random_spec spec;
   spec.p_follower = 0.1;
-  int priced = 0, above_free = 0;
+  int priced = 0, above_free = 0, chain_tighter = 0;
   for (int seed = 0; seed < 150; ++seed) {
     CAPTURE(seed);
     autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
@@ -56,15 +70,21 @@ TEST_CASE("lagrangian bound: never above the optimum, for any prices, with the r
       const std::optional<std::int64_t> b = bound_of(red, lambda);
       REQUIRE(b);
       CHECK(*b <= *want.best);
+      // The chain bound of TRW-S's messages after 0 to 30 passes, at the same prices.
+      const std::optional<std::int64_t> chain = chain_bound_of(red, lambda, (draw % 4) * (draw % 4) * 3);
+      REQUIRE(chain);
+      CHECK(*chain <= *want.best);
+      chain_tighter += *chain > *b ? 1 : 0;
       priced += rv.times.empty() ? 0 : 1;
       above_free += *b > *free ? 1 : 0;
     }
   }
   CHECK(priced > 100);
-  CHECK(above_free > 0);  // prices do raise the bound on some problems
+  CHECK(above_free > 0);     // prices do raise the bound on some problems
+  CHECK(chain_tighter > 0);  // the messages see the edges a spanning forest drops
 }
 
-TEST_CASE("lagrangian bound: on a tree without a usage limit it is the optimum") {
+TEST_CASE("lagrangian and chain bounds: on a tree without a usage limit they are the optimum") {
   std::mt19937 rng(9090);
   for (int seed = 0; seed < 60; ++seed) {
     CAPTURE(seed);
@@ -76,67 +96,9 @@ TEST_CASE("lagrangian bound: on a tree without a usage limit it is the optimum")
     const std::optional<std::int64_t> b = bound_of(red, {});
     REQUIRE(b);
     CHECK(*b == *want.best);
-  }
-}
-
-namespace {
-
-// The chain bound of `passes` TRW-S iterations at prices `lambda`, in problem units.
-std::optional<std::int64_t> chain_bound_of(const ad::reducer& red, const std::vector<double>& lambda, int passes) {
-  const ad::reduced_view rv(red, red.binding_times);
-  const ad::mrf_tables tables(rv);
-  ad::message_passing mp(tables);
-  ad::local_search ls(rv);
-  const std::vector<std::vector<ad::wcost>> pen = ls.penalties(lambda);
-  mp.set_costs(rv.limit ? &pen : nullptr);
-  mp.run(passes);
-  const std::optional<ad::wcost> lb = ad::chain_bound(rv, lambda, mp, tables.pos);
-  if (!lb || ad::is_forbidden_w(*lb)) return std::nullopt;
-  return static_cast<std::int64_t>(ad::wadd(red.offset, *lb));
-}
-
-}  // namespace
-
-TEST_CASE("chain bound: never above the optimum for any prices and messages; exact on a tree without a limit") {
-  std::mt19937 rng(7070);
-  solve_test::random_spec spec;
-  spec.p_follower = 0.1;
-  int checked = 0, tighter = 0;
-  for (int seed = 0; seed < 150; ++seed) {
-    CAPTURE(seed);
-    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
-    const std::int64_t lo = p.min_peak_usage().bytes;
-    p.usage_limit = lo + std::uniform_int_distribution<std::int64_t>(0, 6)(rng);
-    const solve_test::brute_result want = solve_test::brute_force(p);
-    if (!want.best) continue;
-    ad::reducer red(p, true);
-    red.run();
-    const ad::reduced_view rv(red, red.binding_times);
-    if (rv.ilp_nodes.empty()) continue;
-    for (const int passes : {0, 1, 5, 30}) {
-      std::vector<double> lambda(rv.times.size());
-      const double top = std::pow(10.0, std::uniform_real_distribution<double>(-3.0, 3.0)(rng));
-      for (double& l : lambda) l = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? 0.0 : top * std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-      const std::optional<std::int64_t> b = chain_bound_of(red, lambda, passes);
-      REQUIRE(b);
-      CHECK(*b <= *want.best);
-      ++checked;
-      const std::optional<std::int64_t> forest = bound_of(red, lambda);
-      tighter += forest && *b > *forest ? 1 : 0;
-    }
-  }
-  CHECK(checked >= 200);
-  CHECK(tighter > 0);  // the messages see the edges a spanning forest drops
-  // On a tree without a limit, TRW-S's messages converge to the exact minimum.
-  for (int seed = 0; seed < 40; ++seed) {
-    CAPTURE(seed);
-    const autoshard::strategy_problem p = solve_test::random_tree_problem(rng, 8, 0);
-    const solve_test::brute_result want = solve_test::brute_force(p);
-    REQUIRE(want.best);
-    ad::reducer red(p, true);
-    red.update_binding();
-    const std::optional<std::int64_t> b = chain_bound_of(red, {}, 20);
-    REQUIRE(b);
-    CHECK(*b == *want.best);
+    // TRW-S's messages converge to the exact minimum too.
+    const std::optional<std::int64_t> chain = chain_bound_of(red, {}, 20);
+    REQUIRE(chain);
+    CHECK(*chain == *want.best);
   }
 }

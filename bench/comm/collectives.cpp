@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
   pool = &p;
 
   if (const char* path = std::getenv("AUTOSHARD_CALIBRATION")) {
-    model = load_calibration(path).axes.at(0).link;
+    model = load_calibration(path).mesh.link(0);
     std::printf("model from %s: alpha %.2f us, beta %.3f GB/s\n", path, model.alpha * 1e6, model.beta / 1e9);
   } else {
     calibration_result cal;
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
       calibration_result r = calibrate(lm);
       if (c.rank() == 0) cal = r;
     });
-    model = cal.axes.at(0).link;
+    model = cal.mesh.link(0);
     std::printf("calibrated on %d ranks (sizes 4 KiB..4 MiB): alpha %.2f us, beta %.3f GB/s, held-out (%.0f B) error %.1f%%\n",
                 ranks, model.alpha * 1e6, model.beta / 1e9, cal.axes[0].holdout_bytes,
                 100.0 * cal.axes[0].holdout_relative_error);

@@ -13,11 +13,11 @@ namespace {
 using namespace autoshard;
 
 // Inference (forward only), as the numbers in docs/performance.md were measured.
-const strategy_options forward{device_model{}, run_mode::inference};
+const strategy_options forward{step_pricing{device_model{}, run_mode::inference}};
 
 model_graph build(int which) {
   transformer_config c = which == 0 ? transformer_config::gpt2_1_5b() : transformer_config::llama_70b();
-  c.mode = forward.mode;
+  c.mode = forward.pricing.mode;
   return which == 0 ? build_gpt2(c) : build_llama(c);
 }
 const char* model_name(int which) { return which == 0 ? "gpt2-1.5b" : "llama-70b"; }

@@ -10,4 +10,5 @@
 #include "autosharding.hpp"    // autosharding_analysis_pass, autosharding_options
 #include "export.hpp"          // export_tensor_parallel, to_hf_tp_plan, to_dtensor_plan
 #include "loaded_plan.hpp"     // load_plan: a plan file back with its graph
+#include "pipeline.hpp"        // pipeline stages: the 1F1B order, its step, the stage partition
 #include "plan_dot.hpp"        // write_plan_dot

@@ -238,7 +238,7 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   std::vector<run_case> runs;
   for (const one_op& c : cases) {
     const std::vector<host_tensor> sources = make_source_values<double>(c.g, 7);
-    for (const strategy& s : enumerate_strategies(c.g, c.v, mesh, {device_model{}, run_mode::inference})) {  // forward runs
+    for (const strategy& s : enumerate_strategies(c.g, c.v, mesh, strategy_options{{device_model{}, run_mode::inference}})) {  // forward runs
       run_case r{&c, std::vector<strategy>(boost::num_vertices(c.g)), {}, {}};
       for (std::size_t k = 0; k < c.ins.size(); ++k) {
         strategy src;

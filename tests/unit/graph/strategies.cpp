@@ -407,7 +407,7 @@ void check_all_strategies(const model_graph& g, vertex_t v, const device_mesh& m
   gc.out_shape = nd.shape;
   const dense want = apply(nd, globals, gc);
   REQUIRE(want.shape == nd.shape);
-  const auto strategies = enumerate_strategies(g, v, m, {device_model{}, run_mode::inference});  // forward
+  const auto strategies = enumerate_strategies(g, v, m, strategy_options{{device_model{}, run_mode::inference}});  // forward
   CHECK(strategies.size() >= min_strategies);
   for (const strategy& s : strategies) {
     CAPTURE(nd.name);

@@ -377,6 +377,53 @@ host_tensor cross_entropy_backward(const node& nd, const host_tensor& logits, co
 
 }  // namespace detail
 
+namespace detail {
+
+/// The backward of an element-wise operator: a unary one's derivative at its operand times
+/// dy, or a binary one's (add and sub read only the shapes, backward_reads_operand: dy summed
+/// back over each operand's broadcast dims).
+template <class T>
+std::vector<host_tensor> elementwise_backward(const node& nd, std::span<const host_tensor* const> in, const host_tensor& dy) {
+  const auto one = [](host_tensor t) {
+    std::vector<host_tensor> v;
+    v.push_back(std::move(t));
+    return v;
+  };
+  switch (nd.kind) {
+    case op_kind::gelu:
+      return one(unary_backward<T>(*in[0], dy, [](T v) {
+        const T a = T(0.7978845608028654), b = T(0.044715);
+        const T t = std::tanh(a * (v + b * v * v * v));
+        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * a * (T(1) + T(3) * b * v * v);
+      }));
+    case op_kind::gelu_erf:  // Phi(x) + x phi(x)
+      return one(unary_backward<T>(*in[0], dy, [](T v) {
+        return T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476))) + v * T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
+      }));
+    case op_kind::silu:
+      return one(unary_backward<T>(*in[0], dy, [](T v) {
+        const T s = T(1) / (T(1) + std::exp(-v));
+        return s * (T(1) + v * (T(1) - s));
+      }));
+    case op_kind::relu: return one(unary_backward<T>(*in[0], dy, [](T v) { return v > T(0) ? T(1) : T(0); }));
+    case op_kind::tanh: return one(unary_backward<T>(*in[0], dy, [](T v) { const T t = std::tanh(v); return T(1) - t * t; }));
+    case op_kind::exp: return one(unary_backward<T>(*in[0], dy, [](T v) { return std::exp(v); }));
+    case op_kind::mul: return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return b; }, [](T a, T) { return a; });
+    case op_kind::div:
+      return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return T(1) / b; }, [](T a, T b) { return -a / (b * b); });
+    default: {  // add, sub
+      std::vector<host_tensor> v;
+      v.push_back(unbroadcast<T>(dy, in[0]->shape()));
+      v.push_back(unbroadcast<T>(dy, in[1]->shape()));
+      if (nd.kind == op_kind::sub)
+        for (std::int64_t i = 0; i < v[1].numel(); ++i) v[1].as<T>()[i] = -v[1].as<T>()[i];
+      return v;
+    }
+  }
+}
+
+}  // namespace detail
+
 /// The gradients of operator `nd`'s operands (operand order) from `dy`, the gradient of its
 /// local output, given the same local operands and context its forward kernel had. Integer
 /// operands (ids, labels) get an empty tensor. Throws exec_error naming the vertex.
@@ -408,37 +455,17 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::linear: return linear_backward<T>(nd, in, dy);
     case op_kind::matmul: return matmul_backward<T>(*in[0], *in[1], dy);
     case op_kind::gelu:
-      return one(unary_backward<T>(*in[0], dy, [](T v) {
-        const T a = T(0.7978845608028654), b = T(0.044715);
-        const T t = std::tanh(a * (v + b * v * v * v));
-        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * a * (T(1) + T(3) * b * v * v);
-      }));
-    case op_kind::gelu_erf:  // Phi(x) + x phi(x)
-      return one(unary_backward<T>(*in[0], dy, [](T v) {
-        return T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476))) + v * T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
-      }));
+    case op_kind::gelu_erf:
     case op_kind::silu:
-      return one(unary_backward<T>(*in[0], dy, [](T v) {
-        const T s = T(1) / (T(1) + std::exp(-v));
-        return s * (T(1) + v * (T(1) - s));
-      }));
-    case op_kind::relu: return one(unary_backward<T>(*in[0], dy, [](T v) { return v > T(0) ? T(1) : T(0); }));
-    case op_kind::tanh: return one(unary_backward<T>(*in[0], dy, [](T v) { const T t = std::tanh(v); return T(1) - t * t; }));
-    case op_kind::exp: return one(unary_backward<T>(*in[0], dy, [](T v) { return std::exp(v); }));
+    case op_kind::relu:
+    case op_kind::tanh:
+    case op_kind::exp:
+    case op_kind::add:
+    case op_kind::sub:
+    case op_kind::mul:
+    case op_kind::div: return elementwise_backward<T>(nd, in, dy);
     case op_kind::dropout: return one(host_tensor::copy_of(dy));  // identity, as the forward
     case op_kind::rotary: return one(rotary_backward<T>(nd, *in[0], dy, c));
-    case op_kind::add:
-    case op_kind::sub: {  // shapes only (backward_reads_operand): dy summed back over each operand's broadcast dims
-      std::vector<host_tensor> v;
-      v.push_back(unbroadcast<T>(dy, in[0]->shape()));
-      v.push_back(unbroadcast<T>(dy, in[1]->shape()));
-      if (nd.kind == op_kind::sub)
-        for (std::int64_t i = 0; i < v[1].numel(); ++i) v[1].as<T>()[i] = -v[1].as<T>()[i];
-      return v;
-    }
-    case op_kind::mul: return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return b; }, [](T a, T) { return a; });
-    case op_kind::div:
-      return binary_backward<T>(*in[0], *in[1], dy, [](T, T b) { return T(1) / b; }, [](T a, T b) { return -a / (b * b); });
     case op_kind::layer_norm:
     case op_kind::rms_norm: return norm_backward<T>(nd, in, dy);
     case op_kind::softmax: return one(softmax_backward<T>(nd, *in[0], dy));

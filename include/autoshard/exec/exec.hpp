@@ -11,6 +11,7 @@
 #include "traffic.hpp"   // detail::charge: collectives charged to their traffic_site
 #include "training.hpp"  // train_sharded, train_unsharded, training_step
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
+#include "schedule.hpp"  // liveness_schedule: when the run frees what it holds (the estimate walks it too)
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
 #include "../graph/graph.hpp"  // the models it runs: builders, Hugging Face configs, JSON
 #include "../pass/loaded_plan.hpp"  // load_plan

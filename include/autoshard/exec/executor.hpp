@@ -25,6 +25,7 @@
 #include "../graph/validate.hpp"     // topological_order
 #include "../tensor/slice.hpp"       // shard_of
 #include "backward.hpp"              // backward_reads_operand
+#include "schedule.hpp"              // liveness_schedule: when a value is freed
 #include "kernels.hpp"               // run_kernel, local_context
 #include "redistribute.hpp"          // redistribute (host tensors)
 #include "traffic.hpp"               // detail::charge, traffic_site
@@ -110,38 +111,6 @@ template <class T>
 std::vector<host_tensor> run_unsharded(const model_graph& g, const std::vector<host_tensor>& sources);
 
 namespace detail {
-/// How many backward kernels read u's forward value where it lies (its consumers that take it
-/// in the spec u's strategy gives, or every consumer with `plan` null: the unsharded run), per
-/// vertex: when none is left, the value is no longer needed (a consumer that resharded it
-/// keeps its own copy, and backward kernels never read their own output).
-inline std::vector<std::size_t> in_place_backward_readers(const model_graph& g, const std::vector<strategy>* plan) {
-  std::vector<std::size_t> readers(boost::num_vertices(g), 0);
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    if (!g[v].is_operator()) continue;
-    const std::vector<vertex_t> ops = operands(g, v);
-    for (std::size_t i = 0; i < ops.size(); ++i)
-      if (backward_reads_operand(g[v].kind, i) &&
-          (plan == nullptr || (i < (*plan)[v].inputs.size() && (*plan)[ops[i]].output == (*plan)[v].inputs[i])))
-        ++readers[ops[i]];
-  }
-  return readers;
-}
-
-/// Whether u's value is freed once its consumers' forwards have run and computed again for a
-/// backward that reads it: an element-wise function of one operand (gelu, silu, ...) whose
-/// operand u's own backward keeps anyway and is not itself recomputed, so the recomputation
-/// reads the same bits and gives the same bits (a language model's MLP activation, four
-/// times the width of the residual stream, then lives only during its reader's backward).
-inline bool recomputed_in_backward(const model_graph& g, vertex_t u) {
-  const auto elementwise = [](op_kind k) {
-    return k == op_kind::gelu || k == op_kind::gelu_erf || k == op_kind::silu || k == op_kind::relu || k == op_kind::tanh ||
-           k == op_kind::exp;
-  };
-  if (!g[u].is_operator() || !elementwise(g[u].kind)) return false;
-  const std::vector<vertex_t> ops = operands(g, u);
-  return ops.size() == 1 && !(g[ops[0]].is_operator() && elementwise(g[ops[0]].kind));
-}
-
 /// Keeps only the shape of an operator's value (host_tensor::shape_only): its bytes are freed.
 inline void keep_shape_only(host_tensor& t) {
   if (t.data() != nullptr) t = host_tensor::shape_only(t.type(), t.shape());
@@ -149,18 +118,16 @@ inline void keep_shape_only(host_tensor& t) {
 
 /// run_unsharded's loop: every operator's value, and with `copy_sources` a copy of every
 /// source (else the sources' entries stay empty and the kernels read `sources` in place).
-/// With `readers` (in_place_backward_readers), a value no backward reads is freed once its
-/// consumers have run (a shape-only stand-in stays).
+/// With a training `schedule` (liveness_schedule), a value is freed where it says (a
+/// shape-only stand-in stays).
 template <class T>
 std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vector<host_tensor>& sources, bool copy_sources,
-                                           const std::vector<std::size_t>* readers = nullptr) {
+                                           const liveness_schedule* schedule = nullptr) {
   const std::size_t n = boost::num_vertices(g);
   if (sources.size() != n)
     throw exec_error("run_unsharded: " + std::to_string(sources.size()) + " source values for a graph of " +
                      std::to_string(n) + " vertices");
   std::vector<host_tensor> val(n);
-  std::vector<std::size_t> uses(n, 0);
-  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
   for (vertex_t v : topological_order(g)) {
     const node& nd = g[v];
     if (!nd.is_operator()) {
@@ -176,10 +143,9 @@ std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vect
       shapes.push_back(g[u].shape);
     }
     val[v] = run_kernel<T>(nd, in, whole_context(shapes, nd.shape));
-    if (readers == nullptr) continue;
-    for (vertex_t u : operands(g, v))
-      if (--uses[u] == 0 && g[u].is_operator() && ((*readers)[u] == 0 || recomputed_in_backward(g, u))) keep_shape_only(val[u]);
-    if (uses[v] == 0 && ((*readers)[v] == 0 || recomputed_in_backward(g, v))) keep_shape_only(val[v]);
+    if (schedule == nullptr) continue;
+    for (vertex_t u : schedule->forward_frees[v]) keep_shape_only(val[u]);
+    if (schedule->forward_frees_itself[v]) keep_shape_only(val[v]);
   }
   return val;
 }
@@ -342,25 +308,124 @@ class reference_stream {
 };
 
 namespace detail {
-/// run_sharded's forward into `val`; with `keep`, every operator's operand pieces and context
-/// are kept there for the backward, and a value is freed (a shape-only stand-in left) only
-/// once its consumers have run and no backward kernel reads it (`readers`,
-/// in_place_backward_readers: what is left of it is the backward's to count down) or it is
-/// recomputed_in_backward.
-template <class T, mesh_communicator_like M>
-void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
-                     const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
-                     const std::vector<std::size_t>* readers = nullptr) {
+
+/// Throws exec_error unless `plan` and `sources` have one entry per vertex of `g`.
+inline void check_plan_size(const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources) {
   const std::size_t n = boost::num_vertices(g);
-  const device_mesh& mesh = mc.mesh();
-  const int rank = mc.rank();
   if (plan.size() != n)
     throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
   if (sources.size() != n)
     throw exec_error("run_sharded: " + std::to_string(sources.size()) + " source values for a graph of " +
                      std::to_string(n) + " vertices");
-  std::vector<std::size_t> uses(n, 0);
-  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
+}
+
+/// Source v's piece on this rank: read in place when every rank holds it whole.
+inline void load_source(const model_graph& g, vertex_t v, const strategy& st, const std::vector<host_tensor>& sources,
+                        const device_mesh& mesh, int rank, const fused_dim& fused, held_value& out) {
+  const node& nd = g[v];
+  if (!(sources[v].shape() == nd.shape))
+    throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
+  for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
+    if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
+  if (detail::whole_on_every_rank(st.output)) out.alias = &sources[v];
+  else out.own = shard_of(sources[v], mesh, st.output, rank, split_rule::chunk, fused);
+}
+
+/// Operator v's kernel context on this rank: its operands' global shapes and this rank's
+/// offsets in them, its output's, and (a vocabulary-parallel loss) how the row statistics
+/// are combined over the mesh axes that split the vocabulary.
+template <mesh_communicator_like M>
+local_context operator_context(M& mc, const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& st) {
+  const device_mesh& mesh = mc.mesh();
+  local_context c;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    c.global_in.push_back(g[ops[i]].shape);
+    c.in_offset.push_back(local_box(mesh, st.inputs[i], g[ops[i]].shape, mc.rank()).offset);
+  }
+  c.global_out = g[v].shape;
+  c.out_shape = local_box(mesh, st.output, g[v].shape, mc.rank()).shape;
+  if (g[v].kind == op_kind::cross_entropy) {
+    // The vocabulary dim is forced Replicate except in the vocab-parallel strategy: then the
+    // row statistics are combined over every mesh axis that splits it.
+    const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
+    std::vector<std::size_t> axes;
+    for (std::size_t a = 0; a < mesh.ndim(); ++a)
+      if (st.inputs[0][a].is_shard(vdim)) axes.push_back(a);
+    if (!axes.empty())
+      c.vocab_reduce = [&mc, axes](void* p, std::size_t count, dtype t, reduce_op op) {
+        for (std::size_t a : axes) mc.axis(a).all_reduce(p, count, t, op);
+      };
+  }
+  return c;
+}
+
+/// Operator v's piece on this rank into val[v]: each operand redistributed to the spec v's
+/// strategy takes it in (into `local[i]`; read in place when it already is), then the kernel.
+template <class T, mesh_communicator_like M>
+local_context run_operator(M& mc, const model_graph& g, const std::vector<strategy>& plan, vertex_t v,
+                           const std::vector<fused_dim>& fused, std::vector<held_value>& val, std::vector<host_tensor>& local,
+                           std::vector<const host_tensor*>& in) {
+  const node& nd = g[v];
+  const strategy& st = plan[v];
+  const std::vector<vertex_t> ops = operands(g, v);
+  if (st.inputs.size() != ops.size())
+    throw exec_error("vertex '" + nd.name + "': strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
+                     " operand specs for " + std::to_string(ops.size()) + " operands");
+  local.clear();
+  local.resize(ops.size());
+  in.clear();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const vertex_t u = ops[i];
+    if (plan[u].output == st.inputs[i]) {
+      in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
+    } else {
+      const auto site = detail::charge(mc, traffic_site::edge(v, i));
+      local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i], fused[u]);
+      in.push_back(&local[i]);
+    }
+  }
+  local_context c = operator_context(mc, g, v, ops, st);
+  {
+    const auto site = detail::charge(mc, traffic_site::op(v));
+    val[v].own = run_kernel<T>(nd, in, c);
+  }
+  if (!(val[v].own.shape() == c.out_shape))
+    throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(mc.rank()) + " computed a piece of " +
+                     to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
+                     to_string(c.out_shape));
+  return c;
+}
+
+/// What operator v's backward needs of its forward on this rank: the operand pieces it
+/// resharded (a resharded weight is not kept: the backward gathers it again; an operand the
+/// backward reads only the shape of keeps only its shape), and the context.
+inline void keep_for_backward(const model_graph& g, const std::vector<strategy>& plan, vertex_t v, std::vector<held_value>& val,
+                              std::vector<host_tensor>&& local, local_context&& c, saved_forward& sv) {
+  const std::vector<vertex_t> ops = operands(g, v);
+  sv.own = std::move(local);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (sv.own[i].data() != nullptr && g[ops[i]].is_parameter()) {
+      sv.own[i] = host_tensor();
+      sv.in.push_back(nullptr);
+      continue;
+    }
+    if (!backward_reads_operand(g[v].kind, i)) keep_shape_only(sv.own[i]);  // its shape is all the backward needs
+    sv.in.push_back(sv.own[i].data() != nullptr || !(plan[ops[i]].output == plan[v].inputs[i]) ? &sv.own[i] : &val[ops[i]].get());
+  }
+  sv.c = std::move(c);
+}
+
+/// run_sharded's forward into `val`, freeing values where `schedule` says (an inference
+/// schedule frees each at its last consumer; a training one keeps what a backward reads, and
+/// leaves a shape-only stand-in). With `keep`, every operator's operand pieces and context
+/// are kept there for the backward.
+template <class T, mesh_communicator_like M>
+void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                     const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
+                     const liveness_schedule& schedule) {
+  const std::size_t n = boost::num_vertices(g);
+  const device_mesh& mesh = mc.mesh();
+  check_plan_size(g, plan, sources);
   const std::vector<fused_dim> fused = fused_dims(g);  // tensors laid out per part when cut
   val.clear();
   val.resize(n);
@@ -368,7 +433,10 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
     keep->clear();
     keep->resize(n);
   }
-  for (vertex_t v : topological_order(g)) {
+  const auto drop = [&](vertex_t u) { keep ? keep_shape_only(val[u].own) : val[u].reset(); };
+  std::vector<host_tensor> local;
+  std::vector<const host_tensor*> in;
+  for (vertex_t v : schedule.order) {
     const node& nd = g[v];
     const strategy& st = plan[v];
     try {
@@ -377,80 +445,15 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
       throw exec_error("vertex '" + nd.name + "': the plan's output spec does not fit: " + e.what());
     }
     if (!nd.is_operator()) {
-      if (!(sources[v].shape() == nd.shape))
-        throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
-      for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
-        if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
-      if (detail::whole_on_every_rank(st.output)) val[v].alias = &sources[v];
-      else val[v].own = shard_of(sources[v], mesh, st.output, rank, split_rule::chunk, fused[v]);
+      load_source(g, v, st, sources, mesh, mc.rank(), fused[v], val[v]);
     } else {
-      const std::vector<vertex_t> ops = operands(g, v);
-      if (st.inputs.size() != ops.size())
-        throw exec_error("vertex '" + nd.name + "': strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
-                         " operand specs for " + std::to_string(ops.size()) + " operands");
-      std::vector<host_tensor> local(ops.size());
-      std::vector<const host_tensor*> in;
-      local_context c;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const vertex_t u = ops[i];
-        if (plan[u].output == st.inputs[i]) {
-          in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
-        } else {
-          const auto site = detail::charge(mc, traffic_site::edge(v, i));
-          local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i], fused[u]);
-          in.push_back(&local[i]);
-        }
-        c.global_in.push_back(g[u].shape);
-        c.in_offset.push_back(local_box(mesh, st.inputs[i], g[u].shape, rank).offset);
-      }
-      c.global_out = nd.shape;
-      c.out_shape = local_box(mesh, st.output, nd.shape, rank).shape;
-      if (nd.kind == op_kind::cross_entropy) {
-        // The vocabulary dim is forced Replicate except in the vocab-parallel strategy: then the
-        // row statistics are combined over every mesh axis that splits it.
-        const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
-        std::vector<std::size_t> axes;
-        for (std::size_t a = 0; a < mesh.ndim(); ++a)
-          if (st.inputs[0][a].is_shard(vdim)) axes.push_back(a);
-        if (!axes.empty())
-          c.vocab_reduce = [&mc, axes](void* p, std::size_t count, dtype t, reduce_op op) {
-            for (std::size_t a : axes) mc.axis(a).all_reduce(p, count, t, op);
-          };
-      }
-      {
-        const auto site = detail::charge(mc, traffic_site::op(v));
-        val[v].own = run_kernel<T>(nd, in, c);
-      }
-      if (!(val[v].own.shape() == c.out_shape))
-        throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(rank) + " computed a piece of " +
-                         to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
-                         to_string(c.out_shape));
-      if (keep) {
-        saved_forward& sv = (*keep)[v];
-        sv.own = std::move(local);
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          if (sv.own[i].data() != nullptr && g[ops[i]].is_parameter()) {
-            sv.own[i] = host_tensor();  // a resharded weight is not kept: the backward gathers it again
-            sv.in.push_back(nullptr);
-            continue;
-          }
-          if (!backward_reads_operand(nd.kind, i)) keep_shape_only(sv.own[i]);  // its shape is all the backward needs
-          sv.in.push_back(sv.own[i].data() != nullptr || !(plan[ops[i]].output == st.inputs[i]) ? &sv.own[i] : &val[ops[i]].get());
-        }
-        sv.c = std::move(c);
-        for (vertex_t u : ops)
-          if (--uses[u] == 0 && g[u].is_operator() && readers != nullptr && ((*readers)[u] == 0 || recomputed_in_backward(g, u)))
-            keep_shape_only(val[u].own);
-      } else {
-        local.clear();
-        for (vertex_t u : ops)
-          if (--uses[u] == 0) val[u].reset();
-      }
+      local_context c = run_operator<T>(mc, g, plan, v, fused, val, local, in);
+      if (keep) keep_for_backward(g, plan, v, val, std::move(local), std::move(c), (*keep)[v]);
+      else local.clear();  // the resharded operands: freed with the step
+      for (vertex_t u : schedule.forward_frees[v]) drop(u);
     }
     if (on_piece) on_piece(v, val[v].get(), st.output);
-    if (uses[v] == 0 && !keep) val[v].reset();
-    if (uses[v] == 0 && keep && nd.is_operator() && readers != nullptr && ((*readers)[v] == 0 || recomputed_in_backward(g, v)))
-      keep_shape_only(val[v].own);
+    if (schedule.forward_frees_itself[v]) drop(v);
   }
 }
 }  // namespace detail
@@ -465,7 +468,8 @@ template <class T, mesh_communicator_like M>
 void run_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
                  const piece_callback& on_piece = {}) {
   std::vector<detail::held_value> val;
-  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, nullptr);
+  detail::check_plan_size(g, plan, sources);
+  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, nullptr, make_liveness_schedule(g, &plan, run_mode::inference));
 }
 
 }  // namespace autoshard

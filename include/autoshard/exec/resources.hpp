@@ -18,6 +18,7 @@
 #include "../core/machine.hpp"  // machine_limits
 #include "../graph/validate.hpp"  // topological_order
 #include "kernels.hpp"          // exec_error
+#include "schedule.hpp"         // liveness_schedule: when the run frees what
 #include "training.hpp"         // detail::gradient_spec, detail::settled_spec: the specs train_sharded uses
 
 namespace autoshard {
@@ -102,262 +103,323 @@ struct split_bytes {
   friend split_bytes operator+(split_bytes a, const split_bytes& b) noexcept { return a += b; }
 };
 
-/// The peak of a verified training step beyond the sources, simulated step by step as verify
-/// runs it, the ranks in lockstep (their collectives keep them together):
-///  1. the unsharded step (train_unsharded without keeping values): a forward value lives
-///     until no backward still to run reads it (backward_reads_operand: a value only a
-///     shape is needed of is freed once its consumers have run; an element-wise activation
-///     is computed again for its reader's backward, recomputed_in_backward), the loss's
-///     backward writes d logits over the logits, and every parameter's gradient is kept for
-///     the comparison;
+/// The peak of a verified training step beyond the sources, walked step by step along the
+/// liveness schedules the run follows (exec/schedule.hpp), the ranks in lockstep (their
+/// collectives keep them together):
+///  1. the unsharded step (train_unsharded without keeping values), on the unsharded
+///     schedule: a forward value lives until the schedule frees it (an element-wise
+///     activation is computed again for its reader's backward), the loss's backward writes
+///     d logits over the logits, and every parameter's gradient is kept for the comparison;
 ///  2. the ranks' forward against the streamed reference (`forward`: the inference
 ///     estimate's peak), beside those gradients;
-///  3. the ranks' training step: each rank keeps its forward pieces while a backward still
-///     to run reads them (the same rules), and the operand pieces it resharded for such a backward; in the
-///     backward it holds its gradient contributions, the settled output gradient (a
-///     collective's buffer and result for each contribution in another spec), its operands'
-///     gradients and a re-gathered weight; when a parameter's last use has run, its
-///     reduction (3 x the target block: the contribution, the collective's buffer, the
+///  3. the ranks' training step, on the plan's schedule: each rank keeps its forward pieces
+///     until the schedule frees them, and the operand pieces it resharded for a backward that
+///     reads them; in the backward it holds its gradient contributions, the settled output
+///     gradient (a collective's buffer and result for each contribution in another spec), its
+///     operands' gradients and a re-gathered weight; when the schedule finishes a parameter,
+///     its reduction (3 x the target block: the contribution, the collective's buffer, the
 ///     result) and its update, and the compared blocks (one rank at a time).
 template <class TypeOf>
-memory_estimate estimate_training_step(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
-                                       const TypeOf& type_of, std::uint64_t forward, const std::string& forward_worst) {
-  const std::size_t n = boost::num_vertices(g);
-  const int ranks = mesh.num_ranks();
-  const auto ur = static_cast<std::size_t>(ranks);
-  const std::vector<vertex_t> order = topological_order(g);
-  const auto whole = [&](vertex_t v) { return bytes_of(g[v].shape, type_of(v)); };
-  const auto tagged = [&](vertex_t u, std::uint64_t b) { return g[u].is_parameter() ? split_bytes{0, b} : split_bytes{b, 0}; };
-  const auto box = [&](int r, vertex_t u, const sharding_spec& s) {
-    return bytes_of(local_box(mesh, s, g[u].shape, r).shape, type_of(u));
-  };
-  std::vector<bool> is_loss(n, false);
-  for (vertex_t v = 0; v < n; ++v)
-    is_loss[v] = g[v].is_operator() && boost::out_degree(v, g) == 0 && !is_integer(g[v].type) && g[v].shape.numel() == 1;
-  const auto differentiable = [&](vertex_t u) { return !g[u].is_input() && !is_integer(g[u].type); };
-  // The operators the backward reaches: a loss, or a consumer of one reached.
-  std::vector<bool> reached(n, false);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const vertex_t v = *it;
-    if (!g[v].is_operator()) continue;
-    reached[v] = reached[v] || is_loss[v];
-    if (reached[v])
-      for (vertex_t u : operands(g, v))
-        if (differentiable(u)) reached[u] = true;
-  }
-  // Whether the backward of operand i of v reads it where it lies (plan null: unsharded).
-  const auto reads_in_place = [&](vertex_t v, std::size_t i, const std::vector<strategy>* p) {
-    const vertex_t u = operands(g, v)[i];
-    return g[u].is_operator() && backward_reads_operand(g[v].kind, i) &&
-           (p == nullptr || (i < (*p)[v].inputs.size() && (*p)[u].output == (*p)[v].inputs[i]));
-  };
-  memory_estimate e;
-  split_bytes worst;
-  const auto note = [&](const split_bytes& now, const std::string& where) {
-    if (now.total() > worst.total()) {
-      worst = now;
-      e.worst_step = where;
+class training_step_estimate {
+ public:
+  training_step_estimate(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, const TypeOf& type_of)
+      : g_(g), mesh_(mesh), plan_(plan), type_of_(type_of), n_(boost::num_vertices(g)),
+        ranks_(static_cast<std::size_t>(mesh.num_ranks())), is_loss_(n_, false), reached_(n_, false), has_grad_(n_, false) {
+    for (vertex_t v = 0; v < n_; ++v)
+      is_loss_[v] = g[v].is_operator() && boost::out_degree(v, g) == 0 && !is_integer(g[v].type) && g[v].shape.numel() == 1;
+    // The operators the backward reaches: a loss, or a consumer of one reached.
+    const std::vector<vertex_t> order = topological_order(g);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const vertex_t v = *it;
+      if (!g[v].is_operator()) continue;
+      reached_[v] = reached_[v] || is_loss_[v];
+      if (reached_[v])
+        for (vertex_t u : operands(g, v))
+          if (differentiable(u)) reached_[u] = true;
     }
-  };
-  // 1. The unsharded step.
-  std::vector<std::size_t> readers = in_place_backward_readers(g, nullptr), uses(n);
-  std::vector<bool> alive(n, false), has_grad(n, false);
-  split_bytes values, grads;
-  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
-  const auto free_value = [&](vertex_t u) {
-    if (!alive[u]) return;
-    alive[u] = false;
-    values.act -= whole(u);
-  };
-  for (vertex_t v : order) {
-    if (!g[v].is_operator()) continue;
-    note(values + split_bytes{whole(v), 0}, "the unsharded step (forward of " + g[v].name + ")");
-    values.act += whole(v);
-    alive[v] = true;
-    for (vertex_t u : operands(g, v))
-      if (--uses[u] == 0 && (readers[u] == 0 || recomputed_in_backward(g, u))) free_value(u);
-    if (uses[v] == 0 && (readers[v] == 0 || recomputed_in_backward(g, v))) free_value(v);
   }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const vertex_t v = *it;
-    if (!g[v].is_operator()) continue;
-    const std::vector<vertex_t> ops = operands(g, v);
-    if (is_loss[v] && !has_grad[v]) {
-      grads.act += whole(v);
-      has_grad[v] = true;
+
+  memory_estimate run(std::uint64_t forward, const std::string& forward_worst) {
+    split_bytes ref = unsharded_step();  // the parameters' gradients, kept until every rank compared its block
+    note(ref + split_bytes{forward, 0}, forward_worst);  // 2. the ranks' forward against the streamed reference
+    ranks_step(ref);
+    memory_estimate e;
+    e.activations = worst_.act;
+    e.parameters = worst_.par;
+    e.worst_step = worst_step_;
+    return e;
+  }
+
+ private:
+  using pieces = std::vector<std::vector<split_bytes>>;  // [rank][vertex]
+
+  std::uint64_t whole(vertex_t v) const { return bytes_of(g_[v].shape, type_of_(v)); }
+  split_bytes tagged(vertex_t u, std::uint64_t b) const { return g_[u].is_parameter() ? split_bytes{0, b} : split_bytes{b, 0}; }
+  std::uint64_t box(std::size_t r, vertex_t u, const sharding_spec& s) const {
+    return bytes_of(local_box(mesh_, s, g_[u].shape, static_cast<int>(r)).shape, type_of_(u));
+  }
+  bool differentiable(vertex_t u) const { return !g_[u].is_input() && !is_integer(g_[u].type); }
+  void note(const split_bytes& now, const std::string& where) {
+    if (now.total() > worst_.total()) {
+      worst_ = now;
+      worst_step_ = where;
     }
-    if (reached[v] && has_grad[v]) {
-      // Operand 0 read by no later backward: the kernel may write its gradient over it.
-      const bool reuse = !ops.empty() && reads_in_place(v, 0, nullptr) && readers[ops[0]] == 1 && g[v].kind == op_kind::cross_entropy;
-      split_bytes dx;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
-        if (reads_in_place(v, i, nullptr) && recomputed_in_backward(g, ops[i]) && !alive[ops[i]]) dx.act += whole(ops[i]);  // computed again
+  }
+
+  // ---- 1. the unsharded step ----------------------------------------------------------------
+
+  split_bytes unsharded_step() {
+    const liveness_schedule s = make_liveness_schedule(g_, nullptr, run_mode::training);
+    std::vector<bool> alive(n_, false);
+    split_bytes values, grads;
+    const auto free_value = [&](vertex_t u) {
+      if (!alive[u]) return;
+      alive[u] = false;
+      values.act -= whole(u);
+    };
+    for (vertex_t v : s.order) {
+      if (!g_[v].is_operator()) continue;
+      note(values + split_bytes{whole(v), 0}, "the unsharded step (forward of " + g_[v].name + ")");
+      values.act += whole(v);
+      alive[v] = true;
+      for (vertex_t u : s.forward_frees[v]) free_value(u);
+      if (s.forward_frees_itself[v]) free_value(v);
+    }
+    for (auto it = s.order.rbegin(); it != s.order.rend(); ++it) {
+      const vertex_t v = *it;
+      if (!g_[v].is_operator()) continue;
+      if (is_loss_[v] && !has_grad_[v]) {
+        grads.act += whole(v);
+        has_grad_[v] = true;
       }
-      note(values + grads + dx, "the unsharded step (backward of " + g[v].name + ")");
-      if (reuse) {
-        free_value(ops[0]);
-        grads.act += whole(ops[0]);
-        has_grad[ops[0]] = true;
-      }
-      for (std::size_t i = 0; i < ops.size(); ++i)
-        if (differentiable(ops[i]) && !has_grad[ops[i]]) {
-          grads += tagged(ops[i], whole(ops[i]));
-          has_grad[ops[i]] = true;
-        }
-      grads.act -= std::min(grads.act, whole(v));
+      if (reached_[v] && has_grad_[v]) unsharded_backward(v, s, alive, values, grads, free_value);
+      for (vertex_t u : s.backward_frees[v]) free_value(u);
+    }
+    split_bytes ref;
+    for (vertex_t v = 0; v < n_; ++v)
+      if (g_[v].is_parameter() && has_grad_[v]) ref.par += whole(v);
+    return ref;
+  }
+
+  template <class Free>
+  void unsharded_backward(vertex_t v, const liveness_schedule& s, const std::vector<bool>& alive, const split_bytes& values,
+                          split_bytes& grads, const Free& free_value) {
+    const std::vector<vertex_t> ops = operands(g_, v);
+    // Operand 0 read by no later backward: the kernel may write its gradient over it.
+    const bool reuse = s.last_reader_of_first[v] && g_[v].kind == op_kind::cross_entropy;
+    split_bytes dx;
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
+    for (vertex_t u : s.recomputed[v])
+      if (!alive[u]) dx.act += whole(u);  // computed again
+    note(values + grads + dx, "the unsharded step (backward of " + g_[v].name + ")");
+    if (reuse) {
+      free_value(ops[0]);
+      grads.act += whole(ops[0]);
+      has_grad_[ops[0]] = true;
     }
     for (std::size_t i = 0; i < ops.size(); ++i)
-      if (reads_in_place(v, i, nullptr) && --readers[ops[i]] == 0) free_value(ops[i]);
+      if (differentiable(ops[i]) && !has_grad_[ops[i]]) {
+        grads += tagged(ops[i], whole(ops[i]));
+        has_grad_[ops[i]] = true;
+      }
+    grads.act -= std::min(grads.act, whole(v));
   }
-  split_bytes ref;  // the parameters' gradients, kept until every rank compared its block
-  for (vertex_t v = 0; v < n; ++v)
-    if (g[v].is_parameter() && has_grad[v]) ref.par += whole(v);
-  // 2. The ranks' forward against the streamed reference.
-  note(ref + split_bytes{forward, 0}, forward_worst);
-  // 3. The ranks' training step: every rank's value pieces and saved operand copies.
-  readers = in_place_backward_readers(g, &plan);
-  for (vertex_t v = 0; v < n; ++v) uses[v] = boost::out_degree(v, g);
-  std::vector<std::vector<split_bytes>> piece(ur, std::vector<split_bytes>(n)), saved(ur, std::vector<split_bytes>(n));
-  split_bytes k;  // every rank's pieces and saved copies together
-  std::vector<bool> held(n, false);  // the ranks hold u's pieces
-  const auto free_piece = [&](vertex_t u) {
-    held[u] = false;
-    for (std::size_t r = 0; r < ur; ++r) {
-      k -= piece[r][u];
-      piece[r][u] = {};
+
+  // ---- 3. the ranks' training step ------------------------------------------------------------
+
+  void free_piece(vertex_t u) {
+    held_[u] = false;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      k_ -= piece_[r][u];
+      piece_[r][u] = {};
     }
-  };
-  for (vertex_t v : order) {
-    const strategy& st = plan[v];
-    if (!g[v].is_operator()) {
-      if (!all_replicated(st.output))
-        for (int r = 0; r < ranks; ++r) {
-          piece[static_cast<std::size_t>(r)][v] = tagged(v, box(r, v, st.output));  // its own shard
-          k += piece[static_cast<std::size_t>(r)][v];
+  }
+
+  void ranks_step(split_bytes& ref) {
+    const liveness_schedule s = make_liveness_schedule(g_, &plan_, run_mode::training);
+    piece_.assign(ranks_, std::vector<split_bytes>(n_));
+    saved_.assign(ranks_, std::vector<split_bytes>(n_));
+    held_.assign(n_, false);
+    for (vertex_t v : s.order) ranks_forward(v, s, ref);
+    contrib_.assign(ranks_, std::vector<split_bytes>(n_));
+    contrib_specs_.assign(ranks_, std::vector<std::vector<sharding_spec>>(n_));
+    for (vertex_t v = 0; v < n_; ++v)
+      if (is_loss_[v])
+        for (std::size_t r = 0; r < ranks_; ++r) {
+          contrib_[r][v].act = box(r, v, settled_spec(plan_[v].output));
+          contrib_specs_[r][v].push_back(settled_spec(plan_[v].output));
+          gr_ += contrib_[r][v];
         }
-      continue;
+    for (auto it = s.order.rbegin(); it != s.order.rend(); ++it) {
+      const vertex_t v = *it;
+      if (!g_[v].is_operator()) continue;
+      if (reached_[v]) ranks_backward(v, s, ref);
+      for (std::size_t r = 0; r < ranks_; ++r) {
+        k_ -= saved_[r][v] + piece_[r][v];
+        saved_[r][v] = piece_[r][v] = {};
+      }
+      for (vertex_t u : s.backward_frees[v]) free_piece(u);
+      for (vertex_t u : s.finished[v])
+        if (has_grad_[u]) finish_parameter(u, ref);
     }
-    const std::vector<vertex_t> ops = operands(g, v);
+  }
+
+  /// Every rank's pieces and the operand copies it resharded for a backward that reads them.
+  void ranks_forward(vertex_t v, const liveness_schedule& s, const split_bytes& ref) {
+    const strategy& st = plan_[v];
+    if (!g_[v].is_operator()) {
+      if (!all_replicated(st.output))
+        for (std::size_t r = 0; r < ranks_; ++r) {
+          piece_[r][v] = tagged(v, box(r, v, st.output));  // its own shard
+          k_ += piece_[r][v];
+        }
+      return;
+    }
+    const std::vector<vertex_t> ops = operands(g_, v);
     split_bytes step;
-    for (int r = 0; r < ranks; ++r) {
-      const auto rr = static_cast<std::size_t>(r);
+    for (std::size_t r = 0; r < ranks_; ++r) {
       for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
-        if (plan[ops[i]].output == st.inputs[i]) continue;
+        if (plan_[ops[i]].output == st.inputs[i]) continue;
         const split_bytes b = tagged(ops[i], box(r, ops[i], st.inputs[i]));
         step += b + b;  // the collective's buffer and the resharded piece
-        if (!g[ops[i]].is_parameter() && backward_reads_operand(g[v].kind, i)) saved[rr][v] += b;  // kept for the backward
+        if (!g_[ops[i]].is_parameter() && backward_reads_operand(g_[v].kind, i)) saved_[r][v] += b;  // kept for the backward
       }
       step.act += box(r, v, st.output);
     }
-    note(ref + k + step, "forward of " + g[v].name + " on the ranks (training step)");
-    held[v] = true;
-    for (int r = 0; r < ranks; ++r) {
-      const auto rr = static_cast<std::size_t>(r);
-      piece[rr][v].act = box(r, v, st.output);
-      k += piece[rr][v] + saved[rr][v];
+    note(ref + k_ + step, "forward of " + g_[v].name + " on the ranks (training step)");
+    held_[v] = true;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      piece_[r][v].act = box(r, v, st.output);
+      k_ += piece_[r][v] + saved_[r][v];
     }
-    for (vertex_t u : ops)
-      if (--uses[u] == 0 && g[u].is_operator() && (readers[u] == 0 || recomputed_in_backward(g, u))) free_piece(u);
-    if (uses[v] == 0 && (readers[v] == 0 || recomputed_in_backward(g, v))) free_piece(v);
+    for (vertex_t u : s.forward_frees[v]) free_piece(u);
+    if (s.forward_frees_itself[v]) free_piece(v);
   }
-  std::vector<std::vector<split_bytes>> contrib(ur, std::vector<split_bytes>(n));
-  std::vector<std::vector<std::vector<sharding_spec>>> contrib_specs(ur, std::vector<std::vector<sharding_spec>>(n));
-  std::vector<std::size_t> pending(n);
-  for (vertex_t v = 0; v < n; ++v) pending[v] = boost::out_degree(v, g);
-  split_bytes gr;  // every rank's contributions together
-  for (vertex_t v = 0; v < n; ++v)
-    if (is_loss[v])
-      for (int r = 0; r < ranks; ++r) {
-        const auto rr = static_cast<std::size_t>(r);
-        contrib[rr][v].act = box(r, v, settled_spec(plan[v].output));
-        contrib_specs[rr][v].push_back(settled_spec(plan[v].output));
-        gr += contrib[rr][v];
-      }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const vertex_t v = *it;
-    if (!g[v].is_operator()) continue;
-    const strategy& st = plan[v];
-    const std::vector<vertex_t> ops = operands(g, v);
-    if (reached[v]) {
-      const sharding_spec target = settled_spec(st.output);
-      const bool reuse = g[v].kind == op_kind::cross_entropy && !ops.empty() && g[ops[0]].is_operator() &&
-                         (!(plan[ops[0]].output == st.inputs[0]) || readers[ops[0]] == 1);
-      split_bytes settling, step, added;
-      for (int r = 0; r < ranks; ++r) {
-        const auto rr = static_cast<std::size_t>(r);
-        const std::uint64_t dy = box(r, v, target);
-        for (std::size_t i = 0; i < ops.size(); ++i)  // an operand value computed again for this backward
-          if (reads_in_place(v, i, &plan) && recomputed_in_backward(g, ops[i]) && !held[ops[i]]) {
-            settling.act += box(r, ops[i], plan[ops[i]].output);
-            step.act += box(r, ops[i], plan[ops[i]].output);
-          }
-        for (const sharding_spec& cs : contrib_specs[rr][v])
-          if (!(cs == target)) settling.act += 2 * dy;  // the collective's buffer and its result, beside the contributions
-        step.act += dy;
-        for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
-          const vertex_t u = ops[i];
-          if (g[u].is_parameter() && !(plan[u].output == st.inputs[i])) step += tagged(u, box(r, u, st.inputs[i]));  // gathered again
-          if (!differentiable(u)) continue;
-          const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g, v, st, i);
-          const split_bytes dx = tagged(u, box(r, u, gs));
-          if (!(i == 0 && reuse)) step += dx;  // else written over the logits piece
-          if (std::find(contrib_specs[rr][u].begin(), contrib_specs[rr][u].end(), gs) == contrib_specs[rr][u].end()) {
-            contrib_specs[rr][u].push_back(gs);
-            contrib[rr][u] += dx;
-            added += dx;
-          }
+
+  /// v's backward on every rank: settling its output gradient, then the step itself.
+  void ranks_backward(vertex_t v, const liveness_schedule& s, const split_bytes& ref) {
+    const strategy& st = plan_[v];
+    const std::vector<vertex_t> ops = operands(g_, v);
+    const sharding_spec target = settled_spec(st.output);
+    const bool reuse = g_[v].kind == op_kind::cross_entropy && !ops.empty() && g_[ops[0]].is_operator() &&
+                       (!(plan_[ops[0]].output == st.inputs[0]) || s.last_reader_of_first[v]);
+    split_bytes settling, step, added;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      const std::uint64_t dy = box(r, v, target);
+      for (vertex_t u : s.recomputed[v])  // an operand value computed again for this backward
+        if (!held_[u]) {
+          settling.act += box(r, u, plan_[u].output);
+          step.act += box(r, u, plan_[u].output);
+        }
+      for (const sharding_spec& cs : contrib_specs_[r][v])
+        if (!(cs == target)) settling.act += 2 * dy;  // the collective's buffer and its result, beside the contributions
+      step.act += dy;
+      step += operand_gradients(r, v, ops, reuse, added);
+    }
+    note(ref + k_ + gr_ + settling, "backward of " + g_[v].name + " on the ranks");
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      gr_ -= contrib_[r][v];
+      contrib_[r][v] = {};
+    }
+    note(ref + k_ + gr_ + step, "backward of " + g_[v].name + " on the ranks");
+    if (reuse)  // the logits piece became their gradient: it leaves what the ranks keep
+      for (std::size_t r = 0; r < ranks_; ++r) {
+        if (!(plan_[ops[0]].output == st.inputs[0])) {
+          const split_bytes b{box(r, ops[0], st.inputs[0]), 0};
+          k_ -= b;
+          saved_[r][v] -= b;
+        } else {
+          k_ -= piece_[r][ops[0]];
+          piece_[r][ops[0]] = {};
         }
       }
-      note(ref + k + gr + settling, "backward of " + g[v].name + " on the ranks");
-      for (std::size_t r = 0; r < ur; ++r) {
-        gr -= contrib[r][v];
-        contrib[r][v] = {};
-      }
-      note(ref + k + gr + step, "backward of " + g[v].name + " on the ranks");
-      if (reuse)  // the logits piece became their gradient: it leaves what the ranks keep
-        for (int r = 0; r < ranks; ++r) {
-          const auto rr = static_cast<std::size_t>(r);
-          if (!(plan[ops[0]].output == st.inputs[0])) {
-            const split_bytes b{box(r, ops[0], st.inputs[0]), 0};
-            k -= b;
-            saved[rr][v] -= b;
-          } else {
-            k -= piece[rr][ops[0]];
-            piece[rr][ops[0]] = {};
-          }
-        }
-      gr += added;
-    }
-    for (std::size_t r = 0; r < ur; ++r) {
-      k -= saved[r][v] + piece[r][v];
-      saved[r][v] = piece[r][v] = {};
-    }
-    for (std::size_t i = 0; i < ops.size(); ++i)
-      if (reads_in_place(v, i, &plan) && --readers[ops[i]] == 0) free_piece(ops[i]);
-    for (vertex_t u : ops) {
-      if (!g[u].is_parameter() || --pending[u] > 0 || !has_grad[u]) continue;
-      const strategy& ps = plan[u];
-      const sharding_spec& target = ps.zero_stage > 0 ? ps.gradient_spec : ps.output;
-      split_bytes finishing;
-      std::uint64_t largest_block = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const std::uint64_t b = box(r, u, target);
-        finishing.par += 3 * b + (ps.zero_stage > 0 ? 3 * box(r, u, ps.output) : 0);  // reduce, update, gather back
-        largest_block = std::max(largest_block, b);
-      }
-      note(ref + k + gr + finishing + split_bytes{0, 3 * largest_block}, "update of " + g[u].name + " on the ranks");
-      for (std::size_t r = 0; r < ur; ++r) {
-        gr -= contrib[r][u];
-        contrib[r][u] = {};
-      }
-      free_piece(u);
-      ref -= split_bytes{0, whole(u)};  // every rank compared its gradient
-    }
+    gr_ += added;
   }
-  e.activations = worst.act;
-  e.parameters = worst.par;
-  return e;
+
+  /// Rank r's re-gathered weights and operand gradients in v's backward; the contributions
+  /// they make (one per distinct spec) are noted in `added`.
+  split_bytes operand_gradients(std::size_t r, vertex_t v, const std::vector<vertex_t>& ops, bool reuse, split_bytes& added) {
+    const strategy& st = plan_[v];
+    split_bytes step;
+    for (std::size_t i = 0; i < ops.size() && i < st.inputs.size(); ++i) {
+      const vertex_t u = ops[i];
+      if (g_[u].is_parameter() && !(plan_[u].output == st.inputs[i])) step += tagged(u, box(r, u, st.inputs[i]));  // gathered again
+      if (!differentiable(u)) continue;
+      const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g_, v, st, i);
+      const split_bytes dx = tagged(u, box(r, u, gs));
+      if (!(i == 0 && reuse)) step += dx;  // else written over the logits piece
+      std::vector<sharding_spec>& specs = contrib_specs_[r][u];
+      if (std::find(specs.begin(), specs.end(), gs) == specs.end()) {
+        specs.push_back(gs);
+        contrib_[r][u] += dx;
+        added += dx;
+      }
+    }
+    return step;
+  }
+
+  /// The parameter's reduction, update and gather back; then it is compared and dropped.
+  void finish_parameter(vertex_t u, split_bytes& ref) {
+    const strategy& ps = plan_[u];
+    const sharding_spec& target = ps.zero_stage > 0 ? ps.gradient_spec : ps.output;
+    split_bytes finishing;
+    std::uint64_t largest_block = 0;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      const std::uint64_t b = box(r, u, target);
+      finishing.par += 3 * b + (ps.zero_stage > 0 ? 3 * box(r, u, ps.output) : 0);  // reduce, update, gather back
+      largest_block = std::max(largest_block, b);
+    }
+    note(ref + k_ + gr_ + finishing + split_bytes{0, 3 * largest_block}, "update of " + g_[u].name + " on the ranks");
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      gr_ -= contrib_[r][u];
+      contrib_[r][u] = {};
+    }
+    free_piece(u);
+    ref -= split_bytes{0, whole(u)};  // every rank compared its gradient
+  }
+
+  const model_graph& g_;
+  const device_mesh& mesh_;
+  const std::vector<strategy>& plan_;
+  const TypeOf& type_of_;
+  const std::size_t n_, ranks_;
+  std::vector<bool> is_loss_, reached_, has_grad_, held_;
+  split_bytes worst_;
+  std::string worst_step_;
+  pieces piece_, saved_, contrib_;  // every rank's value pieces, saved operand copies, gradient contributions
+  std::vector<std::vector<std::vector<sharding_spec>>> contrib_specs_;
+  split_bytes k_;   // every rank's pieces and saved copies together
+  split_bytes gr_;  // every rank's contributions together
+};
+
+template <class TypeOf>
+memory_estimate estimate_training_step(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                       const TypeOf& type_of, std::uint64_t forward, const std::string& forward_worst) {
+  return training_step_estimate<TypeOf>(g, mesh, plan, type_of).run(forward, forward_worst);
+}
+}  // namespace detail
+
+namespace detail {
+/// What verify_plan's forward adds at operator v beyond the pieces alive: every rank's
+/// resharded operands (twice: a collective's buffer and its result), the reference output,
+/// and the compared block (one rank at a time; a Partial output through a replicated copy).
+template <class TypeOf>
+std::uint64_t verify_step_bytes(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, vertex_t v,
+                                const TypeOf& type_of) {
+  std::uint64_t step = 0;
+  const std::vector<vertex_t> ops = operands(g, v);
+  for (std::size_t i = 0; i < ops.size() && i < plan[v].inputs.size(); ++i) {
+    const vertex_t u = ops[i];
+    if (plan[u].output == plan[v].inputs[i]) continue;
+    for (int r = 0; r < mesh.num_ranks(); ++r)
+      step += 2 * bytes_of(local_box(mesh, plan[v].inputs[i], g[u].shape, r).shape, type_of(u));
+  }
+  const std::uint64_t whole = bytes_of(g[v].shape, type_of(v));
+  step += whole;  // the reference output
+  bool partial = false;
+  for (std::size_t a = 0; a < plan[v].output.mesh_rank; ++a) partial |= plan[v].output[a].is_partial();
+  return step + (partial ? 2 * whole : whole / static_cast<std::uint64_t>(mesh.num_ranks()) + 1);
 }
 }  // namespace detail
 
@@ -374,43 +436,31 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
   const int ranks = mesh.num_ranks();
   memory_estimate e;
   e.ranks = rank_threads_cost(mesh).memory;
-  std::vector<std::size_t> uses(n, 0);
   std::vector<std::uint64_t> piece_sum(n, 0);  // every rank's piece of v together
   for (vertex_t v = 0; v < n; ++v) {
-    uses[v] = boost::out_degree(v, g);
     if (!g[v].is_operator()) {
       e.sources += detail::bytes_of(g[v].shape, type_of(v));
       if (detail::all_replicated(plan[v].output)) continue;  // ranks read the source itself
     }
     for (int r = 0; r < ranks; ++r) piece_sum[v] += detail::bytes_of(local_box(mesh, plan[v].output, g[v].shape, r).shape, type_of(v));
   }
+  // Walked along the schedule run_sharded follows: every value freed at its last consumer.
+  const liveness_schedule s = make_liveness_schedule(g, &plan, run_mode::inference);
+  const auto held_for = [&](vertex_t u) { return piece_sum[u] + (g[u].is_operator() ? detail::bytes_of(g[u].shape, type_of(u)) : 0); };
   std::uint64_t live = 0;  // reference values and pieces alive between steps
-  for (vertex_t v : topological_order(g)) {
-    std::uint64_t step = 0;
+  for (vertex_t v : s.order) {
     if (g[v].is_operator()) {
-      const std::vector<vertex_t> ops = operands(g, v);
-      for (std::size_t i = 0; i < ops.size() && i < plan[v].inputs.size(); ++i) {
-        const vertex_t u = ops[i];
-        if (plan[u].output == plan[v].inputs[i]) continue;
-        for (int r = 0; r < ranks; ++r)
-          step += 2 * detail::bytes_of(local_box(mesh, plan[v].inputs[i], g[u].shape, r).shape, type_of(u));
-      }
-      const std::uint64_t whole = detail::bytes_of(g[v].shape, type_of(v));
-      step += whole;  // the reference output
-      bool partial = false;
-      for (std::size_t a = 0; a < plan[v].output.mesh_rank; ++a) partial |= plan[v].output[a].is_partial();
-      step += partial ? 2 * whole : whole / static_cast<std::uint64_t>(ranks) + 1;  // the compared block, one rank at a time
+      const std::uint64_t step = detail::verify_step_bytes(g, mesh, plan, v, type_of);
       if (e.sources + live + piece_sum[v] + step + e.ranks > e.total()) {
         e.activations = live + piece_sum[v] + step;
         e.worst_step = g[v].name;
       }
-      live += piece_sum[v] + whole;
-      for (vertex_t u : ops)
-        if (--uses[u] == 0) live -= piece_sum[u] + (g[u].is_operator() ? detail::bytes_of(g[u].shape, type_of(u)) : 0);
+      live += held_for(v);
+      for (vertex_t u : s.forward_frees[v]) live -= held_for(u);
     } else {
       live += piece_sum[v];
     }
-    if (uses[v] == 0) live -= piece_sum[v] + (g[v].is_operator() ? detail::bytes_of(g[v].shape, type_of(v)) : 0);
+    if (s.forward_frees_itself[v]) live -= held_for(v);
   }
   if (training) {  // the forward above is its step 2, beside the reference's gradients
     const memory_estimate t = detail::estimate_training_step(g, mesh, plan, type_of, e.activations, e.worst_step);

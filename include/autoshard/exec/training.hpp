@@ -116,6 +116,43 @@ host_tensor optimizer_update(const host_tensor& p, const host_tensor& grad, cons
 
 }  // namespace detail
 
+namespace detail {
+
+/// Operator v's backward in the unsharded step: its output gradient d[v] into its operands'
+/// (summed where an operand has several uses), the operand values it reads computed again
+/// where the schedule freed them, and with `keep_values` false its first operand's gradient
+/// written over that operand where this is its last reader.
+template <class T>
+void backward_unsharded(const model_graph& g, vertex_t v, const std::vector<host_tensor>& sources, const liveness_schedule& s,
+                        bool keep_values, std::vector<host_tensor>& value, std::vector<host_tensor>& d) {
+  const std::vector<vertex_t> ops = operands(g, v);
+  std::vector<const host_tensor*> in;
+  std::vector<tensor_shape> shapes;
+  for (vertex_t u : ops) {
+    in.push_back(g[u].is_operator() ? &value[u] : &sources[u]);
+    shapes.push_back(g[u].shape);
+  }
+  std::vector<vertex_t> again;  // operand values recomputed for this backward
+  for (vertex_t u : s.recomputed[v]) {
+    if (value[u].data() != nullptr) continue;
+    const vertex_t w = operands(g, u)[0];
+    const host_tensor* x = g[w].is_operator() ? &value[w] : &sources[w];
+    value[u] = run_kernel<T>(g[u], std::span<const host_tensor* const>(&x, 1), whole_context({g[w].shape}, g[u].shape));
+    again.push_back(u);
+  }
+  host_tensor* reuse = !keep_values && s.last_reader_of_first[v] ? &value[ops[0]] : nullptr;
+  std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape), reuse);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (dx[i].data() == nullptr) continue;
+    if (d[ops[i]].data() == nullptr) d[ops[i]] = std::move(dx[i]);
+    else add_into<T>(d[ops[i]], dx[i]);
+  }
+  d[v] = host_tensor();
+  for (vertex_t u : again) keep_shape_only(value[u]);
+}
+
+}  // namespace detail
+
 /// Every parameter's gradient and updated value of the unsharded step, indexed by vertex
 /// (empty for operators and inputs), and every operator's forward value (empty for inputs
 /// and parameters: their values are the sources the step was given; with `keep_values`
@@ -136,8 +173,8 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
                                 bool with_updates = true, bool keep_values = true) {
   const std::size_t n = boost::num_vertices(g);
   training_result r;
-  std::vector<std::size_t> readers = detail::in_place_backward_readers(g, nullptr);
-  r.value = detail::forward_unsharded<T>(g, sources, false, keep_values ? nullptr : &readers);
+  const liveness_schedule s = make_liveness_schedule(g, nullptr, run_mode::training);
+  r.value = detail::forward_unsharded<T>(g, sources, false, keep_values ? nullptr : &s);
   r.grad.resize(n);
   r.updated.resize(n);
   std::vector<host_tensor> d(n);
@@ -145,50 +182,12 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
     d[v] = host_tensor(compute_dtype<T>(), g[v].shape);
     d[v].as<T>()[0] = T(1);
   }
-  const std::vector<vertex_t> order = topological_order(g);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+  for (auto it = s.order.rbegin(); it != s.order.rend(); ++it) {
     const vertex_t v = *it;
     if (!g[v].is_operator()) continue;
-    const std::vector<vertex_t> ops = operands(g, v);
-    const auto free_read_operands = [&] {  // what no backward still to run reads
-      if (!keep_values)
-        for (std::size_t i = 0; i < ops.size(); ++i)
-          if (g[ops[i]].is_operator() && detail::backward_reads_operand(g[v].kind, i) && --readers[ops[i]] == 0)
-            detail::keep_shape_only(r.value[ops[i]]);
-    };
-    if (d[v].data() == nullptr) {
-      free_read_operands();
-      continue;
-    }
-    std::vector<const host_tensor*> in;
-    std::vector<tensor_shape> shapes;
-    for (vertex_t u : ops) {
-      in.push_back(g[u].is_operator() ? &r.value[u] : &sources[u]);
-      shapes.push_back(g[u].shape);
-    }
-    std::vector<vertex_t> again;  // operand values recomputed for this backward (recomputed_in_backward)
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const vertex_t u = ops[i];
-      if (!detail::recomputed_in_backward(g, u) || !detail::backward_reads_operand(g[v].kind, i) || r.value[u].data() != nullptr)
-        continue;
-      const vertex_t w = operands(g, u)[0];
-      const host_tensor* x = g[w].is_operator() ? &r.value[w] : &sources[w];
-      r.value[u] = run_kernel<T>(g[u], std::span<const host_tensor* const>(&x, 1), whole_context({g[w].shape}, g[u].shape));
-      again.push_back(u);
-    }
-    host_tensor* reuse = !keep_values && !ops.empty() && g[ops[0]].is_operator() && detail::backward_reads_operand(g[v].kind, 0) &&
-                                 readers[ops[0]] == 1
-                             ? &r.value[ops[0]]
-                             : nullptr;  // operand 0 read by no later backward: its gradient may be written over it
-    std::vector<host_tensor> dx = run_kernel_backward<T>(g[v], in, d[v], whole_context(shapes, g[v].shape), reuse);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (dx[i].data() == nullptr) continue;
-      if (d[ops[i]].data() == nullptr) d[ops[i]] = std::move(dx[i]);
-      else detail::add_into<T>(d[ops[i]], dx[i]);
-    }
-    d[v] = host_tensor();
-    free_read_operands();
-    for (vertex_t u : again) detail::keep_shape_only(r.value[u]);
+    if (d[v].data() != nullptr) detail::backward_unsharded<T>(g, v, sources, s, keep_values, r.value, d);
+    if (!keep_values)  // what no backward still to run reads
+      for (vertex_t u : s.backward_frees[v]) detail::keep_shape_only(r.value[u]);
   }
   for (vertex_t v = 0; v < n; ++v)
     if (g[v].is_parameter() && d[v].data() != nullptr) {
@@ -201,31 +200,51 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
 /// Called with each parameter's gradient block and updated block, in the parameter's spec.
 using parameter_callback = std::function<void(vertex_t, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec)>;
 
-/// One training step sharded by `plan` on this rank of `mc` (every rank calls it alike):
-/// run_sharded's forward (on_piece sees every piece), then the backward with the adjoint
-/// collectives, each parameter's gradient reduced to the parameter's spec, and the
-/// optimizer step on the block this rank holds (on_param sees both).
+namespace detail {
+
+/// The backward of a sharded training step on one rank, in phases: the loss's gradient seeds,
+/// each operator's backward (settle its output gradient, gather a resharded weight again,
+/// recompute what the schedule freed, run the kernel, hand each operand its contribution),
+/// and after it what the schedule frees and each parameter it finishes (its gradient
+/// synchronisation and optimizer step).
 template <class T, mesh_communicator_like M>
-void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
-                   const training_step& o, const piece_callback& on_piece, const parameter_callback& on_param) {
-  const std::size_t n = boost::num_vertices(g);
-  const device_mesh& mesh = mc.mesh();
-  const int rank = mc.rank();
-  std::vector<detail::held_value> val;
-  std::vector<detail::saved_forward> saved;
-  std::vector<std::size_t> readers = detail::in_place_backward_readers(g, &plan);
-  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, &readers);  // keeps what the backward needs
-  const std::vector<fused_dim> fused = fused_dims(g);
-  const std::vector<vertex_t> order = topological_order(g);
-  // Backward, in reverse topological order.
-  // A tensor's gradient contributions, one per spec they arrive in (summed within a spec).
+class sharded_backward {
+ public:
+  sharded_backward(M& mc, const model_graph& g, const std::vector<strategy>& plan, const training_step& o,
+                   const parameter_callback& on_param, const liveness_schedule& s, std::vector<held_value>& val,
+                   std::vector<saved_forward>& saved)
+      : mc_(mc), g_(g), plan_(plan), o_(o), on_param_(on_param), s_(s), val_(val), saved_(saved), fused_(fused_dims(g)),
+        parts_(boost::num_vertices(g)) {}
+
+  void run() {
+    seed_losses();
+    for (auto it = s_.order.rbegin(); it != s_.order.rend(); ++it) {
+      const vertex_t v = *it;
+      if (!g_[v].is_operator()) continue;
+      if (!parts_[v].empty()) backward(v);
+      after_backward(v);
+    }
+  }
+
+ private:
+  /// A tensor's gradient contributions, one per spec they arrive in (summed within a spec).
   using contributions = std::vector<std::pair<sharding_spec, host_tensor>>;
-  std::vector<contributions> parts(n);
-  // Every contribution taken to `target` (each distinct spec's sum reduced once), summed there.
-  // With `skip_sync` (the fault a test injects) a Partial contribution is kept as it is.
-  const auto settle = [&](vertex_t u, const sharding_spec& target, bool skip_sync) {
+
+  /// d loss = 1, in the loss's settled spec.
+  void seed_losses() {
+    for (vertex_t v : losses(g_)) {
+      const sharding_spec sp = settled_spec(plan_[v].output);
+      host_tensor one(compute_dtype<T>(), local_box(mc_.mesh(), sp, g_[v].shape, mc_.rank()).shape);
+      for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1);
+      parts_[v].emplace_back(sp, std::move(one));
+    }
+  }
+
+  /// Every contribution taken to `target` (each distinct spec's sum reduced once), summed
+  /// there. With `skip_sync` (the fault a test injects) a Partial contribution is kept as it is.
+  host_tensor settle(vertex_t u, const sharding_spec& target, bool skip_sync) {
     host_tensor total;
-    for (auto& [spec, t] : parts[u]) {
+    for (auto& [spec, t] : parts_[u]) {
       host_tensor x;
       sharding_spec from = spec;
       if (skip_sync)
@@ -234,122 +253,142 @@ void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& pla
       if (from == target) {
         x = std::move(t);
       } else {
-        const auto site = detail::charge(mc, traffic_site::gradient(u));
-        x = detail::reshard(mc, t, g[u].shape, from, target, fused[u]);
+        const auto site = charge(mc_, traffic_site::gradient(u));
+        x = reshard(mc_, t, g_[u].shape, from, target, fused_[u]);
         t = host_tensor();  // a replicated parameter's contribution is as large as the parameter
       }
       if (total.data() == nullptr) total = std::move(x);
-      else detail::add_into<T>(total, x);
+      else add_into<T>(total, x);
     }
-    parts[u].clear();
+    parts_[u].clear();
     return total;
-  };
-  // The gradient synchronisation the plan implies, then the optimizer step on this block,
-  // as soon as the parameter's last use has run its backward (as DDP's buckets fire during
-  // the backward): the gradient and the update are handed to on_param and dropped, so a rank
-  // holds one parameter's full gradient at a time, not every replicated parameter's. A ZeRO
-  // parameter's gradient ends sharded (its gradient_spec), the step updates that shard and
-  // the updated weight is gathered back to the parameter's spec.
-  const auto finish_parameter = [&](vertex_t v) {
-    const strategy& ps = plan[v];
+  }
+
+  /// The gradient synchronisation the plan implies, then the optimizer step on this block,
+  /// as soon as the parameter's last use has run its backward (as DDP's buckets fire during
+  /// the backward): the gradient and the update are handed to on_param and dropped, so a rank
+  /// holds one parameter's full gradient at a time, not every replicated parameter's. A ZeRO
+  /// parameter's gradient ends sharded (its gradient_spec), the step updates that shard and
+  /// the updated weight is gathered back to the parameter's spec.
+  void finish_parameter(vertex_t v) {
+    const strategy& ps = plan_[v];
     const bool zero = ps.zero_stage > 0;
     const sharding_spec& gs = zero ? ps.gradient_spec : ps.output;
-    host_tensor gblock = settle(v, gs, g[v].name == o.drop_gradient_sync);
+    host_tensor gblock = settle(v, gs, g_[v].name == o_.drop_gradient_sync);
     if (!zero) {
-      const host_tensor updated = detail::optimizer_update<T>(val[v].get(), gblock, o);
-      if (on_param) on_param(v, gblock, updated, gs);
+      const host_tensor updated = optimizer_update<T>(val_[v].get(), gblock, o_);
+      if (on_param_) on_param_(v, gblock, updated, gs);
       return;
     }
     host_tensor wshard;
     {
-      const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // a local slice: no traffic
-      wshard = detail::reshard(mc, val[v].get(), g[v].shape, ps.output, gs, fused[v]);
+      const auto uncounted = charge(mc_, collective_ledger::no_site);  // a local slice: no traffic
+      wshard = reshard(mc_, val_[v].get(), g_[v].shape, ps.output, gs, fused_[v]);
     }
-    host_tensor updated = detail::optimizer_update<T>(wshard, gblock, o);
-    if (on_param) on_param(v, gblock, updated, gs);
+    host_tensor updated = optimizer_update<T>(wshard, gblock, o_);
+    if (on_param_) on_param_(v, gblock, updated, gs);
     gblock = host_tensor();
     wshard = host_tensor();
-    const auto site = detail::charge(mc, traffic_site::gradient(v));
-    (void)detail::reshard(mc, updated, g[v].shape, gs, ps.output, fused[v]);  // the all-gather of the updated weight
-  };
-  std::vector<std::size_t> pending_uses(n, 0);  // a parameter's uses whose backward has not run yet
-  for (vertex_t v = 0; v < n; ++v) pending_uses[v] = boost::out_degree(v, g);
-  for (vertex_t v : detail::losses(g)) {
-    const sharding_spec s = detail::settled_spec(plan[v].output);
-    host_tensor one(compute_dtype<T>(), local_box(mesh, s, g[v].shape, rank).shape);
-    for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1);
-    parts[v].emplace_back(s, std::move(one));
+    const auto site = charge(mc_, traffic_site::gradient(v));
+    (void)reshard(mc_, updated, g_[v].shape, gs, ps.output, fused_[v]);  // the all-gather of the updated weight
   }
-  // After v's backward (or where it has none): what only v's backward needed is dropped, and
-  // each parameter whose last use this was is synchronised and updated.
-  const auto after_backward = [&](vertex_t v) {
-    saved[v] = detail::saved_forward();
-    val[v].reset();
-    const std::vector<vertex_t> ops = operands(g, v);
-    for (std::size_t i = 0; i < ops.size(); ++i)  // an operand value read by no backward still to run is freed
-      if (g[ops[i]].is_operator() && detail::backward_reads_operand(g[v].kind, i) && plan[ops[i]].output == plan[v].inputs[i] &&
-          --readers[ops[i]] == 0)
-        detail::keep_shape_only(val[ops[i]].own);
-    for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
-      const vertex_t u = boost::source(*e, g);
-      if (!g[u].is_parameter() || --pending_uses[u] > 0) continue;
-      if (!parts[u].empty()) finish_parameter(u);
-      val[u].reset();
+
+  /// After v's backward (or where it has none): what only v's backward needed is dropped, the
+  /// operand values the schedule frees here, and each parameter whose last use this was is
+  /// synchronised and updated.
+  void after_backward(vertex_t v) {
+    saved_[v] = saved_forward();
+    val_[v].reset();
+    for (vertex_t u : s_.backward_frees[v]) keep_shape_only(val_[u].own);
+    for (vertex_t u : s_.finished[v]) {
+      if (!parts_[u].empty()) finish_parameter(u);
+      val_[u].reset();
     }
-  };
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const vertex_t v = *it;
-    if (!g[v].is_operator()) continue;
-    if (parts[v].empty()) {
-      after_backward(v);
-      continue;
-    }
-    const strategy& st = plan[v];
-    const host_tensor dy = settle(v, detail::settled_spec(st.output), false);
-    const std::vector<vertex_t> ops = operands(g, v);
-    detail::saved_forward& sv = saved[v];
+  }
+
+  /// Operand i's piece: a weight resharded in the forward is gathered again (as priced: the re-gather).
+  void regather_weights(vertex_t v, const std::vector<vertex_t>& ops, saved_forward& sv) {
     for (std::size_t i = 0; i < ops.size(); ++i)
-      if (sv.in[i] == nullptr) {  // a weight resharded in the forward, gathered again (as priced: the re-gather)
-        const auto site = detail::charge(mc, traffic_site::gradient(ops[i]));
-        sv.own[i] = detail::reshard(mc, val[ops[i]].get(), g[ops[i]].shape, plan[ops[i]].output, st.inputs[i], fused[ops[i]]);
+      if (sv.in[i] == nullptr) {
+        const auto site = charge(mc_, traffic_site::gradient(ops[i]));
+        sv.own[i] = reshard(mc_, val_[ops[i]].get(), g_[ops[i]].shape, plan_[ops[i]].output, plan_[v].inputs[i], fused_[ops[i]]);
         sv.in[i] = &sv.own[i];
       }
-    // Operand 0's piece when nothing needs it after this backward (its own resharded copy, or
-    // the value itself when this is its last reader): the kernel may write its gradient over it.
-    host_tensor* reuse = nullptr;
-    if (!ops.empty() && g[ops[0]].is_operator()) {
-      if (sv.own[0].data() != nullptr) reuse = &sv.own[0];
-      else if (plan[ops[0]].output == st.inputs[0] && detail::backward_reads_operand(g[v].kind, 0) && readers[ops[0]] == 1 &&
-               val[ops[0]].alias == nullptr)
-        reuse = &val[ops[0]].own;
-    }
-    std::vector<vertex_t> again;  // operand values recomputed for this backward (recomputed_in_backward)
+  }
+
+  /// Operand 0's piece when nothing needs it after this backward (its own resharded copy, or
+  /// the value itself when this is its last reader): the kernel may write its gradient over it.
+  host_tensor* overwritable_first(vertex_t v, const std::vector<vertex_t>& ops, saved_forward& sv) {
+    if (ops.empty() || !g_[ops[0]].is_operator()) return nullptr;
+    if (sv.own[0].data() != nullptr) return &sv.own[0];
+    if (s_.last_reader_of_first[v] && val_[ops[0]].alias == nullptr) return &val_[ops[0]].own;
+    return nullptr;
+  }
+
+  /// Each operand's gradient from v's backward, in the spec the cost model gives it.
+  void contribute(vertex_t v, const std::vector<vertex_t>& ops, std::vector<host_tensor>& dx) {
+    const strategy& st = plan_[v];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];
-      if (!detail::recomputed_in_backward(g, u) || !detail::backward_reads_operand(g[v].kind, i) ||
-          !(plan[u].output == st.inputs[i]) || val[u].own.data() != nullptr)
-        continue;
-      val[u].own = run_kernel<T>(g[u], saved[u].in, saved[u].c);  // the same kernel on the same bits as the forward
+      if (dx[i].data() == nullptr || g_[u].is_input()) continue;  // graph inputs have no gradients
+      // The cost model's gradient spec where the plan carries it (training strategies), else the same rule here.
+      const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g_, v, st, i);
+      auto same = std::find_if(parts_[u].begin(), parts_[u].end(), [&](const auto& p) { return p.first == gs; });
+      if (same == parts_[u].end()) parts_[u].emplace_back(gs, std::move(dx[i]));
+      else add_into<T>(same->second, dx[i]);
+      dx[i] = host_tensor();
+    }
+  }
+
+  void backward(vertex_t v) {
+    const host_tensor dy = settle(v, settled_spec(plan_[v].output), false);
+    const std::vector<vertex_t> ops = operands(g_, v);
+    saved_forward& sv = saved_[v];
+    regather_weights(v, ops, sv);
+    host_tensor* reuse = overwritable_first(v, ops, sv);
+    std::vector<vertex_t> again;  // operand values the schedule freed, recomputed for this backward
+    for (vertex_t u : s_.recomputed[v]) {
+      if (val_[u].own.data() != nullptr) continue;
+      val_[u].own = run_kernel<T>(g_[u], saved_[u].in, saved_[u].c);  // the same kernel on the same bits as the forward
       again.push_back(u);
     }
     std::vector<host_tensor> dx;
     {
-      const auto site = detail::charge(mc, traffic_site::recompute(v));  // a loss's row statistics, again
-      dx = run_kernel_backward<T>(g[v], sv.in, dy, sv.c, reuse);
+      const auto site = charge(mc_, traffic_site::recompute(v));  // a loss's row statistics, again
+      dx = run_kernel_backward<T>(g_[v], sv.in, dy, sv.c, reuse);
     }
-    for (vertex_t u : again) detail::keep_shape_only(val[u].own);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const vertex_t u = ops[i];
-      if (dx[i].data() == nullptr || g[u].is_input()) continue;  // graph inputs have no gradients
-      // The cost model's gradient spec where the plan carries it (training strategies), else the same rule here.
-      const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : detail::gradient_spec(g, v, st, i);
-      auto same = std::find_if(parts[u].begin(), parts[u].end(), [&](const auto& p) { return p.first == gs; });
-      if (same == parts[u].end()) parts[u].emplace_back(gs, std::move(dx[i]));
-      else detail::add_into<T>(same->second, dx[i]);
-      dx[i] = host_tensor();
-    }
-    after_backward(v);
+    for (vertex_t u : again) keep_shape_only(val_[u].own);
+    contribute(v, ops, dx);
   }
+
+  M& mc_;
+  const model_graph& g_;
+  const std::vector<strategy>& plan_;
+  const training_step& o_;
+  const parameter_callback& on_param_;
+  const liveness_schedule& s_;
+  std::vector<held_value>& val_;
+  std::vector<saved_forward>& saved_;
+  const std::vector<fused_dim> fused_;
+  std::vector<contributions> parts_;
+};
+
+}  // namespace detail
+
+/// One training step sharded by `plan` on this rank of `mc` (every rank calls it alike):
+/// run_sharded's forward (on_piece sees every piece), then the backward with the adjoint
+/// collectives, each parameter's gradient reduced to the parameter's spec, and the
+/// optimizer step on the block this rank holds (on_param sees both). Values are kept and
+/// freed as the training liveness_schedule says.
+template <class T, mesh_communicator_like M>
+void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
+                   const training_step& o, const piece_callback& on_piece, const parameter_callback& on_param) {
+  detail::check_plan_size(g, plan, sources);
+  const liveness_schedule s = make_liveness_schedule(g, &plan, run_mode::training);
+  std::vector<detail::held_value> val;
+  std::vector<detail::saved_forward> saved;
+  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, s);  // keeps what the backward needs
+  detail::sharded_backward<T, M>(mc, g, plan, o, on_param, s, val, saved).run();
 }
 
 }  // namespace autoshard

@@ -202,123 +202,9 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));
 }
 
-template <class T>
-verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
-                           const verify_options& o) {
-  const std::size_t n = boost::num_vertices(g);
-  if (plan.size() != n)
-    throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
-  verify_report rep;
-  rep.mesh = mesh;
-  rep.compute = compute_dtype<T>();
-  rep.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
-  rep.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
-  const std::vector<host_tensor> sources = make_source_values<T>(g, o.seed);
-  const int ranks = mesh.num_ranks();
-  // Each rank compares its piece with the same block of the reference as soon as it has it;
-  // the reference is computed on demand and forgotten once every rank has compared.
-  reference_stream<T> ref(g, sources, ranks);
-  // Training: the unsharded step is run first, keeping only its parameter gradients (each
-  // dropped once every rank compared its block). Each rank then runs the plan's forward
-  // once against the streamed reference above, comparing every operator (what inference
-  // verifies), and then the training step, whose forward must give the same pieces bit for
-  // bit (a digest of each): the reference's activations and the ranks' never coexist.
-  training_result tref;
-  std::vector<bool> reached(n, false);  // training: the parameters the backward reaches
-  auto t0 = std::chrono::steady_clock::now();
-  const auto report = [&](const char* phase, std::size_t done, std::size_t total) {
-    if (o.progress)
-      o.progress({phase, done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
-  };
-  std::size_t operators = 0, parameters = 0;
-  for (vertex_t v = 0; v < n; ++v) {
-    operators += g[v].is_operator() ? 1 : 0;
-    parameters += g[v].is_parameter() ? 1 : 0;
-  }
-  if (o.training) {
-    report("reference", 0, operators);
-    tref = train_unsharded<T>(g, sources, o.step, false, false);  // each update block is computed where it is compared
-    report("reference", operators, operators);
-    parameters = 0;  // those the backward reaches: the ranks compare a gradient and an update of each
-    for (vertex_t v = 0; v < n; ++v) {
-      reached[v] = g[v].is_parameter() && tref.grad[v].data() != nullptr;
-      parameters += reached[v] ? 1 : 0;
-    }
-  }
-  const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::size_t pieces = static_cast<std::size_t>(ranks) * (operators + (o.training ? 2 * parameters : 0));
-  std::size_t compared = 0;  // under compare_mu
-  report("ranks", 0, pieces);
-  std::vector<std::vector<vertex_check>> per_rank(static_cast<std::size_t>(ranks), std::vector<vertex_check>(n));
-  std::vector<std::vector<vertex_check>> per_rank_grad(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
-  std::vector<std::vector<vertex_check>> per_rank_update(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<vertex_check>(n));
-  const std::vector<fused_dim> fused = fused_dims(g);  // tensors cut per part (graph/fused.hpp)
-  std::mutex compare_mu;  // one block copy at a time
-  // Training: the unsharded step's gradients are dropped once every rank has compared its block.
-  std::vector<int> unread(o.training ? n : 0, ranks);
-  // Training: each rank's digest of each forward piece it compared, and the operators whose
-  // piece in the training step was not the same bits.
-  std::vector<std::vector<std::uint64_t>> digest(o.training ? static_cast<std::size_t>(ranks) : 0, std::vector<std::uint64_t>(n));
-  std::vector<std::vector<issued_collective>> issued(static_cast<std::size_t>(ranks));  // each rank's ledger
-  gloo_options go;
-  go.timeout = o.timeout;
-  auto t1 = std::chrono::steady_clock::now();
-  rank_results res = run_ranks_collect(
-      ranks,
-      [&](gloo_communicator& world) {
-        const int me = world.rank();
-        const auto ume = static_cast<std::size_t>(me);
-        mesh_communicator mc(std::move(world), mesh);
-        std::vector<vertex_check>& mine = per_rank[ume];
-        const auto compare_block = [&](const host_tensor& got, const host_tensor& want, const sharding_spec& settled, vertex_check& c,
-                                       fused_dim f) {
-          std::lock_guard<std::mutex> lock(compare_mu);
-          if (detail::whole_on_every_rank(settled)) compare_piece<T>(got, want, c);
-          else compare_piece<T>(got, shard_of(want, mesh, settled, me, split_rule::chunk, f), c);
-          report("ranks", ++compared, pieces);
-        };
-        const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
-          if (!g[v].is_operator()) return;
-          const sharding_spec settled = detail::settled_spec(spec);
-          const auto uncounted = detail::charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
-          const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g[v].shape, spec, settled);
-          const host_tensor& got = settled == spec ? piece : whole;
-          if (o.training) digest[ume][v] = bytes_digest(piece);
-          compare_block(got, ref.value(v), settled, mine[v], fused[v]);
-          ref.release(v);
-        };
-        run_sharded<T>(mc, g, plan, sources, on_piece);
-        if (o.training) {
-          mc.ledger().clear();  // the audit counts the training step's collectives, as the model prices one step
-          // The training step's forward is the one just compared: the same pieces, bit for bit.
-          const piece_callback same_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec&) {
-            if (g[v].is_operator() && bytes_digest(piece) != digest[ume][v]) {
-              std::lock_guard<std::mutex> lock(compare_mu);
-              mine[v].max_abs_diff = std::numeric_limits<double>::infinity();
-            }
-          };
-          train_sharded<T>(mc, g, plan, sources, o.step, same_piece,
-                           [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-                             std::lock_guard<std::mutex> lock(compare_mu);
-                             // The unsharded update of this block: the optimizer is elementwise.
-                             const bool whole = detail::whole_on_every_rank(spec);
-                             const host_tensor gblock = whole ? host_tensor() : shard_of(tref.grad[v], mesh, spec, me, split_rule::chunk, fused[v]);
-                             const host_tensor pblock = whole ? host_tensor() : shard_of(sources[v], mesh, spec, me, split_rule::chunk, fused[v]);
-                             const host_tensor& want_grad = whole ? tref.grad[v] : gblock;
-                             const host_tensor want_update = optimizer_update<T>(whole ? sources[v] : pblock, want_grad, o.step);
-                             compare_piece<T>(grad, want_grad, per_rank_grad[ume][v]);
-                             compare_piece<T>(updated, want_update, per_rank_update[ume][v]);
-                             compared += 2;
-                             report("ranks", compared, pieces);
-                             if (--unread[v] == 0) tref.grad[v] = host_tensor();
-                           });
-        }
-        issued[ume] = mc.ledger().entries();
-      },
-      go);
-  auto t2 = std::chrono::steady_clock::now();
-  if (compared != pieces) report("ranks", compared, pieces);  // ended early: a rank failed (rethrown below)
-  // The first failure that is not a consequence of another rank's (a peer's comm_error).
+/// The first failure of a ranks' run that is not a consequence of another rank's (a peer's
+/// comm_error), rethrown; nothing when every rank succeeded.
+inline void rethrow_first_failure(const rank_results& res) {
   std::exception_ptr first, first_comm;
   for (const std::exception_ptr& e : res) {
     if (!e) continue;
@@ -332,59 +218,230 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
   }
   if (first) std::rethrow_exception(first);
   if (first_comm) std::rethrow_exception(first_comm);
+}
 
-  // The reference is computed on demand inside the ranks' run: its time is taken out.
-  rep.reference_seconds = ref.seconds() + train_ref_seconds;
-  rep.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - ref.seconds());
-  double worst = -1.0;
-  // One check's verdict folded into the report: passed when its largest difference relative
-  // to max(1, the reference's largest magnitude) is within rtol (false for NaN and infinity).
-  auto judge = [&](vertex_check& c) {
-    const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
-    c.passed = rel <= rep.rtol;
-    rep.failed += c.passed ? 0 : 1;
-    if (!c.passed && rep.first_failed.empty()) rep.first_failed = c.name;
-    rep.max_abs_diff = std::max(rep.max_abs_diff, c.max_abs_diff);
-    rep.max_rel_diff = std::max(rep.max_rel_diff, rel);
-    if (rel > worst || !(rel == rel)) {
-      worst = rel;
-      rep.worst = c.name;
+/// One verification in its phases: the unsharded training step (training), the ranks' run
+/// (each rank's forward compared with the streamed reference, then its training step's
+/// gradients and updates), and the report folded from every rank's comparisons.
+/// Training: the unsharded step is run first, keeping only its parameter gradients (each
+/// dropped once every rank compared its block). Each rank then runs the plan's forward once
+/// against the streamed reference, comparing every operator (what inference verifies), and
+/// then the training step, whose forward must give the same pieces bit for bit (a digest of
+/// each): the reference's activations and the ranks' never coexist.
+template <class T>
+class verify_run {
+ public:
+  verify_run(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, const verify_options& o)
+      : g_(g), mesh_(mesh), plan_(plan), o_(o), n_(boost::num_vertices(g)), ranks_(mesh.num_ranks()) {
+    if (plan.size() != n_)
+      throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n_) +
+                       " vertices");
+    rep_.mesh = mesh;
+    rep_.compute = compute_dtype<T>();
+    rep_.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
+    rep_.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
+    for (vertex_t v = 0; v < n_; ++v) {
+      operators_ += g[v].is_operator() ? 1 : 0;
+      parameters_ += g[v].is_parameter() ? 1 : 0;
     }
-  };
-  const std::size_t tensors = operators + (o.training ? 2 * parameters : 0);
-  report("comparison", 0, tensors);
-  for (vertex_t v : topological_order(g)) {
-    if (!g[v].is_operator()) continue;
+  }
+
+  verify_report run() {
+    const std::vector<host_tensor> sources = make_source_values<T>(g_, o_.seed);
+    sources_ = &sources;
+    // Each rank compares its piece with the same block of the reference as soon as it has it;
+    // the reference is computed on demand and forgotten once every rank has compared.
+    reference_stream<T> ref(g_, sources, ranks_);
+    ref_ = &ref;
+    t0_ = std::chrono::steady_clock::now();
+    if (o_.training) reference_training_step();
+    const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    pieces_ = static_cast<std::size_t>(ranks_) * (operators_ + (o_.training ? 2 * parameters_ : 0));
+    const auto t1 = std::chrono::steady_clock::now();
+    run_all_ranks();
+    const auto t2 = std::chrono::steady_clock::now();
+    // The reference is computed on demand inside the ranks' run: its time is taken out.
+    rep_.reference_seconds = ref.seconds() + train_ref_seconds;
+    rep_.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - ref.seconds());
+    fold_report();
+    if (o_.priced) rep_.traffic = audit_traffic(g_, *o_.priced, issued_, o_.training && o_.audit_backward);
+    return std::move(rep_);
+  }
+
+ private:
+  void report(const char* phase, std::size_t done, std::size_t total) const {
+    if (o_.progress)
+      o_.progress({phase, done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()});
+  }
+
+  /// The unsharded training step, keeping only the parameters' gradients (each update block is
+  /// computed where it is compared); the parameters the backward reaches are those compared.
+  void reference_training_step() {
+    report("reference", 0, operators_);
+    tref_ = train_unsharded<T>(g_, *sources_, o_.step, false, false);
+    report("reference", operators_, operators_);
+    reached_.assign(n_, false);
+    parameters_ = 0;  // those the backward reaches: the ranks compare a gradient and an update of each
+    for (vertex_t v = 0; v < n_; ++v) {
+      reached_[v] = g_[v].is_parameter() && tref_.grad[v].data() != nullptr;
+      parameters_ += reached_[v] ? 1 : 0;
+    }
+  }
+
+  void run_all_ranks() {
+    const auto ur = static_cast<std::size_t>(ranks_);
+    report("ranks", 0, pieces_);
+    per_rank_.assign(ur, std::vector<vertex_check>(n_));
+    per_rank_grad_.assign(o_.training ? ur : 0, std::vector<vertex_check>(n_));
+    per_rank_update_.assign(o_.training ? ur : 0, std::vector<vertex_check>(n_));
+    fused_ = fused_dims(g_);  // tensors cut per part (graph/fused.hpp)
+    unread_.assign(o_.training ? n_ : 0, ranks_);
+    digest_.assign(o_.training ? ur : 0, std::vector<std::uint64_t>(n_));
+    issued_.assign(ur, {});
+    gloo_options go;
+    go.timeout = o_.timeout;
+    const rank_results res = run_ranks_collect(ranks_, [&](gloo_communicator& world) { run_rank(world); }, go);
+    if (compared_ != pieces_) report("ranks", compared_, pieces_);  // ended early: a rank failed (rethrown below)
+    rethrow_first_failure(res);
+  }
+
+  /// This rank's piece of a settled spec compared with the same block of the reference.
+  void compare_block(int me, const host_tensor& got, const host_tensor& want, const sharding_spec& settled, vertex_check& c,
+                     fused_dim f) {
+    std::lock_guard<std::mutex> lock(compare_mu_);
+    if (whole_on_every_rank(settled)) compare_piece<T>(got, want, c);
+    else compare_piece<T>(got, shard_of(want, mesh_, settled, me, split_rule::chunk, f), c);
+    report("ranks", ++compared_, pieces_);
+  }
+
+  /// A parameter's gradient and updated block from the training step, compared with the
+  /// unsharded ones (the optimizer is elementwise: the block's update is computed here).
+  void compare_parameter(int me, vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+    const auto ume = static_cast<std::size_t>(me);
+    std::lock_guard<std::mutex> lock(compare_mu_);
+    const bool whole = whole_on_every_rank(spec);
+    const host_tensor gblock = whole ? host_tensor() : shard_of(tref_.grad[v], mesh_, spec, me, split_rule::chunk, fused_[v]);
+    const host_tensor pblock = whole ? host_tensor() : shard_of((*sources_)[v], mesh_, spec, me, split_rule::chunk, fused_[v]);
+    const host_tensor& want_grad = whole ? tref_.grad[v] : gblock;
+    const host_tensor want_update = optimizer_update<T>(whole ? (*sources_)[v] : pblock, want_grad, o_.step);
+    compare_piece<T>(grad, want_grad, per_rank_grad_[ume][v]);
+    compare_piece<T>(updated, want_update, per_rank_update_[ume][v]);
+    compared_ += 2;
+    report("ranks", compared_, pieces_);
+    if (--unread_[v] == 0) tref_.grad[v] = host_tensor();
+  }
+
+  void run_rank(gloo_communicator& world) {
+    const int me = world.rank();
+    const auto ume = static_cast<std::size_t>(me);
+    mesh_communicator mc(std::move(world), mesh_);
+    std::vector<vertex_check>& mine = per_rank_[ume];
+    const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+      if (!g_[v].is_operator()) return;
+      const sharding_spec settled = settled_spec(spec);
+      const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
+      const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g_[v].shape, spec, settled);
+      const host_tensor& got = settled == spec ? piece : whole;
+      if (o_.training) digest_[ume][v] = bytes_digest(piece);
+      compare_block(me, got, ref_->value(v), settled, mine[v], fused_[v]);
+      ref_->release(v);
+    };
+    run_sharded<T>(mc, g_, plan_, *sources_, on_piece);
+    if (o_.training) {
+      mc.ledger().clear();  // the audit counts the training step's collectives, as the model prices one step
+      // The training step's forward is the one just compared: the same pieces, bit for bit.
+      const piece_callback same_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec&) {
+        if (g_[v].is_operator() && bytes_digest(piece) != digest_[ume][v]) {
+          std::lock_guard<std::mutex> lock(compare_mu_);
+          mine[v].max_abs_diff = std::numeric_limits<double>::infinity();
+        }
+      };
+      train_sharded<T>(mc, g_, plan_, *sources_, o_.step, same_piece,
+                       [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+                         compare_parameter(me, v, grad, updated, spec);
+                       });
+    }
+    issued_[ume] = mc.ledger().entries();
+  }
+
+  /// One check's verdict folded into the report: passed when its largest difference relative
+  /// to max(1, the reference's largest magnitude) is within rtol (false for NaN and infinity).
+  void judge(vertex_check& c) {
+    const double rel = c.max_abs_diff / std::max(1.0, c.ref_max_abs);
+    c.passed = rel <= rep_.rtol;
+    rep_.failed += c.passed ? 0 : 1;
+    if (!c.passed && rep_.first_failed.empty()) rep_.first_failed = c.name;
+    rep_.max_abs_diff = std::max(rep_.max_abs_diff, c.max_abs_diff);
+    rep_.max_rel_diff = std::max(rep_.max_rel_diff, rel);
+    if (rel > worst_ || !(rel == rel)) {
+      worst_ = rel;
+      rep_.worst = c.name;
+    }
+  }
+
+  /// Vertex v's check over every rank's comparison.
+  vertex_check merged(vertex_t v, std::string name, const std::vector<std::vector<vertex_check>>& per_rank) const {
     vertex_check c;
-    c.name = g[v].name;
-    c.spec = to_alpa_string(plan[v].output);
+    c.name = std::move(name);
+    c.spec = to_alpa_string(plan_[v].output);
     for (const auto& r : per_rank) {
       c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
       c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
     }
-    judge(c);
-    rep.checks.push_back(std::move(c));
+    return c;
   }
-  if (o.training) {
-    const std::vector<vertex_t> order = topological_order(g);
-    for (int pass = 0; pass < 2; ++pass)
-      for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        const vertex_t v = *it;
-        if (!reached[v]) continue;
-        vertex_check c;
-        c.name = (pass == 0 ? "grad:" : "update:") + g[v].name;
-        c.spec = to_alpa_string(plan[v].output);
-        for (const auto& r : pass == 0 ? per_rank_grad : per_rank_update) {
-          c.max_abs_diff = std::max(c.max_abs_diff, r[v].max_abs_diff);
-          c.ref_max_abs = std::max(c.ref_max_abs, r[v].ref_max_abs);
+
+  void fold_report() {
+    const std::size_t tensors = operators_ + (o_.training ? 2 * parameters_ : 0);
+    report("comparison", 0, tensors);
+    const std::vector<vertex_t> order = topological_order(g_);
+    for (vertex_t v : order) {
+      if (!g_[v].is_operator()) continue;
+      vertex_check c = merged(v, g_[v].name, per_rank_);
+      judge(c);
+      rep_.checks.push_back(std::move(c));
+    }
+    if (o_.training)
+      for (int pass = 0; pass < 2; ++pass)
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+          const vertex_t v = *it;
+          if (!reached_[v]) continue;
+          vertex_check c = merged(v, (pass == 0 ? "grad:" : "update:") + g_[v].name, pass == 0 ? per_rank_grad_ : per_rank_update_);
+          judge(c);
+          (pass == 0 ? rep_.gradients : rep_.updates).push_back(std::move(c));
         }
-        judge(c);
-        (pass == 0 ? rep.gradients : rep.updates).push_back(std::move(c));
-      }
+    report("comparison", rep_.checks.size() + rep_.gradients.size() + rep_.updates.size(), tensors);
   }
-  report("comparison", rep.checks.size() + rep.gradients.size() + rep.updates.size(), tensors);
-  if (o.priced) rep.traffic = audit_traffic(g, *o.priced, issued, o.training && o.audit_backward);
-  return rep;
+
+  const model_graph& g_;
+  const device_mesh& mesh_;
+  const std::vector<strategy>& plan_;
+  const verify_options& o_;
+  const std::size_t n_;
+  const int ranks_;
+  verify_report rep_;
+  std::size_t operators_ = 0, parameters_ = 0, pieces_ = 0;
+  std::size_t compared_ = 0;  // under compare_mu_
+  const std::vector<host_tensor>* sources_ = nullptr;
+  reference_stream<T>* ref_ = nullptr;
+  std::chrono::steady_clock::time_point t0_;
+  training_result tref_;
+  std::vector<bool> reached_ = std::vector<bool>(n_, false);  // training: the parameters the backward reaches
+  std::vector<std::vector<vertex_check>> per_rank_, per_rank_grad_, per_rank_update_;
+  std::vector<fused_dim> fused_;
+  std::mutex compare_mu_;  // one block copy at a time
+  // Training: the unsharded step's gradients are dropped once every rank has compared its block.
+  std::vector<int> unread_;
+  // Training: each rank's digest of each forward piece it compared.
+  std::vector<std::vector<std::uint64_t>> digest_;
+  std::vector<std::vector<issued_collective>> issued_;  // each rank's ledger
+  double worst_ = -1.0;
+};
+
+template <class T>
+verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                           const verify_options& o) {
+  return verify_run<T>(g, mesh, plan, o).run();
 }
 
 }  // namespace detail

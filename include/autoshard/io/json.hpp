@@ -144,6 +144,28 @@ inline void check_json_depth(std::string_view text, const std::string& source, i
   }
 }
 
+/// `j` as an int64 when it is a JSON integer that fits one; nothing for a float (3.0, 1e30),
+/// an integer beyond 2^63 - 1 (nlohmann stores it unsigned) or any other type. Every integer
+/// read from JSON is range-checked here or in json_in::integer, which uses it: nlohmann's
+/// get<std::int64_t>() of an unsigned value above 2^63 wraps, and of a float truncates.
+inline std::optional<std::int64_t> json_int64(const nlohmann::json& j) noexcept {
+  if (j.is_number_unsigned()) {
+    const std::uint64_t u = j.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (j.is_number_integer()) return j.get<std::int64_t>();
+  return std::nullopt;
+}
+
+/// `j` as a uint64 when it is a non-negative JSON integer (up to 2^64 - 1); nothing for a
+/// negative one, a float or any other type.
+inline std::optional<std::uint64_t> json_uint64(const nlohmann::json& j) noexcept {
+  if (j.is_number_unsigned()) return j.get<std::uint64_t>();
+  if (j.is_number_integer() && j.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(j.get<std::int64_t>());
+  return std::nullopt;
+}
+
 /// A value inside a JSON document with the path it was reached by ("mesh.axes[2].latency_s")
 /// and the document it came from ("plan file 'p.json'"). A view: the document must outlive it.
 class json_in {
@@ -228,11 +250,9 @@ class json_in {
   /// An integer in [lo, hi]. A float (3.0, 1e30) or an integer beyond the range is an error.
   std::int64_t integer(std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
                        std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
-    bool ok = j_->is_number_integer();
-    if (ok && j_->is_number_unsigned()) ok = j_->get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    if (ok) ok = j_->get<std::int64_t>() >= lo && j_->get<std::int64_t>() <= hi;
-    if (!ok) fail_expected("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return j_->get<std::int64_t>();
+    const std::optional<std::int64_t> v = json_int64(*j_);
+    if (!v || *v < lo || *v > hi) fail_expected("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return *v;
   }
   /// An int in [lo, hi] (the bounds must fit an int).
   int small_integer(int lo, int hi) const { return static_cast<int>(integer(lo, hi)); }

@@ -54,11 +54,8 @@ inline std::int64_t whole(const json_in& in, std::int64_t lo, std::int64_t hi) {
 /// int64 included, and the string "inf" forbid the choice. The common case (a non-negative
 /// integer) is checked on the raw value; a path is built only for an error.
 inline std::int64_t cost(const nlohmann::json& j, const json_in& parent, std::size_t i) {
-  if (j.is_number_unsigned()) {
-    const std::uint64_t u = j.get<std::uint64_t>();
-    return u > static_cast<std::uint64_t>(int64_max) ? infinite_cost : static_cast<std::int64_t>(u);
-  }
-  if (j.is_number_integer() && j.get<std::int64_t>() >= 0) return j.get<std::int64_t>();
+  if (const std::optional<std::uint64_t> u = json_uint64(j))
+    return *u > static_cast<std::uint64_t>(int64_max) ? infinite_cost : static_cast<std::int64_t>(*u);
   if (j.is_number_float()) {
     const double d = j.get<double>();
     if (d >= 0.0 && std::trunc(d) == d) return d >= 1e18 ? infinite_cost : static_cast<std::int64_t>(d);
@@ -201,10 +198,9 @@ inline std::vector<int> parse_iopddl_solution(const nlohmann::json& doc, const s
   for (std::size_t v = 0; v < doc.size(); ++v) {
     const std::int64_t count = static_cast<std::int64_t>(p.nodes[v].costs.size());
     const json_in x = in[v];
-    if (!x.raw().is_number_integer() || (x.raw().is_number_unsigned() && x.raw().get<std::uint64_t>() >= static_cast<std::uint64_t>(count)) ||
-        x.raw().get<std::int64_t>() < 0 || x.raw().get<std::int64_t>() >= count)
-      x.fail_expected("a strategy index in [0, " + std::to_string(count) + ") of " + p.node_label(v));
-    choice[v] = static_cast<int>(x.raw().get<std::int64_t>());
+    const std::optional<std::int64_t> c = json_int64(x.raw());
+    if (!c || *c < 0 || *c >= count) x.fail_expected("a strategy index in [0, " + std::to_string(count) + ") of " + p.node_label(v));
+    choice[v] = static_cast<int>(*c);
   }
   return choice;
 }

@@ -43,8 +43,8 @@ inline model_config load_model_config(const std::filesystem::path& config_json) 
   model_config c;
   if (j.is_object())
     for (auto it = j.begin(); it != j.end(); ++it)
-      if (it.value().is_number_integer() && !(it.value().is_number_unsigned() && it.value().get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
-        c[it.key()] = it.value().get<std::int64_t>();  // other members (strings, floats, ints beyond 2^63) are not attributes
+      if (const std::optional<std::int64_t> v = json_int64(it.value()))
+        c[it.key()] = *v;  // other members (strings, floats, ints beyond 2^63) are not attributes
   return c;
 }
 

@@ -22,6 +22,7 @@
 #include <cstring>      // std::memcpy, std::strerror
 #include <filesystem>   // std::filesystem::path
 #include <map>          // std::map
+#include <optional>     // std::optional
 #include <set>          // std::set
 #include <span>         // std::span
 #include <string>       // std::string
@@ -36,7 +37,7 @@
 #include "../core/error.hpp"  // io_error
 #include "../core/shape.hpp"  // tensor_shape
 #include "../io/atomic_file.hpp"  // atomic_file, detail::sys_error
-#include "../io/json.hpp"         // read_regular_file, parse_json_text, check_json_depth
+#include "../io/json.hpp"         // read_regular_file, parse_json_text, check_json_depth, json_uint64
 #include "host_tensor.hpp"    // const_tensor_view, host_tensor
 
 namespace autoshard {
@@ -230,18 +231,19 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> by
     bool overflow = false;
     e.shape.rank = static_cast<std::uint8_t>(sh->size());
     for (std::size_t i = 0; i < sh->size(); ++i) {
-      const json& d = (*sh)[i];
-      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 62))
+      const std::optional<std::uint64_t> d = json_uint64((*sh)[i]);
+      if (!d || *d > (std::uint64_t{1} << 62))
         detail::bad_tensor(file, name, "shape dim " + std::to_string(i) + " is not a non-negative integer");
-      e.shape[i] = static_cast<std::int64_t>(d.get<std::uint64_t>());
+      e.shape[i] = static_cast<std::int64_t>(*d);
       // Every prefix product must fit int64: tensor_shape::numel() multiplies in that type.
-      overflow = overflow || __builtin_mul_overflow(numel, d.get<std::uint64_t>(), &numel) ||
+      overflow = overflow || __builtin_mul_overflow(numel, *d, &numel) ||
                  numel > static_cast<std::uint64_t>(INT64_MAX);
     }
-    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
-      detail::bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
-    e.begin = (*off)[0].get<std::uint64_t>();
-    e.end = (*off)[1].get<std::uint64_t>();
+    const std::optional<std::uint64_t> begin = off->is_array() && off->size() == 2 ? json_uint64((*off)[0]) : std::nullopt;
+    const std::optional<std::uint64_t> end = off->is_array() && off->size() == 2 ? json_uint64((*off)[1]) : std::nullopt;
+    if (!begin || !end) detail::bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
+    e.begin = *begin;
+    e.end = *end;
     if (e.end < e.begin)
       detail::bad_tensor(file, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                                          "] end before they begin");

@@ -66,6 +66,26 @@ TEST_CASE("json_in: integers are checked against their bounds before conversion,
         "io error: plan file 'p.json': mesh.axes has 7 elements; at most 3 are allowed");
 }
 
+TEST_CASE("json_int64 and json_uint64: the one range check of a raw JSON integer") {
+  const nlohmann::json j = nlohmann::json::parse(
+      R"([0, -3, 9223372036854775807, 9223372036854775808, 18446744073709551615, 3.0, 1e30, "8", null, -9223372036854775808])");
+  CHECK(json_int64(j[0]) == 0);
+  CHECK(json_int64(j[1]) == -3);
+  CHECK(json_int64(j[2]) == std::numeric_limits<std::int64_t>::max());
+  CHECK_FALSE(json_int64(j[3]).has_value());  // 2^63 parses unsigned: get<int64_t> would wrap it negative
+  CHECK_FALSE(json_int64(j[4]).has_value());
+  CHECK(json_int64(j[9]) == std::numeric_limits<std::int64_t>::min());
+  CHECK(json_uint64(j[4]) == std::numeric_limits<std::uint64_t>::max());
+  CHECK(json_uint64(j[2]) == static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+  CHECK_FALSE(json_uint64(j[1]).has_value());
+  CHECK(json_uint64(nlohmann::json(std::int64_t{7})) == 7u);  // built in code: a signed integer, non-negative
+  for (std::size_t i : {5u, 6u, 7u, 8u}) {  // a float (even an integral one), a string, null
+    CAPTURE(i);
+    CHECK_FALSE(json_int64(j[i]).has_value());
+    CHECK_FALSE(json_uint64(j[i]).has_value());
+  }
+}
+
 TEST_CASE("json_in: doubles are finite and in range, strings, booleans, optional members and choices") {
   const nlohmann::json j = nlohmann::json::parse(R"({"bw": 2.5e10, "lat": -1, "big": 1e308, "i": 7, "s": "nccl", "b": true,
       "z": null, "arr": [1, 2, 3]})");

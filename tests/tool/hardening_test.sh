@@ -39,9 +39,11 @@ for k in arr obj; do
 done
 test ! -e "$tmp/o1.json" && test ! -e "$tmp/o1" && ok || bad "class1: a refused reader wrote an output"
 
-# class2: an output that is a FIFO or a symbolic link was replaced by a regular file (the node or
-# link gone, exit 0). Every writer refuses it and leaves it as it was; --follow-symlinks writes
-# the file a link points to.
+# class2: an output that is a FIFO, a symbolic link or a device was replaced by a regular file
+# (the node or link gone, exit 0). Every writer of every subcommand refuses it, and a directory,
+# and leaves it as it was; --follow-symlinks writes the file a link points to. A character
+# device (the null device's numbers, made under $tmp) is tried where mknod is permitted (root
+# or CAP_MKNOD); the unit test checks the refusal of /dev/null itself.
 "$tool" solve "$data/solve/example.json" --quiet --solution-out "$tmp/sol.json" >/dev/null 2>&1 || bad "class2: the test solution"
 "$tool" calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/links.json" >/dev/null 2>&1 || bad "class2: the test calibration"
 # writers NAME OUT: each writing command with its output at OUT (a file path, or for synth and
@@ -52,29 +54,43 @@ refuse_writers() {
   cat <<CMDS
 plan|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o --dot $o.d/p.dot
 plan --dot|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o.d/p.json --dot $o
+plan svg|$o.d/p.svg|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o.d/p.json
 export|$o|export --plan $tmp/p.json --to hf-tp-plan --out $o
 solve|$o|solve $data/solve/example.json --quiet --solution-out $o
 show|$o|show --mesh 2x2 --shape 8,8 --spec S0S1 --svg $o
 show --plan|$o|show --plan $tmp/p.json --tensor lm_head --svg $o
 calibrate|$o|calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out $o
 synth|$o.d/config.json|synth ${small[*]} --out $o.d
+synth weights|$o.d/model.safetensors|synth ${small[*]} --out $o.d
 shard|$o.d/rank-1.safetensors|shard $tmp/ck --policy gpt2 --tp 2 --out $o.d
 shard index|$o.d/index.json|shard $tmp/ck --policy gpt2 --tp 2 --out $o.d
 CMDS
 }
 echo precious >"$tmp/victim"
+nodes="fifo link dir"  # (not "kinds": common.sh's pattern of error kinds)
+mknod "$tmp/cdev-probe" c 1 3 2>/dev/null && rm -f "$tmp/cdev-probe" && nodes="$nodes cdev"
+[ "${nodes%cdev}" = "$nodes" ] && echo "note: mknod is not permitted here: no character device case (io_test has /dev/null's)"
 n=0
 while IFS='|' read -r name out cmd; do
-  for kind in fifo link; do
+  for kind in $nodes; do
     n=$((n + 1)); o=$tmp/w$n
     while IFS='|' read -r name2 out2 cmd2; do [ "$name2" = "$name" ] && { out=$out2; cmd=$cmd2; }; done < <(refuse_writers "$o")
     rm -f "$out"
-    if [ $kind = fifo ]; then mkfifo "$out"; else ln -s "$tmp/victim" "$out"; fi
+    case $kind in
+      fifo) mkfifo "$out" ;;
+      link) ln -s "$tmp/victim" "$out" ;;
+      dir) mkdir "$out" && touch "$out/keep" ;;
+      cdev) mknod "$out" c 1 3 ;;
+    esac
     # shellcheck disable=SC2086
     one_error "class2 ($name, $kind)" "$tool" $cmd
     grep -q "not a regular file: refusing to replace it" "$tmp/err" || bad "class2 ($name, $kind): $(cat "$tmp/err")"
-    if [ $kind = fifo ]; then test -p "$out" && ok || bad "class2 ($name): the FIFO was replaced"
-    else test -L "$out" && [ "$(cat "$tmp/victim")" = precious ] && ok || bad "class2 ($name): the link or its target changed"; fi
+    case $kind in
+      fifo) test -p "$out" && ok || bad "class2 ($name): the FIFO was replaced" ;;
+      link) test -L "$out" && [ "$(cat "$tmp/victim")" = precious ] && ok || bad "class2 ($name): the link or its target changed" ;;
+      dir) test -d "$out" && test -e "$out/keep" && ok || bad "class2 ($name): the directory was replaced" ;;
+      cdev) test -c "$out" && ok || bad "class2 ($name): the device node was replaced" ;;
+    esac
     [ -z "$(find "$tmp" -name '*.tmp.*')" ] && ok || bad "class2 ($name, $kind): temporaries left: $(find "$tmp" -name '*.tmp.*')"
   done
 done < <(refuse_writers "$tmp/w0")
@@ -180,6 +196,11 @@ for cmd in "plan ${small[*]} --out ''" "plan ${small[*]} --dot ''" "export --pla
   expect "class9 (empty value)" 2 "the value is empty" "$tool" "$@"
 done
 test -z "$(find "$tmp" -maxdepth 1 -name '.*')" && ok || bad "class9: hidden files written: $(find "$tmp" -maxdepth 1 -name '.*')"
+# class9: an --out that names a directory (`dir/`) named the picture after an empty stem: the plan
+# failed, but `dir/.dot` and `dir/.dot.svg` were written.
+mkdir -p "$tmp/od"
+expect "class9 (--out dir/)" 1 "--out '$tmp/od/' names a directory, not a file" "$tool" plan "${small[@]}" --out "$tmp/od/"
+test -z "$(ls -A "$tmp/od")" && ok || bad "class9: --out dir/ wrote $(ls -A "$tmp/od")"
 expect "class9 (010)" 0 "" "$tool" synth --model gpt2 --hidden 32 --heads 4 --vocab 128 --layers 010 --out "$tmp/o9l"
 grep -q '"n_layer": 10' "$tmp/o9l/config.json" && ok || bad "class9: --layers 010 is not 10: $(grep n_layer "$tmp/o9l/config.json")"
 expect "class9 (0x2)" 2 "--tp: '0x2' is not a decimal integer" "$tool" shard "$tmp/ck" --policy gpt2 --tp 0x2 --out "$tmp/o9x"

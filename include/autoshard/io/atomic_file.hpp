@@ -221,10 +221,13 @@ inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::fi
   return removed;
 }
 
-/// Why `target` may not be replaced by a new file ("" when it may): it exists and is not a
-/// regular file. A symbolic link is not followed: it is refused as a link, whatever it
-/// points to.
+/// Why `target` may not be replaced by a new file ("" when it may): it names no file (it ends
+/// in `/`, `.` or `..`: a name derived from it, `plan`'s `.dot` beside `--out dir/`, would be
+/// a hidden file in that directory), or it exists and is not a regular file. A symbolic link
+/// is not followed: it is refused as a link, whatever it points to.
 inline std::string why_not_replaceable(const std::filesystem::path& target) {
+  if (const std::filesystem::path f = target.filename(); f.empty() || f == "." || f == "..")
+    return "'" + target.string() + "' names a directory, not a file: give the file's name";
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};  // absent (or unreadable: the create says why)
   std::string what = detail::file_kind(st.st_mode);

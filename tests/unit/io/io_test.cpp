@@ -267,6 +267,13 @@ TEST_CASE("atomic_file: an output that is not a regular file is refused before a
   CHECK(why_not_replaceable("/dev/null") == "'/dev/null' is a character device, not a regular file: refusing to replace it");
   CHECK(why_not_replaceable(victim).empty());
   CHECK(why_not_replaceable(d.path / "absent").empty());
+  // A path that names no file (`plan --out dir/`) wrote a hidden `.tmp.*` there, and plan its
+  // picture as `dir/.dot` and `dir/.dot.svg`: refused, whether the directory exists or not.
+  for (const char* tail : {"/", "/.", "/..", "/new/"}) {
+    const fs::path p = d.path.string() + tail;
+    CHECK(error_of([&] { write_file_atomically(p, std::string_view("x")); }) ==
+          "io error: '" + p.string() + "' names a directory, not a file: give the file's name");
+  }
   // A FIFO planted while the file was written (after the first check) is refused at the rename.
   const fs::path late = d.path / "late.json";
   {

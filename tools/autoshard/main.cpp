@@ -5,17 +5,18 @@
 #include <autoshard/io/atomic_file.hpp>  // remove_live_temporaries
 
 #include <signal.h>
-#include <unistd.h>  // write
+#include <unistd.h>  // write, isatty
 
 #include <cerrno>     // errno
 #include <cstdio>     // std::fflush, std::ferror
-#include <cstdlib>    // std::_Exit
 #include <algorithm>  // std::min
-#include <cstring>    // std::strlen, std::strerror
+#include <cstdlib>    // std::_Exit
+#include <cstring>    // std::strlen, std::strerror, std::memcpy, std::memchr
 #include <exception>  // std::set_terminate, std::current_exception
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <streambuf>
 
 namespace {
 /// Every signal whose default action ends the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
@@ -53,21 +54,77 @@ void clean_up_on_signals() {
     ::signal(SIGXFSZ, SIG_IGN);
 }
 
+/// std::cout's buffer: 64 KiB written to file descriptor 1 (each line as it ends when that is
+/// a terminal), keeping the first write error (stdio keeps only a flag, so a failure found at
+/// exit could not say why). std::cerr is tied to std::cout: what was printed before a
+/// message still comes out before it.
+class stdout_buffer : public std::streambuf {
+ public:
+  stdout_buffer() : lines_(::isatty(1) == 1) { setp(buf_, buf_ + sizeof buf_); }
+  ~stdout_buffer() override { (void)drain(); }
+  int error() const noexcept { return error_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+      if (lines_ && traits_type::to_char_type(c) == '\n' && !drain()) return traits_type::eof();
+    }
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n <= epptr() - pptr()) {
+      std::memcpy(pptr(), s, static_cast<std::size_t>(n));
+      pbump(static_cast<int>(n));
+      return !lines_ || std::memchr(s, '\n', static_cast<std::size_t>(n)) == nullptr || drain() ? n : 0;
+    }
+    return drain() && write_all(s, static_cast<std::size_t>(n)) ? n : 0;
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  bool drain() {
+    const bool ok = write_all(pbase(), static_cast<std::size_t>(pptr() - pbase()));
+    setp(buf_, buf_ + sizeof buf_);
+    return ok;
+  }
+  bool write_all(const char* p, std::size_t n) {
+    while (n > 0 && error_ == 0) {
+      const ssize_t k = ::write(1, p, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) error_ = k < 0 ? errno : EIO;
+      else p += k, n -= static_cast<std::size_t>(k);
+    }
+    return error_ == 0;
+  }
+  char buf_[1 << 16];
+  int error_ = 0;
+  bool lines_ = false;  ///< a terminal: written line by line
+};
+/// Never destroyed: std::cout flushes into it after main returns.
+stdout_buffer& cout_buffer() {
+  static stdout_buffer* const b = new stdout_buffer;
+  return *b;
+}
+
 /// What the command printed reached its readers: stdout and stderr flushed and checked
 /// (`plan --json > /dev/full` used to exit 0 having written nothing). A failed write turns a
-/// success into exit 1 with a message (on stderr, when it can still be written).
+/// success into exit 1 with a message naming the error (on stderr, when it can still be written).
 int checked_exit(int rc) {
   std::cout.flush();
-  int err = std::fflush(stdout) != 0 ? errno : 0;
-  const bool out_failed = err != 0 || std::ferror(stdout) || std::cout.fail();
+  const int out_error = cout_buffer().error() != 0 ? cout_buffer().error() : std::cout.fail() ? EIO : 0;
   std::cerr.flush();
   const bool err_failed = std::fflush(stderr) != 0 || std::ferror(stderr) || std::cerr.fail();
-  if (!out_failed && !err_failed) return rc;
-  if (err == 0 && out_failed) err = EIO;
+  if (out_error == 0 && !err_failed) return rc;
   std::cerr.clear();
   std::clearerr(stderr);
-  std::cerr << "autoshard: io error: cannot write to standard " << (out_failed ? "output" : "error")
-            << (out_failed ? std::string(": ") + std::strerror(err) : std::string()) << "; what the command printed is incomplete\n";
+  if (out_error != 0)
+    std::cerr << "autoshard: io error: cannot write to standard output: " << std::strerror(out_error)
+              << "; what the command printed is incomplete\n";
+  else
+    std::cerr << "autoshard: io error: cannot write to standard error; what the command said is incomplete\n";
   return rc == autoshard::tool::exit_usage ? rc : autoshard::tool::exit_user_error;
 }
 
@@ -122,6 +179,7 @@ void strict_values(CLI::App& app) {
 int main(int argc, char** argv) {
   using namespace autoshard::tool;
   clean_up_on_signals();
+  std::cout.rdbuf(&cout_buffer());  // every result goes through std::cout: its write errors are kept
   std::set_terminate(&fail_on_terminate);
   CLI::App app{"autoshard: split a neural network over a mesh of GPUs", "autoshard"};
   app.set_version_flag("--version", std::string("autoshard ") + AUTOSHARD_TOOL_VERSION);

@@ -4,10 +4,10 @@
 Three sweeps of `autoshard` command lines, each size run `--repeats` times: the median wall
 seconds, the median CPU seconds (user + system of the command, all its threads: on a shared
 machine the wall time also counts the others' load) and the median peak resident memory
-(MiB, the kernel's maxrss of the command), and for each step to the next size the growth
-exponent of the CPU time and of the memory, k = log(t2/t1) / log(n2/n1): linear growth gives
-k = 1, n log n slightly above 1, quadratic 2 (memory has a fixed base of a few MiB, so its k
-is below 1 at the small sizes).
+(MiB, GNU time's %M of the command: Debian's `time`, which scripts/setup.sh installs), and
+for each step to the next size the growth exponent of the CPU time and of the memory,
+k = log(t2/t1) / log(n2/n1): linear growth gives k = 1, n log n slightly above 1, quadratic 2
+(memory has a fixed base of about 10 MiB, so its k is below 1 at the small sizes).
 
   plan    an element-wise chain (a parameter, then n GELUs, model JSON; an ONNX Relu chain too
           when python3-onnx is there), trained on a 2x2 mesh: `plan --no-svg`, n = 1,000 ->
@@ -60,10 +60,13 @@ def chain_onnx(n, path):
 
 
 def timed(cmd, timeout, cwd, env=None):
-    """(wall seconds, CPU seconds, peak resident MiB) of one run, or (None, why)."""
+    """(wall seconds, CPU seconds, peak resident MiB) of one run, or (None, why). The peak is GNU
+    time's (%M): a child of this process would start with its maximum resident size, which
+    Linux keeps across exec (the chains built here make it 60 MiB and more)."""
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd, env=env)
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as rss:
+        p = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=subprocess.DEVNULL, stderr=err,
+                             cwd=cwd, env=env)
         while True:
             pid, status, use = os.wait4(p.pid, os.WNOHANG)
             if pid:
@@ -77,7 +80,8 @@ def timed(cmd, timeout, cwd, env=None):
         if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
             return None, (err.read().decode(errors="replace").strip().splitlines() or [f"status {status}"])[-1]
-    return (wall, use.ru_utime + use.ru_stime, use.ru_maxrss / 1024), None
+        peak_kib = int(rss.read().split()[-1])
+    return (wall, use.ru_utime + use.ru_stime, peak_kib / 1024), None
 
 
 def sweep(title, unit, rows, tools, repeats, timeouts, work):

@@ -27,7 +27,7 @@ and that size is not run again for it. Nothing is asserted.
   python3 bench/tool/scaling.py --tool build/release/tools/autoshard
   python3 bench/tool/scaling.py --tool build/release/tools/autoshard --before /tmp/before/autoshard --before-timeout 120
 """
-import argparse, json, math, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, math, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 PLAN_SIZES = [1000, 4000, 16000, 64000, 100000]
 SHARD_MESHES = ["8x8", "16x16", "32x32", "64x64"]
@@ -66,13 +66,13 @@ def timed(cmd, timeout, cwd, env=None):
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as rss:
         p = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=subprocess.DEVNULL, stderr=err,
-                             cwd=cwd, env=env)
+                             cwd=cwd, env=env, start_new_session=True)
         while True:
             pid, status, use = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
             if time.perf_counter() - t0 > timeout:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)  # time and the command it runs
                 os.wait4(p.pid, 0)
                 return None, f"timed out after {timeout:g} s"
             time.sleep(0.01)

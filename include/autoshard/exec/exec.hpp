@@ -13,5 +13,6 @@
 #include "resources.hpp" // machine_limits, check_rank_threads, estimate_verify_memory
 #include "schedule.hpp"  // liveness_schedule: when the run frees what it holds (the estimate walks it too)
 #include "verify.hpp"    // verify_plan, verify_report, numeric_check
+#include "workspace.hpp"  // kernel_workspace_bytes: what a kernel allocates beside its tensors
 #include "../graph/graph.hpp"  // the models it runs: builders, Hugging Face configs, JSON
 #include "../pass/loaded_plan.hpp"  // load_plan

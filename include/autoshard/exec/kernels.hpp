@@ -470,7 +470,8 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
       stride_map Q(q.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
       stride_map K(k.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
-      p.noalias() = (Q * K.transpose()) * scale;
+      p.noalias() = Q * K.transpose();  // into p: (Q K^T) * scale would make an S x Sk temporary
+      p *= scale;
       softmax_scores(p, nd.attrs.causal);
       Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
           .noalias() = p * V;

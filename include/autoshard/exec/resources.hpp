@@ -20,6 +20,7 @@
 #include "kernels.hpp"          // exec_error
 #include "schedule.hpp"         // liveness_schedule: when the run frees what
 #include "training.hpp"         // detail::gradient_spec, detail::settled_spec: the specs train_sharded uses
+#include "workspace.hpp"        // kernel_workspace_bytes: what a kernel allocates beside its tensors
 
 namespace autoshard {
 
@@ -159,6 +160,12 @@ class training_step_estimate {
     return bytes_of(local_box(mesh_, s, g_[u].shape, static_cast<int>(r)).shape, type_of_(u));
   }
   bool differentiable(vertex_t u) const { return !g_[u].is_input() && !is_integer(g_[u].type); }
+  /// v's kernel's workspace (exec/workspace.hpp): the unsharded one, or every rank's (they run at once).
+  split_bytes workspace(vertex_t v, bool backward, bool on_ranks) const {
+    return split_bytes{on_ranks ? workspace_on_ranks(g_, mesh_, plan_, v, type_of_(v), backward)
+                                : workspace_unsharded(g_, v, type_of_(v), backward),
+                       0};
+  }
   void note(const split_bytes& now, const std::string& where) {
     if (now.total() > worst_.total()) {
       worst_ = now;
@@ -179,7 +186,7 @@ class training_step_estimate {
     };
     for (vertex_t v : s.order) {
       if (!g_[v].is_operator()) continue;
-      note(values + split_bytes{whole(v), 0}, "the unsharded step (forward of " + g_[v].name + ")");
+      note(values + split_bytes{whole(v), 0} + workspace(v, false, false), "the unsharded step (forward of " + g_[v].name + ")");
       values.act += whole(v);
       alive[v] = true;
       for (vertex_t u : s.forward_frees[v]) free_value(u);
@@ -212,7 +219,7 @@ class training_step_estimate {
       if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
     for (vertex_t u : s.recomputed[v])
       if (!alive[u]) dx.act += whole(u);  // computed again
-    note(values + grads + dx, "the unsharded step (backward of " + g_[v].name + ")");
+    note(values + grads + dx + workspace(v, true, false), "the unsharded step (backward of " + g_[v].name + ")");
     if (reuse) {
       free_value(ops[0]);
       grads.act += whole(ops[0]);
@@ -287,7 +294,7 @@ class training_step_estimate {
       }
       step.act += box(r, v, st.output);
     }
-    note(ref + k_ + step, "forward of " + g_[v].name + " on the ranks (training step)");
+    note(ref + k_ + step + workspace(v, false, true), "forward of " + g_[v].name + " on the ranks (training step)");
     held_[v] = true;
     for (std::size_t r = 0; r < ranks_; ++r) {
       piece_[r][v].act = box(r, v, st.output);
@@ -322,7 +329,7 @@ class training_step_estimate {
       gr_ -= contrib_[r][v];
       contrib_[r][v] = {};
     }
-    note(ref + k_ + gr_ + step, "backward of " + g_[v].name + " on the ranks");
+    note(ref + k_ + gr_ + step + workspace(v, true, true), "backward of " + g_[v].name + " on the ranks");
     if (reuse)  // the logits piece became their gradient: it leaves what the ranks keep
       for (std::size_t r = 0; r < ranks_; ++r) {
         if (!(plan_[ops[0]].output == st.inputs[0])) {
@@ -403,7 +410,8 @@ memory_estimate estimate_training_step(const model_graph& g, const device_mesh& 
 namespace detail {
 /// What verify_plan's forward adds at operator v beyond the pieces alive: every rank's
 /// resharded operands (twice: a collective's buffer and its result), the reference output,
-/// and the compared block (one rank at a time; a Partial output through a replicated copy).
+/// the kernel's workspace on the reference and on every rank (exec/workspace.hpp), and the
+/// compared block (one rank at a time; a Partial output through a replicated copy).
 template <class TypeOf>
 std::uint64_t verify_step_bytes(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, vertex_t v,
                                 const TypeOf& type_of) {
@@ -417,6 +425,7 @@ std::uint64_t verify_step_bytes(const model_graph& g, const device_mesh& mesh, c
   }
   const std::uint64_t whole = bytes_of(g[v].shape, type_of(v));
   step += whole;  // the reference output
+  step += workspace_unsharded(g, v, type_of(v), false) + workspace_on_ranks(g, mesh, plan, v, type_of(v), false);
   bool partial = false;
   for (std::size_t a = 0; a < plan[v].output.mesh_rank; ++a) partial |= plan[v].output[a].is_partial();
   return step + (partial ? 2 * whole : whole / static_cast<std::uint64_t>(mesh.num_ranks()) + 1);

@@ -258,7 +258,7 @@ TEST_CASE("nccl: a group launches several buffers as one step") {
   CHECK_MESSAGE(first_error(errors).empty(), first_error(errors));
 }
 
-TEST_CASE("nccl: mesh axes are sub-communicators of the mesh's groups; a one-rank axis is local") {
+TEST_CASE("nccl: mesh axes are sub-communicators of the mesh's groups, and a one-rank axis is local") {
   // 1xN, Nx1 and 2x(N/2) meshes: each axis holds device_mesh::group(axis, rank). Axes of one
   // rank are everywhere (1x8, a data-parallel axis of 1): they need no NCCL communicator,
   // and their collectives are the one-rank results: all-reduce and broadcast leave the

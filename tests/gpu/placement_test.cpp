@@ -180,7 +180,7 @@ TEST_CASE("placement: conversions on the device equal the host's bit for bit") {
     }
 }
 
-TEST_CASE("placement: a reused uploader streams many chunks on several threads; uploads reuse pooled staging") {
+TEST_CASE("placement: a reused uploader streams many chunks on several threads, and uploads reuse pooled staging") {
   const int devices[1] = {0};
   upload_options o;
   o.staging_bytes = std::size_t{64} << 10;  // 8 slots of 8 KiB: each tensor passes through every slot many times

@@ -65,7 +65,7 @@ solve_options search_only(int threads, std::size_t rounds, unsigned seed = 7) {
 
 }  // namespace
 
-TEST_CASE("search: more threads or more rounds never give a worse answer; a seed and thread count give one answer") {
+TEST_CASE("search: more threads or more rounds never give a worse answer, and a seed and thread count give one answer") {
   const strategy_problem p = memory_grid(6, 11);
   solve_options exact;
   exact.threads = 1;

@@ -1,0 +1,334 @@
+#pragma once
+/// The ONNX reader's first phases: every count, shape and payload the file gives bounded
+/// before use, the protobuf parsed, the nodes in topological order, symbolic input dims
+/// sized and ONNX's shape inference run, then every value's type, producer and consumers.
+#include "reader.hpp"
+
+namespace autoshard::detail::onnx_in {
+
+// ---- bounds on everything the file says, before it is used ----
+inline void reader::check_count(std::int64_t n, const char* what) const {
+  if (n > opt.max_nodes)
+    fail_io(std::to_string(n) + " " + what + ", more than the limit of " + std::to_string(opt.max_nodes));
+}
+
+inline tensor_shape reader::checked_shape(const google::protobuf::RepeatedField<std::int64_t>& dims, const std::string& who) const {
+  if (dims.size() > static_cast<int>(max_tensor_rank))
+    fail_io(who + " has " + std::to_string(dims.size()) + " dims; at most " + std::to_string(max_tensor_rank) + " are supported");
+  tensor_shape s;
+  for (std::int64_t d : dims) {
+    if (d < 0 || d > max_dim)
+      fail_io(who + " dim " + std::to_string(s.rank) + " is " + std::to_string(d) + ", outside [0, 2^40]");
+    s.dims[s.rank++] = d;
+  }
+  return s;
+}
+
+inline void reader::check_initializer(const onnx::TensorProto& t, const std::string& who) const {
+  const tensor_shape s = checked_shape(t.dims(), who);
+  const std::optional<dtype> dt = to_dtype(t.data_type());
+  const std::int64_t elem = dt ? static_cast<std::int64_t>(dtype_size(*dt)) : 8;
+  std::int64_t bytes = 0;
+  try {
+    bytes = checked_bytes(s, elem, who);
+  } catch (const shape_error&) {
+    fail_io(who + " shape " + to_string(s) + " has more than 2^63 bytes");
+  }
+  if (bytes > max_graph_tensor_bytes) fail_io(who + " shape " + to_string(s) + " is " + std::to_string(bytes) + " bytes, more than 2^53");
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return;  // the weights live elsewhere; shapes suffice
+  const std::int64_t n = s.numel();
+  using T = onnx::TensorProto;
+  if (t.has_raw_data()) {
+    if (!dt) fail_io(who + " has raw_data of element type " + std::to_string(t.data_type()) + ", which autoshard cannot size");
+    if (static_cast<std::int64_t>(t.raw_data().size()) != bytes)
+      fail_io(who + " raw_data holds " + std::to_string(t.raw_data().size()) + " bytes, but its shape " + to_string(s) + " of " +
+              std::string(to_string(*dt)) + " needs " + std::to_string(bytes));
+    return;
+  }
+  std::int64_t have = 0, per = 1;
+  switch (t.data_type()) {
+    case T::FLOAT: have = t.float_data_size(); break;
+    case T::COMPLEX64: have = t.float_data_size(), per = 2; break;
+    case T::DOUBLE: have = t.double_data_size(); break;
+    case T::COMPLEX128: have = t.double_data_size(), per = 2; break;
+    case T::INT64: have = t.int64_data_size(); break;
+    case T::UINT32:
+    case T::UINT64: have = t.uint64_data_size(); break;
+    case T::STRING: have = t.string_data_size(); break;
+    default: have = t.int32_data_size(); break;
+  }
+  if (have != n * per)
+    fail_io(who + " holds " + std::to_string(have) + " values, but its shape " + to_string(s) + " needs " + std::to_string(n * per));
+}
+
+inline void reader::check_type(const onnx::TypeProto& t, const std::string& who) const {
+  if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return;
+  const auto& dims = t.tensor_type().shape().dim();
+  if (dims.size() > static_cast<int>(max_tensor_rank))
+    fail_io(who + " has " + std::to_string(dims.size()) + " dims; at most " + std::to_string(max_tensor_rank) + " are supported");
+  for (int i = 0; i < dims.size(); ++i)
+    if (dims[i].has_dim_value() && (dims[i].dim_value() < 0 || dims[i].dim_value() > max_dim))
+      fail_io(who + " dim " + std::to_string(i) + " is " + std::to_string(dims[i].dim_value()) + ", outside [0, 2^40]");
+}
+
+inline void reader::parse(std::string_view bytes) {
+  if (bytes.size() > opt.max_file_bytes)
+    fail_io(std::to_string(bytes.size()) + " bytes, more than the limit of " + std::to_string(opt.max_file_bytes));
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    fail_io("not an ONNX model: the protobuf does not parse (" + std::to_string(bytes.size()) + " bytes; truncated, or another format?)");
+  if (!model.has_graph() || model.graph().node_size() == 0)
+    fail_io("not an ONNX model: no graph with nodes (" + std::to_string(bytes.size()) + " bytes parsed)");
+  for (const auto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
+  if (model.opset_import_size() > 0 && out.opset <= 0) fail_io("the model imports no opset of the default ONNX domain");
+  if (out.opset == 0) out.opset = 1;
+  out.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
+  const onnx::GraphProto& g = model.graph();
+  check_count(g.node_size(), "nodes");
+  check_count(g.initializer_size(), "initializers");
+  check_count(g.input_size(), "graph inputs");
+  check_count(g.output_size(), "graph outputs");
+  check_count(g.value_info_size(), "value_info entries");
+  if (g.output_size() == 0) fail_io("the graph has no outputs");
+  for (const auto& t : g.initializer()) check_initializer(t, "initializer '" + t.name() + "'");
+  if (g.sparse_initializer_size() > 0) fail_io("sparse initializers are not supported ('" + g.sparse_initializer(0).values().name() + "')");
+  for (const auto& v : g.input()) check_type(v.type(), "input '" + v.name() + "'");
+  for (const auto& v : g.output()) check_type(v.type(), "output '" + v.name() + "'");
+  for (const auto& v : g.value_info()) check_type(v.type(), "value_info '" + v.name() + "'");
+  // A custom domain the model forgot to import: ONNX's inference would stop at it; imported
+  // here at version 1 (its operators become opaque anyway).
+  std::set<std::string> domains;
+  for (const auto& o : model.opset_import()) domains.insert(o.domain());
+  for (const auto& n : g.node())
+    if (!n.domain().empty() && n.domain() != "ai.onnx" && domains.insert(n.domain()).second) {
+      auto* o = model.add_opset_import();
+      o->set_domain(n.domain());
+      o->set_version(1);
+    }
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    if (n.op_type() == "Constant")
+      for (const auto& a : n.attribute())
+        if (a.has_t()) check_initializer(a.t(), node_label(n, i) + " value");
+  }
+}
+
+// ---- topological order (Kahn), a cycle or a dangling value is an error ----
+inline void reader::sort_nodes() {
+  onnx::GraphProto& g = *model.mutable_graph();
+  std::unordered_map<std::string, int> producer;
+  std::set<std::string> available;
+  for (const auto& t : g.initializer()) available.insert(t.name());
+  for (const auto& v : g.input()) available.insert(v.name());
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& o : g.node(i).output()) {
+      if (o.empty()) continue;
+      if (available.count(o)) fail(node_label(g.node(i), i) + " writes '" + o + "', which is already a graph input or initializer");
+      if (!producer.emplace(o, i).second)
+        fail(node_label(g.node(i), i) + " writes '" + o + "', which " + node_label(g.node(producer[o]), producer[o]) + " writes too");
+    }
+  std::vector<int> missing(static_cast<std::size_t>(g.node_size()), 0);
+  std::vector<std::vector<int>> users(static_cast<std::size_t>(g.node_size()));
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& in : g.node(i).input()) {
+      if (in.empty() || available.count(in)) continue;
+      auto p = producer.find(in);
+      if (p == producer.end())
+        fail(node_label(g.node(i), i) + " reads '" + in + "', which no node, graph input or initializer provides");
+      ++missing[static_cast<std::size_t>(i)];
+      users[static_cast<std::size_t>(p->second)].push_back(i);
+    }
+  std::vector<int> order, ready;
+  for (int i = g.node_size() - 1; i >= 0; --i)
+    if (missing[static_cast<std::size_t>(i)] == 0) ready.push_back(i);
+  while (!ready.empty()) {
+    const int i = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (int u : users[static_cast<std::size_t>(i)])
+      if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
+  }
+  if (static_cast<int>(order.size()) != g.node_size()) {
+    std::string left;
+    int shown = 0;
+    for (int i = 0; i < g.node_size() && shown < 4; ++i)
+      if (missing[static_cast<std::size_t>(i)] > 0) left += (shown++ ? ", " : "") + node_label(g.node(i), i);
+    fail("the graph has a cycle: " + std::to_string(g.node_size() - static_cast<int>(order.size())) +
+         " nodes are on it or wait on it (" + left + ")");
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> sorted;
+  sorted.Reserve(g.node_size());
+  for (int i : order) *sorted.Add() = g.node(i);
+  g.mutable_node()->Swap(&sorted);
+}
+
+// ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ----
+inline void reader::fix_input_dims() {
+  onnx::GraphProto& g = *model.mutable_graph();
+  std::set<std::string> inits;
+  for (const auto& t : g.initializer()) inits.insert(t.name());
+  std::map<std::string, std::int64_t> named = opt.dims;
+  for (auto& v : *g.mutable_input()) {
+    if (inits.count(v.name()) || !v.type().has_tensor_type()) continue;
+    auto* tt = v.mutable_type()->mutable_tensor_type();
+    if (!tt->has_shape()) fail("graph input '" + v.name() + "' has no shape; give the model one (every input needs its rank)");
+    auto& dims = *tt->mutable_shape()->mutable_dim();
+    for (int i = 0; i < dims.size(); ++i) {
+      auto& d = dims[i];
+      if (d.has_dim_value()) continue;
+      const std::string sym = d.has_dim_param() ? d.dim_param() : std::string();
+      std::int64_t size = 0;
+      if (auto it = named.find(sym); !sym.empty() && it != named.end()) size = it->second;
+      else if (i == 0 && opt.batch > 0) size = opt.batch;
+      else if (i == 1 && opt.seq > 0) size = opt.seq;
+      if (size <= 0)
+        fail("graph input '" + v.name() + "' dim " + std::to_string(i) + " is symbolic" +
+             (sym.empty() ? std::string() : " ('" + sym + "')") + "; give its size (--batch sizes dim 0, --seq dim 1)");
+      if (size > max_dim) fail("graph input '" + v.name() + "' dim " + std::to_string(i) + " is " + std::to_string(size) + ", more than 2^40");
+      if (!sym.empty()) named.emplace(sym, size);
+      d.set_dim_value(size);
+    }
+  }
+  // The same symbol elsewhere (outputs, value_info) takes the same size.
+  auto fix = [&](onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
+    for (auto& d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+      if (d.has_dim_param())
+        if (auto it = named.find(d.dim_param()); it != named.end()) d.set_dim_value(it->second);
+  };
+  for (auto& v : *g.mutable_output()) fix(v);
+  for (auto& v : *g.mutable_value_info()) fix(v);
+}
+
+/// ONNX's shape inference over the model. A failure names the node (ONNX's own message
+/// names it by its name only, "node name: " for the many exporters leave unnamed): unnamed
+/// nodes carry a name of their index while inference runs.
+inline void reader::infer_shapes() {
+  onnx::GraphProto& g = *model.mutable_graph();
+  const std::string mark = "autoshard-node-";
+  std::vector<int> unnamed;
+  for (int i = 0; i < g.node_size(); ++i)
+    if (g.node(i).name().empty()) {
+      unnamed.push_back(i);
+      g.mutable_node(i)->set_name(mark + std::to_string(i));
+    }
+  std::string failure;
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 0, false));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  int culprit = -1;  // the node ONNX names: "(op_type:Relu, node name: act)"
+  if (const std::size_t at = failure.find("node name: "); at != std::string::npos) {
+    const std::size_t from = at + 11, to = failure.find(')', from);
+    const std::string name = failure.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    for (int i = 0; i < g.node_size() && culprit < 0; ++i)
+      if (g.node(i).name() == name) culprit = i;
+  }
+  for (const int i : unnamed) {
+    g.mutable_node(i)->clear_name();
+    const std::string name = mark + std::to_string(i);
+    if (const std::size_t at = failure.find(name); at != std::string::npos) failure.replace(at, name.size(), "(none)");
+  }
+  if (failure.empty()) return;
+  fail((culprit >= 0 ? node_label(g.node(culprit), culprit) + ": " : std::string()) + "ONNX shape inference failed: " + failure);
+}
+
+// ---- the values: types, producers, consumers ----
+inline void reader::set_type(value_info& v, const onnx::TypeProto& t, const std::string& name) {
+  if (t.value_case() == onnx::TypeProto::VALUE_NOT_SET) {
+    v.unknown_why = "the shape of '" + name + "' is unknown after shape inference (give it in the model's value_info)";
+    return;
+  }
+  if (!t.has_tensor_type()) {
+    v.unknown_why = "'" + name + "' is not a tensor";
+    return;
+  }
+  const auto& tt = t.tensor_type();
+  const std::optional<dtype> dt = to_dtype(tt.elem_type());
+  if (!dt) {
+    v.unknown_why = "'" + name + "' has element type " + std::to_string(tt.elem_type()) + ", which autoshard has no dtype for";
+    return;
+  }
+  if (!tt.has_shape()) {
+    v.unknown_why = "the shape of '" + name + "' is unknown after shape inference (give it in the model's value_info)";
+    return;
+  }
+  tensor_shape s;
+  if (tt.shape().dim_size() > static_cast<int>(max_tensor_rank)) {
+    v.unknown_why = "'" + name + "' has " + std::to_string(tt.shape().dim_size()) + " dims; at most 8 are supported";
+    return;
+  }
+  for (const auto& d : tt.shape().dim()) {
+    if (!d.has_dim_value()) {
+      v.unknown_why = "dim " + std::to_string(s.rank) + " of '" + name + "' is " +
+                      (d.has_dim_param() ? "symbolic ('" + d.dim_param() + "')" : std::string("unknown")) +
+                      " after shape inference (data-dependent, or the model leaves it open)";
+      return;
+    }
+    if (d.dim_value() < 0 || d.dim_value() > max_dim) {
+      v.unknown_why = "dim " + std::to_string(s.rank) + " of '" + name + "' is " + std::to_string(d.dim_value()) + ", outside [0, 2^40]";
+      return;
+    }
+    s.dims[s.rank++] = d.dim_value();
+  }
+  v.known = true;
+  v.unknown_why.clear();
+  v.shape = s;
+  v.type = *dt;
+}
+
+inline void reader::collect_values() {
+  const onnx::GraphProto& g = model.graph();
+  for (const auto& t : g.initializer()) {
+    value_info& v = values[t.name()];
+    v.init = &t;
+    const std::optional<dtype> dt = to_dtype(t.data_type());
+    if (dt) {
+      v.known = true;
+      v.shape = checked_shape(t.dims(), "initializer '" + t.name() + "'");
+      v.type = *dt;
+    } else {
+      v.unknown_why = "initializer '" + t.name() + "' has element type " + std::to_string(t.data_type()) + ", which autoshard has no dtype for";
+    }
+  }
+  for (const auto& i : g.input()) {
+    value_info& v = values[i.name()];
+    if (v.init) continue;  // an initializer listed as an input too (IR < 4)
+    v.graph_input = true;
+    set_type(v, i.type(), i.name());
+  }
+  for (const auto& i : g.value_info()) set_type(values[i.name()], i.type(), i.name());
+  for (const auto& o : g.output()) {
+    value_info& v = values[o.name()];
+    v.graph_output = true;
+    if (!v.init && !v.graph_input) set_type(v, o.type(), o.name());
+  }
+  nodes.clear();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    nodes.push_back(&n);
+    for (const std::string& o : n.output())
+      if (!o.empty()) values[o].producer = i;
+    if (n.op_type() == "Constant" && n.output_size() == 1) {
+      for (const auto& a : n.attribute())
+        if (a.name() == "value" && a.has_t()) {
+          value_info& v = values[n.output(0)];
+          v.init = &a.t();
+          if (const std::optional<dtype> dt = to_dtype(a.t().data_type())) {
+            v.known = true;
+            v.shape = checked_shape(a.t().dims(), node_label(n, i) + " value");
+            v.type = *dt;
+          }
+        }
+    }
+    for (const std::string& in : n.input())
+      if (!in.empty()) values[in].consumers.push_back(i);
+  }
+  for (auto& [name, v] : values)
+    if (v.known && opt.float_type && is_float(v.type)) v.type = *opt.float_type;
+}
+
+}  // namespace autoshard::detail::onnx_in

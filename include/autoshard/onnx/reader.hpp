@@ -1,0 +1,299 @@
+#pragma once
+/// What the ONNX importer takes and gives (onnx_options, onnx_import, onnx_opaque), and its
+/// reader (detail): the model, its values, the graph being built and the small accessors
+/// every phase uses. Its phases live in one file each, in the order
+/// read_onnx (onnx.hpp) runs them: read.hpp (bounds, parse, order, shape inference, the
+/// values), shapes.hpp (shape computations folded into constants; what is data), fusions.hpp
+/// (patterns of several nodes that are one kind), emit.hpp (the vertices, and build()).
+#include <algorithm>      // std::find, std::min, std::max
+#include <cmath>          // std::abs, std::sqrt
+#include <cstdint>        // std::int64_t
+#include <cstring>        // std::memcpy
+#include <map>            // std::map
+#include <optional>       // std::optional
+#include <set>            // std::set
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::pair, std::move
+#include <vector>         // std::vector
+
+// <sys/mman.h> (the tensor area maps checkpoints) defines MAP_TYPE, which ONNX's parser.h
+// uses as an enumerator: hidden while ONNX's headers are read, so any include order works.
+#pragma push_macro("MAP_TYPE")
+#undef MAP_TYPE
+#include <onnx/onnx_pb.h>                          // onnx::ModelProto (protobuf)
+#include <onnx/shape_inference/implementation.h>  // onnx::shape_inference::InferShapes
+#pragma pop_macro("MAP_TYPE")
+
+#include "../core/checked.hpp"    // checked_bytes
+#include "../core/error.hpp"      // graph_error, io_error
+#include "../graph/model.hpp"     // model_graph, add_op, add_parameter, add_input
+#include "../graph/validate.hpp"  // validate, max_graph_tensor_bytes
+#include "../io/json.hpp"         // read_regular_file
+
+namespace autoshard {
+
+
+/// How an ONNX file is read.
+struct onnx_options {
+  std::uint64_t max_file_bytes = (std::uint64_t{1} << 31) - 1;  ///< protobuf's own limit is 2 GiB
+  std::int64_t max_nodes = std::int64_t{1} << 20;                ///< nodes, initializers, inputs, outputs each
+  std::int64_t batch = 0;  ///< size of a symbolic dim 0 of a graph input (0: the model must give it)
+  std::int64_t seq = 0;    ///< size of a symbolic dim 1 of a graph input
+  std::map<std::string, std::int64_t> dims;  ///< symbolic dim name -> size (before batch / seq)
+  std::optional<dtype> float_type;           ///< every floating tensor in this dtype (default: the model's)
+};
+
+/// An operator that became an opaque vertex: only Replicate strategies, no kernel.
+struct onnx_opaque {
+  std::string node;     ///< the vertex's name (the ONNX node's, or its output's when it has none)
+  std::string op_type;  ///< "NonMaxSuppression", "com.example.FancyNorm"
+  std::string why;      ///< "no mapping", or what the mapping could not express
+};
+
+/// The imported graph and what the import could not map.
+struct onnx_import {
+  model_graph graph;
+  std::vector<onnx_opaque> opaque;
+  std::int64_t opset = 0;  ///< of the default domain
+  std::string producer;    ///< producer_name and version ("pytorch 2.1.0")
+};
+
+namespace detail::onnx_in {
+
+/// The largest size of one dim; larger is refused before anything is allocated.
+inline constexpr std::int64_t max_dim = std::int64_t{1} << 40;
+
+inline std::optional<dtype> to_dtype(std::int32_t t) {
+  using T = onnx::TensorProto;
+  switch (t) {
+    case T::FLOAT: return dtype::f32;
+    case T::FLOAT16: return dtype::f16;
+    case T::BFLOAT16: return dtype::bf16;
+    case T::DOUBLE: return dtype::f64;
+    case T::INT32: return dtype::i32;
+    case T::INT64: return dtype::i64;
+    case T::UINT8: return dtype::u8;
+    case T::BOOL: return dtype::boolean;
+    case T::INT8: return dtype::u8;  // the same size: what the cost model needs
+    case T::UINT32: return dtype::i32;
+    case T::UINT64: return dtype::i64;
+    default: return std::nullopt;
+  }
+}
+inline bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::f64; }
+
+/// One value of the graph: its type after shape inference, and where it comes from.
+struct value_info {
+  bool known = false;  ///< an element type and a shape with every dim a number
+  std::string unknown_why;
+  tensor_shape shape;
+  dtype type = dtype::f32;
+  const onnx::TensorProto* init = nullptr;  ///< an initializer or a Constant node's tensor
+  int producer = -1;                        ///< node index, or -1 for inputs and initializers
+  bool graph_input = false;
+  std::vector<int> consumers;  ///< node indices (a node reading it twice is listed twice)
+  bool graph_output = false;
+};
+
+struct reader {
+  onnx::ModelProto model;
+  const onnx_options& opt;
+  std::string source;
+  onnx_import out;
+  std::unordered_map<std::string, value_info> values;
+  std::vector<const onnx::NodeProto*> nodes;  // topological order
+  std::unordered_map<std::string, vertex_t> vertex_of;  // value name -> vertex
+  std::set<std::string> used_names;
+  std::vector<char> needed, absorbed;
+  std::vector<onnx::TensorProto> shape_constants;  // Shape nodes' values, when needed as data
+
+  reader(const onnx_options& o, std::string src) : opt(o), source(std::move(src)) {}
+
+  [[noreturn]] void fail_io(const std::string& why) const { throw io_error(source + ": " + why); }
+  [[noreturn]] void fail(const std::string& why) const { throw graph_error(source + ": " + why); }
+  static std::string node_label(const onnx::NodeProto& n, int i) {
+    return "node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+  }
+
+  // ---- bounds on everything the file says, before it is used ---- (read.hpp)
+  void check_count(std::int64_t n, const char* what) const;
+  tensor_shape checked_shape(const google::protobuf::RepeatedField<std::int64_t>& dims, const std::string& who) const;
+  void check_initializer(const onnx::TensorProto& t, const std::string& who) const;
+  void check_type(const onnx::TypeProto& t, const std::string& who) const;
+  void parse(std::string_view bytes);
+
+  // ---- topological order (Kahn), a cycle or a dangling value is an error ---- (read.hpp)
+  void sort_nodes();
+
+  // ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ---- (read.hpp)
+  void fix_input_dims();
+  void infer_shapes();
+
+  // ---- shape computations folded into constants, so that inference sees through them ---- (shapes.hpp)
+  /// Shape -> Slice/Gather -> Concat -> Reshape chains (how exporters write views) are
+  /// evaluated on the inferred shapes and replaced by Constant nodes; inference runs again
+  /// while that settles more shapes (ONNX 1.12's data propagation does not cover Slice, and
+  /// crashes on malformed models).
+  struct int_value {
+    std::vector<std::int64_t> v;
+    bool scalar = false;
+  };
+  std::unordered_map<std::string, tensor_shape> inferred_shapes() const;
+  static std::optional<int_value> int_tensor(const onnx::TensorProto& t);
+  std::optional<int_value> fold(const onnx::NodeProto& n, const std::unordered_map<std::string, int_value>& known_ints,
+                                const std::unordered_map<std::string, tensor_shape>& shapes) const;
+  void fold_shape_computations();
+
+  // ---- the values: types, producers, consumers ---- (read.hpp)
+  void set_type(value_info& v, const onnx::TypeProto& t, const std::string& name);
+  void collect_values();
+
+  // ---- small constants (Slice bounds, pattern scalars) ----
+  std::optional<std::vector<double>> constant(const std::string& name, std::int64_t max_count = 64) const {
+    auto it = values.find(name);
+    if (it == values.end() || !it->second.init) return std::nullopt;
+    const onnx::TensorProto& t = *it->second.init;
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
+    std::int64_t n = 1;
+    for (std::int64_t d : t.dims()) n *= d;  // bounded by check_initializer
+    if (n > max_count) return std::nullopt;
+    std::vector<double> v;
+    using T = onnx::TensorProto;
+    const std::string& raw = t.raw_data();
+    auto from_raw = [&](auto tag) {
+      using E = decltype(tag);
+      if (raw.size() != static_cast<std::size_t>(n) * sizeof(E)) return false;
+      for (std::int64_t i = 0; i < n; ++i) {
+        E e;
+        std::memcpy(&e, raw.data() + static_cast<std::size_t>(i) * sizeof(E), sizeof(E));
+        v.push_back(static_cast<double>(e));
+      }
+      return true;
+    };
+    const bool has_raw = t.has_raw_data();
+    switch (t.data_type()) {
+      case T::FLOAT:
+        if (has_raw) { if (!from_raw(float{})) return std::nullopt; }
+        else for (float f : t.float_data()) v.push_back(f);
+        break;
+      case T::DOUBLE:
+        if (has_raw) { if (!from_raw(double{})) return std::nullopt; }
+        else for (double f : t.double_data()) v.push_back(f);
+        break;
+      case T::INT64:
+        if (has_raw) { if (!from_raw(std::int64_t{})) return std::nullopt; }
+        else for (std::int64_t f : t.int64_data()) v.push_back(static_cast<double>(f));
+        break;
+      case T::INT32:
+        if (has_raw) { if (!from_raw(std::int32_t{})) return std::nullopt; }
+        else for (std::int32_t f : t.int32_data()) v.push_back(f);
+        break;
+      case T::BOOL:
+      case T::UINT8:  // one byte each in raw_data, int32_data otherwise
+        if (has_raw) { if (!from_raw(std::uint8_t{})) return std::nullopt; }
+        else for (std::int32_t f : t.int32_data()) v.push_back(f);
+        break;
+      default: return std::nullopt;
+    }
+    if (static_cast<std::int64_t>(v.size()) != n) return std::nullopt;
+    return v;
+  }
+  std::optional<double> scalar(const std::string& name) const {
+    auto v = constant(name, 1);
+    if (!v || v->size() != 1) return std::nullopt;
+    return (*v)[0];
+  }
+  static bool near(std::optional<double> v, double want, double tol = 1e-3) { return v && std::abs(*v - want) <= tol * std::max(1.0, std::abs(want)); }
+
+  static const onnx::AttributeProto* attr(const onnx::NodeProto& n, std::string_view name) {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return &a;
+    return nullptr;
+  }
+  static std::int64_t attr_int(const onnx::NodeProto& n, std::string_view name, std::int64_t fallback) {
+    const auto* a = attr(n, name);
+    return a ? a->i() : fallback;
+  }
+  static std::optional<std::vector<std::int64_t>> attr_ints(const onnx::NodeProto& n, std::string_view name) {
+    const auto* a = attr(n, name);
+    if (!a) return std::nullopt;
+    return std::vector<std::int64_t>(a->ints().begin(), a->ints().end());
+  }
+  static bool default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+  static std::string qualified(const onnx::NodeProto& n) {
+    return default_domain(n) ? n.op_type() : n.domain() + "." + n.op_type();
+  }
+
+  // ---- which nodes compute data (vertices) rather than shapes only ---- (shapes.hpp)
+  static std::vector<int> data_inputs(const onnx::NodeProto& n);
+  static std::vector<int> iota(int n);
+  void mark_needed();
+
+  // ---- fusions: patterns of several nodes that are one kind ---- (fusions.hpp)
+  struct fusion {
+    op_kind kind;
+    std::vector<std::string> operands;  // value names
+    op_attrs attrs;
+    std::string name;
+    std::string output;
+  };
+  std::map<int, fusion> fused;  // at the pattern's last node
+
+  std::optional<int> only_consumer(const std::string& v) const;
+  int producer(const std::string& v) const;
+  bool is_op(int k, std::string_view t) const;
+  const onnx::NodeProto& nd(int k) const;
+  std::string in_of(int k, int i) const;
+  std::string out_of(int k, int i) const;
+  std::optional<std::string> other(int k, const std::string& x) const;
+  bool is_param_vector(const std::string& v, std::int64_t h) const;
+  bool reduces_last(int k, std::int64_t rank) const;
+  std::string pattern_name(int k) const;
+  void absorb(std::initializer_list<int> ks);
+  void fuse_layer_norm(int div);
+  std::optional<std::string> scaled_by(int k, double c) const;
+  bool fuse_gelu_tail(op_kind kind, const std::string& x, const std::string& f, std::vector<int> body, const std::string& name);
+  void fuse_erf_gelu(int erf);
+  void fuse_tanh_gelu(int tanh);
+  void fuse_silu(int sig);
+  void fuse_rms_norm(int mean);
+
+  /// A 2-D floating initializer, or Transpose(perm [1,0]) of one: the weight of a linear.
+  struct weight_ref {
+    std::string name;
+    bool transposed_weight;  // [in,out]
+    int transpose_node = -1;
+  };
+  std::optional<weight_ref> weight_of(const std::string& v) const;
+  void fuse_linear(int mm);
+  std::optional<std::pair<std::string, std::int64_t>> heads_of(const std::string& v, const std::vector<std::int64_t>& perm) const;
+  bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const;
+  bool strip_causal_mask(std::string& z, int& p, const tensor_shape& scores, bool& causal, std::vector<int>& used) const;
+  void fuse_attention(int sm);
+  void find_fusions();
+
+  // ---- emitting vertices ---- (emit.hpp)
+  std::string unique_name(std::string base);
+  const value_info& known(const std::string& v, const std::string& who) const;
+  vertex_t operand(const std::string& v, const std::string& who);
+  vertex_t shape_value(int p, const std::string& v, const std::string& who);
+  void opaque(int k, const std::string& why);
+  bool try_emit(op_kind kind, const std::string& name, const std::vector<std::string>& ins, op_attrs a,
+                const std::string& o, const std::string& who, std::string& why);
+  void emit(int k);
+  bool single_output(int k) const;
+  bool emit_elementwise(int k, const std::string& name, const std::string& who, std::string& why);
+  bool emit_gemm(int k, const std::string& name, const std::string& who, std::string& why);
+  bool emit_normalisation(int k, const std::string& name, const std::string& who, std::string& why);
+  bool emit_layout(int k, const std::string& name, const std::string& who, std::string& why);
+  bool emit_reduction(int k, const std::string& name, const std::string& who, std::string& why);
+  bool split(int k, const std::string& name, const std::string& who, std::string& why);
+  std::optional<vertex_t> slice(int k, const std::string& who, std::string& why);
+  bool reduce(int k, op_kind kind, const std::string& name, const std::string& who, std::string& why);
+  void build();
+};
+
+}  // namespace detail::onnx_in
+}  // namespace autoshard

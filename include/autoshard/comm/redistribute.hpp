@@ -105,6 +105,112 @@ inline tensor_shape zeros_like(const tensor_shape& s) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// What one step is on this rank: its shard boxes before and after it, those of every
+/// member of its axis group (in group order), the element size, its place in the group.
+struct step_geometry {
+  redist_step st;
+  const device_mesh* mesh_ptr = nullptr;
+  int rank = 0;
+  std::size_t esz = 0;
+  int k = 0;   ///< the axis group's size
+  int me = 0;  ///< this rank's place in it
+  shard_box bme, ame;
+  std::vector<shard_box> before, after;
+  tensor_shape zero;
+  const device_mesh& mesh() const { return *mesh_ptr; }
+};
+
+inline step_geometry geometry_of(const device_mesh& mesh, int rank, const redist_step& st, const tensor_shape& global, dtype t) {
+  step_geometry g;
+  g.st = st;
+  g.mesh_ptr = &mesh;
+  g.rank = rank;
+  g.esz = dtype_size(t);
+  const std::size_t axis = st.mesh_axis;
+  g.k = mesh.size(axis);
+  const std::vector<int> group = mesh.group(axis, rank);
+  g.me = mesh.coordinate(rank)[axis];
+  g.bme = local_box(mesh, st.before, global, rank);
+  g.ame = local_box(mesh, st.after, global, rank);
+  g.before.resize(static_cast<std::size_t>(g.k));
+  g.after.resize(static_cast<std::size_t>(g.k));
+  for (int j = 0; j < g.k; ++j) {
+    g.before[static_cast<std::size_t>(j)] = local_box(mesh, st.before, global, group[static_cast<std::size_t>(j)]);
+    g.after[static_cast<std::size_t>(j)] = local_box(mesh, st.after, global, group[static_cast<std::size_t>(j)]);
+  }
+  g.zero = zeros_like(global);
+  return g;
+}
+
+/// All-gather along the step's axis: every member's `before` box into this rank's `after` box (each sent padded to the largest).
+template <class C>
+void all_gather_step(C& comm, const step_geometry& s, std::span<const std::byte> in, dtype t, std::vector<std::byte>& out) {
+  tensor_shape slot = s.zero;
+  std::int64_t covered = 0;
+  for (const shard_box& b : s.before) {
+    if (!b.empty() && !(intersect(b, s.ame) == b)) bad_tiling(s.st, s.mesh(), s.rank);
+    covered += b.shape.numel();
+    grow_to(slot, b.shape);
+  }
+  if (covered != s.ame.shape.numel()) bad_tiling(s.st, s.mesh(), s.rank);
+  const auto n = static_cast<std::size_t>(slot.numel());
+  std::vector<std::byte> send(n * s.esz), recv(n * s.esz * static_cast<std::size_t>(s.k));
+  copy_region(in.data(), s.bme.shape, s.zero, send.data(), slot, s.zero, s.bme.shape, s.esz);
+  comm.all_gather(send.data(), recv.data(), n, t);
+  for (int j = 0; j < s.k; ++j) {
+    const shard_box& b = s.before[static_cast<std::size_t>(j)];
+    copy_region(recv.data() + static_cast<std::size_t>(j) * n * s.esz, slot, s.zero, out.data(), s.ame.shape,
+                relative(b.offset, s.ame.offset), b.shape, s.esz);
+  }
+}
+
+/// Reduce-scatter along the step's axis: this rank's piece of each member's `after` box, reduced into its own.
+template <class C>
+void reduce_scatter_step(C& comm, const step_geometry& s, std::span<const std::byte> in, dtype t, std::vector<std::byte>& out) {
+  tensor_shape slot = s.zero;
+  for (const shard_box& a : s.after) {
+    if (!a.empty() && !(intersect(a, s.bme) == a)) bad_tiling(s.st, s.mesh(), s.rank);
+    grow_to(slot, a.shape);
+  }
+  const auto n = static_cast<std::size_t>(slot.numel());
+  std::vector<std::byte> send(n * s.esz * static_cast<std::size_t>(s.k)), recv(n * s.esz);
+  for (int j = 0; j < s.k; ++j) {
+    const shard_box& a = s.after[static_cast<std::size_t>(j)];
+    copy_region(in.data(), s.bme.shape, relative(a.offset, s.bme.offset),
+                send.data() + static_cast<std::size_t>(j) * n * s.esz, slot, s.zero, a.shape, s.esz);
+  }
+  comm.reduce_scatter(send.data(), recv.data(), n, t, s.st.from.op);
+  copy_region(recv.data(), slot, s.zero, out.data(), s.ame.shape, s.zero, s.ame.shape, s.esz);
+}
+
+/// All-to-all along the step's axis: rank i sends rank j the overlap of its old box with j's new box.
+template <class C>
+void all_to_all_step(C& comm, const step_geometry& s, std::span<const std::byte> in, dtype t, std::vector<std::byte>& out) {
+  tensor_shape slot = s.zero;
+  for (const shard_box& b : s.before)
+    for (const shard_box& a : s.after) grow_to(slot, intersect(b, a).shape);
+  std::int64_t covered = 0;
+  for (const shard_box& b : s.before) covered += intersect(b, s.ame).shape.numel();
+  if (covered != s.ame.shape.numel()) bad_tiling(s.st, s.mesh(), s.rank);
+  const auto n = static_cast<std::size_t>(slot.numel());
+  std::vector<std::byte> send(n * s.esz * static_cast<std::size_t>(s.k)), recv(n * s.esz * static_cast<std::size_t>(s.k));
+  for (int j = 0; j < s.k; ++j) {
+    const shard_box x = intersect(s.bme, s.after[static_cast<std::size_t>(j)]);
+    copy_region(in.data(), s.bme.shape, relative(x.offset, s.bme.offset),
+                send.data() + static_cast<std::size_t>(j) * n * s.esz, slot, s.zero, x.shape, s.esz);
+  }
+  comm.all_to_all(send.data(), recv.data(), n, t);
+  for (int i = 0; i < s.k; ++i) {
+    const shard_box x = intersect(s.before[static_cast<std::size_t>(i)], s.ame);
+    copy_region(recv.data() + static_cast<std::size_t>(i) * n * s.esz, slot, s.zero, out.data(), s.ame.shape,
+                relative(x.offset, s.ame.offset), x.shape, s.esz);
+  }
+}
+
+}  // namespace detail
+
 /// Runs one plan step on this rank's shard `in` (the `st.before` shard of `global`) and
 /// returns its `st.after` shard. Every rank of the mesh calls it with the same step.
 template <mesh_communicator_like M>
@@ -112,26 +218,18 @@ std::vector<std::byte> execute_step(M& mc, const redist_step& st, std::span<cons
                                     const tensor_shape& global) {
   const device_mesh& mesh = mc.mesh();
   const int rank = mc.rank();
-  const std::size_t esz = dtype_size(t);
-  const std::size_t axis = st.mesh_axis;
-  const int k = mesh.size(axis);
-  const std::vector<int> group = mesh.group(axis, rank);
-  const int me = mesh.coordinate(rank)[axis];
-  const shard_box bme = local_box(mesh, st.before, global, rank);
-  const shard_box ame = local_box(mesh, st.after, global, rank);
+  const detail::step_geometry g = detail::geometry_of(mesh, rank, st, global, t);
+  const shard_box& bme = g.bme;
+  const shard_box& ame = g.ame;
+  const std::size_t esz = g.esz;
   if (in.size() != static_cast<std::size_t>(bme.shape.numel()) * esz)
     throw shape_error("rank " + std::to_string(rank) + ": the " + to_string(st.before) + " shard of " +
                       to_string(global) + " is " + to_string(bme.shape) + " (" +
                       std::to_string(bme.shape.numel() * static_cast<std::int64_t>(esz)) + " bytes of " +
                       std::string(to_string(t)) + "), got " + std::to_string(in.size()) + " bytes");
   std::vector<std::byte> out(static_cast<std::size_t>(ame.shape.numel()) * esz);
-  std::vector<shard_box> before(static_cast<std::size_t>(k)), after(static_cast<std::size_t>(k));
-  for (int j = 0; j < k; ++j) {
-    before[static_cast<std::size_t>(j)] = local_box(mesh, st.before, global, group[static_cast<std::size_t>(j)]);
-    after[static_cast<std::size_t>(j)] = local_box(mesh, st.after, global, group[static_cast<std::size_t>(j)]);
-  }
-  auto& comm = mc.axis(axis);
-  const tensor_shape zero = detail::zeros_like(global);
+  auto& comm = mc.axis(st.mesh_axis);
+  const tensor_shape& zero = g.zero;
 
   switch (st.kind) {
     case collective::local_slice: {
@@ -141,7 +239,7 @@ std::vector<std::byte> execute_step(M& mc, const redist_step& st, std::span<cons
       return out;
     }
     case collective::local_partial: {
-      if (me == 0) {
+      if (g.me == 0) {
         if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());  // an empty piece has no data() to copy from
       } else {
         fill_identity(out.data(), static_cast<std::size_t>(ame.shape.numel()), t, st.to.op);
@@ -153,66 +251,15 @@ std::vector<std::byte> execute_step(M& mc, const redist_step& st, std::span<cons
       comm.all_reduce(out.data(), static_cast<std::size_t>(ame.shape.numel()), t, st.from.op);
       return out;
     }
-    case collective::all_gather: {
-      tensor_shape slot = zero;
-      std::int64_t covered = 0;
-      for (const shard_box& b : before) {
-        if (!b.empty() && !(detail::intersect(b, ame) == b)) detail::bad_tiling(st, mesh, rank);
-        covered += b.shape.numel();
-        detail::grow_to(slot, b.shape);
-      }
-      if (covered != ame.shape.numel()) detail::bad_tiling(st, mesh, rank);
-      const auto n = static_cast<std::size_t>(slot.numel());
-      std::vector<std::byte> send(n * esz), recv(n * esz * static_cast<std::size_t>(k));
-      detail::copy_region(in.data(), bme.shape, zero, send.data(), slot, zero, bme.shape, esz);
-      comm.all_gather(send.data(), recv.data(), n, t);
-      for (int j = 0; j < k; ++j) {
-        const shard_box& b = before[static_cast<std::size_t>(j)];
-        detail::copy_region(recv.data() + static_cast<std::size_t>(j) * n * esz, slot, zero, out.data(), ame.shape,
-                            detail::relative(b.offset, ame.offset), b.shape, esz);
-      }
+    case collective::all_gather:
+      detail::all_gather_step(comm, g, in, t, out);
       return out;
-    }
-    case collective::reduce_scatter: {
-      tensor_shape slot = zero;
-      for (const shard_box& a : after) {
-        if (!a.empty() && !(detail::intersect(a, bme) == a)) detail::bad_tiling(st, mesh, rank);
-        detail::grow_to(slot, a.shape);
-      }
-      const auto n = static_cast<std::size_t>(slot.numel());
-      std::vector<std::byte> send(n * esz * static_cast<std::size_t>(k)), recv(n * esz);
-      for (int j = 0; j < k; ++j) {
-        const shard_box& a = after[static_cast<std::size_t>(j)];
-        detail::copy_region(in.data(), bme.shape, detail::relative(a.offset, bme.offset),
-                            send.data() + static_cast<std::size_t>(j) * n * esz, slot, zero, a.shape, esz);
-      }
-      comm.reduce_scatter(send.data(), recv.data(), n, t, st.from.op);
-      detail::copy_region(recv.data(), slot, zero, out.data(), ame.shape, zero, ame.shape, esz);
+    case collective::reduce_scatter:
+      detail::reduce_scatter_step(comm, g, in, t, out);
       return out;
-    }
-    case collective::all_to_all: {
-      // Rank i sends rank j the overlap of its old box with j's new box.
-      tensor_shape slot = zero;
-      for (const shard_box& b : before)
-        for (const shard_box& a : after) detail::grow_to(slot, detail::intersect(b, a).shape);
-      std::int64_t covered = 0;
-      for (const shard_box& b : before) covered += detail::intersect(b, ame).shape.numel();
-      if (covered != ame.shape.numel()) detail::bad_tiling(st, mesh, rank);
-      const auto n = static_cast<std::size_t>(slot.numel());
-      std::vector<std::byte> send(n * esz * static_cast<std::size_t>(k)), recv(n * esz * static_cast<std::size_t>(k));
-      for (int j = 0; j < k; ++j) {
-        const shard_box x = detail::intersect(bme, after[static_cast<std::size_t>(j)]);
-        detail::copy_region(in.data(), bme.shape, detail::relative(x.offset, bme.offset),
-                            send.data() + static_cast<std::size_t>(j) * n * esz, slot, zero, x.shape, esz);
-      }
-      comm.all_to_all(send.data(), recv.data(), n, t);
-      for (int i = 0; i < k; ++i) {
-        const shard_box x = detail::intersect(before[static_cast<std::size_t>(i)], ame);
-        detail::copy_region(recv.data() + static_cast<std::size_t>(i) * n * esz, slot, zero, out.data(), ame.shape,
-                            detail::relative(x.offset, ame.offset), x.shape, esz);
-      }
+    case collective::all_to_all:
+      detail::all_to_all_step(comm, g, in, t, out);
       return out;
-    }
   }
   return out;
 }

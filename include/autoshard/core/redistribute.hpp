@@ -152,40 +152,22 @@ constexpr std::int64_t local_extent(const sharding_spec& cur, const plan_context
 
 }  // namespace detail
 
-/// The plan from `src` to `dst`, given what `ctx` says about the mesh and the tensor.
-///
-/// Partial axes that are reduced over several mesh axes at once are reduced hierarchically,
-/// as NCCL and every tuned runtime do: reduce-scatter on the faster axes (fastest first, each
-/// on a tensor dim it can split), then one all-reduce (or reduce-scatter, when the target
-/// shards that axis) on the slowest axis over the 1/k that is left, after which the rest of
-/// the plan gathers back what the target does not keep split. Everything else follows
-/// DTensor's order: undo mismatched inner axes last-to-first, then re-shard first-to-last.
-/// Every step stays inside its axis group under the chunk rule, so a plan always runs.
-constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst, const plan_context& ctx) {
-  if (src.mesh_rank != dst.mesh_rank) bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, dst.mesh_rank);
-  if (src.tensor_rank != dst.tensor_rank)
-    bad_redistribute::specs_have_different_tensor_rank(src.tensor_rank, dst.tensor_rank);
-  const int n = src.mesh_rank;
-  // Reject impossible transitions up front, whatever the order would be.
-  for (int i = 0; i < n; ++i) {
-    const placement& a = src[static_cast<std::size_t>(i)];
-    const placement& b = dst[static_cast<std::size_t>(i)];
-    if (a == b) continue;
-    if (a.is_shard() && b.is_partial()) bad_redistribute::shard_to_partial(i);
-    if (a.is_partial() && b.is_partial()) bad_redistribute::partial_to_different_partial(i);
-  }
+namespace detail {
+
+/// A redistribute plan being built: the spec reached so far and the steps that reach it.
+struct plan_builder {
   redist_plan plan;
-  plan.src = src;
-  plan.dst = dst;
-  sharding_spec cur = src;
-  const int* axis_sizes = ctx.axis_sizes;
-  auto push = [&](int axis, placement to) constexpr {
-    placement from = cur[static_cast<std::size_t>(axis)];
-    sharding_spec next = cur.with(static_cast<std::size_t>(axis), to);
+  sharding_spec cur;
+  const int* axis_sizes = nullptr;
+
+  /// One step on `axis` to `to` (a size-1 axis never communicates: only relabelled).
+  constexpr void push(int axis, placement to) {
+    const placement from = cur[static_cast<std::size_t>(axis)];
+    const sharding_spec next = cur.with(static_cast<std::size_t>(axis), to);
     if (axis_sizes == nullptr || axis_sizes[axis] > 1) {
       redist_step st;
       st.mesh_axis = static_cast<std::uint8_t>(axis);
-      st.kind = detail::classify(from, to, axis);
+      st.kind = classify(from, to, axis);
       st.from = from;
       st.to = to;
       st.before = cur;
@@ -193,16 +175,32 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
       plan.steps[plan.count++] = st;
     }
     cur = next;
-  };
+  }
+};
 
-  // Hierarchical reduction of the Partial axes that the target settles (Replicate or Shard).
+/// Rejects a transition no order of steps can make: Shard to Partial, Partial to another Partial.
+constexpr void check_transitions(const sharding_spec& src, const sharding_spec& dst) {
+  const int n = src.mesh_rank;
+  for (int i = 0; i < n; ++i) {
+    const placement& a = src[static_cast<std::size_t>(i)];
+    const placement& b = dst[static_cast<std::size_t>(i)];
+    if (a == b) continue;
+    if (a.is_shard() && b.is_partial()) bad_redistribute::shard_to_partial(i);
+    if (a.is_partial() && b.is_partial()) bad_redistribute::partial_to_different_partial(i);
+  }
+}
+
+/// The hierarchical reduction of the Partial axes that the target settles (Replicate or
+/// Shard), when there are two or more: reduce-scatter on the faster axes, then the slowest.
+constexpr void reduce_hierarchically(plan_builder& b, const sharding_spec& src, const sharding_spec& dst, const plan_context& ctx) {
+  const int n = src.mesh_rank;
   std::array<int, max_mesh_rank> order{};
   for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = ctx.fastest_first ? ctx.fastest_first[i] : n - 1 - i;
   std::array<int, max_mesh_rank> red{};
   int nred = 0;
   for (int i = 0; i < n; ++i) {
     const int a = order[static_cast<std::size_t>(i)];
-    if (cur[static_cast<std::size_t>(a)].is_partial() && !dst[static_cast<std::size_t>(a)].is_partial() &&
+    if (b.cur[static_cast<std::size_t>(a)].is_partial() && !dst[static_cast<std::size_t>(a)].is_partial() &&
         detail::axis_size(ctx, a) > 1)
       red[static_cast<std::size_t>(nred++)] = a;
   }
@@ -219,9 +217,9 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
       int best = -1;
       std::int64_t best_extent = -1;
       for (int d = 0; d < src.tensor_rank; ++d) {
-        if (!detail::can_scatter(cur, a, d)) continue;
+        if (!detail::can_scatter(b.cur, a, d)) continue;
         if (slow_dst.is_shard(d) && a > slow) continue;
-        const std::int64_t ext = ctx.shape ? detail::local_extent(cur, ctx, d) : 1;
+        const std::int64_t ext = ctx.shape ? detail::local_extent(b.cur, ctx, d) : 1;
         if (ctx.shape && ext < k) continue;
         const bool own = dst[static_cast<std::size_t>(a)].is_shard(d);
         if (own) {
@@ -231,44 +229,73 @@ constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding
         if (ext > best_extent) best = d, best_extent = ext;
       }
       if (best < 0) continue;  // no dim to scatter on: this axis is all-reduced in its turn
-      push(a, Shard(best));
+      b.push(a, Shard(best));
       reduced_any = true;
     }
     if (reduced_any) {
-      const bool scatter = slow_dst.is_shard() && detail::can_scatter(cur, slow, slow_dst.dim) &&
-                           (!ctx.shape || detail::local_extent(cur, ctx, slow_dst.dim) >= detail::axis_size(ctx, slow));
-      push(slow, scatter ? slow_dst : Replicate());
+      const bool scatter = slow_dst.is_shard() && detail::can_scatter(b.cur, slow, slow_dst.dim) &&
+                           (!ctx.shape || detail::local_extent(b.cur, ctx, slow_dst.dim) >= detail::axis_size(ctx, slow));
+      b.push(slow, scatter ? slow_dst : Replicate());
     }
   }
+}
 
+/// DTensor's order: undo mismatched inner axes last-to-first, then re-shard first-to-last.
+constexpr void reshard_in_dtensor_order(plan_builder& b, const sharding_spec& dst) {
+  const int n = dst.mesh_rank;
   // DTensor runs the inner-to-outer pass only when the source has more than one shard, so a
   // Shard on a size-1 axis alone does not count (it would only change the order of steps).
   bool cur_sharded = false;
   for (int i = 0; i < n; ++i)
-    cur_sharded = cur_sharded || (cur[static_cast<std::size_t>(i)].is_shard() &&
-                                  (axis_sizes == nullptr || axis_sizes[i] > 1));
+    cur_sharded = cur_sharded || (b.cur[static_cast<std::size_t>(i)].is_shard() &&
+                                  (b.axis_sizes == nullptr || b.axis_sizes[i] > 1));
   if (cur_sharded) {
     // Inner to outer: a target Shard(d) whose outer sharding of d differs from the
     // current one must be replicated first to clear the nested sharding.
     for (int axis = n - 1; axis >= 0; --axis) {
-      placement current = cur[static_cast<std::size_t>(axis)];
+      placement current = b.cur[static_cast<std::size_t>(axis)];
       placement target = dst[static_cast<std::size_t>(axis)];
       if (target.is_shard()) {
         bool misaligned = false;
         for (int i = 0; i < axis; ++i)
-          misaligned = misaligned || (cur[static_cast<std::size_t>(i)].is_shard(target.dim) !=
+          misaligned = misaligned || (b.cur[static_cast<std::size_t>(i)].is_shard(target.dim) !=
                                       dst[static_cast<std::size_t>(i)].is_shard(target.dim));
         if (misaligned) target = Replicate();
       }
-      if (!(current == target)) push(axis, target);
+      if (!(current == target)) b.push(axis, target);
     }
   }
   for (int axis = 0; axis < n; ++axis) {
-    placement current = cur[static_cast<std::size_t>(axis)];
+    placement current = b.cur[static_cast<std::size_t>(axis)];
     placement target = dst[static_cast<std::size_t>(axis)];
-    if (!(current == target)) push(axis, target);
+    if (!(current == target)) b.push(axis, target);
   }
-  return plan;
+}
+
+}  // namespace detail
+
+/// The plan from `src` to `dst`, given what `ctx` says about the mesh and the tensor.
+///
+/// Partial axes that are reduced over several mesh axes at once are reduced hierarchically,
+/// as NCCL and every tuned runtime do: reduce-scatter on the faster axes (fastest first, each
+/// on a tensor dim it can split), then one all-reduce (or reduce-scatter, when the target
+/// shards that axis) on the slowest axis over the 1/k that is left, after which the rest of
+/// the plan gathers back what the target does not keep split. Everything else follows
+/// DTensor's order: undo mismatched inner axes last-to-first, then re-shard first-to-last.
+/// Every step stays inside its axis group under the chunk rule, so a plan always runs.
+constexpr redist_plan plan_redistribute(const sharding_spec& src, const sharding_spec& dst, const plan_context& ctx) {
+  if (src.mesh_rank != dst.mesh_rank) bad_redistribute::specs_have_different_mesh_rank(src.mesh_rank, dst.mesh_rank);
+  if (src.tensor_rank != dst.tensor_rank)
+    bad_redistribute::specs_have_different_tensor_rank(src.tensor_rank, dst.tensor_rank);
+  detail::check_transitions(src, dst);  // whatever the order would be
+  detail::plan_builder b;
+  b.plan.src = src;
+  b.plan.dst = dst;
+  b.cur = src;
+  b.axis_sizes = ctx.axis_sizes;
+  detail::reduce_hierarchically(b, src, dst, ctx);
+  detail::reshard_in_dtensor_order(b, dst);
+  return b.plan;
 }
 
 /// The plan from `src` to `dst`. `axis_sizes` (optional, one per mesh axis) lets size-1

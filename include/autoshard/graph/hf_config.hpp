@@ -92,37 +92,11 @@ inline constexpr int hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_max_heads
 
 }  // namespace detail
 
-/// Reads a parsed config.json. `what` names it in errors (a file name). Throws io_error naming
-/// the key for a missing or out-of-range value, and for a model_type it has no builder for.
-inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what = "config.json") {
-  if (!j.is_object()) throw io_error(what + ": a Hugging Face config.json is a JSON object");
-  detail::hf_reader r{json_in(j, what)};
-  auto mt = j.find("model_type");
-  if (mt == j.end() || !mt->is_string()) r.fail("no \"model_type\" string: not a Hugging Face config.json");
-  hf_model m;
-  m.model_type = mt->get<std::string>();
-  std::string known;
-  bool supported = false;
-  for (std::string_view t : hf_model_types) {
-    known += (known.empty() ? "" : ", ") + std::string(t);
-    supported = supported || t == m.model_type;
-  }
-  if (!supported) r.fail("model_type \"" + m.model_type + "\" is not supported (supported: " + known + ")");
+namespace detail {
 
-  using namespace detail;
-  transformer_config& c = m.config;
-  const std::string& t = m.model_type;
-  c.layers = r.need({"num_hidden_layers", "n_layer", "num_layers"}, 1, hf_max_layers);
-  c.hidden = r.need({"hidden_size", "n_embd", "n_embed", "d_model"}, 1, hf_max_hidden);
-  c.heads = r.need({"num_attention_heads", "n_head", "num_heads"}, 1, hf_max_heads);
-  c.vocab = r.need({"vocab_size"}, 1, hf_max_vocab);
-  c.kv_heads = 0;
-  c.type_vocab = 0;
-  c.max_positions = 0;
-  c.batch = 8;
-  c.mode = default_run_mode;
-  const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
-
+/// The members of config.json that only model_type `t`'s architecture has (its MLP width,
+/// norms, biases, activation, key/value heads, position offsets, tied embeddings).
+inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
   if (t == "gpt2") {
     c.ffn = r.get({"n_inner"}, 1, hf_max_ffn, 4 * c.hidden);
     c.max_positions = r.get({"n_positions", "max_position_embeddings"}, 1, hf_max_positions, 1024);
@@ -184,16 +158,11 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     c.activation = r.activation({"activation"}, op_kind::gelu_erf);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
   }
-  if (c.head_size == 0 && c.hidden % c.heads != 0)
-    r.fail("hidden size " + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads) + " heads");
-  if (c.heads % c.kv() != 0)
-    r.fail(std::to_string(c.heads) + " attention heads are not a multiple of " + std::to_string(c.kv()) +
-           " key/value heads");
-  // Default sequence: the whole learned position table (less its offset), else the context, at most 2048.
-  const std::int64_t table = c.max_positions > 0 ? c.max_positions - c.position_offset : positions;
-  if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
-  c.seq = static_cast<int>(std::min<std::int64_t>(table, 2048));
+}
 
+/// torch_dtype (or dtype): float32, float16, bfloat16 or float64; float32 when absent.
+inline void read_hf_dtype(const hf_reader& r, hf_model& m) {
+  transformer_config& c = m.config;
   const std::optional<json_in> dt = r.find({"torch_dtype", "dtype"});
   c.type = dtype::f32;
   if (dt) {
@@ -205,6 +174,53 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     c.type = *p;
     m.dtype_given = true;
   }
+}
+
+}  // namespace detail
+
+/// Reads a parsed config.json. `what` names it in errors (a file name). Throws io_error naming
+/// the key for a missing or out-of-range value, and for a model_type it has no builder for.
+inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what = "config.json") {
+  if (!j.is_object()) throw io_error(what + ": a Hugging Face config.json is a JSON object");
+  detail::hf_reader r{json_in(j, what)};
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) r.fail("no \"model_type\" string: not a Hugging Face config.json");
+  hf_model m;
+  m.model_type = mt->get<std::string>();
+  std::string known;
+  bool supported = false;
+  for (std::string_view t : hf_model_types) {
+    known += (known.empty() ? "" : ", ") + std::string(t);
+    supported = supported || t == m.model_type;
+  }
+  if (!supported) r.fail("model_type \"" + m.model_type + "\" is not supported (supported: " + known + ")");
+
+  using namespace detail;
+  transformer_config& c = m.config;
+  const std::string& t = m.model_type;
+  c.layers = r.need({"num_hidden_layers", "n_layer", "num_layers"}, 1, hf_max_layers);
+  c.hidden = r.need({"hidden_size", "n_embd", "n_embed", "d_model"}, 1, hf_max_hidden);
+  c.heads = r.need({"num_attention_heads", "n_head", "num_heads"}, 1, hf_max_heads);
+  c.vocab = r.need({"vocab_size"}, 1, hf_max_vocab);
+  c.kv_heads = 0;
+  c.type_vocab = 0;
+  c.max_positions = 0;
+  c.batch = 8;
+  c.mode = default_run_mode;
+  const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
+
+  read_hf_family(r, t, c);
+  if (c.head_size == 0 && c.hidden % c.heads != 0)
+    r.fail("hidden size " + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads) + " heads");
+  if (c.heads % c.kv() != 0)
+    r.fail(std::to_string(c.heads) + " attention heads are not a multiple of " + std::to_string(c.kv()) +
+           " key/value heads");
+  // Default sequence: the whole learned position table (less its offset), else the context, at most 2048.
+  const std::int64_t table = c.max_positions > 0 ? c.max_positions - c.position_offset : positions;
+  if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
+  c.seq = static_cast<int>(std::min<std::int64_t>(table, 2048));
+
+  read_hf_dtype(r, m);
   return m;
 }
 

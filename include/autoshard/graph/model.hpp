@@ -187,6 +187,188 @@ constexpr std::pair<int, int> operand_count_range(op_kind k) noexcept {
   }
 }
 
+namespace detail {
+
+/// Throws unless operand i of `in` has rank >= min_rank.
+inline void need_rank(op_kind k, std::span<const tensor_shape> in, std::size_t i, int min_rank) {
+  if (in[i].rank < min_rank)
+    bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " needs rank >= " + std::to_string(min_rank));
+}
+
+inline std::int64_t last_dim(const tensor_shape& s) { return s[s.rank - 1u]; }
+
+/// x [..., in] times a weight [out, in] (or [in, out], transposed_weight), plus a bias [out].
+inline tensor_shape linear_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  need_rank(k, in, 0, 1);
+  if (in[1].rank != 2) bad_operands(k, "weight " + to_string(in[1]) + " must have rank 2");
+  const std::int64_t w_in = a.transposed_weight ? in[1][0] : in[1][1];
+  const std::int64_t w_out = a.transposed_weight ? in[1][1] : in[1][0];
+  if (w_in != last_dim(in[0]))
+    bad_operands(k, "input " + to_string(in[0]) + " has " + std::to_string(last_dim(in[0])) +
+                        " features but weight " + to_string(in[1]) + (a.transposed_weight ? " [in,out]" : " [out,in]") +
+                        " expects " + std::to_string(w_in));
+  if (in.size() == 3 && !(in[2] == tensor_shape{w_out}))
+    bad_operands(k, "bias " + to_string(in[2]) + " must be [" + std::to_string(w_out) + "]");
+  tensor_shape out = in[0];
+  out[out.rank - 1u] = w_out;
+  return out;
+}
+
+/// x [..., m, n] @ y [n, p], or a batched y of x's rank with the same batch dims.
+inline tensor_shape matmul_shape(op_kind k, std::span<const tensor_shape> in) {
+  need_rank(k, in, 0, 2);
+  need_rank(k, in, 1, 2);
+  const auto& x = in[0];
+  const auto& y = in[1];
+  if (x[x.rank - 1u] != y[y.rank - 2u])
+    bad_operands(k, "contraction sizes differ: " + to_string(x) + " @ " + to_string(y));
+  if (y.rank > 2) {
+    if (y.rank != x.rank) bad_operands(k, "batched operands need equal rank: " + shapes_str(in));
+    for (std::size_t d = 0; d + 2 < x.rank; ++d)
+      if (x[d] != y[d]) bad_operands(k, "batch dim " + std::to_string(d) + " differs: " + shapes_str(in));
+  }
+  tensor_shape out = x;
+  out[x.rank - 1u] = y[y.rank - 1u];
+  return out;
+}
+
+/// numpy broadcasting of every operand (add, sub, mul, div, where).
+inline tensor_shape broadcast_shape(op_kind k, std::span<const tensor_shape> in) {
+  tensor_shape out;
+  for (const tensor_shape& x : in) out.rank = std::max(out.rank, x.rank);
+  for (std::size_t i = 0; i < out.rank; ++i) out[i] = 1;
+  for (const tensor_shape& x : in)
+    for (std::size_t i = 0; i < x.rank; ++i) {
+      const std::int64_t dx = x[x.rank - 1 - i];
+      std::int64_t& d = out[out.rank - 1 - i];
+      if (dx != d && dx != 1 && d != 1)
+        bad_operands(k, "shapes " + shapes_str(in) + " do not broadcast (dim -" + std::to_string(i + 1) +
+                            ": " + std::to_string(d) + " vs " + std::to_string(dx) + ")");
+      if (d == 1) d = dx;
+    }
+  return out;
+}
+
+/// to attrs.dims exactly (ONNX's two-way Expand: the importer gives its inferred shape).
+inline tensor_shape expand_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
+  std::int64_t n = 1;
+  for (std::int64_t d : a.dims)
+    if (d < 0) bad_operands(k, "target dims must be non-negative");
+    else if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target has too many elements");
+    else n *= d;
+  const tensor_shape out(a.dims);
+  const tensor_shape& x = in[0];
+  bool ok = x.rank <= out.rank;
+  for (std::size_t i = 0; ok && i < x.rank; ++i) ok = x[x.rank - 1 - i] == 1 || x[x.rank - 1 - i] == out[out.rank - 1 - i];
+  if (!ok) bad_operands(k, "cannot broadcast " + to_string(x) + " to " + to_string(out));
+  return out;
+}
+
+/// ids [...] into a table [vocab, hidden]: [..., hidden].
+inline tensor_shape embedding_shape(op_kind k, std::span<const tensor_shape> in) {
+  if (in[1].rank != 2) bad_operands(k, "table " + to_string(in[1]) + " must have rank 2");
+  if (in[0].rank + 1u > max_tensor_rank) bad_operands(k, "ids have too many dims");
+  tensor_shape out = in[0];
+  out.dims[out.rank] = in[1][1];
+  ++out.rank;
+  return out;
+}
+
+/// a view of the same elements as attrs.dims.
+inline tensor_shape reshape_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
+  for (std::int64_t d : a.dims)
+    if (d < 0) bad_operands(k, "target dims must be non-negative");
+  tensor_shape out(a.dims);
+  std::int64_t n = 1;
+  for (std::int64_t d : a.dims)
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target " + to_string(out) + " has too many elements");
+    else n *= d;
+  if (out.numel() != in[0].numel())
+    bad_operands(k, "cannot view " + to_string(in[0]) + " (" + std::to_string(in[0].numel()) + " elements) as " +
+                        to_string(out) + " (" + std::to_string(out.numel()) + ")");
+  return out;
+}
+
+/// the dims permuted by attrs.dims.
+inline tensor_shape transpose_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  if (a.dims.size() != in[0].rank)
+    bad_operands(k, "permutation has " + std::to_string(a.dims.size()) + " entries for " + to_string(in[0]));
+  tensor_shape out = in[0];
+  std::vector<bool> seen(in[0].rank, false);
+  for (std::size_t i = 0; i < a.dims.size(); ++i) {
+    const std::int64_t p = a.dims[i];
+    if (p < 0 || p >= in[0].rank || seen[static_cast<std::size_t>(p)])
+      bad_operands(k, "attrs.dims is not a permutation of 0.." + std::to_string(in[0].rank - 1));
+    seen[static_cast<std::size_t>(p)] = true;
+    out[i] = in[0][static_cast<std::size_t>(p)];
+  }
+  return out;
+}
+
+/// attrs.dims dropped (reduce_sum, reduce_mean).
+inline tensor_shape reduce_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  std::vector<bool> drop(in[0].rank, false);
+  for (std::int64_t d : a.dims) {
+    if (d < 0 || d >= in[0].rank || drop[static_cast<std::size_t>(d)])
+      bad_operands(k, "reduced dim " + std::to_string(d) + " is outside " + to_string(in[0]) + " or repeated");
+    drop[static_cast<std::size_t>(d)] = true;
+  }
+  tensor_shape out;
+  for (std::size_t d = 0; d < in[0].rank; ++d)
+    if (!drop[d]) out.dims[out.rank++] = in[0][d];
+  return out;
+}
+
+/// operands equal but along the axis, summed along it.
+inline tensor_shape concat_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  const int ax = norm_axis(a.axis, in[0].rank);
+  if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
+  tensor_shape out = in[0];
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    bool ok = in[i].rank == in[0].rank;
+    for (std::size_t d = 0; ok && d < in[0].rank; ++d) ok = static_cast<int>(d) == ax || in[i][d] == in[0][d];
+    if (!ok) bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " does not match " +
+                                 to_string(in[0]) + " outside axis " + std::to_string(ax));
+    if (in[i][static_cast<std::size_t>(ax)] > std::numeric_limits<std::int64_t>::max() - out[static_cast<std::size_t>(ax)])
+      bad_operands(k, "concatenated size overflows");
+    out[static_cast<std::size_t>(ax)] += in[i][static_cast<std::size_t>(ax)];
+  }
+  return out;
+}
+
+/// [start, start + length) of the axis.
+inline tensor_shape split_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  const int ax = norm_axis(a.axis, in[0].rank);
+  if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
+  const std::int64_t n = in[0][static_cast<std::size_t>(ax)];
+  if (a.start < 0 || a.length < 0 || a.start > n || a.length > n - a.start)
+    bad_operands(k, "slice [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
+                        ") is outside dim " + std::to_string(ax) + " of " + to_string(in[0]));
+  tensor_shape out = in[0];
+  out[static_cast<std::size_t>(ax)] = a.length;
+  return out;
+}
+
+/// q [b, s, heads*hd], k and v [b, s_kv, kv_heads*hd] -> q's shape.
+inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  for (std::size_t i = 0; i < 3; ++i)
+    if (in[i].rank != 3) bad_operands(k, "q, k, v must be [batch, seq, heads*head_dim], got " + shapes_str(in));
+  const int kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  if (a.heads <= 0 || in[0][2] % a.heads != 0 || a.heads % kv != 0)
+    bad_operands(k, "q width " + std::to_string(in[0][2]) + " must be heads (" + std::to_string(a.heads) +
+                        ") x head_dim, and heads a multiple of kv_heads (" + std::to_string(kv) + ")");
+  const std::int64_t hd = in[0][2] / a.heads;
+  if (!(in[1] == in[2]) || in[1][0] != in[0][0] || hd == 0 || in[1][2] % hd != 0 || in[1][2] / hd != kv)
+    bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
+                        "] for q " + to_string(in[0]) + ", got " + shapes_str(in.subspan(1)));
+  if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
+  return in[0];
+}
+
+}  // namespace detail
+
 /// The output shape of `k` applied to operands of shapes `in`; throws graph_error (naming
 /// the operator kind, the operand and the sizes) when they do not fit.
 inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
@@ -196,49 +378,14 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
   if (static_cast<int>(in.size()) < lo || static_cast<int>(in.size()) > hi)
     bad_operands(k, "takes " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) +
                         " operands, got " + std::to_string(in.size()));
-  auto need_rank = [&](std::size_t i, int min_rank) {
-    if (in[i].rank < min_rank)
-      bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " needs rank >= " +
-                          std::to_string(min_rank));
-  };
-  auto last = [](const tensor_shape& s) { return s[s.rank - 1u]; };
   switch (k) {
     case op_kind::input:
     case op_kind::parameter: throw graph_error(std::string(to_string(k)) + " vertices have no operands");
-    case op_kind::linear: {
-      need_rank(0, 1);
-      if (in[1].rank != 2) bad_operands(k, "weight " + to_string(in[1]) + " must have rank 2");
-      const std::int64_t w_in = a.transposed_weight ? in[1][0] : in[1][1];
-      const std::int64_t w_out = a.transposed_weight ? in[1][1] : in[1][0];
-      if (w_in != last(in[0]))
-        bad_operands(k, "input " + to_string(in[0]) + " has " + std::to_string(last(in[0])) +
-                            " features but weight " + to_string(in[1]) + (a.transposed_weight ? " [in,out]" : " [out,in]") +
-                            " expects " + std::to_string(w_in));
-      if (in.size() == 3 && !(in[2] == tensor_shape{w_out}))
-        bad_operands(k, "bias " + to_string(in[2]) + " must be [" + std::to_string(w_out) + "]");
-      tensor_shape out = in[0];
-      out[out.rank - 1u] = w_out;
-      return out;
-    }
-    case op_kind::matmul: {
-      need_rank(0, 2);
-      need_rank(1, 2);
-      const auto& x = in[0];
-      const auto& y = in[1];
-      if (x[x.rank - 1u] != y[y.rank - 2u])
-        bad_operands(k, "contraction sizes differ: " + to_string(x) + " @ " + to_string(y));
-      if (y.rank > 2) {
-        if (y.rank != x.rank) bad_operands(k, "batched operands need equal rank: " + detail::shapes_str(in));
-        for (std::size_t d = 0; d + 2 < x.rank; ++d)
-          if (x[d] != y[d]) bad_operands(k, "batch dim " + std::to_string(d) + " differs: " + detail::shapes_str(in));
-      }
-      tensor_shape out = x;
-      out[x.rank - 1u] = y[y.rank - 1u];
-      return out;
-    }
+    case op_kind::linear: return detail::linear_shape(k, a, in);
+    case op_kind::matmul: return detail::matmul_shape(k, in);
     case op_kind::rotary:
-      need_rank(0, 2);
-      if (a.heads <= 0 || last(in[0]) % a.heads != 0 || (last(in[0]) / a.heads) % 2 != 0)
+      detail::need_rank(k, in, 0, 2);
+      if (a.heads <= 0 || detail::last_dim(in[0]) % a.heads != 0 || (detail::last_dim(in[0]) / a.heads) % 2 != 0)
         bad_operands(k, "last dim of " + to_string(in[0]) + " must be heads (" + std::to_string(a.heads) +
                             ") x an even head size");
       return in[0];
@@ -253,140 +400,32 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
     case op_kind::sub:
     case op_kind::mul:
     case op_kind::div:
-    case op_kind::where: {  // numpy broadcasting of every operand
-      tensor_shape out;
-      for (const tensor_shape& x : in) out.rank = std::max(out.rank, x.rank);
-      for (std::size_t i = 0; i < out.rank; ++i) out[i] = 1;
-      for (const tensor_shape& x : in)
-        for (std::size_t i = 0; i < x.rank; ++i) {
-          const std::int64_t dx = x[x.rank - 1 - i];
-          std::int64_t& d = out[out.rank - 1 - i];
-          if (dx != d && dx != 1 && d != 1)
-            bad_operands(k, "shapes " + detail::shapes_str(in) + " do not broadcast (dim -" + std::to_string(i + 1) +
-                                ": " + std::to_string(d) + " vs " + std::to_string(dx) + ")");
-          if (d == 1) d = dx;
-        }
-      return out;
-    }
-    case op_kind::expand: {  // to attrs.dims exactly (ONNX's two-way Expand: the importer gives its inferred shape)
-      if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
-      std::int64_t n = 1;
-      for (std::int64_t d : a.dims)
-        if (d < 0) bad_operands(k, "target dims must be non-negative");
-        else if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target has too many elements");
-        else n *= d;
-      const tensor_shape out(a.dims);
-      const tensor_shape& x = in[0];
-      bool ok = x.rank <= out.rank;
-      for (std::size_t i = 0; ok && i < x.rank; ++i) ok = x[x.rank - 1 - i] == 1 || x[x.rank - 1 - i] == out[out.rank - 1 - i];
-      if (!ok) bad_operands(k, "cannot broadcast " + to_string(x) + " to " + to_string(out));
-      return out;
-    }
+    case op_kind::where: return detail::broadcast_shape(k, in);
+    case op_kind::expand: return detail::expand_shape(k, a, in);
     case op_kind::layer_norm:
     case op_kind::rms_norm:
-      need_rank(0, 1);
+      detail::need_rank(k, in, 0, 1);
       for (std::size_t i = 1; i < in.size(); ++i)
-        if (!(in[i] == tensor_shape{last(in[0])}))
+        if (!(in[i] == tensor_shape{detail::last_dim(in[0])}))
           bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " must be [" +
-                              std::to_string(last(in[0])) + "] for input " + to_string(in[0]));
+                              std::to_string(detail::last_dim(in[0])) + "] for input " + to_string(in[0]));
       return in[0];
     case op_kind::softmax: {
-      need_rank(0, 1);
+      detail::need_rank(k, in, 0, 1);
       const int ax = detail::norm_axis(a.axis, in[0].rank);
       if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
       return in[0];
     }
-    case op_kind::embedding: {
-      if (in[1].rank != 2) bad_operands(k, "table " + to_string(in[1]) + " must have rank 2");
-      if (in[0].rank + 1u > max_tensor_rank) bad_operands(k, "ids have too many dims");
-      tensor_shape out = in[0];
-      out.dims[out.rank] = in[1][1];
-      ++out.rank;
-      return out;
-    }
-    case op_kind::reshape: {
-      if (a.dims.size() > max_tensor_rank) bad_operands(k, "target has more than 8 dims");
-      for (std::int64_t d : a.dims)
-        if (d < 0) bad_operands(k, "target dims must be non-negative");
-      tensor_shape out(a.dims);
-      std::int64_t n = 1;
-      for (std::int64_t d : a.dims)
-        if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) bad_operands(k, "target " + to_string(out) + " has too many elements");
-        else n *= d;
-      if (out.numel() != in[0].numel())
-        bad_operands(k, "cannot view " + to_string(in[0]) + " (" + std::to_string(in[0].numel()) + " elements) as " +
-                            to_string(out) + " (" + std::to_string(out.numel()) + ")");
-      return out;
-    }
-    case op_kind::transpose: {
-      if (a.dims.size() != in[0].rank)
-        bad_operands(k, "permutation has " + std::to_string(a.dims.size()) + " entries for " + to_string(in[0]));
-      tensor_shape out = in[0];
-      std::vector<bool> seen(in[0].rank, false);
-      for (std::size_t i = 0; i < a.dims.size(); ++i) {
-        const std::int64_t p = a.dims[i];
-        if (p < 0 || p >= in[0].rank || seen[static_cast<std::size_t>(p)])
-          bad_operands(k, "attrs.dims is not a permutation of 0.." + std::to_string(in[0].rank - 1));
-        seen[static_cast<std::size_t>(p)] = true;
-        out[i] = in[0][static_cast<std::size_t>(p)];
-      }
-      return out;
-    }
+    case op_kind::embedding: return detail::embedding_shape(k, in);
+    case op_kind::reshape: return detail::reshape_shape(k, a, in);
+    case op_kind::transpose: return detail::transpose_shape(k, a, in);
     case op_kind::reduce_sum:
-    case op_kind::reduce_mean: {
-      std::vector<bool> drop(in[0].rank, false);
-      for (std::int64_t d : a.dims) {
-        if (d < 0 || d >= in[0].rank || drop[static_cast<std::size_t>(d)])
-          bad_operands(k, "reduced dim " + std::to_string(d) + " is outside " + to_string(in[0]) + " or repeated");
-        drop[static_cast<std::size_t>(d)] = true;
-      }
-      tensor_shape out;
-      for (std::size_t d = 0; d < in[0].rank; ++d)
-        if (!drop[d]) out.dims[out.rank++] = in[0][d];
-      return out;
-    }
-    case op_kind::concat: {
-      const int ax = detail::norm_axis(a.axis, in[0].rank);
-      if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
-      tensor_shape out = in[0];
-      for (std::size_t i = 1; i < in.size(); ++i) {
-        bool ok = in[i].rank == in[0].rank;
-        for (std::size_t d = 0; ok && d < in[0].rank; ++d) ok = static_cast<int>(d) == ax || in[i][d] == in[0][d];
-        if (!ok) bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " does not match " +
-                                     to_string(in[0]) + " outside axis " + std::to_string(ax));
-        if (in[i][static_cast<std::size_t>(ax)] > std::numeric_limits<std::int64_t>::max() - out[static_cast<std::size_t>(ax)])
-          bad_operands(k, "concatenated size overflows");
-        out[static_cast<std::size_t>(ax)] += in[i][static_cast<std::size_t>(ax)];
-      }
-      return out;
-    }
-    case op_kind::split: {
-      const int ax = detail::norm_axis(a.axis, in[0].rank);
-      if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
-      const std::int64_t n = in[0][static_cast<std::size_t>(ax)];
-      if (a.start < 0 || a.length < 0 || a.start > n || a.length > n - a.start)
-        bad_operands(k, "slice [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
-                            ") is outside dim " + std::to_string(ax) + " of " + to_string(in[0]));
-      tensor_shape out = in[0];
-      out[static_cast<std::size_t>(ax)] = a.length;
-      return out;
-    }
-    case op_kind::attention: {
-      for (std::size_t i = 0; i < 3; ++i)
-        if (in[i].rank != 3) bad_operands(k, "q, k, v must be [batch, seq, heads*head_dim], got " + detail::shapes_str(in));
-      const int kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
-      if (a.heads <= 0 || in[0][2] % a.heads != 0 || a.heads % kv != 0)
-        bad_operands(k, "q width " + std::to_string(in[0][2]) + " must be heads (" + std::to_string(a.heads) +
-                            ") x head_dim, and heads a multiple of kv_heads (" + std::to_string(kv) + ")");
-      const std::int64_t hd = in[0][2] / a.heads;
-      if (!(in[1] == in[2]) || in[1][0] != in[0][0] || hd == 0 || in[1][2] % hd != 0 || in[1][2] / hd != kv)
-        bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
-                            "] for q " + to_string(in[0]) + ", got " + detail::shapes_str(in.subspan(1)));
-      if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
-      return in[0];
-    }
+    case op_kind::reduce_mean: return detail::reduce_shape(k, a, in);
+    case op_kind::concat: return detail::concat_shape(k, a, in);
+    case op_kind::split: return detail::split_shape(k, a, in);
+    case op_kind::attention: return detail::attention_shape(k, a, in);
     case op_kind::cross_entropy: {
-      need_rank(0, 1);
+      detail::need_rank(k, in, 0, 1);
       bool ok = in[1].rank + 1u == in[0].rank;
       for (std::size_t d = 0; ok && d < in[1].rank; ++d) ok = in[1][d] == in[0][d];
       if (!ok) bad_operands(k, "labels " + to_string(in[1]) + " must be logits " + to_string(in[0]) + " without the last dim");

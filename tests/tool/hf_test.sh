@@ -139,6 +139,40 @@ mkdir -p "$tmp/t5" && echo '{"model_type": "t5", "d_model": 512}' >"$tmp/t5/conf
 run "$tool" plan --model "$tmp/t5" --mesh 2
 [ $? -eq 1 ] && grep -q 'model_type "t5" is not supported (supported: gpt2, bert, roberta, llama, mistral, qwen2, gemma, phi3, opt, gpt_neox, bloom, falcon)' "$tmp/err" \
   && ok || bad "unsupported model_type: $(cat "$tmp/err")"
+# synth keeps the model: every field of the template that no option changes is written back as
+# it was (the numbers PyTorch computes with: rope_theta, sliding_window, the norm epsilon, the
+# token ids, the context), the fields the options change are replaced (a spelling of one
+# not left beside another), and the dtype is the weights'.
+python3 - "$data/mistral-7b-v0.1.json" "$tmp/tmpl.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d.update(rope_theta=500000.0, rms_norm_eps=1e-5, sliding_window=1024, bos_token_id=1, eos_token_id=2,
+         initializer_range=0.02, use_cache=True, attention_dropout=0.0, n_head=32, dtype="bfloat16")
+json.dump(d, open(sys.argv[2], "w"))
+PY
+run "$tool" synth --model "$tmp/tmpl.json" --layers 2 --hidden 64 --heads 8 --kv-heads 2 --ffn 128 --vocab 256 --seq 16 --out "$tmp/kept" && ok || bad "synth from a full template: $(cat "$tmp/err")"
+python3 - "$tmp/tmpl.json" "$tmp/kept/config.json" <<'PY' && ok || bad "synth drops or changes template fields"
+import json, sys
+t, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+changed = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "intermediate_size": 128, "vocab_size": 256, "torch_dtype": "float32", "dtype": "float32"}
+for k, v in t.items():
+    if k == "n_head":
+        assert k not in o, "n_head left beside num_attention_heads"
+        continue
+    assert o[k] == changed.get(k, v), (k, o.get(k), changed.get(k, v))
+for k, v in changed.items():
+    assert o[k] == v, (k, o[k])
+PY
+# A preset with as many key/value heads as heads keeps it under --heads (llama-7b has 32 and 32).
+run "$tool" synth --model llama-7b --layers 1 --hidden 64 --heads 8 --ffn 128 --vocab 256 --out "$tmp/l7" && ok || bad "synth --model llama-7b --heads 8: $(cat "$tmp/err")"
+json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+[ "$(json_field "$tmp/l7/config.json" num_key_value_heads)" = 8 ] && [ "$(json_field "$tmp/l7/config.json" eos_token_id)" = 2 ] \
+  && [ "$(json_field "$tmp/l7/config.json" rms_norm_eps)" = 1e-05 ] && ok || bad "llama-7b --heads 8: $(cat "$tmp/l7/config.json")"
+run "$tool" synth --model gpt2 --layers 1 --hidden 64 --heads 4 --vocab 256 --out "$tmp/g2" && ok || bad "synth gpt2"
+[ "$(json_field "$tmp/g2/config.json" eos_token_id)" = 255 ] && [ "$(json_field "$tmp/g2/config.json" bos_token_id)" = 255 ] \
+  && ok || bad "gpt2's config names its end-of-text token: $(cat "$tmp/g2/config.json")"
+
 # synth never writes over the config it reads.
 run "$tool" synth --model "$tmp/qwen2-0.5b" --layers 1 --out "$tmp/qwen2-0.5b"
 [ $? -eq 1 ] && grep -q "overwrite its input" "$tmp/err" && ok || bad "synth over its input: $(cat "$tmp/err")"

@@ -7,6 +7,7 @@
 
 #include <autoshard/tensor/tensor.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,6 +23,42 @@ struct synth_options {
   bool json = false;
   bool follow_symlinks = false;
 };
+
+/// A template's config.json with only what the options changed written over it: every other
+/// field (rope_theta, sliding_window, rms_norm_eps, the token ids, max_position_embeddings, ...)
+/// as the template has it, so that the synthesized model computes what the planned one does.
+/// `wrote` is the config autoshard writes for `m`; a field of it is written where it differs
+/// from what autoshard writes for the template as read (at the same sequence and dtype: --seq is
+/// the plan's sequence, not the model's context).
+nlohmann::json keep_template(const model_options& mo, const hf_model& m, const nlohmann::json& wrote) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p = fs::is_directory(mo.model, ec) ? fs::path(mo.model) / "config.json" : fs::path(mo.model);
+  const nlohmann::json tmpl =
+      parse_json_text(read_regular_file(p.string(), "Hugging Face config", std::uint64_t{16} << 20), "'" + p.string() + "'");
+  hf_model as_read = read_hf_config(tmpl, p.string());
+  as_read.config.seq = m.config.seq;
+  as_read.config.type = m.config.type;
+  const nlohmann::json before = to_hf_config(as_read);
+  // transformers' other spellings of one attribute (read_hf_config reads each list in order): a
+  // field written under one is not left beside it under another.
+  static const std::vector<std::vector<std::string>> spellings{
+      {"hidden_size", "n_embd", "n_embed", "d_model"}, {"num_hidden_layers", "n_layer", "num_layers"},
+      {"num_attention_heads", "n_head", "num_heads"}, {"num_key_value_heads", "num_kv_heads", "n_head_kv"},
+      {"max_position_embeddings", "n_positions", "seq_length"}};
+  nlohmann::json out = tmpl;
+  for (const auto& [k, v] : wrote.items()) {
+    if (before.contains(k) && before[k] == v) continue;
+    out[k] = v;
+    for (const auto& names : spellings)
+      if (std::find(names.begin(), names.end(), k) != names.end())
+        for (const std::string& other : names)
+          if (other != k && out.contains(other) && !wrote.contains(other)) out.erase(other);
+  }
+  out["torch_dtype"] = wrote["torch_dtype"];  // the dtype of the weights written
+  if (tmpl.contains("dtype")) out["dtype"] = wrote["torch_dtype"];
+  return out;
+}
 
 /// The name Hugging Face's files use: GPT-2's drop the "transformer." prefix.
 std::string file_name(const std::string& family, const std::string& n) {
@@ -88,7 +125,9 @@ int run_synth(const synth_options& o) {
     }
     w.commit();
   }
-  const std::string config_text = to_hf_config(m).dump(2) + "\n";
+  nlohmann::json config = to_hf_config(m);
+  if (!o.model.is_preset()) config = keep_template(o.model, m, config);
+  const std::string config_text = config.dump(2) + "\n";
   write_file_atomically(config_file, config_text);
 
   if (o.json) {

@@ -54,6 +54,15 @@ struct model_options {
       throw CLI::ValidationError("--dtype", "training needs a floating-point dtype (f32, bf16, f16 or f64), not '" +
                                                 dtype_name + "' (use --mode infer for an integer model)");
   }
+
+  /// --heads and --kv-heads: a model with as many key/value heads as heads (no grouped-query
+  /// attention) keeps it with a new --heads (llama-7b --heads 8 is 8 and 8, not 8 and 32).
+  void set_heads(transformer_config& c) const {
+    const bool mha = c.kv() == c.heads;
+    if (heads > 0) c.heads = heads;
+    if (kv_heads > 0) c.kv_heads = kv_heads;
+    else if (heads > 0 && mha && c.kv_heads > 0) c.kv_heads = heads;
+  }
   bool is_preset() const { return !std::filesystem::exists(model); }
 
   /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size
@@ -76,8 +85,7 @@ struct model_options {
     }
     if (layers > 0) c.layers = layers;
     if (hidden > 0) c.hidden = hidden;
-    if (heads > 0) c.heads = heads;
-    if (kv_heads > 0) c.kv_heads = kv_heads;
+    set_heads(c);
     if (ffn > 0) c.ffn = ffn;
     if (vocab > 0) c.vocab = vocab;
     if (seq > 0) c.seq = seq;  // a learned position table must be long enough: the builder says so
@@ -155,8 +163,7 @@ struct model_options {
     const bool widened = hidden > 0 && ffn == 0 && it->second.first != "llama";
     if (layers > 0) c.layers = layers;
     if (hidden > 0) c.hidden = hidden;
-    if (heads > 0) c.heads = heads;
-    if (kv_heads > 0) c.kv_heads = kv_heads;
+    set_heads(c);
     if (ffn > 0) c.ffn = ffn;
     else if (widened) c.ffn = 4 * c.hidden;
     if (vocab > 0) c.vocab = vocab;

@@ -232,8 +232,9 @@ host_tensor matmul(const node& nd, const host_tensor& x, const host_tensor& y) {
   return o;
 }
 
-/// One row's statistics for layer_norm (`centred`: mean and 1 / sqrt(variance + 1e-5)) and
-/// rms_norm (mean 0, 1 / sqrt(mean square + 1e-5)); the forward and the backward share them.
+/// One row's statistics for layer_norm (`centred`: mean and 1 / sqrt(variance + eps)) and
+/// rms_norm (mean 0, 1 / sqrt(mean square + eps)), eps = norm_epsilon; the forward and the
+/// backward share them.
 template <class T>
 std::pair<T, T> norm_stats(const T* px, std::int64_t n, bool centred) {
   T mean = 0, var = 0;
@@ -242,7 +243,7 @@ std::pair<T, T> norm_stats(const T* px, std::int64_t n, bool centred) {
     mean /= static_cast<T>(n);
   }
   for (std::int64_t i = 0; i < n; ++i) var += (px[i] - mean) * (px[i] - mean);
-  return {mean, T(1) / std::sqrt(var / static_cast<T>(n) + T(1e-5))};
+  return {mean, T(1) / std::sqrt(var / static_cast<T>(n) + static_cast<T>(norm_epsilon))};
 }
 
 template <class T>

@@ -250,7 +250,9 @@ inline model_graph build_hf(const hf_model& m) {
 }
 
 /// The config.json of `m`, as the family's configuration class writes it (the keys
-/// read_hf_config reads back to the same model).
+/// read_hf_config reads back to the same model), with what transformers needs to compute and
+/// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (10000, the
+/// LLaMA family's), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
   const std::string& t = m.model_type;
@@ -262,7 +264,8 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
   };
   if (t == "gpt2") {
     j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
-              {"n_positions", c.max_positions}, {"activation_function", act(c.activation)}});
+              {"n_positions", c.max_positions}, {"n_ctx", c.max_positions}, {"activation_function", act(c.activation)},
+              {"layer_norm_epsilon", norm_epsilon}, {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
   } else if (t == "bloom") {
     j.update({{"n_layer", c.layers}, {"hidden_size", c.hidden}, {"n_head", c.heads},
               {"tie_word_embeddings", c.tie_embeddings}});
@@ -270,7 +273,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     j.update({{"num_hidden_layers", c.layers}, {"hidden_size", c.hidden}, {"num_attention_heads", c.heads}});
     if (t == "bert" || t == "roberta") {
       j.update({{"intermediate_size", c.ffn}, {"max_position_embeddings", c.max_positions},
-                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}});
+                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}, {"layer_norm_eps", norm_epsilon}});
       if (t == "roberta") j["pad_token_id"] = c.position_offset - 1;
     } else if (t == "opt") {
       j.update({{"ffn_dim", c.ffn}, {"max_position_embeddings", c.max_positions - 2},
@@ -290,7 +293,8 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     } else {  // the LLaMA family
       j.update({{"intermediate_size", c.ffn}, {"num_key_value_heads", c.kv()}, {"hidden_act", act(c.activation)},
                 {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
-                {"mlp_bias", c.mlp_bias}});
+                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", norm_epsilon}, {"rope_theta", 10000.0}});
+      if (c.vocab > 2) j.update({{"bos_token_id", 1}, {"eos_token_id", 2}});
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
       if (t == "gemma") j["hidden_activation"] = act(c.activation);

@@ -34,8 +34,8 @@ enum class op_kind : std::uint8_t {
   silu, relu, tanh, exp, dropout,        ///< elementwise unary (dropout: identity at inference)
   rotary,         ///< rotary position embedding of x[B,S,heads*D] (pairs within each head)
   add, sub, mul, div,                    ///< elementwise binary, numpy broadcasting
-  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]
-  rms_norm,       ///< over the last dim; operands x, [weight]
+  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]; epsilon norm_epsilon
+  rms_norm,       ///< over the last dim; operands x, [weight]; epsilon norm_epsilon
   softmax,        ///< over attrs.axis
   embedding,      ///< ids[...] (integer), table[V,H] -> [...,H]
   reshape,        ///< to attrs.dims (same number of elements)
@@ -50,6 +50,10 @@ enum class op_kind : std::uint8_t {
   opaque,         ///< an imported operator with no mapping (attrs.op_type): output shape attrs.dims,
                   ///< any operands; only fully Replicate strategies, and no kernel to run it
 };
+
+/// The epsilon layer_norm and rms_norm add to the variance (mean square): what the executor
+/// computes with, and what `synth` writes into a config so that PyTorch computes the same.
+inline constexpr double norm_epsilon = 1e-5;
 
 inline constexpr op_kind all_op_kinds[] = {
     op_kind::input,      op_kind::parameter,   op_kind::linear,     op_kind::matmul,     op_kind::gelu,

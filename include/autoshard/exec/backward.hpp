@@ -309,10 +309,7 @@ std::vector<host_tensor> attention_backward(const node& nd, std::span<const host
   const std::int64_t D = c.global_in[0][2] / nd.attrs.heads;
   const std::int64_t B = q.shape()[0], S = q.shape()[1], Sk = k.shape()[1];
   const std::int64_t Wq = q.shape()[2], Wk = k.shape()[2];
-  if (Wq % D != 0 || Wk % D != 0 || Wk == 0 || (Wq / D) % (Wk / D) != 0)
-    kernel_error(nd, "local q " + to_string(q.shape()) + " and k " + to_string(k.shape()) +
-                         " do not hold whole heads of " + std::to_string(D) + " in matching groups");
-  const std::int64_t hq = Wq / D, group = hq / (Wk / D);
+  const kv_heads_map kvm = kv_heads_of(nd, q, k, c, D);
   std::vector<host_tensor> out;
   out.emplace_back(q.type(), q.shape());
   out.emplace_back(k.type(), k.shape());
@@ -322,8 +319,8 @@ std::vector<host_tensor> attention_backward(const node& nd, std::span<const host
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
   rm_matrix<T> p(S, Sk), dp(S, Sk);
   for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < hq; ++h) {
-      const std::int64_t kh = h / group;
+    for (std::int64_t h = 0; h < kvm.hq; ++h) {
+      const std::int64_t kh = kvm.kv_head(h);
       cmap Q(q.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
       cmap K(k.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       cmap V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));

@@ -450,6 +450,31 @@ void softmax_scores(rm_matrix<T>& p, bool causal) {
   }
 }
 
+/// Which local key/value head each local query head reads: query head h (global) reads key/value
+/// head h / (heads / kv_heads) (global), found in the local k at its offset. The ranks hold
+/// whole heads, and the key/value heads of their query heads: split with them, or whole.
+struct kv_heads_map {
+  std::int64_t hq = 0;        ///< local query heads
+  std::int64_t q0 = 0, k0 = 0;  ///< global index of the first local query / key-value head
+  std::int64_t group = 1;     ///< query heads per key/value head
+  std::int64_t kv_head(std::int64_t h) const noexcept { return (q0 + h) / group - k0; }
+};
+inline kv_heads_map kv_heads_of(const node& nd, const host_tensor& q, const host_tensor& k, const local_context& c, std::int64_t D) {
+  const std::int64_t Wq = q.shape()[2], Wk = k.shape()[2];
+  const int heads = nd.attrs.heads, kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : heads;
+  kv_heads_map m;
+  if (D > 0 && Wq % D == 0 && Wk % D == 0 && Wk > 0 && heads % kv == 0 && c.in_offset[0][2] % D == 0 && c.in_offset[1][2] % D == 0) {
+    m.hq = Wq / D;
+    m.q0 = c.in_offset[0][2] / D;
+    m.k0 = c.in_offset[1][2] / D;
+    m.group = heads / kv;
+    if (m.hq == 0 || (m.kv_head(0) >= 0 && m.kv_head(m.hq - 1) < Wk / D)) return m;
+  }
+  kernel_error(nd, "local q " + to_string(q.shape()) + " and k " + to_string(k.shape()) + " (at " + to_string(c.in_offset[0]) + ", " +
+                       to_string(c.in_offset[1]) + ") do not hold whole heads of " + std::to_string(D) +
+                       " with the key/value heads of their query heads");
+}
+
 template <class T>
 host_tensor attention(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
   const host_tensor &q = *in[0], &k = *in[1], &v = *in[2];
@@ -457,17 +482,14 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
   const std::int64_t D = c.global_in[0][2] / nd.attrs.heads;
   const std::int64_t B = q.shape()[0], S = q.shape()[1], Sk = k.shape()[1];
   const std::int64_t Wq = q.shape()[2], Wk = k.shape()[2];
-  if (Wq % D != 0 || Wk % D != 0 || Wk == 0 || (Wq / D) % (Wk / D) != 0)
-    kernel_error(nd, "local q " + to_string(q.shape()) + " and k " + to_string(k.shape()) +
-                         " do not hold whole heads of " + std::to_string(D) + " in matching groups");
-  const std::int64_t hq = Wq / D, group = hq / (Wk / D);
+  const kv_heads_map kvm = kv_heads_of(nd, q, k, c, D);
   host_tensor o(q.type(), q.shape());
   using stride_map = Eigen::Map<const rm_matrix<T>, 0, Eigen::OuterStride<>>;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
   rm_matrix<T> p(S, Sk);
   for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < hq; ++h) {
-      const std::int64_t kh = h / group;
+    for (std::int64_t h = 0; h < kvm.hq; ++h) {
+      const std::int64_t kh = kvm.kv_head(h);
       stride_map Q(q.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
       stride_map K(k.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));

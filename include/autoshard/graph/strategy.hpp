@@ -414,6 +414,10 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
       opt({Replicate(), Replicate(), Replicate()}, Replicate());
       opt({Shard(0), Shard(0), Shard(0)}, Shard(0));  // batch
       opt({Shard(2), Shard(2), Shard(2)}, Shard(2));  // heads
+      // Query heads split, the key/value heads whole on every rank: the replicated KV projection
+      // when there are fewer KV heads than ranks (or a count they do not divide). Each rank reads
+      // the KV heads of its query heads; their gradients are partial sums over the ranks.
+      opt({Shard(2), Replicate(), Replicate()}, Shard(2));
       break;
     case op_kind::reshape:
       opt({Replicate()}, Replicate());
@@ -432,9 +436,12 @@ inline bool kind_accepts(const node& nd, const device_mesh& m, const std::vector
                          const std::vector<tensor_shape>& in, const sharding_spec& out_spec) {
   switch (nd.kind) {
     case op_kind::attention: {
+      // Whole heads on every rank, and each rank's query heads read key/value heads it holds:
+      // split the same way (GQA groups kept together) or the key/values whole.
       const int kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
-      const int k = in_specs[0].shard_count(m, 2);
-      return nd.attrs.heads % k == 0 && kv % k == 0;
+      const int k = in_specs[0].shard_count(m, 2), kk = in_specs[1].shard_count(m, 2);
+      if (nd.attrs.heads % k != 0) return false;
+      return kk == 1 ? !(in_specs[1] == in_specs[0]) || k == 1 : kv % k == 0 && in_specs[1] == in_specs[0];
     }
     case op_kind::rotary: return nd.attrs.heads % in_specs[0].shard_count(m, in[0].rank - 1) == 0;
     case op_kind::reshape: return divides_evenly(m, in_specs[0], in[0]) && divides_evenly(m, out_spec, nd.shape);

@@ -16,7 +16,10 @@
 ///                       (c_attn, c_fc, query/key/value, intermediate.dense, q/k/v/gate/up_proj) or
 ///                       row-parallel (c_proj, attention.output.dense, output.dense, o_proj, down_proj);
 ///                       on the other axes the batch is split and weights replicated; every other
-///                       operator takes its cheapest consistent strategy under that constraint
+///                       operator takes its cheapest consistent strategy under that constraint.
+///                       Attention heads are split whole: a head count the last axis does not divide
+///                       is refused; key/value heads fewer than its ranks are replicated (their
+///                       projections whole on every rank, megatron_kv_whole)
 ///   "data_parallel"     weights replicated, activations split on the batch dim (or replicated)
 ///   "zero3"             data_parallel's activations, every parameter stored sharded on every
 ///                       mesh axis (where it splits that finely) and gathered on use (ZeRO-3, FSDP)
@@ -299,6 +302,47 @@ inline bool dp_ok(const placement& p, bool allow_partial) {
   return p.is_replicate() || p.is_shard(0) || (allow_partial && p.is_partial());
 }
 
+/// Megatron-LM splits whole attention heads over the tensor-parallel axis (the mesh's last): a
+/// head count its ranks do not divide is refused (Qwen2-0.5B's 14 heads on 4 ranks would cut
+/// q_proj at 3.5 heads). Key/value heads fewer than the ranks, a count the ranks are a multiple
+/// of, are replicated, as vLLM and Megatron-LM do: their projections (and the operators between
+/// them and the attention) stay whole on every rank. Returns those vertices (operators and
+/// their parameters); throws solver_error for a count neither divides.
+inline std::vector<char> megatron_kv_whole(const pass_model& pm) {
+  const model_graph& g = pm.g;
+  const std::size_t tp = pm.mesh.ndim() - 1;
+  const int n = pm.mesh.size(tp);
+  std::vector<char> whole(pm.size(), 0);
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const node& nd = g[v];
+    if (nd.kind != op_kind::attention) continue;
+    const int heads = nd.attrs.heads, kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : heads;
+    const std::string where = "megatron: '" + nd.name + "' has ";
+    if (heads % n != 0)
+      throw solver_error(where + std::to_string(heads) + " attention heads, which the " + std::to_string(n) + " ranks of " +
+                         pm.mesh.axis_label(tp) + " do not divide: Megatron-LM splits whole heads (" +
+                         std::to_string(heads) + "/" + std::to_string(n) + " per rank would cut one)");
+    if (kv % n == 0) continue;
+    if (n % kv != 0)
+      throw solver_error(where + std::to_string(kv) + " key/value heads, which the " + std::to_string(n) + " ranks of " +
+                         pm.mesh.axis_label(tp) + " neither divide nor replicate evenly (a multiple of them)");
+    const std::vector<vertex_t> ops = operands(g, v);
+    for (std::size_t i = 1; i < ops.size(); ++i)
+      for (vertex_t u = ops[i]; g[u].is_operator();) {
+        whole[u] = 1;
+        const std::vector<vertex_t> in = operands(g, u);
+        if (g[u].kind == op_kind::linear) {
+          for (std::size_t j = 1; j < in.size(); ++j) whole[in[j]] = 1;
+          break;
+        }
+        if (!is_unary_elementwise(g[u].kind) || in.empty()) break;
+        u = in[0];
+      }
+  }
+  return whole;
+}
+
+
 /// Data parallelism on mesh axis `a`: a parameter replicated, an activation split on its
 /// batch dim or replicated (a scalar may be Partial), every operand taken likewise.
 inline bool data_parallel_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
@@ -356,7 +400,7 @@ inline bool fully_sharded(const device_mesh& m, const strategy& s) {
 /// Whether `a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is a
 /// parameter with a fully_sharded strategy).
 inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
-                   bool skip_replicated, bool can_shard_fully) {
+                   bool skip_replicated, bool can_shard_fully, bool kv_whole = false) {
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
   bool all_rep = s.output.is_replicated();
@@ -371,7 +415,17 @@ inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<v
     case algo::fully_replicated: return all_rep && s.zero_stage == 0;
     case algo::data_parallel: return data_parallel_on(0, axes);
     case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(0, axes);
-    case algo::megatron: return data_parallel_on(0, axes - 1) && megatron_axis(g, v, ops, s, axes - 1);
+    case algo::megatron: {
+      if (!data_parallel_on(0, axes - 1)) return false;
+      const std::size_t tp = axes - 1;
+      if (kv_whole) {  // a replicated key/value projection (megatron_kv_whole): whole on the tensor-parallel axis
+        bool whole = s.output[tp].is_replicate();
+        for (const sharding_spec& in : s.inputs) whole = whole && in[tp].is_replicate();
+        return whole;
+      }
+      if (g[v].kind == op_kind::attention && !s.inputs[0][tp].is_shard(2) && pm.mesh.size(tp) > 1) return false;  // heads split
+      return megatron_axis(g, v, ops, s, tp);
+    }
   }
   throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(a)));
 }
@@ -379,13 +433,15 @@ inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<v
 /// Which strategies an algo allows, per vertex.
 inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, algo a, bool skip_replicated) {
   std::vector<std::vector<char>> allow(pm.size());
+  const std::vector<char> kv_whole = a == algo::megatron ? megatron_kv_whole(pm) : std::vector<char>(pm.size(), 0);
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const std::vector<strategy>& ss = pm.strategies[v];
     const bool can_shard_fully = pm.g[v].is_parameter() && std::any_of(ss.begin(), ss.end(), [&](const strategy& s) {
                                    return fully_sharded(pm.mesh, s);
                                  });
     const std::vector<vertex_t> ops = operands(pm.g, v);
-    for (const strategy& s : ss) allow[v].push_back(allows(a, pm, v, ops, s, skip_replicated, can_shard_fully) ? 1 : 0);
+    for (const strategy& s : ss)
+      allow[v].push_back(allows(a, pm, v, ops, s, skip_replicated, can_shard_fully, kv_whole[v] != 0) ? 1 : 0);
   }
   return allow;
 }

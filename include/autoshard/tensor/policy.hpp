@@ -134,6 +134,11 @@ enum class weight_layout : std::uint8_t { out_in, in_out };
 ///                                                      grouped-query q | k | v, sizes in heads
 ///   column().per_head("n_head")                        BLOOM: [heads, 3, head_dim, in]
 ///   column().whole_heads("num_key_value_heads")        k_proj: whole heads on every rank
+///   column().whole_heads("num_key_value_heads").replicable()
+///                                                      ... and fewer heads than ranks (a count the ranks are
+///                                                      a multiple of) each on tp / heads ranks, rank r
+///                                                      holding head r / (tp / heads), as vLLM and
+///                                                      transformers' unit_colwise hold key/value heads
 struct tp_rule {
   tp_kind kind = tp_kind::replicate;
   weight_layout layout = weight_layout::out_in;
@@ -141,6 +146,7 @@ struct tp_rule {
   std::vector<std::string> part_heads;  ///< fused blocks sized in heads by these attributes
   std::string interleaved_heads;        ///< per-head interleaved layout, heads from this attribute
   int parts_per_head = 3;               ///< rows of each head: [heads, parts_per_head, head_dim]
+  bool replicate_heads = false;         ///< part_heads fewer than the ranks are replicated (key/value heads)
 
   tp_rule fused(int n) const {
     tp_rule r = *this;
@@ -154,6 +160,11 @@ struct tp_rule {
     return r;
   }
   tp_rule whole_heads(std::string head_attr) const { return fused_heads({std::move(head_attr)}); }
+  tp_rule replicable() const {
+    tp_rule r = *this;
+    r.replicate_heads = true;
+    return r;
+  }
   tp_rule per_head(std::string head_attr, int parts_per_head = 3) const {
     tp_rule r = *this;
     r.interleaved_heads = std::move(head_attr);
@@ -168,9 +179,9 @@ struct tp_rule {
 };
 
 inline tp_rule replicate() { return {}; }
-inline tp_rule column(weight_layout l = weight_layout::out_in) { return {tp_kind::column, l, 1, {}, {}, 3}; }
-inline tp_rule row(weight_layout l = weight_layout::out_in) { return {tp_kind::row, l, 1, {}, {}, 3}; }
-inline tp_rule vocab() { return {tp_kind::vocab, weight_layout::out_in, 1, {}, {}, 3}; }
+inline tp_rule column(weight_layout l = weight_layout::out_in) { return {tp_kind::column, l, 1, {}, {}, 3, false}; }
+inline tp_rule row(weight_layout l = weight_layout::out_in) { return {tp_kind::row, l, 1, {}, {}, 3, false}; }
+inline tp_rule vocab() { return {tp_kind::vocab, weight_layout::out_in, 1, {}, {}, 3, false}; }
 
 /// A per-rank attribute: `name` = config[from] * multiplier / tp (checked to divide).
 /// Several rules may define one name; the first whose `from` is in the config wins.
@@ -178,6 +189,7 @@ struct attribute_rule {
   std::string name;
   std::string from;
   std::int64_t multiplier = 1;
+  bool replicable = false;  ///< a head count: fewer than the ranks (they a multiple of it) is 1 per rank
 };
 
 /// `*` matches any run of characters (dots included), `?` one; the whole name must match.
@@ -213,7 +225,13 @@ struct tp_policy {
     return *this;
   }
   tp_policy& scale(std::string attr_name, std::string from, std::int64_t multiplier = 1) {
-    attributes.push_back({std::move(attr_name), std::move(from), multiplier});
+    attributes.push_back({std::move(attr_name), std::move(from), multiplier, false});
+    return *this;
+  }
+  /// A head count whose heads may be replicated (whole_heads): fewer heads than ranks, when
+  /// the ranks are a multiple of them, is one head per rank.
+  tp_policy& scale_heads(std::string attr_name, std::string from) {
+    attributes.push_back({std::move(attr_name), std::move(from), 1, true});
     return *this;
   }
   /// The rule for `param`, or nullptr when none matches (then it is replicated).
@@ -235,6 +253,10 @@ inline std::map<std::string, std::int64_t> rescale_attributes(const tp_policy& p
     auto it = config.find(a.from);
     if (it == config.end()) continue;
     const std::int64_t v = it->second * a.multiplier;
+    if (a.replicable && v > 0 && v < tp && tp % v == 0) {
+      out[a.name] = 1;
+      continue;
+    }
     if (v % tp != 0)
       throw shape_error("attribute '" + a.from + "'" +
                         (a.multiplier != 1 ? " x" + std::to_string(a.multiplier) : std::string()) + " = " +
@@ -310,8 +332,9 @@ inline tensor_shards shards_of(const tp_policy& p, const std::string& name, cons
                        std::to_string(n) + " " + why);
   };
 
-  // The parts the split dim is made of, each split over tp ranks.
-  std::vector<std::int64_t> part_sizes;
+  // The parts the split dim is made of, each split over tp ranks (or, with fewer heads than
+  // ranks, each head on tp / heads ranks: replicas[i] > 1).
+  std::vector<std::int64_t> part_sizes, replicas;
   if (rule->kind == tp_kind::vocab) {
     part_sizes = {n};
   } else if (!rule->part_heads.empty()) {
@@ -322,17 +345,23 @@ inline tensor_shards shards_of(const tp_policy& p, const std::string& name, cons
       throw dim_error("is not a whole number of heads (" + std::to_string(total) + " heads in all)");
     const std::int64_t head_dim = n / total;
     for (std::size_t i = 0; i < heads.size(); ++i) {
-      if (heads[i] % tp != 0)
+      const bool replicated = rule->replicate_heads && heads[i] < tp && tp % heads[i] == 0;
+      if (heads[i] % tp != 0 && !replicated)
         throw shape_error("tensor '" + name + "': attribute '" + rule->part_heads[i] + "' = " +
-                          std::to_string(heads[i]) + " heads does not divide over tensor-parallel size " +
-                          std::to_string(tp));
+                          std::to_string(heads[i]) + " heads does not divide over tensor-parallel size " + std::to_string(tp) +
+                          (rule->replicate_heads ? " (nor do the ranks replicate them evenly: a multiple of the heads)" : ""));
       part_sizes.push_back(heads[i] * head_dim);
+      replicas.push_back(replicated ? tp / heads[i] : 1);
     }
     if (heads.size() > 1) {
       out.fused = "heads";
       for (std::size_t i = 0; i < heads.size(); ++i) out.fused += (i ? "," : " ") + std::to_string(heads[i]);
       out.fused += " x " + std::to_string(head_dim);
     }
+    for (std::size_t i = 0; i < heads.size(); ++i)
+      if (replicas[i] > 1)
+        out.fused += std::string(out.fused.empty() ? "" : "; ") + std::to_string(heads[i]) + " heads replicated over " +
+                     std::to_string(tp) + " ranks, each on " + std::to_string(replicas[i]);
   } else if (!rule->interleaved_heads.empty()) {
     const std::int64_t h = detail::need_attr(config, rule->interleaved_heads, name);
     const std::int64_t per = std::max(1, rule->parts_per_head);
@@ -351,14 +380,31 @@ inline tensor_shards shards_of(const tp_policy& p, const std::string& name, cons
     part_sizes.assign(static_cast<std::size_t>(rule->parts), n / rule->parts);
     if (rule->parts > 1) out.fused = std::to_string(rule->parts) + " equal parts";
   }
+  replicas.resize(part_sizes.size(), 1);
   if (rule->kind != tp_kind::vocab)
-    for (std::int64_t s : part_sizes)
-      if (s % tp != 0)
+    for (std::size_t i = 0; i < part_sizes.size(); ++i)
+      if (const std::int64_t s = part_sizes[i]; replicas[i] == 1 && s % tp != 0)
         throw dim_error(part_sizes.size() > 1 ? "has fused parts of " + std::to_string(s) +
                                                     " that do not divide over tensor-parallel size " + std::to_string(tp)
                                               : "does not divide over tensor-parallel size " + std::to_string(tp));
 
-  for (int r = 0; r < tp; ++r) out.ranks.push_back(parts_layout(mesh, out.spec, global, d, part_sizes, r));
+  for (int r = 0; r < tp; ++r) {
+    shard_layout l = parts_layout(mesh, out.spec, global, d, part_sizes, r);
+    std::int64_t start = 0;
+    for (std::size_t i = 0; i < part_sizes.size(); ++i) {
+      if (replicas[i] > 1) {  // head r / replicas of this part, whole: the cut over heads ranks
+        const int units = tp / static_cast<int>(replicas[i]);
+        tensor_shape part = global;
+        part[du] = part_sizes[i];
+        shard_box b = local_box(device_mesh{units}, out.spec, part, r / static_cast<int>(replicas[i]));
+        b.offset[du] += start;
+        l.shape[du] += b.shape[du] - l.pieces[i].shape[du];
+        l.pieces[i] = {b.offset, b.shape};
+      }
+      start += part_sizes[i];
+    }
+    out.ranks.push_back(std::move(l));
+  }
   return out;
 }
 
@@ -458,18 +504,19 @@ inline tp_policy bloom() {
 }
 
 /// LLaMA (grouped-query attention): q_proj by num_attention_heads, k/v_proj by
-/// num_key_value_heads (whole heads per rank), gate/up column, down row.
+/// num_key_value_heads (whole heads per rank; fewer than the ranks, each replicated over
+/// tp / kv ranks, as vLLM does), gate/up column, down row.
 inline tp_policy llama() {
   tp_policy p{"llama", {}, {}};
   p.add("*.self_attn.q_proj.*", column().whole_heads("num_attention_heads"))
-      .add("*.self_attn.k_proj.*", column().whole_heads("num_key_value_heads"))
-      .add("*.self_attn.v_proj.*", column().whole_heads("num_key_value_heads"))
+      .add("*.self_attn.k_proj.*", column().whole_heads("num_key_value_heads").replicable())
+      .add("*.self_attn.v_proj.*", column().whole_heads("num_key_value_heads").replicable())
       .add("*.self_attn.o_proj.*", row())
       .add("*.mlp.gate_proj.*", column())
       .add("*.mlp.up_proj.*", column())
       .add("*.mlp.down_proj.*", row());
   p.scale("self_attn.num_heads", "num_attention_heads")
-      .scale("self_attn.num_key_value_heads", "num_key_value_heads")
+      .scale_heads("self_attn.num_key_value_heads", "num_key_value_heads")
       .scale("self_attn.hidden_size", "hidden_size")
       .scale("mlp.intermediate_size", "intermediate_size");
   return p;

@@ -292,10 +292,11 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
       const dense &q = in[0], &k = in[1], &v = in[2];
       const std::int64_t D = c.global_in[0][2] / a.heads;
       const std::int64_t B = q.shape[0], S = q.shape[1], Sk = k.shape[1];
-      const std::int64_t hq = q.shape[2] / D, hkv = k.shape[2] / D;
+      // Query head h (global q0 + h) reads key/value head (q0 + h) / group (global), at k0 locally.
+      const std::int64_t hq = q.shape[2] / D, q0 = c.in_offset[0][2] / D, k0 = c.in_offset[1][2] / D;
       dense o(q.shape);
       if (hq == 0 || B == 0) return o;
-      const std::int64_t group = hq / hkv;
+      const std::int64_t group = a.heads / (a.kv_heads > 0 ? a.kv_heads : a.heads);
       for (std::int64_t b = 0; b < B; ++b)
         for (std::int64_t h = 0; h < hq; ++h)
           for (std::int64_t i = 0; i < S; ++i) {
@@ -304,14 +305,14 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
             for (std::int64_t j = 0; j < Sk; ++j) {
               double dot = 0;
               for (std::int64_t d = 0; d < D; ++d)
-                dot += q.v[offset_of(q, {b, i, h * D + d})] * k.v[offset_of(k, {b, j, (h / group) * D + d})];
+                dot += q.v[offset_of(q, {b, i, h * D + d})] * k.v[offset_of(k, {b, j, ((q0 + h) / group - k0) * D + d})];
               p[static_cast<std::size_t>(j)] = (a.causal && j > i) ? -1e300 : dot / std::sqrt(static_cast<double>(D));
               mx = std::max(mx, p[static_cast<std::size_t>(j)]);
             }
             for (auto& x : p) sum += (x = (x <= -1e299 ? 0.0 : std::exp(x - mx)));
             for (std::int64_t d = 0; d < D; ++d) {
               double acc = 0;
-              for (std::int64_t j = 0; j < Sk; ++j) acc += p[static_cast<std::size_t>(j)] / sum * v.v[offset_of(v, {b, j, (h / group) * D + d})];
+              for (std::int64_t j = 0; j < Sk; ++j) acc += p[static_cast<std::size_t>(j)] / sum * v.v[offset_of(v, {b, j, ((q0 + h) / group - k0) * D + d})];
               o.v[offset_of(o, {b, i, h * D + d})] = acc;
             }
           }
@@ -910,11 +911,13 @@ TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sha
       t.check(op_kind::embedding, {}, 5, m);
     }
   }
-  // Per mesh axis: linear 5 options (R, batch, seq, out, in), attention 3 (R, batch, heads),
-  // embedding 5 (R, ids dim 0, ids dim 1, column, vocab). Every size here splits 4 ways
-  // without an empty piece, and the size-1 axis takes any option: 5 + 3 + 5 on the 1-D mesh,
-  // 5^3 + 3^3 + 5^3 on the 3-D one.
-  CHECK(checked_strategies == (5 + 3 + 5) + (125 + 27 + 125));
+  // Per mesh axis: linear 5 options (R, batch, seq, out, in), attention 4 (R, batch, heads,
+  // query heads with the key/values whole), embedding 5 (R, ids dim 0, ids dim 1, column,
+  // vocab). Every size here splits 4 ways without an empty piece, and the size-1 axis takes any
+  // option: 5 + 4 + 5 on the 1-D mesh; on the 3-D one 5^3 + 5^3, and of attention's 4^3 all but
+  // the 13 that split the key/values on one axis and keep them whole on another (a rank's query
+  // heads would read key/value heads it does not hold): 51.
+  CHECK(checked_strategies == (5 + 4 + 5) + (125 + 51 + 125));
 }
 
 TEST_CASE("device presets price compute with their data sheet's numbers") {

@@ -38,11 +38,12 @@ std::string temp_file(const char* name) { return autoshard_test::unique_temp_pat
 
 }  // namespace
 
-TEST_CASE("GPT-2 inference on 1x8: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
+TEST_CASE("GPT-2 inference on 1x4: the Megatron baseline is Megatron's plan, and alpa is no costlier") {
+  // 4 ranks: Megatron splits GPT-2's 12 heads whole (8 ranks would cut them; the baseline refuses).
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(1, autoshard::run_mode::inference));
   autoshard::autosharding_options o;
   o.pricing.mode = autoshard::run_mode::inference;
-  o.mesh = autoshard::make_cluster_mesh({1, 8});
+  o.mesh = autoshard::make_cluster_mesh({1, 4});
   o.run_checks = true;
   o.algo = autoshard::algo::megatron;
   const autoshard::autosharding_result meg = autoshard::autosharding_analysis_pass(g, o);
@@ -763,4 +764,49 @@ TEST_CASE("defaults: one pricing value with one run mode, gradient overlap and b
   const autosharding_result f = autosharding_analysis_pass(g, forward);
   CHECK(r.report.plan.compute_seconds > 2.5 * f.report.plan.compute_seconds);  // forward + backward: about 3x
   CHECK(r.report.plan.peak_memory_bytes > f.report.plan.peak_memory_bytes);    // gradients, Adam's moments
+}
+
+TEST_CASE("Megatron splits whole heads: a head count tp does not divide is refused, fewer key/value heads are replicated") {
+  auto small = [](int heads, int kv, autoshard::run_mode mode) {
+    auto c = autoshard::transformer_config::llama(2, heads * 8, heads, kv, 128);
+    c.seq = 16;
+    c.batch = 4;
+    c.vocab = 256;
+    c.mode = mode;
+    return c;
+  };
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({4});
+  o.algo = autoshard::algo::megatron;
+  o.compare_baselines = false;
+  // Qwen2-0.5B's 14 heads on 4 ranks: q_proj would be cut at 3.5 heads.
+  CHECK_THROWS_WITH_AS((void)autoshard::autosharding_analysis_pass(autoshard::build_llama(small(14, 2, o.pricing.mode)), o),
+                       doctest::Contains("'model.layers.0.self_attn.attention' has 14 attention heads, which the 4 ranks"),
+                       autoshard::solver_error);
+  // 3 key/value heads on 4 ranks neither split nor replicate evenly.
+  CHECK_THROWS_WITH_AS((void)autoshard::autosharding_analysis_pass(autoshard::build_llama(small(12, 3, o.pricing.mode)), o),
+                       doctest::Contains("3 key/value heads"), autoshard::solver_error);
+  // 2 key/value heads on 4 ranks: their projections whole on every rank (priced so), the query heads split.
+  for (auto mode : {autoshard::run_mode::inference, autoshard::run_mode::training}) {
+    o.pricing.mode = mode;
+    const autoshard::model_graph g = autoshard::build_llama(small(8, 2, mode));
+    const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+    for (const char* kv : {"model.layers.1.self_attn.k_proj", "model.layers.1.self_attn.v_proj"}) {
+      CAPTURE(kv);
+      CHECK(chosen(g, r, kv).output.is_replicated());
+      CHECK(chosen(g, r, std::string(kv) + ".weight").output.is_replicated());
+    }
+    CHECK(chosen(g, r, "model.layers.1.self_attn.q_proj.weight").output[0].is_shard(0));
+    const autoshard::strategy& a = chosen(g, r, "model.layers.1.self_attn.attention");
+    CHECK(a.inputs[0][0].is_shard(2));
+    CHECK(a.inputs[1][0].is_replicate());
+    CHECK(a.output[0].is_shard(2));
+    // Priced replicated: k_proj (a quarter of q_proj's width) computes and stores all of it on
+    // every rank, as much as q_proj's quarter, 4x what a split k_proj would.
+    const autoshard::strategy& q = chosen(g, r, "model.layers.1.self_attn.q_proj");
+    const autoshard::strategy& k = chosen(g, r, "model.layers.1.self_attn.k_proj");
+    CHECK(k.compute_seconds == doctest::Approx(q.compute_seconds));
+    CHECK(chosen(g, r, "model.layers.1.self_attn.k_proj.weight").memory_bytes ==
+          chosen(g, r, "model.layers.1.self_attn.q_proj.weight").memory_bytes);
+  }
 }

@@ -213,10 +213,18 @@ TEST_CASE("fused layouts: equal parts, grouped-query heads, BLOOM per-head inter
       expect_2d(t, r, 4, 4, [r](std::int64_t i) { return i < 2 ? r * 2 + i : 6 + r * 2 + (i - 2); }, same);
     CHECK_THROWS_AS((void)shards_of(p, "x.gate_up_proj.weight", {8, 4}, dtype::f32, 3), shape_error);
   }
-  SUBCASE("LLaMA k_proj: 2 kv heads cannot go to 4 ranks even though 8 rows divide") {
+  SUBCASE("LLaMA k_proj: 2 kv heads of 4 rows on 4 ranks are replicated, each on 2 (never cut at half a head)") {
     const model_config cfg{{"num_attention_heads", 8}, {"num_key_value_heads", 2}};
+    auto t = shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 4, cfg);
+    for (int r = 0; r < 4; ++r)  // rank r: head r / 2, whole (vLLM's and transformers' unit_colwise layout)
+      expect_2d(t, r, 4, 16, [r](std::int64_t i) { return (r / 2) * 4 + i; }, same);
+    CHECK(t.fused.find("2 heads replicated over 4 ranks, each on 2") != std::string::npos);
+    auto b = shards_of(policies::llama(), "model.layers.0.self_attn.v_proj.bias", {8}, dtype::bf16, 4, cfg);
+    expect_1d(b, 3, 4, [](std::int64_t j) { return 4 + j; });
+    CHECK(rescale_attributes(policies::llama(), cfg, 4).at("self_attn.num_key_value_heads") == 1);
+    // 3 ranks neither split 2 heads nor replicate them evenly.
     auto msg = message_of([&] {
-      (void)shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 4, cfg);
+      (void)shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 3, cfg);
     });
     CHECK(msg.find("'num_key_value_heads' = 2") != std::string::npos);
     auto ok = shards_of(policies::llama(), "model.layers.0.self_attn.k_proj.weight", {8, 16}, dtype::bf16, 2, cfg);

@@ -118,7 +118,7 @@ TABLE = {
          "--follow-symlinks": pre({"->../t.json": "c/config.json"}, FLAG)}),
     "export": (
         [("--plan", "{F}/tp.json"), ("--to", "hf-tp-plan"), ("--out", "e.json")], [],
-        {"--plan": "{F}/megatron.json", "--to": "dtensor", "--out": "e2.json", "--axis": "dp",
+        {"--plan": "{F}/megatron.json", "--to": "dtensor", "--out": "e2.json", "--axis": "dp", "--transformers": "4",
          "--follow-symlinks": pre({"->t.json": "e.json"}, FLAG)}),
     "calibrate": (
         [("--mesh", "2"), ("--max-bytes", "65536"), ("--repeats", "1"), ("--out", "l.json"), ("--json", FLAG)], [],

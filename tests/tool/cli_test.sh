@@ -29,7 +29,7 @@ done
 "$tool" completion > "$tmp/completion.bash" && ok || bad "completion"
 comp() { bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _autoshard; echo "${COMPREPLY[*]}"' _ "$tmp/completion.bash" "$@"; }
 [ "$(comp autoshard expl)" = "explain" ] && ok || bad "completion of a subcommand: $(comp autoshard expl)"
-[ "$(comp autoshard export --t)" = "--to" ] && ok || bad "completion of an option: $(comp autoshard export --t)"
+[ "$(comp autoshard export --tr)" = "--transformers" ] && ok || bad "completion of an option: $(comp autoshard export --tr)"
 [ "$(comp autoshard export --to hf)" = "hf-tp-plan" ] && ok || bad "completion of a choice: $(comp autoshard export --to hf)"
 [ "$(comp autoshard plan --mode i)" = "infer" ] && ok || bad "completion of --mode: $(comp autoshard plan --mode i)"
 # The tool's defaults are the library's (issue 18): --mode and --time-limit start from
@@ -443,7 +443,7 @@ PY
   # export: the Megatron plan of a small LLaMA as transformers' tp_plan and PyTorch's styles.
   lp=(--model llama-7b --layers 2 --hidden 256 --heads 8 --kv-heads 8 --ffn 688 --vocab 512 --seq 64 --batch 8 --mesh dp=2,tp=4)
   "$tool" plan "${lp[@]}" --algo megatron --out "$tmp/l.json" --quiet >/dev/null 2>&1
-  json_check "d['base_model_tp_plan'] == {'layers.*.self_attn.q_proj': 'colwise', 'layers.*.self_attn.k_proj': 'colwise', 'layers.*.self_attn.v_proj': 'colwise', 'layers.*.self_attn.o_proj': 'rowwise', 'layers.*.mlp.gate_proj': 'colwise', 'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} and d['tp_axis_name'] == 'tp'" \
+  json_check "d['base_model_tp_plan'] == {'embed_tokens': 'replicate', 'layers.*.self_attn.q_proj': 'colwise', 'layers.*.self_attn.k_proj': 'colwise', 'layers.*.self_attn.v_proj': 'colwise', 'layers.*.self_attn.o_proj': 'rowwise', 'layers.*.mlp.gate_proj': 'colwise', 'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} and d['tp_plan']['lm_head'] == 'replicate' and d['tp_axis_name'] == 'tp' and d['transformers'] == 5" \
     "$tool" export --plan "$tmp/l.json" --to hf-tp-plan
   expect_rc 0 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l-dt.json"
   python3 -c "import json; d=json.load(open('$tmp/l-dt.json')); p=d['plan']; assert p['model.layers.1.mlp.up_proj']['style']=='ColwiseParallel' and p['model.layers.1.mlp.down_proj']['kwargs']['input_layouts']=='Shard(-1)'" && ok || bad "dtensor export content"
@@ -453,6 +453,8 @@ PY
   # GPT-2's Conv1D weights: PyTorch's styles take nn.Linear only, so the dtensor export is refused, naming the modules.
   expect_rc 1 "$tool" export --plan "$tmp/v.json" --to dtensor
   grep -q "transformer.h.0.attn.c_attn' (linear): its weight is stored \[in,out\]" "$tmp/err" && ok || bad "export names the Conv1D modules: $(cat "$tmp/err")"
+  json_check "d['transformers'] == 4" "$tool" export --plan "$tmp/l.json" --to hf-tp-plan --transformers 4
+  expect_rc 2 "$tool" export --plan "$tmp/l.json" --to hf-tp-plan --transformers 3
   expect_rc 2 "$tool" export --plan "$tmp/l.json" --to onnx
   expect_rc 2 "$tool" export --plan "$tmp/l.json"
 fi

@@ -8,6 +8,9 @@ cd "$tmp"  # a command that ignores an empty path writes into the working direct
 small=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8)
 "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/p.json" --quiet >/dev/null 2>&1 || bad "the test plan"
 "$tool" synth "${small[@]}" --out "$tmp/ck" >/dev/null 2>&1 || bad "the test checkpoint"
+# export's plan: a LLaMA (GPT-2's Conv1D weights are refused by both exports).
+"$tool" plan --model llama-7b --layers 1 --hidden 32 --heads 4 --ffn 64 --vocab 128 --seq 16 --batch 8 --mesh 2x2 --algo megatron \
+  --out "$tmp/e.json" --quiet >/dev/null 2>&1 || bad "the export's test plan"
 
 # class1: JSON nested 100,000 deep (arrays or objects) crashed every reader (nlohmann's recursive
 # dump() of the value in the error message); now one line naming the file and the depth.
@@ -55,7 +58,7 @@ refuse_writers() {
 plan|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o --dot $o.d/p.dot
 plan --dot|$o|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o.d/p.json --dot $o
 plan svg|$o.d/p.svg|plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $o.d/p.json
-export|$o|export --plan $tmp/p.json --to hf-tp-plan --out $o
+export|$o|export --plan $tmp/e.json --to hf-tp-plan --out $o
 solve|$o|solve $data/solve/example.json --quiet --solution-out $o
 show|$o|show --mesh 2x2 --shape 8,8 --spec S0S1 --svg $o
 show --plan|$o|show --plan $tmp/p.json --tensor lm_head --svg $o
@@ -96,11 +99,11 @@ while IFS='|' read -r name out cmd; do
 done < <(refuse_writers "$tmp/w0")
 # --follow-symlinks: the link stays, the file it points to is written (a regular file only).
 ln -s "$tmp/victim" "$tmp/follow.json"
-expect "class2 (--follow-symlinks)" 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/follow.json" --follow-symlinks
+expect "class2 (--follow-symlinks)" 0 "" "$tool" export --plan "$tmp/e.json" --to hf-tp-plan --out "$tmp/follow.json" --follow-symlinks
 test -L "$tmp/follow.json" && python3 -c "import json,sys; json.load(open(sys.argv[1]))['tp_plan']" "$tmp/victim" && ok \
   || bad "class2: --follow-symlinks did not write the link's target"
 mkfifo "$tmp/fifo-target" && ln -s "$tmp/fifo-target" "$tmp/follow2.json"
-one_error "class2 (--follow-symlinks to a FIFO)" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/follow2.json" --follow-symlinks
+one_error "class2 (--follow-symlinks to a FIFO)" "$tool" export --plan "$tmp/e.json" --to hf-tp-plan --out "$tmp/follow2.json" --follow-symlinks
 test -p "$tmp/fifo-target" && ok || bad "class2: a FIFO behind a followed link was replaced"
 
 # class3: the picture's temporary was the fixed name <plan>.svg.tmp, opened through a link planted
@@ -126,7 +129,7 @@ plan ${small[*]} --mesh 2x2 --algo megatron --quiet --out $tmp/o4.json
 show --mesh 2x2 --shape 8,8 --spec S0S1 --json
 show --plan $tmp/p.json
 explain --mesh 2x2 --shape 8,4 --from S0S1 --to RR
-export --plan $tmp/p.json --to hf-tp-plan
+export --plan $tmp/e.json --to hf-tp-plan
 solve $data/solve/example.json --json --quiet
 synth ${small[*]} --out $tmp/o4
 shard $tmp/ck --policy gpt2 --tp 2 --out $tmp/o4s --quiet
@@ -189,7 +192,7 @@ for d in i32 bool u8 int64; do
   expect "class9 (--dtype $d)" 2 "training needs a floating-point dtype" "$tool" plan "${small[@]}" --dtype "$d" --out "$tmp/o9.json"
 done
 expect "class9 (--dtype i32 infer)" 0 "" "$tool" plan "${small[@]}" --mode infer --dtype i32 --mesh 2x2 --out "$tmp/o9i.json" --quiet --no-svg
-for cmd in "plan ${small[*]} --out ''" "plan ${small[*]} --dot ''" "export --plan $tmp/p.json --to hf-tp-plan --out ''" \
+for cmd in "plan ${small[*]} --out ''" "plan ${small[*]} --dot ''" "export --plan $tmp/e.json --to hf-tp-plan --out ''" \
            "solve $data/solve/example.json --solution-out ''" "show --mesh 2x2 --shape 8,8 --spec S0S1 --svg ''" \
            "synth ${small[*]} --out ''" "shard $tmp/ck --policy gpt2 --tp 2 --out ''" "verify --plan ''"; do
   eval "set -- $cmd"
@@ -231,7 +234,7 @@ expect "class9 (a tensor in two shard files)" 1 "is in two files, 'a.safetensors
 long=$(printf 'a%.0s' $(seq 1 235)).json
 expect class10 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --out "$tmp/$long" --quiet --no-svg
 test -s "$tmp/$long" && ok || bad "class10: no plan under a 240-byte name"
-expect class10 0 "" "$tool" export --plan "$tmp/p.json" --to hf-tp-plan --out "$tmp/${long%.json}.dtensor"
+expect class10 0 "" "$tool" export --plan "$tmp/e.json" --to hf-tp-plan --out "$tmp/${long%.json}.dtensor"
 
 # class11: a flag's range is the library's (--intra-hop 2 passed [0, 3600], then failed as [0, 1)).
 expect class11 2 "--intra-hop: 2 is not a finite number in \[0, 1\]" "$tool" plan "${small[@]}" --intra-hop 2 --out "$tmp/o11.json"

@@ -18,6 +18,7 @@ struct export_cli_options {
   std::string out;
   std::string axis;
   bool follow_symlinks = false;
+  int transformers = 5;
 };
 
 int run_export(const export_cli_options& o) {
@@ -36,8 +37,13 @@ int run_export(const export_cli_options& o) {
       axis = std::stoi(o.axis);
     }
   }
-  const tp_export e = export_tensor_parallel(lp, axis);
-  const nlohmann::json j = o.to == "hf-tp-plan" ? to_hf_tp_plan(e) : to_dtensor_plan(e);
+  const bool hf = o.to == "hf-tp-plan";
+  export_options eo;
+  eo.target = hf ? export_target::hf : export_target::dtensor;
+  eo.tp_axis = axis;
+  eo.transformers_major = o.transformers;
+  const tp_export e = export_tensor_parallel(lp, eo);
+  const nlohmann::json j = hf ? to_hf_tp_plan(e) : to_dtensor_plan(e);
   const std::string text = j.dump(2) + "\n";
   if (o.out.empty()) {
     std::cout << text;
@@ -45,9 +51,9 @@ int run_export(const export_cli_options& o) {
     write_file_atomically(out, text);
     std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh().axis_label(static_cast<std::size_t>(e.tp_axis))
               << " of " << to_string(lp.mesh()) << ", "
-              << (o.to == "hf-tp-plan" ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
+              << (hf ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
   }
-  for (const std::string& n : o.to == "hf-tp-plan" ? hf_export_notes(e) : e.notes) std::cerr << "note: " << n << "\n";
+  for (const std::string& n : e.notes) std::cerr << "note: " << n << "\n";
   return exit_ok;
 }
 
@@ -62,6 +68,10 @@ void register_export(CLI::App& app, action& run) {
       ->check(CLI::IsMember({"hf-tp-plan", "dtensor"}));
   cmd->add_option("--out", o->out, "file to write (default: stdout); notes go to stderr");
   add_follow_symlinks(*cmd, o->follow_symlinks);
+  cmd->add_option("--transformers", o->transformers,
+                 "hf-tp-plan: the transformers major release whose style names to write: 5 (the current one) or 4")
+      ->capture_default_str()
+      ->check(CLI::IsMember({4, 5}));
   cmd->add_option("--axis", o->axis, "the tensor-parallel mesh axis, a number or a name (default: the axis named tp, else the last of size > 1)");
   cmd->footer(
       "Examples:\n"

@@ -1,14 +1,30 @@
 #pragma once
-/// Plans leave the tool in the formats users run: a Hugging Face `tp_plan` (module name ->
-/// "colwise" / "rowwise" / ..., as transformers' `base_model_tp_plan`) and a PyTorch
-/// `parallelize_module` plan (module -> ColwiseParallel / RowwiseParallel / SequenceParallel
-/// with input and output layouts), both for one mesh axis: the tensor-parallel one.
+/// Plans leave the tool in the formats users run, for one mesh axis (the tensor-parallel one):
+/// a PyTorch `parallelize_module` plan (module -> ColwiseParallel / RowwiseParallel /
+/// SequenceParallel / PrepareModuleInput / PrepareModuleOutput with their layouts) and a Hugging
+/// Face `tp_plan` (module -> "colwise" / "rowwise" / "embedding_rowwise" / ..., in the
+/// vocabulary of the transformers release targeted).
 ///   const autoshard::loaded_plan p = autoshard::load_plan("plan.json");
-///   const autoshard::tp_export e = autoshard::export_tensor_parallel(p);   // e.problems: what no style says
-///   nlohmann::json hf = autoshard::to_hf_tp_plan(e), pt = autoshard::to_dtensor_plan(e);
-/// A plan no such style can express is reported (e.problems names the operators and why),
-/// never approximated: the writers throw spec_error listing them. What the styles express
-/// only in part (activation layouts a plan string cannot name) is listed in e.notes.
+///   const autoshard::tp_export e = autoshard::export_tensor_parallel(p, {.target = autoshard::export_target::dtensor});
+///   nlohmann::json pt = autoshard::to_dtensor_plan(e);   // spec_error listing e.problems when there are any
+///
+/// Exact or refused. PyTorch runs the model's own code on local tensors; data moves only where
+/// a style sits, at a module's input or output. The export walks the graph in the order it
+/// runs and tracks the layout each activation has in PyTorch on the tensor-parallel axis (the
+/// model's inputs arrive whole): a module (linear, embedding, norm) gets the style that
+/// computes what the plan computes and converts its input from the layout it arrives in
+/// (`input_layouts`, the annotation) to the one it needs, and its output to the one its
+/// consumers take (`output_layouts`, `PrepareModuleOutput`; `use_local_output=False` where a
+/// local tensor could not say an uneven split). Every other operator (attention, rotary,
+/// residual adds, activations) runs as the model's code runs it, on what it is handed: it must
+/// be handed exactly the layouts the plan computes it on. What no style can do (a gather
+/// between two such operators, a weight held as partial sums, a Conv1D weight) is a problem
+/// naming the operator and why; the writers throw spec_error listing them, never approximate.
+/// The hf export tracks the same with transformers' styles, whose layouts are fixed
+/// (colwise's output is split, rowwise's reduced): where the plan's layouts differ but the
+/// numbers are the same (a reduce-scatter where transformers all-reduces) it says so in a
+/// note; where transformers cannot compute the plan at all, a problem.
+#include <cstdint>      // std::int64_t
 #include <map>          // std::map
 #include <optional>     // std::optional
 #include <set>          // std::set
@@ -17,51 +33,68 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../core/error.hpp"    // spec_error
-#include "../core/mesh.hpp"     // device_mesh
-#include "../graph/fused.hpp"   // fused_dim_of
-#include "../graph/model.hpp"   // model_graph, operands
-#include "autosharding.hpp"     // detail::layer_key
-#include "loaded_plan.hpp"      // loaded_plan
+#include "../core/error.hpp"      // spec_error
+#include "../core/mesh.hpp"       // device_mesh
+#include "../graph/fused.hpp"     // fused_dim_of
+#include "../graph/model.hpp"     // model_graph, operands
+#include "../graph/strategy.hpp"  // enumerate_strategies
+#include "../graph/validate.hpp"  // topological_order
+#include "loaded_plan.hpp"        // loaded_plan
 
 namespace autoshard {
 
-/// One module's style on the tensor-parallel axis.
-struct tp_module {
-  std::string module;  ///< the graph's operator name, Hugging Face's module name ("model.layers.0.mlp.up_proj")
-  std::string hf;      ///< transformers' style string: colwise, colwise_rep, rowwise, rowwise_rep
-  std::string style;   ///< PyTorch's: ColwiseParallel, RowwiseParallel, SequenceParallel
-  std::string input_layout, output_layout;  ///< PyTorch placements ("Replicate()", "Shard(-1)", "Shard(1)"); empty for SequenceParallel
-  int sequence_dim = 1;                     ///< SequenceParallel only
-  bool transposed_weight = false;           ///< a linear whose weight is stored [in,out] (GPT-2's Conv1D)
+/// Where an export goes.
+enum class export_target : std::uint8_t {
+  dtensor,  ///< PyTorch's parallelize_module styles
+  hf,       ///< transformers' tp_plan strings
 };
 
-/// What a plan says on its tensor-parallel axis, in the styles of transformers and PyTorch.
+struct export_options {
+  export_target target = export_target::dtensor;
+  /// The tensor-parallel mesh axis; < 0: the axis named "tp", else the last of more than one rank.
+  int tp_axis = -1;
+  /// hf: the transformers major release whose vocabulary is written: 5 (the current one:
+  /// embedding_rowwise, colwise_gather_output, rowwise_split_input) or 4 (the previous one:
+  /// rowwise / colwise on embeddings, colwise_rep, rowwise_rep).
+  int transformers_major = 5;
+};
+
+/// One module's style on the tensor-parallel axis.
+struct tp_module {
+  std::string module;  ///< the graph's operator name, the model's module name ("model.layers.0.mlp.up_proj")
+  std::string style;   ///< dtensor: PyTorch's class (ColwiseParallel, ...); hf: transformers' string
+  nlohmann::json kwargs = nlohmann::json::object();  ///< dtensor: the style's keyword arguments, layouts as PyTorch writes them
+  std::string mesh = {};  ///< dtensor: "" for the tensor-parallel mesh, else one of tp_export::meshes
+};
+
+/// What a plan says on its tensor-parallel axis, in one target's styles.
 struct tp_export {
   device_mesh mesh;
   int tp_axis = -1;
-  std::vector<tp_module> modules;     ///< graph order
-  std::vector<std::string> problems;  ///< operators no style can express, and why
-  std::vector<std::string> notes;     ///< what both exports leave to the user (weights kept whole, storage order)
-  std::vector<std::string> hf_notes;  ///< what transformers' strings cannot say but PyTorch's layouts do
+  export_options options;
+  std::vector<tp_module> modules;     ///< graph order; hf: every linear and embedding (replicate where whole)
+  std::vector<std::string> problems;  ///< operators the target cannot express, and why
+  std::vector<std::string> notes;     ///< what the user must know (what PyTorch does that the plan does not price)
+  bool loss_parallel = false;         ///< dtensor: the loss reads vocab-split logits (torch's loss_parallel())
+  /// Model inputs whose shape the export fixes (a split of a dim other than the features over
+  /// the tp axis needs the plan's sizes): name -> shape.
+  std::map<std::string, std::vector<std::int64_t>> fixed_inputs;
+  /// dtensor: sub-meshes of the tensor-parallel group: name -> (units, replicas), the group's
+  /// ranks as a (units, replicas) mesh whose units axis a style runs on (rank r of the group is
+  /// unit r / replicas): key/value heads replicated over the ranks that share them.
+  std::map<std::string, std::pair<int, int>> meshes;
+  /// dtensor: attributes to set on modules after the styles: module -> {attribute: value}
+  /// (the query heads per key/value head an attention reads on each rank).
+  nlohmann::json attributes = nlohmann::json::object();
 };
 
 namespace detail {
 
-inline std::string tp_placement(int dim, int rank) {
-  return dim == rank - 1 ? std::string("Shard(-1)") : "Shard(" + std::to_string(dim) + ")";
-}
-
-/// The placement on `axis` that every consumer of `v` asks for, or nullopt when they differ.
-inline std::optional<placement> consumers_want(const loaded_plan& p, vertex_t v, std::size_t axis) {
-  std::optional<placement> want;
-  for (auto [it, end] = boost::out_edges(v, p.graph()); it != end; ++it) {
-    const vertex_t c = boost::target(*it, p.graph());
-    const placement q = p.strategies[c].inputs[static_cast<std::size_t>(p.graph()[*it].operand)][axis];
-    if (want && !(*want == q)) return std::nullopt;
-    want = q;
-  }
-  return want;
+/// PyTorch's spelling of a placement on a tensor of `rank` dims: the last dim is Shard(-1).
+inline std::string torch_placement(const placement& p, int rank) {
+  if (p.is_replicate()) return "Replicate()";
+  if (p.is_partial()) return "Partial()";
+  return p.dim == rank - 1 ? std::string("Shard(-1)") : "Shard(" + std::to_string(p.dim) + ")";
 }
 
 inline int default_tp_axis(const device_mesh& m) {
@@ -71,278 +104,942 @@ inline int default_tp_axis(const device_mesh& m) {
   return -1;
 }
 
+/// "model.layers.3.mlp.up_proj" -> "model.layers.*.mlp.up_proj": every all-digit component a
+/// `*`, as transformers' replace_layer_number_by_wildcard writes the keys it matches.
+inline std::string layer_wildcard(const std::string& name) {
+  std::string out;
+  std::size_t i = 0;
+  while (i <= name.size()) {
+    std::size_t j = name.find('.', i);
+    if (j == std::string::npos) j = name.size();
+    const std::string c = name.substr(i, j - i);
+    const bool digits = !c.empty() && i > 0 && c.find_first_not_of("0123456789") == std::string::npos;
+    out += (i ? "." : "") + (digits ? std::string("*") : c);
+    i = j + 1;
+  }
+  return out;
+}
+
+/// How a module (linear, embedding, norm) computes on the tp axis.
+enum class module_role : std::uint8_t {
+  none,      ///< not a module with a weight
+  whole,     ///< weight whole, computed whole (on whatever slice of the input it is given)
+  sliced,    ///< weight stored whole, computed on a slice of it: PyTorch computes it whole
+  column,    ///< weight split on its output features (ColwiseParallel)
+  row,       ///< weight split on its input features (RowwiseParallel); embedding: on the vocabulary
+  sequence,  ///< a norm on an input split on a dim other than the features (SequenceParallel)
+};
+
+/// The walk over the graph for one target.
+struct tp_walk {
+  const loaded_plan& p;
+  const model_graph& g;
+  std::size_t t;  ///< the tp axis
+  int n;          ///< ranks on it
+  tp_export& out;
+  std::vector<placement> held;      ///< what PyTorch holds for each activation, on the tp axis
+  std::vector<char> dtensor;        ///< ... as a DTensor (use_local_output=False upstream)
+  std::vector<char> is_module;
+  std::vector<module_role> role;
+  std::vector<char> failed;         ///< reported: consumers of it report nothing more
+  /// Key/value chains: the operators between a replicated key/value projection and an attention
+  /// whose query heads are split while the plan keeps its key/values whole; each rank computes
+  /// only the key/value heads its query heads read (the projection's output is sliced so).
+  std::vector<vertex_t> kv_of;      ///< the attention of each chain vertex (the projection included), or none
+  std::vector<char> kv_sliced;      ///< holds the rank's key/value heads, where the plan holds all
+  static constexpr vertex_t none = static_cast<vertex_t>(-1);
+  /// A layer (a module whose name ends in its number: "model.layers.3") converts its input at
+  /// its entry with PrepareModuleInput when one tensor enters it (the hidden states, its first
+  /// argument): what the plan computes its first operators on.
+  struct entry {
+    bool decided = false, convert = false;
+    std::set<vertex_t> inputs;  ///< tensors from outside the layer that its operators take
+    placement desired;
+  };
+  std::map<std::string, entry> layers;
+
+  tp_walk(const loaded_plan& plan, tp_export& e)
+      : p(plan), g(plan.graph()), t(static_cast<std::size_t>(e.tp_axis)), n(plan.mesh().size(t)), out(e),
+        held(boost::num_vertices(g)), dtensor(boost::num_vertices(g), 0), is_module(boost::num_vertices(g), 0),
+        role(boost::num_vertices(g), module_role::none), failed(boost::num_vertices(g), 0),
+        kv_of(boost::num_vertices(g), none), kv_sliced(boost::num_vertices(g), 0) {}
+
+  bool hf() const { return out.options.target == export_target::hf; }
+  const std::string& name(vertex_t v) const { return g[v].name; }
+  std::string label(vertex_t v) const { return "'" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + ")"; }
+  std::string axis() const { return p.mesh().axis_label(t); }
+  std::string pt(const placement& q, vertex_t v) const { return torch_placement(q, static_cast<int>(g[v].shape.rank)); }
+  /// Reports v; its consumers then take it as the plan hands it over (so that each operator
+  /// reported has a problem of its own).
+  void problem(vertex_t v, const std::string& why) {
+    out.problems.push_back(label(v) + ": " + why);
+    failed[v] = 1;
+  }
+  void note(vertex_t v, const std::string& what) { out.notes.push_back("'" + name(v) + "': " + what); }
+  placement in(vertex_t v, std::size_t i) const { return p.strategies[v].inputs[i][t]; }
+  placement plan_out(vertex_t v) const { return p.strategies[v].output[t]; }
+  bool uneven(const placement& q, vertex_t v) const {
+    return q.is_shard() && g[v].shape[static_cast<std::size_t>(q.dim)] % n != 0;
+  }
+
+  /// The layer an operator belongs to: its name up to its first all-digit component
+  /// ("model.layers.3.mlp.act" -> "model.layers.3"); "" outside the layers.
+  static std::string layer_of(const std::string& n) {
+    std::size_t i = 0;
+    while (i < n.size()) {
+      std::size_t j = n.find('.', i);
+      if (j == std::string::npos) j = n.size();
+      if (i > 0 && j > i && n.find_first_not_of("0123456789", i) >= j) return n.substr(0, j);
+      i = j + 1;
+    }
+    return {};
+  }
+  std::string layer(vertex_t v) const { return layer_of(name(v)); }
+  bool rigid(vertex_t c) const { return !is_module[c] || role[c] == module_role::sequence; }
+
+  /// Whether the layer of c converts u at its entry (so c takes u as the layer hands it).
+  bool enters_convertible_layer(vertex_t u, vertex_t c) const {
+    if (hf()) return false;  // transformers has no style for a layer's input
+    const std::string l = layer(c);
+    if (l.empty() || l == layer(u)) return false;
+    const auto it = layers.find(l);
+    return it != layers.end() && it->second.inputs.size() == 1;
+  }
+
+  /// What c finds for its operand u: u as held, or as c's layer converts it at its entry.
+  placement held_in(vertex_t u, vertex_t c) {
+    if (!enters_convertible_layer(u, c)) return held[u];
+    entry& e = layers[layer(c)];
+    if (!e.decided) {
+      e.decided = true;
+      std::optional<placement> want;
+      for (auto [d, i] : consumers(u)) {
+        if (layer(d) != layer(c) || !rigid(d)) continue;
+        if (want && !(*want == want_of(d, i))) {
+          problem(d, "it takes '" + name(u) + "' as " + to_string(want_of(d, i)) + " on " + axis() + " and another operator of '" +
+                         layer(c) + "' takes it as " + to_string(*want) + ": the layer's input has one layout");
+          e.desired = held[u];
+          return held[u];
+        }
+        want = want_of(d, i);
+      }
+      e.desired = want ? *want : held[u];
+      e.convert = !(e.desired == held[u]) || dtensor[u];
+      if (e.convert) {
+        tp_module m{layer(c), "PrepareModuleInput", nlohmann::json::object()};
+        m.kwargs["input_layouts"] = pt(held[u], u);
+        m.kwargs["desired_input_layouts"] = pt(e.desired, u);
+        m.kwargs["use_local_output"] = true;
+        out.modules.push_back(std::move(m));
+        fix_inputs_if_split(u, e.desired);
+      }
+    }
+    return e.desired;
+  }
+
+  /// The model's module name for a graph operator named as its checkpoint names it: transformers
+  /// 5 calls GPT-NeoX's output head lm_head (its checkpoints still say embed_out).
+  std::string module_name(const std::string& n) const {
+    return n == "embed_out" && out.options.transformers_major >= 5 ? std::string("lm_head") : n;
+  }
+
+  /// Classifies every module: a linear, embedding or norm whose operand 1 is a parameter.
+  void classify() {
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      const node& nd = g[v];
+      const bool lin = nd.kind == op_kind::linear, emb = nd.kind == op_kind::embedding;
+      const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
+      const std::vector<vertex_t> ops = operands(g, v);
+      if (!(lin || emb || norm) || ops.size() < 2 || !g[ops[1]].is_parameter()) continue;
+      is_module[v] = 1;
+      const placement ws = p.strategies[ops[1]].output[t], wc = in(v, 1), x = in(v, 0);
+      const int out_dim = lin ? (nd.attrs.transposed_weight ? 1 : 0) : 1, in_dim = lin ? 1 - out_dim : 0;
+      if (norm) role[v] = x.is_replicate() ? module_role::whole : module_role::sequence;
+      else if (ws.is_replicate() && wc.is_replicate()) role[v] = module_role::whole;
+      else if (ws.is_replicate() && wc.is_shard()) role[v] = module_role::sliced;
+      else if (ws == wc && ws.is_shard(out_dim)) role[v] = module_role::column;
+      else if (ws == wc && ws.is_shard(in_dim)) role[v] = module_role::row;
+      else role[v] = module_role::none;  // reported by check_module
+    }
+    for (vertex_t a = 0; a < boost::num_vertices(g); ++a) {
+      if (g[a].kind != op_kind::attention || n == 1) continue;
+      const std::vector<vertex_t> ops = operands(g, a);
+      if (ops.size() < 3 || !in(a, 0).is_shard(2) || !in(a, 1).is_replicate() || !in(a, 2).is_replicate()) continue;
+      for (std::size_t i = 1; i < 3; ++i)
+        for (vertex_t u = ops[i]; g[u].is_operator() && kv_of[u] == none;) {
+          kv_of[u] = a;
+          if (is_module[u] || !is_unary_elementwise(g[u].kind) || boost::out_degree(u, g) != 1) break;
+          u = operands(g, u)[0];
+        }
+    }
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      const std::string l = layer(v);
+      if (l.empty() || !g[v].is_operator()) continue;
+      entry& e = layers[l];
+      for (vertex_t u : operands(g, v))
+        if (!g[u].is_parameter() && layer(u) != l) e.inputs.insert(u);
+    }
+  }
+
+  /// Whether mesh axis `a` only splits the batch, as data parallelism does: every parameter
+  /// whole on it, an activation whole or split on dim 0, and an edge at most taking a slice
+  /// (each data-parallel rank computes on its own rows from the start: the same numbers). The
+  /// loss may be partial over it: each rank's mean over its rows, which DDP averages. With
+  /// `report`, what is not is a problem.
+  bool data_parallel_axis(std::size_t a, bool report, bool& partial_loss) {
+    bool dp = true;
+    const std::string why = "the export covers " + axis() + " only, ";
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      const node& nd = g[v];
+      const placement o = p.strategies[v].output[a];
+      if (nd.is_parameter()) {
+        if (o.is_replicate()) continue;
+        if (report)
+          problem(v, "stored " + to_string(o) + " on " + p.mesh().axis_label(a) + ": a tensor-parallel plan splits weights over "
+                         "one mesh axis (" + axis() + "); splitting them over another too (2-D tensor parallelism, ZeRO-3 / "
+                         "FSDP) is beyond parallelize_module and tp_plan");
+        dp = false;
+        continue;
+      }
+      const bool loss = nd.kind == op_kind::cross_entropy && o.is_partial();
+      partial_loss = partial_loss || loss;
+      if (!o.is_replicate() && !o.is_shard(0) && !loss) {
+        if (report)
+          problem(v, "its output is " + to_string(o) + " on " + p.mesh().axis_label(a) + ": " + why +
+                         "and the other axes may split the batch (dim 0) and nothing else");
+        dp = false;
+        continue;
+      }
+      const std::vector<vertex_t> ops = operands(g, v);
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const placement from = p.strategies[ops[i]].output[a], to = p.strategies[v].inputs[i][a];
+        if (g[ops[i]].is_parameter() || from == to || (from.is_replicate() && to.is_shard(0))) continue;
+        if (report)
+          problem(v, "its operand '" + name(ops[i]) + "' moves over " + p.mesh().axis_label(a) + " (" + to_string(from) + " -> " +
+                         to_string(to) + "): " + why + "and data parallelism moves no activations");
+        dp = false;
+        break;
+      }
+    }
+    return dp;
+  }
+
+  void check_other_axes() {
+    bool partial_loss = false;
+    for (std::size_t a = 0; a < p.mesh().ndim(); ++a)
+      if (a != t && p.mesh().size(a) > 1) data_parallel_axis(a, true, partial_loss);
+    if (partial_loss)
+      out.notes.push_back("the loss: each data-parallel rank's mean over its rows (the plan sums the ranks' shares); "
+                          "averaging the gradients over those ranks, as DDP does, gives the plan's");
+  }
+
+  /// The consumers of v as (consumer, operand index).
+  std::vector<std::pair<vertex_t, std::size_t>> consumers(vertex_t v) const {
+    std::vector<std::pair<vertex_t, std::size_t>> c;
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e)
+      c.emplace_back(boost::target(*e, g), static_cast<std::size_t>(g[*e].operand));
+    return c;
+  }
+
+  /// What consumer c takes operand i as in the target: the plan's layout, except for the loss,
+  /// which the model computes on its whole logits and labels (a plan's loss on a slice of the
+  /// batch or sequence is a sum of partial means), or, in PyTorch, on vocabulary-split logits
+  /// under loss_parallel().
+  placement want_of(vertex_t c, std::size_t i) const {
+    const placement w = in(c, i);
+    if (g[c].kind != op_kind::cross_entropy) return w;
+    const int last = static_cast<int>(g[operands(g, c)[0]].shape.rank) - 1;
+    return i == 0 && w.is_shard(last) && !hf() ? w : Replicate();
+  }
+
+  /// What every style must agree with, checked on a module's parameters: false (and a
+  /// problem) when no style of the target holds them as the plan does.
+  bool check_module(vertex_t v) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    const module_role r = role[v];
+    const placement ws = p.strategies[ops[1]].output[t], wc = in(v, 1);
+    if (ws.is_partial() || wc.is_partial()) {
+      problem(v, "its weight is Partial on " + axis() + ": no parallel style holds a weight as partial sums");
+      return false;
+    }
+    if (r == module_role::none) {
+      problem(v, "its weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + axis() +
+                     ": a parallel style stores a weight the way the module uses it");
+      return false;
+    }
+    const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
+    if (norm) {
+      for (std::size_t i = 1; i < ops.size(); ++i)
+        if (!p.strategies[ops[i]].output[t].is_replicate() || !in(v, i).is_replicate()) {
+          problem(v, "its parameter '" + name(ops[i]) + "' is split on " + axis() + ": a norm's weight stays whole in every parallel style");
+          return false;
+        }
+      if (in(v, 0).is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1)) {
+        problem(v, "it normalises a feature dim split on " + axis() + ": no parallel style computes a norm over split features");
+        return false;
+      }
+      return true;
+    }
+    if (nd.kind == op_kind::linear && nd.attrs.transposed_weight && r != module_role::whole && r != module_role::sliced) {
+      problem(v, "its weight is stored [in,out] (GPT-2's Conv1D) and split on " + axis() + ": " +
+                     (hf() ? "transformers' colwise and rowwise shard nn.Linear ([out,in], with out_features)"
+                           : "PyTorch's ColwiseParallel and RowwiseParallel take nn.Linear and nn.Embedding only"));
+      return false;
+    }
+    if (r == module_role::column && fused_dim_of(g, v).any()) {
+      problem(v, "its output features are " + std::to_string(fused_dim_of(g, v).parts) + " fused parts, each split over " + axis() +
+                     " (rank r holds piece r of every part): a column-parallel style cuts one contiguous run of the "
+                     "model's weight, which gives rank r other columns");
+      return false;
+    }
+    if (ops.size() > 2) {  // the bias
+      const placement bs = p.strategies[ops[2]].output[t], bc = in(v, 2);
+      const bool ok = r == module_role::column ? bs.is_shard(0) && bc.is_shard(0)
+                      : r == module_role::row  ? bs.is_replicate()
+                                               : bs.is_replicate();
+      if (!ok) {
+        problem(v, "its bias is stored " + to_string(bs) + " and used " + to_string(bc) + " on " + axis() + " with the weight " +
+                       to_string(ws) + ": " +
+                       (r == module_role::column ? "a column-parallel style splits the bias with the weight"
+                                                 : "a row-parallel style keeps the bias whole and adds it once, after the reduction"));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /// The output layout every consumer of module v gets: what those that cannot convert
+  /// (operators that are not modules, sequence-parallel norms) take, else what all take, else
+  /// the module's own. nullopt (and a problem) when those that cannot convert disagree.
+  std::optional<placement> output_layout(vertex_t v, const placement& raw, bool can_convert = true) {
+    std::optional<placement> strict, common;
+    bool agree = true;
+    for (auto [c, i] : consumers(v)) {
+      const placement want = want_of(c, i);
+      if (rigid(c) && !enters_convertible_layer(v, c)) {
+        if (strict && !(*strict == want)) {
+          problem(v, "'" + name(c) + "' takes its output as " + to_string(want) + " and another consumer as " + to_string(*strict) +
+                         " on " + axis() + ": PyTorch hands a module's output over in one layout, and neither converts it");
+          return std::nullopt;
+        }
+        strict = want;
+      }
+      if (common && !(*common == want)) agree = false;
+      common = want;
+    }
+    if (!can_convert) {
+      if (strict && !(*strict == raw)) {
+        problem(v, "it hands its output over as it computes it, " + to_string(raw) + " on " + axis() + ", but '" + name(v) +
+                       "' has consumers that take " + to_string(*strict) + " and cannot convert it");
+        return std::nullopt;
+      }
+      return raw;
+    }
+    if (strict) return strict;
+    if (common && agree) return common;
+    return raw;
+  }
+
+  void fix_inputs_if_split(vertex_t v, const placement& q) {
+    if (!q.is_shard() || q.dim == static_cast<int>(g[v].shape.rank) - 1) return;
+    for (vertex_t u = 0; u < boost::num_vertices(g); ++u)
+      if (g[u].is_input()) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
+  }
+
+  // ---- operators that are not modules: they run as the model's code runs them -------------------
+
+  /// Kind rules beyond the strategies, for what the model's own code does around an operator:
+  /// it computes the rotary angles, the attention mask and ALiBi's biases for the whole batch
+  /// and sequence of its inputs, so rotary and attention run on their heads split or whole,
+  /// never on a slice of the batch or the sequence; and it views a projection's output as heads
+  /// with its own head counts (BLOOM's, Falcon's `view(batch, seq, self.num_heads, ...)`), so a
+  /// reshape of a dim split over tp into several is refused.
+  bool local_kind_ok(vertex_t v, const std::vector<placement>& ins) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (nd.kind == op_kind::reshape && !ins.empty() && ins[0].is_shard()) {
+      const tensor_shape& from = g[ops[0]].shape;
+      const auto d = static_cast<std::size_t>(ins[0].dim);
+      // The split dim survives the view only when the same number of elements precede and form it.
+      std::int64_t before = 1, out_before = 1;
+      for (std::size_t i = 0; i < d; ++i) before *= from[i];
+      bool kept = false;
+      for (std::size_t j = 0; j < nd.shape.rank && !kept; ++j) {
+        kept = out_before == before && nd.shape[j] == from[d];
+        out_before *= nd.shape[j];
+      }
+      if (!kept) {
+        problem(v, "it views dim " + std::to_string(ins[0].dim) + " of " + to_string(from) + ", split over " + axis() +
+                       ", as " + to_string(nd.shape) + ": the model's code views it with its own head counts, which no "
+                       "style changes");
+        return false;
+      }
+    }
+    if (nd.kind != op_kind::rotary && nd.kind != op_kind::attention) return true;
+    const int last = static_cast<int>(g[ops[0]].shape.rank) - 1;
+    for (const placement& q : ins)
+      if (q.is_shard() && q.dim != last) {
+        problem(v, "it runs on a slice of dim " + std::to_string(q.dim) + " (the " + (q.dim == 0 ? "batch" : "sequence") +
+                       ") over " + axis() + ": the model computes the rotary angles, the attention mask and ALiBi's "
+                       "biases for the whole batch and sequence of its inputs");
+        return false;
+      }
+    return true;
+  }
+
+  /// An attention whose query heads are split with its key/values whole reads, in the model's
+  /// code, only the key/value heads of its query heads: its key/value chains must hand it those.
+  bool kv_heads_ok(vertex_t v) {
+    if (g[v].kind != op_kind::attention) return true;
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (ops.size() < 3 || !in(v, 0).is_shard(2) || !in(v, 1).is_replicate() || n == 1) return true;
+    for (std::size_t i = 1; i < 3; ++i)
+      if (!kv_sliced[ops[i]] && !failed[ops[i]]) {
+        problem(v, "it splits its query heads over " + axis() + " and reads '" + name(ops[i]) + "' whole, but the model's "
+                   "attention reads only the key/value heads of its query heads, and nothing between it and the projection "
+                   "that computes them can be sliced so (an operator with other consumers, or no projection)");
+        return false;
+      }
+    return true;
+  }
+
+  /// dtensor: an operator gets exactly the layouts the plan computes it on.
+  void local_dtensor(vertex_t v) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    bool any_dt = false, all_dt = true, ok = true;
+    std::vector<placement> ins;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const vertex_t u = ops[i];
+      const placement want = want_of(v, i);
+      ins.push_back(want);
+      if (g[u].is_parameter()) {
+        if (!p.strategies[u].output[t].is_replicate() || !want.is_replicate()) {
+          problem(v, "it takes the parameter '" + name(u) + "' as " + to_string(want) + " on " + axis() +
+                         ": no parallel style splits a parameter that no linear, embedding or norm holds");
+          ok = false;
+        }
+        continue;
+      }
+      const placement h = failed[u] || (kv_sliced[u] && kv_of[u] == (kv_of[v] == none ? v : kv_of[v])) ? want : held_in(u, v);
+      if (!(h == want)) {
+        problem(v, "it takes '" + name(u) + "' as " + to_string(want) + " on " + axis() + ", but PyTorch hands it over as " +
+                       to_string(h) + ": data moves only at a module's input or output, and " +
+                       (is_module[u] ? "'" + name(u) + "' hands its output to consumers that want other layouts"
+                                     : "no module lies between them"));
+        ok = false;
+      }
+      const bool d = dtensor[u] != 0 && !is_integer(g[u].type) && !enters_convertible_layer(u, v);
+      any_dt = any_dt || d;
+      all_dt = all_dt && (d || is_integer(g[u].type));
+    }
+    if (!ok || !local_kind_ok(v, ins)) return;
+    if (!kv_heads_ok(v)) return;
+    const bool elementwise = is_unary_elementwise(nd.kind) || is_binary_elementwise(nd.kind) || nd.kind == op_kind::where;
+    if (any_dt && (!all_dt || !(elementwise || nd.kind == op_kind::cross_entropy))) {
+      problem(v, "a split that does not divide evenly over " + axis() + " reaches it as a DTensor (a local tensor cannot "
+                 "say the shard sizes), and " + (all_dt ? "PyTorch's DTensor runs it by its own rules" : "it mixes it with local tensors"));
+      return;
+    }
+    const bool whole_loss = nd.kind == op_kind::cross_entropy && ins[0].is_replicate();
+    if (whole_loss && !(in(v, 0).is_replicate() && in(v, 1).is_replicate()))
+      note(v, "the plan computes the loss on a slice of the batch or sequence over " + axis() + " and sums the partial means; "
+              "the model computes it on the whole logits and labels: the same number");
+    const placement o = whole_loss ? Replicate() : plan_out(v);
+    if (o.is_partial() && nd.kind != op_kind::cross_entropy) {
+      problem(v, "it leaves partial sums on " + axis() + ": only a row-parallel module reduces them");
+      return;
+    }
+    if (nd.kind == op_kind::cross_entropy && ins[0].is_shard()) {
+      if (!any_dt) {
+        problem(v, "a vocabulary-parallel loss reads logits split on " + axis() + " as a DTensor (loss_parallel), which its "
+                   "producer does not hand over");
+        return;
+      }
+      out.loss_parallel = true;
+    }
+    held[v] = o;
+    kv_sliced[v] = kv_of[v] != none && !ops.empty() && kv_sliced[ops[0]];
+    dtensor[v] = any_dt && nd.kind != op_kind::cross_entropy;
+    fix_inputs_if_split(v, o);
+    if (boost::out_degree(v, g) == 0 && nd.kind != op_kind::cross_entropy && !o.is_replicate())
+      problem(v, "the model returns it " + to_string(o) + " on " + axis() + ", and no module is there to gather it");
+  }
+
+  /// The module whose name holds operator v ("model.layers.0.self_attn" for its attention).
+  std::string parent(vertex_t v) const {
+    const std::size_t dot = name(v).rfind('.');
+    return dot == std::string::npos ? std::string() : name(v).substr(0, dot);
+  }
+
+  /// A key/value projection the plan keeps whole (kv_of): its output sliced to the key/value
+  /// heads of the rank's query heads, on the tensor-parallel group's ranks as (kv heads, ranks
+  /// per head) when there are fewer heads than ranks, and the attention told how many query
+  /// heads read each.
+  bool kv_slice(vertex_t v, tp_module& m, const placement& o) {
+    const vertex_t a = kv_of[v];
+    const int heads = g[a].attrs.heads, kv = g[a].attrs.kv_heads > 0 ? g[a].attrs.kv_heads : heads;
+    const std::string why = "it computes the key/values of '" + name(a) + "', which splits its query heads over " + axis() +
+                            " and reads the key/values whole; the model's attention reads only the key/value heads of its "
+                            "query heads, ";
+    if (!is_module[v] || role[v] != module_role::whole || !o.is_replicate() || (!hf() && !m.style.empty())) {
+      problem(v, why + "which a style slices off a projection computed whole and handed over whole");
+      return false;
+    }
+    if (n % kv != 0 && kv % n != 0) {
+      problem(v, why + "and " + std::to_string(kv) + " key/value heads over " + std::to_string(n) +
+                     " ranks are neither split nor replicated evenly");
+      return false;
+    }
+    if (hf()) {
+      if (major() < 5 && kv < n) {
+        problem(v, "transformers 4 has no style that replicates key/value heads over ranks (5's unit_colwise)");
+        return false;
+      }
+      for (std::size_t ax = 0; ax < p.mesh().ndim() && kv < n; ++ax)
+        if (ax != t && p.mesh().size(ax) > 1) {
+          problem(v, "transformers 5 puts the mesh's other axes (" + p.mesh().axis_label(ax) + ") under FSDP, which does not take "
+                     "the meshes unit_colwise replicates key/value heads on (from_pretrained fails); the DTensor export "
+                     "replicates them");
+          return false;
+        }
+      m.style = kv < n ? "unit_colwise" : "colwise";
+      note(v, "transformers stores and computes only the key/value heads each rank's query heads read; the plan keeps the "
+              "projection whole on every rank: the same numbers");
+      return true;
+    }
+    m.style = "PrepareModuleOutput";
+    m.kwargs = {{"output_layouts", "Replicate()"}, {"desired_output_layouts", "Shard(-1)"}, {"use_local_output", true}};
+    if (kv < n) {
+      m.mesh = "kv_heads_" + std::to_string(kv);
+      out.meshes[m.mesh] = {kv, n / kv};
+      out.attributes[parent(a)]["num_key_value_groups"] = heads / n;
+      note(v, "each rank keeps the key/value head its query heads read, on the '" + m.mesh + "' mesh (the " + axis() +
+              " ranks as " + std::to_string(kv) + " heads x " + std::to_string(n / kv) + " replicas), and '" + parent(a) +
+              "' is told that " + std::to_string(heads / n) + " query heads read it (num_key_value_groups)");
+    }
+    return true;
+  }
+
+  // ---- modules -------------------------------------------------------------------------------------
+
+  void module_dtensor(vertex_t v) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    const vertex_t x = ops[0];
+    if (!check_module(v)) return;
+    const module_role r = role[v];
+    const placement a = failed[x] ? in(v, 0) : held_in(x, v), w = in(v, 0);
+    const bool x_dt = dtensor[x] && !enters_convertible_layer(x, v);
+    const int orank = static_cast<int>(nd.shape.rank);
+    tp_module m{module_name(nd.name), "", nlohmann::json::object()};
+    placement desired = w, raw = plan_out(v);
+    switch (r) {
+      case module_role::column:
+        m.style = "ColwiseParallel";
+        desired = Replicate();
+        raw = Shard(orank - 1);
+        break;
+      case module_role::row:
+        m.style = "RowwiseParallel";
+        desired = nd.kind == op_kind::embedding ? Replicate() : Shard(static_cast<int>(g[x].shape.rank) - 1);
+        raw = Partial();
+        break;
+      case module_role::sequence:
+        raw = w;
+        if (uneven(w, x) && !x_dt) {
+          problem(v, "its input is split unevenly over " + axis() + " (dim " + std::to_string(w.dim) + " of " +
+                         std::to_string(g[x].shape[static_cast<std::size_t>(w.dim)]) + "), which no style can annotate");
+          return;
+        }
+        if (!(a == w) && !x_dt) {
+          // SequenceParallel reads its input as already split: the norm runs plain on the slice
+          // PrepareModuleInput takes (the same numbers; its weight's gradient is then each
+          // rank's share, which SequenceParallel would sum).
+          if (p.document.pricing.mode == run_mode::training)
+            note(v, "it runs on a slice of dim " + std::to_string(w.dim) + " taken at its input: its weight's gradient is each "
+                    "rank's share, to be summed over " + axis() + " (SequenceParallel does that where the input arrives split)");
+          break;
+        }
+        m.style = "SequenceParallel";
+        m.kwargs["sequence_dim"] = w.dim;
+        m.kwargs["use_local_output"] = true;
+        break;
+      case module_role::sliced:
+        desired = Replicate();
+        raw = Replicate();
+        note(v, "the plan stores its weight whole on " + axis() + " and computes on a slice of it (" + to_string(in(v, 1)) +
+                    "); PyTorch computes the whole output from the whole weight and keeps what its consumers take: the same "
+                    "numbers, more compute");
+        break;
+      default: break;  // whole: the module computes on the slice of the input the plan gives it
+    }
+    if (!desired.is_replicate() && !desired.is_shard(static_cast<int>(g[x].shape.rank) - 1) && uneven(desired, x) && r != module_role::sequence) {
+      problem(v, "it computes on a split of dim " + std::to_string(desired.dim) + " of its input over " + axis() +
+                     " that does not divide evenly: no style hands a module such a slice");
+      return;
+    }
+    const bool styled = !m.style.empty();
+    if (r == module_role::column || r == module_role::row) m.kwargs["input_layouts"] = pt(a, x);
+    if (r == module_role::sequence && !styled) desired = w;
+    const bool convert_in = !styled && (!(a == desired) || x_dt);
+    // The output: what the consumers take, or the whole tensor for the model's own output.
+    std::optional<placement> o;
+    bool loss_parallel = false;
+    if (boost::out_degree(v, g) == 0) {
+      o = Replicate();
+      if (!raw.is_replicate())
+        note(v, "the model's output: gathered over " + axis() + " (the plan leaves it " + to_string(plan_out(v)) +
+                    "), so that every rank has the whole of it");
+    } else {
+      for (auto [c, i] : consumers(v))
+        if (g[c].kind == op_kind::cross_entropy && in(c, i).is_shard(orank - 1) && r == module_role::column) loss_parallel = true;
+      o = loss_parallel ? std::optional<placement>(Shard(orank - 1)) : output_layout(v, raw, r != module_role::sequence);
+      if (!o) return;
+      // The model's own code reads the batch and sequence length off the token embedding's
+      // output (positions, the causal mask): it leaves the embedding with both whole, and the
+      // first layer takes its slice at its entry.
+      auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
+      if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) o = splits_rows(raw) ? Replicate() : raw;
+    }
+    const bool local_out = !uneven(*o, v) && !loss_parallel;
+    if (o->is_partial() && !styled) {
+      problem(v, "its consumers keep partial sums it does not make");
+      return;
+    }
+    if (r == module_role::column || r == module_role::row) {
+      m.kwargs["output_layouts"] = pt(*o, v);
+      m.kwargs["use_local_output"] = local_out;
+    } else if (!styled) {
+      const bool convert_out = !(*o == raw);
+      if (convert_in && convert_out) m.style = "PrepareModuleInputOutput";
+      else if (convert_in) m.style = "PrepareModuleInput";
+      else if (convert_out) m.style = "PrepareModuleOutput";
+      if (convert_in) {
+        m.kwargs["input_layouts"] = pt(a, x);
+        m.kwargs["desired_input_layouts"] = pt(desired, x);
+        m.kwargs[convert_out ? "use_local_input" : "use_local_output"] = true;
+      }
+      if (convert_out) {
+        m.kwargs["output_layouts"] = pt(raw, v);
+        m.kwargs["desired_output_layouts"] = pt(*o, v);
+        m.kwargs["use_local_output"] = local_out;
+      }
+    }
+    if (loss_parallel)
+      note(v, "its output (the logits) stays split over " + axis() + " as a DTensor, as the plan's vocabulary-parallel loss "
+              "reads it: compute the loss under torch.distributed.tensor.parallel.loss_parallel()");
+    if (kv_of[v] != none) {
+      if (!kv_slice(v, m, *o)) return;
+      kv_sliced[v] = 1;
+    }
+    held[v] = *o;
+    dtensor[v] = !local_out;
+    fix_inputs_if_split(v, desired);
+    fix_inputs_if_split(v, *o);
+    if (!m.style.empty()) out.modules.push_back(std::move(m));
+  }
+
+  // ---- transformers: its styles have fixed layouts ---------------------------------------------
+
+  int major() const { return out.options.transformers_major; }
+
+  /// hf: the module's style in transformers' vocabulary, from the layout its input arrives in.
+  void module_hf(vertex_t v) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    const vertex_t x = ops[0];
+    const bool emb = nd.kind == op_kind::embedding, norm = !emb && nd.kind != op_kind::linear;
+    const int orank = static_cast<int>(nd.shape.rank), xlast = static_cast<int>(g[x].shape.rank) - 1;
+    if (!check_module(v)) return;
+    const module_role r = role[v];
+    const placement a = failed[x] ? in(v, 0) : held[x];
+    tp_module m{module_name(nd.name), "replicate", nlohmann::json::object()};
+    auto takes_whole = [&](const char* style) {
+      if (a.is_replicate()) return true;
+      problem(v, std::string("transformers' '") + style + "' takes its input whole, but it arrives " + to_string(a) + " on " + axis() +
+                     " (the DTensor export converts it)");
+      return false;
+    };
+    if (a.is_partial()) {
+      problem(v, "its input arrives as partial sums, which no transformers style reduces before a module");
+      return;
+    }
+    switch (r) {
+      case module_role::whole:
+      case module_role::sequence:
+        if (kv_of[v] != none && !norm) {
+          if (!takes_whole("unit_colwise") || !kv_slice(v, m, Replicate())) return;
+          kv_sliced[v] = 1;
+          held[v] = Shard(orank - 1);
+          break;
+        }
+        if (a.is_shard(xlast) && !norm) {
+          problem(v, "its input arrives split on its features over " + axis() + " and its weight is whole");
+          return;
+        }
+        if (r == module_role::sequence)
+          note(v, "the plan runs it on a slice of the batch or sequence (input " + to_string(in(v, 0)) + " on " + axis() +
+                "); transformers' rowwise all-reduces where the plan reduce-scatters, so the norm runs on the whole: the "
+                "same numbers, other collectives (the DTensor export keeps the plan's)");
+        held[v] = a.is_shard() ? Shard(a.dim) : Replicate();
+        break;
+      case module_role::sliced:
+        if (!takes_whole("replicate")) return;
+        note(v, "the plan stores its weight whole and computes on a slice of it; transformers computes it whole: the same numbers");
+        held[v] = Replicate();
+        break;
+      case module_role::column: {
+        if (emb) {
+          if (major() < 5) {
+            problem(v, "an embedding split on its hidden dim: transformers 4's 'colwise' leaves each rank its slice of every "
+                       "vector (5's embedding_colwise gathers them)");
+            return;
+          }
+          if (!takes_whole("embedding_colwise")) return;
+          m.style = "embedding_colwise";
+          held[v] = Replicate();
+          break;
+        }
+        if (!takes_whole("colwise")) return;
+        std::optional<placement> o = boost::out_degree(v, g) == 0 ? std::optional<placement>(Replicate()) : output_layout(v, Shard(orank - 1));
+        if (!o) return;
+        const bool split = o->is_shard(orank - 1);
+        if (split && uneven(*o, v) && major() < 5) {
+          problem(v, "its output features (" + std::to_string(nd.shape[static_cast<std::size_t>(orank - 1)]) + ") do not divide over " +
+                         axis() + ": transformers 4's colwise assumes even shards");
+          return;
+        }
+        m.style = split ? "colwise" : major() >= 5 ? "colwise_gather_output" : "colwise_rep";
+        if (!split && !o->is_replicate())
+          note(v, "the plan hands its output over " + to_string(*o) + " on " + axis() + "; transformers gathers it whole: the same numbers");
+        held[v] = split ? Shard(orank - 1) : Replicate();
+        break;
+      }
+      case module_role::row:
+        if (emb) {
+          if (!takes_whole("embedding_rowwise")) return;
+          m.style = major() >= 5 ? "embedding_rowwise" : "rowwise";
+        } else if (a.is_shard(xlast)) {
+          m.style = "rowwise";
+        } else if (a.is_replicate()) {
+          m.style = major() >= 5 ? "rowwise_split_input" : "rowwise_rep";
+        } else {
+          problem(v, "row-parallel with its input " + to_string(a) + " on " + axis() + ": transformers' rowwise takes it split on the "
+                     "features or whole");
+          return;
+        }
+        for (auto [c, i] : consumers(v))
+          if (!in(c, i).is_replicate() && !in(c, i).is_partial()) {
+            note(v, "the plan reduce-scatters its output to " + to_string(in(c, i)) + " on " + axis() + " (sequence parallel); "
+                    "transformers' '" + m.style + "' all-reduces it: the same numbers, other collectives");
+            break;
+          }
+        held[v] = Replicate();
+        break;
+      default: break;
+    }
+    if (!norm) out.modules.push_back(std::move(m));
+  }
+
+  /// hf: an operator runs on what transformers hands it; it must be a way the graph's rules
+  /// compute it (a strategy taking exactly those layouts, with no communication of its own).
+  void local_hf(vertex_t v, const strategy_options& so) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    std::vector<placement> ins;
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      ins.push_back(g[ops[i]].is_parameter() ? p.strategies[ops[i]].output[t] : failed[ops[i]] ? in(v, i) : held[ops[i]]);
+    if (!local_kind_ok(v, ins)) return;
+    if (kv_of[v] != none && !ops.empty() && kv_sliced[ops[0]]) {  // a key/value chain on the rank's heads
+      held[v] = held[ops[0]];
+      kv_sliced[v] = 1;
+      return;
+    }
+    if (nd.kind == op_kind::attention && ops.size() >= 3 && (kv_sliced[ops[1]] || kv_sliced[ops[2]])) {
+      if (ins[0].is_shard(2) && kv_sliced[ops[1]] && kv_sliced[ops[2]]) {
+        held[v] = Shard(2);
+        return;
+      }
+      problem(v, "its key/values arrive as the rank's heads, its queries " + to_string(ins[0]) + " on " + axis());
+      return;
+    }
+    if (!kv_heads_ok(v)) return;
+    const strategy& chosen = p.strategies[v];
+    for (const strategy& s : enumerate_strategies(g, v, p.mesh(), so)) {
+      bool match = s.comm_seconds == 0 && !s.output[t].is_partial() && s.zero_stage == 0;
+      for (std::size_t a = 0; a < p.mesh().ndim() && match; ++a) {
+        if (a != t && !(s.output[a] == chosen.output[a])) match = false;
+        for (std::size_t i = 0; i < ops.size() && match; ++i)
+          match = a == t ? s.inputs[i][a] == ins[i] : s.inputs[i][a] == chosen.inputs[i][a];
+      }
+      if (!match) continue;
+      held[v] = s.output[t];
+      if (boost::out_degree(v, g) == 0 && nd.kind != op_kind::cross_entropy && !held[v].is_replicate())
+        problem(v, "the model returns it " + to_string(held[v]) + " on " + axis() + ", and no transformers style gathers it");
+      return;
+    }
+    std::string given;
+    for (std::size_t i = 0; i < ops.size(); ++i) given += (i ? ", " : "") + name(ops[i]) + " " + to_string(ins[i]);
+    problem(v, "transformers hands it " + given + " on " + axis() + ", and it cannot compute on those without moving data "
+               "(the plan computes it on other layouts, which transformers' styles cannot produce here)");
+  }
+
+  void run() {
+    classify();
+    check_other_axes();
+    bool partial_loss = false;
+    if (data_parallel_axis(t, false, partial_loss)) {
+      // Only the batch is split over the chosen axis too: data parallelism, nothing to shard.
+      // Every rank computes its own rows with the whole model (fed its slice of the batch, as
+      // DDP feeds it); the hf export still names every module, replicate.
+      out.notes.push_back("the plan only splits the batch over " + axis() + " (data parallelism): every rank computes its "
+                          "own rows with the whole model; feed each its slice of the batch, as DDP does");
+      if (hf())
+        for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+          if (is_module[v] && g[v].kind != op_kind::layer_norm && g[v].kind != op_kind::rms_norm)
+            out.modules.push_back({module_name(name(v)), "replicate", nlohmann::json::object()});
+      return;
+    }
+    strategy_options so;
+    so.pricing.mode = p.document.pricing.mode;
+    for (vertex_t v : topological_order(g)) {
+      const node& nd = g[v];
+      if (nd.is_parameter()) continue;
+      if (nd.is_input()) {
+        held[v] = Replicate();  // the user hands every rank of the tp group the whole input
+        continue;
+      }
+      if (is_module[v]) hf() ? module_hf(v) : module_dtensor(v);
+      else hf() ? local_hf(v, so) : local_dtensor(v);
+    }
+    // Parameters no module holds, split on the tensor-parallel axis.
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_parameter() || p.strategies[v].output[t].is_replicate()) continue;
+      bool held_by_module = false;
+      for (auto [c, i] : consumers(v)) held_by_module = held_by_module || (is_module[c] && i >= 1);
+      if (!held_by_module)
+        problem(v, "a parameter split " + to_string(p.strategies[v].output) + " that no linear, embedding or norm holds: no parallel "
+                   "style splits it");
+    }
+    if (!out.fixed_inputs.empty())
+      out.notes.push_back("the plan splits activations over " + axis() + " on a dim other than their features (the batch or "
+                          "the sequence): the model's inputs must have the plan's shapes (fixed_inputs)");
+  }
+};
+
 }  // namespace detail
 
-/// Reads a plan's tensor-parallel axis as module styles. `tp_axis` < 0 picks the axis named
-/// "tp", else the last axis of more than one rank. Throws spec_error for an axis the mesh lacks.
-inline tp_export export_tensor_parallel(const loaded_plan& p, int tp_axis = -1) {
+/// Reads a plan's tensor-parallel axis as one target's module styles. Throws spec_error for an
+/// axis the mesh lacks or a transformers release other than 4 or 5; what the target cannot
+/// express is listed in problems.
+inline tp_export export_tensor_parallel(const loaded_plan& p, const export_options& o = {}) {
   tp_export out;
   out.mesh = p.mesh();
-  out.tp_axis = tp_axis >= 0 ? tp_axis : detail::default_tp_axis(p.mesh());
+  out.options = o;
+  out.tp_axis = o.tp_axis >= 0 ? o.tp_axis : detail::default_tp_axis(p.mesh());
   if (out.tp_axis < 0) throw spec_error("the plan's mesh " + to_string(p.mesh()) + " has no axis of more than one rank to export");
   if (out.tp_axis >= static_cast<int>(p.mesh().ndim()))
     throw spec_error("mesh axis " + std::to_string(out.tp_axis) + " is outside the plan's mesh " + to_string(p.mesh()));
-  const auto tp = static_cast<std::size_t>(out.tp_axis);
-  const std::string tp_label = p.mesh().axis_label(tp);
-  const model_graph& g = p.graph();
-  auto problem = [&](vertex_t v, const std::string& why) { out.problems.push_back("'" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + "): " + why); };
-  auto note = [&](vertex_t v, const std::string& what) { out.notes.push_back("'" + g[v].name + "': " + what); };
-  auto hf_note = [&](vertex_t v, const std::string& what) { out.hf_notes.push_back("'" + g[v].name + "': " + what); };
-  std::set<vertex_t> styled_params;  // parameters a style accounts for
-
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    const node& nd = g[v];
-    const bool lin = nd.kind == op_kind::linear, emb = nd.kind == op_kind::embedding;
-    const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
-    if (!lin && !emb && !norm) continue;
-    const std::vector<vertex_t> ops = operands(g, v);
-    const strategy& st = p.strategies[v];
-    const std::size_t wi = 1;  // the weight: linear (x, W, b), embedding (ids, table), norms (x, w, b)
-    if (ops.size() <= wi || !g[ops[wi]].is_parameter()) continue;
-    // Every parameter of the module: stored whole on every axis but the tensor-parallel one.
-    bool other_axes_ok = true;
-    for (std::size_t i = 1; i < ops.size(); ++i) {
-      if (!g[ops[i]].is_parameter()) continue;
-      styled_params.insert(ops[i]);
-      const sharding_spec& stored = p.strategies[ops[i]].output;
-      for (std::size_t a = 0; a < p.mesh().ndim(); ++a) {
-        if (a == tp || p.mesh().size(a) == 1) continue;
-        if (!stored[a].is_replicate() || !st.inputs[i][a].is_replicate()) {
-          problem(v, "its parameter '" + g[ops[i]].name + "' is " + to_string(stored[a]) + " on " + p.mesh().axis_label(a) +
-                         ": a tensor-parallel plan splits weights over one mesh axis (" + tp_label +
-                         "); splitting them over another too (2-D tensor parallelism, ZeRO-3 / FSDP) is beyond tp_plan and parallelize_module");
-          other_axes_ok = false;
-          break;
-        }
-      }
-      if (!other_axes_ok) break;
-    }
-    if (!other_axes_ok) continue;
-    const int xrank = static_cast<int>(g[ops[0]].shape.rank);
-    const placement x = st.inputs[0][tp];
-    const placement ws = p.strategies[ops[wi]].output[tp], wc = st.inputs[wi][tp];
-    if (ws.is_partial() || wc.is_partial()) {
-      problem(v, "its weight is Partial on " + tp_label + ": no parallel style holds a weight as partial sums");
-      continue;
-    }
-    if (x.is_partial()) {
-      problem(v, "its input arrives as partial sums on " + tp_label + " and is used before they are reduced: no parallel style takes a Partial input");
-      continue;
-    }
-    if (norm) {
-      if (!ws.is_replicate() || !wc.is_replicate() ||
-          (ops.size() > 2 && (!p.strategies[ops[2]].output[tp].is_replicate() || !st.inputs[2][tp].is_replicate()))) {
-        problem(v, "its parameters are split on " + tp_label + ": a norm's weight stays whole in every parallel style");
-        continue;
-      }
-      if (x.is_shard(xrank - 1)) {
-        problem(v, "it normalises a feature dim split on " + tp_label + ": no parallel style computes a norm over split features");
-        continue;
-      }
-      if (x.is_shard() && (xrank < 3 || x.dim != xrank - 2)) {
-        note(v, "its input is split on dim " + std::to_string(x.dim) + " over " + tp_label +
-                    " with the weights whole (data parallel compute): exported as replicated, the same weights");
-      } else if (x.is_shard()) {  // [B,S,H]: the sequence dim
-        out.modules.push_back({nd.name, "", "SequenceParallel", "", "", x.dim, false});
-        hf_note(v, "sequence parallel (dim " + std::to_string(x.dim) + " split on " + tp_label +
-                    "): transformers' plan strings leave norms replicated, so the hf export omits it");
-      }
-      continue;
-    }
-    const int out_dim = lin ? (nd.attrs.transposed_weight ? 1 : 0) : 1;  // embedding table [V,H]: H is the output
-    const int in_dim = lin ? (nd.attrs.transposed_weight ? 0 : 1) : 0;
-    if (ws.is_replicate()) {
-      if (wc.is_shard())
-        note(v, "the plan stores the weight whole on " + tp_label + " and computes on a slice of it (" +
-                    (wc.is_shard(out_dim) ? "column" : "row") + "-parallel in compute only); exported as replicated, the same weights");
-      else if (x.is_shard() && p.mesh().size(tp) > 1)
-        note(v, "weight whole, input split on dim " + std::to_string(x.dim) + " over " + tp_label +
-                    " (data or sequence parallel compute): exported as replicated, the same weights");
-      continue;
-    }
-    if (!(ws == wc)) {
-      problem(v, "the weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + tp_label +
-                     ": a parallel style stores a weight the way the module uses it");
-      continue;
-    }
-    const bool conv1d = lin && nd.attrs.transposed_weight;
-    if (conv1d)
-      note(v, "the weight is stored [in,out] (GPT-2's Conv1D): transformers' styles split nn.Linear's [out,in] weight, so "
-              "the module needs nn.Linear storage before this plan applies (the role, column or row, is what is exported)");
-    if (emb && !x.is_replicate()) {
-      note(v, "its ids arrive split on dim " + std::to_string(x.dim) + " over " + tp_label + "; the styles take them whole");
-    }
-    const std::optional<placement> want = detail::consumers_want(p, v, tp);
-    tp_module m{nd.name, "", "", "", "", 1, conv1d};
-    if (ws.is_shard(out_dim)) {  // column-parallel: output features split
-      if (lin && x.is_shard(xrank - 1)) {
-        problem(v, "column-parallel with its input features split on " + tp_label + ": no style splits both");
-        continue;
-      }
-      m.style = "ColwiseParallel";
-      m.input_layout = x.is_replicate() || emb ? "Replicate()" : detail::tp_placement(x.dim, xrank);
-      // The module's output is split on its features (st.output); what the consumers ask for
-      // is a redistribute after the module, which the plan prices on the edge.
-      const int orank = static_cast<int>(nd.shape.rank);
-      m.hf = "colwise";
-      m.output_layout = "Shard(-1)";
-      if (want && !want->is_shard(orank - 1))
-        hf_note(v, "the plan redistributes the output to " + to_string(*want) + " on " + tp_label +
-                    " after the module (" + (want->is_replicate() ? "an all-gather: transformers' colwise_rep would do it inside" : "for its consumers") + ")");
-      if (!want) note(v, "its consumers take the output in different layouts on " + tp_label);
-      if (lin && x.is_shard()) hf_note(v, "its input arrives split on dim " + std::to_string(x.dim) + " (sequence parallel): 'colwise' in transformers assumes it whole");
-      if (const fused_dim f = fused_dim_of(g, v); f.any())
-        note(v, "its output features are " + std::to_string(f.parts) + " fused parts, each split over " + tp_label +
-                    " (rank r holds piece r of every part, Megatron's fused QKV): ColwiseParallel and 'colwise' cut one "
-                    "contiguous run, so the weight's columns and bias must be stored regrouped rank by rank before this "
-                    "plan applies (`autoshard shard --plan` writes them so)");
-    } else if (ws.is_shard(in_dim)) {  // row-parallel: input features split, output partial sums
-      m.style = "RowwiseParallel";
-      if (emb) {  // vocab-parallel: each rank looks up its rows, the partial sums are reduced
-        m.hf = "rowwise";
-        m.input_layout = "Replicate()";
-      } else if (x.is_shard(xrank - 1)) {
-        m.hf = "rowwise";
-        m.input_layout = "Shard(-1)";
-      } else if (x.is_replicate()) {
-        m.hf = "rowwise_rep";
-        m.input_layout = "Replicate()";
-      } else {
-        problem(v, "row-parallel with its input split on dim " + std::to_string(x.dim) + " over " + tp_label +
-                       ": RowwiseParallel takes the features split or the input whole");
-        continue;
-      }
-      const int orank = static_cast<int>(nd.shape.rank);
-      if (!want || want->is_partial()) {
-        problem(v, "row-parallel and its consumers keep the partial sums on " + tp_label +
-                       ": RowwiseParallel reduces them at the module's output");
-        continue;
-      }
-      if (want->is_replicate()) m.output_layout = "Replicate()";
-      else {
-        m.output_layout = detail::tp_placement(want->dim, orank);
-        hf_note(v, "the output is reduce-scattered to " + m.output_layout + " (sequence parallel); transformers' '" + m.hf +
-                    "' all-reduces it: the same weights and results, other collectives");
-      }
-    } else {
-      problem(v, "its weight is " + to_string(ws) + " on " + tp_label + ": no parallel style splits that dim");
-      continue;
-    }
-    out.modules.push_back(m);
-  }
-  // Parameters no style accounts for, split on the tensor-parallel axis.
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_parameter() && !styled_params.count(v) && !p.strategies[v].output.is_replicated())
-      problem(v, "a parameter split " + to_string(p.strategies[v].output) +
-                     " that no linear, embedding or norm module holds: no parallel style splits it");
+  if (o.transformers_major != 4 && o.transformers_major != 5)
+    throw spec_error("transformers " + std::to_string(o.transformers_major) + ": the hf export writes the vocabulary of "
+                     "transformers 5 (the current release) or 4 (the previous one)");
+  detail::tp_walk w(p, out);
+  w.run();
   return out;
 }
 
 namespace detail {
-/// "model.layers.3.mlp.up_proj" -> "model.layers.*.mlp.up_proj", transformers' spelling of
-/// the pass's layer key.
-inline std::string layer_wildcard(const std::string& name) {
-  std::string k = layer_key(name);
-  if (k != name)
-    if (const std::size_t h = k.find('#'); h != std::string::npos) k[h] = '*';
-  return k;
-}
 inline void throw_if_problems(const tp_export& e, const std::string& target) {
   if (e.problems.empty()) return;
   std::string msg = "the plan cannot be written as " + target + ": " + std::to_string(e.problems.size()) +
-                    " operator(s) no parallel style expresses:";
+                    " operator(s) it cannot express:";
   for (const std::string& p : e.problems) msg += "\n  " + p;
   throw spec_error(msg);
 }
+inline nlohmann::json mesh_json(const tp_export& e) {
+  nlohmann::json shape = nlohmann::json::array(), names = nlohmann::json::array();
+  for (std::size_t a = 0; a < e.mesh.ndim(); ++a) {
+    shape.push_back(e.mesh.size(a));
+    names.push_back(e.mesh.axis_name(a).empty() ? (static_cast<int>(a) == e.tp_axis ? std::string("tp") : "dim" + std::to_string(a))
+                                                : std::string(e.mesh.axis_name(a)));
+  }
+  return {{"mesh", to_string(e.mesh)},
+          {"mesh_shape", shape},
+          {"mesh_dim_names", names},
+          {"tp_axis", e.tp_axis},
+          {"tp_axis_name", names[static_cast<std::size_t>(e.tp_axis)]},
+          {"tp_size", e.mesh.size(static_cast<std::size_t>(e.tp_axis))}};
+}
 }  // namespace detail
 
-/// The notes that go with the hf export: both lists.
-inline std::vector<std::string> hf_export_notes(const tp_export& e) {
-  std::vector<std::string> n = e.notes;
-  n.insert(n.end(), e.hf_notes.begin(), e.hf_notes.end());
-  return n;
+/// PyTorch's parallelize_module plan: {"plan": {module: {"style", "kwargs"}}}; kwargs hold the
+/// layouts as PyTorch writes them ("Shard(-1)"), for ColwiseParallel(**kwargs) and friends.
+inline nlohmann::json to_dtensor_plan(const tp_export& e) {
+  if (e.options.target != export_target::dtensor) throw spec_error("to_dtensor_plan needs an export made for the dtensor target");
+  detail::throw_if_problems(e, "a PyTorch parallelize_module plan");
+  nlohmann::json plan = nlohmann::json::object(), meshes = nlohmann::json::object();
+  for (const tp_module& m : e.modules) {
+    plan[m.module] = {{"style", m.style}, {"kwargs", m.kwargs}};
+    if (!m.mesh.empty()) plan[m.module]["mesh"] = m.mesh;
+  }
+  for (const auto& [name, ur] : e.meshes) meshes[name] = {{"units", ur.first}, {"replicas", ur.second}};
+  nlohmann::json j = detail::mesh_json(e);
+  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 2}, {"plan", plan}, {"meshes", meshes},
+            {"attributes", e.attributes}, {"loss_parallel", e.loss_parallel}, {"fixed_inputs", e.fixed_inputs},
+            {"notes", e.notes}});
+  return j;
 }
 
-/// transformers' spelling: {"tp_plan": {module: style}, "base_model_prefix", "base_model_tp_plan"}.
-/// Repeated layers with one style become one "layers.*" key, as transformers writes them.
+/// transformers' tp_plan: {"tp_plan": {key: style}} with the model's module names, layer
+/// numbers as `*` (the only keys transformers matches), every linear and embedding named
+/// ("replicate" where the plan keeps it whole, so that a model class's own plan cannot change
+/// it when transformers merges the two), and the same without the base model's prefix
+/// ("base_model_tp_plan", for a config). Layers that differ are a problem: no key says them.
 inline nlohmann::json to_hf_tp_plan(const tp_export& e) {
-  detail::throw_if_problems(e, "a Hugging Face tp_plan");
-  // Group per wildcard key; a key stands for all its layers only when they agree and all are listed.
-  std::map<std::string, std::set<std::string>> styles;  // wildcard -> styles
-  std::map<std::string, std::string> by_module;
+  if (e.options.target != export_target::hf) throw spec_error("to_hf_tp_plan needs an export made for the hf target");
+  tp_export checked = e;
+  std::map<std::string, std::string> by_key, first_module;
   std::vector<std::string> order;
   for (const tp_module& m : e.modules) {
-    if (m.hf.empty()) continue;
-    const std::string w = detail::layer_wildcard(m.module);
-    if (!styles.count(w)) order.push_back(w);
-    styles[w].insert(m.hf);
-    by_module[m.module] = m.hf;
+    const std::string k = detail::layer_wildcard(m.module);
+    auto [it, fresh] = by_key.emplace(k, m.style);
+    if (fresh) {
+      order.push_back(k);
+      first_module[k] = m.module;
+    } else if (it->second != m.style) {
+      checked.problems.push_back("'" + m.module + "' (" + m.style + ") and '" + first_module[k] + "' (" + it->second + "): the plan "
+                                 "treats layers of '" + k + "' differently, and transformers matches only that key (a key per "
+                                 "layer matches nothing)");
+      it->second = m.style;  // reported once per layer that differs
+    }
   }
+  detail::throw_if_problems(checked, "a transformers " + std::to_string(e.options.transformers_major) + " tp_plan");
   nlohmann::json plan = nlohmann::json::object();
-  for (const std::string& w : order) {
-    if (styles[w].size() == 1) plan[w] = *styles[w].begin();
-    else
-      for (const auto& [mod, s] : by_module)
-        if (detail::layer_wildcard(mod) == w) plan[mod] = s;
-  }
-  // The base model: the first component the layered names share ("model." in
-  // "model.layers.*", "transformer." in "transformer.h.*"); none when they share none.
+  for (const std::string& k : order) plan[k] = by_key[k];
+  // The base model: the first component every layered key shares ("model." in "model.layers.*").
   std::string prefix;
   bool first = true;
-  for (const tp_module& m : e.modules) {
-    const std::string w = detail::layer_wildcard(m.module);
-    const std::size_t star = w.find('*'), dot = w.find('.');
-    if (m.hf.empty() || star == std::string::npos) continue;
-    const std::string head = dot < star ? w.substr(0, dot + 1) : std::string();
+  for (const std::string& k : order) {
+    const std::size_t star = k.find('*'), dot = k.find('.');
+    if (star == std::string::npos) continue;
+    const std::string head = dot < star ? k.substr(0, dot + 1) : std::string();
     if (first) prefix = head;
     else if (head != prefix) prefix.clear();
     first = false;
   }
   nlohmann::json base = nlohmann::json::object();
-  for (const auto& [k, s] : plan.items())
-    if (prefix.empty() || k.rfind(prefix, 0) == 0) base[prefix.empty() ? k : k.substr(prefix.size())] = s;
-  nlohmann::json j{{"format", "autoshard.hf_tp_plan"},
-                   {"version", 1},
-                   {"mesh", to_string(e.mesh)},
-                   {"tp_axis", e.tp_axis},
-                   {"tp_size", e.mesh.size(static_cast<std::size_t>(e.tp_axis))},
-                   {"tp_plan", plan},
-                   {"base_model_prefix", prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)},
-                   {"base_model_tp_plan", base},
-                   {"notes", hf_export_notes(e)}};
-  if (!e.mesh.axis_name(static_cast<std::size_t>(e.tp_axis)).empty())
-    j["tp_axis_name"] = std::string(e.mesh.axis_name(static_cast<std::size_t>(e.tp_axis)));
-  return j;
-}
-
-/// PyTorch's parallelize_module plan: {"plan": {module: {"style", "kwargs"}}}; kwargs hold the
-/// layouts as PyTorch writes them ("Shard(-1)"), for ColwiseParallel(**kwargs) and friends.
-inline nlohmann::json to_dtensor_plan(const tp_export& e) {
-  tp_export checked = e;
-  for (const tp_module& m : e.modules)
-    if (m.transposed_weight)
-      checked.problems.push_back("'" + m.module + "' (linear): its weight is stored [in,out] (GPT-2's Conv1D), and PyTorch's " +
-                                 m.style + " accepts nn.Linear and nn.Embedding only");
-  detail::throw_if_problems(checked, "a PyTorch parallelize_module plan");
-  nlohmann::json plan = nlohmann::json::object();
-  for (const tp_module& m : e.modules) {
-    nlohmann::json kw = nlohmann::json::object();
-    if (m.style == "SequenceParallel") kw["sequence_dim"] = m.sequence_dim;
-    else {
-      kw["input_layouts"] = m.input_layout;
-      kw["output_layouts"] = m.output_layout;
-    }
-    plan[m.module] = {{"style", m.style}, {"kwargs", kw}};
-  }
-  nlohmann::json j{{"format", "autoshard.dtensor_plan"},
-                   {"version", 1},
-                   {"mesh", to_string(e.mesh)},
-                   {"tp_axis", e.tp_axis},
-                   {"tp_size", e.mesh.size(static_cast<std::size_t>(e.tp_axis))},
-                   {"plan", plan},
-                   {"notes", e.notes}};
-  if (!e.mesh.axis_name(static_cast<std::size_t>(e.tp_axis)).empty())
-    j["tp_axis_name"] = std::string(e.mesh.axis_name(static_cast<std::size_t>(e.tp_axis)));
+  for (const std::string& k : order)
+    if (!prefix.empty() && k.rfind(prefix, 0) == 0) base[k.substr(prefix.size())] = by_key[k];
+  nlohmann::json j = detail::mesh_json(e);
+  j.update({{"format", "autoshard.hf_tp_plan"},
+            {"version", 2},
+            {"transformers", e.options.transformers_major},
+            {"tp_plan", plan},
+            {"base_model_prefix", prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)},
+            {"base_model_tp_plan", base},
+            {"notes", e.notes}});
   return j;
 }
 

@@ -1,5 +1,6 @@
-// Plans exported as transformers' tp_plan and PyTorch's parallelize_module plan: the Megatron
-// baselines of GPT-2 and LLaMA against the plans transformers ships (tests/data/export).
+// Plans exported as PyTorch's parallelize_module plan and transformers' tp_plan: what each
+// style and layout is for a plan, and what is refused. tests/client/exports_test.py applies
+// the exports in PyTorch and transformers and compares with the unsharded model.
 #include <doctest/doctest.h>
 
 #include <autoshard/pass/export.hpp>
@@ -12,30 +13,52 @@
 
 namespace {
 
+using autoshard::export_target;
+using nlohmann::literals::operator""_json_pointer;
+
 nlohmann::json shipped(const std::string& model) {
   std::ifstream in(std::string(AUTOSHARD_TEST_DATA_DIR) + "/export/hf_tp_plans.json");
   REQUIRE(in);
   return nlohmann::json::parse(in).at(model);
 }
 
+struct solve_with {
+  std::string algo = "megatron";
+  std::vector<int> mesh{4};
+  std::vector<std::string> names{};
+  bool no_latency = false;  ///< links with no latency: the cost model then picks sequence parallelism at small sizes
+  std::map<std::string, std::string> pins{};
+};
+
 /// Solved in the mode the graph was built for (a training graph ends in its loss).
-autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const std::string& algo, std::vector<int> mesh,
-                                      std::vector<std::string> names = {}) {
+autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const solve_with& w) {
   autoshard::autosharding_options o;
   o.pricing.mode = autoshard::find_vertex(g, "loss") ? autoshard::run_mode::training : autoshard::run_mode::inference;
-  o.mesh = autoshard::make_cluster_mesh(mesh);
-  for (std::size_t a = 0; a < names.size(); ++a) o.mesh.set_axis_name(a, names[a]);
-  o.algo = *autoshard::parse_algo(algo);
+  autoshard::cluster_links links;
+  if (w.no_latency) links.inter_node_latency = links.intra_node_latency = links.inter_node_hop = links.intra_node_hop = 0;
+  o.mesh = autoshard::make_cluster_mesh(w.mesh, links);
+  for (std::size_t a = 0; a < w.names.size(); ++a) o.mesh.set_axis_name(a, w.names[a]);
+  for (const auto& [name, spec] : w.pins)
+    o.pinned[name] = autoshard::parse_spec(spec, static_cast<int>(w.mesh.size()),
+                                           static_cast<int>(g[*autoshard::find_vertex(g, name)].shape.rank));
+  o.algo = *autoshard::parse_algo(w.algo);
   o.compare_baselines = false;
-  o.ilp_solution_file = autoshard_test::unique_temp_path("export_" + algo + ".json").string();
+  o.ilp_solution_file = autoshard_test::unique_temp_path("export_" + w.algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(g, o);
   autoshard::loaded_plan p = autoshard::load_plan(o.ilp_solution_file);  // the one plan reader
   std::filesystem::remove(o.ilp_solution_file);
   return p;
 }
 
-autoshard::transformer_config small_llama(autoshard::run_mode mode) {
-  auto c = autoshard::transformer_config::llama(3, 256, 8, 8, 688);
+autoshard::tp_export exported(const autoshard::loaded_plan& p, export_target t, int transformers = 5) {
+  autoshard::export_options o;
+  o.target = t;
+  o.transformers_major = transformers;
+  return autoshard::export_tensor_parallel(p, o);
+}
+
+autoshard::transformer_config small_llama(autoshard::run_mode mode, int layers = 3) {
+  auto c = autoshard::transformer_config::llama(layers, 256, 8, 8, 688);
   c.seq = 64;
   c.batch = 8;
   c.vocab = 512;
@@ -53,55 +76,74 @@ autoshard::transformer_config small_gpt2(autoshard::run_mode mode) {
   return c;
 }
 
+bool mentions(const std::vector<std::string>& v, const std::string& a, const std::string& b) {
+  for (const std::string& s : v)
+    if (s.find(a) != std::string::npos && s.find(b) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace
 
-TEST_CASE("export: LLaMA's Megatron plan is the tp_plan transformers ships") {
+TEST_CASE("export: LLaMA's Megatron plan is the tp_plan transformers ships, every module named") {
   for (auto mode : {autoshard::run_mode::inference, autoshard::run_mode::training}) {
     for (const std::vector<int>& mesh : {std::vector<int>{4}, std::vector<int>{2, 4}}) {
       CAPTURE(mesh.size());
-      const auto p = solve_and_load(autoshard::build_llama(small_llama(mode)), "megatron", mesh);
-      const autoshard::tp_export e = autoshard::export_tensor_parallel(p);
+      const auto p = solve_and_load(autoshard::build_llama(small_llama(mode)), {.mesh = mesh});
+      const autoshard::tp_export e = exported(p, export_target::hf);
       CHECK(e.problems.empty());
       CHECK(e.tp_axis == static_cast<int>(mesh.size()) - 1);
       const nlohmann::json hf = autoshard::to_hf_tp_plan(e);
       const nlohmann::json want = shipped("llama");
       CHECK(hf["base_model_prefix"] == want["base_model_prefix"]);
-      CHECK(hf["base_model_tp_plan"] == want["base_model_tp_plan"]);
       CHECK(hf["format"] == "autoshard.hf_tp_plan");
+      CHECK(hf["transformers"] == 5);
       CHECK(hf["tp_size"] == 4);
-      // The full-model plan holds the same modules under the base model's prefix.
-      for (const auto& [k, v] : want["base_model_tp_plan"].items()) CHECK(hf["tp_plan"]["model." + k] == v);
+      for (const auto& [k, v] : want["base_model_tp_plan"].items()) {
+        CHECK(hf["base_model_tp_plan"][k] == v);
+        CHECK(hf["tp_plan"]["model." + k] == v);  // the full model's names, layer numbers as *
+      }
+      // The modules the plan keeps whole are named too, so that the class's own plan (which
+      // shards embed_tokens and gathers lm_head) cannot change them when transformers merges.
+      CHECK(hf["tp_plan"]["model.embed_tokens"] == "replicate");
+      CHECK(hf["tp_plan"]["lm_head"] == "replicate");
+      CHECK(hf["tp_plan"].size() == want["base_model_tp_plan"].size() + 2);
     }
   }
 }
 
-TEST_CASE("export: GPT-2's Megatron plan is Megatron-LM's documented partition (transformers ships none)") {
-  const auto p = solve_and_load(autoshard::build_gpt2(small_gpt2(autoshard::run_mode::training)), "megatron", {2, 4});
-  const autoshard::tp_export e = autoshard::export_tensor_parallel(p);
-  CHECK(e.problems.empty());
-  const nlohmann::json hf = autoshard::to_hf_tp_plan(e);
-  const nlohmann::json want = shipped("gpt2");
-  CHECK(hf["base_model_prefix"] == want["base_model_prefix"]);
-  CHECK(hf["base_model_tp_plan"] == want["base_model_tp_plan"]);
-  // The notes say what the strings leave out: GPT-2's Conv1D stores its weights [in,out].
-  bool conv1d_noted = false;
-  for (const auto& n : hf["notes"]) conv1d_noted = conv1d_noted || n.get<std::string>().find("Conv1D") != std::string::npos;
-  CHECK(conv1d_noted);
-  // PyTorch's ColwiseParallel and RowwiseParallel take nn.Linear only: the dtensor export
-  // refuses, naming the modules, instead of writing a plan that would not apply.
-  CHECK_THROWS_WITH_AS(autoshard::to_dtensor_plan(e), doctest::Contains("'transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]"),
-                       autoshard::spec_error);
+TEST_CASE("export: GPT-2's Conv1D weights are refused by both targets, naming the modules") {
+  const auto p = solve_and_load(autoshard::build_gpt2(small_gpt2(autoshard::run_mode::training)), {.mesh = {2, 4}});
+  for (export_target t : {export_target::dtensor, export_target::hf}) {
+    const autoshard::tp_export e = exported(p, t);
+    CHECK(mentions(e.problems, "'transformer.h.0.attn.c_attn' (linear)", "stored [in,out]"));
+    CHECK(mentions(e.problems, "'transformer.h.2.mlp.c_proj' (linear)", "stored [in,out]"));
+    if (t == export_target::dtensor)
+      CHECK_THROWS_WITH_AS(autoshard::to_dtensor_plan(e), doctest::Contains("'transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]"),
+                           autoshard::spec_error);
+    else
+      CHECK_THROWS_AS(autoshard::to_hf_tp_plan(e), autoshard::spec_error);
+  }
 }
 
-TEST_CASE("export: the dtensor plan carries the layouts, Megatron's sequence parallelism included") {
-  const auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::training)), "megatron", {2, 4}, {"dp", "tp"});
-  const autoshard::tp_export e = autoshard::export_tensor_parallel(p);
+TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
+  // Links with no latency: the Megatron plan of this small LLaMA reduce-scatters into
+  // sequence-parallel regions on tp and reads the logits vocabulary-parallel in its loss.
+  auto c = autoshard::transformer_config::llama(3, 64, 8, 8, 128);
+  c.seq = 16;
+  c.batch = 8;
+  c.vocab = 256;
+  c.mode = autoshard::run_mode::training;
+  const auto p = solve_and_load(autoshard::build_llama(c), {.mesh = {2, 4}, .names = {"dp", "tp"}, .no_latency = true});
+  const autoshard::tp_export e = exported(p, export_target::dtensor);
   REQUIRE(e.problems.empty());
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
   CHECK(j["format"] == "autoshard.dtensor_plan");
+  CHECK(j["version"] == 2);
   CHECK(j["tp_axis_name"] == "tp");
-  CHECK(j["mesh"] == "mesh(dp=2,tp=4)");
+  CHECK(j["mesh_shape"] == nlohmann::json::array({2, 4}));
+  CHECK(j["mesh_dim_names"] == nlohmann::json::array({"dp", "tp"}));
   const nlohmann::json& plan = j["plan"];
+  int reduce_scatters = 0, sequence_norms = 0;
   for (int layer = 0; layer < 3; ++layer) {
     const std::string l = "model.layers." + std::to_string(layer) + ".";
     for (const char* col : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
@@ -115,54 +157,128 @@ TEST_CASE("export: the dtensor plan carries the layouts, Megatron's sequence par
       REQUIRE(plan.contains(l + row));
       CHECK(plan[l + row]["style"] == "RowwiseParallel");
       CHECK(plan[l + row]["kwargs"]["input_layouts"] == "Shard(-1)");
-      // Replicate() (an all-reduce) or Shard(d) (a reduce-scatter, e.g. into a sequence parallel region).
-      const std::string out = plan[l + row]["kwargs"]["output_layouts"];
-      CAPTURE(out);
-      CHECK((out == "Replicate()" || out.rfind("Shard(", 0) == 0));
+      reduce_scatters += plan[l + row]["kwargs"]["output_layouts"] == "Shard(1)";
     }
+    sequence_norms += plan.contains(l + "post_attention_layernorm") && plan[l + "post_attention_layernorm"]["style"] == "SequenceParallel";
   }
-  // Every module the plan lists is one the graph has, and every style is one PyTorch has.
+  CHECK(reduce_scatters > 0);
+  CHECK(sequence_norms > 0);
+  // The vocabulary-parallel loss reads lm_head's output as a DTensor under loss_parallel().
+  CHECK(j["loss_parallel"] == true);
+  CHECK(plan["lm_head"]["kwargs"]["use_local_output"] == false);
+  // Split sequences need the plan's input shapes.
+  CHECK(j["fixed_inputs"].contains("input_ids"));
+  // Every module is one the graph has or a layer of it, and every style one PyTorch has.
   for (const auto& item : plan.items()) {
-    const std::string mod = item.key();
-    const auto& entry = item.value();
-    CAPTURE(mod);
-    CHECK(autoshard::find_vertex(p.graph(), mod).has_value());
-    const std::string style = entry["style"];
-    CHECK((style == "ColwiseParallel" || style == "RowwiseParallel" || style == "SequenceParallel"));
+    CAPTURE(item.key());
+    const std::string style = item.value()["style"];
+    CHECK((style == "ColwiseParallel" || style == "RowwiseParallel" || style == "SequenceParallel" ||
+           style == "PrepareModuleInput" || style == "PrepareModuleOutput" || style == "PrepareModuleInputOutput"));
+    if (style != "PrepareModuleInput") CHECK(autoshard::find_vertex(p.graph(), item.key()).has_value());
   }
+  // transformers' rowwise all-reduces: the hf export computes the same numbers and says so.
+  const autoshard::tp_export h = exported(p, export_target::hf);
+  CHECK(h.problems.empty());
+  CHECK(mentions(h.notes, "o_proj", "all-reduces it: the same numbers"));
+  CHECK(autoshard::to_hf_tp_plan(h)["tp_plan"]["lm_head"] == "colwise_gather_output");
+}
+
+TEST_CASE("export: transformers' vocabulary, current and previous major release") {
+  // The embedding split on the vocabulary, lm_head on its output features (gathered).
+  const auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference)),
+                                {.pins = {{"model.embed_tokens.weight", "S0R"}, {"model.embed_tokens", "[P]"}, {"lm_head.weight", "S0R"}, {"lm_head", "RRS0"}}});
+  const nlohmann::json v5 = autoshard::to_hf_tp_plan(exported(p, export_target::hf, 5));
+  CHECK(v5["tp_plan"]["model.embed_tokens"] == "embedding_rowwise");
+  CHECK(v5["tp_plan"]["lm_head"] == "colwise_gather_output");
+  const nlohmann::json v4 = autoshard::to_hf_tp_plan(exported(p, export_target::hf, 4));
+  CHECK(v4["transformers"] == 4);
+  CHECK(v4["tp_plan"]["model.embed_tokens"] == "rowwise");
+  CHECK(v4["tp_plan"]["lm_head"] == "colwise_rep");
+  // The DTensor export: the embedding vocabulary-parallel, lm_head's output gathered for the model's output.
+  const nlohmann::json d = autoshard::to_dtensor_plan(exported(p, export_target::dtensor));
+  CHECK(d["plan"].value("/model.embed_tokens/style"_json_pointer, "") == "RowwiseParallel");
+  CHECK(d["plan"].value("/lm_head/style"_json_pointer, "") == "ColwiseParallel");
+  CHECK(d["plan"].value("/lm_head/kwargs/output_layouts"_json_pointer, "") == "Replicate()");
+  CHECK_THROWS_AS(exported(p, export_target::hf, 3), autoshard::spec_error);
+}
+
+TEST_CASE("export: an uneven split hands the output over as a DTensor") {
+  auto c = small_llama(autoshard::run_mode::inference, 2);
+  c.ffn = 100;  // 100 over 8 ranks: 13 each, 9 on the last
+  const auto p = solve_and_load(autoshard::build_llama(c), {.mesh = {8}});
+  const nlohmann::json d = autoshard::to_dtensor_plan(exported(p, export_target::dtensor));
+  CHECK(d["plan"]["model.layers.0.mlp.up_proj"]["kwargs"]["use_local_output"] == false);
+  CHECK(d["plan"]["model.layers.0.self_attn.q_proj"]["kwargs"]["use_local_output"] == true);
+  // transformers 5's rowwise reads the shard sizes off in_features; 4's assumes even shards.
+  CHECK(exported(p, export_target::hf, 5).problems.empty());
+  CHECK(mentions(exported(p, export_target::hf, 4).problems, "mlp.up_proj", "do not divide"));
 }
 
 TEST_CASE("export: what no style expresses is reported, not approximated") {
-  // Weights split over two mesh axes (2-D tensor parallelism): hand-made from the Megatron plan.
-  auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference)), "megatron", {2, 4});
+  auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference)), {.mesh = {2, 4}});
   const auto w = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj.weight");
   const auto up = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj");
   REQUIRE((w && up));
-  p.strategies[*w].output = autoshard::parse_spec("S01R", 2, 2);
-  p.strategies[*up].inputs[1] = autoshard::parse_spec("S01R", 2, 2);
-  const autoshard::tp_export e = autoshard::export_tensor_parallel(p);
-  REQUIRE(e.problems.size() == 1);
-  CHECK(e.problems[0].find("'model.layers.1.mlp.up_proj' (linear)") != std::string::npos);
-  CHECK(e.problems[0].find("2-D tensor parallelism") != std::string::npos);
-  CHECK_THROWS_WITH_AS(autoshard::to_hf_tp_plan(e), doctest::Contains("1 operator(s) no parallel style expresses"), autoshard::spec_error);
-  CHECK_THROWS_AS(autoshard::to_dtensor_plan(e), autoshard::spec_error);
-  // A weight kept as partial sums.
-  p.strategies[*w].output = autoshard::parse_spec("[R,P]", 2, 2);
-  p.strategies[*up].inputs[1] = autoshard::parse_spec("[R,P]", 2, 2);
-  const autoshard::tp_export e2 = autoshard::export_tensor_parallel(p);
-  REQUIRE(e2.problems.size() == 1);
-  CHECK(e2.problems[0].find("Partial") != std::string::npos);
+  {  // Weights split over two mesh axes (2-D tensor parallelism).
+    auto q = p;
+    q.strategies[*w].output = autoshard::parse_spec("S01R", 2, 2);
+    q.strategies[*up].inputs[1] = autoshard::parse_spec("S01R", 2, 2);
+    const autoshard::tp_export e = exported(q, export_target::dtensor);
+    CHECK(mentions(e.problems, "'model.layers.1.mlp.up_proj.weight'", "2-D tensor parallelism"));
+    CHECK_THROWS_WITH_AS(autoshard::to_dtensor_plan(e), doctest::Contains("operator(s) it cannot express"), autoshard::spec_error);
+  }
+  {  // A weight kept as partial sums.
+    auto q = p;
+    q.strategies[*w].output = autoshard::parse_spec("[R,P]", 2, 2);
+    q.strategies[*up].inputs[1] = autoshard::parse_spec("[R,P]", 2, 2);
+    CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.1.mlp.up_proj' (linear)", "Partial"));
+  }
+  {  // A gather between two operators that are not modules: rotary's output gathered for attention.
+    auto q = p;
+    const auto rot = autoshard::find_vertex(q.graph(), "model.layers.1.self_attn.rotary_q");
+    const auto att = autoshard::find_vertex(q.graph(), "model.layers.1.self_attn.attention");
+    REQUIRE((rot && att));
+    REQUIRE(q.strategies[*rot].output[1].is_shard(2));
+    q.strategies[*att].inputs[0][1] = autoshard::Replicate();
+    CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.1.self_attn.attention' (attention)", "rotary_q"));
+    // transformers runs the attention on the heads it is handed: the same numbers, no problem.
+    CHECK(exported(q, export_target::hf).problems.empty());
+  }
   // An axis the mesh lacks.
-  CHECK_THROWS_AS(autoshard::export_tensor_parallel(p, 2), autoshard::spec_error);
+  autoshard::export_options bad;
+  bad.tp_axis = 2;
+  CHECK_THROWS_AS(autoshard::export_tensor_parallel(p, bad), autoshard::spec_error);
 }
 
-TEST_CASE("export: a fully replicated plan exports an empty plan, a data-parallel one too") {
+TEST_CASE("export: the hf export refuses layers that differ, which no wildcard key says") {
+  auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference)), {});
+  const auto w = autoshard::find_vertex(p.graph(), "model.layers.2.mlp.up_proj.weight");
+  const auto up = autoshard::find_vertex(p.graph(), "model.layers.2.mlp.up_proj");
+  const auto act = autoshard::find_vertex(p.graph(), "model.layers.2.mlp.gate_mul");
+  REQUIRE((w && up && act));
+  // Layer 2's up_proj gathered: colwise_gather_output where the others are colwise.
+  const autoshard::tp_export e = exported(p, export_target::hf);
+  REQUIRE(e.problems.empty());
+  auto q = p;
+  q.strategies[*act].inputs[1][0] = autoshard::Replicate();
+  q.strategies[*act].inputs[0][0] = autoshard::Replicate();
+  q.strategies[*act].output[0] = autoshard::Replicate();
+  const autoshard::tp_export d = exported(q, export_target::hf);
+  CHECK_THROWS_WITH_AS(autoshard::to_hf_tp_plan(d), doctest::Contains("model.layers.*.mlp.up_proj"), autoshard::spec_error);
+}
+
+TEST_CASE("export: a fully replicated plan exports nothing split, a data-parallel one too") {
   for (const char* algo : {"fully_replicated", "data_parallel"}) {
     CAPTURE(algo);
-    const auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::training)), algo, {2, 4});
-    const autoshard::tp_export e = autoshard::export_tensor_parallel(p);
-    CHECK(e.problems.empty());
-    CHECK(autoshard::to_hf_tp_plan(e)["tp_plan"].empty());
-    CHECK(autoshard::to_dtensor_plan(e)["plan"].empty());
+    const auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::training)), {.algo = algo, .mesh = {2, 4}});
+    const autoshard::tp_export h = exported(p, export_target::hf);
+    CHECK(h.problems.empty());
+    for (const auto& [k, v] : autoshard::to_hf_tp_plan(h)["tp_plan"].items()) CHECK(v == "replicate");
+    const autoshard::tp_export d = exported(p, export_target::dtensor);
+    CHECK(d.problems.empty());
+    for (const auto& item : autoshard::to_dtensor_plan(d)["plan"].items()) {
+      CAPTURE(item.key());
+      CHECK(item.value()["style"].get<std::string>().rfind("Prepare", 0) == 0);  // at most where the batch is cut or gathered
+    }
   }
 }

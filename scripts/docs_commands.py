@@ -15,6 +15,12 @@ document shows them:
   line runs, and what it prints (stdout and stderr together, as a terminal shows them)
   must equal the lines shown under it; a line `...` stands for any number of lines, and
   trailing blanks are ignored.
+* Python blocks (```python) run, in the real client's environment (scripts/client_env.sh,
+  made once per machine; one that cannot be made fails the run): the first line is a comment
+  naming the file, `# apply.py — ...`, which is written to the scratch directory and run there;
+  when that line says `torchrun --nproc-per-node N apply.py`, on N ranks
+  (tests/client/launch.py: torchrun's environment, the ranks forked from one import of torch
+  and transformers), else with `python apply.py`. Each must exit 0.
 * Directives, HTML comments right before a block (only blank lines or other directives
   between), which a reader of the rendered page does not see:
     <!-- docs-test: skip (why) -->   the block's commands are not run: listed with why, counted
@@ -168,6 +174,22 @@ def synopsis(cmd):
     return (shlex.join(kept) if optional else cmd), optional
 
 
+PYTHON_FILE = re.compile(r"^#\s*([\w\-]+\.py)\b")
+TORCHRUN = re.compile(r"torchrun --nproc-per-node[ =](\d+) ([\w\-]+\.py)")
+_client_python = []
+REPO = pathlib.Path(__file__).resolve().parents[1]  # this checkout (the docs checked may lie elsewhere)
+
+
+def client_python():
+    """The real client's python (scripts/client_env.sh makes its environment once per machine)."""
+    if not _client_python:
+        r = subprocess.run(["bash", str(REPO / "scripts" / "client_env.sh")], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"scripts/client_env.sh exited {r.returncode}:\n{r.stderr[-3000:]}")
+        _client_python.append(r.stdout.strip())
+    return _client_python[0]
+
+
 class Runner:
     def __init__(self, root, tool, doc, scratch, bindir):
         self.root, self.tool, self.doc, self.scratch = root, tool, doc, scratch
@@ -202,6 +224,42 @@ class Runner:
                 return
         print(f"ok   {self.where(line)}: {cmd}  ({secs:.1f} s)")
 
+    def python(self, body, line, skip, want_rc):
+        """Runs a python block in the real client (see the module comment)."""
+        m = PYTHON_FILE.match(body[0]) if body else None
+        if not m:
+            self.fail(line, "a python block starts with a comment naming its file (`# apply.py — ...`): every snippet runs")
+            return
+        name = m.group(1)
+        if skip is not None:
+            print(f"SKIP {self.where(line)}: {name}  ({skip})")
+            self.skipped += 1
+            return
+        (self.scratch / name).write_text("\n".join(body) + "\n", encoding="utf-8")
+        ranks = TORCHRUN.search(body[0])
+        if ranks and ranks.group(2) != name:
+            self.fail(line, f"the block is {name}, but its first line runs {ranks.group(2)}")
+            return
+        try:
+            py = client_python()
+        except RuntimeError as e:
+            self.fail(line, f"no environment for the real client: {e}")
+            return
+        launch = [str(REPO / "tests" / "client" / "launch.py"), ranks.group(1)] if ranks else []
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run([py, *launch, name], cwd=self.scratch, env=self.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            self.fail(line, f"{name} ran longer than 300 s")
+            return
+        self.ran += 1
+        if r.returncode != want_rc:
+            self.fail(line, f"{name} exited {r.returncode}, the doc expects {want_rc}:\n{r.stdout[-3000:]}")
+            return
+        print(f"ok   {self.where(line)}: {name}" + (f" on {ranks.group(1)} ranks" if ranks else "") +
+              f"  ({time.monotonic() - t0:.1f} s)")
+
     def document(self):
         text = self.doc.read_text(encoding="utf-8")
         for span in INLINE.findall(prose(text)):
@@ -221,6 +279,9 @@ class Runner:
                     self.run(m.group(1), dline)
                 else:
                     self.fail(dline, f"unknown docs-test directive '{d}' (skip (why), exit N, setup CMD)")
+            if lang == "python":
+                self.python(body, start, skip, want_rc)
+                continue
             if lang in SHELL_LANGS:
                 cmds = [(c, start + k, None) for c, k in shell_commands(body) if not c.startswith("#")]
             elif body and body[0].startswith("$ "):

@@ -19,6 +19,8 @@ check "a launcher not marked skipped" '^FAIL docs/wrong.md:28: .*runs autoshard 
 check "a skipped command's wrong option" '^FAIL docs/wrong.md:35: .*autoshard calibrate has no option --bogus'
 check "a skipped command is listed with why" '^SKIP docs/wrong.md:35: .*\(shows a launch\)'
 check "a directive away from its block" '^FAIL docs/wrong.md:38: docs-test directive'
-check "the summary counts" '^6 commands run \(2 outputs compared\), 1 skipped, 0 not autoshard commands; 7 failed'
+check "a python block without its file named" '^FAIL docs/wrong.md:49: a python block starts with a comment naming its file'
+check "a python block that fails" '^FAIL docs/wrong.md:53: fails.py exited 3'
+check "the summary counts" '^7 commands run \(2 outputs compared\), 1 skipped, 0 not autoshard commands; 9 failed'
 [ "$fails" -eq 0 ] || echo "$out"
 finish docs_check

@@ -57,20 +57,31 @@ def check_rank_files(model, shard_dir, rank):
     from safetensors.torch import load_file
     files = load_file(os.path.join(shard_dir, f"rank-{rank}.safetensors"))
     params = dict(model.named_parameters(remove_duplicate=False))
-    bad = []
+    prefix = getattr(model, "base_model_prefix", "") + "."
+
+    def model_name(name):
+        """The checkpoint's name (the rank file's) as the model names it: transformers renamed
+        GPT-NeoX's embed_out lm_head in transformers 5, and GPT-2's files drop "transformer."."""
+        for n in (name, name.replace("embed_out.", "lm_head.", 1), prefix + name):
+            if n in params:
+                return n
+        return None
+
+    bad, found = [], set()
     for name, t in files.items():
-        # The checkpoint's names (the rank files'), the model's where transformers renamed a module
-        # (GPT-NeoX's embed_out is lm_head in transformers 5).
-        p = params.get(name, params.get(name.replace("embed_out.", "lm_head.", 1)))
-        if p is None:
+        n = model_name(name)
+        if n is None:
             bad.append(f"{name}: in the rank file, not a parameter of the model")
             continue
+        found.add(n)
+        p = params[n]
         local = p.to_local() if isinstance(p, DTensor) else p.data
         if tuple(local.shape) != tuple(t.shape) or local.dtype != t.dtype or \
                 local.contiguous().view(torch.uint8).numpy().tobytes() != t.contiguous().view(torch.uint8).numpy().tobytes():
             bad.append(f"{name}: rank file {tuple(t.shape)}, PyTorch's local shard {tuple(local.shape)}"
                        + ("" if tuple(local.shape) != tuple(t.shape) else " (other bytes)"))
-    missing = [n for n, p in model.named_parameters() if n not in files and n.replace("lm_head.", "embed_out.", 1) not in files]
+    # Every parameter the model holds (a tied one once, under the name it has first).
+    missing = [n for n, p in model.named_parameters() if n not in found]
     if missing:
         bad.append(f"parameters not in the rank file: {missing[:4]}")
     return bad

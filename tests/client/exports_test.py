@@ -159,7 +159,10 @@ CASES = [
     Case("llama-kv4-tp8-policy", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, *INFER, "--batch", "4"], policy="llama",
          verify=True),
     Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True),
-    # GPT-2's Conv1D weights: neither PyTorch's styles nor transformers' shard them.
+    # GPT-2 through the hf export: the planner's own plan (the batch split, every Conv1D whole)
+    # loads and generates under transformers; the Megatron plan's split Conv1D weights are refused
+    # (neither PyTorch's styles nor transformers' shard them).
+    Case("gpt2-alpa-infer-4", "gpt2", 4, ["--mesh", "4", *INFER, "--batch", "4"], generate=True),
     Case("gpt2-megatron-tp4", "gpt2", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"],
          dtensor=("refused", "transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]"),
          hf=("refused", "transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]")),

@@ -470,14 +470,29 @@ inline double bucketed_seconds(const device_mesh& m, const priced_step& p, doubl
 /// than one rank where it is replicated shards its largest local dim (ZeRO flattens the
 /// tensor; a dim keeps shards whole rows). None when there is no such axis, or a shard would
 /// be empty. A fused dim (`keep`, fused.hpp) is never the ZeRO dim: its parts need not divide
-/// evenly that finely.
+/// evenly that finely. ZeRO shards the local tensor, so the shard is a piece of `out`'s
+/// local block: a dim already split by a mesh axis after a ZeRO axis is passed over where
+/// another dim can be split (a spec splits a dim over mesh axes in axis order, and the ZeRO
+/// axis would come first: its all-gather would then be a shuffle, not a gather of blocks).
 inline std::optional<sharding_spec> zero_spec(const device_mesh& m, const sharding_spec& out, const tensor_shape& shape,
                                               int keep = -1) {
   if (shape.rank == 0) return std::nullopt;
   const tensor_shape local = max_local_shape(m, out, shape);
+  std::size_t first_zero_axis = out.mesh_rank;
+  for (std::size_t a = 0; a < out.mesh_rank && a < max_mesh_rank; ++a)
+    if (out[a].is_replicate() && m.size(a) > 1) first_zero_axis = std::min(first_zero_axis, a);
+  const auto nested = [&](std::size_t i) {  // the ZeRO axes split dim i inside out's split of it
+    for (std::size_t a = first_zero_axis + 1; a < out.mesh_rank && a < max_mesh_rank; ++a)
+      if (out[a].is_shard(static_cast<int>(i))) return false;
+    return true;
+  };
   int d = -1;
-  for (std::size_t i = 0; i < shape.rank; ++i)
-    if (static_cast<int>(i) != keep && (d < 0 || local[i] > local[static_cast<std::size_t>(d)])) d = static_cast<int>(i);
+  for (bool need_nested : {true, false}) {
+    for (std::size_t i = 0; i < shape.rank; ++i)
+      if (static_cast<int>(i) != keep && (!need_nested || nested(i)) && (d < 0 || local[i] > local[static_cast<std::size_t>(d)]))
+        d = static_cast<int>(i);
+    if (d >= 0) break;
+  }
   if (d < 0) return std::nullopt;
   sharding_spec z = out;
   bool any = false;

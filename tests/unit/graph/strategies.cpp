@@ -996,6 +996,26 @@ TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a c
   CHECK(seconds(true) == doctest::Approx(4.0 * 2 * (128 * 129 / 2) * 64 / 312e12 + bytes / 2.039e12).scale(1e-9));
 }
 
+TEST_CASE("a ZeRO shard is a block of the local shard: its weight comes back in one all-gather on the ZeRO axis") {
+  // A vocabulary-parallel weight [32000, 4096] on 2 nodes of 4: split on dim 0 over the node's
+  // axis 1, replicated over axis 0. ZeRO splits the local [8000, 4096] block over axis 0; on
+  // dim 0 the spec would order axis 0 before axis 1 (another block of the whole tensor, a
+  // shuffle to gather), so the shard is on dim 1, gathered back by one all-gather.
+  const device_mesh m = make_cluster_mesh({2, 4});
+  const tensor_shape shape{32000, 4096};
+  const sharding_spec vocab = parse_spec("S1R", 2, 2);
+  const std::optional<sharding_spec> z = zero_spec(m, vocab, shape);
+  REQUIRE(z);
+  CHECK(*z == parse_spec("S1S0", 2, 2));
+  const auto plan = plan_redistribute(m, *z, vocab, shape);
+  REQUIRE(plan.size() == 1);
+  CHECK(plan[0].kind == collective::all_gather);
+  CHECK(plan[0].mesh_axis == 0);
+  // Replicated, or split where the ZeRO axis comes after: the largest local dim, as before.
+  CHECK(*zero_spec(m, parse_spec("RR", 2, 2), shape) == parse_spec("S01R", 2, 2));
+  CHECK(*zero_spec(m, parse_spec("S0R", 2, 2), shape) == parse_spec("S01R", 2, 2));
+}
+
 TEST_CASE("ZeRO stages priced as the ZeRO paper counts them: 2 volumes for stages 1 and 2, 3 for stage 3") {
   // A [1024, 1024] bf16 weight (2 MiB) used by a batch-split linear on 8 ranks of one link
   // (alpha 5 us, 300 GB/s, no per-step term, one collective per tensor): the consumer hands

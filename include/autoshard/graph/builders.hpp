@@ -140,12 +140,18 @@ struct builder {
     a.length = length;
     return add_op(g, op_kind::split, name, {x}, a);
   }
-  vertex_t attention(const std::string& name, vertex_t q, vertex_t k, vertex_t v, int heads, int kv, bool causal) {
+  vertex_t attention(const std::string& name, vertex_t q, vertex_t k, vertex_t v, int heads, int kv, bool causal,
+                     bool dropout = false) {
     op_attrs a;
     a.heads = heads;
     a.kv_heads = kv;
     a.causal = causal;
+    a.dropout = dropout;
     return add_op(g, op_kind::attention, name, {q, k, v}, a);
+  }
+  /// A dropout module of the training graph (nothing at inference, where it is the identity).
+  vertex_t dropout(const transformer_config& c, const std::string& name, vertex_t x) {
+    return c.mode == run_mode::training ? op(op_kind::dropout, name, {x}) : x;
   }
   vertex_t norm(bool rms, const std::string& name, vertex_t x, std::int64_t h) {
     return rms ? rms_norm(name, x, h) : layer_norm(name, x, h);
@@ -206,13 +212,17 @@ inline model_graph build_gpt2(const transformer_config& c) {
     vertex_t q = b.slice(n + ".attn.q", qkv, 2, 0, H);
     vertex_t k = b.slice(n + ".attn.k", qkv, 2, H, H);
     vertex_t v = b.slice(n + ".attn.v", qkv, 2, 2 * H, H);
-    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true);
+    // GPT2Attention's attn_dropout (on the probabilities, inside the core) and resid_dropout,
+    // GPT2MLP's dropout: the dropouts Megatron-LM's GPT layer has too.
+    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true, c.mode == run_mode::training);
     a = b.linear(n + ".attn.c_proj", a, H, H, true, true);
+    a = b.dropout(c, n + ".attn.resid_dropout", a);
     x = b.op(op_kind::add, n + ".attn.residual", {x, a});
     h = b.layer_norm(n + ".ln_2", x, H);
     h = b.linear(n + ".mlp.c_fc", h, H, c.ffn, true, true);
     h = b.op(c.activation, n + ".mlp.act", {h});
     h = b.linear(n + ".mlp.c_proj", h, c.ffn, H, true, true);
+    h = b.dropout(c, n + ".mlp.dropout", h);
     x = b.op(op_kind::add, n + ".mlp.residual", {x, h});
   }
   x = b.layer_norm("transformer.ln_f", x, H);
@@ -263,7 +273,7 @@ inline model_graph build_bert(const transformer_config& c) {
     vertex_t q = b.linear(n + ".attention.self.query", x, H, H, true, false);
     vertex_t k = b.linear(n + ".attention.self.key", x, H, H, true, false);
     vertex_t v = b.linear(n + ".attention.self.value", x, H, H, true, false);
-    vertex_t a = b.attention(n + ".attention.self.attention", q, k, v, c.heads, c.heads, false);
+    vertex_t a = b.attention(n + ".attention.self.attention", q, k, v, c.heads, c.heads, false, c.mode == run_mode::training);
     a = b.linear(n + ".attention.output.dense", a, H, H, true, false);
     a = b.op(op_kind::add, n + ".attention.output.residual", {a, x});
     x = b.layer_norm(n + ".attention.output.LayerNorm", a, H);

@@ -9,7 +9,7 @@
 ///      {"name": "fc", "kind": "linear", "shape": [8, 3072], "dtype": "bf16",
 ///       "inputs": ["x", "fc.weight"], "attrs": {"transposed_weight": false}}]}
 /// "kind" is an op_kind spelling (to_string(op_kind)); "dtype" a dtype spelling ("f32", "bf16",
-/// "float16", ...); "attrs" may hold transposed_weight, causal (booleans), axis, heads,
+/// "float16", ...); "attrs" may hold transposed_weight, causal, dropout (booleans), axis, heads,
 /// kv_heads, start, length (integers), dims (array of integers) and op_type (the source
 /// format's operator of an "opaque" vertex, a string); omitted ones keep their
 /// defaults. A malformed file throws io_error naming the JSON path
@@ -55,6 +55,7 @@ inline nlohmann::json to_json(const model_graph& g) {
       json at = json::object();
       if (a.transposed_weight != d.transposed_weight) at["transposed_weight"] = a.transposed_weight;
       if (a.causal != d.causal) at["causal"] = a.causal;
+      if (a.dropout != d.dropout) at["dropout"] = a.dropout;
       if (a.axis != d.axis) at["axis"] = a.axis;
       if (a.heads != d.heads) at["heads"] = a.heads;
       if (a.kv_heads != d.kv_heads) at["kv_heads"] = a.kv_heads;
@@ -77,6 +78,7 @@ inline op_attrs json_attrs(const json_in& j) {
   for (const auto& [key, val] : j.members()) {
     if (key == "transposed_weight") a.transposed_weight = val.boolean();
     else if (key == "causal") a.causal = val.boolean();
+    else if (key == "dropout") a.dropout = val.boolean();
     else if (key == "axis") a.axis = val.small_integer(-64, 64);
     else if (key == "heads") a.heads = val.small_integer(0, 1'000'000'000);
     else if (key == "kv_heads") a.kv_heads = val.small_integer(0, 1'000'000'000);
@@ -84,7 +86,7 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "length") a.length = val.integer(0);
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
-    else val.fail("is not an attribute (transposed_weight, causal, axis, heads, kv_heads, start, length, dims, op_type)");
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type)");
   }
   return a;
 }

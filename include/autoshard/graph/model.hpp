@@ -122,6 +122,7 @@ constexpr bool is_source(op_kind k) noexcept { return k == op_kind::input || k =
 struct op_attrs {
   bool transposed_weight = false;  ///< linear: weight stored [in,out] (GPT-2 Conv1D)
   bool causal = false;             ///< attention: causal mask
+  bool dropout = false;            ///< attention: its probabilities dropped out in training (GPT-2's attn_pdrop, BERT's)
   int axis = -1;                   ///< softmax, concat, split: tensor dim, negative counts from the end
   int heads = 0;                   ///< attention (query heads), rotary
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)

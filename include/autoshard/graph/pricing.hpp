@@ -122,12 +122,75 @@ inline gradient_overlap_model parse_gradient_overlap(const std::string& text, co
   return f;
 }
 
+/// Activation recomputation of one transformer layer (Korthikanti et al. 2022): keep every
+/// activation its backward needs (none), recompute the attention core in the backward instead
+/// of keeping its probabilities (selective), or keep only the layer's input and run its whole
+/// forward again in the backward (full).
+enum class recompute_kind : std::uint8_t { none, selective, full };
+inline constexpr recompute_kind all_recompute_kinds[] = {recompute_kind::none, recompute_kind::selective, recompute_kind::full};
+
+/// "none", "selective" or "full".
+constexpr std::string_view to_string(recompute_kind r) noexcept {
+  switch (r) {
+    case recompute_kind::none: return "none";
+    case recompute_kind::selective: return "selective";
+    case recompute_kind::full: return "full";
+  }
+  return "?";
+}
+/// The kind to_string wrote, or nullopt.
+constexpr std::optional<recompute_kind> parse_recompute_kind(std::string_view s) noexcept {
+  return parse_enum(s, all_recompute_kinds);
+}
+
+/// What a plan may recompute: the ILP's choice per layer (`choose`: a layer recomputes only
+/// when memory requires it, recomputation never making a step faster), or one kind for
+/// every layer.
+enum class recompute_policy : std::uint8_t { choose, none, selective, full };
+inline constexpr recompute_policy all_recompute_policies[] = {recompute_policy::choose, recompute_policy::none,
+                                                              recompute_policy::selective, recompute_policy::full};
+
+/// "choose", "none", "selective" or "full".
+constexpr std::string_view to_string(recompute_policy r) noexcept {
+  switch (r) {
+    case recompute_policy::choose: return "choose";
+    case recompute_policy::none: return "none";
+    case recompute_policy::selective: return "selective";
+    case recompute_policy::full: return "full";
+  }
+  return "?";
+}
+/// The policy to_string wrote, or nullopt.
+constexpr std::optional<recompute_policy> parse_recompute_policy(std::string_view s) noexcept {
+  return parse_enum(s, all_recompute_policies);
+}
+
+/// How the attention core (softmax(QK^T) V) runs. `flash`: FlashAttention, the scores never
+/// reach HBM and are recomputed block by block in the backward (a causal mask skips the masked
+/// half). `unfused`: as Megatron-LM ran before it (Narayanan et al. 2021, Korthikanti et al.
+/// 2022): the full S x S scores, their softmax, the dropout mask and its output are written to
+/// HBM and read back, and kept for the backward (the 5 a s^2 b bytes per layer) unless selective
+/// recomputation recomputes them.
+enum class attention_kernel : std::uint8_t { flash, unfused };
+inline constexpr attention_kernel all_attention_kernels[] = {attention_kernel::flash, attention_kernel::unfused};
+
+/// "flash" or "unfused".
+constexpr std::string_view to_string(attention_kernel a) noexcept { return a == attention_kernel::flash ? "flash" : "unfused"; }
+/// The kernel to_string wrote, or nullopt.
+constexpr std::optional<attention_kernel> parse_attention_kernel(std::string_view s) noexcept {
+  return parse_enum(s, all_attention_kernels);
+}
+
 /// What training prices when not told: gradient sync hidden behind the consumer's backward, as
 /// DDP and Megatron-LM run it (step_pricing's default, the tool's too).
 inline constexpr gradient_overlap_model default_gradient_overlap = gradient_overlap_model::behind_backward();
 
 /// The gradient bucket training prices when not told: DDP's 25 MiB (step_pricing's default).
 inline constexpr double default_gradient_bucket_bytes = 25.0 * (1 << 20);
+
+/// The most micro-batches, and the largest micro-batch, a pricing may name (a plan file, a
+/// flag): far above any real job, far below what would overflow a count of sequences.
+inline constexpr int max_micro_batches = 1 << 24;
 
 /// How a step is priced: the device, inference or training, and how training runs. The pass's
 /// options, the cost model (strategy_options) and the plan document each hold one, whole.
@@ -145,33 +208,68 @@ struct step_pricing {
   /// state sharded over them) and ZeRO-2 (gradient too). ZeRO-3 needs no option: it is a
   /// parameter stored sharded, gathered on use.
   bool zero = true;
+  /// Training: the global batch (the graph's) runs as `micro_batches` micro-steps of
+  /// `micro_batch` sequences per data-parallel rank, gradients accumulated; the gradient sync
+  /// (ZeRO's reduce-scatter and all-gather too) runs once per step, overlapped with the last
+  /// micro-step's backward. 0 = the planner chooses (the pass's outer search); a plan records
+  /// both. The cost model prices a graph of one micro-step's batch, `micro_batches` times.
+  int micro_batch = 0;
+  int micro_batches = 0;
+  /// Training: which activation recomputation a layer may take (recompute_policy).
+  recompute_policy recompute = recompute_policy::choose;
+  /// How the attention core runs (attention_kernel): its time, and in training its memory.
+  attention_kernel attention = attention_kernel::flash;
+  /// Compute priced at what the device achieves (device_model's achievable rates, where it
+  /// has them), not at its data-sheet peaks.
+  bool achievable = true;
+
+  /// The micro-steps the cost model prices: micro_batches, 1 while the planner chooses.
+  constexpr int accumulation() const noexcept { return micro_batches > 0 ? micro_batches : 1; }
   friend bool operator==(const step_pricing&, const step_pricing&) = default;
 };
 
 /// The training settings in words: "adam, gradient buckets of 25.00 MiB, gradient sync
-/// overlapped with each consumer's backward, ZeRO-1/2 offered" (or "0.4 of the gradient sync
-/// overlapped"; what `show --plan` and `verify` report).
+/// overlapped with each consumer's backward, ZeRO-1/2 offered, 4 micro-batches of 2 per
+/// data-parallel rank, full recomputation, flash attention, compute at achievable rates" (or
+/// "0.4 of the gradient sync overlapped"; what `show --plan` and `verify` report).
 inline std::string describe_training(const step_pricing& p) {
   const std::string overlap = p.gradient_overlap.backward ? std::string("gradient sync overlapped with each consumer's backward")
                                                           : to_string(p.gradient_overlap) + " of the gradient sync overlapped";
   return std::string(to_string(p.optimizer)) + ", gradient buckets of " +
          (p.gradient_bucket_bytes > 0 ? human_bytes(p.gradient_bucket_bytes) : std::string("0 (one per tensor)")) + ", " +
-         overlap + ", ZeRO-1/2 " + (p.zero ? "offered" : "not offered");
+         overlap + ", ZeRO-1/2 " + (p.zero ? "offered" : "not offered") + ", " +
+         (p.micro_batches > 0 ? std::to_string(p.micro_batches) + (p.micro_batches == 1 ? " micro-batch" : " micro-batches")
+                              : std::string("micro-batches chosen by the planner")) +
+         (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) + ", " +
+         (p.recompute == recompute_policy::choose ? std::string("recomputation chosen per layer")
+          : p.recompute == recompute_policy::none ? std::string("no recomputation")
+                                                  : std::string(to_string(p.recompute)) + " recomputation") +
+         ", " + std::string(to_string(p.attention)) + " attention, compute at " + (p.achievable ? "achievable" : "peak") + " rates";
 }
 
 // ---- the one JSON spelling -----------------------------------------------------------------
 
-/// {"peak_flops": 3.12e14, "memory_bandwidth": 2e12, "memory_bytes": 85899345920}
+/// {"peak_flops": 3.12e14, "memory_bandwidth": 2e12, "memory_bytes": 85899345920,
+///  "large_matmul_flops": 2.712e14, "sliced_matmul_flops": 0, "achievable_memory_bandwidth": 1.8e12}
 inline nlohmann::json to_json(const device_model& d) {
-  return {{"peak_flops", d.peak_flops}, {"memory_bandwidth", d.memory_bandwidth}, {"memory_bytes", d.memory_bytes}};
+  return {{"peak_flops", d.peak_flops},
+          {"memory_bandwidth", d.memory_bandwidth},
+          {"memory_bytes", d.memory_bytes},
+          {"large_matmul_flops", d.large_matmul_flops},
+          {"sliced_matmul_flops", d.sliced_matmul_flops},
+          {"achievable_memory_bandwidth", d.achievable_memory_bandwidth}};
 }
 
-/// The device to_json wrote: FLOP/s and bytes/s in [1, 1e30], memory_bytes >= 1.
+/// The device to_json wrote: peaks in [1, 1e30], memory_bytes >= 1, achievable figures in
+/// [0, their peak] (0 or absent, as before they were recorded: none).
 inline device_model device_model_from_json(const json_in& j) {
   device_model d;
   d.peak_flops = j["peak_flops"].number(1.0, 1e30);
   d.memory_bandwidth = j["memory_bandwidth"].number(1.0, 1e30);
   d.memory_bytes = j["memory_bytes"].integer(1);
+  if (const auto x = j.find("large_matmul_flops")) d.large_matmul_flops = x->number(0.0, d.peak_flops);
+  if (const auto x = j.find("sliced_matmul_flops")) d.sliced_matmul_flops = x->number(0.0, d.peak_flops);
+  if (const auto x = j.find("achievable_memory_bandwidth")) d.achievable_memory_bandwidth = x->number(0.0, d.memory_bandwidth);
   return d;
 }
 
@@ -195,7 +293,24 @@ inline nlohmann::json to_json(const step_pricing& p) {
           {"optimizer", std::string(to_string(p.optimizer))},
           {"gradient_bucket_bytes", p.gradient_bucket_bytes},
           {"gradient_overlap", to_json(p.gradient_overlap)},
-          {"zero", p.zero}};
+          {"zero", p.zero},
+          {"micro_batch", p.micro_batch},
+          {"micro_batches", p.micro_batches},
+          {"recompute", std::string(to_string(p.recompute))},
+          {"attention", std::string(to_string(p.attention))},
+          {"achievable", p.achievable}};
+}
+
+/// How every plan was priced before micro-batches, recomputation, the attention kernel and
+/// achievable compute were recorded: one step of the whole batch, nothing recomputed, the
+/// attention core as the flash kernel's, compute at the peaks (step_pricing_from_json reads a
+/// value without them so).
+inline void set_before_micro_batches(step_pricing& p) {
+  p.micro_batch = 0;
+  p.micro_batches = 1;
+  p.recompute = recompute_policy::none;
+  p.attention = attention_kernel::flash;
+  p.achievable = false;
 }
 
 /// The value to_json wrote, every member checked; io_error naming the JSON path otherwise.
@@ -208,6 +323,15 @@ inline step_pricing step_pricing_from_json(const json_in& j) {
   p.gradient_bucket_bytes = j["gradient_bucket_bytes"].number(0.0, 1e18);
   p.gradient_overlap = gradient_overlap_from_json(j["gradient_overlap"]);
   p.zero = j["zero"].boolean();
+  if (!j.has("micro_batches")) {  // written before they were recorded
+    set_before_micro_batches(p);
+    return p;
+  }
+  p.micro_batch = j["micro_batch"].small_integer(0, max_micro_batches);
+  p.micro_batches = j["micro_batches"].small_integer(0, max_micro_batches);
+  p.recompute = enum_value(j["recompute"], all_recompute_policies);
+  p.attention = enum_value(j["attention"], all_attention_kernels);
+  p.achievable = j["achievable"].boolean();
   return p;
 }
 

@@ -63,6 +63,7 @@
 #include "../core/layout.hpp"        // max_local_shape, divides_evenly, no_empty_shards
 #include "../core/parse.hpp"         // to_alpa_string
 #include "../core/redistribute.hpp"  // plan_redistribute
+#include "compute.hpp"               // forward_seconds, kept_for_backward, kept_internal_bytes
 #include "device.hpp"                // device_model
 #include "pricing.hpp"               // step_pricing, run_mode, optimizer_kind, gradient_overlap_model
 #include "fused.hpp"                 // fused_dim_of
@@ -92,13 +93,27 @@ struct strategy {
   std::vector<sharding_spec> inputs;  ///< spec each operand must arrive in, operand order
   std::vector<sharding_spec> grads;   ///< training: spec of each operand's gradient (see above)
   sharding_spec output;               ///< spec of the result
-  double compute_seconds = 0.0;       ///< forward, and in training backward too
-  /// Training: the part of compute_seconds that is the backward (two products per forward one:
-  /// the gradients of the operands and of the weight), the window a parameter's gradient
-  /// sync hides behind (gradient_overlap_model::backward).
+  /// Forward, and in training backward too, of every micro-step of the step (x micro_batches).
+  double compute_seconds = 0.0;
+  /// One micro-step's forward: what recomputation runs again in the backward.
+  double forward_compute_seconds = 0.0;
+  /// Training: one micro-step's backward (two products per forward one: the gradients of the
+  /// operands and of the weight, and what recomputation runs again), the window a parameter's
+  /// once-per-step gradient sync hides behind in the last micro-step
+  /// (gradient_overlap_model::backward).
   double backward_compute_seconds = 0.0;
-  double comm_seconds = 0.0;          ///< the operator's own communication
-  std::int64_t memory_bytes = 0;      ///< per device
+  double comm_seconds = 0.0;          ///< the operator's own communication, over the step
+  /// Per device: a parameter's weight (and in training its gradient and optimizer state); in
+  /// training an operator's output when it is kept for the backward (kept_for_backward) and
+  /// what it keeps of its own (kept_internal_bytes), at inference its output.
+  std::int64_t memory_bytes = 0;
+  std::int64_t kept_internal_bytes = 0;  ///< training: the part of memory_bytes kept of its own
+  /// Training: what the operator holds in its layer's backward, where a recomputation makes
+  /// again what the plain strategy keeps (memory_bytes but for a recomputed variant).
+  std::int64_t recomputed_bytes = 0;
+  /// Training, an operator in a transformer layer: what it recomputes in the backward
+  /// (recomputed(): the pass offers the variants a layer may take).
+  recompute_kind recompute = recompute_kind::none;
   /// Training, a parameter: 1 when its optimizer state is sharded over the mesh axes where the
   /// weight is replicated (ZeRO-1), 2 when its gradient is too (ZeRO-2); 0 otherwise. Its
   /// gradient synchronisation then ends sharded, in `gradient_spec` (a reduce-scatter where
@@ -332,39 +347,6 @@ inline bool requires_grad(const model_graph& g, vertex_t v) {
   return false;
 }
 
-/// FLOPs of the operator on local shapes.
-inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, const tensor_shape& out) {
-  const double n_out = static_cast<double>(out.numel());
-  switch (nd.kind) {
-    case op_kind::linear: {
-      const double c = static_cast<double>(in[0][in[0].rank - 1u]);
-      return 2.0 * n_out * c + (in.size() == 3 ? n_out : 0.0);
-    }
-    case op_kind::matmul: return 2.0 * n_out * static_cast<double>(in[0][in[0].rank - 1u]);
-    case op_kind::attention: {
-      // Scores and the weighted sum, 2 FLOPs per multiply-add each, over the (query, key) pairs
-      // computed: all Sq x Sk of them, or with a causal mask over equal lengths the S (S + 1) / 2
-      // a causal kernel computes (FlashAttention skips the masked blocks): about half.
-      const double sq = static_cast<double>(in[0][1]), sk = static_cast<double>(in[1][1]);
-      const double pairs = nd.attrs.causal && in[0][1] == in[1][1] ? sq * (sq + 1.0) / 2.0 : sq * sk;
-      return 4.0 * static_cast<double>(in[0][0]) * pairs * static_cast<double>(in[0][2]);
-    }
-    case op_kind::layer_norm:
-    case op_kind::rms_norm:
-    case op_kind::softmax:
-    case op_kind::cross_entropy: return 5.0 * static_cast<double>(in[0].numel());
-    case op_kind::reduce_sum:
-    case op_kind::reduce_mean: return static_cast<double>(in[0].numel());
-    case op_kind::gelu:
-    case op_kind::gelu_erf:
-    case op_kind::silu: return 8.0 * n_out;
-    case op_kind::where: return n_out;
-    case op_kind::expand: return 0.0;  // a copy: its bytes are priced by the memory bandwidth
-    case op_kind::rotary: return 3.0 * n_out;
-    default: return is_binary_elementwise(nd.kind) || is_unary_elementwise(nd.kind) ? n_out : 0.0;
-  }
-}
-
 /// The per-axis options of `v` (the same list on every mesh axis).
 /// `grads`: gradient_flags(g), or empty to ask requires_grad of each operand.
 inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops,
@@ -538,6 +520,23 @@ inline std::vector<strategy> zero_variants(const device_mesh& m, const strategy&
 
 }  // namespace detail
 
+/// The variant of operator strategy `s` that recomputes `r` in the backward: one more forward
+/// per micro-step (`micro_batches` of them over the step; each in its micro-step's backward,
+/// which it widens), holding `memory` bytes to the end of the forward instead of
+/// s.memory_bytes (what the layer's recomputation leaves it to keep: the pass decides). Its
+/// name says so (" recompute-full"), so a plan file names the variant it chose.
+inline strategy recomputed(const strategy& s, recompute_kind r, std::int64_t memory, int micro_batches) {
+  strategy v = s;
+  v.recompute = r;
+  v.compute_seconds += micro_batches * s.forward_compute_seconds;
+  v.backward_compute_seconds += s.forward_compute_seconds;
+  v.memory_bytes = memory;
+  v.kept_internal_bytes = std::min(v.kept_internal_bytes, memory);
+  v.recomputed_bytes = r == recompute_kind::full ? s.memory_bytes : memory;  // full makes again what the plain one keeps
+  v.name += " recompute-" + std::string(to_string(r));
+  return v;
+}
+
 /// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
 /// offer Replicate or Shard(d) per mesh axis. `grads`: detail::gradient_flags(g) when enumerating
 /// many vertices (empty: v's operands are looked up one by one).
@@ -550,6 +549,8 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
   if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
   const int axes = static_cast<int>(m.ndim());
   const bool train = opt.pricing.mode == run_mode::training;
+  const bool kept = train && kept_for_backward(g, v);
+  const double steps = train ? opt.pricing.accumulation() : 1.0;  // micro-steps per step
   const fused_dim out_fused = fused_dim_of(g, v);
   std::vector<fused_dim> in_fused;
   for (vertex_t u : ops) in_fused.push_back(fused_dim_of(g, u));
@@ -591,11 +592,17 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     const std::int64_t out_bytes = detail::local_bytes(m, s.output, nd.shape, nd.type);
     if (nd.is_operator()) {
       bytes += static_cast<double>(out_bytes);
-      const double flops = detail::op_flops(nd, local_in, max_local_shape(m, s.output, nd.shape));
-      const double forward = flops / opt.pricing.device.peak_flops + bytes / opt.pricing.device.memory_bandwidth;
-      s.backward_compute_seconds = train ? backward_products * forward : 0.0;
-      s.compute_seconds = forward + s.backward_compute_seconds;
-      s.memory_bytes = out_bytes;
+      const tensor_shape local_out = max_local_shape(m, s.output, nd.shape);
+      s.forward_compute_seconds = detail::forward_seconds(nd, local_in, local_out, bytes, opt.pricing);
+      s.backward_compute_seconds = train ? backward_products * s.forward_compute_seconds : 0.0;
+      s.compute_seconds = steps * (s.forward_compute_seconds + s.backward_compute_seconds);
+      if (train) {
+        s.kept_internal_bytes = detail::kept_internal_bytes(nd, local_in, local_out, opt.pricing);
+        s.memory_bytes = (kept ? out_bytes : 0) + s.kept_internal_bytes;
+        s.recomputed_bytes = s.memory_bytes;
+      } else {
+        s.memory_bytes = out_bytes;
+      }
     } else {
       s.memory_bytes = train && nd.is_parameter()
                            ? out_bytes / static_cast<std::int64_t>(dtype_size(nd.type)) * parameter_state_bytes(nd.type, opt.pricing.optimizer)
@@ -604,7 +611,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     for (int a = 0; a < axes; ++a) {
       const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
       if (o.row_allreduces > 0)
-        s.comm_seconds += o.row_allreduces * collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)),
+        s.comm_seconds += steps * o.row_allreduces * collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)),
                                                              m.size(static_cast<std::size_t>(a)),
                                                              static_cast<double>(local_in[1].numel() * 4));
     }
@@ -661,7 +668,21 @@ struct backward_pricing {
   int consumers = 1;       ///< differentiable consumer edges of the producer
   double bucket_bytes = 0; ///< gradient bucket (parameters); 0: per tensor
   gradient_overlap_model overlap{};  ///< how much of a parameter's gradient sync the backward hides
+  int micro_batches = 1;   ///< micro-steps per step (step_pricing::accumulation)
 };
+
+/// Whether a parameter held as `producer` synchronises the gradient `grad` a consumer hands it
+/// once per step (accumulated whole over the micro-steps, then reduced: DDP's no_sync,
+/// Megatron-LM's gradient buffer, ZeRO-1's one reduce-scatter) rather than at every micro-step
+/// (the gradient ends sharded on an axis where the consumer's is a Partial sum: ZeRO-2's and
+/// ZeRO-3's (FSDP's) reduce-scatter, whose memory holds only the shard). ZeRO-1 keeps the
+/// whole gradient, so it reduces once.
+inline bool syncs_once_per_step(const strategy& producer, const sharding_spec& target, const sharding_spec& grad) {
+  if (producer.zero_stage == 1) return true;
+  for (std::size_t a = 0; a < grad.mesh_rank; ++a)
+    if (grad[a].is_partial() && target[a].is_shard()) return false;
+  return true;
+}
 
 /// Seconds of one priced step in the backward pass. `reduction`: the step is part of reducing
 /// a Partial gradient (the reduction itself, or the all-gather that undoes a reduce-scatter of
@@ -727,9 +748,13 @@ inline double backward_seconds(const device_mesh& m, const sharding_spec& target
 /// out of a parameter, its forward plan once more: the weight gathered again for the
 /// backward, as ZeRO-3 and FSDP do (a gathered copy is not kept: no memory counts it).
 /// Out of a parameter, `backward` is the gradient sync's exposed part, `sync` all of it.
+/// Over the step: every micro-step's forward resharding (twice into an operator whose layer
+/// is fully recomputed: the recomputed forward reshards again) and activation backward; out
+/// of a parameter, every micro-step's re-gather, and the gradient sync once per step or at
+/// every micro-step (syncs_once_per_step).
 struct edge_costs {
   double forward = 0, backward = 0, regather = 0;
-  double sync = 0;  ///< a parameter's gradient sync on this edge before the backward hides any
+  double sync = 0;  ///< a parameter's gradient sync on this edge over the step, before the backward hides any
   double total() const noexcept { return forward + backward + regather; }
 };
 
@@ -743,6 +768,7 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
   b.consumers = 0;
   for (auto [o, end] = boost::out_edges(u, g); o != end; ++o) b.consumers += detail::is_integer(g[boost::target(*o, g)].type) ? 0 : 1;
   b.consumers = std::max(1, b.consumers);
+  b.micro_batches = opt.pricing.accumulation();
   return b;
 }
 
@@ -762,6 +788,7 @@ class edge_pricer {
     c.forward = memo(forward_, producer.output, consumer.inputs[operand_], [&](const sharding_spec& from, const sharding_spec& to) {
       return resharding_seconds(m_, from, to, src_.shape, src_.type, run_mode::inference);  // the backward is priced below
     });
+    const double steps = b_.micro_batches;
     if (grad_flows_ && std::isfinite(c.forward)) {
       if (operand_ < consumer.grads.size())
         c.backward = memo(backward_, backward_target(producer), consumer.grads[operand_],
@@ -769,11 +796,21 @@ class edge_pricer {
                             return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
                           });
       if (src_.is_parameter()) {
-        c.sync = c.backward;
-        c.backward = b_.overlap.exposed(c.sync, consumer.backward_compute_seconds);
-        c.regather = c.forward;
+        // Once per step, hidden behind the last micro-step's backward, or at every micro-step
+        // behind that micro-step's.
+        const double times = operand_ < consumer.grads.size() &&
+                                     !syncs_once_per_step(producer, backward_target(producer), consumer.grads[operand_])
+                                 ? steps
+                                 : 1.0;
+        c.sync = times * c.backward;
+        c.backward = times * b_.overlap.exposed(c.backward, consumer.backward_compute_seconds);
+        c.regather = steps * c.forward;
+      } else {
+        c.backward *= steps;
       }
     }
+    const bool again = consumer.recompute == recompute_kind::full && !src_.is_parameter();
+    c.forward *= steps * (again ? 2.0 : 1.0);
     return c;
   }
 

@@ -40,6 +40,7 @@
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
 #include <map>         // std::map
+#include <memory>      // std::shared_ptr
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
 #include <string>      // std::string
@@ -58,6 +59,9 @@
 #include "../plan/algo.hpp"         // algo, all_algos
 #include "../plan/document.hpp"     // plan_document, read_plan_file, write_plan_file
 #include "../solve/ilp.hpp"         // solve_ilp
+#include "../graph/resize.hpp"      // with_batch_seq
+#include "layers.hpp"               // layer_map, detail::layer_key, add_recompute_variants
+#include "step_report.hpp"          // parallelism, step_flops, graph_batch
 
 namespace autoshard {
 
@@ -94,6 +98,10 @@ struct autosharding_options {
   std::string ilp_solution_file;                 ///< where the plan file goes (or comes from); "" = nowhere
   std::optional<std::int64_t> memory_budget;     ///< bytes per device
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
+  /// megatron: the tensor-parallel size. 0: the last mesh axis's (devices per node); 1: none,
+  /// every axis data parallel; a divisor of the last axis's size: that axis split into
+  /// (size / tp) data-parallel and tp tensor-parallel ranks on its links.
+  int tensor_parallel = 0;
   bool tie_layers = true;
   bool compare_baselines = true;                 ///< also solve the other algos for the report
   std::function<void(const solve_progress&)> on_progress;
@@ -115,6 +123,10 @@ struct collective_use {
   /// The part of `bytes` the model charges here: 1/c for a reduction of a Partial gradient
   /// that the producer's c consumer edges share (one reduction per producer), else 1.
   double share = 1.0;
+  /// Times it runs per step (`seconds` is all of them, `bytes` one): every micro-step for
+  /// what each runs (twice into a fully recomputed layer), once for a gradient sync accumulated
+  /// over them and ZeRO's all-gather of the updated weight.
+  int repeats = 1;
 };
 
 /// One plan, priced.
@@ -132,6 +144,21 @@ struct plan_summary {
   bool fits = true;
   std::vector<int> choice;             ///< strategy index per vertex
   std::vector<collective_use> collectives;
+  /// Training: the micro-batching chosen, the layers' recomputation and the plan in the
+  /// words people run jobs in (tp, dp, pp, micro-batch, recompute, ZeRO), on `mesh` (the
+  /// pass's, or for megatron with a tensor-parallel size below the last axis, that axis split
+  /// in two).
+  parallelism par;
+  std::map<long, recompute_kind> recompute;  ///< per layer index
+  device_mesh mesh;
+  /// The step's FLOPs, and what they make of the step time on this mesh: TFLOP/s per device
+  /// as Megatron-LM counts them (eq. 3) and the model FLOPs utilisation against the peak.
+  step_flops flops;
+  double tflops_per_device = 0.0;
+  double mfu = 0.0;
+  /// The search over micro-batchings: one line per one tried ("4 micro-batches of 8: optimal,
+  /// 1.52 s, 61.2 GiB"), and for a plan that could not fit the closest miss in words.
+  std::vector<std::string> tried;
 };
 
 struct autosharding_report {
@@ -144,6 +171,9 @@ struct autosharding_report {
 };
 
 struct autosharding_result {
+  /// The graph the strategies are for: the pass's, at one micro-step's batch when the plan
+  /// runs the global batch in micro-batches (same vertices, names and parameters).
+  model_graph graph;
   std::vector<strategy> strategies;  ///< the chosen strategy per vertex (index = vertex)
   autosharding_report report;
 };
@@ -168,20 +198,6 @@ inline bool megatron_row(const std::string& n) {
   return false;
 }
 
-/// "transformer.h.7.attn" -> "transformer.h.#.attn"; names without a numeric segment unchanged.
-inline std::string layer_key(const std::string& name) {
-  std::size_t i = 0;
-  while (i < name.size()) {
-    std::size_t j = name.find('.', i);
-    if (j == std::string::npos) j = name.size();
-    const bool digits = j > i && std::all_of(name.begin() + static_cast<long>(i), name.begin() + static_cast<long>(j),
-                                             [](char c) { return c >= '0' && c <= '9'; });
-    if (digits) return name.substr(0, i) + "#" + name.substr(j);
-    i = j + 1;
-  }
-  return name;
-}
-
 /// The pricing a pass can price with: a device of finite, positive FLOP/s, bandwidth and
 /// memory, gradient buckets >= 0 and an overlap of "backward" or a fraction in [0, 1];
 /// solver_error naming the numbers otherwise.
@@ -198,6 +214,16 @@ inline void check_pricing(const step_pricing& p) {
 }
 
 /// Everything the pass derives from the graph once: strategies, the full strategy problem.
+///
+/// Memory over time: inference runs the forward, a tensor live from its operator to its last
+/// consumer. Training runs the forward (times 0..N-1, topological order) and then the backward
+/// (N..2N-1, the reverse order): a parameter is live throughout, a tensor kept for the
+/// backward from its operator to its operator's backward. An operator that may recompute its
+/// layer fully has a second problem node, its shadow (after the vertices, tied to it by an edge
+/// that allows only the same strategy), for the part of that interval from its layer's backward
+/// on: a fully recomputed operator holds nothing (its layer output: the checkpoint) until its
+/// layer's backward recomputes it, and then holds what it keeps, as an operator that was never
+/// recomputed does. So every layer's working set in the backward is counted where it is live.
 struct pass_model {
   /// Called with (phase, done, total) as the strategies are enumerated and the edges priced.
   using phase_callback = std::function<void(const char*, std::size_t, std::size_t)>;
@@ -205,10 +231,12 @@ struct pass_model {
   const model_graph& g;
   device_mesh mesh;
   strategy_options sopt;
+  layer_map layers;           // the repeated layers, for recomputation
   std::vector<std::vector<strategy>> strategies;
   std::vector<char> gradients;  // gradient_flags(g): whether each vertex has a gradient
-  std::vector<edge_t> edges;  // in problem edge order
-  strategy_problem problem;   // one node per vertex, one edge per graph edge
+  std::vector<edge_t> edges;  // in problem edge order (the graph's edges, then the shadows')
+  std::vector<vertex_t> shadow_of;  // the vertex of each problem node after the vertices
+  strategy_problem problem;   // one node per vertex, then the shadows; one edge per graph edge, then the shadows'
 
   /// `pricing`: how a step is priced (device, mode, training settings).
   pass_model(const model_graph& graph, const device_mesh& m, const step_pricing& pricing,
@@ -224,6 +252,8 @@ struct pass_model {
     gradients = detail::gradient_flags(g);
     strategies.resize(boost::num_vertices(g));
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) strategies[v] = enumerate_strategies(g, v, mesh, sopt, gradients);
+    layers = map_layers(g);
+    add_recompute_variants(g, layers, strategies, sopt.pricing);
     phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
     add_nodes();
     add_edges_and_costs(phase);
@@ -238,9 +268,16 @@ struct pass_model {
 
   std::size_t size() const { return strategies.size(); }
 
+  /// A strategy per problem node from one per vertex: a shadow takes its vertex's.
+  std::vector<int> node_choice(const std::vector<int>& choice) const {
+    std::vector<int> c = choice;
+    for (vertex_t v : shadow_of) c.push_back(choice[v]);
+    return c;
+  }
+
  private:
-  /// One node per vertex: its strategies' memory and its live interval in topological order
-  /// (a parameter lives throughout; in training an activation is saved for the backward).
+  /// One node per vertex: its strategies' memory and its live interval (see the struct's
+  /// comment); then the shadows.
   void add_nodes() {
     const std::vector<vertex_t> order = topological_order(g);
     const std::size_t n = boost::num_vertices(g);
@@ -251,7 +288,12 @@ struct pass_model {
       for (auto [e, end] = boost::out_edges(v, g); e != end; ++e)
         last[v] = std::max(last[v], pos[boost::target(*e, g)]);
     }
+    // Where each layer's forward ends: its backward (and a full recomputation) starts at 2N - end.
+    std::map<long, std::int64_t> layer_end;
+    for (vertex_t v = 0; v < n; ++v)
+      if (layers.layer[v] >= 0) layer_end[layers.layer[v]] = std::max(layer_end[layers.layer[v]], pos[v] + 1);
     const auto N = static_cast<std::int64_t>(n);
+    const bool train = sopt.pricing.mode == run_mode::training;
     problem.name = "autosharding";
     problem.nodes.resize(n);
     for (vertex_t v = 0; v < n; ++v) {
@@ -259,16 +301,29 @@ struct pass_model {
       node.name = g[v].name;
       for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
       if (g[v].is_parameter())
-        node.live = {0, N};
-      else if (sopt.pricing.mode == run_mode::training)
-        node.live = {pos[v], N};  // saved for the backward pass
-      else
+        node.live = {0, train ? 2 * N : N};
+      else if (!train)
         node.live = {pos[v], last[v] + 1};
+      else
+        node.live = {pos[v], 2 * N - pos[v]};  // kept until its operator's backward
+      const bool full = std::any_of(strategies[v].begin(), strategies[v].end(),
+                                    [](const strategy& s) { return s.recompute == recompute_kind::full; });
+      if (!train || !full) continue;
+      // The shadow: from the layer's backward on, every variant holds what the plain one keeps.
+      const std::int64_t split = 2 * N - layer_end[layers.layer[v]];
+      strategy_node shadow;
+      shadow.name = g[v].name + " (kept again in its layer's backward)";
+      shadow.live = {split, 2 * N - pos[v]};
+      for (const strategy& s : strategies[v]) shadow.usages.push_back(s.recomputed_bytes);
+      node.live.end = split;
+      problem.nodes.push_back(std::move(shadow));
+      shadow_of.push_back(v);
     }
   }
 
-  /// One edge per graph edge with its resharding costs; then every cost, node and edge, in
-  /// integer units of one cost_unit (the solver works in exact integers).
+  /// One edge per graph edge with its resharding costs (a pair that disagrees on its layer's
+  /// recomputation forbidden), then each shadow's edge to its vertex; then every cost, node
+  /// and edge, in integer units of one cost_unit (the solver works in exact integers).
   template <class Phase>
   void add_edges_and_costs(const Phase& phase) {
     std::vector<std::vector<double>> seconds;
@@ -278,9 +333,13 @@ struct pass_model {
     };
     const std::size_t edge_count = boost::num_edges(g);
     phase("pricing", 0, edge_count);
+    constexpr double forbidden = std::numeric_limits<double>::infinity();
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
       cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients);
+      for (std::size_t i = 0; i < c.rows; ++i)
+        for (std::size_t j = 0; j < c.cols; ++j)
+          if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;
       phase("pricing", problem.edges.size() + 1, edge_count);
       for (double x : c.values) note(x);
       problem.edges.push_back({u, v, {}});
@@ -295,6 +354,14 @@ struct pass_model {
       for (const strategy& s : strategies[v]) problem.nodes[v].costs.push_back(to_cost_units(s.seconds(), problem.cost_unit));
     for (std::size_t k = 0; k < seconds.size(); ++k)
       for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
+    for (std::size_t k = 0; k < shadow_of.size(); ++k) {
+      const vertex_t v = shadow_of[k];
+      const std::size_t s = strategies[v].size();
+      problem.nodes[n + k].costs.assign(s, 0);
+      strategy_edge same{v, n + k, std::vector<std::int64_t>(s * s, infinite_cost)};
+      for (std::size_t i = 0; i < s; ++i) same.costs[i * s + i] = 0;
+      problem.edges.push_back(std::move(same));
+    }
   }
 };
 
@@ -302,17 +369,18 @@ inline bool dp_ok(const placement& p, bool allow_partial) {
   return p.is_replicate() || p.is_shard(0) || (allow_partial && p.is_partial());
 }
 
-/// Megatron-LM splits whole attention heads over the tensor-parallel axis (the mesh's last): a
+/// Megatron-LM splits whole attention heads over the tensor-parallel axis `tp_axis` (-1: none): a
 /// head count its ranks do not divide is refused (Qwen2-0.5B's 14 heads on 4 ranks would cut
 /// q_proj at 3.5 heads). Key/value heads fewer than the ranks, a count the ranks are a multiple
 /// of, are replicated, as vLLM and Megatron-LM do: their projections (and the operators between
 /// them and the attention) stay whole on every rank. Returns those vertices (operators and
 /// their parameters); throws solver_error for a count neither divides.
-inline std::vector<char> megatron_kv_whole(const pass_model& pm) {
+inline std::vector<char> megatron_kv_whole(const pass_model& pm, int tp_axis) {
   const model_graph& g = pm.g;
-  const std::size_t tp = pm.mesh.ndim() - 1;
-  const int n = pm.mesh.size(tp);
   std::vector<char> whole(pm.size(), 0);
+  if (tp_axis < 0) return whole;
+  const auto tp = static_cast<std::size_t>(tp_axis);
+  const int n = pm.mesh.size(tp);
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const node& nd = g[v];
     if (nd.kind != op_kind::attention) continue;
@@ -397,27 +465,64 @@ inline bool fully_sharded(const device_mesh& m, const strategy& s) {
   return true;
 }
 
-/// Whether `a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is a
-/// parameter with a fully_sharded strategy).
-inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
-                   bool skip_replicated, bool can_shard_fully, bool kv_whole = false) {
+/// The recomputation kinds algo `a` lets a layer take under `policy`: the policy's, and when
+/// the planner chooses, any for the ILP and selective for megatron (its baseline's definition).
+constexpr unsigned algo_recompute_kinds(algo a, recompute_policy policy) noexcept {
+  if (policy == recompute_policy::choose && a == algo::megatron) return recompute_kinds_of(recompute_policy::selective);
+  return recompute_kinds_of(policy);
+}
+
+/// The cheapest of `kinds` (recomputation only ever adds time): the one kind a solve without
+/// a memory budget needs to consider.
+constexpr unsigned cheapest_recompute(unsigned kinds) noexcept { return kinds & (~kinds + 1u); }
+
+/// What the masks of one solve allow beyond the algo: the recomputation kinds, and a fixed
+/// number of ways the batch is split (a micro-batch given per data-parallel rank).
+struct solve_request {
+  algo a = algo::alpa;
+  unsigned recompute = 0b111;  ///< recompute_kind bits
+  bool budget = true;          ///< the memory budget applies
+  int batch_shards = 0;        ///< > 0: every batch input splits its dim 0 exactly this many ways
+  int tp_axis = -1;            ///< megatron: its tensor-parallel mesh axis (-1: none, every axis data parallel)
+};
+
+/// Whether `rq.a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is
+/// a parameter with a fully_sharded strategy; `zero1`: v offers a ZeRO-1 variant of s's
+/// layout, which megatron's distributed optimizer takes; `batch`: the graph's, graph_batch).
+inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops,
+                   const strategy& s, bool skip_replicated, bool can_shard_fully, bool zero1, std::int64_t batch,
+                   bool kv_whole = false) {
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
+  if (!recompute_allowed(g, pm.layers, v, s, rq.recompute, pm.sopt.pricing)) return false;
+  // A micro-batch given per data-parallel rank: the batch inputs and the layers' linears (what
+  // the report's dp is read off) split the batch exactly that many ways.
+  const bool batch_tensor = g[v].shape.rank >= 1 && g[v].shape[0] == batch;
+  if (rq.batch_shards > 0 && batch_tensor && (g[v].is_input() || (g[v].kind == op_kind::linear && pm.layers.layer[v] >= 0)) &&
+      s.output.shard_count(pm.mesh, 0) != rq.batch_shards)
+    return false;
   bool all_rep = s.output.is_replicated();
   for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
-  const auto data_parallel_on = [&](std::size_t from, std::size_t to) {
-    bool ok = s.zero_stage == 0;
-    for (std::size_t x = from; x < to && ok; ++x) ok = data_parallel_axis(g, v, ops, s, x);
+  const auto data_parallel_on = [&](int skip_axis, int zero_stage) {
+    bool ok = s.zero_stage == zero_stage;
+    for (std::size_t x = 0; x < axes && ok; ++x)
+      if (static_cast<int>(x) != skip_axis) ok = data_parallel_axis(g, v, ops, s, x);
     return ok;
   };
-  switch (a) {
+  switch (rq.a) {
     case algo::alpa: return !(skip_replicated && g[v].is_operator() && all_rep && pm.strategies[v].size() > 1);
     case algo::fully_replicated: return all_rep && s.zero_stage == 0;
-    case algo::data_parallel: return data_parallel_on(0, axes);
-    case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(0, axes);
+    case algo::data_parallel: return data_parallel_on(-1, 0);
+    case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(-1, 0);
     case algo::megatron: {
-      if (!data_parallel_on(0, axes - 1)) return false;
-      const std::size_t tp = axes - 1;
+      // Data parallel as Megatron-LM is: every batch activation split over the data-parallel
+      // ranks (the search keeps only micro-steps whose batch divides among them).
+      bool split = true;
+      for (std::size_t x = 0; x < axes && split && batch_tensor && !g[v].is_parameter(); ++x)
+        if (static_cast<int>(x) != rq.tp_axis && pm.mesh.size(x) > 1) split = s.output[x].is_shard(0);
+      if (!split || !data_parallel_on(rq.tp_axis, zero1 ? 1 : 0)) return false;
+      if (rq.tp_axis < 0) return true;
+      const auto tp = static_cast<std::size_t>(rq.tp_axis);
       if (kv_whole) {  // a replicated key/value projection (megatron_kv_whole): whole on the tensor-parallel axis
         bool whole = s.output[tp].is_replicate();
         for (const sharding_spec& in : s.inputs) whole = whole && in[tp].is_replicate();
@@ -427,21 +532,24 @@ inline bool allows(algo a, const pass_model& pm, vertex_t v, const std::vector<v
       return megatron_axis(g, v, ops, s, tp);
     }
   }
-  throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(a)));
+  throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(rq.a)));
 }
 
-/// Which strategies an algo allows, per vertex.
-inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, algo a, bool skip_replicated) {
+/// Which strategies a solve allows, per vertex.
+inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solve_request& rq, bool skip_replicated) {
   std::vector<std::vector<char>> allow(pm.size());
-  const std::vector<char> kv_whole = a == algo::megatron ? megatron_kv_whole(pm) : std::vector<char>(pm.size(), 0);
+  const std::int64_t batch = graph_batch(pm.g);
+  const std::vector<char> kv_whole = rq.a == algo::megatron ? megatron_kv_whole(pm, rq.tp_axis) : std::vector<char>(pm.size(), 0);
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const std::vector<strategy>& ss = pm.strategies[v];
     const bool can_shard_fully = pm.g[v].is_parameter() && std::any_of(ss.begin(), ss.end(), [&](const strategy& s) {
                                    return fully_sharded(pm.mesh, s);
                                  });
     const std::vector<vertex_t> ops = operands(pm.g, v);
-    for (const strategy& s : ss)
-      allow[v].push_back(allows(a, pm, v, ops, s, skip_replicated, can_shard_fully, kv_whole[v] != 0) ? 1 : 0);
+    for (const strategy& s : ss) {
+      const bool zero1 = std::any_of(ss.begin(), ss.end(), [&](const strategy& z) { return z.zero_stage == 1 && z.output == s.output; });
+      allow[v].push_back(allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0) ? 1 : 0);
+    }
   }
   return allow;
 }
@@ -449,7 +557,8 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, algo a, bo
 /// Tied classes: vertex -> class id; classes group vertices that differ only in the layer index
 /// and have identical strategy lists.
 inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, std::size_t& count) {
-  std::vector<std::size_t> cls(pm.size());
+  std::vector<std::size_t> cls(pm.problem.nodes.size());
+  std::vector<std::string> keys(pm.size());
   std::map<std::string, std::size_t> ids;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const node& nd = pm.g[v];
@@ -458,7 +567,11 @@ inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, st
     key += "\x02" + std::string(to_string(nd.kind)) + to_string(nd.shape);
     for (const strategy& s : pm.strategies[v]) key += "\x03" + s.name;
     cls[v] = ids.try_emplace(key, ids.size()).first->second;
+    keys[v] = std::move(key);
   }
+  // A shadow is tied as its vertex is (a class of the shadows of one class's members).
+  for (std::size_t k = 0; k < pm.shadow_of.size(); ++k)
+    cls[pm.size() + k] = ids.try_emplace(keys[pm.shadow_of[k]] + "\x04shadow", ids.size()).first->second;
   count = ids.size();
   return cls;
 }
@@ -536,6 +649,7 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
   plan_summary s;
   s.algo = a;
   const model_graph& g = pm.g;
+  const int steps = pm.sopt.pricing.mode == run_mode::training ? pm.sopt.pricing.accumulation() : 1;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(choice[v])];
     s.compute_seconds += st.compute_seconds;
@@ -548,8 +662,8 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
         if (st.inputs[0][a].is_shard(vdim) && pm.mesh.size(a) > 1)
           for (const char* what : {"row max", "row sum of exponentials", "target logit"})
             s.collectives.push_back({std::string(what) + " of " + g[v].name, collective::all_reduce, static_cast<int>(a), b,
-                                     collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
-                                     traffic_site::op(v)});
+                                     steps * collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
+                                     traffic_site::op(v), 1.0, steps});
     }
     if (st.zero_stage > 0)  // the all-gather of the updated weight
       for (const priced_step& p : price_plan(pm.mesh, plan_redistribute(pm.mesh, st.gradient_spec, st.output, g[v].shape), g[v].shape, g[v].type)) {
@@ -571,19 +685,25 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
     if (c.forward > 0.0 && !std::isinf(c.forward)) {
       const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, su.output, settle_target(su.output, sv.inputs[operand]), g[u].shape),
                                       g[u].shape, g[u].type);
-      // The re-gather happens in the backward: the gradient's site (the forward audit leaves it out).
+      // Every micro-step, twice into a fully recomputed layer; the re-gather happens in the
+      // backward: the gradient's site (the forward audit leaves it out).
+      const int again = sv.recompute == recompute_kind::full && !g[u].is_parameter() ? 2 : 1;
       for (int k = 0; k < (c.regather > 0.0 ? 2 : 1); ++k)
         for (const priced_step& st : pc)
-          if (is_communication(st.step.kind))
+          if (is_communication(st.step.kind)) {
+            const int times = steps * (k ? 1 : again);
             s.collectives.push_back({(k ? "re-gather for the backward: edge " : "edge ") + g[u].name + " -> " + g[v].name,
-                                     st.step.kind, st.step.mesh_axis, st.bytes, st.seconds,
-                                     k ? traffic_site::gradient(u) : traffic_site::edge(v, operand)});
+                                     st.step.kind, st.step.mesh_axis, st.bytes, times * st.seconds,
+                                     k ? traffic_site::gradient(u) : traffic_site::edge(v, operand), 1.0, times});
+          }
     }
     // A parameter's gradient sync is listed whole (the audit counts its bytes), each step
     // charged its share of the part the backward does not hide.
     const double unhidden = g[u].is_parameter() ? c.sync : c.backward;
     if (unhidden > 0.0) {
       const double exposed = c.backward / unhidden;
+      // Activations' backward every micro-step; a parameter's sync once, or every micro-step.
+      const int times = g[u].is_parameter() && syncs_once_per_step(su, backward_target(su), sv.grads[operand]) ? 1 : steps;
       const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
       const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
                                       g[u].shape, g[u].type);
@@ -594,14 +714,25 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
         const priced_step& st = pc[k];
         const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
         if (sec > 0.0)
-          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, sec * exposed, traffic_site::gradient(u),
-                                   red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0});
+          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, times * sec * exposed, traffic_site::gradient(u),
+                                   red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0, times});
       }
     }
   }
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
-  s.peak_memory_bytes = pm.problem.peak_usage(choice).bytes;
+  s.peak_memory_bytes = pm.problem.peak_usage(pm.node_choice(choice)).bytes;
   s.fits = s.peak_memory_bytes <= pm.sopt.pricing.device.memory_bytes;
+  s.mesh = pm.mesh;
+  std::vector<const strategy*> chosen;
+  for (vertex_t v = 0; v < pm.size(); ++v) chosen.push_back(&pm.strategies[v][static_cast<std::size_t>(choice[v])]);
+  s.recompute = layer_recomputation(pm.layers, chosen);
+  s.par = parallelism_of(g, pm.mesh, chosen, steps, pm.layers);
+  s.flops = count_step_flops(g, steps, pm.layers);
+  const double devices = pm.mesh.num_ranks();
+  if (s.step_seconds > 0 && pm.sopt.pricing.mode == run_mode::training) {
+    s.tflops_per_device = s.flops.megatron / (s.step_seconds * devices) / 1e12;
+    s.mfu = s.flops.model / (s.step_seconds * devices * pm.sopt.pricing.device.peak_flops);
+  }
   s.choice = std::move(choice);
   return s;
 }
@@ -644,11 +775,19 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
                        std::to_string(*pm.problem.usage_limit));
 }
 
-/// Solve one algo: restricted problem, tied, on GLPK; back to one strategy per vertex.
-inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
-                                                        algo a, std::size_t& classes) {
-  const std::vector<std::vector<char>> allow = algo_mask(pm, a, o.skip_fully_replicated);
+/// The problem one solve sees: `pm.problem` restricted to what `rq` and the pins allow, the
+/// budget dropped unless it applies, tied into classes (`cls`: problem node -> class).
+struct restricted_problem {
+  strategy_problem q;
+  std::vector<std::size_t> cls;
+  std::size_t classes = 0;
+};
+
+inline restricted_problem restrict_problem(const pass_model& pm, const autosharding_options& o, const solve_request& rq) {
+  const algo a = rq.a;
+  const std::vector<std::vector<char>> allow = algo_mask(pm, rq, o.skip_fully_replicated);
   strategy_problem p = pm.problem;
+  if (!rq.budget) p.usage_limit.reset();
   for (vertex_t v = 0; v < pm.size(); ++v) {
     for (std::size_t i = 0; i < allow[v].size(); ++i)
       if (!allow[v][i]) p.nodes[v].costs[i] = infinite_cost;
@@ -668,39 +807,326 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
       throw solver_error("pinned tensor '" + name + "': no " + std::string(to_string(a)) + " strategy outputs " + to_alpa_string(spec) +
                          " for shape " + to_string(pm.g[*v].shape) + " on mesh " + to_string(pm.mesh));
   }
-  const std::vector<std::size_t> cls = layer_classes(pm, o.tie_layers, classes);
-  const strategy_problem q = quotient(p, cls, classes);
+  // A shadow allows what its vertex does (so the least memory below is what the solve allows).
+  for (std::size_t k = 0; k < pm.shadow_of.size(); ++k) {
+    const strategy_node& vertex = p.nodes[pm.shadow_of[k]];
+    strategy_node& shadow = p.nodes[pm.size() + k];
+    for (std::size_t i = 0; i < shadow.costs.size(); ++i) shadow.costs[i] = is_forbidden(vertex.costs[i]) ? infinite_cost : 0;
+  }
+  restricted_problem r;
+  r.cls = layer_classes(pm, o.tie_layers, r.classes);
+  if (!pm.shadow_of.empty() && !has_kind(rq.recompute, recompute_kind::full)) {
+    // Nothing recomputes fully: each vertex holds what it keeps throughout, its shadow's part
+    // too, and the shadows (the last nodes and edges, and the last classes) go.
+    const std::size_t n = pm.size();
+    for (std::size_t k = 0; k < pm.shadow_of.size(); ++k) p.nodes[pm.shadow_of[k]].live.end = p.nodes[n + k].live.end;
+    p.nodes.resize(n);
+    p.edges.resize(pm.edges.size());
+    r.cls.resize(n);
+    r.classes = 0;
+    for (std::size_t c : r.cls) r.classes = std::max(r.classes, c + 1);
+  }
+  r.q = quotient(p, r.cls, r.classes);
+  return r;
+}
+
+/// Solve one algo: restricted problem, tied, on GLPK; back to one strategy per vertex. A
+/// budget no allowed choice meets is refused before the solver runs, with the least memory
+/// the allowed strategies reach.
+inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
+                                                        const solve_request& rq, std::size_t& classes) {
+  const restricted_problem r = restrict_problem(pm, o, rq);
+  classes = r.classes;
+  if (r.q.usage_limit) {  // said in the pass's words; solve_ilp's are the IOPDDL format's
+    const usage_peak lo = r.q.min_peak_usage();
+    if (lo.bytes > *r.q.usage_limit)
+      throw solver_error(std::string(to_string(rq.a)) + " cannot meet the memory budget of " + human_bytes_exact(*r.q.usage_limit) +
+                         " per device: with every operator at the most memory-frugal strategy " +
+                         (rq.a == algo::alpa ? std::string("it offers") : std::string(to_string(rq.a)) + " allows") +
+                         ", the peak memory per device is at least " + human_bytes_exact(lo.bytes));
+  }
   solve_options so;
   so.time_limit = o.time_limit;
   so.mip_rel_gap = o.mip_rel_gap;
   so.threads = o.threads;
   so.seed = o.seed;
   so.on_progress = o.on_progress;
-  if (q.usage_limit) {  // said in the pass's words; solve_ilp's are the IOPDDL format's
-    const usage_peak lo = q.min_peak_usage();
-    if (lo.bytes > *q.usage_limit)
-      throw solver_error("the memory budget of " + human_bytes_exact(*q.usage_limit) +
-                         " per device cannot be met: even with every operator at its most memory-frugal strategy, "
-                         "the peak memory per device is " + human_bytes_exact(lo.bytes));
-  }
-  solve_result r = solve_ilp(q, so);
+  solve_result res = solve_ilp(r.q, so);
   std::vector<int> choice(pm.size());
-  for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = r.choice[cls[v]];
-  return {summarize(pm, a, std::move(choice)), std::move(r)};
+  for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = res.choice[r.cls[v]];
+  return {summarize(pm, rq.a, std::move(choice)), std::move(res)};
 }
 
-/// Every algo but `chosen`, each solved as the pass solves its own (an algo that has no plan
-/// on this mesh is listed as not feasible, with the solver's reason).
-inline std::vector<plan_summary> solve_baselines(const pass_model& pm, const autosharding_options& o, algo chosen) {
+// ---- the step: the global batch in micro-batches, searched ----------------------------------
+
+/// The mesh megatron runs on with tensor-parallel size `tp` (autosharding_options::
+/// tensor_parallel), and its tensor-parallel axis (-1: none, every axis data parallel).
+inline std::pair<device_mesh, int> megatron_mesh(const device_mesh& m, int tp) {
+  const std::size_t last = m.ndim() - 1;
+  const int size = m.size(last);
+  if (tp == 0 || tp == size) return {m, size > 1 ? static_cast<int>(last) : -1};
+  if (tp == 1) return {m, -1};
+  if (tp < 1 || size % tp != 0 || m.ndim() == max_mesh_rank)
+    throw solver_error("megatron: a tensor-parallel size of " + std::to_string(tp) + " does not divide the last mesh axis's " +
+                       std::to_string(size) + " ranks (the devices of a node)" +
+                       (m.ndim() == max_mesh_rank ? " or the mesh has no room for one more axis" : ""));
+  std::vector<int> shape = m.shape();
+  shape.back() = size / tp;
+  shape.push_back(tp);
+  device_mesh out(shape);
+  for (std::size_t a = 0; a < m.ndim(); ++a) out.set_link(a, m.link(a));
+  out.set_link(last + 1, m.link(last));
+  return {out, static_cast<int>(last + 1)};
+}
+
+/// Whether `d` ranks of `m` can hold the batch: the product of some of its axes' sizes.
+inline bool axes_make(const device_mesh& m, int d) {
+  for (unsigned set = 0; set < (1u << m.ndim()); ++set) {
+    long p = 1;
+    for (std::size_t a = 0; a < m.ndim(); ++a)
+      if ((set >> a) & 1u) p *= m.size(a);
+    if (p == d) return true;
+  }
+  return false;
+}
+
+/// One micro-step's graph and everything priced on it (pass_model refers to the graph).
+struct micro_step_model {
+  model_graph graph;
+  pass_model pm;
+  micro_step_model(model_graph g, const device_mesh& m, const step_pricing& p, std::optional<std::int64_t> budget,
+                   const pass_model::phase_callback& on_phase)
+      : graph(std::move(g)), pm(graph, m, p, budget, on_phase) {}
+};
+
+/// The models priced so far, by mesh shape and micro-steps: the algos of one pass share them.
+class model_cache {
+ public:
+  std::shared_ptr<micro_step_model> get(const model_graph& g, const device_mesh& m, int micro_batches,
+                                        const autosharding_options& o) {
+    std::vector<int> key = m.shape();
+    key.push_back(micro_batches);
+    auto& slot = models_[key];
+    if (!slot) {
+      step_pricing p = o.pricing;
+      if (p.mode == run_mode::training) p.micro_batches = micro_batches;
+      const std::int64_t batch = graph_batch(g);
+      model_graph step = micro_batches > 1 ? with_batch_seq(g, batch / micro_batches, 0) : g;
+      slot = std::make_shared<micro_step_model>(std::move(step), m, p, o.memory_budget, o.on_phase);
+    }
+    return slot;
+  }
+
+ private:
+  std::map<std::vector<int>, std::shared_ptr<micro_step_model>> models_;
+};
+
+/// One algo's plan from the search, with the model its choice indexes.
+struct algo_plan {
+  plan_summary plan;
+  solve_result solved;
+  std::shared_ptr<micro_step_model> model;
+  std::size_t classes = 0;
+};
+
+/// The micro-step counts a global batch of `batch` sequences can run in: its divisors up to
+/// max_micro_batches, ascending (found in O(sqrt) steps: a batch of 2^31 - 1 is two).
+inline std::vector<std::int64_t> micro_step_counts(std::int64_t batch) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 1; i <= max_micro_batches && i <= batch / i; ++i) {
+    if (batch % i != 0) continue;
+    out.push_back(i);
+    if (batch / i != i && batch / i <= max_micro_batches) out.push_back(batch / i);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// "4 micro-batches of 128 sequences": one micro-batching of a global batch in words.
+inline std::string micro_batching(int m, std::int64_t batch) {
+  return std::to_string(m) + (m == 1 ? " micro-batch of " : " micro-batches of ") + std::to_string(batch / m) +
+         (batch / m == 1 ? " sequence" : " sequences");
+}
+
+/// The plan of algo `a` for graph `g` (the global batch): in training, the search over the
+/// number of micro-steps m the global batch B runs in (every divisor of B, or the one the
+/// pricing fixes, or those a micro-batch per data-parallel rank allows); exact over that space.
+///
+/// Why it may stop early: a plan of m micro-steps of B/m sequences costs at least what the
+/// same strategies cost in m' micro-steps of B/m' for any m' dividing m (the per-micro-step
+/// work scales with its batch, each micro-step pays its own collectives' latencies, and a
+/// once-per-step gradient sync is hidden behind a smaller last backward), and recomputation
+/// only ever adds time; so the fastest plan of m' ignoring memory (cheapest recomputation, no
+/// budget: U(m')) bounds every plan of its multiples. Each m is solved ignoring memory first;
+/// when that plan fits it is m's best; otherwise m is solved with the budget and every
+/// recomputation allowed. An m whose bound is no better than the best plan so far is
+/// skipped, one whose most frugal strategies cannot meet the budget is refused before the
+/// solver runs. Throws solver_error saying what was tried and what came closest when no
+/// plan fits.
+inline algo_plan search_algo(const model_graph& g, const autosharding_options& o, algo a, model_cache& cache) {
+  const auto [mesh, tp_axis] = a == algo::megatron ? megatron_mesh(o.mesh, o.tensor_parallel) : std::pair{o.mesh, -1};
+  const step_pricing& p = o.pricing;
+  const bool train = p.mode == run_mode::training;
+  const std::int64_t batch = graph_batch(g);
+  const int dp_fixed = a == algo::megatron ? mesh.num_ranks() / (tp_axis < 0 ? 1 : mesh.size(static_cast<std::size_t>(tp_axis))) : 0;
+  const std::string name(to_string(a));
+  // The micro-step counts, and the ways each splits the batch when the micro-batch is given.
+  std::vector<std::pair<int, int>> counts;  // (m, batch shards or 0)
+  if (!train || batch <= 0) {
+    counts.push_back({1, 0});
+  } else {
+    for (const std::int64_t m : micro_step_counts(batch)) {
+      if (p.micro_batches > 0 && m != p.micro_batches) continue;
+      const std::int64_t step = batch / m;
+      if (dp_fixed > 0 && step % dp_fixed != 0) continue;
+      int shards = 0;
+      if (p.micro_batch > 0) {
+        if (step % p.micro_batch != 0) continue;
+        const std::int64_t d = step / p.micro_batch;
+        if ((dp_fixed > 0 && d != dp_fixed) || d > mesh.num_ranks() || !axes_make(mesh, static_cast<int>(d))) continue;
+        shards = static_cast<int>(d);
+      }
+      counts.push_back({static_cast<int>(m), shards});
+    }
+    if (counts.empty())
+      throw solver_error(name + ": the global batch of " + std::to_string(batch) + " sequences cannot run " +
+                         (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + " micro-batches" : std::string("in micro-batches")) +
+                         (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
+                         (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
+                         " on mesh " + to_string(mesh) + " (the micro-step's batch must split evenly)");
+  }
+  solve_request rq;
+  rq.a = a;
+  // Inference recomputes nothing: one kind, so the budgeted solve below runs once, not per kind.
+  rq.recompute = train ? algo_recompute_kinds(a, p.recompute) : recompute_kinds_of(recompute_policy::none);
+  rq.tp_axis = tp_axis;
+  algo_plan best;
+  double incumbent = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<int, double>> bounds;  // (m, U(m))
+  std::vector<std::string> tried;
+  std::string closest;
+  std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
+  std::string last_error;
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    const auto [m, shards] = counts[k];
+    const std::string what = train && batch > 0 ? micro_batching(m, batch) : "the batch in one step";
+    double lb = 0;
+    for (const auto& [d, u] : bounds)
+      if (m % d == 0) lb = std::max(lb, u);
+    if (lb >= incumbent) {
+      tried.push_back(what + ": skipped: each of its plans takes at least " + human_seconds(lb) +
+                      " (the fastest, ignoring memory, of a micro-batching it divides further), the best so far " +
+                      human_seconds(incumbent));
+      continue;
+    }
+    const std::shared_ptr<micro_step_model> model = cache.get(g, mesh, m, o);
+    const pass_model& pm = model->pm;
+    solve_request r = rq;
+    r.batch_shards = shards;
+    try {
+      if (pm.problem.usage_limit) {
+        const usage_peak lo = restrict_problem(pm, o, r).q.min_peak_usage();
+        if (lo.bytes > *pm.problem.usage_limit) {
+          tried.push_back(what + ": cannot fit, the least memory its strategies allow is " + human_bytes(static_cast<double>(lo.bytes)));
+          if (lo.bytes < closest_bytes) closest_bytes = lo.bytes, closest = what;
+          continue;
+        }
+      }
+      std::pair<plan_summary, solve_result> found;
+      std::size_t classes = 0;
+      const bool last = k + 1 == counts.size();
+      bool have = false;
+      if (!last || !pm.problem.usage_limit) {  // the fastest plan ignoring memory: a bound for later m, and m's best when it fits
+        solve_request free = r;
+        free.recompute = cheapest_recompute(r.recompute);
+        free.budget = false;
+        auto u = solve_algo(pm, o, free, classes);
+        bounds.push_back({m, u.first.step_seconds});
+        if (u.first.step_seconds >= incumbent) {
+          tried.push_back(what + ": no faster than " + human_seconds(incumbent) + " even ignoring memory (" +
+                          human_seconds(u.first.step_seconds) + ")");
+          continue;
+        }
+        if (!pm.problem.usage_limit || u.first.peak_memory_bytes <= *pm.problem.usage_limit) found = std::move(u), have = true;
+      }
+      if (!have) {
+        // With layers tied every layer of a class recomputes alike: each kind is its own solve
+        // (the fastest that fits wins), which the solver finishes far sooner than one problem
+        // offering them all. Untied, the ILP chooses per layer among them.
+        std::vector<unsigned> kinds;
+        if (o.tie_layers) {
+          for (recompute_kind k : all_recompute_kinds)
+            if (has_kind(r.recompute, k)) kinds.push_back(1u << static_cast<unsigned>(k));
+        } else {
+          kinds.push_back(r.recompute);
+        }
+        std::string misses;
+        std::int64_t least = std::numeric_limits<std::int64_t>::max();
+        for (unsigned kind : kinds) {
+          solve_request rk = r;
+          rk.recompute = kind;
+          const usage_peak lo = restrict_problem(pm, o, rk).q.min_peak_usage();
+          if (lo.bytes > *pm.problem.usage_limit) {
+            misses += (misses.empty() ? "" : ", ") + describe_recompute_kinds(kind) + " needs at least " +
+                      human_bytes(static_cast<double>(lo.bytes));
+            least = std::min(least, lo.bytes);
+            continue;
+          }
+          std::size_t c = 0;
+          auto f = solve_algo(pm, o, rk, c);
+          if (!have || f.first.step_seconds < found.first.step_seconds) found = std::move(f), classes = c, have = true;
+        }
+        if (!have) {
+          if (least < closest_bytes) closest_bytes = least, closest = what;
+          throw solver_error("cannot fit with any one recomputation: " + misses);
+        }
+      }
+      plan_summary& s = found.first;
+      tried.push_back(what + ": " + to_string(found.second.status) + ", " + human_seconds(s.step_seconds) + ", " +
+                      human_bytes(static_cast<double>(s.peak_memory_bytes)) + ", " + to_string(s.par));
+      if (s.step_seconds < incumbent) {
+        incumbent = s.step_seconds;
+        best = {std::move(found.first), std::move(found.second), model, classes};
+      }
+    } catch (const solver_error& e) {
+      last_error = std::string(e.message());
+      tried.push_back(what + ": " + last_error);
+    }
+  }
+  if (!best.model) {
+    std::string why = last_error;
+    if (closest_bytes < std::numeric_limits<std::int64_t>::max()) {
+      why = name + (a == algo::megatron ? " (" + (tp_axis < 0 ? std::string("no tensor parallelism") : "tensor parallel " +
+                                                      std::to_string(mesh.size(static_cast<std::size_t>(tp_axis)))) +
+                                              ", data parallel " + std::to_string(dp_fixed) + ", distributed optimizer)"
+                                        : std::string()) +
+            " does not fit the memory budget of " + human_bytes_exact(*o.memory_budget) + " per device" +
+            (train && batch > 0 ? " with " + describe_recompute_kinds(rq.recompute) + ": tried " + std::to_string(counts.size()) +
+                                      (counts.size() == 1 ? " micro-batching" : " micro-batchings") + " of the global batch of " +
+                                      std::to_string(batch) + "; with the closest, " + closest + ", and"
+                                : std::string(": with")) +
+            " every operator at the most memory-frugal strategy " +
+            (a == algo::alpa ? std::string("it offers") : name + " allows") + ", the peak memory per device is at least " +
+            human_bytes_exact(closest_bytes);
+    }
+    throw solver_error(why);
+  }
+  best.plan.tried = std::move(tried);
+  return best;
+}
+
+/// Every algo but `chosen`, each searched as the pass searches its own (an algo that has no
+/// plan is listed as not feasible, with what it tried and what came closest).
+inline std::vector<plan_summary> solve_baselines(const model_graph& g, const autosharding_options& o, algo chosen,
+                                                 model_cache& cache) {
   std::vector<algo> algos;
   for (algo a : all_algos)
     if (a != chosen) algos.push_back(a);
   std::vector<plan_summary> out;
   if (o.on_phase) o.on_phase("baselines", 0, algos.size());
   for (algo a : algos) {
-    std::size_t unused = 0;
     try {
-      out.push_back(solve_algo(pm, o, a, unused).first);
+      out.push_back(search_algo(g, o, a, cache).plan);
     } catch (const solver_error& e) {
       plan_summary s;
       s.algo = a;
@@ -721,13 +1147,14 @@ inline plan_document make_plan_document(const pass_model& pm, const autosharding
   plan_document d;
   d.mesh = pm.mesh;
   d.pricing = pm.sopt.pricing;
+  if (d.pricing.mode == run_mode::training) d.pricing.micro_batch = s.par.micro_batch;
   d.options = {s.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, o.tie_layers, o.memory_budget, {}};
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
   d.graph = pm.g;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
     d.tensors.push_back({st.name, st.inputs, st.output, max_local_shape(pm.mesh, st.output, pm.g[v].shape), st.seconds(),
-                         st.memory_bytes});
+                         st.memory_bytes, st.recompute});
   }
   d.cost = {s.step_seconds, s.compute_seconds, s.communication_seconds, s.resharding_seconds, s.peak_memory_bytes};
   d.solver = {to_string(solved.status), solved.objective_value(), solved.bound_value(), solved.gap, solved.seconds};  // seconds
@@ -808,41 +1235,53 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   if (o.preload_solution) {
     if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
     preloaded = read_plan_file(o.ilp_solution_file);
-    if (preloaded->mesh.shape() != o.mesh.shape())
+    // The mesh it was solved on: the pass's, or for megatron with a tensor-parallel size
+    // below the last axis's that axis split in two (megatron_mesh).
+    const std::vector<int> mine = o.mesh.shape(), theirs = preloaded->mesh.shape();
+    const bool split = theirs.size() == mine.size() + 1 && std::equal(mine.begin(), mine.end() - 1, theirs.begin()) &&
+                       theirs[theirs.size() - 2] * theirs.back() == mine.back();
+    if (theirs != mine && !(split && preloaded->options.algo == algo::megatron))
       throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
-  // A preloaded plan is priced with the links and the training settings it was solved with,
-  // on the device and in the mode asked for now (a plan of another mode is refused below).
-  step_pricing pricing = o.pricing;
-  if (preloaded) {
-    pricing = preloaded->pricing;
-    pricing.device = o.pricing.device;
-    pricing.mode = o.pricing.mode;
-  }
-  detail::pass_model pm(g, preloaded ? preloaded->mesh : o.mesh, pricing, o.memory_budget, o.on_phase);
   autosharding_result res;
   autosharding_report& rep = res.report;
-  rep.mesh = pm.mesh;
-  rep.pricing = pm.sopt.pricing;
-  rep.vertices = pm.size();
-  rep.edges = pm.edges.size();
+  std::shared_ptr<detail::micro_step_model> model;
   double solver_objective = 0.0;
+  detail::model_cache cache;
   if (preloaded) {
-    rep.plan = detail::summarize(pm, preloaded->options.algo, detail::plan_choice(pm, *preloaded, o.ilp_solution_file));
+    // A preloaded plan is priced with the links, the training settings and the micro-batching
+    // it was solved with, on the device and in the mode asked for now (a plan of another mode
+    // is refused by plan_choice). Its graph is one micro-step's: `g` at that batch.
+    step_pricing pricing = preloaded->pricing;
+    pricing.device = o.pricing.device;
+    pricing.mode = o.pricing.mode;
+    const std::int64_t batch = graph_batch(preloaded->graph), mine = graph_batch(g);
+    model_graph step = batch > 0 && mine > 0 && batch != mine ? with_batch_seq(g, batch, 0) : g;
+    model = std::make_shared<detail::micro_step_model>(std::move(step), preloaded->mesh, pricing, o.memory_budget, o.on_phase);
+    rep.plan = detail::summarize(model->pm, preloaded->options.algo, detail::plan_choice(model->pm, *preloaded, o.ilp_solution_file));
     solver_objective = rep.plan.step_seconds;
     rep.tied_classes = 0;
   } else {
-    auto [plan, solved] = detail::solve_algo(pm, o, o.algo, rep.tied_classes);
-    rep.plan = std::move(plan);
-    solver_objective = solved.objective_value();
-    rep.solver = std::move(solved);
+    detail::algo_plan found = detail::search_algo(g, o, o.algo, cache);
+    model = found.model;
+    rep.plan = std::move(found.plan);
+    rep.tied_classes = found.classes;
+    solver_objective = found.solved.objective_value();
+    rep.solver = std::move(found.solved);
   }
-  if (o.compare_baselines) rep.baselines = detail::solve_baselines(pm, o, rep.plan.algo);
+  const detail::pass_model& pm = model->pm;
+  rep.mesh = pm.mesh;
+  rep.pricing = pm.sopt.pricing;
+  if (rep.pricing.mode == run_mode::training) rep.pricing.micro_batch = rep.plan.par.micro_batch;
+  rep.vertices = pm.size();
+  rep.edges = pm.edges.size();
+  if (o.compare_baselines) rep.baselines = detail::solve_baselines(g, o, rep.plan.algo, cache);
   if (o.run_checks) detail::check_plan(pm, rep.plan, solver_objective);
   for (vertex_t v = 0; v < pm.size(); ++v)
     res.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(rep.plan.choice[v])]);
-  if (o.run_checks && o.numeric_check) o.numeric_check(g, pm.mesh, res.strategies, rep.plan.collectives);  // before any file is written
+  res.graph = model->graph;
+  if (o.run_checks && o.numeric_check) o.numeric_check(res.graph, pm.mesh, res.strategies, rep.plan.collectives);  // before any file is written
   if (!o.preload_solution && !o.ilp_solution_file.empty())
     write_plan_file(detail::make_plan_document(pm, o, rep.plan, rep.solver), o.ilp_solution_file);
   return res;

@@ -9,6 +9,7 @@
 #include "../solve/solve.hpp"  // solve_ilp, the strategy problem
 #include "autosharding.hpp"    // autosharding_analysis_pass, autosharding_options
 #include "export.hpp"          // export_tensor_parallel, to_hf_tp_plan, to_dtensor_plan
+#include "export_megatron.hpp" // export_megatron, megatron_arguments
 #include "loaded_plan.hpp"     // load_plan: a plan file back with its graph
 #include "pipeline.hpp"        // pipeline stages: the 1F1B order, its step, the stage partition
 #include "plan_dot.hpp"        // write_plan_dot

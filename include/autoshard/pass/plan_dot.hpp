@@ -16,21 +16,12 @@
 #include "../core/redistribute.hpp"  // plan_redistribute
 #include "../graph/dot.hpp"          // detail::dot_escape, detail::spec_colour
 #include "../graph/strategy.hpp"     // strategy, price_edge, settle_target
-#include "autosharding.hpp"          // detail::layer_key
+#include "autosharding.hpp"          // autosharding types
+#include "layers.hpp"                // detail::layer_key, detail::layer_index
 
 namespace autoshard {
 
 namespace detail {
-
-/// The layer index of a name ("transformer.h.7.attn" -> 7), or -1 without a numeric component.
-inline long layer_index(const std::string& name) {
-  const std::string key = layer_key(name);
-  if (key == name) return -1;
-  const std::size_t at = key.find('#');
-  std::size_t end = at;
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-  return end - at > 9 ? -1 : std::stol(name.substr(at, end - at));
-}
 
 /// Runs of consecutive layers that chose the same strategies, drawn once: each layer's run
 /// (by its first layer), each run's last layer and size, and each vertex's representative

@@ -31,11 +31,13 @@
 
 namespace autoshard {
 
-/// The version this build writes. It reads it and version 2 (before the pricing was one
-/// value: "mode" at the top, the device and the training settings under "options"). Version 1
-/// files (before the plan carried its links, options and local shapes) are refused: solve the
-/// model again.
-inline constexpr int plan_format_version = 3;
+/// The version this build writes. It reads it, version 3 (before the plan recorded its
+/// micro-batches, its layers' recomputation, the attention kernel and achievable compute:
+/// one step of the whole batch, nothing recomputed, compute at the peaks) and version 2
+/// (before the pricing was one value: "mode" at the top, the device and the training settings
+/// under "options"). Version 1 files (before the plan carried its links, options and local
+/// shapes) are refused: solve the model again.
+inline constexpr int plan_format_version = 4;
 
 /// At most this many vertices in a plan file, checked before the graph is built (the mesh
 /// is bounded by mesh_from_json).
@@ -49,6 +51,10 @@ struct plan_tensor {
   tensor_shape local_shape;           ///< rank 0's shard of the output, the largest
   double seconds = 0.0;               ///< the strategy's own cost (compute + communication)
   std::int64_t memory_bytes = 0;      ///< per device
+  /// Training: what the operator recomputes in the backward ("full": its layer keeps only its
+  /// input and runs its forward again; "selective": the attention core's). A layer's
+  /// recomputation is its operators'.
+  recompute_kind recompute = recompute_kind::none;
   friend bool operator==(const plan_tensor&, const plan_tensor&) = default;
 };
 
@@ -72,6 +78,7 @@ struct plan_options {
 /// defaults; a file's mode and device always came with it).
 inline step_pricing legacy_pricing() {
   step_pricing p;
+  set_before_micro_batches(p);
   p.optimizer = optimizer_kind::adam;
   p.gradient_bucket_bytes = default_gradient_bucket_bytes;
   p.gradient_overlap = 0.0;
@@ -169,13 +176,14 @@ inline nlohmann::json plan_tensors_json(const plan_document& d) {
                        {"local_shape", t.local_shape.to_vector()},
                        {"seconds", t.seconds},
                        {"memory_bytes", t.memory_bytes}});
+    if (t.recompute != recompute_kind::none) tensors.back()["recompute"] = std::string(to_string(t.recompute));
   }
   return tensors;
 }
 
 }  // namespace detail
 
-/// The plan as its version-3 JSON document (docs/plan-format.md).
+/// The plan as its version-4 JSON document (docs/plan-format.md).
 inline nlohmann::json to_json(const plan_document& d) {
   return {{"format", "autoshard.plan"},
           {"version", plan_format_version},
@@ -200,17 +208,17 @@ inline nlohmann::json to_json(const plan_document& d) {
 
 namespace detail {
 
-/// The format version of a plan document: 2 or plan_format_version; io_error otherwise.
+/// The format version of a plan document: 2 to plan_format_version; io_error otherwise.
 inline std::int64_t plan_version(const json_in& j, const std::string& source) {
   j.require_object();
   if (!j.has("format") || !j["format"].raw().is_string() || j["format"].string() != "autoshard.plan")
     throw io_error(source + " is not an autoshard plan (\"format\" is not \"autoshard.plan\")");
   const std::int64_t version = j["version"].integer(0, std::numeric_limits<int>::max());
   if (version == 1)
-    throw io_error(source + " has version 1, an older format this build no longer reads (it reads versions 2 and " +
+    throw io_error(source + " has version 1, an older format this build no longer reads (it reads versions 2 to " +
                    std::to_string(plan_format_version) + "): solve the model again with `autoshard plan`");
-  if (version != 2 && version != plan_format_version)
-    throw io_error(source + " has version " + std::to_string(version) + "; this build reads versions 2 and " +
+  if (version < 2 || version > plan_format_version)
+    throw io_error(source + " has version " + std::to_string(version) + "; this build reads versions 2 to " +
                    std::to_string(plan_format_version));
   return version;
 }
@@ -275,12 +283,13 @@ inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g,
                                    to_string(nd.shape) + " under " + to_alpa_string(p.output));
   p.seconds = t["seconds"].number(0.0);
   p.memory_bytes = t["memory_bytes"].integer(0);
+  if (const auto r = t.find("recompute")) p.recompute = enum_value(*r, all_recompute_kinds);
   return p;
 }
 
 }  // namespace detail
 
-/// The document a version-2 or -3 JSON value describes, every member checked (type, range,
+/// The document a version-2, -3 or -4 JSON value describes, every member checked (type, range,
 /// and that the tensors match the embedded graph, the mesh and each other); io_error naming
 /// `source` and the JSON path otherwise (an invalid embedded graph too: "its graph is invalid:
 /// graph error: vertex ...").

@@ -963,13 +963,33 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
     strategy_options o;
     o.pricing.device = find_device_preset(name)->device;
     o.pricing.mode = run_mode::inference;  // the forward's FLOPs and bytes
+    o.pricing.achievable = false;          // the data sheet's peaks
     const std::vector<strategy> s = enumerate_strategies(g, y, one, o);
     REQUIRE(!s.empty());
     const double flops = 2.0 * 512 * 4096 * 4096, bytes = (512.0 * 4096 * 2 + 4096.0 * 4096) * 2;
     const double peak = std::string(name) == "a100-80g" ? 312e12 : 989.4e12;
     const double hbm = std::string(name) == "a100-80g" ? 2.039e12 : std::string(name) == "h100-80g" ? 3.35e12 : 4.8e12;
     CHECK(s.front().compute_seconds == doctest::Approx(flops / peak + bytes / hbm).scale(1e-9));
+    // At what GEMMs and copies achieve (the default): 512 is below the large-GEMM class's
+    // smallest dimension, so the sliced figure, or the large one where there is no other.
+    o.pricing.achievable = true;
+    const device_model& d = o.pricing.device;
+    const double gemm = d.sliced_matmul_flops > 0 ? d.sliced_matmul_flops : d.large_matmul_flops;
+    const double copy = d.achievable_memory_bandwidth > 0 ? d.achievable_memory_bandwidth : hbm;
+    CHECK(enumerate_strategies(g, y, one, o).front().compute_seconds == doctest::Approx(flops / gemm + bytes / copy).scale(1e-9));
   }
+  // The A100's figures are published measurements: 271.2 TFLOP/s (MAMF), 1.80 TB/s, and what
+  // NCCL reaches on its links, 200 GB/s in the node and 24 between nodes.
+  const device_preset* a100 = find_device_preset("a100-80g");
+  CHECK(a100->device.large_matmul_flops == 271.2e12);
+  CHECK(a100->device.matmul_flops(8192, true) == 271.2e12);
+  CHECK(a100->device.matmul_flops(8192, false) == 312e12);
+  CHECK(a100->device.memory_rate(true) == 1.80e12);
+  CHECK(a100->intra_node_link(true) == 200e9);
+  CHECK(a100->intra_node_link(false) == 300e9);
+  CHECK(a100->inter_node_link(true) == 24e9);
+  CHECK(h200->device.matmul_flops(4096, true) == 714e12);  // whole-layer shapes
+  CHECK(h200->device.matmul_flops(1024, true) == 593e12);  // their tensor-parallel slices
 }
 
 TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a causal kernel computes") {
@@ -979,6 +999,7 @@ TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a c
   strategy_options o;
   o.pricing.device = find_device_preset("a100-80g")->device;
   o.pricing.mode = run_mode::inference;  // the forward's FLOPs
+  o.pricing.achievable = false;          // at the data sheet's peaks
   const auto seconds = [&](bool causal) {
     model_graph g;
     auto q = add_input(g, "q", {2, 128, 64}, dtype::bf16);

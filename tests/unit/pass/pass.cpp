@@ -135,12 +135,16 @@ TEST_CASE("memory budget: a tight budget is met, an impossible one names the sma
     CHECK(tight.report.plan.peak_memory_bytes <= *o.memory_budget);
     CHECK(tight.report.plan.step_seconds >= free.report.plan.step_seconds * (1 - 1e-9));
   } catch (const autoshard::solver_error& e) {  // only when even the smallest plan does not fit
-    CHECK(std::string(e.what()).find("cannot be met: even with every operator") != std::string::npos);
+    CHECK(std::string(e.what()).find("does not fit the memory budget") != std::string::npos);
   }
+  // Refused before the solver runs, saying what was tried (every micro-batching of the batch of
+  // 8, each with its most frugal strategies and recomputation) and what came closest.
   o.memory_budget = 1024;
   CHECK_THROWS_WITH_AS(autoshard::autosharding_analysis_pass(g, o),
-                       doctest::Contains("the memory budget of 1.00 KiB (1024 bytes) per device cannot be met: even with "
-                                         "every operator at its most memory-frugal strategy, the peak memory per device is "),
+                       doctest::Contains("alpa does not fit the memory budget of 1.00 KiB (1024 bytes) per device with "
+                                         "recomputation chosen per layer (none, selective, full): tried 4 micro-batchings of "
+                                         "the global batch of 8; with the closest, 8 micro-batches of 1 sequence, and every operator "
+                                         "at the most memory-frugal strategy it offers, the peak memory per device is at least "),
                        autoshard::solver_error);
 }
 
@@ -161,7 +165,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
     std::ifstream in(o.ilp_solution_file);
     const nlohmann::json j = nlohmann::json::parse(in);
     CHECK(j["format"] == "autoshard.plan");
-    CHECK(j["version"] == 3);
+    CHECK(j["version"] == 4);
     CHECK(j["mesh"]["axes"].size() == 2);
     CHECK(j["mesh"]["axes"][1]["size"] == 4);
     CHECK(j["tensors"].size() == boost::num_vertices(g));
@@ -753,7 +757,12 @@ TEST_CASE("defaults: one pricing value with one run mode, gradient overlap and b
   std::filesystem::remove(o.ilp_solution_file);
   CHECK(d.pricing.mode == run_mode::training);
   CHECK(d.options.time_limit == default_time_limit_s);
-  CHECK(d.pricing == step_pricing{});
+  // ... priced as the defaults say, with the micro-batching the planner chose recorded: the
+  // batch of 8 in one step, 8 sequences on the one data-parallel rank of a replicated plan.
+  step_pricing chosen;
+  chosen.micro_batches = 1;
+  chosen.micro_batch = 8;
+  CHECK(d.pricing == chosen);
   // plan_options' defaults are what a default pass records, field by field (its algo aside).
   plan_options recorded;
   recorded.algo = o.algo;

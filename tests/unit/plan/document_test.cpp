@@ -90,17 +90,17 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   CHECK(back == d);
   // The file spells the links one way and says its version.
   const nlohmann::json j = to_json(d);
-  CHECK(j["version"] == 3);
+  CHECK(j["version"] == 4);
   CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}, {"hop_s", 0.0}});
   CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
 }
 
 TEST_CASE("plan document: an unknown, newer or older version fails naming both versions") {
   nlohmann::json j = to_json(small_plan());
-  j["version"] = 4;
-  CHECK(read_error(j) == "io error: plan file 'p.json' has version 4; this build reads versions 2 and 3");
+  j["version"] = 5;
+  CHECK(read_error(j) == "io error: plan file 'p.json' has version 5; this build reads versions 2 to 4");
   j["version"] = 1;
-  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads versions 2 and 3)") !=
+  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads versions 2 to 4)") !=
         std::string::npos);
   j.erase("version");
   CHECK(read_error(j) == "io error: plan file 'p.json': the document has no member \"version\"");
@@ -176,6 +176,11 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   d.pricing.gradient_overlap = 0.25;
   d.pricing.zero = false;
   d.pricing.device.memory_bytes = 40LL << 30;
+  d.pricing.micro_batch = 2;
+  d.pricing.micro_batches = 16;
+  d.pricing.recompute = recompute_policy::full;
+  d.pricing.attention = attention_kernel::unfused;
+  d.pricing.achievable = false;
   temp_plan f;
   write_plan_file(d, f.path);
   const plan_document back = read_plan_file(f.path.string());
@@ -183,20 +188,38 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   CHECK(back == d);
   const nlohmann::json j = to_json(d);
   CHECK(j["pricing"] == nlohmann::json{{"mode", "training"},
-                                       {"device", {{"peak_flops", 312e12}, {"memory_bandwidth", 2e12}, {"memory_bytes", 40LL << 30}}},
+                                       {"device",
+                                        {{"peak_flops", 312e12},
+                                         {"memory_bandwidth", 2e12},
+                                         {"memory_bytes", 40LL << 30},
+                                         {"large_matmul_flops", 0.0},
+                                         {"sliced_matmul_flops", 0.0},
+                                         {"achievable_memory_bandwidth", 0.0}}},
                                        {"optimizer", "sgd"},
                                        {"gradient_bucket_bytes", 4194304.0},
                                        {"gradient_overlap", 0.25},
-                                       {"zero", false}});
+                                       {"zero", false},
+                                       {"micro_batch", 2},
+                                       {"micro_batches", 16},
+                                       {"recompute", "full"},
+                                       {"attention", "unfused"},
+                                       {"achievable", false}});
   CHECK(j["pricing"] == to_json(d.pricing));  // the one spelling of the value
-  CHECK(describe_training(back.pricing) == "sgd, gradient buckets of 4.00 MiB, 0.25 of the gradient sync overlapped, ZeRO-1/2 not offered");
+  CHECK(describe_training(back.pricing) ==
+        "sgd, gradient buckets of 4.00 MiB, 0.25 of the gradient sync overlapped, ZeRO-1/2 not offered, 16 micro-batches of 2 "
+        "per data-parallel rank, full recomputation, unfused attention, compute at peak rates");
   // Each setting set back to its default alone: the document differs (none is ignored).
   const std::map<std::string, nlohmann::json> defaults{{"mode", "inference"},
                                                        {"optimizer", "adam"},
                                                        {"gradient_bucket_bytes", 26214400.0},
                                                        {"gradient_overlap", 0.0},
                                                        {"zero", true},
-                                                       {"device", to_json(device_model{})}};
+                                                       {"device", to_json(device_model{})},
+                                                       {"micro_batch", 0},
+                                                       {"micro_batches", 0},
+                                                       {"recompute", "choose"},
+                                                       {"attention", "flash"},
+                                                       {"achievable", true}};
   for (const auto& entry : defaults) {
     const std::string key = entry.first;  // Clang 14 refuses a structured binding in CAPTURE
     CAPTURE(key);
@@ -210,7 +233,8 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   CHECK(jb["pricing"]["gradient_overlap"] == "backward");
   CHECK(plan_from_json(jb, "p.json").pricing == d.pricing);
   CHECK(describe_training(d.pricing) ==
-        "sgd, gradient buckets of 4.00 MiB, gradient sync overlapped with each consumer's backward, ZeRO-1/2 not offered");
+        "sgd, gradient buckets of 4.00 MiB, gradient sync overlapped with each consumer's backward, ZeRO-1/2 not offered, "
+        "16 micro-batches of 2 per data-parallel rank, full recomputation, unfused attention, compute at peak rates");
   // Out of range or of the wrong type: named.
   nlohmann::json bad = j;
   bad["pricing"]["gradient_overlap"] = 1.5;
@@ -224,6 +248,36 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   bad = j;
   bad["pricing"].erase("zero");
   CHECK(read_error(bad) == "io error: plan file 'p.json': pricing has no member \"zero\"");
+  bad = j;
+  bad["pricing"]["recompute"] = "some";
+  CHECK(read_error(bad) ==
+        "io error: plan file 'p.json': pricing.recompute is \"some\", not \"choose\", \"none\", \"selective\" or \"full\"");
+  bad = j;
+  bad["pricing"]["micro_batches"] = -1;
+  CHECK(read_error(bad).find("pricing.micro_batches is -1") != std::string::npos);
+  bad = j;
+  bad["pricing"]["device"]["large_matmul_flops"] = 400e12;  // above the device's peak
+  CHECK(read_error(bad).find("pricing.device.large_matmul_flops is ") != std::string::npos);
+  CHECK(read_error(bad).find("not a number in [0, 3.12e+14]") != std::string::npos);
+}
+
+TEST_CASE("plan document: a version-3 file (before micro-batches and recomputation) reads as one step, nothing recomputed, at peak compute") {
+  plan_document d = small_plan();
+  nlohmann::json v3 = to_json(d);
+  v3["version"] = 3;
+  for (const char* key : {"micro_batch", "micro_batches", "recompute", "attention", "achievable"}) v3["pricing"].erase(key);
+  for (const char* key : {"large_matmul_flops", "sliced_matmul_flops", "achievable_memory_bandwidth"})
+    v3["pricing"]["device"].erase(key);
+  const plan_document back = plan_from_json(v3, "p.json");
+  CHECK(back.pricing.micro_batches == 1);
+  CHECK(back.pricing.micro_batch == 0);
+  CHECK(back.pricing.recompute == recompute_policy::none);
+  CHECK(back.pricing.attention == attention_kernel::flash);
+  CHECK(!back.pricing.achievable);
+  CHECK(back.pricing.device == d.pricing.device);
+  step_pricing expect = d.pricing;
+  set_before_micro_batches(expect);
+  CHECK(back.pricing == expect);
 }
 
 TEST_CASE("plan document: a version-2 file (mode at the top, device and training under options) reads as the same document") {
@@ -233,6 +287,7 @@ TEST_CASE("plan document: a version-2 file (mode at the top, device and training
   d.pricing.gradient_overlap = gradient_overlap_model::behind_backward();
   d.pricing.zero = false;
   const nlohmann::json v2 = as_version_2(d);
+  set_before_micro_batches(d.pricing);  // what a file before version 4 was priced as
   CHECK(plan_from_json(v2, "p.json") == d);
   // One written before the training settings were recorded was priced with legacy_pricing().
   nlohmann::json old = v2;
@@ -265,4 +320,17 @@ TEST_CASE("pricing enums: to_string and parse are inverse, and an unknown spelli
   CHECK(!parse_optimizer_kind("lamb"));
   CHECK(!parse_algo("zero"));
   CHECK(algo_names() == "\"alpa\", \"megatron\", \"data_parallel\", \"zero3\" or \"fully_replicated\"");
+}
+
+TEST_CASE("plan document: what an operator recomputes is written beside it and read back") {
+  plan_document d = small_plan();
+  d.tensors[2].recompute = recompute_kind::full;
+  const nlohmann::json j = to_json(d);
+  CHECK(j["tensors"][2]["recompute"] == "full");
+  CHECK(!j["tensors"][1].contains("recompute"));  // none is not written
+  CHECK(plan_from_json(j, "p.json") == d);
+  nlohmann::json bad = j;
+  bad["tensors"][2]["recompute"] = "half";
+  CHECK(read_error(bad) ==
+        "io error: plan file 'p.json': tensors[2].recompute is \"half\", not \"none\", \"selective\" or \"full\"");
 }

@@ -1,0 +1,221 @@
+#pragma once
+/// A training plan as Megatron-LM's command-line arguments: the parallelism (tensor and data
+/// parallel sizes, sequence parallelism, the distributed optimizer), the step (micro-batch,
+/// global batch, recomputation) and the model those arguments build, or a refusal that names
+/// what the arguments cannot express.
+///   const autoshard::loaded_plan p = autoshard::load_plan("plan.json");
+///   const autoshard::megatron_export e = autoshard::export_megatron(p);  // e.problems: what they cannot say
+///   std::string args = autoshard::megatron_arguments(e);                // throws spec_error listing them
+///
+/// Megatron-LM runs one layout: tensor parallelism on consecutive ranks (the mesh's last axis),
+/// the block linears column-parallel (query/key/value, the MLP's first projections) and
+/// row-parallel (the attention output, the MLP's last projection), data parallelism over every
+/// other axis with each parameter whole on every data-parallel rank or, with the distributed
+/// optimizer, its optimizer state sharded (ZeRO-1: the plan's " zero-1" storage, for every
+/// parameter that offers it), sequence parallelism when the layers' norms run split on the
+/// sequence, and one recomputation for all layers (full, optionally on the first k layers
+/// only, or selective). A plan that stores a weight sharded over data-parallel ranks (ZeRO-2
+/// or -3), splits a block linear another way, puts tensor parallelism across nodes, or
+/// recomputes some other set of layers is refused, never approximated.
+#include <map>     // std::map
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include "../core/error.hpp"  // spec_error
+#include "autosharding.hpp"   // detail::megatron_axis, detail::data_parallel_axis
+#include "layers.hpp"         // map_layers, layer_recomputation
+#include "loaded_plan.hpp"    // loaded_plan
+
+namespace autoshard {
+
+/// One argument: a flag and its value ("" for a switch).
+struct megatron_argument {
+  std::string flag;
+  std::string value;
+};
+
+/// What a plan says in Megatron-LM's arguments.
+struct megatron_export {
+  int tp = 1, dp = 1;
+  std::vector<megatron_argument> arguments;  ///< in the order written
+  std::vector<std::string> problems;         ///< what the arguments cannot express, naming the operators
+  std::vector<std::string> notes;            ///< what they express only in part, or leave to the user
+};
+
+namespace detail {
+
+/// The block linears of a plan and whether each is column-parallel in Megatron-LM.
+inline std::vector<vertex_t> megatron_linears(const model_graph& g) {
+  std::vector<vertex_t> out;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::linear && (megatron_column(g[v].name) || megatron_row(g[v].name))) out.push_back(v);
+  return out;
+}
+
+}  // namespace detail
+
+/// The arguments of plan `p` (see the header comment), with what they cannot say in
+/// `problems` (then megatron_arguments refuses).
+inline megatron_export export_megatron(const loaded_plan& p) {
+  megatron_export e;
+  const model_graph& g = p.graph();
+  const device_mesh& m = p.mesh();
+  const step_pricing& pricing = p.document.pricing;
+  const auto problem = [&e](std::string s) { e.problems.push_back(std::move(s)); };
+  if (pricing.mode != run_mode::training) problem("it is an inference plan: Megatron-LM's arguments describe training");
+  const std::vector<vertex_t> linears = detail::megatron_linears(g);
+  if (linears.empty()) problem("the model has none of the transformer block linears Megatron-LM splits (query/key/value, MLP)");
+  // Tensor parallelism: the last mesh axis, when the block linears' weights are split on it.
+  const std::size_t last = m.ndim() - 1;
+  bool split_on_last = false;
+  for (vertex_t v : linears) split_on_last = split_on_last || (m.size(last) > 1 && p.strategies[v].inputs[1][last].is_shard());
+  const int tp_axis = split_on_last ? static_cast<int>(last) : -1;
+  e.tp = split_on_last ? m.size(last) : 1;
+  e.dp = m.num_ranks() / e.tp;
+  // Every vertex as Megatron-LM runs it: data parallel off the tensor-parallel axis, the block
+  // linears and their weights Megatron's way on it, ZeRO-1 or nothing.
+  bool any_zero1 = false;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const strategy& s = p.strategies[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    std::string why;
+    if (s.zero_stage > 1) why = "stores it ZeRO-" + std::to_string(s.zero_stage) + " (Megatron-LM's distributed optimizer is ZeRO-1)";
+    for (std::size_t a = 0; a < m.ndim() && why.empty(); ++a)
+      if (static_cast<int>(a) != tp_axis && m.size(a) > 1 && !detail::data_parallel_axis(g, v, ops, s, a))
+        why = "splits it on " + m.axis_label(a) + ", a data-parallel axis (" + s.name + ")";
+    if (why.empty() && tp_axis >= 0 && !detail::megatron_axis(g, v, ops, s, last))
+      why = "does not split it as Megatron-LM does on the tensor-parallel " + m.axis_label(last) + " (" + s.name + ")";
+    if (!why.empty()) problem("'" + g[v].name + "': the plan " + why);
+    any_zero1 = any_zero1 || s.zero_stage == 1;
+  }
+  if (m.ndim() >= 2 && tp_axis == 0) problem("tensor parallelism is on the first mesh axis, across nodes");
+  // Sequence parallelism: the layers' norms split on the sequence on the tensor-parallel axis.
+  const layer_map layers = map_layers(g);
+  int seq_split = 0, norms = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (layers.layer[v] < 0 || (g[v].kind != op_kind::layer_norm && g[v].kind != op_kind::rms_norm)) continue;
+    ++norms;
+    if (tp_axis >= 0 && p.strategies[v].output[last].is_shard(1)) ++seq_split;
+  }
+  if (seq_split > 0 && seq_split < norms)
+    problem(std::to_string(seq_split) + " of the layers' " + std::to_string(norms) +
+            " norms run split on the sequence: Megatron-LM's sequence parallelism splits all or none");
+  // The step: micro-batch, global batch, recomputation.
+  std::vector<const strategy*> chosen;
+  for (const strategy& s : p.strategies) chosen.push_back(&s);
+  const std::map<long, recompute_kind> rec = layer_recomputation(layers, chosen);
+  const std::int64_t step_batch = graph_batch(g);
+  const int micro_batches = pricing.accumulation();
+  if (step_batch % e.dp != 0)
+    problem("the micro-step's batch of " + std::to_string(step_batch) + " sequences does not split over " +
+            std::to_string(e.dp) + " data-parallel ranks");
+  const std::int64_t micro = step_batch / std::max(1, e.dp);
+  // The model.
+  int heads = 0, kv = 0, layers_n = static_cast<int>(layers.indices.size());
+  std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
+  bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const node& nd = g[v];
+    if (nd.kind == op_kind::attention && heads == 0) {
+      heads = nd.attrs.heads;
+      kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
+      hidden = nd.shape[nd.shape.rank - 1u];
+    }
+    if (nd.kind == op_kind::rms_norm) rms = true;
+    if (nd.kind == op_kind::rotary) rope = true;
+    if (nd.kind == op_kind::silu) swiglu = true;
+    if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) bias = true;
+    if (nd.kind == op_kind::embedding) {
+      const vertex_t table = operands(g, v)[1];
+      const std::int64_t rows = g[table].shape[0];
+      if (g[operands(g, v)[0]].shape.rank >= 2 && g[operands(g, v)[0]].shape[0] == 1) learned_positions = true;
+      else if (vocab == 0) {
+        vocab = rows;
+        for (auto [it, end] = boost::out_edges(table, g); it != end; ++it) tied = tied || g[boost::target(*it, g)].kind == op_kind::linear;
+      }
+    }
+    if (nd.is_input() && nd.shape.rank >= 2 && seq == 0) seq = nd.shape[1];
+  }
+  for (vertex_t v : linears)
+    if (detail::megatron_column(g[v].name) && (g[v].name.ends_with(".mlp.c_fc") || g[v].name.ends_with(".up_proj") ||
+                                       g[v].name.ends_with(".intermediate.dense")) && ffn == 0)
+      ffn = g[v].shape[g[v].shape.rank - 1u];
+  if (heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
+  if (!e.problems.empty()) return e;
+  // The arguments, in the order Megatron-LM's --help groups them.
+  const auto arg = [&e](std::string flag, std::string value = {}) { e.arguments.push_back({std::move(flag), std::move(value)}); };
+  const auto num = [](std::int64_t x) { return std::to_string(x); };
+  arg("--num-layers", num(layers_n));
+  arg("--hidden-size", num(hidden));
+  if (ffn > 0) arg("--ffn-hidden-size", num(ffn));
+  arg("--num-attention-heads", num(heads));
+  if (kv != heads) arg("--group-query-attention"), arg("--num-query-groups", num(kv));
+  arg("--seq-length", num(seq));
+  arg("--max-position-embeddings", num(seq));
+  arg("--position-embedding-type", rope ? "rope" : learned_positions ? "learned_absolute" : "none");
+  if (rms) arg("--normalization", "RMSNorm");
+  if (swiglu) arg("--swiglu");
+  if (!bias) arg("--disable-bias-linear");
+  if (!tied) arg("--untie-embeddings-and-output-weights");
+  bool dropout = false;  // a model without dropout (LLaMA) runs Megatron-LM's at 0
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) dropout = dropout || g[v].kind == op_kind::dropout;
+  if (!dropout) arg("--attention-dropout", "0.0"), arg("--hidden-dropout", "0.0");
+  const dtype t = g[operands(g, linears.front())[1]].type;
+  if (t == dtype::bf16) arg("--bf16");
+  else if (t == dtype::f16) arg("--fp16");
+  if (pricing.attention == attention_kernel::flash) arg("--use-flash-attn");
+  arg("--tensor-model-parallel-size", num(e.tp));
+  arg("--pipeline-model-parallel-size", "1");
+  if (seq_split > 0 && e.tp > 1) arg("--sequence-parallel");
+  arg("--micro-batch-size", num(micro));
+  arg("--global-batch-size", num(step_batch * micro_batches));
+  if (any_zero1) arg("--use-distributed-optimizer");
+  if (pricing.gradient_overlap.backward) {
+    arg("--overlap-grad-reduce");
+    if (any_zero1) arg("--overlap-param-gather");
+  }
+  if (pricing.optimizer == optimizer_kind::sgd) arg("--optimizer", "sgd");
+  // Recomputation: one kind for all layers, or full on the first k.
+  std::size_t full = 0, selective = 0, first_full = 0;
+  bool prefix = true;
+  for (const auto& [i, r] : rec) {
+    full += r == recompute_kind::full;
+    selective += r == recompute_kind::selective;
+    if (r == recompute_kind::full && prefix) ++first_full;
+    else prefix = false;
+  }
+  if (selective > 0 && selective == rec.size()) {
+    arg("--recompute-granularity", "selective");
+  } else if (full > 0 && full == rec.size()) {
+    arg("--recompute-granularity", "full"), arg("--recompute-method", "uniform"), arg("--recompute-num-layers", "1");
+  } else if (full > 0 && full == first_full && selective == 0) {
+    arg("--recompute-granularity", "full"), arg("--recompute-method", "block"), arg("--recompute-num-layers", num(static_cast<std::int64_t>(full)));
+  } else if (full + selective > 0) {
+    e.arguments.clear();
+    problem("its layers recompute " + describe_recomputation(rec) +
+            ": Megatron-LM recomputes all layers alike, or fully the first k of them");
+    return e;
+  }
+  if (vocab % (128 * e.tp) != 0)
+    e.notes.push_back("Megatron-LM pads the vocabulary of " + num(vocab) + " to a multiple of 128 x " + num(e.tp) +
+                      " (--make-vocab-size-divisible-by): the padded rows are its own, not the plan's");
+  e.notes.push_back("the data, tokenizer, optimizer settings and checkpoint arguments are the user's; these say the parallelism, the step and the model");
+  return e;
+}
+
+/// The arguments as one shell word list, a flag per line ("--tensor-model-parallel-size 8 \\").
+/// Throws spec_error listing every problem when the plan is one they cannot express.
+inline std::string megatron_arguments(const megatron_export& e) {
+  if (!e.problems.empty()) {
+    std::string s = "Megatron-LM's arguments cannot express this plan:";
+    for (const std::string& p : e.problems) s += "\n  " + p;
+    throw spec_error(s);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < e.arguments.size(); ++i)
+    out += e.arguments[i].flag + (e.arguments[i].value.empty() ? "" : " " + e.arguments[i].value) +
+           (i + 1 < e.arguments.size() ? " \\\n" : "\n");
+  return out;
+}
+
+}  // namespace autoshard

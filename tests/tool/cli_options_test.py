@@ -81,6 +81,8 @@ TABLE = {
          "--inter-hop": "1e-3", "--intra-hop": "1e-3", "--algo": "megatron", "--backend": "gloo",
          "--device": "h100-80g", "--optimizer": "sgd", "--gradient-bucket": "0", "--gradient-overlap": "1",
          "--no-zero": based({"--memory-budget": "300KiB"}, FLAG),
+         "--micro-batch": "1", "--micro-batches": "2", "--recompute": "full", "--attention": "unfused",
+         "--peak-compute": FLAG, "--tp": based({"--algo": "megatron"}, "1"),
          "--memory-budget": "1MiB", "--calibration": "{F}/links.json", "--force": based({"--calibration": "{F}/links.json", "--mesh": "4"}, FLAG), "--time-limit": "30", "--mip-rel-gap": "0.5",
          "--skip-fully-replicated": FLAG,
          "--run-checks": FLAG,

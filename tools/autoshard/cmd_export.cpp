@@ -6,6 +6,7 @@
 #include "paths.hpp"
 
 #include <autoshard/pass/export.hpp>
+#include <autoshard/pass/export_megatron.hpp>
 
 #include <iostream>
 
@@ -27,6 +28,19 @@ int run_export(const export_cli_options& o) {
   const std::filesystem::path out = paths.output_path("--out", o.out);
   paths.check();
   const loaded_plan lp = load_plan(o.plan);
+  if (o.to == "megatron") {  // Megatron-LM's command-line arguments (pass/export_megatron.hpp)
+    if (!o.axis.empty()) throw spec_error("--axis: Megatron-LM's tensor parallelism is on the mesh's last axis");
+    const megatron_export e = export_megatron(lp);
+    const std::string text = megatron_arguments(e);  // refuses a plan they cannot express, listing why
+    if (o.out.empty()) std::cout << text;
+    else {
+      write_file_atomically(out, text);
+      std::cout << "wrote " << o.out << " (Megatron-LM arguments: tensor parallel " << e.tp << ", data parallel " << e.dp << ", "
+                << e.arguments.size() << " arguments)\n";
+    }
+    for (const std::string& n : e.notes) std::cerr << "note: " << n << "\n";
+    return exit_ok;
+  }
   int axis = -1;
   if (!o.axis.empty()) {
     axis = lp.mesh().find_axis(o.axis);
@@ -61,11 +75,13 @@ int run_export(const export_cli_options& o) {
 
 void register_export(CLI::App& app, action& run) {
   auto o = std::make_shared<export_cli_options>();
-  CLI::App* cmd = app.add_subcommand("export", "write a plan as a Hugging Face tp_plan or a PyTorch parallelize_module plan");
+  CLI::App* cmd = app.add_subcommand("export", "write a plan as a Hugging Face tp_plan, a PyTorch parallelize_module plan or Megatron-LM's arguments");
   cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
-  cmd->add_option("--to", o->to, "hf-tp-plan (transformers' tp_plan) or dtensor (parallelize_module styles and layouts)")
+  cmd->add_option("--to", o->to,
+                  "hf-tp-plan (transformers' tp_plan), dtensor (parallelize_module styles and layouts) or megatron "
+                  "(Megatron-LM's command-line arguments: parallelism, micro-batches, recomputation, the model)")
       ->required()
-      ->check(CLI::IsMember({"hf-tp-plan", "dtensor"}));
+      ->check(CLI::IsMember({"hf-tp-plan", "dtensor", "megatron"}));
   cmd->add_option("--out", o->out, "file to write (default: stdout); notes go to stderr");
   add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_option("--transformers", o->transformers,
@@ -77,7 +93,8 @@ void register_export(CLI::App& app, action& run) {
       "Examples:\n"
       "  autoshard plan --model llama-7b --mesh dp=2,tp=4 --algo megatron --out plan.json --quiet\n"
       "  autoshard export --plan plan.json --to hf-tp-plan --out tp_plan.json\n"
-      "  autoshard export --plan plan.json --to dtensor --out dtensor.json");
+      "  autoshard export --plan plan.json --to dtensor --out dtensor.json\n"
+      "  autoshard export --plan plan.json --to megatron");
   cmd->callback([o, &run] { run = [o] { return run_export(*o); }; });
 }
 

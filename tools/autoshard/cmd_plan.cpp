@@ -43,6 +43,12 @@ struct plan_cli_options {
   bool preload = false;
   bool no_tie_layers = false;
   bool no_zero = false;
+  int micro_batch = 0;     ///< 0: the planner chooses
+  int micro_batches = 0;   ///< 0: the planner chooses
+  std::string recompute{to_string(step_pricing{}.recompute)};
+  std::string attention{to_string(step_pricing{}.attention)};
+  bool peak_compute = false;
+  int tensor_parallel = 0;  ///< megatron's --tp; 0: devices per node
   std::vector<std::string> pins;
   std::string out = "plan.json";
   std::string dot;
@@ -69,15 +75,34 @@ std::string spec_list(const std::vector<sharding_spec>& v) {
 }
 
 nlohmann::json summary_json(const plan_summary& s) {
-  return {{"algo", std::string(to_string(s.algo))},
-          {"feasible", s.feasible},
-          {"why_not", s.why_not},
-          {"step_seconds", s.step_seconds},
-          {"compute_seconds", s.compute_seconds},
-          {"communication_seconds", s.communication_seconds},
-          {"resharding_seconds", s.resharding_seconds},
-          {"peak_memory_bytes", s.peak_memory_bytes},
-          {"fits", s.fits}};
+  nlohmann::json j{{"algo", std::string(to_string(s.algo))},
+                   {"feasible", s.feasible},
+                   {"why_not", s.why_not},
+                   {"step_seconds", s.step_seconds},
+                   {"compute_seconds", s.compute_seconds},
+                   {"communication_seconds", s.communication_seconds},
+                   {"resharding_seconds", s.resharding_seconds},
+                   {"peak_memory_bytes", s.peak_memory_bytes},
+                   {"fits", s.fits},
+                   {"tried", s.tried}};
+  if (!s.feasible) return j;
+  nlohmann::json layers = nlohmann::json::object();
+  for (const auto& [i, r] : s.recompute) layers[std::to_string(i)] = std::string(to_string(r));
+  j["parallelism"] = {{"tp", s.par.tp},
+                      {"dp", s.par.dp},
+                      {"pp", s.par.pp},
+                      {"micro_batch", s.par.micro_batch},
+                      {"micro_batches", s.par.micro_batches},
+                      {"recompute", s.par.recompute},
+                      {"recompute_layers", layers},
+                      {"zero", s.par.zero},
+                      {"sp", s.par.sp},
+                      {"replicas", s.par.replicas}};
+  j["mesh"] = to_json(s.mesh);
+  j["flops"] = {{"megatron", s.flops.megatron}, {"model", s.flops.model}};
+  j["tflops_per_device"] = s.tflops_per_device;
+  j["mfu"] = s.mfu;
+  return j;
 }
 
 void print_summary_row(const plan_summary& s, bool chosen) {
@@ -136,6 +161,11 @@ step_pricing pricing_of(const plan_cli_options& o) {
   p.gradient_bucket_bytes = o.gradient_bucket;
   p.gradient_overlap = parse_gradient_overlap(o.gradient_overlap, "--gradient-overlap");
   p.zero = !o.no_zero;
+  p.micro_batch = o.micro_batch;
+  p.micro_batches = o.micro_batches;
+  p.recompute = *parse_recompute_policy(o.recompute);
+  p.attention = *parse_attention_kernel(o.attention);
+  p.achievable = !o.peak_compute;
   return p;
 }
 
@@ -151,6 +181,7 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.preload_solution = o.preload;
   po.ilp_solution_file = o.out;
   po.tie_layers = !o.no_tie_layers;
+  po.tensor_parallel = o.tensor_parallel;
   // The budget is the device's memory unless said otherwise.
   if (o.memory_budget.empty()) po.memory_budget = po.pricing.device.memory_bytes;
   else if (o.memory_budget != "none") po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
@@ -193,11 +224,11 @@ std::size_t dot_nodes(const std::string& dot) {
 /// collectives and time; pass/plan_dot.hpp), and an SVG where Graphviz is installed, unless
 /// --no-svg or the drawing has more than max_svg_nodes operators (then a note says why).
 /// Returns {dot, svg}; svg is empty when none was written.
-std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const plan_cli_options& o, const model_graph& g,
+std::pair<std::filesystem::path, std::filesystem::path> write_pictures(const plan_cli_options& o,
                                                                        const autosharding_result& r) {
   namespace fs = std::filesystem;
   std::ostringstream dot_text;
-  write_plan_dot(dot_text, g, r.report.mesh, r.strategies, r.report.pricing);
+  write_plan_dot(dot_text, r.graph, r.report.mesh, r.strategies, r.report.pricing);
   write_file_atomically(o.dot, dot_text.str());
   if (o.svg.empty()) return {o.dot, {}};
   if (const std::size_t nodes = dot_nodes(dot_text.str()); nodes > max_svg_nodes) {
@@ -220,8 +251,8 @@ collective_totals total_collectives(const plan_summary& plan) {
   collective_totals agg;
   for (const collective_use& c : plan.collectives) {
     auto& [n, bytes, secs] = agg[{std::string(to_string(c.kind)), c.mesh_axis}];
-    ++n;
-    bytes += static_cast<double>(c.bytes);
+    n += c.repeats;
+    bytes += static_cast<double>(c.bytes) * c.repeats;
     secs += c.seconds;
   }
   return agg;
@@ -343,6 +374,14 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
               << ")\n";
   if (o.run_checks)  // a failed check is an error before any output
     std::cout << "checks  passed: the plan is consistent and re-priced from scratch to the same step time\n";
+  if (mode == run_mode::training) {
+    const plan_summary& p = rep.plan;
+    std::cout << "step    " << to_string(p.par) << " (global batch " << p.par.micro_batch * p.par.dp * p.par.micro_batches
+              << ")\n        " << std::fixed << std::setprecision(1) << p.tflops_per_device
+              << " TFLOP/s per device as Megatron-LM counts them (Narayanan et al. 2021, eq. 3), MFU "
+              << 100.0 * p.mfu << " %" << std::defaultfloat << std::setprecision(6) << "\n";
+    for (const std::string& t : p.tried) std::cout << "search  " << t << "\n";
+  }
 
   print_chosen_specs(g, r);
   std::cout << std::right << "\ncollectives per step\n";
@@ -356,13 +395,24 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
             << std::setw(14) << "peak memory" << "\n";
   print_summary_row(rep.plan, true);
   for (const plan_summary& b : rep.baselines) print_summary_row(b, false);
+  if (mode == run_mode::training) {
+    std::cout << "\ntraining step of each (TFLOP/s per device as Megatron-LM counts them, MFU)\n";
+    const auto line = [](const plan_summary& s, bool chosen) {
+      if (!s.feasible) return;
+      std::cout << "  " << (chosen ? "* " : "  ") << std::left << std::setw(18) << to_string(s.algo) << std::right << std::fixed
+                << std::setprecision(1) << std::setw(8) << s.tflops_per_device << std::setw(7) << 100.0 * s.mfu << " %  "
+                << std::defaultfloat << std::setprecision(6) << to_string(s.par) << "\n";
+    };
+    line(rep.plan, true);
+    for (const plan_summary& b : rep.baselines) line(b, false);
+  }
   std::cout << "\nwrote " << o.out << " (plan), " << dot.string() << (svg.empty() ? "" : ", " + svg.string())
             << "\n";
 }
 
 int run_plan(plan_cli_options o) {
-  if (const device_preset* p = find_device_preset(o.device))  // its links, unless given
-    if (o.calibration.empty()) o.mesh.default_bandwidths(p->inter_node_bandwidth, p->intra_node_bandwidth);
+  if (const device_preset* p = find_device_preset(o.device))  // its links (what NCCL achieves on them), unless given
+    if (o.calibration.empty()) o.mesh.default_bandwidths(p->inter_node_link(!o.peak_compute), p->intra_node_link(!o.peak_compute));
   check_plan_paths(o);
   const model_graph g = o.model.build();
   autosharding_options po = pass_options(o, g, plan_mesh(o));
@@ -383,7 +433,7 @@ int run_plan(plan_cli_options o) {
   const autosharding_result r = autosharding_analysis_pass(g, po);
   phases.finish();
   progress.finish();
-  const auto [dot, svg] = write_pictures(o, g, r);
+  const auto [dot, svg] = write_pictures(o, r);
   const collective_totals agg = total_collectives(r.report.plan);
   if (o.json) print_plan_json(o, po, g, r, agg, dot, svg);
   else print_plan_report(o, po, g, r, agg, dot, svg);
@@ -460,6 +510,30 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_flag("--preload", o->preload, "read the plan from --out instead of solving");
   cmd->add_flag("--no-tie-layers", o->no_tie_layers, "let identical layers choose differently");
   cmd->add_flag("--no-zero", o->no_zero, "training: offer no ZeRO-1/2 storage of parameters (ZeRO-3, stored sharded, stays)");
+  cmd->add_option("--micro-batch", o->micro_batch,
+                  "training: sequences per data-parallel rank per micro-step (Megatron-LM's --micro-batch-size); "
+                  "default: the planner chooses")
+      ->check(CLI::Range(1, max_micro_batches));
+  cmd->add_option("--micro-batches", o->micro_batches,
+                  "training: micro-steps per step, gradients accumulated over them; default: the planner chooses")
+      ->check(CLI::Range(1, max_micro_batches));
+  cmd->add_option("--recompute", o->recompute,
+                  "training: activation recomputation per layer: choose (the planner, when memory needs it), none, "
+                  "selective (the attention core) or full")
+      ->check(CLI::IsMember({"choose", "none", "selective", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--attention", o->attention,
+                  "the attention core's kernel: flash (FlashAttention) or unfused (scores in memory, as Megatron-LM "
+                  "ran before FlashAttention)")
+      ->check(CLI::IsMember({"flash", "unfused"}))
+      ->capture_default_str();
+  cmd->add_flag("--peak-compute", o->peak_compute,
+                "price compute and a preset's links at the data-sheet peaks, not at what GEMMs, copies and NCCL "
+                "were measured to achieve");
+  cmd->add_option("--tp", o->tensor_parallel,
+                  "--algo megatron: tensor-parallel size (a divisor of the devices per node; 1 = data parallel "
+                  "only); default: the devices per node")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)")
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -479,6 +553,8 @@ void register_plan(CLI::App& app, action& run) {
                 "progress of the phases (strategies, pricing, baselines) on stderr even when it is not a terminal");
   cmd->callback([o, backend, &run] {
     o->model.check_flags();
+    if (o->tensor_parallel != 0 && o->algo != to_string(algo::megatron))
+      throw CLI::ValidationError("--tp", "the tensor-parallel size is megatron's (--algo megatron); the other algos choose theirs");
     o->backend_given = backend->count() > 0;
     run = [o] { return run_plan(*o); };
   });

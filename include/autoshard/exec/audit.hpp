@@ -6,7 +6,7 @@
 /// documented approximations (docs/execution.md, "Communication audit").
 ///   autoshard::traffic_audit a = autoshard::audit_traffic(g, summary.collectives, ledgers, true);
 ///   if (!a.passed()) std::cout << a.lines[a.first_mismatch].site;
-/// Bytes are per rank, in the model's dtype (what the cost model prices), whatever dtype the
+/// Bytes and calls are per rank over the whole step (every micro-step), in the model's dtype (what the cost model prices), whatever dtype the
 /// run computed in: executed elements x the tensor's element size (4 for the f32 row
 /// statistics of a vocabulary-parallel loss, as priced). The executed side is the largest
 /// over the ranks; the model prices mesh coordinate 0, which holds the largest pieces.
@@ -81,6 +81,7 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
   // Gradient lines priced as one conversion per consumer edge, all of the same size: the bytes
   // of one (-1 when the edges' conversions differ).
   std::map<key, std::int64_t> per_edge;
+  std::map<key, std::size_t> entries;  // collective_use entries per line (consumer edges), whatever their repeats
   const auto line = [&](const traffic_site& s, const std::string& kind, int axis) -> traffic_line& {
     traffic_line& l = by[key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
     l.site = s;
@@ -92,13 +93,16 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
     if (!backward && detail::backward_site(c.site)) continue;
     traffic_line& l = line(c.site, std::string(to_string(c.kind)), c.mesh_axis);
     const key k{static_cast<int>(c.site.what), c.site.vertex, c.site.operand, l.kind, l.mesh_axis};
-    priced_share[k] += static_cast<double>(c.bytes) * c.share;
-    if (c.share < 1.0) unshared[k] += c.bytes;
+    // Over the step: a micro-step's collectives run every micro-step (twice into a fully
+    // recomputed layer), a gradient sync once.
+    priced_share[k] += static_cast<double>(c.bytes) * c.share * c.repeats;
+    if (c.share < 1.0) unshared[k] += c.bytes * c.repeats;
     if (c.share >= 1.0 && c.site.what == traffic_site::phase::gradient) {
       const auto [it, fresh] = per_edge.emplace(k, c.bytes);
       if (!fresh && it->second != c.bytes) it->second = -1;
     }
-    ++l.priced_calls;
+    l.priced_calls += static_cast<std::size_t>(c.repeats);
+    ++entries[k];
   }
   for (const auto& [k, b] : priced_share) by[k].priced_bytes = std::llround(b);
   for (const std::vector<issued_collective>& rank : executed) {
@@ -127,7 +131,7 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
       l.documented = "consumers hand this gradient back in different specs: each spec's sum is reduced once, "
                      "where the model charges every consumer edge 1/c of its reduction (docs/execution.md)";
     const auto pe = per_edge.find(k);
-    if (pe != per_edge.end() && pe->second > 0 && l.priced_calls > 1 && l.executed_bytes > 0 &&
+    if (pe != per_edge.end() && pe->second > 0 && entries[k] > 1 && l.executed_bytes > 0 &&
         l.executed_bytes < l.priced_bytes && l.executed_bytes % pe->second == 0)
       l.documented = "consumers hand this gradient back in the same spec: their sum is converted once, where the "
                      "model charges every consumer edge its own conversion (docs/execution.md)";

@@ -56,6 +56,20 @@ nlohmann::json traffic_json(const traffic_audit& a) {
           {"lines", lines}};
 }
 
+/// Every parameter's gradient synchronisations in the step (name -> count; 0: none needed),
+/// and how many parameters were synchronised once and how many at every micro-step.
+nlohmann::json gradient_syncs_json(const model_graph& g, const verify_report& r) {
+  nlohmann::json per = nlohmann::json::object();
+  std::size_t once = 0, every = 0;
+  for (vertex_t v = 0; v < r.gradient_syncs.size(); ++v) {
+    if (!g[v].is_parameter()) continue;
+    per[g[v].name] = r.gradient_syncs[v];
+    once += r.gradient_syncs[v] == 1 ? 1 : 0;
+    every += r.gradient_syncs[v] > 1 ? 1 : 0;
+  }
+  return {{"once_per_step", once}, {"every_micro_step", every}, {"parameters", per}};
+}
+
 int run_verify(const verify_cli_options& o) {
 #if defined(__GLIBC__)
   // Tensors of 128 KiB and more are mapped and unmapped whole. glibc's default threshold
@@ -98,7 +112,12 @@ int run_verify(const verify_cli_options& o) {
   if (!o.json)
     std::cerr << "running " << o.plan << " (" << boost::num_vertices(lp.graph()) << " vertices, " << to_string(lp.document.options.algo) << ", "
               << to_string(lp.document.pricing.mode) << " plan; "
-              << (vo.training ? "forward, backward and one " + optimizer + " step" : std::string("the forward pass")) << ") on "
+              << (vo.training ? "forward, backward and one " + optimizer + " step" +
+                                    (plan_micro_batches(lp.document) > 1
+                                         ? " over " + std::to_string(plan_micro_batches(lp.document)) + " micro-batches"
+                                         : std::string())
+                              : std::string("the forward pass"))
+              << ") on "
               << to_string(lp.mesh()) << " ...\n";
   if (!o.json && lp.document.pricing.mode == run_mode::training)
     std::cerr << "priced for training with " << describe_training(lp.document.pricing) << "\n";
@@ -143,6 +162,10 @@ int run_verify(const verify_cli_options& o) {
                      {"operators", list(r.checks)},
                      {"gradients", list(r.gradients)},
                      {"updates", list(r.updates)},
+                     {"losses", list(r.losses)},
+                     {"micro_batches", r.micro_batches},
+                     {"recomputed_forwards", r.replayed_forwards},
+                     {"gradient_syncs", gradient_syncs_json(lp.graph(), r)},
                      {"communication", traffic_json(r.traffic)}};
     std::cout << j.dump(2) << "\n";
   } else {
@@ -186,7 +209,9 @@ void register_verify(CLI::App& app, action& run) {
                   "training plans: the optimizer step checked after the backward (default: the plan's)")
       ->check(CLI::IsMember({"adam", "sgd"}));
   cmd->add_flag("--forward-only", o->forward_only, "training plans: check the forward pass only");
-  cmd->add_option("--batch", o->batch, "run the plan's graph at this batch size (the plan's strategies, checked to still fit)")
+  cmd->add_option("--batch", o->batch,
+                  "run the plan's graph at this batch size (a micro-step's, in a plan of micro-batches; the plan's "
+                  "strategies, checked to still fit)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--seq", o->seq, "run the plan's graph at this sequence length (the plan's strategies, checked to still fit)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));

@@ -319,16 +319,16 @@ inline void check_plan_size(const model_graph& g, const std::vector<strategy>& p
                      std::to_string(n) + " vertices");
 }
 
-/// Source v's piece on this rank: read in place when every rank holds it whole.
-inline void load_source(const model_graph& g, vertex_t v, const strategy& st, const std::vector<host_tensor>& sources,
-                        const device_mesh& mesh, int rank, const fused_dim& fused, held_value& out) {
+/// Source v's piece of `value` on this rank: read in place when every rank holds it whole.
+inline void load_source(const model_graph& g, vertex_t v, const strategy& st, const host_tensor& value, const device_mesh& mesh,
+                        int rank, const fused_dim& fused, held_value& out) {
   const node& nd = g[v];
-  if (!(sources[v].shape() == nd.shape))
-    throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
+  if (!(value.shape() == nd.shape))
+    throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(value.shape()));
   for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
     if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
-  if (detail::whole_on_every_rank(st.output)) out.alias = &sources[v];
-  else out.own = shard_of(sources[v], mesh, st.output, rank, split_rule::chunk, fused);
+  if (detail::whole_on_every_rank(st.output)) out.alias = &value;
+  else out.own = shard_of(value, mesh, st.output, rank, split_rule::chunk, fused);
 }
 
 /// Operator v's kernel context on this rank: its operands' global shapes and this rank's
@@ -361,10 +361,12 @@ local_context operator_context(M& mc, const model_graph& g, vertex_t v, const st
 
 /// Operator v's piece on this rank into val[v]: each operand redistributed to the spec v's
 /// strategy takes it in (into `local[i]`; read in place when it already is), then the kernel.
+/// `again`: the forward of a fully recomputed layer run again for its backward, where a weight
+/// gathered is the one the backward would gather again (charged to its gradient's site).
 template <class T, mesh_communicator_like M>
 local_context run_operator(M& mc, const model_graph& g, const std::vector<strategy>& plan, vertex_t v,
                            const std::vector<fused_dim>& fused, std::vector<held_value>& val, std::vector<host_tensor>& local,
-                           std::vector<const host_tensor*>& in) {
+                           std::vector<const host_tensor*>& in, bool again = false) {
   const node& nd = g[v];
   const strategy& st = plan[v];
   const std::vector<vertex_t> ops = operands(g, v);
@@ -379,7 +381,7 @@ local_context run_operator(M& mc, const model_graph& g, const std::vector<strate
     if (plan[u].output == st.inputs[i]) {
       in.push_back(&val[u].get());  // already in the spec the operator takes: no copy
     } else {
-      const auto site = detail::charge(mc, traffic_site::edge(v, i));
+      const auto site = detail::charge(mc, again && g[u].is_parameter() ? traffic_site::gradient(u) : traffic_site::edge(v, i));
       local[i] = detail::reshard(mc, val[u].get(), g[u].shape, plan[u].output, st.inputs[i], fused[u]);
       in.push_back(&local[i]);
     }
@@ -397,14 +399,16 @@ local_context run_operator(M& mc, const model_graph& g, const std::vector<strate
 }
 
 /// What operator v's backward needs of its forward on this rank: the operand pieces it
-/// resharded (a resharded weight is not kept: the backward gathers it again; an operand the
-/// backward reads only the shape of keeps only its shape), and the context.
+/// resharded (a resharded weight is not kept, the backward gathers it again, unless
+/// `keep_weights`: a recomputed forward right before the backward; an operand the backward
+/// reads only the shape of keeps only its shape), and the context.
 inline void keep_for_backward(const model_graph& g, const std::vector<strategy>& plan, vertex_t v, std::vector<held_value>& val,
-                              std::vector<host_tensor>&& local, local_context&& c, saved_forward& sv) {
+                              std::vector<host_tensor>&& local, local_context&& c, saved_forward& sv, bool keep_weights = false) {
   const std::vector<vertex_t> ops = operands(g, v);
   sv.own = std::move(local);
+  sv.in.clear();
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (sv.own[i].data() != nullptr && g[ops[i]].is_parameter()) {
+    if (!keep_weights && sv.own[i].data() != nullptr && g[ops[i]].is_parameter()) {
       sv.own[i] = host_tensor();
       sv.in.push_back(nullptr);
       continue;
@@ -418,11 +422,13 @@ inline void keep_for_backward(const model_graph& g, const std::vector<strategy>&
 /// run_sharded's forward into `val`, freeing values where `schedule` says (an inference
 /// schedule frees each at its last consumer; a training one keeps what a backward reads, and
 /// leaves a shape-only stand-in). With `keep`, every operator's operand pieces and context
-/// are kept there for the backward.
+/// are kept there for the backward (but for a fully recomputed layer's: its forward runs
+/// again before its backward). An input with a value in `batch_inputs` (one micro-step's
+/// rows of the global batch) reads it instead of `sources`.
 template <class T, mesh_communicator_like M>
 void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
                      const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
-                     const liveness_schedule& schedule) {
+                     const liveness_schedule& schedule, const std::vector<host_tensor>* batch_inputs = nullptr) {
   const std::size_t n = boost::num_vertices(g);
   const device_mesh& mesh = mc.mesh();
   check_plan_size(g, plan, sources);
@@ -445,11 +451,12 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
       throw exec_error("vertex '" + nd.name + "': the plan's output spec does not fit: " + e.what());
     }
     if (!nd.is_operator()) {
-      load_source(g, v, st, sources, mesh, mc.rank(), fused[v], val[v]);
+      const bool batched = batch_inputs != nullptr && (*batch_inputs)[v].data() != nullptr;
+      load_source(g, v, st, batched ? (*batch_inputs)[v] : sources[v], mesh, mc.rank(), fused[v], val[v]);
     } else {
       local_context c = run_operator<T>(mc, g, plan, v, fused, val, local, in);
-      if (keep) keep_for_backward(g, plan, v, val, std::move(local), std::move(c), (*keep)[v]);
-      else local.clear();  // the resharded operands: freed with the step
+      if (keep && !schedule.replayed[v]) keep_for_backward(g, plan, v, val, std::move(local), std::move(c), (*keep)[v]);
+      else local.clear();  // the resharded operands: freed with the step (or run again before the backward)
       for (vertex_t u : schedule.forward_frees[v]) drop(u);
     }
     if (on_piece) on_piece(v, val[v].get(), st.output);

@@ -261,6 +261,7 @@ class training_step_estimate {
     for (auto it = s.order.rbegin(); it != s.order.rend(); ++it) {
       const vertex_t v = *it;
       if (!g_[v].is_operator()) continue;
+      for (vertex_t w : s.replay[v]) ranks_forward(w, s, ref, true);  // a fully recomputed layer, run again
       if (reached_[v]) ranks_backward(v, s, ref);
       for (std::size_t r = 0; r < ranks_; ++r) {
         k_ -= saved_[r][v] + piece_[r][v];
@@ -272,8 +273,10 @@ class training_step_estimate {
     }
   }
 
-  /// Every rank's pieces and the operand copies it resharded for a backward that reads them.
-  void ranks_forward(vertex_t v, const liveness_schedule& s, const split_bytes& ref) {
+  /// Every rank's pieces and the operand copies it resharded for a backward that reads them
+  /// (none in a fully recomputed layer's first forward; `again`: its forward run again before
+  /// its backward, freeing what the schedule's replay frees).
+  void ranks_forward(vertex_t v, const liveness_schedule& s, const split_bytes& ref, bool again = false) {
     const strategy& st = plan_[v];
     if (!g_[v].is_operator()) {
       if (!all_replicated(st.output))
@@ -283,6 +286,7 @@ class training_step_estimate {
         }
       return;
     }
+    if (again && held_[v]) free_piece(v);  // a value kept from the first forward is computed over
     const std::vector<vertex_t> ops = operands(g_, v);
     split_bytes step;
     for (std::size_t r = 0; r < ranks_; ++r) {
@@ -290,18 +294,20 @@ class training_step_estimate {
         if (plan_[ops[i]].output == st.inputs[i]) continue;
         const split_bytes b = tagged(ops[i], box(r, ops[i], st.inputs[i]));
         step += b + b;  // the collective's buffer and the resharded piece
-        if (!g_[ops[i]].is_parameter() && backward_reads_operand(g_[v].kind, i)) saved_[r][v] += b;  // kept for the backward
+        if (!g_[ops[i]].is_parameter() && backward_reads_operand(g_[v].kind, i) && (again || !s.replayed[v]))
+          saved_[r][v] += b;  // kept for the backward
       }
       step.act += box(r, v, st.output);
     }
-    note(ref + k_ + step + workspace(v, false, true), "forward of " + g_[v].name + " on the ranks (training step)");
+    note(ref + k_ + step + workspace(v, false, true),
+         (again ? "recomputed forward of " : "forward of ") + g_[v].name + " on the ranks (training step)");
     held_[v] = true;
     for (std::size_t r = 0; r < ranks_; ++r) {
       piece_[r][v].act = box(r, v, st.output);
       k_ += piece_[r][v] + saved_[r][v];
     }
-    for (vertex_t u : s.forward_frees[v]) free_piece(u);
-    if (s.forward_frees_itself[v]) free_piece(v);
+    for (vertex_t u : again ? s.replay_frees[v] : s.forward_frees[v]) free_piece(u);
+    if (again ? s.replay_frees_itself[v] : s.forward_frees_itself[v]) free_piece(v);
   }
 
   /// v's backward on every rank: settling its output gradient, then the step itself.

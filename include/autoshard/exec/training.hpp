@@ -4,6 +4,8 @@
 /// unsharded on one host or sharded by a plan on the ranks of a mesh.
 ///   autoshard::training_result ref = autoshard::train_unsharded<double>(g, sources, step);
 ///   autoshard::train_sharded<double>(mc, g, plan, sources, step, on_piece, on_param);
+///   step.micro_batches = 4;  // sources' batch inputs hold 4 x the graph's batch
+///   autoshard::training_record r = autoshard::train_sharded<double>(mc, g, plan, sources, step, on_piece, on_param);
 /// In the sharded run a gradient lives in a spec derived from the forward plan: per mesh
 /// axis, an operand split there gets a gradient split the same way; an operand replicated
 /// there gets a Partial gradient (each rank's contribution) unless the operator ran the same
@@ -16,10 +18,12 @@
 /// the sum over a tied parameter's uses.
 #include <algorithm>   // std::find_if
 #include <cmath>       // std::sqrt
+#include <cstring>     // std::memcpy
 #include <functional>  // std::function
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+#include "../plan/document.hpp"  // plan_document
 #include "backward.hpp"  // run_kernel_backward
 #include "executor.hpp"  // run_sharded helpers, detail::reshard
 
@@ -27,15 +31,29 @@ namespace autoshard {
 
 // optimizer_kind: graph/strategy.hpp (none, sgd, adam), shared with the cost model.
 
-/// The optimizer step after the backward (first step: Adam's moments start at zero).
+/// How a step runs: the global batch in `micro_batches` micro-steps (gradients accumulated
+/// over them), and the optimizer step after the last backward (first step: Adam's moments
+/// start at zero).
 struct training_step {
   optimizer_kind optimizer = optimizer_kind::adam;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// The step's micro-steps (a plan's pricing.micro_batches): the graph is one micro-step's,
+  /// the sources' batch inputs hold the global batch (dim 0 = micro_batches x the graph's),
+  /// and micro-step k runs rows [k b, (k + 1) b) of each; each micro-step's loss counts
+  /// 1 / micro_batches, so the accumulated gradients are the global batch's mean loss's.
+  int micro_batches = 1;
   /// Fault injection for tests of the checker: this parameter's gradient reduction is left
   /// out (each rank keeps its own contribution as if it were the whole gradient).
   std::string drop_gradient_sync;
 };
+
+/// The micro-steps a plan's training step runs: its pricing's micro_batches (1 for an
+/// inference plan, and for a file written before plans recorded them). What layers recompute
+/// is each strategy's own (strategy::recompute, the schedule's replays).
+inline int plan_micro_batches(const plan_document& d) {
+  return d.pricing.mode == run_mode::training ? d.pricing.accumulation() : 1;
+}
 
 /// The losses a training step starts its backward from (d = 1): the scalar float operators
 /// nothing consumes (a cross_entropy over labels, as the builders add in training mode).
@@ -45,8 +63,7 @@ struct training_step {
 inline std::vector<vertex_t> training_losses(const model_graph& g) {
   std::vector<vertex_t> out;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_operator() && boost::out_degree(v, g) == 0 && !detail::is_integer(g[v].type) && g[v].shape.numel() == 1)
-      out.push_back(v);
+    if (detail::is_training_loss(g, v)) out.push_back(v);
   if (out.empty()) {
     std::string sinks;
     int n_sinks = 0;
@@ -197,6 +214,77 @@ training_result train_unsharded(const model_graph& g, const std::vector<host_ten
   return r;
 }
 
+namespace detail {
+
+/// The graph inputs of each micro-step of a step of `micro_batches`: an input whose value
+/// holds the global batch (dim 0 = micro_batches x the graph's) is cut into consecutive
+/// micro-batches along dim 0; one of the graph's own shape is read whole by every micro-step.
+/// Throws exec_error naming the input for any other shape, and when micro_batches > 1 but no
+/// input holds a global batch (every micro-step would run the same rows).
+class micro_batch_inputs {
+ public:
+  micro_batch_inputs(const model_graph& g, const std::vector<host_tensor>& sources, int micro_batches)
+      : g_(g), sources_(sources), m_(micro_batches), slice_(boost::num_vertices(g)) {
+    if (micro_batches < 1 || micro_batches > max_micro_batches)
+      throw exec_error("a step runs 1 to " + std::to_string(max_micro_batches) + " micro-batches, not " +
+                       std::to_string(micro_batches));
+    if (m_ == 1) return;
+    bool any = false;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_input() || v >= sources.size()) continue;
+      const tensor_shape& want = g[v].shape;
+      const tensor_shape& got = sources[v].shape();
+      if (got == want) continue;
+      tensor_shape micro = got;  // the global batch's value cut to one micro-step's rows
+      if (micro.rank > 0) micro[0] = got[0] / m_;
+      if (!(micro == want) || got[0] != want[0] * m_)
+        throw exec_error("input '" + g[v].name + "' is " + to_string(got) + ": a step of " + std::to_string(m_) +
+                         " micro-batches of the graph's " + to_string(want) + " takes it whole or with dim 0 " +
+                         std::to_string(m_) + " x " + std::to_string(want[0]) + " (the global batch)");
+      any = true;
+    }
+    if (!any)
+      throw exec_error("a step of " + std::to_string(m_) + " micro-batches needs the global batch, and no input holds it (dim 0 " +
+                       std::to_string(m_) + " x the graph's): every micro-step would run the same rows");
+  }
+
+  /// Micro-step k's rows of each batched input (empty entries: read the source whole); valid
+  /// until the next call.
+  const std::vector<host_tensor>* at(int k) {
+    if (m_ == 1) return nullptr;
+    for (vertex_t v = 0; v < slice_.size(); ++v) {
+      if (!g_[v].is_input() || sources_[v].shape() == g_[v].shape) continue;
+      host_tensor& t = slice_[v];
+      if (t.data() == nullptr) t = host_tensor(sources_[v].type(), g_[v].shape);
+      const std::size_t bytes = t.nbytes();
+      std::memcpy(t.data(), sources_[v].data() + static_cast<std::size_t>(k) * bytes, bytes);
+    }
+    return &slice_;
+  }
+
+ private:
+  const model_graph& g_;
+  const std::vector<host_tensor>& sources_;
+  int m_;
+  std::vector<host_tensor> slice_;
+};
+
+}  // namespace detail
+
+/// What one rank's sharded training step did, for the audit: every parameter's gradient
+/// synchronisations (reductions of its Partial contributions over the ranks) in the step, the
+/// micro-steps run and the operators whose forward ran again for their backward.
+struct training_record {
+  int micro_batches = 1;
+  /// Per vertex (0 for anything but a parameter): 1 when the gradient is accumulated over the
+  /// micro-steps and reduced once; micro_batches where the plan reduces it at every
+  /// micro-step (a gradient that ends sharded on an axis it is summed over: ZeRO-2, a weight
+  /// stored sharded over data-parallel ranks), as the cost model prices it
+  /// (syncs_once_per_step); 0 for one that needs none.
+  std::vector<int> gradient_syncs;
+  std::size_t replayed_forwards = 0;  ///< operator forwards run again (full recomputation), over the step
+};
+
 /// Called with each parameter's gradient block and updated block, in the parameter's spec.
 using parameter_callback = std::function<void(vertex_t, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec)>;
 
@@ -214,54 +302,115 @@ class sharded_backward {
                    const parameter_callback& on_param, const liveness_schedule& s, std::vector<held_value>& val,
                    std::vector<saved_forward>& saved)
       : mc_(mc), g_(g), plan_(plan), o_(o), on_param_(on_param), s_(s), val_(val), saved_(saved), fused_(fused_dims(g)),
-        parts_(boost::num_vertices(g)) {}
+        parts_(boost::num_vertices(g)), accumulated_(boost::num_vertices(g)) {
+    record_.gradient_syncs.assign(boost::num_vertices(g), 0);
+  }
 
-  void run() {
-    seed_losses();
+  /// Micro-step k's backward of `micro_batches` (after its forward): gradients accumulate
+  /// over the micro-steps, and the last one's finishes every parameter.
+  void run(int k, int micro_batches) {
+    last_ = k + 1 == micro_batches;
+    seed_losses(micro_batches);
     for (auto it = s_.order.rbegin(); it != s_.order.rend(); ++it) {
       const vertex_t v = *it;
       if (!g_[v].is_operator()) continue;
+      if (!s_.replay[v].empty()) replay(v);
       if (!parts_[v].empty()) backward(v);
       after_backward(v);
     }
+    record_.micro_batches = micro_batches;
   }
+
+  training_record record() && { return std::move(record_); }
 
  private:
   /// A tensor's gradient contributions, one per spec they arrive in (summed within a spec).
   using contributions = std::vector<std::pair<sharding_spec, host_tensor>>;
 
-  /// d loss = 1, in the loss's settled spec.
-  void seed_losses() {
+  /// d loss = 1 / micro_batches (each micro-step's share of the global batch's mean), in the
+  /// loss's settled spec.
+  void seed_losses(int micro_batches) {
     for (vertex_t v : losses(g_)) {
       const sharding_spec sp = settled_spec(plan_[v].output);
       host_tensor one(compute_dtype<T>(), local_box(mc_.mesh(), sp, g_[v].shape, mc_.rank()).shape);
-      for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1);
+      for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1) / static_cast<T>(micro_batches);
       parts_[v].emplace_back(sp, std::move(one));
     }
   }
 
+  /// Contribution `t` (in `spec`) of u's gradient taken to `target`, into `total` (summed
+  /// there). With `skip_sync` (the fault a test injects) a Partial contribution is kept as it
+  /// is. Returns whether it was reduced over ranks (a Partial summed).
+  bool reduce_into(vertex_t u, const sharding_spec& spec, host_tensor& t, const sharding_spec& target, bool skip_sync,
+                   host_tensor& total) {
+    host_tensor x;
+    sharding_spec from = spec;
+    if (skip_sync)
+      for (std::size_t a = 0; a < from.mesh_rank; ++a)
+        if (from[a].is_partial()) from[a] = Replicate();
+    bool reduced = false;
+    if (from == target) {
+      x = std::move(t);
+    } else {
+      for (std::size_t a = 0; a < from.mesh_rank; ++a) reduced = reduced || (from[a].is_partial() && mc_.mesh().size(a) > 1);
+      const auto site = charge(mc_, traffic_site::gradient(u));
+      x = reshard(mc_, t, g_[u].shape, from, target, fused_[u]);
+      t = host_tensor();  // a replicated parameter's contribution is as large as the parameter
+    }
+    if (total.data() == nullptr) total = std::move(x);
+    else add_into<T>(total, x);
+    return reduced;
+  }
+
   /// Every contribution taken to `target` (each distinct spec's sum reduced once), summed
-  /// there. With `skip_sync` (the fault a test injects) a Partial contribution is kept as it is.
+  /// there; a parameter's counts one synchronisation when any was reduced.
   host_tensor settle(vertex_t u, const sharding_spec& target, bool skip_sync) {
     host_tensor total;
-    for (auto& [spec, t] : parts_[u]) {
-      host_tensor x;
-      sharding_spec from = spec;
-      if (skip_sync)
-        for (std::size_t a = 0; a < from.mesh_rank; ++a)
-          if (from[a].is_partial()) from[a] = Replicate();
-      if (from == target) {
-        x = std::move(t);
-      } else {
-        const auto site = charge(mc_, traffic_site::gradient(u));
-        x = reshard(mc_, t, g_[u].shape, from, target, fused_[u]);
-        t = host_tensor();  // a replicated parameter's contribution is as large as the parameter
-      }
-      if (total.data() == nullptr) total = std::move(x);
-      else add_into<T>(total, x);
-    }
+    bool reduced = false;
+    for (auto& [spec, t] : parts_[u]) reduced = reduce_into(u, spec, t, target, skip_sync, total) || reduced;
     parts_[u].clear();
+    if (reduced && g_[u].is_parameter()) ++record_.gradient_syncs[u];
     return total;
+  }
+
+  /// Where a parameter's gradient is reduced to: its ZeRO shard, else its own spec.
+  const sharding_spec& gradient_target(vertex_t v) const {
+    return plan_[v].zero_stage > 0 ? plan_[v].gradient_spec : plan_[v].output;
+  }
+
+  /// After a micro-step but the last's backward of parameter v's last use: the contributions
+  /// the plan reduces at every micro-step (syncs_once_per_step: a gradient that ends sharded
+  /// on an axis it is summed over) are reduced now, into the shard accumulated over the
+  /// micro-steps; the others stay as they are, accumulated in their own spec, and are reduced
+  /// once, after the last micro-step's.
+  void sync_this_micro_step(vertex_t v) {
+    const sharding_spec& target = gradient_target(v);
+    bool reduced = false;
+    for (auto it = parts_[v].begin(); it != parts_[v].end();) {
+      if (syncs_once_per_step(plan_[v], target, it->first)) {
+        ++it;
+        continue;
+      }
+      reduced = reduce_into(v, it->first, it->second, target, g_[v].name == o_.drop_gradient_sync, accumulated_[v]) || reduced;
+      it = parts_[v].erase(it);
+    }
+    if (reduced) ++record_.gradient_syncs[v];
+  }
+
+  /// A fully recomputed layer's forward run again right before its first backward (the
+  /// schedule's replay at v): each operator's piece and what its backward reads, kept as a
+  /// plain layer's first forward keeps them (a weight gathered here is the one its backward
+  /// would gather again), and what the schedule frees after each.
+  void replay(vertex_t v) {
+    std::vector<host_tensor> local;
+    std::vector<const host_tensor*> in;
+    for (vertex_t w : s_.replay[v]) {
+      local_context c = run_operator<T>(mc_, g_, plan_, w, fused_, val_, local, in, true);
+      keep_for_backward(g_, plan_, w, val_, std::move(local), std::move(c), saved_[w], true);
+      for (vertex_t u : s_.replay_frees[w]) keep_shape_only(val_[u].own);
+      if (s_.replay_frees_itself[w]) keep_shape_only(val_[w].own);
+    }
+    record_.replayed_forwards += s_.replay[v].size();
   }
 
   /// The gradient synchronisation the plan implies, then the optimizer step on this block,
@@ -273,8 +422,13 @@ class sharded_backward {
   void finish_parameter(vertex_t v) {
     const strategy& ps = plan_[v];
     const bool zero = ps.zero_stage > 0;
-    const sharding_spec& gs = zero ? ps.gradient_spec : ps.output;
+    const sharding_spec& gs = gradient_target(v);
     host_tensor gblock = settle(v, gs, g_[v].name == o_.drop_gradient_sync);
+    if (accumulated_[v].data() != nullptr) {  // the shard reduced at the earlier micro-steps
+      if (gblock.data() == nullptr) gblock = std::move(accumulated_[v]);
+      else add_into<T>(gblock, accumulated_[v]);
+      accumulated_[v] = host_tensor();
+    }
     if (!zero) {
       const host_tensor updated = optimizer_update<T>(val_[v].get(), gblock, o_);
       if (on_param_) on_param_(v, gblock, updated, gs);
@@ -301,8 +455,9 @@ class sharded_backward {
     val_[v].reset();
     for (vertex_t u : s_.backward_frees[v]) keep_shape_only(val_[u].own);
     for (vertex_t u : s_.finished[v]) {
-      if (!parts_[u].empty()) finish_parameter(u);
-      val_[u].reset();
+      if (last_ && (!parts_[u].empty() || accumulated_[u].data() != nullptr)) finish_parameter(u);
+      else if (!last_) sync_this_micro_step(u);
+      val_[u].reset();  // loaded again by the next micro-step's forward
     }
   }
 
@@ -370,25 +525,38 @@ class sharded_backward {
   std::vector<held_value>& val_;
   std::vector<saved_forward>& saved_;
   const std::vector<fused_dim> fused_;
-  std::vector<contributions> parts_;
+  std::vector<contributions> parts_;  ///< a parameter's accumulate over the micro-steps
+  std::vector<host_tensor> accumulated_;  ///< per parameter: the reduced shard of earlier micro-steps
+  bool last_ = true;                      ///< this micro-step is the step's last
+  training_record record_;
 };
 
 }  // namespace detail
 
-/// One training step sharded by `plan` on this rank of `mc` (every rank calls it alike):
-/// run_sharded's forward (on_piece sees every piece), then the backward with the adjoint
-/// collectives, each parameter's gradient reduced to the parameter's spec, and the
-/// optimizer step on the block this rank holds (on_param sees both). Values are kept and
-/// freed as the training liveness_schedule says.
+/// One training step sharded by `plan` on this rank of `mc` (every rank calls it alike): for
+/// each of `o.micro_batches` micro-steps, run_sharded's forward on its rows of the global batch
+/// (on_piece sees every piece, every micro-step), then the backward with the adjoint
+/// collectives, a fully recomputed layer's forward run again right before its backward; the
+/// parameters' gradients accumulate over the micro-steps and are reduced to each parameter's
+/// spec once, as the last micro-step's backward finishes with it (at every micro-step where
+/// the plan reduces it there), followed by the optimizer step on the block this rank holds
+/// (on_param sees both). Values are kept and freed as the training liveness_schedule says.
+/// Returns what the step did (its gradient synchronisations), for the audit.
 template <class T, mesh_communicator_like M>
-void train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
-                   const training_step& o, const piece_callback& on_piece, const parameter_callback& on_param) {
+training_record train_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan,
+                              const std::vector<host_tensor>& sources, const training_step& o, const piece_callback& on_piece,
+                              const parameter_callback& on_param) {
   detail::check_plan_size(g, plan, sources);
   const liveness_schedule s = make_liveness_schedule(g, &plan, run_mode::training);
+  detail::micro_batch_inputs batch(g, sources, o.micro_batches);
   std::vector<detail::held_value> val;
   std::vector<detail::saved_forward> saved;
-  detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, s);  // keeps what the backward needs
-  detail::sharded_backward<T, M>(mc, g, plan, o, on_param, s, val, saved).run();
+  detail::sharded_backward<T, M> backward(mc, g, plan, o, on_param, s, val, saved);
+  for (int k = 0; k < o.micro_batches; ++k) {
+    detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, s, batch.at(k));  // keeps what the backward needs
+    backward.run(k, o.micro_batches);
+  }
+  return std::move(backward).record();
 }
 
 }  // namespace autoshard

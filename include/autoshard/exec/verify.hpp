@@ -85,8 +85,18 @@ struct verify_report {
   std::vector<vertex_check> checks;  ///< every operator, in topological order
   std::vector<vertex_check> gradients;  ///< training: every parameter's gradient, in the order the backward reaches them
   std::vector<vertex_check> updates;    ///< training: every parameter after the optimizer step, same order
+  /// Training: each loss over the step ("loss:NAME": the mean of the micro-steps' losses
+  /// against the unsharded loss of the whole global batch).
+  std::vector<vertex_check> losses;
+  /// Training: the step's micro-steps, and the operator forwards run again for their backward
+  /// (full recomputation), per rank.
+  int micro_batches = 1;
+  std::size_t replayed_forwards = 0;
+  /// Training: how many times each parameter's gradient was synchronised in the step (indexed
+  /// by vertex; the largest over the ranks; training_record::gradient_syncs).
+  std::vector<int> gradient_syncs;
   std::string worst;                 ///< the operator (or "grad:P", "update:P") with the largest relative difference
-  std::string first_failed;          ///< the first failing one: operators in topological order, then gradients, then updates
+  std::string first_failed;          ///< the first failing one: operators in topological order, then losses, gradients, updates
   double max_abs_diff = 0.0;         ///< over every operator
   double max_rel_diff = 0.0;         ///< max over operators of max_abs_diff / max(1, ref_max_abs)
   std::size_t failed = 0;
@@ -98,7 +108,7 @@ struct verify_report {
 
 inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   std::vector<const vertex_check*> order;
-  for (const auto* list : {&r.checks, &r.gradients, &r.updates})
+  for (const auto* list : {&r.checks, &r.losses, &r.gradients, &r.updates})
     for (const vertex_check& c : *list) order.push_back(&c);
   std::sort(order.begin(), order.end(), [](const vertex_check* a, const vertex_check* b) {
     return a->max_abs_diff / std::max(1.0, a->ref_max_abs) > b->max_abs_diff / std::max(1.0, b->ref_max_abs);
@@ -110,6 +120,17 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
      << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s (estimated peak memory "
      << human_bytes(static_cast<double>(r.estimate.total())) << ")\n";
   os << std::defaultfloat << std::setprecision(3);
+  if (!r.gradients.empty()) {
+    std::size_t synced = 0, once = 0;
+    for (int n : r.gradient_syncs) {
+      synced += n > 0 ? 1 : 0;
+      once += n == 1 ? 1 : 0;
+    }
+    os << "training step: " << r.micro_batches << (r.micro_batches == 1 ? " micro-batch" : " micro-batches")
+       << " against the unsharded step on the whole batch";
+    if (r.replayed_forwards > 0) os << ", " << r.replayed_forwards << " operator forwards recomputed";
+    os << "; " << synced << " parameter gradients synchronised, " << once << " of them once per step\n";
+  }
   os << "largest differences (sharded - unsharded):\n";
   for (std::size_t i = 0; i < order.size() && i < 5; ++i)
     os << "  " << order[i]->name << " [" << order[i]->spec << "]: " << order[i]->max_abs_diff << " (values up to "
@@ -232,14 +253,24 @@ template <class T>
 class verify_run {
  public:
   verify_run(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, const verify_options& o)
-      : g_(g), mesh_(mesh), plan_(plan), o_(o), n_(boost::num_vertices(g)), ranks_(mesh.num_ranks()) {
+      : g_(g), mesh_(mesh), plan_(plan), o_(o), n_(boost::num_vertices(g)), ranks_(mesh.num_ranks()),
+        micro_batches_(o.training ? o.step.micro_batches : 1) {
     if (plan.size() != n_)
       throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n_) +
                        " vertices");
+    if (micro_batches_ < 1 || micro_batches_ > max_micro_batches)
+      throw exec_error("a step runs 1 to " + std::to_string(max_micro_batches) + " micro-batches, not " +
+                       std::to_string(micro_batches_));
+    // Micro-batches: the graph is one micro-step's; the unsharded reference, and the forward
+    // compared operator by operator, run the whole global batch.
+    if (micro_batches_ > 1) global_ = with_batch_seq(g, graph_batch(g) * micro_batches_, 0);
+    whole_ = micro_batches_ > 1 ? &global_ : &g;
     rep_.mesh = mesh;
     rep_.compute = compute_dtype<T>();
     rep_.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
-    rep_.estimate = check_verify_resources(g, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
+    rep_.micro_batches = micro_batches_;
+    // The global batch's step bounds each micro-step's (its activations are micro_batches times theirs).
+    rep_.estimate = check_verify_resources(*whole_, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
     for (vertex_t v = 0; v < n_; ++v) {
       operators_ += g[v].is_operator() ? 1 : 0;
       parameters_ += g[v].is_parameter() ? 1 : 0;
@@ -247,11 +278,11 @@ class verify_run {
   }
 
   verify_report run() {
-    const std::vector<host_tensor> sources = make_source_values<T>(g_, o_.seed);
+    const std::vector<host_tensor> sources = make_source_values<T>(*whole_, o_.seed);
     sources_ = &sources;
     // Each rank compares its piece with the same block of the reference as soon as it has it;
     // the reference is computed on demand and forgotten once every rank has compared.
-    reference_stream<T> ref(g_, sources, ranks_);
+    reference_stream<T> ref(*whole_, sources, ranks_);
     ref_ = &ref;
     t0_ = std::chrono::steady_clock::now();
     if (o_.training) reference_training_step();
@@ -278,7 +309,9 @@ class verify_run {
   /// computed where it is compared); the parameters the backward reaches are those compared.
   void reference_training_step() {
     report("reference", 0, operators_);
-    tref_ = train_unsharded<T>(g_, *sources_, o_.step, false, false);
+    training_step whole_batch = o_.step;  // the global batch in one step
+    whole_batch.micro_batches = 1;
+    tref_ = train_unsharded<T>(*whole_, *sources_, whole_batch, false, false);
     report("reference", operators_, operators_);
     reached_.assign(n_, false);
     parameters_ = 0;  // those the backward reaches: the ranks compare a gradient and an update of each
@@ -297,6 +330,8 @@ class verify_run {
     fused_ = fused_dims(g_);  // tensors cut per part (graph/fused.hpp)
     unread_.assign(o_.training ? n_ : 0, ranks_);
     digest_.assign(o_.training ? ur : 0, std::vector<std::uint64_t>(n_));
+    loss_.assign(o_.training ? ur : 0, std::vector<double>(n_, 0.0));
+    records_.assign(o_.training ? ur : 0, training_record{});
     issued_.assign(ur, {});
     gloo_options go;
     go.timeout = o_.timeout;
@@ -340,26 +375,32 @@ class verify_run {
       if (!g_[v].is_operator()) return;
       const sharding_spec settled = settled_spec(spec);
       const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
-      const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g_[v].shape, spec, settled);
+      const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), (*whole_)[v].shape, spec, settled);
       const host_tensor& got = settled == spec ? piece : whole;
       if (o_.training) digest_[ume][v] = bytes_digest(piece);
       compare_block(me, got, ref_->value(v), settled, mine[v], fused_[v]);
       ref_->release(v);
     };
-    run_sharded<T>(mc, g_, plan_, *sources_, on_piece);
+    run_sharded<T>(mc, *whole_, plan_, *sources_, on_piece);
     if (o_.training) {
       mc.ledger().clear();  // the audit counts the training step's collectives, as the model prices one step
-      // The training step's forward is the one just compared: the same pieces, bit for bit.
-      const piece_callback same_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec&) {
-        if (g_[v].is_operator() && bytes_digest(piece) != digest_[ume][v]) {
+      // With one micro-step, the training step's forward is the one just compared: the same
+      // pieces, bit for bit. Each loss's pieces add up to the step's loss (1 / micro_batches each).
+      const piece_callback step_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+        if (micro_batches_ == 1 && g_[v].is_operator() && bytes_digest(piece) != digest_[ume][v]) {
           std::lock_guard<std::mutex> lock(compare_mu_);
           mine[v].max_abs_diff = std::numeric_limits<double>::infinity();
         }
+        if (!is_training_loss(g_, v)) return;
+        const sharding_spec settled = settled_spec(spec);
+        const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
+        const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g_[v].shape, spec, settled);
+        loss_[ume][v] += static_cast<double>((settled == spec ? piece : whole).template as<T>()[0]) / micro_batches_;
       };
-      train_sharded<T>(mc, g_, plan_, *sources_, o_.step, same_piece,
-                       [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-                         compare_parameter(me, v, grad, updated, spec);
-                       });
+      records_[ume] = train_sharded<T>(mc, g_, plan_, *sources_, o_.step, step_piece,
+                                       [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+                                         compare_parameter(me, v, grad, updated, spec);
+                                       });
     }
     issued_[ume] = mc.ledger().entries();
   }
@@ -401,6 +442,7 @@ class verify_run {
       judge(c);
       rep_.checks.push_back(std::move(c));
     }
+    if (o_.training) fold_training_step();
     if (o_.training)
       for (int pass = 0; pass < 2; ++pass)
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -413,12 +455,36 @@ class verify_run {
     report("comparison", rep_.checks.size() + rep_.gradients.size() + rep_.updates.size(), tensors);
   }
 
+  /// Each loss of the step against the unsharded one, and what the ranks' step did (the
+  /// gradient synchronisations: the same on every rank; the largest is reported).
+  void fold_training_step() {
+    for (vertex_t v : training_losses(g_)) {
+      vertex_check c;
+      c.name = "loss:" + g_[v].name;
+      c.spec = to_alpa_string(plan_[v].output);
+      const double want = static_cast<double>(tref_.value[v].template as<T>()[0]);
+      c.ref_max_abs = std::abs(want);
+      for (const std::vector<double>& mine : loss_) c.max_abs_diff = std::max(c.max_abs_diff, std::abs(mine[v] - want));
+      judge(c);
+      rep_.losses.push_back(std::move(c));
+    }
+    rep_.gradient_syncs.assign(n_, 0);
+    for (const training_record& r : records_) {
+      rep_.replayed_forwards = std::max(rep_.replayed_forwards, r.replayed_forwards);
+      for (vertex_t v = 0; v < n_ && v < r.gradient_syncs.size(); ++v)
+        rep_.gradient_syncs[v] = std::max(rep_.gradient_syncs[v], r.gradient_syncs[v]);
+    }
+  }
+
   const model_graph& g_;
   const device_mesh& mesh_;
   const std::vector<strategy>& plan_;
   const verify_options& o_;
   const std::size_t n_;
   const int ranks_;
+  const int micro_batches_;
+  model_graph global_;                  // the global batch's graph (micro_batches > 1)
+  const model_graph* whole_ = nullptr;  // the graph of the whole batch: global_ or g_
   verify_report rep_;
   std::size_t operators_ = 0, parameters_ = 0, pieces_ = 0;
   std::size_t compared_ = 0;  // under compare_mu_
@@ -434,6 +500,9 @@ class verify_run {
   std::vector<int> unread_;
   // Training: each rank's digest of each forward piece it compared.
   std::vector<std::vector<std::uint64_t>> digest_;
+  // Training: each rank's value of each loss over the step, and what its step did.
+  std::vector<std::vector<double>> loss_;
+  std::vector<training_record> records_;
   std::vector<std::vector<issued_collective>> issued_;  // each rank's ledger
   double worst_ = -1.0;
 };
@@ -475,11 +544,13 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
 }
 
 /// Runs a plan file read back whole (load_plan) as verify_plan does, auditing the collectives
-/// the ranks issue against the ones the plan is priced with (`o.priced`, when set, instead).
+/// the ranks issue against the ones the plan is priced with (`o.priced`, when set, instead);
+/// a training plan's step runs the plan's micro-batches (plan_micro_batches).
 ///   const autoshard::loaded_plan p = autoshard::load_plan("plan.json");
 ///   autoshard::verify_report r = autoshard::verify_plan(p, {.training = true});
 inline verify_report verify_plan(const loaded_plan& p, verify_options o = {}) {
   if (!o.priced) o.priced = p.collectives;
+  o.step.micro_batches = plan_micro_batches(p.document);
   return verify_plan(p.graph(), p.mesh(), p.strategies, o);
 }
 
@@ -497,7 +568,7 @@ numeric_check(verify_options o = {}) {
     const verify_report r = verify_plan(g, mesh, plan, vo);
     if (r.failed > 0) {
       const vertex_check* it = nullptr;  // an operator's output, or a training step's gradient or update
-      for (const auto* list : {&r.checks, &r.gradients, &r.updates})
+      for (const auto* list : {&r.checks, &r.losses, &r.gradients, &r.updates})
         for (const vertex_check& c : *list)
           if (it == nullptr && c.name == r.first_failed) it = &c;
       throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "

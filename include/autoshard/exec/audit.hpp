@@ -4,7 +4,7 @@
 /// that plan (plan_summary::collectives), site by site (graph/traffic.hpp), kind by kind and
 /// mesh axis by mesh axis, and in total. A difference is a failure unless it is one of the
 /// documented approximations (docs/execution.md, "Communication audit").
-///   autoshard::traffic_audit a = autoshard::audit_traffic(g, summary.collectives, ledgers, true);
+///   autoshard::traffic_audit a = autoshard::audit_traffic(g, summary.collectives, ledgers, true, true);
 ///   if (!a.passed()) std::cout << a.lines[a.first_mismatch].site;
 /// Bytes and calls are per rank over the whole step (every micro-step), in the model's dtype (what the cost model prices), whatever dtype the
 /// run computed in: executed elements x the tensor's element size (4 for the f32 row
@@ -70,8 +70,12 @@ inline bool backward_site(const traffic_site& s) {
 /// Compares `priced` (the cost model's collectives of the plan) with `executed` (each rank's
 /// ledger entries, keyed by packed traffic_site). `backward`: compare the backward's sites
 /// too (gradients, recomputations); without it both sides' backward is left out.
+/// `whole_step`: the ranks ran the plan's whole training step (every micro-step, each
+/// priced collective as many times as it runs: collective_use::repeats); else one forward of
+/// the plan's graph (each priced collective once).
 inline traffic_audit audit_traffic(const model_graph& g, const std::vector<collective_use>& priced,
-                                   const std::vector<std::vector<issued_collective>>& executed, bool backward) {
+                                   const std::vector<std::vector<issued_collective>>& executed, bool backward,
+                                   bool whole_step) {
   traffic_audit a;
   a.checked = true;
   using key = std::tuple<int, vertex_t, int, std::string, int>;  // phase, vertex, operand, kind, axis
@@ -95,13 +99,14 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
     const key k{static_cast<int>(c.site.what), c.site.vertex, c.site.operand, l.kind, l.mesh_axis};
     // Over the step: a micro-step's collectives run every micro-step (twice into a fully
     // recomputed layer), a gradient sync once.
-    priced_share[k] += static_cast<double>(c.bytes) * c.share * c.repeats;
-    if (c.share < 1.0) unshared[k] += c.bytes * c.repeats;
+    const int times = whole_step ? c.repeats : 1;
+    priced_share[k] += static_cast<double>(c.bytes) * c.share * times;
+    if (c.share < 1.0) unshared[k] += c.bytes * times;
     if (c.share >= 1.0 && c.site.what == traffic_site::phase::gradient) {
       const auto [it, fresh] = per_edge.emplace(k, c.bytes);
       if (!fresh && it->second != c.bytes) it->second = -1;
     }
-    l.priced_calls += static_cast<std::size_t>(c.repeats);
+    l.priced_calls += static_cast<std::size_t>(times);
     ++entries[k];
   }
   for (const auto& [k, b] : priced_share) by[k].priced_bytes = std::llround(b);

@@ -295,7 +295,7 @@ class verify_run {
     rep_.reference_seconds = ref.seconds() + train_ref_seconds;
     rep_.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - ref.seconds());
     fold_report();
-    if (o_.priced) rep_.traffic = audit_traffic(g_, *o_.priced, issued_, o_.training && o_.audit_backward);
+    if (o_.priced) rep_.traffic = audit_traffic(g_, *o_.priced, issued_, o_.training && o_.audit_backward, o_.training);
     return std::move(rep_);
   }
 

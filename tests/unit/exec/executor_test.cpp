@@ -320,7 +320,9 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
     CHECK(resharded_edges > 4);
     verify_options audited;
     audited.priced = res.report.plan.collectives;
-    const verify_report r = verify_plan(g, device_mesh{2, 4}, res.strategies, audited);
+    // The forward of the graph the strategies are for (one micro-step's, when the pass chose
+    // micro-batches), audited against one forward of the priced step.
+    const verify_report r = verify_plan(res.graph, device_mesh{2, 4}, res.strategies, audited);
     INFO(r);
     CHECK(r.passed());
     CHECK(r.traffic.checked);

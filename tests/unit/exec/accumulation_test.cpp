@@ -9,22 +9,17 @@
 #include <set>
 #include <string>
 
+#include "unit/exec/tiny_models.hpp"
 #include "unit/scratch.hpp"
 
 namespace {
 using namespace autoshard;
 
-// Two GPT-2 layers small enough for 8 ranks in a unit test, in training mode, at a global
-// batch of 16 sequences (4 micro-batches of 4: one or two per data-parallel rank).
+// The tests' tiny GPT-2 at a global batch of 16 sequences (4 micro-batches of 4: one or two
+// per data-parallel rank).
 transformer_config accumulation_gpt() {
-  transformer_config c = transformer_config::gpt2(2, 32, 4);
-  c.ffn = 64;
-  c.vocab = 96;
-  c.max_positions = 16;
-  c.seq = 8;
+  transformer_config c = autoshard_test::tiny(transformer_config::gpt2_124m());
   c.batch = 16;
-  c.type = dtype::f32;
-  c.mode = run_mode::training;
   return c;
 }
 

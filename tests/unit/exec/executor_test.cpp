@@ -33,6 +33,7 @@
 #include <string>
 #include <thread>
 
+#include "unit/exec/tiny_models.hpp"
 #include "unit/scratch.hpp"
 
 namespace {
@@ -278,19 +279,7 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
 }
 
 namespace {
-transformer_config tiny(transformer_config c) {
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  c.ffn = 64;
-  c.vocab = 96;
-  c.max_positions = 16;
-  c.seq = 8;
-  c.batch = 8;
-  c.type = dtype::f32;
-  c.mode = run_mode::training;
-  return c;
-}
+using autoshard_test::tiny;
 bool splits_something(const std::vector<strategy>& plan) {
   for (const strategy& s : plan)
     for (std::size_t a = 0; a < s.output.mesh_rank; ++a)

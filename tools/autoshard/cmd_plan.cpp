@@ -5,6 +5,7 @@
 #include "model_options.hpp"
 #include "progress.hpp"
 #include "tensor_names.hpp"
+#include "plan_pipeline.hpp"
 
 #include <autoshard/pass/pass.hpp>
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
@@ -49,6 +50,8 @@ struct plan_cli_options {
   std::string attention{to_string(step_pricing{}.attention)};
   bool peak_compute = false;
   int tensor_parallel = 0;  ///< megatron's --tp; 0: devices per node
+  std::string pipeline_stages;  ///< --pp: "" (no pipeline), "auto" or a stage count
+  std::string schedule = "1f1b";
   std::vector<std::string> pins;
   std::string out = "plan.json";
   std::string dot;
@@ -416,6 +419,12 @@ int run_plan(plan_cli_options o) {
   check_plan_paths(o);
   const model_graph g = o.model.build();
   autosharding_options po = pass_options(o, g, plan_mesh(o));
+  if (!o.pipeline_stages.empty()) {  // pipeline stages: plan_pipeline.hpp
+    po.on_progress = nullptr;
+    return run_pipelined_plan(g, po, {o.pipeline_stages, o.schedule, o.tensor_parallel, o.micro_batch, po.pricing.recompute, o.json})
+               ? exit_ok
+               : exit_does_not_fit;
+  }
   progress_printer progress(!o.quiet && !o.preload);
   po.on_progress = [&progress](const solve_progress& p) { progress(p); };
   // The phases around the solve (strategies, pricing every edge, the baselines): long on
@@ -534,6 +543,13 @@ void register_plan(CLI::App& app, action& run) {
                   "--algo megatron: tensor-parallel size (a divisor of the devices per node; 1 = data parallel "
                   "only); default: the devices per node")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--pp", o->pipeline_stages,
+                  "training: pipeline stages: auto (search stages, tensor and data parallel sizes, micro-batch and "
+                  "recomputation) or a stage count; with --algo megatron --tp T, the configuration Megatron-LM runs "
+                  "(docs/pipelines.md)");
+  cmd->add_option("--schedule", o->schedule, "with --pp: the pipeline schedule, 1f1b or gpipe")
+      ->check(CLI::IsMember({"1f1b", "gpipe"}))
+      ->capture_default_str();
   cmd->add_option("--pin", o->pins, "NAME=SPEC: the output spec a tensor must have (repeatable)")
       ->check(CLI::Validator(
           [](std::string& v) {

@@ -1,0 +1,602 @@
+#pragma once
+/// A training step with pipeline stages, priced from the intra-operator plan of each stage:
+/// the devices factored into pipeline x data x tensor parallel ranks (Megatron-LM's order:
+/// tensor-parallel ranks adjacent, then data-parallel, then stages), the model's units (what
+/// comes before its repeated layers, each layer, what comes after) priced by the ILP on one
+/// stage's sub-mesh, partitioned into stages (pass/pipeline.hpp), and the step simulated pass
+/// by pass under the schedule.
+///   autoshard::pipeline_config c{.pp = 2, .tp = 8, .micro_batch = 1, .recompute = autoshard::recompute_kind::full};
+///   autoshard::pipelined_step s = autoshard::price_pipelined(g, mesh, pricing, autoshard::algo::megatron, c);
+///   s.step_seconds; s.tflops_per_device; s.stages.count;   // layers per stage
+///   autoshard::pipeline_search r = autoshard::search_pipelines(g, mesh, pricing);  // the fastest that fits
+///
+/// How a stage is priced: the model is cut to its first two layers (with_layers) at one
+/// micro-step's batch (micro_batch x dp), and the ILP (restricted to `algo`'s strategies, the
+/// layers tied) plans it on the stage's sub-mesh; every vertex's cost (its compute, its own
+/// collectives, the resharding on its operand edges, forward and backward apart) goes to its
+/// unit: the embedding, the first layer, the second (what every later layer costs: tied
+/// layers take the same strategies), the head. A parameter's gradient sync, once per step, is
+/// charged after its stage's last backward, less what that backward hides (the pass's overlap
+/// model). A parameter used on two stages (tied embedding and head) keeps its gradient in sync
+/// with an all-reduce over those stages on the pipeline's link after the flush. A stage's
+/// memory is its parameters' state, its activations times the micro-batches its schedule
+/// holds in flight (p on the first stage under 1F1B) and the largest working set of a layer it
+/// recomputes; stage boundaries send the activation that crosses them, point to point, on the
+/// pipeline's link (the network when stages span whole nodes, else NVLink within a node).
+#include <algorithm>  // std::max, std::min, std::sort
+#include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::pow
+#include <cstdint>    // std::int64_t
+#include <limits>     // std::numeric_limits
+#include <map>        // std::map
+#include <memory>     // std::shared_ptr
+#include <optional>   // std::optional
+#include <set>        // std::set
+#include <string>     // std::string
+#include <tuple>      // std::tie
+#include <vector>     // std::vector
+
+#include "../core/cost.hpp"      // collective_time
+#include "../core/mesh.hpp"      // device_mesh
+#include "../graph/resize.hpp"   // with_batch_seq
+#include "autosharding.hpp"      // detail::pass_model, detail::solve_algo, megatron_mesh
+#include "layers.hpp"            // layer_map, map_layers, detail::layer_key
+#include "pipeline.hpp"          // partition_stages, simulate_pipeline, pipeline_schedule
+#include "step_report.hpp"       // count_step_flops, graph_batch
+
+namespace autoshard {
+
+/// `g` with only its first `keep` repeated layers: every operator outside the layers that read
+/// the last layer reads the same operator of layer `keep - 1` instead (what a smaller model of
+/// the same family looks like). Throws graph_error when `g` has fewer layers, or a reader of the
+/// last layer has no counterpart.
+inline model_graph with_layers(const model_graph& g, int keep) {
+  const layer_map L = map_layers(g);
+  if (keep < 1 || static_cast<std::size_t>(keep) > L.indices.size())
+    throw graph_error("cannot keep " + std::to_string(keep) + " layers of a model of " + std::to_string(L.indices.size()));
+  if (static_cast<std::size_t>(keep) == L.indices.size()) return g;
+  const long last = L.indices.back(), kept = L.indices[static_cast<std::size_t>(keep) - 1];
+  std::set<long> keep_set(L.indices.begin(), L.indices.begin() + keep);
+  model_graph out;
+  std::vector<vertex_t> map(boost::num_vertices(g), boost::graph_traits<model_graph>::null_vertex());
+  // Parameters and inputs (the layers' vertices of dropped layers go), then operators in
+  // topological order with their operands remapped.
+  const auto in_kept_layer = [&](vertex_t v) { return L.layer[v] < 0 || keep_set.count(L.layer[v]) > 0; };
+  const auto layer_of_parameter = [&](vertex_t v) {
+    const long i = detail::layer_index(g[v].name);
+    return i < 0 || keep_set.count(i) > 0;
+  };
+  for (vertex_t v : topological_order(g)) {
+    const node& nd = g[v];
+    if (!nd.is_operator()) {
+      if (nd.is_parameter() && !layer_of_parameter(v)) continue;
+      map[v] = boost::add_vertex(nd, out);
+      continue;
+    }
+    if (!in_kept_layer(v)) continue;
+    std::vector<vertex_t> ops;
+    for (vertex_t u : operands(g, v)) {
+      vertex_t w = u;
+      if (L.layer[u] == last && L.layer[v] < 0) {  // a reader of the last layer: the kept layer's operator
+        std::string name = detail::layer_key(g[u].name);
+        name.replace(name.find('#'), 1, std::to_string(kept));
+        const auto found = find_vertex(g, name);
+        if (!found) throw graph_error("'" + nd.name + "' reads '" + g[u].name + "', which has no counterpart '" + name + "'");
+        w = *found;
+      }
+      if (map[w] == boost::graph_traits<model_graph>::null_vertex())
+        throw graph_error("'" + nd.name + "' reads '" + g[w].name + "' of a dropped layer");
+      ops.push_back(map[w]);
+    }
+    map[v] = boost::add_vertex(nd, out);
+    for (std::size_t i = 0; i < ops.size(); ++i) boost::add_edge(ops[i], map[v], edge{static_cast<int>(i)}, out);
+  }
+  validate(out);
+  return out;
+}
+
+/// A pipelined configuration: the devices as pp x dp x tp ranks, the micro-batching, the
+/// recomputation of every layer and the schedule.
+struct pipeline_config {
+  int pp = 1;           ///< pipeline stages
+  int tp = 1;           ///< tensor-parallel ranks (within a node)
+  int dp = 0;           ///< data-parallel ranks; 0: the devices / (pp x tp)
+  int micro_batch = 1;  ///< sequences per data-parallel rank per micro-step
+  recompute_kind recompute = recompute_kind::none;
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+  friend bool operator==(const pipeline_config&, const pipeline_config&) = default;
+};
+
+/// "pp 2, tp 8, dp 32, micro-batch 1 x 48, recompute full, 1f1b" (with the micro-batches m).
+inline std::string describe(const pipeline_config& c, int micro_batches) {
+  return "pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) + ", dp " + std::to_string(c.dp) + ", micro-batch " +
+         std::to_string(c.micro_batch) + " x " + std::to_string(micro_batches) + ", recompute " +
+         std::string(to_string(c.recompute)) + ", " + std::string(to_string(c.schedule));
+}
+
+/// What each unit of a planned stage costs (per device, one micro-step unless said).
+struct unit_costs {
+  std::vector<double> forward, backward;  ///< per unit: seconds of one micro-batch's passes
+  std::vector<double> after;              ///< per unit: its gradient sync left exposed, once per step
+  std::vector<std::int64_t> state, activation, transient;  ///< per unit: stage_unit's bytes
+  std::vector<std::int64_t> boundary;     ///< per unit: bytes per device it sends to the next unit
+  /// Parameters used by more than one unit, with the units and their gradient's bytes per device.
+  std::vector<std::pair<std::vector<int>, std::int64_t>> shared;
+};
+
+namespace detail {
+
+/// The unit of every vertex: 0 before the layers (what leads to them: the embedding), 1 + k
+/// the k-th layer present, layers + 1 after them (the head); a parameter takes its first
+/// consumer's unit.
+inline std::vector<int> unit_of_vertices(const model_graph& g, const layer_map& L) {
+  const std::size_t n = boost::num_vertices(g);
+  std::map<long, int> pos;
+  for (std::size_t k = 0; k < L.indices.size(); ++k) pos[L.indices[k]] = static_cast<int>(k) + 1;
+  const int head = static_cast<int>(L.indices.size()) + 1;
+  std::vector<int> unit(n, head);
+  std::vector<char> leads(n, 0);  // has a path to a layer's operator
+  const std::vector<vertex_t> order = topological_order(g);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (L.layer[v] >= 0) {
+      leads[v] = 1;
+      unit[v] = pos[L.layer[v]];
+      continue;
+    }
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) leads[v] = leads[v] || leads[boost::target(*e, g)];
+    unit[v] = leads[v] ? 0 : head;
+  }
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_parameter()) {
+      int u = head + 1;
+      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) u = std::min(u, unit[boost::target(*e, g)]);
+      unit[v] = std::min(u, head);
+    }
+  return unit;
+}
+
+}  // namespace detail
+
+/// The costs of the plan `choice` of `pm` (one micro-step, micro_batches 1) per unit.
+inline unit_costs price_units(const detail::pass_model& pm, const std::vector<int>& choice) {
+  const model_graph& g = pm.g;
+  const std::vector<int> unit = detail::unit_of_vertices(g, pm.layers);
+  const std::size_t units = pm.layers.indices.size() + 2;
+  unit_costs c;
+  c.forward.assign(units, 0.0);
+  c.backward = c.after = c.forward;
+  c.state.assign(units, 0);
+  c.activation = c.transient = c.boundary = c.state;
+  const auto st = [&](vertex_t v) -> const strategy& { return pm.strategies[v][static_cast<std::size_t>(choice[v])]; };
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const strategy& s = st(v);
+    const auto u = static_cast<std::size_t>(unit[v]);
+    if (g[v].is_parameter()) {
+      std::set<int> users;
+      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) users.insert(unit[boost::target(*e, g)]);
+      for (int w : users) c.state[static_cast<std::size_t>(w)] += s.memory_bytes;
+      if (users.size() > 1)
+        c.shared.push_back({std::vector<int>(users.begin(), users.end()),
+                            max_local_shape(pm.mesh, s.output, g[v].shape).numel() * static_cast<std::int64_t>(dtype_size(g[v].type))});
+      c.after[u] += s.comm_seconds;  // ZeRO's all-gather of the updated weight
+      continue;
+    }
+    c.forward[u] += s.forward_compute_seconds + s.comm_seconds;
+    c.backward[u] += s.compute_seconds - s.forward_compute_seconds;
+    c.activation[u] += s.memory_bytes;
+    if (s.recompute == recompute_kind::full) c.transient[u] += s.recomputed_bytes;
+    // What crosses to later units: the activation sent point to point at a stage boundary.
+    int furthest = unit[v];
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) furthest = std::max(furthest, unit[boost::target(*e, g)]);
+    if (!g[v].is_input())
+      for (int w = unit[v]; w < furthest; ++w)
+        c.boundary[static_cast<std::size_t>(w)] +=
+            max_local_shape(pm.mesh, s.output, g[v].shape).numel() * static_cast<std::int64_t>(dtype_size(g[v].type));
+  }
+  for (edge_t e : pm.edges) {
+    const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+    const edge_costs ec = detail::edge_cost_of(pm, e, choice);
+    const auto w = static_cast<std::size_t>(unit[v]);
+    c.forward[w] += ec.forward;
+    if (g[u].is_parameter()) {
+      c.after[w] += ec.backward;
+      c.backward[w] += ec.regather;
+    } else {
+      c.backward[w] += ec.backward;
+    }
+  }
+  return c;
+}
+
+/// One pipelined step, priced.
+struct pipelined_step {
+  pipeline_config config;
+  int micro_batches = 1;               ///< per step
+  device_mesh stage_mesh;              ///< one stage's sub-mesh, as the ILP planned it
+  std::vector<stage_unit> units;       ///< the model's units as the partition saw them
+  stage_partition stages;
+  pipeline_timeline timeline;
+  std::vector<double> boundary_seconds;  ///< per boundary: one transfer
+  double sync_seconds = 0.0;           ///< the exposed gradient sync after the flush (the slowest stage's)
+  double shared_sync_seconds = 0.0;    ///< parameters used on two stages: their gradients' all-reduce
+  double step_seconds = 0.0;
+  std::int64_t peak_memory_bytes = 0;  ///< the largest stage's
+  bool fits = true;
+  step_flops flops;
+  double tflops_per_device = 0.0;
+  double mfu = 0.0;
+  plan_summary stage_plan;             ///< the intra-operator plan of the two-layer model it was priced from
+};
+
+namespace detail {
+
+/// The sub-mesh of one stage of `c` on `mesh` (nodes x devices per node, the last axis within a
+/// node), split for megatron into (.., dp within a node, tp), and the link the stages' transfers
+/// take: solver_error when the configuration does not factor the mesh.
+inline std::pair<device_mesh, link_model> stage_mesh_of(const device_mesh& mesh, const pipeline_config& c) {
+  const int devices = mesh.num_ranks();
+  const int per_node = mesh.size(mesh.ndim() - 1);
+  const int stage = c.dp * c.tp;
+  if (c.pp < 1 || c.tp < 1 || c.dp < 1 || static_cast<long>(c.pp) * stage != devices || per_node % c.tp != 0)
+    throw solver_error("pp " + std::to_string(c.pp) + " x dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) +
+                       " does not factor mesh " + to_string(mesh) + " (" + std::to_string(devices) +
+                       " devices, tensor parallelism within a node of " + std::to_string(per_node) + ")");
+  const link_model inter = mesh.link(0), intra = mesh.link(mesh.ndim() - 1);
+  if (stage % per_node == 0) {
+    const int nodes = stage / per_node;
+    device_mesh m = nodes > 1 ? device_mesh(std::vector<int>{nodes, per_node}) : device_mesh(std::vector<int>{per_node});
+    if (nodes > 1) m.set_link(0, inter);
+    m.set_link(m.ndim() - 1, intra);
+    return {m, mesh.ndim() > 1 ? inter : intra};
+  }
+  if (per_node % stage != 0)
+    throw solver_error("a stage of dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) + " neither fills whole nodes of " +
+                       std::to_string(per_node) + " devices nor divides one");
+  device_mesh m(std::vector<int>{stage});
+  m.set_link(0, intra);
+  return {m, intra};  // a boundary between nodes is priced as the others (conservative only there)
+}
+
+}  // namespace detail
+
+/// One stage planned: the model cut to two layers at one micro-step's batch on one stage's
+/// sub-mesh (for megatron, split into data- and tensor-parallel axes), every strategy priced.
+/// The recomputation kinds and algos are masks on one such model, so the search builds one per
+/// (tp, dp, micro-batch).
+struct stage_probe {
+  std::shared_ptr<detail::micro_step_model> model;
+  link_model pp_link;   ///< the link stage boundaries cross
+  int tp_axis = -1;     ///< megatron: its tensor-parallel axis of model->pm.mesh
+  int micro_batches = 1;
+};
+
+/// The probe of configuration `c` (its dp set) for `g` (the global batch) on `mesh`.
+inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
+                                    const pipeline_config& c) {
+  auto [sub, pp_link] = detail::stage_mesh_of(mesh, c);
+  const std::int64_t batch = graph_batch(g);
+  const std::int64_t step_batch = static_cast<std::int64_t>(c.micro_batch) * c.dp;
+  if (c.micro_batch < 1 || batch <= 0 || batch % step_batch != 0)
+    throw solver_error("a global batch of " + std::to_string(batch) + " does not run in micro-batches of " +
+                       std::to_string(c.micro_batch) + " on each of " + std::to_string(c.dp) + " data-parallel ranks");
+  if (map_layers(g).indices.size() < 2) throw solver_error("a pipeline needs a model of at least two repeated layers");
+  stage_probe probe;
+  probe.pp_link = pp_link;
+  probe.micro_batches = static_cast<int>(batch / step_batch);
+  step_pricing p = pricing;
+  p.micro_batches = 1;
+  p.micro_batch = 0;
+  p.recompute = recompute_policy::choose;  // every variant: each solve masks the one it prices
+  device_mesh plan_mesh = sub;
+  if (a == algo::megatron) std::tie(plan_mesh, probe.tp_axis) = detail::megatron_mesh(sub, c.tp);
+  probe.model = std::make_shared<detail::micro_step_model>(with_layers(with_batch_seq(g, step_batch, 0), 2), plan_mesh, p,
+                                                           std::nullopt, detail::pass_model::phase_callback{});
+  return probe;
+}
+
+/// The step of `g` (the global batch) on `mesh` under configuration `c`, each stage planned by
+/// `a`'s strategies (megatron: its tensor-parallel layout on tp; alpa: the ILP's choice on the
+/// stage's sub-mesh, its batch split dp ways) with recomputation c.recompute, on `probe`
+/// (make_stage_probe's for c); `stage_counts`: the layers per stage as given (Megatron-LM's
+/// even split), or empty for the partition that balances them. Throws solver_error when the
+/// configuration does not factor the mesh or the batch.
+inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
+                                      pipeline_config c, const stage_probe& probe, const std::vector<int>& stage_counts = {},
+                                      const autosharding_options& base = {}) {
+  if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
+  const layer_map full = map_layers(g);
+  const int layers = static_cast<int>(full.indices.size());
+  const link_model pp_link = probe.pp_link;
+  const detail::pass_model& pm = probe.model->pm;
+  pipelined_step out;
+  out.config = c;
+  out.micro_batches = probe.micro_batches;
+  autosharding_options o = base;
+  o.mesh = pm.mesh;
+  o.pricing = pm.sopt.pricing;
+  o.tie_layers = true;
+  detail::solve_request rq;
+  rq.a = a;
+  rq.recompute = 1u << static_cast<unsigned>(c.recompute);
+  rq.budget = false;
+  rq.batch_shards = c.dp;
+  rq.tp_axis = probe.tp_axis;
+  std::size_t classes = 0;
+  auto solved = detail::solve_algo(pm, o, rq, classes);
+  out.stage_plan = std::move(solved.first);
+  out.stage_plan.par.pp = c.pp;
+  out.stage_mesh = pm.mesh;
+  const unit_costs uc = price_units(pm, out.stage_plan.choice);
+  // The model's units: the embedding, the first layer, every later one as the second, the head.
+  const auto probe_unit = [&](int k) { return k == 0 ? 0 : k == layers + 1 ? 3 : k == 1 ? 1 : 2; };
+  std::vector<double> fwd, bwd, after;
+  for (int k = 0; k < layers + 2; ++k) {
+    const auto u = static_cast<std::size_t>(probe_unit(k));
+    out.units.push_back({uc.forward[u] + uc.backward[u], uc.state[u], uc.activation[u], uc.transient[u]});
+    fwd.push_back(uc.forward[u]);
+    bwd.push_back(uc.backward[u]);
+    after.push_back(uc.after[u]);
+  }
+  const std::int64_t budget = pricing.device.memory_bytes;
+  if (!stage_counts.empty()) {
+    int total = 0;
+    for (int n : stage_counts) total += n;
+    if (static_cast<int>(stage_counts.size()) != c.pp || total != layers)
+      throw solver_error("stage sizes must give " + std::to_string(c.pp) + " stages " + std::to_string(layers) + " layers in all");
+    // The embedding with the first stage's layers, the head with the last's.
+    stage_partition s;
+    int at = 0;
+    for (int k = 0; k < c.pp; ++k) {
+      const int n = stage_counts[static_cast<std::size_t>(k)] + (k == 0 ? 1 : 0) + (k + 1 == c.pp ? 1 : 0);
+      s.first.push_back(at);
+      s.count.push_back(n);
+      double t = 0;
+      for (int i = at; i < at + n; ++i) t += out.units[static_cast<std::size_t>(i)].seconds;
+      s.seconds.push_back(t);
+      s.memory.push_back(stage_memory(out.units, at, n, c.schedule, c.pp, k, out.micro_batches));
+      s.slowest = std::max(s.slowest, t);
+      at += n;
+    }
+    out.stages = std::move(s);
+  } else {
+    std::optional<stage_partition> s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches, budget);
+    if (!s) s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches);  // none fits: the fastest, flagged below
+    if (!s) throw solver_error("a model of " + std::to_string(layers + 2) + " units cannot fill " + std::to_string(c.pp) + " stages");
+    out.stages = std::move(*s);
+  }
+  // Per stage: its passes, its transfers, what it syncs after the flush.
+  std::vector<stage_seconds> per_stage;
+  std::vector<double> stage_after;
+  std::vector<int> stage_of_unit(out.units.size());
+  for (int k = 0; k < c.pp; ++k) {
+    stage_seconds t;
+    double late = 0;
+    for (int i = out.stages.first[static_cast<std::size_t>(k)]; i < out.stages.first[static_cast<std::size_t>(k)] + out.stages.count[static_cast<std::size_t>(k)]; ++i) {
+      t.forward += fwd[static_cast<std::size_t>(i)];
+      t.backward += bwd[static_cast<std::size_t>(i)];
+      late += after[static_cast<std::size_t>(i)];
+      stage_of_unit[static_cast<std::size_t>(i)] = k;
+    }
+    per_stage.push_back(t);
+    stage_after.push_back(late);
+    if (k + 1 < c.pp) {
+      const int last = out.stages.first[static_cast<std::size_t>(k) + 1] - 1;
+      const auto bytes = static_cast<double>(uc.boundary[static_cast<std::size_t>(probe_unit(last))]);
+      out.boundary_seconds.push_back(pp_link.alpha + bytes / pp_link.beta);
+    }
+  }
+  out.timeline = simulate_pipeline(c.schedule, per_stage, out.boundary_seconds, out.micro_batches);
+  double end = 0;
+  for (int k = 0; k < c.pp; ++k) {
+    end = std::max(end, out.timeline.finish[static_cast<std::size_t>(k)] + stage_after[static_cast<std::size_t>(k)]);
+    out.sync_seconds = std::max(out.sync_seconds, stage_after[static_cast<std::size_t>(k)]);
+  }
+  for (const auto& [users, bytes] : uc.shared) {
+    std::set<int> stages;
+    for (int u : users) stages.insert(stage_of_unit[static_cast<std::size_t>(u == 3 ? layers + 1 : u == 2 ? 2 : u)]);
+    if (stages.size() > 1)
+      out.shared_sync_seconds += collective_time(collective::all_reduce, pp_link, static_cast<int>(stages.size()), static_cast<double>(bytes));
+  }
+  out.step_seconds = end + out.shared_sync_seconds;
+  for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
+  out.fits = out.peak_memory_bytes <= budget;
+  out.flops = count_step_flops(g, 1, full);
+  const double devices = mesh.num_ranks();
+  out.tflops_per_device = out.flops.megatron / (out.step_seconds * devices) / 1e12;
+  out.mfu = out.flops.model / (out.step_seconds * devices * pricing.device.peak_flops);
+  return out;
+}
+
+/// price_pipelined on the probe it needs.
+inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
+                                      pipeline_config c, const std::vector<int>& stage_counts = {},
+                                      const autosharding_options& base = {}) {
+  if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
+  return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, a, c), stage_counts, base);
+}
+
+// ---- the outer search -------------------------------------------------------------------------
+
+/// What the pipeline search may try: the schedule, and limits on the space (0: every value).
+struct pipeline_search_options {
+  algo a = algo::alpa;                  ///< the intra-operator strategies of every stage
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+  int pp = 0, tp = 0, dp = 0;           ///< fixed sizes, or 0 for every factorisation
+  int micro_batch = 0;                  ///< fixed, or 0 for every divisor of the batch per data-parallel rank up to max_micro_batch
+  int max_micro_batch = 8;
+  unsigned recompute = 0b111;           ///< recompute_kind bits allowed
+  std::size_t alternatives = 5;         ///< the best few configurations kept beside the plan
+  autosharding_options base;            ///< solver settings for each stage's ILP (time limit, threads)
+};
+
+/// The search's answer: the fastest configuration that fits, the next best, and what was tried.
+struct pipeline_search {
+  std::optional<pipelined_step> best;   ///< none when no configuration fits
+  std::vector<pipelined_step> alternatives;  ///< the next fastest that fit, fastest first
+  std::size_t configurations = 0;       ///< in the space
+  std::size_t priced = 0;               ///< planned by the ILP (the rest were pruned)
+  std::size_t pruned_bound = 0, pruned_recompute = 0, failed = 0;
+  double seconds = 0.0;                 ///< wall time of the search
+  std::string closest;                  ///< when none fits: the configuration that came closest, in words
+};
+
+/// The fastest pipelined configuration of `g` (the global batch) on `mesh` (nodes x devices per
+/// node): every (pp, tp, dp) with pp x tp x dp the devices, tp dividing a node and a stage
+/// filling whole nodes or dividing one, pp at most the layers; every micro-batch b dividing the
+/// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
+/// priced by price_pipelined with the balanced partition (each stage the fastest plan `so.a`
+/// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
+/// skipped only when a proven bound says it cannot beat the best so far (the bubble bound
+/// below: the slowest stage's micro-batches plus the pipeline's fill and drain, at the
+/// device's fastest GEMM rate), or when the same (pp, tp, dp, b) already fit with less
+/// recomputation (recomputation only adds time to the same strategies). The space is listed
+/// up front and walked once; only the best few plans are kept.
+inline pipeline_search search_pipelines(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
+                                        const pipeline_search_options& so = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pipeline_search out;
+  const int devices = mesh.num_ranks(), per_node = mesh.size(mesh.ndim() - 1);
+  const std::int64_t batch = graph_batch(g);
+  const layer_map L = map_layers(g);
+  const int layers = static_cast<int>(L.indices.size());
+  std::vector<pipeline_config> space;
+  for (int tp = 1; tp <= per_node; ++tp) {
+    if (per_node % tp != 0 || (so.tp > 0 && tp != so.tp)) continue;
+    for (int pp = 1; pp <= std::min(layers, devices / tp); ++pp) {
+      if ((devices / tp) % pp != 0 || (so.pp > 0 && pp != so.pp)) continue;
+      const int dp = devices / (tp * pp);
+      if ((so.dp > 0 && dp != so.dp) || devices % (tp * pp) != 0) continue;
+      const int stage = dp * tp;
+      if (stage % per_node != 0 && per_node % stage != 0) continue;
+      if (batch % dp != 0) continue;
+      const std::int64_t per_rank = batch / dp;
+      for (int b = 1; b <= per_rank && b <= std::max(so.max_micro_batch, so.micro_batch); ++b) {
+        if (per_rank % b != 0 || (so.micro_batch > 0 && b != so.micro_batch)) continue;
+        for (recompute_kind r : all_recompute_kinds) {
+          if (!has_kind(so.recompute, r)) continue;
+          // Selective recomputation differs from none only for the unfused attention core.
+          if (r == recompute_kind::selective && pricing.attention != attention_kernel::unfused) continue;
+          space.push_back({pp, tp, dp, b, r, so.schedule});
+        }
+      }
+    }
+  }
+  out.configurations = space.size();
+  // A proven lower bound of a configuration's step: stage k cannot start before the stages
+  // ahead ran micro-batch 0's forward, runs m micro-batches, and after its last backward the
+  // stages ahead run theirs, so the step is at least max_k (sum_{s<k} c_s + m c_k), c_s a stage's
+  // time per micro-batch; over every split of their sum T that is at least T / (1 - (1 - 1/m)^p),
+  // and T is at least one micro-step's GEMM FLOPs (three passes, four in the layers with full
+  // recomputation) over a stage's devices at the fastest rate the device prices a GEMM at.
+  const double rate = pricing.device.matmul_flops(1e30, pricing.achievable);  // the large-GEMM rate: no GEMM is priced faster
+  double linear_layers = 0, linear_rest = 0;  // forward FLOPs of the linears and matmuls (the attention core's are priced per kernel)
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (g[v].kind != op_kind::linear && g[v].kind != op_kind::matmul) continue;
+    const tensor_shape in = g[operands(g, v)[0]].shape;
+    (L.layer[v] >= 0 ? linear_layers : linear_rest) += 2.0 * static_cast<double>(g[v].shape.numel()) * static_cast<double>(in[in.rank - 1u]);
+  }
+  const auto bound = [&](const pipeline_config& c) {
+    const double m = static_cast<double>(batch) / (static_cast<double>(c.micro_batch) * c.dp);
+    const double flops = (c.recompute == recompute_kind::full ? 4 : 3) * linear_layers + 3 * linear_rest;
+    const double T = flops / m / (static_cast<double>(c.dp) * c.tp * rate);
+    return T / (1.0 - std::pow(1.0 - 1.0 / m, c.pp));
+  };
+  // Cheapest bound first: the best plans come early and the bound stops the walk. Within one
+  // (pp, tp, dp, b) less recomputation comes first (its bound is never higher).
+  std::stable_sort(space.begin(), space.end(), [&](const pipeline_config& x, const pipeline_config& y) { return bound(x) < bound(y); });
+  std::vector<pipelined_step> fitting;
+  double incumbent = std::numeric_limits<double>::infinity();
+  std::map<std::vector<int>, recompute_kind> fit_without;  // (pp, tp, dp, b) -> the least recomputation that fit
+  std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
+  std::map<std::vector<int>, std::shared_ptr<stage_probe>> probes;  // by (pp, tp, dp, b): its recomputations share one; at most 17 kept
+  for (std::size_t at = 0; at < space.size(); ++at) {
+    const pipeline_config& c = space[at];
+    const std::vector<int> key{c.pp, c.tp, c.dp, c.micro_batch};
+    if (const auto it = fit_without.find(key); it != fit_without.end() && it->second < c.recompute) {
+      ++out.pruned_recompute;
+      continue;
+    }
+    if (bound(c) >= incumbent) {  // and every configuration after it
+      out.pruned_bound += space.size() - at;
+      break;
+    }
+    try {
+      std::shared_ptr<stage_probe>& probe = probes[key];
+      if (!probe) {
+        if (probes.size() > 16) probes.erase(probes.begin() == probes.find(key) ? std::next(probes.begin()) : probes.begin());
+        probe = std::make_shared<stage_probe>(make_stage_probe(g, mesh, pricing, so.a, c));
+      }
+      pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, *probe, {}, so.base);
+      ++out.priced;
+      if (!s.fits) {
+        if (s.peak_memory_bytes < closest_bytes)
+          closest_bytes = s.peak_memory_bytes, out.closest = describe(c, s.micro_batches) + ": " + human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device";
+        continue;
+      }
+      fit_without.emplace(key, c.recompute);
+      incumbent = std::min(incumbent, s.step_seconds);
+      // Only the best few are kept (bounded memory whatever the space).
+      const auto pos = std::upper_bound(fitting.begin(), fitting.end(), s.step_seconds,
+                                        [](double t, const pipelined_step& x) { return t < x.step_seconds; });
+      if (static_cast<std::size_t>(pos - fitting.begin()) <= so.alternatives) {
+        fitting.insert(pos, std::move(s));
+        if (fitting.size() > so.alternatives + 1) fitting.pop_back();
+      }
+    } catch (const solver_error&) {
+      ++out.failed;
+    }
+  }
+  if (!fitting.empty()) {
+    out.best = fitting.front();
+    for (std::size_t k = 1; k < fitting.size() && out.alternatives.size() < so.alternatives; ++k) out.alternatives.push_back(fitting[k]);
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+/// Megatron-LM's 3D configuration as people run it: tensor parallel over a node (`tp`, 0: the
+/// devices per node), the fewest stages that fit (dividing the layers, stages split evenly as
+/// Megatron-LM requires), data parallel over the rest, micro-batches of `micro_batch`, and
+/// recomputation `r` on every layer. Throws solver_error saying what came closest when no
+/// stage count fits.
+inline pipelined_step megatron_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, int tp,
+                                         int micro_batch, recompute_kind r, pipeline_schedule schedule = pipeline_schedule::one_f_one_b,
+                                         const autosharding_options& base = {}) {
+  const int per_node = mesh.size(mesh.ndim() - 1);
+  if (tp == 0) tp = per_node;
+  const int layers = static_cast<int>(map_layers(g).indices.size());
+  std::string tried;
+  std::optional<pipelined_step> closest;
+  for (int pp = 1; pp <= layers; ++pp) {
+    if (layers % pp != 0 || mesh.num_ranks() % (pp * tp) != 0) continue;
+    pipeline_config c{pp, tp, mesh.num_ranks() / (pp * tp), micro_batch, r, schedule};
+    try {
+      pipelined_step s = price_pipelined(g, mesh, pricing, algo::megatron, c, std::vector<int>(static_cast<std::size_t>(pp), layers / pp), base);
+      if (s.fits) return s;
+      if (!closest || s.peak_memory_bytes < closest->peak_memory_bytes) closest = std::move(s);
+    } catch (const solver_error& e) {
+      tried += (tried.empty() ? "" : "; ") + std::string("pp ") + std::to_string(pp) + ": " + std::string(e.message());
+    }
+  }
+  throw solver_error("megatron (tensor parallel " + std::to_string(tp) + ", micro-batch " + std::to_string(micro_batch) + ", " +
+                     std::string(to_string(r)) + " recomputation) fits no stage count dividing the " + std::to_string(layers) +
+                     " layers" + (closest ? "; the closest, " + describe(closest->config, closest->micro_batches) + ", needs " +
+                                                human_bytes(static_cast<double>(closest->peak_memory_bytes)) + " per device"
+                                          : std::string()) +
+                     (tried.empty() ? std::string() : " (" + tried + ")"));
+}
+
+/// "embedding + layers 0-23", "layers 24-47 + head": what stage k of `s` holds.
+inline std::string describe_stage(const pipelined_step& s, std::size_t k) {
+  const int first = s.stages.first[k], last = first + s.stages.count[k] - 1;
+  const int head = static_cast<int>(s.units.size()) - 1;
+  std::string out;
+  const int a = std::max(first, 1), b = std::min(last, head - 1);
+  if (first == 0) out = "embedding";
+  if (a <= b) out += (out.empty() ? "" : " + ") + (a == b ? "layer " + std::to_string(a - 1) : "layers " + std::to_string(a - 1) + "-" + std::to_string(b - 1));
+  if (last == head) out += (out.empty() ? "" : " + ") + std::string("head");
+  return out;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,159 @@
+// autoshard plan --pp: a training step with pipeline stages. `--pp auto` searches (pp, tp, dp,
+// micro-batch, recomputation) with every stage planned by the ILP; `--pp P` fixes the stage
+// count; `--algo megatron --tp T --pp P` prices the configuration Megatron-LM runs. The report
+// shows the choice, its stages, the best alternatives and Megatron-LM's 3D configuration
+// (tensor parallel over a node, the fewest stages that fit) priced the same way.
+#pragma once
+
+#include <autoshard/pass/pipelined.hpp>
+
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace autoshard::tool {
+
+/// What `plan --pp` needs beyond the pass's options.
+struct pipeline_cli {
+  std::string pp;                  ///< "auto" or a stage count
+  std::string schedule = "1f1b";
+  int tp = 0;                      ///< megatron's --tp (0: the devices per node)
+  int micro_batch = 0;             ///< 0: the search chooses (megatron: 1)
+  recompute_policy recompute = recompute_policy::choose;
+  bool json = false;
+};
+
+inline nlohmann::json pipelined_json(const pipelined_step& s) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (std::size_t k = 0; k < s.stages.count.size(); ++k)
+    stages.push_back({{"units", describe_stage(s, k)},
+                      {"first_unit", s.stages.first[k]},
+                      {"unit_count", s.stages.count[k]},
+                      {"seconds_per_micro_batch", s.stages.seconds[k]},
+                      {"memory_bytes", s.stages.memory[k]},
+                      {"in_flight", s.timeline.in_flight[k]}});
+  return {{"parallelism",
+           {{"pp", s.config.pp},
+            {"tp", s.config.tp},
+            {"dp", s.config.dp},
+            {"micro_batch", s.config.micro_batch},
+            {"micro_batches", s.micro_batches},
+            {"recompute", std::string(to_string(s.config.recompute))},
+            {"schedule", std::string(to_string(s.config.schedule))}}},
+          {"stages", stages},
+          {"step_seconds", s.step_seconds},
+          {"bubble_fraction", s.timeline.bubble_fraction},
+          {"gradient_sync_seconds", s.sync_seconds},
+          {"tied_sync_seconds", s.shared_sync_seconds},
+          {"tflops_per_device", s.tflops_per_device},
+          {"mfu", s.mfu},
+          {"peak_memory_bytes", s.peak_memory_bytes},
+          {"fits", s.fits},
+          {"stage_mesh", to_string(s.stage_mesh)}};
+}
+
+inline void print_pipelined(const pipelined_step& s, const std::string& label) {
+  std::cout << label << describe(s.config, s.micro_batches) << "\n";
+  for (std::size_t k = 0; k < s.stages.count.size(); ++k)
+    std::cout << "  stage " << k << ": " << describe_stage(s, k) << ", " << human_seconds(s.stages.seconds[k])
+              << " per micro-batch, " << human_bytes(static_cast<double>(s.stages.memory[k])) << " per device ("
+              << s.timeline.in_flight[k] << " in flight)\n";
+  std::cout << "  step " << human_seconds(s.step_seconds) << " (bubble " << std::fixed << std::setprecision(1)
+            << 100 * s.timeline.bubble_fraction << " %, gradient sync after the flush " << human_seconds(s.sync_seconds)
+            << ", tied embedding " << human_seconds(s.shared_sync_seconds) << "), " << s.tflops_per_device
+            << " TFLOP/s per device, MFU " << 100 * s.mfu << " %, peak " << human_bytes(static_cast<double>(s.peak_memory_bytes))
+            << " per device" << (s.fits ? "" : "  DOES NOT FIT") << std::defaultfloat << "\n";
+}
+
+inline void print_alternative(const pipelined_step& s) {
+  std::cout << "  " << describe(s.config, s.micro_batches) << ": " << human_seconds(s.step_seconds) << ", " << std::fixed
+            << std::setprecision(1) << s.tflops_per_device << " TFLOP/s, MFU " << 100 * s.mfu << " %, "
+            << human_bytes(static_cast<double>(s.peak_memory_bytes)) << std::defaultfloat << "\n";
+}
+
+/// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan fits.
+inline bool run_pipelined_plan(const model_graph& g, const autosharding_options& po, const pipeline_cli& c) {
+  const std::optional<pipeline_schedule> schedule = parse_pipeline_schedule(c.schedule);
+  if (!schedule) throw spec_error("--schedule must be " + enum_names(all_pipeline_schedules) + ", got '" + c.schedule + "'");
+  if (po.pricing.mode != run_mode::training) throw spec_error("--pp prices a training step: plan with --mode train");
+  const bool search = c.pp == "auto";
+  int pp = 0;
+  if (!search) {
+    const bool digits = !c.pp.empty() && c.pp.size() <= 7 && c.pp.find_first_not_of("0123456789") == std::string::npos;
+    pp = digits ? std::stoi(c.pp) : 0;
+    if (pp < 1) throw spec_error("--pp must be \"auto\" or a stage count of at least 1, got '" + c.pp + "'");
+  }
+  const auto kinds = [&](algo a) { return a == algo::megatron && c.recompute == recompute_policy::choose
+                                              ? recompute_kinds_of(recompute_policy::selective)
+                                              : recompute_kinds_of(c.recompute); };
+  const auto first_kind = [](unsigned bits) {
+    for (recompute_kind r : all_recompute_kinds)
+      if (has_kind(bits, r)) return r;
+    return recompute_kind::none;
+  };
+  // Megatron's 3D configuration, as the baseline (and the plan with --algo megatron --pp auto).
+  std::optional<pipelined_step> megatron;
+  std::string megatron_why;
+  try {
+    megatron = megatron_pipelined(g, po.mesh, po.pricing, c.tp, c.micro_batch > 0 ? c.micro_batch : 1,
+                                  first_kind(kinds(algo::megatron)), *schedule, po);
+  } catch (const solver_error& e) {
+    megatron_why = std::string(e.message());
+  }
+  std::optional<pipelined_step> plan;
+  pipeline_search found;
+  if (po.algo == algo::megatron && !search) {
+    const int tp = c.tp > 0 ? c.tp : po.mesh.size(po.mesh.ndim() - 1);
+    const int layers = static_cast<int>(map_layers(g).indices.size());
+    if (layers % pp != 0)
+      throw solver_error("megatron splits the " + std::to_string(layers) + " layers evenly over its stages: --pp " + std::to_string(pp) +
+                         " does not divide them");
+    plan = price_pipelined(g, po.mesh, po.pricing, algo::megatron,
+                           pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},
+                           std::vector<int>(static_cast<std::size_t>(pp), layers / pp), po);
+  } else if (po.algo == algo::megatron) {
+    if (!megatron) throw solver_error(megatron_why);
+    plan = megatron;
+  } else {
+    pipeline_search_options so;
+    so.a = po.algo;
+    so.schedule = *schedule;
+    so.pp = pp;
+    so.micro_batch = c.micro_batch;
+    so.recompute = kinds(po.algo);
+    so.base = po;
+    found = search_pipelines(g, po.mesh, po.pricing, so);
+    if (!found.best)
+      throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
+                         (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
+    plan = found.best;
+  }
+  if (c.json) {
+    nlohmann::json j{{"algo", std::string(to_string(po.algo))}, {"plan", pipelined_json(*plan)}};
+    nlohmann::json alts = nlohmann::json::array();
+    for (const pipelined_step& s : found.alternatives) alts.push_back(pipelined_json(s));
+    j["alternatives"] = alts;
+    j["search"] = {{"configurations", found.configurations}, {"priced", found.priced}, {"pruned_by_bound", found.pruned_bound},
+                   {"pruned_by_recomputation", found.pruned_recompute}, {"failed", found.failed}, {"seconds", found.seconds}};
+    j["baselines"] = {{"megatron", megatron ? pipelined_json(*megatron) : nlohmann::json{{"feasible", false}, {"why_not", megatron_why}}}};
+    std::cout << j.dump(2) << "\n";
+    return plan->fits;
+  }
+  print_pipelined(*plan, "pipeline  ");
+  if (search || po.algo != algo::megatron) {
+    std::cout << "searched  " << found.configurations << " configurations: " << found.priced << " planned by the ILP, "
+              << found.pruned_bound << " pruned by the bubble bound, " << found.pruned_recompute
+              << " by a fit with less recomputation, " << found.failed << " failed, in " << human_seconds(found.seconds) << "\n";
+    if (!found.alternatives.empty()) std::cout << "next best:\n";
+    for (const pipelined_step& s : found.alternatives) print_alternative(s);
+  }
+  if (megatron) print_pipelined(*megatron, "megatron  ");
+  else std::cout << "megatron  not feasible: " << megatron_why << "\n";
+  std::cout << "(a pipelined plan is not written to a plan file yet: --out is left as it was)\n";
+  return plan->fits;
+}
+
+}  // namespace autoshard::tool

@@ -33,7 +33,6 @@
 #include <optional>   // std::optional
 #include <set>        // std::set
 #include <string>     // std::string
-#include <tuple>      // std::tie
 #include <vector>     // std::vector
 
 #include "../core/cost.hpp"      // collective_time
@@ -232,9 +231,15 @@ struct pipelined_step {
 namespace detail {
 
 /// The sub-mesh of one stage of `c` on `mesh` (nodes x devices per node, the last axis within a
-/// node), split for megatron into (.., dp within a node, tp), and the link the stages' transfers
-/// take: solver_error when the configuration does not factor the mesh.
-inline std::pair<device_mesh, link_model> stage_mesh_of(const device_mesh& mesh, const pipeline_config& c) {
+/// node) as (nodes, data-parallel ranks within a node, tp), size-1 axes dropped, with the
+/// tensor-parallel axis (-1: none) and the link the stages' transfers take: solver_error when
+/// the configuration does not factor the mesh.
+struct stage_mesh {
+  device_mesh mesh;
+  int tp_axis = -1;
+  link_model pp_link;
+};
+inline stage_mesh stage_mesh_of(const device_mesh& mesh, const pipeline_config& c) {
   const int devices = mesh.num_ranks();
   const int per_node = mesh.size(mesh.ndim() - 1);
   const int stage = c.dp * c.tp;
@@ -242,20 +247,25 @@ inline std::pair<device_mesh, link_model> stage_mesh_of(const device_mesh& mesh,
     throw solver_error("pp " + std::to_string(c.pp) + " x dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) +
                        " does not factor mesh " + to_string(mesh) + " (" + std::to_string(devices) +
                        " devices, tensor parallelism within a node of " + std::to_string(per_node) + ")");
-  const link_model inter = mesh.link(0), intra = mesh.link(mesh.ndim() - 1);
-  if (stage % per_node == 0) {
-    const int nodes = stage / per_node;
-    device_mesh m = nodes > 1 ? device_mesh(std::vector<int>{nodes, per_node}) : device_mesh(std::vector<int>{per_node});
-    if (nodes > 1) m.set_link(0, inter);
-    m.set_link(m.ndim() - 1, intra);
-    return {m, mesh.ndim() > 1 ? inter : intra};
-  }
-  if (per_node % stage != 0)
+  if (stage % per_node != 0 && per_node % stage != 0)
     throw solver_error("a stage of dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) + " neither fills whole nodes of " +
                        std::to_string(per_node) + " devices nor divides one");
-  device_mesh m(std::vector<int>{stage});
-  m.set_link(0, intra);
-  return {m, intra};  // a boundary between nodes is priced as the others (conservative only there)
+  const link_model inter = mesh.link(0), intra = mesh.link(mesh.ndim() - 1);
+  const bool whole = stage % per_node == 0;
+  const int nodes = whole ? stage / per_node : 1;
+  std::vector<int> shape;
+  std::vector<link_model> links;
+  if (nodes > 1) shape.push_back(nodes), links.push_back(inter);
+  if (c.dp / nodes > 1) shape.push_back(c.dp / nodes), links.push_back(intra);
+  stage_mesh out;
+  if (c.tp > 1) out.tp_axis = static_cast<int>(shape.size()), shape.push_back(c.tp), links.push_back(intra);
+  if (shape.empty()) shape.push_back(1), links.push_back(intra);
+  out.mesh = device_mesh(shape);
+  for (std::size_t a = 0; a < links.size(); ++a) out.mesh.set_link(a, links[a]);
+  // Stages of whole nodes talk over the network; stages within a node over NVLink (a boundary
+  // between two nodes then is priced as the others).
+  out.pp_link = whole && mesh.ndim() > 1 ? inter : intra;
+  return out;
 }
 
 }  // namespace detail
@@ -274,7 +284,7 @@ struct stage_probe {
 /// The probe of configuration `c` (its dp set) for `g` (the global batch) on `mesh`.
 inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
                                     const pipeline_config& c) {
-  auto [sub, pp_link] = detail::stage_mesh_of(mesh, c);
+  const detail::stage_mesh sub = detail::stage_mesh_of(mesh, c);
   const std::int64_t batch = graph_batch(g);
   const std::int64_t step_batch = static_cast<std::int64_t>(c.micro_batch) * c.dp;
   if (c.micro_batch < 1 || batch <= 0 || batch % step_batch != 0)
@@ -282,15 +292,14 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
                        std::to_string(c.micro_batch) + " on each of " + std::to_string(c.dp) + " data-parallel ranks");
   if (map_layers(g).indices.size() < 2) throw solver_error("a pipeline needs a model of at least two repeated layers");
   stage_probe probe;
-  probe.pp_link = pp_link;
+  probe.pp_link = sub.pp_link;
+  probe.tp_axis = a == algo::megatron ? sub.tp_axis : -1;
   probe.micro_batches = static_cast<int>(batch / step_batch);
   step_pricing p = pricing;
   p.micro_batches = 1;
   p.micro_batch = 0;
   p.recompute = recompute_policy::choose;  // every variant: each solve masks the one it prices
-  device_mesh plan_mesh = sub;
-  if (a == algo::megatron) std::tie(plan_mesh, probe.tp_axis) = detail::megatron_mesh(sub, c.tp);
-  probe.model = std::make_shared<detail::micro_step_model>(with_layers(with_batch_seq(g, step_batch, 0), 2), plan_mesh, p,
+  probe.model = std::make_shared<detail::micro_step_model>(with_layers(with_batch_seq(g, step_batch, 0), 2), sub.mesh, p,
                                                            std::nullopt, detail::pass_model::phase_callback{});
   return probe;
 }

@@ -137,7 +137,8 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     for (const pipelined_step& s : found.alternatives) alts.push_back(pipelined_json(s));
     j["alternatives"] = alts;
     j["search"] = {{"configurations", found.configurations}, {"priced", found.priced}, {"pruned_by_bound", found.pruned_bound},
-                   {"pruned_by_recomputation", found.pruned_recompute}, {"failed", found.failed}, {"seconds", found.seconds}};
+                   {"pruned_by_recomputation", found.pruned_recompute}, {"failed", found.failed}, {"failures", found.failures},
+                   {"seconds", found.seconds}};
     j["baselines"] = {{"megatron", megatron ? pipelined_json(*megatron) : nlohmann::json{{"feasible", false}, {"why_not", megatron_why}}}};
     std::cout << j.dump(2) << "\n";
     return plan->fits;
@@ -147,6 +148,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     std::cout << "searched  " << found.configurations << " configurations: " << found.priced << " planned by the ILP, "
               << found.pruned_bound << " pruned by the bubble bound, " << found.pruned_recompute
               << " by a fit with less recomputation, " << found.failed << " failed, in " << human_seconds(found.seconds) << "\n";
+    for (const std::string& f : found.failures) std::cout << "  failed: " << f << "\n";
     if (!found.alternatives.empty()) std::cout << "next best:\n";
     for (const pipelined_step& s : found.alternatives) print_alternative(s);
   }

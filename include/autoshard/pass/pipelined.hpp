@@ -277,7 +277,7 @@ inline stage_mesh stage_mesh_of(const device_mesh& mesh, const pipeline_config& 
 struct stage_probe {
   std::shared_ptr<detail::micro_step_model> model;
   link_model pp_link;   ///< the link stage boundaries cross
-  int tp_axis = -1;     ///< megatron: its tensor-parallel axis of model->pm.mesh
+  int tp_axis = -1;     ///< the tensor-parallel axis of model->pm.mesh (megatron's mask uses it), -1: none
   int micro_batches = 1;
 };
 
@@ -293,7 +293,7 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   if (map_layers(g).indices.size() < 2) throw solver_error("a pipeline needs a model of at least two repeated layers");
   stage_probe probe;
   probe.pp_link = sub.pp_link;
-  probe.tp_axis = a == algo::megatron ? sub.tp_axis : -1;
+  probe.tp_axis = sub.tp_axis;
   probe.micro_batches = static_cast<int>(batch / step_batch);
   step_pricing p = pricing;
   p.micro_batches = 1;
@@ -448,6 +448,7 @@ struct pipeline_search {
   std::size_t pruned_bound = 0, pruned_recompute = 0, failed = 0;
   double seconds = 0.0;                 ///< wall time of the search
   std::string closest;                  ///< when none fits: the configuration that came closest, in words
+  std::vector<std::string> failures;    ///< the first few configurations the ILP had no plan for, and why
 };
 
 /// The fastest pipelined configuration of `g` (the global batch) on `mesh` (nodes x devices per
@@ -537,6 +538,11 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
         probe = std::make_shared<stage_probe>(make_stage_probe(g, mesh, pricing, so.a, c));
       }
       pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, *probe, {}, so.base);
+      // Each stage takes the fastest plan for its layers, whatever its memory; where that plan
+      // does not fit, Megatron-LM's layout (a subset of alpa's strategies, storing the optimizer
+      // state sharded) is tried on the same stage model, so alpa's search never loses to it.
+      if (!s.fits && so.a == algo::alpa)
+        if (pipelined_step m = price_pipelined(g, mesh, pricing, algo::megatron, c, *probe, {}, so.base); m.fits) s = std::move(m);
       ++out.priced;
       if (!s.fits) {
         if (s.peak_memory_bytes < closest_bytes)
@@ -552,8 +558,8 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
         fitting.insert(pos, std::move(s));
         if (fitting.size() > so.alternatives + 1) fitting.pop_back();
       }
-    } catch (const solver_error&) {
-      ++out.failed;
+    } catch (const solver_error& e) {
+      if (++out.failed <= 3) out.failures.push_back(describe(c, 0) + ": " + std::string(e.message()));
     }
   }
   if (!fitting.empty()) {

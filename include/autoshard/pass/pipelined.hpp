@@ -282,7 +282,7 @@ struct stage_probe {
 };
 
 /// The probe of configuration `c` (its dp set) for `g` (the global batch) on `mesh`.
-inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
+inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
                                     const pipeline_config& c) {
   const detail::stage_mesh sub = detail::stage_mesh_of(mesh, c);
   const std::int64_t batch = graph_batch(g);
@@ -422,7 +422,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
                                       pipeline_config c, const std::vector<int>& stage_counts = {},
                                       const autosharding_options& base = {}) {
   if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
-  return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, a, c), stage_counts, base);
+  return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, c), stage_counts, base);
 }
 
 // ---- the outer search -------------------------------------------------------------------------
@@ -535,7 +535,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
       std::shared_ptr<stage_probe>& probe = probes[key];
       if (!probe) {
         if (probes.size() > 16) probes.erase(probes.begin() == probes.find(key) ? std::next(probes.begin()) : probes.begin());
-        probe = std::make_shared<stage_probe>(make_stage_probe(g, mesh, pricing, so.a, c));
+        probe = std::make_shared<stage_probe>(make_stage_probe(g, mesh, pricing, c));
       }
       pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, *probe, {}, so.base);
       // Each stage takes the fastest plan for its layers, whatever its memory; where that plan

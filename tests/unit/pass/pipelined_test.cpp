@@ -62,7 +62,7 @@ TEST_CASE("pipelined: the units' costs add up to the pass's price, and stage 0 h
       CHECK(s.config.dp == 2);
       CHECK(s.micro_batches == 8);  // 32 sequences = 2 per rank x 2 ranks x 8
       // The pass prices the two-layer model (one micro-step) as the sum of its units.
-      const stage_probe probe = make_stage_probe(g, mesh, a100(), a, s.config);
+      const stage_probe probe = make_stage_probe(g, mesh, a100(), s.config);
       const unit_costs uc = price_units(probe.model->pm, s.stage_plan.choice);
       double sum = 0;
       for (std::size_t u = 0; u < uc.forward.size(); ++u) sum += uc.forward[u] + uc.backward[u] + uc.after[u];

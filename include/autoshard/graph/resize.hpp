@@ -19,6 +19,14 @@
 
 namespace autoshard {
 
+/// The first operator that keeps a fixed output shape (an opaque one: its shape came from the
+/// file, with no rule to infer it again), or "" when the graph can be re-sized.
+inline std::string fixed_shape_operator(const model_graph& g) {
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::opaque) return g[v].name;
+  return {};
+}
+
 namespace detail {
 /// The new target of a reshape from `old_in` to `old_out` when its input becomes `new_in`:
 /// groups of dims covering the same elements are matched; an unchanged group keeps its

@@ -975,8 +975,10 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
   if (!train || batch <= 0) {
     counts.push_back({1, 0});
   } else {
+    // A graph with an operator of fixed shape cannot be re-sized to a micro-step: one step.
+    const std::string fixed = fixed_shape_operator(g);
     for (const std::int64_t m : micro_step_counts(batch)) {
-      if (p.micro_batches > 0 && m != p.micro_batches) continue;
+      if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !fixed.empty())) continue;
       const std::int64_t step = batch / m;
       if (dp_fixed > 0 && step % dp_fixed != 0) continue;
       int shards = 0;
@@ -993,7 +995,9 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
                          (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + " micro-batches" : std::string("in micro-batches")) +
                          (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
                          (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
-                         " on mesh " + to_string(mesh) + " (the micro-step's batch must split evenly)");
+                         " on mesh " + to_string(mesh) +
+                         (fixed.empty() ? std::string(" (the micro-step's batch must split evenly)")
+                                        : " (opaque operator '" + fixed + "' keeps a fixed output shape, so the graph runs as one step)"));
   }
   solve_request rq;
   rq.a = a;

@@ -83,6 +83,7 @@ TABLE = {
          "--no-zero": based({"--memory-budget": "300KiB"}, FLAG),
          "--micro-batch": "1", "--micro-batches": "2", "--recompute": "full", "--attention": "unfused",
          "--peak-compute": FLAG, "--tp": based({"--algo": "megatron"}, "1"),
+         "--pp": based({"--layers": "2"}, "2"), "--schedule": based({"--layers": "2", "--pp": "2"}, "gpipe"),
          "--memory-budget": "1MiB", "--calibration": "{F}/links.json", "--force": based({"--calibration": "{F}/links.json", "--mesh": "4"}, FLAG), "--time-limit": "30", "--mip-rel-gap": "0.5",
          "--skip-fully-replicated": FLAG,
          "--run-checks": FLAG,

@@ -26,6 +26,7 @@ struct transformer_config {
   int batch = 8;
   dtype type = dtype::bf16;
   run_mode mode = default_run_mode;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
+  bool dropout = true;         ///< GPT-2 trains with dropouts; false: a config whose dropout probabilities are all 0 has none
 
   // Per-family details, as Hugging Face's config.json gives them (see hf_config.hpp); the
   // defaults are the GPT-2 / BERT / LLaMA presets'.
@@ -151,7 +152,7 @@ struct builder {
   }
   /// A dropout module of the training graph (nothing at inference, where it is the identity).
   vertex_t dropout(const transformer_config& c, const std::string& name, vertex_t x) {
-    return c.mode == run_mode::training ? op(op_kind::dropout, name, {x}) : x;
+    return c.mode == run_mode::training && c.dropout ? op(op_kind::dropout, name, {x}) : x;
   }
   vertex_t norm(bool rms, const std::string& name, vertex_t x, std::int64_t h) {
     return rms ? rms_norm(name, x, h) : layer_norm(name, x, h);
@@ -214,7 +215,7 @@ inline model_graph build_gpt2(const transformer_config& c) {
     vertex_t v = b.slice(n + ".attn.v", qkv, 2, 2 * H, H);
     // GPT2Attention's attn_dropout (on the probabilities, inside the core) and resid_dropout,
     // GPT2MLP's dropout: the dropouts Megatron-LM's GPT layer has too.
-    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true, c.mode == run_mode::training);
+    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true, c.mode == run_mode::training && c.dropout);
     a = b.linear(n + ".attn.c_proj", a, H, H, true, true);
     a = b.dropout(c, n + ".attn.resid_dropout", a);
     x = b.op(op_kind::add, n + ".attn.residual", {x, a});

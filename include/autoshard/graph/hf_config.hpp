@@ -66,6 +66,11 @@ struct hf_reader {
     std::optional<json_in> v = find(keys);
     return v ? v->small_integer(lo, hi) : fallback;
   }
+  /// An optional number in [lo, hi]; `fallback` when absent or null.
+  double real(std::initializer_list<const char*> keys, double lo, double hi, double fallback) const {
+    std::optional<json_in> v = find(keys);
+    return v ? v->number(lo, hi) : fallback;
+  }
   bool flag(std::initializer_list<const char*> keys, bool fallback) const {
     std::optional<json_in> v = find(keys);
     return v ? v->boolean() : fallback;
@@ -101,6 +106,9 @@ inline void read_hf_family(const hf_reader& r, const std::string& t, transformer
     c.ffn = r.get({"n_inner"}, 1, hf_max_ffn, 4 * c.hidden);
     c.max_positions = r.get({"n_positions", "max_position_embeddings"}, 1, hf_max_positions, 1024);
     c.activation = r.activation({"activation_function"}, op_kind::gelu);
+    // transformers' GPT2Config: 0.1 each; a model trained with all three 0 has no dropouts.
+    c.dropout = r.real({"resid_pdrop"}, 0, 1, 0.1) > 0 || r.real({"embd_pdrop"}, 0, 1, 0.1) > 0 ||
+                r.real({"attn_pdrop"}, 0, 1, 0.1) > 0;
   } else if (t == "bert" || t == "roberta") {
     c.prefix = t;
     c.ffn = r.need({"intermediate_size"}, 1, hf_max_ffn);
@@ -266,6 +274,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
               {"n_positions", c.max_positions}, {"n_ctx", c.max_positions}, {"activation_function", act(c.activation)},
               {"layer_norm_epsilon", norm_epsilon}, {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
+    if (!c.dropout) j.update({{"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}});
   } else if (t == "bloom") {
     j.update({{"n_layer", c.layers}, {"hidden_size", c.hidden}, {"n_head", c.heads},
               {"tie_word_embeddings", c.tie_embeddings}});

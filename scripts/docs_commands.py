@@ -20,9 +20,8 @@ document shows them:
   naming the file, `# apply.py — ...`, which is written to the scratch directory and run there;
   when that line says `torchrun --nproc-per-node N apply.py`, on N ranks
   (tests/client/launch.py: torchrun's environment, the ranks forked from one import of torch
-  and transformers), else with `python apply.py`. Each must exit 0. scripts/test.sh runs
-  them once per run: in the GCC (or Clang) step, and sets AUTOSHARD_DOCS_CLIENT_RAN=<that
-  step> for the ASan step, which then lists them as run there.
+  and transformers), else with `python apply.py`. Each must exit 0. (scripts/test.sh runs
+  the docs tests in the GCC or Clang step only, so once per run.)
 * Directives, HTML comments right before a block (only blank lines or other directives
   between), which a reader of the rendered page does not see:
     <!-- docs-test: skip (why) -->   the block's commands are not run: listed with why, counted
@@ -241,9 +240,6 @@ class Runner:
         ranks = TORCHRUN.search(body[0])
         if ranks and ranks.group(2) != name:
             self.fail(line, f"the block is {name}, but its first line runs {ranks.group(2)}")
-            return
-        if os.environ.get("AUTOSHARD_DOCS_CLIENT_RAN"):  # scripts/test.sh: run by another step of this run
-            print(f"---- {self.where(line)}: {name} ran in the real client in the {os.environ['AUTOSHARD_DOCS_CLIENT_RAN']} step")
             return
         try:
             py = client_python()

@@ -529,6 +529,9 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
         return whole;
       }
       if (g[v].kind == op_kind::attention && !s.inputs[0][tp].is_shard(2) && pm.mesh.size(tp) > 1) return false;  // heads split
+      // Megatron-LM's sequence parallelism splits the sequence over the tensor-parallel ranks,
+      // never the batch (which the data-parallel ranks split).
+      if (batch_tensor && !g[v].is_parameter() && pm.mesh.size(tp) > 1 && s.output[tp].is_shard(0)) return false;
       return megatron_axis(g, v, ops, s, tp);
     }
   }
@@ -546,9 +549,20 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
                                    return fully_sharded(pm.mesh, s);
                                  });
     const std::vector<vertex_t> ops = operands(pm.g, v);
+    // Megatron-LM's distributed optimizer shards over the data-parallel ranks only: a ZeRO-1
+    // variant that shards over the tensor-parallel axis too (a weight whole on it: a norm's,
+    // a replicated key/value projection's) is not its layout, and such a weight keeps it all.
+    const auto dp_only = [&](const strategy& z) {
+      return rq.tp_axis < 0 || z.gradient_spec[static_cast<std::size_t>(rq.tp_axis)] == z.output[static_cast<std::size_t>(rq.tp_axis)];
+    };
     for (const strategy& s : ss) {
-      const bool zero1 = std::any_of(ss.begin(), ss.end(), [&](const strategy& z) { return z.zero_stage == 1 && z.output == s.output; });
-      allow[v].push_back(allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0) ? 1 : 0);
+      const bool zero1 = std::any_of(ss.begin(), ss.end(), [&](const strategy& z) {
+        return z.zero_stage == 1 && z.output == s.output && dp_only(z);
+      });
+      allow[v].push_back((s.zero_stage != 1 || rq.a != algo::megatron || dp_only(s)) &&
+                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0)
+                             ? 1
+                             : 0);
     }
   }
   return allow;

@@ -273,10 +273,14 @@ TEST_CASE("export: a fully replicated plan exports nothing split, a data-paralle
     const auto p = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::training)), {.algo = algo, .mesh = {2, 4}});
     const autoshard::tp_export h = exported(p, export_target::hf);
     CHECK(h.problems.empty());
-    for (const auto& [k, v] : autoshard::to_hf_tp_plan(h)["tp_plan"].items()) CHECK(v == "replicate");
+    // Named, not iterated as to_hf_tp_plan(h)["tp_plan"]: a range-for keeps only the outermost
+    // temporary alive, and items() of a member of a dead json read freed memory (ASan).
+    const nlohmann::json hf = autoshard::to_hf_tp_plan(h);
+    for (const auto& [k, v] : hf["tp_plan"].items()) CHECK(v == "replicate");
     const autoshard::tp_export d = exported(p, export_target::dtensor);
     CHECK(d.problems.empty());
-    for (const auto& item : autoshard::to_dtensor_plan(d)["plan"].items()) {
+    const nlohmann::json dt = autoshard::to_dtensor_plan(d);
+    for (const auto& item : dt["plan"].items()) {
       CAPTURE(item.key());
       CHECK(item.value()["style"].get<std::string>().rfind("Prepare", 0) == 0);  // at most where the batch is cut or gathered
     }

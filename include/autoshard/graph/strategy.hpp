@@ -776,32 +776,55 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
 /// and re-gather (edge_costs). The forward plan depends on (output spec, input spec) only and
 /// the backward on (backward target, gradient spec) only, so each distinct pair is priced
 /// once (a few dozen distinct specs per edge, compared as values); the part of a parameter's
-/// gradient sync that the consumer's backward hides is then taken off per pair.
+/// gradient sync that the consumer's backward hides is then taken off per pair. A matrix of
+/// P x C pairs looks each strategy's specs up once (producer_key, consumer_key): P + C spec
+/// comparisons rather than 2·P·C (a recomputation variant has its plain strategy's specs, so a
+/// layer's matrices grow fourfold with them, and the lookups were most of their pricing).
 class edge_pricer {
  public:
   /// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
   edge_pricer(const model_graph& g, edge_t e, const device_mesh& m, bool grad_flows, const backward_pricing& b)
       : m_(m), src_(g[boost::source(e, g)]), operand_(static_cast<std::size_t>(g[e].operand)), grad_flows_(grad_flows), b_(b) {}
 
+  /// Where a strategy's specs sit in the pricer's tables (none: the edge has no backward).
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  struct producer_key {
+    std::size_t forward = none, backward = none;  ///< its output; its backward target
+  };
+  struct consumer_key {
+    std::size_t forward = none, backward = none;  ///< its operand's spec; the gradient it hands back
+  };
+  producer_key producer_key_of(const strategy& producer) {
+    return {index(forward_.rows, producer.output), grad_flows_ ? index(backward_.rows, backward_target(producer)) : none};
+  }
+  consumer_key consumer_key_of(const strategy& consumer) {
+    return {index(forward_.cols, consumer.inputs[operand_]),
+            grad_flows_ && operand_ < consumer.grads.size() ? index(backward_.cols, consumer.grads[operand_]) : none};
+  }
+
   edge_costs operator()(const strategy& producer, const strategy& consumer) {
+    return (*this)(producer, producer_key_of(producer), consumer, consumer_key_of(consumer));
+  }
+
+  /// The costs of one pair whose keys were looked up (producer_key_of, consumer_key_of).
+  edge_costs operator()(const strategy& producer, const producer_key& pk, const strategy& consumer, const consumer_key& ck) {
     edge_costs c;
-    c.forward = memo(forward_, producer.output, consumer.inputs[operand_], [&](const sharding_spec& from, const sharding_spec& to) {
+    c.forward = memo(forward_, pk.forward, ck.forward, [&](const sharding_spec& from, const sharding_spec& to) {
       return resharding_seconds(m_, from, to, src_.shape, src_.type, run_mode::inference);  // the backward is priced below
     });
     const double steps = b_.micro_batches;
     if (grad_flows_ && std::isfinite(c.forward)) {
-      if (operand_ < consumer.grads.size())
-        c.backward = memo(backward_, backward_target(producer), consumer.grads[operand_],
-                          [&](const sharding_spec& target, const sharding_spec& grad) {
-                            return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
-                          });
+      if (ck.backward != none)
+        c.backward = memo(backward_, pk.backward, ck.backward, [&](const sharding_spec& target, const sharding_spec& grad) {
+          return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
+        });
       if (src_.is_parameter()) {
         // Once per step, hidden behind the last micro-step's backward, or at every micro-step
         // behind that micro-step's.
-        const double times = operand_ < consumer.grads.size() &&
-                                     !syncs_once_per_step(producer, backward_target(producer), consumer.grads[operand_])
-                                 ? steps
-                                 : 1.0;
+        const double times =
+            ck.backward != none && !syncs_once_per_step(producer, backward_.rows[pk.backward], backward_.cols[ck.backward])
+                ? steps
+                : 1.0;
         c.sync = times * c.backward;
         c.backward = times * b_.overlap.exposed(c.backward, consumer.backward_compute_seconds);
         c.regather = steps * c.forward;
@@ -826,12 +849,11 @@ class edge_pricer {
     return ids.size() - 1;
   }
   template <class F>
-  static double memo(table& t, const sharding_spec& a, const sharding_spec& b, F&& price) {
-    const std::size_t r = index(t.rows, a), c = index(t.cols, b);
+  static double memo(table& t, std::size_t r, std::size_t c, F&& price) {
     if (t.values.size() <= r) t.values.resize(r + 1);
     std::vector<double>& row = t.values[r];
     if (row.size() <= c) row.resize(c + 1, std::numeric_limits<double>::quiet_NaN());
-    if (std::isnan(row[c])) row[c] = price(a, b);
+    if (std::isnan(row[c])) row[c] = price(t.rows[r], t.cols[c]);
     return row[c];
   }
   const device_mesh& m_;
@@ -870,8 +892,13 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
   for (std::size_t j = 0; j < consumer.size(); ++j)
     if (operand >= consumer[j].inputs.size())
       throw graph_error("edge into '" + g[boost::target(e, g)].name + "': strategy has no operand " + std::to_string(operand));
+  std::vector<edge_pricer::producer_key> rows;
+  std::vector<edge_pricer::consumer_key> cols;
+  for (const strategy& s : producer) rows.push_back(price.producer_key_of(s));
+  for (const strategy& s : consumer) cols.push_back(price.consumer_key_of(s));
   for (std::size_t i = 0; i < producer.size(); ++i)
-    for (std::size_t j = 0; j < consumer.size(); ++j) c.values[i * c.cols + j] = price(producer[i], consumer[j]).total();
+    for (std::size_t j = 0; j < consumer.size(); ++j)
+      c.values[i * c.cols + j] = price(producer[i], rows[i], consumer[j], cols[j]).total();
   return c;
 }
 

@@ -238,9 +238,16 @@ struct pass_model {
   std::vector<vertex_t> shadow_of;  // the vertex of each problem node after the vertices
   strategy_problem problem;   // one node per vertex, then the shadows; one edge per graph edge, then the shadows'
 
-  /// `pricing`: how a step is priced (device, mode, training settings).
+  /// Whether the edges are priced (price_edges): until then the problem has its nodes only,
+  /// their costs in a provisional unit, enough to say what memory a solve could reach.
+  enum class edges_when { now, deferred };
+
+  /// `pricing`: how a step is priced (device, mode, training settings). `when`: deferred
+  /// leaves the edges to price_edges() (the micro-batch search prices a micro-batching's edges
+  /// only when it solves one: one its memory refuses needs its nodes alone).
   pass_model(const model_graph& graph, const device_mesh& m, const step_pricing& pricing,
-             std::optional<std::int64_t> memory_budget = std::nullopt, const phase_callback& on_phase = {})
+             std::optional<std::int64_t> memory_budget = std::nullopt, const phase_callback& on_phase = {},
+             edges_when when = edges_when::now)
       : g(graph), mesh(m), sopt{pricing} {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
     check_pricing(sopt.pricing);
@@ -256,17 +263,58 @@ struct pass_model {
     add_recompute_variants(g, layers, strategies, sopt.pricing);
     phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
     add_nodes();
-    add_edges_and_costs(phase);
+    set_node_costs(0.0);
     problem.usage_limit = memory_budget;
+    if (when == edges_when::now) price_edges(on_phase);
   }
   pass_model(const model_graph& graph, const autosharding_options& o)
       : pass_model(graph, o.mesh, o.pricing, o.memory_budget) {}
   // `g` is a reference: a temporary graph would dangle as soon as the constructor returns.
   pass_model(model_graph&&, const device_mesh&, const step_pricing&, std::optional<std::int64_t> = std::nullopt,
-             const phase_callback& = {}) = delete;
+             const phase_callback& = {}, edges_when = edges_when::now) = delete;
   pass_model(model_graph&&, const autosharding_options&) = delete;
 
   std::size_t size() const { return strategies.size(); }
+  bool edges_priced() const { return priced_; }
+
+  /// One edge per graph edge with its resharding costs (a pair that disagrees on its layer's
+  /// recomputation forbidden), then each shadow's edge to its vertex; then every cost, node
+  /// and edge, in integer units of one cost_unit (the solver works in exact integers). Once.
+  void price_edges(const phase_callback& on_phase = {}) {
+    if (priced_) return;
+    std::vector<std::vector<double>> seconds;
+    double largest = 0.0;
+    const auto note = [&largest](double x) {
+      if (x < std::numeric_limits<double>::infinity()) largest = std::max(largest, x);
+    };
+    const std::size_t edge_count = boost::num_edges(g);
+    if (on_phase) on_phase("pricing", 0, edge_count);
+    constexpr double forbidden = std::numeric_limits<double>::infinity();
+    for (auto [e, end] = boost::edges(g); e != end; ++e) {
+      const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
+      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients);
+      for (std::size_t i = 0; i < c.rows; ++i)
+        for (std::size_t j = 0; j < c.cols; ++j)
+          if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;
+      if (on_phase) on_phase("pricing", problem.edges.size() + 1, edge_count);
+      for (double x : c.values) note(x);
+      problem.edges.push_back({u, v, {}});
+      seconds.push_back(std::move(c.values));
+      edges.push_back(*e);
+    }
+    set_node_costs(largest);
+    for (std::size_t k = 0; k < seconds.size(); ++k)
+      for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
+    const std::size_t n = strategies.size();
+    for (std::size_t k = 0; k < shadow_of.size(); ++k) {
+      const vertex_t v = shadow_of[k];
+      const std::size_t s = strategies[v].size();
+      strategy_edge same{v, n + k, std::vector<std::int64_t>(s * s, infinite_cost)};
+      for (std::size_t i = 0; i < s; ++i) same.costs[i * s + i] = 0;
+      problem.edges.push_back(std::move(same));
+    }
+    priced_ = true;
+  }
 
   /// A strategy per problem node from one per vertex: a shadow takes its vertex's.
   std::vector<int> node_choice(const std::vector<int>& choice) const {
@@ -321,48 +369,22 @@ struct pass_model {
     }
   }
 
-  /// One edge per graph edge with its resharding costs (a pair that disagrees on its layer's
-  /// recomputation forbidden), then each shadow's edge to its vertex; then every cost, node
-  /// and edge, in integer units of one cost_unit (the solver works in exact integers).
-  template <class Phase>
-  void add_edges_and_costs(const Phase& phase) {
-    std::vector<std::vector<double>> seconds;
-    double largest = 0.0;
-    const auto note = [&largest](double x) {
-      if (x < std::numeric_limits<double>::infinity()) largest = std::max(largest, x);
-    };
-    const std::size_t edge_count = boost::num_edges(g);
-    phase("pricing", 0, edge_count);
-    constexpr double forbidden = std::numeric_limits<double>::infinity();
-    for (auto [e, end] = boost::edges(g); e != end; ++e) {
-      const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
-      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients);
-      for (std::size_t i = 0; i < c.rows; ++i)
-        for (std::size_t j = 0; j < c.cols; ++j)
-          if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;
-      phase("pricing", problem.edges.size() + 1, edge_count);
-      for (double x : c.values) note(x);
-      problem.edges.push_back({u, v, {}});
-      seconds.push_back(std::move(c.values));
-      edges.push_back(*e);
-    }
-    const std::size_t n = strategies.size();
-    for (vertex_t v = 0; v < n; ++v)
-      for (const strategy& s : strategies[v]) note(s.seconds());
+  /// The nodes' costs in the unit of the largest finite cost, `edges_largest` or a node's;
+  /// the shadows' are 0.
+  void set_node_costs(double edges_largest) {
+    double largest = edges_largest;
+    for (const std::vector<strategy>& ss : strategies)
+      for (const strategy& s : ss)
+        if (s.seconds() < std::numeric_limits<double>::infinity()) largest = std::max(largest, s.seconds());
     problem.cost_unit = cost_unit_for(largest);
-    for (vertex_t v = 0; v < n; ++v)
+    for (vertex_t v = 0; v < strategies.size(); ++v) {
+      problem.nodes[v].costs.clear();
       for (const strategy& s : strategies[v]) problem.nodes[v].costs.push_back(to_cost_units(s.seconds(), problem.cost_unit));
-    for (std::size_t k = 0; k < seconds.size(); ++k)
-      for (double x : seconds[k]) problem.edges[k].costs.push_back(to_cost_units(x, problem.cost_unit));
-    for (std::size_t k = 0; k < shadow_of.size(); ++k) {
-      const vertex_t v = shadow_of[k];
-      const std::size_t s = strategies[v].size();
-      problem.nodes[n + k].costs.assign(s, 0);
-      strategy_edge same{v, n + k, std::vector<std::int64_t>(s * s, infinite_cost)};
-      for (std::size_t i = 0; i < s; ++i) same.costs[i * s + i] = 0;
-      problem.edges.push_back(std::move(same));
     }
+    for (std::size_t k = 0; k < shadow_of.size(); ++k) problem.nodes[strategies.size() + k].costs.assign(strategies[shadow_of[k]].size(), 0);
   }
+
+  bool priced_ = false;
 };
 
 inline bool dp_ok(const placement& p, bool allow_partial) {
@@ -374,26 +396,27 @@ inline bool dp_ok(const placement& p, bool allow_partial) {
 /// q_proj at 3.5 heads). Key/value heads fewer than the ranks, a count the ranks are a multiple
 /// of, are replicated, as vLLM and Megatron-LM do: their projections (and the operators between
 /// them and the attention) stay whole on every rank. Returns those vertices (operators and
-/// their parameters); throws solver_error for a count neither divides.
-inline std::vector<char> megatron_kv_whole(const pass_model& pm, int tp_axis) {
-  const model_graph& g = pm.g;
-  std::vector<char> whole(pm.size(), 0);
+/// their parameters); throws solver_error for a count neither divides. The head counts are the
+/// graph's at any batch: search_algo asks once, before it prices any micro-batching.
+inline std::vector<char> megatron_kv_whole(const model_graph& g, const device_mesh& mesh, int tp_axis) {
+  const std::size_t size = boost::num_vertices(g);
+  std::vector<char> whole(size, 0);
   if (tp_axis < 0) return whole;
   const auto tp = static_cast<std::size_t>(tp_axis);
-  const int n = pm.mesh.size(tp);
-  for (vertex_t v = 0; v < pm.size(); ++v) {
+  const int n = mesh.size(tp);
+  for (vertex_t v = 0; v < size; ++v) {
     const node& nd = g[v];
     if (nd.kind != op_kind::attention) continue;
     const int heads = nd.attrs.heads, kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : heads;
     const std::string where = "megatron: '" + nd.name + "' has ";
     if (heads % n != 0)
       throw solver_error(where + std::to_string(heads) + " attention heads, which the " + std::to_string(n) + " ranks of " +
-                         pm.mesh.axis_label(tp) + " do not divide: Megatron-LM splits whole heads (" +
+                         mesh.axis_label(tp) + " do not divide: Megatron-LM splits whole heads (" +
                          std::to_string(heads) + "/" + std::to_string(n) + " per rank would cut one)");
     if (kv % n == 0) continue;
     if (n % kv != 0)
       throw solver_error(where + std::to_string(kv) + " key/value heads, which the " + std::to_string(n) + " ranks of " +
-                         pm.mesh.axis_label(tp) + " neither divide nor replicate evenly (a multiple of them)");
+                         mesh.axis_label(tp) + " neither divide nor replicate evenly (a multiple of them)");
     const std::vector<vertex_t> ops = operands(g, v);
     for (std::size_t i = 1; i < ops.size(); ++i)
       for (vertex_t u = ops[i]; g[u].is_operator();) {
@@ -542,7 +565,7 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
 inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solve_request& rq, bool skip_replicated) {
   std::vector<std::vector<char>> allow(pm.size());
   const std::int64_t batch = graph_batch(pm.g);
-  const std::vector<char> kv_whole = rq.a == algo::megatron ? megatron_kv_whole(pm, rq.tp_axis) : std::vector<char>(pm.size(), 0);
+  const std::vector<char> kv_whole = rq.a == algo::megatron ? megatron_kv_whole(pm.g, pm.mesh, rq.tp_axis) : std::vector<char>(pm.size(), 0);
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const std::vector<strategy>& ss = pm.strategies[v];
     const bool can_shard_fully = pm.g[v].is_parameter() && std::any_of(ss.begin(), ss.end(), [&](const strategy& s) {
@@ -909,11 +932,12 @@ struct micro_step_model {
   model_graph graph;
   pass_model pm;
   micro_step_model(model_graph g, const device_mesh& m, const step_pricing& p, std::optional<std::int64_t> budget,
-                   const pass_model::phase_callback& on_phase)
-      : graph(std::move(g)), pm(graph, m, p, budget, on_phase) {}
+                   const pass_model::phase_callback& on_phase, pass_model::edges_when when = pass_model::edges_when::now)
+      : graph(std::move(g)), pm(graph, m, p, budget, on_phase, when) {}
 };
 
 /// The models priced so far, by mesh shape and micro-steps: the algos of one pass share them.
+/// Their edges are priced when a search first solves them (pass_model::price_edges).
 class model_cache {
  public:
   std::shared_ptr<micro_step_model> get(const model_graph& g, const device_mesh& m, int micro_batches,
@@ -926,7 +950,8 @@ class model_cache {
       if (p.mode == run_mode::training) p.micro_batches = micro_batches;
       const std::int64_t batch = graph_batch(g);
       model_graph step = micro_batches > 1 ? with_batch_seq(g, batch / micro_batches, 0) : g;
-      slot = std::make_shared<micro_step_model>(std::move(step), m, p, o.memory_budget, o.on_phase);
+      slot = std::make_shared<micro_step_model>(std::move(step), m, p, o.memory_budget, o.on_phase,
+                                                pass_model::edges_when::deferred);
     }
     return slot;
   }
@@ -984,6 +1009,8 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
   const std::int64_t batch = graph_batch(g);
   const int dp_fixed = a == algo::megatron ? mesh.num_ranks() / (tp_axis < 0 ? 1 : mesh.size(static_cast<std::size_t>(tp_axis))) : 0;
   const std::string name(to_string(a));
+  // Megatron's head counts refuse a mesh whatever the micro-batching: once, before any is priced.
+  if (a == algo::megatron) megatron_kv_whole(g, mesh, tp_axis);
   // The micro-step counts, and the ways each splits the batch when the micro-batch is given.
   std::vector<std::pair<int, int>> counts;  // (m, batch shards or 0)
   if (!train || batch <= 0) {
@@ -1058,6 +1085,7 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
         solve_request free = r;
         free.recompute = cheapest_recompute(r.recompute);
         free.budget = false;
+        model->pm.price_edges(o.on_phase);
         auto u = solve_algo(pm, o, free, classes);
         bounds.push_back({m, u.first.step_seconds});
         if (u.first.step_seconds >= incumbent) {
@@ -1091,6 +1119,7 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
             continue;
           }
           std::size_t c = 0;
+          model->pm.price_edges(o.on_phase);
           auto f = solve_algo(pm, o, rk, c);
           if (!have || f.first.step_seconds < found.first.step_seconds) found = std::move(f), classes = c, have = true;
         }

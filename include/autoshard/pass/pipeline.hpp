@@ -41,21 +41,10 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
-#include "../core/enum_text.hpp"  // parse_enum
 #include "../core/error.hpp"      // solver_error
+#include "../plan/pipeline.hpp"   // pipeline_schedule (a plan file records it)
 
 namespace autoshard {
-
-/// How the stages of a pipeline order their micro-batches' passes.
-enum class pipeline_schedule : std::uint8_t { one_f_one_b, gpipe };
-inline constexpr pipeline_schedule all_pipeline_schedules[] = {pipeline_schedule::one_f_one_b, pipeline_schedule::gpipe};
-
-/// "1f1b" or "gpipe": what plan files, reports and flags write.
-constexpr std::string_view to_string(pipeline_schedule s) noexcept { return s == pipeline_schedule::gpipe ? "gpipe" : "1f1b"; }
-/// The schedule to_string wrote, or nullopt.
-constexpr std::optional<pipeline_schedule> parse_pipeline_schedule(std::string_view s) noexcept {
-  return parse_enum(s, all_pipeline_schedules);
-}
 
 /// One pass of one micro-batch through one stage.
 struct pipeline_pass {

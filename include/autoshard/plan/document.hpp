@@ -28,16 +28,18 @@
 #include "../io/json.hpp"         // json_in, load_json_file
 #include "../io/mesh_json.hpp"    // mesh_to_json, mesh_from_json
 #include "algo.hpp"               // algo
+#include "pipeline.hpp"           // plan_pipeline, pipeline_schedule
 
 namespace autoshard {
 
-/// The version this build writes. It reads it, version 3 (before the plan recorded its
+/// The version this build writes. It reads it, version 4 (before a plan could be pipelined:
+/// no "pipeline"), version 3 (before the plan recorded its
 /// micro-batches, its layers' recomputation, the attention kernel and achievable compute:
 /// one step of the whole batch, nothing recomputed, compute at the peaks) and version 2
 /// (before the pricing was one value: "mode" at the top, the device and the training settings
 /// under "options"). Version 1 files (before the plan carried its links, options and local
 /// shapes) are refused: solve the model again.
-inline constexpr int plan_format_version = 4;
+inline constexpr int plan_format_version = 5;
 
 /// At most this many vertices in a plan file, checked before the graph is built (the mesh
 /// is bounded by mesh_from_json).
@@ -115,12 +117,16 @@ struct plan_document {
   std::vector<plan_tensor> tensors;  ///< index = vertex of graph
   plan_objective cost;
   plan_solver solver;
+  /// Present for a pipelined plan: `mesh` is then one stage's sub-mesh, `graph` the whole model
+  /// at one micro-step of one stage (its batch micro_batch x the data-parallel ranks), and every
+  /// layer takes the strategies its stage's plan chose for it (the layers tied).
+  std::optional<plan_pipeline> pipeline;
 };
 
 /// Field by field, the graph compared as its JSON.
 inline bool operator==(const plan_document& a, const plan_document& b) {
   return a.mesh == b.mesh && a.pricing == b.pricing && a.options == b.options && a.tensors == b.tensors && a.cost == b.cost &&
-         a.solver == b.solver && to_json(a.graph) == to_json(b.graph);
+         a.solver == b.solver && a.pipeline == b.pipeline && to_json(a.graph) == to_json(b.graph);
 }
 
 // ---- the document as JSON -------------------------------------------------------------------
@@ -162,6 +168,21 @@ inline nlohmann::json plan_options_json(const plan_options& o) {
           {"pinned", pinned}};
 }
 
+inline nlohmann::json plan_pipeline_json(const plan_pipeline& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const plan_stage& s : p.stages)
+    stages.push_back({{"first_layer", s.first_layer}, {"layers", s.layers}, {"seconds", s.seconds},
+                      {"memory_bytes", s.memory_bytes}, {"in_flight", s.in_flight}});
+  return {{"schedule", std::string(to_string(p.schedule))},
+          {"link", link_to_json(p.link)},
+          {"stages", stages},
+          {"transfer_seconds", p.transfer_seconds},
+          {"step_seconds", p.step_seconds},
+          {"bubble_fraction", p.bubble_fraction},
+          {"gradient_sync_seconds", p.gradient_sync_seconds},
+          {"tied_sync_seconds", p.tied_sync_seconds}};
+}
+
 inline nlohmann::json plan_tensors_json(const plan_document& d) {
   const model_graph& g = d.graph;
   nlohmann::json tensors = nlohmann::json::array();
@@ -183,9 +204,9 @@ inline nlohmann::json plan_tensors_json(const plan_document& d) {
 
 }  // namespace detail
 
-/// The plan as its version-4 JSON document (docs/plan-format.md).
+/// The plan as its version-5 JSON document (docs/plan-format.md); "pipeline" only when pipelined.
 inline nlohmann::json to_json(const plan_document& d) {
-  return {{"format", "autoshard.plan"},
+  nlohmann::json j = {{"format", "autoshard.plan"},
           {"version", plan_format_version},
           {"mesh", mesh_to_json(d.mesh)},
           {"pricing", to_json(d.pricing)},
@@ -204,6 +225,8 @@ inline nlohmann::json to_json(const plan_document& d) {
             {"seconds", d.solver.seconds}}},
           {"tensors", detail::plan_tensors_json(d)},
           {"graph", to_json(d.graph)}};
+  if (d.pipeline) j["pipeline"] = detail::plan_pipeline_json(*d.pipeline);
+  return j;
 }
 
 namespace detail {
@@ -262,6 +285,45 @@ inline plan_solver plan_solver_from_json(const json_in& s) {
           s["seconds"].number(0.0)};
 }
 
+/// A plan's "pipeline" for stages of `stage_devices` devices each (bounded first: the stages'
+/// devices at most max_parsed_mesh_ranks, like any mesh's): its stages consecutive from layer
+/// 0, each with a time, memory and micro-batches in flight in range, and one transfer time per
+/// boundary. Whether the layers add up to the model's is for whoever maps layers
+/// (pass/pipelined.hpp's stages_of_parameters).
+inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stage_devices) {
+  plan_pipeline p;
+  p.schedule = enum_value(j["schedule"], all_pipeline_schedules);
+  p.link = link_from_json(j["link"]);
+  const json_in st = j["stages"];
+  const auto max_stages = static_cast<std::size_t>(max_parsed_mesh_ranks / stage_devices);
+  if (st.size() == 0) st.fail("is empty: a pipeline has at least one stage");
+  if (st.size() > max_stages)
+    st.fail("has " + std::to_string(st.size()) + " stages of " + std::to_string(stage_devices) + " devices, more than the " +
+            std::to_string(max_parsed_mesh_ranks) + " devices a plan may have");
+  int next = 0;
+  for (const json_in& s : st.elements(max_stages)) {
+    plan_stage x;
+    x.first_layer = s["first_layer"].small_integer(0, std::numeric_limits<int>::max());
+    if (x.first_layer != next) s["first_layer"].fail_expected(std::to_string(next) + ", where the stage before ends");
+    x.layers = s["layers"].small_integer(0, std::numeric_limits<int>::max() - next);
+    next += x.layers;
+    x.seconds = s["seconds"].number(0.0, 1e30);
+    x.memory_bytes = s["memory_bytes"].integer(0);
+    x.in_flight = s["in_flight"].small_integer(0, std::numeric_limits<int>::max());
+    p.stages.push_back(x);
+  }
+  const json_in tr = j["transfer_seconds"];
+  if (tr.size() + 1 != p.stages.size())
+    tr.fail("has " + std::to_string(tr.size()) + " times for the " + std::to_string(p.stages.size() - 1) + " boundaries of " +
+            std::to_string(p.stages.size()) + " stages");
+  for (const json_in& t : tr.elements(max_stages)) p.transfer_seconds.push_back(t.number(0.0, 1e30));
+  p.step_seconds = j["step_seconds"].number(0.0, 1e30);
+  p.bubble_fraction = j["bubble_fraction"].number(0.0, 1e30);
+  p.gradient_sync_seconds = j["gradient_sync_seconds"].number(0.0, 1e30);
+  p.tied_sync_seconds = j["tied_sync_seconds"].number(0.0, 1e30);
+  return p;
+}
+
 /// Tensor v of a plan, checked against vertex v of its graph, the mesh and each other.
 inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g, vertex_t v, const device_mesh& mesh) {
   const node& nd = g[v];
@@ -289,7 +351,7 @@ inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g,
 
 }  // namespace detail
 
-/// The document a version-2, -3 or -4 JSON value describes, every member checked (type, range,
+/// The document a version-2 to -5 JSON value describes, every member checked (type, range,
 /// and that the tensors match the embedded graph, the mesh and each other); io_error naming
 /// `source` and the JSON path otherwise (an invalid embedded graph too: "its graph is invalid:
 /// graph error: vertex ...").
@@ -302,6 +364,8 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   d.options = detail::plan_options_from_json(j["options"]);
   d.cost = detail::plan_cost_from_json(j["cost"]);
   d.solver = detail::plan_solver_from_json(j["solver"]);
+  if (version >= 5)
+    if (const auto p = j.find("pipeline")) d.pipeline = detail::plan_pipeline_from_json(*p, d.mesh.num_ranks());
   const json_in ts = j["tensors"];
   ts.size(max_plan_vertices);  // bounded before the graph is built
   try {

@@ -165,7 +165,7 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
     std::ifstream in(o.ilp_solution_file);
     const nlohmann::json j = nlohmann::json::parse(in);
     CHECK(j["format"] == "autoshard.plan");
-    CHECK(j["version"] == 4);
+    CHECK(j["version"] == 5);
     CHECK(j["mesh"]["axes"].size() == 2);
     CHECK(j["mesh"]["axes"][1]["size"] == 4);
     CHECK(j["tensors"].size() == boost::num_vertices(g));

@@ -90,17 +90,17 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   CHECK(back == d);
   // The file spells the links one way and says its version.
   const nlohmann::json j = to_json(d);
-  CHECK(j["version"] == 4);
+  CHECK(j["version"] == 5);
   CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}, {"hop_s", 0.0}});
   CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
 }
 
 TEST_CASE("plan document: an unknown, newer or older version fails naming both versions") {
   nlohmann::json j = to_json(small_plan());
-  j["version"] = 5;
-  CHECK(read_error(j) == "io error: plan file 'p.json' has version 5; this build reads versions 2 to 4");
+  j["version"] = 6;
+  CHECK(read_error(j) == "io error: plan file 'p.json' has version 6; this build reads versions 2 to 5");
   j["version"] = 1;
-  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads versions 2 to 4)") !=
+  CHECK(read_error(j).find("has version 1, an older format this build no longer reads (it reads versions 2 to 5)") !=
         std::string::npos);
   j.erase("version");
   CHECK(read_error(j) == "io error: plan file 'p.json': the document has no member \"version\"");
@@ -333,4 +333,90 @@ TEST_CASE("plan document: what an operator recomputes is written beside it and r
   bad["tensors"][2]["recompute"] = "half";
   CHECK(read_error(bad) ==
         "io error: plan file 'p.json': tensors[2].recompute is \"half\", not \"none\", \"selective\" or \"full\"");
+}
+
+namespace {
+
+/// small_plan as stage 0's mesh of a pipeline of three stages over 7 layers.
+plan_document pipelined_plan() {
+  plan_document d = small_plan();
+  plan_pipeline p;
+  p.schedule = pipeline_schedule::gpipe;
+  p.link = {2.5e-5, 12.5e9, 1e-6};
+  p.stages = {{0, 2, 0.25, 1000, 3}, {2, 3, 0.375, 2000, 3}, {5, 2, 0.25, 3000, 3}};
+  p.transfer_seconds = {1e-4, 2e-4};
+  p.step_seconds = 4.5;
+  p.bubble_fraction = 0.2;
+  p.gradient_sync_seconds = 0.125;
+  p.tied_sync_seconds = 0.0625;
+  d.pipeline = p;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("plan document: a pipelined plan's stages and schedule are written and read back; a plan without one writes none") {
+  const plan_document d = pipelined_plan();
+  const nlohmann::json j = to_json(d);
+  REQUIRE(j.contains("pipeline"));
+  CHECK(j["pipeline"]["schedule"] == "gpipe");
+  CHECK(j["pipeline"]["stages"].size() == 3);
+  CHECK(j["pipeline"]["stages"][1]["first_layer"] == 2);
+  CHECK(j["pipeline"]["stages"][1]["layers"] == 3);
+  CHECK(j["pipeline"]["link"]["bandwidth_Bps"] == 12.5e9);
+  const plan_document back = plan_from_json(j, "p.json");
+  REQUIRE(back.pipeline);
+  CHECK(*back.pipeline == *d.pipeline);
+  CHECK(back == d);
+  plan_document other = d;
+  other.pipeline->stages[2].in_flight = 1;
+  CHECK(!(other == d));  // the pipeline takes part in equality
+  CHECK(!to_json(small_plan()).contains("pipeline"));
+  CHECK(!plan_from_json(to_json(small_plan()), "p.json").pipeline);
+  // Through the one writer and reader.
+  temp_plan f;
+  write_plan_file(d, f.path);
+  CHECK(read_plan_file(f.path.string()) == d);
+}
+
+TEST_CASE("plan document: a version-4 file (before pipelines) reads without a pipeline, even one that has the member") {
+  nlohmann::json j = to_json(pipelined_plan());
+  j["version"] = 4;
+  j["pipeline"]["stages"] = "not read";
+  CHECK(!plan_from_json(j, "p.json").pipeline);
+}
+
+TEST_CASE("plan document: a pipeline whose stages do not follow each other, or whose numbers are out of range, is refused by name") {
+  const nlohmann::json j = to_json(pipelined_plan());
+  nlohmann::json bad = j;
+  bad["pipeline"]["stages"][1]["first_layer"] = 3;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[1].first_layer is 3, not 2, where the stage before ends");
+  bad = j;
+  bad["pipeline"]["stages"][0]["first_layer"] = 1;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[0].first_layer is 1, not 0, where the stage before ends");
+  bad = j;
+  bad["pipeline"]["stages"] = nlohmann::json::array();
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages is empty: a pipeline has at least one stage");
+  bad = j;
+  bad["pipeline"]["transfer_seconds"] = {1e-4};
+  CHECK(read_error(bad) ==
+        "io error: plan file 'p.json': pipeline.transfer_seconds has 1 times for the 2 boundaries of 3 stages");
+  bad = j;
+  bad["pipeline"]["schedule"] = "interleaved";
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.schedule is \"interleaved\", not \"1f1b\" or \"gpipe\"");
+  bad = j;
+  bad["pipeline"]["stages"][2]["layers"] = -1;
+  CHECK(read_error(bad).find("pipeline.stages[2].layers is -1") != std::string::npos);
+  bad = j;
+  bad["pipeline"]["step_seconds"] = "fast";
+  CHECK(read_error(bad).find("pipeline.step_seconds is \"fast\"") != std::string::npos);
+  bad = j;
+  bad["pipeline"]["link"]["bandwidth_Bps"] = 0;
+  CHECK(read_error(bad).find("pipeline.link.bandwidth_Bps is 0") != std::string::npos);
+  // Stages times the stage's devices bounded like any mesh's, before a stage is read: 2^18 + 1
+  // stages of 4 devices are more than 2^20.
+  bad = j;
+  bad["pipeline"]["stages"] = std::vector<int>((1 << 18) + 1, 0);
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages has 262145 stages of 4 devices, more than the 1048576 "
+                           "devices a plan may have");
 }

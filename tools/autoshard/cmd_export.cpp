@@ -35,7 +35,8 @@ int run_export(const export_cli_options& o) {
     if (o.out.empty()) std::cout << text;
     else {
       write_file_atomically(out, text);
-      std::cout << "wrote " << o.out << " (Megatron-LM arguments: tensor parallel " << e.tp << ", data parallel " << e.dp << ", "
+      std::cout << "wrote " << o.out << " (Megatron-LM arguments: tensor parallel " << e.tp << ", data parallel " << e.dp
+                << (e.pp > 1 ? ", " + std::to_string(e.pp) + " pipeline stages" : std::string()) << ", "
                 << e.arguments.size() << " arguments)\n";
     }
     for (const std::string& n : e.notes) std::cerr << "note: " << n << "\n";

@@ -470,7 +470,28 @@ void show_plan_json(const plan_document& d, const std::string& file) {
                    {"mesh", to_json(m)},
                    {"tensors", ts}};
   if (const std::string training = training_line(d); !training.empty()) j["training"] = training;
+  if (d.pipeline) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t k = 0; k < d.pipeline->stages.size(); ++k) {
+      const plan_stage& s = d.pipeline->stages[k];
+      stages.push_back({{"holds", describe_stage(*d.pipeline, k)}, {"first_layer", s.first_layer}, {"layers", s.layers},
+                        {"seconds", s.seconds}, {"memory_bytes", s.memory_bytes}, {"in_flight", s.in_flight}});
+    }
+    j["pipeline"] = {{"schedule", std::string(to_string(d.pipeline->schedule))}, {"stages", stages},
+                     {"step_seconds", d.pipeline->step_seconds}, {"bubble_fraction", d.pipeline->bubble_fraction}};
+  }
   std::cout << j.dump(2) << "\n";
+}
+
+/// A pipelined plan's stages, before its tensors (which every stage's mesh holds for its layers).
+void show_plan_stages(const plan_pipeline& p, const device_mesh& m) {
+  std::cout << "pipeline of " << describe(p) << "; each stage on its own " << to_string(m) << ", step "
+            << human_seconds(p.step_seconds) << " (bubble " << std::fixed << std::setprecision(1) << 100 * p.bubble_fraction
+            << " %)" << std::defaultfloat << "\n";
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    std::cout << "  stage " << k << ": " << describe_stage(p, k) << ", " << human_seconds(p.stages[k].seconds) << " per micro-batch, "
+              << human_bytes(static_cast<double>(p.stages[k].memory_bytes)) << " per device (" << p.stages[k].in_flight
+              << " in flight)\n";
 }
 
 /// --plan: one row per tensor, columns as wide as their widest cell.
@@ -491,6 +512,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   std::cout << "plan " << file << ": " << to_string(d.options.algo) << ", " << to_string(d.pricing.mode) << ", "
             << to_string(m) << ", " << n << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
   if (!training.empty()) std::cout << "priced for training with " << training << "\n";
+  if (d.pipeline) show_plan_stages(*d.pipeline, m);
   std::cout << std::left << "  " << cell(wn) << "tensor" << "  " << cell(wk) << "kind" << "  " << cell(ws) << "shape" << "  "
             << cell(wd) << "spec" << "  " << cell(wa) << "alpa" << "  local shape\n";
   bool any_uneven = false;

@@ -81,6 +81,9 @@ int run_verify(const verify_cli_options& o) {
 #endif
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
+  if (doc.pipeline)
+    throw spec_error("plan file '" + o.plan + "' is pipelined (" + std::to_string(doc.pipeline->stages.size()) +
+                     " stages): verify does not run pipeline stages yet");
   // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
   // a training check needs a loss.
   require_known_operators(doc.graph);

@@ -74,11 +74,21 @@ inline void print_alternative(const pipelined_step& s) {
             << human_bytes(static_cast<double>(s.peak_memory_bytes)) << std::defaultfloat << "\n";
 }
 
+/// Writes the plan file of `plan` to --out (pipelined_document: the stages, the schedule, every
+/// layer's strategies on one stage's sub-mesh) through the one plan writer; "" when there is
+/// no file to write (--preload reads one).
+inline std::string write_pipelined_plan(const model_graph& g, const autosharding_options& po, const pipelined_step& plan) {
+  if (po.preload_solution || po.ilp_solution_file.empty()) return {};
+  write_plan_file(pipelined_document(g, po.mesh, plan, po), po.ilp_solution_file);
+  return po.ilp_solution_file;
+}
+
 /// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan fits.
 inline bool run_pipelined_plan(const model_graph& g, const autosharding_options& po, const pipeline_cli& c) {
   const std::optional<pipeline_schedule> schedule = parse_pipeline_schedule(c.schedule);
   if (!schedule) throw spec_error("--schedule must be " + enum_names(all_pipeline_schedules) + ", got '" + c.schedule + "'");
   if (po.pricing.mode != run_mode::training) throw spec_error("--pp prices a training step: plan with --mode train");
+  if (po.preload_solution) throw spec_error("--preload reads a plan without stages; with --pp the stages are searched again");
   const bool search = c.pp == "auto";
   int pp = 0;
   if (!search) {
@@ -131,8 +141,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                          (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
     plan = found.best;
   }
+  const std::string file = write_pipelined_plan(g, po, *plan);
   if (c.json) {
-    nlohmann::json j{{"algo", std::string(to_string(po.algo))}, {"plan", pipelined_json(*plan)}};
+    nlohmann::json j{{"algo", std::string(to_string(po.algo))}, {"plan", pipelined_json(*plan)}, {"files", {{"plan", file}}}};
     nlohmann::json alts = nlohmann::json::array();
     for (const pipelined_step& s : found.alternatives) alts.push_back(pipelined_json(s));
     j["alternatives"] = alts;
@@ -154,7 +165,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   }
   if (megatron) print_pipelined(*megatron, "megatron  ");
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
-  std::cout << "(a pipelined plan is not written to a plan file yet: --out is left as it was)\n";
+  if (!file.empty()) std::cout << "wrote " << file << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
   return plan->fits;
 }
 

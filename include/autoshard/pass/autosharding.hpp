@@ -1322,6 +1322,9 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
   if (o.preload_solution) {
     if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
     preloaded = read_plan_file(o.ilp_solution_file);
+    if (preloaded->pipeline)
+      throw solver_error("plan file '" + o.ilp_solution_file + "' is pipelined (" + std::to_string(preloaded->pipeline->stages.size()) +
+                         " stages): the pass prices one mesh, not its stages; `autoshard show --plan` prints it");
     // The mesh it was solved on: the pass's, or for megatron with a tensor-parallel size
     // below the last axis's that axis split in two (megatron_mesh).
     const std::vector<int> mine = o.mesh.shape(), theirs = preloaded->mesh.shape();

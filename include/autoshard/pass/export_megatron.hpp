@@ -17,6 +17,13 @@
 /// only, or selective). A plan that stores a weight sharded over data-parallel ranks (ZeRO-2
 /// or -3), splits a block linear another way, puts tensor parallelism across nodes, or
 /// recomputes some other set of layers is refused, never approximated.
+///
+/// A pipelined plan (plan files' "pipeline") adds --pipeline-model-parallel-size: Megatron-LM
+/// splits the layers evenly over its stages, or with --decoder-first-pipeline-num-layers and
+/// --decoder-last-pipeline-num-layers (Megatron Core 0.10 and later) gives the first and last
+/// stage their own counts and the stages between the rest evenly. Stages between of unequal
+/// counts, a stage without layers, or a schedule other than 1F1B (Megatron-LM's without
+/// virtual stages) are refused.
 #include <map>     // std::map
 #include <string>  // std::string
 #include <vector>  // std::vector
@@ -36,7 +43,7 @@ struct megatron_argument {
 
 /// What a plan says in Megatron-LM's arguments.
 struct megatron_export {
-  int tp = 1, dp = 1;
+  int tp = 1, dp = 1, pp = 1;
   std::vector<megatron_argument> arguments;  ///< in the order written
   std::vector<std::string> problems;         ///< what the arguments cannot express, naming the operators
   std::vector<std::string> notes;            ///< what they express only in part, or leave to the user
@@ -49,6 +56,47 @@ inline std::vector<vertex_t> megatron_linears(const model_graph& g) {
   std::vector<vertex_t> out;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
     if (g[v].kind == op_kind::linear && (megatron_column(g[v].name) || megatron_row(g[v].name))) out.push_back(v);
+  return out;
+}
+
+/// The pipeline flags of a plan's stages (none: one stage) of a model of `layers` (see the header
+/// comment); what they cannot say goes to e.problems, the flags' versions to e.notes.
+inline std::vector<megatron_argument> megatron_pipeline(const std::optional<plan_pipeline>& pipeline, int layers, megatron_export& e) {
+  std::vector<megatron_argument> out{{"--pipeline-model-parallel-size", "1"}};
+  if (!pipeline) return out;
+  const plan_pipeline& p = *pipeline;
+  const std::size_t n = p.stages.size();
+  std::vector<std::string>& problems = e.problems;
+  e.pp = static_cast<int>(n);
+  out[0].value = std::to_string(n);
+  if (p.stages.back().first_layer + p.stages.back().layers != layers) {
+    problems.push_back("its stages hold " + std::to_string(p.stages.back().first_layer + p.stages.back().layers) +
+                       " layers of the model's " + std::to_string(layers));
+    return out;
+  }
+  if (p.schedule != pipeline_schedule::one_f_one_b)
+    problems.push_back("its stages run the " + std::string(to_string(p.schedule)) +
+                       " schedule: Megatron-LM runs 1F1B (its schedule without virtual stages)");
+  for (std::size_t k = 0; k < n; ++k)
+    if (p.stages[k].layers == 0)
+      problems.push_back("stage " + std::to_string(k) + " holds " + describe_stage(p, k) +
+                         " without a layer: each of Megatron-LM's stages holds transformer layers");
+  if (n < 2) return out;
+  const int first = p.stages.front().layers, last = p.stages.back().layers;
+  const int mid = n > 2 ? p.stages[1].layers : last;
+  for (std::size_t k = 1; k + 1 < n; ++k)
+    if (p.stages[k].layers != mid) {
+      std::string counts;
+      for (const plan_stage& s : p.stages) counts += (counts.empty() ? "" : ", ") + std::to_string(s.layers);
+      problems.push_back("its stages hold " + counts + " layers: Megatron-LM gives the stages between the first and the last " +
+                         "as many layers each");
+      return out;
+    }
+  if (first != mid) out.push_back({"--decoder-first-pipeline-num-layers", std::to_string(first)});
+  if (n > 2 && last != mid) out.push_back({"--decoder-last-pipeline-num-layers", std::to_string(last)});
+  if (out.size() > 1)
+    e.notes.push_back("--decoder-first/last-pipeline-num-layers are Megatron Core 0.10's and later's; earlier Megatron-LM splits "
+                      "the layers evenly only");
   return out;
 }
 
@@ -141,6 +189,7 @@ inline megatron_export export_megatron(const loaded_plan& p) {
                                        g[v].name.ends_with(".intermediate.dense")) && ffn == 0)
       ffn = g[v].shape[g[v].shape.rank - 1u];
   if (heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
+  const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, layers_n, e);
   if (!e.problems.empty()) return e;
   // The arguments, in the order Megatron-LM's --help groups them.
   const auto arg = [&e](std::string flag, std::string value = {}) { e.arguments.push_back({std::move(flag), std::move(value)}); };
@@ -165,7 +214,7 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   else if (t == dtype::f16) arg("--fp16");
   if (pricing.attention == attention_kernel::flash) arg("--use-flash-attn");
   arg("--tensor-model-parallel-size", num(e.tp));
-  arg("--pipeline-model-parallel-size", "1");
+  e.arguments.insert(e.arguments.end(), pipeline.begin(), pipeline.end());
   if (seq_split > 0 && e.tp > 1) arg("--sequence-parallel");
   arg("--micro-batch-size", num(micro));
   arg("--global-batch-size", num(step_batch * micro_batches));

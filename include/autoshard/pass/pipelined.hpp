@@ -226,6 +226,7 @@ struct pipelined_step {
   double tflops_per_device = 0.0;
   double mfu = 0.0;
   plan_summary stage_plan;             ///< the intra-operator plan of the two-layer model it was priced from
+  plan_solver solver;                  ///< how the ILP of that model ended
 };
 
 namespace detail {
@@ -334,6 +335,8 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   std::size_t classes = 0;
   auto solved = detail::solve_algo(pm, o, rq, classes);
   out.stage_plan = std::move(solved.first);
+  out.solver = {to_string(solved.second.status), solved.second.objective_value(), solved.second.bound_value(), solved.second.gap,
+                solved.second.seconds};
   out.stage_plan.par.pp = c.pp;
   out.stage_mesh = pm.mesh;
   const unit_costs uc = price_units(pm, out.stage_plan.choice);
@@ -602,15 +605,113 @@ inline pipelined_step megatron_pipelined(const model_graph& g, const device_mesh
                      (tried.empty() ? std::string() : " (" + tried + ")"));
 }
 
+// ---- the plan document of a pipelined step -----------------------------------------------------
+
+/// The pipeline a plan file records for step `s` (plan/pipeline.hpp): each stage's layers (its
+/// units less the embedding and the head), its time, memory and micro-batches in flight.
+inline plan_pipeline plan_pipeline_of(const pipelined_step& s, const link_model& link) {
+  plan_pipeline p;
+  p.schedule = s.config.schedule;
+  p.link = link;
+  const int layers = static_cast<int>(s.units.size()) - 2;
+  for (std::size_t k = 0; k < s.stages.count.size(); ++k) {
+    const int a = s.stages.first[k], b = a + s.stages.count[k] - 1;  // its units, inclusive
+    const int first = std::max(a, 1) - 1, last = std::min(b, layers) - 1;
+    p.stages.push_back({first, std::max(0, last - first + 1), s.stages.seconds[k], s.stages.memory[k], s.timeline.in_flight[k]});
+  }
+  p.transfer_seconds = s.boundary_seconds;
+  p.step_seconds = s.step_seconds;
+  p.bubble_fraction = s.timeline.bubble_fraction;
+  p.gradient_sync_seconds = s.sync_seconds;
+  p.tied_sync_seconds = s.shared_sync_seconds;
+  return p;
+}
+
 /// "embedding + layers 0-23", "layers 24-47 + head": what stage k of `s` holds.
-inline std::string describe_stage(const pipelined_step& s, std::size_t k) {
-  const int first = s.stages.first[k], last = first + s.stages.count[k] - 1;
-  const int head = static_cast<int>(s.units.size()) - 1;
-  std::string out;
-  const int a = std::max(first, 1), b = std::min(last, head - 1);
-  if (first == 0) out = "embedding";
-  if (a <= b) out += (out.empty() ? "" : " + ") + (a == b ? "layer " + std::to_string(a - 1) : "layers " + std::to_string(a - 1) + "-" + std::to_string(b - 1));
-  if (last == head) out += (out.empty() ? "" : " + ") + std::string("head");
+inline std::string describe_stage(const pipelined_step& s, std::size_t k) { return describe_stage(plan_pipeline_of(s, {}), k); }
+
+namespace detail {
+
+/// The vertex of the two-layer stage model `probe` that vertex v of `full` (the same model
+/// with all its layers) takes its strategy from: the same name outside the layers and in the
+/// first layer, the second layer's counterpart in every later one (the layers are tied).
+inline vertex_t probe_vertex(const model_graph& full, const std::map<long, int>& position, const model_graph& probe,
+                             const layer_map& probe_layers, vertex_t v) {
+  std::string name = full[v].name;
+  const long i = layer_index(name);
+  if (const auto at = position.find(i); i >= 0 && at != position.end() && at->second > 0) {
+    name = layer_key(name);
+    name.replace(name.find('#'), 1, std::to_string(probe_layers.indices[1]));
+  }
+  const std::optional<vertex_t> u = find_vertex(probe, name);
+  if (!u) throw solver_error("the stage model has no counterpart '" + name + "' of '" + full[v].name + "'");
+  return *u;
+}
+
+}  // namespace detail
+
+/// The plan document of pipelined step `s` of `g` (the global batch) on `mesh`, searched with
+/// options `o`: the whole model at one micro-step of one stage (micro_batch x dp sequences) on
+/// one stage's sub-mesh, every layer in the strategies its stage's plan chose (the first layer
+/// as the stage model's first, every later one as its second), and the pipeline. Its cost: the
+/// step as simulated (objective), the slowest stage's passes over the step (compute, their own
+/// collectives included), the gradient syncs after the flush (communication), no resharding
+/// beside the passes', and the largest stage's peak; its solver: the stage model's ILP.
+inline plan_document pipelined_document(const model_graph& g, const device_mesh& mesh, const pipelined_step& s,
+                                        const autosharding_options& o) {
+  const stage_probe probe = make_stage_probe(g, mesh, o.pricing, s.config);
+  const detail::pass_model& pm = probe.model->pm;
+  plan_document d;
+  d.mesh = pm.mesh;
+  d.pricing = pm.sopt.pricing;
+  d.pricing.micro_batches = s.micro_batches;
+  d.pricing.micro_batch = s.config.micro_batch;
+  d.pricing.recompute = o.pricing.recompute;
+  d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, o.memory_budget, {}};
+  for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
+  d.graph = with_batch_seq(g, static_cast<std::int64_t>(s.config.micro_batch) * s.config.dp, 0);
+  const layer_map L = map_layers(d.graph);
+  std::map<long, int> position;
+  for (std::size_t k = 0; k < L.indices.size(); ++k) position[L.indices[k]] = static_cast<int>(k);
+  for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
+    const vertex_t u = detail::probe_vertex(d.graph, position, pm.g, pm.layers, v);
+    const strategy& st = pm.strategies[u][static_cast<std::size_t>(s.stage_plan.choice[u])];
+    d.tensors.push_back({st.name, st.inputs, st.output, max_local_shape(pm.mesh, st.output, d.graph[v].shape), st.seconds(),
+                         st.memory_bytes, st.recompute});
+  }
+  double slowest = 0;
+  for (double b : s.timeline.busy) slowest = std::max(slowest, b);
+  d.cost = {s.step_seconds, slowest, s.sync_seconds + s.shared_sync_seconds, 0.0, s.peak_memory_bytes};
+  d.solver = s.solver;
+  d.pipeline = plan_pipeline_of(s, probe.pp_link);
+  return d;
+}
+
+/// Per parameter of pipelined plan `d` (by vertex; -1 entries for the rest): the stages that
+/// use it, ascending (two for an embedding tied to the head). Throws solver_error when the
+/// stages' layers do not add up to the graph's.
+inline std::vector<std::vector<int>> stages_of_parameters(const plan_document& d) {
+  if (!d.pipeline) throw solver_error("the plan has no pipeline stages");
+  const layer_map L = map_layers(d.graph);
+  const plan_pipeline& p = *d.pipeline;
+  const int layers = static_cast<int>(L.indices.size());
+  if (p.stages.back().first_layer + p.stages.back().layers != layers)
+    throw solver_error("the plan's " + std::to_string(p.stages.size()) + " stages hold " +
+                       std::to_string(p.stages.back().first_layer + p.stages.back().layers) + " layers, but its graph has " +
+                       std::to_string(layers));
+  std::vector<int> stage_of_unit(static_cast<std::size_t>(layers) + 2, 0);
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    for (int i = 0; i < p.stages[k].layers; ++i) stage_of_unit[static_cast<std::size_t>(p.stages[k].first_layer + i) + 1] = static_cast<int>(k);
+  stage_of_unit.back() = static_cast<int>(p.stages.size()) - 1;
+  const std::vector<int> unit = detail::unit_of_vertices(d.graph, L);
+  std::vector<std::vector<int>> out(boost::num_vertices(d.graph));
+  for (vertex_t v = 0; v < out.size(); ++v) {
+    if (!d.graph[v].is_parameter()) continue;
+    std::set<int> stages;
+    for (auto [e, end] = boost::out_edges(v, d.graph); e != end; ++e)
+      stages.insert(stage_of_unit[static_cast<std::size_t>(unit[boost::target(*e, d.graph)])]);
+    out[v].assign(stages.begin(), stages.end());
+  }
   return out;
 }
 

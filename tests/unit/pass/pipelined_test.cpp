@@ -5,10 +5,14 @@
 #include <doctest/doctest.h>
 
 #include <autoshard/pass/pass.hpp>
+#include <autoshard/pass/export.hpp>
+#include <autoshard/pass/export_megatron.hpp>
+#include <autoshard/pass/loaded_plan.hpp>
 #include <autoshard/pass/pipelined.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -126,4 +130,156 @@ TEST_CASE("pipelined: Megatron-LM's 39.1 B row (tp 8, pp 2, 512 A100s, batch 153
   CHECK(r.best->peak_memory_bytes <= d.device.memory_bytes);
   CHECK(r.best->step_seconds <= published.step_seconds * (1 + 1e-9));
   CHECK(r.priced + r.pruned_bound + r.pruned_recompute + r.failed == r.configurations);
+}
+
+TEST_CASE("pipelined: the plan document holds every layer in its stage's strategies, the stages and the schedule, and reads back") {
+  using namespace autoshard;
+  const model_graph g = small_gpt(8, 32);
+  const device_mesh mesh = make_cluster_mesh({4, 4});
+  pipeline_config c;
+  c.pp = 4;
+  c.tp = 2;
+  c.micro_batch = 2;
+  c.recompute = recompute_kind::full;
+  c.schedule = pipeline_schedule::gpipe;
+  autosharding_options o;
+  o.mesh = mesh;
+  o.pricing = a100();
+  const pipelined_step s = price_pipelined(g, mesh, o.pricing, algo::megatron, c);
+  const plan_document d = pipelined_document(g, mesh, s, o);
+  REQUIRE(d.pipeline);
+  const plan_pipeline& p = *d.pipeline;
+  CHECK(p.schedule == pipeline_schedule::gpipe);
+  REQUIRE(p.stages.size() == 4);
+  int layers = 0;
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    CHECK(p.stages[k].first_layer == layers);
+    layers += p.stages[k].layers;
+    // The units of stage k less the embedding (unit 0) and the head (unit 9).
+    const int first = s.stages.first[k], last = first + s.stages.count[k] - 1;
+    CHECK(p.stages[k].layers == std::min(last, 8) - std::max(first, 1) + 1);
+    CHECK(p.stages[k].seconds == s.stages.seconds[k]);
+    CHECK(p.stages[k].in_flight == 8);  // GPipe holds every micro-batch: 32 sequences = 2 x 2 ranks x 8
+  }
+  CHECK(layers == 8);
+  CHECK(p.step_seconds == s.step_seconds);
+  CHECK(p.transfer_seconds == s.boundary_seconds);
+  CHECK(d.cost.objective == s.step_seconds);
+  CHECK(d.cost.peak_memory_bytes == s.peak_memory_bytes);
+  CHECK(d.options.algo == algo::megatron);
+  // One stage's mesh and one micro-step of one stage: 2 sequences on each of 2 data-parallel ranks.
+  CHECK(d.mesh.shape() == s.stage_mesh.shape());
+  CHECK(graph_batch(d.graph) == 4);
+  CHECK(d.pricing.micro_batches == s.micro_batches);
+  CHECK(d.pricing.micro_batch == 2);
+  CHECK(boost::num_vertices(d.graph) == boost::num_vertices(with_batch_seq(g, 4, 0)));
+  // Every layer in the strategies of the stage model's second layer (its first as the first):
+  // the loaded plan finds each of them among what its vertex offers, recomputation included.
+  const loaded_plan lp = load_plan(d);
+  std::size_t full = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
+    CHECK(lp.strategies[v].name == d.tensors[v].strategy);
+    full += lp.strategies[v].recompute == recompute_kind::full;
+    const std::string& n = d.graph[v].name;
+    if (n.find(".h.7.") == std::string::npos) continue;
+    std::string in_layer_1 = n;
+    in_layer_1.replace(in_layer_1.find(".h.7."), 5, ".h.1.");
+    CHECK(d.tensors[v].strategy == d.tensors[*find_vertex(d.graph, in_layer_1)].strategy);
+  }
+  CHECK(full > 0);  // the configuration's recomputation is in the layers' strategies
+  CHECK(plan_from_json(to_json(d), "p.json") == d);
+  // The stages of each parameter: a layer's on the stage of its layer, the tied embedding on the first and last.
+  const std::vector<std::vector<int>> on = stages_of_parameters(d);
+  for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
+    if (!d.graph[v].is_parameter()) {
+      CHECK(on[v].empty());
+      continue;
+    }
+    CAPTURE(d.graph[v].name);
+    const long i = detail::layer_index(d.graph[v].name);
+    if (d.graph[v].name == "transformer.wte.weight") CHECK(on[v] == std::vector<int>{0, 3});
+    else if (i < 0 && d.graph[v].name.find("ln_f") != std::string::npos) CHECK(on[v] == std::vector<int>{3});
+    else if (i < 0) CHECK(on[v] == std::vector<int>{0});
+    else {
+      REQUIRE(on[v].size() == 1);
+      const plan_stage& st = p.stages[static_cast<std::size_t>(on[v][0])];
+      CHECK(i >= st.first_layer);
+      CHECK(i < st.first_layer + st.layers);
+    }
+  }
+  plan_document wrong = d;
+  wrong.pipeline->stages.back().layers -= 1;
+  CHECK_THROWS_WITH_AS(stages_of_parameters(wrong), doctest::Contains("stages hold 7 layers, but its graph has 8"), solver_error);
+}
+
+TEST_CASE("pipelined: export --to megatron gives the stages, the first and last stage's own counts, and refuses what Megatron-LM cannot split") {
+  using namespace autoshard;
+  const model_graph g = small_gpt(8, 32);
+  const device_mesh mesh = make_cluster_mesh({4, 4});
+  autosharding_options o;
+  o.mesh = mesh;
+  o.pricing = a100();
+  pipeline_config c{.pp = 2, .tp = 2, .dp = 0, .micro_batch = 2, .recompute = recompute_kind::none};
+  const pipelined_step s = price_pipelined(g, mesh, o.pricing, algo::megatron, c, std::vector<int>{4, 4});
+  loaded_plan lp = load_plan(pipelined_document(g, mesh, s, o));
+  const auto args = [](const megatron_export& e) {
+    std::map<std::string, std::string> m;
+    for (const megatron_argument& a : e.arguments) m[a.flag] = a.value;
+    return m;
+  };
+  megatron_export e = export_megatron(lp);
+  REQUIRE(e.problems.empty());
+  std::map<std::string, std::string> a = args(e);
+  CHECK(e.pp == 2);
+  CHECK(e.tp == 2);
+  CHECK(e.dp == 4);
+  CHECK(a["--pipeline-model-parallel-size"] == "2");
+  CHECK(a["--tensor-model-parallel-size"] == "2");
+  CHECK(a["--micro-batch-size"] == "2");
+  CHECK(a["--global-batch-size"] == "32");  // 2 per rank x 4 data-parallel ranks x 4 micro-batches
+  CHECK(a["--num-layers"] == "8");
+  CHECK(!a.count("--decoder-first-pipeline-num-layers"));
+  CHECK(!a.count("--decoder-last-pipeline-num-layers"));
+  // Stages of their own counts, as the plan file says them.
+  plan_pipeline& p = *lp.document.pipeline;
+  const auto set_layers = [&p](std::vector<int> counts, pipeline_schedule sched = pipeline_schedule::one_f_one_b) {
+    p.stages.assign(counts.size(), plan_stage{});
+    p.transfer_seconds.assign(counts.size() - 1, 0.0);
+    p.schedule = sched;
+    int at = 0;
+    for (std::size_t k = 0; k < counts.size(); ++k) p.stages[k] = {at, counts[k], 0.0, 0, 1}, at += counts[k];
+  };
+  set_layers({3, 5});
+  a = args(e = export_megatron(lp));
+  CHECK(a["--pipeline-model-parallel-size"] == "2");
+  CHECK(a["--decoder-first-pipeline-num-layers"] == "3");  // the one stage after it takes the other 5
+  CHECK(!a.count("--decoder-last-pipeline-num-layers"));
+  set_layers({1, 3, 3, 1});
+  a = args(e = export_megatron(lp));
+  CHECK(a["--pipeline-model-parallel-size"] == "4");
+  CHECK(a["--decoder-first-pipeline-num-layers"] == "1");
+  CHECK(a["--decoder-last-pipeline-num-layers"] == "1");
+  set_layers({2, 2, 2, 2});
+  a = args(e = export_megatron(lp));
+  CHECK(a["--pipeline-model-parallel-size"] == "4");
+  CHECK(!a.count("--decoder-first-pipeline-num-layers"));
+  set_layers({2, 3, 2, 1});
+  e = export_megatron(lp);
+  REQUIRE(e.problems.size() == 1);
+  CHECK(e.problems[0] == "its stages hold 2, 3, 2, 1 layers: Megatron-LM gives the stages between the first and the last as many layers each");
+  CHECK_THROWS_WITH_AS(megatron_arguments(e), doctest::Contains("2, 3, 2, 1 layers"), spec_error);
+  set_layers({0, 8});
+  e = export_megatron(lp);
+  REQUIRE(!e.problems.empty());
+  CHECK(e.problems[0] == "stage 0 holds embedding without a layer: each of Megatron-LM's stages holds transformer layers");
+  set_layers({4, 4}, pipeline_schedule::gpipe);
+  e = export_megatron(lp);
+  REQUIRE(e.problems.size() == 1);
+  CHECK(e.problems[0] == "its stages run the gpipe schedule: Megatron-LM runs 1F1B (its schedule without virtual stages)");
+  set_layers({4, 3});
+  e = export_megatron(lp);
+  REQUIRE(e.problems.size() == 1);
+  CHECK(e.problems[0] == "its stages hold 7 layers of the model's 8");
+  // The other exports place the whole model on one mesh: refused, naming the stages.
+  CHECK_THROWS_WITH_AS(export_tensor_parallel(lp), doctest::Contains("the plan is pipelined (2 stages)"), spec_error);
 }

@@ -36,6 +36,40 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
   return fs::exists(c) ? c : fs::path();
 }
 
+/// `shard --plan` of a pipelined plan: DIR/stage-<k>/ per stage, each a sharded checkpoint
+/// (rank files and index.json) of the stage's tensors alone, one rank file per (stage,
+/// tensor-parallel) coordinate (stage_policies_for: data-parallel replicas written once).
+int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_document& plan, const shard_options& so) {
+  namespace fs = std::filesystem;
+  const std::vector<stage_shards> stages = stage_policies_for(plan, in, o.plan);
+  command_paths paths(o.follow_symlinks);
+  for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
+    for (int r = 0; r < stages[k].policy.mesh.num_ranks(); ++r) paths.output("--out rank file", rank_file(dir, r));
+    paths.output("--out index", dir / "index.json");
+  }
+  paths.check();
+  nlohmann::json files = nlohmann::json::array();
+  std::uint64_t bytes = 0;
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
+    const shard_report r = shard_checkpoint(in, stages[k].policy, stages[k].names, dir, so);
+    bytes += r.bytes_written;
+    files.push_back({{"stage", k}, {"holds", describe_stage(*plan.pipeline, k)}, {"dir", dir.string()},
+                     {"world_size", r.world_size}, {"tensors", stages[k].names.size()}, {"bytes_written", r.bytes_written}});
+    if (!o.json)
+      std::cout << "stage " << k << " (" << describe_stage(*plan.pipeline, k) << "): " << stages[k].names.size() << " tensors into "
+                << r.world_size << " rank files on " << to_string(stages[k].policy.mesh) << ", "
+                << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << dir.string() << "\n";
+  }
+  if (o.json)
+    std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", "plan " + o.plan + ", " + describe(*plan.pipeline)},
+                                {"stages", files}, {"bytes_written", bytes}}.dump(2)
+              << "\n";
+  return exit_ok;
+}
+
 int run_shard(const shard_cli_options& o) {
   namespace fs = std::filesystem;
   // Inputs first checked as files (a FIFO would block), then opened; outputs checked below.
@@ -97,8 +131,10 @@ int run_shard(const shard_cli_options& o) {
     check_outputs(o.tp);
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
     how = "policy " + policy.name + ", tp " + std::to_string(o.tp);
+  } else if (const plan_document plan = read_plan_file(o.plan); plan.pipeline) {
+    return shard_stages(o, in, plan, so);
   } else {
-    const plan_policy policy = plan_policy_for(read_plan_file(o.plan), in, o.plan);
+    const plan_policy policy = plan_policy_for(plan, in, o.plan);
     check_outputs(policy.mesh.num_ranks());
     r = shard_checkpoint(in, policy, o.out, so);
     how = "plan " + o.plan + " on " + to_string(policy.mesh);

@@ -4,6 +4,7 @@
 #include "common.hpp"
 
 #include <autoshard/graph/fused.hpp>  // fused_dim_of: c_attn cut per part
+#include <autoshard/pass/pipelined.hpp>  // stages_of_parameters
 #include <autoshard/plan/plan.hpp>
 #include <autoshard/tensor/tensor.hpp>
 
@@ -95,6 +96,79 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
   for (const auto& n : missing)
     std::cerr << "autoshard: note: plan parameter '" << n << "' is not in the checkpoint (tied or unused); skipped\n";
   return pol;
+}
+
+/// One stage of a pipelined plan as the sharder takes it: the checkpoint's tensors it holds and
+/// how each is cut.
+struct stage_shards {
+  plan_policy policy;
+  std::vector<std::string> names;
+};
+
+/// `pol` on its mesh less the axes no parameter is cut on: ranks that differ only there hold
+/// the same shards (data-parallel replicas), so each file is written once.
+inline plan_policy without_replica_axes(plan_policy pol) {
+  std::vector<std::size_t> keep;
+  for (std::size_t a = 0; a < pol.mesh.ndim(); ++a)
+    for (const auto& [name, spec] : pol.specs)
+      if (!spec[a].is_replicate()) {
+        keep.push_back(a);
+        break;
+      }
+  std::vector<int> sizes;
+  for (std::size_t a : keep) sizes.push_back(pol.mesh.size(a));
+  if (sizes.empty()) sizes.push_back(1);
+  device_mesh m(sizes);
+  for (std::size_t i = 0; i < keep.size(); ++i) {
+    m.set_link(i, pol.mesh.link(keep[i]));
+    if (pol.mesh.has_axis_names()) m.set_axis_name(i, pol.mesh.axis_name(keep[i]));
+  }
+  for (auto& [name, spec] : pol.specs) {
+    sharding_spec s = spec;
+    s.mesh_rank = static_cast<std::uint8_t>(sizes.size());
+    for (std::size_t i = 0; i < s.placements.size(); ++i) s.placements[i] = i < keep.size() ? spec[keep[i]] : placement{};
+    spec = s;
+  }
+  pol.mesh = m;
+  return pol;
+}
+
+/// A pipelined plan's stages for `ck` (plan_policy_for's specs, on the stage's mesh less its
+/// replica axes): stage k holds the parameters its layers use (an embedding tied to the head:
+/// the first and the last), and a tensor the plan does not name (a layer's buffer) goes with
+/// its layer, or else to the first stage, with a note.
+inline std::vector<stage_shards> stage_policies_for(const plan_document& plan, const checkpoint& ck, const std::string& file) {
+  const plan_policy all = without_replica_axes(plan_policy_for(plan, ck, file));
+  const std::vector<std::vector<int>> on = stages_of_parameters(plan);  // checks the stages' layers
+  std::vector<stage_shards> out(plan.pipeline->stages.size());
+  std::map<std::string, std::vector<int>> stages_of;  // checkpoint name -> stages
+  for (vertex_t v = 0; v < on.size(); ++v)
+    if (plan.graph[v].is_parameter())
+      if (const std::string n = checkpoint_name(ck, plan.graph[v].name); !n.empty()) stages_of[n] = on[v];
+  const auto layer_stage = [&](std::int64_t layer) {
+    for (std::size_t k = 0; k < out.size(); ++k)
+      if (layer >= plan.pipeline->stages[k].first_layer && layer < plan.pipeline->stages[k].first_layer + plan.pipeline->stages[k].layers)
+        return static_cast<int>(k);
+    return 0;
+  };
+  for (const std::string& n : ck.names()) {
+    std::vector<int> stages = stages_of.count(n) ? stages_of[n] : std::vector<int>{};
+    if (stages.empty()) {
+      const auto l = split_layer_name(n);
+      stages.push_back(l ? layer_stage(l->index) : 0);
+      if (!l) std::cerr << "autoshard: note: '" << n << "' is neither a plan parameter nor in a layer: written with stage 0\n";
+    }
+    for (int k : stages) out[static_cast<std::size_t>(k)].names.push_back(n);
+  }
+  for (stage_shards& s : out) {
+    s.policy.mesh = all.mesh;
+    s.policy.rule = all.rule;
+    for (const std::string& n : s.names) {
+      if (const auto it = all.specs.find(n); it != all.specs.end()) s.policy.specs.insert(*it);
+      if (const auto it = all.fused.find(n); it != all.fused.end()) s.policy.fused.insert(*it);
+    }
+  }
+  return out;
 }
 
 }  // namespace autoshard::tool

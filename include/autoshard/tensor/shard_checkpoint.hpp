@@ -65,6 +65,9 @@ struct shard_options {
   /// to (replaced only if it is a regular file). Off: such an output is refused, as anything
   /// but a regular file is (io/atomic_file.hpp).
   bool follow_symlinks = false;
+  /// Every tensor of the checkpoint must be planned (off: only the planned ones are written, as
+  /// for a pipeline stage, which holds its layers' tensors only).
+  bool every_tensor = true;
 };
 
 struct shard_report {
@@ -196,7 +199,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     if (!by_name.emplace(p.name, &p).second) throw io_error("tensor '" + p.name + "' planned twice");
   }
   for (const auto& n : in.names())
-    if (!by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
+    if (opts.every_tensor && !by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
     throw io_error("output '" + out_dir.string() + "' exists and is not a directory");
   if (opts.convert_to && !detail::is_float(*opts.convert_to))
@@ -318,18 +321,35 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
   return shard_checkpoint(in, plans, device_mesh{tp}, out_dir, opts, policy.name, attrs);
 }
 
+namespace detail {
+/// How each of `names` is cut by `plan`, after checking that every tensor it has a spec for is
+/// in `in`.
+inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names) {
+  for (const auto& [n, s] : plan.specs)
+    if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
+  std::vector<tensor_shards> out;
+  for (const auto& n : names) {
+    if (!in.contains(n)) throw io_error("tensor '" + n + "' is not in the checkpoint");
+    const auto& e = in.entry(n);
+    out.push_back(shards_of(plan, n, e.shape, e.type));
+  }
+  return out;
+}
+}  // namespace detail
+
 /// Shards by a solved plan (parameter name -> spec on the plan's mesh).
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
-  std::vector<tensor_shards> plans;
-  for (const auto& [n, s] : plan.specs)
-    if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
   if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
-  for (const auto& n : in.names()) {
-    const auto& e = in.entry(n);
-    plans.push_back(shards_of(plan, n, e.shape, e.type));
-  }
-  return shard_checkpoint(in, plans, plan.mesh, out_dir, opts, "plan");
+  return shard_checkpoint(in, detail::plan_shards(in, plan, in.names()), plan.mesh, out_dir, opts, "plan");
+}
+
+/// Shards the tensors `names` of `in` alone (a pipeline stage's) by a solved plan.
+inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
+                                     const std::filesystem::path& out_dir, shard_options opts = {}) {
+  opts.every_tensor = false;
+  if (names.empty()) throw io_error("no tensor of the checkpoint is to be sharded");
+  return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }
 
 /// A directory written by shard_checkpoint: its index and every rank file (validated).

@@ -522,47 +522,75 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
   double incumbent = std::numeric_limits<double>::infinity();
   std::map<std::vector<int>, recompute_kind> fit_without;  // (pp, tp, dp, b) -> the least recomputation that fit
   std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
-  std::map<std::vector<int>, std::shared_ptr<stage_probe>> probes;  // by (pp, tp, dp, b): its recomputations share one; at most 17 kept
+  // The stage model (make_stage_probe: the search's main cost) is built once per (pp, tp, dp, b):
+  // the first configuration that needs it prices, on the same model, every later one of the
+  // space with those sizes (its other recomputations), kept until the walk reaches it (or
+  // dropped when the walk stops or prunes it: the walk's decisions are the same as pricing each
+  // when it is reached).
+  struct priced_ahead {
+    std::optional<pipelined_step> step;
+    std::string error;  ///< why it has none
+  };
+  std::map<std::size_t, priced_ahead> ahead;  // by position in `space`
+  const auto price_on = [&](const pipeline_config& c, const stage_probe& probe) {
+    pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, probe, {}, so.base);
+    // Each stage takes the fastest plan for its layers, whatever its memory; where that plan
+    // does not fit, Megatron-LM's layout (a subset of alpa's strategies, storing the optimizer
+    // state sharded) is tried on the same stage model, so alpa's search never loses to it.
+    if (!s.fits && so.a == algo::alpa)
+      if (pipelined_step m = price_pipelined(g, mesh, pricing, algo::megatron, c, probe, {}, so.base); m.fits) s = std::move(m);
+    return s;
+  };
+  const auto price_sizes_of = [&](std::size_t at) {
+    const pipeline_config& c = space[at];
+    std::vector<std::size_t> same;
+    for (std::size_t j = at; j < space.size(); ++j)
+      if (space[j].pp == c.pp && space[j].tp == c.tp && space[j].dp == c.dp && space[j].micro_batch == c.micro_batch) same.push_back(j);
+    try {
+      const stage_probe probe = make_stage_probe(g, mesh, pricing, c);
+      for (std::size_t j : same) try {
+          ahead[j].step = price_on(space[j], probe);
+        } catch (const solver_error& e) {
+          ahead[j].error = std::string(e.message());
+        }
+    } catch (const solver_error& e) {
+      for (std::size_t j : same) ahead[j].error = std::string(e.message());
+    }
+  };
   for (std::size_t at = 0; at < space.size(); ++at) {
     const pipeline_config& c = space[at];
     const std::vector<int> key{c.pp, c.tp, c.dp, c.micro_batch};
     if (const auto it = fit_without.find(key); it != fit_without.end() && it->second < c.recompute) {
       ++out.pruned_recompute;
+      ahead.erase(at);
       continue;
     }
     if (bound(c) >= incumbent) {  // and every configuration after it
       out.pruned_bound += space.size() - at;
       break;
     }
-    try {
-      std::shared_ptr<stage_probe>& probe = probes[key];
-      if (!probe) {
-        if (probes.size() > 16) probes.erase(probes.begin() == probes.find(key) ? std::next(probes.begin()) : probes.begin());
-        probe = std::make_shared<stage_probe>(make_stage_probe(g, mesh, pricing, c));
-      }
-      pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, *probe, {}, so.base);
-      // Each stage takes the fastest plan for its layers, whatever its memory; where that plan
-      // does not fit, Megatron-LM's layout (a subset of alpa's strategies, storing the optimizer
-      // state sharded) is tried on the same stage model, so alpa's search never loses to it.
-      if (!s.fits && so.a == algo::alpa)
-        if (pipelined_step m = price_pipelined(g, mesh, pricing, algo::megatron, c, *probe, {}, so.base); m.fits) s = std::move(m);
-      ++out.priced;
-      if (!s.fits) {
-        if (s.peak_memory_bytes < closest_bytes)
-          closest_bytes = s.peak_memory_bytes, out.closest = describe(c, s.micro_batches) + ": " + human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device";
-        continue;
-      }
-      fit_without.emplace(key, c.recompute);
-      incumbent = std::min(incumbent, s.step_seconds);
-      // Only the best few are kept (bounded memory whatever the space).
-      const auto pos = std::upper_bound(fitting.begin(), fitting.end(), s.step_seconds,
-                                        [](double t, const pipelined_step& x) { return t < x.step_seconds; });
-      if (static_cast<std::size_t>(pos - fitting.begin()) <= so.alternatives) {
-        fitting.insert(pos, std::move(s));
-        if (fitting.size() > so.alternatives + 1) fitting.pop_back();
-      }
-    } catch (const solver_error& e) {
-      if (++out.failed <= 3) out.failures.push_back(describe(c, 0) + ": " + std::string(e.message()));
+    if (!ahead.count(at)) price_sizes_of(at);
+    priced_ahead p = std::move(ahead.at(at));
+    ahead.erase(at);
+    if (!p.step) {
+      if (++out.failed <= 3) out.failures.push_back(describe(c, 0) + ": " + p.error);
+      continue;
+    }
+    pipelined_step s = std::move(*p.step);
+    ++out.priced;
+    if (!s.fits) {
+      if (s.peak_memory_bytes < closest_bytes)
+        closest_bytes = s.peak_memory_bytes, out.closest = describe(c, s.micro_batches) + ": " + human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device";
+      continue;
+    }
+    fit_without.emplace(key, c.recompute);
+    incumbent = std::min(incumbent, s.step_seconds);
+    // Only the best few are kept (bounded memory whatever the space).
+    const auto pos = std::upper_bound(fitting.begin(), fitting.end(), s.step_seconds,
+                                      [](double t, const pipelined_step& x) { return t < x.step_seconds; });
+    if (static_cast<std::size_t>(pos - fitting.begin()) <= so.alternatives) {
+      fitting.insert(pos, std::move(s));
+      if (fitting.size() > so.alternatives + 1) fitting.pop_back();
     }
   }
   if (!fitting.empty()) {

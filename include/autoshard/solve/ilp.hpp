@@ -30,6 +30,7 @@
 #include <sstream>     // std::ostringstream
 #include <string>      // std::string
 #include <thread>      // std::thread::hardware_concurrency
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 #include "../core/error.hpp"            // solver_error
@@ -596,147 +597,291 @@ inline exact_search_result prove(glpk_model& model, const reduced_view& rv, incu
   return ex;
 }
 
+/// How one round of thread 0's ILP phase ended: with the phase's end, or (neither set) with
+/// another round on the same model after a memory row was added, or with a new pass after the
+/// reductions changed the problem.
+struct round_end {
+  std::optional<exact_end> end;
+  bool new_pass = false;
+};
+
 /// Thread 0's ILP phase: LP relaxation with lazy memory rows, reduced-cost fixing (then reduce
 /// and rebuild) while it removes much, then branch and bound seeded with the best answer, then
 /// the exact search. Says how it ended; the search threads may still hold a cheaper answer.
-inline exact_end exact_phase(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best,
-                             solve_result& res, clock::time_point t0, std::int64_t known_bound) {
-  const std::string timed_out = "time_limit of " + fmt_num(opt.time_limit) + " s reached";
-  const auto proven_infeasible = [&]() {
+/// Each pass builds the model of the reduced problem; each round of a pass solves it again with
+/// the memory rows found so far.
+class exact_pipeline {
+ public:
+  exact_pipeline(const strategy_problem& p, const solve_options& opt, reducer& red, incumbent& best, solve_result& res,
+                 clock::time_point t0, std::int64_t known_bound)
+      : p_(p),
+        opt_(opt),
+        red_(red),
+        best_(best),
+        res_(res),
+        t0_(t0),
+        timed_out_("time_limit of " + fmt_num(opt.time_limit) + " s reached"),
+        limit_tol_(p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0),
+        bound_(std::max(known_bound, proven_bound(0.0L, red.offset))) {}
+
+  exact_end run() {
+    glp_quiet quiet;
+    for (int pass = 0;; ++pass)
+      if (std::optional<exact_end> end = one_pass(pass)) return *end;
+  }
+
+ private:
+  const strategy_problem& p_;
+  const solve_options& opt_;
+  reducer& red_;
+  incumbent& best_;
+  solve_result& res_;
+  clock::time_point t0_;
+  std::string timed_out_;
+  double limit_tol_;
+  std::vector<std::int64_t> rows_at_;  // time points whose memory rows proved needed
+  std::int64_t bound_;
+
+  solver_error proven_infeasible() const {
     std::string msg = "no choice is feasible (proven by the ILP)";
-    if (p.usage_limit)
-      msg += ": usage_limit " + std::to_string(*p.usage_limit) + " cannot be met together with the forbidden " +
+    if (p_.usage_limit)
+      msg += ": usage_limit " + std::to_string(*p_.usage_limit) + " cannot be met together with the forbidden " +
              "(infinite-cost) pairs; the smallest budget ignoring them is " +
-             std::to_string(p.min_peak_usage().bytes);
+             std::to_string(p_.min_peak_usage().bytes);
     return solver_error(msg);
-  };
-  const double limit_tol = p.usage_limit ? 1e-9 * static_cast<double>(*p.usage_limit) + 1e-6 : 0.0;
-  std::vector<std::int64_t> rows_at;  // time points whose memory rows proved needed
-  std::int64_t bound = std::max(known_bound, proven_bound(0.0L, red.offset));
-  const auto note_bound = [&]() {
-    if (best.hub) best.hub->bound(bound);
-  };
-  glp_quiet quiet;
-  for (int pass = 0;; ++pass) {
-    const reduced_view rv(red, candidate_times(p, red, opt));
-    bound = std::max(bound, proven_bound(0.0L, red.offset));
-    if (rv.ilp_nodes.empty()) {
-      std::vector<int> choice(p.nodes.size(), -1);
-      red.unfold(choice);
-      best.offer(std::move(choice));
-      for (const ilp_size& r : red.sizes) res.sizes.push_back(r);
-      if (!best.eval) throw proven_infeasible();
-      return {bound, stop_reason::optimal, "the reductions decided every node", false};
-    }
-    glpk_model model(rv, opt.formulation);
+  }
+
+  void note_bound() {
+    if (best_.hub) best_.hub->bound(bound_);
+  }
+
+  /// One pass: the model of the problem as the reducer holds it now, solved round by round.
+  /// Empty when the reductions changed the problem (the next pass rebuilds the model).
+  std::optional<exact_end> one_pass(int pass) {
+    const reduced_view rv(red_, candidate_times(p_, red_, opt_));
+    bound_ = std::max(bound_, proven_bound(0.0L, red_.offset));
+    if (rv.ilp_nodes.empty()) return decided_by_reductions();
+    glpk_model model(rv, opt_.formulation);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
-      if (!opt.lazy_memory || std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t])) model.add_memory_row(t);
+      if (!opt_.lazy_memory || std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
+        model.add_memory_row(t);
     // GLPK's first incumbent: the best answer so far, on the nodes left.
     std::optional<std::vector<std::size_t>> start;
-    if (best.eval) start = repair_pick(rv, best.project(rv), heuristic_deadline_from_now(opt));
-    if (start) best.offer(best.unreduce(rv, *start));
+    if (best_.eval) start = repair_pick(rv, best_.project(rv), heuristic_deadline_from_now(opt_));
+    if (start) best_.offer(best_.unreduce(rv, *start));
 
     callback_state cb;
-    cb.opt = &opt;
+    cb.opt = &opt_;
     cb.rv = &rv;
     cb.model = &model;
-    cb.best = &best;
+    cb.best = &best_;
     cb.start = start;
-    cb.t0 = t0;
+    cb.t0 = t0_;
     for (int round = 0;; ++round) {
       cb.round = round;
-      best.phase = "LP relaxation";
-      if (best.hub) best.hub->tick(best.phase);
-      // With an answer in hand the LP relaxation gets at most a quarter of the time: one that
-      // cannot finish by then leaves too little for a search and a proof over it, and the rest
-      // goes to local search, which then needs every second it can get.
-      const double lp_until = best.eval ? 0.25 * opt.time_limit : opt.time_limit;
-      const phase_end lp = solve_relaxation(model, lp_until, t0, limit_tol);
-      for (std::size_t t = 0; t < rv.times.size(); ++t)
-        if (model.added[t] && !std::binary_search(rows_at.begin(), rows_at.end(), rv.times[t]))
-          rows_at.insert(std::upper_bound(rows_at.begin(), rows_at.end(), rv.times[t]), rv.times[t]);
-      if (lp == phase_end::infeasible) {
-        if (best.eval) throw solver_error("internal: the LP is infeasible although a feasible answer is known");
-        throw proven_infeasible();
-      }
-      if (lp == phase_end::time_out) {
-        record_sizes(res, red, rv, model);
-        if (lp_until < opt.time_limit)
-          return {bound, stop_reason::time_limit,
-                  "the LP relaxation did not finish in a quarter of the time_limit; the Lagrangian search used the rest",
-                  true};
-        return {bound, stop_reason::time_limit, timed_out + " in the LP relaxation", false};
-      }
-      const glpk_model::safe_lp safe = model.safe_dual_bound();
-      bound = std::max(bound, proven_bound(safe.bound, red.offset));
-      note_bound();
-      if (best.eval && bound >= best.eval->objective) {  // the answer meets the LP bound
-        record_sizes(res, red, rv, model);
-        return {bound, stop_reason::optimal, "the answer meets the LP relaxation's bound", false};
-      }
-      // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
-      if (round == 0 && pass < 8 && best.eval && opt.reduce) {
-        const std::size_t fixed = fix_by_reduced_costs(model, red, safe, best.eval->objective);
-        if (fixed * 20 > static_cast<std::size_t>(glp_get_num_cols(model.lp.get()))) {
-          red.record_size("reduced-cost fixing (LP bound " + std::to_string(bound) + ")");
-          try {
-            if (red.prune_infinite()) red.update_binding();
-            red.run_rounds();
-          } catch (const no_strategy_left&) {
-            // Every strategy left of some node is in no answer cheaper than the best one: it is optimal.
-            bound = best.eval->objective;
-            note_bound();
-            record_sizes(res, red, rv, model);
-            return {bound, stop_reason::optimal, "reduced-cost fixing left no cheaper answer", false};
-          }
-          break;  // next pass
-        }
-      }
-      best.phase = "branch and bound";
-      const mip_round mr = run_branch_and_bound(model, cb, opt, t0);
-      res.rounds += 1;
-      res.memory_rows = model.memory_rows;
-      if (mr.end == phase_end::infeasible) {
-        if (best.eval) throw solver_error("internal: the ILP is infeasible although a feasible answer is known");
-        throw proven_infeasible();
-      }
-      if (mr.pick && !best.offer(best.unreduce(rv, *mr.pick))) {
-        // Within GLPK's tolerance but not exactly within the limit: repair it in integers.
-        if (auto fixed = repair_pick(rv, *mr.pick, heuristic_deadline_from_now(opt))) best.offer(best.unreduce(rv, *fixed));
-      }
-      if (mr.pick) {
-        // A violated time point without a row: add it and solve again (the bound stays valid).
-        const long t = model.most_violated(model.columns_of(*mr.pick), limit_tol);
-        if (t >= 0 && mr.end != phase_end::time_out && (!best.eval || bound < best.eval->objective)) {
-          model.add_memory_row(static_cast<std::size_t>(t));
-          continue;
-        }
-      }
-      record_sizes(res, red, rv, model);
-      if (!best.eval)
-        return {bound, stop_reason::time_limit,
-                mr.end == phase_end::time_out ? timed_out + " in the branch and bound"
-                                              : std::string("the branch and bound ended without an answer"),
-                false};
-      // GLPK's tree ends within its floating-point tolerances: its bound is not a proof. The
-      // exact search proves the answer (or a bound) with safe LP bounds, in the time left.
-      if (mr.end == phase_end::time_out) return {bound, stop_reason::time_limit, timed_out + " in the branch and bound", false};
-      if (bound >= best.eval->objective) return {bound, stop_reason::optimal, "", false};
-      best.phase = "exact search";
-      const exact_search_result ex = prove(model, rv, best, opt, t0, limit_tol);
-      res.exact_nodes = ex.nodes;
-      bound = std::max(bound, proven_bound(ex.bound, red.offset));
-      note_bound();
-      if (ex.complete) return {bound, stop_reason::gap_reached, "the exact search closed every node within it", false};
-      if (ex.failure != 0)
-        return {bound, stop_reason::time_limit,
-                "GLPK's simplex failed (code " + std::to_string(ex.failure) + ") in the exact search after " +
-                    std::to_string(ex.nodes) + " LPs; the bound is that of its open nodes, and the Lagrangian "
-                    "search used the rest of the time",
-                true};
-      return {bound, stop_reason::time_limit, timed_out + " in the exact search", false};
+      round_end r = one_round(pass, round, rv, model, cb);
+      if (r.end) return std::move(r.end);
+      if (r.new_pass) return std::nullopt;
     }
   }
+
+  /// The reductions decided every node: their answer is the best one.
+  exact_end decided_by_reductions() {
+    std::vector<int> choice(p_.nodes.size(), -1);
+    red_.unfold(choice);
+    best_.offer(std::move(choice));
+    for (const ilp_size& r : red_.sizes) res_.sizes.push_back(r);
+    if (!best_.eval) throw proven_infeasible();
+    return {bound_, stop_reason::optimal, "the reductions decided every node", false};
+  }
+
+  /// One round: the LP relaxation and its bound, reduced-cost fixing on a pass's first round,
+  /// then the branch and bound and what follows it.
+  round_end one_round(int pass, int round, const reduced_view& rv, glpk_model& model, callback_state& cb) {
+    if (std::optional<exact_end> end = relaxation(rv, model)) return {std::move(end)};
+    const glpk_model::safe_lp safe = model.safe_dual_bound();
+    bound_ = std::max(bound_, proven_bound(safe.bound, red_.offset));
+    note_bound();
+    if (best_.eval && bound_ >= best_.eval->objective) {  // the answer meets the LP bound
+      record_sizes(res_, red_, rv, model);
+      return {exact_end{bound_, stop_reason::optimal, "the answer meets the LP relaxation's bound", false}};
+    }
+    // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
+    if (round == 0 && pass < 8 && best_.eval && opt_.reduce) {
+      const std::size_t fixed = fix_by_reduced_costs(model, red_, safe, best_.eval->objective);
+      if (fixed * 20 > static_cast<std::size_t>(glp_get_num_cols(model.lp.get()))) return reduce_again(rv, model);
+    }
+    best_.phase = "branch and bound";
+    const mip_round mr = run_branch_and_bound(model, cb, opt_, t0_);
+    return after_branch_and_bound(mr, rv, model);
+  }
+
+  /// The LP relaxation with the memory rows it needs (remembered for the next passes). An end
+  /// when it proves the problem infeasible (thrown) or runs out of time.
+  std::optional<exact_end> relaxation(const reduced_view& rv, glpk_model& model) {
+    best_.phase = "LP relaxation";
+    if (best_.hub) best_.hub->tick(best_.phase);
+    // With an answer in hand the LP relaxation gets at most a quarter of the time: one that
+    // cannot finish by then leaves too little for a search and a proof over it, and the rest
+    // goes to local search, which then needs every second it can get.
+    const double lp_until = best_.eval ? 0.25 * opt_.time_limit : opt_.time_limit;
+    const phase_end lp = solve_relaxation(model, lp_until, t0_, limit_tol_);
+    for (std::size_t t = 0; t < rv.times.size(); ++t)
+      if (model.added[t] && !std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
+        rows_at_.insert(std::upper_bound(rows_at_.begin(), rows_at_.end(), rv.times[t]), rv.times[t]);
+    if (lp == phase_end::infeasible) {
+      if (best_.eval) throw solver_error("internal: the LP is infeasible although a feasible answer is known");
+      throw proven_infeasible();
+    }
+    if (lp != phase_end::time_out) return std::nullopt;
+    record_sizes(res_, red_, rv, model);
+    if (lp_until < opt_.time_limit)
+      return exact_end{
+          bound_, stop_reason::time_limit,
+          "the LP relaxation did not finish in a quarter of the time_limit; the Lagrangian search used the rest", true};
+    return exact_end{bound_, stop_reason::time_limit, timed_out_ + " in the LP relaxation", false};
+  }
+
+  /// After reduced-cost fixing forbade many columns: reduce again for a new pass, or end when
+  /// no strategy of some node is left in a cheaper answer (the best one is then optimal).
+  round_end reduce_again(const reduced_view& rv, const glpk_model& model) {
+    red_.record_size("reduced-cost fixing (LP bound " + std::to_string(bound_) + ")");
+    try {
+      if (red_.prune_infinite()) red_.update_binding();
+      red_.run_rounds();
+    } catch (const no_strategy_left&) {
+      // Every strategy left of some node is in no answer cheaper than the best one: it is optimal.
+      bound_ = best_.eval->objective;
+      note_bound();
+      record_sizes(res_, red_, rv, model);
+      return {exact_end{bound_, stop_reason::optimal, "reduced-cost fixing left no cheaper answer", false}};
+    }
+    return {std::nullopt, true};
+  }
+
+  /// GLPK's answer offered (repaired in integers when only within its tolerance); a memory row
+  /// it violates is added for another round; else the round's end.
+  round_end after_branch_and_bound(const mip_round& mr, const reduced_view& rv, glpk_model& model) {
+    res_.rounds += 1;
+    res_.memory_rows = model.memory_rows;
+    if (mr.end == phase_end::infeasible) {
+      if (best_.eval) throw solver_error("internal: the ILP is infeasible although a feasible answer is known");
+      throw proven_infeasible();
+    }
+    if (mr.pick && !best_.offer(best_.unreduce(rv, *mr.pick))) {
+      // Within GLPK's tolerance but not exactly within the limit: repair it in integers.
+      if (auto fixed = repair_pick(rv, *mr.pick, heuristic_deadline_from_now(opt_)))
+        best_.offer(best_.unreduce(rv, *fixed));
+    }
+    if (mr.pick) {
+      // A violated time point without a row: add it and solve again (the bound stays valid).
+      const long t = model.most_violated(model.columns_of(*mr.pick), limit_tol_);
+      if (t >= 0 && mr.end != phase_end::time_out && (!best_.eval || bound_ < best_.eval->objective)) {
+        model.add_memory_row(static_cast<std::size_t>(t));
+        return {};
+      }
+    }
+    record_sizes(res_, red_, rv, model);
+    return {conclude(mr, rv, model)};
+  }
+
+  /// The end after a branch and bound without a violated row: GLPK's tree ends within its
+  /// floating-point tolerances, so its bound is not a proof; the exact search proves the answer
+  /// (or a bound) with safe LP bounds, in the time left.
+  exact_end conclude(const mip_round& mr, const reduced_view& rv, glpk_model& model) {
+    if (!best_.eval)
+      return {bound_, stop_reason::time_limit,
+              mr.end == phase_end::time_out ? timed_out_ + " in the branch and bound"
+                                            : std::string("the branch and bound ended without an answer"),
+              false};
+    if (mr.end == phase_end::time_out)
+      return {bound_, stop_reason::time_limit, timed_out_ + " in the branch and bound", false};
+    if (bound_ >= best_.eval->objective) return {bound_, stop_reason::optimal, "", false};
+    best_.phase = "exact search";
+    const exact_search_result ex = prove(model, rv, best_, opt_, t0_, limit_tol_);
+    res_.exact_nodes = ex.nodes;
+    bound_ = std::max(bound_, proven_bound(ex.bound, red_.offset));
+    note_bound();
+    if (ex.complete) return {bound_, stop_reason::gap_reached, "the exact search closed every node within it", false};
+    if (ex.failure != 0)
+      return {bound_, stop_reason::time_limit,
+              "GLPK's simplex failed (code " + std::to_string(ex.failure) + ") in the exact search after " +
+                  std::to_string(ex.nodes) + " LPs; the bound is that of its open nodes, and the Lagrangian "
+                  "search used the rest of the time",
+              true};
+    return {bound_, stop_reason::time_limit, timed_out_ + " in the exact search", false};
+  }
+};
+
+/// The user's progress callback as the hub's sink (none when the options have none).
+inline progress_hub::sink progress_sink(const solve_options& opt) {
+  if (!opt.on_progress) return progress_hub::sink();
+  return progress_hub::sink([&opt](double inc, double bnd, double sec, const std::string& phase) {
+    solve_progress pr;
+    pr.incumbent = inc;
+    pr.bound = bnd;
+    if (inc < std::numeric_limits<double>::infinity()) pr.gap = std::max(0.0, (inc - bnd) / std::max(std::abs(inc), 1.0));
+    pr.seconds = sec;
+    pr.phase = phase;
+    opt.on_progress(pr);
+  });
+}
+
+/// The Lagrangian search's first answer (offered to `best`) and the proven bound with its
+/// Lagrangian bound, which holds for the problem as it is now: its offset is added here.
+inline std::int64_t first_heuristic(const reduced_view& first, const reducer& red, incumbent& best,
+                                    const solve_options& opt) {
+  std::int64_t known_bound = proven_bound(0.0L, red.offset);
+  if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
+      lb && !is_forbidden_w(*lb)) {
+    const wcost total = wadd(red.offset, *lb);
+    known_bound = std::max(known_bound, total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total));
+  }
+  return known_bound;
+}
+
+/// The cheapest answer over the threads (ties to the lowest thread, thread 0 first), the best
+/// proven bound, and whether a search thread ended at its time or work limit.
+struct pooled_answer {
+  std::optional<evaluation> eval;
+  std::vector<int> choice;
+  std::int64_t bound = 0;
+  bool any_time = false, any_work = false;
+};
+
+inline pooled_answer pool_answers(const strategy_problem& p, const incumbent& best, const exact_end& end,
+                                  const search_pool& pool, solve_result& res) {
+  pooled_answer out{best.eval, best.choice, end.bound, false, false};
+  for (const search_pool::result& r : pool.results()) {
+    res.search_rounds += r.rounds;
+    if (r.bound) out.bound = std::max(out.bound, *r.bound);
+    out.any_time = out.any_time || r.end == search_end::time_limit;
+    out.any_work = out.any_work || r.end == search_end::work_limit;
+    if (r.choice && (!out.eval || r.objective < out.eval->objective)) {
+      out.eval = p.evaluate(*r.choice);
+      out.choice = *r.choice;
+    }
+  }
+  return out;
+}
+
+/// Why the solve stopped when the Lagrangian search used the rest of thread 0's time: the
+/// search's limit that ended it, with the exact pipeline's end and the rounds in words.
+inline std::pair<stop_reason, std::string> search_stop(const pooled_answer& a, const exact_end& end,
+                                                       const solve_result& res, const solve_options& opt,
+                                                       clock::time_point deadline) {
+  const std::string rounds = std::to_string(res.search_rounds) + " rounds of the Lagrangian search on " +
+                             std::to_string(res.threads) + " thread(s)";
+  if (a.any_time || clock::now() >= deadline)
+    return {stop_reason::time_limit,
+            "time_limit of " + fmt_num(opt.time_limit) + " s reached (" + end.message + "; " + rounds + ")"};
+  if (a.any_work)
+    return {stop_reason::work_limit, "work_limit of " + std::to_string(opt.work_limit) +
+                                         " rounds per search thread reached (" + end.message + "; " + rounds + ")"};
+  return {stop_reason::stalled, "no improvement possible under the method: every search thread went " +
+                                    std::to_string(opt.stall_rounds) +
+                                    " rounds without a cheaper answer before the time limit (" + end.message + "; " +
+                                    rounds + ")"};
 }
 
 }  // namespace detail
@@ -764,20 +909,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   else
     red.update_binding();
   red.release_dead();
-  progress_hub hub(
-      opt.on_progress
-          ? progress_hub::sink([&opt](double inc, double bnd, double sec, const std::string& phase) {
-              solve_progress pr;
-              pr.incumbent = inc;
-              pr.bound = bnd;
-              if (inc < std::numeric_limits<double>::infinity())
-                pr.gap = std::max(0.0, (inc - bnd) / std::max(std::abs(inc), 1.0));
-              pr.seconds = sec;
-              pr.phase = phase;
-              opt.on_progress(pr);
-            })
-          : progress_hub::sink(),
-      opt.progress_interval, t0);
+  progress_hub hub(progress_sink(opt), opt.progress_interval, t0);
   incumbent best{p, red, t0, {}, std::nullopt, 0.0, &hub, "heuristic"};
   const reduced_view first(red, candidate_times(p, red, opt));
   if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
@@ -795,19 +927,13 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   search_pool pool(p, red, first.times, hub,
                    {deadline, opt.work_limit, opt.stall_rounds, opt.seed});
   res.threads = 1 + static_cast<int>(pool.start(1, static_cast<std::size_t>(res.threads - 1)));
-  std::int64_t known_bound = proven_bound(0.0L, red.offset);
-  // The Lagrangian bound holds for the problem as it is now: its offset is added here.
-  if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
-      lb && !is_forbidden_w(*lb)) {
-    const wcost total = wadd(red.offset, *lb);
-    known_bound = std::max(known_bound, total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total));
-  }
+  const std::int64_t known_bound = first_heuristic(first, red, best, opt);
   hub.bound(known_bound);
   exact_end end{known_bound, stop_reason::time_limit, "", true};
   if (opt.exact) {
     // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
     if (best.eval && opt.reduce) red.tighten(best.eval->objective);
-    end = exact_phase(p, opt, red, best, res, t0, known_bound);
+    end = exact_pipeline(p, opt, red, best, res, t0, known_bound).run();
   } else {
     end.message = "the ILP is off (solve_options::exact); the Lagrangian search ran";
   }
@@ -819,44 +945,12 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
     pool.stop();
   }
   if (std::exception_ptr e = hub.error()) std::rethrow_exception(e);
-  // The cheapest answer over the threads, ties to the lowest thread (thread 0 first).
-  std::optional<evaluation> eval = best.eval;
-  std::vector<int> choice = best.choice;
-  bool any_time = false, any_work = false;
-  std::int64_t bound = end.bound;
-  for (const search_pool::result& r : pool.results()) {
-    res.search_rounds += r.rounds;
-    if (r.bound) bound = std::max(bound, *r.bound);
-    any_time = any_time || r.end == search_end::time_limit;
-    any_work = any_work || r.end == search_end::work_limit;
-    if (r.choice && (!eval || r.objective < eval->objective)) {
-      eval = p.evaluate(*r.choice);
-      choice = *r.choice;
-    }
-  }
-  if (!eval)
+  const pooled_answer a = pool_answers(p, best, end, pool, res);
+  if (!a.eval)
     throw solver_error((end.message.empty() ? "the search ended" : end.message) + ", and no feasible answer was found" +
                        (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
-  stop_reason why = end.why;
-  std::string message = end.message;
-  if (searched) {
-    const std::string rounds = std::to_string(res.search_rounds) + " rounds of the Lagrangian search on " +
-                               std::to_string(res.threads) + " thread(s)";
-    if (any_time || clock::now() >= deadline) {
-      why = stop_reason::time_limit;
-      message = "time_limit of " + fmt_num(opt.time_limit) + " s reached (" + end.message + "; " + rounds + ")";
-    } else if (any_work) {
-      why = stop_reason::work_limit;
-      message = "work_limit of " + std::to_string(opt.work_limit) + " rounds per search thread reached (" +
-                end.message + "; " + rounds + ")";
-    } else {
-      why = stop_reason::stalled;
-      message = "no improvement possible under the method: every search thread went " +
-                std::to_string(opt.stall_rounds) + " rounds without a cheaper answer before the time limit (" +
-                end.message + "; " + rounds + ")";
-    }
-  }
-  return finish(std::move(res), p, hub.first_seconds(), eval, choice, bound, why, message, opt, t0);
+  auto [why, message] = searched ? search_stop(a, end, res, opt, deadline) : std::pair{end.why, end.message};
+  return finish(std::move(res), p, hub.first_seconds(), a.eval, a.choice, a.bound, why, message, opt, t0);
 }
 
 }  // namespace autoshard

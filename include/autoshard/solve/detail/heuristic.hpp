@@ -417,34 +417,50 @@ class local_search {
   /// twice `work` entries, the last cycle-closing node leaves again.
   window grow_window(std::size_t seed, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
                      std::size_t roots, std::size_t closers = 4) const {
-    const std::size_t n = rv.red.nodes.size();
     window w;
     std::vector<std::size_t> closing;  // positions of the cycle-closing nodes, in order
-    double spent = 0.0;
-    const auto add = [&](std::size_t v) {
-      pos[v] = w.nodes.size();
-      w.nodes.push_back(v);
-    };
-    add(seed);
-    spent += static_cast<double>(rv.node(seed).size());
-    if (rv.limit && roots > 0 && !rv.spans[seed].empty()) {
-      std::size_t hot = rv.spans[seed][0].a;
-      int128 peak = load.at(hot);
-      for (const reduced_view::part_span& sp : rv.spans[seed])
-        for (std::size_t t = sp.a; t < sp.b; ++t)
-          if (load.at(t) > peak) peak = load.at(t), hot = t;
-      std::vector<std::size_t> live = live_at(hot);
-      std::shuffle(live.begin(), live.end(), rng);
-      for (std::size_t v : live) {
-        if (w.nodes.size() > roots || pos[v] != n) continue;
-        bool touches = false;
-        for (const reduced_view::incidence& in : rv.inc[v]) touches = touches || pos[rv.other(in)] != n;
-        if (!touches && spent + static_cast<double>(rv.node(v).size()) <= static_cast<double>(work)) {
-          add(v);
-          spent += static_cast<double>(rv.node(v).size());
-        }
+    join(w, pos, seed);
+    double spent = static_cast<double>(rv.node(seed).size());
+    if (rv.limit && roots > 0 && !rv.spans[seed].empty()) add_memory_partners(w, rng, pos, work, roots, spent);
+    grow_breadth_first(w, rng, pos, work, closers, closing, spent);
+    plan_window(w, pos, work, closing);
+    return w;
+  }
+
+  /// Put v at the window's end.
+  static void join(window& w, std::vector<std::size_t>& pos, std::size_t v) {
+    pos[v] = w.nodes.size();
+    w.nodes.push_back(v);
+  }
+
+  /// Up to `roots` nodes live at the most loaded time point of the seed (the window's only node)
+  /// that share no edge with the window, while their values fit in `work`.
+  void add_memory_partners(window& w, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
+                           std::size_t roots, double& spent) const {
+    const std::size_t n = rv.red.nodes.size(), seed = w.nodes.front();
+    std::size_t hot = rv.spans[seed][0].a;
+    int128 peak = load.at(hot);
+    for (const reduced_view::part_span& sp : rv.spans[seed])
+      for (std::size_t t = sp.a; t < sp.b; ++t)
+        if (load.at(t) > peak) peak = load.at(t), hot = t;
+    std::vector<std::size_t> live = live_at(hot);
+    std::shuffle(live.begin(), live.end(), rng);
+    for (std::size_t v : live) {
+      if (w.nodes.size() > roots || pos[v] != n) continue;
+      bool touches = false;
+      for (const reduced_view::incidence& in : rv.inc[v]) touches = touches || pos[rv.other(in)] != n;
+      if (!touches && spent + static_cast<double>(rv.node(v).size()) <= static_cast<double>(work)) {
+        join(w, pos, v);
+        spent += static_cast<double>(rv.node(v).size());
       }
     }
+  }
+
+  /// Breadth-first growth from every window node while the estimated work fits; at most
+  /// `closers` nodes that close a cycle, their positions recorded in `closing`.
+  void grow_breadth_first(window& w, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
+                          std::size_t closers, std::vector<std::size_t>& closing, double& spent) const {
+    const std::size_t n = rv.red.nodes.size();
     std::vector<reduced_view::incidence> around;
     std::vector<std::size_t> joined;
     for (std::size_t head = 0; head < w.nodes.size(); ++head) {
@@ -464,9 +480,15 @@ class local_search {
         if (spent + cost > static_cast<double>(work)) continue;
         spent += cost;
         if (joined.size() > 1) closing.push_back(w.nodes.size());
-        add(x);
+        join(w, pos, x);
       }
     }
+  }
+
+  /// The window's inner edges and elimination plan; while the plan visits more than twice
+  /// `work` entries, the last cycle-closing node leaves again.
+  void plan_window(window& w, std::vector<std::size_t>& pos, std::size_t work, std::vector<std::size_t>& closing) const {
+    const std::size_t n = rv.red.nodes.size();
     for (;;) {
       w.inner.clear();
       std::vector<std::size_t> size(w.nodes.size());
@@ -487,9 +509,9 @@ class local_search {
         for (std::size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
         elimination_plan leaves_up = plan_in_order(size, links, std::move(order));
         if (leaves_up.work < w.plan.work) w.plan = std::move(leaves_up);
-        return w;
+        return;
       }
-      if (w.plan.work <= 2.0 * static_cast<double>(work)) return w;
+      if (w.plan.work <= 2.0 * static_cast<double>(work)) return;
       // Drop the last cycle-closing node (the growth order of the others is kept).
       const std::size_t k = closing.back();
       closing.pop_back();

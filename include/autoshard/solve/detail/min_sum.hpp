@@ -115,40 +115,44 @@ inline elimination_plan plan_in_order(const std::vector<std::size_t>& size,
   return plan;
 }
 
-/// The exact minimiser of `pb`, eliminating in `plan.order` (every variable exactly once). Its
-/// unary costs are consumed (the eliminations add into them); its pair tables are only read.
-inline std::vector<std::size_t> solve_min_sum(min_sum_problem pb, const elimination_plan& plan) {
-  const std::size_t n = pb.size.size();
-  struct factor {
-    std::vector<std::size_t> scope;  // variables, the first one most significant
-    std::vector<wcost> own;          // a table made by an elimination (empty for an input pair)
-    std::span<const wcost> t;        // the table: an input pair's, or `own`
-    bool alive = true;
-  };
+namespace min_sum_detail {
+
+/// A cost table over some variables: an input pair's (read in place) or one an elimination made.
+struct factor {
+  std::vector<std::size_t> scope;  // variables, the first one most significant
+  std::vector<wcost> own;          // a table made by an elimination (empty for an input pair)
+  std::span<const wcost> t;        // the table: an input pair's, or `own`
+  bool alive = true;
+};
+
+/// What eliminating a variable left for the back-substitution: its minimising value for every
+/// assignment of the variables it was linked to then.
+struct record {
+  std::vector<std::size_t> scope;
+  std::vector<std::uint32_t> arg;
+};
+
+/// The factors of a min-sum problem and the eliminations done so far.
+struct eliminator {
+  min_sum_problem& pb;            // its unary costs take in the eliminations' one-variable tables
   std::vector<factor> fs;
-  std::vector<std::vector<std::size_t>> touching(n);  // factor ids per variable
-  for (const min_sum_problem::pair_table& pt : pb.pairs) {
-    touching[pt.a].push_back(fs.size());
-    touching[pt.b].push_back(fs.size());
-    fs.push_back({{pt.a, pt.b}, {}, pt.m, true});
+  std::vector<std::vector<std::size_t>> touching;  // factor ids per variable
+  std::vector<record> rec;
+
+  explicit eliminator(min_sum_problem& problem)
+      : pb(problem), touching(problem.size.size()), rec(problem.size.size()) {
+    for (const min_sum_problem::pair_table& pt : pb.pairs) {
+      touching[pt.a].push_back(fs.size());
+      touching[pt.b].push_back(fs.size());
+      fs.push_back({{pt.a, pt.b}, {}, pt.m, true});
+    }
   }
-  std::vector<std::vector<wcost>>& unary = pb.unary;
-  struct record {
-    std::vector<std::size_t> scope;
-    std::vector<std::uint32_t> arg;
-  };
-  std::vector<record> rec(n);
-  for (const std::size_t x : plan.order) {
-    std::vector<std::size_t> fx;
-    std::vector<std::size_t> scope;
-    for (std::size_t f : touching[x])
-      if (fs[f].alive && std::find(fx.begin(), fx.end(), f) == fx.end()) {
-        fx.push_back(f);
-        for (std::size_t v : fs[f].scope)
-          if (v != x) scope.push_back(v);
-      }
-    std::sort(scope.begin(), scope.end());
-    scope.erase(std::unique(scope.begin(), scope.end()), scope.end());
+
+  /// Eliminate x: combine the live factors that hold it and minimise it out, leaving a table over
+  /// the variables it was linked to (added to a unary cost when there is one of them).
+  void eliminate(std::size_t x) {
+    std::vector<std::size_t> fx, scope;
+    gather(x, fx, scope);
     // Strides of every scope variable and of x inside each factor.
     const std::size_t k = scope.size(), nf = fx.size();
     std::vector<std::size_t> stride(nf * k, 0), xstride(nf, 0), off(nf, 0);
@@ -178,7 +182,7 @@ inline std::vector<std::size_t> solve_min_sum(min_sum_problem pb, const eliminat
       wcost best = forbidden;
       std::uint32_t arg = 0;
       for (std::size_t i = 0; i < dx; ++i) {
-        wcost s = unary[x][i];
+        wcost s = pb.unary[x][i];
         for (std::size_t f = 0; f < nf && !is_forbidden_w(s); ++f) s = wadd(s, fs[fx[f]].t[off[f] + i * xstride[f]]);
         if (s < best) best = s, arg = static_cast<std::uint32_t>(i);
       }
@@ -195,22 +199,54 @@ inline std::vector<std::size_t> solve_min_sum(min_sum_problem pb, const eliminat
       }
     }
     for (std::size_t f : fx) fs[f].alive = false;
-    if (k == 1) {
-      for (std::size_t i = 0; i < cells; ++i) unary[scope[0]][i] = wadd(unary[scope[0]][i], out[i]);
-    } else if (k > 1) {
+    keep(scope, std::move(out));
+  }
+
+  /// The best assignment, read back in the reverse of `order` (every variable eliminated).
+  std::vector<std::size_t> back_substitute(const std::vector<std::size_t>& order) const {
+    std::vector<std::size_t> val(pb.size.size(), 0);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const record& r = rec[*it];
+      std::size_t idx = 0;
+      for (std::size_t v : r.scope) idx = idx * pb.size[v] + val[v];
+      val[*it] = r.arg[idx];
+    }
+    return val;
+  }
+
+ private:
+  /// The live factors that hold x (each once) and the other variables they hold (sorted).
+  void gather(std::size_t x, std::vector<std::size_t>& fx, std::vector<std::size_t>& scope) const {
+    for (std::size_t f : touching[x])
+      if (fs[f].alive && std::find(fx.begin(), fx.end(), f) == fx.end()) {
+        fx.push_back(f);
+        for (std::size_t v : fs[f].scope)
+          if (v != x) scope.push_back(v);
+      }
+    std::sort(scope.begin(), scope.end());
+    scope.erase(std::unique(scope.begin(), scope.end()), scope.end());
+  }
+
+  /// The table an elimination made: into the unary cost of its one variable, or a new factor.
+  void keep(const std::vector<std::size_t>& scope, std::vector<wcost> out) {
+    if (scope.size() == 1) {
+      for (std::size_t i = 0; i < out.size(); ++i) pb.unary[scope[0]][i] = wadd(pb.unary[scope[0]][i], out[i]);
+    } else if (scope.size() > 1) {
       for (std::size_t v : scope) touching[v].push_back(fs.size());
       fs.push_back({scope, std::move(out), {}, true});
       fs.back().t = fs.back().own;  // the buffer stays put when `fs` grows (vectors move it)
     }
   }
-  std::vector<std::size_t> val(n, 0);
-  for (auto it = plan.order.rbegin(); it != plan.order.rend(); ++it) {
-    const record& r = rec[*it];
-    std::size_t idx = 0;
-    for (std::size_t v : r.scope) idx = idx * pb.size[v] + val[v];
-    val[*it] = r.arg[idx];
-  }
-  return val;
+};
+
+}  // namespace min_sum_detail
+
+/// The exact minimiser of `pb`, eliminating in `plan.order` (every variable exactly once). Its
+/// unary costs are consumed (the eliminations add into them); its pair tables are only read.
+inline std::vector<std::size_t> solve_min_sum(min_sum_problem pb, const elimination_plan& plan) {
+  min_sum_detail::eliminator el(pb);
+  for (const std::size_t x : plan.order) el.eliminate(x);
+  return el.back_substitute(plan.order);
 }
 
 }  // namespace autoshard::detail

@@ -624,18 +624,14 @@ struct tp_walk {
 
   // ---- modules -------------------------------------------------------------------------------------
 
-  void module_dtensor(vertex_t v) {
+  /// dtensor: the module's style for its role, with the layout it computes on (`desired`) and
+  /// the one it makes (`raw`); false when no style can take its input (a problem is recorded).
+  bool style_dtensor(vertex_t v, const placement& a, const placement& w, bool x_dt, tp_module& m, placement& desired,
+                     placement& raw) {
     const node& nd = g[v];
-    const std::vector<vertex_t> ops = operands(g, v);
-    const vertex_t x = ops[0];
-    if (!check_module(v)) return;
-    const module_role r = role[v];
-    const placement a = failed[x] ? in(v, 0) : held_in(x, v), w = in(v, 0);
-    const bool x_dt = dtensor[x] && !enters_convertible_layer(x, v);
+    const vertex_t x = operands(g, v)[0];
     const int orank = static_cast<int>(nd.shape.rank);
-    tp_module m{module_name(nd.name), "", nlohmann::json::object()};
-    placement desired = w, raw = plan_out(v);
-    switch (r) {
+    switch (role[v]) {
       case module_role::column:
         m.style = "ColwiseParallel";
         desired = Replicate();
@@ -651,7 +647,7 @@ struct tp_walk {
         if (uneven(w, x) && !x_dt) {
           problem(v, "its input is split unevenly over " + axis() + " (dim " + std::to_string(w.dim) + " of " +
                          std::to_string(g[x].shape[static_cast<std::size_t>(w.dim)]) + "), which no style can annotate");
-          return;
+          return false;
         }
         if (!(a == w) && !x_dt) {
           // SequenceParallel reads its input as already split: the norm runs plain on the slice
@@ -675,6 +671,49 @@ struct tp_walk {
         break;
       default: break;  // whole: the module computes on the slice of the input the plan gives it
     }
+    return true;
+  }
+
+  /// dtensor: the layout the module's consumers take (whole for the model's own output), and
+  /// whether it is the logits a vocabulary-parallel loss reads split; empty when no style makes it.
+  std::optional<placement> output_dtensor(vertex_t v, const placement& raw, bool& loss_parallel) {
+    const node& nd = g[v];
+    const module_role r = role[v];
+    const vertex_t x = operands(g, v)[0];
+    const int orank = static_cast<int>(nd.shape.rank);
+    std::optional<placement> o;
+    if (boost::out_degree(v, g) == 0) {
+      o = Replicate();
+      if (!raw.is_replicate())
+        note(v, "the model's output: gathered over " + axis() + " (the plan leaves it " + to_string(plan_out(v)) +
+                    "), so that every rank has the whole of it");
+      return o;
+    }
+    for (auto [c, i] : consumers(v))
+      if (g[c].kind == op_kind::cross_entropy && in(c, i).is_shard(orank - 1) && r == module_role::column) loss_parallel = true;
+    o = loss_parallel ? std::optional<placement>(Shard(orank - 1)) : output_layout(v, raw, r != module_role::sequence);
+    if (!o) return o;
+    // The model's own code reads the batch and sequence length off the token embedding's
+    // output (positions, the causal mask): it leaves the embedding with both whole, and the
+    // first layer takes its slice at its entry.
+    auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
+    if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) o = splits_rows(raw) ? Replicate() : raw;
+    return o;
+  }
+
+  /// dtensor: the module's style, the layouts it converts between, and what it leaves its
+  /// consumers (the held layout and whether it is a DTensor).
+  void module_dtensor(vertex_t v) {
+    const node& nd = g[v];
+    const std::vector<vertex_t> ops = operands(g, v);
+    const vertex_t x = ops[0];
+    if (!check_module(v)) return;
+    const module_role r = role[v];
+    const placement a = failed[x] ? in(v, 0) : held_in(x, v), w = in(v, 0);
+    const bool x_dt = dtensor[x] && !enters_convertible_layer(x, v);
+    tp_module m{module_name(nd.name), "", nlohmann::json::object()};
+    placement desired = w, raw = plan_out(v);
+    if (!style_dtensor(v, a, w, x_dt, m, desired, raw)) return;
     if (!desired.is_replicate() && !desired.is_shard(static_cast<int>(g[x].shape.rank) - 1) && uneven(desired, x) && r != module_role::sequence) {
       problem(v, "it computes on a split of dim " + std::to_string(desired.dim) + " of its input over " + axis() +
                      " that does not divide evenly: no style hands a module such a slice");
@@ -685,24 +724,9 @@ struct tp_walk {
     if (r == module_role::sequence && !styled) desired = w;
     const bool convert_in = !styled && (!(a == desired) || x_dt);
     // The output: what the consumers take, or the whole tensor for the model's own output.
-    std::optional<placement> o;
     bool loss_parallel = false;
-    if (boost::out_degree(v, g) == 0) {
-      o = Replicate();
-      if (!raw.is_replicate())
-        note(v, "the model's output: gathered over " + axis() + " (the plan leaves it " + to_string(plan_out(v)) +
-                    "), so that every rank has the whole of it");
-    } else {
-      for (auto [c, i] : consumers(v))
-        if (g[c].kind == op_kind::cross_entropy && in(c, i).is_shard(orank - 1) && r == module_role::column) loss_parallel = true;
-      o = loss_parallel ? std::optional<placement>(Shard(orank - 1)) : output_layout(v, raw, r != module_role::sequence);
-      if (!o) return;
-      // The model's own code reads the batch and sequence length off the token embedding's
-      // output (positions, the causal mask): it leaves the embedding with both whole, and the
-      // first layer takes its slice at its entry.
-      auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
-      if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) o = splits_rows(raw) ? Replicate() : raw;
-    }
+    const std::optional<placement> o = output_dtensor(v, raw, loss_parallel);
+    if (!o) return;
     const bool local_out = !uneven(*o, v) && !loss_parallel;
     if (o->is_partial() && !styled) {
       problem(v, "its consumers keep partial sums it does not make");
@@ -745,6 +769,72 @@ struct tp_walk {
 
   int major() const { return out.options.transformers_major; }
 
+  /// hf: whether a style that takes its input whole can take `a`; records the problem if not.
+  bool takes_whole_hf(vertex_t v, const placement& a, const char* style) {
+    if (a.is_replicate()) return true;
+    problem(v, std::string("transformers' '") + style + "' takes its input whole, but it arrives " + to_string(a) + " on " + axis() +
+                   " (the DTensor export converts it)");
+    return false;
+  }
+
+  /// hf: a column-parallel module's style (an embedding's, or a linear's from the layout its
+  /// consumers take); false when transformers has none for it (a problem is recorded).
+  bool column_hf(vertex_t v, const placement& a, tp_module& m) {
+    const node& nd = g[v];
+    const int orank = static_cast<int>(nd.shape.rank);
+    if (nd.kind == op_kind::embedding) {
+      if (major() < 5) {
+        problem(v, "an embedding split on its hidden dim: transformers 4's 'colwise' leaves each rank its slice of every "
+                   "vector (5's embedding_colwise gathers them)");
+        return false;
+      }
+      if (!takes_whole_hf(v, a, "embedding_colwise")) return false;
+      m.style = "embedding_colwise";
+      held[v] = Replicate();
+      return true;
+    }
+    if (!takes_whole_hf(v, a, "colwise")) return false;
+    std::optional<placement> o = boost::out_degree(v, g) == 0 ? std::optional<placement>(Replicate()) : output_layout(v, Shard(orank - 1));
+    if (!o) return false;
+    const bool split = o->is_shard(orank - 1);
+    if (split && uneven(*o, v) && major() < 5) {
+      problem(v, "its output features (" + std::to_string(nd.shape[static_cast<std::size_t>(orank - 1)]) + ") do not divide over " +
+                     axis() + ": transformers 4's colwise assumes even shards");
+      return false;
+    }
+    m.style = split ? "colwise" : major() >= 5 ? "colwise_gather_output" : "colwise_rep";
+    if (!split && !o->is_replicate())
+      note(v, "the plan hands its output over " + to_string(*o) + " on " + axis() + "; transformers gathers it whole: the same numbers");
+    held[v] = split ? Shard(orank - 1) : Replicate();
+    return true;
+  }
+
+  /// hf: a row-parallel module's style from the layout its input arrives in; false when
+  /// transformers has none for it (a problem is recorded).
+  bool row_hf(vertex_t v, const placement& a, tp_module& m) {
+    const int xlast = static_cast<int>(g[operands(g, v)[0]].shape.rank) - 1;
+    if (g[v].kind == op_kind::embedding) {
+      if (!takes_whole_hf(v, a, "embedding_rowwise")) return false;
+      m.style = major() >= 5 ? "embedding_rowwise" : "rowwise";
+    } else if (a.is_shard(xlast)) {
+      m.style = "rowwise";
+    } else if (a.is_replicate()) {
+      m.style = major() >= 5 ? "rowwise_split_input" : "rowwise_rep";
+    } else {
+      problem(v, "row-parallel with its input " + to_string(a) + " on " + axis() + ": transformers' rowwise takes it split on the "
+                 "features or whole");
+      return false;
+    }
+    for (auto [c, i] : consumers(v))
+      if (!in(c, i).is_replicate() && !in(c, i).is_partial()) {
+        note(v, "the plan reduce-scatters its output to " + to_string(in(c, i)) + " on " + axis() + " (sequence parallel); "
+                "transformers' '" + m.style + "' all-reduces it: the same numbers, other collectives");
+        break;
+      }
+    held[v] = Replicate();
+    return true;
+  }
+
   /// hf: the module's style in transformers' vocabulary, from the layout its input arrives in.
   void module_hf(vertex_t v) {
     const node& nd = g[v];
@@ -756,12 +846,6 @@ struct tp_walk {
     const module_role r = role[v];
     const placement a = failed[x] ? in(v, 0) : held[x];
     tp_module m{module_name(nd.name), "replicate", nlohmann::json::object()};
-    auto takes_whole = [&](const char* style) {
-      if (a.is_replicate()) return true;
-      problem(v, std::string("transformers' '") + style + "' takes its input whole, but it arrives " + to_string(a) + " on " + axis() +
-                     " (the DTensor export converts it)");
-      return false;
-    };
     if (a.is_partial()) {
       problem(v, "its input arrives as partial sums, which no transformers style reduces before a module");
       return;
@@ -770,7 +854,7 @@ struct tp_walk {
       case module_role::whole:
       case module_role::sequence:
         if (kv_of[v] != none && !norm) {
-          if (!takes_whole("unit_colwise") || !kv_slice(v, m, Replicate())) return;
+          if (!takes_whole_hf(v, a, "unit_colwise") || !kv_slice(v, m, Replicate())) return;
           kv_sliced[v] = 1;
           held[v] = Shard(orank - 1);
           break;
@@ -786,57 +870,15 @@ struct tp_walk {
         held[v] = a.is_shard() ? Shard(a.dim) : Replicate();
         break;
       case module_role::sliced:
-        if (!takes_whole("replicate")) return;
+        if (!takes_whole_hf(v, a, "replicate")) return;
         note(v, "the plan stores its weight whole and computes on a slice of it; transformers computes it whole: the same numbers");
         held[v] = Replicate();
         break;
-      case module_role::column: {
-        if (emb) {
-          if (major() < 5) {
-            problem(v, "an embedding split on its hidden dim: transformers 4's 'colwise' leaves each rank its slice of every "
-                       "vector (5's embedding_colwise gathers them)");
-            return;
-          }
-          if (!takes_whole("embedding_colwise")) return;
-          m.style = "embedding_colwise";
-          held[v] = Replicate();
-          break;
-        }
-        if (!takes_whole("colwise")) return;
-        std::optional<placement> o = boost::out_degree(v, g) == 0 ? std::optional<placement>(Replicate()) : output_layout(v, Shard(orank - 1));
-        if (!o) return;
-        const bool split = o->is_shard(orank - 1);
-        if (split && uneven(*o, v) && major() < 5) {
-          problem(v, "its output features (" + std::to_string(nd.shape[static_cast<std::size_t>(orank - 1)]) + ") do not divide over " +
-                         axis() + ": transformers 4's colwise assumes even shards");
-          return;
-        }
-        m.style = split ? "colwise" : major() >= 5 ? "colwise_gather_output" : "colwise_rep";
-        if (!split && !o->is_replicate())
-          note(v, "the plan hands its output over " + to_string(*o) + " on " + axis() + "; transformers gathers it whole: the same numbers");
-        held[v] = split ? Shard(orank - 1) : Replicate();
+      case module_role::column:
+        if (!column_hf(v, a, m)) return;
         break;
-      }
       case module_role::row:
-        if (emb) {
-          if (!takes_whole("embedding_rowwise")) return;
-          m.style = major() >= 5 ? "embedding_rowwise" : "rowwise";
-        } else if (a.is_shard(xlast)) {
-          m.style = "rowwise";
-        } else if (a.is_replicate()) {
-          m.style = major() >= 5 ? "rowwise_split_input" : "rowwise_rep";
-        } else {
-          problem(v, "row-parallel with its input " + to_string(a) + " on " + axis() + ": transformers' rowwise takes it split on the "
-                     "features or whole");
-          return;
-        }
-        for (auto [c, i] : consumers(v))
-          if (!in(c, i).is_replicate() && !in(c, i).is_partial()) {
-            note(v, "the plan reduce-scatters its output to " + to_string(in(c, i)) + " on " + axis() + " (sequence parallel); "
-                    "transformers' '" + m.style + "' all-reduces it: the same numbers, other collectives");
-            break;
-          }
-        held[v] = Replicate();
+        if (!row_hf(v, a, m)) return;
         break;
       default: break;
     }

@@ -164,110 +164,135 @@ template <class F>
 }
 }  // namespace detail
 
-/// Parses and validates the header of a safetensors file held in `bytes` (the whole file).
-/// Every inconsistency is an io_error naming `file` and, where there is one, the tensor:
-/// a header length beyond the file or above 100 MB, JSON that is not an object or not
-/// UTF-8, duplicate names, unknown dtypes, bad shapes, offsets that overlap, leave gaps, are
-/// out of order or end before/after the file, a span whose size is not numel * dtype size.
-inline safetensors_header parse_safetensors_header(std::span<const std::byte> bytes, std::string_view file) {
+namespace detail {
+
+/// The header's JSON (its length read and bounded by the file and the limit, duplicate names
+/// refused, depth bounded); sets `length` to the header's length in bytes.
+inline nlohmann::json safetensors_header_json(std::span<const std::byte> bytes, std::string_view file,
+                                              std::uint64_t& length) {
   using nlohmann::json;
-  if (bytes.size() < 8) detail::bad_file(file, "only " + std::to_string(bytes.size()) + " bytes, no header length");
-  const std::uint64_t n = detail::read_le64(bytes.data());
+  if (bytes.size() < 8) bad_file(file, "only " + std::to_string(bytes.size()) + " bytes, no header length");
+  const std::uint64_t n = read_le64(bytes.data());
   if (n > safetensors_max_header)
-    detail::bad_file(file, "header length " + std::to_string(n) + " exceeds the 100000000-byte limit");
+    bad_file(file, "header length " + std::to_string(n) + " exceeds the 100000000-byte limit");
   if (n > bytes.size() - 8)
-    detail::bad_file(file, "header length " + std::to_string(n) + " runs past the end of the file (" +
-                               std::to_string(bytes.size()) + " bytes)");
-  if (n < 2) detail::bad_file(file, "header length " + std::to_string(n) + " is too short for a JSON object");
+    bad_file(file, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                       std::to_string(bytes.size()) + " bytes)");
+  if (n < 2) bad_file(file, "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(n));
-  if (text.front() != '{') detail::bad_file(file, "header does not start with '{'");
+  if (text.front() != '{') bad_file(file, "header does not start with '{'");
   // Duplicate names first, in one linear pass (a hash set of the top-level keys): nlohmann's
   // callback parser rescans the whole object at the end of every entry (quadratic: 1,000,000
   // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.
   check_json_depth(text, "safetensors file '" + std::string(file) + "': header");
-  const std::string duplicate = detail::first_duplicate_key(text);
+  const std::string duplicate = first_duplicate_key(text);
   json h;
   try {
     h = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    detail::bad_file(file, std::string("header is not valid UTF-8 JSON: ") + e.what());
+    bad_file(file, std::string("header is not valid UTF-8 JSON: ") + e.what());
   }
-  if (!duplicate.empty()) detail::bad_tensor(file, duplicate, "name appears twice in the header");
-  if (!h.is_object()) detail::bad_file(file, "header is not a JSON object");
+  if (!duplicate.empty()) bad_tensor(file, duplicate, "name appears twice in the header");
+  if (!h.is_object()) bad_file(file, "header is not a JSON object");
+  length = n;
+  return h;
+}
 
-  safetensors_header out;
-  out.data_start = 8 + n;
-  out.data_size = bytes.size() - out.data_start;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) detail::bad_file(file, "__metadata__ is not an object of strings");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          detail::bad_file(file, "__metadata__ value of '" + m.key() + "' is not a string");
-        out.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    if (!v.is_object()) detail::bad_tensor(file, name, "entry is not an object");
-    auto dt = v.find("dtype");
-    auto sh = v.find("shape");
-    auto off = v.find("data_offsets");
-    if (dt == v.end() || sh == v.end() || off == v.end())
-      detail::bad_tensor(file, name, "entry needs dtype, shape and data_offsets");
-    if (!dt->is_string()) detail::bad_tensor(file, name, "dtype is not a string");
-    const std::string dts = dt->get<std::string>();
-    auto t = parse_dtype(dts);
-    if (!t || safetensors_name(*t) != dts)
-      detail::bad_tensor(file, name, "unknown or unsupported dtype '" + dts + "'");
-    safetensors_entry e;
-    e.name = name;
-    e.type = *t;
-    if (!sh->is_array()) detail::bad_tensor(file, name, "shape is not an array");
-    if (sh->size() > max_tensor_rank)
-      detail::bad_tensor(file, name, "shape has " + std::to_string(sh->size()) + " dims, at most 8 are supported");
-    std::uint64_t numel = 1;
-    bool overflow = false;
-    e.shape.rank = static_cast<std::uint8_t>(sh->size());
-    for (std::size_t i = 0; i < sh->size(); ++i) {
-      const std::optional<std::uint64_t> d = json_uint64((*sh)[i]);
-      if (!d || *d > (std::uint64_t{1} << 62))
-        detail::bad_tensor(file, name, "shape dim " + std::to_string(i) + " is not a non-negative integer");
-      e.shape[i] = static_cast<std::int64_t>(*d);
-      // Every prefix product must fit int64: tensor_shape::numel() multiplies in that type.
-      overflow = overflow || __builtin_mul_overflow(numel, *d, &numel) ||
-                 numel > static_cast<std::uint64_t>(INT64_MAX);
-    }
-    const std::optional<std::uint64_t> begin = off->is_array() && off->size() == 2 ? json_uint64((*off)[0]) : std::nullopt;
-    const std::optional<std::uint64_t> end = off->is_array() && off->size() == 2 ? json_uint64((*off)[1]) : std::nullopt;
-    if (!begin || !end) detail::bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
-    e.begin = *begin;
-    e.end = *end;
-    if (e.end < e.begin)
-      detail::bad_tensor(file, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                         "] end before they begin");
-    std::uint64_t want = 0;
-    if (overflow || __builtin_mul_overflow(numel, dtype_size(e.type), &want) || want != e.end - e.begin)
-      detail::bad_tensor(file, name, "shape " + to_string(e.shape) + " of " + std::string(dts) + " needs " +
-                                         (overflow ? std::string("more than 2^64") : std::to_string(want)) +
-                                         " bytes but data_offsets span " + std::to_string(e.end - e.begin));
-    out.entries.push_back(std::move(e));
+/// The header's __metadata__: an object of strings.
+inline void parse_safetensors_metadata(const nlohmann::json& v, std::string_view file,
+                                       std::map<std::string, std::string>& metadata) {
+  if (!v.is_object()) bad_file(file, "__metadata__ is not an object of strings");
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) bad_file(file, "__metadata__ value of '" + m.key() + "' is not a string");
+    metadata[m.key()] = m.value().get<std::string>();
   }
+}
+
+/// One tensor's entry: a known dtype, a shape of at most 8 dims whose bytes fit 64 bits, and
+/// data offsets that span exactly those bytes.
+inline safetensors_entry parse_safetensors_entry(const std::string& name, const nlohmann::json& v,
+                                                 std::string_view file) {
+  if (!v.is_object()) bad_tensor(file, name, "entry is not an object");
+  auto dt = v.find("dtype");
+  auto sh = v.find("shape");
+  auto off = v.find("data_offsets");
+  if (dt == v.end() || sh == v.end() || off == v.end()) bad_tensor(file, name, "entry needs dtype, shape and data_offsets");
+  if (!dt->is_string()) bad_tensor(file, name, "dtype is not a string");
+  const std::string dts = dt->get<std::string>();
+  auto t = parse_dtype(dts);
+  if (!t || safetensors_name(*t) != dts) bad_tensor(file, name, "unknown or unsupported dtype '" + dts + "'");
+  safetensors_entry e;
+  e.name = name;
+  e.type = *t;
+  if (!sh->is_array()) bad_tensor(file, name, "shape is not an array");
+  if (sh->size() > max_tensor_rank)
+    bad_tensor(file, name, "shape has " + std::to_string(sh->size()) + " dims, at most 8 are supported");
+  std::uint64_t numel = 1;
+  bool overflow = false;
+  e.shape.rank = static_cast<std::uint8_t>(sh->size());
+  for (std::size_t i = 0; i < sh->size(); ++i) {
+    const std::optional<std::uint64_t> d = json_uint64((*sh)[i]);
+    if (!d || *d > (std::uint64_t{1} << 62))
+      bad_tensor(file, name, "shape dim " + std::to_string(i) + " is not a non-negative integer");
+    e.shape[i] = static_cast<std::int64_t>(*d);
+    // Every prefix product must fit int64: tensor_shape::numel() multiplies in that type.
+    overflow = overflow || __builtin_mul_overflow(numel, *d, &numel) || numel > static_cast<std::uint64_t>(INT64_MAX);
+  }
+  const std::optional<std::uint64_t> begin = off->is_array() && off->size() == 2 ? json_uint64((*off)[0]) : std::nullopt;
+  const std::optional<std::uint64_t> end = off->is_array() && off->size() == 2 ? json_uint64((*off)[1]) : std::nullopt;
+  if (!begin || !end) bad_tensor(file, name, "data_offsets is not a pair of non-negative integers");
+  e.begin = *begin;
+  e.end = *end;
+  if (e.end < e.begin)
+    bad_tensor(file, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                               "] end before they begin");
+  std::uint64_t want = 0;
+  if (overflow || __builtin_mul_overflow(numel, dtype_size(e.type), &want) || want != e.end - e.begin)
+    bad_tensor(file, name, "shape " + to_string(e.shape) + " of " + std::string(dts) + " needs " +
+                               (overflow ? std::string("more than 2^64") : std::to_string(want)) +
+                               " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+  return e;
+}
+
+/// Sorts the entries by offset and checks that they tile the data exactly: no overlap, no
+/// gap, ending where the file does.
+inline void check_safetensors_layout(safetensors_header& out, std::string_view file) {
   std::sort(out.entries.begin(), out.entries.end(), [](const safetensors_entry& a, const safetensors_entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   std::uint64_t at = 0;
   for (const auto& e : out.entries) {
     if (e.begin != at)
-      detail::bad_tensor(file, e.name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                           "] " + (e.begin < at ? "overlap the previous tensor" : "leave a gap") +
-                                           " (expected to begin at " + std::to_string(at) + ")");
+      bad_tensor(file, e.name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] " +
+                                   (e.begin < at ? "overlap the previous tensor" : "leave a gap") +
+                                   " (expected to begin at " + std::to_string(at) + ")");
     at = e.end;
   }
   if (at != out.data_size)
-    detail::bad_file(file, "tensors cover " + std::to_string(at) + " data bytes but the file holds " +
-                               std::to_string(out.data_size) + (at > out.data_size ? " (truncated)" : " (trailing bytes)"));
+    bad_file(file, "tensors cover " + std::to_string(at) + " data bytes but the file holds " +
+                       std::to_string(out.data_size) + (at > out.data_size ? " (truncated)" : " (trailing bytes)"));
+}
+
+}  // namespace detail
+
+/// Parses and validates the header of a safetensors file held in `bytes` (the whole file).
+/// Every inconsistency is an io_error naming `file` and, where there is one, the tensor:
+/// a header length beyond the file or above 100 MB, JSON that is not an object or not
+/// UTF-8, duplicate names, unknown dtypes, bad shapes, offsets that overlap, leave gaps, are
+/// out of order or end before/after the file, a span whose size is not numel * dtype size.
+inline safetensors_header parse_safetensors_header(std::span<const std::byte> bytes, std::string_view file) {
+  std::uint64_t n = 0;
+  const nlohmann::json h = detail::safetensors_header_json(bytes, file, n);
+  safetensors_header out;
+  out.data_start = 8 + n;
+  out.data_size = bytes.size() - out.data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__")
+      detail::parse_safetensors_metadata(it.value(), file, out.metadata);
+    else
+      out.entries.push_back(detail::parse_safetensors_entry(it.key(), it.value(), file));
+  }
+  detail::check_safetensors_layout(out, file);
   return out;
 }
 

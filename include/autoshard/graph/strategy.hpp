@@ -51,6 +51,7 @@
 #include <cstdint>    // std::int64_t
 #include <cstdio>     // std::snprintf
 #include <exception>  // std::exception (std::stod's)
+#include <initializer_list>  // std::initializer_list
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
 #include <optional>   // std::optional
@@ -183,62 +184,99 @@ inline std::vector<int> iota_labels(int n, int first = 0) {
   return v;
 }
 
+/// Marks labels `ls` (those >= 0) as never split; every other label may be.
+inline void force_replicate(einsum_desc& e, std::initializer_list<int> ls) {
+  e.forced_replicate.assign(static_cast<std::size_t>(e.labels), 0);
+  for (int l : ls)
+    if (l >= 0) e.forced_replicate[static_cast<std::size_t>(l)] = 1;
+}
+
+/// linear: x: b.. c ; w: o c (or c o) ; bias: o ; out: b.. o
+inline einsum_desc einsum_linear(const node& nd, const std::vector<tensor_shape>& in) {
+  einsum_desc e;
+  const int r0 = in.empty() ? 0 : in[0].rank;
+  std::vector<int> x = iota_labels(r0);  // last label r0-1 is c
+  const int c = r0 - 1, o = r0;
+  e.labels = r0 + 1;
+  e.in.push_back(x);
+  e.in.push_back(nd.attrs.transposed_weight ? std::vector<int>{c, o} : std::vector<int>{o, c});
+  if (in.size() == 3) e.in.push_back({o});
+  e.out = x;
+  e.out.back() = o;
+  force_replicate(e, {});
+  return e;
+}
+
+/// matmul: a: b.. m k ; b: (b..) k n ; out: b.. m n
+inline einsum_desc einsum_matmul(const std::vector<tensor_shape>& in) {
+  einsum_desc e;
+  const int r0 = in.empty() ? 0 : in[0].rank;
+  const int k = r0, nlab = r0 + 1;
+  e.labels = r0 + 2;
+  std::vector<int> a = iota_labels(r0);
+  a.back() = k;  // a = b.. m k  (m is label r0-2)
+  std::vector<int> b = in[1].rank > 2 ? iota_labels(r0 - 2) : std::vector<int>{};
+  b.push_back(k);
+  b.push_back(nlab);
+  e.in = {a, b};
+  e.out = iota_labels(r0);
+  e.out.back() = nlab;
+  force_replicate(e, {});
+  return e;
+}
+
+/// Broadcasting kinds: every operand's dims line up with the output's from the right (a dim
+/// of 1 against a larger one takes no label).
+inline einsum_desc einsum_broadcast(const node& nd, const std::vector<tensor_shape>& in) {
+  einsum_desc e;
+  const int r = nd.shape.rank;
+  e.labels = r;
+  e.out = iota_labels(r);
+  for (const tensor_shape& s : in) {
+    std::vector<int> ls(s.rank);
+    for (std::size_t d = 0; d < s.rank; ++d) {
+      const int l = r - static_cast<int>(s.rank) + static_cast<int>(d);
+      ls[d] = (s[d] == 1 && nd.shape[static_cast<std::size_t>(l)] != 1) ? -1 : l;
+    }
+    e.in.push_back(ls);
+  }
+  force_replicate(e, {});
+  return e;
+}
+
+/// Kinds that keep their input's dims: the main operands share the output's labels, a norm's
+/// weight and bias take the last; a norm's features and a softmax's, split's or concat's
+/// axis are never split.
+inline einsum_desc einsum_same_dims(const node& nd, const std::vector<tensor_shape>& in) {
+  einsum_desc e;
+  const int r0 = in.empty() ? 0 : in[0].rank;
+  e.labels = r0;
+  e.out = iota_labels(r0);
+  const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
+  const std::size_t n_main = norm ? 1 : in.size();
+  for (std::size_t i = 0; i < n_main; ++i) e.in.push_back(e.out);
+  for (std::size_t i = n_main; i < in.size(); ++i) e.in.push_back({r0 - 1});  // norm weight / bias
+  int f = -1;
+  if (norm) f = r0 - 1;
+  else if (nd.kind == op_kind::softmax || nd.kind == op_kind::split || nd.kind == op_kind::concat)
+    f = norm_axis(nd.attrs.axis, r0);
+  force_replicate(e, {f});
+  return e;
+}
+
 /// Einsum description of the kinds that have one; nullopt for the others.
 inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<tensor_shape>& in) {
   einsum_desc e;
   const int r0 = in.empty() ? 0 : in[0].rank;
-  auto forced = [&](std::initializer_list<int> ls) {
-    e.forced_replicate.assign(static_cast<std::size_t>(e.labels), 0);
-    for (int l : ls)
-      if (l >= 0) e.forced_replicate[static_cast<std::size_t>(l)] = 1;
-  };
   switch (nd.kind) {
-    case op_kind::linear: {  // x: b.. c ; w: o c (or c o) ; bias: o ; out: b.. o
-      std::vector<int> x = iota_labels(r0);  // last label r0-1 is c
-      const int c = r0 - 1, o = r0;
-      e.labels = r0 + 1;
-      e.in.push_back(x);
-      e.in.push_back(nd.attrs.transposed_weight ? std::vector<int>{c, o} : std::vector<int>{o, c});
-      if (in.size() == 3) e.in.push_back({o});
-      e.out = x;
-      e.out.back() = o;
-      forced({});
-      return e;
-    }
-    case op_kind::matmul: {  // a: b.. m k ; b: (b..) k n ; out: b.. m n
-      const int k = r0, nlab = r0 + 1;
-      e.labels = r0 + 2;
-      std::vector<int> a = iota_labels(r0);
-      a.back() = k;  // a = b.. m k  (m is label r0-2)
-      std::vector<int> b = in[1].rank > 2 ? iota_labels(r0 - 2) : std::vector<int>{};
-      b.push_back(k);
-      b.push_back(nlab);
-      e.in = {a, b};
-      e.out = iota_labels(r0);
-      e.out.back() = nlab;
-      forced({});
-      return e;
-    }
+    case op_kind::linear: return einsum_linear(nd, in);
+    case op_kind::matmul: return einsum_matmul(in);
     case op_kind::add:
     case op_kind::sub:
     case op_kind::mul:
     case op_kind::div:
     case op_kind::where:
-    case op_kind::expand: {  // every operand's dims line up with the output's from the right
-      const int r = nd.shape.rank;
-      e.labels = r;
-      e.out = iota_labels(r);
-      for (const tensor_shape& s : in) {
-        std::vector<int> ls(s.rank);
-        for (std::size_t d = 0; d < s.rank; ++d) {
-          const int l = r - static_cast<int>(s.rank) + static_cast<int>(d);
-          ls[d] = (s[d] == 1 && nd.shape[static_cast<std::size_t>(l)] != 1) ? -1 : l;
-        }
-        e.in.push_back(ls);
-      }
-      forced({});
-      return e;
-    }
+    case op_kind::expand: return einsum_broadcast(nd, in);
     case op_kind::layer_norm:
     case op_kind::rms_norm:
     case op_kind::softmax:
@@ -251,25 +289,12 @@ inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<te
     case op_kind::tanh:
     case op_kind::exp:
     case op_kind::dropout:
-    case op_kind::rotary: {
-      e.labels = r0;
-      e.out = iota_labels(r0);
-      const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
-      const std::size_t n_main = norm ? 1 : in.size();
-      for (std::size_t i = 0; i < n_main; ++i) e.in.push_back(e.out);
-      for (std::size_t i = n_main; i < in.size(); ++i) e.in.push_back({r0 - 1});  // norm weight / bias
-      int f = -1;
-      if (norm) f = r0 - 1;
-      else if (nd.kind == op_kind::softmax || nd.kind == op_kind::split || nd.kind == op_kind::concat)
-        f = norm_axis(nd.attrs.axis, r0);
-      forced({f});
-      return e;
-    }
+    case op_kind::rotary: return einsum_same_dims(nd, in);
     case op_kind::transpose: {
       e.labels = r0;
       e.in.push_back(iota_labels(r0));
       for (std::int64_t p : nd.attrs.dims) e.out.push_back(static_cast<int>(p));
-      forced({});
+      force_replicate(e, {});
       return e;
     }
     case op_kind::reduce_sum:
@@ -278,14 +303,14 @@ inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<te
       e.in.push_back(iota_labels(r0));
       for (int d = 0; d < r0; ++d)
         if (std::find(nd.attrs.dims.begin(), nd.attrs.dims.end(), d) == nd.attrs.dims.end()) e.out.push_back(d);
-      forced({});
+      force_replicate(e, {});
       return e;
     }
     case op_kind::cross_entropy: {  // logits: b.. v ; labels: b.. ; out: scalar (mean)
       e.labels = r0;
       e.in.push_back(iota_labels(r0));
       e.in.push_back(iota_labels(r0 - 1));
-      forced({r0 - 1});
+      force_replicate(e, {r0 - 1});
       return e;
     }
     default: return std::nullopt;
@@ -537,67 +562,89 @@ inline strategy recomputed(const strategy& s, recompute_kind r, std::int64_t mem
   return v;
 }
 
-/// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
-/// offer Replicate or Shard(d) per mesh axis. `grads`: detail::gradient_flags(g) when enumerating
-/// many vertices (empty: v's operands are looked up one by one).
-inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t v, const device_mesh& m,
-                                                  const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
-  const node& nd = g[v];
-  const std::vector<vertex_t> ops = operands(g, v);
-  const std::vector<tensor_shape> in = operand_shapes(g, v);
-  const std::vector<detail::axis_option> options = detail::axis_options(g, v, ops, in, grads);
-  if (options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
-  const int axes = static_cast<int>(m.ndim());
-  const bool train = opt.pricing.mode == run_mode::training;
-  const bool kept = train && kept_for_backward(g, v);
-  const double steps = train ? opt.pricing.accumulation() : 1.0;  // micro-steps per step
-  const fused_dim out_fused = fused_dim_of(g, v);
+namespace detail {
+
+/// One vertex's strategies being enumerated: its operands, the per-axis options of its kind,
+/// and what pricing them needs. A strategy is one option per mesh axis (`pick`).
+struct vertex_strategies {
+  const model_graph& g;
+  vertex_t v;
+  const node& nd;
+  const device_mesh& m;
+  const strategy_options& opt;
+  std::vector<vertex_t> ops;
+  std::vector<tensor_shape> in;
+  std::vector<axis_option> options;
+  int axes;
+  bool train, kept;
+  double steps;  // micro-steps per step
+  fused_dim out_fused;
   std::vector<fused_dim> in_fused;
-  for (vertex_t u : ops) in_fused.push_back(fused_dim_of(g, u));
-  std::vector<strategy> out;
-  std::array<std::size_t, max_mesh_rank> pick{};
-  std::size_t total = 1;
-  for (int a = 0; a < axes; ++a) total *= options.size();
-  for (std::size_t code = 0; code < total; ++code) {
-    std::size_t c = code;
-    for (int a = axes - 1; a >= 0; --a) {
-      pick[static_cast<std::size_t>(a)] = c % options.size();
-      c /= options.size();
-    }
+
+  vertex_strategies(const model_graph& graph, vertex_t vertex, const device_mesh& mesh, const strategy_options& o,
+                    const std::vector<char>& grads)
+      : g(graph),
+        v(vertex),
+        nd(graph[vertex]),
+        m(mesh),
+        opt(o),
+        ops(operands(graph, vertex)),
+        in(operand_shapes(graph, vertex)),
+        options(axis_options(graph, vertex, ops, in, grads)),
+        axes(static_cast<int>(mesh.ndim())),
+        train(o.pricing.mode == run_mode::training),
+        kept(train && kept_for_backward(graph, vertex)),
+        steps(train ? o.pricing.accumulation() : 1.0),
+        out_fused(fused_dim_of(graph, vertex)) {
+    for (vertex_t u : ops) in_fused.push_back(fused_dim_of(graph, u));
+  }
+
+  const axis_option& option(const std::array<std::size_t, max_mesh_rank>& pick, int a) const {
+    return options[pick[static_cast<std::size_t>(a)]];
+  }
+
+  /// The specs of `pick`, empty when a tensor's split is refused (empty shards, uneven splits
+  /// or fused parts cut, as the options ask) or the kind does not accept them.
+  std::optional<strategy> specs(const std::array<std::size_t, max_mesh_rank>& pick) const {
     strategy s;
     s.inputs.assign(ops.size(), replicated_spec(axes, 0));
     for (std::size_t i = 0; i < ops.size(); ++i) s.inputs[i].tensor_rank = in[i].rank;
     s.output = replicated_spec(axes, nd.shape.rank);
     for (int a = 0; a < axes; ++a) {
-      const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+      const axis_option& o = option(pick, a);
       for (std::size_t i = 0; i < ops.size(); ++i) s.inputs[i][static_cast<std::size_t>(a)] = o.in[i];
       s.output[static_cast<std::size_t>(a)] = o.out;
     }
     bool ok = true;
-    auto fits = [&](const sharding_spec& sp, const tensor_shape& sh, fused_dim f) {
-      return (!opt.drop_empty_shards || no_empty_shards(m, sp, sh)) && (!opt.even_split_only || divides_evenly(m, sp, sh)) &&
-             fused_parts_divide(m, sp, sh, f);
-    };
     for (std::size_t i = 0; ok && i < ops.size(); ++i) ok = fits(s.inputs[i], in[i], in_fused[i]);
-    ok = ok && fits(s.output, nd.shape, out_fused) && detail::kind_accepts(nd, m, s.inputs, in, s.output);
-    if (!ok) continue;
+    ok = ok && fits(s.output, nd.shape, out_fused) && kind_accepts(nd, m, s.inputs, in, s.output);
+    if (!ok) return std::nullopt;
+    return s;
+  }
 
-    // costs
+  bool fits(const sharding_spec& sp, const tensor_shape& sh, fused_dim f) const {
+    return (!opt.drop_empty_shards || no_empty_shards(m, sp, sh)) && (!opt.even_split_only || divides_evenly(m, sp, sh)) &&
+           fused_parts_divide(m, sp, sh, f);
+  }
+
+  /// The compute, memory and communication of strategy `s` (chosen by `pick`), and in training
+  /// its gradients' layouts.
+  void price(strategy& s, const std::array<std::size_t, max_mesh_rank>& pick) const {
     std::vector<tensor_shape> local_in;
     double bytes = 0.0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       local_in.push_back(max_local_shape(m, s.inputs[i], in[i]));
       bytes += static_cast<double>(local_in.back().numel() * static_cast<std::int64_t>(dtype_size(g[ops[i]].type)));
     }
-    const std::int64_t out_bytes = detail::local_bytes(m, s.output, nd.shape, nd.type);
+    const std::int64_t out_bytes = local_bytes(m, s.output, nd.shape, nd.type);
     if (nd.is_operator()) {
       bytes += static_cast<double>(out_bytes);
       const tensor_shape local_out = max_local_shape(m, s.output, nd.shape);
-      s.forward_compute_seconds = detail::forward_seconds(nd, local_in, local_out, bytes, opt.pricing);
+      s.forward_compute_seconds = forward_seconds(nd, local_in, local_out, bytes, opt.pricing);
       s.backward_compute_seconds = train ? backward_products * s.forward_compute_seconds : 0.0;
       s.compute_seconds = steps * (s.forward_compute_seconds + s.backward_compute_seconds);
       if (train) {
-        s.kept_internal_bytes = detail::kept_internal_bytes(nd, local_in, local_out, opt.pricing);
+        s.kept_internal_bytes = kept_internal_bytes(nd, local_in, local_out, opt.pricing);
         s.memory_bytes = (kept ? out_bytes : 0) + s.kept_internal_bytes;
         s.recomputed_bytes = s.memory_bytes;
       } else {
@@ -609,7 +656,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
                            : out_bytes;
     }
     for (int a = 0; a < axes; ++a) {
-      const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+      const axis_option& o = option(pick, a);
       if (o.row_allreduces > 0)
         s.comm_seconds += steps * o.row_allreduces * collective_time(collective::all_reduce, m.link(static_cast<std::size_t>(a)),
                                                              m.size(static_cast<std::size_t>(a)),
@@ -618,7 +665,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
     if (train) {
       s.grads = s.inputs;
       for (int a = 0; a < axes; ++a) {
-        const detail::axis_option& o = options[pick[static_cast<std::size_t>(a)]];
+        const axis_option& o = option(pick, a);
         for (std::size_t i = 0; i < ops.size(); ++i) {
           placement& gp = s.grads[i][static_cast<std::size_t>(a)];
           if (o.grad_partial[i]) gp = Partial();
@@ -626,10 +673,38 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
         }
       }
     }
-    for (std::size_t i = 0; i < ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
+  }
+};
+
+}  // namespace detail
+
+/// Every strategy of vertex `v` on mesh `m`, priced. Source vertices (inputs, parameters)
+/// offer Replicate or Shard(d) per mesh axis. `grads`: detail::gradient_flags(g) when enumerating
+/// many vertices (empty: v's operands are looked up one by one).
+inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t v, const device_mesh& m,
+                                                  const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
+  const detail::vertex_strategies vs(g, v, m, opt, grads);
+  const node& nd = vs.nd;
+  if (vs.options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
+  std::vector<strategy> out;
+  std::array<std::size_t, max_mesh_rank> pick{};
+  std::size_t total = 1;
+  for (int a = 0; a < vs.axes; ++a) total *= vs.options.size();
+  for (std::size_t code = 0; code < total; ++code) {
+    std::size_t c = code;
+    for (int a = vs.axes - 1; a >= 0; --a) {
+      pick[static_cast<std::size_t>(a)] = c % vs.options.size();
+      c /= vs.options.size();
+    }
+    std::optional<strategy> candidate = vs.specs(pick);
+    if (!candidate) continue;
+    strategy& s = *candidate;
+    vs.price(s, pick);
+    for (std::size_t i = 0; i < vs.ops.size(); ++i) s.name += (i ? "," : "") + to_alpa_string(s.inputs[i]);
     s.name += "->" + to_alpa_string(s.output);
     std::vector<strategy> zero;
-    if (train && opt.pricing.zero && nd.is_parameter() && !detail::is_integer(nd.type)) zero = detail::zero_variants(m, s, nd, opt, out_fused);
+    if (vs.train && opt.pricing.zero && nd.is_parameter() && !detail::is_integer(nd.type))
+      zero = detail::zero_variants(m, s, nd, opt, vs.out_fused);
     out.push_back(std::move(s));
     for (strategy& z : zero) out.push_back(std::move(z));
   }

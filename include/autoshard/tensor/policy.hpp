@@ -297,6 +297,124 @@ inline tensor_shards replicated_shards(std::string name, const tensor_shape& g, 
 }
 }  // namespace detail
 
+namespace detail {
+
+/// The dim a rule splits: [out,in] column -> 0, row -> 1; [in,out] the other way; vocab and
+/// 1-D (bias) -> 0.
+inline int split_dim_of(const tp_rule& rule, const tensor_shape& global) {
+  if (global.rank < 2 || rule.kind == tp_kind::vocab) return 0;
+  const bool out_dim = rule.kind == tp_kind::column;
+  if (rule.layout == weight_layout::out_in) return out_dim ? 0 : 1;
+  return out_dim ? 1 : 0;
+}
+
+inline shape_error split_dim_error(const std::string& name, const tensor_shape& global, int d, const std::string& why) {
+  return shape_error("tensor '" + name + "' " + to_string(global) + ": dim " + std::to_string(d) + " of size " +
+                     std::to_string(global[static_cast<std::size_t>(d)]) + " " + why);
+}
+
+/// The parts a split dim is made of, each split over the tp ranks, or (replicas[i] > 1) with
+/// fewer heads than ranks, each head whole on tp / heads ranks.
+struct dim_parts {
+  std::vector<std::int64_t> sizes, replicas;
+};
+
+/// Parts sized in heads (rule.part_heads), with `fused` saying how.
+inline dim_parts head_parts(const tp_rule& rule, const std::string& name, const tensor_shape& global, int d, int tp,
+                              const model_config& config, std::string& fused) {
+  const std::int64_t n = global[static_cast<std::size_t>(d)];
+  dim_parts out;
+  std::int64_t total = 0;
+  std::vector<std::int64_t> heads;
+  for (const auto& a : rule.part_heads) total += heads.emplace_back(need_attr(config, a, name));
+  if (n % total != 0)
+    throw split_dim_error(name, global, d, "is not a whole number of heads (" + std::to_string(total) + " heads in all)");
+  const std::int64_t head_dim = n / total;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const bool replicated = rule.replicate_heads && heads[i] < tp && tp % heads[i] == 0;
+    if (heads[i] % tp != 0 && !replicated)
+      throw shape_error("tensor '" + name + "': attribute '" + rule.part_heads[i] + "' = " + std::to_string(heads[i]) +
+                        " heads does not divide over tensor-parallel size " + std::to_string(tp) +
+                        (rule.replicate_heads ? " (nor do the ranks replicate them evenly: a multiple of the heads)" : ""));
+    out.sizes.push_back(heads[i] * head_dim);
+    out.replicas.push_back(replicated ? tp / heads[i] : 1);
+  }
+  if (heads.size() > 1) {
+    fused = "heads";
+    for (std::size_t i = 0; i < heads.size(); ++i) fused += (i ? "," : " ") + std::to_string(heads[i]);
+    fused += " x " + std::to_string(head_dim);
+  }
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    if (out.replicas[i] > 1)
+      fused += std::string(fused.empty() ? "" : "; ") + std::to_string(heads[i]) + " heads replicated over " +
+               std::to_string(tp) + " ranks, each on " + std::to_string(out.replicas[i]);
+  return out;
+}
+
+/// The parts of split dim d under `rule` (whole vocabulary, heads, per-head interleaved, or
+/// equal fused blocks), each checked to divide over the tp ranks; `fused` says how.
+inline dim_parts split_parts_of(const tp_rule& rule, const std::string& name, const tensor_shape& global, int d, int tp,
+                                  const model_config& config, std::string& fused) {
+  const std::int64_t n = global[static_cast<std::size_t>(d)];
+  dim_parts parts;
+  if (rule.kind == tp_kind::vocab) {
+    parts.sizes = {n};
+  } else if (!rule.part_heads.empty()) {
+    parts = head_parts(rule, name, global, d, tp, config, fused);
+  } else if (!rule.interleaved_heads.empty()) {
+    const std::int64_t h = need_attr(config, rule.interleaved_heads, name);
+    const std::int64_t per = std::max(1, rule.parts_per_head);
+    if (n % (h * per) != 0)
+      throw split_dim_error(name, global, d,
+                            "is not " + std::to_string(h) + " heads x " + std::to_string(per) + " parts x head_dim");
+    if (h % tp != 0)
+      throw shape_error("tensor '" + name + "': attribute '" + rule.interleaved_heads + "' = " + std::to_string(h) +
+                        " heads does not divide over tensor-parallel size " + std::to_string(tp));
+    parts.sizes = {n};  // [heads, parts, head_dim]: whole heads per rank are one contiguous block
+    fused = "per-head interleaved [" + std::to_string(h) + " heads, " + std::to_string(per) + ", " +
+            std::to_string(n / (h * per)) + "]";
+  } else {
+    if (rule.parts < 1) throw spec_error("tensor '" + name + "': a fused rule needs at least one part");
+    if (n % rule.parts != 0)
+      throw split_dim_error(name, global, d, "does not split into " + std::to_string(rule.parts) + " equal fused parts");
+    parts.sizes.assign(static_cast<std::size_t>(rule.parts), n / rule.parts);
+    if (rule.parts > 1) fused = std::to_string(rule.parts) + " equal parts";
+  }
+  parts.replicas.resize(parts.sizes.size(), 1);
+  if (rule.kind != tp_kind::vocab)
+    for (std::size_t i = 0; i < parts.sizes.size(); ++i)
+      if (const std::int64_t s = parts.sizes[i]; parts.replicas[i] == 1 && s % tp != 0)
+        throw split_dim_error(name, global, d,
+                              parts.sizes.size() > 1 ? "has fused parts of " + std::to_string(s) +
+                                                           " that do not divide over tensor-parallel size " + std::to_string(tp)
+                                                     : "does not divide over tensor-parallel size " + std::to_string(tp));
+  return parts;
+}
+
+/// Every rank's layout of `out` (spec set) split on dim d into `parts`.
+inline void rank_layouts(tensor_shards& out, int d, const dim_parts& parts, int tp) {
+  const auto du = static_cast<std::size_t>(d);
+  for (int r = 0; r < tp; ++r) {
+    shard_layout l = parts_layout(out.mesh, out.spec, out.global, d, parts.sizes, r);
+    std::int64_t start = 0;
+    for (std::size_t i = 0; i < parts.sizes.size(); ++i) {
+      if (parts.replicas[i] > 1) {  // head r / replicas of this part, whole: the cut over heads ranks
+        const int units = tp / static_cast<int>(parts.replicas[i]);
+        tensor_shape part = out.global;
+        part[du] = parts.sizes[i];
+        shard_box b = local_box(device_mesh{units}, out.spec, part, r / static_cast<int>(parts.replicas[i]));
+        b.offset[du] += start;
+        l.shape[du] += b.shape[du] - l.pieces[i].shape[du];
+        l.pieces[i] = {b.offset, b.shape};
+      }
+      start += parts.sizes[i];
+    }
+    out.ranks.push_back(std::move(l));
+  }
+}
+
+}  // namespace detail
+
 /// How one parameter is cut under tensor-parallel policy `p` over `tp` ranks (mesh {tp}).
 inline tensor_shards shards_of(const tp_policy& p, const std::string& name, const tensor_shape& global, dtype type,
                                int tp, const model_config& config = {}) {
@@ -316,95 +434,10 @@ inline tensor_shards shards_of(const tp_policy& p, const std::string& name, cons
     throw spec_error("tensor '" + name + "': only column-parallel rules may be fused");
   if (rule->layout == weight_layout::in_out && global.rank != 2 && global.rank != 1)
     throw shape_error("tensor '" + name + "': an [in,out] layout needs a 2-D weight, got " + to_string(global));
-  // The split dim: [out,in] column -> 0, row -> 1; [in,out] the other way; 1-D (bias) -> 0.
-  int d = 0;
-  if (global.rank >= 2) {
-    const bool out_dim = rule->kind == tp_kind::column;
-    if (rule->kind == tp_kind::vocab) d = 0;
-    else if (rule->layout == weight_layout::out_in) d = out_dim ? 0 : 1;
-    else d = out_dim ? 1 : 0;
-  }
-  const auto du = static_cast<std::size_t>(d);
-  const std::int64_t n = global[du];
+  const int d = detail::split_dim_of(*rule, global);
   out.spec = make_spec(global.rank, {Shard(d)});
-  auto dim_error = [&](const std::string& why) {
-    return shape_error("tensor '" + name + "' " + to_string(global) + ": dim " + std::to_string(d) + " of size " +
-                       std::to_string(n) + " " + why);
-  };
-
-  // The parts the split dim is made of, each split over tp ranks (or, with fewer heads than
-  // ranks, each head on tp / heads ranks: replicas[i] > 1).
-  std::vector<std::int64_t> part_sizes, replicas;
-  if (rule->kind == tp_kind::vocab) {
-    part_sizes = {n};
-  } else if (!rule->part_heads.empty()) {
-    std::int64_t total = 0;
-    std::vector<std::int64_t> heads;
-    for (const auto& a : rule->part_heads) total += heads.emplace_back(detail::need_attr(config, a, name));
-    if (n % total != 0)
-      throw dim_error("is not a whole number of heads (" + std::to_string(total) + " heads in all)");
-    const std::int64_t head_dim = n / total;
-    for (std::size_t i = 0; i < heads.size(); ++i) {
-      const bool replicated = rule->replicate_heads && heads[i] < tp && tp % heads[i] == 0;
-      if (heads[i] % tp != 0 && !replicated)
-        throw shape_error("tensor '" + name + "': attribute '" + rule->part_heads[i] + "' = " +
-                          std::to_string(heads[i]) + " heads does not divide over tensor-parallel size " + std::to_string(tp) +
-                          (rule->replicate_heads ? " (nor do the ranks replicate them evenly: a multiple of the heads)" : ""));
-      part_sizes.push_back(heads[i] * head_dim);
-      replicas.push_back(replicated ? tp / heads[i] : 1);
-    }
-    if (heads.size() > 1) {
-      out.fused = "heads";
-      for (std::size_t i = 0; i < heads.size(); ++i) out.fused += (i ? "," : " ") + std::to_string(heads[i]);
-      out.fused += " x " + std::to_string(head_dim);
-    }
-    for (std::size_t i = 0; i < heads.size(); ++i)
-      if (replicas[i] > 1)
-        out.fused += std::string(out.fused.empty() ? "" : "; ") + std::to_string(heads[i]) + " heads replicated over " +
-                     std::to_string(tp) + " ranks, each on " + std::to_string(replicas[i]);
-  } else if (!rule->interleaved_heads.empty()) {
-    const std::int64_t h = detail::need_attr(config, rule->interleaved_heads, name);
-    const std::int64_t per = std::max(1, rule->parts_per_head);
-    if (n % (h * per) != 0)
-      throw dim_error("is not " + std::to_string(h) + " heads x " + std::to_string(per) + " parts x head_dim");
-    if (h % tp != 0)
-      throw shape_error("tensor '" + name + "': attribute '" + rule->interleaved_heads + "' = " + std::to_string(h) +
-                        " heads does not divide over tensor-parallel size " + std::to_string(tp));
-    part_sizes = {n};  // [heads, parts, head_dim]: whole heads per rank are one contiguous block
-    out.fused = "per-head interleaved [" + std::to_string(h) + " heads, " + std::to_string(per) + ", " +
-                std::to_string(n / (h * per)) + "]";
-  } else {
-    if (rule->parts < 1) throw spec_error("tensor '" + name + "': a fused rule needs at least one part");
-    if (n % rule->parts != 0)
-      throw dim_error("does not split into " + std::to_string(rule->parts) + " equal fused parts");
-    part_sizes.assign(static_cast<std::size_t>(rule->parts), n / rule->parts);
-    if (rule->parts > 1) out.fused = std::to_string(rule->parts) + " equal parts";
-  }
-  replicas.resize(part_sizes.size(), 1);
-  if (rule->kind != tp_kind::vocab)
-    for (std::size_t i = 0; i < part_sizes.size(); ++i)
-      if (const std::int64_t s = part_sizes[i]; replicas[i] == 1 && s % tp != 0)
-        throw dim_error(part_sizes.size() > 1 ? "has fused parts of " + std::to_string(s) +
-                                                    " that do not divide over tensor-parallel size " + std::to_string(tp)
-                                              : "does not divide over tensor-parallel size " + std::to_string(tp));
-
-  for (int r = 0; r < tp; ++r) {
-    shard_layout l = parts_layout(mesh, out.spec, global, d, part_sizes, r);
-    std::int64_t start = 0;
-    for (std::size_t i = 0; i < part_sizes.size(); ++i) {
-      if (replicas[i] > 1) {  // head r / replicas of this part, whole: the cut over heads ranks
-        const int units = tp / static_cast<int>(replicas[i]);
-        tensor_shape part = global;
-        part[du] = part_sizes[i];
-        shard_box b = local_box(device_mesh{units}, out.spec, part, r / static_cast<int>(replicas[i]));
-        b.offset[du] += start;
-        l.shape[du] += b.shape[du] - l.pieces[i].shape[du];
-        l.pieces[i] = {b.offset, b.shape};
-      }
-      start += part_sizes[i];
-    }
-    out.ranks.push_back(std::move(l));
-  }
+  const detail::dim_parts parts = detail::split_parts_of(*rule, name, global, d, tp, config, out.fused);
+  detail::rank_layouts(out, d, parts, tp);
   return out;
 }
 

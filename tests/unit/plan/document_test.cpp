@@ -355,7 +355,7 @@ plan_document pipelined_plan() {
 
 }  // namespace
 
-TEST_CASE("plan document: a pipelined plan's stages and schedule are written and read back; a plan without one writes none") {
+TEST_CASE("plan document: a pipelined plan's stages and schedule are written and read back, and a plan without one writes none") {
   const plan_document d = pipelined_plan();
   const nlohmann::json j = to_json(d);
   REQUIRE(j.contains("pipeline"));

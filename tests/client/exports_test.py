@@ -121,6 +121,11 @@ CASES = [
     Case("llama-megatron-dp2-tp4-sp", "llama", 8, ["--mesh", "dp=2,tp=4", *MEGATRON, "--batch", "8", *NO_LATENCY], batch=8),
     # Batch-split regions on a 1-D tp mesh (the residual stream sliced, norms on a slice).
     Case("llama-megatron-tp4-b4-split", "llama", 4, ["--mesh", "tp=4", *MEGATRON, "--batch", "4", *NO_LATENCY]),
+    # The attention's input arriving sequence-parallel (the norm before it pinned split on the
+    # sequence): the attention module reads its batch and sequence length off that input
+    # (LLaMA's input_shape = hidden_states.shape[:-1]), so it must see the whole shape.
+    Case("llama-sp-into-attention", "llama", 4,
+         ["--mesh", "tp=4", *MEGATRON, "--batch", "4", *NO_LATENCY, *pin(*layers("model.layers.{}.input_layernorm=RS0R"))]),
     # lm_head split on the vocabulary: its output gathered (colwise_gather_output), generate() exact.
     Case("llama-lm-head-split", "llama", 4, ["--mesh", "tp=4", *MEGATRON, *INFER, "--batch", "4", *pin("lm_head.weight=S0R")],
          generate=True),

@@ -701,6 +701,22 @@ struct tp_walk {
     return o;
   }
 
+  /// dtensor: whether module v's output, split on a dim other than its features, goes only to
+  /// column-parallel modules (as their input, inside v's layer), which take a DTensor and convert
+  /// it: it then stays a DTensor (use_local_output=False), so that the model's code between them
+  /// sees the whole shape. LLaMA's attention reads its batch and sequence length off its input
+  /// (`input_shape = hidden_states.shape[:-1]`) before its projections gather the sequence;
+  /// a local slice gives it the slice's length.
+  bool modules_take_dtensor(vertex_t v, const placement& o) const {
+    if (!o.is_shard() || o.dim == static_cast<int>(g[v].shape.rank) - 1) return false;
+    bool any = false;
+    for (auto [c, i] : consumers(v)) {
+      if (!is_module[c] || i != 0 || role[c] != module_role::column || enters_convertible_layer(v, c)) return false;
+      any = true;
+    }
+    return any;
+  }
+
   /// dtensor: the module's style, the layouts it converts between, and what it leaves its
   /// consumers (the held layout and whether it is a DTensor).
   void module_dtensor(vertex_t v) {
@@ -727,7 +743,8 @@ struct tp_walk {
     bool loss_parallel = false;
     const std::optional<placement> o = output_dtensor(v, raw, loss_parallel);
     if (!o) return;
-    const bool local_out = !uneven(*o, v) && !loss_parallel;
+    const bool emits = styled || convert_in || !(*o == raw);  // a style whose output can stay a DTensor
+    const bool local_out = !uneven(*o, v) && !loss_parallel && !(emits && modules_take_dtensor(v, *o));
     if (o->is_partial() && !styled) {
       problem(v, "its consumers keep partial sums it does not make");
       return;
@@ -735,7 +752,9 @@ struct tp_walk {
     if (r == module_role::column || r == module_role::row) {
       m.kwargs["output_layouts"] = pt(*o, v);
       m.kwargs["use_local_output"] = local_out;
-    } else if (!styled) {
+    } else if (styled) {
+      m.kwargs["use_local_output"] = local_out;  // SequenceParallel
+    } else {
       const bool convert_out = !(*o == raw);
       if (convert_in && convert_out) m.style = "PrepareModuleInputOutput";
       else if (convert_in) m.style = "PrepareModuleInput";

@@ -19,7 +19,9 @@
 ///                       operator takes its cheapest consistent strategy under that constraint.
 ///                       Attention heads are split whole: a head count the last axis does not divide
 ///                       is refused; key/value heads fewer than its ranks are replicated (their
-///                       projections whole on every rank, megatron_kv_whole)
+///                       projections whole on every rank, megatron_kv_whole). Sequence parallelism
+///                       is all or none, as Megatron-LM's switch: every layer's norms split on the
+///                       sequence, or none; both are solved and the faster kept (solve_algo)
 ///   "data_parallel"     weights replicated, activations split on the batch dim (or replicated)
 ///   "zero3"             data_parallel's activations, every parameter stored sharded on every
 ///                       mesh axis (where it splits that finely) and gathered on use (ZeRO-3, FSDP)
@@ -507,7 +509,14 @@ struct solve_request {
   bool budget = true;          ///< the memory budget applies
   int batch_shards = 0;        ///< > 0: every batch input splits its dim 0 exactly this many ways
   int tp_axis = -1;            ///< megatron: its tensor-parallel mesh axis (-1: none, every axis data parallel)
+  /// megatron: every layer's norms split on the sequence on tp_axis (true: Megatron-LM's
+  /// --sequence-parallel) or none of them (false); unset: solve_algo solves both and keeps the faster.
+  std::optional<bool> sequence_parallel;
 };
+
+/// Whether strategy `s` runs sequence parallel on mesh axis `tp`: its output split on the
+/// sequence (dim 1 of the layers' [batch, sequence, hidden] activations).
+inline bool runs_sequence_parallel(const strategy& s, std::size_t tp) { return s.output[tp].is_shard(1); }
 
 /// Whether `rq.a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is
 /// a parameter with a fully_sharded strategy; `zero1`: v offers a ZeRO-1 variant of s's
@@ -555,6 +564,8 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
       // Megatron-LM's sequence parallelism splits the sequence over the tensor-parallel ranks,
       // never the batch (which the data-parallel ranks split).
       if (batch_tensor && !g[v].is_parameter() && pm.mesh.size(tp) > 1 && s.output[tp].is_shard(0)) return false;
+      if (rq.sequence_parallel && is_layer_norm(g, pm.layers, v) && runs_sequence_parallel(s, tp) != *rq.sequence_parallel)
+        return false;
       return megatron_axis(g, v, ops, s, tp);
     }
   }
@@ -867,11 +878,11 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
   return r;
 }
 
-/// Solve one algo: restricted problem, tied, on GLPK; back to one strategy per vertex. A
-/// budget no allowed choice meets is refused before the solver runs, with the least memory
-/// the allowed strategies reach.
-inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
-                                                        const solve_request& rq, std::size_t& classes) {
+/// Solve one request as it is masked (solve_algo below): restricted problem, tied, on GLPK;
+/// back to one strategy per vertex. A budget no allowed choice meets is refused before the
+/// solver runs, with the least memory the allowed strategies reach.
+inline std::pair<plan_summary, solve_result> solve_masked(const pass_model& pm, const autosharding_options& o,
+                                                          const solve_request& rq, std::size_t& classes) {
   const restricted_problem r = restrict_problem(pm, o, rq);
   classes = r.classes;
   if (r.q.usage_limit) {  // said in the pass's words; solve_ilp's are the IOPDDL format's
@@ -892,6 +903,35 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = res.choice[r.cls[v]];
   return {summarize(pm, rq.a, std::move(choice)), std::move(res)};
+}
+
+/// Solve one algo (solve_masked). Megatron with tensor parallelism and sequence_parallel unset
+/// is solved twice, its layers' norms all split on the sequence and none, and the faster kept:
+/// Megatron-LM's --sequence-parallel is one switch for every layer, so a baseline whose norms
+/// each chose would be a configuration nobody can run (and export --to megatron refuses it).
+/// Throws the first solve's error when neither has a plan.
+inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, const autosharding_options& o,
+                                                        const solve_request& rq, std::size_t& classes) {
+  const bool choose = rq.a == algo::megatron && rq.tp_axis >= 0 && pm.mesh.size(static_cast<std::size_t>(rq.tp_axis)) > 1 &&
+                      !rq.sequence_parallel;
+  bool norms = false;
+  for (vertex_t v = 0; v < pm.size() && choose && !norms; ++v) norms = is_layer_norm(pm.g, pm.layers, v);
+  if (!norms) return solve_masked(pm, o, rq, classes);
+  std::optional<std::pair<plan_summary, solve_result>> best;
+  std::optional<solver_error> first_error;
+  for (const bool sp : {true, false}) {
+    solve_request r = rq;
+    r.sequence_parallel = sp;
+    std::size_t c = 0;
+    try {
+      auto found = solve_masked(pm, o, r, c);
+      if (!best || found.first.step_seconds < best->first.step_seconds) best = std::move(found), classes = c;
+    } catch (const solver_error& e) {
+      if (!first_error) first_error = e;
+    }
+  }
+  if (!best) throw *first_error;
+  return std::move(*best);
 }
 
 // ---- the step: the global batch in micro-batches, searched ----------------------------------

@@ -141,9 +141,9 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   const layer_map layers = map_layers(g);
   int seq_split = 0, norms = 0;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    if (layers.layer[v] < 0 || (g[v].kind != op_kind::layer_norm && g[v].kind != op_kind::rms_norm)) continue;
+    if (!is_layer_norm(g, layers, v)) continue;
     ++norms;
-    if (tp_axis >= 0 && p.strategies[v].output[last].is_shard(1)) ++seq_split;
+    if (tp_axis >= 0 && detail::runs_sequence_parallel(p.strategies[v], last)) ++seq_split;
   }
   if (seq_split > 0 && seq_split < norms)
     problem(std::to_string(seq_split) + " of the layers' " + std::to_string(norms) +

@@ -85,6 +85,12 @@ inline layer_map map_layers(const model_graph& g) {
   return L;
 }
 
+/// Whether `v` is a norm of a repeated layer (layer_norm or rms_norm): what Megatron-LM's
+/// sequence parallelism runs split on the sequence, in every layer or in none.
+inline bool is_layer_norm(const model_graph& g, const layer_map& L, vertex_t v) {
+  return L.layer[v] >= 0 && (g[v].kind == op_kind::layer_norm || g[v].kind == op_kind::rms_norm);
+}
+
 /// The recomputation kinds `policy` lets a layer take, as a bit set over recompute_kind.
 constexpr unsigned recompute_kinds_of(recompute_policy policy) noexcept {
   switch (policy) {

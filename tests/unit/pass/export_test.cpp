@@ -126,14 +126,16 @@ TEST_CASE("export: GPT-2's Conv1D weights are refused by both targets, naming th
 }
 
 TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
-  // Links with no latency: the Megatron plan of this small LLaMA reduce-scatters into
-  // sequence-parallel regions on tp and reads the logits vocabulary-parallel in its loss.
+  // Links with no latency, one norm pinned on the sequence: the Megatron plan of this small
+  // LLaMA runs every layer's norms sequence parallel (Megatron-LM's switch is all or none),
+  // reduce-scatters into those regions on tp and reads the logits vocabulary-parallel in its loss.
   auto c = autoshard::transformer_config::llama(3, 64, 8, 8, 128);
   c.seq = 16;
   c.batch = 8;
   c.vocab = 256;
   c.mode = autoshard::run_mode::training;
-  const auto p = solve_and_load(autoshard::build_llama(c), {.mesh = {2, 4}, .names = {"dp", "tp"}, .no_latency = true});
+  const auto p = solve_and_load(autoshard::build_llama(c), {.mesh = {2, 4}, .names = {"dp", "tp"}, .no_latency = true,
+                                                            .pins = {{"model.layers.1.post_attention_layernorm", "S0S1R"}}});
   const autoshard::tp_export e = exported(p, export_target::dtensor);
   REQUIRE(e.problems.empty());
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
@@ -159,10 +161,11 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
       CHECK(plan[l + row]["kwargs"]["input_layouts"] == "Shard(-1)");
       reduce_scatters += plan[l + row]["kwargs"]["output_layouts"] == "Shard(1)";
     }
-    sequence_norms += plan.contains(l + "post_attention_layernorm") && plan[l + "post_attention_layernorm"]["style"] == "SequenceParallel";
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm"})
+      sequence_norms += plan.contains(l + norm) && plan[l + norm]["style"] == "SequenceParallel";
   }
   CHECK(reduce_scatters > 0);
-  CHECK(sequence_norms > 0);
+  CHECK(sequence_norms == 6);
   // The vocabulary-parallel loss reads lm_head's output as a DTensor under loss_parallel().
   CHECK(j["loss_parallel"] == true);
   CHECK(plan["lm_head"]["kwargs"]["use_local_output"] == false);

@@ -7,7 +7,9 @@
 #include <autoshard/pass/export_megatron.hpp>
 #include <autoshard/pass/pass.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include "unit/scratch.hpp"
 
@@ -240,6 +242,50 @@ TEST_CASE("baselines: Megatron-LM with its tensor-parallel size, distributed opt
                                          "memory budget of 1.00 MiB (1048576 bytes) per device with selective recomputation: "
                                          "tried 4 micro-batchings of the global batch of 16; with the closest,"),
                        solver_error);
+}
+
+TEST_CASE("baselines: Megatron-LM's sequence parallelism splits every layer's norms or none, so its plan exports") {
+  // LLaMA-7B's widths, two layers, one sequence, on one node of four: with each norm free, the
+  // input norms ran split on the sequence and the post-attention ones whole, which Megatron-LM's
+  // one --sequence-parallel switch cannot say (and export --to megatron refused).
+  transformer_config c = transformer_config::llama_7b();
+  c.layers = 2;
+  c.batch = 1;
+  c.mode = run_mode::training;
+  const model_graph g = build_llama(c);
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({1, 4});
+  o.algo = algo::megatron;
+  o.compare_baselines = false;
+  o.ilp_solution_file = autoshard_test::unique_temp_path("megatron_sp.json").string();
+  const autosharding_result r = autosharding_analysis_pass(g, o);
+  const layer_map L = map_layers(r.graph);
+  int norms = 0, split = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(r.graph); ++v) {
+    if (!is_layer_norm(r.graph, L, v)) continue;
+    ++norms;
+    split += detail::runs_sequence_parallel(r.strategies[v], 1) ? 1 : 0;
+  }
+  CHECK(norms == 4);
+  CHECK((split == 0 || split == norms));
+  // The faster of all split and none, each solved alone as the search solves a micro-batching.
+  const detail::pass_model pm(r.graph, r.report.mesh, r.report.pricing);
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const bool sp : {true, false}) {
+    detail::solve_request rq;
+    rq.a = algo::megatron;
+    rq.recompute = detail::algo_recompute_kinds(algo::megatron, recompute_policy::choose);
+    rq.budget = false;
+    rq.tp_axis = 1;
+    rq.sequence_parallel = sp;
+    std::size_t classes = 0;
+    fastest = std::min(fastest, detail::solve_algo(pm, o, rq, classes).first.step_seconds);
+  }
+  CHECK(r.report.plan.step_seconds == doctest::Approx(fastest).epsilon(1e-12));
+  const megatron_export e = export_megatron(load_plan(o.ilp_solution_file));
+  CHECK(e.problems.empty());
+  CHECK((megatron_arguments(e).find("--sequence-parallel") != std::string::npos) == (split == norms));
+  std::filesystem::remove(o.ilp_solution_file);
 }
 
 TEST_CASE("export --to megatron: a Megatron-LM plan as its arguments, and a ZeRO-3 plan is refused") {

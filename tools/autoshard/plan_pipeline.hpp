@@ -136,6 +136,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     so.recompute = kinds(po.algo);
     so.base = po;
     found = search_pipelines(g, po.mesh, po.pricing, so);
+    if (!found.empty.empty()) throw solver_error(found.empty);
     if (!found.best)
       throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
                          (found.closest.empty() ? std::string() : "; the closest, " + found.closest));

@@ -173,7 +173,8 @@ inline pipeline_timeline simulate_pipeline(pipeline_schedule s, const std::vecto
     slowest = std::max(slowest, stages[k].forward + stages[k].backward);
   }
   t.ideal = static_cast<double>(m) * slowest;
-  t.bubble_fraction = t.ideal > 0 ? t.seconds / t.ideal - 1.0 : 0.0;
+  // Never below the ideal: a negative fraction is the rounding of m additions against a product.
+  t.bubble_fraction = t.ideal > 0 ? std::max(0.0, t.seconds / t.ideal - 1.0) : 0.0;
   return t;
 }
 

@@ -244,10 +244,17 @@ inline stage_mesh stage_mesh_of(const device_mesh& mesh, const pipeline_config& 
   const int devices = mesh.num_ranks();
   const int per_node = mesh.size(mesh.ndim() - 1);
   const int stage = c.dp * c.tp;
-  if (c.pp < 1 || c.tp < 1 || c.dp < 1 || static_cast<long>(c.pp) * stage != devices || per_node % c.tp != 0)
-    throw solver_error("pp " + std::to_string(c.pp) + " x dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) +
-                       " does not factor mesh " + to_string(mesh) + " (" + std::to_string(devices) +
-                       " devices, tensor parallelism within a node of " + std::to_string(per_node) + ")");
+  if (c.pp < 1 || c.tp < 1 || c.dp < 1 || static_cast<long>(c.pp) * stage != devices || per_node % c.tp != 0) {
+    const std::string sizes = "pp " + std::to_string(c.pp) + (c.dp >= 1 ? " x dp " + std::to_string(c.dp) : std::string()) + " x tp " +
+                              std::to_string(c.tp);
+    const std::string why = c.tp >= 1 && per_node % c.tp != 0
+                                ? "tp " + std::to_string(c.tp) + " does not divide a node's " + std::to_string(per_node) + " devices"
+                                : "their product is not the " + std::to_string(devices) + " devices";
+    throw solver_error(sizes + " does not factor " + to_string(mesh) + ": " + why +
+                       (c.dp < 1 && c.pp >= 1 && c.tp >= 1 && static_cast<long>(c.pp) * c.tp > devices
+                            ? " (pp x tp alone is " + std::to_string(static_cast<long>(c.pp) * c.tp) + ")"
+                            : std::string()));
+  }
   if (stage % per_node != 0 && per_node % stage != 0)
     throw solver_error("a stage of dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) + " neither fills whole nodes of " +
                        std::to_string(per_node) + " devices nor divides one");
@@ -452,7 +459,24 @@ struct pipeline_search {
   double seconds = 0.0;                 ///< wall time of the search
   std::string closest;                  ///< when none fits: the configuration that came closest, in words
   std::vector<std::string> failures;    ///< the first few configurations the ILP had no plan for, and why
+  std::string empty;                    ///< when the space has no configuration: why, with the numbers
 };
+
+namespace detail {
+
+/// Why the search's space is empty: the sizes it was given against the rules that make one.
+inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_search_options& so, std::int64_t batch, int layers) {
+  std::string fixed;
+  for (auto [flag, v] : {std::pair<const char*, int>{"pp", so.pp}, {"tp", so.tp}, {"dp", so.dp}, {"micro-batch", so.micro_batch}})
+    if (v > 0) fixed += std::string(fixed.empty() ? " with " : ", ") + flag + " " + std::to_string(v);
+  return "no pipelined configuration" + fixed + " on " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " devices, " +
+         std::to_string(mesh.size(mesh.ndim() - 1)) + " per node) for a global batch of " + std::to_string(batch) + " and " +
+         std::to_string(layers) + " layers: pp x tp x dp must be the devices, tp divide a node, a stage (dp x tp) fill whole nodes "
+         "or divide one, pp be at most the layers, and the micro-batch divide each data-parallel rank's share of the batch (at most " +
+         std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + ")";
+}
+
+}  // namespace detail
 
 /// The fastest pipelined configuration of `g` (the global batch) on `mesh` (nodes x devices per
 /// node): every (pp, tp, dp) with pp x tp x dp the devices, tp dividing a node and a stage
@@ -496,6 +520,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
     }
   }
   out.configurations = space.size();
+  if (space.empty()) out.empty = detail::why_no_configuration(mesh, so, batch, layers);
   // A proven lower bound of a configuration's step: stage k cannot start before the stages
   // ahead ran micro-batch 0's forward, runs m micro-batches, and after its last backward the
   // stages ahead run theirs, so the step is at least max_k (sum_{s<k} c_s + m c_k), c_s a stage's

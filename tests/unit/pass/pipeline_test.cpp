@@ -178,3 +178,15 @@ TEST_CASE("pipeline: stage partition is the least slowest stage over every parti
     CHECK(total == L);
   }
 }
+
+TEST_CASE("pipeline: one stage has no bubble, whatever the rounding of its micro-batches' sum") {
+  // 0.1 + 0.2 is not exact in binary: m additions of it differ from m times it in the last bit,
+  // once above and once below; the bubble is never negative.
+  for (int m = 1; m <= 64; ++m) {
+    CAPTURE(m);
+    const autoshard::pipeline_timeline t = autoshard::simulate_pipeline(
+        autoshard::pipeline_schedule::one_f_one_b, std::vector<autoshard::stage_seconds>(1, {0.1, 0.2}), {}, m);
+    CHECK(t.bubble_fraction >= 0.0);
+    CHECK(t.bubble_fraction == doctest::Approx(0.0).epsilon(1e-12));
+  }
+}

@@ -283,3 +283,34 @@ TEST_CASE("pipelined: export --to megatron gives the stages, the first and last 
   // The other exports place the whole model on one mesh: refused, naming the stages.
   CHECK_THROWS_WITH_AS(export_tensor_parallel(lp), doctest::Contains("the plan is pipelined (2 stages)"), spec_error);
 }
+
+TEST_CASE("pipelined: sizes that admit no configuration are refused with the numbers, not as memory") {
+  const autoshard::model_graph g = small_gpt(4, 16);
+  const autoshard::device_mesh mesh(std::vector<int>{2, 4});
+  autoshard::pipeline_search_options so;
+  so.pp = 3;  // divides neither the 8 devices nor leaves a stage
+  const autoshard::pipeline_search r = autoshard::search_pipelines(g, mesh, a100(), so);
+  CHECK(r.configurations == 0);
+  CHECK_FALSE(r.best);
+  CHECK(r.empty.find("with pp 3") != std::string::npos);
+  CHECK(r.empty.find("8 devices, 4 per node") != std::string::npos);
+  CHECK(r.empty.find("global batch of 16 and 4 layers") != std::string::npos);
+  so.pp = 2;
+  so.micro_batch = 3;  // divides no data-parallel rank's share of 16
+  const autoshard::pipeline_search m = autoshard::search_pipelines(g, mesh, a100(), so);
+  CHECK(m.configurations == 0);
+  CHECK(m.empty.find("with pp 2, micro-batch 3") != std::string::npos);
+  so.micro_batch = 2;  // a space with configurations says nothing here
+  CHECK(autoshard::search_pipelines(g, mesh, a100(), so).empty.empty());
+  // A configuration priced directly names what does not factor.
+  const autoshard::pipeline_config c{4, 4, 0, 1, autoshard::recompute_kind::none, autoshard::pipeline_schedule::one_f_one_b};
+  try {
+    autoshard::detail::stage_mesh_of(mesh, c);
+    FAIL("pp 4 x tp 4 on 8 devices factored");
+  } catch (const autoshard::solver_error& e) {
+    const std::string w = e.what();
+    CHECK(w.find("pp 4 x tp 4 does not factor") != std::string::npos);
+    CHECK(w.find("(pp x tp alone is 16)") != std::string::npos);
+    CHECK(w.find("dp 0") == std::string::npos);
+  }
+}

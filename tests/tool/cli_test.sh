@@ -208,6 +208,10 @@ PY
   expect_rc 0 "$tool" show --plan "$tmp/pp.json"
   grep -q "pipeline of 2 stages, 1f1b: embedding + layers 0-1 | layers 2-3 + head" "$tmp/out" && ok || bad "show --plan of a pipelined plan: $(head -5 "$tmp/out")"
   json_check "[s['holds'] for s in d['pipeline']['stages']] == ['embedding + layers 0-1', 'layers 2-3 + head']" "$tool" show --plan "$tmp/pp.json" --json
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['pipeline']['stages'][1]['layers'] = 5; json.dump(d, open(sys.argv[2], 'w'))" \
+    "$tmp/pp.json" "$tmp/pp-7-layers.json"
+  expect_rc 1 "$tool" show --plan "$tmp/pp-7-layers.json"
+  grep -q "the plan's 2 stages hold 7 layers, but its graph has 4" "$tmp/err" && ok || bad "show of stages holding 7 of 4 layers: $(cat "$tmp/err")"
   expect_rc 0 "$tool" shard "$tmp/ck4/model.safetensors" --plan "$tmp/pp.json" --out "$tmp/by-stage" --quiet
   for k in 0 1; do
     python3 "$here/check_shards.py" "$tmp/ck4/model.safetensors" "$tmp/by-stage/stage-$k" --subset >/dev/null && ok || bad "stage $k shards differ"

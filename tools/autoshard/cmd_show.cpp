@@ -7,6 +7,7 @@
 #include "tensor_names.hpp"
 #if defined(AUTOSHARD_TOOL_HAVE_PLAN)
 #include <autoshard/graph/fused.hpp>  // fused_dim_of: tensors cut per part
+#include <autoshard/pass/pipelined.hpp>  // stages_of_parameters: a pipelined plan's stages against its graph
 #include <autoshard/plan/plan.hpp>
 #endif
 
@@ -540,6 +541,7 @@ int run_show_plan(show_options o) {
   o.svg = paths.output_path("--svg", o.svg).string();
   paths.check();
   const plan_document d = read_plan_file(o.plan);
+  if (d.pipeline) stages_of_parameters(d);  // stages that do not hold the graph's layers are refused, as shard and export refuse them
   if (!o.tensor.empty()) show_plan_tensor(d, o);
   else if (o.json) show_plan_json(d, o.plan);
   else show_plan_table(d, o.plan);

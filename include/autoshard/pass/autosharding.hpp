@@ -692,6 +692,80 @@ inline edge_costs edge_cost_of(const pass_model& pm, edge_t e, const std::vector
                     backward_pricing_of(g, e, pm.sopt));
 }
 
+/// The collectives an operator's chosen strategy makes itself, into `s`: a vocabulary-parallel
+/// loss's three row statistics per axis splitting the vocabulary, and a ZeRO weight's all-gather.
+inline void operator_collectives(const pass_model& pm, vertex_t v, const strategy& st, int steps, plan_summary& s) {
+  const model_graph& g = pm.g;
+  if (g[v].kind == op_kind::cross_entropy) {  // a vocab-parallel loss: three row statistics per axis splitting the vocabulary
+    const std::vector<vertex_t> ops = operands(g, v);
+    const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
+    const std::int64_t b = max_local_shape(pm.mesh, st.inputs[1], g[ops[1]].shape).numel() * 4;
+    for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
+      if (st.inputs[0][a].is_shard(vdim) && pm.mesh.size(a) > 1)
+        for (const char* what : {"row max", "row sum of exponentials", "target logit"})
+          s.collectives.push_back({std::string(what) + " of " + g[v].name, collective::all_reduce, static_cast<int>(a), b,
+                                   steps * collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
+                                   traffic_site::op(v), 1.0, steps});
+  }
+  if (st.zero_stage > 0)  // the all-gather of the updated weight
+    for (const priced_step& p : price_plan(pm.mesh, plan_redistribute(pm.mesh, st.gradient_spec, st.output, g[v].shape), g[v].shape, g[v].type)) {
+      const double sec = bucketed_seconds(pm.mesh, p, pm.sopt.pricing.gradient_bucket_bytes);
+      if (sec > 0.0)
+        s.collectives.push_back({"ZeRO-" + std::to_string(st.zero_stage) + " all-gather of " + g[v].name, p.step.kind,
+                                 p.step.mesh_axis, p.bytes, sec, traffic_site::gradient(v)});
+    }
+}
+
+/// An edge's resharding and gradient traffic at `choice`, into `s`: its seconds, and each
+/// collective of its forward plan (and re-gather), and of its backward or gradient sync.
+inline void edge_collectives(const pass_model& pm, edge_t e, const std::vector<int>& choice, int steps, plan_summary& s) {
+  const model_graph& g = pm.g;
+  const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+  const strategy& su = pm.strategies[u][static_cast<std::size_t>(choice[u])];
+  const strategy& sv = pm.strategies[v][static_cast<std::size_t>(choice[v])];
+  const auto operand = static_cast<std::size_t>(g[e].operand);
+  const edge_costs c = edge_cost_of(pm, e, choice);
+  s.resharding_seconds += c.forward;
+  if (g[u].is_parameter()) s.communication_seconds += c.backward + c.regather;  // gradient sync, re-gather
+  else s.resharding_seconds += c.backward;
+  if (c.forward > 0.0 && !std::isinf(c.forward)) {
+    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, su.output, settle_target(su.output, sv.inputs[operand]), g[u].shape),
+                                    g[u].shape, g[u].type);
+    // Every micro-step, twice into a fully recomputed layer; the re-gather happens in the
+    // backward: the gradient's site (the forward audit leaves it out).
+    const int again = sv.recompute == recompute_kind::full && !g[u].is_parameter() ? 2 : 1;
+    for (int k = 0; k < (c.regather > 0.0 ? 2 : 1); ++k)
+      for (const priced_step& st : pc)
+        if (is_communication(st.step.kind)) {
+          const int times = steps * (k ? 1 : again);
+          s.collectives.push_back({(k ? "re-gather for the backward: edge " : "edge ") + g[u].name + " -> " + g[v].name,
+                                   st.step.kind, st.step.mesh_axis, st.bytes, times * st.seconds,
+                                   k ? traffic_site::gradient(u) : traffic_site::edge(v, operand), 1.0, times});
+        }
+  }
+  // A parameter's gradient sync is listed whole (the audit counts its bytes), each step
+  // charged its share of the part the backward does not hide.
+  const double unhidden = g[u].is_parameter() ? c.sync : c.backward;
+  if (unhidden > 0.0) {
+    const double exposed = c.backward / unhidden;
+    // Activations' backward every micro-step; a parameter's sync once, or every micro-step.
+    const int times = g[u].is_parameter() && syncs_once_per_step(su, backward_target(su), sv.grads[operand]) ? 1 : steps;
+    const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
+    const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
+                                    g[u].shape, g[u].type);
+    const std::string where = g[u].is_parameter() ? "gradient of " + g[u].name + " in " + g[v].name
+                                                  : "backward of edge " + g[u].name + " -> " + g[v].name;
+    const std::array<bool, redist_plan::capacity> red = reduction_steps(pc);
+    for (std::size_t k = 0; k < pc.size(); ++k) {
+      const priced_step& st = pc[k];
+      const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
+      if (sec > 0.0)
+        s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, times * sec * exposed, traffic_site::gradient(u),
+                                 red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0, times});
+    }
+  }
+}
+
 /// Price a full choice from scratch: breakdown, peak memory, collectives.
 inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> choice) {
   plan_summary s;
@@ -702,71 +776,9 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(choice[v])];
     s.compute_seconds += st.compute_seconds;
     s.communication_seconds += st.comm_seconds;
-    if (g[v].kind == op_kind::cross_entropy) {  // a vocab-parallel loss: three row statistics per axis splitting the vocabulary
-      const std::vector<vertex_t> ops = operands(g, v);
-      const int vdim = static_cast<int>(g[ops[0]].shape.rank) - 1;
-      const std::int64_t b = max_local_shape(pm.mesh, st.inputs[1], g[ops[1]].shape).numel() * 4;
-      for (std::size_t a = 0; a < pm.mesh.ndim(); ++a)
-        if (st.inputs[0][a].is_shard(vdim) && pm.mesh.size(a) > 1)
-          for (const char* what : {"row max", "row sum of exponentials", "target logit"})
-            s.collectives.push_back({std::string(what) + " of " + g[v].name, collective::all_reduce, static_cast<int>(a), b,
-                                     steps * collective_time(collective::all_reduce, pm.mesh.link(a), pm.mesh.size(a), static_cast<double>(b)),
-                                     traffic_site::op(v), 1.0, steps});
-    }
-    if (st.zero_stage > 0)  // the all-gather of the updated weight
-      for (const priced_step& p : price_plan(pm.mesh, plan_redistribute(pm.mesh, st.gradient_spec, st.output, g[v].shape), g[v].shape, g[v].type)) {
-        const double sec = bucketed_seconds(pm.mesh, p, pm.sopt.pricing.gradient_bucket_bytes);
-        if (sec > 0.0)
-          s.collectives.push_back({"ZeRO-" + std::to_string(st.zero_stage) + " all-gather of " + g[v].name, p.step.kind,
-                                   p.step.mesh_axis, p.bytes, sec, traffic_site::gradient(v)});
-      }
+    operator_collectives(pm, v, st, steps, s);
   }
-  for (edge_t e : pm.edges) {
-    const vertex_t u = boost::source(e, g), v = boost::target(e, g);
-    const strategy& su = pm.strategies[u][static_cast<std::size_t>(choice[u])];
-    const strategy& sv = pm.strategies[v][static_cast<std::size_t>(choice[v])];
-    const auto operand = static_cast<std::size_t>(g[e].operand);
-    const edge_costs c = edge_cost_of(pm, e, choice);
-    s.resharding_seconds += c.forward;
-    if (g[u].is_parameter()) s.communication_seconds += c.backward + c.regather;  // gradient sync, re-gather
-    else s.resharding_seconds += c.backward;
-    if (c.forward > 0.0 && !std::isinf(c.forward)) {
-      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, su.output, settle_target(su.output, sv.inputs[operand]), g[u].shape),
-                                      g[u].shape, g[u].type);
-      // Every micro-step, twice into a fully recomputed layer; the re-gather happens in the
-      // backward: the gradient's site (the forward audit leaves it out).
-      const int again = sv.recompute == recompute_kind::full && !g[u].is_parameter() ? 2 : 1;
-      for (int k = 0; k < (c.regather > 0.0 ? 2 : 1); ++k)
-        for (const priced_step& st : pc)
-          if (is_communication(st.step.kind)) {
-            const int times = steps * (k ? 1 : again);
-            s.collectives.push_back({(k ? "re-gather for the backward: edge " : "edge ") + g[u].name + " -> " + g[v].name,
-                                     st.step.kind, st.step.mesh_axis, st.bytes, times * st.seconds,
-                                     k ? traffic_site::gradient(u) : traffic_site::edge(v, operand), 1.0, times});
-          }
-    }
-    // A parameter's gradient sync is listed whole (the audit counts its bytes), each step
-    // charged its share of the part the backward does not hide.
-    const double unhidden = g[u].is_parameter() ? c.sync : c.backward;
-    if (unhidden > 0.0) {
-      const double exposed = c.backward / unhidden;
-      // Activations' backward every micro-step; a parameter's sync once, or every micro-step.
-      const int times = g[u].is_parameter() && syncs_once_per_step(su, backward_target(su), sv.grads[operand]) ? 1 : steps;
-      const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
-      const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
-                                      g[u].shape, g[u].type);
-      const std::string where = g[u].is_parameter() ? "gradient of " + g[u].name + " in " + g[v].name
-                                                    : "backward of edge " + g[u].name + " -> " + g[v].name;
-      const std::array<bool, redist_plan::capacity> red = reduction_steps(pc);
-      for (std::size_t k = 0; k < pc.size(); ++k) {
-        const priced_step& st = pc[k];
-        const double sec = backward_step_seconds(pm.mesh, st, bp, red[k]);
-        if (sec > 0.0)
-          s.collectives.push_back({where, st.step.kind, st.step.mesh_axis, st.bytes, times * sec * exposed, traffic_site::gradient(u),
-                                   red[k] && bp.consumers > 1 ? 1.0 / bp.consumers : 1.0, times});
-      }
-    }
-  }
+  for (edge_t e : pm.edges) edge_collectives(pm, e, choice, steps, s);
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(pm.node_choice(choice)).bytes;
   s.fits = s.peak_memory_bytes <= pm.sopt.pricing.device.memory_bytes;

@@ -46,6 +46,7 @@
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
 #include <string>      // std::string
+#include <utility>     // std::pair, std::move
 #include <vector>      // std::vector
 
 #include "../core/cost.hpp"         // price_plan, collective_time
@@ -1039,6 +1040,210 @@ inline std::string micro_batching(int m, std::int64_t batch) {
          (batch / m == 1 ? " sequence" : " sequences");
 }
 
+/// The micro-step counts m a search of algo `name` on `mesh` tries for graph `g` (the global
+/// batch), each with the ways its batch splits (0: any): every divisor of the batch, or the one
+/// the pricing fixes, or those a micro-batch per data-parallel rank allows (over megatron's
+/// `dp_fixed` ranks when not 0); one step in inference, or when an operator of fixed shape keeps
+/// the graph from being re-sized. Throws solver_error saying why when none can run.
+inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph& g, const step_pricing& p,
+                                                               const device_mesh& mesh, int dp_fixed, const std::string& name) {
+  const std::int64_t batch = graph_batch(g);
+  std::vector<std::pair<int, int>> counts;  // (m, batch shards or 0)
+  if (p.mode != run_mode::training || batch <= 0) {
+    counts.push_back({1, 0});
+    return counts;
+  }
+  // A graph with an operator of fixed shape cannot be re-sized to a micro-step: one step.
+  const std::string fixed = fixed_shape_operator(g);
+  for (const std::int64_t m : micro_step_counts(batch)) {
+    if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !fixed.empty())) continue;
+    const std::int64_t step = batch / m;
+    if (dp_fixed > 0 && step % dp_fixed != 0) continue;
+    int shards = 0;
+    if (p.micro_batch > 0) {
+      if (step % p.micro_batch != 0) continue;
+      const std::int64_t d = step / p.micro_batch;
+      if ((dp_fixed > 0 && d != dp_fixed) || d > mesh.num_ranks() || !axes_make(mesh, static_cast<int>(d))) continue;
+      shards = static_cast<int>(d);
+    }
+    counts.push_back({static_cast<int>(m), shards});
+  }
+  if (counts.empty())
+    throw solver_error(name + ": the global batch of " + std::to_string(batch) + " sequences cannot run " +
+                       (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + " micro-batches" : std::string("in micro-batches")) +
+                       (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
+                       (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
+                       " on mesh " + to_string(mesh) +
+                       (fixed.empty() ? std::string(" (the micro-step's batch must split evenly)")
+                                      : " (opaque operator '" + fixed + "' keeps a fixed output shape, so the graph runs as one step)"));
+  return counts;
+}
+
+/// One algo's walk over the micro-batchings of the global batch (search_algo): what it walks
+/// with, and what it has found so far (the best plan, the bound U(m) of each m solved ignoring
+/// memory, a line per micro-batching, and the one whose most frugal strategies came closest to
+/// the budget).
+struct micro_batching_walk {
+  const model_graph& g;
+  const autosharding_options& o;
+  const device_mesh& mesh;
+  const solve_request& rq;  ///< the algo, its recomputation kinds and tensor-parallel axis
+  model_cache& cache;
+  int dp_fixed = 0;         ///< megatron's data-parallel ranks (0: any)
+  algo_plan best;
+  double incumbent = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<int, double>> bounds;  // (m, U(m))
+  std::vector<std::string> tried;
+  std::string closest;
+  std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
+  std::string last_error;
+
+  micro_batching_walk(const model_graph& graph, const autosharding_options& options, const device_mesh& m,
+                      const solve_request& request, model_cache& models, int dp)
+      : g(graph), o(options), mesh(m), rq(request), cache(models), dp_fixed(dp) {}
+
+  /// Micro-batching m, its batch split `shards` ways (0: any), `what` in words; `last`: the
+  /// walk's last, whose bound no later one needs. Skipped when a bound says it cannot beat the
+  /// best so far; refused when its most frugal strategies cannot meet the budget; otherwise
+  /// solved ignoring memory first (unless it is the last under a budget), and within the budget
+  /// when that plan does not fit. One line in `tried` whatever happens.
+  void visit(int m, int shards, bool last, const std::string& what) {
+    const double lb = bound_of(m);
+    if (lb >= incumbent) {
+      tried.push_back(what + ": skipped: each of its plans takes at least " + human_seconds(lb) +
+                      " (the fastest, ignoring memory, of a micro-batching it divides further), the best so far " +
+                      human_seconds(incumbent));
+      return;
+    }
+    const std::shared_ptr<micro_step_model> model = cache.get(g, mesh, m, o);
+    const pass_model& pm = model->pm;
+    solve_request r = rq;
+    r.batch_shards = shards;
+    try {
+      if (beyond_budget(pm, r, what)) return;
+      std::optional<std::pair<plan_summary, solve_result>> found;
+      std::size_t classes = 0;
+      if (!last || !pm.problem.usage_limit) {  // the fastest plan ignoring memory: a bound for later m, and m's best when it fits
+        solve_request free = r;
+        free.recompute = cheapest_recompute(r.recompute);
+        free.budget = false;
+        model->pm.price_edges(o.on_phase);
+        auto u = solve_algo(pm, o, free, classes);
+        bounds.push_back({m, u.first.step_seconds});
+        if (u.first.step_seconds >= incumbent) {
+          tried.push_back(what + ": no faster than " + human_seconds(incumbent) + " even ignoring memory (" +
+                          human_seconds(u.first.step_seconds) + ")");
+          return;
+        }
+        if (!pm.problem.usage_limit || u.first.peak_memory_bytes <= *pm.problem.usage_limit) found = std::move(u);
+      }
+      if (!found) found = fastest_within_budget(*model, r, what, classes);
+      keep(std::move(*found), model, classes, what);
+    } catch (const solver_error& e) {
+      last_error = std::string(e.message());
+      tried.push_back(what + ": " + last_error);
+    }
+  }
+
+  /// U(m)'s bound on every plan of m: the largest U(d) of a d solved so far that divides m.
+  double bound_of(int m) const {
+    double lb = 0;
+    for (const auto& [d, u] : bounds)
+      if (m % d == 0) lb = std::max(lb, u);
+    return lb;
+  }
+
+  /// Micro-batching `what` needing `bytes` at least: the closest so far when it needs the least.
+  void missed(const std::string& what, std::int64_t bytes) {
+    if (bytes < closest_bytes) closest_bytes = bytes, closest = what;
+  }
+
+  /// Whether request `r` on `pm` cannot meet the budget even at its most frugal strategies
+  /// (then it is listed so, before the solver runs).
+  bool beyond_budget(const pass_model& pm, const solve_request& r, const std::string& what) {
+    if (!pm.problem.usage_limit) return false;
+    const usage_peak lo = restrict_problem(pm, o, r).q.min_peak_usage();
+    if (lo.bytes <= *pm.problem.usage_limit) return false;
+    tried.push_back(what + ": cannot fit, the least memory its strategies allow is " + human_bytes(static_cast<double>(lo.bytes)));
+    missed(what, lo.bytes);
+    return true;
+  }
+
+  /// The fastest plan of `r` within the budget, every recomputation it allows. With layers tied
+  /// every layer of a class recomputes alike: each kind is its own solve (the fastest that fits
+  /// wins), which the solver finishes far sooner than one problem offering them all. Untied, the
+  /// ILP chooses per layer among them. Throws solver_error with each kind's least memory when
+  /// none can fit.
+  std::pair<plan_summary, solve_result> fastest_within_budget(micro_step_model& model, const solve_request& r,
+                                                              const std::string& what, std::size_t& classes) {
+    const pass_model& pm = model.pm;
+    std::vector<unsigned> kinds;
+    if (o.tie_layers) {
+      for (recompute_kind k : all_recompute_kinds)
+        if (has_kind(r.recompute, k)) kinds.push_back(1u << static_cast<unsigned>(k));
+    } else {
+      kinds.push_back(r.recompute);
+    }
+    std::optional<std::pair<plan_summary, solve_result>> found;
+    std::string misses;
+    std::int64_t least = std::numeric_limits<std::int64_t>::max();
+    for (unsigned kind : kinds) {
+      solve_request rk = r;
+      rk.recompute = kind;
+      const usage_peak lo = restrict_problem(pm, o, rk).q.min_peak_usage();
+      if (lo.bytes > *pm.problem.usage_limit) {
+        misses += (misses.empty() ? "" : ", ") + describe_recompute_kinds(kind) + " needs at least " +
+                  human_bytes(static_cast<double>(lo.bytes));
+        least = std::min(least, lo.bytes);
+        continue;
+      }
+      std::size_t c = 0;
+      model.pm.price_edges(o.on_phase);
+      auto f = solve_algo(pm, o, rk, c);
+      if (!found || f.first.step_seconds < found->first.step_seconds) found = std::move(f), classes = c;
+    }
+    if (!found) {
+      missed(what, least);
+      throw solver_error("cannot fit with any one recomputation: " + misses);
+    }
+    return std::move(*found);
+  }
+
+  /// A plan found for micro-batching `what`: its line, and the best when it is the fastest.
+  void keep(std::pair<plan_summary, solve_result> found, const std::shared_ptr<micro_step_model>& model, std::size_t classes,
+            const std::string& what) {
+    plan_summary& s = found.first;
+    tried.push_back(what + ": " + to_string(found.second.status) + ", " + human_seconds(s.step_seconds) + ", " +
+                    human_bytes(static_cast<double>(s.peak_memory_bytes)) + ", " + to_string(s.par));
+    if (s.step_seconds < incumbent) {
+      incumbent = s.step_seconds;
+      best = {std::move(found.first), std::move(found.second), model, classes};
+    }
+  }
+
+  /// Why the walk over `counts` micro-batchings found no plan: the last error, or, when the budget
+  /// is what stopped it, the budget and the least memory the closest micro-batching needs.
+  std::string why_none(std::size_t counts) const {
+    if (closest_bytes == std::numeric_limits<std::int64_t>::max()) return last_error;
+    const algo a = rq.a;
+    const std::string name(to_string(a));
+    const bool train = o.pricing.mode == run_mode::training;
+    const std::int64_t batch = graph_batch(g);
+    return name + (a == algo::megatron ? " (" + (rq.tp_axis < 0 ? std::string("no tensor parallelism") : "tensor parallel " +
+                                                 std::to_string(mesh.size(static_cast<std::size_t>(rq.tp_axis)))) +
+                                         ", data parallel " + std::to_string(dp_fixed) + ", distributed optimizer)"
+                                   : std::string()) +
+           " does not fit the memory budget of " + human_bytes_exact(*o.memory_budget) + " per device" +
+           (train && batch > 0 ? " with " + describe_recompute_kinds(rq.recompute) + ": tried " + std::to_string(counts) +
+                                     (counts == 1 ? " micro-batching" : " micro-batchings") + " of the global batch of " +
+                                     std::to_string(batch) + "; with the closest, " + closest + ", and"
+                               : std::string(": with")) +
+           " every operator at the most memory-frugal strategy " +
+           (a == algo::alpa ? std::string("it offers") : name + " allows") + ", the peak memory per device is at least " +
+           human_bytes_exact(closest_bytes);
+  }
+};
+
 /// The plan of algo `a` for graph `g` (the global batch): in training, the search over the
 /// number of micro-steps m the global batch B runs in (every divisor of B, or the one the
 /// pricing fixes, or those a micro-batch per data-parallel rank allows); exact over that space.
@@ -1052,166 +1257,30 @@ inline std::string micro_batching(int m, std::int64_t batch) {
 /// when that plan fits it is m's best; otherwise m is solved with the budget and every
 /// recomputation allowed. An m whose bound is no better than the best plan so far is
 /// skipped, one whose most frugal strategies cannot meet the budget is refused before the
-/// solver runs. Throws solver_error saying what was tried and what came closest when no
-/// plan fits.
+/// solver runs (micro_batching_walk). Throws solver_error saying what was tried and what came
+/// closest when no plan fits.
 inline algo_plan search_algo(const model_graph& g, const autosharding_options& o, algo a, model_cache& cache) {
   const auto [mesh, tp_axis] = a == algo::megatron ? megatron_mesh(o.mesh, o.tensor_parallel) : std::pair{o.mesh, -1};
   const step_pricing& p = o.pricing;
   const bool train = p.mode == run_mode::training;
   const std::int64_t batch = graph_batch(g);
   const int dp_fixed = a == algo::megatron ? mesh.num_ranks() / (tp_axis < 0 ? 1 : mesh.size(static_cast<std::size_t>(tp_axis))) : 0;
-  const std::string name(to_string(a));
   // Megatron's head counts refuse a mesh whatever the micro-batching: once, before any is priced.
   if (a == algo::megatron) megatron_kv_whole(g, mesh, tp_axis);
-  // The micro-step counts, and the ways each splits the batch when the micro-batch is given.
-  std::vector<std::pair<int, int>> counts;  // (m, batch shards or 0)
-  if (!train || batch <= 0) {
-    counts.push_back({1, 0});
-  } else {
-    // A graph with an operator of fixed shape cannot be re-sized to a micro-step: one step.
-    const std::string fixed = fixed_shape_operator(g);
-    for (const std::int64_t m : micro_step_counts(batch)) {
-      if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !fixed.empty())) continue;
-      const std::int64_t step = batch / m;
-      if (dp_fixed > 0 && step % dp_fixed != 0) continue;
-      int shards = 0;
-      if (p.micro_batch > 0) {
-        if (step % p.micro_batch != 0) continue;
-        const std::int64_t d = step / p.micro_batch;
-        if ((dp_fixed > 0 && d != dp_fixed) || d > mesh.num_ranks() || !axes_make(mesh, static_cast<int>(d))) continue;
-        shards = static_cast<int>(d);
-      }
-      counts.push_back({static_cast<int>(m), shards});
-    }
-    if (counts.empty())
-      throw solver_error(name + ": the global batch of " + std::to_string(batch) + " sequences cannot run " +
-                         (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + " micro-batches" : std::string("in micro-batches")) +
-                         (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
-                         (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
-                         " on mesh " + to_string(mesh) +
-                         (fixed.empty() ? std::string(" (the micro-step's batch must split evenly)")
-                                        : " (opaque operator '" + fixed + "' keeps a fixed output shape, so the graph runs as one step)"));
-  }
+  const std::vector<std::pair<int, int>> counts = micro_batchings_to_try(g, p, mesh, dp_fixed, std::string(to_string(a)));
   solve_request rq;
   rq.a = a;
   // Inference recomputes nothing: one kind, so the budgeted solve below runs once, not per kind.
   rq.recompute = train ? algo_recompute_kinds(a, p.recompute) : recompute_kinds_of(recompute_policy::none);
   rq.tp_axis = tp_axis;
-  algo_plan best;
-  double incumbent = std::numeric_limits<double>::infinity();
-  std::vector<std::pair<int, double>> bounds;  // (m, U(m))
-  std::vector<std::string> tried;
-  std::string closest;
-  std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
-  std::string last_error;
+  micro_batching_walk walk{g, o, mesh, rq, cache, dp_fixed};
   for (std::size_t k = 0; k < counts.size(); ++k) {
     const auto [m, shards] = counts[k];
-    const std::string what = train && batch > 0 ? micro_batching(m, batch) : "the batch in one step";
-    double lb = 0;
-    for (const auto& [d, u] : bounds)
-      if (m % d == 0) lb = std::max(lb, u);
-    if (lb >= incumbent) {
-      tried.push_back(what + ": skipped: each of its plans takes at least " + human_seconds(lb) +
-                      " (the fastest, ignoring memory, of a micro-batching it divides further), the best so far " +
-                      human_seconds(incumbent));
-      continue;
-    }
-    const std::shared_ptr<micro_step_model> model = cache.get(g, mesh, m, o);
-    const pass_model& pm = model->pm;
-    solve_request r = rq;
-    r.batch_shards = shards;
-    try {
-      if (pm.problem.usage_limit) {
-        const usage_peak lo = restrict_problem(pm, o, r).q.min_peak_usage();
-        if (lo.bytes > *pm.problem.usage_limit) {
-          tried.push_back(what + ": cannot fit, the least memory its strategies allow is " + human_bytes(static_cast<double>(lo.bytes)));
-          if (lo.bytes < closest_bytes) closest_bytes = lo.bytes, closest = what;
-          continue;
-        }
-      }
-      std::pair<plan_summary, solve_result> found;
-      std::size_t classes = 0;
-      const bool last = k + 1 == counts.size();
-      bool have = false;
-      if (!last || !pm.problem.usage_limit) {  // the fastest plan ignoring memory: a bound for later m, and m's best when it fits
-        solve_request free = r;
-        free.recompute = cheapest_recompute(r.recompute);
-        free.budget = false;
-        model->pm.price_edges(o.on_phase);
-        auto u = solve_algo(pm, o, free, classes);
-        bounds.push_back({m, u.first.step_seconds});
-        if (u.first.step_seconds >= incumbent) {
-          tried.push_back(what + ": no faster than " + human_seconds(incumbent) + " even ignoring memory (" +
-                          human_seconds(u.first.step_seconds) + ")");
-          continue;
-        }
-        if (!pm.problem.usage_limit || u.first.peak_memory_bytes <= *pm.problem.usage_limit) found = std::move(u), have = true;
-      }
-      if (!have) {
-        // With layers tied every layer of a class recomputes alike: each kind is its own solve
-        // (the fastest that fits wins), which the solver finishes far sooner than one problem
-        // offering them all. Untied, the ILP chooses per layer among them.
-        std::vector<unsigned> kinds;
-        if (o.tie_layers) {
-          for (recompute_kind k : all_recompute_kinds)
-            if (has_kind(r.recompute, k)) kinds.push_back(1u << static_cast<unsigned>(k));
-        } else {
-          kinds.push_back(r.recompute);
-        }
-        std::string misses;
-        std::int64_t least = std::numeric_limits<std::int64_t>::max();
-        for (unsigned kind : kinds) {
-          solve_request rk = r;
-          rk.recompute = kind;
-          const usage_peak lo = restrict_problem(pm, o, rk).q.min_peak_usage();
-          if (lo.bytes > *pm.problem.usage_limit) {
-            misses += (misses.empty() ? "" : ", ") + describe_recompute_kinds(kind) + " needs at least " +
-                      human_bytes(static_cast<double>(lo.bytes));
-            least = std::min(least, lo.bytes);
-            continue;
-          }
-          std::size_t c = 0;
-          model->pm.price_edges(o.on_phase);
-          auto f = solve_algo(pm, o, rk, c);
-          if (!have || f.first.step_seconds < found.first.step_seconds) found = std::move(f), classes = c, have = true;
-        }
-        if (!have) {
-          if (least < closest_bytes) closest_bytes = least, closest = what;
-          throw solver_error("cannot fit with any one recomputation: " + misses);
-        }
-      }
-      plan_summary& s = found.first;
-      tried.push_back(what + ": " + to_string(found.second.status) + ", " + human_seconds(s.step_seconds) + ", " +
-                      human_bytes(static_cast<double>(s.peak_memory_bytes)) + ", " + to_string(s.par));
-      if (s.step_seconds < incumbent) {
-        incumbent = s.step_seconds;
-        best = {std::move(found.first), std::move(found.second), model, classes};
-      }
-    } catch (const solver_error& e) {
-      last_error = std::string(e.message());
-      tried.push_back(what + ": " + last_error);
-    }
+    walk.visit(m, shards, k + 1 == counts.size(), train && batch > 0 ? micro_batching(m, batch) : "the batch in one step");
   }
-  if (!best.model) {
-    std::string why = last_error;
-    if (closest_bytes < std::numeric_limits<std::int64_t>::max()) {
-      why = name + (a == algo::megatron ? " (" + (tp_axis < 0 ? std::string("no tensor parallelism") : "tensor parallel " +
-                                                      std::to_string(mesh.size(static_cast<std::size_t>(tp_axis)))) +
-                                              ", data parallel " + std::to_string(dp_fixed) + ", distributed optimizer)"
-                                        : std::string()) +
-            " does not fit the memory budget of " + human_bytes_exact(*o.memory_budget) + " per device" +
-            (train && batch > 0 ? " with " + describe_recompute_kinds(rq.recompute) + ": tried " + std::to_string(counts.size()) +
-                                      (counts.size() == 1 ? " micro-batching" : " micro-batchings") + " of the global batch of " +
-                                      std::to_string(batch) + "; with the closest, " + closest + ", and"
-                                : std::string(": with")) +
-            " every operator at the most memory-frugal strategy " +
-            (a == algo::alpa ? std::string("it offers") : name + " allows") + ", the peak memory per device is at least " +
-            human_bytes_exact(closest_bytes);
-    }
-    throw solver_error(why);
-  }
-  best.plan.tried = std::move(tried);
-  return best;
+  if (!walk.best.model) throw solver_error(walk.why_none(counts.size()));
+  walk.best.plan.tried = std::move(walk.tried);
+  return std::move(walk.best);
 }
 
 /// Every algo but `chosen`, each searched as the pass searches its own (an algo that has no

@@ -100,45 +100,55 @@ inline std::vector<megatron_argument> megatron_pipeline(const std::optional<plan
   return out;
 }
 
-}  // namespace detail
+/// One argument at the end of e.arguments.
+inline void megatron_arg(megatron_export& e, std::string flag, std::string value = {}) {
+  e.arguments.push_back({std::move(flag), std::move(value)});
+}
 
-/// The arguments of plan `p` (see the header comment), with what they cannot say in
-/// `problems` (then megatron_arguments refuses).
-inline megatron_export export_megatron(const loaded_plan& p) {
-  megatron_export e;
+/// How plan `p` lays the model out as Megatron-LM sees it: the tensor-parallel axis (the last
+/// mesh axis, when the block `linears`' weights are split on it; -1: none), and whether any
+/// parameter is stored ZeRO-1 (the distributed optimizer).
+struct megatron_layout {
+  int tp_axis = -1;
+  bool zero1 = false;
+};
+
+/// Plan p's layout, with e.tp and e.dp set and every vertex checked to run as Megatron-LM runs
+/// it (data parallel off the tensor-parallel axis, the block linears and their weights
+/// Megatron's way on it, ZeRO-1 or nothing): what does not goes to e.problems.
+inline megatron_layout megatron_layout_of(const loaded_plan& p, const std::vector<vertex_t>& linears, megatron_export& e) {
   const model_graph& g = p.graph();
   const device_mesh& m = p.mesh();
-  const step_pricing& pricing = p.document.pricing;
-  const auto problem = [&e](std::string s) { e.problems.push_back(std::move(s)); };
-  if (pricing.mode != run_mode::training) problem("it is an inference plan: Megatron-LM's arguments describe training");
-  const std::vector<vertex_t> linears = detail::megatron_linears(g);
-  if (linears.empty()) problem("the model has none of the transformer block linears Megatron-LM splits (query/key/value, MLP)");
   // Tensor parallelism: the last mesh axis, when the block linears' weights are split on it.
   const std::size_t last = m.ndim() - 1;
   bool split_on_last = false;
   for (vertex_t v : linears) split_on_last = split_on_last || (m.size(last) > 1 && p.strategies[v].inputs[1][last].is_shard());
-  const int tp_axis = split_on_last ? static_cast<int>(last) : -1;
+  megatron_layout out;
+  out.tp_axis = split_on_last ? static_cast<int>(last) : -1;
   e.tp = split_on_last ? m.size(last) : 1;
   e.dp = m.num_ranks() / e.tp;
-  // Every vertex as Megatron-LM runs it: data parallel off the tensor-parallel axis, the block
-  // linears and their weights Megatron's way on it, ZeRO-1 or nothing.
-  bool any_zero1 = false;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const strategy& s = p.strategies[v];
     const std::vector<vertex_t> ops = operands(g, v);
     std::string why;
     if (s.zero_stage > 1) why = "stores it ZeRO-" + std::to_string(s.zero_stage) + " (Megatron-LM's distributed optimizer is ZeRO-1)";
     for (std::size_t a = 0; a < m.ndim() && why.empty(); ++a)
-      if (static_cast<int>(a) != tp_axis && m.size(a) > 1 && !detail::data_parallel_axis(g, v, ops, s, a))
+      if (static_cast<int>(a) != out.tp_axis && m.size(a) > 1 && !data_parallel_axis(g, v, ops, s, a))
         why = "splits it on " + m.axis_label(a) + ", a data-parallel axis (" + s.name + ")";
-    if (why.empty() && tp_axis >= 0 && !detail::megatron_axis(g, v, ops, s, last))
+    if (why.empty() && out.tp_axis >= 0 && !megatron_axis(g, v, ops, s, last))
       why = "does not split it as Megatron-LM does on the tensor-parallel " + m.axis_label(last) + " (" + s.name + ")";
-    if (!why.empty()) problem("'" + g[v].name + "': the plan " + why);
-    any_zero1 = any_zero1 || s.zero_stage == 1;
+    if (!why.empty()) e.problems.push_back("'" + g[v].name + "': the plan " + why);
+    out.zero1 = out.zero1 || s.zero_stage == 1;
   }
-  if (m.ndim() >= 2 && tp_axis == 0) problem("tensor parallelism is on the first mesh axis, across nodes");
-  // Sequence parallelism: the layers' norms split on the sequence on the tensor-parallel axis.
-  const layer_map layers = map_layers(g);
+  if (m.ndim() >= 2 && out.tp_axis == 0) e.problems.push_back("tensor parallelism is on the first mesh axis, across nodes");
+  return out;
+}
+
+/// Whether plan p runs sequence parallel: the layers' norms split on the sequence on the
+/// tensor-parallel axis `tp_axis`. Megatron-LM's switch splits all or none: some is a problem.
+inline bool megatron_sequence_parallel(const loaded_plan& p, const layer_map& layers, int tp_axis, megatron_export& e) {
+  const model_graph& g = p.graph();
+  const std::size_t last = p.mesh().ndim() - 1;  // the tensor-parallel axis when there is one
   int seq_split = 0, norms = 0;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     if (!is_layer_norm(g, layers, v)) continue;
@@ -146,8 +156,121 @@ inline megatron_export export_megatron(const loaded_plan& p) {
     if (tp_axis >= 0 && detail::runs_sequence_parallel(p.strategies[v], last)) ++seq_split;
   }
   if (seq_split > 0 && seq_split < norms)
-    problem(std::to_string(seq_split) + " of the layers' " + std::to_string(norms) +
-            " norms run split on the sequence: Megatron-LM's sequence parallelism splits all or none");
+    e.problems.push_back(std::to_string(seq_split) + " of the layers' " + std::to_string(norms) +
+                         " norms run split on the sequence: Megatron-LM's sequence parallelism splits all or none");
+  return seq_split > 0;
+}
+
+/// The model as Megatron-LM's arguments describe it: its sizes and its architecture's switches.
+struct megatron_model {
+  int layers = 0, heads = 0, kv = 0;
+  std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
+  bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false, dropout = false;
+};
+
+/// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
+/// and width, the MLP's first projection's width, the vocabulary (the first embedding whose
+/// indices are not one row of positions) and whether the head shares its table, the sequence.
+inline megatron_model megatron_model_of(const model_graph& g, const layer_map& layers, const std::vector<vertex_t>& linears) {
+  megatron_model md;
+  md.layers = static_cast<int>(layers.indices.size());
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const node& nd = g[v];
+    if (nd.kind == op_kind::attention && md.heads == 0) {
+      md.heads = nd.attrs.heads;
+      md.kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
+      md.hidden = nd.shape[nd.shape.rank - 1u];
+    }
+    if (nd.kind == op_kind::rms_norm) md.rms = true;
+    if (nd.kind == op_kind::rotary) md.rope = true;
+    if (nd.kind == op_kind::silu) md.swiglu = true;
+    if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) md.bias = true;
+    if (nd.kind == op_kind::embedding) {
+      const vertex_t table = operands(g, v)[1];
+      const std::int64_t rows = g[table].shape[0];
+      if (g[operands(g, v)[0]].shape.rank >= 2 && g[operands(g, v)[0]].shape[0] == 1) md.learned_positions = true;
+      else if (md.vocab == 0) {
+        md.vocab = rows;
+        for (auto [it, end] = boost::out_edges(table, g); it != end; ++it)
+          md.tied = md.tied || g[boost::target(*it, g)].kind == op_kind::linear;
+      }
+    }
+    if (nd.is_input() && nd.shape.rank >= 2 && md.seq == 0) md.seq = nd.shape[1];
+    md.dropout = md.dropout || nd.kind == op_kind::dropout;
+  }
+  for (vertex_t v : linears)
+    if (megatron_column(g[v].name) && (g[v].name.ends_with(".mlp.c_fc") || g[v].name.ends_with(".up_proj") ||
+                                       g[v].name.ends_with(".intermediate.dense")) && md.ffn == 0)
+      md.ffn = g[v].shape[g[v].shape.rank - 1u];
+  return md;
+}
+
+/// The model's arguments, in the order Megatron-LM's --help groups them: its sizes, its
+/// architecture, the weights' dtype `t` and the attention kernel of `pricing`.
+inline void megatron_model_arguments(const megatron_model& md, dtype t, const step_pricing& pricing, megatron_export& e) {
+  const auto num = [](std::int64_t x) { return std::to_string(x); };
+  megatron_arg(e, "--num-layers", num(md.layers));
+  megatron_arg(e, "--hidden-size", num(md.hidden));
+  if (md.ffn > 0) megatron_arg(e, "--ffn-hidden-size", num(md.ffn));
+  megatron_arg(e, "--num-attention-heads", num(md.heads));
+  if (md.kv != md.heads) megatron_arg(e, "--group-query-attention"), megatron_arg(e, "--num-query-groups", num(md.kv));
+  megatron_arg(e, "--seq-length", num(md.seq));
+  megatron_arg(e, "--max-position-embeddings", num(md.seq));
+  megatron_arg(e, "--position-embedding-type", md.rope ? "rope" : md.learned_positions ? "learned_absolute" : "none");
+  if (md.rms) megatron_arg(e, "--normalization", "RMSNorm");
+  if (md.swiglu) megatron_arg(e, "--swiglu");
+  if (!md.bias) megatron_arg(e, "--disable-bias-linear");
+  if (!md.tied) megatron_arg(e, "--untie-embeddings-and-output-weights");
+  // A model without dropout (LLaMA) runs Megatron-LM's at 0.
+  if (!md.dropout) megatron_arg(e, "--attention-dropout", "0.0"), megatron_arg(e, "--hidden-dropout", "0.0");
+  if (t == dtype::bf16) megatron_arg(e, "--bf16");
+  else if (t == dtype::f16) megatron_arg(e, "--fp16");
+  if (pricing.attention == attention_kernel::flash) megatron_arg(e, "--use-flash-attn");
+}
+
+/// Recomputation `rec` (per layer) as arguments: one kind for all layers, or full on the first
+/// k. False, with the arguments cleared and the problem said, when it is neither.
+inline bool megatron_recompute_arguments(const std::map<long, recompute_kind>& rec, megatron_export& e) {
+  std::size_t full = 0, selective = 0, first_full = 0;
+  bool prefix = true;
+  for (const auto& [i, r] : rec) {
+    full += r == recompute_kind::full;
+    selective += r == recompute_kind::selective;
+    if (r == recompute_kind::full && prefix) ++first_full;
+    else prefix = false;
+  }
+  if (selective > 0 && selective == rec.size()) {
+    megatron_arg(e, "--recompute-granularity", "selective");
+  } else if (full > 0 && full == rec.size()) {
+    megatron_arg(e, "--recompute-granularity", "full"), megatron_arg(e, "--recompute-method", "uniform");
+    megatron_arg(e, "--recompute-num-layers", "1");
+  } else if (full > 0 && full == first_full && selective == 0) {
+    megatron_arg(e, "--recompute-granularity", "full"), megatron_arg(e, "--recompute-method", "block");
+    megatron_arg(e, "--recompute-num-layers", std::to_string(full));
+  } else if (full + selective > 0) {
+    e.arguments.clear();
+    e.problems.push_back("its layers recompute " + describe_recomputation(rec) +
+                         ": Megatron-LM recomputes all layers alike, or fully the first k of them");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// The arguments of plan `p` (see the header comment), with what they cannot say in
+/// `problems` (then megatron_arguments refuses).
+inline megatron_export export_megatron(const loaded_plan& p) {
+  megatron_export e;
+  const model_graph& g = p.graph();
+  const step_pricing& pricing = p.document.pricing;
+  const auto problem = [&e](std::string s) { e.problems.push_back(std::move(s)); };
+  if (pricing.mode != run_mode::training) problem("it is an inference plan: Megatron-LM's arguments describe training");
+  const std::vector<vertex_t> linears = detail::megatron_linears(g);
+  if (linears.empty()) problem("the model has none of the transformer block linears Megatron-LM splits (query/key/value, MLP)");
+  const detail::megatron_layout layout = detail::megatron_layout_of(p, linears, e);
+  const layer_map layers = map_layers(g);
+  const bool sequence_parallel = detail::megatron_sequence_parallel(p, layers, layout.tp_axis, e);
   // The step: micro-batch, global batch, recomputation.
   std::vector<const strategy*> chosen;
   for (const strategy& s : p.strategies) chosen.push_back(&s);
@@ -158,96 +281,28 @@ inline megatron_export export_megatron(const loaded_plan& p) {
     problem("the micro-step's batch of " + std::to_string(step_batch) + " sequences does not split over " +
             std::to_string(e.dp) + " data-parallel ranks");
   const std::int64_t micro = step_batch / std::max(1, e.dp);
-  // The model.
-  int heads = 0, kv = 0, layers_n = static_cast<int>(layers.indices.size());
-  std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
-  bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false;
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    const node& nd = g[v];
-    if (nd.kind == op_kind::attention && heads == 0) {
-      heads = nd.attrs.heads;
-      kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
-      hidden = nd.shape[nd.shape.rank - 1u];
-    }
-    if (nd.kind == op_kind::rms_norm) rms = true;
-    if (nd.kind == op_kind::rotary) rope = true;
-    if (nd.kind == op_kind::silu) swiglu = true;
-    if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) bias = true;
-    if (nd.kind == op_kind::embedding) {
-      const vertex_t table = operands(g, v)[1];
-      const std::int64_t rows = g[table].shape[0];
-      if (g[operands(g, v)[0]].shape.rank >= 2 && g[operands(g, v)[0]].shape[0] == 1) learned_positions = true;
-      else if (vocab == 0) {
-        vocab = rows;
-        for (auto [it, end] = boost::out_edges(table, g); it != end; ++it) tied = tied || g[boost::target(*it, g)].kind == op_kind::linear;
-      }
-    }
-    if (nd.is_input() && nd.shape.rank >= 2 && seq == 0) seq = nd.shape[1];
-  }
-  for (vertex_t v : linears)
-    if (detail::megatron_column(g[v].name) && (g[v].name.ends_with(".mlp.c_fc") || g[v].name.ends_with(".up_proj") ||
-                                       g[v].name.ends_with(".intermediate.dense")) && ffn == 0)
-      ffn = g[v].shape[g[v].shape.rank - 1u];
-  if (heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
-  const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, layers_n, e);
+  const detail::megatron_model md = detail::megatron_model_of(g, layers, linears);
+  if (md.heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
+  const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, md.layers, e);
   if (!e.problems.empty()) return e;
-  // The arguments, in the order Megatron-LM's --help groups them.
-  const auto arg = [&e](std::string flag, std::string value = {}) { e.arguments.push_back({std::move(flag), std::move(value)}); };
-  const auto num = [](std::int64_t x) { return std::to_string(x); };
-  arg("--num-layers", num(layers_n));
-  arg("--hidden-size", num(hidden));
-  if (ffn > 0) arg("--ffn-hidden-size", num(ffn));
-  arg("--num-attention-heads", num(heads));
-  if (kv != heads) arg("--group-query-attention"), arg("--num-query-groups", num(kv));
-  arg("--seq-length", num(seq));
-  arg("--max-position-embeddings", num(seq));
-  arg("--position-embedding-type", rope ? "rope" : learned_positions ? "learned_absolute" : "none");
-  if (rms) arg("--normalization", "RMSNorm");
-  if (swiglu) arg("--swiglu");
-  if (!bias) arg("--disable-bias-linear");
-  if (!tied) arg("--untie-embeddings-and-output-weights");
-  bool dropout = false;  // a model without dropout (LLaMA) runs Megatron-LM's at 0
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) dropout = dropout || g[v].kind == op_kind::dropout;
-  if (!dropout) arg("--attention-dropout", "0.0"), arg("--hidden-dropout", "0.0");
-  const dtype t = g[operands(g, linears.front())[1]].type;
-  if (t == dtype::bf16) arg("--bf16");
-  else if (t == dtype::f16) arg("--fp16");
-  if (pricing.attention == attention_kernel::flash) arg("--use-flash-attn");
-  arg("--tensor-model-parallel-size", num(e.tp));
+  detail::megatron_model_arguments(md, g[operands(g, linears.front())[1]].type, pricing, e);
+  // The parallelism and the step, in the order Megatron-LM's --help groups them.
+  const auto arg = [&e](std::string flag, std::string value = {}) { detail::megatron_arg(e, std::move(flag), std::move(value)); };
+  arg("--tensor-model-parallel-size", std::to_string(e.tp));
   e.arguments.insert(e.arguments.end(), pipeline.begin(), pipeline.end());
-  if (seq_split > 0 && e.tp > 1) arg("--sequence-parallel");
-  arg("--micro-batch-size", num(micro));
-  arg("--global-batch-size", num(step_batch * micro_batches));
-  if (any_zero1) arg("--use-distributed-optimizer");
+  if (sequence_parallel && e.tp > 1) arg("--sequence-parallel");
+  arg("--micro-batch-size", std::to_string(micro));
+  arg("--global-batch-size", std::to_string(step_batch * micro_batches));
+  if (layout.zero1) arg("--use-distributed-optimizer");
   if (pricing.gradient_overlap.backward) {
     arg("--overlap-grad-reduce");
-    if (any_zero1) arg("--overlap-param-gather");
+    if (layout.zero1) arg("--overlap-param-gather");
   }
   if (pricing.optimizer == optimizer_kind::sgd) arg("--optimizer", "sgd");
-  // Recomputation: one kind for all layers, or full on the first k.
-  std::size_t full = 0, selective = 0, first_full = 0;
-  bool prefix = true;
-  for (const auto& [i, r] : rec) {
-    full += r == recompute_kind::full;
-    selective += r == recompute_kind::selective;
-    if (r == recompute_kind::full && prefix) ++first_full;
-    else prefix = false;
-  }
-  if (selective > 0 && selective == rec.size()) {
-    arg("--recompute-granularity", "selective");
-  } else if (full > 0 && full == rec.size()) {
-    arg("--recompute-granularity", "full"), arg("--recompute-method", "uniform"), arg("--recompute-num-layers", "1");
-  } else if (full > 0 && full == first_full && selective == 0) {
-    arg("--recompute-granularity", "full"), arg("--recompute-method", "block"), arg("--recompute-num-layers", num(static_cast<std::int64_t>(full)));
-  } else if (full + selective > 0) {
-    e.arguments.clear();
-    problem("its layers recompute " + describe_recomputation(rec) +
-            ": Megatron-LM recomputes all layers alike, or fully the first k of them");
-    return e;
-  }
-  if (vocab % (128 * e.tp) != 0)
-    e.notes.push_back("Megatron-LM pads the vocabulary of " + num(vocab) + " to a multiple of 128 x " + num(e.tp) +
-                      " (--make-vocab-size-divisible-by): the padded rows are its own, not the plan's");
+  if (!detail::megatron_recompute_arguments(rec, e)) return e;
+  if (md.vocab % (128 * e.tp) != 0)
+    e.notes.push_back("Megatron-LM pads the vocabulary of " + std::to_string(md.vocab) + " to a multiple of 128 x " +
+                      std::to_string(e.tp) + " (--make-vocab-size-divisible-by): the padded rows are its own, not the plan's");
   e.notes.push_back("the data, tokenizer, optimizer settings and checkpoint arguments are the user's; these say the parallelism, the step and the model");
   return e;
 }

@@ -312,6 +312,141 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   return probe;
 }
 
+namespace detail {
+
+/// The unit of the probe's two-layer model that unit k of a model of `layers` layers costs as:
+/// the embedding, the first layer, every later one as the second, the head.
+inline int probe_unit(int k, int layers) { return k == 0 ? 0 : k == layers + 1 ? 3 : k == 1 ? 1 : 2; }
+
+/// Plan one stage of `c` on `probe`: `a`'s strategies, tied, recomputation c.recompute, the
+/// batch split c.dp ways, no memory budget; into out.stage_plan, out.solver and out.stage_mesh.
+inline void solve_stage_plan(const stage_probe& probe, algo a, const pipeline_config& c, const autosharding_options& base,
+                             pipelined_step& out) {
+  const pass_model& pm = probe.model->pm;
+  autosharding_options o = base;
+  o.mesh = pm.mesh;
+  o.pricing = pm.sopt.pricing;
+  o.tie_layers = true;
+  solve_request rq;
+  rq.a = a;
+  rq.recompute = 1u << static_cast<unsigned>(c.recompute);
+  rq.budget = false;
+  rq.batch_shards = c.dp;
+  rq.tp_axis = probe.tp_axis;
+  std::size_t classes = 0;
+  auto solved = solve_algo(pm, o, rq, classes);
+  out.stage_plan = std::move(solved.first);
+  out.solver = {to_string(solved.second.status), solved.second.objective_value(), solved.second.bound_value(), solved.second.gap,
+                solved.second.seconds};
+  out.stage_plan.par.pp = c.pp;
+  out.stage_mesh = pm.mesh;
+}
+
+/// Per unit of the model: the seconds of one micro-batch's forward and backward, and its
+/// gradient sync left exposed after the flush.
+struct unit_passes {
+  std::vector<double> forward, backward, after;
+};
+
+/// The model's units (the embedding, `layers` layers, the head) priced as the probe's units
+/// `uc`: into out.units, and their passes.
+inline unit_passes model_units(const unit_costs& uc, int layers, pipelined_step& out) {
+  unit_passes passes;
+  for (int k = 0; k < layers + 2; ++k) {
+    const auto u = static_cast<std::size_t>(probe_unit(k, layers));
+    out.units.push_back({uc.forward[u] + uc.backward[u], uc.state[u], uc.activation[u], uc.transient[u]});
+    passes.forward.push_back(uc.forward[u]);
+    passes.backward.push_back(uc.backward[u]);
+    passes.after.push_back(uc.after[u]);
+  }
+  return passes;
+}
+
+/// The stages of `c` over `out.units` with `stage_counts` layers each (the embedding with the
+/// first stage's layers, the head with the last's), priced; solver_error when the counts do not
+/// give c.pp stages `layers` layers in all.
+inline stage_partition given_stages(const pipelined_step& out, const std::vector<int>& stage_counts, const pipeline_config& c,
+                                    int layers) {
+  int total = 0;
+  for (int n : stage_counts) total += n;
+  if (static_cast<int>(stage_counts.size()) != c.pp || total != layers)
+    throw solver_error("stage sizes must give " + std::to_string(c.pp) + " stages " + std::to_string(layers) + " layers in all");
+  stage_partition s;
+  int at = 0;
+  for (int k = 0; k < c.pp; ++k) {
+    const int n = stage_counts[static_cast<std::size_t>(k)] + (k == 0 ? 1 : 0) + (k + 1 == c.pp ? 1 : 0);
+    s.first.push_back(at);
+    s.count.push_back(n);
+    double t = 0;
+    for (int i = at; i < at + n; ++i) t += out.units[static_cast<std::size_t>(i)].seconds;
+    s.seconds.push_back(t);
+    s.memory.push_back(stage_memory(out.units, at, n, c.schedule, c.pp, k, out.micro_batches));
+    s.slowest = std::max(s.slowest, t);
+    at += n;
+  }
+  return s;
+}
+
+/// The partition of `out.units` into c.pp stages that balances them within `budget` (or, when
+/// none fits, regardless of it: flagged by the caller); solver_error when there are too few units.
+inline stage_partition balanced_stages(const pipelined_step& out, const pipeline_config& c, std::int64_t budget, int layers) {
+  std::optional<stage_partition> s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches, budget);
+  if (!s) s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches);  // none fits: the fastest, flagged below
+  if (!s) throw solver_error("a model of " + std::to_string(layers + 2) + " units cannot fill " + std::to_string(c.pp) + " stages");
+  return std::move(*s);
+}
+
+/// Per stage of out.stages: the passes of one micro-batch, the gradient sync it runs after the
+/// flush, and the stage of every unit.
+struct stage_passes {
+  std::vector<stage_seconds> per_stage;
+  std::vector<double> after;
+  std::vector<int> stage_of_unit;
+};
+
+/// The stages' passes from the units' `passes`, and each boundary's transfer of the activation
+/// the probe's unit `uc` sends (over `link`) into out.boundary_seconds.
+inline stage_passes stage_passes_of(const unit_passes& passes, const unit_costs& uc, const link_model& link, int layers,
+                                    pipelined_step& out) {
+  stage_passes sp;
+  sp.stage_of_unit.resize(out.units.size());
+  const int pp = out.config.pp;
+  for (int k = 0; k < pp; ++k) {
+    stage_seconds t;
+    double late = 0;
+    const auto sk = static_cast<std::size_t>(k);
+    for (int i = out.stages.first[sk]; i < out.stages.first[sk] + out.stages.count[sk]; ++i) {
+      t.forward += passes.forward[static_cast<std::size_t>(i)];
+      t.backward += passes.backward[static_cast<std::size_t>(i)];
+      late += passes.after[static_cast<std::size_t>(i)];
+      sp.stage_of_unit[static_cast<std::size_t>(i)] = k;
+    }
+    sp.per_stage.push_back(t);
+    sp.after.push_back(late);
+    if (k + 1 < pp) {
+      const int last = out.stages.first[sk + 1] - 1;
+      const auto bytes = static_cast<double>(uc.boundary[static_cast<std::size_t>(probe_unit(last, layers))]);
+      out.boundary_seconds.push_back(link.alpha + bytes / link.beta);
+    }
+  }
+  return sp;
+}
+
+/// The all-reduce of the gradients of parameters that units on more than one stage use (the
+/// probe's `uc.shared`, over `link`).
+inline double shared_parameter_sync(const unit_costs& uc, const std::vector<int>& stage_of_unit, const link_model& link, int layers) {
+  double sec = 0.0;
+  for (const auto& [users, bytes] : uc.shared) {
+    std::set<int> stages;
+    for (int u : users) stages.insert(stage_of_unit[static_cast<std::size_t>(u == 3 ? layers + 1 : u == 2 ? 2 : u)]);
+    if (stages.size() > 1)
+      sec += collective_time(collective::all_reduce, link, static_cast<int>(stages.size()), static_cast<double>(bytes));
+  }
+  return sec;
+}
+
+}  // namespace detail
+
 /// The step of `g` (the global batch) on `mesh` under configuration `c`, each stage planned by
 /// `a`'s strategies (megatron: its tensor-parallel layout on tp; alpa: the ILP's choice on the
 /// stage's sub-mesh, its batch split dp ways) with recomputation c.recompute, on `probe`
@@ -325,98 +460,23 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   const layer_map full = map_layers(g);
   const int layers = static_cast<int>(full.indices.size());
   const link_model pp_link = probe.pp_link;
-  const detail::pass_model& pm = probe.model->pm;
   pipelined_step out;
   out.config = c;
   out.micro_batches = probe.micro_batches;
-  autosharding_options o = base;
-  o.mesh = pm.mesh;
-  o.pricing = pm.sopt.pricing;
-  o.tie_layers = true;
-  detail::solve_request rq;
-  rq.a = a;
-  rq.recompute = 1u << static_cast<unsigned>(c.recompute);
-  rq.budget = false;
-  rq.batch_shards = c.dp;
-  rq.tp_axis = probe.tp_axis;
-  std::size_t classes = 0;
-  auto solved = detail::solve_algo(pm, o, rq, classes);
-  out.stage_plan = std::move(solved.first);
-  out.solver = {to_string(solved.second.status), solved.second.objective_value(), solved.second.bound_value(), solved.second.gap,
-                solved.second.seconds};
-  out.stage_plan.par.pp = c.pp;
-  out.stage_mesh = pm.mesh;
-  const unit_costs uc = price_units(pm, out.stage_plan.choice);
-  // The model's units: the embedding, the first layer, every later one as the second, the head.
-  const auto probe_unit = [&](int k) { return k == 0 ? 0 : k == layers + 1 ? 3 : k == 1 ? 1 : 2; };
-  std::vector<double> fwd, bwd, after;
-  for (int k = 0; k < layers + 2; ++k) {
-    const auto u = static_cast<std::size_t>(probe_unit(k));
-    out.units.push_back({uc.forward[u] + uc.backward[u], uc.state[u], uc.activation[u], uc.transient[u]});
-    fwd.push_back(uc.forward[u]);
-    bwd.push_back(uc.backward[u]);
-    after.push_back(uc.after[u]);
-  }
+  detail::solve_stage_plan(probe, a, c, base, out);
+  const unit_costs uc = price_units(probe.model->pm, out.stage_plan.choice);
+  const detail::unit_passes passes = detail::model_units(uc, layers, out);
   const std::int64_t budget = pricing.device.memory_bytes;
-  if (!stage_counts.empty()) {
-    int total = 0;
-    for (int n : stage_counts) total += n;
-    if (static_cast<int>(stage_counts.size()) != c.pp || total != layers)
-      throw solver_error("stage sizes must give " + std::to_string(c.pp) + " stages " + std::to_string(layers) + " layers in all");
-    // The embedding with the first stage's layers, the head with the last's.
-    stage_partition s;
-    int at = 0;
-    for (int k = 0; k < c.pp; ++k) {
-      const int n = stage_counts[static_cast<std::size_t>(k)] + (k == 0 ? 1 : 0) + (k + 1 == c.pp ? 1 : 0);
-      s.first.push_back(at);
-      s.count.push_back(n);
-      double t = 0;
-      for (int i = at; i < at + n; ++i) t += out.units[static_cast<std::size_t>(i)].seconds;
-      s.seconds.push_back(t);
-      s.memory.push_back(stage_memory(out.units, at, n, c.schedule, c.pp, k, out.micro_batches));
-      s.slowest = std::max(s.slowest, t);
-      at += n;
-    }
-    out.stages = std::move(s);
-  } else {
-    std::optional<stage_partition> s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches, budget);
-    if (!s) s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches);  // none fits: the fastest, flagged below
-    if (!s) throw solver_error("a model of " + std::to_string(layers + 2) + " units cannot fill " + std::to_string(c.pp) + " stages");
-    out.stages = std::move(*s);
-  }
+  out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, budget, layers) : detail::given_stages(out, stage_counts, c, layers);
   // Per stage: its passes, its transfers, what it syncs after the flush.
-  std::vector<stage_seconds> per_stage;
-  std::vector<double> stage_after;
-  std::vector<int> stage_of_unit(out.units.size());
-  for (int k = 0; k < c.pp; ++k) {
-    stage_seconds t;
-    double late = 0;
-    for (int i = out.stages.first[static_cast<std::size_t>(k)]; i < out.stages.first[static_cast<std::size_t>(k)] + out.stages.count[static_cast<std::size_t>(k)]; ++i) {
-      t.forward += fwd[static_cast<std::size_t>(i)];
-      t.backward += bwd[static_cast<std::size_t>(i)];
-      late += after[static_cast<std::size_t>(i)];
-      stage_of_unit[static_cast<std::size_t>(i)] = k;
-    }
-    per_stage.push_back(t);
-    stage_after.push_back(late);
-    if (k + 1 < c.pp) {
-      const int last = out.stages.first[static_cast<std::size_t>(k) + 1] - 1;
-      const auto bytes = static_cast<double>(uc.boundary[static_cast<std::size_t>(probe_unit(last))]);
-      out.boundary_seconds.push_back(pp_link.alpha + bytes / pp_link.beta);
-    }
-  }
-  out.timeline = simulate_pipeline(c.schedule, per_stage, out.boundary_seconds, out.micro_batches);
+  const detail::stage_passes sp = detail::stage_passes_of(passes, uc, pp_link, layers, out);
+  out.timeline = simulate_pipeline(c.schedule, sp.per_stage, out.boundary_seconds, out.micro_batches);
   double end = 0;
   for (int k = 0; k < c.pp; ++k) {
-    end = std::max(end, out.timeline.finish[static_cast<std::size_t>(k)] + stage_after[static_cast<std::size_t>(k)]);
-    out.sync_seconds = std::max(out.sync_seconds, stage_after[static_cast<std::size_t>(k)]);
+    end = std::max(end, out.timeline.finish[static_cast<std::size_t>(k)] + sp.after[static_cast<std::size_t>(k)]);
+    out.sync_seconds = std::max(out.sync_seconds, sp.after[static_cast<std::size_t>(k)]);
   }
-  for (const auto& [users, bytes] : uc.shared) {
-    std::set<int> stages;
-    for (int u : users) stages.insert(stage_of_unit[static_cast<std::size_t>(u == 3 ? layers + 1 : u == 2 ? 2 : u)]);
-    if (stages.size() > 1)
-      out.shared_sync_seconds += collective_time(collective::all_reduce, pp_link, static_cast<int>(stages.size()), static_cast<double>(bytes));
-  }
+  out.shared_sync_seconds = detail::shared_parameter_sync(uc, sp.stage_of_unit, pp_link, layers);
   out.step_seconds = end + out.shared_sync_seconds;
   for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
   out.fits = out.peak_memory_bytes <= budget;
@@ -476,26 +536,12 @@ inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_
          std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + ")";
 }
 
-}  // namespace detail
-
-/// The fastest pipelined configuration of `g` (the global batch) on `mesh` (nodes x devices per
-/// node): every (pp, tp, dp) with pp x tp x dp the devices, tp dividing a node and a stage
-/// filling whole nodes or dividing one, pp at most the layers; every micro-batch b dividing the
-/// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
-/// priced by price_pipelined with the balanced partition (each stage the fastest plan `so.a`
-/// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
-/// skipped only when a proven bound says it cannot beat the best so far (the bubble bound
-/// below: the slowest stage's micro-batches plus the pipeline's fill and drain, at the
-/// device's fastest GEMM rate), or when the same (pp, tp, dp, b) already fit with less
-/// recomputation (recomputation only adds time to the same strategies). The space is listed
-/// up front and walked once; only the best few plans are kept.
-inline pipeline_search search_pipelines(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
-                                        const pipeline_search_options& so = {}) {
-  const auto t0 = std::chrono::steady_clock::now();
-  pipeline_search out;
+/// The configurations search_pipelines tries for `g` (the global batch, repeated layers `L`) on
+/// `mesh`, as `so` limits them (see search_pipelines), in the order listed.
+inline std::vector<pipeline_config> pipeline_space(const model_graph& g, const layer_map& L, const device_mesh& mesh,
+                                                   const step_pricing& pricing, const pipeline_search_options& so) {
   const int devices = mesh.num_ranks(), per_node = mesh.size(mesh.ndim() - 1);
   const std::int64_t batch = graph_batch(g);
-  const layer_map L = map_layers(g);
   const int layers = static_cast<int>(L.indices.size());
   std::vector<pipeline_config> space;
   for (int tp = 1; tp <= per_node; ++tp) {
@@ -519,27 +565,140 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
       }
     }
   }
-  out.configurations = space.size();
-  if (space.empty()) out.empty = detail::why_no_configuration(mesh, so, batch, layers);
-  // A proven lower bound of a configuration's step: stage k cannot start before the stages
-  // ahead ran micro-batch 0's forward, runs m micro-batches, and after its last backward the
-  // stages ahead run theirs, so the step is at least max_k (sum_{s<k} c_s + m c_k), c_s a stage's
-  // time per micro-batch; over every split of their sum T that is at least T / (1 - (1 - 1/m)^p),
-  // and T is at least one micro-step's GEMM FLOPs (three passes, four in the layers with full
-  // recomputation) over a stage's devices at the fastest rate the device prices a GEMM at.
-  const double rate = pricing.device.matmul_flops(1e30, pricing.achievable);  // the large-GEMM rate: no GEMM is priced faster
-  double linear_layers = 0, linear_rest = 0;  // forward FLOPs of the linears and matmuls (the attention core's are priced per kernel)
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    if (g[v].kind != op_kind::linear && g[v].kind != op_kind::matmul) continue;
-    const tensor_shape in = g[operands(g, v)[0]].shape;
-    (L.layer[v] >= 0 ? linear_layers : linear_rest) += 2.0 * static_cast<double>(g[v].shape.numel()) * static_cast<double>(in[in.rank - 1u]);
+  return space;
+}
+
+/// A proven lower bound of a configuration's step: stage k cannot start before the stages
+/// ahead ran micro-batch 0's forward, runs m micro-batches, and after its last backward the
+/// stages ahead run theirs, so the step is at least max_k (sum_{s<k} c_s + m c_k), c_s a stage's
+/// time per micro-batch; over every split of their sum T that is at least T / (1 - (1 - 1/m)^p),
+/// and T is at least one micro-step's GEMM FLOPs (three passes, four in the layers with full
+/// recomputation) over a stage's devices at the fastest rate the device prices a GEMM at.
+class pipeline_bound {
+ public:
+  pipeline_bound(const model_graph& g, const layer_map& L, const step_pricing& pricing)
+      : batch_(graph_batch(g)), rate_(pricing.device.matmul_flops(1e30, pricing.achievable)) {  // the large-GEMM rate: no GEMM is priced faster
+    // Forward FLOPs of the linears and matmuls (the attention core's are priced per kernel).
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (g[v].kind != op_kind::linear && g[v].kind != op_kind::matmul) continue;
+      const tensor_shape in = g[operands(g, v)[0]].shape;
+      (L.layer[v] >= 0 ? linear_layers_ : linear_rest_) +=
+          2.0 * static_cast<double>(g[v].shape.numel()) * static_cast<double>(in[in.rank - 1u]);
+    }
   }
-  const auto bound = [&](const pipeline_config& c) {
-    const double m = static_cast<double>(batch) / (static_cast<double>(c.micro_batch) * c.dp);
-    const double flops = (c.recompute == recompute_kind::full ? 4 : 3) * linear_layers + 3 * linear_rest;
-    const double T = flops / m / (static_cast<double>(c.dp) * c.tp * rate);
+
+  double operator()(const pipeline_config& c) const {
+    const double m = static_cast<double>(batch_) / (static_cast<double>(c.micro_batch) * c.dp);
+    const double flops = (c.recompute == recompute_kind::full ? 4 : 3) * linear_layers_ + 3 * linear_rest_;
+    const double T = flops / m / (static_cast<double>(c.dp) * c.tp * rate_);
     return T / (1.0 - std::pow(1.0 - 1.0 / m, c.pp));
-  };
+  }
+
+ private:
+  std::int64_t batch_;
+  double rate_;
+  double linear_layers_ = 0, linear_rest_ = 0;
+};
+
+/// A configuration priced: its step, or why it has none.
+struct priced_ahead {
+  std::optional<pipelined_step> step;
+  std::string error;  ///< why it has none
+};
+
+/// Prices the configurations of a search's space. The stage model (make_stage_probe: the
+/// search's main cost) is built once per (pp, tp, dp, b): the first configuration that needs it
+/// prices, on the same model, every later one of the space with those sizes (its other
+/// recomputations), kept until the walk reaches it (or dropped when the walk stops or prunes
+/// it: the walk's decisions are the same as pricing each when it is reached).
+class pipeline_pricer {
+ public:
+  pipeline_pricer(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, const pipeline_search_options& so,
+                  const std::vector<pipeline_config>& space)
+      : g_(g), mesh_(mesh), pricing_(pricing), so_(so), space_(space) {}
+
+  /// Configuration `at` of the space, priced (now, or ahead by an earlier one of its sizes).
+  priced_ahead take(std::size_t at) {
+    if (!ahead_.count(at)) price_sizes_of(at);
+    priced_ahead p = std::move(ahead_.at(at));
+    ahead_.erase(at);
+    return p;
+  }
+
+  /// Configuration `at` pruned: what was priced ahead for it goes.
+  void drop(std::size_t at) { ahead_.erase(at); }
+
+ private:
+  /// Each stage takes the fastest plan for its layers, whatever its memory; where that plan
+  /// does not fit, Megatron-LM's layout (a subset of alpa's strategies, storing the optimizer
+  /// state sharded) is tried on the same stage model, so alpa's search never loses to it.
+  pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
+    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, {}, so_.base);
+    if (!s.fits && so_.a == algo::alpa)
+      if (pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, {}, so_.base); m.fits) s = std::move(m);
+    return s;
+  }
+
+  /// Configuration `at` and every later one of its sizes, on one stage model.
+  void price_sizes_of(std::size_t at) {
+    const pipeline_config& c = space_[at];
+    std::vector<std::size_t> same;
+    for (std::size_t j = at; j < space_.size(); ++j)
+      if (space_[j].pp == c.pp && space_[j].tp == c.tp && space_[j].dp == c.dp && space_[j].micro_batch == c.micro_batch)
+        same.push_back(j);
+    try {
+      const stage_probe probe = make_stage_probe(g_, mesh_, pricing_, c);
+      for (std::size_t j : same) try {
+          ahead_[j].step = price_on(space_[j], probe);
+        } catch (const solver_error& e) {
+          ahead_[j].error = std::string(e.message());
+        }
+    } catch (const solver_error& e) {
+      for (std::size_t j : same) ahead_[j].error = std::string(e.message());
+    }
+  }
+
+  const model_graph& g_;
+  const device_mesh& mesh_;
+  const step_pricing& pricing_;
+  const pipeline_search_options& so_;
+  const std::vector<pipeline_config>& space_;
+  std::map<std::size_t, priced_ahead> ahead_;  // by position in the space
+};
+
+/// `s` among the fastest `alternatives` + 1 plans `fitting` keeps (fastest first): only the best
+/// few are kept, bounded memory whatever the space.
+inline void keep_fastest(std::vector<pipelined_step>& fitting, pipelined_step s, std::size_t alternatives) {
+  const auto pos = std::upper_bound(fitting.begin(), fitting.end(), s.step_seconds,
+                                    [](double t, const pipelined_step& x) { return t < x.step_seconds; });
+  if (static_cast<std::size_t>(pos - fitting.begin()) <= alternatives) {
+    fitting.insert(pos, std::move(s));
+    if (fitting.size() > alternatives + 1) fitting.pop_back();
+  }
+}
+
+}  // namespace detail
+
+/// The fastest pipelined configuration of `g` (the global batch) on `mesh` (nodes x devices per
+/// node): every (pp, tp, dp) with pp x tp x dp the devices, tp dividing a node and a stage
+/// filling whole nodes or dividing one, pp at most the layers; every micro-batch b dividing the
+/// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
+/// priced by price_pipelined with the balanced partition (each stage the fastest plan `so.a`
+/// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
+/// skipped only when a proven bound says it cannot beat the best so far (the bubble bound,
+/// detail::pipeline_bound: the slowest stage's micro-batches plus the pipeline's fill and
+/// drain, at the device's fastest GEMM rate), or when the same (pp, tp, dp, b) already fit with
+/// less recomputation (recomputation only adds time to the same strategies). The space is
+/// listed up front and walked once; only the best few plans are kept.
+inline pipeline_search search_pipelines(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
+                                        const pipeline_search_options& so = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pipeline_search out;
+  const layer_map L = map_layers(g);
+  std::vector<pipeline_config> space = detail::pipeline_space(g, L, mesh, pricing, so);
+  out.configurations = space.size();
+  if (space.empty()) out.empty = detail::why_no_configuration(mesh, so, graph_batch(g), static_cast<int>(L.indices.size()));
+  const detail::pipeline_bound bound(g, L, pricing);
   // Cheapest bound first: the best plans come early and the bound stops the walk. Within one
   // (pp, tp, dp, b) less recomputation comes first (its bound is never higher).
   std::stable_sort(space.begin(), space.end(), [&](const pipeline_config& x, const pipeline_config& y) { return bound(x) < bound(y); });
@@ -547,56 +706,20 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
   double incumbent = std::numeric_limits<double>::infinity();
   std::map<std::vector<int>, recompute_kind> fit_without;  // (pp, tp, dp, b) -> the least recomputation that fit
   std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
-  // The stage model (make_stage_probe: the search's main cost) is built once per (pp, tp, dp, b):
-  // the first configuration that needs it prices, on the same model, every later one of the
-  // space with those sizes (its other recomputations), kept until the walk reaches it (or
-  // dropped when the walk stops or prunes it: the walk's decisions are the same as pricing each
-  // when it is reached).
-  struct priced_ahead {
-    std::optional<pipelined_step> step;
-    std::string error;  ///< why it has none
-  };
-  std::map<std::size_t, priced_ahead> ahead;  // by position in `space`
-  const auto price_on = [&](const pipeline_config& c, const stage_probe& probe) {
-    pipelined_step s = price_pipelined(g, mesh, pricing, so.a, c, probe, {}, so.base);
-    // Each stage takes the fastest plan for its layers, whatever its memory; where that plan
-    // does not fit, Megatron-LM's layout (a subset of alpa's strategies, storing the optimizer
-    // state sharded) is tried on the same stage model, so alpa's search never loses to it.
-    if (!s.fits && so.a == algo::alpa)
-      if (pipelined_step m = price_pipelined(g, mesh, pricing, algo::megatron, c, probe, {}, so.base); m.fits) s = std::move(m);
-    return s;
-  };
-  const auto price_sizes_of = [&](std::size_t at) {
-    const pipeline_config& c = space[at];
-    std::vector<std::size_t> same;
-    for (std::size_t j = at; j < space.size(); ++j)
-      if (space[j].pp == c.pp && space[j].tp == c.tp && space[j].dp == c.dp && space[j].micro_batch == c.micro_batch) same.push_back(j);
-    try {
-      const stage_probe probe = make_stage_probe(g, mesh, pricing, c);
-      for (std::size_t j : same) try {
-          ahead[j].step = price_on(space[j], probe);
-        } catch (const solver_error& e) {
-          ahead[j].error = std::string(e.message());
-        }
-    } catch (const solver_error& e) {
-      for (std::size_t j : same) ahead[j].error = std::string(e.message());
-    }
-  };
+  detail::pipeline_pricer pricer(g, mesh, pricing, so, space);
   for (std::size_t at = 0; at < space.size(); ++at) {
     const pipeline_config& c = space[at];
     const std::vector<int> key{c.pp, c.tp, c.dp, c.micro_batch};
     if (const auto it = fit_without.find(key); it != fit_without.end() && it->second < c.recompute) {
       ++out.pruned_recompute;
-      ahead.erase(at);
+      pricer.drop(at);
       continue;
     }
     if (bound(c) >= incumbent) {  // and every configuration after it
       out.pruned_bound += space.size() - at;
       break;
     }
-    if (!ahead.count(at)) price_sizes_of(at);
-    priced_ahead p = std::move(ahead.at(at));
-    ahead.erase(at);
+    detail::priced_ahead p = pricer.take(at);
     if (!p.step) {
       if (++out.failed <= 3) out.failures.push_back(describe(c, 0) + ": " + p.error);
       continue;
@@ -610,13 +733,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
     }
     fit_without.emplace(key, c.recompute);
     incumbent = std::min(incumbent, s.step_seconds);
-    // Only the best few are kept (bounded memory whatever the space).
-    const auto pos = std::upper_bound(fitting.begin(), fitting.end(), s.step_seconds,
-                                      [](double t, const pipelined_step& x) { return t < x.step_seconds; });
-    if (static_cast<std::size_t>(pos - fitting.begin()) <= so.alternatives) {
-      fitting.insert(pos, std::move(s));
-      if (fitting.size() > so.alternatives + 1) fitting.pop_back();
-    }
+    detail::keep_fastest(fitting, std::move(s), so.alternatives);
   }
   if (!fitting.empty()) {
     out.best = fitting.front();

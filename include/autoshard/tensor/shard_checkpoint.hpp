@@ -22,6 +22,7 @@
 #include <memory>       // std::unique_ptr
 #include <optional>     // std::optional
 #include <random>       // std::random_device
+#include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
@@ -173,17 +174,22 @@ inline nlohmann::json index_json(const std::vector<tensor_shards>& plans, const 
 }
 }  // namespace detail
 
-/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
-/// point; the policy overloads below build the plans.
-inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
-                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
-                                     const shard_options& opts = {}, const std::string& policy_name = "",
-                                     const std::map<std::string, std::int64_t>& attributes = {}) {
+namespace detail {
+
+/// Where output `p` is written: with opts.follow_symlinks, the file a symbolic link points to.
+inline std::filesystem::path output_path(const std::filesystem::path& p, const shard_options& opts) {
+  return opts.follow_symlinks ? resolve_output_link(p) : p;
+}
+
+/// The plans by tensor name, after checking everything before the output directory is touched:
+/// each plan's tensor is in `in` with its shape and dtype and planned once, for `mesh`; every
+/// tensor of `in` is planned (opts.every_tensor); `out_dir` is a directory or nothing yet; a
+/// conversion is to a float dtype.
+inline std::map<std::string, const tensor_shards*> check_shard_plans(const checkpoint& in, const std::vector<tensor_shards>& plans,
+                                                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                                                     const shard_options& opts) {
   namespace fs = std::filesystem;
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
   const int N = mesh.num_ranks();
-  // ---- validate everything before touching the output directory ----
   if (in.size() == 0) throw io_error("the checkpoint holds no tensor: nothing to shard");
   std::map<std::string, const tensor_shards*> by_name;
   for (const auto& p : plans) {
@@ -202,67 +208,134 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     if (opts.every_tensor && !by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
     throw io_error("output '" + out_dir.string() + "' exists and is not a directory");
-  if (opts.convert_to && !detail::is_float(*opts.convert_to))
+  if (opts.convert_to && !is_float(*opts.convert_to))
     throw io_error("convert_to " + std::string(to_string(*opts.convert_to)) + ": only float dtypes are targets");
+  return by_name;
+}
 
+/// The __metadata__ of every rank file of one run: the caller's, the input's "format", the
+/// world size, the run's generation and the policy's name (when it has one).
+inline std::map<std::string, std::string> rank_metadata(const checkpoint& in, const shard_options& opts, int world,
+                                                        const std::string& generation, const std::string& policy_name) {
+  std::map<std::string, std::string> meta = opts.metadata;
+  if (in.files().front().metadata().count("format")) meta.emplace("format", in.files().front().metadata().at("format"));
+  meta["autoshard.world_size"] = std::to_string(world);
+  meta["autoshard.generation"] = generation;
+  if (!policy_name.empty()) meta["autoshard.policy"] = policy_name;
+  return meta;
+}
+
+/// A writer (under a temporary name) per rank of `plans` in `out_dir`: every tensor of `infos`
+/// (names and output dtypes) at that rank's shard shape, and `meta` with the rank.
+inline std::vector<std::unique_ptr<safetensors_writer>> open_rank_writers(const std::vector<tensor_shards>& plans,
+                                                                          const std::vector<safetensors_tensor_info>& infos,
+                                                                          const std::map<std::string, std::string>& meta,
+                                                                          const std::filesystem::path& out_dir, int world,
+                                                                          const shard_options& opts) {
+  std::vector<std::unique_ptr<safetensors_writer>> writers;
+  for (int r = 0; r < world; ++r) {
+    auto rank_infos = infos;
+    for (std::size_t i = 0; i < plans.size(); ++i) rank_infos[i].shape = plans[i].ranks[static_cast<std::size_t>(r)].shape;
+    auto rank_meta = meta;
+    rank_meta["autoshard.rank"] = std::to_string(r);
+    writers.push_back(std::make_unique<safetensors_writer>(output_path(rank_file(out_dir, r), opts), std::move(rank_infos), rank_meta));
+  }
+  return writers;
+}
+
+/// The staging copies a run makes of shards that are not one contiguous span of their tensor,
+/// or that change dtype (reused from tensor to tensor).
+struct shard_staging {
+  std::vector<std::byte> staging, converted;
+
+  /// Rank r's shard of `p` from `src` (the tensor, stored as p.type), as bytes of dtype `to`:
+  /// straight from the map when it is one span of it in its own dtype, else through the
+  /// staging buffers (the largest copy recorded in `report`).
+  std::span<const std::byte> shard_bytes(const_tensor_view src, const tensor_shards& p, int r, dtype to, shard_report& report) {
+    const shard_layout& l = p.ranks[static_cast<std::size_t>(r)];
+    std::span<const std::byte> out;
+    auto span = contiguous_span(l, p.global, p.type);
+    const std::size_t nb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(p.type);
+    if (span) {
+      out = src.bytes().subspan(span->first, span->second);  // straight from the map
+    } else {
+      if (staging.size() < nb) staging.resize(nb);
+      extract(src, l, tensor_view(staging.data(), l.shape, p.type));
+      out = {staging.data(), nb};
+      report.largest_buffer = std::max(report.largest_buffer, nb);
+    }
+    if (to != p.type) {
+      const std::size_t cb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(to);
+      if (converted.size() < cb) converted.resize(cb);
+      convert_into(out.data(), p.type, converted.data(), to, l.shape.numel());
+      out = {converted.data(), cb};
+      report.largest_buffer = std::max(report.largest_buffer, cb);
+    }
+    return out;
+  }
+};
+
+/// Every rank file and then `index_text` as out_dir/index.json finished under temporary names
+/// and renamed into place. The old index goes first: a run killed while renaming leaves no
+/// index (an incomplete directory every reader refuses), never an old index over new rank
+/// files. Every rank file and the index carry this run's generation, so any other mix is
+/// refused on reading too.
+inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>& writers, const std::string& index_text,
+                               const std::filesystem::path& out_dir, const shard_options& opts) {
+  namespace fs = std::filesystem;
+  for (auto& w : writers) w->finish();
+  atomic_file index(output_path(out_dir / "index.json", opts));
+  index.write(index_text);
+  index.finish();
+  {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::symlink_status(index.target(), ec))) fs::remove(index.target(), ec);
+  }
+  for (auto& w : writers) w->commit();
+  index.commit();  // last: a directory with index.json is complete
+}
+
+}  // namespace detail
+
+/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
+/// point; the policy overloads below build the plans.
+inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
+                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                     const shard_options& opts = {}, const std::string& policy_name = "",
+                                     const std::map<std::string, std::int64_t>& attributes = {}) {
+  namespace fs = std::filesystem;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const int N = mesh.num_ranks();
+  // ---- validate everything before touching the output directory ----
+  const std::map<std::string, const tensor_shards*> by_name = detail::check_shard_plans(in, plans, mesh, out_dir, opts);
   std::vector<safetensors_tensor_info> infos;
   std::uint64_t total = 0;
   for (const auto& p : plans) {
     infos.push_back({p.name, detail::output_dtype(p.type, opts), {}});
     for (const auto& l : p.ranks) total += static_cast<std::uint64_t>(l.shape.numel()) * dtype_size(infos.back().type);
   }
-  std::map<std::string, std::string> meta = opts.metadata;
-  if (in.files().front().metadata().count("format")) meta.emplace("format", in.files().front().metadata().at("format"));
-  meta["autoshard.world_size"] = std::to_string(N);
   const std::string generation = detail::new_generation_id();
-  meta["autoshard.generation"] = generation;
-  if (!policy_name.empty()) meta["autoshard.policy"] = policy_name;
+  const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);
   std::vector<std::string> finals{"index.json"};
   for (int r = 0; r < N; ++r) finals.push_back(rank_file("", r).string());
-  std::vector<fs::path> removed_stale = remove_stale_temporaries(out_dir, finals);
-  const auto output = [&](const fs::path& p) { return opts.follow_symlinks ? resolve_output_link(p) : p; };
-  std::vector<std::unique_ptr<safetensors_writer>> writers;
-  for (int r = 0; r < N; ++r) {
-    auto rank_infos = infos;
-    for (std::size_t i = 0; i < plans.size(); ++i) rank_infos[i].shape = plans[i].ranks[static_cast<std::size_t>(r)].shape;
-    auto rank_meta = meta;
-    rank_meta["autoshard.rank"] = std::to_string(r);
-    writers.push_back(std::make_unique<safetensors_writer>(output(rank_file(out_dir, r)), std::move(rank_infos), rank_meta));
-  }
   shard_report report;
   report.world_size = N;
   report.attributes = attributes;
-  report.removed_stale = std::move(removed_stale);
-  std::vector<std::byte> staging, converted;
+  report.removed_stale = remove_stale_temporaries(out_dir, finals);
+  std::vector<std::unique_ptr<safetensors_writer>> writers = detail::open_rank_writers(plans, infos, meta, out_dir, N, opts);
+  detail::shard_staging staging;
   for (const auto& e : writers.front()->entries()) {  // same order in every rank file
     const tensor_shards& p = *by_name.at(e.name);
     const auto& file = in.file_of(e.name);
     const auto& src_entry = in.entry(e.name);
     const_tensor_view src = file.view(src_entry);
     for (int r = 0; r < N; ++r) file.read_guarded([&] {  // truncated under us: an error naming it
-      const shard_layout& l = p.ranks[static_cast<std::size_t>(r)];
-      std::span<const std::byte> out;
-      auto span = contiguous_span(l, p.global, p.type);
-      const std::size_t nb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(p.type);
-      if (span) {
-        out = src.bytes().subspan(span->first, span->second);  // straight from the map
-      } else {
-        if (staging.size() < nb) staging.resize(nb);
-        extract(src, l, tensor_view(staging.data(), l.shape, p.type));
-        out = {staging.data(), nb};
-        report.largest_buffer = std::max(report.largest_buffer, nb);
-      }
-      if (e.type != p.type) {
-        const std::size_t cb = static_cast<std::size_t>(l.shape.numel()) * dtype_size(e.type);
-        if (converted.size() < cb) converted.resize(cb);
-        convert_into(out.data(), p.type, converted.data(), e.type, l.shape.numel());
-        out = {converted.data(), cb};
-        report.largest_buffer = std::max(report.largest_buffer, cb);
-      }
+      const std::span<const std::byte> out = staging.shard_bytes(src, p, r, e.type, report);
       writers[static_cast<std::size_t>(r)]->write(out);
       report.bytes_written += out.size();
     });
@@ -272,19 +345,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
       opts.progress({report.bytes_written, total, s, s > 0 ? static_cast<double>(report.bytes_written) / s : 0.0, e.name});
     }
   }
-  for (auto& w : writers) w->finish();
-  atomic_file index(output(out_dir / "index.json"));
-  index.write(index_text);
-  index.finish();
-  // The old index goes first: a run killed while renaming leaves no index (an incomplete
-  // directory every reader refuses), never an old index over new rank files. Every rank file
-  // and the index carry this run's generation, so any other mix is refused on reading too.
-  {
-    std::error_code ec;
-    if (fs::is_regular_file(fs::symlink_status(index.target(), ec))) fs::remove(index.target(), ec);
-  }
-  for (auto& w : writers) w->commit();
-  index.commit();  // last: a directory with index.json is complete
+  detail::commit_shard_files(writers, index_text, out_dir, opts);
   std::vector<fs::path> inputs;
   for (const auto& f : in.files()) inputs.push_back(f.path());
   for (auto& p : detail::remove_extra_rank_files(out_dir, N, inputs)) report.removed_stale.push_back(std::move(p));

@@ -7,7 +7,8 @@
 /// strategies can be looked up on the result (verify --batch/--seq).
 ///   autoshard::model_graph small = autoshard::with_batch_seq(g, 2, 64);
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
-/// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2. 0 keeps a size.
+/// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2 (graph_batch,
+/// graph_sequence). 0 keeps a size.
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
 #include <string>   // std::string
@@ -18,6 +19,22 @@
 #include "validate.hpp"       // topological_order, validate
 
 namespace autoshard {
+
+/// The batch of a graph: dim 0 of its first input of rank >= 1 (what with_batch_seq re-sizes),
+/// 0 without one.
+inline std::int64_t graph_batch(const model_graph& g) {
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_input() && g[v].shape.rank >= 1) return g[v].shape[0];
+  return 0;
+}
+
+/// The sequence length of a graph: dim 1 of its first input of rank >= 2 (what with_batch_seq
+/// re-sizes), 0 without one.
+inline std::int64_t graph_sequence(const model_graph& g) {
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_input() && g[v].shape.rank >= 2) return g[v].shape[1];
+  return 0;
+}
 
 /// The first operator that keeps a fixed output shape (an opaque one: its shape came from the
 /// file, with no rule to infer it again), or "" when the graph can be re-sized.
@@ -76,15 +93,12 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
   if (batch < 0 || seq < 0)
     throw graph_error("a batch size and a sequence length are positive, got " + std::to_string(batch) + " and " +
                       std::to_string(seq));
+  if (const std::string fixed = fixed_shape_operator(g); !fixed.empty())
+    throw graph_error("opaque operator '" + fixed + "' keeps a fixed output shape; the graph cannot be re-sized");
+  const std::int64_t b0 = graph_batch(g), s0 = graph_sequence(g);
+  if (batch > 0 && b0 == 0) throw graph_error("the graph has no input with a batch dim to re-size");
+  if (seq > 0 && s0 == 0) throw graph_error("the graph has no input with a sequence dim (dim 1) to re-size");
   model_graph out = g;
-  std::int64_t b0 = -1, s0 = -1;
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    if (!g[v].is_input()) continue;
-    if (b0 < 0 && g[v].shape.rank >= 1) b0 = g[v].shape[0];
-    if (s0 < 0 && g[v].shape.rank >= 2) s0 = g[v].shape[1];
-  }
-  if (batch > 0 && b0 < 0) throw graph_error("the graph has no input with a batch dim to re-size");
-  if (seq > 0 && s0 < 0) throw graph_error("the graph has no input with a sequence dim (dim 1) to re-size");
   for (vertex_t v : topological_order(g)) {
     node& nd = out[v];
     if (nd.is_parameter()) continue;
@@ -118,8 +132,6 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
         else if (d == 1 && seq > 0 && old_out[d] == s0)
           nd.attrs.dims[d] = seq;
       }
-    } else if (nd.kind == op_kind::opaque) {
-      throw graph_error("opaque operator '" + nd.name + "' keeps a fixed output shape; the graph cannot be re-sized");
     }
     try {
       nd.shape = infer_shape(nd.kind, nd.attrs, in);

@@ -29,6 +29,7 @@
 #include <vector>  // std::vector
 
 #include "../core/error.hpp"  // spec_error
+#include "../graph/resize.hpp"  // graph_sequence
 #include "autosharding.hpp"   // detail::megatron_axis, detail::data_parallel_axis
 #include "layers.hpp"         // map_layers, layer_recomputation
 #include "loaded_plan.hpp"    // loaded_plan
@@ -170,10 +171,12 @@ struct megatron_model {
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
 /// and width, the MLP's first projection's width, the vocabulary (the first embedding whose
-/// indices are not one row of positions) and whether the head shares its table, the sequence.
+/// indices are not one row of positions) and whether the head shares its table, the sequence
+/// (graph_sequence).
 inline megatron_model megatron_model_of(const model_graph& g, const layer_map& layers, const std::vector<vertex_t>& linears) {
   megatron_model md;
   md.layers = static_cast<int>(layers.indices.size());
+  md.seq = graph_sequence(g);
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const node& nd = g[v];
     if (nd.kind == op_kind::attention && md.heads == 0) {
@@ -195,7 +198,6 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
           md.tied = md.tied || g[boost::target(*it, g)].kind == op_kind::linear;
       }
     }
-    if (nd.is_input() && nd.shape.rank >= 2 && md.seq == 0) md.seq = nd.shape[1];
     md.dropout = md.dropout || nd.kind == op_kind::dropout;
   }
   for (vertex_t v : linears)

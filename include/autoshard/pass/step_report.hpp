@@ -23,6 +23,7 @@
 #include "../core/layout.hpp"     // sharding_spec
 #include "../core/mesh.hpp"       // device_mesh
 #include "../graph/model.hpp"     // model_graph
+#include "../graph/resize.hpp"    // graph_batch
 #include "../graph/strategy.hpp"  // strategy
 #include "layers.hpp"             // layer_map
 
@@ -35,13 +36,6 @@ struct step_flops {
   double megatron = 0;  ///< 4 layers + 3 rest: what Megatron-LM's TFLOP/s count (eq. 3)
   double model = 0;     ///< 3 (layers + rest): the model's FLOPs, for MFU
 };
-
-/// The batch of a graph: dim 0 of its first input (graph/resize.hpp's rule), 0 without one.
-inline std::int64_t graph_batch(const model_graph& g) {
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_input() && g[v].shape.rank >= 1) return g[v].shape[0];
-  return 0;
-}
 
 /// The FLOPs of one step of `g` (one micro-step's batch) run `micro_batches` times.
 inline step_flops count_step_flops(const model_graph& g, int micro_batches, const layer_map& layers) {

@@ -382,4 +382,20 @@ TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vert
   add_input(ids, "ids", {8}, dtype::i64);
   CHECK_THROWS_WITH_AS(with_batch_seq(ids, 0, 5), doctest::Contains("no input with a sequence dim"), graph_error);
   CHECK(with_batch_seq(ids, 3, 0)[0].shape == tensor_shape{3});
+  // The sizes it re-sizes: dim 0 of the first input, dim 1 of the first of rank >= 2.
+  CHECK(graph_batch(e) == 4);
+  CHECK(graph_sequence(e) == 8);
+  CHECK(graph_batch(ids) == 8);
+  CHECK(graph_sequence(ids) == 0);
+  CHECK(graph_batch(model_graph{}) == 0);
+  // An operator of fixed shape (opaque) is named before anything is re-sized, whatever comes first.
+  model_graph o = r;
+  op_attrs fixed;
+  fixed.dims = {8, 2};
+  fixed.op_type = "com.example.Fixed";
+  add_op(o, op_kind::opaque, "fixed", {*find_vertex(o, "x")}, fixed);
+  CHECK(fixed_shape_operator(o) == "fixed");
+  CHECK(fixed_shape_operator(r).empty());
+  CHECK_THROWS_WITH_AS(with_batch_seq(o, 2, 0), "graph error: opaque operator 'fixed' keeps a fixed output shape; the graph cannot be re-sized",
+                       graph_error);
 }

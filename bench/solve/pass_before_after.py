@@ -9,12 +9,17 @@ build (`--before`, e.g. built from the commit the issue was filed at) and the cu
 per model the median wall seconds of each, their ratio after/before, and the step time each
 plan reports. Options a build does not know make that row say so; nothing is asserted.
 
+With --compare-plans the last plan file each build wrote for a model is compared too, member
+by member (every spec, strategy, collective, cost and memory figure; the solver's wall seconds
+left out): a change meant to keep behaviour (a refactor) shows "same" on every row, anything
+else the first JSON paths that differ.
+
   git worktree add --detach /tmp/before a215739 && (cd /tmp/before && cmake --preset release \\
       && cmake --build --preset release --target autoshard)
   bench/solve/pass_before_after.py --before /tmp/before/build/release/tools/autoshard \\
       --after build/release/tools/autoshard --repeats 3
 """
-import argparse, os, re, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, statistics, subprocess, sys, tempfile, time
 
 # (label, plan arguments): the models of docs/autosharding.md, as a user plans them, with the
 # links stated (both builds default to 25/300 GB/s, but older ones had no device presets).
@@ -30,9 +35,9 @@ CASES = [
 LINKS = ["--inter-bw", "25e9", "--intra-bw", "300e9"]
 
 
-def run(tool, args, out_dir, timeout):
+def run(tool, args, out_dir, timeout, out_name="plan.json"):
     """Wall seconds of one plan, its reported step time (ms, or None) and an error line."""
-    out = os.path.join(out_dir, "plan.json")
+    out = os.path.join(out_dir, out_name)
     cmd = [tool, "plan", *args, *LINKS, "--out", out]
     t0 = time.perf_counter()
     try:
@@ -49,6 +54,47 @@ def run(tool, args, out_dir, timeout):
     return wall, step, None
 
 
+# The members of a plan file that measure the run, not the plan: the solver's wall time.
+VOLATILE = {("solver", "seconds")}
+
+
+def plan_differences(a, b, path=()):
+    """JSON paths where two plan documents differ (VOLATILE members left out)."""
+    if path[-2:] in VOLATILE:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                out.append("/".join(map(str, path + (k,))) + (" (only after)" if k not in a else " (only before)"))
+            else:
+                out += plan_differences(a[k], b[k], path + (k,))
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return ["/".join(map(str, path)) + " (%d items before, %d after)" % (len(a), len(b))]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += plan_differences(x, y, path + (i,))
+        return out
+    return [] if a == b else ["/".join(map(str, path)) + ": %r before, %r after" % (a, b)]
+
+
+def compare_plans(before, after):
+    """"same", or the first paths where the two plan files differ."""
+    try:
+        with open(before) as f:
+            a = json.load(f)
+        with open(after) as f:
+            b = json.load(f)
+    except (OSError, ValueError) as e:
+        return "not compared: %s" % e
+    diff = plan_differences(a, b)
+    if not diff:
+        return "same"
+    return "differ at %d places: %s" % (len(diff), "; ".join(diff[:5]))
+
+
 def loadavg():
     try:
         return " ".join(open("/proc/loadavg").read().split()[:3])
@@ -63,6 +109,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per plan")
     ap.add_argument("--only", default="", help="run only the cases whose label contains this")
+    ap.add_argument("--compare-plans", action="store_true",
+                    help="compare the plan file each build wrote for a model (a refactor: the same on every row)")
     a = ap.parse_args()
     if not 1 <= a.repeats <= 100:
         sys.exit("--repeats must be in [1, 100], got %d" % a.repeats)
@@ -82,7 +130,7 @@ def main():
                 for name, tool in (("before", a.before), ("after", a.after)):
                     if name in errors:
                         continue
-                    wall, step, err = run(tool, args, d, a.timeout)
+                    wall, step, err = run(tool, args, d, a.timeout, name + ".json")
                     if err:
                         errors[name] = err
                     else:
@@ -95,6 +143,8 @@ def main():
                   f"{fmt(steps['before']):>12} {fmt(steps['after']):>11}")
             for name, err in errors.items():
                 print(f"    {name}: {err}")
+            if a.compare_plans and not errors:
+                print("    plans: " + compare_plans(os.path.join(d, "before.json"), os.path.join(d, "after.json")))
     print("load average at end:", loadavg())
 
 

@@ -149,28 +149,31 @@ TEST_CASE("micro-batches: the counts a global batch runs in are its divisors, fo
 }
 
 TEST_CASE("micro-batches: the search is exact over every micro-batching, and a tight budget picks more of them") {
-  // GPT-2 124M widths, 4 layers, a global batch of 16 on 2x4: the search's plan is the fastest
-  // of the plans each micro-batching has when solved alone.
-  const model_graph g = build_gpt2(gpt(4, 768, 12, 256, 16));
+  // 2 GPT layers of width 256 (4 heads, sequence 64), a global batch of 8 on 2x4: the search's
+  // plan is the fastest of the plans each micro-batching has when solved alone. (With GPT-2
+  // 124M's widths, 4 layers and a batch of 16, the same proof took 91 s of CPU under ASan, and
+  // the tight budget picked one micro-batch; here 2.)
+  const model_graph g = build_gpt2(gpt(2, 256, 4, 64, 8));
   autosharding_options o;
   o.mesh = make_cluster_mesh({2, 4});
   o.compare_baselines = false;
   const autosharding_result free = autosharding_analysis_pass(g, o);
   CHECK(free.report.plan.par.micro_batches == 1);  // no budget: one step is the fastest
-  o.memory_budget = free.report.plan.peak_memory_bytes / 3;
+  o.memory_budget = free.report.plan.peak_memory_bytes / 4;
   const autosharding_result tight = autosharding_analysis_pass(g, o);
   const plan_summary& t = tight.report.plan;
+  CHECK(t.par.micro_batches > 1);  // the budget is met by running the batch in more micro-steps
   CHECK(t.peak_memory_bytes <= *o.memory_budget);
   CHECK(t.step_seconds >= free.report.plan.step_seconds);
   CHECK(!t.tried.empty());
   double best = std::numeric_limits<double>::infinity();
-  for (int m : {1, 2, 4, 8, 16}) {
+  for (int m : {1, 2, 4, 8}) {
     autosharding_options alone = o;
     alone.pricing.micro_batches = m;
     try {
       const autosharding_result r = autosharding_analysis_pass(g, alone);
       CHECK(r.report.plan.par.micro_batches == m);
-      CHECK(graph_batch(r.graph) == 16 / m);  // the graph the plan is for: one micro-step's batch
+      CHECK(graph_batch(r.graph) == 8 / m);  // the graph the plan is for: one micro-step's batch
       best = std::min(best, r.report.plan.step_seconds);
     } catch (const solver_error&) {  // m does not fit
     }
@@ -180,7 +183,7 @@ TEST_CASE("micro-batches: the search is exact over every micro-batching, and a t
   o.pricing.micro_batch = 2;
   const autosharding_result given = autosharding_analysis_pass(g, o);
   CHECK(given.report.plan.par.micro_batch == 2);
-  CHECK(given.report.plan.par.micro_batch * given.report.plan.par.dp * given.report.plan.par.micro_batches == 16);
+  CHECK(given.report.plan.par.micro_batch * given.report.plan.par.dp * given.report.plan.par.micro_batches == 8);
 }
 
 TEST_CASE("micro-batches: the gradient sync runs once per step, each micro-step's collectives every micro-step") {

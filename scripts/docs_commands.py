@@ -15,6 +15,9 @@ document shows them:
   line runs, and what it prints (stdout and stderr together, as a terminal shows them)
   must equal the lines shown under it; a line `...` stands for any number of lines, and
   trailing blanks are ignored.
+* What the examples write into the working directory (not what a setup directive or the run
+  itself made) must be ignored by the root .gitignore: run from the checkout, the docs'
+  examples leave `git status` clean.
 * Python blocks (```python) run, in the real client's environment (scripts/client_env.sh,
   made once per machine; one that cannot be made fails the run): the first line is a comment
   naming the file, `# apply.py — ...`, which is written to the scratch directory and run there;
@@ -196,6 +199,10 @@ class Runner:
         self.root, self.tool, self.doc, self.scratch = root, tool, doc, scratch
         self.env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
         self.ran = self.compared = self.skipped = self.failed = self.other = 0
+        self.not_written = {"tests"}  # what the harness or a setup directive made, not the doc's examples
+
+    def entries(self):
+        return {p.name for p in self.scratch.iterdir()}
 
     def where(self, line):
         return f"{self.doc.relative_to(self.root)}:{line}"
@@ -237,6 +244,7 @@ class Runner:
             self.skipped += 1
             return
         (self.scratch / name).write_text("\n".join(body) + "\n", encoding="utf-8")
+        self.not_written.add(name)
         ranks = TORCHRUN.search(body[0])
         if ranks and ranks.group(2) != name:
             self.fail(line, f"the block is {name}, but its first line runs {ranks.group(2)}")
@@ -277,7 +285,9 @@ class Runner:
                 elif m := re.fullmatch(r"exit (\d+)", d):
                     want_rc = int(m.group(1))
                 elif m := re.fullmatch(r"setup (.+)", d):
+                    before = self.entries()
                     self.run(m.group(1), dline)
+                    self.not_written |= self.entries() - before
                 else:
                     self.fail(dline, f"unknown docs-test directive '{d}' (skip (why), exit N, setup CMD)")
             if lang == "python":
@@ -313,6 +323,26 @@ class Runner:
                 for problem in self.tool.check_options([*words[:2], *optional]):
                     self.fail(line, f"`{cmd}`: {problem}")
                 self.run(run_cmd, line, want_rc, shown)
+        self.check_ignored()
+
+    def check_ignored(self):
+        """What the doc's examples wrote into the working directory is ignored by the repository's
+        .gitignore at its root: run from the checkout, they leave `git status` clean."""
+        written = sorted(self.entries() - self.not_written)
+        if not written:
+            return
+        paths = [n + "/" if (self.scratch / n).is_dir() else n for n in written]
+        r = subprocess.run(["git", "-C", str(self.root), "check-ignore", "--no-index", "--stdin"], input="\n".join(paths) + "\n",
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode > 1 and "not a git repository" in r.stderr:
+            print(f"--   {self.where('files')}: not a git checkout, .gitignore not checked for {len(paths)} files")
+            return
+        if r.returncode > 1:
+            self.fail("files", f"git check-ignore failed: {r.stderr.strip()}")
+            return
+        left = sorted(set(paths) - set(r.stdout.split()))
+        if left:
+            self.fail("files", f"its examples, run from the checkout, leave {left} untracked: .gitignore must ignore them at the root")
 
 
 def check(root, tool_path):

@@ -43,6 +43,20 @@ concept communicator = requires(C& c, const C& cc, void* p, const void* q, std::
   c.barrier();
 };
 
+/// A communicator that also moves data point to point (a pipeline's stage-to-stage transfers):
+///   send(buf, n, t, peer)   n elements to rank `peer`; returns at once (the bytes are copied),
+///                           the transfer completes in the background
+///   recv(buf, n, t, peer)   n elements from rank `peer`; blocks until they are here
+///   wait_sends()            blocks until every send so far was delivered
+/// Messages from one rank to another arrive in the order they were sent; sizes must agree.
+template <class C>
+concept point_to_point_communicator =
+    communicator<C> && requires(C& c, void* p, const void* q, std::size_t n, dtype t, int peer) {
+      c.send(q, n, t, peer);
+      c.recv(p, n, t, peer);
+      c.wait_sends();
+    };
+
 // The half-precision conversions (f16_to_float, float_to_f16, bf16_to_float, float_to_bf16)
 // live in core/dtype.hpp: one set, bit-identical to Eigen's, with no Eigen in this area.
 

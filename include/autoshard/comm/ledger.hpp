@@ -9,7 +9,8 @@
 ///   l.entries();   // {site 7, "all-reduce", axis 1, n elements, 1 call}
 /// Elements are the B of the cost formula (core/cost.hpp) in elements: an all-reduce's or
 /// broadcast's buffer, an all-gather's gathered output (size() x n), a reduce-scatter's or
-/// all-to-all's input (size() x n); padding included, as the collective moves it.
+/// all-to-all's input (size() x n), a send's or recv's buffer; padding included, as the
+/// collective moves it.
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <map>          // std::map
@@ -29,7 +30,7 @@ namespace autoshard {
 /// The collectives of one kind on one mesh axis charged to one site.
 struct issued_collective {
   std::uint64_t site = 0;
-  std::string kind;          ///< "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast"
+  std::string kind;          ///< "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast", "send", "recv"
   int mesh_axis = 0;
   std::size_t elements = 0;  ///< summed over the calls (B of the cost formula, in elements)
   std::size_t calls = 0;
@@ -110,6 +111,20 @@ class counted_communicator : public Comm {
   void broadcast(void* buf, std::size_t n, dtype t, int root) {
     ledger_->note("broadcast", axis_, n);
     Comm::broadcast(buf, n, t, root);
+  }
+  /// Point to point, where the backend has it (point_to_point_communicator): noted as "send"
+  /// and "recv" of n elements.
+  void send(const void* buf, std::size_t n, dtype t, int peer)
+    requires point_to_point_communicator<Comm>
+  {
+    ledger_->note("send", axis_, n);
+    Comm::send(buf, n, t, peer);
+  }
+  void recv(void* buf, std::size_t n, dtype t, int peer)
+    requires point_to_point_communicator<Comm>
+  {
+    ledger_->note("recv", axis_, n);
+    Comm::recv(buf, n, t, peer);
   }
 
  private:

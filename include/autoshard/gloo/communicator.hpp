@@ -33,6 +33,7 @@
 #include <gloo/rendezvous/hash_store.h>    // gloo::rendezvous::HashStore
 #include <gloo/rendezvous/prefix_store.h>  // gloo::rendezvous::PrefixStore
 #include <gloo/transport/tcp/device.h>     // gloo::transport::tcp::CreateDevice
+#include <gloo/transport/unbound_buffer.h>  // gloo::transport::UnboundBuffer (point to point)
 
 #include "../comm/communicator.hpp"       // communicator, reduce_elements
 #include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, detail::check_split, detail::rank_list
@@ -250,6 +251,67 @@ class gloo_communicator {
     });
   }
 
+  /// Point to point (comm/communicator.hpp): `n` elements to rank `peer` of this group. The
+  /// bytes are copied and sent in the background (Gloo delivers them once the peer receives);
+  /// wait_sends() waits for every one. The k-th send to a peer meets the peer's k-th recv
+  /// from this rank (each pair numbers its messages in its own slots).
+  void send(const void* buf, std::size_t n, dtype t, int peer) {
+    check_peer("send", peer);
+    if (n == 0) return;
+    pending_send p;
+    p.bytes.resize(n * dtype_size(t));
+    std::memcpy(p.bytes.data(), buf, p.bytes.size());
+    p.peer = peer;
+    try {
+      p.buffer = ctx_->createUnboundBuffer(p.bytes.data(), p.bytes.size());
+      p.buffer->send(peer, point_to_point_slot(next_message(sent_, peer)));
+    } catch (const std::exception& e) {
+      throw comm_error(who() + ": send of " + std::to_string(n) + " " + std::string(to_string(t)) + " elements to rank " +
+                       std::to_string(members_[static_cast<std::size_t>(peer)]) + " failed: " + e.what());
+    }
+    pending_.push_back(std::move(p));
+  }
+
+  /// `n` elements from rank `peer` of this group into `buf`; blocks until they are here or the
+  /// timeout passes (comm_error naming the peer).
+  void recv(void* buf, std::size_t n, dtype t, int peer) {
+    check_peer("recv", peer);
+    if (n == 0) return;
+    bool done = false;
+    std::string why = "timed out";
+    try {
+      auto b = ctx_->createUnboundBuffer(buf, n * dtype_size(t));
+      b->recv(peer, point_to_point_slot(next_message(received_, peer)));
+      done = b->waitRecv(timeout_);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!done) ctx_.reset();  // out of step with the peer: later calls fail at once
+    if (!done)
+      throw comm_error(who() + ": recv of " + std::to_string(n) + " " + std::string(to_string(t)) + " elements from rank " +
+                       std::to_string(members_[static_cast<std::size_t>(peer)]) + " failed (timeout " +
+                       std::to_string(timeout_.count()) + " ms; the peer died or never sent it): " + why);
+  }
+
+  /// Blocks until every send so far was delivered (comm_error naming a peer that never received).
+  void wait_sends() {
+    for (pending_send& p : pending_) {
+      bool done = false;
+      std::string why = "timed out";
+      try {
+        done = p.buffer->waitSend(timeout_);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (!done)
+        throw comm_error(who() + ": a send of " + std::to_string(p.bytes.size()) + " bytes to rank " +
+                         std::to_string(members_[static_cast<std::size_t>(p.peer)]) + " was not received (timeout " +
+                         std::to_string(timeout_.count()) + " ms): " + why);
+      p.buffer.reset();
+    }
+    pending_.clear();
+  }
+
   void barrier() {
     if (size() == 1) return require_connected("barrier");
     run("barrier", 0, dtype::u8, 0, [&](auto*) {
@@ -353,6 +415,28 @@ class gloo_communicator {
                      ": a peer could not start (" + aborted + ")");
   }
 
+  /// A send in flight: its own copy of the bytes, kept until it was delivered.
+  struct pending_send {
+    std::vector<std::byte> bytes;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    int peer = 0;
+  };
+
+  void check_peer(const char* op, int peer) const {
+    require_connected(op);
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw comm_error(who() + ": " + op + " with rank " + std::to_string(peer) + " of a group of " + std::to_string(size()) +
+                       (peer == rank_ ? " (itself)" : ""));
+    if (!ctx_) throw comm_error(who() + ": " + op + " on a communicator whose earlier failure closed it");
+  }
+  /// The number of the next message with `peer` in `count` (one entry per peer).
+  std::uint64_t next_message(std::vector<std::uint64_t>& count, int peer) {
+    count.resize(static_cast<std::size_t>(size()), 0);
+    return count[static_cast<std::size_t>(peer)]++;
+  }
+  /// Point-to-point messages use slots of their own, apart from the collectives' tags.
+  static std::uint64_t point_to_point_slot(std::uint64_t k) noexcept { return (std::uint64_t{0x5a} << 56) | k; }
+
   void require_connected(const char* op) const {
     if (members_.empty()) throw comm_error(std::string(op) + " on a communicator that was never connected");
   }
@@ -447,9 +531,11 @@ class gloo_communicator {
   std::uint32_t tag_ = 0;
   int splits_ = 0;
   bool verify_ = true;
+  std::vector<pending_send> pending_;                // sends not yet known to be delivered, oldest first
+  std::vector<std::uint64_t> sent_, received_;      // point-to-point messages per peer so far
 };
 
-static_assert(communicator<gloo_communicator>);
+static_assert(point_to_point_communicator<gloo_communicator>);
 
 /// The Gloo world plus one communicator per mesh axis (comm/mesh_communicator.hpp).
 using mesh_communicator = basic_mesh_communicator<gloo_communicator>;

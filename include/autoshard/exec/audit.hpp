@@ -23,6 +23,7 @@
 #include "../core/dtype.hpp"     // dtype_size
 #include "../graph/traffic.hpp"  // traffic_site
 #include "../pass/autosharding.hpp"  // collective_use
+#include "../pass/pipelined.hpp"     // priced_transfer
 
 namespace autoshard {
 
@@ -30,7 +31,7 @@ namespace autoshard {
 struct traffic_line {
   traffic_site site;
   std::string where;  ///< site.name(g)
-  std::string kind;   ///< "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast"
+  std::string kind;   ///< "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast", "send", "recv"
   int mesh_axis = 0;
   std::int64_t priced_bytes = 0, executed_bytes = 0;  ///< per rank (executed: the largest over the ranks)
   std::size_t priced_calls = 0, executed_calls = 0;
@@ -55,15 +56,44 @@ inline std::int64_t priced_element_bytes(const model_graph& g, const traffic_sit
   switch (s.what) {
     case traffic_site::phase::edge:
       return static_cast<std::int64_t>(dtype_size(g[operands(g, s.vertex)[static_cast<std::size_t>(s.operand)]].type));
-    case traffic_site::phase::gradient: return static_cast<std::int64_t>(dtype_size(g[s.vertex].type));
+    case traffic_site::phase::gradient:
+    case traffic_site::phase::transfer:
+    case traffic_site::phase::transfer_back: return static_cast<std::int64_t>(dtype_size(g[s.vertex].type));
     case traffic_site::phase::op:
     case traffic_site::phase::recompute: return 4;  // row statistics in f32
   }
   return 1;
 }
 
+using audit_key = std::tuple<int, vertex_t, int, std::string, int>;  // phase, vertex, operand, kind, axis
+
+/// The line of `by` for a site, kind and axis (made empty the first time).
+inline traffic_line& audit_line(std::map<audit_key, traffic_line>& by, const traffic_site& s, const std::string& kind, int axis) {
+  traffic_line& l = by[audit_key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
+  l.site = s;
+  l.kind = kind;
+  l.mesh_axis = axis;
+  return l;
+}
+
+/// A pipeline's priced transfers (pass/pipelined.hpp) as lines: each a "send" on the stage it
+/// leaves and a "recv" on the next, every micro-step (`whole_step`) or once.
+inline void price_transfers(std::map<audit_key, traffic_line>& by, const std::vector<priced_transfer>& transfers, bool backward,
+                            bool whole_step) {
+  for (const priced_transfer& t : transfers) {
+    if (!backward && t.site.what == traffic_site::phase::transfer_back) continue;
+    const int times = whole_step ? t.repeats : 1;
+    for (const char* kind : {"send", "recv"}) {
+      traffic_line& l = audit_line(by, t.site, kind, t.mesh_axis);
+      l.priced_bytes += t.bytes * times;
+      l.priced_calls += static_cast<std::size_t>(times);
+    }
+  }
+}
+
 inline bool backward_site(const traffic_site& s) {
-  return s.what == traffic_site::phase::gradient || s.what == traffic_site::phase::recompute;
+  return s.what == traffic_site::phase::gradient || s.what == traffic_site::phase::recompute ||
+         s.what == traffic_site::phase::transfer_back;
 }
 }  // namespace detail
 
@@ -72,13 +102,14 @@ inline bool backward_site(const traffic_site& s) {
 /// too (gradients, recomputations); without it both sides' backward is left out.
 /// `whole_step`: the ranks ran the plan's whole training step (every micro-step, each
 /// priced collective as many times as it runs: collective_use::repeats); else one forward of
-/// the plan's graph (each priced collective once).
+/// the plan's graph (each priced collective once). `transfers`: a pipelined plan's
+/// point-to-point transfers (pipeline_traffic_of), each a send and a receive.
 inline traffic_audit audit_traffic(const model_graph& g, const std::vector<collective_use>& priced,
                                    const std::vector<std::vector<issued_collective>>& executed, bool backward,
-                                   bool whole_step) {
+                                   bool whole_step, const std::vector<priced_transfer>& transfers = {}) {
   traffic_audit a;
   a.checked = true;
-  using key = std::tuple<int, vertex_t, int, std::string, int>;  // phase, vertex, operand, kind, axis
+  using key = detail::audit_key;
   std::map<key, traffic_line> by;
   std::map<key, double> priced_share;  // priced bytes x share, rounded once per line
   std::map<key, std::int64_t> unshared;  // lines with reductions shared by consumer edges: their full bytes
@@ -87,12 +118,9 @@ inline traffic_audit audit_traffic(const model_graph& g, const std::vector<colle
   std::map<key, std::int64_t> per_edge;
   std::map<key, std::size_t> entries;  // collective_use entries per line (consumer edges), whatever their repeats
   const auto line = [&](const traffic_site& s, const std::string& kind, int axis) -> traffic_line& {
-    traffic_line& l = by[key{static_cast<int>(s.what), s.vertex, s.operand, kind, axis}];
-    l.site = s;
-    l.kind = kind;
-    l.mesh_axis = axis;
-    return l;
+    return detail::audit_line(by, s, kind, axis);
   };
+  detail::price_transfers(by, transfers, backward, whole_step);
   for (const collective_use& c : priced) {
     if (!backward && detail::backward_site(c.site)) continue;
     traffic_line& l = line(c.site, std::string(to_string(c.kind)), c.mesh_axis);

@@ -18,6 +18,10 @@ struct traffic_site {
     gradient = 1,   ///< the backward traffic of `vertex`'s gradient: its reductions, a parameter's sync
     op = 2,         ///< an operator's own collectives (the vocab-parallel loss's row statistics)
     recompute = 3,  ///< collectives an executor repeats in a backward kernel (not priced; docs/execution.md)
+    /// A pipelined step: `vertex`'s output sent point to point from stage `operand` to the next.
+    transfer = 4,
+    /// A pipelined step: the gradient of `vertex`'s output sent back from stage `operand` + 1 to stage `operand`.
+    transfer_back = 5,
   };
   phase what = phase::edge;
   vertex_t vertex = 0;
@@ -27,19 +31,22 @@ struct traffic_site {
   static traffic_site gradient(vertex_t v) { return {phase::gradient, v, 0}; }
   static traffic_site op(vertex_t v) { return {phase::op, v, 0}; }
   static traffic_site recompute(vertex_t v) { return {phase::recompute, v, 0}; }
+  static traffic_site transfer(vertex_t v, int from_stage) { return {phase::transfer, v, from_stage}; }
+  static traffic_site transfer_back(vertex_t v, int from_stage) { return {phase::transfer_back, v, from_stage}; }
 
-  /// 2 bits of phase, 42 of vertex, 20 of operand.
+  /// 3 bits of phase, 41 of vertex, 20 of operand (all ones is the ledger's "no site").
   std::uint64_t pack() const noexcept {
-    return (static_cast<std::uint64_t>(what) << 62) | ((static_cast<std::uint64_t>(vertex) & vertex_mask) << 20) |
+    return (static_cast<std::uint64_t>(what) << 61) | ((static_cast<std::uint64_t>(vertex) & vertex_mask) << 20) |
            (static_cast<std::uint64_t>(operand) & operand_mask);
   }
   static traffic_site unpack(std::uint64_t site) noexcept {
-    return {static_cast<phase>(site >> 62), static_cast<vertex_t>((site >> 20) & vertex_mask),
+    return {static_cast<phase>(site >> 61), static_cast<vertex_t>((site >> 20) & vertex_mask),
             static_cast<int>(site & operand_mask)};
   }
 
   /// How reports name it: "edge a -> b (operand i)", "gradient of w", "operator v",
-  /// "recomputed in the backward of v".
+  /// "recomputed in the backward of v", "transfer of v from stage 0 to 1", "transfer of v's
+  /// gradient from stage 1 to 0".
   std::string name(const model_graph& g) const {
     switch (what) {
       case phase::edge:
@@ -48,6 +55,11 @@ struct traffic_site {
       case phase::gradient: return "gradient of " + g[vertex].name;
       case phase::op: return "operator " + g[vertex].name;
       case phase::recompute: return "recomputed in the backward of " + g[vertex].name;
+      case phase::transfer:
+        return "transfer of " + g[vertex].name + " from stage " + std::to_string(operand) + " to " + std::to_string(operand + 1);
+      case phase::transfer_back:
+        return "transfer of " + g[vertex].name + "'s gradient from stage " + std::to_string(operand + 1) + " to " +
+               std::to_string(operand);
     }
     return "?";
   }
@@ -55,7 +67,7 @@ struct traffic_site {
   friend bool operator==(const traffic_site&, const traffic_site&) = default;
 
  private:
-  static constexpr std::uint64_t vertex_mask = (std::uint64_t{1} << 42) - 1;
+  static constexpr std::uint64_t vertex_mask = (std::uint64_t{1} << 41) - 1;
   static constexpr std::uint64_t operand_mask = (std::uint64_t{1} << 20) - 1;
 };
 

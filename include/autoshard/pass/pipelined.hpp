@@ -157,6 +157,13 @@ inline std::vector<int> unit_of_vertices(const model_graph& g, const layer_map& 
 
 }  // namespace detail
 
+/// The bytes of the largest piece (rank 0's) of `nd`'s tensor under `spec` on `mesh`: what one
+/// device sends of it at a stage boundary, and the gradient of a parameter shared by two stages
+/// that their all-reduce keeps in sync (in its backward_target: a ZeRO parameter's shard).
+inline std::int64_t piece_bytes(const device_mesh& mesh, const sharding_spec& spec, const node& nd) {
+  return max_local_shape(mesh, spec, nd.shape).numel() * static_cast<std::int64_t>(dtype_size(nd.type));
+}
+
 /// The costs of the plan `choice` of `pm` (one micro-step, micro_batches 1) per unit.
 inline unit_costs price_units(const detail::pass_model& pm, const std::vector<int>& choice) {
   const model_graph& g = pm.g;
@@ -176,8 +183,7 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
       for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) users.insert(unit[boost::target(*e, g)]);
       for (int w : users) c.state[static_cast<std::size_t>(w)] += s.memory_bytes;
       if (users.size() > 1)
-        c.shared.push_back({std::vector<int>(users.begin(), users.end()),
-                            max_local_shape(pm.mesh, s.output, g[v].shape).numel() * static_cast<std::int64_t>(dtype_size(g[v].type))});
+        c.shared.push_back({std::vector<int>(users.begin(), users.end()), piece_bytes(pm.mesh, backward_target(s), g[v])});
       c.after[u] += s.comm_seconds;  // ZeRO's all-gather of the updated weight
       continue;
     }
@@ -189,9 +195,7 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
     int furthest = unit[v];
     for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) furthest = std::max(furthest, unit[boost::target(*e, g)]);
     if (!g[v].is_input())
-      for (int w = unit[v]; w < furthest; ++w)
-        c.boundary[static_cast<std::size_t>(w)] +=
-            max_local_shape(pm.mesh, s.output, g[v].shape).numel() * static_cast<std::int64_t>(dtype_size(g[v].type));
+      for (int w = unit[v]; w < furthest; ++w) c.boundary[static_cast<std::size_t>(w)] += piece_bytes(pm.mesh, s.output, g[v]);
   }
   for (edge_t e : pm.edges) {
     const vertex_t u = boost::source(e, g), v = boost::target(e, g);
@@ -857,10 +861,10 @@ inline plan_document pipelined_document(const model_graph& g, const device_mesh&
   return d;
 }
 
-/// Per parameter of pipelined plan `d` (by vertex; -1 entries for the rest): the stages that
-/// use it, ascending (two for an embedding tied to the head). Throws solver_error when the
-/// stages' layers do not add up to the graph's.
-inline std::vector<std::vector<int>> stages_of_parameters(const plan_document& d) {
+/// Per vertex of pipelined plan `d`: the stage of an operator, and the stages whose operators
+/// read a source, ascending (two for an embedding tied to the head, none for a source nothing
+/// reads). Throws solver_error when the stages' layers do not add up to the graph's.
+inline std::vector<std::vector<int>> stages_of_vertices(const plan_document& d) {
   if (!d.pipeline) throw solver_error("the plan has no pipeline stages");
   const layer_map L = map_layers(d.graph);
   const plan_pipeline& p = *d.pipeline;
@@ -875,12 +879,74 @@ inline std::vector<std::vector<int>> stages_of_parameters(const plan_document& d
   stage_of_unit.back() = static_cast<int>(p.stages.size()) - 1;
   const std::vector<int> unit = detail::unit_of_vertices(d.graph, L);
   std::vector<std::vector<int>> out(boost::num_vertices(d.graph));
+  for (vertex_t v = 0; v < out.size(); ++v)
+    if (d.graph[v].is_operator()) out[v] = {stage_of_unit[static_cast<std::size_t>(unit[v])]};
   for (vertex_t v = 0; v < out.size(); ++v) {
-    if (!d.graph[v].is_parameter()) continue;
+    if (d.graph[v].is_operator()) continue;
     std::set<int> stages;
-    for (auto [e, end] = boost::out_edges(v, d.graph); e != end; ++e)
-      stages.insert(stage_of_unit[static_cast<std::size_t>(unit[boost::target(*e, d.graph)])]);
+    for (auto [e, end] = boost::out_edges(v, d.graph); e != end; ++e) stages.insert(out[boost::target(*e, d.graph)].front());
     out[v].assign(stages.begin(), stages.end());
+  }
+  return out;
+}
+
+/// Per parameter of pipelined plan `d` (by vertex; empty entries for the rest): the stages that
+/// use it, ascending (two for an embedding tied to the head). Throws solver_error when the
+/// stages' layers do not add up to the graph's.
+inline std::vector<std::vector<int>> stages_of_parameters(const plan_document& d) {
+  std::vector<std::vector<int>> out = stages_of_vertices(d);
+  for (vertex_t v = 0; v < out.size(); ++v)
+    if (!d.graph[v].is_parameter()) out[v].clear();
+  return out;
+}
+
+/// One point-to-point transfer of a pipelined step as it is priced: the piece of a tensor each
+/// device of stage `site.operand` sends to the same device of the next stage (site
+/// transfer), or the piece of its gradient sent back (transfer_back), once per micro-step.
+struct priced_transfer {
+  traffic_site site;
+  int mesh_axis = 0;       ///< the pipeline axis: numbered after the stage's own axes
+  std::int64_t bytes = 0;  ///< one transfer, per device
+  int repeats = 1;         ///< per step: every micro-step
+};
+
+/// What a pipelined plan `d` (its strategies `plan`, load_plan's) moves between its stages, as
+/// price_pipelined prices it: every
+/// operator's output read by a later stage crosses each boundary up to its last reader, its
+/// piece in the spec the plan produces it in (piece_bytes, as the boundary's transfer time is
+/// priced), forward and its gradient back, every micro-step; and every parameter used on
+/// several stages (an embedding tied to the head) has its gradient all-reduced over them on the
+/// pipeline axis once per step. Graph inputs are read by each stage that uses them, never sent.
+struct pipeline_traffic {
+  std::vector<priced_transfer> transfers;
+  std::vector<collective_use> collectives;  ///< the shared parameters' all-reduces
+};
+
+inline pipeline_traffic pipeline_traffic_of(const plan_document& d, const std::vector<strategy>& plan) {
+  const std::vector<std::vector<int>> stages = stages_of_vertices(d);
+  const model_graph& g = d.graph;
+  const int axis = static_cast<int>(d.mesh.ndim());
+  const int m = d.pricing.accumulation();
+  pipeline_traffic out;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    const std::int64_t bytes = piece_bytes(d.mesh, plan[v].output, g[v]);
+    if (g[v].is_parameter() && stages[v].size() > 1) {
+      collective_use c;
+      c.where = "gradient of " + g[v].name + " on stages " + std::to_string(stages[v].front()) + " and " + std::to_string(stages[v].back());
+      c.kind = collective::all_reduce;
+      c.mesh_axis = axis;
+      c.bytes = piece_bytes(d.mesh, backward_target(plan[v]), g[v]);
+      c.seconds = d.pipeline ? d.pipeline->tied_sync_seconds : 0.0;
+      c.site = traffic_site::gradient(v);
+      out.collectives.push_back(c);
+    }
+    if (!g[v].is_operator()) continue;
+    int last = stages[v].front();
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) last = std::max(last, stages[boost::target(*e, g)].front());
+    for (int b = stages[v].front(); b < last; ++b) {
+      out.transfers.push_back({traffic_site::transfer(v, b), axis, bytes, m});
+      if (!detail::is_integer(g[v].type)) out.transfers.push_back({traffic_site::transfer_back(v, b), axis, bytes, m});
+    }
   }
   return out;
 }

@@ -81,9 +81,6 @@ int run_verify(const verify_cli_options& o) {
 #endif
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
-  if (doc.pipeline)
-    throw spec_error("plan file '" + o.plan + "' is pipelined (" + std::to_string(doc.pipeline->stages.size()) +
-                     " stages): verify does not run pipeline stages yet");
   // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
   // a training check needs a loss.
   require_known_operators(doc.graph);
@@ -121,6 +118,7 @@ int run_verify(const verify_cli_options& o) {
                                          : std::string())
                               : std::string("the forward pass"))
               << ") on "
+              << (lp.document.pipeline ? describe(*lp.document.pipeline) + ", each stage on " : std::string())
               << to_string(lp.mesh()) << " ...\n";
   if (!o.json && lp.document.pricing.mode == run_mode::training)
     std::cerr << "priced for training with " << describe_training(lp.document.pricing) << "\n";
@@ -148,7 +146,8 @@ int run_verify(const verify_cli_options& o) {
     };
     nlohmann::json j{{"plan", o.plan},
                      {"mesh", to_json(r.mesh)},
-                     {"ranks", r.mesh.num_ranks()},
+                     {"ranks", r.mesh.num_ranks() * r.stages},
+                     {"stages", r.stages},
                      {"dtype", std::string(to_string(r.compute))},
                      {"seed", o.seed},
                      {"rtol", r.rtol},

@@ -7,6 +7,7 @@
 #include "executor.hpp"  // make_source_values, run_unsharded, run_sharded
 #include "kernels.hpp"   // run_kernel, local_context, exec_error
 #include "parallel.hpp"  // column/row-parallel linear, vocab-parallel embedding and cross-entropy
+#include "pipeline.hpp"  // a pipelined plan's stages on real ranks: stage graphs, transfers, 1F1B
 #include "redistribute.hpp"  // redistribute of host tensors
 #include "traffic.hpp"   // detail::charge: collectives charged to their traffic_site
 #include "training.hpp"  // train_sharded, train_unsharded, training_step

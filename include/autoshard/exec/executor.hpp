@@ -424,11 +424,13 @@ inline void keep_for_backward(const model_graph& g, const std::vector<strategy>&
 /// leaves a shape-only stand-in). With `keep`, every operator's operand pieces and context
 /// are kept there for the backward (but for a fully recomputed layer's: its forward runs
 /// again before its backward). An input with a value in `batch_inputs` (one micro-step's
-/// rows of the global batch) reads it instead of `sources`.
+/// rows of the global batch) reads it instead of `sources`; one with a value in `received`
+/// (a pipeline stage's activation from the stage before) takes it as this rank's piece.
 template <class T, mesh_communicator_like M>
 void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& plan, const std::vector<host_tensor>& sources,
                      const piece_callback& on_piece, std::vector<held_value>& val, std::vector<saved_forward>* keep,
-                     const liveness_schedule& schedule, const std::vector<host_tensor>* batch_inputs = nullptr) {
+                     const liveness_schedule& schedule, const std::vector<host_tensor>* batch_inputs = nullptr,
+                     const std::vector<host_tensor>* received = nullptr) {
   const std::size_t n = boost::num_vertices(g);
   const device_mesh& mesh = mc.mesh();
   check_plan_size(g, plan, sources);
@@ -450,7 +452,9 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
     } catch (const spec_error& e) {
       throw exec_error("vertex '" + nd.name + "': the plan's output spec does not fit: " + e.what());
     }
-    if (!nd.is_operator()) {
+    if (received != nullptr && (*received)[v].data() != nullptr) {
+      val[v].alias = &(*received)[v];
+    } else if (!nd.is_operator()) {
       const bool batched = batch_inputs != nullptr && (*batch_inputs)[v].data() != nullptr;
       load_source(g, v, st, batched ? (*batch_inputs)[v] : sources[v], mesh, mc.rank(), fused[v], val[v]);
     } else {

@@ -33,10 +33,12 @@ struct rank_thread_cost {
   std::uint64_t memory = 0;         ///< resident bytes: stacks touched, connection buffers
 };
 
-inline rank_thread_cost rank_threads_cost(const device_mesh& mesh, std::uint64_t stack = 8u << 20) {
+/// `extra_peers`: each rank's peers in communicators beyond the world and the mesh's axes (a
+/// pipelined run's stage and tied groups, pipeline_extra_peers).
+inline rank_thread_cost rank_threads_cost(const device_mesh& mesh, std::uint64_t stack = 8u << 20, std::uint64_t extra_peers = 0) {
   rank_thread_cost c;
   c.ranks = static_cast<std::uint64_t>(mesh.num_ranks());
-  std::uint64_t peers = c.ranks - 1;
+  std::uint64_t peers = c.ranks - 1 + extra_peers;
   for (std::size_t a = 0; a < mesh.ndim(); ++a) peers += static_cast<std::uint64_t>(mesh.size(a)) - 1;
   c.threads = 2 * c.ranks;
   c.files = c.ranks * (peers + 3);
@@ -47,8 +49,8 @@ inline rank_thread_cost rank_threads_cost(const device_mesh& mesh, std::uint64_t
 
 /// Throws exec_error, naming the count and the limit, when the mesh's ranks cannot all run
 /// as threads here: a half-started world would only wait for its missing peers.
-inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m) {
-  const rank_thread_cost c = rank_threads_cost(mesh, m.stack);
+inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m, std::uint64_t extra_peers = 0) {
+  const rank_thread_cost c = rank_threads_cost(mesh, m.stack, extra_peers);
   const auto refuse = [&](const std::string& what, std::uint64_t need, std::uint64_t have, const std::string& unit) {
     throw exec_error(std::to_string(c.ranks) + " ranks on " + to_string(mesh) + " need " + std::to_string(need) + " " +
                      unit + " as threads of one process, but " + what + " allows " + std::to_string(have) +
@@ -60,6 +62,22 @@ inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m)
   if (c.files > m.files) refuse("the open-file limit (ulimit -n)", c.files, m.files, "sockets");
   if (c.address_space > m.address_space)
     refuse("the address-space limit (ulimit -v)", c.address_space, m.address_space, "bytes of stacks");
+}
+
+/// The world of a pipelined run of `stage_of`'s stages (verify_pipeline::stage_of), each on
+/// `stage_mesh`: stages x its ranks, as the world and the pipeline axis see it.
+inline device_mesh pipeline_world(const device_mesh& stage_mesh, const std::vector<std::vector<int>>& stage_of) {
+  int stages = 1;
+  for (const std::vector<int>& s : stage_of)
+    if (!s.empty()) stages = std::max(stages, s.back() + 1);
+  return device_mesh(std::vector<int>{stages, stage_mesh.num_ranks()});
+}
+
+/// A pipelined rank's peers beyond pipeline_world's axes: its stage mesh's axes and the tied group.
+inline std::uint64_t pipeline_extra_peers(const device_mesh& stage_mesh) {
+  std::uint64_t peers = 1;
+  for (std::size_t a = 0; a < stage_mesh.ndim(); ++a) peers += static_cast<std::uint64_t>(stage_mesh.size(a)) - 1;
+  return peers;
 }
 
 /// The peak memory of a verification run, estimated before it starts.
@@ -438,12 +456,42 @@ std::uint64_t verify_step_bytes(const model_graph& g, const device_mesh& mesh, c
 }
 }  // namespace detail
 
+namespace detail {
+/// What a step of several micro-steps holds throughout beside one micro-step's: every rank's
+/// gradient accumulators, from the first micro-step's backward to the last's (train_sharded):
+/// each parameter's contributions, one per distinct spec its consumers hand back, and the
+/// shard reduced at every micro-step where the plan reduces it there.
+template <class TypeOf>
+std::uint64_t accumulation_bytes(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                 const TypeOf& type_of) {
+  std::uint64_t total = 0;
+  for (vertex_t u = 0; u < boost::num_vertices(g); ++u) {
+    if (!g[u].is_parameter() || is_integer(g[u].type)) continue;
+    std::vector<sharding_spec> specs;
+    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
+      const vertex_t v = boost::target(*e, g);
+      const auto i = static_cast<std::size_t>(g[*e].operand);
+      const strategy& st = plan[v];
+      const sharding_spec gs = st.grads.size() == operands(g, v).size() ? st.grads[i] : gradient_spec(g, v, st, i);
+      if (std::find(specs.begin(), specs.end(), gs) == specs.end()) specs.push_back(gs);
+    }
+    if (plan[u].zero_stage > 0) specs.push_back(plan[u].gradient_spec);
+    for (const sharding_spec& s : specs)
+      for (int r = 0; r < mesh.num_ranks(); ++r) total += bytes_of(local_box(mesh, s, g[u].shape, r).shape, type_of(u));
+  }
+  return total;
+}
+}  // namespace detail
+
 /// The peak of verify_plan's forward run in `compute` (f32 or f64): the sources held once,
 /// then step by step in topological order the reference values still needed plus every
 /// rank's live pieces, its resharded operands (twice: a collective's buffer and its result),
-/// its output and the replicated copy a Partial output is compared through.
+/// its output and the replicated copy a Partial output is compared through. `training`: the
+/// training step's peak (`g` the global batch's graph, which bounds a micro-step's), with
+/// `micro_batches` > 1 every rank's gradient accumulators held beside it (accumulation_bytes).
 inline memory_estimate estimate_verify_memory(const model_graph& g, const device_mesh& mesh,
-                                              const std::vector<strategy>& plan, dtype compute, bool training = false) {
+                                              const std::vector<strategy>& plan, dtype compute, bool training = false,
+                                              int micro_batches = 1) {
   const std::size_t n = boost::num_vertices(g);
   if (plan.size() != n)
     throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n) + " vertices");
@@ -480,9 +528,36 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
   if (training) {  // the forward above is its step 2, beside the reference's gradients
     const memory_estimate t = detail::estimate_training_step(g, mesh, plan, type_of, e.activations, e.worst_step);
     e.activations = t.activations;
-    e.parameters = t.parameters;
+    e.parameters = t.parameters + (micro_batches > 1 ? detail::accumulation_bytes(g, mesh, plan, type_of) : 0);
     e.worst_step = t.worst_step;
   }
+  return e;
+}
+
+/// The peak of a pipelined plan's verification (stages `stage_of`, verify_pipeline::stage_of,
+/// each on `mesh`): estimate_verify_memory of the whole graph on one stage's mesh bounds every
+/// stage's ranks together (each holds its own operators' pieces, at most the step's micro-batches
+/// of them at once); beside it each stage's copy of the inputs and parameters it reads, every
+/// crossing activation's pieces at each boundary (2 m + 2 of them: the micro-steps in flight as
+/// received, the sends of the activations and of their gradients not yet known delivered, the
+/// outgoing copy), and the ranks of every stage.
+inline memory_estimate estimate_pipelined_verify_memory(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                                        dtype compute, const std::vector<std::vector<int>>& stage_of, bool training = false,
+                                                        int micro_batches = 1) {
+  memory_estimate e = estimate_verify_memory(g, mesh, plan, compute, training, micro_batches);
+  const auto type_of = [&](vertex_t v) { return detail::is_integer(g[v].type) ? dtype::i64 : compute; };
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_operator()) {
+      e.sources += detail::bytes_of(g[v].shape, type_of(v)) * stage_of[v].size();
+      continue;
+    }
+    int last = stage_of[v].front();
+    for (auto [it, end] = boost::out_edges(v, g); it != end; ++it) last = std::max(last, stage_of[boost::target(*it, g)].front());
+    std::uint64_t pieces = 0;
+    for (int r = 0; r < mesh.num_ranks(); ++r) pieces += detail::bytes_of(local_box(mesh, plan[v].output, g[v].shape, r).shape, type_of(v));
+    e.activations += pieces * static_cast<std::uint64_t>(last - stage_of[v].front()) * (2 * static_cast<std::uint64_t>(micro_batches) + 2);
+  }
+  e.ranks = rank_threads_cost(pipeline_world(mesh, stage_of), 8u << 20, pipeline_extra_peers(mesh)).memory;
   return e;
 }
 

@@ -220,10 +220,11 @@ namespace detail {
 /// holds the global batch (dim 0 = micro_batches x the graph's) is cut into consecutive
 /// micro-batches along dim 0; one of the graph's own shape is read whole by every micro-step.
 /// Throws exec_error naming the input for any other shape, and when micro_batches > 1 but no
-/// input holds a global batch (every micro-step would run the same rows).
+/// input holds a global batch (every micro-step would run the same rows) unless
+/// `batch_optional` (a pipeline stage between others: its activations arrive).
 class micro_batch_inputs {
  public:
-  micro_batch_inputs(const model_graph& g, const std::vector<host_tensor>& sources, int micro_batches)
+  micro_batch_inputs(const model_graph& g, const std::vector<host_tensor>& sources, int micro_batches, bool batch_optional = false)
       : g_(g), sources_(sources), m_(micro_batches), slice_(boost::num_vertices(g)) {
     if (micro_batches < 1 || micro_batches > max_micro_batches)
       throw exec_error("a step runs 1 to " + std::to_string(max_micro_batches) + " micro-batches, not " +
@@ -243,7 +244,7 @@ class micro_batch_inputs {
                          std::to_string(m_) + " x " + std::to_string(want[0]) + " (the global batch)");
       any = true;
     }
-    if (!any)
+    if (!any && !batch_optional)
       throw exec_error("a step of " + std::to_string(m_) + " micro-batches needs the global batch, and no input holds it (dim 0 " +
                        std::to_string(m_) + " x the graph's): every micro-step would run the same rows");
   }
@@ -298,12 +299,48 @@ namespace detail {
 template <class T, mesh_communicator_like M>
 class sharded_backward {
  public:
+  /// `seeds`: the losses the backward starts from (a pipeline stage without one: none; its
+  /// output gradients arrive, seed()).
   sharded_backward(M& mc, const model_graph& g, const std::vector<strategy>& plan, const training_step& o,
                    const parameter_callback& on_param, const liveness_schedule& s, std::vector<held_value>& val,
-                   std::vector<saved_forward>& saved)
-      : mc_(mc), g_(g), plan_(plan), o_(o), on_param_(on_param), s_(s), val_(val), saved_(saved), fused_(fused_dims(g)),
-        parts_(boost::num_vertices(g)), accumulated_(boost::num_vertices(g)) {
+                   std::vector<saved_forward>& saved, std::vector<vertex_t> seeds)
+      : mc_(mc), g_(g), plan_(plan), o_(o), on_param_(on_param), s_(s), val_(&val), saved_(&saved), fused_(fused_dims(g)),
+        parts_(boost::num_vertices(g)), accumulated_(boost::num_vertices(g)), seeds_(std::move(seeds)),
+        keep_gradient_(boost::num_vertices(g), 0), defer_(boost::num_vertices(g), 0) {
     record_.gradient_syncs.assign(boost::num_vertices(g), 0);
+  }
+
+  /// The values and saved operands of the micro-step whose backward runs next (a pipeline
+  /// holds several micro-steps' forwards at once).
+  void bind(std::vector<held_value>& val, std::vector<saved_forward>& saved) noexcept {
+    val_ = &val;
+    saved_ = &saved;
+  }
+
+  /// Graph input u (an activation that arrived from another stage) gets its gradient too:
+  /// take_gradient() hands it out after each backward.
+  void keep_gradient(vertex_t u) { keep_gradient_[u] = 1; }
+
+  /// A gradient of v's output computed elsewhere (the next stage's), in `spec`, added to what
+  /// v's consumers here hand back.
+  void seed(vertex_t v, const sharding_spec& spec, host_tensor grad) { add_part(v, spec, std::move(grad)); }
+
+  /// Input u's gradient of the micro-step just run, reduced to `target` (zeros when nothing read u).
+  host_tensor take_gradient(vertex_t u, const sharding_spec& target) {
+    host_tensor t = settle(u, target, false);
+    if (t.data() == nullptr) t = host_tensor(compute_dtype<T>(), local_box(mc_.mesh(), target, g_[u].shape, mc_.rank()).shape);
+    return t;
+  }
+
+  /// Parameter v is finished after the step (finish_deferred), not at its last use: its
+  /// gradient is kept in sync with another stage's copy first (a pipeline's tied embedding).
+  void defer(vertex_t v) { defer_[v] = 1; }
+
+  /// The deferred parameters' synchronisation and update: `sync` gets each one's reduced
+  /// gradient block (in place) before the optimizer step.
+  void finish_deferred(const std::function<void(vertex_t, host_tensor&)>& sync) {
+    for (auto& [v, weight] : deferred_) finish_parameter(v, weight.get(), &sync);
+    deferred_.clear();
   }
 
   /// Micro-step k's backward of `micro_batches` (after its forward): gradients accumulate
@@ -330,7 +367,7 @@ class sharded_backward {
   /// d loss = 1 / micro_batches (each micro-step's share of the global batch's mean), in the
   /// loss's settled spec.
   void seed_losses(int micro_batches) {
-    for (vertex_t v : losses(g_)) {
+    for (vertex_t v : seeds_) {
       const sharding_spec sp = settled_spec(plan_[v].output);
       host_tensor one(compute_dtype<T>(), local_box(mc_.mesh(), sp, g_[v].shape, mc_.rank()).shape);
       for (std::int64_t i = 0; i < one.numel(); ++i) one.as<T>()[i] = T(1) / static_cast<T>(micro_batches);
@@ -405,10 +442,10 @@ class sharded_backward {
     std::vector<host_tensor> local;
     std::vector<const host_tensor*> in;
     for (vertex_t w : s_.replay[v]) {
-      local_context c = run_operator<T>(mc_, g_, plan_, w, fused_, val_, local, in, true);
-      keep_for_backward(g_, plan_, w, val_, std::move(local), std::move(c), saved_[w], true);
-      for (vertex_t u : s_.replay_frees[w]) keep_shape_only(val_[u].own);
-      if (s_.replay_frees_itself[w]) keep_shape_only(val_[w].own);
+      local_context c = run_operator<T>(mc_, g_, plan_, w, fused_, *val_, local, in, true);
+      keep_for_backward(g_, plan_, w, *val_, std::move(local), std::move(c), (*saved_)[w], true);
+      for (vertex_t u : s_.replay_frees[w]) keep_shape_only((*val_)[u].own);
+      if (s_.replay_frees_itself[w]) keep_shape_only((*val_)[w].own);
     }
     record_.replayed_forwards += s_.replay[v].size();
   }
@@ -419,7 +456,7 @@ class sharded_backward {
   /// holds one parameter's full gradient at a time, not every replicated parameter's. A ZeRO
   /// parameter's gradient ends sharded (its gradient_spec), the step updates that shard and
   /// the updated weight is gathered back to the parameter's spec.
-  void finish_parameter(vertex_t v) {
+  void finish_parameter(vertex_t v, const host_tensor& weight, const std::function<void(vertex_t, host_tensor&)>* sync = nullptr) {
     const strategy& ps = plan_[v];
     const bool zero = ps.zero_stage > 0;
     const sharding_spec& gs = gradient_target(v);
@@ -429,15 +466,16 @@ class sharded_backward {
       else add_into<T>(gblock, accumulated_[v]);
       accumulated_[v] = host_tensor();
     }
+    if (sync != nullptr && *sync) (*sync)(v, gblock);
     if (!zero) {
-      const host_tensor updated = optimizer_update<T>(val_[v].get(), gblock, o_);
+      const host_tensor updated = optimizer_update<T>(weight, gblock, o_);
       if (on_param_) on_param_(v, gblock, updated, gs);
       return;
     }
     host_tensor wshard;
     {
       const auto uncounted = charge(mc_, collective_ledger::no_site);  // a local slice: no traffic
-      wshard = reshard(mc_, val_[v].get(), g_[v].shape, ps.output, gs, fused_[v]);
+      wshard = reshard(mc_, weight, g_[v].shape, ps.output, gs, fused_[v]);
     }
     host_tensor updated = optimizer_update<T>(wshard, gblock, o_);
     if (on_param_) on_param_(v, gblock, updated, gs);
@@ -451,14 +489,26 @@ class sharded_backward {
   /// operand values the schedule frees here, and each parameter whose last use this was is
   /// synchronised and updated.
   void after_backward(vertex_t v) {
-    saved_[v] = saved_forward();
-    val_[v].reset();
-    for (vertex_t u : s_.backward_frees[v]) keep_shape_only(val_[u].own);
+    std::vector<held_value>& val = *val_;
+    (*saved_)[v] = saved_forward();
+    val[v].reset();
+    for (vertex_t u : s_.backward_frees[v]) keep_shape_only(val[u].own);
     for (vertex_t u : s_.finished[v]) {
-      if (last_ && (!parts_[u].empty() || accumulated_[u].data() != nullptr)) finish_parameter(u);
-      else if (!last_) sync_this_micro_step(u);
-      val_[u].reset();  // loaded again by the next micro-step's forward
+      if (last_ && (!parts_[u].empty() || accumulated_[u].data() != nullptr)) {
+        if (defer_[u]) deferred_.emplace_back(u, std::move(val[u]));
+        else finish_parameter(u, val[u].get());
+      } else if (!last_) {
+        sync_this_micro_step(u);
+      }
+      val[u].reset();  // loaded again by the next micro-step's forward
     }
+  }
+
+  /// One contribution to u's gradient, summed with one in the same spec.
+  void add_part(vertex_t u, const sharding_spec& gs, host_tensor dx) {
+    auto same = std::find_if(parts_[u].begin(), parts_[u].end(), [&](const auto& p) { return p.first == gs; });
+    if (same == parts_[u].end()) parts_[u].emplace_back(gs, std::move(dx));
+    else add_into<T>(same->second, dx);
   }
 
   /// Operand i's piece: a weight resharded in the forward is gathered again (as priced: the re-gather).
@@ -466,7 +516,7 @@ class sharded_backward {
     for (std::size_t i = 0; i < ops.size(); ++i)
       if (sv.in[i] == nullptr) {
         const auto site = charge(mc_, traffic_site::gradient(ops[i]));
-        sv.own[i] = reshard(mc_, val_[ops[i]].get(), g_[ops[i]].shape, plan_[ops[i]].output, plan_[v].inputs[i], fused_[ops[i]]);
+        sv.own[i] = reshard(mc_, (*val_)[ops[i]].get(), g_[ops[i]].shape, plan_[ops[i]].output, plan_[v].inputs[i], fused_[ops[i]]);
         sv.in[i] = &sv.own[i];
       }
   }
@@ -476,7 +526,7 @@ class sharded_backward {
   host_tensor* overwritable_first(vertex_t v, const std::vector<vertex_t>& ops, saved_forward& sv) {
     if (ops.empty() || !g_[ops[0]].is_operator()) return nullptr;
     if (sv.own[0].data() != nullptr) return &sv.own[0];
-    if (s_.last_reader_of_first[v] && val_[ops[0]].alias == nullptr) return &val_[ops[0]].own;
+    if (s_.last_reader_of_first[v] && (*val_)[ops[0]].alias == nullptr) return &(*val_)[ops[0]].own;
     return nullptr;
   }
 
@@ -485,12 +535,9 @@ class sharded_backward {
     const strategy& st = plan_[v];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const vertex_t u = ops[i];
-      if (dx[i].data() == nullptr || g_[u].is_input()) continue;  // graph inputs have no gradients
+      if (dx[i].data() == nullptr || (g_[u].is_input() && !keep_gradient_[u])) continue;  // graph inputs have no gradients
       // The cost model's gradient spec where the plan carries it (training strategies), else the same rule here.
-      const sharding_spec gs = st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g_, v, st, i);
-      auto same = std::find_if(parts_[u].begin(), parts_[u].end(), [&](const auto& p) { return p.first == gs; });
-      if (same == parts_[u].end()) parts_[u].emplace_back(gs, std::move(dx[i]));
-      else add_into<T>(same->second, dx[i]);
+      add_part(u, st.grads.size() == ops.size() ? st.grads[i] : gradient_spec(g_, v, st, i), std::move(dx[i]));
       dx[i] = host_tensor();
     }
   }
@@ -498,13 +545,13 @@ class sharded_backward {
   void backward(vertex_t v) {
     const host_tensor dy = settle(v, settled_spec(plan_[v].output), false);
     const std::vector<vertex_t> ops = operands(g_, v);
-    saved_forward& sv = saved_[v];
+    saved_forward& sv = (*saved_)[v];
     regather_weights(v, ops, sv);
     host_tensor* reuse = overwritable_first(v, ops, sv);
     std::vector<vertex_t> again;  // operand values the schedule freed, recomputed for this backward
     for (vertex_t u : s_.recomputed[v]) {
-      if (val_[u].own.data() != nullptr) continue;
-      val_[u].own = run_kernel<T>(g_[u], saved_[u].in, saved_[u].c);  // the same kernel on the same bits as the forward
+      if ((*val_)[u].own.data() != nullptr) continue;
+      (*val_)[u].own = run_kernel<T>(g_[u], (*saved_)[u].in, (*saved_)[u].c);  // the same kernel on the same bits as the forward
       again.push_back(u);
     }
     std::vector<host_tensor> dx;
@@ -512,7 +559,7 @@ class sharded_backward {
       const auto site = charge(mc_, traffic_site::recompute(v));  // a loss's row statistics, again
       dx = run_kernel_backward<T>(g_[v], sv.in, dy, sv.c, reuse);
     }
-    for (vertex_t u : again) keep_shape_only(val_[u].own);
+    for (vertex_t u : again) keep_shape_only((*val_)[u].own);
     contribute(v, ops, dx);
   }
 
@@ -522,11 +569,14 @@ class sharded_backward {
   const training_step& o_;
   const parameter_callback& on_param_;
   const liveness_schedule& s_;
-  std::vector<held_value>& val_;
-  std::vector<saved_forward>& saved_;
+  std::vector<held_value>* val_;
+  std::vector<saved_forward>* saved_;
   const std::vector<fused_dim> fused_;
   std::vector<contributions> parts_;  ///< a parameter's accumulate over the micro-steps
   std::vector<host_tensor> accumulated_;  ///< per parameter: the reduced shard of earlier micro-steps
+  std::vector<vertex_t> seeds_;           ///< the losses
+  std::vector<char> keep_gradient_, defer_;
+  std::vector<std::pair<vertex_t, held_value>> deferred_;  ///< finished parameters awaiting finish_deferred, with their weight
   bool last_ = true;                      ///< this micro-step is the step's last
   training_record record_;
 };
@@ -551,7 +601,7 @@ training_record train_sharded(M& mc, const model_graph& g, const std::vector<str
   detail::micro_batch_inputs batch(g, sources, o.micro_batches);
   std::vector<detail::held_value> val;
   std::vector<detail::saved_forward> saved;
-  detail::sharded_backward<T, M> backward(mc, g, plan, o, on_param, s, val, saved);
+  detail::sharded_backward<T, M> backward(mc, g, plan, o, on_param, s, val, saved, detail::losses(g));
   for (int k = 0; k < o.micro_batches; ++k) {
     detail::forward_sharded<T>(mc, g, plan, sources, on_piece, val, &saved, s, batch.at(k));  // keeps what the backward needs
     backward.run(k, o.micro_batches);

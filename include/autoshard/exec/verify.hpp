@@ -24,8 +24,10 @@
 #include "../gloo/launch.hpp"        // run_ranks_collect
 #include "../pass/autosharding.hpp"  // autosharding_options, solver_error, collective_use
 #include "../pass/loaded_plan.hpp"   // loaded_plan
+#include "../pass/pipelined.hpp"     // stages_of_vertices, pipeline_traffic_of
 #include "audit.hpp"           // traffic_audit, audit_traffic
 #include "executor.hpp"        // reference_stream, run_sharded, make_source_values
+#include "pipeline.hpp"        // pipeline_communicator, make_stage_graph, run_stage, train_stage
 #include "resources.hpp"       // check_rank_threads, estimate_verify_memory
 #include "training.hpp"        // train_sharded, train_unsharded, training_step
 
@@ -42,6 +44,28 @@ struct verify_progress {
   std::size_t done = 0, total = 0;
   double seconds = 0.0;
 };
+
+/// How verify runs a pipelined plan: its stages, their schedule, and what the pricing says
+/// moves between them (pass/pipelined.hpp's pipeline_traffic_of, audited with the rest).
+struct verify_pipeline {
+  int stages = 1;
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+  /// Per vertex: an operator's stage, the stages that read a source (stages_of_vertices).
+  std::vector<std::vector<int>> stage_of;
+  pipeline_traffic priced;
+  /// Fault injection for tests of the checker: this tensor's transfer to the next stage is
+  /// left out (its receivers take zeros) and so is its gradient's back.
+  std::string drop_transfer;
+};
+
+/// The pipeline of a pipelined plan as verify runs it (solver_error when its stages do not add
+/// up to its graph's layers).
+inline verify_pipeline verify_pipeline_of(const loaded_plan& p) {
+  const plan_document& d = p.document;
+  if (!d.pipeline) throw solver_error("the plan has no pipeline stages");
+  return {static_cast<int>(d.pipeline->stages.size()), d.pipeline->schedule, stages_of_vertices(d),
+          pipeline_traffic_of(d, p.strategies), {}};
+}
 
 struct verify_options {
   dtype compute = dtype::f64;  ///< f64 (differences are rounding only) or f32 (what models run in)
@@ -67,6 +91,9 @@ struct verify_options {
   /// Called at the start and end of each phase and as pieces are compared (from the rank
   /// threads, one call at a time); empty = no reports. It must not throw.
   std::function<void(const verify_progress&)> progress;
+  /// A pipelined plan's stages (verify_pipeline_of; verify_plan of a loaded pipelined plan sets
+  /// it): the plan's mesh is one stage's, and stages x its ranks run, each stage its operators.
+  std::optional<verify_pipeline> pipeline;
 };
 
 /// One operator's comparison, over every rank's piece.
@@ -79,7 +106,9 @@ struct vertex_check {
 };
 
 struct verify_report {
-  device_mesh mesh;
+  device_mesh mesh;  ///< a pipelined plan's: one stage's
+  int stages = 1;    ///< pipeline stages, each on `mesh`
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   dtype compute = dtype::f64;
   double rtol = 0.0;
   std::vector<vertex_check> checks;  ///< every operator, in topological order
@@ -115,8 +144,8 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   });
   os << "verified " << r.checks.size() << " operators";
   if (!r.gradients.empty()) os << ", " << r.gradients.size() << " parameter gradients and their update";
-  os << " on " << to_string(r.mesh) << " (" << r.mesh.num_ranks()
-     << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
+  os << " on " << (r.stages > 1 ? std::to_string(r.stages) + " pipeline stages (" + std::string(to_string(r.schedule)) + ") of " : "")
+     << to_string(r.mesh) << " (" << r.mesh.num_ranks() * r.stages << " Gloo ranks, " << to_string(r.compute) << "): unsharded " << std::fixed << std::setprecision(2)
      << r.reference_seconds << " s, sharded " << r.sharded_seconds << " s (estimated peak memory "
      << human_bytes(static_cast<double>(r.estimate.total())) << ")\n";
   os << std::defaultfloat << std::setprecision(3);
@@ -188,18 +217,25 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
 
 /// Refuses, before anything is allocated or started, a run this machine cannot hold: more
 /// rank threads than it can start, or an estimated peak above `max_memory` (0: MemAvailable).
-/// The message names the estimate, the limit and what to change.
-inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh,
-                                              const std::vector<strategy>& plan, dtype compute,
-                                              std::uint64_t max_memory, bool training = false) {
+/// The message names the estimate, the limit and what to change. `stage_of`: a pipelined
+/// plan's stages (verify_pipeline::stage_of), each on `mesh`.
+inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
+                                              dtype compute, std::uint64_t max_memory, bool training = false,
+                                              int micro_batches = 1, const std::vector<std::vector<int>>* stage_of = nullptr) {
   const machine_limits m = machine_limits::here();
-  check_rank_threads(mesh, m);
-  const memory_estimate e = estimate_verify_memory(g, mesh, plan, compute, training);
+  const int ranks = stage_of ? pipeline_world(mesh, *stage_of).num_ranks() : mesh.num_ranks();
+  const auto estimate = [&](dtype t) {
+    return stage_of ? estimate_pipelined_verify_memory(g, mesh, plan, t, *stage_of, training, micro_batches)
+                    : estimate_verify_memory(g, mesh, plan, t, training, micro_batches);
+  };
+  if (stage_of) check_rank_threads(pipeline_world(mesh, *stage_of), m, pipeline_extra_peers(mesh));
+  else check_rank_threads(mesh, m);
+  const memory_estimate e = estimate(compute);
   const std::uint64_t limit = max_memory > 0 ? max_memory : m.mem_available;
   if (e.total() <= limit) return e;
   std::string fix;
   if (compute == dtype::f64) {
-    const std::uint64_t f32 = estimate_verify_memory(g, mesh, plan, dtype::f32, training).total();
+    const std::uint64_t f32 = estimate(dtype::f32).total();
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
   const std::uint64_t fixed = e.sources + e.ranks + e.parameters;  // what a smaller batch or sequence leaves
@@ -217,7 +253,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total())) + " (inputs and parameters " +
                    human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at '" + e.worst_step +
                    "'" + (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
-                   ", " + std::to_string(mesh.num_ranks()) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
+                   ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
                    (max_memory > 0 ? "--max-memory allows " : "this machine has ") + human_bytes(static_cast<double>(limit)) +
                    (max_memory > 0 ? "" : " available (MemAvailable)") + "; use " + fix +
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));
@@ -253,8 +289,8 @@ template <class T>
 class verify_run {
  public:
   verify_run(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan, const verify_options& o)
-      : g_(g), mesh_(mesh), plan_(plan), o_(o), n_(boost::num_vertices(g)), ranks_(mesh.num_ranks()),
-        micro_batches_(o.training ? o.step.micro_batches : 1) {
+      : g_(g), mesh_(mesh), plan_(plan), o_(o), n_(boost::num_vertices(g)), stages_(o.pipeline ? o.pipeline->stages : 1),
+        ranks_(mesh.num_ranks() * stages_), micro_batches_(o.training ? o.step.micro_batches : 1) {
     if (plan.size() != n_)
       throw exec_error("the plan has " + std::to_string(plan.size()) + " strategies for a graph of " + std::to_string(n_) +
                        " vertices");
@@ -266,28 +302,39 @@ class verify_run {
     if (micro_batches_ > 1) global_ = with_batch_seq(g, graph_batch(g) * micro_batches_, 0);
     whole_ = micro_batches_ > 1 ? &global_ : &g;
     rep_.mesh = mesh;
+    rep_.stages = stages_;
+    if (o.pipeline) rep_.schedule = o.pipeline->schedule;
     rep_.compute = compute_dtype<T>();
     rep_.rtol = o.rtol > 0 ? o.rtol : (std::is_same_v<T, double> ? 1e-9 : 1e-3);
     rep_.micro_batches = micro_batches_;
+    if (o.pipeline && o.pipeline->stage_of.size() != n_)
+      throw exec_error("the pipeline gives stages for " + std::to_string(o.pipeline->stage_of.size()) + " vertices of a graph of " +
+                       std::to_string(n_));
     // The global batch's step bounds each micro-step's (its activations are micro_batches times theirs).
-    rep_.estimate = check_verify_resources(*whole_, mesh, plan, compute_dtype<T>(), o.max_memory, o.training);
+    rep_.estimate = check_verify_resources(*whole_, mesh, plan, compute_dtype<T>(), o.max_memory, o.training, micro_batches_,
+                                           o.pipeline ? &o.pipeline->stage_of : nullptr);
     for (vertex_t v = 0; v < n_; ++v) {
       operators_ += g[v].is_operator() ? 1 : 0;
       parameters_ += g[v].is_parameter() ? 1 : 0;
+      // The ranks that compare v: its stage's (a parameter's: those of every stage that holds it).
+      users_.push_back(mesh.num_ranks() * (o.pipeline && g[v].is_parameter() ? static_cast<int>(o.pipeline->stage_of[v].size()) : 1));
     }
+    if (o.pipeline) make_stages();
   }
 
   verify_report run() {
     const std::vector<host_tensor> sources = make_source_values<T>(*whole_, o_.seed);
     sources_ = &sources;
+    for (const stage_graph& sg : step_stages_) stage_sources_.push_back(stage_sources(sg, sources));
     // Each rank compares its piece with the same block of the reference as soon as it has it;
     // the reference is computed on demand and forgotten once every rank has compared.
-    reference_stream<T> ref(*whole_, sources, ranks_);
+    reference_stream<T> ref(*whole_, sources, mesh_.num_ranks());  // every operator is compared by one stage's ranks
     ref_ = &ref;
     t0_ = std::chrono::steady_clock::now();
     if (o_.training) reference_training_step();
     const double train_ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    pieces_ = static_cast<std::size_t>(ranks_) * (operators_ + (o_.training ? 2 * parameters_ : 0));
+    pieces_ = static_cast<std::size_t>(mesh_.num_ranks()) * operators_;
+    for (vertex_t v = 0; v < n_ && o_.training; ++v) pieces_ += reached_[v] ? 2 * static_cast<std::size_t>(users_[v]) : 0;
     const auto t1 = std::chrono::steady_clock::now();
     run_all_ranks();
     const auto t2 = std::chrono::steady_clock::now();
@@ -295,7 +342,7 @@ class verify_run {
     rep_.reference_seconds = ref.seconds() + train_ref_seconds;
     rep_.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - ref.seconds());
     fold_report();
-    if (o_.priced) rep_.traffic = audit_traffic(g_, *o_.priced, issued_, o_.training && o_.audit_backward, o_.training);
+    if (o_.priced) audit();
     return std::move(rep_);
   }
 
@@ -328,7 +375,7 @@ class verify_run {
     per_rank_grad_.assign(o_.training ? ur : 0, std::vector<vertex_check>(n_));
     per_rank_update_.assign(o_.training ? ur : 0, std::vector<vertex_check>(n_));
     fused_ = fused_dims(g_);  // tensors cut per part (graph/fused.hpp)
-    unread_.assign(o_.training ? n_ : 0, ranks_);
+    unread_ = o_.training ? users_ : std::vector<int>();
     digest_.assign(o_.training ? ur : 0, std::vector<std::uint64_t>(n_));
     loss_.assign(o_.training ? ur : 0, std::vector<double>(n_, 0.0));
     records_.assign(o_.training ? ur : 0, training_record{});
@@ -351,8 +398,8 @@ class verify_run {
 
   /// A parameter's gradient and updated block from the training step, compared with the
   /// unsharded ones (the optimizer is elementwise: the block's update is computed here).
-  void compare_parameter(int me, vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-    const auto ume = static_cast<std::size_t>(me);
+  void compare_parameter(int slot, int me, vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+    const auto ume = static_cast<std::size_t>(slot);
     std::lock_guard<std::mutex> lock(compare_mu_);
     const bool whole = whole_on_every_rank(spec);
     const host_tensor gblock = whole ? host_tensor() : shard_of(tref_.grad[v], mesh_, spec, me, split_rule::chunk, fused_[v]);
@@ -366,43 +413,103 @@ class verify_run {
     if (--unread_[v] == 0) tref_.grad[v] = host_tensor();
   }
 
-  void run_rank(gloo_communicator& world) {
-    const int me = world.rank();
-    const auto ume = static_cast<std::size_t>(me);
-    mesh_communicator mc(std::move(world), mesh_);
-    std::vector<vertex_check>& mine = per_rank_[ume];
-    const piece_callback on_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
+  /// What rank `slot` (of the world; `me` of the plan's mesh) compares of each forward piece
+  /// (by vertex of its graph; `whole_of` maps it to g's, none: the same) against the reference.
+  template <class M>
+  piece_callback forward_checker(M& mc, int slot, const std::vector<vertex_t>* whole_of) {
+    return [this, &mc, slot, whole_of](vertex_t local, const host_tensor& piece, const sharding_spec& spec) {
+      const vertex_t v = whole_of ? (*whole_of)[local] : local;
       if (!g_[v].is_operator()) return;
       const sharding_spec settled = settled_spec(spec);
       const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
       const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), (*whole_)[v].shape, spec, settled);
       const host_tensor& got = settled == spec ? piece : whole;
-      if (o_.training) digest_[ume][v] = bytes_digest(piece);
-      compare_block(me, got, ref_->value(v), settled, mine[v], fused_[v]);
+      if (o_.training) digest_[static_cast<std::size_t>(slot)][v] = bytes_digest(piece);
+      compare_block(mc.rank(), got, ref_->value(v), settled, per_rank_[static_cast<std::size_t>(slot)][v], fused_[v]);
       ref_->release(v);
     };
-    run_sharded<T>(mc, *whole_, plan_, *sources_, on_piece);
+  }
+
+  /// The training step's forward pieces: with one micro-step, the same bits as the forward just
+  /// compared; each loss's pieces add up to the step's loss (1 / micro_batches each).
+  template <class M>
+  piece_callback step_checker(M& mc, int slot, const std::vector<vertex_t>* whole_of) {
+    return [this, &mc, slot, whole_of](vertex_t local, const host_tensor& piece, const sharding_spec& spec) {
+      const vertex_t v = whole_of ? (*whole_of)[local] : local;
+      const auto ume = static_cast<std::size_t>(slot);
+      if (micro_batches_ == 1 && g_[v].is_operator() && bytes_digest(piece) != digest_[ume][v]) {
+        std::lock_guard<std::mutex> lock(compare_mu_);
+        per_rank_[ume][v].max_abs_diff = std::numeric_limits<double>::infinity();
+      }
+      if (!is_training_loss(g_, v)) return;
+      const sharding_spec settled = settled_spec(spec);
+      const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
+      const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g_[v].shape, spec, settled);
+      loss_[ume][v] += static_cast<double>((settled == spec ? piece : whole).template as<T>()[0]) / micro_batches_;
+    };
+  }
+
+  parameter_callback parameter_checker(int slot, int me, const std::vector<vertex_t>* whole_of) {
+    return [this, slot, me, whole_of](vertex_t local, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
+      compare_parameter(slot, me, whole_of ? (*whole_of)[local] : local, grad, updated, spec);
+    };
+  }
+
+  void run_rank(gloo_communicator& world) {
+    if (o_.pipeline) return run_stage_rank(world);
+    const int me = world.rank();
+    mesh_communicator mc(std::move(world), mesh_);
+    run_sharded<T>(mc, *whole_, plan_, *sources_, forward_checker(mc, me, nullptr));
     if (o_.training) {
       mc.ledger().clear();  // the audit counts the training step's collectives, as the model prices one step
-      // With one micro-step, the training step's forward is the one just compared: the same
-      // pieces, bit for bit. Each loss's pieces add up to the step's loss (1 / micro_batches each).
-      const piece_callback step_piece = [&](vertex_t v, const host_tensor& piece, const sharding_spec& spec) {
-        if (micro_batches_ == 1 && g_[v].is_operator() && bytes_digest(piece) != digest_[ume][v]) {
-          std::lock_guard<std::mutex> lock(compare_mu_);
-          mine[v].max_abs_diff = std::numeric_limits<double>::infinity();
-        }
-        if (!is_training_loss(g_, v)) return;
-        const sharding_spec settled = settled_spec(spec);
-        const auto uncounted = charge(mc, collective_ledger::no_site);  // the checker's traffic, not the plan's
-        const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), g_[v].shape, spec, settled);
-        loss_[ume][v] += static_cast<double>((settled == spec ? piece : whole).template as<T>()[0]) / micro_batches_;
-      };
-      records_[ume] = train_sharded<T>(mc, g_, plan_, *sources_, o_.step, step_piece,
-                                       [&](vertex_t v, const host_tensor& grad, const host_tensor& updated, const sharding_spec& spec) {
-                                         compare_parameter(me, v, grad, updated, spec);
-                                       });
+      records_[static_cast<std::size_t>(me)] =
+          train_sharded<T>(mc, g_, plan_, *sources_, o_.step, step_checker(mc, me, nullptr), parameter_checker(me, me, nullptr));
     }
-    issued_[ume] = mc.ledger().entries();
+    issued_[static_cast<std::size_t>(me)] = mc.ledger().entries();
+  }
+
+  /// A pipelined plan's rank: rank r % S of stage r / S (S the plan's mesh's ranks) runs that
+  /// stage's forward over the whole batch against the reference, then its training step.
+  void run_stage_rank(gloo_communicator& world) {
+    const int slot = world.rank();
+    const auto k = static_cast<std::size_t>(slot / mesh_.num_ranks());
+    pipeline_communicator<gloo_communicator> pc(std::move(world), mesh_, stages_);
+    const stage_graph& fg = forward_stages_[k];
+    const stage_graph& sg = step_stages_[k];
+    run_stage<T>(pc, fg, stage_sources_[k], forward_checker(pc.stage(), slot, &fg.whole));
+    if (o_.training) {
+      pc.stage().ledger().clear();
+      training_record r = train_stage<T>(pc, sg, stage_sources_[k], o_.step, o_.pipeline->schedule,
+                                         step_checker(pc.stage(), slot, &sg.whole), parameter_checker(slot, pc.stage().rank(), &sg.whole));
+      std::vector<int> syncs(n_, 0);  // by the whole graph's vertex
+      for (vertex_t v = 0; v < sg.whole.size(); ++v) syncs[sg.whole[v]] = r.gradient_syncs[v];
+      r.gradient_syncs = std::move(syncs);
+      records_[static_cast<std::size_t>(slot)] = std::move(r);
+    }
+    issued_[static_cast<std::size_t>(slot)] = whole_graph_sites(sg, pc.stage().ledger().entries());
+  }
+
+  /// Each stage as a graph of its own: of the whole batch (the forward compared) and of one
+  /// micro-step (the training step), and the values its ranks read.
+  void make_stages() {
+    const verify_pipeline& p = *o_.pipeline;
+    for (int k = 0; k < p.stages; ++k) {
+      forward_stages_.push_back(make_stage_graph(*whole_, plan_, p.stage_of, p.stages, k));
+      step_stages_.push_back(make_stage_graph(g_, plan_, p.stage_of, p.stages, k));
+      for (stage_graph* sg : {&forward_stages_.back(), &step_stages_.back()})
+        if (const auto d = find_vertex(g_, p.drop_transfer); d && !p.drop_transfer.empty()) sg->dropped = *d;
+    }
+  }
+
+  /// The collectives and transfers the ranks issued against those priced (a pipeline's too).
+  void audit() {
+    std::vector<collective_use> priced = *o_.priced;
+    std::vector<priced_transfer> transfers;
+    if (o_.pipeline) {
+      priced.insert(priced.end(), o_.pipeline->priced.collectives.begin(), o_.pipeline->priced.collectives.end());
+      transfers = o_.pipeline->priced.transfers;
+    }
+    rep_.traffic = audit_traffic(g_, priced, issued_, o_.training && o_.audit_backward, o_.training, transfers);
   }
 
   /// One check's verdict folded into the report: passed when its largest difference relative
@@ -464,7 +571,9 @@ class verify_run {
       c.spec = to_alpa_string(plan_[v].output);
       const double want = static_cast<double>(tref_.value[v].template as<T>()[0]);
       c.ref_max_abs = std::abs(want);
-      for (const std::vector<double>& mine : loss_) c.max_abs_diff = std::max(c.max_abs_diff, std::abs(mine[v] - want));
+      for (std::size_t slot = 0; slot < loss_.size(); ++slot)  // the ranks that hold the loss (a pipeline's last stage)
+        if (!o_.pipeline || o_.pipeline->stage_of[v].front() == static_cast<int>(slot) / mesh_.num_ranks())
+          c.max_abs_diff = std::max(c.max_abs_diff, std::abs(loss_[slot][v] - want));
       judge(c);
       rep_.losses.push_back(std::move(c));
     }
@@ -481,7 +590,8 @@ class verify_run {
   const std::vector<strategy>& plan_;
   const verify_options& o_;
   const std::size_t n_;
-  const int ranks_;
+  const int stages_;  // pipeline stages (1: none)
+  const int ranks_;   // the world: stages x the plan's mesh
   const int micro_batches_;
   model_graph global_;                  // the global batch's graph (micro_batches > 1)
   const model_graph* whole_ = nullptr;  // the graph of the whole batch: global_ or g_
@@ -498,6 +608,10 @@ class verify_run {
   std::mutex compare_mu_;  // one block copy at a time
   // Training: the unsharded step's gradients are dropped once every rank has compared its block.
   std::vector<int> unread_;
+  std::vector<int> users_;  // per vertex: the ranks that compare it
+  // A pipelined plan: each stage's graph of the whole batch and of one micro-step, and the values its ranks read.
+  std::vector<stage_graph> forward_stages_, step_stages_;
+  std::vector<std::vector<host_tensor>> stage_sources_;
   // Training: each rank's digest of each forward piece it compared.
   std::vector<std::vector<std::uint64_t>> digest_;
   // Training: each rank's value of each loss over the step, and what its step did.
@@ -545,11 +659,13 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
 
 /// Runs a plan file read back whole (load_plan) as verify_plan does, auditing the collectives
 /// the ranks issue against the ones the plan is priced with (`o.priced`, when set, instead);
-/// a training plan's step runs the plan's micro-batches (plan_micro_batches).
+/// a training plan's step runs the plan's micro-batches (plan_micro_batches), a pipelined
+/// plan's stages on stages x its mesh's ranks with their transfers (verify_pipeline_of).
 ///   const autoshard::loaded_plan p = autoshard::load_plan("plan.json");
 ///   autoshard::verify_report r = autoshard::verify_plan(p, {.training = true});
 inline verify_report verify_plan(const loaded_plan& p, verify_options o = {}) {
   if (!o.priced) o.priced = p.collectives;
+  if (p.document.pipeline && !o.pipeline) o.pipeline = verify_pipeline_of(p);
   o.step.micro_batches = plan_micro_batches(p.document);
   return verify_plan(p.graph(), p.mesh(), p.strategies, o);
 }

@@ -267,6 +267,7 @@ struct pass_model {
     phase("strategies", boost::num_vertices(g), boost::num_vertices(g));
     add_nodes();
     set_node_costs(0.0);
+    for (auto [e, end] = boost::edges(g); e != end; ++e) edges.push_back(*e);
     problem.usage_limit = memory_budget;
     if (when == edges_when::now) price_edges(on_phase);
   }
@@ -303,7 +304,6 @@ struct pass_model {
       for (double x : c.values) note(x);
       problem.edges.push_back({u, v, {}});
       seconds.push_back(std::move(c.values));
-      edges.push_back(*e);
     }
     set_node_costs(largest);
     for (std::size_t k = 0; k < seconds.size(); ++k)

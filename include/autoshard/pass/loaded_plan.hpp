@@ -28,12 +28,13 @@ struct loaded_plan {
 
 /// The strategies a plan document chose, rebuilt on its own graph, mesh and pricing (so the
 /// collectives are priced as the plan was). Throws solver_error when a strategy is not one
-/// its vertex offers.
+/// its vertex offers. Only the chosen pairs are priced (summarize): the model's edges, every
+/// strategy pair's resharding cost that a solve needs, are left unpriced.
 inline loaded_plan load_plan(plan_document d, const std::string& file = "(in memory)") {
   loaded_plan out;
   out.document = std::move(d);
   const plan_document& doc = out.document;
-  const detail::pass_model pm(doc.graph, doc.mesh, doc.pricing);
+  const detail::pass_model pm(doc.graph, doc.mesh, doc.pricing, std::nullopt, {}, detail::pass_model::edges_when::deferred);
   const std::vector<int> choice = detail::plan_choice(pm, doc, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
   out.collectives = detail::summarize(pm, doc.options.algo, choice).collectives;

@@ -24,6 +24,7 @@
 
 #include "../comm/mesh_communicator.hpp"  // basic_mesh_communicator, splittable_communicator
 #include "../pass/pipeline.hpp"           // schedule_passes
+#include "../pass/pipelined.hpp"          // last_reading_stage
 #include "../plan/pipeline.hpp"           // pipeline_schedule
 #include "training.hpp"                   // detail::sharded_backward, detail::micro_batch_inputs
 
@@ -112,11 +113,6 @@ inline stage_graph make_stage_graph(const model_graph& g, const std::vector<stra
   out.stage = s;
   out.stages = stages;
   out.local.assign(n, stage_graph::none);
-  const auto last_reader = [&](vertex_t u) {
-    int last = stage_of[u].front();
-    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) last = std::max(last, stage_of[boost::target(*e, g)].front());
-    return last;
-  };
   std::vector<char> read_here(n, 0);
   for (vertex_t v = 0; v < n; ++v)
     if (g[v].is_operator() && stage_of[v].front() == s)
@@ -125,7 +121,7 @@ inline stage_graph make_stage_graph(const model_graph& g, const std::vector<stra
     node nd = g[v];
     bool keep = read_here[v] != 0 && !nd.is_operator();
     if (nd.is_operator()) {
-      const int from = stage_of[v].front(), to = last_reader(v);
+      const int from = stage_of[v].front(), to = last_reading_stage(g, stage_of, v);
       if (from < s && s <= to) out.receives.push_back({v, plan[v].output, nd.shape, nd.type});
       if (from <= s && s < to) out.sends.push_back({v, plan[v].output, nd.shape, nd.type});
       keep = from == s || (from < s && read_here[v]);

@@ -17,6 +17,7 @@
 #include "../graph/strategy.hpp"  // model_graph, strategy
 #include "../core/machine.hpp"  // machine_limits
 #include "../graph/validate.hpp"  // topological_order
+#include "../pass/pipelined.hpp"   // last_reading_stage: the boundaries a pipelined run's activation crosses
 #include "kernels.hpp"          // exec_error
 #include "schedule.hpp"         // liveness_schedule: when the run frees what
 #include "training.hpp"         // detail::gradient_spec, detail::settled_spec: the specs train_sharded uses
@@ -551,8 +552,7 @@ inline memory_estimate estimate_pipelined_verify_memory(const model_graph& g, co
       e.sources += detail::bytes_of(g[v].shape, type_of(v)) * stage_of[v].size();
       continue;
     }
-    int last = stage_of[v].front();
-    for (auto [it, end] = boost::out_edges(v, g); it != end; ++it) last = std::max(last, stage_of[boost::target(*it, g)].front());
+    const int last = last_reading_stage(g, stage_of, v);
     std::uint64_t pieces = 0;
     for (int r = 0; r < mesh.num_ranks(); ++r) pieces += detail::bytes_of(local_box(mesh, plan[v].output, g[v].shape, r).shape, type_of(v));
     e.activations += pieces * static_cast<std::uint64_t>(last - stage_of[v].front()) * (2 * static_cast<std::uint64_t>(micro_batches) + 2);

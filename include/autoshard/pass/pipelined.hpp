@@ -890,6 +890,15 @@ inline std::vector<std::vector<int>> stages_of_vertices(const plan_document& d) 
   return out;
 }
 
+/// The last stage that reads operator v's output, where `stage_of` gives every operator's stage
+/// (stages_of_vertices): v's own when no later stage does. The boundaries v crosses are those
+/// from its stage up to that one.
+inline int last_reading_stage(const model_graph& g, const std::vector<std::vector<int>>& stage_of, vertex_t v) {
+  int last = stage_of[v].front();
+  for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) last = std::max(last, stage_of[boost::target(*e, g)].front());
+  return last;
+}
+
 /// Per parameter of pipelined plan `d` (by vertex; empty entries for the rest): the stages that
 /// use it, ascending (two for an embedding tied to the head). Throws solver_error when the
 /// stages' layers do not add up to the graph's.
@@ -941,9 +950,7 @@ inline pipeline_traffic pipeline_traffic_of(const plan_document& d, const std::v
       out.collectives.push_back(c);
     }
     if (!g[v].is_operator()) continue;
-    int last = stages[v].front();
-    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) last = std::max(last, stages[boost::target(*e, g)].front());
-    for (int b = stages[v].front(); b < last; ++b) {
+    for (int b = stages[v].front(), last = last_reading_stage(g, stages, v); b < last; ++b) {
       out.transfers.push_back({traffic_site::transfer(v, b), axis, bytes, m});
       if (!detail::is_integer(g[v].type)) out.transfers.push_back({traffic_site::transfer_back(v, b), axis, bytes, m});
     }

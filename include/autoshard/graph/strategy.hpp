@@ -54,6 +54,7 @@
 #include <initializer_list>  // std::initializer_list
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
+#include <unordered_map>  // std::unordered_map
 #include <optional>   // std::optional
 #include <string>     // std::string
 #include <utility>    // std::pair
@@ -783,23 +784,92 @@ inline std::array<bool, redist_plan::capacity> reduction_steps(const plan_cost& 
   return r;
 }
 
+/// Redistribution plans priced once per (from, to, shape, dtype) on one mesh. The pass prices
+/// every edge of a model for every pair of its strategies, and the edges of a model carry a
+/// few shapes (each layer's activations and weights, again in every layer) between the same
+/// few dozen specs: each distinct plan is planned and priced once instead of once per edge
+/// (planning and pricing them was most of the time of pricing a model's edges). Bounded:
+/// beyond `max_entries` distinct plans (about 1 KiB each), the rest are priced uncached.
+class plan_price_cache {
+ public:
+  explicit plan_price_cache(const device_mesh& m, std::size_t max_entries = std::size_t{1} << 14)
+      : m_(m), max_(max_entries) {}
+  const device_mesh& mesh() const noexcept { return m_; }
+  /// price_plan(m, plan_redistribute(m, from, to, shape), shape, t), priced once.
+  const plan_cost& operator()(const sharding_spec& from, const sharding_spec& to, const tensor_shape& shape, dtype t) {
+    const key k = key_of(from, to, shape, t);
+    if (auto it = prices_.find(k); it != prices_.end()) return it->second;
+    last_ = price_plan(m_, plan_redistribute(m_, from, to, shape), shape, t);
+    if (prices_.size() >= max_) return last_;
+    return prices_.emplace(k, last_).first->second;
+  }
+  std::size_t size() const noexcept { return prices_.size(); }
+
+ private:
+  // Mesh and tensor ranks, each placement as (kind, dim, op), the dims, the dtype.
+  using key = std::array<std::int64_t, 2 + 2 * max_mesh_rank + max_tensor_rank + 2>;
+  struct key_hash {
+    std::size_t operator()(const key& k) const noexcept {
+      std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+      for (std::int64_t x : k) h = (h ^ static_cast<std::uint64_t>(x)) * 1099511628211ull;
+      return static_cast<std::size_t>(h);
+    }
+  };
+  static std::int64_t word(const placement& p) noexcept {
+    const std::int64_t detail = p.is_shard() ? p.dim : p.is_partial() ? static_cast<std::int64_t>(p.op) : 0;
+    return static_cast<std::int64_t>(p.kind) << 16 | (detail & 0xffff);
+  }
+  static key key_of(const sharding_spec& from, const sharding_spec& to, const tensor_shape& shape, dtype t) noexcept {
+    key k{};
+    std::size_t i = 0;
+    k[i++] = from.mesh_rank | from.tensor_rank << 8 | to.mesh_rank << 16 | to.tensor_rank << 24;
+    k[i++] = static_cast<std::int64_t>(t) | static_cast<std::int64_t>(shape.rank) << 8;
+    for (std::size_t a = 0; a < max_mesh_rank; ++a) {
+      k[i++] = a < from.mesh_rank ? word(from[a]) : -1;
+      k[i++] = a < to.mesh_rank ? word(to[a]) : -1;
+    }
+    for (std::size_t d = 0; d < max_tensor_rank; ++d) k[i++] = d < shape.rank ? shape.dims[d] : -1;
+    return k;
+  }
+  const device_mesh& m_;
+  std::size_t max_;
+  std::unordered_map<key, plan_cost, key_hash> prices_;
+  plan_cost last_;
+};
+
+namespace detail {
+inline double resharding_seconds(plan_price_cache& prices, const sharding_spec& from, const sharding_spec& to,
+                                 const tensor_shape& shape, dtype t, run_mode mode) {
+  for (std::size_t a = 0; a < to.mesh_rank; ++a)
+    if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
+  double s = prices(from, settle_target(from, to), shape, t).seconds;
+  if (mode == run_mode::training) {
+    sharding_spec grad = to;
+    for (std::size_t a = 0; a < to.mesh_rank; ++a)
+      if (grad[a].is_partial()) grad[a] = Replicate();
+    s += prices(grad, gradient_target(from), shape, t).seconds;
+  }
+  return s;
+}
+
+inline double backward_seconds(plan_price_cache& prices, const sharding_spec& target, const sharding_spec& grad,
+                               const tensor_shape& shape, dtype t, const backward_pricing& b) {
+  const plan_cost& c = prices(grad, target, shape, t);
+  const std::array<bool, redist_plan::capacity> red = reduction_steps(c);
+  double s = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) s += backward_step_seconds(prices.mesh(), c[i], b, red[i]);
+  return s;
+}
+}  // namespace detail
+
 /// Seconds to turn a tensor held as `from` into `to` (forward only). Shard -> Partial goes
 /// through Replicate; impossible transitions (Partial(op) -> another Partial) are +infinity.
 /// Training without a gradient spec adds the adjoint of a consumer whose gradient is laid out
 /// as its input (no Partial): the plan from `to` back to `from`'s gradient layout.
 inline double resharding_seconds(const device_mesh& m, const sharding_spec& from, const sharding_spec& to,
                                  const tensor_shape& shape, dtype t, run_mode mode) {
-  for (std::size_t a = 0; a < to.mesh_rank; ++a)
-    if (to[a].is_partial() && from[a].is_partial() && !(to[a] == from[a])) return std::numeric_limits<double>::infinity();
-  const sharding_spec target = settle_target(from, to);
-  double s = price_plan(m, plan_redistribute(m, from, target, shape), shape, t).seconds;
-  if (mode == run_mode::training) {
-    sharding_spec grad = to;
-    for (std::size_t a = 0; a < to.mesh_rank; ++a)
-      if (grad[a].is_partial()) grad[a] = Replicate();
-    s += price_plan(m, plan_redistribute(m, grad, gradient_target(from), shape), shape, t).seconds;
-  }
-  return s;
+  plan_price_cache prices(m, 0);
+  return detail::resharding_seconds(prices, from, to, shape, t, mode);
 }
 
 /// Where the gradient of `producer`'s output is taken back to: a ZeRO parameter's
@@ -812,11 +882,8 @@ inline sharding_spec backward_target(const strategy& producer) {
 /// back to `target` (backward_target of the producer's strategy).
 inline double backward_seconds(const device_mesh& m, const sharding_spec& target, const sharding_spec& grad,
                                const tensor_shape& shape, dtype t, const backward_pricing& b) {
-  const plan_cost c = price_plan(m, plan_redistribute(m, grad, target, shape), shape, t);
-  const std::array<bool, redist_plan::capacity> red = reduction_steps(c);
-  double s = 0;
-  for (std::size_t i = 0; i < c.size(); ++i) s += backward_step_seconds(m, c[i], b, red[i]);
-  return s;
+  plan_price_cache prices(m, 0);
+  return detail::backward_seconds(prices, target, grad, shape, t, b);
 }
 
 /// Everything one edge costs: forward resharding, and in training the backward of it and,
@@ -858,8 +925,20 @@ inline backward_pricing backward_pricing_of(const model_graph& g, edge_t e, cons
 class edge_pricer {
  public:
   /// `grad_flows`: the producer has a gradient (requires_grad) and the mode is training.
-  edge_pricer(const model_graph& g, edge_t e, const device_mesh& m, bool grad_flows, const backward_pricing& b)
-      : m_(m), src_(g[boost::source(e, g)]), operand_(static_cast<std::size_t>(g[e].operand)), grad_flows_(grad_flows), b_(b) {}
+  /// `prices`: plans priced across edges (a cache on `m` that outlives the pricer), or none:
+  /// the pricer keeps its own.
+  edge_pricer(const model_graph& g, edge_t e, const device_mesh& m, bool grad_flows, const backward_pricing& b,
+              plan_price_cache* prices = nullptr)
+      : own_(m, prices != nullptr ? 0 : std::size_t{1} << 14),
+        prices_(prices != nullptr ? *prices : own_),
+        src_(g[boost::source(e, g)]),
+        operand_(static_cast<std::size_t>(g[e].operand)),
+        grad_flows_(grad_flows),
+        b_(b) {
+    if (!(prices_.mesh() == m)) throw graph_error("edge_pricer: the plan price cache is for another mesh");
+  }
+  edge_pricer(const edge_pricer&) = delete;
+  edge_pricer& operator=(const edge_pricer&) = delete;
 
   /// Where a strategy's specs sit in the pricer's tables (none: the edge has no backward).
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -885,13 +964,13 @@ class edge_pricer {
   edge_costs operator()(const strategy& producer, const producer_key& pk, const strategy& consumer, const consumer_key& ck) {
     edge_costs c;
     c.forward = memo(forward_, pk.forward, ck.forward, [&](const sharding_spec& from, const sharding_spec& to) {
-      return resharding_seconds(m_, from, to, src_.shape, src_.type, run_mode::inference);  // the backward is priced below
+      return detail::resharding_seconds(prices_, from, to, src_.shape, src_.type, run_mode::inference);  // the backward is priced below
     });
     const double steps = b_.micro_batches;
     if (grad_flows_ && std::isfinite(c.forward)) {
       if (ck.backward != none)
         c.backward = memo(backward_, pk.backward, ck.backward, [&](const sharding_spec& target, const sharding_spec& grad) {
-          return backward_seconds(m_, target, grad, src_.shape, src_.type, b_);
+          return detail::backward_seconds(prices_, target, grad, src_.shape, src_.type, b_);
         });
       if (src_.is_parameter()) {
         // Once per step, hidden behind the last micro-step's backward, or at every micro-step
@@ -931,7 +1010,8 @@ class edge_pricer {
     if (std::isnan(row[c])) row[c] = price(t.rows[r], t.cols[c]);
     return row[c];
   }
-  const device_mesh& m_;
+  plan_price_cache own_;
+  plan_price_cache& prices_;
   const node& src_;
   std::size_t operand_;
   bool grad_flows_;
@@ -955,14 +1035,16 @@ struct cost_matrix {
 
 /// Resharding cost of edge `e` (producer u -> consumer v, operand g[e].operand) for every
 /// pair of u's and v's strategies, forward plus (training) backward. Distinct specs are
-/// priced once. `grads`: detail::gradient_flags(g) when pricing many edges (empty: u is looked up).
+/// priced once. `grads`: detail::gradient_flags(g) when pricing many edges (empty: u is looked up);
+/// `prices`: a cache on `m` shared by the edges priced (plan_price_cache), or none.
 inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::vector<strategy>& producer,
                                     const std::vector<strategy>& consumer, const device_mesh& m,
-                                    const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
+                                    const strategy_options& opt = {}, const std::vector<char>& grads = {},
+                                    plan_price_cache* prices = nullptr) {
   const auto operand = static_cast<std::size_t>(g[e].operand);
   const vertex_t u = boost::source(e, g);
   const bool grad_flows = opt.pricing.mode == run_mode::training && (grads.empty() ? detail::requires_grad(g, u) : grads[u] != 0);
-  edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt));
+  edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt), prices);
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   for (std::size_t j = 0; j < consumer.size(); ++j)
     if (operand >= consumer[j].inputs.size())

@@ -294,9 +294,10 @@ struct pass_model {
     const std::size_t edge_count = boost::num_edges(g);
     if (on_phase) on_phase("pricing", 0, edge_count);
     constexpr double forbidden = std::numeric_limits<double>::infinity();
+    plan_price_cache prices(mesh);  // the edges share their tensors' shapes and specs
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
-      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients);
+      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients, &prices);
       for (std::size_t i = 0; i < c.rows; ++i)
         for (std::size_t j = 0; j < c.cols; ++j)
           if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;

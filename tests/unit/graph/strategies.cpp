@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -765,6 +766,60 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
     }
     CHECK(partial_cols > 0);
   }
+}
+
+TEST_CASE("a plan price cache shared by edges gives every edge the prices it gets alone") {
+  // Two layers of the same shapes: the second layer's edges are the first's plans again.
+  model_graph g;
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
+  vertex_t h = add_input(g, "x", {64, 256}, dtype::f32);
+  for (int l = 0; l < 2; ++l) {
+    const std::string n = "l" + std::to_string(l);
+    auto w = add_parameter(g, n + ".weight", {256, 256}, dtype::f32);
+    auto fc = add_op(g, op_kind::linear, n + ".fc", {h, w});
+    h = add_op(g, op_kind::gelu, n + ".act", {fc});
+  }
+  strategy_options opt{{device_model{}, run_mode::training}};
+  std::vector<std::vector<strategy>> all(boost::num_vertices(g));
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt);
+  plan_price_cache shared(m);
+  const auto vertex = [&](const std::string& name) {
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].name == name) return v;
+    throw std::logic_error("no vertex " + name);
+  };
+  const auto price = [&](const std::string& from, const std::string& to) {
+    const vertex_t u = vertex(from), v = vertex(to);
+    const edge_t e = boost::edge(u, v, g).first;
+    const cost_matrix alone = resharding_costs(g, e, all[u], all[v], m, opt);
+    const cost_matrix cached = resharding_costs(g, e, all[u], all[v], m, opt, {}, &shared);
+    CHECK(cached.values == alone.values);  // bit for bit
+  };
+  price("x", "l0.fc");
+  price("l0.weight", "l0.fc");
+  price("l0.fc", "l0.act");
+  const std::size_t first_layer = shared.size();
+  CHECK(first_layer > 0);
+  // The second layer's weight and output edges are the first layer's plans: nothing new.
+  price("l1.weight", "l1.fc");
+  price("l1.fc", "l1.act");
+  CHECK(shared.size() == first_layer);
+  price("l0.act", "l1.fc");
+  // What the cache answers is price_plan of plan_redistribute, for any spec pair and shape.
+  const sharding_spec from = parse_spec("S0R", 2), to = parse_spec("RS1", 2);
+  const plan_cost direct = price_plan(m, plan_redistribute(m, from, to, tensor_shape{64, 256}), {64, 256}, dtype::f32);
+  CHECK(shared(from, to, {64, 256}, dtype::f32).seconds == direct.seconds);
+  CHECK(shared(from, to, {64, 256}, dtype::bf16).seconds < direct.seconds);  // the dtype is part of the key
+  CHECK(shared(from, to, {64, 512}, dtype::f32).seconds > direct.seconds);   // and the shape
+  // A full cache still answers, without keeping what it priced.
+  plan_price_cache none(m, 0);
+  CHECK(none(from, to, {64, 256}, dtype::f32).seconds == direct.seconds);
+  CHECK(none.size() == 0);
+  // A cache on another mesh is refused: its prices would be another mesh's.
+  const device_mesh other = make_mesh_2d(2, 4, 25e9, 100e9);
+  plan_price_cache wrong(other);
+  const edge_t e = boost::edge(vertex("l0.fc"), vertex("l0.act"), g).first;
+  CHECK_THROWS_AS(resharding_costs(g, e, all[boost::source(e, g)], all[boost::target(e, g)], m, opt, {}, &wrong), graph_error);
 }
 
 TEST_CASE("gradient sync of parameters is bucketed and may overlap") {

@@ -79,10 +79,11 @@ for p in "${presets[@]}"; do
     tests=(-E '^client\.')
   fi
   cmake --preset "$p" -DAUTOSHARD_UNIT_TESTS_WARNINGS_ONLY=$only_warnings -DAUTOSHARD_BENCH_WARNINGS_ONLY=$only_warnings >/dev/null
-  cmake --build --preset "$p" -j "$jobs"
-  if [ "$p" = "$header_step" ]; then
-    cmake --build --preset "$p" -j "$jobs" --target autoshard_header_checks
-  fi
+  # One build for everything, the header checks included: Ninja then fills each core to the
+  # end (they were a second build, which waited for the first one's last, longest file).
+  targets=(all)
+  [ "$p" = "$header_step" ] && targets+=(autoshard_header_checks)
+  cmake --build --preset "$p" -j "$jobs" --target "${targets[@]}"
   echo "=== autoshard: $p built in $(( $(date +%s) - start )) s ==="
   ctest --preset "$p" -j "$jobs" --timeout 600 "${tests[@]}"
   echo "=== autoshard: $p done in $(( $(date +%s) - start )) s ==="

@@ -24,7 +24,7 @@ using namespace autoshard;
 // data-parallel rank (4 of them), 1F1B, one layer a stage, every layer fully recomputed; then
 // stage 0's layer taken back to no recomputation (a layer's plain variant is one its vertices
 // offer), so one stage recomputes and the other does not.
-plan_document pipelined_document_of_tiny() {
+plan_document pipelined_document_of_tiny(pipeline_schedule schedule = pipeline_schedule::one_f_one_b) {
   transformer_config c = autoshard_test::tiny(transformer_config::gpt2_124m());
   c.batch = 16;
   const model_graph g = build_gpt2(c);
@@ -32,7 +32,7 @@ plan_document pipelined_document_of_tiny() {
   o.mesh = make_cluster_mesh({2, 4});
   o.pricing.mode = run_mode::training;
   o.pricing.recompute = recompute_policy::full;
-  const pipeline_config config{2, 2, 2, 2, recompute_kind::full, pipeline_schedule::one_f_one_b};
+  const pipeline_config config{2, 2, 2, 2, recompute_kind::full, schedule};
   const pipelined_step s = price_pipelined(g, o.mesh, o.pricing, algo::megatron, config, {1, 1}, o);
   plan_document d = pipelined_document(g, o.mesh, s, o);
   const std::string suffix = " recompute-full";
@@ -128,6 +128,33 @@ TEST_CASE("pipelined: pp 2 x dp 2 x tp 2 on 8 Gloo ranks, 4 micro-batches in 1F1
     }
   }
   CHECK(tied);
+}
+
+TEST_CASE("pipelined: GPipe's order (every micro-batch's forward, then every backward) gives the same step") {
+  const loaded_plan p = load_plan(pipelined_document_of_tiny(pipeline_schedule::gpipe));
+  REQUIRE(p.document.pipeline);
+  CHECK(p.document.pipeline->schedule == pipeline_schedule::gpipe);
+  // The order the executor follows on each stage: all four forwards before the first backward.
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::vector<pipeline_pass> order = schedule_passes(pipeline_schedule::gpipe, 2, stage, 4);
+    REQUIRE(order.size() == 8);
+    for (std::size_t k = 0; k < order.size(); ++k) CHECK(order[k].backward == (k >= 4));
+  }
+  verify_options training;
+  training.training = true;
+  const verify_report r = verify_plan(p, training);
+  INFO(r);
+  CHECK(r.stages == 2);
+  CHECK(r.micro_batches == 4);
+  CHECK(r.passed());
+  std::size_t params = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(p.graph()); ++v) params += p.graph()[v].is_parameter() ? 1 : 0;
+  CHECK(r.gradients.size() == params);
+  CHECK(r.updates.size() == params);
+  REQUIRE(r.traffic.checked);
+  CHECK(r.traffic.passed());
+  for (const traffic_line& l : r.traffic.lines)
+    if (l.site.what == traffic_site::phase::transfer || l.site.what == traffic_site::phase::transfer_back) CHECK(l.executed_calls == 4);
 }
 
 TEST_CASE("pipelined: a dropped transfer or a stage boundary other than the priced one is caught") {

@@ -251,4 +251,12 @@ expect class11 1 "solver error: no choice can be feasible: a total cost must sta
   "$tool" solve "$tmp/big.json" --quiet
 grep -q usage_limit "$tmp/err" && bad "class11: the usage limit is blamed: $(cat "$tmp/err")" || ok
 
+# A preset with a layer count no model has (100,000) was built and planned until the machine ran
+# out of memory (10,000 layers took 11 GB); the builders refuse more than 4,096, as the Hugging
+# Face reader does, before anything is allocated.
+expect layers 1 "gpt2 config: layers 100000 exceeds 4096" "$tool" plan --model gpt2 --layers 100000 --mesh 2x4 --out "$tmp/ol.json" --quiet
+[ -e "$tmp/ol.json" ] && bad "layers: a plan was written" || ok
+expect layers 1 "llama config: layers 5000 exceeds 4096" "$tool" synth --model llama-7b --layers 5000 --out "$tmp/ol"
+[ -e "$tmp/ol" ] && bad "layers: a checkpoint was written" || ok
+
 finish hardening

@@ -90,11 +90,20 @@ struct transformer_config {
   static transformer_config llama_70b() { return llama(80, 8192, 64, 8, 28672); }
 };
 
+/// The most layers a builder makes: far above any published model (GPT-3 96, the 1 T
+/// configuration of Megatron-LM's paper 128), and a bound on what the graph, its strategies
+/// and a plan take in memory, which grow with every layer (10,000 layers of GPT-2 took 11 GB to
+/// plan: 100,000 would have been killed for memory, not refused).
+inline constexpr int max_transformer_layers = 4096;
+
 namespace detail {
 inline void check_config(const transformer_config& c, const char* what) {
   auto bad = [&](const std::string& why) { throw graph_error(std::string(what) + " config: " + why); };
   if (c.layers < 0 || c.hidden < 1 || c.heads < 1 || c.ffn < 1 || c.vocab < 1 || c.seq < 1 || c.batch < 1)
     bad("layers, hidden, heads, ffn, vocab, seq and batch must be positive");
+  if (c.layers > max_transformer_layers)
+    bad("layers " + std::to_string(c.layers) + " exceeds " + std::to_string(max_transformer_layers) +
+        " (max_transformer_layers: far above any published model; the graph and its plan grow with every layer)");
   if (c.head_size < 0 || c.embed_proj < 0 || c.position_offset < 0 || c.max_positions < 0 || c.type_vocab < 0)
     bad("head_size, embed_proj, position_offset, max_positions and type_vocab must not be negative");
   if (c.head_size == 0 && c.hidden % c.heads != 0)

@@ -92,7 +92,7 @@ struct hf_reader {
 };
 
 // Bounds on sizes read from a file: far above any published model, far below overflow.
-inline constexpr int hf_max_layers = 4096, hf_max_hidden = 1 << 20, hf_max_heads = 1 << 16, hf_max_ffn = 1 << 22,
+inline constexpr int hf_max_layers = max_transformer_layers, hf_max_hidden = 1 << 20, hf_max_heads = 1 << 16, hf_max_ffn = 1 << 22,
                      hf_max_vocab = 1 << 24, hf_max_positions = 1 << 24;
 
 }  // namespace detail

@@ -118,6 +118,11 @@ TEST_CASE("builders: Hugging Face names and the weights of each linear") {
   transformer_config bad = tiny;
   bad.heads = 5;
   CHECK(contains(error_of<graph_error>([&] { build_gpt2(bad); }), "hidden 64 is not a multiple of heads 5"));
+  // A layer count no model has is refused before anything is built (the graph grows with it).
+  transformer_config deep = tiny;
+  deep.layers = max_transformer_layers + 1;
+  for (auto build : {build_gpt2, build_llama, build_bert})
+    CHECK(contains(error_of<graph_error>([&] { build(deep); }), "layers 4097 exceeds 4096"));
 }
 
 TEST_CASE("JSON round-trip of every builder's graph") {

@@ -7,8 +7,10 @@
 ///   const autoshard::machine_limits m = autoshard::machine_limits::here();
 ///   if (need > m.memory()) throw autoshard::resource_error(...);
 /// The rank-thread estimates of the executor (exec/resources.hpp) and the JSON reader's
-/// bound (io/json.hpp) compare against it.
+/// bound (io/json.hpp) compare against it. available_cores() is how many threads of work the
+/// process can run at once (the solver's and the upload staging's defaults).
 #include <dirent.h>        // opendir, readdir: /proc
+#include <sched.h>         // sched_getaffinity, CPU_COUNT
 #include <sys/resource.h>  // getrlimit
 #include <unistd.h>        // getuid
 
@@ -18,8 +20,23 @@
 #include <limits>     // std::numeric_limits
 #include <sstream>    // std::istringstream
 #include <string>     // std::string
+#include <thread>     // std::thread::hardware_concurrency
 
 namespace autoshard {
+
+/// The cores the calling thread may run on: its CPU affinity (sched_getaffinity: what taskset,
+/// numactl or a container's cpuset leave it), else std::thread::hardware_concurrency(), which
+/// counts every core of the machine; at least 1. On a 64-core machine, a job pinned to 2 cores
+/// started 64 solver threads (and 8 staging threads) on them.
+inline unsigned available_cores() noexcept {
+#if defined(__linux__) && defined(CPU_COUNT)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+#endif
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1u : hw;
+}
 
 /// Limits of this process and machine; `unlimited` where there is none.
 struct machine_limits {

@@ -28,6 +28,7 @@
 
 #include "../core/dtype.hpp"          // dtype, dtype_size
 #include "../core/error.hpp"          // error
+#include "../core/machine.hpp"        // available_cores
 #include "../tensor/host_tensor.hpp"  // convert_into
 
 namespace autoshard {
@@ -146,12 +147,9 @@ class reuse_pool {
   std::size_t made_ = 0, reused_ = 0;
 };
 
-/// Threads for staging copies: min(hardware threads, 8), at least 1. Eight copy threads
+/// Threads for staging copies: min(available_cores(), 8), at least 1. Eight copy threads
 /// fill pinned memory faster than one PCIe 5 copy engine drains it.
-inline unsigned default_staging_threads() noexcept {
-  const unsigned hw = std::thread::hardware_concurrency();
-  return std::max(1u, std::min(hw == 0 ? 1u : hw, 8u));
-}
+inline unsigned default_staging_threads() noexcept { return std::max(1u, std::min(available_cores(), 8u)); }
 
 /// A team of threads that runs one job at a time: fn(part) for every part in [0, parts),
 /// the parts claimed in increasing order by the caller and the team's threads together

@@ -29,11 +29,12 @@
 #include <ostream>     // std::ostream
 #include <sstream>     // std::ostringstream
 #include <string>      // std::string
-#include <thread>      // std::thread::hardware_concurrency
+#include <thread>      // std::thread
 #include <utility>     // std::pair
 #include <vector>      // std::vector
 
 #include "../core/error.hpp"            // solver_error
+#include "../core/machine.hpp"          // available_cores
 #include "detail/exact_search.hpp"      // exact_search
 #include "detail/glpk_model.hpp"        // glpk_model, ilp_formulation
 #include "detail/heuristic.hpp"         // local_search
@@ -109,7 +110,7 @@ struct solve_options {
   /// GLPK's cut generators (mixed-integer rounding, Gomory, cover, clique).
   bool cuts = false;
   /// Threads: one runs the ILP, the others the Lagrangian search. 0: the cores available
-  /// (std::thread::hardware_concurrency). Thread k does the same work with any thread count, so
+  /// (available_cores(): the thread's CPU affinity). Thread k does the same work with any thread count, so
   /// more threads never give a worse answer at the same point of the search.
   int threads = 0;
   /// Seed of the search threads: the same seed and thread count give the same answers.
@@ -124,11 +125,11 @@ struct solve_options {
   bool exact = true;
 };
 
-/// The number of threads a solve uses for `requested` (0: the cores available, at least 1).
+/// The number of threads a solve uses for `requested` (0: the cores available to this thread,
+/// available_cores(), at least 1).
 inline int solver_threads(int requested) {
   if (requested > 0) return requested;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  return static_cast<int>(std::min(available_cores(), 1u << 16));
 }
 
 struct solve_result {

@@ -796,12 +796,12 @@ class plan_price_cache {
       : m_(m), max_(max_entries) {}
   const device_mesh& mesh() const noexcept { return m_; }
   /// price_plan(m, plan_redistribute(m, from, to, shape), shape, t), priced once.
-  const plan_cost& operator()(const sharding_spec& from, const sharding_spec& to, const tensor_shape& shape, dtype t) {
+  plan_cost operator()(const sharding_spec& from, const sharding_spec& to, const tensor_shape& shape, dtype t) {
     const key k = key_of(from, to, shape, t);
     if (auto it = prices_.find(k); it != prices_.end()) return it->second;
-    last_ = price_plan(m_, plan_redistribute(m_, from, to, shape), shape, t);
-    if (prices_.size() >= max_) return last_;
-    return prices_.emplace(k, last_).first->second;
+    const plan_cost c = price_plan(m_, plan_redistribute(m_, from, to, shape), shape, t);
+    if (prices_.size() < max_) prices_.emplace(k, c);
+    return c;
   }
   std::size_t size() const noexcept { return prices_.size(); }
 
@@ -834,7 +834,6 @@ class plan_price_cache {
   const device_mesh& m_;
   std::size_t max_;
   std::unordered_map<key, plan_cost, key_hash> prices_;
-  plan_cost last_;
 };
 
 namespace detail {
@@ -854,7 +853,7 @@ inline double resharding_seconds(plan_price_cache& prices, const sharding_spec& 
 
 inline double backward_seconds(plan_price_cache& prices, const sharding_spec& target, const sharding_spec& grad,
                                const tensor_shape& shape, dtype t, const backward_pricing& b) {
-  const plan_cost& c = prices(grad, target, shape, t);
+  const plan_cost c = prices(grad, target, shape, t);
   const std::array<bool, redist_plan::capacity> red = reduction_steps(c);
   double s = 0;
   for (std::size_t i = 0; i < c.size(); ++i) s += backward_step_seconds(prices.mesh(), c[i], b, red[i]);

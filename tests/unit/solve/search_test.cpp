@@ -7,8 +7,8 @@
 #include <sched.h>
 
 #include <random>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 using autoshard::solve_ilp;

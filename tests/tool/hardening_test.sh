@@ -259,4 +259,11 @@ expect layers 1 "gpt2 config: layers 100000 exceeds 4096" "$tool" plan --model g
 expect layers 1 "llama config: layers 5000 exceeds 4096" "$tool" synth --model llama-7b --layers 5000 --out "$tmp/ol"
 [ -e "$tmp/ol" ] && bad "layers: a checkpoint was written" || ok
 
+# synth summed its checkpoint's bytes in int64: 1,024 layers of 4 PiB MLP weights wrapped past 2^63
+# to a negative total that passed the 8 GiB limit (the directory was made, then the allocation of
+# the first tensor failed: "out of memory"); now refused up front with the true estimate.
+expect synth-size 1 "spec error: synth would write 8404996\.04 TiB; use --hidden/--layers/--vocab" \
+  "$tool" synth --model gpt2 --hidden 1048576 --heads 1 --ffn 1073741824 --vocab 128 --layers 1024 --out "$tmp/osz"
+[ -e "$tmp/osz" ] && bad "synth-size: the output directory was made" || ok
+
 finish hardening

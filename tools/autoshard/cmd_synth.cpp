@@ -97,11 +97,16 @@ int run_synth(const synth_options& o) {
       infos.push_back({n, t, g[v].shape});
       source[n] = g[v].name;
     }
-  std::int64_t total = 0;
+  // The size is summed in double before any int64 sum: each tensor is at most 2^53 bytes (graph
+  // validation), but 1,024 layers of them wrapped past 2^63 to a negative total that passed the
+  // limit (the directory was made, then the first tensor's allocation failed).
+  constexpr std::int64_t limit = std::int64_t{8} << 30;
+  double estimate = 0;
+  for (const auto& i : infos) estimate += static_cast<double>(i.shape.numel()) * static_cast<double>(dtype_size(t));
+  if (estimate > static_cast<double>(limit))
+    throw spec_error("synth would write " + human_bytes(estimate) + "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
+  std::int64_t total = 0;  // at most the limit: no overflow
   for (const auto& i : infos) total += i.shape.numel() * static_cast<std::int64_t>(dtype_size(t));
-  if (total > (std::int64_t{8} << 30))
-    throw spec_error("synth would write " + human_bytes(static_cast<double>(total)) +
-                     "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
 
   std::error_code ec;
   if (!o.model.is_preset() && fs::exists(fs::path(o.out) / "config.json", ec) &&

@@ -266,4 +266,12 @@ expect synth-size 1 "spec error: synth would write 8404996\.04 TiB; use --hidden
   "$tool" synth --model gpt2 --hidden 1048576 --heads 1 --ffn 1073741824 --vocab 128 --layers 1024 --out "$tmp/osz"
 [ -e "$tmp/osz" ] && bad "synth-size: the output directory was made" || ok
 
+# A GPT-2 --hidden of 2^31-1 made the tool's MLP width, 4 x hidden, wrap (signed overflow) to -4,
+# and the builder blamed "layers, hidden, heads, ffn, vocab, seq and batch must be positive".
+expect hidden-overflow 1 "spec error: --hidden 2147483647: the MLP width it implies, 4 x hidden = 8589934588, exceeds 2147483647" \
+  "$tool" plan --model gpt2 --hidden 2147483647 --heads 1 --out "$tmp/oh.json" --quiet --no-svg
+expect hidden-overflow 1 "--hidden 1073741824: the MLP width it implies, 4 x hidden = 4294967296" \
+  "$tool" synth --model "$data/hf/falcon-7b.json" --hidden 1073741824 --out "$tmp/oh"
+[ -e "$tmp/oh.json" ] || [ -e "$tmp/oh" ] && bad "hidden-overflow: an output was written" || ok
+
 finish hardening

@@ -10,7 +10,9 @@
 #include "hf_weights.hpp"  // check_weights_match: a Hugging Face directory's checkpoint against its graph
 #endif
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -65,6 +67,17 @@ struct model_options {
   }
   bool is_preset() const { return !std::filesystem::exists(model); }
 
+  /// The MLP width a new --hidden implies where the model's is 4 x hidden (GPT-2, BERT, BLOOM,
+  /// Falcon), computed without overflow: --hidden 2147483647 wrapped to -4 (signed overflow), and
+  /// the builder blamed "layers, hidden, heads, ffn, ... must be positive" on sizes given positive.
+  int four_hidden() const {
+    const std::int64_t w = 4 * std::int64_t{hidden};
+    if (w > std::numeric_limits<int>::max())
+      throw spec_error("--hidden " + std::to_string(hidden) + ": the MLP width it implies, 4 x hidden = " + std::to_string(w) +
+                       ", exceeds 2147483647");
+    return static_cast<int>(w);
+  }
+
   /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size
   /// overrides applied; nullopt for presets and autoshard model JSON files.
   std::optional<hf_model> hf() const {
@@ -80,7 +93,7 @@ struct model_options {
       throw spec_error("--ffn: BLOOM's MLP is 4 x hidden wide (its config.json has no width to set)");
     // Sizes the config derives from hidden follow a new --hidden.
     if (hidden > 0) {
-      if (ffn == 0 && c.ffn == 4 * c.hidden) c.ffn = 4 * hidden;
+      if (ffn == 0 && c.ffn == 4 * c.hidden) c.ffn = four_hidden();
       if (c.embed_proj == c.hidden) c.embed_proj = hidden;
     }
     if (layers > 0) c.layers = layers;
@@ -165,7 +178,7 @@ struct model_options {
     if (hidden > 0) c.hidden = hidden;
     set_heads(c);
     if (ffn > 0) c.ffn = ffn;
-    else if (widened) c.ffn = 4 * c.hidden;
+    else if (widened) c.ffn = four_hidden();
     if (vocab > 0) c.vocab = vocab;
     if (seq > 0) {
       c.seq = seq;

@@ -56,11 +56,22 @@ struct pipeline_pass {
 /// "F3" or "B3".
 inline std::string to_string(const pipeline_pass& p) { return (p.backward ? "B" : "F") + std::to_string(p.micro_batch); }
 
+/// The most stage micro-steps (stages x micro-batches) a pipeline's schedule is built and
+/// simulated for: its timeline takes 32 bytes each (2^22: 128 MiB), far above any schedule run
+/// (Megatron-LM's largest, 128 stages of 2,048 micro-batches, is 2^18). A global batch of 2^30
+/// sequences made `plan --pp auto` simulate 2^27 micro-batches per stage and run out of memory.
+inline constexpr std::int64_t max_pipeline_micro_steps = std::int64_t{1} << 22;
+
 namespace detail {
-inline void check_pipeline_shape(int stages, int micro_batches) {
+inline void check_pipeline_shape(int stages, std::int64_t micro_batches) {
   if (stages < 1 || micro_batches < 1)
     throw solver_error("a pipeline needs at least one stage and one micro-batch, got " + std::to_string(stages) + " stages and " +
                        std::to_string(micro_batches) + " micro-batches");
+  if (micro_batches > max_pipeline_micro_steps / stages)
+    throw solver_error("a pipeline of " + std::to_string(stages) + " stages and " + std::to_string(micro_batches) +
+                       " micro-batches has more than " + std::to_string(max_pipeline_micro_steps) +
+                       " stage micro-steps (max_pipeline_micro_steps), which its schedule is not simulated for: "
+                       "use larger micro-batches or a smaller global batch");
 }
 }  // namespace detail
 

@@ -306,6 +306,7 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   stage_probe probe;
   probe.pp_link = sub.pp_link;
   probe.tp_axis = sub.tp_axis;
+  detail::check_pipeline_shape(c.pp, batch / step_batch);  // before anything is sized by it
   probe.micro_batches = static_cast<int>(batch / step_batch);
   step_pricing p = pricing;
   p.micro_batches = 1;
@@ -536,8 +537,9 @@ inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_
   return "no pipelined configuration" + fixed + " on " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " devices, " +
          std::to_string(mesh.size(mesh.ndim() - 1)) + " per node) for a global batch of " + std::to_string(batch) + " and " +
          std::to_string(layers) + " layers: pp x tp x dp must be the devices, tp divide a node, a stage (dp x tp) fill whole nodes "
-         "or divide one, pp be at most the layers, and the micro-batch divide each data-parallel rank's share of the batch (at most " +
-         std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + ")";
+         "or divide one, pp be at most the layers, the micro-batch divide each data-parallel rank's share of the batch (at most " +
+         std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + "), and pp x micro-batches be at most " +
+         std::to_string(max_pipeline_micro_steps) + " (max_pipeline_micro_steps)";
 }
 
 /// The configurations search_pipelines tries for `g` (the global batch, repeated layers `L`) on
@@ -560,6 +562,7 @@ inline std::vector<pipeline_config> pipeline_space(const model_graph& g, const l
       const std::int64_t per_rank = batch / dp;
       for (int b = 1; b <= per_rank && b <= std::max(so.max_micro_batch, so.micro_batch); ++b) {
         if (per_rank % b != 0 || (so.micro_batch > 0 && b != so.micro_batch)) continue;
+        if (per_rank / b > max_pipeline_micro_steps / pp) continue;  // a schedule too long to simulate
         for (recompute_kind r : all_recompute_kinds) {
           if (!has_kind(so.recompute, r)) continue;
           // Selective recomputation differs from none only for the unfused attention core.

@@ -65,6 +65,21 @@ TEST_CASE("pipeline: the 1F1B order is Megatron-LM's (Narayanan et al. 2021, fig
   CHECK_THROWS_AS(autoshard::schedule_passes(pipeline_schedule::one_f_one_b, 2, 2, 4), autoshard::solver_error);
 }
 
+TEST_CASE("pipeline: a schedule of more than max_pipeline_micro_steps stage micro-steps is refused before it is sized") {
+  // 2 stages of 2^30 micro-batches once took 4 GiB per simulated configuration (plan --pp auto
+  // --batch 1073741824 ran out of memory); the bound is checked before any vector is sized.
+  using autoshard::pipeline_schedule;
+  const int m = 1 << 30;
+  CHECK_THROWS_WITH_AS(autoshard::schedule_passes(pipeline_schedule::one_f_one_b, 2, 0, m),
+                       doctest::Contains("a pipeline of 2 stages and 1073741824 micro-batches has more than 4194304 stage micro-steps"),
+                       autoshard::solver_error);
+  CHECK_THROWS_AS(autoshard::simulate_pipeline(pipeline_schedule::gpipe, {{1, 2}, {1, 2}}, {0.5}, m), autoshard::solver_error);
+  CHECK_THROWS_AS(autoshard::partition_stages({}, 4, pipeline_schedule::one_f_one_b, 1 << 21), autoshard::solver_error);
+  // The bound itself still runs.
+  CHECK(autoshard::schedule_passes(pipeline_schedule::one_f_one_b, 2, 1, static_cast<int>(autoshard::max_pipeline_micro_steps / 2))
+            .size() == static_cast<std::size_t>(autoshard::max_pipeline_micro_steps));
+}
+
 TEST_CASE("pipeline: equal stages take (m + p - 1)(f + b), a bubble of (p - 1)/m, and hold min(p - s, m) micro-batches") {
   using autoshard::pipeline_schedule;
   for (pipeline_schedule s : autoshard::all_pipeline_schedules)

@@ -288,4 +288,16 @@ expect pp-micro-steps 1 "solver error: a pipeline of 2 stages and 1073741824 mic
   "${limited[@]}" "$tool" plan "${pp_small[@]}" --pp 2 --algo megatron --out "$tmp/opp.json"
 [ -e "$tmp/opp.json" ] && bad "pp-micro-steps: a plan was written" || ok
 
+# shard removed every regular file named rank-<r>.safetensors beyond its world size, whoever wrote
+# it (a text file, a user's checkpoint of that name); only a sharder's own rank files (their header
+# names a sharding run) are removed now, and the rest are left as they are.
+mkdir -p "$tmp/rf"
+"$tool" shard "$tmp/ck" --policy gpt2 --tp 4 --out "$tmp/rf" >/dev/null 2>&1 || bad "rank-files: the 4-rank run"
+echo precious >"$tmp/rf/rank-7.safetensors"
+cp "$tmp/ck/model.safetensors" "$tmp/rf/rank-6.safetensors"
+expect rank-files 0 "" "$tool" shard "$tmp/ck" --policy gpt2 --tp 2 --out "$tmp/rf"
+[ "$(cat "$tmp/rf/rank-7.safetensors")" = precious ] && cmp -s "$tmp/ck/model.safetensors" "$tmp/rf/rank-6.safetensors" && ok ||
+  bad "rank-files: a file no sharder wrote was removed: $(ls "$tmp/rf")"
+[ ! -e "$tmp/rf/rank-2.safetensors" ] && [ ! -e "$tmp/rf/rank-3.safetensors" ] && ok || bad "rank-files: the 4-rank run's rank 2 or 3 is left"
+
 finish hardening

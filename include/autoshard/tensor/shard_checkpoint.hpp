@@ -103,9 +103,11 @@ inline std::string new_generation_id() {
   return id;
 }
 
-/// Removes `dir/rank-<r>.safetensors` for r >= world (regular files only): what an earlier
-/// run with more ranks left beside a new, smaller output; never one of `keep` (the input's
-/// files, should one be named so). Returns the removed.
+/// Removes `dir/rank-<r>.safetensors` for r >= world: what an earlier run with more ranks left
+/// beside a new, smaller output. Only a sharder's own rank file is removed: a regular file whose
+/// safetensors header names a sharding run ("autoshard.generation" in its __metadata__), never
+/// one of `keep` (the input's files, should one be named so). Any other file of such a name (a
+/// user's checkpoint, a text file; they were deleted too) is left as it is. Returns the removed.
 inline std::vector<std::filesystem::path> remove_extra_rank_files(const std::filesystem::path& dir, int world,
                                                                   const std::vector<std::filesystem::path>& keep) {
   namespace fs = std::filesystem;
@@ -124,6 +126,13 @@ inline std::vector<std::filesystem::path> remove_extra_rank_files(const std::fil
     bool input = false;
     for (const auto& k : keep) input = input || fs::equivalent(k, it->path(), sec);
     if (input) continue;
+    bool sharded = false;  // written by a sharding run?
+    try {
+      sharded = safetensors_file(it->path()).metadata().count("autoshard.generation") > 0;
+    } catch (const io_error&) {
+      // not a safetensors file (or unreadable): not ours to remove
+    }
+    if (!sharded) continue;
     std::error_code rec;
     if (fs::remove(it->path(), rec)) removed.push_back(it->path());
   }

@@ -300,4 +300,15 @@ expect rank-files 0 "" "$tool" shard "$tmp/ck" --policy gpt2 --tp 2 --out "$tmp/
   bad "rank-files: a file no sharder wrote was removed: $(ls "$tmp/rf")"
 [ ! -e "$tmp/rf/rank-2.safetensors" ] && [ ! -e "$tmp/rf/rank-3.safetensors" ] && ok || bad "rank-files: the 4-rank run's rank 2 or 3 is left"
 
+# A spec string of 10 MB in a plan file was quoted whole in the error, twice (a 20 MB line).
+python3 - "$tmp/p.json" "$tmp/pspec.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["tensors"][0]["output"] = "S0R" + "R" * 10000000
+json.dump(d, open(sys.argv[2], "w"))
+PY
+one_error spec-quote "$tool" show --plan "$tmp/pspec.json"
+[ "$(wc -c <"$tmp/err")" -lt 1000 ] && grep -q "(10000003 characters) at position 9: more than 8 tensor dims" "$tmp/err" && ok ||
+  bad "spec-quote: $(wc -c <"$tmp/err") bytes: $(head -c 300 "$tmp/err")"
+
 finish hardening

@@ -9,6 +9,7 @@
 /// The same constexpr parser checks a literal at compile time and throws spec_error at run time:
 ///   constexpr auto s = "S0R"_spec;                       // compile-time checked
 ///   auto t = autoshard::parse_spec(user_text, 2, 2);     // throws autoshard::spec_error
+#include <algorithm>    // std::min
 #include <cstddef>      // std::size_t
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -19,9 +20,19 @@
 namespace autoshard {
 
 namespace bad_spec {
+/// The spec as a message quotes it: whole up to 80 characters, else the 60 around `pos`, "..."
+/// where cut, and its length (a 10 MB spec string in a plan file was quoted whole, twice: a
+/// 20 MB message).
+inline std::string quote(std::string_view text, std::size_t pos) {
+  constexpr std::size_t whole = 80, window = 60;
+  if (text.size() <= whole) return "'" + std::string(text) + "'";
+  const std::size_t from = std::min(pos > window / 2 ? pos - window / 2 : 0, text.size() - window);
+  return "'" + std::string(from > 0 ? "..." : "") + std::string(text.substr(from, window)) +
+         (from + window < text.size() ? "..." : "") + "' (" + std::to_string(text.size()) + " characters)";
+}
 // Not constexpr on purpose: at compile time the compiler prints the function's name.
 [[noreturn]] inline void fail(std::string_view text, std::size_t pos, const std::string& why) {
-  throw spec_error("'" + std::string(text) + "' at position " + std::to_string(pos) + ": " + why);
+  throw spec_error(quote(text, pos) + " at position " + std::to_string(pos) + ": " + why);
 }
 [[noreturn]] inline void empty_spec(std::string_view text, std::size_t pos) {
   fail(text, pos, "the spec is empty");

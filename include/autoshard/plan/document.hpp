@@ -148,7 +148,7 @@ inline sharding_spec spec_from_json(const json_in& j, const device_mesh& m, cons
     check_spec(s, m, shape, "a tensor of shape " + to_string(shape));
     return s;
   } catch (const spec_error& e) {
-    j.fail("is \"" + text + "\", which does not fit: " + std::string(e.what()));
+    j.fail("is " + detail::json_excerpt(j.raw()) + ", which does not fit: " + std::string(e.what()));
   }
 }
 

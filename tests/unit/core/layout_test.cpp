@@ -493,6 +493,23 @@ TEST_CASE("specs: every parse error names the problem and the position") {
   CHECK_THROWS_AS((void)parse_spec("S0X"), autoshard::error);
 }
 
+TEST_CASE("specs: a long spec is quoted around the position, not whole") {
+  // A 10 MB spec string in a plan file made a 20 MB error line (the text quoted whole, twice).
+  const std::string dims(100000, 'R');
+  const std::string msg = spec_error_of([&] { (void)parse_spec("S0" + dims); });
+  CHECK(msg.size() < 200);
+  CHECK(msg == "spec error: 'S0RRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR...' (100002 characters) at position 9: "
+               "more than 8 tensor dims (a tensor has at most 8)");
+  // The window follows the position: the middle of a long text is quoted between two "...".
+  const std::string mid = spec_error_of([&] { (void)parse_spec(std::string(50, ' ') + "S0S0" + std::string(50, ' ')); });
+  CHECK(mid.find("'...") != std::string::npos);
+  CHECK(mid.find("S0S0") != std::string::npos);
+  CHECK(mid.find("...' (104 characters) at position 53: mesh axis 0 used twice") != std::string::npos);
+  // Up to 80 characters the text is quoted whole, as before.
+  const std::string eighty = std::string(76, ' ') + "S0S0";
+  CHECK(spec_error_of([&] { (void)parse_spec(eighty); }) == "spec error: '" + eighty + "' at position 79: mesh axis 0 used twice");
+}
+
 namespace {
 using typed_rs1 = sharded_tensor<float, mesh_extents<2, 4>, "RS1", 768, 2304>;
 using typed_nested = sharded_tensor<bf16_t, mesh_extents<2, 4>, "S01R", 10, 3>;

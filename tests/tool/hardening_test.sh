@@ -311,4 +311,15 @@ one_error spec-quote "$tool" show --plan "$tmp/pspec.json"
 [ "$(wc -c <"$tmp/err")" -lt 1000 ] && grep -q "(10000003 characters) at position 9: more than 8 tensor dims" "$tmp/err" && ok ||
   bad "spec-quote: $(wc -c <"$tmp/err") bytes: $(head -c 300 "$tmp/err")"
 
+# A Hugging Face config above 16 MiB (a pasted tokenizer) was read as an autoshard model file and
+# reported as one without "nodes".
+python3 - "$data/hf/gpt2.json" "$tmp/bigcfg.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["junk"] = ["x" * 100] * 200000
+json.dump(d, open(sys.argv[2], "w"))
+PY
+expect big-config 1 "io error: model file '.*bigcfg.json': the document has a \"model_type\" and no \"nodes\": a Hugging Face config.json, of [0-9]+ bytes, but a config is read only up to 16777216 bytes" \
+  "$tool" plan --model "$tmp/bigcfg.json" --out "$tmp/obc.json" --quiet --no-svg
+
 finish hardening

@@ -35,7 +35,7 @@ nlohmann::json keep_template(const model_options& mo, const hf_model& m, const n
   std::error_code ec;
   const fs::path p = fs::is_directory(mo.model, ec) ? fs::path(mo.model) / "config.json" : fs::path(mo.model);
   const nlohmann::json tmpl =
-      parse_json_text(read_regular_file(p.string(), "Hugging Face config", std::uint64_t{16} << 20), "'" + p.string() + "'");
+      parse_json_text(read_regular_file(p.string(), "Hugging Face config", hf_config_max_bytes), "'" + p.string() + "'");
   hf_model as_read = read_hf_config(tmpl, p.string());
   as_read.config.seq = m.config.seq;
   as_read.config.type = m.config.type;

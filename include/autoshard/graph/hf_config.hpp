@@ -232,12 +232,16 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   return m;
 }
 
-/// Reads DIR/config.json, or a config file itself (a regular file of at most 16 MiB).
+/// The largest config.json read (published ones have a few KiB; a tokenizer or a chat
+/// template pasted in stays far below).
+inline constexpr std::uint64_t hf_config_max_bytes = std::uint64_t{16} << 20;
+
+/// Reads DIR/config.json, or a config file itself (a regular file of at most hf_config_max_bytes).
 inline hf_model read_hf_config_file(const std::filesystem::path& dir_or_file) {
   std::error_code ec;
   const std::filesystem::path p =
       std::filesystem::is_directory(dir_or_file, ec) ? dir_or_file / "config.json" : dir_or_file;
-  const std::string text = read_regular_file(p.string(), "Hugging Face config", std::uint64_t{16} << 20);
+  const std::string text = read_regular_file(p.string(), "Hugging Face config", hf_config_max_bytes);
   return read_hf_config(parse_json_text(text, "'" + p.string() + "'"), p.string());
 }
 

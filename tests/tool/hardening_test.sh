@@ -322,4 +322,20 @@ PY
 expect big-config 1 "io error: model file '.*bigcfg.json': the document has a \"model_type\" and no \"nodes\": a Hugging Face config.json, of [0-9]+ bytes, but a config is read only up to 16777216 bytes" \
   "$tool" plan --model "$tmp/bigcfg.json" --out "$tmp/obc.json" --quiet --no-svg
 
+# synth and shard wrote into a full file system until ENOSPC (a 50 MiB tmpfs filled, then cleaned
+# up; synth left its empty directory): refused up front with both sizes. Where mount is permitted
+# (root); io_test has check_free_space's own case.
+mkdir -p "$tmp/tiny"
+if mount -t tmpfs -o size=1m tmpfs "$tmp/tiny" 2>/dev/null; then
+  expect free-space 1 "io error: synth's checkpoint needs .* bytes\) but the file system of '$tmp/tiny' has .* available" \
+    "$tool" synth --model gpt2 --layers 2 --hidden 256 --heads 4 --vocab 1024 --out "$tmp/tiny/s"
+  "$tool" synth --model gpt2 --layers 2 --hidden 256 --heads 4 --vocab 1024 --out "$tmp/ck8" >/dev/null 2>&1 || bad "free-space: the 8 MB checkpoint"
+  expect free-space 1 "io error: the sharded checkpoint \(2 rank files and index.json\) needs .* but the file system of '$tmp/tiny' has" \
+    "$tool" shard "$tmp/ck8" --policy gpt2 --tp 2 --out "$tmp/tiny/sh"
+  [ -z "$(ls -A "$tmp/tiny")" ] && ok || bad "free-space: written: $(ls -A "$tmp/tiny")"
+  umount "$tmp/tiny"
+else
+  echo "note: mount is not permitted here: no free-space case (io_test has check_free_space's)"
+fi
+
 finish hardening

@@ -107,6 +107,7 @@ int run_synth(const synth_options& o) {
     throw spec_error("synth would write " + human_bytes(estimate) + "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
   std::int64_t total = 0;  // at most the limit: no overflow
   for (const auto& i : infos) total += i.shape.numel() * static_cast<std::int64_t>(dtype_size(t));
+  check_free_space(o.out, static_cast<std::uint64_t>(total), "synth's checkpoint");
 
   std::error_code ec;
   if (!o.model.is_preset() && fs::exists(fs::path(o.out) / "config.json", ec) &&

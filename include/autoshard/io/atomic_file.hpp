@@ -30,6 +30,7 @@
 #include <cstring>      // std::strerror
 #include <filesystem>   // std::filesystem::path
 #include <functional>   // std::function
+#include <limits>       // std::numeric_limits
 #include <mutex>        // std::mutex
 #include <random>       // std::random_device
 #include <span>         // std::span
@@ -44,6 +45,7 @@
 #include <sys/stat.h>  // lstat, S_IS*
 #include <unistd.h>    // write, fsync, close, unlink, getpid
 
+#include "../core/dtype.hpp"  // human_bytes_exact
 #include "../core/error.hpp"  // io_error
 
 namespace autoshard {
@@ -242,6 +244,26 @@ inline std::string why_not_replaceable(const std::filesystem::path& target) {
 /// Throws io_error unless `target` is absent or a regular file (why_not_replaceable).
 inline void check_replaceable(const std::filesystem::path& target) {
   if (std::string why = why_not_replaceable(target); !why.empty()) throw io_error(why);
+}
+
+/// Refuses, before a byte is written, `bytes` of output into directory `dir` (when it does not
+/// exist yet, its nearest existing ancestor) whose file system has less space available to
+/// this process (statvfs's f_bavail): io_error "<what> needs <n> but the file system of '<dir>'
+/// has <m> available". A write into a full disk fails with ENOSPC and its temporaries are
+/// removed, but meanwhile the disk was full for every program (synth filled a 50 MiB file system
+/// before failing). A file system that cannot say is not refused: the writes report it.
+inline void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  if (ec) return;
+  while (!fs::exists(at, ec) && at.has_relative_path()) at = at.parent_path();
+  const fs::space_info s = fs::space(at, ec);
+  if (ec || s.available == static_cast<std::uintmax_t>(-1)) return;
+  if (s.available < bytes)
+    throw io_error(what + " needs " + human_bytes_exact(static_cast<std::int64_t>(std::min<std::uint64_t>(bytes, std::numeric_limits<std::int64_t>::max()))) +
+                   " but the file system of '" + at.string() + "' has " + human_bytes_exact(static_cast<std::int64_t>(s.available)) +
+                   " available");
 }
 
 /// The file a symbolic link `p` points to, through up to 40 links (relative links resolved

@@ -327,6 +327,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const std::string generation = detail::new_generation_id();
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
+  check_free_space(out_dir, total + index_text.size(), "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)");
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);

@@ -138,6 +138,19 @@ TEST_CASE("load_json_file: names the file, refuses directories and FIFOs without
         std::string::npos);
 }
 
+TEST_CASE("check_free_space: more bytes than the file system has available are refused before anything is written") {
+  // synth and shard wrote into a full file system until ENOSPC (50 MiB of tmpfs filled, then
+  // cleaned up); now they are refused up front, naming both sizes.
+  io_dir d;
+  const fs::path out = d.path / "not" / "yet" / "made";  // measured at its nearest existing ancestor
+  CHECK_NOTHROW(autoshard::check_free_space(out, 1, "a tiny output"));
+  const std::string msg = error_of([&] { autoshard::check_free_space(out, std::uint64_t{1} << 62, "a huge output"); });
+  CHECK(msg.rfind("io error: a huge output needs 4194304.00 TiB (4611686018427387904 bytes) but the file system of '" +
+                      d.path.string() + "' has ", 0) == 0);
+  CHECK(msg.find(" available") != std::string::npos);
+  CHECK_FALSE(fs::exists(d.path / "not"));
+}
+
 TEST_CASE("atomic_file: writes the whole file, replaces the target, leaves no temporary and honours the umask") {
   io_dir d;
   const fs::path target = d.path / "plan.json";

@@ -338,4 +338,9 @@ else
   echo "note: mount is not permitted here: no free-space case (io_test has check_free_space's)"
 fi
 
+# solve's --seed (an unsigned) had no range check: -1 and 2^32 were "Could not convert: --seed = -1".
+expect seed-range 2 "--seed: -1 is not a seed \(an integer in \[0, 4294967295\]\)" "$tool" solve "$data/solve/example.json" --seed -1 --quiet
+expect seed-range 2 "--seed: 4294967296 is not a seed \(an integer in \[0, 4294967295\]\)" "$tool" solve "$data/solve/example.json" --seed 4294967296 --quiet
+expect seed-range 0 "" "$tool" solve "$data/solve/example.json" --seed 4294967295 --quiet
+
 finish hardening

@@ -134,7 +134,8 @@ void register_solve(CLI::App& app, action& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--seed", o->seed, "seed of the search threads (same seed and threads: same answers)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_value(std::numeric_limits<decltype(o->seed)>::max()));
   cmd->add_flag("--progress", o->progress,
                 "print the incumbent and the proven bound over time on stderr (one line per better answer and about "
                 "one a second), even when it is not a terminal");

@@ -63,15 +63,17 @@ inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
       "FINITE in " + range);
 }
 
-/// A CLI11 check for a seed: decimal digits only, at most 2^64-1 ("-1" used to wrap to 2^64-1).
-inline CLI::Validator seed_value() {
+/// A CLI11 check for a seed: decimal digits only, at most `max` ("-1" used to wrap to 2^64-1;
+/// solve's seed, an unsigned, took "-1" or 2^32 as "Could not convert: --seed = -1").
+inline CLI::Validator seed_value(unsigned long long max = std::numeric_limits<unsigned long long>::max()) {
   return CLI::Validator(
-      [](std::string& in) -> std::string {
+      [max](std::string& in) -> std::string {
         errno = 0;
         char* end = nullptr;
         const bool digits = !in.empty() && in.find_first_not_of("0123456789") == std::string::npos;
-        (void)std::strtoull(in.c_str(), &end, 10);
-        if (!digits || errno == ERANGE) return in + " is not a seed (an integer in [0, 18446744073709551615])";
+        const unsigned long long v = std::strtoull(in.c_str(), &end, 10);
+        if (!digits || errno == ERANGE || v > max)
+          return in + " is not a seed (an integer in [0, " + std::to_string(max) + "])";
         return {};
       },
       "SEED");

@@ -343,4 +343,11 @@ expect seed-range 2 "--seed: -1 is not a seed \(an integer in \[0, 4294967295\]\
 expect seed-range 2 "--seed: 4294967296 is not a seed \(an integer in \[0, 4294967295\]\)" "$tool" solve "$data/solve/example.json" --seed 4294967296 --quiet
 expect seed-range 0 "" "$tool" solve "$data/solve/example.json" --seed 4294967295 --quiet
 
+# shard opens every rank file at once: a 65,536-rank plan under ulimit -n 20000 created 20,000
+# temporaries, then failed with "Too many open files". Refused before anything is made.
+"$tool" plan "${small[@]}" --mesh 1x128 --algo data_parallel --out "$tmp/p128.json" --quiet --no-svg >/dev/null 2>&1 || bad "open-files: the 128-rank plan"
+expect open-files 1 "resource error: sharding onto 128 ranks writes 128 rank files and index.json at once, but the open-file limit \(ulimit -n\) lets this process open [0-9]+ more; raise it \(ulimit -n 192\)" \
+  bash -c 'ulimit -n 64; exec "$@"' _ "$tool" shard "$tmp/ck" --plan "$tmp/p128.json" --out "$tmp/o128"
+[ -e "$tmp/o128" ] && bad "open-files: the output was made: $(ls "$tmp/o128" | head -3)" || ok
+
 finish hardening

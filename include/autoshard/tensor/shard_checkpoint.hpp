@@ -29,7 +29,8 @@
 
 #include <nlohmann/json.hpp>  // index.json
 
-#include "../core/error.hpp"  // io_error
+#include "../core/error.hpp"  // io_error, resource_error
+#include "../core/machine.hpp"  // machine_limits: the open-file limit
 #include "../core/mesh.hpp"   // check_mesh_size
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
 #include "../io/atomic_file.hpp"  // atomic_file, remove_stale_temporaries, resolve_output_link
@@ -328,6 +329,13 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
   check_free_space(out_dir, total + index_text.size(), "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)");
+  // Every rank file is open at once, and the index beside them: a 65,536-rank plan created
+  // 20,000 temporaries before "Too many open files" (ulimit -n 20000).
+  if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(N) + 1 > files)
+    throw resource_error("sharding onto " + std::to_string(N) + " ranks writes " + std::to_string(N) +
+                         " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
+                         std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(N + 64) +
+                         ") or shard onto fewer ranks");
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);

@@ -147,5 +147,14 @@ run "$tool" plan --model "$tmp/small.onnx" --hidden 64 --mesh 2 --out "$tmp/neve
 [ $? -ne 0 ] && grep -q "only --batch, --seq and --dtype apply" "$tmp/err" && ok || bad "small.onnx --hidden: $(cat "$tmp/err")"
 run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2 --out "$tmp/never.json"
 [ $? -eq 1 ] && grep -q "graph input 'x' dim 0 is symbolic ('batch'); give its size" "$tmp/err" && ok || bad "unmapped.onnx without --batch: $(cat "$tmp/err")"
+# A --batch or --seq the model has no symbolic dim for was ignored: small.onnx's fixed [4,8] was
+# planned at batch 4 for --batch 7 without a word (the hostile-input audit, docs/reliability.md).
+run "$tool" plan --model "$tmp/small.onnx" --batch 7 --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "spec error: --batch 7 sizes nothing: no graph input of ONNX model '.*small.onnx' has a symbolic dim 0" "$tmp/err" &&
+  [ ! -e "$tmp/never.json" ] && ok || bad "small.onnx --batch 7: $(cat "$tmp/err")"
+run "$tool" plan --model "$tmp/unmapped.onnx" --batch 8 --seq 4 --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "spec error: --seq 4 sizes nothing: .* has a symbolic dim 1" "$tmp/err" && ok || bad "unmapped.onnx --seq 4: $(cat "$tmp/err")"
+run "$tool" plan --model "$tmp/small.onnx" --batch 4 --mesh 2 --out "$tmp/same.json"  # its own size: fine
+[ $? -eq 0 ] && ok || bad "small.onnx --batch 4: $(cat "$tmp/err")"
 
 finish onnx_test

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 namespace autoshard::tool {
 
@@ -129,7 +130,14 @@ struct model_options {
     o.batch = batch;
     o.seq = seq;
     if (!dtype_name.empty()) o.float_type = parse_dtype_or_throw(dtype_name);
-    return read_onnx_file(model, o).graph;
+    onnx_import r = read_onnx_file(model, o);
+    // A size the model has no symbolic dim for was ignored: --batch 7 planned a fixed [4,8] at 4.
+    for (auto [flag, size, used, dim] : {std::tuple{"--batch", batch, r.batch_used, 0}, std::tuple{"--seq", seq, r.seq_used, 1}})
+      if (size > 0 && !used)
+        throw spec_error(std::string(flag) + " " + std::to_string(size) + " sizes nothing: no graph input of ONNX model '" + model +
+                         "' has a symbolic dim " + std::to_string(dim) + " (or that size there); its sizes are its own: leave " +
+                         flag + " out, or export the model with that dim dynamic");
+    return std::move(r.graph);
 #else
     throw io_error("'" + model + "' is an ONNX model, but this autoshard was built without ONNX (libonnx-dev)");
 #endif

@@ -176,12 +176,16 @@ inline void reader::fix_input_dims() {
     auto& dims = *tt->mutable_shape()->mutable_dim();
     for (int i = 0; i < dims.size(); ++i) {
       auto& d = dims[i];
-      if (d.has_dim_value()) continue;
+      if (d.has_dim_value()) {
+        if (i == 0 && opt.batch > 0 && d.dim_value() == opt.batch) out.batch_used = true;
+        if (i == 1 && opt.seq > 0 && d.dim_value() == opt.seq) out.seq_used = true;
+        continue;
+      }
       const std::string sym = d.has_dim_param() ? d.dim_param() : std::string();
       std::int64_t size = 0;
       if (auto it = named.find(sym); !sym.empty() && it != named.end()) size = it->second;
-      else if (i == 0 && opt.batch > 0) size = opt.batch;
-      else if (i == 1 && opt.seq > 0) size = opt.seq;
+      else if (i == 0 && opt.batch > 0) size = opt.batch, out.batch_used = true;
+      else if (i == 1 && opt.seq > 0) size = opt.seq, out.seq_used = true;
       if (size <= 0)
         fail("graph input '" + v.name() + "' dim " + std::to_string(i) + " is symbolic" +
              (sym.empty() ? std::string() : " ('" + sym + "')") + "; give its size (--batch sizes dim 0, --seq dim 1)");

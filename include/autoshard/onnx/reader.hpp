@@ -58,6 +58,10 @@ struct onnx_import {
   std::vector<onnx_opaque> opaque;
   std::int64_t opset = 0;  ///< of the default domain
   std::string producer;    ///< producer_name and version ("pytorch 2.1.0")
+  /// Whether onnx_options::batch (seq) applies: it sized a symbolic dim 0 (1) of a graph input,
+  /// or one has it as its fixed size. A caller whose size the model has no place for says so
+  /// (`plan --batch 7` of a model whose inputs are fixed [4,8] planned batch 4 without a word).
+  bool batch_used = false, seq_used = false;
 };
 
 namespace detail::onnx_in {

@@ -350,4 +350,15 @@ expect open-files 1 "resource error: sharding onto 128 ranks writes 128 rank fil
   bash -c 'ulimit -n 64; exec "$@"' _ "$tool" shard "$tmp/ck" --plan "$tmp/p128.json" --out "$tmp/o128"
 [ -e "$tmp/o128" ] && bad "open-files: the output was made: $(ls "$tmp/o128" | head -3)" || ok
 
+# An output whose directory is missing was found only when the file was created: plan solved
+# (up to --time-limit per solve), calibrate measured, then "cannot create '<out>.tmp.<pid>…'".
+expect out-dir 1 "io error: --out '$tmp/missing/p.json': cannot write into '$tmp/missing': No such file or directory" \
+  "$tool" plan "${small[@]}" --out "$tmp/missing/p.json" --no-svg --progress
+grep -q "solver:" "$tmp/err" && bad "out-dir: plan solved before refusing: $(head -c 300 "$tmp/err")" || ok
+expect out-dir 1 "io error: --out '$tmp/missing/c.json': cannot write into '$tmp/missing'" \
+  "$tool" calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/missing/c.json"
+expect out-dir 1 "io error: --dot '$tmp/ck/config.json/p.dot': '$tmp/ck/config.json' is a regular file, not a directory" \
+  "$tool" plan "${small[@]}" --out "$tmp/od.json" --dot "$tmp/ck/config.json/p.dot" --no-svg
+expect out-dir 0 "" "$tool" synth "${small[@]}" --out "$tmp/missing/made/ck"  # a directory the command makes
+
 finish hardening

@@ -72,8 +72,8 @@ int run_synth(const synth_options& o) {
   // `synth --model DIR --out DIR` would replace the config it reads
   command_paths paths(o.follow_symlinks);
   if (!o.model.is_preset()) paths.model("--model", o.model.model);
-  const fs::path weights_file = paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors");
-  const fs::path config_file = paths.output_path("--out config", fs::path(o.out) / "config.json");
+  const fs::path weights_file = paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors", /*directory_made=*/true);
+  const fs::path config_file = paths.output_path("--out config", fs::path(o.out) / "config.json", /*directory_made=*/true);
   paths.check();
   hf_model m;
   if (std::optional<hf_model> h = o.model.hf()) {

@@ -9,6 +9,7 @@
 #include "common.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>  // access
 
 #include <cerrno>
 #include <cstring>
@@ -46,16 +47,19 @@ class command_paths {
   /// A file the command writes. It may exist as a regular file, which is replaced unless it is
   /// an input; anything else there (a FIFO, a device, a directory, a link unless following
   /// links) is refused by check().
+  /// Its directory is one the command makes (shard's --out): it need not exist yet.
   command_paths& output(std::string what, const std::filesystem::path& p) {
-    (void)output_path(std::move(what), p);
+    (void)output_path(std::move(what), p, /*directory_made=*/true);
     return *this;
   }
   /// output(), returning the path to write: `p`, or the file a link at `p` points to when
-  /// following links.
-  std::filesystem::path output_path(std::string what, std::filesystem::path p) {
+  /// following links. Unless `directory_made` (the command creates it, as synth's --out), the
+  /// file's directory must exist and be writable: `plan --out missing/p.json` solved for
+  /// minutes, `calibrate` measured, and only then failed to create the file.
+  std::filesystem::path output_path(std::string what, std::filesystem::path p, bool directory_made = false) {
     if (p.empty()) return p;
     if (follow_) p = resolve_output_link(p);
-    outputs_.push_back({std::move(what), p, false});
+    outputs_.push_back({std::move(what), p, directory_made});
     return p;
   }
 
@@ -91,6 +95,16 @@ class command_paths {
         const bool link = ::lstat(o.path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
         throw io_error(o.what + " " + why + (link ? " (give --follow-symlinks to write the file it points to)" : ""));
       }
+      if (!o.dir_ok) {  // for an output: its directory is the command's to make
+        const std::filesystem::path dir = o.path.parent_path().empty() ? std::filesystem::path(".") : o.path.parent_path();
+        struct stat dst {};
+        if (::stat(dir.c_str(), &dst) != 0)
+          throw io_error(o.what + " '" + o.path.string() + "': cannot write into '" + dir.string() + "': " + std::strerror(errno));
+        if (!S_ISDIR(dst.st_mode))
+          throw io_error(o.what + " '" + o.path.string() + "': '" + dir.string() + "' is " + kind(dst.st_mode) + ", not a directory");
+        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+          throw io_error(o.what + " '" + o.path.string() + "': cannot write into '" + dir.string() + "': " + std::strerror(errno));
+      }
       if (const auto [it, fresh] = seen.emplace(key, &o); !fresh)
         throw io_error(o.what + " '" + o.path.string() + "' and " + it->second->what + " '" + it->second->path.string() +
                        "' are the same file: give each output its own path");
@@ -101,7 +115,7 @@ class command_paths {
   struct entry {
     std::string what;
     std::filesystem::path path;
-    bool dir_ok = false;
+    bool dir_ok = false;  ///< an input: may be a directory; an output: its directory is made by the command
   };
   static std::string kind(mode_t m) {
     if (S_ISFIFO(m)) return "a FIFO (reading it could wait forever)";

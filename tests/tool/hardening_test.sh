@@ -361,4 +361,11 @@ expect out-dir 1 "io error: --dot '$tmp/ck/config.json/p.dot': '$tmp/ck/config.j
   "$tool" plan "${small[@]}" --out "$tmp/od.json" --dot "$tmp/ck/config.json/p.dot" --no-svg
 expect out-dir 0 "" "$tool" synth "${small[@]}" --out "$tmp/missing/made/ck"  # a directory the command makes
 
+# plan's training options under --mode infer priced nothing and were dropped without a word.
+for f in "--micro-batches 2" "--micro-batch 1" "--recompute full" "--optimizer sgd" "--gradient-bucket 0" "--gradient-overlap 0.5" "--no-zero"; do
+  # shellcheck disable=SC2086
+  expect infer-training "2" "^${f%% *}: prices a training step .*--mode infer has none" "$tool" plan "${small[@]}" --mode infer $f --out "$tmp/oi.json"
+done
+[ -e "$tmp/oi.json" ] && bad "infer-training: a plan was written" || ok
+
 finish hardening

@@ -567,8 +567,16 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr (solver, phases)");
   cmd->add_flag("--progress", o->progress,
                 "progress of the phases (strategies, pricing, baselines) on stderr even when it is not a terminal");
-  cmd->callback([o, backend, &run] {
+  cmd->callback([o, cmd, backend, &run] {
     o->model.check_flags();
+    // A training option under --mode infer priced nothing and was dropped without a word
+    // (`--mode infer --micro-batches 2` planned one forward pass).
+    if (o->model.run() == run_mode::inference)
+      for (const char* name : {"--optimizer", "--gradient-bucket", "--gradient-overlap", "--no-zero", "--micro-batch",
+                               "--micro-batches", "--recompute"})
+        if (cmd->get_option(name)->count() > 0)
+          throw CLI::ValidationError(name, "prices a training step (gradients, optimizer state, micro-steps, recomputation); "
+                                           "--mode infer has none: leave it out, or plan with --mode train");
     if (o->tensor_parallel != 0 && o->algo != to_string(algo::megatron))
       throw CLI::ValidationError("--tp", "the tensor-parallel size is megatron's (--algo megatron); the other algos choose theirs");
     o->backend_given = backend->count() > 0;

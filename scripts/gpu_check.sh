@@ -144,10 +144,30 @@ for arg, size in ((1 << 24, "16 MiB"), (1 << 28, "256 MiB")):
     dma = [f"{c >> 10} KiB x{st}: {gbs(f'BM_dma_chunks/{arg}/{c}/{st}/real_time').strip()}"
            for c in (1 << 18, 1 << 20, 1 << 23) for st in (1, 2)]
     print(f"  copy engine alone, {size} in chunks (GB/s): " + ", ".join(dma) +
-          f"; staging alone: {gbs(f'BM_staging_only/{arg}/real_time').strip()}")
+          f"; staging alone: cached stores {gbs(f'BM_staging_only/{arg}/1/real_time').strip()},"
+          f" streaming {gbs(f'BM_staging_only/{arg}/2/real_time').strip()}")
 for arg, size in ((1 << 24, "16 MiB"), (1 << 28, "256 MiB")):
     threads = [f"{t}: {gbs(f'BM_uploader_threads/{arg}/{t}/real_time').strip()}" for t in (1, 2, 4, 8, 16)]
     print(f"  uploader at {size} by staging threads (GB/s): " + ", ".join(threads))
+print("  uploader with streaming stores: " + ", ".join(
+    f"{size} {gbs(f'BM_uploader_streaming/{arg}/real_time').strip()} ({ratio(f'BM_uploader_streaming/{arg}/real_time').strip()})"
+    for size, arg in (("1 MiB", 1 << 20), ("16 MiB", 1 << 24), ("256 MiB", 1 << 28))))
+print("why 16 MiB is slow (docs/devices.md): the copy engine on 16 MiB in 1 MiB chunks (GB/s)")
+print("  after the staging threads wrote it: " + ", ".join(
+    f"{w} {gbs(f'BM_dma_after_write/{i}/manual_time').strip()}" for i, w in enumerate(("none", "cached", "streaming"))))
+print("  while they copy elsewhere: " + ", ".join(
+    f"{w} {gbs(f'BM_dma_under_load/{i}/manual_time').strip()} (staging {rows.get(f'BM_dma_under_load/{i}/manual_time', {}).get('load_GBps', float('nan')):.1f})"
+    for i, w in ((1, "cached"), (2, "streaming"))))
+print("  the pipeline, each chunk timed on the device:")
+for arg, size in ((1 << 24, "16 MiB"), (1 << 28, "256 MiB")):
+    for slots in (8, 64):
+        for i, w in ((1, "cached"), (2, "streaming")):
+            b = rows.get(f"BM_pipeline_trace/{arg}/{slots}/{i}/real_time")
+            if not b:
+                continue
+            print(f"    {size:7} {slots:2} slots {w:9} {b['bytes_per_second'] / 1e9:6.2f} GB/s: copy engine busy {b['ce_busy']:.2f}"
+                  f" at {b['ce_GBps']:.1f} GB/s, first chunk handed on at {b['first_issue_us']:.0f} us,"
+                  f" last at {b['last_issue_us']:.0f} us of {b['span_us']:.0f}")
 coll = [b for b in doc["benches"]["nccl_bandwidth"].get("benchmarks", []) if b.get("run_type") != "aggregate"]
 if coll:
     print("\nNCCL path and device copies (cuda:0):")

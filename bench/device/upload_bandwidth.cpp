@@ -12,6 +12,20 @@
 //   staging_only/B      the staging threads' side alone: B bytes into the pinned slots
 //   uploader_threads/N  the same at 16 and 256 MiB with N staging threads
 //   uploader/<a>_to_<b>_<site>  with a dtype conversion on the device or on the host threads
+//   uploader/copy_streaming     the reused uploader writing its staging with non-temporal stores
+// Why the pipeline is slower than either of its sides at 16 MiB (docs/devices.md), one row
+// per hypothesis:
+//   dma_after_write/W   the copy engine alone on 16 MiB in 1 MiB chunks, device-timed, right
+//                       after the staging threads wrote the bytes with W stores (cached,
+//                       streaming) or not at all (none): does the copy engine read bytes still
+//                       in the writing cores' caches slower?
+//   dma_under_load/W    the same while the staging threads copy into other memory without
+//                       pause: does the host's memory traffic slow the copy engine?
+//   pipeline_trace/B/S/W  a copy of B bytes through S slots of 64 MiB / S with W stores, each
+//                       chunk's transfer timed on the device: ce_busy (the copy engine's share of
+//                       the copy's time), ce_GBps (its rate while busy), first/last_issue_us
+//                       (when the first and last chunk were handed on): is the copy engine
+//                       starved, or slow while it runs?
 // bytes_per_second counts host (source) bytes; device_bytes_per_second the bytes written on
 // the device; vs_pinned is bytes_per_second over the peer's at the same size (1.0: as fast
 // as a pinned copy of the same source bytes). Every row warms up first (the CUDA context,
@@ -20,6 +34,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>  // std::min
+#include <atomic>   // std::atomic
+#include <chrono>   // std::chrono::steady_clock
 #include <cstddef>  // std::size_t, std::byte
 #include <cstdint>  // std::int64_t
 #include <cstdio>   // std::printf, std::fprintf
@@ -27,6 +43,7 @@
 #include <cstring>  // std::memset
 #include <map>      // std::map
 #include <string>   // std::string
+#include <thread>   // std::thread
 #include <utility>  // std::pair
 #include <vector>   // std::vector
 
@@ -141,13 +158,15 @@ void BM_upload_tensor(benchmark::State& state) {
 }
 
 /// A reused uploader from `from` to `to`; `threads` 0: the shared team.
-void run_uploader(benchmark::State& state, dtype from, dtype to, convert_site site, unsigned threads) {
+void run_uploader(benchmark::State& state, dtype from, dtype to, convert_site site, unsigned threads,
+                  staging_stores stores = staging_stores::cached) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const host_tensor& h = host_source(bytes, from);
   const int devices[1] = {0};
   upload_options o;
   o.convert_on = site;
   o.staging_threads = threads;
+  o.stores = stores;
   device_uploader up(devices, o);
   device_tensor dst(0, to, h.shape());
   if (from != to) state.SetLabel(up.converts_on_device(from, to) ? "converted on the device" : "converted on the host");
@@ -160,6 +179,10 @@ void run_uploader(benchmark::State& state, dtype from, dtype to, convert_site si
 
 void BM_uploader(benchmark::State& state, dtype from, dtype to, convert_site site) {
   run_uploader(state, from, to, site, 0);
+}
+
+void BM_uploader_streaming(benchmark::State& state) {
+  run_uploader(state, dtype::f32, dtype::f32, convert_site::automatic, 0, staging_stores::streaming);
 }
 
 /// The copy engine's side alone: `bytes` from pinned memory in chunks of range(1) bytes, each
@@ -194,22 +217,211 @@ void BM_dma_chunks(benchmark::State& state) {
   (void)cudaFreeHost(host);
 }
 
+/// A sink that hands chunks on to nobody (the staging threads' side alone).
+struct no_sink {
+  void wait_slot(std::size_t) const noexcept {}
+  bool done(std::size_t) const noexcept { return true; }
+  void issue(std::size_t, std::size_t, std::size_t) const noexcept {}
+};
+
+staging_stores stores_of(std::int64_t w) { return w == 2 ? staging_stores::streaming : staging_stores::cached; }
+const char* stores_name(std::int64_t w) { return w == 0 ? "none" : w == 1 ? "cached" : "streaming"; }
+
 /// The staging threads' side alone: `bytes` of f32 staged through a ring of 8 pinned slots
-/// of 8 MiB by the shared team, handed to nobody.
+/// of 8 MiB by the shared team with range(1) stores (1 cached, 2 streaming), handed to nobody.
 void BM_staging_only(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::int64_t w = state.range(1);
+  state.SetLabel(stores_name(w));
   const host_tensor& h = host_source(bytes, dtype::f32);
   void* arena = nullptr;
   cuda_ok(cudaMallocHost(&arena, std::size_t{64} << 20), "cudaMallocHost");
   staging_ring ring(static_cast<std::byte*>(arena), std::size_t{8} << 20, 8);
-  struct nobody {
-    void wait_slot(std::size_t) const noexcept {}
-    bool done(std::size_t) const noexcept { return true; }
-    void issue(std::size_t, std::size_t, std::size_t) const noexcept {}
-  } sink;
-  for (auto _ : state) stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, bytes / 4, sink);
+  no_sink sink;
+  for (auto _ : state)
+    stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, bytes / 4, sink, stores_of(w));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
   (void)cudaFreeHost(arena);
+}
+
+/// Device milliseconds between two recorded events.
+double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  cuda_ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  return static_cast<double>(ms);
+}
+
+constexpr std::size_t kChunk = std::size_t{1} << 20, kProbe = std::size_t{1} << 24;
+
+/// kProbe bytes from pinned `host` to `dev` in chunks of kChunk on `stream`, timed on the
+/// device (ms).
+double timed_dma(void* dev, const void* host, cudaStream_t stream, cudaEvent_t a, cudaEvent_t b) {
+  cuda_ok(cudaEventRecord(a, stream), "cudaEventRecord");
+  for (std::size_t off = 0; off < kProbe; off += kChunk)
+    cuda_ok(cudaMemcpyAsync(static_cast<std::byte*>(dev) + off, static_cast<const std::byte*>(host) + off, kChunk,
+                            cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync");
+  cuda_ok(cudaEventRecord(b, stream), "cudaEventRecord");
+  cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
+  return elapsed_ms(a, b);
+}
+
+/// Hypothesis: the copy engine reads bytes that the staging threads just wrote (and that sit
+/// in their caches) slower. range(0): 0 nobody writes them, 1 cached stores, 2 streaming.
+void BM_dma_after_write(benchmark::State& state) {
+  const std::int64_t w = state.range(0);
+  state.SetLabel(stores_name(w));
+  const host_tensor& h = host_source(kProbe, dtype::f32);
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  void* pinned = nullptr;
+  cuda_ok(cudaHostAlloc(&pinned, kProbe, cudaHostAllocPortable), "cudaHostAlloc");
+  std::memset(pinned, 0, kProbe);
+  staging_ring ring(static_cast<std::byte*>(pinned), kChunk, kProbe / kChunk);  // the copy fills it once, in order
+  no_sink sink;
+  device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(kProbe)});
+  cudaStream_t stream;
+  cudaEvent_t a, b;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  for (auto _ : state) {
+    if (w != 0) stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, kProbe / 4, sink, stores_of(w));
+    state.SetIterationTime(timed_dma(dst.data(), pinned, stream, a, b) * 1e-3);
+  }
+  finish(state, kProbe, kProbe);
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  (void)cudaStreamDestroy(stream);
+  (void)cudaFreeHost(pinned);
+}
+
+/// Hypothesis: the host's memory traffic (the staging threads copying 64 MiB over and over into
+/// ordinary memory, range(0) 1 cached or 2 streaming stores) slows the copy engine.
+void BM_dma_under_load(benchmark::State& state) {
+  const std::int64_t w = state.range(0);
+  state.SetLabel(stores_name(w));
+  const host_tensor& h = host_source(std::size_t{64} << 20, dtype::f32);
+  std::vector<std::byte> arena(std::size_t{64} << 20);
+  staging_ring ring(arena.data(), std::size_t{8} << 20, 8);
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  void* pinned = nullptr;
+  cuda_ok(cudaHostAlloc(&pinned, kProbe, cudaHostAllocPortable), "cudaHostAlloc");
+  std::memset(pinned, 1, kProbe);
+  device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(kProbe)});
+  cudaStream_t stream;
+  cudaEvent_t a, b;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> staged{0};
+  std::thread load([&] {
+    no_sink sink;
+    while (!stop.load(std::memory_order_relaxed)) {
+      stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, static_cast<std::size_t>(h.numel()), sink,
+                    stores_of(w));
+      staged.fetch_add(h.nbytes(), std::memory_order_relaxed);
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t s0 = staged.load();
+  for (auto _ : state) state.SetIterationTime(timed_dma(dst.data(), pinned, stream, a, b) * 1e-3);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state.counters["load_GBps"] = static_cast<double>(staged.load() - s0) / secs / 1e9;  // the staging meanwhile
+  stop = true;
+  load.join();
+  finish(state, kProbe, kProbe);
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  (void)cudaStreamDestroy(stream);
+  (void)cudaFreeHost(pinned);
+}
+
+/// The uploader's sink (one stream, an event per slot) that also times each chunk's transfer
+/// on the device and notes when the host handed it on.
+struct trace_sink {
+  cudaStream_t stream = nullptr;
+  std::byte* dst = nullptr;
+  const staging_ring* ring = nullptr;
+  std::vector<cudaEvent_t> slot_done, begin, end;  // per slot; per chunk of one copy (timing)
+  std::vector<double> issued_us;
+  std::chrono::steady_clock::time_point t0;
+  std::size_t chunk = 0;
+
+  void wait_slot(std::size_t s) const { cuda_ok(cudaEventSynchronize(slot_done[s]), "cudaEventSynchronize"); }
+  bool done(std::size_t s) const {
+    const cudaError_t e = cudaEventQuery(slot_done[s]);
+    if (e == cudaErrorNotReady) return false;
+    cuda_ok(e, "cudaEventQuery");
+    return true;
+  }
+  void issue(std::size_t s, std::size_t first, std::size_t count) {
+    issued_us[chunk] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    cuda_ok(cudaEventRecord(begin[chunk], stream), "cudaEventRecord");
+    cuda_ok(cudaMemcpyAsync(dst + first * 4, ring->slot(s), count * 4, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    cuda_ok(cudaEventRecord(end[chunk], stream), "cudaEventRecord");
+    cuda_ok(cudaEventRecord(slot_done[s], stream), "cudaEventRecord");
+    ++chunk;
+  }
+};
+
+/// Hypotheses together: a copy of range(0) bytes of f32 through range(1) slots (64 MiB of
+/// pinned staging in all) with range(2) stores (1 cached, 2 streaming), every chunk's
+/// transfer timed on the device.
+void BM_pipeline_trace(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const auto slots = static_cast<std::size_t>(state.range(1));
+  const std::int64_t w = state.range(2);
+  state.SetLabel(stores_name(w));
+  const std::size_t arena_bytes = std::size_t{64} << 20;
+  const host_tensor& h = host_source(bytes, dtype::f32);
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  void* pinned = nullptr;
+  cuda_ok(cudaHostAlloc(&pinned, arena_bytes, cudaHostAllocPortable), "cudaHostAlloc");
+  staging_ring ring(static_cast<std::byte*>(pinned), arena_bytes / slots, slots);
+  staging_team& team = shared_staging_team();
+  const std::size_t chunks = cut_for_staging(bytes / 4, 4, 4, ring.slot_bytes(), team.threads()).chunks();
+  device_tensor dst(0, dtype::f32, h.shape());
+  trace_sink sink;
+  sink.dst = static_cast<std::byte*>(dst.data());
+  sink.ring = &ring;
+  sink.issued_us.resize(chunks);
+  cuda_ok(cudaStreamCreateWithFlags(&sink.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  auto events = [](std::vector<cudaEvent_t>& v, std::size_t n, unsigned flags) {
+    v.resize(n);
+    for (auto& e : v) cuda_ok(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
+  };
+  events(sink.slot_done, slots, cudaEventDisableTiming);
+  events(sink.begin, chunks, cudaEventDefault);
+  events(sink.end, chunks, cudaEventDefault);
+  cudaEvent_t start;
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  double busy = 0, span = 0, first = 0, last = 0;
+  for (auto _ : state) {
+    sink.chunk = 0;
+    cuda_ok(cudaEventRecord(start, sink.stream), "cudaEventRecord");
+    sink.t0 = std::chrono::steady_clock::now();
+    stage_through(team, ring, h.data(), dtype::f32, dtype::f32, bytes / 4, sink, stores_of(w));
+    cuda_ok(cudaStreamSynchronize(sink.stream), "cudaStreamSynchronize");
+    state.PauseTiming();
+    for (std::size_t c = 0; c < chunks; ++c) busy += elapsed_ms(sink.begin[c], sink.end[c]);
+    span += elapsed_ms(start, sink.end[chunks - 1]);
+    first += sink.issued_us.front();
+    last += sink.issued_us.back();
+    state.ResumeTiming();
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["ce_busy"] = busy / span;
+  state.counters["ce_GBps"] = n * static_cast<double>(bytes) / (busy * 1e-3) / 1e9;
+  state.counters["first_issue_us"] = first / n;
+  state.counters["last_issue_us"] = last / n;
+  state.counters["span_us"] = span * 1e3 / n;
+  finish(state, bytes, bytes);
+  for (auto* v : {&sink.slot_done, &sink.begin, &sink.end})
+    for (cudaEvent_t e : *v) (void)cudaEventDestroy(e);
+  (void)cudaEventDestroy(start);
+  (void)cudaStreamDestroy(sink.stream);
+  (void)cudaFreeHost(pinned);
 }
 
 void BM_uploader_threads(benchmark::State& state) {
@@ -230,7 +442,11 @@ BENCHMARK_CAPTURE(BM_uploader, copy, dtype::f32, dtype::f32, convert_site::autom
 BENCHMARK(BM_dma_chunks)
     ->ArgsProduct({{std::int64_t{1} << 24, kMax}, {std::int64_t{1} << 18, std::int64_t{1} << 20, std::int64_t{1} << 23}, {1, 2}})
     ->UseRealTime()->MinWarmUpTime(kWarmUp);
-BENCHMARK(BM_staging_only)->Arg(std::int64_t{1} << 24)->Arg(kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_staging_only)->ArgsProduct({{std::int64_t{1} << 24, kMax}, {1, 2}})->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_uploader_streaming)->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_dma_after_write)->DenseRange(0, 2)->UseManualTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_dma_under_load)->DenseRange(1, 2)->UseManualTime()->MinWarmUpTime(kWarmUp);
+BENCHMARK(BM_pipeline_trace)->ArgsProduct({{std::int64_t{1} << 24, kMax}, {8, 64}, {1, 2}})->UseRealTime()->MinWarmUpTime(kWarmUp);
 BENCHMARK(BM_uploader_threads)->ArgsProduct({{std::int64_t{1} << 24, kMax}, {1, 2, 4, 8, 16}})->UseRealTime()->MinWarmUpTime(kWarmUp);
 BENCHMARK_CAPTURE(BM_uploader, f32_to_bf16_device, dtype::f32, dtype::bf16, convert_site::device)
     ->RangeMultiplier(16)->Range(kMin, kMax)->UseRealTime()->MinWarmUpTime(kWarmUp);

@@ -139,6 +139,10 @@ struct upload_options {
   std::optional<dtype> convert_to;                    ///< float tensors only, as in shard_options
   unsigned staging_threads = 0;  ///< host threads that fill the staging: 0, the process's shared team (default_staging_threads())
   convert_site convert_on = convert_site::automatic;
+  /// How the staging threads write pinned staging: ordinary stores, or non-temporal ones that
+  /// bypass the CPU caches (docs/devices.md: which one the copy engine reads faster is measured
+  /// by bench_device_upload_bandwidth's `streaming` rows).
+  staging_stores stores = staging_stores::cached;
 };
 
 namespace detail {
@@ -258,7 +262,7 @@ inline void release_upload_staging() { detail::cuda_staging_pool().trim(); }
 class device_uploader {
  public:
   device_uploader(std::span<const int> devices, const upload_options& opts = {})
-      : site_(opts.convert_on) {
+      : site_(opts.convert_on), stores_(opts.stores) {
     if (site_ == convert_site::device && !device_conversion_error().empty())
       throw device_error("conversion on the device asked for, but " + device_conversion_error());
     if (opts.staging_threads != 0) own_team_ = std::make_unique<staging_team>(opts.staging_threads);
@@ -309,7 +313,7 @@ class device_uploader {
     if (on_device) (void)st.scratch();  // made here, not by several staging threads at once
     detail::cuda_staging_sink sink{st, static_cast<std::byte*>(dst.data()), from, dst.type(), on_device};
     stage_through(*team_, st.ring(), src, from, on_device ? from : dst.type(), static_cast<std::size_t>(dst.shape().numel()),
-                  sink);
+                  sink, stores_);
   }
   /// Waits for every copy.
   void synchronize() {
@@ -326,6 +330,7 @@ class device_uploader {
     return o;
   }
   convert_site site_;
+  staging_stores stores_;
   std::unique_ptr<staging_team> own_team_;
   staging_team* team_ = nullptr;
   std::map<int, reuse_pool<detail::cuda_staging, detail::staging_key>::lease> lanes_;

@@ -14,7 +14,8 @@
 #include <chrono>              // std::chrono::steady_clock
 #include <condition_variable>  // std::condition_variable
 #include <cstddef>             // std::size_t, std::byte
-#include <cstdint>             // std::uint64_t, std::int64_t
+#include <cstdint>             // std::uint64_t, std::int64_t, std::uintptr_t
+#include <cstring>             // std::memcpy
 #include <exception>           // std::exception_ptr
 #include <functional>          // std::function
 #include <map>                 // std::map
@@ -26,12 +27,51 @@
 #include <utility>             // std::exchange
 #include <vector>              // std::vector
 
+#if defined(__SSE2__)
+#include <emmintrin.h>  // _mm_loadu_si128, _mm_stream_si128, _mm_sfence
+#endif
+
 #include "../core/dtype.hpp"          // dtype, dtype_size
 #include "../core/error.hpp"          // error
 #include "../core/machine.hpp"        // available_cores
 #include "../tensor/host_tensor.hpp"  // convert_into
 
 namespace autoshard {
+
+/// How the staging threads write the staging slots.
+enum class staging_stores {
+  cached,     ///< ordinary stores (memcpy): the bytes stay in the writing cores' caches
+  streaming,  ///< non-temporal stores (x86 SSE2; memcpy elsewhere): the bytes go to memory, past the
+              ///< caches, so a device reading them does not snoop the cores that wrote them
+};
+
+/// Copies `n` bytes with non-temporal stores where the CPU has them (x86-64: SSE2), then
+/// fences them (`sfence`), so they are visible to any thread or device that learns of the
+/// copy through a later release (an atomic store, a CUDA call). Elsewhere, memcpy.
+inline void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+#if defined(__SSE2__)
+  std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(dst) & 15)) & 15;  // to 16-byte aligned stores
+  head = std::min(head, n);
+  if (head) std::memcpy(dst, src, head);
+  std::size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i_u*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i_u*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i_u*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i_u*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  for (; i + 16 <= n; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i_u*>(src + i)));
+  if (i < n) std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  if (n) std::memcpy(dst, src, n);
+#endif
+}
 
 /// Keeps objects made per key (a device and a size) for reuse: acquire() hands out an idle
 /// one or makes a new one, and the lease gives it back when destroyed. At most `max_idle`
@@ -335,6 +375,11 @@ inline staging_team& shared_staging_team() {
   return *team;
 }
 
+class staging_ring;
+template <class Sink>
+void stage_through(staging_team& team, staging_ring& ring, const std::byte* src, dtype from, dtype staged, std::size_t n,
+                   Sink& sink, staging_stores stores = staging_stores::cached);
+
 /// A ring of equal staging slots over one arena (pinned memory for the copy engine), and
 /// what the pipeline knows about them across copies: slot s serves chunks s, s + slots, ...;
 /// a chunk is staged into its slot once the slot's previous chunk's transfer is known to
@@ -356,7 +401,8 @@ class staging_ring {
 
  private:
   template <class Sink>
-  friend void stage_through(staging_team&, staging_ring&, const std::byte*, dtype, dtype, std::size_t, Sink&);
+  friend void stage_through(staging_team&, staging_ring&, const std::byte*, dtype, dtype, std::size_t, Sink&,
+                            staging_stores);
   /// Whether chunk `seq` may be staged: its slot's previous chunk's transfer is done.
   bool slot_free(std::uint64_t seq) const noexcept {
     return seq < slots_ || free_[seq % slots_].load(std::memory_order_acquire) >= seq - slots_ + 1;
@@ -414,10 +460,11 @@ inline staging_cut cut_for_staging(std::size_t n, std::size_t in_size, std::size
 ///   sink.wait_slot(s)            waits for it (used to clean up after a failure)
 /// Chunks are issued in order as their last part is staged. Returns once every chunk was
 /// staged and issued (the source may be reused then; the transfers may still run). Throws
-/// what a part or the sink threw.
+/// what a part or the sink threw. `stores`: how parts that need no conversion are written
+/// (conversions always use ordinary stores).
 template <class Sink>
 void stage_through(staging_team& team, staging_ring& ring, const std::byte* src, dtype from, dtype staged, std::size_t n,
-                   Sink& sink) {
+                   Sink& sink, staging_stores stores) {
   const std::size_t in_size = dtype_size(from), out_size = dtype_size(staged);
   const staging_cut cut = cut_for_staging(n, in_size, out_size, ring.slot_bytes(), team.threads());
   const std::size_t chunks = cut.chunks();
@@ -427,6 +474,7 @@ void stage_through(staging_team& team, staging_ring& ring, const std::byte* src,
   for (std::size_t c = 0; c < chunks; ++c) left[c].store(cut.parts_of(c), std::memory_order_relaxed);
   const std::uint64_t first_seq = ring.next_;
   const std::size_t slots = ring.slots();
+  const bool streaming = stores == staging_stores::streaming && from == staged;
   auto stage = [&](std::size_t p) {
     const std::size_t c = p / per_chunk, j = p % per_chunk;
     const std::uint64_t seq = first_seq + c;
@@ -440,8 +488,11 @@ void stage_through(staging_team& team, staging_ring& ring, const std::byte* src,
     const std::size_t chunk_first = c * cut.chunk_elements;
     const std::size_t first = chunk_first + j * cut.part_elements;
     const std::size_t count = std::min(cut.part_elements, chunk_first + cut.chunk_size(c) - first);
-    convert_into(src + first * in_size, from, ring.slot(static_cast<std::size_t>(seq % slots)) + (first - chunk_first) * out_size,
-                 staged, static_cast<std::int64_t>(count));
+    std::byte* to = ring.slot(static_cast<std::size_t>(seq % slots)) + (first - chunk_first) * out_size;
+    if (streaming)
+      stream_copy(to, src + first * in_size, count * in_size);
+    else
+      convert_into(src + first * in_size, from, to, staged, static_cast<std::int64_t>(count));
     left[c].fetch_sub(1, std::memory_order_release);
   };
   std::size_t issued = 0;

@@ -85,18 +85,18 @@ class local_search {
       const int128 du = static_cast<int128>(u[j]) - u[pick[v]];
       return du <= 0 || load.max(spans[0].a, spans[0].b) + du <= *rv.limit;
     }
-    std::vector<std::size_t> cuts;
-    for (const reduced_view::part_span& s : spans) cuts.push_back(s.a), cuts.push_back(s.b);
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-      int128 du = 0;
-      for (const reduced_view::part_span& s : spans)
-        if (s.a <= cuts[k] && cuts[k] < s.b) {
-          const std::vector<std::int64_t>& u = rv.node(v).parts[s.part].usage;
-          du += static_cast<int128>(u[j]) - u[pick[v]];
-        }
-      if (du > 0 && load.max(cuts[k], cuts[k + 1]) + du > *rv.limit) return false;
+    // Sweep the spans' starts and ends in time order: between two of them the change is the
+    // sum over the parts live there (O(S) and one O(log T) query per stretch).
+    const std::vector<reduced_view::span_end>& ends = rv.ends[v];
+    int128 du = 0;
+    for (std::size_t k = 0; k < ends.size();) {
+      const std::size_t t = ends[k].t;
+      for (; k < ends.size() && ends[k].t == t; ++k) {
+        const std::vector<std::int64_t>& u = rv.node(v).parts[ends[k].part].usage;
+        const int128 d = static_cast<int128>(u[j]) - u[pick[v]];
+        du += ends[k].start ? d : -d;
+      }
+      if (k < ends.size() && du > 0 && load.max(t, ends[k].t) + du > *rv.limit) return false;
     }
     return true;
   }
@@ -438,11 +438,13 @@ class local_search {
   void add_memory_partners(window& w, std::mt19937& rng, std::vector<std::size_t>& pos, std::size_t work,
                            std::size_t roots, double& spent) const {
     const std::size_t n = rv.red.nodes.size(), seed = w.nodes.front();
+    // The first time point holding the largest load, over the spans in order (O(log T) each).
     std::size_t hot = rv.spans[seed][0].a;
     int128 peak = load.at(hot);
-    for (const reduced_view::part_span& sp : rv.spans[seed])
-      for (std::size_t t = sp.a; t < sp.b; ++t)
-        if (load.at(t) > peak) peak = load.at(t), hot = t;
+    for (const reduced_view::part_span& sp : rv.spans[seed]) {
+      const auto [m, t] = load.argmax(sp.a, sp.b);
+      if (m > peak) peak = m, hot = t;
+    }
     std::vector<std::size_t> live = live_at(hot);
     std::shuffle(live.begin(), live.end(), rng);
     for (std::size_t v : live) {

@@ -39,13 +39,15 @@ class load_tree {
   /// Largest value overall and the first time point holding it.
   std::pair<int128, std::size_t> argmax() const {
     if (n_ == 0) return {lowest(), 0};
-    std::size_t i = 1;
-    int128 carried = 0;
-    while (i < size_) {
-      carried += add_[i];
-      i = max_[2 * i] + carried >= max_[2 * i + 1] + carried ? 2 * i : 2 * i + 1;
-    }
-    return {max_[i] + carried, i - size_};
+    return {max_[1], first_max_leaf(1)};
+  }
+
+  /// Largest value over [a, b) and the first time point in it holding it, in O(log T)
+  /// ({lowest, a} when empty).
+  std::pair<int128, std::size_t> argmax(std::size_t a, std::size_t b) const {
+    b = std::min(b, n_);
+    if (a >= b) return {lowest(), a};
+    return argmax(1, 0, size_, a, b);
   }
 
  private:
@@ -66,6 +68,27 @@ class load_tree {
     add(2 * node, lo, mid, a, b, d);
     add(2 * node + 1, mid, hi, a, b, d);
     max_[node] = std::max(max_[2 * node], max_[2 * node + 1]) + add_[node];
+  }
+
+  /// The first leaf under `node` holding the subtree's largest value (max_[node]).
+  std::size_t first_max_leaf(std::size_t i) const {
+    while (i < size_) i = max_[2 * i] >= max_[2 * i + 1] ? 2 * i : 2 * i + 1;  // the parent's add is common to both
+    return i - size_;
+  }
+
+  std::pair<int128, std::size_t> argmax(std::size_t node, std::size_t lo, std::size_t hi, std::size_t a,
+                                        std::size_t b) const {
+    if (a <= lo && hi <= b) return {max_[node], first_max_leaf(node)};
+    const std::size_t mid = (lo + hi) / 2;
+    std::pair<int128, std::size_t> best{lowest(), a};
+    bool any = false;
+    if (a < mid) best = argmax(2 * node, lo, mid, a, b), any = true;
+    if (mid < b) {
+      const std::pair<int128, std::size_t> right = argmax(2 * node + 1, mid, hi, a, b);
+      if (!any || right.first > best.first) best = right;
+    }
+    best.first += add_[node];
+    return best;
   }
 
   int128 max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t a, std::size_t b) const {

@@ -30,6 +30,11 @@ struct reduced_view {
     std::size_t part, a, b;  // time indices [a, b) this part of the node is live at
   };
   std::vector<std::vector<part_span>> spans;  // per node id
+  struct span_end {
+    std::size_t t, part;
+    bool start;  // the part's span starts at time index t (else it ends there)
+  };
+  std::vector<std::vector<span_end>> ends;  // per node with several spans: their starts and ends, by time
   std::size_t leaves = 0;                       // of the segment tree over the time indices
   std::vector<std::vector<std::size_t>> segment;  // its nodes: the alive nodes whose spans cover them
 
@@ -57,6 +62,12 @@ struct reduced_view {
           diff[b] -= n.parts[k].lo;
         }
       }
+    }
+    ends.resize(red.nodes.size());
+    for (std::size_t v = 0; v < red.nodes.size(); ++v) {
+      if (spans[v].size() < 2) continue;
+      for (const part_span& sp : spans[v]) ends[v].push_back({sp.a, sp.part, true}), ends[v].push_back({sp.b, sp.part, false});
+      std::sort(ends[v].begin(), ends[v].end(), [](const span_end& x, const span_end& y) { return x.t < y.t; });
     }
     base.assign(times.size(), 0);
     int128 cur = 0;

@@ -253,18 +253,44 @@ double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
 
 constexpr std::size_t kChunk = std::size_t{1} << 20, kProbe = std::size_t{1} << 24;
 
-/// kProbe bytes from pinned `host` to `dev` in chunks of kChunk on `stream`, timed on the
-/// device (ms).
-double timed_dma(void* dev, const void* host, cudaStream_t stream, cudaEvent_t a, cudaEvent_t b) {
-  cuda_ok(cudaEventRecord(a, stream), "cudaEventRecord");
-  for (std::size_t off = 0; off < kProbe; off += kChunk)
-    cuda_ok(cudaMemcpyAsync(static_cast<std::byte*>(dev) + off, static_cast<const std::byte*>(host) + off, kChunk,
-                            cudaMemcpyHostToDevice, stream),
-            "cudaMemcpyAsync");
-  cuda_ok(cudaEventRecord(b, stream), "cudaEventRecord");
-  cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
-  return elapsed_ms(a, b);
-}
+/// kProbe bytes of pinned memory (filled with `fill`) and the copy engine timing their
+/// transfer to the device in chunks of kChunk on a stream of its own.
+class dma_probe {
+ public:
+  explicit dma_probe(int fill) : dst_(0, dtype::u8, {static_cast<std::int64_t>(kProbe)}) {
+    cuda_ok(cudaHostAlloc(&pinned_, kProbe, cudaHostAllocPortable), "cudaHostAlloc");
+    std::memset(pinned_, fill, kProbe);
+    cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaEventCreate(&a_), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&b_), "cudaEventCreate");
+  }
+  dma_probe(const dma_probe&) = delete;
+  dma_probe& operator=(const dma_probe&) = delete;
+  ~dma_probe() {
+    (void)cudaEventDestroy(a_);
+    (void)cudaEventDestroy(b_);
+    (void)cudaStreamDestroy(stream_);
+    (void)cudaFreeHost(pinned_);
+  }
+  std::byte* pinned() const noexcept { return static_cast<std::byte*>(pinned_); }
+  /// One transfer of the kProbe bytes, device-timed, in seconds.
+  double run() {
+    cuda_ok(cudaEventRecord(a_, stream_), "cudaEventRecord");
+    for (std::size_t off = 0; off < kProbe; off += kChunk)
+      cuda_ok(cudaMemcpyAsync(static_cast<std::byte*>(dst_.data()) + off, pinned() + off, kChunk, cudaMemcpyHostToDevice,
+                              stream_),
+              "cudaMemcpyAsync");
+    cuda_ok(cudaEventRecord(b_, stream_), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(b_), "cudaEventSynchronize");
+    return elapsed_ms(a_, b_) * 1e-3;
+  }
+
+ private:
+  device_tensor dst_;
+  void* pinned_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+};
 
 /// Hypothesis: the copy engine reads bytes that the staging threads just wrote (and that sit
 /// in their caches) slower. range(0): 0 nobody writes them, 1 cached stores, 2 streaming.
@@ -273,26 +299,14 @@ void BM_dma_after_write(benchmark::State& state) {
   state.SetLabel(stores_name(w));
   const host_tensor& h = host_source(kProbe, dtype::f32);
   cuda_ok(cudaSetDevice(0), "cudaSetDevice");
-  void* pinned = nullptr;
-  cuda_ok(cudaHostAlloc(&pinned, kProbe, cudaHostAllocPortable), "cudaHostAlloc");
-  std::memset(pinned, 0, kProbe);
-  staging_ring ring(static_cast<std::byte*>(pinned), kChunk, kProbe / kChunk);  // the copy fills it once, in order
+  dma_probe probe(0);
+  staging_ring ring(probe.pinned(), kChunk, kProbe / kChunk);  // each copy fills it once, in order
   no_sink sink;
-  device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(kProbe)});
-  cudaStream_t stream;
-  cudaEvent_t a, b;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
   for (auto _ : state) {
     if (w != 0) stage_through(shared_staging_team(), ring, h.data(), dtype::f32, dtype::f32, kProbe / 4, sink, stores_of(w));
-    state.SetIterationTime(timed_dma(dst.data(), pinned, stream, a, b) * 1e-3);
+    state.SetIterationTime(probe.run());
   }
   finish(state, kProbe, kProbe);
-  (void)cudaEventDestroy(a);
-  (void)cudaEventDestroy(b);
-  (void)cudaStreamDestroy(stream);
-  (void)cudaFreeHost(pinned);
 }
 
 /// Hypothesis: the host's memory traffic (the staging threads copying 64 MiB over and over into
@@ -304,15 +318,7 @@ void BM_dma_under_load(benchmark::State& state) {
   std::vector<std::byte> arena(std::size_t{64} << 20);
   staging_ring ring(arena.data(), std::size_t{8} << 20, 8);
   cuda_ok(cudaSetDevice(0), "cudaSetDevice");
-  void* pinned = nullptr;
-  cuda_ok(cudaHostAlloc(&pinned, kProbe, cudaHostAllocPortable), "cudaHostAlloc");
-  std::memset(pinned, 1, kProbe);
-  device_tensor dst(0, dtype::u8, {static_cast<std::int64_t>(kProbe)});
-  cudaStream_t stream;
-  cudaEvent_t a, b;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  dma_probe probe(1);
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> staged{0};
   std::thread load([&] {
@@ -325,16 +331,12 @@ void BM_dma_under_load(benchmark::State& state) {
   });
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t s0 = staged.load();
-  for (auto _ : state) state.SetIterationTime(timed_dma(dst.data(), pinned, stream, a, b) * 1e-3);
+  for (auto _ : state) state.SetIterationTime(probe.run());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   state.counters["load_GBps"] = static_cast<double>(staged.load() - s0) / secs / 1e9;  // the staging meanwhile
   stop = true;
   load.join();
   finish(state, kProbe, kProbe);
-  (void)cudaEventDestroy(a);
-  (void)cudaEventDestroy(b);
-  (void)cudaStreamDestroy(stream);
-  (void)cudaFreeHost(pinned);
 }
 
 /// The uploader's sink (one stream, an event per slot) that also times each chunk's transfer

@@ -281,28 +281,33 @@ TEST_SUITE("no_device") {
         staging_ring ring(arena.data(), slot_bytes, 4);
         std::vector<std::byte> sink_bytes(8);
         slow_engine engine(ring, sink_bytes.data(), 1);
-        // One ring for many copies: its slots' chunk numbers carry over from copy to copy.
-        for (conversion k : {conversion{dtype::f32, dtype::f32}, conversion{dtype::f32, dtype::bf16},
-                             conversion{dtype::bf16, dtype::f32}, conversion{dtype::f16, dtype::f32},
-                             conversion{dtype::f32, dtype::f16}, conversion{dtype::f64, dtype::bf16}}) {
-          for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{20001}}) {
-            CAPTURE(threads);
-            CAPTURE(slot_bytes);
-            CAPTURE(to_string(k.from));
-            CAPTURE(to_string(k.to));
-            CAPTURE(n);
-            const host_tensor src = labels(k.from, n, static_cast<std::uint64_t>(n) * 31 + threads);
-            host_tensor out(k.to, {n});
-            std::memset(out.data(), 0xA5, out.nbytes());  // poisoned: every element must be written
-            engine.retarget(out.data(), dtype_size(k.to));
-            const std::uint64_t before = engine.transfers();
-            stage_through(team, ring, src.data(), k.from, k.to, static_cast<std::size_t>(n), engine);
-            engine.drain();
-            const staging_cut cut = cut_for_staging(static_cast<std::size_t>(n), dtype_size(k.from),
-                                                    dtype_size(k.to), slot_bytes, threads);
-            CHECK(engine.transfers() - before == cut.chunks());
-            CHECK(engine.foreign() == 0);  // only the calling thread hands chunks on
-            CHECK(bitwise_equal(out.view(), convert(src.view(), k.to).view()));
+        // One ring for many copies: its slots' chunk numbers carry over from copy to copy. bf16
+        // parts start and end off 16-byte boundaries; streaming stores apply to copies only.
+        for (conversion k : {conversion{dtype::f32, dtype::f32}, conversion{dtype::bf16, dtype::bf16},
+                             conversion{dtype::f32, dtype::bf16}, conversion{dtype::bf16, dtype::f32},
+                             conversion{dtype::f16, dtype::f32}, conversion{dtype::f32, dtype::f16},
+                             conversion{dtype::f64, dtype::bf16}}) {
+          for (staging_stores stores : {staging_stores::cached, staging_stores::streaming}) {
+            for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{20001}}) {
+              CAPTURE(threads);
+              CAPTURE(slot_bytes);
+              CAPTURE(to_string(k.from));
+              CAPTURE(to_string(k.to));
+              CAPTURE(stores == staging_stores::streaming);
+              CAPTURE(n);
+              const host_tensor src = labels(k.from, n, static_cast<std::uint64_t>(n) * 31 + threads);
+              host_tensor out(k.to, {n});
+              std::memset(out.data(), 0xA5, out.nbytes());  // poisoned: every element must be written
+              engine.retarget(out.data(), dtype_size(k.to));
+              const std::uint64_t before = engine.transfers();
+              stage_through(team, ring, src.data(), k.from, k.to, static_cast<std::size_t>(n), engine, stores);
+              engine.drain();
+              const staging_cut cut = cut_for_staging(static_cast<std::size_t>(n), dtype_size(k.from),
+                                                      dtype_size(k.to), slot_bytes, threads);
+              CHECK(engine.transfers() - before == cut.chunks());
+              CHECK(engine.foreign() == 0);  // only the calling thread hands chunks on
+              CHECK(bitwise_equal(out.view(), convert(src.view(), k.to).view()));
+            }
           }
         }
       }
@@ -327,40 +332,6 @@ TEST_SUITE("no_device") {
           for (std::size_t i = 0; i < dst.size(); ++i)
             if ((i < 32 + dof || i >= 32 + dof + n) && dst[i] != std::byte{0xA5}) guards = false;
           CHECK(guards);
-        }
-      }
-    }
-  }
-
-  TEST_CASE("staging: streaming stores stage the same bytes as cached ones; conversions ignore them") {
-    struct conversion {
-      dtype from, to;
-    };
-    for (unsigned threads : {1u, 3u, 8u}) {
-      staging_team team(threads);
-      for (std::size_t slot_bytes : {std::size_t{256}, std::size_t{4096}, std::size_t{1} << 20}) {
-        std::vector<std::byte> arena(slot_bytes * 4);
-        staging_ring ring(arena.data(), slot_bytes, 4);
-        std::vector<std::byte> sink_bytes(8);
-        slow_engine engine(ring, sink_bytes.data(), 1);
-        // bf16 parts start and end off 16-byte boundaries; f32 to bf16 converts with ordinary stores.
-        for (conversion k : {conversion{dtype::f32, dtype::f32}, conversion{dtype::bf16, dtype::bf16},
-                             conversion{dtype::f32, dtype::bf16}}) {
-          for (std::int64_t n : {std::int64_t{1}, std::int64_t{1001}, std::int64_t{20001}}) {
-            CAPTURE(threads);
-            CAPTURE(slot_bytes);
-            CAPTURE(to_string(k.from));
-            CAPTURE(n);
-            const host_tensor src = labels(k.from, n, static_cast<std::uint64_t>(n) * 17 + threads);
-            host_tensor out(k.to, {n});
-            std::memset(out.data(), 0xA5, out.nbytes());
-            engine.retarget(out.data(), dtype_size(k.to));
-            stage_through(team, ring, src.data(), k.from, k.to, static_cast<std::size_t>(n), engine,
-                          staging_stores::streaming);
-            engine.drain();
-            CHECK(engine.foreign() == 0);
-            CHECK(bitwise_equal(out.view(), convert(src.view(), k.to).view()));
-          }
         }
       }
     }

@@ -51,6 +51,17 @@ class graph_error : public error {
 class solver_error : public error {
  public:
   explicit solver_error(const std::string& what) : error("solver error: ", what) {}
+  /// No answer was found, but none was proven not to exist (the search ran out of time).
+  static solver_error none_found(const std::string& what) {
+    solver_error e(what);
+    e.unproven_ = true;
+    return e;
+  }
+  /// Whether this says only that no answer was found (none_found), not that none exists.
+  bool unproven() const noexcept { return unproven_; }
+
+ private:
+  bool unproven_ = false;
 };
 
 /// A file could not be read or written, or its contents are malformed.

@@ -919,6 +919,27 @@ inline std::pair<plan_summary, solve_result> solve_masked(const pass_model& pm, 
   return {summarize(pm, rq.a, std::move(choice)), std::move(res)};
 }
 
+/// The least step time every plan of a solve's space takes, as far as the solve proved it: the
+/// found plan's own time when the solve proved it optimal, else the solver's proven bound less
+/// what rounding every node's and edge's cost to a whole cost unit can hide.
+inline double proven_floor(const pass_model& pm, const plan_summary& s, const solve_result& r) {
+  if (r.status == solve_status::optimal) return s.step_seconds;
+  const double rounding = pm.problem.cost_unit * static_cast<double>(pm.problem.nodes.size() + pm.problem.edges.size());
+  return std::max(0.0, r.bound_value() - rounding);
+}
+
+/// `kept` (plan `s`) is the fastest plan found over several solves, each over a part of one space;
+/// another part was proven only to take at least `floor` seconds. Unless that is no faster than
+/// `s`, `kept` is no longer proven optimal over the whole space: it becomes feasible, its bound
+/// at most `floor` (in its cost units, rounded down) and its gap what follows.
+inline void weaken_by(solve_result& kept, const plan_summary& s, double floor) {
+  if (!(floor < s.step_seconds)) return;
+  const double units = std::floor(std::max(0.0, floor) / kept.cost_unit);
+  kept.bound = std::min(kept.bound, static_cast<std::int64_t>(std::min(units, static_cast<double>(kept.bound))));
+  kept.status = solve_status::feasible;
+  kept.gap = kept.objective > 0 ? static_cast<double>(kept.objective - kept.bound) / static_cast<double>(kept.objective) : 0.0;
+}
+
 /// Solve one algo (solve_masked). Megatron with tensor parallelism and sequence_parallel unset
 /// is solved twice, its layers' norms all split on the sequence and none, and the faster kept:
 /// Megatron-LM's --sequence-parallel is one switch for every layer, so a baseline whose norms
@@ -933,18 +954,27 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   if (!norms) return solve_masked(pm, o, rq, classes);
   std::optional<std::pair<plan_summary, solve_result>> best;
   std::optional<solver_error> first_error;
+  std::vector<double> floors;  // each solve's proven floor: the kept plan is optimal only over what they prove
   for (const bool sp : {true, false}) {
     solve_request r = rq;
     r.sequence_parallel = sp;
     std::size_t c = 0;
     try {
       auto found = solve_masked(pm, o, r, c);
-      if (!best || found.first.step_seconds < best->first.step_seconds) best = std::move(found), classes = c;
+      const double floor = proven_floor(pm, found.first, found.second);
+      if (!best || found.first.step_seconds < best->first.step_seconds) {
+        if (best) floors.push_back(proven_floor(pm, best->first, best->second));
+        best = std::move(found), classes = c;
+      } else {
+        floors.push_back(floor);
+      }
     } catch (const solver_error& e) {
       if (!first_error) first_error = e;
+      if (e.unproven()) floors.push_back(0.0);  // no answer in the time: nothing is proven of that half
     }
   }
   if (!best) throw *first_error;
+  for (double f : floors) weaken_by(best->second, best->first, f);
   return std::move(*best);
 }
 
@@ -1098,6 +1128,8 @@ struct micro_batching_walk {
   std::string closest;
   std::int64_t closest_bytes = std::numeric_limits<std::int64_t>::max();
   std::string last_error;
+  std::vector<std::pair<int, double>> floors;  // (m, the least time its plans were proven to take)
+  int best_m = 0;
 
   micro_batching_walk(const model_graph& graph, const autosharding_options& options, const device_mesh& m,
                       const solve_request& request, model_cache& models, int dp)
@@ -1120,6 +1152,7 @@ struct micro_batching_walk {
     const pass_model& pm = model->pm;
     solve_request r = rq;
     r.batch_shards = shards;
+    double least = lb;  // what every plan of m is proven to take at least, so far
     try {
       if (beyond_budget(pm, r, what)) return;
       std::optional<std::pair<plan_summary, solve_result>> found;
@@ -1130,20 +1163,34 @@ struct micro_batching_walk {
         free.budget = false;
         model->pm.price_edges(o.on_phase);
         auto u = solve_algo(pm, o, free, classes);
-        bounds.push_back({m, u.first.step_seconds});
-        if (u.first.step_seconds >= incumbent) {
+        least = std::max(least, proven_floor(pm, u.first, u.second));
+        bounds.push_back({m, least});
+        if (least >= incumbent) {
+          const bool proven = u.second.status == solve_status::optimal;
           tried.push_back(what + ": no faster than " + human_seconds(incumbent) + " even ignoring memory (" +
-                          human_seconds(u.first.step_seconds) + ")");
+                          (proven ? human_seconds(least)
+                                  : "at least " + human_seconds(least) + " proven, " + human_seconds(u.first.step_seconds) +
+                                        " found") +
+                          ")");
           return;
         }
         if (!pm.problem.usage_limit || u.first.peak_memory_bytes <= *pm.problem.usage_limit) found = std::move(u);
       }
       if (!found) found = fastest_within_budget(*model, r, what, classes);
-      keep(std::move(*found), model, classes, what);
+      floors.push_back({m, std::max(least, proven_floor(pm, found->first, found->second))});
+      keep(std::move(*found), model, classes, what, m);
     } catch (const solver_error& e) {
       last_error = std::string(e.message());
       tried.push_back(what + ": " + last_error);
+      if (e.unproven()) floors.push_back({m, least});  // m may have plans no solve found in its time
     }
+  }
+
+  /// The best plan is optimal over the walk only where every other micro-batching was proven no
+  /// faster: weakened by each one's proven floor (weaken_by).
+  void weaken_best() {
+    for (const auto& [m, f] : floors)
+      if (m != best_m) weaken_by(best.solved, best.plan, f);
   }
 
   /// U(m)'s bound on every plan of m: the largest U(d) of a d solved so far that divides m.
@@ -1188,6 +1235,7 @@ struct micro_batching_walk {
     std::optional<std::pair<plan_summary, solve_result>> found;
     std::string misses;
     std::int64_t least = std::numeric_limits<std::int64_t>::max();
+    std::vector<double> floors;  // each kind's proven floor
     for (unsigned kind : kinds) {
       solve_request rk = r;
       rk.recompute = kind;
@@ -1201,24 +1249,31 @@ struct micro_batching_walk {
       std::size_t c = 0;
       model.pm.price_edges(o.on_phase);
       auto f = solve_algo(pm, o, rk, c);
-      if (!found || f.first.step_seconds < found->first.step_seconds) found = std::move(f), classes = c;
+      if (!found || f.first.step_seconds < found->first.step_seconds) {
+        if (found) floors.push_back(proven_floor(pm, found->first, found->second));
+        found = std::move(f), classes = c;
+      } else {
+        floors.push_back(proven_floor(pm, f.first, f.second));
+      }
     }
     if (!found) {
       missed(what, least);
       throw solver_error("cannot fit with any one recomputation: " + misses);
     }
+    for (double f : floors) weaken_by(found->second, found->first, f);  // optimal only if every kind was proven
     return std::move(*found);
   }
 
   /// A plan found for micro-batching `what`: its line, and the best when it is the fastest.
   void keep(std::pair<plan_summary, solve_result> found, const std::shared_ptr<micro_step_model>& model, std::size_t classes,
-            const std::string& what) {
+            const std::string& what, int m) {
     plan_summary& s = found.first;
     tried.push_back(what + ": " + to_string(found.second.status) + ", " + human_seconds(s.step_seconds) + ", " +
                     human_bytes(static_cast<double>(s.peak_memory_bytes)) + ", " + to_string(s.par));
     if (s.step_seconds < incumbent) {
       incumbent = s.step_seconds;
       best = {std::move(found.first), std::move(found.second), model, classes};
+      best_m = m;
     }
   }
 
@@ -1280,6 +1335,7 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
     walk.visit(m, shards, k + 1 == counts.size(), train && batch > 0 ? micro_batching(m, batch) : "the batch in one step");
   }
   if (!walk.best.model) throw solver_error(walk.why_none(counts.size()));
+  walk.weaken_best();
   walk.best.plan.tried = std::move(walk.tried);
   return std::move(walk.best);
 }

@@ -947,9 +947,10 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   }
   if (std::exception_ptr e = hub.error()) std::rethrow_exception(e);
   const pooled_answer a = pool_answers(p, best, end, pool, res);
-  if (!a.eval)
-    throw solver_error((end.message.empty() ? "the search ended" : end.message) + ", and no feasible answer was found" +
-                       (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
+  if (!a.eval)  // a problem proven infeasible was thrown above: this one may have answers
+    throw solver_error::none_found((end.message.empty() ? "the search ended" : end.message) +
+                                   ", and no feasible answer was found" +
+                                   (p.usage_limit ? " (usage_limit " + std::to_string(*p.usage_limit) + ")" : std::string()));
   auto [why, message] = searched ? search_stop(a, end, res, opt, deadline) : std::pair{end.why, end.message};
   return finish(std::move(res), p, hub.first_seconds(), a.eval, a.choice, a.bound, why, message, opt, t0);
 }

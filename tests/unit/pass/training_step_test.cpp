@@ -186,6 +186,35 @@ TEST_CASE("micro-batches: the search is exact over every micro-batching, and a t
   CHECK(given.report.plan.par.micro_batch * given.report.plan.par.dp * given.report.plan.par.micro_batches == 8);
 }
 
+TEST_CASE("micro-batches: a plan stays optimal only while every other part of the space was proven no faster") {
+  // Several solves (micro-batchings, recomputation kinds, Megatron-LM's sequence parallelism on
+  // or off) each cover a part of one space; the fastest is optimal over the whole only where
+  // each other part was proven to take at least as long.
+  plan_summary s;
+  s.step_seconds = 1.0;
+  solve_result kept;
+  kept.cost_unit = 1e-3;
+  kept.objective = kept.bound = 1000;
+  detail::weaken_by(kept, s, 1.5);  // another part proven slower: nothing changes
+  CHECK(kept.status == solve_status::optimal);
+  CHECK(kept.bound == 1000);
+  detail::weaken_by(kept, s, 1.0);  // as fast, proven: still optimal
+  CHECK(kept.status == solve_status::optimal);
+  detail::weaken_by(kept, s, 0.4004);  // a part only proven to take 0.4004 s: it may hold a faster plan
+  CHECK(kept.status == solve_status::feasible);
+  CHECK(kept.bound == 400);  // rounded down to whole cost units: still a proven bound
+  CHECK(kept.gap == doctest::Approx(0.6));
+  detail::weaken_by(kept, s, 0.7);  // a higher floor never raises a bound
+  CHECK(kept.bound == 400);
+  detail::weaken_by(kept, s, -1.0);  // nothing proven at all
+  CHECK(kept.bound == 0);
+  CHECK(kept.gap == doctest::Approx(1.0));
+  // Running out of time without an answer proves nothing; a problem without answers does.
+  CHECK(solver_error::none_found("the search ended").unproven());
+  CHECK_FALSE(solver_error("no choice is feasible").unproven());
+  CHECK(std::string(solver_error::none_found("x").what()) == std::string(solver_error("x").what()));
+}
+
 TEST_CASE("micro-batches: the gradient sync runs once per step, each micro-step's collectives every micro-step") {
   const model_graph g = build_gpt2(gpt(2, 256, 4, 64, 64));
   autosharding_options o;

@@ -5,6 +5,7 @@
 /// Sizes can also be static types, mdspan style: mesh_extents<2, dyn> stores one int.
 /// Axes may carry names, as PyTorch's DeviceMesh(mesh_dim_names=...) does:
 ///   auto n = autoshard::parse_mesh("dp=2,tp=4");   // n.axis_name(1) == "tp", to_string(n) == "mesh(dp=2,tp=4)"
+#include <algorithm>         // std::min
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::uint8_t
@@ -121,10 +122,11 @@ class device_mesh {
     ndim_ = static_cast<std::uint8_t>(n);
   }
   constexpr void check_axis(std::size_t axis) const {
-    if (axis >= ndim_) out_of_range("mesh axis", static_cast<int>(axis), static_cast<int>(ndim_));
+    // ndim_ <= max_mesh_rank always; saying so lets GCC -O3 see every checked axis index a coords.
+    if (axis >= ndim_ || axis >= max_mesh_rank) out_of_range("mesh axis", static_cast<int>(axis), static_cast<int>(ndim_));
   }
-  static void too_many_axes() { throw spec_error("a device mesh has 1 to 4 axes"); }
-  static void bad_size(int s) {
+  [[noreturn]] static void too_many_axes() { throw spec_error("a device mesh has 1 to 4 axes"); }
+  [[noreturn]] static void bad_size(int s) {
     throw spec_error("a mesh axis size must be at least 1, got " + std::to_string(s));
   }
   static void wrong_coordinate_count(std::size_t got, std::size_t want) {
@@ -134,7 +136,7 @@ class device_mesh {
   static void bad_axis_name(std::string_view name, const char* why) {
     throw spec_error("mesh axis name '" + std::string(name) + "' " + why);
   }
-  static void out_of_range(const char* what, int v, int n) {
+  [[noreturn]] static void out_of_range(const char* what, int v, int n) {
     throw spec_error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
                      std::to_string(n) + ")");
   }
@@ -231,7 +233,7 @@ class device_mesh {
   constexpr coords coordinate(int rank) const {
     if (rank < 0 || rank >= num_ranks()) out_of_range("rank", rank, num_ranks());
     coords c{};
-    for (std::size_t i = ndim_; i-- > 0;) {
+    for (std::size_t i = std::min<std::size_t>(ndim_, max_mesh_rank); i-- > 0;) {
       c[i] = rank % sizes_[i];
       rank /= sizes_[i];
     }

@@ -27,7 +27,7 @@
 #include <cstddef>      // std::byte
 #include <cstdint>      // std::uint64_t
 #include <cstdio>       // std::snprintf, std::rename
-#include <cstring>      // std::strerror
+#include <cstring>      // std::strerror, std::memcpy
 #include <filesystem>   // std::filesystem::path
 #include <functional>   // std::function
 #include <limits>       // std::numeric_limits
@@ -322,12 +322,12 @@ class atomic_file {
   void write(std::span<const std::byte> data) {
     const std::size_t limit = buffer_limit();
     if (buf_.size() + data.size() <= limit) {
-      buf_.insert(buf_.end(), data.begin(), data.end());
+      buffer(data);
       return;
     }
     flush_buffer();
     if (data.size() >= limit) raw_write(data.data(), data.size());
-    else buf_.insert(buf_.end(), data.begin(), data.end());
+    else buffer(data);
   }
   void write(std::string_view s) { write(std::as_bytes(std::span(s.data(), s.size()))); }
   /// Bytes written so far (buffered ones included; not what another program wrote to fd()).
@@ -416,6 +416,14 @@ class atomic_file {
   bool committed_ = false;
   std::uint64_t written_ = 0;
   std::vector<std::byte> buf_;
+  /// Appends to the buffer. (resize + memcpy: GCC 12 at -O3 reports vector::insert of a span as
+  /// writing out of bounds, a false positive that fails -Werror builds.)
+  void buffer(std::span<const std::byte> data) {
+    if (data.empty()) return;
+    const std::size_t at = buf_.size();
+    buf_.resize(at + data.size());
+    std::memcpy(buf_.data() + at, data.data(), data.size());
+  }
 };
 
 /// Writes `target` atomically with what `fill` writes into the file.

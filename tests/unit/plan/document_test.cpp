@@ -369,7 +369,7 @@ TEST_CASE("plan document: a pipelined plan's stages and schedule are written and
   CHECK(*back.pipeline == *d.pipeline);
   CHECK(back == d);
   plan_document other = d;
-  other.pipeline->stages[2].in_flight = 1;
+  other.pipeline.value().stages.at(2).in_flight = 1;
   CHECK(!(other == d));  // the pipeline takes part in equality
   CHECK(!to_json(small_plan()).contains("pipeline"));
   CHECK(!plan_from_json(to_json(small_plan()), "p.json").pipeline);

@@ -50,4 +50,23 @@ PY
     bad "evaluate without the limit: $(head -c 600 "$tmp/out") $(head -c 600 "$tmp/err")"
 fi
 
+if "$tool" --help | grep -q ' plan'; then
+  # plan --pp simulated every stage's schedule micro-batch by micro-batch: a global batch of 2^30
+  # sequences in micro-batches of one (2^27 per stage) took 4 GiB per configuration and failed for
+  # memory ("resource error: out of memory" under this limit; the OOM killer without it). The
+  # schedules are bounded (max_pipeline_micro_steps), the search skips the configurations beyond it
+  # and an explicit --pp is refused naming the numbers. Under the limit, a tree without the bound
+  # fails the check instead of the machine.
+  pp_small=(--model gpt2 --layers 2 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 1073741824 --mesh 2x4 --quiet --no-svg)
+  limited 4000000 "$tool" plan "${pp_small[@]}" --pp auto --out "$tmp/opp.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -Eq "solver error: no pipelined configuration .* and pp x micro-batches be at most 4194304 \(max_pipeline_micro_steps\)" "$tmp/err" && ok ||
+    bad "plan --pp auto of 2^30 sequences under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
+  limited 4000000 "$tool" plan "${pp_small[@]}" --pp 2 --algo megatron --out "$tmp/opp.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "solver error: a pipeline of 2 stages and 1073741824 micro-batches has more than 4194304 stage micro-steps" "$tmp/err" && ok ||
+    bad "plan --pp 2 of 2^30 sequences under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/opp.json" && ok || bad "a refused pipelined plan wrote its file"
+fi
+
 finish limits

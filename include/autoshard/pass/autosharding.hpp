@@ -935,9 +935,23 @@ inline double proven_floor(const pass_model& pm, const plan_summary& s, const so
 inline void weaken_by(solve_result& kept, const plan_summary& s, double floor) {
   if (!(floor < s.step_seconds)) return;
   const double units = std::floor(std::max(0.0, floor) / kept.cost_unit);
-  kept.bound = std::min(kept.bound, static_cast<std::int64_t>(std::min(units, static_cast<double>(kept.bound))));
+  if (units < static_cast<double>(kept.bound)) kept.bound = static_cast<std::int64_t>(units);
   kept.status = solve_status::feasible;
   kept.gap = kept.objective > 0 ? static_cast<double>(kept.objective - kept.bound) / static_cast<double>(kept.objective) : 0.0;
+}
+
+/// `found`, one of several solves over parts of one space, goes into `best` when it is the faster;
+/// the proven floor of the one not kept goes into `floors` (to weaken_by once all are solved).
+/// Returns whether `found` was kept.
+inline bool keep_faster(const pass_model& pm, std::optional<std::pair<plan_summary, solve_result>>& best,
+                        std::pair<plan_summary, solve_result> found, std::vector<double>& floors) {
+  if (best && !(found.first.step_seconds < best->first.step_seconds)) {
+    floors.push_back(proven_floor(pm, found.first, found.second));
+    return false;
+  }
+  if (best) floors.push_back(proven_floor(pm, best->first, best->second));
+  best = std::move(found);
+  return true;
 }
 
 /// Solve one algo (solve_masked). Megatron with tensor parallelism and sequence_parallel unset
@@ -960,14 +974,7 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
     r.sequence_parallel = sp;
     std::size_t c = 0;
     try {
-      auto found = solve_masked(pm, o, r, c);
-      const double floor = proven_floor(pm, found.first, found.second);
-      if (!best || found.first.step_seconds < best->first.step_seconds) {
-        if (best) floors.push_back(proven_floor(pm, best->first, best->second));
-        best = std::move(found), classes = c;
-      } else {
-        floors.push_back(floor);
-      }
+      if (keep_faster(pm, best, solve_masked(pm, o, r, c), floors)) classes = c;
     } catch (const solver_error& e) {
       if (!first_error) first_error = e;
       if (e.unproven()) floors.push_back(0.0);  // no answer in the time: nothing is proven of that half
@@ -1248,13 +1255,7 @@ struct micro_batching_walk {
       }
       std::size_t c = 0;
       model.pm.price_edges(o.on_phase);
-      auto f = solve_algo(pm, o, rk, c);
-      if (!found || f.first.step_seconds < found->first.step_seconds) {
-        if (found) floors.push_back(proven_floor(pm, found->first, found->second));
-        found = std::move(f), classes = c;
-      } else {
-        floors.push_back(proven_floor(pm, f.first, f.second));
-      }
+      if (keep_faster(pm, found, solve_algo(pm, o, rk, c), floors)) classes = c;
     }
     if (!found) {
       missed(what, least);

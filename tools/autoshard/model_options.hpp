@@ -152,22 +152,6 @@ struct model_options {
     return parent.empty() ? fs::path(".") : parent;
   }
 
-  /// An autoshard model JSON file. A Hugging Face config too large to be read as one (above
-  /// hf_config_max_bytes) lands here: it is named as what it is (it was reported as a model
-  /// file without "nodes").
-  model_graph read_model_json() const {
-    const nlohmann::json j = load_json_file(model, "model file");
-    const json_in in(j, "model file '" + model + "'");
-    if (j.is_object() && !j.contains("nodes") && j.contains("model_type") && j["model_type"].is_string()) {
-      std::error_code ec;
-      const auto bytes = std::filesystem::file_size(model, ec);
-      in.fail("has a \"model_type\" and no \"nodes\": a Hugging Face config.json, of " +
-              (ec ? std::string("unknown size") : std::to_string(bytes) + " bytes") + ", but a config is read only up to " +
-              std::to_string(hf_config_max_bytes) + " bytes (16 MiB, hf_config_max_bytes)");
-    }
-    return from_json(in);
-  }
-
   /// Whether a JSON file is a Hugging Face config (a top-level "model_type" string).
   static bool has_model_type(const std::string& file) {
     nlohmann::json j;
@@ -226,7 +210,7 @@ struct model_options {
       (void)check_weights;
       return build_hf(*m);
     }
-    if (!is_preset()) return read_model_json();
+    if (!is_preset()) return read_json_file(model);
     auto [family, c] = preset();
     if (family == "gpt2") return build_gpt2(c);
     if (family == "bert") return build_bert(c);

@@ -19,6 +19,7 @@
 ///   autoshard::write_json(std::cout, g);
 ///   autoshard::model_graph h = autoshard::read_json(in);
 #include <cstdint>        // std::uint32_t
+#include <filesystem>     // std::filesystem::file_size
 #include <iterator>       // std::istreambuf_iterator
 #include <limits>         // std::numeric_limits
 #include <istream>        // std::istream
@@ -30,6 +31,7 @@
 #include <nlohmann/json.hpp>         // nlohmann::json
 
 #include "../io/json.hpp"  // json_in, load_json_file
+#include "hf_config.hpp"    // hf_config_max_bytes
 #include "model.hpp"     // model_graph
 #include "validate.hpp"  // validate
 
@@ -147,7 +149,17 @@ inline model_graph read_json(std::istream& in) {
 /// Reads a JSON model file (a regular file; io_error naming the file and the JSON path).
 inline model_graph read_json_file(const std::string& path) {
   const nlohmann::json j = load_json_file(path, "model file");
-  return from_json(json_in(j, "model file '" + path + "'"));
+  const json_in in(j, "model file '" + path + "'");
+  // A Hugging Face config too large to be read as one (above hf_config_max_bytes) is named as
+  // what it is (it was reported as a model file without "nodes").
+  if (j.is_object() && !j.contains("nodes") && j.contains("model_type") && j["model_type"].is_string()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    in.fail("has a \"model_type\" and no \"nodes\": a Hugging Face config.json, of " +
+            (ec ? std::string("unknown size") : std::to_string(bytes) + " bytes") + ", but a config is read only up to " +
+            std::to_string(hf_config_max_bytes) + " bytes (16 MiB, hf_config_max_bytes)");
+  }
+  return from_json(in);
 }
 
 }  // namespace autoshard

@@ -57,11 +57,20 @@ class solver_error : public error {
     e.unproven_ = true;
     return e;
   }
+  /// No answer was found, and none cheaper than the solve's cutoff exists (solve_options::cutoff).
+  static solver_error cut_off(const std::string& what) {
+    solver_error e(what);
+    e.cut_off_ = true;
+    return e;
+  }
   /// Whether this says only that no answer was found (none_found), not that none exists.
   bool unproven() const noexcept { return unproven_; }
+  /// Whether this says that no answer cheaper than the cutoff exists (cut_off).
+  bool beyond_cutoff() const noexcept { return cut_off_; }
 
  private:
   bool unproven_ = false;
+  bool cut_off_ = false;
 };
 
 /// A file could not be read or written, or its contents are malformed.

@@ -59,6 +59,7 @@ enum class stop_reason {
                 ///< answer and nothing else was left to run (more time is unlikely to help)
   work_limit,   ///< every search thread did solve_options::work_limit rounds
   time_limit,   ///< time_limit reached
+  cutoff,       ///< the proven bound reached solve_options::cutoff: no answer cheaper than it exists
 };
 
 inline const char* to_string(stop_reason r) {
@@ -68,6 +69,7 @@ inline const char* to_string(stop_reason r) {
     case stop_reason::stalled: return "stalled";
     case stop_reason::work_limit: return "work_limit";
     case stop_reason::time_limit: return "time_limit";
+    case stop_reason::cutoff: return "cutoff";
   }
   return "?";
 }
@@ -123,6 +125,12 @@ struct solve_options {
   /// Run the ILP (LP relaxation, branch and bound, exact search). Off: thread 0 runs the
   /// Lagrangian search too and the bound is the Lagrangian one alone.
   bool exact = true;
+  /// Answers that cost this much or more (problem units) do not matter to the caller, as
+  /// Gurobi's Cutoff and CPLEX's upper cutoff: the solve ends as soon as a proven bound reaches
+  /// it (stop_reason::cutoff), with the best answer it found, which then costs it or more. A
+  /// caller comparing several solves passes the best answer it already holds (the pass does).
+  /// Empty: none; every answer matters.
+  std::optional<std::int64_t> cutoff;
 };
 
 /// The number of threads a solve uses for `requested` (0: the cores available to this thread,
@@ -261,6 +269,19 @@ struct incumbent {
   double found_at = 0.0;
   progress_hub* hub = nullptr;
   std::string phase = "heuristic";
+  std::optional<std::int64_t> cutoff;  ///< solve_options::cutoff
+
+  /// The cost a proof has to reach: the best answer's, or the cutoff when that is lower; empty
+  /// while there is neither.
+  std::optional<std::int64_t> aim() const {
+    if (eval && (!cutoff || eval->objective <= *cutoff)) return eval->objective;
+    return cutoff;
+  }
+  /// Whether proven bound `b` ends the search: no answer is cheaper than the aim.
+  bool reached(std::int64_t b) const {
+    const std::optional<std::int64_t> a = aim();
+    return a && b >= *a;
+  }
 
   /// The original choice of reduced picks.
   std::vector<int> unreduce(const reduced_view& rv, const std::vector<std::size_t>& pick) const {
@@ -396,6 +417,13 @@ struct callback_state {
   double bound = -std::numeric_limits<double>::infinity();  // best bound of this round (scaled)
   double last_report = -1e300;
   std::exception_ptr error;
+
+  /// Whether GLPK's bound says no answer is cheaper than the cutoff. Not a proof (GLPK works
+  /// within floating-point tolerances): the exact search after the tree proves it.
+  bool past_cutoff() const {
+    if (!opt->cutoff || (best->eval && best->eval->objective <= *opt->cutoff)) return false;
+    return bound / model->scale + static_cast<double>(rv->red.offset) >= static_cast<double>(*opt->cutoff);
+  }
 };
 
 inline void offer_root_solutions(glp_tree* tree, callback_state& st) {
@@ -424,6 +452,7 @@ inline void glpk_callback(glp_tree* tree, void* info) {
     if (reason != GLP_IBINGO && reason != GLP_ISELECT) return;
     const int node = glp_ios_best_node(tree);
     if (node != 0) st->bound = std::max(st->bound, glp_ios_node_bound(tree, node));
+    if (st->past_cutoff()) glp_ios_terminate(tree);  // the tree cannot hold an answer that matters
     // GLPK's own bound and objective are not exact: the progress shows only exact objectives
     // (offered to the incumbent) and proven bounds.
     if (st->best->hub) {
@@ -509,6 +538,12 @@ struct exact_end {
   bool then_search = false;  ///< the Lagrangian search is to use the rest of the time on thread 0
 };
 
+/// Why a solve that reached its cutoff ended, in words.
+inline std::string cutoff_words(std::int64_t bound, std::int64_t cutoff) {
+  return "the proven bound " + std::to_string(bound) + " reached the cutoff " + std::to_string(cutoff) +
+         ": no answer cheaper than the cutoff exists";
+}
+
 /// The result from the best answer of all threads and the proven bound.
 inline solve_result finish(solve_result res, const strategy_problem& p, double first_feasible_seconds,
                            const std::optional<evaluation>& eval, const std::vector<int>& choice, std::int64_t bound,
@@ -524,6 +559,9 @@ inline solve_result finish(solve_result res, const strategy_problem& p, double f
   if (res.status == solve_status::optimal) {
     res.stop = stop_reason::optimal;
     res.stopped = "proven optimal: the answer equals the proven bound";
+  } else if (opt.cutoff && res.bound >= *opt.cutoff) {
+    res.stop = stop_reason::cutoff;
+    res.stopped = cutoff_words(res.bound, *opt.cutoff) + (message.empty() ? "" : " (" + message + ")");
   } else if (why == stop_reason::gap_reached || res.gap <= opt.mip_rel_gap) {
     res.stop = stop_reason::gap_reached;
     res.stopped = "mip_rel_gap " + fmt_num(opt.mip_rel_gap) + " reached" + (message.empty() ? "" : " (" + message + ")");
@@ -580,21 +618,22 @@ inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, c
 }
 
 /// The exact search (detail/exact_search.hpp) on `model`, seeded with the best answer, until
-/// the time limit: it proves the answer optimal (within mip_rel_gap) or a lower bound.
+/// the time limit: it proves the answer optimal (within mip_rel_gap), or that none is cheaper
+/// than the cutoff when the answer costs more (incumbent::aim), or a lower bound.
 inline exact_search_result prove(glpk_model& model, const reduced_view& rv, incumbent& best, const solve_options& opt,
                                  clock::time_point t0, double limit_tol) {
   const wcost offset = rv.red.offset;
-  const auto reduced_answer = [&]() { return static_cast<wcost>(best.eval->objective) - offset; };
+  const auto reduced_aim = [&]() { return static_cast<wcost>(*best.aim()) - offset; };
   exact_search es(
       model,
       [&](const std::vector<std::size_t>& pick) {
         best.offer(best.unreduce(rv, pick));
-        return reduced_answer();
+        return reduced_aim();
       },
-      reduced_answer(), static_cast<wcost>(opt.mip_rel_gap * static_cast<double>(best.eval->objective)), limit_tol);
+      reduced_aim(), static_cast<wcost>(opt.mip_rel_gap * static_cast<double>(best.eval->objective)), limit_tol);
   exact_search_result ex = es.run(t0 + std::chrono::duration_cast<clock::duration>(
                                              std::chrono::duration<double>(opt.time_limit)));
-  if (ex.complete) ex.bound = std::min(ex.bound, static_cast<long double>(reduced_answer()));
+  if (ex.complete) ex.bound = std::min(ex.bound, static_cast<long double>(reduced_aim()));
   return ex;
 }
 
@@ -656,6 +695,13 @@ class exact_pipeline {
     if (best_.hub) best_.hub->bound(bound_);
   }
 
+  /// The end once the proven bound reached the aim (incumbent::reached), found by `how`: the
+  /// answer proven optimal, or no answer cheaper than the cutoff.
+  exact_end aim_met(const std::string& how) const {
+    if (best_.eval && bound_ >= best_.eval->objective) return {bound_, stop_reason::optimal, "the answer meets " + how, false};
+    return {bound_, stop_reason::cutoff, how + " reached the cutoff", false};
+  }
+
   /// One pass: the model of the problem as the reducer holds it now, solved round by round.
   /// Empty when the reductions changed the problem (the next pass rebuilds the model).
   std::optional<exact_end> one_pass(int pass) {
@@ -703,9 +749,9 @@ class exact_pipeline {
     const glpk_model::safe_lp safe = model.safe_dual_bound();
     bound_ = std::max(bound_, proven_bound(safe.bound, red_.offset));
     note_bound();
-    if (best_.eval && bound_ >= best_.eval->objective) {  // the answer meets the LP bound
+    if (best_.reached(bound_)) {  // the answer (or the cutoff) meets the LP bound
       record_sizes(res_, red_, rv, model);
-      return {exact_end{bound_, stop_reason::optimal, "the answer meets the LP relaxation's bound", false}};
+      return {aim_met("the LP relaxation's bound")};
     }
     // Reduced-cost fixing, then reduce and rebuild, while it removes a good share of columns.
     if (round == 0 && pass < 8 && best_.eval && opt_.reduce) {
@@ -777,7 +823,7 @@ class exact_pipeline {
     if (mr.pick) {
       // A violated time point without a row: add it and solve again (the bound stays valid).
       const long t = model.most_violated(model.columns_of(*mr.pick), limit_tol_);
-      if (t >= 0 && mr.end != phase_end::time_out && (!best_.eval || bound_ < best_.eval->objective)) {
+      if (t >= 0 && mr.end != phase_end::time_out && !best_.reached(bound_)) {
         model.add_memory_row(static_cast<std::size_t>(t));
         return {};
       }
@@ -790,6 +836,7 @@ class exact_pipeline {
   /// floating-point tolerances, so its bound is not a proof; the exact search proves the answer
   /// (or a bound) with safe LP bounds, in the time left.
   exact_end conclude(const mip_round& mr, const reduced_view& rv, glpk_model& model) {
+    if (best_.reached(bound_)) return aim_met("the proven bound");
     if (!best_.eval)
       return {bound_, stop_reason::time_limit,
               mr.end == phase_end::time_out ? timed_out_ + " in the branch and bound"
@@ -797,13 +844,14 @@ class exact_pipeline {
               false};
     if (mr.end == phase_end::time_out)
       return {bound_, stop_reason::time_limit, timed_out_ + " in the branch and bound", false};
-    if (bound_ >= best_.eval->objective) return {bound_, stop_reason::optimal, "", false};
     best_.phase = "exact search";
     const exact_search_result ex = prove(model, rv, best_, opt_, t0_, limit_tol_);
     res_.exact_nodes = ex.nodes;
     bound_ = std::max(bound_, proven_bound(ex.bound, red_.offset));
     note_bound();
-    if (ex.complete) return {bound_, stop_reason::gap_reached, "the exact search closed every node within it", false};
+    if (ex.complete)
+      return best_.reached(bound_) ? aim_met("the exact search's bound")
+                                   : exact_end{bound_, stop_reason::gap_reached, "the exact search closed every node within it", false};
     if (ex.failure != 0)
       return {bound_, stop_reason::time_limit,
               "GLPK's simplex failed (code " + std::to_string(ex.failure) + ") in the exact search after " +
@@ -911,7 +959,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
     red.update_binding();
   red.release_dead();
   progress_hub hub(progress_sink(opt), opt.progress_interval, t0);
-  incumbent best{p, red, t0, {}, std::nullopt, 0.0, &hub, "heuristic"};
+  incumbent best{p, red, t0, {}, std::nullopt, 0.0, &hub, "heuristic", opt.cutoff};
   const reduced_view first(red, candidate_times(p, red, opt));
   if (first.ilp_nodes.empty()) {  // nothing left to choose: the reductions solved it
     std::vector<int> choice(p.nodes.size(), -1);
@@ -926,12 +974,14 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   // The search threads start now, on a snapshot of the reduced problem; thread 0 joins them
   // when the ILP cannot go on.
   search_pool pool(p, red, first.times, hub,
-                   {deadline, opt.work_limit, opt.stall_rounds, opt.seed});
+                   {deadline, opt.work_limit, opt.stall_rounds, opt.seed, opt.cutoff});
   res.threads = 1 + static_cast<int>(pool.start(1, static_cast<std::size_t>(res.threads - 1)));
   const std::int64_t known_bound = first_heuristic(first, red, best, opt);
   hub.bound(known_bound);
   exact_end end{known_bound, stop_reason::time_limit, "", true};
-  if (opt.exact) {
+  if (opt.cutoff && known_bound >= *opt.cutoff) {  // nothing that matters is left to prove
+    end = {known_bound, stop_reason::cutoff, "the heuristic's Lagrangian bound reached the cutoff", false};
+  } else if (opt.exact) {
     // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
     if (best.eval && opt.reduce) red.tighten(best.eval->objective);
     end = exact_pipeline(p, opt, red, best, res, t0, known_bound).run();
@@ -947,6 +997,8 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   }
   if (std::exception_ptr e = hub.error()) std::rethrow_exception(e);
   const pooled_answer a = pool_answers(p, best, end, pool, res);
+  if (!a.eval && opt.cutoff && a.bound >= *opt.cutoff)
+    throw solver_error::cut_off("no answer was found, and " + cutoff_words(a.bound, *opt.cutoff));
   if (!a.eval)  // a problem proven infeasible was thrown above: this one may have answers
     throw solver_error::none_found((end.message.empty() ? "the search ended" : end.message) +
                                    ", and no feasible answer was found" +

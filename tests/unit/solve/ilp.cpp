@@ -13,6 +13,7 @@ namespace {
 
 using autoshard::solve_ilp;
 using autoshard::solve_options;
+using autoshard::stop_reason;
 using autoshard::strategy_problem;
 
 // Compare one problem with exact enumeration: the answer is feasible and exactly priced, the
@@ -61,6 +62,89 @@ TEST_CASE("solve_ilp equals exhaustive enumeration on random small problems") {
     strategy_problem p = solve_test::random_problem(rng, spec);
     if (seed % 2 == 1) set_binding_limit(p, rng);
     check_against_brute(p, {}, seed);
+  }
+}
+
+TEST_CASE("a cutoff: below the optimum the solve proves nothing cheaper exists; at or above it the answer is the optimum") {
+  std::mt19937 rng(20261205);
+  solve_test::random_spec spec;
+  int below = 0;
+  for (int seed = 0; seed < 30; ++seed) {
+    CAPTURE(seed);
+    strategy_problem p = solve_test::random_problem(rng, spec);
+    if (seed % 2 == 1) set_binding_limit(p, rng);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    if (!want.best) continue;
+    const std::int64_t opt = *want.best;
+    for (const std::int64_t cut : {opt - 7, opt - 1, opt, opt + 1}) {
+      CAPTURE(cut);
+      solve_options o;
+      o.threads = 1 + seed % 2;
+      o.cutoff = cut;
+      autoshard::solve_result r;
+      try {
+        r = solve_ilp(p, o);
+      } catch (const autoshard::solver_error& e) {  // no answer found: only when none is cheaper than the cutoff
+        CHECK(e.beyond_cutoff());
+        CHECK(cut <= opt);
+        continue;
+      }
+      CHECK(p.evaluate(r.choice).objective == r.objective);
+      CHECK(r.objective >= opt);
+      CHECK(r.bound <= opt);  // always a true bound
+      if (r.status == autoshard::solve_status::optimal) {
+        CHECK(r.objective == opt);
+      } else {
+        // Stopped only because nothing cheaper than the cutoff exists: never above the optimum.
+        CHECK(cut <= opt);
+        CHECK(r.stop == stop_reason::cutoff);
+        CHECK(r.bound >= cut);
+        CHECK(r.stopped.find("reached the cutoff " + std::to_string(cut)) != std::string::npos);
+        ++below;
+      }
+      if (cut > opt) CHECK(r.status == autoshard::solve_status::optimal);
+    }
+  }
+  CHECK(below > 0);  // some solves did stop at their cutoff
+}
+
+TEST_CASE("a cutoff ends a solve that cannot be proven in its time as soon as its bound reaches it") {
+  // A grid of frustrated random costs: its optimum takes many seconds to prove. A bound proven in
+  // a short solve, as a cutoff, ends the next solve once it is proven again, not at its time
+  // limit: by the heuristic's bound, the LP relaxation's or the search threads'.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> c(0, 1000);
+  strategy_problem p;
+  const int side = 14, k = 5;
+  for (int v = 0; v < side * side; ++v) {
+    autoshard::strategy_node n;
+    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
+    p.nodes.push_back(n);
+  }
+  for (int r = 0; r < side; ++r)
+    for (int q = 0; q < side; ++q)
+      for (const int w : {q + 1 < side ? r * side + q + 1 : -1, r + 1 < side ? (r + 1) * side + q : -1})
+        if (w >= 0) {
+          autoshard::strategy_edge e{static_cast<std::size_t>(r * side + q), static_cast<std::size_t>(w), {}};
+          for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
+          p.edges.push_back(e);
+        }
+  for (const bool exact : {true, false}) {
+    CAPTURE(exact);
+    solve_options o;
+    o.threads = 2;
+    o.exact = exact;
+    o.time_limit = 0.5;
+    const autoshard::solve_result first = solve_ilp(p, o);
+    REQUIRE(first.status == autoshard::solve_status::feasible);
+    o.time_limit = 20.0;
+    o.heuristic_share = 0.01;
+    o.cutoff = first.bound;
+    const autoshard::solve_result r = solve_ilp(p, o);
+    CHECK(r.stop == stop_reason::cutoff);
+    CHECK(r.bound >= first.bound);
+    CHECK(r.objective > r.bound);
+    CHECK(r.seconds < 10.0);  // without the cutoff it runs its 20 s
   }
 }
 

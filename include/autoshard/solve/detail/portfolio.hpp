@@ -126,6 +126,9 @@ class search_pool {
     std::size_t work_limit = 0;    ///< rounds per thread (0: none)
     std::size_t stall_rounds = 0;  ///< rounds without a cheaper answer that end a thread (0: never)
     unsigned seed = 0;
+    /// solve_options::cutoff: once any proven bound reaches it, every thread stops (an answer
+    /// found after that would cost the cutoff or more).
+    std::optional<std::int64_t> cutoff;
   };
 
   /// One thread's outcome: its best answer (original choice, exact evaluation) and how it ended.
@@ -232,7 +235,7 @@ class search_pool {
     search_end end = search_end::time_limit;
     result mine;
     for (;;) {
-      if (stop_) {
+      if (stop_ || (lim_.cutoff && hub_.proven_bound() >= *lim_.cutoff)) {
         end = search_end::stopped;
         break;
       }

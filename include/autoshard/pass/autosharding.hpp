@@ -514,6 +514,9 @@ struct solve_request {
   /// megatron: every layer's norms split on the sequence on tp_axis (true: Megatron-LM's
   /// --sequence-parallel) or none of them (false); unset: solve_algo solves both and keeps the faster.
   std::optional<bool> sequence_parallel;
+  /// Only plans faster than this (seconds) matter: the fastest the caller already holds. The
+  /// solve stops once it proves none is (solve_options::cutoff; cutoff_of).
+  double faster_than = std::numeric_limits<double>::infinity();
 };
 
 /// Whether strategy `s` runs sequence parallel on mesh axis `tp`: its output split on the
@@ -892,6 +895,29 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
   return r;
 }
 
+/// Seconds that rounding every node's and edge's cost of `pm` to a whole cost unit can hide:
+/// a plan's step time and its cost in units times the unit differ by at most this.
+inline double rounding_seconds(const pass_model& pm) {
+  return pm.problem.cost_unit * static_cast<double>(pm.problem.nodes.size() + pm.problem.edges.size());
+}
+
+/// The least step time every plan of a solve's space takes, as far as the solve proved it: the
+/// found plan's own time when the solve proved it optimal, else the solver's proven bound less
+/// the rounding.
+inline double proven_floor(const pass_model& pm, const plan_summary& s, const solve_result& r) {
+  if (r.status == solve_status::optimal) return s.step_seconds;
+  return std::max(0.0, r.bound_value() - rounding_seconds(pm));
+}
+
+/// The cutoff (problem `q`'s units) at which a solve has proven that no plan is faster than
+/// `seconds`: a bound that high leaves a proven_floor of `seconds` or more. Empty for none.
+inline std::optional<std::int64_t> cutoff_of(const pass_model& pm, const strategy_problem& q, double seconds) {
+  if (!std::isfinite(seconds) || !(q.cost_unit > 0.0)) return std::nullopt;
+  const double units = std::ceil((seconds + rounding_seconds(pm)) / q.cost_unit);
+  if (!(units < 9.0e18)) return std::nullopt;
+  return static_cast<std::int64_t>(units);
+}
+
 /// Solve one request as it is masked (solve_algo below): restricted problem, tied, on GLPK;
 /// back to one strategy per vertex. A budget no allowed choice meets is refused before the
 /// solver runs, with the least memory the allowed strategies reach.
@@ -913,19 +939,11 @@ inline std::pair<plan_summary, solve_result> solve_masked(const pass_model& pm, 
   so.threads = o.threads;
   so.seed = o.seed;
   so.on_progress = o.on_progress;
+  so.cutoff = cutoff_of(pm, r.q, rq.faster_than);
   solve_result res = solve_ilp(r.q, so);
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = res.choice[r.cls[v]];
   return {summarize(pm, rq.a, std::move(choice)), std::move(res)};
-}
-
-/// The least step time every plan of a solve's space takes, as far as the solve proved it: the
-/// found plan's own time when the solve proved it optimal, else the solver's proven bound less
-/// what rounding every node's and edge's cost to a whole cost unit can hide.
-inline double proven_floor(const pass_model& pm, const plan_summary& s, const solve_result& r) {
-  if (r.status == solve_status::optimal) return s.step_seconds;
-  const double rounding = pm.problem.cost_unit * static_cast<double>(pm.problem.nodes.size() + pm.problem.edges.size());
-  return std::max(0.0, r.bound_value() - rounding);
 }
 
 /// `kept` (plan `s`) is the fastest plan found over several solves, each over a part of one space;
@@ -972,12 +990,14 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
   for (const bool sp : {true, false}) {
     solve_request r = rq;
     r.sequence_parallel = sp;
+    if (best) r.faster_than = std::min(r.faster_than, best->first.step_seconds);
     std::size_t c = 0;
     try {
       if (keep_faster(pm, best, solve_masked(pm, o, r, c), floors)) classes = c;
     } catch (const solver_error& e) {
       if (!first_error) first_error = e;
       if (e.unproven()) floors.push_back(0.0);  // no answer in the time: nothing is proven of that half
+      if (e.beyond_cutoff()) floors.push_back(r.faster_than);  // none of its plans is faster than that
     }
   }
   if (!best) throw *first_error;
@@ -1159,6 +1179,7 @@ struct micro_batching_walk {
     const pass_model& pm = model->pm;
     solve_request r = rq;
     r.batch_shards = shards;
+    r.faster_than = incumbent;  // a solve may stop once it proves m no faster than the best so far
     double least = lb;  // what every plan of m is proven to take at least, so far
     try {
       if (beyond_budget(pm, r, what)) return;
@@ -1187,6 +1208,11 @@ struct micro_batching_walk {
       floors.push_back({m, std::max(least, proven_floor(pm, found->first, found->second))});
       keep(std::move(*found), model, classes, what, m);
     } catch (const solver_error& e) {
+      if (e.beyond_cutoff()) {  // every plan of m that fits takes at least the best so far
+        tried.push_back(what + ": no faster than " + human_seconds(incumbent) + " within the budget (" +
+                        std::string(e.message()) + ")");
+        return;
+      }
       last_error = std::string(e.message());
       tried.push_back(what + ": " + last_error);
       if (e.unproven()) floors.push_back({m, least});  // m may have plans no solve found in its time
@@ -1243,6 +1269,7 @@ struct micro_batching_walk {
     std::string misses;
     std::int64_t least = std::numeric_limits<std::int64_t>::max();
     std::vector<double> floors;  // each kind's proven floor
+    std::optional<solver_error> cut_off;  // the last kind proven no faster than the cutoff
     for (unsigned kind : kinds) {
       solve_request rk = r;
       rk.recompute = kind;
@@ -1255,8 +1282,16 @@ struct micro_batching_walk {
       }
       std::size_t c = 0;
       model.pm.price_edges(o.on_phase);
-      if (keep_faster(pm, found, solve_algo(pm, o, rk, c), floors)) classes = c;
+      if (found) rk.faster_than = std::min(rk.faster_than, found->first.step_seconds);
+      try {
+        if (keep_faster(pm, found, solve_algo(pm, o, rk, c), floors)) classes = c;
+      } catch (const solver_error& e) {
+        if (!e.beyond_cutoff()) throw;
+        floors.push_back(rk.faster_than);  // none of its plans is faster than that
+        cut_off = e;
+      }
     }
+    if (!found && cut_off) throw *cut_off;  // the kinds that fit were proven no faster than the best so far
     if (!found) {
       missed(what, least);
       throw solver_error("cannot fit with any one recomputation: " + misses);

@@ -100,6 +100,7 @@ TABLE = {
          "--follow-symlinks": pre({"->t.json": "a.json"}, based({"--solution-out": "a.json"}, FLAG)),
          "--threads": "3",
          "--seed": weak("-1", "the example is solved exactly by the ILP's thread, whatever the search threads' seed"),
+         "--cutoff": "1",
          "--progress": {"--progress": FLAG, "--quiet": REMOVE},
          "--quiet": based({"--progress": FLAG}, REMOVE)}),
     "shard": (

@@ -141,6 +141,14 @@ PY
 )
   json_check "d['status'] == 'optimal' and abs(d['objective'] - $brute) < 1e-9 and d['peak_usage'] <= 50" \
     "$tool" solve "$src" --json --quiet
+  # --cutoff: above the optimum it changes nothing; far below it the solve stops at once with a
+  # true bound at or above the cutoff; a cutoff that is not a whole number in int64 is a usage error.
+  json_check "d['status'] == 'optimal' and d['objective'] == $brute" "$tool" solve "$src" --json --quiet --cutoff $((brute + 1))
+  json_check "d['stop'] == 'cutoff' and 1 <= d['bound'] <= $brute <= d['objective']" "$tool" solve "$src" --json --quiet --cutoff 1
+  for cut in -1 9223372036854775808; do
+    expect_rc 2 "$tool" solve "$src" --cutoff "$cut"
+    grep -q "is not a cutoff (an integer in \\[0, 9223372036854775807\\])" "$tmp/err" && ok || bad "--cutoff $cut: $(cat "$tmp/err")"
+  done
   echo '{"problem": {"nodes": {"intervals": [[0,1]], "costs": [[1, 2, 3]], "usages": [[1]]}}}' > "$tmp/bad.json"
   expect_rc 1 "$tool" solve "$tmp/bad.json"
   grep -q "usages" "$tmp/err" && ok || bad "message for a bad problem: $(cat "$tmp/err")"

@@ -18,6 +18,7 @@ struct solve_cli_options {
   std::string evaluate;
   int threads = 0;
   unsigned seed = 0;
+  std::int64_t cutoff = -1;  ///< --cutoff (-1: none)
   bool json = false;
   bool quiet = false;
   bool follow_symlinks = false;
@@ -61,6 +62,7 @@ int run_solve(solve_cli_options o) {
   so.mip_rel_gap = o.mip_rel_gap;
   so.threads = o.threads;
   so.seed = o.seed;
+  if (o.cutoff >= 0) so.cutoff = o.cutoff;
   // The incumbent over time: on a terminal one line redrawn, with --progress plain lines.
   progress_printer progress(!o.quiet && progress_wanted(o.progress));
   so.on_progress = [&progress](const solve_progress& s) { progress(s); };
@@ -136,6 +138,9 @@ void register_solve(CLI::App& app, action& run) {
   cmd->add_option("--seed", o->seed, "seed of the search threads (same seed and threads: same answers)")
       ->capture_default_str()
       ->check(seed_value(std::numeric_limits<decltype(o->seed)>::max()));
+  cmd->add_option("--cutoff", o->cutoff,
+                  "only answers cheaper than this (problem units) matter: stop once a proven bound shows none exists")
+      ->check(whole_in(static_cast<unsigned long long>(std::numeric_limits<std::int64_t>::max()), "a cutoff", "COST"));
   cmd->add_flag("--progress", o->progress,
                 "print the incumbent and the proven bound over time on stderr (one line per better answer and about "
                 "one a second), even when it is not a terminal");

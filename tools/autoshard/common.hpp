@@ -63,20 +63,26 @@ inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
       "FINITE in " + range);
 }
 
-/// A CLI11 check for a seed: decimal digits only, at most `max` ("-1" used to wrap to 2^64-1;
-/// solve's seed, an unsigned, took "-1" or 2^32 as "Could not convert: --seed = -1").
-inline CLI::Validator seed_value(unsigned long long max = std::numeric_limits<unsigned long long>::max()) {
+/// A CLI11 check for a whole number in [0, max], decimal digits only, named `noun` in the
+/// message ("-1 is not a seed (an integer in [0, 4294967295])").
+inline CLI::Validator whole_in(unsigned long long max, const std::string& noun, const std::string& desc) {
   return CLI::Validator(
-      [max](std::string& in) -> std::string {
+      [max, noun](std::string& in) -> std::string {
         errno = 0;
         char* end = nullptr;
         const bool digits = !in.empty() && in.find_first_not_of("0123456789") == std::string::npos;
         const unsigned long long v = std::strtoull(in.c_str(), &end, 10);
         if (!digits || errno == ERANGE || v > max)
-          return in + " is not a seed (an integer in [0, " + std::to_string(max) + "])";
+          return in + " is not " + noun + " (an integer in [0, " + std::to_string(max) + "])";
         return {};
       },
-      "SEED");
+      desc);
+}
+
+/// A CLI11 check for a seed: decimal digits only, at most `max` ("-1" used to wrap to 2^64-1;
+/// solve's seed, an unsigned, took "-1" or 2^32 as "Could not convert: --seed = -1").
+inline CLI::Validator seed_value(unsigned long long max = std::numeric_limits<unsigned long long>::max()) {
+  return whole_in(max, "a seed", "SEED");
 }
 
 /// Mesh and link options shared by every subcommand that prices communication; the defaults

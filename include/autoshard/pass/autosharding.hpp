@@ -1270,6 +1270,7 @@ struct micro_batching_walk {
     std::int64_t least = std::numeric_limits<std::int64_t>::max();
     std::vector<double> floors;  // each kind's proven floor
     std::optional<solver_error> cut_off;  // the last kind proven no faster than the cutoff
+    std::vector<unsigned> solved;  // the kinds solved so far
     for (unsigned kind : kinds) {
       solve_request rk = r;
       rk.recompute = kind;
@@ -1282,6 +1283,8 @@ struct micro_batching_walk {
       }
       std::size_t c = 0;
       model.pm.price_edges(o.on_phase);
+      if (same_problem_as_one_of(pm, rk, solved)) continue;
+      solved.push_back(kind);
       if (found) rk.faster_than = std::min(rk.faster_than, found->first.step_seconds);
       try {
         if (keep_faster(pm, found, solve_algo(pm, o, rk, c), floors)) classes = c;
@@ -1298,6 +1301,22 @@ struct micro_batching_walk {
     }
     for (double f : floors) weaken_by(found->second, found->first, f);  // optimal only if every kind was proven
     return std::move(*found);
+  }
+
+  /// Whether request `r` restricts `pm` to the same problem as one of the recomputation `kinds`
+  /// (selective recomputation with the flash kernel, which keeps no probabilities, is none):
+  /// the same plans, none faster. Each is restricted again to compare, one at a time, so that
+  /// no restricted problem is kept beside the solve.
+  bool same_problem_as_one_of(const pass_model& pm, const solve_request& r, const std::vector<unsigned>& kinds) const {
+    if (kinds.empty()) return false;
+    const restricted_problem mine = restrict_problem(pm, o, r);
+    for (unsigned kind : kinds) {
+      solve_request other = r;
+      other.recompute = kind;
+      const restricted_problem theirs = restrict_problem(pm, o, other);
+      if (theirs.cls == mine.cls && theirs.q == mine.q) return true;
+    }
+    return false;
   }
 
   /// A plan found for micro-batching `what`: its line, and the best when it is the fastest.

@@ -266,6 +266,7 @@ TEST_CASE("plan files: mesh axis names round-trip through the file and load_plan
   std::ofstream(o.ilp_solution_file) << j.dump();
   CHECK_THROWS_WITH_AS(autoshard::load_plan(o.ilp_solution_file), doctest::Contains("1 names for a mesh of 2 axes"),
                        autoshard::io_error);
+  std::filesystem::remove(o.ilp_solution_file);
 }
 
 TEST_CASE("plan document: what the pass writes reads back equal, field by field, links included") {

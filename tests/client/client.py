@@ -8,7 +8,7 @@ compares with the unsharded model:
     shard (DTensor.to_local(), or the whole tensor where PyTorch keeps it whole).
 Ranks are forked from a parent that has imported torch and transformers (one import, not N).
 """
-import datetime, json, os, pathlib, tempfile, time, traceback
+import datetime, json, os, pathlib, shutil, tempfile, time, traceback
 
 # One thread per rank, set before torch starts, never with torch.set_num_threads here: that
 # creates torch's thread pool, which a forked rank inherits invalid ("Invalid thread pool!"
@@ -112,6 +112,7 @@ class Run:
                 continue
             f = pathlib.Path(tmp, f"result-{r}.json")
             results.append(json.loads(f.read_text()) if f.exists() else [f"rank {r}: exited {p.exitcode} with no result"])
+        shutil.rmtree(tmp, ignore_errors=True)  # the store and the results: nothing is left in /tmp
         return results
 
 

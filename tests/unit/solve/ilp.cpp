@@ -53,6 +53,30 @@ void set_binding_limit(strategy_problem& p, std::mt19937& rng) {
   p.usage_limit = d(rng);
 }
 
+// A side x side grid of k strategies per node, frustrated random node and edge costs (0..1000)
+// and no structure the reductions can use: its optimum takes the ILP seconds to prove.
+strategy_problem frustrated_grid(unsigned seed, int side = 14, int k = 5) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> c(0, 1000);
+  strategy_problem p;
+  for (int v = 0; v < side * side; ++v) {
+    autoshard::strategy_node n;
+    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
+    p.nodes.push_back(n);
+  }
+  auto edge = [&](int a, int b) {
+    autoshard::strategy_edge e{static_cast<std::size_t>(a), static_cast<std::size_t>(b), {}};
+    for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
+    p.edges.push_back(e);
+  };
+  for (int r = 0; r < side; ++r)
+    for (int q = 0; q < side; ++q) {
+      if (q + 1 < side) edge(r * side + q, r * side + q + 1);
+      if (r + 1 < side) edge(r * side + q, (r + 1) * side + q);
+    }
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("solve_ilp equals exhaustive enumeration on random small problems") {
@@ -108,27 +132,10 @@ TEST_CASE("a cutoff: below the optimum the solve proves nothing cheaper exists; 
   CHECK(below > 0);  // some solves did stop at their cutoff
 }
 
-TEST_CASE("a cutoff ends a solve that cannot be proven in its time as soon as its bound reaches it") {
-  // A grid of frustrated random costs: its optimum takes many seconds to prove. A bound proven in
-  // a short solve, as a cutoff, ends the next solve once it is proven again, not at its time
-  // limit: by the heuristic's bound, the LP relaxation's or the search threads'.
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> c(0, 1000);
-  strategy_problem p;
-  const int side = 14, k = 5;
-  for (int v = 0; v < side * side; ++v) {
-    autoshard::strategy_node n;
-    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
-    p.nodes.push_back(n);
-  }
-  for (int r = 0; r < side; ++r)
-    for (int q = 0; q < side; ++q)
-      for (const int w : {q + 1 < side ? r * side + q + 1 : -1, r + 1 < side ? (r + 1) * side + q : -1})
-        if (w >= 0) {
-          autoshard::strategy_edge e{static_cast<std::size_t>(r * side + q), static_cast<std::size_t>(w), {}};
-          for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
-          p.edges.push_back(e);
-        }
+TEST_CASE("a cutoff ends a long solve as soon as its bound reaches it, not once the optimum is proven") {
+  // A bound proven in a short solve, as a cutoff, ends the next solve once it is proven again,
+  // not when the optimum is: by the heuristic's bound, the LP relaxation's or the search threads'.
+  const strategy_problem p = frustrated_grid(5);
   for (const bool exact : {true, false}) {
     CAPTURE(exact);
     solve_options o;
@@ -291,26 +298,7 @@ TEST_CASE("bad options are errors: time_limit 0, negative gap") {
 }
 
 TEST_CASE("a short time limit returns an incumbent with its gap, or says it found none") {
-  // A grid with frustrated random edge costs and no structure the reductions can use.
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> c(0, 1000);
-  strategy_problem p;
-  const int side = 14, k = 5;
-  for (int v = 0; v < side * side; ++v) {
-    autoshard::strategy_node n;
-    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
-    p.nodes.push_back(n);
-  }
-  auto edge = [&](int a, int b) {
-    autoshard::strategy_edge e{static_cast<std::size_t>(a), static_cast<std::size_t>(b), {}};
-    for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
-    p.edges.push_back(e);
-  };
-  for (int r = 0; r < side; ++r)
-    for (int q = 0; q < side; ++q) {
-      if (q + 1 < side) edge(r * side + q, r * side + q + 1);
-      if (r + 1 < side) edge(r * side + q, (r + 1) * side + q);
-    }
+  const strategy_problem p = frustrated_grid(3);
   solve_options o;
   o.time_limit = 0.05;
   int reports = 0;

@@ -134,6 +134,15 @@ class exact_search {
   std::vector<long double> last_reduced_;  // safe reduced costs of the node's LP (1-based)
   long double last_bound_ = 0.0L;          // and its safe bound, from the same duals
 
+  /// The LP objective (GLPK's units) past which a node is pruned, with a margin for the safe
+  /// bound's rounding: the dual simplex need not go further (solve_node).
+  double prune_level() const {
+    const long double level = static_cast<long double>(ub_) - static_cast<long double>(slack_) - 1.0L;
+    if (!(level < 1e30L)) return std::numeric_limits<double>::infinity();
+    const double scaled = model_.scale * static_cast<double>(level);
+    return scaled + 1e-9 * std::fabs(scaled) + 1e-9;
+  }
+
   /// A node of proven bound `b` holds no answer cheaper than the incumbent: every answer is an
   /// integer, so one of cost < ub_ costs at most ub_ - 1.
   bool prunes(long double b) {
@@ -178,14 +187,16 @@ class exact_search {
 
   int failure_ = 0;  // the last failure's code (see exact_search_result::failure)
 
-  /// 0 solved, 1 infeasible, 2 out of time, 3 failed (the code in failure_). A time-out and a
-  /// failure are told apart: only the first is the time limit's doing.
-  int simplex(clock::time_point deadline) {
+  /// 0 solved, 1 infeasible, 2 out of time, 3 failed (the code in failure_), 4 stopped once its
+  /// objective passed `obj_ul` (GLPK's units). A time-out and a failure are told apart: only the
+  /// first is the time limit's doing.
+  int simplex(clock::time_point deadline, double obj_ul = std::numeric_limits<double>::infinity()) {
     glp_prob* P = model_.lp.get();
     const int tm_lim = ms_until(deadline);
     if (tm_lim == 0) return 2;
-    const int rc = safe_simplex(P, tm_lim);
+    const int rc = safe_simplex(P, tm_lim, obj_ul);
     if (rc == GLP_ETMLIM) return 2;
+    if (rc == GLP_EOBJUL) return 4;
     if (rc != 0) {
       failure_ = rc;
       return 3;
@@ -201,14 +212,19 @@ class exact_search {
   /// its column values in `x`.
   lp_end solve_node(const std::vector<int>& fixed, clock::time_point deadline, long double root_bound,
                     long double& bound, std::vector<double>& x) {
+    bool limited = true;  // the dual simplex may stop where the node is pruned (prune_level)
     for (;;) {
-      const int st = simplex(deadline);
+      const int st = simplex(deadline, limited ? prune_level() : std::numeric_limits<double>::infinity());
       if (st == 2) return lp_end::stop;
       if (st == 3) return lp_end::failed;
       if (st == 1) return penalised(fixed, deadline, root_bound, bound, x);
       glpk_model::safe_lp safe = model_.safe_dual_bound();
       bound = std::max(bound, safe.bound);
       if (prunes(bound)) return lp_end::pruned;
+      if (st == 4) {  // stopped at the level, but its safe bound fell short of pruning: finish the LP
+        limited = false;
+        continue;
+      }
       last_reduced_ = std::move(safe.reduced);
       last_bound_ = safe.bound;
       x = model_.lp_values();

@@ -86,8 +86,10 @@ inline constexpr double safe_tol_dj = 1e-11;
 /// 0.6 s took the whole time limit). So it gets an iteration budget of 1000 + 5 (rows + columns),
 /// and past it goes on from the basis reached at GLPK's default tolerance: the safe bound stays
 /// a bound (a negative reduced cost is paid in full), looser at most by that tolerance. Returns
-/// glp_simplex's code (GLP_ETMLIM when the time ran out).
-inline int safe_simplex(glp_prob* P, int tm_lim) {
+/// glp_simplex's code (GLP_ETMLIM when the time ran out). With `obj_ul` finite the dual simplex
+/// stops once its objective passes it (GLP_EOBJUL): every basis it holds is dual feasible, so
+/// its duals give a safe bound above about that much, and the rest of the LP is not needed.
+inline int safe_simplex(glp_prob* P, int tm_lim, double obj_ul = std::numeric_limits<double>::infinity()) {
   using clock = std::chrono::steady_clock;
   const clock::time_point start = clock::now();
   glp_smcp sm;
@@ -97,6 +99,7 @@ inline int safe_simplex(glp_prob* P, int tm_lim) {
   sm.meth = GLP_DUALP;
   sm.tol_dj = safe_tol_dj;
   sm.tm_lim = tm_lim;
+  if (std::isfinite(obj_ul)) sm.obj_ul = obj_ul;
   sm.it_lim = static_cast<int>(std::min<long long>(
       INT_MAX, 1000LL + 5LL * (static_cast<long long>(glp_get_num_rows(P)) + glp_get_num_cols(P))));
   int rc = glp_simplex(P, &sm);

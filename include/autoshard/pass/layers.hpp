@@ -139,6 +139,20 @@ inline bool recompute_allowed(const model_graph& g, const layer_map& L, vertex_t
   return false;
 }
 
+/// What each strategy of vertex `v` becomes under `p.recompute` (add_recompute_variants): itself
+/// (`plain`), its selective variant, its full one. Outside the layers and at inference, itself.
+struct recompute_variants {
+  bool plain = true, selective = false, full = false;
+  std::size_t count() const noexcept { return std::size_t{plain} + std::size_t{selective} + std::size_t{full}; }
+};
+inline recompute_variants recompute_variants_of(const model_graph& g, const layer_map& L, vertex_t v, const step_pricing& p) {
+  if (p.mode != run_mode::training || L.layer[v] < 0) return {};
+  const unsigned kinds = recompute_kinds_of(p.recompute);
+  const bool selective = offers_selective(g, L, v, p) && has_kind(kinds, recompute_kind::selective);
+  return {has_kind(kinds, recompute_kind::none) || (has_kind(kinds, recompute_kind::selective) && !selective), selective,
+          has_kind(kinds, recompute_kind::full)};
+}
+
 /// Adds to every operator of a layer the recomputation variants `p.recompute` allows (training
 /// only), and drops the plain strategy when the policy does not allow `none` for it (a fixed
 /// full or, for the unfused attention core, selective). Memory held to the end of the forward:
@@ -147,18 +161,15 @@ inline bool recompute_allowed(const model_graph& g, const layer_map& L, vertex_t
 inline void add_recompute_variants(const model_graph& g, const layer_map& L, std::vector<std::vector<strategy>>& strategies,
                                    const step_pricing& p) {
   if (p.mode != run_mode::training) return;
-  const unsigned kinds = recompute_kinds_of(p.recompute);
   const int steps = p.accumulation();
   for (vertex_t v = 0; v < strategies.size(); ++v) {
     if (L.layer[v] < 0) continue;
-    const bool selective = offers_selective(g, L, v, p) && has_kind(kinds, recompute_kind::selective);
-    const bool full = has_kind(kinds, recompute_kind::full);
-    const bool plain = has_kind(kinds, recompute_kind::none) || (has_kind(kinds, recompute_kind::selective) && !selective);
+    const recompute_variants r = recompute_variants_of(g, L, v, p);
     std::vector<strategy> out;
     for (const strategy& s : strategies[v]) {
-      if (plain) out.push_back(s);
-      if (selective) out.push_back(recomputed(s, recompute_kind::selective, s.memory_bytes - s.kept_internal_bytes, steps));
-      if (full)
+      if (r.plain) out.push_back(s);
+      if (r.selective) out.push_back(recomputed(s, recompute_kind::selective, s.memory_bytes - s.kept_internal_bytes, steps));
+      if (r.full)
         out.push_back(recomputed(s, recompute_kind::full, L.output[v] ? s.memory_bytes - s.kept_internal_bytes : 0, steps));
     }
     strategies[v] = std::move(out);

@@ -108,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const autoshard::io_error&) {
     } catch (const autoshard::graph_error&) {  // an invalid embedded graph
     } catch (const autoshard::solver_error&) {
+    } catch (const autoshard::resource_error&) {  // a mesh whose planning would not fit this machine
     }
     // load_plan (what `autoshard verify` reads): the file's own embedded graph when it has
     // one, else the MLP; every vertex must come back with one of its own strategies.

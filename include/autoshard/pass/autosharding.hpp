@@ -64,6 +64,7 @@
 #include "../solve/ilp.hpp"         // solve_ilp
 #include "../graph/resize.hpp"      // with_batch_seq
 #include "layers.hpp"               // layer_map, detail::layer_key, add_recompute_variants
+#include "planning_memory.hpp"      // check_planning_memory: a pass too big for the machine refused up front
 #include "step_report.hpp"          // parallelism, step_flops, graph_batch
 
 namespace autoshard {
@@ -1137,6 +1138,31 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
   return counts;
 }
 
+/// The micro-step models a pass with options `o` may build for `g` (model_cache's keys, and the
+/// preloaded plan's model first when there is one): every micro-batching the walk may visit, on
+/// o.mesh and on megatron's mesh when it searches megatron (micro_batchings_to_try without
+/// megatron's data-parallel filter: a superset). The planning-memory estimate counts them all
+/// kept, as the cache keeps them.
+inline std::vector<planned_model> pass_models(const model_graph& g, const autosharding_options& o, const device_mesh* preloaded) {
+  std::vector<planned_model> out;
+  if (preloaded) out.push_back({*preloaded, 1});
+  if (preloaded && !o.compare_baselines) return out;
+  std::vector<device_mesh> meshes{o.mesh};
+  if (o.compare_baselines || o.algo == algo::megatron) try {
+      meshes.push_back(megatron_mesh(o.mesh, o.tensor_parallel).first);
+    } catch (const solver_error&) {  // megatron is refused before it builds a model
+    }
+  for (const device_mesh& mesh : meshes) try {
+      for (const auto& [m, shards] : micro_batchings_to_try(g, o.pricing, mesh, 0, "the pass")) {
+        const planned_model k{mesh, m};
+        if (std::none_of(out.begin() + (preloaded ? 1 : 0), out.end(), [&](const planned_model& x) { return x.same_key(k); }))
+          out.push_back(k);
+      }
+    } catch (const solver_error&) {  // no micro-batching runs: the search builds no model
+    }
+  return out;
+}
+
 /// One algo's walk over the micro-batchings of the global batch (search_algo): what it walks
 /// with, and what it has found so far (the best plan, the bound U(m) of each m solved ignoring
 /// memory, a line per micro-batching, and the one whose most frugal strategies came closest to
@@ -1509,7 +1535,9 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
 /// Choose one strategy per vertex of `g` (see the header comment for the options).
 /// Throws solver_error for bad options, an infeasible memory budget (with the smallest budget
 /// that could fit), a time-out without a plan, a plan file that does not match the graph, or a
-/// failed run_checks; io_error for an unreadable or malformed plan file.
+/// failed run_checks; io_error for an unreadable or malformed plan file; resource_error, before
+/// anything large is allocated, when planning would need more memory than the process can
+/// allocate (check_planning_memory).
 inline autosharding_result autosharding_analysis_pass(const model_graph& g, const autosharding_options& o = {}) {
   std::optional<plan_document> preloaded;
   if (o.preload_solution) {
@@ -1527,6 +1555,9 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
       throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
+  // Refused here, with the estimate, rather than by the OOM killer halfway (planning_memory.hpp).
+  check_planning_memory(estimate_planning_memory(g, detail::pass_models(g, o, preloaded ? &preloaded->mesh : nullptr), o.pricing,
+                                                 o.tie_layers));
   autosharding_result res;
   autosharding_report& rep = res.report;
   std::shared_ptr<detail::micro_step_model> model;

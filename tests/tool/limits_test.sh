@@ -67,6 +67,26 @@ if "$tool" --help | grep -q ' plan'; then
   [ "$rc" = 1 ] && grep -q "solver error: a pipeline of 2 stages and 1073741824 micro-batches has more than 4194304 stage micro-steps" "$tmp/err" && ok ||
     bad "plan --pp 2 of 2^30 sequences under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/opp.json" && ok || bad "a refused pipelined plan wrote its file"
+
+  # Planning's own memory (every micro-step model's strategies and edge cost matrices, a solve's
+  # copies of the largest: pass/planning_memory.hpp) is estimated before any of it is taken: 4096
+  # GPT-2 layers on 2x4 need about 15 GiB, and once ran into the OOM killer after minutes. Refused
+  # up front under the limit, with the estimate and the limit, writing nothing.
+  limited 4000000 timeout 60 "$tool" plan --model gpt2 --layers 4096 --mesh 2x4 --quiet --no-svg --out "$tmp/mem.json"
+  rc=$?
+  [ "$rc" = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+    grep -Eq "^autoshard: resource error: planning would need about [0-9.]+ GiB: 4 models kept at once .* but this process can allocate [0-9.]+ GiB more \(the address-space limit, ulimit -v\)\. Plan fewer layers \(--layers\)" "$tmp/err" && ok ||
+    bad "plan of 4096 layers under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/mem.json" && test ! -e "$tmp/mem.dot" && ok || bad "a plan refused for its memory wrote a file"
+  # A mesh of four axes multiplies every operator's strategies: 16 layers are refused too.
+  limited 4000000 timeout 60 "$tool" plan --model gpt2 --layers 16 --mesh 2x2x2x2 --quiet --no-svg --out "$tmp/mem.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: planning would need about .* strategy pairs on its edges" "$tmp/err" && ok ||
+    bad "plan of 16 layers on 2x2x2x2 under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
+  # The limit, not the check, stopped them: a small plan still runs under it.
+  limited 4000000 timeout 60 "$tool" plan --model gpt2 --layers 2 --mesh 2x4 --quiet --no-svg --out "$tmp/small.json"
+  rc=$?
+  [ "$rc" = 0 ] && test -s "$tmp/small.json" && ok || bad "a small plan under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
 fi
 
 finish limits

@@ -89,7 +89,7 @@ TEST_CASE("solve_ilp equals exhaustive enumeration on random small problems") {
   }
 }
 
-TEST_CASE("a cutoff: below the optimum the solve proves nothing cheaper exists; at or above it the answer is the optimum") {
+TEST_CASE("a cutoff: below the optimum the solve proves nothing cheaper exists, at or above it the answer is the optimum") {
   std::mt19937 rng(20261205);
   solve_test::random_spec spec;
   int below = 0;

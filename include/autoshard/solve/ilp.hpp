@@ -418,11 +418,13 @@ struct callback_state {
   double last_report = -1e300;
   std::exception_ptr error;
 
-  /// Whether GLPK's bound says no answer is cheaper than the cutoff. Not a proof (GLPK works
-  /// within floating-point tolerances): the exact search after the tree proves it.
+  /// Whether GLPK's bound says no answer is cheaper than the cutoff, when the cutoff is what a
+  /// proof has to reach (incumbent::aim; below it GLPK's own incumbent prunes its tree). Not a
+  /// proof (GLPK works within floating-point tolerances): the exact search after the tree proves it.
   bool past_cutoff() const {
-    if (!opt->cutoff || (best->eval && best->eval->objective <= *opt->cutoff)) return false;
-    return bound / model->scale + static_cast<double>(rv->red.offset) >= static_cast<double>(*opt->cutoff);
+    const std::optional<std::int64_t> aim = best->aim();
+    if (!best->cutoff || aim != best->cutoff) return false;
+    return bound / model->scale + static_cast<double>(rv->red.offset) >= static_cast<double>(*aim);
   }
 };
 

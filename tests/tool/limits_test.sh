@@ -89,4 +89,42 @@ if "$tool" --help | grep -q ' plan'; then
   [ "$rc" = 0 ] && test -s "$tmp/small.json" && ok || bad "a small plan under ulimit -v 4000000 -> exit $rc: $(head -c 600 "$tmp/err")"
 fi
 
+if "$tool" --help | grep -q ' solve'; then
+  # An LP too big for the memory left is not built: GLPK aborts the process when an allocation
+  # fails (SIGABRT, "glp_alloc: no memory available" under this limit before the check), so the
+  # solver estimates the model first and leaves thread 0 to the Lagrangian search. A 10x12 grid
+  # of nodes with 60 strategies: its LP has 777,360 columns (about 410 MiB by the estimate); the problem, its
+  # reduced copies and the search take a few tens of MiB.
+  python3 - "$tmp/grid.json" <<'PY'
+import json, random, sys
+rows, cols, k = 10, 12, 60
+rng = random.Random(7)
+n = rows * cols
+nodes = {"intervals": [[i % 50, i % 50 + 10] for i in range(n)],
+         "costs": [[rng.randrange(100, 1000) for _ in range(k)] for _ in range(n)],
+         "usages": [[rng.randrange(1, 100) for _ in range(k)] for _ in range(n)]}
+ends, costs = [], []
+for r in range(rows):
+    for c in range(cols):
+        for r2, c2 in ((r, c + 1), (r + 1, c)):
+            if r2 < rows and c2 < cols:
+                ends.append([r * cols + c, r2 * cols + c2])
+                costs.append([rng.randrange(0, 1000) for _ in range(k * k)])
+json.dump({"problem": {"name": "grid", "nodes": nodes, "edges": {"nodes": ends, "costs": costs}}}, open(sys.argv[1], "w"))
+PY
+  limited 300000 "$tool" solve "$tmp/grid.json" --time-limit 2 --threads 2 --json --solution-out "$tmp/grid_sol.json"
+  rc=$?
+  [ "$rc" = 0 ] && python3 -c "
+import json, sys
+d = json.load(open('$tmp/out'))
+why = d['stopped']
+ok = 'would take about' in why and 'it was not built, and the Lagrangian search used thread 0 too' in why and 'ulimit -v' in why
+sys.exit(0 if ok and d['status'] == 'feasible' and d['objective'] >= d['bound'] else 1)" && ok ||
+    bad "solve with an LP beyond ulimit -v 300000 -> exit $rc: $(head -c 600 "$tmp/out") $(head -c 600 "$tmp/err")"
+  # The answer written is the one reported, and feasible (evaluated without the limit).
+  "$tool" solve "$tmp/grid.json" --evaluate "$tmp/grid_sol.json" --json >"$tmp/eval" 2>"$tmp/err" &&
+    python3 -c "import json,sys; sys.exit(0 if json.load(open('$tmp/eval'))['objective'] == json.load(open('$tmp/out'))['objective'] else 1)" && ok ||
+    bad "the answer written under the limit: $(head -c 600 "$tmp/eval") $(head -c 600 "$tmp/err")"
+fi
+
 finish limits

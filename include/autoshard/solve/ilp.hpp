@@ -33,6 +33,7 @@
 #include <utility>     // std::pair
 #include <vector>      // std::vector
 
+#include "../core/dtype.hpp"            // human_bytes
 #include "../core/error.hpp"            // solver_error
 #include "../core/machine.hpp"          // available_cores
 #include "detail/exact_search.hpp"      // exact_search
@@ -710,6 +711,7 @@ class exact_pipeline {
     const reduced_view rv(red_, candidate_times(p_, red_, opt_));
     bound_ = std::max(bound_, proven_bound(0.0L, red_.offset));
     if (rv.ilp_nodes.empty()) return decided_by_reductions();
+    if (std::optional<exact_end> end = beyond_memory(lp_size_of(rv, opt_.formulation))) return end;
     glpk_model model(rv, opt_.formulation);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
       if (!opt_.lazy_memory || std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
@@ -732,6 +734,26 @@ class exact_pipeline {
       if (r.end) return std::move(r.end);
       if (r.new_pass) return std::nullopt;
     }
+  }
+
+  /// The end, before GLPK takes any memory, when the LP of this size would not fit what the
+  /// process can still allocate (GLPK aborts the process when an allocation fails): the
+  /// Lagrangian search, which needs no more memory than it holds, takes thread 0 instead. A
+  /// tenth of what is left stays for the search threads and the answer.
+  std::optional<exact_end> beyond_memory(const lp_size& size) {
+    const std::uint64_t need = lp_bytes(size);
+    const machine_limits m = machine_limits::here();
+    const std::uint64_t have = m.memory();
+    if (have == machine_limits::unlimited || need <= have - have / 10) return std::nullopt;
+    for (const ilp_size& r : red_.sizes) res_.sizes.push_back(r);
+    return exact_end{bound_, stop_reason::time_limit,
+                     "the LP of " + std::to_string(size.cols) + " columns, " + std::to_string(size.rows) + " rows and " +
+                         std::to_string(size.nonzeros) + " nonzeros would take about " +
+                         human_bytes(static_cast<double>(need)) + ", and this process can allocate " +
+                         human_bytes(static_cast<double>(have)) + " more (" +
+                         (m.address_space < m.mem_available ? "the address-space limit, ulimit -v" : "MemAvailable") +
+                         "): it was not built, and the Lagrangian search used thread 0 too",
+                     true};
   }
 
   /// The reductions decided every node: their answer is the best one.

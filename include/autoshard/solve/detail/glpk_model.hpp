@@ -23,7 +23,7 @@
 #include <climits>    // INT_MAX
 #include <cmath>      // std::fabs
 #include <cstddef>    // std::size_t
-#include <cstdint>    // std::int64_t
+#include <cstdint>    // std::int64_t, std::uint64_t
 #include <limits>     // std::numeric_limits
 #include <memory>     // std::unique_ptr
 #include <utility>    // std::pair
@@ -131,10 +131,64 @@ inline double largest_cost(const reduced_view& rv) {
   return big;
 }
 
+/// The size of the model glpk_model builds of a reduced problem, before any memory row:
+/// counted from the reduced problem alone, so that it is known before GLPK takes any memory.
+struct lp_size {
+  std::uint64_t cols = 0, rows = 0, nonzeros = 0;
+  std::uint64_t pair_entries = 0;  ///< pair_col's entries (forbidden pairs too)
+};
+
+inline lp_size lp_size_of(const reduced_view& rv, ilp_formulation form) {
+  lp_size s;
+  for (std::size_t v : rv.ilp_nodes) {
+    const std::uint64_t n = rv.node(v).size();
+    s.cols += n;
+    s.rows += 1;
+    s.nonzeros += n;  // the one-hot row
+  }
+  for (std::size_t e = 0; e < rv.red.edges.size(); ++e) {
+    const work_edge& ed = rv.edge(e);
+    if (!ed.alive) continue;
+    const std::uint64_t nu = rv.node(ed.u).size(), nv = rv.node(ed.v).size();
+    s.pair_entries += nu * nv;
+    if (form == ilp_formulation::marginal) {
+      std::uint64_t allowed = 0;
+      for (wcost c : ed.m) allowed += is_forbidden_w(c) ? 0 : 1;
+      s.cols += allowed;
+      s.rows += nu + nv;
+      s.nonzeros += nu + nv + 2 * allowed;
+    } else {
+      s.cols += nu * nv;
+      s.rows += 3 * nu * nv;
+      s.nonzeros += 7 * nu * nv;
+    }
+  }
+  return s;
+}
+
+/// The most memory a glpk_model of this size takes while its LP is solved: GLPK's own peak
+/// (glp_mem_usage: the problem object, then the simplex's copies of the matrix and its
+/// factorisation) and this side's (the triplets, col_cost, pair_col, safe_dual_bound's and
+/// lp_values' vectors). GLPK's peak was measured on the IOPDDL requests (release build,
+/// GLPK 5.0, marginal model, the LP relaxation with its memory rows): S, 2,634,467 columns,
+/// 305,038 rows and 5,488,740 nonzeros, took 1,217 MB; K, 1,312,317 / 286,693 / 2,854,466,
+/// 696 MB; V, 335,366 / 24,366 / 686,935, 145 MB; B, G and P 4-12 MB. 200 bytes a column, 95 a
+/// nonzero, 665 a row and 16 MiB fixed cover each of them (S 1,251 MB, K 724 MB, V 165 MB).
+inline std::uint64_t lp_bytes(const lp_size& s) {
+  const std::uint64_t glpk = (16u << 20) + 200 * s.cols + 95 * s.nonzeros + 665 * s.rows;
+  const std::uint64_t ours = 16 * s.nonzeros + 80 * s.cols + 4 * s.pair_entries + 40 * s.rows;
+  return glpk + ours;
+}
+
 /// The sparse matrix GLPK loads at once (1-based triplets).
 struct triplets {
   std::vector<int> ia{0}, ja{0};
   std::vector<double> ar{0.0};
+  void reserve(std::uint64_t nonzeros) {
+    ia.reserve(nonzeros + 1);
+    ja.reserve(nonzeros + 1);
+    ar.reserve(nonzeros + 1);
+  }
   void put(int row, int col, double v) {
     ia.push_back(row);
     ja.push_back(col);
@@ -169,7 +223,10 @@ class glpk_model {
     glp_set_obj_dir(lp.get(), GLP_MIN);
     const double big = largest_cost(rv);
     scale = big > 0.0 ? 1000.0 / big : 1.0;
+    const lp_size size = lp_size_of(view, f);
     triplets t;
+    t.reserve(size.nonzeros);
+    col_cost.reserve(size.cols + 1);
     add_node_columns(t);
     for (std::size_t e = 0; e < rv.red.edges.size(); ++e)
       if (rv.edge(e).alive) {
@@ -182,6 +239,9 @@ class glpk_model {
     glp_scale_prob(lp.get(), GLP_SF_AUTO);
     exact_of_row.resize(static_cast<std::size_t>(glp_get_num_rows(lp.get())) + 1, 0);
   }
+
+  glpk_model(const glpk_model&) = delete;
+  glpk_model& operator=(const glpk_model&) = delete;
 
   /// A lower bound of the current LP (with its current column bounds) in reduced-cost units,
   /// and a lower bound of every column's reduced cost, both exact in spite of floating point

@@ -5,7 +5,7 @@
 /// pids.current), file descriptors (RLIMIT_NOFILE) and address space (RLIMIT_AS less what the
 /// process maps).
 ///   const autoshard::machine_limits m = autoshard::machine_limits::here();
-///   if (need > m.memory()) throw autoshard::resource_error(...);
+///   if (need > m.memory()) throw autoshard::resource_error(... + m.memory_source() + ...);
 /// The rank-thread estimates of the executor (exec/resources.hpp) and the JSON reader's
 /// bound (io/json.hpp) compare against it. available_cores() is how many threads of work the
 /// process can run at once (the solver's and the upload staging's defaults).
@@ -46,6 +46,9 @@ struct machine_limits {
   std::uint64_t files = unlimited;          ///< file descriptors this process may still open
   std::uint64_t address_space = unlimited;  ///< bytes of address space it may still map
   std::uint64_t stack = 8u << 20;           ///< bytes a new thread reserves for its stack
+  /// The cgroup limit file that bounds mem_available (".../memory.max", ".../memory.high",
+  /// ".../memory.limit_in_bytes"); empty where MemAvailable does.
+  std::string mem_available_file;
 
   /// Reads /proc and the resource limits (a limit that cannot be read stays unlimited).
   static machine_limits here() {
@@ -88,6 +91,20 @@ struct machine_limits {
   /// Bytes a new allocation can still take: the smaller of MemAvailable and the address
   /// space left under RLIMIT_AS.
   std::uint64_t memory() const noexcept { return std::min(mem_available, address_space); }
+
+  /// What bounds mem_available, as refusals name it: "MemAvailable", or "the cgroup's limit,
+  /// /sys/fs/cgroup/.../memory.max".
+  std::string mem_available_source() const {
+    return mem_available_file.empty() ? "MemAvailable" : "the cgroup's limit, " + mem_available_file;
+  }
+  /// What bounds memory(), as refusals name it: mem_available_source(), or "the address-space
+  /// limit, ulimit -v".
+  std::string memory_source() const {
+    return address_space < mem_available ? "the address-space limit, ulimit -v" : mem_available_source();
+  }
+  /// Whether memory() is bounded by a limit someone set (ulimit -v, a cgroup's), which can be
+  /// raised, rather than by the memory the machine has free.
+  bool memory_limited() const noexcept { return address_space < mem_available || !mem_available_file.empty(); }
 
   /// The threads this process may still start: the least of what RLIMIT_NPROC (`nproc`)
   /// leaves the real user beside every thread of theirs already running (the kernel exempts

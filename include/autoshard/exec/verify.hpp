@@ -75,7 +75,7 @@ struct verify_options {
   double rtol = 0.0;
   std::chrono::milliseconds timeout{120000};  ///< per collective (a dead rank ends the run)
   /// Refuse to start when the estimated peak (estimate_verify_memory) is above this many
-  /// bytes; 0 = the memory available now (MemAvailable).
+  /// bytes; 0 = the memory available now (MemAvailable, or less under a cgroup's limit).
   std::uint64_t max_memory = 0;
   /// Also run the backward and one optimizer step (`step`), and compare every parameter's
   /// gradient and updated value block by block (a training plan's verification).

@@ -25,7 +25,23 @@ struct cgroup_tree {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << text;
   }
+  /// A level's limit, usage and memory.stat ("" leaves a file out), under sys/`cgroup` in v2's
+  /// names, or under sys/memory/`cgroup` in v1's.
+  void v2(const std::string& cgroup, const std::string& max, const std::string& current, const std::string& stat = "") const {
+    level("sys/" + cgroup, "memory.max", max, "memory.current", current, stat);
+  }
+  void v1(const std::string& cgroup, const std::string& limit, const std::string& usage, const std::string& stat = "") const {
+    level("sys/memory/" + cgroup, "memory.limit_in_bytes", limit, "memory.usage_in_bytes", usage, stat);
+  }
   detail::cgroup_memory left() const { return detail::cgroup_memory_left(self(), sys()); }
+
+ private:
+  void level(const std::string& at, const std::string& limit_file, const std::string& limit, const std::string& usage_file,
+             const std::string& usage, const std::string& stat) const {
+    if (!limit.empty()) put(at + "/" + limit_file, limit + "\n");
+    if (!usage.empty()) put(at + "/" + usage_file, usage + "\n");
+    if (!stat.empty()) put(at + "/memory.stat", stat + "\n");
+  }
 };
 }  // namespace
 
@@ -33,15 +49,10 @@ TEST_CASE("cgroup v2: the least headroom of every level, each limit less its wor
   cgroup_tree t;
   t.put("self_cgroup", "0::/kubepods/pod1\n");
   // The pod: 2000 limit, 1500 used of which 1000 inactive page cache: 1500 left.
-  t.put("sys/kubepods/pod1/memory.max", "2000\n");
-  t.put("sys/kubepods/pod1/memory.current", "1500\n");
-  t.put("sys/kubepods/pod1/memory.stat", "anon 400\nfile 1100\nactive_file 100\ninactive_file 1000\n");
+  t.v2("kubepods/pod1", "2000", "1500", "anon 400\nfile 1100\nactive_file 100\ninactive_file 1000");
   // Its parent: 1000 limit, 400 used, 100 inactive: 700 left, the least.
-  t.put("sys/kubepods/memory.max", "1000\n");
-  t.put("sys/kubepods/memory.current", "400\n");
-  t.put("sys/kubepods/memory.stat", "anon 300\ninactive_file 100\nactive_anon 5\n");
-  // The root has no memory.max.
-  t.put("sys/memory.current", "999999\n");
+  t.v2("kubepods", "1000", "400", "anon 300\ninactive_file 100\nactive_anon 5");
+  t.v2("", "", "999999");  // the root has no memory.max
   detail::cgroup_memory m = t.left();
   CHECK(m.left == 700);
   CHECK(m.file == t.sys() + "/kubepods/memory.max");
@@ -101,40 +112,31 @@ TEST_CASE("cgroup v2: the least headroom of every level, each limit less its wor
 TEST_CASE("cgroup v1: memory.limit_in_bytes less the working set, the huge default is no limit") {
   cgroup_tree t;
   t.put("self_cgroup", "9:name=systemd:/\n5:pids:/x\n4:memory:/docker/abc\n0::/\n");
-  t.put("sys/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
-  t.put("sys/memory/docker/abc/memory.usage_in_bytes", "3403776\n");
-  t.put("sys/memory/docker/abc/memory.stat", "inactive_file 69632\ntotal_inactive_file 69632\n");
-  t.put("sys/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  t.v1("docker/abc", "9223372036854771712", "3403776", "inactive_file 69632\ntotal_inactive_file 69632");
+  t.v1("", "9223372036854771712", "");
   CHECK(t.left().left == machine_limits::unlimited);
 
   SUBCASE("a limit at one level") {
     // total_inactive_file (the level and its children) counts, not inactive_file.
-    t.put("sys/memory/docker/memory.limit_in_bytes", "1073741824\n");
-    t.put("sys/memory/docker/memory.usage_in_bytes", "536870912\n");
-    t.put("sys/memory/docker/memory.stat", "cache 1\ninactive_file 5\ntotal_cache 9\ntotal_inactive_file 268435456\n");
+    t.v1("docker", "1073741824", "536870912", "cache 1\ninactive_file 5\ntotal_cache 9\ntotal_inactive_file 268435456");
     const detail::cgroup_memory m = t.left();
     CHECK(m.left == 805306368);  // 1 GiB - (512 MiB - 256 MiB)
     CHECK(m.file == t.sys() + "/memory/docker/memory.limit_in_bytes");
   }
   SUBCASE("a container whose own cgroup is mounted as the root: the deeper paths do not exist") {
     fs::remove_all(t.dir / "sys/memory/docker");
-    t.put("sys/memory/memory.limit_in_bytes", "1000\n");
-    t.put("sys/memory/memory.usage_in_bytes", "1200\n");
+    t.v1("", "1000", "1200");
     const detail::cgroup_memory m = t.left();
     CHECK(m.left == 0);
     CHECK(m.file == t.sys() + "/memory/memory.limit_in_bytes");
   }
   SUBCASE("memory in a list of controllers, and a v2 limit beside it (hybrid): the least") {
     t.put("self_cgroup", "4:memory,hugetlb:/docker/abc\n0::/user\n");
-    t.put("sys/memory/docker/abc/memory.limit_in_bytes", "5000\n");
-    t.put("sys/memory/docker/abc/memory.usage_in_bytes", "1000\n");
-    t.put("sys/memory/docker/abc/memory.stat", "total_inactive_file 0\n");
-    t.put("sys/user/memory.max", "3000\n");
-    t.put("sys/user/memory.current", "1000\n");
+    t.v1("docker/abc", "5000", "1000", "total_inactive_file 0");
+    t.v2("user", "3000", "1000");
     CHECK(t.left().left == 2000);
     CHECK(t.left().file == t.sys() + "/user/memory.max");
-    t.put("sys/user/memory.current", "100\n");
-    t.put("sys/user/memory.max", "9000\n");
+    t.v2("user", "9000", "100");
     CHECK(t.left().left == 4000);
     CHECK(t.left().file == t.sys() + "/memory/docker/abc/memory.limit_in_bytes");
   }

@@ -205,7 +205,8 @@ void register_verify(CLI::App& app, action& run) {
       ->capture_default_str()
       ->check(finite_in(0, 86400, true));  // a day, as docs/cli.md says
   cmd->add_option("--max-memory", o->max_memory,
-                  "refuse to start when the estimated peak is above this (e.g. 8GiB); default: MemAvailable")
+                  "refuse to start when the estimated peak is above this (e.g. 8GiB); "
+                  "default: MemAvailable, or less under a cgroup's limit")
       ->check(byte_size());
   cmd->add_option("--optimizer", o->optimizer,
                   "training plans: the optimizer step checked after the backward (default: the plan's)")

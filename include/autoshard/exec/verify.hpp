@@ -75,7 +75,7 @@ struct verify_options {
   double rtol = 0.0;
   std::chrono::milliseconds timeout{120000};  ///< per collective (a dead rank ends the run)
   /// Refuse to start when the estimated peak (estimate_verify_memory) is above this many
-  /// bytes; 0 = the memory available now (MemAvailable).
+  /// bytes; 0 = the memory available now (MemAvailable, or less under a cgroup's limit).
   std::uint64_t max_memory = 0;
   /// Also run the backward and one optimizer step (`step`), and compare every parameter's
   /// gradient and updated value block by block (a training plan's verification).
@@ -216,7 +216,7 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
 }
 
 /// Refuses, before anything is allocated or started, a run this machine cannot hold: more
-/// rank threads than it can start, or an estimated peak above `max_memory` (0: MemAvailable).
+/// rank threads than it can start, or an estimated peak above `max_memory` (0: mem_available).
 /// The message names the estimate, the limit and what to change. `stage_of`: a pipelined
 /// plan's stages (verify_pipeline::stage_of), each on `mesh`.
 inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
@@ -255,7 +255,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
                    "'" + (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
                    ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
                    (max_memory > 0 ? "--max-memory allows " : "this machine has ") + human_bytes(static_cast<double>(limit)) +
-                   (max_memory > 0 ? "" : " available (MemAvailable)") + "; use " + fix +
+                   (max_memory > 0 ? "" : " available (" + m.mem_available_source() + ")") + "; use " + fix +
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));
 }
 

@@ -324,10 +324,9 @@ inline void check_json_memory(std::size_t text_bytes, const std::string& source)
   if (text_bytes < (std::size_t{2} << 20)) return;
   const machine_limits m = machine_limits::here();
   if (need <= m.memory()) return;
-  const bool as = m.address_space < m.mem_available;
   throw resource_error(source + " has " + human_bytes(text_bytes) + " of JSON, whose tree may take up to " +
                        human_bytes(need) + " (" + std::to_string(json_tree_bytes_per_byte) + " bytes a byte); this process can allocate " +
-                       human_bytes(m.memory()) + " more (" + (as ? "the address-space limit, ulimit -v" : "MemAvailable") +
+                       human_bytes(m.memory()) + " more (" + m.memory_source() +
                        "): free memory or raise the limit");
 }
 

@@ -159,24 +159,24 @@ inline planning_memory_estimate estimate_planning_memory(const model_graph& g, c
 }
 
 /// Throws resource_error, before the pass allocates anything large, when estimate `e` is above
-/// what this process can allocate (`m.memory()`: MemAvailable, or the address space left under
-/// RLIMIT_AS): running out of memory midway ends in the OOM killer or a bad_alloc after minutes.
-/// The message names the estimate, its parts, the limit and what to change.
+/// what this process can allocate (`m.memory()`: MemAvailable, what a cgroup's limit leaves, or
+/// the address space left under RLIMIT_AS): running out of memory midway ends in the OOM killer
+/// or a bad_alloc after minutes. The message names the estimate, its parts, the limit
+/// (`m.memory_source()`) and what to change.
 inline void check_planning_memory(const planning_memory_estimate& e, const machine_limits& m = machine_limits::here()) {
   const std::uint64_t have = m.memory();
   if (e.total() <= have) return;
   const planning_model_size& s = e.largest;
-  const bool as = m.address_space < m.mem_available;
   throw resource_error(
       "planning would need about " + human_bytes(static_cast<double>(e.total())) + ": " + std::to_string(e.models) +
       (e.models == 1 ? " model, " : " models kept at once (one per mesh and micro-batching the search may visit), ") +
       human_bytes(static_cast<double>(e.kept)) + ", the largest with " + std::to_string(s.vertices) + " vertices, " +
       std::to_string(s.strategies) + " strategies and " + std::to_string(s.pairs) + " strategy pairs on its edges, and one solve's " +
       "copies of its problem, " + human_bytes(static_cast<double>(e.working)) + "; but this process can allocate " +
-      human_bytes(static_cast<double>(have)) + " more (" + (as ? "the address-space limit, ulimit -v" : "MemAvailable") +
+      human_bytes(static_cast<double>(have)) + " more (" + m.memory_source() +
       "). Plan fewer layers (--layers), on a mesh of fewer axes (an edge's pairs grow with the square of the strategies, "
       "which multiply with every axis)" + (e.models > 1 ? ", in one micro-batching (--micro-batches)" : "") + "; or free memory" +
-      (as ? " or raise the limit" : ""));
+      (m.memory_limited() ? " or raise the limit" : ""));
 }
 
 }  // namespace autoshard

@@ -138,6 +138,20 @@ TEST_CASE("planning memory: a pass above what the process can allocate is refuse
                        doctest::Contains("2 models kept at once (one per mesh and micro-batching the search may visit)"), resource_error);
   CHECK_THROWS_WITH_AS(check_planning_memory(e, m), doctest::Contains("more (MemAvailable). Plan fewer layers (--layers)"),
                        resource_error);
+  const auto message = [&] {
+    try {
+      check_planning_memory(e, m);
+    } catch (const resource_error& x) {
+      return std::string(x.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(message().find("; or free memory") != std::string::npos);
+  CHECK(message().find("raise the limit") == std::string::npos);  // MemAvailable is no limit one raises
+  m.mem_available_file = "/sys/fs/cgroup/kubepods/memory.max";  // a container's limit, below MemAvailable
+  CHECK_THROWS_WITH_AS(check_planning_memory(e, m),
+                       doctest::Contains("more (the cgroup's limit, /sys/fs/cgroup/kubepods/memory.max). Plan fewer"), resource_error);
+  CHECK_THROWS_WITH_AS(check_planning_memory(e, m), doctest::Contains("or raise the limit"), resource_error);
   m.address_space = 1 << 20;  // ulimit -v
   CHECK_THROWS_WITH_AS(check_planning_memory(e, m),
                        doctest::Contains("can allocate 1.00 MiB more (the address-space limit, ulimit -v)"), resource_error);

@@ -247,6 +247,43 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
   }
 }
 
+/// The most memory solve_ilp takes beside the problem, without the LP (which is not built when
+/// it would not fit: exact_pipeline::beyond_memory): the reducer's copy of every cost (16-byte
+/// integers), the search threads' snapshot of the reduced problem and its tables in double,
+/// the views and each search thread's messages. Measured beside this estimate (release build,
+/// the ILP off, the heap's peak above the problem read): S 206 MB on 2 threads (295 MB on 8),
+/// K 159 MB, V 37 MB, P 181 MB (345 MB on 8), a 10x12 grid of 60-strategy nodes 33 MB; the
+/// estimate is 1.1-2.3 times each.
+inline std::uint64_t solver_bytes(const strategy_problem& p, int threads) {
+  std::uint64_t strategies = 0, entries = 0;
+  for (const strategy_node& n : p.nodes) strategies += n.costs.size();
+  for (const strategy_edge& e : p.edges) entries += e.costs.size();
+  const std::uint64_t items = p.nodes.size() + p.edges.size();
+  const std::uint64_t per_thread = 256 * items + 16 * strategies;
+  return (std::uint64_t{16} << 20) + 40 * entries + 64 * strategies + 800 * items +
+         static_cast<std::uint64_t>(std::max(threads, 1)) * per_thread;
+}
+
+/// Refuses, before anything is copied, a solve whose memory (solver_bytes) is above what this
+/// process can still allocate: the OOM killer or a std::bad_alloc in a search thread otherwise.
+inline void check_solver_memory(const strategy_problem& p, int threads) {
+  const machine_limits m = machine_limits::here();
+  const std::uint64_t need = solver_bytes(p, threads), have = m.memory();
+  if (need <= have) return;
+  const std::uint64_t one = solver_bytes(p, 1);
+  std::uint64_t entries = 0;
+  for (const strategy_edge& e : p.edges) entries += e.costs.size();
+  throw resource_error(
+      "solving " + (p.name.empty() ? std::string("the problem") : "'" + p.name + "'") + " (" +
+      std::to_string(p.nodes.size()) + " nodes, " + std::to_string(p.edges.size()) + " edges with " +
+      std::to_string(entries) + " costs) on " + std::to_string(threads) + " thread(s) would need about " +
+      human_bytes(static_cast<double>(need)) + " beside the problem; this process can allocate " +
+      human_bytes(static_cast<double>(have)) + " more (" + m.memory_source() + ")" +
+      (threads > 1 && one <= have
+           ? ": use 1 thread (--threads 1, solve_options::threads; about " + human_bytes(static_cast<double>(one)) + ")"
+           : m.memory_limited() ? ": free memory or raise the limit" : ": free memory"));
+}
+
 /// Candidate time points for memory rows: the binding ones, or (unreduced, not lazy) every start.
 inline std::vector<std::int64_t> candidate_times(const strategy_problem& p, const reducer& red,
                                                  const solve_options& opt) {
@@ -751,7 +788,7 @@ class exact_pipeline {
                          std::to_string(size.nonzeros) + " nonzeros would take about " +
                          human_bytes(static_cast<double>(need)) + ", and this process can allocate " +
                          human_bytes(static_cast<double>(have)) + " more (" +
-                         (m.address_space < m.mem_available ? "the address-space limit, ulimit -v" : "MemAvailable") +
+                         m.memory_source() +
                          "): it was not built, and the Lagrangian search used thread 0 too",
                      true};
   }
@@ -965,8 +1002,10 @@ inline std::pair<stop_reason, std::string> search_stop(const pooled_answer& a, c
 /// and `stopped` say why it ended.
 /// Throws solver_error on: bad options, a malformed problem, a usage limit below the smallest
 /// reachable peak (the message states that peak), a problem proven infeasible (says so), and a
-/// time-out before any feasible answer was found (says so). An exception thrown by
-/// `on_progress` stops the solve and comes out unchanged.
+/// time-out before any feasible answer was found (says so); resource_error, before anything is
+/// copied, when the memory it needs beside the problem (detail::solver_bytes) is above what the
+/// process can allocate. An exception thrown by `on_progress` stops the solve and comes out
+/// unchanged.
 inline solve_result solve_ilp(const strategy_problem& p, const solve_options& opt = {}) {
   using namespace detail;
   const clock::time_point t0 = clock::now();
@@ -975,6 +1014,7 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
       t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.time_limit));
   solve_result res;
   res.threads = solver_threads(opt.threads);
+  check_solver_memory(p, res.threads);
   res.sizes.push_back(input_size(p));
   reducer red(p, opt.reduce);
   if (opt.reduce)

@@ -149,7 +149,7 @@ PY
     expect_rc 2 "$tool" solve "$src" --cutoff "$cut"
     grep -q "is not a cutoff (an integer in \\[0, 9223372036854775807\\])" "$tmp/err" && ok || bad "--cutoff $cut: $(cat "$tmp/err")"
   done
-  echo '{"problem": {"nodes": {"intervals": [[0,1]], "costs": [[1, 2, 3]], "usages": [[1]]}}}' > "$tmp/bad.json"
+  echo '{"problem": {"nodes": {"intervals": [[0,1]], "costs": [[1, 2, 3]], "usages": [[1]]}, "edges": {"nodes": [], "costs": []}}}' > "$tmp/bad.json"
   expect_rc 1 "$tool" solve "$tmp/bad.json"
   grep -q "usages" "$tmp/err" && ok || bad "message for a bad problem: $(cat "$tmp/err")"
   expect_rc 1 "$tool" solve "$tmp/missing.json"

@@ -37,7 +37,11 @@ for k in arr obj; do
              "shard $tmp/st-$k.safetensors --policy gpt2 --tp 2 --config $tmp/ck/config.json --out $tmp/o1"; do
     # shellcheck disable=SC2086
     one_error "class1 ($k)" "$tool" $cmd
-    grep -Eq "$deep" "$tmp/err" || bad "class1 ($k): $cmd: $(head -c 300 "$tmp/err")"
+    want=$deep
+    # The IOPDDL problem reader streams and knows its format: an array where the document must
+    # be an object is refused after its first 60 characters, before any depth is reached.
+    [ "$cmd" = "solve $d" ] && [ "$k" = arr ] && want="IOPDDL problem '.*': the document is \[\[\[\[.*\.\.\., not an object"
+    grep -Eq "$want" "$tmp/err" || bad "class1 ($k): $cmd: $(head -c 300 "$tmp/err")"
   done
 done
 test ! -e "$tmp/o1.json" && test ! -e "$tmp/o1" && ok || bad "class1: a refused reader wrote an output"

@@ -27,9 +27,10 @@ if "$tool" --help | grep -q ' calibrate'; then
 fi
 
 if "$tool" --help | grep -q ' solve'; then
-  # A valid 150,000-node problem (12 MB of JSON) whose parsed tree alone needs several times
-  # the limit is refused before parsing, with the estimate and the limit (running out of
-  # memory inside the parser once ended in SIGABRT: the tree's destructor allocates).
+  # A valid 150,000-node problem (12 MB of JSON) that may need more than the limit (17 bytes a
+  # byte of text, the streaming reader's bound) is refused before it is read, with the estimate
+  # and the limit (running out of memory inside the parser once ended in SIGABRT: the JSON
+  # tree's destructor allocated).
   python3 - "$tmp/big.json" "$tmp/ones.json" <<'PY'
 import json, sys
 n = 150_000
@@ -40,9 +41,15 @@ json.dump([1] * n, open(sys.argv[2], "w"))
 PY
   limited 120000 "$tool" solve "$tmp/big.json" --time-limit 5 --solution-out "$tmp/sol.json"
   rc=$?
-  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: IOPDDL problem '.*big.json' has 12.0. MiB of JSON, whose tree may take up to .*; this process can allocate .* more (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: IOPDDL problem '.*big.json' has 12.0. MiB of JSON, whose problem may take up to .* (17 bytes a byte); this process can allocate .* more (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
     bad "solve under ulimit -v 120000 -> exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/sol.json" && ok || bad "solve out of memory wrote its solution file"
+  # Under a limit its bound fits (204 MiB) the same file is read and evaluated: the JSON tree's
+  # bound (32 bytes a byte, 385 MiB) refused it there before the reader streamed.
+  limited 300000 "$tool" solve "$tmp/big.json" --evaluate "$tmp/ones.json" --json
+  rc=$?
+  [ "$rc" = 0 ] && python3 -c "import json,sys; d=json.load(open('$tmp/out')); sys.exit(0 if d['objective'] == 150000 else 1)" && ok ||
+    bad "evaluate under ulimit -v 300000 -> exit $rc: $(head -c 600 "$tmp/out") $(head -c 600 "$tmp/err")"
   # Without the limit the same file is read and evaluated (the limit, not the input, made
   # it fail): all ones cost 150,000, each node's 1 and no edge cost between equal choices.
   "$tool" solve "$tmp/big.json" --evaluate "$tmp/ones.json" --json >"$tmp/out" 2>"$tmp/err" &&

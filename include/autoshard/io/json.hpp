@@ -11,14 +11,19 @@
 ///   const std::int64_t v = in["version"].integer(1, 1000);
 ///   for (std::size_t i = 0; i < in["mesh"]["axes"].size(); ++i)
 ///     double bw = in["mesh"]["axes"][i]["bandwidth_Bps"].number(1e-300, 1e300);
+/// A reader of texts too big to hold with their tree (the IOPDDL problems, solve/iopddl.hpp)
+/// streams them to a SAX handler instead (sax_parse_json_file), with the same messages.
+#include <algorithm>   // std::max, std::min
 #include <cerrno>      // errno
 #include <cmath>       // std::isfinite
 #include <cstdint>     // std::int64_t, std::uint64_t
 #include <cstdio>      // std::snprintf
 #include <cstring>     // std::strerror
 #include <functional>  // std::function
+#include <istream>     // std::istream
 #include <limits>      // std::numeric_limits
 #include <optional>    // std::optional
+#include <streambuf>   // std::streambuf
 #include <string>      // std::string
 #include <string_view>  // std::string_view
 #include <utility>     // std::move
@@ -79,6 +84,23 @@ inline std::string json_excerpt(const nlohmann::json& j) {
 }
 }  // namespace detail
 
+namespace detail {
+/// Appends one step to a JSON path as json_in spells it: `.key` (no dot first; `""` for an empty
+/// key) inside an object, `[index]` inside an array.
+inline void json_path_step(std::string& path, bool object, const std::string& key, std::size_t index) {
+  if (object) path += (path.empty() ? "" : ".") + (key.empty() ? std::string("\"\"") : key);
+  else path += "[" + std::to_string(index) + "]";
+}
+/// The error of a text nested deeper than `max_depth` at `path` (its middle cut when long): one
+/// message for check_json_depth and the readers that count depth as they stream.
+inline io_error json_too_deep(const std::string& source, int max_depth, std::string path) {
+  if (path.size() > 160) path = path.substr(0, 100) + "..." + path.substr(path.size() - 50);
+  return io_error((source.empty() ? std::string() : source + ": ") + "nested deeper than " + std::to_string(max_depth) +
+                  " levels (arrays and objects) at " + (path.empty() ? std::string("the document") : path) +
+                  "; no file autoshard reads nests that deep");
+}
+}  // namespace detail
+
 /// Refuses, before it is parsed, a JSON text whose arrays and objects nest deeper than
 /// `max_depth`: an io_error "<source>: nested deeper than 128 levels (arrays and objects) at
 /// <path>", the path as json_in writes it (`a.b[0][0]...`, its middle cut when long). One
@@ -117,14 +139,8 @@ inline void check_json_depth(std::string_view text, const std::string& source, i
       case '{':
         if (static_cast<int>(stack.size()) >= max_depth) {
           std::string path;
-          for (const frame& f : stack)
-            path += f.object ? (path.empty() ? "" : ".") + (f.key.empty() ? std::string("\"\"") : f.key)
-                             : "[" + std::to_string(f.index) + "]";
-          if (path.size() > 160) path = path.substr(0, 100) + "..." + path.substr(path.size() - 50);
-          throw io_error((source.empty() ? std::string() : source + ": ") + "nested deeper than " +
-                         std::to_string(max_depth) + " levels (arrays and objects) at " +
-                         (path.empty() ? std::string("the document") : path) +
-                         "; no file autoshard reads nests that deep");
+          for (const frame& f : stack) detail::json_path_step(path, f.object, f.key, f.index);
+          throw detail::json_too_deep(source, max_depth, std::move(path));
         }
         stack.push_back({c == '{', c == '{', 0, {}});
         break;
@@ -315,28 +331,61 @@ E enum_value(const json_in& j, const E (&all)[N]) {
 /// 48-byte map).
 inline constexpr std::uint64_t json_tree_bytes_per_byte = 32;
 
+/// Texts under this size are not checked for memory: at 32 bytes a byte they take at most 64 MiB.
+inline constexpr std::uint64_t json_memory_check_from = std::uint64_t{2} << 20;
+
+namespace detail {
+/// The refusal of `text_bytes` of JSON whose reader may keep `need` bytes, more than `m` allows.
+inline resource_error text_memory_refusal(std::uint64_t text_bytes, const std::string& source, std::uint64_t bytes_per_byte,
+                                          const std::string& holds, bool so_far, const machine_limits& m) {
+  const std::uint64_t need = text_bytes > std::numeric_limits<std::uint64_t>::max() / bytes_per_byte
+                                 ? std::numeric_limits<std::uint64_t>::max()
+                                 : text_bytes * bytes_per_byte;
+  return resource_error(source + " has " + (so_far ? "more than " : "") + human_bytes(static_cast<double>(text_bytes)) +
+                        " of JSON, whose " + holds + " may take up to " + human_bytes(static_cast<double>(need)) + " (" +
+                        std::to_string(bytes_per_byte) + " bytes a byte); this process can allocate " +
+                        human_bytes(static_cast<double>(m.memory())) + " more (" + m.memory_source() +
+                        (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
+}
+}  // namespace detail
+
+/// Refuses `text_bytes` of JSON when what a reader keeps of it, at most `bytes_per_byte` bytes
+/// a byte of text, may not fit what this process can still allocate (MemAvailable,
+/// RLIMIT_AS): a resource_error "<source> has 12.02 MiB of JSON, whose <holds> may take up to
+/// ... (<bytes_per_byte> bytes a byte); this process can allocate ... more (...)". Texts under
+/// json_memory_check_from are not checked.
+inline void check_text_memory(std::uint64_t text_bytes, const std::string& source, std::uint64_t bytes_per_byte,
+                              const std::string& holds) {
+  if (text_bytes < json_memory_check_from) return;
+  const machine_limits m = machine_limits::here();
+  if (text_bytes <= m.memory() / bytes_per_byte) return;
+  throw detail::text_memory_refusal(text_bytes, source, bytes_per_byte, holds, false, m);
+}
+
 /// Refuses, before parsing, a text whose tree may not fit what this process can still
 /// allocate (MemAvailable, RLIMIT_AS): running out of memory inside the parser cannot be
 /// recovered cleanly (the tree's destructor allocates while it unwinds). Texts under 2 MiB
 /// are not checked (their trees take at most 64 MiB).
 inline void check_json_memory(std::size_t text_bytes, const std::string& source) {
-  const std::uint64_t need = static_cast<std::uint64_t>(text_bytes) * json_tree_bytes_per_byte;
-  if (text_bytes < (std::size_t{2} << 20)) return;
-  const machine_limits m = machine_limits::here();
-  if (need <= m.memory()) return;
-  throw resource_error(source + " has " + human_bytes(text_bytes) + " of JSON, whose tree may take up to " +
-                       human_bytes(need) + " (" + std::to_string(json_tree_bytes_per_byte) + " bytes a byte); this process can allocate " +
-                       human_bytes(m.memory()) + " more (" + m.memory_source() +
-                       "): free memory or raise the limit");
+  check_text_memory(text_bytes, source, json_tree_bytes_per_byte, "tree");
 }
+
+namespace detail {
+/// Refuses a text that starts as gzip does (the contest ships its requests as .json.gz).
+inline void refuse_gzip(std::string_view first_bytes, const std::string& source) {
+  if (first_bytes.size() >= 2 && static_cast<unsigned char>(first_bytes[0]) == 0x1f &&
+      static_cast<unsigned char>(first_bytes[1]) == 0x8b)
+    throw io_error(source + " is gzip-compressed, not JSON: decompress it first (gunzip -k FILE, or zcat FILE > FILE.json)");
+}
+}  // namespace detail
 
 /// Parses JSON text; a syntax error (or a number beyond a double, 1e999) is an io_error
 /// naming `source` ("plan file 'p.json'"), and so is a text nested deeper than
 /// max_json_depth (check_json_depth); a text too big for the memory left is a resource_error
-/// (check_json_memory). Every JSON reader of autoshard parses through here.
+/// (check_json_memory). Every JSON reader of autoshard that keeps a tree parses through here;
+/// a streaming reader goes through sax_parse_json.
 inline nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
-  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b)
-    throw io_error(source + " is gzip-compressed, not JSON: decompress it first (gunzip -k FILE, or zcat FILE > FILE.json)");
+  detail::refuse_gzip(text, source);
   check_json_memory(text.size(), source);
   check_json_depth(text, source);
   try {
@@ -346,34 +395,66 @@ inline nlohmann::json parse_json_text(std::string_view text, const std::string& 
   }
 }
 
+namespace detail {
+/// A regular file open for reading, closed on destruction: what read_regular_file and the
+/// streaming readers open, with one set of checks and messages.
+struct regular_file {
+  int fd = -1;
+  std::uint64_t size = 0;
+  std::string name;  ///< "<what> '<path>'"
+  regular_file() = default;
+  regular_file(const regular_file&) = delete;
+  regular_file& operator=(const regular_file&) = delete;
+  ~regular_file() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Opens `path` when it is a regular file: a directory, a FIFO, a device or a socket is refused
+/// without reading from it (it is opened non-blocking, so a FIFO without a writer cannot hang
+/// the call). `what` names the file in messages ("plan file").
+inline void open_regular_file(regular_file& f, const std::string& path, const std::string& what) {
+  f.name = what + " '" + path + "'";
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f.fd < 0) throw io_error("cannot open " + f.name + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw io_error("cannot stat " + f.name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw io_error(f.name + " is a directory, not a file");
+  if (!S_ISREG(st.st_mode)) throw io_error(f.name + " is not a regular file (a FIFO, a device or a socket)");
+  f.size = static_cast<std::uint64_t>(st.st_size);
+}
+
+/// Up to `n` bytes of `fd` (fewer only at its end); io_error naming `name` on a read error.
+inline std::size_t read_some(int fd, char* p, std::size_t n, const std::string& name) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::read(fd, p + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) throw io_error("cannot read " + name + ": " + std::strerror(errno));
+    if (k == 0) break;
+    got += static_cast<std::size_t>(k);
+  }
+  return got;
+}
+}  // namespace detail
+
 /// The bytes of a regular file, at most max_bytes. A directory, a FIFO, a device or a socket
 /// is refused without reading from it (it is opened non-blocking, so a FIFO without a writer
 /// cannot hang the call). `what` names the file in messages ("plan file").
 inline std::string read_regular_file(const std::string& path, const std::string& what = "file",
                                      std::uint64_t max_bytes = std::uint64_t{1} << 32) {
-  const std::string name = what + " '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw io_error("cannot open " + name + ": " + std::strerror(errno));
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } guard{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw io_error("cannot stat " + name + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw io_error(name + " is a directory, not a file");
-  if (!S_ISREG(st.st_mode)) throw io_error(name + " is not a regular file (a FIFO, a device or a socket)");
-  if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
-    throw io_error(name + " has " + std::to_string(st.st_size) + " bytes; at most " + std::to_string(max_bytes) + " are read");
+  detail::regular_file f;
+  detail::open_regular_file(f, path, what);
+  if (f.size > max_bytes)
+    throw io_error(f.name + " has " + std::to_string(f.size) + " bytes; at most " + std::to_string(max_bytes) + " are read");
   std::string out;
-  out.reserve(static_cast<std::size_t>(st.st_size));
+  out.reserve(static_cast<std::size_t>(f.size));
   char buf[1 << 16];
   for (;;) {
-    const ssize_t k = ::read(fd, buf, sizeof buf);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) throw io_error("cannot read " + name + ": " + std::strerror(errno));
+    const std::size_t k = detail::read_some(f.fd, buf, sizeof buf, f.name);
     if (k == 0) break;
-    if (out.size() + static_cast<std::size_t>(k) > max_bytes) throw io_error(name + " grew beyond " + std::to_string(max_bytes) + " bytes while read");
-    out.append(buf, static_cast<std::size_t>(k));
+    if (out.size() + k > max_bytes) throw io_error(f.name + " grew beyond " + std::to_string(max_bytes) + " bytes while read");
+    out.append(buf, k);
   }
   return out;
 }
@@ -383,6 +464,175 @@ inline std::string read_regular_file(const std::string& path, const std::string&
 ///  "plan file 'p.json' is not valid JSON: ...").
 inline nlohmann::json load_json_file(const std::string& path, const std::string& what = "file") {
   return parse_json_text(read_regular_file(path, what), what + " '" + path + "'");
+}
+
+/// What a streaming reader keeps of a JSON text, at most: `bytes_per_byte` bytes a byte of text,
+/// named `holds` in the refusal ("problem": "..., whose problem may take up to ...").
+struct text_memory_bound {
+  std::uint64_t bytes_per_byte = json_tree_bytes_per_byte;
+  std::string holds = "tree";
+};
+
+/// The io_error of a syntax error a SAX parse met (a SAX handler's parse_error throws it):
+/// "<source> is not valid JSON at byte 17: [json.exception.parse_error.101] ...".
+inline io_error json_syntax_error(const std::string& source, std::size_t byte, const std::exception& e) {
+  return io_error(source + " is not valid JSON at byte " + std::to_string(byte) + ": " + e.what());
+}
+
+namespace detail {
+/// The text of a JSON stream for nlohmann's SAX parser, read 64 KiB at a time from a file's
+/// descriptor or from another stream's buffer, so that neither the text nor a tree is held.
+/// It enforces the reader's memory bound on what it hands out: a text of known size was
+/// checked before the first byte was read (check_text_memory); beyond that size (a stream
+/// whose size is not known, a file that grows) what was read so far is checked, once, against
+/// what the process can allocate, and the reading stops as soon as it passes that.
+class json_text_source final : public std::streambuf {
+ public:
+  json_text_source(int fd, std::streambuf* from, std::string source, text_memory_bound bound, std::uint64_t checked)
+      : fd_(fd), from_(from), source_(std::move(source)), bound_(std::move(bound)),
+        checked_(std::max(checked, json_memory_check_from)), buf_(std::size_t{1} << 16) {}
+  /// The first two bytes of the text (fewer for a shorter one), read ahead: the gzip check's.
+  std::string_view first_bytes() {
+    if (sgetc() == traits_type::eof()) return {};
+    return {eback(), std::min<std::size_t>(2, static_cast<std::size_t>(egptr() - eback()))};
+  }
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    const std::size_t k = fd_ >= 0 ? read_some(fd_, buf_.data(), buf_.size(), source_)
+                                   : static_cast<std::size_t>(from_->sgetn(buf_.data(), static_cast<std::streamsize>(buf_.size())));
+    if (k == 0) return traits_type::eof();
+    read_ += k;
+    if (read_ > checked_) {  // past what was checked: what the process can allocate now is the allowance
+      const machine_limits m = machine_limits::here();
+      checked_ = m.memory() / bound_.bytes_per_byte;
+      if (read_ > checked_) throw text_memory_refusal(read_, source_, bound_.bytes_per_byte, bound_.holds, true, m);
+    }
+    setg(buf_.data(), buf_.data(), buf_.data() + k);
+    return traits_type::to_int_type(buf_[0]);
+  }
+
+ private:
+  int fd_;
+  std::streambuf* from_;
+  std::string source_;
+  text_memory_bound bound_;
+  std::uint64_t checked_;
+  std::uint64_t read_ = 0;
+  std::vector<char> buf_;
+};
+
+/// The bytes left in a stream whose buffer can seek (a file, a string), else nothing.
+inline std::optional<std::uint64_t> bytes_left(std::streambuf& sb) {
+  const auto at = sb.pubseekoff(0, std::ios::cur, std::ios::in);
+  if (at == std::streampos(-1)) return std::nullopt;
+  const auto end = sb.pubseekoff(0, std::ios::end, std::ios::in);
+  sb.pubseekpos(at, std::ios::in);
+  if (end == std::streampos(-1) || end < at) return std::nullopt;
+  return static_cast<std::uint64_t>(end - at);
+}
+
+template <class Sax>
+void sax_parse_source(json_text_source& text, const std::string& source, Sax& sax) {
+  refuse_gzip(text.first_bytes(), source);
+  std::istream in(&text);
+  if (!nlohmann::json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true))
+    throw io_error(source + " is not valid JSON");  // a handler that stops without saying why
+}
+}  // namespace detail
+
+/// Parses the JSON text of `in` with a SAX handler (nlohmann's interface: null(), boolean(),
+/// number_*(), string(), start_object(), key(), ... parse_error()), holding neither the text nor
+/// a tree: a reader that stores what it needs as it goes. nlohmann's SAX parser keeps its own
+/// stack of open arrays and objects (no recursion), so the handler bounds the depth (a handler
+/// that skips unknown members counts them against max_json_depth and throws json_too_deep).
+/// A gzip text is refused as parse_json_text refuses it; the handler's parse_error should
+/// throw json_syntax_error. `bound` is what the handler keeps per byte of text at most: a
+/// stream whose size is known (one that can seek) is refused before it is read when that may
+/// not fit what the process can allocate, another as soon as what was read may not.
+///   my_sax sax;
+///   autoshard::sax_parse_json(std::cin, "<stdin>", sax, {16, "problem"});
+template <class Sax>
+void sax_parse_json(std::istream& in, const std::string& source, Sax& sax, const text_memory_bound& bound) {
+  std::streambuf* sb = in.rdbuf();
+  if (sb == nullptr) throw io_error(source + " has no stream to read");
+  const std::optional<std::uint64_t> size = detail::bytes_left(*sb);
+  if (size) check_text_memory(*size, source, bound.bytes_per_byte, bound.holds);
+  detail::json_text_source text(-1, sb, source, bound, size.value_or(0));
+  detail::sax_parse_source(text, source, sax);
+}
+
+/// sax_parse_json for a regular file: refused (io_error) when it cannot be opened or is not a
+/// regular file, as load_json_file does, and (resource_error) before a byte is read when its
+/// size times `bound` may not fit. Messages name the file as "<what> '<path>'".
+template <class Sax>
+void sax_parse_json_file(const std::string& path, const std::string& what, Sax& sax, const text_memory_bound& bound) {
+  detail::regular_file f;
+  detail::open_regular_file(f, path, what);
+  check_text_memory(f.size, f.name, bound.bytes_per_byte, bound.holds);
+  detail::json_text_source text(f.fd, nullptr, f.name, bound, f.size);
+  detail::sax_parse_source(text, f.name, sax);
+}
+
+/// Feeds a document already parsed to a SAX handler, the events sax_parse would give for its
+/// text (members in the document's order), with its own stack instead of recursion: a
+/// document built in memory may nest deeper than a text autoshard reads. Returns false when
+/// the handler stopped it (an event returned false).
+template <class Sax>
+bool sax_walk_json(const nlohmann::json& doc, Sax& sax) {
+  struct level {
+    const nlohmann::json* j;
+    nlohmann::json::const_iterator it;
+  };
+  std::vector<level> stack;
+  const auto enter = [&](const nlohmann::json& v) -> bool {
+    switch (v.type()) {
+      case nlohmann::json::value_t::object:
+        stack.push_back({&v, v.begin()});
+        return sax.start_object(v.size());
+      case nlohmann::json::value_t::array:
+        stack.push_back({&v, v.begin()});
+        return sax.start_array(v.size());
+      case nlohmann::json::value_t::boolean:
+        return sax.boolean(v.get<bool>());
+      case nlohmann::json::value_t::number_integer:
+        return sax.number_integer(v.get<std::int64_t>());
+      case nlohmann::json::value_t::number_unsigned:
+        return sax.number_unsigned(v.get<std::uint64_t>());
+      case nlohmann::json::value_t::number_float:
+        return sax.number_float(v.get<double>(), std::string());
+      case nlohmann::json::value_t::string: {
+        std::string s = v.get<std::string>();
+        return sax.string(s);
+      }
+      case nlohmann::json::value_t::binary: {
+        nlohmann::json::binary_t b = v.get_binary();
+        return sax.binary(b);
+      }
+      case nlohmann::json::value_t::null:
+      case nlohmann::json::value_t::discarded:
+        return sax.null();
+    }
+    return sax.null();
+  };
+  if (!enter(doc)) return false;
+  while (!stack.empty()) {
+    level& l = stack.back();
+    if (l.it == l.j->end()) {
+      const bool object = l.j->is_object();
+      stack.pop_back();
+      if (!(object ? sax.end_object() : sax.end_array())) return false;
+      continue;
+    }
+    const auto it = l.it++;
+    if (l.j->is_object()) {
+      std::string k = it.key();
+      if (!sax.key(k)) return false;
+    }
+    if (!enter(*it)) return false;  // may grow the stack: `l` is not used after this
+  }
+  return true;
 }
 
 }  // namespace autoshard

@@ -138,6 +138,103 @@ TEST_CASE("load_json_file: names the file, refuses directories and FIFOs without
         std::string::npos);
 }
 
+namespace {
+// Writes every SAX event it gets on one line; a syntax error throws as a reader's should.
+struct event_log : nlohmann::json_sax<nlohmann::json> {
+  std::string text;
+  std::size_t numbers = 0;
+  bool log(const std::string& event) {
+    text += event + " ";
+    return true;
+  }
+  bool number(const std::string& event) {
+    ++numbers;
+    return log(event);
+  }
+  bool null() override { return log("n"); }
+  bool boolean(bool b) override { return log(b ? "t" : "f"); }
+  bool number_integer(std::int64_t i) override { return number("i" + std::to_string(i)); }
+  bool number_unsigned(std::uint64_t u) override { return number("u" + std::to_string(u)); }
+  bool number_float(double d, const std::string&) override { return number("d" + std::to_string(d)); }
+  bool string(std::string& s) override { return log("s" + s); }
+  bool binary(nlohmann::json::binary_t&) override { return log("b"); }
+  bool start_object(std::size_t) override { return log("{"); }
+  bool key(std::string& k) override { return log("k" + k); }
+  bool end_object() override { return log("}"); }
+  bool start_array(std::size_t) override { return log("["); }
+  bool end_array() override { return log("]"); }
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::json::exception& e) override {
+    throw json_syntax_error("t.json", byte, e);
+  }
+};
+
+// A stream that cannot seek (a pipe's): `[0,0,...,0]` of `n` zeros, made as it is read.
+struct zeros_stream : std::streambuf {
+  std::size_t left;
+  std::string piece;
+  explicit zeros_stream(std::size_t n) : left(n), piece("[") {}
+  int_type underflow() override {
+    if (gptr() != nullptr && gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    if (piece.empty() && left == 0) return traits_type::eof();
+    if (piece.empty()) {
+      const std::size_t k = std::min<std::size_t>(left, 4096);
+      for (std::size_t i = 0; i < k; ++i) piece += --left ? "0," : "0]";
+    }
+    buf.swap(piece);
+    piece.clear();
+    setg(buf.data(), buf.data(), buf.data() + buf.size());
+    return traits_type::to_int_type(buf[0]);
+  }
+  std::string buf;
+};
+}  // namespace
+
+TEST_CASE("sax_parse_json: streams a text to a handler, refusing what may not fit before it is read") {
+  // The events are nlohmann's sax_parse's; sax_walk_json gives the same for the parsed tree
+  // (keys sorted here, as a tree keeps them).
+  const std::string text = R"({"a":[1,-2,2.5,"x",true,false,null,{}],"b":{"c":[[]]}})";
+  event_log streamed, walked;
+  std::istringstream in(text);
+  sax_parse_json(in, "t.json", streamed, {});
+  CHECK(sax_walk_json(nlohmann::json::parse(text), walked));
+  CHECK(streamed.text == "{ ka [ u1 i-2 d2.500000 sx t f n { } ] kb { kc [ [ ] ] } } ");
+  CHECK(walked.text == streamed.text);
+  // A syntax error names the source and the byte; a gzip text is refused as parse_json_text does.
+  std::istringstream cut(R"({"a":[1,)");
+  CHECK(error_of([&] { sax_parse_json(cut, "t.json", streamed, {}); }).rfind("io error: t.json is not valid JSON at byte 9: ", 0) == 0);
+  std::istringstream gz(std::string("\x1f\x8b\x08", 3));
+  CHECK(error_of([&] { sax_parse_json(gz, "t.json", streamed, {}); }).find("t.json is gzip-compressed, not JSON") != std::string::npos);
+  // A handler that keeps 2^40 bytes a byte: a 3 MiB stream that can seek is refused before a
+  // byte of it is read; one that cannot is read until it passes the 2 MiB not checked.
+  const text_memory_bound huge{std::uint64_t{1} << 40, "index"};
+  std::istringstream seekable("[" + std::string(3 << 20, ' ') + "0]");
+  event_log none;
+  const auto refusal = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const resource_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no resource_error)");
+  };
+  const std::string before = refusal([&] { sax_parse_json(seekable, "s.json", none, huge); });
+  CHECK(before.rfind("resource error: s.json has 3.00 MiB of JSON, whose index may take up to ", 0) == 0);
+  CHECK(before.find(" TiB (1099511627776 bytes a byte); this process can allocate ") != std::string::npos);
+  CHECK(none.text.empty());
+  zeros_stream pipe(2 << 20);  // 4 MiB of text
+  std::istream piped(&pipe);
+  CHECK(refusal([&] { sax_parse_json(piped, "p.json", none, huge); })
+            .rfind("resource error: p.json has more than 2.06 MiB of JSON, whose index may take up to ", 0) == 0);
+  CHECK(none.numbers > 0);
+  CHECK(none.numbers < (std::size_t{2} << 20));
+  // The same stream read whole with an ordinary bound.
+  zeros_stream again(2 << 20);
+  std::istream piped_again(&again);
+  event_log all;
+  sax_parse_json(piped_again, "p.json", all, {16, "index"});
+  CHECK(all.numbers == (std::size_t{2} << 20));
+}
+
 TEST_CASE("check_free_space: more bytes than the file system has available are refused before anything is written") {
   // synth and shard wrote into a full file system until ENOSPC (50 MiB of tmpfs filled, then
   // cleaned up); now they are refused up front, naming both sizes.

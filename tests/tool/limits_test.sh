@@ -27,10 +27,10 @@ if "$tool" --help | grep -q ' calibrate'; then
 fi
 
 if "$tool" --help | grep -q ' solve'; then
-  # A valid 150,000-node problem (12 MB of JSON) that may need more than the limit (17 bytes a
-  # byte of text, the streaming reader's bound) is refused before it is read, with the estimate
-  # and the limit (running out of memory inside the parser once ended in SIGABRT: the JSON
-  # tree's destructor allocated).
+  # A valid 150,000-node problem (12 MB of JSON) is read under the limit (a real request stores
+  # about a byte a byte of text), but solving it needs several times the limit: refused before
+  # anything is copied, with the estimate and the limit. Running out of memory inside the JSON
+  # parser once ended in SIGABRT (the JSON tree's destructor allocated).
   python3 - "$tmp/big.json" "$tmp/ones.json" <<'PY'
 import json, sys
 n = 150_000
@@ -41,9 +41,23 @@ json.dump([1] * n, open(sys.argv[2], "w"))
 PY
   limited 120000 "$tool" solve "$tmp/big.json" --time-limit 5 --solution-out "$tmp/sol.json"
   rc=$?
-  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: IOPDDL problem '.*big.json' has 12.0. MiB of JSON, whose problem may take up to .* (17 bytes a byte); this process can allocate .* more (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: solving 'big' (150000 nodes, 149999 edges with 1349991 costs) on [0-9]* thread(s) would need about .* MiB beside the problem; this process can allocate .* more (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
     bad "solve under ulimit -v 120000 -> exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/sol.json" && ok || bad "solve out of memory wrote its solution file"
+  # A text of the worst shape (one-strategy nodes, 14 bytes each, about 16 bytes stored a byte
+  # while the document is read): the reading stops before what it would take next passes what
+  # is left, naming how far it got.
+  python3 -c "
+import sys
+n = 1_000_000
+one = lambda s: '[' + ','.join([s] * n) + ']'
+open(sys.argv[1], 'w').write('{\"problem\":{\"nodes\":{\"intervals\":' + one('[0,0]') + ',\"costs\":' + one('[0]') + ',\"usages\":' + one('[0]') + '},\"edges\":{\"nodes\":[],\"costs\":[]}}}')
+" "$tmp/worst.json"
+  limited 120000 "$tool" solve "$tmp/worst.json" --time-limit 5 --solution-out "$tmp/sol.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: IOPDDL problem '.*worst.json': reading stopped after .* of its 13.35 MiB of JSON: the problem read so far leaves this process .* (the address-space limit, ulimit -v), less than the 32.00 MiB kept free and the 1.06 MiB the next 64.00 KiB may take, and the .* left may take up to .* (17 bytes a byte): free memory or raise the limit" "$tmp/err" && ok ||
+    bad "solve of the worst shape under ulimit -v 120000 -> exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/sol.json" && ok || bad "a read stopped for memory wrote a solution file"
   # Under a limit its bound fits (204 MiB) the same file is read and evaluated: the JSON tree's
   # bound (32 bytes a byte, 385 MiB) refused it there before the reader streamed.
   limited 300000 "$tool" solve "$tmp/big.json" --evaluate "$tmp/ones.json" --json

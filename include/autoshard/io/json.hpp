@@ -334,14 +334,18 @@ inline constexpr std::uint64_t json_tree_bytes_per_byte = 32;
 /// Texts under this size are not checked for memory: at 32 bytes a byte they take at most 64 MiB.
 inline constexpr std::uint64_t json_memory_check_from = std::uint64_t{2} << 20;
 
+/// What a streaming reader leaves free of what the process can allocate: the rest of the
+/// program's work (a solve checks its own need before it starts) and the allocator's slack.
+inline constexpr std::uint64_t text_memory_reserve = std::uint64_t{32} << 20;
+
 namespace detail {
 /// The refusal of `text_bytes` of JSON whose reader may keep `need` bytes, more than `m` allows.
 inline resource_error text_memory_refusal(std::uint64_t text_bytes, const std::string& source, std::uint64_t bytes_per_byte,
-                                          const std::string& holds, bool so_far, const machine_limits& m) {
+                                          const std::string& holds, const machine_limits& m) {
   const std::uint64_t need = text_bytes > std::numeric_limits<std::uint64_t>::max() / bytes_per_byte
                                  ? std::numeric_limits<std::uint64_t>::max()
                                  : text_bytes * bytes_per_byte;
-  return resource_error(source + " has " + (so_far ? "more than " : "") + human_bytes(static_cast<double>(text_bytes)) +
+  return resource_error(source + " has " + human_bytes(static_cast<double>(text_bytes)) +
                         " of JSON, whose " + holds + " may take up to " + human_bytes(static_cast<double>(need)) + " (" +
                         std::to_string(bytes_per_byte) + " bytes a byte); this process can allocate " +
                         human_bytes(static_cast<double>(m.memory())) + " more (" + m.memory_source() +
@@ -359,7 +363,7 @@ inline void check_text_memory(std::uint64_t text_bytes, const std::string& sourc
   if (text_bytes < json_memory_check_from) return;
   const machine_limits m = machine_limits::here();
   if (text_bytes <= m.memory() / bytes_per_byte) return;
-  throw detail::text_memory_refusal(text_bytes, source, bytes_per_byte, holds, false, m);
+  throw detail::text_memory_refusal(text_bytes, source, bytes_per_byte, holds, m);
 }
 
 /// Refuses, before parsing, a text whose tree may not fit what this process can still
@@ -482,15 +486,20 @@ inline io_error json_syntax_error(const std::string& source, std::size_t byte, c
 namespace detail {
 /// The text of a JSON stream for nlohmann's SAX parser, read 64 KiB at a time from a file's
 /// descriptor or from another stream's buffer, so that neither the text nor a tree is held.
-/// It enforces the reader's memory bound on what it hands out: a text of known size was
-/// checked before the first byte was read (check_text_memory); beyond that size (a stream
-/// whose size is not known, a file that grows) what was read so far is checked, once, against
-/// what the process can allocate, and the reading stops as soon as it passes that.
+/// It keeps the reader's memory bound on what it hands out, checking against what the process
+/// can allocate now, which falls as the reader stores what it read: once a text whose size is
+/// known may take all it has left (`bytes_per_byte` a byte) it is read without further checks;
+/// until then each check lets the reader take at most half of what is left above
+/// `text_memory_reserve` before the next one, and the reading stops with a resource_error when
+/// that is less than the next 64 KiB may take. So a text is refused before the memory it
+/// would need is taken, but only when it really stores too much: a real request stores about
+/// one byte a byte of text, a worst-shaped one 16 (iopddl_bytes_per_byte).
 class json_text_source final : public std::streambuf {
  public:
-  json_text_source(int fd, std::streambuf* from, std::string source, text_memory_bound bound, std::uint64_t checked)
-      : fd_(fd), from_(from), source_(std::move(source)), bound_(std::move(bound)),
-        checked_(std::max(checked, json_memory_check_from)), buf_(std::size_t{1} << 16) {}
+  json_text_source(int fd, std::streambuf* from, std::string source, text_memory_bound bound,
+                   std::optional<std::uint64_t> size)
+      : fd_(fd), from_(from), source_(std::move(source)), bound_(std::move(bound)), size_(size),
+        checked_(json_memory_check_from), buf_(std::size_t{1} << 16) {}
   /// The first two bytes of the text (fewer for a shorter one), read ahead: the gzip check's.
   std::string_view first_bytes() {
     if (sgetc() == traits_type::eof()) return {};
@@ -504,11 +513,7 @@ class json_text_source final : public std::streambuf {
                                    : static_cast<std::size_t>(from_->sgetn(buf_.data(), static_cast<std::streamsize>(buf_.size())));
     if (k == 0) return traits_type::eof();
     read_ += k;
-    if (read_ > checked_) {  // past what was checked: what the process can allocate now is the allowance
-      const machine_limits m = machine_limits::here();
-      checked_ = m.memory() / bound_.bytes_per_byte;
-      if (read_ > checked_) throw text_memory_refusal(read_, source_, bound_.bytes_per_byte, bound_.holds, true, m);
-    }
+    if (read_ > checked_) check();
     setg(buf_.data(), buf_.data(), buf_.data() + k);
     return traits_type::to_int_type(buf_[0]);
   }
@@ -518,9 +523,36 @@ class json_text_source final : public std::streambuf {
   std::streambuf* from_;
   std::string source_;
   text_memory_bound bound_;
-  std::uint64_t checked_;
+  std::optional<std::uint64_t> size_;
+  std::uint64_t checked_;  // bytes of text that may be read before the next check
   std::uint64_t read_ = 0;
   std::vector<char> buf_;
+
+  void check() {
+    const machine_limits m = machine_limits::here();
+    const std::uint64_t have = m.memory(), bpb = bound_.bytes_per_byte;
+    const std::uint64_t left = size_ && *size_ > read_ ? *size_ - read_ : 0;  // unknown size: 0
+    if (size_ && read_ <= *size_ && left <= have / bpb) {  // the rest fits whatever it holds
+      checked_ = std::numeric_limits<std::uint64_t>::max();
+      return;
+    }
+    const std::uint64_t spare = have > text_memory_reserve ? have - text_memory_reserve : 0;
+    if (spare / bpb < buf_.size()) {
+      const std::string of = size_ ? " of its " + human_bytes(static_cast<double>(*size_)) : std::string();
+      const std::string rest = size_ ? ", and the " + human_bytes(static_cast<double>(left)) + " left may take up to " +
+                                           human_bytes(static_cast<double>(left) * static_cast<double>(bpb)) + " (" +
+                                           std::to_string(bpb) + " bytes a byte)"
+                                     : std::string();
+      throw resource_error(source_ + ": reading stopped after " + human_bytes(static_cast<double>(read_)) + of +
+                           " of JSON: the " + bound_.holds + " read so far leaves this process " +
+                           human_bytes(static_cast<double>(have)) + " (" + m.memory_source() + "), less than the " +
+                           human_bytes(static_cast<double>(text_memory_reserve)) + " kept free and the " +
+                           human_bytes(static_cast<double>(buf_.size()) * static_cast<double>(bpb)) + " the next " +
+                           human_bytes(static_cast<double>(buf_.size())) + " may take" + rest +
+                           (m.memory_limited() ? ": free memory or raise the limit" : ": free memory"));
+    }
+    checked_ = read_ + spare / (2 * bpb);
+  }
 };
 
 /// The bytes left in a stream whose buffer can seek (a file, a string), else nothing.
@@ -548,29 +580,26 @@ void sax_parse_source(json_text_source& text, const std::string& source, Sax& sa
 /// stack of open arrays and objects (no recursion), so the handler bounds the depth (a handler
 /// that skips unknown members counts them against max_json_depth and throws json_too_deep).
 /// A gzip text is refused as parse_json_text refuses it; the handler's parse_error should
-/// throw json_syntax_error. `bound` is what the handler keeps per byte of text at most: a
-/// stream whose size is known (one that can seek) is refused before it is read when that may
-/// not fit what the process can allocate, another as soon as what was read may not.
+/// throw json_syntax_error. `bound` is what the handler keeps per byte of text at most: the
+/// reading stops with a resource_error before what it may take next does not fit what the
+/// process can allocate (detail::json_text_source says how).
 ///   my_sax sax;
 ///   autoshard::sax_parse_json(std::cin, "<stdin>", sax, {16, "problem"});
 template <class Sax>
 void sax_parse_json(std::istream& in, const std::string& source, Sax& sax, const text_memory_bound& bound) {
   std::streambuf* sb = in.rdbuf();
   if (sb == nullptr) throw io_error(source + " has no stream to read");
-  const std::optional<std::uint64_t> size = detail::bytes_left(*sb);
-  if (size) check_text_memory(*size, source, bound.bytes_per_byte, bound.holds);
-  detail::json_text_source text(-1, sb, source, bound, size.value_or(0));
+  detail::json_text_source text(-1, sb, source, bound, detail::bytes_left(*sb));
   detail::sax_parse_source(text, source, sax);
 }
 
 /// sax_parse_json for a regular file: refused (io_error) when it cannot be opened or is not a
-/// regular file, as load_json_file does, and (resource_error) before a byte is read when its
-/// size times `bound` may not fit. Messages name the file as "<what> '<path>'".
+/// regular file, as load_json_file does, and (resource_error) as sax_parse_json when what it
+/// stores may not fit. Messages name the file as "<what> '<path>'".
 template <class Sax>
 void sax_parse_json_file(const std::string& path, const std::string& what, Sax& sax, const text_memory_bound& bound) {
   detail::regular_file f;
   detail::open_regular_file(f, path, what);
-  check_text_memory(f.size, f.name, bound.bytes_per_byte, bound.holds);
   detail::json_text_source text(f.fd, nullptr, f.name, bound, f.size);
   detail::sax_parse_source(text, f.name, sax);
 }

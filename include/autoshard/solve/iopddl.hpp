@@ -17,9 +17,10 @@
 /// Malformed input throws io_error naming the JSON path, e.g. "problem.edges.costs[2]".
 ///
 /// The contest's requests reach 1.3 GB of JSON, so a problem is read as a stream (nlohmann's
-/// SAX parser) straight into its vectors: neither the text nor a JSON tree is held, and a file
-/// is refused before it is read only when the most its problem can take (iopddl_bytes_per_byte
-/// a byte of text) may not fit. Writing streams the text out the same way.
+/// SAX parser) straight into its vectors: neither the text nor a JSON tree is held, and the
+/// reading stops with a resource_error before the most the rest can take (iopddl_bytes_per_byte
+/// a byte of text) may not fit what is left (sax_parse_json). Writing streams the text out the
+/// same way.
 #include <array>        // std::array
 #include <charconv>     // std::to_chars
 #include <cmath>        // std::trunc

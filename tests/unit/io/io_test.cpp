@@ -204,8 +204,9 @@ TEST_CASE("sax_parse_json: streams a text to a handler, refusing what may not fi
   CHECK(error_of([&] { sax_parse_json(cut, "t.json", streamed, {}); }).rfind("io error: t.json is not valid JSON at byte 9: ", 0) == 0);
   std::istringstream gz(std::string("\x1f\x8b\x08", 3));
   CHECK(error_of([&] { sax_parse_json(gz, "t.json", streamed, {}); }).find("t.json is gzip-compressed, not JSON") != std::string::npos);
-  // A handler that keeps 2^40 bytes a byte: a 3 MiB stream that can seek is refused before a
-  // byte of it is read; one that cannot is read until it passes the 2 MiB not checked.
+  // A handler that keeps 2^40 bytes a byte: past the 2 MiB not checked, the reading stops
+  // before the next 64 KiB, whose worst case no memory can hold, with the sizes read and left
+  // when the stream can seek; the numbers read before it are the handler's.
   const text_memory_bound huge{std::uint64_t{1} << 40, "index"};
   std::istringstream seekable("[" + std::string(3 << 20, ' ') + "0]");
   event_log none;
@@ -217,14 +218,19 @@ TEST_CASE("sax_parse_json: streams a text to a handler, refusing what may not fi
     }
     return std::string("(no resource_error)");
   };
-  const std::string before = refusal([&] { sax_parse_json(seekable, "s.json", none, huge); });
-  CHECK(before.rfind("resource error: s.json has 3.00 MiB of JSON, whose index may take up to ", 0) == 0);
-  CHECK(before.find(" TiB (1099511627776 bytes a byte); this process can allocate ") != std::string::npos);
-  CHECK(none.text.empty());
+  const std::string seek = refusal([&] { sax_parse_json(seekable, "s.json", none, huge); });
+  CHECK(seek.rfind("resource error: s.json: reading stopped after 2.06 MiB of its 3.00 MiB of JSON: the index read so far "
+                   "leaves this process ", 0) == 0);
+  CHECK(seek.find("less than the 32.00 MiB kept free and the 65536.00 TiB the next 64.00 KiB may take, and the 960.00 KiB left "
+                  "may take up to ") != std::string::npos);
+  CHECK(seek.find(" (1099511627776 bytes a byte)") != std::string::npos);
+  CHECK(none.numbers == 0);
   zeros_stream pipe(2 << 20);  // 4 MiB of text
   std::istream piped(&pipe);
-  CHECK(refusal([&] { sax_parse_json(piped, "p.json", none, huge); })
-            .rfind("resource error: p.json has more than 2.06 MiB of JSON, whose index may take up to ", 0) == 0);
+  const std::string piped_refusal = refusal([&] { sax_parse_json(piped, "p.json", none, huge); });
+  CHECK(piped_refusal.rfind("resource error: p.json: reading stopped after 2.06 MiB of JSON: the index read so far leaves "
+                            "this process ", 0) == 0);
+  CHECK(piped_refusal.find("left may take") == std::string::npos);  // a pipe's rest is not known
   CHECK(none.numbers > 0);
   CHECK(none.numbers < (std::size_t{2} << 20));
   // The same stream read whole with an ordinary bound.

@@ -3,9 +3,6 @@
 
 #include <autoshard/solve/solve.hpp>
 
-#include <unistd.h>  // truncate
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -279,7 +276,7 @@ TEST_CASE("IOPDDL nesting: the format's depth, and 128 levels inside unknown mem
                        autoshard::io_error);
 }
 
-TEST_CASE("IOPDDL files: read as they stream, refused before reading when the problem may not fit") {
+TEST_CASE("IOPDDL files: read as they stream, a gzip file and a syntax error refused with the file named") {
   const autoshard_test::scratch_dir d;
   // A gzip file is refused as every JSON reader refuses it.
   const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03};
@@ -295,21 +292,6 @@ TEST_CASE("IOPDDL files: read as they stream, refused before reading when the pr
                        doctest::Contains(("IOPDDL problem '" + (d / "cut.json").string() + "' is not valid JSON at byte 21: ").c_str()),
                        autoshard::io_error);
   CHECK_THROWS_WITH_AS(autoshard::read_iopddl_file(d.path), doctest::Contains("is a directory, not a file"), autoshard::io_error);
-  // A 1 TiB file (sparse: nothing is written) may need 17 TiB: refused at once, before a byte is read.
-  const auto huge = d / "huge.json";
-  std::ofstream(huge).put('{');
-  if (::truncate(huge.c_str(), std::int64_t{1} << 40) != 0) {
-    MESSAGE("no sparse 1 TiB file on this file system: the refusal is not checked");
-    return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(autoshard::read_iopddl_file(huge),
-                       doctest::Contains(("resource error: IOPDDL problem '" + huge.string() +
-                                          "' has 1.00 TiB of JSON, whose problem may take up to 17.00 TiB (17 bytes a byte); "
-                                          "this process can allocate ")
-                                             .c_str()),
-                       autoshard::resource_error);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
 
 TEST_CASE("IOPDDL example.json: the streamed read equals the tree's, and the text written is dump()'s") {

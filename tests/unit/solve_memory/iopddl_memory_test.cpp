@@ -95,7 +95,7 @@ std::string repeat(const std::string& item, std::size_t n) {
   return s + "]";
 }
 
-constexpr std::size_t many = 250000;  // about 3.5 MB of text a shape
+constexpr std::size_t many = 60000;  // about 840 KB of text a shape
 
 }  // namespace
 

@@ -134,7 +134,7 @@ TABLE = {
 
 # Values that differ from run to run, left out of the comparison: JSON keys (anywhere), and
 # for calibrate every measured (non-integer) number.
-VOLATILE_KEYS = {"seconds", "first_feasible_seconds", "reference_seconds", "sharded_seconds", "generation",
+VOLATILE_KEYS = {"seconds", "first_feasible_seconds", "read_seconds", "reference_seconds", "sharded_seconds", "generation",
                  "bytes_per_second"}
 MEASURED = {"calibrate"}
 

@@ -149,6 +149,18 @@ PY
     expect_rc 2 "$tool" solve "$src" --cutoff "$cut"
     grep -q "is not a cutoff (an integer in \\[0, 9223372036854775807\\])" "$tmp/err" && ok || bad "--cutoff $cut: $(cat "$tmp/err")"
   done
+  # --time-limit is the whole command's: the solve gets what reading the problem left, and a
+  # limit that passes while reading (a 3 MB problem in a millisecond) ends there, exit 1.
+  json_check "0 <= d['read_seconds'] and d['seconds'] + d['read_seconds'] <= 2.5" "$tool" solve "$src" --json --quiet --time-limit 2
+  python3 -c "
+import json, sys
+n = 40000
+json.dump({'problem': {'nodes': {'intervals': [[i, i + 2] for i in range(n)], 'costs': [[3, 1, 2]] * n, 'usages': [[1, 1, 1]] * n},
+                       'edges': {'nodes': [[i, i + 1] for i in range(n - 1)], 'costs': [[0, 1, 1, 1, 0, 1, 1, 1, 0]] * (n - 1)}}}, open(sys.argv[1], 'w'))
+" "$tmp/chain.json"
+  expect_rc 1 "$tool" solve "$tmp/chain.json" --time-limit 0.001 --solution-out "$tmp/never.json"
+  grep -q "^autoshard: solver error: --time-limit of 1.0* ms passed while the problem was read (.*): no time was left to solve it" "$tmp/err" &&
+    test ! -e "$tmp/never.json" && ok || bad "--time-limit 0.001 on a 3 MB problem: $(cat "$tmp/err")"
   echo '{"problem": {"nodes": {"intervals": [[0,1]], "costs": [[1, 2, 3]], "usages": [[1]]}, "edges": {"nodes": [], "costs": []}}}' > "$tmp/bad.json"
   expect_rc 1 "$tool" solve "$tmp/bad.json"
   grep -q "usages" "$tmp/err" && ok || bad "message for a bad problem: $(cat "$tmp/err")"

@@ -158,16 +158,7 @@ struct machine_limits {
   /// Reads /proc, the cgroups (/proc/self/cgroup, /sys/fs/cgroup) and the resource limits (a
   /// limit that cannot be read stays unlimited).
   static machine_limits here() {
-    machine_limits m;
-    const auto soft = [](int what) -> std::uint64_t {
-      rlimit r{};
-      if (getrlimit(what, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return unlimited;
-      return static_cast<std::uint64_t>(r.rlim_cur);
-    };
-    if (const std::uint64_t kb = detail::read_proc_keyed("/proc/meminfo", "MemAvailable:"); kb != unlimited) m.mem_available = kb * 1024;
-    // Inside a container MemAvailable is the host's: the cgroup's limit ends the process first.
-    if (const detail::cgroup_memory cg = detail::cgroup_memory_left("/proc/self/cgroup", "/sys/fs/cgroup"); cg.left < m.mem_available)
-      m.mem_available = cg.left, m.mem_available_file = cg.file;
+    machine_limits m = memory_here();
     m.threads = threads_left(soft(RLIMIT_NPROC));
     const std::uint64_t nofile = soft(RLIMIT_NOFILE);
     if (nofile != unlimited) {
@@ -178,14 +169,30 @@ struct machine_limits {
       }
       m.files = nofile > open ? nofile - open : 0;
     }
-    const std::uint64_t as = soft(RLIMIT_AS);
-    if (as != unlimited) {
+    if (const std::uint64_t st = soft(RLIMIT_STACK); st != unlimited && st > 0) m.stack = st;
+    return m;
+  }
+  /// The memory figures of here() alone (mem_available, its source, address_space), the others
+  /// left unlimited: a few small files, where here() also counts the open descriptors (about
+  /// 7 ms), for checks made once per solve or while a file is read.
+  static machine_limits memory_here() {
+    machine_limits m;
+    if (const std::uint64_t kb = detail::read_proc_keyed("/proc/meminfo", "MemAvailable:"); kb != unlimited) m.mem_available = kb * 1024;
+    // Inside a container MemAvailable is the host's: the cgroup's limit ends the process first.
+    if (const detail::cgroup_memory cg = detail::cgroup_memory_left("/proc/self/cgroup", "/sys/fs/cgroup"); cg.left < m.mem_available)
+      m.mem_available = cg.left, m.mem_available_file = cg.file;
+    if (const std::uint64_t as = soft(RLIMIT_AS); as != unlimited) {
       const std::uint64_t vm = detail::read_proc_keyed("/proc/self/status", "VmSize:");
       const std::uint64_t used = vm == unlimited ? 0 : vm * 1024;
       m.address_space = as > used ? as - used : 0;
     }
-    if (const std::uint64_t st = soft(RLIMIT_STACK); st != unlimited && st > 0) m.stack = st;
     return m;
+  }
+  /// A soft resource limit (getrlimit), unlimited when none or unreadable.
+  static std::uint64_t soft(int what) {
+    rlimit r{};
+    if (getrlimit(what, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return unlimited;
+    return static_cast<std::uint64_t>(r.rlim_cur);
   }
   /// Bytes a new allocation can still take: the smaller of mem_available and the address
   /// space left under RLIMIT_AS.

@@ -361,7 +361,7 @@ inline resource_error text_memory_refusal(std::uint64_t text_bytes, const std::s
 inline void check_text_memory(std::uint64_t text_bytes, const std::string& source, std::uint64_t bytes_per_byte,
                               const std::string& holds) {
   if (text_bytes < json_memory_check_from) return;
-  const machine_limits m = machine_limits::here();
+  const machine_limits m = machine_limits::memory_here();
   if (text_bytes <= m.memory() / bytes_per_byte) return;
   throw detail::text_memory_refusal(text_bytes, source, bytes_per_byte, holds, m);
 }
@@ -529,7 +529,7 @@ class json_text_source final : public std::streambuf {
   std::vector<char> buf_;
 
   void check() {
-    const machine_limits m = machine_limits::here();
+    const machine_limits m = machine_limits::memory_here();
     const std::uint64_t have = m.memory(), bpb = bound_.bytes_per_byte;
     const std::uint64_t left = size_ && *size_ > read_ ? *size_ - read_ : 0;  // unknown size: 0
     if (size_ && read_ <= *size_ && left <= have / bpb) {  // the rest fits whatever it holds

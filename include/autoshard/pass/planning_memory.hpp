@@ -163,7 +163,7 @@ inline planning_memory_estimate estimate_planning_memory(const model_graph& g, c
 /// the address space left under RLIMIT_AS): running out of memory midway ends in the OOM killer
 /// or a bad_alloc after minutes. The message names the estimate, its parts, the limit
 /// (`m.memory_source()`) and what to change.
-inline void check_planning_memory(const planning_memory_estimate& e, const machine_limits& m = machine_limits::here()) {
+inline void check_planning_memory(const planning_memory_estimate& e, const machine_limits& m = machine_limits::memory_here()) {
   const std::uint64_t have = m.memory();
   if (e.total() <= have) return;
   const planning_model_size& s = e.largest;

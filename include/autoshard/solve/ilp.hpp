@@ -267,7 +267,7 @@ inline std::uint64_t solver_bytes(const strategy_problem& p, int threads) {
 /// Refuses, before anything is copied, a solve whose memory (solver_bytes) is above what this
 /// process can still allocate: the OOM killer or a std::bad_alloc in a search thread otherwise.
 inline void check_solver_memory(const strategy_problem& p, int threads) {
-  const machine_limits m = machine_limits::here();
+  const machine_limits m = machine_limits::memory_here();
   const std::uint64_t need = solver_bytes(p, threads), have = m.memory();
   if (need <= have) return;
   const std::uint64_t one = solver_bytes(p, 1);
@@ -779,7 +779,7 @@ class exact_pipeline {
   /// tenth of what is left stays for the search threads and the answer.
   std::optional<exact_end> beyond_memory(const lp_size& size) {
     const std::uint64_t need = lp_bytes(size);
-    const machine_limits m = machine_limits::here();
+    const machine_limits m = machine_limits::memory_here();
     const std::uint64_t have = m.memory();
     if (have == machine_limits::unlimited || need <= have - have / 10) return std::nullopt;
     for (const ilp_size& r : red_.sizes) res_.sizes.push_back(r);

@@ -189,6 +189,34 @@ struct zeros_stream : std::streambuf {
 };
 }  // namespace
 
+TEST_CASE("load_json_file: a file whose tree may not fit is refused from its size, before a byte is read") {
+  // A sparse file just above what this process can hold as a tree (32 bytes a byte): read
+  // whole before, it took its size in memory and seconds before the refusal. Past 4 GiB the
+  // size bound of read_regular_file refuses it first, also before reading.
+  io_dir d;
+  const std::uint64_t have = machine_limits::memory_here().memory();
+  const std::uint64_t size = std::min<std::uint64_t>(have / json_tree_bytes_per_byte + (std::uint64_t{64} << 20),
+                                                     std::uint64_t{8} << 30);
+  const auto big = d.path / "big.json";
+  std::ofstream(big).put('{');
+  REQUIRE(::truncate(big.c_str(), static_cast<off_t>(size)) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string why = [&] {
+    try {
+      load_json_file(big.string(), "plan file");
+    } catch (const autoshard::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  }();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500));
+  const bool by_memory = why.find("resource error: plan file '" + big.string() + "' has ") == 0 &&
+                         why.find(" of JSON, whose tree may take up to ") != std::string::npos;
+  const bool by_size = why.find(" bytes; at most 4294967296 are read") != std::string::npos;
+  CHECK_MESSAGE((by_memory || by_size), why);
+  CHECK(by_memory == (size <= (std::uint64_t{1} << 32)));
+}
+
 TEST_CASE("sax_parse_json: streams a text to a handler, refusing what may not fit before it is read") {
   // The events are nlohmann's sax_parse's; sax_walk_json gives the same for the parsed tree
   // (keys sorted here, as a tree keeps them).

@@ -247,6 +247,20 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
   }
 }
 
+/// What the solver's own memory grows with (solver_bytes).
+struct solver_size {
+  std::uint64_t strategies = 0, costs = 0;  ///< every node's strategies; every edge's costs
+  std::uint64_t items = 0;                  ///< nodes and edges
+};
+
+inline solver_size solver_size_of(const strategy_problem& p) {
+  solver_size s;
+  for (const strategy_node& n : p.nodes) s.strategies += n.costs.size();
+  for (const strategy_edge& e : p.edges) s.costs += e.costs.size();
+  s.items = p.nodes.size() + p.edges.size();
+  return s;
+}
+
 /// The most memory solve_ilp takes beside the problem, without the LP (which is not built when
 /// it would not fit: exact_pipeline::beyond_memory): the reducer's copy of every cost (16-byte
 /// integers), the search threads' snapshot of the reduced problem and its tables in double,
@@ -254,13 +268,9 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
 /// the ILP off, the heap's peak above the problem read): S 206 MB on 2 threads (295 MB on 8),
 /// K 159 MB, V 37 MB, P 181 MB (345 MB on 8), a 10x12 grid of 60-strategy nodes 33 MB; the
 /// estimate is 1.1-2.3 times each.
-inline std::uint64_t solver_bytes(const strategy_problem& p, int threads) {
-  std::uint64_t strategies = 0, entries = 0;
-  for (const strategy_node& n : p.nodes) strategies += n.costs.size();
-  for (const strategy_edge& e : p.edges) entries += e.costs.size();
-  const std::uint64_t items = p.nodes.size() + p.edges.size();
-  const std::uint64_t per_thread = 256 * items + 16 * strategies;
-  return (std::uint64_t{16} << 20) + 40 * entries + 64 * strategies + 800 * items +
+inline std::uint64_t solver_bytes(const solver_size& s, int threads) {
+  const std::uint64_t per_thread = 256 * s.items + 16 * s.strategies;
+  return (std::uint64_t{16} << 20) + 40 * s.costs + 64 * s.strategies + 800 * s.items +
          static_cast<std::uint64_t>(std::max(threads, 1)) * per_thread;
 }
 
@@ -268,15 +278,14 @@ inline std::uint64_t solver_bytes(const strategy_problem& p, int threads) {
 /// process can still allocate: the OOM killer or a std::bad_alloc in a search thread otherwise.
 inline void check_solver_memory(const strategy_problem& p, int threads) {
   const machine_limits m = machine_limits::memory_here();
-  const std::uint64_t need = solver_bytes(p, threads), have = m.memory();
+  const solver_size size = solver_size_of(p);
+  const std::uint64_t need = solver_bytes(size, threads), have = m.memory();
   if (need <= have) return;
-  const std::uint64_t one = solver_bytes(p, 1);
-  std::uint64_t entries = 0;
-  for (const strategy_edge& e : p.edges) entries += e.costs.size();
+  const std::uint64_t one = solver_bytes(size, 1);
   throw resource_error(
       "solving " + (p.name.empty() ? std::string("the problem") : "'" + p.name + "'") + " (" +
       std::to_string(p.nodes.size()) + " nodes, " + std::to_string(p.edges.size()) + " edges with " +
-      std::to_string(entries) + " costs) on " + std::to_string(threads) + " thread(s) would need about " +
+      std::to_string(size.costs) + " costs) on " + std::to_string(threads) + " thread(s) would need about " +
       human_bytes(static_cast<double>(need)) + " beside the problem; this process can allocate " +
       human_bytes(static_cast<double>(have)) + " more (" + m.memory_source() + ")" +
       (threads > 1 && one <= have
@@ -748,8 +757,9 @@ class exact_pipeline {
     const reduced_view rv(red_, candidate_times(p_, red_, opt_));
     bound_ = std::max(bound_, proven_bound(0.0L, red_.offset));
     if (rv.ilp_nodes.empty()) return decided_by_reductions();
-    if (std::optional<exact_end> end = beyond_memory(lp_size_of(rv, opt_.formulation))) return end;
-    glpk_model model(rv, opt_.formulation);
+    const lp_size size = lp_size_of(rv, opt_.formulation);
+    if (std::optional<exact_end> end = beyond_memory(size)) return end;
+    glpk_model model(rv, opt_.formulation, size);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
       if (!opt_.lazy_memory || std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
         model.add_memory_row(t);
@@ -787,8 +797,7 @@ class exact_pipeline {
                      "the LP of " + std::to_string(size.cols) + " columns, " + std::to_string(size.rows) + " rows and " +
                          std::to_string(size.nonzeros) + " nonzeros would take about " +
                          human_bytes(static_cast<double>(need)) + ", and this process can allocate " +
-                         human_bytes(static_cast<double>(have)) + " more (" +
-                         m.memory_source() +
+                         human_bytes(static_cast<double>(have)) + " more (" + m.memory_source() +
                          "): it was not built, and the Lagrangian search used thread 0 too",
                      true};
   }

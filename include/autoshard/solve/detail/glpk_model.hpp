@@ -217,13 +217,14 @@ class glpk_model {
   std::vector<exact_row> exact_rows;
   std::vector<std::size_t> exact_of_row{0};  // per GLPK row (1-based): index + 1 into exact_rows, or 0
 
-  glpk_model(const reduced_view& view, ilp_formulation f)
+  glpk_model(const reduced_view& view, ilp_formulation f) : glpk_model(view, f, lp_size_of(view, f)) {}
+  /// `size` is lp_size_of(view, f), counted already (to check that the model fits).
+  glpk_model(const reduced_view& view, ilp_formulation f, const lp_size& size)
       : rv(view), form(f), first_col(view.red.nodes.size(), 0), pair_col(view.red.edges.size()),
         added(view.times.size(), 0) {
     glp_set_obj_dir(lp.get(), GLP_MIN);
     const double big = largest_cost(rv);
     scale = big > 0.0 ? 1000.0 / big : 1.0;
-    const lp_size size = lp_size_of(view, f);
     triplets t;
     t.reserve(size.nonzeros);
     col_cost.reserve(size.cols + 1);

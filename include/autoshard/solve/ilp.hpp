@@ -659,10 +659,10 @@ inline std::size_t fix_by_reduced_costs(const glpk_model& model, reducer& red, c
   for (std::size_t v : model.rv.ilp_nodes)
     for (std::size_t i = 0; i < red.nodes[v].size(); ++i)
       if (fixable(model.first_col[v] + static_cast<int>(i)) && !is_forbidden_w(red.nodes[v].cost[i]))
-        red.nodes[v].cost[i] = forbidden, ++fixed;
+        red.forbid_cost(v, i), ++fixed;
   for (std::size_t e = 0; e < red.edges.size(); ++e)
     for (std::size_t k = 0; k < model.pair_col[e].size(); ++k)
-      if (fixable(model.pair_col[e][k]) && !is_forbidden_w(red.edges[e].m[k])) red.edges[e].m[k] = forbidden, ++fixed;
+      if (fixable(model.pair_col[e][k]) && !is_forbidden_w(red.edges[e].m[k])) red.forbid_entry(e, k), ++fixed;
   return fixed;
 }
 

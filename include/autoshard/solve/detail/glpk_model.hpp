@@ -152,8 +152,7 @@ inline lp_size lp_size_of(const reduced_view& rv, ilp_formulation form) {
     const std::uint64_t nu = rv.node(ed.u).size(), nv = rv.node(ed.v).size();
     s.pair_entries += nu * nv;
     if (form == ilp_formulation::marginal) {
-      std::uint64_t allowed = 0;
-      for (wcost c : ed.m) allowed += is_forbidden_w(c) ? 0 : 1;
+      const std::uint64_t allowed = ed.allowed;
       s.cols += allowed;
       s.rows += nu + nv;
       s.nonzeros += nu + nv + 2 * allowed;

@@ -21,6 +21,7 @@
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
 #include <string>     // std::string
+#include <unordered_map>  // std::unordered_map
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
@@ -53,6 +54,7 @@ struct usage_part {
   live_interval live;
   std::vector<std::int64_t> usage;  // per strategy of the owning node
   std::int64_t lo = 0, hi = 0;      // once the node is folded: its range (for the binding test)
+  std::size_t origin = 0;           // the original node whose live range this is: each is in one part
 };
 
 struct work_node {
@@ -68,7 +70,14 @@ struct work_edge {
   bool alive = true;
   std::size_t u = 0, v = 0;  // u < v when merged; m is |S_u| x |S_v|
   std::vector<wcost> m;
+  /// Entries of m that are not forbidden, kept as m changes (reducer::forbid_entry and every
+  /// reduction), so a size needs no rescan of the tables.
+  std::size_t allowed = 0;
 };
+
+inline std::size_t count_allowed(const std::vector<wcost>& m) {
+  return static_cast<std::size_t>(std::count_if(m.begin(), m.end(), [](wcost c) { return !is_forbidden_w(c); }));
+}
 
 struct fold_record {
   enum class kind { fixed, leaf, series, follow } what = kind::fixed;
@@ -100,13 +109,40 @@ class reducer {
   wcost offset = 0;
   bool merge = true;
 
+  // ---- what changed since a reduction last looked ------------------------------------------
+  // version[v] grows whenever node v's strategies, costs or usage, or one of its edges, change
+  // (touch). A reduction that found nothing to do at a node (or edge) notes the clock then, and
+  // skips it while its version (or both ends') is no newer: the same test on the same data
+  // finds nothing again. Later rounds and the passes after a tightening then cost only what
+  // changed.
+  std::vector<std::uint64_t> version;
+  std::uint64_t changes = 1;  // the clock of touch()
+  struct seen_marks {
+    std::vector<std::uint64_t> at;  // by node or edge: the clock when it was last found clean
+    bool clean(std::size_t k, std::uint64_t v) const { return k < at.size() && at[k] >= v; }
+    void mark(std::size_t k, std::uint64_t now) {
+      if (at.size() <= k) at.resize(k + 1, 0);
+      at[k] = now;
+    }
+  };
+  seen_marks pruned, undominated, normalised, no_follower;
+  bool skip_unchanged = true;  ///< false: every reduction looks at everything each time (the tests compare)
+  std::vector<char> undominated_mem;  // coupled(v) when v was last found clean of dominated strategies
+
+  void touch(std::size_t v) { version[v] = ++changes; }
+  bool unchanged(const seen_marks& s, std::size_t k, std::uint64_t v) const { return skip_unchanged && s.clean(k, v); }
+  std::uint64_t edge_version(const work_edge& e) const { return std::max(version[e.u], version[e.v]); }
+
   reducer(const strategy_problem& prob, bool merge_parallel) : p(prob), merge(merge_parallel) {
     nodes.resize(p.nodes.size());
+    version.assign(p.nodes.size(), 1);
+    edge_at.reserve(p.edges.size());
+    undominated_mem.assign(p.nodes.size(), 0);
     for (std::size_t v = 0; v < p.nodes.size(); ++v) {
       work_node& n = nodes[v];
       const strategy_node& s = p.nodes[v];
       for (std::int64_t c : s.costs) n.cost.push_back(to_wcost(c));
-      n.parts.push_back({s.live, s.usages, 0, 0});
+      n.parts.push_back({s.live, s.usages, 0, 0, v});
       for (std::size_t i = 0; i < s.costs.size(); ++i) n.strat.push_back(static_cast<int>(i));
     }
     for (const strategy_edge& e : p.edges) {
@@ -133,8 +169,20 @@ class reducer {
     return t;
   }
 
+  /// The live edge between two nodes, by key(min, max): found in constant time whatever the
+  /// nodes' degrees (a node of 200,000 edges made scanning its list quadratic). An entry whose
+  /// edge has died since is stale, and counts as none.
+  std::unordered_map<std::uint64_t, std::size_t> edge_at;
+  std::uint64_t pair_key(std::size_t a, std::size_t b) const {
+    return static_cast<std::uint64_t>(std::min(a, b)) * nodes.size() + std::max(a, b);
+  }
+
   std::size_t add_edge(std::size_t u, std::size_t v, std::vector<wcost> m) {
-    edges.push_back({true, u, v, std::move(m)});
+    const std::size_t allowed = count_allowed(m);
+    edge_at[pair_key(u, v)] = edges.size();
+    edges.push_back({true, u, v, std::move(m), allowed});
+    touch(u);
+    touch(v);
     nodes[u].adj.push_back(edges.size() - 1);
     nodes[v].adj.push_back(edges.size() - 1);
     return edges.size() - 1;
@@ -145,10 +193,13 @@ class reducer {
   void connect(std::size_t a, std::size_t b, std::vector<wcost> m) {
     const std::size_t u = std::min(a, b), v = std::max(a, b);
     if (u != a) m = transpose(m, nodes[a].size(), nodes[b].size());
-    for (std::size_t e : live_edges(u)) {
-      work_edge& ed = edges[e];
-      if (ed.u == u && ed.v == v) {
+    if (const auto it = edge_at.find(pair_key(u, v)); it != edge_at.end()) {
+      work_edge& ed = edges[it->second];
+      if (ed.alive && ed.u == u && ed.v == v) {
         for (std::size_t k = 0; k < m.size(); ++k) ed.m[k] = wadd(ed.m[k], m[k]);
+        ed.allowed = count_allowed(ed.m);
+        touch(u);
+        touch(v);
         return;
       }
     }
@@ -170,25 +221,44 @@ class reducer {
   // ---- memory: which time points can bind --------------------------------------------------
   std::vector<std::int64_t> binding_times;  // sorted start times where the max summed usage > limit
 
+  // Every part keeps its original node's live range (parts only move between nodes), so the
+  // ranges are sorted once, by begin and by end, and each sweep below is linear.
+  std::vector<std::size_t> by_begin, by_end;  // original nodes with a live range
+
+  void sort_ranges() {
+    if (!by_begin.empty() || !by_end.empty()) return;
+    for (std::size_t o = 0; o < p.nodes.size(); ++o)
+      if (!p.nodes[o].live.empty()) by_begin.push_back(o);
+    by_end = by_begin;
+    std::stable_sort(by_begin.begin(), by_begin.end(),
+                     [&](std::size_t a, std::size_t b) { return p.nodes[a].live.begin < p.nodes[b].live.begin; });
+    std::stable_sort(by_end.begin(), by_end.end(),
+                     [&](std::size_t a, std::size_t b) { return p.nodes[a].live.end < p.nodes[b].live.end; });
+  }
+
   void update_binding() {
     binding_times.clear();
     if (!p.usage_limit) return;
-    std::vector<std::pair<std::int64_t, int128>> ev;
+    sort_ranges();
+    std::vector<std::int64_t> hi(p.nodes.size(), 0);  // by original node: its part's largest usage
     for (const work_node& n : nodes)
-      for (const usage_part& pt : n.parts) {
-        if (pt.live.empty()) continue;
-        const std::int64_t hi = n.alive ? max_of(pt.usage) : pt.hi;
-        ev.emplace_back(pt.live.begin, hi);
-        ev.emplace_back(pt.live.end, -static_cast<int128>(hi));
-      }
-    std::sort(ev.begin(), ev.end());
+      for (const usage_part& pt : n.parts)
+        if (!pt.live.empty()) hi[pt.origin] = n.alive ? max_of(pt.usage) : pt.hi;
+    // At each time point: the ranges that end there leave, those that begin there enter; the
+    // point binds when one entered with a positive usage and the sum is above the limit.
     int128 cur = 0;
-    for (std::size_t k = 0; k < ev.size();) {
-      const std::int64_t t = ev[k].first;
+    for (std::size_t i = 0, j = 0; i < by_begin.size() || j < by_end.size();) {
+      const std::int64_t t = i == by_begin.size() ? p.nodes[by_end[j]].live.end
+                             : j == by_end.size() ? p.nodes[by_begin[i]].live.begin
+                                                  : std::min(p.nodes[by_begin[i]].live.begin, p.nodes[by_end[j]].live.end);
       bool starts = false;
-      for (; k < ev.size() && ev[k].first == t; ++k) {
-        cur += ev[k].second;
-        starts = starts || ev[k].second > 0;
+      for (; j < by_end.size() && p.nodes[by_end[j]].live.end == t; ++j) {
+        cur -= hi[by_end[j]];
+        starts = starts || hi[by_end[j]] < 0;
+      }
+      for (; i < by_begin.size() && p.nodes[by_begin[i]].live.begin == t; ++i) {
+        cur += hi[by_begin[i]];
+        starts = starts || hi[by_begin[i]] > 0;
       }
       if (starts && cur > *p.usage_limit) binding_times.push_back(t);
     }
@@ -220,7 +290,10 @@ class reducer {
         for (std::size_t j = 0; j < nv; ++j)
           if ((ed.u != v || keep[i]) && (ed.v != v || keep[j])) m.push_back(ed.m[i * nv + j]);
       ed.m = std::move(m);
+      ed.allowed = count_allowed(ed.m);
+      touch(ed.u == v ? ed.v : ed.u);
     }
+    touch(v);
     std::size_t w = 0;
     for (std::size_t i = 0; i < old; ++i)
       if (keep[i]) {
@@ -241,7 +314,7 @@ class reducer {
     while (again) {
       again = false;
       for (std::size_t v = 0; v < nodes.size(); ++v) {
-        if (!nodes[v].alive) continue;
+        if (!nodes[v].alive || unchanged(pruned, v, version[v])) continue;
         work_node& n = nodes[v];
         std::vector<char> keep(n.size(), 1);
         for (std::size_t i = 0; i < n.size(); ++i) keep[i] = !is_forbidden_w(n.cost[i]);
@@ -257,6 +330,8 @@ class reducer {
         if (std::find(keep.begin(), keep.end(), 0) != keep.end()) {
           restrict_to(v, keep);
           changed = again = true;
+        } else {
+          pruned.mark(v, changes);
         }
       }
     }
@@ -267,6 +342,7 @@ class reducer {
     work_node& n = nodes[v];
     n.alive = false;
     for (usage_part& pt : n.parts) pt.lo = min_of(pt.usage), pt.hi = max_of(pt.usage);
+    touch(v);
   }
 
   // A single-strategy node adds its edge rows to its neighbours and leaves.
@@ -279,6 +355,7 @@ class reducer {
         const std::size_t w = ed.u == v ? ed.v : ed.u;
         for (std::size_t k = 0; k < nodes[w].size(); ++k) nodes[w].cost[k] = wadd(nodes[w].cost[k], ed.m[k]);
         ed.alive = false;
+        touch(w);
       }
       offset = wadd(offset, nodes[v].cost[0]);
       records.push_back({fold_record::kind::fixed, v, nodes[v].strat[0], 0, 0, 0, 0, {}});
@@ -313,7 +390,7 @@ class reducer {
     }
     edges[via].alive = false;
     for (usage_part& pt : nx.parts) {
-      usage_part moved{pt.live, {}, 0, 0};
+      usage_part moved{pt.live, {}, 0, 0, pt.origin};
       for (std::size_t i = 0; i < na.size(); ++i) moved.usage.push_back(pt.usage[f[i]]);
       na.parts.push_back(std::move(moved));
     }
@@ -328,6 +405,8 @@ class reducer {
       connect(a, w, std::move(m));
     }
     nx.alive = false;
+    touch(a);
+    touch(x);
     records.push_back(std::move(r));
   }
 
@@ -336,23 +415,34 @@ class reducer {
   bool merge_followers() {
     bool changed = false;
     for (std::size_t e = 0; e < edges.size(); ++e) {
-      if (!edges[e].alive) continue;
+      if (!edges[e].alive || unchanged(no_follower, e, edge_version(edges[e]))) continue;
+      bool merged = false;
       for (const bool from_u : {true, false}) {
         const std::size_t a = from_u ? edges[e].u : edges[e].v, x = from_u ? edges[e].v : edges[e].u;
         const std::vector<std::size_t> f = function_of(edges[e], a);
         if (f.empty()) continue;
-        std::size_t before = nodes[a].size() * nodes[x].size(), after = 0;
-        for (std::size_t k : live_edges(x)) {
-          if (k == e) continue;
-          const std::size_t w = edges[k].u == x ? edges[k].v : edges[k].u;
-          before += nodes[x].size() * nodes[w].size();
-          after += nodes[a].size() * nodes[w].size();
+        // Before: sa sx + sx W, after: sa W, W the strategies of x's other neighbours summed;
+        // after > before iff (sa - sx) W > sa sx. Only when sa > sx can it grow, and then the
+        // sum stops as soon as it does: bounded work whatever x's degree.
+        const std::size_t sa = nodes[a].size(), sx = nodes[x].size();
+        bool grows = false;
+        if (sa > sx) {
+          std::size_t W = 0;
+          for (std::size_t k : nodes[x].adj) {
+            if (k == e || !edges[k].alive) continue;
+            W += nodes[edges[k].u == x ? edges[k].v : edges[k].u].size();
+            if ((sa - sx) * W > sa * sx) {
+              grows = true;
+              break;
+            }
+          }
         }
-        if (after > before) continue;
+        if (grows) continue;
         absorb(a, x, e, f);
-        changed = true;
+        changed = merged = true;
         break;
       }
+      if (!merged) no_follower.mark(e, changes);
     }
     return changed;
   }
@@ -364,25 +454,36 @@ class reducer {
     auto shift = [&](auto&& at, std::size_t count, wcost& into) {
       wcost lo = forbidden;
       for (std::size_t k = 0; k < count; ++k) lo = std::min(lo, at(k));
-      if (lo == 0 || is_forbidden_w(lo)) return;
+      if (lo == 0 || is_forbidden_w(lo)) return false;
       for (std::size_t k = 0; k < count; ++k)
         if (!is_forbidden_w(at(k))) at(k) -= lo;
       into = wadd(into, lo);
-      changed = true;
+      return changed = true;
     };
-    for (work_edge& ed : edges) {
-      if (!ed.alive) continue;
+    // One pass leaves every row and column with a zero (a column with a row's zero is not
+    // shifted), so an edge whose ends did not change since is skipped.
+    for (std::size_t e = 0; e < edges.size(); ++e) {
+      work_edge& ed = edges[e];
+      if (!ed.alive || unchanged(normalised, e, edge_version(ed))) continue;
       work_node &a = nodes[ed.u], &b = nodes[ed.v];
       const std::size_t nu = a.size(), nv = b.size();
-      for (std::size_t i = 0; i < nu; ++i) shift([&](std::size_t j) -> wcost& { return ed.m[i * nv + j]; }, nv, a.cost[i]);
-      for (std::size_t j = 0; j < nv; ++j) shift([&](std::size_t i) -> wcost& { return ed.m[i * nv + j]; }, nu, b.cost[j]);
+      bool shifted = false;
+      for (std::size_t i = 0; i < nu; ++i)
+        shifted = shift([&](std::size_t j) -> wcost& { return ed.m[i * nv + j]; }, nv, a.cost[i]) || shifted;
+      for (std::size_t j = 0; j < nv; ++j)
+        shifted = shift([&](std::size_t i) -> wcost& { return ed.m[i * nv + j]; }, nu, b.cost[j]) || shifted;
       if (std::all_of(ed.m.begin(), ed.m.end(), [](wcost x) { return x == 0; })) {
         ed.alive = false;
-        changed = true;
+        changed = shifted = true;
       }
+      if (shifted) {
+        touch(ed.u);
+        touch(ed.v);
+      }
+      normalised.mark(e, changes);
     }
-    for (work_node& n : nodes)
-      if (n.alive) shift([&](std::size_t i) -> wcost& { return n.cost[i]; }, n.size(), offset);
+    for (std::size_t v = 0; v < nodes.size(); ++v)
+      if (nodes[v].alive && shift([&](std::size_t i) -> wcost& { return nodes[v].cost[i]; }, nodes[v].size(), offset)) touch(v);
     return changed;
   }
 
@@ -392,24 +493,31 @@ class reducer {
     bool changed = false;
     for (std::size_t v = 0; v < nodes.size(); ++v) {
       if (!nodes[v].alive || nodes[v].size() < 2) continue;
+      const bool mem = coupled(v);
+      if (unchanged(undominated, v, version[v]) && undominated_mem[v] == static_cast<char>(mem)) continue;
       const work_node& n = nodes[v];
       const std::size_t s = n.size();
-      const bool mem = coupled(v);
-      std::vector<std::vector<wcost>> sig(s);
-      for (std::size_t i = 0; i < s; ++i) {
-        sig[i].push_back(n.cost[i]);
+      const std::vector<std::size_t> es = live_edges(v);
+      // Compared in place, no copy: most pairs differ in their first entries.
+      const auto le = [&](std::size_t a, std::size_t b) {
+        if (!(n.cost[a] <= n.cost[b])) return false;
         if (mem)
-          for (const usage_part& pt : n.parts) sig[i].push_back(pt.usage[i]);
-      }
-      for (std::size_t e : live_edges(v)) {
-        const work_edge& ed = edges[e];
-        const std::size_t other = nodes[ed.u == v ? ed.v : ed.u].size();
-        for (std::size_t i = 0; i < s; ++i)
-          for (std::size_t k = 0; k < other; ++k) sig[i].push_back(entry(ed, v, i, k));
-      }
-      auto le = [&](std::size_t a, std::size_t b) {
-        for (std::size_t k = 0; k < sig[a].size(); ++k)
-          if (!(sig[a][k] <= sig[b][k])) return false;
+          for (const usage_part& pt : n.parts)
+            if (!(pt.usage[a] <= pt.usage[b])) return false;
+        for (std::size_t e : es) {
+          const work_edge& ed = edges[e];
+          if (ed.u == v) {  // rows a and b
+            const std::size_t nv = nodes[ed.v].size();
+            const wcost *ra = ed.m.data() + a * nv, *rb = ed.m.data() + b * nv;
+            for (std::size_t k = 0; k < nv; ++k)
+              if (!(ra[k] <= rb[k])) return false;
+          } else {  // columns a and b
+            const std::size_t nu = nodes[ed.u].size();
+            const wcost* m = ed.m.data();
+            for (std::size_t k = 0; k < nu; ++k, m += s)
+              if (!(m[a] <= m[b])) return false;
+          }
+        }
         return true;
       };
       std::vector<char> keep(s, 1);
@@ -419,6 +527,9 @@ class reducer {
       if (std::find(keep.begin(), keep.end(), 0) != keep.end()) {
         restrict_to(v, keep);
         changed = true;
+      } else {
+        undominated.mark(v, changes);
+        undominated_mem[v] = static_cast<char>(mem);
       }
     }
     return changed;
@@ -460,6 +571,7 @@ class reducer {
         r.table[static_cast<std::size_t>(nb.strat[i])] = n.strat[arg];
       }
       ed.alive = false;
+      touch(w);
       records.push_back(std::move(r));
       kill_node(v);
       changed = true;
@@ -511,12 +623,13 @@ class reducer {
   /// at time points where the limit can bind.
   std::size_t count_memory_rows() const {
     if (!p.usage_limit || binding_times.empty()) return 0;
-    std::vector<std::int64_t> ends;
+    std::vector<char> alive(p.nodes.size(), 0);  // by original node: its part is a live node's
     for (const work_node& n : nodes)
       if (n.alive)
-        for (const usage_part& pt : n.parts)
-          if (!pt.live.empty()) ends.push_back(pt.live.end);
-    std::sort(ends.begin(), ends.end());
+        for (const usage_part& pt : n.parts) alive[pt.origin] = 1;
+    std::vector<std::int64_t> ends;  // sorted, as by_end is (update_binding filled it)
+    for (std::size_t o : by_end)
+      if (alive[o]) ends.push_back(p.nodes[o].live.end);
     std::size_t rows = 0;
     for (std::size_t k = 0; k < binding_times.size(); ++k) {
       // Maximal iff some interval ends after this time and no later than the next binding time.
@@ -547,7 +660,7 @@ class reducer {
     for (const work_edge& e : edges)
       if (e.alive) {
         ++s.edges;
-        for (wcost x : e.m) s.variables += is_forbidden_w(x) ? 0 : 1;
+        s.variables += e.allowed;
         s.rows += nodes[e.u].size() + nodes[e.v].size();
       }
     s.memory_rows = count_memory_rows();
@@ -560,16 +673,39 @@ class reducer {
   /// answer) - offset no cheaper answer is lost. False when nothing was above.
   bool forbid_above(wcost cap) {
     bool changed = false;
-    const auto cut = [&](wcost& c) {
-      if (!is_forbidden_w(c) && c > cap) c = forbidden, changed = true;
-    };
-    for (work_node& n : nodes)
-      if (n.alive)
-        for (wcost& c : n.cost) cut(c);
+    for (std::size_t v = 0; v < nodes.size(); ++v)
+      if (nodes[v].alive)
+        for (wcost& c : nodes[v].cost)
+          if (!is_forbidden_w(c) && c > cap) c = forbidden, changed = true, touch(v);
     for (work_edge& e : edges)
       if (e.alive)
-        for (wcost& c : e.m) cut(c);
+        for (wcost& c : e.m)
+          if (!is_forbidden_w(c) && c > cap) c = forbidden, --e.allowed, changed = true, touch(e.u), touch(e.v);
     return changed;
+  }
+
+  /// Forbid entry k of edge e (a pair no cheaper answer takes).
+  void forbid_entry(std::size_t e, std::size_t k) {
+    wcost& c = edges[e].m[k];
+    if (is_forbidden_w(c)) return;
+    c = forbidden;
+    --edges[e].allowed;
+    touch(edges[e].u);
+    touch(edges[e].v);
+  }
+
+  /// Forbid strategy i of node v (no cheaper answer takes it).
+  void forbid_cost(std::size_t v, std::size_t i) {
+    if (is_forbidden_w(nodes[v].cost[i])) return;
+    nodes[v].cost[i] = forbidden;
+    touch(v);
+  }
+
+  /// Whether every live edge's count of allowed entries matches its table (for the tests).
+  bool counts_consistent() const {
+    for (const work_edge& e : edges)
+      if (e.alive && e.allowed != count_allowed(e.m)) return false;
+    return true;
   }
 
   /// Run every reduction to a fixed point, recording the size after each one that changed something.

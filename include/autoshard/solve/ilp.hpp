@@ -383,6 +383,8 @@ inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& bes
   };
   ls.greedy();
   polish();
+  // The first answer goes out at once: on a large problem the share below takes seconds.
+  if (best_pick) best.offer(best.unreduce(rv, *best_pick));
   // Subgradient steps on the prices of the memory rows, a DP over one spanning forest at each.
   const spanning_forest forest(rv);
   std::vector<double> lambda(rv.times.size(), 0.0), best_lambda = lambda;

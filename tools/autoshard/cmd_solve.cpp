@@ -74,7 +74,17 @@ int run_solve(solve_cli_options o) {
   // The incumbent over time: on a terminal one line redrawn, with --progress plain lines.
   progress_printer progress(!o.quiet && progress_wanted(o.progress));
   so.on_progress = [&progress](const solve_progress& s) { progress(s); };
-  const solve_result r = solve_ilp(p, so);
+  const solve_result r = [&] {
+    try {
+      return solve_ilp(p, so);
+    } catch (const solver_error& e) {
+      if (!e.unproven()) throw;
+      // The solve's own limit is what reading left: say both, or "time_limit of 3.2 s" reads
+      // as a mistake against --time-limit 20.
+      throw solver_error::none_found("--time-limit of " + human_seconds(o.time_limit) + ", the problem read in " +
+                                     human_seconds(read_seconds) + ": " + std::string(e.message()));
+    }
+  }();
   progress.finish();
   if (!o.solution_out.empty()) write_iopddl_solution_file(o.solution_out, r.choice);
 

@@ -29,6 +29,7 @@
 #include <ostream>     // std::ostream
 #include <sstream>     // std::ostringstream
 #include <string>      // std::string
+#include <system_error>  // std::system_error
 #include <thread>      // std::thread
 #include <utility>     // std::pair
 #include <vector>      // std::vector
@@ -103,6 +104,9 @@ struct solve_options {
   double progress_interval = 1.0;
   /// Exact reductions before GLPK (off only to measure the naive formulation).
   bool reduce = true;
+  /// The most of time_limit the first reductions take: past it they stop, the problem less
+  /// reduced but the same (the contest's largest requests take seconds to reduce).
+  double reduce_share = 0.5;
   ilp_formulation formulation = ilp_formulation::marginal;
   /// Memory rows added when violated (true) or all up front (false).
   bool lazy_memory = true;
@@ -232,6 +236,8 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
     throw solver_error("mip_rel_gap must be a fraction >= 0 (0.01 = 1%), got " + fmt_num(opt.mip_rel_gap));
   if (!(opt.heuristic_share >= 0.0 && opt.heuristic_share <= 1.0))
     throw solver_error("heuristic_share must be in [0, 1], got " + fmt_num(opt.heuristic_share));
+  if (!(opt.reduce_share >= 0.0 && opt.reduce_share <= 1.0))
+    throw solver_error("reduce_share must be in [0, 1], got " + fmt_num(opt.reduce_share));
   if (opt.threads < 0 || opt.threads > 1024)
     throw solver_error("threads must be 0 (the cores available) to 1024, got " + std::to_string(opt.threads));
   p.validate();
@@ -376,7 +382,7 @@ inline std::optional<wcost> run_heuristic(const reduced_view& rv, incumbent& bes
   wcost best_total = forbidden;
   // Make `ls` feasible and locally optimal; keep it when it is the best so far.
   const auto polish = [&]() {
-    if (!ls.repair()) return;
+    if (!ls.repair(deadline)) return;
     ls.improve(deadline);
     const wcost t = ls.total();
     if (!is_forbidden_w(t) && t < best_total) best_total = t, best_pick = ls.pick;
@@ -431,7 +437,7 @@ inline std::optional<std::vector<std::size_t>> repair_pick(const reduced_view& r
   local_search ls(rv);
   ls.pick = std::move(pick);
   ls.recompute_load();
-  if (!ls.repair()) return std::nullopt;
+  if (!ls.repair(deadline)) return std::nullopt;
   ls.improve(deadline);
   if (is_forbidden_w(ls.total())) return std::nullopt;
   return ls.pick;
@@ -951,15 +957,58 @@ inline progress_hub::sink progress_sink(const solve_options& opt) {
 /// The Lagrangian search's first answer (offered to `best`) and the proven bound with its
 /// Lagrangian bound, which holds for the problem as it is now: its offset is added here.
 inline std::int64_t first_heuristic(const reduced_view& first, const reducer& red, incumbent& best,
-                                    const solve_options& opt) {
+                                    const solve_options& opt, clock::time_point deadline) {
   std::int64_t known_bound = proven_bound(0.0L, red.offset);
-  if (const std::optional<wcost> lb = run_heuristic(first, best, heuristic_deadline_from_now(opt));
+  if (const std::optional<wcost> lb = run_heuristic(first, best, std::min(heuristic_deadline_from_now(opt), deadline));
       lb && !is_forbidden_w(*lb)) {
     const wcost total = wadd(red.offset, *lb);
     known_bound = std::max(known_bound, total >= infinite_cost ? infinite_cost : static_cast<std::int64_t>(total));
   }
   return known_bound;
 }
+
+/// The search pool (its snapshot of the reduced problem, then its threads) built on a thread of
+/// its own while thread 0 runs the heuristic: both only read the reducer, and copying the
+/// contest's largest requests takes seconds. ready() waits for it, before the reducer changes,
+/// and rethrows what building it threw (std::bad_alloc).
+class pool_builder {
+ public:
+  pool_builder(const strategy_problem& p, const reducer& red, const std::vector<std::int64_t>& times, progress_hub& hub,
+               search_pool::limits lim, std::size_t helpers) {
+    const auto build = [this, &p, &red, &times, &hub, lim, helpers] {
+      try {
+        pool_.emplace(p, red, times, hub, lim);
+        started_ = pool_->start(1, helpers);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    };
+    try {
+      thread_ = std::thread(build);
+    } catch (const std::system_error&) {  // no thread to spare: built here, before the heuristic
+      build();
+    }
+  }
+  pool_builder(const pool_builder&) = delete;
+  pool_builder& operator=(const pool_builder&) = delete;
+  ~pool_builder() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  search_pool& ready() {
+    if (thread_.joinable()) thread_.join();
+    if (error_) std::rethrow_exception(error_);
+    return *pool_;
+  }
+  /// The search threads that started (after ready()).
+  std::size_t started() const noexcept { return started_; }
+
+ private:
+  std::optional<search_pool> pool_;
+  std::exception_ptr error_;
+  std::size_t started_ = 0;
+  std::thread thread_;
+};
 
 /// The cheapest answer over the threads (ties to the lowest thread, thread 0 first), the best
 /// proven bound, and whether a search thread ended at its time or work limit.
@@ -1028,10 +1077,15 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   check_solver_memory(p, res.threads);
   res.sizes.push_back(input_size(p));
   reducer red(p, opt.reduce);
+  // The first reductions get at most reduce_share of the time: the rest is the answer's. On
+  // the contest's largest requests they take seconds (a solve given less than that stops them
+  // part-way, the problem as whole as before, only less reduced).
+  red.stop_reducing_at(t0 + std::chrono::duration_cast<clock::duration>((deadline - t0) * opt.reduce_share));
   if (opt.reduce)
     red.run();
   else
     red.update_binding();
+  red.stop_reducing_at(deadline);
   red.release_dead();
   progress_hub hub(progress_sink(opt), opt.progress_interval, t0);
   incumbent best{p, red, t0, {}, std::nullopt, 0.0, &hub, "heuristic", opt.cutoff};
@@ -1046,12 +1100,20 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
     return finish(std::move(res), p, best.found_at, best.eval, best.choice, proven_bound(0.0L, red.offset),
                   stop_reason::optimal, "", opt, t0);
   }
-  // The search threads start now, on a snapshot of the reduced problem; thread 0 joins them
-  // when the ILP cannot go on.
-  search_pool pool(p, red, first.times, hub,
-                   {deadline, opt.work_limit, opt.stall_rounds, opt.seed, opt.cutoff});
-  res.threads = 1 + static_cast<int>(pool.start(1, static_cast<std::size_t>(res.threads - 1)));
-  const std::int64_t known_bound = first_heuristic(first, red, best, opt);
+  // No answer can come in time: say so now rather than after the time limit (copying the
+  // problem for the search and the heuristic's first pass take about as long again).
+  if (clock::now() >= deadline)
+    throw solver_error::none_found("time_limit of " + fmt_num(opt.time_limit) + " s reached before any answer: checking" +
+                                   (opt.reduce ? " and reducing" : "") + " the problem (" + std::to_string(p.nodes.size()) +
+                                   " nodes, " + std::to_string(p.edges.size()) + " edges) took " + fmt_num(seconds_since(t0)) +
+                                   " s" + (red.cut_short ? " (the reductions stopped part-way, at " + fmt_num(opt.reduce_share) + " of the time limit)" : ""));
+  // The search threads start now, on a snapshot of the reduced problem taken while thread 0
+  // runs the heuristic; thread 0 joins them when the ILP cannot go on.
+  pool_builder building(p, red, first.times, hub, {deadline, opt.work_limit, opt.stall_rounds, opt.seed, opt.cutoff},
+                        static_cast<std::size_t>(res.threads - 1));
+  const std::int64_t known_bound = first_heuristic(first, red, best, opt, deadline);
+  search_pool& pool = building.ready();  // before the reducer changes
+  res.threads = 1 + static_cast<int>(building.started());
   hub.bound(known_bound);
   exact_end end{known_bound, stop_reason::time_limit, "", true};
   if (opt.cutoff && known_bound >= *opt.cutoff) {  // nothing that matters is left to prove

@@ -315,7 +315,11 @@ TEST_CASE("a short time limit returns an incumbent with its gap, or says it foun
     if (r.status == autoshard::solve_status::feasible) CHECK(r.gap > 0.0);
     CHECK(r.seconds < 5.0);
   } catch (const autoshard::solver_error& e) {
-    CHECK(std::string(e.what()).find("no feasible answer was found") != std::string::npos);
+    // Out of time after the search, or before it could start (a slow machine, ASan).
+    CHECK(e.unproven());
+    const std::string what = e.what();
+    CHECK((what.find("no feasible answer was found") != std::string::npos ||
+           what.find("reached before any answer") != std::string::npos));
   }
 }
 

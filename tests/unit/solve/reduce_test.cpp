@@ -139,3 +139,60 @@ TEST_CASE("a node of 100,000 edges or more: a star of 200,000, a hub that follow
     CHECK(r.objective == p.evaluate(r.choice).objective);
   }
 }
+
+// The first reductions stop at solve_options::reduce_share of the time limit. Stopped at once
+// they leave the problem as it came (parallel edges merged), and the solve must still find and
+// prove the optimum, with and without a binding usage limit; the sizes say they stopped.
+TEST_CASE("reductions stopped at once (reduce_share 0): the same optimum, proven, and the sizes say so") {
+  std::mt19937 rng(31);
+  solve_test::random_spec spec;
+  spec.max_nodes = 8;
+  spec.max_strategies = 4;
+  spec.p_inf = 0.05;
+  autoshard::solve_options o;
+  o.time_limit = 30;
+  o.reduce_share = 0.0;
+  int solved = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
+    if (trial % 2) p.usage_limit = p.min_peak_usage().bytes + static_cast<std::int64_t>(rng() % 10);
+    const solve_test::brute_result want = solve_test::brute_force(p);
+    CAPTURE(trial);
+    if (!want.best) {
+      CHECK_THROWS_AS((void)autoshard::solve_ilp(p, o), autoshard::solver_error);
+      continue;
+    }
+    const autoshard::solve_result r = autoshard::solve_ilp(p, o);
+    CHECK(r.status == autoshard::solve_status::optimal);
+    CHECK(r.objective == *want.best);
+    const bool stopped = std::any_of(r.sizes.begin(), r.sizes.end(),
+                                     [](const autoshard::ilp_size& s) { return s.stage == "stopped: the time for reductions ran out"; });
+    CHECK(stopped);
+    ++solved;
+  }
+  CHECK(solved > 30);
+  o.reduce_share = 1.5;
+  CHECK_THROWS_WITH_AS((void)autoshard::solve_ilp(solve_test::random_problem(rng, spec), o),
+                       "solver error: reduce_share must be in [0, 1], got 1.5", autoshard::solver_error);
+}
+
+// A time limit that passes before the search could start: said at once, with the problem's
+// size and how long checking and reducing it took, as a solve that found no answer (not one
+// proven infeasible).
+TEST_CASE("a time limit that passes before any answer is said at once, the reductions cut short") {
+  autoshard::strategy_problem p;
+  for (int v = 0; v < 2000; ++v) p.nodes.push_back(hub_node({3, 1, 2}));
+  for (std::size_t v = 0; v + 1 < 2000; ++v) p.edges.push_back({v, v + 1, {0, 2, 1, 2, 0, 1, 1, 1, 0}});
+  autoshard::solve_options o;
+  o.time_limit = 1e-9;
+  try {
+    (void)autoshard::solve_ilp(p, o);
+    FAIL("a solve of 2,000 nodes answered within a nanosecond");
+  } catch (const autoshard::solver_error& e) {
+    CHECK(e.unproven());
+    const std::string what = e.what();
+    CHECK(what.rfind("solver error: time_limit of 1e-09 s reached before any answer: checking and reducing the problem "
+                     "(2000 nodes, 1999 edges) took ", 0) == 0);
+    CHECK(what.find("(the reductions stopped part-way, at 0.5 of the time limit)") != std::string::npos);
+  }
+}

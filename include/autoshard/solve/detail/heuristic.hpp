@@ -232,8 +232,9 @@ class local_search {
   /// Bring every candidate time point within the limit: at the most loaded one, switch nodes
   /// to lower-usage strategies, the least cost per byte saved first, until it fits. The switches
   /// for one time point are ranked once; a node whose neighbour has switched meanwhile is skipped
-  /// (its cost changed), so each switch taken is priced exactly. False when no switch helps.
-  bool repair() {
+  /// (its cost changed), so each switch taken is priced exactly. False when no switch helps, or
+  /// when `deadline` passes first.
+  bool repair(clock::time_point deadline = clock::time_point::max()) {
     if (!rv.limit) return true;
     struct option {
       long double score;
@@ -245,6 +246,7 @@ class local_search {
     std::vector<std::size_t> marked;
     for (std::size_t guard = 0; guard < 1000000; ++guard) {
       if (load.size() == 0) return true;
+      if ((guard & 63) == 63 && over(deadline)) return false;
       const auto [peak, worst] = load.argmax();
       if (peak <= *rv.limit) return true;
       options.clear();

@@ -84,8 +84,7 @@ class lagrangian_search {
   bool round(clock::time_point deadline) {
     const std::vector<std::vector<wcost>> pen = ls_.penalties(lambda_);
     mp_.set_costs(rv_.limit ? &pen : nullptr);
-    mp_.run(effort_.passes);
-    if (ls_.over(deadline)) return false;
+    if (!mp_.run(effort_.passes, [&] { return ls_.over(deadline); })) return false;
     if (const std::optional<wcost> b = chain_bound(rv_, lambda_, mp_, tables_.pos); b && (!bound_ || *b > *bound_))
       bound_ = b;
     ls_.pick = mp_.pick;
@@ -112,7 +111,7 @@ class lagrangian_search {
       fix.cancel = cancel_;
       fix.pick = ls_.pick;
       fix.recompute_load();
-      if (fix.repair()) {
+      if (fix.repair(deadline)) {
         fix.improve(deadline);
         if (ls_.over(deadline)) return false;
         const wcost t = fix.total();

@@ -17,6 +17,7 @@
 // A node's usage "binds" when it is live at a time point where the largest possible summed usage
 // exceeds the limit; elsewhere its usage cannot change feasibility.
 #include <algorithm>  // std::min, std::max, std::sort, std::lower_bound
+#include <chrono>     // std::chrono::steady_clock
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
@@ -126,6 +127,24 @@ class reducer {
     }
   };
   seen_marks pruned, undominated, normalised, no_follower;
+
+  // ---- when to stop --------------------------------------------------------------------------
+  /// The reductions stop here, reduced or not (solve_ilp gives them part of its time limit):
+  /// each one changes a node or an edge at a time and leaves the problem whole, so a problem
+  /// reduced part-way has the same answers, only more of them left for the search.
+  std::chrono::steady_clock::time_point stop_at = std::chrono::steady_clock::time_point::max();
+  bool out_of_time_ = false;  // stop_at has passed
+  bool cut_short = false;     ///< some run of the reductions stopped at stop_at, before a fixed point
+  /// Whether stop_at has passed; looked at on every 1024th item of a loop (`k`).
+  bool out_of_time(std::size_t k = 0) {
+    if (!out_of_time_ && (k & 1023) == 0 && std::chrono::steady_clock::now() >= stop_at) out_of_time_ = true;
+    return out_of_time_;
+  }
+  /// The reductions from now on stop at `t`.
+  void stop_reducing_at(std::chrono::steady_clock::time_point t) {
+    stop_at = t;
+    out_of_time_ = false;
+  }
   bool skip_unchanged = true;  ///< false: every reduction looks at everything each time (the tests compare)
   std::vector<char> undominated_mem;  // coupled(v) when v was last found clean of dominated strategies
 
@@ -314,6 +333,7 @@ class reducer {
     while (again) {
       again = false;
       for (std::size_t v = 0; v < nodes.size(); ++v) {
+        if (out_of_time(v)) return changed;
         if (!nodes[v].alive || unchanged(pruned, v, version[v])) continue;
         work_node& n = nodes[v];
         std::vector<char> keep(n.size(), 1);
@@ -348,7 +368,7 @@ class reducer {
   // A single-strategy node adds its edge rows to its neighbours and leaves.
   bool fold_singletons() {
     bool changed = false;
-    for (std::size_t v = 0; v < nodes.size(); ++v) {
+    for (std::size_t v = 0; v < nodes.size() && !out_of_time(v); ++v) {
       if (!nodes[v].alive || nodes[v].size() != 1) continue;
       for (std::size_t e : live_edges(v)) {
         work_edge& ed = edges[e];
@@ -414,7 +434,7 @@ class reducer {
   // the re-indexed edges of the absorbed node are no larger than the ones removed.
   bool merge_followers() {
     bool changed = false;
-    for (std::size_t e = 0; e < edges.size(); ++e) {
+    for (std::size_t e = 0; e < edges.size() && !out_of_time(e); ++e) {
       if (!edges[e].alive || unchanged(no_follower, e, edge_version(edges[e]))) continue;
       bool merged = false;
       for (const bool from_u : {true, false}) {
@@ -462,7 +482,7 @@ class reducer {
     };
     // One pass leaves every row and column with a zero (a column with a row's zero is not
     // shifted), so an edge whose ends did not change since is skipped.
-    for (std::size_t e = 0; e < edges.size(); ++e) {
+    for (std::size_t e = 0; e < edges.size() && !out_of_time(e); ++e) {
       work_edge& ed = edges[e];
       if (!ed.alive || unchanged(normalised, e, edge_version(ed))) continue;
       work_node &a = nodes[ed.u], &b = nodes[ed.v];
@@ -491,7 +511,7 @@ class reducer {
   // every strategy of every neighbour; of equal strategies the first stays.
   bool remove_dominated() {
     bool changed = false;
-    for (std::size_t v = 0; v < nodes.size(); ++v) {
+    for (std::size_t v = 0; v < nodes.size() && !out_of_time(v); ++v) {
       if (!nodes[v].alive || nodes[v].size() < 2) continue;
       const bool mem = coupled(v);
       if (unchanged(undominated, v, version[v]) && undominated_mem[v] == static_cast<char>(mem)) continue;
@@ -540,7 +560,7 @@ class reducer {
   // Degree 0 and 1 nodes whose usage never binds.
   bool fold_leaves() {
     bool changed = false;
-    for (std::size_t v = 0; v < nodes.size(); ++v) {
+    for (std::size_t v = 0; v < nodes.size() && !out_of_time(v); ++v) {
       if (!nodes[v].alive || coupled(v)) continue;
       const std::vector<std::size_t> es = live_edges(v);
       work_node& n = nodes[v];
@@ -583,7 +603,7 @@ class reducer {
   // that edge is no larger than the two it replaces.
   bool fold_series() {
     bool changed = false;
-    for (std::size_t x = 0; x < nodes.size(); ++x) {
+    for (std::size_t x = 0; x < nodes.size() && !out_of_time(x); ++x) {
       if (!nodes[x].alive || coupled(x)) continue;
       const std::vector<std::size_t> es = live_edges(x);
       if (es.size() != 2) continue;
@@ -746,6 +766,10 @@ class reducer {
       step("fold leaves", fold_leaves());
       step("fold series nodes", fold_series());
       if (!any) break;
+    }
+    if (out_of_time_ && !cut_short) {
+      cut_short = true;
+      record_size("stopped: the time for reductions ran out");
     }
   }
 

@@ -358,4 +358,16 @@ for f in "--micro-batches 2" "--micro-batch 1" "--recompute full" "--optimizer s
 done
 [ -e "$tmp/oi.json" ] && bad "infer-training: a plan was written" || ok
 
+# Hardening round five (docs/reliability.md): the labels below.
+# layer-index: a model file whose operator names carry a layer number beyond int ("h.99999999999.fc")
+# made the report's std::stoi throw: "internal error: stoi", exit 1, after the plan was written.
+cat >"$tmp/bignum.json" <<'JSON'
+{"nodes": [
+  {"name": "x", "kind": "input", "shape": [8, 16], "dtype": "f32"},
+  {"name": "h.99999999999.fc.weight", "kind": "parameter", "shape": [32, 16], "dtype": "f32"},
+  {"name": "h.99999999999.fc", "kind": "linear", "shape": [8, 32], "dtype": "f32", "inputs": ["x", "h.99999999999.fc.weight"]}]}
+JSON
+expect layer-index 0 "" "$tool" plan --model "$tmp/bignum.json" --mesh 2 --out "$tmp/bn.json" --no-svg --quiet
+grep -q "h.99999999999.fc  *linear" "$tmp/out" && ok || bad "layer-index: the operator is not in the report: $(head -c 600 "$tmp/out")"
+
 finish hardening

@@ -63,9 +63,11 @@ struct plan_cli_options {
   bool progress = false;
 };
 
-/// "transformer.h.7.attn" -> "transformer.h.#.attn"; and the layer index (or -1).
+/// "transformer.h.7.attn" -> "transformer.h.#.attn"; and the layer index (or -1). An index of
+/// more than 9 digits is no layer, as the pass reads it (pass/layers.hpp): a model file's
+/// "h.99999999999.fc" made std::stoi throw, "internal error: stoi" after the plan was written.
 std::pair<std::string, int> layer_of(const std::string& name) {
-  static const std::regex re(R"(\.([0-9]+)\.)");
+  static const std::regex re(R"(\.([0-9]{1,9})\.)");
   std::smatch m;
   if (!std::regex_search(name, m, re)) return {name, -1};
   return {m.prefix().str() + ".#." + m.suffix().str(), std::stoi(m[1].str())};

@@ -370,4 +370,18 @@ JSON
 expect layer-index 0 "" "$tool" plan --model "$tmp/bignum.json" --mesh 2 --out "$tmp/bn.json" --no-svg --quiet
 grep -q "h.99999999999.fc  *linear" "$tmp/out" && ok || bad "layer-index: the operator is not in the report: $(head -c 600 "$tmp/out")"
 
+# proc-file: a /proc file says it has 0 bytes and yields more: /proc/self/pagemap as a model, a plan
+# or a config was read up to 4 GiB (10 s, then "out of memory" under ulimit -v, or the 4 GiB held).
+if [ -r /proc/self/pagemap ]; then
+  mkdir -p "$tmp/pmdir" && ln -s /proc/self/pagemap "$tmp/pmdir/config.json"
+  for cmd in "plan --model /proc/self/pagemap --out $tmp/pm.json" "show --plan /proc/self/pagemap" \
+             "verify --plan /proc/self/pagemap" "plan --model $tmp/pmdir --out $tmp/pm.json"; do
+    # shellcheck disable=SC2086
+    one_error proc-file timeout 20 "$tool" $cmd
+    grep -q "yields more than its size of 0 bytes and 1048576 more: not a file autoshard reads (a /proc or /sys file, or one another program is still writing)" "$tmp/err" ||
+      bad "proc-file: $cmd: $(head -c 300 "$tmp/err")"
+  done
+  test ! -e "$tmp/pm.json" && ok || bad "proc-file: a plan was written"
+fi
+
 finish hardening

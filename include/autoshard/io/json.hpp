@@ -442,15 +442,22 @@ inline std::size_t read_some(int fd, char* p, std::size_t n, const std::string& 
 }
 }  // namespace detail
 
+/// How far a file may read past the size it had when opened: a /proc or /sys file says 0
+/// bytes and yields a few KiB.
+inline constexpr std::uint64_t read_growth_allowance = std::uint64_t{1} << 20;
+
 /// The bytes of a regular file, at most max_bytes. A directory, a FIFO, a device or a socket
 /// is refused without reading from it (it is opened non-blocking, so a FIFO without a writer
-/// cannot hang the call). `what` names the file in messages ("plan file").
+/// cannot hang the call). `what` names the file in messages ("plan file"). A file that yields
+/// more than its size and read_growth_allowance is refused there: the memory checks were made
+/// for its size (/proc/self/pagemap, 0 bytes by its size, read 4 GiB in 10 s before).
 inline std::string read_regular_file(const std::string& path, const std::string& what = "file",
                                      std::uint64_t max_bytes = std::uint64_t{1} << 32) {
   detail::regular_file f;
   detail::open_regular_file(f, path, what);
   if (f.size > max_bytes)
     throw io_error(f.name + " has " + std::to_string(f.size) + " bytes; at most " + std::to_string(max_bytes) + " are read");
+  const std::uint64_t grown = f.size + read_growth_allowance;
   std::string out;
   out.reserve(static_cast<std::size_t>(f.size));
   char buf[1 << 16];
@@ -458,6 +465,10 @@ inline std::string read_regular_file(const std::string& path, const std::string&
     const std::size_t k = detail::read_some(f.fd, buf, sizeof buf, f.name);
     if (k == 0) break;
     if (out.size() + k > max_bytes) throw io_error(f.name + " grew beyond " + std::to_string(max_bytes) + " bytes while read");
+    if (out.size() + k > grown)
+      throw io_error(f.name + " yields more than its size of " + std::to_string(f.size) + " bytes and " +
+                     std::to_string(read_growth_allowance) +
+                     " more: not a file autoshard reads (a /proc or /sys file, or one another program is still writing)");
     out.append(buf, k);
   }
   return out;

@@ -148,4 +148,16 @@ sys.exit(0 if ok and d['status'] == 'feasible' and d['objective'] >= d['bound'] 
     bad "the answer written under the limit: $(head -c 600 "$tmp/eval") $(head -c 600 "$tmp/err")"
 fi
 
+# Hardening round five (docs/reliability.md): jobs whose buffers outgrow the limit are refused
+# before anything is allocated or made, with the estimate and the limit.
+if "$tool" --help | grep -q ' calibrate'; then
+  # calibrate-memory: four ranks of three 1 GiB buffers each; a rank's bad_alloc surfaced in its
+  # peers as "comm error: ... Connection closed by peer" (without a limit: the OOM killer).
+  limited 400000 "$tool" calibrate --mesh 2x2 --max-bytes 1073741824 --repeats 1 --out "$tmp/never.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -Eq "^autoshard: resource error: calibrate would need about 12\.[0-9]+ GiB: 4 ranks as threads of this process, each holding three buffers of --max-bytes .* \(1\.00 GiB\); but this process can allocate .* \(the address-space limit, ulimit -v\): use a smaller --max-bytes or a mesh of fewer ranks" "$tmp/err" && ok ||
+    bad "calibrate-memory: exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/never.json" && ok || bad "calibrate-memory: the file was written"
+fi
+
 finish limits

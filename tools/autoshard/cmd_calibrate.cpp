@@ -30,6 +30,11 @@ struct calibrate_cli_options {
 // and the backend's reduce-scatter staging).
 constexpr double max_calibration_bytes = 1073741824;  // 1 GiB
 constexpr int max_calibration_threads = 64;          // ranks as threads of this process
+// Beside the three buffers, resident: a rank's Gloo pairs, samples and thread (about 3 MiB
+// measured), and the process itself. (Address space a thread reserves, its stack and malloc
+// arena, is run_ranks' to count: "cannot start the thread of rank ...".)
+constexpr double calibration_rank_overhead = 4 << 20;
+constexpr double calibration_process_overhead = 32 << 20;
 
 std::string number(double x) {
   std::ostringstream s;
@@ -47,6 +52,21 @@ void check_calibrate_options(const calibrate_cli_options& o, const device_mesh& 
     throw spec_error("calibrate runs the " + std::to_string(m.num_ranks()) + " ranks of " + to_string(m) +
                      " as threads of this process: at most " + std::to_string(max_calibration_threads) +
                      "; start one process per rank with torchrun, srun or mpirun and --from-env instead");
+  // The ranks' buffers, before any is allocated: `--mesh 8x8 --max-bytes 1GiB` holds 192 GiB
+  // (64 ranks of three 1 GiB buffers; measured: 3 x --max-bytes and about 3 MiB a rank), filled as
+  // soon as allocated, so the OOM killer ended it, or under `ulimit -v` a rank's bad_alloc
+  // surfaced in its peers as "comm error: ... Connection closed by peer".
+  const int ranks = o.from_env ? 1 : m.num_ranks();  // with --from-env, this process holds its own rank
+  const double need = ranks * (3 * o.max_bytes + calibration_rank_overhead) + calibration_process_overhead;
+  const machine_limits here = machine_limits::memory_here();
+  if (need > static_cast<double>(here.memory()))
+    throw resource_error("calibrate would need about " + human_bytes(need) + ": " + std::to_string(ranks) +
+                         (o.from_env ? " rank" : " ranks as threads of this process") + ", each holding three buffers of " +
+                         "--max-bytes " + number(o.max_bytes) + " (" + human_bytes(o.max_bytes) +
+                         "); but this process can allocate " + human_bytes(static_cast<double>(here.memory())) + " more (" +
+                         here.memory_source() + "): use a smaller --max-bytes" +
+                         (o.from_env ? std::string() : " or a mesh of fewer ranks") +
+                         (here.memory_limited() ? ", or raise the limit" : ", or free memory"));
 }
 
 // One process of a launch (torchrun, srun, mpirun): this rank only; rank 0 returns the result.

@@ -159,5 +159,14 @@ if "$tool" --help | grep -q ' calibrate'; then
     bad "calibrate-memory: exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/never.json" && ok || bad "calibrate-memory: the file was written"
 fi
+if "$tool" --help | grep -q ' synth'; then
+  # synth-memory: a 1 GiB embedding table under a 400 MB limit ran out of memory after the
+  # output directory was made (it was left, empty).
+  limited 400000 "$tool" synth --model gpt2 --layers 1 --hidden 64 --heads 1 --vocab 4000000 --out "$tmp/sy"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: synth would hold about 1.02 GiB at once: its largest tensor, 'wte.weight', 256000000 values in f32; but this process can allocate .* (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+    bad "synth-memory: exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/sy" && ok || bad "synth-memory: the output directory was made"
+fi
 
 finish limits

@@ -107,6 +107,22 @@ int run_synth(const synth_options& o) {
     throw spec_error("synth would write " + human_bytes(estimate) + "; use --hidden/--layers/--vocab to make a smaller model (limit 8 GiB)");
   std::int64_t total = 0;  // at most the limit: no overflow
   for (const auto& i : infos) total += i.shape.numel() * static_cast<std::int64_t>(dtype_size(t));
+  // One tensor at a time is held: its values in f32, and their conversion to --dtype. Under a
+  // memory limit a large one ran out of memory after the directory was made (`--vocab 4000000
+  // --hidden 64` under `ulimit -v 400000`: "resource error: out of memory", an empty directory
+  // left); without one, the OOM killer could end it.
+  std::int64_t largest = 0;
+  std::string largest_name;
+  for (const auto& i : infos)
+    if (i.shape.numel() > largest) largest = i.shape.numel(), largest_name = i.name;
+  const std::uint64_t held = static_cast<std::uint64_t>(largest) * (4 + (t == dtype::f32 ? 0 : dtype_size(t))) + (std::uint64_t{64} << 20);
+  if (const machine_limits here = machine_limits::memory_here(); held > here.memory())
+    throw resource_error("synth would hold about " + human_bytes(static_cast<double>(held)) + " at once: its largest tensor, '" +
+                         largest_name + "', " + std::to_string(largest) + " values in f32" +
+                         (t == dtype::f32 ? std::string() : " and in " + std::string(to_string(t))) +
+                         "; but this process can allocate " + human_bytes(static_cast<double>(here.memory())) + " more (" +
+                         here.memory_source() + "): use --hidden/--vocab/--ffn to make it smaller" +
+                         (here.memory_limited() ? ", or raise the limit" : ", or free memory"));
   check_free_space(o.out, static_cast<std::uint64_t>(total), "synth's checkpoint");
 
   std::error_code ec;

@@ -168,5 +168,36 @@ if "$tool" --help | grep -q ' synth'; then
     bad "synth-memory: exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/sy" && ok || bad "synth-memory: the output directory was made"
 fi
+echo junk >"$tmp/junk.onnx"
+if ! "$tool" plan --model "$tmp/junk.onnx" --out "$tmp/junk.json" 2>&1 | grep -q "built without ONNX"; then
+  # onnx-memory: protobuf's parse is not proportional to the file: four million 14-byte nodes (53 MiB)
+  # parse into 1.4 GiB (a 2 GiB file of them, 53 GiB), and a sparse 1.9 GiB file was read whole
+  # before its parse failed. Both refused before they are parsed or read (before: "out of memory").
+  python3 - "$tmp/nodes.onnx" <<'PY'
+import sys
+def varint(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n: return bytes(out)
+ld = lambda f, d: varint(f << 3 | 2) + varint(len(d)) + d
+vi = lambda f, n: varint(f << 3) + varint(n)
+value = lambda name: ld(1, name) + ld(2, ld(1, vi(1, 1) + ld(2, ld(1, vi(1, 8)) + ld(1, vi(1, 8)))))  # a [8,8] f32 ValueInfoProto
+node = ld(1, ld(1, b"x") + ld(2, b"y") + ld(4, b"Relu"))
+graph = node * 4000000 + ld(11, value(b"x")) + ld(12, value(b"y"))
+open(sys.argv[1], "wb").write(vi(1, 8) + ld(8, ld(1, b"") + vi(2, 13)) + ld(7, graph))
+PY
+  limited 400000 "$tool" plan --model "$tmp/nodes.onnx" --mode infer --quiet --no-svg --out "$tmp/onnx.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: ONNX model '.*nodes.onnx': parsing its 53.41 MiB of protobuf may take up to .* (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+    bad "onnx-memory: exit $rc: $(head -c 600 "$tmp/err")"
+  truncate -s 1900M "$tmp/sparse.onnx"
+  limited 400000 "$tool" plan --model "$tmp/sparse.onnx" --mode infer --quiet --no-svg --out "$tmp/onnx.json"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: ONNX model '.*sparse.onnx' has 1.86 GiB, and reading and parsing it takes at least twice that, 3.71 GiB; this process can allocate .* (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+    bad "onnx-memory (sparse): exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/onnx.json" && ok || bad "onnx-memory: a plan was written"
+fi
 
 finish limits

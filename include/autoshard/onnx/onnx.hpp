@@ -33,12 +33,15 @@
 /// element counts and initializer payloads are checked before anything is allocated for
 /// them; a cycle, a value nobody produces, a truncated protobuf are io_error / graph_error
 /// naming the node, the value and the numbers.
+#include <sys/stat.h>   // stat
+
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <utility>      // std::move
 
-#include "../io/json.hpp"  // read_regular_file
-#include "emit.hpp"        // detail::onnx_in::reader and its phases (reader.hpp, read.hpp, shapes.hpp, fusions.hpp, emit.hpp)
+#include "../core/machine.hpp"  // machine_limits
+#include "../io/json.hpp"       // read_regular_file
+#include "emit.hpp"             // detail::onnx_in::reader and its phases (reader.hpp, read.hpp, shapes.hpp, fusions.hpp, emit.hpp)
 
 namespace autoshard {
 
@@ -55,8 +58,20 @@ inline onnx_import read_onnx(std::string_view bytes, const std::string& source =
   return std::move(r.out);
 }
 
-/// Reads an ONNX file; its size is checked against o.max_file_bytes before it is read.
+/// Reads an ONNX file; its size is checked against o.max_file_bytes before it is read, and
+/// against the memory left: the file is held while it is parsed, and the parse copies at least
+/// its weights (a 1.9 GiB file was read whole, then failed to parse, under a smaller limit).
 inline onnx_import read_onnx_file(const std::string& path, const onnx_options& o = {}) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > (std::int64_t{32} << 20)) {
+    const std::uint64_t need = 2 * static_cast<std::uint64_t>(st.st_size);
+    const machine_limits m = machine_limits::memory_here();
+    if (need > m.memory())
+      throw resource_error("ONNX model '" + path + "' has " + human_bytes(static_cast<double>(st.st_size)) +
+                           ", and reading and parsing it takes at least twice that, " + human_bytes(static_cast<double>(need)) +
+                           "; this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
+                           m.memory_source() + (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
+  }
   const std::string bytes = read_regular_file(path, "ONNX model", o.max_file_bytes);
   return read_onnx(bytes, "ONNX model '" + path + "'", o);
 }

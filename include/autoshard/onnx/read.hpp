@@ -71,9 +71,108 @@ inline void reader::check_type(const onnx::TypeProto& t, const std::string& who)
       fail_io(who + " dim " + std::to_string(i) + " is " + std::to_string(dims[i].dim_value()) + ", outside [0, 2^40]");
 }
 
+// ---- the memory protobuf's parse may take, bounded before it runs ----
+// The parsed model is not proportional to the file: a node of 14 bytes on the wire ("x" ->
+// Relu -> "y") is a NodeProto of about 350 bytes with its strings, so a 56 MiB file of them
+// took 1.4 GiB (a 2 GiB one would take 53 GiB: the OOM killer), and a packed varint of one
+// byte is an int64 of eight. The bound walks the wire format once, without the schema: every
+// length-delimited field is tried as a message, charged parsed_message_bytes and its fields;
+// where that fails it is a string or bytes, charged its bytes or the packed varints they may
+// hold (or, if more, what the try had counted: a parse that fails part-way has allocated it).
+// In ONNX's schema a field numbered 9 that is not a message is bytes (TensorProto.raw_data,
+// AttributeProto.strings), never packed varints: the weights are charged their size, so a real
+// model's bound is about twice its file (measured: 1.06 GB for a 512 MiB MatMul weight).
+inline constexpr std::uint64_t parsed_message_bytes = 512;  // the largest ONNX message with its allocation, pointer and slack
+inline constexpr std::uint64_t parsed_field_bytes = 16;     // one repeated scalar, its array doubled as it grows
+inline constexpr std::uint64_t parsed_string_bytes = 64;    // a std::string, its allocation and pointer
+inline constexpr std::size_t parsed_max_depth = 100;        // protobuf's own recursion limit
+inline constexpr std::uint64_t raw_bytes_field = 9;         // TensorProto.raw_data, AttributeProto.strings
+
+/// An upper bound of the bytes `ParseFromArray` allocates for `bytes` (any message type), in
+/// one pass over them.
+inline std::uint64_t parsed_bytes_bound(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::size_t at = 0;
+  std::uint64_t ends = 0;  // the bytes below 0x80 before `at`: where a varint may end
+  const auto advance_to = [&](std::size_t to) {
+    for (; at < to; ++at) ends += p[at] < 0x80 ? 1 : 0;
+  };
+  const auto as_bytes = [](std::uint64_t number, std::uint64_t length, std::uint64_t varint_ends) {
+    return parsed_string_bytes + (number == raw_bytes_field ? length : std::max(length, varint_ends * parsed_field_bytes));
+  };
+  struct frame {
+    std::size_t start, end;
+    std::uint64_t number, ends_at_start, bytes;  ///< the field's number; `bytes`: what its fields take, as far as read
+  };
+  std::vector<frame> stack{{0, bytes.size(), 0, 0, 0}};
+  const auto varint = [&](std::size_t end, std::uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && at < end; shift += 7) {
+      const unsigned char b = p[at];
+      advance_to(at + 1);
+      v |= std::uint64_t{b & 0x7fu} << shift;
+      if (b < 0x80) return true;
+    }
+    return false;
+  };
+  // Reads one field of the innermost message (a length-delimited one starts a message to try);
+  // false where there is none: that message is not one.
+  const auto field = [&] {
+    frame& f = stack.back();
+    std::uint64_t key = 0, n = 0;
+    if (!varint(f.end, key) || (key >> 3) == 0) return false;
+    const std::uint64_t wire = key & 7;
+    if (wire == 0 || wire == 1 || wire == 5) {  // a scalar
+      f.bytes += parsed_field_bytes;
+      if (wire == 0) return varint(f.end, n);
+      const std::size_t width = wire == 1 ? 8 : 4;
+      if (f.end - at < width) return false;
+      advance_to(at + width);
+      return true;
+    }
+    if (wire != 2 || !varint(f.end, n)) return false;  // groups (ONNX has none), no wire type
+    // A field cut short by the end of its message is read to there: protobuf parses that much
+    // before it fails, and has allocated it.
+    const std::size_t end = n > f.end - at ? f.end : at + static_cast<std::size_t>(n);
+    if (stack.size() < parsed_max_depth) {
+      stack.push_back({at, end, key >> 3, ends, 0});  // `f` is not used again
+      return true;
+    }
+    const std::uint64_t before = ends, length = end - at;
+    advance_to(end);
+    f.bytes += as_bytes(key >> 3, length, ends - before);
+    return true;
+  };
+  for (;;) {
+    const bool whole = at == stack.back().end;
+    if (!whole && field()) continue;
+    const frame done = stack.back();
+    if (stack.size() == 1) return parsed_message_bytes + done.bytes;  // protobuf stops where this did
+    stack.pop_back();
+    advance_to(done.end);
+    stack.back().bytes += whole ? parsed_message_bytes + done.bytes
+                                : std::max(as_bytes(done.number, done.end - done.start, ends - done.ends_at_start),
+                                           parsed_message_bytes + done.bytes);
+  }
+}
+
+/// Refuses `bytes` whose parse may not fit what this process can still allocate.
+inline void check_parse_memory(std::string_view bytes, const std::string& source) {
+  const std::uint64_t need = parsed_bytes_bound(bytes);
+  if (need < (std::uint64_t{64} << 20)) return;  // small models: no /proc read
+  const machine_limits m = machine_limits::memory_here();
+  if (need <= m.memory()) return;
+  throw resource_error(source + ": parsing its " + human_bytes(static_cast<double>(bytes.size())) +
+                       " of protobuf may take up to " + human_bytes(static_cast<double>(need)) + " (" +
+                       std::to_string(need) + " bytes, counted on its wire format); this process can allocate " +
+                       human_bytes(static_cast<double>(m.memory())) + " more (" + m.memory_source() +
+                       (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
+}
+
 inline void reader::parse(std::string_view bytes) {
   if (bytes.size() > opt.max_file_bytes)
     fail_io(std::to_string(bytes.size()) + " bytes, more than the limit of " + std::to_string(opt.max_file_bytes));
+  check_parse_memory(bytes, source);
   if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     fail_io("not an ONNX model: the protobuf does not parse (" + std::to_string(bytes.size()) + " bytes; truncated, or another format?)");

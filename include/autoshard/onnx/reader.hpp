@@ -27,7 +27,8 @@
 #pragma pop_macro("MAP_TYPE")
 
 #include "../core/checked.hpp"    // checked_bytes
-#include "../core/error.hpp"      // graph_error, io_error
+#include "../core/error.hpp"      // graph_error, io_error, resource_error
+#include "../core/machine.hpp"    // machine_limits (check_parse_memory)
 #include "../graph/model.hpp"     // model_graph, add_op, add_parameter, add_input
 #include "../graph/validate.hpp"  // validate, max_graph_tensor_bytes
 #include "../io/json.hpp"         // read_regular_file

@@ -384,4 +384,15 @@ if [ -r /proc/self/pagemap ]; then
   test ! -e "$tmp/pm.json" && ok || bad "proc-file: a plan was written"
 fi
 
+# explain-json: the ranks are streamed into the document; it is the one dump(2) wrote.
+"$tool" explain --mesh 2x2x2 --shape 8,4,6 --from S0S1R --to RRS2 --json >"$tmp/ex.json" 2>"$tmp/err" &&
+  python3 - "$tmp/ex.json" <<'PY' && ok || bad "explain-json: $(head -c 300 "$tmp/ex.json") $(head -c 300 "$tmp/err")"
+import json, sys
+text = open(sys.argv[1]).read()
+d = json.loads(text)
+assert text == json.dumps(d, indent=2, sort_keys=True, separators=(",", ": ")) + "\n", "not dump(2)'s layout"
+assert [r["rank"] for r in d["ranks"]] == list(range(8)) and d["ranks"][5]["coord"] == [1, 0, 1]
+assert d["ranks"][0]["before"] == {"shape": [4, 2, 6], "offset": [0, 0, 0]}, d["ranks"][0]
+PY
+
 finish hardening

@@ -59,16 +59,25 @@ int run_explain(const explain_options& o) {
                             {"seconds", p.seconds}});
     j["total_seconds"] = cost.seconds;
     j["total_bytes_sent_per_rank"] = cost.sent_bytes;
-    j["ranks"] = nlohmann::json::array();
+    // The ranks are written one at a time, where the document has them, as dump(2) would: as
+    // one tree, a mesh of 2^20 ranks took 1.9 GB (and 15 s) to print.
+    j["ranks"] = nullptr;
+    const std::string text = j.dump(2);
+    const std::string slot = "\n  \"ranks\": null";
+    const std::size_t at = text.find(slot);
+    std::cout << text.substr(0, at) << "\n  \"ranks\": [";
     for (int r = 0; r < m.num_ranks(); ++r) {
       auto a = local_box(m, src, shape, r), b = local_box(m, dst, shape, r);
       auto c = m.coordinate(r);
-      j["ranks"].push_back({{"rank", r},
-                            {"coord", std::vector<int>(c.begin(), c.begin() + static_cast<long>(m.ndim()))},
-                            {"before", {{"shape", to_json(a.shape)}, {"offset", to_json(a.offset)}}},
-                            {"after", {{"shape", to_json(b.shape)}, {"offset", to_json(b.offset)}}}});
+      const nlohmann::json e{{"rank", r},
+                             {"coord", std::vector<int>(c.begin(), c.begin() + static_cast<long>(m.ndim()))},
+                             {"before", {{"shape", to_json(a.shape)}, {"offset", to_json(a.offset)}}},
+                             {"after", {{"shape", to_json(b.shape)}, {"offset", to_json(b.offset)}}}};
+      std::string entry = e.dump(2);
+      for (std::size_t nl = entry.find('\n'); nl != std::string::npos; nl = entry.find('\n', nl + 1)) entry.insert(nl + 1, "    ");
+      std::cout << (r > 0 ? "," : "") << "\n    " << entry;
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << "\n  ]" << text.substr(at + slot.size()) << "\n";
     return exit_ok;
   }
 

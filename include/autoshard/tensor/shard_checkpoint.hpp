@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>  // index.json
 
 #include "../core/error.hpp"  // io_error, resource_error
-#include "../core/machine.hpp"  // machine_limits: the open-file limit
+#include "../core/machine.hpp"  // machine_limits: the open-file limit, the memory left
 #include "../core/mesh.hpp"   // check_mesh_size
 #include "../core/parse.hpp"  // to_string(sharding_spec), parse_spec
 #include "../io/atomic_file.hpp"  // atomic_file, remove_stale_temporaries, resolve_output_link
@@ -285,6 +285,34 @@ struct shard_staging {
   }
 };
 
+/// Refuses a run whose memory does not fit what this process can still allocate, before
+/// anything is made: the largest staging copy (a shard that is not one span of its tensor), the
+/// largest conversion (a shard in another dtype) and the write buffers of `files` open files
+/// (atomic_file: 64 MiB shared, 16 KiB to 1 MiB each); the input is mapped already. `shard
+/// --dtype f64` of a 200 MB table under `ulimit -v 400000` ran out of memory with 120 MB
+/// written (an empty directory left).
+inline void check_shard_memory(const std::vector<tensor_shards>& plans, const shard_options& opts, std::uint64_t files) {
+  std::uint64_t staging = 0, converted = 0;
+  for (const auto& p : plans) {
+    const dtype to = output_dtype(p.type, opts);
+    for (const auto& l : p.ranks) {
+      const auto n = static_cast<std::uint64_t>(l.shape.numel());
+      if (!contiguous_span(l, p.global, p.type)) staging = std::max<std::uint64_t>(staging, n * dtype_size(p.type));
+      if (to != p.type) converted = std::max<std::uint64_t>(converted, n * dtype_size(to));
+    }
+  }
+  const std::uint64_t buffers = std::min(std::max(std::uint64_t{64} << 20, files * (std::uint64_t{16} << 10)), files << 20);
+  const std::uint64_t heap = staging + converted + buffers;
+  const machine_limits m = machine_limits::memory_here();
+  if (heap <= m.memory()) return;
+  throw resource_error("sharding holds about " + human_bytes(static_cast<double>(heap)) + " at once: a staging copy of " +
+                       human_bytes(static_cast<double>(staging)) + " (the largest shard that is not one span of its tensor), " +
+                       "a conversion of " + human_bytes(static_cast<double>(converted)) + " (the largest shard in another dtype) " +
+                       "and write buffers of " + human_bytes(static_cast<double>(buffers)) + " for " + std::to_string(files) +
+                       " files; but this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
+                       m.memory_source() + (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
+}
+
 /// Every rank file and then `index_text` as out_dir/index.json finished under temporary names
 /// and renamed into place. The old index goes first: a run killed while renaming leaves no
 /// index (an incomplete directory every reader refuses), never an old index over new rank
@@ -336,6 +364,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
                          " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
                          std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(N + 64) +
                          ") or shard onto fewer ranks");
+  detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
   fs::create_directories(out_dir);

@@ -395,4 +395,10 @@ assert [r["rank"] for r in d["ranks"]] == list(range(8)) and d["ranks"][5]["coor
 assert d["ranks"][0]["before"] == {"shape": [4, 2, 6], "offset": [0, 0, 0]}, d["ranks"][0]
 PY
 
+# shard-ranks: --tp 1048576 passed the flag's range (2^20) and a million output paths were made
+# and checked (15 s) before the library's bound of a mesh axis refused it.
+expect shard-ranks 1 "spec error: tensor-parallel size 1048576: axis size 1048576 is not in \[1, 1000000\]" \
+  timeout 5 "$tool" shard "$tmp/ck" --policy gpt2 --tp 1048576 --out "$tmp/otp"
+test ! -e "$tmp/otp" && ok || bad "shard-ranks: the output directory was made"
+
 finish hardening

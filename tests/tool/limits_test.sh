@@ -178,6 +178,17 @@ if "$tool" --help | grep -q ' shard'; then
     bad "shard-memory: exit $rc: $(head -c 600 "$tmp/err")"
   test ! -e "$tmp/sh250" && ok || bad "shard-memory: the output directory was made"
   rm -rf "$tmp/ck250"
+  # shard-ranks: a plan for 2^20 ranks (plan --mesh 1024x1024) was sharded as far as every rank's
+  # layout of every tensor (17 s, then out of memory) before the open-file limit refused it.
+  small1=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128)
+  "$tool" synth "${small1[@]}" --out "$tmp/ck1" >/dev/null 2>&1 || bad "shard-ranks: the checkpoint"
+  "$tool" plan "${small1[@]}" --seq 16 --batch 8 --mode infer --mesh 1024x1024 --quiet --no-svg --out "$tmp/p1m.json" >/dev/null 2>&1 ||
+    bad "shard-ranks: the 2^20-rank plan"
+  limited 4000000 bash -c 'ulimit -n 20000 && exec timeout 60 "$@"' _ "$tool" shard "$tmp/ck1" --plan "$tmp/p1m.json" --quiet --out "$tmp/sh1m"
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: resource error: sharding onto 1048576 ranks writes 1048576 rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open [0-9]* more" "$tmp/err" && ok ||
+    bad "shard-ranks: exit $rc: $(head -c 600 "$tmp/err")"
+  test ! -e "$tmp/sh1m" && ok || bad "shard-ranks: the output directory was made"
 fi
 echo junk >"$tmp/junk.onnx"
 if ! "$tool" plan --model "$tmp/junk.onnx" --out "$tmp/junk.json" 2>&1 | grep -q "built without ONNX"; then

@@ -46,6 +46,7 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
   for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
+    check_rank_files(stages[k].policy.mesh.num_ranks());
     for (int r = 0; r < stages[k].policy.mesh.num_ranks(); ++r) paths.output("--out rank file", rank_file(dir, r));
     paths.output("--out index", dir / "index.json");
   }
@@ -82,6 +83,7 @@ int run_shard(const shard_cli_options& o) {
   // Every file the checkpoint is made of is an input the outputs must not replace.
   for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
   auto check_outputs = [&](int ranks) {
+    check_rank_files(ranks);  // before a path is made per rank: a 2^20-rank plan
     for (int r = 0; r < ranks; ++r) paths.output("--out rank file", rank_file(o.out, r));
     paths.output("--out index", fs::path(o.out) / "index.json");
     paths.check();
@@ -128,6 +130,9 @@ int run_shard(const shard_cli_options& o) {
                        model_type + "' (use --policy auto, or --policy " + model_type + ")");
     }
     const tp_policy policy = policies::by_model_type(name);
+    // As the library bounds it, before a path is made per rank: --tp 1048576 passed the flag's
+    // range and made a million paths (15 s) before "axis size 1048576 is not in [1, 1000000]".
+    check_mesh_size({o.tp}, "tensor-parallel size " + std::to_string(o.tp));
     check_outputs(o.tp);
     r = shard_checkpoint(in, policy, o.tp, config, o.out, so);
     how = "policy " + policy.name + ", tp " + std::to_string(o.tp);

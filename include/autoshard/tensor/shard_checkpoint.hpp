@@ -335,6 +335,19 @@ inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>&
 
 }  // namespace detail
 
+/// Refuses sharding onto `world` ranks when this process may not hold every rank file and the
+/// index open at once (the open-file limit), before anything is sized by the ranks: a 65,536-rank
+/// plan created 20,000 temporaries before "Too many open files" (ulimit -n 20000), and a 2^20-rank
+/// plan built every rank's layout of every tensor first (17 s, then out of memory under
+/// ulimit -v 4000000). Every shard_checkpoint overload checks it first.
+inline void check_rank_files(int world) {
+  if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(world) + 1 > files)
+    throw resource_error("sharding onto " + std::to_string(world) + " ranks writes " + std::to_string(world) +
+                         " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
+                         std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(static_cast<std::int64_t>(world) + 64) +
+                         ") or shard onto fewer ranks");
+}
+
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
 /// point; the policy overloads below build the plans.
 inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
@@ -357,13 +370,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
   check_free_space(out_dir, total + index_text.size(), "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)");
-  // Every rank file is open at once, and the index beside them: a 65,536-rank plan created
-  // 20,000 temporaries before "Too many open files" (ulimit -n 20000).
-  if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(N) + 1 > files)
-    throw resource_error("sharding onto " + std::to_string(N) + " ranks writes " + std::to_string(N) +
-                         " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
-                         std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(N + 64) +
-                         ") or shard onto fewer ranks");
+  check_rank_files(N);
   detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
@@ -404,6 +411,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
 inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
   check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
+  check_rank_files(tp);
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
@@ -448,6 +456,7 @@ inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_p
 /// Shards by a solved plan (parameter name -> spec on the plan's mesh).
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
+  check_rank_files(plan.mesh.num_ranks());
   if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
   return shard_checkpoint(in, detail::plan_shards(in, plan, in.names()), plan.mesh, out_dir, opts, "plan");
 }
@@ -456,6 +465,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& pl
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
                                      const std::filesystem::path& out_dir, shard_options opts = {}) {
   opts.every_tensor = false;
+  check_rank_files(plan.mesh.num_ranks());
   if (names.empty()) throw io_error("no tensor of the checkpoint is to be sharded");
   return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }

@@ -222,6 +222,17 @@ PY
   test ! -e "$tmp/onnx.json" && ok || bad "onnx-memory: a plan was written"
 fi
 
+if "$tool" --help | grep -q ' verify'; then
+  # verify-address-space: the estimate was compared with MemAvailable only; under ulimit -v a run
+  # estimated at 714 MiB started and ended in "out of memory" (6 s under 600000, 32 s under 1000000).
+  "$tool" plan --model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mesh 2x2 --quiet --no-svg \
+    --out "$tmp/v.json" >/dev/null 2>&1 || bad "verify-address-space: the plan"
+  limited 600000 timeout 60 "$tool" verify --plan "$tmp/v.json" --seq 512 --batch 64 --json
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "^autoshard: execution error: verify would need about 71[0-9]\.[0-9]* MiB .* but this machine has .* available (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
+    bad "verify-address-space: exit $rc: $(head -c 600 "$tmp/err")"
+fi
+
 # explain-json: `explain --json` of a 2^20-rank mesh built one tree of every rank's boxes before
 # printing (1.9 GB, 15 s); the ranks are now written one at a time (11 MB, 4 s).
 limited 1000000 "$tool" explain --mesh 1024x1024 --shape 1048576,8 --from S0R --to S1R --json

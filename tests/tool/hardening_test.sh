@@ -401,4 +401,20 @@ expect shard-ranks 1 "spec error: tensor-parallel size 1048576: axis size 104857
   timeout 5 "$tool" shard "$tmp/ck" --policy gpt2 --tp 1048576 --out "$tmp/otp"
 test ! -e "$tmp/otp" && ok || bad "shard-ranks: the output directory was made"
 
+# real-flags: a real-valued flag took what strtod takes, hexadecimal and leading white space
+# (--inter-bw 0x10 priced a link of 16 B/s), where every integer flag is decimal only; --pp's
+# form was exit 1, not a usage error.
+for f in "--inter-bw 0x10" "--time-limit 0x1p3" "--mip-rel-gap 0x0"; do
+  # shellcheck disable=SC2086
+  expect real-flags 2 "^${f%% *}: .* is not a finite number in " "$tool" plan "${small[@]}" $f --out "$tmp/orf.json" --no-svg
+done
+expect real-flags 2 "^--intra-lat:  5e-6 is not a finite number in \[0, " "$tool" plan "${small[@]}" --intra-lat " 5e-6" --out "$tmp/orf.json" --no-svg
+expect real-flags 2 "^--max-bytes: must be a number of bytes from 65536 \(64 KiB\) to 1073741824 \(1 GiB\), got 0x100000" \
+  "$tool" calibrate --mesh 2 --max-bytes 0x100000 --out "$tmp/orf.json"
+expect real-flags 2 "^--timeout: 0x10 is not a finite number in \(0, 86400\]" "$tool" verify --plan "$tmp/p.json" --timeout 0x10
+for v in -1 0 2x 10000000; do
+  expect real-flags 2 "^--pp: '$v' is not \"auto\" or a stage count from 1 to 9999999" "$tool" plan "${small[@]}" --pp "$v" --out "$tmp/orf.json" --no-svg
+done
+expect real-flags 0 "" "$tool" plan "${small[@]}" --inter-bw 2.5e+10 --intra-lat 5E-6 --out "$tmp/orf.json" --no-svg --quiet
+
 finish hardening

@@ -153,7 +153,7 @@ void register_calibrate(CLI::App& app, action& run) {
             errno = 0;
             char* end = nullptr;
             const double v = std::strtod(in.c_str(), &end);
-            if (end == in.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 65536 ||
+            if (!decimal_number_text(in) || end == in.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 65536 ||
                 v > static_cast<double>(max_calibration_bytes))
               return "must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB), got " + in;
             return {};

@@ -548,7 +548,14 @@ void register_plan(CLI::App& app, action& run) {
   cmd->add_option("--pp", o->pipeline_stages,
                   "training: pipeline stages: auto (search stages, tensor and data parallel sizes, micro-batch and "
                   "recomputation) or a stage count; with --algo megatron --tp T, the configuration Megatron-LM runs "
-                  "(docs/pipelines.md)");
+                  "(docs/pipelines.md)")
+      ->check(CLI::Validator(  // its form is a usage error, as every number's (it was exit 1)
+          [](std::string& in) -> std::string {
+            const bool count = !in.empty() && in.size() <= 7 && in.find_first_not_of("0123456789") == std::string::npos &&
+                               in.find_first_not_of('0') != std::string::npos;
+            return in == "auto" || count ? "" : "'" + in + "' is not \"auto\" or a stage count from 1 to 9999999";
+          },
+          "auto|STAGES"));
   cmd->add_option("--schedule", o->schedule, "with --pp: the pipeline schedule, 1f1b or gpipe")
       ->check(CLI::IsMember({"1f1b", "gpipe"}))
       ->capture_default_str();

@@ -40,9 +40,16 @@ inline constexpr int exit_does_not_fit = 3;
 /// ("--layers: Value 0 not in range 1 to 2147483647"), never a silent fall back to a default.
 inline CLI::Range positive_int() { return CLI::Range(1, std::numeric_limits<int>::max()); }
 
-/// A CLI11 check for a real-valued flag: a finite number in [lo, hi] (or (lo, hi] when
-/// `open_low`). "nan", "inf", "1e400" and numbers outside are usage errors naming the range,
-/// e.g. "--mip-rel-gap: inf is not a finite number in [0, 1]".
+/// Whether `in` is written as a decimal number (digits, a point, an exponent, signs): strtod
+/// also reads hexadecimal ("0x10", "0x1p3") and skips leading white space, which the integer
+/// flags refuse ("0x2 is not a decimal integer").
+inline bool decimal_number_text(const std::string& in) {
+  return !in.empty() && in.find_first_not_of("0123456789.eE+-") == std::string::npos;
+}
+
+/// A CLI11 check for a real-valued flag: a finite decimal number in [lo, hi] (or (lo, hi]
+/// when `open_low`). "nan", "inf", "1e400", "0x10", " 5" and numbers outside are usage errors
+/// naming the range, e.g. "--mip-rel-gap: inf is not a finite number in [0, 1]".
 inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
   auto show = [](double v) {
     std::ostringstream s;
@@ -55,7 +62,7 @@ inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
         errno = 0;
         char* end = nullptr;
         const double v = std::strtod(in.c_str(), &end);
-        const bool parsed = end != in.c_str() && *end == '\0' && errno != ERANGE;
+        const bool parsed = decimal_number_text(in) && end != in.c_str() && *end == '\0' && errno != ERANGE;
         if (!parsed || !std::isfinite(v) || v < lo || v > hi || (open_low && v == lo))
           return in + " is not a finite number in " + range;
         return {};

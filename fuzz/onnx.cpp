@@ -1,12 +1,16 @@
 // libFuzzer target: the ONNX reader (onnx/onnx.hpp). Input: the bytes of an ONNX file. Only
 // io_error and graph_error may escape; a model that reads must give a valid graph whose JSON
-// reads back to the same graph, and every opaque vertex must be listed with its op_type.
+// reads back to the same graph, and every opaque vertex must be listed with its op_type. The
+// graph's JSON must serialize (as a plan file embeds it) and the graph draw as Graphviz.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <string>
 #include <string_view>
 
+#include <autoshard/graph/dot.hpp>
 #include <autoshard/graph/graph.hpp>
 #include <autoshard/onnx/onnx.hpp>
 
@@ -38,6 +42,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   const nlohmann::json j = autoshard::to_json(g);
+  // What a plan file embeds and `autoshard plan` writes: it must serialize (every string in it
+  // valid UTF-8; nlohmann's dump() throws type_error otherwise) and parse back to the same JSON.
+  const std::string text = j.dump();
+  if (nlohmann::json::parse(text) != j) {
+    std::fprintf(stderr, "fuzz_onnx: the graph's JSON text does not parse back to the same JSON\n");
+    std::abort();
+  }
+  std::ostringstream dot;
+  autoshard::write_dot(dot, g);
   if (autoshard::to_json(autoshard::from_json(j)) != j) {
     std::fprintf(stderr, "fuzz_onnx: the graph's JSON does not read back to the same graph\n");
     std::abort();

@@ -85,6 +85,58 @@ inline std::string json_excerpt(const nlohmann::json& j) {
 }  // namespace detail
 
 namespace detail {
+/// The offset of the first byte of `s` that is not part of valid UTF-8 (RFC 3629: no overlong
+/// forms, no surrogates, nothing above U+10FFFF), or npos. It is what nlohmann's dump()
+/// accepts in a string (it throws type_error 316 on anything else), so a string that passes
+/// can be written as JSON; a reader of a binary format (ONNX's protobuf does not check its
+/// strings) refuses a name that fails before it reaches a file autoshard writes.
+inline std::size_t invalid_utf8_at(std::string_view s) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = byte(i);
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else return i;
+    if (len > 1) {
+      if (i + 1 >= s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return i;
+      for (std::size_t k = 2; k < len; ++k)
+        if (i + k >= s.size() || byte(i + k) < 0x80 || byte(i + k) > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+/// `s` for a message: each byte that is not valid UTF-8 written as \xHH, cut after about 60 bytes.
+inline std::string utf8_escaped(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && out.size() < 60;) {
+    const std::size_t bad = invalid_utf8_at(s.substr(i));
+    const std::size_t good = bad == std::string_view::npos ? s.size() - i : bad;
+    out.append(s.substr(i, good));
+    i += good;
+    if (i < s.size()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(s[i]));
+      out += hex;
+      ++i;
+    }
+  }
+  if (out.size() > 60) {
+    std::size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+    out = out.substr(0, cut) + "...";
+  }
+  return out;
+}
+
 /// Appends one step to a JSON path as json_in spells it: `.key` (no dot first; `""` for an empty
 /// key) inside an object, `[index]` inside an array.
 inline void json_path_step(std::string& path, bool object, const std::string& key, std::size_t index) {

@@ -169,6 +169,35 @@ inline void check_parse_memory(std::string_view bytes, const std::string& source
                        (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
 }
 
+/// Every name the graph, the plan file and the tool's JSON may carry (node names, operator
+/// types and domains, value names) must be valid UTF-8: protobuf does not check the strings
+/// of ONNX's proto2 schema, and nlohmann's dump() throws type_error on such a string when the
+/// plan is written, long after the model was read.
+inline void reader::check_names() const {
+  const auto check = [&](const std::string& s, const std::string& who) {
+    const std::size_t at = invalid_utf8_at(s);
+    if (at == std::string::npos) return;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(s[at]));
+    fail_io(who + " \"" + utf8_escaped(s) + "\" is not valid UTF-8 (byte " + hex + " at offset " + std::to_string(at) +
+            " of " + std::to_string(s.size()) + "); autoshard writes every name into JSON");
+  };
+  const onnx::GraphProto& g = model.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    const std::string who = "node " + std::to_string(i);
+    check(n.name(), who + " name");
+    check(n.op_type(), who + " op_type");
+    check(n.domain(), who + " domain");
+    for (int k = 0; k < n.input_size(); ++k) check(n.input(k), who + " input " + std::to_string(k));
+    for (int k = 0; k < n.output_size(); ++k) check(n.output(k), who + " output " + std::to_string(k));
+  }
+  for (int i = 0; i < g.initializer_size(); ++i) check(g.initializer(i).name(), "initializer " + std::to_string(i) + " name");
+  for (int i = 0; i < g.input_size(); ++i) check(g.input(i).name(), "graph input " + std::to_string(i) + " name");
+  for (int i = 0; i < g.output_size(); ++i) check(g.output(i).name(), "graph output " + std::to_string(i) + " name");
+  for (int i = 0; i < g.value_info_size(); ++i) check(g.value_info(i).name(), "value_info " + std::to_string(i) + " name");
+}
+
 inline void reader::parse(std::string_view bytes) {
   if (bytes.size() > opt.max_file_bytes)
     fail_io(std::to_string(bytes.size()) + " bytes, more than the limit of " + std::to_string(opt.max_file_bytes));
@@ -190,6 +219,7 @@ inline void reader::parse(std::string_view bytes) {
   check_count(g.output_size(), "graph outputs");
   check_count(g.value_info_size(), "value_info entries");
   if (g.output_size() == 0) fail_io("the graph has no outputs");
+  check_names();
   for (const auto& t : g.initializer()) check_initializer(t, "initializer '" + t.name() + "'");
   if (g.sparse_initializer_size() > 0) fail_io("sparse initializers are not supported ('" + g.sparse_initializer(0).values().name() + "')");
   for (const auto& v : g.input()) check_type(v.type(), "input '" + v.name() + "'");

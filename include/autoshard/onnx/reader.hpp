@@ -8,6 +8,7 @@
 #include <algorithm>      // std::find, std::min, std::max
 #include <cmath>          // std::abs, std::sqrt
 #include <cstdint>        // std::int64_t
+#include <cstdio>         // std::snprintf
 #include <cstring>        // std::memcpy
 #include <map>            // std::map
 #include <optional>       // std::optional
@@ -127,6 +128,7 @@ struct reader {
   tensor_shape checked_shape(const google::protobuf::RepeatedField<std::int64_t>& dims, const std::string& who) const;
   void check_initializer(const onnx::TensorProto& t, const std::string& who) const;
   void check_type(const onnx::TypeProto& t, const std::string& who) const;
+  void check_names() const;
   void parse(std::string_view bytes);
 
   // ---- topological order (Kahn), a cycle or a dangling value is an error ---- (read.hpp)

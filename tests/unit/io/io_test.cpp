@@ -66,6 +66,38 @@ TEST_CASE("json_in: integers are checked against their bounds before conversion,
         "io error: plan file 'p.json': mesh.axes has 7 elements; at most 3 are allowed");
 }
 
+TEST_CASE("invalid_utf8_at accepts exactly the strings nlohmann's dump() writes, and utf8_escaped shows the rest") {
+  const auto dumps = [](const std::string& s) {
+    try {
+      (void)nlohmann::json(s).dump();
+      return true;
+    } catch (const nlohmann::json::type_error&) {
+      return false;
+    }
+  };
+  const auto agree = [&](const std::string& s) {
+    const bool valid = detail::invalid_utf8_at(s) == std::string_view::npos;
+    if (valid != dumps(s)) FAIL_CHECK("disagree on " << detail::utf8_escaped(s) << ": invalid_utf8_at says " << valid);
+  };
+  for (int a = 0; a < 256; ++a)  // every 1- and 2-byte string
+    for (int b = -1; b < 256; ++b) agree(b < 0 ? std::string(1, static_cast<char>(a)) : std::string{static_cast<char>(a), static_cast<char>(b)});
+  for (int a = 0xE0; a <= 0xF4; ++a)  // 3- and 4-byte forms: every second byte, the edges of the rest
+    for (int b = 0; b < 256; ++b)
+      for (int c : {0x41, 0x7F, 0x80, 0xBF, 0xC0})
+        for (int d : {-1, 0x80, 0xC0}) {
+          std::string s{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)};
+          if (d >= 0) s += static_cast<char>(d);
+          agree(s);
+        }
+  CHECK(detail::invalid_utf8_at("caf\xC3\xA9") == std::string_view::npos);
+  CHECK(detail::invalid_utf8_at("ab\xE2\x82") == 2);       // cut short
+  CHECK(detail::invalid_utf8_at("\xED\xA0\x80") == 0);    // a surrogate
+  CHECK(detail::invalid_utf8_at("x\xF4\x90\x80\x80") == 1);  // above U+10FFFF
+  CHECK(detail::utf8_escaped("w\xE2\x82!") == "w\\xE2\\x82!");
+  CHECK(detail::utf8_escaped(std::string(100, 'a')) == std::string(57, 'a') + "...");
+  CHECK(detail::utf8_escaped(std::string(56, 'a') + "\xC3\xA9\xC3\xA9\xC3\xA9") == std::string(56, 'a') + "...");  // not cut inside a character
+}
+
 TEST_CASE("json_int64 and json_uint64: the one range check of a raw JSON integer") {
   const nlohmann::json j = nlohmann::json::parse(
       R"([0, -3, 9223372036854775807, 9223372036854775808, 18446744073709551615, 3.0, 1e30, "8", null, -9223372036854775808])");

@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>  // defines MAP_TYPE, as the tensor area's headers do: onnx.hpp must compile after it
 
+#include <autoshard/graph/io.hpp>  // to_json
 #include <autoshard/onnx/onnx.hpp>
 
 #include <map>
@@ -326,6 +327,28 @@ TEST_CASE("hostile ONNX models are clear errors naming the numbers") {
     CHECK(error_of<io_error>(good, o).find("2 nodes, more than the limit of 1") != std::string::npos);
     o.max_file_bytes = 10;
     CHECK(error_of<io_error>(good, o).find("bytes, more than the limit of 10") != std::string::npos);
+  }
+  SUBCASE("a name that is not valid UTF-8 (fuzz_onnx: nlohmann's dump() of the graph threw type_error 316)") {
+    model_maker m = ok;
+    m.g->mutable_node(0)->set_name("\xFFirst");
+    CHECK(error_of<io_error>(m.bytes()).find(R"(node 0 name "\xFFirst" is not valid UTF-8 (byte 0xFF at offset 0 of 5); autoshard writes every name into JSON)") !=
+          std::string::npos);
+    model_maker cut = ok;  // a 3-byte character cut short, in a weight's name and every use of it
+    cut.g->mutable_initializer(0)->set_name("w\xE2\x82");
+    cut.g->mutable_node(0)->set_input(1, "w\xE2\x82");
+    CHECK(error_of<io_error>(cut.bytes()).find(R"(node 0 input 1 "w\xE2\x82" is not valid UTF-8 (byte 0xE2 at offset 1 of 3))") != std::string::npos);
+    model_maker surrogate = ok;  // U+D800 and an overlong NUL: what nlohmann refuses to write
+    surrogate.g->mutable_node(1)->set_op_type("Re\xED\xA0\x80lu");
+    CHECK(error_of<io_error>(surrogate.bytes()).find("node 1 op_type \"Re\\xED\\xA0\\x80lu\" is not valid UTF-8 (byte 0xED at offset 2 of 7)") !=
+          std::string::npos);
+    surrogate.g->mutable_node(1)->set_op_type("Relu");
+    surrogate.g->mutable_output(0)->set_name("y\xC0\x80");
+    CHECK(error_of<io_error>(surrogate.bytes()).find("graph output 0 name \"y\\xC0\\x80\" is not valid UTF-8 (byte 0xC0 at offset 1") != std::string::npos);
+    model_maker fine = ok;  // UTF-8 names read and write as JSON
+    fine.g->mutable_node(1)->set_name("caf\xC3\xA9 \xE5\x90\x8D \xF0\x9F\x99\x82");
+    const model_graph g = read_onnx(fine.bytes()).graph;
+    CHECK(vertex(g, "caf\xC3\xA9 \xE5\x90\x8D \xF0\x9F\x99\x82").kind == op_kind::relu);
+    CHECK_NOTHROW((void)to_json(g).dump());
   }
   SUBCASE("nodes out of order are sorted, a symbolic dim without a size is named") {
     model_maker m = ok;

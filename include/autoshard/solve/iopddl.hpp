@@ -129,7 +129,11 @@ inline const char* expected(slot s) {
 /// (parse_iopddl). Each value is checked where it is read; what needs two members (the counts
 /// of the node lists, edge endpoints against the node count, an edge's costs against its
 /// nodes' strategies) is checked by finish(), as members may come in any order. The lists are
-/// kept as columns until then (see iopddl_bytes_per_byte). Members named twice: the last wins.
+/// kept as columns until then (see iopddl_bytes_per_byte). Members named twice: the last wins,
+/// but each is checked as it is read, an edge's ends against the nodes' costs read so far, so
+/// `"edges": {"nodes": [[5, 6]]}` after two nodes is refused even when a later "nodes" or
+/// "edges" would replace them (parse_iopddl of a tree sees only the last; fuzz_iopddl allows
+/// the two to differ only for a text that names a member twice).
 class reader {
  public:
   explicit reader(std::string source) : source_(std::move(source)) { frames_.push_back({slot::skip, slot::document, false, 0, {}}); }

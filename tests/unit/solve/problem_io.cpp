@@ -162,6 +162,14 @@ TEST_CASE("IOPDDL members come in any order, unknown ones are skipped, a repeate
   REQUIRE(twice.nodes.size() == 1);
   CHECK(twice.nodes[0].costs == std::vector<std::int64_t>{2});
   CHECK(twice.nodes[0].live == autoshard::live_interval{0, 2});
+  // But each is checked as it is read: an edge to node 5 after two nodes is refused from the
+  // text though a later "edges" replaces it; the tree keeps only the last.
+  const std::string early = R"({"problem":{"nodes":{"intervals":[[0,1],[0,1]],"costs":[[1],[2]],"usages":[[1],[1]]},)"
+                            R"("edges":{"nodes":[[5,6]],"costs":[[1]]},"edges":{"nodes":[[1,0]],"costs":[[3]]}}})";
+  std::istringstream in(early);
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl(in), doctest::Contains("problem.edges.nodes[0][0] is 5, not an integer in [0, 1]"),
+                       autoshard::io_error);
+  CHECK(autoshard::parse_iopddl(nlohmann::json::parse(early)).edges.size() == 1);
 }
 
 TEST_CASE("IOPDDL costs and integers: what is accepted, as what") {

@@ -3,8 +3,6 @@
 // b.safetensors {w3}, plus a file that is not a safetensors file; each input is written as
 // the index and opened. Only io_error may escape. An index that opens must map every name to
 // a file that holds it, with a readable view.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,26 +13,30 @@
 
 #include <autoshard/tensor/safetensors.hpp>
 
+#include "scratch.hpp"
+
 namespace {
 namespace fs = std::filesystem;
 
 const fs::path& scratch() {
   static const fs::path dir = [] {
     // tmpfs when there is one: the index is rewritten on every execution.
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    fs::path d = base / ("autoshard-fuzz-index-" + std::to_string(::getpid()));
+    fs::path d = autoshard_fuzz::scratch_path("autoshard-fuzz-index-");
     fs::create_directories(d);
     autoshard::host_tensor a(autoshard::dtype::f32, {2, 3}), b(autoshard::dtype::i64, {4}),
         c(autoshard::dtype::bf16, {1, 2, 2});
     autoshard::save_safetensors(d / "a.safetensors", {{"w1", a}, {"w2", b}}, {{"format", "pt"}});
     autoshard::save_safetensors(d / "b.safetensors", {{"w3", c}});
     std::ofstream(d / "not.safetensors") << "hello";
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(scratch(), ec);
-    });
     return d;
   }();
+  // Registered once `dir` is built, so it runs before `dir` is destroyed (a run that crashes
+  // leaves the folder to the next run's scratch_path).
+  static const bool cleanup = std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(scratch(), ec);
+  }) == 0;
+  (void)cleanup;
   return dir;
 }
 }  // namespace

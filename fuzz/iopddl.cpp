@@ -12,8 +12,6 @@
 // write back and read to an equal problem, the text written must be to_iopddl_json's dump,
 // and its usage peaks, costs and the contest's evaluation must be computable. An input that is
 // a JSON array is also read as a solution of a fixed 3-node problem (parse_iopddl_solution).
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,20 +26,13 @@
 
 #include <autoshard/solve/iopddl.hpp>
 
+#include "scratch.hpp"
+
 namespace {
 namespace fs = std::filesystem;
 
 const fs::path& scratch_file() {
-  static const fs::path file = [] {
-    // tmpfs when there is one: the file is rewritten on every execution.
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    fs::path f = base / ("autoshard-fuzz-iopddl-" + std::to_string(::getpid()) + ".json");
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove(scratch_file(), ec);
-    });
-    return f;
-  }();
+  static const fs::path file = autoshard_fuzz::scratch_path("autoshard-fuzz-iopddl-", ".json");
   return file;
 }
 
@@ -123,6 +114,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // 1 and 2: the file and the stream read alike.
   const outcome from_file = attempt([&] { return autoshard::read_iopddl_file(file); });
+  {
+    std::error_code ec;
+    fs::remove(file, ec);  // nothing is left behind, however the run ends
+  }
   const outcome from_stream = attempt([&] {
     std::istringstream in(text);
     return autoshard::read_iopddl(in, source);

@@ -42,6 +42,14 @@
 
 namespace autoshard {
 
+/// Whether `name` (read from an index file) names a file in the index's own directory: not
+/// empty, not "." or "..", no '/' and no NUL. An index may not send a reader elsewhere
+/// ("../x", "/etc/passwd").
+inline bool is_plain_file_name(std::string_view name) noexcept {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
 /// Hugging Face's limit on the JSON header (safetensors' MAX_HEADER_SIZE).
 inline constexpr std::uint64_t safetensors_max_header = 100'000'000;
 
@@ -608,7 +616,7 @@ class checkpoint {
       if (!it.value().is_string())
         throw io_error("index '" + index.string() + "': weight_map entry '" + it.key() + "' is not a file name");
       const std::string fname = it.value().get<std::string>();
-      if (fname.find('/') != std::string::npos || fname == ".." || fname.empty())
+      if (!is_plain_file_name(fname))
         throw io_error("index '" + index.string() + "': file '" + fname + "' of tensor '" + it.key() +
                        "' is not a plain file name");
       if (!file_ids.count(fname)) {

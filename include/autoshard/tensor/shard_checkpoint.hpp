@@ -481,7 +481,14 @@ class sharded_checkpoint {
     const json_in files = j["files"];
     if (files.size() != static_cast<std::size_t>(world_))
       files.fail("has " + std::to_string(files.size()) + " names for a world of " + std::to_string(world_));
-    for (int r = 0; r < world_; ++r) files_.emplace_back(dir / files[static_cast<std::size_t>(r)].string());
+    for (int r = 0; r < world_; ++r) {
+      const json_in name = files[static_cast<std::size_t>(r)];
+      const std::string s = name.string();
+      // Each rank file is in this directory: the index may not send the reader to another
+      // file ("../x", "/etc/passwd"), which it would read as a rank when neither records a run.
+      if (!is_plain_file_name(s)) name.fail("is \"" + s + "\", not a plain file name in '" + dir.string() + "'");
+      files_.emplace_back(dir / s);
+    }
     // One generation: a rank file of another sharding run (one killed while renaming, or an
     // older output the run replaced) disagrees with the index and is refused.
     const std::string gen = j.has("generation") ? j["generation"].string() : std::string();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,33 @@ TEST_CASE("hardening: every file of a sharded output is of one run, and a smalle
   sharded_checkpoint c(dir / "c");
   CHECK(c.world_size() == 1);
   CHECK(bitwise_equal(c.gather("h.1.mlp.c_fc.weight").view(), ck.view("h.1.mlp.c_fc.weight")));
+}
+
+// A shard index names its rank files; each must be in the index's directory. Before, "../x"
+// or an absolute path was followed, and any safetensors file read as a rank when neither it nor
+// the index recorded a sharding run (found by reading, in the 2026-12-05 fuzz campaign).
+TEST_CASE("hardening: a shard index that names a rank file outside its directory is refused") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2());
+  checkpoint ck(dir / "m.safetensors");
+  shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "a");
+  CHECK_NOTHROW(sharded_checkpoint(dir / "a"));
+  const std::string index = [&] {
+    std::ifstream in(dir / "a" / "index.json");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const std::string name = "\"rank-1.safetensors\"";
+  REQUIRE(index.find(name) != std::string::npos);
+  for (const std::string bad : {"../m.safetensors", "/etc/passwd", "..", "."}) {
+    CAPTURE(bad);
+    std::string tampered = index;
+    tampered.replace(tampered.find(name), name.size(), "\"" + bad + "\"");
+    hardening_write(dir / "a" / "index.json", tampered);
+    const std::string msg = hardening_error([&] { sharded_checkpoint s(dir / "a"); });
+    CHECK(has_text(msg, "is \"" + bad + "\", not a plain file name in '"));
+  }
+  hardening_write(dir / "a" / "index.json", index);
+  CHECK_NOTHROW(sharded_checkpoint(dir / "a"));
 }
 
 TEST_CASE("hardening: an input truncated after it was mapped is an io_error naming it, not SIGBUS") {

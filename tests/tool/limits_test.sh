@@ -231,6 +231,12 @@ if "$tool" --help | grep -q ' verify'; then
   rc=$?
   [ "$rc" = 1 ] && grep -q "^autoshard: execution error: verify would need about 71[0-9]\.[0-9]* MiB .* but this machine has .* available (the address-space limit, ulimit -v)" "$tmp/err" && ok ||
     bad "verify-address-space: exit $rc: $(head -c 600 "$tmp/err")"
+  # verify-arenas: a run that fits its estimate (a heap of 370 MB under 700 MB) still ran out of
+  # address space, each rank thread's malloc arena reserving 64 MiB ("out of memory" at 2.8 s);
+  # under a limit the tool's threads share two arenas.
+  limited 700000 timeout 60 "$tool" verify --plan "$tmp/v.json" --seq 256 --batch 64 --json
+  rc=$?
+  [ "$rc" = 0 ] && grep -q '^  "failed": 0,' "$tmp/out" && ok || bad "verify-arenas: exit $rc: $(head -c 600 "$tmp/err")"
 fi
 
 # explain-json: `explain --json` of a 2^20-rank mesh built one tree of every rank's boxes before

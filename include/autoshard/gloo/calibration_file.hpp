@@ -106,6 +106,10 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
     j["version"].fail("is " + std::to_string(v) + "; this build reads versions 2 and " + std::to_string(calibration_format_version) +
                       (v == 1 ? " (version 1 spelled the links alpha_s/beta_bytes_per_s): run autoshard calibrate again" : ""));
   r.backend = j.has("backend") ? j["backend"].string() : std::string("?");
+  // What the plan prices it as (calibration_result::backend_family): refused here, with the
+  // file's name, not later as an unnamed communications_backend.
+  if (j.has("backend") && r.backend_family() != "gloo" && r.backend_family() != "nccl")
+    j["backend"].fail("is \"" + r.backend.substr(0, 64) + "\", not a backend autoshard prices (its family, before any \"-\", must be \"gloo\" or \"nccl\")");
   r.mesh = v == 2 ? detail::calibration_mesh_v2(j) : mesh_from_json(j["mesh"]);
   const json_in axes = j["axes"];
   if (axes.size() != r.mesh.ndim())

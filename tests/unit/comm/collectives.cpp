@@ -366,6 +366,16 @@ TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips an
   CHECK(calibration_from_json(v2, "v2").mesh == r.mesh);
   v2["version"] = 4;
   CHECK_THROWS_WITH_AS(calibration_from_json(v2, "v4"), doctest::Contains("this build reads versions 2 and 3"), io_error);
+  // A backend no plan prices is refused with the file's name, not later as an unnamed
+  // communications_backend ("spec error: communications_backend must be ... got \"mpi\"").
+  nlohmann::json mpi = calibration_to_json(r);
+  mpi["backend"] = "mpi";
+  CHECK_THROWS_WITH_AS(calibration_from_json(mpi, "calibration file 'links.json'"),
+                       "io error: calibration file 'links.json': backend is \"mpi\", not a backend autoshard prices "
+                       "(its family, before any \"-\", must be \"gloo\" or \"nccl\")",
+                       io_error);
+  mpi["backend"] = "nccl-ib";
+  CHECK_NOTHROW((void)calibration_from_json(mpi, "calibration file 'links.json'"));
   device_mesh m{2, 2};
   apply_calibration(m, back);
   CHECK(m.link(0) == r.mesh.link(0));

@@ -127,6 +127,8 @@ class reducer {
     }
   };
   seen_marks pruned, undominated, normalised, no_follower;
+  std::vector<char> undominated_mem;  // coupled(v) when v was last found clean of dominated strategies
+  bool skip_unchanged = true;  ///< false: every reduction looks at everything each time (the tests compare)
 
   // ---- when to stop --------------------------------------------------------------------------
   /// The reductions stop here, reduced or not (solve_ilp gives them part of its time limit):
@@ -145,8 +147,6 @@ class reducer {
     stop_at = t;
     out_of_time_ = false;
   }
-  bool skip_unchanged = true;  ///< false: every reduction looks at everything each time (the tests compare)
-  std::vector<char> undominated_mem;  // coupled(v) when v was last found clean of dominated strategies
 
   void touch(std::size_t v) { version[v] = ++changes; }
   bool unchanged(const seen_marks& s, std::size_t k, std::uint64_t v) const { return skip_unchanged && s.clean(k, v); }

@@ -102,3 +102,30 @@ TEST_CASE("lagrangian and chain bounds: on a tree without a usage limit they are
     CHECK(*chain == *want.best);
   }
 }
+
+TEST_CASE("chain bound: asked to stop, it stops within 1024 nodes and states no bound") {
+  // A path of 5,000 two-strategy nodes, not reduced: the bound visits each node twice (its
+  // messages in, then its chain), 10,000 visits, and asks `stop` at every 1024th.
+  autoshard::strategy_problem p;
+  const std::size_t n = 5000;
+  for (std::size_t v = 0; v < n; ++v) p.nodes.push_back({"", {static_cast<std::int64_t>(v % 7), 3}, {1, 1}, {0, 1}});
+  for (std::size_t v = 0; v + 1 < n; ++v) p.edges.push_back({v, v + 1, {0, 5, 2, 0}});
+  const ad::reducer red(p, true);
+  const ad::reduced_view rv(red, red.binding_times);
+  const ad::mrf_tables tables(rv);
+  ad::message_passing mp(tables);
+  mp.set_costs(nullptr);
+  mp.run(2);
+  const std::vector<double> lambda;
+  int asked = 0;
+  const std::optional<ad::wcost> whole = ad::chain_bound(rv, lambda, mp, tables.pos, [&] { return ++asked < 0; });
+  CHECK(asked == 2 * n / 1024);
+  REQUIRE(whole);
+  CHECK(*whole == ad::chain_bound(rv, lambda, mp, tables.pos));  // the default never stops
+  for (const int at : {1, 5, 9}) {
+    CAPTURE(at);
+    asked = 0;
+    CHECK_FALSE(ad::chain_bound(rv, lambda, mp, tables.pos, [&] { return ++asked == at; }));
+    CHECK(asked == at);  // it stopped at once
+  }
+}

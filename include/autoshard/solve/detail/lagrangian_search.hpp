@@ -84,9 +84,11 @@ class lagrangian_search {
   bool round(clock::time_point deadline) {
     const std::vector<std::vector<wcost>> pen = ls_.penalties(lambda_);
     mp_.set_costs(rv_.limit ? &pen : nullptr);
-    if (!mp_.run(effort_.passes, [&] { return ls_.over(deadline); })) return false;
-    if (const std::optional<wcost> b = chain_bound(rv_, lambda_, mp_, tables_.pos); b && (!bound_ || *b > *bound_))
+    const auto over = [&] { return ls_.over(deadline); };
+    if (!mp_.run(effort_.passes, over)) return false;
+    if (const std::optional<wcost> b = chain_bound(rv_, lambda_, mp_, tables_.pos, over); b && (!bound_ || *b > *bound_))
       bound_ = b;
+    if (over()) return false;
     ls_.pick = mp_.pick;
     ls_.recompute_load();
     ls_.priced = rv_.limit ? &pen : nullptr;

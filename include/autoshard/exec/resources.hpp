@@ -48,6 +48,17 @@ inline rank_thread_cost rank_threads_cost(const device_mesh& mesh, std::uint64_t
   return c;
 }
 
+/// Address space a run on `threads` new threads maps beyond the bytes it uses: it counts under
+/// an address-space limit (ulimit -v, RLIMIT_AS), not in resident memory. Each thread maps its
+/// whole stack (`m.stack`: RLIMIT_STACK's size, 8 MiB by default) and a malloc arena beside the
+/// main one maps a 64 MiB heap whole (glibc's HEAP_MAX_SIZE; under ulimit -v the tool's threads
+/// share two arenas, so one). Measured: `verify --seq 256 --batch 64` of a one-layer GPT-2 plan
+/// on 2x2 (estimate 361 MiB, peak RSS 372 MB) started and ran out of memory under
+/// `ulimit -v` 400,000-480,000 KB and passed from 500,000.
+inline std::uint64_t reserved_address_space(std::uint64_t threads, const machine_limits& m) {
+  return threads * m.stack + (std::uint64_t{64} << 20);
+}
+
 /// Throws exec_error, naming the count and the limit, when the mesh's ranks cannot all run
 /// as threads here: a half-started world would only wait for its missing peers.
 inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m, std::uint64_t extra_peers = 0) {

@@ -233,15 +233,19 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   else check_rank_threads(mesh, m);
   const memory_estimate e = estimate(compute);
   // The address space left counts too (machine_limits::memory): under ulimit -v 700000 a run
-  // estimated at 714 MiB started, ran for 30 s and ended in "out of memory".
+  // estimated at 714 MiB started, ran for 30 s and ended in "out of memory". Where it is what
+  // binds, so does what the threads map beyond their bytes (reserved_address_space).
   const std::uint64_t limit = max_memory > 0 ? max_memory : m.memory();
-  if (e.total() <= limit) return e;
+  const bool by_address = max_memory == 0 && m.address_space < m.mem_available;
+  const std::uint64_t threads = rank_threads_cost(stage_of ? pipeline_world(mesh, *stage_of) : mesh).threads;
+  const std::uint64_t reserved = by_address ? reserved_address_space(threads, m) : 0;
+  if (e.total() + reserved <= limit) return e;
   std::string fix;
   if (compute == dtype::f64) {
-    const std::uint64_t f32 = estimate(dtype::f32).total();
+    const std::uint64_t f32 = estimate(dtype::f32).total() + reserved;
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
-  const std::uint64_t fixed = e.sources + e.ranks + e.parameters;  // what a smaller batch or sequence leaves
+  const std::uint64_t fixed = e.sources + e.ranks + e.parameters + reserved;  // what a smaller batch or sequence leaves
   if (fixed < limit && e.activations > 0) {
     const double shrink = static_cast<double>(e.activations) / static_cast<double>(limit - fixed);
     std::ostringstream f;
@@ -253,10 +257,14 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources + e.parameters)) +
            (e.parameters > 0 ? " with their gradients and updates" : "") + ")";
   }
-  throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total())) + " (inputs and parameters " +
+  throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total() + reserved)) + " (inputs and parameters " +
                    human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at '" + e.worst_step +
                    "'" + (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
-                   ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) + ") but " +
+                   ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) +
+                   (reserved > 0 ? ", and " + human_bytes(static_cast<double>(reserved)) +
+                                       " of address space their stacks and a malloc arena map beyond what they use"
+                                 : std::string()) +
+                   ") but " +
                    (max_memory > 0 ? "--max-memory allows " : "this machine has ") + human_bytes(static_cast<double>(limit)) +
                    (max_memory > 0 ? "" : " available (" + m.memory_source() + ")") + "; use " + fix +
                    (max_memory > 0 ? "" : ", or --max-memory to allow more"));

@@ -250,3 +250,52 @@ TEST_CASE("the binding time points from the ranges sorted once equal those from 
   CHECK(reduced > 300);
   CHECK(binding > 100);  // the limit still binds somewhere after most reductions
 }
+
+// The search's snapshot (reducer::for_reading) keeps only what the search reads: the view built
+// on it is the view built on the reducer, the answers it unfolds are the same, and it cannot
+// be reduced further.
+TEST_CASE("a reducer copied for reading gives the same view and answers, and refuses to reduce") {
+  std::mt19937 rng(41);
+  solve_test::random_spec spec;
+  spec.max_nodes = 12;
+  spec.max_strategies = 5;
+  spec.p_follower = 0.2;
+  int compared = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    CAPTURE(trial);
+    autoshard::strategy_problem p = solve_test::random_problem(rng, spec);
+    if (trial % 2) p.usage_limit = p.min_peak_usage().bytes + static_cast<std::int64_t>(rng() % 10);
+    ad::reducer red(p, true);
+    try {
+      red.run();
+    } catch (const autoshard::solver_error&) {
+      continue;  // infeasible: nothing to copy
+    }
+    red.release_dead();
+    const ad::reducer copy(red, ad::reducer::for_reading{});
+    const ad::reduced_view a(red, red.binding_times), b(copy, copy.binding_times);
+    REQUIRE(a.ilp_nodes == b.ilp_nodes);
+    CHECK(a.times == b.times);
+    CHECK(a.base == b.base);
+    CHECK(a.segment == b.segment);
+    for (std::size_t v : a.ilp_nodes) {
+      REQUIRE(a.inc[v].size() == b.inc[v].size());
+      CHECK(a.node(v).cost == b.node(v).cost);
+      CHECK(a.node(v).strat == b.node(v).strat);
+      for (std::size_t k = 0; k < a.inc[v].size(); ++k) CHECK(a.edge(a.inc[v][k].edge).m == b.edge(b.inc[v][k].edge).m);
+    }
+    // Every pick of the alive nodes unfolds to the same whole answer.
+    for (int draw = 0; draw < 5; ++draw) {
+      std::vector<int> x(p.nodes.size(), -1), y;
+      for (std::size_t v : a.ilp_nodes) x[v] = red.nodes[v].strat[rng() % red.nodes[v].size()];
+      y = x;
+      red.unfold(x);
+      copy.unfold(y);
+      CHECK(x == y);
+    }
+    ad::reducer again(red, ad::reducer::for_reading{});
+    CHECK_THROWS_WITH_AS(again.run(), "solver error: internal: a reducer copied for reading was asked to reduce", autoshard::solver_error);
+    ++compared;
+  }
+  CHECK(compared > 60);
+}

@@ -143,7 +143,7 @@ class search_pool {
   /// Copies the reduced problem as it is now (its live tables only).
   search_pool(const strategy_problem& p, const reducer& red, std::vector<std::int64_t> candidate_times,
               progress_hub& hub, limits lim)
-      : p_(p), red_(red), view_(red_, std::move(candidate_times)), tables_(view_), hub_(hub), lim_(lim) {}
+      : p_(p), red_(red, reducer::for_reading{}), view_(red_, std::move(candidate_times)), tables_(view_), hub_(hub), lim_(lim) {}
 
   search_pool(const search_pool&) = delete;
   search_pool& operator=(const search_pool&) = delete;

@@ -417,4 +417,25 @@ for v in -1 0 2x 10000000; do
 done
 expect real-flags 0 "" "$tool" plan "${small[@]}" --inter-bw 2.5e+10 --intra-lat 5E-6 --out "$tmp/orf.json" --no-svg --quiet
 
+# Hardening round six (docs/reliability.md): the labels below.
+# name-quote: a 100 KB name was quoted whole by --pin's and show --tensor's errors (a 100 KB
+# line); now its first 80 bytes, "..." and its length (quoted_text, core/error.hpp).
+big=$(printf 'x%.0s' $(seq 100000))
+for cmd in "plan ${small[*]} --mesh 2x2 --algo megatron --out $tmp/nq.json --no-svg --pin $big=RR" \
+           "show --plan $tmp/p.json --tensor $big" "plan ${small[*]} --mesh 2x$big --out $tmp/nq.json --no-svg"; do
+  # shellcheck disable=SC2086
+  one_error name-quote "$tool" $cmd
+  [ "$(wc -c <"$tmp/err")" -lt 400 ] && grep -q "x\{78\}\.\.\.' (10000[0-9] bytes)" "$tmp/err" && ok || bad "name-quote: ${cmd:0:60}: $(head -c 300 "$tmp/err")"
+done
+
+# mesh-utf8: a digit of another script in a mesh (U+0662, U+FF12) or a spec was quoted as its
+# first byte, half a UTF-8 character; now the whole character, and a stray byte as \xHH.
+for m in "2x٢" "2x２" $'2x\xd9'; do
+  one_error mesh-utf8 "$tool" plan "${small[@]}" --mesh "$m" --out "$tmp/mu.json" --no-svg
+  python3 -c "import sys; open(sys.argv[1], encoding='utf-8').read()" "$tmp/err" 2>/dev/null &&
+    grep -Eq "unexpected character '(٢|２|\\\\xD9)'" "$tmp/err" && ok || bad "mesh-utf8: $m: $(od -c "$tmp/err" | head -5)"
+done
+one_error mesh-utf8 "$tool" show --mesh 2x2 --shape 8,8 --spec "S٠R"
+grep -q "unexpected character '٠'" "$tmp/err" && ok || bad "mesh-utf8 (spec): $(od -c "$tmp/err" | head -5)"
+
 finish hardening

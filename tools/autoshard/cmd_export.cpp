@@ -47,7 +47,7 @@ int run_export(const export_cli_options& o) {
     axis = lp.mesh().find_axis(o.axis);
     if (axis < 0) {
       if (o.axis.find_first_not_of("0123456789") != std::string::npos || o.axis.size() > 2)
-        throw spec_error("--axis '" + o.axis + "' is neither a mesh axis number nor a name of the plan's mesh " +
+        throw spec_error("--axis " + quoted_text(o.axis) + " is neither a mesh axis number nor a name of the plan's mesh " +
                          to_string(lp.mesh()));
       axis = std::stoi(o.axis);
     }

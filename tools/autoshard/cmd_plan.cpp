@@ -196,15 +196,15 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
     const std::string name = pin.substr(0, eq);
     std::string tied;  // a name as users write it: checkpoint spelling, a tied weight's state-dict name
     const std::optional<vertex_t> v = find_tensor(g, name, &tied);
-    if (!v) throw graph_error("--pin: the model has no tensor named '" + name + "'" + did_you_mean(g, name));
+    if (!v) throw graph_error("--pin: the model has no tensor named " + quoted_text(name) + did_you_mean(g, name));
     if (!tied.empty()) std::cerr << "note: --pin " << tied << "\n";
     const sharding_spec spec = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
     // Two names of one tensor (an alias, the tied lm_head.weight / wte.weight) pinned apart:
     // the last one used to win without a word.
     const auto [it, fresh] = pinned_by.emplace(g[*v].name, pin);
     if (!fresh && !(po.pinned.at(g[*v].name) == spec))
-      throw spec_error("--pin '" + pin + "' and --pin '" + it->second + "' pin one tensor, '" + g[*v].name +
-                       "', to different specs: give one");
+      throw spec_error("--pin " + quoted_text(pin) + " and --pin " + quoted_text(it->second) + " pin one tensor, " + quoted_text(g[*v].name) +
+                       ", to different specs: give one");
     po.pinned[g[*v].name] = spec;
   }
   return po;

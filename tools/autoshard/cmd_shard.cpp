@@ -126,8 +126,8 @@ int run_shard(const shard_cli_options& o) {
       if (model_type.empty()) throw spec_error("--policy auto: '" + cfg.string() + "' has no \"model_type\"; give a policy by name");
       name = model_type;
     } else if (!model_type.empty() && model_type != name) {
-      throw spec_error("policy '" + name + "' does not fit this checkpoint: '" + cfg.string() + "' says model_type '" +
-                       model_type + "' (use --policy auto, or --policy " + model_type + ")");
+      throw spec_error("policy " + quoted_text(name) + " does not fit this checkpoint: '" + cfg.string() + "' says model_type " +
+                       quoted_text(model_type) + " (use --policy auto, or --policy " + quoted_text(model_type) + ")");
     }
     const tp_policy policy = policies::by_model_type(name);
     // As the library bounds it, before a path is made per rank: --tp 1048576 passed the flag's

@@ -76,6 +76,9 @@ inline std::string did_you_mean(const model_graph& g, const std::string& want) {
   std::vector<std::pair<std::size_t, std::string>> scored;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const std::string l = detail::lower(g[v].name);
+    // The edit distance is at least the difference in length: a 100 KB name is near no
+    // tensor's, and was compared with every one of them in full.
+    if (w.size() > l.size() + limit) continue;
     std::size_t d = detail::edit_distance(l, w);
     if (const auto dot = l.find('.'); dot != std::string::npos)  // the checkpoint spelling
       d = std::min(d, detail::edit_distance(l.substr(dot + 1), w));

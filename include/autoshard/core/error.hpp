@@ -8,6 +8,7 @@
 /// without it.
 #include <stdexcept>  // std::runtime_error
 #include <cstddef>    // std::size_t
+#include <cstdio>     // std::snprintf
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 
@@ -105,5 +106,67 @@ class resource_error : public error {
  public:
   explicit resource_error(const std::string& what) : error("resource error: ", what) {}
 };
+
+/// The length of the UTF-8 character that starts at s[i] (RFC 3629: no overlong forms, no
+/// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
+constexpr std::size_t utf8_char_length(std::string_view s, std::size_t i) noexcept {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  if (i >= s.size()) return 0;
+  const unsigned char c = byte(i);
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c == 0xED) len = 3, hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c == 0xF4) len = 4, hi = 0x8F;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else return 0;
+  if (i + 1 >= s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if (i + k >= s.size() || byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return len;
+}
+
+/// The longest quoted name, in bytes, before quoted_text() cuts it.
+inline constexpr std::size_t max_quoted_bytes = 80;
+
+/// Text a user gave (a name, a flag's value, a key read from a file) as every message quotes
+/// it: in single quotes, whole when it has at most `max` bytes, else its first `max` bytes
+/// (never half a character), "..." and its length: `'h.0.attn.c_attn.weightxxxx...' (100000
+/// bytes)`. A byte that is not part of valid UTF-8, and a control character, is written as
+/// \xHH: a message never holds half a character or a terminal's escape sequence. A message
+/// that quoted a 100 KB --pin name whole was 100 KB long.
+inline std::string quoted_text(std::string_view text, std::size_t max = max_quoted_bytes) {
+  std::string out = "'";
+  std::size_t i = 0;
+  while (i < text.size() && i < max) {
+    const std::size_t n = utf8_char_length(text, i);
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F))) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+      ++i;
+      continue;
+    }
+    if (i + n > max) break;  // a character that would end past the cut: cut before it
+    out.append(text.substr(i, n));
+    i += n;
+  }
+  if (i == text.size()) return out + "'";
+  return out + "...' (" + std::to_string(text.size()) + " bytes)";
+}
+
+/// The character at text[pos] quoted whole (one UTF-8 character, or the byte as \xHH when
+/// none starts there): what a parser's "unexpected character" names: U+0662 is quoted as
+/// `'٢'`, not as the half of it that a char would hold.
+inline std::string quoted_char_at(std::string_view text, std::size_t pos) {
+  if (pos >= text.size()) return "the end";
+  const std::size_t n = utf8_char_length(text, pos);
+  return quoted_text(text.substr(pos, n == 0 ? 1 : n));
+}
 
 }  // namespace autoshard

@@ -402,8 +402,8 @@ inline void check_mesh_size(const std::vector<int>& sizes, const std::string& wh
 /// Parses "2x4", "8", "2x2x2", "mesh(2,4)", or named axes "dp=2,tp=4" / "mesh(dp=2,tp=4)",
 /// into a mesh with default links. Either every axis has a name or none has.
 inline device_mesh parse_mesh(std::string_view s) {
-  const std::string text(s);
-  auto fail = [&](const std::string& why) -> void { throw spec_error("mesh shape '" + text + "': " + why); };
+  const std::string text = quoted_text(s);  // as messages quote it: cut when long, whole characters
+  auto fail = [&](const std::string& why) -> void { throw spec_error("mesh shape " + text + ": " + why); };
   std::string_view body = s;
   while (!body.empty() && body.front() == ' ') body.remove_prefix(1);
   while (!body.empty() && body.back() == ' ') body.remove_suffix(1);
@@ -432,9 +432,10 @@ inline device_mesh parse_mesh(std::string_view s) {
     }
     if (tok.empty()) fail("each axis needs a size >= 1 (write e.g. 2x4 or dp=2,tp=4)");
     long long v = 0;
-    for (char ch : tok) {
-      if (ch < '0' || ch > '9')
-        fail(std::string("unexpected character '") + ch + "' (write e.g. 2x4, or dp=2,tp=4 to name the axes)");
+    for (std::size_t k = 0; k < tok.size(); ++k) {
+      const char ch = tok[k];
+      if (ch < '0' || ch > '9')  // a digit of another script (U+0662) is quoted whole, not as half a character
+        fail("unexpected character " + quoted_char_at(tok, k) + " (write e.g. 2x4, or dp=2,tp=4 to name the axes)");
       v = v * 10 + (ch - '0');
       if (v > 1'000'000) fail("a mesh has 1 to 4 axes of size 1 to 1000000");
     }
@@ -447,7 +448,7 @@ inline device_mesh parse_mesh(std::string_view s) {
   std::size_t named = 0;
   for (const std::string& n : names) named += n.empty() ? 0 : 1;
   if (named != 0 && named != names.size()) fail("name every axis or none (e.g. dp=2,tp=4)");
-  check_mesh_size(sizes, "mesh shape '" + text + "'");
+  check_mesh_size(sizes, "mesh shape " + text);
   device_mesh m(sizes);
   try {
     for (std::size_t a = 0; a < names.size() && named; ++a) m.set_axis_name(a, names[a]);

@@ -26,9 +26,12 @@ namespace bad_spec {
 inline std::string quote(std::string_view text, std::size_t pos) {
   constexpr std::size_t whole = 80, window = 60;
   if (text.size() <= whole) return "'" + std::string(text) + "'";
-  const std::size_t from = std::min(pos > window / 2 ? pos - window / 2 : 0, text.size() - window);
-  return "'" + std::string(from > 0 ? "..." : "") + std::string(text.substr(from, window)) +
-         (from + window < text.size() ? "..." : "") + "' (" + std::to_string(text.size()) + " characters)";
+  std::size_t from = std::min(pos > window / 2 ? pos - window / 2 : 0, text.size() - window), to = from + window;
+  const auto inside = [&](std::size_t i) { return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  while (from > 0 && inside(from)) --from;  // whole characters at both ends of the window
+  while (inside(to)) ++to;
+  return "'" + std::string(from > 0 ? "..." : "") + std::string(text.substr(from, to - from)) +
+         (to < text.size() ? "..." : "") + "' (" + std::to_string(text.size()) + " characters)";
 }
 // Not constexpr on purpose: at compile time the compiler prints the function's name.
 [[noreturn]] inline void fail(std::string_view text, std::size_t pos, const std::string& why) {
@@ -39,7 +42,7 @@ inline std::string quote(std::string_view text, std::size_t pos) {
 }
 [[noreturn]] inline void unexpected_character(std::string_view text, std::size_t pos) {
   if (pos >= text.size()) fail(text, pos, "unexpected end of the spec");
-  fail(text, pos, std::string("unexpected character '") + text[pos] + "'");
+  fail(text, pos, "unexpected character " + quoted_char_at(text, pos));  // whole, not half of a UTF-8 one
 }
 [[noreturn]] inline void too_many_placements(std::string_view text, std::size_t pos) {
   fail(text, pos, "more than 4 placements (a mesh has at most 4 axes)");

@@ -37,7 +37,7 @@
 
 #include "../core/dtype.hpp"      // human_bytes
 #include "../core/enum_text.hpp"  // parse_enum
-#include "../core/error.hpp"    // io_error, resource_error
+#include "../core/error.hpp"    // io_error, resource_error, utf8_char_length
 #include "../core/machine.hpp"  // machine_limits
 
 namespace autoshard {
@@ -91,25 +91,9 @@ namespace detail {
 /// can be written as JSON; a reader of a binary format (ONNX's protobuf does not check its
 /// strings) refuses a name that fails before it reaches a file autoshard writes.
 inline std::size_t invalid_utf8_at(std::string_view s) noexcept {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = byte(i);
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else return i;
-    if (len > 1) {
-      if (i + 1 >= s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return i;
-      for (std::size_t k = 2; k < len; ++k)
-        if (i + k >= s.size() || byte(i + k) < 0x80 || byte(i + k) > 0xBF) return i;
-    }
+    const std::size_t len = utf8_char_length(s, i);
+    if (len == 0) return i;
     i += len;
   }
   return std::string_view::npos;

@@ -563,8 +563,8 @@ inline tp_policy by_model_type(std::string_view model_type) {
   if (model_type == "gpt_neox") return gpt_neox();
   if (model_type == "bloom") return bloom();
   if (model_type == "llama") return llama();
-  throw spec_error("no built-in tensor-parallel policy for model_type '" + std::string(model_type) +
-                   "' (built in: gpt2, bert, opt, gpt_neox, bloom, llama)");
+  throw spec_error("no built-in tensor-parallel policy for model_type " + quoted_text(model_type) +
+                   " (built in: gpt2, bert, opt, gpt_neox, bloom, llama)");
 }
 
 }  // namespace policies

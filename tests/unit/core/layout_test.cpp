@@ -176,6 +176,32 @@ TEST_CASE("mesh: errors, links, printing, parsing") {
   }
 }
 
+TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and control characters as \\xHH") {
+  CHECK(quoted_text("h.0.attn") == "'h.0.attn'");
+  CHECK(quoted_text("") == "''");
+  CHECK(quoted_text(std::string(100000, 'x')) == "'" + std::string(80, 'x') + "...' (100000 bytes)");
+  CHECK(quoted_text(std::string(80, 'x')) == "'" + std::string(80, 'x') + "'");
+  CHECK(quoted_text(std::string(79, 'x') + "\xD9\xA2") == "'" + std::string(79, 'x') + "...' (81 bytes)");  // not half of U+0662
+  CHECK(quoted_text("a\xD9" "b\x1B[0m") == "'a\\xD9b\\x1B[0m'");
+  CHECK(quoted_char_at("2x\xD9\xA2", 2) == "'\xD9\xA2'");
+  CHECK(quoted_char_at("2x\xD9", 2) == "'\\xD9'");
+  CHECK(quoted_char_at("2x", 2) == "the end");
+  const auto error_of = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  // A digit of another script is quoted whole (it was quoted as its first byte).
+  CHECK(error_of([] { (void)parse_mesh("2x\xD9\xA2"); }) ==
+        "spec error: mesh shape '2x\xD9\xA2': unexpected character '\xD9\xA2' (write e.g. 2x4, or dp=2,tp=4 to name the axes)");
+  CHECK(error_of([] { (void)parse_mesh("2x\xEF\xBC\x92"); }).find("unexpected character '\xEF\xBC\x92'") != std::string::npos);
+  CHECK(error_of([] { (void)parse_spec("S\xD9\xA0R", 2, 2); }) == "spec error: 'S\xD9\xA0R' at position 1: unexpected character '\xD9\xA0'");
+  CHECK(error_of([] { (void)parse_mesh(std::string(100000, '7')); }).size() < 300);
+}
+
 TEST_CASE("mesh axis names: parsed, printed, round-tripped, and labels only") {
   const device_mesh n = parse_mesh("dp=2,tp=4");
   CHECK(n.shape() == std::vector<int>{2, 4});

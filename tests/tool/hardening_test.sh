@@ -438,4 +438,43 @@ done
 one_error mesh-utf8 "$tool" show --mesh 2x2 --shape 8,8 --spec "S٠R"
 grep -q "unexpected character '٠'" "$tmp/err" && ok || bad "mesh-utf8 (spec): $(od -c "$tmp/err" | head -5)"
 
+# duplicate-key: an object naming a member twice was read as its last ({"version": 99,
+# "version": 3} as version 3), in every document; now refused, naming the file, the object,
+# the key and where the second one ends.
+python3 - "$tmp" "$data" <<'PY'
+import json, os, struct, sys
+t, data = sys.argv[1], sys.argv[2]
+plan = open(f"{t}/p.json").read()
+open(f"{t}/dup-plan.json", "w").write('{"version": 99,' + plan.lstrip()[1:])
+cfg = json.load(open(f"{t}/ck/config.json"))
+os.makedirs(f"{t}/dup-cfg", exist_ok=True)
+open(f"{t}/dup-cfg/config.json", "w").write(json.dumps(cfg)[:-1] + ', "n_layer": 7}')
+open(f"{t}/dup-model.json", "w").write('{"nodes": [{"name": "x", "kind": "input", "shape": [8, 16], "shape": [8, 8], "dtype": "f32"}]}')
+links = open(f"{t}/links.json").read()
+open(f"{t}/dup-links.json", "w").write('{"backend": "gloo",' + links.lstrip()[1:])
+problem = open(f"{data}/solve/example.json").read()
+i = problem.index('"name"')
+open(f"{t}/dup-problem.json", "w").write(problem[:i] + '"name": "twice",\n    ' + problem[i:])
+os.makedirs(f"{t}/dup-idx", exist_ok=True)
+open(f"{t}/dup-idx/model.safetensors.index.json", "w").write(
+    '{"metadata": {}, "weight_map": {"wte.weight": "a.safetensors", "wte.weight": "b.safetensors"}}')
+header = b'{"wte.weight": {"dtype": "F32", "shape": [1], "dtype": "F16", "data_offsets": [0, 4]}}'
+open(f"{t}/dup-st.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+PY
+while IFS='|' read -r key where cmd; do
+  # shellcheck disable=SC2086
+  one_error "duplicate-key ($key)" "$tool" $cmd
+  grep -Eq "$where has the member '$key' twice \(the second ends at line [0-9]+, column [0-9]+\)" "$tmp/err" ||
+    bad "duplicate-key ($key): $cmd: $(head -c 400 "$tmp/err")"
+done <<CMDS
+version|plan file '$tmp/dup-plan.json': the document|show --plan $tmp/dup-plan.json
+n_layer|'$tmp/dup-cfg/config.json': the document|plan --model $tmp/dup-cfg --out $tmp/dk.json --no-svg
+shape|model file '$tmp/dup-model.json': nodes\[0\]|plan --model $tmp/dup-model.json --out $tmp/dk.json --no-svg
+backend|calibration file '$tmp/dup-links.json': the document|plan ${small[*]} --calibration $tmp/dup-links.json --out $tmp/dk.json --no-svg
+name|IOPDDL problem '$tmp/dup-problem.json': problem|solve $tmp/dup-problem.json
+wte.weight|index '$tmp/dup-idx/model.safetensors.index.json': weight_map|shard $tmp/dup-idx --policy gpt2 --tp 2 --config $tmp/ck/config.json --out $tmp/dk
+dtype|header: wte.weight|shard $tmp/dup-st.safetensors --policy gpt2 --tp 2 --config $tmp/ck/config.json --out $tmp/dk
+CMDS
+test ! -e "$tmp/dk.json" && test ! -e "$tmp/dk" && ok || bad "duplicate-key: a refused reader wrote an output"
+
 finish hardening

@@ -13,7 +13,7 @@
 ///     double bw = in["mesh"]["axes"][i]["bandwidth_Bps"].number(1e-300, 1e300);
 /// A reader of texts too big to hold with their tree (the IOPDDL problems, solve/iopddl.hpp)
 /// streams them to a SAX handler instead (sax_parse_json_file), with the same messages.
-#include <algorithm>   // std::max, std::min
+#include <algorithm>   // std::count, std::max, std::min
 #include <cerrno>      // errno
 #include <cmath>       // std::isfinite
 #include <cstdint>     // std::int64_t, std::uint64_t
@@ -26,6 +26,7 @@
 #include <streambuf>   // std::streambuf
 #include <string>      // std::string
 #include <string_view>  // std::string_view
+#include <unordered_set>  // std::unordered_set
 #include <utility>     // std::move
 #include <vector>      // std::vector
 
@@ -37,7 +38,7 @@
 
 #include "../core/dtype.hpp"      // human_bytes
 #include "../core/enum_text.hpp"  // parse_enum
-#include "../core/error.hpp"    // io_error, resource_error, utf8_char_length
+#include "../core/error.hpp"    // io_error, resource_error, utf8_char_length, quoted_text
 #include "../core/machine.hpp"  // machine_limits
 
 namespace autoshard {
@@ -419,9 +420,193 @@ inline void refuse_gzip(std::string_view first_bytes, const std::string& source)
 }
 }  // namespace detail
 
+namespace detail {
+/// "line 3, column 14" (both counted from 1), for messages; text_position: of the last of the
+/// first `byte` bytes of `text`.
+inline std::string line_and_column(std::uint64_t line, std::uint64_t column) {
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+inline std::string text_position(std::string_view text, std::size_t byte) {
+  const std::string_view before = text.substr(0, std::min(byte, text.size()));
+  const std::size_t nl = before.rfind('\n');
+  const auto lines = static_cast<std::uint64_t>(std::count(before.begin(), before.end(), '\n'));
+  return line_and_column(lines + 1, before.size() - (nl == std::string_view::npos ? 0 : nl + 1));  // the byte read last's
+}
+
+/// A text's bytes as a stream for nlohmann's parser, which says how far the parser has read
+/// (its position when a SAX event is handled: a key's event comes as its closing quote is read).
+class text_view_source final : public std::streambuf {
+ public:
+  explicit text_view_source(std::string_view s) {
+    char* p = const_cast<char*>(s.data());  // read only: a streambuf's get area is char*
+    setg(p, p, p + s.size());
+  }
+  std::size_t consumed() const noexcept { return static_cast<std::size_t>(gptr() - eback()); }
+};
+
+/// The refusal of an object that names one member twice: nlohmann's parser keeps the last of
+/// them without a word (`{"version": 99, "version": 3}` read as version 3), so a hand edit
+/// appended below the original, or two tools' output concatenated, was read as the one
+/// they did not mean.
+inline io_error duplicate_key(const std::string& source, std::string path, const std::string& key, const std::string& where) {
+  if (path.size() > 160) path = path.substr(0, 100) + "..." + path.substr(path.size() - 50);
+  return io_error((source.empty() ? std::string() : source + ": ") + (path.empty() ? std::string("the document") : path) +
+                  " has the member " + quoted_text(key) + " twice (the second ends at " + where +
+                  "); an object names each member once: remove one of them");
+}
+
+/// nlohmann's DOM builder (json_sax_dom_parser) with one change: a key an object already has
+/// is refused (detail::duplicate_key) instead of overwriting the value. The same tree, the
+/// same stack of open values; the check is the object's own lookup (std::map::try_emplace).
+class unique_keys_tree {
+ public:
+  using json = nlohmann::json;
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  unique_keys_tree(json& root, const std::string& source, std::function<std::string()> where)
+      : root_(root), source_(source), where_(std::move(where)) {}
+
+  bool null() { return put(nullptr), true; }
+  bool boolean(bool v) { return put(v), true; }
+  bool number_integer(number_integer_t v) { return put(v), true; }
+  bool number_unsigned(number_unsigned_t v) { return put(v), true; }
+  bool number_float(number_float_t v, const string_t&) { return put(v), true; }
+  bool string(string_t& v) { return put(std::move(v)), true; }
+  bool binary(binary_t& v) { return put(std::move(v)), true; }
+  bool start_object(std::size_t) { return open_.push_back({put(json::value_t::object), nullptr}), true; }
+  bool start_array(std::size_t) { return open_.push_back({put(json::value_t::array), nullptr}), true; }
+  bool end_object() { return open_.pop_back(), true; }
+  bool end_array() { return open_.pop_back(), true; }
+  bool key(string_t& k) {
+    auto [it, fresh] = open_.back().value->get_ref<json::object_t&>().try_emplace(k);
+    if (!fresh) {
+      std::string path;
+      for (std::size_t i = 0; i + 1 < open_.size(); ++i) {
+        const bool object = open_[i].value->is_object();
+        json_path_step(path, object, object ? *open_[i].key : std::string(), object ? 0 : open_[i].value->size() - 1);
+      }
+      throw duplicate_key(source_, std::move(path), k, where_());
+    }
+    open_.back().key = &it->first;
+    element_ = &it->second;
+    return true;
+  }
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& e) {
+    throw e;  // as nlohmann's parse throws it
+  }
+
+ private:
+  struct level {
+    json* value;
+    const std::string* key;  // an object's member being read
+  };
+  json& root_;
+  const std::string& source_;
+  std::function<std::string()> where_;
+  std::vector<level> open_;
+  json* element_ = nullptr;
+
+  template <class V>
+  json* put(V&& v) {
+    if (open_.empty()) {
+      root_ = json(std::forward<V>(v));
+      return &root_;
+    }
+    json& top = *open_.back().value;
+    if (top.is_array()) {
+      json::array_t& a = top.get_ref<json::array_t&>();
+      a.emplace_back(std::forward<V>(v));
+      return &a.back();
+    }
+    *element_ = json(std::forward<V>(v));
+    return element_;
+  }
+};
+
+/// A SAX handler in front of another that refuses a key an open object already has
+/// (detail::duplicate_key), for the streaming readers: it keeps the keys of every open object
+/// (a streaming reader's objects are few and small; its arrays, which hold the bulk, cost a
+/// counter each) and passes every event on.
+template <class Sax>
+class unique_keys_filter {
+ public:
+  using json = nlohmann::json;
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  unique_keys_filter(Sax& sax, const std::string& source, std::function<std::string()> where)
+      : sax_(sax), source_(source), where_(std::move(where)) {}
+
+  bool null() { return value(), sax_.null(); }
+  bool boolean(bool v) { return value(), sax_.boolean(v); }
+  bool number_integer(number_integer_t v) { return value(), sax_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return value(), sax_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return value(), sax_.number_float(v, s); }
+  bool string(string_t& v) { return value(), sax_.string(v); }
+  bool binary(binary_t& v) { return value(), sax_.binary(v); }
+  bool start_object(std::size_t n) { return value(), open_.emplace_back(true), sax_.start_object(n); }
+  bool start_array(std::size_t n) { return value(), open_.emplace_back(false), sax_.start_array(n); }
+  bool end_object() { return open_.pop_back(), sax_.end_object(); }
+  bool end_array() { return open_.pop_back(), sax_.end_array(); }
+  bool key(string_t& k) {
+    auto [it, fresh] = open_.back().keys.insert(k);
+    if (!fresh) {
+      std::string path;
+      for (std::size_t i = 0; i + 1 < open_.size(); ++i)
+        json_path_step(path, open_[i].object, open_[i].object ? *open_[i].key : std::string(), open_[i].count - 1);
+      throw duplicate_key(source_, std::move(path), k, where_());
+    }
+    open_.back().key = &*it;
+    return sax_.key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t byte, const std::string& token, const Exception& e) {
+    return sax_.parse_error(byte, token, e);
+  }
+
+ private:
+  struct level {
+    explicit level(bool o) : object(o) {}
+    bool object;
+    std::size_t count = 0;               // an array's elements so far
+    const std::string* key = nullptr;    // an object's member being read
+    std::unordered_set<std::string> keys;
+  };
+  Sax& sax_;
+  const std::string& source_;
+  std::function<std::string()> where_;
+  std::vector<level> open_;
+
+  void value() {
+    if (!open_.empty() && !open_.back().object) ++open_.back().count;
+  }
+};
+
+/// The tree of `text`, an object that names a member twice refused (duplicate_key, naming
+/// `source`); a syntax error is nlohmann's exception, as json::parse throws it.
+inline nlohmann::json parse_unique_keys(std::string_view text, const std::string& source) {
+  text_view_source buf(text);
+  std::istream in(&buf);
+  nlohmann::json j;
+  unique_keys_tree tree(j, source, [&] { return text_position(text, buf.consumed()); });
+  nlohmann::json::sax_parse(in, &tree, nlohmann::json::input_format_t::json, true);
+  return j;
+}
+}  // namespace detail
+
 /// Parses JSON text; a syntax error (or a number beyond a double, 1e999) is an io_error
 /// naming `source` ("plan file 'p.json'"), and so is a text nested deeper than
-/// max_json_depth (check_json_depth); a text too big for the memory left is a resource_error
+/// max_json_depth (check_json_depth), and so is an object that names a member twice
+/// (detail::duplicate_key: "<source>: mesh has the member 'axes' twice (the second ends at
+/// line 9, column 10); ..."); a text too big for the memory left is a resource_error
 /// (check_json_memory). Every JSON reader of autoshard that keeps a tree parses through here;
 /// a streaming reader goes through sax_parse_json.
 inline nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
@@ -429,7 +614,7 @@ inline nlohmann::json parse_json_text(std::string_view text, const std::string& 
   check_json_memory(text.size(), source);
   check_json_depth(text, source);
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    return detail::parse_unique_keys(text, source);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw io_error(source + " is not valid JSON: " + e.what());
   }
@@ -558,12 +743,23 @@ class json_text_source final : public std::streambuf {
     return {eback(), std::min<std::size_t>(2, static_cast<std::size_t>(egptr() - eback()))};
   }
 
+  /// Where the reading stands: "line 3, column 14" of the byte read last.
+  std::string position() const {
+    std::uint64_t lines = lines_, line_start = line_start_;
+    const std::uint64_t chunk = read_ - static_cast<std::uint64_t>(egptr() - eback());  // the offset of eback()
+    for (const char* p = eback(); p < gptr(); ++p)
+      if (*p == '\n') ++lines, line_start = chunk + static_cast<std::uint64_t>(p - eback()) + 1;
+    const std::uint64_t at = chunk + static_cast<std::uint64_t>(gptr() - eback());
+    return line_and_column(lines + 1, at - line_start);
+  }
+
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
     const std::size_t k = fd_ >= 0 ? read_some(fd_, buf_.data(), buf_.size(), source_)
                                    : static_cast<std::size_t>(from_->sgetn(buf_.data(), static_cast<std::streamsize>(buf_.size())));
     if (k == 0) return traits_type::eof();
+    count_lines(egptr());  // the chunk read up to now, before it is replaced
     read_ += k;
     if (read_ > checked_) check();
     setg(buf_.data(), buf_.data(), buf_.data() + k);
@@ -579,6 +775,15 @@ class json_text_source final : public std::streambuf {
   std::uint64_t checked_;  // bytes of text that may be read before the next check
   std::uint64_t read_ = 0;
   std::vector<char> buf_;
+  std::uint64_t lines_ = 0, line_start_ = 0;  // the newlines before the current chunk; the offset after the last
+
+  void count_lines(const char* end) {
+    if (eback() == nullptr) return;
+    const std::uint64_t chunk = read_ - static_cast<std::uint64_t>(egptr() - eback());
+    const std::string_view seen(eback(), static_cast<std::size_t>(end - eback()));
+    lines_ += static_cast<std::uint64_t>(std::count(seen.begin(), seen.end(), '\n'));
+    if (const std::size_t nl = seen.rfind('\n'); nl != std::string_view::npos) line_start_ = chunk + nl + 1;
+  }
 
   void check() {
     const machine_limits m = machine_limits::memory_here();
@@ -621,7 +826,8 @@ template <class Sax>
 void sax_parse_source(json_text_source& text, const std::string& source, Sax& sax) {
   refuse_gzip(text.first_bytes(), source);
   std::istream in(&text);
-  if (!nlohmann::json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true))
+  unique_keys_filter<Sax> unique(sax, source, [&] { return text.position(); });
+  if (!nlohmann::json::sax_parse(in, &unique, nlohmann::json::input_format_t::json, true))
     throw io_error(source + " is not valid JSON");  // a handler that stops without saying why
 }
 }  // namespace detail

@@ -192,11 +192,14 @@ inline nlohmann::json safetensors_header_json(std::span<const std::byte> bytes, 
   // Duplicate names first, in one linear pass (a hash set of the top-level keys): nlohmann's
   // callback parser rescans the whole object at the end of every entry (quadratic: 1,000,000
   // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.
-  check_json_depth(text, "safetensors file '" + std::string(file) + "': header");
+  // A member named twice inside an entry ("dtype" twice) is refused by the parse
+  // (parse_unique_keys), as in every JSON autoshard reads.
+  const std::string source = "safetensors file '" + std::string(file) + "': header";
+  check_json_depth(text, source);
   const std::string duplicate = first_duplicate_key(text);
   json h;
   try {
-    h = json::parse(text.begin(), text.end());
+    h = duplicate.empty() ? parse_unique_keys(text, source) : json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     bad_file(file, std::string("header is not valid UTF-8 JSON: ") + e.what());
   }

@@ -98,6 +98,44 @@ TEST_CASE("invalid_utf8_at accepts exactly the strings nlohmann's dump() writes,
   CHECK(detail::utf8_escaped(std::string(56, 'a') + "\xC3\xA9\xC3\xA9\xC3\xA9") == std::string(56, 'a') + "...");  // not cut inside a character
 }
 
+TEST_CASE("every JSON reader refuses an object that names a member twice, saying which, in which object and where") {
+  struct null_sax {  // a streaming reader that keeps nothing
+    bool null() { return true; }
+    bool boolean(bool) { return true; }
+    bool number_integer(std::int64_t) { return true; }
+    bool number_unsigned(std::uint64_t) { return true; }
+    bool number_float(double, const std::string&) { return true; }
+    bool string(std::string&) { return true; }
+    bool binary(nlohmann::json::binary_t&) { return true; }
+    bool start_object(std::size_t) { return true; }
+    bool end_object() { return true; }
+    bool start_array(std::size_t) { return true; }
+    bool end_array() { return true; }
+    bool key(std::string&) { return true; }
+    bool parse_error(std::size_t b, const std::string&, const nlohmann::json::exception& e) { throw json_syntax_error("s", b, e); }
+  };
+  const auto tree = [](const std::string& t) { return error_of([&] { (void)parse_json_text(t, "doc"); }); };
+  const auto stream = [](const std::string& t) {
+    return error_of([&] {
+      std::istringstream in(t);
+      null_sax sax;
+      sax_parse_json(in, "doc", sax, {});
+    });
+  };
+  const std::string tail = "; an object names each member once: remove one of them";
+  for (const auto& read : {std::function<std::string(const std::string&)>(tree), std::function<std::string(const std::string&)>(stream)}) {
+    CHECK(read(R"({"a":1,"a":2})") == "io error: doc: the document has the member 'a' twice (the second ends at line 1, column 10)" + tail);
+    CHECK(read("{\"x\": [1, {\"b\": 1},\n {\"c\": 1,\n  \"c\": {}}]}") ==
+          "io error: doc: x[2] has the member 'c' twice (the second ends at line 3, column 5)" + tail);
+    CHECK(read(R"({"\u0061":1,"a":2})").find("the member 'a' twice") != std::string::npos);  // the key, not its spelling
+    CHECK(read(R"({"a":{"x":1},"b":{"x":1,"y":[{"x":2},{"x":3}]}})") == "(no io_error)");  // one name in many objects
+    CHECK(read(R"({"a":1,"b":[1,2})").find("is not valid JSON") != std::string::npos);
+  }
+  // The tree is the one nlohmann's parse builds.
+  const std::string doc = R"({"b":[1,-2,3.5,"s",true,null,{"c":{}},[]],"a":{"z":18446744073709551615}})";
+  CHECK(parse_json_text(doc, "doc") == nlohmann::json::parse(doc));
+}
+
 TEST_CASE("json_int64 and json_uint64: the one range check of a raw JSON integer") {
   const nlohmann::json j = nlohmann::json::parse(
       R"([0, -3, 9223372036854775807, 9223372036854775808, 18446744073709551615, 3.0, 1e30, "8", null, -9223372036854775808])");

@@ -489,4 +489,16 @@ expect evaluate-length 1 "io error: solution '.*sol-big.json' has 1.91 MiB \(200
 expect evaluate-length 1 "io error: solution '.*sol-long.json': the document has more than 5 strategy indices for 5 nodes \(reading stopped at index 5\)" \
   "$tool" solve "$data/solve/example.json" --evaluate "$tmp/sol-long.json"
 
+# shard-estimate: with the open-file limit raised, a plan of 2^20 ranks had every rank's layout
+# of every tensor built, with no estimate, until the memory ran out; now what the layouts and the
+# index take (2.5 KiB a shard, 8 KiB a rank file) is weighed first. Here 4,096 ranks of 16
+# tensors, 192 MiB, under an address-space limit (where the build starts under one: a sanitizer
+# build does not; tests/unit/tensor/hardening_test.cpp checks the refusal on any build).
+if bash -c 'ulimit -v 150000 && exec "$0" --version' "$tool" >/dev/null 2>&1; then
+  "$tool" plan --model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 4096 --mesh 1024x4 --algo megatron --out "$tmp/p4k.json" --no-svg --quiet >/dev/null 2>&1 || bad "shard-estimate: the plan"
+  expect shard-estimate 1 "^autoshard: resource error: sharding 16 tensors onto 4096 ranks makes 65536 shards in 4096 rank files, whose layouts and index take about 192.00 MiB before a byte is written \(2.50 KiB a shard and 8.00 KiB a rank file\); but this process can allocate .* more \(the address-space limit, ulimit -v\)" \
+    bash -c 'ulimit -v 150000 && exec "$0" "$@"' "$tool" shard "$tmp/ck" --plan "$tmp/p4k.json" --out "$tmp/o4k"
+  test ! -e "$tmp/o4k" && ok || bad "shard-estimate: the output directory was made"
+fi
+
 finish hardening

@@ -46,7 +46,7 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
   for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
-    check_rank_files(stages[k].policy.mesh.num_ranks());
+    check_shard_count(stages[k].policy.mesh.num_ranks(), stages[k].names.size());
     for (int r = 0; r < stages[k].policy.mesh.num_ranks(); ++r) paths.output("--out rank file", rank_file(dir, r));
     paths.output("--out index", dir / "index.json");
   }
@@ -83,7 +83,7 @@ int run_shard(const shard_cli_options& o) {
   // Every file the checkpoint is made of is an input the outputs must not replace.
   for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
   auto check_outputs = [&](int ranks) {
-    check_rank_files(ranks);  // before a path is made per rank: a 2^20-rank plan
+    check_shard_count(ranks, in.size());  // before a path is made per rank: a 2^20-rank plan
     for (int r = 0; r < ranks; ++r) paths.output("--out rank file", rank_file(o.out, r));
     paths.output("--out index", fs::path(o.out) / "index.json");
     paths.check();

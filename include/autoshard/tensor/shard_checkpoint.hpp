@@ -339,13 +339,45 @@ inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>&
 /// index open at once (the open-file limit), before anything is sized by the ranks: a 65,536-rank
 /// plan created 20,000 temporaries before "Too many open files" (ulimit -n 20000), and a 2^20-rank
 /// plan built every rank's layout of every tensor first (17 s, then out of memory under
-/// ulimit -v 4000000). Every shard_checkpoint overload checks it first.
+/// ulimit -v 4000000). Every shard_checkpoint overload checks it first (check_shard_count).
 inline void check_rank_files(int world) {
   if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(world) + 1 > files)
     throw resource_error("sharding onto " + std::to_string(world) + " ranks writes " + std::to_string(world) +
                          " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
                          std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(static_cast<std::int64_t>(world) + 64) +
                          ") or shard onto fewer ranks");
+}
+
+/// What sharding holds for each shard (one tensor on one rank) besides its bytes: its layout,
+/// its entry in index.json's tree and its text. Measured 1.8 to 2.1 KiB: a GPT-2 checkpoint of 16
+/// tensors on 4,096 and 16,384 ranks held 140 MB for 65,536 shards and 560 MB for 262,144; one
+/// of 40 tensors on 4,096 ranks, 295 MB for 163,840.
+inline constexpr std::uint64_t shard_bookkeeping_bytes = 2560;
+/// And for each rank file: its writer, its header and its path (measured about 5 KiB).
+inline constexpr std::uint64_t rank_file_bookkeeping_bytes = 8192;
+
+/// Refuses sharding `tensors` tensors onto `world` ranks when the open-file limit does not let
+/// every rank file be open at once (check_rank_files), or when what sharding holds for its
+/// tensors x world shards before a byte is written (shard_bookkeeping_bytes each, and
+/// rank_file_bookkeeping_bytes a rank file) may not fit what this process can allocate: a
+/// resource_error naming the shards, the files and both figures, before any layout is made.
+/// With the open-file limit raised, a 2^20-rank plan of GPT-2 (about 150 tensors) had every
+/// rank's layout of every tensor built, 157 million of them (some 300 GiB), with no estimate.
+inline void check_shard_count(int world, std::size_t tensors) {
+  check_rank_files(world);
+  const auto ranks = static_cast<std::uint64_t>(world);
+  const std::uint64_t shards = ranks * tensors;  // world <= 2^31, tensors < 2^32: no overflow
+  const double need = static_cast<double>(shards) * static_cast<double>(shard_bookkeeping_bytes) +
+                      static_cast<double>(ranks) * static_cast<double>(rank_file_bookkeeping_bytes);
+  const machine_limits m = machine_limits::memory_here();
+  if (need <= static_cast<double>(m.memory())) return;
+  throw resource_error("sharding " + std::to_string(tensors) + " tensors onto " + std::to_string(world) + " ranks makes " +
+                       std::to_string(shards) + " shards in " + std::to_string(world) + " rank files, whose layouts and index take about " +
+                       human_bytes(need) + " before a byte is written (" + human_bytes(static_cast<double>(shard_bookkeeping_bytes)) +
+                       " a shard and " + human_bytes(static_cast<double>(rank_file_bookkeeping_bytes)) +
+                       " a rank file); but this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
+                       m.memory_source() + "): shard onto fewer ranks" +
+                       (m.memory_limited() ? ", free memory or raise the limit" : " or free memory"));
 }
 
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
@@ -358,6 +390,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const int N = mesh.num_ranks();
+  check_shard_count(N, plans.size());  // before the index's tree is made of every shard
   // ---- validate everything before touching the output directory ----
   const std::map<std::string, const tensor_shards*> by_name = detail::check_shard_plans(in, plans, mesh, out_dir, opts);
   std::vector<safetensors_tensor_info> infos;
@@ -370,7 +403,6 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
   check_free_space(out_dir, total + index_text.size(), "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)");
-  check_rank_files(N);
   detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
@@ -411,7 +443,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
 inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
   check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
-  check_rank_files(tp);
+  check_shard_count(tp, in.size());
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
@@ -456,7 +488,7 @@ inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_p
 /// Shards by a solved plan (parameter name -> spec on the plan's mesh).
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
-  check_rank_files(plan.mesh.num_ranks());
+  check_shard_count(plan.mesh.num_ranks(), in.size());
   if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
   return shard_checkpoint(in, detail::plan_shards(in, plan, in.names()), plan.mesh, out_dir, opts, "plan");
 }
@@ -465,7 +497,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& pl
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
                                      const std::filesystem::path& out_dir, shard_options opts = {}) {
   opts.every_tensor = false;
-  check_rank_files(plan.mesh.num_ranks());
+  check_shard_count(plan.mesh.num_ranks(), names.size());
   if (names.empty()) throw io_error("no tensor of the checkpoint is to be sharded");
   return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }

@@ -239,3 +239,13 @@ TEST_CASE("hardening: an input truncated after it was mapped is an io_error nami
     CHECK(left == 0);  // no final file, no temporary
   }
 }
+
+TEST_CASE("hardening: sharding onto more shards than the memory holds is refused before a layout is made") {
+  // 2^20 ranks of a 150-tensor GPT-2 made 157 million layouts until the memory ran out; here
+  // 10^15 shards, beyond any machine's memory, in 100 rank files (within any open-file limit).
+  const std::string e = hardening_error([] { check_shard_count(100, std::size_t{10'000'000'000'000}); });
+  CHECK(e.rfind("resource error: sharding 10000000000000 tensors onto 100 ranks makes 1000000000000000 shards in 100 rank files, "
+                "whose layouts and index take about ", 0) == 0);
+  CHECK(e.find("(2.50 KiB a shard and 8.00 KiB a rank file); but this process can allocate ") != std::string::npos);
+  CHECK_NOTHROW(check_shard_count(4, 16));
+}

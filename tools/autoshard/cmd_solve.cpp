@@ -4,8 +4,6 @@
 #include "paths.hpp"
 #include "progress.hpp"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -28,65 +26,9 @@ struct solve_cli_options {
   bool progress = false;
 };
 
-/// The most bytes a solution file of a problem of `nodes` nodes may have: 64 an index, and
-/// 1 MiB. The contest's `[0, 2, 1]` takes 2 to 12 bytes an index, and a pretty-printed one
-/// (an index a line, indented) a few more; the tree of 1 MiB of JSON takes at most 32 MiB.
-std::uint64_t max_solution_bytes(std::size_t nodes) { return 64 * static_cast<std::uint64_t>(nodes) + (1 << 20); }
-
-/// --evaluate's solution file as the library reads it (read_iopddl_solution_file: a tree of
-/// the file, then its length checked), after two checks that hold neither its text nor a tree,
-/// so that a huge file is refused at once, in bounded memory (a solution of 5 * 10^7 indices for
-/// a problem of 5 nodes took 1.5 GB and 5 s before "has 50000001 strategy indices for 5 nodes"):
-/// its size, at most max_solution_bytes; then, streaming, its length: a list of more
-/// indices than the problem has nodes is refused at the first one too many. Anything else
-/// wrong with it (not a list, not an index) is left to the library's reader, which says where.
-std::vector<int> read_solution(const std::string& file, const strategy_problem& p) {
-  const std::string name = "solution '" + file + "'";
-  const std::size_t nodes = p.nodes.size();
-  struct stat st {};
-  if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > max_solution_bytes(nodes))
-    throw io_error(name + " has " + human_bytes(static_cast<double>(st.st_size)) + " (" + std::to_string(st.st_size) +
-                   " bytes), but a solution of the problem's " + std::to_string(nodes) + " nodes, one strategy index each, has at most " +
-                   std::to_string(max_solution_bytes(nodes)) + " bytes (64 an index and 1 MiB): it is not a solution to this problem");
-  struct left_to_the_reader {};  // not a flat list of scalars: the library's reader says what
-  struct counter {
-    std::size_t nodes, count = 0;
-    int depth = 0;
-    const std::string& name;
-    bool element() {
-      if (depth != 1) throw left_to_the_reader{};
-      if (++count > nodes)
-        throw io_error(name + ": the document has more than " + std::to_string(nodes) + " strategy indices for " +
-                       std::to_string(nodes) + " nodes (reading stopped at index " + std::to_string(nodes) + ")");
-      return true;
-    }
-    bool null() { return element(); }
-    bool boolean(bool) { return element(); }
-    bool number_integer(std::int64_t) { return element(); }
-    bool number_unsigned(std::uint64_t) { return element(); }
-    bool number_float(double, const std::string&) { return element(); }
-    bool string(std::string&) { return element(); }
-    bool binary(nlohmann::json::binary_t&) { return element(); }
-    bool start_array(std::size_t) {
-      if (depth != 0) throw left_to_the_reader{};
-      return ++depth, true;
-    }
-    bool end_array() { return --depth, true; }
-    bool start_object(std::size_t) { throw left_to_the_reader{}; }
-    bool end_object() { return true; }
-    bool key(std::string&) { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) { throw left_to_the_reader{}; }
-  } count{nodes, 0, 0, name};
-  try {
-    sax_parse_json_file(file, "solution", count, {1, "count"});
-  } catch (const left_to_the_reader&) {
-  }
-  return read_iopddl_solution_file(file, p);
-}
-
 /// --evaluate: google/iopddl's Evaluate, exactly. Exit 0 when the solution is feasible, 1 when not.
 int run_evaluate(const solve_cli_options& o, const strategy_problem& p) {
-  const std::vector<int> choice = read_solution(o.evaluate, p);
+  const std::vector<int> choice = read_iopddl_solution_file(o.evaluate, p);
   const evaluation ev = p.evaluate(choice);
   if (o.json) {
     nlohmann::json j{{"problem", p.name},

@@ -133,7 +133,7 @@ TEST_CASE("malformed IOPDDL documents name the JSON path") {
   CHECK_FALSE(autoshard::read_iopddl(ok).usage_limit.has_value());
 }
 
-TEST_CASE("IOPDDL members come in any order, unknown ones are skipped, a repeated one counts last") {
+TEST_CASE("IOPDDL members come in any order, unknown ones are skipped, a repeated one is refused") {
   const autoshard::strategy_problem want = example();
   // The contest's own files list "edges" before "nodes" (sorted keys); here every list comes
   // in another order, with unknown members at every level and big unknown subtrees (nested
@@ -152,18 +152,21 @@ TEST_CASE("IOPDDL members come in any order, unknown ones are skipped, a repeate
                            R"("costs":[[15],[55,65],[25,45,35],[85,75],[95]],"odd":true,)"
                            R"("intervals":[[30,70],[40,70],[50,120],[110,140],[110,150]]}},"more":[]})";
   CHECK(read_both(text) == want);
-  // The last of a member named twice counts, as in a JSON tree.
-  autoshard::strategy_problem twice = read_both(R"({"problem":{"usage_limit":7,"name":"a",)"
-                                                R"("nodes":{"intervals":[[0,1]],"costs":[[9]],"usages":[[9]]},"edges":{"nodes":[],"costs":[]},)"
-                                                R"("nodes":{"intervals":[[0,2]],"costs":[[1]],"costs":[[2]],"usages":[[3]]},)"
-                                                R"("usage_limit":null,"name":"b"}})");
-  CHECK(twice.name == "b");
-  CHECK_FALSE(twice.usage_limit.has_value());
-  REQUIRE(twice.nodes.size() == 1);
-  CHECK(twice.nodes[0].costs == std::vector<std::int64_t>{2});
-  CHECK(twice.nodes[0].live == autoshard::live_interval{0, 2});
-  // But each is checked as it is read: an edge to node 5 after two nodes is refused from the
-  // text though a later "edges" replaces it; the tree keeps only the last.
+  // A member named twice is refused (nlohmann's tree kept the last without a word), at any
+  // depth, with the object's path, the member and where the second one ends.
+  const std::string twice = R"({"problem":{"usage_limit":7,"name":"a",)"
+                            R"("nodes":{"intervals":[[0,1]],"costs":[[9]],"usages":[[9]]},"edges":{"nodes":[],"costs":[]},)"
+                            R"("nodes":{"intervals":[[0,2]],"costs":[[1]],"usages":[[3]]}}})";
+  std::istringstream twice_in(twice);
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl(twice_in, "doc.json"),
+                       "io error: doc.json: problem has the member 'nodes' twice (the second ends at line 1, column 137); an "
+                       "object names each member once: remove one of them",
+                       autoshard::io_error);
+  std::istringstream inner(R"({"problem":{"nodes":{"intervals":[[0,1]],"costs":[[1]],"costs":[[2]],"usages":[[3]]}}})");
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl(inner, "doc.json"), doctest::Contains("problem.nodes has the member 'costs' twice"),
+                       autoshard::io_error);
+  // Each is checked as it is read: an edge to node 5 after two nodes is refused before the
+  // second "edges" is seen; a tree parsed without the check keeps only the last.
   const std::string early = R"({"problem":{"nodes":{"intervals":[[0,1],[0,1]],"costs":[[1],[2]],"usages":[[1],[1]]},)"
                             R"("edges":{"nodes":[[5,6]],"costs":[[1]]},"edges":{"nodes":[[1,0]],"costs":[[3]]}}})";
   std::istringstream in(early);
@@ -386,5 +389,23 @@ TEST_CASE("solution files: the contest's list of indices, written then read, and
                        doctest::Contains("2 strategy indices for 5 nodes"), autoshard::io_error);
   CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0, 18446744073709551615, 1, 0]"), p),
                        doctest::Contains("not a strategy index"), autoshard::io_error);
+  // A file too long for the problem is refused from its size, and a list longer than the nodes
+  // at the first index too many, before any tree of it is built.
+  {
+    std::ofstream(file) << "[" << std::string(autoshard::iopddl_solution_max_bytes(5), ' ') << "0]";
+  }
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl_solution_file(file, p),
+                       doctest::Contains("but a solution of the problem's 5 nodes, one strategy index each, has at most 1048896 bytes"),
+                       autoshard::io_error);
+  {
+    std::ofstream(file) << "[0, 0, 2, 1, 0, 0, \"not even read\"";
+  }
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl_solution_file(file, p),
+                       doctest::Contains("the document has more than 5 strategy indices for 5 nodes (reading stopped at index 5)"),
+                       autoshard::io_error);
+  {
+    std::ofstream(file) << "[0, [0], 2, 1, 0]";  // not flat: the tree reader says where
+  }
+  CHECK_THROWS_WITH_AS(autoshard::read_iopddl_solution_file(file, p), doctest::Contains("[1]"), autoshard::io_error);
   std::filesystem::remove(file);
 }

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>  // config.json
 
 #include "../io/json.hpp"  // load_json_file
+#include "../core/checked.hpp"  // checked_add, checked_mul: config values are any int64
 #include "../core/dtype.hpp"   // dtype
 #include "../core/error.hpp"   // shape_error, spec_error
 #include "../core/layout.hpp"  // local_box, split_rule
@@ -252,7 +253,10 @@ inline std::map<std::string, std::int64_t> rescale_attributes(const tp_policy& p
     if (out.count(a.name)) continue;
     auto it = config.find(a.from);
     if (it == config.end()) continue;
-    const std::int64_t v = it->second * a.multiplier;
+    // A config's integers are any int64 (n_embd 2^62 x 4 was a signed overflow).
+    const std::int64_t v =
+        a.multiplier == 1 ? it->second
+                          : checked_mul(it->second, a.multiplier, "attribute '" + a.from + "' (for '" + a.name + "')");
     if (a.replicable && v > 0 && v < tp && tp % v == 0) {
       out[a.name] = 1;
       continue;
@@ -326,7 +330,8 @@ inline dim_parts head_parts(const tp_rule& rule, const std::string& name, const 
   dim_parts out;
   std::int64_t total = 0;
   std::vector<std::int64_t> heads;
-  for (const auto& a : rule.part_heads) total += heads.emplace_back(need_attr(config, a, name));
+  for (const auto& a : rule.part_heads)  // head counts are any int64 >= 1 (3 x 2^62 overflowed)
+    total = checked_add(total, heads.emplace_back(need_attr(config, a, name)), "tensor '" + name + "': heads in all");
   if (n % total != 0)
     throw split_dim_error(name, global, d, "is not a whole number of heads (" + std::to_string(total) + " heads in all)");
   const std::int64_t head_dim = n / total;
@@ -364,7 +369,8 @@ inline dim_parts split_parts_of(const tp_rule& rule, const std::string& name, co
   } else if (!rule.interleaved_heads.empty()) {
     const std::int64_t h = need_attr(config, rule.interleaved_heads, name);
     const std::int64_t per = std::max(1, rule.parts_per_head);
-    if (n % (h * per) != 0)
+    // h is any int64 >= 1 (2^62 heads x 3 parts overflowed).
+    if (n % checked_mul(h, per, "tensor '" + name + "': attribute '" + rule.interleaved_heads + "' heads x parts") != 0)
       throw split_dim_error(name, global, d,
                             "is not " + std::to_string(h) + " heads x " + std::to_string(per) + " parts x head_dim");
     if (h % tp != 0)

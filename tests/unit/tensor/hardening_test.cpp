@@ -249,3 +249,27 @@ TEST_CASE("hardening: sharding onto more shards than the memory holds is refused
   CHECK(e.find("(2.50 KiB a shard and 8.00 KiB a rank file); but this process can allocate ") != std::string::npos);
   CHECK_NOTHROW(check_shard_count(4, 16));
 }
+
+// A config's integers are any int64: the policies multiplied and summed them unchecked (UBSan:
+// signed integer overflow; found with fuzz_readers, which feeds every config to every policy).
+TEST_CASE("hardening: config values whose products or sums overflow int64 are a shape_error") {
+  const std::int64_t big = std::int64_t{1} << 62;
+  // gpt2's mlp.width is n_embd x 4 when there is no n_inner.
+  std::string msg = hardening_error([&] { (void)rescale_attributes(policies::gpt2(), {{"n_embd", big}}, 2); });
+  CHECK(has_text(msg, "shape error: attribute 'n_embd' (for 'mlp.width'): 4611686018427387904 x 4 exceeds 2^63-1"));
+  // c_attn's parts are n_head + n_head + n_head heads.
+  msg = hardening_error(
+      [&] { (void)shards_of(policies::gpt2(), "h.0.attn.c_attn.weight", {768, 2304}, dtype::f32, 2, {{"n_head", big}}); });
+  CHECK(has_text(msg, "shape error: tensor 'h.0.attn.c_attn.weight': heads in all: "));
+  CHECK(has_text(msg, "exceeds 2^63-1"));
+  // BLOOM's query_key_value is n_head x 3 rows per head.
+  msg = hardening_error([&] {
+    (void)shards_of(policies::bloom(), "h.0.self_attention.query_key_value.weight", {2304, 768}, dtype::f32, 2,
+                    {{"n_head", big}});
+  });
+  CHECK(has_text(msg, "shape error: tensor 'h.0.self_attention.query_key_value.weight': attribute 'n_head' heads x parts: "));
+  // The same tensors with real values cut as before.
+  CHECK(rescale_attributes(policies::gpt2(), {{"n_embd", 768}}, 2).at("mlp.width") == 1536);
+  CHECK(shards_of(policies::bloom(), "h.0.self_attention.query_key_value.weight", {2304, 768}, dtype::f32, 2, {{"n_head", 12}})
+            .ranks.size() == 2);
+}

@@ -534,7 +534,7 @@ class sharded_checkpoint {
     }
     for (const auto& [name, t] : j["tensors"].members()) {
       names_.push_back(name);
-      for (int r = 0; r < world_; ++r) layout(name, r);  // validates
+      check_tensor(name);
     }
   }
   int world_size() const noexcept { return world_; }
@@ -574,6 +574,61 @@ class sharded_checkpoint {
   static constexpr std::size_t max_pieces = std::size_t{1} << 20;
   json_in in() const { return json_in(index_, "shard index '" + (dir_ / "index.json").string() + "'"); }
   json_in tensor(const std::string& name) const { return in()["tensors"][name]; }
+  /// Checks tensor `name`'s entry against itself and the rank files, so that gather copies
+  /// inside both tensors and allocates no more than the files hold: its global shape has at
+  /// most 2^63-1 elements (every prefix product); every rank's file holds the tensor at the
+  /// layout's shape, with rank 0's dtype; each layout's concat_dim is a dim of the tensor, its
+  /// pieces lie in the tensor and, concatenated along it, make the shard; and the pieces of all
+  /// ranks hold at least every element. Before, the index was only type-checked: a global
+  /// shape of 10^12 elements made gather allocate 4 TB, an offset of 2^63-1 overflowed, and a
+  /// concat_dim of -1 indexed before the shape (seen reading it for fuzz_readers, which crashes on each).
+  void check_tensor(const std::string& name) const {
+    const json_in t = tensor(name);
+    const tensor_shape g = global_shape(name);
+    std::int64_t numel = 1;
+    for (std::size_t d = 0; d < g.rank; ++d)
+      if (__builtin_mul_overflow(numel, g[d], &numel))
+        t["global_shape"].fail("is " + to_string(g) + ", more than 2^63-1 elements");
+    const dtype type0 = files_.front().entry(name).type;
+    std::int64_t held = 0;  // elements of the pieces of all ranks, up to numel
+    for (int r = 0; r < world_; ++r) {
+      const shard_layout l = layout(name, r);
+      const json_in s = t["shards"][r];
+      const safetensors_file& f = files_[static_cast<std::size_t>(r)];
+      const safetensors_entry& e = f.entry(name);
+      if (!(e.shape == l.shape) || e.type != type0)
+        s["shape"].fail("is " + to_string(l.shape) + ", but '" + f.path().string() + "' holds the tensor as " +
+                        to_string(e.shape) + " " + std::string(to_string(e.type)) +
+                        (e.type != type0 ? " (rank 0's is " + std::string(to_string(type0)) + ")" : std::string()));
+      if (l.shape.rank != g.rank) s["shape"].fail("is " + to_string(l.shape) + ", not of the rank of global_shape " + to_string(g));
+      if (l.concat_dim < 0 || l.concat_dim >= std::max(static_cast<int>(g.rank), 1))
+        s["concat_dim"].fail("is " + std::to_string(l.concat_dim) + ", not a dim of global_shape " + to_string(g));
+      const auto cd = static_cast<std::size_t>(l.concat_dim);
+      tensor_shape made = l.shape;  // what the pieces make, along cd so far
+      if (g.rank) made[cd] = 0;
+      for (std::size_t i = 0; i < l.pieces.size(); ++i) {
+        const shard_piece& p = l.pieces[i];
+        const json_in pj = s["pieces"][i];
+        bool inside = p.offset.rank == g.rank && p.shape.rank == g.rank;
+        for (std::size_t d = 0; inside && d < g.rank; ++d) inside = p.offset[d] <= g[d] - p.shape[d];  // each in [0, 2^63-1]
+        if (!inside)
+          pj.fail("has offset " + to_string(p.offset) + " and shape " + to_string(p.shape) + ", not a block of global_shape " +
+                  to_string(g));
+        for (std::size_t d = 0; d < g.rank; ++d)
+          if (d == cd ? p.shape[d] > l.shape[d] - made[d] : p.shape[d] != l.shape[d])
+            pj.fail("has shape " + to_string(p.shape) + ", which does not fit the shard " + to_string(l.shape) +
+                    " (the pieces are concatenated along dim " + std::to_string(cd) + ")");
+        if (g.rank) made[cd] += p.shape[cd];
+        held += std::min(p.shape.numel(), numel - held);  // inside g: its numel is at most g's
+      }
+      if (!(made == l.shape))
+        s["pieces"].fail("make a shard of " + to_string(made) + ", not " + to_string(l.shape) + " (along dim " +
+                         std::to_string(cd) + ")");
+    }
+    if (held < numel)
+      t["shards"].fail("hold " + std::to_string(held) + " elements in all, fewer than the " + std::to_string(numel) +
+                       " of global_shape " + to_string(g));
+  }
   static tensor_shape shape_of(const json_in& j) {
     return tensor_shape(j.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
   }

@@ -111,10 +111,10 @@ inline void copy_block(const_tensor_view src, const tensor_shape& src_offset, te
   if (dst.shape().rank != R || extent.rank != R || src_offset.rank != R || dst_offset.rank != R)
     throw shape_error("copy_block: ranks differ (src " + to_string(src.shape()) + ", dst " +
                       to_string(dst.shape()) + ", extent " + to_string(extent) + ")");
-  for (std::size_t d = 0; d < R; ++d) {
-    if (src_offset[d] < 0 || src_offset[d] + extent[d] > src.shape()[d])
+  for (std::size_t d = 0; d < R; ++d) {  // offset > size - extent: offset + extent overflowed for 2^63-1
+    if (extent[d] < 0 || src_offset[d] < 0 || src_offset[d] > src.shape()[d] - extent[d])
       detail::box_outside("source", src_offset, extent, src.shape());
-    if (dst_offset[d] < 0 || dst_offset[d] + extent[d] > dst.shape()[d])
+    if (dst_offset[d] < 0 || dst_offset[d] > dst.shape()[d] - extent[d])
       detail::box_outside("destination", dst_offset, extent, dst.shape());
   }
   const std::int64_t esz = static_cast<std::int64_t>(dtype_size(src.type()));

@@ -250,6 +250,52 @@ TEST_CASE("hardening: sharding onto more shards than the memory holds is refused
   CHECK_NOTHROW(check_shard_count(4, 16));
 }
 
+// A shard index was only type-checked: gather trusted its global shapes, offsets and concat
+// dims (seen reading the reader while writing fuzz_readers, which crashes on each before the
+// fix). Now the index is checked against itself and the rank files when it is opened.
+TEST_CASE("hardening: a shard index whose layouts do not fit its tensors or rank files is refused") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2(1));
+  checkpoint ck(dir / "m.safetensors");
+  shard_checkpoint(ck, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "a");
+  const nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "a" / "index.json"));
+  auto refused = [&](auto&& tamper) {
+    nlohmann::json j = index;
+    tamper(j);
+    hardening_write(dir / "a" / "index.json", j.dump());
+    return hardening_error([&] { sharded_checkpoint s(dir / "a"); });
+  };
+  // 10^12 x 8 elements: gather allocated 32 TB for it (ASan: allocation-size-too-big).
+  std::string msg = refused([](nlohmann::json& j) { j["tensors"]["wte.weight"]["global_shape"] = {1000000000000, 8}; });
+  CHECK(has_text(msg, "io error: shard index '"));
+  CHECK(has_text(msg, "tensors.wte.weight.shards hold 256 elements in all, fewer than the 8000000000000 of global_shape"));
+  // Its element count overflowed int64 (UBSan, in tensor_shape::numel).
+  msg = refused([](nlohmann::json& j) { j["tensors"]["wte.weight"]["global_shape"] = {4611686018427387904, 8}; });
+  CHECK(has_text(msg, "tensors.wte.weight.global_shape is "));
+  CHECK(has_text(msg, "more than 2^63-1 elements"));
+  // offset + shape overflowed int64 (UBSan, in copy_block's bounds check).
+  msg = refused([](nlohmann::json& j) {
+    j["tensors"]["wte.weight"]["shards"][0]["pieces"][0]["offset"] = {9223372036854775807, 0};
+  });
+  CHECK(has_text(msg, "tensors.wte.weight.shards[0].pieces[0] has offset"));
+  CHECK(has_text(msg, "not a block of global_shape"));
+  // concat_dim -1 indexed the shape's dims at -1 (UBSan: index out of bounds).
+  msg = refused([](nlohmann::json& j) { j["tensors"]["h.0.attn.c_attn.bias"]["shards"][1]["concat_dim"] = -1; });
+  CHECK(has_text(msg, "tensors.h.0.attn.c_attn.bias.shards[1].concat_dim is -1, not a dim of global_shape"));
+  // A shard shape its rank file does not hold (gather allocated by the index, then failed).
+  msg = refused([](nlohmann::json& j) { j["tensors"]["h.0.mlp.c_fc.weight"]["shards"][1]["shape"] = {8, 17}; });
+  CHECK(has_text(msg, "tensors.h.0.mlp.c_fc.weight.shards[1].shape is "));
+  CHECK(has_text(msg, "rank-1.safetensors' holds the tensor as "));
+  // Pieces that do not make the shard.
+  msg = refused([](nlohmann::json& j) {
+    j["tensors"]["h.0.mlp.c_fc.weight"]["shards"][0]["pieces"][0]["shape"] = {8, 15};
+  });
+  CHECK(has_text(msg, "tensors.h.0.mlp.c_fc.weight.shards[0].pieces make a shard of "));
+  hardening_write(dir / "a" / "index.json", index.dump(1));
+  sharded_checkpoint sc(dir / "a");
+  for (const auto& name : sc.names()) CHECK(bitwise_equal(sc.gather(name).view(), ck.view(name)));
+}
+
 // A config's integers are any int64: the policies multiplied and summed them unchecked (UBSan:
 // signed integer overflow; found with fuzz_readers, which feeds every config to every policy).
 TEST_CASE("hardening: config values whose products or sums overflow int64 are a shape_error") {

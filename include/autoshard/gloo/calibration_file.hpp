@@ -105,11 +105,13 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
   if (v != 2 && v != calibration_format_version)
     j["version"].fail("is " + std::to_string(v) + "; this build reads versions 2 and " + std::to_string(calibration_format_version) +
                       (v == 1 ? " (version 1 spelled the links alpha_s/beta_bytes_per_s): run autoshard calibrate again" : ""));
-  r.backend = j.has("backend") ? j["backend"].string() : std::string("?");
   // What the plan prices it as (calibration_result::backend_family): refused here, with the
-  // file's name, not later as an unnamed communications_backend.
-  if (j.has("backend") && r.backend_family() != "gloo" && r.backend_family() != "nccl")
-    j["backend"].fail("is \"" + r.backend.substr(0, 64) + "\", not a backend autoshard prices (its family, before any \"-\", must be \"gloo\" or \"nccl\")");
+  // file's name, not later as an unnamed communications_backend. Every file calibrate wrote
+  // has one; a file without was read as backend "?", which plan then refused unnamed and
+  // which, written back, did not read (found by fuzz_readers).
+  r.backend = j["backend"].string();
+  if (r.backend_family() != "gloo" && r.backend_family() != "nccl")
+    j["backend"].fail("is \"" + detail::utf8_escaped(r.backend) + "\", not a backend autoshard prices (its family, before any \"-\", must be \"gloo\" or \"nccl\")");
   r.mesh = v == 2 ? detail::calibration_mesh_v2(j) : mesh_from_json(j["mesh"]);
   const json_in axes = j["axes"];
   if (axes.size() != r.mesh.ndim())

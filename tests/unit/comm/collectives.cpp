@@ -391,6 +391,25 @@ TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips an
   CHECK_THROWS_AS(load_calibration(dir.path() + "/missing.json"), io_error);
 }
 
+// fuzz_readers (2026-12-05): a calibration file without "backend" read as backend "?", which
+// plan then refused without naming the file (`spec error: the calibration was measured on ?,
+// not gloo`, or communications_backend's) and which, written back, did not read. Every file
+// calibrate writes has one, so it is required where the file is read.
+TEST_CASE("a calibration file without a backend is refused where it is read") {
+  calibration_result r;
+  r.mesh = device_mesh{2};
+  r.axes.push_back({0, 2, true, 0, 0, {}});
+  nlohmann::json j = calibration_to_json(r);
+  CHECK_NOTHROW((void)calibration_from_json(j, "calibration file 'links.json'"));
+  j.erase("backend");
+  CHECK_THROWS_WITH_AS(calibration_from_json(j, "calibration file 'links.json'"),
+                       "io error: calibration file 'links.json': the document has no member \"backend\"", io_error);
+  // What it read is what it writes: the result written back reads to the same JSON.
+  j["backend"] = "nccl-ib";
+  const nlohmann::json written = calibration_to_json(calibration_from_json(j, "c"));
+  CHECK(calibration_to_json(calibration_from_json(written, "written")) == written);
+}
+
 TEST_CASE("ranks that call different sizes or collectives get comm_error, not an abort") {
   std::vector<std::string> msgs(2);
   run_ranks(

@@ -61,7 +61,7 @@ run_one() {  # target -> writes $tmp/<target>.log and $tmp/<target>.rc
   # input's nesting then crashes on the corpus's depth bombs (2,000 arrays, 600 objects) instead of fitting
   # by luck. Every reader refuses more than 128 levels before parsing (io/json.hpp).
   local stack=unlimited
-  case $t in hf_config | index_json | iopddl | model_json | plan_json | safetensors) stack=512 ;; esac
+  case $t in hf_config | index_json | iopddl | model_json | plan_json | readers | safetensors) stack=512 ;; esac
   local s=$(date +%s) rc=0
   (cd "$work" && { [ "$stack" = unlimited ] || ulimit -s "$stack"; } &&
     "$build/fuzz/fuzz_$t" "${args[@]}" "$work" "$root/fuzz/corpus/$t") >"$tmp/$t.log" 2>&1 || rc=$?

@@ -455,17 +455,21 @@ inline io_error duplicate_key(const std::string& source, std::string path, const
                   "); an object names each member once: remove one of them");
 }
 
-/// nlohmann's DOM builder (json_sax_dom_parser) with one change: a key an object already has
-/// is refused (detail::duplicate_key) instead of overwriting the value. The same tree, the
-/// same stack of open values; the check is the object's own lookup (std::map::try_emplace).
-class unique_keys_tree {
- public:
+/// The types nlohmann's SAX interface names, for the handlers below.
+struct json_sax_types {
   using json = nlohmann::json;
   using number_integer_t = json::number_integer_t;
   using number_unsigned_t = json::number_unsigned_t;
   using number_float_t = json::number_float_t;
   using string_t = json::string_t;
   using binary_t = json::binary_t;
+};
+
+/// nlohmann's DOM builder (json_sax_dom_parser) with one change: a key an object already has
+/// is refused (detail::duplicate_key) instead of overwriting the value. The same tree, the
+/// same stack of open values; the check is the object's own lookup (std::map::try_emplace).
+class unique_keys_tree : public json_sax_types {
+ public:
 
   unique_keys_tree(json& root, const std::string& source, std::function<std::string()> where)
       : root_(root), source_(source), where_(std::move(where)) {}
@@ -533,14 +537,8 @@ class unique_keys_tree {
 /// (a streaming reader's objects are few and small; its arrays, which hold the bulk, cost a
 /// counter each) and passes every event on.
 template <class Sax>
-class unique_keys_filter {
+class unique_keys_filter : public json_sax_types {
  public:
-  using json = nlohmann::json;
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
 
   unique_keys_filter(Sax& sax, const std::string& source, std::function<std::string()> where)
       : sax_(sax), source_(source), where_(std::move(where)) {}

@@ -80,7 +80,11 @@ inline std::string json_excerpt(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception&) {
     s = "(unprintable)";
   }
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  if (s.size() > 60) {
+    std::size_t cut = 57;  // never half a UTF-8 character: back to the start of the one cut
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    s = s.substr(0, cut) + "...";
+  }
   return s;
 }
 }  // namespace detail

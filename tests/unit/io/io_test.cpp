@@ -64,6 +64,15 @@ TEST_CASE("json_in: integers are checked against their bounds before conversion,
   CHECK(error_of([&] { in["mesh"]["axes"]["size"]; }).find("mesh.axes is [{\"size\":2}") != std::string::npos);
   CHECK(error_of([&] { in["mesh"]["axes"].size(3); }) ==
         "io error: plan file 'p.json': mesh.axes has 7 elements; at most 3 are allowed");
+  // A long value is cut to 57 bytes, never inside a character: "x" then two-byte 'é's put a
+  // character across byte 57, which is cut before it.
+  nlohmann::json accents = {{"name", "x"}};
+  std::string e = "x";
+  for (int k = 0; k < 40; ++k) e += "\xC3\xA9";
+  accents["name"] = e;
+  const std::string msg = error_of([&] { json_in(accents, "m.json")["name"].integer(); });
+  CHECK(autoshard::detail::invalid_utf8_at(msg) == std::string::npos);
+  CHECK(msg.find("...") != std::string::npos);
 }
 
 TEST_CASE("invalid_utf8_at accepts exactly the strings nlohmann's dump() writes, and utf8_escaped shows the rest") {

@@ -88,6 +88,11 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r) 
   return dir / ("rank-" + std::to_string(r) + ".safetensors");
 }
 
+/// What a shard output's index.json says it is: "format" and the newest "version" this build
+/// writes and reads (sharded_checkpoint refuses another format, and a newer version).
+inline constexpr const char* shard_index_format = "autoshard-shards";
+inline constexpr int shard_index_version = 3;
+
 namespace detail {
 
 inline nlohmann::json shape_json(const tensor_shape& s) { return s.to_vector(); }
@@ -148,8 +153,8 @@ inline nlohmann::json index_json(const std::vector<tensor_shards>& plans, const 
                                  const std::string& policy, const std::map<std::string, std::int64_t>& attrs,
                                  const shard_options& o, const std::string& generation) {
   nlohmann::json j;
-  j["format"] = "autoshard-shards";
-  j["version"] = 3;
+  j["format"] = shard_index_format;
+  j["version"] = shard_index_version;
   j["generation"] = generation;  // every rank file's __metadata__ "autoshard.generation"
   j["world_size"] = mesh.num_ranks();
   j["mesh"] = mesh_to_json(mesh, /*links=*/false);  // sizes and axis names: what the ranks are
@@ -509,6 +514,10 @@ class sharded_checkpoint {
     const auto path = dir / "index.json";
     index_ = load_json_file(path.string(), "shard index");
     const json_in j = in();
+    // Another tool's index, or one a newer autoshard wrote, is not read as this one.
+    if (j.has("format")) (void)j["format"].one_of({shard_index_format});
+    else j.fail("has no member \"format\" (\"" + std::string(shard_index_format) + "\"): it is not an autoshard shard index");
+    if (j.has("version")) (void)j["version"].small_integer(1, shard_index_version);
     world_ = j["world_size"].small_integer(1, max_world_size);
     const json_in files = j["files"];
     if (files.size() != static_cast<std::size_t>(world_))

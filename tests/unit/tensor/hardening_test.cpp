@@ -319,3 +319,29 @@ TEST_CASE("hardening: config values whose products or sums overflow int64 are a 
   CHECK(shards_of(policies::bloom(), "h.0.self_attention.query_key_value.weight", {2304, 768}, dtype::f32, 2, {{"n_head", 12}})
             .ranks.size() == 2);
 }
+
+// An index.json that says it is not an autoshard shard index, or one a newer autoshard wrote,
+// was read as this build's as long as its members parsed.
+TEST_CASE("hardening: a shard index of another format, or of a newer version, is refused") {
+  scratch_dir dir;
+  save_all(dir / "m.safetensors", tiny_gpt2(1));
+  checkpoint ck(dir / "m.safetensors");
+  shard_checkpoint(ck, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "a");
+  const nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "a" / "index.json"));
+  CHECK(index["format"] == shard_index_format);
+  CHECK(index["version"] == shard_index_version);
+  auto refused = [&](auto&& tamper) {
+    nlohmann::json j = index;
+    tamper(j);
+    hardening_write(dir / "a" / "index.json", j.dump());
+    return hardening_error([&] { sharded_checkpoint s(dir / "a"); });
+  };
+  CHECK(has_text(refused([](nlohmann::json& j) { j["format"] = "safetensors-index"; }),
+                 "format is \"safetensors-index\", not \"autoshard-shards\""));
+  CHECK(has_text(refused([](nlohmann::json& j) { j.erase("format"); }),
+                 "has no member \"format\" (\"autoshard-shards\"): it is not an autoshard shard index"));
+  CHECK(has_text(refused([](nlohmann::json& j) { j["version"] = shard_index_version + 1; }),
+                 "version is 4, not an integer in [1, 3]"));
+  hardening_write(dir / "a" / "index.json", index.dump(1));
+  CHECK_NOTHROW(sharded_checkpoint(dir / "a"));
+}

@@ -250,21 +250,34 @@ TEST_CASE("hardening: sharding onto more shards than the memory holds is refused
   CHECK_NOTHROW(check_shard_count(4, 16));
 }
 
-// A shard index was only type-checked: gather trusted its global shapes, offsets and concat
-// dims (seen reading the reader while writing fuzz_readers, which crashes on each before the
-// fix). Now the index is checked against itself and the rank files when it is opened.
-TEST_CASE("hardening: a shard index whose layouts do not fit its tensors or rank files is refused") {
+// A 2-way GPT-2 shard output in dir/a, its index as written, and the error of opening it
+// with the index changed by `tamper`.
+struct sharded_gpt2 {
   scratch_dir dir;
-  save_all(dir / "m.safetensors", tiny_gpt2(1));
-  checkpoint ck(dir / "m.safetensors");
-  shard_checkpoint(ck, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "a");
-  const nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "a" / "index.json"));
-  auto refused = [&](auto&& tamper) {
+  checkpoint ck;
+  nlohmann::json index;
+  sharded_gpt2() : ck((save_all(dir / "m.safetensors", tiny_gpt2(1)), dir / "m.safetensors")) {
+    shard_checkpoint(ck, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "a");
+    index = nlohmann::json::parse(std::ifstream(dir / "a" / "index.json"));
+  }
+  template <class Tamper>
+  std::string refused(Tamper&& tamper) const {
     nlohmann::json j = index;
     tamper(j);
     hardening_write(dir / "a" / "index.json", j.dump());
     return hardening_error([&] { sharded_checkpoint s(dir / "a"); });
-  };
+  }
+};
+
+// A shard index was only type-checked: gather trusted its global shapes, offsets and concat
+// dims (seen reading the reader while writing fuzz_readers, which crashes on each before the
+// fix). Now the index is checked against itself and the rank files when it is opened.
+TEST_CASE("hardening: a shard index whose layouts do not fit its tensors or rank files is refused") {
+  sharded_gpt2 out;
+  const scratch_dir& dir = out.dir;
+  const checkpoint& ck = out.ck;
+  const nlohmann::json& index = out.index;
+  const auto refused = [&](auto&& tamper) { return out.refused(tamper); };
   // 10^12 x 8 elements: gather allocated 32 TB for it (ASan: allocation-size-too-big).
   std::string msg = refused([](nlohmann::json& j) { j["tensors"]["wte.weight"]["global_shape"] = {1000000000000, 8}; });
   CHECK(has_text(msg, "io error: shard index '"));
@@ -323,25 +336,17 @@ TEST_CASE("hardening: config values whose products or sums overflow int64 are a 
 // An index.json that says it is not an autoshard shard index, or one a newer autoshard wrote,
 // was read as this build's as long as its members parsed.
 TEST_CASE("hardening: a shard index of another format, or of a newer version, is refused") {
-  scratch_dir dir;
-  save_all(dir / "m.safetensors", tiny_gpt2(1));
-  checkpoint ck(dir / "m.safetensors");
-  shard_checkpoint(ck, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "a");
-  const nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "a" / "index.json"));
+  sharded_gpt2 out;
+  const nlohmann::json& index = out.index;
   CHECK(index["format"] == shard_index_format);
   CHECK(index["version"] == shard_index_version);
-  auto refused = [&](auto&& tamper) {
-    nlohmann::json j = index;
-    tamper(j);
-    hardening_write(dir / "a" / "index.json", j.dump());
-    return hardening_error([&] { sharded_checkpoint s(dir / "a"); });
-  };
+  const auto refused = [&](auto&& tamper) { return out.refused(tamper); };
   CHECK(has_text(refused([](nlohmann::json& j) { j["format"] = "safetensors-index"; }),
                  "format is \"safetensors-index\", not \"autoshard-shards\""));
   CHECK(has_text(refused([](nlohmann::json& j) { j.erase("format"); }),
                  "has no member \"format\" (\"autoshard-shards\"): it is not an autoshard shard index"));
   CHECK(has_text(refused([](nlohmann::json& j) { j["version"] = shard_index_version + 1; }),
                  "version is 4, not an integer in [1, 3]"));
-  hardening_write(dir / "a" / "index.json", index.dump(1));
-  CHECK_NOTHROW(sharded_checkpoint(dir / "a"));
+  hardening_write(out.dir / "a" / "index.json", index.dump(1));
+  CHECK_NOTHROW(sharded_checkpoint(out.dir / "a"));
 }

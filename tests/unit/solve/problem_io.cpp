@@ -389,8 +389,8 @@ TEST_CASE("solution files: the contest's list of indices, written then read, and
                        doctest::Contains("2 strategy indices for 5 nodes"), autoshard::io_error);
   CHECK_THROWS_WITH_AS(autoshard::parse_iopddl_solution(nlohmann::json::parse("[0, 0, 18446744073709551615, 1, 0]"), p),
                        doctest::Contains("not a strategy index"), autoshard::io_error);
-  // A file too long for the problem is refused from its size, and a list longer than the nodes
-  // at the first index too many, before any tree of it is built.
+  // A file too long for the problem is refused from its size, before any tree of it is built;
+  // a list within it longer than the nodes by the tree's count.
   {
     std::ofstream(file) << "[" << std::string(autoshard::iopddl_solution_max_bytes(5), ' ') << "0]";
   }
@@ -398,13 +398,12 @@ TEST_CASE("solution files: the contest's list of indices, written then read, and
                        doctest::Contains("but a solution of the problem's 5 nodes, one strategy index each, has at most 1048896 bytes"),
                        autoshard::io_error);
   {
-    std::ofstream(file) << "[0, 0, 2, 1, 0, 0, \"not even read\"";
+    std::ofstream(file) << "[0, 0, 2, 1, 0, 0]";
   }
   CHECK_THROWS_WITH_AS(autoshard::read_iopddl_solution_file(file, p),
-                       doctest::Contains("the document has more than 5 strategy indices for 5 nodes (reading stopped at index 5)"),
-                       autoshard::io_error);
+                       doctest::Contains("has 6 strategy indices for 5 nodes"), autoshard::io_error);
   {
-    std::ofstream(file) << "[0, [0], 2, 1, 0]";  // not flat: the tree reader says where
+    std::ofstream(file) << "[0, [0], 2, 1, 0]";
   }
   CHECK_THROWS_WITH_AS(autoshard::read_iopddl_solution_file(file, p), doctest::Contains("[1]"), autoshard::io_error);
   std::filesystem::remove(file);

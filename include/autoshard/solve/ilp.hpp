@@ -293,9 +293,8 @@ inline double wind_down_seconds(const solver_size& s, double time_limit) {
 
 /// Refuses, before anything is copied, a solve whose memory (solver_bytes) is above what this
 /// process can still allocate: the OOM killer or a std::bad_alloc in a search thread otherwise.
-inline void check_solver_memory(const strategy_problem& p, int threads) {
+inline void check_solver_memory(const strategy_problem& p, const solver_size& size, int threads) {
   const machine_limits m = machine_limits::memory_here();
-  const solver_size size = solver_size_of(p);
   const std::uint64_t need = solver_bytes(size, threads), have = m.memory();
   if (need <= have) return;
   const std::uint64_t one = solver_bytes(size, 1);
@@ -478,7 +477,6 @@ struct callback_state {
   incumbent* best = nullptr;
   std::optional<std::vector<std::size_t>> start;  // the heuristic's picks, offered at the root
   bool root_done = false;
-  clock::time_point t0;
   int round = 0;
   double bound = -std::numeric_limits<double>::infinity();  // best bound of this round (scaled)
   double last_report = -1e300;
@@ -794,7 +792,6 @@ class exact_pipeline {
     cb.model = &model;
     cb.best = &best_;
     cb.start = start;
-    cb.t0 = t0_;
     for (int round = 0;; ++round) {
       cb.round = round;
       round_end r = one_round(pass, round, rv, model, cb);
@@ -1088,11 +1085,11 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   check_inputs(p, opt);
   solve_result res;
   res.threads = solver_threads(opt.threads);
-  check_solver_memory(p, res.threads);
+  const solver_size size = solver_size_of(p);
+  check_solver_memory(p, size, res.threads);
   // The search ends in time to free what it built by the time limit (wind_down_seconds).
-  const clock::time_point deadline =
-      t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
-               opt.time_limit - wind_down_seconds(solver_size_of(p), opt.time_limit)));
+  const clock::time_point deadline = t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
+                                              opt.time_limit - wind_down_seconds(size, opt.time_limit)));
   res.sizes.push_back(input_size(p));
   reducer red(p, opt.reduce);
   // The first reductions get at most reduce_share of the time: the rest is the answer's. On

@@ -25,6 +25,7 @@
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
+#include <memory>      // std::unique_ptr
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
 #include <sstream>     // std::ostringstream
@@ -112,6 +113,10 @@ struct solve_options {
   bool lazy_memory = true;
   /// The primal heuristic's share of time_limit (greedy, repair, local search) before GLPK.
   double heuristic_share = 0.05;
+  /// With an answer in hand, the most of time_limit the LP relaxation takes before thread 0
+  /// joins the Lagrangian search; it goes on from its basis, with no share, once the search on
+  /// thread 0 stalls (stall_rounds) before the time limit.
+  double relaxation_share = 0.25;
   /// GLPK's feasibility pump at the root (autoshard's own heuristics always run).
   bool feasibility_pump = false;
   /// GLPK's cut generators (mixed-integer rounding, Gomory, cover, clique).
@@ -239,6 +244,8 @@ inline void check_inputs(const strategy_problem& p, const solve_options& opt) {
     throw solver_error("heuristic_share must be in [0, 1], got " + fmt_num(opt.heuristic_share));
   if (!(opt.reduce_share >= 0.0 && opt.reduce_share <= 1.0))
     throw solver_error("reduce_share must be in [0, 1], got " + fmt_num(opt.reduce_share));
+  if (!(opt.relaxation_share >= 0.0 && opt.relaxation_share <= 1.0))
+    throw solver_error("relaxation_share must be in [0, 1], got " + fmt_num(opt.relaxation_share));
   if (opt.threads < 0 || opt.threads > 1024)
     throw solver_error("threads must be 0 (the cores available) to 1024, got " + std::to_string(opt.threads));
   p.validate();
@@ -602,6 +609,9 @@ struct exact_end {
   stop_reason why = stop_reason::time_limit;
   std::string message;
   bool then_search = false;  ///< the Lagrangian search is to use the rest of the time on thread 0
+  /// The LP relaxation ran out of its share of the time (relaxation_share); its pass stays open, and
+  /// exact_pipeline::resume goes on from its basis (when the search on thread 0 stalls).
+  bool resumable = false;
 };
 
 /// Why a solve that reached its cutoff ended, in words.
@@ -732,8 +742,31 @@ class exact_pipeline {
 
   exact_end run() {
     glp_quiet quiet;
-    for (int pass = 0;; ++pass)
-      if (std::optional<exact_end> end = one_pass(pass)) return *end;
+    return passes_from(0);
+  }
+
+  /// Whether run() ended with the LP relaxation cut off at its share of the time, its pass
+  /// (the model and its basis) kept for resume().
+  bool resumable() const noexcept { return open_ != nullptr; }
+
+  /// After run() ended resumable and the Lagrangian search on this thread stalled: the LP
+  /// relaxation goes on from the basis it reached, with the rest of the time and no share,
+  /// then branch and bound and the exact search as usual. Offer the search's answers to the
+  /// incumbent first: GLPK starts from the best one, and reduced-cost fixing prunes with it.
+  exact_end resume() {
+    glp_quiet quiet;
+    capped_ = false;
+    res_.sizes.resize(sizes_kept_);  // recorded again when this ends
+    open_pass& o = *open_;
+    if (best_.eval)
+      if (std::optional<std::vector<std::size_t>> s = repair_pick(*o.rv, best_.project(*o.rv), heuristic_deadline_from_now(opt_)))
+        o.cb.start = std::move(s);
+    const int next = o.pass + 1;
+    std::optional<exact_end> end = rounds();
+    if (!end) end = passes_from(next);
+    end->message += std::string(end->message.empty() ? "" : " ") +
+                    "(the LP relaxation went on from its basis once the Lagrangian search on thread 0 stalled)";
+    return *end;
   }
 
  private:
@@ -748,6 +781,26 @@ class exact_pipeline {
   double limit_tol_;
   std::vector<std::int64_t> rows_at_;  // time points whose memory rows proved needed
   std::int64_t bound_;
+  bool capped_ = true;                 // the LP relaxation gets relaxation_share of the time (until resume())
+  std::size_t sizes_kept_ = 0;         // res_.sizes before the record made when that share ran out
+
+  /// The pass being solved: its view of the reduced problem, its model and GLPK's callback state
+  /// (which points into both, so they stay put), and the round it is in.
+  struct open_pass {
+    open_pass(int p, std::unique_ptr<const reduced_view> view, ilp_formulation f, const lp_size& size)
+        : pass(p), rv(std::move(view)), model(*rv, f, size) {}
+    int pass;
+    int round = 0;
+    std::unique_ptr<const reduced_view> rv;
+    glpk_model model;
+    callback_state cb;
+  };
+  std::unique_ptr<open_pass> open_;  // kept past run() only when it ended resumable
+
+  exact_end passes_from(int pass) {
+    for (;; ++pass)
+      if (std::optional<exact_end> end = one_pass(pass)) return *end;
+  }
 
   solver_error proven_infeasible() const {
     std::string msg = "no choice is feasible (proven by the ILP)";
@@ -772,12 +825,14 @@ class exact_pipeline {
   /// One pass: the model of the problem as the reducer holds it now, solved round by round.
   /// Empty when the reductions changed the problem (the next pass rebuilds the model).
   std::optional<exact_end> one_pass(int pass) {
-    const reduced_view rv(red_, candidate_times(p_, red_, opt_));
+    auto view = std::make_unique<const reduced_view>(red_, candidate_times(p_, red_, opt_));
+    const reduced_view& rv = *view;
     bound_ = std::max(bound_, proven_bound(0.0L, red_.offset));
     if (rv.ilp_nodes.empty()) return decided_by_reductions();
     const lp_size size = lp_size_of(rv, opt_.formulation);
     if (std::optional<exact_end> end = beyond_memory(size)) return end;
-    glpk_model model(rv, opt_.formulation, size);
+    open_ = std::make_unique<open_pass>(pass, std::move(view), opt_.formulation, size);
+    glpk_model& model = open_->model;
     for (std::size_t t = 0; t < rv.times.size(); ++t)
       if (!opt_.lazy_memory || std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
         model.add_memory_row(t);
@@ -786,17 +841,30 @@ class exact_pipeline {
     if (best_.eval) start = repair_pick(rv, best_.project(rv), heuristic_deadline_from_now(opt_));
     if (start) best_.offer(best_.unreduce(rv, *start));
 
-    callback_state cb;
+    callback_state& cb = open_->cb;
     cb.opt = &opt_;
     cb.rv = &rv;
     cb.model = &model;
     cb.best = &best_;
     cb.start = start;
-    for (int round = 0;; ++round) {
-      cb.round = round;
-      round_end r = one_round(pass, round, rv, model, cb);
-      if (r.end) return std::move(r.end);
-      if (r.new_pass) return std::nullopt;
+    return rounds();
+  }
+
+  /// The open pass's rounds, from the one it is in: its end (the pass kept open only when the
+  /// end is resumable), or empty for a new pass.
+  std::optional<exact_end> rounds() {
+    open_pass& o = *open_;
+    for (;; ++o.round) {
+      o.cb.round = o.round;
+      round_end r = one_round(o.pass, o.round, *o.rv, o.model, o.cb);
+      if (r.end) {
+        if (!r.end->resumable) open_.reset();
+        return std::move(r.end);
+      }
+      if (r.new_pass) {
+        open_.reset();
+        return std::nullopt;
+      }
     }
   }
 
@@ -855,13 +923,14 @@ class exact_pipeline {
   std::optional<exact_end> relaxation(const reduced_view& rv, glpk_model& model) {
     best_.phase = "LP relaxation";
     if (best_.hub) best_.hub->tick(best_.phase);
-    // With an answer in hand the LP relaxation gets at most a quarter of the time: one that
-    // cannot finish by then leaves too little for a search and a proof over it, and the rest
-    // goes to local search, which then needs every second it can get.
-    const bool quarter = best_.eval.has_value();
+    // With an answer in hand the LP relaxation gets at most relaxation_share (a quarter) of the
+    // time: one that cannot finish by then leaves too little for a search and a proof over it,
+    // and the rest goes to the Lagrangian search, which then needs every second it can get, until
+    // it stalls (resume()).
+    const bool quarter = capped_ && best_.eval.has_value();
     const clock::time_point lp_until =
-        quarter ? std::min(deadline_, t0_ + std::chrono::duration_cast<clock::duration>(
-                                                std::chrono::duration<double>(0.25 * opt_.time_limit)))
+        quarter ? std::min(deadline_, t0_ + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
+                                                opt_.relaxation_share * opt_.time_limit)))
                 : deadline_;
     const phase_end lp = solve_relaxation(model, lp_until, limit_tol_);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
@@ -872,11 +941,14 @@ class exact_pipeline {
       throw proven_infeasible();
     }
     if (lp != phase_end::time_out) return std::nullopt;
+    sizes_kept_ = res_.sizes.size();
     record_sizes(res_, red_, rv, model);
     if (quarter)
       return exact_end{
           bound_, stop_reason::time_limit,
-          "the LP relaxation did not finish in a quarter of the time_limit; the Lagrangian search used the rest", true};
+          "the LP relaxation did not finish in relaxation_share (" + fmt_num(opt_.relaxation_share) +
+              ") of the time_limit; the Lagrangian search used the rest",
+          true, true};
     return exact_end{bound_, stop_reason::time_limit, timed_out_ + " in the LP relaxation", false};
   }
 
@@ -1131,22 +1203,32 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
   res.threads = 1 + static_cast<int>(building.started());
   hub.bound(known_bound);
   exact_end end{known_bound, stop_reason::time_limit, "", true};
+  std::optional<exact_pipeline> exact;  // kept while its LP relaxation may resume
   if (opt.cutoff && known_bound >= *opt.cutoff) {  // nothing that matters is left to prove
     end = {known_bound, stop_reason::cutoff, "the heuristic's Lagrangian bound reached the cutoff", false};
   } else if (opt.exact) {
     // Nothing that costs more than the heuristic's answer can be in a better one: forbid it.
     if (best.eval && opt.reduce) red.tighten(best.eval->objective);
-    end = exact_pipeline(p, opt, red, best, res, t0, deadline, known_bound).run();
+    exact.emplace(p, opt, red, best, res, t0, deadline, known_bound);
+    end = exact->run();
   } else {
     end.message = "the ILP is off (solve_options::exact); the Lagrangian search ran";
   }
-  const bool searched = end.then_search && clock::now() < deadline;
+  bool searched = end.then_search && clock::now() < deadline;
   if (searched) {
     pool.run_here(0, deadline);
-    pool.join();  // the others end at their own limits (or the deadline)
-  } else {
-    pool.stop();
+    // The search on thread 0 stalled with time left: thread 0 goes back to the LP relaxation
+    // it left at relaxation_share of the time (from its basis), with the search's answer in hand.
+    if (exact && exact->resumable() && pool.result_of(0).end == search_end::stalled && clock::now() < deadline) {
+      if (const std::optional<std::vector<int>> mine = pool.result_of(0).choice) best.offer(*mine);
+      end = exact->resume();
+      searched = end.then_search;
+    }
   }
+  if (searched)
+    pool.join();  // the others end at their own limits (or the deadline)
+  else
+    pool.stop();
   if (std::exception_ptr e = hub.error()) std::rethrow_exception(e);
   const pooled_answer a = pool_answers(p, best, end, pool, res);
   if (!a.eval && opt.cutoff && a.bound >= *opt.cutoff)

@@ -157,6 +157,46 @@ TEST_CASE("search: every stop reason, said in words") {
   CHECK(r.stopped.find("mip_rel_gap 1 reached") != std::string::npos);
 }
 
+TEST_CASE("search: once the search on thread 0 stalls, the LP relaxation cut off at its share goes on and proves") {
+  // The odd cycle of the stop-reason test: the search's bound (a spanning tree's) cannot prove
+  // its answer, the LP relaxation with its memory row can.
+  strategy_problem p;
+  for (int v = 0; v < 3; ++v) p.nodes.push_back({"n" + std::to_string(v), {0, 0}, {1, 2}, {0, 1}});
+  for (int v = 0; v < 3; ++v) p.edges.push_back({static_cast<std::size_t>(v), static_cast<std::size_t>((v + 1) % 3), {5, 0, 0, 5}});
+  p.usage_limit = 5;
+
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    solve_options o;
+    o.threads = threads;
+    o.relaxation_share = 0.0;  // the LP relaxation gets no time before the search
+    o.stall_rounds = 3;
+    o.time_limit = 60;
+    const autoshard::solve_result r = solve_ilp(p, o);
+    CHECK(r.stop == stop_reason::optimal);
+    CHECK(r.objective == 5);
+    CHECK(r.bound == 5);
+    CHECK(p.evaluate(r.choice).objective == 5);
+    CHECK(r.search_rounds >= 3);  // the search ran first, and stalled
+    CHECK(r.seconds < 30);
+  }
+  // A search that does not stall keeps thread 0 to its work limit: no proof.
+  solve_options o;
+  o.threads = 1;
+  o.relaxation_share = 0.0;
+  o.stall_rounds = 0;
+  o.work_limit = 2;
+  const autoshard::solve_result r = solve_ilp(p, o);
+  CHECK(r.stop == stop_reason::work_limit);
+  CHECK(r.bound < 5);
+  CHECK(r.stopped.find("relaxation_share (0) of the time_limit") != std::string::npos);
+  CHECK(r.search_rounds == 2);
+
+  o.relaxation_share = 1.5;
+  CHECK_THROWS_WITH_AS(solve_ilp(p, o), "solver error: relaxation_share must be in [0, 1], got 1.5",
+                       autoshard::solver_error);
+}
+
 TEST_CASE("search: progress shows exact incumbents that never rise and bounds that never pass the final one") {
   const strategy_problem p = memory_grid(5, 3);
   solve_options o;

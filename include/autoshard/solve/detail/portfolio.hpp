@@ -198,6 +198,11 @@ class search_pool {
 
   /// The results per search index (after stop or join).
   const std::vector<result>& results() const { return results_; }
+  /// Search index k's result once it has ended (run_here's, while the others still run).
+  result result_of(std::size_t k) const {
+    std::lock_guard<std::mutex> lock(m_);
+    return k < results_.size() ? results_[k] : result{};
+  }
   const reduced_view& view() const { return view_; }
 
  private:

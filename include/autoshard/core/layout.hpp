@@ -50,9 +50,9 @@ struct shard_box {
   constexpr bool empty() const noexcept { return shape.numel() == 0; }
 };
 
-/// Shape and offset of `rank`'s shard. Partial and Replicate placements do not cut.
-constexpr shard_box local_box(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
-                              int rank, split_rule rule = split_rule::chunk) {
+namespace detail {
+/// Throws unless spec `s` is for mesh `m` and a tensor of `global`'s rank, each Shard naming a dim of it.
+constexpr void check_box_args(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) {
   if (s.mesh_rank != m.ndim() || s.tensor_rank != global.rank)
     throw shape_error("local_box: the spec is for " + std::to_string(s.mesh_rank) + " mesh axes and a tensor of rank " +
                       std::to_string(s.tensor_rank) + ", but the mesh " + to_string(m) + " has " +
@@ -61,6 +61,13 @@ constexpr shard_box local_box(const device_mesh& m, const sharding_spec& s, cons
   for (std::size_t i = 0; i < s.mesh_rank; ++i)
     if (s[i].is_shard() && (s[i].dim < 0 || s[i].dim >= s.tensor_rank))
       bad_spec::shard_dim_outside_tensor_rank(s[i].dim, s.tensor_rank);
+}
+}  // namespace detail
+
+/// Shape and offset of `rank`'s shard. Partial and Replicate placements do not cut.
+constexpr shard_box local_box(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
+                              int rank, split_rule rule = split_rule::chunk) {
+  detail::check_box_args(m, s, global);
   auto coord = m.coordinate(rank);
   shard_box b;
   b.shape = global;
@@ -106,13 +113,45 @@ constexpr bool divides_evenly(const device_mesh& m, const sharding_spec& s, cons
 
 /// True when no rank's shard is smaller than one element along a sharded dim. Under the
 /// chunk rule this is stricter than n >= pieces: 6 over 4 gives 2,2,2,0, and nested splits
-/// can empty a piece that one split alone would not, so every rank is checked.
+/// can empty a piece that one split alone would not (10 over 2 then 4: 5 -> 2,2,1,0). The
+/// ranks are not visited (a mesh may have 2^20): each dim's mesh axes cut it outer first, and
+/// a split of x into k gives at most two sizes (chunk: c = ceil(x/k) k-1 times, then
+/// x - c*(k-1), empty when <= 0; balanced: x/k and x/k + 1, empty when x < k), so the sizes a
+/// rank can hold are followed level by level: at most 2^max_mesh_rank of them.
 constexpr bool no_empty_shards(const device_mesh& m, const sharding_spec& s, const tensor_shape& global,
                                split_rule rule = split_rule::chunk) {
-  for (int r = 0; r < m.num_ranks(); ++r) {
-    const tensor_shape local = local_box(m, s, global, r, rule).shape;
-    for (int d = 0; d < s.tensor_rank; ++d)
-      if (s.is_sharded(d) && local[static_cast<std::size_t>(d)] == 0) return false;
+  detail::check_box_args(m, s, global);
+  constexpr std::size_t cap = std::size_t{1} << max_mesh_rank;
+  for (int d = 0; d < s.tensor_rank; ++d) {
+    if (!s.is_sharded(d)) continue;
+    std::int64_t sizes[cap] = {global[static_cast<std::size_t>(d)]};
+    std::size_t count = 1;
+    for (std::size_t i = 0; i < s.mesh_rank; ++i) {
+      if (!s[i].is_shard(d)) continue;
+      const std::int64_t k = m.size(i);
+      std::int64_t next[cap] = {};
+      std::size_t n = 0;
+      const auto add = [&](std::int64_t v) {
+        for (std::size_t j = 0; j < n; ++j)
+          if (next[j] == v) return;
+        next[n++] = v;
+      };
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::int64_t x = sizes[j];
+        if (rule == split_rule::balanced) {
+          if (x < k) return false;
+          add(x / k);
+          if (x % k != 0) add(x / k + 1);
+        } else {
+          const std::int64_t c = (x + k - 1) / k, last = x - c * (k - 1);
+          if (last <= 0) return false;
+          add(c);
+          add(last);
+        }
+      }
+      for (std::size_t j = 0; j < n; ++j) sizes[j] = next[j];
+      count = n;
+    }
   }
   return true;
 }

@@ -361,6 +361,59 @@ TEST_CASE("local_box: every rank, spec and shape against chunking index lists") 
   CHECK(checked > 10000);
 }
 
+TEST_CASE("no_empty_shards: the same verdicts as visiting every rank, without visiting them") {
+  // The oracle: every rank's box, as no_empty_shards once computed it (2^20 ranks took 20 s).
+  const auto every_rank = [](const device_mesh& m, const sharding_spec& s, const tensor_shape& g, split_rule rule) {
+    for (int r = 0; r < m.num_ranks(); ++r) {
+      const tensor_shape local = local_box(m, s, g, r, rule).shape;
+      for (int d = 0; d < s.tensor_rank; ++d)
+        if (s.is_sharded(d) && local[static_cast<std::size_t>(d)] == 0) return false;
+    }
+    return true;
+  };
+  // Every spec of these meshes over dims 0..13 (rank 1) and a few rank-2 shapes: the sizes
+  // where nesting empties a piece (10 over 2 then 4, 9 over 4) and where it does not.
+  const std::vector<std::vector<int>> meshes{{4}, {3}, {2, 4}, {4, 3}, {3, 2, 2}, {2, 3, 2, 2}, {5, 1, 3}};
+  int checked = 0, empty = 0;
+  for (const auto& sizes : meshes) {
+    const device_mesh m = mesh_of(sizes);
+    std::vector<tensor_shape> shapes;
+    for (std::int64_t n = 0; n <= 13; ++n) shapes.push_back(tensor_shape{n});
+    for (std::int64_t a : {1, 5, 7, 12})
+      for (std::int64_t b : {2, 6, 9}) shapes.push_back(tensor_shape{a, b});
+    for (const tensor_shape& g : shapes)
+      for (const sharding_spec& s : at::all_specs(static_cast<int>(sizes.size()), static_cast<int>(g.rank), {}))
+        for (split_rule rule : {split_rule::chunk, split_rule::balanced}) {
+          CAPTURE(to_string(m));
+          CAPTURE(to_string(g));
+          CAPTURE(spec_name(s));
+          const bool want = every_rank(m, s, g, rule);
+          CHECK(no_empty_shards(m, s, g, rule) == want);
+          ++checked;
+          empty += want ? 0 : 1;
+        }
+  }
+  CHECK(checked > 5000);
+  CHECK(empty > 500);  // the sweep reaches both verdicts
+  // Errors are local_box's: a spec for another mesh, a Shard outside the tensor.
+  CHECK_THROWS_AS((void)no_empty_shards(device_mesh{2, 2}, parse_spec("S0", 1, 1), {4}), shape_error);
+  // 2^20 ranks: four axes of 32, a dim split by all four. Once 2^20 boxes, now a few divisions.
+  const device_mesh big{32, 32, 32, 32};
+  const auto s0123 = parse_spec("S0123", 4, 1);
+  const std::int64_t mi = std::int64_t{1} << 20;
+  CHECK(no_empty_shards(big, s0123, {mi}));
+  CHECK(no_empty_shards(big, s0123, {mi}, split_rule::balanced));
+  CHECK(no_empty_shards(big, s0123, {3 * mi - 1}));
+  // 2^20 + 1: the blocks of 33 on the third level end in one of 2, whose split over 32 is 1,1,0,...
+  CHECK_FALSE(no_empty_shards(big, s0123, {mi + 1}));
+  CHECK(no_empty_shards(big, s0123, {mi + 1}, split_rule::balanced));
+  CHECK_FALSE(no_empty_shards(big, s0123, {mi - 1}));
+  CHECK_FALSE(no_empty_shards(big, s0123, {mi - 1}, split_rule::balanced));  // 31 of the last level over 32
+  const auto s01_23 = parse_spec("S01S23", 4, 2);
+  CHECK(no_empty_shards(big, s01_23, {1024, 1024}));
+  CHECK_FALSE(no_empty_shards(big, s01_23, {1024, 1000}));  // 1000 over 32 -> 32 x 31, 8; 32 over 32 -> 1; 8 over 32 -> 1 x 8, 0
+}
+
 TEST_CASE("local_box: nested splits go outer axis first, with worked numbers") {
   const device_mesh m{2, 4};
   // 10 over 2 -> [0,5) [5,10); each over 4 -> 2,2,1,0: rank 5 = (1,1) holds [7,9).

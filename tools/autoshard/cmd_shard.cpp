@@ -123,10 +123,10 @@ int run_shard(const shard_cli_options& o) {
     if (name == "auto") {
       if (cfg.empty()) throw spec_error("--policy auto reads model_type from config.json, but there is none beside '" +
                                         o.checkpoint + "': give --config or a policy by name");
-      if (model_type.empty()) throw spec_error("--policy auto: '" + cfg.string() + "' has no \"model_type\"; give a policy by name");
+      if (model_type.empty()) throw spec_error("--policy auto: " + quoted_path(cfg.string()) + " has no \"model_type\"; give a policy by name");
       name = model_type;
     } else if (!model_type.empty() && model_type != name) {
-      throw spec_error("policy " + quoted_text(name) + " does not fit this checkpoint: '" + cfg.string() + "' says model_type " +
+      throw spec_error("policy " + quoted_text(name) + " does not fit this checkpoint: " + quoted_path(cfg.string()) + " says model_type " +
                        quoted_text(model_type) + " (use --policy auto, or --policy " + quoted_text(model_type) + ")");
     }
     const tp_policy policy = policies::by_model_type(name);

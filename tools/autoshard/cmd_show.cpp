@@ -416,7 +416,7 @@ std::optional<fused_dim> cut_per_part(const plan_document& d, vertex_t v) {
 /// the checkpoint spelling, a tied weight's state-dict name; `tied` says which it is then).
 vertex_t find_plan_tensor(const plan_document& d, const std::string& want, const std::string& file, std::string* tied = nullptr) {
   if (const std::optional<vertex_t> v = find_tensor(d.graph, want, tied)) return *v;
-  throw graph_error("plan file '" + file + "' has no tensor " + quoted_text(want) + did_you_mean(d.graph, want) +
+  throw graph_error("plan file " + quoted_path(file) + " has no tensor " + quoted_text(want) + did_you_mean(d.graph, want) +
                     " (`autoshard show --plan " + file + "` lists all " + std::to_string(d.tensors.size()) + ")");
 }
 

@@ -35,7 +35,7 @@ nlohmann::json keep_template(const model_options& mo, const hf_model& m, const n
   std::error_code ec;
   const fs::path p = fs::is_directory(mo.model, ec) ? fs::path(mo.model) / "config.json" : fs::path(mo.model);
   const nlohmann::json tmpl =
-      parse_json_text(read_regular_file(p.string(), "Hugging Face config", hf_config_max_bytes), "'" + p.string() + "'");
+      parse_json_text(read_regular_file(p.string(), "Hugging Face config", hf_config_max_bytes), quoted_path(p.string()));
   hf_model as_read = read_hf_config(tmpl, p.string());
   as_read.config.seq = m.config.seq;
   as_read.config.type = m.config.type;
@@ -129,7 +129,7 @@ int run_synth(const synth_options& o) {
   if (!o.model.is_preset() && fs::exists(fs::path(o.out) / "config.json", ec) &&
       fs::equivalent(fs::path(o.out) / "config.json",
                      fs::is_directory(o.model.model, ec) ? fs::path(o.model.model) / "config.json" : fs::path(o.model.model), ec))
-    throw spec_error("--out '" + o.out + "' holds the --model config.json; synth would overwrite its input");
+    throw spec_error("--out " + quoted_path(o.out) + " holds the --model config.json; synth would overwrite its input");
   fs::create_directories(o.out);
   {
     safetensors_writer w(weights_file, infos, {{"format", "pt"}});

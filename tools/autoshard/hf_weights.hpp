@@ -125,7 +125,7 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
   if (!differ.empty()) why += "; " + std::to_string(differ.size()) + " differ: " + first(differ);
   if (!missing.empty()) why += "; " + std::to_string(missing.size()) + " parameters are not in the checkpoint: " + first(missing);
   if (!extra.empty()) why += "; " + std::to_string(extra.size()) + " checkpoint tensors are not parameters: " + first(extra);
-  throw io_error("the weights in '" + where + "' do not match its config.json" + why);
+  throw io_error("the weights in " + quoted_path(where) + " do not match its config.json" + why);
 }
 
 /// The graph of a Hugging Face model, its weights checked when `dir` has any. Without a

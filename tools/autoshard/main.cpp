@@ -251,8 +251,8 @@ int main(int argc, char** argv) {
                  "memory than this machine lets the process have\n";
     return exit_user_error;
   } catch (const std::filesystem::filesystem_error& e) {
-    std::cerr << "autoshard: io error: " << e.code().message() << ": '" << e.path1().string() << "'"
-              << (e.path2().empty() ? "" : " and '" + e.path2().string() + "'") << "\n";
+    std::cerr << "autoshard: io error: " << e.code().message() << ": " << autoshard::quoted_path(e.path1().string())
+              << (e.path2().empty() ? "" : " and " + autoshard::quoted_path(e.path2().string())) << "\n";
     return exit_user_error;
   } catch (const std::exception& e) {  // a bug: still one line with a kind
     std::cerr << "autoshard: internal error: " << e.what() << "\n";

@@ -139,7 +139,7 @@ struct model_options {
                          flag + " out, or export the model with that dim dynamic");
     return std::move(r.graph);
 #else
-    throw io_error("'" + model + "' is an ONNX model, but this autoshard was built without ONNX (libonnx-dev)");
+    throw io_error(quoted_path(model) + " is an ONNX model, but this autoshard was built without ONNX (libonnx-dev)");
 #endif
   }
 
@@ -156,7 +156,7 @@ struct model_options {
   static bool has_model_type(const std::string& file) {
     nlohmann::json j;
     try {
-      j = parse_json_text(read_regular_file(file, "model file", hf_config_max_bytes), "model file '" + file + "'");
+      j = parse_json_text(read_regular_file(file, "model file", hf_config_max_bytes), "model file " + quoted_path(file));
     } catch (const io_error&) {
       return false;  // not a config; the model reader reports what is wrong with the file
     }
@@ -178,7 +178,7 @@ struct model_options {
     if (it == presets.end()) {
       std::string names;
       for (const auto& [k, v] : presets) names += (names.empty() ? "" : ", ") + k;
-      throw graph_error("unknown model '" + model + "': not a file and not a preset (" + names + ")");
+      throw graph_error("unknown model " + quoted_path(model) + ": not a file and not a preset (" + names + ")");
     }
     transformer_config c = it->second.second();
     const bool widened = hidden > 0 && ffn == 0 && it->second.first != "llama";

@@ -70,10 +70,10 @@ class command_paths {
     for (const entry& e : inputs_) {
       struct stat st {};
       if (::stat(e.path.c_str(), &st) != 0)
-        throw io_error("cannot open " + e.what + " '" + e.path.string() + "': " + std::strerror(errno));
+        throw io_error("cannot open " + e.what + " " + quoted_path(e.path.string()) + ": " + std::strerror(errno));
       const bool dir = S_ISDIR(st.st_mode);
       if (!S_ISREG(st.st_mode) && !(dir && e.dir_ok))
-        throw io_error(e.what + " '" + e.path.string() + "' is " + kind(st.st_mode) + ", not a regular file");
+        throw io_error(e.what + " " + quoted_path(e.path.string()) + " is " + kind(st.st_mode) + ", not a regular file");
       in.emplace(std::pair{st.st_dev, st.st_ino}, &e);
     }
     std::unordered_map<std::string, const entry*> seen;  // an output's file (device:inode) or absolute path
@@ -82,8 +82,8 @@ class command_paths {
       std::string key;
       if (::stat(o.path.c_str(), &st) == 0) {
         if (const auto it = in.find({st.st_dev, st.st_ino}); it != in.end())
-          throw io_error(o.what + " '" + o.path.string() + "' is the " + it->second->what + " '" + it->second->path.string() +
-                         "': refusing to overwrite its input");
+          throw io_error(o.what + " " + quoted_path(o.path.string()) + " is the " + it->second->what + " " + quoted_path(it->second->path.string()) +
+                         ": refusing to overwrite its input");
         key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
       } else {
         std::error_code ec;
@@ -99,15 +99,15 @@ class command_paths {
         const std::filesystem::path dir = o.path.parent_path().empty() ? std::filesystem::path(".") : o.path.parent_path();
         struct stat dst {};
         if (::stat(dir.c_str(), &dst) != 0)
-          throw io_error(o.what + " '" + o.path.string() + "': cannot write into '" + dir.string() + "': " + std::strerror(errno));
+          throw io_error(o.what + " " + quoted_path(o.path.string()) + ": cannot write into " + quoted_path(dir.string()) + ": " + std::strerror(errno));
         if (!S_ISDIR(dst.st_mode))
-          throw io_error(o.what + " '" + o.path.string() + "': '" + dir.string() + "' is " + kind(dst.st_mode) + ", not a directory");
+          throw io_error(o.what + " " + quoted_path(o.path.string()) + ": " + quoted_path(dir.string()) + " is " + kind(dst.st_mode) + ", not a directory");
         if (::access(dir.c_str(), W_OK | X_OK) != 0)
-          throw io_error(o.what + " '" + o.path.string() + "': cannot write into '" + dir.string() + "': " + std::strerror(errno));
+          throw io_error(o.what + " " + quoted_path(o.path.string()) + ": cannot write into " + quoted_path(dir.string()) + ": " + std::strerror(errno));
       }
       if (const auto [it, fresh] = seen.emplace(key, &o); !fresh)
-        throw io_error(o.what + " '" + o.path.string() + "' and " + it->second->what + " '" + it->second->path.string() +
-                       "' are the same file: give each output its own path");
+        throw io_error(o.what + " " + quoted_path(o.path.string()) + " and " + it->second->what + " " + quoted_path(it->second->path.string()) +
+                       " are the same file: give each output its own path");
     }
   }
 

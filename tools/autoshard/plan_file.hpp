@@ -56,13 +56,13 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
     }
     const auto& e = ck.entry(n);
     if (!(e.shape == p.shape))
-      throw io_error("plan file '" + file + "' has parameter '" + p.name + "' of shape " + to_string(p.shape) +
+      throw io_error("plan file " + quoted_path(file) + " has parameter '" + p.name + "' of shape " + to_string(p.shape) +
                      " but the checkpoint's '" + n + "' is " + to_string(e.shape) + ": the plan is for another model");
     pol.specs[n] = plan.tensors[v].output;
     if (const fused_dim f = fused_dim_of(plan.graph, v); f.any()) pol.fused[n] = f;
   }
   if (pol.specs.empty())
-    throw io_error("plan file '" + file + "' names none of the checkpoint's tensors (first: '" +
+    throw io_error("plan file " + quoted_path(file) + " names none of the checkpoint's tensors (first: '" +
                    (params.empty() ? std::string("none") : plan.graph[params.front()].name) +
                    "'): the plan is for another model");
   // A plan for fewer (or more) layers would leave the checkpoint's other layers replicated
@@ -90,7 +90,7 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
     const auto it = in_plan.find(stack);
     const std::int64_t p = it == in_plan.end() ? 0 : it->second;
     if (p != count)
-      throw io_error("plan file '" + file + "' has " + std::to_string(p) + " layers of '" + stack + "N.' but the checkpoint has " +
+      throw io_error("plan file " + quoted_path(file) + " has " + std::to_string(p) + " layers of '" + stack + "N.' but the checkpoint has " +
                      std::to_string(count) + ": the plan is for another model");
   }
   for (const auto& n : missing)

@@ -7,6 +7,7 @@
 /// nested in another ("plan file 'p.json': its graph is invalid: graph error: ...") reads
 /// without it.
 #include <stdexcept>  // std::runtime_error
+#include <algorithm>  // std::min
 #include <cstddef>    // std::size_t
 #include <cstdio>     // std::snprintf
 #include <string>     // std::string
@@ -133,16 +134,11 @@ constexpr std::size_t utf8_char_length(std::string_view s, std::size_t i) noexce
 /// The longest quoted name, in bytes, before quoted_text() cuts it.
 inline constexpr std::size_t max_quoted_bytes = 80;
 
-/// Text a user gave (a name, a flag's value, a key read from a file) as every message quotes
-/// it: in single quotes, whole when it has at most `max` bytes, else its first `max` bytes
-/// (never half a character), "..." and its length: `'h.0.attn.c_attn.weightxxxx...' (100000
-/// bytes)`. A byte that is not part of valid UTF-8, and a control character, is written as
-/// \xHH: a message never holds half a character or a terminal's escape sequence. A message
-/// that quoted a 100 KB --pin name whole was 100 KB long.
-inline std::string quoted_text(std::string_view text, std::size_t max = max_quoted_bytes) {
-  std::string out = "'";
-  std::size_t i = 0;
-  while (i < text.size() && i < max) {
+namespace detail {
+/// text[i, end) onto `out`, whole characters only (stopping before one that would end past
+/// `end`), a byte that is not valid UTF-8 and a control character as \xHH. Returns where it stopped.
+inline std::size_t append_escaped(std::string& out, std::string_view text, std::size_t i, std::size_t end) {
+  while (i < end) {
     const std::size_t n = utf8_char_length(text, i);
     const auto c = static_cast<unsigned char>(text[i]);
     if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F))) {
@@ -152,12 +148,48 @@ inline std::string quoted_text(std::string_view text, std::size_t max = max_quot
       ++i;
       continue;
     }
-    if (i + n > max) break;  // a character that would end past the cut: cut before it
+    if (i + n > end) break;  // a character that would end past the cut: cut before it
     out.append(text.substr(i, n));
     i += n;
   }
+  return i;
+}
+}  // namespace detail
+
+/// Text a user gave (a name, a flag's value, a key read from a file) as every message quotes
+/// it: in single quotes, whole when it has at most `max` bytes, else its first `max` bytes
+/// (never half a character), "..." and its length: `'h.0.attn.c_attn.weightxxxx...' (100000
+/// bytes)`. A byte that is not part of valid UTF-8, and a control character, is written as
+/// \xHH: a message never holds half a character or a terminal's escape sequence. A message
+/// that quoted a 100 KB --pin name whole was 100 KB long.
+inline std::string quoted_text(std::string_view text, std::size_t max = max_quoted_bytes) {
+  std::string out = "'";
+  const std::size_t i = detail::append_escaped(out, text, 0, std::min(text.size(), max));
   if (i == text.size()) return out + "'";
   return out + "...' (" + std::to_string(text.size()) + " bytes)";
+}
+
+/// The longest path, in bytes, that quoted_path() quotes whole (PATH_MAX): a cut path names no
+/// file, so paths are kept whole far beyond quoted_text's 80 bytes.
+inline constexpr std::size_t max_quoted_path_bytes = 4096;
+
+/// A file or directory path as every message quotes it: in single quotes, escaped as
+/// quoted_text escapes (a newline, an ESC or a byte that is not UTF-8 as \xHH, so a path
+/// never moves the cursor or recolours the terminal), whole up to max_quoted_path_bytes;
+/// a longer one keeps its start and its end (the file's name), cut in the middle between
+/// characters: `'/data/run...ck/model.safetensors' (9000 bytes)`.
+inline std::string quoted_path(std::string_view path, std::size_t max = max_quoted_path_bytes) {
+  std::string out = "'";
+  if (path.size() <= max) {
+    detail::append_escaped(out, path, 0, path.size());
+    return out + "'";
+  }
+  detail::append_escaped(out, path, 0, max / 2);
+  std::size_t tail = path.size() - (max - max / 2);  // the end's first whole character
+  while (tail < path.size() && (static_cast<unsigned char>(path[tail]) & 0xC0) == 0x80) ++tail;
+  out += "...";
+  detail::append_escaped(out, path, tail, path.size());
+  return out + "' (" + std::to_string(path.size()) + " bytes)";
 }
 
 /// The character at text[pos] quoted whole (one UTF-8 character, or the byte as \xHH when

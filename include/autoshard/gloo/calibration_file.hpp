@@ -126,7 +126,7 @@ inline void save_calibration(const calibration_result& r, const std::string& pat
 }
 
 inline calibration_result load_calibration(const std::string& path) {
-  return calibration_from_json(load_json_file(path, "calibration file"), "calibration file '" + path + "'");
+  return calibration_from_json(load_json_file(path, "calibration file"), "calibration file " + quoted_path(path));
 }
 
 }  // namespace autoshard

@@ -65,7 +65,7 @@ class gloo_store {
     try {
       s.store_ = std::make_shared<gloo::rendezvous::FileStore>(dir);
     } catch (const std::exception& e) {
-      throw comm_error("cannot open the file store '" + dir + "': " + e.what());
+      throw comm_error("cannot open the file store " + quoted_path(dir) + ": " + e.what());
     }
     s.description_ = "file store " + dir;
     return s;

@@ -242,7 +242,7 @@ inline hf_model read_hf_config_file(const std::filesystem::path& dir_or_file) {
   const std::filesystem::path p =
       std::filesystem::is_directory(dir_or_file, ec) ? dir_or_file / "config.json" : dir_or_file;
   const std::string text = read_regular_file(p.string(), "Hugging Face config", hf_config_max_bytes);
-  return read_hf_config(parse_json_text(text, "'" + p.string() + "'"), p.string());
+  return read_hf_config(parse_json_text(text, quoted_path(p.string())), p.string());
 }
 
 /// Builds the graph of a Hugging Face model: for bert and roberta the base model (BertModel /

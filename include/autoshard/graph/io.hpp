@@ -149,7 +149,7 @@ inline model_graph read_json(std::istream& in) {
 /// Reads a JSON model file (a regular file; io_error naming the file and the JSON path).
 inline model_graph read_json_file(const std::string& path) {
   const nlohmann::json j = load_json_file(path, "model file");
-  const json_in in(j, "model file '" + path + "'");
+  const json_in in(j, "model file " + quoted_path(path));
   // A Hugging Face config too large to be read as one (above hf_config_max_bytes) is named as
   // what it is (it was reported as a model file without "nodes").
   if (j.is_object() && !j.contains("nodes") && j.contains("model_type") && j["model_type"].is_string()) {

@@ -53,7 +53,7 @@ namespace autoshard {
 namespace detail {
 
 inline std::string sys_error(const std::string& what, const std::filesystem::path& p) {
-  return what + " '" + p.string() + "': " + std::strerror(errno);
+  return what + " " + quoted_path(p.string()) + ": " + std::strerror(errno);
 }
 
 /// What a file mode is, as a message says it.
@@ -229,16 +229,16 @@ inline std::vector<std::filesystem::path> remove_stale_temporaries(const std::fi
 /// is not followed: it is refused as a link, whatever it points to.
 inline std::string why_not_replaceable(const std::filesystem::path& target) {
   if (const std::filesystem::path f = target.filename(); f.empty() || f == "." || f == "..")
-    return "'" + target.string() + "' names a directory, not a file: give the file's name";
+    return quoted_path(target.string()) + " names a directory, not a file: give the file's name";
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};  // absent (or unreadable: the create says why)
   std::string what = detail::file_kind(st.st_mode);
   if (S_ISLNK(st.st_mode)) {
     std::error_code ec;
     const auto to = std::filesystem::read_symlink(target, ec);
-    if (!ec) what += " to '" + to.string() + "'";
+    if (!ec) what += " to " + quoted_path(to.string());
   }
-  return "'" + target.string() + "' is " + what + ", not a regular file: refusing to replace it";
+  return quoted_path(target.string()) + " is " + what + ", not a regular file: refusing to replace it";
 }
 
 /// Throws io_error unless `target` is absent or a regular file (why_not_replaceable).
@@ -262,7 +262,7 @@ inline void check_free_space(const std::filesystem::path& dir, std::uint64_t byt
   if (ec || s.available == static_cast<std::uintmax_t>(-1)) return;
   if (s.available < bytes)
     throw io_error(what + " needs " + human_bytes_exact(static_cast<std::int64_t>(std::min<std::uint64_t>(bytes, std::numeric_limits<std::int64_t>::max()))) +
-                   " but the file system of '" + at.string() + "' has " + human_bytes_exact(static_cast<std::int64_t>(s.available)) +
+                   " but the file system of " + quoted_path(at.string()) + " has " + human_bytes_exact(static_cast<std::int64_t>(s.available)) +
                    " available");
 }
 
@@ -274,9 +274,9 @@ inline std::filesystem::path resolve_output_link(std::filesystem::path p) {
   for (int hops = 0;; ++hops) {
     std::error_code ec;
     if (!fs::is_symlink(fs::symlink_status(p, ec))) return p;
-    if (hops == 40) throw io_error("'" + p.string() + "': too many levels of symbolic links");
+    if (hops == 40) throw io_error(quoted_path(p.string()) + ": too many levels of symbolic links");
     const fs::path to = fs::read_symlink(p, ec);
-    if (ec) throw io_error("cannot read the symbolic link '" + p.string() + "': " + ec.message());
+    if (ec) throw io_error("cannot read the symbolic link " + quoted_path(p.string()) + ": " + ec.message());
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
 }
@@ -388,7 +388,7 @@ class atomic_file {
   void rename_over_target() {
     auto fail = [&](int err) {
       errno = err;
-      throw io_error("cannot rename '" + tmp_.string() + "' to '" + final_.string() + "': " + std::strerror(err));
+      throw io_error("cannot rename " + quoted_path(tmp_.string()) + " to " + quoted_path(final_.string()) + ": " + std::strerror(err));
     };
     for (int attempt = 0; attempt < 4; ++attempt) {
       check_replaceable(final_);  // replaced by a FIFO or a link since the constructor: refused

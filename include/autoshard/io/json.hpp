@@ -641,7 +641,7 @@ struct regular_file {
 /// without reading from it (it is opened non-blocking, so a FIFO without a writer cannot hang
 /// the call). `what` names the file in messages ("plan file").
 inline void open_regular_file(regular_file& f, const std::string& path, const std::string& what) {
-  f.name = what + " '" + path + "'";
+  f.name = what + " " + quoted_path(path);
   f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) throw io_error("cannot open " + f.name + ": " + std::strerror(errno));
   struct stat st {};
@@ -703,7 +703,7 @@ inline std::string read_regular_file(const std::string& path, const std::string&
 /// is refused from its size before a byte of it is read (check_json_memory): reading a
 /// 1.3 GB text first took 1.3 GB and 3 s only to refuse it.
 inline nlohmann::json load_json_file(const std::string& path, const std::string& what = "file") {
-  const std::string name = what + " '" + path + "'";
+  const std::string name = what + " " + quoted_path(path);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) check_json_memory(static_cast<std::size_t>(st.st_size), name);
   return parse_json_text(read_regular_file(path, what), name);

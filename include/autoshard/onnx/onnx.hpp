@@ -67,13 +67,13 @@ inline onnx_import read_onnx_file(const std::string& path, const onnx_options& o
     const std::uint64_t need = 2 * static_cast<std::uint64_t>(st.st_size);
     const machine_limits m = machine_limits::memory_here();
     if (need > m.memory())
-      throw resource_error("ONNX model '" + path + "' has " + human_bytes(static_cast<double>(st.st_size)) +
+      throw resource_error("ONNX model " + quoted_path(path) + " has " + human_bytes(static_cast<double>(st.st_size)) +
                            ", and reading and parsing it takes at least twice that, " + human_bytes(static_cast<double>(need)) +
                            "; this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
                            m.memory_source() + (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
   }
   const std::string bytes = read_regular_file(path, "ONNX model", o.max_file_bytes);
-  return read_onnx(bytes, "ONNX model '" + path + "'", o);
+  return read_onnx(bytes, "ONNX model " + quoted_path(path), o);
 }
 
 }  // namespace autoshard

@@ -1471,7 +1471,7 @@ inline plan_document make_plan_document(const pass_model& pm, const autosharding
 /// is for this graph (names, kinds, shapes), mesh shape and mode, and that every strategy is
 /// one the vertex offers.
 inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d, const std::string& file) {
-  const std::string where = "plan file '" + file + "'";
+  const std::string where = "plan file " + quoted_path(file);
   if (d.mesh.shape() != pm.mesh.shape())
     throw solver_error(where + " is for mesh " + to_string(d.mesh) + ", not " + to_string(pm.mesh));
   if (d.pricing.mode != pm.sopt.pricing.mode)
@@ -1544,7 +1544,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     if (o.ilp_solution_file.empty()) throw solver_error("preload_solution needs ilp_solution_file");
     preloaded = read_plan_file(o.ilp_solution_file);
     if (preloaded->pipeline)
-      throw solver_error("plan file '" + o.ilp_solution_file + "' is pipelined (" + std::to_string(preloaded->pipeline->stages.size()) +
+      throw solver_error("plan file " + quoted_path(o.ilp_solution_file) + " is pipelined (" + std::to_string(preloaded->pipeline->stages.size()) +
                          " stages): the pass prices one mesh, not its stages; `autoshard show --plan` prints it");
     // The mesh it was solved on: the pass's, or for megatron with a tensor-parallel size
     // below the last axis's that axis split in two (megatron_mesh).
@@ -1552,7 +1552,7 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
     const bool split = theirs.size() == mine.size() + 1 && std::equal(mine.begin(), mine.end() - 1, theirs.begin()) &&
                        theirs[theirs.size() - 2] * theirs.back() == mine.back();
     if (theirs != mine && !(split && preloaded->options.algo == algo::megatron))
-      throw solver_error("plan file '" + o.ilp_solution_file + "' is for mesh " + to_string(preloaded->mesh) + ", not " +
+      throw solver_error("plan file " + quoted_path(o.ilp_solution_file) + " is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
   // Refused here, with the estimate, rather than by the OOM killer halfway (planning_memory.hpp).

@@ -386,7 +386,7 @@ inline void write_plan_file(const plan_document& d, const std::filesystem::path&
 
 /// The one reader of plan files (see plan_from_json for what it checks).
 inline plan_document read_plan_file(const std::string& file) {
-  return plan_from_json(load_json_file(file, "plan file"), "plan file '" + file + "'");
+  return plan_from_json(load_json_file(file, "plan file"), "plan file " + quoted_path(file));
 }
 
 }  // namespace autoshard

@@ -661,7 +661,7 @@ inline strategy_problem read_iopddl(std::istream& in, const std::string& source 
 /// resource_error before it is read.
 inline strategy_problem read_iopddl_file(const std::filesystem::path& file) {
   const std::string what = "IOPDDL problem";
-  detail::iopddl::reader r(what + " '" + file.string() + "'");
+  detail::iopddl::reader r(what + " " + quoted_path(file.string()));
   sax_parse_json_file(file.string(), what, r, {iopddl_bytes_per_byte, "problem"});
   return r.finish();
 }
@@ -715,7 +715,7 @@ inline std::uint64_t iopddl_solution_max_bytes(std::size_t nodes) {
 /// solution of 5 * 10^7 indices for a problem of 5 nodes took 1.5 GB and 5 s before "has
 /// 50000001 strategy indices for 5 nodes"; it is now refused at once, from its size.
 inline std::vector<int> read_iopddl_solution_file(const std::filesystem::path& file, const strategy_problem& p) {
-  const std::string what = "solution", name = what + " '" + file.string() + "'";
+  const std::string what = "solution", name = what + " " + quoted_path(file.string());
   const std::size_t nodes = p.nodes.size();
   std::error_code ec;
   if (std::filesystem::is_regular_file(file, ec)) {

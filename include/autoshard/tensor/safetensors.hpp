@@ -73,10 +73,10 @@ struct safetensors_header {
 
 namespace detail {
 [[noreturn]] inline void bad_file(std::string_view file, const std::string& why) {
-  throw io_error("safetensors file '" + std::string(file) + "': " + why);
+  throw io_error("safetensors file " + quoted_path(std::string(file)) + ": " + why);
 }
 [[noreturn]] inline void bad_tensor(std::string_view file, std::string_view name, const std::string& why) {
-  throw io_error("safetensors file '" + std::string(file) + "', tensor '" + std::string(name) + "': " + why);
+  throw io_error("safetensors file " + quoted_path(std::string(file)) + ", tensor '" + std::string(name) + "': " + why);
 }
 inline std::uint64_t read_le64(const std::byte* p) noexcept {
   std::uint64_t v = 0;
@@ -194,7 +194,7 @@ inline nlohmann::json safetensors_header_json(std::span<const std::byte> bytes, 
   // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.
   // A member named twice inside an entry ("dtype" twice) is refused by the parse
   // (parse_unique_keys), as in every JSON autoshard reads.
-  const std::string source = "safetensors file '" + std::string(file) + "': header";
+  const std::string source = "safetensors file " + quoted_path(std::string(file)) + ": header";
   check_json_depth(text, source);
   const std::string duplicate = first_duplicate_key(text);
   json h;
@@ -323,7 +323,7 @@ class safetensors_file {
     }
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw io_error("cannot open '" + path.string() + "': not a regular file (a directory, FIFO or device)");
+      throw io_error("cannot open " + quoted_path(path.string()) + ": not a regular file (a directory, FIFO or device)");
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
@@ -372,7 +372,7 @@ class safetensors_file {
   }
   const safetensors_entry& entry(std::string_view name) const {
     if (const auto* e = find(name)) return *e;
-    throw io_error("safetensors file '" + path_.string() + "' has no tensor '" + std::string(name) + "'");
+    throw io_error("safetensors file " + quoted_path(path_.string()) + " has no tensor '" + std::string(name) + "'");
   }
   /// The bytes of a tensor, in the map.
   std::span<const std::byte> bytes(const safetensors_entry& e) const noexcept {
@@ -400,7 +400,7 @@ class safetensors_file {
       throw;
     }
     if (!done)
-      throw io_error("safetensors file '" + path_.string() + "' changed while it was read: it is " + current_size() +
+      throw io_error("safetensors file " + quoted_path(path_.string()) + " changed while it was read: it is " + current_size() +
                      " now, " + std::to_string(size_) + " bytes when it was opened (truncated by another program?)");
   }
   /// An aligned, owned copy of a tensor.
@@ -504,7 +504,7 @@ class safetensors_writer {
   void write(std::span<const std::byte> data) {
     while (!data.empty()) {
       if (next_ == entries_.size())
-        throw io_error("'" + path_.string() + "': " + std::to_string(data.size()) + " bytes past the last tensor");
+        throw io_error(quoted_path(path_.string()) + ": " + std::to_string(data.size()) + " bytes past the last tensor");
       const auto& e = entries_[next_];
       std::uint64_t take = std::min<std::uint64_t>(e.nbytes() - done_, data.size());
       file_.write(data.first(static_cast<std::size_t>(take)));
@@ -517,7 +517,7 @@ class safetensors_writer {
   void finish() {
     advance();
     if (next_ != entries_.size())
-      throw io_error("'" + path_.string() + "': tensor '" + entries_[next_].name + "' was not written");
+      throw io_error(quoted_path(path_.string()) + ": tensor '" + entries_[next_].name + "' was not written");
     file_.finish();
   }
   void commit() {
@@ -565,7 +565,7 @@ class checkpoint {
     if (fs::is_directory(p)) {
       if (fs::exists(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
       else if (fs::exists(p / "model.safetensors")) p /= "model.safetensors";
-      else throw io_error("directory '" + where.string() + "' has neither model.safetensors nor its index");
+      else throw io_error("directory " + quoted_path(where.string()) + " has neither model.safetensors nor its index");
     }
     if (p.extension() == ".json") open_index(p);
     else {
@@ -607,20 +607,20 @@ class checkpoint {
       // A regular file (a FIFO would block, a directory reads as an error), read up to a bound:
       // Hugging Face's indexes are kilobytes; 256 MiB is far beyond any, and no more is read.
       const std::string text = read_regular_file(index.string(), "index", std::uint64_t{256} << 20);
-      j = parse_json_text(text, "index '" + index.string() + "'");
+      j = parse_json_text(text, "index " + quoted_path(index.string()));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw io_error("index '" + index.string() + "' has no weight_map object");
+      throw io_error("index " + quoted_path(index.string()) + " has no weight_map object");
     if (j["weight_map"].empty())
-      throw io_error("index '" + index.string() + "' has an empty weight_map: it names no tensor and no file");
+      throw io_error("index " + quoted_path(index.string()) + " has an empty weight_map: it names no tensor and no file");
     std::map<std::string, std::size_t> file_ids;
     std::vector<std::pair<std::string, std::string>> wanted;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string())
-        throw io_error("index '" + index.string() + "': weight_map entry '" + it.key() + "' is not a file name");
+        throw io_error("index " + quoted_path(index.string()) + ": weight_map entry '" + it.key() + "' is not a file name");
       const std::string fname = it.value().get<std::string>();
       if (!is_plain_file_name(fname))
-        throw io_error("index '" + index.string() + "': file '" + fname + "' of tensor '" + it.key() +
+        throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(fname) + " of tensor '" + it.key() +
                        "' is not a plain file name");
       if (!file_ids.count(fname)) {
         file_ids[fname] = files_.size();
@@ -632,8 +632,8 @@ class checkpoint {
       std::size_t id = file_ids[fname];
       const auto* e = files_[id].find(name);
       if (!e)
-        throw io_error("index '" + index.string() + "' maps tensor '" + name + "' to '" + fname +
-                       "', which does not hold it");
+        throw io_error("index " + quoted_path(index.string()) + " maps tensor '" + name + "' to " + quoted_path(fname) +
+                       ", which does not hold it");
       map_[name] = {id, e};
     }
     // A tensor the index does not list would be dropped without a word by every reader, and
@@ -642,12 +642,12 @@ class checkpoint {
       for (const auto& e : files_[id].entries()) {
         const auto it = map_.find(e.name);
         if (it == map_.end())
-          throw io_error("index '" + index.string() + "': file '" + files_[id].path().filename().string() +
-                         "' holds tensor '" + e.name + "', which the weight_map does not list (an incomplete index)");
+          throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(files_[id].path().filename().string()) +
+                         " holds tensor '" + e.name + "', which the weight_map does not list (an incomplete index)");
         if (it->second.file != id)
-          throw io_error("index '" + index.string() + "': tensor '" + e.name + "' is in two files, '" +
-                         files_[it->second.file].path().filename().string() + "' (the weight_map's) and '" +
-                         files_[id].path().filename().string() + "': which one holds the weights is ambiguous");
+          throw io_error("index " + quoted_path(index.string()) + ": tensor '" + e.name + "' is in two files, " +
+                         quoted_path(files_[it->second.file].path().filename().string()) + " (the weight_map's) and " +
+                         quoted_path(files_[id].path().filename().string()) + ": which one holds the weights is ambiguous");
       }
   }
   std::vector<safetensors_file> files_;

@@ -222,7 +222,7 @@ inline std::map<std::string, const tensor_shards*> check_shard_plans(const check
   for (const auto& n : in.names())
     if (opts.every_tensor && !by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
-    throw io_error("output '" + out_dir.string() + "' exists and is not a directory");
+    throw io_error("output " + quoted_path(out_dir.string()) + " exists and is not a directory");
   if (opts.convert_to && !is_float(*opts.convert_to))
     throw io_error("convert_to " + std::string(to_string(*opts.convert_to)) + ": only float dtypes are targets");
   return by_name;
@@ -527,7 +527,7 @@ class sharded_checkpoint {
       const std::string s = name.string();
       // Each rank file is in this directory: the index may not send the reader to another
       // file ("../x", "/etc/passwd"), which it would read as a rank when neither records a run.
-      if (!is_plain_file_name(s)) name.fail("is \"" + s + "\", not a plain file name in '" + dir.string() + "'");
+      if (!is_plain_file_name(s)) name.fail("is \"" + s + "\", not a plain file name in " + quoted_path(dir.string()));
       files_.emplace_back(dir / s);
     }
     // One generation: a rank file of another sharding run (one killed while renaming, or an
@@ -537,8 +537,8 @@ class sharded_checkpoint {
       const auto it = f.metadata().find("autoshard.generation");
       const std::string fgen = it == f.metadata().end() ? "" : it->second;
       if (fgen != gen)
-        throw io_error("'" + f.path().string() + "' is of sharding run " + (fgen.empty() ? "(none)" : fgen) + " but '" +
-                       path.string() + "' of run " + (gen.empty() ? "(none)" : gen) +
+        throw io_error(quoted_path(f.path().string()) + " is of sharding run " + (fgen.empty() ? "(none)" : fgen) + " but " +
+                       quoted_path(path.string()) + " of run " + (gen.empty() ? "(none)" : gen) +
                        ": the directory mixes the files of two runs (one was interrupted); shard again");
     }
     for (const auto& [name, t] : j["tensors"].members()) {
@@ -606,7 +606,7 @@ class sharded_checkpoint {
       const safetensors_file& f = files_[static_cast<std::size_t>(r)];
       const safetensors_entry& e = f.entry(name);
       if (!(e.shape == l.shape) || e.type != type0)
-        s["shape"].fail("is " + to_string(l.shape) + ", but '" + f.path().string() + "' holds the tensor as " +
+        s["shape"].fail("is " + to_string(l.shape) + ", but " + quoted_path(f.path().string()) + " holds the tensor as " +
                         to_string(e.shape) + " " + std::string(to_string(e.type)) +
                         (e.type != type0 ? " (rank 0's is " + std::string(to_string(type0)) + ")" : std::string()));
       if (l.shape.rank != g.rank) s["shape"].fail("is " + to_string(l.shape) + ", not of the rank of global_shape " + to_string(g));

@@ -202,6 +202,32 @@ TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and
   CHECK(error_of([] { (void)parse_mesh(std::string(100000, '7')); }).size() < 300);
 }
 
+TEST_CASE("quoted_path: escaped always, whole up to 4096 bytes, a longer one cut in the middle") {
+  // Paths were quoted raw: a newline or an ESC in a file name reached the terminal as is.
+  CHECK(quoted_path("/data/model.safetensors") == "'/data/model.safetensors'");
+  CHECK(quoted_path("/tmp/a\nb\x1B[31m\xFF.json") == "'/tmp/a\\x0Ab\\x1B[31m\\xFF.json'");
+  CHECK(quoted_path("/tmp/\xD9\xA2.json") == "'/tmp/\xD9\xA2.json'");  // a valid character stays
+  // Whole far beyond quoted_text's 80 bytes: a cut path names no file.
+  const std::string long_dir = "/" + std::string(4000, 'd') + "/model.safetensors";
+  CHECK(quoted_path(long_dir) == "'" + long_dir + "'");
+  const std::string whole(max_quoted_path_bytes, 'p');
+  CHECK(quoted_path(whole) == "'" + whole + "'");
+  // Longer: its start and its end (the file's name), the length said.
+  const std::string huge = "/" + std::string(9000, 'h') + "/end.json";
+  const std::string q = quoted_path(huge);
+  CHECK(q.rfind("'/hhh", 0) == 0);
+  CHECK(q.find("...") != std::string::npos);
+  CHECK(q.find("/end.json' (9010 bytes)") != std::string::npos);
+  CHECK(q.size() < max_quoted_path_bytes + 40);
+  // The cut falls between characters: no half of a two-byte one at the end's start.
+  std::string wide = "/" + std::string(4100, 'x');
+  for (int i = 0; i < 1100; ++i) wide += "\xD9\xA2";  // U+0662, two bytes
+  wide += "z";  // the end's 2048 bytes start inside a character
+  const std::string qw = quoted_path(wide);
+  CHECK(qw.find("...\xD9\xA2") != std::string::npos);
+  CHECK(qw.find("\\x") == std::string::npos);
+}
+
 TEST_CASE("mesh axis names: parsed, printed, round-tripped, and labels only") {
   const device_mesh n = parse_mesh("dp=2,tp=4");
   CHECK(n.shape() == std::vector<int>{2, 4});

@@ -568,3 +568,16 @@ TEST_CASE("remove_live_temporaries covers any number of open files (the table on
   again.commit();
   CHECK(slurp(d.path / "rank-0.safetensors") == "y");
 }
+
+TEST_CASE("file paths in messages are escaped: a newline, an ESC or a stray byte never reaches the terminal raw") {
+  const std::string path = "/nonexistent-autoshard/a\nb\x1B[31m\xFF.json";
+  std::string msg;
+  try {
+    (void)autoshard::load_json_file(path, "plan file");
+  } catch (const autoshard::io_error& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("cannot open plan file '/nonexistent-autoshard/a\\x0Ab\\x1B[31m\\xFF.json': ") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+  CHECK(msg.find('\x1B') == std::string::npos);
+}

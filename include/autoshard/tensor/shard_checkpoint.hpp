@@ -385,6 +385,41 @@ inline void check_shard_count(int world, std::size_t tensors) {
                        (m.memory_limited() ? ", free memory or raise the limit" : " or free memory"));
 }
 
+/// index.json's text for one shard is at least this: its rank, shape and concat_dim, one
+/// member on its own indented line, as index_json dumps it (a shard with one piece takes more).
+inline constexpr std::uint64_t shard_index_min_bytes = 64;
+/// And for each rank file, its name in "files" ("rank-0.safetensors", quoted, on its own line).
+inline constexpr std::uint64_t rank_file_index_min_bytes = 24;
+
+/// The least the output of sharding `tensors` (of `in`) onto `world` ranks takes on disk, known
+/// before any layout is made: each tensor's bytes once in its output dtype (every element lands
+/// on some rank; a replicated one on more) and index.json's text for each shard and rank file.
+inline std::uint64_t shard_output_bytes_at_least(const checkpoint& in, const std::vector<std::string>& tensors, int world,
+                                                 const shard_options& opts) {
+  const auto ranks = static_cast<std::uint64_t>(world);
+  std::uint64_t bytes = ranks * rank_file_index_min_bytes + ranks * tensors.size() * shard_index_min_bytes;
+  for (const auto& n : tensors) {
+    if (!in.contains(n)) continue;  // the plan's checks name it
+    const auto& e = in.entry(n);
+    bytes += static_cast<std::uint64_t>(e.shape.numel()) * dtype_size(detail::output_dtype(e.type, opts));
+  }
+  return bytes;
+}
+
+/// Refuses sharding `tensors` of `in` onto `world` ranks into `out_dir` when its file system has
+/// less space available than the output takes at least (shard_output_bytes_at_least), before
+/// any layout or the index is made: the free space was weighed only once every rank's layout of
+/// every tensor and the whole index.json were built, which took the memory check's 2.5 KiB a
+/// shard and the time for a job that could not be written. shard_checkpoint checks the exact
+/// figure again once the layouts are known.
+inline void check_shard_space(const checkpoint& in, const std::vector<std::string>& tensors, int world,
+                              const std::filesystem::path& out_dir, const shard_options& opts) {
+  const auto shards = static_cast<std::uint64_t>(world) * tensors.size();
+  check_free_space(out_dir, shard_output_bytes_at_least(in, tensors, world, opts),
+                   "the sharded checkpoint (at least its " + std::to_string(tensors.size()) + " tensors once and index.json's " +
+                       std::to_string(shards) + " shard entries, in " + std::to_string(world) + " rank files)");
+}
+
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
 /// point; the policy overloads below build the plans.
 inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
@@ -404,10 +439,13 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     infos.push_back({p.name, detail::output_dtype(p.type, opts), {}});
     for (const auto& l : p.ranks) total += static_cast<std::uint64_t>(l.shape.numel()) * dtype_size(infos.back().type);
   }
+  // The layouts are known, the index not yet made: weigh the data and the index's least text.
+  const std::string what = "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)";
+  check_free_space(out_dir, total + static_cast<std::uint64_t>(N) * (rank_file_index_min_bytes + plans.size() * shard_index_min_bytes), what);
   const std::string generation = detail::new_generation_id();
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
   const std::string index_text = detail::index_json(plans, mesh, policy_name, attributes, opts, generation).dump(1);
-  check_free_space(out_dir, total + index_text.size(), "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)");
+  check_free_space(out_dir, total + index_text.size(), what);
   detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
@@ -449,6 +487,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
   check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
   check_shard_count(tp, in.size());
+  check_shard_space(in, in.names(), tp, out_dir, opts);  // before a layout is made
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
@@ -494,6 +533,7 @@ inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_p
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
   check_shard_count(plan.mesh.num_ranks(), in.size());
+  check_shard_space(in, in.names(), plan.mesh.num_ranks(), out_dir, opts);  // before a layout is made
   if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
   return shard_checkpoint(in, detail::plan_shards(in, plan, in.names()), plan.mesh, out_dir, opts, "plan");
 }
@@ -504,6 +544,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& pl
   opts.every_tensor = false;
   check_shard_count(plan.mesh.num_ranks(), names.size());
   if (names.empty()) throw io_error("no tensor of the checkpoint is to be sharded");
+  check_shard_space(in, names, plan.mesh.num_ranks(), out_dir, opts);  // before a layout is made
   return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }
 

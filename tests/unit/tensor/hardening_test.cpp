@@ -250,6 +250,34 @@ TEST_CASE("hardening: sharding onto more shards than the memory holds is refused
   CHECK_NOTHROW(check_shard_count(4, 16));
 }
 
+TEST_CASE("hardening: an output the disk cannot hold is refused before a layout or the index is made") {
+  // The free space was weighed once every rank's layout and the whole index.json were built.
+  // A 1 TiB tensor in a sparse file (it takes no disk) needs at least 1 TiB of output.
+  scratch_dir dir;
+  const std::uint64_t n = std::uint64_t{1} << 38;  // f32: 1 TiB
+  const std::string header = "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(n / 1024) +
+                             ",1024],\"data_offsets\":[0," + std::to_string(n * 4) + "]}}";
+  hardening_write(dir / "big.safetensors", hardening_raw(header, 0));
+  REQUIRE(::truncate((dir / "big.safetensors").c_str(), static_cast<off_t>(8 + header.size() + n * 4)) == 0);
+  std::error_code ec;
+  if (fs::space(dir.path, ec).available >= n * 4 || ec) return;  // a disk of more than 1 TiB free: nothing to refuse
+  const checkpoint ck(dir / "big.safetensors");
+  CHECK(shard_output_bytes_at_least(ck, ck.names(), 2, {}) == n * 4 + 2 * (shard_index_min_bytes + rank_file_index_min_bytes));
+  const std::string msg = hardening_error([&] { shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "out"); });
+  CHECK(has_text(msg, "io error: the sharded checkpoint (at least its 1 tensors once and index.json's 2 shard entries, in 2 rank "
+                      "files) needs 1.00 TiB (" + std::to_string(n * 4 + 176) + " bytes) but the file system of '"));
+  CHECK_FALSE(fs::exists(dir / "out"));
+  // The estimate is a floor: a real output of the tiny model takes more.
+  save_all(dir / "m.safetensors", tiny_gpt2(1));
+  const checkpoint small(dir / "m.safetensors");
+  shard_options bf16;
+  bf16.convert_to = dtype::bf16;
+  shard_checkpoint(small, policies::gpt2(), 2, model_config{{"n_head", 2}, {"n_embd", 8}, {"n_layer", 1}}, dir / "s", bf16);
+  std::uint64_t written = 0;
+  for (const auto& e : fs::directory_iterator(dir / "s")) written += fs::file_size(e.path());
+  CHECK(written >= shard_output_bytes_at_least(small, small.names(), 2, bf16));
+}
+
 // A 2-way GPT-2 shard output in dir/a, its index as written, and the error of opening it
 // with the index changed by `tamper`.
 struct sharded_gpt2 {

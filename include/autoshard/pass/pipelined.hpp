@@ -317,6 +317,52 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   return probe;
 }
 
+/// The peak memory of pricing configurations `configs` of `g` (the global batch) on `mesh`: one
+/// stage model at a time (make_stage_probe: two layers on the stage's sub-mesh), so the largest
+/// over the distinct stage meshes, each charged as planning is (estimate_planning_memory; a
+/// micro-step's batch makes no model larger than the global batch's). A configuration that does
+/// not factor the mesh, or a model of fewer than two layers, is left to the probe's own error.
+inline planning_memory_estimate estimate_pipeline_memory(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
+                                                         const std::vector<pipeline_config>& configs) {
+  planning_memory_estimate worst;
+  if (configs.empty() || map_layers(g).indices.size() < 2) return worst;
+  const model_graph two = with_layers(g, 2);
+  step_pricing p = pricing;
+  p.micro_batches = 1;
+  p.micro_batch = 0;
+  p.recompute = recompute_policy::choose;  // as make_stage_probe: every variant
+  std::set<std::vector<int>> seen;
+  for (const pipeline_config& c : configs) {
+    device_mesh sub;
+    try {
+      sub = detail::stage_mesh_of(mesh, c).mesh;
+    } catch (const solver_error&) {
+      continue;
+    }
+    if (!seen.insert(sub.shape()).second) continue;
+    const planning_memory_estimate e = estimate_planning_memory(two, {{sub, 1}}, p, true);
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
+}
+
+/// Throws resource_error, before any stage model is built, when pricing `configs` may need more
+/// memory than this process can allocate (estimate_pipeline_memory, check_planning_memory): a
+/// model with a large layer planned with --pp was built with no estimate, while the same plan
+/// without --pp was refused up front.
+inline void check_pipeline_memory(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
+                                  const std::vector<pipeline_config>& configs,
+                                  const machine_limits& m = machine_limits::memory_here()) {
+  const planning_memory_estimate e = estimate_pipeline_memory(g, mesh, pricing, configs);
+  if (e.models == 0) return;
+  try {
+    check_planning_memory(e, m);
+  } catch (const resource_error& x) {
+    throw resource_error("pricing " + std::to_string(configs.size()) + " pipeline configuration" + (configs.size() == 1 ? "" : "s") +
+                         " (one stage model of two layers at a time): " + std::string(x.message()));
+  }
+}
+
 namespace detail {
 
 /// The unit of the probe's two-layer model that unit k of a model of `layers` layers costs as:
@@ -497,6 +543,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
                                       pipeline_config c, const std::vector<int>& stage_counts = {},
                                       const autosharding_options& base = {}) {
   if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
+  check_pipeline_memory(g, mesh, pricing, {c});  // before the probe's model is built
   return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, c), stage_counts, base);
 }
 
@@ -560,7 +607,9 @@ inline std::vector<pipeline_config> pipeline_space(const model_graph& g, const l
       if (stage % per_node != 0 && per_node % stage != 0) continue;
       if (batch % dp != 0) continue;
       const std::int64_t per_rank = batch / dp;
-      for (int b = 1; b <= per_rank && b <= std::max(so.max_micro_batch, so.micro_batch); ++b) {
+      // A fixed micro-batch is the only one tried: counting up to it (--micro-batch 16777216) was
+      // 16 million steps for each (tp, pp).
+      for (int b = so.micro_batch > 0 ? so.micro_batch : 1; b <= per_rank && b <= std::max(so.max_micro_batch, so.micro_batch); ++b) {
         if (per_rank % b != 0 || (so.micro_batch > 0 && b != so.micro_batch)) continue;
         if (per_rank / b > max_pipeline_micro_steps / pp) continue;  // a schedule too long to simulate
         for (recompute_kind r : all_recompute_kinds) {
@@ -704,6 +753,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
   const layer_map L = map_layers(g);
   std::vector<pipeline_config> space = detail::pipeline_space(g, L, mesh, pricing, so);
   out.configurations = space.size();
+  check_pipeline_memory(g, mesh, pricing, space);  // before any stage model is built
   if (space.empty()) out.empty = detail::why_no_configuration(mesh, so, graph_batch(g), static_cast<int>(L.indices.size()));
   const detail::pipeline_bound bound(g, L, pricing);
   // Cheapest bound first: the best plans come early and the bound stops the walk. Within one

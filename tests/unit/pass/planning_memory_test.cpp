@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <autoshard/pass/pass.hpp>
+#include <autoshard/pass/pipelined.hpp>  // estimate_pipeline_memory, check_pipeline_memory
 
+#include <algorithm>  // std::max
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -156,4 +158,32 @@ TEST_CASE("planning memory: a pass above what the process can allocate is refuse
   CHECK_THROWS_WITH_AS(check_planning_memory(e, m),
                        doctest::Contains("can allocate 1.00 MiB more (the address-space limit, ulimit -v)"), resource_error);
   CHECK_THROWS_WITH_AS(check_planning_memory(e, m), doctest::Contains("or raise the limit"), resource_error);
+}
+
+TEST_CASE("planning memory: --pp configurations are weighed before a stage model is built") {
+  // search_pipelines built each configuration's stage model with no estimate, while the same
+  // model planned without --pp was refused up front. Each stage model is two layers on a stage's
+  // sub-mesh, one at a time: the estimate is the largest over the distinct stage meshes.
+  const model_graph g = tiny_gpt2(4, run_mode::training);
+  const device_mesh mesh = make_cluster_mesh({2, 4});
+  const step_pricing p = pricing_for(run_mode::training);
+  // pp 2 x tp 4 (stage mesh 4) and pp 4 x dp 2 (stage mesh 2), and one that does not factor the mesh.
+  const std::vector<pipeline_config> configs{{2, 4, 1, 1, recompute_kind::none, pipeline_schedule::one_f_one_b},
+                                             {4, 1, 2, 1, recompute_kind::none, pipeline_schedule::one_f_one_b},
+                                             {3, 1, 1, 1, recompute_kind::none, pipeline_schedule::one_f_one_b}};
+  const planning_memory_estimate e = estimate_pipeline_memory(g, mesh, p, configs);
+  step_pricing stage = p;
+  stage.recompute = recompute_policy::choose;
+  const std::uint64_t on4 = estimate_planning_memory(with_layers(g, 2), {{device_mesh{4}, 1}}, stage, true).total();
+  const std::uint64_t on2 = estimate_planning_memory(with_layers(g, 2), {{device_mesh{2}, 1}}, stage, true).total();
+  CHECK(e.models == 1);
+  CHECK(e.total() == std::max(on4, on2));
+  machine_limits m;
+  m.mem_available = e.total();
+  CHECK_NOTHROW(check_pipeline_memory(g, mesh, p, configs, m));
+  m.mem_available = e.total() - 1;
+  CHECK_THROWS_WITH_AS(check_pipeline_memory(g, mesh, p, configs, m),
+                       doctest::Contains("pricing 3 pipeline configurations (one stage model of two layers at a time): planning would need about "),
+                       resource_error);
+  CHECK(estimate_pipeline_memory(g, mesh, p, {}).models == 0);  // nothing to price, nothing to weigh
 }

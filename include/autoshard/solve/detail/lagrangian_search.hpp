@@ -79,6 +79,19 @@ class lagrangian_search {
     if (!is_forbidden_w(t) && t < best_total_) best_total_ = t, best_ = pick;
   }
 
+  /// Seed the search with the greedy answer (local_search::greedy, repaired and improved; no
+  /// clock in it): a feasible upper bound from the first round on, which scales the first
+  /// subgradient steps (without one they aim at twice the estimate).
+  void start_from_greedy(clock::time_point deadline) {
+    local_search ls(rv_);
+    ls.cancel = cancel_;
+    ls.greedy();
+    if (!ls.repair(deadline)) return;
+    ls.improve(deadline);
+    if (ls.over(deadline)) return;
+    offer(ls.pick);
+  }
+
   /// One round (steps 1-4, then a polish when due). True when it found a cheaper answer; a round
   /// cut short by `deadline` changes nothing that a later round depends on and offers nothing.
   bool round(clock::time_point deadline) {

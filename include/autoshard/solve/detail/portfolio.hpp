@@ -239,6 +239,7 @@ class search_pool {
     lagrangian_search s(tables_, lim_.seed * 1000003u + static_cast<unsigned>(k), {}, &stop_);
     search_end end = search_end::time_limit;
     result mine;
+    s.start_from_greedy(deadline);
     for (;;) {
       if (stop_ || (lim_.cutoff && hub_.proven_bound() >= *lim_.cutoff)) {
         end = search_end::stopped;

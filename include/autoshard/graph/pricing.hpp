@@ -250,18 +250,23 @@ inline std::string describe_training(const step_pricing& p) {
 // ---- the one JSON spelling -----------------------------------------------------------------
 
 /// {"peak_flops": 3.12e14, "memory_bandwidth": 2e12, "memory_bytes": 85899345920,
-///  "large_matmul_flops": 2.712e14, "sliced_matmul_flops": 0, "achievable_memory_bandwidth": 1.8e12}
+///  "large_matmul_flops": 2.712e14, "sliced_matmul_flops": 0, "achievable_memory_bandwidth": 1.8e12,
+///  "context_bytes": 419430400, "communicator_bytes": 721420288, "pair_communicator_bytes": 570425344}
 inline nlohmann::json to_json(const device_model& d) {
   return {{"peak_flops", d.peak_flops},
           {"memory_bandwidth", d.memory_bandwidth},
           {"memory_bytes", d.memory_bytes},
           {"large_matmul_flops", d.large_matmul_flops},
           {"sliced_matmul_flops", d.sliced_matmul_flops},
-          {"achievable_memory_bandwidth", d.achievable_memory_bandwidth}};
+          {"achievable_memory_bandwidth", d.achievable_memory_bandwidth},
+          {"context_bytes", d.context_bytes},
+          {"communicator_bytes", d.communicator_bytes},
+          {"pair_communicator_bytes", d.pair_communicator_bytes}};
 }
 
 /// The device to_json wrote: peaks in [1, 1e30], memory_bytes >= 1, achievable figures in
-/// [0, their peak] (0 or absent, as before they were recorded: none).
+/// [0, their peak] (0 or absent, as before they were recorded: none), the runtime figures in
+/// [0, memory_bytes] (absent, as in files written before the runtime reserve was counted: 0).
 inline device_model device_model_from_json(const json_in& j) {
   device_model d;
   d.peak_flops = j["peak_flops"].number(1.0, 1e30);
@@ -270,6 +275,9 @@ inline device_model device_model_from_json(const json_in& j) {
   if (const auto x = j.find("large_matmul_flops")) d.large_matmul_flops = x->number(0.0, d.peak_flops);
   if (const auto x = j.find("sliced_matmul_flops")) d.sliced_matmul_flops = x->number(0.0, d.peak_flops);
   if (const auto x = j.find("achievable_memory_bandwidth")) d.achievable_memory_bandwidth = x->number(0.0, d.memory_bandwidth);
+  if (const auto x = j.find("context_bytes")) d.context_bytes = x->integer(0, d.memory_bytes);
+  if (const auto x = j.find("communicator_bytes")) d.communicator_bytes = x->integer(0, d.memory_bytes);
+  if (const auto x = j.find("pair_communicator_bytes")) d.pair_communicator_bytes = x->integer(0, d.memory_bytes);
   return d;
 }
 

@@ -1047,6 +1047,53 @@ TEST_CASE("device presets price compute with their data sheet's numbers") {
   CHECK(h200->device.matmul_flops(1024, true) == 593e12);  // their tensor-parallel slices
 }
 
+TEST_CASE("a rank's runtime reserve: its CUDA context and one NCCL communicator per group of more than one rank") {
+  // The cited figures, by hand: a CUDA context of 400 MiB (pytorch issue 109888), NCCL buffers of
+  // 688 MiB per communicator of more than 2 ranks and 544 MiB per one of 2 (nccl issue 964, on
+  // A100; standing in on H100 and H200). One communicator per mesh axis of more than one rank,
+  // and one of pp ranks for the stages' sends when pp > 1.
+  constexpr std::int64_t MiB = 1 << 20;
+  const device_model& h100 = find_device_preset("h100-80g")->device;
+  struct row {
+    device_mesh mesh;
+    int pp, communicators;
+    std::int64_t mib;
+  };
+  for (const row& r : {row{{1, 8}, 1, 1, 400 + 688},                    // tp 8 in a node
+                       row{{1, 8}, 2, 2, 400 + 688 + 544},              // and 2 stages
+                       row{{2, 8}, 1, 2, 400 + 544 + 688},              // 2 nodes
+                       row{{2, 8}, 4, 3, 400 + 544 + 688 + 688},        // and 4 stages
+                       row{{8, 8}, 1, 2, 400 + 688 + 688},              // 8 nodes
+                       row{{8, 8}, 16, 3, 400 + 688 + 688 + 688},       // and 16 stages
+                       row{{2, 2}, 16, 3, 400 + 544 + 544 + 688},       // a stage of dp 2 x tp 2 of 16
+                       row{{1}, 1, 0, 400}}) {                          // one device: the context alone
+    CAPTURE(to_string(r.mesh));
+    CAPTURE(r.pp);
+    const runtime_reserve got = runtime_reserve_of(h100, r.mesh, r.pp);
+    CHECK(got.communicators == r.communicators);
+    CHECK(got.bytes() == r.mib * MiB);
+    CHECK(runtime_reserve_bytes(h100, r.mesh, r.pp) == r.mib * MiB);
+    CHECK(got.left_on(h100) == (81559 - r.mib) * MiB);
+    CHECK(got.fits((81559 - r.mib) * MiB, h100));
+    CHECK_FALSE(got.fits((81559 - r.mib) * MiB + 1, h100));
+  }
+  CHECK(to_string(runtime_reserve_of(h100, device_mesh{8, 8}, 16)) == "2.41 GiB runtime (CUDA context, 3 NCCL communicators)");
+  CHECK(to_string(runtime_reserve_of(h100, device_mesh{1, 8})) == "1.06 GiB runtime (CUDA context, 1 NCCL communicator)");
+  // Every preset carries the figures, each with its source; the plain device_model none (an
+  // abstract device: its plans count tensors alone).
+  for (const device_preset& p : device_presets) {
+    CAPTURE(p.name);
+    CHECK(p.device.context_bytes == 400 * MiB);
+    CHECK(p.device.communicator_bytes == 688 * MiB);
+    CHECK(p.device.pair_communicator_bytes == 544 * MiB);
+    for (const sourced_bytes& b : {p.runtime.context, p.runtime.communicator, p.runtime.pair_communicator})
+      CHECK(!b.source.empty());
+  }
+  CHECK(runtime_reserve_of(device_model{}, device_mesh{8, 8}, 16).bytes() == 0);
+  CHECK(runtime_reserve_of(device_model{}, device_mesh{8, 8}, 16).communicators == 3);
+  CHECK(to_string(runtime_reserve{}).empty());
+}
+
 TEST_CASE("causal attention is priced over the S (S + 1) / 2 query-key pairs a causal kernel computes") {
   // q, k, v [2, 128, 64] bf16 (4 heads) on one A100: scores and weighted sum are 4 B S_q S_k hidden
   // FLOPs unmasked; with the causal mask, 4 B (S (S + 1) / 2) hidden. Same bytes through HBM.

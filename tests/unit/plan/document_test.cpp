@@ -176,6 +176,9 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   d.pricing.gradient_overlap = 0.25;
   d.pricing.zero = false;
   d.pricing.device.memory_bytes = 40LL << 30;
+  d.pricing.device.context_bytes = 400LL << 20;  // the runtime reserve's figures travel with the device
+  d.pricing.device.communicator_bytes = 688LL << 20;
+  d.pricing.device.pair_communicator_bytes = 544LL << 20;
   d.pricing.micro_batch = 2;
   d.pricing.micro_batches = 16;
   d.pricing.recompute = recompute_policy::full;
@@ -194,7 +197,10 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
                                          {"memory_bytes", 40LL << 30},
                                          {"large_matmul_flops", 0.0},
                                          {"sliced_matmul_flops", 0.0},
-                                         {"achievable_memory_bandwidth", 0.0}}},
+                                         {"achievable_memory_bandwidth", 0.0},
+                                         {"context_bytes", 400LL << 20},
+                                         {"communicator_bytes", 688LL << 20},
+                                         {"pair_communicator_bytes", 544LL << 20}}},
                                        {"optimizer", "sgd"},
                                        {"gradient_bucket_bytes", 4194304.0},
                                        {"gradient_overlap", 0.25},
@@ -255,6 +261,15 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   bad = j;
   bad["pricing"]["micro_batches"] = -1;
   CHECK(read_error(bad).find("pricing.micro_batches is -1") != std::string::npos);
+  // A file written before the runtime reserve was counted has no runtime figures: none.
+  nlohmann::json older = j;
+  for (const char* key : {"context_bytes", "communicator_bytes", "pair_communicator_bytes"}) older["pricing"]["device"].erase(key);
+  step_pricing no_reserve = plan_from_json(j, "p.json").pricing;
+  no_reserve.device.context_bytes = no_reserve.device.communicator_bytes = no_reserve.device.pair_communicator_bytes = 0;
+  CHECK(plan_from_json(older, "p.json").pricing == no_reserve);
+  bad = j;
+  bad["pricing"]["device"]["context_bytes"] = -1;
+  CHECK(read_error(bad).find("pricing.device.context_bytes is -1") != std::string::npos);
   bad = j;
   bad["pricing"]["device"]["large_matmul_flops"] = 400e12;  // above the device's peak
   CHECK(read_error(bad).find("pricing.device.large_matmul_flops is ") != std::string::npos);
@@ -266,7 +281,8 @@ TEST_CASE("plan document: a version-3 file (before micro-batches and recomputati
   nlohmann::json v3 = to_json(d);
   v3["version"] = 3;
   for (const char* key : {"micro_batch", "micro_batches", "recompute", "attention", "achievable"}) v3["pricing"].erase(key);
-  for (const char* key : {"large_matmul_flops", "sliced_matmul_flops", "achievable_memory_bandwidth"})
+  for (const char* key : {"large_matmul_flops", "sliced_matmul_flops", "achievable_memory_bandwidth", "context_bytes",
+                          "communicator_bytes", "pair_communicator_bytes"})
     v3["pricing"]["device"].erase(key);
   const plan_document back = plan_from_json(v3, "p.json");
   CHECK(back.pricing.micro_batches == 1);

@@ -100,7 +100,10 @@ struct autosharding_options {
   /// was solved with (the file's mesh), which must have the shape of `mesh`.
   bool preload_solution = false;
   std::string ilp_solution_file;                 ///< where the plan file goes (or comes from); "" = nowhere
-  std::optional<std::int64_t> memory_budget;     ///< bytes per device
+  /// Bytes per device the plan's tensors may use (the runtime reserve, runtime_reserve_of, is
+  /// beside them: the report still says whether the peak plus the reserve fits the device).
+  /// default_memory_budget(o) is the tool's default, the device's memory less the reserve.
+  std::optional<std::int64_t> memory_budget;
   std::map<std::string, sharding_spec> pinned;   ///< vertex name -> the spec its output must have
   /// megatron: the tensor-parallel size. 0: the last mesh axis's (devices per node); 1: none,
   /// every axis data parallel; a divisor of the last axis's size: that axis split into
@@ -142,9 +145,13 @@ struct plan_summary {
   double compute_seconds = 0.0;
   double communication_seconds = 0.0;  ///< operators' own, and parameters' gradient sync in training
   double resharding_seconds = 0.0;     ///< on edges (forward, and the activations' backward in training)
-  std::int64_t peak_memory_bytes = 0;  ///< per device, over the live intervals
-  /// The peak is within the device's memory (device_model::memory_bytes). A plan solved under
-  /// no budget, or a budget above the device's, may not fit: the report says so.
+  std::int64_t peak_memory_bytes = 0;  ///< per device, over the live intervals: the plan's tensors
+  /// What each rank's process holds beside them on `mesh` (runtime_reserve_of: the CUDA context
+  /// and one NCCL communicator per mesh axis of more than one rank).
+  runtime_reserve runtime;
+  /// The peak and the runtime reserve are within the device's memory (device_model::
+  /// memory_bytes). A plan solved under no budget, or a budget above the device's memory less
+  /// the reserve, may not fit: the report says so.
   bool fits = true;
   std::vector<int> choice;             ///< strategy index per vertex
   std::vector<collective_use> collectives;
@@ -171,7 +178,7 @@ struct autosharding_report {
   solve_result solver;                 ///< of the requested algo (empty when preloaded)
   std::size_t vertices = 0, edges = 0, tied_classes = 0;
   device_mesh mesh;
-  step_pricing pricing;  ///< as priced: whether a plan fits is against its device's memory_bytes
+  step_pricing pricing;  ///< as priced: whether a plan fits is against its device's memory_bytes, less its runtime reserve
 };
 
 struct autosharding_result {
@@ -211,6 +218,10 @@ inline void check_pricing(const step_pricing& p) {
     throw solver_error("the device model needs peak_flops and memory_bandwidth finite and > 0 and memory_bytes > 0, got " +
                        fmt_num(d.peak_flops) + " FLOP/s, " + fmt_num(d.memory_bandwidth) + " bytes/s and " +
                        std::to_string(d.memory_bytes) + " bytes");
+  if (d.context_bytes < 0 || d.communicator_bytes < 0 || d.pair_communicator_bytes < 0)
+    throw solver_error("the device model's runtime figures must be >= 0, got a CUDA context of " + std::to_string(d.context_bytes) +
+                       " bytes and communicators of " + std::to_string(d.communicator_bytes) + " and " +
+                       std::to_string(d.pair_communicator_bytes) + " bytes");
   const gradient_overlap_model& ov = p.gradient_overlap;
   if (!(p.gradient_bucket_bytes >= 0) || !(ov.backward || (ov.fraction >= 0 && ov.fraction <= 1)))
     throw solver_error("gradient_bucket_bytes must be >= 0 and gradient_overlap \"backward\" or in [0, 1], got " +
@@ -787,7 +798,8 @@ inline plan_summary summarize(const pass_model& pm, algo a, std::vector<int> cho
   for (edge_t e : pm.edges) edge_collectives(pm, e, choice, steps, s);
   s.step_seconds = s.compute_seconds + s.communication_seconds + s.resharding_seconds;
   s.peak_memory_bytes = pm.problem.peak_usage(pm.node_choice(choice)).bytes;
-  s.fits = s.peak_memory_bytes <= pm.sopt.pricing.device.memory_bytes;
+  s.runtime = runtime_reserve_of(pm.sopt.pricing.device, pm.mesh);
+  s.fits = s.runtime.fits(s.peak_memory_bytes, pm.sopt.pricing.device);
   s.mesh = pm.mesh;
   std::vector<const strategy*> chosen;
   for (vertex_t v = 0; v < pm.size(); ++v) chosen.push_back(&pm.strategies[v][static_cast<std::size_t>(choice[v])]);
@@ -1500,6 +1512,15 @@ inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d
 
 }  // namespace detail
 
+/// The bytes per device a plan of `o` (o.algo on o.mesh) may give its tensors on o.pricing's
+/// device: its memory less the runtime reserve of a rank of the mesh the algo plans on
+/// (megatron's, with its tensor-parallel axis apart). `autoshard plan`'s default budget.
+///   o.memory_budget = autoshard::default_memory_budget(o);
+inline std::int64_t default_memory_budget(const autosharding_options& o) {
+  const device_mesh mesh = o.algo == algo::megatron ? detail::megatron_mesh(o.mesh, o.tensor_parallel).first : o.mesh;
+  return runtime_reserve_of(o.pricing.device, mesh).left_on(o.pricing.device);
+}
+
 /// Prints the plan and the baselines side by side.
 inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) {
   os << "auto-sharding on " << to_string(r.mesh) << ": " << r.vertices << " vertices, " << r.edges << " edges, "
@@ -1515,7 +1536,8 @@ inline std::ostream& operator<<(std::ostream& os, const autosharding_report& r) 
     os << "  " << s.step_seconds << "  " << s.compute_seconds << "  " << s.communication_seconds << "  "
        << s.resharding_seconds << "  " << static_cast<double>(s.peak_memory_bytes) / (1 << 20) << "\n";
     if (!s.fits)
-      os << "    DOES NOT FIT: peak " << human_bytes_exact(s.peak_memory_bytes) << " per device > the device's "
+      os << "    DOES NOT FIT: peak " << human_bytes_exact(s.peak_memory_bytes) << " per device"
+         << (s.runtime.bytes() > 0 ? " + " + to_string(s.runtime) : std::string()) << " > the device's "
          << human_bytes_exact(r.pricing.device.memory_bytes) << "\n";
   };
   row(r.plan);

@@ -224,8 +224,12 @@ struct pipelined_step {
   double sync_seconds = 0.0;           ///< the exposed gradient sync after the flush (the slowest stage's)
   double shared_sync_seconds = 0.0;    ///< parameters used on two stages: their gradients' all-reduce
   double step_seconds = 0.0;
-  std::int64_t peak_memory_bytes = 0;  ///< the largest stage's
-  bool fits = true;
+  std::int64_t peak_memory_bytes = 0;  ///< the largest stage's, of the plan's tensors
+  /// What each rank's process holds beside them: the CUDA context and one NCCL communicator per
+  /// axis of stage_mesh of more than one rank, and one for the stages' sends when pp > 1
+  /// (runtime_reserve_of(device, stage_mesh, pp)).
+  runtime_reserve runtime;
+  bool fits = true;                    ///< the peak and the runtime reserve within the device's memory
   step_flops flops;
   double tflops_per_device = 0.0;
   double mfu = 0.0;
@@ -234,6 +238,13 @@ struct pipelined_step {
 };
 
 namespace detail {
+
+/// "90.12 GiB per device + 2.12 GiB runtime (CUDA context, 3 NCCL communicators)": what step
+/// `s` needs per device; the peak alone where the device counts no runtime.
+inline std::string peak_beside(const pipelined_step& s) {
+  return human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device" +
+         (s.runtime.bytes() > 0 ? " + " + to_string(s.runtime) : std::string());
+}
 
 /// The sub-mesh of one stage of `c` on `mesh` (nodes x devices per node, the last axis within a
 /// node) as (nodes, data-parallel ranks within a node, tp), size-1 axes dropped, with the
@@ -517,7 +528,9 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   detail::solve_stage_plan(probe, a, c, base, out);
   const unit_costs uc = price_units(probe.model->pm, out.stage_plan.choice);
   const detail::unit_passes passes = detail::model_units(uc, layers, out);
-  const std::int64_t budget = pricing.device.memory_bytes;
+  // The stages' tensors may use the device's memory less what the process holds beside them.
+  out.runtime = runtime_reserve_of(pricing.device, out.stage_mesh, c.pp);
+  const std::int64_t budget = out.runtime.left_on(pricing.device);
   out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, budget, layers) : detail::given_stages(out, stage_counts, c, layers);
   // Per stage: its passes, its transfers, what it syncs after the flush.
   const detail::stage_passes sp = detail::stage_passes_of(passes, uc, pp_link, layers, out);
@@ -530,7 +543,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   out.shared_sync_seconds = detail::shared_parameter_sync(uc, sp.stage_of_unit, pp_link, layers);
   out.step_seconds = end + out.shared_sync_seconds;
   for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
-  out.fits = out.peak_memory_bytes <= budget;
+  out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
   out.flops = count_step_flops(g, 1, full);
   const double devices = mesh.num_ranks();
   out.tflops_per_device = out.flops.megatron / (out.step_seconds * devices) / 1e12;
@@ -784,8 +797,8 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
     pipelined_step s = std::move(*p.step);
     ++out.priced;
     if (!s.fits) {
-      if (s.peak_memory_bytes < closest_bytes)
-        closest_bytes = s.peak_memory_bytes, out.closest = describe(c, s.micro_batches) + ": " + human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device";
+      if (s.peak_memory_bytes + s.runtime.bytes() < closest_bytes)
+        closest_bytes = s.peak_memory_bytes + s.runtime.bytes(), out.closest = describe(c, s.micro_batches) + ": " + detail::peak_beside(s);
       continue;
     }
     fit_without.emplace(key, c.recompute);
@@ -819,7 +832,7 @@ inline pipelined_step megatron_pipelined(const model_graph& g, const device_mesh
     try {
       pipelined_step s = price_pipelined(g, mesh, pricing, algo::megatron, c, std::vector<int>(static_cast<std::size_t>(pp), layers / pp), base);
       if (s.fits) return s;
-      if (!closest || s.peak_memory_bytes < closest->peak_memory_bytes) closest = std::move(s);
+      if (!closest || s.peak_memory_bytes + s.runtime.bytes() < closest->peak_memory_bytes + closest->runtime.bytes()) closest = std::move(s);
     } catch (const solver_error& e) {
       tried += (tried.empty() ? "" : "; ") + std::string("pp ") + std::to_string(pp) + ": " + std::string(e.message());
     }
@@ -827,7 +840,7 @@ inline pipelined_step megatron_pipelined(const model_graph& g, const device_mesh
   throw solver_error("megatron (tensor parallel " + std::to_string(tp) + ", micro-batch " + std::to_string(micro_batch) + ", " +
                      std::string(to_string(r)) + " recomputation) fits no stage count dividing the " + std::to_string(layers) +
                      " layers" + (closest ? "; the closest, " + describe(closest->config, closest->micro_batches) + ", needs " +
-                                                human_bytes(static_cast<double>(closest->peak_memory_bytes)) + " per device"
+                                                detail::peak_beside(*closest)
                                           : std::string()) +
                      (tried.empty() ? std::string() : " (" + tried + ")"));
 }
@@ -894,7 +907,8 @@ inline plan_document pipelined_document(const model_graph& g, const device_mesh&
   d.pricing.micro_batches = s.micro_batches;
   d.pricing.micro_batch = s.config.micro_batch;
   d.pricing.recompute = o.pricing.recompute;
-  d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, o.memory_budget, {}};
+  // The budget its stages were partitioned under: the device's memory less the runtime reserve.
+  d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, s.runtime.left_on(d.pricing.device), {}};
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
   d.graph = with_batch_seq(g, static_cast<std::int64_t>(s.config.micro_batch) * s.config.dp, 0);
   const layer_map L = map_layers(d.graph);

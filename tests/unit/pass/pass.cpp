@@ -278,10 +278,13 @@ TEST_CASE("plan document: what the pass writes reads back equal, field by field,
   o.mesh.set_link(2, {2e-6, 450e9});
   o.pricing.mode = autoshard::run_mode::training;
   o.algo = autoshard::algo::data_parallel;  // gradients all-reduced over every axis: each link is priced
+  o.pricing.device = autoshard::find_device_preset("h100-80g")->device;  // its runtime figures travel with it
   o.compare_baselines = false;
   o.ilp_solution_file = temp_file("autoshard_plan_document_test.json");
   const auto r = autoshard::autosharding_analysis_pass(g, o);
   const autoshard::plan_document d = autoshard::read_plan_file(o.ilp_solution_file);
+  CHECK(d.pricing.device == o.pricing.device);
+  CHECK(d.pricing.device.context_bytes == 400LL << 20);
   CHECK(d.mesh == o.mesh);
   for (std::size_t a = 0; a < 3; ++a) CHECK(d.mesh.link(a) == o.mesh.link(a));
   CHECK(d.pricing.mode == autoshard::run_mode::training);
@@ -552,6 +555,46 @@ TEST_CASE("a plan above the device's memory says it does not fit, and the device
   // A device the cost model cannot price is refused by name.
   o.pricing.device.peak_flops = 0;
   CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("peak_flops"), solver_error);
+}
+
+TEST_CASE("a plan whose tensors fit the device's memory but not beside its runtime reserve does not fit; the default budget leaves the reserve free") {
+  using namespace autoshard;
+  // The linear of the test above on 2 devices of 3 MiB: any plan stores W split (at least 2 MiB)
+  // or whole (4 MiB). Beside a CUDA context of 1 MiB and one communicator of 512 KiB (the mesh's
+  // one axis of 2 ranks; no pair figure: the communicator's), 1.5 MiB are left: no plan fits.
+  model_graph g;
+  const vertex_t x = add_input(g, "x", {64, 1024}, dtype::f32);
+  const vertex_t w = add_parameter(g, "w", {1024, 1024}, dtype::f32);
+  add_op(g, op_kind::linear, "y", {x, w});
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({2});
+  o.pricing.device.memory_bytes = 3 << 20;
+  o.pricing.device.context_bytes = 1 << 20;
+  o.pricing.device.communicator_bytes = 512 << 10;
+  o.pricing.mode = run_mode::inference;
+  o.compare_baselines = false;
+  o.memory_budget = o.pricing.device.memory_bytes;  // stated: the tensors may use all 3 MiB
+  const autosharding_result r = autosharding_analysis_pass(g, o);
+  CHECK(r.report.plan.peak_memory_bytes <= 3 << 20);
+  CHECK(r.report.plan.peak_memory_bytes >= 2 << 20);
+  CHECK(r.report.plan.runtime.communicators == 1);
+  CHECK(r.report.plan.runtime.bytes() == (1 << 20) + (512 << 10));
+  CHECK_FALSE(r.report.plan.fits);
+  std::ostringstream text;
+  text << r.report;
+  CHECK(text.str().find("per device + 1.50 MiB runtime (CUDA context, 1 NCCL communicator) > the device's 3.00 MiB") !=
+        std::string::npos);
+  // The default budget is the memory less the reserve, 1.5 MiB: no plan, said so.
+  CHECK(default_memory_budget(o) == (3 << 20) - (1 << 20) - (512 << 10));
+  o.memory_budget = default_memory_budget(o);
+  CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("does not fit the memory budget of 1.50 MiB"), solver_error);
+  // A reserve of 512 KiB (256 KiB + 256 KiB) leaves 2.5 MiB: the plan fits beside it.
+  o.pricing.device.context_bytes = o.pricing.device.communicator_bytes = 256 << 10;
+  CHECK(default_memory_budget(o) == (5 << 20) / 2);
+  o.memory_budget = default_memory_budget(o);
+  const autosharding_result fits = autosharding_analysis_pass(g, o);
+  CHECK(fits.report.plan.fits);
+  CHECK(fits.report.plan.peak_memory_bytes + (512 << 10) <= 3 << 20);
 }
 
 TEST_CASE("ZeRO: under a budget plain data parallelism cannot meet, the weights go ZeRO-1 or -2, and the ZeRO-3 baseline moves 1.5x the bytes") {

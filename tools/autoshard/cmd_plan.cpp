@@ -88,6 +88,7 @@ nlohmann::json summary_json(const plan_summary& s) {
                    {"communication_seconds", s.communication_seconds},
                    {"resharding_seconds", s.resharding_seconds},
                    {"peak_memory_bytes", s.peak_memory_bytes},
+                   {"runtime_reserve", runtime_json(s.runtime)},
                    {"fits", s.fits},
                    {"tried", s.tried}};
   if (!s.feasible) return j;
@@ -187,8 +188,10 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
   po.ilp_solution_file = o.out;
   po.tie_layers = !o.no_tie_layers;
   po.tensor_parallel = o.tensor_parallel;
-  // The budget is the device's memory unless said otherwise.
-  if (o.memory_budget.empty()) po.memory_budget = po.pricing.device.memory_bytes;
+  // The budget is what the plan's tensors may use: by default the device's memory less what the
+  // process holds beside them (its CUDA context and NCCL communicators); said otherwise, what
+  // the user states (whether the peak and that reserve fit the device is reported either way).
+  if (o.memory_budget.empty()) po.memory_budget = default_memory_budget(po);
   else if (o.memory_budget != "none") po.memory_budget = parse_bytes(o.memory_budget, "memory budget");
   std::map<std::string, std::string> pinned_by;  // tensor -> the --pin that pinned it
   for (const std::string& pin : o.pins) {
@@ -271,6 +274,8 @@ std::string device_line(const plan_cli_options& o, const autosharding_options& p
     << po.pricing.device.peak_flops / 1e12 << " TFLOP/s, " << po.pricing.device.memory_bandwidth / 1e12 << " TB/s, "
     << human_bytes(static_cast<double>(po.pricing.device.memory_bytes)) << "; budget "
     << (po.memory_budget ? human_bytes(static_cast<double>(*po.memory_budget)) + " per device" : std::string("none"));
+  if (o.memory_budget.empty() && po.memory_budget && *po.memory_budget < po.pricing.device.memory_bytes)
+    s << " (the memory less the runtime reserve)";
   return s.str();
 }
 
@@ -377,6 +382,9 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
                       ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
                       : std::string())
               << ")\n";
+  if (rep.plan.feasible && rep.plan.runtime.bytes() > 0)  // the peak beside what the process holds
+    std::cout << "memory  " << describe_peak(rep.plan.peak_memory_bytes, rep.plan.runtime, po.pricing.device)
+              << (rep.plan.fits ? "" : "  DOES NOT FIT") << "\n";
   if (o.run_checks)  // a failed check is an error before any output
     std::cout << "checks  passed: the plan is consistent and re-priced from scratch to the same step time\n";
   if (mode == run_mode::training) {
@@ -449,11 +457,14 @@ int run_plan(plan_cli_options o) {
   if (o.json) print_plan_json(o, po, g, r, agg, dot, svg);
   else print_plan_report(o, po, g, r, agg, dot, svg);
   if (!r.report.plan.fits) {  // said loudly, after the files are written
+    const runtime_reserve& rr = r.report.plan.runtime;
     std::cerr << "autoshard: the plan does not fit: its peak memory is "
-              << human_bytes_exact(r.report.plan.peak_memory_bytes) << " per device, the device has "
+              << human_bytes_exact(r.report.plan.peak_memory_bytes) << " per device"
+              << (rr.bytes() > 0 ? " + " + to_string(rr) : std::string()) << ", the device has "
               << human_bytes_exact(po.pricing.device.memory_bytes) << " (budget: "
               << (po.memory_budget ? human_bytes_exact(*po.memory_budget) : std::string("none"))
-              << "); leave --memory-budget at its default, the device's memory, to find a plan that fits\n";
+              << "); leave --memory-budget at its default, the device's memory"
+              << (rr.bytes() > 0 ? " less the runtime" : "") << ", to find a plan that fits\n";
     return exit_does_not_fit;
   }
   return exit_ok;

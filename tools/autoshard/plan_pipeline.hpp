@@ -26,6 +26,13 @@ struct pipeline_cli {
   bool json = false;
 };
 
+/// {"bytes": ..., "context_bytes": ..., "communicators": 3, "communicator_bytes": ...}: what a
+/// rank's process holds beside the plan's tensors (runtime_reserve_of).
+inline nlohmann::json runtime_json(const runtime_reserve& r) {
+  return {{"bytes", r.bytes()}, {"context_bytes", r.context_bytes}, {"communicators", r.communicators},
+          {"communicator_bytes", r.communicator_bytes}};
+}
+
 inline nlohmann::json pipelined_json(const pipelined_step& s) {
   nlohmann::json stages = nlohmann::json::array();
   for (std::size_t k = 0; k < s.stages.count.size(); ++k)
@@ -51,11 +58,12 @@ inline nlohmann::json pipelined_json(const pipelined_step& s) {
           {"tflops_per_device", s.tflops_per_device},
           {"mfu", s.mfu},
           {"peak_memory_bytes", s.peak_memory_bytes},
+          {"runtime_reserve", runtime_json(s.runtime)},
           {"fits", s.fits},
           {"stage_mesh", to_string(s.stage_mesh)}};
 }
 
-inline void print_pipelined(const pipelined_step& s, const std::string& label) {
+inline void print_pipelined(const pipelined_step& s, const std::string& label, const device_model& device) {
   std::cout << label << describe(s.config, s.micro_batches) << "\n";
   for (std::size_t k = 0; k < s.stages.count.size(); ++k)
     std::cout << "  stage " << k << ": " << describe_stage(s, k) << ", " << human_seconds(s.stages.seconds[k])
@@ -64,8 +72,8 @@ inline void print_pipelined(const pipelined_step& s, const std::string& label) {
   std::cout << "  step " << human_seconds(s.step_seconds) << " (bubble " << std::fixed << std::setprecision(1)
             << 100 * s.timeline.bubble_fraction << " %, gradient sync after the flush " << human_seconds(s.sync_seconds)
             << ", tied embedding " << human_seconds(s.shared_sync_seconds) << "), " << s.tflops_per_device
-            << " TFLOP/s per device, MFU " << 100 * s.mfu << " %, peak " << human_bytes(static_cast<double>(s.peak_memory_bytes))
-            << " per device" << (s.fits ? "" : "  DOES NOT FIT") << std::defaultfloat << "\n";
+            << " TFLOP/s per device, MFU " << 100 * s.mfu << " %, " << describe_peak(s.peak_memory_bytes, s.runtime, device)
+            << (s.fits ? "" : "  DOES NOT FIT") << std::defaultfloat << "\n";
 }
 
 inline void print_alternative(const pipelined_step& s) {
@@ -139,6 +147,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     if (!found.empty.empty()) throw solver_error(found.empty);
     if (!found.best)
       throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
+                         (runtime_reserve_of(po.pricing.device, device_mesh{1}).bytes() > 0
+                              ? std::string(" with its runtime reserve (CUDA context and NCCL communicators)")
+                              : std::string()) +
                          (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
     plan = found.best;
   }
@@ -155,7 +166,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     std::cout << j.dump(2) << "\n";
     return plan->fits;
   }
-  print_pipelined(*plan, "pipeline  ");
+  print_pipelined(*plan, "pipeline  ", po.pricing.device);
   if (search || po.algo != algo::megatron) {
     std::cout << "searched  " << found.configurations << " configurations: " << found.priced << " planned by the ILP, "
               << found.pruned_bound << " pruned by the bubble bound, " << found.pruned_recompute
@@ -164,7 +175,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     if (!found.alternatives.empty()) std::cout << "next best:\n";
     for (const pipelined_step& s : found.alternatives) print_alternative(s);
   }
-  if (megatron) print_pipelined(*megatron, "megatron  ");
+  if (megatron) print_pipelined(*megatron, "megatron  ", po.pricing.device);
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
   if (!file.empty()) std::cout << "wrote " << file << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
   return plan->fits;

@@ -557,7 +557,7 @@ TEST_CASE("a plan above the device's memory says it does not fit, and the device
   CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o), doctest::Contains("peak_flops"), solver_error);
 }
 
-TEST_CASE("a plan whose tensors fit the device's memory but not beside its runtime reserve does not fit; the default budget leaves the reserve free") {
+TEST_CASE("a plan whose tensors fit the device's memory but not beside its runtime reserve does not fit, and the default budget leaves the reserve free") {
   using namespace autoshard;
   // The linear of the test above on 2 devices of 3 MiB: any plan stores W split (at least 2 MiB)
   // or whole (4 MiB). Beside a CUDA context of 1 MiB and one communicator of 512 KiB (the mesh's

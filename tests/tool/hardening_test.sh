@@ -428,6 +428,18 @@ for cmd in "plan ${small[*]} --mesh 2x2 --algo megatron --out $tmp/nq.json --no-
   [ "$(wc -c <"$tmp/err")" -lt 400 ] && grep -q "x\{78\}\.\.\.' (10000[0-9] bytes)" "$tmp/err" && ok || bad "name-quote: ${cmd:0:60}: $(head -c 300 "$tmp/err")"
 done
 
+# flag-quote: a flag's value in its usage error was quoted raw (--dtype, --memory-budget, --pp,
+# every integer flag): an ESC reached the terminal and could recolour it, and a 10 KB value was
+# quoted whole; now as quoted_text quotes it (\xHH, cut at 80 bytes with its length).
+long=$(printf 'x%.0s' $(seq 10000))
+for f in --dtype --memory-budget --pp --tp; do
+  expect flag-quote 2 "^$f: .*'bf\\\\x1B\[31m16'" "$tool" plan "${small[@]}" "$f" $'bf\x1b[31m16' --out "$tmp/fq.json" --no-svg
+  grep -q $'\x1b' "$tmp/err" && bad "flag-quote: $f: a raw ESC: $(od -c "$tmp/err" | head -3)" || ok
+  expect flag-quote 2 "^$f: .*'x{80}\.\.\.' \(10000 bytes\)" "$tool" plan "${small[@]}" "$f" "$long" --out "$tmp/fq.json" --no-svg
+  [ "$(wc -c <"$tmp/err")" -lt 400 ] && ok || bad "flag-quote: $f: $(wc -c <"$tmp/err") bytes of stderr"
+done
+test ! -e "$tmp/fq.json" && ok || bad "flag-quote: a plan was written"
+
 # mesh-utf8: a digit of another script in a mesh (U+0662, U+FF12) or a spec was quoted as its
 # first byte, half a UTF-8 character; now the whole character, and a stray byte as \xHH.
 for m in "2x٢" "2x２" $'2x\xd9'; do

@@ -121,7 +121,7 @@ t = load_file(sys.argv[1]); t["bert.encoder.layer.2.output.dense.bias"] = t["ber
 save_file(t, sys.argv[1], metadata={"format": "pt"})
 EOF
 run "$tool" plan --model "$d" --mesh 2 --mode infer --out "$tmp/never.json"
-[ $? -eq 1 ] && grep -q "1 checkpoint tensors are not parameters: bert.encoder.layer.2.output.dense.bias" "$tmp/err" && ok || bad "extra layer in a pre-training BERT: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "1 checkpoint tensor is not a parameter: bert.encoder.layer.2.output.dense.bias" "$tmp/err" && ok || bad "extra layer in a pre-training BERT: $(cat "$tmp/err")"
 
 # Weights that do not match the config: the error names the first tensors that differ.
 d="$tmp/gpt2"

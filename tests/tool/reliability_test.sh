@@ -24,7 +24,7 @@ test ! -e "$tmp/o10a" && test ! -e "$tmp/o10b" && ok || bad "item10: a refused s
 # a 1-layer plan on a 2-layer checkpoint
 "$tool" plan --model gpt2 --layers 1 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8 --mesh 2x2 \
   --algo megatron --out "$tmp/p1.json" --quiet >/dev/null 2>&1 || bad "item10: 1-layer plan"
-expect item10 1 "io error: plan file '.*' has 1 layers of 'h.N.' but the checkpoint has 2" \
+expect item10 1 "io error: plan file '.*' has 1 layer of 'h.N.' but the checkpoint has 2" \
   "$tool" shard "$tmp/ck" --plan "$tmp/p1.json" --out "$tmp/o10c"
 # a tensor in a shard file that the weight_map does not list; a checkpoint missing one tensor
 python3 - "$tmp" <<'PY'

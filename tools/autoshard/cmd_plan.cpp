@@ -494,7 +494,7 @@ void register_plan(CLI::App& app, action& run) {
                   "and its NVLink and network bandwidths unless --intra-bw/--inter-bw are given")
       ->check(CLI::Validator(
           [](std::string& v) {
-            return find_device_preset(v) ? std::string() : "unknown device '" + v + "'; presets: " + device_preset_names();
+            return find_device_preset(v) ? std::string() : "unknown device " + quoted_text(v) + "; presets: " + device_preset_names();
           },
           "{" + device_preset_names() + "}"));
   cmd->add_option("--memory-budget", o->memory_budget,
@@ -564,7 +564,7 @@ void register_plan(CLI::App& app, action& run) {
           [](std::string& in) -> std::string {
             const bool count = !in.empty() && in.size() <= 7 && in.find_first_not_of("0123456789") == std::string::npos &&
                                in.find_first_not_of('0') != std::string::npos;
-            return in == "auto" || count ? "" : "'" + in + "' is not \"auto\" or a stage count from 1 to 9999999";
+            return in == "auto" || count ? "" : quoted_text(in) + " is not \"auto\" or a stage count from 1 to 9999999";
           },
           "auto|STAGES"));
   cmd->add_option("--schedule", o->schedule, "with --pp: the pipeline schedule, 1f1b or gpipe")
@@ -575,7 +575,7 @@ void register_plan(CLI::App& app, action& run) {
           [](std::string& v) {
             const auto eq = v.find('=');
             return eq == std::string::npos || eq == 0 || eq + 1 == v.size()
-                       ? "'" + v + "' is not NAME=SPEC (e.g. input_ids=S0R)"
+                       ? quoted_text(v) + " is not NAME=SPEC (e.g. input_ids=S0R)"
                        : std::string();
           },
           "NAME=SPEC"));

@@ -121,8 +121,8 @@ int run_shard(const shard_cli_options& o) {
     const std::string model_type = cfg.empty() ? std::string() : normal(load_model_type(cfg));
     std::string name = normal(o.policy);
     if (name == "auto") {
-      if (cfg.empty()) throw spec_error("--policy auto reads model_type from config.json, but there is none beside '" +
-                                        o.checkpoint + "': give --config or a policy by name");
+      if (cfg.empty()) throw spec_error("--policy auto reads model_type from config.json, but there is none beside " +
+                                        quoted_path(o.checkpoint) + ": give --config or a policy by name");
       if (model_type.empty()) throw spec_error("--policy auto: " + quoted_path(cfg.string()) + " has no \"model_type\"; give a policy by name");
       name = model_type;
     } else if (!model_type.empty() && model_type != name) {

@@ -272,8 +272,8 @@ std::vector<leading_block> leading_blocks(const device_mesh& m, const sharding_s
     if (nlead == 0) throw shape_error("--slice picks indices of the leading dims; a tensor of rank " + std::to_string(shape.rank) + " has none");
     const tensor_shape idx = parse_shape_list(slice);
     if (idx.rank != nlead)
-      throw shape_error("--slice '" + slice + "' gives " + std::to_string(idx.rank) + " indices; the tensor " +
-                        to_string(shape) + " has " + std::to_string(nlead) + " leading dims (all but the last two)");
+      throw shape_error("--slice " + quoted_text(slice) + " gives " + counted(idx.rank, "index", "indices") + "; the tensor " +
+                        to_string(shape) + " has " + counted(nlead, "leading dim") + " (all but the last two)");
     leading_block one;
     for (std::size_t d = 0; d < nlead; ++d) {
       if (idx[d] >= shape[d])
@@ -428,7 +428,7 @@ void show_plan_tensor(const plan_document& d, const show_options& o) {
   const node& nd = d.graph[v];
   const plan_tensor& t = d.tensors[v];
   if (nd.shape.rank == 0)
-    throw shape_error("tensor '" + nd.name + "' is a scalar: every rank holds all of it, there is no block map");
+    throw shape_error("tensor " + quoted_text(nd.name) + " is a scalar: every rank holds all of it, there is no block map");
   const std::string kind(to_string(nd.kind));
   nlohmann::json extra{{"plan", o.plan}, {"tensor", nd.name}, {"kind", kind}, {"strategy", t.strategy},
                        {"inputs", input_specs(d, v)}};

@@ -161,17 +161,17 @@ inline tensor_shape parse_shape_list(std::string s) {
     while (!tok.empty() && tok.front() == ' ') tok.erase(0, 1);
     while (!tok.empty() && tok.back() == ' ') tok.pop_back();
     if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos || tok.size() > 15)
-      throw shape_error("shape '" + s + "': '" + tok + "' is not a dim size (write e.g. 8,4)");
+      throw shape_error("shape " + quoted_text(s) + ": " + quoted_text(tok) + " is not a dim size (write e.g. 8,4)");
     dims.push_back(std::stoll(tok));
     i = j + 1;
   }
-  if (dims.size() > max_tensor_rank) throw shape_error("shape '" + s + "': at most 8 dims");
+  if (dims.size() > max_tensor_rank) throw shape_error("shape " + quoted_text(s) + ": at most 8 dims");
   return tensor_shape(dims);
 }
 
 inline dtype parse_dtype_or_throw(const std::string& s) {
   auto t = parse_dtype(s);
-  if (!t) throw spec_error("unknown dtype '" + s + "' (f32, f16, bf16, f64, i32, i64, u8)");
+  if (!t) throw spec_error("unknown dtype " + quoted_text(s) + " (f32, f16, bf16, f64, i32, i64, u8)");
   return *t;
 }
 
@@ -210,14 +210,14 @@ inline int run_program(const std::vector<std::string>& argv, int out_fd = -1) {
 inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
   static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
   std::smatch m;
-  if (!std::regex_match(s, m, re)) throw spec_error(what + " '" + s + "' is not a size (e.g. 16GiB or 8e9)");
+  if (!std::regex_match(s, m, re)) throw spec_error(what + " " + quoted_text(s) + " is not a size (e.g. 16GiB or 8e9)");
   double v = std::strtod(m[1].str().c_str(), nullptr);  // inf beyond double's range, refused below
   const std::string u = m[2].str();
   const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
                                            {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
                                            {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
   v *= mult.at(u);
-  if (!(v >= 1 && v <= 9e18)) throw spec_error(what + " '" + s + "' is out of range (1 byte to 9e18)");
+  if (!(v >= 1 && v <= 9e18)) throw spec_error(what + " " + quoted_text(s) + " is out of range (1 byte to 9e18)");
   return static_cast<std::int64_t>(v);
 }
 
@@ -227,8 +227,8 @@ inline CLI::Validator dtype_value(bool floating_only = false) {
   return CLI::Validator(
       [floating_only](std::string& in) -> std::string {
         const std::optional<dtype> t = parse_dtype(in);
-        if (!t) return "unknown dtype '" + in + "' (f32, f16, bf16, f64, i32, i64, u8)";
-        if (floating_only && !is_floating(*t)) return "'" + in + "' is not a floating-point dtype (f32, f16, bf16, f64)";
+        if (!t) return "unknown dtype " + quoted_text(in) + " (f32, f16, bf16, f64, i32, i64, u8)";
+        if (floating_only && !is_floating(*t)) return quoted_text(in) + " is not a floating-point dtype (f32, f16, bf16, f64)";
         return {};
       },
       floating_only ? "FLOAT_DTYPE" : "DTYPE");
@@ -240,7 +240,7 @@ inline CLI::Validator byte_size() {
           (void)parse_bytes(in, "size");
           return {};
         } catch (const spec_error&) {
-          return "'" + in + "' is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
+          return quoted_text(in) + " is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
         }
       },
       "BYTES");

@@ -148,7 +148,7 @@ void strict_values(CLI::App& app) {
           [](std::string& in) -> std::string {
             std::size_t digits = in.size() > 0 && (in[0] == '-' || in[0] == '+') ? 1 : 0;
             if (digits == in.size() || in.find_first_not_of("0123456789", digits) != std::string::npos)
-              return "'" + in + "' is not a decimal integer";
+              return autoshard::quoted_text(in) + " is not a decimal integer";
             const std::size_t first = std::min(in.find_first_not_of('0', digits), in.size() - 1);
             in = in.substr(0, digits) + in.substr(first);
             return {};

@@ -54,8 +54,8 @@ struct model_options {
   /// was reported as a training plan).
   void check_flags() const {
     if (run() == run_mode::training && !dtype_name.empty() && !is_floating(*parse_dtype(dtype_name)))
-      throw CLI::ValidationError("--dtype", "training needs a floating-point dtype (f32, bf16, f16 or f64), not '" +
-                                                dtype_name + "' (use --mode infer for an integer model)");
+      throw CLI::ValidationError("--dtype", "training needs a floating-point dtype (f32, bf16, f16 or f64), not " +
+                                                quoted_text(dtype_name) + " (use --mode infer for an integer model)");
   }
 
   /// --heads and --kv-heads: a model with as many key/value heads as heads (no grouped-query
@@ -134,8 +134,8 @@ struct model_options {
     // A size the model has no symbolic dim for was ignored: --batch 7 planned a fixed [4,8] at 4.
     for (auto [flag, size, used, dim] : {std::tuple{"--batch", batch, r.batch_used, 0}, std::tuple{"--seq", seq, r.seq_used, 1}})
       if (size > 0 && !used)
-        throw spec_error(std::string(flag) + " " + std::to_string(size) + " sizes nothing: no graph input of ONNX model '" + model +
-                         "' has a symbolic dim " + std::to_string(dim) + " (or that size there); its sizes are its own: leave " +
+        throw spec_error(std::string(flag) + " " + std::to_string(size) + " sizes nothing: no graph input of ONNX model " + quoted_path(model) +
+                         " has a symbolic dim " + std::to_string(dim) + " (or that size there); its sizes are its own: leave " +
                          flag + " out, or export the model with that dim dynamic");
     return std::move(r.graph);
 #else

@@ -56,15 +56,15 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
     }
     const auto& e = ck.entry(n);
     if (!(e.shape == p.shape))
-      throw io_error("plan file " + quoted_path(file) + " has parameter '" + p.name + "' of shape " + to_string(p.shape) +
-                     " but the checkpoint's '" + n + "' is " + to_string(e.shape) + ": the plan is for another model");
+      throw io_error("plan file " + quoted_path(file) + " has parameter " + quoted_text(p.name) + " of shape " + to_string(p.shape) +
+                     " but the checkpoint's " + quoted_text(n) + " is " + to_string(e.shape) + ": the plan is for another model");
     pol.specs[n] = plan.tensors[v].output;
     if (const fused_dim f = fused_dim_of(plan.graph, v); f.any()) pol.fused[n] = f;
   }
   if (pol.specs.empty())
-    throw io_error("plan file " + quoted_path(file) + " names none of the checkpoint's tensors (first: '" +
-                   (params.empty() ? std::string("none") : plan.graph[params.front()].name) +
-                   "'): the plan is for another model");
+    throw io_error("plan file " + quoted_path(file) + " names none of the checkpoint's tensors (first: " +
+                   (params.empty() ? std::string("none") : quoted_text(plan.graph[params.front()].name)) +
+                   "): the plan is for another model");
   // A plan for fewer (or more) layers would leave the checkpoint's other layers replicated
   // without a word: every stack of numbered layers must have as many layers in both.
   auto layer_counts = [](const auto& names) {
@@ -90,11 +90,11 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
     const auto it = in_plan.find(stack);
     const std::int64_t p = it == in_plan.end() ? 0 : it->second;
     if (p != count)
-      throw io_error("plan file " + quoted_path(file) + " has " + std::to_string(p) + " layers of '" + stack + "N.' but the checkpoint has " +
+      throw io_error("plan file " + quoted_path(file) + " has " + counted(p, "layer") + " of " + quoted_text(stack + "N.") + " but the checkpoint has " +
                      std::to_string(count) + ": the plan is for another model");
   }
   for (const auto& n : missing)
-    std::cerr << "autoshard: note: plan parameter '" << n << "' is not in the checkpoint (tied or unused); skipped\n";
+    std::cerr << "autoshard: note: plan parameter " << quoted_text(n) << " is not in the checkpoint (tied or unused); skipped\n";
   return pol;
 }
 
@@ -156,7 +156,7 @@ inline std::vector<stage_shards> stage_policies_for(const plan_document& plan, c
     if (stages.empty()) {
       const auto l = split_layer_name(n);
       stages.push_back(l ? layer_stage(l->index) : 0);
-      if (!l) std::cerr << "autoshard: note: '" << n << "' is neither a plan parameter nor in a layer: written with stage 0\n";
+      if (!l) std::cerr << "autoshard: note: " << quoted_text(n) << " is neither a plan parameter nor in a layer: written with stage 0\n";
     }
     for (int k : stages) out[static_cast<std::size_t>(k)].names.push_back(n);
   }

@@ -94,7 +94,7 @@ inline std::string write_pipelined_plan(const model_graph& g, const autosharding
 /// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan fits.
 inline bool run_pipelined_plan(const model_graph& g, const autosharding_options& po, const pipeline_cli& c) {
   const std::optional<pipeline_schedule> schedule = parse_pipeline_schedule(c.schedule);
-  if (!schedule) throw spec_error("--schedule must be " + enum_names(all_pipeline_schedules) + ", got '" + c.schedule + "'");
+  if (!schedule) throw spec_error("--schedule must be " + enum_names(all_pipeline_schedules) + ", got " + quoted_text(c.schedule));
   if (po.pricing.mode != run_mode::training) throw spec_error("--pp prices a training step: plan with --mode train");
   if (po.preload_solution) throw spec_error("--preload reads a plan without stages; with --pp the stages are searched again");
   const bool search = c.pp == "auto";
@@ -102,7 +102,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   if (!search) {
     const bool digits = !c.pp.empty() && c.pp.size() <= 7 && c.pp.find_first_not_of("0123456789") == std::string::npos;
     pp = digits ? std::stoi(c.pp) : 0;
-    if (pp < 1) throw spec_error("--pp must be \"auto\" or a stage count of at least 1, got '" + c.pp + "'");
+    if (pp < 1) throw spec_error("--pp must be \"auto\" or a stage count of at least 1, got " + quoted_text(c.pp));
   }
   const auto kinds = [&](algo a) { return a == algo::megatron && c.recompute == recompute_policy::choose
                                               ? recompute_kinds_of(recompute_policy::selective)
@@ -127,7 +127,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     const int tp = c.tp > 0 ? c.tp : po.mesh.size(po.mesh.ndim() - 1);
     const int layers = static_cast<int>(map_layers(g).indices.size());
     if (layers % pp != 0)
-      throw solver_error("megatron splits the " + std::to_string(layers) + " layers evenly over its stages: --pp " + std::to_string(pp) +
+      throw solver_error("megatron splits the " + counted(layers, "layer") + " evenly over its stages: --pp " + std::to_string(pp) +
                          " does not divide them");
     plan = price_pipelined(g, po.mesh, po.pricing, algo::megatron,
                            pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},

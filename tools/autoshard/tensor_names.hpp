@@ -60,7 +60,7 @@ inline std::optional<vertex_t> find_tensor(const model_graph& g, const std::stri
     const std::vector<vertex_t> ins = operands(g, *op);
     if (operand >= ins.size() || !g[ins[operand]].is_parameter()) continue;
     if (note)
-      *note = want + " is " + g[ins[operand]].name + " (tied: operator '" + g[*op].name + "' uses it as its " +
+      *note = want + " is " + g[ins[operand]].name + " (tied: operator " + quoted_text(g[*op].name) + " uses it as its " +
               suffix.substr(1) + ")";
     return ins[operand];
   }
@@ -89,7 +89,7 @@ inline std::string did_you_mean(const model_graph& g, const std::string& want) {
   std::string out;
   const std::size_t n = std::min<std::size_t>(3, scored.size());
   for (std::size_t k = 0; k < n; ++k)
-    out += (k == 0 ? "; did you mean '" : k + 1 == n ? " or '" : ", '") + scored[k].second + "'";
+    out += (k == 0 ? "; did you mean " : k + 1 == n ? " or " : ", ") + quoted_text(scored[k].second);
   return n == 0 ? out : out + "?";
 }
 

@@ -76,7 +76,7 @@ namespace detail {
   throw io_error("safetensors file " + quoted_path(std::string(file)) + ": " + why);
 }
 [[noreturn]] inline void bad_tensor(std::string_view file, std::string_view name, const std::string& why) {
-  throw io_error("safetensors file " + quoted_path(std::string(file)) + ", tensor '" + std::string(name) + "': " + why);
+  throw io_error("safetensors file " + quoted_path(std::string(file)) + ", tensor " + quoted_text(name) + ": " + why);
 }
 inline std::uint64_t read_le64(const std::byte* p) noexcept {
   std::uint64_t v = 0;
@@ -214,7 +214,7 @@ inline void parse_safetensors_metadata(const nlohmann::json& v, std::string_view
                                        std::map<std::string, std::string>& metadata) {
   if (!v.is_object()) bad_file(file, "__metadata__ is not an object of strings");
   for (auto m = v.begin(); m != v.end(); ++m) {
-    if (!m.value().is_string()) bad_file(file, "__metadata__ value of '" + m.key() + "' is not a string");
+    if (!m.value().is_string()) bad_file(file, "__metadata__ value of " + quoted_text(m.key()) + " is not a string");
     metadata[m.key()] = m.value().get<std::string>();
   }
 }
@@ -231,7 +231,7 @@ inline safetensors_entry parse_safetensors_entry(const std::string& name, const 
   if (!dt->is_string()) bad_tensor(file, name, "dtype is not a string");
   const std::string dts = dt->get<std::string>();
   auto t = parse_dtype(dts);
-  if (!t || safetensors_name(*t) != dts) bad_tensor(file, name, "unknown or unsupported dtype '" + dts + "'");
+  if (!t || safetensors_name(*t) != dts) bad_tensor(file, name, "unknown or unsupported dtype " + quoted_text(dts));
   safetensors_entry e;
   e.name = name;
   e.type = *t;
@@ -372,7 +372,7 @@ class safetensors_file {
   }
   const safetensors_entry& entry(std::string_view name) const {
     if (const auto* e = find(name)) return *e;
-    throw io_error("safetensors file " + quoted_path(path_.string()) + " has no tensor '" + std::string(name) + "'");
+    throw io_error("safetensors file " + quoted_path(path_.string()) + " has no tensor " + quoted_text(name));
   }
   /// The bytes of a tensor, in the map.
   std::span<const std::byte> bytes(const safetensors_entry& e) const noexcept {
@@ -465,7 +465,7 @@ inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_h
   std::uint64_t at = 0;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__" || !names.insert(t.name).second)
-      throw io_error("cannot write tensor '" + t.name + "': the name is reserved or used twice");
+      throw io_error("cannot write tensor " + quoted_text(t.name) + ": the name is reserved or used twice");
     safetensors_entry e{t.name, t.type, t.shape, at, at + static_cast<std::uint64_t>(t.shape.numel()) * dtype_size(t.type)};
     at = e.end;
     if (json.size() > 1) json += ",";
@@ -473,7 +473,7 @@ inline std::pair<std::string, std::vector<safetensors_entry>> make_safetensors_h
     try {
       quoted = nlohmann::json(t.name).dump();
     } catch (const nlohmann::json::exception&) {
-      throw io_error("cannot write tensor '" + t.name + "': the name is not valid UTF-8");
+      throw io_error("cannot write tensor " + quoted_text(t.name) + ": the name is not valid UTF-8");
     }
     json += quoted + ":{\"dtype\":\"" + std::string(safetensors_name(t.type)) + "\",\"shape\":[";
     for (std::size_t i = 0; i < t.shape.rank; ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
@@ -517,7 +517,7 @@ class safetensors_writer {
   void finish() {
     advance();
     if (next_ != entries_.size())
-      throw io_error(quoted_path(path_.string()) + ": tensor '" + entries_[next_].name + "' was not written");
+      throw io_error(quoted_path(path_.string()) + ": tensor " + quoted_text(entries_[next_].name) + " was not written");
     file_.finish();
   }
   void commit() {
@@ -598,7 +598,7 @@ class checkpoint {
  private:
   const ref& at(std::string_view name) const {
     auto it = map_.find(std::string(name));
-    if (it == map_.end()) throw io_error("checkpoint has no tensor '" + std::string(name) + "'");
+    if (it == map_.end()) throw io_error("checkpoint has no tensor " + quoted_text(name));
     return it->second;
   }
   void open_index(const std::filesystem::path& index) {
@@ -617,11 +617,11 @@ class checkpoint {
     std::vector<std::pair<std::string, std::string>> wanted;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string())
-        throw io_error("index " + quoted_path(index.string()) + ": weight_map entry '" + it.key() + "' is not a file name");
+        throw io_error("index " + quoted_path(index.string()) + ": weight_map entry " + quoted_text(it.key()) + " is not a file name");
       const std::string fname = it.value().get<std::string>();
       if (!is_plain_file_name(fname))
-        throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(fname) + " of tensor '" + it.key() +
-                       "' is not a plain file name");
+        throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(fname) + " of tensor " + quoted_text(it.key()) +
+                       " is not a plain file name");
       if (!file_ids.count(fname)) {
         file_ids[fname] = files_.size();
         files_.emplace_back(index.parent_path() / fname);
@@ -632,7 +632,7 @@ class checkpoint {
       std::size_t id = file_ids[fname];
       const auto* e = files_[id].find(name);
       if (!e)
-        throw io_error("index " + quoted_path(index.string()) + " maps tensor '" + name + "' to " + quoted_path(fname) +
+        throw io_error("index " + quoted_path(index.string()) + " maps tensor " + quoted_text(name) + " to " + quoted_path(fname) +
                        ", which does not hold it");
       map_[name] = {id, e};
     }
@@ -643,9 +643,9 @@ class checkpoint {
         const auto it = map_.find(e.name);
         if (it == map_.end())
           throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(files_[id].path().filename().string()) +
-                         " holds tensor '" + e.name + "', which the weight_map does not list (an incomplete index)");
+                         " holds tensor " + quoted_text(e.name) + ", which the weight_map does not list (an incomplete index)");
         if (it->second.file != id)
-          throw io_error("index " + quoted_path(index.string()) + ": tensor '" + e.name + "' is in two files, " +
+          throw io_error("index " + quoted_path(index.string()) + ": tensor " + quoted_text(e.name) + " is in two files, " +
                          quoted_path(files_[it->second.file].path().filename().string()) + " (the weight_map's) and " +
                          quoted_path(files_[id].path().filename().string()) + ": which one holds the weights is ambiguous");
       }

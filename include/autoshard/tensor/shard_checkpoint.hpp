@@ -208,19 +208,19 @@ inline std::map<std::string, const tensor_shards*> check_shard_plans(const check
   if (in.size() == 0) throw io_error("the checkpoint holds no tensor: nothing to shard");
   std::map<std::string, const tensor_shards*> by_name;
   for (const auto& p : plans) {
-    if (!in.contains(p.name)) throw io_error("plan for tensor '" + p.name + "', which the checkpoint does not have");
+    if (!in.contains(p.name)) throw io_error("plan for tensor " + quoted_text(p.name) + ", which the checkpoint does not have");
     const auto& e = in.entry(p.name);
     if (!(e.shape == p.global) || e.type != p.type)
-      throw shape_error("tensor '" + p.name + "': planned as " + to_string(p.global) + " " +
+      throw shape_error("tensor " + quoted_text(p.name) + ": planned as " + to_string(p.global) + " " +
                         std::string(to_string(p.type)) + " but stored as " + to_string(e.shape) + " " +
                         std::string(to_string(e.type)));
     if (static_cast<int>(p.ranks.size()) != N || !(p.mesh == mesh))
-      throw shape_error("tensor '" + p.name + "': planned for " + std::to_string(p.ranks.size()) + " ranks, not " +
+      throw shape_error("tensor " + quoted_text(p.name) + ": planned for " + counted(p.ranks.size(), "rank") + ", not " +
                         std::to_string(N));
-    if (!by_name.emplace(p.name, &p).second) throw io_error("tensor '" + p.name + "' planned twice");
+    if (!by_name.emplace(p.name, &p).second) throw io_error("tensor " + quoted_text(p.name) + " planned twice");
   }
   for (const auto& n : in.names())
-    if (opts.every_tensor && !by_name.count(n)) throw io_error("tensor '" + n + "' of the checkpoint has no plan");
+    if (opts.every_tensor && !by_name.count(n)) throw io_error("tensor " + quoted_text(n) + " of the checkpoint has no plan");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
     throw io_error("output " + quoted_path(out_dir.string()) + " exists and is not a directory");
   if (opts.convert_to && !is_float(*opts.convert_to))
@@ -347,8 +347,8 @@ inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>&
 /// ulimit -v 4000000). Every shard_checkpoint overload checks it first (check_shard_count).
 inline void check_rank_files(int world) {
   if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(world) + 1 > files)
-    throw resource_error("sharding onto " + std::to_string(world) + " ranks writes " + std::to_string(world) +
-                         " rank files and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
+    throw resource_error("sharding onto " + counted(world, "rank") + " writes " + counted(world, "rank file") +
+                         " and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
                          std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(static_cast<std::int64_t>(world) + 64) +
                          ") or shard onto fewer ranks");
 }
@@ -376,8 +376,8 @@ inline void check_shard_count(int world, std::size_t tensors) {
                       static_cast<double>(ranks) * static_cast<double>(rank_file_bookkeeping_bytes);
   const machine_limits m = machine_limits::memory_here();
   if (need <= static_cast<double>(m.memory())) return;
-  throw resource_error("sharding " + std::to_string(tensors) + " tensors onto " + std::to_string(world) + " ranks makes " +
-                       std::to_string(shards) + " shards in " + std::to_string(world) + " rank files, whose layouts and index take about " +
+  throw resource_error("sharding " + counted(tensors, "tensor") + " onto " + counted(world, "rank") + " makes " +
+                       counted(shards, "shard") + " in " + counted(world, "rank file") + ", whose layouts and index take about " +
                        human_bytes(need) + " before a byte is written (" + human_bytes(static_cast<double>(shard_bookkeeping_bytes)) +
                        " a shard and " + human_bytes(static_cast<double>(rank_file_bookkeeping_bytes)) +
                        " a rank file); but this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
@@ -416,8 +416,8 @@ inline void check_shard_space(const checkpoint& in, const std::vector<std::strin
                               const std::filesystem::path& out_dir, const shard_options& opts) {
   const auto shards = static_cast<std::uint64_t>(world) * tensors.size();
   check_free_space(out_dir, shard_output_bytes_at_least(in, tensors, world, opts),
-                   "the sharded checkpoint (at least its " + std::to_string(tensors.size()) + " tensors once and index.json's " +
-                       std::to_string(shards) + " shard entries, in " + std::to_string(world) + " rank files)");
+                   "the sharded checkpoint (at least its " + counted(tensors.size(), "tensor") + " once and index.json's " +
+                       counted(shards, "shard entry", "shard entries") + ", in " + counted(world, "rank file") + ")");
 }
 
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
@@ -440,7 +440,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     for (const auto& l : p.ranks) total += static_cast<std::uint64_t>(l.shape.numel()) * dtype_size(infos.back().type);
   }
   // The layouts are known, the index not yet made: weigh the data and the index's least text.
-  const std::string what = "the sharded checkpoint (" + std::to_string(N) + " rank files and index.json)";
+  const std::string what = "the sharded checkpoint (" + counted(N, "rank file") + " and index.json)";
   check_free_space(out_dir, total + static_cast<std::uint64_t>(N) * (rank_file_index_min_bytes + plans.size() * shard_index_min_bytes), what);
   const std::string generation = detail::new_generation_id();
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
@@ -491,8 +491,8 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
-    throw spec_error("policy '" + policy.name + "' matches none of the checkpoint's " + std::to_string(names.size()) +
-                     " tensors (e.g. '" + names.front() + "'): it is for another model; the config's model_type names "
+    throw spec_error("policy " + quoted_text(policy.name) + " matches none of the checkpoint's " + counted(names.size(), "tensor") +
+                     " (e.g. " + quoted_text(names.front()) + "): it is for another model; the config's model_type names "
                      "the policy that fits");
   if (opts.check_layers) {
     const auto stacks = check_layer_stacks(names, "the checkpoint");
@@ -500,8 +500,8 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
       auto it = config.find(key);
       if (it == config.end() || stacks.size() != 1) continue;
       if (stacks.begin()->second != it->second)
-        throw io_error("the checkpoint has " + std::to_string(stacks.begin()->second) + " layers ('" +
-                       stacks.begin()->first + "0..'), but its config says " + key + " = " +
+        throw io_error("the checkpoint has " + counted(stacks.begin()->second, "layer") + " (" +
+                       quoted_text(stacks.begin()->first + "0..") + "), but its config says " + key + " = " +
                        std::to_string(it->second));
     }
   }
@@ -518,10 +518,10 @@ namespace detail {
 /// in `in`.
 inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names) {
   for (const auto& [n, s] : plan.specs)
-    if (!in.contains(n)) throw io_error("plan has a spec for tensor '" + n + "', which the checkpoint does not have");
+    if (!in.contains(n)) throw io_error("plan has a spec for tensor " + quoted_text(n) + ", which the checkpoint does not have");
   std::vector<tensor_shards> out;
   for (const auto& n : names) {
-    if (!in.contains(n)) throw io_error("tensor '" + n + "' is not in the checkpoint");
+    if (!in.contains(n)) throw io_error("tensor " + quoted_text(n) + " is not in the checkpoint");
     const auto& e = in.entry(n);
     out.push_back(shards_of(plan, n, e.shape, e.type));
   }
@@ -562,7 +562,7 @@ class sharded_checkpoint {
     world_ = j["world_size"].small_integer(1, max_world_size);
     const json_in files = j["files"];
     if (files.size() != static_cast<std::size_t>(world_))
-      files.fail("has " + std::to_string(files.size()) + " names for a world of " + std::to_string(world_));
+      files.fail("has " + counted(files.size(), "name") + " for a world of " + std::to_string(world_));
     for (int r = 0; r < world_; ++r) {
       const json_in name = files[static_cast<std::size_t>(r)];
       const std::string s = name.string();
@@ -614,7 +614,7 @@ class sharded_checkpoint {
       shard_layout l = layout(name, r);
       host_tensor back = extract(out.view(), l);
       if (!bitwise_equal(back.view(), shard(r, name)))
-        throw io_error("tensor '" + name + "': rank " + std::to_string(r) + "'s copy differs from the gathered tensor");
+        throw io_error("tensor " + quoted_text(name) + ": rank " + std::to_string(r) + "'s copy differs from the gathered tensor");
     }
     return out;
   }
@@ -622,7 +622,7 @@ class sharded_checkpoint {
  private:
   static constexpr int max_world_size = 1 << 20;
   static constexpr std::size_t max_pieces = std::size_t{1} << 20;
-  json_in in() const { return json_in(index_, "shard index '" + (dir_ / "index.json").string() + "'"); }
+  json_in in() const { return json_in(index_, "shard index " + quoted_path((dir_ / "index.json").string())); }
   json_in tensor(const std::string& name) const { return in()["tensors"][name]; }
   /// Checks tensor `name`'s entry against itself and the rank files, so that gather copies
   /// inside both tensors and allocates no more than the files hold: its global shape has at
@@ -676,7 +676,7 @@ class sharded_checkpoint {
                          std::to_string(cd) + ")");
     }
     if (held < numel)
-      t["shards"].fail("hold " + std::to_string(held) + " elements in all, fewer than the " + std::to_string(numel) +
+      t["shards"].fail("hold " + counted(held, "element") + " in all, fewer than the " + std::to_string(numel) +
                        " of global_shape " + to_string(g));
   }
   static tensor_shape shape_of(const json_in& j) {

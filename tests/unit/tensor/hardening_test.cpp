@@ -146,7 +146,7 @@ TEST_CASE("hardening: a checkpoint missing one tensor of one layer, or a layer, 
   save_all(dir / "one.safetensors", tiny_gpt2(1));
   checkpoint one(dir / "one.safetensors");
   msg = hardening_error([&] { shard_checkpoint(one, policies::gpt2(), 2, tiny_config, dir / "out"); });
-  CHECK(has_text(msg, "the checkpoint has 1 layers ('h.0..'), but its config says n_layer = 2"));
+  CHECK(has_text(msg, "the checkpoint has 1 layer ('h.0..'), but its config says n_layer = 2"));
   // the check can be turned off for models whose layers differ on purpose
   shard_options o;
   o.check_layers = false;
@@ -264,7 +264,7 @@ TEST_CASE("hardening: an output the disk cannot hold is refused before a layout 
   const checkpoint ck(dir / "big.safetensors");
   CHECK(shard_output_bytes_at_least(ck, ck.names(), 2, {}) == n * 4 + 2 * (shard_index_min_bytes + rank_file_index_min_bytes));
   const std::string msg = hardening_error([&] { shard_checkpoint(ck, policies::gpt2(), 2, tiny_config, dir / "out"); });
-  CHECK(has_text(msg, "io error: the sharded checkpoint (at least its 1 tensors once and index.json's 2 shard entries, in 2 rank "
+  CHECK(has_text(msg, "io error: the sharded checkpoint (at least its 1 tensor once and index.json's 2 shard entries, in 2 rank "
                       "files) needs 1.00 TiB (" + std::to_string(n * 4 + 176) + " bytes) but the file system of '"));
   CHECK_FALSE(fs::exists(dir / "out"));
   // The estimate is a floor: a real output of the tiny model takes more.

@@ -79,16 +79,16 @@ class lagrangian_search {
     if (!is_forbidden_w(t) && t < best_total_) best_total_ = t, best_ = pick;
   }
 
-  /// Seed the search with the greedy answer (local_search::greedy, repaired and improved; no
-  /// clock in it): a feasible upper bound from the first round on, which scales the first
-  /// subgradient steps (without one they aim at twice the estimate).
+  /// Seed the search with the greedy answer (local_search::greedy, then repaired; no clock in
+  /// it): a feasible upper bound from the first round on, which scales the first subgradient
+  /// steps (without one they aim at twice the estimate). Not improved by ICM: that costs a
+  /// round's time at the contest's largest sizes, and the answer it gives steers the prices
+  /// worse there (measured: docs/autosharding.md).
   void start_from_greedy(clock::time_point deadline) {
     local_search ls(rv_);
     ls.cancel = cancel_;
     ls.greedy();
     if (!ls.repair(deadline)) return;
-    ls.improve(deadline);
-    if (ls.over(deadline)) return;
     offer(ls.pick);
   }
 

@@ -118,7 +118,7 @@ int run_synth(const synth_options& o) {
   const std::uint64_t held = static_cast<std::uint64_t>(largest) * (4 + (t == dtype::f32 ? 0 : dtype_size(t))) + (std::uint64_t{64} << 20);
   if (const machine_limits here = machine_limits::memory_here(); held > here.memory())
     throw resource_error("synth would hold about " + human_bytes(static_cast<double>(held)) + " at once: its largest tensor, " +
-                         quoted_text(largest_name) + ", " + counted(largest, "value") + " in f32" +
+                         quoted_text(largest_name) + ", " + count_noun(largest, "value") + " in f32" +
                          (t == dtype::f32 ? std::string() : " and in " + std::string(to_string(t))) +
                          "; but this process can allocate " + human_bytes(static_cast<double>(here.memory())) + " more (" +
                          here.memory_source() + "): use --hidden/--vocab/--ffn to make it smaller" +

@@ -174,7 +174,7 @@ int run_verify(const verify_cli_options& o) {
     std::cout << r;
   }
   if (r.failed > 0)
-    std::cerr << "autoshard: verify: the plan's result differs from the unsharded run at " << counted(r.failed, "tensor")
+    std::cerr << "autoshard: verify: the plan's result differs from the unsharded run at " << count_noun(r.failed, "tensor")
               << "; the first is " << quoted_text(r.first_failed) << ", the worst " << quoted_text(r.worst) << "\n";
   if (!r.traffic.passed())
     std::cerr << "autoshard: verify: the executed communication differs from what the cost model priced at "

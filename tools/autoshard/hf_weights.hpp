@@ -117,14 +117,14 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
   };
   if (missing.empty() && differ.empty() && extra.empty()) {
     if (!unused.empty())
-      std::cerr << "autoshard: note: " << counted(unused.size(), "tensor") << " of " << quoted_path(where)
+      std::cerr << "autoshard: note: " << count_noun(unused.size(), "tensor") << " of " << quoted_path(where)
                 << (unused.size() == 1 ? " belongs" : " belong") << " to task heads this model does not build, and are not planned: " << first(unused) << "\n";
     return;
   }
   std::string why;
   if (!differ.empty()) why += "; " + std::to_string(differ.size()) + (differ.size() == 1 ? " differs: " : " differ: ") + first(differ);
-  if (!missing.empty()) why += "; " + counted(missing.size(), "parameter") + (missing.size() == 1 ? " is" : " are") + " not in the checkpoint: " + first(missing);
-  if (!extra.empty()) why += "; " + counted(extra.size(), "checkpoint tensor") + (extra.size() == 1 ? " is not a parameter: " : " are not parameters: ") + first(extra);
+  if (!missing.empty()) why += "; " + count_noun(missing.size(), "parameter") + (missing.size() == 1 ? " is" : " are") + " not in the checkpoint: " + first(missing);
+  if (!extra.empty()) why += "; " + count_noun(extra.size(), "checkpoint tensor") + (extra.size() == 1 ? " is not a parameter: " : " are not parameters: ") + first(extra);
   throw io_error("the weights in " + quoted_path(where) + " do not match its config.json" + why);
 }
 

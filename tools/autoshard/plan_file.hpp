@@ -90,7 +90,7 @@ inline plan_policy plan_policy_for(const plan_document& plan, const checkpoint& 
     const auto it = in_plan.find(stack);
     const std::int64_t p = it == in_plan.end() ? 0 : it->second;
     if (p != count)
-      throw io_error("plan file " + quoted_path(file) + " has " + counted(p, "layer") + " of " + quoted_text(stack + "N.") + " but the checkpoint has " +
+      throw io_error("plan file " + quoted_path(file) + " has " + count_noun(p, "layer") + " of " + quoted_text(stack + "N.") + " but the checkpoint has " +
                      std::to_string(count) + ": the plan is for another model");
   }
   for (const auto& n : missing)

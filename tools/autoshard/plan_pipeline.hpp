@@ -127,7 +127,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     const int tp = c.tp > 0 ? c.tp : po.mesh.size(po.mesh.ndim() - 1);
     const int layers = static_cast<int>(map_layers(g).indices.size());
     if (layers % pp != 0)
-      throw solver_error("megatron splits the " + counted(layers, "layer") + " evenly over its stages: --pp " + std::to_string(pp) +
+      throw solver_error("megatron splits the " + count_noun(layers, "layer") + " evenly over its stages: --pp " + std::to_string(pp) +
                          " does not divide them");
     plan = price_pipelined(g, po.mesh, po.pricing, algo::megatron,
                            pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},

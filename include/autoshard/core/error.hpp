@@ -193,12 +193,12 @@ inline std::string quoted_path(std::string_view path, std::size_t max = max_quot
   return out + "' (" + std::to_string(path.size()) + " bytes)";
 }
 
-/// A count and the noun it counts, singular when the count is 1: counted(1, "tensor") is
-/// "1 tensor", counted(16, "tensor") "16 tensors"; `many` for a plural not made with "s":
-/// counted(n, "shard entry", "shard entries"). A message read "its 1 tensors".
+/// A count and the noun it counts, singular when the count is 1: count_noun(1, "tensor") is
+/// "1 tensor", count_noun(16, "tensor") "16 tensors"; `many` for a plural not made with "s":
+/// count_noun(n, "shard entry", "shard entries"). A message read "its 1 tensors".
 template <class Int>
-std::string counted(Int n, std::string_view one, std::string_view many = {}) {
-  static_assert(std::is_integral_v<Int>, "counted() counts with an integer");
+std::string count_noun(Int n, std::string_view one, std::string_view many = {}) {
+  static_assert(std::is_integral_v<Int>, "count_noun() counts with an integer");
   std::string out = std::to_string(n) + " ";
   if (n == 1) return out.append(one);
   return many.empty() ? out.append(one) + "s" : out.append(many);

@@ -215,7 +215,7 @@ inline std::map<std::string, const tensor_shards*> check_shard_plans(const check
                         std::string(to_string(p.type)) + " but stored as " + to_string(e.shape) + " " +
                         std::string(to_string(e.type)));
     if (static_cast<int>(p.ranks.size()) != N || !(p.mesh == mesh))
-      throw shape_error("tensor " + quoted_text(p.name) + ": planned for " + counted(p.ranks.size(), "rank") + ", not " +
+      throw shape_error("tensor " + quoted_text(p.name) + ": planned for " + count_noun(p.ranks.size(), "rank") + ", not " +
                         std::to_string(N));
     if (!by_name.emplace(p.name, &p).second) throw io_error("tensor " + quoted_text(p.name) + " planned twice");
   }
@@ -347,7 +347,7 @@ inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>&
 /// ulimit -v 4000000). Every shard_checkpoint overload checks it first (check_shard_count).
 inline void check_rank_files(int world) {
   if (const std::uint64_t files = machine_limits::here().files; static_cast<std::uint64_t>(world) + 1 > files)
-    throw resource_error("sharding onto " + counted(world, "rank") + " writes " + counted(world, "rank file") +
+    throw resource_error("sharding onto " + count_noun(world, "rank") + " writes " + count_noun(world, "rank file") +
                          " and index.json at once, but the open-file limit (ulimit -n) lets this process open " +
                          std::to_string(files) + " more; raise it (ulimit -n " + std::to_string(static_cast<std::int64_t>(world) + 64) +
                          ") or shard onto fewer ranks");
@@ -376,8 +376,8 @@ inline void check_shard_count(int world, std::size_t tensors) {
                       static_cast<double>(ranks) * static_cast<double>(rank_file_bookkeeping_bytes);
   const machine_limits m = machine_limits::memory_here();
   if (need <= static_cast<double>(m.memory())) return;
-  throw resource_error("sharding " + counted(tensors, "tensor") + " onto " + counted(world, "rank") + " makes " +
-                       counted(shards, "shard") + " in " + counted(world, "rank file") + ", whose layouts and index take about " +
+  throw resource_error("sharding " + count_noun(tensors, "tensor") + " onto " + count_noun(world, "rank") + " makes " +
+                       count_noun(shards, "shard") + " in " + count_noun(world, "rank file") + ", whose layouts and index take about " +
                        human_bytes(need) + " before a byte is written (" + human_bytes(static_cast<double>(shard_bookkeeping_bytes)) +
                        " a shard and " + human_bytes(static_cast<double>(rank_file_bookkeeping_bytes)) +
                        " a rank file); but this process can allocate " + human_bytes(static_cast<double>(m.memory())) + " more (" +
@@ -416,8 +416,8 @@ inline void check_shard_space(const checkpoint& in, const std::vector<std::strin
                               const std::filesystem::path& out_dir, const shard_options& opts) {
   const auto shards = static_cast<std::uint64_t>(world) * tensors.size();
   check_free_space(out_dir, shard_output_bytes_at_least(in, tensors, world, opts),
-                   "the sharded checkpoint (at least its " + counted(tensors.size(), "tensor") + " once and index.json's " +
-                       counted(shards, "shard entry", "shard entries") + ", in " + counted(world, "rank file") + ")");
+                   "the sharded checkpoint (at least its " + count_noun(tensors.size(), "tensor") + " once and index.json's " +
+                       count_noun(shards, "shard entry", "shard entries") + ", in " + count_noun(world, "rank file") + ")");
 }
 
 /// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
@@ -440,7 +440,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
     for (const auto& l : p.ranks) total += static_cast<std::uint64_t>(l.shape.numel()) * dtype_size(infos.back().type);
   }
   // The layouts are known, the index not yet made: weigh the data and the index's least text.
-  const std::string what = "the sharded checkpoint (" + counted(N, "rank file") + " and index.json)";
+  const std::string what = "the sharded checkpoint (" + count_noun(N, "rank file") + " and index.json)";
   check_free_space(out_dir, total + static_cast<std::uint64_t>(N) * (rank_file_index_min_bytes + plans.size() * shard_index_min_bytes), what);
   const std::string generation = detail::new_generation_id();
   const std::map<std::string, std::string> meta = detail::rank_metadata(in, opts, N, generation, policy_name);
@@ -491,7 +491,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
   auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
-    throw spec_error("policy " + quoted_text(policy.name) + " matches none of the checkpoint's " + counted(names.size(), "tensor") +
+    throw spec_error("policy " + quoted_text(policy.name) + " matches none of the checkpoint's " + count_noun(names.size(), "tensor") +
                      " (e.g. " + quoted_text(names.front()) + "): it is for another model; the config's model_type names "
                      "the policy that fits");
   if (opts.check_layers) {
@@ -500,7 +500,7 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
       auto it = config.find(key);
       if (it == config.end() || stacks.size() != 1) continue;
       if (stacks.begin()->second != it->second)
-        throw io_error("the checkpoint has " + counted(stacks.begin()->second, "layer") + " (" +
+        throw io_error("the checkpoint has " + count_noun(stacks.begin()->second, "layer") + " (" +
                        quoted_text(stacks.begin()->first + "0..") + "), but its config says " + key + " = " +
                        std::to_string(it->second));
     }
@@ -562,7 +562,7 @@ class sharded_checkpoint {
     world_ = j["world_size"].small_integer(1, max_world_size);
     const json_in files = j["files"];
     if (files.size() != static_cast<std::size_t>(world_))
-      files.fail("has " + counted(files.size(), "name") + " for a world of " + std::to_string(world_));
+      files.fail("has " + count_noun(files.size(), "name") + " for a world of " + std::to_string(world_));
     for (int r = 0; r < world_; ++r) {
       const json_in name = files[static_cast<std::size_t>(r)];
       const std::string s = name.string();
@@ -676,7 +676,7 @@ class sharded_checkpoint {
                          std::to_string(cd) + ")");
     }
     if (held < numel)
-      t["shards"].fail("hold " + counted(held, "element") + " in all, fewer than the " + std::to_string(numel) +
+      t["shards"].fail("hold " + count_noun(held, "element") + " in all, fewer than the " + std::to_string(numel) +
                        " of global_shape " + to_string(g));
   }
   static tensor_shape shape_of(const json_in& j) {

@@ -202,13 +202,13 @@ TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and
   CHECK(error_of([] { (void)parse_mesh(std::string(100000, '7')); }).size() < 300);
 }
 
-TEST_CASE("counted: a count and its noun, singular at 1 (a message read \"its 1 tensors\")") {
-  CHECK(counted(1, "tensor") == "1 tensor");
-  CHECK(counted(std::size_t{16}, "tensor") == "16 tensors");
-  CHECK(counted(0, "rank file") == "0 rank files");
-  CHECK(counted(std::uint64_t{1}, "shard entry", "shard entries") == "1 shard entry");
-  CHECK(counted(std::int64_t{2}, "shard entry", "shard entries") == "2 shard entries");
-  CHECK(counted(-1, "layer") == "-1 layers");
+TEST_CASE("count_noun: a count and its noun, singular at 1 (a message read \"its 1 tensors\")") {
+  CHECK(count_noun(1, "tensor") == "1 tensor");
+  CHECK(count_noun(std::size_t{16}, "tensor") == "16 tensors");
+  CHECK(count_noun(0, "rank file") == "0 rank files");
+  CHECK(count_noun(std::uint64_t{1}, "shard entry", "shard entries") == "1 shard entry");
+  CHECK(count_noun(std::int64_t{2}, "shard entry", "shard entries") == "2 shard entries");
+  CHECK(count_noun(-1, "layer") == "-1 layers");
 }
 
 TEST_CASE("quoted_path: escaped always, whole up to 4096 bytes, a longer one cut in the middle") {

@@ -521,18 +521,31 @@ TEST_CASE("GPT-2 124M training on 2x4, gradient sync behind the backward: the ba
     }
 }
 
-TEST_CASE("a plan above the device's memory says it does not fit, and the device's memory as budget finds one that fits") {
+namespace {
+/// One linear: x [64, 1024] f32 (256 KiB), W [1024, 1024] f32 (4 MiB), y [64, 1024] (256 KiB).
+autoshard::model_graph one_linear() {
   using namespace autoshard;
-  // One linear: x [64, 1024] f32 (256 KiB), W [1024, 1024] f32 (4 MiB), y [64, 1024] (256 KiB),
-  // inference, on a device of 3 MiB. Replicated, W alone is 4 MiB: it cannot fit.
   model_graph g;
   const vertex_t x = add_input(g, "x", {64, 1024}, dtype::f32);
   const vertex_t w = add_parameter(g, "w", {1024, 1024}, dtype::f32);
   add_op(g, op_kind::linear, "y", {x, w});
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({1});
+  return g;
+}
+/// Inference on `devices` devices of 3 MiB each.
+autoshard::autosharding_options on_3mib_devices(int devices) {
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({devices});
   o.pricing.device.memory_bytes = 3 << 20;
-  o.pricing.mode = run_mode::inference;
+  o.pricing.mode = autoshard::run_mode::inference;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a plan above the device's memory says it does not fit, and the device's memory as budget finds one that fits") {
+  using namespace autoshard;
+  // One linear on a device of 3 MiB. Replicated, W alone is 4 MiB: it cannot fit.
+  const model_graph g = one_linear();
+  autosharding_options o = on_3mib_devices(1);
   o.run_checks = true;
   const autosharding_result one = autosharding_analysis_pass(g, o);
   CHECK(one.report.plan.peak_memory_bytes >= 4 << 20);
@@ -562,16 +575,10 @@ TEST_CASE("a plan whose tensors fit the device's memory but not beside its runti
   // The linear of the test above on 2 devices of 3 MiB: any plan stores W split (at least 2 MiB)
   // or whole (4 MiB). Beside a CUDA context of 1 MiB and one communicator of 512 KiB (the mesh's
   // one axis of 2 ranks; no pair figure: the communicator's), 1.5 MiB are left: no plan fits.
-  model_graph g;
-  const vertex_t x = add_input(g, "x", {64, 1024}, dtype::f32);
-  const vertex_t w = add_parameter(g, "w", {1024, 1024}, dtype::f32);
-  add_op(g, op_kind::linear, "y", {x, w});
-  autosharding_options o;
-  o.mesh = make_cluster_mesh({2});
-  o.pricing.device.memory_bytes = 3 << 20;
+  const model_graph g = one_linear();
+  autosharding_options o = on_3mib_devices(2);
   o.pricing.device.context_bytes = 1 << 20;
   o.pricing.device.communicator_bytes = 512 << 10;
-  o.pricing.mode = run_mode::inference;
   o.compare_baselines = false;
   o.memory_budget = o.pricing.device.memory_bytes;  // stated: the tensors may use all 3 MiB
   const autosharding_result r = autosharding_analysis_pass(g, o);

@@ -439,6 +439,9 @@ for f in --dtype --memory-budget --pp --tp; do
   [ "$(wc -c <"$tmp/err")" -lt 400 ] && ok || bad "flag-quote: $f: $(wc -c <"$tmp/err") bytes of stderr"
 done
 test ! -e "$tmp/fq.json" && ok || bad "flag-quote: a plan was written"
+# CLI11's own messages (a value not in a set) held the value raw too; now escaped the same way.
+expect flag-quote 2 "^--recompute: a\\\\x1B\[31mb not in" "$tool" plan "${small[@]}" --recompute $'a\x1b[31mb' --out "$tmp/fq.json" --no-svg
+grep -q $'\x1b' "$tmp/err" && bad "flag-quote: --recompute: a raw ESC: $(od -c "$tmp/err" | head -3)" || ok
 
 # mesh-utf8: a digit of another script in a mesh (U+0662, U+FF12) or a spec was quoted as its
 # first byte, half a UTF-8 character; now the whole character, and a stray byte as \xHH.

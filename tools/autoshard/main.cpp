@@ -19,6 +19,7 @@
 #include <iostream>
 #include <new>
 #include <streambuf>
+#include <string_view>  // std::string_view
 
 namespace {
 /// Every signal whose default action ends the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
@@ -226,6 +227,15 @@ int main(int argc, char** argv) {
 #endif
   register_completion(app, run);
   strict_values(app);
+  // CLI11's own messages (a value not in a set, out of range, not a number) hold the value raw:
+  // escaped as quoted_text escapes, so none moves the cursor or recolours the terminal.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    const std::string plain = CLI::FailureMessage::simple(a, e);
+    const std::string_view what = e.what();
+    std::string out;
+    autoshard::detail::append_escaped(out, what, 0, what.size());
+    return out + plain.substr(std::min(plain.size(), what.size()));
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1219,8 +1219,9 @@ inline solve_result solve_ilp(const strategy_problem& p, const solve_options& op
     pool.run_here(0, deadline);
     // The search on thread 0 stalled with time left: thread 0 goes back to the LP relaxation
     // it left at relaxation_share of the time (from its basis), with the search's answer in hand.
-    if (exact && exact->resumable() && pool.result_of(0).end == search_end::stalled && clock::now() < deadline) {
-      if (const std::optional<std::vector<int>> mine = pool.result_of(0).choice) best.offer(*mine);
+    const search_pool::result mine = pool.result_of(0);
+    if (exact && exact->resumable() && mine.end == search_end::stalled && clock::now() < deadline) {
+      if (mine.choice) best.offer(*mine.choice);
       end = exact->resume();
       searched = end.then_search;
     }

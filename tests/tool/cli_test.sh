@@ -227,6 +227,17 @@ assert [(s["first_layer"], s["layers"]) for s in p["stages"]] == [(0, 2), (2, 2)
 assert [a["size"] for a in d["mesh"]["axes"]] == [2, 2]  # one stage: dp 2 x tp 2
 assert d["pricing"]["micro_batches"] == 4 and d["pricing"]["micro_batch"] == 2
 PY
+  # A stated budget tightens the stages' (never loosens them past the device); none is refused.
+  expect_rc 3 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --tp 2 --pp 2 --micro-batch 2 \
+    --quiet --no-svg --memory-budget 1KiB --out "$tmp/pp-1k.json"
+  grep -q "OVER THE MEMORY BUDGET of 1.00 KiB (1024 bytes)" "$tmp/out" && ok || bad "--pp 2 over its budget: $(cat "$tmp/out")"
+  expect_rc 1 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp auto --quiet --no-svg --memory-budget 1KiB \
+    --out "$tmp/pp-auto-1k.json"
+  grep -q "no pipelined configuration fits .* and the memory budget of 1.00 KiB (1024 bytes); the closest, .*, over the memory budget of 1.00 KiB" "$tmp/err" \
+    && test ! -e "$tmp/pp-auto-1k.json" && ok || bad "--pp auto under 1 KiB: $(cat "$tmp/err")"
+  expect_rc 1 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp 2 --quiet --no-svg --memory-budget none \
+    --out "$tmp/never.json"
+  grep -q "\-\-memory-budget none does not apply with --pp" "$tmp/err" && ok || bad "--pp with no budget: $(cat "$tmp/err")"
   expect_rc 0 "$tool" show --plan "$tmp/pp.json"
   grep -q "pipeline of 2 stages, 1f1b: embedding + layers 0-1 | layers 2-3 + head" "$tmp/out" && ok || bad "show --plan of a pipelined plan: $(head -5 "$tmp/out")"
   json_check "[s['holds'] for s in d['pipeline']['stages']] == ['embedding + layers 0-1', 'layers 2-3 + head']" "$tool" show --plan "$tmp/pp.json" --json

@@ -430,6 +430,12 @@ int run_plan(plan_cli_options o) {
   const model_graph g = o.model.build();
   autosharding_options po = pass_options(o, g, plan_mesh(o));
   if (!o.pipeline_stages.empty()) {  // pipeline stages: plan_pipeline.hpp
+    // Each configuration's stages may use the device's memory less its own runtime reserve (its
+    // communicators depend on pp, tp and dp); a budget the user gives tightens that.
+    if (o.memory_budget == "none")
+      throw spec_error("--memory-budget none does not apply with --pp: the search chooses among configurations that fit the "
+                       "device (its memory less each one's runtime reserve); give a budget to tighten that, or leave the flag out");
+    if (o.memory_budget.empty()) po.memory_budget.reset();
     po.on_progress = nullptr;
     return run_pipelined_plan(g, po, {o.pipeline_stages, o.schedule, o.tensor_parallel, o.micro_batch, po.pricing.recompute, o.json})
                ? exit_ok
@@ -498,7 +504,8 @@ void register_plan(CLI::App& app, action& run) {
           },
           "{" + device_preset_names() + "}"));
   cmd->add_option("--memory-budget", o->memory_budget,
-                  "bytes per device, e.g. 16GiB or 8e9; default the device's memory; none = no budget")
+                  "bytes per device, e.g. 16GiB or 8e9; default the device's memory less its runtime reserve; none = no "
+                  "budget (not with --pp, where a budget only tightens the device's)")
       ->check(CLI::Validator(
           [](std::string& v) { return v == "none" ? std::string() : byte_size()(v); }, "BYTES|none"));
   cmd->add_option("--calibration", o->calibration, "links measured by `autoshard calibrate` (replace --*-bw/--*-lat)");

@@ -59,7 +59,9 @@ inline nlohmann::json pipelined_json(const pipelined_step& s) {
           {"mfu", s.mfu},
           {"peak_memory_bytes", s.peak_memory_bytes},
           {"runtime_reserve", runtime_json(s.runtime)},
+          {"budget_bytes", s.budget},
           {"fits", s.fits},
+          {"within_budget", s.within_budget},
           {"stage_mesh", to_string(s.stage_mesh)}};
 }
 
@@ -73,7 +75,8 @@ inline void print_pipelined(const pipelined_step& s, const std::string& label, c
             << 100 * s.timeline.bubble_fraction << " %, gradient sync after the flush " << human_seconds(s.sync_seconds)
             << ", tied embedding " << human_seconds(s.shared_sync_seconds) << "), " << s.tflops_per_device
             << " TFLOP/s per device, MFU " << 100 * s.mfu << " %, " << describe_peak(s.peak_memory_bytes, s.runtime, device)
-            << (s.fits ? "" : "  DOES NOT FIT") << std::defaultfloat << "\n";
+            << (!s.fits ? "  DOES NOT FIT" : !s.within_budget ? "  OVER THE MEMORY BUDGET of " + human_bytes_exact(s.budget) : "")
+            << std::defaultfloat << "\n";
 }
 
 inline void print_alternative(const pipelined_step& s) {
@@ -91,7 +94,9 @@ inline std::string write_pipelined_plan(const model_graph& g, const autosharding
   return po.ilp_solution_file;
 }
 
-/// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan fits.
+/// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan is
+/// within its budget (and so fits the device). po.memory_budget, where given, tightens each
+/// configuration's budget (the device's memory less its runtime reserve).
 inline bool run_pipelined_plan(const model_graph& g, const autosharding_options& po, const pipeline_cli& c) {
   const std::optional<pipeline_schedule> schedule = parse_pipeline_schedule(c.schedule);
   if (!schedule) throw spec_error("--schedule must be " + enum_names(all_pipeline_schedules) + ", got " + quoted_text(c.schedule));
@@ -150,6 +155,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                          (runtime_reserve_of(po.pricing.device, device_mesh{1}).bytes() > 0
                               ? std::string(" with its runtime reserve (CUDA context and NCCL communicators)")
                               : std::string()) +
+                         (po.memory_budget ? " and the memory budget of " + human_bytes_exact(*po.memory_budget) : std::string()) +
                          (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
     plan = found.best;
   }
@@ -164,7 +170,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                    {"seconds", found.seconds}};
     j["baselines"] = {{"megatron", megatron ? pipelined_json(*megatron) : nlohmann::json{{"feasible", false}, {"why_not", megatron_why}}}};
     std::cout << j.dump(2) << "\n";
-    return plan->fits;
+    return plan->within_budget;
   }
   print_pipelined(*plan, "pipeline  ", po.pricing.device);
   if (search || po.algo != algo::megatron) {
@@ -178,7 +184,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   if (megatron) print_pipelined(*megatron, "megatron  ", po.pricing.device);
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
   if (!file.empty()) std::cout << "wrote " << file << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
-  return plan->fits;
+  return plan->within_budget;
 }
 
 }  // namespace autoshard::tool

@@ -23,6 +23,9 @@
 /// holds in flight (p on the first stage under 1F1B) and the largest working set of a layer it
 /// recomputes; stage boundaries send the activation that crosses them, point to point, on the
 /// pipeline's link (the network when stages span whole nodes, else NVLink within a node).
+/// A step's stages may hold the device's memory less the runtime reserve of its configuration
+/// (the CUDA context, its NCCL communicators), or `base.memory_budget` where that is smaller:
+/// a budget tightens the search, never loosens it past the device.
 #include <algorithm>  // std::max, std::min, std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::pow
@@ -229,7 +232,11 @@ struct pipelined_step {
   /// axis of stage_mesh of more than one rank, and one for the stages' sends when pp > 1
   /// (runtime_reserve_of(device, stage_mesh, pp)).
   runtime_reserve runtime;
+  /// What the stages' tensors may use: the device's memory less the runtime reserve, or the
+  /// memory budget it was priced under (autosharding_options::memory_budget) where smaller.
+  std::int64_t budget = 0;
   bool fits = true;                    ///< the peak and the runtime reserve within the device's memory
+  bool within_budget = true;           ///< the peak within `budget` (and so the step fits)
   step_flops flops;
   double tflops_per_device = 0.0;
   double mfu = 0.0;
@@ -241,9 +248,11 @@ namespace detail {
 
 /// "90.12 GiB per device + 2.12 GiB runtime (CUDA context, 3 NCCL communicators)": what step
 /// `s` needs per device; the peak alone where the device counts no runtime.
+/// A step that fits the device but not the budget it was priced under says so.
 inline std::string peak_beside(const pipelined_step& s) {
   return human_bytes(static_cast<double>(s.peak_memory_bytes)) + " per device" +
-         (s.runtime.bytes() > 0 ? " + " + to_string(s.runtime) : std::string());
+         (s.runtime.bytes() > 0 ? " + " + to_string(s.runtime) : std::string()) +
+         (s.fits && !s.within_budget ? ", over the memory budget of " + human_bytes_exact(s.budget) : std::string());
 }
 
 /// The sub-mesh of one stage of `c` on `mesh` (nodes x devices per node, the last axis within a
@@ -528,10 +537,12 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   detail::solve_stage_plan(probe, a, c, base, out);
   const unit_costs uc = price_units(probe.model->pm, out.stage_plan.choice);
   const detail::unit_passes passes = detail::model_units(uc, layers, out);
-  // The stages' tensors may use the device's memory less what the process holds beside them.
+  // The stages' tensors may use the device's memory less what the process holds beside them,
+  // or the budget the caller gives where that is smaller.
   out.runtime = runtime_reserve_of(pricing.device, out.stage_mesh, c.pp);
-  const std::int64_t budget = out.runtime.left_on(pricing.device);
-  out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, budget, layers) : detail::given_stages(out, stage_counts, c, layers);
+  out.budget = out.runtime.left_on(pricing.device);
+  if (base.memory_budget) out.budget = std::min(out.budget, std::max<std::int64_t>(*base.memory_budget, 0));
+  out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, out.budget, layers) : detail::given_stages(out, stage_counts, c, layers);
   // Per stage: its passes, its transfers, what it syncs after the flush.
   const detail::stage_passes sp = detail::stage_passes_of(passes, uc, pp_link, layers, out);
   out.timeline = simulate_pipeline(c.schedule, sp.per_stage, out.boundary_seconds, out.micro_batches);
@@ -544,6 +555,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   out.step_seconds = end + out.shared_sync_seconds;
   for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
   out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
+  out.within_budget = out.peak_memory_bytes <= out.budget;
   out.flops = count_step_flops(g, 1, full);
   const double devices = mesh.num_ranks();
   out.tflops_per_device = out.flops.megatron / (out.step_seconds * devices) / 1e12;
@@ -571,12 +583,16 @@ struct pipeline_search_options {
   int max_micro_batch = 8;
   unsigned recompute = 0b111;           ///< recompute_kind bits allowed
   std::size_t alternatives = 5;         ///< the best few configurations kept beside the plan
-  autosharding_options base;            ///< solver settings for each stage's ILP (time limit, threads)
+  /// Solver settings for each stage's ILP (time limit, threads); its memory_budget, where
+  /// given, is what a stage's tensors may use when less than the device's memory less the
+  /// configuration's runtime reserve (nullopt: that alone).
+  autosharding_options base;
 };
 
-/// The search's answer: the fastest configuration that fits, the next best, and what was tried.
+/// The search's answer: the fastest configuration within its budget (and so the device), the
+/// next best, and what was tried.
 struct pipeline_search {
-  std::optional<pipelined_step> best;   ///< none when no configuration fits
+  std::optional<pipelined_step> best;   ///< none when no configuration is within its budget
   std::vector<pipelined_step> alternatives;  ///< the next fastest that fit, fastest first
   std::size_t configurations = 0;       ///< in the space
   std::size_t priced = 0;               ///< planned by the ILP (the rest were pruned)
@@ -703,8 +719,8 @@ class pipeline_pricer {
   /// state sharded) is tried on the same stage model, so alpa's search never loses to it.
   pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
     pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, {}, so_.base);
-    if (!s.fits && so_.a == algo::alpa)
-      if (pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, {}, so_.base); m.fits) s = std::move(m);
+    if (!s.within_budget && so_.a == algo::alpa)
+      if (pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, {}, so_.base); m.within_budget) s = std::move(m);
     return s;
   }
 
@@ -796,7 +812,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
     }
     pipelined_step s = std::move(*p.step);
     ++out.priced;
-    if (!s.fits) {
+    if (!s.within_budget) {
       if (s.peak_memory_bytes + s.runtime.bytes() < closest_bytes)
         closest_bytes = s.peak_memory_bytes + s.runtime.bytes(), out.closest = describe(c, s.micro_batches) + ": " + detail::peak_beside(s);
       continue;
@@ -831,7 +847,7 @@ inline pipelined_step megatron_pipelined(const model_graph& g, const device_mesh
     pipeline_config c{pp, tp, mesh.num_ranks() / (pp * tp), micro_batch, r, schedule};
     try {
       pipelined_step s = price_pipelined(g, mesh, pricing, algo::megatron, c, std::vector<int>(static_cast<std::size_t>(pp), layers / pp), base);
-      if (s.fits) return s;
+      if (s.within_budget) return s;
       if (!closest || s.peak_memory_bytes + s.runtime.bytes() < closest->peak_memory_bytes + closest->runtime.bytes()) closest = std::move(s);
     } catch (const solver_error& e) {
       tried += (tried.empty() ? "" : "; ") + std::string("pp ") + std::to_string(pp) + ": " + std::string(e.message());
@@ -907,8 +923,9 @@ inline plan_document pipelined_document(const model_graph& g, const device_mesh&
   d.pricing.micro_batches = s.micro_batches;
   d.pricing.micro_batch = s.config.micro_batch;
   d.pricing.recompute = o.pricing.recompute;
-  // The budget its stages were partitioned under: the device's memory less the runtime reserve.
-  d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, s.runtime.left_on(d.pricing.device), {}};
+  // The budget its stages were partitioned under: the device's memory less the runtime reserve,
+  // or the caller's where smaller.
+  d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, s.budget, {}};
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
   d.graph = with_batch_seq(g, static_cast<std::int64_t>(s.config.micro_batch) * s.config.dp, 0);
   const layer_map L = map_layers(d.graph);

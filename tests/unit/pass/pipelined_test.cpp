@@ -319,3 +319,49 @@ TEST_CASE("pipelined: sizes that admit no configuration are refused with the num
     CHECK(w.find("dp 0") == std::string::npos);
   }
 }
+
+TEST_CASE("pipelined: a memory budget tightens the search and the stages, and never loosens them past the device") {
+  using namespace autoshard;
+  const model_graph g = small_gpt(4, 16);
+  const device_mesh mesh(std::vector<int>{2, 4});
+  pipeline_search_options so;  // two configurations: pp 2, tp 2, micro-batches of 2, recomputed or not
+  so.pp = 2;
+  so.tp = 2;
+  so.micro_batch = 2;
+  const pipeline_search free = search_pipelines(g, mesh, a100(), so);
+  REQUIRE(free.best);
+  CHECK(free.best->budget == free.best->runtime.left_on(a100().device));  // no budget given: the device's
+  CHECK(free.best->config.recompute == recompute_kind::none);
+  // A budget one byte below the fastest plan's peak: that plan is out, and the answer (Megatron-LM's
+  // layout of the same configuration, or recomputation) is within it and no faster.
+  so.base.memory_budget = free.best->peak_memory_bytes - 1;
+  const pipeline_search tight = search_pipelines(g, mesh, a100(), so);
+  REQUIRE(tight.best);
+  CHECK(tight.best->budget == free.best->peak_memory_bytes - 1);
+  CHECK(tight.best->within_budget);
+  CHECK(tight.best->peak_memory_bytes <= *so.base.memory_budget);
+  CHECK(tight.best->step_seconds >= free.best->step_seconds);
+  for (const pipelined_step& s : tight.alternatives) CHECK(s.peak_memory_bytes <= *so.base.memory_budget);
+  // A budget no configuration meets: none is chosen, and the closest says it fits the device
+  // but not the budget.
+  so.base.memory_budget = 1024;
+  const pipeline_search none = search_pipelines(g, mesh, a100(), so);
+  CHECK_FALSE(none.best);
+  CHECK(none.closest.find("over the memory budget of 1.00 KiB (1024 bytes)") != std::string::npos);
+  // One configuration priced under it: it fits the device, is over the budget, and its plan
+  // file records the budget its stages were partitioned under.
+  autosharding_options base;
+  base.memory_budget = 1024;
+  const pipelined_step s = price_pipelined(g, mesh, a100(), algo::megatron, pipeline_config{2, 2, 0, 1, recompute_kind::none, {}}, {}, base);
+  CHECK(s.fits);
+  CHECK_FALSE(s.within_budget);
+  CHECK(s.budget == 1024);
+  base.pricing = a100();
+  base.mesh = mesh;
+  CHECK(pipelined_document(g, mesh, s, base).options.memory_budget == 1024);
+  // A budget above the device's memory leaves the device's (less the runtime reserve).
+  base.memory_budget = a100().device.memory_bytes * 2;
+  const pipelined_step big = price_pipelined(g, mesh, a100(), algo::megatron, pipeline_config{2, 2, 0, 1, recompute_kind::none, {}}, {}, base);
+  CHECK(big.budget == big.runtime.left_on(a100().device));
+  CHECK(big.within_budget);
+}

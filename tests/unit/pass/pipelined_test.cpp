@@ -365,3 +365,24 @@ TEST_CASE("pipelined: a memory budget tightens the search and the stages, and ne
   CHECK(big.budget == big.runtime.left_on(a100().device));
   CHECK(big.within_budget);
 }
+
+TEST_CASE("pipelined: alpa's search keeps Megatron-LM's layout of a configuration where that step is faster") {
+  using namespace autoshard;
+  // The stage ILP weighs one micro-step's passes against the once-per-step gradient sync one to
+  // one; at pp 2, tp 1, dp 4 and micro-batches of 2 its plan is the slower step.
+  const model_graph g = small_gpt(4, 16);
+  const device_mesh mesh(std::vector<int>{2, 4});
+  const pipeline_config c{2, 1, 4, 2, recompute_kind::none, pipeline_schedule::one_f_one_b};
+  const pipelined_step own = price_pipelined(g, mesh, a100(), algo::alpa, c);
+  const pipelined_step meg = price_pipelined(g, mesh, a100(), algo::megatron, c);
+  REQUIRE(meg.step_seconds < own.step_seconds);
+  pipeline_search_options so;
+  so.pp = 2;
+  so.tp = 1;
+  so.micro_batch = 2;
+  so.recompute = 1u << static_cast<unsigned>(recompute_kind::none);
+  const pipeline_search r = search_pipelines(g, mesh, a100(), so);
+  REQUIRE(r.best);
+  CHECK(r.best->step_seconds == meg.step_seconds);
+  CHECK(r.best->stage_plan.algo == algo::megatron);
+}

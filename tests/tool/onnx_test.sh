@@ -124,7 +124,7 @@ grep -q '^opaque operators' "$tmp/out" && ok || bad "unmapped: no opaque section
 grep -Eq '^  fancy +com\.example\.FancyNorm -> RR$' "$tmp/out" && ok || bad "unmapped: FancyNorm not named"
 grep -Eq '^  cumsum +CumSum -> RR$' "$tmp/out" && ok || bad "unmapped: CumSum not named"
 run "$tool" verify --plan "$tmp/u.json"
-[ $? -eq 1 ] && grep -q "opaque operator.*'fancy' (com.example.FancyNorm)" "$tmp/err" && ok || bad "unmapped: verify: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "opaque operator.*'fancy' ('com.example.FancyNorm')" "$tmp/err" && ok || bad "unmapped: verify: $(cat "$tmp/err")"
 
 # (c) Hostile files: exit 1 (never a crash), a message with the numbers.
 expect_error() {  # FILE REGEX
@@ -139,9 +139,9 @@ expect_error() {  # FILE REGEX
 expect_error bad-truncated.onnx "not an ONNX model: the protobuf does not parse"
 expect_error bad-huge-dim.onnx "input 'x' dim 1 is 4611686018427387904, outside \[0, 2\^40\]"
 expect_error bad-raw-data.onnx "initializer 'w' raw_data holds 224 bytes, but its shape \[8,8\] of f32 needs 256"
-expect_error bad-cycle.onnx "the graph has a cycle.*'first' \(MatMul\).*'second' \(Relu\)"
+expect_error bad-cycle.onnx "the graph has a cycle.*'first' \('MatMul'\).*'second' \('Relu'\)"
 # ONNX's inference names a failing node by its name only: an unnamed one is named by its index (issue 30 class 11).
-expect_error bad-inference.onnx "node 1 '' \(Relu\): ONNX shape inference failed: .*Inferred shape and existing shape differ in dimension 1: \(8\) vs \(9\)"
+expect_error bad-inference.onnx "node 1 '' \('Relu'\): ONNX shape inference failed: .*Inferred shape and existing shape differ in dimension 1: \(8\) vs \(9\)"
 # Sizes of presets do not apply to an ONNX model; a symbolic dim without a size is named.
 run "$tool" plan --model "$tmp/small.onnx" --hidden 64 --mesh 2 --out "$tmp/never.json"
 [ $? -ne 0 ] && grep -q "only --batch, --seq and --dtype apply" "$tmp/err" && ok || bad "small.onnx --hidden: $(cat "$tmp/err")"

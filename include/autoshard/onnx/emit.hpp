@@ -23,8 +23,8 @@ inline std::string reader::unique_name(std::string base) {
 
 inline const value_info& reader::known(const std::string& v, const std::string& who) const {
   auto it = values.find(v);
-  if (it == values.end()) fail(who + ": value '" + v + "' is not defined");
-  if (!it->second.known) fail(who + ": " + (it->second.unknown_why.empty() ? "the type of '" + v + "' is unknown" : it->second.unknown_why));
+  if (it == values.end()) fail(who + ": value " + quoted_text(v) + " is not defined");
+  if (!it->second.known) fail(who + ": " + (it->second.unknown_why.empty() ? "the type of " + quoted_text(v) + " is unknown" : it->second.unknown_why));
   return it->second;
 }
 
@@ -36,7 +36,7 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
     const int p = vi.producer;
     if (nd(p).op_type() == "Shape" && default_domain(nd(p))) return shape_value(p, v, who);
     if (!(nd(p).op_type() == "Constant" && default_domain(nd(p))))  // value_float, value_ints, ...: an input below
-      fail(who + ": value '" + v + "' of " + node_label(nd(p), p) + " was not computed (an internal ordering error)");
+      fail(who + ": value " + quoted_text(v) + " of " + node_label(nd(p), p) + " was not computed (an internal ordering error)");
   }
   vertex_t u;
   if (vi.init && vi.producer < 0 && is_float(vi.type))
@@ -119,7 +119,7 @@ inline void reader::emit(int k) {
   std::string why = "no mapping";
   if (auto f = fused.find(k); f != fused.end()) {
     if (try_emit(f->second.kind, f->second.name, f->second.operands, f->second.attrs, f->second.output, who, why)) return;
-    fail(who + ": the fused " + std::string(to_string(f->second.kind)) + " '" + f->second.name + "' does not fit: " + why);
+    fail(who + ": the fused " + std::string(to_string(f->second.kind)) + " " + quoted_text(f->second.name) + " does not fit: " + why);
   }
   const std::string& t = n.op_type();
   if (default_domain(n)) {
@@ -156,7 +156,7 @@ inline bool reader::emit_elementwise(int k, const std::string& name, const std::
     const std::string approx = ap ? ap->s() : "none";
     if (approx == "none" || approx == "tanh")
       return try_emit(approx == "tanh" ? op_kind::gelu : op_kind::gelu_erf, name, {in_of(k, 0)}, {}, out0, who, why);
-    why = "approximate is '" + approx + "'";
+    why = "approximate is " + quoted_text(approx);
     return false;
   }
   if (t == "Dropout" && single_output(k)) return try_emit(op_kind::dropout, name, {in_of(k, 0)}, {}, out0, who, why);
@@ -456,7 +456,7 @@ inline void reader::build() {
     const value_info& v = values.at(i.name());
     bool used = v.graph_output;
     for (int c : v.consumers) used = used || needed[static_cast<std::size_t>(c)];
-    if (v.graph_input && used) operand(i.name(), "graph input '" + i.name() + "'");
+    if (v.graph_input && used) operand(i.name(), "graph input " + quoted_text(i.name()));
   }
   bool any = false;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
@@ -467,7 +467,7 @@ inline void reader::build() {
     emit(static_cast<int>(k));
     any = true;
   }
-  for (const auto& o : model.graph().output()) operand(o.name(), "graph output '" + o.name() + "'");
+  for (const auto& o : model.graph().output()) operand(o.name(), "graph output " + quoted_text(o.name()));
   if (!any) fail("the graph computes its outputs with no operator autoshard could place");
   validate(out.graph);
 }

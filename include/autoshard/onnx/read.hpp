@@ -179,7 +179,7 @@ inline void reader::check_names() const {
     if (at == std::string::npos) return;
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(s[at]));
-    fail_io(who + " \"" + utf8_escaped(s) + "\" is not valid UTF-8 (byte " + hex + " at offset " + std::to_string(at) +
+    fail_io(who + " " + quoted_text(s) + " is not valid UTF-8 (byte " + hex + " at offset " + std::to_string(at) +
             " of " + std::to_string(s.size()) + "); autoshard writes every name into JSON");
   };
   const onnx::GraphProto& g = model.graph();
@@ -220,11 +220,11 @@ inline void reader::parse(std::string_view bytes) {
   check_count(g.value_info_size(), "value_info entries");
   if (g.output_size() == 0) fail_io("the graph has no outputs");
   check_names();
-  for (const auto& t : g.initializer()) check_initializer(t, "initializer '" + t.name() + "'");
-  if (g.sparse_initializer_size() > 0) fail_io("sparse initializers are not supported ('" + g.sparse_initializer(0).values().name() + "')");
-  for (const auto& v : g.input()) check_type(v.type(), "input '" + v.name() + "'");
-  for (const auto& v : g.output()) check_type(v.type(), "output '" + v.name() + "'");
-  for (const auto& v : g.value_info()) check_type(v.type(), "value_info '" + v.name() + "'");
+  for (const auto& t : g.initializer()) check_initializer(t, "initializer " + quoted_text(t.name()));
+  if (g.sparse_initializer_size() > 0) fail_io("sparse initializers are not supported (" + quoted_text(g.sparse_initializer(0).values().name()) + ")");
+  for (const auto& v : g.input()) check_type(v.type(), "input " + quoted_text(v.name()));
+  for (const auto& v : g.output()) check_type(v.type(), "output " + quoted_text(v.name()));
+  for (const auto& v : g.value_info()) check_type(v.type(), "value_info " + quoted_text(v.name()));
   // A custom domain the model forgot to import: ONNX's inference would stop at it; imported
   // here at version 1 (its operators become opaque anyway).
   std::set<std::string> domains;
@@ -253,9 +253,9 @@ inline void reader::sort_nodes() {
   for (int i = 0; i < g.node_size(); ++i)
     for (const std::string& o : g.node(i).output()) {
       if (o.empty()) continue;
-      if (available.count(o)) fail(node_label(g.node(i), i) + " writes '" + o + "', which is already a graph input or initializer");
+      if (available.count(o)) fail(node_label(g.node(i), i) + " writes " + quoted_text(o) + ", which is already a graph input or initializer");
       if (!producer.emplace(o, i).second)
-        fail(node_label(g.node(i), i) + " writes '" + o + "', which " + node_label(g.node(producer[o]), producer[o]) + " writes too");
+        fail(node_label(g.node(i), i) + " writes " + quoted_text(o) + ", which " + node_label(g.node(producer[o]), producer[o]) + " writes too");
     }
   std::vector<int> missing(static_cast<std::size_t>(g.node_size()), 0);
   std::vector<std::vector<int>> users(static_cast<std::size_t>(g.node_size()));
@@ -264,7 +264,7 @@ inline void reader::sort_nodes() {
       if (in.empty() || available.count(in)) continue;
       auto p = producer.find(in);
       if (p == producer.end())
-        fail(node_label(g.node(i), i) + " reads '" + in + "', which no node, graph input or initializer provides");
+        fail(node_label(g.node(i), i) + " reads " + quoted_text(in) + ", which no node, graph input or initializer provides");
       ++missing[static_cast<std::size_t>(i)];
       users[static_cast<std::size_t>(p->second)].push_back(i);
     }
@@ -301,7 +301,7 @@ inline void reader::fix_input_dims() {
   for (auto& v : *g.mutable_input()) {
     if (inits.count(v.name()) || !v.type().has_tensor_type()) continue;
     auto* tt = v.mutable_type()->mutable_tensor_type();
-    if (!tt->has_shape()) fail("graph input '" + v.name() + "' has no shape; give the model one (every input needs its rank)");
+    if (!tt->has_shape()) fail("graph input " + quoted_text(v.name()) + " has no shape; give the model one (every input needs its rank)");
     auto& dims = *tt->mutable_shape()->mutable_dim();
     for (int i = 0; i < dims.size(); ++i) {
       auto& d = dims[i];
@@ -316,9 +316,9 @@ inline void reader::fix_input_dims() {
       else if (i == 0 && opt.batch > 0) size = opt.batch, out.batch_used = true;
       else if (i == 1 && opt.seq > 0) size = opt.seq, out.seq_used = true;
       if (size <= 0)
-        fail("graph input '" + v.name() + "' dim " + std::to_string(i) + " is symbolic" +
-             (sym.empty() ? std::string() : " ('" + sym + "')") + "; give its size (--batch sizes dim 0, --seq dim 1)");
-      if (size > max_dim) fail("graph input '" + v.name() + "' dim " + std::to_string(i) + " is " + std::to_string(size) + ", more than 2^40");
+        fail("graph input " + quoted_text(v.name()) + " dim " + std::to_string(i) + " is symbolic" +
+             (sym.empty() ? std::string() : " (" + quoted_text(sym) + ")") + "; give its size (--batch sizes dim 0, --seq dim 1)");
+      if (size > max_dim) fail("graph input " + quoted_text(v.name()) + " dim " + std::to_string(i) + " is " + std::to_string(size) + ", more than 2^40");
       if (!sym.empty()) named.emplace(sym, size);
       d.set_dim_value(size);
     }
@@ -366,43 +366,45 @@ inline void reader::infer_shapes() {
     if (const std::size_t at = failure.find(name); at != std::string::npos) failure.replace(at, name.size(), "(none)");
   }
   if (failure.empty()) return;
-  fail((culprit >= 0 ? node_label(g.node(culprit), culprit) + ": " : std::string()) + "ONNX shape inference failed: " + failure);
+  std::string shown;  // ONNX's message holds the model's names raw: escaped as quoted_text escapes
+  autoshard::detail::append_escaped(shown, failure, 0, failure.size());
+  fail((culprit >= 0 ? node_label(g.node(culprit), culprit) + ": " : std::string()) + "ONNX shape inference failed: " + shown);
 }
 
 // ---- the values: types, producers, consumers ----
 inline void reader::set_type(value_info& v, const onnx::TypeProto& t, const std::string& name) {
   if (t.value_case() == onnx::TypeProto::VALUE_NOT_SET) {
-    v.unknown_why = "the shape of '" + name + "' is unknown after shape inference (give it in the model's value_info)";
+    v.unknown_why = "the shape of " + quoted_text(name) + " is unknown after shape inference (give it in the model's value_info)";
     return;
   }
   if (!t.has_tensor_type()) {
-    v.unknown_why = "'" + name + "' is not a tensor";
+    v.unknown_why = quoted_text(name) + " is not a tensor";
     return;
   }
   const auto& tt = t.tensor_type();
   const std::optional<dtype> dt = to_dtype(tt.elem_type());
   if (!dt) {
-    v.unknown_why = "'" + name + "' has element type " + std::to_string(tt.elem_type()) + ", which autoshard has no dtype for";
+    v.unknown_why = quoted_text(name) + " has element type " + std::to_string(tt.elem_type()) + ", which autoshard has no dtype for";
     return;
   }
   if (!tt.has_shape()) {
-    v.unknown_why = "the shape of '" + name + "' is unknown after shape inference (give it in the model's value_info)";
+    v.unknown_why = "the shape of " + quoted_text(name) + " is unknown after shape inference (give it in the model's value_info)";
     return;
   }
   tensor_shape s;
   if (tt.shape().dim_size() > static_cast<int>(max_tensor_rank)) {
-    v.unknown_why = "'" + name + "' has " + std::to_string(tt.shape().dim_size()) + " dims; at most 8 are supported";
+    v.unknown_why = quoted_text(name) + " has " + std::to_string(tt.shape().dim_size()) + " dims; at most 8 are supported";
     return;
   }
   for (const auto& d : tt.shape().dim()) {
     if (!d.has_dim_value()) {
-      v.unknown_why = "dim " + std::to_string(s.rank) + " of '" + name + "' is " +
-                      (d.has_dim_param() ? "symbolic ('" + d.dim_param() + "')" : std::string("unknown")) +
+      v.unknown_why = "dim " + std::to_string(s.rank) + " of " + quoted_text(name) + " is " +
+                      (d.has_dim_param() ? "symbolic (" + quoted_text(d.dim_param()) + ")" : std::string("unknown")) +
                       " after shape inference (data-dependent, or the model leaves it open)";
       return;
     }
     if (d.dim_value() < 0 || d.dim_value() > max_dim) {
-      v.unknown_why = "dim " + std::to_string(s.rank) + " of '" + name + "' is " + std::to_string(d.dim_value()) + ", outside [0, 2^40]";
+      v.unknown_why = "dim " + std::to_string(s.rank) + " of " + quoted_text(name) + " is " + std::to_string(d.dim_value()) + ", outside [0, 2^40]";
       return;
     }
     s.dims[s.rank++] = d.dim_value();
@@ -421,10 +423,10 @@ inline void reader::collect_values() {
     const std::optional<dtype> dt = to_dtype(t.data_type());
     if (dt) {
       v.known = true;
-      v.shape = checked_shape(t.dims(), "initializer '" + t.name() + "'");
+      v.shape = checked_shape(t.dims(), "initializer " + quoted_text(t.name()));
       v.type = *dt;
     } else {
-      v.unknown_why = "initializer '" + t.name() + "' has element type " + std::to_string(t.data_type()) + ", which autoshard has no dtype for";
+      v.unknown_why = "initializer " + quoted_text(t.name()) + " has element type " + std::to_string(t.data_type()) + ", which autoshard has no dtype for";
     }
   }
   for (const auto& i : g.input()) {

@@ -28,7 +28,7 @@
 #pragma pop_macro("MAP_TYPE")
 
 #include "../core/checked.hpp"    // checked_bytes
-#include "../core/error.hpp"      // graph_error, io_error, resource_error
+#include "../core/error.hpp"      // graph_error, io_error, resource_error, quoted_text
 #include "../core/machine.hpp"    // machine_limits (check_parse_memory)
 #include "../graph/model.hpp"     // model_graph, add_op, add_parameter, add_input
 #include "../graph/validate.hpp"  // validate, max_graph_tensor_bytes
@@ -120,7 +120,7 @@ struct reader {
   [[noreturn]] void fail_io(const std::string& why) const { throw io_error(source + ": " + why); }
   [[noreturn]] void fail(const std::string& why) const { throw graph_error(source + ": " + why); }
   static std::string node_label(const onnx::NodeProto& n, int i) {
-    return "node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+    return "node " + std::to_string(i) + " " + quoted_text(n.name()) + " (" + quoted_text(n.op_type()) + ")";
   }
 
   // ---- bounds on everything the file says, before it is used ---- (read.hpp)

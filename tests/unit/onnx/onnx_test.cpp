@@ -314,14 +314,14 @@ TEST_CASE("hostile ONNX models are clear errors naming the numbers") {
   SUBCASE("a cycle, a value nobody writes, a value written twice, too many nodes, a large file") {
     model_maker m = ok;
     m.g->mutable_node(0)->set_input(0, "y");
-    CHECK(error_of<graph_error>(m.bytes()).find("the graph has a cycle: 2 nodes are on it or wait on it (node 0 'first' (MatMul), node 1 'second' (Relu))") !=
+    CHECK(error_of<graph_error>(m.bytes()).find("the graph has a cycle: 2 nodes are on it or wait on it (node 0 'first' ('MatMul'), node 1 'second' ('Relu'))") !=
           std::string::npos);
     m.g->mutable_node(0)->set_input(0, "nowhere");
-    CHECK(error_of<graph_error>(m.bytes()).find("node 0 'first' (MatMul) reads 'nowhere', which no node, graph input or initializer provides") !=
+    CHECK(error_of<graph_error>(m.bytes()).find("node 0 'first' ('MatMul') reads 'nowhere', which no node, graph input or initializer provides") !=
           std::string::npos);
     model_maker twice = ok;
     twice.g->mutable_node(1)->set_output(0, "a");
-    CHECK(error_of<graph_error>(twice.bytes()).find("writes 'a', which node 0 'first' (MatMul) writes too") != std::string::npos);
+    CHECK(error_of<graph_error>(twice.bytes()).find("writes 'a', which node 0 'first' ('MatMul') writes too") != std::string::npos);
     onnx_options o;
     o.max_nodes = 1;
     CHECK(error_of<io_error>(good, o).find("2 nodes, more than the limit of 1") != std::string::npos);
@@ -331,24 +331,37 @@ TEST_CASE("hostile ONNX models are clear errors naming the numbers") {
   SUBCASE("a name that is not valid UTF-8 (fuzz_onnx: nlohmann's dump() of the graph threw type_error 316)") {
     model_maker m = ok;
     m.g->mutable_node(0)->set_name("\xFFirst");
-    CHECK(error_of<io_error>(m.bytes()).find(R"(node 0 name "\xFFirst" is not valid UTF-8 (byte 0xFF at offset 0 of 5); autoshard writes every name into JSON)") !=
+    CHECK(error_of<io_error>(m.bytes()).find(R"(node 0 name '\xFFirst' is not valid UTF-8 (byte 0xFF at offset 0 of 5); autoshard writes every name into JSON)") !=
           std::string::npos);
     model_maker cut = ok;  // a 3-byte character cut short, in a weight's name and every use of it
     cut.g->mutable_initializer(0)->set_name("w\xE2\x82");
     cut.g->mutable_node(0)->set_input(1, "w\xE2\x82");
-    CHECK(error_of<io_error>(cut.bytes()).find(R"(node 0 input 1 "w\xE2\x82" is not valid UTF-8 (byte 0xE2 at offset 1 of 3))") != std::string::npos);
+    CHECK(error_of<io_error>(cut.bytes()).find(R"(node 0 input 1 'w\xE2\x82' is not valid UTF-8 (byte 0xE2 at offset 1 of 3))") != std::string::npos);
     model_maker surrogate = ok;  // U+D800 and an overlong NUL: what nlohmann refuses to write
     surrogate.g->mutable_node(1)->set_op_type("Re\xED\xA0\x80lu");
-    CHECK(error_of<io_error>(surrogate.bytes()).find("node 1 op_type \"Re\\xED\\xA0\\x80lu\" is not valid UTF-8 (byte 0xED at offset 2 of 7)") !=
+    CHECK(error_of<io_error>(surrogate.bytes()).find("node 1 op_type 'Re\\xED\\xA0\\x80lu' is not valid UTF-8 (byte 0xED at offset 2 of 7)") !=
           std::string::npos);
     surrogate.g->mutable_node(1)->set_op_type("Relu");
     surrogate.g->mutable_output(0)->set_name("y\xC0\x80");
-    CHECK(error_of<io_error>(surrogate.bytes()).find("graph output 0 name \"y\\xC0\\x80\" is not valid UTF-8 (byte 0xC0 at offset 1") != std::string::npos);
+    CHECK(error_of<io_error>(surrogate.bytes()).find("graph output 0 name 'y\\xC0\\x80' is not valid UTF-8 (byte 0xC0 at offset 1") != std::string::npos);
     model_maker fine = ok;  // UTF-8 names read and write as JSON
     fine.g->mutable_node(1)->set_name("caf\xC3\xA9 \xE5\x90\x8D \xF0\x9F\x99\x82");
     const model_graph g = read_onnx(fine.bytes()).graph;
     CHECK(vertex(g, "caf\xC3\xA9 \xE5\x90\x8D \xF0\x9F\x99\x82").kind == op_kind::relu);
     CHECK_NOTHROW((void)to_json(g).dump());
+  }
+  SUBCASE("names with control characters are escaped in messages: a model cannot forge terminal output") {
+    const std::string hostile = "a\x1B[31mb\nc";  // valid UTF-8, so the reader takes it as a name
+    model_maker m = ok;
+    m.g->mutable_node(0)->set_name(hostile);
+    m.g->mutable_node(0)->set_op_type("Mat\x07Mul");
+    m.g->mutable_node(0)->set_input(0, hostile);
+    const std::string msg = error_of<graph_error>(m.bytes());
+    CHECK(msg.find("node 0 'a\\x1B[31mb\\x0Ac' ('Mat\\x07Mul') reads 'a\\x1B[31mb\\x0Ac', which no node") != std::string::npos);
+    CHECK(msg.find_first_of("\x1B\n\x07") == std::string::npos);
+    model_maker sym = ok;
+    sym.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param(hostile);
+    CHECK(error_of<graph_error>(sym.bytes()).find("graph input 'x' dim 0 is symbolic ('a\\x1B[31mb\\x0Ac')") != std::string::npos);
   }
   SUBCASE("nodes out of order are sorted, a symbolic dim without a size is named") {
     model_maker m = ok;

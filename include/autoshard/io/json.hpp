@@ -127,10 +127,17 @@ inline std::string utf8_escaped(std::string_view s) {
 }
 
 /// Appends one step to a JSON path as json_in spells it: `.key` (no dot first; `""` for an empty
-/// key) inside an object, `[index]` inside an array.
+/// key) inside an object, `[index]` inside an array. The key is the file's: escaped as
+/// quoted_text escapes (a control character as \xHH), so a path never carries an ESC or a
+/// newline of the file's into a message.
 inline void json_path_step(std::string& path, bool object, const std::string& key, std::size_t index) {
-  if (object) path += (path.empty() ? "" : ".") + (key.empty() ? std::string("\"\"") : key);
-  else path += "[" + std::to_string(index) + "]";
+  if (!object) {
+    path += "[" + std::to_string(index) + "]";
+    return;
+  }
+  if (!path.empty()) path += ".";
+  if (key.empty()) path += "\"\"";
+  else append_escaped(path, key, 0, key.size());
 }
 /// The error of a text nested deeper than `max_depth` at `path` (its middle cut when long): one
 /// message for check_json_depth and the readers that count depth as they stream.
@@ -346,7 +353,11 @@ class json_in {
   }
 
  private:
-  std::string child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string child(const std::string& key) const {  // the key escaped, as json_path_step writes it
+    std::string p = path_.empty() ? std::string() : path_ + ".";
+    detail::append_escaped(p, key, 0, key.size());
+    return p;
+  }
   static std::string fmt(double d) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.6g", d);

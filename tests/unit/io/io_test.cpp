@@ -75,6 +75,24 @@ TEST_CASE("json_in: integers are checked against their bounds before conversion,
   CHECK(msg.find("...") != std::string::npos);
 }
 
+TEST_CASE("json paths escape a file's keys: an ESC or a newline in a key never reaches a message raw") {
+  const nlohmann::json j = nlohmann::json::parse(R"({"a\u001b[31mb\nc": {"n": "x"}})");
+  std::string msg;
+  for (const auto& m : json_in(j, "f.json").members()) msg = error_of([&] { (void)m.second["n"].integer(); });
+  CHECK(msg.find("io error: f.json: a\\x1B[31mb\\x0Ac.n is \"x\", not an integer") == 0);
+  CHECK(msg.find_first_of("\x1B\n") == std::string::npos);
+  // The depth check reads the text before it parses: a raw ESC in a key is escaped there too.
+  std::string deep = "{\"a\x1B[31mb\": [[[1]]]}";
+  std::string depth_msg;
+  try {
+    check_json_depth(deep, "f.json", 2);
+  } catch (const io_error& e) {
+    depth_msg = e.what();
+  }
+  CHECK(depth_msg.find("levels (arrays and objects) at a\\x1B[31mb") != std::string::npos);
+  CHECK(depth_msg.find('\x1B') == std::string::npos);
+}
+
 TEST_CASE("invalid_utf8_at accepts exactly the strings nlohmann's dump() writes, and utf8_escaped shows the rest") {
   const auto dumps = [](const std::string& s) {
     try {

@@ -26,7 +26,7 @@
 #include "../io/json.hpp"  // load_json_file
 #include "../core/checked.hpp"  // checked_add, checked_mul: config values are any int64
 #include "../core/dtype.hpp"   // dtype
-#include "../core/error.hpp"   // shape_error, spec_error
+#include "../core/error.hpp"   // shape_error, spec_error, quoted_text
 #include "../core/layout.hpp"  // local_box, split_rule
 #include "../core/mesh.hpp"    // device_mesh
 #include "../core/parse.hpp"   // to_string(sharding_spec)
@@ -101,9 +101,9 @@ inline std::map<std::string, std::int64_t> check_layer_stacks(const std::vector<
         if (!seen[i]) {
           std::size_t have = 0;
           while (!seen[have]) ++have;
-          throw io_error(what + " has no tensor '" + stack + std::to_string(i) + rest + "' but has '" + stack +
-                         std::to_string(have) + rest + "': every layer " + stack + "0.." +
-                         std::to_string(seen.size() - 1) + " should hold the same tensors");
+          throw io_error(what + " has no tensor " + quoted_text(stack + std::to_string(i) + rest) + " but has " +
+                         quoted_text(stack + std::to_string(have) + rest) + ": every layer " +
+                         quoted_text(stack + "0.." + std::to_string(seen.size() - 1)) + " should hold the same tensors");
         }
   return counts;
 }
@@ -256,15 +256,15 @@ inline std::map<std::string, std::int64_t> rescale_attributes(const tp_policy& p
     // A config's integers are any int64 (n_embd 2^62 x 4 was a signed overflow).
     const std::int64_t v =
         a.multiplier == 1 ? it->second
-                          : checked_mul(it->second, a.multiplier, "attribute '" + a.from + "' (for '" + a.name + "')");
+                          : checked_mul(it->second, a.multiplier, "attribute " + quoted_text(a.from) + " (for " + quoted_text(a.name) + ")");
     if (a.replicable && v > 0 && v < tp && tp % v == 0) {
       out[a.name] = 1;
       continue;
     }
     if (v % tp != 0)
-      throw shape_error("attribute '" + a.from + "'" +
+      throw shape_error("attribute " + quoted_text(a.from) +
                         (a.multiplier != 1 ? " x" + std::to_string(a.multiplier) : std::string()) + " = " +
-                        std::to_string(v) + " (for '" + a.name + "') does not divide over tensor-parallel size " +
+                        std::to_string(v) + " (for " + quoted_text(a.name) + ") does not divide over tensor-parallel size " +
                         std::to_string(tp));
     out[a.name] = v / tp;
   }
@@ -288,10 +288,10 @@ namespace detail {
 inline std::int64_t need_attr(const model_config& c, const std::string& attr, const std::string& tensor) {
   auto it = c.find(attr);
   if (it == c.end())
-    throw shape_error("tensor '" + tensor + "': its rule counts heads with attribute '" + attr +
-                      "', which the model config does not have");
+    throw shape_error("tensor " + quoted_text(tensor) + ": its rule counts heads with attribute " + quoted_text(attr) +
+                      ", which the model config does not have");
   if (it->second < 1)
-    throw shape_error("tensor '" + tensor + "': attribute '" + attr + "' = " + std::to_string(it->second));
+    throw shape_error("tensor " + quoted_text(tensor) + ": attribute " + quoted_text(attr) + " = " + std::to_string(it->second));
   return it->second;
 }
 inline tensor_shards replicated_shards(std::string name, const tensor_shape& g, dtype t, const device_mesh& m) {
@@ -313,7 +313,7 @@ inline int split_dim_of(const tp_rule& rule, const tensor_shape& global) {
 }
 
 inline shape_error split_dim_error(const std::string& name, const tensor_shape& global, int d, const std::string& why) {
-  return shape_error("tensor '" + name + "' " + to_string(global) + ": dim " + std::to_string(d) + " of size " +
+  return shape_error("tensor " + quoted_text(name) + " " + to_string(global) + ": dim " + std::to_string(d) + " of size " +
                      std::to_string(global[static_cast<std::size_t>(d)]) + " " + why);
 }
 
@@ -331,14 +331,14 @@ inline dim_parts head_parts(const tp_rule& rule, const std::string& name, const 
   std::int64_t total = 0;
   std::vector<std::int64_t> heads;
   for (const auto& a : rule.part_heads)  // head counts are any int64 >= 1 (3 x 2^62 overflowed)
-    total = checked_add(total, heads.emplace_back(need_attr(config, a, name)), "tensor '" + name + "': heads in all");
+    total = checked_add(total, heads.emplace_back(need_attr(config, a, name)), "tensor " + quoted_text(name) + ": heads in all");
   if (n % total != 0)
     throw split_dim_error(name, global, d, "is not a whole number of heads (" + std::to_string(total) + " heads in all)");
   const std::int64_t head_dim = n / total;
   for (std::size_t i = 0; i < heads.size(); ++i) {
     const bool replicated = rule.replicate_heads && heads[i] < tp && tp % heads[i] == 0;
     if (heads[i] % tp != 0 && !replicated)
-      throw shape_error("tensor '" + name + "': attribute '" + rule.part_heads[i] + "' = " + std::to_string(heads[i]) +
+      throw shape_error("tensor " + quoted_text(name) + ": attribute " + quoted_text(rule.part_heads[i]) + " = " + std::to_string(heads[i]) +
                         " heads does not divide over tensor-parallel size " + std::to_string(tp) +
                         (rule.replicate_heads ? " (nor do the ranks replicate them evenly: a multiple of the heads)" : ""));
     out.sizes.push_back(heads[i] * head_dim);
@@ -370,17 +370,17 @@ inline dim_parts split_parts_of(const tp_rule& rule, const std::string& name, co
     const std::int64_t h = need_attr(config, rule.interleaved_heads, name);
     const std::int64_t per = std::max(1, rule.parts_per_head);
     // h is any int64 >= 1 (2^62 heads x 3 parts overflowed).
-    if (n % checked_mul(h, per, "tensor '" + name + "': attribute '" + rule.interleaved_heads + "' heads x parts") != 0)
+    if (n % checked_mul(h, per, "tensor " + quoted_text(name) + ": attribute " + quoted_text(rule.interleaved_heads) + " heads x parts") != 0)
       throw split_dim_error(name, global, d,
                             "is not " + std::to_string(h) + " heads x " + std::to_string(per) + " parts x head_dim");
     if (h % tp != 0)
-      throw shape_error("tensor '" + name + "': attribute '" + rule.interleaved_heads + "' = " + std::to_string(h) +
+      throw shape_error("tensor " + quoted_text(name) + ": attribute " + quoted_text(rule.interleaved_heads) + " = " + std::to_string(h) +
                         " heads does not divide over tensor-parallel size " + std::to_string(tp));
     parts.sizes = {n};  // [heads, parts, head_dim]: whole heads per rank are one contiguous block
     fused = "per-head interleaved [" + std::to_string(h) + " heads, " + std::to_string(per) + ", " +
             std::to_string(n / (h * per)) + "]";
   } else {
-    if (rule.parts < 1) throw spec_error("tensor '" + name + "': a fused rule needs at least one part");
+    if (rule.parts < 1) throw spec_error("tensor " + quoted_text(name) + ": a fused rule needs at least one part");
     if (n % rule.parts != 0)
       throw split_dim_error(name, global, d, "does not split into " + std::to_string(rule.parts) + " equal fused parts");
     parts.sizes.assign(static_cast<std::size_t>(rule.parts), n / rule.parts);
@@ -437,9 +437,9 @@ inline tensor_shards shards_of(const tp_policy& p, const std::string& name, cons
     return out;
   }
   if ((rule->kind == tp_kind::row || rule->kind == tp_kind::vocab) && (rule->parts != 1 || !rule->interleaved_heads.empty()))
-    throw spec_error("tensor '" + name + "': only column-parallel rules may be fused");
+    throw spec_error("tensor " + quoted_text(name) + ": only column-parallel rules may be fused");
   if (rule->layout == weight_layout::in_out && global.rank != 2 && global.rank != 1)
-    throw shape_error("tensor '" + name + "': an [in,out] layout needs a 2-D weight, got " + to_string(global));
+    throw shape_error("tensor " + quoted_text(name) + ": an [in,out] layout needs a 2-D weight, got " + to_string(global));
   const int d = detail::split_dim_of(*rule, global);
   out.spec = make_spec(global.rank, {Shard(d)});
   const detail::dim_parts parts = detail::split_parts_of(*rule, name, global, d, tp, config, out.fused);
@@ -469,7 +469,7 @@ inline tensor_shards shards_of(const plan_policy& p, const std::string& name, co
   try {
     for (int r = 0; r < p.mesh.num_ranks(); ++r) out.ranks.push_back(spec_layout(p.mesh, it->second, global, r, p.rule, fd));
   } catch (const error& e) {
-    throw spec_error("tensor '" + name + "' " + to_string(global) + " with spec " + to_string(it->second) + ": " +
+    throw spec_error("tensor " + quoted_text(name) + " " + to_string(global) + " with spec " + to_string(it->second) + ": " +
                      e.what());
   }
   return out;

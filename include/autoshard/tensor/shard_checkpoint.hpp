@@ -568,7 +568,7 @@ class sharded_checkpoint {
       const std::string s = name.string();
       // Each rank file is in this directory: the index may not send the reader to another
       // file ("../x", "/etc/passwd"), which it would read as a rank when neither records a run.
-      if (!is_plain_file_name(s)) name.fail("is \"" + s + "\", not a plain file name in " + quoted_path(dir.string()));
+      if (!is_plain_file_name(s)) name.fail("is " + quoted_text(s) + ", not a plain file name in " + quoted_path(dir.string()));
       files_.emplace_back(dir / s);
     }
     // One generation: a rank file of another sharding run (one killed while renaming, or an

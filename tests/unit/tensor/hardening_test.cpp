@@ -165,7 +165,11 @@ TEST_CASE("hardening: split_layer_name and check_layer_stacks") {
   CHECK(c.at("h.") == 3);
   CHECK(c.at("enc.") == 1);
   CHECK(has_text(hardening_error([] { (void)check_layer_stacks({"h.0.a", "h.2.a"}, "t"); }),
-                 "t has no tensor 'h.1.a' but has 'h.0.a'"));
+                 "t has no tensor 'h.1.a' but has 'h.0.a': every layer 'h.0..2' should hold the same tensors"));
+  // A checkpoint's names reach the message escaped: no ESC or newline of the file's reaches the terminal.
+  const std::string msg = hardening_error([] { (void)check_layer_stacks({"a\x1B[31mb\nc.0.w", "a\x1B[31mb\nc.1.w", "a\x1B[31mb\nc.1.v"}, "t"); });
+  CHECK(has_text(msg, "t has no tensor 'a\\x1B[31mb\\x0Ac.0.v' but has 'a\\x1B[31mb\\x0Ac.1.v': every layer 'a\\x1B[31mb\\x0Ac.0..1'"));
+  CHECK(msg.find_first_of("\x1B\n") == std::string::npos);
 }
 
 TEST_CASE("hardening: every file of a sharded output is of one run, and a smaller run removes the larger one's extra ranks") {
@@ -216,7 +220,7 @@ TEST_CASE("hardening: a shard index that names a rank file outside its directory
     tampered.replace(tampered.find(name), name.size(), "\"" + bad + "\"");
     hardening_write(dir / "a" / "index.json", tampered);
     const std::string msg = hardening_error([&] { sharded_checkpoint s(dir / "a"); });
-    CHECK(has_text(msg, "is \"" + bad + "\", not a plain file name in '"));
+    CHECK(has_text(msg, "is '" + bad + "', not a plain file name in '"));
   }
   hardening_write(dir / "a" / "index.json", index);
   CHECK_NOTHROW(sharded_checkpoint(dir / "a"));

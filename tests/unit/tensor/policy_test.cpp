@@ -305,4 +305,10 @@ TEST_CASE("plan_policy: the ILP's name -> spec map on a 2-D mesh, uneven nested 
   CHECK(u.spec.is_replicated());
   plan.specs["p"] = parse_spec("[P,R]", 2, 2);
   CHECK_THROWS_AS((void)shards_of(plan, "p", {4, 6}, dtype::f32), spec_error);
+  // A plan file's tensor name reaches the message escaped (no ESC or newline of the file's).
+  const std::string hostile = "a\x1B[31mb\nc";
+  plan.specs[hostile] = parse_spec("[P,R]", 2, 2);
+  const std::string msg = message_of([&] { (void)shards_of(plan, hostile, {4, 6}, dtype::f32); });
+  CHECK(msg.find("tensor 'a\\x1B[31mb\\x0Ac' [4,6] with spec ") != std::string::npos);
+  CHECK(msg.find_first_of("\x1B\n") == std::string::npos);
 }

@@ -66,7 +66,7 @@ inline int env_integer(const char* name, const char* value, long long lo, long l
   long long x = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec == std::errc::invalid_argument || end != v.data() + v.size())
-    throw comm_error(std::string("environment variable ") + name + "='" + std::string(v) + "' is not an integer");
+    throw comm_error(std::string("environment variable ") + name + "=" + quoted_text(v) + " is not an integer");
   if (ec == std::errc::result_out_of_range || x < lo || x > hi)
     throw comm_error(std::string("environment variable ") + name + "=" + std::string(v) + " is outside [" +
                      std::to_string(lo) + ", " + std::to_string(hi) + "]");

@@ -65,15 +65,15 @@ inline split_group check_split(const std::vector<int>& members, int rank, const 
   for (std::size_t i = 0; i < members.size(); ++i) {
     const int m = members[i];
     if (m < 0 || m >= size)
-      throw comm_error(who + ": split '" + name + "' names rank " + std::to_string(m) + " outside the group of " +
+      throw comm_error(who + ": split " + quoted_text(name) + " names rank " + std::to_string(m) + " outside the group of " +
                        std::to_string(size));
     if (seen[static_cast<std::size_t>(m)])
-      throw comm_error(who + ": split '" + name + "' names rank " + std::to_string(m) + " twice");
+      throw comm_error(who + ": split " + quoted_text(name) + " names rank " + std::to_string(m) + " twice");
     seen[static_cast<std::size_t>(m)] = true;
     if (m == rank) g.index = static_cast<int>(i);
     g.world_ranks.push_back(parent_world_ranks[static_cast<std::size_t>(m)]);
   }
-  if (g.index < 0) throw comm_error(who + ": split '" + name + "' of " + rank_list(members) + " leaves this rank out");
+  if (g.index < 0) throw comm_error(who + ": split " + quoted_text(name) + " of " + rank_list(members) + " leaves this rank out");
   return g;
 }
 

@@ -214,7 +214,7 @@ class nccl_communicator {
         try {
           s.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
         } catch (const std::exception& e) {
-          throw comm_error(me + ": publishing the NCCL unique id under '" + key + "' failed: " + e.what());
+          throw comm_error(me + ": publishing the NCCL unique id under " + quoted_text(key) + " failed: " + e.what());
         }
       }
     } else {
@@ -223,11 +223,11 @@ class nccl_communicator {
         s.wait({key}, opts.timeout);
         bytes = s.get(key);
       } catch (const std::exception& e) {
-        throw comm_error(me + ": no NCCL unique id under '" + key + "' within " + std::to_string(opts.timeout.count()) +
+        throw comm_error(me + ": no NCCL unique id under " + quoted_text(key) + " within " + std::to_string(opts.timeout.count()) +
                          " ms (rank 0 never published one): " + e.what());
       }
       if (bytes.size() != sizeof(id.internal))
-        throw comm_error(me + ": the NCCL unique id under '" + key + "' holds " + std::to_string(bytes.size()) +
+        throw comm_error(me + ": the NCCL unique id under " + quoted_text(key) + " holds " + std::to_string(bytes.size()) +
                          " bytes, expected " + std::to_string(sizeof(id.internal)));
       std::memcpy(id.internal, bytes.data(), bytes.size());
     }
@@ -279,7 +279,7 @@ class nccl_communicator {
       return c;
     }
     if (c.comm_ == nullptr)
-      throw comm_error(c.who() + ": ncclCommSplit '" + name + "' completed without a communicator for a group of " +
+      throw comm_error(c.who() + ": ncclCommSplit " + quoted_text(name) + " completed without a communicator for a group of " +
                        std::to_string(c.size()) + " ranks");
     c.wait_state(c.comm_, "ncclCommSplit (the new communicator)");
     int count = 0, user_rank = -1;
@@ -287,7 +287,7 @@ class nccl_communicator {
     c.check_nccl(ncclCommUserRank(c.comm_, &user_rank), "ncclCommUserRank");
     if (count != c.size() || user_rank != my) {
       c.abort();
-      throw comm_error(c.who() + ": split '" + name + "' made a group of " + std::to_string(count) + " ranks (rank " +
+      throw comm_error(c.who() + ": split " + quoted_text(name) + " made a group of " + std::to_string(count) + " ranks (rank " +
                        std::to_string(user_rank) + ") where " + std::to_string(c.size()) + " (rank " +
                        std::to_string(my) + ") were asked for: the groups of the ranks overlap or differ");
     }

@@ -360,7 +360,7 @@ inline std::vector<device_shards> upload_shards(const checkpoint& in, const std:
   for (int d : devices) require_cuda_device(d);
   for (const auto& p : plans)
     if (static_cast<int>(p.ranks.size()) != N || !in.contains(p.name))
-      throw shape_error("tensor '" + p.name + "': not in the checkpoint or not planned for " + std::to_string(N) + " ranks");
+      throw shape_error("tensor " + quoted_text(p.name) + ": not in the checkpoint or not planned for " + std::to_string(N) + " ranks");
   device_uploader up(devices, opts);
   std::vector<device_shards> out(static_cast<std::size_t>(N));
   for (int r = 0; r < N; ++r) out[static_cast<std::size_t>(r)] = {r, devices[static_cast<std::size_t>(r)], {}};

@@ -111,7 +111,7 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
   // which, written back, did not read (found by fuzz_readers).
   r.backend = j["backend"].string();
   if (r.backend_family() != "gloo" && r.backend_family() != "nccl")
-    j["backend"].fail("is \"" + detail::utf8_escaped(r.backend) + "\", not a backend autoshard prices (its family, before any \"-\", must be \"gloo\" or \"nccl\")");
+    j["backend"].fail("is " + quoted_text(r.backend) + ", not a backend autoshard prices (its family, before any \"-\", must be \"gloo\" or \"nccl\")");
   r.mesh = v == 2 ? detail::calibration_mesh_v2(j) : mesh_from_json(j["mesh"]);
   const json_in axes = j["axes"];
   if (axes.size() != r.mesh.ndim())

@@ -143,8 +143,8 @@ void run_ranks(int n, Fn&& fn, const gloo_options& opts = {}) {
 inline gloo_store open_store(const std::string& where, int rank, std::chrono::milliseconds timeout) {
   if (auto tcp = parse_tcp_store_url(where)) {
     if (tcp->second == 0)
-      throw comm_error("store address '" + where +
-                       "': every rank needs the real port (0 only works inside spawn_ranks)");
+      throw comm_error("store address " + quoted_text(where) +
+                       ": every rank needs the real port (0 only works inside spawn_ranks)");
     tcp_store_options o;
     o.timeout = timeout;
     o.is_server = rank == 0;
@@ -269,7 +269,7 @@ inline int spawn_ranks(int n, const std::function<int(int rank)>& fn, const spaw
     dir.emplace("autoshard-store");
     store = dir->path();
   } else if (auto tcp = parse_tcp_store_url(store); tcp && tcp->second == 0) {
-    if (!all_here) throw comm_error("spawn_ranks: store '" + store + "': port 0 only works when every rank runs here");
+    if (!all_here) throw comm_error("spawn_ranks: store " + quoted_text(store) + ": port 0 only works when every rank runs here");
     store = "tcp://" + detail::tcp::host_port(tcp->first, detail::free_tcp_port());
   }
   std::vector<pid_t> pids;

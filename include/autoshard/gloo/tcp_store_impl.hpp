@@ -47,12 +47,26 @@ AUTOSHARD_TCP_INLINE std::string seconds(std::chrono::nanoseconds d) {
   return std::string(b) + " s";
 }
 
-/// "'a'", "'a', 'b'", "'a', 'b', ... (7 keys)": how messages name keys.
+/// "'a'", "'a', 'b'", "'a', 'b', ... (7 keys)": how messages name keys, each as quoted_text
+/// quotes it (a key the server sends back is a peer's bytes).
 AUTOSHARD_TCP_INLINE std::string key_list(const std::vector<std::string>& keys) {
   std::string s;
-  for (std::size_t i = 0; i < keys.size() && i < 4; ++i) s += (i ? ", '" : "'") + keys[i] + "'";
+  for (std::size_t i = 0; i < keys.size() && i < 4; ++i) s += (i ? ", " : "") + quoted_text(keys[i]);
   if (keys.size() > 4) s += ", ... (" + std::to_string(keys.size()) + " keys)";
   return s.empty() ? "(no key)" : s;
+}
+
+/// Whether quoted_text would print `host` as it is: valid UTF-8 with no control character. No
+/// host name that resolves is otherwise, and every message of a store names its host raw
+/// (address()), so a store refuses another at once.
+AUTOSHARD_TCP_INLINE bool plain_host(std::string_view host) {
+  for (std::size_t i = 0; i < host.size();) {
+    const std::size_t n = utf8_char_length(host, i);
+    const auto c = static_cast<unsigned char>(host[i]);
+    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F))) return false;
+    i += n;
+  }
+  return true;
 }
 
 AUTOSHARD_TCP_INLINE void set_nodelay(int fd) {
@@ -258,7 +272,7 @@ class server {
     addrinfo* res = nullptr;
     const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
     if (rc != 0) {
-      err = "tcp store server: cannot resolve the listen address '" + host + "': " + ::gai_strerror(rc);
+      err = "tcp store server: cannot resolve the listen address " + quoted_text(host) + ": " + ::gai_strerror(rc);
       return EINVAL;
     }
     const std::string where = host_port(host, port);
@@ -472,6 +486,9 @@ class server {
 AUTOSHARD_TCP_INLINE tcp_store::tcp_store(std::string host, std::uint16_t port, tcp_store_options opts)
     : host_(std::move(host)), port_(port), opts_(std::move(opts)) {
   if (host_.empty()) throw comm_error("tcp store: the server's host name is empty");
+  if (!detail::tcp::plain_host(host_))
+    throw comm_error("tcp store: the server's host name " + quoted_text(host_) +
+                     " holds a control character or a byte that is not UTF-8");
   if (opts_.timeout.count() <= 0)
     throw comm_error("tcp store " + address() + ": the timeout must be positive, got " +
                      std::to_string(opts_.timeout.count()) + " ms");
@@ -605,14 +622,14 @@ class tcp_store::call {
 AUTOSHARD_TCP_INLINE void tcp_store::set(const std::string& key, const std::vector<char>& data) {
   check_key(key, "set");
   if (data.size() > detail::tcp::max_value_bytes)
-    throw comm_error("tcp store " + address() + ": set of key '" + key + "': a value of " +
+    throw comm_error("tcp store " + address() + ": set of key " + quoted_text(key) + ": a value of " +
                      std::to_string(data.size()) + " bytes is above the limit of 1 GiB");
   std::string rq;
   detail::tcp::put_u8(rq, detail::tcp::op_set);
   detail::tcp::put_key(rq, key);
   detail::tcp::put_u64(rq, data.size());
   rq.append(data.data(), data.size());
-  const call c(*this, "set of key '" + key + "'", opts_.timeout);
+  const call c(*this, "set of key " + quoted_text(key), opts_.timeout);
   c.send(rq);
   c.expect_status(detail::tcp::status_ok);
 }
@@ -625,7 +642,7 @@ AUTOSHARD_TCP_INLINE std::vector<char> tcp_store::get(const std::string& key) {
   detail::tcp::put_key(rq, key);
   using std::chrono::milliseconds;
   const auto left = std::chrono::duration_cast<milliseconds>(opts_.timeout - (detail::tcp::clock::now() - start));
-  const call c(*this, "get of key '" + key + "'", std::max(left, milliseconds(1)));
+  const call c(*this, "get of key " + quoted_text(key), std::max(left, milliseconds(1)));
   c.send(rq);
   if (c.status() != detail::tcp::status_ok) c.fail("the server says the key is missing, after a wait found it");
   const std::uint64_t n = c.u64();
@@ -700,7 +717,7 @@ AUTOSHARD_TCP_INLINE bool tcp_store::try_connect(detail::tcp::clock::time_point 
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res);
   if (rc != 0) {
-    last = std::string("cannot resolve '") + host_ + "': " + ::gai_strerror(rc);
+    last = "cannot resolve " + quoted_text(host_) + ": " + ::gai_strerror(rc);
     if (rc == EAI_AGAIN) return false;  // a DNS hiccup: retry
     throw comm_error("tcp store " + address() + ": " + last);
   }
@@ -744,7 +761,7 @@ AUTOSHARD_TCP_INLINE std::optional<std::pair<std::string, std::uint16_t>> parse_
   if (url.compare(0, scheme.size(), scheme) != 0) return std::nullopt;
   const std::string rest = url.substr(scheme.size());
   auto bad = [&](const std::string& why) {
-    return comm_error("store address '" + url + "' is not tcp://HOST:PORT: " + why);
+    return comm_error("store address " + quoted_text(url) + " is not tcp://HOST:PORT: " + why);
   };
   std::string host, port;
   if (!rest.empty() && rest.front() == '[') {
@@ -762,7 +779,7 @@ AUTOSHARD_TCP_INLINE std::optional<std::pair<std::string, std::uint16_t>> parse_
   }
   if (host.empty()) throw bad("no host");
   if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    throw bad("port '" + port + "' is not a number");
+    throw bad("port " + quoted_text(port) + " is not a number");
   const unsigned long p = std::stoul(port);
   if (p > 65535) throw bad("port " + port + " is above 65535");
   return std::make_pair(host, static_cast<std::uint16_t>(p));

@@ -371,7 +371,7 @@ TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips an
   nlohmann::json mpi = calibration_to_json(r);
   mpi["backend"] = "mpi";
   CHECK_THROWS_WITH_AS(calibration_from_json(mpi, "calibration file 'links.json'"),
-                       "io error: calibration file 'links.json': backend is \"mpi\", not a backend autoshard prices "
+                       "io error: calibration file 'links.json': backend is 'mpi', not a backend autoshard prices "
                        "(its family, before any \"-\", must be \"gloo\" or \"nccl\")",
                        io_error);
   mpi["backend"] = "nccl-ib";

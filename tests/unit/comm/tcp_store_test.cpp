@@ -289,6 +289,27 @@ TEST_CASE("tcp store: tcp:// addresses parse, and malformed ones are comm_error"
                        comm_error);
 }
 
+TEST_CASE("tcp store: a host, an address or a key with control characters is escaped in messages, never raw") {
+  const std::string hostile = "a\x1B[31mb\nc";
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const comm_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // The host is refused before any connection: every later message of the store names it.
+  const std::string host = message([&] { tcp_store s(hostile, 1, client_opts()); });
+  CHECK(host.find("the server's host name 'a\\x1B[31mb\\x0Ac' holds a control character") != std::string::npos);
+  const std::string url = message([&] { (void)parse_tcp_store_url("tcp://h:1" + hostile); });
+  CHECK(url.find("store address 'tcp://h:1a\\x1B[31mb\\x0Ac' is not tcp://HOST:PORT: port '1a\\x1B[31mb\\x0Ac' is not a number") !=
+        std::string::npos);
+  // Keys: a peer's server sends back the missing ones.
+  CHECK(detail::tcp::key_list({"ok", hostile}) == "'ok', 'a\\x1B[31mb\\x0Ac'");
+  for (const std::string& m : {host, url}) CHECK(m.find_first_of("\x1B\n") == std::string::npos);
+}
+
 TEST_CASE("tcp store: a key that never appears is a comm_error within the timeout, naming the key") {
   tcp_store server("127.0.0.1", 0, server_opts(300ms));
   const std::string where = "127.0.0.1:" + std::to_string(server.port());

@@ -327,7 +327,7 @@ inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stag
 /// Tensor v of a plan, checked against vertex v of its graph, the mesh and each other.
 inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g, vertex_t v, const device_mesh& mesh) {
   const node& nd = g[v];
-  if (t["name"].string() != nd.name) t["name"].fail_expected("\"" + nd.name + "\", the name of graph vertex " + std::to_string(v));
+  if (t["name"].string() != nd.name) t["name"].fail_expected(quoted_text(nd.name) + ", the name of graph vertex " + std::to_string(v));
   if (t["kind"].string() != to_string(nd.kind)) t["kind"].fail_expected("\"" + std::string(to_string(nd.kind)) + "\", the graph's");
   if (tensor_shape(t["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank)) != nd.shape)
     t["shape"].fail_expected(to_string(nd.shape) + ", the graph's");

@@ -136,7 +136,7 @@ TEST_CASE("plan document: a missing field, a wrong type or an out-of-range integ
         "io error: plan file 'p.json': pricing.mode is \"serving\", not \"inference\" or \"training\"");
   CHECK(edited("/solver/status", "optimal?").find("solver.status is \"optimal?\"") != std::string::npos);
   // Consistency with the embedded graph and the mesh.
-  CHECK(edited("/tensors/2/name", "fc2").find("tensors[2].name is \"fc2\", not \"fc\", the name of graph vertex 2") !=
+  CHECK(edited("/tensors/2/name", "fc2").find("tensors[2].name is \"fc2\", not 'fc', the name of graph vertex 2") !=
         std::string::npos);
   CHECK(edited("/tensors/2/output", "S0S0").find("tensors[2].output is \"S0S0\", which does not fit") != std::string::npos);
   CHECK(edited("/tensors/1/local_shape", nlohmann::json{32, 16}).find(

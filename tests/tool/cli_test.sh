@@ -488,7 +488,7 @@ if "$tool" --help | grep -q ' verify'; then
   # gradient sync.)
   "$tool" plan "${vp[@]}" --algo data_parallel --pin loss=P01 --out "$tmp/dp8.json" --quiet >/dev/null 2>&1
   expect_rc 1 "$tool" verify --plan "$tmp/dp8.json" --batch 2 --seq 8
-  grep -q "at --batch 2 --seq 8 the plan no longer fits its graph: .*tensor '[a-z_.0-9]*' has strategy S01R[R,S01]*->[PS]01[R]*, which it does not offer" "$tmp/err" \
+  grep -q "at --batch 2 --seq 8 the plan no longer fits its graph: .*tensor '[a-z_.0-9]*' has strategy 'S01R[R,S01]*->[PS]01[R]*', which it does not offer" "$tmp/err" \
     && ok || bad "verify --batch 2: $(cat "$tmp/err")"
   expect_rc 0 "$tool" verify --plan "$tmp/v.json"
   grep -q "^PASS: largest difference" "$tmp/out" && grep -q "8 Gloo ranks" "$tmp/out" && ok || bad "verify text report"
@@ -513,12 +513,12 @@ PY
   expect_rc 2 "$tool" verify
   # Tensor names in Hugging Face's state-dict spelling: GPT-2's lm_head.weight is the tied wte.
   expect_rc 0 "$tool" show --plan "$tmp/v.json" --tensor lm_head.weight
-  grep -q "note: lm_head.weight is transformer.wte.weight (tied" "$tmp/out" && ok || bad "show resolves the tied lm_head.weight: $(cat "$tmp/out" "$tmp/err")"
+  grep -q "note: 'lm_head.weight' is 'transformer.wte.weight' (tied" "$tmp/out" && ok || bad "show resolves the tied lm_head.weight: $(cat "$tmp/out" "$tmp/err")"
   json_check "d['tensor'] == 'transformer.wte.weight'" "$tool" show --plan "$tmp/v.json" --tensor wte.weight --json
   # plan --pin takes the same spellings (one resolver): the tied name pins the embedding table,
   # the checkpoint spelling a layer's weight; a name nothing fits gets the closest names.
   "$tool" plan "${vp[@]}" --pin lm_head.weight=S0R --pin h.0.attn.c_attn.weight=RS0 --out "$tmp/pinned.json" --quiet >/dev/null 2>"$tmp/err" \
-    && grep -q "note: --pin lm_head.weight is transformer.wte.weight (tied" "$tmp/err" && ok || bad "plan --pin in state-dict spelling: $(cat "$tmp/err")"
+    && grep -q "note: --pin 'lm_head.weight' is 'transformer.wte.weight' (tied" "$tmp/err" && ok || bad "plan --pin in state-dict spelling: $(cat "$tmp/err")"
   json_check "{t['name']: t['output'] for t in d['tensors']}['transformer.wte.weight'] == 'S0R' and {t['name']: t['output'] for t in d['tensors']}['transformer.h.0.attn.c_attn.weight'] == 'RS0'" \
     cat "$tmp/pinned.json"
   expect_rc 1 "$tool" plan "${vp[@]}" --pin h.0.attn.c_atn.weight=RR --out "$tmp/never.json" --quiet

@@ -424,7 +424,7 @@ inline std::vector<char> megatron_kv_whole(const model_graph& g, const device_me
     const node& nd = g[v];
     if (nd.kind != op_kind::attention) continue;
     const int heads = nd.attrs.heads, kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : heads;
-    const std::string where = "megatron: '" + nd.name + "' has ";
+    const std::string where = "megatron: " + quoted_text(nd.name) + " has ";
     if (heads % n != 0)
       throw solver_error(where + std::to_string(heads) + " attention heads, which the " + std::to_string(n) + " ranks of " +
                          mesh.axis_label(tp) + " do not divide: Megatron-LM splits whole heads (" +
@@ -821,11 +821,11 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
     const strategy& st = pm.strategies[v][static_cast<std::size_t>(s.choice[v])];
     const std::vector<vertex_t> ops = operands(g, v);
     if (st.inputs.size() != ops.size())
-      throw solver_error("check: '" + g[v].name + "' strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
+      throw solver_error("check: " + quoted_text(g[v].name) + " strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
                          " operand specs for " + std::to_string(ops.size()) + " operands");
-    check_spec(st.output, pm.mesh, g[v].shape, "check: output of '" + g[v].name + "'");
+    check_spec(st.output, pm.mesh, g[v].shape, "check: output of " + quoted_text(g[v].name));
     for (std::size_t i = 0; i < ops.size(); ++i)
-      check_spec(st.inputs[i], pm.mesh, g[ops[i]].shape, "check: operand " + std::to_string(i) + " of '" + g[v].name + "'");
+      check_spec(st.inputs[i], pm.mesh, g[ops[i]].shape, "check: operand " + std::to_string(i) + " of " + quoted_text(g[v].name));
   }
   double total = 0.0;
   for (vertex_t v = 0; v < pm.size(); ++v) total += pm.strategies[v][static_cast<std::size_t>(s.choice[v])].seconds();
@@ -837,7 +837,7 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
         pm.strategies[v][static_cast<std::size_t>(s.choice[v])].inputs[static_cast<std::size_t>(g[e].operand)];
     const double sec = edge_cost_of(pm, e, s.choice).total();
     if (!(sec < infinite_cost))
-      throw solver_error("check: edge '" + g[u].name + "' -> '" + g[v].name + "': " + to_alpa_string(from) + " cannot become " +
+      throw solver_error("check: edge " + quoted_text(g[u].name) + " -> " + quoted_text(g[v].name) + ": " + to_alpa_string(from) + " cannot become " +
                          to_alpa_string(to));
     total += sec;
   }
@@ -870,19 +870,19 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
     for (std::size_t i = 0; i < allow[v].size(); ++i)
       if (!allow[v][i]) p.nodes[v].costs[i] = infinite_cost;
     if (std::find(allow[v].begin(), allow[v].end(), 1) == allow[v].end())
-      throw solver_error(std::string(to_string(a)) + ": vertex '" + pm.g[v].name + "' has no strategy this algo allows on mesh " +
+      throw solver_error(std::string(to_string(a)) + ": vertex " + quoted_text(pm.g[v].name) + " has no strategy this algo allows on mesh " +
                          to_string(pm.mesh));
   }
   for (const auto& [name, spec] : o.pinned) {
     const auto v = find_vertex(pm.g, name);
-    if (!v) throw solver_error("pinned tensor '" + name + "' is not a vertex of the graph");
+    if (!v) throw solver_error("pinned tensor " + quoted_text(name) + " is not a vertex of the graph");
     bool any = false;
     for (std::size_t i = 0; i < pm.strategies[*v].size(); ++i) {
       if (!(pm.strategies[*v][i].output == spec)) p.nodes[*v].costs[i] = infinite_cost;
       else any = any || p.nodes[*v].costs[i] < infinite_cost;
     }
     if (!any)
-      throw solver_error("pinned tensor '" + name + "': no " + std::string(to_string(a)) + " strategy outputs " + to_alpa_string(spec) +
+      throw solver_error("pinned tensor " + quoted_text(name) + ": no " + std::string(to_string(a)) + " strategy outputs " + to_alpa_string(spec) +
                          " for shape " + to_string(pm.g[*v].shape) + " on mesh " + to_string(pm.mesh));
   }
   // A shadow allows what its vertex does (so the least memory below is what the solve allows).
@@ -1146,7 +1146,7 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
                        (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
                        " on mesh " + to_string(mesh) +
                        (fixed.empty() ? std::string(" (the micro-step's batch must split evenly)")
-                                      : " (opaque operator '" + fixed + "' keeps a fixed output shape, so the graph runs as one step)"));
+                                      : " (opaque operator " + quoted_text(fixed) + " keeps a fixed output shape, so the graph runs as one step)"));
   return counts;
 }
 
@@ -1496,15 +1496,15 @@ inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const node& nd = pm.g[v];
     const auto u = find_vertex(d.graph, nd.name);
-    if (!u) throw solver_error(where + " has no tensor '" + nd.name + "'");
+    if (!u) throw solver_error(where + " has no tensor " + quoted_text(nd.name));
     if (!(d.graph[*u].shape == nd.shape))
-      throw solver_error(where + ": tensor '" + nd.name + "' has shape " + to_string(d.graph[*u].shape) +
+      throw solver_error(where + ": tensor " + quoted_text(nd.name) + " has shape " + to_string(d.graph[*u].shape) +
                          " in the file but " + to_string(nd.shape) + " in the graph");
     const std::string& sname = d.tensors[*u].strategy;
     for (std::size_t i = 0; i < pm.strategies[v].size(); ++i)
       if (pm.strategies[v][i].name == sname) choice[v] = static_cast<int>(i);
     if (choice[v] < 0)
-      throw solver_error(where + ": tensor '" + nd.name + "' has strategy " + sname + ", which it does not offer on mesh " +
+      throw solver_error(where + ": tensor " + quoted_text(nd.name) + " has strategy " + quoted_text(sname) + ", which it does not offer on mesh " +
                          to_string(pm.mesh));
   }
   return choice;

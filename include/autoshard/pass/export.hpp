@@ -166,7 +166,7 @@ struct tp_walk {
 
   bool hf() const { return out.options.target == export_target::hf; }
   const std::string& name(vertex_t v) const { return g[v].name; }
-  std::string label(vertex_t v) const { return "'" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + ")"; }
+  std::string label(vertex_t v) const { return quoted_text(g[v].name) + " (" + std::string(to_string(g[v].kind)) + ")"; }
   std::string axis() const { return p.mesh().axis_label(t); }
   std::string pt(const placement& q, vertex_t v) const { return torch_placement(q, static_cast<int>(g[v].shape.rank)); }
   /// Reports v; its consumers then take it as the plan hands it over (so that each operator
@@ -175,7 +175,7 @@ struct tp_walk {
     out.problems.push_back(label(v) + ": " + why);
     failed[v] = 1;
   }
-  void note(vertex_t v, const std::string& what) { out.notes.push_back("'" + name(v) + "': " + what); }
+  void note(vertex_t v, const std::string& what) { out.notes.push_back(quoted_text(name(v)) + ": " + what); }
   placement in(vertex_t v, std::size_t i) const { return p.strategies[v].inputs[i][t]; }
   placement plan_out(vertex_t v) const { return p.strategies[v].output[t]; }
   bool uneven(const placement& q, vertex_t v) const {
@@ -216,8 +216,8 @@ struct tp_walk {
       for (auto [d, i] : consumers(u)) {
         if (layer(d) != layer(c) || !rigid(d)) continue;
         if (want && !(*want == want_of(d, i))) {
-          problem(d, "it takes '" + name(u) + "' as " + to_string(want_of(d, i)) + " on " + axis() + " and another operator of '" +
-                         layer(c) + "' takes it as " + to_string(*want) + ": the layer's input has one layout");
+          problem(d, "it takes " + quoted_text(name(u)) + " as " + to_string(want_of(d, i)) + " on " + axis() + " and another operator of " +
+                         quoted_text(layer(c)) + " takes it as " + to_string(*want) + ": the layer's input has one layout");
           e.desired = held[u];
           return held[u];
         }
@@ -315,7 +315,7 @@ struct tp_walk {
         const placement from = p.strategies[ops[i]].output[a], to = p.strategies[v].inputs[i][a];
         if (g[ops[i]].is_parameter() || from == to || (from.is_replicate() && to.is_shard(0))) continue;
         if (report)
-          problem(v, "its operand '" + name(ops[i]) + "' moves over " + p.mesh().axis_label(a) + " (" + to_string(from) + " -> " +
+          problem(v, "its operand " + quoted_text(name(ops[i])) + " moves over " + p.mesh().axis_label(a) + " (" + to_string(from) + " -> " +
                          to_string(to) + "): " + why + "and data parallelism moves no activations");
         dp = false;
         break;
@@ -372,7 +372,7 @@ struct tp_walk {
     if (norm) {
       for (std::size_t i = 1; i < ops.size(); ++i)
         if (!p.strategies[ops[i]].output[t].is_replicate() || !in(v, i).is_replicate()) {
-          problem(v, "its parameter '" + name(ops[i]) + "' is split on " + axis() + ": a norm's weight stays whole in every parallel style");
+          problem(v, "its parameter " + quoted_text(name(ops[i])) + " is split on " + axis() + ": a norm's weight stays whole in every parallel style");
           return false;
         }
       if (in(v, 0).is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1)) {
@@ -419,7 +419,7 @@ struct tp_walk {
       const placement want = want_of(c, i);
       if (rigid(c) && !enters_convertible_layer(v, c)) {
         if (strict && !(*strict == want)) {
-          problem(v, "'" + name(c) + "' takes its output as " + to_string(want) + " and another consumer as " + to_string(*strict) +
+          problem(v, quoted_text(name(c)) + " takes its output as " + to_string(want) + " and another consumer as " + to_string(*strict) +
                          " on " + axis() + ": PyTorch hands a module's output over in one layout, and neither converts it");
           return std::nullopt;
         }
@@ -430,8 +430,8 @@ struct tp_walk {
     }
     if (!can_convert) {
       if (strict && !(*strict == raw)) {
-        problem(v, "it hands its output over as it computes it, " + to_string(raw) + " on " + axis() + ", but '" + name(v) +
-                       "' has consumers that take " + to_string(*strict) + " and cannot convert it");
+        problem(v, "it hands its output over as it computes it, " + to_string(raw) + " on " + axis() + ", but " + quoted_text(name(v)) +
+                       " has consumers that take " + to_string(*strict) + " and cannot convert it");
         return std::nullopt;
       }
       return raw;
@@ -496,7 +496,7 @@ struct tp_walk {
     if (ops.size() < 3 || !in(v, 0).is_shard(2) || !in(v, 1).is_replicate() || n == 1) return true;
     for (std::size_t i = 1; i < 3; ++i)
       if (!kv_sliced[ops[i]] && !failed[ops[i]]) {
-        problem(v, "it splits its query heads over " + axis() + " and reads '" + name(ops[i]) + "' whole, but the model's "
+        problem(v, "it splits its query heads over " + axis() + " and reads " + quoted_text(name(ops[i])) + " whole, but the model's "
                    "attention reads only the key/value heads of its query heads, and nothing between it and the projection "
                    "that computes them can be sliced so (an operator with other consumers, or no projection)");
         return false;
@@ -516,7 +516,7 @@ struct tp_walk {
       ins.push_back(want);
       if (g[u].is_parameter()) {
         if (!p.strategies[u].output[t].is_replicate() || !want.is_replicate()) {
-          problem(v, "it takes the parameter '" + name(u) + "' as " + to_string(want) + " on " + axis() +
+          problem(v, "it takes the parameter " + quoted_text(name(u)) + " as " + to_string(want) + " on " + axis() +
                          ": no parallel style splits a parameter that no linear, embedding or norm holds");
           ok = false;
         }
@@ -524,9 +524,9 @@ struct tp_walk {
       }
       const placement h = failed[u] || (kv_sliced[u] && kv_of[u] == (kv_of[v] == none ? v : kv_of[v])) ? want : held_in(u, v);
       if (!(h == want)) {
-        problem(v, "it takes '" + name(u) + "' as " + to_string(want) + " on " + axis() + ", but PyTorch hands it over as " +
+        problem(v, "it takes " + quoted_text(name(u)) + " as " + to_string(want) + " on " + axis() + ", but PyTorch hands it over as " +
                        to_string(h) + ": data moves only at a module's input or output, and " +
-                       (is_module[u] ? "'" + name(u) + "' hands its output to consumers that want other layouts"
+                       (is_module[u] ? quoted_text(name(u)) + " hands its output to consumers that want other layouts"
                                      : "no module lies between them"));
         ok = false;
       }
@@ -580,7 +580,7 @@ struct tp_walk {
   bool kv_slice(vertex_t v, tp_module& m, const placement& o) {
     const vertex_t a = kv_of[v];
     const int heads = g[a].attrs.heads, kv = g[a].attrs.kv_heads > 0 ? g[a].attrs.kv_heads : heads;
-    const std::string why = "it computes the key/values of '" + name(a) + "', which splits its query heads over " + axis() +
+    const std::string why = "it computes the key/values of " + quoted_text(name(a)) + ", which splits its query heads over " + axis() +
                             " and reads the key/values whole; the model's attention reads only the key/value heads of its "
                             "query heads, ";
     if (!is_module[v] || role[v] != module_role::whole || !o.is_replicate() || (!hf() && !m.style.empty())) {
@@ -616,8 +616,8 @@ struct tp_walk {
       out.meshes[m.mesh] = {kv, n / kv};
       out.attributes[parent(a)]["num_key_value_groups"] = heads / n;
       note(v, "each rank keeps the key/value head its query heads read, on the '" + m.mesh + "' mesh (the " + axis() +
-              " ranks as " + std::to_string(kv) + " heads x " + std::to_string(n / kv) + " replicas), and '" + parent(a) +
-              "' is told that " + std::to_string(heads / n) + " query heads read it (num_key_value_groups)");
+              " ranks as " + std::to_string(kv) + " heads x " + std::to_string(n / kv) + " replicas), and " + quoted_text(parent(a)) +
+              " is told that " + std::to_string(heads / n) + " query heads read it (num_key_value_groups)");
     }
     return true;
   }
@@ -1074,8 +1074,8 @@ inline nlohmann::json to_hf_tp_plan(const tp_export& e) {
       order.push_back(k);
       first_module[k] = m.module;
     } else if (it->second != m.style) {
-      checked.problems.push_back("'" + m.module + "' (" + m.style + ") and '" + first_module[k] + "' (" + it->second + "): the plan "
-                                 "treats layers of '" + k + "' differently, and transformers matches only that key (a key per "
+      checked.problems.push_back(quoted_text(m.module) + " (" + m.style + ") and " + quoted_text(first_module[k]) + " (" + it->second +
+                                 "): the plan treats layers of " + quoted_text(k) + " differently, and transformers matches only that key (a key per "
                                  "layer matches nothing)");
       it->second = m.style;  // reported once per layer that differs
     }

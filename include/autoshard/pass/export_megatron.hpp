@@ -138,7 +138,7 @@ inline megatron_layout megatron_layout_of(const loaded_plan& p, const std::vecto
         why = "splits it on " + m.axis_label(a) + ", a data-parallel axis (" + s.name + ")";
     if (why.empty() && out.tp_axis >= 0 && !megatron_axis(g, v, ops, s, last))
       why = "does not split it as Megatron-LM does on the tensor-parallel " + m.axis_label(last) + " (" + s.name + ")";
-    if (!why.empty()) e.problems.push_back("'" + g[v].name + "': the plan " + why);
+    if (!why.empty()) e.problems.push_back(quoted_text(g[v].name) + ": the plan " + why);
     out.zero1 = out.zero1 || s.zero_stage == 1;
   }
   if (m.ndim() >= 2 && out.tp_axis == 0) e.problems.push_back("tensor parallelism is on the first mesh axis, across nodes");

@@ -270,6 +270,23 @@ TEST_CASE("export: the hf export refuses layers that differ, which no wildcard k
   CHECK_THROWS_WITH_AS(autoshard::to_hf_tp_plan(d), doctest::Contains("model.layers.*.mlp.up_proj"), autoshard::spec_error);
 }
 
+TEST_CASE("export: module names with control characters are escaped in problems, never raw") {
+  // A plan file's names: layers that differ name both modules and their key, each quoted.
+  const std::string hostile = "a\x1B[31mb\nc";
+  autoshard::tp_export e;
+  e.options.target = export_target::hf;
+  e.modules = {{"m.0." + hostile, "colwise"}, {"m.1." + hostile, "rowwise"}};
+  std::string msg;
+  try {
+    (void)autoshard::to_hf_tp_plan(e);
+  } catch (const autoshard::spec_error& x) {
+    msg = x.what();
+  }
+  CHECK(msg.find("'m.1.a\\x1B[31mb\\x0Ac' (rowwise) and 'm.0.a\\x1B[31mb\\x0Ac' (colwise): the plan treats layers of "
+                 "'m.*.a\\x1B[31mb\\x0Ac' differently") != std::string::npos);
+  CHECK(msg.find('\x1B') == std::string::npos);
+}
+
 TEST_CASE("export: a fully replicated plan exports nothing split, a data-parallel one too") {
   for (const char* algo : {"fully_replicated", "data_parallel"}) {
     CAPTURE(algo);

@@ -65,7 +65,7 @@ python3 "$here/check_shards.py" "$d/model.safetensors" "$tmp/split/shards" >/dev
 # The config's torch_dtype must be the weights' dtype; --dtype plans in another one on purpose.
 sed -i 's/"float32"/"bfloat16"/' "$tmp/split/config.json"
 run "$tool" plan --model "$tmp/split" --mesh 2 --out "$tmp/never.json"
-[ $? -eq 1 ] && grep -q "model.embed_tokens.weight (checkpoint \[256,64\] f32, config \[256,64\] bf16)" "$tmp/err" && ok || bad "dtype mismatch: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "'model.embed_tokens.weight' (checkpoint \[256,64\] f32, config \[256,64\] bf16)" "$tmp/err" && ok || bad "dtype mismatch: $(cat "$tmp/err")"
 run "$tool" plan --model "$tmp/split" --mesh 2 --seq 8 --batch 2 --dtype bf16 --quiet --out "$tmp/split/bf16.json" && ok || bad "--dtype over the checkpoint's: $(cat "$tmp/err")"
 # A tied head the checkpoint saved anyway is the embedding, not an extra tensor.
 python3 - "$d/model.safetensors" <<'EOF'
@@ -101,10 +101,10 @@ out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].copy()
 save_file(out, sys.argv[1], metadata={"format": "pt"})
 EOF
 run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode infer --quiet --out "$d/infer.json" \
-  && grep -q "note: 9 tensors of '$d' belong to task heads this model does not build, and are not planned: cls.predictions.bias" "$tmp/err" \
+  && grep -q "note: 9 tensors of '$d' belong to task heads this model does not build, and are not planned: 'cls.predictions.bias'" "$tmp/err" \
   && ok || bad "pre-training BERT, inference: $(cat "$tmp/err")"
 run "$tool" plan --model "$d" --mesh 2 --seq 8 --batch 2 --mode train --quiet --out "$d/train.json" \
-  && grep -q "note: 4 tensors of '$d' belong to task heads this model does not build, and are not planned: bert.pooler.dense.bias, bert.pooler.dense.weight, cls.seq_relationship.bias, cls.seq_relationship.weight$" "$tmp/err" \
+  && grep -q "note: 4 tensors of '$d' belong to task heads this model does not build, and are not planned: 'bert.pooler.dense.bias', 'bert.pooler.dense.weight', 'cls.seq_relationship.bias', 'cls.seq_relationship.weight'$" "$tmp/err" \
   && ok || bad "pre-training BERT, training: $(cat "$tmp/err")"
 run "$tool" shard "$d" --plan "$d/train.json" --out "$d/shards" --quiet && python3 - "$d/shards/index.json" <<'EOF' && ok || bad "pre-training BERT, shard --plan: $(cat "$tmp/err")"
 import json, sys
@@ -121,7 +121,7 @@ t = load_file(sys.argv[1]); t["bert.encoder.layer.2.output.dense.bias"] = t["ber
 save_file(t, sys.argv[1], metadata={"format": "pt"})
 EOF
 run "$tool" plan --model "$d" --mesh 2 --mode infer --out "$tmp/never.json"
-[ $? -eq 1 ] && grep -q "1 checkpoint tensor is not a parameter: bert.encoder.layer.2.output.dense.bias" "$tmp/err" && ok || bad "extra layer in a pre-training BERT: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "1 checkpoint tensor is not a parameter: 'bert.encoder.layer.2.output.dense.bias'" "$tmp/err" && ok || bad "extra layer in a pre-training BERT: $(cat "$tmp/err")"
 
 # Weights that do not match the config: the error names the first tensors that differ.
 d="$tmp/gpt2"
@@ -131,8 +131,8 @@ c = json.load(open(sys.argv[1])); c["n_layer"] = 3; c["n_inner"] = 96
 json.dump(c, open(sys.argv[1], "w"))
 EOF
 run "$tool" plan --model "$d" --mesh 2 --out "$tmp/never.json"
-[ $? -eq 1 ] && grep -q "do not match its config.json" "$tmp/err" && grep -q "h.0.mlp.c_fc.weight (checkpoint \[64,128\] f32, config \[64,96\] f32)" "$tmp/err" \
-  && grep -q "transformer.h.2.ln_1.weight" "$tmp/err" && ok || bad "mismatched weights: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "do not match its config.json" "$tmp/err" && grep -q "'h.0.mlp.c_fc.weight' (checkpoint \[64,128\] f32, config \[64,96\] f32)" "$tmp/err" \
+  && grep -q "not in the checkpoint: 'transformer.h.2.ln_1.weight'" "$tmp/err" && ok || bad "mismatched weights: $(cat "$tmp/err")"
 test ! -e "$tmp/never.json" && ok || bad "a failed plan wrote its output"
 # An unsupported model_type names the supported ones.
 mkdir -p "$tmp/t5" && echo '{"model_type": "t5", "d_model": 512}' >"$tmp/t5/config.json"

@@ -75,19 +75,19 @@ inline bool is_task_head(const model_graph& g, const std::string& name) {
 /// Throws io_error listing the first names that differ between `ck` and the parameters of `g`
 /// (shape, and dtype when `compare_dtype`).
 inline void check_weights_match(const model_graph& g, const checkpoint& ck, const std::string& where, bool compare_dtype) {
-  std::vector<std::string> missing, differ;
+  std::vector<std::string> missing, differ;  // each name quoted (quoted_text): they come from the files
   std::set<std::string> matched;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     if (!g[v].is_parameter()) continue;
     const std::string n = checkpoint_name(ck, g[v].name);
     if (n.empty()) {
-      missing.push_back(g[v].name);
+      missing.push_back(quoted_text(g[v].name));
       continue;
     }
     matched.insert(n);
     const safetensors_entry& e = ck.entry(n);
     if (!(e.shape == g[v].shape) || (compare_dtype && e.type != g[v].type))
-      differ.push_back(n + " (checkpoint " + to_string(e.shape) + " " + std::string(to_string(e.type)) + ", config " +
+      differ.push_back(quoted_text(n) + " (checkpoint " + to_string(e.shape) + " " + std::string(to_string(e.type)) + ", config " +
                        to_string(g[v].shape) + " " + std::string(to_string(g[v].type)) + ")");
   }
   // A tied parameter that the checkpoint saved anyway under its other name (some conversions
@@ -109,7 +109,7 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
   };
   std::vector<std::string> extra, unused;
   for (const std::string& n : ck.names())
-    if (!matched.count(n) && !is_saved_buffer(n) && !tied_copy(n)) (is_task_head(g, n) ? unused : extra).push_back(n);
+    if (!matched.count(n) && !is_saved_buffer(n) && !tied_copy(n)) (is_task_head(g, n) ? unused : extra).push_back(quoted_text(n));
   auto first = [](const std::vector<std::string>& v) {
     std::string s;
     for (std::size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", " : "") + v[i];

@@ -50,7 +50,7 @@ inline std::optional<vertex_t> by_name(const model_graph& g, const std::string& 
 /// without its first component it is), or as a module's ".weight" / ".bias" in Hugging Face's
 /// state-dict spelling that the graph stores as another parameter because it is tied: the
 /// operator named by the module takes it as operand 1 (weight) or 2 (bias). `note` then says
-/// so ("lm_head.weight is transformer.wte.weight (tied: ...)"). nullopt when nothing fits.
+/// so ("'lm_head.weight' is 'transformer.wte.weight' (tied: ...)"). nullopt when nothing fits.
 inline std::optional<vertex_t> find_tensor(const model_graph& g, const std::string& want, std::string* note = nullptr) {
   if (std::optional<vertex_t> v = detail::by_name(g, want)) return v;
   for (const auto& [suffix, operand] : {std::pair<std::string, std::size_t>{".weight", 1}, {".bias", 2}}) {
@@ -60,7 +60,7 @@ inline std::optional<vertex_t> find_tensor(const model_graph& g, const std::stri
     const std::vector<vertex_t> ins = operands(g, *op);
     if (operand >= ins.size() || !g[ins[operand]].is_parameter()) continue;
     if (note)
-      *note = want + " is " + g[ins[operand]].name + " (tied: operator " + quoted_text(g[*op].name) + " uses it as its " +
+      *note = quoted_text(want) + " is " + quoted_text(g[ins[operand]].name) + " (tied: operator " + quoted_text(g[*op].name) + " uses it as its " +
               suffix.substr(1) + ")";
     return ins[operand];
   }

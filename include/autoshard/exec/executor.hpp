@@ -132,7 +132,7 @@ std::vector<host_tensor> forward_unsharded(const model_graph& g, const std::vect
     const node& nd = g[v];
     if (!nd.is_operator()) {
       if (!(sources[v].shape() == nd.shape))
-        throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
+        throw exec_error("source " + quoted_text(nd.name) + " is " + to_string(nd.shape) + " but its value is " + to_string(sources[v].shape()));
       if (copy_sources) val[v] = host_tensor::copy_of(sources[v]);
       continue;
     }
@@ -243,7 +243,7 @@ class reference_stream {
     for (vertex_t v = 0; v < n; ++v) {
       pending_[v] = boost::out_degree(v, g) + (g[v].is_operator() ? static_cast<std::size_t>(watchers) : 0);
       if (!g[v].is_operator() && !(sources[v].shape() == g[v].shape))
-        throw exec_error("source '" + g[v].name + "' is " + to_string(g[v].shape) + " but its value is " +
+        throw exec_error("source " + quoted_text(g[v].name) + " is " + to_string(g[v].shape) + " but its value is " +
                          to_string(sources[v].shape()));
     }
   }
@@ -324,9 +324,9 @@ inline void load_source(const model_graph& g, vertex_t v, const strategy& st, co
                         int rank, const fused_dim& fused, held_value& out) {
   const node& nd = g[v];
   if (!(value.shape() == nd.shape))
-    throw exec_error("source '" + nd.name + "' is " + to_string(nd.shape) + " but its value is " + to_string(value.shape()));
+    throw exec_error("source " + quoted_text(nd.name) + " is " + to_string(nd.shape) + " but its value is " + to_string(value.shape()));
   for (std::size_t a = 0; a < st.output.mesh_rank; ++a)
-    if (st.output[a].is_partial()) throw exec_error("source '" + nd.name + "' cannot start Partial (" + to_alpa_string(st.output) + ")");
+    if (st.output[a].is_partial()) throw exec_error("source " + quoted_text(nd.name) + " cannot start Partial (" + to_alpa_string(st.output) + ")");
   if (detail::whole_on_every_rank(st.output)) out.alias = &value;
   else out.own = shard_of(value, mesh, st.output, rank, split_rule::chunk, fused);
 }
@@ -371,7 +371,7 @@ local_context run_operator(M& mc, const model_graph& g, const std::vector<strate
   const strategy& st = plan[v];
   const std::vector<vertex_t> ops = operands(g, v);
   if (st.inputs.size() != ops.size())
-    throw exec_error("vertex '" + nd.name + "': strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
+    throw exec_error("vertex " + quoted_text(nd.name) + ": strategy " + st.name + " has " + std::to_string(st.inputs.size()) +
                      " operand specs for " + std::to_string(ops.size()) + " operands");
   local.clear();
   local.resize(ops.size());
@@ -392,7 +392,7 @@ local_context run_operator(M& mc, const model_graph& g, const std::vector<strate
     val[v].own = run_kernel<T>(nd, in, c);
   }
   if (!(val[v].own.shape() == c.out_shape))
-    throw exec_error("vertex '" + nd.name + "' under " + st.name + ": rank " + std::to_string(mc.rank()) + " computed a piece of " +
+    throw exec_error("vertex " + quoted_text(nd.name) + " under " + st.name + ": rank " + std::to_string(mc.rank()) + " computed a piece of " +
                      to_string(val[v].own.shape()) + ", its output spec " + to_alpa_string(st.output) + " gives " +
                      to_string(c.out_shape));
   return c;
@@ -448,9 +448,9 @@ void forward_sharded(M& mc, const model_graph& g, const std::vector<strategy>& p
     const node& nd = g[v];
     const strategy& st = plan[v];
     try {
-      check_spec(st.output, mesh, nd.shape, "output of '" + nd.name + "'");
+      check_spec(st.output, mesh, nd.shape, "output of " + quoted_text(nd.name));
     } catch (const spec_error& e) {
-      throw exec_error("vertex '" + nd.name + "': the plan's output spec does not fit: " + e.what());
+      throw exec_error("vertex " + quoted_text(nd.name) + ": the plan's output spec does not fit: " + e.what());
     }
     if (received != nullptr && (*received)[v].data() != nullptr) {
       val[v].alias = &(*received)[v];

@@ -61,13 +61,13 @@ inline std::int64_t prod(const tensor_shape& s, std::size_t from, std::size_t to
 }
 
 [[noreturn]] inline void kernel_error(const node& nd, const std::string& why) {
-  throw exec_error("vertex '" + nd.name + "' (" + std::string(to_string(nd.kind)) + "): " + why);
+  throw exec_error("vertex " + quoted_text(nd.name) + " (" + std::string(to_string(nd.kind)) + "): " + why);
 }
 
 /// Why an opaque operator (imported with no mapping) cannot run: the kernels know no such operator.
 inline std::string opaque_why(const node& nd) {
   return "has no kernel: it is an imported operator with no mapping (" +
-         (nd.attrs.op_type.empty() ? std::string("of unknown type") : nd.attrs.op_type) +
+         (nd.attrs.op_type.empty() ? std::string("of unknown type") : quoted_text(nd.attrs.op_type)) +
          "), so a graph holding it can be planned but not executed or verified";
 }
 
@@ -394,7 +394,7 @@ inline node local_split(const node& nd, const tensor_shape& local_in, const loca
   if (c.global_in.empty() || ax >= local_in.rank || local_in[ax] == c.global_in[0][ax]) return nd;
   const std::int64_t n = c.global_in[0][ax], l = local_in[ax];
   if (l <= 0 || n % l != 0 || nd.attrs.start % (n / l) != 0 || nd.attrs.length % (n / l) != 0)
-    throw exec_error("vertex '" + nd.name + "' (split): its operand's dim " + std::to_string(ax) + " is cut to " +
+    throw exec_error("vertex " + quoted_text(nd.name) + " (split): its operand's dim " + std::to_string(ax) + " is cut to " +
                      std::to_string(l) + " of " + std::to_string(n) + ", which does not cut the part [" +
                      std::to_string(nd.attrs.start) + ", " + std::to_string(nd.attrs.start + nd.attrs.length) +
                      ") into equal pieces (only a fused operand may arrive cut along the split axis)");

@@ -100,7 +100,7 @@ struct memory_estimate {
   /// gathered weights), which a smaller batch or sequence does not shrink.
   std::uint64_t parameters = 0;
   std::uint64_t ranks = 0;       ///< threads and connections
-  std::string worst_step;        ///< the vertex computed at the worst step
+  std::string worst_step;        ///< the vertex computed at the worst step, quoted (or the step, naming it)
   std::uint64_t total() const noexcept { return sources + activations + parameters + ranks; }
 };
 
@@ -216,7 +216,7 @@ class training_step_estimate {
     };
     for (vertex_t v : s.order) {
       if (!g_[v].is_operator()) continue;
-      note(values + split_bytes{whole(v), 0} + workspace(v, false, false), "the unsharded step (forward of " + g_[v].name + ")");
+      note(values + split_bytes{whole(v), 0} + workspace(v, false, false), "the unsharded step (forward of " + quoted_text(g_[v].name) + ")");
       values.act += whole(v);
       alive[v] = true;
       for (vertex_t u : s.forward_frees[v]) free_value(u);
@@ -249,7 +249,7 @@ class training_step_estimate {
       if (differentiable(ops[i]) && !(i == 0 && reuse)) dx += tagged(ops[i], whole(ops[i]));
     for (vertex_t u : s.recomputed[v])
       if (!alive[u]) dx.act += whole(u);  // computed again
-    note(values + grads + dx + workspace(v, true, false), "the unsharded step (backward of " + g_[v].name + ")");
+    note(values + grads + dx + workspace(v, true, false), "the unsharded step (backward of " + quoted_text(g_[v].name) + ")");
     if (reuse) {
       free_value(ops[0]);
       grads.act += whole(ops[0]);
@@ -330,7 +330,7 @@ class training_step_estimate {
       step.act += box(r, v, st.output);
     }
     note(ref + k_ + step + workspace(v, false, true),
-         (again ? "recomputed forward of " : "forward of ") + g_[v].name + " on the ranks (training step)");
+         (again ? "recomputed forward of " : "forward of ") + quoted_text(g_[v].name) + " on the ranks (training step)");
     held_[v] = true;
     for (std::size_t r = 0; r < ranks_; ++r) {
       piece_[r][v].act = box(r, v, st.output);
@@ -360,12 +360,12 @@ class training_step_estimate {
       step.act += dy;
       step += operand_gradients(r, v, ops, reuse, added);
     }
-    note(ref + k_ + gr_ + settling, "backward of " + g_[v].name + " on the ranks");
+    note(ref + k_ + gr_ + settling, "backward of " + quoted_text(g_[v].name) + " on the ranks");
     for (std::size_t r = 0; r < ranks_; ++r) {
       gr_ -= contrib_[r][v];
       contrib_[r][v] = {};
     }
-    note(ref + k_ + gr_ + step + workspace(v, true, true), "backward of " + g_[v].name + " on the ranks");
+    note(ref + k_ + gr_ + step + workspace(v, true, true), "backward of " + quoted_text(g_[v].name) + " on the ranks");
     if (reuse)  // the logits piece became their gradient: it leaves what the ranks keep
       for (std::size_t r = 0; r < ranks_; ++r) {
         if (!(plan_[ops[0]].output == st.inputs[0])) {
@@ -413,7 +413,7 @@ class training_step_estimate {
       finishing.par += 3 * b + (ps.zero_stage > 0 ? 3 * box(r, u, ps.output) : 0);  // reduce, update, gather back
       largest_block = std::max(largest_block, b);
     }
-    note(ref + k_ + gr_ + finishing + split_bytes{0, 3 * largest_block}, "update of " + g_[u].name + " on the ranks");
+    note(ref + k_ + gr_ + finishing + split_bytes{0, 3 * largest_block}, "update of " + quoted_text(g_[u].name) + " on the ranks");
     for (std::size_t r = 0; r < ranks_; ++r) {
       gr_ -= contrib_[r][u];
       contrib_[r][u] = {};
@@ -528,7 +528,7 @@ inline memory_estimate estimate_verify_memory(const model_graph& g, const device
       const std::uint64_t step = detail::verify_step_bytes(g, mesh, plan, v, type_of);
       if (e.sources + live + piece_sum[v] + step + e.ranks > e.total()) {
         e.activations = live + piece_sum[v] + step;
-        e.worst_step = g[v].name;
+        e.worst_step = quoted_text(g[v].name);
       }
       live += held_for(v);
       for (vertex_t u : s.forward_frees[v]) live -= held_for(u);

@@ -69,7 +69,7 @@ inline std::vector<vertex_t> training_losses(const model_graph& g) {
     int n_sinks = 0;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
       if (g[v].is_operator() && boost::out_degree(v, g) == 0 && n_sinks++ < 3)
-        sinks += (sinks.empty() ? "'" : ", '") + g[v].name + "' " + to_string(g[v].shape);
+        sinks += (sinks.empty() ? "" : ", ") + quoted_text(g[v].name) + " " + to_string(g[v].shape);
     throw exec_error("a training step needs a loss, and this graph has none: no scalar float operator that nothing "
                      "consumes (such as a cross_entropy over labels, which the model builders add in training mode); its "
                      "outputs are " + (sinks.empty() ? std::string("none") : sinks) + (n_sinks > 3 ? ", ..." : "") +
@@ -239,7 +239,7 @@ class micro_batch_inputs {
       tensor_shape micro = got;  // the global batch's value cut to one micro-step's rows
       if (micro.rank > 0) micro[0] = got[0] / m_;
       if (!(micro == want) || got[0] != want[0] * m_)
-        throw exec_error("input '" + g[v].name + "' is " + to_string(got) + ": a step of " + std::to_string(m_) +
+        throw exec_error("input " + quoted_text(g[v].name) + " is " + to_string(got) + ": a step of " + std::to_string(m_) +
                          " micro-batches of the graph's " + to_string(want) + " takes it whole or with dim 0 " +
                          std::to_string(m_) + " x " + std::to_string(want[0]) + " (the global batch)");
       any = true;

@@ -162,7 +162,7 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   }
   os << "largest differences (sharded - unsharded):\n";
   for (std::size_t i = 0; i < order.size() && i < 5; ++i)
-    os << "  " << order[i]->name << " [" << order[i]->spec << "]: " << order[i]->max_abs_diff << " (values up to "
+    os << "  " << quoted_text(order[i]->name) << " [" << order[i]->spec << "]: " << order[i]->max_abs_diff << " (values up to "
        << order[i]->ref_max_abs << ")" << (order[i]->passed ? "" : "  FAILED") << "\n";
   if (r.traffic.checked) {
     const traffic_audit& a = r.traffic;
@@ -179,7 +179,9 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
   }
   os << (r.passed() ? "PASS" : "FAIL") << ": largest difference " << r.max_abs_diff << ", relative " << r.max_rel_diff
      << " (tolerance " << r.rtol << ")";
-  if (r.failed > 0) os << "; " << r.failed << " operators differ, the first '" << r.first_failed << "', the worst '" << r.worst << "'";
+  if (r.failed > 0)
+    os << "; " << count_noun(r.failed, "operator") << (r.failed == 1 ? " differs" : " differ") << ", the first "
+       << quoted_text(r.first_failed) << ", the worst " << quoted_text(r.worst);
   if (!r.traffic.passed())
     os << "; the executed communication differs from the priced at " << r.traffic.mismatches << " lines, the first at "
        << r.traffic.lines[r.traffic.first_mismatch].where;
@@ -258,8 +260,8 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
            (e.parameters > 0 ? " with their gradients and updates" : "") + ")";
   }
   throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total() + reserved)) + " (inputs and parameters " +
-                   human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at '" + e.worst_step +
-                   "'" + (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
+                   human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at " + e.worst_step +
+                   (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
                    ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) +
                    (reserved > 0 ? ", and " + human_bytes(static_cast<double>(reserved)) +
                                        " of address space their stacks and a malloc arena map beyond what they use"
@@ -648,10 +650,9 @@ inline void require_known_operators(const model_graph& g) {
   int n_opaque = 0;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
     if (g[v].kind == op_kind::opaque && n_opaque++ < 5)
-      opaque += (opaque.empty() ? "'" : ", '") + g[v].name + "' (" + g[v].attrs.op_type + ")";
+      opaque += (opaque.empty() ? "" : ", ") + quoted_text(g[v].name) + " (" + quoted_text(g[v].attrs.op_type) + ")";
   if (n_opaque > 0)
-    throw exec_error("verify cannot run this graph: " + std::to_string(n_opaque) + " opaque operator" +
-                     (n_opaque > 1 ? "s" : "") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
+    throw exec_error("verify cannot run this graph: " + count_noun(n_opaque, "opaque operator") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
                      "); the plan is valid, but only a graph of known operators can be executed");
 }
 
@@ -699,7 +700,7 @@ numeric_check(verify_options o = {}) {
         for (const vertex_check& c : *list)
           if (it == nullptr && c.name == r.first_failed) it = &c;
       throw solver_error("check: the plan executed on " + std::to_string(mesh.num_ranks()) + " ranks differs from the "
-                         "unsharded run at " + std::to_string(r.failed) + " operators, first at '" + r.first_failed + "' [" +
+                         "unsharded run at " + count_noun(r.failed, "operator") + ", first at " + quoted_text(r.first_failed) + " [" +
                          it->spec + "] by " + std::to_string(it->max_abs_diff) + " (values up to " +
                          std::to_string(it->ref_max_abs) + ", tolerance " + std::to_string(r.rtol) + " relative)");
     }

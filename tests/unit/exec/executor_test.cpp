@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -368,6 +369,26 @@ TEST_CASE("solved plans of small GPT-2, BERT and LLaMA graphs run on 8 Gloo rank
     INFO(rb);
     CHECK(rb.passed());
   }
+}
+
+TEST_CASE("verify's report quotes operator names: one that differs is named escaped, the count agrees") {
+  const std::string hostile = "a\x1B[31mb\nc";  // a plan file's name: it must not recolour the terminal
+  verify_report r;
+  r.mesh = device_mesh{2};
+  r.checks = {{hostile, "RR", 0.5, 1.0, false}, {"fine", "RR", 0.0, 1.0, true}};
+  r.failed = 1;
+  r.first_failed = r.worst = hostile;
+  std::ostringstream os;
+  os << r;
+  const std::string text = os.str();
+  CAPTURE(text);
+  CHECK(text.find("; 1 operator differs, the first 'a\\x1B[31mb\\x0Ac', the worst 'a\\x1B[31mb\\x0Ac'\n") != std::string::npos);
+  CHECK(text.find("  'a\\x1B[31mb\\x0Ac' [RR]: 0.5") != std::string::npos);
+  CHECK(text.find('\x1B') == std::string::npos);
+  r.failed = 2;
+  std::ostringstream two;
+  two << r;
+  CHECK(two.str().find("; 2 operators differ, the first ") != std::string::npos);
 }
 
 TEST_CASE("a wrong plan is caught: the check can fail") {

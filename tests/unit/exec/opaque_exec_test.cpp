@@ -22,9 +22,9 @@ TEST_CASE("verify refuses a graph with an opaque operator, naming it, and its ke
   } catch (const exec_error& e) {
     msg = e.what();
   }
-  CHECK(msg.find("1 opaque operator with no kernel ('nms' (NonMaxSuppression))") != std::string::npos);
+  CHECK(msg.find("1 opaque operator with no kernel ('nms' ('NonMaxSuppression'))") != std::string::npos);
   host_tensor t(dtype::f32, {4, 8});
   const host_tensor* in[] = {&t};
   CHECK_THROWS_WITH_AS(run_kernel<float>(g[o], in, local_context{}),
-                       doctest::Contains("has no kernel: it is an imported operator with no mapping (NonMaxSuppression)"), exec_error);
+                       doctest::Contains("has no kernel: it is an imported operator with no mapping ('NonMaxSuppression')"), exec_error);
 }

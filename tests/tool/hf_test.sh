@@ -137,7 +137,7 @@ test ! -e "$tmp/never.json" && ok || bad "a failed plan wrote its output"
 # An unsupported model_type names the supported ones.
 mkdir -p "$tmp/t5" && echo '{"model_type": "t5", "d_model": 512}' >"$tmp/t5/config.json"
 run "$tool" plan --model "$tmp/t5" --mesh 2
-[ $? -eq 1 ] && grep -q 'model_type "t5" is not supported (supported: gpt2, bert, roberta, llama, mistral, qwen2, gemma, phi3, opt, gpt_neox, bloom, falcon)' "$tmp/err" \
+[ $? -eq 1 ] && grep -q "model_type 't5' is not supported (supported: gpt2, bert, roberta, llama, mistral, qwen2, gemma, phi3, opt, gpt_neox, bloom, falcon)" "$tmp/err" \
   && ok || bad "unsupported model_type: $(cat "$tmp/err")"
 # synth keeps the model: every field of the template that no option changes is written back as
 # it was (the numbers PyTorch computes with: rope_theta, sliding_window, the norm epsilon, the

@@ -134,7 +134,7 @@ class device_mesh {
                      std::to_string(want) + " axes");
   }
   static void bad_axis_name(std::string_view name, const char* why) {
-    throw spec_error("mesh axis name '" + std::string(name) + "' " + why);
+    throw spec_error("mesh axis name " + quoted_text(name) + " " + why);
   }
   [[noreturn]] static void out_of_range(const char* what, int v, int n) {
     throw spec_error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
@@ -316,7 +316,7 @@ inline device_mesh with_cluster_links(device_mesh m, const cluster_links& c = {}
     inter_lat = 1e-4, intra_lat = 5e-5, efficiency = 0.5;
     inter_hop = intra_hop = 0.0;
   } else if (c.communications_backend != "nccl") {
-    throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got \"" + std::string(c.communications_backend) + "\"");
+    throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got " + quoted_text(c.communications_backend));
   }
   const auto finite_positive = [](double x) { return x > 0 && x < 1e300; };
   if (!finite_positive(c.inter_node_bandwidth) || !finite_positive(c.intra_node_bandwidth))

@@ -22,16 +22,17 @@ namespace autoshard {
 namespace bad_spec {
 /// The spec as a message quotes it: whole up to 80 characters, else the 60 around `pos`, "..."
 /// where cut, and its length (a 10 MB spec string in a plan file was quoted whole, twice: a
-/// 20 MB message).
+/// 20 MB message); escaped as quoted_text escapes (a control byte as \xHH).
 inline std::string quote(std::string_view text, std::size_t pos) {
   constexpr std::size_t whole = 80, window = 60;
-  if (text.size() <= whole) return "'" + std::string(text) + "'";
+  if (text.size() <= whole) return quoted_text(text, whole);
   std::size_t from = std::min(pos > window / 2 ? pos - window / 2 : 0, text.size() - window), to = from + window;
   const auto inside = [&](std::size_t i) { return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
   while (from > 0 && inside(from)) --from;  // whole characters at both ends of the window
   while (inside(to)) ++to;
-  return "'" + std::string(from > 0 ? "..." : "") + std::string(text.substr(from, to - from)) +
-         (to < text.size() ? "..." : "") + "' (" + std::to_string(text.size()) + " characters)";
+  std::string out = from > 0 ? "'..." : "'";
+  detail::append_escaped(out, text, from, to);
+  return out + (to < text.size() ? "..." : "") + "' (" + std::to_string(text.size()) + " characters)";
 }
 // Not constexpr on purpose: at compile time the compiler prints the function's name.
 [[noreturn]] inline void fail(std::string_view text, std::size_t pos, const std::string& why) {

@@ -201,7 +201,7 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     known += (known.empty() ? "" : ", ") + std::string(t);
     supported = supported || t == m.model_type;
   }
-  if (!supported) r.fail("model_type \"" + m.model_type + "\" is not supported (supported: " + known + ")");
+  if (!supported) r.fail("model_type " + quoted_text(m.model_type) + " is not supported (supported: " + known + ")");
 
   using namespace detail;
   transformer_config& c = m.config;
@@ -258,7 +258,7 @@ inline model_graph build_hf(const hf_model& m) {
   if (t == "falcon") return build_falcon(m.config);
   for (std::string_view l : {"llama", "mistral", "qwen2", "gemma", "phi3"})
     if (t == l) return build_llama(m.config);
-  throw graph_error("no builder for model_type '" + t + "'");
+  throw graph_error("no builder for model_type " + quoted_text(t));
 }
 
 /// The config.json of `m`, as the family's configuration class writes it (the keys

@@ -112,15 +112,15 @@ inline model_graph from_json(const json_in& j) {
     if (n.name.empty()) jn["name"].fail("is empty: a vertex needs a name");
     const std::string kind = jn["kind"].string();
     auto k = parse_op_kind(kind);
-    if (!k) throw graph_error("vertex '" + n.name + "' (" + jn["kind"].path() + "): unknown operator kind '" + kind + "'");
+    if (!k) throw graph_error("vertex " + quoted_text(n.name) + " (" + jn["kind"].path() + "): unknown operator kind " + quoted_text(kind));
     n.kind = *k;
     n.shape = tensor_shape(jn["shape"].integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank));
     const std::string ts = jn["dtype"].string();
     auto t = parse_dtype(ts);
-    if (!t) jn["dtype"].fail("is '" + ts + "', not a dtype (f32, f16, bf16, f64, i32, i64, u8, ...)");
+    if (!t) jn["dtype"].fail("is " + quoted_text(ts) + ", not a dtype (f32, f16, bf16, f64, i32, i64, u8, ...)");
     n.type = *t;
     if (auto a = jn.find("attrs")) n.attrs = detail::json_attrs(a->require_object());
-    if (!by_name.emplace(n.name, i).second) jn["name"].fail("is '" + n.name + "', a name used twice");
+    if (!by_name.emplace(n.name, i).second) jn["name"].fail("is " + quoted_text(n.name) + ", a name used twice");
     boost::add_vertex(std::move(n), g);
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -131,7 +131,7 @@ inline model_graph from_json(const json_in& j) {
       const json_in in = (*ins)[k];
       const std::string name = in.string();
       auto u = by_name.find(name);
-      if (u == by_name.end()) in.fail("names '" + name + "', but no node is called that");
+      if (u == by_name.end()) in.fail("names " + quoted_text(name) + ", but no node is called that");
       boost::add_edge(u->second, i, edge{static_cast<int>(k)}, g);
     }
   }

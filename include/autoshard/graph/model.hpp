@@ -453,7 +453,7 @@ inline std::vector<vertex_t> operands(const model_graph& g, vertex_t v) {
   for (auto [it, end] = boost::in_edges(v, g); it != end; ++it) {
     const int i = g[*it].operand;
     if (i < 0 || i >= static_cast<int>(out.size()) || out[static_cast<std::size_t>(i)] != boost::graph_traits<model_graph>::null_vertex())
-      throw graph_error("vertex '" + g[v].name + "' (" + std::string(to_string(g[v].kind)) + "): operand " +
+      throw graph_error("vertex " + quoted_text(g[v].name) + " (" + std::string(to_string(g[v].kind)) + "): operand " +
                         std::to_string(i) + (i >= 0 && i < static_cast<int>(out.size()) ? " is given twice" : " is out of order") +
                         "; operand indices must be 0.." + std::to_string(static_cast<int>(out.size()) - 1));
     out[static_cast<std::size_t>(i)] = boost::source(*it, g);
@@ -501,7 +501,7 @@ inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::span<co
   dtype t = dtype::f32;
   bool have_t = false;
   for (vertex_t u : ops) {
-    if (u >= boost::num_vertices(g)) throw graph_error("vertex '" + name + "': operand vertex " + std::to_string(u) + " does not exist");
+    if (u >= boost::num_vertices(g)) throw graph_error("vertex " + quoted_text(name) + ": operand vertex " + std::to_string(u) + " does not exist");
     shapes.push_back(g[u].shape);
     if (!have_t && !detail::is_integer(g[u].type)) {
       t = g[u].type;
@@ -512,7 +512,7 @@ inline vertex_t add_op(model_graph& g, op_kind k, std::string name, std::span<co
   try {
     out = infer_shape(k, attrs, shapes);
   } catch (const graph_error& e) {
-    throw graph_error("vertex '" + name + "': " + std::string(e.message()));
+    throw graph_error("vertex " + quoted_text(name) + ": " + std::string(e.message()));
   }
   if (k == op_kind::cross_entropy) t = dtype::f32;
   vertex_t v = boost::add_vertex(node{std::move(name), k, std::move(attrs), out, type.value_or(t)}, g);

@@ -118,7 +118,7 @@ inline gradient_overlap_model parse_gradient_overlap(const std::string& text, co
     used = 0;
   }
   if (used == 0 || used != text.size() || !(f >= 0.0 && f <= 1.0))
-    throw spec_error(what + " '" + text + "' is neither \"backward\" nor a number in [0, 1]");
+    throw spec_error(what + " " + quoted_text(text) + " is neither \"backward\" nor a number in [0, 1]");
   return f;
 }
 

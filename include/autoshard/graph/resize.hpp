@@ -94,7 +94,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
     throw graph_error("a batch size and a sequence length are positive, got " + std::to_string(batch) + " and " +
                       std::to_string(seq));
   if (const std::string fixed = fixed_shape_operator(g); !fixed.empty())
-    throw graph_error("opaque operator '" + fixed + "' keeps a fixed output shape; the graph cannot be re-sized");
+    throw graph_error("opaque operator " + quoted_text(fixed) + " keeps a fixed output shape; the graph cannot be re-sized");
   const std::int64_t b0 = graph_batch(g), s0 = graph_sequence(g);
   if (batch > 0 && b0 == 0) throw graph_error("the graph has no input with a batch dim to re-size");
   if (seq > 0 && s0 == 0) throw graph_error("the graph has no input with a sequence dim (dim 1) to re-size");
@@ -114,7 +114,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
       if (!(old_in == in[0])) {
         const std::vector<std::int64_t> dims = detail::resized_reshape(old_in, g[v].shape, in[0]);
         if (dims.empty())
-          throw graph_error("reshape '" + nd.name + "' from " + to_string(old_in) + " to " + to_string(g[v].shape) +
+          throw graph_error("reshape " + quoted_text(nd.name) + " from " + to_string(old_in) + " to " + to_string(g[v].shape) +
                             " cannot follow its input re-sized to " + to_string(in[0]));
         nd.attrs.dims = dims;
       }
@@ -137,7 +137,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
       nd.shape = infer_shape(nd.kind, nd.attrs, in);
     } catch (const graph_error& e) {
       throw graph_error("re-sizing to batch " + std::to_string(batch > 0 ? batch : b0) + ", sequence " +
-                        std::to_string(seq > 0 ? seq : s0) + ": vertex '" + nd.name + "': " + e.what());
+                        std::to_string(seq > 0 ? seq : s0) + ": vertex " + quoted_text(nd.name) + ": " + e.what());
     }
   }
   validate(out);

@@ -686,7 +686,7 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
                                                   const strategy_options& opt = {}, const std::vector<char>& grads = {}) {
   const detail::vertex_strategies vs(g, v, m, opt, grads);
   const node& nd = vs.nd;
-  if (vs.options.empty()) throw graph_error("vertex '" + nd.name + "': no strategies for kind " + std::string(to_string(nd.kind)));
+  if (vs.options.empty()) throw graph_error("vertex " + quoted_text(nd.name) + ": no strategies for kind " + std::string(to_string(nd.kind)));
   std::vector<strategy> out;
   std::array<std::size_t, max_mesh_rank> pick{};
   std::size_t total = 1;
@@ -1047,7 +1047,7 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   for (std::size_t j = 0; j < consumer.size(); ++j)
     if (operand >= consumer[j].inputs.size())
-      throw graph_error("edge into '" + g[boost::target(e, g)].name + "': strategy has no operand " + std::to_string(operand));
+      throw graph_error("edge into " + quoted_text(g[boost::target(e, g)].name) + ": strategy has no operand " + std::to_string(operand));
   std::vector<edge_pricer::producer_key> rows;
   std::vector<edge_pricer::consumer_key> cols;
   for (const strategy& s : producer) rows.push_back(price.producer_key_of(s));

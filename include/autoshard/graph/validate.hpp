@@ -40,8 +40,8 @@ inline std::string find_cycle(const model_graph& g) {
         for (vertex_t x = u; x != w; x = parent[x]) path.push_back(x);
         std::reverse(path.begin() + 1, path.end());
         std::string s;
-        for (vertex_t x : path) s += "'" + g[x].name + "' -> ";
-        return s + "'" + g[w].name + "'";
+        for (vertex_t x : path) s += quoted_text(g[x].name) + " -> ";
+        return s + quoted_text(g[w].name);
       }
       if (color[w] == 0) {
         color[w] = 1;
@@ -76,7 +76,7 @@ inline void validate(const model_graph& g) {
   std::vector<std::string> names;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const node& nd = g[v];
-    const std::string who = "vertex '" + nd.name + "'";
+    const std::string who = "vertex " + quoted_text(nd.name);
     if (nd.name.empty()) throw graph_error("vertex " + std::to_string(v) + " has no name");
     names.push_back(nd.name);
     if (!is_known(nd.kind))
@@ -88,7 +88,7 @@ inline void validate(const model_graph& g) {
       const int i = g[*it].operand;
       if (i < 0 || i >= hi)
         throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand index " + std::to_string(i) +
-                          " is outside 0.." + std::to_string(hi - 1) + " (from '" + g[boost::source(*it, g)].name + "')");
+                          " is outside 0.." + std::to_string(hi - 1) + " (from " + quoted_text(g[boost::source(*it, g)].name) + ")");
       if (seen[static_cast<std::size_t>(i)])
         throw graph_error(who + " (" + std::string(to_string(nd.kind)) + "): operand " + std::to_string(i) + " is given twice");
       seen[static_cast<std::size_t>(i)] = true;
@@ -122,7 +122,7 @@ inline void validate(const model_graph& g) {
   }
   std::sort(names.begin(), names.end());
   for (std::size_t i = 1; i < names.size(); ++i)
-    if (names[i] == names[i - 1]) throw graph_error("vertex name '" + names[i] + "' is used twice");
+    if (names[i] == names[i - 1]) throw graph_error("vertex name " + quoted_text(names[i]) + " is used twice");
 }
 
 }  // namespace autoshard

@@ -200,6 +200,12 @@ TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and
   CHECK(error_of([] { (void)parse_mesh("2x\xEF\xBC\x92"); }).find("unexpected character '\xEF\xBC\x92'") != std::string::npos);
   CHECK(error_of([] { (void)parse_spec("S\xD9\xA0R", 2, 2); }) == "spec error: 'S\xD9\xA0R' at position 1: unexpected character '\xD9\xA0'");
   CHECK(error_of([] { (void)parse_mesh(std::string(100000, '7')); }).size() < 300);
+  // A spec from a plan file with an ESC or a newline: escaped, whole or in the window around the error.
+  CHECK(error_of([] { (void)parse_spec("S\x1B[31m\n", 2, 2); }) == "spec error: 'S\\x1B[31m\\x0A' at position 1: unexpected character '\\x1B'");
+  const std::string cut = error_of([] { (void)parse_spec("S\x1B[31m\n" + std::string(100, 'R'), 2, 2); });
+  CHECK(cut.find("spec error: 'S\\x1B[31m\\x0ARRR") == 0);
+  CHECK(cut.find("RRR...' (107 characters) at position 1") != std::string::npos);
+  CHECK(cut.find_first_of("\x1B\n") == std::string::npos);
 }
 
 TEST_CASE("count_noun: a count and its noun, singular at 1 (a message read \"its 1 tensors\")") {

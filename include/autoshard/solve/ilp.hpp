@@ -306,7 +306,7 @@ inline void check_solver_memory(const strategy_problem& p, const solver_size& si
   if (need <= have) return;
   const std::uint64_t one = solver_bytes(size, 1);
   throw resource_error(
-      "solving " + (p.name.empty() ? std::string("the problem") : "'" + p.name + "'") + " (" +
+      "solving " + (p.name.empty() ? std::string("the problem") : quoted_text(p.name)) + " (" +
       std::to_string(p.nodes.size()) + " nodes, " + std::to_string(p.edges.size()) + " edges with " +
       std::to_string(size.costs) + " costs) on " + std::to_string(threads) + " thread(s) would need about " +
       human_bytes(static_cast<double>(need)) + " beside the problem; this process can allocate " +

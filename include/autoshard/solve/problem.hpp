@@ -22,7 +22,7 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
-#include "../core/error.hpp"  // solver_error
+#include "../core/error.hpp"  // solver_error, quoted_text
 
 namespace autoshard {
 
@@ -268,7 +268,7 @@ struct strategy_problem {
   /// "node 3 'attn.c_proj'" or "node 3".
   std::string node_label(std::size_t v) const {
     std::string s = "node " + std::to_string(v);
-    if (v < nodes.size() && !nodes[v].name.empty()) s += " '" + nodes[v].name + "'";
+    if (v < nodes.size() && !nodes[v].name.empty()) s += " " + quoted_text(nodes[v].name);  // a name from the file
     return s;
   }
 

@@ -344,6 +344,10 @@ TEST_CASE("validate and cost_of reject malformed problems and choices") {
   p.nodes[0].costs[0] = -1;
   CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("node 0 strategy 0 has negative cost -1"),
                        autoshard::solver_error);
+  // A node's name comes from the file: escaped and quoted, never raw control bytes.
+  p.nodes[0].name = "a\x1b[31mb\nc";
+  CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("node 0 'a\\x1B[31mb\\x0Ac' strategy 0 has negative cost -1"),
+                       autoshard::solver_error);
 }
 
 TEST_CASE("evaluate is the contest's Evaluate: forbidden picks, the limit at every time point, exact totals") {

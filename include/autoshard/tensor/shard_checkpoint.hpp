@@ -487,9 +487,9 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
                                      const std::filesystem::path& out_dir, const shard_options& opts = {}) {
   check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
   check_shard_count(tp, in.size());
-  check_shard_space(in, in.names(), tp, out_dir, opts);  // before a layout is made
-  auto attrs = rescale_attributes(policy, config, tp);
   const std::vector<std::string> names = in.names();
+  check_shard_space(in, names, tp, out_dir, opts);  // before a layout is made
+  auto attrs = rescale_attributes(policy, config, tp);
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
     throw spec_error("policy " + quoted_text(policy.name) + " matches none of the checkpoint's " + count_noun(names.size(), "tensor") +
                      " (e.g. " + quoted_text(names.front()) + "): it is for another model; the config's model_type names "
@@ -533,9 +533,10 @@ inline std::vector<tensor_shards> plan_shards(const checkpoint& in, const plan_p
 inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::filesystem::path& out_dir,
                                      const shard_options& opts = {}) {
   check_shard_count(plan.mesh.num_ranks(), in.size());
-  check_shard_space(in, in.names(), plan.mesh.num_ranks(), out_dir, opts);  // before a layout is made
-  if (opts.check_layers) (void)check_layer_stacks(in.names(), "the checkpoint");
-  return shard_checkpoint(in, detail::plan_shards(in, plan, in.names()), plan.mesh, out_dir, opts, "plan");
+  const std::vector<std::string> names = in.names();
+  check_shard_space(in, names, plan.mesh.num_ranks(), out_dir, opts);  // before a layout is made
+  if (opts.check_layers) (void)check_layer_stacks(names, "the checkpoint");
+  return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }
 
 /// Shards the tensors `names` of `in` alone (a pipeline stage's) by a solved plan.

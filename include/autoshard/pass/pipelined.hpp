@@ -206,7 +206,14 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
     const auto w = static_cast<std::size_t>(unit[v]);
     c.forward[w] += ec.forward;
     if (g[u].is_parameter()) {
-      c.after[w] += ec.backward;
+      // A gradient synced once per step (accumulated: plain data parallel, ZeRO-1) runs after
+      // the flush; one that ends sharded where the consumer's is a Partial sum (ZeRO-2's
+      // reduce-scatter) runs in every micro-batch's backward, its exposed part each time.
+      const strategy& su = st(u);
+      const strategy& sv = st(v);
+      const auto operand = static_cast<std::size_t>(g[e].operand);
+      const bool once = operand >= sv.grads.size() || syncs_once_per_step(su, backward_target(su), sv.grads[operand]);
+      (once ? c.after[w] : c.backward[w]) += ec.backward;
       c.backward[w] += ec.regather;
     } else {
       c.backward[w] += ec.backward;

@@ -386,3 +386,44 @@ TEST_CASE("pipelined: alpa's search keeps Megatron-LM's layout of a configuratio
   CHECK(r.best->step_seconds == meg.step_seconds);
   CHECK(r.best->stage_plan.algo == algo::megatron);
 }
+
+TEST_CASE("pipelined: one stage's step is the pass's step of the same plan in m micro-batches, ZeRO-2's per-micro-batch sync included") {
+  using namespace autoshard;
+  // The pass prices m micro-steps with the gradient accumulated (a sync once per step) or, where
+  // the gradient ends sharded over a Partial sum (ZeRO-2's reduce-scatter), synced in every
+  // micro-step: the pipelined step of one stage, built from one micro-step's units, must agree.
+  const model_graph g = small_gpt(2, 16);
+  const device_mesh mesh(std::vector<int>{1, 4});
+  const pipeline_config c{1, 1, 4, 1, recompute_kind::none, pipeline_schedule::one_f_one_b};
+  const pipelined_step s = price_pipelined(g, mesh, a100(), algo::alpa, c);
+  REQUIRE(s.micro_batches == 4);  // 16 sequences = 1 per rank x 4 ranks x 4
+  const stage_probe probe = make_stage_probe(g, mesh, a100(), s.config);
+  const detail::pass_model& one = probe.model->pm;
+  step_pricing p = one.sopt.pricing;
+  p.micro_batches = s.micro_batches;
+  const detail::micro_step_model whole(with_layers(with_batch_seq(g, 4, 0), 2), one.mesh, p, std::nullopt, {});
+  REQUIRE(whole.pm.size() == one.size());
+  for (int zero : {0, 2}) {
+    CAPTURE(zero);
+    std::vector<int> choice = s.stage_plan.choice;
+    int switched = 0;
+    if (zero == 2)  // every parameter that offers it stored ZeRO-2, in the layout it had
+      for (vertex_t v = 0; v < one.size(); ++v) {
+        if (!one.g[v].is_parameter()) continue;
+        const strategy& was = one.strategies[v][static_cast<std::size_t>(choice[v])];
+        for (std::size_t k = 0; k < one.strategies[v].size(); ++k)
+          if (one.strategies[v][k].zero_stage == 2 && one.strategies[v][k].output == was.output) {
+            choice[v] = static_cast<int>(k), ++switched;
+            break;
+          }
+      }
+    if (zero == 2) REQUIRE(switched > 0);
+    for (vertex_t v = 0; v < one.size(); ++v)
+      REQUIRE(whole.pm.strategies[v][static_cast<std::size_t>(choice[v])].name == one.strategies[v][static_cast<std::size_t>(choice[v])].name);
+    const double pass_step = detail::summarize(whole.pm, algo::alpa, choice).step_seconds;
+    const unit_costs uc = price_units(one, choice);
+    double units = 0;
+    for (std::size_t u = 0; u < uc.forward.size(); ++u) units += s.micro_batches * (uc.forward[u] + uc.backward[u]) + uc.after[u];
+    CHECK(units == doctest::Approx(pass_step).epsilon(1e-9));
+  }
+}

@@ -137,7 +137,8 @@ inline constexpr std::size_t max_quoted_bytes = 80;
 
 namespace detail {
 /// text[i, end) onto `out`, whole characters only (stopping before one that would end past
-/// `end`), a byte that is not valid UTF-8 and a control character as \xHH. Returns where it stopped.
+/// `end`), a byte that is not valid UTF-8 and a control character as \xHH. Returns where it
+/// stopped. The one escaper of every message and report.
 inline std::size_t append_escaped(std::string& out, std::string_view text, std::size_t i, std::size_t end) {
   while (i < end) {
     const std::size_t n = utf8_char_length(text, i);
@@ -156,6 +157,18 @@ inline std::size_t append_escaped(std::string& out, std::string_view text, std::
   return i;
 }
 }  // namespace detail
+
+/// Text from a file or a flag (an operator's name, an op_type, a tensor's name) as a report's
+/// table prints it: escaped as quoted_text escapes (a byte that is not valid UTF-8 and a
+/// control character as \xHH, so a name never recolours the terminal or starts a line of its
+/// own), without quotes and never cut, so an ordinary name reads as it is and its column lines
+/// up as before: escaped_text("h.0.mlp") is "h.0.mlp", escaped_text("a\x1B[31m") "a\\x1B[31m".
+/// JSON output keeps the raw name (its writer escapes it).
+inline std::string escaped_text(std::string_view text) {
+  std::string out;
+  detail::append_escaped(out, text, 0, text.size());
+  return out;
+}
 
 /// Text a user gave (a name, a flag's value, a key read from a file) as every message quotes
 /// it: in single quotes, whole when it has at most `max` bytes, else its first `max` bytes

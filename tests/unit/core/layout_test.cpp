@@ -208,6 +208,17 @@ TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and
   CHECK(cut.find_first_of("\x1B\n") == std::string::npos);
 }
 
+TEST_CASE("escaped_text: escaped as quoted_text escapes, without quotes and never cut (a report's columns)") {
+  CHECK(escaped_text("transformer.h.0.attn") == "transformer.h.0.attn");  // an ordinary name reads as it is
+  CHECK(escaped_text("") == "");
+  CHECK(escaped_text("\xD9\xA2") == "\xD9\xA2");  // a valid character stays
+  CHECK(escaped_text("a\x1B[31mb\nc") == "a\\x1B[31mb\\x0Ac");
+  CHECK(escaped_text("a\xD9" "b\x7F") == "a\\xD9b\\x7F");
+  const std::string hostile = "a\x1B[31mb\nc\xFF";
+  CHECK("'" + escaped_text(hostile) + "'" == quoted_text(hostile));  // the one escaper, quoted_text's
+  CHECK(escaped_text(std::string(100000, 'x')) == std::string(100000, 'x'));  // a table cuts nothing
+}
+
 TEST_CASE("count_noun: a count and its noun, singular at 1 (a message read \"its 1 tensors\")") {
   CHECK(count_noun(1, "tensor") == "1 tensor");
   CHECK(count_noun(std::size_t{16}, "tensor") == "16 tensors");

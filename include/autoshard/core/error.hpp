@@ -137,8 +137,9 @@ inline constexpr std::size_t max_quoted_bytes = 80;
 
 namespace detail {
 /// text[i, end) onto `out`, whole characters only (stopping before one that would end past
-/// `end`), a byte that is not valid UTF-8 and a control character as \xHH. Returns where it
-/// stopped. The one escaper of every message and report.
+/// `end`), a byte that is not valid UTF-8 and a control character as \xHH: C0 and DEL, and
+/// C1 (U+0080..U+009F, its two bytes as \xC2\xHH), which some terminals obey as ESC's short
+/// forms (U+009B is CSI). Returns where it stopped. The one escaper of every message and report.
 inline std::size_t append_escaped(std::string& out, std::string_view text, std::size_t i, std::size_t end) {
   while (i < end) {
     const std::size_t n = utf8_char_length(text, i);
@@ -151,6 +152,15 @@ inline std::size_t append_escaped(std::string& out, std::string_view text, std::
       continue;
     }
     if (i + n > end) break;  // a character that would end past the cut: cut before it
+    if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {  // a C1 control
+      for (const unsigned char b : {c, static_cast<unsigned char>(text[i + 1])}) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02X", b);
+        out += hex;
+      }
+      i += 2;
+      continue;
+    }
     out.append(text.substr(i, n));
     i += n;
   }

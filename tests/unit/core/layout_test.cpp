@@ -217,6 +217,10 @@ TEST_CASE("escaped_text: escaped as quoted_text escapes, without quotes and neve
   const std::string hostile = "a\x1B[31mb\nc\xFF";
   CHECK("'" + escaped_text(hostile) + "'" == quoted_text(hostile));  // the one escaper, quoted_text's
   CHECK(escaped_text(std::string(100000, 'x')) == std::string(100000, 'x'));  // a table cuts nothing
+  // C1 controls (U+0080..U+009F) are controls too: U+009B is CSI to a terminal that obeys C1.
+  CHECK(escaped_text("a\xC2\x9B" "31mb\xC2\x85" "c") == "a\\xC2\\x9B31mb\\xC2\\x85c");
+  CHECK(escaped_text("\xC2\xA0\xC2\xA9") == "\xC2\xA0\xC2\xA9");  // NBSP and (c) are no controls
+  CHECK(quoted_text(std::string(79, 'x') + "\xC2\x9B") == "'" + std::string(79, 'x') + "...' (81 bytes)");  // not half of it
 }
 
 TEST_CASE("count_noun: a count and its noun, singular at 1 (a message read \"its 1 tensors\")") {

@@ -25,6 +25,9 @@ rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm
                        y, Expand(fill [64] -> Shape(y))), and a mean as the loss (a scalar,
                        so that `verify` runs a training step).
 unmapped.onnx          a small MLP with a custom-domain operator and a CumSum between its layers.
+hostile-names.onnx     unmapped.onnx with an ESC sequence and a newline in a MatMul's name, the
+                       custom operator's name and op_type, and a weight's name: a report prints
+                       them escaped.
 bad-*.onnx             hostile files: truncated, a dim of 2^62, raw_data that disagrees with
                        its shape, a cycle, a value_info that ONNX's shape inference contradicts
                        at an unnamed node.
@@ -234,16 +237,16 @@ def rms_mlp(H=64, F=256):
     return model
 
 
-def unmapped():
+def unmapped(fc1="fc1", fancy="fancy", fancy_type="FancyNorm", fc1_weight="fc1.weight"):
     rng = np.random.default_rng(1)
     nodes = [
-        helper.make_node("MatMul", ["x", "fc1.weight"], ["h1"], name="fc1"),
+        helper.make_node("MatMul", ["x", fc1_weight], ["h1"], name=fc1),
         helper.make_node("Relu", ["h1"], ["a1"], name="act1"),
-        helper.make_node("FancyNorm", ["a1"], ["n1"], name="fancy", domain="com.example"),
+        helper.make_node(fancy_type, ["a1"], ["n1"], name=fancy, domain="com.example"),
         helper.make_node("CumSum", ["n1", "axis"], ["c1"], name="cumsum"),
         helper.make_node("MatMul", ["c1", "fc2.weight"], ["y"], name="fc2"),
     ]
-    inits = [init("fc1.weight", [32, 64], rng), init("fc2.weight", [64, 16], rng),
+    inits = [init(fc1_weight, [32, 64], rng), init("fc2.weight", [64, 16], rng),
              numpy_helper.from_array(np.array(1, np.int64), "axis")]
     graph = helper.make_graph(nodes, "unmapped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits,
@@ -282,6 +285,9 @@ def main():
     onnx.save(gpt2(True, **sizes), os.path.join(out, "gpt2-block-fused.onnx"))
     onnx.save(gpt2(False, leaky_mask=True, **sizes), os.path.join(out, "gpt2-block-leaky.onnx"))
     onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
+    hostile = "a\x1b[31mb\nc"  # recolours a terminal, and forges a line of its own
+    onnx.save(unmapped(fc1="fc1" + hostile, fancy="fancy" + hostile, fancy_type="Fancy" + hostile,
+                       fc1_weight="w" + hostile), os.path.join(out, "hostile-names.onnx"))
     onnx.save(rms_mlp(**(dict(H=8, F=16) if tiny else {})), os.path.join(out, "rms-mlp.onnx"))
     good = small().SerializeToString()
     with open(os.path.join(out, "small.onnx"), "wb") as f:

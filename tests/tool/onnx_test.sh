@@ -12,7 +12,8 @@
 #     budget that binds cuts weights; a mask that is not causal is not fused into attention;
 #     a LLaMA-style block (RMSNorm, exact GELU, Where, Expand) maps with no opaque operator
 #     and `verify` runs its training step sharded; (b) a model with a custom-domain operator and a CumSum gets a plan
-#     whose report names both, and `verify` says why it cannot run it; (c) hostile files:
+#     whose report names both, and `verify` says why it cannot run it, and names with an ESC and a
+#     newline come out escaped in the plan's and show's tables; (c) hostile files:
 #     truncated, a dim of 2^62, raw_data that disagrees with the shape, a cycle: a clear error each.
 source "$(dirname "$0")/common.sh" "$1"
 
@@ -125,6 +126,25 @@ grep -Eq '^  fancy +com\.example\.FancyNorm -> RR$' "$tmp/out" && ok || bad "unm
 grep -Eq '^  cumsum +CumSum -> RR$' "$tmp/out" && ok || bad "unmapped: CumSum not named"
 run "$tool" verify --plan "$tmp/u.json"
 [ $? -eq 1 ] && grep -q "opaque operator.*'fancy' ('com.example.FancyNorm')" "$tmp/err" && ok || bad "unmapped: verify: $(cat "$tmp/err")"
+
+# Names with an ESC sequence and a newline (a MatMul's, the custom operator's name and op_type, a
+# weight's) were printed raw in the report's tables: they recoloured the terminal and forged a
+# line "c ...". Escaped as messages escape them, unquoted, the columns as for any name.
+run "$tool" plan --model "$tmp/hostile-names.onnx" --mesh 2x2 --batch 8 --quiet --no-svg --out "$tmp/h.json" ||
+  bad "hostile-names: plan: $(cat "$tmp/err")"
+grep -Eq '^  fc1a\\x1B\[31mb\\x0Ac +linear +RR,RR -> RR$' "$tmp/out" && ok || bad "hostile-names: the MatMul's row: $(cat -v "$tmp/out")"
+grep -Eq '^  fancya\\x1B\[31mb\\x0Ac +com\.example\.Fancya\\x1B\[31mb\\x0Ac -> RR$' "$tmp/out" && ok ||
+  bad "hostile-names: the opaque row: $(cat -v "$tmp/out")"
+hostile_free() {  # LABEL: no ESC and no line the names forged in $tmp/out
+  if grep -q $'\x1b' "$tmp/out" || grep -Eq '^c( |$)' "$tmp/out"; then bad "$1: a raw name: $(cat -v "$tmp/out")"; else ok; fi
+}
+hostile_free "hostile-names: plan"
+run "$tool" show --plan "$tmp/h.json"  # the tensors' table, the weight's name among them
+grep -Eq '^  wa\\x1B\[31mb\\x0Ac +parameter ' "$tmp/out" && ok || bad "hostile-names: show's row of the weight: $(cat -v "$tmp/out")"
+hostile_free "hostile-names: show --plan"
+run "$tool" show --plan "$tmp/h.json" --tensor $'wa\x1b[31mb\nc'  # the tensor's heading
+grep -q '^wa\\x1B\[31mb\\x0Ac: parameter' "$tmp/out" && ok || bad "hostile-names: show's heading: $(cat -v "$tmp/out") $(cat "$tmp/err")"
+hostile_free "hostile-names: show --tensor"
 
 # (c) Hostile files: exit 1 (never a crash), a message with the numbers.
 expect_error() {  # FILE REGEX

@@ -128,7 +128,7 @@ int run_calibrate(calibrate_cli_options o) {
               << link.beta / 1e9 << " GB/s   " << std::setprecision(3) << 100.0 * ax.holdout_relative_error
               << "% at " << human_bytes(ax.holdout_bytes) << "\n";
   }
-  std::cout << "\nwrote " << o.out << "; use it with: autoshard plan --calibration " << o.out << " ...\n";
+  std::cout << "\nwrote " << escaped_text(o.out) << "; use it with: autoshard plan --calibration " << escaped_text(o.out) << " ...\n";
   return exit_ok;
 }
 

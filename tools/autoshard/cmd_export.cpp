@@ -35,7 +35,7 @@ int run_export(const export_cli_options& o) {
     if (o.out.empty()) std::cout << text;
     else {
       write_file_atomically(out, text);
-      std::cout << "wrote " << o.out << " (Megatron-LM arguments: tensor parallel " << e.tp << ", data parallel " << e.dp
+      std::cout << "wrote " << escaped_text(o.out) << " (Megatron-LM arguments: tensor parallel " << e.tp << ", data parallel " << e.dp
                 << (e.pp > 1 ? ", " + std::to_string(e.pp) + " pipeline stages" : std::string()) << ", "
                 << e.arguments.size() << " arguments)\n";
     }
@@ -64,7 +64,7 @@ int run_export(const export_cli_options& o) {
     std::cout << text;
   } else {
     write_file_atomically(out, text);
-    std::cout << "wrote " << o.out << " (" << o.to << ", " << lp.mesh().axis_label(static_cast<std::size_t>(e.tp_axis))
+    std::cout << "wrote " << escaped_text(o.out) << " (" << o.to << ", " << lp.mesh().axis_label(static_cast<std::size_t>(e.tp_axis))
               << " of " << to_string(lp.mesh()) << ", "
               << (hf ? j["tp_plan"].size() : j["plan"].size()) << " entries)\n";
   }

@@ -348,7 +348,7 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
     if (is_source(g[v].kind)) continue;
     auto [key, layer] = layer_of(g[v].name);
     if (layer > 0 && uniform[key]) continue;
-    std::cout << "  " << std::setw(44) << g[v].name << std::setw(16) << to_string(g[v].kind)
+    std::cout << "  " << std::setw(44) << escaped_text(g[v].name) << std::setw(16) << to_string(g[v].kind)
               << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
   }
   // Imported operators with no mapping: they only offer Replicate, and the plan says so.
@@ -356,7 +356,8 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
     if (g[v].kind == op_kind::opaque) {
       if (n_opaque++ == 0) std::cout << "\nopaque operators (no mapping: replicated, every operand whole)\n";
-      std::cout << "  " << std::setw(44) << g[v].name << g[v].attrs.op_type << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
+      std::cout << "  " << std::setw(44) << escaped_text(g[v].name) << escaped_text(g[v].attrs.op_type) << " -> "
+                << to_alpa_string(r.strategies[v].output) << "\n";
     }
 }
 
@@ -367,14 +368,14 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
   const autosharding_report& rep = r.report;
   const device_mesh& m = rep.mesh;
   const run_mode mode = o.model.run();
-  std::cout << "model   " << o.model.model << ": " << boost::num_vertices(g) << " operators, "
+  std::cout << "model   " << escaped_text(o.model.model) << ": " << boost::num_vertices(g) << " operators, "
             << parameter_count(g) << " parameters, " << to_string(mode)
             << "\nmesh    " << to_string(m);
   for (std::size_t a = 0; a < m.ndim(); ++a)
     std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
               << " GB/s, " << human_seconds(m.link(a).alpha);
   std::cout << ")\ndevice  " << device_line(o, po) << "\n";
-  if (o.preload) std::cout << "plan    preloaded from " << o.out << "\n";
+  if (o.preload) std::cout << "plan    preloaded from " << escaped_text(o.out) << "\n";
   else
     std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
               << rep.tied_classes << " ILP nodes for " << rep.vertices << " operators"
@@ -419,7 +420,8 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
     line(rep.plan, true);
     for (const plan_summary& b : rep.baselines) line(b, false);
   }
-  std::cout << "\nwrote " << o.out << " (plan), " << dot.string() << (svg.empty() ? "" : ", " + svg.string())
+  std::cout << "\nwrote " << escaped_text(o.out) << " (plan), " << escaped_text(dot.string())
+            << (svg.empty() ? "" : ", " + escaped_text(svg.string()))
             << "\n";
 }
 

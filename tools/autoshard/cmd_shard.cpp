@@ -62,7 +62,7 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
     if (!o.json)
       std::cout << "stage " << k << " (" << describe_stage(*plan.pipeline, k) << "): " << stages[k].names.size() << " tensors into "
                 << r.world_size << " rank files on " << to_string(stages[k].policy.mesh) << ", "
-                << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << dir.string() << "\n";
+                << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << escaped_text(dir.string()) << "\n";
   }
   if (o.json)
     std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", "plan " + o.plan + ", " + describe(*plan.pipeline)},
@@ -157,12 +157,12 @@ int run_shard(const shard_cli_options& o) {
               << "\n";
     return exit_ok;
   }
-  std::cout << "sharded " << in.size() << " tensors of " << o.checkpoint << " by " << how << " into "
+  std::cout << "sharded " << in.size() << " tensors of " << escaped_text(o.checkpoint) << " by " << escaped_text(how) << " into "
             << r.world_size << " rank files: " << human_bytes(static_cast<double>(r.bytes_written)) << " in "
             << human_seconds(r.seconds) << " ("
             << human_bytes(r.seconds > 0 ? static_cast<double>(r.bytes_written) / r.seconds : 0.0) << "/s)\n"
-            << "  " << rank_file(o.out, 0).string() << " .. " << rank_file(o.out, r.world_size - 1).string() << "\n"
-            << "  " << (fs::path(o.out) / "index.json").string() << " says which block of which tensor each rank holds\n";
+            << "  " << escaped_text(rank_file(o.out, 0).string()) << " .. " << escaped_text(rank_file(o.out, r.world_size - 1).string()) << "\n"
+            << "  " << escaped_text((fs::path(o.out) / "index.json").string()) << " says which block of which tensor each rank holds\n";
   return exit_ok;
 }
 

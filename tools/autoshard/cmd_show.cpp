@@ -362,7 +362,7 @@ void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shap
     if (maps.size() > 1) notes.push_back("this picture: " + leading_text(blocks.front()) + " (--slice picks another block)");
     write_svg(bm, to_string(s) + " (" + to_alpa_string(s) + ") of " + to_string(shape) + " on " + to_string(m), notes,
               svg);
-    if (!json) std::cout << "wrote " << svg << "\n";
+    if (!json) std::cout << "wrote " << escaped_text(svg) << "\n";
   }
 }
 
@@ -432,7 +432,9 @@ void show_plan_tensor(const plan_document& d, const show_options& o) {
   const std::string kind(to_string(nd.kind));
   nlohmann::json extra{{"plan", o.plan}, {"tensor", nd.name}, {"kind", kind}, {"strategy", t.strategy},
                        {"inputs", input_specs(d, v)}};
-  std::string heading = nd.name + ": " + kind + (t.strategy.empty() ? "" : ", strategy " + t.strategy) + "\n";
+  // The plan file's name and strategy escaped (a hostile file's ESC or newline), not quoted: the
+  // heading reads "h.0.mlp.c_fc.weight: parameter, strategy ..." as before.
+  std::string heading = escaped_text(nd.name) + ": " + kind + (t.strategy.empty() ? "" : ", strategy " + escaped_text(t.strategy)) + "\n";
   tensor_shape shape = nd.shape;
   if (const std::optional<fused_dim> f = cut_per_part(d, v)) {
     // Every part is cut alike and each rank holds its block of every part: the map of one part.
@@ -502,7 +504,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
   for (vertex_t v = 0; v < n; ++v) {
     const node& nd = d.graph[v];
-    wn = std::max(wn, nd.name.size());
+    wn = std::max(wn, escaped_text(nd.name).size());
     wk = std::max(wk, to_string(nd.kind).size());
     ws = std::max(ws, to_string(nd.shape).size());
     wd = std::max(wd, to_string(d.tensors[v].output).size());
@@ -510,7 +512,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   }
   const auto cell = [](std::size_t w) { return std::setw(static_cast<int>(w)); };
   const std::string training = training_line(d);
-  std::cout << "plan " << file << ": " << to_string(d.options.algo) << ", " << to_string(d.pricing.mode) << ", "
+  std::cout << "plan " << escaped_text(file) << ": " << to_string(d.options.algo) << ", " << to_string(d.pricing.mode) << ", "
             << to_string(m) << ", " << n << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
   if (!training.empty()) std::cout << "priced for training with " << training << "\n";
   if (d.pipeline) show_plan_stages(*d.pipeline, m);
@@ -524,7 +526,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
     any_uneven = any_uneven || !even;
     const std::string alpa = to_alpa_string(spec);
     const std::optional<fused_dim> f = cut_per_part(d, v);
-    std::cout << "  " << cell(wn) << nd.name << "  " << cell(wk) << to_string(nd.kind) << "  " << cell(ws) << to_string(nd.shape)
+    std::cout << "  " << cell(wn) << escaped_text(nd.name) << "  " << cell(wk) << to_string(nd.kind) << "  " << cell(ws) << to_string(nd.shape)
               << "  " << cell(wd) << to_string(spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
               << to_string(max_local_shape(m, spec, nd.shape)) << (even ? "" : " *")
               << (f ? " (dim " + std::to_string(f->dim) + ": " + std::to_string(f->parts) + " fused parts, each cut)" : "")
@@ -532,7 +534,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   }
   std::cout << std::right;
   if (any_uneven) std::cout << "* uneven: some ranks hold less than the shape shown, or nothing\n";
-  std::cout << "draw one: autoshard show --plan " << file << " --tensor NAME [--svg FILE]\n";
+  std::cout << "draw one: autoshard show --plan " << escaped_text(file) << " --tensor NAME [--svg FILE]\n";
 }
 
 int run_show_plan(show_options o) {

@@ -43,7 +43,7 @@ int run_evaluate(const solve_cli_options& o, const strategy_problem& p) {
     std::cout << "feasible  objective " << ev.objective << ", peak usage " << ev.peak.bytes << " at time "
               << ev.peak.time << "\n";
   } else {
-    std::cout << "infeasible: " << ev.why << "\n";
+    std::cout << "infeasible: " << escaped_text(ev.why) << "\n";  // it names a node by the problem file's name
   }
   return ev.feasible ? exit_ok : exit_user_error;
 }
@@ -112,7 +112,7 @@ int run_solve(solve_cli_options o) {
     std::cout << j.dump(2) << "\n";
     return exit_ok;
   }
-  std::cout << "problem  " << (p.name.empty() ? o.file : p.name) << ": " << p.nodes.size() << " nodes, "
+  std::cout << "problem  " << escaped_text(p.name.empty() ? o.file : p.name) << ": " << p.nodes.size() << " nodes, "
             << p.edges.size() << " edges"
             << (p.usage_limit ? ", usage limit " + std::to_string(*p.usage_limit) : std::string()) << "\n";
   std::cout << "status   " << to_string(r.status);
@@ -127,7 +127,7 @@ int run_solve(solve_cli_options o) {
               << " variables " << std::setw(8) << s.rows << " rows\n";
   std::cout << "\nnode  strategy  name\n";
   for (std::size_t v = 0; v < r.choice.size(); ++v)
-    std::cout << std::setw(4) << v << "  " << std::setw(8) << r.choice[v] << "  " << p.nodes[v].name << "\n";
+    std::cout << std::setw(4) << v << "  " << std::setw(8) << r.choice[v] << "  " << escaped_text(p.nodes[v].name) << "\n";
   return exit_ok;
 }
 

@@ -161,10 +161,10 @@ int run_synth(const synth_options& o) {
                      .dump(2)
               << "\n";
   } else {
-    std::cout << "wrote " << (fs::path(o.out) / "model.safetensors").string() << ": " << infos.size() << " tensors, "
+    std::cout << "wrote " << escaped_text((fs::path(o.out) / "model.safetensors").string()) << ": " << infos.size() << " tensors, "
               << parameter_count(g) << " parameters, " << human_bytes(static_cast<double>(total)) << " ("
               << family << " layout, " << to_string(t) << ", seed " << o.seed << ")\n"
-              << "      " << (fs::path(o.out) / "config.json").string() << "\n";
+              << "      " << escaped_text((fs::path(o.out) / "config.json").string()) << "\n";
   }
   return exit_ok;
 }

@@ -178,7 +178,8 @@ int run_verify(const verify_cli_options& o) {
               << "; the first is " << quoted_text(r.first_failed) << ", the worst " << quoted_text(r.worst) << "\n";
   if (!r.traffic.passed())
     std::cerr << "autoshard: verify: the executed communication differs from what the cost model priced at "
-              << r.traffic.mismatches << " places; the first is " << r.traffic.lines[r.traffic.first_mismatch].where << "\n";
+              << count_noun(r.traffic.mismatches, "place") << "; the first is "
+              << escaped_text(r.traffic.lines[r.traffic.first_mismatch].where) << "\n";
   if (!r.passed()) return exit_user_error;
   return exit_ok;
 }

@@ -174,7 +174,7 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
     std::size_t shown = 0;
     for (const traffic_line& l : a.lines)
       if (l.failed() && shown++ < 5)
-        os << "  " << l.where << ", " << l.kind << " on mesh axis " << l.mesh_axis << ": priced " << l.priced_bytes
+        os << "  " << escaped_text(l.where) << ", " << l.kind << " on mesh axis " << l.mesh_axis << ": priced " << l.priced_bytes
            << " B in " << l.priced_calls << " collectives, executed " << l.executed_bytes << " B in " << l.executed_calls << "\n";
   }
   os << (r.passed() ? "PASS" : "FAIL") << ": largest difference " << r.max_abs_diff << ", relative " << r.max_rel_diff
@@ -183,8 +183,8 @@ inline std::ostream& operator<<(std::ostream& os, const verify_report& r) {
     os << "; " << count_noun(r.failed, "operator") << (r.failed == 1 ? " differs" : " differ") << ", the first "
        << quoted_text(r.first_failed) << ", the worst " << quoted_text(r.worst);
   if (!r.traffic.passed())
-    os << "; the executed communication differs from the priced at " << r.traffic.mismatches << " lines, the first at "
-       << r.traffic.lines[r.traffic.first_mismatch].where;
+    os << "; the executed communication differs from the priced at " << count_noun(r.traffic.mismatches, "line") << ", the first at "
+       << escaped_text(r.traffic.lines[r.traffic.first_mismatch].where);
   return os << "\n";
 }
 
@@ -707,7 +707,7 @@ numeric_check(verify_options o = {}) {
     if (!r.traffic.passed()) {
       const traffic_line& l = r.traffic.lines[r.traffic.first_mismatch];
       throw solver_error("check: the plan's executed communication differs from its pricing at " +
-                         std::to_string(r.traffic.mismatches) + " places, first at " + l.where + " (" + l.kind +
+                         count_noun(r.traffic.mismatches, "place") + ", first at " + escaped_text(l.where) + " (" + l.kind +
                          " on mesh axis " + std::to_string(l.mesh_axis) + "): priced " + std::to_string(l.priced_bytes) +
                          " bytes per rank, executed " + std::to_string(l.executed_bytes));
     }

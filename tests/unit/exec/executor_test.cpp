@@ -391,6 +391,22 @@ TEST_CASE("verify's report quotes operator names: one that differs is named esca
   CHECK(two.str().find("; 2 operators differ, the first ") != std::string::npos);
 }
 
+TEST_CASE("verify's communication lines name their site escaped, unquoted, and count the lines") {
+  const std::string hostile = "edge a\x1B[31mb\nc -> d (operand 0)";  // traffic_site::name of a plan file's names
+  verify_report r;
+  r.mesh = device_mesh{2};
+  r.traffic.checked = true;
+  r.traffic.lines = {{traffic_site::edge(1, 0), hostile, "all-gather", 0, 64, 32, 1, 1, {}}};
+  r.traffic.mismatches = 1;
+  std::ostringstream os;
+  os << r;
+  const std::string text = os.str();
+  CAPTURE(text);
+  CHECK(text.find("\n  edge a\\x1B[31mb\\x0Ac -> d (operand 0), all-gather on mesh axis 0: priced 64 B") != std::string::npos);
+  CHECK(text.find("differs from the priced at 1 line, the first at edge a\\x1B[31mb\\x0Ac -> d (operand 0)\n") != std::string::npos);
+  CHECK(text.find('\x1B') == std::string::npos);
+}
+
 TEST_CASE("a wrong plan is caught: the check can fail") {
   const model_graph g = build_gpt2(tiny(transformer_config::gpt2_124m()));
   autosharding_options o = pass_on_2x4(run_mode::training, algo::megatron);
@@ -452,7 +468,7 @@ TEST_CASE("run_checks with numeric_check executes the plan, plan files carry the
   CHECK(audited.size() == checked.report.plan.collectives.size());
   std::vector<collective_use> halved = audited;
   halved.front().bytes /= 2;
-  const std::string altered = "executed communication differs from its pricing at 1 places, first at " + halved.front().site.name(g);
+  const std::string altered = "executed communication differs from its pricing at 1 place, first at " + halved.front().site.name(g);
   CHECK_THROWS_WITH_AS(numeric_check(train)(g, lp.mesh(), checked.strategies, halved), doctest::Contains(altered.c_str()),
                        solver_error);
   // A failing numeric check leaves no plan file behind.

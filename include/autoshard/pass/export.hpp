@@ -1018,8 +1018,8 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, const export_optio
 namespace detail {
 inline void throw_if_problems(const tp_export& e, const std::string& target) {
   if (e.problems.empty()) return;
-  std::string msg = "the plan cannot be written as " + target + ": " + std::to_string(e.problems.size()) +
-                    " operator(s) it cannot express:";
+  std::string msg = "the plan cannot be written as " + target + ": " + count_noun(e.problems.size(), "operator") +
+                    " it cannot express:";
   for (const std::string& p : e.problems) msg += "\n  " + p;
   throw spec_error(msg);
 }

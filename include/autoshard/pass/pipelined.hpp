@@ -11,13 +11,15 @@
 ///   autoshard::pipeline_search r = autoshard::search_pipelines(g, mesh, pricing);  // the fastest that fits
 ///
 /// How a stage is priced: the model is cut to its first two layers (with_layers) at one
-/// micro-step's batch (micro_batch x dp), and the ILP (restricted to `algo`'s strategies, the
-/// layers tied) plans it on the stage's sub-mesh; every vertex's cost (its compute, its own
-/// collectives, the resharding on its operand edges, forward and backward apart) goes to its
-/// unit: the embedding, the first layer, the second (what every later layer costs: tied
-/// layers take the same strategies), the head. A parameter's gradient sync, once per step, is
-/// charged after its stage's last backward, less what that backward hides (the pass's overlap
-/// model). A parameter used on two stages (tied embedding and head) keeps its gradient in sync
+/// micro-step's batch (micro_batch x dp), priced over the step's m micro-steps (its passes m
+/// times, a gradient accumulated and synced once), and the ILP (restricted to `algo`'s
+/// strategies, the layers tied) plans it on the stage's sub-mesh; every vertex's cost (its
+/// compute, its own collectives, the resharding on its operand edges, forward and backward
+/// apart; one micro-batch's share) goes to its unit: the embedding, the first layer, the
+/// second (what every later layer costs: tied layers take the same strategies), the head. A
+/// parameter's gradient sync, once per step, is charged after its stage's last backward, less
+/// what that backward hides (the pass's overlap model); one synced at every micro-step
+/// (ZeRO-2's reduce-scatter) in each micro-batch's backward. A parameter used on two stages (tied embedding and head) keeps its gradient in sync
 /// with an all-reduce over those stages on the pipeline's link after the flush. A stage's
 /// memory is its parameters' state, its activations times the micro-batches its schedule
 /// holds in flight (p on the first stage under 1F1B) and the largest working set of a layer it
@@ -167,9 +169,12 @@ inline std::int64_t piece_bytes(const device_mesh& mesh, const sharding_spec& sp
   return max_local_shape(mesh, spec, nd.shape).numel() * static_cast<std::int64_t>(dtype_size(nd.type));
 }
 
-/// The costs of the plan `choice` of `pm` (one micro-step, micro_batches 1) per unit.
+/// The costs of the plan `choice` of `pm` (one micro-step's graph, priced over the step's m
+/// micro-steps: pm.sopt.pricing.accumulation()) per unit: one micro-batch's passes (a
+/// micro-step's share of what runs at every one), and what runs once per step after the flush.
 inline unit_costs price_units(const detail::pass_model& pm, const std::vector<int>& choice) {
   const model_graph& g = pm.g;
+  const double m = pm.sopt.pricing.mode == run_mode::training ? pm.sopt.pricing.accumulation() : 1;
   const std::vector<int> unit = detail::unit_of_vertices(g, pm.layers);
   const std::size_t units = pm.layers.indices.size() + 2;
   unit_costs c;
@@ -187,11 +192,11 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
       for (int w : users) c.state[static_cast<std::size_t>(w)] += s.memory_bytes;
       if (users.size() > 1)
         c.shared.push_back({std::vector<int>(users.begin(), users.end()), piece_bytes(pm.mesh, backward_target(s), g[v])});
-      c.after[u] += s.comm_seconds;  // ZeRO's all-gather of the updated weight
+      c.after[u] += s.comm_seconds;  // ZeRO's all-gather of the updated weight, once per step
       continue;
     }
-    c.forward[u] += s.forward_compute_seconds + s.comm_seconds;
-    c.backward[u] += s.compute_seconds - s.forward_compute_seconds;
+    c.forward[u] += s.forward_compute_seconds + s.comm_seconds / m;  // its own collectives run every micro-step
+    c.backward[u] += s.compute_seconds / m - s.forward_compute_seconds;
     c.activation[u] += s.memory_bytes;
     if (s.recompute == recompute_kind::full) c.transient[u] += s.recomputed_bytes;
     // What crosses to later units: the activation sent point to point at a stage boundary.
@@ -204,7 +209,7 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
     const vertex_t u = boost::source(e, g), v = boost::target(e, g);
     const edge_costs ec = detail::edge_cost_of(pm, e, choice);
     const auto w = static_cast<std::size_t>(unit[v]);
-    c.forward[w] += ec.forward;
+    c.forward[w] += ec.forward / m;
     if (g[u].is_parameter()) {
       // A gradient synced once per step (accumulated: plain data parallel, ZeRO-1) runs after
       // the flush; one that ends sharded where the consumer's is a Partial sum (ZeRO-2's
@@ -213,10 +218,11 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
       const strategy& sv = st(v);
       const auto operand = static_cast<std::size_t>(g[e].operand);
       const bool once = operand >= sv.grads.size() || syncs_once_per_step(su, backward_target(su), sv.grads[operand]);
-      (once ? c.after[w] : c.backward[w]) += ec.backward;
-      c.backward[w] += ec.regather;
+      if (once) c.after[w] += ec.backward;
+      else c.backward[w] += ec.backward / m;
+      c.backward[w] += ec.regather / m;
     } else {
-      c.backward[w] += ec.backward;
+      c.backward[w] += ec.backward / m;
     }
   }
   return c;
@@ -335,8 +341,11 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   probe.tp_axis = sub.tp_axis;
   detail::check_pipeline_shape(c.pp, batch / step_batch);  // before anything is sized by it
   probe.micro_batches = static_cast<int>(batch / step_batch);
+  // Priced as the step runs it: m micro-steps of the graph, each parameter's gradient synced
+  // once (accumulated) or at every micro-step (ZeRO-2), so the stage ILP weighs a micro-step's
+  // passes m times against a once-per-step sync (price_units takes one micro-batch's share).
   step_pricing p = pricing;
-  p.micro_batches = 1;
+  p.micro_batches = probe.micro_batches;
   p.micro_batch = 0;
   p.recompute = recompute_policy::choose;  // every variant: each solve masks the one it prices
   probe.model = std::make_shared<detail::micro_step_model>(with_layers(with_batch_seq(g, step_batch, 0), 2), sub.mesh, p,
@@ -355,7 +364,7 @@ inline planning_memory_estimate estimate_pipeline_memory(const model_graph& g, c
   if (configs.empty() || map_layers(g).indices.size() < 2) return worst;
   const model_graph two = with_layers(g, 2);
   step_pricing p = pricing;
-  p.micro_batches = 1;
+  p.micro_batches = 1;  // the model's size does not depend on the micro-steps it is priced over
   p.micro_batch = 0;
   p.recompute = recompute_policy::choose;  // as make_stage_probe: every variant
   std::set<std::vector<int>> seen;
@@ -724,10 +733,11 @@ class pipeline_pricer {
   /// Each stage takes the fastest plan for its layers, whatever its memory. Under alpa,
   /// Megatron-LM's layout (a subset of its strategies, storing the optimizer state sharded) is
   /// priced on the same stage model too, and the faster step within the budget kept: the stage
-  /// ILP weighs one micro-step's passes against the once-per-step gradient sync one to one,
-  /// where the pipelined step runs the passes m + p - 1 times, so its choice can be the slower
-  /// step (the small GPT-2 of docs/pipelines.md at pp 2, tp 1, dp 4: 246.4 us, Megatron-LM's
-  /// layout 235.3 us). alpa's search never loses to Megatron-LM's layout on a configuration.
+  /// ILP weighs a micro-step's passes m times against the once-per-step gradient sync, where
+  /// the pipelined step runs them m + p - 1 times with the boundaries' sends between, so its
+  /// choice can be the slower step (the small GPT-2 of docs/pipelines.md at pp 2, tp 1, dp 4:
+  /// Megatron-LM's layout 235.3 us, faster than the ILP's). alpa's search never loses to
+  /// Megatron-LM's layout on a configuration.
   pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
     pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, {}, so_.base);
     if (so_.a != algo::alpa) return s;

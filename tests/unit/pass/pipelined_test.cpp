@@ -65,11 +65,13 @@ TEST_CASE("pipelined: the units' costs add up to the pass's price, and stage 0 h
       const pipelined_step s = price_pipelined(g, mesh, a100(), a, c);
       CHECK(s.config.dp == 2);
       CHECK(s.micro_batches == 8);  // 32 sequences = 2 per rank x 2 ranks x 8
-      // The pass prices the two-layer model (one micro-step) as the sum of its units.
+      // The pass prices the two-layer model (m micro-steps) as its units' passes m times and what
+      // runs once after them.
       const stage_probe probe = make_stage_probe(g, mesh, a100(), s.config);
+      CHECK(probe.model->pm.sopt.pricing.micro_batches == 8);
       const unit_costs uc = price_units(probe.model->pm, s.stage_plan.choice);
       double sum = 0;
-      for (std::size_t u = 0; u < uc.forward.size(); ++u) sum += uc.forward[u] + uc.backward[u] + uc.after[u];
+      for (std::size_t u = 0; u < uc.forward.size(); ++u) sum += 8 * (uc.forward[u] + uc.backward[u]) + uc.after[u];
       CHECK(sum == doctest::Approx(s.stage_plan.step_seconds).epsilon(1e-9));
       // 1F1B keeps min(p - k, m) micro-batches of stage k's activations.
       for (int k = 0; k < c.pp; ++k) {

@@ -238,6 +238,14 @@ PY
   expect_rc 1 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp 2 --quiet --no-svg --memory-budget none \
     --out "$tmp/never.json"
   grep -q "\-\-memory-budget none does not apply with --pp" "$tmp/err" && ok || bad "--pp with no budget: $(cat "$tmp/err")"
+  # alpa's search may keep Megatron-LM's layout of a configuration: the JSON names the stages'
+  # layout, and the text says so exactly when it is not the algo asked for.
+  ppa=("${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp 2 --micro-batch 1 --quiet --no-svg --out "$tmp/pp-layout.json")
+  expect_rc 0 "$tool" plan "${ppa[@]}" --json
+  layout=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['plan']['stage_layout'])" "$tmp/out")
+  expect_rc 0 "$tool" plan "${ppa[@]}"
+  if [ "$layout" = megatron ]; then grep -q "^  each stage in megatron's layout: its step is faster than the alpa ILP's plan" "$tmp/out"
+  else [ "$layout" = alpa ] && ! grep -q "each stage in" "$tmp/out"; fi && ok || bad "stage layout '$layout' and the report: $(head -3 "$tmp/out")"
   expect_rc 0 "$tool" show --plan "$tmp/pp.json"
   grep -q "pipeline of 2 stages, 1f1b: embedding + layers 0-1 | layers 2-3 + head" "$tmp/out" && ok || bad "show --plan of a pipelined plan: $(head -5 "$tmp/out")"
   json_check "[s['holds'] for s in d['pipeline']['stages']] == ['embedding + layers 0-1', 'layers 2-3 + head']" "$tool" show --plan "$tmp/pp.json" --json

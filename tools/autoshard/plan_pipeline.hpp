@@ -62,7 +62,8 @@ inline nlohmann::json pipelined_json(const pipelined_step& s) {
           {"budget_bytes", s.budget},
           {"fits", s.fits},
           {"within_budget", s.within_budget},
-          {"stage_mesh", to_string(s.stage_mesh)}};
+          {"stage_mesh", to_string(s.stage_mesh)},
+          {"stage_layout", std::string(to_string(s.stage_plan.algo))}};
 }
 
 inline void print_pipelined(const pipelined_step& s, const std::string& label, const device_model& device) {
@@ -173,6 +174,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     return plan->within_budget;
   }
   print_pipelined(*plan, "pipeline  ", po.pricing.device);
+  if (plan->stage_plan.algo != po.algo)  // alpa's search kept Megatron-LM's layout of this configuration
+    std::cout << "  each stage in " << to_string(plan->stage_plan.algo) << "'s layout: its step is faster than the "
+              << to_string(po.algo) << " ILP's plan of the same configuration\n";
   if (search || po.algo != algo::megatron) {
     std::cout << "searched  " << found.configurations << " configurations: " << found.priced << " planned by the ILP, "
               << found.pruned_bound << " pruned by the bubble bound, " << found.pruned_recompute

@@ -187,7 +187,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   }
   if (megatron) print_pipelined(*megatron, "megatron  ", po.pricing.device);
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
-  if (!file.empty()) std::cout << "wrote " << file << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
+  if (!file.empty()) std::cout << "wrote " << escaped_text(file) << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
   return plan->within_budget;
 }
 

@@ -709,6 +709,18 @@ inline edge_costs edge_cost_of(const pass_model& pm, edge_t e, const std::vector
                     backward_pricing_of(g, e, pm.sopt));
 }
 
+/// Whether the gradient parameter edge `e` hands its parameter under `choice` is synced once per
+/// step (accumulated over the micro-steps) rather than at every micro-step (syncs_once_per_step;
+/// an edge that hands no gradient: once).
+inline bool gradient_syncs_once(const pass_model& pm, edge_t e, const std::vector<int>& choice) {
+  const model_graph& g = pm.g;
+  const vertex_t u = boost::source(e, g), v = boost::target(e, g);
+  const strategy& su = pm.strategies[u][static_cast<std::size_t>(choice[u])];
+  const strategy& sv = pm.strategies[v][static_cast<std::size_t>(choice[v])];
+  const auto operand = static_cast<std::size_t>(g[e].operand);
+  return operand >= sv.grads.size() || syncs_once_per_step(su, backward_target(su), sv.grads[operand]);
+}
+
 /// The collectives an operator's chosen strategy makes itself, into `s`: a vocabulary-parallel
 /// loss's three row statistics per axis splitting the vocabulary, and a ZeRO weight's all-gather.
 inline void operator_collectives(const pass_model& pm, vertex_t v, const strategy& st, int steps, plan_summary& s) {
@@ -766,7 +778,7 @@ inline void edge_collectives(const pass_model& pm, edge_t e, const std::vector<i
   if (unhidden > 0.0) {
     const double exposed = c.backward / unhidden;
     // Activations' backward every micro-step; a parameter's sync once, or every micro-step.
-    const int times = g[u].is_parameter() && syncs_once_per_step(su, backward_target(su), sv.grads[operand]) ? 1 : steps;
+    const int times = g[u].is_parameter() && gradient_syncs_once(pm, e, choice) ? 1 : steps;
     const backward_pricing bp = backward_pricing_of(g, e, pm.sopt);
     const plan_cost pc = price_plan(pm.mesh, plan_redistribute(pm.mesh, sv.grads[operand], backward_target(su), g[u].shape),
                                     g[u].shape, g[u].type);

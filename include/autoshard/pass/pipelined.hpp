@@ -19,8 +19,9 @@
 /// second (what every later layer costs: tied layers take the same strategies), the head. A
 /// parameter's gradient sync, once per step, is charged after its stage's last backward, less
 /// what that backward hides (the pass's overlap model); one synced at every micro-step
-/// (ZeRO-2's reduce-scatter) in each micro-batch's backward. A parameter used on two stages (tied embedding and head) keeps its gradient in sync
-/// with an all-reduce over those stages on the pipeline's link after the flush. A stage's
+/// (ZeRO-2's reduce-scatter) in each micro-batch's backward. A parameter used on two stages
+/// (tied embedding and head) keeps its gradient in sync with an all-reduce over those stages
+/// on the pipeline's link after the flush. A stage's
 /// memory is its parameters' state, its activations times the micro-batches its schedule
 /// holds in flight (p on the first stage under 1F1B) and the largest working set of a layer it
 /// recomputes; stage boundaries send the activation that crosses them, point to point, on the
@@ -214,11 +215,7 @@ inline unit_costs price_units(const detail::pass_model& pm, const std::vector<in
       // A gradient synced once per step (accumulated: plain data parallel, ZeRO-1) runs after
       // the flush; one that ends sharded where the consumer's is a Partial sum (ZeRO-2's
       // reduce-scatter) runs in every micro-batch's backward, its exposed part each time.
-      const strategy& su = st(u);
-      const strategy& sv = st(v);
-      const auto operand = static_cast<std::size_t>(g[e].operand);
-      const bool once = operand >= sv.grads.size() || syncs_once_per_step(su, backward_target(su), sv.grads[operand]);
-      if (once) c.after[w] += ec.backward;
+      if (detail::gradient_syncs_once(pm, e, choice)) c.after[w] += ec.backward;
       else c.backward[w] += ec.backward / m;
       c.backward[w] += ec.regather / m;
     } else {

@@ -5,7 +5,9 @@ compares with the unsharded model:
   * logits: max |sharded - unsharded| <= 1e-5 * max |unsharded| on every rank;
   * greedy generate(): the same tokens on every rank;
   * `autoshard shard --plan` rank files: every tensor byte-equal to the parameter's local
-    shard (DTensor.to_local(), or the whole tensor where PyTorch keeps it whole).
+    shard (DTensor.to_local(), or the whole tensor where PyTorch keeps it whole);
+  * with FSDP2 (a plan storing parameters ZeRO-3 on data-parallel axes): one training step, each
+    data-parallel rank on its slice of the batch, every gradient equal to the unsharded model's.
 Ranks are forked from a parent that has imported torch and transformers (one import, not N).
 """
 import datetime, json, os, pathlib, shutil, tempfile, time, traceback
@@ -18,6 +20,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleInputOutput,
                                                PrepareModuleOutput, RowwiseParallel, SequenceParallel,
@@ -32,7 +35,8 @@ RTOL = 1e-5
 def apply_dtensor_plan(model, export, device="cpu"):
     """Applies `autoshard export --to dtensor` (a parsed file) to `model`, as docs/cli.md shows."""
     shape, names, tp = export["mesh_shape"], export["mesh_dim_names"], export["tp_axis"]
-    meshes = {None: init_device_mesh(device, shape, mesh_dim_names=names)[names[tp]]}
+    root = init_device_mesh(device, shape, mesh_dim_names=names)
+    meshes = {None: root[names[tp]]}
     for name, m in export["meshes"].items():  # the tp ranks as (units, replicas): key/value heads replicated
         split = shape[:tp] + [m["units"], m["replicas"]] + shape[tp + 1:]
         meshes[name] = init_device_mesh(device, split, mesh_dim_names=names[:tp] + [name, name + "_replicas"] + names[tp + 1:])[name]
@@ -42,6 +46,54 @@ def apply_dtensor_plan(model, export, device="cpu"):
     for name, attributes in export["attributes"].items():
         for k, v in attributes.items():
             setattr(model.get_submodule(name), k, v)
+    if export.get("fsdp"):  # ZeRO-3 on the data-parallel axes: FSDP2 after the tensor-parallel styles
+        f = export["fsdp"]
+        mesh = fsdp_meshes(root, f)[0]
+        for name in f["modules"]:  # the layers, then the model itself
+            dims = {id(param_of(model, n)): d for n, d in f["shard_dims"].items()}
+            fully_shard(model.get_submodule(module_of(model, name)) if name else model, mesh=mesh,
+                        reshard_after_forward=f["reshard_after_forward"],
+                        shard_placement_fn=lambda p: Shard(dims[id(p)]) if id(p) in dims else None,
+                        ignored_params={param_of(model, n) for n in f["ignored_params"]})
+    return root
+
+
+def fsdp_meshes(root, f):
+    """FSDP2's mesh on `root` (the export's mesh): its shard axes flattened in mesh order, after
+    HSDP's replicate axes flattened when there are any; and the data-parallel mesh, all of them."""
+    def flat(axes, name):
+        return root[axes[0]] if len(axes) == 1 else root[tuple(axes)]._flatten(name)
+    shard = flat(f["shard_axes"], "fsdp_shard")
+    if not f["replicate_axes"]:
+        return shard, shard
+    flat(f["replicate_axes"], "fsdp_replicate")
+    dp = flat(sorted(f["replicate_axes"] + f["shard_axes"], key=root.mesh_dim_names.index), "fsdp_dp")
+    rep_name = f["replicate_axes"][0] if len(f["replicate_axes"]) == 1 else "fsdp_replicate"
+    shard_name = f["shard_axes"][0] if len(f["shard_axes"]) == 1 else "fsdp_shard"
+    return root[rep_name, shard_name], dp
+
+
+def param_of(model, name):
+    """The model's parameter a plan (a checkpoint) names: transformers renamed GPT-NeoX's embed_out
+    lm_head in transformers 5, and GPT-2's checkpoints drop "transformer."."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    for n in (name, name.replace("embed_out.", "lm_head.", 1), prefix + name):
+        if n in params:
+            return params[n]
+    raise KeyError(f"the model has no parameter {name!r}")
+
+
+def module_of(model, name):
+    """The model's module name for a layer the plan names (GPT-2's checkpoints drop "transformer.")."""
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    for n in (name, prefix + name):
+        try:
+            model.get_submodule(n)
+            return n
+        except AttributeError:
+            pass
+    raise KeyError(f"the model has no module {name!r}")
 
 
 def rel_error(got, want):
@@ -52,8 +104,9 @@ def rel_error(got, want):
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
 
 
-def check_rank_files(model, shard_dir, rank):
-    """Every tensor of rank-<rank>.safetensors equals the parameter's local shard, byte for byte."""
+def check_rank_files(model, shard_dir, rank, other_storage=()):
+    """Every tensor of rank-<rank>.safetensors equals the parameter's local shard, byte for byte
+    (but those FSDP2 stores in other blocks, which the export lists: their shapes only)."""
     from safetensors.torch import load_file
     files = load_file(os.path.join(shard_dir, f"rank-{rank}.safetensors"))
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -76,6 +129,8 @@ def check_rank_files(model, shard_dir, rank):
         found.add(n)
         p = params[n]
         local = p.to_local() if isinstance(p, DTensor) else p.data
+        if name in other_storage:
+            continue
         if tuple(local.shape) != tuple(t.shape) or local.dtype != t.dtype or \
                 local.contiguous().view(torch.uint8).numpy().tobytes() != t.contiguous().view(torch.uint8).numpy().tobytes():
             bad.append(f"{name}: rank file {tuple(t.shape)}, PyTorch's local shard {tuple(local.shape)}"

@@ -169,6 +169,27 @@ CASES = [
     Case("llama-kv4-tp8-policy", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, *INFER, "--batch", "4"], policy="llama",
          verify=True),
     Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True),
+    # ZeRO-3 on data-parallel axes: FSDP2 (fully_shard) after the tensor-parallel styles, one
+    # training step's gradients checked too; transformers' tp_plan has no FSDP to say it with.
+    # The zero3 baseline on one axis (each weight sharded on the dim the plan stores it split on)...
+    Case("llama-zero3-4", "llama", 4, ["--mesh", "4", "--algo", "zero3", "--batch", "4"],
+         hf=("refused", "the DTensor export writes that as FSDP2")),
+    # ... on dp=2,tp=2, where it splits weights on a dim per axis (FSDP2 shards one dim over both)...
+    Case("llama-zero3-dp2-tp2", "llama", 4, ["--mesh", "dp=2,tp=2", "--algo", "zero3", "--batch", "4"],
+         hf=("refused", "as FSDP2")),
+    # ... HSDP: two weights ZeRO-3 on tp, replicated on dp, the others whole (ignored_params) ...
+    Case("llama-hsdp-dp2-tp2", "llama", 4,
+         ["--mesh", "dp=2,tp=2", "--batch", "4", *pin(*layers("model.layers.{}.mlp.up_proj.weight=[R,S(0)]"),
+                                                    *layers("model.layers.{}.mlp.up_proj=[S(0),S(0)]"))],
+         hf=("refused", "as FSDP2")),
+    # ... and with tensor parallelism on tp: up_proj's in-features over dp (FSDP on another dim than
+    # the column split), gate_proj's out-features over both (FSDP shards each tp shard again).
+    Case("llama-fsdp-tp-dp2-tp2", "llama", 4,
+         ["--mesh", "dp=2,tp=2", "--batch", "4",
+          *pin(*layers("model.layers.{}.mlp.up_proj.weight=[S(1),S(0)]"), *layers("model.layers.{}.mlp.up_proj=[S(0),S(2)]"),
+               *layers("model.layers.{}.mlp.gate_proj.weight=[S(0),S(0)]"), *layers("model.layers.{}.mlp.gate_proj=[S(0),S(2)]"),
+               *layers("model.layers.{}.mlp.down_proj.weight=[R,S(1)]"))],
+         hf=("refused", "as FSDP2")),
     # GPT-2 through the hf export: the planner's own plan (the batch split, every Conv1D whole)
     # loads and generates under transformers; the Megatron plan's split Conv1D weights are refused
     # (neither PyTorch's styles nor transformers' shard them).
@@ -250,7 +271,7 @@ def run_dtensor(rank, world, case, prep, ref):
     model, ids, want, prompt, tokens = ref
     export = prep["dtensor"]
     m = copy.deepcopy(model)
-    client.apply_dtensor_plan(m, export)
+    root = client.apply_dtensor_plan(m, export)
     bad = []
     with torch.no_grad():
         got = m(ids).logits
@@ -271,7 +292,39 @@ def run_dtensor(rank, world, case, prep, ref):
             out = m.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
         if not torch.equal(out, tokens):
             bad.append(f"rank {rank}: dtensor generate() {out.tolist()}, the unsharded model {tokens.tolist()}")
-    bad += [f"rank {rank}: {b}" for b in client.check_rank_files(m, os.path.join(prep["dir"], "shards"), rank)]
+    fsdp = export.get("fsdp")
+    bad += [f"rank {rank}: {b}" for b in
+            client.check_rank_files(m, os.path.join(prep["dir"], "shards"), rank, fsdp["other_storage"] if fsdp else ())]
+    if fsdp:
+        bad += [f"rank {rank}: {b}" for b in fsdp_step(m, model, ids, client.fsdp_meshes(root, fsdp)[1], fsdp)]
+    return bad
+
+
+def fsdp_step(m, model, ids, dp, fsdp):
+    """One training step under FSDP2: each data-parallel rank's loss on its slice of the batch,
+    FSDP averaging the gradients of what it shards, the ranks averaging those of the parameters it
+    leaves out (ignored_params), as the export's note says; every gradient must be the unsharded
+    model's on the whole batch."""
+    n, k = dp.size(), dp.get_local_rank()
+    rows = ids.shape[0] // n
+    if rows * n != ids.shape[0]:
+        return [f"the batch of {ids.shape[0]} does not split over {n} data-parallel ranks"]
+    ref = copy.deepcopy(model)
+    ref(ids, labels=ids).loss.backward()
+    part = ids[k * rows:(k + 1) * rows]
+    m(part, labels=part).loss.backward()
+    for name in fsdp["ignored_params"]:
+        g = client.param_of(m, name).grad
+        local = g.to_local() if isinstance(g, client.DTensor) else g
+        client.dist.all_reduce(local, group=dp.get_group())
+        local /= n
+    bad = []
+    want = dict(ref.named_parameters())
+    for name, p in m.named_parameters():
+        g = p.grad.full_tensor() if isinstance(p.grad, client.DTensor) else p.grad
+        err = client.rel_error(g, want[name].grad)
+        if not err <= 1e-4:
+            bad.append(f"fsdp: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
     return bad
 
 

@@ -24,6 +24,7 @@
 /// (colwise's output is split, rowwise's reduced): where the plan's layouts differ but the
 /// numbers are the same (a reduce-scatter where transformers all-reduces) it says so in a
 /// note; where transformers cannot compute the plan at all, a problem.
+#include <algorithm>    // std::find, std::upper_bound
 #include <cstdint>      // std::int64_t
 #include <map>          // std::map
 #include <optional>     // std::optional
@@ -67,6 +68,26 @@ struct tp_module {
   std::string mesh = {};  ///< dtensor: "" for the tensor-parallel mesh, else one of tp_export::meshes
 };
 
+/// dtensor: FSDP2 (`torch.distributed.fsdp.fully_shard`) over the data-parallel mesh axes where
+/// the plan stores parameters split and gathers them whole at each use (ZeRO-3), applied after
+/// the tensor-parallel styles, as TorchTitan composes them.
+struct fsdp_export {
+  std::vector<int> shard_axes;      ///< the mesh axes FSDP shards over (flattened in mesh order)
+  std::vector<int> replicate_axes;  ///< the other data-parallel axes: HSDP's replicate dim (empty: none)
+  /// parameter (the plan's name) -> the dim FSDP shards it on (`shard_placement_fn`: Shard(d))
+  std::map<std::string, int> shard_dims;
+  /// parameters the plan keeps whole on the shard axes (`ignored_params`): FSDP leaves their
+  /// gradients each rank's own, to be averaged over the data-parallel ranks as DDP does
+  std::vector<std::string> ignored;
+  /// parameters FSDP2 holds other blocks of on each rank than the plan stores (the plan splits
+  /// them over only some shard axes, on several dims, or on their tensor-parallel dim): the
+  /// same numbers, other storage
+  std::vector<std::string> other_storage;
+  /// the modules to `fully_shard`, innermost first: each layer holding a sharded parameter, then
+  /// "" (the model itself, which takes the rest)
+  std::vector<std::string> modules;
+};
+
 /// What a plan says on its tensor-parallel axis, in one target's styles.
 struct tp_export {
   device_mesh mesh;
@@ -86,6 +107,8 @@ struct tp_export {
   /// dtensor: attributes to set on modules after the styles: module -> {attribute: value}
   /// (the query heads per key/value head an attention reads on each rank).
   nlohmann::json attributes = nlohmann::json::object();
+  /// dtensor: FSDP2 over the data-parallel axes, where the plan stores parameters there as ZeRO-3.
+  std::optional<fsdp_export> fsdp;
 };
 
 namespace detail {
@@ -281,11 +304,21 @@ struct tp_walk {
     }
   }
 
+  /// Whether parameter v is stored split on mesh axis `a` and every operator takes it whole
+  /// there: ZeRO-3 (FSDP), gathered at each use.
+  bool gathered_on_use(vertex_t v, std::size_t a) const {
+    if (!p.strategies[v].output[a].is_shard()) return false;
+    for (auto [c, i] : consumers(v))
+      if (!p.strategies[c].inputs[i][a].is_replicate()) return false;
+    return true;
+  }
+
   /// Whether mesh axis `a` only splits the batch, as data parallelism does: every parameter
-  /// whole on it, an activation whole or split on dim 0, and an edge at most taking a slice
-  /// (each data-parallel rank computes on its own rows from the start: the same numbers). The
-  /// loss may be partial over it: each rank's mean over its rows, which DDP averages. With
-  /// `report`, what is not is a problem.
+  /// whole on it (or, for the DTensor export, stored split and gathered whole at each use: FSDP),
+  /// an activation whole or split on dim 0, and an edge at most taking a slice (each
+  /// data-parallel rank computes on its own rows from the start: the same numbers). The loss may
+  /// be partial over it: each rank's mean over its rows, which DDP averages. With `report`, what
+  /// is not is a problem.
   bool data_parallel_axis(std::size_t a, bool report, bool& partial_loss) {
     bool dp = true;
     const std::string why = "the export covers " + axis() + " only, ";
@@ -293,11 +326,16 @@ struct tp_walk {
       const node& nd = g[v];
       const placement o = p.strategies[v].output[a];
       if (nd.is_parameter()) {
-        if (o.is_replicate()) continue;
+        if (o.is_replicate() || (!hf() && gathered_on_use(v, a))) continue;
         if (report)
-          problem(v, "stored " + to_string(o) + " on " + p.mesh().axis_label(a) + ": a tensor-parallel plan splits weights over "
-                         "one mesh axis (" + axis() + "); splitting them over another too (2-D tensor parallelism, ZeRO-3 / "
-                         "FSDP) is beyond parallelize_module and tp_plan");
+          problem(v, "stored " + to_string(o) + " on " + p.mesh().axis_label(a) +
+                         (hf() ? ": a tensor-parallel plan splits weights over one mesh axis (" + axis() +
+                                     "); splitting them over another too (2-D tensor parallelism, ZeRO-3 / FSDP) is beyond "
+                                     "tp_plan (the DTensor export writes ZeRO-3 on a data-parallel axis as FSDP2)"
+                               : " and used split there: a tensor-parallel plan splits weights over one mesh axis (" + axis() +
+                                     "); on another, FSDP stores them split and gathers them whole at each use (ZeRO-3); "
+                                     "computing on a split over another axis too (2-D tensor parallelism) is beyond "
+                                     "parallelize_module"));
         dp = false;
         continue;
       }
@@ -324,13 +362,87 @@ struct tp_walk {
     return dp;
   }
 
-  void check_other_axes() {
+  /// The data-parallel axes other than the tp one (every other axis of more than one rank must
+  /// be one: what is not is a problem).
+  std::vector<std::size_t> check_other_axes() {
     bool partial_loss = false;
+    std::vector<std::size_t> dp;
     for (std::size_t a = 0; a < p.mesh().ndim(); ++a)
-      if (a != t && p.mesh().size(a) > 1) data_parallel_axis(a, true, partial_loss);
+      if (a != t && p.mesh().size(a) > 1 && data_parallel_axis(a, true, partial_loss)) dp.push_back(a);
     if (partial_loss)
       out.notes.push_back("the loss: each data-parallel rank's mean over its rows (the plan sums the ranks' shares); "
                           "averaging the gradients over those ranks, as DDP does, gives the plan's");
+    return dp;
+  }
+
+  /// dtensor: FSDP2 over the data-parallel axes `dp` (sorted) where some parameter is stored
+  /// ZeRO-3; the others are HSDP's replicate dim. FSDP2 shards every parameter it manages on one
+  /// dim over all of its shard axes (Shard(d), chunked as the plan splits): a parameter the plan
+  /// stores so gets that dim; one it keeps whole there is left out (ignored_params). One the plan
+  /// splits otherwise there (over some of the axes only, on several dims, or on the dim its
+  /// tensor-parallel split takes, where FSDP2 shards each tensor-parallel shard again, the tp axis
+  /// outer) gets the dim it is split on first: the same numbers, other blocks on each rank
+  /// (other_storage), said in a note.
+  void plan_fsdp(const std::vector<std::size_t>& dp, bool tp_is_dp) {
+    if (hf()) return;
+    fsdp_export f;
+    for (std::size_t a : dp) {
+      bool zero3 = false;
+      for (vertex_t v = 0; v < boost::num_vertices(g) && !zero3; ++v) zero3 = g[v].is_parameter() && gathered_on_use(v, a);
+      (zero3 ? f.shard_axes : f.replicate_axes).push_back(static_cast<int>(a));
+    }
+    if (f.shard_axes.empty()) return;
+    std::string axes;
+    for (int a : f.shard_axes) axes += (axes.empty() ? "" : " and ") + p.mesh().axis_label(static_cast<std::size_t>(a));
+    std::size_t whole_zero = 0, finer = 0;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_parameter()) continue;
+      std::size_t split = 0;
+      std::optional<int> dim;
+      bool one_dim = true;
+      for (int a : f.shard_axes) {
+        const placement s = p.strategies[v].output[static_cast<std::size_t>(a)];
+        if (!s.is_shard()) continue;
+        ++split;
+        one_dim = one_dim && (!dim || *dim == s.dim);
+        if (!dim) dim = s.dim;
+      }
+      if (split == 0) {
+        f.ignored.push_back(name(v));
+        whole_zero += p.strategies[v].zero_stage > 0;
+        continue;
+      }
+      f.shard_dims[name(v)] = *dim;
+      if (split != f.shard_axes.size() || !one_dim || (!tp_is_dp && p.strategies[v].output[t].is_shard(*dim))) {
+        f.other_storage.push_back(name(v));
+        finer += split != f.shard_axes.size();
+      }
+      const std::string l = layer_of(name(v));
+      if (!l.empty() && std::find(f.modules.begin(), f.modules.end(), l) == f.modules.end()) f.modules.push_back(l);
+    }
+    f.modules.push_back("");
+    out.notes.push_back("FSDP2 (fully_shard) over " + axes + " for the " + count_noun(f.shard_dims.size(), "parameter") +
+                        " the plan stores split there and gathers whole at each use (ZeRO-3)" +
+                        (f.replicate_axes.empty() ? std::string() : ", replicated over the other data-parallel axes (HSDP)") +
+                        "; it averages their gradients over the data-parallel ranks");
+    if (!f.other_storage.empty())
+      out.notes.push_back(count_noun(f.other_storage.size(), "parameter") + " (other_storage, the first " +
+                          quoted_text(f.other_storage.front()) + ") the plan splits otherwise on " + axes +
+                          ": FSDP2 shards each on one dim over all of them" +
+                          (tp_is_dp ? std::string()
+                                    : " (each tensor-parallel shard again where that dim is split over " + axis() + ")") +
+                          " and so holds other blocks on each rank than the plan stores" +
+                          (finer ? " (" + std::to_string(finer) + " of them more finely)" : std::string()) +
+                          ": the same numbers; `autoshard shard --plan` files are not its shards (load the whole "
+                          "checkpoint before fully_shard)");
+    if (!f.ignored.empty())
+      out.notes.push_back(count_noun(f.ignored.size(), "parameter") + " the plan keeps whole on " + axes +
+                          " (ignored_params): FSDP2 leaves their gradients each rank's own; average them over the data-parallel "
+                          "ranks as DDP does" +
+                          (whole_zero ? " (" + std::to_string(whole_zero) + " of them keep optimizer state sharded, ZeRO-1/2: "
+                                        "ZeroRedundancyOptimizer)"
+                                      : std::string()));
+    out.fsdp = std::move(f);
   }
 
   /// The consumers of v as (consumer, operand index).
@@ -365,7 +477,11 @@ struct tp_walk {
     }
     if (r == module_role::none) {
       problem(v, "its weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + axis() +
-                     ": a parallel style stores a weight the way the module uses it");
+                     ": a parallel style stores a weight the way the module uses it" +
+                     (gathered_on_use(ops[1], t) ? std::string(hf() ? " (gathered whole at each use, ZeRO-3: the DTensor export "
+                                                                      "writes that as FSDP2 where the axis only splits the batch)"
+                                                                    : "")
+                                                 : std::string()));
       return false;
     }
     const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
@@ -949,9 +1065,12 @@ struct tp_walk {
 
   void run() {
     classify();
-    check_other_axes();
+    std::vector<std::size_t> dp = check_other_axes();
     bool partial_loss = false;
-    if (data_parallel_axis(t, false, partial_loss)) {
+    const bool tp_is_dp = data_parallel_axis(t, false, partial_loss);
+    if (tp_is_dp) dp.insert(std::upper_bound(dp.begin(), dp.end(), t), t);
+    plan_fsdp(dp, tp_is_dp);
+    if (tp_is_dp) {
       // Only the batch is split over the chosen axis too: data parallelism, nothing to shard.
       // Every rank computes its own rows with the whole model (fed its slice of the batch, as
       // DDP feeds it); the hf export still names every module, replicate.
@@ -1051,9 +1170,21 @@ inline nlohmann::json to_dtensor_plan(const tp_export& e) {
   }
   for (const auto& [name, ur] : e.meshes) meshes[name] = {{"units", ur.first}, {"replicas", ur.second}};
   nlohmann::json j = detail::mesh_json(e);
-  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 2}, {"plan", plan}, {"meshes", meshes},
+  nlohmann::json fsdp = nullptr;
+  if (e.fsdp) {
+    const auto names = [&](const std::vector<int>& axes) {
+      nlohmann::json a = nlohmann::json::array();
+      for (int x : axes) a.push_back(j["mesh_dim_names"][static_cast<std::size_t>(x)]);
+      return a;
+    };
+    fsdp = {{"shard_axes", names(e.fsdp->shard_axes)}, {"replicate_axes", names(e.fsdp->replicate_axes)},
+            {"reshard_after_forward", true}, {"shard_dims", e.fsdp->shard_dims}, {"ignored_params", e.fsdp->ignored},
+            {"other_storage", e.fsdp->other_storage},
+            {"modules", e.fsdp->modules}};
+  }
+  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 3}, {"plan", plan}, {"meshes", meshes},
             {"attributes", e.attributes}, {"loss_parallel", e.loss_parallel}, {"fixed_inputs", e.fixed_inputs},
-            {"notes", e.notes}});
+            {"fsdp", fsdp}, {"notes", e.notes}});
   return j;
 }
 

@@ -140,7 +140,8 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
   REQUIRE(e.problems.empty());
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
   CHECK(j["format"] == "autoshard.dtensor_plan");
-  CHECK(j["version"] == 2);
+  CHECK(j["version"] == 3);
+  CHECK(j["fsdp"].is_null());  // no parameter is stored ZeRO-3
   CHECK(j["tp_axis_name"] == "tp");
   CHECK(j["mesh_shape"] == nlohmann::json::array({2, 4}));
   CHECK(j["mesh_dim_names"] == nlohmann::json::array({"dp", "tp"}));
@@ -305,5 +306,81 @@ TEST_CASE("export: a fully replicated plan exports nothing split, a data-paralle
       CAPTURE(item.key());
       CHECK(item.value()["style"].get<std::string>().rfind("Prepare", 0) == 0);  // at most where the batch is cut or gathered
     }
+  }
+}
+
+TEST_CASE("export: ZeRO-3 on data-parallel axes is FSDP2 in the DTensor export, refused by tp_plan") {
+  const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
+  {  // The zero3 baseline on one axis: the tp axis only splits the batch, every weight FSDP-sharded.
+    const auto p = solve_and_load(g, {.algo = "zero3", .mesh = {4}});
+    const autoshard::tp_export e = exported(p, export_target::dtensor);
+    REQUIRE(e.problems.empty());
+    REQUIRE(e.fsdp.has_value());
+    CHECK(e.fsdp->shard_axes == std::vector<int>{0});
+    CHECK(e.fsdp->replicate_axes.empty());
+    CHECK(e.modules.empty());  // no tensor parallelism
+    // Every parameter is FSDP's (on the dim the plan stores it split on) or left whole; the
+    // layers first, the model last.
+    std::size_t params = 0;
+    for (autoshard::vertex_t v = 0; v < boost::num_vertices(p.graph()); ++v) {
+      if (!p.graph()[v].is_parameter()) continue;
+      ++params;
+      const std::string& n = p.graph()[v].name;
+      const auto it = e.fsdp->shard_dims.find(n);
+      const bool ignored = std::find(e.fsdp->ignored.begin(), e.fsdp->ignored.end(), n) != e.fsdp->ignored.end();
+      CAPTURE(n);
+      CHECK(ignored != (it != e.fsdp->shard_dims.end()));
+      if (it != e.fsdp->shard_dims.end()) CHECK(p.strategies[v].output[0].is_shard(it->second));
+      else CHECK(p.strategies[v].output[0].is_replicate());
+    }
+    CHECK(e.fsdp->shard_dims.size() + e.fsdp->ignored.size() == params);
+    CHECK(e.fsdp->other_storage.empty());
+    CHECK(e.fsdp->shard_dims.count("model.layers.1.mlp.up_proj.weight") == 1);
+    CHECK(e.fsdp->modules == std::vector<std::string>{"model.layers.0", "model.layers.1", ""});
+    CHECK(mentions(e.notes, "FSDP2 (fully_shard) over mesh axis 0", "ZeRO-3"));
+    const nlohmann::json j = autoshard::to_dtensor_plan(e);
+    CHECK(j["fsdp"]["shard_axes"] == nlohmann::json::array({"tp"}));
+    CHECK(j["fsdp"]["reshard_after_forward"] == true);
+    CHECK(j["fsdp"]["modules"].back() == "");
+    // transformers' tp_plan has no FSDP of its own to say it with.
+    const autoshard::tp_export h = exported(p, export_target::hf);
+    CHECK(mentions(h.problems, "'model.layers.1.mlp.up_proj' (linear)", "the DTensor export writes that as FSDP2"));
+  }
+  // Megatron's plan on dp=2,tp=4 with one weight stored ZeRO-3 on dp besides its tensor-parallel
+  // split: FSDP2 over dp (the rest left whole), unless both split the same dim.
+  const auto p = solve_and_load(g, {.mesh = {2, 4}, .names = {"dp", "tp"}});
+  const auto w = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj.weight");
+  const auto up = autoshard::find_vertex(p.graph(), "model.layers.1.mlp.up_proj");
+  REQUIRE((w && up));
+  REQUIRE(p.strategies[*up].inputs[1][1].is_shard(0));  // column-parallel on tp
+  {
+    auto q = p;
+    q.strategies[*w].output = autoshard::parse_spec("[S(1),S(0)]", 2, 2);  // in-features over dp, out-features over tp
+    const autoshard::tp_export e = exported(q, export_target::dtensor);
+    REQUIRE(e.problems.empty());
+    REQUIRE(e.fsdp.has_value());
+    CHECK(e.fsdp->shard_axes == std::vector<int>{0});
+    CHECK(e.fsdp->shard_dims == std::map<std::string, int>{{"model.layers.1.mlp.up_proj.weight", 1}});
+    CHECK(e.fsdp->modules == std::vector<std::string>{"model.layers.1", ""});
+    CHECK(e.fsdp->other_storage.empty());
+    CHECK(mentions(e.notes, "parameters the plan keeps whole on mesh axis 0 (dp)", "average them"));
+    CHECK(e.modules.size() > 0);  // the tensor-parallel styles stay
+  }
+  {  // Out-features over dp (outer) and tp: FSDP2 shards each rank's tensor-parallel shard again
+     // (tp outer), the same numbers in other blocks, and says so.
+    auto q = p;
+    q.strategies[*w].output = autoshard::parse_spec("S01R", 2, 2);
+    const autoshard::tp_export e = exported(q, export_target::dtensor);
+    REQUIRE(e.problems.empty());
+    REQUIRE(e.fsdp.has_value());
+    CHECK(e.fsdp->shard_dims == std::map<std::string, int>{{"model.layers.1.mlp.up_proj.weight", 0}});
+    CHECK(e.fsdp->other_storage == std::vector<std::string>{"model.layers.1.mlp.up_proj.weight"});
+    CHECK(mentions(e.notes, "1 parameter (other_storage, the first 'model.layers.1.mlp.up_proj.weight')", "the same numbers"));
+  }
+  {  // Used split on dp: computing on it there is not data parallelism.
+    auto q = p;
+    q.strategies[*w].output = autoshard::parse_spec("[S(1),S(0)]", 2, 2);
+    q.strategies[*up].inputs[1] = autoshard::parse_spec("[S(1),S(0)]", 2, 2);
+    CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.1.mlp.up_proj.weight'", "2-D tensor parallelism"));
   }
 }

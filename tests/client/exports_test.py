@@ -169,6 +169,13 @@ CASES = [
     Case("llama-kv4-tp8-policy", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, *INFER, "--batch", "4"], policy="llama",
          verify=True),
     Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True),
+    # The planner's own LLaMA-7B plan on 8 H100s, small: the embedding split on its hidden dim,
+    # the batch sliced from its output on (every rotary and attention on the slice: the model
+    # computes its mask off the embedding's output), lm_head's output gathered.
+    Case("llama-embedding-split-batch-sliced-4", "llama", 4,
+         ["--mesh", "4", "--batch", "4", *pin("model.embed_tokens.weight=[S(1)]", "model.embed_tokens=[S(2)]",
+                                             *layers("model.layers.{}.self_attn.attention=[S(0)]"))],
+),
     # ZeRO-3 on data-parallel axes: FSDP2 (fully_shard) after the tensor-parallel styles, one
     # training step's gradients checked too; transformers' tp_plan has no FSDP to say it with.
     # The zero3 baseline on one axis (each weight sharded on the dim the plan stores it split on)...

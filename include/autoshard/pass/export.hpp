@@ -565,12 +565,44 @@ struct tp_walk {
 
   // ---- operators that are not modules: they run as the model's code runs them -------------------
 
+  /// dtensor: the token embedding of a rotary model (LLaMA's family) whose every rotary and
+  /// attention the plan runs on a slice of the batch over tp, or none. Such a model computes its
+  /// attention mask from the embedding's output and its rotary angles from the positions alone:
+  /// handed the batch sliced from the embedding on, every layer sees masks and angles that fit
+  /// its slice. Models without rotary (ALiBi's biases, learned positions) are left out.
+  std::optional<vertex_t> batch_sliced_embedding() const {
+    if (hf()) return std::nullopt;
+    bool rotary = false;
+    std::optional<vertex_t> token_embedding;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      const op_kind k = g[v].kind;
+      rotary = rotary || k == op_kind::rotary;
+      if (k == op_kind::rotary || k == op_kind::attention)
+        for (std::size_t i = 0; i < operands(g, v).size(); ++i)
+          if (!in(v, i).is_shard(0)) return std::nullopt;
+      if (k == op_kind::embedding && is_module[v] && g[operands(g, v)[0]].is_input()) {
+        if (token_embedding) return std::nullopt;
+        token_embedding = v;
+      }
+    }
+    return rotary ? token_embedding : std::nullopt;
+  }
+
+  /// dtensor: whether the model's code sees each rank's slice of the batch from its token
+  /// embedding on (batch_sliced_embedding, its output held so, a local tensor).
+  bool batch_sliced_from_embedding() const {
+    const std::optional<vertex_t> e = batch_sliced_embedding();
+    return e && !failed[*e] && held[*e].is_shard(0) && !dtensor[*e];
+  }
+
   /// Kind rules beyond the strategies, for what the model's own code does around an operator:
   /// it computes the rotary angles, the attention mask and ALiBi's biases for the whole batch
   /// and sequence of its inputs, so rotary and attention run on their heads split or whole,
-  /// never on a slice of the batch or the sequence; and it views a projection's output as heads
-  /// with its own head counts (BLOOM's, Falcon's `view(batch, seq, self.num_heads, ...)`), so a
-  /// reshape of a dim split over tp into several is refused.
+  /// never on a slice of the batch or the sequence (but on the batch a rotary model hands every
+  /// layer sliced from its token embedding on: batch_sliced_from_embedding); and it views a
+  /// projection's output as heads with its own head counts (BLOOM's, Falcon's
+  /// `view(batch, seq, self.num_heads, ...)`), so a reshape of a dim split over tp into several
+  /// is refused.
   bool local_kind_ok(vertex_t v, const std::vector<placement>& ins) {
     const node& nd = g[v];
     const std::vector<vertex_t> ops = operands(g, v);
@@ -595,7 +627,7 @@ struct tp_walk {
     if (nd.kind != op_kind::rotary && nd.kind != op_kind::attention) return true;
     const int last = static_cast<int>(g[ops[0]].shape.rank) - 1;
     for (const placement& q : ins)
-      if (q.is_shard() && q.dim != last) {
+      if (q.is_shard() && q.dim != last && !(q.dim == 0 && batch_sliced_from_embedding())) {
         problem(v, "it runs on a slice of dim " + std::to_string(q.dim) + " (the " + (q.dim == 0 ? "batch" : "sequence") +
                        ") over " + axis() + ": the model computes the rotary angles, the attention mask and ALiBi's "
                        "biases for the whole batch and sequence of its inputs");
@@ -811,9 +843,17 @@ struct tp_walk {
     if (!o) return o;
     // The model's own code reads the batch and sequence length off the token embedding's
     // output (positions, the causal mask): it leaves the embedding with both whole, and the
-    // first layer takes its slice at its entry.
+    // first layer takes its slice at its entry; but the batch sliced there where every layer's
+    // rotary and attention run on that slice (batch_sliced_embedding).
     auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
-    if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) o = splits_rows(raw) ? Replicate() : raw;
+    if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) {
+      if (o->is_shard(0) && batch_sliced_embedding() == v)
+        note(v, "its output is each rank's slice of the batch over " + axis() + ", and every layer runs on it: the model "
+                    "computes its causal mask for that slice; an attention_mask passed to the model must be the rank's "
+                    "slice of it too");
+      else
+        o = splits_rows(raw) ? Replicate() : raw;
+    }
     return o;
   }
 
@@ -1070,6 +1110,14 @@ struct tp_walk {
     const bool tp_is_dp = data_parallel_axis(t, false, partial_loss);
     if (tp_is_dp) dp.insert(std::upper_bound(dp.begin(), dp.end(), t), t);
     plan_fsdp(dp, tp_is_dp);
+    if (!out.fsdp && !hf()) {
+      std::size_t zero = 0;
+      for (vertex_t v = 0; v < boost::num_vertices(g); ++v) zero += g[v].is_parameter() && p.strategies[v].zero_stage > 0;
+      if (zero)
+        out.notes.push_back(count_noun(zero, "parameter") + " keep their optimizer state (and, ZeRO-2, their "
+                            "gradients) sharded over the data-parallel ranks: ZeRO-1/2, PyTorch's ZeroRedundancyOptimizer; "
+                            "the styles say how the model computes");
+    }
     if (tp_is_dp) {
       // Only the batch is split over the chosen axis too: data parallelism, nothing to shard.
       // Every rank computes its own rows with the whole model (fed its slice of the batch, as

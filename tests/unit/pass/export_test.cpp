@@ -28,6 +28,8 @@ struct solve_with {
   std::vector<std::string> names{};
   bool no_latency = false;  ///< links with no latency: the cost model then picks sequence parallelism at small sizes
   std::map<std::string, std::string> pins{};
+  int micro_batches = 0;  ///< training: 0, the planner chooses
+  bool tie_layers = true;
 };
 
 /// Solved in the mode the graph was built for (a training graph ends in its loss).
@@ -42,6 +44,8 @@ autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const sol
     o.pinned[name] = autoshard::parse_spec(spec, static_cast<int>(w.mesh.size()),
                                            static_cast<int>(g[*autoshard::find_vertex(g, name)].shape.rank));
   o.algo = *autoshard::parse_algo(w.algo);
+  o.pricing.micro_batches = w.micro_batches;
+  o.tie_layers = w.tie_layers;
   o.compare_baselines = false;
   o.ilp_solution_file = autoshard_test::unique_temp_path("export_" + w.algo + ".json").string();
   (void)autoshard::autosharding_analysis_pass(g, o);
@@ -383,4 +387,31 @@ TEST_CASE("export: ZeRO-3 on data-parallel axes is FSDP2 in the DTensor export, 
     q.strategies[*up].inputs[1] = autoshard::parse_spec("[S(1),S(0)]", 2, 2);
     CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.1.mlp.up_proj.weight'", "2-D tensor parallelism"));
   }
+}
+
+TEST_CASE("export: a rotary model sliced on the batch from its token embedding on") {
+  // The planner's own LLaMA-7B plan on 8 H100s, small: the embedding split on its hidden dim,
+  // every layer on a slice of the batch. The model computes its causal mask off the embedding's
+  // output, so the batch is sliced there (not at the first layer's entry).
+  const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
+  const std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[S(1)]"},
+                                                {"model.embed_tokens", "[S(2)]"},
+                                                {"model.layers.0.self_attn.attention", "[S(0)]"},
+                                                {"model.layers.1.self_attn.attention", "[S(0)]"}};
+  const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = pins, .micro_batches = 1});
+  const autoshard::tp_export e = exported(p, export_target::dtensor);
+  REQUIRE(e.problems.empty());
+  const nlohmann::json j = autoshard::to_dtensor_plan(e);
+  CHECK(j["plan"]["model.embed_tokens"]["style"] == "ColwiseParallel");
+  CHECK(j["plan"]["model.embed_tokens"]["kwargs"]["output_layouts"] == "Shard(0)");
+  CHECK(j["plan"]["model.embed_tokens"]["kwargs"]["use_local_output"] == true);
+  CHECK_FALSE(j["plan"].contains("model.layers.0"));  // no conversion at the first layer's entry
+  CHECK(j["plan"]["lm_head"]["kwargs"]["desired_output_layouts"] == "Replicate()");
+  CHECK(mentions(e.notes, "'model.embed_tokens'", "an attention_mask passed to the model must be the rank's slice"));
+  // One layer's attention on its heads instead: the mask would not fit, the slices are refused.
+  auto heads = pins;
+  heads["model.layers.1.self_attn.attention"] = "[S(2)]";
+  const auto q = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = heads, .micro_batches = 1, .tie_layers = false});
+  CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.0.self_attn.rotary_q' (rotary)",
+                 "it runs on a slice of dim 0 (the batch)"));
 }

@@ -302,17 +302,25 @@ def run_dtensor(rank, world, case, prep, ref):
     fsdp = export.get("fsdp")
     bad += [f"rank {rank}: {b}" for b in
             client.check_rank_files(m, os.path.join(prep["dir"], "shards"), rank, fsdp["other_storage"] if fsdp else ())]
-    if fsdp:
-        bad += [f"rank {rank}: {b}" for b in fsdp_step(m, model, ids, client.fsdp_meshes(root, fsdp)[1], fsdp)]
+    if fsdp or export["tp_gradient_sums"]:
+        bad += [f"rank {rank}: {b}" for b in train_step(m, model, ids, export, root)]
     return bad
 
 
-def fsdp_step(m, model, ids, dp, fsdp):
-    """One training step under FSDP2: each data-parallel rank's loss on its slice of the batch,
-    FSDP averaging the gradients of what it shards, the ranks averaging those of the parameters it
-    leaves out (ignored_params), as the export's note says; every gradient must be the unsharded
-    model's on the whole batch."""
-    n, k = dp.size(), dp.get_local_rank()
+def train_step(m, model, ids, export, root):
+    """One training step as the export's notes say to run it, every gradient compared with the
+    unsharded model's on the whole batch: each data-parallel rank's loss on its slice of the
+    batch; the parameters a module computes on a slice of the rows over tp summed over tp
+    (tp_gradient_sums); FSDP2 averaging the gradients of what it shards, and the ranks (as DDP
+    would) those of every other parameter over the data-parallel ranks."""
+    names, tp = export["mesh_dim_names"], export["tp_axis"]
+    fsdp = export["fsdp"]
+    if fsdp:
+        dp = client.fsdp_meshes(root, fsdp)[1]
+    else:
+        others = [n for a, n in enumerate(names) if a != tp and export["mesh_shape"][a] > 1]
+        dp = None if not others else root[others[0]] if len(others) == 1 else root[tuple(others)]._flatten("ddp")
+    n, k = (dp.size(), dp.get_local_rank()) if dp else (1, 0)
     rows = ids.shape[0] // n
     if rows * n != ids.shape[0]:
         return [f"the batch of {ids.shape[0]} does not split over {n} data-parallel ranks"]
@@ -320,18 +328,24 @@ def fsdp_step(m, model, ids, dp, fsdp):
     ref(ids, labels=ids).loss.backward()
     part = ids[k * rows:(k + 1) * rows]
     m(part, labels=part).loss.backward()
-    for name in fsdp["ignored_params"]:
-        g = client.param_of(m, name).grad
-        local = g.to_local() if isinstance(g, client.DTensor) else g
-        client.dist.all_reduce(local, group=dp.get_group())
-        local /= n
+
+    def local(g):
+        return g.to_local() if isinstance(g, client.DTensor) else g
+    for name in export["tp_gradient_sums"]:
+        client.dist.all_reduce(local(client.param_of(m, name).grad), group=root[names[tp]].get_group())
+    if dp:
+        managed = set() if not fsdp else {id(client.param_of(m, x)) for x in fsdp["shard_dims"]}
+        for p in m.parameters():
+            if id(p) not in managed:
+                client.dist.all_reduce(local(p.grad), group=dp.get_group())
+                local(p.grad).div_(n)
     bad = []
     want = dict(ref.named_parameters())
     for name, p in m.named_parameters():
         g = p.grad.full_tensor() if isinstance(p.grad, client.DTensor) else p.grad
         err = client.rel_error(g, want[name].grad)
         if not err <= 1e-4:
-            bad.append(f"fsdp: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
+            bad.append(f"train: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
     return bad
 
 

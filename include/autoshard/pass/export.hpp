@@ -109,6 +109,10 @@ struct tp_export {
   nlohmann::json attributes = nlohmann::json::object();
   /// dtensor: FSDP2 over the data-parallel axes, where the plan stores parameters there as ZeRO-3.
   std::optional<fsdp_export> fsdp;
+  /// dtensor: parameters whole on the tp axis whose module runs, with no style, on each rank's
+  /// slice of the batch or sequence there: each rank's gradient is its slice's share, summed over
+  /// the tensor-parallel group before the optimizer step (a style's DTensor sums its own).
+  std::vector<std::string> tp_gradient_sums;
 };
 
 namespace detail {
@@ -1154,6 +1158,33 @@ struct tp_walk {
     if (!out.fixed_inputs.empty())
       out.notes.push_back("the plan splits activations over " + axis() + " on a dim other than their features (the batch or "
                           "the sequence): the model's inputs must have the plan's shapes (fixed_inputs)");
+    if (!hf()) gradient_sums();
+  }
+
+  /// dtensor: tp_gradient_sums, the parameters whole on tp that a module without a parallel style
+  /// (whose parameters stay plain tensors) computes on a slice of its input's rows over tp.
+  void gradient_sums() {
+    std::set<std::string> styled;
+    for (const tp_module& m : out.modules)
+      if (m.style == "ColwiseParallel" || m.style == "RowwiseParallel" || m.style == "SequenceParallel") styled.insert(m.module);
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_parameter() || !plan_out(v).is_replicate()) continue;
+      bool share = false;
+      for (auto [c, i] : consumers(v)) {
+        if (styled.count(module_name(name(c)))) continue;
+        const std::vector<vertex_t> ops = operands(g, c);
+        for (std::size_t j = 0; j < ops.size() && !share; ++j) {
+          const placement q = in(c, j);
+          share = j != i && !g[ops[j]].is_parameter() && q.is_shard() && q.dim != static_cast<int>(g[ops[j]].shape.rank) - 1;
+        }
+      }
+      if (share) out.tp_gradient_sums.push_back(name(v));
+    }
+    if (!out.tp_gradient_sums.empty())
+      out.notes.push_back(count_noun(out.tp_gradient_sums.size(), "parameter") + " (tp_gradient_sums, the first " +
+                          quoted_text(out.tp_gradient_sums.front()) + ") whole on " + axis() + " compute on each rank's slice of the "
+                          "batch or sequence with no style holding them: each rank's gradient is its slice's share; sum them "
+                          "over " + axis() + " (all_reduce) before the optimizer step");
   }
 };
 
@@ -1232,7 +1263,7 @@ inline nlohmann::json to_dtensor_plan(const tp_export& e) {
   }
   j.update({{"format", "autoshard.dtensor_plan"}, {"version", 3}, {"plan", plan}, {"meshes", meshes},
             {"attributes", e.attributes}, {"loss_parallel", e.loss_parallel}, {"fixed_inputs", e.fixed_inputs},
-            {"fsdp", fsdp}, {"notes", e.notes}});
+            {"fsdp", fsdp}, {"tp_gradient_sums", e.tp_gradient_sums}, {"notes", e.notes}});
   return j;
 }
 

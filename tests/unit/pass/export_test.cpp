@@ -408,6 +408,17 @@ TEST_CASE("export: a rotary model sliced on the batch from its token embedding o
   CHECK_FALSE(j["plan"].contains("model.layers.0"));  // no conversion at the first layer's entry
   CHECK(j["plan"]["lm_head"]["kwargs"]["desired_output_layouts"] == "Replicate()");
   CHECK(mentions(e.notes, "'model.embed_tokens'", "an attention_mask passed to the model must be the rank's slice"));
+  // The linears kept whole run on each rank's rows with no style: their gradients are shares,
+  // summed over tp; the embedding's and the norms' are DTensors of their styles.
+  const auto sums = [&](const std::string& n) {
+    return std::find(e.tp_gradient_sums.begin(), e.tp_gradient_sums.end(), n) != e.tp_gradient_sums.end();
+  };
+  CHECK(sums("model.layers.0.self_attn.q_proj.weight"));
+  CHECK(sums("model.layers.1.mlp.down_proj.weight"));
+  CHECK(sums("lm_head.weight"));
+  CHECK_FALSE(sums("model.embed_tokens.weight"));
+  CHECK_FALSE(sums("model.layers.0.input_layernorm.weight"));
+  CHECK(j["tp_gradient_sums"].size() == e.tp_gradient_sums.size());
   // One layer's attention on its heads instead: the mask would not fit, the slices are refused.
   auto heads = pins;
   heads["model.layers.1.self_attn.attention"] = "[S(2)]";

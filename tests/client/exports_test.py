@@ -6,14 +6,17 @@ writes the DTensor plan and transformers' tp_plan, `autoshard shard --plan` cuts
 checkpoint. Then on N forked Gloo ranks (CPU):
   * dtensor: the model loaded whole, apply_dtensor_plan() (docs/cli.md's snippet), logits
     within 1e-5 of the unsharded model's, greedy generate() token for token (when the plan does
-    not fix the input shape), and every rank file byte-equal to PyTorch's local shards;
+    not fix the input shape), every rank file byte-equal to PyTorch's local shards, and, for a
+    training plan, one training step run as the export's notes say (each data-parallel rank on
+    its slice of the batch, tp_gradient_sums summed, DDP's or FSDP2's averaging) with every
+    gradient within 1e-4 of the unsharded model's;
   * hf: from_pretrained(distributed_config=DistributedConfig(tp_plan=...)), the same logits and
     generate(); the export must name every entry of the model class's own plan.
 An export the case expects refused must exit 1 naming the operator; anything else (a crash in
 PyTorch, a wrong logit, an unexpected refusal) fails the case.
 Usage: exports_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--list]
 """
-import argparse, copy, json, os, pathlib, re, shutil, subprocess, sys, tempfile, time, traceback
+import argparse, contextlib, copy, json, os, pathlib, re, shutil, subprocess, sys, tempfile, time, traceback
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -168,7 +171,11 @@ CASES = [
     # transformers' unit_colwise does; the Megatron plan replicates them too and verifies.
     Case("llama-kv4-tp8-policy", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, *INFER, "--batch", "4"], policy="llama",
          verify=True),
-    Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True),
+    # Training with them: the forward is exact, but the backward of PyTorch's slice on a sub-mesh
+    # of heads sums no gradient over the ranks that share a head (measured: 0.4-1.3 relative
+    # errors), so the DTensor export refuses it; transformers' unit_colwise is checked forward only.
+    Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True,
+         dtensor=("refused", "the backward of the slice PyTorch takes on a sub-mesh of heads sums no gradient")),
     # The planner's own LLaMA-7B plan on 8 H100s, small: the embedding split on its hidden dim,
     # the batch sliced from its output on (every rotary and attention on the slice: the model
     # computes its mask off the embedding's output), lm_head's output gathered.
@@ -302,7 +309,7 @@ def run_dtensor(rank, world, case, prep, ref):
     fsdp = export.get("fsdp")
     bad += [f"rank {rank}: {b}" for b in
             client.check_rank_files(m, os.path.join(prep["dir"], "shards"), rank, fsdp["other_storage"] if fsdp else ())]
-    if fsdp or export["tp_gradient_sums"]:
+    if "infer" not in case.plan:  # a training plan: one training step, every gradient exact
         bad += [f"rank {rank}: {b}" for b in train_step(m, model, ids, export, root)]
     return bad
 
@@ -327,7 +334,8 @@ def train_step(m, model, ids, export, root):
     ref = copy.deepcopy(model)
     ref(ids, labels=ids).loss.backward()
     part = ids[k * rows:(k + 1) * rows]
-    m(part, labels=part).loss.backward()
+    with client.loss_parallel() if export["loss_parallel"] else contextlib.nullcontext():
+        m(part, labels=part).loss.backward()  # a vocabulary-parallel loss: forward and backward under loss_parallel()
 
     def local(g):
         return g.to_local() if isinstance(g, client.DTensor) else g

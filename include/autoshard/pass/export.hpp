@@ -761,6 +761,12 @@ struct tp_walk {
               "projection whole on every rank: the same numbers");
       return true;
     }
+    if (kv < n && p.document.pricing.mode == run_mode::training) {
+      problem(v, why + "and " + std::to_string(kv) + " key/value heads over " + std::to_string(n) + " ranks are replicated: the "
+                     "plan trains, and the backward of the slice PyTorch takes on a sub-mesh of heads sums no gradient over the "
+                     "ranks that share a head, so the gradients would be wrong (the plan's inference twin exports)");
+      return false;
+    }
     m.style = "PrepareModuleOutput";
     m.kwargs = {{"output_layouts", "Replicate()"}, {"desired_output_layouts", "Shard(-1)"}, {"use_local_output", true}};
     if (kv < n) {

@@ -11,7 +11,9 @@ checkpoint. Then on N forked Gloo ranks (CPU):
     its slice of the batch, tp_gradient_sums summed, DDP's or FSDP2's averaging) with every
     gradient within 1e-4 of the unsharded model's;
   * hf: from_pretrained(distributed_config=DistributedConfig(tp_plan=...)), the same logits and
-    generate(); the export must name every entry of the model class's own plan.
+    generate(); the export must name every entry of the model class's own plan; a training plan
+    on a mesh of one axis also trains one step, every gradient within 1e-4 of the unsharded
+    model's.
 An export the case expects refused must exit 1 naming the operator; anything else (a crash in
 PyTorch, a wrong logit, an unexpected refusal) fails the case.
 Usage: exports_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--list]
@@ -173,7 +175,7 @@ CASES = [
          verify=True),
     # Training with them: the forward is exact, but the backward of PyTorch's slice on a sub-mesh
     # of heads sums no gradient over the ranks that share a head (measured: 0.4-1.3 relative
-    # errors), so the DTensor export refuses it; transformers' unit_colwise is checked forward only.
+    # errors), so the DTensor export refuses it; transformers' unit_colwise trains it exactly.
     Case("llama-kv4-tp8-train", "llama-kv4", 8, ["--mesh", "tp=8", *MEGATRON, "--batch", "8"], batch=8, verify=True,
          dtensor=("refused", "the backward of the slice PyTorch takes on a sub-mesh of heads sums no gradient")),
     # The planner's own LLaMA-7B plan on 8 H100s, small: the embedding split on its hidden dim,
@@ -379,6 +381,16 @@ def run_hf(rank, world, case, prep, ref):
             out = m.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
         if not torch.equal(out, tokens):
             bad.append(f"rank {rank}: hf generate() {out.tolist()}, the unsharded model {tokens.tolist()}")
+    if "infer" not in case.plan and dp == 1:  # a training plan on a tensor-parallel mesh: one step's gradients
+        ref = copy.deepcopy(model)
+        ref(ids, labels=ids).loss.backward()
+        m(ids, labels=ids).loss.backward()
+        want = dict(ref.named_parameters())
+        for name, p in m.named_parameters():
+            g = p.grad.full_tensor() if isinstance(p.grad, client.DTensor) else p.grad
+            err = client.rel_error(g, want[name].grad)
+            if not err <= 1e-4:
+                bad.append(f"rank {rank}: hf train: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
     return bad
 
 

@@ -764,7 +764,8 @@ struct tp_walk {
     if (kv < n && p.document.pricing.mode == run_mode::training) {
       problem(v, why + "and " + std::to_string(kv) + " key/value heads over " + std::to_string(n) + " ranks are replicated: the "
                      "plan trains, and the backward of the slice PyTorch takes on a sub-mesh of heads sums no gradient over the "
-                     "ranks that share a head, so the gradients would be wrong (the plan's inference twin exports)");
+                     "ranks that share a head, so the gradients would be wrong (the plan's inference twin exports, and the hf "
+                     "export's unit_colwise trains it exactly)");
       return false;
     }
     m.style = "PrepareModuleOutput";

@@ -349,13 +349,19 @@ def train_step(m, model, ids, export, root):
             if id(p) not in managed:
                 client.dist.all_reduce(local(p.grad), group=dp.get_group())
                 local(p.grad).div_(n)
+    return gradient_errors(m, ref, "train")
+
+
+def gradient_errors(m, ref, what):
+    """Every gradient of the sharded model `m` (a DTensor's whole) within 1e-4 of the unsharded
+    model's (`ref`, after its backward on the whole batch)."""
     bad = []
     want = dict(ref.named_parameters())
     for name, p in m.named_parameters():
         g = p.grad.full_tensor() if isinstance(p.grad, client.DTensor) else p.grad
         err = client.rel_error(g, want[name].grad)
         if not err <= 1e-4:
-            bad.append(f"train: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
+            bad.append(f"{what}: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
     return bad
 
 
@@ -385,12 +391,7 @@ def run_hf(rank, world, case, prep, ref):
         ref = copy.deepcopy(model)
         ref(ids, labels=ids).loss.backward()
         m(ids, labels=ids).loss.backward()
-        want = dict(ref.named_parameters())
-        for name, p in m.named_parameters():
-            g = p.grad.full_tensor() if isinstance(p.grad, client.DTensor) else p.grad
-            err = client.rel_error(g, want[name].grad)
-            if not err <= 1e-4:
-                bad.append(f"rank {rank}: hf train: {name}'s gradient differs from the unsharded model's by {err:.3g} (relative)")
+        bad += [f"rank {rank}: {b}" for b in gradient_errors(m, ref, "hf train")]
     return bad
 
 

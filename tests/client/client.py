@@ -58,30 +58,43 @@ def apply_dtensor_plan(model, export, device="cpu"):
     return root
 
 
+def flat_mesh(root, axes, name):
+    """The 1-D mesh of `root`'s named axes (in mesh order), flattened under `name` when several."""
+    return root[axes[0]] if len(axes) == 1 else root[tuple(axes)]._flatten(name)
+
+
 def fsdp_meshes(root, f):
     """FSDP2's mesh on `root` (the export's mesh): its shard axes flattened in mesh order, after
     HSDP's replicate axes flattened when there are any; and the data-parallel mesh, all of them."""
-    def flat(axes, name):
-        return root[axes[0]] if len(axes) == 1 else root[tuple(axes)]._flatten(name)
-    shard = flat(f["shard_axes"], "fsdp_shard")
+    shard = flat_mesh(root, f["shard_axes"], "fsdp_shard")
     if not f["replicate_axes"]:
         return shard, shard
-    flat(f["replicate_axes"], "fsdp_replicate")
-    dp = flat(sorted(f["replicate_axes"] + f["shard_axes"], key=root.mesh_dim_names.index), "fsdp_dp")
+    flat_mesh(root, f["replicate_axes"], "fsdp_replicate")
+    dp = flat_mesh(root, sorted(f["replicate_axes"] + f["shard_axes"], key=root.mesh_dim_names.index), "fsdp_dp")
     rep_name = f["replicate_axes"][0] if len(f["replicate_axes"]) == 1 else "fsdp_replicate"
     shard_name = f["shard_axes"][0] if len(f["shard_axes"]) == 1 else "fsdp_shard"
     return root[rep_name, shard_name], dp
 
 
-def param_of(model, name):
-    """The model's parameter a plan (a checkpoint) names: transformers renamed GPT-NeoX's embed_out
-    lm_head in transformers 5, and GPT-2's checkpoints drop "transformer."."""
-    params = dict(model.named_parameters(remove_duplicate=False))
+def param_name(model, name, params=None):
+    """The model's name for a parameter a plan (a checkpoint, a rank file) names, or None:
+    transformers renamed GPT-NeoX's embed_out lm_head in transformers 5, and GPT-2's checkpoints
+    drop "transformer."."""
+    params = params if params is not None else dict(model.named_parameters(remove_duplicate=False))
     prefix = getattr(model, "base_model_prefix", "") + "."
     for n in (name, name.replace("embed_out.", "lm_head.", 1), prefix + name):
         if n in params:
-            return params[n]
-    raise KeyError(f"the model has no parameter {name!r}")
+            return n
+    return None
+
+
+def param_of(model, name):
+    """The model's parameter a plan names (param_name)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    n = param_name(model, name, params)
+    if n is None:
+        raise KeyError(f"the model has no parameter {name!r}")
+    return params[n]
 
 
 def module_of(model, name):
@@ -106,31 +119,21 @@ def rel_error(got, want):
 
 def check_rank_files(model, shard_dir, rank, other_storage=()):
     """Every tensor of rank-<rank>.safetensors equals the parameter's local shard, byte for byte
-    (but those FSDP2 stores in other blocks, which the export lists: their shapes only)."""
+    (but those FSDP2 stores in other blocks, which the export lists in other_storage: skipped)."""
     from safetensors.torch import load_file
     files = load_file(os.path.join(shard_dir, f"rank-{rank}.safetensors"))
     params = dict(model.named_parameters(remove_duplicate=False))
-    prefix = getattr(model, "base_model_prefix", "") + "."
-
-    def model_name(name):
-        """The checkpoint's name (the rank file's) as the model names it: transformers renamed
-        GPT-NeoX's embed_out lm_head in transformers 5, and GPT-2's files drop "transformer."."""
-        for n in (name, name.replace("embed_out.", "lm_head.", 1), prefix + name):
-            if n in params:
-                return n
-        return None
-
     bad, found = [], set()
     for name, t in files.items():
-        n = model_name(name)
+        n = param_name(model, name, params)
         if n is None:
             bad.append(f"{name}: in the rank file, not a parameter of the model")
             continue
         found.add(n)
-        p = params[n]
-        local = p.to_local() if isinstance(p, DTensor) else p.data
         if name in other_storage:
             continue
+        p = params[n]
+        local = p.to_local() if isinstance(p, DTensor) else p.data
         if tuple(local.shape) != tuple(t.shape) or local.dtype != t.dtype or \
                 local.contiguous().view(torch.uint8).numpy().tobytes() != t.contiguous().view(torch.uint8).numpy().tobytes():
             bad.append(f"{name}: rank file {tuple(t.shape)}, PyTorch's local shard {tuple(local.shape)}"

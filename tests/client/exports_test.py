@@ -183,8 +183,7 @@ CASES = [
     # computes its mask off the embedding's output), lm_head's output gathered.
     Case("llama-embedding-split-batch-sliced-4", "llama", 4,
          ["--mesh", "4", "--batch", "4", *pin("model.embed_tokens.weight=[S(1)]", "model.embed_tokens=[S(2)]",
-                                             *layers("model.layers.{}.self_attn.attention=[S(0)]"))],
-),
+                                             *layers("model.layers.{}.self_attn.attention=[S(0)]"))]),
     # ZeRO-3 on data-parallel axes: FSDP2 (fully_shard) after the tensor-parallel styles, one
     # training step's gradients checked too; transformers' tp_plan has no FSDP to say it with.
     # The zero3 baseline on one axis (each weight sharded on the dim the plan stores it split on)...
@@ -328,7 +327,7 @@ def train_step(m, model, ids, export, root):
         dp = client.fsdp_meshes(root, fsdp)[1]
     else:
         others = [n for a, n in enumerate(names) if a != tp and export["mesh_shape"][a] > 1]
-        dp = None if not others else root[others[0]] if len(others) == 1 else root[tuple(others)]._flatten("ddp")
+        dp = client.flat_mesh(root, others, "ddp") if others else None
     n, k = (dp.size(), dp.get_local_rank()) if dp else (1, 0)
     rows = ids.shape[0] // n
     if rows * n != ids.shape[0]:

@@ -184,6 +184,8 @@ struct tp_walk {
     placement desired;
   };
   std::map<std::string, entry> layers;
+  /// dtensor: batch_sliced_embedding(), from the plan alone (set by classify).
+  std::optional<vertex_t> sliced_embedding;
 
   tp_walk(const loaded_plan& plan, tp_export& e)
       : p(plan), g(plan.graph()), t(static_cast<std::size_t>(e.tp_axis)), n(plan.mesh().size(t)), out(e),
@@ -306,6 +308,7 @@ struct tp_walk {
       for (vertex_t u : operands(g, v))
         if (!g[u].is_parameter() && layer(u) != l) e.inputs.insert(u);
     }
+    sliced_embedding = batch_sliced_embedding();
   }
 
   /// Whether parameter v is stored split on mesh axis `a` and every operator takes it whole
@@ -482,10 +485,9 @@ struct tp_walk {
     if (r == module_role::none) {
       problem(v, "its weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + axis() +
                      ": a parallel style stores a weight the way the module uses it" +
-                     (gathered_on_use(ops[1], t) ? std::string(hf() ? " (gathered whole at each use, ZeRO-3: the DTensor export "
-                                                                      "writes that as FSDP2 where the axis only splits the batch)"
-                                                                    : "")
-                                                 : std::string()));
+                     (hf() && gathered_on_use(ops[1], t) ? " (gathered whole at each use, ZeRO-3: the DTensor export writes "
+                                                           "that as FSDP2 where the axis only splits the batch)"
+                                                         : ""));
       return false;
     }
     const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
@@ -593,9 +595,9 @@ struct tp_walk {
   }
 
   /// dtensor: whether the model's code sees each rank's slice of the batch from its token
-  /// embedding on (batch_sliced_embedding, its output held so, a local tensor).
+  /// embedding on (sliced_embedding, its output held so, a local tensor).
   bool batch_sliced_from_embedding() const {
-    const std::optional<vertex_t> e = batch_sliced_embedding();
+    const std::optional<vertex_t> e = sliced_embedding;
     return e && !failed[*e] && held[*e].is_shard(0) && !dtensor[*e];
   }
 
@@ -858,7 +860,7 @@ struct tp_walk {
     // rotary and attention run on that slice (batch_sliced_embedding).
     auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
     if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) {
-      if (o->is_shard(0) && batch_sliced_embedding() == v)
+      if (o->is_shard(0) && sliced_embedding == v)
         note(v, "its output is each rank's slice of the batch over " + axis() + ", and every layer runs on it: the model "
                     "computes its causal mask for that slice; an attention_mask passed to the model must be the rank's "
                     "slice of it too");

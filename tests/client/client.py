@@ -48,13 +48,16 @@ def apply_dtensor_plan(model, export, device="cpu"):
             setattr(model.get_submodule(name), k, v)
     if export.get("fsdp"):  # ZeRO-3 on the data-parallel axes: FSDP2 after the tensor-parallel styles
         f = export["fsdp"]
-        mesh = fsdp_meshes(root, f)[0]
+        mesh = fsdp_meshes(root, f)
         for name in f["modules"]:  # the layers, then the model itself
             dims = {id(param_of(model, n)): d for n, d in f["shard_dims"].items()}
-            fully_shard(model.get_submodule(module_of(model, name)) if name else model, mesh=mesh,
-                        reshard_after_forward=f["reshard_after_forward"],
-                        shard_placement_fn=lambda p: Shard(dims[id(p)]) if id(p) in dims else None,
-                        ignored_params={param_of(model, n) for n in f["ignored_params"]})
+            unit = fully_shard(model.get_submodule(module_of(model, name)) if name else model, mesh=mesh,
+                               reshard_after_forward=f["reshard_after_forward"],
+                               shard_placement_fn=lambda p: Shard(dims[id(p)]) if id(p) in dims else None,
+                               ignored_params={param_of(model, n) for n in f["ignored_params"]})
+            if f["gradient_divide_factor"] != mesh.size():  # FSDP2 over tp too: the tp ranks' shares sum
+                unit.set_gradient_divide_factor(float(f["gradient_divide_factor"]))
+                unit.set_force_sum_reduction_for_comms(True)  # Gloo has no PREMUL_SUM
     return root
 
 
@@ -65,15 +68,14 @@ def flat_mesh(root, axes, name):
 
 def fsdp_meshes(root, f):
     """FSDP2's mesh on `root` (the export's mesh): its shard axes flattened in mesh order, after
-    HSDP's replicate axes flattened when there are any; and the data-parallel mesh, all of them."""
+    HSDP's replicate axes flattened when there are any."""
     shard = flat_mesh(root, f["shard_axes"], "fsdp_shard")
     if not f["replicate_axes"]:
-        return shard, shard
+        return shard
     flat_mesh(root, f["replicate_axes"], "fsdp_replicate")
-    dp = flat_mesh(root, sorted(f["replicate_axes"] + f["shard_axes"], key=root.mesh_dim_names.index), "fsdp_dp")
     rep_name = f["replicate_axes"][0] if len(f["replicate_axes"]) == 1 else "fsdp_replicate"
     shard_name = f["shard_axes"][0] if len(f["shard_axes"]) == 1 else "fsdp_shard"
-    return root[rep_name, shard_name], dp
+    return root[rep_name, shard_name]
 
 
 def param_name(model, name, params=None):

@@ -102,14 +102,15 @@ CASES = [
     # The planner's own plans of a 2-layer LLaMA on 4 ranks: under memory budgets that make it cut
     # weights (tensor parallelism), and without one, where it splits the batch over the ranks.
     # Training may recompute layers, which lowers the smallest budget: at 1.1x of it the plan
-    # stores embed_tokens sharded and gathers it at use (refused); at 1.3x it cuts weights.
+    # stores embed_tokens sharded over tp and gathers it at use, where the embedding computes
+    # on whole rows: FSDP2 over tp would sum whole gradients (refused); at 1.3x it cuts weights.
     Case("llama-alpa-train-4", "llama-docs", 4, ["--mesh", "4", "--batch", "4"], budget=1.3),
     Case("llama-alpa-train-4-tight", "llama-docs", 4, ["--mesh", "4", "--batch", "4"], budget=1.1,
-         dtensor=("refused", "'model.embed_tokens' (embedding): its weight is stored S(0) but used R"),
+         dtensor=("refused", "'model.embed_tokens.weight' (parameter): stored S(0) on mesh axis 0 and gathered whole"),
          hf=("refused", "'model.embed_tokens' (embedding): its weight is stored S(0) but used R")),
     Case("llama-alpa-infer-4", "llama-docs", 4, ["--mesh", "4", *INFER, "--batch", "4"], budget=1.6, generate=True),
+    # ... for inference no gradient is summed: the table is FSDP2's over tp, gathered at use.
     Case("llama-alpa-infer-4-tight", "llama-docs", 4, ["--mesh", "4", *INFER, "--batch", "4"], budget=1.1,
-         dtensor=("refused", "'model.embed_tokens' (embedding): its weight is stored S(0) but used R"),
          hf=("refused", "'model.embed_tokens' (embedding): its weight is stored S(0) but used R")),
     # Without a budget the planner splits only the batch: data parallelism, nothing to shard.
     Case("llama-alpa-infer-2x2", "llama", 4, ["--mesh", "dp=2,tp=2", *INFER, "--batch", "4"]),
@@ -191,6 +192,18 @@ CASES = [
          hf=("refused", "the DTensor export writes that as FSDP2")),
     # ... on dp=2,tp=2, where it splits weights on a dim per axis (FSDP2 shards one dim over both)...
     Case("llama-zero3-dp2-tp2", "llama", 4, ["--mesh", "dp=2,tp=2", "--algo", "zero3", "--batch", "4"],
+         hf=("refused", "as FSDP2")),
+    # The planner's own LLaMA-7B plan on 2x8 H100s, small: the embedding split on its hidden dim
+    # over tp, the batch sliced from its output on, and weights stored ZeRO-3 over tp (gathered
+    # whole at each use): FSDP2 over tp too, summing the tp ranks' shares of one loss (its
+    # gradient divided by the data-parallel ranks only), HSDP's replicate dim over dp.
+    Case("llama-zero3-on-tp-batch-sliced-dp2-tp2", "llama", 4,
+         ["--mesh", "dp=2,tp=2", "--batch", "4",
+          *pin("model.embed_tokens.weight=[R,S(1)]", "model.embed_tokens=[S(0),S(2)]",
+               *layers("model.layers.{}.self_attn.attention=[S(0),S(0)]"),
+               *layers("model.layers.{}.mlp.up_proj.weight=[R,S(0)]"), *layers("model.layers.{}.mlp.up_proj=[S(0),S(0)]"),
+               *layers("model.layers.{}.self_attn.o_proj.weight=[R,S(1)]"),
+               *layers("model.layers.{}.self_attn.o_proj=[S(0),S(0)]"))],
          hf=("refused", "as FSDP2")),
     # ... HSDP: two weights ZeRO-3 on tp, replicated on dp, the others whole (ignored_params) ...
     Case("llama-hsdp-dp2-tp2", "llama", 4,
@@ -323,11 +336,8 @@ def train_step(m, model, ids, export, root):
     would) those of every other parameter over the data-parallel ranks."""
     names, tp = export["mesh_dim_names"], export["tp_axis"]
     fsdp = export["fsdp"]
-    if fsdp:
-        dp = client.fsdp_meshes(root, fsdp)[1]
-    else:
-        others = [n for a, n in enumerate(names) if a != tp and export["mesh_shape"][a] > 1]
-        dp = client.flat_mesh(root, others, "ddp") if others else None
+    axes = export["data_parallel_axes"]
+    dp = client.flat_mesh(root, axes, "ddp") if axes else None
     n, k = (dp.size(), dp.get_local_rank()) if dp else (1, 0)
     rows = ids.shape[0] // n
     if rows * n != ids.shape[0]:

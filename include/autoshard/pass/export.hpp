@@ -86,6 +86,11 @@ struct fsdp_export {
   /// the modules to `fully_shard`, innermost first: each layer holding a sharded parameter, then
   /// "" (the model itself, which takes the rest)
   std::vector<std::string> modules;
+  /// what FSDP2 divides its reduced gradients by (`set_gradient_divide_factor`): the
+  /// data-parallel ranks among its axes. Its world (the default) where only the batch is split
+  /// there; without the tp axis's ranks where it shards over tp too: those compute on slices of
+  /// one loss, whose shares sum.
+  int gradient_divide_factor = 1;
 };
 
 /// What a plan says on its tensor-parallel axis, in one target's styles.
@@ -109,6 +114,10 @@ struct tp_export {
   nlohmann::json attributes = nlohmann::json::object();
   /// dtensor: FSDP2 over the data-parallel axes, where the plan stores parameters there as ZeRO-3.
   std::optional<fsdp_export> fsdp;
+  /// dtensor: the mesh axes whose ranks each compute their own slice of the batch, fed to them as
+  /// DDP feeds it, gradients averaged over them (mesh order; the tp axis among them only where
+  /// the plan splits nothing but the batch there).
+  std::vector<int> data_parallel_axes;
   /// dtensor: parameters whole on the tp axis whose module runs, with no style, on each rank's
   /// slice of the batch or sequence there: each rank's gradient is its slice's share, summed over
   /// the tensor-parallel group before the optimizer step (a style's DTensor sums its own).
@@ -281,7 +290,7 @@ struct tp_walk {
       const std::vector<vertex_t> ops = operands(g, v);
       if (!(lin || emb || norm) || ops.size() < 2 || !g[ops[1]].is_parameter()) continue;
       is_module[v] = 1;
-      const placement ws = p.strategies[ops[1]].output[t], wc = in(v, 1), x = in(v, 0);
+      const placement ws = stored(ops[1]), wc = in(v, 1), x = in(v, 0);
       const int out_dim = lin ? (nd.attrs.transposed_weight ? 1 : 0) : 1, in_dim = lin ? 1 - out_dim : 0;
       if (norm) role[v] = x.is_replicate() ? module_role::whole : module_role::sequence;
       else if (ws.is_replicate() && wc.is_replicate()) role[v] = module_role::whole;
@@ -319,6 +328,14 @@ struct tp_walk {
       if (!p.strategies[c].inputs[i][a].is_replicate()) return false;
     return true;
   }
+
+  /// dtensor: whether parameter v is stored split on the tp axis and gathered whole at each use
+  /// there (ZeRO-3 on tp): FSDP2 stores it (plan_fsdp); the styles see it whole.
+  bool fsdp_on_tp(vertex_t v) const { return !hf() && g[v].is_parameter() && gathered_on_use(v, t); }
+
+  /// What the styles hold parameter v as on the tp axis: the plan's storage, or whole where
+  /// FSDP2 stores it (fsdp_on_tp).
+  placement stored(vertex_t v) const { return fsdp_on_tp(v) ? Replicate() : p.strategies[v].output[t]; }
 
   /// Whether mesh axis `a` only splits the batch, as data parallelism does: every parameter
   /// whole on it (or, for the DTensor export, stored split and gathered whole at each use: FSDP),
@@ -383,36 +400,55 @@ struct tp_walk {
   }
 
   /// dtensor: FSDP2 over the data-parallel axes `dp` (sorted) where some parameter is stored
-  /// ZeRO-3; the others are HSDP's replicate dim. FSDP2 shards every parameter it manages on one
-  /// dim over all of its shard axes (Shard(d), chunked as the plan splits): a parameter the plan
-  /// stores so gets that dim; one it keeps whole there is left out (ignored_params). One the plan
-  /// splits otherwise there (over some of the axes only, on several dims, or on the dim its
-  /// tensor-parallel split takes, where FSDP2 shards each tensor-parallel shard again, the tp axis
-  /// outer) gets the dim it is split on first: the same numbers, other blocks on each rank
-  /// (other_storage), said in a note.
+  /// ZeRO-3, and over the tp axis too where some is stored split there and gathered whole at
+  /// each use (fsdp_on_tp); the other data-parallel axes are HSDP's replicate dim. FSDP2 shards
+  /// every parameter it manages on one dim over all of its shard axes (Shard(d), chunked as the
+  /// plan splits): a parameter the plan stores so gets that dim; one it keeps whole there, or
+  /// a style's on tp, is left out (ignored_params). One the plan splits otherwise there (over
+  /// some of the axes only, on several dims, or on the dim its tensor-parallel split takes,
+  /// where FSDP2 shards each tensor-parallel shard again, the tp axis outer) gets the dim it is
+  /// split on first: the same numbers, other blocks on each rank (other_storage), said in a note.
+  /// Over tp, FSDP2's reduce-scatter sums the ranks' gradients, each its slice's share of one
+  /// loss (checked here): it divides by the data-parallel ranks only (gradient_divide_factor).
   void plan_fsdp(const std::vector<std::size_t>& dp, bool tp_is_dp) {
     if (hf()) return;
     fsdp_export f;
-    for (std::size_t a : dp) {
-      bool zero3 = false;
+    std::vector<std::size_t> axes = dp;
+    bool on_tp = false;
+    for (vertex_t v = 0; v < boost::num_vertices(g) && !tp_is_dp && !on_tp; ++v) on_tp = fsdp_on_tp(v);
+    if (on_tp) axes.insert(std::upper_bound(axes.begin(), axes.end(), t), t);
+    for (std::size_t a : axes) {
+      bool zero3 = a == t && on_tp;
       for (vertex_t v = 0; v < boost::num_vertices(g) && !zero3; ++v) zero3 = g[v].is_parameter() && gathered_on_use(v, a);
       (zero3 ? f.shard_axes : f.replicate_axes).push_back(static_cast<int>(a));
     }
     if (f.shard_axes.empty()) return;
-    std::string axes;
-    for (int a : f.shard_axes) axes += (axes.empty() ? "" : " and ") + p.mesh().axis_label(static_cast<std::size_t>(a));
+    f.gradient_divide_factor = 1;
+    for (std::size_t a : axes) f.gradient_divide_factor *= on_tp && a == t ? 1 : p.mesh().size(a);
+    std::string names;
+    for (int a : f.shard_axes) names += (names.empty() ? "" : " and ") + p.mesh().axis_label(static_cast<std::size_t>(a));
     std::size_t whole_zero = 0, finer = 0;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       if (!g[v].is_parameter()) continue;
       std::size_t split = 0;
       std::optional<int> dim;
-      bool one_dim = true;
+      bool one_dim = true, styled = false;
       for (int a : f.shard_axes) {
         const placement s = p.strategies[v].output[static_cast<std::size_t>(a)];
         if (!s.is_shard()) continue;
+        if (on_tp && static_cast<std::size_t>(a) == t && !fsdp_on_tp(v)) {  // a style's DTensor on tp, not FSDP2's
+          styled = true;
+          continue;
+        }
         ++split;
         one_dim = one_dim && (!dim || *dim == s.dim);
         if (!dim) dim = s.dim;
+      }
+      if (styled && split > 0) {
+        problem(v, "stored " + to_string(p.strategies[v].output) + ": split by its parallel style on " + axis() +
+                       " and ZeRO-3 on another axis, where FSDP2 also shards over " + axis() +
+                       " (its ZeRO-3 parameters there): FSDP2 cannot shard a tensor-parallel parameter again over its own tp axis");
+        continue;
       }
       if (split == 0) {
         f.ignored.push_back(name(v));
@@ -420,7 +456,7 @@ struct tp_walk {
         continue;
       }
       f.shard_dims[name(v)] = *dim;
-      if (split != f.shard_axes.size() || !one_dim || (!tp_is_dp && p.strategies[v].output[t].is_shard(*dim))) {
+      if (split != f.shard_axes.size() || !one_dim || (!tp_is_dp && stored(v).is_shard(*dim))) {
         f.other_storage.push_back(name(v));
         finer += split != f.shard_axes.size();
       }
@@ -428,24 +464,33 @@ struct tp_walk {
       if (!l.empty() && std::find(f.modules.begin(), f.modules.end(), l) == f.modules.end()) f.modules.push_back(l);
     }
     f.modules.push_back("");
-    out.notes.push_back("FSDP2 (fully_shard) over " + axes + " for the " + count_noun(f.shard_dims.size(), "parameter") +
+    const bool training = p.document.pricing.mode == run_mode::training;
+    out.notes.push_back("FSDP2 (fully_shard) over " + names + " for the " + count_noun(f.shard_dims.size(), "parameter") +
                         " the plan stores split there and gathers whole at each use (ZeRO-3)" +
                         (f.replicate_axes.empty() ? std::string() : ", replicated over the other data-parallel axes (HSDP)") +
-                        "; it averages their gradients over the data-parallel ranks");
+                        (!training ? std::string() : "; it averages their gradients over the data-parallel ranks") +
+                        (on_tp && training ? " and sums them over " + axis() + ", whose ranks each compute a slice of one loss: "
+                                 "set_gradient_divide_factor(" + std::to_string(f.gradient_divide_factor) + ") on each module "
+                                 "fully_shard returns (on Gloo, which lacks NCCL's PREMUL_SUM, with "
+                                 "set_force_sum_reduction_for_comms(True))"
+                               : std::string()));
     if (!f.other_storage.empty())
       out.notes.push_back(count_noun(f.other_storage.size(), "parameter") + " (other_storage, the first " +
-                          quoted_text(f.other_storage.front()) + ") the plan splits otherwise on " + axes +
+                          quoted_text(f.other_storage.front()) + ") the plan splits otherwise on " + names +
                           ": FSDP2 shards each on one dim over all of them" +
-                          (tp_is_dp ? std::string()
-                                    : " (each tensor-parallel shard again where that dim is split over " + axis() + ")") +
+                          (tp_is_dp || on_tp ? std::string()
+                                             : " (each tensor-parallel shard again where that dim is split over " + axis() + ")") +
                           " and so holds other blocks on each rank than the plan stores" +
                           (finer ? " (" + std::to_string(finer) + " of them more finely)" : std::string()) +
                           ": the same numbers; `autoshard shard --plan` files are not its shards (load the whole "
                           "checkpoint before fully_shard)");
     if (!f.ignored.empty())
-      out.notes.push_back(count_noun(f.ignored.size(), "parameter") + " the plan keeps whole on " + axes +
-                          " (ignored_params): FSDP2 leaves their gradients each rank's own; average them over the data-parallel "
-                          "ranks as DDP does" +
+      out.notes.push_back(count_noun(f.ignored.size(), "parameter") + " the plan keeps whole on " + names +
+                          (on_tp ? " or its parallel style splits on " + axis() : std::string()) +
+                          " (ignored_params)" +
+                          (!training ? std::string()
+                                     : ": FSDP2 leaves their gradients each rank's own; average them over the data-parallel "
+                                       "ranks as DDP does") +
                           (whole_zero ? " (" + std::to_string(whole_zero) + " of them keep optimizer state sharded, ZeRO-1/2: "
                                         "ZeroRedundancyOptimizer)"
                                       : std::string()));
@@ -477,7 +522,7 @@ struct tp_walk {
     const node& nd = g[v];
     const std::vector<vertex_t> ops = operands(g, v);
     const module_role r = role[v];
-    const placement ws = p.strategies[ops[1]].output[t], wc = in(v, 1);
+    const placement ws = stored(ops[1]), wc = in(v, 1);
     if (ws.is_partial() || wc.is_partial()) {
       problem(v, "its weight is Partial on " + axis() + ": no parallel style holds a weight as partial sums");
       return false;
@@ -486,14 +531,14 @@ struct tp_walk {
       problem(v, "its weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + axis() +
                      ": a parallel style stores a weight the way the module uses it" +
                      (hf() && gathered_on_use(ops[1], t) ? " (gathered whole at each use, ZeRO-3: the DTensor export writes "
-                                                           "that as FSDP2 where the axis only splits the batch)"
+                                                           "that as FSDP2)"
                                                          : ""));
       return false;
     }
     const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
     if (norm) {
       for (std::size_t i = 1; i < ops.size(); ++i)
-        if (!p.strategies[ops[i]].output[t].is_replicate() || !in(v, i).is_replicate()) {
+        if (!stored(ops[i]).is_replicate() || !in(v, i).is_replicate()) {
           problem(v, "its parameter " + quoted_text(name(ops[i])) + " is split on " + axis() + ": a norm's weight stays whole in every parallel style");
           return false;
         }
@@ -516,7 +561,7 @@ struct tp_walk {
       return false;
     }
     if (ops.size() > 2) {  // the bias
-      const placement bs = p.strategies[ops[2]].output[t], bc = in(v, 2);
+      const placement bs = stored(ops[2]), bc = in(v, 2);
       const bool ok = r == module_role::column ? bs.is_shard(0) && bc.is_shard(0)
                       : r == module_role::row  ? bs.is_replicate()
                                                : bs.is_replicate();
@@ -669,7 +714,7 @@ struct tp_walk {
       const placement want = want_of(v, i);
       ins.push_back(want);
       if (g[u].is_parameter()) {
-        if (!p.strategies[u].output[t].is_replicate() || !want.is_replicate()) {
+        if (!stored(u).is_replicate() || !want.is_replicate()) {
           problem(v, "it takes the parameter " + quoted_text(name(u)) + " as " + to_string(want) + " on " + axis() +
                          ": no parallel style splits a parameter that no linear, embedding or norm holds");
           ok = false;
@@ -1080,7 +1125,7 @@ struct tp_walk {
     const std::vector<vertex_t> ops = operands(g, v);
     std::vector<placement> ins;
     for (std::size_t i = 0; i < ops.size(); ++i)
-      ins.push_back(g[ops[i]].is_parameter() ? p.strategies[ops[i]].output[t] : failed[ops[i]] ? in(v, i) : held[ops[i]]);
+      ins.push_back(g[ops[i]].is_parameter() ? stored(ops[i]) : failed[ops[i]] ? in(v, i) : held[ops[i]]);
     if (!local_kind_ok(v, ins)) return;
     if (kv_of[v] != none && !ops.empty() && kv_sliced[ops[0]]) {  // a key/value chain on the rank's heads
       held[v] = held[ops[0]];
@@ -1122,6 +1167,7 @@ struct tp_walk {
     bool partial_loss = false;
     const bool tp_is_dp = data_parallel_axis(t, false, partial_loss);
     if (tp_is_dp) dp.insert(std::upper_bound(dp.begin(), dp.end(), t), t);
+    for (std::size_t a : dp) out.data_parallel_axes.push_back(static_cast<int>(a));
     plan_fsdp(dp, tp_is_dp);
     if (!out.fsdp && !hf()) {
       std::size_t zero = 0;
@@ -1157,7 +1203,7 @@ struct tp_walk {
     }
     // Parameters no module holds, split on the tensor-parallel axis.
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-      if (!g[v].is_parameter() || p.strategies[v].output[t].is_replicate()) continue;
+      if (!g[v].is_parameter() || stored(v).is_replicate()) continue;
       bool held_by_module = false;
       for (auto [c, i] : consumers(v)) held_by_module = held_by_module || (is_module[c] && i >= 1);
       if (!held_by_module)
@@ -1171,23 +1217,37 @@ struct tp_walk {
   }
 
   /// dtensor: tp_gradient_sums, the parameters whole on tp that a module without a parallel style
-  /// (whose parameters stay plain tensors) computes on a slice of its input's rows over tp.
+  /// (whose parameters stay plain tensors) computes on a slice of its input's rows over tp. A
+  /// parameter FSDP2 stores over tp (fsdp_on_tp) of a training plan must be such a share: its
+  /// reduce-scatter sums over tp, which is right only where each rank's gradient is its slice's
+  /// share.
   void gradient_sums() {
     std::set<std::string> styled;
     for (const tp_module& m : out.modules)
       if (m.style == "ColwiseParallel" || m.style == "RowwiseParallel" || m.style == "SequenceParallel") styled.insert(m.module);
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-      if (!g[v].is_parameter() || !plan_out(v).is_replicate()) continue;
+      const bool fsdp = fsdp_on_tp(v);
+      if (!g[v].is_parameter() || !(plan_out(v).is_replicate() || fsdp)) continue;
       bool share = false;
+      std::optional<vertex_t> whole;  // a consumer computing on the whole rows
       for (auto [c, i] : consumers(v)) {
         if (styled.count(module_name(name(c)))) continue;
         const std::vector<vertex_t> ops = operands(g, c);
-        for (std::size_t j = 0; j < ops.size() && !share; ++j) {
+        bool sliced = false;
+        for (std::size_t j = 0; j < ops.size() && !sliced; ++j) {
           const placement q = in(c, j);
-          share = j != i && !g[ops[j]].is_parameter() && q.is_shard() && q.dim != static_cast<int>(g[ops[j]].shape.rank) - 1;
+          sliced = j != i && !g[ops[j]].is_parameter() && q.is_shard() && q.dim != static_cast<int>(g[ops[j]].shape.rank) - 1;
         }
+        share = share || sliced;
+        if (!sliced && !whole) whole = c;
       }
-      if (share) out.tp_gradient_sums.push_back(name(v));
+      if (!fsdp) {
+        if (share) out.tp_gradient_sums.push_back(name(v));
+      } else if (whole && p.document.pricing.mode == run_mode::training) {
+        problem(v, "stored " + to_string(plan_out(v)) + " on " + axis() + " and gathered whole at each use (ZeRO-3), where " +
+                       quoted_text(name(*whole)) + " computes on whole rows: FSDP2 over " + axis() + " would sum the gradient "
+                       "every rank computes whole (it is right only where each rank computes a slice of the batch or sequence)");
+      }
     }
     if (!out.tp_gradient_sums.empty())
       out.notes.push_back(count_noun(out.tp_gradient_sums.size(), "parameter") + " (tp_gradient_sums, the first " +
@@ -1258,19 +1318,20 @@ inline nlohmann::json to_dtensor_plan(const tp_export& e) {
   }
   for (const auto& [name, ur] : e.meshes) meshes[name] = {{"units", ur.first}, {"replicas", ur.second}};
   nlohmann::json j = detail::mesh_json(e);
+  const auto names = [&](const std::vector<int>& axes) {
+    nlohmann::json a = nlohmann::json::array();
+    for (int x : axes) a.push_back(j["mesh_dim_names"][static_cast<std::size_t>(x)]);
+    return a;
+  };
   nlohmann::json fsdp = nullptr;
   if (e.fsdp) {
-    const auto names = [&](const std::vector<int>& axes) {
-      nlohmann::json a = nlohmann::json::array();
-      for (int x : axes) a.push_back(j["mesh_dim_names"][static_cast<std::size_t>(x)]);
-      return a;
-    };
     fsdp = {{"shard_axes", names(e.fsdp->shard_axes)}, {"replicate_axes", names(e.fsdp->replicate_axes)},
             {"reshard_after_forward", true}, {"shard_dims", e.fsdp->shard_dims}, {"ignored_params", e.fsdp->ignored},
             {"other_storage", e.fsdp->other_storage},
-            {"modules", e.fsdp->modules}};
+            {"modules", e.fsdp->modules}, {"gradient_divide_factor", e.fsdp->gradient_divide_factor}};
   }
-  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 3}, {"plan", plan}, {"meshes", meshes},
+  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 4}, {"plan", plan}, {"meshes", meshes},
+            {"data_parallel_axes", names(e.data_parallel_axes)},
             {"attributes", e.attributes}, {"loss_parallel", e.loss_parallel}, {"fixed_inputs", e.fixed_inputs},
             {"fsdp", fsdp}, {"tp_gradient_sums", e.tp_gradient_sums}, {"notes", e.notes}});
   return j;

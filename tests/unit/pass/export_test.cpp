@@ -144,7 +144,7 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
   REQUIRE(e.problems.empty());
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
   CHECK(j["format"] == "autoshard.dtensor_plan");
-  CHECK(j["version"] == 3);
+  CHECK(j["version"] == 4);
   CHECK(j["fsdp"].is_null());  // no parameter is stored ZeRO-3
   CHECK(j["tp_axis_name"] == "tp");
   CHECK(j["mesh_shape"] == nlohmann::json::array({2, 4}));
@@ -425,6 +425,51 @@ TEST_CASE("export: a rotary model sliced on the batch from its token embedding o
   const auto q = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = heads, .micro_batches = 1, .tie_layers = false});
   CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.0.self_attn.rotary_q' (rotary)",
                  "it runs on a slice of dim 0 (the batch)"));
+}
+
+TEST_CASE("export: ZeRO-3 on the tp axis of a batch sliced from its embedding is FSDP2 over tp, summing the shares") {
+  // The planner's own LLaMA-7B plan on 2x8 H100s, small: the embedding split on its hidden dim
+  // over tp, every layer on a slice of the batch over both axes, weights stored split over tp and
+  // gathered whole at each use. Each tp rank's gradient is its slice's share of one loss: FSDP2
+  // over tp must sum them (divide by the dp ranks only), HSDP's replicate dim over dp.
+  const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
+  std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[R,S(1)]"}, {"model.embed_tokens", "[S(0),S(2)]"}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    pins[pre + "self_attn.attention"] = "[S(0),S(0)]";
+    pins[pre + "mlp.up_proj.weight"] = "[R,S(0)]";
+    pins[pre + "mlp.up_proj"] = "[S(0),S(0)]";
+  }
+  const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = pins, .micro_batches = 1});
+  const autoshard::tp_export e = exported(p, export_target::dtensor);
+  REQUIRE(e.problems.empty());
+  REQUIRE(e.fsdp.has_value());
+  CHECK(e.fsdp->shard_axes == std::vector<int>{1});
+  CHECK(e.fsdp->replicate_axes == std::vector<int>{0});
+  CHECK(e.fsdp->gradient_divide_factor == 2);  // the dp ranks; FSDP2's default would be 4
+  CHECK(e.data_parallel_axes == std::vector<int>{0});
+  CHECK(e.fsdp->shard_dims.at("model.layers.1.mlp.up_proj.weight") == 0);
+  const auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  CHECK(has(e.fsdp->ignored, "model.embed_tokens.weight"));  // its ColwiseParallel's DTensor on tp
+  CHECK_FALSE(has(e.tp_gradient_sums, "model.layers.1.mlp.up_proj.weight"));  // FSDP2's reduce-scatter sums it
+  CHECK(mentions(e.notes, "FSDP2 (fully_shard) over mesh axis 1 (tp)", "set_gradient_divide_factor(2)"));
+  const nlohmann::json j = autoshard::to_dtensor_plan(e);
+  CHECK(j["version"] == 4);
+  CHECK(j["fsdp"]["gradient_divide_factor"] == 2);
+  CHECK(j["data_parallel_axes"] == nlohmann::json::array({"dp"}));
+  // The same weight gathered for a module computing on whole rows over tp: every tp rank's
+  // gradient would be whole, and FSDP2's sum over tp wrong.
+  auto whole = pins;
+  whole.erase("model.embed_tokens");
+  for (int l = 0; l < 2; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    whole[pre + "self_attn.attention"] = "[S(0),S(2)]";
+    whole[pre + "mlp.up_proj"] = "[S(0),R]";
+  }
+  whole["model.embed_tokens.weight"] = "[R,R]";
+  const auto q = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = whole, .micro_batches = 1});
+  CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.0.mlp.up_proj.weight' (parameter)",
+                 "FSDP2 over mesh axis 1 (tp) would sum the gradient every rank computes whole"));
 }
 
 TEST_CASE("export: key/value heads replicated over tp export for inference, refused for training") {

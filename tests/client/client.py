@@ -46,16 +46,17 @@ def apply_dtensor_plan(model, export, device="cpu"):
     for name, attributes in export["attributes"].items():
         for k, v in attributes.items():
             setattr(model.get_submodule(name), k, v)
-    if export.get("fsdp"):  # ZeRO-3 on the data-parallel axes: FSDP2 after the tensor-parallel styles
+    if export.get("fsdp"):  # ZeRO-3: FSDP2 after the tensor-parallel styles
         f = export["fsdp"]
-        mesh = fsdp_meshes(root, f)
-        for name in f["modules"]:  # the layers, then the model itself
-            dims = {id(param_of(model, n)): d for n, d in f["shard_dims"].items()}
-            unit = fully_shard(model.get_submodule(module_of(model, name)) if name else model, mesh=mesh,
+        dims = {id(param_of(model, n)): d for n, d in f["shard_dims"].items()}
+        ignored = {param_of(model, n) for n in f["ignored_params"]}
+        for u in f["units"]:  # innermost first, the model last
+            mesh = fsdp_mesh(root, u)
+            unit = fully_shard(model.get_submodule(module_of(model, u["module"])) if u["module"] else model, mesh=mesh,
                                reshard_after_forward=f["reshard_after_forward"],
                                shard_placement_fn=lambda p: Shard(dims[id(p)]) if id(p) in dims else None,
-                               ignored_params={param_of(model, n) for n in f["ignored_params"]})
-            if f["gradient_divide_factor"] != mesh.size():  # FSDP2 over tp too: the tp ranks' shares sum
+                               ignored_params=ignored)
+            if f["gradient_divide_factor"] != mesh.size():  # sharded over tp too: the tp ranks' shares sum
                 unit.set_gradient_divide_factor(float(f["gradient_divide_factor"]))
                 unit.set_force_sum_reduction_for_comms(True)  # Gloo has no PREMUL_SUM
     return root
@@ -66,15 +67,14 @@ def flat_mesh(root, axes, name):
     return root[axes[0]] if len(axes) == 1 else root[tuple(axes)]._flatten(name)
 
 
-def fsdp_meshes(root, f):
-    """FSDP2's mesh on `root` (the export's mesh): its shard axes flattened in mesh order, after
-    HSDP's replicate axes flattened when there are any."""
-    shard = flat_mesh(root, f["shard_axes"], "fsdp_shard")
-    if not f["replicate_axes"]:
+def fsdp_mesh(root, u):
+    """FSDP2's mesh on `root` (the export's mesh) for unit `u`: its shard axes flattened in mesh
+    order, after HSDP's replicate axes flattened when there are any."""
+    shard_name, rep_name = "_".join(u["shard_axes"]), "_".join(u["replicate_axes"])
+    shard = flat_mesh(root, u["shard_axes"], shard_name)
+    if not u["replicate_axes"]:
         return shard
-    flat_mesh(root, f["replicate_axes"], "fsdp_replicate")
-    rep_name = f["replicate_axes"][0] if len(f["replicate_axes"]) == 1 else "fsdp_replicate"
-    shard_name = f["shard_axes"][0] if len(f["shard_axes"]) == 1 else "fsdp_shard"
+    flat_mesh(root, u["replicate_axes"], rep_name)
     return root[rep_name, shard_name]
 
 

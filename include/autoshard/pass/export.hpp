@@ -68,28 +68,34 @@ struct tp_module {
   std::string mesh = {};  ///< dtensor: "" for the tensor-parallel mesh, else one of tp_export::meshes
 };
 
-/// dtensor: FSDP2 (`torch.distributed.fsdp.fully_shard`) over the data-parallel mesh axes where
-/// the plan stores parameters split and gathers them whole at each use (ZeRO-3), applied after
-/// the tensor-parallel styles, as TorchTitan composes them.
-struct fsdp_export {
-  std::vector<int> shard_axes;      ///< the mesh axes FSDP shards over (flattened in mesh order)
+/// dtensor: one `fully_shard` call: a module and the mesh axes FSDP2 shards its parameters over.
+struct fsdp_unit {
+  std::string module;               ///< the model's module name ("model.layers.3"); "" the model itself
+  std::vector<int> shard_axes;      ///< the mesh axes it shards over (flattened in mesh order)
   std::vector<int> replicate_axes;  ///< the other data-parallel axes: HSDP's replicate dim (empty: none)
+};
+
+/// dtensor: FSDP2 (`torch.distributed.fsdp.fully_shard`) over the mesh axes where the plan
+/// stores parameters split and gathers them whole at each use (ZeRO-3), applied after the
+/// tensor-parallel styles, as TorchTitan composes them.
+struct fsdp_export {
+  /// the modules to `fully_shard`, innermost first: each layer (or, where its parameters are
+  /// stored over different axes, each of its submodules whose are not), then "" (the model
+  /// itself, which takes the rest)
+  std::vector<fsdp_unit> units;
   /// parameter (the plan's name) -> the dim FSDP shards it on (`shard_placement_fn`: Shard(d))
   std::map<std::string, int> shard_dims;
-  /// parameters the plan keeps whole on the shard axes (`ignored_params`): FSDP leaves their
-  /// gradients each rank's own, to be averaged over the data-parallel ranks as DDP does
+  /// parameters the plan keeps whole on every data-parallel axis, and the styles' own on tp
+  /// (`ignored_params`): FSDP leaves their gradients each rank's own, to be averaged over the
+  /// data-parallel ranks as DDP does
   std::vector<std::string> ignored;
   /// parameters FSDP2 holds other blocks of on each rank than the plan stores (the plan splits
-  /// them over only some shard axes, on several dims, or on their tensor-parallel dim): the
-  /// same numbers, other storage
+  /// them on several dims, or on their tensor-parallel dim): the same numbers, other storage
   std::vector<std::string> other_storage;
-  /// the modules to `fully_shard`, innermost first: each layer holding a sharded parameter, then
-  /// "" (the model itself, which takes the rest)
-  std::vector<std::string> modules;
   /// what FSDP2 divides its reduced gradients by (`set_gradient_divide_factor`): the
-  /// data-parallel ranks among its axes. Its world (the default) where only the batch is split
-  /// there; without the tp axis's ranks where it shards over tp too: those compute on slices of
-  /// one loss, whose shares sum.
+  /// data-parallel ranks. Its world (the default) where a unit only splits the batch; without
+  /// the tp axis's ranks where it shards over tp too: those compute on slices of one loss,
+  /// whose shares sum.
   int gradient_divide_factor = 1;
 };
 
@@ -399,95 +405,102 @@ struct tp_walk {
     return dp;
   }
 
-  /// dtensor: FSDP2 over the data-parallel axes `dp` (sorted) where some parameter is stored
-  /// ZeRO-3, and over the tp axis too where some is stored split there and gathered whole at
-  /// each use (fsdp_on_tp); the other data-parallel axes are HSDP's replicate dim. FSDP2 shards
-  /// every parameter it manages on one dim over all of its shard axes (Shard(d), chunked as the
-  /// plan splits): a parameter the plan stores so gets that dim; one it keeps whole there, or
-  /// a style's on tp, is left out (ignored_params). One the plan splits otherwise there (over
-  /// some of the axes only, on several dims, or on the dim its tensor-parallel split takes,
-  /// where FSDP2 shards each tensor-parallel shard again, the tp axis outer) gets the dim it is
-  /// split on first: the same numbers, other blocks on each rank (other_storage), said in a note.
+  /// dtensor: FSDP2 for the parameters the plan stores ZeRO-3: split on a data-parallel axis of
+  /// `dp` (sorted), or on tp where gathered whole at each use there (fsdp_on_tp), its axes. It
+  /// shards each over exactly its axes (Shard(d), chunked as the plan splits), HSDP's replicate
+  /// dim the other data-parallel axes; one the plan keeps whole, or a style's on tp, is left out
+  /// (ignored_params). One the plan splits on several dims there, or on the dim its
+  /// tensor-parallel split takes (where FSDP2 shards each tensor-parallel shard again, the tp
+  /// axis outer), gets the dim it is split on first: the same numbers, other blocks on each rank
+  /// (other_storage), said in a note. A `fully_shard` unit holds parameters of one set of axes:
+  /// each layer, or where its parameters differ (attention ZeRO-3 over tp, the MLP's over dp
+  /// beside its tensor-parallel split) the largest submodules whose do not, then the model.
   /// Over tp, FSDP2's reduce-scatter sums the ranks' gradients, each its slice's share of one
-  /// loss (checked here): it divides by the data-parallel ranks only (gradient_divide_factor).
+  /// loss (gradient_sums checks): it divides by the data-parallel ranks only
+  /// (gradient_divide_factor).
   void plan_fsdp(const std::vector<std::size_t>& dp, bool tp_is_dp) {
     if (hf()) return;
     fsdp_export f;
-    std::vector<std::size_t> axes = dp;
-    bool on_tp = false;
-    for (vertex_t v = 0; v < boost::num_vertices(g) && !tp_is_dp && !on_tp; ++v) on_tp = fsdp_on_tp(v);
-    if (on_tp) axes.insert(std::upper_bound(axes.begin(), axes.end(), t), t);
-    for (std::size_t a : axes) {
-      bool zero3 = a == t && on_tp;
-      for (vertex_t v = 0; v < boost::num_vertices(g) && !zero3; ++v) zero3 = g[v].is_parameter() && gathered_on_use(v, a);
-      (zero3 ? f.shard_axes : f.replicate_axes).push_back(static_cast<int>(a));
-    }
-    if (f.shard_axes.empty()) return;
-    f.gradient_divide_factor = 1;
-    for (std::size_t a : axes) f.gradient_divide_factor *= on_tp && a == t ? 1 : p.mesh().size(a);
-    std::string names;
-    for (int a : f.shard_axes) names += (names.empty() ? "" : " and ") + p.mesh().axis_label(static_cast<std::size_t>(a));
-    std::size_t whole_zero = 0, finer = 0;
+    std::map<std::string, std::vector<int>> key;  // FSDP2's parameters -> their axes
+    std::map<std::string, vertex_t> vertex_of;
+    std::vector<std::string> order;
+    std::map<std::vector<int>, std::size_t> per_key;
+    std::size_t whole_zero = 0;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       if (!g[v].is_parameter()) continue;
-      std::size_t split = 0;
+      std::vector<int> k;
       std::optional<int> dim;
-      bool one_dim = true, styled = false;
-      for (int a : f.shard_axes) {
-        const placement s = p.strategies[v].output[static_cast<std::size_t>(a)];
-        if (!s.is_shard()) continue;
-        if (on_tp && static_cast<std::size_t>(a) == t && !fsdp_on_tp(v)) {  // a style's DTensor on tp, not FSDP2's
-          styled = true;
-          continue;
-        }
-        ++split;
+      bool one_dim = true;
+      for (std::size_t a = 0; a < p.mesh().ndim(); ++a) {
+        const bool data_parallel = std::find(dp.begin(), dp.end(), a) != dp.end();
+        const placement s = p.strategies[v].output[a];
+        if (!(data_parallel ? s.is_shard() : a == t && fsdp_on_tp(v))) continue;
+        k.push_back(static_cast<int>(a));
         one_dim = one_dim && (!dim || *dim == s.dim);
         if (!dim) dim = s.dim;
       }
-      if (styled && split > 0) {
-        problem(v, "stored " + to_string(p.strategies[v].output) + ": split by its parallel style on " + axis() +
-                       " and ZeRO-3 on another axis, where FSDP2 also shards over " + axis() +
-                       " (its ZeRO-3 parameters there): FSDP2 cannot shard a tensor-parallel parameter again over its own tp axis");
-        continue;
-      }
-      if (split == 0) {
+      if (k.empty()) {
         f.ignored.push_back(name(v));
         whole_zero += p.strategies[v].zero_stage > 0;
         continue;
       }
+      key[name(v)] = k;
+      vertex_of[name(v)] = v;
+      order.push_back(name(v));
+      ++per_key[k];
       f.shard_dims[name(v)] = *dim;
-      if (split != f.shard_axes.size() || !one_dim || (!tp_is_dp && stored(v).is_shard(*dim))) {
-        f.other_storage.push_back(name(v));
-        finer += split != f.shard_axes.size();
-      }
-      const std::string l = layer_of(name(v));
-      if (!l.empty() && std::find(f.modules.begin(), f.modules.end(), l) == f.modules.end()) f.modules.push_back(l);
+      if (!one_dim || (!tp_is_dp && stored(v).is_shard(*dim))) f.other_storage.push_back(name(v));
     }
-    f.modules.push_back("");
+    if (key.empty()) return;
+    f.gradient_divide_factor = 1;
+    for (std::size_t a : dp) f.gradient_divide_factor *= p.mesh().size(a);
+    std::map<std::string, std::vector<std::string>> by_layer;
+    std::vector<std::string> layers_in_order, rest;
+    for (const std::string& n : order) {
+      const std::string l = layer_of(n);
+      if (l.empty()) {
+        rest.push_back(n);
+        continue;
+      }
+      if (!by_layer.count(l)) layers_in_order.push_back(l);
+      by_layer[l].push_back(n);
+    }
+    for (const std::string& l : layers_in_order) fsdp_units(f, l, by_layer[l], key, vertex_of, dp);
+    fsdp_units(f, "", rest, key, vertex_of, dp);
+    const auto axes_text = [&](const std::vector<int>& axes) {
+      std::string text;
+      for (int a : axes) text += (text.empty() ? "" : " and ") + p.mesh().axis_label(static_cast<std::size_t>(a));
+      return text;
+    };
     const bool training = p.document.pricing.mode == run_mode::training;
-    out.notes.push_back("FSDP2 (fully_shard) over " + names + " for the " + count_noun(f.shard_dims.size(), "parameter") +
-                        " the plan stores split there and gathers whole at each use (ZeRO-3)" +
-                        (f.replicate_axes.empty() ? std::string() : ", replicated over the other data-parallel axes (HSDP)") +
+    bool over_tp = false;
+    std::string how;
+    for (const auto& [k, count] : per_key) {
+      std::vector<int> replicate;
+      for (std::size_t a : dp)
+        if (std::find(k.begin(), k.end(), static_cast<int>(a)) == k.end()) replicate.push_back(static_cast<int>(a));
+      over_tp = over_tp || (!tp_is_dp && std::find(k.begin(), k.end(), static_cast<int>(t)) != k.end());
+      how += std::string(how.empty() ? "" : "; ") + "over " + axes_text(k) + " for " + std::to_string(count) +
+             (replicate.empty() ? std::string() : ", replicated over " + axes_text(replicate) + " (HSDP)");
+    }
+    out.notes.push_back("FSDP2 (fully_shard, " + count_noun(f.units.size(), "unit") + ") for the " +
+                        count_noun(f.shard_dims.size(), "parameter") + " the plan stores split and gathers whole at each use "
+                        "(ZeRO-3): " + how +
                         (!training ? std::string() : "; it averages their gradients over the data-parallel ranks") +
-                        (on_tp && training ? " and sums them over " + axis() + ", whose ranks each compute a slice of one loss: "
-                                 "set_gradient_divide_factor(" + std::to_string(f.gradient_divide_factor) + ") on each module "
-                                 "fully_shard returns (on Gloo, which lacks NCCL's PREMUL_SUM, with "
-                                 "set_force_sum_reduction_for_comms(True))"
-                               : std::string()));
+                        (over_tp && training ? " and sums them over " + axis() + ", whose ranks each compute a slice of one "
+                                               "loss: set_gradient_divide_factor(" + std::to_string(f.gradient_divide_factor) +
+                                               ") on each unit whose mesh holds " + axis() + " (on Gloo, which lacks NCCL's "
+                                               "PREMUL_SUM, with set_force_sum_reduction_for_comms(True))"
+                                             : std::string()));
     if (!f.other_storage.empty())
       out.notes.push_back(count_noun(f.other_storage.size(), "parameter") + " (other_storage, the first " +
-                          quoted_text(f.other_storage.front()) + ") the plan splits otherwise on " + names +
-                          ": FSDP2 shards each on one dim over all of them" +
-                          (tp_is_dp || on_tp ? std::string()
-                                             : " (each tensor-parallel shard again where that dim is split over " + axis() + ")") +
-                          " and so holds other blocks on each rank than the plan stores" +
-                          (finer ? " (" + std::to_string(finer) + " of them more finely)" : std::string()) +
-                          ": the same numbers; `autoshard shard --plan` files are not its shards (load the whole "
-                          "checkpoint before fully_shard)");
+                          quoted_text(f.other_storage.front()) + ") the plan splits on several dims, or on the dim of its "
+                          "tensor-parallel split: FSDP2 shards each on one dim (each tensor-parallel shard again, " + axis() +
+                          " outer) and so holds other blocks on each rank than the plan stores: the same numbers; "
+                          "`autoshard shard --plan` files are not its shards (load the whole checkpoint before fully_shard)");
     if (!f.ignored.empty())
-      out.notes.push_back(count_noun(f.ignored.size(), "parameter") + " the plan keeps whole on " + names +
-                          (on_tp ? " or its parallel style splits on " + axis() : std::string()) +
-                          " (ignored_params)" +
+      out.notes.push_back(count_noun(f.ignored.size(), "parameter") + " the plan keeps whole on every data-parallel axis" +
+                          (over_tp ? " or its parallel style splits on " + axis() : std::string()) + " (ignored_params)" +
                           (!training ? std::string()
                                      : ": FSDP2 leaves their gradients each rank's own; average them over the data-parallel "
                                        "ranks as DDP does") +
@@ -495,6 +508,49 @@ struct tp_walk {
                                         "ZeroRedundancyOptimizer)"
                                       : std::string()));
     out.fsdp = std::move(f);
+  }
+
+  /// dtensor: the fully_shard units for `params` (FSDP2's, their axes in `key`) under module
+  /// `prefix` ("" the model), innermost first: the module itself where they share their axes,
+  /// else each child module that holds some, recursively, then the module for its own. The
+  /// model is always a unit (FSDP2's root).
+  void fsdp_units(fsdp_export& f, const std::string& prefix, const std::vector<std::string>& params,
+                  const std::map<std::string, std::vector<int>>& key, const std::map<std::string, vertex_t>& vertex_of,
+                  const std::vector<std::size_t>& dp) {
+    std::set<std::vector<int>> keys;
+    for (const std::string& n : params) keys.insert(key.at(n));
+    std::vector<std::string> own;
+    if (keys.size() <= 1) {
+      own = params;
+    } else {
+      std::map<std::string, std::vector<std::string>> child;
+      std::vector<std::string> children;
+      for (const std::string& n : params) {
+        const std::size_t dot = n.find('.', prefix.empty() ? 0 : prefix.size() + 1);
+        if (dot == std::string::npos) {
+          own.push_back(n);
+          continue;
+        }
+        const std::string c = n.substr(0, dot);
+        if (!child.count(c)) children.push_back(c);
+        child[c].push_back(n);
+      }
+      for (const std::string& c : children) fsdp_units(f, c, child[c], key, vertex_of, dp);
+    }
+    if (own.empty() && !prefix.empty()) return;
+    std::set<std::vector<int>> mine;
+    for (const std::string& n : own) mine.insert(key.at(n));
+    if (mine.size() > 1) {
+      problem(vertex_of.at(own.front()), "stored ZeRO-3 over other mesh axes than another parameter of " +
+                                             quoted_text(prefix.empty() ? std::string("the model") : prefix) +
+                                             ": FSDP2 shards the parameters of one module over one mesh");
+      return;
+    }
+    fsdp_unit u{prefix, mine.empty() ? f.units.front().shard_axes : *mine.begin(), {}};
+    for (std::size_t a : dp)
+      if (std::find(u.shard_axes.begin(), u.shard_axes.end(), static_cast<int>(a)) == u.shard_axes.end())
+        u.replicate_axes.push_back(static_cast<int>(a));
+    f.units.push_back(std::move(u));
   }
 
   /// The consumers of v as (consumer, operand index).
@@ -1325,10 +1381,12 @@ inline nlohmann::json to_dtensor_plan(const tp_export& e) {
   };
   nlohmann::json fsdp = nullptr;
   if (e.fsdp) {
-    fsdp = {{"shard_axes", names(e.fsdp->shard_axes)}, {"replicate_axes", names(e.fsdp->replicate_axes)},
-            {"reshard_after_forward", true}, {"shard_dims", e.fsdp->shard_dims}, {"ignored_params", e.fsdp->ignored},
-            {"other_storage", e.fsdp->other_storage},
-            {"modules", e.fsdp->modules}, {"gradient_divide_factor", e.fsdp->gradient_divide_factor}};
+    nlohmann::json units = nlohmann::json::array();
+    for (const fsdp_unit& u : e.fsdp->units)
+      units.push_back({{"module", u.module}, {"shard_axes", names(u.shard_axes)}, {"replicate_axes", names(u.replicate_axes)}});
+    fsdp = {{"units", units}, {"reshard_after_forward", true}, {"shard_dims", e.fsdp->shard_dims},
+            {"ignored_params", e.fsdp->ignored}, {"other_storage", e.fsdp->other_storage},
+            {"gradient_divide_factor", e.fsdp->gradient_divide_factor}};
   }
   j.update({{"format", "autoshard.dtensor_plan"}, {"version", 4}, {"plan", plan}, {"meshes", meshes},
             {"data_parallel_axes", names(e.data_parallel_axes)},

@@ -320,8 +320,11 @@ TEST_CASE("export: ZeRO-3 on data-parallel axes is FSDP2 in the DTensor export, 
     const autoshard::tp_export e = exported(p, export_target::dtensor);
     REQUIRE(e.problems.empty());
     REQUIRE(e.fsdp.has_value());
-    CHECK(e.fsdp->shard_axes == std::vector<int>{0});
-    CHECK(e.fsdp->replicate_axes.empty());
+    REQUIRE(e.fsdp->units.size() == 3);  // the layers, then the model
+    for (const autoshard::fsdp_unit& u : e.fsdp->units) {
+      CHECK(u.shard_axes == std::vector<int>{0});
+      CHECK(u.replicate_axes.empty());
+    }
     CHECK(e.modules.empty());  // no tensor parallelism
     // Every parameter is FSDP's (on the dim the plan stores it split on) or left whole; the
     // layers first, the model last.
@@ -340,12 +343,16 @@ TEST_CASE("export: ZeRO-3 on data-parallel axes is FSDP2 in the DTensor export, 
     CHECK(e.fsdp->shard_dims.size() + e.fsdp->ignored.size() == params);
     CHECK(e.fsdp->other_storage.empty());
     CHECK(e.fsdp->shard_dims.count("model.layers.1.mlp.up_proj.weight") == 1);
-    CHECK(e.fsdp->modules == std::vector<std::string>{"model.layers.0", "model.layers.1", ""});
-    CHECK(mentions(e.notes, "FSDP2 (fully_shard) over mesh axis 0", "ZeRO-3"));
+    CHECK(e.fsdp->units[0].module == "model.layers.0");
+    CHECK(e.fsdp->units[1].module == "model.layers.1");
+    CHECK(e.fsdp->units[2].module == "");
+    CHECK(e.fsdp->gradient_divide_factor == 4);  // FSDP2's default: only the batch is split
+    CHECK(mentions(e.notes, "FSDP2 (fully_shard, 3 units)", "ZeRO-3): over mesh axis 0 for 21"));
     const nlohmann::json j = autoshard::to_dtensor_plan(e);
-    CHECK(j["fsdp"]["shard_axes"] == nlohmann::json::array({"tp"}));
+    CHECK(j["fsdp"]["units"][0]["shard_axes"] == nlohmann::json::array({"tp"}));
     CHECK(j["fsdp"]["reshard_after_forward"] == true);
-    CHECK(j["fsdp"]["modules"].back() == "");
+    CHECK(j["fsdp"]["units"].back()["module"] == "");
+    CHECK(j["data_parallel_axes"] == nlohmann::json::array({"tp"}));
     // transformers' tp_plan has no FSDP of its own to say it with.
     const autoshard::tp_export h = exported(p, export_target::hf);
     CHECK(mentions(h.problems, "'model.layers.1.mlp.up_proj' (linear)", "the DTensor export writes that as FSDP2"));
@@ -363,11 +370,14 @@ TEST_CASE("export: ZeRO-3 on data-parallel axes is FSDP2 in the DTensor export, 
     const autoshard::tp_export e = exported(q, export_target::dtensor);
     REQUIRE(e.problems.empty());
     REQUIRE(e.fsdp.has_value());
-    CHECK(e.fsdp->shard_axes == std::vector<int>{0});
+    REQUIRE(e.fsdp->units.size() == 2);
+    CHECK(e.fsdp->units[0].module == "model.layers.1");
+    CHECK(e.fsdp->units[0].shard_axes == std::vector<int>{0});
+    CHECK(e.fsdp->units[1].module == "");
+    CHECK(e.fsdp->units[1].shard_axes == std::vector<int>{0});  // no parameter of its own: the first unit's mesh
     CHECK(e.fsdp->shard_dims == std::map<std::string, int>{{"model.layers.1.mlp.up_proj.weight", 1}});
-    CHECK(e.fsdp->modules == std::vector<std::string>{"model.layers.1", ""});
     CHECK(e.fsdp->other_storage.empty());
-    CHECK(mentions(e.notes, "parameters the plan keeps whole on mesh axis 0 (dp)", "average them"));
+    CHECK(mentions(e.notes, "parameters the plan keeps whole on every data-parallel axis (ignored_params)", "average them"));
     CHECK(e.modules.size() > 0);  // the tensor-parallel styles stay
   }
   {  // Out-features over dp (outer) and tp: FSDP2 shards each rank's tensor-parallel shard again
@@ -444,15 +454,19 @@ TEST_CASE("export: ZeRO-3 on the tp axis of a batch sliced from its embedding is
   const autoshard::tp_export e = exported(p, export_target::dtensor);
   REQUIRE(e.problems.empty());
   REQUIRE(e.fsdp.has_value());
-  CHECK(e.fsdp->shard_axes == std::vector<int>{1});
-  CHECK(e.fsdp->replicate_axes == std::vector<int>{0});
+  REQUIRE(e.fsdp->units.size() == 3);
+  for (const autoshard::fsdp_unit& u : e.fsdp->units) {
+    CHECK(u.shard_axes == std::vector<int>{1});
+    CHECK(u.replicate_axes == std::vector<int>{0});
+  }
   CHECK(e.fsdp->gradient_divide_factor == 2);  // the dp ranks; FSDP2's default would be 4
   CHECK(e.data_parallel_axes == std::vector<int>{0});
   CHECK(e.fsdp->shard_dims.at("model.layers.1.mlp.up_proj.weight") == 0);
   const auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   CHECK(has(e.fsdp->ignored, "model.embed_tokens.weight"));  // its ColwiseParallel's DTensor on tp
   CHECK_FALSE(has(e.tp_gradient_sums, "model.layers.1.mlp.up_proj.weight"));  // FSDP2's reduce-scatter sums it
-  CHECK(mentions(e.notes, "FSDP2 (fully_shard) over mesh axis 1 (tp)", "set_gradient_divide_factor(2)"));
+  CHECK(mentions(e.notes, "FSDP2 (fully_shard, 3 units)", "over mesh axis 1 (tp) for 2, replicated over mesh axis 0 (dp) (HSDP)"));
+  CHECK(mentions(e.notes, "FSDP2 (fully_shard, 3 units)", "set_gradient_divide_factor(2)"));
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
   CHECK(j["version"] == 4);
   CHECK(j["fsdp"]["gradient_divide_factor"] == 2);
@@ -470,6 +484,49 @@ TEST_CASE("export: ZeRO-3 on the tp axis of a batch sliced from its embedding is
   const auto q = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = whole, .micro_batches = 1});
   CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.0.mlp.up_proj.weight' (parameter)",
                  "FSDP2 over mesh axis 1 (tp) would sum the gradient every rank computes whole"));
+}
+
+TEST_CASE("export: a layer whose parameters are ZeRO-3 over different axes is several FSDP2 units") {
+  // The planner's own LLaMA-70B plan on 8x8 H100s, small: the attention on a slice of the batch
+  // over both axes, its weights ZeRO-3 over tp (gathered whole at each use); the MLP
+  // tensor-parallel on tp, its weights ZeRO-3 over dp besides. FSDP2 cannot shard the MLP's
+  // tensor-parallel weights over tp again: each submodule is a unit over its own axes.
+  const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
+  std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[R,S(1)]"}, {"model.embed_tokens", "[S(0),S(2)]"}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    pins[pre + "self_attn.attention"] = "[S(0),S(0)]";
+    for (const char* w : {"q_proj", "k_proj", "v_proj"}) {
+      pins[pre + "self_attn." + w + ".weight"] = "[R,S(0)]";
+      pins[pre + "self_attn." + w] = "[S(0),S(0)]";
+    }
+    pins[pre + "self_attn.o_proj.weight"] = "[R,S(1)]";
+    pins[pre + "self_attn.o_proj"] = "[S(0),S(0)]";
+    for (const char* w : {"gate_proj", "up_proj"}) {
+      pins[pre + "mlp." + w + ".weight"] = "[S(1),S(0)]";
+      pins[pre + "mlp." + w] = "[S(0),S(2)]";
+    }
+    pins[pre + "mlp.down_proj.weight"] = "[S(0),S(1)]";
+    for (const char* o : {"input_layernorm", "self_attn.residual", "post_attention_layernorm", "mlp.residual"}) pins[pre + o] = "[S(0),S(0)]";
+  }
+  const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = pins, .micro_batches = 1});
+  const autoshard::tp_export e = exported(p, export_target::dtensor);
+  REQUIRE(e.problems.empty());
+  REQUIRE(e.fsdp.has_value());
+  std::map<std::string, autoshard::fsdp_unit> units;
+  for (const autoshard::fsdp_unit& u : e.fsdp->units) units[u.module] = u;
+  CHECK(e.fsdp->units.back().module == "");
+  REQUIRE(units.count("model.layers.1.self_attn") == 1);
+  REQUIRE(units.count("model.layers.1.mlp") == 1);
+  CHECK(units.count("model.layers.1") == 0);  // its parameters differ: its submodules are the units
+  CHECK(units["model.layers.1.self_attn"].shard_axes == std::vector<int>{1});
+  CHECK(units["model.layers.1.self_attn"].replicate_axes == std::vector<int>{0});
+  CHECK(units["model.layers.1.mlp"].shard_axes == std::vector<int>{0});
+  CHECK(units["model.layers.1.mlp"].replicate_axes.empty());
+  CHECK(e.fsdp->gradient_divide_factor == 2);  // the attention's unit sums over tp; the MLP's world is dp's 2 anyway
+  CHECK(e.fsdp->shard_dims.at("model.layers.1.mlp.gate_proj.weight") == 1);
+  CHECK(e.fsdp->shard_dims.at("model.layers.1.self_attn.o_proj.weight") == 1);
+  CHECK(mentions(e.notes, "FSDP2 (fully_shard, ", "over mesh axis 0 (dp) for 6; over mesh axis 1 (tp) for 8, replicated"));
 }
 
 TEST_CASE("export: key/value heads replicated over tp export for inference, refused for training") {

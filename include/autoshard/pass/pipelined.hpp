@@ -338,11 +338,14 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   probe.tp_axis = sub.tp_axis;
   detail::check_pipeline_shape(c.pp, batch / step_batch);  // before anything is sized by it
   probe.micro_batches = static_cast<int>(batch / step_batch);
-  // Priced as the step runs it: m micro-steps of the graph, each parameter's gradient synced
-  // once (accumulated) or at every micro-step (ZeRO-2), so the stage ILP weighs a micro-step's
-  // passes m times against a once-per-step sync (price_units takes one micro-batch's share).
+  // Priced as the pipelined step runs it: each stage's micro-step passes fill m + p - 1 slots of
+  // the schedule (its m micro-batches and the bubble, which lasts as long as p - 1 of the
+  // slowest stage's), each parameter's gradient synced once after the flush (accumulated) or
+  // in every micro-step's backward (ZeRO-2), so the stage ILP weighs a micro-step's passes,
+  // their own collectives included, m + p - 1 times against the once-per-step sync.
+  // price_units takes one slot's share, so each unit's time per micro-batch is the same.
   step_pricing p = pricing;
-  p.micro_batches = probe.micro_batches;
+  p.micro_batches = probe.micro_batches + c.pp - 1;
   p.micro_batch = 0;
   p.recompute = recompute_policy::choose;  // every variant: each solve masks the one it prices
   probe.model = std::make_shared<detail::micro_step_model>(with_layers(with_batch_seq(g, step_batch, 0), 2), sub.mesh, p,
@@ -730,8 +733,8 @@ class pipeline_pricer {
   /// Each stage takes the fastest plan for its layers, whatever its memory. Under alpa,
   /// Megatron-LM's layout (a subset of its strategies, storing the optimizer state sharded) is
   /// priced on the same stage model too, and the faster step within the budget kept: the stage
-  /// ILP weighs a micro-step's passes m times against the once-per-step gradient sync, where
-  /// the pipelined step runs them m + p - 1 times with the boundaries' sends between, so its
+  /// ILP weighs a micro-step's passes m + p - 1 times against the once-per-step gradient sync,
+  /// but the pipelined step also holds the boundaries' sends and the stages' imbalance, so its
   /// choice can be the slower step (the small GPT-2 of docs/pipelines.md at pp 2, tp 1, dp 4:
   /// Megatron-LM's layout 235.3 us, faster than the ILP's). alpa's search never loses to
   /// Megatron-LM's layout on a configuration.

@@ -437,19 +437,26 @@ TEST_CASE("export: a rotary model sliced on the batch from its token embedding o
                  "it runs on a slice of dim 0 (the batch)"));
 }
 
+// Pins for the small LLaMA on dp=2,tp=2 as the planner's plans for LLaMA on two or more nodes:
+// the embedding split on its hidden dim over tp, the attention on a slice of the batch over
+// both axes; `per_layer` adds each layer's own ("model.layers.N." prefixed).
+std::map<std::string, std::string> batch_sliced_on_tp(const std::map<std::string, std::string>& per_layer) {
+  std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[R,S(1)]"}, {"model.embed_tokens", "[S(0),S(2)]"}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    pins[pre + "self_attn.attention"] = "[S(0),S(0)]";
+    for (const auto& [name, spec] : per_layer) pins[pre + name] = spec;
+  }
+  return pins;
+}
+
 TEST_CASE("export: ZeRO-3 on the tp axis of a batch sliced from its embedding is FSDP2 over tp, summing the shares") {
   // The planner's own LLaMA-7B plan on 2x8 H100s, small: the embedding split on its hidden dim
   // over tp, every layer on a slice of the batch over both axes, weights stored split over tp and
   // gathered whole at each use. Each tp rank's gradient is its slice's share of one loss: FSDP2
   // over tp must sum them (divide by the dp ranks only), HSDP's replicate dim over dp.
   const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
-  std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[R,S(1)]"}, {"model.embed_tokens", "[S(0),S(2)]"}};
-  for (int l = 0; l < 2; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
-    pins[pre + "self_attn.attention"] = "[S(0),S(0)]";
-    pins[pre + "mlp.up_proj.weight"] = "[R,S(0)]";
-    pins[pre + "mlp.up_proj"] = "[S(0),S(0)]";
-  }
+  const auto pins = batch_sliced_on_tp({{"mlp.up_proj.weight", "[R,S(0)]"}, {"mlp.up_proj", "[S(0),S(0)]"}});
   const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = pins, .micro_batches = 1});
   const autoshard::tp_export e = exported(p, export_target::dtensor);
   REQUIRE(e.problems.empty());
@@ -492,23 +499,16 @@ TEST_CASE("export: a layer whose parameters are ZeRO-3 over different axes is se
   // tensor-parallel on tp, its weights ZeRO-3 over dp besides. FSDP2 cannot shard the MLP's
   // tensor-parallel weights over tp again: each submodule is a unit over its own axes.
   const auto g = autoshard::build_llama(small_llama(autoshard::run_mode::training, 2));
-  std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[R,S(1)]"}, {"model.embed_tokens", "[S(0),S(2)]"}};
-  for (int l = 0; l < 2; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
-    pins[pre + "self_attn.attention"] = "[S(0),S(0)]";
-    for (const char* w : {"q_proj", "k_proj", "v_proj"}) {
-      pins[pre + "self_attn." + w + ".weight"] = "[R,S(0)]";
-      pins[pre + "self_attn." + w] = "[S(0),S(0)]";
-    }
-    pins[pre + "self_attn.o_proj.weight"] = "[R,S(1)]";
-    pins[pre + "self_attn.o_proj"] = "[S(0),S(0)]";
-    for (const char* w : {"gate_proj", "up_proj"}) {
-      pins[pre + "mlp." + w + ".weight"] = "[S(1),S(0)]";
-      pins[pre + "mlp." + w] = "[S(0),S(2)]";
-    }
-    pins[pre + "mlp.down_proj.weight"] = "[S(0),S(1)]";
-    for (const char* o : {"input_layernorm", "self_attn.residual", "post_attention_layernorm", "mlp.residual"}) pins[pre + o] = "[S(0),S(0)]";
+  std::map<std::string, std::string> layer{{"self_attn.o_proj.weight", "[R,S(1)]"}, {"mlp.down_proj.weight", "[S(0),S(1)]"}};
+  for (const char* w : {"q_proj", "k_proj", "v_proj"}) layer[std::string("self_attn.") + w + ".weight"] = "[R,S(0)]";
+  for (const char* w : {"gate_proj", "up_proj"}) {
+    layer[std::string("mlp.") + w + ".weight"] = "[S(1),S(0)]";
+    layer[std::string("mlp.") + w] = "[S(0),S(2)]";
   }
+  for (const char* o : {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                        "self_attn.residual", "post_attention_layernorm", "mlp.residual"})
+    layer[o] = "[S(0),S(0)]";
+  const auto pins = batch_sliced_on_tp(layer);
   const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"}, .pins = pins, .micro_batches = 1});
   const autoshard::tp_export e = exported(p, export_target::dtensor);
   REQUIRE(e.problems.empty());

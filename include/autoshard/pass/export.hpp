@@ -546,7 +546,9 @@ struct tp_walk {
                                              ": FSDP2 shards the parameters of one module over one mesh");
       return;
     }
-    fsdp_unit u{prefix, mine.empty() ? f.units.front().shard_axes : *mine.begin(), {}};
+    // The model with no parameter of its own: the first unit's mesh (none where every unit
+    // below was refused, a problem already).
+    fsdp_unit u{prefix, !mine.empty() ? *mine.begin() : f.units.empty() ? std::vector<int>{} : f.units.front().shard_axes, {}};
     for (std::size_t a : dp)
       if (std::find(u.shard_axes.begin(), u.shard_axes.end(), static_cast<int>(a)) == u.shard_axes.end())
         u.replicate_axes.push_back(static_cast<int>(a));

@@ -527,6 +527,16 @@ TEST_CASE("export: a layer whose parameters are ZeRO-3 over different axes is se
   CHECK(e.fsdp->shard_dims.at("model.layers.1.mlp.gate_proj.weight") == 1);
   CHECK(e.fsdp->shard_dims.at("model.layers.1.self_attn.o_proj.weight") == 1);
   CHECK(mentions(e.notes, "FSDP2 (fully_shard, ", "over mesh axis 0 (dp) for 6; over mesh axis 1 (tp) for 8, replicated"));
+  // One module's weight ZeRO-3 over tp and its bias over dp: no submodule to split it into.
+  auto c = small_llama(autoshard::run_mode::training, 2);
+  c.qkv_bias = true;
+  const auto q = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {2, 2}, .names = {"dp", "tp"},
+                                                            .pins = batch_sliced_on_tp({{"self_attn.q_proj.weight", "[R,S(0)]"},
+                                                                                        {"self_attn.q_proj.bias", "[S(0),R]"},
+                                                                                        {"self_attn.q_proj", "[S(0),S(0)]"}}),
+                                                            .micro_batches = 1});
+  CHECK(mentions(exported(q, export_target::dtensor).problems, "'model.layers.0.self_attn.q_proj.",
+                 "stored ZeRO-3 over other mesh axes than another parameter of 'model.layers.0.self_attn.q_proj'"));
 }
 
 TEST_CASE("export: key/value heads replicated over tp export for inference, refused for training") {

@@ -207,8 +207,9 @@ CASES = [
          hf=("refused", "as FSDP2")),
     # The planner's own LLaMA-70B plan on 8x8 H100s, small: the attention on a slice of the batch
     # over both axes, its weights ZeRO-3 over tp; the MLP tensor-parallel on tp, its weights
-    # ZeRO-3 over dp besides. One fully_shard unit per submodule, each over its own axes (FSDP2
-    # cannot shard the MLP's tensor-parallel weights over tp again).
+    # ZeRO-3 over dp besides; lm_head column-parallel on the batch gathered over tp. One
+    # fully_shard unit per submodule, each over its own axes (FSDP2 cannot shard the MLP's
+    # tensor-parallel weights over tp again).
     Case("llama-fsdp-units-dp2-tp2", "llama", 4,
          ["--mesh", "dp=2,tp=2", "--batch", "4",
           *pin("model.embed_tokens.weight=[R,S(1)]", "model.embed_tokens=[S(0),S(2)]",
@@ -219,7 +220,8 @@ CASES = [
                *layers("model.layers.{}.self_attn.o_proj.weight=[R,S(1)]"),
                *[f"{l}.mlp.{w}.weight=[S(1),S(0)]" for l in layers("model.layers.{}") for w in ("gate_proj", "up_proj")],
                *[f"{l}.mlp.{w}=[S(0),S(2)]" for l in layers("model.layers.{}") for w in ("gate_proj", "up_proj")],
-               *layers("model.layers.{}.mlp.down_proj.weight=[S(0),S(1)]"))],
+               *layers("model.layers.{}.mlp.down_proj.weight=[S(0),S(1)]"),
+               "lm_head.weight=[R,S(0)]", "lm_head=[S(0),S(2)]")],
          hf=("refused", "as FSDP2")),
     # ... HSDP: two weights ZeRO-3 on tp, replicated on dp, the others whole (ignored_params) ...
     Case("llama-hsdp-dp2-tp2", "llama", 4,

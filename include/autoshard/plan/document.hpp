@@ -287,7 +287,8 @@ inline plan_solver plan_solver_from_json(const json_in& s) {
 
 /// A plan's "pipeline" for stages of `stage_devices` devices each (bounded first: the stages'
 /// devices at most max_parsed_mesh_ranks, like any mesh's): its stages consecutive from layer
-/// 0, each with a time, memory and micro-batches in flight in range, and one transfer time per
+/// 0, each but the first and the last with a layer, each with a time, memory and micro-batches
+/// in flight (at least one) in range, and one transfer time per
 /// boundary. Whether the layers add up to the model's is for whoever maps layers
 /// (pass/pipelined.hpp's stages_of_parameters).
 inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stage_devices) {
@@ -306,10 +307,18 @@ inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stag
     x.first_layer = s["first_layer"].small_integer(0, std::numeric_limits<int>::max());
     if (x.first_layer != next) s["first_layer"].fail_expected(std::to_string(next) + ", where the stage before ends");
     x.layers = s["layers"].small_integer(0, std::numeric_limits<int>::max() - next);
+    // Only the first stage (the embedding) and the last (the head) hold something besides
+    // layers: a stage between them without one holds nothing (and `shard --plan` had written
+    // the stages before it, then found no tensor for it).
+    const std::size_t k = p.stages.size();
+    if (x.layers == 0 && k != 0 && k + 1 != st.size())
+      s["layers"].fail_expected("an integer in [1, " + std::to_string(std::numeric_limits<int>::max() - next) + "]: stage " +
+                                std::to_string(k) + " lies between the first (the embedding) and the last (the head), so it "
+                                "holds nothing but its layers");
     next += x.layers;
     x.seconds = s["seconds"].number(0.0, 1e30);
     x.memory_bytes = s["memory_bytes"].integer(0);
-    x.in_flight = s["in_flight"].small_integer(0, std::numeric_limits<int>::max());
+    x.in_flight = s["in_flight"].small_integer(1, std::numeric_limits<int>::max());  // each stage holds a micro-batch
     p.stages.push_back(x);
   }
   const json_in tr = j["transfer_seconds"];

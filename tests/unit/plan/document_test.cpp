@@ -429,6 +429,23 @@ TEST_CASE("plan document: a pipeline whose stages do not follow each other, or w
   bad = j;
   bad["pipeline"]["link"]["bandwidth_Bps"] = 0;
   CHECK(read_error(bad).find("pipeline.link.bandwidth_Bps is 0") != std::string::npos);
+  // A stage between the first and the last holds layers or nothing (`shard --plan` wrote the
+  // stages before such a stage, then failed on it); the first and the last may hold none (the
+  // embedding alone, the head alone), and every stage holds a micro-batch in flight.
+  bad = j;
+  bad["pipeline"]["stages"][1]["layers"] = 0;
+  bad["pipeline"]["stages"][2]["first_layer"] = 2;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[1].layers is 0, not an integer in [1, 2147483645]: "
+                           "stage 1 lies between the first (the embedding) and the last (the head), so it holds nothing but its layers");
+  nlohmann::json ends = j;
+  ends["pipeline"]["stages"][0]["layers"] = 0;
+  ends["pipeline"]["stages"][1]["first_layer"] = 0;
+  ends["pipeline"]["stages"][2]["first_layer"] = 3;
+  ends["pipeline"]["stages"][2]["layers"] = 0;
+  CHECK(plan_from_json(ends, "p.json").pipeline->stages.at(2).layers == 0);
+  bad = j;
+  bad["pipeline"]["stages"][0]["in_flight"] = 0;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[0].in_flight is 0, not an integer in [1, 2147483647]");
   // Stages times the stage's devices bounded like any mesh's, before a stage is read: 2^18 + 1
   // stages of 4 devices are more than 2^20.
   bad = j;

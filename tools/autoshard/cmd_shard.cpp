@@ -36,6 +36,33 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
   return fs::exists(c) ? c : fs::path();
 }
 
+/// Removes the sharded checkpoint in `dir` (index.json and rank-<r>.safetensors, then the
+/// directory) when it is provably a sharding run's whole output: it reads as one
+/// (sharded_checkpoint: one generation, every rank file present) and holds no other file.
+/// Anything else is left as it is; returns whether the directory was removed.
+bool remove_sharded_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;  // a link or a file: not ours
+  int world = 0;
+  try {
+    world = sharded_checkpoint(dir).world_size();
+  } catch (const std::exception&) {
+    return false;  // not (wholly) a sharder's output
+  }
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    bool ours = n == "index.json";
+    for (int r = 0; r < world && !ours; ++r) ours = n == rank_file("", r).string();
+    if (!ours) return false;
+    files.push_back(it->path());
+  }
+  if (ec) return false;
+  for (const auto& f : files) fs::remove(f, ec);
+  return fs::remove(dir, ec);
+}
+
 /// `shard --plan` of a pipelined plan: DIR/stage-<k>/ per stage, each a sharded checkpoint
 /// (rank files and index.json) of the stage's tensors alone, one rank file per (stage,
 /// tensor-parallel) coordinate (stage_policies_for: data-parallel replicas written once).
@@ -55,7 +82,15 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
   std::uint64_t bytes = 0;
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
-    const shard_report r = shard_checkpoint(in, stages[k].policy, stages[k].names, dir, so);
+    shard_report r;
+    try {
+      r = shard_checkpoint(in, stages[k].policy, stages[k].names, dir, so);
+    } catch (...) {
+      // No half pipeline: the stages this run wrote before (stage 0 of 2 when stage 1 found
+      // no room) are removed, so no mix of this run's stages and an older run's is left.
+      for (std::size_t done = 0; done < k; ++done) (void)remove_sharded_dir(fs::path(o.out) / ("stage-" + std::to_string(done)));
+      throw;
+    }
     bytes += r.bytes_written;
     files.push_back({{"stage", k}, {"holds", describe_stage(*plan.pipeline, k)}, {"dir", dir.string()},
                      {"world_size", r.world_size}, {"tensors", stages[k].names.size()}, {"bytes_written", r.bytes_written}});
@@ -64,6 +99,24 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
                 << r.world_size << " rank files on " << to_string(stages[k].policy.mesh) << ", "
                 << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << escaped_text(dir.string()) << "\n";
   }
+  // An earlier run of more stages into this directory left stage-<k> beyond ours: a reader
+  // listing the stages would take it for this pipeline's (a 4-stage output sharded again on 2
+  // stages kept stage-2 and stage-3, layers 2-3 and the head a second time). Removed when it is
+  // a sharder's whole output, as the rank files beyond a smaller world are.
+  std::error_code ec;
+  std::vector<fs::path> extra;
+  for (fs::directory_iterator it(o.out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const std::string digits = n.rfind("stage-", 0) == 0 ? n.substr(6) : std::string();
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+        (digits.size() > 1 && digits[0] == '0') || std::stoul(digits) < stages.size())
+      continue;
+    extra.push_back(it->path());
+  }
+  for (const fs::path& dir : extra)
+    if (!remove_sharded_dir(dir))  // said even with --quiet, which silences the progress
+      std::cerr << "note: " << quoted_path(dir.string()) << " is not this pipeline's (it has " << count_noun(stages.size(), "stage")
+                << ") and is left as it is: it is not wholly a sharded checkpoint\n";
   if (o.json)
     std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", "plan " + o.plan + ", " + describe(*plan.pipeline)},
                                 {"stages", files}, {"bytes_written", bytes}}.dump(2)

@@ -95,7 +95,21 @@ class command_paths {
         const bool link = ::lstat(o.path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
         throw io_error(o.what + " " + why + (link ? " (give --follow-symlinks to write the file it points to)" : ""));
       }
-      if (!o.dir_ok) {  // for an output: its directory is the command's to make
+      if (o.dir_ok) {  // its directory is the command's to make: what of it exists must be directories
+        // (`synth --out FILE`, `shard --plan PIPELINED --out FILE` failed with the file system's
+        // bare `Not a directory: 'FILE/stage-0'`, naming no flag)
+        for (std::filesystem::path dir = o.path.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+          struct stat dst {};
+          if (::stat(dir.c_str(), &dst) != 0) {
+            if (dir == dir.parent_path()) break;
+            continue;
+          }
+          if (!S_ISDIR(dst.st_mode))
+            throw io_error(o.what + " " + quoted_path(o.path.string()) + ": " + quoted_path(dir.string()) + " is " + kind(dst.st_mode) +
+                           ", not a directory (give a directory to make or to write into)");
+          break;
+        }
+      } else {  // for an output: its directory must exist and be writable
         const std::filesystem::path dir = o.path.parent_path().empty() ? std::filesystem::path(".") : o.path.parent_path();
         struct stat dst {};
         if (::stat(dir.c_str(), &dst) != 0)

@@ -517,4 +517,57 @@ if bash -c 'ulimit -v 150000 && exec "$0" --version' "$tool" >/dev/null 2>&1; th
   test ! -e "$tmp/o4k" && ok || bad "shard-estimate: the output directory was made"
 fi
 
+# Hardening round seven (docs/reliability.md): the labels below.
+# pipe-stage-empty: a pipelined plan whose stage between the first and the last holds no layer
+# (hand-edited: 4 layers on stage 0, then 200 empty stages) was read; `shard --plan` wrote
+# stage-0, then failed on stage 1 with "no tensor of the checkpoint is to be sharded", leaving
+# stage-0. Now the plan reader refuses the stage by its path, before anything is written.
+pp=(--model llama-7b --layers 4 --hidden 32 --heads 4 --ffn 64 --vocab 128 --seq 16 --batch 8)
+"$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --algo megatron --out "$tmp/pp.json" --quiet --no-svg >/dev/null 2>&1 || bad "pipe: the test plan"
+"$tool" synth "${pp[@]}" --out "$tmp/ppck" >/dev/null 2>&1 || bad "pipe: the test checkpoint"
+python3 -c "
+import json, sys
+t = sys.argv[1]
+d = json.load(open(t + '/pp.json'))
+p = d['pipeline']
+def stage(first, layers):
+    return dict(p['stages'][0], first_layer=first, layers=layers)
+p['stages'] = [stage(0, 4), stage(4, 0), stage(4, 0)]
+p['transfer_seconds'] = [0.0, 0.0]
+json.dump(d, open(t + '/pp-empty.json', 'w'))
+p['stages'] = [stage(k, 1) for k in range(4)]
+p['transfer_seconds'] = [0.0] * 3
+json.dump(d, open(t + '/pp4.json', 'w'))
+p['stages'] = [stage(0, 0), stage(0, 4)]
+p['transfer_seconds'] = [0.0]
+json.dump(d, open(t + '/pp-head.json', 'w'))" "$tmp"
+expect pipe-stage-empty 1 "^autoshard: io error: plan file '.*pp-empty.json': pipeline.stages\[1\].layers is 0, not an integer in \[1, 2147483643\]: stage 1 lies between the first \(the embedding\) and the last \(the head\), so it holds nothing but its layers$" \
+  "$tool" shard "$tmp/ppck" --plan "$tmp/pp-empty.json" --out "$tmp/ppe"
+test ! -e "$tmp/ppe" && ok || bad "pipe-stage-empty: shard left $(find "$tmp/ppe" | head -5)"
+one_error pipe-stage-empty "$tool" export --plan "$tmp/pp-empty.json" --to megatron
+# pipe-stage-stale: sharding a 2-stage plan into the directory of a 4-stage run left stage-2 and
+# stage-3 (layers 2-3 and the head once more) beside the new stage-0 and stage-1; now a stage
+# directory beyond the pipeline is removed when it is wholly a sharder's output, and anything
+# else is left with a note.
+"$tool" shard "$tmp/ppck" --plan "$tmp/pp4.json" --out "$tmp/pps" --quiet >/dev/null 2>&1 || bad "pipe-stage-stale: the 4-stage run"
+mkdir -p "$tmp/pps/stage-7" && echo mine >"$tmp/pps/stage-7/notes.txt"
+expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it has 2 stages\) and is left as it is" \
+  "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/pps" --quiet
+[ "$(cd "$tmp/pps" && echo stage-*)" = "stage-0 stage-1 stage-7" ] && test -f "$tmp/pps/stage-7/notes.txt" && ok ||
+  bad "pipe-stage-stale: the stages left: $(cd "$tmp/pps" && echo stage-*)"
+# pipe-stage-partial: a stage that fails (here stage 1 under `ulimit -f`, after stage 0, the
+# embedding alone, was written) left the earlier stages written: a half pipeline, or beside an
+# older run's later stages a mix. Now the stages this run wrote are removed.
+expect pipe-stage-partial 1 "^autoshard: io error: cannot write '.*pph/stage-1/rank-0.safetensors.tmp.*': File too large" \
+  bash -c 'ulimit -f 24 && exec "$0" "$@"' "$tool" shard "$tmp/ppck" --plan "$tmp/pp-head.json" --out "$tmp/pph" --quiet
+[ -z "$(find "$tmp/pph" -type f 2>/dev/null)" ] && ok || bad "pipe-stage-partial: left $(find "$tmp/pph" -type f | head -5)"
+# out-not-dir: synth's --out, or shard's for a pipelined plan, that is a file (or lies under one)
+# failed with the file system's bare "Not a directory: 'f/stage-0'", naming no flag.
+echo text >"$tmp/afile"
+expect out-not-dir 1 "^autoshard: io error: --out checkpoint '.*afile/model.safetensors': '.*afile' is a regular file, not a directory" \
+  "$tool" synth "${pp[@]}" --out "$tmp/afile"
+expect out-not-dir 1 "^autoshard: io error: --out rank file '.*afile/x/stage-0/rank-0.safetensors': '.*afile' is a regular file, not a directory" \
+  "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/afile/x"
+[ "$(cat "$tmp/afile")" = text ] && ok || bad "out-not-dir: the file was changed"
+
 finish hardening

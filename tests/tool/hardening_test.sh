@@ -570,4 +570,11 @@ expect out-not-dir 1 "^autoshard: io error: --out rank file '.*afile/x/stage-0/r
   "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/afile/x"
 [ "$(cat "$tmp/afile")" = text ] && ok || bad "out-not-dir: the file was changed"
 
+# dim-digits: a --shape dim of more than 15 digits said only "is not a dim size", as a letter
+# does; now the bound it passed.
+expect dim-digits 1 "^autoshard: shape error: shape '9223372036854775807,4': dim '9223372036854775807' has more than 15 digits: a dim size is at most 999999999999999" \
+  "$tool" explain --mesh 2x2 --shape 9223372036854775807,4 --from S0R --to RR
+expect dim-digits 1 "^autoshard: shape error: shape '4,x': 'x' is not a dim size \(write e.g. 8,4\)$" \
+  "$tool" explain --mesh 2x2 --shape 4,x --from S0R --to RR
+
 finish hardening

@@ -160,8 +160,11 @@ inline tensor_shape parse_shape_list(std::string s) {
     std::string tok = s.substr(i, j - i);
     while (!tok.empty() && tok.front() == ' ') tok.erase(0, 1);
     while (!tok.empty() && tok.back() == ' ') tok.pop_back();
-    if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos || tok.size() > 15)
+    if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos)
       throw shape_error("shape " + quoted_text(s) + ": " + quoted_text(tok) + " is not a dim size (write e.g. 8,4)");
+    if (tok.find_first_not_of('0') != std::string::npos && tok.size() - tok.find_first_not_of('0') > 15)
+      throw shape_error("shape " + quoted_text(s) + ": dim " + quoted_text(tok) + " has more than 15 digits: a dim size is at most "
+                        "999999999999999 (10^15 - 1)");
     dims.push_back(std::stoll(tok));
     i = j + 1;
   }

@@ -555,6 +555,13 @@ expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it ha
   "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/pps" --quiet
 [ "$(cd "$tmp/pps" && echo stage-*)" = "stage-0 stage-1 stage-7" ] && test -f "$tmp/pps/stage-7/notes.txt" && ok ||
   bad "pipe-stage-stale: the stages left: $(cd "$tmp/pps" && echo stage-*)"
+# The same across layouts: an unpipelined shard into a pipelined run's directory left its
+# stage-<k>, and a pipelined shard into an unpipelined run's left its index.json and rank files.
+"$tool" shard "$tmp/ppck" --policy llama --tp 2 --out "$tmp/pps" --quiet >/dev/null 2>"$tmp/err" || bad "pipe-stage-stale: the unpipelined run"
+[ "$(cd "$tmp/pps" && echo *)" = "index.json rank-0.safetensors rank-1.safetensors stage-7" ] && ok ||
+  bad "pipe-stage-stale: an unpipelined run left: $(cd "$tmp/pps" && echo *)"
+"$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/pps" --quiet >/dev/null 2>"$tmp/err" || bad "pipe-stage-stale: the pipelined run"
+[ "$(cd "$tmp/pps" && echo *)" = "stage-0 stage-1 stage-7" ] && ok || bad "pipe-stage-stale: a pipelined run left: $(cd "$tmp/pps" && echo *)"
 # pipe-stage-partial: a stage that fails (here stage 1 under `ulimit -f`, after stage 0, the
 # embedding alone, was written) left the earlier stages written: a half pipeline, or beside an
 # older run's later stages a mix. Now the stages this run wrote are removed.

@@ -36,11 +36,12 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
   return fs::exists(c) ? c : fs::path();
 }
 
-/// Removes the sharded checkpoint in `dir` (index.json and rank-<r>.safetensors, then the
-/// directory) when it is provably a sharding run's whole output: it reads as one
-/// (sharded_checkpoint: one generation, every rank file present) and holds no other file.
-/// Anything else is left as it is; returns whether the directory was removed.
-bool remove_sharded_dir(const std::filesystem::path& dir) {
+/// Removes the sharded checkpoint in `dir` (index.json and rank-<r>.safetensors) when it is
+/// provably a sharding run's output: it reads as one (sharded_checkpoint: one generation,
+/// every rank file present) and none of its files is one of `keep` (the input's). `whole`: only
+/// when the directory holds nothing else, and the directory with it; otherwise other entries
+/// (stage directories) stay. Anything else is left as it is; returns whether it was removed.
+bool remove_sharded_output(const std::filesystem::path& dir, bool whole, const std::vector<std::filesystem::path>& keep = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;  // a link or a file: not ours
@@ -55,12 +56,45 @@ bool remove_sharded_dir(const std::filesystem::path& dir) {
     const std::string n = it->path().filename().string();
     bool ours = n == "index.json";
     for (int r = 0; r < world && !ours; ++r) ours = n == rank_file("", r).string();
-    if (!ours) return false;
-    files.push_back(it->path());
+    if (ours)
+      for (const auto& k : keep) {
+        std::error_code sec;
+        if (fs::equivalent(k, it->path(), sec)) return false;  // an input of this run
+      }
+    if (ours) files.push_back(it->path());
+    else if (whole) return false;
   }
   if (ec) return false;
   for (const auto& f : files) fs::remove(f, ec);
-  return fs::remove(dir, ec);
+  return !whole || fs::remove(dir, ec);
+}
+
+/// What an earlier run of another layout left in `out` beside this run's output of `stages`
+/// stages (0: not pipelined, the rank files in `out` itself): stage-<k> for k >= stages, and for
+/// a pipelined run the unpipelined output at the top. A reader would take it for this run's (a
+/// 4-stage output sharded again on 2 stages kept stage-2 and stage-3, layers 2-3 and the head a
+/// second time). Each is removed when it is a sharder's output, as the rank files beyond a
+/// smaller world are; anything else is left, with a note (even with --quiet, which silences the
+/// progress).
+void remove_other_layouts(const std::filesystem::path& out, std::size_t stages, const std::vector<std::filesystem::path>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> extra;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const std::string digits = n.rfind("stage-", 0) == 0 ? n.substr(6) : std::string();
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+        (digits.size() > 1 && digits[0] == '0') || std::stoul(digits) < stages)
+      continue;
+    extra.push_back(it->path());
+  }
+  const std::string layout = stages ? "this pipeline's (it has " + count_noun(stages, "stage") + ")" : "this output's (not pipelined)";
+  for (const fs::path& dir : extra)
+    if (!remove_sharded_output(dir, /*whole=*/true, inputs))
+      std::cerr << "note: " << quoted_path(dir.string()) << " is not " << layout << " and is left as it is: it is not wholly a sharded checkpoint\n";
+  if (stages && fs::exists(out / "index.json", ec) && !remove_sharded_output(out, /*whole=*/false, inputs))
+    std::cerr << "note: " << quoted_path((out / "index.json").string()) << " is not " << layout
+              << " and is left as it is: it is not a sharded checkpoint's (or holds an input)\n";
 }
 
 /// `shard --plan` of a pipelined plan: DIR/stage-<k>/ per stage, each a sharded checkpoint
@@ -88,7 +122,7 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
     } catch (...) {
       // No half pipeline: the stages this run wrote before (stage 0 of 2 when stage 1 found
       // no room) are removed, so no mix of this run's stages and an older run's is left.
-      for (std::size_t done = 0; done < k; ++done) (void)remove_sharded_dir(fs::path(o.out) / ("stage-" + std::to_string(done)));
+      for (std::size_t done = 0; done < k; ++done) (void)remove_sharded_output(fs::path(o.out) / ("stage-" + std::to_string(done)), /*whole=*/true);
       throw;
     }
     bytes += r.bytes_written;
@@ -99,24 +133,9 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
                 << r.world_size << " rank files on " << to_string(stages[k].policy.mesh) << ", "
                 << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << escaped_text(dir.string()) << "\n";
   }
-  // An earlier run of more stages into this directory left stage-<k> beyond ours: a reader
-  // listing the stages would take it for this pipeline's (a 4-stage output sharded again on 2
-  // stages kept stage-2 and stage-3, layers 2-3 and the head a second time). Removed when it is
-  // a sharder's whole output, as the rank files beyond a smaller world are.
-  std::error_code ec;
-  std::vector<fs::path> extra;
-  for (fs::directory_iterator it(o.out, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    const std::string digits = n.rfind("stage-", 0) == 0 ? n.substr(6) : std::string();
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
-        (digits.size() > 1 && digits[0] == '0') || std::stoul(digits) < stages.size())
-      continue;
-    extra.push_back(it->path());
-  }
-  for (const fs::path& dir : extra)
-    if (!remove_sharded_dir(dir))  // said even with --quiet, which silences the progress
-      std::cerr << "note: " << quoted_path(dir.string()) << " is not this pipeline's (it has " << count_noun(stages.size(), "stage")
-                << ") and is left as it is: it is not wholly a sharded checkpoint\n";
+  std::vector<fs::path> inputs;
+  for (const auto& f : in.files()) inputs.push_back(f.path());
+  remove_other_layouts(o.out, stages.size(), inputs);
   if (o.json)
     std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", "plan " + o.plan + ", " + describe(*plan.pipeline)},
                                 {"stages", files}, {"bytes_written", bytes}}.dump(2)
@@ -198,6 +217,11 @@ int run_shard(const shard_cli_options& o) {
     how = "plan " + o.plan + " on " + to_string(policy.mesh);
   }
   if (printed && tty) std::fputc('\n', stderr);
+  {
+    std::vector<fs::path> inputs;
+    for (const auto& f : in.files()) inputs.push_back(f.path());
+    remove_other_layouts(o.out, 0, inputs);  // a pipelined run's stage directories
+  }
 
   if (o.json) {
     nlohmann::json files = nlohmann::json::array();

@@ -22,9 +22,11 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+#include "../core/error.hpp"      // graph_error, quoted_text
 #include "../graph/model.hpp"     // model_graph
 #include "../graph/pricing.hpp"   // step_pricing, recompute_kind, recompute_policy
 #include "../graph/strategy.hpp"  // strategy, recomputed
+#include "../graph/validate.hpp"  // topological_order
 
 namespace autoshard {
 
@@ -84,6 +86,54 @@ inline layer_map map_layers(const model_graph& g) {
   for (const auto& [i, unused] : seen) L.indices.push_back(i);
   return L;
 }
+
+namespace detail {
+
+/// The unit of every vertex: 0 before the layers (what leads to them: the embedding), 1 + k
+/// the k-th layer present, layers + 1 after them (the head); a parameter takes its first
+/// consumer's unit.
+inline std::vector<int> unit_of_vertices(const model_graph& g, const layer_map& L) {
+  const std::size_t n = boost::num_vertices(g);
+  std::map<long, int> pos;
+  for (std::size_t k = 0; k < L.indices.size(); ++k) pos[L.indices[k]] = static_cast<int>(k) + 1;
+  const int head = static_cast<int>(L.indices.size()) + 1;
+  std::vector<int> unit(n, head);
+  std::vector<char> leads(n, 0);  // has a path to a layer's operator
+  const std::vector<vertex_t> order = topological_order(g);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const vertex_t v = *it;
+    if (L.layer[v] >= 0) {
+      leads[v] = 1;
+      unit[v] = pos[L.layer[v]];
+      continue;
+    }
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) leads[v] = leads[v] || leads[boost::target(*e, g)];
+    unit[v] = leads[v] ? 0 : head;
+  }
+  // Stages take the units in order, so an operator must not feed one of an earlier unit: layers
+  // numbered out of the graph's order (a plan whose layer 1 was renamed 7 put layer 2 on stage 0
+  // behind it on stage 1, and `verify` ran the stages into a segfault), or an operator of no
+  // layer between two layers, which the first unit takes.
+  const auto where = [&](vertex_t v) {
+    return quoted_text(g[v].name) + (unit[v] == 0 ? " (of no layer, so with the embedding)" : " (layer " + std::to_string(L.layer[v]) + ")");
+  };
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_operator())
+      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e)
+        if (const vertex_t w = boost::target(*e, g); g[w].is_operator() && unit[w] < unit[v])
+          throw graph_error("the layers do not run in the order of their numbers: " + where(v) + " feeds " + where(w) +
+                            ", which a pipeline would place before it (its stages take the layers by number, and what "
+                            "leads to the first of them before them)");
+  for (vertex_t v = 0; v < n; ++v)
+    if (g[v].is_parameter()) {
+      int u = head + 1;
+      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) u = std::min(u, unit[boost::target(*e, g)]);
+      unit[v] = std::min(u, head);
+    }
+  return unit;
+}
+
+}  // namespace detail
 
 /// Whether `v` is a norm of a repeated layer (layer_norm or rms_norm): what Megatron-LM's
 /// sequence parallelism runs split on the sequence, in every layer or in none.

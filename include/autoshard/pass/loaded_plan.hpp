@@ -35,6 +35,9 @@ inline loaded_plan load_plan(plan_document d, const std::string& file = "(in mem
   out.document = std::move(d);
   const plan_document& doc = out.document;
   const detail::pass_model pm(doc.graph, doc.mesh, doc.pricing, std::nullopt, {}, detail::pass_model::edges_when::deferred);
+  // A pipelined plan's stages take the layers by number: refused here, for every reader, when the
+  // graph does not run them in that order (verify ran such stages into a segfault).
+  if (doc.pipeline) (void)detail::unit_of_vertices(doc.graph, pm.layers);
   const std::vector<int> choice = detail::plan_choice(pm, doc, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
   out.collectives = detail::summarize(pm, doc.options.algo, choice).collectives;

@@ -129,40 +129,6 @@ struct unit_costs {
   std::vector<std::pair<std::vector<int>, std::int64_t>> shared;
 };
 
-namespace detail {
-
-/// The unit of every vertex: 0 before the layers (what leads to them: the embedding), 1 + k
-/// the k-th layer present, layers + 1 after them (the head); a parameter takes its first
-/// consumer's unit.
-inline std::vector<int> unit_of_vertices(const model_graph& g, const layer_map& L) {
-  const std::size_t n = boost::num_vertices(g);
-  std::map<long, int> pos;
-  for (std::size_t k = 0; k < L.indices.size(); ++k) pos[L.indices[k]] = static_cast<int>(k) + 1;
-  const int head = static_cast<int>(L.indices.size()) + 1;
-  std::vector<int> unit(n, head);
-  std::vector<char> leads(n, 0);  // has a path to a layer's operator
-  const std::vector<vertex_t> order = topological_order(g);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const vertex_t v = *it;
-    if (L.layer[v] >= 0) {
-      leads[v] = 1;
-      unit[v] = pos[L.layer[v]];
-      continue;
-    }
-    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) leads[v] = leads[v] || leads[boost::target(*e, g)];
-    unit[v] = leads[v] ? 0 : head;
-  }
-  for (vertex_t v = 0; v < n; ++v)
-    if (g[v].is_parameter()) {
-      int u = head + 1;
-      for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) u = std::min(u, unit[boost::target(*e, g)]);
-      unit[v] = std::min(u, head);
-    }
-  return unit;
-}
-
-}  // namespace detail
-
 /// The bytes of the largest piece (rank 0's) of `nd`'s tensor under `spec` on `mesh`: what one
 /// device sends of it at a stage boundary, and the gradient of a parameter shared by two stages
 /// that their all-reduce keeps in sync (in its backward_target: a ZeRO parameter's shard).

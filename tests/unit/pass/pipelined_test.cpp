@@ -220,6 +220,36 @@ TEST_CASE("pipelined: the plan document holds every layer in its stage's strateg
   CHECK_THROWS_WITH_AS(stages_of_parameters(wrong), doctest::Contains("stages hold 7 layers, but its graph has 8"), solver_error);
 }
 
+TEST_CASE("pipelined: layers numbered out of the graph's order are refused, not run as stages that feed earlier ones") {
+  using namespace autoshard;
+  const model_graph g = small_gpt(4, 32);
+  const device_mesh mesh = make_cluster_mesh({2, 2});
+  pipeline_config c;
+  c.pp = 2;
+  c.tp = 2;
+  c.micro_batch = 2;
+  autosharding_options o;
+  o.mesh = mesh;
+  o.pricing = a100();
+  const pipelined_step s = price_pipelined(g, mesh, o.pricing, algo::megatron, c);
+  const plan_document d = pipelined_document(g, mesh, s, o);
+  CHECK(stages_of_parameters(d).size() == boost::num_vertices(d.graph));
+  // Layer 1 renamed 9 throughout the file (graph and tensors): the stages take layers 0 and 2,
+  // then 3 and 9, so layer 2 on stage 0 would read layer "9" on stage 1 (verify crashed).
+  std::string text = to_json(d).dump();
+  for (std::size_t at = text.find(".h.1."); at != std::string::npos; at = text.find(".h.1.", at)) text.replace(at, 5, ".h.9.");
+  const plan_document renamed = plan_from_json(nlohmann::json::parse(text), "p.json");
+  std::string what;
+  try {
+    (void)stages_of_parameters(renamed);
+  } catch (const graph_error& e) {
+    what = e.what();
+  }
+  CHECK(what.find("graph error: the layers do not run in the order of their numbers: 'transformer.h.9.") == 0);
+  CHECK(what.find("(layer 9) feeds 'transformer.h.2.") != std::string::npos);
+  CHECK(what.find("(layer 2), which a pipeline would place before it") != std::string::npos);
+}
+
 TEST_CASE("pipelined: export --to megatron gives the stages, the first and last stage's own counts, and refuses what Megatron-LM cannot split") {
   using namespace autoshard;
   const model_graph g = small_gpt(8, 32);

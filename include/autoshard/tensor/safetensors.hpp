@@ -563,8 +563,15 @@ class checkpoint {
     namespace fs = std::filesystem;
     fs::path p = where;
     if (fs::is_directory(p)) {
-      if (fs::exists(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
-      else if (fs::exists(p / "model.safetensors")) p /= "model.safetensors";
+      // Present as anything, a link that leads nowhere or loops included: it is opened, and its
+      // error names it ("cannot open '…/model.safetensors': Too many levels of symbolic links"),
+      // where `exists` threw the file system's bare words or said there was no checkpoint.
+      const auto present = [](const fs::path& f) {
+        std::error_code ec;
+        return fs::exists(fs::symlink_status(f, ec));
+      };
+      if (present(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
+      else if (present(p / "model.safetensors")) p /= "model.safetensors";
       else throw io_error("directory " + quoted_path(where.string()) + " has neither model.safetensors nor its index");
     }
     if (p.extension() == ".json") open_index(p);

@@ -606,6 +606,12 @@ void register_plan(CLI::App& app, action& run) {
         if (cmd->get_option(name)->count() > 0)
           throw CLI::ValidationError(name, "prices a training step (gradients, optimizer state, micro-steps, recomputation); "
                                            "--mode infer has none: leave it out, or plan with --mode train");
+    // Under --pp the micro-steps are the global batch over the data-parallel ranks and the
+    // micro-batch: a --micro-batches of its own was dropped without a word (`--pp 2
+    // --micro-batches 3` planned 2).
+    if (!o->pipeline_stages.empty() && cmd->get_option("--micro-batches")->count() > 0)
+      throw CLI::ValidationError("--micro-batches", "with --pp the micro-steps are the global batch over the data-parallel ranks "
+                                                    "and the micro-batch the search chooses (or --micro-batch): leave it out");
     if (o->tensor_parallel != 0 && o->algo != to_string(algo::megatron))
       throw CLI::ValidationError("--tp", "the tensor-parallel size is megatron's (--algo megatron); the other algos choose theirs");
     o->backend_given = backend->count() > 0;

@@ -151,6 +151,15 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     so.base = po;
     found = search_pipelines(g, po.mesh, po.pricing, so);
     if (!found.empty.empty()) throw solver_error(found.empty);
+    if (!found.best && found.priced == 0 && found.failed > 0) {
+      // Not memory: the ILP planned none of them (a --pin the stages cannot honour said "no
+      // pipelined configuration fits 80.00 GiB per device", the failures it had kept dropped).
+      std::string why;
+      for (const std::string& f : found.failures) why += (why.empty() ? "" : "; ") + f;
+      throw solver_error("no pipelined configuration could be planned: the ILP found no plan for any of the " +
+                         count_noun(found.failed, "configuration") + " it tried (" + why +
+                         (found.failed > found.failures.size() ? "; …" : "") + ")");
+    }
     if (!found.best)
       throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
                          (runtime_reserve_of(po.pricing.device, device_mesh{1}).bytes() > 0

@@ -568,6 +568,38 @@ expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it ha
 expect pipe-stage-partial 1 "^autoshard: io error: cannot write '.*pph/stage-1/rank-0.safetensors.tmp.*': File too large" \
   bash -c 'ulimit -f 24 && exec "$0" "$@"' "$tool" shard "$tmp/ppck" --plan "$tmp/pp-head.json" --out "$tmp/pph" --quiet
 [ -z "$(find "$tmp/pph" -type f 2>/dev/null)" ] && ok || bad "pipe-stage-partial: left $(find "$tmp/pph" -type f | head -5)"
+# pipe-layer-order: a pipelined plan whose layer 1 is renamed 7 throughout (graph and tensors):
+# the stages take the layers by number (0 and 2, then 3 and 7), so layer 2 on stage 0 reads
+# layer 7 on stage 1: `verify` died of SIGSEGV, `export --to megatron` and `show` went on as if
+# the stages were whole. Now each refuses the graph, naming the two operators.
+sed 's/layers\.1\./layers.7./g' "$tmp/pp.json" >"$tmp/pp-order.json"
+for cmd in "verify --plan $tmp/pp-order.json --dtype f32" "export --plan $tmp/pp-order.json --to megatron" \
+           "show --plan $tmp/pp-order.json"; do
+  # shellcheck disable=SC2086
+  expect pipe-layer-order 1 "^autoshard: graph error: the layers do not run in the order of their numbers: 'model\.layers\.7\..*' \(layer 7\) feeds 'model\.layers\.2\..*' \(layer 2\), which a pipeline would place before it" \
+    "$tool" $cmd
+done
+# weights-link: a Hugging Face directory whose model.safetensors is a symbolic-link loop (or a
+# link to nothing): `plan --model DIR` read it as a directory without weights and planned without
+# checking them, and `shard DIR` said the file system's bare "Too many levels of symbolic links:
+# 'DIR/model.safetensors'" (a dangling link: "has neither model.safetensors nor its index").
+mkdir -p "$tmp/wl" "$tmp/wd" && cp "$tmp/ppck/config.json" "$tmp/wl/" && cp "$tmp/ppck/config.json" "$tmp/wd/"
+ln -s model.safetensors "$tmp/wl/model.safetensors" && ln -s nowhere.safetensors "$tmp/wd/model.safetensors"
+expect weights-link 1 "^autoshard: io error: cannot open '.*wl/model.safetensors': Too many levels of symbolic links" \
+  "$tool" plan --model "$tmp/wl" --mesh 2 --out "$tmp/wl.json" --no-svg --quiet
+expect weights-link 1 "^autoshard: io error: cannot open '.*wl/model.safetensors': Too many levels of symbolic links" \
+  "$tool" shard "$tmp/wl" --policy llama --tp 2 --out "$tmp/wlo"
+expect weights-link 1 "^autoshard: io error: cannot open '.*wd/model.safetensors': No such file or directory" \
+  "$tool" shard "$tmp/wd" --policy llama --tp 2 --out "$tmp/wlo"
+test ! -e "$tmp/wl.json" && test ! -e "$tmp/wlo" && ok || bad "weights-link: an output was written"
+# pp-flags: under --pp, --micro-batches was dropped without a word (`--pp 2 --micro-batches 3`
+# planned 2 micro-batches), and a --pin no configuration's ILP could honour was reported as
+# "no pipelined configuration fits 80.00 GiB per device", the ILP's reasons dropped.
+expect pp-flags 2 "^--micro-batches: with --pp the micro-steps are the global batch over the data-parallel ranks" \
+  "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --micro-batches 3 --out "$tmp/ppf.json" --no-svg --quiet
+expect pp-flags 1 "^autoshard: solver error: no pipelined configuration could be planned: the ILP found no plan for any of the [0-9]+ configurations it tried \(pp 2, " \
+  "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --pin model.embed_tokens.weight=RR --out "$tmp/ppf.json" --no-svg --quiet
+test ! -e "$tmp/ppf.json" && ok || bad "pp-flags: a plan was written"
 # out-not-dir: synth's --out, or shard's for a pipelined plan, that is a file (or lies under one)
 # failed with the file system's bare "Not a directory: 'f/stage-0'", naming no flag.
 echo text >"$tmp/afile"

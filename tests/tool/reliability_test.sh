@@ -86,8 +86,11 @@ one_error item2 "$tool" show --plan "$tmp/huge.json"
 expect item12 2 "--memory-budget: '1e400' is not a size from 1 byte to 9e18" "$tool" plan --model gpt2 --layers 1 --memory-budget 1e400 --out "$tmp/o12.json"
 one_error item12 "$tool" solve "$tmp"
 grep -q "is a directory, not a regular file" "$tmp/err" && ok || bad "item12: solve DIR: $(cat "$tmp/err")"
-one_error item12 "$tool" synth "${small[@]}" --out /dev/null/x  # a std::filesystem error: kind io
-grep -q "^autoshard: io error: Not a directory: '/dev/null/x'" "$tmp/err" && ok || bad "item12: filesystem error: $(cat "$tmp/err")"
+# Once a std::filesystem error (kind io, "Not a directory: '/dev/null/x'"); now refused before
+# anything is made, naming the flag and what is in the way (round seven's out-not-dir).
+one_error item12 "$tool" synth "${small[@]}" --out /dev/null/x
+grep -q "^autoshard: io error: --out checkpoint '/dev/null/x/model.safetensors': '/dev/null' is a character device, not a directory" "$tmp/err" &&
+  ok || bad "item12: an output under a device: $(cat "$tmp/err")"
 for bad_flag in "--inter-bw nan" "--intra-bw inf" "--intra-lat nan" "--inter-lat -1" "--intra-bw 0"; do
   # shellcheck disable=SC2086
   expect item12 2 "is not a finite number in" "$tool" explain --mesh 2x2 --shape 8,4 --from S0R --to RR $bad_flag

@@ -112,10 +112,11 @@ struct pipeline_config {
   friend bool operator==(const pipeline_config&, const pipeline_config&) = default;
 };
 
-/// "pp 2, tp 8, dp 32, micro-batch 1 x 48, recompute full, 1f1b" (with the micro-batches m).
+/// "pp 2, tp 8, dp 32, micro-batch 1 x 48, recompute full, 1f1b" (with the micro-batches m;
+/// 0: not known, "micro-batch 1", as a configuration the ILP had no plan for is named).
 inline std::string describe(const pipeline_config& c, int micro_batches) {
   return "pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) + ", dp " + std::to_string(c.dp) + ", micro-batch " +
-         std::to_string(c.micro_batch) + " x " + std::to_string(micro_batches) + ", recompute " +
+         std::to_string(c.micro_batch) + (micro_batches > 0 ? " x " + std::to_string(micro_batches) : std::string()) + ", recompute " +
          std::string(to_string(c.recompute)) + ", " + std::string(to_string(c.schedule));
 }
 

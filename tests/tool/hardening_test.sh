@@ -611,9 +611,15 @@ expect out-not-dir 1 "^autoshard: io error: --out rank file '.*afile/x/stage-0/r
 
 # dim-digits: a --shape dim of more than 15 digits said only "is not a dim size", as a letter
 # does; now the bound it passed.
-expect dim-digits 1 "^autoshard: shape error: shape '9223372036854775807,4': dim '9223372036854775807' has more than 15 digits: a dim size is at most 999999999999999" \
+expect dim-digits 1 "^autoshard: shape error: shape '9223372036854775807,4': '9223372036854775807' has more than 15 digits: a dim size is at most 999999999999999" \
   "$tool" explain --mesh 2x2 --shape 9223372036854775807,4 --from S0R --to RR
 expect dim-digits 1 "^autoshard: shape error: shape '4,x': 'x' is not a dim size \(write e.g. 8,4\)$" \
   "$tool" explain --mesh 2x2 --shape 4,x --from S0R --to RR
+# slice-words: show's --slice is read as a list of numbers by the shape reader, whose errors
+# named a shape and dim sizes: "shape '-1': '-1' is not a dim size (write e.g. 8,4)".
+expect slice-words 1 "^autoshard: shape error: --slice '-1': '-1' is not an index \(write e.g. 0,3\)$" \
+  "$tool" show --mesh 2x2 --shape 4,4,4 --spec S0S1R --slice -1
+expect slice-words 1 "^autoshard: shape error: --slice '0,0,0,0,0,0,0,0,0': at most 8 indices$" \
+  "$tool" show --mesh 2x2 --shape 4,4,4 --spec S0S1R --slice 0,0,0,0,0,0,0,0,0
 
 finish hardening

@@ -270,7 +270,7 @@ std::vector<leading_block> leading_blocks(const device_mesh& m, const sharding_s
   for (std::size_t d = 0; d < nlead; ++d) cut[d] = cuts(boxes, d, shape[d]);
   if (!slice.empty()) {
     if (nlead == 0) throw shape_error("--slice picks indices of the leading dims; a tensor of rank " + std::to_string(shape.rank) + " has none");
-    const tensor_shape idx = parse_shape_list(slice);
+    const tensor_shape idx = parse_shape_list(slice, {"--slice", "an index", "indices", "0,3"});
     if (idx.rank != nlead)
       throw shape_error("--slice " + quoted_text(slice) + " gives " + count_noun(idx.rank, "index", "indices") + "; the tensor " +
                         to_string(shape) + " has " + count_noun(nlead, "leading dim") + " (all but the last two)");

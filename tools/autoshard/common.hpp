@@ -148,12 +148,21 @@ struct mesh_options {
   }
 };
 
+/// What parse_shape_list reads: a shape's dims (`--shape`), or `--slice`'s indices.
+struct shape_list_words {
+  const char* list = "shape";      ///< how a message names the text
+  const char* item = "a dim size";  ///< and each number in it
+  const char* items = "dims";
+  const char* example = "8,4";
+};
+
 /// "8,4" or "[8,4]" -> tensor_shape.
-inline tensor_shape parse_shape_list(std::string s) {
+inline tensor_shape parse_shape_list(std::string s, const shape_list_words& w = {}) {
   if (!s.empty() && s.front() == '[') s.erase(0, 1);
   if (!s.empty() && s.back() == ']') s.pop_back();
   std::vector<std::int64_t> dims;
   std::size_t i = 0;
+  const std::string what = std::string(w.list) + " " + quoted_text(s) + ": ";
   while (i <= s.size()) {
     std::size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
@@ -161,14 +170,13 @@ inline tensor_shape parse_shape_list(std::string s) {
     while (!tok.empty() && tok.front() == ' ') tok.erase(0, 1);
     while (!tok.empty() && tok.back() == ' ') tok.pop_back();
     if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos)
-      throw shape_error("shape " + quoted_text(s) + ": " + quoted_text(tok) + " is not a dim size (write e.g. 8,4)");
+      throw shape_error(what + quoted_text(tok) + " is not " + std::string(w.item) + " (write e.g. " + w.example + ")");
     if (tok.find_first_not_of('0') != std::string::npos && tok.size() - tok.find_first_not_of('0') > 15)
-      throw shape_error("shape " + quoted_text(s) + ": dim " + quoted_text(tok) + " has more than 15 digits: a dim size is at most "
-                        "999999999999999 (10^15 - 1)");
+      throw shape_error(what + quoted_text(tok) + " has more than 15 digits: " + std::string(w.item) + " is at most 999999999999999 (10^15 - 1)");
     dims.push_back(std::stoll(tok));
     i = j + 1;
   }
-  if (dims.size() > max_tensor_rank) throw shape_error("shape " + quoted_text(s) + ": at most 8 dims");
+  if (dims.size() > max_tensor_rank) throw shape_error(what + "at most 8 " + w.items);
   return tensor_shape(dims);
 }
 

@@ -612,6 +612,12 @@ void register_plan(CLI::App& app, action& run) {
     if (!o->pipeline_stages.empty() && cmd->get_option("--micro-batches")->count() > 0)
       throw CLI::ValidationError("--micro-batches", "with --pp the micro-steps are the global batch over the data-parallel ranks "
                                                     "and the micro-batch the search chooses (or --micro-batch): leave it out");
+    // A pin is a spec over --mesh's axes; under --pp each stage is planned on a sub-mesh of the
+    // search's (pp x tp x dp split), which it does not name: every configuration failed.
+    if (!o->pipeline_stages.empty() && cmd->get_option("--pin")->count() > 0)
+      throw CLI::ValidationError("--pin", "with --pp each stage is planned on a sub-mesh the search chooses (its split of --mesh "
+                                          "into stages, tensor- and data-parallel ranks), which a spec over --mesh's axes does not "
+                                          "name: leave it out, or plan without --pp");
     if (o->tensor_parallel != 0 && o->algo != to_string(algo::megatron))
       throw CLI::ValidationError("--tp", "the tensor-parallel size is megatron's (--algo megatron); the other algos choose theirs");
     o->backend_given = backend->count() > 0;

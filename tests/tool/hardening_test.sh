@@ -562,6 +562,12 @@ expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it ha
   bad "pipe-stage-stale: an unpipelined run left: $(cd "$tmp/pps" && echo *)"
 "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/pps" --quiet >/dev/null 2>"$tmp/err" || bad "pipe-stage-stale: the pipelined run"
 [ "$(cd "$tmp/pps" && echo *)" = "stage-0 stage-1 stage-7" ] && ok || bad "pipe-stage-stale: a pipelined run left: $(cd "$tmp/pps" && echo *)"
+# pipe-stage-link: a stage directory that is a symbolic link (stage-1 -> the input checkpoint's
+# directory) had the stage's rank files written where it pointed, beside the input.
+mkdir -p "$tmp/ppl" && ln -s "$tmp/ppck" "$tmp/ppl/stage-1"
+expect pipe-stage-link 1 "^autoshard: io error: --out stage directory '.*ppl/stage-1' is a symbolic link \(to '.*ppck'\): the sharder makes its stage directories itself" \
+  "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/ppl" --quiet
+[ -z "$(find "$tmp/ppck" -name 'rank-*')" ] && [ ! -e "$tmp/ppl/stage-0" ] && ok || bad "pipe-stage-link: rank files were written"
 # pipe-stage-partial: a stage that fails (here stage 1 under `ulimit -f`, after stage 0, the
 # embedding alone, was written) left the earlier stages written: a half pipeline, or beside an
 # older run's later stages a mix. Now the stages this run wrote are removed.

@@ -107,6 +107,13 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
   for (const auto& f : in.files()) paths.input("checkpoint file", f.path());
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
+    // The stage directories are the sharder's own: one that is a symbolic link sent the stage's
+    // rank files wherever it pointed (beside the input checkpoint, for `stage-1 -> ck`).
+    std::error_code ec;
+    if (!o.follow_symlinks && fs::is_symlink(fs::symlink_status(dir, ec)))
+      throw io_error("--out stage directory " + quoted_path(dir.string()) + " is a symbolic link (to " +
+                     quoted_path(fs::read_symlink(dir, ec).string()) + "): the sharder makes its stage directories itself; remove "
+                     "it, or give --follow-symlinks to write where it points");
     check_shard_count(stages[k].policy.mesh.num_ranks(), stages[k].names.size());
     for (int r = 0; r < stages[k].policy.mesh.num_ranks(); ++r) paths.output("--out rank file", rank_file(dir, r));
     paths.output("--out index", dir / "index.json");

@@ -916,10 +916,8 @@ struct tp_walk {
         if (!(a == w) && !x_dt) {
           // SequenceParallel reads its input as already split: the norm runs plain on the slice
           // PrepareModuleInput takes (the same numbers; its weight's gradient is then each
-          // rank's share, which SequenceParallel would sum).
-          if (p.document.pricing.mode == run_mode::training)
-            note(v, "it runs on a slice of dim " + std::to_string(w.dim) + " taken at its input: its weight's gradient is each "
-                    "rank's share, to be summed over " + axis() + " (SequenceParallel does that where the input arrives split)");
+          // rank's share, which SequenceParallel would sum: gradient_sums lists it in
+          // tp_gradient_sums).
           break;
         }
         m.style = "SequenceParallel";

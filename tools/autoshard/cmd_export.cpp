@@ -79,8 +79,9 @@ void register_export(CLI::App& app, action& run) {
   CLI::App* cmd = app.add_subcommand("export", "write a plan as a Hugging Face tp_plan, a PyTorch parallelize_module plan or Megatron-LM's arguments");
   cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
   cmd->add_option("--to", o->to,
-                  "hf-tp-plan (transformers' tp_plan), dtensor (parallelize_module styles and layouts) or megatron "
-                  "(Megatron-LM's command-line arguments: parallelism, micro-batches, recomputation, the model)")
+                  "hf-tp-plan (transformers' tp_plan), dtensor (parallelize_module styles and layouts, FSDP2 units for "
+                  "ZeRO-3) or megatron (Megatron-LM's command-line arguments: parallelism, micro-batches, recomputation, "
+                  "the model)")
       ->required()
       ->check(CLI::IsMember({"hf-tp-plan", "dtensor", "megatron"}));
   cmd->add_option("--out", o->out, "file to write (default: stdout); notes go to stderr");

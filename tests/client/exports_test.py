@@ -12,8 +12,8 @@ checkpoint. Then on N forked Gloo ranks (CPU):
     gradient within 1e-4 of the unsharded model's;
   * hf: from_pretrained(distributed_config=DistributedConfig(tp_plan=...)), the same logits and
     generate(); the export must name every entry of the model class's own plan; a training plan
-    on a mesh of one axis also trains one step, every gradient within 1e-4 of the unsharded
-    model's.
+    also trains one step (each data-parallel rank on its rows, transformers' FSDP2 averaging
+    them), every gradient within 1e-4 of the unsharded model's.
 An export the case expects refused must exit 1 naming the operator; anything else (a crash in
 PyTorch, a wrong logit, an unexpected refusal) fails the case.
 Usage: exports_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--list]
@@ -414,10 +414,15 @@ def run_hf(rank, world, case, prep, ref):
             out = m.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
         if not torch.equal(out, tokens):
             bad.append(f"rank {rank}: hf generate() {out.tolist()}, the unsharded model {tokens.tolist()}")
-    if "infer" not in case.plan and dp == 1:  # a training plan on a tensor-parallel mesh: one step's gradients
+    if "infer" not in case.plan:  # a training plan: one step's gradients
+        # With data-parallel ranks transformers wraps the model in FSDP2 (replicated over them,
+        # tp the inner axis: rank r is data-parallel rank r // tp), which averages their
+        # gradients: each feeds its own rows.
         ref = copy.deepcopy(model)
         ref(ids, labels=ids).loss.backward()
-        m(ids, labels=ids).loss.backward()
+        rows = ids.shape[0] // dp
+        part = ids[rank // export["tp_size"] * rows:][:rows]
+        m(part, labels=part).loss.backward()
         bad += [f"rank {rank}: {b}" for b in gradient_errors(m, ref, "hf train")]
     return bad
 

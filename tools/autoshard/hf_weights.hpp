@@ -16,16 +16,11 @@
 
 namespace autoshard::tool {
 
-/// The checkpoint in `dir` (model.safetensors.index.json or model.safetensors), if there is one.
-/// A name present as anything (a link that leads nowhere, or around in a loop, included) is a
-/// checkpoint the reader is asked to open: `exists` follows links, so a model.safetensors that
-/// was a symbolic-link loop read as no checkpoint, and the weights went unchecked without a word.
+/// The checkpoint in `dir` (model.safetensors.index.json or model.safetensors), if there is one:
+/// a name present as anything (checkpoint_file_in) is opened, so a model.safetensors that is a
+/// symbolic-link loop is an error, not weights left unchecked without a word.
 inline std::optional<checkpoint> hf_checkpoint(const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(dir / "model.safetensors.index.json", ec)) &&
-      !fs::exists(fs::symlink_status(dir / "model.safetensors", ec)))
-    return std::nullopt;
+  if (!checkpoint_file_in(dir)) return std::nullopt;
   return checkpoint(dir);
 }
 

@@ -554,6 +554,20 @@ inline void save_safetensors(const std::filesystem::path& path,
   w.commit();
 }
 
+/// The checkpoint file of Hugging Face directory `dir`: model.safetensors.index.json, else
+/// model.safetensors, or nullopt when neither is there. Present as anything, a link that leads
+/// nowhere or loops included: it is opened, and its error names it ("cannot open
+/// '…/model.safetensors': Too many levels of symbolic links"), where `exists` (which follows
+/// links) threw the file system's bare words or said there was no checkpoint.
+inline std::optional<std::filesystem::path> checkpoint_file_in(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(dir / name, ec))) return dir / name;
+  }
+  return std::nullopt;
+}
+
 /// A checkpoint: one safetensors file, or several joined by model.safetensors.index.json
 /// (Hugging Face's {"weight_map": {tensor: file}}). Opening validates every file and the map.
 ///   autoshard::checkpoint ck("llama-dir");   // dir, index json, or single file
@@ -563,16 +577,9 @@ class checkpoint {
     namespace fs = std::filesystem;
     fs::path p = where;
     if (fs::is_directory(p)) {
-      // Present as anything, a link that leads nowhere or loops included: it is opened, and its
-      // error names it ("cannot open '…/model.safetensors': Too many levels of symbolic links"),
-      // where `exists` threw the file system's bare words or said there was no checkpoint.
-      const auto present = [](const fs::path& f) {
-        std::error_code ec;
-        return fs::exists(fs::symlink_status(f, ec));
-      };
-      if (present(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
-      else if (present(p / "model.safetensors")) p /= "model.safetensors";
-      else throw io_error("directory " + quoted_path(where.string()) + " has neither model.safetensors nor its index");
+      const std::optional<fs::path> file = checkpoint_file_in(p);
+      if (!file) throw io_error("directory " + quoted_path(where.string()) + " has neither model.safetensors nor its index");
+      p = *file;
     }
     if (p.extension() == ".json") open_index(p);
     else {

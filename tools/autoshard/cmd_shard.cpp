@@ -75,9 +75,11 @@ bool remove_sharded_output(const std::filesystem::path& dir, bool whole, const s
 /// 4-stage output sharded again on 2 stages kept stage-2 and stage-3, layers 2-3 and the head a
 /// second time). Each is removed when it is a sharder's output, as the rank files beyond a
 /// smaller world are; anything else is left, with a note (even with --quiet, which silences the
-/// progress).
-void remove_other_layouts(const std::filesystem::path& out, std::size_t stages, const std::vector<std::filesystem::path>& inputs) {
+/// progress). The files of checkpoint `in` are never removed.
+void remove_other_layouts(const std::filesystem::path& out, std::size_t stages, const checkpoint& in) {
   namespace fs = std::filesystem;
+  std::vector<fs::path> inputs;
+  for (const auto& f : in.files()) inputs.push_back(f.path());
   std::error_code ec;
   std::vector<fs::path> extra;
   for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
@@ -140,9 +142,7 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
                 << r.world_size << " rank files on " << to_string(stages[k].policy.mesh) << ", "
                 << human_bytes(static_cast<double>(r.bytes_written)) << ", in " << escaped_text(dir.string()) << "\n";
   }
-  std::vector<fs::path> inputs;
-  for (const auto& f : in.files()) inputs.push_back(f.path());
-  remove_other_layouts(o.out, stages.size(), inputs);
+  remove_other_layouts(o.out, stages.size(), in);
   if (o.json)
     std::cout << nlohmann::json{{"checkpoint", o.checkpoint}, {"how", "plan " + o.plan + ", " + describe(*plan.pipeline)},
                                 {"stages", files}, {"bytes_written", bytes}}.dump(2)
@@ -224,11 +224,7 @@ int run_shard(const shard_cli_options& o) {
     how = "plan " + o.plan + " on " + to_string(policy.mesh);
   }
   if (printed && tty) std::fputc('\n', stderr);
-  {
-    std::vector<fs::path> inputs;
-    for (const auto& f : in.files()) inputs.push_back(f.path());
-    remove_other_layouts(o.out, 0, inputs);  // a pipelined run's stage directories
-  }
+  remove_other_layouts(o.out, 0, in);  // a pipelined run's stage directories
 
   if (o.json) {
     nlohmann::json files = nlohmann::json::array();

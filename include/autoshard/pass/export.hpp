@@ -118,7 +118,8 @@ struct tp_export {
   /// dtensor: attributes to set on modules after the styles: module -> {attribute: value}
   /// (the query heads per key/value head an attention reads on each rank).
   nlohmann::json attributes = nlohmann::json::object();
-  /// dtensor: FSDP2 over the data-parallel axes, where the plan stores parameters there as ZeRO-3.
+  /// dtensor: FSDP2's units, where the plan stores parameters ZeRO-3 (on data-parallel axes, or
+  /// on tp where gathered whole at each use).
   std::optional<fsdp_export> fsdp;
   /// dtensor: the mesh axes whose ranks each compute their own slice of the batch, fed to them as
   /// DDP feeds it, gradients averaged over them (mesh order; the tp axis among them only where
@@ -476,9 +477,7 @@ struct tp_walk {
     bool over_tp = false;
     std::string how;
     for (const auto& [k, count] : per_key) {
-      std::vector<int> replicate;
-      for (std::size_t a : dp)
-        if (std::find(k.begin(), k.end(), static_cast<int>(a)) == k.end()) replicate.push_back(static_cast<int>(a));
+      const std::vector<int> replicate = replicate_axes_of(k, dp);
       over_tp = over_tp || (!tp_is_dp && std::find(k.begin(), k.end(), static_cast<int>(t)) != k.end());
       how += std::string(how.empty() ? "" : "; ") + "over " + axes_text(k) + " for " + std::to_string(count) +
              (replicate.empty() ? std::string() : ", replicated over " + axes_text(replicate) + " (HSDP)");
@@ -549,10 +548,16 @@ struct tp_walk {
     // The model with no parameter of its own: the first unit's mesh (none where every unit
     // below was refused, a problem already).
     fsdp_unit u{prefix, !mine.empty() ? *mine.begin() : f.units.empty() ? std::vector<int>{} : f.units.front().shard_axes, {}};
-    for (std::size_t a : dp)
-      if (std::find(u.shard_axes.begin(), u.shard_axes.end(), static_cast<int>(a)) == u.shard_axes.end())
-        u.replicate_axes.push_back(static_cast<int>(a));
+    u.replicate_axes = replicate_axes_of(u.shard_axes, dp);
     f.units.push_back(std::move(u));
+  }
+
+  /// HSDP's replicate axes of FSDP2 sharding over `shard`: the data-parallel axes `dp` it leaves.
+  static std::vector<int> replicate_axes_of(const std::vector<int>& shard, const std::vector<std::size_t>& dp) {
+    std::vector<int> out;
+    for (std::size_t a : dp)
+      if (std::find(shard.begin(), shard.end(), static_cast<int>(a)) == shard.end()) out.push_back(static_cast<int>(a));
+    return out;
   }
 
   /// The consumers of v as (consumer, operand index).

@@ -605,6 +605,10 @@ expect pp-flags 2 "^--micro-batches: with --pp the micro-steps are the global ba
   "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --micro-batches 3 --out "$tmp/ppf.json" --no-svg --quiet
 expect pp-flags 2 "^--pin: with --pp each stage is planned on a sub-mesh the search chooses" \
   "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --pin model.embed_tokens.weight=RR --out "$tmp/ppf.json" --no-svg --quiet
+# ... and where the ILP plans no configuration at all (here no answer within a microsecond), the
+# reasons, not a memory budget no configuration was measured against.
+expect pp-flags 1 "^autoshard: solver error: no pipelined configuration could be planned: the ILP found no plan for any of the [0-9]+ configurations it tried \(pp 2, .*time_limit of 1e-06 s reached before any answer" \
+  "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --time-limit 0.000001 --out "$tmp/ppf.json" --no-svg --quiet
 test ! -e "$tmp/ppf.json" && ok || bad "pp-flags: a plan was written"
 # out-not-dir: synth's --out, or shard's for a pipelined plan, that is a file (or lies under one)
 # failed with the file system's bare "Not a directory: 'f/stage-0'", naming no flag.

@@ -152,8 +152,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     found = search_pipelines(g, po.mesh, po.pricing, so);
     if (!found.empty.empty()) throw solver_error(found.empty);
     if (!found.best && found.priced == 0 && found.failed > 0) {
-      // Not memory: the ILP planned none of them (a --pin the stages cannot honour said "no
-      // pipelined configuration fits 80.00 GiB per device", the failures it had kept dropped).
+      // Not memory: the ILP planned none of them (a time limit too short for any answer, or a
+      // pin no stage could honour, said "no pipelined configuration fits 80.00 GiB per device",
+      // the failures it had kept dropped).
       std::string why;
       for (const std::string& f : found.failures) why += (why.empty() ? "" : "; ") + f;
       throw solver_error("no pipelined configuration could be planned: the ILP found no plan for any of the " +

@@ -574,6 +574,16 @@ expect pipe-stage-link 1 "^autoshard: io error: --out stage directory '.*ppl/sta
 expect pipe-stage-partial 1 "^autoshard: io error: cannot write '.*pph/stage-1/rank-0.safetensors.tmp.*': File too large" \
   bash -c 'ulimit -f 24 && exec "$0" "$@"' "$tool" shard "$tmp/ppck" --plan "$tmp/pp-head.json" --out "$tmp/pph" --quiet
 [ -z "$(find "$tmp/pph" -type f 2>/dev/null)" ] && ok || bad "pipe-stage-partial: left $(find "$tmp/pph" -type f | head -5)"
+# pipe-stage-older: the same failure over an older run's complete output. Each stage was put in
+# place as it was written, so stage 0 had replaced the older run's before stage 1 failed, and its
+# removal left the older run without stage 0. Now every stage is written under temporary names
+# before any is put in place: the older run is as it was, file for file, and no temporary is left.
+"$tool" shard "$tmp/ppck" --plan "$tmp/pp-head.json" --out "$tmp/ppo" --quiet >/dev/null
+(cd "$tmp/ppo" && find . -type f | sort | xargs sha256sum) >"$tmp/ppo.sum"
+expect pipe-stage-older 1 "^autoshard: io error: cannot write '.*ppo/stage-1/rank-0.safetensors.tmp.*': File too large" \
+  bash -c 'ulimit -f 24 && exec "$0" "$@"' "$tool" shard "$tmp/ppck" --plan "$tmp/pp-head.json" --out "$tmp/ppo" --quiet
+(cd "$tmp/ppo" && find . -type f | sort | xargs sha256sum) | cmp -s - "$tmp/ppo.sum" && ok ||
+  bad "pipe-stage-older: the older run changed: $(cd "$tmp/ppo" && find . -type f | sort | xargs sha256sum | diff - "$tmp/ppo.sum" | head -4)"
 # pipe-layer-order: a pipelined plan whose layer 1 is renamed 7 throughout (graph and tensors):
 # the stages take the layers by number (0 and 2, then 3 and 7), so layer 2 on stage 0 reads
 # layer 7 on stage 1: `verify` died of SIGSEGV, `export --to megatron` and `show` went on as if

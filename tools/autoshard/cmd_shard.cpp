@@ -121,17 +121,22 @@ int shard_stages(const shard_cli_options& o, const checkpoint& in, const plan_do
     paths.output("--out index", dir / "index.json");
   }
   paths.check();
+  // Every stage is written under temporary names before any is put in place: a stage that
+  // fails (no room, an error in its tensors) leaves an older run's stages all as they were.
+  std::vector<pending_shard_checkpoint> pending;
+  for (std::size_t k = 0; k < stages.size(); ++k)
+    pending.push_back(prepare_shard_checkpoint(in, stages[k].policy, stages[k].names, fs::path(o.out) / ("stage-" + std::to_string(k)), so));
   nlohmann::json files = nlohmann::json::array();
   std::uint64_t bytes = 0;
   for (std::size_t k = 0; k < stages.size(); ++k) {
-    const fs::path dir = fs::path(o.out) / ("stage-" + std::to_string(k));
+    const fs::path dir = pending[k].dir();
     shard_report r;
     try {
-      r = shard_checkpoint(in, stages[k].policy, stages[k].names, dir, so);
+      r = pending[k].commit();
     } catch (...) {
-      // No half pipeline: the stages this run wrote before (stage 0 of 2 when stage 1 found
-      // no room) are removed, so no mix of this run's stages and an older run's is left.
-      for (std::size_t done = 0; done < k; ++done) (void)remove_sharded_output(fs::path(o.out) / ("stage-" + std::to_string(done)), /*whole=*/true);
+      // Renaming failed part way (a file system error): the stages put in place already are
+      // removed, so no mix of this run's stages and an older run's is left.
+      for (std::size_t done = 0; done < k; ++done) (void)remove_sharded_output(pending[done].dir(), /*whole=*/true);
       throw;
     }
     bytes += r.bytes_written;

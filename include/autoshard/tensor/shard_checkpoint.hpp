@@ -25,6 +25,7 @@
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <utility>      // std::exchange
 #include <vector>       // std::vector
 
 #include <nlohmann/json.hpp>  // index.json
@@ -318,18 +319,12 @@ inline void check_shard_memory(const std::vector<tensor_shards>& plans, const sh
                        m.memory_source() + (m.memory_limited() ? "): free memory or raise the limit" : "): free memory"));
 }
 
-/// Every rank file and then `index_text` as out_dir/index.json finished under temporary names
-/// and renamed into place. The old index goes first: a run killed while renaming leaves no
-/// index (an incomplete directory every reader refuses), never an old index over new rank
-/// files. Every rank file and the index carry this run's generation, so any other mix is
-/// refused on reading too.
-inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>& writers, const std::string& index_text,
-                               const std::filesystem::path& out_dir, const shard_options& opts) {
+/// Renames the finished rank files and then `index` (out_dir/index.json) into place. The old
+/// index goes first: a run killed while renaming leaves no index (an incomplete directory every
+/// reader refuses), never an old index over new rank files. Every rank file and the index carry
+/// this run's generation, so any other mix is refused on reading too.
+inline void commit_shard_files(std::vector<std::unique_ptr<safetensors_writer>>& writers, atomic_file& index) {
   namespace fs = std::filesystem;
-  for (auto& w : writers) w->finish();
-  atomic_file index(output_path(out_dir / "index.json", opts));
-  index.write(index_text);
-  index.finish();
   {
     std::error_code ec;
     if (fs::is_regular_file(fs::symlink_status(index.target(), ec))) fs::remove(index.target(), ec);
@@ -420,12 +415,73 @@ inline void check_shard_space(const checkpoint& in, const std::vector<std::strin
                        count_noun(shards, "shard entry", "shard entries") + ", in " + count_noun(world, "rank file") + ")");
 }
 
-/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`). The general entry
-/// point; the policy overloads below build the plans.
-inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
-                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
-                                     const shard_options& opts = {}, const std::string& policy_name = "",
-                                     const std::map<std::string, std::int64_t>& attributes = {}) {
+class pending_shard_checkpoint;
+inline pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
+                                                         const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                                         const shard_options& opts = {}, const std::string& policy_name = "",
+                                                         const std::map<std::string, std::int64_t>& attributes = {});
+
+/// A sharded checkpoint written in full under temporary names in its directory but not yet in
+/// place (prepare_shard_checkpoint): commit() renames it into place, as shard_checkpoint does at
+/// its end. Destroyed uncommitted, it removes its temporaries (and the directory, when it made
+/// it and nothing else is there): the directory is as it was. A caller that writes several
+/// outputs (a pipeline's stages) prepares every one before it commits any, so that a failure
+/// in a later one leaves an earlier run's output whole. Each file is closed once written.
+class pending_shard_checkpoint {
+ public:
+  pending_shard_checkpoint(pending_shard_checkpoint&& o) noexcept
+      : out_dir_(std::move(o.out_dir_)), made_dir_(std::exchange(o.made_dir_, false)), t0_(o.t0_), writers_(std::move(o.writers_)),
+        index_(std::move(o.index_)), inputs_(std::move(o.inputs_)), report_(std::move(o.report_)),
+        committed_(std::exchange(o.committed_, true)) {}
+  pending_shard_checkpoint& operator=(pending_shard_checkpoint&&) = delete;
+  pending_shard_checkpoint(const pending_shard_checkpoint&) = delete;
+  pending_shard_checkpoint& operator=(const pending_shard_checkpoint&) = delete;
+  ~pending_shard_checkpoint() {
+    if (committed_ || !made_dir_) return;
+    writers_.clear();  // the temporaries first
+    index_.reset();
+    std::error_code ec;
+    std::filesystem::remove(out_dir_, ec);  // only when empty
+  }
+
+  /// What was written (seconds: so far).
+  const shard_report& report() const noexcept { return report_; }
+  const std::filesystem::path& dir() const noexcept { return out_dir_; }
+
+  /// Renames every rank file and then index.json into place, then removes the rank files an
+  /// earlier run with more ranks left (never an input's). Once only.
+  shard_report commit() {
+    if (committed_) throw io_error("the sharded checkpoint in " + quoted_path(out_dir_.string()) + " was committed already");
+    detail::commit_shard_files(writers_, *index_);
+    committed_ = true;
+    for (auto& p : detail::remove_extra_rank_files(out_dir_, report_.world_size, inputs_)) report_.removed_stale.push_back(std::move(p));
+    report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    return report_;
+  }
+
+ private:
+  friend pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint&, const std::vector<tensor_shards>&, const device_mesh&,
+                                                           const std::filesystem::path&, const shard_options&, const std::string&,
+                                                           const std::map<std::string, std::int64_t>&);
+  pending_shard_checkpoint(std::filesystem::path dir, bool made_dir, std::chrono::steady_clock::time_point t0)
+      : out_dir_(std::move(dir)), made_dir_(made_dir), t0_(t0) {}
+  std::filesystem::path out_dir_;
+  bool made_dir_ = false;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<std::unique_ptr<safetensors_writer>> writers_;
+  std::unique_ptr<atomic_file> index_;
+  std::vector<std::filesystem::path> inputs_;
+  shard_report report_;
+  bool committed_ = false;
+};
+
+/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`) into `out_dir`
+/// under temporary names, every file finished: the output, not yet in place
+/// (pending_shard_checkpoint). The general entry point; shard_checkpoint commits it at once.
+inline pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
+                                                         const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                                         const shard_options& opts, const std::string& policy_name,
+                                                         const std::map<std::string, std::int64_t>& attributes) {
   namespace fs = std::filesystem;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -449,14 +505,18 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
+  std::error_code dir_ec;
+  const bool existed = fs::exists(fs::symlink_status(out_dir, dir_ec));
   fs::create_directories(out_dir);
+  pending_shard_checkpoint pending(out_dir, !existed, t0);
   std::vector<std::string> finals{"index.json"};
   for (int r = 0; r < N; ++r) finals.push_back(rank_file("", r).string());
-  shard_report report;
+  shard_report& report = pending.report_;
   report.world_size = N;
   report.attributes = attributes;
   report.removed_stale = remove_stale_temporaries(out_dir, finals);
-  std::vector<std::unique_ptr<safetensors_writer>> writers = detail::open_rank_writers(plans, infos, meta, out_dir, N, opts);
+  pending.writers_ = detail::open_rank_writers(plans, infos, meta, out_dir, N, opts);
+  std::vector<std::unique_ptr<safetensors_writer>>& writers = pending.writers_;
   detail::shard_staging staging;
   for (const auto& e : writers.front()->entries()) {  // same order in every rank file
     const tensor_shards& p = *by_name.at(e.name);
@@ -474,12 +534,22 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
       opts.progress({report.bytes_written, total, s, s > 0 ? static_cast<double>(report.bytes_written) / s : 0.0, e.name});
     }
   }
-  detail::commit_shard_files(writers, index_text, out_dir, opts);
-  std::vector<fs::path> inputs;
-  for (const auto& f : in.files()) inputs.push_back(f.path());
-  for (auto& p : detail::remove_extra_rank_files(out_dir, N, inputs)) report.removed_stale.push_back(std::move(p));
+  for (auto& w : writers) w->finish();
+  pending.index_ = std::make_unique<atomic_file>(detail::output_path(out_dir / "index.json", opts));
+  pending.index_->write(index_text);
+  pending.index_->finish();
+  for (const auto& f : in.files()) pending.inputs_.push_back(f.path());
   report.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  return report;
+  return pending;
+}
+
+/// Shards `in` by precomputed plans (one per tensor of `in`, all on `mesh`), the output put
+/// in place at once (prepare_shard_checkpoint, then commit).
+inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<tensor_shards>& plans,
+                                     const device_mesh& mesh, const std::filesystem::path& out_dir,
+                                     const shard_options& opts = {}, const std::string& policy_name = "",
+                                     const std::map<std::string, std::int64_t>& attributes = {}) {
+  return prepare_shard_checkpoint(in, plans, mesh, out_dir, opts, policy_name, attributes).commit();
 }
 
 /// Shards by a tensor-parallel policy over `tp` ranks; `config` supplies heads and widths.
@@ -539,14 +609,21 @@ inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& pl
   return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
 }
 
-/// Shards the tensors `names` of `in` alone (a pipeline stage's) by a solved plan.
-inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
-                                     const std::filesystem::path& out_dir, shard_options opts = {}) {
+/// Shards the tensors `names` of `in` alone (a pipeline stage's) by a solved plan, not yet in
+/// place: commit() puts it there.
+inline pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
+                                                         const std::filesystem::path& out_dir, shard_options opts = {}) {
   opts.every_tensor = false;
   check_shard_count(plan.mesh.num_ranks(), names.size());
   if (names.empty()) throw io_error("no tensor of the checkpoint is to be sharded");
   check_shard_space(in, names, plan.mesh.num_ranks(), out_dir, opts);  // before a layout is made
-  return shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
+  return prepare_shard_checkpoint(in, detail::plan_shards(in, plan, names), plan.mesh, out_dir, opts, "plan");
+}
+
+/// Shards the tensors `names` of `in` alone (a pipeline stage's) by a solved plan.
+inline shard_report shard_checkpoint(const checkpoint& in, const plan_policy& plan, const std::vector<std::string>& names,
+                                     const std::filesystem::path& out_dir, const shard_options& opts = {}) {
+  return prepare_shard_checkpoint(in, plan, names, out_dir, opts).commit();
 }
 
 /// A directory written by shard_checkpoint: its index and every rank file (validated).

@@ -6,6 +6,7 @@
 // docs/reliability.md records what each one shows the user.
 #include <autoshard/tensor/tensor.hpp>
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -230,4 +231,46 @@ TEST_CASE("faults: only the sharder's own temporaries of a dead writer are remov
   CHECK(fs::is_symlink(out / link));
   sharded_checkpoint sc(out);
   CHECK(bitwise_equal(sc.gather("a").view(), in.view("a")));
+}
+
+// The generation index.json names (every file of one sharding run carries it).
+std::string generation_of(const fs::path& dir) {
+  return nlohmann::json::parse(std::ifstream(dir / "index.json")).at("generation").get<std::string>();
+}
+
+TEST_CASE("faults: a prepared shard left uncommitted leaves the directory as it was, an older output included") {
+  scratch_dir dir;
+  write_fault_model(dir / "model.safetensors");
+  checkpoint in(dir / "model.safetensors");
+  const fs::path out = dir / "out";
+  shard_checkpoint(in, fault_plan(), out);  // the older run
+  const std::string old_generation = generation_of(out);
+  const std::vector<std::string> before = names_in(out);
+  std::map<std::string, std::uintmax_t> sizes;
+  for (const auto& n : before) sizes[n] = fs::file_size(out / n);
+  {
+    pending_shard_checkpoint p = prepare_shard_checkpoint(in, fault_plan(), {"a", "b"}, out);
+    CHECK(p.report().world_size == 2);
+    CHECK(p.report().bytes_written > 0);
+    CHECK(names_in(out).size() == before.size() + 3);  // two rank files and the index, under temporary names
+    CHECK(generation_of(out) == old_generation);
+  }  // destroyed uncommitted: the failure of a later stage
+  CHECK(names_in(out) == before);
+  for (const auto& n : before) CHECK(fs::file_size(out / n) == sizes[n]);
+  CHECK(generation_of(out) == old_generation);
+  // A directory it made, left uncommitted: removed with its temporaries.
+  const fs::path fresh = dir / "fresh/stage-0";
+  { pending_shard_checkpoint p = prepare_shard_checkpoint(in, fault_plan(), {"a"}, fresh); }
+  CHECK(!fs::exists(fresh));
+  // Moved (as into a vector of stages) and committed: the new output, in place once.
+  std::vector<pending_shard_checkpoint> stages;
+  stages.push_back(prepare_shard_checkpoint(in, fault_plan(), {"a", "b"}, out));
+  CHECK(generation_of(out) == old_generation);
+  const shard_report rep = stages.front().commit();
+  CHECK(rep.world_size == 2);
+  CHECK_THROWS_AS(stages.front().commit(), io_error);
+  sharded_checkpoint sc(out);
+  CHECK(generation_of(out) != old_generation);
+  CHECK(bitwise_equal(sc.gather("a").view(), in.view("a")));
+  CHECK(names_in(out) == before);
 }

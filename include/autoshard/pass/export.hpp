@@ -202,6 +202,9 @@ struct tp_walk {
   std::map<std::string, entry> layers;
   /// dtensor: batch_sliced_embedding(), from the plan alone (set by classify).
   std::optional<vertex_t> sliced_embedding;
+  /// hf: the operators the plan runs on a slice of the batch or sequence over tp that
+  /// transformers hands their input whole (note_whole_runs).
+  std::vector<vertex_t> run_whole;
 
   tp_walk(const loaded_plan& plan, tp_export& e)
       : p(plan), g(plan.graph()), t(static_cast<std::size_t>(e.tp_axis)), n(plan.mesh().size(t)), out(e),
@@ -1129,6 +1132,23 @@ struct tp_walk {
     return true;
   }
 
+  /// Whether `q`, a layout of activation u on tp, splits its rows: a dim other than its features
+  /// (the batch or the sequence).
+  bool sliced_rows(const placement& q, vertex_t u) const {
+    return q.is_shard() && q.dim != static_cast<int>(g[u].shape.rank) - 1;
+  }
+
+  /// hf: one note for the operators the plan runs on a slice of the batch or sequence over tp
+  /// that transformers runs on the whole (run_whole): every rank of tp repeats their work.
+  void note_whole_runs() {
+    if (run_whole.empty()) return;
+    out.notes.push_back(count_noun(run_whole.size(), "operator") + " (the first " + quoted_text(name(run_whole.front())) +
+                        ") the plan runs on a slice of the batch or sequence over " + axis() + " run on the whole on each of its " +
+                        std::to_string(n) + " ranks: transformers' styles hand them their inputs whole. The same numbers, "
+                        "with up to " + std::to_string(n) + " times the plan's compute and activation memory on them (the "
+                        "DTensor export keeps the plan's slices where its styles can express them)");
+  }
+
   /// hf: the module's style in transformers' vocabulary, from the layout its input arrives in.
   void module_hf(vertex_t v) {
     const node& nd = g[v];
@@ -1139,6 +1159,7 @@ struct tp_walk {
     if (!check_module(v)) return;
     const module_role r = role[v];
     const placement a = failed[x] ? in(v, 0) : held[x];
+    if (sliced_rows(in(v, 0), x) && a.is_replicate()) run_whole.push_back(v);
     tp_module m{module_name(nd.name), "replicate", nlohmann::json::object()};
     if (a.is_partial()) {
       problem(v, "its input arrives as partial sums, which no transformers style reduces before a module");
@@ -1157,10 +1178,6 @@ struct tp_walk {
           problem(v, "its input arrives split on its features over " + axis() + " and its weight is whole");
           return;
         }
-        if (r == module_role::sequence)
-          note(v, "the plan runs it on a slice of the batch or sequence (input " + to_string(in(v, 0)) + " on " + axis() +
-                "); transformers' rowwise all-reduces where the plan reduce-scatters, so the norm runs on the whole: the "
-                "same numbers, other collectives (the DTensor export keeps the plan's)");
         held[v] = a.is_shard() ? Shard(a.dim) : Replicate();
         break;
       case module_role::sliced:
@@ -1187,6 +1204,11 @@ struct tp_walk {
     std::vector<placement> ins;
     for (std::size_t i = 0; i < ops.size(); ++i)
       ins.push_back(g[ops[i]].is_parameter() ? stored(ops[i]) : failed[ops[i]] ? in(v, i) : held[ops[i]]);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (!g[ops[i]].is_parameter() && sliced_rows(in(v, i), ops[i]) && ins[i].is_replicate()) {
+        run_whole.push_back(v);
+        break;
+      }
     if (!local_kind_ok(v, ins)) return;
     if (kv_of[v] != none && !ops.empty() && kv_sliced[ops[0]]) {  // a key/value chain on the rank's heads
       held[v] = held[ops[0]];
@@ -1275,6 +1297,7 @@ struct tp_walk {
       out.notes.push_back("the plan splits activations over " + axis() + " on a dim other than their features (the batch or "
                           "the sequence): the model's inputs must have the plan's shapes (fixed_inputs)");
     if (!hf()) gradient_sums();
+    else note_whole_runs();
   }
 
   /// dtensor: tp_gradient_sums, the parameters whole on tp that a module without a parallel style

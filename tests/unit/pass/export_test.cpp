@@ -437,6 +437,27 @@ TEST_CASE("export: a rotary model sliced on the batch from its token embedding o
                  "it runs on a slice of dim 0 (the batch)"));
 }
 
+TEST_CASE("export: the hf export says where transformers runs on the whole what the plan slices") {
+  // The planner's own GPT-2 plans, small: the embeddings split on their hidden dim over tp, every
+  // layer on a slice of the batch. transformers' styles hand the layers their inputs whole: each
+  // rank of tp computes every row, which the export must say (exact numbers, n times the work).
+  const auto g = autoshard::build_gpt2(small_gpt2(autoshard::run_mode::inference));
+  std::map<std::string, std::string> pins{{"transformer.wte.weight", "[S(1)]"}, {"transformer.wte", "[S(2)]"}};
+  for (int l = 0; l < 3; ++l) pins["transformer.h." + std::to_string(l) + ".attn.attention"] = "[S(0)]";
+  const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = pins});
+  const autoshard::tp_export hf = exported(p, export_target::hf);
+  REQUIRE(hf.problems.empty());
+  CHECK(mentions(hf.notes, "the plan runs on a slice of the batch or sequence over mesh axis 0 run on the whole on each of its 4 ranks",
+                 "up to 4 times the plan's compute"));
+  CHECK(mentions(hf.notes, "(the first 'transformer.", "operators"));
+  // A plan that keeps every activation whole on tp has nothing to say so.
+  const auto whole = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = {{"transformer.wte.weight", "[S(1)]"},
+                                                                                {"transformer.h.0.attn.attention", "[R]"},
+                                                                                {"transformer.h.1.attn.attention", "[R]"},
+                                                                                {"transformer.h.2.attn.attention", "[R]"}}});
+  CHECK_FALSE(mentions(exported(whole, export_target::hf).notes, "run on the whole on each of its", "ranks"));
+}
+
 // Pins for the small LLaMA on dp=2,tp=2 as the planner's plans for LLaMA on two or more nodes:
 // the embedding split on its hidden dim over tp, the attention on a slice of the batch over
 // both axes; `per_layer` adds each layer's own ("model.layers.N." prefixed).

@@ -57,6 +57,32 @@ lib_overlap=$(sed -n 's/^inline constexpr gradient_overlap_model default_gradien
 "$tool" plan --help | grep -- "--gradient-overlap" | grep -qE "=backward( |\$)" && ok || bad "plan --help: --gradient-overlap's default"
 python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["pricing"]["gradient_overlap"] != "backward")' \
   "$tmp/default-mode.json" && ok || bad "a plan with the defaults does not record gradient_overlap \"backward\""
+# plan says whether each export writes the plan it wrote: exactly what `export` then does (exit
+# 0, or 1 naming the first problem), for a plan each target refuses and one they all write.
+"$tool" plan --model llama-7b --layers 2 --hidden 64 --heads 4 --ffn 128 --vocab 64 --seq 8 --batch 4 --mesh tp=2 --algo megatron \
+  --out "$tmp/exports-megatron.json" --json --quiet > "$tmp/exports-megatron.out" 2>"$tmp/err" || bad "plan --algo megatron: $(cat "$tmp/err")"
+"$tool" plan --model gpt2 --layers 1 --hidden 16 --heads 2 --vocab 32 --seq 8 --batch 4 --mesh tp=2 --algo megatron --mode infer \
+  --out "$tmp/exports-gpt2.json" --json --quiet > "$tmp/exports-gpt2.out" 2>"$tmp/err" || bad "plan gpt2 --algo megatron: $(cat "$tmp/err")"
+python3 - "$tool" "$tmp" <<'PY' && ok || bad "plan's exports verdicts are not what export does"
+import json, subprocess, sys
+tool, tmp = sys.argv[1], sys.argv[2]
+verdicts = {}
+for name in ("exports-megatron", "default-mode", "exports-gpt2"):
+    verdicts[name] = json.load(open(f"{tmp}/{name}.out"))["exports"]
+    for target, v in verdicts[name].items():
+        r = subprocess.run([tool, "export", "--plan", f"{tmp}/{name}.json", "--to", target], capture_output=True, text=True)
+        if v["exports"] != (r.returncode == 0) or (not v["exports"] and (r.returncode != 1 or not v["problems"] or
+                                                                         v["problems"][0].split("\n")[0] not in r.stderr)):
+            sys.exit(f"{name} --to {target}: plan says {v}, export exited {r.returncode}: {r.stderr[:500]}")
+# Both kinds of verdict met: the Megatron LLaMA plan exports to all three, GPT-2's Conv1D split is refused.
+sys.exit(0 if all(v["exports"] for v in verdicts["exports-megatron"].values()) and sorted(verdicts["exports-megatron"]) ==
+         ["dtensor", "hf-tp-plan", "megatron"] and not verdicts["exports-gpt2"]["dtensor"]["exports"] else f"verdicts: {verdicts}")
+PY
+"$tool" plan --model gpt2 --layers 1 --hidden 16 --heads 2 --vocab 32 --seq 8 --batch 4 --mesh tp=2 --algo megatron --mode infer \
+  --out "$tmp/exports-gpt2.json" --quiet > "$tmp/exports-gpt2.txt" 2>&1
+grep -q "^  dtensor     no: 'transformer.h.0.attn.c_attn' (linear): its weight is stored \[in,out\]" "$tmp/exports-gpt2.txt" &&
+  grep -q "^exports (autoshard export --plan .*exports-gpt2.json --to FORMAT)" "$tmp/exports-gpt2.txt" && ok ||
+  bad "plan's exports lines: $(grep -A3 '^exports' "$tmp/exports-gpt2.txt")"
 # synth says the dtype it writes; options that change nothing it writes are not offered.
 "$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
 "$tool" synth --help | grep -q -- "--batch" && bad "synth shows --batch" || ok

@@ -6,6 +6,7 @@
 #include "progress.hpp"
 #include "tensor_names.hpp"
 #include "plan_pipeline.hpp"
+#include "export_verdicts.hpp"
 
 #include <autoshard/pass/pass.hpp>
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
@@ -281,7 +282,8 @@ std::string device_line(const plan_cli_options& o, const autosharding_options& p
 
 /// --json: one document with the plan, the baselines, the collectives and the files.
 void print_plan_json(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
-                     const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
+                     const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg,
+                     const std::vector<export_verdict>& exports) {
   const autosharding_report& rep = r.report;
   const device_mesh& m = rep.mesh;
   nlohmann::json ops = nlohmann::json::array();
@@ -319,6 +321,7 @@ void print_plan_json(const plan_cli_options& o, const autosharding_options& po, 
                    {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
                    {"ilp_nodes", rep.tied_classes}};
   if (o.run_checks) j["checks"] = "passed";  // a failed check is an error before any output
+  j["exports"] = export_verdicts_json(exports);
   std::cout << j.dump(2) << "\n";
 }
 
@@ -364,7 +367,8 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
 /// The terminal report: model and mesh (as priced), solver, chosen specs per layer,
 /// collectives, and the plan next to the baselines.
 void print_plan_report(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
-                       const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg) {
+                       const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg,
+                       const std::vector<export_verdict>& exports) {
   const autosharding_report& rep = r.report;
   const device_mesh& m = rep.mesh;
   const run_mode mode = o.model.run();
@@ -420,6 +424,7 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
     line(rep.plan, true);
     for (const plan_summary& b : rep.baselines) line(b, false);
   }
+  print_export_verdicts(exports, o.out);
   std::cout << "\nwrote " << escaped_text(o.out) << " (plan), " << escaped_text(dot.string())
             << (svg.empty() ? "" : ", " + escaped_text(svg.string()))
             << "\n";
@@ -462,8 +467,10 @@ int run_plan(plan_cli_options o) {
   progress.finish();
   const auto [dot, svg] = write_pictures(o, r);
   const collective_totals agg = total_collectives(r.report.plan);
-  if (o.json) print_plan_json(o, po, g, r, agg, dot, svg);
-  else print_plan_report(o, po, g, r, agg, dot, svg);
+  // Whether each export writes the plan just written (a user learns it here, not at export).
+  const std::vector<export_verdict> exports = export_verdicts(o.out);
+  if (o.json) print_plan_json(o, po, g, r, agg, dot, svg, exports);
+  else print_plan_report(o, po, g, r, agg, dot, svg, exports);
   if (!r.report.plan.fits) {  // said loudly, after the files are written
     const runtime_reserve& rr = r.report.plan.runtime;
     std::cerr << "autoshard: the plan does not fit: its peak memory is "

@@ -7,6 +7,8 @@
 
 #include <autoshard/pass/pipelined.hpp>
 
+#include "export_verdicts.hpp"
+
 #include <iomanip>
 #include <iostream>
 #include <string>
@@ -171,6 +173,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     plan = found.best;
   }
   const std::string file = write_pipelined_plan(g, po, *plan);
+  const std::vector<export_verdict> exports = file.empty() ? std::vector<export_verdict>{} : export_verdicts(file);
   if (c.json) {
     nlohmann::json j{{"algo", std::string(to_string(po.algo))}, {"plan", pipelined_json(*plan)}, {"files", {{"plan", file}}}};
     nlohmann::json alts = nlohmann::json::array();
@@ -180,6 +183,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                    {"pruned_by_recomputation", found.pruned_recompute}, {"failed", found.failed}, {"failures", found.failures},
                    {"seconds", found.seconds}};
     j["baselines"] = {{"megatron", megatron ? pipelined_json(*megatron) : nlohmann::json{{"feasible", false}, {"why_not", megatron_why}}}};
+    if (!file.empty()) j["exports"] = export_verdicts_json(exports);
     std::cout << j.dump(2) << "\n";
     return plan->within_budget;
   }
@@ -197,6 +201,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   }
   if (megatron) print_pipelined(*megatron, "megatron  ", po.pricing.device);
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
+  if (!file.empty()) print_export_verdicts(exports, file);
   if (!file.empty()) std::cout << "wrote " << escaped_text(file) << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
   return plan->within_budget;
 }

@@ -103,6 +103,7 @@ nlohmann::json summary_json(const plan_summary& s) {
                       {"recompute", s.par.recompute},
                       {"recompute_layers", layers},
                       {"zero", s.par.zero},
+                      {"zero_elements", s.par.zero_elements},
                       {"sp", s.par.sp},
                       {"replicas", s.par.replicas}};
   j["mesh"] = to_json(s.mesh);

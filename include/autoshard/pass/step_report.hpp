@@ -14,6 +14,8 @@
 /// recomputation whatever the run did) and the rest three times; the model's FLOPs count
 /// everything three times. For a GPT graph these are the closed forms exactly; for other
 /// models (SwiGLU, grouped-query attention) they are what the formulas mean.
+#include <algorithm>  // std::min
+#include <array>     // std::array
 #include <cstdint>   // std::int64_t
 #include <optional>  // std::optional
 #include <string>    // std::string
@@ -70,10 +72,13 @@ struct parallelism {
   int micro_batch = 0;      ///< sequences per data-parallel rank per micro-step
   int micro_batches = 1;    ///< micro-steps per step (gradient accumulation)
   std::string recompute;    ///< per layer, in words ("full on all 24 layers")
-  /// ZeRO stage of that weight: 0 (whole on every data-parallel rank), 1 (optimizer state
-  /// sharded: Megatron-LM's distributed optimizer), 2 (gradient too), 3 (the weight itself,
-  /// gathered on use: FSDP).
+  /// ZeRO stage of most of the parameters (by elements; zero_elements): 0 (whole on every
+  /// data-parallel rank), 1 (optimizer state sharded: Megatron-LM's distributed optimizer), 2
+  /// (gradient too), 3 (the weight itself, gathered on use: FSDP).
   int zero = 0;
+  /// The parameters' elements stored at each ZeRO stage: the ILP chooses per parameter, so a plan
+  /// may keep some weights plain beside ZeRO-2 for the rest (to_string says so).
+  std::array<std::int64_t, 4> zero_elements{};
   /// The rest of the devices (tp x dp x sp x replicas = devices): the ranks that split that
   /// GEMM's sequence (sp), and those that repeat its work (replicas).
   int sp = 1;
@@ -81,11 +86,28 @@ struct parallelism {
   bool mixed = false;       ///< the layers' GEMMs do not all split their work alike
 };
 
+/// "ZeRO-1", or where the parameters are stored at several stages "ZeRO-2 for 77 % of the
+/// parameters (ZeRO-0 for 23 %)": the stage of most, then the others, by elements.
+inline std::string describe_zero(const parallelism& p) {
+  std::int64_t all = 0;
+  for (const std::int64_t n : p.zero_elements) all += n;
+  const auto share = [&](int k) {
+    const double pct = 100.0 * static_cast<double>(p.zero_elements[static_cast<std::size_t>(k)]) / static_cast<double>(all);
+    return pct < 1 ? std::string("under 1 %") : pct > 99 ? std::string("over 99 %") : std::to_string(static_cast<int>(pct + 0.5)) + " %";
+  };
+  std::string others;
+  for (int k = 0; k < 4; ++k)
+    if (k != p.zero && p.zero_elements[static_cast<std::size_t>(k)] > 0)
+      others += (others.empty() ? "" : ", ") + ("ZeRO-" + std::to_string(k) + " for " + share(k));
+  if (others.empty()) return "ZeRO-" + std::to_string(p.zero);
+  return "ZeRO-" + std::to_string(p.zero) + " for " + share(p.zero) + " of the parameters (" + others + ")";
+}
+
 /// "tp 8, dp 4, pp 1, micro-batch 2 x 64, recompute full on all 80 layers, ZeRO-1".
 inline std::string to_string(const parallelism& p) {
   return "tp " + std::to_string(p.tp) + ", dp " + std::to_string(p.dp) + ", pp " + std::to_string(p.pp) + ", micro-batch " +
-         std::to_string(p.micro_batch) + " x " + std::to_string(p.micro_batches) + ", recompute " + p.recompute + ", ZeRO-" +
-         std::to_string(p.zero) + (p.sp > 1 ? ", the sequence split " + std::to_string(p.sp) + " ways" : "") +
+         std::to_string(p.micro_batch) + " x " + std::to_string(p.micro_batches) + ", recompute " + p.recompute + ", " +
+         describe_zero(p) + (p.sp > 1 ? ", the sequence split " + std::to_string(p.sp) + " ways" : "") +
          (p.replicas > 1 ? ", the work repeated on " + std::to_string(p.replicas) + " replicas" : "") +
          (p.mixed ? " (the layers' operators split their work differently)" : "");
 }
@@ -135,12 +157,6 @@ inline parallelism parallelism_of(const model_graph& g, const device_mesh& m, co
     const auto [tp, dp] = detail::gemm_split(m, *chosen[op], operand, &p.sp, &p.replicas);
     p.tp = tp;
     p.dp = dp;
-    const vertex_t w = operands(g, op)[operand];
-    const strategy& stored = *chosen[w];
-    bool gathered = false;  // stored sharded on an axis where the GEMM takes it whole: ZeRO-3
-    for (std::size_t a = 0; a < m.ndim(); ++a)
-      gathered = gathered || (m.size(a) > 1 && stored.output[a].is_shard() && chosen[op]->inputs[operand][a].is_replicate());
-    p.zero = stored.zero_stage > 0 ? stored.zero_stage : gathered ? 3 : 0;
   } else {  // no weights: the batch split of the first input
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
       if (g[v].is_input() && g[v].shape.rank >= 1 && chosen[v]) {
@@ -149,6 +165,24 @@ inline parallelism parallelism_of(const model_graph& g, const device_mesh& m, co
         break;
       }
   }
+  // Each parameter's ZeRO stage: its storage's, or 3 where it is stored sharded on an axis on
+  // which a consumer takes it whole (gathered on use); the stage of most elements is the plan's.
+  for (vertex_t w = 0; w < boost::num_vertices(g); ++w) {
+    if (!g[w].is_parameter() || !chosen[w]) continue;
+    const strategy& stored = *chosen[w];
+    bool gathered = false;
+    for (auto [e, end] = boost::out_edges(w, g); e != end && !gathered; ++e) {
+      const strategy* c = chosen[boost::target(*e, g)];
+      const auto i = static_cast<std::size_t>(g[*e].operand);
+      if (!c || i >= c->inputs.size()) continue;
+      for (std::size_t a = 0; a < m.ndim(); ++a)
+        gathered = gathered || (m.size(a) > 1 && stored.output[a].is_shard() && c->inputs[i][a].is_replicate());
+    }
+    const int stage = stored.zero_stage > 0 ? std::min(stored.zero_stage, 3) : gathered ? 3 : 0;
+    p.zero_elements[static_cast<std::size_t>(stage)] += g[w].shape.numel();
+  }
+  for (int k = 1; k < 4; ++k)
+    if (p.zero_elements[static_cast<std::size_t>(k)] > p.zero_elements[static_cast<std::size_t>(p.zero)]) p.zero = k;
   const std::int64_t batch = graph_batch(g);
   p.micro_batch = static_cast<int>((batch + p.dp - 1) / p.dp);
   p.recompute = describe_recomputation(layer_recomputation(layers, chosen));

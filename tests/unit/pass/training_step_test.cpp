@@ -251,6 +251,12 @@ TEST_CASE("baselines: Megatron-LM with its tensor-parallel size, distributed opt
   CHECK(p.dp == 2);
   CHECK(p.pp == 1);
   CHECK(p.zero == 1);  // the distributed optimizer
+  // Every parameter is counted at its stage: the norms and biases whole on tp keep theirs plain.
+  std::int64_t params = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) params += g[v].is_parameter() ? g[v].shape.numel() : 0;
+  CHECK(p.zero_elements[0] + p.zero_elements[1] + p.zero_elements[2] + p.zero_elements[3] == params);
+  CHECK(p.zero_elements[1] > 10 * p.zero_elements[0]);  // the norms, biases and position table: a twentieth
+  CHECK(p.zero_elements[2] + p.zero_elements[3] == 0);
   CHECK(p.recompute == "selective on all 2 layers");
   CHECK(r.strategies[*find_vertex(r.graph, "transformer.h.0.attn.c_attn.weight")].zero_stage == 1);
   // --tp 2: the node's 4 devices as 2 data-parallel ranks of 2 tensor-parallel ones.
@@ -345,4 +351,21 @@ TEST_CASE("export --to megatron: a Megatron-LM plan as its arguments, and a ZeRO
   CHECK_THROWS_WITH_AS(megatron_arguments(z), doctest::Contains("'transformer.h.0.attn.c_attn.weight': the plan splits it on"),
                        spec_error);
   std::filesystem::remove(o.ilp_solution_file);
+}
+
+TEST_CASE("step report: a plan that stores its parameters at several ZeRO stages says so, by the elements at each") {
+  parallelism p;
+  p.recompute = "none on all 2 layers";
+  p.zero_elements = {0, 0, 8, 0};
+  p.zero = 2;
+  CHECK(describe_zero(p) == "ZeRO-2");
+  CHECK(to_string(p).find(", ZeRO-2") != std::string::npos);
+  // LLaMA-7B's plan on 8 H100s: the MLP's gate_proj of each layer plain, the rest ZeRO-2.
+  p.zero_elements = {23, 0, 77, 0};
+  CHECK(describe_zero(p) == "ZeRO-2 for 77 % of the parameters (ZeRO-0 for 23 %)");
+  p.zero_elements = {1, 0, 7200, 2799};
+  CHECK(describe_zero(p) == "ZeRO-2 for 72 % of the parameters (ZeRO-0 for under 1 %, ZeRO-3 for 28 %)");
+  p.zero_elements = {1, 999, 0, 0};
+  p.zero = 1;
+  CHECK(describe_zero(p) == "ZeRO-1 for over 99 % of the parameters (ZeRO-0 for under 1 %)");
 }

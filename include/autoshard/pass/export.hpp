@@ -202,6 +202,8 @@ struct tp_walk {
   std::map<std::string, entry> layers;
   /// dtensor: batch_sliced_embedding(), from the plan alone (set by classify).
   std::optional<vertex_t> sliced_embedding;
+  /// Whether the model has rotary position embeddings (LLaMA's family; set by classify).
+  bool rotary_model = false;
   /// hf: the operators the plan runs on a slice of the batch or sequence over tp that
   /// transformers hands their input whole (note_whole_runs).
   std::vector<vertex_t> run_whole;
@@ -328,6 +330,7 @@ struct tp_walk {
         if (!g[u].is_parameter() && layer(u) != l) e.inputs.insert(u);
     }
     sliced_embedding = batch_sliced_embedding();
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) rotary_model = rotary_model || g[v].kind == op_kind::rotary;
   }
 
   /// Whether parameter v is stored split on mesh axis `a` and every operator takes it whole
@@ -746,8 +749,14 @@ struct tp_walk {
     for (const placement& q : ins)
       if (q.is_shard() && q.dim != last && !(q.dim == 0 && batch_sliced_from_embedding())) {
         problem(v, "it runs on a slice of dim " + std::to_string(q.dim) + " (the " + (q.dim == 0 ? "batch" : "sequence") +
-                       ") over " + axis() + ": the model computes the rotary angles, the attention mask and ALiBi's "
-                       "biases for the whole batch and sequence of its inputs");
+                       ") over " + axis() + ": the model computes " +
+                       (rotary_model ? "the rotary angles and the attention mask" : "the attention mask (and ALiBi's biases, where it has them)") +
+                       " for the whole batch and sequence of its inputs" +
+                       (q.dim != 0 ? std::string()
+                        : rotary_model
+                            ? "; its layers run on the batch sliced only where the plan slices it from the token embedding on"
+                            : "; a model without rotary embeddings (learned positions, ALiBi) exports its layers on a slice of the batch only as data "
+                              "parallelism, every rank fed its own rows (plan with --algo data_parallel)"));
         return false;
       }
     return true;

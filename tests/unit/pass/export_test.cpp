@@ -450,6 +450,13 @@ TEST_CASE("export: the hf export says where transformers runs on the whole what 
   CHECK(mentions(hf.notes, "the plan runs on a slice of the batch or sequence over mesh axis 0 run on the whole on each of its 4 ranks",
                  "up to 4 times the plan's compute"));
   CHECK(mentions(hf.notes, "(the first 'transformer.", "operators"));
+  // The DTensor export keeps the plan's slices, which GPT-2's code cannot take: its attention mask
+  // is the whole batch's. The refusal names what this model computes, and the way that exports.
+  const autoshard::tp_export dt = exported(p, export_target::dtensor);
+  CHECK(mentions(dt.problems, "'transformer.h.0.attn.attention' (attention): it runs on a slice of dim 0 (the batch)",
+                 "the model computes the attention mask (and ALiBi's biases, where it has them) for the whole batch"));
+  CHECK(mentions(dt.problems, "'transformer.h.0.attn.attention'", "only as data parallelism, every rank fed its own rows (plan with --algo data_parallel)"));
+  CHECK_FALSE(mentions(dt.problems, "attention", "rotary angles"));
   // A plan that keeps every activation whole on tp has nothing to say so.
   const auto whole = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = {{"transformer.wte.weight", "[S(1)]"},
                                                                                 {"transformer.h.0.attn.attention", "[R]"},

@@ -642,4 +642,35 @@ expect slice-words 1 "^autoshard: shape error: --slice '-1': '-1' is not an inde
 expect slice-words 1 "^autoshard: shape error: --slice '0,0,0,0,0,0,0,0,0': at most 8 indices$" \
   "$tool" show --mesh 2x2 --shape 4,4,4 --spec S0S1R --slice 0,0,0,0,0,0,0,0,0
 
+# Hardening round eight (docs/reliability.md): the labels below.
+# weights-out: `plan --model DIR` reads DIR's checkpoint (checked against its config.json), but only
+# config.json was an input of the path check: `--out DIR/model.safetensors` (or `--dot` over a
+# shard file or the index of a sharded checkpoint) replaced the weights with a plan, exit 0.
+cp -r "$tmp/ck" "$tmp/wo" && cp "$tmp/ck/model.safetensors" "$tmp/wo.orig"
+expect weights-out 1 "^autoshard: io error: --out '.*wo/model.safetensors' is the --model's checkpoint file '.*wo/model.safetensors': refusing to overwrite its input$" \
+  "$tool" plan --model "$tmp/wo" --mesh 2 --out "$tmp/wo/model.safetensors" --quiet --no-svg
+expect weights-out 1 "^autoshard: io error: --out '.*wo/model.safetensors' is the --model's checkpoint file" \
+  "$tool" plan --model "$tmp/wo/config.json" --mesh 2 --out "$tmp/wo/model.safetensors" --quiet --no-svg
+cmp -s "$tmp/wo/model.safetensors" "$tmp/wo.orig" && ok || bad "weights-out: the checkpoint was replaced"
+python3 - "$tmp" <<'PY'
+import json, os, shutil, sys
+from safetensors.numpy import load_file, save_file
+t = sys.argv[1]
+d = load_file(f"{t}/ck/model.safetensors")
+names = sorted(d)
+os.makedirs(f"{t}/wi", exist_ok=True)
+shutil.copy(f"{t}/ck/config.json", f"{t}/wi/")
+files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+save_file({k: d[k] for k in names[:10]}, f"{t}/wi/{files[0]}", metadata={"format": "pt"})
+save_file({k: d[k] for k in names[10:]}, f"{t}/wi/{files[1]}", metadata={"format": "pt"})
+json.dump({"weight_map": {k: files[i >= 10] for i, k in enumerate(names)}}, open(f"{t}/wi/model.safetensors.index.json", "w"))
+PY
+cp -r "$tmp/wi" "$tmp/wi.orig"
+expect weights-out 1 "^autoshard: io error: --out '.*wi/model-00002-of-00002.safetensors' is the --model's checkpoint file" \
+  "$tool" plan --model "$tmp/wi" --mesh 2 --out "$tmp/wi/model-00002-of-00002.safetensors" --quiet --no-svg
+expect weights-out 1 "^autoshard: io error: --dot '.*wi/model.safetensors.index.json' is the --model's checkpoint file" \
+  "$tool" plan --model "$tmp/wi" --mesh 2 --out "$tmp/wi/p.json" --dot "$tmp/wi/model.safetensors.index.json" --quiet --no-svg
+diff -r "$tmp/wi" "$tmp/wi.orig" >/dev/null && ok || bad "weights-out: the sharded checkpoint changed: $(ls "$tmp/wi")"
+expect weights-out 0 "" "$tool" plan --model "$tmp/wi" --mesh 2 --out "$tmp/wi/p.json" --quiet --no-svg
+
 finish hardening

@@ -158,6 +158,12 @@ void check_plan_paths(plan_cli_options& o) {
   o.dot = paths.output_path("--dot", dot).string();
   o.svg = o.no_svg ? std::string() : paths.output_path("the SVG beside --dot", svg).string();
   paths.check();
+#if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
+  // A Hugging Face model's checkpoint is read too (checked against its config), once the config
+  // is known to be a regular file that can be read without blocking.
+  for (const fs::path& f : o.model.checkpoint_files()) paths.input("--model's checkpoint file", f);
+  paths.check();
+#endif
 }
 
 /// How a step is priced, from the flags: built here once and carried whole (graph/pricing.hpp).

@@ -24,6 +24,19 @@ inline std::optional<checkpoint> hf_checkpoint(const std::filesystem::path& dir)
   return checkpoint(dir);
 }
 
+/// The files of the checkpoint in `dir`: its index (model.safetensors.index.json) and every
+/// safetensors file the index names, or its model.safetensors; none when it has neither.
+/// Opened as hf_checkpoint opens them, so a broken checkpoint fails here with the same words.
+inline std::vector<std::filesystem::path> hf_checkpoint_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  const std::optional<std::filesystem::path> file = checkpoint_file_in(dir);
+  if (!file) return files;
+  if (file->extension() == ".json") files.push_back(*file);
+  const checkpoint ck(dir);
+  for (const safetensors_file& f : ck.files()) files.push_back(f.path());
+  return files;
+}
+
 /// Buffers that transformers saved in older checkpoints (causal masks, rotary frequencies,
 /// position ids): not parameters, so not in the graph, and never an error.
 inline bool is_saved_buffer(const std::string& name) {

@@ -79,15 +79,30 @@ struct model_options {
     return static_cast<int>(w);
   }
 
+  /// Whether --model is a Hugging Face directory, or a JSON file named config.json or with a
+  /// "model_type".
+  bool is_hf() const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (is_preset()) return false;
+    return fs::is_directory(model, ec) || fs::path(model).filename() == "config.json" || has_model_type(model);
+  }
+
+#if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
+  /// The files of the checkpoint that build() reads beside a Hugging Face config (hf_dir()'s
+  /// index and every safetensors file it names, or its model.safetensors); none for other
+  /// models. They are inputs: `plan --model DIR --out DIR/model.safetensors` replaced the
+  /// weights it had just checked against the config.
+  std::vector<std::filesystem::path> checkpoint_files() const {
+    if (is_onnx() || !is_hf()) return {};
+    return hf_checkpoint_files(hf_dir());
+  }
+#endif
+
   /// A Hugging Face directory, or a JSON file with a "model_type": its config with the size
   /// overrides applied; nullopt for presets and autoshard model JSON files.
   std::optional<hf_model> hf() const {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (is_preset()) return std::nullopt;
-    if (!fs::is_directory(model, ec)) {
-      if (fs::path(model).filename() != "config.json" && !has_model_type(model)) return std::nullopt;
-    }
+    if (!is_hf()) return std::nullopt;
     hf_model m = read_hf_config_file(model);
     transformer_config& c = m.config;
     if (m.model_type == "bloom" && ffn > 0)

@@ -188,6 +188,18 @@ struct machine_limits {
     }
     return m;
   }
+  /// Memory mappings this process may still make: vm.max_map_count less the mappings it has
+  /// now (the lines of /proc/self/maps); unlimited where either cannot be read. A mapping past
+  /// it fails with ENOMEM, as the allocator's own do then: a checkpoint keeps each of its
+  /// safetensors files mapped while it is open.
+  static std::uint64_t maps_left() {
+    const std::uint64_t max = detail::read_proc_number("/proc/sys/vm/max_map_count");
+    std::ifstream maps("/proc/self/maps");
+    if (max == unlimited || !maps) return unlimited;
+    std::uint64_t n = 0;
+    for (std::string line; std::getline(maps, line);) ++n;
+    return max > n ? max - n : 0;
+  }
   /// A soft resource limit (getrlimit), unlimited when none or unreadable.
   static std::uint64_t soft(int what) {
     rlimit r{};

@@ -34,7 +34,8 @@
 #include <nlohmann/json.hpp>  // header JSON
 
 #include "../core/dtype.hpp"  // dtype, parse_dtype, safetensors_name
-#include "../core/error.hpp"  // io_error
+#include "../core/error.hpp"  // io_error, resource_error
+#include "../core/machine.hpp"  // machine_limits::maps_left
 #include "../core/shape.hpp"  // tensor_shape
 #include "../io/atomic_file.hpp"  // atomic_file, detail::sys_error
 #include "../io/json.hpp"         // read_regular_file, parse_json_text, check_json_depth, json_uint64
@@ -554,6 +555,23 @@ inline void save_safetensors(const std::filesystem::path& path,
   w.commit();
 }
 
+/// Mappings kept for everything but a checkpoint's files: the allocator maps its large blocks
+/// and every thread's stack and arena, and fails with them (std::bad_alloc) past the limit.
+inline constexpr std::uint64_t mappings_kept_free = 1024;
+
+/// Refuses opening `files` safetensors files at once (each kept mapped while its checkpoint is
+/// open) when this process may not map that many more and keep mappings_kept_free: an index
+/// naming 70,000 files mapped 65,000 of them, then ended in "out of memory (an allocation failed
+/// while another was being undone)", naming neither the file nor the limit. `what` names the
+/// list ("index '…/model.safetensors.index.json'"); `maps_left` is machine_limits::maps_left().
+inline void check_mappable_files(std::uint64_t files, const std::string& what, std::uint64_t maps_left = machine_limits::maps_left()) {
+  if (maps_left == machine_limits::unlimited || files + mappings_kept_free <= maps_left) return;
+  const std::uint64_t may = maps_left > mappings_kept_free ? maps_left - mappings_kept_free : 0;
+  throw resource_error(what + " names " + std::to_string(files) + " safetensors files, each kept mapped while the checkpoint is open, " +
+                       "but this process may map " + std::to_string(may) + " more (vm.max_map_count less the mappings it has and " +
+                       std::to_string(mappings_kept_free) + " kept for its allocations): merge the files, or raise vm.max_map_count (sysctl)");
+}
+
 /// The checkpoint file of Hugging Face directory `dir`: model.safetensors.index.json, else
 /// model.safetensors, or nullopt when neither is there. Present as anything, a link that leads
 /// nowhere or loops included: it is opened, and its error names it ("cannot open
@@ -628,6 +646,7 @@ class checkpoint {
     if (j["weight_map"].empty())
       throw io_error("index " + quoted_path(index.string()) + " has an empty weight_map: it names no tensor and no file");
     std::map<std::string, std::size_t> file_ids;
+    std::vector<std::string> file_names;  // in the order the weight_map first names them
     std::vector<std::pair<std::string, std::string>> wanted;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string())
@@ -636,12 +655,11 @@ class checkpoint {
       if (!is_plain_file_name(fname))
         throw io_error("index " + quoted_path(index.string()) + ": file " + quoted_path(fname) + " of tensor " + quoted_text(it.key()) +
                        " is not a plain file name");
-      if (!file_ids.count(fname)) {
-        file_ids[fname] = files_.size();
-        files_.emplace_back(index.parent_path() / fname);
-      }
+      if (file_ids.emplace(fname, file_names.size()).second) file_names.push_back(fname);
       wanted.emplace_back(it.key(), fname);
     }
+    check_mappable_files(file_names.size(), "index " + quoted_path(index.string()));  // before any is mapped
+    for (const std::string& fname : file_names) files_.emplace_back(index.parent_path() / fname);
     for (const auto& [name, fname] : wanted) {
       std::size_t id = file_ids[fname];
       const auto* e = files_[id].find(name);

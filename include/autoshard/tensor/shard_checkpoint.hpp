@@ -641,6 +641,7 @@ class sharded_checkpoint {
     const json_in files = j["files"];
     if (files.size() != static_cast<std::size_t>(world_))
       files.fail("has " + count_noun(files.size(), "name") + " for a world of " + std::to_string(world_));
+    check_mappable_files(files.size(), "shard index " + quoted_path(path.string()));  // before any is mapped
     for (int r = 0; r < world_; ++r) {
       const json_in name = files[static_cast<std::size_t>(r)];
       const std::string s = name.string();

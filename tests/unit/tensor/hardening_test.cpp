@@ -380,3 +380,26 @@ TEST_CASE("hardening: a shard index of another format, or of a newer version, is
   hardening_write(out.dir / "a" / "index.json", index.dump(1));
   CHECK_NOTHROW(sharded_checkpoint(out.dir / "a"));
 }
+
+TEST_CASE("hardening: an index naming more files than this process may map is refused before any is mapped") {
+  // 70,000 files (vm.max_map_count is 65,530 by default): 65,000 were mapped, then "out of
+  // memory (an allocation failed while another was being undone)", naming nothing.
+  const std::string why = hardening_error([] { check_mappable_files(70000, "index 'ck/model.safetensors.index.json'", 65400); });
+  CHECK(why == "resource error: index 'ck/model.safetensors.index.json' names 70000 safetensors files, each kept mapped while the "
+               "checkpoint is open, but this process may map 64376 more (vm.max_map_count less the mappings it has and 1024 kept "
+               "for its allocations): merge the files, or raise vm.max_map_count (sysctl)");
+  CHECK(hardening_error([] { check_mappable_files(10, "index 'x'", 1000); }).find("may map 0 more") != std::string::npos);
+  CHECK_NOTHROW(check_mappable_files(64376, "index 'x'", 65400));
+  CHECK_NOTHROW(check_mappable_files(1u << 30, "index 'x'", machine_limits::unlimited));
+  // The count is taken from the weight_map before any file is opened: here none exists.
+  const std::uint64_t left = machine_limits::maps_left();
+  if (left == machine_limits::unlimited || left > 400000) return;  // /proc unreadable, or a limit raised far
+  scratch_dir dir;
+  std::string index = "{\"weight_map\": {";
+  for (std::uint64_t i = 0; i < left; ++i) index += (i ? ", " : "") + std::string("\"w") + std::to_string(i) + "\": \"f" + std::to_string(i) + ".safetensors\"";
+  hardening_write(dir / "model.safetensors.index.json", index + "}}");
+  const std::string e = hardening_error([&] { checkpoint ck(dir.path); });
+  CHECK(e.rfind("resource error: index '" + (dir / "model.safetensors.index.json").string() + "' names " + std::to_string(left) +
+                    " safetensors files, each kept mapped",
+                0) == 0);
+}

@@ -149,7 +149,7 @@ struct reader {
   };
   std::unordered_map<std::string, tensor_shape> inferred_shapes() const;
   static std::optional<int_value> int_tensor(const onnx::TensorProto& t);
-  std::optional<int_value> fold(const onnx::NodeProto& n, const std::unordered_map<std::string, int_value>& known_ints,
+  std::optional<int_value> fold(const onnx::NodeProto& n, int index, const std::unordered_map<std::string, int_value>& known_ints,
                                 const std::unordered_map<std::string, tensor_shape>& shapes) const;
   void fold_shape_computations();
 

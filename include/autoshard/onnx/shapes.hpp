@@ -60,8 +60,9 @@ inline std::optional<reader::int_value> reader::int_tensor(const onnx::TensorPro
   return r;
 }
 
-/// Evaluates node `n` on known integer inputs; nullopt when it is not a shape computation.
-inline std::optional<reader::int_value> reader::fold(const onnx::NodeProto& n, const std::unordered_map<std::string, int_value>& known_ints,
+/// Evaluates node `n` (the graph's node `index`) on known integer inputs; nullopt when it is not
+/// a shape computation.
+inline std::optional<reader::int_value> reader::fold(const onnx::NodeProto& n, int index, const std::unordered_map<std::string, int_value>& known_ints,
                               const std::unordered_map<std::string, tensor_shape>& shapes) const {
   if (!default_domain(n) || n.output_size() != 1) return std::nullopt;
   const std::string& t = n.op_type();
@@ -121,8 +122,16 @@ inline std::optional<reader::int_value> reader::fold(const onnx::NodeProto& n, c
     const std::size_t len = std::max(a->v.size(), b->v.size());
     for (std::size_t i = 0; i < len; ++i) {
       const std::int64_t x = a->v[a->v.size() == 1 ? 0 : i], y = b->v[b->v.size() == 1 ? 0 : i];
-      if (std::abs(x) > max_dim || std::abs(y) > max_dim) return std::nullopt;  // no overflow below 2^80
-      r.v.push_back(t == "Add" ? x + y : t == "Sub" ? x - y : x * y);
+      // Values beyond a dim's bound are no shape's: not folded. (std::abs of -2^63 is itself
+      // undefined, and passed as -2^63; -2^63 + -8 wrapped to a dim of 2^63 - 8.)
+      if (x < -max_dim || x > max_dim || y < -max_dim || y > max_dim) return std::nullopt;
+      // Sums of two such values fit in int64; a product may not (2^40 x 2^40 = 2^80 wrapped to
+      // 0, and a Reshape to [4, 0] copied the input's dim: a view ONNX's arithmetic does not give).
+      std::int64_t z = 0;
+      if (t == "Mul" ? __builtin_mul_overflow(x, y, &z) : (z = t == "Add" ? x + y : x - y, false))
+        fail(node_label(n, index) + ": the shape computation " + std::to_string(x) + " x " + std::to_string(y) +
+             " overflows int64 (a dim is at most 2^40)");
+      r.v.push_back(z);
     }
     r.scalar = a->scalar && b->scalar;
     return r;
@@ -136,15 +145,16 @@ inline void reader::fold_shape_computations() {
     std::unordered_map<std::string, int_value> ints;
     for (const auto& t : model.graph().initializer())
       if (auto v = int_tensor(t)) ints[t.name()] = *v;
-    int folded = 0;
+    int folded = 0, index = -1;
     for (auto& n : *model.mutable_graph()->mutable_node()) {
+      ++index;
       if (n.op_type() == "Constant" && default_domain(n) && n.output_size() == 1) {
         for (const auto& a : n.attribute())
           if (a.name() == "value" && a.has_t())
             if (auto v = int_tensor(a.t())) ints[n.output(0)] = *v;
         continue;
       }
-      std::optional<int_value> v = fold(n, ints, shapes);
+      std::optional<int_value> v = fold(n, index, ints, shapes);
       if (!v) continue;
       ints[n.output(0)] = *v;
       onnx::TensorProto tp;

@@ -8,6 +8,7 @@
 #include <autoshard/graph/io.hpp>  // to_json
 #include <autoshard/onnx/onnx.hpp>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -423,4 +424,31 @@ TEST_CASE("the parse's memory bound covers what protobuf allocates, and charges 
     CHECK(parsed_bytes_bound(noise) > 0);
     CHECK(parsed_bytes_bound("") == detail::onnx_in::parsed_message_bytes);
   }
+}
+
+TEST_CASE("a shape computation whose arithmetic overflows int64 is refused or left unfolded, never wrapped") {
+  // Mul of 2^40 and 2^40 (each a dim's bound) wrapped to 0 (signed overflow, undefined): the
+  // Reshape to [4, 0] copied the input's dim and the model planned as a view to [4, 8]. An Add
+  // of -2^63 passed the bound (std::abs(-2^63) is -2^63) and wrapped to a dim of 2^63 - 8.
+  auto model = [](std::int64_t a, std::int64_t b, const char* op) {
+    model_maker mm;
+    mm.input("x", {"4", "8"}).ints("a", {a}).ints("b", {b}).ints("four", {4});
+    mm.node(op, "m", {"a", "b"}, {"c"});
+    auto* cat = mm.node("Concat", "cat", {"four", "c"}, {"s"});
+    model_maker::attr(cat, "axis", std::int64_t{0});
+    mm.node("Reshape", "r", {"x", "s"}, {"r_out"});
+    mm.node("Relu", "act", {"r_out"}, {"y"});
+    mm.output("y");
+    return mm.bytes();
+  };
+  const std::int64_t big = std::int64_t{1} << 40;
+  CHECK(error_of<graph_error>(model(big, big, "Mul")) ==
+        "graph error: m.onnx: node 0 'm' ('Mul'): the shape computation 1099511627776 x 1099511627776 overflows int64 (a dim is at most 2^40)");
+  CHECK(error_of<graph_error>(model(big - 1, big - 1, "Mul")).find("1099511627775 x 1099511627775 overflows int64") != std::string::npos);
+  const std::string low = error_of<graph_error>(model(std::numeric_limits<std::int64_t>::min(), -8, "Add"));
+  CHECK(low.find("9223372036854775800") == std::string::npos);
+  CHECK(low.find("node 2 'r' ('Reshape'): the shape of 'r_out' is unknown") != std::string::npos);
+  // Within int64 it is folded as before.
+  const model_graph g = read_onnx(model(2, 4, "Mul"), "m.onnx").graph;
+  CHECK(vertex(g, "r").shape == tensor_shape{4, 8});
 }

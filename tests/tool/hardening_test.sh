@@ -773,5 +773,13 @@ else
     "$tool" plan --model "$tmp/ov.onnx" --mesh 2 --out "$tmp/ov.json" --quiet --no-svg
   test ! -e "$tmp/ov.json" && ok || bad "onnx-fold-overflow: a plan was written"
 fi
+# synth-index: synth into a directory holding a sharded checkpoint (model.safetensors.index.json and
+# its files) wrote model.safetensors and config.json beside it, exit 0; every reader takes the
+# index first, so the directory read as the old weights under the new config (`shard DIR` sharded
+# them, `plan --model DIR` checked them). Refused before anything is written.
+cp -r "$tmp/wi.orig" "$tmp/si"
+expect synth-index 1 "^autoshard: io error: --out '.*si' holds a sharded checkpoint's index, '.*si/model.safetensors.index.json', which every reader takes before the model.safetensors synth writes" \
+  "$tool" synth "${small[@]}" --seed 7 --out "$tmp/si"
+diff -r "$tmp/si" "$tmp/wi.orig" >/dev/null && ok || bad "synth-index: the directory changed: $(ls "$tmp/si")"
 
 finish hardening

@@ -75,6 +75,13 @@ int run_synth(const synth_options& o) {
   const fs::path weights_file = paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors", /*directory_made=*/true);
   const fs::path config_file = paths.output_path("--out config", fs::path(o.out) / "config.json", /*directory_made=*/true);
   paths.check();
+  // Every reader takes a directory's model.safetensors.index.json before its model.safetensors
+  // (checkpoint_file_in): written beside one, the new weights were never read, and the directory
+  // read as the index's old weights under the new config.json, without a word.
+  if (const std::optional<fs::path> index = checkpoint_file_in(o.out); index && index->filename() != "model.safetensors")
+    throw io_error("--out " + quoted_path(o.out) + " holds a sharded checkpoint's index, " + quoted_path(index->string()) +
+                   ", which every reader takes before the model.safetensors synth writes: the directory would read as the "
+                   "index's weights under the new config.json; give another directory, or remove the index and the files it names");
   hf_model m;
   if (std::optional<hf_model> h = o.model.hf()) {
     m = *h;

@@ -781,5 +781,10 @@ cp -r "$tmp/wi.orig" "$tmp/si"
 expect synth-index 1 "^autoshard: io error: --out '.*si' holds a sharded checkpoint's index, '.*si/model.safetensors.index.json', which every reader takes before the model.safetensors synth writes" \
   "$tool" synth "${small[@]}" --seed 7 --out "$tmp/si"
 diff -r "$tmp/si" "$tmp/wi.orig" >/dev/null && ok || bad "synth-index: the directory changed: $(ls "$tmp/si")"
+# rank-advice: verify refused for the open-file (or thread, address-space) limit said "verify a
+# plan for a smaller mesh (e.g. `autoshard plan --mesh 2x4`)", a fixed example: 8 ranks for a
+# 2x2 plan refused at 4. Now how far to raise the limit, and how many ranks fit here.
+expect rank-advice 1 "^autoshard: execution error: 4 ranks on mesh\(2,2\) need 32 sockets as threads of one process, but the open-file limit \(ulimit -n\) allows [0-9]+: raise it \(by at least [0-9]+\), or verify a plan for fewer ranks \((at most [23] fit here|here not even 2 fit)\)$" \
+  bash -c 'ulimit -n 24 && exec "$0" "$@"' "$tool" verify --plan "$tmp/p.json" --forward-only
 
 finish hardening

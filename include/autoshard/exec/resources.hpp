@@ -63,10 +63,24 @@ inline std::uint64_t reserved_address_space(std::uint64_t threads, const machine
 /// as threads here: a half-started world would only wait for its missing peers.
 inline void check_rank_threads(const device_mesh& mesh, const machine_limits& m, std::uint64_t extra_peers = 0) {
   const rank_thread_cost c = rank_threads_cost(mesh, m.stack, extra_peers);
+  // The most ranks that do fit (a mesh of one axis; the cost grows with the ranks), for the
+  // advice: a fixed example ("e.g. `autoshard plan --mesh 2x4`") proposed 8 ranks for a 2x2
+  // plan refused at 4.
+  const auto fit = [&](std::uint64_t r) {
+    const rank_thread_cost k = rank_threads_cost(device_mesh(std::vector<int>{static_cast<int>(r)}), m.stack, extra_peers);
+    return k.threads <= m.threads && k.files <= m.files && k.address_space <= m.address_space;
+  };
   const auto refuse = [&](const std::string& what, std::uint64_t need, std::uint64_t have, const std::string& unit) {
+    std::uint64_t lo = 0, hi = c.ranks - 1;  // fit(lo) or lo == 0; the answer is in [lo, hi]
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo + 1) / 2;
+      if (fit(mid)) lo = mid;
+      else hi = mid - 1;
+    }
     throw exec_error(std::to_string(c.ranks) + " ranks on " + to_string(mesh) + " need " + std::to_string(need) + " " +
                      unit + " as threads of one process, but " + what + " allows " + std::to_string(have) +
-                     "; verify a plan for a smaller mesh (e.g. `autoshard plan --mesh 2x4`)");
+                     ": raise it (by at least " + std::to_string(need - have) + "), or verify a plan for fewer ranks (" +
+                     (lo >= 2 ? "at most " + std::to_string(lo) + " fit here" : "here not even 2 fit") + ")");
   };
   if (c.threads > m.threads)
     refuse("the thread limit (RLIMIT_NPROC less the user's running threads, kernel.threads-max, the cgroup's pids.max)", c.threads,

@@ -567,6 +567,20 @@ TEST_CASE("rank threads beyond what the machine allows are refused before any st
   m = machine_limits{};
   m.address_space = 64u << 20;
   CHECK_THROWS_WITH_AS(check_rank_threads(mesh, m), doctest::Contains("ulimit -v"), exec_error);
+  // The advice names the ranks that fit here, never a fixed example: "verify a plan for a
+  // smaller mesh (e.g. `autoshard plan --mesh 2x4`)" proposed 8 ranks for 4 refused.
+  m = machine_limits{};
+  m.files = 31;  // 4 ranks on 2x2 need 4 x (3 + 1 + 1 + 3) = 32; 3 ranks in a row 3 x (2 + 2 + 3) = 21
+  CHECK_THROWS_WITH_AS(check_rank_threads(device_mesh{2, 2}, m),
+                       "execution error: 4 ranks on mesh(2,2) need 32 sockets as threads of one process, but the open-file limit (ulimit -n) "
+                       "allows 31: raise it (by at least 1), or verify a plan for fewer ranks (at most 3 fit here)",
+                       exec_error);
+  m.files = 1;
+  CHECK_THROWS_WITH_AS(check_rank_threads(device_mesh{2, 2}, m), doctest::Contains("(here not even 2 fit)"), exec_error);
+  m = machine_limits{};
+  m.threads = 9;
+  CHECK_THROWS_WITH_AS(check_rank_threads(mesh, m), doctest::Contains("allows 9: raise it (by at least 7), or verify a plan for fewer ranks (at most 4 fit here)"),
+                       exec_error);
   // A 40,000-rank plan fails at once here, whatever this machine's limits are.
   const machine_limits here = machine_limits::here();
   if (here.files != machine_limits::unlimited || here.threads != machine_limits::unlimited) {

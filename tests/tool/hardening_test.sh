@@ -786,5 +786,12 @@ diff -r "$tmp/si" "$tmp/wi.orig" >/dev/null && ok || bad "synth-index: the direc
 # 2x2 plan refused at 4. Now how far to raise the limit, and how many ranks fit here.
 expect rank-advice 1 "^autoshard: execution error: 4 ranks on mesh\(2,2\) need 32 sockets as threads of one process, but the open-file limit \(ulimit -n\) allows [0-9]+: raise it \(by at least [0-9]+\), or verify a plan for fewer ranks \((at most [23] fit here|here not even 2 fit)\)$" \
   bash -c 'ulimit -n 24 && exec "$0" "$@"' "$tool" verify --plan "$tmp/p.json" --forward-only
+# preload-wrote: `plan --preload --out P` reads the plan from P and leaves it as it was, but its
+# report ended "wrote P (plan), P.dot, P.svg", as if the input had been replaced.
+cp "$tmp/p.json" "$tmp/pre.json" && touch -d 2020-01-01 "$tmp/pre.json"
+expect preload-wrote 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron --preload --out "$tmp/pre.json" --no-svg
+grep -q "^wrote .*pre.dot (the plan preloaded from .*pre.json is as it was)$" "$tmp/out" && ! grep -q "pre.json (plan)" "$tmp/out" && ok ||
+  bad "preload-wrote: $(tail -1 "$tmp/out")"
+[ "$(date -r "$tmp/pre.json" +%Y)" = 2020 ] && cmp -s "$tmp/p.json" "$tmp/pre.json" && ok || bad "preload-wrote: the plan file changed"
 
 finish hardening

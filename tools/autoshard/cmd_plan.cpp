@@ -432,9 +432,10 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
     for (const plan_summary& b : rep.baselines) line(b, false);
   }
   print_export_verdicts(exports, o.out);
-  std::cout << "\nwrote " << escaped_text(o.out) << " (plan), " << escaped_text(dot.string())
+  // With --preload the plan is read from --out, not written: "wrote p.json (plan)" said it was.
+  std::cout << "\nwrote " << (o.preload ? std::string() : escaped_text(o.out) + " (plan), ") << escaped_text(dot.string())
             << (svg.empty() ? "" : ", " + escaped_text(svg.string()))
-            << "\n";
+            << (o.preload ? " (the plan preloaded from " + escaped_text(o.out) + " is as it was)" : std::string()) << "\n";
 }
 
 int run_plan(plan_cli_options o) {

@@ -793,5 +793,13 @@ expect preload-wrote 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo megatron 
 grep -q "^wrote .*pre.dot (the plan preloaded from .*pre.json is as it was)$" "$tmp/out" && ! grep -q "pre.json (plan)" "$tmp/out" && ok ||
   bad "preload-wrote: $(tail -1 "$tmp/out")"
 [ "$(date -r "$tmp/pre.json" +%Y)" = 2020 ] && cmp -s "$tmp/p.json" "$tmp/pre.json" && ok || bad "preload-wrote: the plan file changed"
+# real-underflow: a real-valued flag that strtod rounds to a subnormal or to 0 (ERANGE) was refused
+# as out of range though it lies inside it: "--mip-rel-gap: 1e-320 is not a finite number in
+# [0, 1]". Now it is that number (or 0), and a refusal says what it rounds to.
+expect real-underflow 0 "" "$tool" solve "$data/solve/example.json" --quiet --mip-rel-gap 1e-320
+expect real-underflow 1 "^autoshard: solver error: .*time_limit of 4.9e-324 s reached before any answer|^autoshard: solver error: --time-limit of 0.0 us passed" \
+  "$tool" solve "$data/solve/example.json" --quiet --time-limit 4.9e-324
+expect real-underflow 2 "^--time-limit: 1e-400 is not a finite number in \(0, 1e\+07\] \(it rounds to 0\)$" \
+  "$tool" solve "$data/solve/example.json" --quiet --time-limit 1e-400
 
 finish hardening

@@ -62,9 +62,14 @@ inline CLI::Validator finite_in(double lo, double hi, bool open_low = false) {
         errno = 0;
         char* end = nullptr;
         const double v = std::strtod(in.c_str(), &end);
-        const bool parsed = decimal_number_text(in) && end != in.c_str() && *end == '\0' && errno != ERANGE;
+        // ERANGE is also strtod's word for a number it rounds to a subnormal or to 0 ("4.9e-324",
+        // "1e-400"): such a number is that close to 0, not out of range ("--time-limit: 4.9e-324
+        // is not a finite number in (0, 1e+07]" refused a finite number inside it). Beyond the
+        // largest double strtod gives infinity, which stays refused.
+        const bool underflow = errno == ERANGE && std::fabs(v) <= std::numeric_limits<double>::min();
+        const bool parsed = decimal_number_text(in) && end != in.c_str() && *end == '\0' && (errno != ERANGE || underflow);
         if (!parsed || !std::isfinite(v) || v < lo || v > hi || (open_low && v == lo))
-          return in + " is not a finite number in " + range;
+          return in + " is not a finite number in " + range + (parsed && underflow ? " (it rounds to " + show(v) + ")" : "");
         return {};
       },
       "FINITE in " + range);

@@ -688,13 +688,14 @@ for attempt in 1 2 3; do
   "$tool" shard "$tmp/sgck" --plan "$tmp/sg.json" --out "$tmp/sgo" --quiet >/dev/null 2>&1 || bad "pipe-stage-signal: the older run"
   (cd "$tmp/sgo" && find . -type f | sort | xargs sha256sum) >"$tmp/sgo.sum"
   "$tool" shard "$tmp/sgck" --plan "$tmp/sg.json" --out "$tmp/sgo" --dtype f16 --quiet >/dev/null 2>"$tmp/err" & pid=$!
+  stopped=no
   while kill -0 "$pid" 2>/dev/null; do
-    [ -n "$(find "$tmp/sgo/stage-1" -name '*.tmp.*' 2>/dev/null)" ] && { kill -STOP "$pid"; break; }
+    [ -n "$(find "$tmp/sgo/stage-1" -name '*.tmp.*' 2>/dev/null)" ] && { kill -STOP "$pid"; stopped=yes; break; }
     sleep 0.002
   done
-  # Signalled only while it is still writing (no stage of it in place yet).
-  if (cd "$tmp/sgo" && find . -type f ! -name '*.tmp.*' | sort | xargs sha256sum) | cmp -s - "$tmp/sgo.sum" &&
-     kill -TERM "$pid" 2>/dev/null; then signalled=yes; fi
+  # Signalled while stage 1's temporaries are written (a tool that put stage 0 in place first
+  # has replaced the older run's by then: the check below fails).
+  if [ $stopped = yes ] && kill -TERM "$pid" 2>/dev/null; then signalled=yes; fi
   kill -CONT "$pid" 2>/dev/null
   rc=0; wait "$pid" || rc=$?
   [ $signalled = yes ] && break

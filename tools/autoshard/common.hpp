@@ -121,10 +121,10 @@ struct mesh_options {
     // never disagree (`--intra-hop 2` passed the flag's [0, 3600] and then failed in the library).
     inter_bw = cmd.add_option("--inter-bw", links.inter_node_bandwidth, "inter-node bandwidth of mesh axis 0, bytes/s")
         ->capture_default_str()
-        ->check(finite_in(0, max_link_bandwidth, true));
+        ->check(finite_in(min_link_bandwidth, max_link_bandwidth));
     intra_bw = cmd.add_option("--intra-bw", links.intra_node_bandwidth, "intra-node bandwidth of the other axes, bytes/s")
         ->capture_default_str()
-        ->check(finite_in(0, max_link_bandwidth, true));
+        ->check(finite_in(min_link_bandwidth, max_link_bandwidth));
     cmd.add_option("--inter-lat", links.inter_node_latency, "inter-node latency, seconds (default: the backend's, nccl 2e-5)")
         ->check(finite_in(0, max_link_latency_s));
     cmd.add_option("--intra-lat", links.intra_node_latency, "intra-node latency, seconds (default: the backend's, nccl 5e-6)")

@@ -16,6 +16,7 @@
 #include <string>            // std::string
 #include <string_view>       // std::string_view
 #include <type_traits>       // std::conditional_t
+#include <utility>           // std::pair
 #include <vector>            // std::vector
 
 #include "checked.hpp"  // checked_rank_count
@@ -296,9 +297,12 @@ struct cluster_links {
 /// The ranges a link's figures must fall in wherever they come from (flags, plan and
 /// calibration files, code), so that every reader says the same range: latency per
 /// collective in [0, 1000] s, latency per ring step (hop) in [0, 1] s, bandwidth in
-/// (0, 1e18] bytes/s.
+/// [1, 1e18] bytes/s. A link slower than a byte a second priced the tool's own plans with a
+/// bandwidth its plan reader refuses (`plan --intra-bw 0.5` wrote a plan that `show`, `verify`
+/// and `--preload` could not read), and one of 1e-300 bytes/s steps of 1e293 s.
 inline constexpr double max_link_latency_s = 1000;
 inline constexpr double max_link_hop_s = 1;
+inline constexpr double min_link_bandwidth = 1;
 inline constexpr double max_link_bandwidth = 1e18;
 
 /// The default mesh of every command and of autosharding_options: 2 nodes x 4 devices.
@@ -318,10 +322,21 @@ inline device_mesh with_cluster_links(device_mesh m, const cluster_links& c = {}
   } else if (c.communications_backend != "nccl") {
     throw spec_error("communications_backend must be \"nccl\" or \"gloo\", got " + quoted_text(c.communications_backend));
   }
-  const auto finite_positive = [](double x) { return x > 0 && x < 1e300; };
-  if (!finite_positive(c.inter_node_bandwidth) || !finite_positive(c.intra_node_bandwidth))
-    throw spec_error("inter_node_bandwidth and intra_node_bandwidth must be > 0 bytes/s, got " +
-                     std::to_string(c.inter_node_bandwidth) + " and " + std::to_string(c.intra_node_bandwidth));
+  // The link a mesh gets (the backend's share of the bandwidth) must be one every reader of a
+  // plan or calibration file takes back: [min_link_bandwidth, max_link_bandwidth].
+  for (const auto& [name, bw] : {std::pair{"inter_node_bandwidth", c.inter_node_bandwidth},
+                                 std::pair{"intra_node_bandwidth", c.intra_node_bandwidth}}) {
+    char text[160];
+    if (!(bw >= min_link_bandwidth && bw <= max_link_bandwidth)) {
+      std::snprintf(text, sizeof text, "%s is %g bytes/s, not in [%g, %g]", name, bw, min_link_bandwidth, max_link_bandwidth);
+      throw spec_error(text);
+    }
+    if (!(bw * efficiency >= min_link_bandwidth)) {
+      std::snprintf(text, sizeof text, "%s is %g bytes/s, of which gloo achieves half, %g, below the least a link may have, %g byte/s",
+                    name, bw, bw * efficiency, min_link_bandwidth);
+      throw spec_error(text);
+    }
+  }
   if (!(c.inter_node_latency < 1e300) || !(c.intra_node_latency < 1e300))
     throw spec_error("inter_node_latency and intra_node_latency must be finite seconds");
   if (c.inter_node_latency >= 0) inter_lat = c.inter_node_latency;

@@ -45,7 +45,7 @@ inline nlohmann::json mesh_to_json(const device_mesh& m, bool links = true) {
 /// step) in [0, 1] s, 0 when absent (core/mesh.hpp's max_link_* ranges).
 inline link_model link_from_json(const json_in& j) {
   const auto hop = j.find("hop_s");
-  return {j["latency_s"].number(0.0, max_link_latency_s), j["bandwidth_Bps"].number(1.0, max_link_bandwidth),
+  return {j["latency_s"].number(0.0, max_link_latency_s), j["bandwidth_Bps"].number(min_link_bandwidth, max_link_bandwidth),
           hop ? hop->number(0.0, max_link_hop_s) : 0.0};
 }
 

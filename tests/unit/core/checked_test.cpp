@@ -64,3 +64,27 @@ TEST_CASE("checked: pricing a redistribution of a tensor beyond 2^63 bytes is an
   CHECK(names(checked_error([&] { (void)price_plan(m, plan_redistribute(m, src, dst), huge, dtype::f64); }),
               "exceeds 2^63-1"));
 }
+
+TEST_CASE("numbers: a link's bandwidth is in [1, 1e18] bytes/s, as every plan and calibration reader takes it") {
+  const auto links = [](double inter, double intra, std::string_view backend = "nccl") {
+    cluster_links c;
+    c.inter_node_bandwidth = inter;
+    c.intra_node_bandwidth = intra;
+    c.communications_backend = backend;
+    return c;
+  };
+  // 0.5 B/s priced plans the plan reader then refused ("bandwidth_Bps is 0.5, not a number in
+  // [1, 1e+18]"); 1e-300 B/s priced steps of 1e293 s.
+  for (double bad : {0.5, 1e-300, 0.0, -1.0, 2e18, std::nan(""), std::numeric_limits<double>::infinity()})
+    CHECK(names(checked_error([&] { (void)make_cluster_mesh({2, 2}, links(25e9, bad)); }), "spec error: intra_node_bandwidth is "));
+  CHECK(names(checked_error([&] { (void)make_cluster_mesh({2, 2}, links(0.5, 300e9)); }),
+              "inter_node_bandwidth is 0.5 bytes/s, not in [1, 1e+18]"));
+  // gloo achieves half: the link the mesh gets must still be one a reader takes back.
+  CHECK(names(checked_error([&] { (void)make_cluster_mesh({2, 2}, links(1.5, 300e9, "gloo")); }),
+              "inter_node_bandwidth is 1.5 bytes/s, of which gloo achieves half, 0.75, below the least a link may have, 1 byte/s"));
+  const device_mesh slow = make_cluster_mesh({2, 2}, links(min_link_bandwidth, max_link_bandwidth));
+  CHECK(slow.link(0).beta == min_link_bandwidth);
+  CHECK(slow.link(1).beta == max_link_bandwidth);
+  CHECK(make_cluster_mesh({2, 2}, links(2, 300e9, "gloo")).link(0).beta == 1.0);
+}
+

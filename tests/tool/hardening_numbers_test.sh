@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Regressions of the hostile-numbers sweep (docs/reliability.md "Hardening round eight,
+# numbers"): extreme, odd or inconsistent numbers reaching the planner, the cost model and the
+# files it writes. Each check is labelled after its row and failed on the tool before its fix.
+source "$(dirname "$0")/common.sh" "$1"
+cd "$tmp"
+small=(--model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8)
+
+# link-floor: a bandwidth below a byte a second passed the flags ((0, 1e18]) and priced a plan
+# whose mesh the plan reader refuses ([1, 1e18]): `plan --intra-bw 0.5` wrote a plan that
+# `show`, `export`, `verify` and `plan --preload` could not read; 1e-300 priced steps of 1e293 s.
+for bw in 0.5 1e-300; do
+  expect link-floor 2 "^--intra-bw: $bw is not a finite number in \[1, 1e\+18\]" \
+    "$tool" plan "${small[@]}" --mesh 2x2 --intra-bw "$bw" --out "$tmp/lf.json" --no-svg --quiet
+done
+expect link-floor 2 "^--inter-bw: 0.5 is not a finite number in \[1, 1e\+18\]" \
+  "$tool" explain --mesh 2x2 --shape 8,8 --from S0R --to RR --inter-bw 0.5
+# gloo achieves half the bandwidth given: the link the plan records must still be readable.
+expect link-floor 1 "^autoshard: spec error: inter_node_bandwidth is 1.5 bytes/s, of which gloo achieves half, 0.75, below the least a link may have, 1 byte/s" \
+  "$tool" plan "${small[@]}" --mesh 2x2 --backend gloo --inter-bw 1.5 --out "$tmp/lf.json" --no-svg --quiet
+test ! -e "$tmp/lf.json" && ok || bad "link-floor: a plan was written"
+# The slowest link allowed writes a plan every reader takes back.
+expect link-floor 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --backend gloo --inter-bw 2 --intra-bw 2 --out "$tmp/lf.json" --no-svg --quiet
+expect link-floor 0 "" "$tool" show --plan "$tmp/lf.json"
+expect link-floor 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --backend gloo --inter-bw 2 --intra-bw 2 --out "$tmp/lf.json" --no-svg --quiet --preload
+
+finish hardening_numbers

@@ -24,4 +24,13 @@ expect link-floor 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --backend gloo --in
 expect link-floor 0 "" "$tool" show --plan "$tmp/lf.json"
 expect link-floor 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --backend gloo --inter-bw 2 --intra-bw 2 --out "$tmp/lf.json" --no-svg --quiet --preload
 
+# seconds-width: a time of 10^7 s or more printed "%.2f s" whole: plan's table ran its columns
+# together ("122064384.00 s     1.80 ms26709504.00 s95354880.00 s"), and 1.7e293 s was cut to
+# 31 digits without its unit. Now three significant digits from 10^6 s.
+run "$tool" plan --model gpt2 --layers 2 --mesh 2x4 --inter-bw 1 --intra-bw 1 --out "$tmp/sw.json" --no-svg --quiet
+grep -Eq '^    megatron +[0-9.]+e\+[0-9]+ s +[0-9.]+ ms +[0-9.]+e\+[0-9]+ s +[0-9.]+e\+[0-9]+ s ' "$tmp/out" && ok ||
+  bad "seconds-width: plan's megatron row: $(grep -E '^    megatron' "$tmp/out")"
+run "$tool" explain --mesh 2x2 --shape 1000000000,1000 --from S0R --to RR --inter-bw 1 --dtype f64
+grep -Eq '^modeled time [0-9.]+e\+[0-9]+ s,' "$tmp/out" && ok || bad "seconds-width: explain: $(grep modeled "$tmp/out")"
+
 finish hardening_numbers

@@ -102,10 +102,14 @@ inline std::string human_bytes_exact(std::int64_t b) {
 }
 
 /// Human-readable seconds: "12.3 us".
+/// From a million seconds (11.6 days) on, and for inf or NaN, three significant digits
+/// ("1.76e+08 s"): "%.2f" of 1.7e293 s had 297 characters, cut to 31 without its unit, and
+/// figures of 10^7 s ran into the next column of a table.
 inline std::string human_seconds(double s) {
   char buf[32];
   if (s == 0) return "0";
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  if (!(s < 1e6)) std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
   else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
   else std::snprintf(buf, sizeof buf, "%.2f s", s);
   return buf;

@@ -2,6 +2,7 @@
 // quantity, never a wrapped number; and the mesh sizes that used to wrap.
 #include <autoshard/core/checked.hpp>
 #include <autoshard/core/cost.hpp>
+#include <autoshard/core/dtype.hpp>
 #include <autoshard/core/mesh.hpp>
 #include <autoshard/core/parse.hpp>
 #include <doctest/doctest.h>
@@ -88,3 +89,15 @@ TEST_CASE("numbers: a link's bandwidth is in [1, 1e18] bytes/s, as every plan an
   CHECK(make_cluster_mesh({2, 2}, links(2, 300e9, "gloo")).link(0).beta == 1.0);
 }
 
+TEST_CASE("numbers: human_seconds keeps its unit and a table's width at any size") {
+  CHECK(human_seconds(1.5e-6) == "1.5 us");
+  CHECK(human_seconds(17568.0) == "17568.00 s");
+  CHECK(human_seconds(999999.0) == "999999.00 s");
+  // "%.2f" of 1.7e293 s had 297 characters, cut to 31 without its unit; 1.2e8 s ran into the
+  // next column of plan's table.
+  CHECK(human_seconds(1.7568e293) == "1.76e+293 s");
+  CHECK(human_seconds(122064384.0) == "1.22e+08 s");
+  CHECK(human_seconds(std::numeric_limits<double>::infinity()) == "inf s");
+  CHECK(human_seconds(std::nan("")) == "nan s");
+  for (double s : {1e6, 1e29, 1e300, std::numeric_limits<double>::max()}) CHECK(human_seconds(s).size() <= 11);
+}

@@ -15,6 +15,7 @@
 #include <cmath>      // std::abs
 #include <utility>    // std::swap
 #include <cstddef>    // std::size_t
+#include <cstdio>     // std::snprintf
 #include <string>     // std::string
 #include <vector>     // std::vector
 
@@ -153,7 +154,21 @@ inline link_model fit_alpha_beta(const std::vector<calibration_sample>& s, int k
     alpha = saa > 0 ? sat / saa : 0;
     p[2] = 0;
   }
-  return link_model{alpha, 1.0 / inv_beta, p[2]};
+  link_model fit{alpha, 1.0 / inv_beta, p[2]};
+  // The fit must be a link a plan prices and a calibration file holds (core/mesh.hpp's
+  // ranges): a slope of 1e-20 s a byte, noise on a fast link, was a bandwidth of 1e20 B/s,
+  // and calibrate wrote a file whose reader refused it. Bytes cheaper than the samples show
+  // cost what the fastest link's do; a link slower than the ranges is no link to plan on.
+  if (!(fit.beta <= max_link_bandwidth)) fit.beta = max_link_bandwidth;
+  if (!(fit.beta >= min_link_bandwidth && fit.alpha <= max_link_latency_s && fit.hop <= max_link_hop_s)) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "the measurements fit a link of latency %g s, per-step latency %g s and bandwidth %g bytes/s, outside what a plan "
+                  "prices (latency in [0, %g] s, per step in [0, %g] s, bandwidth in [%g, %g] bytes/s): a stalled or overloaded run?",
+                  fit.alpha, fit.hop, fit.beta, max_link_latency_s, max_link_hop_s, min_link_bandwidth, max_link_bandwidth);
+    throw comm_error(text);
+  }
+  return fit;
 }
 
 template <communicator C>
@@ -216,7 +231,12 @@ calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
       for (auto& s : ax.samples)
         s.bytes = std::max(1.0, static_cast<double>(static_cast<std::size_t>(s.bytes / (4.0 * ax.group_size)))) * 4.0 *
                   ax.group_size;
-      const link_model fit = detail::fit_alpha_beta(ax.samples, ax.group_size);
+      link_model fit;
+      try {
+        fit = detail::fit_alpha_beta(ax.samples, ax.group_size);
+      } catch (const comm_error& e) {
+        throw comm_error("calibrating mesh axis " + std::to_string(a) + ": " + std::string(e.message()));
+      }
       out.mesh.set_link(a, fit);
       ax.measured = true;
       double err = 0;

@@ -315,6 +315,30 @@ TEST_CASE("the fit separates the per-collective alpha from the per-step hop") {
   CHECK(one.alpha == doctest::Approx(truth.alpha + 7 * truth.hop).epsilon(1e-6));
 }
 
+TEST_CASE("numbers: the fit is a link a plan prices and a calibration file holds") {
+  const auto samples = [](double alpha, double seconds_per_byte) {
+    std::vector<calibration_sample> s;
+    for (double b : {4096.0, 32768.0, 262144.0, 1048576.0, 4194304.0})
+      s.push_back({collective::all_reduce, b, alpha + b * seconds_per_byte, false});
+    return s;
+  };
+  // A fast link whose bytes the latency swamps: a slope of 1e-20 s a byte was a bandwidth of
+  // about 1e20 B/s, and the file calibrate wrote was refused by its reader ("bandwidth_Bps is
+  // 1e+20, not a number in [1, 1e+18]").
+  const link_model fast = detail::fit_alpha_beta(samples(1e-3, 1e-20), 2);
+  CHECK(fast.beta == max_link_bandwidth);
+  CHECK(fast.alpha == doctest::Approx(1e-3));
+  calibration_result r;
+  r.mesh = device_mesh{2};
+  r.mesh.set_link(0, fast);
+  r.axes.push_back({0, 2, true, 0, 0, samples(1e-3, 1e-20)});
+  CHECK(calibration_from_json(calibration_to_json(r)).mesh.link(0) == fast);
+  // Slower than any link a plan prices (half a byte a second; a latency of 2000 s): an error, not a file.
+  CHECK_THROWS_WITH_AS(detail::fit_alpha_beta(samples(1e-3, 2.0), 2),
+                       doctest::Contains("bandwidth 0.5 bytes/s, outside what a plan prices"), comm_error);
+  CHECK_THROWS_WITH_AS(detail::fit_alpha_beta(samples(2000, 1e-9), 2), doctest::Contains("a link of latency 2000 s"), comm_error);
+}
+
 TEST_CASE("calibration on a 2x2 mesh: every rank agrees, the file round-trips and loads into a mesh") {
   calibration_options opts;
   opts.sizes = {1024, 16384, 131072};

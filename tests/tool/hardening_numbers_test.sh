@@ -33,4 +33,25 @@ grep -Eq '^    megatron +[0-9.]+e\+[0-9]+ s +[0-9.]+ ms +[0-9.]+e\+[0-9]+ s +[0-
 run "$tool" explain --mesh 2x2 --shape 1000000000,1000 --from S0R --to RR --inter-bw 1 --dtype f64
 grep -Eq '^modeled time [0-9.]+e\+[0-9]+ s,' "$tmp/out" && ok || bad "seconds-width: explain: $(grep modeled "$tmp/out")"
 
+# rounding-optimal: the solver proves optimality in whole cost units (the largest finite cost
+# / 2^40); with a link of a byte a second that cost is an edge of 10^5 s, the operators'
+# microseconds round away, and `plan --inter-bw 1` was "optimal" at 4.97 ms beside a plan of
+# 3.64 ms that never uses the slow link (the one it plans at 1e9 B/s). Now "feasible", its
+# bound below that plan.
+gpt=(--model gpt2 --layers 2 --mesh 2x4 --memory-budget 1GiB --no-svg --quiet)
+run "$tool" plan "${gpt[@]}" --json --inter-bw 1e9 --out "$tmp/ro-fast.json"; cp "$tmp/out" "$tmp/ro-fast.out"
+run "$tool" plan "${gpt[@]}" --json --inter-bw 1 --out "$tmp/ro-slow.json"
+python3 - "$tmp/ro-fast.out" "$tmp/out" <<'PY' && ok || bad "rounding-optimal: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["solver"], d["plan"]["step_seconds"])' "$tmp/out")"
+import json, sys
+fast, slow = (json.load(open(p)) for p in sys.argv[1:3])
+assert fast["solver"]["status"] == "optimal", fast["solver"]
+assert all(c["mesh_axis"] != 0 for c in fast["collectives"]), "the fast plan uses the slow link"
+f, s = fast["plan"]["step_seconds"], slow["plan"]["step_seconds"]
+assert s <= f * (1 + 1e-9) or slow["solver"]["status"] != "optimal", (f, s, slow["solver"])
+assert slow["solver"]["bound"] <= f, (slow["solver"]["bound"], f)
+PY
+run "$tool" plan "${gpt[@]}" --inter-bw 1 --out "$tmp/ro-slow.json"
+grep -Eq '^solver  (optimal in .*|feasible in .*gap [0-9.]+%\))$' "$tmp/out" && ! grep -q '^search  1 micro-batch of 8 sequences: optimal, 4.97 ms' "$tmp/out" && ok ||
+  bad "rounding-optimal: $(grep -E '^(solver|search  1 )' "$tmp/out")"
+
 finish hardening_numbers

@@ -943,6 +943,40 @@ inline std::optional<std::int64_t> cutoff_of(const pass_model& pm, const strateg
   return static_cast<std::int64_t>(units);
 }
 
+/// `kept` (plan `s`) is the fastest plan found over several solves, each over a part of one space;
+/// another part was proven only to take at least `floor` seconds. Unless that is no faster than
+/// `s`, `kept` is no longer proven optimal over the whole space: it becomes feasible, its bound
+/// at most `floor` (in its cost units, rounded down) and its gap what follows.
+inline void weaken_by(solve_result& kept, const plan_summary& s, double floor) {
+  if (!(floor < s.step_seconds)) return;
+  const double units = std::floor(std::max(0.0, floor) / kept.cost_unit);
+  if (units < static_cast<double>(kept.bound)) kept.bound = static_cast<std::int64_t>(units);
+  kept.status = solve_status::feasible;
+  kept.gap = kept.objective > 0 ? static_cast<double>(kept.objective - kept.bound) / static_cast<double>(kept.objective) : 0.0;
+}
+
+/// The solver proves its answer optimal in whole cost units, each of a plan's node and edge
+/// costs rounded to one (cost_unit_for: the largest finite cost is 2^40 units). Where the costs
+/// span more than that (a link of a byte a second beside microseconds of compute: edges of
+/// 10^5 s, operators of 10^-6 s), the rounding hides whole plans: `plan --inter-bw 1` on 2x4
+/// was "optimal" at 4.97 ms beside a plan of 3.64 ms it had rounded to the same units. A
+/// result whose rounding, rounding_seconds(pm), could hide more than a millionth of its step
+/// is feasible, not optimal, its bound what the rounding leaves proven (weaken_by).
+inline constexpr double rounding_tolerance = 1e-6;
+inline void unprove_rounding(const pass_model& pm, const plan_summary& s, solve_result& res) {
+  const double hidden = rounding_seconds(pm);
+  if (!(hidden > rounding_tolerance * s.step_seconds)) return;
+  const solve_status was = res.status;
+  weaken_by(res, s, std::max(0.0, res.bound_value() - hidden));
+  if (was == solve_status::optimal && res.status != was) {
+    char why[200];
+    std::snprintf(why, sizeof why, "; not proven optimal: the costs were rounded to whole units of %.3g s, and %zu rounded terms may hide %.3g s, ",
+                  res.cost_unit, pm.problem.nodes.size() + pm.problem.edges.size(), hidden);
+    res.stopped += std::string(why) + "more than " + fmt_num(rounding_tolerance) + " of the plan's " + human_seconds(s.step_seconds) +
+                   " (the costs span too wide a range: a link far slower than the rest?)";
+  }
+}
+
 /// Solve one request as it is masked (solve_algo below): restricted problem, tied, on GLPK;
 /// back to one strategy per vertex. A budget no allowed choice meets is refused before the
 /// solver runs, with the least memory the allowed strategies reach.
@@ -968,19 +1002,9 @@ inline std::pair<plan_summary, solve_result> solve_masked(const pass_model& pm, 
   solve_result res = solve_ilp(r.q, so);
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = res.choice[r.cls[v]];
-  return {summarize(pm, rq.a, std::move(choice)), std::move(res)};
-}
-
-/// `kept` (plan `s`) is the fastest plan found over several solves, each over a part of one space;
-/// another part was proven only to take at least `floor` seconds. Unless that is no faster than
-/// `s`, `kept` is no longer proven optimal over the whole space: it becomes feasible, its bound
-/// at most `floor` (in its cost units, rounded down) and its gap what follows.
-inline void weaken_by(solve_result& kept, const plan_summary& s, double floor) {
-  if (!(floor < s.step_seconds)) return;
-  const double units = std::floor(std::max(0.0, floor) / kept.cost_unit);
-  if (units < static_cast<double>(kept.bound)) kept.bound = static_cast<std::int64_t>(units);
-  kept.status = solve_status::feasible;
-  kept.gap = kept.objective > 0 ? static_cast<double>(kept.objective - kept.bound) / static_cast<double>(kept.objective) : 0.0;
+  plan_summary s = summarize(pm, rq.a, std::move(choice));
+  unprove_rounding(pm, s, res);
+  return {std::move(s), std::move(res)};
 }
 
 /// `found`, one of several solves over parts of one space, goes into `best` when it is the faster;

@@ -54,4 +54,14 @@ run "$tool" plan "${gpt[@]}" --inter-bw 1 --out "$tmp/ro-slow.json"
 grep -Eq '^solver  (optimal in .*|feasible in .*gap [0-9.]+%\))$' "$tmp/out" && ! grep -q '^search  1 micro-batch of 8 sequences: optimal, 4.97 ms' "$tmp/out" && ok ||
   bad "rounding-optimal: $(grep -E '^(solver|search  1 )' "$tmp/out")"
 
+# overlap-decimal: --gradient-overlap is read by std::stod, which took hexadecimal ("0x1p-1"
+# priced half the gradient sync hidden) and leading white space, where every other real-valued
+# flag is decimal only (round five's real-flags); and its message named the flag twice.
+for v in 0x1p-1 " 0.5" 0x0; do
+  expect overlap-decimal 2 "^--gradient-overlap: '$v' is neither \"backward\" nor a decimal number in \[0, 1\]$" \
+    "$tool" plan "${small[@]}" --mesh 2x2 --gradient-overlap "$v" --out "$tmp/od.json" --no-svg --quiet
+done
+test ! -e "$tmp/od.json" && ok || bad "overlap-decimal: a plan was written"
+expect overlap-decimal 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --gradient-overlap .5 --out "$tmp/od.json" --no-svg --quiet
+
 finish hardening_numbers

@@ -541,7 +541,7 @@ void register_plan(CLI::App& app, action& run) {
       ->check(CLI::Validator(
           [](std::string& v) {
             try {
-              (void)parse_gradient_overlap(v, "--gradient-overlap");
+              (void)parse_gradient_overlap(v, "");  // CLI11 names the flag
               return std::string();
             } catch (const spec_error& e) {
               return std::string(e.message());

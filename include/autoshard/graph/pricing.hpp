@@ -12,6 +12,7 @@
 /// step_pricing_from_json (optional when read, so older files keep their meaning), and the flag
 /// that sets it in tools/autoshard/cmd_plan.cpp's pricing_of; the cost model reads it from
 /// strategy_options::pricing. Nothing else copies it.
+#include <cctype>       // std::isdigit
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t, std::uint8_t
 #include <iterator>     // std::size
@@ -106,19 +107,23 @@ inline std::string to_string(const gradient_overlap_model& o) {
   return buf;
 }
 
-/// The model `to_string` writes: "backward" or a number in [0, 1]; spec_error naming `what`
-/// and the text otherwise.
+/// The model `to_string` writes: "backward" or a decimal number in [0, 1]; spec_error naming
+/// `what` (when not empty) and the text otherwise. Decimal only, as every real-valued flag is
+/// (std::stod alone took "0x1p-1" as 0.5, and " 0.5" with its white space).
 inline gradient_overlap_model parse_gradient_overlap(const std::string& text, const std::string& what = "gradient overlap") {
   if (text == "backward") return gradient_overlap_model::behind_backward();
   double f = 0.0;
   std::size_t used = 0;
+  const bool decimal = !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') &&
+                       text.find_first_not_of("0123456789.eE+-") == std::string::npos;
   try {
-    f = std::stod(text, &used);
+    if (decimal) f = std::stod(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
   if (used == 0 || used != text.size() || !(f >= 0.0 && f <= 1.0))
-    throw spec_error(what + " " + quoted_text(text) + " is neither \"backward\" nor a number in [0, 1]");
+    throw spec_error((what.empty() ? std::string() : what + " ") + quoted_text(text) +
+                     " is neither \"backward\" nor a decimal number in [0, 1]");
   return f;
 }
 

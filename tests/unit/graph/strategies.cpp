@@ -931,8 +931,13 @@ TEST_CASE("gradient sync hidden behind the backward: per edge, exposed = max(0, 
   CHECK(parse_gradient_overlap("0.25") == gradient_overlap_model(0.25));
   CHECK(parse_gradient_overlap("0") == gradient_overlap_model(0.0));
   CHECK_THROWS_WITH_AS(parse_gradient_overlap("1.5", "--gradient-overlap"),
-                       "spec error: --gradient-overlap '1.5' is neither \"backward\" nor a number in [0, 1]", spec_error);
+                       "spec error: --gradient-overlap '1.5' is neither \"backward\" nor a decimal number in [0, 1]", spec_error);
   CHECK_THROWS_AS(parse_gradient_overlap("0.5x"), spec_error);
+  // Decimal only, as every real-valued flag: std::stod took "0x1p-1" as 0.5, and " 0.5".
+  for (const char* bad : {"0x1p-1", "0x0", " 0.5", "+0.5", "-0", "inf", "1e-400"})
+    CHECK_THROWS_WITH_AS(parse_gradient_overlap(bad, ""), doctest::Contains("' is neither \"backward\" nor a decimal number"), spec_error);
+  CHECK(parse_gradient_overlap(".5") == gradient_overlap_model(0.5));
+  CHECK(parse_gradient_overlap("5e-1") == gradient_overlap_model(0.5));
   CHECK_THROWS_AS(parse_gradient_overlap("nan"), spec_error);
   CHECK_THROWS_AS(parse_gradient_overlap(""), spec_error);
 }

@@ -64,4 +64,13 @@ done
 test ! -e "$tmp/od.json" && ok || bad "overlap-decimal: a plan was written"
 expect overlap-decimal 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --gradient-overlap .5 --out "$tmp/od.json" --no-svg --quiet
 
+# verify-inputs: a refusal whose graph inputs (token ids) outgrow the memory blamed the
+# parameters: `verify --batch 1048576 --seq 1048576` of a tiny model said "a smaller model (the
+# parameters alone take 16.00 TiB ...)", its parameters being kilobytes. The inputs scale with
+# batch x seq as the activations do.
+"$tool" plan "${small[@]}" --mesh 2x2 --out "$tmp/vi.json" --no-svg --quiet >/dev/null 2>&1 || bad "verify-inputs: the test plan"
+expect verify-inputs 1 "^autoshard: execution error: verify would need about .* and a smaller batch or sequence \(verify --batch/--seq" \
+  "$tool" verify --plan "$tmp/vi.json" --batch 1048576 --seq 1048576 --max-memory 1GiB
+grep -q "the parameters alone" "$tmp/err" && bad "verify-inputs: $(cat "$tmp/err")" || ok
+
 finish hardening_numbers

@@ -247,16 +247,25 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
     const std::uint64_t f32 = estimate(dtype::f32).total() + reserved;
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
-  const std::uint64_t fixed = e.sources + e.ranks + e.parameters + reserved;  // what a smaller batch or sequence leaves
-  if (fixed < limit && e.activations > 0) {
-    const double shrink = static_cast<double>(e.activations) / static_cast<double>(limit - fixed);
+  // The sources' graph inputs (token ids, positions) scale with batch x seq as the activations
+  // do; the parameters do not. `verify --batch 1048576 --seq 1048576` of a tiny model blamed
+  // "the parameters alone take 16.00 TiB": its inputs, the parameters being kilobytes.
+  std::uint64_t inputs = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (!g[v].is_operator() && !g[v].is_parameter())
+      inputs += detail::bytes_of(g[v].shape, detail::is_integer(g[v].type) ? dtype::i64 : compute) *
+                (1 + (stage_of ? static_cast<std::uint64_t>((*stage_of)[v].size()) : 0));  // once, and each stage's copy
+  inputs = std::min(inputs, e.sources);
+  const std::uint64_t fixed = e.sources - inputs + e.ranks + e.parameters + reserved;  // what a smaller batch or sequence leaves
+  if (fixed < limit && e.activations + inputs > 0) {
+    const double shrink = static_cast<double>(e.activations + inputs) / static_cast<double>(limit - fixed);
     std::ostringstream f;
     f.precision(2);
     f << std::fixed << shrink;
     fix += "a smaller batch or sequence (verify --batch/--seq runs the plan's strategies at smaller sizes, as does a plan "
            "made with plan --batch/--seq: the activations scale with batch x seq; divide it by more than " + f.str() + ")";
   } else {
-    fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources + e.parameters)) +
+    fix += "a smaller model (the parameters alone take " + human_bytes(static_cast<double>(e.sources - inputs + e.parameters)) +
            (e.parameters > 0 ? " with their gradients and updates" : "") + ")";
   }
   throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total() + reserved)) + " (inputs and parameters " +

@@ -552,6 +552,29 @@ TEST_CASE("verify refuses a run above its memory limit before starting, naming t
   CHECK(r.estimate.total() == e.total());
 }
 
+TEST_CASE("numbers: a refusal whose inputs outgrow the memory asks for a smaller batch, not a smaller model") {
+  // verify --batch 1048576 --seq 1048576 of a tiny model: its token ids took 16 TiB, and the
+  // refusal said "a smaller model (the parameters alone take 16.00 TiB ...)", the parameters
+  // being kilobytes: the inputs scale with batch x seq as the activations do.
+  model_graph g;
+  const vertex_t x = add_input(g, "x", {262144, 64}, dtype::f32);  // 128 MiB in f64
+  const vertex_t w = add_parameter(g, "w", {4, 64}, dtype::f32);
+  add_op(g, op_kind::linear, "fc", {x, w});
+  const device_mesh mesh{2, 4};
+  const std::vector<strategy> plan = autosharding_analysis_pass(g, pass_on_2x4(run_mode::inference)).strategies;
+  const memory_estimate e = estimate_verify_memory(g, mesh, plan, dtype::f64);
+  verify_options vo;
+  vo.max_memory = e.total() / 4;
+  REQUIRE(e.sources > vo.max_memory);                   // the inputs alone outgrow it ...
+  REQUIRE(e.ranks + e.parameters + 4096 < vo.max_memory);  // ... what does not scale with them fits
+  CHECK_THROWS_WITH_AS(verify_plan(g, mesh, plan, vo), doctest::Contains("and a smaller batch or sequence"), exec_error);
+  try {
+    (void)verify_plan(g, mesh, plan, vo);
+  } catch (const exec_error& err) {
+    CHECK(std::string(err.what()).find("the parameters alone") == std::string::npos);
+  }
+}
+
 TEST_CASE("rank threads beyond what the machine allows are refused before any starts") {
   const device_mesh mesh{2, 4};
   const rank_thread_cost c = rank_threads_cost(mesh);

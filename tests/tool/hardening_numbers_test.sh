@@ -73,4 +73,21 @@ expect verify-inputs 1 "^autoshard: execution error: verify would need about .* 
   "$tool" verify --plan "$tmp/vi.json" --batch 1048576 --seq 1048576 --max-memory 1GiB
 grep -q "the parameters alone" "$tmp/err" && bad "verify-inputs: $(cat "$tmp/err")" || ok
 
+# micro-batch-graph: a plan's pricing.micro_batch was read without a look at its graph: a
+# hand-edited 16777216 over a micro-step of 8 sequences, and `show` said "16777216
+# micro-batches of 16777216 per data-parallel rank".
+"$tool" plan "${small[@]}" --mesh 2x2 --out "$tmp/mb.json" --no-svg --quiet >/dev/null 2>&1 || bad "micro-batch-graph: the test plan"
+python3 - "$tmp/mb.json" "$tmp/mb-bad.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["pricing"]["micro_batch"] = 16777216
+json.dump(d, open(sys.argv[2], "w"))
+PY
+for cmd in show export; do
+  args=(--plan "$tmp/mb-bad.json"); [ $cmd = export ] && args+=(--to hf-tp-plan)
+  expect micro-batch-graph 1 "^autoshard: io error: plan file '.*mb-bad.json': pricing.micro_batch is 16777216, but the graph's micro-step holds 8 sequences: a micro-batch is that batch over the data-parallel ranks, from 2 \(over the mesh's 4 ranks\) to 8$" \
+    "$tool" $cmd "${args[@]}"
+done
+expect micro-batch-graph 0 "" "$tool" show --plan "$tmp/mb.json"
+
 finish hardening_numbers

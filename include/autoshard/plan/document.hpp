@@ -24,6 +24,7 @@
 #include "../core/parse.hpp"      // parse_spec, to_alpa_string
 #include "../graph/io.hpp"        // to_json(model_graph), from_json(json_in)
 #include "../graph/pricing.hpp"   // step_pricing, run_mode, optimizer_kind
+#include "../graph/resize.hpp"    // graph_batch
 #include "../io/atomic_file.hpp"  // write_file_atomically
 #include "../io/json.hpp"         // json_in, load_json_file
 #include "../io/mesh_json.hpp"    // mesh_to_json, mesh_from_json
@@ -385,6 +386,20 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   const std::size_t n = boost::num_vertices(d.graph);
   if (ts.size() != n) ts.fail("has " + std::to_string(ts.size()) + " entries for a graph of " + std::to_string(n) + " vertices");
   for (vertex_t v = 0; v < n; ++v) d.tensors.push_back(detail::plan_tensor_from_json(ts[v], d.graph, v, d.mesh));
+  // A training plan's micro-batch is its graph's batch (one micro-step's) over its data-parallel
+  // ranks, rounded up: at most that batch, at least its share on every rank of the mesh. A
+  // hand-edited 16777216 over a graph of 8 sequences was read, and `show` described "16777216
+  // micro-batches of 16777216 per data-parallel rank".
+  const std::int64_t batch = graph_batch(d.graph);
+  const std::int64_t mb = d.pricing.micro_batch;
+  if (d.pricing.mode == run_mode::training && mb > 0 && batch > 0) {
+    const std::int64_t least = (batch + d.mesh.num_ranks() - 1) / d.mesh.num_ranks();
+    if (mb > batch || mb < least)
+      j["pricing"]["micro_batch"].fail("is " + std::to_string(mb) + ", but the graph's micro-step holds " + std::to_string(batch) +
+                                       " sequences: a micro-batch is that batch over the data-parallel ranks, from " +
+                                       std::to_string(least) + " (over the mesh's " + std::to_string(d.mesh.num_ranks()) +
+                                       " ranks) to " + std::to_string(batch));
+  }
   return d;
 }
 

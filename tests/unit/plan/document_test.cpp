@@ -276,6 +276,23 @@ TEST_CASE("plan document: the pricing a plan was priced with is written whole, r
   CHECK(read_error(bad).find("not a number in [0, 3.12e+14]") != std::string::npos);
 }
 
+TEST_CASE("numbers: a training plan's micro-batch is its graph's batch over data-parallel ranks") {
+  // A hand-edited micro_batch of 16777216 over a graph of 8 sequences was read: `show` said
+  // "16777216 micro-batches of 16777216 per data-parallel rank".
+  plan_document d = small_plan();  // x [8,16] on 2x2: a micro-batch of 2 (dp 4) to 8 (dp 1)
+  d.pricing.micro_batch = 2;
+  nlohmann::json j = to_json(d);
+  CHECK(read_error(j) == "(no error)");
+  for (int mb : {16777216, 9, 1}) {
+    j["pricing"]["micro_batch"] = mb;
+    CHECK(read_error(j) == "io error: plan file 'p.json': pricing.micro_batch is " + std::to_string(mb) +
+                               ", but the graph's micro-step holds 8 sequences: a micro-batch is that batch over the data-parallel "
+                               "ranks, from 2 (over the mesh's 4 ranks) to 8");
+  }
+  j["pricing"]["micro_batch"] = 0;  // the planner's choice, not recorded
+  CHECK(read_error(j) == "(no error)");
+}
+
 TEST_CASE("plan document: a version-3 file (before micro-batches and recomputation) reads as one step, nothing recomputed, at peak compute") {
   plan_document d = small_plan();
   nlohmann::json v3 = to_json(d);

@@ -21,6 +21,10 @@ namespace detail {
 }
 }  // namespace detail
 
+/// ceil(n / k) for n >= 0 and k >= 1, for every such n: (n + k - 1) / k, the form the layout
+/// code used, overflowed (undefined behaviour) for a dim within k of 2^63-1.
+constexpr std::int64_t ceil_div(std::int64_t n, std::int64_t k) noexcept { return n / k + (n % k != 0 ? 1 : 0); }
+
 /// a * b, or shape_error "<what>: a x b exceeds 2^63-1".
 constexpr std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
   std::int64_t r = 0;

@@ -8,6 +8,7 @@
 ///   static_assert(b.shape[0] == 2 && b.offset[0] == 7);   // [0,5) then 2,2,1,0 of [5,10)
 #include <cstdint>  // std::int64_t
 
+#include "checked.hpp"  // ceil_div
 #include "error.hpp"  // shape_error
 #include "mesh.hpp"   // device_mesh
 #include "shape.hpp"  // tensor_shape
@@ -33,14 +34,15 @@ constexpr dim_range split_range(std::int64_t n, int k, int r, split_rule rule = 
     std::int64_t q = n / k, rem = n % k;
     return {r * q + (r < rem ? r : rem), q + (r < rem ? 1 : 0)};
   }
-  std::int64_t c = (n + k - 1) / k;
-  std::int64_t lo = c * r < n ? c * r : n;
-  std::int64_t hi = c * (r + 1) < n ? c * (r + 1) : n;
+  // c * r and c * (r + 1) below the last piece stay within about n: no overflow at any n.
+  const std::int64_t c = ceil_div(n, k);
+  const std::int64_t lo = c * r < n ? c * r : n;
+  const std::int64_t hi = r + 1 >= k ? n : c * (r + 1) < n ? c * (r + 1) : n;
   return {lo, hi - lo};
 }
 
 /// The size every piece is padded to for a collective: ceil(n / k).
-constexpr std::int64_t padded_piece(std::int64_t n, int k) noexcept { return (n + k - 1) / k; }
+constexpr std::int64_t padded_piece(std::int64_t n, int k) noexcept { return ceil_div(n, k); }
 
 /// A rank's block of the global tensor.
 struct shard_box {
@@ -143,7 +145,7 @@ constexpr bool no_empty_shards(const device_mesh& m, const sharding_spec& s, con
           add(x / k);
           if (x % k != 0) add(x / k + 1);
         } else {
-          const std::int64_t c = (x + k - 1) / k, last = x - c * (k - 1);
+          const std::int64_t c = ceil_div(x, k), last = x - c * (k - 1);
           if (last <= 0) return false;
           add(c);
           add(last);

@@ -10,6 +10,7 @@
 #include <ostream>  // std::ostream
 #include <string>   // std::string
 
+#include "checked.hpp"    // ceil_div
 #include "error.hpp"      // spec_error
 #include "mesh.hpp"       // device_mesh
 #include "parse.hpp"      // to_string(sharding_spec)
@@ -145,7 +146,7 @@ constexpr std::int64_t local_extent(const sharding_spec& cur, const plan_context
   for (int b = 0; b < cur.mesh_rank; ++b)
     if (cur[static_cast<std::size_t>(b)].is_shard(d)) {
       const int k = axis_size(c, b);
-      n = (n + k - 1) / k;
+      n = ceil_div(n, k);
     }
   return n;
 }

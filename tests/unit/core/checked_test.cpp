@@ -101,3 +101,21 @@ TEST_CASE("numbers: human_seconds keeps its unit and a table's width at any size
   CHECK(human_seconds(std::nan("")) == "nan s");
   for (double s : {1e6, 1e29, 1e300, std::numeric_limits<double>::max()}) CHECK(human_seconds(s).size() <= 11);
 }
+
+TEST_CASE("numbers: a dim within a mesh axis of 2^63-1 splits without overflow") {
+  // (n + k - 1) / k overflowed for such a dim (undefined behaviour): at compile time, where
+  // these are evaluated, an overflow is an error, so the static_asserts fail on such code.
+  constexpr std::int64_t n = std::numeric_limits<std::int64_t>::max();
+  static_assert(ceil_div(n, 2) == std::int64_t{1} << 62);
+  static_assert(ceil_div(7, 2) == 4 && ceil_div(8, 2) == 4 && ceil_div(0, 3) == 0);
+  static_assert(padded_piece(n, 3) == 3074457345618258603);
+  static_assert(split_range(n, 2, 0) == dim_range{0, std::int64_t{1} << 62});
+  static_assert(split_range(n, 2, 1) == dim_range{std::int64_t{1} << 62, (std::int64_t{1} << 62) - 1});
+  static_assert(split_range(n, 1000000, 999999).offset + split_range(n, 1000000, 999999).size == n);
+  const device_mesh m{2, 4};
+  const sharding_spec s = parse_spec("S0S1", 2, 2);
+  std::int64_t rows = 0;
+  for (int r = 0; r < m.num_ranks(); r += 4) rows += local_box(m, s, tensor_shape{n, 8}, r).shape[0];
+  CHECK(rows == n);  // the pieces of dim 0 over axis 0 make the dim
+  CHECK(local_box(m, s, tensor_shape{n, 8}, 3).shape[1] == 2);
+}

@@ -482,29 +482,32 @@ def main():
     t0 = time.monotonic()
     with ThreadPoolExecutor(2) as pool:  # the tool, two at a time
         preps = {c.name: pool.submit(prepare, c, scratch, locks) for c in cases}
-        failed = 0
-        for c in cases:
-            t = time.monotonic()
-            try:
-                prep = preps[c.name].result()
-                ref = reference(c, prep)
-                fns = [fn for target, fn in (("dtensor", run_dtensor), ("hf", run_hf), ("policy", run_policy))
-                       if target in prep or (target == "policy" and c.policy and not c.plan_refused)]
-                problems = []
-                if fns:  # one world of ranks runs every check of the case
-                    for r in client.Run(c.world)(run_all, fns, c, prep, ref):
-                        problems += r
-            except Exception as e:  # noqa: BLE001 (a case that cannot run fails, the others go on)
-                problems = [str(e)]
-            status = "ok  " if not problems else "FAIL"
-            what = "plan refused" if c.plan_refused else \
-                ", ".join(f"{k} {'exact' if v == 'exact' else 'refused'}" for k, v in c.expect.items())
-            print(f"{status} {c.name} ({c.world} ranks; {what}; {time.monotonic() - t:.1f} s)", flush=True)
-            # A rank that crashes breaks its peers' connections: its own report first.
-            problems.sort(key=lambda p: "Connection closed by peer" in p or "Connection reset" in p)
-            for p in problems[:12]:
-                print("     " + p.replace("\n", "\n     "))
-            failed += bool(problems)
+    # Every tool run has ended and the pool's threads are gone before a rank is forked: a fork
+    # while another thread ran subprocess.run (or held a lock it takes) gave a rank SIGSEGV (-11)
+    # under load, in a case that passes on its own.
+    failed = 0
+    for c in cases:
+        t = time.monotonic()
+        try:
+            prep = preps[c.name].result()
+            ref = reference(c, prep)
+            fns = [fn for target, fn in (("dtensor", run_dtensor), ("hf", run_hf), ("policy", run_policy))
+                   if target in prep or (target == "policy" and c.policy and not c.plan_refused)]
+            problems = []
+            if fns:  # one world of ranks runs every check of the case
+                for r in client.Run(c.world)(run_all, fns, c, prep, ref):
+                    problems += r
+        except Exception as e:  # noqa: BLE001 (a case that cannot run fails, the others go on)
+            problems = [str(e)]
+        status = "ok  " if not problems else "FAIL"
+        what = "plan refused" if c.plan_refused else \
+            ", ".join(f"{k} {'exact' if v == 'exact' else 'refused'}" for k, v in c.expect.items())
+        print(f"{status} {c.name} ({c.world} ranks; {what}; {time.monotonic() - t:.1f} s)", flush=True)
+        # A rank that crashes breaks its peers' connections: its own report first.
+        problems.sort(key=lambda p: "Connection closed by peer" in p or "Connection reset" in p)
+        for p in problems[:12]:
+            print("     " + p.replace("\n", "\n     "))
+        failed += bool(problems)
     print(f"{len(cases) - failed} of {len(cases)} cases passed in {time.monotonic() - t0:.0f} s")
     if not a.keep:
         shutil.rmtree(scratch, ignore_errors=True)

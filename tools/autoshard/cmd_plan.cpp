@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 namespace autoshard::tool {
 namespace {
@@ -287,6 +288,13 @@ std::string device_line(const plan_cli_options& o, const autosharding_options& p
   return s.str();
 }
 
+/// A fraction as a percentage of three significant digits: "100 %", "0.0123 %".
+std::string percent_text(double fraction) {
+  std::ostringstream os;
+  os << std::setprecision(3) << 100.0 * fraction << " %";
+  return os.str();
+}
+
 /// --json: one document with the plan, the baselines, the collectives and the files.
 void print_plan_json(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
                      const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg,
@@ -326,7 +334,7 @@ void print_plan_json(const plan_cli_options& o, const autosharding_options& po, 
   if (!o.preload)
     j["solver"] = {{"status", to_string(rep.solver.status)}, {"objective", rep.solver.objective_value()},
                    {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
-                   {"ilp_nodes", rep.tied_classes}};
+                   {"ilp_nodes", rep.tied_classes}, {"stopped", rep.solver.stopped}};
   if (o.run_checks) j["checks"] = "passed";  // a failed check is an error before any output
   j["exports"] = export_verdicts_json(exports);
   std::cout << j.dump(2) << "\n";
@@ -390,10 +398,12 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
   else
     std::cout << "solver  " << to_string(rep.solver.status) << " in " << human_seconds(rep.solver.seconds) << " ("
               << rep.tied_classes << " ILP nodes for " << rep.vertices << " operators"
-              << (rep.solver.status == solve_status::feasible
-                      ? ", gap " + std::to_string(100.0 * rep.solver.gap) + "%"
+              << (rep.solver.status == solve_status::feasible ? ", gap " + percent_text(rep.solver.gap) : std::string()) << ")"
+              // Not proven optimal: why (a time limit, mip_rel_gap, costs rounded too coarsely).
+              << (rep.solver.status == solve_status::feasible && !rep.solver.stopped.empty()
+                      ? "\n        " + escaped_text(rep.solver.stopped)
                       : std::string())
-              << ")\n";
+              << "\n";
   if (rep.plan.feasible && rep.plan.runtime.bytes() > 0)  // the peak beside what the process holds
     std::cout << "memory  " << describe_peak(rep.plan.peak_memory_bytes, rep.plan.runtime, po.pricing.device)
               << (rep.plan.fits ? "" : "  DOES NOT FIT") << "\n";

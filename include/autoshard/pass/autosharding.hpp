@@ -969,11 +969,11 @@ inline void unprove_rounding(const pass_model& pm, const plan_summary& s, solve_
   const solve_status was = res.status;
   weaken_by(res, s, std::max(0.0, res.bound_value() - hidden));
   if (was == solve_status::optimal && res.status != was) {
-    char why[200];
-    std::snprintf(why, sizeof why, "; not proven optimal: the costs were rounded to whole units of %.3g s, and %zu rounded terms may hide %.3g s, ",
+    char why[240];
+    std::snprintf(why, sizeof why, "not proven optimal: the ILP's answer is optimal in whole cost units of %.3g s, and its %zu rounded terms may hide %.3g s, ",
                   res.cost_unit, pm.problem.nodes.size() + pm.problem.edges.size(), hidden);
-    res.stopped += std::string(why) + "more than " + fmt_num(rounding_tolerance) + " of the plan's " + human_seconds(s.step_seconds) +
-                   " (the costs span too wide a range: a link far slower than the rest?)";
+    res.stopped = std::string(why) + "more than " + fmt_num(rounding_tolerance) + " of the plan's " + human_seconds(s.step_seconds) +
+                  " (the costs span too wide a range: a link far slower than the rest?)";
   }
 }
 

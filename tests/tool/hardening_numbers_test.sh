@@ -94,4 +94,13 @@ for cmd in show export; do
 done
 expect micro-batch-graph 0 "" "$tool" show --plan "$tmp/mb.json"
 
+# bytes-whole: a size flag's value is a count of bytes: `--memory-budget 1.5` was silently 1 byte,
+# `0.1KiB` 102. Now a usage error saying what it is; a fraction of a unit that is whole stays.
+expect bytes-whole 2 "^--memory-budget: '1.5' is 1.5 bytes, not a whole number of bytes$" \
+  "$tool" plan --model gpt2 --layers 1 --memory-budget 1.5 --out "$tmp/bw.json" --quiet --no-svg
+expect bytes-whole 2 "^--memory-budget: '0.1KiB' is 102.4 bytes, not a whole number of bytes$" \
+  "$tool" plan --model gpt2 --layers 1 --memory-budget 0.1KiB --out "$tmp/bw.json" --quiet --no-svg
+test ! -e "$tmp/bw.json" && ok || bad "bytes-whole: a plan was written"
+expect bytes-whole 0 "" "$tool" plan --model gpt2 --layers 1 --memory-budget 1.5GiB --out "$tmp/bw.json" --quiet --no-svg
+
 finish hardening_numbers

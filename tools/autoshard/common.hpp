@@ -234,6 +234,12 @@ inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
                                            {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
   v *= mult.at(u);
   if (!(v >= 1 && v <= 9e18)) throw spec_error(what + " " + quoted_text(s) + " is out of range (1 byte to 9e18)");
+  // A count of bytes is whole: 1.5 was silently 1 byte, 0.1KiB 102.
+  if (v != std::floor(v)) {
+    std::ostringstream os;
+    os << std::setprecision(12) << v;
+    throw spec_error(what + " " + quoted_text(s) + " is " + os.str() + " bytes, not a whole number of bytes");
+  }
   return static_cast<std::int64_t>(v);
 }
 
@@ -255,7 +261,10 @@ inline CLI::Validator byte_size() {
         try {
           (void)parse_bytes(in, "size");
           return {};
-        } catch (const spec_error&) {
+        } catch (const spec_error& e) {
+          const std::string m(e.message());
+          if (const std::size_t at = m.find(" is "); m.find("not a whole number of bytes") != std::string::npos && at != std::string::npos)
+            return quoted_text(in) + m.substr(at);  // "'1.5' is 1.5 bytes, not a whole number of bytes"
           return quoted_text(in) + " is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
         }
       },

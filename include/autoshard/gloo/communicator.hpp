@@ -373,6 +373,7 @@ class gloo_communicator {
     auto key = [](int r) { return "joined/" + std::to_string(r); };
     std::vector<std::string> others;
     std::string aborted;  // why a peer could not start, when one said so
+    bool timed_out = false;  // the last slice timed out: the store's words would name that slice's time-out
     try {
       st.set(key(rank_), std::vector<char>{'1'});
       for (int r = 0; r < size(); ++r)
@@ -388,7 +389,11 @@ class gloo_communicator {
         } catch (const std::exception&) {
           // The last slice, or a failure that is not its time-out (it came early: a store that
           // is gone): as before.
-          if (left <= slice || std::chrono::steady_clock::now() - start < slice / 2) throw;
+          if (left <= slice) {
+            timed_out = true;
+            throw;
+          }
+          if (std::chrono::steady_clock::now() - start < slice / 2) throw;
         }
         try {
           st.wait({"abort"}, std::chrono::milliseconds(1));
@@ -409,7 +414,7 @@ class gloo_communicator {
       }
       throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " +
                        store_.description() + ": rank(s) " + detail::rank_list(missing) + " did not join within " +
-                       std::to_string(timeout_.count()) + " ms (" + e.what() + ")");
+                       std::to_string(timeout_.count()) + " ms" + (timed_out ? std::string() : " (" + std::string(e.what()) + ")"));
     }
     throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " + store_.description() +
                      ": a peer could not start (" + aborted + ")");

@@ -203,6 +203,9 @@ TEST_CASE("a rank that never joins makes the others fail with comm_error within 
     const std::string m = message_of(results[static_cast<std::size_t>(r)]);
     CHECK(m.find("rank " + std::to_string(r) + ": connecting 3 ranks") != std::string::npos);
     CHECK(m.find("rank(s) [1] did not join") != std::string::npos);
+    // The whole time-out, not the store's words for its last 100 ms wait ("timed out after 0.03 s").
+    CHECK(m.find(" ms (") == std::string::npos);
+    CHECK(m.find("timed out after") == std::string::npos);
   }
 }
 

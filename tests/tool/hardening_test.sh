@@ -551,10 +551,17 @@ one_error pipe-stage-empty "$tool" export --plan "$tmp/pp-empty.json" --to megat
 # else is left with a note.
 "$tool" shard "$tmp/ppck" --plan "$tmp/pp4.json" --out "$tmp/pps" --quiet >/dev/null 2>&1 || bad "pipe-stage-stale: the 4-stage run"
 mkdir -p "$tmp/pps/stage-7" && echo mine >"$tmp/pps/stage-7/notes.txt"
-expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it has 2 stages\) and is left as it is" \
+expect pipe-stage-stale 0 "^note: '.*pps/stage-7' is not this pipeline's \(it has 2 stages\) and is left as it is: it is not wholly a sharded checkpoint$" \
   "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/pps" --quiet
 [ "$(cd "$tmp/pps" && echo stage-*)" = "stage-0 stage-1 stage-7" ] && test -f "$tmp/pps/stage-7/notes.txt" && ok ||
   bad "pipe-stage-stale: the stages left: $(cd "$tmp/pps" && echo stage-*)"
+# ... and the note says why a stage directory is kept: a 4-stage run's stage-3 with a file of
+# the user's beside its rank files was "not wholly a sharded checkpoint", as if it were none.
+"$tool" shard "$tmp/ppck" --plan "$tmp/pp4.json" --out "$tmp/ppw" --quiet >/dev/null 2>&1 || bad "pipe-stage-stale: the 4-stage run"
+echo mine >"$tmp/ppw/stage-3/notes.txt"
+expect pipe-stage-stale 0 "^note: '.*ppw/stage-3' is not this pipeline's \(it has 2 stages\) and is left as it is: it holds '.*ppw/stage-3/notes.txt', which no sharding run writes$" \
+  "$tool" shard "$tmp/ppck" --plan "$tmp/pp.json" --out "$tmp/ppw" --quiet
+[ "$(cd "$tmp/ppw" && echo stage-*)" = "stage-0 stage-1 stage-3" ] && ok || bad "pipe-stage-stale: the stages left: $(cd "$tmp/ppw" && echo stage-*)"
 # The same across layouts: an unpipelined shard into a pipelined run's directory left its
 # stage-<k>, and a pipelined shard into an unpipelined run's left its index.json and rank files.
 "$tool" shard "$tmp/ppck" --policy llama --tp 2 --out "$tmp/pps" --quiet >/dev/null 2>"$tmp/err" || bad "pipe-stage-stale: the unpipelined run"

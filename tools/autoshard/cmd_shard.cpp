@@ -40,16 +40,17 @@ std::filesystem::path default_config(const std::filesystem::path& ck) {
 /// provably a sharding run's output: it reads as one (sharded_checkpoint: one generation,
 /// every rank file present) and none of its files is one of `keep` (the input's). `whole`: only
 /// when the directory holds nothing else, and the directory with it; otherwise other entries
-/// (stage directories) stay. Anything else is left as it is; returns whether it was removed.
-bool remove_sharded_output(const std::filesystem::path& dir, bool whole, const std::vector<std::filesystem::path>& keep = {}) {
+/// (stage directories) stay. Anything else is left as it is; returns "" when it was removed,
+/// else why not ("it is not wholly a sharded checkpoint", "it holds '…', a file of the input").
+std::string remove_sharded_output(const std::filesystem::path& dir, bool whole, const std::vector<std::filesystem::path>& keep = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;  // a link or a file: not ours
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return "it is not a directory (a link or a file)";
   int world = 0;
   try {
     world = sharded_checkpoint(dir).world_size();
   } catch (const std::exception&) {
-    return false;  // not (wholly) a sharder's output
+    return "it is not wholly a sharded checkpoint";
   }
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -59,14 +60,15 @@ bool remove_sharded_output(const std::filesystem::path& dir, bool whole, const s
     if (ours)
       for (const auto& k : keep) {
         std::error_code sec;
-        if (fs::equivalent(k, it->path(), sec)) return false;  // an input of this run
+        if (fs::equivalent(k, it->path(), sec)) return "it holds " + quoted_path(it->path().string()) + ", a file of the input checkpoint";
       }
     if (ours) files.push_back(it->path());
-    else if (whole) return false;
+    else if (whole) return "it holds " + quoted_path(it->path().string()) + ", which no sharding run writes";
   }
-  if (ec) return false;
+  if (ec) return "it cannot be listed: " + ec.message();
   for (const auto& f : files) fs::remove(f, ec);
-  return !whole || fs::remove(dir, ec);
+  if (whole && !fs::remove(dir, ec)) return "it cannot be removed" + (ec ? ": " + ec.message() : std::string());
+  return {};
 }
 
 /// What an earlier run of another layout left in `out` beside this run's output of `stages`
@@ -92,11 +94,12 @@ void remove_other_layouts(const std::filesystem::path& out, std::size_t stages, 
   }
   const std::string layout = stages ? "this pipeline's (it has " + count_noun(stages, "stage") + ")" : "this output's (not pipelined)";
   for (const fs::path& dir : extra)
-    if (!remove_sharded_output(dir, /*whole=*/true, inputs))
-      std::cerr << "note: " << quoted_path(dir.string()) << " is not " << layout << " and is left as it is: it is not wholly a sharded checkpoint\n";
-  if (stages && fs::exists(out / "index.json", ec) && !remove_sharded_output(out, /*whole=*/false, inputs))
-    std::cerr << "note: " << quoted_path((out / "index.json").string()) << " is not " << layout
-              << " and is left as it is: it is not a sharded checkpoint's (or holds an input)\n";
+    if (const std::string why = remove_sharded_output(dir, /*whole=*/true, inputs); !why.empty())
+      std::cerr << "note: " << quoted_path(dir.string()) << " is not " << layout << " and is left as it is: " << why << "\n";
+  if (stages && fs::exists(out / "index.json", ec))
+    if (const std::string why = remove_sharded_output(out, /*whole=*/false, inputs); !why.empty())
+      std::cerr << "note: " << quoted_path((out / "index.json").string()) << " is not " << layout
+                << " and is left as it is: " << why << "\n";
 }
 
 /// `shard --plan` of a pipelined plan: DIR/stage-<k>/ per stage, each a sharded checkpoint

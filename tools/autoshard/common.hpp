@@ -21,7 +21,9 @@
 #include <unistd.h>    // environ
 #include <cerrno>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -222,25 +224,34 @@ inline int run_program(const std::vector<std::string>& argv, int out_fd = -1) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/// "16GiB", "512MiB", "8e9" -> bytes, in [1, 9e18]; `what` names the option in errors.
-inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
+/// "16GiB", "512MiB", "8e9" -> the bytes it says, unrounded; nullopt when it is not a size.
+inline std::optional<double> byte_count(const std::string& s) {
   static const std::regex re(R"(\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*)");
   std::smatch m;
-  if (!std::regex_match(s, m, re)) throw spec_error(what + " " + quoted_text(s) + " is not a size (e.g. 16GiB or 8e9)");
-  double v = std::strtod(m[1].str().c_str(), nullptr);  // inf beyond double's range, refused below
-  const std::string u = m[2].str();
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  const double v = std::strtod(m[1].str().c_str(), nullptr);  // inf beyond double's range, refused by the callers
   const std::map<std::string, double> mult{{"", 1},       {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
                                            {"GB", 1e9},   {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
                                            {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  v *= mult.at(u);
-  if (!(v >= 1 && v <= 9e18)) throw spec_error(what + " " + quoted_text(s) + " is out of range (1 byte to 9e18)");
-  // A count of bytes is whole: 1.5 was silently 1 byte, 0.1KiB 102.
-  if (v != std::floor(v)) {
-    std::ostringstream os;
-    os << std::setprecision(12) << v;
-    throw spec_error(what + " " + quoted_text(s) + " is " + os.str() + " bytes, not a whole number of bytes");
-  }
-  return static_cast<std::int64_t>(v);
+  return v * mult.at(m[2].str());
+}
+
+/// Why `v` bytes is no count of bytes ("is 1.5 bytes, not a whole number of bytes"), "" when it
+/// is whole: 1.5 was silently 1 byte, 0.1KiB 102.
+inline std::string fractional_bytes(double v) {
+  if (v == std::floor(v)) return {};
+  std::ostringstream os;
+  os << std::setprecision(12) << v;
+  return "is " + os.str() + " bytes, not a whole number of bytes";
+}
+
+/// "16GiB", "512MiB", "8e9" -> bytes, a whole number in [1, 9e18]; `what` names the option in errors.
+inline std::int64_t parse_bytes(const std::string& s, const std::string& what) {
+  const std::optional<double> v = byte_count(s);
+  if (!v) throw spec_error(what + " " + quoted_text(s) + " is not a size (e.g. 16GiB or 8e9)");
+  if (!(*v >= 1 && *v <= 9e18)) throw spec_error(what + " " + quoted_text(s) + " is out of range (1 byte to 9e18)");
+  if (const std::string f = fractional_bytes(*v); !f.empty()) throw spec_error(what + " " + quoted_text(s) + " " + f);
+  return static_cast<std::int64_t>(*v);
 }
 
 /// CLI11 checks for a dtype and a byte size: a value that does not parse is a usage error
@@ -258,15 +269,10 @@ inline CLI::Validator dtype_value(bool floating_only = false) {
 inline CLI::Validator byte_size() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
-        try {
-          (void)parse_bytes(in, "size");
-          return {};
-        } catch (const spec_error& e) {
-          const std::string m(e.message());
-          if (const std::size_t at = m.find(" is "); m.find("not a whole number of bytes") != std::string::npos && at != std::string::npos)
-            return quoted_text(in) + m.substr(at);  // "'1.5' is 1.5 bytes, not a whole number of bytes"
-          return quoted_text(in) + " is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
-        }
+        const std::optional<double> v = byte_count(in);
+        if (!v || !(*v >= 1 && *v <= 9e18)) return quoted_text(in) + " is not a size from 1 byte to 9e18 (e.g. 16GiB, 512MiB or 8e9)";
+        if (const std::string f = fractional_bytes(*v); !f.empty()) return quoted_text(in) + " " + f;
+        return {};
       },
       "BYTES");
 }

@@ -87,7 +87,7 @@ inline void print_export_verdicts(const std::vector<export_verdict>& vs, const s
     std::string first = v.problems.empty() ? std::string("refused") : v.problems.front();
     if (const std::size_t nl = first.find('\n'); nl != std::string::npos) first.resize(nl);  // a refusal's first line
     std::cout << "no: " << escaped_text(first);
-    if (v.problems.size() > 1) std::cout << " (and " << count_noun(v.problems.size() - 1, "more operator") << ")";
+    if (v.problems.size() > 1) std::cout << " (and " << v.problems.size() - 1 << " more)";  // operators, or other reasons
     std::cout << "\n";
   }
 }

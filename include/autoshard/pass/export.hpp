@@ -202,7 +202,8 @@ struct tp_walk {
   std::map<std::string, entry> layers;
   /// dtensor: batch_sliced_embedding(), from the plan alone (set by classify).
   std::optional<vertex_t> sliced_embedding;
-  /// Whether the model has rotary position embeddings (LLaMA's family; set by classify).
+  /// Whether the model has rotary position embeddings (LLaMA's family; set by classify, before
+  /// batch_sliced_embedding reads it).
   bool rotary_model = false;
   /// hf: the operators the plan runs on a slice of the batch or sequence over tp that
   /// transformers hands their input whole (note_whole_runs).
@@ -329,8 +330,8 @@ struct tp_walk {
       for (vertex_t u : operands(g, v))
         if (!g[u].is_parameter() && layer(u) != l) e.inputs.insert(u);
     }
-    sliced_embedding = batch_sliced_embedding();
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) rotary_model = rotary_model || g[v].kind == op_kind::rotary;
+    sliced_embedding = batch_sliced_embedding();
   }
 
   /// Whether parameter v is stored split on mesh axis `a` and every operator takes it whole
@@ -678,7 +679,7 @@ struct tp_walk {
   }
 
   void fix_inputs_if_split(vertex_t v, const placement& q) {
-    if (!q.is_shard() || q.dim == static_cast<int>(g[v].shape.rank) - 1) return;
+    if (!sliced_rows(q, v)) return;
     for (vertex_t u = 0; u < boost::num_vertices(g); ++u)
       if (g[u].is_input()) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
   }
@@ -691,12 +692,10 @@ struct tp_walk {
   /// handed the batch sliced from the embedding on, every layer sees masks and angles that fit
   /// its slice. Models without rotary (ALiBi's biases, learned positions) are left out.
   std::optional<vertex_t> batch_sliced_embedding() const {
-    if (hf()) return std::nullopt;
-    bool rotary = false;
+    if (hf() || !rotary_model) return std::nullopt;
     std::optional<vertex_t> token_embedding;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       const op_kind k = g[v].kind;
-      rotary = rotary || k == op_kind::rotary;
       if (k == op_kind::rotary || k == op_kind::attention)
         for (std::size_t i = 0; i < operands(g, v).size(); ++i)
           if (!in(v, i).is_shard(0)) return std::nullopt;
@@ -705,7 +704,7 @@ struct tp_walk {
         token_embedding = v;
       }
     }
-    return rotary ? token_embedding : std::nullopt;
+    return token_embedding;
   }
 
   /// dtensor: whether the model's code sees each rank's slice of the batch from its token

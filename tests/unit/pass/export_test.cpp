@@ -462,7 +462,9 @@ TEST_CASE("export: the hf export says where transformers runs on the whole what 
                                                                                 {"transformer.h.0.attn.attention", "[R]"},
                                                                                 {"transformer.h.1.attn.attention", "[R]"},
                                                                                 {"transformer.h.2.attn.attention", "[R]"}}});
-  CHECK_FALSE(mentions(exported(whole, export_target::hf).notes, "run on the whole on each of its", "ranks"));
+  const autoshard::tp_export whole_hf = exported(whole, export_target::hf);
+  REQUIRE(whole_hf.problems.empty());  // written, its notes read: not a refusal without notes
+  CHECK_FALSE(mentions(whole_hf.notes, "run on the whole on each of its", "ranks"));
 }
 
 // Pins for the small LLaMA on dp=2,tp=2 as the planner's plans for LLaMA on two or more nodes:

@@ -415,6 +415,12 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
               << ")\n        " << std::fixed << std::setprecision(1) << p.tflops_per_device
               << " TFLOP/s per device as Megatron-LM counts them (Narayanan et al. 2021, eq. 3), MFU "
               << 100.0 * p.mfu << " %" << std::defaultfloat << std::setprecision(6) << "\n";
+    // eq. 3 counts every S x S attention pair: at long sequences more than the device could
+    // compute in the step. MFU counts the pairs a causal mask keeps, so it stays below 100 %.
+    if (p.tflops_per_device * 1e12 > po.pricing.device.peak_flops)
+      std::cout << "        (above the device's peak of " << std::fixed << std::setprecision(1)
+                << po.pricing.device.peak_flops / 1e12 << std::defaultfloat << std::setprecision(6)
+                << " TFLOP/s: eq. 3 counts all S x S attention pairs, which a causal kernel halves)\n";
     for (const std::string& t : p.tried) std::cout << "search  " << t << "\n";
   }
 

@@ -4,16 +4,19 @@
 /// them for TFLOP/s per GPU and model FLOPs utilisation.
 ///   autoshard::step_flops f = autoshard::count_step_flops(g, micro_batches, layers);
 ///   f.megatron;  // 96 B s l h^2 (1 + s/6h + V/16lh) for a GPT: Narayanan et al. 2021, eq. 3
-///   f.model;     // 72 B s l h^2 (1 + s/6h + V/12lh): the model's own FLOPs, for MFU
+///   f.model;     // 72 B s l h^2 (1 + (s+1)/12h + V/12lh): the model's own FLOPs, for MFU
 ///
 /// The counts are the graph's GEMMs (linear, matmul, the attention core), forward, over the
 /// global batch (the graph's micro-step batch times the micro-steps), 2 FLOPs per
-/// multiply-add, the attention core over all S x S pairs as the formulas count it: a layer's
-/// 24 B s h^2 + 4 B s^2 h, the logits' 2 B s h V. Megatron-LM's TFLOP/s count every layer's
-/// forward four times (forward, two backward products, one recomputation: eq. 3 assumes full
-/// recomputation whatever the run did) and the rest three times; the model's FLOPs count
-/// everything three times. For a GPT graph these are the closed forms exactly; for other
-/// models (SwiGLU, grouped-query attention) they are what the formulas mean.
+/// multiply-add. Megatron-LM's TFLOP/s count the attention core over all S x S pairs as eq. 3
+/// does: a layer's 24 B s h^2 + 4 B s^2 h, the logits' 2 B s h V, every layer's forward four
+/// times (forward, two backward products, one recomputation: eq. 3 assumes full recomputation
+/// whatever the run did) and the rest three times. The model's FLOPs count everything three
+/// times and a causal core over the S (S + 1) / 2 pairs its mask keeps (2 B s (s + 1) h a
+/// layer): the work the model needs, so that MFU stays below 100 % at any sequence length (with
+/// all S x S pairs counted, eq. 3's s/6h term reaches the peak once s is several times h, since
+/// a causal flash kernel skips the masked half). For a GPT graph these are the closed forms
+/// exactly; for other models (SwiGLU, grouped-query attention) they are what the formulas mean.
 #include <algorithm>  // std::min
 #include <array>     // std::array
 #include <cstdint>   // std::int64_t
@@ -35,8 +38,9 @@ namespace autoshard {
 struct step_flops {
   double layers = 0;    ///< the repeated layers' GEMMs, one forward of the global batch
   double rest = 0;      ///< every other GEMM (the logits), one forward of the global batch
+  double masked = 0;    ///< of layers + rest, the causal cores' pairs their masks drop
   double megatron = 0;  ///< 4 layers + 3 rest: what Megatron-LM's TFLOP/s count (eq. 3)
-  double model = 0;     ///< 3 (layers + rest): the model's FLOPs, for MFU
+  double model = 0;     ///< 3 (layers + rest - masked): the model's FLOPs, for MFU
 };
 
 /// The FLOPs of one step of `g` (one micro-step's batch) run `micro_batches` times.
@@ -51,12 +55,16 @@ inline step_flops count_step_flops(const model_graph& g, int micro_batches, cons
     } else if (nd.kind == op_kind::attention) {
       const std::vector<vertex_t> ops = operands(g, v);
       const tensor_shape q = g[ops[0]].shape, k = g[ops[1]].shape;
-      x = 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) * static_cast<double>(k[1]) * static_cast<double>(q[2]);
+      const double b = static_cast<double>(q[0]), sq = static_cast<double>(q[1]), d = static_cast<double>(q[2]);
+      x = 4.0 * b * sq * static_cast<double>(k[1]) * d;
+      // A causal mask over equal lengths keeps S (S + 1) / 2 of the S x S pairs (compute.hpp's
+      // op_flops counts the same pairs for a flash kernel).
+      if (nd.attrs.causal && q[1] == k[1]) f.masked += 4.0 * b * (sq * sq - sq * (sq + 1.0) / 2.0) * d * micro_batches;
     }
     (layers.layer[v] >= 0 ? f.layers : f.rest) += x * micro_batches;
   }
   f.megatron = 4 * f.layers + 3 * f.rest;
-  f.model = 3 * (f.layers + f.rest);
+  f.model = 3 * (f.layers + f.rest - f.masked);
   return f;
 }
 

@@ -126,12 +126,14 @@ TEST_CASE("recomputation costs one more forward: the layer's for full, the atten
   CHECK(compute(recompute_policy::selective) - none == doctest::Approx(layers * 4 * b * s * s * h));
 }
 
-TEST_CASE("FLOPs of a GPT step are Megatron-LM's eq. 3 and the model's 72 B s l h^2 (1 + s/6h + V/12lh)") {
+TEST_CASE("FLOPs of a GPT step are Megatron-LM's eq. 3 and the model's 72 B s l h^2 (1 + (s+1)/12h + V/12lh)") {
   const double B = 16, s = 32, l = 3, h = 64, V = 256;
   const model_graph g = build_gpt2(gpt(3, 64, 4, 32, 4));  // 4 sequences a micro-step, 4 micro-steps
   const step_flops f = count_step_flops(g, 4, map_layers(g));
   CHECK(f.megatron == doctest::Approx(96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))).epsilon(1e-12));
-  CHECK(f.model == doctest::Approx(72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))).epsilon(1e-12));
+  // The model's FLOPs: GPT-2's causal core needs the s (s + 1) / 2 pairs its mask keeps.
+  CHECK(f.model == doctest::Approx(72 * B * s * l * h * h * (1 + (s + 1) / (12 * h) + V / (12 * l * h))).epsilon(1e-12));
+  CHECK(f.masked == doctest::Approx(l * 4 * B * h * (s * s - s * (s + 1) / 2)).epsilon(1e-12));
   // TFLOP/s per device and MFU of a plan: those counts over its step time.
   autosharding_options o = one_step(device_mesh{2}, recompute_policy::none);
   o.pricing.micro_batches = 0;
@@ -139,6 +141,21 @@ TEST_CASE("FLOPs of a GPT step are Megatron-LM's eq. 3 and the model's 72 B s l 
   const plan_summary& p = r.report.plan;
   CHECK(p.tflops_per_device == doctest::Approx(f.megatron / (p.step_seconds * 2) / 1e12));
   CHECK(p.mfu == doctest::Approx(f.model / (p.step_seconds * 2 * o.pricing.device.peak_flops)));
+}
+
+TEST_CASE("MFU stays below 100 % at a sequence far longer than the hidden size, where eq. 3 counts past the peak") {
+  // s = 32 h: eq. 3's s/6h term counts every S x S pair, twice what the causal flash core
+  // computes. Priced at the peak with memory traffic free, the step's compute is exactly the
+  // FLOPs run, so the model's FLOPs over it are at most the peak.
+  const model_graph g = build_gpt2(gpt(2, 64, 4, 2048, 1));
+  autosharding_options o = one_step(device_mesh{1}, recompute_policy::none, attention_kernel::flash);
+  o.pricing.device.memory_bandwidth = 1e29;
+  o.pricing.achievable = false;
+  o.compare_baselines = false;
+  const plan_summary& p = autosharding_analysis_pass(g, o).report.plan;
+  CHECK(p.mfu > 0.9);
+  CHECK(p.mfu < 1.0);
+  CHECK(p.tflops_per_device * 1e12 > o.pricing.device.peak_flops);  // eq. 3's count: past the peak
 }
 
 TEST_CASE("micro-batches: the counts a global batch runs in are its divisors, found without a walk up to it") {

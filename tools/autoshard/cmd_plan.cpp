@@ -310,7 +310,8 @@ void print_plan_json(const plan_cli_options& o, const autosharding_options& po, 
                    {"output", to_alpa_string(r.strategies[v].output)}});
   nlohmann::json opaque = nlohmann::json::array();  // imported operators with no mapping (only Replicate)
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].kind == op_kind::opaque) opaque.push_back({{"name", g[v].name}, {"op_type", g[v].attrs.op_type}});
+    if (g[v].kind == op_kind::opaque)
+      opaque.push_back({{"name", g[v].name}, {"op_type", g[v].attrs.op_type}, {"elementwise", g[v].attrs.elementwise}});
   nlohmann::json coll = nlohmann::json::array();
   for (const auto& [k, v] : agg)
     coll.push_back({{"collective", k.first}, {"mesh_axis", k.second}, {"count", std::get<0>(v)},
@@ -369,13 +370,15 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
     std::cout << "  " << std::setw(44) << escaped_text(g[v].name) << std::setw(16) << to_string(g[v].kind)
               << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
   }
-  // Imported operators with no mapping: they only offer Replicate, and the plan says so.
+  // Imported operators with no mapping: they only offer Replicate (elementwise ones split as
+  // add does), and the plan says so.
   std::size_t n_opaque = 0;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
     if (g[v].kind == op_kind::opaque) {
-      if (n_opaque++ == 0) std::cout << "\nopaque operators (no mapping: replicated, every operand whole)\n";
-      std::cout << "  " << std::setw(44) << escaped_text(g[v].name) << escaped_text(g[v].attrs.op_type) << " -> "
-                << to_alpa_string(r.strategies[v].output) << "\n";
+      if (n_opaque++ == 0)
+        std::cout << "\nopaque operators (no mapping: replicated, every operand whole; elementwise ones split as add does)\n";
+      std::cout << "  " << std::setw(44) << escaped_text(g[v].name) << escaped_text(g[v].attrs.op_type)
+                << (g[v].attrs.elementwise ? " (elementwise)" : "") << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
     }
 }
 

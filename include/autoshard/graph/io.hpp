@@ -10,8 +10,9 @@
 ///       "inputs": ["x", "fc.weight"], "attrs": {"transposed_weight": false}}]}
 /// "kind" is an op_kind spelling (to_string(op_kind)); "dtype" a dtype spelling ("f32", "bf16",
 /// "float16", ...); "attrs" may hold transposed_weight, causal, dropout (booleans), axis, heads,
-/// kv_heads, start, length (integers), dims (array of integers) and op_type (the source
-/// format's operator of an "opaque" vertex, a string); omitted ones keep their
+/// kv_heads, start, length (integers), dims (array of integers), op_type (the source
+/// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
+/// vertex whose operands broadcast to its output, which then has no dims); omitted ones keep their
 /// defaults. A malformed file throws io_error naming the JSON path
 /// ("nodes[3].shape[1] is -1, not an integer in [0, ...]"); a well-formed file describing an
 /// invalid graph throws graph_error naming the vertex (see validate()).
@@ -65,6 +66,7 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.length != d.length) at["length"] = a.length;
       if (!a.dims.empty()) at["dims"] = a.dims;
       if (!a.op_type.empty()) at["op_type"] = a.op_type;
+      if (a.elementwise != d.elementwise) at["elementwise"] = a.elementwise;
       if (!at.empty()) j["attrs"] = at;
     }
     nodes.push_back(std::move(j));
@@ -88,7 +90,8 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "length") a.length = val.integer(0);
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
-    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type)");
+    else if (key == "elementwise") a.elementwise = val.boolean();
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type, elementwise)");
   }
   return a;
 }

@@ -48,7 +48,9 @@ enum class op_kind : std::uint8_t {
   where,          ///< cond ? x : y elementwise (cond integer/boolean, nonzero is true), numpy broadcasting
   expand,         ///< x broadcast (numpy rules) to the shape attrs.dims
   opaque,         ///< an imported operator with no mapping (attrs.op_type): output shape attrs.dims,
-                  ///< any operands; only fully Replicate strategies, and no kernel to run it
+                  ///< any operands; only fully Replicate strategies, and no kernel to run it; or,
+                  ///< with attrs.elementwise, an elementwise one (IsNaN, Equal, Sqrt, ...): its
+                  ///< operands broadcast (numpy) to its output, and it splits as add does
 };
 
 /// The epsilon layer_norm and rms_norm add to the variance (mean square): what the executor
@@ -132,6 +134,8 @@ struct op_attrs {
                                    ///< opaque: the output shape (it cannot be inferred)
   std::string op_type;             ///< opaque: the operator in its source format ("NonMaxSuppression",
                                    ///< "com.example.FancyNorm"), for reports
+  bool elementwise = false;        ///< opaque: elementwise over operands that broadcast to the output
+                                   ///< (its shape, inferred; attrs.dims empty)
   friend bool operator==(const op_attrs&, const op_attrs&) = default;
 };
 
@@ -437,6 +441,11 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       return tensor_shape{};
     }
     case op_kind::opaque: {
+      if (a.elementwise) {  // the output is its operands broadcast: inferred, never recorded
+        if (!a.dims.empty()) bad_operands(k, "an elementwise opaque operator's shape is its operands' broadcast, not dims");
+        if (in.empty()) bad_operands(k, "an elementwise opaque operator needs an operand");
+        return detail::broadcast_shape(k, in);
+      }
       if (a.dims.size() > max_tensor_rank) bad_operands(k, "output shape has more than 8 dims");
       for (std::int64_t d : a.dims)
         if (d < 0) bad_operands(k, "output dims must be non-negative");

@@ -36,11 +36,12 @@ inline std::int64_t graph_sequence(const model_graph& g) {
   return 0;
 }
 
-/// The first operator that keeps a fixed output shape (an opaque one: its shape came from the
-/// file, with no rule to infer it again), or "" when the graph can be re-sized.
+/// The first operator that keeps a fixed output shape (an opaque one that is not elementwise:
+/// its shape came from the file, with no rule to infer it again), or "" when the graph can be
+/// re-sized.
 inline std::string fixed_shape_operator(const model_graph& g) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].kind == op_kind::opaque) return g[v].name;
+    if (g[v].kind == op_kind::opaque && !g[v].attrs.elementwise) return g[v].name;
   return {};
 }
 

@@ -14,7 +14,8 @@
 /// that axis (fused.hpp: c_attn's q | k | v), whose per-part Shard hands each part on sharded;
 /// embeddings offer batch, column and vocab-parallel (output Partial); attention shards
 /// batch or heads (whole heads per rank, GQA groups kept together); an opaque operator
-/// (imported, with no mapping) offers only Replicate for every operand and its output.
+/// (imported, with no mapping) offers only Replicate for every operand and its output, unless
+/// it is elementwise (IsNaN, Equal, ...: then it splits as add does).
 ///
 /// Costs, per device, in seconds:
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
@@ -278,6 +279,9 @@ inline std::optional<einsum_desc> einsum_of(const node& nd, const std::vector<te
     case op_kind::div:
     case op_kind::where:
     case op_kind::expand: return einsum_broadcast(nd, in);
+    case op_kind::opaque:
+      if (nd.attrs.elementwise) return einsum_broadcast(nd, in);  // splits as add does
+      return std::nullopt;
     case op_kind::layer_norm:
     case op_kind::rms_norm:
     case op_kind::softmax:

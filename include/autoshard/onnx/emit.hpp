@@ -9,6 +9,12 @@ namespace autoshard::detail::onnx_in {
 /// A vertex name: torch.onnx.export's node names are module paths ("/transformer/h.0/attn/
 /// c_attn/MatMul"), written with dots as the module and its parameters are
 /// ("transformer.h.0.attn.c_attn.MatMul"), so that repeated layers are recognised as such.
+inline std::string reader::vertex_base(int k) const {
+  if (!scoped[static_cast<std::size_t>(k)].empty()) return scoped[static_cast<std::size_t>(k)];
+  const onnx::NodeProto& n = nd(k);
+  return n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : n.name();
+}
+
 inline std::string reader::unique_name(std::string base) {
   if (!base.empty() && base[0] == '/' && base.size() > 1) {
     base.erase(0, 1);
@@ -55,14 +61,47 @@ inline vertex_t reader::shape_value(int p, const std::string& v, const std::stri
   return u;
 }
 
+/// Whether node k, which no kind maps, is an elementwise operator of the default domain whose
+/// one output is its inputs broadcast (numpy): an opaque vertex that splits as add does.
+/// Exporters write them around the kinds: torch.onnx's scaled_dot_product_attention guards its
+/// softmax with Where(IsNaN(p), 0, p), its masks compare positions (LessOrEqual, And).
+inline bool reader::elementwise(int k) const {
+  static const std::set<std::string, std::less<>> ops{
+      "Abs",   "Acos",      "Acosh",      "And",        "Asin",       "Asinh",   "Atan",     "Atanh",         "BitwiseAnd",
+      "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast",   "Ceil",       "Celu",    "Clip",     "Cos",           "Cosh",
+      "Elu",   "Equal",     "Erf",        "Floor",      "Greater",    "GreaterOrEqual", "HardSigmoid", "HardSwish", "IsInf",
+      "IsNaN", "LeakyRelu", "Less",       "LessOrEqual", "Log",       "Max",     "Mean",     "Min",           "Mish",
+      "Mod",   "Neg",       "Not",        "Or",         "Pow",        "Reciprocal", "Round", "Selu",          "Sigmoid",
+      "Sign",  "Sin",       "Sinh",       "Softplus",   "Softsign",   "Sqrt",    "Sum",      "Tan",           "ThresholdedRelu",
+      "Where", "Xor"};
+  const onnx::NodeProto& n = nd(k);
+  if (!default_domain(n) || !ops.count(n.op_type()) || n.output_size() != 1 || n.input_size() < 1) return false;
+  std::vector<tensor_shape> in;
+  for (const std::string& x : n.input()) {
+    auto v = values.find(x);
+    if (x.empty() || v == values.end() || !v->second.known) return false;
+    in.push_back(v->second.shape);
+  }
+  auto o = values.find(n.output(0));
+  if (o == values.end() || !o->second.known) return false;
+  try {
+    op_attrs a;
+    a.elementwise = true;
+    return infer_shape(op_kind::opaque, a, in) == o->second.shape;
+  } catch (const graph_error&) {
+    return false;
+  }
+}
+
 inline void reader::opaque(int k, const std::string& why) {
   const onnx::NodeProto& n = nd(k);
   const std::string who = node_label(n, k);
+  const bool each = elementwise(k);
   std::vector<vertex_t> ops;
-  for (int i : data_inputs(n))
+  for (int i : each ? iota(n.input_size()) : data_inputs(n))
     if (i < n.input_size() && !n.input(i).empty()) ops.push_back(operand(n.input(i), who));
   if (ops.size() > 64) fail(who + " has " + std::to_string(ops.size()) + " inputs; an opaque operator takes at most 64");
-  const std::string base = n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : n.name();
+  const std::string base = vertex_base(k);
   for (int i = 0; i < n.output_size(); ++i) {
     const std::string& o = n.output(i);
     if (o.empty() || !values.at(o).graph_output) {
@@ -73,7 +112,8 @@ inline void reader::opaque(int k, const std::string& why) {
     }
     const value_info& vi = known(o, who);
     op_attrs a;
-    a.dims = vi.shape.to_vector();
+    if (each) a.elementwise = true;
+    else a.dims = vi.shape.to_vector();
     a.op_type = qualified(n);
     const std::string name = unique_name(n.output_size() > 1 ? base + ":" + std::to_string(i) : base);
     vertex_of[o] = add_op(out.graph, op_kind::opaque, name, ops, a, vi.type);
@@ -115,7 +155,8 @@ inline void reader::emit(int k) {
   // A Gemm, a LayerNormalization or a Gelu is the whole module it came from: named by the
   // module's path ("/0/Gemm" -> "0"), as the builders name linears and norms.
   const bool module_op = n.op_type() == "Gemm" || n.op_type() == "LayerNormalization" || n.op_type() == "Gelu";
-  const std::string name = n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : module_op ? pattern_name(k) : n.name();
+  const bool named = !n.name().empty() || !scoped[static_cast<std::size_t>(k)].empty();
+  const std::string name = module_op && named ? pattern_name(k) : vertex_base(k);
   std::string why = "no mapping";
   if (auto f = fused.find(k); f != fused.end()) {
     if (try_emit(f->second.kind, f->second.name, f->second.operands, f->second.attrs, f->second.output, who, why)) return;
@@ -395,7 +436,7 @@ inline std::optional<vertex_t> reader::slice(int k, const std::string& who, std:
       return why = std::string(err.message()), std::nullopt;
     }
     const vertex_t src = v ? *v : operand(cur, who);
-    const std::string nm = n.name().empty() ? n.output(0) : n.name();
+    const std::string nm = vertex_base(k);
     v = add_op(out.graph, op_kind::split, unique_name(axes.size() > 1 ? nm + ":" + std::to_string(ax) : nm), {src}, a, o.type);
     cur_shape = next;
   }
@@ -403,7 +444,7 @@ inline std::optional<vertex_t> reader::slice(int k, const std::string& who, std:
   if (!v) {  // slices nothing away: a view
     op_attrs a;
     a.dims = o.shape.to_vector();
-    v = add_op(out.graph, op_kind::reshape, unique_name(n.name().empty() ? n.output(0) : n.name()), {operand(n.input(0), who)}, a, o.type);
+    v = add_op(out.graph, op_kind::reshape, unique_name(vertex_base(k)), {operand(n.input(0), who)}, a, o.type);
   }
   return v;
 }

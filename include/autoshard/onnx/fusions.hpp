@@ -56,7 +56,7 @@ inline bool reader::reduces_last(int k, std::int64_t rank) const {
 }
 
 inline std::string reader::pattern_name(int k) const {
-  const std::string& n = nd(k).name();
+  const std::string& n = scoped[static_cast<std::size_t>(k)].empty() ? nd(k).name() : scoped[static_cast<std::size_t>(k)];
   const auto slash = n.rfind('/');
   if (slash != std::string::npos && slash > 0) return n.substr(0, slash);
   return n.empty() ? out_of(k, 0) : n;

@@ -243,6 +243,80 @@ inline void reader::parse(std::string_view bytes) {
   }
 }
 
+// ---- names from the exporter's module scopes ----
+/// torch.onnx.export's graph (the dynamo exporter, the default since PyTorch 2.9) names its
+/// nodes after the FX graph ("node_view_3", "node_MatMul_201": counters over the whole model),
+/// and records each node's module path in its metadata: pkg.torch.onnx.name_scopes, a Python
+/// list whose last entry is the FX node and the one before it the innermost module,
+/// "['', 'transformer', 'transformer.h.0', 'transformer.h.0.attn', 'view_3']". Per node, in
+/// file order: "/MODULE/OP" for the first node of its op type in that module, "/MODULE/OP_1"
+/// for the next, ... (as the TorchScript exporter named nodes, "/transformer/h.0/attn/MatMul_1"),
+/// so that every layer's nodes have the same names but for the layer index (and repeated layers
+/// are recognised and tied), and a Gemm takes its module's name (pattern_name). Empty where a
+/// node has no such entry, or an entry that is not a plain dotted module path.
+inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g) {
+  std::vector<std::string> names(static_cast<std::size_t>(g.node_size()));
+  std::map<std::pair<std::string, std::string>, int> seen;
+  const auto module_of = [](const std::string& list) -> std::string {
+    if (list.size() > 4096 || list.size() < 2 || list.front() != '[' || list.back() != ']') return {};
+    std::vector<std::string> items;
+    for (std::size_t i = 1; i + 1 < list.size();) {
+      if (list[i] == ' ' || list[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (list[i] != '\'') return {};
+      const std::size_t end = list.find('\'', i + 1);
+      if (end == std::string::npos || end + 1 >= list.size()) return {};
+      items.push_back(list.substr(i + 1, end - i - 1));
+      i = end + 1;
+    }
+    if (items.size() < 2) return {};
+    const std::string& m = items[items.size() - 2];
+    if (m.empty() || m.front() == '_' || m.front() == '.' || m.back() == '.') return {};
+    for (char c : m)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return {};
+    return m;
+  };
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    if (!default_domain(n) || n.op_type().empty()) continue;
+    const std::string m = module_of(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+    if (m.empty()) continue;
+    const int k = seen[{m, n.op_type()}]++;
+    names[static_cast<std::size_t>(i)] = "/" + m + "/" + n.op_type() + (k ? "_" + std::to_string(k) : std::string());
+  }
+  return names;
+}
+
+/// The value of node `n`'s metadata entry `key` (NodeProto.metadata_props, field 9, IR 10:
+/// ONNX 1.16), or "". Debian's ONNX 1.12 predates the field: protobuf keeps it among the
+/// node's unknown fields, each entry a StringStringEntryProto; a newer ONNX has it as a field.
+inline std::string reader::node_metadata(const onnx::NodeProto& n, std::string_view key) {
+  constexpr int field = 9;
+  const google::protobuf::Reflection* r = n.GetReflection();
+  if (const google::protobuf::FieldDescriptor* f = n.GetDescriptor()->FindFieldByNumber(field)) {
+    if (!f->is_repeated() || f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) return {};
+    for (int i = 0; i < r->FieldSize(n, f); ++i) {
+      const google::protobuf::Message& e = r->GetRepeatedMessage(n, f, i);
+      const google::protobuf::FieldDescriptor* k = e.GetDescriptor()->FindFieldByName("key");
+      const google::protobuf::FieldDescriptor* v = e.GetDescriptor()->FindFieldByName("value");
+      if (k && v && k->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+          v->type() == google::protobuf::FieldDescriptor::TYPE_STRING && e.GetReflection()->GetString(e, k) == key)
+        return e.GetReflection()->GetString(e, v);
+    }
+    return {};
+  }
+  const google::protobuf::UnknownFieldSet& u = r->GetUnknownFields(n);
+  for (int i = 0; i < u.field_count(); ++i) {
+    const google::protobuf::UnknownField& x = u.field(i);
+    if (x.number() != field || x.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    onnx::StringStringEntryProto e;
+    if (e.ParseFromString(x.length_delimited()) && e.key() == key) return e.value();
+  }
+  return {};
+}
+
 // ---- topological order (Kahn), a cycle or a dangling value is an error ----
 inline void reader::sort_nodes() {
   onnx::GraphProto& g = *model.mutable_graph();
@@ -286,9 +360,14 @@ inline void reader::sort_nodes() {
     fail("the graph has a cycle: " + std::to_string(g.node_size() - static_cast<int>(order.size())) +
          " nodes are on it or wait on it (" + left + ")");
   }
+  const std::vector<std::string> names = scoped_names(g);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> sorted;
   sorted.Reserve(g.node_size());
-  for (int i : order) *sorted.Add() = g.node(i);
+  scoped.clear();
+  for (int i : order) {
+    *sorted.Add() = g.node(i);
+    scoped.push_back(names[static_cast<std::size_t>(i)]);
+  }
   g.mutable_node()->Swap(&sorted);
 }
 

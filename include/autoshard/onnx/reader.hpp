@@ -6,6 +6,7 @@
 /// values), shapes.hpp (shape computations folded into constants; what is data), fusions.hpp
 /// (patterns of several nodes that are one kind), emit.hpp (the vertices, and build()).
 #include <algorithm>      // std::find, std::min, std::max
+#include <cctype>         // std::isalnum
 #include <cmath>          // std::abs, std::sqrt
 #include <cstdint>        // std::int64_t
 #include <cstdio>         // std::snprintf
@@ -25,6 +26,7 @@
 #undef MAP_TYPE
 #include <onnx/onnx_pb.h>                          // onnx::ModelProto (protobuf)
 #include <onnx/shape_inference/implementation.h>  // onnx::shape_inference::InferShapes
+#include <google/protobuf/unknown_field_set.h>    // google::protobuf::UnknownFieldSet (node_metadata)
 #pragma pop_macro("MAP_TYPE")
 
 #include "../core/checked.hpp"    // checked_bytes
@@ -113,6 +115,9 @@ struct reader {
   std::unordered_map<std::string, vertex_t> vertex_of;  // value name -> vertex
   std::set<std::string> used_names;
   std::vector<char> needed, absorbed;
+  /// Per node (in sorted order): the name its vertices take from the module path torch's
+  /// exporter records (scoped_names), or empty for the node's own name (vertex_base).
+  std::vector<std::string> scoped;
   std::vector<onnx::TensorProto> shape_constants;  // Shape nodes' values, when needed as data
 
   reader(const onnx_options& o, std::string src) : opt(o), source(std::move(src)) {}
@@ -133,6 +138,11 @@ struct reader {
 
   // ---- topological order (Kahn), a cycle or a dangling value is an error ---- (read.hpp)
   void sort_nodes();
+  static std::vector<std::string> scoped_names(const onnx::GraphProto& g);
+  static std::string node_metadata(const onnx::NodeProto& n, std::string_view key);
+  /// The name node k's vertices are named from: its scoped name, its own, its first output's,
+  /// or its op type.
+  std::string vertex_base(int k) const;
 
   // ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ---- (read.hpp)
   void fix_input_dims();
@@ -286,6 +296,7 @@ struct reader {
   const value_info& known(const std::string& v, const std::string& who) const;
   vertex_t operand(const std::string& v, const std::string& who);
   vertex_t shape_value(int p, const std::string& v, const std::string& who);
+  bool elementwise(int k) const;
   void opaque(int k, const std::string& why);
   bool try_emit(op_kind kind, const std::string& name, const std::vector<std::string>& ins, op_attrs a,
                 const std::string& o, const std::string& who, std::string& why);

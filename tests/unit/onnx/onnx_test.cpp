@@ -5,9 +5,11 @@
 
 #include <sys/mman.h>  // defines MAP_TYPE, as the tensor area's headers do: onnx.hpp must compile after it
 
-#include <autoshard/graph/io.hpp>  // to_json
+#include <autoshard/graph/io.hpp>        // to_json
+#include <autoshard/graph/strategy.hpp>  // enumerate_strategies
 #include <autoshard/onnx/onnx.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <string>
@@ -451,4 +453,67 @@ TEST_CASE("a shape computation whose arithmetic overflows int64 is refused or le
   // Within int64 it is folded as before.
   const model_graph g = read_onnx(model(2, 4, "Mul"), "m.onnx").graph;
   CHECK(vertex(g, "r").shape == tensor_shape{4, 8});
+}
+
+namespace {
+/// Records torch.onnx.export's module path on node `n` (metadata_props, field 9 of NodeProto,
+/// which Debian's ONNX 1.12 predates: written as the unknown field a newer exporter's file
+/// carries), as the dynamo exporter does: "['', 'model', 'model.layers.0', ..., 'fx_name']".
+void name_scopes(onnx::NodeProto* n, const std::string& list) {
+  onnx::StringStringEntryProto e;
+  e.set_key("pkg.torch.onnx.name_scopes");
+  e.set_value(list);
+  n->GetReflection()->MutableUnknownFields(n)->AddLengthDelimited(9, e.SerializeAsString());
+}
+}  // namespace
+
+TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, elementwise operators split") {
+  // Two layers as the dynamo exporter writes them: nodes named by FX counters over the whole
+  // model, the module path in the metadata; torch's attention guards its softmax with
+  // Where(IsNaN(p), 0, p), operators with no kind of their own.
+  model_maker mm(18);
+  mm.input("x", {"batch", "8"}).weight("model.layers.0.fc.weight", {8, 8}).weight("model.layers.1.fc.weight", {8, 8}).scalar("zero", 0.0f);
+  std::string x = "x";
+  int fx = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i), scopes = "['', 'model', '" + layer + "'";
+    const std::string mmn = "node_MatMul_" + std::to_string(fx++), nan = "node_IsNaN_" + std::to_string(fx++),
+                      sel = "node_Where_" + std::to_string(fx++);
+    name_scopes(mm.node("MatMul", mmn, {x, layer + ".fc.weight"}, {layer + "_y"}), scopes + ", '" + layer + ".fc', 'linear_" + std::to_string(i) + "']");
+    name_scopes(mm.node("IsNaN", nan, {layer + "_y"}, {layer + "_nan"}), scopes + ", 'isnan_" + std::to_string(i) + "']");
+    name_scopes(mm.node("Where", sel, {layer + "_nan", "zero", layer + "_y"}, {layer + "_out"}), scopes + ", 'where_" + std::to_string(i) + "']");
+    x = layer + "_out";
+  }
+  // A scope list that is not plain module paths (a '/' in it) keeps the node's own name.
+  name_scopes(mm.node("Relu", "node_relu_9", {x}, {"y"}), "['', 'a/b', 'relu_9']");
+  mm.output("y");
+  onnx_options o;
+  o.batch = 4;
+  const onnx_import r = read_onnx(mm.bytes(), "m.onnx", o);
+  for (int i = 0; i < 2; ++i) {  // the same names but for the layer index: repeated layers tie
+    const std::string layer = "model.layers." + std::to_string(i);
+    CHECK(vertex(r.graph, layer + ".fc").kind == op_kind::linear);  // a MatMul by a weight takes its module's name
+    CHECK(vertex(r.graph, layer + ".Where").kind == op_kind::where);
+    const node& nan = vertex(r.graph, layer + ".IsNaN");
+    CHECK(nan.kind == op_kind::opaque);
+    CHECK(nan.attrs.elementwise);
+    CHECK(nan.attrs.dims.empty());
+    CHECK(nan.shape == tensor_shape{4, 8});
+    CHECK(nan.type == dtype::boolean);
+  }
+  CHECK(vertex(r.graph, "node_relu_9").kind == op_kind::relu);
+  // An elementwise opaque operator splits as its operands do: each dim of the output, or whole.
+  const vertex_t v = *find_vertex(r.graph, "model.layers.1.IsNaN");
+  std::vector<std::string> specs;
+  for (const strategy& s : enumerate_strategies(r.graph, v, device_mesh{4})) specs.push_back(to_alpa_string(s.output));
+  std::sort(specs.begin(), specs.end());
+  specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
+  CHECK(specs == std::vector<std::string>{"RR", "RS0", "S0R"});
+  // The attribute survives the model JSON, and is checked there: its shape is its operands' broadcast.
+  nlohmann::json j = to_json(r.graph);
+  const model_graph back = from_json(j);
+  CHECK(back[*find_vertex(back, "model.layers.1.IsNaN")].attrs.elementwise);
+  for (auto& n : j["nodes"])
+    if (n["name"] == "model.layers.1.IsNaN") n["attrs"]["dims"] = {4, 8};
+  CHECK_THROWS_WITH_AS(from_json(j), doctest::Contains("an elementwise opaque operator's shape is its operands' broadcast, not dims"), graph_error);
 }

@@ -149,7 +149,7 @@ CMDS
 # the next writer of the same file; a live writer's are not.
 rc=0; (ulimit -f 64; exec "$tool" synth "${small[@]}" --out "$tmp/o5") >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "File too large" "$tmp/err" && ok || bad "class5: ulimit -f: exit $rc: $(cat "$tmp/err")"
-[ -z "$(find "$tmp/o5" -name '*.tmp.*')" ] && ok || bad "class5: ulimit -f left $(find "$tmp/o5" -name '*.tmp.*')"
+[ -z "$(find "$tmp/o5" -name '*.tmp.*' 2>/dev/null)" ] && ok || bad "class5: ulimit -f left $(find "$tmp/o5" -name '*.tmp.*')"
 dead=$(bash -c 'echo $$')  # a pid that has exited
 mkdir -p "$tmp/o5k"
 for f in model.safetensors config.json; do echo half >"$tmp/o5k/$f.tmp.$dead.0123456789abcdef"; done
@@ -825,5 +825,16 @@ echo '<svg>mine</svg>' >"$tmp/ss.svg"
 expect stale-svg 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --algo alpa --out "$tmp/ss.json" --quiet --no-svg
 [ "$(cat "$tmp/ss.svg")" = '<svg>mine</svg>' ] && grep -q "^autoshard: note: '.*ss.svg' beside the DOT is left as it is" "$tmp/err" && ok ||
   bad "stale-svg: a file plan did not draw: $(cat "$tmp/ss.svg") $(cat "$tmp/err")"
+# dirs-made: `synth` or `shard` that failed mid-write (here a file-size limit: "File too large")
+# left the directories it had made for --out, empty (`--out dm/a/b`: dm/a/b, or shard's dm/a).
+# Now the ones it made are removed, each only when empty; one that was there before stays.
+mkdir -p "$tmp/dm/there"
+for cmd in "synth ${small[*]} --out $tmp/dm/a/b" "shard $tmp/ck --policy gpt2 --tp 2 --out $tmp/dm/a/b --quiet" \
+           "shard $tmp/ppck --plan $tmp/pp.json --out $tmp/dm/a/b --quiet" "synth ${small[*]} --out $tmp/dm/there" \
+           "shard $tmp/ck --policy gpt2 --tp 2 --out $tmp/dm/there/c --quiet"; do
+  # shellcheck disable=SC2086
+  expect dirs-made 1 "^autoshard: io error: cannot write '.*': File too large" bash -c 'ulimit -f 4 && exec "$0" "$@"' "$tool" $cmd
+  [ "$(cd "$tmp/dm" && find . | sort | tr '\n' ' ')" = ". ./there " ] && ok || bad "dirs-made: $cmd left: $(cd "$tmp/dm" && find . | tr '\n' ' ')"
+done
 
 finish hardening

@@ -137,7 +137,9 @@ int run_synth(const synth_options& o) {
       fs::equivalent(fs::path(o.out) / "config.json",
                      fs::is_directory(o.model.model, ec) ? fs::path(o.model.model) / "config.json" : fs::path(o.model.model), ec))
     throw spec_error("--out " + quoted_path(o.out) + " holds the --model config.json; synth would overwrite its input");
-  fs::create_directories(o.out);
+  // The directories made for --out are removed again when the run fails (each only when empty).
+  made_directories dirs;
+  dirs.create(o.out);
   {
     safetensors_writer w(weights_file, infos, {{"format", "pt"}});
     for (const auto& e : w.entries()) {
@@ -158,6 +160,7 @@ int run_synth(const synth_options& o) {
   if (!o.model.is_preset()) config = keep_template(o.model, m, config);
   const std::string config_text = config.dump(2) + "\n";
   write_file_atomically(config_file, config_text);
+  dirs.keep();
 
   if (o.json) {
     std::cout << nlohmann::json{{"checkpoint", (fs::path(o.out) / "model.safetensors").string()},

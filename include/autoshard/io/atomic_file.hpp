@@ -43,7 +43,7 @@
 #include <fcntl.h>     // open, O_*, AT_FDCWD, renameat2 (glibc)
 #include <signal.h>    // kill
 #include <sys/stat.h>  // lstat, S_IS*
-#include <unistd.h>    // write, fsync, close, unlink, getpid
+#include <unistd.h>    // write, fsync, close, unlink, getpid, rmdir
 
 #include "../core/dtype.hpp"  // human_bytes_exact
 #include "../core/error.hpp"  // io_error
@@ -424,6 +424,55 @@ class atomic_file {
     buf_.resize(at + data.size());
     std::memcpy(buf_.data() + at, data.data(), data.size());
   }
+};
+
+/// The directories a writer makes for its output, undone when it fails: create() makes a
+/// directory and every missing one above it, one level at a time, and lists each it made
+/// itself; destroyed without keep(), it removes them, deepest first, each only when it is
+/// empty (rmdir): a directory that was there before, or that holds anything (another
+/// program's file, an earlier run's output), stays. `synth --out a/b/c` or `shard --out
+/// a/b/c` that failed mid-write left a/b/c (or a/b) behind, empty.
+///   made_directories dirs;
+///   dirs.create(out);             // as std::filesystem::create_directories
+///   ... write, commit ...
+///   dirs.keep();                  // succeeded: they stay
+class made_directories {
+ public:
+  made_directories() = default;
+  made_directories(made_directories&& o) noexcept : made_(std::exchange(o.made_, {})) {}
+  made_directories& operator=(made_directories&&) = delete;
+  made_directories(const made_directories&) = delete;
+  made_directories& operator=(const made_directories&) = delete;
+  ~made_directories() { remove(); }
+
+  /// Makes `dir` and the directories above it that are missing (std::filesystem's error
+  /// otherwise, as create_directories throws it).
+  void create(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    std::vector<fs::path> missing;
+    std::error_code ec;
+    for (fs::path p = dir; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+      missing.push_back(p);
+      if (p == p.parent_path() || !p.has_relative_path()) break;
+    }
+    if (missing.empty()) {
+      fs::create_directories(dir);  // there (or a link to one): its own error when it is no directory
+      return;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+      if (fs::create_directory(*it)) made_.push_back(*it);  // false: another program made it meanwhile
+  }
+  /// The output is in place: the directories made stay.
+  void keep() noexcept { made_.clear(); }
+  /// Removes the directories made (deepest first, each only when empty) now.
+  void remove() noexcept {
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) (void)::rmdir(it->c_str());
+    made_.clear();
+  }
+  const std::vector<std::filesystem::path>& made() const noexcept { return made_; }
+
+ private:
+  std::vector<std::filesystem::path> made_;
 };
 
 /// Writes `target` atomically with what `fill` writes into the file.

@@ -423,25 +423,25 @@ inline pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint& in, c
 
 /// A sharded checkpoint written in full under temporary names in its directory but not yet in
 /// place (prepare_shard_checkpoint): commit() renames it into place, as shard_checkpoint does at
-/// its end. Destroyed uncommitted, it removes its temporaries (and the directory, when it made
-/// it and nothing else is there): the directory is as it was. A caller that writes several
+/// its end. Destroyed uncommitted, it removes its temporaries (and the directories it made,
+/// the output's and any missing above it, each when nothing else is there: made_directories):
+/// the file system is as it was. A caller that writes several
 /// outputs (a pipeline's stages) prepares every one before it commits any, so that a failure
 /// in a later one leaves an earlier run's output whole. Each file is closed once written.
 class pending_shard_checkpoint {
  public:
   pending_shard_checkpoint(pending_shard_checkpoint&& o) noexcept
-      : out_dir_(std::move(o.out_dir_)), made_dir_(std::exchange(o.made_dir_, false)), t0_(o.t0_), writers_(std::move(o.writers_)),
+      : out_dir_(std::move(o.out_dir_)), dirs_(std::move(o.dirs_)), t0_(o.t0_), writers_(std::move(o.writers_)),
         index_(std::move(o.index_)), inputs_(std::move(o.inputs_)), report_(std::move(o.report_)),
         committed_(std::exchange(o.committed_, true)) {}
   pending_shard_checkpoint& operator=(pending_shard_checkpoint&&) = delete;
   pending_shard_checkpoint(const pending_shard_checkpoint&) = delete;
   pending_shard_checkpoint& operator=(const pending_shard_checkpoint&) = delete;
   ~pending_shard_checkpoint() {
-    if (committed_ || !made_dir_) return;
+    if (committed_) return;
     writers_.clear();  // the temporaries first
     index_.reset();
-    std::error_code ec;
-    std::filesystem::remove(out_dir_, ec);  // only when empty
+    dirs_.remove();    // then the directories made, each only when empty
   }
 
   /// What was written (seconds: so far).
@@ -454,6 +454,7 @@ class pending_shard_checkpoint {
     if (committed_) throw io_error("the sharded checkpoint in " + quoted_path(out_dir_.string()) + " was committed already");
     detail::commit_shard_files(writers_, *index_);
     committed_ = true;
+    dirs_.keep();
     for (auto& p : detail::remove_extra_rank_files(out_dir_, report_.world_size, inputs_)) report_.removed_stale.push_back(std::move(p));
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     return report_;
@@ -463,10 +464,10 @@ class pending_shard_checkpoint {
   friend pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint&, const std::vector<tensor_shards>&, const device_mesh&,
                                                            const std::filesystem::path&, const shard_options&, const std::string&,
                                                            const std::map<std::string, std::int64_t>&);
-  pending_shard_checkpoint(std::filesystem::path dir, bool made_dir, std::chrono::steady_clock::time_point t0)
-      : out_dir_(std::move(dir)), made_dir_(made_dir), t0_(t0) {}
+  pending_shard_checkpoint(std::filesystem::path dir, made_directories dirs, std::chrono::steady_clock::time_point t0)
+      : out_dir_(std::move(dir)), dirs_(std::move(dirs)), t0_(t0) {}
   std::filesystem::path out_dir_;
-  bool made_dir_ = false;
+  made_directories dirs_;
   std::chrono::steady_clock::time_point t0_;
   std::vector<std::unique_ptr<safetensors_writer>> writers_;
   std::unique_ptr<atomic_file> index_;
@@ -505,10 +506,9 @@ inline pending_shard_checkpoint prepare_shard_checkpoint(const checkpoint& in, c
   detail::check_shard_memory(plans, opts, static_cast<std::uint64_t>(N) + 1);
 
   // ---- write: temporary files, one tensor at a time from the map ----
-  std::error_code dir_ec;
-  const bool existed = fs::exists(fs::symlink_status(out_dir, dir_ec));
-  fs::create_directories(out_dir);
-  pending_shard_checkpoint pending(out_dir, !existed, t0);
+  made_directories dirs;
+  dirs.create(out_dir);
+  pending_shard_checkpoint pending(out_dir, std::move(dirs), t0);
   std::vector<std::string> finals{"index.json"};
   for (int r = 0; r < N; ++r) finals.push_back(rank_file("", r).string());
   shard_report& report = pending.report_;

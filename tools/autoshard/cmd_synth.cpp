@@ -7,7 +7,11 @@
 
 #include <autoshard/tensor/tensor.hpp>
 
+#include <unistd.h>  // unlink
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -137,29 +141,49 @@ int run_synth(const synth_options& o) {
       fs::equivalent(fs::path(o.out) / "config.json",
                      fs::is_directory(o.model.model, ec) ? fs::path(o.model.model) / "config.json" : fs::path(o.model.model), ec))
     throw spec_error("--out " + quoted_path(o.out) + " holds the --model config.json; synth would overwrite its input");
-  // The directories made for --out are removed again when the run fails (each only when empty).
-  made_directories dirs;
-  dirs.create(o.out);
-  {
-    safetensors_writer w(weights_file, infos, {{"format", "pt"}});
-    for (const auto& e : w.entries()) {
-      // Seeded per tensor, so values do not depend on file order.
-      std::seed_seq seq{o.seed, static_cast<std::uint64_t>(std::hash<std::string>{}(e.name))};
-      std::mt19937_64 rng(seq);
-      const bool norm_weight = e.name.find("ln") != std::string::npos || e.name.find("norm") != std::string::npos;
-      std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
-      host_tensor f(dtype::f32, e.shape);
-      float* p = f.as<float>();
-      for (std::int64_t k = 0; k < f.numel(); ++k) p[k] = (norm_weight ? 1.0f : 0.0f) + dist(rng);
-      if (t == dtype::f32) w.write(f.view().bytes());
-      else w.write(convert(f.view(), t).view().bytes());
-    }
-    w.commit();
-  }
+  // The config is made before anything is written: it was built (the template read a second
+  // time) after the weights were in place, so an error there, or a failed write of it, left the
+  // new weights under the old config.json.
   nlohmann::json config = to_hf_config(m);
   if (!o.model.is_preset()) config = keep_template(o.model, m, config);
   const std::string config_text = config.dump(2) + "\n";
-  write_file_atomically(config_file, config_text);
+  // The directories made for --out are removed again when the run fails (each only when empty).
+  made_directories dirs;
+  dirs.create(o.out);
+  // The pair is written under temporary names (atomic_file), the config first, then the
+  // weights; only when both are whole is either put in place. An older config.json that
+  // differs from the new one is removed before the weights are renamed: a crash between the
+  // two renames leaves new weights without a config.json (every reader refuses that, naming
+  // it), never new weights under an older config or older weights under a new one.
+  atomic_file config_out(config_file);
+  config_out.write(config_text);
+  config_out.finish();
+  safetensors_writer w(weights_file, infos, {{"format", "pt"}});
+  for (const auto& e : w.entries()) {
+    // Seeded per tensor, so values do not depend on file order.
+    std::seed_seq seq{o.seed, static_cast<std::uint64_t>(std::hash<std::string>{}(e.name))};
+    std::mt19937_64 rng(seq);
+    const bool norm_weight = e.name.find("ln") != std::string::npos || e.name.find("norm") != std::string::npos;
+    std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
+    host_tensor f(dtype::f32, e.shape);
+    float* p = f.as<float>();
+    for (std::int64_t k = 0; k < f.numel(); ++k) p[k] = (norm_weight ? 1.0f : 0.0f) + dist(rng);
+    if (t == dtype::f32) w.write(f.view().bytes());
+    else w.write(convert(f.view(), t).view().bytes());
+  }
+  w.finish();
+  bool same_config = false;  // an older config.json with the new one's bytes stays
+  if (std::error_code cec; fs::is_regular_file(fs::symlink_status(config_file, cec)) &&
+                           fs::file_size(config_file, cec) == config_text.size()) {
+    std::ifstream in(config_file, std::ios::binary);
+    std::string older(config_text.size(), '\0');
+    same_config = in.read(older.data(), static_cast<std::streamsize>(older.size())) && older == config_text;
+  }
+  if (!same_config && ::unlink(config_file.c_str()) != 0 && errno != ENOENT)
+    throw io_error("cannot remove the older " + quoted_path(config_file.string()) + " before the new pair is put in place: " +
+                   std::strerror(errno));
+  w.commit();
+  config_out.commit();
   dirs.keep();
 
   if (o.json) {

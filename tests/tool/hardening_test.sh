@@ -865,5 +865,12 @@ if [ $stopped = yes ]; then
 else
   echo "note: synth-pair: the weights were written before the run could be stopped (3 tries): not checked"
 fi
+# verify-seq: `verify --seq 2048` of a GPT-2 plan (a position table of 1024 rows) re-priced the plan,
+# started every rank, and failed there: "vertex 'transformer.wpe' (embedding): id 1024 outside the
+# table of 1024 rows". Now refused before the plan is re-priced, naming both numbers.
+expect verify-seq 1 "^autoshard: execution error: --seq 2048: position_ids \[1,2048\] count positions 0 to 2047, but 'transformer.wpe' \(embedding\) looks them up in 'transformer.wpe.weight', a table of 1024 rows: a sequence is at most 1024 positions, the model's position table$" \
+  "$tool" verify --plan "$tmp/p.json" --seq 2048 --forward-only
+[ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "verify-seq: more than the refusal: $(cat "$tmp/err")"
+expect verify-seq 0 "" "$tool" verify --plan "$tmp/p.json" --seq 8 --forward-only
 
 finish hardening

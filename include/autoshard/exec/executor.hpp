@@ -64,6 +64,30 @@ inline std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
 }
 }  // namespace detail
 
+/// Throws exec_error when the positions make_source_values feeds overrun a table they index:
+/// a graph input named position_ids counts 0 to S - 1 (S its last dim), and an embedding
+/// whose table has fewer than S rows failed only on a rank once every rank ran (`verify --seq
+/// 2048` of GPT-2's 1024 positions: "id 1024 outside the table of 1024 rows"). `what` comes
+/// first in the message (a flag that set S).
+inline void check_position_tables(const model_graph& g, const std::string& what = "") {
+  for (vertex_t u = 0; u < boost::num_vertices(g); ++u) {
+    const node& nd = g[u];
+    if (!nd.is_input() || nd.name != "position_ids" || nd.shape.rank == 0) continue;
+    const std::int64_t positions = nd.shape[nd.shape.rank - 1u];
+    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
+      const vertex_t v = boost::target(*e, g);
+      if (g[v].kind != op_kind::embedding || g[*e].operand != 0) continue;
+      const vertex_t table = operands(g, v)[1];
+      const std::int64_t rows = g[table].shape[0];
+      if (positions > rows)
+        throw exec_error((what.empty() ? std::string() : what + ": ") + "position_ids " + to_string(nd.shape) + " count positions 0 to " +
+                         std::to_string(positions - 1) + ", but " + quoted_text(g[v].name) + " (embedding) looks them up in " +
+                         quoted_text(g[table].name) + ", a table of " + std::to_string(rows) + " rows: a sequence is at most " +
+                         std::to_string(rows) + " positions, the model's position table");
+    }
+  }
+}
+
 /// Seeded values for every source vertex (inputs and parameters), indexed by vertex; operator
 /// entries stay empty. Integer inputs get ids inside the range their consumers accept; weight
 /// matrices are uniform in +-sqrt(3/fan) (fan = their larger dim), norm weights near 1, other

@@ -672,6 +672,7 @@ inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, 
                                  const verify_options& o = {}) {
   validate(g);
   require_known_operators(g);
+  check_position_tables(g);  // before any rank runs
   if (o.training) (void)training_losses(g);  // before the reference run: a graph without a loss has no backward
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);
   if (o.compute == dtype::f64) return detail::verify_typed<double>(g, mesh, plan, o);

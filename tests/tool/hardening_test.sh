@@ -873,4 +873,27 @@ expect verify-seq 1 "^autoshard: execution error: --seq 2048: position_ids \[1,2
 [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "verify-seq: more than the refusal: $(cat "$tmp/err")"
 expect verify-seq 0 "" "$tool" verify --plan "$tmp/p.json" --seq 8 --forward-only
 
+# tied-head: a Hugging Face directory whose config ties the head to the word embeddings
+# (tie_word_embeddings, GPT-2's default) and whose checkpoint saves lm_head.weight beside wte.weight
+# was accepted as the tied copy whatever its values (a head trained apart, another model's).
+# Now a saved copy must be the embedding bit for bit: refused naming both and the first element
+# that differs; an equal copy is taken as before.
+cp -r "$tmp/ck" "$tmp/th" && cp -r "$tmp/ck" "$tmp/th-same"
+python3 - "$tmp" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+t = sys.argv[1]
+for d, change in (("th", True), ("th-same", False)):
+    w = load_file(f"{t}/{d}/model.safetensors")
+    head = w["wte.weight"].copy()
+    if change:
+        head[1, 5] += 1.0
+    w["lm_head.weight"] = head
+    save_file(w, f"{t}/{d}/model.safetensors", metadata={"format": "pt"})
+PY
+expect tied-head 1 "^autoshard: io error: the weights in '.*th' do not match its config.json: it ties 'lm_head.weight' to 'wte.weight' \(tie_word_embeddings\), so the checkpoint's 'lm_head.weight' is 'wte.weight' saved twice, but they differ first at element 37 \(\[1,5\] of \[128,32\]\)$" \
+  "$tool" plan --model "$tmp/th" --mesh 2 --out "$tmp/th.json" --quiet --no-svg
+test ! -e "$tmp/th.json" && ok || bad "tied-head: a plan was written"
+expect tied-head 0 "" "$tool" plan --model "$tmp/th-same" --mesh 2 --out "$tmp/th.json" --quiet --no-svg
+
 finish hardening

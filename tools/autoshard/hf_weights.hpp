@@ -9,6 +9,7 @@
 #include <autoshard/tensor/tensor.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -85,6 +86,42 @@ inline bool is_task_head(const model_graph& g, const std::string& name) {
   return false;
 }
 
+/// Throws io_error when tensor `copy` of `ck`, a tied parameter saved a second time under the
+/// name of the module that ties it (lm_head.weight beside GPT-2's wte.weight or LLaMA's
+/// embed_tokens.weight), is not bit for bit tensor `saved` (the same shape): naming both and
+/// the first element that differs. Read a MiB at a time under each file's SIGBUS guard.
+inline void check_tied_copy(const checkpoint& ck, const std::string& copy, const std::string& saved, const std::string& where) {
+  const safetensors_entry& ec = ck.entry(copy);
+  const safetensors_entry& es = ck.entry(saved);
+  const std::string head = "the weights in " + quoted_path(where) + " do not match its config.json: it ties " + quoted_text(copy) +
+                           " to " + quoted_text(saved) + " (tie_word_embeddings), so the checkpoint's " + quoted_text(copy) +
+                           " is " + quoted_text(saved) + " saved twice, but ";
+  if (ec.type != es.type)
+    throw io_error(head + "it is " + std::string(to_string(ec.type)) + " and " + quoted_text(saved) + " " + std::string(to_string(es.type)));
+  const safetensors_file& file_c = ck.file_of(copy);
+  const safetensors_file& file_s = ck.file_of(saved);
+  const std::span<const std::byte> bc = file_c.bytes(ec), bs = file_s.bytes(es);
+  std::vector<std::byte> buf(std::min<std::size_t>(bc.size(), std::size_t{1} << 20));
+  for (std::size_t at = 0; at < bc.size(); at += buf.size()) {
+    const std::size_t n = std::min(buf.size(), bc.size() - at);
+    file_c.read_guarded([&] { std::memcpy(buf.data(), bc.data() + at, n); });
+    std::size_t same = n;
+    file_s.read_guarded([&] { same = static_cast<std::size_t>(std::mismatch(buf.data(), buf.data() + n, bs.data() + at).first - buf.data()); });
+    if (same == n) continue;
+    std::int64_t k = static_cast<std::int64_t>((at + same) / dtype_size(ec.type));
+    const std::int64_t flat = k;
+    std::vector<std::int64_t> index(ec.shape.rank);
+    for (std::size_t d = ec.shape.rank; d-- > 0;) {
+      index[d] = k % ec.shape[d];
+      k /= ec.shape[d];
+    }
+    std::string at_text;
+    for (std::size_t d = 0; d < index.size(); ++d) at_text += (d ? "," : "") + std::to_string(index[d]);
+    throw io_error(head + "they differ first at element " + std::to_string(flat) + " ([" + at_text + "] of " + to_string(ec.shape) +
+                   ")");
+  }
+}
+
 /// Throws io_error listing the first names that differ between `ck` and the parameters of `g`
 /// (shape, and dtype when `compare_dtype`).
 inline void check_weights_match(const model_graph& g, const checkpoint& ck, const std::string& where, bool compare_dtype) {
@@ -108,6 +145,8 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
   // cls.predictions.decoder.weight and .bias beside the word embeddings and cls.predictions.bias)
   // is the same parameter, not an extra one: X.weight (X.bias) where the graph's linear X takes
   // a weight (bias) of another name and the same shape.
+  // Such a copy is the parameter saved twice: its values must be the parameter's (a head
+  // trained apart, or another model's, was accepted as the tied one without a word).
   auto tied_copy = [&](const std::string& n) {
     const auto dot = n.rfind('.');
     if (dot == std::string::npos) return false;
@@ -117,8 +156,11 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
     auto v = find_vertex(g, module);
     if (slot > 1 || !v || g[*v].kind != op_kind::linear) return false;
     const std::vector<std::string> w = parameter_names(g, *v);
-    return slot < w.size() && w[slot] != n && checkpoint_name(ck, w[slot]) != n &&
-           ck.entry(n).shape == g[*find_vertex(g, w[slot])].shape;
+    if (!(slot < w.size() && w[slot] != n && checkpoint_name(ck, w[slot]) != n && ck.entry(n).shape == g[*find_vertex(g, w[slot])].shape))
+      return false;
+    if (const std::string saved = checkpoint_name(ck, w[slot]); !saved.empty())  // (none: reported missing below)
+      check_tied_copy(ck, n, saved, where);
+    return true;
   };
   std::vector<std::string> extra, unused;
   for (const std::string& n : ck.names())

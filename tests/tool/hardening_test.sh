@@ -896,4 +896,9 @@ expect tied-head 1 "^autoshard: io error: the weights in '.*th' do not match its
 test ! -e "$tmp/th.json" && ok || bad "tied-head: a plan was written"
 expect tied-head 0 "" "$tool" plan --model "$tmp/th-same" --mesh 2 --out "$tmp/th.json" --quiet --no-svg
 
+# at-most-noun: `plan --pp 2 --micro-batch 16` with no configuration said the micro-batch must
+# divide each data-parallel rank's share of the batch "(at most 16)", a bound of nothing named.
+expect at-most-noun 1 "the micro-batch divide each data-parallel rank's share of the batch \(a micro-batch of at most 16 sequences\), and pp x micro-batches" \
+  "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --micro-batch 16 --out "$tmp/amn.json" --quiet --no-svg
+
 finish hardening

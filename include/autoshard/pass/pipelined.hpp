@@ -596,8 +596,8 @@ inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_
   return "no pipelined configuration" + fixed + " on " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " devices, " +
          std::to_string(mesh.size(mesh.ndim() - 1)) + " per node) for a global batch of " + std::to_string(batch) + " and " +
          std::to_string(layers) + " layers: pp x tp x dp must be the devices, tp divide a node, a stage (dp x tp) fill whole nodes "
-         "or divide one, pp be at most the layers, the micro-batch divide each data-parallel rank's share of the batch (at most " +
-         std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + "), and pp x micro-batches be at most " +
+         "or divide one, pp be at most the layers, the micro-batch divide each data-parallel rank's share of the batch (a micro-batch "
+         "of at most " + std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + " sequences), and pp x micro-batches be at most " +
          std::to_string(max_pipeline_micro_steps) + " (max_pipeline_micro_steps)";
 }
 

@@ -530,15 +530,16 @@ import json, sys
 t = sys.argv[1]
 d = json.load(open(t + '/pp.json'))
 p = d['pipeline']
-def stage(first, layers):
-    return dict(p['stages'][0], first_layer=first, layers=layers)
-p['stages'] = [stage(0, 4), stage(4, 0), stage(4, 0)]
+m = d['pricing']['micro_batches']
+def stage(first, layers, k, stages):  # in flight: what 1F1B implies for stage k (round nine's pipe-in-flight)
+    return dict(p['stages'][0], first_layer=first, layers=layers, in_flight=min(stages - k, m))
+p['stages'] = [stage(0, 4, 0, 3), stage(4, 0, 1, 3), stage(4, 0, 2, 3)]
 p['transfer_seconds'] = [0.0, 0.0]
 json.dump(d, open(t + '/pp-empty.json', 'w'))
-p['stages'] = [stage(k, 1) for k in range(4)]
+p['stages'] = [stage(k, 1, k, 4) for k in range(4)]
 p['transfer_seconds'] = [0.0] * 3
 json.dump(d, open(t + '/pp4.json', 'w'))
-p['stages'] = [stage(0, 0), stage(0, 4)]
+p['stages'] = [stage(0, 0, 0, 2), stage(0, 4, 1, 2)]
 p['transfer_seconds'] = [0.0]
 json.dump(d, open(t + '/pp-head.json', 'w'))" "$tmp"
 expect pipe-stage-empty 1 "^autoshard: io error: plan file '.*pp-empty.json': pipeline.stages\[1\].layers is 0, not an integer in \[1, 2147483643\]: stage 1 lies between the first \(the embedding\) and the last \(the head\), so it holds nothing but its layers$" \
@@ -872,7 +873,6 @@ expect verify-seq 1 "^autoshard: execution error: --seq 2048: position_ids \[1,2
   "$tool" verify --plan "$tmp/p.json" --seq 2048 --forward-only
 [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "verify-seq: more than the refusal: $(cat "$tmp/err")"
 expect verify-seq 0 "" "$tool" verify --plan "$tmp/p.json" --seq 8 --forward-only
-
 # tied-head: a Hugging Face directory whose config ties the head to the word embeddings
 # (tie_word_embeddings, GPT-2's default) and whose checkpoint saves lm_head.weight beside wte.weight
 # was accepted as the tied copy whatever its values (a head trained apart, another model's).
@@ -895,10 +895,20 @@ expect tied-head 1 "^autoshard: io error: the weights in '.*th' do not match its
   "$tool" plan --model "$tmp/th" --mesh 2 --out "$tmp/th.json" --quiet --no-svg
 test ! -e "$tmp/th.json" && ok || bad "tied-head: a plan was written"
 expect tied-head 0 "" "$tool" plan --model "$tmp/th-same" --mesh 2 --out "$tmp/th.json" --quiet --no-svg
-
 # at-most-noun: `plan --pp 2 --micro-batch 16` with no configuration said the micro-batch must
 # divide each data-parallel rank's share of the batch "(at most 16)", a bound of nothing named.
 expect at-most-noun 1 "the micro-batch divide each data-parallel rank's share of the batch \(a micro-batch of at most 16 sequences\), and pp x micro-batches" \
   "$tool" plan "${pp[@]}" --mesh 2x2 --pp 2 --micro-batch 16 --out "$tmp/amn.json" --quiet --no-svg
+# pipe-in-flight: a pipelined plan's stages[k].in_flight was only range-checked: a hand-edited 7
+# on stage 0 of a 1F1B pipeline of 2 stages (which holds at most 2 micro-batches) was read, and
+# `show --plan` printed "7 in flight". Now it must be what the schedule implies.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['pipeline']['stages'][0]['in_flight'] = 7; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/pp.json" "$tmp/pp-if.json"
+for cmd in "show --plan $tmp/pp-if.json" "export --plan $tmp/pp-if.json --to megatron" "shard $tmp/ppck --plan $tmp/pp-if.json --out $tmp/ppif"; do
+  # shellcheck disable=SC2086
+  expect pipe-in-flight 1 "^autoshard: io error: plan file '.*pp-if.json': pipeline.stages\[0\].in_flight is 7, not 2, what the schedule implies: under 1f1b stage 0 of 2 holds min\(2 - 0, 8 micro-batches of the step\) at once$" \
+    "$tool" $cmd
+done
+test ! -e "$tmp/ppif" && ok || bad "pipe-in-flight: shard wrote an output"
 
 finish hardening

@@ -94,13 +94,6 @@ inline std::vector<pipeline_pass> schedule_passes(pipeline_schedule s, int stage
   return out;
 }
 
-/// The most micro-batches whose activations stage `stage` of `stages` holds at once under
-/// `s` (forward run, backward not yet): min(p - stage, m) for 1F1B, m for GPipe. The closed
-/// form of what schedule_passes' orders do.
-constexpr int in_flight_micro_batches(pipeline_schedule s, int stages, int stage, int micro_batches) noexcept {
-  return s == pipeline_schedule::gpipe ? micro_batches : std::min(stages - stage, micro_batches);
-}
-
 /// The bubble of p equal stages over m micro-batches, as a fraction of the ideal step
 /// m (f + b): (p - 1) / m (Narayanan et al. 2021, section 2.2.1; the same for GPipe).
 constexpr double bubble_fraction(int stages, int micro_batches) noexcept {

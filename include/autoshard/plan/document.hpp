@@ -287,12 +287,12 @@ inline plan_solver plan_solver_from_json(const json_in& s) {
 }
 
 /// A plan's "pipeline" for stages of `stage_devices` devices each (bounded first: the stages'
-/// devices at most max_parsed_mesh_ranks, like any mesh's): its stages consecutive from layer
-/// 0, each but the first and the last with a layer, each with a time, memory and micro-batches
-/// in flight (at least one) in range, and one transfer time per
-/// boundary. Whether the layers add up to the model's is for whoever maps layers
-/// (pass/pipelined.hpp's stages_of_parameters).
-inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stage_devices) {
+/// devices at most max_parsed_mesh_ranks, like any mesh's) running `micro_batches` per step:
+/// its stages consecutive from layer 0, each but the first and the last with a layer, each
+/// with a time and memory in range and the micro-batches in flight its schedule implies
+/// (in_flight_micro_batches), and one transfer time per boundary. Whether the layers add up to
+/// the model's is for whoever maps layers (pass/pipelined.hpp's stages_of_parameters).
+inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stage_devices, int micro_batches) {
   plan_pipeline p;
   p.schedule = enum_value(j["schedule"], all_pipeline_schedules);
   p.link = link_from_json(j["link"]);
@@ -320,6 +320,17 @@ inline plan_pipeline plan_pipeline_from_json(const json_in& j, std::int64_t stag
     x.seconds = s["seconds"].number(0.0, 1e30);
     x.memory_bytes = s["memory_bytes"].integer(0);
     x.in_flight = s["in_flight"].small_integer(1, std::numeric_limits<int>::max());  // each stage holds a micro-batch
+    // Only range-checked, a hand-edited count was read and shown (`show --plan`) as what the
+    // stage holds, whatever the schedule.
+    const int stages = static_cast<int>(st.size()), stage = static_cast<int>(k);
+    if (const int want = in_flight_micro_batches(p.schedule, stages, stage, micro_batches); x.in_flight != want)
+      s["in_flight"].fail_expected(
+          std::to_string(want) + ", what the schedule implies: " +
+          (p.schedule == pipeline_schedule::gpipe
+               ? "under gpipe every stage holds all " + std::to_string(micro_batches) + " micro-batches of the step"
+               : "under 1f1b stage " + std::to_string(stage) + " of " + std::to_string(stages) + " holds min(" +
+                     std::to_string(stages) + " - " + std::to_string(stage) + ", " + std::to_string(micro_batches) +
+                     " micro-batches of the step) at once"));
     p.stages.push_back(x);
   }
   const json_in tr = j["transfer_seconds"];
@@ -375,7 +386,9 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   d.cost = detail::plan_cost_from_json(j["cost"]);
   d.solver = detail::plan_solver_from_json(j["solver"]);
   if (version >= 5)
-    if (const auto p = j.find("pipeline")) d.pipeline = detail::plan_pipeline_from_json(*p, d.mesh.num_ranks());
+    if (const auto p = j.find("pipeline"))
+      d.pipeline = detail::plan_pipeline_from_json(*p, d.mesh.num_ranks(),
+                                                   d.pricing.mode == run_mode::training ? d.pricing.accumulation() : 1);
   const json_in ts = j["tensors"];
   ts.size(max_plan_vertices);  // bounded before the graph is built
   try {

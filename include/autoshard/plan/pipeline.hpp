@@ -29,6 +29,14 @@ constexpr std::optional<pipeline_schedule> parse_pipeline_schedule(std::string_v
   return parse_enum(s, all_pipeline_schedules);
 }
 
+/// The most micro-batches whose activations stage `stage` of `stages` holds at once under
+/// `s` (forward run, backward not yet): min(p - stage, m) for 1F1B, m for GPipe. The closed
+/// form of what schedule_passes' orders do (pass/pipeline.hpp), and what a plan file's stages
+/// must record (plan/document.hpp).
+constexpr int in_flight_micro_batches(pipeline_schedule s, int stages, int stage, int micro_batches) noexcept {
+  return s == pipeline_schedule::gpipe ? micro_batches : (stages - stage < micro_batches ? stages - stage : micro_batches);
+}
+
 /// One stage of a pipelined plan.
 struct plan_stage {
   int first_layer = 0;            ///< the position (0-based, in the model's layer order) of its first layer

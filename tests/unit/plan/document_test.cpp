@@ -373,6 +373,7 @@ namespace {
 /// small_plan as stage 0's mesh of a pipeline of three stages over 7 layers.
 plan_document pipelined_plan() {
   plan_document d = small_plan();
+  d.pricing.micro_batches = 3;  // GPipe: every stage holds all 3 (in_flight_micro_batches)
   plan_pipeline p;
   p.schedule = pipeline_schedule::gpipe;
   p.link = {2.5e-5, 12.5e9, 1e-6};
@@ -463,6 +464,19 @@ TEST_CASE("plan document: a pipeline whose stages do not follow each other, or w
   bad = j;
   bad["pipeline"]["stages"][0]["in_flight"] = 0;
   CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[0].in_flight is 0, not an integer in [1, 2147483647]");
+  // In range but not what the schedule implies (round nine's pipe-in-flight): GPipe holds every
+  // micro-batch on every stage, 1F1B min(stages - k, micro-batches) on stage k.
+  bad = j;
+  bad["pipeline"]["stages"][1]["in_flight"] = 2;
+  CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages[1].in_flight is 2, not 3, what the schedule implies: "
+                           "under gpipe every stage holds all 3 micro-batches of the step");
+  nlohmann::json one_f = j;
+  one_f["pipeline"]["schedule"] = "1f1b";
+  for (int k = 0; k < 3; ++k) one_f["pipeline"]["stages"][k]["in_flight"] = 3 - k;
+  CHECK(plan_from_json(one_f, "p.json").pipeline->stages.at(1).in_flight == 2);
+  one_f["pipeline"]["stages"][2]["in_flight"] = 3;
+  CHECK(read_error(one_f) == "io error: plan file 'p.json': pipeline.stages[2].in_flight is 3, not 1, what the schedule implies: "
+                             "under 1f1b stage 2 of 3 holds min(3 - 2, 3 micro-batches of the step) at once");
   // Stages times the stage's devices bounded like any mesh's, before a stage is read: 2^18 + 1
   // stages of 4 devices are more than 2^20.
   bad = j;

@@ -116,7 +116,18 @@ inline calibration_result calibration_from_json(const nlohmann::json& doc, const
   const json_in axes = j["axes"];
   if (axes.size() != r.mesh.ndim())
     axes.fail("has " + std::to_string(axes.size()) + " axes for a mesh of " + std::to_string(r.mesh.ndim()));
-  for (const json_in& ja : axes.elements()) r.axes.push_back(detail::axis_calibration_from_json(ja, r.mesh.ndim()));
+  // One fit per mesh axis, in mesh order, over that axis's ranks (as calibrate writes them): a
+  // hand-edited axes[1].axis of 0, or a group of 2 on an axis of 4 ranks, was read and shown as
+  // a fit of another axis or group than the links it stands beside.
+  for (const json_in& ja : axes.elements()) {
+    const std::size_t k = r.axes.size();
+    r.axes.push_back(detail::axis_calibration_from_json(ja, r.mesh.ndim()));
+    if (r.axes.back().axis != static_cast<int>(k))
+      ja["axis"].fail_expected(std::to_string(k) + ": the fits are listed in the mesh's axis order");
+    if (r.axes.back().group_size != r.mesh.size(k))
+      ja["group_size"].fail_expected(std::to_string(r.mesh.size(k)) + ", the ranks of mesh axis " + std::to_string(k) + " in " +
+                                     to_string(r.mesh));
+  }
   return r;
 }
 

@@ -921,4 +921,14 @@ for to in hf-tp-plan dtensor; do
   [ "$(wc -l <"$tmp/err")" -eq 22 ] && tail -1 "$tmp/err" | grep -Eq '^  \.\.\. and [0-9]+ more \(the first 20 are listed\)$' && ok ||
     bad "export-problems ($to): $(wc -l <"$tmp/err") lines, ending $(tail -1 "$tmp/err" | head -c 200)"
 done
+# calibration-axes: a calibration file's fits were read without a look at the mesh they stand
+# beside: axes[0].group_size 3 on a mesh axis of 2 ranks (a hand edit) was taken, and `plan
+# --calibration` planned with it. Now each fit is its axis's, in mesh order, over its ranks.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['axes'][0]['group_size'] = 3; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/links.json" "$tmp/links-bad.json"
+expect calibration-axes 1 "^autoshard: io error: calibration file '.*links-bad.json': axes\[0\].group_size is 3, not 2, the ranks of mesh axis 0 in mesh\(2\)$" \
+  "$tool" plan "${small[@]}" --mesh 2 --calibration "$tmp/links-bad.json" --out "$tmp/ca.json" --quiet --no-svg
+test ! -e "$tmp/ca.json" && ok || bad "calibration-axes: a plan was written"
+expect calibration-axes 0 "" "$tool" plan "${small[@]}" --mesh 2 --calibration "$tmp/links.json" --out "$tmp/ca.json" --quiet --no-svg
+
 finish hardening

@@ -45,9 +45,14 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
       fail(who + ": value " + quoted_text(v) + " of " + node_label(nd(p), p) + " was not computed (an internal ordering error)");
   }
   vertex_t u;
-  if (vi.init && vi.producer < 0 && is_float(vi.type))
-    u = add_parameter(out.graph, unique_name(v), vi.shape, vi.type);  // a weight: the initializer's name
-  else
+  // A floating initializer is a weight, named as the file names it, or as the module that uses
+  // it (weight_names); a scalar one with an unqualified name is a constant the exporter lifted
+  // (torch's dynamo exporter writes the attention's scale and fills as val_196, ...).
+  const bool lifted_scalar = vi.shape.rank == 0 && v.find('.') == std::string::npos;
+  if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_scalar) {
+    const auto renamed = weight_names.find(v);
+    u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
+  } else
     u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // data: graph inputs, constants, integer tables
   vertex_of[v] = u;
   return u;
@@ -488,9 +493,33 @@ inline bool reader::reduce(int k, op_kind kind, const std::string& name, const s
   return true;
 }
 
+/// Names for the weights torch's dynamo exporter renamed: folding a Linear's weight.T, it stores
+/// the transposed weight as a new initializer with a counter's name (val_166) and drops the
+/// parameter's. Such an initializer (a name with no dot), read only as the weight of one linear
+/// whose node has a module path (scoped_names), takes that module's weight name
+/// ("model.layers.0.self_attn.v_proj.weight"), unless another value has it; it keeps its
+/// [in, out] layout (the linear's transposed_weight).
+inline void reader::name_lifted_weights() {
+  std::set<std::string> taken;
+  for (const auto& t : model.graph().initializer()) taken.insert(t.name());
+  for (const auto& [k, f] : fused) {
+    if (f.kind != op_kind::linear || f.operands.size() < 2) continue;
+    const std::string& w = f.operands[1];
+    auto it = values.find(w);
+    if (it == values.end() || !it->second.init || w.find('.') != std::string::npos || it->second.consumers.size() != 1) continue;
+    const int mm = it->second.consumers.front();
+    const std::string& sc = scoped[static_cast<std::size_t>(mm)];
+    const auto slash = sc.rfind('/');
+    if (sc.empty() || slash == 0 || slash == std::string::npos) continue;
+    const std::string name = sc.substr(1, slash - 1) + ".weight";
+    if (taken.insert(name).second) weight_names[w] = name;
+  }
+}
+
 inline void reader::build() {
   mark_needed();
   find_fusions();
+  name_lifted_weights();
   // The graph inputs first, in the model's order (as the builders add them: the memory
   // model's live ranges follow the vertex order); weights and constants come on first use.
   for (const auto& i : model.graph().input()) {

@@ -118,6 +118,7 @@ struct reader {
   /// Per node (in sorted order): the name its vertices take from the module path torch's
   /// exporter records (scoped_names), or empty for the node's own name (vertex_base).
   std::vector<std::string> scoped;
+  std::map<std::string, std::string> weight_names;  ///< initializer -> its parameter's name (name_lifted_weights)
   std::vector<onnx::TensorProto> shape_constants;  // Shape nodes' values, when needed as data
 
   reader(const onnx_options& o, std::string src) : opt(o), source(std::move(src)) {}
@@ -290,6 +291,7 @@ struct reader {
   bool strip_causal_mask(std::string& z, int& p, const tensor_shape& scores, bool& causal, std::vector<int>& used) const;
   void fuse_attention(int sm);
   void find_fusions();
+  void name_lifted_weights();
 
   // ---- emitting vertices ---- (emit.hpp)
   std::string unique_name(std::string base);

@@ -484,8 +484,13 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     name_scopes(mm.node("Where", sel, {layer + "_nan", "zero", layer + "_y"}, {layer + "_out"}), scopes + ", 'where_" + std::to_string(i) + "']");
     x = layer + "_out";
   }
+  // The exporter folds a Linear's weight.T into an initializer of its own (val_7): it takes its
+  // module's weight name. Its scale is a 0-d initializer (val_8): a constant, not a weight.
+  mm.weight("val_7", {8, 8}).scalar("val_8", 0.125f);
+  name_scopes(mm.node("MatMul", "node_MatMul_7", {x, "val_7"}, {"head_y"}), "['', 'model', 'model.head', 'linear_2']");
+  name_scopes(mm.node("Mul", "node_Mul_8", {"head_y", "val_8"}, {"scaled"}), "['', 'model', 'mul_8']");
   // A scope list that is not plain module paths (a '/' in it) keeps the node's own name.
-  name_scopes(mm.node("Relu", "node_relu_9", {x}, {"y"}), "['', 'a/b', 'relu_9']");
+  name_scopes(mm.node("Relu", "node_relu_9", {"scaled"}, {"y"}), "['', 'a/b', 'relu_9']");
   mm.output("y");
   onnx_options o;
   o.batch = 4;
@@ -502,6 +507,10 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     CHECK(nan.type == dtype::boolean);
   }
   CHECK(vertex(r.graph, "node_relu_9").kind == op_kind::relu);
+  CHECK(vertex(r.graph, "model.head").kind == op_kind::linear);
+  CHECK(vertex(r.graph, "model.head.weight").kind == op_kind::parameter);
+  CHECK(vertex(r.graph, "val_8").kind == op_kind::input);
+  CHECK(parameter_count(r.graph) == 3 * 64);
   // An elementwise opaque operator splits as its operands do: each dim of the output, or whole.
   const vertex_t v = *find_vertex(r.graph, "model.layers.1.IsNaN");
   std::vector<std::string> specs;

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The real producer of the ONNX files `autoshard plan --model X.onnx` reads: PyTorch's exporter.
+
+Per case, a tiny model of a transformers family (seeded weights from its config) is exported
+by the pinned PyTorch as a user would, `torch.onnx.export(..., dynamo=True)` (the exporter's
+default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan must
+  * recognise every transformer layer (the exporter names nodes by counters over the model and
+    records module paths only in its metadata): the step's recomputation covers all of them,
+    and every layer's vertices carry the same names but for the layer index;
+  * see the parameters the model has, by name and count (the tied head once);
+  * split the attention scores: the exporter's softmax guard Where(IsNaN(p), 0, p) is an
+    elementwise opaque vertex, split over the data-parallel ranks with the scores around it,
+    and the step is data parallel over the 4 devices, as an expert runs a model this small;
+  * list no opaque vertex the size of the scores that is not elementwise.
+Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
+"""
+import argparse, json, os, pathlib, re, subprocess, sys, tempfile, time, traceback
+
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+LAYERS, BATCH, SEQ, MESH, DEVICES = 3, 8, 128, "1x4", 4
+
+CASES = {
+    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=LAYERS, n_embd=256, n_head=4, vocab_size=512, n_positions=SEQ)),
+    "llama-gqa": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        num_hidden_layers=LAYERS, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,
+        vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False)),
+}
+
+
+class Logits(torch.nn.Module):
+    """The model as exported for planning: token ids in, logits out, no cache."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def export(name, path):
+    """The exported model, and its parameters' names: one set per tensor (a tied one has two)."""
+    torch.manual_seed(0)
+    model = CASES[name]()
+    with torch.no_grad():  # every parameter its own values: the exporter merges equal initializers (zero biases)
+        for p in model.parameters():
+            p.normal_(0, 0.02)
+    model.eval()
+    ids = torch.randint(0, 512, (2, 16))
+    torch.onnx.export(Logits(model).eval(), (ids,), str(path), input_names=["input_ids"], output_names=["logits"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}}, dynamo=True, verbose=False)
+    names = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), set()).add(n)
+    return model, list(names.values())
+
+
+def check(name, tool, work):
+    onnx_path = work / f"{name}.onnx"
+    model, params = export(name, onnx_path)
+    plan = work / f"{name}-plan.json"
+    r = subprocess.run([tool, "plan", "--model", str(onnx_path), "--batch", str(BATCH), "--seq", str(SEQ), "--mesh", MESH,
+                        "--quiet", "--no-svg", "--json", "--out", str(plan)], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
+    report = json.loads(r.stdout)
+    doc = json.loads(plan.read_text())
+    tensors = doc["tensors"]
+    par = report["plan"]["parallelism"]
+    # Every layer recognised, and named alike but for the index.
+    if par["recompute"] != f"none on all {LAYERS} layers":
+        raise AssertionError(f"layers: the step reads {par['recompute']!r}, not all {LAYERS} layers")
+    layer = re.compile(r"\.(?:h|layers)\.(\d+)\.")
+    by_layer = {}
+    for t in tensors:
+        m = layer.search(t["name"])
+        if m and t["kind"] not in ("parameter", "input"):
+            by_layer.setdefault(int(m.group(1)), set()).add(layer.sub(".#.", t["name"]))
+    if sorted(by_layer) != list(range(LAYERS)):
+        raise AssertionError(f"operators in layers {sorted(by_layer)}, not 0..{LAYERS - 1}")
+    # The exporter computes the attention mask once, in the first layer that needs it: that
+    # layer holds a few operators more (which shift its counts of those op types: LLaMA's own
+    # Where is Where_1 there); the others are alike.
+    for i in range(2, LAYERS):
+        if by_layer[i] != by_layer[1]:
+            raise AssertionError(f"layers 1 and {i} differ: {sorted(by_layer[i] ^ by_layer[1])[:6]}")
+    if len(by_layer[0] ^ by_layer[1]) > 8 or len(by_layer[0]) < len(by_layer[1]):
+        raise AssertionError(f"layer 0 against layer 1: {sorted(by_layer[0] ^ by_layer[1])[:8]}")
+    # The parameters, by name (the exporter's, under the wrapper's 'model.'): one of each tensor's.
+    seen = {t["name"][len("model."):] for t in tensors if t["kind"] == "parameter" and t["name"].startswith("model.")}
+    for names in params:
+        if len(seen & names) != 1:
+            raise AssertionError(f"parameter {sorted(names)}: planned as {sorted(seen & names)}")
+    # An ONNX file does not say which initializers train: a floating buffer the forward reads
+    # (LLaMA's rotary inv_freq) is an initializer as a weight is, and is planned as one.
+    buffers = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
+    extra = seen - set().union(*params)
+    if not extra <= set(buffers):
+        raise AssertionError(f"planned as parameters, but neither parameters nor buffers: {sorted(extra - set(buffers))[:4]}")
+    total = sum(p.numel() for p in model.parameters()) + sum(buffers[n].numel() for n in extra)
+    if report["parameters"] != total:
+        raise AssertionError(f"{report['parameters']} parameters planned, the model has {total}")
+    # The scores split, the guard with them, and the step data parallel over every device.
+    heads = model.config.num_attention_heads
+    scores = [BATCH, heads, SEQ, SEQ]
+    guards = [t for t in tensors if t["kind"] == "opaque" and t["shape"] == scores]
+    opaque = {o["name"]: o for o in report["opaque"]}
+    if len(guards) < LAYERS:
+        raise AssertionError(f"{len(guards)} opaque vertices of the scores' shape {scores}, expected the {LAYERS} guards")
+    for t in guards:
+        if not opaque[t["name"]]["elementwise"]:
+            raise AssertionError(f"{t['name']} ({opaque[t['name']]['op_type']}) holds the scores whole: not elementwise")
+        if t["output"].startswith("R"):
+            raise AssertionError(f"{t['name']} is {t['output']} on the 1x4 mesh: the scores are not split")
+    if par["dp"] != DEVICES:
+        raise AssertionError(f"the step is dp {par['dp']}, tp {par['tp']}: not data parallel over the {DEVICES} devices")
+    return f"{len(tensors)} vertices, {len(report['opaque'])} opaque ({sum(o['elementwise'] for o in report['opaque'])} elementwise), " \
+           f"step {report['plan']['step_seconds'] * 1e3:.3f} ms, dp {par['dp']}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--keep", help="write the exports and plans here (kept)")
+    a = ap.parse_args()
+    tool = str(pathlib.Path(a.tool).resolve())
+    names = a.only or list(CASES)
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(a.keep) if a.keep else pathlib.Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            start = time.monotonic()
+            try:
+                what = check(name, tool, work)
+                print(f"ok   {name}: {what} ({time.monotonic() - start:.1f} s)", flush=True)
+            except Exception:  # noqa: BLE001  (every failure is reported, and fails the run)
+                failed += 1
+                print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
+    print(f"{len(names) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

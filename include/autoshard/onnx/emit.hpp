@@ -6,15 +6,17 @@
 namespace autoshard::detail::onnx_in {
 
 // ---- emitting vertices ----
-/// A vertex name: torch.onnx.export's node names are module paths ("/transformer/h.0/attn/
-/// c_attn/MatMul"), written with dots as the module and its parameters are
-/// ("transformer.h.0.attn.c_attn.MatMul"), so that repeated layers are recognised as such.
+/// The name node k's vertices are named from: its module-path name (scoped_names), its own
+/// name, its first output's, or its op type.
 inline std::string reader::vertex_base(int k) const {
   if (!scoped[static_cast<std::size_t>(k)].empty()) return scoped[static_cast<std::size_t>(k)];
   const onnx::NodeProto& n = nd(k);
   return n.name().empty() ? (n.output_size() ? n.output(0) : n.op_type()) : n.name();
 }
 
+/// A vertex name: torch.onnx.export's node names are module paths ("/transformer/h.0/attn/
+/// c_attn/MatMul"), written with dots as the module and its parameters are
+/// ("transformer.h.0.attn.c_attn.MatMul"), so that repeated layers are recognised as such.
 inline std::string reader::unique_name(std::string base) {
   if (!base.empty() && base[0] == '/' && base.size() > 1) {
     base.erase(0, 1);

@@ -141,8 +141,6 @@ struct reader {
   void sort_nodes();
   static std::vector<std::string> scoped_names(const onnx::GraphProto& g);
   static std::string node_metadata(const onnx::NodeProto& n, std::string_view key);
-  /// The name node k's vertices are named from: its scoped name, its own, its first output's,
-  /// or its op type.
   std::string vertex_base(int k) const;
 
   // ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ---- (read.hpp)

@@ -84,8 +84,8 @@ def check(name, tool, work):
     if sorted(by_layer) != list(range(LAYERS)):
         raise AssertionError(f"operators in layers {sorted(by_layer)}, not 0..{LAYERS - 1}")
     # The exporter computes the attention mask once, in the first layer that needs it: that
-    # layer holds a few operators more (which shift its counts of those op types: LLaMA's own
-    # Where is Where_1 there); the others are alike.
+    # layer holds a few operators more (GPT-2's are apart from its own; LLaMA's interleave with
+    # its rotary Concats, whose counts then differ there); the others are alike.
     for i in range(2, LAYERS):
         if by_layer[i] != by_layer[1]:
             raise AssertionError(f"layers 1 and {i} differ: {sorted(by_layer[i] ^ by_layer[1])[:6]}")

@@ -248,12 +248,15 @@ inline void reader::parse(std::string_view bytes) {
 /// nodes after the FX graph ("node_view_3", "node_MatMul_201": counters over the whole model),
 /// and records each node's module path in its metadata: pkg.torch.onnx.name_scopes, a Python
 /// list whose last entry is the FX node and the one before it the innermost module,
-/// "['', 'transformer', 'transformer.h.0', 'transformer.h.0.attn', 'view_3']". Per node, in
-/// file order: "/MODULE/OP" for the first node of its op type in that module, "/MODULE/OP_1"
-/// for the next, ... (as the TorchScript exporter named nodes, "/transformer/h.0/attn/MatMul_1"),
-/// so that every layer's nodes have the same names but for the layer index (and repeated layers
-/// are recognised and tied), and a Gemm takes its module's name (pattern_name). Empty where a
-/// node has no such entry, or an entry that is not a plain dotted module path.
+/// "['', 'transformer', 'transformer.h.0', 'transformer.h.0.attn', 'view_3']". Per node:
+/// "/MODULE/OP" for the last node of its op type in that module, "/MODULE/OP_1" for the one
+/// before, ... (as the TorchScript exporter named nodes, "/transformer/h.0/attn/MatMul_1", but
+/// counted from the end: the exporter computes a value every layer reads, such as GPT-2's
+/// attention mask, once, at its first use, early in the first layer, and counting from the end
+/// keeps that layer's own nodes named as every other layer's), so that the layers' nodes have
+/// the same names but for the layer index (and repeated layers are recognised and tied), and a
+/// Gemm takes its module's name (pattern_name). Empty where a node has no such entry, or an
+/// entry that is not a plain dotted module path.
 inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g) {
   std::vector<std::string> names(static_cast<std::size_t>(g.node_size()));
   std::map<std::pair<std::string, std::string>, int> seen;
@@ -278,7 +281,7 @@ inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g) 
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return {};
     return m;
   };
-  for (int i = 0; i < g.node_size(); ++i) {
+  for (int i = g.node_size() - 1; i >= 0; --i) {
     const onnx::NodeProto& n = g.node(i);
     if (!default_domain(n) || n.op_type().empty()) continue;
     const std::string m = module_of(node_metadata(n, "pkg.torch.onnx.name_scopes"));

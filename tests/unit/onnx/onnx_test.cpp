@@ -473,8 +473,12 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
   // Where(IsNaN(p), 0, p), operators with no kind of their own.
   model_maker mm(18);
   mm.input("x", {"batch", "8"}).weight("model.layers.0.fc.weight", {8, 8}).weight("model.layers.1.fc.weight", {8, 8}).scalar("zero", 0.0f);
+  mm.input("keep", {"batch", "8"}, onnx::TensorProto::BOOL);
   std::string x = "x";
   int fx = 0;
+  // A value every layer could read, computed once at its first use, early in layer 0 (as the
+  // exporter writes GPT-2's attention mask): the layer's own Where keeps its name.
+  name_scopes(mm.node("Where", "node_Where_early", {"keep", "zero", "x"}, {"early"}), "['', 'model', 'model.layers.0', 'where_early']");
   for (int i = 0; i < 2; ++i) {
     const std::string layer = "model.layers." + std::to_string(i), scopes = "['', 'model', '" + layer + "'";
     const std::string mmn = "node_MatMul_" + std::to_string(fx++), nan = "node_IsNaN_" + std::to_string(fx++),
@@ -489,8 +493,9 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
   mm.weight("val_7", {8, 8}).scalar("val_8", 0.125f);
   name_scopes(mm.node("MatMul", "node_MatMul_7", {x, "val_7"}, {"head_y"}), "['', 'model', 'model.head', 'linear_2']");
   name_scopes(mm.node("Mul", "node_Mul_8", {"head_y", "val_8"}, {"scaled"}), "['', 'model', 'mul_8']");
+  name_scopes(mm.node("Add", "node_Add_9", {"scaled", "early"}, {"sum"}), "['', 'model', 'add_9']");
   // A scope list that is not plain module paths (a '/' in it) keeps the node's own name.
-  name_scopes(mm.node("Relu", "node_relu_9", {"scaled"}, {"y"}), "['', 'a/b', 'relu_9']");
+  name_scopes(mm.node("Relu", "node_relu_9", {"sum"}, {"y"}), "['', 'a/b', 'relu_9']");
   mm.output("y");
   onnx_options o;
   o.batch = 4;
@@ -507,6 +512,9 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     CHECK(nan.type == dtype::boolean);
   }
   CHECK(vertex(r.graph, "node_relu_9").kind == op_kind::relu);
+  // Counted from the module's last node: layer 0's own guard is "Where" as layer 1's, the early one "Where_1".
+  CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "model.layers.0.Where"))[0]].name == "model.layers.0.IsNaN");
+  CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "model.layers.0.Where_1"))[0]].name == "keep");
   CHECK(vertex(r.graph, "model.head").kind == op_kind::linear);
   CHECK(vertex(r.graph, "model.head.weight").kind == op_kind::parameter);
   CHECK(vertex(r.graph, "val_8").kind == op_kind::input);

@@ -14,8 +14,14 @@
 ///   "alpa"              the ILP over every strategy (default)
 ///   "megatron"          Megatron-LM: on the last mesh axis the block linears are column-parallel
 ///                       (c_attn, c_fc, query/key/value, intermediate.dense, q/k/v/gate/up_proj) or
-///                       row-parallel (c_proj, attention.output.dense, output.dense, o_proj, down_proj);
-///                       on the other axes the batch is split and weights replicated; every other
+///                       row-parallel (c_proj, attention.output.dense, output.dense, o_proj, down_proj),
+///                       and the vocabulary's operators as Megatron-LM's (vocab_operators_of): the
+///                       word embedding vocab-parallel (its table split on the vocabulary, the
+///                       output a partial sum), the output layer column-parallel over the vocabulary
+///                       (tied: the same split table), the cross-entropy vocab-parallel, the other
+///                       embeddings' tables (positions, token types) whole; a vocabulary that leaves
+///                       a rank no rows is refused (megatron_vocab). Every weight is stored as it is
+///                       taken. On the other axes the batch is split and weights replicated; every other
 ///                       operator takes its cheapest consistent strategy under that constraint.
 ///                       Attention heads are split whole: a head count the last axis does not divide
 ///                       is refused; key/value heads fewer than its ranks are replicated (their
@@ -207,6 +213,83 @@ inline bool megatron_row(const std::string& n) {
   for (const char* s : {".attn.c_proj", ".mlp.c_proj", ".output.dense", ".o_proj", ".down_proj"})
     if (ends_with(n, s)) return true;
   return false;
+}
+
+/// The vocabulary's operators of a model, as Megatron-LM lays them out on its tensor-parallel
+/// ranks (megatron_axis): the token (word) embedding, VocabParallelEmbedding; the output layer
+/// over the vocabulary, a ColumnParallelLinear (tied: it reads the embedding's table); and the
+/// loss of its logits, vocab_parallel_cross_entropy. A model may lack any of them: an encoder
+/// has no head, an inference graph no loss.
+struct vocab_operators {
+  std::optional<vertex_t> embedding;  ///< the word embedding (an embedding operator)
+  std::optional<vertex_t> head;       ///< the output layer (a linear whose outputs are the vocabulary)
+  std::optional<vertex_t> loss;       ///< the cross-entropy of the head's logits
+  std::int64_t vocab = 0;             ///< the word embedding's table's rows (0: none)
+  bool tied = false;                  ///< the head reads the word embedding's table
+};
+
+/// Which operators of `g` those are, the one home of the test (export_megatron's model reads
+/// its vocabulary from it too):
+///   head: the linear whose output is the cross-entropy's logits, or, without a loss
+///         (inference), a linear that reads an embedding's table (tied) or one no operator
+///         consumes whose output is as wide as an embedding's table has rows;
+///   word embedding: the embedding whose table the head reads, or whose table has as many rows
+///         as the head has outputs. A head that matches none (a classifier's) is no vocabulary
+///         head, and a loss of it no vocabulary loss. Without a head: the first embedding whose
+///         indices are not one row of positions shared by the batch ([1, s]: GPT-2's wpe, BERT's
+///         position_embeddings), else the one of the most rows.
+inline vocab_operators vocab_operators_of(const model_graph& g) {
+  vocab_operators vo;
+  std::vector<vertex_t> embeddings, linears;
+  std::optional<vertex_t> loss;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (g[v].kind == op_kind::embedding && operands(g, v).size() == 2) embeddings.push_back(v);
+    if (g[v].kind == op_kind::linear && operands(g, v).size() >= 2 && g[v].shape.rank >= 1) linears.push_back(v);
+    if (g[v].kind == op_kind::cross_entropy && !loss) loss = v;
+  }
+  const auto table = [&g](vertex_t e) { return operands(g, e)[1]; };
+  const auto rows = [&](vertex_t e) { return g[table(e)].shape.rank >= 1 ? g[table(e)].shape[0] : std::int64_t{-1}; };
+  const auto width = [&g](vertex_t v) { return g[v].shape[g[v].shape.rank - 1u]; };
+  const auto word_of = [&](vertex_t head) -> std::optional<vertex_t> {  // the head's embedding (vo.tied: it reads its table)
+    for (vertex_t e : embeddings)
+      if (operands(g, head)[1] == table(e)) {
+        vo.tied = true;
+        return e;
+      }
+    for (vertex_t e : embeddings)
+      if (rows(e) == width(head)) return e;
+    return std::nullopt;
+  };
+  std::vector<vertex_t> heads;  // the candidates, best first
+  if (loss) {
+    const vertex_t logits = operands(g, *loss)[0];
+    if (std::find(linears.begin(), linears.end(), logits) != linears.end()) heads.push_back(logits);
+  } else {
+    for (vertex_t v : linears)
+      for (vertex_t e : embeddings)
+        if (operands(g, v)[1] == table(e)) heads.push_back(v);
+    for (vertex_t v : linears)
+      if (boost::out_degree(v, g) == 0) heads.push_back(v);
+  }
+  for (vertex_t h : heads)
+    if ((vo.embedding = word_of(h))) {
+      vo.head = h;
+      if (loss) vo.loss = loss;
+      break;
+    }
+  if (!vo.embedding && !embeddings.empty()) {
+    for (vertex_t e : embeddings) {
+      const tensor_shape& ids = g[operands(g, e)[0]].shape;
+      if (!(ids.rank >= 2 && ids[0] == 1)) {
+        vo.embedding = e;
+        break;
+      }
+    }
+    if (!vo.embedding)
+      vo.embedding = *std::max_element(embeddings.begin(), embeddings.end(), [&](vertex_t a, vertex_t b) { return rows(a) < rows(b); });
+  }
+  if (vo.embedding) vo.vocab = rows(*vo.embedding);
+  return vo;
 }
 
 /// The pricing a pass can price with: a device of finite, positive FLOP/s, bandwidth and
@@ -450,6 +533,25 @@ inline std::vector<char> megatron_kv_whole(const model_graph& g, const device_me
 }
 
 
+/// The vocabulary operators megatron lays out on the tensor-parallel axis `tp_axis` (-1: none;
+/// megatron_axis), after checking that the vocabulary splits over its ranks. An uneven split is
+/// the split rule's (DESIGN.md: ceil(V / tp) rows a rank, the last short), priced at its padded
+/// piece as Megatron-LM's --make-vocab-size-divisible-by pads the vocabulary; a split that leaves
+/// a rank no rows the strategies do not offer, and is refused naming the numbers rather than
+/// laid out some other way. Like megatron_kv_whole, search_algo asks once, before any pricing.
+inline vocab_operators megatron_vocab(const model_graph& g, const device_mesh& mesh, int tp_axis) {
+  vocab_operators vo = vocab_operators_of(g);
+  if (tp_axis < 0 || !vo.embedding) return vo;
+  const auto tp = static_cast<std::size_t>(tp_axis);
+  const int n = mesh.size(tp);
+  if (n > 1 && split_range(vo.vocab, n, n - 1).size == 0)
+    throw solver_error("megatron: the vocabulary of " + std::to_string(vo.vocab) + " rows of " + quoted_text(g[*vo.embedding].name) +
+                       " does not split over the " + std::to_string(n) + " ranks of " + mesh.axis_label(tp) + ": " +
+                       std::to_string(padded_piece(vo.vocab, n)) + " rows a rank leave the last none (Megatron-LM pads the " +
+                       "vocabulary to a multiple of the tensor-parallel size, --make-vocab-size-divisible-by)");
+  return vo;
+}
+
 /// Data parallelism on mesh axis `a`: a parameter replicated, an activation split on its
 /// batch dim or replicated (a scalar may be Partial), every operand taken likewise.
 inline bool data_parallel_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
@@ -464,34 +566,59 @@ inline bool data_parallel_axis(const model_graph& g, vertex_t v, const std::vect
 }
 
 /// Megatron-LM on the tensor-parallel mesh axis `tp`: its block linears column- or
-/// row-parallel, and their weights and biases stored the way they take them.
+/// row-parallel, and their weights and biases stored the way they take them. With the model's
+/// vocabulary operators `vo` (vocab_operators_of), those too: the word embedding
+/// vocab-parallel (its table split on the vocabulary, dim 0; the ids whole; the output a partial
+/// sum, all-reduced or reduce-scattered onto sequence slices by its consumer), the head
+/// column-parallel over the vocabulary (a tied head reads the same split table), the loss
+/// vocab-parallel, and every other embedding's table (positions, token types) whole, as
+/// Megatron-LM's plain torch.nn.Embedding keeps it. Without `vo` (export_megatron, which
+/// checks the layout Megatron-LM's arguments say) only the block linears are checked.
 inline bool megatron_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
-                          std::size_t tp) {
+                          std::size_t tp, const vocab_operators* vo = nullptr) {
   const node& nd = g[v];
+  const auto is = [](const std::optional<vertex_t>& o, vertex_t u) { return o && *o == u; };
+  const auto column = [&](vertex_t u) {
+    return g[u].kind == op_kind::linear && (megatron_column(g[u].name) || (vo && is(vo->head, u)));
+  };
+  const auto row = [&](vertex_t u) { return g[u].kind == op_kind::linear && megatron_row(g[u].name); };
   bool ok = true;
   if (nd.is_parameter()) {
     // A weight or bias of a Megatron linear is stored the way that linear takes it on the
     // tensor-parallel axis (sharded), not replicated and sliced on use: the time is the
     // same, but a replicated copy wastes memory and `shard --plan` would write it whole.
+    // Likewise an embedding's table (the word embedding's split, the others' whole).
     for (auto [e, end] = boost::out_edges(v, g); e != end && ok; ++e) {
-      const node& use = g[boost::target(*e, g)];
-      if (use.kind != op_kind::linear || !(megatron_column(use.name) || megatron_row(use.name))) continue;
-      const int i = g[*e].operand, out_dim = use.attrs.transposed_weight ? 1 : 0;
-      const placement want = i == 1 ? Shard(megatron_column(use.name) ? out_dim : 1 - out_dim)
-                                    : (megatron_column(use.name) ? placement(Shard(0)) : placement(Replicate()));
+      const vertex_t u = boost::target(*e, g);
+      const node& use = g[u];
+      const int i = g[*e].operand;
+      if (vo && use.kind == op_kind::embedding && i == 1) {
+        ok = is(vo->embedding, u) ? s.output[tp].is_shard(0) : s.output[tp].is_replicate();
+        continue;
+      }
+      if (!column(u) && !row(u)) continue;
+      const int out_dim = use.attrs.transposed_weight ? 1 : 0;
+      const placement want = i == 1 ? Shard(column(u) ? out_dim : 1 - out_dim)
+                                    : (column(u) ? placement(Shard(0)) : placement(Replicate()));
       ok = s.output[tp] == want;
     }
   }
-  if (ok && nd.kind == op_kind::linear && (megatron_column(nd.name) || megatron_row(nd.name))) {
+  if (ok && (column(v) || row(v))) {
     const bool tw = nd.attrs.transposed_weight;
     const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;
     const int last = static_cast<int>(nd.shape.rank) - 1;
-    if (megatron_column(nd.name))
+    if (column(v))
       ok = s.inputs[1][tp].is_shard(out_dim) && s.inputs[0][tp].is_replicate() && s.output[tp].is_shard(last);
     else
       ok = s.inputs[1][tp].is_shard(in_dim) && s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) &&
            s.output[tp].is_partial();
   }
+  if (ok && vo && nd.kind == op_kind::embedding && ops.size() == 2)
+    ok = is(vo->embedding, v) ? s.inputs[0][tp].is_replicate() && s.inputs[1][tp].is_shard(0) && s.output[tp].is_partial()
+                              : s.inputs[1][tp].is_replicate();
+  if (ok && vo && is(vo->loss, v))
+    ok = s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) && s.inputs[1][tp].is_replicate() &&
+         s.output[tp].is_replicate();
   return ok;
 }
 
@@ -540,7 +667,7 @@ inline bool runs_sequence_parallel(const strategy& s, std::size_t tp) { return s
 /// layout, which megatron's distributed optimizer takes; `batch`: the graph's, graph_batch).
 inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops,
                    const strategy& s, bool skip_replicated, bool can_shard_fully, bool zero1, std::int64_t batch,
-                   bool kv_whole = false) {
+                   bool kv_whole = false, const vocab_operators* vocab = nullptr) {
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
   if (!recompute_allowed(g, pm.layers, v, s, rq.recompute, pm.sopt.pricing)) return false;
@@ -583,7 +710,7 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
       if (batch_tensor && !g[v].is_parameter() && pm.mesh.size(tp) > 1 && s.output[tp].is_shard(0)) return false;
       if (rq.sequence_parallel && is_layer_norm(g, pm.layers, v) && runs_sequence_parallel(s, tp) != *rq.sequence_parallel)
         return false;
-      return megatron_axis(g, v, ops, s, tp);
+      return megatron_axis(g, v, ops, s, tp, vocab);
     }
   }
   throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(rq.a)));
@@ -594,6 +721,7 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
   std::vector<std::vector<char>> allow(pm.size());
   const std::int64_t batch = graph_batch(pm.g);
   const std::vector<char> kv_whole = rq.a == algo::megatron ? megatron_kv_whole(pm.g, pm.mesh, rq.tp_axis) : std::vector<char>(pm.size(), 0);
+  const vocab_operators vocab = rq.a == algo::megatron ? megatron_vocab(pm.g, pm.mesh, rq.tp_axis) : vocab_operators{};
   for (vertex_t v = 0; v < pm.size(); ++v) {
     const std::vector<strategy>& ss = pm.strategies[v];
     const bool can_shard_fully = pm.g[v].is_parameter() && std::any_of(ss.begin(), ss.end(), [&](const strategy& s) {
@@ -611,7 +739,7 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
         return z.zero_stage == 1 && z.output == s.output && dp_only(z);
       });
       allow[v].push_back((s.zero_stage != 1 || rq.a != algo::megatron || dp_only(s)) &&
-                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0)
+                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0, &vocab)
                              ? 1
                              : 0);
     }
@@ -1450,8 +1578,11 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
   const bool train = p.mode == run_mode::training;
   const std::int64_t batch = graph_batch(g);
   const int dp_fixed = a == algo::megatron ? mesh.num_ranks() / (tp_axis < 0 ? 1 : mesh.size(static_cast<std::size_t>(tp_axis))) : 0;
-  // Megatron's head counts refuse a mesh whatever the micro-batching: once, before any is priced.
-  if (a == algo::megatron) megatron_kv_whole(g, mesh, tp_axis);
+  // Megatron's head counts and vocabulary refuse a mesh whatever the micro-batching: once, before any is priced.
+  if (a == algo::megatron) {
+    megatron_kv_whole(g, mesh, tp_axis);
+    megatron_vocab(g, mesh, tp_axis);
+  }
   const std::vector<std::pair<int, int>> counts = micro_batchings_to_try(g, p, mesh, dp_fixed, std::string(to_string(a)));
   solve_request rq;
   rq.a = a;

@@ -30,7 +30,7 @@
 
 #include "../core/error.hpp"  // spec_error
 #include "../graph/resize.hpp"  // graph_sequence
-#include "autosharding.hpp"   // detail::megatron_axis, detail::data_parallel_axis
+#include "autosharding.hpp"   // detail::megatron_axis, detail::data_parallel_axis, detail::vocab_operators_of
 #include "layers.hpp"         // map_layers, layer_recomputation
 #include "loaded_plan.hpp"    // loaded_plan
 
@@ -170,11 +170,14 @@ struct megatron_model {
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
-/// and width, the MLP's first projection's width, the vocabulary (the first embedding whose
-/// indices are not one row of positions) and whether the head shares its table, the sequence
-/// (graph_sequence).
+/// and width, the MLP's first projection's width, the vocabulary and whether the head shares
+/// its table (vocab_operators_of: the word embedding is the head's, or without a head the first
+/// whose indices are not one row of positions), the sequence (graph_sequence).
 inline megatron_model megatron_model_of(const model_graph& g, const layer_map& layers, const std::vector<vertex_t>& linears) {
   megatron_model md;
+  const vocab_operators vo = vocab_operators_of(g);  // the word embedding, its vocabulary, whether the head is tied
+  md.vocab = vo.vocab;
+  md.tied = vo.tied;
   md.layers = static_cast<int>(layers.indices.size());
   md.seq = graph_sequence(g);
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
@@ -188,16 +191,10 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
     if (nd.kind == op_kind::rotary) md.rope = true;
     if (nd.kind == op_kind::silu) md.swiglu = true;
     if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) md.bias = true;
-    if (nd.kind == op_kind::embedding) {
-      const vertex_t table = operands(g, v)[1];
-      const std::int64_t rows = g[table].shape[0];
-      if (g[operands(g, v)[0]].shape.rank >= 2 && g[operands(g, v)[0]].shape[0] == 1) md.learned_positions = true;
-      else if (md.vocab == 0) {
-        md.vocab = rows;
-        for (auto [it, end] = boost::out_edges(table, g); it != end; ++it)
-          md.tied = md.tied || g[boost::target(*it, g)].kind == op_kind::linear;
-      }
-    }
+    // Positions: an embedding other than the word one whose indices are one row shared by the batch.
+    if (nd.kind == op_kind::embedding && vo.embedding != v && g[operands(g, v)[0]].shape.rank >= 2 &&
+        g[operands(g, v)[0]].shape[0] == 1)
+      md.learned_positions = true;
     md.dropout = md.dropout || nd.kind == op_kind::dropout;
   }
   for (vertex_t v : linears)

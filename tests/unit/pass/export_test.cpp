@@ -106,10 +106,11 @@ TEST_CASE("export: LLaMA's Megatron plan is the tp_plan transformers ships, ever
         CHECK(hf["base_model_tp_plan"][k] == v);
         CHECK(hf["tp_plan"]["model." + k] == v);  // the full model's names, layer numbers as *
       }
-      // The modules the plan keeps whole are named too, so that the class's own plan (which
-      // shards embed_tokens and gathers lm_head) cannot change them when transformers merges.
-      CHECK(hf["tp_plan"]["model.embed_tokens"] == "replicate");
-      CHECK(hf["tp_plan"]["lm_head"] == "replicate");
+      // The vocabulary's modules are named too, as Megatron-LM lays them out: embed_tokens split
+      // on the vocabulary, lm_head column-parallel over it (its logits gathered where
+      // transformers computes the loss), the class's own plan.
+      CHECK(hf["tp_plan"]["model.embed_tokens"] == "embedding_rowwise");
+      CHECK(hf["tp_plan"]["lm_head"] == "colwise_gather_output");
       CHECK(hf["tp_plan"].size() == want["base_model_tp_plan"].size() + 2);
     }
   }

@@ -509,8 +509,10 @@ if "$tool" --help | grep -q ' verify'; then
   json_check "d['passed'] and d['ranks'] == 8 and d['failed'] == 0 and d['first_failed'] is None and len(d['operators']) == 22 and d['max_rel_diff'] < 1e-12 and any('P' in o['spec'] for o in d['operators'])" \
     "$tool" verify --plan "$tmp/v.json" --json
   json_check "d['passed'] and d['dtype'] == 'f32' and d['rtol'] == 1e-3" "$tool" verify --plan "$tmp/v.json" --dtype f32 --json
-  # The communication audit: what the ranks issued is what the plan was priced.
-  json_check "d['checked'] and d['passed'] and d['executed_bytes'] == d['priced_bytes'] > 0 and all(l['matches'] for l in d['lines'])" \
+  # The communication audit: what the ranks issued is what the plan was priced, beside what
+  # docs/execution.md documents (megatron's vocab-parallel loss: its backward's recomputed row
+  # max and sum, listed with the reason).
+  json_check "d['checked'] and d['passed'] and d['executed_bytes'] == d['priced_bytes'] + d['documented_bytes'] and d['priced_bytes'] > 0 and d['documented_bytes'] > 0 and all(l['matches'] or l['documented'] for l in d['lines'])" \
     python3 -c "import json,subprocess,sys; d=json.loads(subprocess.run(sys.argv[1:],capture_output=True).stdout); print(json.dumps(d['communication']))" \
     "$tool" verify --plan "$tmp/v.json" --json
   # --batch/--seq: the plan's strategies at other sizes, re-priced and audited; a batch that a
@@ -567,10 +569,11 @@ PY
     [ -s "$q/p.svg" ] && [ ! -e "$q/p.svg.tmp" ] && ok || bad "the SVG beside a quoted path"
   fi
   [ ! -e "$tmp/pwned" ] && ok || bad "a path ran a command"
-  # export: the Megatron plan of a small LLaMA as transformers' tp_plan and PyTorch's styles.
+  # export: the Megatron plan of a small LLaMA as transformers' tp_plan and PyTorch's styles
+  # (its vocabulary as Megatron-LM's: embed_tokens split on the vocabulary, lm_head column-parallel).
   lp=(--model llama-7b --layers 2 --hidden 256 --heads 8 --kv-heads 8 --ffn 688 --vocab 512 --seq 64 --batch 8 --mesh dp=2,tp=4)
   "$tool" plan "${lp[@]}" --algo megatron --out "$tmp/l.json" --quiet >/dev/null 2>&1
-  json_check "d['base_model_tp_plan'] == {'embed_tokens': 'replicate', 'layers.*.self_attn.q_proj': 'colwise', 'layers.*.self_attn.k_proj': 'colwise', 'layers.*.self_attn.v_proj': 'colwise', 'layers.*.self_attn.o_proj': 'rowwise', 'layers.*.mlp.gate_proj': 'colwise', 'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} and d['tp_plan']['lm_head'] == 'replicate' and d['tp_axis_name'] == 'tp' and d['transformers'] == 5" \
+  json_check "d['base_model_tp_plan'] == {'embed_tokens': 'embedding_rowwise', 'layers.*.self_attn.q_proj': 'colwise', 'layers.*.self_attn.k_proj': 'colwise', 'layers.*.self_attn.v_proj': 'colwise', 'layers.*.self_attn.o_proj': 'rowwise', 'layers.*.mlp.gate_proj': 'colwise', 'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} and d['tp_plan']['lm_head'] == 'colwise_gather_output' and d['tp_axis_name'] == 'tp' and d['transformers'] == 5" \
     "$tool" export --plan "$tmp/l.json" --to hf-tp-plan
   expect_rc 0 "$tool" export --plan "$tmp/l.json" --to dtensor --out "$tmp/l-dt.json"
   python3 -c "import json; d=json.load(open('$tmp/l-dt.json')); p=d['plan']; assert p['model.layers.1.mlp.up_proj']['style']=='ColwiseParallel' and p['model.layers.1.mlp.down_proj']['kwargs']['input_layouts']=='Shard(-1)'" && ok || bad "dtensor export content"

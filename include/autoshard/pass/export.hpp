@@ -952,9 +952,11 @@ struct tp_walk {
     return true;
   }
 
-  /// dtensor: the layout the module's consumers take (whole for the model's own output), and
-  /// whether it is the logits a vocabulary-parallel loss reads split; empty when no style makes it.
-  std::optional<placement> output_dtensor(vertex_t v, const placement& raw, bool& loss_parallel) {
+  /// dtensor: the layout the module's consumers take (whole for the model's own output), whether
+  /// it is the logits a vocabulary-parallel loss reads split, and whether it must stay a DTensor
+  /// for the model's code to read the whole shape off it (`whole_shape`); empty when no style
+  /// makes it.
+  std::optional<placement> output_dtensor(vertex_t v, const placement& raw, bool& loss_parallel, bool& whole_shape) {
     const node& nd = g[v];
     const module_role r = role[v];
     const vertex_t x = operands(g, v)[0];
@@ -976,13 +978,33 @@ struct tp_walk {
     // first layer takes its slice at its entry; but the batch sliced there where every layer's
     // rotary and attention run on that slice (batch_sliced_embedding).
     auto splits_rows = [&](const placement& q) { return q.is_shard() && q.dim != orank - 1; };
+    const bool vocab_parallel = nd.kind == op_kind::embedding && r == module_role::row;
     if (nd.kind == op_kind::embedding && g[x].is_input() && splits_rows(*o)) {
-      if (o->is_shard(0) && sliced_embedding == v)
+      if (o->is_shard(0) && sliced_embedding == v) {
         note(v, "its output is each rank's slice of the batch over " + axis() + ", and every layer runs on it: the model "
                     "computes its causal mask for that slice; an attention_mask passed to the model must be the rank's "
                     "slice of it too");
-      else
+      } else if (vocab_parallel) {
+        // RowwiseParallel on an nn.Embedding leaves a MaskPartial, which PyTorch reduces to
+        // Replicate() or reduce-scatters to a Shard, never hands over as Partial(): the slice the
+        // layers take is made here (Megatron-LM's reduce-scatter into the sequence-parallel
+        // region; torchtitan's output_layouts=Shard(1)), as a DTensor, so that the model's code
+        // reads the whole batch and sequence length off it and each layer's PrepareModuleInput
+        // hands its operators the local slice. Where an operator that is no layer's entry takes
+        // it, the sums are made whole (an all-reduce), as for any token embedding here, and an
+        // operator that takes a slice of them is reported (no module lies between them).
+        bool layers_only = true;
+        for (auto [c, i] : consumers(v)) layers_only = layers_only && enters_convertible_layer(v, c);
+        if (layers_only) whole_shape = true;
+        else o = Replicate();
+      } else {
         o = splits_rows(raw) ? Replicate() : raw;
+      }
+    }
+    if (vocab_parallel && o->is_partial()) {
+      problem(v, "it computes on its slice of the vocabulary (RowwiseParallel), whose output PyTorch holds as a MaskPartial and "
+                 "hands over only summed (Replicate(), or Shard(d) reduce-scattered), but its consumers keep the partial sums");
+      return std::nullopt;
     }
     return o;
   }
@@ -1026,11 +1048,11 @@ struct tp_walk {
     if (r == module_role::sequence && !styled) desired = w;
     const bool convert_in = !styled && (!(a == desired) || x_dt);
     // The output: what the consumers take, or the whole tensor for the model's own output.
-    bool loss_parallel = false;
-    const std::optional<placement> o = output_dtensor(v, raw, loss_parallel);
+    bool loss_parallel = false, whole_shape = false;
+    const std::optional<placement> o = output_dtensor(v, raw, loss_parallel, whole_shape);
     if (!o) return;
     const bool emits = styled || convert_in || !(*o == raw);  // a style whose output can stay a DTensor
-    const bool local_out = !uneven(*o, v) && !loss_parallel && !(emits && modules_take_dtensor(v, *o));
+    const bool local_out = !uneven(*o, v) && !loss_parallel && !whole_shape && !(emits && modules_take_dtensor(v, *o));
     if (o->is_partial() && !styled) {
       problem(v, "its consumers keep partial sums it does not make");
       return;

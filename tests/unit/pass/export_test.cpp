@@ -172,6 +172,18 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
   }
   CHECK(reduce_scatters > 0);
   CHECK(sequence_norms == 6);
+  // The vocabulary-parallel embedding reduce-scatters into the first layer's sequence slices
+  // itself: PyTorch's RowwiseParallel on an nn.Embedding leaves a MaskPartial, which it cannot
+  // hand over as Partial() (torchtitan's output_layouts=Shard(1)). Its output stays a DTensor, so
+  // that the model's code reads the whole sequence length off it; the layer takes the local slice.
+  CHECK(plan["model.embed_tokens"]["style"] == "RowwiseParallel");
+  CHECK(plan["model.embed_tokens"]["kwargs"]["output_layouts"] == "Shard(1)");
+  CHECK(plan["model.embed_tokens"]["kwargs"]["use_local_output"] == false);
+  CHECK(plan["model.layers.0"]["style"] == "PrepareModuleInput");
+  CHECK(plan["model.layers.0"]["kwargs"]["input_layouts"] == "Shard(1)");
+  CHECK(plan["model.layers.0"]["kwargs"]["desired_input_layouts"] == "Shard(1)");
+  CHECK(plan["model.layers.0"]["kwargs"]["use_local_output"] == true);
+  for (const auto& item : plan.items()) CHECK(item.value()["kwargs"].value("output_layouts", "") != "Partial()");
   // The vocabulary-parallel loss reads lm_head's output as a DTensor under loss_parallel().
   CHECK(j["loss_parallel"] == true);
   CHECK(plan["lm_head"]["kwargs"]["use_local_output"] == false);

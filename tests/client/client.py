@@ -43,6 +43,9 @@ def apply_dtensor_plan(model, export, device="cpu"):
     for name, p in export["plan"].items():
         style = STYLES[p["style"]](**{k: eval(v, LAYOUTS) if isinstance(v, str) else v for k, v in p["kwargs"].items()})
         parallelize_module(model, meshes[p.get("mesh")], {name: style})
+    for name, source in export["tied"].items():  # a tied weight: each style made its own parameter; one for both
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, model.get_parameter(source))
     for name, attributes in export["attributes"].items():
         for k, v in attributes.items():
             setattr(model.get_submodule(name), k, v)

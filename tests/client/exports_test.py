@@ -119,6 +119,9 @@ CASES = [
          generate=True),
     # Qwen2: q/k/v biases; 14 heads, which tp 4 does not divide.
     Case("qwen2-megatron-tp4", "qwen2", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"], generate=True),
+    # Qwen2's tied table split on the vocabulary for both uses, trained: the export's "tied" makes
+    # the two styles' parameters one again, whose gradient sums both uses (as the unsharded model's).
+    Case("qwen2-megatron-tp4-train", "qwen2", 4, ["--mesh", "tp=4", *MEGATRON, "--batch", "4"]),
     Case("mistral-megatron-tp4", "mistral", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"]),
     # An FFN of 100 over 8 ranks: shards of 13 and 9.
     Case("llama-ffn100-megatron-tp8", "llama-ffn100", 8, ["--mesh", "tp=8", *MEGATRON, "--mode", "infer", "--batch", "4"]),

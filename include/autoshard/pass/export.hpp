@@ -24,7 +24,7 @@
 /// (colwise's output is split, rowwise's reduced): where the plan's layouts differ but the
 /// numbers are the same (a reduce-scatter where transformers all-reduces) it says so in a
 /// note; where transformers cannot compute the plan at all, a problem.
-#include <algorithm>    // std::find, std::upper_bound
+#include <algorithm>    // std::find, std::find_if, std::sort, std::upper_bound
 #include <cstdint>      // std::int64_t
 #include <map>          // std::map
 #include <optional>     // std::optional
@@ -125,6 +125,10 @@ struct tp_export {
   /// DDP feeds it, gradients averaged over them (mesh order; the tp axis among them only where
   /// the plan splits nothing but the batch there).
   std::vector<int> data_parallel_axes;
+  /// dtensor: tied weights whose uses the styles each distribute: a module's weight (the model's
+  /// name, "lm_head.weight") -> the parameter it is ("model.embed_tokens.weight"), to assign after
+  /// the styles (each registers a DTensor parameter of its own, which would untie them).
+  std::map<std::string, std::string> tied;
   /// dtensor: parameters whole on the tp axis whose module runs, with no style, on each rank's
   /// slice of the batch or sequence there: each rank's gradient is its slice's share, summed over
   /// the tensor-parallel group before the optimizer step (a style's DTensor sums its own).
@@ -1326,8 +1330,59 @@ struct tp_walk {
     if (!out.fixed_inputs.empty())
       out.notes.push_back("the plan splits activations over " + axis() + " on a dim other than their features (the batch or "
                           "the sequence): the model's inputs must have the plan's shapes (fixed_inputs)");
-    if (!hf()) gradient_sums();
-    else note_whole_runs();
+    if (!hf()) {
+      gradient_sums();
+      ties();
+    } else {
+      note_whole_runs();
+    }
+  }
+
+  /// dtensor: the modules whose style replaces their parameters with DTensors of its own.
+  std::set<std::string> styled_modules() const {
+    std::set<std::string> styled;
+    for (const tp_module& m : out.modules)
+      if (m.style == "ColwiseParallel" || m.style == "RowwiseParallel" || m.style == "SequenceParallel") styled.insert(m.module);
+    return styled;
+  }
+
+  /// dtensor: a weight two modules use (a tied table: Qwen2's or GPT-2's lm_head and token
+  /// embedding) whose styles distribute it. parallelize_module registers a DTensor parameter of
+  /// its own on each module, which unties them: the forward is the same, but the two tables then
+  /// train apart (each gets only its own use's gradient). Both styles hold the weight as the plan
+  /// stores it (a styled module computes on its weight as stored), so either is the tied
+  /// parameter: `tied` says to assign it to the other uses after the styles, as transformers'
+  /// tie_weights() does after its tp_plan and as Megatron-LM shares its vocabulary-parallel table.
+  void ties() {
+    const std::set<std::string> styled = styled_modules();
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      if (!g[v].is_parameter()) continue;
+      std::vector<std::string> uses;
+      std::size_t distributed = 0;
+      bool reported = false;  // a use refused already: no style to tie
+      for (auto [c, i] : consumers(v)) {
+        if (!is_module[c] || i != 1) continue;
+        uses.push_back(module_name(name(c)));
+        distributed += styled.count(uses.back());
+        reported = reported || failed[c];
+      }
+      if (uses.size() < 2 || distributed == 0 || reported) continue;
+      std::sort(uses.begin(), uses.end());
+      if (distributed != uses.size()) {  // check_module refuses a weight stored split and used whole: not reached
+        problem(v, "tied: a style distributes it for one of its modules and not for another (of " + quoted_text(uses.front()) + ", " +
+                       quoted_text(uses.back()) + "), which would leave them two tensors");
+        continue;
+      }
+      // The module its own name names (model.embed_tokens of model.embed_tokens.weight) keeps it.
+      const auto own = std::find_if(uses.begin(), uses.end(), [&](const std::string& u) { return u + ".weight" == name(v); });
+      const std::string source = (own != uses.end() ? *own : uses.front()) + ".weight";
+      for (const std::string& u : uses)
+        if (u + ".weight" != source) {
+          out.tied[u + ".weight"] = source;
+          out.notes.push_back(quoted_text(u + ".weight") + " is " + quoted_text(source) + " (tied): each style makes a parameter "
+                              "of its own, which would train two tables; assign the one to both after the styles (tied)");
+        }
+    }
   }
 
   /// dtensor: tp_gradient_sums, the parameters whole on tp that a module without a parallel style
@@ -1336,9 +1391,7 @@ struct tp_walk {
   /// reduce-scatter sums over tp, which is right only where each rank's gradient is its slice's
   /// share.
   void gradient_sums() {
-    std::set<std::string> styled;
-    for (const tp_module& m : out.modules)
-      if (m.style == "ColwiseParallel" || m.style == "RowwiseParallel" || m.style == "SequenceParallel") styled.insert(m.module);
+    const std::set<std::string> styled = styled_modules();
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       const bool fsdp = fsdp_on_tp(v);
       if (!g[v].is_parameter() || !(plan_out(v).is_replicate() || fsdp)) continue;
@@ -1453,7 +1506,7 @@ inline nlohmann::json to_dtensor_plan(const tp_export& e) {
             {"ignored_params", e.fsdp->ignored}, {"other_storage", e.fsdp->other_storage},
             {"gradient_divide_factor", e.fsdp->gradient_divide_factor}};
   }
-  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 4}, {"plan", plan}, {"meshes", meshes},
+  j.update({{"format", "autoshard.dtensor_plan"}, {"version", 5}, {"plan", plan}, {"meshes", meshes}, {"tied", e.tied},
             {"data_parallel_axes", names(e.data_parallel_axes)},
             {"attributes", e.attributes}, {"loss_parallel", e.loss_parallel}, {"fixed_inputs", e.fixed_inputs},
             {"fsdp", fsdp}, {"tp_gradient_sums", e.tp_gradient_sums}, {"notes", e.notes}});

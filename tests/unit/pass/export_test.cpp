@@ -145,7 +145,7 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
   REQUIRE(e.problems.empty());
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
   CHECK(j["format"] == "autoshard.dtensor_plan");
-  CHECK(j["version"] == 4);
+  CHECK(j["version"] == 5);
   CHECK(j["fsdp"].is_null());  // no parameter is stored ZeRO-3
   CHECK(j["tp_axis_name"] == "tp");
   CHECK(j["mesh_shape"] == nlohmann::json::array({2, 4}));
@@ -202,6 +202,30 @@ TEST_CASE("export: Megatron's sequence parallelism in PyTorch's layouts") {
   CHECK(h.problems.empty());
   CHECK(mentions(h.notes, "o_proj", "all-reduces it: the same numbers"));
   CHECK(autoshard::to_hf_tp_plan(h)["tp_plan"]["lm_head"] == "colwise_gather_output");
+}
+
+TEST_CASE("export: a tied table split for both its uses is one parameter again after the styles") {
+  // Qwen2's layout (lm_head tied to the token embedding), Megatron's vocabulary: the one table
+  // stored Shard(0), the embedding RowwiseParallel and lm_head ColwiseParallel on it. Each style
+  // registers a parameter of its own, so the export says to assign the embedding's to lm_head.
+  for (const autoshard::run_mode mode : {autoshard::run_mode::inference, autoshard::run_mode::training}) {
+    CAPTURE(static_cast<int>(mode));
+    auto c = small_llama(mode, 2);
+    c.tie_embeddings = true;
+    const autoshard::loaded_plan p = solve_and_load(autoshard::build_llama(c), {});
+    const autoshard::tp_export e = exported(p, export_target::dtensor);
+    REQUIRE(e.problems.empty());
+    const nlohmann::json j = autoshard::to_dtensor_plan(e);
+    CHECK(j["plan"]["model.embed_tokens"]["style"] == "RowwiseParallel");
+    CHECK(j["plan"]["lm_head"]["style"] == "ColwiseParallel");
+    CHECK(j["tied"] == nlohmann::json({{"lm_head.weight", "model.embed_tokens.weight"}}));
+    CHECK(mentions(e.notes, "'lm_head.weight' is 'model.embed_tokens.weight' (tied)", "assign the one to both"));
+    // transformers re-ties after its tp_plan: nothing to say there.
+    CHECK(exported(p, export_target::hf).problems.empty());
+  }
+  // Untied (LLaMA's own): nothing to tie.
+  const autoshard::loaded_plan untied = solve_and_load(autoshard::build_llama(small_llama(autoshard::run_mode::inference, 2)), {});
+  CHECK(autoshard::to_dtensor_plan(exported(untied, export_target::dtensor))["tied"] == nlohmann::json::object());
 }
 
 TEST_CASE("export: transformers' vocabulary, current and previous major release") {
@@ -518,7 +542,7 @@ TEST_CASE("export: ZeRO-3 on the tp axis of a batch sliced from its embedding is
   CHECK(mentions(e.notes, "FSDP2 (fully_shard, 3 units)", "over mesh axis 1 (tp) for 2, replicated over mesh axis 0 (dp) (HSDP)"));
   CHECK(mentions(e.notes, "FSDP2 (fully_shard, 3 units)", "set_gradient_divide_factor(2)"));
   const nlohmann::json j = autoshard::to_dtensor_plan(e);
-  CHECK(j["version"] == 4);
+  CHECK(j["version"] == 5);
   CHECK(j["fsdp"]["gradient_divide_factor"] == 2);
   CHECK(j["data_parallel_axes"] == nlohmann::json::array({"dp"}));
   // The same weight gathered for a module computing on whole rows over tp: every tp rank's

@@ -692,9 +692,12 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
     case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(-1, 0);
     case algo::megatron: {
       // Data parallel as Megatron-LM is: every batch activation split over the data-parallel
-      // ranks (the search keeps only micro-steps whose batch divides among them).
+      // ranks (the search keeps only micro-steps whose batch divides among them). An opaque
+      // operator can only be whole (an exported model's arange over the batch, for its mask):
+      // each rank computes it, as each Megatron-LM rank computes it on its own batch.
+      const bool opaque_whole = g[v].kind == op_kind::opaque && !g[v].attrs.elementwise;
       bool split = true;
-      for (std::size_t x = 0; x < axes && split && batch_tensor && !g[v].is_parameter(); ++x)
+      for (std::size_t x = 0; x < axes && split && batch_tensor && !g[v].is_parameter() && !opaque_whole; ++x)
         if (static_cast<int>(x) != rq.tp_axis && pm.mesh.size(x) > 1) split = s.output[x].is_shard(0);
       if (!split || !data_parallel_on(rq.tp_axis, zero1 ? 1 : 0)) return false;
       if (rq.tp_axis < 0) return true;

@@ -172,3 +172,23 @@ TEST_CASE("megatron refuses a vocabulary that leaves a tensor-parallel rank no r
   c.vocab = 7;  // 2, 2, 2, 1: uneven, the split rule's, and planned
   CHECK(autosharding_analysis_pass(build_llama(c), vocab_megatron_on({1, 4})).report.plan.feasible);
 }
+
+TEST_CASE("megatron plans an imported model whose opaque operators compute over the batch whole on every rank") {
+  // torch's dynamo exporter builds the attention mask with an arange over the batch, an opaque
+  // vertex of shape [B]: megatron required every batch-sized activation split over the
+  // data-parallel ranks, which an opaque operator cannot be ('has no strategy this algo allows').
+  transformer_config c = transformer_config::gpt2(2, 64, 4);
+  c.seq = 16;
+  c.max_positions = 16;
+  c.vocab = 256;
+  c.batch = 8;
+  c.mode = run_mode::training;
+  model_graph g = build_gpt2(c);
+  op_attrs a;
+  a.dims = {8};
+  a.op_type = "Range";
+  const vertex_t ar = add_op(g, op_kind::opaque, "batch_arange", {}, a, dtype::i64);
+  const autosharding_result r = autosharding_analysis_pass(g, vocab_megatron_on({2, 4}));
+  CHECK(r.strategies[ar].output.is_replicated());
+  CHECK(vocab_chosen(r, "transformer.h.0.attn.c_attn").inputs[0].shard_count(r.report.mesh, 0) == 2);  // dp 2
+}

@@ -256,18 +256,36 @@ bool is_plan_svg(const std::filesystem::path& p) {
          head.find("<!-- Title: plan Pages:") != std::string::npos;
 }
 
-/// A plan written without its SVG (`why`): the SVG beside the DOT that an earlier plan's run
-/// drew would describe another plan beside the new DOT. It is removed when it is provably a
-/// picture `plan` drew (is_plan_svg); anything else at that name is left, with a note.
-void remove_stale_svg(const plan_cli_options& o, const std::string& why) {
+/// Whether `p` is a DOT `plan` wrote: a regular file (a link is never one) that begins as
+/// write_plan_dot's `digraph plan {`.
+bool is_plan_dot(const std::filesystem::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::ifstream in(p, std::ios::binary);
+  std::string head(15, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  return in.gcount() == static_cast<std::streamsize>(head.size()) && head == "digraph plan {\n";
+}
+
+/// A plan written without a picture (`why`): the picture `path` an earlier plan's run drew
+/// would describe another plan beside the new one. It is removed when it is provably one
+/// `plan` drew (`ours`: is_plan_svg, is_plan_dot); anything else at that name is left, with a note.
+void remove_stale_picture(const std::string& path, bool (*ours)(const std::filesystem::path&), const std::string& what,
+                          const std::string& why) {
   std::error_code ec;
-  if (o.svg_beside.empty() || !std::filesystem::exists(std::filesystem::symlink_status(o.svg_beside, ec))) return;
-  if (is_plan_svg(o.svg_beside) && ::unlink(o.svg_beside.c_str()) == 0)
-    std::cerr << "autoshard: note: removed " << quoted_path(o.svg_beside) << ", an earlier plan's picture beside the DOT (" << why
+  if (path.empty() || !std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return;
+  if (ours(path) && ::unlink(path.c_str()) == 0)
+    std::cerr << "autoshard: note: removed " << quoted_path(path) << ", an earlier plan's " << what << " (" << why
               << "): it would have described another plan\n";
   else
-    std::cerr << "autoshard: note: " << quoted_path(o.svg_beside) << " beside the DOT is left as it is (" << why
+    std::cerr << "autoshard: note: " << quoted_path(path) << " is left as it is (" << why
               << "), and is not a picture of this plan: it is not one `plan` drew\n";
+}
+
+/// A plan written without its SVG (`why`): the SVG beside the DOT an earlier run drew goes
+/// (remove_stale_picture).
+void remove_stale_svg(const plan_cli_options& o, const std::string& why) {
+  remove_stale_picture(o.svg_beside, is_plan_svg, "picture beside the DOT", why);
 }
 
 /// The plan's pictures: a DOT (tied layers once, a legend, resharding edges with their
@@ -514,9 +532,13 @@ int run_plan(plan_cli_options o) {
                        "device (its memory less each one's runtime reserve); give a budget to tighten that, or leave the flag out");
     if (o.memory_budget.empty()) po.memory_budget.reset();
     po.on_progress = nullptr;
-    return run_pipelined_plan(g, po, {o.pipeline_stages, o.schedule, o.tensor_parallel, o.micro_batch, po.pricing.recompute, o.json})
-               ? exit_ok
-               : exit_does_not_fit;
+    const bool fits =
+        run_pipelined_plan(g, po, {o.pipeline_stages, o.schedule, o.tensor_parallel, o.micro_batch, po.pricing.recompute, o.json});
+    if (!o.preload) {  // a pipelined plan has no pictures: an earlier unpipelined plan's would describe another
+      remove_stale_picture(o.dot, is_plan_dot, "DOT", "a pipelined plan draws none");
+      remove_stale_svg(o, "a pipelined plan draws none");
+    }
+    return fits ? exit_ok : exit_does_not_fit;
   }
   progress_printer progress(!o.quiet && !o.preload);
   po.on_progress = [&progress](const solve_progress& p) { progress(p); };

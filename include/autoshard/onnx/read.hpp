@@ -251,13 +251,16 @@ inline void reader::parse(std::string_view bytes) {
 /// "['', 'transformer', 'transformer.h.0', 'transformer.h.0.attn', 'view_3']". Per node:
 /// "/MODULE/OP" for the last node of its op type in that module, "/MODULE/OP_1" for the one
 /// before, ... (as the TorchScript exporter named nodes, "/transformer/h.0/attn/MatMul_1", but
-/// counted from the end: the exporter computes a value every layer reads, such as GPT-2's
-/// attention mask, once, at its first use, early in the first layer, and counting from the end
-/// keeps that layer's own nodes named as every other layer's), so that the layers' nodes have
+/// counted from the end: the exporter computes what every layer reads once, at its first use,
+/// early in the first layer, and counting from the end keeps that layer's own nodes named as
+/// every other layer's), so that the layers' nodes have
 /// the same names but for the layer index (and repeated layers are recognised and tied), and a
-/// Gemm takes its module's name (pattern_name). Empty where a node has no such entry, or an
-/// entry that is not a plain dotted module path.
-inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g) {
+/// Gemm takes its module's name (pattern_name). Only nodes that compute on the model's data
+/// (`on_data`: a floating graph input, a weight, or what is computed from them) are named so:
+/// a value the exporter derives from positions and constants alone, such as the attention mask
+/// it builds once in the first layer, keeps its node's own name, outside the layers. Empty
+/// where a node has no such entry, or an entry that is not a plain dotted module path.
+inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data) {
   std::vector<std::string> names(static_cast<std::size_t>(g.node_size()));
   std::map<std::pair<std::string, std::string>, int> seen;
   const auto module_of = [](const std::string& list) -> std::string {
@@ -283,7 +286,7 @@ inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g) 
   };
   for (int i = g.node_size() - 1; i >= 0; --i) {
     const onnx::NodeProto& n = g.node(i);
-    if (!default_domain(n) || n.op_type().empty()) continue;
+    if (!default_domain(n) || n.op_type().empty() || !on_data[static_cast<std::size_t>(i)]) continue;
     const std::string m = module_of(node_metadata(n, "pkg.torch.onnx.name_scopes"));
     if (m.empty()) continue;
     const int k = seen[{m, n.op_type()}]++;
@@ -363,7 +366,25 @@ inline void reader::sort_nodes() {
     fail("the graph has a cycle: " + std::to_string(g.node_size() - static_cast<int>(order.size())) +
          " nodes are on it or wait on it (" + left + ")");
   }
-  const std::vector<std::string> names = scoped_names(g);
+  // Which nodes compute on the model's data (scoped_names): in topological order, a node
+  // reading a floating graph input, a weight (a floating initializer but the 0-d constants an
+  // exporter lifts) or such a node's output.
+  std::set<std::string> data;
+  for (const auto& v : g.input())
+    if (v.type().tensor_type().has_elem_type() && to_dtype(v.type().tensor_type().elem_type()) &&
+        is_float(*to_dtype(v.type().tensor_type().elem_type())))
+      data.insert(v.name());
+  for (const auto& t : g.initializer())
+    if (to_dtype(t.data_type()) && is_float(*to_dtype(t.data_type())) && !(t.dims_size() == 0 && t.name().find('.') == std::string::npos))
+      data.insert(t.name());
+  std::vector<char> on_data(static_cast<std::size_t>(g.node_size()), 0);
+  for (int i : order) {
+    const onnx::NodeProto& n = g.node(i);
+    for (const std::string& in : n.input()) on_data[static_cast<std::size_t>(i)] |= static_cast<char>(!in.empty() && data.count(in));
+    if (on_data[static_cast<std::size_t>(i)])
+      for (const std::string& o : n.output()) data.insert(o);
+  }
+  const std::vector<std::string> names = scoped_names(g, on_data);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> sorted;
   sorted.Reserve(g.node_size());
   scoped.clear();

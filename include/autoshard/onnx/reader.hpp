@@ -139,7 +139,7 @@ struct reader {
 
   // ---- topological order (Kahn), a cycle or a dangling value is an error ---- (read.hpp)
   void sort_nodes();
-  static std::vector<std::string> scoped_names(const onnx::GraphProto& g);
+  static std::vector<std::string> scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data);
   static std::string node_metadata(const onnx::NodeProto& n, std::string_view key);
   std::string vertex_base(int k) const;
 

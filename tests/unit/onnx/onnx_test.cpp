@@ -476,9 +476,10 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
   mm.input("keep", {"batch", "8"}, onnx::TensorProto::BOOL);
   std::string x = "x";
   int fx = 0;
-  // A value every layer could read, computed once at its first use, early in layer 0 (as the
-  // exporter writes GPT-2's attention mask): the layer's own Where keeps its name.
-  name_scopes(mm.node("Where", "node_Where_early", {"keep", "zero", "x"}, {"early"}), "['', 'model', 'model.layers.0', 'where_early']");
+  // A value every layer could read, computed from no data (the mask from positions and
+  // constants) once, at its first use, early in layer 0 (as the exporter writes GPT-2's
+  // attention mask): it keeps its node's name, and the layer's own Where is named as layer 1's.
+  name_scopes(mm.node("Where", "node_Where_early", {"keep", "zero", "zero"}, {"early"}), "['', 'model', 'model.layers.0', 'where_early']");
   for (int i = 0; i < 2; ++i) {
     const std::string layer = "model.layers." + std::to_string(i), scopes = "['', 'model', '" + layer + "'";
     const std::string mmn = "node_MatMul_" + std::to_string(fx++), nan = "node_IsNaN_" + std::to_string(fx++),
@@ -512,9 +513,9 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     CHECK(nan.type == dtype::boolean);
   }
   CHECK(vertex(r.graph, "node_relu_9").kind == op_kind::relu);
-  // Counted from the module's last node: layer 0's own guard is "Where" as layer 1's, the early one "Where_1".
   CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "model.layers.0.Where"))[0]].name == "model.layers.0.IsNaN");
-  CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "model.layers.0.Where_1"))[0]].name == "keep");
+  CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "node_Where_early"))[0]].name == "keep");
+  CHECK_FALSE(find_vertex(r.graph, "model.layers.0.Where_1"));
   CHECK(vertex(r.graph, "model.head").kind == op_kind::linear);
   CHECK(vertex(r.graph, "model.head.weight").kind == op_kind::parameter);
   CHECK(vertex(r.graph, "val_8").kind == op_kind::input);

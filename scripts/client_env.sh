@@ -20,7 +20,7 @@ if [ ! -f "$env/.complete" ]; then
   flock 9  # one creator at a time; the others wait and reuse its environment
   if [ ! -f "$env/.complete" ]; then
     rm -rf "$env"  # a half-made one (an interrupted install)
-    echo "client_env: creating $env from tests/client/requirements.txt (about 5.6 GB, once per machine)" >&2
+    echo "client_env: creating $env from tests/client/requirements.txt (about 5.7 GB, once per machine)" >&2
     start=$(date +%s)
     # -I: isolated from the caller's directory and PYTHON* variables (a types.py beside it would
     # shadow the standard library's).

@@ -48,10 +48,9 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
   }
   vertex_t u;
   // A floating initializer is a weight, named as the file names it, or as the module that uses
-  // it (weight_names); a scalar one with an unqualified name is a constant the exporter lifted
-  // (torch's dynamo exporter writes the attention's scale and fills as val_196, ...).
-  const bool lifted_scalar = vi.shape.rank == 0 && v.find('.') == std::string::npos;
-  if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_scalar) {
+  // it (weight_names); but not a constant the exporter lifted (lifted_constant: torch's dynamo
+  // exporter writes the attention's scale and fills as val_196, ...).
+  if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank)) {
     const auto renamed = weight_names.find(v);
     u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
   } else
@@ -105,7 +104,7 @@ inline void reader::opaque(int k, const std::string& why) {
   const std::string who = node_label(n, k);
   const bool each = elementwise(k);
   std::vector<vertex_t> ops;
-  for (int i : each ? iota(n.input_size()) : data_inputs(n))
+  for (int i : data_inputs(n))  // every input of an elementwise operator
     if (i < n.input_size() && !n.input(i).empty()) ops.push_back(operand(n.input(i), who));
   if (ops.size() > 64) fail(who + " has " + std::to_string(ops.size()) + " inputs; an opaque operator takes at most 64");
   const std::string base = vertex_base(k);

@@ -375,7 +375,7 @@ inline void reader::sort_nodes() {
         is_float(*to_dtype(v.type().tensor_type().elem_type())))
       data.insert(v.name());
   for (const auto& t : g.initializer())
-    if (to_dtype(t.data_type()) && is_float(*to_dtype(t.data_type())) && !(t.dims_size() == 0 && t.name().find('.') == std::string::npos))
+    if (to_dtype(t.data_type()) && is_float(*to_dtype(t.data_type())) && !lifted_constant(t.name(), static_cast<std::size_t>(t.dims_size())))
       data.insert(t.name());
   std::vector<char> on_data(static_cast<std::size_t>(g.node_size()), 0);
   for (int i : order) {

@@ -137,8 +137,14 @@ struct reader {
   void check_names() const;
   void parse(std::string_view bytes);
 
-  // ---- topological order (Kahn), a cycle or a dangling value is an error ---- (read.hpp)
+  // ---- topological order (Kahn), a cycle or a dangling value is an error; and the nodes'
+  // module-path names (scoped_names), which need both the file's order and that one ---- (read.hpp)
   void sort_nodes();
+  /// Whether the initializer `name` of rank `rank` is a constant an exporter lifted, not a
+  /// weight: 0-d, with a name no module qualifies (torch's dynamo exporter's val_196).
+  static bool lifted_constant(const std::string& name, std::size_t rank) {
+    return rank == 0 && name.find('.') == std::string::npos;
+  }
   static std::vector<std::string> scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data);
   static std::string node_metadata(const onnx::NodeProto& n, std::string_view key);
   std::string vertex_base(int k) const;

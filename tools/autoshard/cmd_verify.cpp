@@ -83,7 +83,7 @@ int run_verify(const verify_cli_options& o) {
   plan_document doc = read_plan_file(o.plan);
   // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
   // a training check needs a loss.
-  require_known_operators(doc.graph);
+  require_known_operators(doc.graph, doc.pricing.mode == run_mode::training && !o.forward_only);
   if (doc.pricing.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
   if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
   // Before the plan is re-priced and any rank runs: a --seq beyond the model's position table.

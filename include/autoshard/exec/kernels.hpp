@@ -14,8 +14,10 @@
 #include <cstring>     // std::memcpy
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
+#include <numeric>     // std::accumulate
 #include <span>        // std::span
 #include <string>      // std::string
+#include <string_view> // std::string_view
 #include <utility>     // std::pair
 #include <vector>      // std::vector
 
@@ -62,6 +64,81 @@ inline std::int64_t prod(const tensor_shape& s, std::size_t from, std::size_t to
 
 [[noreturn]] inline void kernel_error(const node& nd, const std::string& why) {
   throw exec_error("vertex " + quoted_text(nd.name) + " (" + std::string(to_string(nd.kind)) + "): " + why);
+}
+
+/// The element function of an imported elementwise operator (attrs.elementwise) with ONNX's
+/// semantics for attrs.op_type, over its `n` operands' elements as doubles; null for an
+/// operator whose result needs what the vertex does not record (an attribute: Elu's alpha,
+/// IsInf's signs, Mod's fmod; Clip with one bound, which one unknown) or that no run needs
+/// (the Bitwise operators, whose results depend on the element width).
+using elementwise_fn = double (*)(const double* x, std::size_t n);
+inline elementwise_fn elementwise_kernel_of(const node& nd, std::size_t n) {
+  if (nd.kind != op_kind::opaque || !nd.attrs.elementwise) return nullptr;
+  const std::string& t = nd.attrs.op_type;
+  using table = std::pair<std::string_view, elementwise_fn>;
+  static constexpr table unary[] = {
+      {"Abs", [](const double* x, std::size_t) { return std::abs(x[0]); }},
+      {"Neg", [](const double* x, std::size_t) { return -x[0]; }},
+      {"Sin", [](const double* x, std::size_t) { return std::sin(x[0]); }},
+      {"Cos", [](const double* x, std::size_t) { return std::cos(x[0]); }},
+      {"Tan", [](const double* x, std::size_t) { return std::tan(x[0]); }},
+      {"Asin", [](const double* x, std::size_t) { return std::asin(x[0]); }},
+      {"Acos", [](const double* x, std::size_t) { return std::acos(x[0]); }},
+      {"Atan", [](const double* x, std::size_t) { return std::atan(x[0]); }},
+      {"Sinh", [](const double* x, std::size_t) { return std::sinh(x[0]); }},
+      {"Cosh", [](const double* x, std::size_t) { return std::cosh(x[0]); }},
+      {"Asinh", [](const double* x, std::size_t) { return std::asinh(x[0]); }},
+      {"Acosh", [](const double* x, std::size_t) { return std::acosh(x[0]); }},
+      {"Atanh", [](const double* x, std::size_t) { return std::atanh(x[0]); }},
+      {"Sqrt", [](const double* x, std::size_t) { return std::sqrt(x[0]); }},
+      {"Reciprocal", [](const double* x, std::size_t) { return 1.0 / x[0]; }},
+      {"Log", [](const double* x, std::size_t) { return std::log(x[0]); }},
+      {"Erf", [](const double* x, std::size_t) { return std::erf(x[0]); }},
+      {"Floor", [](const double* x, std::size_t) { return std::floor(x[0]); }},
+      {"Ceil", [](const double* x, std::size_t) { return std::ceil(x[0]); }},
+      {"Round", [](const double* x, std::size_t) { return std::nearbyint(x[0]); }},  // half to even
+      {"Sign", [](const double* x, std::size_t) { return x[0] > 0 ? 1.0 : x[0] < 0 ? -1.0 : 0.0; }},
+      {"Sigmoid", [](const double* x, std::size_t) { return 1.0 / (1.0 + std::exp(-x[0])); }},
+      {"Softplus", [](const double* x, std::size_t) { return std::log1p(std::exp(x[0])); }},
+      {"Softsign", [](const double* x, std::size_t) { return x[0] / (1.0 + std::abs(x[0])); }},
+      {"Mish", [](const double* x, std::size_t) { return x[0] * std::tanh(std::log1p(std::exp(x[0]))); }},
+      {"HardSwish", [](const double* x, std::size_t) { return x[0] * std::max(0.0, std::min(1.0, x[0] / 6.0 + 0.5)); }},
+      {"IsNaN", [](const double* x, std::size_t) { return std::isnan(x[0]) ? 1.0 : 0.0; }},
+      {"Not", [](const double* x, std::size_t) { return x[0] == 0.0 ? 1.0 : 0.0; }},
+      {"Cast", [](const double* x, std::size_t) { return x[0]; }},  // to the vertex's type
+  };
+  static constexpr table binary[] = {
+      {"Pow", [](const double* x, std::size_t) { return std::pow(x[0], x[1]); }},
+      {"Equal", [](const double* x, std::size_t) { return x[0] == x[1] ? 1.0 : 0.0; }},
+      {"Less", [](const double* x, std::size_t) { return x[0] < x[1] ? 1.0 : 0.0; }},
+      {"LessOrEqual", [](const double* x, std::size_t) { return x[0] <= x[1] ? 1.0 : 0.0; }},
+      {"Greater", [](const double* x, std::size_t) { return x[0] > x[1] ? 1.0 : 0.0; }},
+      {"GreaterOrEqual", [](const double* x, std::size_t) { return x[0] >= x[1] ? 1.0 : 0.0; }},
+      {"And", [](const double* x, std::size_t) { return x[0] != 0.0 && x[1] != 0.0 ? 1.0 : 0.0; }},
+      {"Or", [](const double* x, std::size_t) { return x[0] != 0.0 || x[1] != 0.0 ? 1.0 : 0.0; }},
+      {"Xor", [](const double* x, std::size_t) { return (x[0] != 0.0) != (x[1] != 0.0) ? 1.0 : 0.0; }},
+  };
+  static constexpr table variadic[] = {  // one operand or more
+      {"Max", [](const double* x, std::size_t n) { return *std::max_element(x, x + n); }},
+      {"Min", [](const double* x, std::size_t n) { return *std::min_element(x, x + n); }},
+      {"Sum", [](const double* x, std::size_t n) { return std::accumulate(x, x + n, 0.0); }},
+      {"Mean", [](const double* x, std::size_t n) { return std::accumulate(x, x + n, 0.0) / static_cast<double>(n); }},
+  };
+  const auto find = [&](const auto& tab) -> elementwise_fn {
+    for (const table& e : tab)
+      if (e.first == t) return e.second;
+    return nullptr;
+  };
+  if (n == 1)
+    if (elementwise_fn f = find(unary)) return f;
+  if (n == 2)
+    if (elementwise_fn f = find(binary)) return f;
+  if (n >= 1)
+    if (elementwise_fn f = find(variadic)) return f;
+  if (t == "Where" && n == 3) return [](const double* x, std::size_t) { return x[0] != 0.0 ? x[1] : x[2]; };
+  if (t == "Clip" && n == 1) return [](const double* x, std::size_t) { return x[0]; };
+  if (t == "Clip" && n == 3) return [](const double* x, std::size_t) { return std::min(std::max(x[0], x[1]), x[2]); };
+  return nullptr;
 }
 
 /// Why an opaque operator (imported with no mapping) cannot run: the kernels know no such operator.
@@ -172,6 +249,44 @@ host_tensor where(const node& nd, std::span<const host_tensor* const> in) {
   strided_loop<3>(s, st, [&](std::int64_t flat, const std::array<std::int64_t, 3>& off) {
     po[flat] = pc[off[0]] != 0 ? px[off[1]] : py[off[2]];
   });
+  return o;
+}
+
+/// An imported elementwise operator (elementwise_kernel_of): its operands (T, or i64 for
+/// integers and booleans, as a run holds them) broadcast, each element computed in double, the
+/// result in the vertex's type (T, or i64: a boolean is 0 or 1, a number truncated toward 0).
+template <class T>
+host_tensor elementwise_opaque(const node& nd, std::span<const host_tensor* const> in) {
+  const elementwise_fn f = elementwise_kernel_of(nd, in.size());
+  if (f == nullptr) kernel_error(nd, opaque_why(nd));
+  const tensor_shape s = broadcast_shape(nd, in);
+  const bool integral = is_integer(nd.type);
+  host_tensor o(integral ? dtype::i64 : host_dtype_of<T>(), s);
+  std::vector<std::array<std::int64_t, max_tensor_rank>> st;
+  for (const host_tensor* t : in) st.push_back(broadcast_strides(t->shape(), s));
+  std::vector<double> x(in.size());
+  std::vector<std::int64_t> idx(s.rank, 0), off(in.size(), 0);
+  for (std::int64_t flat = 0; flat < s.numel(); ++flat) {
+    for (std::size_t k = 0; k < in.size(); ++k)
+      x[k] = in[k]->type() == dtype::i64 ? static_cast<double>(in[k]->as<std::int64_t>()[off[k]])
+                                         : static_cast<double>(in[k]->as<T>()[off[k]]);
+    const double y = f(x.data(), x.size());
+    if (!integral) {
+      o.as<T>()[flat] = static_cast<T>(y);
+    } else if (nd.type == dtype::boolean) {
+      o.as<std::int64_t>()[flat] = y != 0.0 ? 1 : 0;
+    } else {
+      if (!(std::abs(y) < 9.2e18)) kernel_error(nd, "gives " + std::to_string(y) + ", which its integer type cannot hold");
+      o.as<std::int64_t>()[flat] = static_cast<std::int64_t>(std::trunc(y));
+    }
+    for (std::size_t d = s.rank; d-- > 0;) {
+      ++idx[d];
+      for (std::size_t k = 0; k < in.size(); ++k) off[k] += st[k][d];
+      if (idx[d] < s[d]) break;
+      for (std::size_t k = 0; k < in.size(); ++k) off[k] -= st[k][d] * s[d];
+      idx[d] = 0;
+    }
+  }
   return o;
 }
 
@@ -591,7 +706,7 @@ host_tensor run_kernel(const node& nd, std::span<const host_tensor* const> in, c
     case op_kind::cross_entropy: return cross_entropy<T>(nd, *in[0], *in[1], c);
     case op_kind::where: return where<T>(nd, in);
     case op_kind::expand: return expand<T>(nd, *in[0], c.out_shape);
-    case op_kind::opaque: kernel_error(nd, opaque_why(nd));
+    case op_kind::opaque: return elementwise_opaque<T>(nd, in);
     case op_kind::input:
     case op_kind::parameter: break;
   }

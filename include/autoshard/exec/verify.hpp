@@ -208,12 +208,24 @@ inline std::uint64_t bytes_digest(const host_tensor& t) {
 
 template <class T>
 void compare_piece(const host_tensor& piece, const host_tensor& ref_block, vertex_check& c) {
-  const T* a = piece.as<T>();
-  const T* b = ref_block.as<T>();
-  for (std::int64_t i = 0; i < piece.numel(); ++i) {
-    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
-    c.max_abs_diff = std::max(c.max_abs_diff, std::isfinite(d) ? d : std::numeric_limits<double>::infinity());
-    c.ref_max_abs = std::max(c.ref_max_abs, std::abs(static_cast<double>(b[i])));
+  // An integer operator (a view of token ids, an imported model's positions) keeps its dtype
+  // whatever the compute dtype T is.
+  const auto compare = [&](auto tag) {
+    using E = decltype(tag);
+    const E* a = piece.as<E>();
+    const E* b = ref_block.as<E>();
+    for (std::int64_t i = 0; i < piece.numel(); ++i) {
+      const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+      c.max_abs_diff = std::max(c.max_abs_diff, std::isfinite(d) ? d : std::numeric_limits<double>::infinity());
+      c.ref_max_abs = std::max(c.ref_max_abs, std::abs(static_cast<double>(b[i])));
+    }
+  };
+  switch (piece.type()) {
+    case dtype::i64: return compare(std::int64_t{});
+    case dtype::i32: return compare(std::int32_t{});
+    case dtype::u8: return compare(std::uint8_t{});
+    case dtype::boolean: return compare(bool{});
+    default: return compare(T{});
   }
 }
 
@@ -651,18 +663,31 @@ verify_report verify_typed(const model_graph& g, const device_mesh& mesh, const 
 
 }  // namespace detail
 
-/// Throws exec_error naming the opaque operators of `g` (imported with no mapping), which
-/// have no kernel: checked before anything else about running a graph (a rank would stop
-/// half-way; a missing loss is the second question).
-inline void require_known_operators(const model_graph& g) {
-  std::string opaque;
-  int n_opaque = 0;
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].kind == op_kind::opaque && n_opaque++ < 5)
-      opaque += (opaque.empty() ? "" : ", ") + quoted_text(g[v].name) + " (" + quoted_text(g[v].attrs.op_type) + ")";
+/// Throws exec_error naming the opaque operators of `g` (imported with no mapping) that have
+/// no kernel: checked before anything else about running a graph (a rank would stop
+/// half-way; a missing loss is the second question). An imported elementwise operator whose
+/// ONNX semantics need nothing the vertex does not record runs (elementwise_kernel_of), its
+/// forward only: with `training`, one on the gradient's path is refused too.
+inline void require_known_operators(const model_graph& g, bool training = false) {
+  std::string opaque, forward_only;
+  int n_opaque = 0, n_forward_only = 0;
+  const std::vector<char> grad = training ? detail::gradient_flags(g) : std::vector<char>();
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (g[v].kind != op_kind::opaque) continue;
+    const std::string named = quoted_text(g[v].name) + " (" + quoted_text(g[v].attrs.op_type) + ")";
+    if (detail::elementwise_kernel_of(g[v], operands(g, v).size()) == nullptr) {
+      if (n_opaque++ < 5) opaque += (opaque.empty() ? "" : ", ") + named;
+    } else if (training && grad[v] && n_forward_only++ < 5) {
+      forward_only += (forward_only.empty() ? "" : ", ") + named;
+    }
+  }
   if (n_opaque > 0)
     throw exec_error("verify cannot run this graph: " + count_noun(n_opaque, "opaque operator") + " with no kernel (" + opaque + (n_opaque > 5 ? ", ..." : "") +
                      "); the plan is valid, but only a graph of known operators can be executed");
+  if (n_forward_only > 0)
+    throw exec_error("verify cannot run this graph's backward: " + count_noun(n_forward_only, "imported elementwise operator") +
+                     " on the gradient's path " + (n_forward_only > 1 ? "have" : "has") + " a forward kernel only (" + forward_only +
+                     (n_forward_only > 5 ? ", ..." : "") + "); check the forward pass (verify --forward-only)");
 }
 
 /// Runs `plan` (one strategy per vertex of `g`, e.g. autosharding_result::strategies) on
@@ -671,7 +696,7 @@ inline void require_known_operators(const model_graph& g) {
 inline verify_report verify_plan(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
                                  const verify_options& o = {}) {
   validate(g);
-  require_known_operators(g);
+  require_known_operators(g, o.training);
   check_position_tables(g);  // before any rank runs
   if (o.training) (void)training_losses(g);  // before the reference run: a graph without a loss has no backward
   if (o.compute == dtype::f32) return detail::verify_typed<float>(g, mesh, plan, o);

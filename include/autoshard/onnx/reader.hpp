@@ -105,6 +105,15 @@ struct value_info {
   bool graph_output = false;
 };
 
+/// A value computed from constants alone, evaluated (constants.hpp): its shape, type and
+/// elements in row-major order as doubles (positions, counts, booleans and the fills of masks
+/// are exact).
+struct dense_value {
+  tensor_shape shape;
+  dtype type = dtype::f32;
+  std::vector<double> v;
+};
+
 struct reader {
   onnx::ModelProto model;
   const onnx_options& opt;
@@ -176,7 +185,10 @@ struct reader {
   std::optional<std::vector<double>> constant(const std::string& name, std::int64_t max_count = 64) const {
     auto it = values.find(name);
     if (it == values.end() || !it->second.init) return std::nullopt;
-    const onnx::TensorProto& t = *it->second.init;
+    return elements(*it->second.init, max_count);
+  }
+  /// The elements of a tensor held in the file, at most `max_count` of them.
+  static std::optional<std::vector<double>> elements(const onnx::TensorProto& t, std::int64_t max_count) {
     if (t.data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) n *= d;  // bounded by check_initializer
@@ -252,6 +264,17 @@ struct reader {
   static std::vector<int> data_inputs(const onnx::NodeProto& n);
   static std::vector<int> iota(int n);
   void mark_needed();
+  void mark_needed_after_fusions();
+
+  // ---- values computed from constants alone, and their elements ---- (constants.hpp)
+  std::set<std::string> computed_from_constants;
+  void mark_constants();
+  std::optional<dense_value> evaluate_node(int k, const std::vector<const dense_value*>& in) const;
+  std::optional<dense_value> evaluate(const std::string& name, std::uint64_t max_bytes) const;
+  mutable std::map<std::pair<std::string, bool>, bool> causal_memo;  ///< evaluates_causal's answers
+  mutable std::optional<std::uint64_t> budget_cache;
+  bool evaluates_causal(const std::string& v, bool additive) const;
+  std::uint64_t constant_budget() const;
 
   // ---- fusions: patterns of several nodes that are one kind ---- (fusions.hpp)
   struct fusion {
@@ -291,6 +314,7 @@ struct reader {
   std::optional<weight_ref> weight_of(const std::string& v) const;
   void fuse_linear(int mm);
   std::optional<std::pair<std::string, std::int64_t>> heads_of(const std::string& v, const std::vector<std::int64_t>& perm) const;
+  std::optional<std::pair<std::string, std::int64_t>> keys_of(const std::string& kt, std::vector<int>& extra) const;
   bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const;
   bool strip_causal_mask(std::string& z, int& p, const tensor_shape& scores, bool& causal, std::vector<int>& used) const;
   void fuse_attention(int sm);

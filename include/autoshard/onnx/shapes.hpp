@@ -211,4 +211,31 @@ inline void reader::mark_needed() {
   }
 }
 
+/// After the fusions, what the graph's outputs still need: a fused pattern its operands (not
+/// what its absorbed nodes read), and a value computed from constants alone nothing: it
+/// becomes a constant input where it is read (operand), as a mask builder's output does once
+/// the attention that reads it is fused, or a Range of positions an embedding reads.
+inline void reader::mark_needed_after_fusions() {
+  std::vector<char> now(nodes.size(), 0);
+  std::set<std::string> want;
+  for (const auto& o : model.graph().output()) want.insert(o.name());
+  for (std::size_t k = nodes.size(); k-- > 0;) {
+    const onnx::NodeProto& n = *nodes[k];
+    bool any = false;
+    for (const std::string& o : n.output()) any = any || want.count(o);
+    if (!needed[k] || !any) continue;
+    const auto f = fused.find(static_cast<int>(k));
+    if (f == fused.end() && absorbed[k]) continue;
+    const bool source = default_domain(n) && (n.op_type() == "Constant" || n.op_type() == "Shape");
+    if (f == fused.end() && !source && n.output_size() == 1 && computed_from_constants.count(n.output(0))) continue;
+    now[k] = 1;
+    if (f != fused.end())
+      want.insert(f->second.operands.begin(), f->second.operands.end());
+    else
+      for (int i : data_inputs(n))
+        if (i < n.input_size() && !n.input(i).empty()) want.insert(n.input(i));
+  }
+  needed = std::move(now);
+}
+
 }  // namespace autoshard::detail::onnx_in

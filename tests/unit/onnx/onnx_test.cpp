@@ -10,6 +10,7 @@
 #include <autoshard/onnx/onnx.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -534,4 +535,99 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
   for (auto& n : j["nodes"])
     if (n["name"] == "model.layers.1.IsNaN") n["attrs"]["dims"] = {4, 8};
   CHECK_THROWS_WITH_AS(from_json(j), doctest::Contains("an elementwise opaque operator's shape is its operands' broadcast, not dims"), graph_error);
+}
+
+namespace {
+/// A 0-d int64 initializer, as torch's dynamo exporter writes Range's bounds.
+void int_scalar(model_maker& mm, const std::string& name, std::int64_t v) {
+  auto* t = mm.g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_int64_data(v);
+}
+
+/// scaled_dot_product_attention(q, k, v, mask) of [2, 4, 8] over 2 heads as torch's dynamo
+/// exporter decomposes it: q and k^T each scaled by sqrt(scale) (k^T transposed over a 3-D
+/// view), the mask built at run time from positions (Range, Unsqueeze, a comparison) and
+/// added as Where(mask, 0, finfo.min), the softmax guarded by Where(IsNaN(p), 0, p), and the
+/// heads merged into [B*S, H] for GPT-2's Conv1D. `compare` makes the mask: LessOrEqual(col,
+/// row) is causal. The positions also feed an embedding of 4 rows (GPT-2's wpe).
+std::string dynamo_attention(const std::string& compare) {
+  model_maker mm(18);
+  mm.input("x", {"2", "4", "8"}).weight("wpe", {4, 8}).scalar("zero", 0.0f).scalar("fill", -3.4028235e38f);
+  mm.scalar("c", static_cast<float>(std::sqrt(0.5)));  // sqrt(1 / sqrt(head dim 4))
+  int_scalar(mm, "start", 0);
+  int_scalar(mm, "limit", 4);
+  int_scalar(mm, "delta", 1);
+  mm.ints("heads_shape", {2, 4, 2, 4}).ints("flat_shape", {4, 4, 4}).ints("kt_shape", {2, 2, 4, 4}).ints("out_shape", {8, 8});
+  mm.ints("ax0", {0}).ints("ax1", {1}).ints("mask_shape", {1, 1, 4, 4});
+  const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
+  // Positions and the mask, from no input.
+  mm.node("Range", "node_arange", {"start", "limit", "delta"}, {"pos"});
+  mm.node("Unsqueeze", "node_unsqueeze", {"pos", "ax0"}, {"col"});
+  mm.node("Unsqueeze", "node_unsqueeze_1", {"pos", "ax1"}, {"row"});
+  mm.node(compare, "node_le", {"col", "row"}, {"m2"});
+  mm.node("Reshape", "node_view", {"m2", "mask_shape"}, {"mask"});
+  mm.node("Where", "node_where", {"mask", "zero", "fill"}, {"bias"});
+  mm.node("Gather", "node_embedding", {"wpe", "col"}, {"positions"});
+  mm.node("Add", "node_add", {"x", "positions"}, {"h"});
+  // Heads.
+  for (const char* t : {"q", "k", "v"}) {
+    mm.node("Reshape", std::string("node_view_") + t, {"h", "heads_shape"}, {std::string(t) + "4"});
+    perm(mm.node("Transpose", std::string("node_transpose_") + t, {std::string(t) + "4"}, {std::string(t) + "h"}), {0, 2, 1, 3});
+  }
+  mm.node("Reshape", "node_kflat", {"kh", "flat_shape"}, {"kflat"});
+  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
+  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
+  mm.node("Mul", "node_mul_q", {"qh", "c"}, {"qs"});
+  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
+  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
+  mm.node("Add", "node_masked", {"scores", "bias"}, {"masked"});
+  model_maker::attr(mm.node("Softmax", "node_softmax", {"masked"}, {"p"}), "axis", std::int64_t{-1});
+  mm.node("IsNaN", "node_isnan", {"p"}, {"nan"});
+  mm.node("Where", "node_guard", {"nan", "zero", "p"}, {"pg"});
+  mm.node("MatMul", "node_pv", {"pg", "vh"}, {"o"});
+  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
+  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+  mm.output("y");
+  return mm.bytes();
+}
+}  // namespace
+
+TEST_CASE("torch's dynamo export of attention: a mask built from positions is evaluated, and a causal one fuses") {
+  const onnx_import r = read_onnx(dynamo_attention("LessOrEqual"), "m.onnx");
+  CHECK(r.opaque.empty());
+  int attentions = 0;
+  for (vertex_t v : boost::make_iterator_range(boost::vertices(r.graph))) {
+    const node& n = r.graph[v];
+    if (n.kind != op_kind::attention) continue;
+    ++attentions;
+    CHECK(n.attrs.causal);
+    CHECK(n.attrs.heads == 2);
+    CHECK(n.shape == tensor_shape{2, 4, 8});
+  }
+  CHECK(attentions == 1);
+  // The heads merge into [B*S, H]: a view of the attention's [B, S, H], as the Reshape wrote it.
+  const node& out = vertex(r.graph, "node_view_out");
+  CHECK(out.kind == op_kind::reshape);
+  CHECK(out.shape == tensor_shape{8, 8});
+  CHECK(r.graph[operands(r.graph, *find_vertex(r.graph, "node_view_out"))[0]].kind == op_kind::attention);
+  // Nothing of the mask is left; the positions the embedding reads are a constant input.
+  for (const char* gone : {"node_arange", "node_le", "node_view", "node_where", "mask", "bias", "node_isnan", "node_guard"})
+    CHECK_FALSE(find_vertex(r.graph, gone));
+  CHECK(vertex(r.graph, "col").kind == op_kind::input);
+  CHECK(vertex(r.graph, "col").type == dtype::i64);
+  CHECK(vertex(r.graph, "node_embedding").kind == op_kind::embedding);
+  CHECK(parameter_count(r.graph) == 4 * 8);
+
+  // A mask that is not causal (each position sees itself and those after it) is what the file
+  // computes, not attention as the kind expresses it: the product, softmax and guard stay, and
+  // the mask, computed from no input, is one constant input.
+  const onnx_import anti = read_onnx(dynamo_attention("GreaterOrEqual"), "m.onnx");
+  for (vertex_t v : boost::make_iterator_range(boost::vertices(anti.graph))) CHECK(anti.graph[v].kind != op_kind::attention);
+  CHECK(vertex(anti.graph, "node_softmax").kind == op_kind::softmax);
+  CHECK(vertex(anti.graph, "node_isnan").kind == op_kind::opaque);
+  CHECK(vertex(anti.graph, "bias").kind == op_kind::input);
+  CHECK(vertex(anti.graph, "bias").shape == tensor_shape{1, 1, 4, 4});
+  CHECK_FALSE(find_vertex(anti.graph, "node_le"));
 }

@@ -1,0 +1,446 @@
+#pragma once
+/// Values computed from constants alone, and their evaluation. torch's dynamo exporter builds
+/// an attention's mask at run time from positions (Range, Expand, GatherND, comparisons,
+/// And), and the positions an embedding reads from a Range over the sequence: no graph input
+/// and no weight reaches them, so they are constants of the planned shapes. Such values are
+/// found in one pass over the sorted nodes (mark_constants); a value is evaluated
+/// (evaluate) where a pattern needs its elements (is the mask causal?), within a byte budget
+/// checked before each tensor is allocated; and a constant the graph still needs becomes a
+/// constant input (emit.hpp), not a chain of operators that compute nothing of the data.
+#include "shapes.hpp"
+
+namespace autoshard::detail::onnx_in {
+
+/// The operators evaluate() knows: shape-only ones, the elementwise arithmetic, comparisons
+/// and logic of masks and positions, and the gathers and scans of torch's mask builder. All
+/// are deterministic (no Random*, no Dropout), so a value computed from constants with them is
+/// one constant.
+inline bool evaluable(const onnx::NodeProto& n) {
+  static const std::set<std::string, std::less<>> ops{
+      "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Cast", "Range", "Concat", "Slice",
+      "Transpose", "Gather", "GatherND", "CumSum", "ConstantOfShape", "Shape", "Constant", "Add", "Sub", "Mul",
+      "Div", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+      "Neg", "Abs", "Where"};
+  return reader::default_domain(n) && n.output_size() == 1 && ops.count(n.op_type());
+}
+
+inline void reader::mark_constants() {
+  computed_from_constants.clear();
+  const auto source = [&](const std::string& name) {
+    auto it = values.find(name);
+    if (it == values.end() || !it->second.known) return false;
+    if (computed_from_constants.count(name)) return true;
+    const value_info& v = it->second;
+    // A Constant node's tensor, an integer initializer, or a scalar the exporter lifted; not a
+    // graph input, and not a floating initializer (a weight, or a buffer a module owns).
+    return v.init && (v.producer >= 0 || !is_float(v.type) || lifted_constant(name, v.shape.rank));
+  };
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const onnx::NodeProto& n = *nodes[k];
+    if (!evaluable(n) || n.output(0).empty()) continue;
+    auto o = values.find(n.output(0));
+    if (o == values.end() || !o->second.known || o->second.graph_output) continue;
+    bool all = n.input_size() > 0 || n.op_type() == "Constant";
+    if (n.op_type() == "Shape") {  // its value is its input's inferred shape, whatever the input holds
+      auto in = values.find(in_of(static_cast<int>(k), 0));
+      all = in != values.end() && in->second.known;
+    } else {
+      for (const std::string& i : n.input()) all = all && (i.empty() || source(i));
+    }
+    if (all) computed_from_constants.insert(n.output(0));
+  }
+}
+
+namespace constant_eval {
+
+inline std::vector<std::int64_t> strides_of(const tensor_shape& s) {
+  std::vector<std::int64_t> st(s.rank, 1);
+  for (std::size_t d = s.rank; d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+/// Calls f(output flat index, input offsets) over `out`, each input broadcast to it (numpy:
+/// aligned at the last dim, size 1 repeats). False when an input does not broadcast.
+template <class F>
+bool broadcast_loop(const tensor_shape& out, const std::vector<const tensor_shape*>& in, F&& f) {
+  const std::size_t r = out.rank, k = in.size();
+  std::vector<std::vector<std::int64_t>> st(k, std::vector<std::int64_t>(r, 0));
+  for (std::size_t i = 0; i < k; ++i) {
+    const tensor_shape& s = *in[i];
+    if (s.rank > r) return false;
+    const std::vector<std::int64_t> own = strides_of(s);
+    for (std::size_t d = 0; d < s.rank; ++d) {
+      const std::size_t od = r - s.rank + d;
+      if (s[d] == out[od]) st[i][od] = own[d];
+      else if (s[d] != 1) return false;
+    }
+  }
+  const std::int64_t n = out.numel();
+  std::vector<std::int64_t> idx(r, 0), off(k, 0);
+  for (std::int64_t flat = 0; flat < n; ++flat) {
+    f(flat, off);
+    for (std::size_t d = r; d-- > 0;) {  // the next index, offsets carried along
+      ++idx[d];
+      for (std::size_t i = 0; i < k; ++i) off[i] += st[i][d];
+      if (idx[d] < out[d]) break;
+      for (std::size_t i = 0; i < k; ++i) off[i] -= st[i][d] * out[d];
+      idx[d] = 0;
+    }
+  }
+  return true;
+}
+
+inline double convert(double x, dtype t) {
+  if (t == dtype::boolean) return x != 0.0 ? 1.0 : 0.0;
+  if (!is_float(t)) return std::trunc(x);
+  return x;
+}
+
+inline std::int64_t axis_of(std::int64_t a, std::size_t rank) { return a < 0 ? a + static_cast<std::int64_t>(rank) : a; }
+
+}  // namespace constant_eval
+
+/// Evaluates node k's output from its inputs' values (`in`, one per input, null when the input
+/// is absent); nullopt when the node's numbers are outside what the operator allows.
+inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector<const dense_value*>& in) const {
+  using namespace constant_eval;
+  const onnx::NodeProto& n = nd(k);
+  const std::string& t = n.op_type();
+  const value_info& ov = values.at(n.output(0));
+  dense_value r;
+  r.shape = ov.shape;
+  r.type = ov.type;
+  const std::int64_t count = r.shape.numel();
+  const auto arg = [&](std::size_t i) -> const dense_value* { return i < in.size() ? in[i] : nullptr; };
+  const auto ints = [&](std::size_t i) -> std::optional<std::vector<std::int64_t>> {
+    const dense_value* a = arg(i);
+    if (!a) return std::nullopt;
+    std::vector<std::int64_t> v;
+    for (double x : a->v) v.push_back(static_cast<std::int64_t>(x));
+    return v;
+  };
+  if (t == "Constant") {
+    auto c = constant(n.output(0), count);
+    if (!c) return std::nullopt;
+    r.v = std::move(*c);
+  } else if (t == "Shape") {
+    const tensor_shape& s = values.at(in_of(k, 0)).shape;
+    const auto rank = static_cast<std::int64_t>(s.rank);
+    const auto clamp = [&](std::int64_t i) { return std::min(std::max(i < 0 ? i + rank : i, std::int64_t{0}), rank); };
+    for (std::int64_t d = clamp(attr_int(n, "start", 0)); d < clamp(attr_int(n, "end", rank)); ++d)
+      r.v.push_back(static_cast<double>(s[static_cast<std::size_t>(d)]));
+  } else if (t == "Identity" || t == "Reshape" || t == "Squeeze" || t == "Unsqueeze" || t == "Flatten") {
+    if (!arg(0) || arg(0)->shape.numel() != count) return std::nullopt;  // a view: the same elements in order
+    r.v = arg(0)->v;
+  } else if (t == "Cast") {
+    if (!arg(0)) return std::nullopt;
+    for (double x : arg(0)->v) r.v.push_back(convert(x, r.type));
+  } else if (t == "ConstantOfShape") {
+    double fill = 0;
+    if (const auto* a = attr(n, "value"); a && a->has_t()) {
+      auto c = elements(a->t(), 1);
+      if (!c || c->size() != 1) return std::nullopt;
+      fill = (*c)[0];
+    }
+    r.v.assign(static_cast<std::size_t>(count), fill);
+  } else if (t == "Range") {
+    if (!arg(0) || !arg(1) || !arg(2) || arg(0)->v.size() != 1 || arg(1)->v.size() != 1 || arg(2)->v.size() != 1) return std::nullopt;
+    const double start = arg(0)->v[0], limit = arg(1)->v[0], delta = arg(2)->v[0];
+    if (delta == 0.0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta)) return std::nullopt;
+    const double len = std::max(std::ceil((limit - start) / delta), 0.0);
+    if (len != static_cast<double>(count)) return std::nullopt;
+    for (std::int64_t i = 0; i < count; ++i) r.v.push_back(start + static_cast<double>(i) * delta);
+  } else if (t == "Expand") {
+    if (!arg(0)) return std::nullopt;
+    r.v.resize(static_cast<std::size_t>(count));
+    if (!broadcast_loop(r.shape, {&arg(0)->shape}, [&](std::int64_t f, const std::vector<std::int64_t>& o) {
+          r.v[static_cast<std::size_t>(f)] = arg(0)->v[static_cast<std::size_t>(o[0])];
+        }))
+      return std::nullopt;
+  } else if (t == "Concat") {
+    const std::int64_t axis = axis_of(attr_int(n, "axis", 0), r.shape.rank);
+    if (axis < 0 || axis >= static_cast<std::int64_t>(r.shape.rank)) return std::nullopt;
+    std::int64_t outer = 1, inner = 1;
+    for (std::int64_t d = 0; d < axis; ++d) outer *= r.shape[static_cast<std::size_t>(d)];
+    for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < r.shape.rank; ++d) inner *= r.shape[d];
+    std::int64_t total = 0;
+    for (const dense_value* a : in) {
+      if (!a || a->shape.rank != r.shape.rank) return std::nullopt;
+      total += a->shape[static_cast<std::size_t>(axis)];
+    }
+    if (total != r.shape[static_cast<std::size_t>(axis)]) return std::nullopt;
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (const dense_value* a : in) {
+        const std::int64_t block = a->shape[static_cast<std::size_t>(axis)] * inner;
+        if (a->shape.numel() != outer * block) return std::nullopt;
+        r.v.insert(r.v.end(), a->v.begin() + o * block, a->v.begin() + (o + 1) * block);
+      }
+  } else if (t == "Slice") {
+    const dense_value* a = arg(0);
+    auto starts = ints(1), ends = ints(2), axes = ints(3), steps = ints(4);
+    if (!a || !starts || !ends || starts->size() != ends->size() || a->shape.rank != r.shape.rank) return std::nullopt;
+    const std::size_t rank = a->shape.rank;
+    std::vector<std::int64_t> first(rank, 0), step(rank, 1);
+    for (std::size_t i = 0; i < starts->size(); ++i) {
+      const std::int64_t ax = axis_of(axes ? (i < axes->size() ? (*axes)[i] : -999) : static_cast<std::int64_t>(i), rank);
+      const std::int64_t st = steps ? (i < steps->size() ? (*steps)[i] : 0) : 1;
+      if (ax < 0 || ax >= static_cast<std::int64_t>(rank) || st == 0) return std::nullopt;
+      const std::int64_t dim = a->shape[static_cast<std::size_t>(ax)];
+      std::int64_t s = (*starts)[i];
+      s = s < 0 ? s + dim : s;
+      s = st > 0 ? std::min(std::max(s, std::int64_t{0}), dim) : std::min(std::max(s, std::int64_t{-1}), dim - 1);
+      first[static_cast<std::size_t>(ax)] = s;
+      step[static_cast<std::size_t>(ax)] = st;
+    }
+    // The output's dims are the inferred ones; every index they reach must lie inside the input.
+    const std::vector<std::int64_t> ist = strides_of(a->shape);
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (r.shape[d] == 0) continue;
+      const std::int64_t last = first[d] + (r.shape[d] - 1) * step[d];
+      if (first[d] < 0 || first[d] >= a->shape[d] || last < 0 || last >= a->shape[d]) return std::nullopt;
+    }
+    std::vector<std::int64_t> idx(rank, 0);
+    for (std::int64_t f = 0; f < count; ++f) {
+      std::int64_t off = 0;
+      for (std::size_t d = 0; d < rank; ++d) off += (first[d] + idx[d] * step[d]) * ist[d];
+      r.v.push_back(a->v[static_cast<std::size_t>(off)]);
+      for (std::size_t d = rank; d-- > 0;) {
+        if (++idx[d] < r.shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  } else if (t == "Transpose") {
+    const dense_value* a = arg(0);
+    if (!a || a->shape.rank != r.shape.rank) return std::nullopt;
+    const std::size_t rank = a->shape.rank;
+    std::vector<std::int64_t> perm(rank);
+    for (std::size_t d = 0; d < rank; ++d) perm[d] = static_cast<std::int64_t>(rank - 1 - d);
+    if (auto p = attr_ints(n, "perm")) perm = *p;
+    if (perm.size() != rank) return std::nullopt;
+    const std::vector<std::int64_t> ist = strides_of(a->shape);
+    std::vector<std::int64_t> st(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (perm[d] < 0 || perm[d] >= static_cast<std::int64_t>(rank) || r.shape[d] != a->shape[static_cast<std::size_t>(perm[d])]) return std::nullopt;
+      st[d] = ist[static_cast<std::size_t>(perm[d])];
+    }
+    std::vector<std::int64_t> idx(rank, 0);
+    for (std::int64_t f = 0; f < count; ++f) {
+      std::int64_t off = 0;
+      for (std::size_t d = 0; d < rank; ++d) off += idx[d] * st[d];
+      r.v.push_back(a->v[static_cast<std::size_t>(off)]);
+      for (std::size_t d = rank; d-- > 0;) {
+        if (++idx[d] < r.shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  } else if (t == "Gather") {
+    const dense_value *a = arg(0), *ix = arg(1);
+    if (!a || !ix || a->shape.rank == 0) return std::nullopt;
+    const std::int64_t axis = axis_of(attr_int(n, "axis", 0), a->shape.rank);
+    if (axis < 0 || axis >= static_cast<std::int64_t>(a->shape.rank)) return std::nullopt;
+    const std::int64_t dim = a->shape[static_cast<std::size_t>(axis)];
+    std::int64_t outer = 1, inner = 1;
+    for (std::int64_t d = 0; d < axis; ++d) outer *= a->shape[static_cast<std::size_t>(d)];
+    for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < a->shape.rank; ++d) inner *= a->shape[d];
+    if (outer * static_cast<std::int64_t>(ix->v.size()) * inner != count) return std::nullopt;
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (double x : ix->v) {
+        std::int64_t j = static_cast<std::int64_t>(x);
+        j = j < 0 ? j + dim : j;
+        if (j < 0 || j >= dim) return std::nullopt;
+        const auto at = a->v.begin() + (o * dim + j) * inner;
+        r.v.insert(r.v.end(), at, at + inner);
+      }
+  } else if (t == "GatherND") {
+    const dense_value *a = arg(0), *ix = arg(1);
+    const std::int64_t b = attr_int(n, "batch_dims", 0);
+    if (!a || !ix || ix->shape.rank < 1 || b < 0 || b >= static_cast<std::int64_t>(ix->shape.rank) ||
+        b >= static_cast<std::int64_t>(a->shape.rank))
+      return std::nullopt;
+    const std::int64_t depth = ix->shape[ix->shape.rank - 1u];
+    if (depth < 1 || b + depth > static_cast<std::int64_t>(a->shape.rank)) return std::nullopt;
+    std::int64_t batch = 1, inner = 1;
+    for (std::int64_t d = 0; d < b; ++d) {
+      if (a->shape[static_cast<std::size_t>(d)] != ix->shape[static_cast<std::size_t>(d)]) return std::nullopt;
+      batch *= a->shape[static_cast<std::size_t>(d)];
+    }
+    for (std::size_t d = static_cast<std::size_t>(b + depth); d < a->shape.rank; ++d) inner *= a->shape[d];
+    const std::vector<std::int64_t> ast = strides_of(a->shape);
+    const std::int64_t per_batch_data = a->shape.numel() / std::max<std::int64_t>(batch, 1);
+    const std::int64_t tuples = ix->shape.numel() / depth, per_batch_tuples = tuples / std::max<std::int64_t>(batch, 1);
+    if (tuples * inner != count) return std::nullopt;
+    for (std::int64_t q = 0; q < tuples; ++q) {
+      std::int64_t off = (q / std::max<std::int64_t>(per_batch_tuples, 1)) * per_batch_data;
+      for (std::int64_t c = 0; c < depth; ++c) {
+        const std::int64_t dim = a->shape[static_cast<std::size_t>(b + c)];
+        std::int64_t j = static_cast<std::int64_t>(ix->v[static_cast<std::size_t>(q * depth + c)]);
+        j = j < 0 ? j + dim : j;
+        if (j < 0 || j >= dim) return std::nullopt;
+        off += j * ast[static_cast<std::size_t>(b + c)];
+      }
+      r.v.insert(r.v.end(), a->v.begin() + off, a->v.begin() + off + inner);
+    }
+  } else if (t == "CumSum") {
+    const dense_value* a = arg(0);
+    auto ax = ints(1);
+    if (!a || !ax || ax->size() != 1 || !(a->shape == r.shape)) return std::nullopt;
+    const std::int64_t axis = axis_of((*ax)[0], a->shape.rank);
+    if (axis < 0 || axis >= static_cast<std::int64_t>(a->shape.rank)) return std::nullopt;
+    const bool exclusive = attr_int(n, "exclusive", 0) != 0, reverse = attr_int(n, "reverse", 0) != 0;
+    const std::int64_t dim = a->shape[static_cast<std::size_t>(axis)], inner = strides_of(a->shape)[static_cast<std::size_t>(axis)];
+    r.v.assign(a->v.size(), 0.0);
+    for (std::int64_t base = 0; base < count; base += dim * inner)
+      for (std::int64_t i = 0; i < inner; ++i) {
+        double sum = 0;
+        for (std::int64_t s = 0; s < dim; ++s) {
+          const std::int64_t j = reverse ? dim - 1 - s : s;
+          const auto at = static_cast<std::size_t>(base + j * inner + i);
+          if (exclusive) r.v[at] = sum, sum += a->v[at];
+          else sum += a->v[at], r.v[at] = sum;
+        }
+      }
+  } else {  // elementwise, numpy broadcasting; the comparisons and logic give booleans
+    std::vector<const tensor_shape*> shapes;
+    for (const dense_value* a : in) {
+      if (!a) return std::nullopt;
+      shapes.push_back(&a->shape);
+    }
+    const std::size_t arity = in.size();
+    const bool unary = t == "Not" || t == "Neg" || t == "Abs";
+    if (arity == 0 || (t == "Where" ? arity != 3 : unary ? arity != 1 : (t != "Max" && t != "Min" && arity != 2))) return std::nullopt;
+    const bool integral = !is_float(r.type);
+    r.v.resize(static_cast<std::size_t>(count));
+    bool ok = true;
+    const bool looped = broadcast_loop(r.shape, shapes, [&](std::int64_t f, const std::vector<std::int64_t>& o) {
+      const auto x = [&](std::size_t i) { return in[i]->v[static_cast<std::size_t>(o[i])]; };
+      double y = 0;
+      if (t == "Where") y = x(0) != 0.0 ? x(1) : x(2);
+      else if (t == "Not") y = x(0) == 0.0;
+      else if (t == "Neg") y = -x(0);
+      else if (t == "Abs") y = std::abs(x(0));
+      else if (t == "Max" || t == "Min") {
+        y = x(0);
+        for (std::size_t i = 1; i < arity; ++i) y = t == "Max" ? std::max(y, x(i)) : std::min(y, x(i));
+      } else {
+        const double a = x(0), b = x(1);
+        if (t == "Add") y = a + b;
+        else if (t == "Sub") y = a - b;
+        else if (t == "Mul") y = a * b;
+        else if (t == "Div") {
+          if (integral && b == 0.0) ok = false;
+          y = integral ? std::trunc(a / b) : a / b;
+        } else if (t == "Equal") y = a == b;
+        else if (t == "Less") y = a < b;
+        else if (t == "LessOrEqual") y = a <= b;
+        else if (t == "Greater") y = a > b;
+        else if (t == "GreaterOrEqual") y = a >= b;
+        else if (t == "And") y = a != 0.0 && b != 0.0;
+        else if (t == "Or") y = a != 0.0 || b != 0.0;
+        else if (t == "Xor") y = (a != 0.0) != (b != 0.0);
+      }
+      r.v[static_cast<std::size_t>(f)] = convert(y, r.type);
+    });
+    if (!looped || !ok) return std::nullopt;
+  }
+  if (static_cast<std::int64_t>(r.v.size()) != count) return std::nullopt;
+  return r;
+}
+
+/// The elements of `name`, a value computed from constants (mark_constants) or a constant;
+/// nullopt when it is none, when an operator's numbers are outside what it allows, or when the
+/// tensors live at once would pass `max_bytes` (8 bytes an element; checked before each is
+/// allocated). Each intermediate is freed after its last use within the evaluation.
+inline std::optional<dense_value> reader::evaluate(const std::string& name, std::uint64_t max_bytes) const {
+  const auto element_bytes = [&](const std::string& v) -> std::optional<std::uint64_t> {
+    auto it = values.find(v);
+    if (it == values.end() || !it->second.known) return std::nullopt;
+    const tensor_shape& s = it->second.shape;
+    std::uint64_t n = 8;
+    for (std::int64_t d : s)
+      if (d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
+    return n;
+  };
+  // The nodes computing `name`, in the sorted order, and how often each value is read there.
+  std::set<int> cone;
+  std::map<std::string, int> reads;
+  std::vector<std::string> stack{name};
+  std::set<std::string> seen{name};
+  while (!stack.empty()) {
+    const std::string v = stack.back();
+    stack.pop_back();
+    const int p = producer(v);
+    const bool leaf = p < 0 || (nd(p).op_type() == "Constant" && default_domain(nd(p)));
+    if (leaf) {
+      auto it = values.find(v);
+      if (it == values.end() || !it->second.init || (p < 0 && is_float(it->second.type) && !lifted_constant(v, it->second.shape.rank)))
+        return std::nullopt;  // a graph input, a weight, or nothing
+      if (p >= 0) cone.insert(p);
+      continue;
+    }
+    if (!computed_from_constants.count(v)) return std::nullopt;
+    if (cone.size() >= 4096) return std::nullopt;  // far more than a mask takes
+    cone.insert(p);
+    if (nd(p).op_type() == "Shape") continue;
+    for (const std::string& i : nd(p).input()) {
+      if (i.empty()) continue;
+      ++reads[i];
+      if (seen.insert(i).second) stack.push_back(i);
+    }
+  }
+  std::map<std::string, dense_value> live;
+  std::uint64_t live_bytes = 0;
+  const auto fetch = [&](const std::string& v) -> const dense_value* {
+    auto it = live.find(v);
+    return it == live.end() ? nullptr : &it->second;
+  };
+  for (int k : cone) {
+    const onnx::NodeProto& n = nd(k);
+    const std::string& o = n.output(0);
+    const std::optional<std::uint64_t> bytes = element_bytes(o);
+    if (!bytes || *bytes > max_bytes - std::min(max_bytes, live_bytes)) return std::nullopt;
+    std::optional<dense_value> d;
+    if (n.op_type() == "Constant") {
+      d.emplace();
+      d->shape = values.at(o).shape;
+      d->type = values.at(o).type;
+      auto c = constant(o, d->shape.numel());
+      if (!c) return std::nullopt;
+      d->v = std::move(*c);
+    } else if (n.op_type() == "Shape") {
+      d = evaluate_node(k, {});  // its input's inferred shape; its elements are not read
+      if (!d) return std::nullopt;
+    } else {
+      std::vector<const dense_value*> args;
+      for (const std::string& i : n.input()) {
+        if (i.empty()) {
+          args.push_back(nullptr);
+          continue;
+        }
+        if (!live.count(i)) {  // an initializer: read on first use
+          auto it = values.find(i);
+          const std::optional<std::uint64_t> ib = element_bytes(i);
+          if (it == values.end() || !ib || *ib > max_bytes - std::min(max_bytes, live_bytes)) return std::nullopt;
+          auto c = constant(i, it->second.shape.numel());
+          if (!c) return std::nullopt;
+          live_bytes += *ib;
+          live[i] = dense_value{it->second.shape, it->second.type, std::move(*c)};
+        }
+        args.push_back(fetch(i));
+      }
+      d = evaluate_node(k, args);
+      if (!d) return std::nullopt;
+      for (const std::string& i : n.input())
+        if (!i.empty() && --reads[i] == 0) {
+          live_bytes -= *element_bytes(i);
+          live.erase(i);
+        }
+    }
+    live_bytes += *bytes;
+    live[o] = std::move(*d);
+  }
+  auto it = live.find(name);
+  if (it == live.end()) return std::nullopt;
+  return std::move(it->second);
+}
+
+}  // namespace autoshard::detail::onnx_in

@@ -8,10 +8,15 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     records module paths only in its metadata): the step's recomputation covers all of them,
     and every layer's vertices carry the same names but for the layer index;
   * see the parameters the model has, by name and count (the tied head once);
-  * split the attention scores: the exporter's softmax guard Where(IsNaN(p), 0, p) is an
-    elementwise opaque vertex, split over the data-parallel ranks with the scores around it,
-    and the step is data parallel over the 4 devices, as an expert runs a model this small;
-  * list no opaque vertex the size of the scores that is not elementwise.
+  * see the attention as it runs: GPT-2's, whose heads are split from [B,S,H] as the attention
+    kind takes them, fuses to one causal attention per layer (the exporter's mask, built at run
+    time from positions, evaluated; its softmax guard the identity), leaving no opaque vertex;
+    LLaMA's (rotary in the heads' layout, repeated key/value heads) stays as computed, its guard
+    Where(IsNaN(p), 0, p) an elementwise opaque vertex split with the scores around it;
+  * list no opaque vertex the size of the scores that is not elementwise; the step is data
+    parallel over the 4 devices, as an expert runs a model this small;
+  * run: `autoshard verify --forward-only` executes the plan on 4 Gloo ranks (the imported
+    elementwise operators with their ONNX semantics) and matches the unsharded forward.
 Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import argparse, json, os, pathlib, re, subprocess, sys, tempfile, time, traceback
@@ -30,6 +35,7 @@ CASES = {
         num_hidden_layers=LAYERS, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,
         vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False)),
 }
+FUSED = {"gpt2"}  # the cases whose attention fuses to the attention kind
 
 
 class Logits(torch.nn.Module):
@@ -106,22 +112,44 @@ def check(name, tool, work):
     total = sum(p.numel() for p in model.parameters()) + sum(buffers[n].numel() for n in extra)
     if report["parameters"] != total:
         raise AssertionError(f"{report['parameters']} parameters planned, the model has {total}")
-    # The scores split, the guard with them, and the step data parallel over every device.
     heads = model.config.num_attention_heads
     scores = [BATCH, heads, SEQ, SEQ]
-    guards = [t for t in tensors if t["kind"] == "opaque" and t["shape"] == scores]
     opaque = {o["name"]: o for o in report["opaque"]}
-    if len(guards) < LAYERS:
-        raise AssertionError(f"{len(guards)} opaque vertices of the scores' shape {scores}, expected the {LAYERS} guards")
-    for t in guards:
-        if not opaque[t["name"]]["elementwise"]:
-            raise AssertionError(f"{t['name']} ({opaque[t['name']]['op_type']}) holds the scores whole: not elementwise")
-        if t["output"].startswith("R"):
-            raise AssertionError(f"{t['name']} is {t['output']} on the 1x4 mesh: the scores are not split")
+    attentions = [t for t in tensors if t["kind"] == "attention"]
+    if name in FUSED:
+        # One causal attention per layer (the plan's graph holds its attributes), nothing opaque.
+        graph = {n["name"]: n for n in doc["graph"]["nodes"]}
+        if len(attentions) != LAYERS or not all(graph[t["name"]]["attrs"].get("causal") for t in attentions):
+            raise AssertionError(f"{len(attentions)} attention vertices ({[graph[t['name']].get('attrs') for t in attentions]}), "
+                                 f"expected {LAYERS} causal ones")
+        if opaque:
+            raise AssertionError(f"opaque vertices left: {sorted((o['name'], o['op_type']) for o in opaque.values())[:6]}")
+    else:
+        # The scores split, the guard with them.
+        guards = [t for t in tensors if t["kind"] == "opaque" and t["shape"] == scores]
+        if attentions or len(guards) < LAYERS:
+            raise AssertionError(f"{len(attentions)} attention vertices and {len(guards)} opaque vertices of the scores' shape "
+                                 f"{scores}: expected none and the {LAYERS} guards")
+        for t in guards:
+            if not opaque[t["name"]]["elementwise"]:
+                raise AssertionError(f"{t['name']} ({opaque[t['name']]['op_type']}) holds the scores whole: not elementwise")
+            if t["output"].startswith("R"):
+                raise AssertionError(f"{t['name']} is {t['output']} on the 1x4 mesh: the scores are not split")
     if par["dp"] != DEVICES:
         raise AssertionError(f"the step is dp {par['dp']}, tp {par['tp']}: not data parallel over the {DEVICES} devices")
-    return f"{len(tensors)} vertices, {len(report['opaque'])} opaque ({sum(o['elementwise'] for o in report['opaque'])} elementwise), " \
-           f"step {report['plan']['step_seconds'] * 1e3:.3f} ms, dp {par['dp']}"
+    # The plan runs: every operator on the 4 ranks equal to the unsharded forward.
+    v = subprocess.run([tool, "verify", "--plan", str(plan), "--forward-only", "--json"], capture_output=True, text=True, timeout=600)
+    if v.returncode != 0:
+        raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
+    checked = json.loads(v.stdout)
+    ran = {o["name"] for o in checked["operators"]}
+    kinds = {t["name"]: t["kind"] for t in tensors}
+    missing = [n for n, k in kinds.items() if k not in ("parameter", "input") and n not in ran]
+    if not checked["passed"] or missing:
+        raise AssertionError(f"verify: passed {checked['passed']} (worst {checked.get('worst')}), operators not checked: {missing[:6]}")
+    return f"{len(tensors)} vertices, {len(attentions)} attention, {len(opaque)} opaque " \
+           f"({sum(o['elementwise'] for o in opaque.values())} elementwise), step {report['plan']['step_seconds'] * 1e3:.3f} ms, " \
+           f"dp {par['dp']}, verified on {DEVICES} ranks"
 
 
 def main():

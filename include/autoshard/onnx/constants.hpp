@@ -59,12 +59,17 @@ inline std::vector<std::int64_t> strides_of(const tensor_shape& s) {
   return st;
 }
 
+/// The element offsets of a broadcasting operator's inputs (at most max_inputs) at one output element.
+inline constexpr std::size_t max_inputs = 64;
+using offsets = std::array<std::int64_t, max_inputs>;
+
 /// Calls f(output flat index, input offsets) over `out`, each input broadcast to it (numpy:
 /// aligned at the last dim, size 1 repeats). False when an input does not broadcast.
 template <class F>
 bool broadcast_loop(const tensor_shape& out, const std::vector<const tensor_shape*>& in, F&& f) {
   const std::size_t r = out.rank, k = in.size();
-  std::vector<std::vector<std::int64_t>> st(k, std::vector<std::int64_t>(r, 0));
+  if (k > max_inputs) return false;
+  std::array<std::array<std::int64_t, max_tensor_rank>, max_inputs> st{};
   for (std::size_t i = 0; i < k; ++i) {
     const tensor_shape& s = *in[i];
     if (s.rank > r) return false;
@@ -76,7 +81,8 @@ bool broadcast_loop(const tensor_shape& out, const std::vector<const tensor_shap
     }
   }
   const std::int64_t n = out.numel();
-  std::vector<std::int64_t> idx(r, 0), off(k, 0);
+  std::array<std::int64_t, max_tensor_rank> idx{};
+  offsets off{};
   for (std::int64_t flat = 0; flat < n; ++flat) {
     f(flat, off);
     for (std::size_t d = r; d-- > 0;) {  // the next index, offsets carried along
@@ -98,6 +104,15 @@ inline double convert(double x, dtype t) {
 
 inline std::int64_t axis_of(std::int64_t a, std::size_t rank) { return a < 0 ? a + static_cast<std::int64_t>(rank) : a; }
 
+/// x as an int64, saturated at its bounds (a Slice's end is often INT64_MAX, which a double
+/// rounds to 2^63: converting that back is undefined); NaN as 0.
+inline std::int64_t saturated(double x) {
+  if (!(x == x)) return 0;
+  if (x >= 9223372036854775807.0) return std::numeric_limits<std::int64_t>::max();
+  if (x <= -9223372036854775808.0) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(x);
+}
+
 }  // namespace constant_eval
 
 /// Evaluates node k's output from its inputs' values (`in`, one per input, null when the input
@@ -116,25 +131,25 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     const dense_value* a = arg(i);
     if (!a) return std::nullopt;
     std::vector<std::int64_t> v;
-    for (double x : a->v) v.push_back(static_cast<std::int64_t>(x));
+    for (std::size_t k = 0; k < a->size(); ++k) v.push_back(saturated((*a)[k]));
     return v;
   };
   if (t == "Constant") {
     auto c = constant(n.output(0), count);
     if (!c) return std::nullopt;
-    r.v = std::move(*c);
+    for (double x : *c) r.push_back(x);
   } else if (t == "Shape") {
     const tensor_shape& s = values.at(in_of(k, 0)).shape;
     const auto rank = static_cast<std::int64_t>(s.rank);
     const auto clamp = [&](std::int64_t i) { return std::min(std::max(i < 0 ? i + rank : i, std::int64_t{0}), rank); };
     for (std::int64_t d = clamp(attr_int(n, "start", 0)); d < clamp(attr_int(n, "end", rank)); ++d)
-      r.v.push_back(static_cast<double>(s[static_cast<std::size_t>(d)]));
+      r.push_back(static_cast<double>(s[static_cast<std::size_t>(d)]));
   } else if (t == "Identity" || t == "Reshape" || t == "Squeeze" || t == "Unsqueeze" || t == "Flatten") {
     if (!arg(0) || arg(0)->shape.numel() != count) return std::nullopt;  // a view: the same elements in order
-    r.v = arg(0)->v;
+    r.append(*arg(0), 0, arg(0)->size());
   } else if (t == "Cast") {
     if (!arg(0)) return std::nullopt;
-    for (double x : arg(0)->v) r.v.push_back(convert(x, r.type));
+    for (std::size_t k = 0; k < arg(0)->size(); ++k) r.push_back(convert((*arg(0))[k], r.type));
   } else if (t == "ConstantOfShape") {
     double fill = 0;
     if (const auto* a = attr(n, "value"); a && a->has_t()) {
@@ -142,19 +157,20 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
       if (!c || c->size() != 1) return std::nullopt;
       fill = (*c)[0];
     }
-    r.v.assign(static_cast<std::size_t>(count), fill);
+    r.resize(static_cast<std::size_t>(count));
+    for (std::int64_t k = 0; k < count; ++k) r.set(static_cast<std::size_t>(k), fill);
   } else if (t == "Range") {
-    if (!arg(0) || !arg(1) || !arg(2) || arg(0)->v.size() != 1 || arg(1)->v.size() != 1 || arg(2)->v.size() != 1) return std::nullopt;
-    const double start = arg(0)->v[0], limit = arg(1)->v[0], delta = arg(2)->v[0];
+    if (!arg(0) || !arg(1) || !arg(2) || arg(0)->size() != 1 || arg(1)->size() != 1 || arg(2)->size() != 1) return std::nullopt;
+    const double start = (*arg(0))[0], limit = (*arg(1))[0], delta = (*arg(2))[0];
     if (delta == 0.0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta)) return std::nullopt;
     const double len = std::max(std::ceil((limit - start) / delta), 0.0);
     if (len != static_cast<double>(count)) return std::nullopt;
-    for (std::int64_t i = 0; i < count; ++i) r.v.push_back(start + static_cast<double>(i) * delta);
+    for (std::int64_t i = 0; i < count; ++i) r.push_back(start + static_cast<double>(i) * delta);
   } else if (t == "Expand") {
     if (!arg(0)) return std::nullopt;
-    r.v.resize(static_cast<std::size_t>(count));
-    if (!broadcast_loop(r.shape, {&arg(0)->shape}, [&](std::int64_t f, const std::vector<std::int64_t>& o) {
-          r.v[static_cast<std::size_t>(f)] = arg(0)->v[static_cast<std::size_t>(o[0])];
+    r.resize(static_cast<std::size_t>(count));
+    if (!broadcast_loop(r.shape, {&arg(0)->shape}, [&](std::int64_t f, const offsets& o) {
+          r.set(static_cast<std::size_t>(f), (*arg(0))[static_cast<std::size_t>(o[0])]);
         }))
       return std::nullopt;
   } else if (t == "Concat") {
@@ -173,7 +189,7 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
       for (const dense_value* a : in) {
         const std::int64_t block = a->shape[static_cast<std::size_t>(axis)] * inner;
         if (a->shape.numel() != outer * block) return std::nullopt;
-        r.v.insert(r.v.end(), a->v.begin() + o * block, a->v.begin() + (o + 1) * block);
+        r.append(*a, static_cast<std::size_t>(o * block), static_cast<std::size_t>(block));
       }
   } else if (t == "Slice") {
     const dense_value* a = arg(0);
@@ -196,14 +212,15 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     const std::vector<std::int64_t> ist = strides_of(a->shape);
     for (std::size_t d = 0; d < rank; ++d) {
       if (r.shape[d] == 0) continue;
-      const std::int64_t last = first[d] + (r.shape[d] - 1) * step[d];
+      std::int64_t span = 0, last = 0;
+      if (__builtin_mul_overflow(r.shape[d] - 1, step[d], &span) || __builtin_add_overflow(first[d], span, &last)) return std::nullopt;
       if (first[d] < 0 || first[d] >= a->shape[d] || last < 0 || last >= a->shape[d]) return std::nullopt;
     }
     std::vector<std::int64_t> idx(rank, 0);
     for (std::int64_t f = 0; f < count; ++f) {
       std::int64_t off = 0;
       for (std::size_t d = 0; d < rank; ++d) off += (first[d] + idx[d] * step[d]) * ist[d];
-      r.v.push_back(a->v[static_cast<std::size_t>(off)]);
+      r.push_back((*a)[static_cast<std::size_t>(off)]);
       for (std::size_t d = rank; d-- > 0;) {
         if (++idx[d] < r.shape[d]) break;
         idx[d] = 0;
@@ -217,6 +234,9 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     for (std::size_t d = 0; d < rank; ++d) perm[d] = static_cast<std::int64_t>(rank - 1 - d);
     if (auto p = attr_ints(n, "perm")) perm = *p;
     if (perm.size() != rank) return std::nullopt;
+    std::vector<char> taken(rank, 0);  // a permutation: each dim once
+    for (std::int64_t p : perm)
+      if (p < 0 || p >= static_cast<std::int64_t>(rank) || taken[static_cast<std::size_t>(p)]++) return std::nullopt;
     const std::vector<std::int64_t> ist = strides_of(a->shape);
     std::vector<std::int64_t> st(rank);
     for (std::size_t d = 0; d < rank; ++d) {
@@ -227,7 +247,7 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     for (std::int64_t f = 0; f < count; ++f) {
       std::int64_t off = 0;
       for (std::size_t d = 0; d < rank; ++d) off += idx[d] * st[d];
-      r.v.push_back(a->v[static_cast<std::size_t>(off)]);
+      r.push_back((*a)[static_cast<std::size_t>(off)]);
       for (std::size_t d = rank; d-- > 0;) {
         if (++idx[d] < r.shape[d]) break;
         idx[d] = 0;
@@ -242,14 +262,13 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     std::int64_t outer = 1, inner = 1;
     for (std::int64_t d = 0; d < axis; ++d) outer *= a->shape[static_cast<std::size_t>(d)];
     for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < a->shape.rank; ++d) inner *= a->shape[d];
-    if (outer * static_cast<std::int64_t>(ix->v.size()) * inner != count) return std::nullopt;
+    if (outer * static_cast<std::int64_t>(ix->size()) * inner != count) return std::nullopt;
     for (std::int64_t o = 0; o < outer; ++o)
-      for (double x : ix->v) {
-        std::int64_t j = static_cast<std::int64_t>(x);
+      for (std::size_t k = 0; k < ix->size(); ++k) {
+        std::int64_t j = saturated((*ix)[k]);
         j = j < 0 ? j + dim : j;
         if (j < 0 || j >= dim) return std::nullopt;
-        const auto at = a->v.begin() + (o * dim + j) * inner;
-        r.v.insert(r.v.end(), at, at + inner);
+        r.append(*a, static_cast<std::size_t>((o * dim + j) * inner), static_cast<std::size_t>(inner));
       }
   } else if (t == "GatherND") {
     const dense_value *a = arg(0), *ix = arg(1);
@@ -273,12 +292,12 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
       std::int64_t off = (q / std::max<std::int64_t>(per_batch_tuples, 1)) * per_batch_data;
       for (std::int64_t c = 0; c < depth; ++c) {
         const std::int64_t dim = a->shape[static_cast<std::size_t>(b + c)];
-        std::int64_t j = static_cast<std::int64_t>(ix->v[static_cast<std::size_t>(q * depth + c)]);
+        std::int64_t j = saturated((*ix)[static_cast<std::size_t>(q * depth + c)]);
         j = j < 0 ? j + dim : j;
         if (j < 0 || j >= dim) return std::nullopt;
         off += j * ast[static_cast<std::size_t>(b + c)];
       }
-      r.v.insert(r.v.end(), a->v.begin() + off, a->v.begin() + off + inner);
+      r.append(*a, static_cast<std::size_t>(off), static_cast<std::size_t>(inner));
     }
   } else if (t == "CumSum") {
     const dense_value* a = arg(0);
@@ -288,15 +307,16 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
     if (axis < 0 || axis >= static_cast<std::int64_t>(a->shape.rank)) return std::nullopt;
     const bool exclusive = attr_int(n, "exclusive", 0) != 0, reverse = attr_int(n, "reverse", 0) != 0;
     const std::int64_t dim = a->shape[static_cast<std::size_t>(axis)], inner = strides_of(a->shape)[static_cast<std::size_t>(axis)];
-    r.v.assign(a->v.size(), 0.0);
+    r.resize(a->size());
     for (std::int64_t base = 0; base < count; base += dim * inner)
       for (std::int64_t i = 0; i < inner; ++i) {
         double sum = 0;
         for (std::int64_t s = 0; s < dim; ++s) {
           const std::int64_t j = reverse ? dim - 1 - s : s;
           const auto at = static_cast<std::size_t>(base + j * inner + i);
-          if (exclusive) r.v[at] = sum, sum += a->v[at];
-          else sum += a->v[at], r.v[at] = sum;
+          const double x = (*a)[at];
+          if (exclusive) r.set(at, convert(sum, r.type)), sum += x;
+          else sum += x, r.set(at, convert(sum, r.type));
         }
       }
   } else {  // elementwise, numpy broadcasting; the comparisons and logic give booleans
@@ -306,43 +326,55 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
       shapes.push_back(&a->shape);
     }
     const std::size_t arity = in.size();
-    const bool unary = t == "Not" || t == "Neg" || t == "Abs";
-    if (arity == 0 || (t == "Where" ? arity != 3 : unary ? arity != 1 : (t != "Max" && t != "Min" && arity != 2))) return std::nullopt;
+    enum class fn { where, logical_not, neg, abs, max, min, add, sub, mul, div, eq, lt, le, gt, ge, logical_and, logical_or, logical_xor };
+    static constexpr std::pair<std::string_view, fn> names[] = {
+        {"Where", fn::where}, {"Not", fn::logical_not}, {"Neg", fn::neg}, {"Abs", fn::abs}, {"Max", fn::max}, {"Min", fn::min},
+        {"Add", fn::add}, {"Sub", fn::sub}, {"Mul", fn::mul}, {"Div", fn::div}, {"Equal", fn::eq}, {"Less", fn::lt},
+        {"LessOrEqual", fn::le}, {"Greater", fn::gt}, {"GreaterOrEqual", fn::ge}, {"And", fn::logical_and},
+        {"Or", fn::logical_or}, {"Xor", fn::logical_xor}};
+    const auto named = std::find_if(std::begin(names), std::end(names), [&](const auto& e) { return e.first == t; });
+    if (named == std::end(names)) return std::nullopt;
+    const fn f = named->second;
+    const bool unary = f == fn::logical_not || f == fn::neg || f == fn::abs;
+    const bool variadic = f == fn::max || f == fn::min;
+    if (arity == 0 || (f == fn::where ? arity != 3 : unary ? arity != 1 : (!variadic && arity != 2))) return std::nullopt;
     const bool integral = !is_float(r.type);
-    r.v.resize(static_cast<std::size_t>(count));
+    r.resize(static_cast<std::size_t>(count));
     bool ok = true;
-    const bool looped = broadcast_loop(r.shape, shapes, [&](std::int64_t f, const std::vector<std::int64_t>& o) {
-      const auto x = [&](std::size_t i) { return in[i]->v[static_cast<std::size_t>(o[i])]; };
+    const bool looped = broadcast_loop(r.shape, shapes, [&](std::int64_t at, const offsets& o) {
+      const auto x = [&](std::size_t i) { return (*in[i])[static_cast<std::size_t>(o[i])]; };
       double y = 0;
-      if (t == "Where") y = x(0) != 0.0 ? x(1) : x(2);
-      else if (t == "Not") y = x(0) == 0.0;
-      else if (t == "Neg") y = -x(0);
-      else if (t == "Abs") y = std::abs(x(0));
-      else if (t == "Max" || t == "Min") {
-        y = x(0);
-        for (std::size_t i = 1; i < arity; ++i) y = t == "Max" ? std::max(y, x(i)) : std::min(y, x(i));
-      } else {
-        const double a = x(0), b = x(1);
-        if (t == "Add") y = a + b;
-        else if (t == "Sub") y = a - b;
-        else if (t == "Mul") y = a * b;
-        else if (t == "Div") {
-          if (integral && b == 0.0) ok = false;
-          y = integral ? std::trunc(a / b) : a / b;
-        } else if (t == "Equal") y = a == b;
-        else if (t == "Less") y = a < b;
-        else if (t == "LessOrEqual") y = a <= b;
-        else if (t == "Greater") y = a > b;
-        else if (t == "GreaterOrEqual") y = a >= b;
-        else if (t == "And") y = a != 0.0 && b != 0.0;
-        else if (t == "Or") y = a != 0.0 || b != 0.0;
-        else if (t == "Xor") y = (a != 0.0) != (b != 0.0);
+      switch (f) {
+        case fn::where: y = x(0) != 0.0 ? x(1) : x(2); break;
+        case fn::logical_not: y = x(0) == 0.0; break;
+        case fn::neg: y = -x(0); break;
+        case fn::abs: y = std::abs(x(0)); break;
+        case fn::max:
+        case fn::min:
+          y = x(0);
+          for (std::size_t i = 1; i < arity; ++i) y = f == fn::max ? std::max(y, x(i)) : std::min(y, x(i));
+          break;
+        case fn::add: y = x(0) + x(1); break;
+        case fn::sub: y = x(0) - x(1); break;
+        case fn::mul: y = x(0) * x(1); break;
+        case fn::div:
+          if (integral && x(1) == 0.0) ok = false;
+          y = integral ? std::trunc(x(0) / x(1)) : x(0) / x(1);
+          break;
+        case fn::eq: y = x(0) == x(1); break;
+        case fn::lt: y = x(0) < x(1); break;
+        case fn::le: y = x(0) <= x(1); break;
+        case fn::gt: y = x(0) > x(1); break;
+        case fn::ge: y = x(0) >= x(1); break;
+        case fn::logical_and: y = x(0) != 0.0 && x(1) != 0.0; break;
+        case fn::logical_or: y = x(0) != 0.0 || x(1) != 0.0; break;
+        case fn::logical_xor: y = (x(0) != 0.0) != (x(1) != 0.0); break;
       }
-      r.v[static_cast<std::size_t>(f)] = convert(y, r.type);
+      r.set(static_cast<std::size_t>(at), convert(y, r.type));
     });
     if (!looped || !ok) return std::nullopt;
   }
-  if (static_cast<std::int64_t>(r.v.size()) != count) return std::nullopt;
+  if (static_cast<std::int64_t>(r.size()) != count) return std::nullopt;
   return r;
 }
 
@@ -355,7 +387,7 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
     auto it = values.find(v);
     if (it == values.end() || !it->second.known) return std::nullopt;
     const tensor_shape& s = it->second.shape;
-    std::uint64_t n = 8;
+    std::uint64_t n = dense_value::element_bytes(it->second.type);
     for (std::int64_t d : s)
       if (d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
     return n;
@@ -405,7 +437,7 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
       d->type = values.at(o).type;
       auto c = constant(o, d->shape.numel());
       if (!c) return std::nullopt;
-      d->v = std::move(*c);
+      for (double x : *c) d->push_back(x);
     } else if (n.op_type() == "Shape") {
       d = evaluate_node(k, {});  // its input's inferred shape; its elements are not read
       if (!d) return std::nullopt;
@@ -423,7 +455,10 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
           auto c = constant(i, it->second.shape.numel());
           if (!c) return std::nullopt;
           live_bytes += *ib;
-          live[i] = dense_value{it->second.shape, it->second.type, std::move(*c)};
+          dense_value& in_value = live[i];
+          in_value.shape = it->second.shape;
+          in_value.type = it->second.type;
+          for (double x : *c) in_value.push_back(x);
         }
         args.push_back(fetch(i));
       }

@@ -385,11 +385,11 @@ inline bool reader::evaluates_causal(const std::string& v, bool additive) const 
   if (computed_from_constants.count(v)) {
     if (const std::optional<dense_value> d = evaluate(v, constant_budget()); d && d->shape.rank >= 2) {
       const std::int64_t n = d->shape[d->shape.rank - 1u];
-      ok = d->shape[d->shape.rank - 2u] == n && n > 0;
-      for (std::size_t base = 0; ok && base < d->v.size(); base += static_cast<std::size_t>(n * n))
+      ok = d->shape[d->shape.rank - 2u] == n && d->size() > 0;  // every dim >= 1: n x n <= its size
+      for (std::size_t base = 0; ok && base < d->size(); base += static_cast<std::size_t>(n * n))
         for (std::int64_t i = 0; ok && i < n; ++i)
           for (std::int64_t j = 0; ok && j < n; ++j) {
-            const double x = d->v[base + static_cast<std::size_t>(i * n + j)];
+            const double x = (*d)[base + static_cast<std::size_t>(i * n + j)];
             ok = additive ? (j <= i ? x == 0.0 : x <= -1e4) : (j <= i ? x != 0.0 : x == 0.0);
           }
     }

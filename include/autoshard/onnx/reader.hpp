@@ -3,7 +3,8 @@
 /// reader (detail): the model, its values, the graph being built and the small accessors
 /// every phase uses. Its phases live in one file each, in the order
 /// read_onnx (onnx.hpp) runs them: read.hpp (bounds, parse, order, shape inference, the
-/// values), shapes.hpp (shape computations folded into constants; what is data), fusions.hpp
+/// values), shapes.hpp (shape computations folded into constants; what is data),
+/// constants.hpp (values computed from constants alone, and their evaluation), fusions.hpp
 /// (patterns of several nodes that are one kind), emit.hpp (the vertices, and build()).
 #include <algorithm>      // std::find, std::min, std::max
 #include <cctype>         // std::isalnum
@@ -106,12 +107,34 @@ struct value_info {
 };
 
 /// A value computed from constants alone, evaluated (constants.hpp): its shape, type and
-/// elements in row-major order as doubles (positions, counts, booleans and the fills of masks
-/// are exact).
+/// elements in row-major order, read as doubles (positions, counts and the fills of masks are
+/// exact); booleans (a mask) are held in a byte each.
 struct dense_value {
   tensor_shape shape;
   dtype type = dtype::f32;
-  std::vector<double> v;
+  std::vector<double> v;            ///< the elements, unless booleans
+  std::vector<std::uint8_t> bits;   ///< the elements of a boolean value, 0 or 1
+  bool packed() const noexcept { return type == dtype::boolean; }
+  std::size_t size() const noexcept { return packed() ? bits.size() : v.size(); }
+  double operator[](std::size_t i) const { return packed() ? bits[i] : v[i]; }
+  void push_back(double x) {
+    if (packed()) bits.push_back(x != 0.0);
+    else v.push_back(x);
+  }
+  void resize(std::size_t n) {
+    if (packed()) bits.resize(n);
+    else v.resize(n);
+  }
+  void set(std::size_t i, double x) {
+    if (packed()) bits[i] = x != 0.0;
+    else v[i] = x;
+  }
+  /// Appends elements [from, from + n) of `a`.
+  void append(const dense_value& a, std::size_t from, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k) push_back(a[from + k]);
+  }
+  /// Bytes an element of type `t` takes here.
+  static std::uint64_t element_bytes(dtype t) noexcept { return t == dtype::boolean ? 1 : sizeof(double); }
 };
 
 struct reader {

@@ -19,6 +19,12 @@ gpt2-block.onnx        a GPT-2 model as torch.onnx.export writes transformers' G
 gpt2-block-leaky.onnx  gpt2-block.onnx with one mask entry above the diagonal true: not causal.
 gpt2-block-fused.onnx  the same model at opset 17: LayerNormalization nodes instead of the
                        pattern, and the older additive causal mask (0 / -1e4, Add).
+gpt2-dynamo.onnx       the opset 17 model at opset 18 with attention as torch's dynamo exporter
+                       writes scaled_dot_product_attention: the causal mask built at run time
+                       from a Range over the sequence (LessOrEqual of positions, Where(mask, 0,
+                       finfo.min) added to the scores), q and k^T each scaled by sqrt(scale),
+                       k^T transposed over a 3-D view, the softmax guarded by
+                       Where(IsNaN(p), 0, p).
 rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm exports it
                        (Pow, ReduceMean, Add eps, Sqrt, Reciprocal, Mul, Mul by the weight), an
                        exact (Erf) GELU MLP, and a padding select Where(keep [batch, seq, 1],
@@ -76,7 +82,7 @@ def gelu_erf(nodes, x, p):
     return p + "out"
 
 
-def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POSITIONS=POSITIONS, leaky_mask=False):
+def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POSITIONS=POSITIONS, leaky_mask=False, dynamo=False):
     rng = np.random.default_rng(0)
     H, nh, hd = HIDDEN, HEADS, HIDDEN // HEADS
     nodes, inits = [], []
@@ -132,6 +138,20 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
         mask = np.tril(np.ones([POSITIONS, POSITIONS], np.bool_))[None, None]
         if leaky_mask:  # token 0 sees token 1: not causal, so not the attention kind
             mask[0, 0, 0, 1] = True
+    if dynamo:  # the mask as torch's dynamo exporter builds it at run time, from positions
+        seq = "/mask/seq"
+        nodes.append(helper.make_node("Shape", ["input_ids"], ["/mask/ids_shape"], name="/mask/Shape"))
+        nodes.append(helper.make_node("Slice", ["/mask/ids_shape", const(nodes, "/mask/s1", [1], np.int64),
+                                                const(nodes, "/mask/s2", [2], np.int64)], ["/mask/seq1"], name="/mask/Slice"))
+        nodes.append(helper.make_node("Squeeze", ["/mask/seq1"], [seq], name="/mask/Squeeze"))
+        nodes.append(helper.make_node("Range", [const(nodes, "/mask/zero_i", 0, np.int64), seq, const(nodes, "/mask/one_i", 1, np.int64)],
+                                      ["/mask/arange"], name="node_arange"))
+        nodes.append(helper.make_node("Unsqueeze", ["/mask/arange", const(nodes, "/mask/ax0", [0], np.int64)], ["/mask/cols"], name="node_unsqueeze"))
+        nodes.append(helper.make_node("Unsqueeze", ["/mask/arange", const(nodes, "/mask/ax1", [1], np.int64)], ["/mask/rows"], name="node_unsqueeze_1"))
+        nodes.append(helper.make_node("LessOrEqual", ["/mask/cols", "/mask/rows"], ["/mask/le"], name="node_le"))
+        nodes.append(helper.make_node("Unsqueeze", ["/mask/le", const(nodes, "/mask/ax01", [0, 1], np.int64)], ["/mask/mask"], name="node_unsqueeze_2"))
+        nodes.append(helper.make_node("Where", ["/mask/mask", const(nodes, "/mask/zero_f", 0.0), const(nodes, "/mask/min", np.finfo(np.float32).min)],
+                                      ["/mask/bias"], name="node_where"))
     x = "h_in0"
     for i in range(LAYERS):
         n = f"transformer.h.{i}"
@@ -141,26 +161,56 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
         nodes.append(helper.make_node("Split", [qkv, const(nodes, p + "split", [H, H, H], np.int64)], [p + "q", p + "k", p + "v"],
                                       name=p + "Split", axis=2))
         heads = {}
-        for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        if dynamo:  # q, k, v into heads; k^T over a 3-D view; q and k^T each scaled by sqrt(scale)
+            for t in ("q", "k", "v"):
+                shp = dynamic_shape(p + t, [nh, hd], p + t + "_view")
+                nodes.append(helper.make_node("Reshape", [p + t, shp], [p + t + "4"], name=p + "Reshape_" + t))
+                nodes.append(helper.make_node("Transpose", [p + t + "4"], [p + t + "h"], name=p + "Transpose_" + t, perm=[0, 2, 1, 3]))
+            kshape = p + "kt_shape"
+            nodes.append(helper.make_node("Shape", [p + "kh"], [kshape], name=p + "Shape_kh"))
+            nodes.append(helper.make_node("Slice", [kshape, const(nodes, p + "kf_s2", [2], np.int64), const(nodes, p + "kf_s4", [4], np.int64)],
+                                          [p + "kf_tail"], name=p + "Slice_kf"))
+            nodes.append(helper.make_node("Concat", [const(nodes, p + "kf_m1", [-1], np.int64), p + "kf_tail"], [p + "kflat_shape"],
+                                          name=p + "Concat_kf", axis=0))
+            nodes.append(helper.make_node("Reshape", [p + "kh", p + "kflat_shape"], [p + "kflat"], name=p + "Reshape_kflat"))
+            nodes.append(helper.make_node("Transpose", [p + "kflat"], [p + "ktflat"], name=p + "Transpose_kt", perm=[0, 2, 1]))
+            nodes.append(helper.make_node("Slice", [kshape, const(nodes, p + "kt_s0", [0], np.int64), const(nodes, p + "kt_s2", [2], np.int64)],
+                                          [p + "kt_bh"], name=p + "Slice_kt_bh"))
+            nodes.append(helper.make_node("Slice", [kshape, const(nodes, p + "kt_s2b", [2], np.int64), const(nodes, p + "kt_s3", [3], np.int64)],
+                                          [p + "kt_s"], name=p + "Slice_kt_s"))
+            nodes.append(helper.make_node("Concat", [p + "kt_bh", const(nodes, p + "kt_hd", [hd], np.int64), p + "kt_s"], [p + "kt_new"],
+                                          name=p + "Concat_kt", axis=0))
+            nodes.append(helper.make_node("Reshape", [p + "ktflat", p + "kt_new"], [p + "kt"], name=p + "Reshape_kt"))
+            c = const(nodes, p + "sqrt_scale", math.sqrt(1.0 / math.sqrt(hd)))
+            nodes.append(helper.make_node("Mul", [p + "qh", c], [p + "qs"], name=p + "Mul_q"))
+            nodes.append(helper.make_node("Mul", [p + "kt", c], [p + "ks"], name=p + "Mul_k"))
+            nodes.append(helper.make_node("MatMul", [p + "qs", p + "ks"], [p + "scores"], name=p + "MatMul"))
+            nodes.append(helper.make_node("Add", [p + "scores", "/mask/bias"], [p + "masked"], name=p + "Add_mask"))
+            nodes.append(helper.make_node("Softmax", [p + "masked"], [p + "probs0"], name=p + "Softmax", axis=-1))
+            nodes.append(helper.make_node("IsNaN", [p + "probs0"], [p + "nan"], name=p + "IsNaN"))
+            nodes.append(helper.make_node("Where", [p + "nan", const(nodes, p + "zero", 0.0), p + "probs0"], [p + "probs"], name=p + "Where_guard"))
+            nodes.append(helper.make_node("MatMul", [p + "probs", p + "vh"], [p + "ctx4"], name=p + "MatMul_1"))
+        for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])) if not dynamo else ():
             shp = dynamic_shape(p + t, [nh, hd], p + t + "_view")
             nodes.append(helper.make_node("Reshape", [p + t, shp], [p + t + "4"], name=p + "Reshape_" + t))
             nodes.append(helper.make_node("Transpose", [p + t + "4"], [p + t + "t"], name=p + "Transpose_" + t, perm=perm))
             heads[t] = p + t + "t"
-        nodes.append(helper.make_node("MatMul", [heads["q"], heads["k"]], [p + "scores"], name=p + "MatMul"))
-        nodes.append(helper.make_node("Div", [p + "scores", const(nodes, p + "scale", math.sqrt(hd))], [p + "scaled"], name=p + "Div"))
-        inits.append(numpy_helper.from_array(mask, n + ".attn.bias_mask"))
-        nodes.append(helper.make_node("Shape", [p + "scores"], [p + "sshape"], name=p + "Shape_scores"))
-        nodes.append(helper.make_node("Slice", [p + "sshape", const(nodes, p + "ss_st", [2], np.int64), const(nodes, p + "ss_en", [4], np.int64)],
-                                      [p + "seq2"], name=p + "Slice_seq"))
-        nodes.append(helper.make_node("Slice", [n + ".attn.bias_mask", const(nodes, p + "m_st", [0, 0], np.int64), p + "seq2",
-                                                const(nodes, p + "m_ax", [2, 3], np.int64)], [p + "mask"], name=p + "Slice_mask"))
-        if fused_norm:
-            nodes.append(helper.make_node("Add", [p + "scaled", p + "mask"], [p + "masked"], name=p + "Add_mask"))
-        else:
-            nodes.append(helper.make_node("Where", [p + "mask", p + "scaled", const(nodes, p + "min", np.finfo(np.float32).min)],
-                                          [p + "masked"], name=p + "Where"))
-        nodes.append(helper.make_node("Softmax", [p + "masked"], [p + "probs"], name=p + "Softmax", axis=-1))
-        nodes.append(helper.make_node("MatMul", [p + "probs", heads["v"]], [p + "ctx4"], name=p + "MatMul_1"))
+        if not dynamo:
+            nodes.append(helper.make_node("MatMul", [heads["q"], heads["k"]], [p + "scores"], name=p + "MatMul"))
+            nodes.append(helper.make_node("Div", [p + "scores", const(nodes, p + "scale", math.sqrt(hd))], [p + "scaled"], name=p + "Div"))
+            inits.append(numpy_helper.from_array(mask, n + ".attn.bias_mask"))
+            nodes.append(helper.make_node("Shape", [p + "scores"], [p + "sshape"], name=p + "Shape_scores"))
+            nodes.append(helper.make_node("Slice", [p + "sshape", const(nodes, p + "ss_st", [2], np.int64), const(nodes, p + "ss_en", [4], np.int64)],
+                                          [p + "seq2"], name=p + "Slice_seq"))
+            nodes.append(helper.make_node("Slice", [n + ".attn.bias_mask", const(nodes, p + "m_st", [0, 0], np.int64), p + "seq2",
+                                                    const(nodes, p + "m_ax", [2, 3], np.int64)], [p + "mask"], name=p + "Slice_mask"))
+            if fused_norm:
+                nodes.append(helper.make_node("Add", [p + "scaled", p + "mask"], [p + "masked"], name=p + "Add_mask"))
+            else:
+                nodes.append(helper.make_node("Where", [p + "mask", p + "scaled", const(nodes, p + "min", np.finfo(np.float32).min)],
+                                              [p + "masked"], name=p + "Where"))
+            nodes.append(helper.make_node("Softmax", [p + "masked"], [p + "probs"], name=p + "Softmax", axis=-1))
+            nodes.append(helper.make_node("MatMul", [p + "probs", heads["v"]], [p + "ctx4"], name=p + "MatMul_1"))
         nodes.append(helper.make_node("Transpose", [p + "ctx4"], [p + "ctxt"], name=p + "Transpose_ctx", perm=[0, 2, 1, 3]))
         shp = dynamic_shape(p + "ctxt", [H], p + "ctx_view")
         nodes.append(helper.make_node("Reshape", [p + "ctxt", shp], [p + "ctx"], name=p + "Reshape_ctx"))
@@ -181,7 +231,8 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
          helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "sequence"])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", VOCAB])], inits)
-    model = helper.make_model(graph, producer_name="autoshard-tests", opset_imports=[helper.make_opsetid("", 17 if fused_norm else 14)])
+    opset = 18 if dynamo else 17 if fused_norm else 14
+    model = helper.make_model(graph, producer_name="autoshard-tests", opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
@@ -284,6 +335,7 @@ def main():
     onnx.save(gpt2(False, **sizes), os.path.join(out, "gpt2-block.onnx"))
     onnx.save(gpt2(True, **sizes), os.path.join(out, "gpt2-block-fused.onnx"))
     onnx.save(gpt2(False, leaky_mask=True, **sizes), os.path.join(out, "gpt2-block-leaky.onnx"))
+    onnx.save(gpt2(True, dynamo=True, **sizes), os.path.join(out, "gpt2-dynamo.onnx"))
     onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
     hostile = "a\x1b[31mb\nc"  # recolours a terminal, and forges a line of its own
     onnx.save(unmapped(fc1="fc1" + hostile, fancy="fancy" + hostile, fancy_type="Fancy" + hostile,

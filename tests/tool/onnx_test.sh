@@ -2,7 +2,8 @@
 # ONNX models end to end: tests/onnx/make_models.py writes them with python3-onnx's helper API.
 # (a) a GPT-2 model as torch.onnx.export writes it (decomposed layer norms, gelu_new's tanh
 #     pattern, attention as MatMul/Softmax over Reshape+Transpose heads with GPT-2's Where causal
-#     mask; and the opset 17 form with LayerNormalization and an additive mask) plans, under
+#     mask; the opset 17 form with LayerNormalization and an additive mask; and the opset 18 form
+#     with attention as torch's dynamo exporter writes it, its mask built from positions) plans, under
 #     memory budgets that make it cut weights, with the same spec for every parameter as the
 #     built-in GPT-2 builder given the same sizes (its Hugging Face config) in inference; in
 #     training (the CLI's default) the builder's graph also has the labels and the cross_entropy
@@ -63,7 +64,7 @@ EOF
 }
 # The training budget binds with no gradient sync hidden (--gradient-overlap 0), in one step with
 # nothing recomputed (hidden behind the backward, ZeRO-2 alone meets it; so do micro-batches).
-for f in gpt2-block gpt2-block-fused; do
+for f in gpt2-block gpt2-block-fused gpt2-dynamo; do
   for args in "--mesh 2x4 --batch 2 --seq 128 --mode infer --memory-budget 1MiB" \
               "--mesh 4 --batch 8 --seq 128 --mode infer --memory-budget 1MiB" \
               "--mesh 2x4 --batch 2 --seq 128 --memory-budget 3MiB --gradient-overlap 0 --micro-batches 1 --recompute none"; do
@@ -101,6 +102,22 @@ bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
 if bad or j["opaque"]:
     sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
 EOF
+
+# torch's dynamo export of the attention (the mask built from positions at run time, q and k^T
+# scaled apart, k^T over a 3-D view, the softmax guarded): the mask evaluates causal, and the
+# plan has the opset 17 form's kinds, nothing opaque; it runs on 2 ranks.
+run "$tool" plan --model "$tmp/gpt2-dynamo.onnx" --mesh 2 --batch 2 --seq 16 --json --quiet --out "$tmp/p5.json"
+"$py" - "$tmp/out" <<'EOF' && ok || bad "gpt2-dynamo.onnx: operator kinds"
+import json, sys, collections
+j = json.load(open(sys.argv[1]))
+kinds = collections.Counter(o["kind"] for o in j["operators"])
+want = {"attention": 2, "layer_norm": 5, "gelu": 2, "linear": 9, "where": 0, "softmax": 0, "matmul": 0, "mul": 0, "transpose": 0}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+if bad or j["opaque"]:
+    sys.exit(f"kinds (got, want): {bad}, opaque: {j['opaque']}")
+EOF
+run "$tool" verify --plan "$tmp/p5.json" --forward-only
+[ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "gpt2-dynamo.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 
 # A LLaMA-style block: RMSNorm, the exact GELU, Where and Expand are kinds with kernels, so a
 # sharded training step runs and matches the unsharded one.

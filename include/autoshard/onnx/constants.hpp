@@ -419,6 +419,22 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
       if (seen.insert(i).second) stack.push_back(i);
     }
   }
+  // A tensor of the file (an initializer, a Constant's value), read as doubles first: that
+  // copy, 8 bytes an element, counts against the budget beside what is live then.
+  const auto read_source = [&](const std::string& v, std::uint64_t live_then) -> std::optional<dense_value> {
+    auto it = values.find(v);
+    if (it == values.end() || !it->second.known) return std::nullopt;
+    const std::int64_t numel = it->second.shape.numel();
+    const std::uint64_t copy = static_cast<std::uint64_t>(numel) * sizeof(double);
+    if (live_then > max_bytes || copy > max_bytes - live_then) return std::nullopt;
+    std::optional<std::vector<double>> c = constant(v, numel);
+    if (!c) return std::nullopt;
+    dense_value d;
+    d.shape = it->second.shape;
+    d.type = it->second.type;
+    for (double x : *c) d.push_back(x);
+    return d;
+  };
   std::map<std::string, dense_value> live;
   std::uint64_t live_bytes = 0;
   const auto fetch = [&](const std::string& v) -> const dense_value* {
@@ -432,12 +448,8 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
     if (!bytes || *bytes > max_bytes - std::min(max_bytes, live_bytes)) return std::nullopt;
     std::optional<dense_value> d;
     if (n.op_type() == "Constant") {
-      d.emplace();
-      d->shape = values.at(o).shape;
-      d->type = values.at(o).type;
-      auto c = constant(o, d->shape.numel());
-      if (!c) return std::nullopt;
-      for (double x : *c) d->push_back(x);
+      d = read_source(o, live_bytes + *bytes);
+      if (!d) return std::nullopt;
     } else if (n.op_type() == "Shape") {
       d = evaluate_node(k, {});  // its input's inferred shape; its elements are not read
       if (!d) return std::nullopt;
@@ -449,16 +461,12 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
           continue;
         }
         if (!live.count(i)) {  // an initializer: read on first use
-          auto it = values.find(i);
           const std::optional<std::uint64_t> ib = element_bytes(i);
-          if (it == values.end() || !ib || *ib > max_bytes - std::min(max_bytes, live_bytes)) return std::nullopt;
-          auto c = constant(i, it->second.shape.numel());
+          if (!ib || *ib > max_bytes - std::min(max_bytes, live_bytes)) return std::nullopt;
+          std::optional<dense_value> c = read_source(i, live_bytes + *ib);
           if (!c) return std::nullopt;
           live_bytes += *ib;
-          dense_value& in_value = live[i];
-          in_value.shape = it->second.shape;
-          in_value.type = it->second.type;
-          for (double x : *c) in_value.push_back(x);
+          live[i] = std::move(*c);
         }
         args.push_back(fetch(i));
       }

@@ -9,9 +9,11 @@
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
 /// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2 (graph_batch,
 /// graph_sequence). 0 keeps a size.
+#include <algorithm>  // std::equal
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
 #include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include "../core/error.hpp"  // graph_error
@@ -49,9 +51,14 @@ namespace detail {
 /// The new target of a reshape from `old_in` to `old_out` when its input becomes `new_in`:
 /// groups of dims covering the same elements are matched; an unchanged group keeps its
 /// target, a group of one output dim takes the product of its inputs, a group whose input
-/// and output dims are the same sizes in the same order takes the new sizes. Empty: no rule fits.
+/// and output dims are the same sizes in the same order takes the new sizes, and a group
+/// that splits dims apart (an exporter's [B*heads, S, D] viewed as [B, heads, S, D]) takes,
+/// for each size `renamed` changes (the batch, then the sequence), the new size at the first
+/// of its output dims that had the old one, when that gives the input's new product. Empty: no
+/// rule fits.
 inline std::vector<std::int64_t> resized_reshape(const tensor_shape& old_in, const tensor_shape& old_out,
-                                                 const tensor_shape& new_in) {
+                                                 const tensor_shape& new_in,
+                                                 const std::vector<std::pair<std::int64_t, std::int64_t>>& renamed = {}) {
   std::vector<std::int64_t> out;
   std::size_t i = 0, j = 0;
   while (i < old_in.rank || j < old_out.rank) {
@@ -74,13 +81,23 @@ inline std::vector<std::int64_t> resized_reshape(const tensor_shape& old_in, con
       for (std::size_t k = j0; k < j; ++k) out.push_back(old_out[k]);
     } else if (j - j0 == 1) {
       out.push_back(prod);
-    } else if (i - i0 == j - j0) {
-      for (std::size_t k = 0; k < i - i0; ++k) {
-        if (old_in[i0 + k] != old_out[j0 + k]) return {};
-        out.push_back(new_in[i0 + k]);
-      }
+    } else if (i - i0 == j - j0 && std::equal(old_in.begin() + i0, old_in.begin() + i, old_out.begin() + j0)) {
+      for (std::size_t k = 0; k < i - i0; ++k) out.push_back(new_in[i0 + k]);
     } else {
-      return {};
+      std::vector<std::int64_t> group(old_out.begin() + j0, old_out.begin() + j);
+      std::vector<char> taken(group.size(), 0);
+      for (const auto& [from, to] : renamed)
+        for (std::size_t k = 0; k < group.size(); ++k)
+          if (from != to && !taken[k] && group[k] == from) {
+            group[k] = to;
+            taken[k] = 1;
+            break;
+          }
+      std::int64_t got = 1;
+      for (std::int64_t d : group)
+        if (__builtin_mul_overflow(got, d, &got)) return {};
+      if (got != prod) return {};
+      out.insert(out.end(), group.begin(), group.end());
     }
   }
   return out;
@@ -113,7 +130,8 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
     if (nd.kind == op_kind::reshape) {
       const tensor_shape& old_in = g[operands(g, v)[0]].shape;
       if (!(old_in == in[0])) {
-        const std::vector<std::int64_t> dims = detail::resized_reshape(old_in, g[v].shape, in[0]);
+        const std::vector<std::int64_t> dims =
+            detail::resized_reshape(old_in, g[v].shape, in[0], {{b0, batch > 0 ? batch : b0}, {s0, seq > 0 ? seq : s0}});
         if (dims.empty())
           throw graph_error("reshape " + quoted_text(nd.name) + " from " + to_string(old_in) + " to " + to_string(g[v].shape) +
                             " cannot follow its input re-sized to " + to_string(in[0]));

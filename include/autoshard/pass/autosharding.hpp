@@ -1291,11 +1291,19 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
     counts.push_back({1, 0});
     return counts;
   }
-  // A graph with an operator of fixed shape cannot be re-sized to a micro-step: one step.
+  // A graph with an operator of fixed shape, or a view the new batch cannot follow, cannot be
+  // re-sized to a micro-step: one step.
   const std::string fixed = fixed_shape_operator(g);
+  std::string unresizable;
   for (const std::int64_t m : micro_step_counts(batch)) {
     if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !fixed.empty())) continue;
     const std::int64_t step = batch / m;
+    if (m > 1 && fixed.empty()) try {
+        (void)with_batch_seq(g, step, 0);
+      } catch (const graph_error& e) {
+        if (unresizable.empty()) unresizable = std::string(e.message());
+        continue;
+      }
     if (dp_fixed > 0 && step % dp_fixed != 0) continue;
     int shards = 0;
     if (p.micro_batch > 0) {
@@ -1312,8 +1320,9 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
                        (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
                        (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
                        " on mesh " + to_string(mesh) +
-                       (fixed.empty() ? std::string(" (the micro-step's batch must split evenly)")
-                                      : " (opaque operator " + quoted_text(fixed) + " keeps a fixed output shape, so the graph runs as one step)"));
+                       (!fixed.empty() ? " (opaque operator " + quoted_text(fixed) + " keeps a fixed output shape, so the graph runs as one step)"
+                        : !unresizable.empty() ? " (the graph cannot be re-sized to a micro-step: " + unresizable + ")"
+                                               : std::string(" (the micro-step's batch must split evenly)")));
   return counts;
 }
 

@@ -383,6 +383,23 @@ TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vert
   a.dims = {4, 12};
   add_op(r, op_kind::reshape, "mix", {x}, a);
   CHECK_THROWS_WITH_AS(with_batch_seq(r, 2, 0), doctest::Contains("reshape 'mix' from [8,6] to [4,12]"), graph_error);
+  // The batch merged with the heads and split apart again (torch's dynamo export transposes k
+  // over a [B*heads, S, D] view): the split gives the new batch the dim that had the old one.
+  model_graph h;
+  const vertex_t hx = add_input(h, "x", {4, 3, 8}, dtype::f32);
+  op_attrs heads, perm, merged, split;
+  heads.dims = {4, 3, 2, 4};
+  perm.dims = {0, 2, 1, 3};
+  merged.dims = {8, 3, 4};
+  split.dims = {4, 2, 3, 4};
+  const vertex_t h1 = add_op(h, op_kind::reshape, "heads", {hx}, heads);
+  const vertex_t h2 = add_op(h, op_kind::transpose, "perm", {h1}, perm);
+  const vertex_t h3 = add_op(h, op_kind::reshape, "merged", {h2}, merged);
+  const vertex_t h4 = add_op(h, op_kind::reshape, "split", {h3}, split);
+  const model_graph h2x = with_batch_seq(h, 2, 0);
+  CHECK(h2x[h3].shape == tensor_shape{4, 3, 4});
+  CHECK(h2x[h4].shape == tensor_shape{2, 2, 3, 4});
+  CHECK(with_batch_seq(h, 0, 5)[h4].shape == tensor_shape{4, 2, 5, 4});
   model_graph ids;
   add_input(ids, "ids", {8}, dtype::i64);
   CHECK_THROWS_WITH_AS(with_batch_seq(ids, 0, 5), doctest::Contains("no input with a sequence dim"), graph_error);

@@ -386,3 +386,24 @@ TEST_CASE("step report: a plan that stores its parameters at several ZeRO stages
   p.zero = 1;
   CHECK(describe_zero(p) == "ZeRO-1 for over 99 % of the parameters (ZeRO-0 for under 1 %)");
 }
+
+TEST_CASE("micro-batches: a graph whose views the micro-step's batch cannot follow runs as one step, and says why") {
+  // The batch merged into another dim and cut apart otherwise ([8,6] viewed as [4,12]): no
+  // micro-step of fewer sequences has a view of the same meaning.
+  model_graph g;
+  const vertex_t x = add_input(g, "x", {8, 6}, dtype::f32);
+  op_attrs a;
+  a.dims = {4, 12};
+  const vertex_t mix = add_op(g, op_kind::reshape, "mix", {x}, a);
+  const vertex_t w = add_parameter(g, "w", {12, 12}, dtype::f32);
+  add_op(g, op_kind::linear, "fc", {mix, w});
+  autosharding_options o = one_step(device_mesh{2}, recompute_policy::none);
+  o.compare_baselines = false;
+  o.pricing.micro_batches = 0;  // the planner chooses: one step is all it can run
+  CHECK(autosharding_analysis_pass(g, o).report.plan.par.micro_batches == 1);
+  o.pricing.micro_batches = 2;
+  CHECK_THROWS_WITH_AS(autosharding_analysis_pass(g, o),
+                       doctest::Contains("cannot run in 2 micro-batches on mesh mesh(2) (the graph cannot be re-sized to a micro-step: "
+                                         "reshape 'mix' from [8,6] to [4,12] cannot follow its input re-sized to [4,6])"),
+                       solver_error);
+}

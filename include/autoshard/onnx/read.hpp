@@ -244,6 +244,12 @@ inline void reader::parse(std::string_view bytes) {
 }
 
 // ---- names from the exporter's module scopes ----
+/// The metadata_props fields (repeated StringStringEntryProto) of the messages the exporter
+/// annotates: NodeProto's (field 9: pkg.torch.onnx.name_scopes) and ValueInfoProto's (field 4:
+/// pkg.torch.export.graph_signature.InputSpec.kind), both IR 10 (ONNX 1.16).
+inline constexpr int node_metadata_field = 9;
+inline constexpr int value_info_metadata_field = 4;
+
 /// torch.onnx.export's graph (the dynamo exporter, the default since PyTorch 2.9) names its
 /// nodes after the FX graph ("node_view_3", "node_MatMul_201": counters over the whole model),
 /// and records each node's module path in its metadata: pkg.torch.onnx.name_scopes, a Python
@@ -287,7 +293,7 @@ inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g, 
   for (int i = g.node_size() - 1; i >= 0; --i) {
     const onnx::NodeProto& n = g.node(i);
     if (!default_domain(n) || n.op_type().empty() || !on_data[static_cast<std::size_t>(i)]) continue;
-    const std::string m = module_of(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+    const std::string m = module_of(metadata(n, node_metadata_field, "pkg.torch.onnx.name_scopes"));
     if (m.empty()) continue;
     const int k = seen[{m, n.op_type()}]++;
     names[static_cast<std::size_t>(i)] = "/" + m + "/" + n.op_type() + (k ? "_" + std::to_string(k) : std::string());
@@ -295,16 +301,16 @@ inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g, 
   return names;
 }
 
-/// The value of node `n`'s metadata entry `key` (NodeProto.metadata_props, field 9, IR 10:
-/// ONNX 1.16), or "". Debian's ONNX 1.12 predates the field: protobuf keeps it among the
-/// node's unknown fields, each entry a StringStringEntryProto; a newer ONNX has it as a field.
-inline std::string reader::node_metadata(const onnx::NodeProto& n, std::string_view key) {
-  constexpr int field = 9;
-  const google::protobuf::Reflection* r = n.GetReflection();
-  if (const google::protobuf::FieldDescriptor* f = n.GetDescriptor()->FindFieldByNumber(field)) {
+/// The value of message `m`'s metadata entry `key`, held in its field number `field` (one of
+/// the above), or "". Debian's ONNX 1.12 predates those fields: protobuf keeps them among the
+/// message's unknown fields, each entry a StringStringEntryProto; a newer ONNX has them as
+/// fields. What is not such an entry (another wire type, bytes that do not parse) is skipped.
+inline std::string reader::metadata(const google::protobuf::Message& m, int field, std::string_view key) {
+  const google::protobuf::Reflection* r = m.GetReflection();
+  if (const google::protobuf::FieldDescriptor* f = m.GetDescriptor()->FindFieldByNumber(field)) {
     if (!f->is_repeated() || f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) return {};
-    for (int i = 0; i < r->FieldSize(n, f); ++i) {
-      const google::protobuf::Message& e = r->GetRepeatedMessage(n, f, i);
+    for (int i = 0; i < r->FieldSize(m, f); ++i) {
+      const google::protobuf::Message& e = r->GetRepeatedMessage(m, f, i);
       const google::protobuf::FieldDescriptor* k = e.GetDescriptor()->FindFieldByName("key");
       const google::protobuf::FieldDescriptor* v = e.GetDescriptor()->FindFieldByName("value");
       if (k && v && k->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
@@ -313,7 +319,7 @@ inline std::string reader::node_metadata(const onnx::NodeProto& n, std::string_v
     }
     return {};
   }
-  const google::protobuf::UnknownFieldSet& u = r->GetUnknownFields(n);
+  const google::protobuf::UnknownFieldSet& u = r->GetUnknownFields(m);
   for (int i = 0; i < u.field_count(); ++i) {
     const google::protobuf::UnknownField& x = u.field(i);
     if (x.number() != field || x.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;

@@ -27,7 +27,7 @@
 #undef MAP_TYPE
 #include <onnx/onnx_pb.h>                          // onnx::ModelProto (protobuf)
 #include <onnx/shape_inference/implementation.h>  // onnx::shape_inference::InferShapes
-#include <google/protobuf/unknown_field_set.h>    // google::protobuf::UnknownFieldSet (node_metadata)
+#include <google/protobuf/unknown_field_set.h>    // google::protobuf::UnknownFieldSet (metadata)
 #pragma pop_macro("MAP_TYPE")
 
 #include "../core/checked.hpp"    // checked_bytes
@@ -178,7 +178,7 @@ struct reader {
     return rank == 0 && name.find('.') == std::string::npos;
   }
   static std::vector<std::string> scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data);
-  static std::string node_metadata(const onnx::NodeProto& n, std::string_view key);
+  static std::string metadata(const google::protobuf::Message& m, int field, std::string_view key);
   std::string vertex_base(int k) const;
 
   // ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ---- (read.hpp)

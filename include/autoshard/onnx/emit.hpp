@@ -51,12 +51,13 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
   vertex_t u;
   // A floating initializer is a weight, named as the file names it, or as the module that uses
   // it (weight_names); but not a constant the exporter lifted (lifted_constant: torch's dynamo
-  // exporter writes the attention's scale and fills as val_196, ...).
-  if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank)) {
+  // exporter writes the attention's scale and fills as val_196, ...), nor one it marks as a
+  // buffer or a tensor constant (buffers: LLaMA's rotary inv_freq).
+  if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank) && !buffers.count(v)) {
     const auto renamed = weight_names.find(v);
     u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
   } else
-    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // data: graph inputs, constants, integer tables
+    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // data: graph inputs, constants, buffers, integer tables
   vertex_of[v] = u;
   return u;
 }

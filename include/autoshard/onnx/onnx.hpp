@@ -7,8 +7,9 @@
 ///   autoshard::parameter_count(m.graph);            // the initializers' elements
 ///   for (const auto& op : m.opaque) std::cout << op.node << " " << op.op_type << "\n";
 ///
-/// Initializers become parameters with their exact names and shapes (non-floating ones, and
-/// Constant nodes, become inputs: data, not weights). Operators map to the graph's kinds:
+/// Initializers become parameters with their exact names and shapes (non-floating ones,
+/// Constant nodes, and those torch's exporter marks as buffers or tensor constants in their
+/// value_info's metadata, become inputs: data, not weights). Operators map to the graph's kinds:
 /// MatMul by a 2-D initializer (or its Transpose) and Gemm -> linear (a following Add of a
 /// 1-D initializer is its bias), MatMul -> matmul, Add/Sub/Mul/Div, Softmax,
 /// LayerNormalization and the decomposed ReduceMean/Sub/Pow/Add/Sqrt/Div(/Mul/Add) pattern ->
@@ -49,6 +50,7 @@ namespace autoshard {
 inline onnx_import read_onnx(std::string_view bytes, const std::string& source = "ONNX model", const onnx_options& o = {}) {
   detail::onnx_in::reader r(o, source);
   r.parse(bytes);
+  r.mark_buffers();  // before shape inference rewrites value_info
   r.sort_nodes();
   r.fix_input_dims();
   r.infer_shapes();

@@ -329,6 +329,30 @@ inline std::string reader::metadata(const google::protobuf::Message& m, int fiel
   return {};
 }
 
+// ---- which initializers train ----
+/// The core fields of an ONNX file do not say which initializers are trained; torch's exporter
+/// (torch.onnx.export(..., dynamo=True)) records it in each initializer's value_info metadata:
+/// pkg.torch.export.graph_signature.InputSpec.kind, PARAMETER for a parameter, BUFFER for a
+/// registered buffer (LLaMA's rotary inv_freq), CONSTANT_TENSOR for a tensor constant. The
+/// last two are data the forward reads, with no gradient and no optimizer state: `buffers`,
+/// made inputs (operand). An initializer with no such entry (other exporters; the ones torch's
+/// exporter computes itself, val_166), or with any other value, is a parameter; where entries
+/// disagree, PARAMETER wins.
+inline void reader::mark_buffers() {
+  const onnx::GraphProto& g = model.graph();
+  std::set<std::string> inits, trained;
+  for (const auto& t : g.initializer()) inits.insert(t.name());
+  const auto mark = [&](const onnx::ValueInfoProto& v) {
+    if (!inits.count(v.name())) return;
+    const std::string kind = metadata(v, value_info_metadata_field, "pkg.torch.export.graph_signature.InputSpec.kind");
+    if (kind == "BUFFER" || kind == "CONSTANT_TENSOR") buffers.insert(v.name());
+    else if (kind == "PARAMETER") trained.insert(v.name());
+  };
+  for (const auto& v : g.value_info()) mark(v);
+  for (const auto& v : g.input()) mark(v);  // an initializer listed as an input too (IR < 4)
+  for (const std::string& n : trained) buffers.erase(n);
+}
+
 // ---- topological order (Kahn), a cycle or a dangling value is an error ----
 inline void reader::sort_nodes() {
   onnx::GraphProto& g = *model.mutable_graph();

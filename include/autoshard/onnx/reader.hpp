@@ -179,6 +179,9 @@ struct reader {
   }
   static std::vector<std::string> scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data);
   static std::string metadata(const google::protobuf::Message& m, int field, std::string_view key);
+  /// The initializers torch's exporter marks as not trained (mark_buffers): inputs, not parameters.
+  std::set<std::string> buffers;
+  void mark_buffers();
   std::string vertex_base(int k) const;
 
   // ---- symbolic dims of the graph inputs get sizes; then ONNX infers the rest ---- (read.hpp)

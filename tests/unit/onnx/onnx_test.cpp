@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -630,4 +631,133 @@ TEST_CASE("torch's dynamo export of attention: a mask built from positions is ev
   CHECK(vertex(anti.graph, "bias").kind == op_kind::input);
   CHECK(vertex(anti.graph, "bias").shape == tensor_shape{1, 1, 4, 4});
   CHECK_FALSE(find_vertex(anti.graph, "node_le"));
+}
+
+namespace {
+/// Records torch.onnx.export's kind of initializer `name` as the dynamo exporter does: a
+/// value_info entry whose metadata_props (field 4 of ValueInfoProto, which Debian's ONNX 1.12
+/// predates: the unknown field a newer exporter's file carries) holds
+/// pkg.torch.export.graph_signature.InputSpec.kind = PARAMETER, BUFFER or CONSTANT_TENSOR.
+onnx::ValueInfoProto* input_spec(model_maker& mm, const std::string& name, const std::vector<std::string>& dims, const std::string& kind) {
+  onnx::ValueInfoProto* v = mm.g->add_value_info();
+  model_maker::shape(v, name, onnx::TensorProto::FLOAT, dims);
+  onnx::StringStringEntryProto e;
+  e.set_key("pkg.torch.export.graph_signature.InputSpec.kind");
+  e.set_value(kind);
+  v->GetReflection()->MutableUnknownFields(v)->AddLengthDelimited(4, e.SerializeAsString());
+  e.set_key("pkg.torch.export.graph_signature.InputSpec.persistent");
+  e.set_value("False");
+  v->GetReflection()->MutableUnknownFields(v)->AddLengthDelimited(4, e.SerializeAsString());
+  return v;
+}
+
+/// x[4,8] @ fc.weight, times rot.inv_freq[8], plus a table[8], and a head: each initializer
+/// marked by `mark` (nothing where it gives nothing).
+model_maker marked_model(const std::function<void(model_maker&)>& mark) {
+  model_maker mm(18);
+  mm.input("x", {"4", "8"}).weight("model.fc.weight", {8, 8}).weight("model.rot.inv_freq", {8}).weight("model.table", {8});
+  mm.weight("model.head.weight", {8, 8});
+  mm.node("MatMul", "fc", {"x", "model.fc.weight"}, {"h"});
+  mm.node("Mul", "rot", {"h", "model.rot.inv_freq"}, {"r"});
+  mm.node("Add", "shift", {"r", "model.table"}, {"s"});
+  mm.node("MatMul", "head", {"s", "model.head.weight"}, {"y"});
+  mm.output("y");
+  mark(mm);
+  return mm;
+}
+}  // namespace
+
+TEST_CASE("ONNX from torch's exporter: initializers it marks as buffers are inputs, not parameters") {
+  // As torch.onnx.export(..., dynamo=True) writes them: the parameters PARAMETER, a registered
+  // buffer (LLaMA's rotary inv_freq) BUFFER, a tensor constant CONSTANT_TENSOR; the head has
+  // no entry (as the weights the exporter folds itself: val_166), and stays a parameter.
+  const model_maker marked = marked_model([](model_maker& mm) {
+    input_spec(mm, "model.fc.weight", {"8", "8"}, "PARAMETER");
+    input_spec(mm, "model.rot.inv_freq", {"8"}, "BUFFER");
+    input_spec(mm, "model.table", {"8"}, "CONSTANT_TENSOR");
+  });
+  const model_graph g = read_onnx(marked.bytes(), "m.onnx").graph;
+  CHECK(vertex(g, "model.fc.weight").kind == op_kind::parameter);
+  CHECK(vertex(g, "model.head.weight").kind == op_kind::parameter);
+  const node& buffer = vertex(g, "model.rot.inv_freq");
+  CHECK(buffer.kind == op_kind::input);
+  CHECK(buffer.shape == tensor_shape{8});
+  CHECK(buffer.type == dtype::f32);
+  CHECK(vertex(g, "model.table").kind == op_kind::input);
+  CHECK(vertex(g, "rot").kind == op_kind::mul);  // still data the forward reads
+  CHECK(parameter_count(g) == 2 * 64);
+  // No gradient, so no optimizer state: what a training step keeps of it is its bytes, as of
+  // any input, where a parameter of the same size keeps its optimizer's state too.
+  const std::vector<char> grads = detail::gradient_flags(g);
+  CHECK_FALSE(grads[*find_vertex(g, "model.rot.inv_freq")]);
+  CHECK_FALSE(grads[*find_vertex(g, "model.table")]);
+  CHECK(grads[*find_vertex(g, "model.fc.weight")]);
+  CHECK(grads[*find_vertex(g, "rot")]);
+  strategy_options so;
+  so.pricing.mode = run_mode::training;
+  const auto replicated_bytes = [&](const std::string& name) {
+    for (const strategy& s : enumerate_strategies(g, *find_vertex(g, name), device_mesh{2}, so, grads))
+      if (s.output.is_replicated()) return s.memory_bytes;
+    return std::int64_t{-1};
+  };
+  CHECK(replicated_bytes("model.rot.inv_freq") == 8 * 4);
+  CHECK(replicated_bytes("model.fc.weight") > 64 * 4);
+  // The same file without the entries (other exporters): every floating initializer a parameter, as before.
+  const model_graph plain = read_onnx(marked_model([](model_maker&) {}).bytes(), "m.onnx").graph;
+  CHECK(vertex(plain, "model.rot.inv_freq").kind == op_kind::parameter);
+  CHECK(vertex(plain, "model.table").kind == op_kind::parameter);
+  CHECK(parameter_count(plain) == 2 * 64 + 2 * 8);
+  // Entries that disagree: PARAMETER wins (as without any).
+  const model_graph both = read_onnx(marked_model([](model_maker& mm) {
+                                       input_spec(mm, "model.rot.inv_freq", {"8"}, "BUFFER");
+                                       input_spec(mm, "model.rot.inv_freq", {"8"}, "PARAMETER");
+                                     }).bytes(),
+                                     "m.onnx").graph;
+  CHECK(vertex(both, "model.rot.inv_freq").kind == op_kind::parameter);
+}
+
+TEST_CASE("ONNX initializer kinds: metadata that is not a StringStringEntryProto, or names no kind, is ignored") {
+  const auto kind_of_inv_freq = [](const std::function<void(onnx::ValueInfoProto*)>& mark) {
+    const model_maker mm = marked_model([&](model_maker& m) {
+      onnx::ValueInfoProto* v = m.g->add_value_info();
+      model_maker::shape(v, "model.rot.inv_freq", onnx::TensorProto::FLOAT, {"8"});
+      mark(v);
+    });
+    return vertex(read_onnx(mm.bytes(), "m.onnx").graph, "model.rot.inv_freq").kind;
+  };
+  const auto unknown = [](onnx::ValueInfoProto* v) { return v->GetReflection()->MutableUnknownFields(v); };
+  const auto entry = [](const std::string& key, const std::string& value) {
+    onnx::StringStringEntryProto e;
+    e.set_key(key);
+    e.set_value(value);
+    return e.SerializeAsString();
+  };
+  const std::string kind = "pkg.torch.export.graph_signature.InputSpec.kind";
+  // Field 4 as a varint, a fixed64, bytes that do not parse, an entry cut short, another key,
+  // a kind that is not one of torch's, a kind with trailing bytes: a parameter, as without.
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddVarint(4, 7); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddFixed64(4, 7); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(4, std::string("\xff\xff\xff\xff\x0f", 5)); }) == op_kind::parameter);
+  const std::string whole = entry(kind, "BUFFER");
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(4, whole.substr(0, whole.size() - 2)); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(4, entry("pkg.torch.onnx.name_scopes", "BUFFER")); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(4, entry(kind, "buffer")); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(4, entry(kind, std::string("BUFFER\0", 7))); }) == op_kind::parameter);
+  CHECK(kind_of_inv_freq([&](auto* v) { unknown(v)->AddLengthDelimited(5, whole); }) == op_kind::parameter);  // another field
+  // After garbage, a good entry still counts; so does one on the graph input an initializer is listed as (IR < 4).
+  CHECK(kind_of_inv_freq([&](auto* v) {
+          unknown(v)->AddLengthDelimited(4, "\x0a");
+          unknown(v)->AddLengthDelimited(4, whole);
+        }) == op_kind::input);
+  const model_maker listed = marked_model([&](model_maker& m) {
+    onnx::ValueInfoProto* v = m.g->add_input();
+    model_maker::shape(v, "model.rot.inv_freq", onnx::TensorProto::FLOAT, {"8"});
+    unknown(v)->AddLengthDelimited(4, whole);
+  });
+  CHECK(vertex(read_onnx(listed.bytes(), "m.onnx").graph, "model.rot.inv_freq").kind == op_kind::input);
+  // A whole file whose value_info is cut inside such an entry does not parse: a clear error.
+  std::string cut = marked_model([&](model_maker& m) { input_spec(m, "model.rot.inv_freq", {"8"}, "BUFFER"); }).bytes();
+  const std::size_t at = cut.rfind("BUFFER");
+  REQUIRE(at != std::string::npos);
+  CHECK(error_of<io_error>(cut.substr(0, at + 3)).find("the protobuf does not parse") != std::string::npos);
 }

@@ -7,7 +7,8 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
   * recognise every transformer layer (the exporter names nodes by counters over the model and
     records module paths only in its metadata): the step's recomputation covers all of them,
     and every layer's vertices carry the same names but for the layer index;
-  * see the parameters the model has, by name and count (the tied head once);
+  * see the parameters the model has, by name and count (the tied head once), and none of its
+    buffers (LLaMA's rotary inv_freq) as one;
   * see the attention as it runs: GPT-2's, whose heads are split from [B,S,H] as the attention
     kind takes them, fuses to one causal attention per layer (the exporter's mask, built at run
     time from positions, evaluated; its softmax guard the identity), leaving no opaque vertex;
@@ -103,13 +104,17 @@ def check(name, tool, work):
     for names in params:
         if len(seen & names) != 1:
             raise AssertionError(f"parameter {sorted(names)}: planned as {sorted(seen & names)}")
-    # An ONNX file does not say which initializers train: a floating buffer the forward reads
-    # (LLaMA's rotary inv_freq) is an initializer as a weight is, and is planned as one.
-    buffers = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
+    # Which initializers train: the exporter marks each PARAMETER or BUFFER in its value_info's
+    # metadata. A buffer the forward reads (LLaMA's rotary inv_freq) is data, not a parameter;
+    # the planned count is the model's own, the tied head once.
+    planned = {t["name"][len("model."):]: t["kind"] for t in tensors if t["name"].startswith("model.")}
+    buffers = {n: planned[n] for n, _ in model.named_buffers() if n in planned}
+    if any(k != "input" for k in buffers.values()):
+        raise AssertionError(f"buffers planned as other than inputs: {buffers}")
     extra = seen - set().union(*params)
-    if not extra <= set(buffers):
-        raise AssertionError(f"planned as parameters, but neither parameters nor buffers: {sorted(extra - set(buffers))[:4]}")
-    total = sum(p.numel() for p in model.parameters()) + sum(buffers[n].numel() for n in extra)
+    if extra:
+        raise AssertionError(f"planned as parameters, but not the model's parameters: {sorted(extra)[:4]}")
+    total = sum(p.numel() for p in model.parameters())
     if report["parameters"] != total:
         raise AssertionError(f"{report['parameters']} parameters planned, the model has {total}")
     heads = model.config.num_attention_heads
@@ -147,7 +152,8 @@ def check(name, tool, work):
     missing = [n for n, k in kinds.items() if k not in ("parameter", "input") and n not in ran]
     if not checked["passed"] or missing:
         raise AssertionError(f"verify: passed {checked['passed']} (worst {checked.get('worst')}), operators not checked: {missing[:6]}")
-    return f"{len(tensors)} vertices, {len(attentions)} attention, {len(opaque)} opaque " \
+    return f"{report['parameters']} parameters, {len(buffers)} buffers as inputs, " \
+           f"{len(tensors)} vertices, {len(attentions)} attention, {len(opaque)} opaque " \
            f"({sum(o['elementwise'] for o in opaque.values())} elementwise), step {report['plan']['step_seconds'] * 1e3:.3f} ms, " \
            f"dp {par['dp']}, verified on {DEVICES} ranks"
 

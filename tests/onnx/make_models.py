@@ -30,6 +30,9 @@ rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm
                        exact (Erf) GELU MLP, and a padding select Where(keep [batch, seq, 1],
                        y, Expand(fill [64] -> Shape(y))), and a mean as the loss (a scalar,
                        so that `verify` runs a training step).
+rms-mlp-buffers.onnx   rms-mlp.onnx as torch's dynamo exporter marks its initializers: each has a
+                       value_info whose metadata (pkg.torch.export.graph_signature.InputSpec.kind)
+                       says PARAMETER, but the padding fill's, BUFFER (data, not a parameter).
 unmapped.onnx          a small MLP with a custom-domain operator and a CumSum between its layers.
 hostile-names.onnx     unmapped.onnx with an ESC sequence and a newline in a MatMul's name, the
                        custom operator's name and op_type, and a weight's name: a report prints
@@ -288,6 +291,21 @@ def rms_mlp(H=64, F=256):
     return model
 
 
+def with_input_specs(model, buffers):
+    """`model` with a value_info per initializer recording its kind as torch's dynamo exporter
+    does (ValueInfoProto.metadata_props, field 4, ONNX 1.16: Debian's ONNX 1.12 predates it, so
+    the entry is appended as the bytes a newer exporter writes): BUFFER for the names in
+    `buffers`, PARAMETER for the others."""
+    for t in model.graph.initializer:
+        e = onnx.StringStringEntryProto(key="pkg.torch.export.graph_signature.InputSpec.kind",
+                                        value="BUFFER" if t.name in buffers else "PARAMETER").SerializeToString()
+        v = onnx.ValueInfoProto()
+        v.ParseFromString(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)).SerializeToString() +
+                          bytes([4 << 3 | 2, len(e)]) + e)
+        model.graph.value_info.append(v)
+    return model
+
+
 def unmapped(fc1="fc1", fancy="fancy", fancy_type="FancyNorm", fc1_weight="fc1.weight"):
     rng = np.random.default_rng(1)
     nodes = [
@@ -341,6 +359,8 @@ def main():
     onnx.save(unmapped(fc1="fc1" + hostile, fancy="fancy" + hostile, fancy_type="Fancy" + hostile,
                        fc1_weight="w" + hostile), os.path.join(out, "hostile-names.onnx"))
     onnx.save(rms_mlp(**(dict(H=8, F=16) if tiny else {})), os.path.join(out, "rms-mlp.onnx"))
+    onnx.save(with_input_specs(rms_mlp(**(dict(H=8, F=16) if tiny else {})), {"model.pad_fill"}),
+              os.path.join(out, "rms-mlp-buffers.onnx"))
     good = small().SerializeToString()
     with open(os.path.join(out, "small.onnx"), "wb") as f:
         f.write(good)

@@ -12,7 +12,8 @@
 #     and shape), the builder's others are the labels and the loss, and the export's plan under a
 #     budget that binds cuts weights; a mask that is not causal is not fused into attention;
 #     a LLaMA-style block (RMSNorm, exact GELU, Where, Expand) maps with no opaque operator
-#     and `verify` runs its training step sharded; (b) a model with a custom-domain operator and a CumSum gets a plan
+#     and `verify` runs its training step sharded, also with its padding fill marked as a buffer
+#     (an input: three parameter gradients, not four); (b) a model with a custom-domain operator and a CumSum gets a plan
 #     whose report names both, and `verify` says why it cannot run it, and names with an ESC and a
 #     newline come out escaped in the plan's and show's tables; (c) hostile files:
 #     truncated, a dim of 2^62, raw_data that disagrees with the shape, a cycle: a clear error each.
@@ -135,6 +136,23 @@ if not any("S" in o["output"] for o in j["operators"] if o["kind"] in ("where", 
 EOF
 run "$tool" verify --plan "$tmp/r.json"
 [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "rms-mlp.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
+
+# The same block as torch's dynamo exporter marks its initializers: the padding fill a BUFFER
+# (value_info metadata), so an input, not a parameter; the rest PARAMETER. The step trains
+# the three parameters only, sharded.
+run "$tool" plan --model "$tmp/rms-mlp-buffers.onnx" --mesh 2x2 --batch 4 --seq 8 --memory-budget 200KiB --json --quiet --out "$tmp/rb.json"
+"$py" - "$tmp/out" <<'EOF' && ok || bad "rms-mlp-buffers.onnx: the buffer"
+import json, sys
+j = json.load(open(sys.argv[1]))
+kinds = {o["name"]: o["kind"] for o in j["operators"]}
+if kinds.get("model.pad_fill") != "input" or kinds.get("model.norm.weight") != "parameter":
+    sys.exit(f"pad_fill is {kinds.get('model.pad_fill')}, norm.weight {kinds.get('model.norm.weight')}")
+if j["parameters"] != 64 + 2 * 64 * 256:
+    sys.exit(f"{j['parameters']} parameters, expected {64 + 2 * 64 * 256} (norm, up, down; not the fill)")
+EOF
+run "$tool" verify --plan "$tmp/rb.json"
+[ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && grep -q "3 parameter gradients" "$tmp/out" && ok ||
+  bad "rms-mlp-buffers.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 
 # (b) Unmapped operators: a plan, and a report line naming each.
 run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2x2 --batch 8 --quiet --out "$tmp/u.json" || { bad "unmapped: plan"; cat "$tmp/err"; }

@@ -12,7 +12,8 @@
 /// "float16", ...); "attrs" may hold transposed_weight, causal, dropout (booleans), axis, heads,
 /// kv_heads, start, length (integers), dims (array of integers), op_type (the source
 /// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
-/// vertex whose operands broadcast to its output, which then has no dims); omitted ones keep their
+/// vertex whose operands broadcast to its output, which then has no dims); an "input" vertex's
+/// only held (a boolean: data the model holds, not fed each step); omitted ones keep their
 /// defaults. A malformed file throws io_error naming the JSON path
 /// ("nodes[3].shape[1] is -1, not an integer in [0, ...]"); a well-formed file describing an
 /// invalid graph throws graph_error naming the vertex (see validate()).
@@ -68,6 +69,8 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (!a.op_type.empty()) at["op_type"] = a.op_type;
       if (a.elementwise != d.elementwise) at["elementwise"] = a.elementwise;
       if (!at.empty()) j["attrs"] = at;
+    } else if (n.is_input() && n.attrs.held) {
+      j["attrs"] = json{{"held", true}};
     }
     nodes.push_back(std::move(j));
   }
@@ -91,7 +94,8 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type, elementwise)");
+    else if (key == "held") a.held = val.boolean();
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

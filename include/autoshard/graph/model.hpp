@@ -120,7 +120,7 @@ constexpr bool is_binary_elementwise(op_kind k) noexcept {
 }
 constexpr bool is_source(op_kind k) noexcept { return k == op_kind::input || k == op_kind::parameter; }
 
-/// Operator attributes; each kind reads only the fields its comment names.
+/// Vertex attributes; each kind reads only the fields its comment names.
 struct op_attrs {
   bool transposed_weight = false;  ///< linear: weight stored [in,out] (GPT-2 Conv1D)
   bool causal = false;             ///< attention: causal mask
@@ -136,6 +136,9 @@ struct op_attrs {
                                    ///< "com.example.FancyNorm"), for reports
   bool elementwise = false;        ///< opaque: elementwise over operands that broadcast to the output
                                    ///< (its shape, inferred; attrs.dims empty)
+  bool held = false;               ///< input: data the model holds (an ONNX file's buffers, constants and
+                                   ///< integer tables), not fed each step: no batch or sequence dim
+                                   ///< (graph_batch, with_batch_seq), and no gradient, as any input
   friend bool operator==(const op_attrs&, const op_attrs&) = default;
 };
 
@@ -147,6 +150,8 @@ struct node {
   tensor_shape shape;             ///< output shape
   dtype type = dtype::f32;        ///< output element type
   bool is_input() const noexcept { return kind == op_kind::input; }
+  /// An input fed each step (token ids, labels, activations), not data the model holds (attrs.held).
+  bool is_fed_input() const noexcept { return kind == op_kind::input && !attrs.held; }
   bool is_parameter() const noexcept { return kind == op_kind::parameter; }
   bool is_operator() const noexcept { return !is_source(kind); }
 };
@@ -495,6 +500,12 @@ inline std::optional<vertex_t> find_vertex(const model_graph& g, std::string_vie
 /// Adds a model input.
 inline vertex_t add_input(model_graph& g, std::string name, tensor_shape shape, dtype t) {
   return boost::add_vertex(node{std::move(name), op_kind::input, {}, shape, t}, g);
+}
+/// Adds data the model holds and does not train (a buffer, a constant): an input with attrs.held.
+inline vertex_t add_held_input(model_graph& g, std::string name, tensor_shape shape, dtype t) {
+  op_attrs a;
+  a.held = true;
+  return boost::add_vertex(node{std::move(name), op_kind::input, std::move(a), shape, t}, g);
 }
 /// Adds a parameter (weight); name it as in the checkpoint ("transformer.h.0.attn.c_attn.weight").
 inline vertex_t add_parameter(model_graph& g, std::string name, tensor_shape shape, dtype t) {

@@ -8,7 +8,8 @@
 ///   autoshard::model_graph small = autoshard::with_batch_seq(g, 2, 64);
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
 /// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2 (graph_batch,
-/// graph_sequence). 0 keeps a size.
+/// graph_sequence). Inputs the model holds (attrs.held: an ONNX file's buffers and constants)
+/// have neither and keep their shapes. 0 keeps a size.
 #include <algorithm>  // std::equal
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
@@ -22,19 +23,19 @@
 
 namespace autoshard {
 
-/// The batch of a graph: dim 0 of its first input of rank >= 1 (what with_batch_seq re-sizes),
-/// 0 without one.
+/// The batch of a graph: dim 0 of its first fed input of rank >= 1 (what with_batch_seq
+/// re-sizes), 0 without one.
 inline std::int64_t graph_batch(const model_graph& g) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_input() && g[v].shape.rank >= 1) return g[v].shape[0];
+    if (g[v].is_fed_input() && g[v].shape.rank >= 1) return g[v].shape[0];
   return 0;
 }
 
-/// The sequence length of a graph: dim 1 of its first input of rank >= 2 (what with_batch_seq
-/// re-sizes), 0 without one.
+/// The sequence length of a graph: dim 1 of its first fed input of rank >= 2 (what
+/// with_batch_seq re-sizes), 0 without one.
 inline std::int64_t graph_sequence(const model_graph& g) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_input() && g[v].shape.rank >= 2) return g[v].shape[1];
+    if (g[v].is_fed_input() && g[v].shape.rank >= 2) return g[v].shape[1];
   return 0;
 }
 
@@ -121,6 +122,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
     node& nd = out[v];
     if (nd.is_parameter()) continue;
     if (nd.is_input()) {
+      if (nd.attrs.held) continue;  // data the model holds: no batch, no sequence
       if (batch > 0 && nd.shape.rank >= 1 && nd.shape[0] == b0) nd.shape[0] = batch;
       if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0) nd.shape[1] = seq;
       continue;

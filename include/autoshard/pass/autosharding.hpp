@@ -674,7 +674,7 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
   // A micro-batch given per data-parallel rank: the batch inputs and the layers' linears (what
   // the report's dp is read off) split the batch exactly that many ways.
   const bool batch_tensor = g[v].shape.rank >= 1 && g[v].shape[0] == batch;
-  if (rq.batch_shards > 0 && batch_tensor && (g[v].is_input() || (g[v].kind == op_kind::linear && pm.layers.layer[v] >= 0)) &&
+  if (rq.batch_shards > 0 && batch_tensor && (g[v].is_fed_input() || (g[v].kind == op_kind::linear && pm.layers.layer[v] >= 0)) &&
       s.output.shard_count(pm.mesh, 0) != rq.batch_shards)
     return false;
   bool all_rep = s.output.is_replicated();

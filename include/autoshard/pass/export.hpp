@@ -685,7 +685,7 @@ struct tp_walk {
   void fix_inputs_if_split(vertex_t v, const placement& q) {
     if (!sliced_rows(q, v)) return;
     for (vertex_t u = 0; u < boost::num_vertices(g); ++u)
-      if (g[u].is_input()) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
+      if (g[u].is_fed_input()) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
   }
 
   // ---- operators that are not modules: they run as the model's code runs them -------------------

@@ -167,7 +167,7 @@ inline parallelism parallelism_of(const model_graph& g, const device_mesh& m, co
     p.dp = dp;
   } else {  // no weights: the batch split of the first input
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-      if (g[v].is_input() && g[v].shape.rank >= 1 && chosen[v]) {
+      if (g[v].is_fed_input() && g[v].shape.rank >= 1 && chosen[v]) {
         for (std::size_t a = 0; a < m.ndim(); ++a)
           if (chosen[v]->output[a].is_shard(0)) p.dp *= m.size(a);
         break;

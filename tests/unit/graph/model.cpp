@@ -421,3 +421,37 @@ TEST_CASE("with_batch_seq gives the graph the builders make at those sizes, vert
   CHECK_THROWS_WITH_AS(with_batch_seq(o, 2, 0), "graph error: opaque operator 'fixed' keeps a fixed output shape; the graph cannot be re-sized",
                        graph_error);
 }
+
+TEST_CASE("an input the model holds keeps its shape at another batch or sequence, and in the JSON") {
+  // An ONNX file's buffer (LLaMA's rotary inv_freq) whose length is the batch's, and a table
+  // whose dim 1 is the sequence's, both before the fed input: neither gives the batch or the
+  // sequence, and neither is re-sized.
+  model_graph g;
+  const vertex_t freq = add_held_input(g, "rotary.inv_freq", {8}, dtype::f32);
+  const vertex_t table = add_held_input(g, "table", {3, 16}, dtype::f32);
+  const vertex_t x = add_input(g, "x", {8, 16, 8}, dtype::f32);
+  add_op(g, op_kind::mul, "rot", {x, freq});
+  add_op(g, op_kind::tanh, "t", {table});
+  CHECK(g[freq].attrs.held);
+  CHECK_FALSE(g[freq].is_fed_input());
+  CHECK(g[x].is_fed_input());
+  CHECK(graph_batch(g) == 8);
+  CHECK(graph_sequence(g) == 16);
+  const model_graph h = with_batch_seq(g, 2, 4);
+  CHECK(h[freq].shape == tensor_shape{8});
+  CHECK(h[table].shape == tensor_shape{3, 16});
+  CHECK(h[x].shape == tensor_shape{2, 4, 8});
+  CHECK(h[*find_vertex(h, "rot")].shape == tensor_shape{2, 4, 8});
+  // A model without the flag: the same buffer is taken for the batch and re-sized with it.
+  model_graph fed = g;
+  fed[freq].attrs.held = false;
+  CHECK_THROWS_AS(with_batch_seq(fed, 2, 0), graph_error);
+  // The JSON says it, and reads it back; on an input only.
+  const nlohmann::json j = to_json(g);
+  CHECK(j["nodes"][0]["attrs"] == nlohmann::json{{"held", true}});
+  CHECK_FALSE(j["nodes"][2].contains("attrs"));
+  const model_graph back = from_json(j);
+  CHECK(back[freq].attrs.held);
+  CHECK_FALSE(back[x].attrs.held);
+  CHECK(to_json(back) == j);
+}

@@ -153,6 +153,11 @@ EOF
 run "$tool" verify --plan "$tmp/rb.json"
 [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && grep -q "3 parameter gradients" "$tmp/out" && ok ||
   bad "rms-mlp-buffers.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
+# Its fill is [64] and the batch 64: held, the fill is no batch input, and the graph of one
+# micro-batch of 32 keeps it [64] (taken for the batch, it was re-sized to [32], which the
+# Where could not broadcast).
+run "$tool" plan --model "$tmp/rms-mlp-buffers.onnx" --mesh 2 --batch 64 --seq 8 --micro-batches 2 --quiet --no-svg --out "$tmp/rb2.json"
+[ $? -eq 0 ] && ok || bad "rms-mlp-buffers.onnx: 2 micro-batches of 32: $(cat "$tmp/err")"
 
 # (b) Unmapped operators: a plan, and a report line naming each.
 run "$tool" plan --model "$tmp/unmapped.onnx" --mesh 2x2 --batch 8 --quiet --out "$tmp/u.json" || { bad "unmapped: plan"; cat "$tmp/err"; }

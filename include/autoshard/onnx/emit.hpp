@@ -56,8 +56,11 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
   if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank) && !buffers.count(v)) {
     const auto renamed = weight_names.find(v);
     u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
-  } else
-    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // data: graph inputs, constants, buffers, integer tables
+  } else if (vi.graph_input) {
+    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // fed each step
+  } else {
+    u = add_held_input(out.graph, unique_name(v), vi.shape, vi.type);  // data the model holds: constants, buffers, integer tables
+  }
   vertex_of[v] = u;
   return u;
 }
@@ -65,7 +68,7 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
 /// A Shape node's output used as data: a constant input (its value is the inferred shape).
 inline vertex_t reader::shape_value(int p, const std::string& v, const std::string& who) {
   const value_info& in = known(in_of(p, 0), who);
-  const vertex_t u = add_input(out.graph, unique_name(v), tensor_shape{static_cast<std::int64_t>(in.shape.rank)}, dtype::i64);
+  const vertex_t u = add_held_input(out.graph, unique_name(v), tensor_shape{static_cast<std::int64_t>(in.shape.rank)}, dtype::i64);
   vertex_of[v] = u;
   return u;
 }

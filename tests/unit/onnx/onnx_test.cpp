@@ -521,6 +521,7 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
   CHECK(vertex(r.graph, "model.head").kind == op_kind::linear);
   CHECK(vertex(r.graph, "model.head.weight").kind == op_kind::parameter);
   CHECK(vertex(r.graph, "val_8").kind == op_kind::input);
+  CHECK(vertex(r.graph, "val_8").attrs.held);
   CHECK(parameter_count(r.graph) == 3 * 64);
   // An elementwise opaque operator splits as its operands do: each dim of the output, or whole.
   const vertex_t v = *find_vertex(r.graph, "model.layers.1.IsNaN");
@@ -683,7 +684,10 @@ TEST_CASE("ONNX from torch's exporter: initializers it marks as buffers are inpu
   CHECK(buffer.kind == op_kind::input);
   CHECK(buffer.shape == tensor_shape{8});
   CHECK(buffer.type == dtype::f32);
+  CHECK(buffer.attrs.held);  // data the model holds: no batch dim, whatever its length (with_batch_seq)
+  CHECK_FALSE(vertex(g, "x").attrs.held);
   CHECK(vertex(g, "model.table").kind == op_kind::input);
+  CHECK(vertex(g, "model.table").attrs.held);
   CHECK(vertex(g, "rot").kind == op_kind::mul);  // still data the forward reads
   CHECK(parameter_count(g) == 2 * 64);
   // No gradient, so no optimizer state: what a training step keeps of it is its bytes, as of

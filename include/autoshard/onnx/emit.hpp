@@ -56,10 +56,13 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
   if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank) && !buffers.count(v)) {
     const auto renamed = weight_names.find(v);
     u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
-  } else if (vi.graph_input) {
-    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);  // fed each step
+  } else if (vi.graph_input || !vi.init) {
+    // Fed each step; or computed from constants alone (mark_constants), whose shape may be the
+    // batch's and the sequence's (torch's dynamo export builds a [B, 1, S, S] mask from
+    // positions): re-sized with them as a fed input is.
+    u = add_input(out.graph, unique_name(v), vi.shape, vi.type);
   } else {
-    u = add_held_input(out.graph, unique_name(v), vi.shape, vi.type);  // data the model holds: constants, buffers, integer tables
+    u = add_held_input(out.graph, unique_name(v), vi.shape, vi.type);  // data the file holds: constants, buffers, integer tables
   }
   vertex_of[v] = u;
   return u;

@@ -16,7 +16,7 @@ k = log(t2/t1) / log(n2/n1): linear growth gives k = 1, n log n slightly above 1
           `shard --plan`, 64 -> 4,096 ranks (each rank file holds the parameters whole: the
           bytes written grow with the ranks)
   show    a block map of a tensor split over every rank of a 1-D mesh (`show --mesh N --shape
-          N,8 --spec "[S(0)]"`, 4,096 -> 262,144 ranks) and of the plans' input_ids (`show --plan
+          N,8 --spec "[S(0)]" --json`, 4,096 -> 262,144 ranks) and of the plans' input_ids (`show --plan
           --tensor`)
 
 With `--before BIN` every command also runs with that (older) build, each repeat of the one
@@ -195,7 +195,9 @@ def main():
                              lambda _tool, out=out: shutil.rmtree(out, ignore_errors=True)))
             sweep("shard: ranks of a plan's mesh (tiny GPT-2)", "ranks", rows, tools, a.repeats, timeouts, work)
         if "show" in only:
-            rows = [(n, "show --spec [S(0)] (1-D mesh)", ["show", "--mesh", str(n), "--shape", f"{n},8", "--spec", "[S(0)]"], None)
+            # --json: the same block map, for any mesh (a drawing of more than 4,096 ranks is refused).
+            rows = [(n, "show --spec [S(0)] --json (1-D mesh)",
+                     ["show", "--mesh", str(n), "--shape", f"{n},8", "--spec", "[S(0)]", "--json"], None)
                     for n in SHOW_RANKS]
             for m in SHARD_MESHES:
                 ranks = math.prod(int(x) for x in m.split("x"))

@@ -946,4 +946,18 @@ expect calibration-axes 1 "^autoshard: io error: calibration file '.*links-bad.j
 test ! -e "$tmp/ca.json" && ok || bad "calibration-axes: a plan was written"
 expect calibration-axes 0 "" "$tool" plan "${small[@]}" --mesh 2 --calibration "$tmp/links.json" --out "$tmp/ca.json" --quiet --no-svg
 
+# Hardening round ten (docs/reliability.md): the labels below.
+# svg-ranks: `show --svg` of a 2^20-rank mesh (`--mesh 1024x1024 --shape 1048576,1048576 --spec
+# S0S1`) wrote a 194 MB SVG and 33 MB of text in 4 s. Now a drawing, SVG or the terminal's, of
+# more than 4,096 ranks is refused before anything is computed or written; --json still lists
+# every block's owners (class7's 32,768 ranks).
+expect svg-ranks 1 "^autoshard: spec error: --svg: the block map of mesh\(4097\) would name its 4097 ranks, but a drawing holds at most 4096 \(max_drawn_ranks\): nothing drawn; --json without --svg lists every block's owners$" \
+  "$tool" show --mesh 4097 --shape 4097,8 --spec S0R --svg "$tmp/sr.svg"
+test ! -e "$tmp/sr.svg" && [ ! -s "$tmp/out" ] && ok || bad "svg-ranks: something was written: $(ls "$tmp"/sr.* 2>/dev/null) $(head -c 100 "$tmp/out")"
+expect svg-ranks 1 "^autoshard: spec error: show: the block map of mesh\(4097\) would name its 4097 ranks, but a drawing holds at most 4096 \(max_drawn_ranks\): nothing drawn; --json lists every block's owners$" \
+  "$tool" show --mesh 4097 --shape 4097,8 --spec S0R
+[ ! -s "$tmp/out" ] && ok || bad "svg-ranks: the refused map printed $(wc -c <"$tmp/out") bytes"
+expect svg-ranks 0 "" "$tool" show --mesh 64x64 --shape 64,64 --spec S0S1 --svg "$tmp/sr.svg"
+test -s "$tmp/sr.svg" && ok || bad "svg-ranks: the 4,096-rank map (the limit) was not drawn"
+
 finish hardening

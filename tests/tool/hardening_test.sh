@@ -959,5 +959,30 @@ expect svg-ranks 1 "^autoshard: spec error: show: the block map of mesh\(4097\) 
 [ ! -s "$tmp/out" ] && ok || bad "svg-ranks: the refused map printed $(wc -c <"$tmp/out") bytes"
 expect svg-ranks 0 "" "$tool" show --mesh 64x64 --shape 64,64 --spec S0S1 --svg "$tmp/sr.svg"
 test -s "$tmp/sr.svg" && ok || bad "svg-ranks: the 4,096-rank map (the limit) was not drawn"
+# calibration-bounds: a calibration file was parsed whole and every sample taken (2 million: 171 MB,
+# 5.4 s and 1.4 GB), and holdout_relative_error was read unbounded (1e300, or -5). Now a fit takes
+# at most 1,024 samples, counted before any is taken, a file above 4 MiB is refused from its size,
+# and the held-out error is a number in [0, 100].
+python3 - "$tmp/links.json" "$tmp" <<'PY2'
+import json, sys
+d = json.load(open(sys.argv[1])); t = sys.argv[2]
+s = d["axes"][0]["samples"]
+many = dict(d); many["axes"] = [dict(d["axes"][0], samples=(s * 1025)[:1025])]
+json.dump(many, open(f"{t}/links-many.json", "w"))
+for name, v in (("huge", 1e300), ("neg", -5)):
+    e = dict(d); e["axes"] = [dict(d["axes"][0], holdout_relative_error=v)]
+    json.dump(e, open(f"{t}/links-{name}.json", "w"))
+open(f"{t}/links-big.json", "w").write(json.dumps(d) + " " * (4 << 20))
+PY2
+cb=("$tool" plan "${small[@]}" --mesh 2 --out "$tmp/cb.json" --quiet --no-svg --calibration)
+expect calibration-bounds 1 "^autoshard: io error: calibration file '.*links-many.json': axes\[0\].samples has 1025 samples, but a fit takes at most 1024 \(max_calibration_samples; calibrate writes at most 44 an axis\)$" \
+  "${cb[@]}" "$tmp/links-many.json"
+expect calibration-bounds 1 "^autoshard: io error: calibration file '.*links-huge.json': axes\[0\].holdout_relative_error is 1e\+300, not a number in \[0, 100\]$" \
+  "${cb[@]}" "$tmp/links-huge.json"
+expect calibration-bounds 1 "^autoshard: io error: calibration file '.*links-neg.json': axes\[0\].holdout_relative_error is -5, not a number in \[0, 100\]$" \
+  "${cb[@]}" "$tmp/links-neg.json"
+expect calibration-bounds 1 "^autoshard: io error: calibration file '.*links-big.json' has [0-9]+ bytes; at most 4194304 are read$" \
+  "${cb[@]}" "$tmp/links-big.json"
+test ! -e "$tmp/cb.json" && ok || bad "calibration-bounds: a plan was written"
 
 finish hardening

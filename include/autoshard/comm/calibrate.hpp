@@ -28,6 +28,20 @@
 
 namespace autoshard {
 
+/// The most samples one axis's fit takes: calibration_options' sizes and held-out size for each
+/// of its kinds, and a calibration file's `axes[k].samples`. `autoshard calibrate` takes at most
+/// 44 (4 KiB to 1 GiB by fours, ten sizes and the held-out one, for each of the four sampled
+/// collectives); a fit of three numbers gains nothing from thousands, and a file of 2 million
+/// took 5.4 s and 1.4 GB to read before anything looked at it.
+inline constexpr std::size_t max_calibration_samples = 1024;
+
+/// The largest `holdout_relative_error` (the mean over kinds of |predicted - measured| /
+/// measured at the held-out size) a calibration may report: a prediction too small is off by
+/// less than 1, and one 100 times too large (an error of 99) is already no model of the link.
+/// Above it calibrate refuses its fit (a stalled or overloaded run), and the file's reader the
+/// number (an edit: 1e300 was read and shown as a held-out error of 1e302 %).
+inline constexpr double max_holdout_relative_error = 100;
+
 struct calibration_options {
   /// Message sizes B (bytes) the fit uses.
   std::vector<double> sizes{4096, 32768, 262144, 1048576, 4194304};
@@ -208,6 +222,13 @@ double time_collective(C& c, collective kind, double bytes, int warmup, int repe
 template <mesh_communicator_like M>
 calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
   const device_mesh& mesh = mc.mesh();
+  // Bounded before anything is measured (each sample is warmup + repeats collectives).
+  const std::size_t per_kind = opts.sizes.size() + (opts.holdout > 0 ? 1 : 0), kinds = opts.kinds.size();
+  if (kinds != 0 && per_kind > max_calibration_samples / kinds)  // per_kind x kinds > the limit, without overflow
+    throw spec_error("calibration_options: " + std::to_string(kinds) + " kinds x " + std::to_string(per_kind) + " sizes (" +
+                     std::to_string(opts.sizes.size()) + (opts.holdout > 0 ? " and the held-out one" : "") +
+                     ") are more samples an axis than a fit takes: at most " + std::to_string(max_calibration_samples) +
+                     " (max_calibration_samples)");
   calibration_result out;
   out.mesh = mesh;
   for (std::size_t a = 0; a < mesh.ndim(); ++a) {
@@ -248,6 +269,14 @@ calibration_result calibrate(M& mc, const calibration_options& opts = {}) {
           ++n;
         }
       ax.holdout_relative_error = n ? err / n : 0.0;
+      if (!(ax.holdout_relative_error <= max_holdout_relative_error)) {
+        char text[320];
+        std::snprintf(text, sizeof text,
+                      "calibrating mesh axis %zu: the fit predicts the held-out size (%g bytes) off by %g times the measured "
+                      "time on average, more than %g (max_holdout_relative_error): a stalled or overloaded run?",
+                      a, ax.holdout_bytes, ax.holdout_relative_error, max_holdout_relative_error);
+        throw comm_error(text);
+      }
     }
     out.axes.push_back(ax);
   }

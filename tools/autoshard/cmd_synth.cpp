@@ -7,10 +7,8 @@
 
 #include <autoshard/tensor/tensor.hpp>
 
-#include <unistd.h>  // unlink
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -76,8 +74,9 @@ int run_synth(const synth_options& o) {
   // `synth --model DIR --out DIR` would replace the config it reads
   command_paths paths(o.follow_symlinks);
   if (!o.model.is_preset()) paths.model("--model", o.model.model);
-  const fs::path weights_file = paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors", /*directory_made=*/true);
-  const fs::path config_file = paths.output_path("--out config", fs::path(o.out) / "config.json", /*directory_made=*/true);
+  // Checked as outputs (not a FIFO, a link, an input); written through the stage below.
+  (void)paths.output_path("--out checkpoint", fs::path(o.out) / "model.safetensors", /*directory_made=*/true);
+  (void)paths.output_path("--out config", fs::path(o.out) / "config.json", /*directory_made=*/true);
   paths.check();
   // Every reader takes a directory's model.safetensors.index.json before its model.safetensors
   // (checkpoint_file_in): written beside one, the new weights were never read, and the directory
@@ -147,18 +146,18 @@ int run_synth(const synth_options& o) {
   nlohmann::json config = to_hf_config(m);
   if (!o.model.is_preset()) config = keep_template(o.model, m, config);
   const std::string config_text = config.dump(2) + "\n";
-  // The directories made for --out are removed again when the run fails (each only when empty).
-  made_directories dirs;
-  dirs.create(o.out);
-  // The pair is written under temporary names (atomic_file), the config first, then the
-  // weights; only when both are whole is either put in place. An older config.json that
-  // differs from the new one is removed before the weights are renamed: a crash between the
-  // two renames leaves new weights without a config.json (every reader refuses that, naming
-  // it), never new weights under an older config or older weights under a new one.
-  atomic_file config_out(config_file);
+  // The pair appears together or not at all (atomic_file_set, io/atomic_file.hpp): both files
+  // are written into a fresh stage directory beside --out and put in place by one rename (or,
+  // over an earlier run's pair, one exchange of the directories), so a crash leaves --out as it
+  // was or with the new pair whole. Only where --out holds other files too are they moved in
+  // one by one, config.json last, an older one that differs removed first: a crash between
+  // leaves weights without a config.json, which every reader refuses naming it. On failure the
+  // stage and the directories made above --out are removed.
+  atomic_file_set pair(o.out, {"model.safetensors", "config.json"}, o.follow_symlinks);
+  atomic_file config_out(pair.stage() / "config.json");
   config_out.write(config_text);
   config_out.finish();
-  safetensors_writer w(weights_file, infos, {{"format", "pt"}});
+  safetensors_writer w(pair.stage() / "model.safetensors", infos, {{"format", "pt"}});
   for (const auto& e : w.entries()) {
     // Seeded per tensor, so values do not depend on file order.
     std::seed_seq seq{o.seed, static_cast<std::uint64_t>(std::hash<std::string>{}(e.name))};
@@ -172,19 +171,9 @@ int run_synth(const synth_options& o) {
     else w.write(convert(f.view(), t).view().bytes());
   }
   w.finish();
-  bool same_config = false;  // an older config.json with the new one's bytes stays
-  if (std::error_code cec; fs::is_regular_file(fs::symlink_status(config_file, cec)) &&
-                           fs::file_size(config_file, cec) == config_text.size()) {
-    std::ifstream in(config_file, std::ios::binary);
-    std::string older(config_text.size(), '\0');
-    same_config = in.read(older.data(), static_cast<std::streamsize>(older.size())) && older == config_text;
-  }
-  if (!same_config && ::unlink(config_file.c_str()) != 0 && errno != ENOENT)
-    throw io_error("cannot remove the older " + quoted_path(config_file.string()) + " before the new pair is put in place: " +
-                   std::strerror(errno));
-  w.commit();
+  w.commit();  // into the stage: both whole before either is
   config_out.commit();
-  dirs.keep();
+  pair.commit();
 
   if (o.json) {
     std::cout << nlohmann::json{{"checkpoint", (fs::path(o.out) / "model.safetensors").string()},

@@ -118,11 +118,15 @@ struct live_temporaries {
     instance().count.fetch_sub(1);
     h = {};
   }
-  /// Only atomic loads and unlink(): async-signal-safe.
+  /// Only atomic loads, unlink() and rmdir(): async-signal-safe. The second pass removes the
+  /// listed directories (an atomic_file_set's stage) that the first one emptied.
   void unlink_all() noexcept {
     for (chunk* c = &first; c != nullptr; c = c->next.load())
       for (slot& s : c->path)
         if (const char* p = s.load()) ::unlink(p);
+    for (chunk* c = &first; c != nullptr; c = c->next.load())
+      for (slot& s : c->path)
+        if (const char* p = s.load()) ::rmdir(p);
   }
 };
 
@@ -473,6 +477,301 @@ class made_directories {
 
  private:
   std::vector<std::filesystem::path> made_;
+};
+
+/// Files that appear in a directory together, or not at all (synth's model.safetensors and
+/// config.json: a reader of one without the other, or of one beside an earlier run's other,
+/// reads a model that was never written). The caller writes each file under its name into
+/// stage() by the ordinary means (atomic_file, safetensors_writer) and commits it there; then
+/// commit() puts the set in `dir`:
+///   atomic_file_set set(out, {"model.safetensors", "config.json"});  // the last name last
+///   write_file_atomically(set.stage() / "config.json", text);  ...
+///   set.commit();
+/// - `dir` missing: the stage is a fresh directory beside it (`<dir>.tmp.<pid>.<16 hex>`, in
+///   the directories made above it), renamed to `dir` only if `dir` is still missing: one
+///   rename, the set appears whole or not at all.
+/// - `dir` a directory (not a link, nor a mount point) that holds nothing but files of these
+///   names (an earlier run's set, whole or not): the stage beside it takes `dir`'s mode and is
+///   exchanged with it in one rename (RENAME_EXCHANGE); the earlier files, now under the
+///   stage's name, are removed with it. A crash at any point leaves `dir` as it was, or with
+///   the new set whole.
+/// - otherwise (`dir` holds other files, is a link, a mount point, its parent cannot be
+///   written, the file system exchanges no directories, or `follow_symlinks` and a file's name
+///   there is a link, whose file is replaced where it is): the stage is inside `dir` and the
+///   files are moved out one by one, the last name last, and an earlier file of the last name
+///   that differs from the new one is removed before any. A crash between these renames
+///   (metadata only) leaves the new files without the last one, which readers of the set must
+///   refuse (every reader refuses weights without a config.json), never new files beside an
+///   earlier last one; the next run repairs it.
+/// Uncommitted, it removes its stage with what was written into it, then the directories it
+/// made above `dir`; a signal handler's remove_live_temporaries() removes the stage too (when
+/// only temporaries were in it). A stage that a killed run left (its pid gone) is removed by the
+/// next set written to `dir`: the set's files and their temporaries in it, then the stage if
+/// that empties it. `before_step`, when set, is called before each step of commit() with its
+/// name ("rename", "exchange", "clean", "remove <name>", "move <name>"): the tests' fault hook.
+class atomic_file_set {
+ public:
+  atomic_file_set(const std::filesystem::path& dir, std::vector<std::string> names, bool follow_symlinks = false)
+      : names_(std::move(names)) {
+    namespace fs = std::filesystem;
+    if (names_.empty()) throw io_error("atomic_file_set: no file names");
+    fs::path abs = fs::absolute(dir).lexically_normal();
+    if (!abs.has_filename() && abs.has_relative_path()) abs = abs.parent_path();  // "a/b/" names "a/b"
+    dir_ = abs;
+    for (const std::string& n : names_) targets_.push_back(abs / n);
+    if (follow_symlinks && follow_links(dir)) {  // each file to where its link points: moved one by one
+      how_ = how::move;
+      make_stage(abs, detail::temporary_stem(abs.filename().string()), true);
+      return;
+    }
+    const std::string base = detail::temporary_stem(abs.filename().empty() ? std::string("out") : abs.filename().string());
+    const fs::path parent = abs.parent_path();
+    struct stat st {};
+    if (::lstat(abs.c_str(), &st) != 0) {
+      if (errno != ENOENT) throw io_error(detail::sys_error("cannot look at", abs));
+      dirs_.create(parent);
+      remove_stale_stages(parent, base);
+      how_ = how::create;
+      make_stage(parent, base, true);
+      return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      remove_stale_stages(abs, base);
+      (void)remove_stale_temporaries(abs, names_);
+      struct stat pst {};
+      if (holds_only_names(abs) && ::stat(parent.c_str(), &pst) == 0 && pst.st_dev == st.st_dev) {
+        remove_stale_stages(parent, base);
+        if (make_stage(parent, base, false)) {
+          how_ = how::exchange;
+          mode_ = st.st_mode & 07777;
+          return;
+        }
+      }
+    } else if (!S_ISLNK(st.st_mode)) {
+      throw io_error(quoted_path(dir.string()) + " is " + detail::file_kind(st.st_mode) + ", not a directory");
+    } else {  // a link (to a directory, or the stage's mkdir fails below): the stage inside it
+      remove_stale_stages(abs, base);
+      (void)remove_stale_temporaries(abs, names_);
+    }
+    how_ = how::move;
+    make_stage(abs, base, true);
+  }
+  atomic_file_set(const atomic_file_set&) = delete;
+  atomic_file_set& operator=(const atomic_file_set&) = delete;
+  ~atomic_file_set() {
+    if (!committed_) remove_stage(stage_, names_);
+    detail::live_temporaries::remove(slot_);
+  }
+
+  /// Where to write the files, each under its name.
+  const std::filesystem::path& stage() const noexcept { return stage_; }
+  /// The directory the set is put in.
+  const std::filesystem::path& directory() const noexcept { return dir_; }
+
+  /// Puts the set in place (see the class); every file must be in the stage under its name.
+  void commit() {
+    for (const std::string& n : names_) {
+      struct stat st {};
+      if (::lstat((stage_ / n).c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw io_error("atomic_file_set: " + quoted_path((stage_ / n).string()) + " was not written");
+    }
+    sync_directory(stage_);
+    if (how_ == how::create) {
+      step("rename");
+      if (rename_noreplace(stage_, dir_)) {
+        done(dir_.parent_path());
+        return;
+      }
+      how_ = how::move;  // `dir` appeared meanwhile: moved into one by one
+    }
+#if defined(RENAME_EXCHANGE)
+    if (how_ == how::exchange) {
+      ::chmod(stage_.c_str(), mode_);  // the directory keeps its mode; best effort
+      step("exchange");
+      if (::renameat2(AT_FDCWD, stage_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) == 0) {
+        done(dir_.parent_path());
+        step("clean");
+        remove_stage(stage_, names_);  // the earlier set, now under the stage's name
+        return;
+      }
+    }
+#endif
+    move_out();
+    done(dir_);
+  }
+
+  /// For tests: called before each step of commit() with its name.
+  std::function<void(const std::string& step)> before_step;
+
+ private:
+  enum class how { create, exchange, move };
+  std::vector<std::string> names_;
+  made_directories dirs_;
+  std::filesystem::path dir_, stage_;
+  std::string stage_c_;  // what the live-temporaries table points at
+  detail::live_temporaries::handle slot_;
+  std::vector<std::filesystem::path> targets_;  // where each file goes: dir_ / name, or where its link points
+  how how_ = how::move;
+  mode_t mode_ = 0;
+  bool committed_ = false;
+
+  void step(const std::string& s) {
+    if (before_step) before_step(s);
+  }
+  void done(const std::filesystem::path& synced) {
+    committed_ = true;
+    detail::live_temporaries::remove(slot_);
+    dirs_.keep();
+    sync_directory(synced);
+  }
+  static void sync_directory(const std::filesystem::path& d) noexcept {
+    const int dfd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  /// Whether `name` is one of the set's files or a temporary of one.
+  static bool of_set(const std::string& name, const std::vector<std::string>& names) {
+    const detail::temporary_name t = detail::parse_temporary_name(name);
+    for (const std::string& n : names)
+      if (name == n || (t.pid > 0 && t.stem == detail::temporary_stem(n))) return true;
+    return false;
+  }
+  /// Whether `d` holds nothing but regular files of the set's names.
+  bool holds_only_names(const std::filesystem::path& d) const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (fs::directory_iterator it(d, ec), end; it != end; it.increment(ec)) {
+      if (ec) return false;
+      const std::string n = it->path().filename().string();
+      if (std::find(names_.begin(), names_.end(), n) == names_.end() || !fs::is_regular_file(it->symlink_status(ec))) return false;
+    }
+    return !ec;
+  }
+  /// Removes the set's files and their temporaries from the stage `d`, then `d` if that empties it.
+  static void remove_stage(const std::filesystem::path& d, const std::vector<std::string>& names) noexcept {
+    namespace fs = std::filesystem;
+    if (d.empty()) return;
+    try {
+      std::error_code ec;
+      std::vector<fs::path> gone;
+      for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec))
+        if (of_set(it->path().filename().string(), names) && !fs::is_directory(it->symlink_status(ec))) gone.push_back(it->path());
+      for (const fs::path& p : gone) ::unlink(p.c_str());
+    } catch (...) {  // an allocation: what is left stays for the next run
+    }
+    ::rmdir(d.c_str());
+  }
+  /// Removes the stages (`<base>.tmp.<pid>.<16 hex>` directories in `where`) of killed runs.
+  void remove_stale_stages(const std::filesystem::path& where, const std::string& base) const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<fs::path> stale;
+    for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
+      const detail::temporary_name t = detail::parse_temporary_name(it->path().filename().string());
+      if (t.pid <= 0 || t.pid == ::getpid() || t.stem != base) continue;
+      std::error_code sec;
+      if (!fs::is_directory(it->symlink_status(sec))) continue;  // a file or a link: not a stage
+      if (::kill(t.pid, 0) == 0 || errno != ESRCH) continue;      // alive, or not ours to judge
+      stale.push_back(it->path());
+    }
+    for (const fs::path& p : stale) remove_stage(p, names_);
+  }
+  /// Makes a fresh stage in `where`; false when `where` may not be written and `must` is false.
+  bool make_stage(const std::filesystem::path& where, const std::string& base, bool must) {
+    std::random_device rd;
+    for (int attempt = 0;; ++attempt) {
+      char suffix[48];
+      const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+      std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()), static_cast<unsigned long long>(r));
+      stage_ = where / (base + suffix);
+      stage_c_ = stage_.string();
+      slot_ = detail::live_temporaries::instance().add(stage_c_.c_str());  // listed first, as atomic_file does
+      if (::mkdir(stage_c_.c_str(), 0777) == 0) return true;
+      const int err = errno;
+      detail::live_temporaries::remove(slot_);
+      if (err == EEXIST && attempt < 16) continue;
+      const std::filesystem::path tried = stage_;
+      stage_.clear();
+      stage_c_.clear();
+      if (!must && (err == EACCES || err == EPERM || err == EROFS)) return false;
+      errno = err;
+      throw io_error(detail::sys_error("cannot create", tried));
+    }
+  }
+  /// Renames `from` to `to` only if `to` is missing; false when it is there.
+  static bool rename_noreplace(const std::filesystem::path& from, const std::filesystem::path& to) {
+#if defined(RENAME_NOREPLACE)
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+    if (errno == EEXIST) return false;
+    if (errno != EINVAL && errno != ENOSYS) throw io_error(rename_error(from, to, errno));
+#endif
+    struct stat st {};
+    if (::lstat(to.c_str(), &st) == 0) return false;
+    if (::rename(from.c_str(), to.c_str()) != 0) throw io_error(rename_error(from, to, errno));
+    return true;
+  }
+  static std::string rename_error(const std::filesystem::path& from, const std::filesystem::path& to, int err) {
+    return "cannot rename " + quoted_path(from.string()) + " to " + quoted_path(to.string()) + ": " + std::strerror(err);
+  }
+  /// Whether files `a` and `b` hold the same bytes (false when either cannot be read).
+  static bool same_bytes(const std::filesystem::path& a, const std::filesystem::path& b) {
+    struct stat sa {}, sb {};
+    if (::lstat(a.c_str(), &sa) != 0 || ::lstat(b.c_str(), &sb) != 0 || !S_ISREG(sa.st_mode) || sa.st_size != sb.st_size) return false;
+    const int fa = ::open(a.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW), fb = ::open(b.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    bool same = fa >= 0 && fb >= 0;
+    std::vector<char> ba(1 << 16), bb(1 << 16);
+    while (same) {
+      const ssize_t ka = ::read(fa, ba.data(), ba.size());
+      const ssize_t kb = ka > 0 ? ::read(fb, bb.data(), static_cast<std::size_t>(ka)) : 0;
+      if (ka <= 0) break;
+      same = kb == ka && std::memcmp(ba.data(), bb.data(), static_cast<std::size_t>(ka)) == 0;
+    }
+    if (fa >= 0) ::close(fa);
+    if (fb >= 0) ::close(fb);
+    return same;
+  }
+  /// With --follow-symlinks: the files whose names in the directory are links go where the
+  /// links point (resolve_output_link). Renamed there from the stage, they must be on its file
+  /// system: refused before anything is written otherwise. Whether any was a link.
+  bool follow_links(const std::filesystem::path& dir) {
+    bool any = false;
+    struct stat ds {};
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      struct stat st {};
+      if (::lstat(targets_[i].c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
+      targets_[i] = resolve_output_link(targets_[i]);
+      any = true;
+      struct stat ts {};
+      const std::filesystem::path at = targets_[i].parent_path().empty() ? std::filesystem::path(".") : targets_[i].parent_path();
+      if (::stat(dir_.c_str(), &ds) == 0 && ::stat(at.c_str(), &ts) == 0 && ts.st_dev != ds.st_dev)
+        throw io_error(quoted_path((dir / names_[i]).string()) + " is a symbolic link to " + quoted_path(targets_[i].string()) +
+                       ", on another file system than " + quoted_path(dir.string()) +
+                       ": the files are put in place by renames from there; write them elsewhere and copy");
+    }
+    return any;
+  }
+  /// The files moved out of the stage one by one, the last name last (see the class).
+  void move_out() {
+    const std::string& last = names_.back();
+    const std::filesystem::path older = targets_.back();
+    struct stat st {};
+    if (::lstat(older.c_str(), &st) == 0 && !same_bytes(older, stage_ / last)) {
+      check_replaceable(older);
+      step("remove " + last);
+      if (::unlink(older.c_str()) != 0 && errno != ENOENT)
+        throw io_error(detail::sys_error("cannot remove the earlier", older) + " before the new set is put in place");
+    }
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      const std::string& n = names_[i];
+      const std::filesystem::path& to = targets_[i];
+      check_replaceable(to);
+      step("move " + n);
+      if (::rename((stage_ / n).c_str(), to.c_str()) != 0) throw io_error(rename_error(stage_ / n, to, errno));
+    }
+    ::rmdir(stage_.c_str());
+  }
 };
 
 /// Writes `target` atomically with what `fill` writes into the file.

@@ -4,12 +4,15 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -598,4 +601,135 @@ TEST_CASE("file paths in messages are escaped: a newline, an ESC or a stray byte
   CHECK(msg.find("cannot open plan file '/nonexistent-autoshard/a\\x0Ab\\x1B[31m\\xFF.json': ") != std::string::npos);
   CHECK(msg.find('\n') == std::string::npos);
   CHECK(msg.find('\x1B') == std::string::npos);
+}
+
+// Hardening round ten: synth wrote its pair (weights and config) by two renames in the output
+// directory; a kill between them left weights without a config, and the older config was gone
+// already. atomic_file_set puts a set in place by one rename (or one exchange of directories);
+// `before_step` is its fault hook: a child _exits there (no destructor runs, as under SIGKILL).
+namespace {
+
+const std::vector<std::string> pair_names{"w.bin", "c.json"};
+
+void write_pair(const fs::path& dir, const std::string& tag, const std::function<void(const std::string&)>& hook = {}) {
+  atomic_file_set set(dir, pair_names);
+  set.before_step = hook;
+  write_file_atomically(set.stage() / "w.bin", "weights " + tag);
+  write_file_atomically(set.stage() / "c.json", "config " + tag);
+  set.commit();
+}
+
+/// The directory's files (not its stages), name -> contents.
+std::map<std::string, std::string> files_in(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) out[e.path().filename().string()] = slurp(e.path());
+  return out;
+}
+
+/// Entries of `where` whose name holds ".tmp.": stages and temporaries.
+std::vector<std::string> leftovers(const fs::path& where) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(where))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) out.push_back(e.path().string());
+  return out;
+}
+
+/// Runs write_pair in a child that dies (_exit, no destructors) before commit()'s `step`.
+void killed_at(const fs::path& dir, const std::string& step) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      write_pair(dir, "new", [&](const std::string& s) {
+        if (s == step) ::_exit(9);
+      });
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 9);  // it reached the step
+}
+
+}  // namespace
+
+TEST_CASE("atomic_file_set: a set killed before any step of its commit is there whole, old or new, and a rerun cleans up") {
+  io_dir d;
+  const std::map<std::string, std::string> old_pair{{"c.json", "config old"}, {"w.bin", "weights old"}};
+  const std::map<std::string, std::string> new_pair{{"c.json", "config new"}, {"w.bin", "weights new"}};
+  SUBCASE("a new directory: one rename") {
+    const fs::path out = d.path / "a" / "out";
+    killed_at(out, "rename");
+    CHECK(!fs::exists(out));
+    CHECK(leftovers(d.path).size() == 1);  // the killed run's stage (its files committed in it)
+    write_pair(out, "new");
+    CHECK(files_in(out) == new_pair);
+    CHECK(leftovers(d.path).empty());  // the stale stage is removed: its pid is gone
+  }
+  SUBCASE("over an earlier pair: one exchange of directories") {
+    const fs::path out = d.path / "out";
+    write_pair(out, "old");
+    ::chmod(out.c_str(), 0750);
+    killed_at(out, "exchange");
+    CHECK(files_in(out) == old_pair);
+    killed_at(out, "clean");
+    CHECK(files_in(out) == new_pair);
+    struct stat st {};
+    REQUIRE(::stat(out.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0750);  // the directory keeps its mode
+    CHECK(leftovers(d.path).size() == 1);  // the stage, holding the earlier pair
+    write_pair(out, "again");
+    CHECK(files_in(out) == std::map<std::string, std::string>{{"c.json", "config again"}, {"w.bin", "weights again"}});
+    CHECK(leftovers(d.path).empty());
+  }
+  SUBCASE("beside another file: moved one by one, the last name last, never beside an earlier last one") {
+    const fs::path out = d.path / "out";
+    write_pair(out, "old");
+    { std::ofstream(out / "notes.txt") << "mine"; }
+    for (const std::string step : {"remove c.json", "move w.bin", "move c.json"}) {
+      CAPTURE(step);
+      write_pair(out, "old");
+      killed_at(out, step);
+      auto got = files_in(out);
+      CHECK(got["notes.txt"] == "mine");
+      got.erase("notes.txt");
+      if (step == "remove c.json") CHECK(got == old_pair);
+      else if (step == "move w.bin") CHECK(got == std::map<std::string, std::string>{{"w.bin", "weights old"}});
+      else CHECK(got == std::map<std::string, std::string>{{"w.bin", "weights new"}});  // readers refuse weights alone
+    }
+    write_pair(out, "new");
+    auto got = files_in(out);
+    CHECK(got["notes.txt"] == "mine");
+    got.erase("notes.txt");
+    CHECK(got == new_pair);
+    CHECK(leftovers(d.path).empty());
+  }
+}
+
+TEST_CASE("atomic_file_set: a failure leaves the directory as it was, no stage and no directory made") {
+  io_dir d;
+  const fs::path out = d.path / "made" / "out";
+  CHECK_THROWS_WITH_AS(write_pair(out, "new", [](const std::string&) { throw io_error("stop"); }), "io error: stop", io_error);
+  CHECK(!fs::exists(d.path / "made"));
+  write_pair(out, "old");
+  CHECK_THROWS_AS(write_pair(out, "new", [](const std::string& s) { if (s == "exchange") throw io_error("stop"); }), io_error);
+  CHECK(files_in(out) == std::map<std::string, std::string>{{"c.json", "config old"}, {"w.bin", "weights old"}});
+  CHECK(leftovers(d.path).empty());
+  {  // a file the caller did not write: refused, nothing moved
+    atomic_file_set set(out, pair_names);
+    write_file_atomically(set.stage() / "w.bin", "weights half");
+    CHECK_THROWS_WITH_AS(set.commit(), doctest::Contains("c.json' was not written"), io_error);
+  }
+  CHECK(files_in(out).at("w.bin") == "weights old");
+  // A signal handler's remove_live_temporaries() removes the stage with the temporaries in it.
+  atomic_file_set set(d.path / "sig", pair_names);
+  atomic_file w(set.stage() / "w.bin");
+  w.write(std::string_view("half"));
+  remove_live_temporaries();
+  CHECK(!fs::exists(set.stage()));
+  CHECK(!fs::exists(d.path / "sig"));
 }

@@ -1026,5 +1026,14 @@ if [ "$rc" -eq 143 ]; then
 else
   echo "note: synth-atomic: SIGTERM came after the run ended (exit $rc): not checked"
 fi
+# usage-max: an IOPDDL node whose smallest allowed usage is exactly 2^63-1 counted as using nothing
+# (the smallest peak's "no allowed strategy" sentinel), so the usage limit passed its check and
+# the ILP's refusal blamed forbidden pairs the problem does not have: "usage_limit 50 cannot be
+# met together with the forbidden (infinite-cost) pairs; the smallest budget ignoring them is 40".
+# (Node 0 alone from 0 to 10: where it overlaps another, the sum's overflow is refused as such.)
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); n = d['problem']['nodes']; n['usages'][0] = [2**63 - 1]; n['intervals'][0] = [0, 10]; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$data/solve/example.json" "$tmp/umax.json"
+expect usage-max 1 "^autoshard: solver error: usage_limit 50 cannot be met: the smallest budget that could fit is 9223372036854775807 \(every node at its smallest usage, peak at time 0\)$" \
+  "$tool" solve "$tmp/umax.json" --quiet
 
 finish hardening

@@ -232,10 +232,15 @@ struct strategy_problem {
   /// with a finite cost. A usage_limit below it can never be met.
   usage_peak min_peak_usage() const {
     return peak_of([&](std::size_t v) {
-      std::int64_t lo = std::numeric_limits<std::int64_t>::max();
+      // No sentinel value: a usage of 2^63-1 is a usage (it was taken for "none allowed", 0).
+      bool any = false;
+      std::int64_t lo = 0;
       for (std::size_t i = 0; i < nodes[v].costs.size(); ++i)
-        if (!is_forbidden(nodes[v].costs[i])) lo = std::min(lo, nodes[v].usages[i]);
-      return lo == std::numeric_limits<std::int64_t>::max() ? std::int64_t{0} : lo;
+        if (!is_forbidden(nodes[v].costs[i])) {
+          lo = any ? std::min(lo, nodes[v].usages[i]) : nodes[v].usages[i];
+          any = true;
+        }
+      return lo;
     });
   }
 

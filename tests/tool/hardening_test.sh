@@ -1035,5 +1035,18 @@ python3 -c "import json, sys; d = json.load(open(sys.argv[1])); n = d['problem']
   "$data/solve/example.json" "$tmp/umax.json"
 expect usage-max 1 "^autoshard: solver error: usage_limit 50 cannot be met: the smallest budget that could fit is 9223372036854775807 \(every node at its smallest usage, peak at time 0\)$" \
   "$tool" solve "$tmp/umax.json" --quiet
+# plan-pins: a plan file's options.pinned was read as it stood: a hand-edited pin of a tensor the
+# graph does not have, or of a spec that does not parse, went through export (and show, verify,
+# shard --plan, plan --preload) as the settings the plan was made with. Now each pin names a
+# tensor and is its output spec.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['options']['pinned'] = {'nope': 'S0R'}; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/e.json" "$tmp/pins-name.json"
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['options']['pinned'] = {'input_ids': 'S9'}; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/e.json" "$tmp/pins-spec.json"
+expect plan-pins 1 "^autoshard: io error: plan file '.*pins-name.json': options.pinned.nope pins 'nope', which is no tensor of the plan's graph$" \
+  "$tool" export --plan "$tmp/pins-name.json" --to megatron --out "$tmp/pins.out"
+expect plan-pins 1 "^autoshard: io error: plan file '.*pins-spec.json': options.pinned.input_ids is \"S9\", which does not fit: spec error: 'S9' at position 1: mesh axis 9 is outside a mesh of 2 axes$" \
+  "$tool" show --plan "$tmp/pins-spec.json"
+test ! -e "$tmp/pins.out" && ok || bad "plan-pins: the export was written"
 
 finish hardening

@@ -14,6 +14,7 @@
 #include <map>         // std::map
 #include <optional>    // std::optional
 #include <string>      // std::string
+#include <unordered_map>  // std::unordered_map
 #include <vector>      // std::vector
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -399,6 +400,25 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   const std::size_t n = boost::num_vertices(d.graph);
   if (ts.size() != n) ts.fail("has " + std::to_string(ts.size()) + " entries for a graph of " + std::to_string(n) + " vertices");
   for (vertex_t v = 0; v < n; ++v) d.tensors.push_back(detail::plan_tensor_from_json(ts[v], d.graph, v, d.mesh));
+  // options.pinned: each pin names a tensor of the graph, and (unpipelined: a pipelined plan's
+  // tensors are on its stages' meshes) is that tensor's output spec, which the pin forced. A
+  // hand-edited pin of a tensor the graph does not have, or of a spec that does not parse
+  // ("S9"), was read and written back as the settings the plan was made with.
+  if (!d.options.pinned.empty()) {
+    std::unordered_map<std::string, vertex_t> by_name;
+    for (vertex_t v = 0; v < n; ++v) by_name.emplace(d.graph[v].name, v);
+    const json_in pins = j["options"]["pinned"];
+    for (const auto& [name, text] : d.options.pinned) {
+      const json_in pin = pins[name.c_str()];
+      const auto it = by_name.find(name);
+      if (it == by_name.end()) pin.fail("pins " + quoted_text(name) + ", which is no tensor of the plan's graph");
+      if (d.pipeline) continue;
+      const sharding_spec spec = detail::spec_from_json(pin, d.mesh, d.graph[it->second].shape);
+      if (!(spec == d.tensors[it->second].output))
+        pin.fail_expected(quoted_text(to_alpa_string(d.tensors[it->second].output)) + ", the output spec of " + quoted_text(name) +
+                          " in tensors, which the pin forced");
+    }
+  }
   // A training plan's micro-batch is its graph's batch (one micro-step's) over its data-parallel
   // ranks, rounded up: at most that batch, at least its share on every rank of the mesh. A
   // hand-edited 16777216 over a graph of 8 sequences was read, and `show` described "16777216

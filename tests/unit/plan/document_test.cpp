@@ -484,3 +484,20 @@ TEST_CASE("plan document: a pipeline whose stages do not follow each other, or w
   CHECK(read_error(bad) == "io error: plan file 'p.json': pipeline.stages has 262145 stages of 4 devices, more than the 1048576 "
                            "devices a plan may have");
 }
+
+// Hardening round ten: options.pinned was read as it stood, pins of tensors the graph does not
+// have or of specs that do not parse (a hand edit) included, and written back as the settings
+// the plan was made with.
+TEST_CASE("hardening: a plan's pins name its tensors and are their output specs") {
+  const nlohmann::json j = to_json(small_plan());  // pins x to S0R, x's output
+  CHECK(read_error(j) == "(no error)");
+  nlohmann::json bad = j;
+  bad["options"]["pinned"]["nope"] = "S0R";
+  CHECK(read_error(bad) == "io error: plan file 'p.json': options.pinned.nope pins 'nope', which is no tensor of the plan's graph");
+  bad = j;
+  bad["options"]["pinned"]["x"] = "S9";
+  CHECK(read_error(bad).find("options.pinned.x is \"S9\", which does not fit: spec error: ") != std::string::npos);
+  bad["options"]["pinned"]["x"] = "RS1";
+  CHECK(read_error(bad) == "io error: plan file 'p.json': options.pinned.x is \"RS1\", not 'S0R', the output spec of 'x' in tensors, "
+                           "which the pin forced");
+}

@@ -1048,5 +1048,9 @@ expect plan-pins 1 "^autoshard: io error: plan file '.*pins-name.json': options.
 expect plan-pins 1 "^autoshard: io error: plan file '.*pins-spec.json': options.pinned.input_ids is \"S9\", which does not fit: spec error: 'S9' at position 1: mesh axis 9 is outside a mesh of 2 axes$" \
   "$tool" show --plan "$tmp/pins-spec.json"
 test ! -e "$tmp/pins.out" && ok || bad "plan-pins: the export was written"
+# pin-named: a --pin whose spec does not parse was refused in the spec's own words, naming neither
+# the --pin nor its tensor ("'S01' at position 0: describes 1 tensor dims but the tensor has rank 2").
+expect pin-named 1 "^autoshard: spec error: --pin 'input_ids=S01': 'S01' at position 0: describes 1 tensor dims but the tensor has rank 2 \('input_ids' is \[8,16\] on mesh\(2,2\)\)$" \
+  "$tool" plan "${small[@]}" --mesh 2x2 --pin input_ids=S0R --pin input_ids=S01 --out "$tmp/pn.json" --quiet --no-svg
 
 finish hardening

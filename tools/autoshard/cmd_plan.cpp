@@ -215,7 +215,15 @@ autosharding_options pass_options(const plan_cli_options& o, const model_graph& 
     const std::optional<vertex_t> v = find_tensor(g, name, &tied);
     if (!v) throw graph_error("--pin: the model has no tensor named " + quoted_text(name) + did_you_mean(g, name));
     if (!tied.empty()) std::cerr << "note: --pin " << tied << "\n";
-    const sharding_spec spec = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+    // Named: the spec's own words ("'S01' at position 0: describes 1 tensor dims ...") name
+    // neither the --pin nor the tensor, of several.
+    sharding_spec spec;
+    try {
+      spec = parse_spec(pin.substr(eq + 1), static_cast<int>(m.ndim()), static_cast<int>(g[*v].shape.rank));
+    } catch (const spec_error& e) {
+      throw spec_error("--pin " + quoted_text(pin) + ": " + std::string(e.message()) + " (" + quoted_text(g[*v].name) + " is " +
+                       to_string(g[*v].shape) + " on " + to_string(m) + ")");
+    }
     // Two names of one tensor (an alias, the tied lm_head.weight / wte.weight) pinned apart:
     // the last one used to win without a word.
     const auto [it, fresh] = pinned_by.emplace(g[*v].name, pin);

@@ -1052,5 +1052,16 @@ test ! -e "$tmp/pins.out" && ok || bad "plan-pins: the export was written"
 # the --pin nor its tensor ("'S01' at position 0: describes 1 tensor dims but the tensor has rank 2").
 expect pin-named 1 "^autoshard: spec error: --pin 'input_ids=S01': 'S01' at position 0: describes 1 tensor dims but the tensor has rank 2 \('input_ids' is \[8,16\] on mesh\(2,2\)\)$" \
   "$tool" plan "${small[@]}" --mesh 2x2 --pin input_ids=S0R --pin input_ids=S01 --out "$tmp/pn.json" --quiet --no-svg
+# explain-ranks: explain's per-rank table listed every rank: 80 MB of text for `explain --mesh
+# 1024x1024 --shape 1048576,1048576 --from S0S1 --to S1S0` (2^20 ranks). Now the first 4,096 rows
+# (max_drawn_ranks, show's bound) and how many more; --json lists every rank.
+expect explain-ranks 0 "" "$tool" explain --mesh 4097 --shape 4097,8 --from S0R --to RS0
+rows=$(awk '/^rank  coord/ { t = 1; next } t && /^[0-9]/ { n++ } END { print n + 0 }' "$tmp/out")
+[ "$rows" -eq 4096 ] && grep -q "^\.\.\. and 1 more ranks (the table lists the first 4096, max_drawn_ranks; --json lists every rank)$" "$tmp/out" && ok ||
+  bad "explain-ranks: $rows rank rows, ending $(tail -1 "$tmp/out")"
+# (Its columns ran together where a cell filled its width: "[1024,1024] @ [3072,1047552][1024,...".)
+expect explain-ranks 0 "" "$tool" explain --mesh 1024x1024 --shape 1048576,1048576 --from S0S1 --to S1S0
+grep -q "^4095  (3,1023)    \[1024,1024\] @ \[3072,1047552\] \[1024,1024\] @ \[1047552,3072\]$" "$tmp/out" && ok ||
+  bad "explain-ranks: rank 4095's row: $(grep '^4095 ' "$tmp/out")"
 
 finish hardening

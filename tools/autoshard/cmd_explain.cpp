@@ -2,6 +2,7 @@
 // rank's local shape and offset before and after.
 #include "common.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -109,9 +110,16 @@ int run_explain(const explain_options& o) {
   }
   std::cout << "\n" << std::left << std::setw(6) << "rank" << std::setw(12) << "coord" << std::setw(28)
             << "before: shape @ offset" << "after: shape @ offset\n";
-  for (int r = 0; r < m.num_ranks(); ++r)
-    std::cout << std::setw(6) << r << std::setw(12) << coord_string(m, r) << std::setw(28)
-              << box_string(local_box(m, src, shape, r)) << box_string(local_box(m, dst, shape, r)) << "\n";
+  // At most max_drawn_ranks rows: the table of a 2^20-rank mesh was 80 MB of text.
+  const int listed = std::min(m.num_ranks(), max_drawn_ranks);
+  for (int r = 0; r < listed; ++r)
+    // A space after each column however wide its cell: "[1024,1024] @ [3072,1047552]" filled
+    // its 28 and ran into the next.
+    std::cout << std::setw(6) << r << std::setw(11) << coord_string(m, r) << " " << std::setw(27)
+              << box_string(local_box(m, src, shape, r)) << " " << box_string(local_box(m, dst, shape, r)) << "\n";
+  if (listed < m.num_ranks())
+    std::cout << "... and " << m.num_ranks() - listed << " more ranks (the table lists the first " << listed
+              << ", max_drawn_ranks; --json lists every rank)\n";
   return exit_ok;
 }
 

@@ -247,15 +247,11 @@ void write_svg(const block_map& bm, const std::string& title, const std::vector<
   write_file_atomically(path, f.str());
 }
 
-/// The most ranks a drawn block map may name, in the terminal or as SVG: a map names every rank
-/// that holds a block, and a 64x64 mesh's 4,096 are already more than a reader takes in. The
-/// largest mesh a file or flag may give, 2^20 ranks, drew a 194 MB SVG and 33 MB of text in 4 s
-/// (`show --mesh 1024x1024 --shape 1048576,1048576 --spec S0S1 --svg`). --json (for programs)
-/// lists every block's owners at any mesh size the mesh reader takes.
-inline constexpr int max_drawn_ranks = 4096;
-
 /// Refuses, before anything is computed or written, a drawing (the terminal's map, or --svg) of
-/// a mesh of more than max_drawn_ranks ranks.
+/// a mesh of more than max_drawn_ranks ranks (common.hpp). The largest mesh a file or flag may
+/// give, 2^20 ranks, drew a 194 MB SVG and 33 MB of text in 4 s (`show --mesh 1024x1024 --shape
+/// 1048576,1048576 --spec S0S1 --svg`). --json (for programs) lists every block's owners at
+/// any mesh size the mesh reader takes.
 void check_drawable(const device_mesh& m, const std::string& svg, bool json) {
   if (m.num_ranks() <= max_drawn_ranks || (json && svg.empty())) return;
   throw spec_error(std::string(svg.empty() ? "show" : "--svg") + ": the block map of " + to_string(m) + " would name its " +

@@ -38,6 +38,12 @@ inline constexpr int exit_user_error = 1;
 inline constexpr int exit_usage = 2;
 inline constexpr int exit_does_not_fit = 3;
 
+/// The most ranks a picture or table for people names, one by one: `show`'s block map (in the
+/// terminal or as SVG) and `explain`'s per-rank table. A 64x64 mesh's 4,096 are already more
+/// than a reader takes in; the largest mesh a flag may give has 2^20. --json (for programs)
+/// lists every rank.
+inline constexpr int max_drawn_ranks = 4096;
+
 /// A CLI11 check for a size flag: an int in [1, 2^31-1]. "0" or "-1" is a usage error
 /// ("--layers: Value 0 not in range 1 to 2147483647"), never a silent fall back to a default.
 inline CLI::Range positive_int() { return CLI::Range(1, std::numeric_limits<int>::max()); }

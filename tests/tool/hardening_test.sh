@@ -992,10 +992,10 @@ test ! -e "$tmp/cb.json" && ok || bad "calibration-bounds: a plan was written"
 # stage beside --out and put in place by one rename, over an earlier pair by one exchange of the
 # directories: killed at each rename (strace's fault injection, each rename-family call in turn),
 # --out holds the older pair or the new one, whole; a rerun removes the killed run's stage.
+sa=(--model gpt2 --hidden 32 --heads 4 --vocab 128 --seq 16 --layers 2 --seed 2)
+"$tool" synth "${small[@]}" --out "$tmp/sa" >/dev/null 2>&1 && cp -r "$tmp/sa" "$tmp/sa-old" &&
+  "$tool" synth "${sa[@]}" --out "$tmp/sa-new" >/dev/null 2>&1 || bad "synth-atomic: the test pairs"
 if strace -f -qq -o /dev/null -e trace=none true 2>/dev/null; then
-  sa=(--model gpt2 --hidden 32 --heads 4 --vocab 128 --seq 16 --layers 2 --seed 2)
-  "$tool" synth "${small[@]}" --out "$tmp/sa" >/dev/null 2>&1 && cp -r "$tmp/sa" "$tmp/sa-old" &&
-    "$tool" synth "${sa[@]}" --out "$tmp/sa-new" >/dev/null 2>&1 || bad "synth-atomic: the test pairs"
   pair_is() { cmp -s "$tmp/sa/model.safetensors" "$1/model.safetensors" && cmp -s "$tmp/sa/config.json" "$1/config.json"; }
   for n in 1 2 3 4; do
     (strace -f -qq -o /dev/null -e trace=rename,renameat,renameat2 -e inject=rename,renameat,renameat2:error=EIO:signal=SIGKILL:when=$n \
@@ -1010,6 +1010,11 @@ if strace -f -qq -o /dev/null -e trace=none true 2>/dev/null; then
 else
   echo "note: synth-atomic: strace cannot trace here (ptrace not permitted): not checked"
 fi
+# Over an earlier pair in the working directory (`cd DIR && synth --out .`) the pair is moved in:
+# an exchange of the directories left the shell in the removed one, seeing it empty.
+mkdir -p "$tmp/scwd" && "$tool" synth "${small[@]}" --out "$tmp/scwd" >/dev/null 2>&1 || bad "synth-atomic: the earlier pair in scwd"
+(cd "$tmp/scwd" && "$tool" synth "${sa[@]}" --out . >/dev/null 2>&1 && cmp -s config.json "$tmp/sa-new/config.json") && ok ||
+  bad "synth-atomic: synth --out . left the working directory without the pair: $(cd "$tmp/scwd" 2>&1 && ls -A)"
 # A signal while synth writes removes its temporaries and the stage that holds them (the
 # handler's second pass: rmdir); --out is not made.
 set -m  # the background run gets SIGINT and SIGTERM as a terminal's job would

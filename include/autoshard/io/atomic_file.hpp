@@ -490,11 +490,13 @@ class made_directories {
 /// - `dir` missing: the stage is a fresh directory beside it (`<dir>.tmp.<pid>.<16 hex>`, in
 ///   the directories made above it), renamed to `dir` only if `dir` is still missing: one
 ///   rename, the set appears whole or not at all.
-/// - `dir` a directory (not a link, nor a mount point) that holds nothing but files of these
-///   names (an earlier run's set, whole or not): the stage beside it takes `dir`'s mode and is
-///   exchanged with it in one rename (RENAME_EXCHANGE); the earlier files, now under the
-///   stage's name, are removed with it. A crash at any point leaves `dir` as it was, or with
-///   the new set whole.
+/// - `dir` a directory (not a link, nor a mount point, nor this process's working directory or
+///   one above it) that holds nothing but files of these names (an earlier run's set, whole or
+///   not): the stage beside it takes `dir`'s mode and is exchanged with it in one rename
+///   (RENAME_EXCHANGE); the earlier files, now under the stage's name, are removed with it. A
+///   crash at any point leaves `dir` as it was, or with the new set whole. (`dir` is then
+///   another directory of the same name: a program working in the earlier one, another shell,
+///   sees it emptied and finds the set by its path again.)
 /// - otherwise (`dir` holds other files, is a link, a mount point, its parent cannot be
 ///   written, the file system exchanges no directories, or `follow_symlinks` and a file's name
 ///   there is a link, whose file is replaced where it is): the stage is inside `dir` and the
@@ -539,7 +541,7 @@ class atomic_file_set {
       remove_stale_stages(abs, base);
       (void)remove_stale_temporaries(abs, names_);
       struct stat pst {};
-      if (holds_only_names(abs) && ::stat(parent.c_str(), &pst) == 0 && pst.st_dev == st.st_dev) {
+      if (holds_only_names(abs) && ::stat(parent.c_str(), &pst) == 0 && pst.st_dev == st.st_dev && !holds_working_directory(abs)) {
         remove_stale_stages(parent, base);
         if (make_stage(parent, base, false)) {
           how_ = how::exchange;
@@ -648,6 +650,16 @@ class atomic_file_set {
       if (std::find(names_.begin(), names_.end(), n) == names_.end() || !fs::is_regular_file(it->symlink_status(ec))) return false;
     }
     return !ec;
+  }
+  /// Whether this process works in `d` or below it: an exchange would leave it in the removed
+  /// directory (`cd out && synth --out .` did, and the shell saw an empty one).
+  static bool holds_working_directory(const std::filesystem::path& d) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec), dir = fs::canonical(d, ec);
+    if (ec) return true;  // unknown: not exchanged
+    const fs::path rel = cwd.lexically_relative(dir);
+    return !rel.empty() && *rel.begin() != "..";
   }
   /// Removes the set's files and their temporaries from the stage `d`, then `d` if that empties it.
   static void remove_stage(const std::filesystem::path& d, const std::vector<std::string>& names) noexcept {

@@ -686,6 +686,23 @@ TEST_CASE("atomic_file_set: a set killed before any step of its commit is there 
     CHECK(files_in(out) == std::map<std::string, std::string>{{"c.json", "config again"}, {"w.bin", "weights again"}});
     CHECK(leftovers(d.path).empty());
   }
+  SUBCASE("over an earlier pair in the working directory: moved in, the directory kept") {
+    // An exchange would leave this process in the removed directory (`cd out && synth --out .`).
+    const fs::path out = d.path / "out";
+    write_pair(out, "old");
+    struct stat before {}, after {};
+    REQUIRE(::stat(out.c_str(), &before) == 0);
+    const fs::path was = fs::current_path();
+    fs::current_path(out);
+    write_pair(".", "new");
+    const bool cwd_there = fs::exists(fs::current_path() / "c.json");
+    fs::current_path(was);
+    CHECK(cwd_there);
+    REQUIRE(::stat(out.c_str(), &after) == 0);
+    CHECK(after.st_ino == before.st_ino);
+    CHECK(files_in(out) == new_pair);
+    CHECK(leftovers(d.path).empty());
+  }
   SUBCASE("beside another file: moved one by one, the last name last, never beside an earlier last one") {
     const fs::path out = d.path / "out";
     write_pair(out, "old");

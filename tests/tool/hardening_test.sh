@@ -1068,5 +1068,23 @@ rows=$(awk '/^rank  coord/ { t = 1; next } t && /^[0-9]/ { n++ } END { print n +
 expect explain-ranks 0 "" "$tool" explain --mesh 1024x1024 --shape 1048576,1048576 --from S0S1 --to S1S0
 grep -q "^4095  (3,1023)    \[1024,1024\] @ \[3072,1047552\] \[1024,1024\] @ \[1047552,3072\]$" "$tmp/out" && ok ||
   bad "explain-ranks: rank 4095's row: $(grep '^4095 ' "$tmp/out")"
+# strategy-specs: a plan tensor's output (and inputs) were read beside its strategy, whose name
+# spells them, unchecked: q_proj.weight's output hand-edited to RS1 (its local shape with it)
+# beside the strategy "->S1R zero-1": `shard --plan` cut the weight by columns, as the output
+# says, while every export, by the strategy, told the runtime rows (and `show` printed RS1).
+python3 - "$tmp/e.json" "$tmp/ss-out.json" <<'PY2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = next(t for t in d["tensors"] if t["name"] == "model.layers.0.self_attn.q_proj.weight")
+t["output"], t["local_shape"] = "RS1", [32, 16]
+json.dump(d, open(sys.argv[2], "w"))
+PY2
+"$tool" synth --model llama-7b --layers 1 --hidden 32 --heads 4 --ffn 64 --vocab 128 --seq 16 --out "$tmp/ssck" >/dev/null 2>&1 || bad "strategy-specs: the checkpoint"
+for cmd in "shard $tmp/ssck --plan $tmp/ss-out.json --out $tmp/ss-sh --quiet" "export --plan $tmp/ss-out.json --to megatron" "show --plan $tmp/ss-out.json"; do
+  # shellcheck disable=SC2086
+  expect strategy-specs 1 "^autoshard: io error: plan file '.*ss-out.json': tensors\[[0-9]+\].strategy is \"->S1R zero-1\", which takes and gives '->S1R', but the inputs and output of 'model.layers.0.self_attn.q_proj.weight' are '->RS1'$" \
+    "$tool" $cmd
+done
+test ! -e "$tmp/ss-sh" && ok || bad "strategy-specs: shard wrote an output"
 
 finish hardening

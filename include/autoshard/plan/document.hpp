@@ -365,6 +365,17 @@ inline plan_tensor plan_tensor_from_json(const json_in& t, const model_graph& g,
   if (p.local_shape != max_local_shape(mesh, p.output, nd.shape))
     t["local_shape"].fail_expected(to_string(max_local_shape(mesh, p.output, nd.shape)) + ", rank 0's shard of " +
                                    to_string(nd.shape) + " under " + to_alpa_string(p.output));
+  // A strategy's name spells the specs it takes and gives ("S0RR,S1R->S0RS1", then " zero-1" or
+  // " recompute-full"): the file's inputs and output must be those. shard --plan cuts by the
+  // output, every export by the strategy: a hand-edited output "RS1" beside "->S1R zero-1" cut
+  // the weight by columns while the exports told the runtime rows.
+  std::string spelled;
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) spelled += (i ? "," : "") + to_alpa_string(p.inputs[i]);
+  spelled += "->" + to_alpa_string(p.output);
+  const std::string named = p.strategy.substr(0, p.strategy.find(' '));
+  if (named != spelled)
+    t["strategy"].fail("is " + detail::json_excerpt(t["strategy"].raw()) + ", which takes and gives " + quoted_text(named) +
+                       ", but the inputs and output of " + quoted_text(nd.name) + " are " + quoted_text(spelled));
   p.seconds = t["seconds"].number(0.0);
   p.memory_bytes = t["memory_bytes"].integer(0);
   if (const auto r = t.find("recompute")) p.recompute = enum_value(*r, all_recompute_kinds);

@@ -501,3 +501,21 @@ TEST_CASE("hardening: a plan's pins name its tensors and are their output specs"
   CHECK(read_error(bad) == "io error: plan file 'p.json': options.pinned.x is \"RS1\", not 'S0R', the output spec of 'x' in tensors, "
                            "which the pin forced");
 }
+
+// Hardening round ten: a strategy's name spells its specs, and the file's inputs and output were
+// read beside it unchecked: a hand-edited output "RS1" beside "->S1R zero-1" (with its local
+// shape) made shard --plan cut the weight by columns while every export told the runtime rows.
+TEST_CASE("hardening: a plan tensor's inputs and output are the specs its strategy names") {
+  nlohmann::json j = to_json(small_plan());
+  j["tensors"][1]["strategy"] = "->S1R zero-1";  // a suffix after the specs is the strategy's own
+  CHECK(read_error(j) == "(no error)");
+  j["tensors"][1]["output"] = "RS1";
+  j["tensors"][1]["local_shape"] = {32, 8};
+  j["tensors"][2]["inputs"][1] = "RS1";
+  CHECK(read_error(j) == "io error: plan file 'p.json': tensors[1].strategy is \"->S1R zero-1\", which takes and gives '->S1R', but the "
+                         "inputs and output of 'w' are '->RS1'");
+  j = to_json(small_plan());
+  j["tensors"][2]["inputs"][0] = "RR";
+  CHECK(read_error(j) == "io error: plan file 'p.json': tensors[2].strategy is \"S0R,S1R->S0S1\", which takes and gives 'S0R,S1R->S0S1', "
+                         "but the inputs and output of 'fc' are 'RR,S1R->S0S1'");
+}

@@ -492,8 +492,8 @@ class made_directories {
 ///   rename, the set appears whole or not at all.
 /// - `dir` a directory (not a link, nor a mount point, nor this process's working directory or
 ///   one above it) that holds nothing but files of these names (an earlier run's set, whole or
-///   not): the stage beside it takes `dir`'s mode and is exchanged with it in one rename
-///   (RENAME_EXCHANGE); the earlier files, now under the stage's name, are removed with it. A
+///   not): the stage beside it takes `dir`'s owner and mode and is exchanged with it in one
+///   rename (RENAME_EXCHANGE); the earlier files, now under the stage's name, are removed with it. A
 ///   crash at any point leaves `dir` as it was, or with the new set whole. (`dir` is then
 ///   another directory of the same name: a program working in the earlier one, another shell,
 ///   sees it emptied and finds the set by its path again.)
@@ -546,6 +546,8 @@ class atomic_file_set {
         if (make_stage(parent, base, false)) {
           how_ = how::exchange;
           mode_ = st.st_mode & 07777;
+          uid_ = st.st_uid;
+          gid_ = st.st_gid;
           return;
         }
       }
@@ -588,7 +590,10 @@ class atomic_file_set {
     }
 #if defined(RENAME_EXCHANGE)
     if (how_ == how::exchange) {
-      ::chmod(stage_.c_str(), mode_);  // the directory keeps its mode; best effort
+      // The directory keeps its owner (`sudo synth --out` over a user's directory left it
+      // root's) and its mode, the mode after (chown may clear set-id bits); best effort.
+      if (::chown(stage_.c_str(), uid_, gid_) != 0) { /* not permitted: the stage stays this process's */ }
+      ::chmod(stage_.c_str(), mode_);
       step("exchange");
       if (::renameat2(AT_FDCWD, stage_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) == 0) {
         done(dir_.parent_path());
@@ -615,6 +620,8 @@ class atomic_file_set {
   std::vector<std::filesystem::path> targets_;  // where each file goes: dir_ / name, or where its link points
   how how_ = how::move;
   mode_t mode_ = 0;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
   bool committed_ = false;
 
   void step(const std::string& s) {

@@ -685,6 +685,13 @@ TEST_CASE("atomic_file_set: a set killed before any step of its commit is there 
     write_pair(out, "again");
     CHECK(files_in(out) == std::map<std::string, std::string>{{"c.json", "config again"}, {"w.bin", "weights again"}});
     CHECK(leftovers(d.path).empty());
+    if (::geteuid() == 0) {  // and its owner: `sudo synth` over a user's directory left it root's
+      REQUIRE(::chown(out.c_str(), 65534, 65534) == 0);
+      write_pair(out, "owned");  // exchanged again
+      REQUIRE(::stat(out.c_str(), &st) == 0);
+      CHECK(st.st_uid == 65534);
+      CHECK(st.st_gid == 65534);
+    }
   }
   SUBCASE("over an earlier pair in the working directory: moved in, the directory kept") {
     // An exchange would leave this process in the removed directory (`cd out && synth --out .`).

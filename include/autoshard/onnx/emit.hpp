@@ -44,7 +44,7 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
     const int p = vi.producer;
     if (nd(p).op_type() == "Shape" && default_domain(nd(p))) return shape_value(p, v, who);
     // value_float, value_ints, ... of a Constant, or a value computed from constants alone
-    // (mark_needed_after_fusions): an input below.
+    // (mark_needed): an input below.
     if (!(nd(p).op_type() == "Constant" && default_domain(nd(p))) && !computed_from_constants.count(v))
       fail(who + ": value " + quoted_text(v) + " of " + node_label(nd(p), p) + " was not computed (an internal ordering error)");
   }
@@ -530,7 +530,7 @@ inline void reader::build() {
   mark_needed();
   mark_constants();
   find_fusions();
-  mark_needed_after_fusions();
+  mark_needed();  // again: what the fusions and the constants leave
   name_lifted_weights();
   // The graph inputs first, in the model's order (as the builders add them: the memory
   // model's live ranges follow the vertex order); weights and constants come on first use.

@@ -290,7 +290,6 @@ struct reader {
   static std::vector<int> data_inputs(const onnx::NodeProto& n);
   static std::vector<int> iota(int n);
   void mark_needed();
-  void mark_needed_after_fusions();
 
   // ---- values computed from constants alone, and their elements ---- (constants.hpp)
   std::set<std::string> computed_from_constants;

@@ -196,26 +196,14 @@ inline std::vector<int> reader::iota(int n) {
   return v;
 }
 
+/// The nodes the graph's outputs need, walking back from them over data inputs. Run twice by
+/// build(): before the fusions, over every node; and after them, within that first answer,
+/// where a fused pattern needs its operands (not what its absorbed nodes read) and a value
+/// computed from constants alone needs nothing: it becomes a constant input where it is read
+/// (operand), as a mask builder's output does once the attention that reads it is fused, or a
+/// Range of positions an embedding reads.
 inline void reader::mark_needed() {
-  needed.assign(nodes.size(), 0);
-  std::set<std::string> want;
-  for (const auto& o : model.graph().output()) want.insert(o.name());
-  for (std::size_t k = nodes.size(); k-- > 0;) {
-    const onnx::NodeProto& n = *nodes[k];
-    bool any = false;
-    for (const std::string& o : n.output()) any = any || want.count(o);
-    if (!any) continue;
-    needed[k] = 1;
-    for (int i : data_inputs(n))
-      if (i < n.input_size() && !n.input(i).empty()) want.insert(n.input(i));
-  }
-}
-
-/// After the fusions, what the graph's outputs still need: a fused pattern its operands (not
-/// what its absorbed nodes read), and a value computed from constants alone nothing: it
-/// becomes a constant input where it is read (operand), as a mask builder's output does once
-/// the attention that reads it is fused, or a Range of positions an embedding reads.
-inline void reader::mark_needed_after_fusions() {
+  const bool after_fusions = !needed.empty();
   std::vector<char> now(nodes.size(), 0);
   std::set<std::string> want;
   for (const auto& o : model.graph().output()) want.insert(o.name());
@@ -223,13 +211,14 @@ inline void reader::mark_needed_after_fusions() {
     const onnx::NodeProto& n = *nodes[k];
     bool any = false;
     for (const std::string& o : n.output()) any = any || want.count(o);
-    if (!needed[k] || !any) continue;
+    if (!any || (after_fusions && !needed[k])) continue;
     const auto f = fused.find(static_cast<int>(k));
-    if (f == fused.end() && absorbed[k]) continue;
+    const bool plain = f == fused.end();
+    if (plain && k < absorbed.size() && absorbed[k]) continue;
     const bool source = default_domain(n) && (n.op_type() == "Constant" || n.op_type() == "Shape");
-    if (f == fused.end() && !source && n.output_size() == 1 && computed_from_constants.count(n.output(0))) continue;
+    if (plain && !source && n.output_size() == 1 && computed_from_constants.count(n.output(0))) continue;
     now[k] = 1;
-    if (f != fused.end())
+    if (!plain)
       want.insert(f->second.operands.begin(), f->second.operands.end());
     else
       for (int i : data_inputs(n))

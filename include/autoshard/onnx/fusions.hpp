@@ -7,6 +7,20 @@
 namespace autoshard::detail::onnx_in {
 
 // ---- fusions: patterns of several nodes that are one kind ----
+/// a x b, nullopt when it overflows int64 (a value's dims are each at most 2^40, their
+/// products unbounded in a hostile file).
+inline std::optional<std::int64_t> times(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+/// The elements of `s`, nullopt when their count overflows int64.
+inline std::optional<std::int64_t> elements_of(const tensor_shape& s) {
+  std::optional<std::int64_t> n = 1;
+  for (std::int64_t d : s) n = n ? times(*n, d) : n;
+  return n;
+}
+
 /// The single node consuming value `v`, when it has exactly one consumer and is no graph output.
 inline std::optional<int> reader::only_consumer(const std::string& v) const {
   auto it = values.find(v);
@@ -324,7 +338,7 @@ inline std::optional<std::pair<std::string, std::int64_t>> reader::heads_of(cons
   if (xi == values.end() || ri == values.end() || !xi->second.known || !ri->second.known) return std::nullopt;
   const tensor_shape& a = xi->second.shape;
   const tensor_shape& b = ri->second.shape;
-  if (a.rank != 3 || b.rank != 4 || b[0] != a[0] || b[1] != a[1] || b[2] * b[3] != a[2]) return std::nullopt;
+  if (a.rank != 3 || b.rank != 4 || b[0] != a[0] || b[1] != a[1] || times(b[2], b[3]) != a[2]) return std::nullopt;
   return std::pair{x, b[2]};
 }
 
@@ -362,7 +376,7 @@ inline bool reader::causal_mask(const std::string& v, const tensor_shape& scores
   nodes_used.insert(nodes_used.end(), slices.begin(), slices.end());
   const tensor_shape& s = it->second.shape;
   const std::int64_t n = s[s.rank - 1u];
-  if (s[s.rank - 2u] != n || s.numel() != n * n || n > 8192) return false;
+  if (s[s.rank - 2u] != n || n > 8192 || s.numel() != n * n) return false;
   auto m = constant(src, n * n);
   if (!m) return false;
   for (std::int64_t i = 0; i < n; ++i)
@@ -473,7 +487,7 @@ inline std::optional<std::pair<std::string, std::int64_t>> reader::keys_of(const
   const tensor_shape *h = shape(kh), *flat = shape(in_of(t3, 0)), *out = shape(kt);
   if (!h || !flat || !out || h->rank != 4 || flat->rank != 3 || out->rank != 4) return std::nullopt;
   const tensor_shape& a = *h;
-  if (!((*flat)[0] == a[0] * a[1] && (*flat)[1] == a[2] && (*flat)[2] == a[3]) ||
+  if (!(times(a[0], a[1]) == (*flat)[0] && (*flat)[1] == a[2] && (*flat)[2] == a[3]) ||
       !(*out == tensor_shape{a[0], a[1], a[3], a[2]}))
     return std::nullopt;
   auto k = heads_of(kh, {0, 2, 1, 3});
@@ -561,7 +575,7 @@ inline void reader::fuse_attention(int sm) {
   // the Reshape stays, reading it.
   const tensor_shape qs = values.at(q->first).shape;
   auto out_v = values.find(out_of(*rs, 0));
-  if (out_v == values.end() || !out_v->second.known || out_v->second.shape.numel() != qs.numel()) return;
+  if (out_v == values.end() || !out_v->second.known || !elements_of(qs) || elements_of(out_v->second.shape) != elements_of(qs)) return;
   const bool merged = out_v->second.shape == qs;
   for (const std::string& hv : {qh, in_of(*pv, 1)}) {  // the Transpose and Reshape of q and v
     const int t = producer(hv);

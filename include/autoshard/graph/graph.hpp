@@ -9,6 +9,7 @@
 #include "device.hpp"     // device_model, device_presets, find_device_preset
 #include "builders.hpp"   // transformer_config, build_gpt2, build_bert, build_llama, ..., parameter_names
 #include "dot.hpp"        // write_dot
+#include "elementwise.hpp"  // onnx_elementwise_function: ONNX's elementwise operators as element functions
 #include "fused.hpp"      // fused_dim_of: tensors laid out per part (fused QKV)
 #include "hf_config.hpp"  // read_hf_config_file, build_hf
 #include "io.hpp"        // to_json, from_json, read_json, write_json

@@ -7,21 +7,21 @@
 /// (evaluate) where a pattern needs its elements (is the mask causal?), within a byte budget
 /// checked before each tensor is allocated; and a constant the graph still needs becomes a
 /// constant input (emit.hpp), not a chain of operators that compute nothing of the data.
+#include "../graph/elementwise.hpp"  // onnx_elementwise_function
 #include "shapes.hpp"
 
 namespace autoshard::detail::onnx_in {
 
-/// The operators evaluate() knows: shape-only ones, the elementwise arithmetic, comparisons
-/// and logic of masks and positions, and the gathers and scans of torch's mask builder. All
-/// are deterministic (no Random*, no Dropout), so a value computed from constants with them is
-/// one constant.
+/// The operators evaluate() knows: shape-only ones, the gathers and scans of torch's mask
+/// builder, and ONNX's elementwise ones (onnx_elementwise_function: the arithmetic, comparisons
+/// and logic of masks and positions). All are deterministic (no Random*, no Dropout), so a
+/// value computed from constants with them is one constant.
 inline bool evaluable(const onnx::NodeProto& n) {
   static const std::set<std::string, std::less<>> ops{
       "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Cast", "Range", "Concat", "Slice",
-      "Transpose", "Gather", "GatherND", "CumSum", "ConstantOfShape", "Shape", "Constant", "Add", "Sub", "Mul",
-      "Div", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-      "Neg", "Abs", "Where"};
-  return reader::default_domain(n) && n.output_size() == 1 && ops.count(n.op_type());
+      "Transpose", "Gather", "GatherND", "CumSum", "ConstantOfShape", "Shape", "Constant"};
+  return reader::default_domain(n) && n.output_size() == 1 &&
+         (ops.count(n.op_type()) || onnx_elementwise_function(n.op_type(), static_cast<std::size_t>(n.input_size())) != nullptr);
 }
 
 inline void reader::mark_constants() {
@@ -319,57 +319,23 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
           else sum += x, r.set(at, convert(sum, r.type));
         }
       }
-  } else {  // elementwise, numpy broadcasting; the comparisons and logic give booleans
+  } else {  // elementwise (onnx_elementwise_function), numpy broadcasting; comparisons and logic give booleans
     std::vector<const tensor_shape*> shapes;
     for (const dense_value* a : in) {
       if (!a) return std::nullopt;
       shapes.push_back(&a->shape);
     }
     const std::size_t arity = in.size();
-    enum class fn { where, logical_not, neg, abs, max, min, add, sub, mul, div, eq, lt, le, gt, ge, logical_and, logical_or, logical_xor };
-    static constexpr std::pair<std::string_view, fn> names[] = {
-        {"Where", fn::where}, {"Not", fn::logical_not}, {"Neg", fn::neg}, {"Abs", fn::abs}, {"Max", fn::max}, {"Min", fn::min},
-        {"Add", fn::add}, {"Sub", fn::sub}, {"Mul", fn::mul}, {"Div", fn::div}, {"Equal", fn::eq}, {"Less", fn::lt},
-        {"LessOrEqual", fn::le}, {"Greater", fn::gt}, {"GreaterOrEqual", fn::ge}, {"And", fn::logical_and},
-        {"Or", fn::logical_or}, {"Xor", fn::logical_xor}};
-    const auto named = std::find_if(std::begin(names), std::end(names), [&](const auto& e) { return e.first == t; });
-    if (named == std::end(names)) return std::nullopt;
-    const fn f = named->second;
-    const bool unary = f == fn::logical_not || f == fn::neg || f == fn::abs;
-    const bool variadic = f == fn::max || f == fn::min;
-    if (arity == 0 || (f == fn::where ? arity != 3 : unary ? arity != 1 : (!variadic && arity != 2))) return std::nullopt;
+    const elementwise_fn f = onnx_elementwise_function(t, arity);
+    if (f == nullptr || arity > max_inputs) return std::nullopt;
     const bool integral = !is_float(r.type);
     r.resize(static_cast<std::size_t>(count));
     bool ok = true;
+    std::array<double, max_inputs> x{};
     const bool looped = broadcast_loop(r.shape, shapes, [&](std::int64_t at, const offsets& o) {
-      const auto x = [&](std::size_t i) { return (*in[i])[static_cast<std::size_t>(o[i])]; };
-      double y = 0;
-      switch (f) {
-        case fn::where: y = x(0) != 0.0 ? x(1) : x(2); break;
-        case fn::logical_not: y = x(0) == 0.0; break;
-        case fn::neg: y = -x(0); break;
-        case fn::abs: y = std::abs(x(0)); break;
-        case fn::max:
-        case fn::min:
-          y = x(0);
-          for (std::size_t i = 1; i < arity; ++i) y = f == fn::max ? std::max(y, x(i)) : std::min(y, x(i));
-          break;
-        case fn::add: y = x(0) + x(1); break;
-        case fn::sub: y = x(0) - x(1); break;
-        case fn::mul: y = x(0) * x(1); break;
-        case fn::div:
-          if (integral && x(1) == 0.0) ok = false;
-          y = integral ? std::trunc(x(0) / x(1)) : x(0) / x(1);
-          break;
-        case fn::eq: y = x(0) == x(1); break;
-        case fn::lt: y = x(0) < x(1); break;
-        case fn::le: y = x(0) <= x(1); break;
-        case fn::gt: y = x(0) > x(1); break;
-        case fn::ge: y = x(0) >= x(1); break;
-        case fn::logical_and: y = x(0) != 0.0 && x(1) != 0.0; break;
-        case fn::logical_or: y = x(0) != 0.0 || x(1) != 0.0; break;
-        case fn::logical_xor: y = (x(0) != 0.0) != (x(1) != 0.0); break;
-      }
+      for (std::size_t i = 0; i < arity; ++i) x[i] = (*in[i])[static_cast<std::size_t>(o[i])];
+      const double y = f(x.data(), arity);
+      if (integral && !std::isfinite(y)) ok = false;  // an integer Div by 0
       r.set(static_cast<std::size_t>(at), convert(y, r.type));
     });
     if (!looped || !ok) return std::nullopt;

@@ -452,4 +452,11 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
   return std::move(it->second);
 }
 
+/// The bytes evaluate() may hold at once for a pattern's constant: 1 GiB, or a quarter of
+/// what this process can still allocate when that is less.
+inline std::uint64_t reader::constant_budget() const {
+  if (!budget_cache) budget_cache = std::min<std::uint64_t>(std::uint64_t{1} << 30, machine_limits::memory_here().memory() / 4);
+  return *budget_cache;
+}
+
 }  // namespace autoshard::detail::onnx_in

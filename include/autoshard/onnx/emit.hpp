@@ -1,7 +1,7 @@
 #pragma once
 /// The vertices: each needed node (or fused pattern) mapped to an operator kind, or to an
 /// opaque vertex with the reason; build() emits them in order and validates the graph.
-#include "fusions.hpp"
+#include "attention.hpp"
 
 namespace autoshard::detail::onnx_in {
 

@@ -42,7 +42,7 @@
 
 #include "../core/machine.hpp"  // machine_limits
 #include "../io/json.hpp"       // read_regular_file
-#include "emit.hpp"             // detail::onnx_in::reader and its phases (reader.hpp, read.hpp, shapes.hpp, constants.hpp, fusions.hpp, emit.hpp)
+#include "emit.hpp"             // detail::onnx_in::reader and its phases (reader.hpp, read.hpp, shapes.hpp, constants.hpp, fusions.hpp, attention.hpp, emit.hpp)
 
 namespace autoshard {
 

@@ -5,7 +5,8 @@
 /// read_onnx (onnx.hpp) runs them: read.hpp (bounds, parse, order, shape inference, the
 /// values), shapes.hpp (shape computations folded into constants; what is data),
 /// constants.hpp (values computed from constants alone, and their evaluation), fusions.hpp
-/// (patterns of several nodes that are one kind), emit.hpp (the vertices, and build()).
+/// (patterns of several nodes that are one kind) with attention.hpp (the attention's), emit.hpp
+/// (the vertices, and build()).
 #include <algorithm>      // std::find, std::min, std::max
 #include <cctype>         // std::isalnum
 #include <cmath>          // std::abs, std::sqrt

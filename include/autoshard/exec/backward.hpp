@@ -219,21 +219,18 @@ host_tensor softmax_backward(const node& nd, const host_tensor& x, const host_te
 template <class T>
 host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_tensor& dy, const local_context& c) {
   const std::size_t r = x.shape().rank;
-  const std::int64_t D = c.global_in[0][r - 1] / nd.attrs.heads;
-  const std::int64_t s_off = c.in_offset[0][r - 2];
-  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2];
+  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = c.in_offset[0][r - 2];
+  const std::vector<rotary_pair> pairs = rotary_pairs(nd.attrs, rotary_head_size(nd, c, W), W);
   host_tensor o(x.type(), x.shape());
   const std::int64_t rows = W ? x.numel() / W : 0;
   for (std::int64_t row = 0; row < rows; ++row) {
-    const auto pos = static_cast<T>(row % S + s_off);
+    const double pos = static_cast<double>(row % S + s_off);
     const T* pd = dy.as<T>() + row * W;
     T* pg = o.as<T>() + row * W;
-    for (std::int64_t j = 0; j + 1 < W; j += 2) {
-      const std::int64_t i = j % D;
-      const T theta = pos * static_cast<T>(std::pow(10000.0, -static_cast<double>(i) / static_cast<double>(D)));
-      const T cs = std::cos(theta), sn = std::sin(theta);
-      pg[j] = pd[j] * cs + pd[j + 1] * sn;
-      pg[j + 1] = -pd[j] * sn + pd[j + 1] * cs;
+    for (const rotary_pair& q : pairs) {
+      const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
+      pg[q.a] = pd[q.a] * cs + pd[q.b] * sn;
+      pg[q.b] = -pd[q.a] * sn + pd[q.b] * cs;
     }
   }
   return o;

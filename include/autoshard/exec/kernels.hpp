@@ -336,30 +336,53 @@ host_tensor softmax(const node& nd, const host_tensor& x) {
   return o;
 }
 
-/// Rotary embedding of x[..., S, heads*D]: pair (2i, 2i+1) of each head at position p turns by
-/// p * 10000^(-2i/D). Positions and head offsets are global (the piece's offsets).
+/// The pairs a rotary turns in a row of its local piece of W columns (whole heads of D, D
+/// even): each pair's two columns and its frequency, attrs.rotary_base^(-2i/D) for pair i of
+/// its head. Pair i is columns (2i, 2i+1) of the head, or (i, i + D/2) with attrs.rotary_half
+/// (Hugging Face's rotate_half). One list for the forward and the backward.
+struct rotary_pair {
+  std::int64_t a = 0, b = 0;
+  double freq = 0;
+};
+inline std::vector<rotary_pair> rotary_pairs(const op_attrs& at, std::int64_t D, std::int64_t W) {
+  std::vector<rotary_pair> p;
+  p.reserve(static_cast<std::size_t>(W / 2));
+  for (std::int64_t h = 0; h + D <= W; h += D)
+    for (std::int64_t i = 0; i < D / 2; ++i) {
+      const double freq = std::pow(at.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      p.push_back(at.rotary_half ? rotary_pair{h + i, h + i + D / 2, freq} : rotary_pair{h + 2 * i, h + 2 * i + 1, freq});
+    }
+  return p;
+}
+
+/// The head size of a rotary's input, checked against its local piece: whole heads, D even.
+inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std::int64_t W) {
+  const std::size_t r = c.global_in[0].rank;
+  if (nd.attrs.heads <= 0) kernel_error(nd, "rotary needs attrs.heads");
+  const std::int64_t D = c.global_in[0][r - 1] / nd.attrs.heads, e_off = c.in_offset[0][r - 1];
+  if (D <= 0 || D % 2 != 0 || e_off % D != 0 || W % D != 0)
+    kernel_error(nd, "the local piece (columns " + std::to_string(e_off) + ".." + std::to_string(e_off + W) +
+                         ") does not hold whole heads of an even size " + std::to_string(D));
+  return D;
+}
+
+/// Rotary embedding of x[..., S, heads*D]: each pair of a head (rotary_pairs) at position p
+/// turns by p x its frequency. Positions and head offsets are global (the piece's offsets).
 template <class T>
 host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c) {
   const std::size_t r = x.shape().rank;
-  if (nd.attrs.heads <= 0) kernel_error(nd, "rotary needs attrs.heads");
-  const std::int64_t D = c.global_in[0][r - 1] / nd.attrs.heads;
-  const std::int64_t e_off = c.in_offset[0][r - 1], s_off = c.in_offset[0][r - 2];
-  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2];
-  if (D <= 0 || e_off % D != 0 || W % D != 0)
-    kernel_error(nd, "the local piece (columns " + std::to_string(e_off) + ".." + std::to_string(e_off + W) +
-                         ") does not hold whole heads of " + std::to_string(D));
+  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = c.in_offset[0][r - 2];
+  const std::vector<rotary_pair> pairs = rotary_pairs(nd.attrs, rotary_head_size(nd, c, W), W);
   host_tensor o(x.type(), x.shape());
   const std::int64_t rows = W ? x.numel() / W : 0;
   for (std::int64_t row = 0; row < rows; ++row) {
-    const auto pos = static_cast<T>(row % S + s_off);
+    const double pos = static_cast<double>(row % S + s_off);
     const T* px = x.as<T>() + row * W;
     T* py = o.as<T>() + row * W;
-    for (std::int64_t j = 0; j + 1 < W; j += 2) {
-      const std::int64_t i = j % D;  // even: the first of a pair
-      const T theta = pos * static_cast<T>(std::pow(10000.0, -static_cast<double>(i) / static_cast<double>(D)));
-      const T cs = std::cos(theta), sn = std::sin(theta);
-      py[j] = px[j] * cs - px[j + 1] * sn;
-      py[j + 1] = px[j] * sn + px[j + 1] * cs;
+    for (const rotary_pair& q : pairs) {
+      const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
+      py[q.a] = px[q.a] * cs - px[q.b] * sn;
+      py[q.b] = px[q.a] * sn + px[q.b] * cs;
     }
   }
   return o;

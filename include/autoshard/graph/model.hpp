@@ -6,6 +6,7 @@
 ///   auto w = autoshard::add_parameter(g, "fc.weight", {3072, 768}, autoshard::dtype::bf16);
 ///   auto y = autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});   // shape [8,3072]
 #include <algorithm>    // std::find, std::sort
+#include <cmath>        // std::isfinite
 #include <cstdint>      // std::int64_t
 #include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
@@ -127,6 +128,10 @@ struct op_attrs {
   bool dropout = false;            ///< attention: its probabilities dropped out in training (GPT-2's attn_pdrop, BERT's)
   int axis = -1;                   ///< softmax, concat, split: tensor dim, negative counts from the end
   int heads = 0;                   ///< attention (query heads), rotary
+  bool rotary_half = false;        ///< rotary: pairs (i, i + D/2) of each head (Hugging Face's rotate_half);
+                                   ///< false: (2i, 2i+1), interleaved (Meta's and GPT-NeoX's original layout)
+  double rotary_base = 10000.0;    ///< rotary: pair i of a head of D turns by position x base^(-2i/D)
+                                   ///< (Hugging Face's rope_theta)
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
@@ -402,6 +407,8 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       if (a.heads <= 0 || detail::last_dim(in[0]) % a.heads != 0 || (detail::last_dim(in[0]) / a.heads) % 2 != 0)
         bad_operands(k, "last dim of " + to_string(in[0]) + " must be heads (" + std::to_string(a.heads) +
                             ") x an even head size");
+      if (!(a.rotary_base > 1.0) || !std::isfinite(a.rotary_base))
+        bad_operands(k, "base " + std::to_string(a.rotary_base) + " is not a finite number above 1");
       return in[0];
     case op_kind::gelu:
     case op_kind::gelu_erf:

@@ -154,6 +154,28 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     CHECK(yr.as<double>()[0] == 1.0);  // position 0 does not turn
     CHECK(yr.as<double>()[2] == doctest::Approx(std::cos(1.0)).epsilon(1e-14));
     CHECK(yr.as<double>()[3] == doctest::Approx(std::sin(1.0)).epsilon(1e-14));
+    // Hugging Face's rotate_half pairs (i, i + D/2); pair i turns by p x base^(-2i/D). One head
+    // of 4 at position 1, base 100: columns (0, 2) by 1 radian, (1, 3) by 100^(-1/2) = 0.1.
+    op_attrs h;
+    h.heads = 1;
+    h.rotary_half = true;
+    h.rotary_base = 100.0;
+    const host_tensor xh = make({2, 4}, {0, 0, 0, 0, 1, 2, 3, 4});
+    const host_tensor yh = run1(op(op_kind::rotary, h), {&xh});
+    const double* ph = yh.as<double>();
+    CHECK(ph[0] == 0.0);
+    CHECK(ph[4] == doctest::Approx(1 * std::cos(1.0) - 3 * std::sin(1.0)).epsilon(1e-14));
+    CHECK(ph[6] == doctest::Approx(1 * std::sin(1.0) + 3 * std::cos(1.0)).epsilon(1e-14));
+    CHECK(ph[5] == doctest::Approx(2 * std::cos(0.1) - 4 * std::sin(0.1)).epsilon(1e-14));
+    CHECK(ph[7] == doctest::Approx(2 * std::sin(0.1) + 4 * std::cos(0.1)).epsilon(1e-14));
+    h.heads = 2;  // heads of 2: rotary pairs a head's own two columns
+    const host_tensor y2 = run1(op(op_kind::rotary, h), {&xh});
+    CHECK(y2.as<double>()[5] == doctest::Approx(1 * std::sin(1.0) + 2 * std::cos(1.0)).epsilon(1e-14));
+    h.heads = 4;  // heads of 1: no pair, refused where the shape is inferred
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("an even head size"), graph_error);
+    h.heads = 1;
+    h.rotary_base = 1.0;  // no turn at all, or a growing one: not a rotary's base
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("base 1.000000 is not a finite number above 1"), graph_error);
   }
   SUBCASE("an id outside the table is an exec_error naming the vertex") {
     const host_tensor table = make({3, 2}, {0, 1, 10, 11, 20, 21});
@@ -191,6 +213,10 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   op_attrs rot;
   rot.heads = 2;
   make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot);
+  op_attrs rot_half = rot;  // Hugging Face's pairs, LLaMA-3's base
+  rot_half.rotary_half = true;
+  rot_half.rotary_base = 500000.0;
+  make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_half);
   for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul, op_kind::div})
     make_case(k, {{"x", {4, 3, 6}, f}, {"y", {6}, f}});
   make_case(op_kind::add, {{"x", {4, 1, 6}, f}, {"y", {1, 3, 6}, f}});

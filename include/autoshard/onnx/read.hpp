@@ -378,15 +378,20 @@ inline void reader::sort_nodes() {
       ++missing[static_cast<std::size_t>(i)];
       users[static_cast<std::size_t>(p->second)].push_back(i);
     }
-  std::vector<int> order, ready;
-  for (int i = g.node_size() - 1; i >= 0; --i)
-    if (missing[static_cast<std::size_t>(i)] == 0) ready.push_back(i);
+  // The ready node that comes first in the file, each time: a file in topological order (as
+  // ONNX requires, and exporters write the program's order) keeps its order, which the
+  // vertices follow (the memory model's live ranges are that order's); another is sorted
+  // with the least reordering.
+  std::vector<int> order;
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int i = 0; i < g.node_size(); ++i)
+    if (missing[static_cast<std::size_t>(i)] == 0) ready.push(i);
   while (!ready.empty()) {
-    const int i = ready.back();
-    ready.pop_back();
+    const int i = ready.top();
+    ready.pop();
     order.push_back(i);
     for (int u : users[static_cast<std::size_t>(i)])
-      if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
+      if (--missing[static_cast<std::size_t>(u)] == 0) ready.push(u);
   }
   if (static_cast<int>(order.size()) != g.node_size()) {
     std::string left;

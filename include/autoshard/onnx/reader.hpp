@@ -13,8 +13,10 @@
 #include <cstdint>        // std::int64_t
 #include <cstdio>         // std::snprintf
 #include <cstring>        // std::memcpy
+#include <functional>     // std::greater
 #include <map>            // std::map
 #include <optional>       // std::optional
+#include <queue>          // std::priority_queue (sort_nodes)
 #include <set>            // std::set
 #include <string>         // std::string
 #include <string_view>    // std::string_view

@@ -9,13 +9,17 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     and every layer's vertices carry the same names but for the layer index;
   * see the parameters the model has, by name and count (the tied head once), and none of its
     buffers (LLaMA's rotary inv_freq) as one;
-  * see the attention as it runs: GPT-2's, whose heads are split from [B,S,H] as the attention
-    kind takes them, fuses to one causal attention per layer (the exporter's mask, built at run
-    time from positions, evaluated; its softmax guard the identity), leaving no opaque vertex;
-    LLaMA's (rotary in the heads' layout, repeated key/value heads) stays as computed, its guard
-    Where(IsNaN(p), 0, p) an elementwise opaque vertex split with the scores around it;
-  * list no opaque vertex the size of the scores that is not elementwise; the step is data
-    parallel over the 4 devices, as an expert runs a model this small;
+  * see the attention as it runs: each layer's fuses to one causal attention (the exporter's
+    mask, built at run time from positions, evaluated; its softmax guard the identity), leaving
+    no opaque vertex: GPT-2's, whose heads are split from [B,S,H] as the attention kind takes
+    them, and LLaMA's, whose q and k turn in the heads' layout (rotate_half, the cos/sin tables
+    of positions and the inv_freq buffer evaluated: a rotary of rope_theta's base on q and on
+    k) and whose key/value heads are repeated for the query heads (the kind's kv_heads);
+  * the step is data parallel over the 4 devices, as an expert runs a model this small;
+  * price as autoshard's own builder of the model's config.json does (LLaMA; GPT-2's export
+    keeps Conv1D's views to [B*S,H] around every linear, which the builder's graph has not): in
+    inference, at batch 2 under a memory budget of half the unsplit peak (so that the weights
+    must be cut), the two graphs plan the same step time, memory, parallelism and operator count;
   * run: `autoshard verify --forward-only` executes the plan on 4 Gloo ranks (the imported
     elementwise operators with their ONNX semantics) and matches the unsharded forward.
 Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
@@ -28,15 +32,15 @@ import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 LAYERS, BATCH, SEQ, MESH, DEVICES = 3, 8, 128, "1x4", 4
+AS_BUILT = {"llama-gqa"}  # the cases whose graph is the builder's of their config.json
 
 CASES = {
     "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=LAYERS, n_embd=256, n_head=4, vocab_size=512, n_positions=SEQ)),
     "llama-gqa": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
         num_hidden_layers=LAYERS, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,
-        vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False)),
+        vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False, rope_theta=500000.0)),  # LLaMA-3's base
 }
-FUSED = {"gpt2"}  # the cases whose attention fuses to the attention kind
 
 
 class Logits(torch.nn.Module):
@@ -65,6 +69,27 @@ def export(name, path):
     for n, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), set()).add(n)
     return model, list(names.values())
+
+
+def as_builder(name, model, onnx_path, tool, work):
+    """Plans the export and the builder of the model's config.json alike, and compares them."""
+    config_dir = work / f"{name}-config"
+    model.config.save_pretrained(str(config_dir))
+    def infer(model_arg, budget=None):
+        args = [tool, "plan", "--model", str(model_arg), "--batch", "2", "--seq", str(SEQ), "--mesh", MESH, "--mode", "infer",
+                "--quiet", "--no-svg", "--json", "--out", str(work / f"{name}-infer.json")]
+        r = subprocess.run(args + (["--memory-budget", str(budget)] if budget else []), capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise AssertionError(f"{' '.join(args[1:4])}: plan exited {r.returncode}: {r.stderr[-2000:]}")
+        return json.loads(r.stdout)
+    budget = infer(config_dir / "config.json")["plan"]["peak_memory_bytes"] // 2
+    built, imported = infer(config_dir / "config.json", budget), infer(onnx_path, budget)
+    same = lambda j: (j["plan"]["step_seconds"], j["plan"]["peak_memory_bytes"], j["plan"]["parallelism"]["tp"],
+                      j["plan"]["parallelism"]["dp"], len([o for o in j["operators"] if o["kind"] not in ("parameter", "input")]))
+    if abs(same(built)[0] / same(imported)[0] - 1) > 1e-9 or same(built)[1:] != same(imported)[1:] or built["parameters"] != imported["parameters"]:
+        raise AssertionError(f"under a budget of {budget} bytes, the builder plans (step, peak, tp, dp, operators) {same(built)}, "
+                             f"the export {same(imported)}")
+    return f", as the builder prices it ({same(built)[0] * 1e6:.1f} us at tp {same(built)[2]} under {budget} bytes)"
 
 
 def check(name, tool, work):
@@ -121,25 +146,34 @@ def check(name, tool, work):
     scores = [BATCH, heads, SEQ, SEQ]
     opaque = {o["name"]: o for o in report["opaque"]}
     attentions = [t for t in tensors if t["kind"] == "attention"]
-    if name in FUSED:
-        # One causal attention per layer (the plan's graph holds its attributes), nothing opaque.
-        graph = {n["name"]: n for n in doc["graph"]["nodes"]}
-        if len(attentions) != LAYERS or not all(graph[t["name"]]["attrs"].get("causal") for t in attentions):
-            raise AssertionError(f"{len(attentions)} attention vertices ({[graph[t['name']].get('attrs') for t in attentions]}), "
-                                 f"expected {LAYERS} causal ones")
-        if opaque:
-            raise AssertionError(f"opaque vertices left: {sorted((o['name'], o['op_type']) for o in opaque.values())[:6]}")
-    else:
-        # The scores split, the guard with them.
-        guards = [t for t in tensors if t["kind"] == "opaque" and t["shape"] == scores]
-        if attentions or len(guards) < LAYERS:
-            raise AssertionError(f"{len(attentions)} attention vertices and {len(guards)} opaque vertices of the scores' shape "
-                                 f"{scores}: expected none and the {LAYERS} guards")
-        for t in guards:
-            if not opaque[t["name"]]["elementwise"]:
-                raise AssertionError(f"{t['name']} ({opaque[t['name']]['op_type']}) holds the scores whole: not elementwise")
-            if t["output"].startswith("R"):
-                raise AssertionError(f"{t['name']} is {t['output']} on the 1x4 mesh: the scores are not split")
+    # One causal attention per layer (the plan's graph holds its attributes), with the model's
+    # key/value heads; nothing opaque, nothing of the scores' size.
+    graph = {n["name"]: n for n in doc["graph"]["nodes"]}
+    attrs = [graph[t["name"]].get("attrs", {}) for t in attentions]
+    kv = getattr(model.config, "num_key_value_heads", None) or heads
+    if len(attentions) != LAYERS or not all(a.get("causal") and a.get("heads") == heads and a.get("kv_heads", heads) == kv
+                                            for a in attrs):
+        raise AssertionError(f"{len(attentions)} attention vertices ({attrs}), expected {LAYERS} causal ones of {heads} "
+                             f"heads over {kv} key/value heads")
+    if opaque or any(t["shape"] == scores for t in tensors):
+        raise AssertionError(f"opaque vertices left: {sorted((o['name'], o['op_type']) for o in opaque.values())[:6]}")
+    # LLaMA's rotary: q's and k's, on [B,S,H] before their heads, in Hugging Face's layout at the
+    # config's base; each an operand of its layer's attention.
+    rotaries = [graph[t["name"]] for t in tensors if t["kind"] == "rotary"]
+    if name == "gpt2" and rotaries:
+        raise AssertionError(f"GPT-2 has learned positions, but the plan holds {len(rotaries)} rotary vertices")
+    if name != "gpt2":
+        theta = getattr(model.config, "rope_theta", None) or model.config.rope_parameters["rope_theta"]
+        fed = {i for a in attentions for i in graph[a["name"]]["inputs"][:2]}
+        bad = [r for r in rotaries if not (r["attrs"].get("rotary_half") and abs(r["attrs"].get("rotary_base", 10000.0) / theta - 1) < 1e-5
+                                           and r["name"] in fed)]
+        if len(rotaries) != 2 * LAYERS or bad:
+            raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's in each of {LAYERS} layers, "
+                                 f"rotate_half at base {theta}, read by the attention: {bad[:2]}")
+    # The builder of the model's config.json, an independent construction of the same graph.
+    as_built = ""
+    if name in AS_BUILT:
+        as_built = as_builder(name, model, onnx_path, tool, work)
     if par["dp"] != DEVICES:
         raise AssertionError(f"the step is dp {par['dp']}, tp {par['tp']}: not data parallel over the {DEVICES} devices")
     # The plan runs: every operator on the 4 ranks equal to the unsharded forward.
@@ -152,7 +186,7 @@ def check(name, tool, work):
     missing = [n for n, k in kinds.items() if k not in ("parameter", "input") and n not in ran]
     if not checked["passed"] or missing:
         raise AssertionError(f"verify: passed {checked['passed']} (worst {checked.get('worst')}), operators not checked: {missing[:6]}")
-    return f"{report['parameters']} parameters, {len(buffers)} buffers as inputs, " \
+    return f"{report['parameters']} parameters, {len(buffers)} buffers as inputs{as_built}, " \
            f"{len(tensors)} vertices, {len(attentions)} attention, {len(opaque)} opaque " \
            f"({sum(o['elementwise'] for o in opaque.values())} elementwise), step {report['plan']['step_seconds'] * 1e3:.3f} ms, " \
            f"dp {par['dp']}, verified on {DEVICES} ranks"

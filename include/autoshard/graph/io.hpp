@@ -9,8 +9,9 @@
 ///      {"name": "fc", "kind": "linear", "shape": [8, 3072], "dtype": "bf16",
 ///       "inputs": ["x", "fc.weight"], "attrs": {"transposed_weight": false}}]}
 /// "kind" is an op_kind spelling (to_string(op_kind)); "dtype" a dtype spelling ("f32", "bf16",
-/// "float16", ...); "attrs" may hold transposed_weight, causal, dropout (booleans), axis, heads,
-/// kv_heads, start, length (integers), dims (array of integers), op_type (the source
+/// "float16", ...); "attrs" may hold transposed_weight, causal, dropout, rotary_half (booleans),
+/// axis, heads, kv_heads, start, length (integers), rotary_base (a number above 1), dims (array
+/// of integers), op_type (the source
 /// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
 /// vertex whose operands broadcast to its output, which then has no dims); an "input" vertex's
 /// only held (a boolean: data the model holds, not fed each step); omitted ones keep their
@@ -63,6 +64,8 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.axis != d.axis) at["axis"] = a.axis;
       if (a.heads != d.heads) at["heads"] = a.heads;
       if (a.kv_heads != d.kv_heads) at["kv_heads"] = a.kv_heads;
+      if (a.rotary_half != d.rotary_half) at["rotary_half"] = a.rotary_half;
+      if (a.rotary_base != d.rotary_base) at["rotary_base"] = a.rotary_base;  // nlohmann writes a double back exactly
       if (a.start != d.start) at["start"] = a.start;
       if (a.length != d.length) at["length"] = a.length;
       if (!a.dims.empty()) at["dims"] = a.dims;
@@ -89,13 +92,15 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "axis") a.axis = val.small_integer(-64, 64);
     else if (key == "heads") a.heads = val.small_integer(0, 1'000'000'000);
     else if (key == "kv_heads") a.kv_heads = val.small_integer(0, 1'000'000'000);
+    else if (key == "rotary_half") a.rotary_half = val.boolean();
+    else if (key == "rotary_base") a.rotary_base = val.number(1.0, 1e300);
     else if (key == "start") a.start = val.integer(0);
     else if (key == "length") a.length = val.integer(0);
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, start, length, dims, op_type, elementwise, held)");
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, rotary_half, rotary_base, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

@@ -1,15 +1,23 @@
 #pragma once
 /// The attention pattern: Softmax(QK^T / sqrt(hd) [+ causal mask]) V over heads split from
 /// [B,S,H] by Reshape + Transpose and merged back, as exporters write scaled-dot-product
-/// attention; its causal masks, constant or computed from positions and evaluated.
+/// attention; its causal masks, constant or computed from positions and evaluated; and what
+/// Hugging Face's LLaMA family does to the heads on the way: rotary positions turned in the
+/// heads' layout (rotate_half, its tables evaluated) and key/value heads repeated for the
+/// query heads (repeat_kv: grouped-query attention).
 #include "fusions.hpp"
 
 namespace autoshard::detail::onnx_in {
 
-/// Transpose(Reshape(x [B,S,H] -> [B,S,heads,hd]), perm): x, heads; nullopt otherwise.
-inline std::optional<std::pair<std::string, std::int64_t>> reader::heads_of(const std::string& v, const std::vector<std::int64_t>& perm) const {
+/// Transpose(Reshape(x [B,S,H] -> [B,S,heads,hd]), perm), read by `uses` nodes (a rotary's
+/// three, otherwise one): x, heads; nullopt otherwise.
+inline std::optional<std::pair<std::string, std::int64_t>> reader::heads_of(const std::string& v, const std::vector<std::int64_t>& perm,
+                                                                           std::size_t uses) const {
   const int t = producer(v);
-  if (!is_op(t, "Transpose") || !only_consumer(v) || attr_ints(nd(t), "perm") != perm) return std::nullopt;
+  auto vi = values.find(v);
+  if (!is_op(t, "Transpose") || vi == values.end() || vi->second.graph_output || vi->second.consumers.size() != uses ||
+      attr_ints(nd(t), "perm") != perm)
+    return std::nullopt;
   const int r = producer(in_of(t, 0));
   if (!is_op(r, "Reshape") || !only_consumer(in_of(t, 0))) return std::nullopt;
   const std::string x = in_of(r, 0);
@@ -129,21 +137,193 @@ inline bool reader::strip_causal_mask(std::string& z, int& p, const tensor_shape
   return true;
 }
 
-/// k^T in heads for the scores' MatMul, from [B,S,H]: Transpose(Reshape(k), [0,2,3,1]),
-/// Transpose(kh, [0,1,3,2]) of kh = Transpose(Reshape(k), [0,2,1,3]), or torch's dynamo export
-/// of that transpose over a 3-D view, Reshape(Transpose(Reshape(kh, [B*h,S,hd]), [0,2,1]),
-/// [B,h,hd,S]). The value k, its heads, and the nodes beyond the heads' own Transpose and
-/// Reshape (`extra`, the heads' Transpose last when it is one).
-inline std::optional<std::pair<std::string, std::int64_t>> reader::keys_of(const std::string& kt, std::vector<int>& extra) const {
-  if (auto k = heads_of(kt, {0, 2, 3, 1})) {
-    extra.push_back(producer(kt));
-    return k;
+/// The bounds a Slice takes along the last dim of a value of `dim` columns, [start, end)
+/// after ONNX's clamping; nullopt unless its starts, ends, axes and steps are constants of one
+/// element, the axis is the last (of rank `rank`), and the step 1.
+inline std::optional<std::pair<std::int64_t, std::int64_t>> reader::last_dim_slice(int k, std::int64_t rank, std::int64_t dim) const {
+  if (!is_op(k, "Slice") || nd(k).input_size() < 3) return std::nullopt;
+  const auto one = [&](int i) -> std::optional<double> {
+    auto c = constant(in_of(k, i), 1);
+    return c && c->size() == 1 ? std::optional<double>((*c)[0]) : std::nullopt;
+  };
+  const std::optional<double> st = one(1), en = one(2);
+  if (!st || !en) return std::nullopt;
+  if (nd(k).input_size() > 3 && !in_of(k, 3).empty()) {
+    const std::optional<double> ax = one(3);
+    if (!ax || (*ax != -1 && *ax != static_cast<double>(rank - 1))) return std::nullopt;
+  } else if (rank != 1) {
+    return std::nullopt;  // no axes: every axis from the first
   }
+  if (nd(k).input_size() > 4 && !in_of(k, 4).empty() && one(4) != 1.0) return std::nullopt;
+  const auto clamp = [dim](double x) {
+    const std::int64_t v = constant_eval::saturated(x);
+    return v < 0 ? std::max<std::int64_t>(0, v > std::numeric_limits<std::int64_t>::min() + dim ? v + dim : 0) : std::min(v, dim);
+  };
+  return std::pair{clamp(*st), clamp(*en)};
+}
+
+/// Hugging Face's rotary in the heads' layout [B,h,S,hd] (apply_rotary_pos_emb):
+/// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)), either
+/// order of each operation's operands, where C and S are computed from constants and buffers
+/// alone (the positions' Range, the inv_freq buffer: computed_with_buffers) and hold cos and
+/// sin of position x base^(-2i/D) for column i and i + hd/2 (rotary_base_of). Intermediates
+/// are used only inside the pattern.
+inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& v) const {
+  const int add = producer(v);
+  if (!is_op(add, "Add") || nd(add).input_size() != 2) return std::nullopt;
+  auto vi = values.find(v);
+  if (vi == values.end() || !vi->second.known || vi->second.shape.rank != 4 || !is_float(vi->second.type)) return std::nullopt;
+  const tensor_shape xs = vi->second.shape;
+  const std::int64_t seq = xs[2], hd = xs[3];
+  if (hd < 2 || hd % 2 != 0) return std::nullopt;
+  // A table broadcast to the operand: [.., S, hd], computed from constants.
+  const auto table = [&](const std::string& t) {
+    auto ti = values.find(t);
+    if (ti == values.end() || !ti->second.known || !computed_with_buffers.count(t)) return false;
+    const tensor_shape& ts = ti->second.shape;
+    if (ts.rank < 2 || ts.rank > 4 || ts[ts.rank - 1u] != hd || ts[ts.rank - 2u] != seq) return false;
+    for (std::size_t d = 0; d + 2 < ts.rank; ++d)
+      if (ts[d] != 1 && ts[d] != xs[4 - ts.rank + d]) return false;
+    return true;
+  };
+  for (int side = 0; side < 2; ++side) {
+    const int mc = producer(in_of(add, side)), ms = producer(in_of(add, 1 - side));
+    if (!is_op(mc, "Mul") || !is_op(ms, "Mul") || nd(mc).input_size() != 2 || nd(ms).input_size() != 2 ||
+        !only_consumer(in_of(add, side)) || !only_consumer(in_of(add, 1 - side)))
+      continue;
+    for (int o = 0; o < 2; ++o) {
+      const int cat = producer(in_of(ms, o));
+      const std::string sin = in_of(ms, 1 - o);
+      if (!is_op(cat, "Concat") || nd(cat).input_size() != 2 || !only_consumer(in_of(ms, o)) || !table(sin)) continue;
+      if (const std::int64_t axis = attr_int(nd(cat), "axis", 0); axis != -1 && axis != 3) continue;
+      const int neg = producer(in_of(cat, 0)), lo = producer(in_of(cat, 1));
+      if (!is_op(neg, "Neg") || !only_consumer(in_of(cat, 0)) || !only_consumer(in_of(cat, 1))) continue;
+      const int hi = producer(in_of(neg, 0));
+      if (!only_consumer(in_of(neg, 0))) continue;
+      const std::string xh = in_of(hi, 0);
+      auto xi = values.find(xh);
+      if (xh.empty() || in_of(lo, 0) != xh || xi == values.end() || !xi->second.known || !(xi->second.shape == xs)) continue;
+      if (last_dim_slice(hi, 4, hd) != std::pair<std::int64_t, std::int64_t>{hd / 2, hd} ||
+          last_dim_slice(lo, 4, hd) != std::pair<std::int64_t, std::int64_t>{0, hd / 2})
+        continue;
+      const std::optional<std::string> cos = other(mc, xh);
+      if (!cos || !table(*cos)) continue;
+      const std::optional<double> base = rotary_base_of(*cos, sin, seq, hd);
+      if (!base) continue;
+      return rotary_match{xh, *base, {mc, ms, cat, neg, hi, lo, add}};
+    }
+  }
+  return std::nullopt;
+}
+
+/// The base of rotary tables `cos` and `sin` ([.., S, hd], computed from constants): element
+/// [.., p, j] is cos / sin of p x base^(-2i/hd), i = j mod hd/2, at every index of the leading
+/// dims, within 1e-4 + 1e-6 p (float32's rounding of the angles); nullopt otherwise (another
+/// layout, Llama-3's or YaRN's scaled frequencies, an attention factor, positions other than
+/// 0..S-1). The base comes from the last pair's frequency at position 1 (10000 where one
+/// position or one pair leaves it free); evaluated within constant_budget(), once a pair.
+inline std::optional<double> reader::rotary_base_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const {
+  const auto key = std::pair{cos, sin};
+  if (auto it = rotary_memo.find(key); it != rotary_memo.end()) return it->second;
+  std::optional<double> base;
+  const std::uint64_t budget = constant_budget();
+  std::optional<dense_value> c = evaluate(cos, budget / 2, true);
+  std::optional<dense_value> s = c ? evaluate(sin, budget / 2, true) : std::nullopt;
+  const std::int64_t half = hd / 2;
+  if (c && s && c->shape == s->shape && c->size() > 0 && seq >= 1 && half >= 1) {
+    base = 10000.0;
+    if (seq >= 2 && half >= 2) {  // pair half-1 turns by base^(-(hd-2)/hd) at position 1
+      const double f = std::atan2((*s)[static_cast<std::size_t>(hd + half - 1)], (*c)[static_cast<std::size_t>(hd + half - 1)]);
+      base = f > 0 && f < 1 ? std::pow(f, -static_cast<double>(hd) / static_cast<double>(hd - 2)) : 0.0;
+      if (!(*base > 1.0) || !std::isfinite(*base)) base.reset();
+    }
+    std::vector<double> freq(static_cast<std::size_t>(half));
+    for (std::int64_t i = 0; base && i < half; ++i)
+      freq[static_cast<std::size_t>(i)] = std::pow(*base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const std::size_t n = c->size();
+    for (std::size_t e = 0; base && e < n; ++e) {
+      const std::int64_t j = static_cast<std::int64_t>(e % static_cast<std::size_t>(hd));
+      const std::int64_t p = static_cast<std::int64_t>(e / static_cast<std::size_t>(hd)) % seq;
+      const double angle = static_cast<double>(p) * freq[static_cast<std::size_t>(j % half)];
+      const double tol = 1e-4 + 1e-6 * static_cast<double>(p);
+      if (!(std::abs((*c)[e] - std::cos(angle)) <= tol) || !(std::abs((*s)[e] - std::sin(angle)) <= tol)) base.reset();
+    }
+  }
+  rotary_memo[key] = base;
+  return base;
+}
+
+/// An attention operand in heads [B,h,S,hd] (see heads_source): [GQA's repeat,
+/// Reshape(Expand(Unsqueeze(kh) to [B,kv,1,S,hd], [B,kv,n,S,hd]), [B,kv*n,S,hd])] of
+/// [a rotary in heads (rotary_of)] of Transpose(Reshape(x), [0,2,1,3]).
+inline std::optional<reader::heads_source> reader::heads_source_of(const std::string& v) const {
+  heads_source src;
+  std::string h = v;
+  std::int64_t repeat = 1;
+  const auto shape = [&](const std::string& x) -> const tensor_shape* {
+    auto it = values.find(x);
+    return it != values.end() && it->second.known ? &it->second.shape : nullptr;
+  };
+  if (const int r = producer(h); is_op(r, "Reshape") && only_consumer(h)) {
+    const int e = producer(in_of(r, 0));
+    const int u = is_op(e, "Expand") && only_consumer(in_of(r, 0)) ? producer(in_of(e, 0)) : -1;
+    if (is_op(u, "Unsqueeze") && only_consumer(in_of(e, 0))) {
+      const tensor_shape *kh = shape(in_of(u, 0)), *us = shape(in_of(e, 0)), *es = shape(in_of(r, 0)), *rs = shape(h);
+      if (kh && us && es && rs && kh->rank == 4 && us->rank == 5 && es->rank == 5 && rs->rank == 4) {
+        const tensor_shape& a = *kh;
+        const std::int64_t n = (*es)[2];
+        if (*us == tensor_shape{a[0], a[1], 1, a[2], a[3]} && *es == tensor_shape{a[0], a[1], n, a[2], a[3]} && n >= 1 &&
+            times(a[1], n) && *rs == tensor_shape{a[0], a[1] * n, a[2], a[3]}) {
+          repeat = n;
+          src.nodes.insert(src.nodes.end(), {r, e, u});
+          h = in_of(u, 0);
+        }
+      }
+    }
+  }
+  std::size_t uses = 1;
+  if (const std::optional<rotary_match> rot = only_consumer(h) ? rotary_of(h) : std::nullopt) {
+    uses = 3;  // the Mul by cos and the two Slices
+    src.rotary_at = rot->nodes.back();
+    src.nodes.insert(src.nodes.end(), rot->nodes.begin(), rot->nodes.end() - 1);
+    h = rot->xh;
+    src.rotary = fusion{op_kind::rotary, {}, {}, {}, out_of(src.rotary_at, 0)};  // named by fuse_attention
+    src.rotary->attrs.rotary_half = true;
+    src.rotary->attrs.rotary_base = rot->base;
+  }
+  const auto x = heads_of(h, {0, 2, 1, 3}, uses);
+  if (!x) return std::nullopt;
+  src.x = x->first;
+  src.own = x->second;
+  src.heads = x->second * repeat;
+  const int t = producer(h);
+  src.nodes.insert(src.nodes.end(), {t, producer(in_of(t, 0))});  // the heads' Transpose and Reshape
+  if (src.rotary) {
+    src.rotary->operands = {src.x};
+    src.rotary->attrs.heads = static_cast<int>(src.own);
+  }
+  return src;
+}
+
+/// k^T in heads for the scores' MatMul: Transpose(Reshape(k), [0,2,3,1]),
+/// Transpose(kh, [0,1,3,2]) of kh in heads (heads_source_of), or torch's dynamo export of that
+/// transpose over a 3-D view, Reshape(Transpose(Reshape(kh, [B*h,S,hd]), [0,2,1]),
+/// [B,h,hd,S]). Its source, the nodes beyond kh among its nodes.
+inline std::optional<reader::heads_source> reader::keys_of(const std::string& kt) const {
+  std::vector<int> extra;
+  if (auto k = heads_of(kt, {0, 2, 3, 1})) {
+    const int t = producer(kt);
+    extra.insert(extra.end(), {t, producer(in_of(t, 0))});
+    return heads_source{k->first, k->second, k->second, extra, std::nullopt, -1};
+  }
+  const auto with_extra = [&](std::optional<heads_source> k) {
+    if (k) k->nodes.insert(k->nodes.end(), extra.begin(), extra.end());
+    return k;
+  };
   const int t = producer(kt);
   if (is_op(t, "Transpose") && only_consumer(kt) && attr_ints(nd(t), "perm") == std::vector<std::int64_t>{0, 1, 3, 2}) {
-    auto k = heads_of(in_of(t, 0), {0, 2, 1, 3});
-    if (k) extra.insert(extra.end(), {t, producer(in_of(t, 0))});
-    return k;
+    extra.push_back(t);
+    return with_extra(heads_source_of(in_of(t, 0)));
   }
   const int r2 = producer(kt);
   if (!is_op(r2, "Reshape") || !only_consumer(kt)) return std::nullopt;
@@ -163,9 +343,8 @@ inline std::optional<std::pair<std::string, std::int64_t>> reader::keys_of(const
   if (!(times(a[0], a[1]) == (*flat)[0] && (*flat)[1] == a[2] && (*flat)[2] == a[3]) ||
       !(*out == tensor_shape{a[0], a[1], a[3], a[2]}))
     return std::nullopt;
-  auto k = heads_of(kh, {0, 2, 1, 3});
-  if (k) extra.insert(extra.end(), {r2, t3, r1, producer(kh)});
-  return k;
+  extra.insert(extra.end(), {r2, t3, r1});
+  return with_extra(heads_source_of(kh));
 }
 
 /// Softmax(QK^T / sqrt(hd) [+ causal mask]) V over heads split from [B,S,H] by
@@ -173,7 +352,10 @@ inline std::optional<std::pair<std::string, std::int64_t>> reader::keys_of(const
 /// follow the product (Div or Mul by a scalar) or be split over q and k^T before it (torch's
 /// dynamo export multiplies each by sqrt(scale)); the probabilities may pass the exporter's
 /// guard Where(IsNaN(p), 0, p), the identity on a softmax of finite scores, causal or unmasked
-/// (a row always keeps its diagonal).
+/// (a row always keeps its diagonal). Each operand's heads may be traced further
+/// (heads_source_of): q's and k's through a rotary in heads, which becomes a rotary of their
+/// [B,S,H] value (its output value takes that shape), and k's and v's through a repeat of
+/// their heads, which the kind's kv_heads says.
 inline void reader::fuse_attention(int sm) {
   const auto& n = nd(sm);
   if (n.input_size() != 1 || n.output_size() != 1) return;
@@ -210,12 +392,11 @@ inline void reader::fuse_attention(int sm) {
         break;
       }
   }
-  auto q = heads_of(qh, {0, 2, 1, 3});
-  std::vector<int> k_nodes;
-  auto k = keys_of(kt, k_nodes);
-  if (!q || !k || q->second != k->second) return;
-  const std::int64_t heads = q->second;
-  const std::int64_t hd = values.at(q->first).shape[2] / heads;
+  const std::optional<heads_source> q = heads_source_of(qh), k = keys_of(kt);
+  if (!q || !k || q->heads != k->heads || k->heads % k->own != 0) return;
+  const std::int64_t heads = q->heads;
+  if (q->own != heads) return;  // repeated query heads: no attention of the kind's
+  const std::int64_t hd = values.at(q->x).shape[2] / heads;
   if (std::abs(scale * std::sqrt(static_cast<double>(hd)) - 1.0) > 1e-3) return;  // the kind scales by 1/sqrt(hd)
   // probs [-> Where(IsNaN(probs), 0, probs)] @ vh, back to [B,S,H]
   std::string probs = n.output(0);
@@ -235,37 +416,38 @@ inline void reader::fuse_attention(int sm) {
     pv = only_consumer(probs);
   }
   if (!pv || !is_op(*pv, "MatMul") || in_of(*pv, 0) != probs) return;
-  auto v = heads_of(in_of(*pv, 1), {0, 2, 1, 3});
-  if (!v || v->second != heads) return;
+  const std::optional<heads_source> v = heads_source_of(in_of(*pv, 1));
+  if (!v || v->heads != heads || v->own != k->own || v->rotary) return;
   auto tr = only_consumer(out_of(*pv, 0));
   if (!tr || !is_op(*tr, "Transpose") || attr_ints(nd(*tr), "perm") != std::vector<std::int64_t>{0, 2, 1, 3}) return;
   auto rs = only_consumer(out_of(*tr, 0));
   if (!rs || !is_op(*rs, "Reshape")) return;
-  for (const std::string& x : {q->first, k->first, v->first})
+  for (const std::string& x : {q->x, k->x, v->x})
     if (!values.at(x).known || values.at(x).shape.rank != 3) return;
   // Back to [B,S,H], or to another view of those elements (GPT-2's Conv1D reads [B*S,H]): the
   // attention then ends at the Transpose, whose value becomes the [B,S,H] the kind gives, and
   // the Reshape stays, reading it.
-  const tensor_shape qs = values.at(q->first).shape;
+  const tensor_shape qs = values.at(q->x).shape;
   auto out_v = values.find(out_of(*rs, 0));
   if (out_v == values.end() || !out_v->second.known || !elements_of(qs) || elements_of(out_v->second.shape) != elements_of(qs)) return;
   const bool merged = out_v->second.shape == qs;
-  for (const std::string& hv : {qh, in_of(*pv, 1)}) {  // the Transpose and Reshape of q and v
-    const int t = producer(hv);
-    used.push_back(t);
-    used.push_back(producer(in_of(t, 0)));
-  }
-  used.insert(used.end(), k_nodes.begin(), k_nodes.end());
-  used.push_back(producer(in_of(k_nodes.back(), 0)));  // the Reshape of k into heads
+  for (const heads_source* h : {&*q, &*k, &*v}) used.insert(used.end(), h->nodes.begin(), h->nodes.end());
   used.push_back(*pv);
   used.push_back(*tr);
   for (int u : used) absorbed[static_cast<std::size_t>(u)] = 1;
   const int last = merged ? *rs : *tr;
   absorbed[static_cast<std::size_t>(last)] = 1;
   if (!merged) values.at(out_of(*tr, 0)).shape = qs;
-  fusion f{op_kind::attention, {q->first, k->first, v->first}, {}, pattern_name(sm), out_of(last, 0)};
+  for (const heads_source* h : {&*q, &*k}) {  // a rotary in the heads' layout: on [B,S,H] before them
+    if (!h->rotary) continue;
+    absorbed[static_cast<std::size_t>(h->rotary_at)] = 1;
+    values.at(h->rotary->output).shape = values.at(h->x).shape;
+    fused[h->rotary_at] = *h->rotary;
+    fused[h->rotary_at].name = pattern_name(sm) + (h == &*q ? ".rotary_q" : ".rotary_k");  // as the builders name them
+  }
+  fusion f{op_kind::attention, {q->value(), k->value(), v->value()}, {}, pattern_name(sm), out_of(last, 0)};
   f.attrs.heads = static_cast<int>(heads);
-  f.attrs.kv_heads = static_cast<int>(heads);
+  f.attrs.kv_heads = static_cast<int>(k->own);
   f.attrs.causal = causal;
   fused[last] = std::move(f);
 }

@@ -24,30 +24,43 @@ inline bool evaluable(const onnx::NodeProto& n) {
          (ops.count(n.op_type()) || onnx_elementwise_function(n.op_type(), static_cast<std::size_t>(n.input_size())) != nullptr);
 }
 
+/// Whether value `name` is a constant the file holds: a Constant node's tensor, an integer
+/// initializer or a scalar the exporter lifted; with `buffers_too`, also a buffer or tensor
+/// constant (mark_buffers: LLaMA's rotary inv_freq, data the forward reads as the file holds
+/// it). Never a graph input or a floating initializer that trains (a weight).
+inline bool reader::holds_constant(const std::string& name, bool buffers_too) const {
+  auto it = values.find(name);
+  if (it == values.end() || !it->second.known || !it->second.init) return false;
+  const value_info& v = it->second;
+  return v.producer >= 0 || !is_float(v.type) || lifted_constant(name, v.shape.rank) || (buffers_too && buffers.count(name) > 0);
+}
+
+/// Both sets in one pass over the sorted nodes: computed_from_constants (what becomes a
+/// constant input where the graph reads it), and computed_with_buffers, which also takes the
+/// buffers for constants: a pattern may evaluate those (LLaMA's rotary cos/sin tables), but
+/// unfused, a buffer stays the held input it is and what computes from it stays in the graph.
 inline void reader::mark_constants() {
   computed_from_constants.clear();
-  const auto source = [&](const std::string& name) {
-    auto it = values.find(name);
-    if (it == values.end() || !it->second.known) return false;
-    if (computed_from_constants.count(name)) return true;
-    const value_info& v = it->second;
-    // A Constant node's tensor, an integer initializer, or a scalar the exporter lifted; not a
-    // graph input, and not a floating initializer (a weight, or a buffer a module owns).
-    return v.init && (v.producer >= 0 || !is_float(v.type) || lifted_constant(name, v.shape.rank));
-  };
+  computed_with_buffers.clear();
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const onnx::NodeProto& n = *nodes[k];
     if (!evaluable(n) || n.output(0).empty()) continue;
     auto o = values.find(n.output(0));
     if (o == values.end() || !o->second.known || o->second.graph_output) continue;
-    bool all = n.input_size() > 0 || n.op_type() == "Constant";
-    if (n.op_type() == "Shape") {  // its value is its input's inferred shape, whatever the input holds
-      auto in = values.find(in_of(static_cast<int>(k), 0));
-      all = in != values.end() && in->second.known;
-    } else {
-      for (const std::string& i : n.input()) all = all && (i.empty() || source(i));
+    for (const bool buffers_too : {false, true}) {
+      std::set<std::string>& set = buffers_too ? computed_with_buffers : computed_from_constants;
+      bool all = n.input_size() > 0 || n.op_type() == "Constant";
+      if (n.op_type() == "Shape") {  // its value is its input's inferred shape, whatever the input holds
+        auto in = values.find(in_of(static_cast<int>(k), 0));
+        all = in != values.end() && in->second.known;
+      } else {
+        for (const std::string& i : n.input()) {
+          auto it = i.empty() ? values.end() : values.find(i);
+          all = all && (i.empty() || (it != values.end() && it->second.known && (set.count(i) || holds_constant(i, buffers_too))));
+        }
+      }
+      if (all) set.insert(n.output(0));
     }
-    if (all) computed_from_constants.insert(n.output(0));
   }
 }
 
@@ -344,11 +357,12 @@ inline std::optional<dense_value> reader::evaluate_node(int k, const std::vector
   return r;
 }
 
-/// The elements of `name`, a value computed from constants (mark_constants) or a constant;
-/// nullopt when it is none, when an operator's numbers are outside what it allows, or when the
-/// tensors live at once would pass `max_bytes` (8 bytes an element; checked before each is
-/// allocated). Each intermediate is freed after its last use within the evaluation.
-inline std::optional<dense_value> reader::evaluate(const std::string& name, std::uint64_t max_bytes) const {
+/// The elements of `name`, a value computed from constants (mark_constants; with
+/// `buffers_too`, from constants and buffers) or a constant; nullopt when it is none, when an
+/// operator's numbers are outside what it allows, or when the tensors live at once would pass
+/// `max_bytes` (8 bytes an element; checked before each is allocated). Each intermediate is
+/// freed after its last use within the evaluation.
+inline std::optional<dense_value> reader::evaluate(const std::string& name, std::uint64_t max_bytes, bool buffers_too) const {
   const auto element_bytes = [&](const std::string& v) -> std::optional<std::uint64_t> {
     auto it = values.find(v);
     if (it == values.end() || !it->second.known) return std::nullopt;
@@ -369,13 +383,11 @@ inline std::optional<dense_value> reader::evaluate(const std::string& name, std:
     const int p = producer(v);
     const bool leaf = p < 0 || (nd(p).op_type() == "Constant" && default_domain(nd(p)));
     if (leaf) {
-      auto it = values.find(v);
-      if (it == values.end() || !it->second.init || (p < 0 && is_float(it->second.type) && !lifted_constant(v, it->second.shape.rank)))
-        return std::nullopt;  // a graph input, a weight, or nothing
+      if (!holds_constant(v, buffers_too)) return std::nullopt;  // a graph input, a weight, or nothing
       if (p >= 0) cone.insert(p);
       continue;
     }
-    if (!computed_from_constants.count(v)) return std::nullopt;
+    if (!(buffers_too ? computed_with_buffers : computed_from_constants).count(v)) return std::nullopt;
     if (cone.size() >= 4096) return std::nullopt;  // far more than a mask takes
     cone.insert(p);
     if (nd(p).op_type() == "Shape") continue;

@@ -295,10 +295,11 @@ struct reader {
   void mark_needed();
 
   // ---- values computed from constants alone, and their elements ---- (constants.hpp)
-  std::set<std::string> computed_from_constants;
+  std::set<std::string> computed_from_constants, computed_with_buffers;
+  bool holds_constant(const std::string& name, bool buffers_too) const;
   void mark_constants();
   std::optional<dense_value> evaluate_node(int k, const std::vector<const dense_value*>& in) const;
-  std::optional<dense_value> evaluate(const std::string& name, std::uint64_t max_bytes) const;
+  std::optional<dense_value> evaluate(const std::string& name, std::uint64_t max_bytes, bool buffers_too = false) const;
   mutable std::map<std::pair<std::string, bool>, bool> causal_memo;  ///< evaluates_causal's answers
   mutable std::optional<std::uint64_t> budget_cache;
   bool evaluates_causal(const std::string& v, bool additive) const;
@@ -341,8 +342,33 @@ struct reader {
   };
   std::optional<weight_ref> weight_of(const std::string& v) const;
   void fuse_linear(int mm);
-  std::optional<std::pair<std::string, std::int64_t>> heads_of(const std::string& v, const std::vector<std::int64_t>& perm) const;
-  std::optional<std::pair<std::string, std::int64_t>> keys_of(const std::string& kt, std::vector<int>& extra) const;
+  std::optional<std::pair<std::string, std::int64_t>> heads_of(const std::string& v, const std::vector<std::int64_t>& perm,
+                                                               std::size_t uses = 1) const;
+  /// An attention operand in heads [B,h,S,hd] traced back to the [B,S,own*hd] value `x` it is
+  /// split from (attention.hpp): maybe turned by rotary positions in the heads' layout (a
+  /// rotary of x, emitted at node `rotary_at`), maybe with its heads repeated (GQA's repeat_kv).
+  struct heads_source {
+    std::string x;
+    std::int64_t heads = 0;  // as the attention reads them, after a repeat
+    std::int64_t own = 0;    // x's
+    std::vector<int> nodes;  // from x's split to the operand, the rotary's but its last
+    std::optional<fusion> rotary;
+    int rotary_at = -1;
+    std::string value() const { return rotary ? rotary->output : x; }  // the attention's operand
+  };
+  std::optional<heads_source> heads_source_of(const std::string& v) const;
+  /// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)): xh, the
+  /// base C and S turn by, and the nodes (the Add last).
+  struct rotary_match {
+    std::string xh;
+    double base = 10000.0;
+    std::vector<int> nodes;
+  };
+  std::optional<rotary_match> rotary_of(const std::string& v) const;
+  std::optional<double> rotary_base_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const;
+  mutable std::map<std::pair<std::string, std::string>, std::optional<double>> rotary_memo;  ///< rotary_base_of's answers
+  std::optional<heads_source> keys_of(const std::string& kt) const;
+  std::optional<std::pair<std::int64_t, std::int64_t>> last_dim_slice(int k, std::int64_t rank, std::int64_t dim) const;
   bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const;
   bool strip_causal_mask(std::string& z, int& p, const tensor_shape& scores, bool& causal, std::vector<int>& used) const;
   void fuse_attention(int sm);

@@ -766,3 +766,141 @@ TEST_CASE("ONNX initializer kinds: metadata that is not a StringStringEntryProto
   REQUIRE(at != std::string::npos);
   CHECK(error_of<io_error>(cut.substr(0, at + 3)).find("the protobuf does not parse") != std::string::npos);
 }
+
+namespace {
+/// LlamaAttention of x [2, 4, 16] as torch's dynamo exporter writes it: 2 query heads of 8
+/// over 1 key/value head, q and k turned in the heads' layout by apply_rotary_pos_emb
+/// (x * cos + rotate_half(x) * sin, the tables cos/sin of positions x the inv_freq buffer,
+/// concatenated twice and unsqueezed for the heads), k and v repeated for the query heads
+/// (repeat_kv: Unsqueeze, Expand, Reshape), q and k^T each scaled by sqrt(1/sqrt(8)), k^T
+/// transposed over a 3-D view. `inv_freq` are the buffer's 4 frequencies.
+std::string llama_attention(const std::vector<float>& inv_freq) {
+  model_maker mm(18);
+  mm.input("x", {"2", "4", "16"}).weight("q_proj.weight", {16, 16}).weight("k_proj.weight", {16, 8}).weight("v_proj.weight", {16, 8});
+  auto* f = mm.g->add_initializer();
+  f->set_name("model.rotary_emb.inv_freq");
+  f->set_data_type(onnx::TensorProto::FLOAT);
+  f->add_dims(4);
+  for (float x : inv_freq) f->add_float_data(x);
+  input_spec(mm, "model.rotary_emb.inv_freq", {"4"}, "BUFFER");
+  mm.scalar("c", static_cast<float>(std::sqrt(1.0 / std::sqrt(8.0))));
+  int_scalar(mm, "start", 0);
+  int_scalar(mm, "limit", 4);
+  int_scalar(mm, "delta", 1);
+  mm.ints("ax0", {0}).ints("ax1", {1}).ints("ax2", {2}).ints("axl", {-1});
+  mm.ints("lo_start", {0}).ints("half", {4}).ints("end", {std::numeric_limits<std::int64_t>::max()});
+  mm.ints("q_shape", {2, 4, 2, 8}).ints("kv_shape", {2, 4, 1, 8}).ints("rep_shape", {2, 1, 2, 4, 8}).ints("rep_view", {2, 2, 4, 8});
+  mm.ints("flat_shape", {4, 4, 8}).ints("kt_shape", {2, 2, 8, 4}).ints("out_shape", {2, 4, 16});
+  const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
+  // The tables, from positions and the buffer alone.
+  mm.node("Range", "node_arange", {"start", "limit", "delta"}, {"pos"});
+  mm.node("Unsqueeze", "node_unsqueeze", {"pos", "ax0"}, {"pos2"});
+  mm.node("Unsqueeze", "node_unsqueeze_1", {"pos2", "axl"}, {"pos3"});
+  model_maker::attr(mm.node("Cast", "node_to_copy", {"pos3"}, {"posf"}), "to", std::int64_t{onnx::TensorProto::FLOAT});
+  mm.node("Mul", "node_mul", {"posf", "model.rotary_emb.inv_freq"}, {"freqs"});
+  model_maker::attr(mm.node("Concat", "node_cat", {"freqs", "freqs"}, {"emb"}), "axis", std::int64_t{-1});
+  mm.node("Cos", "node_cos", {"emb"}, {"cos"});
+  mm.node("Sin", "node_sin", {"emb"}, {"sin"});
+  mm.node("Unsqueeze", "node_unsqueeze_cos", {"cos", "ax1"}, {"cos4"});
+  mm.node("Unsqueeze", "node_unsqueeze_sin", {"sin", "ax1"}, {"sin4"});
+  // Heads, turned.
+  for (const std::string t : {"q", "k", "v"}) {
+    mm.node("MatMul", "node_" + t + "_proj", {"x", t + "_proj.weight"}, {t});
+    mm.node("Reshape", "node_view_" + t, {t, t == "q" ? "q_shape" : "kv_shape"}, {t + "4"});
+    perm(mm.node("Transpose", "node_transpose_" + t, {t + "4"}, {t + "h"}), {0, 2, 1, 3});
+  }
+  for (const std::string t : {"q", "k"}) {
+    mm.node("Mul", "node_rot_cos_" + t, {t + "h", "cos4"}, {t + "c"});
+    mm.node("Slice", "node_rot_lo_" + t, {t + "h", "lo_start", "half", "axl"}, {t + "lo"});
+    mm.node("Slice", "node_rot_hi_" + t, {t + "h", "half", "end", "axl"}, {t + "hi"});
+    mm.node("Neg", "node_rot_neg_" + t, {t + "hi"}, {t + "n"});
+    model_maker::attr(mm.node("Concat", "node_rot_cat_" + t, {t + "n", t + "lo"}, {t + "rh"}), "axis", std::int64_t{-1});
+    mm.node("Mul", "node_rot_sin_" + t, {t + "rh", "sin4"}, {t + "sn"});
+    mm.node("Add", "node_rot_" + t, {t + "c", t + "sn"}, {t + "r"});
+  }
+  for (const std::string t : {"k", "v"}) {  // repeat_kv
+    mm.node("Unsqueeze", "node_rep_unsqueeze_" + t, {t == "k" ? "kr" : "vh", "ax2"}, {t + "u"});
+    mm.node("Expand", "node_rep_expand_" + t, {t + "u", "rep_shape"}, {t + "e"});
+    mm.node("Reshape", "node_rep_view_" + t, {t + "e", "rep_view"}, {t + "rep"});
+  }
+  mm.node("Reshape", "node_kflat", {"krep", "flat_shape"}, {"kflat"});
+  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
+  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
+  mm.node("Mul", "node_mul_q", {"qr", "c"}, {"qs"});
+  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
+  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
+  model_maker::attr(mm.node("Softmax", "node_softmax", {"scores"}, {"p"}), "axis", std::int64_t{-1});
+  mm.node("MatMul", "node_pv", {"p", "vrep"}, {"o"});
+  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
+  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+  mm.output("y");
+  return mm.bytes();
+}
+
+/// The frequencies of a rotary of base `base` over heads of 8: base^(-2i/8), as float32.
+std::vector<float> frequencies(double base) {
+  std::vector<float> f;
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<float>(std::pow(base, -2.0 * i / 8.0)));
+  return f;
+}
+}  // namespace
+
+TEST_CASE("LLaMA's attention from torch's dynamo exporter: rotary in the heads' layout and repeated key/value heads fuse") {
+  const onnx_import r = read_onnx(llama_attention(frequencies(500000.0)), "m.onnx");
+  CHECK(r.opaque.empty());
+  const model_graph& g = r.graph;
+  std::vector<vertex_t> rotaries, attentions;
+  for (vertex_t v : boost::make_iterator_range(boost::vertices(g))) {
+    if (g[v].kind == op_kind::rotary) rotaries.push_back(v);
+    if (g[v].kind == op_kind::attention) attentions.push_back(v);
+  }
+  REQUIRE(attentions.size() == 1);
+  REQUIRE(rotaries.size() == 2);
+  const node& a = g[attentions[0]];
+  CHECK(a.attrs.heads == 2);
+  CHECK(a.attrs.kv_heads == 1);  // the repeat is the kind's grouped-query attention
+  CHECK_FALSE(a.attrs.causal);
+  CHECK(a.shape == tensor_shape{2, 4, 16});
+  const std::vector<vertex_t> qkv = operands(g, attentions[0]);
+  // q and k: rotaries of the projections' [B,S,H] (named as the builders name them); v: its projection.
+  for (int i = 0; i < 2; ++i) {
+    const node& rot = g[qkv[static_cast<std::size_t>(i)]];
+    CHECK(rot.kind == op_kind::rotary);
+    CHECK(rot.attrs.rotary_half);
+    CHECK(rot.attrs.rotary_base == doctest::Approx(500000.0).epsilon(1e-5));  // from the buffer's values
+    CHECK(rot.attrs.heads == (i == 0 ? 2 : 1));
+    CHECK(rot.shape == (i == 0 ? tensor_shape{2, 4, 16} : tensor_shape{2, 4, 8}));
+    CHECK(g[operands(g, qkv[static_cast<std::size_t>(i)])[0]].name == (i == 0 ? "node_q_proj" : "node_k_proj"));
+  }
+  CHECK(g[qkv[0]].name == "node_softmax.rotary_q");
+  CHECK(g[qkv[1]].name == "node_softmax.rotary_k");
+  CHECK(g[qkv[2]].name == "node_v_proj");
+  // Nothing of the tables, the buffer or the repeat is left.
+  for (const char* gone : {"model.rotary_emb.inv_freq", "node_cos", "cos4", "sin4", "node_rep_expand_k", "node_rot_neg_q"})
+    CHECK_FALSE(find_vertex(g, gone));
+  CHECK(parameter_count(g) == 16 * 16 + 2 * 16 * 8);
+  // LLaMA-2's base too; and a graph of the pattern splits over the heads: the strategies of
+  // the attention include one with q's heads split 2 ways.
+  const onnx_import r2 = read_onnx(llama_attention(frequencies(10000.0)), "m.onnx");
+  for (vertex_t v : boost::make_iterator_range(boost::vertices(r2.graph)))
+    if (r2.graph[v].kind == op_kind::rotary) CHECK(r2.graph[v].attrs.rotary_base == doctest::Approx(10000.0).epsilon(1e-5));
+}
+
+TEST_CASE("LLaMA's rotary tables other than base^(-2i/D) of positions 0..S-1 stay as the file computes them") {
+  // Llama-3.1's rope scaling divides the low frequencies (here the last) by 8; an attention
+  // factor or scaled positions turn the first pair by other than the position. Either is not
+  // the rotary kind's turn: no rotary vertex, and with the heads turned as computed, no
+  // attention either (the heads' layout is not the kind's).
+  std::vector<float> scaled = frequencies(500000.0);
+  scaled[3] /= 8.0f;
+  std::vector<float> shifted = frequencies(10000.0);
+  for (float& x : shifted) x *= 1.5f;
+  for (const std::vector<float>& freq : {scaled, shifted}) {
+    const onnx_import r = read_onnx(llama_attention(freq), "m.onnx");
+    for (vertex_t v : boost::make_iterator_range(boost::vertices(r.graph))) {
+      CHECK(r.graph[v].kind != op_kind::rotary);
+      CHECK(r.graph[v].kind != op_kind::attention);
+    }
+    CHECK(find_vertex(r.graph, "node_rot_neg_q"));  // the turn, as the file computes it
+  }
+}

@@ -21,8 +21,11 @@
 ///                       (tied: the same split table), the cross-entropy vocab-parallel, the other
 ///                       embeddings' tables (positions, token types) whole; a vocabulary that leaves
 ///                       a rank no rows is refused (megatron_vocab). Every weight is stored as it is
-///                       taken. On the other axes the batch is split and weights replicated; every other
-///                       operator takes its cheapest consistent strategy under that constraint.
+///                       taken, the norms' whole. On the other axes the batch is split and weights
+///                       replicated; every other operator takes its cheapest consistent strategy
+///                       under that constraint. The rules, operator by operator, are
+///                       megatron_layout.hpp's (megatron_tp_rule, megatron_dp_rule), which
+///                       export --to megatron refuses a plan by.
 ///                       Attention heads are split whole: a head count the last axis does not divide
 ///                       is refused; key/value heads fewer than its ranks are replicated (their
 ///                       projections whole on every rank, megatron_kv_whole). Sequence parallelism
@@ -70,6 +73,7 @@
 #include "../solve/ilp.hpp"         // solve_ilp
 #include "../graph/resize.hpp"      // with_batch_seq
 #include "layers.hpp"               // layer_map, detail::layer_key, add_recompute_variants
+#include "megatron_layout.hpp"      // the megatron algo's layout: megatron_tp_rule, megatron_dp_rule, vocab_operators_of
 #include "planning_memory.hpp"      // check_planning_memory: a pass too big for the machine refused up front
 #include "step_report.hpp"          // parallelism, step_flops, graph_batch
 
@@ -196,101 +200,6 @@ struct autosharding_result {
 };
 
 namespace detail {
-
-inline bool ends_with(const std::string& s, const char* suf) {
-  const std::string t(suf);
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
-inline bool megatron_column(const std::string& n) {
-  for (const char* s : {".attn.c_attn", ".mlp.c_fc", ".attention.self.query", ".attention.self.key",
-                        ".attention.self.value", ".intermediate.dense", ".q_proj", ".k_proj", ".v_proj", ".gate_proj",
-                        ".up_proj"})
-    if (ends_with(n, s)) return true;
-  return false;
-}
-inline bool megatron_row(const std::string& n) {
-  for (const char* s : {".attn.c_proj", ".mlp.c_proj", ".output.dense", ".o_proj", ".down_proj"})
-    if (ends_with(n, s)) return true;
-  return false;
-}
-
-/// The vocabulary's operators of a model, as Megatron-LM lays them out on its tensor-parallel
-/// ranks (megatron_axis): the token (word) embedding, VocabParallelEmbedding; the output layer
-/// over the vocabulary, a ColumnParallelLinear (tied: it reads the embedding's table); and the
-/// loss of its logits, vocab_parallel_cross_entropy. A model may lack any of them: an encoder
-/// has no head, an inference graph no loss.
-struct vocab_operators {
-  std::optional<vertex_t> embedding;  ///< the word embedding (an embedding operator)
-  std::optional<vertex_t> head;       ///< the output layer (a linear whose outputs are the vocabulary)
-  std::optional<vertex_t> loss;       ///< the cross-entropy of the head's logits
-  std::int64_t vocab = 0;             ///< the word embedding's table's rows (0: none)
-  bool tied = false;                  ///< the head reads the word embedding's table
-};
-
-/// Which operators of `g` those are, the one home of the test (export_megatron's model reads
-/// its vocabulary from it too):
-///   head: the linear whose output is the cross-entropy's logits, or, without a loss
-///         (inference), a linear that reads an embedding's table (tied) or one no operator
-///         consumes whose output is as wide as an embedding's table has rows;
-///   word embedding: the embedding whose table the head reads, or whose table has as many rows
-///         as the head has outputs. A head that matches none (a classifier's) is no vocabulary
-///         head, and a loss of it no vocabulary loss. Without a head: the first embedding whose
-///         indices are not one row of positions shared by the batch ([1, s]: GPT-2's wpe, BERT's
-///         position_embeddings), else the one of the most rows.
-inline vocab_operators vocab_operators_of(const model_graph& g) {
-  vocab_operators vo;
-  std::vector<vertex_t> embeddings, linears;
-  std::optional<vertex_t> loss;
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
-    if (g[v].kind == op_kind::embedding && operands(g, v).size() == 2) embeddings.push_back(v);
-    if (g[v].kind == op_kind::linear && operands(g, v).size() >= 2 && g[v].shape.rank >= 1) linears.push_back(v);
-    if (g[v].kind == op_kind::cross_entropy && !loss) loss = v;
-  }
-  const auto table = [&g](vertex_t e) { return operands(g, e)[1]; };
-  const auto rows = [&](vertex_t e) { return g[table(e)].shape.rank >= 1 ? g[table(e)].shape[0] : std::int64_t{-1}; };
-  const auto width = [&g](vertex_t v) { return g[v].shape[g[v].shape.rank - 1u]; };
-  const auto word_of = [&](vertex_t head) -> std::optional<vertex_t> {  // the head's embedding (vo.tied: it reads its table)
-    for (vertex_t e : embeddings)
-      if (operands(g, head)[1] == table(e)) {
-        vo.tied = true;
-        return e;
-      }
-    for (vertex_t e : embeddings)
-      if (rows(e) == width(head)) return e;
-    return std::nullopt;
-  };
-  std::vector<vertex_t> heads;  // the candidates, best first
-  if (loss) {
-    const vertex_t logits = operands(g, *loss)[0];
-    if (std::find(linears.begin(), linears.end(), logits) != linears.end()) heads.push_back(logits);
-  } else {
-    for (vertex_t v : linears)
-      for (vertex_t e : embeddings)
-        if (operands(g, v)[1] == table(e)) heads.push_back(v);
-    for (vertex_t v : linears)
-      if (boost::out_degree(v, g) == 0) heads.push_back(v);
-  }
-  for (vertex_t h : heads)
-    if ((vo.embedding = word_of(h))) {
-      vo.head = h;
-      if (loss) vo.loss = loss;
-      break;
-    }
-  if (!vo.embedding && !embeddings.empty()) {
-    for (vertex_t e : embeddings) {
-      const tensor_shape& ids = g[operands(g, e)[0]].shape;
-      if (!(ids.rank >= 2 && ids[0] == 1)) {
-        vo.embedding = e;
-        break;
-      }
-    }
-    if (!vo.embedding)
-      vo.embedding = *std::max_element(embeddings.begin(), embeddings.end(), [&](vertex_t a, vertex_t b) { return rows(a) < rows(b); });
-  }
-  if (vo.embedding) vo.vocab = rows(*vo.embedding);
-  return vo;
-}
 
 /// The pricing a pass can price with: a device of finite, positive FLOP/s, bandwidth and
 /// memory, gradient buckets >= 0 and an overlap of "backward" or a fraction in [0, 1];
@@ -486,142 +395,6 @@ struct pass_model {
   bool priced_ = false;
 };
 
-inline bool dp_ok(const placement& p, bool allow_partial) {
-  return p.is_replicate() || p.is_shard(0) || (allow_partial && p.is_partial());
-}
-
-/// Megatron-LM splits whole attention heads over the tensor-parallel axis `tp_axis` (-1: none): a
-/// head count its ranks do not divide is refused (Qwen2-0.5B's 14 heads on 4 ranks would cut
-/// q_proj at 3.5 heads). Key/value heads fewer than the ranks, a count the ranks are a multiple
-/// of, are replicated, as vLLM and Megatron-LM do: their projections (and the operators between
-/// them and the attention) stay whole on every rank. Returns those vertices (operators and
-/// their parameters); throws solver_error for a count neither divides. The head counts are the
-/// graph's at any batch: search_algo asks once, before it prices any micro-batching.
-inline std::vector<char> megatron_kv_whole(const model_graph& g, const device_mesh& mesh, int tp_axis) {
-  const std::size_t size = boost::num_vertices(g);
-  std::vector<char> whole(size, 0);
-  if (tp_axis < 0) return whole;
-  const auto tp = static_cast<std::size_t>(tp_axis);
-  const int n = mesh.size(tp);
-  for (vertex_t v = 0; v < size; ++v) {
-    const node& nd = g[v];
-    if (nd.kind != op_kind::attention) continue;
-    const int heads = nd.attrs.heads, kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : heads;
-    const std::string where = "megatron: " + quoted_text(nd.name) + " has ";
-    if (heads % n != 0)
-      throw solver_error(where + std::to_string(heads) + " attention heads, which the " + std::to_string(n) + " ranks of " +
-                         mesh.axis_label(tp) + " do not divide: Megatron-LM splits whole heads (" +
-                         std::to_string(heads) + "/" + std::to_string(n) + " per rank would cut one)");
-    if (kv % n == 0) continue;
-    if (n % kv != 0)
-      throw solver_error(where + std::to_string(kv) + " key/value heads, which the " + std::to_string(n) + " ranks of " +
-                         mesh.axis_label(tp) + " neither divide nor replicate evenly (a multiple of them)");
-    const std::vector<vertex_t> ops = operands(g, v);
-    for (std::size_t i = 1; i < ops.size(); ++i)
-      for (vertex_t u = ops[i]; g[u].is_operator();) {
-        whole[u] = 1;
-        const std::vector<vertex_t> in = operands(g, u);
-        if (g[u].kind == op_kind::linear) {
-          for (std::size_t j = 1; j < in.size(); ++j) whole[in[j]] = 1;
-          break;
-        }
-        if (!is_unary_elementwise(g[u].kind) || in.empty()) break;
-        u = in[0];
-      }
-  }
-  return whole;
-}
-
-
-/// The vocabulary operators megatron lays out on the tensor-parallel axis `tp_axis` (-1: none;
-/// megatron_axis), after checking that the vocabulary splits over its ranks. An uneven split is
-/// the split rule's (DESIGN.md: ceil(V / tp) rows a rank, the last short), priced at its padded
-/// piece as Megatron-LM's --make-vocab-size-divisible-by pads the vocabulary; a split that leaves
-/// a rank no rows the strategies do not offer, and is refused naming the numbers rather than
-/// laid out some other way. Like megatron_kv_whole, search_algo asks once, before any pricing.
-inline vocab_operators megatron_vocab(const model_graph& g, const device_mesh& mesh, int tp_axis) {
-  vocab_operators vo = vocab_operators_of(g);
-  if (tp_axis < 0 || !vo.embedding) return vo;
-  const auto tp = static_cast<std::size_t>(tp_axis);
-  const int n = mesh.size(tp);
-  if (n > 1 && split_range(vo.vocab, n, n - 1).size == 0)
-    throw solver_error("megatron: the vocabulary of " + std::to_string(vo.vocab) + " rows of " + quoted_text(g[*vo.embedding].name) +
-                       " does not split over the " + std::to_string(n) + " ranks of " + mesh.axis_label(tp) + ": " +
-                       std::to_string(padded_piece(vo.vocab, n)) + " rows a rank leave the last none (Megatron-LM pads the " +
-                       "vocabulary to a multiple of the tensor-parallel size, --make-vocab-size-divisible-by)");
-  return vo;
-}
-
-/// Data parallelism on mesh axis `a`: a parameter replicated, an activation split on its
-/// batch dim or replicated (a scalar may be Partial), every operand taken likewise.
-inline bool data_parallel_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
-                               std::size_t a) {
-  const node& nd = g[v];
-  if (nd.is_parameter()) return s.output[a].is_replicate();
-  if (!dp_ok(s.output[a], nd.shape.rank == 0)) return false;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (g[ops[i]].is_parameter() ? !s.inputs[i][a].is_replicate() : !dp_ok(s.inputs[i][a], false)) return false;
-  }
-  return true;
-}
-
-/// Megatron-LM on the tensor-parallel mesh axis `tp`: its block linears column- or
-/// row-parallel, and their weights and biases stored the way they take them. With the model's
-/// vocabulary operators `vo` (vocab_operators_of), those too: the word embedding
-/// vocab-parallel (its table split on the vocabulary, dim 0; the ids whole; the output a partial
-/// sum, all-reduced or reduce-scattered onto sequence slices by its consumer), the head
-/// column-parallel over the vocabulary (a tied head reads the same split table), the loss
-/// vocab-parallel, and every other embedding's table (positions, token types) whole, as
-/// Megatron-LM's plain torch.nn.Embedding keeps it. Without `vo` (export_megatron, which
-/// checks the layout Megatron-LM's arguments say) only the block linears are checked.
-inline bool megatron_axis(const model_graph& g, vertex_t v, const std::vector<vertex_t>& ops, const strategy& s,
-                          std::size_t tp, const vocab_operators* vo = nullptr) {
-  const node& nd = g[v];
-  const auto is = [](const std::optional<vertex_t>& o, vertex_t u) { return o && *o == u; };
-  const auto column = [&](vertex_t u) {
-    return g[u].kind == op_kind::linear && (megatron_column(g[u].name) || (vo && is(vo->head, u)));
-  };
-  const auto row = [&](vertex_t u) { return g[u].kind == op_kind::linear && megatron_row(g[u].name); };
-  bool ok = true;
-  if (nd.is_parameter()) {
-    // A weight or bias of a Megatron linear is stored the way that linear takes it on the
-    // tensor-parallel axis (sharded), not replicated and sliced on use: the time is the
-    // same, but a replicated copy wastes memory and `shard --plan` would write it whole.
-    // Likewise an embedding's table (the word embedding's split, the others' whole).
-    for (auto [e, end] = boost::out_edges(v, g); e != end && ok; ++e) {
-      const vertex_t u = boost::target(*e, g);
-      const node& use = g[u];
-      const int i = g[*e].operand;
-      if (vo && use.kind == op_kind::embedding && i == 1) {
-        ok = is(vo->embedding, u) ? s.output[tp].is_shard(0) : s.output[tp].is_replicate();
-        continue;
-      }
-      if (!column(u) && !row(u)) continue;
-      const int out_dim = use.attrs.transposed_weight ? 1 : 0;
-      const placement want = i == 1 ? Shard(column(u) ? out_dim : 1 - out_dim)
-                                    : (column(u) ? placement(Shard(0)) : placement(Replicate()));
-      ok = s.output[tp] == want;
-    }
-  }
-  if (ok && (column(v) || row(v))) {
-    const bool tw = nd.attrs.transposed_weight;
-    const int out_dim = tw ? 1 : 0, in_dim = tw ? 0 : 1;
-    const int last = static_cast<int>(nd.shape.rank) - 1;
-    if (column(v))
-      ok = s.inputs[1][tp].is_shard(out_dim) && s.inputs[0][tp].is_replicate() && s.output[tp].is_shard(last);
-    else
-      ok = s.inputs[1][tp].is_shard(in_dim) && s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) &&
-           s.output[tp].is_partial();
-  }
-  if (ok && vo && nd.kind == op_kind::embedding && ops.size() == 2)
-    ok = is(vo->embedding, v) ? s.inputs[0][tp].is_replicate() && s.inputs[1][tp].is_shard(0) && s.output[tp].is_partial()
-                              : s.inputs[1][tp].is_replicate();
-  if (ok && vo && is(vo->loss, v))
-    ok = s.inputs[0][tp].is_shard(static_cast<int>(g[ops[0]].shape.rank) - 1) && s.inputs[1][tp].is_replicate() &&
-         s.output[tp].is_replicate();
-  return ok;
-}
-
 /// ZeRO-3 stores a parameter sharded on every mesh axis of more than one rank, where the
 /// parameter can be split that finely.
 inline bool fully_sharded(const device_mesh& m, const strategy& s) {
@@ -658,16 +431,14 @@ struct solve_request {
   double faster_than = std::numeric_limits<double>::infinity();
 };
 
-/// Whether strategy `s` runs sequence parallel on mesh axis `tp`: its output split on the
-/// sequence (dim 1 of the layers' [batch, sequence, hidden] activations).
-inline bool runs_sequence_parallel(const strategy& s, std::size_t tp) { return s.output[tp].is_shard(1); }
-
 /// Whether `rq.a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is
 /// a parameter with a fully_sharded strategy; `zero1`: v offers a ZeRO-1 variant of s's
-/// layout, which megatron's distributed optimizer takes; `batch`: the graph's, graph_batch).
+/// layout, which megatron's distributed optimizer takes; `batch`: the graph's, graph_batch;
+/// `kv_whole`, `vocab`: megatron's key/value projections kept whole and vocabulary operators,
+/// megatron_kv_whole and megatron_vocab).
 inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, const std::vector<vertex_t>& ops,
                    const strategy& s, bool skip_replicated, bool can_shard_fully, bool zero1, std::int64_t batch,
-                   bool kv_whole = false, const vocab_operators* vocab = nullptr) {
+                   bool kv_whole, const vocab_operators& vocab) {
   const model_graph& g = pm.g;
   const std::size_t axes = pm.mesh.ndim();
   if (!recompute_allowed(g, pm.layers, v, s, rq.recompute, pm.sopt.pricing)) return false;
@@ -691,29 +462,18 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
     case algo::data_parallel: return data_parallel_on(-1, 0);
     case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(-1, 0);
     case algo::megatron: {
-      // Data parallel as Megatron-LM is: every batch activation split over the data-parallel
-      // ranks (the search keeps only micro-steps whose batch divides among them). An opaque
-      // operator can only be whole (an exported model's arange over the batch, for its mask):
-      // each rank computes it, as each Megatron-LM rank computes it on its own batch.
-      const bool opaque_whole = g[v].kind == op_kind::opaque && !g[v].attrs.elementwise;
-      bool split = true;
-      for (std::size_t x = 0; x < axes && split && batch_tensor && !g[v].is_parameter() && !opaque_whole; ++x)
-        if (static_cast<int>(x) != rq.tp_axis && pm.mesh.size(x) > 1) split = s.output[x].is_shard(0);
-      if (!split || !data_parallel_on(rq.tp_axis, zero1 ? 1 : 0)) return false;
+      // Megatron-LM's layout, operator by operator (megatron_layout.hpp): data parallel on every
+      // axis but the tensor-parallel one, each batch activation split over the data-parallel
+      // ranks (the search keeps only micro-steps whose batch divides among them), and on the
+      // tensor-parallel axis megatron_tp_rule's layout; the distributed optimizer where offered.
+      if (s.zero_stage != (zero1 ? 1 : 0)) return false;
+      for (std::size_t x = 0; x < axes; ++x)
+        if (static_cast<int>(x) != rq.tp_axis && megatron_dp_rule(g, v, ops, s, x, pm.mesh.size(x), batch)) return false;
       if (rq.tp_axis < 0) return true;
       const auto tp = static_cast<std::size_t>(rq.tp_axis);
-      if (kv_whole) {  // a replicated key/value projection (megatron_kv_whole): whole on the tensor-parallel axis
-        bool whole = s.output[tp].is_replicate();
-        for (const sharding_spec& in : s.inputs) whole = whole && in[tp].is_replicate();
-        return whole;
-      }
-      if (g[v].kind == op_kind::attention && !s.inputs[0][tp].is_shard(2) && pm.mesh.size(tp) > 1) return false;  // heads split
-      // Megatron-LM's sequence parallelism splits the sequence over the tensor-parallel ranks,
-      // never the batch (which the data-parallel ranks split).
-      if (batch_tensor && !g[v].is_parameter() && pm.mesh.size(tp) > 1 && s.output[tp].is_shard(0)) return false;
       if (rq.sequence_parallel && is_layer_norm(g, pm.layers, v) && runs_sequence_parallel(s, tp) != *rq.sequence_parallel)
         return false;
-      return megatron_axis(g, v, ops, s, tp, vocab);
+      return megatron_tp_rule(g, v, ops, s, tp, pm.mesh.size(tp), kv_whole, vocab, batch) == nullptr;
     }
   }
   throw solver_error("algo must be " + algo_names() + ", got " + std::to_string(static_cast<int>(rq.a)));
@@ -734,15 +494,13 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
     // Megatron-LM's distributed optimizer shards over the data-parallel ranks only: a ZeRO-1
     // variant that shards over the tensor-parallel axis too (a weight whole on it: a norm's,
     // a replicated key/value projection's) is not its layout, and such a weight keeps it all.
-    const auto dp_only = [&](const strategy& z) {
-      return rq.tp_axis < 0 || z.gradient_spec[static_cast<std::size_t>(rq.tp_axis)] == z.output[static_cast<std::size_t>(rq.tp_axis)];
-    };
+    const auto dp_only = [&](const strategy& z) { return megatron_zero1_rule(z, rq.tp_axis) == nullptr; };
     for (const strategy& s : ss) {
       const bool zero1 = std::any_of(ss.begin(), ss.end(), [&](const strategy& z) {
         return z.zero_stage == 1 && z.output == s.output && dp_only(z);
       });
       allow[v].push_back((s.zero_stage != 1 || rq.a != algo::megatron || dp_only(s)) &&
-                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0, &vocab)
+                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0, vocab)
                              ? 1
                              : 0);
     }

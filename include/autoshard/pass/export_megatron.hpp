@@ -7,16 +7,23 @@
 ///   const autoshard::megatron_export e = autoshard::export_megatron(p);  // e.problems: what they cannot say
 ///   std::string args = autoshard::megatron_arguments(e);                // throws spec_error listing them
 ///
-/// Megatron-LM runs one layout: tensor parallelism on consecutive ranks (the mesh's last axis),
-/// the block linears column-parallel (query/key/value, the MLP's first projections) and
-/// row-parallel (the attention output, the MLP's last projection), data parallelism over every
-/// other axis with each parameter whole on every data-parallel rank or, with the distributed
-/// optimizer, its optimizer state sharded (ZeRO-1: the plan's " zero-1" storage, for every
-/// parameter that offers it), sequence parallelism when the layers' norms run split on the
-/// sequence, and one recomputation for all layers (full, optionally on the first k layers
-/// only, or selective). A plan that stores a weight sharded over data-parallel ranks (ZeRO-2
-/// or -3), splits a block linear another way, puts tensor parallelism across nodes, or
-/// recomputes some other set of layers is refused, never approximated.
+/// Megatron-LM runs one layout (megatron_layout.hpp, the rules the megatron baseline is solved
+/// under): tensor parallelism on consecutive ranks (the mesh's last axis), the block linears
+/// column-parallel (query/key/value, the MLP's first projections) and row-parallel (the
+/// attention output, the MLP's last projection), the attention core split over its heads, the
+/// word embedding vocab-parallel, the output layer column-parallel over the vocabulary and the
+/// cross-entropy vocab-parallel, the norms, position embeddings and row-parallel biases whole on
+/// the tensor-parallel ranks; data parallelism over every other axis, the batch split over
+/// every data-parallel rank and each parameter whole on it or, with the distributed optimizer,
+/// its optimizer state sharded (ZeRO-1: the plan's " zero-1" storage, for every parameter that
+/// offers it, over the data-parallel ranks only); sequence parallelism when the layers' norms
+/// run split on the sequence; and one recomputation for all layers (full, optionally on the
+/// first k layers only, or selective). A plan that lays any of those operators out otherwise
+/// (a weight sharded over data-parallel ranks, ZeRO-2 or -3; a batch kept whole on a
+/// data-parallel axis; a linear, embedding, head, loss or attention split another way on the
+/// tensor-parallel axis), puts tensor parallelism across nodes, or recomputes some other set of
+/// layers is refused, never approximated: each problem names the operator, the plan's strategy
+/// and what Megatron-LM does.
 ///
 /// A pipelined plan (plan files' "pipeline") adds --pipeline-model-parallel-size: Megatron-LM
 /// splits the layers evenly over its stages, or with --decoder-first-pipeline-num-layers and
@@ -28,11 +35,11 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "../core/error.hpp"  // spec_error
-#include "../graph/resize.hpp"  // graph_sequence
-#include "autosharding.hpp"   // detail::megatron_axis, detail::data_parallel_axis, detail::vocab_operators_of
-#include "layers.hpp"         // map_layers, layer_recomputation
-#include "loaded_plan.hpp"    // loaded_plan
+#include "../core/error.hpp"     // spec_error, solver_error
+#include "../graph/resize.hpp"   // graph_sequence, graph_batch
+#include "layers.hpp"            // map_layers, layer_recomputation
+#include "loaded_plan.hpp"       // loaded_plan
+#include "megatron_layout.hpp"   // detail::megatron_tp_rule, megatron_dp_rule, megatron_kv_whole, vocab_operators_of
 
 namespace autoshard {
 
@@ -115,8 +122,12 @@ struct megatron_layout {
 };
 
 /// Plan p's layout, with e.tp and e.dp set and every vertex checked to run as Megatron-LM runs
-/// it (data parallel off the tensor-parallel axis, the block linears and their weights
-/// Megatron's way on it, ZeRO-1 or nothing): what does not goes to e.problems.
+/// it (megatron_layout.hpp, the rules the megatron baseline is solved under: data parallel off
+/// the tensor-parallel axis with the batch split over every data-parallel rank, on it the block
+/// linears column- or row-parallel, the vocabulary's operators vocab-parallel, the attention
+/// core over its heads, the norms whole or split on the sequence; ZeRO-1 over the
+/// data-parallel ranks or nothing): what does not goes to e.problems, one per vertex, naming
+/// the vertex, the plan's strategy and what Megatron-LM does.
 inline megatron_layout megatron_layout_of(const loaded_plan& p, const std::vector<vertex_t>& linears, megatron_export& e) {
   const model_graph& g = p.graph();
   const device_mesh& m = p.mesh();
@@ -128,16 +139,30 @@ inline megatron_layout megatron_layout_of(const loaded_plan& p, const std::vecto
   out.tp_axis = split_on_last ? static_cast<int>(last) : -1;
   e.tp = split_on_last ? m.size(last) : 1;
   e.dp = m.num_ranks() / e.tp;
+  const vocab_operators vo = vocab_operators_of(g);
+  const std::int64_t batch = graph_batch(g);
+  std::vector<char> kv_whole(boost::num_vertices(g), 0);
+  try {
+    kv_whole = megatron_kv_whole(g, m, out.tp_axis);
+  } catch (const solver_error& x) {  // heads the tensor-parallel ranks do not split whole
+    e.problems.push_back(x.what());
+  }
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const strategy& s = p.strategies[v];
     const std::vector<vertex_t> ops = operands(g, v);
     std::string why;
     if (s.zero_stage > 1) why = "stores it ZeRO-" + std::to_string(s.zero_stage) + " (Megatron-LM's distributed optimizer is ZeRO-1)";
     for (std::size_t a = 0; a < m.ndim() && why.empty(); ++a)
-      if (static_cast<int>(a) != out.tp_axis && m.size(a) > 1 && !data_parallel_axis(g, v, ops, s, a))
-        why = "splits it on " + m.axis_label(a) + ", a data-parallel axis (" + s.name + ")";
-    if (why.empty() && out.tp_axis >= 0 && !megatron_axis(g, v, ops, s, last))
-      why = "does not split it as Megatron-LM does on the tensor-parallel " + m.axis_label(last) + " (" + s.name + ")";
+      if (static_cast<int>(a) != out.tp_axis && m.size(a) > 1)
+        if (const char* does = megatron_dp_rule(g, v, ops, s, a, m.size(a), batch))
+          why = (data_parallel_axis(g, v, ops, s, a) ? "does not split its batch on " : "splits it on ") + m.axis_label(a) +
+                ", a data-parallel axis (" + s.name + "): " + does;
+    if (why.empty() && out.tp_axis >= 0) {
+      if (const char* does = megatron_tp_rule(g, v, ops, s, last, m.size(last), kv_whole[v] != 0, vo, batch))
+        why = "does not split it as Megatron-LM does on the tensor-parallel " + m.axis_label(last) + " (" + s.name + "): " + does;
+      else if (const char* z = megatron_zero1_rule(s, out.tp_axis))
+        why = "stores its optimizer state split on the tensor-parallel " + m.axis_label(last) + " too (" + s.name + "): " + z;
+    }
     if (!why.empty()) e.problems.push_back(quoted_text(g[v].name) + ": the plan " + why);
     out.zero1 = out.zero1 || s.zero_stage == 1;
   }

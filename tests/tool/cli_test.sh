@@ -83,6 +83,17 @@ PY
 grep -q "^  dtensor     no: 'transformer.h.0.attn.c_attn' (linear): its weight is stored \[in,out\]" "$tmp/exports-gpt2.txt" &&
   grep -q "^exports (autoshard export --plan .*exports-gpt2.json --to FORMAT)" "$tmp/exports-gpt2.txt" && ok ||
   bad "plan's exports lines: $(grep -A3 '^exports' "$tmp/exports-gpt2.txt")"
+# export --to megatron describes the layout the plan priced or refuses it: alpa's GPT-2 on four
+# ranks splits its MLP over columns (tensor parallel for Megatron-LM) but its attention core,
+# head and loss on the batch, which Megatron-LM never does; each is named with the plan's
+# strategy and what Megatron-LM does. (Before, only the block linears were checked.)
+"$tool" plan --model gpt2 --layers 2 --hidden 1024 --heads 16 --vocab 4096 --seq 256 --batch 4 --mesh 1x4 --mode train \
+  --out "$tmp/alpa-tp.json" --quiet --no-svg > /dev/null 2>&1 || bad "plan gpt2 alpa on 1x4"
+expect_rc 1 "$tool" export --plan "$tmp/alpa-tp.json" --to megatron
+grep -q "^  'transformer.h.0.attn.attention': the plan does not split it as Megatron-LM does on the tensor-parallel mesh axis 1 ([^)]*): Megatron-LM splits the attention core over its heads$" "$tmp/err" &&
+  grep -q "^  'lm_head': .*: Megatron-LM's output layer is column-parallel over the vocabulary" "$tmp/err" &&
+  grep -q "^  'loss': .*: Megatron-LM's vocab_parallel_cross_entropy takes the logits split on the vocabulary" "$tmp/err" && ok ||
+  bad "export --to megatron of alpa's plan: $(head -c 1500 "$tmp/err")"
 # synth says the dtype it writes; options that change nothing it writes are not offered.
 "$tool" synth --help | grep -q "f32 (the default)" && ok || bad "synth --help names its dtype"
 "$tool" synth --help | grep -q -- "--batch" && bad "synth shows --batch" || ok

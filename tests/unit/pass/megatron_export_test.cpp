@@ -1,0 +1,245 @@
+// export --to megatron describes exactly the layout the plan priced, or refuses: every operator
+// Megatron-LM's tensor-parallel layout names (the block linears, the word embedding, the output
+// layer, the loss, the attention core, the norms and position embeddings) is checked against
+// the rules the megatron baseline is solved under (megatron_layout.hpp), and each disagreement
+// names the operator, the plan's strategy and what Megatron-LM does.
+#include <doctest/doctest.h>
+
+#include <autoshard/pass/export_megatron.hpp>
+#include <autoshard/pass/pass.hpp>
+#include <autoshard/pass/pipelined.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+#include "unit/scratch.hpp"
+
+namespace {
+
+using namespace autoshard;
+
+transformer_config mx_gpt2(int layers) {
+  transformer_config c = transformer_config::gpt2(layers, 256, 4);
+  c.seq = 64;
+  c.max_positions = 64;
+  c.vocab = 256;
+  c.batch = 16;
+  c.mode = run_mode::training;
+  return c;
+}
+
+transformer_config mx_llama(int layers) {
+  transformer_config c = transformer_config::llama(layers, 256, 8, 8, 512);
+  c.seq = 64;
+  c.vocab = 256;
+  c.batch = 16;
+  c.mode = run_mode::training;
+  return c;
+}
+
+/// The plan document `o` (algo, mesh, --tp, recomputation) writes for `g`, read back.
+plan_document mx_plan(const model_graph& g, autosharding_options o) {
+  o.compare_baselines = false;
+  o.ilp_solution_file = autoshard_test::unique_temp_path("megatron_export.json").string();
+  autosharding_analysis_pass(g, o);
+  plan_document d = read_plan_file(o.ilp_solution_file);
+  std::filesystem::remove(o.ilp_solution_file);
+  return d;
+}
+
+autosharding_options mx_megatron(std::vector<int> shape, int tp = 0) {
+  autosharding_options o;
+  o.mesh = make_cluster_mesh(shape);
+  o.algo = algo::megatron;
+  o.tensor_parallel = tp;
+  o.pricing.micro_batches = 1;
+  o.pricing.attention = attention_kernel::unfused;  // selective recomputation has the core's probabilities to drop
+  return o;
+}
+
+/// Plan `d` with tensor `name` switched to the first other strategy it offers that `want`
+/// accepts, stored at the same ZeRO stage and laid out as before on every mesh axis but
+/// `axis` (so only what changes there is Megatron-LM's business): a hand-edited plan file.
+plan_document mx_edited(plan_document d, const std::string& name, std::size_t axis, const std::function<bool(const strategy&)>& want) {
+  const detail::pass_model pm(d.graph, d.mesh, d.pricing, std::nullopt, {}, detail::pass_model::edges_when::deferred);
+  const auto v = find_vertex(d.graph, name);
+  REQUIRE(v);
+  const std::vector<strategy>& ss = pm.strategies[*v];
+  const strategy* was = nullptr;
+  for (const strategy& s : ss) was = s.name == d.tensors[*v].strategy ? &s : was;
+  REQUIRE(was);
+  const auto same_off_axis = [&](const sharding_spec& a, const sharding_spec& b) {
+    for (std::size_t x = 0; x < d.mesh.ndim(); ++x)
+      if (x != axis && !(a[x] == b[x])) return false;
+    return true;
+  };
+  for (const strategy& s : ss) {
+    bool same = s.name != was->name && s.zero_stage == was->zero_stage && s.recompute == was->recompute &&
+                same_off_axis(s.output, was->output);
+    for (std::size_t i = 0; i < s.inputs.size() && same; ++i) same = same_off_axis(s.inputs[i], was->inputs[i]);
+    if (same && want(s)) {
+      d.tensors[*v].strategy = s.name;
+      return d;
+    }
+  }
+  FAIL("no other strategy of " << name << " fits");
+  return d;
+}
+
+std::vector<std::string> mx_problems(const plan_document& d) { return export_megatron(load_plan(d)).problems; }
+
+/// Flag -> value of an export's arguments.
+std::map<std::string, std::string> mx_arguments(const megatron_export& e) {
+  std::map<std::string, std::string> m;
+  for (const megatron_argument& a : e.arguments) m[a.flag] = a.value;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("export --to megatron refuses a hand-edited plan whose row-parallel linear, embedding, head, loss or attention is not Megatron-LM's") {
+  // GPT-2 on two nodes of four: tensor parallel on mesh axis 1. Each edit changes one tensor's
+  // layout on that axis and nothing else; the export names it, the plan's strategy and what
+  // Megatron-LM does, and nothing more.
+  const plan_document d = mx_plan(build_gpt2(mx_gpt2(2)), mx_megatron({2, 4}));
+  REQUIRE(mx_problems(d).empty());
+  static constexpr std::size_t tp = 1;
+  struct edit {
+    const char* tensor;
+    std::function<bool(const strategy&)> want;
+    const char* megatron;  // what the problem quotes
+  };
+  const std::vector<edit> edits = {
+      // the attention output projection column-parallel (GPT-2's Conv1D: [in,out], out is dim 1)
+      {"transformer.h.0.attn.c_proj", [](const strategy& s) { return s.inputs[1][tp].is_shard(1) && !s.output[tp].is_partial(); },
+       "Megatron-LM's RowParallelLinear takes its input split on the last dim and its weight on the input dim, and gives a partial sum"},
+      {"transformer.h.1.mlp.c_proj", [](const strategy& s) { return s.inputs[1][tp].is_replicate() && s.output[tp].is_replicate(); },
+       "Megatron-LM's RowParallelLinear takes its input split on the last dim"},
+      {"transformer.h.0.attn.c_proj.bias", [](const strategy& s) { return s.output[tp].is_shard(0); },
+       "Megatron-LM's RowParallelLinear stores its weight split on the input dim and its bias whole"},
+      // the word embedding looked up in the whole table on every rank
+      {"transformer.wte", [](const strategy& s) { return s.inputs[1][tp].is_replicate(); },
+       "Megatron-LM's VocabParallelEmbedding looks the ids up whole in its table split on the vocabulary and gives a partial sum"},
+      {"transformer.wpe.weight", [](const strategy& s) { return s.output[tp].is_shard(0); },
+       "Megatron-LM keeps the tables of the embeddings other than the word one (positions, token types) whole"},
+      // the head split on its input (row-parallel) instead of over the vocabulary
+      {"lm_head", [](const strategy& s) { return s.output[tp].is_partial(); },
+       "Megatron-LM's output layer is column-parallel over the vocabulary"},
+      {"loss", [](const strategy& s) { return s.inputs[0][tp].is_replicate(); },
+       "Megatron-LM's vocab_parallel_cross_entropy takes the logits split on the vocabulary and the labels whole"},
+      // the attention core whole, or split otherwise than over its heads
+      {"transformer.h.1.attn.attention", [](const strategy& s) { return !s.inputs[0][tp].is_shard(2); },
+       "Megatron-LM splits the attention core over its heads"},
+      {"transformer.h.0.ln_2.weight", [](const strategy& s) { return s.output[tp].is_shard(0); },
+       "Megatron-LM keeps the norms' weights whole on every tensor-parallel rank"},
+  };
+  for (const edit& x : edits) {
+    CAPTURE(x.tensor);
+    const plan_document bad = mx_edited(d, x.tensor, tp, x.want);
+    const auto v = *find_vertex(bad.graph, x.tensor);
+    const std::vector<std::string> problems = mx_problems(bad);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].starts_with("'" + std::string(x.tensor) + "': the plan does not split it as Megatron-LM does on the tensor-parallel " +
+                                  "mesh axis 1 (" + bad.tensors[v].strategy + "): "));
+    CHECK(problems[0].find(x.megatron) != std::string::npos);
+    CHECK_THROWS_WITH_AS(megatron_arguments(export_megatron(load_plan(bad))), doctest::Contains(problems[0].c_str()), spec_error);
+  }
+}
+
+TEST_CASE("export --to megatron refuses a plan that keeps the batch whole on a data-parallel axis: Megatron-LM splits it over every rank") {
+  // The work repeated on mesh axis 0's two ranks: Megatron-LM's arguments would say 8
+  // data-parallel ranks of a micro-batch each, not the 4 of 2 the plan priced.
+  const plan_document d = mx_plan(build_gpt2(mx_gpt2(1)), mx_megatron({2, 4}, 1));
+  REQUIRE(mx_problems(d).empty());
+  const plan_document bad = mx_edited(d, "transformer.h.0.mlp.act", 0, [](const strategy& s) { return s.output[0].is_replicate(); });
+  const std::vector<std::string> problems = mx_problems(bad);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'transformer.h.0.mlp.act': the plan does not split its batch on mesh axis 0, a data-parallel axis (" +
+                           bad.tensors[*find_vertex(bad.graph, "transformer.h.0.mlp.act")].strategy +
+                           "): Megatron-LM splits the batch over every data-parallel rank");
+}
+
+TEST_CASE("export --to megatron refuses alpa's plan of GPT-2 on four ranks, naming the attention core, the head and the loss") {
+  // Alpa splits this GPT-2's layers on the batch over the four ranks and its MLP over
+  // columns: no Megatron-LM layout. Before, only the block linears were checked, and the
+  // attention core, the head and the loss went unremarked.
+  transformer_config c = transformer_config::gpt2(2, 1024, 16);
+  c.seq = 256;
+  c.max_positions = 256;
+  c.vocab = 4096;
+  c.batch = 4;
+  c.mode = run_mode::training;
+  autosharding_options o;
+  o.mesh = make_cluster_mesh({1, 4});
+  o.pricing.micro_batches = 1;
+  const plan_document d = mx_plan(build_gpt2(c), o);
+  const megatron_export e = export_megatron(load_plan(d));
+  REQUIRE(e.tp == 4);  // its MLP's linears split on mesh axis 1: Megatron-LM's tensor-parallel axis
+  const auto named = [&](const std::string& start, const std::string& megatron) {
+    for (const std::string& p : e.problems)
+      if (p.starts_with(start) && p.find(megatron) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(named("'transformer.h.0.attn.attention': the plan does not split it as Megatron-LM does on the tensor-parallel mesh axis 1 (",
+              "): Megatron-LM splits the attention core over its heads"));
+  CHECK(named("'lm_head': ", "Megatron-LM's output layer is column-parallel over the vocabulary"));
+  CHECK(named("'loss': ", "Megatron-LM's vocab_parallel_cross_entropy"));
+  CHECK(named("'transformer.wte': ", "Megatron-LM's VocabParallelEmbedding"));
+  for (const std::string& p : e.problems) {
+    CAPTURE(p);
+    CHECK(p.find("Megatron-LM") != std::string::npos);
+  }
+}
+
+TEST_CASE("export --to megatron: megatron's plans of GPT-2 and LLaMA still export, at tp 2 and 4, with and without sequence parallelism and a pipeline") {
+  for (const bool llama : {false, true}) {
+    const model_graph g = llama ? build_llama(mx_llama(2)) : build_gpt2(mx_gpt2(2));
+    for (const int tp : {2, 4})
+      for (const recompute_policy r : {recompute_policy::none, recompute_policy::selective, recompute_policy::full}) {
+        CAPTURE(llama);
+        CAPTURE(tp);
+        autosharding_options o = mx_megatron({2, 4}, tp);
+        o.pricing.recompute = r;
+        const megatron_export e = export_megatron(load_plan(mx_plan(g, o)));
+        CHECK(e.problems.empty());
+        const std::map<std::string, std::string> a = mx_arguments(e);
+        CHECK(a.at("--tensor-model-parallel-size") == std::to_string(tp));
+        CHECK(a.at("--micro-batch-size") == std::to_string(16 * tp / 8));
+        CHECK(a.at("--global-batch-size") == "16");
+        CHECK(a.count("--use-distributed-optimizer") == 1);
+        CHECK(a.count("--recompute-granularity") == (r == recompute_policy::none ? 0u : 1u));
+      }
+  }
+  // Sequence parallelism: LLaMA-7B's widths and a GPT-2 as wide, one sequence of 4096 on four ranks.
+  transformer_config c = transformer_config::llama_7b();
+  c.layers = 2;
+  c.seq = 4096;
+  c.batch = 1;
+  c.mode = run_mode::training;
+  transformer_config gc = transformer_config::gpt2(2, 2048, 16);
+  gc.seq = 4096;
+  gc.max_positions = 4096;
+  gc.batch = 1;
+  gc.mode = run_mode::training;
+  for (const model_graph& g : {build_llama(c), build_gpt2(gc)}) {
+    const megatron_export e = export_megatron(load_plan(mx_plan(g, mx_megatron({1, 4}))));
+    CHECK(e.problems.empty());
+    CHECK(mx_arguments(e).count("--sequence-parallel") == 1);
+  }
+  // A pipeline of two stages of LLaMA's layers, each stage tensor parallel 2 and data parallel 2.
+  const model_graph g = build_llama(mx_llama(4));
+  autosharding_options o = mx_megatron({2, 4});
+  o.pricing.mode = run_mode::training;
+  const pipeline_config pc{.pp = 2, .tp = 2, .dp = 0, .micro_batch = 2, .recompute = recompute_kind::full,
+                           .schedule = pipeline_schedule::one_f_one_b};
+  const pipelined_step st = price_pipelined(g, o.mesh, o.pricing, algo::megatron, pc, std::vector<int>{2, 2});
+  const megatron_export e = export_megatron(load_plan(pipelined_document(g, o.mesh, st, o)));
+  CHECK(e.problems.empty());
+  const std::map<std::string, std::string> a = mx_arguments(e);
+  CHECK(a.at("--pipeline-model-parallel-size") == "2");
+  CHECK(a.at("--tensor-model-parallel-size") == "2");
+  CHECK(a.at("--micro-batch-size") == "2");
+  CHECK(a.at("--recompute-granularity") == "full");
+}

@@ -144,8 +144,10 @@ inline megatron_layout megatron_layout_of(const loaded_plan& p, const std::vecto
   std::vector<char> kv_whole(boost::num_vertices(g), 0);
   try {
     kv_whole = megatron_kv_whole(g, m, out.tp_axis);
-  } catch (const solver_error& x) {  // heads the tensor-parallel ranks do not split whole
-    e.problems.push_back(x.what());
+  } catch (const solver_error& x) {  // heads the tensor-parallel ranks do not split whole: the baseline's refusal
+    std::string why(x.message());
+    if (why.starts_with("megatron: ")) why.erase(0, 10);
+    e.problems.push_back(why);
   }
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const strategy& s = p.strategies[v];

@@ -29,6 +29,8 @@ inline bool ends_with(const std::string& s, const char* suf) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
+/// Whether linear `n` (by its Hugging Face name) is a block linear Megatron-LM makes
+/// column-parallel: query/key/value (fused or not) and the MLP's first projections.
 inline bool megatron_column(const std::string& n) {
   for (const char* s : {".attn.c_attn", ".mlp.c_fc", ".attention.self.query", ".attention.self.key",
                         ".attention.self.value", ".intermediate.dense", ".q_proj", ".k_proj", ".v_proj", ".gate_proj",
@@ -36,6 +38,8 @@ inline bool megatron_column(const std::string& n) {
     if (ends_with(n, s)) return true;
   return false;
 }
+/// Whether linear `n` is one Megatron-LM makes row-parallel: the attention output and the
+/// MLP's last projection.
 inline bool megatron_row(const std::string& n) {
   for (const char* s : {".attn.c_proj", ".mlp.c_proj", ".output.dense", ".o_proj", ".down_proj"})
     if (ends_with(n, s)) return true;

@@ -214,7 +214,7 @@ inline model_graph build_gpt2(const transformer_config& c) {
   vertex_t x = b.op(op_kind::embedding, "transformer.wte", {ids, wte});
   vertex_t p = b.op(op_kind::embedding, "transformer.wpe", {pos, b.param("transformer.wpe.weight", {c.max_positions, H})});
   x = b.op(op_kind::add, "transformer.embed_add", {x, p});
-  x = b.op(op_kind::dropout, "transformer.drop", {x});
+  x = b.dropout(c, "transformer.drop", x);
   for (int i = 0; i < c.layers; ++i) {
     const std::string n = "transformer.h." + std::to_string(i);
     vertex_t h = b.layer_norm(n + ".ln_1", x, H);

@@ -198,10 +198,11 @@ inline bool reader::single_output(int k) const {
 }
 
 /// Relu, Tanh, Exp, Identity, Gelu (opset 20), Dropout, Add/Sub/Mul/Div and MatMul: true when
-/// emitted; false when k is none of them, or with `why` when it does not map.
+/// emitted; false when k is none of them, or with `why` when it does not map. Identity, and a
+/// Dropout not in training mode (opset 12 on: its training_mode input absent or a constant
+/// false, ONNX's default, as torch exports a model in eval mode), give their input: no vertex.
 inline bool reader::emit_elementwise(int k, const std::string& name, const std::string& who, std::string& why) {
-  static const std::map<std::string, op_kind> unary{{"Relu", op_kind::relu}, {"Tanh", op_kind::tanh}, {"Exp", op_kind::exp},
-                                                    {"Identity", op_kind::dropout}};
+  static const std::map<std::string, op_kind> unary{{"Relu", op_kind::relu}, {"Tanh", op_kind::tanh}, {"Exp", op_kind::exp}};
   static const std::map<std::string, op_kind> binary{{"Add", op_kind::add}, {"Sub", op_kind::sub}, {"Mul", op_kind::mul}, {"Div", op_kind::div}};
   const onnx::NodeProto& n = nd(k);
   const std::string& t = n.op_type();
@@ -215,7 +216,15 @@ inline bool reader::emit_elementwise(int k, const std::string& name, const std::
     why = "approximate is " + quoted_text(approx);
     return false;
   }
-  if (t == "Dropout" && single_output(k)) return try_emit(op_kind::dropout, name, {in_of(k, 0)}, {}, out0, who, why);
+  const bool eval_dropout = t == "Dropout" && out.opset >= 12 && (in_of(k, 2).empty() || scalar(in_of(k, 2)) == 0.0);
+  if ((t == "Identity" && n.input_size() == 1) || (eval_dropout && single_output(k))) {
+    const value_info& o = known(out0, who);
+    if (!o.graph_output) {
+      vertex_of[out0] = operand(in_of(k, 0), who);
+      return true;
+    }
+  }
+  if ((t == "Dropout" || t == "Identity") && single_output(k)) return try_emit(op_kind::dropout, name, {in_of(k, 0)}, {}, out0, who, why);
   if (auto b = binary.find(t); b != binary.end() && n.input_size() == 2)
     return try_emit(b->second, name, {in_of(k, 0), in_of(k, 1)}, {}, out0, who, why);
   if (t == "MatMul" && n.input_size() == 2) return try_emit(op_kind::matmul, name, {in_of(k, 0), in_of(k, 1)}, {}, out0, who, why);
@@ -224,26 +233,11 @@ inline bool reader::emit_elementwise(int k, const std::string& name, const std::
 
 /// Gemm as a linear: B a 2-D floating initializer, C (if any) its bias, alpha and beta 1, A not transposed.
 inline bool reader::emit_gemm(int k, const std::string& name, const std::string& who, std::string& why) {
-  const onnx::NodeProto& n = nd(k);
-  if (n.op_type() != "Gemm" || n.input_size() < 2) return false;
-  auto w = values.find(in_of(k, 1));
-  const bool w_ok = w != values.end() && w->second.init && w->second.producer < 0 && w->second.known &&
-                    w->second.shape.rank == 2 && is_float(w->second.type);
-  const bool has_c = n.input_size() > 2 && !in_of(k, 2).empty();
+  if (nd(k).op_type() != "Gemm") return false;
   op_attrs a;
-  a.transposed_weight = attr_int(n, "transB", 0) == 0;
-  const std::int64_t nout = w_ok ? w->second.shape[a.transposed_weight ? 1u : 0u] : 0;
-  if (attr(n, "alpha") && attr(n, "alpha")->f() != 1.0f) why = "alpha is not 1";
-  else if (has_c && attr(n, "beta") && attr(n, "beta")->f() != 1.0f) why = "beta is not 1";
-  else if (attr_int(n, "transA", 0) != 0) why = "transA is set";
-  else if (!w_ok) why = "B is not a 2-D floating initializer";
-  else if (has_c && !is_param_vector(in_of(k, 2), nout)) why = "C is not a 1-D initializer of " + std::to_string(nout);
-  else {
-    std::vector<std::string> ops{in_of(k, 0), in_of(k, 1)};
-    if (has_c) ops.push_back(in_of(k, 2));
-    return try_emit(op_kind::linear, name, ops, a, out_of(k, 0), who, why);
-  }
-  return false;
+  std::vector<std::string> ops;
+  why = gemm_as_linear(k, a, ops);
+  return why.empty() && try_emit(op_kind::linear, name, ops, a, out_of(k, 0), who, why);
 }
 
 /// Softmax and LayerNormalization over the last dim.
@@ -285,7 +279,13 @@ inline bool reader::emit_layout(int k, const std::string& name, const std::strin
   const std::string out0 = out_of(k, 0);
   op_attrs a;
   if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") {
-    a.dims = known(out0, who).shape.to_vector();
+    const value_info& o = known(out0, who);
+    const value_info& src = known(in_of(k, 0), who);
+    if (o.shape == src.shape && o.type == src.type && !o.graph_output) {  // a view that changes nothing: no vertex
+      vertex_of[out0] = operand(in_of(k, 0), who);                        // (GPT-2's ids.view(-1, S), hidden.view(B, S, H))
+      return true;
+    }
+    a.dims = o.shape.to_vector();
     return try_emit(op_kind::reshape, name, {in_of(k, 0)}, a, out0, who, why);
   }
   if (t == "Cast") {

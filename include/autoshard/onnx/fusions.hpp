@@ -326,6 +326,59 @@ inline void reader::fuse_linear(int mm) {
   fused[last] = std::move(f);
 }
 
+/// Why Gemm node k is no linear (alpha or beta not 1, transA, B no 2-D floating initializer,
+/// C no 1-D one of B's outputs), or "" with its attrs and operands (x, B [, C]).
+inline std::string reader::gemm_as_linear(int k, op_attrs& a, std::vector<std::string>& ops) const {
+  const onnx::NodeProto& n = nd(k);
+  if (n.input_size() < 2) return "it has fewer than 2 inputs";
+  auto w = values.find(in_of(k, 1));
+  const bool w_ok = w != values.end() && w->second.init && w->second.producer < 0 && w->second.known &&
+                    w->second.shape.rank == 2 && is_float(w->second.type);
+  const bool has_c = n.input_size() > 2 && !in_of(k, 2).empty();
+  a = op_attrs{};
+  a.transposed_weight = attr_int(n, "transB", 0) == 0;
+  const std::int64_t nout = w_ok ? w->second.shape[a.transposed_weight ? 1u : 0u] : 0;
+  if (attr(n, "alpha") && attr(n, "alpha")->f() != 1.0f) return "alpha is not 1";
+  if (has_c && attr(n, "beta") && attr(n, "beta")->f() != 1.0f) return "beta is not 1";
+  if (attr_int(n, "transA", 0) != 0) return "transA is set";
+  if (!w_ok) return "B is not a 2-D floating initializer";
+  if (has_c && !is_param_vector(in_of(k, 2), nout)) return "C is not a 1-D initializer of " + std::to_string(nout);
+  ops = {in_of(k, 0), in_of(k, 1)};
+  if (has_c) ops.push_back(in_of(k, 2));
+  return {};
+}
+
+/// Reshape(Gemm(Reshape(x [..., H] -> [N, H]), W [, b]) -> [..., out]): a linear of x, as
+/// GPT-2's Conv1D computes (x.view(-1, H), addmm, the view back) and the linear kind takes
+/// [..., H] whole. The two views go: flattening the leading dims would tie a split of the
+/// sequence to the batch's, which the program does not need.
+inline void reader::fuse_flat_linear(int gemm) {
+  op_attrs a;
+  std::vector<std::string> ops;
+  if (!gemm_as_linear(gemm, a, ops).empty()) return;
+  const int r1 = producer(in_of(gemm, 0));
+  const auto r2 = only_consumer(out_of(gemm, 0));
+  if (!is_op(r1, "Reshape") || !only_consumer(in_of(gemm, 0)) || !r2 || !is_op(*r2, "Reshape")) return;
+  const auto shape = [&](const std::string& v) -> const tensor_shape* {
+    auto it = values.find(v);
+    return it != values.end() && it->second.known ? &it->second.shape : nullptr;
+  };
+  const std::string x = in_of(r1, 0);
+  const tensor_shape *xs = shape(x), *flat = shape(in_of(gemm, 0)), *ys = shape(out_of(gemm, 0)), *back = shape(out_of(*r2, 0));
+  if (!xs || !flat || !ys || !back || xs->rank < 3 || flat->rank != 2 || ys->rank != 2 || back->rank != xs->rank) return;
+  const std::int64_t h = (*xs)[xs->rank - 1u];
+  tensor_shape lead = *xs;
+  lead.dims[lead.rank - 1u] = 1;
+  if ((*flat)[1] != h || elements_of(lead) != (*flat)[0]) return;  // [prod(leading), H]
+  tensor_shape want = *xs;
+  want.dims[want.rank - 1u] = (*ys)[1];
+  if (!(*back == want)) return;  // back to the leading dims
+  ops[0] = x;
+  absorb({r1, gemm, *r2});
+  const bool named = !nd(gemm).name().empty() || !scoped[static_cast<std::size_t>(gemm)].empty();
+  fused[*r2] = fusion{op_kind::linear, std::move(ops), a, named ? pattern_name(gemm) : vertex_base(gemm), out_of(*r2, 0)};  // as emit names a Gemm
+}
+
 inline void reader::find_fusions() {
   absorbed.assign(nodes.size(), 0);
   // Each pattern from the node it is recognised at, in this order (a pattern's nodes, once
@@ -334,7 +387,7 @@ inline void reader::find_fusions() {
   static constexpr std::pair<std::string_view, fuser> passes[] = {
       {"Div", &reader::fuse_layer_norm}, {"ReduceMean", &reader::fuse_rms_norm}, {"Erf", &reader::fuse_erf_gelu},
       {"Tanh", &reader::fuse_tanh_gelu}, {"Sigmoid", &reader::fuse_silu},      {"Softmax", &reader::fuse_attention},
-      {"MatMul", &reader::fuse_linear}};
+      {"MatMul", &reader::fuse_linear},  {"Gemm", &reader::fuse_flat_linear}};  // after the attention: it may read its view
   for (const auto& [op, fuse] : passes)
     for (std::size_t k = 0; k < nodes.size(); ++k)
       if (needed[k] && is_op(static_cast<int>(k), op)) (this->*fuse)(static_cast<int>(k));

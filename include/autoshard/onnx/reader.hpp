@@ -342,6 +342,8 @@ struct reader {
   };
   std::optional<weight_ref> weight_of(const std::string& v) const;
   void fuse_linear(int mm);
+  std::string gemm_as_linear(int k, op_attrs& a, std::vector<std::string>& ops) const;
+  void fuse_flat_linear(int gemm);
   std::optional<std::pair<std::string, std::int64_t>> heads_of(const std::string& v, const std::vector<std::int64_t>& perm,
                                                                std::size_t uses = 1) const;
   /// An attention operand in heads [B,h,S,hd] traced back to the [B,S,own*hd] value `x` it is

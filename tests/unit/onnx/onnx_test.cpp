@@ -453,9 +453,12 @@ TEST_CASE("a shape computation whose arithmetic overflows int64 is refused or le
   const std::string low = error_of<graph_error>(model(std::numeric_limits<std::int64_t>::min(), -8, "Add"));
   CHECK(low.find("9223372036854775800") == std::string::npos);
   CHECK(low.find("node 2 'r' ('Reshape'): the shape of 'r_out' is unknown") != std::string::npos);
-  // Within int64 it is folded as before.
+  // Within int64 it is folded as before: the Reshape to [4, 2 x 4] is x's own shape, a view
+  // that changes nothing (no vertex: the Relu reads x).
   const model_graph g = read_onnx(model(2, 4, "Mul"), "m.onnx").graph;
-  CHECK(vertex(g, "r").shape == tensor_shape{4, 8});
+  CHECK_FALSE(find_vertex(g, "r"));
+  CHECK(g[operands(g, *find_vertex(g, "act"))[0]].name == "x");
+  CHECK(vertex(g, "act").shape == tensor_shape{4, 8});
 }
 
 namespace {
@@ -903,4 +906,34 @@ TEST_CASE("LLaMA's rotary tables other than base^(-2i/D) of positions 0..S-1 sta
     }
     CHECK(find_vertex(r.graph, "node_rot_neg_q"));  // the turn, as the file computes it
   }
+}
+
+TEST_CASE("ONNX views and dropouts that change nothing are no vertex") {
+  // x -> Identity -> Dropout (eval: no training_mode) -> Reshape to its own shape -> Relu ->
+  // Dropout(training_mode true) -> Identity (a graph output).
+  model_maker mm;
+  mm.input("x", {"4", "8"}).ints("same", {4, 8});
+  auto* t = mm.g->add_initializer();
+  t->set_name("train");
+  t->set_data_type(onnx::TensorProto::BOOL);
+  t->add_int32_data(1);
+  mm.node("Identity", "id", {"x"}, {"a"});
+  mm.node("Dropout", "drop_eval", {"a"}, {"b"});
+  mm.node("Reshape", "view", {"b", "same"}, {"c"});
+  mm.node("Relu", "act", {"c"}, {"d"});
+  mm.node("Dropout", "drop_train", {"d", "", "train"}, {"e"});
+  mm.node("Identity", "out", {"e"}, {"y"});
+  mm.output("y");
+  const model_graph g = read_onnx(mm.bytes(), "m.onnx").graph;
+  for (const char* gone : {"id", "drop_eval", "view"}) CHECK_FALSE(find_vertex(g, gone));
+  CHECK(g[operands(g, *find_vertex(g, "act"))[0]].name == "x");
+  CHECK(vertex(g, "drop_train").kind == op_kind::dropout);  // trains: a dropout
+  CHECK(vertex(g, "out").kind == op_kind::dropout);         // the graph's output keeps its vertex (the identity)
+  // Before opset 12 a Dropout's mode is the runtime's: a dropout.
+  model_maker old(11);
+  old.input("x", {"4", "8"});
+  old.node("Dropout", "drop", {"x"}, {"a"});
+  old.node("Relu", "act", {"a"}, {"y"});
+  old.output("y");
+  CHECK(vertex(read_onnx(old.bytes(), "m.onnx").graph, "drop").kind == op_kind::dropout);
 }

@@ -6,7 +6,8 @@ by the pinned PyTorch as a user would, `torch.onnx.export(..., dynamo=True)` (th
 default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan must
   * recognise every transformer layer (the exporter names nodes by counters over the model and
     records module paths only in its metadata): the step's recomputation covers all of them,
-    and every layer's vertices carry the same names but for the layer index;
+    every operator is named by a module path, and every layer's vertices carry the same names
+    but for the layer index;
   * see the parameters the model has, by name and count (the tied head once), and none of its
     buffers (LLaMA's rotary inv_freq) as one;
   * see the attention as it runs: each layer's fuses to one causal attention (the exporter's
@@ -113,6 +114,9 @@ def check(name, tool, work):
         m = layer.search(t["name"])
         if m and t["kind"] not in ("parameter", "input"):
             by_layer.setdefault(int(m.group(1)), set()).add(layer.sub(".#.", t["name"]))
+    unnamed = [t["name"] for t in tensors if t["kind"] not in ("parameter", "input") and not t["name"].startswith("model.")]
+    if unnamed:  # every operator in its module (a node the exporter leaves unscoped takes its readers')
+        raise AssertionError(f"operators not named by a module path: {unnamed[:6]}")
     if sorted(by_layer) != list(range(LAYERS)):
         raise AssertionError(f"operators in layers {sorted(by_layer)}, not 0..{LAYERS - 1}")
     # The exporter computes what every layer reads once, in the first layer that needs it: the

@@ -264,11 +264,39 @@ inline constexpr int value_info_metadata_field = 4;
 /// Gemm takes its module's name (pattern_name). Only nodes that compute on the model's data
 /// (`on_data`: a floating graph input, a weight, or what is computed from them) are named so:
 /// a value the exporter derives from positions and constants alone, such as the attention mask
-/// it builds once in the first layer, keeps its node's own name, outside the layers. Empty
-/// where a node has no such entry, or an entry that is not a plain dotted module path.
+/// it builds once in the first layer, keeps its node's own name, outside the layers. A node
+/// on the data with no entry (the exporter writes none on the Split of GPT-2's fused q/k/v)
+/// takes the module its readers share, the longest dotted prefix of theirs, when every reader
+/// has one. Empty where a node has no such entry, or an entry that is not a plain dotted
+/// module path, and nothing to take it from.
 inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g, const std::vector<char>& on_data) {
-  std::vector<std::string> names(static_cast<std::size_t>(g.node_size()));
+  std::vector<std::string> names(static_cast<std::size_t>(g.node_size())), modules(names.size());
   std::map<std::pair<std::string, std::string>, int> seen;
+  std::unordered_map<std::string, std::vector<int>> readers;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& in : g.node(i).input())
+      if (!in.empty()) readers[in].push_back(i);
+  const auto shared_module = [&](int i) -> std::string {  // of node i's readers (later in the order: named already)
+    std::optional<std::string> common;
+    for (const std::string& o : g.node(i).output())
+      for (int r : readers[o]) {
+        const std::string& m = modules[static_cast<std::size_t>(r)];
+        if (m.empty()) return {};
+        if (!common) {
+          common = m;
+          continue;
+        }
+        std::size_t n = 0;  // the longest common prefix that ends at a dot or a whole path
+        for (std::size_t j = 0; j <= std::min(common->size(), m.size()); ++j) {
+          const bool end_a = j == common->size() || (*common)[j] == '.', end_b = j == m.size() || m[j] == '.';
+          if (end_a && end_b) n = j;
+          if (j == common->size() || j == m.size() || (*common)[j] != m[j]) break;
+        }
+        common = common->substr(0, n);
+        if (common->empty()) return {};
+      }
+    return common.value_or(std::string());
+  };
   const auto module_of = [](const std::string& list) -> std::string {
     if (list.size() > 4096 || list.size() < 2 || list.front() != '[' || list.back() != ']') return {};
     std::vector<std::string> items;
@@ -293,8 +321,10 @@ inline std::vector<std::string> reader::scoped_names(const onnx::GraphProto& g, 
   for (int i = g.node_size() - 1; i >= 0; --i) {
     const onnx::NodeProto& n = g.node(i);
     if (!default_domain(n) || n.op_type().empty() || !on_data[static_cast<std::size_t>(i)]) continue;
-    const std::string m = module_of(metadata(n, node_metadata_field, "pkg.torch.onnx.name_scopes"));
+    std::string m = module_of(metadata(n, node_metadata_field, "pkg.torch.onnx.name_scopes"));
+    if (m.empty()) m = shared_module(i);
     if (m.empty()) continue;
+    modules[static_cast<std::size_t>(i)] = m;
     const int k = seen[{m, n.op_type()}]++;
     names[static_cast<std::size_t>(i)] = "/" + m + "/" + n.op_type() + (k ? "_" + std::to_string(k) : std::string());
   }

@@ -491,8 +491,11 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     const std::string mmn = "node_MatMul_" + std::to_string(fx++), nan = "node_IsNaN_" + std::to_string(fx++),
                       sel = "node_Where_" + std::to_string(fx++);
     name_scopes(mm.node("MatMul", mmn, {x, layer + ".fc.weight"}, {layer + "_y"}), scopes + ", '" + layer + ".fc', 'linear_" + std::to_string(i) + "']");
-    name_scopes(mm.node("IsNaN", nan, {layer + "_y"}, {layer + "_nan"}), scopes + ", 'isnan_" + std::to_string(i) + "']");
-    name_scopes(mm.node("Where", sel, {layer + "_nan", "zero", layer + "_y"}, {layer + "_out"}), scopes + ", 'where_" + std::to_string(i) + "']");
+    // A node the exporter leaves without metadata (as it does GPT-2's q/k/v Split): named in
+    // the module its readers share.
+    mm.node("Tanh", "node_Tanh_" + std::to_string(fx++), {layer + "_y"}, {layer + "_t"});
+    name_scopes(mm.node("IsNaN", nan, {layer + "_t"}, {layer + "_nan"}), scopes + ", 'isnan_" + std::to_string(i) + "']");
+    name_scopes(mm.node("Where", sel, {layer + "_nan", "zero", layer + "_t"}, {layer + "_out"}), scopes + ", 'where_" + std::to_string(i) + "']");
     x = layer + "_out";
   }
   // The exporter folds a Linear's weight.T into an initializer of its own (val_7): it takes its
@@ -511,6 +514,7 @@ TEST_CASE("ONNX from torch's dynamo exporter: vertices named by module path, ele
     const std::string layer = "model.layers." + std::to_string(i);
     CHECK(vertex(r.graph, layer + ".fc").kind == op_kind::linear);  // a MatMul by a weight takes its module's name
     CHECK(vertex(r.graph, layer + ".Where").kind == op_kind::where);
+    CHECK(vertex(r.graph, layer + ".Tanh").kind == op_kind::tanh);
     const node& nan = vertex(r.graph, layer + ".IsNaN");
     CHECK(nan.kind == op_kind::opaque);
     CHECK(nan.attrs.elementwise);

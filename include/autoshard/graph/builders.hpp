@@ -43,6 +43,7 @@ struct transformer_config {
   int embed_proj = 0;           ///< OPT's word_embed_proj_dim when it differs from hidden (project_in/out)
   int position_offset = 0;      ///< rows of the learned position table before position 0 (OPT, RoBERTa: 2)
   bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: ALiBi (no parameters)
+  double rope_theta = 10000.0;  ///< rotary's base (Hugging Face's rope_theta, GPT-NeoX's rotary_emb_base)
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
@@ -180,9 +181,13 @@ struct builder {
     back.dims = {s[0], s[1], groups * length};
     return op(op_kind::reshape, name, {v}, back);
   }
-  vertex_t rope(const std::string& name, vertex_t x, int heads) {
+  /// Rotary positions as Hugging Face's models apply them: rotate_half's pairs (i, i + D/2),
+  /// at the config's base.
+  vertex_t rope(const transformer_config& c, const std::string& name, vertex_t x, int heads) {
     op_attrs a;
     a.heads = heads;
+    a.rotary_half = true;
+    a.rotary_base = c.rope_theta;
     return op(op_kind::rotary, name, {x}, a);
   }
   /// The output head: lm_head of its own, or the token embedding's table when tied.
@@ -344,8 +349,8 @@ inline model_graph build_llama(const transformer_config& c) {
       k = b.linear(n + ".self_attn.k_proj", h, H, KV, c.qkv_bias, false);
       v = b.linear(n + ".self_attn.v_proj", h, H, KV, c.qkv_bias, false);
     }
-    q = b.rope(n + ".self_attn.rotary_q", q, c.heads);
-    k = b.rope(n + ".self_attn.rotary_k", k, c.kv());
+    q = b.rope(c, n + ".self_attn.rotary_q", q, c.heads);
+    k = b.rope(c, n + ".self_attn.rotary_k", k, c.kv());
     vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true);
     a = b.linear(n + ".self_attn.o_proj", a, Q, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
@@ -431,8 +436,8 @@ inline model_graph build_gpt_neox(const transformer_config& c) {
     vertex_t q = b.group_slice(n + ".attention.q", qkv, c.heads, 0, D);
     vertex_t k = b.group_slice(n + ".attention.k", qkv, c.heads, D, D);
     vertex_t v = b.group_slice(n + ".attention.v", qkv, c.heads, 2 * D, D);
-    q = b.rope(n + ".attention.rotary_q", q, c.heads);
-    k = b.rope(n + ".attention.rotary_k", k, c.heads);
+    q = b.rope(c, n + ".attention.rotary_q", q, c.heads);
+    k = b.rope(c, n + ".attention.rotary_k", k, c.heads);
     vertex_t a = b.attention(n + ".attention.attention", q, k, v, c.heads, c.heads, true);
     a = b.linear(n + ".attention.dense", a, H, H, c.out_bias, false);
     vertex_t m_in = x;
@@ -524,8 +529,8 @@ inline model_graph build_falcon(const transformer_config& c) {
       v = b.group_slice(s + ".v", qkv, c.heads, 2 * D, D);
     }
     if (c.rotary) {
-      q = b.rope(s + ".rotary_q", q, c.heads);
-      k = b.rope(s + ".rotary_k", k, c.kv());
+      q = b.rope(c, s + ".rotary_q", q, c.heads);
+      k = b.rope(c, s + ".rotary_k", k, c.kv());
     }
     vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true);
     a = b.linear(s + ".dense", a, c.heads * D, H, c.out_bias, false);

@@ -99,9 +99,20 @@ inline constexpr int hf_max_layers = max_transformer_layers, hf_max_hidden = 1 <
 
 namespace detail {
 
+/// Rotary's base: rope_parameters.rope_theta (transformers 5), else rope_theta (earlier
+/// versions; Falcon's too) or GPT-NeoX's rotary_emb_base; 10000, every family's default,
+/// without one. A number above 1 (a base of 1 or less does not turn, or turns ever faster).
+inline double read_rope_theta(const hf_reader& r) {
+  constexpr double lo = 1.0000001, hi = 1e12;  // 1e12: far beyond any trained base (LLaMA-3: 500000)
+  if (const std::optional<json_in> p = r.find({"rope_parameters"}))
+    if (const std::optional<json_in> t = p->require_object().find("rope_theta")) return t->number(lo, hi);
+  return r.real({"rope_theta", "rotary_emb_base"}, lo, hi, 10000.0);
+}
+
 /// The members of config.json that only model_type `t`'s architecture has (its MLP width,
-/// norms, biases, activation, key/value heads, position offsets, tied embeddings).
+/// norms, biases, activation, key/value heads, position offsets, tied embeddings, rotary's base).
 inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
+  if (t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom") c.rope_theta = read_rope_theta(r);
   if (t == "gpt2") {
     c.ffn = r.get({"n_inner"}, 1, hf_max_ffn, 4 * c.hidden);
     c.max_positions = r.get({"n_positions", "max_position_embeddings"}, 1, hf_max_positions, 1024);
@@ -263,8 +274,9 @@ inline model_graph build_hf(const hf_model& m) {
 
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
-/// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (10000, the
-/// LLaMA family's), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's last token).
+/// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (rope_theta,
+/// GPT-NeoX's rotary_emb_base), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's
+/// last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
   const std::string& t = m.model_type;
@@ -296,17 +308,18 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     } else if (t == "gpt_neox") {
       j.update({{"intermediate_size", c.ffn}, {"use_parallel_residual", c.parallel_residual},
                 {"attention_bias", c.qkv_bias}, {"hidden_act", act(c.activation)},
-                {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq}});
+                {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
+                {"rotary_emb_base", c.rope_theta}});
     } else if (t == "falcon") {
       j.update({{"ffn_hidden_size", c.ffn}, {"new_decoder_architecture", c.new_decoder_architecture},
                 {"multi_query", c.kv() == 1}, {"num_kv_heads", c.kv()}, {"parallel_attn", c.parallel_residual},
                 {"bias", c.qkv_bias}, {"alibi", !c.rotary}, {"tie_word_embeddings", c.tie_embeddings},
-                {"activation", act(c.activation)}});
+                {"activation", act(c.activation)}, {"rope_theta", c.rope_theta}});
       if (c.new_decoder_architecture) j["num_ln_in_parallel_attn"] = c.layer_norms;
     } else {  // the LLaMA family
       j.update({{"intermediate_size", c.ffn}, {"num_key_value_heads", c.kv()}, {"hidden_act", act(c.activation)},
                 {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
-                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", norm_epsilon}, {"rope_theta", 10000.0}});
+                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", norm_epsilon}, {"rope_theta", c.rope_theta}});
       if (c.vocab > 2) j.update({{"bos_token_id", 1}, {"eos_token_id", 2}});
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;

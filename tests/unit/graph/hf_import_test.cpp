@@ -106,6 +106,10 @@ TEST_CASE("Hugging Face names and shapes per family") {
     CHECK_FALSE(find_vertex(g, "lm_head.weight"));
     CHECK(parameter_names(g, *find_vertex(g, "lm_head")) == std::vector<std::string>{"model.embed_tokens.weight"});
     CHECK(param(g, "model.norm.weight").type == dtype::bf16);  // torch_dtype
+    const node& rot = g[*find_vertex(g, "model.layers.3.self_attn.rotary_k")];
+    CHECK(rot.attrs.rotary_half);            // Hugging Face's rotate_half
+    CHECK(rot.attrs.rotary_base == 1e6);     // its rope_theta
+    CHECK(rot.attrs.heads == 2);
   }
   SUBCASE("gemma: head_dim 256 with 8 heads and 1 key/value head") {
     const model_graph g = build("gemma-2b.json");
@@ -136,7 +140,7 @@ TEST_CASE("Hugging Face names and shapes per family") {
     const model_graph g = build("pythia-160m.json");
     CHECK(param(g, "gpt_neox.layers.0.attention.query_key_value.weight").shape == tensor_shape{2304, 768});
     CHECK(param(g, "embed_out.weight").shape == tensor_shape{50304, 768});
-    CHECK(find_vertex(g, "gpt_neox.layers.0.attention.rotary_q"));
+    CHECK(g[*find_vertex(g, "gpt_neox.layers.0.attention.rotary_q")].attrs.rotary_base == 10000.0);  // rotary_emb_base
     CHECK(param(g, "gpt_neox.final_layer_norm.bias").type == dtype::f16);
   }
   SUBCASE("opt: position table of max_position_embeddings + 2 rows, tied lm_head") {
@@ -217,8 +221,15 @@ TEST_CASE("bad Hugging Face configs are errors naming the key and the value") {
   CHECK(has(hf_error(llama + R"("hidden_size": 32, "hidden_act": "mish"})"), "hidden_act is \"mish\", not an activation"));
   CHECK(has(hf_error(llama + R"("hidden_size": 32, "tie_word_embeddings": 1})"), "tie_word_embeddings is 1, not true or false"));
   CHECK(has(hf_error(R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "vocab_size": 10})"), "missing \"hidden_size\""));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "rope_theta": 1})"), "rope_theta is 1, not a number in [1"));
+  CHECK(has(hf_error(llama + R"("hidden_size": 32, "rope_parameters": 5})"), "rope_parameters is 5, not an object"));
+  // Rotary's base as transformers 5 writes it, and as earlier versions did.
+  CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})"))
+            .config.rope_theta == 500000.0);
+  CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "rope_theta": 1e6})")).config.rope_theta == 1e6);
   // null means the default.
   CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "num_key_value_heads": null})")).config.kv() == 4);
+  CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "rope_theta": null})")).config.rope_theta == 10000.0);
   CHECK_THROWS_AS(read_hf_config_file(hf_dir + "no-such-config.json"), io_error);
 }
 

@@ -77,7 +77,7 @@ def as_builder(name, model, onnx_path, tool, work):
     model.config.save_pretrained(str(config_dir))
     def infer(model_arg, budget=None):
         args = [tool, "plan", "--model", str(model_arg), "--batch", "2", "--seq", str(SEQ), "--mesh", MESH, "--mode", "infer",
-                "--quiet", "--no-svg", "--json", "--out", str(work / f"{name}-infer.json")]
+                "--quiet", "--no-svg", "--json", "--out", str(work / f"{name}-infer-{pathlib.Path(model_arg).suffix[1:]}.json")]
         r = subprocess.run(args + (["--memory-budget", str(budget)] if budget else []), capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise AssertionError(f"{' '.join(args[1:4])}: plan exited {r.returncode}: {r.stderr[-2000:]}")
@@ -87,6 +87,12 @@ def as_builder(name, model, onnx_path, tool, work):
     same = lambda j: (j["plan"]["step_seconds"], len([o for o in j["operators"] if o["kind"] not in ("parameter", "input")]),
                       j["parameters"], j["solver"]["status"], j["plan"]["peak_memory_bytes"] <= budget)
     b, i = same(built), same(imported)
+    # The rotaries turn alike: Hugging Face's pairs at the config's base, on as many heads.
+    rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), round(n["attrs"].get("rotary_base", 1e4), 1))
+                           for n in json.loads(f.read_text())["graph"]["nodes"] if n["kind"] == "rotary")
+    if rot(work / f"{name}-infer-json.json") != rot(work / f"{name}-infer-onnx.json"):
+        raise AssertionError(f"rotary vertices (heads, rotate_half, base): the builder's {rot(work / f'{name}-infer-json.json')[:2]}, "
+                             f"the export's {rot(work / f'{name}-infer-onnx.json')[:2]}")
     if abs(b[0] / i[0] - 1) > 1e-9 or b[1:] != i[1:] or b[3] != "optimal" or not b[4]:
         raise AssertionError(f"under a budget of {budget} bytes, the builder plans (step, operators, parameters, solver, "
                              f"fits) {b}, the export {i}")

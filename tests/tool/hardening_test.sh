@@ -1087,4 +1087,40 @@ for cmd in "shard $tmp/ssck --plan $tmp/ss-out.json --out $tmp/ss-sh --quiet" "e
 done
 test ! -e "$tmp/ss-sh" && ok || bad "strategy-specs: shard wrote an output"
 
+# Hardening round eleven (docs/reliability.md): the labels below.
+# policy-config: `shard DIR --policy` cut a checkpoint whose tensors disagree with DIR's
+# config.json (an MLP of 64 where the config says 128; every tensor f16 where it says float32)
+# as if it were the config's model. Now the weights are checked against the config as `plan
+# --model DIR` checks them, before anything is written.
+python3 - "$tmp" <<'PY'
+import os, shutil, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+t = sys.argv[1]
+w = load_file(f"{t}/ck/model.safetensors")
+for d, change in (("pc-wide", "wide"), ("pc-f16", "f16")):
+    os.makedirs(f"{t}/{d}", exist_ok=True)
+    shutil.copy(f"{t}/ck/config.json", f"{t}/{d}/config.json")
+    v = dict(w)
+    if change == "wide":
+        v["h.0.mlp.c_fc.weight"] = np.zeros((32, 64), np.float32)
+        v["h.0.mlp.c_fc.bias"] = np.zeros((64,), np.float32)
+        v["h.0.mlp.c_proj.weight"] = np.zeros((64, 32), np.float32)
+    else:
+        v = {k: a.astype(np.float16) for k, a in v.items()}
+    save_file(v, f"{t}/{d}/model.safetensors", metadata={"format": "pt"})
+PY
+expect policy-config 1 "^autoshard: io error: the weights in '.*pc-wide' do not match '.*pc-wide/config.json'; 3 differ: 'h.0.mlp.c_fc.weight' \(checkpoint \[32,64\] f32, config \[32,128\] f32\), 'h.0.mlp.c_fc.bias' \(checkpoint \[64\] f32, config \[128\] f32\), 'h.0.mlp.c_proj.weight' \(checkpoint \[64,32\] f32, config \[128,32\] f32\)$" \
+  "$tool" shard "$tmp/pc-wide" --policy gpt2 --tp 2 --out "$tmp/pc-out"
+expect policy-config 1 "^autoshard: io error: the weights in '.*pc-f16/model.safetensors' do not match '.*ck/config.json'; 16 differ: 'wte.weight' \(checkpoint \[128,32\] f16, config \[128,32\] f32\), " \
+  "$tool" shard "$tmp/pc-f16/model.safetensors" --policy auto --config "$tmp/ck/config.json" --tp 2 --out "$tmp/pc-out"
+test ! -e "$tmp/pc-out" && ok || bad "policy-config: shard wrote an output"
+# A BERT checkpoint of the base model (the pooler, no masked-LM head) and one of the masked LM are
+# both the config's model: each passes (the graph of either run mode).
+for mode in infer train; do
+  "$tool" synth --model bert-base --layers 1 --hidden 32 --heads 4 --ffn 64 --vocab 128 --seq 16 --mode $mode --out "$tmp/pc-bert-$mode" >/dev/null 2>&1 ||
+    bad "policy-config: the BERT checkpoint ($mode)"
+  expect policy-config 0 "" "$tool" shard "$tmp/pc-bert-$mode" --policy bert --tp 2 --out "$tmp/pc-bert-$mode-out" --quiet
+done
+
 finish hardening

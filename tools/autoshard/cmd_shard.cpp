@@ -1,6 +1,7 @@
 // autoshard shard: cut a safetensors checkpoint into one file per rank, by a built-in
 // tensor-parallel policy or by a solved plan, with DIR/index.json saying what went where.
 #include "common.hpp"
+#include "hf_weights.hpp"  // check_checkpoint_config: the weights against config.json
 #include "paths.hpp"
 #include "plan_file.hpp"
 
@@ -217,6 +218,15 @@ int run_shard(const shard_cli_options& o) {
                        quoted_text(model_type) + " (use --policy auto, or --policy " + quoted_text(model_type) + ")");
     }
     const tp_policy policy = policies::by_model_type(name);
+    // The weights must be the model the config describes: a policy cuts by names and head
+    // counts, so a checkpoint of another width (or dtype) was cut as if it were this one. A
+    // config without a model_type describes no model to build; the policy's names decide.
+    // (The library's checks first: a layer missing a tensor, or a layer count other than the
+    // config's, in their own words.)
+    if (!model_type.empty()) {
+      check_policy_fits(in, policy, config, so);
+      check_checkpoint_config(in, o.checkpoint, cfg);
+    }
     // As the library bounds it, before a path is made per rank: --tp 1048576 passed the flag's
     // range and made a million paths (15 s) before "axis size 1048576 is not in [1, 1000000]".
     check_mesh_size({o.tp}, "tensor-parallel size " + std::to_string(o.tp));

@@ -86,14 +86,22 @@ inline bool is_task_head(const model_graph& g, const std::string& name) {
   return false;
 }
 
+/// What check_weights_match compares, and how its messages name the two sides.
+struct weights_check {
+  std::string where;                       ///< the checkpoint ("DIR", "ck/model.safetensors")
+  std::string config = "its config.json";  ///< the config it is checked against
+  bool compare_dtype = true;               ///< dtypes too (plan: not when --dtype sets the graph's)
+  bool note_heads = true;                  ///< a note on task-head tensors the graph does not build ("not planned")
+};
+
 /// Throws io_error when tensor `copy` of `ck`, a tied parameter saved a second time under the
 /// name of the module that ties it (lm_head.weight beside GPT-2's wte.weight or LLaMA's
 /// embed_tokens.weight), is not bit for bit tensor `saved` (the same shape): naming both and
 /// the first element that differs. Read a MiB at a time under each file's SIGBUS guard.
-inline void check_tied_copy(const checkpoint& ck, const std::string& copy, const std::string& saved, const std::string& where) {
+inline void check_tied_copy(const checkpoint& ck, const std::string& copy, const std::string& saved, const weights_check& how) {
   const safetensors_entry& ec = ck.entry(copy);
   const safetensors_entry& es = ck.entry(saved);
-  const std::string head = "the weights in " + quoted_path(where) + " do not match its config.json: it ties " + quoted_text(copy) +
+  const std::string head = "the weights in " + quoted_path(how.where) + " do not match " + how.config + ": it ties " + quoted_text(copy) +
                            " to " + quoted_text(saved) + " (tie_word_embeddings), so the checkpoint's " + quoted_text(copy) +
                            " is " + quoted_text(saved) + " saved twice, but ";
   if (ec.type != es.type)
@@ -123,8 +131,8 @@ inline void check_tied_copy(const checkpoint& ck, const std::string& copy, const
 }
 
 /// Throws io_error listing the first names that differ between `ck` and the parameters of `g`
-/// (shape, and dtype when `compare_dtype`).
-inline void check_weights_match(const model_graph& g, const checkpoint& ck, const std::string& where, bool compare_dtype) {
+/// (shape, and dtype when `how.compare_dtype`).
+inline void check_weights_match(const model_graph& g, const checkpoint& ck, const weights_check& how) {
   std::vector<std::string> missing, differ;  // each name quoted (quoted_text): they come from the files
   std::set<std::string> matched;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
@@ -136,7 +144,7 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
     }
     matched.insert(n);
     const safetensors_entry& e = ck.entry(n);
-    if (!(e.shape == g[v].shape) || (compare_dtype && e.type != g[v].type))
+    if (!(e.shape == g[v].shape) || (how.compare_dtype && e.type != g[v].type))
       differ.push_back(quoted_text(n) + " (checkpoint " + to_string(e.shape) + " " + std::string(to_string(e.type)) + ", config " +
                        to_string(g[v].shape) + " " + std::string(to_string(g[v].type)) + ")");
   }
@@ -159,7 +167,7 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
     if (!(slot < w.size() && w[slot] != n && checkpoint_name(ck, w[slot]) != n && ck.entry(n).shape == g[*find_vertex(g, w[slot])].shape))
       return false;
     if (const std::string saved = checkpoint_name(ck, w[slot]); !saved.empty())  // (none: reported missing below)
-      check_tied_copy(ck, n, saved, where);
+      check_tied_copy(ck, n, saved, how);
     return true;
   };
   std::vector<std::string> extra, unused;
@@ -171,8 +179,8 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
     return s + (v.size() > 5 ? ", ..." : "");
   };
   if (missing.empty() && differ.empty() && extra.empty()) {
-    if (!unused.empty())
-      std::cerr << "autoshard: note: " << count_noun(unused.size(), "tensor") << " of " << quoted_path(where)
+    if (!unused.empty() && how.note_heads)
+      std::cerr << "autoshard: note: " << count_noun(unused.size(), "tensor") << " of " << quoted_path(how.where)
                 << (unused.size() == 1 ? " belongs" : " belong") << " to task heads this model does not build, and are not planned: " << first(unused) << "\n";
     return;
   }
@@ -180,24 +188,59 @@ inline void check_weights_match(const model_graph& g, const checkpoint& ck, cons
   if (!differ.empty()) why += "; " + std::to_string(differ.size()) + (differ.size() == 1 ? " differs: " : " differ: ") + first(differ);
   if (!missing.empty()) why += "; " + count_noun(missing.size(), "parameter") + (missing.size() == 1 ? " is" : " are") + " not in the checkpoint: " + first(missing);
   if (!extra.empty()) why += "; " + count_noun(extra.size(), "checkpoint tensor") + (extra.size() == 1 ? " is not a parameter: " : " are not parameters: ") + first(extra);
-  throw io_error("the weights in " + quoted_path(where) + " do not match its config.json" + why);
+  throw io_error("the weights in " + quoted_path(how.where) + " do not match " + how.config + why);
 }
 
-/// The graph of a Hugging Face model, its weights checked when `dir` has any. Without a
-/// torch_dtype in the config (and without --dtype) the parameters take the checkpoint's dtype.
-inline model_graph build_checked(hf_model m, const std::filesystem::path& dir, bool compare_dtype) {
-  const std::optional<checkpoint> ck = hf_checkpoint(dir);
-  if (!ck) return build_hf(m);
+/// The graph of Hugging Face model `m`, checkpoint `ck` checked against it (check_weights_match).
+/// Without a torch_dtype in the config (and without --dtype) the parameters take the
+/// checkpoint's dtype.
+inline model_graph build_checked(hf_model m, const checkpoint& ck, const weights_check& how) {
   if (!m.dtype_given)
-    for (const std::string& n : ck->names())
+    for (const std::string& n : ck.names())
       if (!is_saved_buffer(n)) {
-        const dtype t = ck->entry(n).type;
+        const dtype t = ck.entry(n).type;
         if (t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::f64) m.config.type = t;
         break;
       }
   model_graph g = build_hf(m);
-  check_weights_match(g, *ck, dir.string(), compare_dtype);
+  check_weights_match(g, ck, how);
   return g;
+}
+
+/// The graph of a Hugging Face model, its weights checked when `dir` has any.
+inline model_graph build_checked(hf_model m, const std::filesystem::path& dir, bool compare_dtype) {
+  const std::optional<checkpoint> ck = hf_checkpoint(dir);
+  if (!ck) return build_hf(m);
+  weights_check how;
+  how.where = dir.string();
+  how.compare_dtype = compare_dtype;
+  return build_checked(std::move(m), *ck, how);
+}
+
+/// `shard --policy`: throws io_error when checkpoint `ck` (named `where`) is not the model that
+/// Hugging Face config `config_json` describes: a tensor of another shape or dtype than the
+/// config implies, a parameter missing, a tensor that is none (check_weights_match's words). A
+/// policy cuts by names and the config's head counts alone, so a checkpoint of another width
+/// was cut as if it were this one. The graph of either run mode will do: BERT's base model
+/// (inference) has the pooler, its masked LM (training) the cls.predictions head, and a
+/// checkpoint of either is the config's; the first mode's refusal is the one reported.
+inline void check_checkpoint_config(const checkpoint& ck, const std::string& where, const std::filesystem::path& config_json) {
+  hf_model m = read_hf_config_file(config_json);
+  weights_check how;
+  how.where = where;
+  how.config = quoted_path(config_json.string());
+  how.note_heads = false;  // shard cuts every tensor: none is left unplanned
+  std::optional<io_error> first;
+  for (const run_mode mode : {run_mode::training, run_mode::inference}) {
+    m.config.mode = mode;
+    try {
+      build_checked(m, ck, how);
+      return;
+    } catch (const io_error& e) {
+      if (!first) first = e;
+    }
+  }
+  throw *first;
 }
 
 }  // namespace autoshard::tool

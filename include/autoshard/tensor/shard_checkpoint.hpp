@@ -552,14 +552,13 @@ inline shard_report shard_checkpoint(const checkpoint& in, const std::vector<ten
   return prepare_shard_checkpoint(in, plans, mesh, out_dir, opts, policy_name, attributes).commit();
 }
 
-/// Shards by a tensor-parallel policy over `tp` ranks; `config` supplies heads and widths.
-inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
-                                     const std::filesystem::path& out_dir, const shard_options& opts = {}) {
-  check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
-  check_shard_count(tp, in.size());
+/// What shard_checkpoint checks of `in` before `policy` cuts it: the policy matches one of its
+/// tensors at least (spec_error), and, with opts.check_layers, every numbered layer holds the
+/// same tensors and a single stack has as many layers as `config`'s n_layer or
+/// num_hidden_layers (io_error). A caller that checks more of the checkpoint (the tool: every
+/// tensor against config.json) runs this first, for its more particular words.
+inline void check_policy_fits(const checkpoint& in, const tp_policy& policy, const model_config& config, const shard_options& opts = {}) {
   const std::vector<std::string> names = in.names();
-  check_shard_space(in, names, tp, out_dir, opts);  // before a layout is made
-  auto attrs = rescale_attributes(policy, config, tp);
   if (!names.empty() && std::none_of(names.begin(), names.end(), [&](const std::string& n) { return policy.match(n); }))
     throw spec_error("policy " + quoted_text(policy.name) + " matches none of the checkpoint's " + count_noun(names.size(), "tensor") +
                      " (e.g. " + quoted_text(names.front()) + "): it is for another model; the config's model_type names "
@@ -575,6 +574,17 @@ inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& poli
                        std::to_string(it->second));
     }
   }
+}
+
+/// Shards by a tensor-parallel policy over `tp` ranks; `config` supplies heads and widths.
+inline shard_report shard_checkpoint(const checkpoint& in, const tp_policy& policy, int tp, const model_config& config,
+                                     const std::filesystem::path& out_dir, const shard_options& opts = {}) {
+  check_mesh_size({tp}, "tensor-parallel size " + std::to_string(tp));  // before anything is sized by it
+  check_shard_count(tp, in.size());
+  const std::vector<std::string> names = in.names();
+  check_shard_space(in, names, tp, out_dir, opts);  // before a layout is made
+  auto attrs = rescale_attributes(policy, config, tp);
+  check_policy_fits(in, policy, config, opts);
   std::vector<tensor_shards> plans;
   for (const auto& n : names) {
     const auto& e = in.entry(n);

@@ -1122,5 +1122,40 @@ for mode in infer train; do
     bad "policy-config: the BERT checkpoint ($mode)"
   expect policy-config 0 "" "$tool" shard "$tmp/pc-bert-$mode" --policy bert --tp 2 --out "$tmp/pc-bert-$mode-out" --quiet
 done
+# header-nul: a safetensors header padded with NUL bytes (the format pads with spaces), or with a
+# NUL and then anything: nlohmann's parser took the NUL for the end of the text, so the header
+# was read as the JSON before it and the checkpoint cut, exit 0.
+python3 - "$tmp" <<'PY'
+import os, shutil, struct, sys
+t = sys.argv[1]
+src = open(f"{t}/ck/model.safetensors", "rb").read()
+n = struct.unpack("<Q", src[:8])[0]
+h, data = src[8:8 + n].rstrip(b" "), src[8 + n:]
+for d, pad in (("hn-nul", b"\0" * 8), ("hn-junk", b"\0{\"x\": 1}"), ("hn-space", b" " * 8)):
+    os.makedirs(f"{t}/{d}", exist_ok=True)
+    shutil.copy(f"{t}/ck/config.json", f"{t}/{d}/config.json")
+    open(f"{t}/{d}/model.safetensors", "wb").write(struct.pack("<Q", len(h) + len(pad)) + h + pad + data)
+    open(f"{t}/{d}/json-at", "w").write(str(len(h)))
+PY
+at=$(cat "$tmp/hn-nul/json-at")
+expect header-nul 1 "^autoshard: io error: safetensors file '.*hn-nul/model.safetensors': header byte $at of its $((at + 8)) is a NUL \(0x00\): a header is JSON, padded at its end with spaces \(0x20\) only$" \
+  "$tool" shard "$tmp/hn-nul" --policy gpt2 --tp 2 --out "$tmp/hn-out"
+expect header-nul 1 "^autoshard: io error: safetensors file '.*hn-junk/model.safetensors': header byte $at of its $((at + 9)) is a NUL \(0x00\)" \
+  "$tool" plan --model "$tmp/hn-junk" --mesh 2 --out "$tmp/hn-out.json" --quiet --no-svg
+test ! -e "$tmp/hn-out" && test ! -e "$tmp/hn-out.json" && ok || bad "header-nul: an output was written"
+expect header-nul 0 "" "$tool" shard "$tmp/hn-space" --policy gpt2 --tp 2 --out "$tmp/hn-out" --quiet
+# json-nul: every JSON reader shares the lexer: a plan file, an IOPDDL problem, a config with a
+# NUL after the document (and anything after that) was read as the document before it.
+cp "$tmp/p.json" "$tmp/jn-plan.json" && printf '\0 and anything' >>"$tmp/jn-plan.json"
+cp "$data/solve/example.json" "$tmp/jn-problem.json" && printf '\0' >>"$tmp/jn-problem.json"
+mkdir -p "$tmp/jn-cfg" && cp "$tmp/ck/config.json" "$tmp/jn-cfg/" && printf '\0' >>"$tmp/jn-cfg/config.json"
+plan_at=$(($(stat -c %s "$tmp/jn-plan.json") - 14)); problem_at=$(($(stat -c %s "$tmp/jn-problem.json") - 1))
+expect json-nul 1 "^autoshard: io error: plan file '.*jn-plan.json' is not valid JSON: a NUL byte \(0x00\) at offset $plan_at \(line [0-9]+, column [0-9]+\), which no JSON text holds \(a string writes it \\\\u0000\)$" \
+  "$tool" export --plan "$tmp/jn-plan.json" --to megatron --out "$tmp/jn.out"
+expect json-nul 1 "^autoshard: io error: IOPDDL problem '.*jn-problem.json' is not valid JSON: a NUL byte \(0x00\) at offset $problem_at " \
+  "$tool" solve "$tmp/jn-problem.json" --quiet --solution-out "$tmp/jn.out"
+expect json-nul 1 "config.json' is not valid JSON: a NUL byte \(0x00\) at offset " \
+  "$tool" plan --model "$tmp/jn-cfg" --mesh 2 --out "$tmp/jn.out" --quiet --no-svg
+test ! -e "$tmp/jn.out" && ok || bad "json-nul: an output was written"
 
 finish hardening

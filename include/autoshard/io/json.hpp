@@ -18,7 +18,7 @@
 #include <cmath>       // std::isfinite
 #include <cstdint>     // std::int64_t, std::uint64_t
 #include <cstdio>      // std::snprintf
-#include <cstring>     // std::strerror
+#include <cstring>     // std::strerror, std::memchr
 #include <functional>  // std::function
 #include <istream>     // std::istream
 #include <limits>      // std::numeric_limits
@@ -448,6 +448,20 @@ inline std::string text_position(std::string_view text, std::size_t byte) {
   return line_and_column(lines + 1, before.size() - (nl == std::string_view::npos ? 0 : nl + 1));  // the byte read last's
 }
 
+/// The refusal of a NUL byte in a JSON text: JSON has none (a string writes it \u0000), but
+/// nlohmann's lexer takes one as the end of the input, so `{"a": 1}` followed by a NUL and
+/// anything at all was read as `{"a": 1}`, the rest unread without a word. `where` is the
+/// byte's line and column (line_and_column).
+inline io_error json_nul_byte(const std::string& source, std::uint64_t byte, const std::string& where) {
+  return io_error(source + " is not valid JSON: a NUL byte (0x00) at offset " + std::to_string(byte) + " (" + where +
+                  "), which no JSON text holds (a string writes it \\u0000)");
+}
+
+/// json_nul_byte for a text held whole: the first NUL of `text`, if it has one.
+inline void refuse_nul_byte(std::string_view text, const std::string& source) {
+  if (const std::size_t z = text.find('\0'); z != std::string_view::npos) throw json_nul_byte(source, z, text_position(text, z + 1));
+}
+
 /// A text's bytes as a stream for nlohmann's parser, which says how far the parser has read
 /// (its position when a SAX event is handled: a key's event comes as its closing quote is read).
 class text_view_source final : public std::streambuf {
@@ -606,6 +620,7 @@ class unique_keys_filter : public json_sax_types {
 /// The tree of `text`, an object that names a member twice refused (duplicate_key, naming
 /// `source`); a syntax error is nlohmann's exception, as json::parse throws it.
 inline nlohmann::json parse_unique_keys(std::string_view text, const std::string& source) {
+  refuse_nul_byte(text, source);
   text_view_source buf(text);
   std::istream in(&buf);
   nlohmann::json j;
@@ -776,6 +791,11 @@ class json_text_source final : public std::streambuf {
     read_ += k;
     if (read_ > checked_) check();
     setg(buf_.data(), buf_.data(), buf_.data() + k);
+    // A NUL would end the parse as the end of the input does (detail::json_nul_byte).
+    if (char* z = static_cast<char*>(std::memchr(buf_.data(), 0, k))) {
+      setg(buf_.data(), z + 1, buf_.data() + k);  // position() names the NUL
+      throw json_nul_byte(source_, read_ - k + static_cast<std::uint64_t>(z - buf_.data()), position());
+    }
     return traits_type::to_int_type(buf_[0]);
   }
 

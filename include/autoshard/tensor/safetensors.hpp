@@ -190,6 +190,12 @@ inline nlohmann::json safetensors_header_json(std::span<const std::byte> bytes, 
   if (n < 2) bad_file(file, "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(n));
   if (text.front() != '{') bad_file(file, "header does not start with '{'");
+  // The format pads a header with spaces (0x20) after its JSON. A NUL is no JSON at all, but
+  // nlohmann's parser took the first for the end of the text: a header padded with NULs, or
+  // with a NUL and then anything, was read as the JSON before it.
+  if (const std::size_t z = text.find('\0'); z != std::string_view::npos)
+    bad_file(file, "header byte " + std::to_string(z) + " of its " + std::to_string(n) +
+                       " is a NUL (0x00): a header is JSON, padded at its end with spaces (0x20) only");
   // Duplicate names first, in one linear pass (a hash set of the top-level keys): nlohmann's
   // callback parser rescans the whole object at the end of every entry (quadratic: 1,000,000
   // entries in a 90 MB header never finished), and its plain parser keeps the last duplicate.

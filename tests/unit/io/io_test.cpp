@@ -166,6 +166,51 @@ TEST_CASE("every JSON reader refuses an object that names a member twice, saying
   CHECK(parse_json_text(doc, "doc") == nlohmann::json::parse(doc));
 }
 
+TEST_CASE("every JSON reader refuses a NUL byte, which nlohmann's parser took for the end of the text") {
+  struct null_sax {  // a streaming reader that keeps nothing
+    bool null() { return true; }
+    bool boolean(bool) { return true; }
+    bool number_integer(std::int64_t) { return true; }
+    bool number_unsigned(std::uint64_t) { return true; }
+    bool number_float(double, const std::string&) { return true; }
+    bool string(std::string&) { return true; }
+    bool binary(nlohmann::json::binary_t&) { return true; }
+    bool start_object(std::size_t) { return true; }
+    bool end_object() { return true; }
+    bool start_array(std::size_t) { return true; }
+    bool end_array() { return true; }
+    bool key(std::string&) { return true; }
+    bool parse_error(std::size_t b, const std::string&, const nlohmann::json::exception& e) { throw json_syntax_error("s", b, e); }
+  };
+  const auto tree = [](const std::string& t) { return error_of([&] { (void)parse_json_text(t, "doc"); }); };
+  const auto stream = [](const std::string& t) {
+    return error_of([&] {
+      std::istringstream in(t);
+      null_sax sax;
+      sax_parse_json(in, "doc", sax, {});
+    });
+  };
+  const std::string what = "io error: doc is not valid JSON: a NUL byte (0x00) at offset ";
+  const std::string tail = ", which no JSON text holds (a string writes it \\u0000)";
+  for (const auto& read : {std::function<std::string(const std::string&)>(tree), std::function<std::string(const std::string&)>(stream)}) {
+    // After the document: read as {"a": 1} before, whatever followed (padding, or another document).
+    CHECK(read(std::string("{\"a\": 1}\0\0\0", 11)) == what + "8 (line 1, column 9)" + tail);
+    CHECK(read(std::string("{\"a\": 1}\n\0{\"a\": 2}", 18)) == what + "9 (line 2, column 1)" + tail);
+    // Inside it: the parser's "unexpected end of input" would have blamed a text that goes on.
+    CHECK(read(std::string("{\"a\":\0 1}", 9)) == what + "5 (line 1, column 6)" + tail);
+    CHECK(read("{\"a\": \"\\u0000\"}") == "(no io_error)");  // the escape is a string's NUL
+    // Past the first 64 KiB a stream reads: the offset counts from the start of the text.
+    std::string big = "[" + std::string(70000, ' ') + "1]";
+    big += '\0';
+    CHECK(read(big) == what + "70003 (line 1, column 70004)" + tail);
+  }
+  // A file is read the same way.
+  const io_dir d;
+  std::ofstream(d.path / "p.json", std::ios::binary) << std::string("{\"version\": 1}\0junk", 19);
+  CHECK(error_of([&] { (void)load_json_file((d.path / "p.json").string(), "plan file"); }) ==
+        "io error: plan file '" + (d.path / "p.json").string() + "' is not valid JSON: a NUL byte (0x00) at offset 14 (line 1, column 15)" + tail);
+}
+
 TEST_CASE("json_int64 and json_uint64: the one range check of a raw JSON integer") {
   const nlohmann::json j = nlohmann::json::parse(
       R"([0, -3, 9223372036854775807, 9223372036854775808, 18446744073709551615, 3.0, 1e30, "8", null, -9223372036854775808])");

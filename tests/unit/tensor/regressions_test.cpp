@@ -40,3 +40,15 @@ TEST_CASE("regression: fuzz_safetensors, shape whose prefix product overflows in
   CHECK_NOTHROW((void)parse_safetensors_header(
       regression_file(R"({"a":{"dtype":"F32","shape":[0,4611686018427387904,2],"data_offsets":[0,0]}})"), "ok"));
 }
+
+TEST_CASE("regression: a safetensors header padded with NUL bytes, which nlohmann's parser took for the end of the text") {
+  // The format pads a header with spaces (0x20) after its JSON; a NUL ended the parse, so a
+  // header padded with NULs, or a NUL and then anything, was read as the JSON before it.
+  const std::string json = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  CHECK(header_error(regression_file(json + std::string(8, '\0'), 4)) ==
+        "io error: safetensors file 'crash.safetensors': header byte 54 of its 62 is a NUL (0x00): a header is JSON, padded at its end "
+        "with spaces (0x20) only");
+  CHECK(header_error(regression_file(json + std::string("\0{\"b\": 1}", 9), 4)).find("header byte 54 of its 63 is a NUL (0x00)") !=
+        std::string::npos);
+  CHECK(header_error(regression_file(json + "        ", 4)) == "(no error)");  // spaces, as the format pads
+}

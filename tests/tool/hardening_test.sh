@@ -1157,5 +1157,27 @@ expect json-nul 1 "^autoshard: io error: IOPDDL problem '.*jn-problem.json' is n
 expect json-nul 1 "config.json' is not valid JSON: a NUL byte \(0x00\) at offset " \
   "$tool" plan --model "$tmp/jn-cfg" --mesh 2 --out "$tmp/jn.out" --quiet --no-svg
 test ! -e "$tmp/jn.out" && ok || bad "json-nul: an output was written"
+# echoed-names: an IOPDDL problem (or node) named by 5 MB of text was echoed whole by solve's
+# report (a 5 MB line); a hand-edited plan's 5 MB operator name padded every row of `show
+# --plan`'s table to 5 MB. Now a name from a file is printed whole up to 256 bytes, else its
+# first 256 bytes, "..." and its length.
+python3 - "$data/solve/example.json" "$tmp/p.json" "$tmp" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["problem"]["name"] = "x" * 5000000
+d["problem"]["nodes"]["names"] = ["n" * 3000000] + [f"node{i}" for i in range(1, len(d["problem"]["nodes"]["costs"]))]
+json.dump(d, open(f"{sys.argv[3]}/en-problem.json", "w"))
+p = json.load(open(sys.argv[2]))
+big = "y" * 5000000
+old = p["graph"]["nodes"][0]["name"]
+text = json.dumps(p).replace(json.dumps(old), json.dumps(big))
+open(f"{sys.argv[3]}/en-plan.json", "w").write(text)
+PY
+expect echoed-names 0 "" "$tool" solve "$tmp/en-problem.json" --quiet
+grep -q "^problem  x\{256\}\.\.\. (5000000 bytes): " "$tmp/out" && grep -q "^   0  *[0-9]*  n\{256\}\.\.\. (3000000 bytes)$" "$tmp/out" &&
+  [ "$(wc -c <"$tmp/out")" -lt 10000 ] && ok || bad "echoed-names: solve printed $(wc -c <"$tmp/out") bytes: $(head -c 300 "$tmp/out")"
+expect echoed-names 0 "" "$tool" show --plan "$tmp/en-plan.json"
+grep -q "y\{256\}\.\.\. (5000000 bytes)  " "$tmp/out" && [ "$(wc -c <"$tmp/out")" -lt 100000 ] && ok ||
+  bad "echoed-names: show --plan printed $(wc -c <"$tmp/out") bytes"
 
 finish hardening

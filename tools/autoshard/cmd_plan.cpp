@@ -442,12 +442,12 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
   };
   std::size_t width = 43;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (shown(v) || g[v].kind == op_kind::opaque) width = std::max(width, std::min<std::size_t>(80, escaped_text(g[v].name).size()));
+    if (shown(v) || g[v].kind == op_kind::opaque) width = std::max(width, std::min<std::size_t>(80, escaped_name(g[v].name).size()));
   const int col = static_cast<int>(width);
   std::cout << "  " << std::left << std::setw(col) << "operator" << ' ' << std::setw(15) << "kind" << ' ' << "specs\n";
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     if (!shown(v)) continue;
-    std::cout << "  " << std::setw(col) << escaped_text(g[v].name) << ' ' << std::setw(15) << to_string(g[v].kind) << ' '
+    std::cout << "  " << std::setw(col) << escaped_name(g[v].name) << ' ' << std::setw(15) << to_string(g[v].kind) << ' '
               << spec_list(r.strategies[v].inputs) << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
   }
   // Imported operators with no mapping: they only offer Replicate (elementwise ones split as
@@ -457,7 +457,7 @@ void print_chosen_specs(const model_graph& g, const autosharding_result& r) {
     if (g[v].kind == op_kind::opaque) {
       if (n_opaque++ == 0)
         std::cout << "\nopaque operators (no mapping: replicated, every operand whole; elementwise ones split as add does)\n";
-      std::cout << "  " << std::setw(col) << escaped_text(g[v].name) << ' ' << escaped_text(g[v].attrs.op_type)
+      std::cout << "  " << std::setw(col) << escaped_name(g[v].name) << ' ' << escaped_name(g[v].attrs.op_type)
                 << (g[v].attrs.elementwise ? " (elementwise)" : "") << " -> " << to_alpa_string(r.strategies[v].output) << "\n";
     }
 }

@@ -449,7 +449,7 @@ void show_plan_tensor(const plan_document& d, const show_options& o) {
                        {"inputs", input_specs(d, v)}};
   // The plan file's name and strategy escaped (a hostile file's ESC or newline), not quoted: the
   // heading reads "h.0.mlp.c_fc.weight: parameter, strategy ..." as before.
-  std::string heading = escaped_text(nd.name) + ": " + kind + (t.strategy.empty() ? "" : ", strategy " + escaped_text(t.strategy)) + "\n";
+  std::string heading = escaped_name(nd.name) + ": " + kind + (t.strategy.empty() ? "" : ", strategy " + escaped_name(t.strategy)) + "\n";
   tensor_shape shape = nd.shape;
   if (const std::optional<fused_dim> f = cut_per_part(d, v)) {
     // Every part is cut alike and each rank holds its block of every part: the map of one part.
@@ -519,7 +519,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
   for (vertex_t v = 0; v < n; ++v) {
     const node& nd = d.graph[v];
-    wn = std::max(wn, escaped_text(nd.name).size());
+    wn = std::max(wn, escaped_name(nd.name).size());
     wk = std::max(wk, to_string(nd.kind).size());
     ws = std::max(ws, to_string(nd.shape).size());
     wd = std::max(wd, to_string(d.tensors[v].output).size());
@@ -541,7 +541,7 @@ void show_plan_table(const plan_document& d, const std::string& file) {
     any_uneven = any_uneven || !even;
     const std::string alpa = to_alpa_string(spec);
     const std::optional<fused_dim> f = cut_per_part(d, v);
-    std::cout << "  " << cell(wn) << escaped_text(nd.name) << "  " << cell(wk) << to_string(nd.kind) << "  " << cell(ws) << to_string(nd.shape)
+    std::cout << "  " << cell(wn) << escaped_name(nd.name) << "  " << cell(wk) << to_string(nd.kind) << "  " << cell(ws) << to_string(nd.shape)
               << "  " << cell(wd) << to_string(spec) << "  " << cell(wa) << (alpa.empty() ? "-" : alpa) << "  "
               << to_string(max_local_shape(m, spec, nd.shape)) << (even ? "" : " *")
               << (f ? " (dim " + std::to_string(f->dim) + ": " + std::to_string(f->parts) + " fused parts, each cut)" : "")

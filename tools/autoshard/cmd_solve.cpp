@@ -112,7 +112,7 @@ int run_solve(solve_cli_options o) {
     std::cout << j.dump(2) << "\n";
     return exit_ok;
   }
-  std::cout << "problem  " << escaped_text(p.name.empty() ? o.file : p.name) << ": " << p.nodes.size() << " nodes, "
+  std::cout << "problem  " << (p.name.empty() ? escaped_text(o.file) : escaped_name(p.name)) << ": " << p.nodes.size() << " nodes, "
             << p.edges.size() << " edges"
             << (p.usage_limit ? ", usage limit " + std::to_string(*p.usage_limit) : std::string()) << "\n";
   std::cout << "status   " << to_string(r.status);
@@ -127,7 +127,7 @@ int run_solve(solve_cli_options o) {
               << " variables " << std::setw(8) << s.rows << " rows\n";
   std::cout << "\nnode  strategy  name\n";
   for (std::size_t v = 0; v < r.choice.size(); ++v)
-    std::cout << std::setw(4) << v << "  " << std::setw(8) << r.choice[v] << "  " << escaped_text(p.nodes[v].name) << "\n";
+    std::cout << std::setw(4) << v << "  " << std::setw(8) << r.choice[v] << "  " << escaped_name(p.nodes[v].name) << "\n";
   return exit_ok;
 }
 

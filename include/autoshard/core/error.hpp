@@ -180,6 +180,22 @@ inline std::string escaped_text(std::string_view text) {
   return out;
 }
 
+/// The longest name from a file, in bytes, that a report prints whole (escaped_name).
+inline constexpr std::size_t max_echoed_name_bytes = 256;
+
+/// A name from a file (an operator's or a tensor's, an IOPDDL problem's or node's, an op_type)
+/// as a report prints it: escaped_text, whole up to max_echoed_name_bytes (every real name is
+/// far shorter), else its first max_echoed_name_bytes bytes (never half a character), "..."
+/// and its length: `xxxxxxxx... (5000000 bytes)`. A problem named by 5 MB of text was echoed
+/// whole, and a table padded every row to its longest name. Messages quote names with
+/// quoted_text (80 bytes); JSON output keeps the raw name.
+inline std::string escaped_name(std::string_view text) {
+  std::string out;
+  const std::size_t i = detail::append_escaped(out, text, 0, std::min(text.size(), max_echoed_name_bytes));
+  if (i == text.size()) return out;
+  return out + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 /// Text a user gave (a name, a flag's value, a key read from a file) as every message quotes
 /// it: in single quotes, whole when it has at most `max` bytes, else its first `max` bytes
 /// (never half a character), "..." and its length: `'h.0.attn.c_attn.weightxxxx...' (100000

@@ -8,6 +8,7 @@
 #include <cstdint>  // std::uint8_t, std::uint64_t
 #include <string>   // std::string
 
+#include "../core/error.hpp"  // escaped_name
 #include "model.hpp"  // model_graph, vertex_t, operands
 
 namespace autoshard {
@@ -46,19 +47,21 @@ struct traffic_site {
 
   /// How reports name it: "edge a -> b (operand i)", "gradient of w", "operator v",
   /// "recomputed in the backward of v", "transfer of v from stage 0 to 1", "transfer of v's
-  /// gradient from stage 1 to 0".
+  /// gradient from stage 1 to 0"; each name as a report prints it (escaped_name: the 5 MB name
+  /// of a hand-edited plan's operator is cut).
   std::string name(const model_graph& g) const {
+    const std::string v = escaped_name(g[vertex].name);
     switch (what) {
       case phase::edge:
-        return "edge " + g[operands(g, vertex)[static_cast<std::size_t>(operand)]].name + " -> " + g[vertex].name +
+        return "edge " + escaped_name(g[operands(g, vertex)[static_cast<std::size_t>(operand)]].name) + " -> " + v +
                " (operand " + std::to_string(operand) + ")";
-      case phase::gradient: return "gradient of " + g[vertex].name;
-      case phase::op: return "operator " + g[vertex].name;
-      case phase::recompute: return "recomputed in the backward of " + g[vertex].name;
+      case phase::gradient: return "gradient of " + v;
+      case phase::op: return "operator " + v;
+      case phase::recompute: return "recomputed in the backward of " + v;
       case phase::transfer:
-        return "transfer of " + g[vertex].name + " from stage " + std::to_string(operand) + " to " + std::to_string(operand + 1);
+        return "transfer of " + v + " from stage " + std::to_string(operand) + " to " + std::to_string(operand + 1);
       case phase::transfer_back:
-        return "transfer of " + g[vertex].name + "'s gradient from stage " + std::to_string(operand + 1) + " to " +
+        return "transfer of " + v + "'s gradient from stage " + std::to_string(operand + 1) + " to " +
                std::to_string(operand);
     }
     return "?";

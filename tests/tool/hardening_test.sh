@@ -1179,5 +1179,18 @@ grep -q "^problem  x\{256\}\.\.\. (5000000 bytes): " "$tmp/out" && grep -q "^   
 expect echoed-names 0 "" "$tool" show --plan "$tmp/en-plan.json"
 grep -q "y\{256\}\.\.\. (5000000 bytes)  " "$tmp/out" && [ "$(wc -c <"$tmp/out")" -lt 100000 ] && ok ||
   bad "echoed-names: show --plan printed $(wc -c <"$tmp/out") bytes"
+# store-not-dir: AUTOSHARD_STORE naming a regular file (a mistyped path) was opened as Gloo's
+# file store, which failed at the rank's first write, and the rank blamed its peers: "rank(s) [1]
+# did not join within 30000 ms (... File cannot be created ...)". Now refused as no directory.
+echo "not a directory" >"$tmp/store-file"
+expect store-not-dir 1 "^autoshard: comm error: cannot open the file store '.*store-file': it is not a directory \(a file store is a directory every rank of the run shares\)$" \
+  env RANK=0 WORLD_SIZE=2 AUTOSHARD_STORE="$tmp/store-file" "$tool" calibrate --from-env --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/sn.json"
+test ! -e "$tmp/sn.json" && ok || bad "store-not-dir: a calibration was written"
+# store-host: AUTOSHARD_STORE=tcp://<100 KB host>:1 (or MASTER_ADDR) was carried whole into the
+# store's messages: a 200 KB error line. A host name has at most 253 bytes (RFC 1035).
+long_host=$(head -c 100000 /dev/zero | tr '\0' a)
+expect store-host 1 "^autoshard: comm error: tcp store: the server's host name 'a{80}\.\.\.' \(100000 bytes\) is longer than a host name may be \(253 bytes, RFC 1035\)$" \
+  env RANK=1 WORLD_SIZE=2 AUTOSHARD_STORE="tcp://$long_host:1" "$tool" calibrate --from-env --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/sh.json"
+[ "$(wc -c <"$tmp/err")" -lt 1000 ] && ok || bad "store-host: $(wc -c <"$tmp/err") bytes of stderr"
 
 finish hardening

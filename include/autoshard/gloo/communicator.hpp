@@ -16,6 +16,7 @@
 #include <cstdint>    // std::uint32_t
 #include <cstring>    // std::memcpy
 #include <exception>  // std::exception
+#include <filesystem>  // std::filesystem::status: a file store's directory
 #include <memory>     // std::shared_ptr
 #include <mutex>      // std::once_flag
 #include <string>     // std::string
@@ -62,12 +63,18 @@ class gloo_store {
   /// A FileStore in `dir` (created by the caller, empty, shared by every process of the run).
   static gloo_store file(const std::string& dir) {
     gloo_store s;
+    // Gloo opens a path that is no directory (a regular file, AUTOSHARD_STORE mistyped) and
+    // fails only at the first write: every rank then reported its peers as missing.
+    std::error_code ec;
+    if (const auto st = std::filesystem::status(dir, ec); !ec && std::filesystem::exists(st) && !std::filesystem::is_directory(st))
+      throw comm_error("cannot open the file store " + quoted_path(dir) + ": it is not a directory (a file store is a "
+                       "directory every rank of the run shares)");
     try {
       s.store_ = std::make_shared<gloo::rendezvous::FileStore>(dir);
     } catch (const std::exception& e) {
       throw comm_error("cannot open the file store " + quoted_path(dir) + ": " + e.what());
     }
-    s.description_ = "file store " + dir;
+    s.description_ = "file store " + quoted_path(dir);
     return s;
   }
   /// The TCP store at host:port (tcp_store.hpp); with o.is_server, this process hosts it.
@@ -376,6 +383,11 @@ class gloo_communicator {
     bool timed_out = false;  // the last slice timed out: the store's words would name that slice's time-out
     try {
       st.set(key(rank_), std::vector<char>{'1'});
+    } catch (const std::exception& e) {  // this rank's own write: no peer is to blame
+      throw comm_error(who() + ": connecting " + std::to_string(size()) + " ranks through the " + store_.description() +
+                       ": this rank cannot write to the store: " + e.what());
+    }
+    try {
       for (int r = 0; r < size(); ++r)
         if (r != rank_) others.push_back(key(r));
       const auto deadline = std::chrono::steady_clock::now() + timeout_;

@@ -14,6 +14,7 @@
 #include <unistd.h>  // close
 
 #include <chrono>        // std::chrono
+#include <cstddef>       // std::size_t
 #include <cstdint>       // std::uint8_t, std::uint32_t, std::uint64_t
 #include <memory>        // std::unique_ptr
 #include <mutex>         // std::mutex
@@ -28,6 +29,9 @@
 #include "../core/error.hpp"  // comm_error
 
 namespace autoshard {
+
+/// The longest server host name a tcp_store takes: what a resolver looks up (RFC 1035).
+inline constexpr std::size_t max_tcp_host_bytes = 253;
 
 /// How a tcp_store behaves.
 struct tcp_store_options {

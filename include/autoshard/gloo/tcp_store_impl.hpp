@@ -486,6 +486,11 @@ class server {
 AUTOSHARD_TCP_INLINE tcp_store::tcp_store(std::string host, std::uint16_t port, tcp_store_options opts)
     : host_(std::move(host)), port_(port), opts_(std::move(opts)) {
   if (host_.empty()) throw comm_error("tcp store: the server's host name is empty");
+  // A name the resolver can look up has at most 253 bytes (RFC 1035); a longer one, from an
+  // environment variable, was carried whole into every message about the store.
+  if (host_.size() > max_tcp_host_bytes)
+    throw comm_error("tcp store: the server's host name " + quoted_text(host_) + " is longer than a host name may be (" +
+                     std::to_string(max_tcp_host_bytes) + " bytes, RFC 1035)");
   if (!detail::tcp::plain_host(host_))
     throw comm_error("tcp store: the server's host name " + quoted_text(host_) +
                      " holds a control character or a byte that is not UTF-8");

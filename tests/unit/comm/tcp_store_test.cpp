@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -308,6 +309,36 @@ TEST_CASE("tcp store: a host, an address or a key with control characters is esc
   // Keys: a peer's server sends back the missing ones.
   CHECK(detail::tcp::key_list({"ok", hostile}) == "'ok', 'a\\x1B[31mb\\x0Ac'");
   for (const std::string& m : {host, url}) CHECK(m.find_first_of("\x1B\n") == std::string::npos);
+}
+
+TEST_CASE("tcp store: a host name longer than a resolver looks up is refused, quoted cut, before anything else") {
+  // AUTOSHARD_STORE=tcp://<100 KB>:1 was carried whole into every message about the store (200 KB).
+  const std::string host(100000, 'a');
+  std::string m;
+  try {
+    tcp_store s(host, 1, client_opts());
+  } catch (const comm_error& e) {
+    m = e.what();
+  }
+  CHECK(m == "comm error: tcp store: the server's host name '" + std::string(80, 'a') +
+                 "...' (100000 bytes) is longer than a host name may be (253 bytes, RFC 1035)");
+  CHECK_THROWS_WITH_AS(open_store("tcp://" + host + ":1", 1, 100ms), doctest::Contains("(100000 bytes) is longer than"), comm_error);
+}
+
+TEST_CASE("a file store that is not a directory is refused when it is opened, not blamed on the peers") {
+  // Gloo opened a regular file as a FileStore and failed at the first write: each rank then
+  // said its peers "did not join within 30000 ms".
+  const std::filesystem::path f = std::filesystem::temp_directory_path() / ("autoshard-store-file-" + std::to_string(::getpid()));
+  { std::ofstream(f) << "not a directory"; }
+  std::string m;
+  try {
+    (void)open_store(f.string(), 0, 100ms);
+  } catch (const comm_error& e) {
+    m = e.what();
+  }
+  std::filesystem::remove(f);
+  CHECK(m == "comm error: cannot open the file store '" + f.string() +
+                 "': it is not a directory (a file store is a directory every rank of the run shares)");
 }
 
 TEST_CASE("tcp store: a key that never appears is a comm_error within the timeout, naming the key") {

@@ -1192,5 +1192,13 @@ long_host=$(head -c 100000 /dev/zero | tr '\0' a)
 expect store-host 1 "^autoshard: comm error: tcp store: the server's host name 'a{80}\.\.\.' \(100000 bytes\) is longer than a host name may be \(253 bytes, RFC 1035\)$" \
   env RANK=1 WORLD_SIZE=2 AUTOSHARD_STORE="tcp://$long_host:1" "$tool" calibrate --from-env --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/sh.json"
 [ "$(wc -c <"$tmp/err")" -lt 1000 ] && ok || bad "store-host: $(wc -c <"$tmp/err") bytes of stderr"
-
+# pp-one-layer: `plan --pp auto` (or --pp 1) of a one-layer model tried each of its 10
+# configurations, every one failing alike, and blamed the ILP: "no pipelined configuration could
+# be planned: the ILP found no plan for any of the 10 configurations it tried (pp 1, tp 1, dp 4,
+# ...: a pipeline needs a model of at least two repeated layers; ...)". Now refused up front.
+for pp in auto 1; do
+  expect pp-one-layer 1 "^autoshard: solver error: no pipelined configuration: a pipeline needs a model of at least two repeated layers, and this one has 1$" \
+    "$tool" plan "${small[@]}" --mesh 2x2 --pp $pp --out "$tmp/pol.json" --quiet --no-svg
+done
+test ! -e "$tmp/pol.json" && ok || bad "pp-one-layer: a plan was written"
 finish hardening

@@ -290,6 +290,13 @@ struct stage_probe {
   int micro_batches = 1;
 };
 
+namespace detail {
+/// Why no pipeline cuts a model of `layers` repeated layers (fewer than 2) into stages.
+inline std::string too_few_layers(std::size_t layers) {
+  return "a pipeline needs a model of at least two repeated layers, and this one has " + std::to_string(layers);
+}
+}  // namespace detail
+
 /// The probe of configuration `c` (its dp set) for `g` (the global batch) on `mesh`.
 inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
                                     const pipeline_config& c) {
@@ -299,7 +306,7 @@ inline stage_probe make_stage_probe(const model_graph& g, const device_mesh& mes
   if (c.micro_batch < 1 || batch <= 0 || batch % step_batch != 0)
     throw solver_error("a global batch of " + std::to_string(batch) + " does not run in micro-batches of " +
                        std::to_string(c.micro_batch) + " on each of " + std::to_string(c.dp) + " data-parallel ranks");
-  if (map_layers(g).indices.size() < 2) throw solver_error("a pipeline needs a model of at least two repeated layers");
+  if (const std::size_t n = map_layers(g).indices.size(); n < 2) throw solver_error(detail::too_few_layers(n));
   stage_probe probe;
   probe.pp_link = sub.pp_link;
   probe.tp_axis = sub.tp_axis;
@@ -772,6 +779,12 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
   const auto t0 = std::chrono::steady_clock::now();
   pipeline_search out;
   const layer_map L = map_layers(g);
+  // Every configuration of a model of one layer fails alike: each was tried, and the refusal
+  // blamed the ILP ("found no plan for any of the 10 configurations it tried"), repeating why.
+  if (L.indices.size() < 2) {
+    out.empty = "no pipelined configuration: " + detail::too_few_layers(L.indices.size());
+    return out;
+  }
   std::vector<pipeline_config> space = detail::pipeline_space(g, L, mesh, pricing, so);
   out.configurations = space.size();
   check_pipeline_memory(g, mesh, pricing, space);  // before any stage model is built

@@ -322,6 +322,23 @@ TEST_CASE("pipelined: export --to megatron gives the stages, the first and last 
   CHECK_THROWS_WITH_AS(export_tensor_parallel(lp), doctest::Contains("the plan is pipelined (2 stages)"), spec_error);
 }
 
+TEST_CASE("pipelined: a model of one layer is refused before any configuration is tried") {
+  // Each of its configurations failed alike, and the tool blamed the ILP: "no pipelined
+  // configuration could be planned: the ILP found no plan for any of the 10 configurations it
+  // tried (...: a pipeline needs a model of at least two repeated layers; ...)".
+  const autoshard::model_graph g = small_gpt(1, 8);
+  const autoshard::device_mesh mesh(std::vector<int>{2, 2});
+  const autoshard::pipeline_search r = autoshard::search_pipelines(g, mesh, a100(), {});
+  CHECK(r.configurations == 0);
+  CHECK(r.failed == 0);
+  CHECK_FALSE(r.best);
+  CHECK(r.empty == "no pipelined configuration: a pipeline needs a model of at least two repeated layers, and this one has 1");
+  const autoshard::pipeline_config c{1, 2, 2, 1, autoshard::recompute_kind::none, autoshard::pipeline_schedule::one_f_one_b};
+  CHECK_THROWS_WITH_AS(autoshard::make_stage_probe(g, mesh, a100(), c),
+                       "solver error: a pipeline needs a model of at least two repeated layers, and this one has 1",
+                       autoshard::solver_error);
+}
+
 TEST_CASE("pipelined: sizes that admit no configuration are refused with the numbers, not as memory") {
   const autoshard::model_graph g = small_gpt(4, 16);
   const autoshard::device_mesh mesh(std::vector<int>{2, 4});

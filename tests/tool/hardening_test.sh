@@ -1201,4 +1201,16 @@ for pp in auto 1; do
     "$tool" plan "${small[@]}" --mesh 2x2 --pp $pp --out "$tmp/pol.json" --quiet --no-svg
 done
 test ! -e "$tmp/pol.json" && ok || bad "pp-one-layer: a plan was written"
+# max-bytes-size: calibrate's --max-bytes, "BYTES in [65536, 1073741824]", read a bare number
+# only: `--max-bytes 1GiB` (the largest allowed, as its own refusal writes it) and 64KiB were
+# usage errors, while 65536.5 was taken. Now a size as every size flag reads one, whole.
+expect max-bytes-size 0 "" "$tool" calibrate --mesh 2 --max-bytes 64KiB --repeats 1 --out "$tmp/mbs.json"
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert max(s['bytes'] for s in d['axes'][0]['samples']) == 65536, d" "$tmp/mbs.json" && ok ||
+  bad "max-bytes-size: --max-bytes 64KiB did not measure up to 65536 bytes"
+expect max-bytes-size 2 "^--max-bytes: '65536\.5' is 65536\.5 bytes, not a whole number of bytes$" \
+  "$tool" calibrate --mesh 2 --max-bytes 65536.5 --repeats 1 --out "$tmp/mbs2.json"
+(ulimit -v 2000000; "$tool" calibrate --mesh 2 --max-bytes 1GiB --repeats 1 --out "$tmp/mbs2.json" >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc")
+[ "$(cat "$tmp/rc")" = 1 ] && grep -Eq "^autoshard: resource error: calibrate would need about 6\.[0-9]+ GiB: 2 ranks as threads of this process, each holding three buffers of --max-bytes 1073741824 \(1\.00 GiB\); but this process can allocate" "$tmp/err" &&
+  test ! -e "$tmp/mbs2.json" && ok || bad "max-bytes-size: --max-bytes 1GiB under ulimit -v: exit $(cat "$tmp/rc"), $(head -c 300 "$tmp/err")"
+
 finish hardening

@@ -36,9 +36,10 @@ constexpr int max_calibration_threads = 64;          // ranks as threads of this
 constexpr double calibration_rank_overhead = 4 << 20;
 constexpr double calibration_process_overhead = 32 << 20;
 
+/// A byte count as the messages write it: whole up to 12 digits (1073741824, not 1.07374e+09).
 std::string number(double x) {
   std::ostringstream s;
-  s << x;
+  s << std::setprecision(12) << x;
   return s.str();
 }
 
@@ -146,16 +147,18 @@ void register_calibrate(CLI::App& app, action& run) {
   cmd->add_option("--out", o->out, "calibration file (JSON)")->capture_default_str();
   add_follow_symlinks(*cmd, o->follow_symlinks);
   // Out of range is a usage error (exit 2), as for every number option; run_calibrate checks again.
+  // A size as every size flag reads one (byte_count: 64KiB, 4MiB, 1GiB, 4e6), a whole number of
+  // bytes; CLI11 then reads the count it stands for. `--max-bytes 1GiB` (the largest allowed,
+  // as the refusal itself wrote it) was refused as no number, and 65536.5 taken.
   cmd->add_option("--max-bytes", o->max_bytes, "largest message (64 KiB .. 1 GiB); sizes go 4 KiB, 16 KiB, ... up to it")
       ->capture_default_str()
-      ->check(CLI::Validator(
+      ->transform(CLI::Validator(
           [](std::string& in) -> std::string {
-            errno = 0;
-            char* end = nullptr;
-            const double v = std::strtod(in.c_str(), &end);
-            if (!decimal_number_text(in) || end == in.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 65536 ||
-                v > static_cast<double>(max_calibration_bytes))
+            const std::optional<double> v = byte_count(in);
+            if (!v || !std::isfinite(*v) || *v < 65536 || *v > static_cast<double>(max_calibration_bytes))
               return "must be a number of bytes from 65536 (64 KiB) to 1073741824 (1 GiB), got " + in;
+            if (const std::string f = fractional_bytes(*v); !f.empty()) return quoted_text(in) + " " + f;
+            in = std::to_string(static_cast<std::int64_t>(*v));
             return {};
           },
           "BYTES in [65536, 1073741824]"));

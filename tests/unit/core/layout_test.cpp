@@ -208,6 +208,15 @@ TEST_CASE("quoted_text: whole characters, a cut with the length, stray bytes and
   CHECK(cut.find_first_of("\x1B\n") == std::string::npos);
 }
 
+TEST_CASE("escaped_name: a file's name as a report prints it, whole up to 256 bytes, then cut with its length") {
+  // solve echoed a 5 MB IOPDDL problem name whole; show --plan padded every row to a 5 MB name.
+  CHECK(escaped_name("transformer.h.0.attn") == "transformer.h.0.attn");
+  CHECK(escaped_name(std::string(256, 'x')) == std::string(256, 'x'));
+  CHECK(escaped_name(std::string(5000000, 'x')) == std::string(256, 'x') + "... (5000000 bytes)");
+  CHECK(escaped_name(std::string(255, 'x') + "\xD9\xA2") == std::string(255, 'x') + "... (257 bytes)");  // not half of U+0662
+  CHECK(escaped_name("a\x1B[31mb\nc") == "a\\x1B[31mb\\x0Ac");  // escaped as escaped_text escapes
+}
+
 TEST_CASE("escaped_text: escaped as quoted_text escapes, without quotes and never cut (a report's columns)") {
   CHECK(escaped_text("transformer.h.0.attn") == "transformer.h.0.attn");  // an ordinary name reads as it is
   CHECK(escaped_text("") == "");

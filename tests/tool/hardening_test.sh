@@ -1212,5 +1212,16 @@ expect max-bytes-size 2 "^--max-bytes: '65536\.5' is 65536\.5 bytes, not a whole
 (ulimit -v 2000000; "$tool" calibrate --mesh 2 --max-bytes 1GiB --repeats 1 --out "$tmp/mbs2.json" >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc")
 [ "$(cat "$tmp/rc")" = 1 ] && grep -Eq "^autoshard: resource error: calibrate would need about 6\.[0-9]+ GiB: 2 ranks as threads of this process, each holding three buffers of --max-bytes 1073741824 \(1\.00 GiB\); but this process can allocate" "$tmp/err" &&
   test ! -e "$tmp/mbs2.json" && ok || bad "max-bytes-size: --max-bytes 1GiB under ulimit -v: exit $(cat "$tmp/rc"), $(head -c 300 "$tmp/err")"
+# show-empty: `show --shape 4,0` (any dim of 0) drew an empty frame, "+" and the row labels,
+# under a note blaming an uneven split ("ranks 0,1 hold nothing: the split is uneven (ceil
+# rule)"), and --svg wrote a picture of no block. Now refused, naming the dim; --json lists them.
+expect show-empty 1 "^autoshard: shape error: show: \[4,0\] has no elements \(dim 1 is 0\): no rank holds any of it, there is no block map to draw; --json lists the empty blocks$" \
+  "$tool" show --mesh 2 --shape 4,0 --spec S0R
+[ ! -s "$tmp/out" ] && ok || bad "show-empty: the refused map printed $(head -c 100 "$tmp/out")"
+expect show-empty 1 "^autoshard: shape error: --svg: \[0,4\] has no elements \(dim 0 is 0\): .*; --json without --svg lists the empty blocks$" \
+  "$tool" show --mesh 2 --shape 0,4 --spec S0R --svg "$tmp/se.svg"
+test ! -e "$tmp/se.svg" && ok || bad "show-empty: an SVG was written"
+expect show-empty 0 "" "$tool" show --mesh 2 --shape 0,4 --spec S0R --json
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['empty_ranks'] == [0, 1], d" "$tmp/out" && ok || bad "show-empty: --json: $(head -c 200 "$tmp/out")"
 
 finish hardening

@@ -324,6 +324,13 @@ std::string leading_text(const leading_block& b) {
 void draw(const device_mesh& m, const sharding_spec& s, const tensor_shape& shape, const std::string& svg, bool json,
           const nlohmann::json& extra, const std::string& heading, const std::string& slice = "") {
   if (shape.rank == 0) throw shape_error("show needs a tensor of rank 1 or more");
+  // A dim of 0 leaves no block to draw: the map was an empty frame (a "+" and the row labels),
+  // under a note that blamed an uneven split ("ranks 0,1 hold nothing: the split is uneven").
+  for (std::size_t d = 0; d < shape.rank; ++d)
+    if (shape[d] == 0 && (!json || !svg.empty()))
+      throw shape_error(std::string(svg.empty() ? "show" : "--svg") + ": " + to_string(shape) + " has no elements (dim " + std::to_string(d) +
+                        " is 0): no rank holds any of it, there is no block map to draw; --json" + (svg.empty() ? "" : " without --svg") +
+                        " lists the empty blocks");
   const std::vector<leading_block> blocks = leading_blocks(m, s, shape, slice);
   std::vector<block_map> maps;
   for (const leading_block& b : blocks) maps.push_back(build_map(m, s, shape, b));

@@ -1157,6 +1157,10 @@ expect json-nul 1 "^autoshard: io error: IOPDDL problem '.*jn-problem.json' is n
 expect json-nul 1 "config.json' is not valid JSON: a NUL byte \(0x00\) at offset " \
   "$tool" plan --model "$tmp/jn-cfg" --mesh 2 --out "$tmp/jn.out" --quiet --no-svg
 test ! -e "$tmp/jn.out" && ok || bad "json-nul: an output was written"
+# A gzip file holds NULs in its first bytes: it is still refused as gzip (the contest ships .json.gz).
+python3 -c "import gzip, sys; f = gzip.open(sys.argv[2], 'wb'); f.write(open(sys.argv[1], 'rb').read()); f.close()" "$data/solve/example.json" "$tmp/jn.json.gz"
+expect json-nul 1 "^autoshard: io error: IOPDDL problem '.*jn.json.gz' is gzip-compressed, not JSON: decompress it first" \
+  "$tool" solve "$tmp/jn.json.gz" --quiet
 # echoed-names: an IOPDDL problem (or node) named by 5 MB of text was echoed whole by solve's
 # report (a 5 MB line); a hand-edited plan's 5 MB operator name padded every row of `show
 # --plan`'s table to 5 MB. Now a name from a file is printed whole up to 256 bytes, else its

@@ -791,8 +791,10 @@ class json_text_source final : public std::streambuf {
     read_ += k;
     if (read_ > checked_) check();
     setg(buf_.data(), buf_.data(), buf_.data() + k);
-    // A NUL would end the parse as the end of the input does (detail::json_nul_byte).
+    // A NUL would end the parse as the end of the input does (detail::json_nul_byte). A gzip
+    // file has one in its first bytes: it is refused as gzip (refuse_gzip), as before.
     if (char* z = static_cast<char*>(std::memchr(buf_.data(), 0, k))) {
+      if (read_ == k) refuse_gzip(std::string_view(buf_.data(), k), source_);
       setg(buf_.data(), z + 1, buf_.data() + k);  // position() names the NUL
       throw json_nul_byte(source_, read_ - k + static_cast<std::uint64_t>(z - buf_.data()), position());
     }

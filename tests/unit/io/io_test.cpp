@@ -377,6 +377,9 @@ TEST_CASE("sax_parse_json: streams a text to a handler, refusing what may not fi
   CHECK(error_of([&] { sax_parse_json(cut, "t.json", streamed, {}); }).rfind("io error: t.json is not valid JSON at byte 9: ", 0) == 0);
   std::istringstream gz(std::string("\x1f\x8b\x08", 3));
   CHECK(error_of([&] { sax_parse_json(gz, "t.json", streamed, {}); }).find("t.json is gzip-compressed, not JSON") != std::string::npos);
+  // A real gzip header holds NUL bytes: still refused as gzip, not as a NUL (json_nul_byte).
+  std::istringstream gz0(std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10));
+  CHECK(error_of([&] { sax_parse_json(gz0, "t.json", streamed, {}); }).find("t.json is gzip-compressed, not JSON") != std::string::npos);
   // A handler that keeps 2^40 bytes a byte: past the 2 MiB not checked, the reading stops
   // before the next 64 KiB, whose worst case no memory can hold, with the sizes read and left
   // when the stream can seek; the numbers read before it are the handler's.

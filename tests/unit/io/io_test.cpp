@@ -128,30 +128,35 @@ TEST_CASE("invalid_utf8_at accepts exactly the strings nlohmann's dump() writes,
   CHECK(detail::utf8_escaped(std::string(56, 'a') + "\xC3\xA9\xC3\xA9\xC3\xA9") == std::string(56, 'a') + "...");  // not cut inside a character
 }
 
+namespace {
+/// A streaming reader that keeps nothing, and the error each JSON reader gives for a text
+/// ("(no io_error)" when it reads): the tree parser's and the streaming one's.
+struct null_sax {
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(std::int64_t) { return true; }
+  bool number_unsigned(std::uint64_t) { return true; }
+  bool number_float(double, const std::string&) { return true; }
+  bool string(std::string&) { return true; }
+  bool binary(nlohmann::json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return true; }
+  bool end_object() { return true; }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  bool key(std::string&) { return true; }
+  bool parse_error(std::size_t b, const std::string&, const nlohmann::json::exception& e) { throw json_syntax_error("s", b, e); }
+};
+std::string tree(const std::string& t) { return error_of([&] { (void)parse_json_text(t, "doc"); }); }
+std::string stream(const std::string& t) {
+  return error_of([&] {
+    std::istringstream in(t);
+    null_sax sax;
+    sax_parse_json(in, "doc", sax, {});
+  });
+}
+}  // namespace
+
 TEST_CASE("every JSON reader refuses an object that names a member twice, saying which, in which object and where") {
-  struct null_sax {  // a streaming reader that keeps nothing
-    bool null() { return true; }
-    bool boolean(bool) { return true; }
-    bool number_integer(std::int64_t) { return true; }
-    bool number_unsigned(std::uint64_t) { return true; }
-    bool number_float(double, const std::string&) { return true; }
-    bool string(std::string&) { return true; }
-    bool binary(nlohmann::json::binary_t&) { return true; }
-    bool start_object(std::size_t) { return true; }
-    bool end_object() { return true; }
-    bool start_array(std::size_t) { return true; }
-    bool end_array() { return true; }
-    bool key(std::string&) { return true; }
-    bool parse_error(std::size_t b, const std::string&, const nlohmann::json::exception& e) { throw json_syntax_error("s", b, e); }
-  };
-  const auto tree = [](const std::string& t) { return error_of([&] { (void)parse_json_text(t, "doc"); }); };
-  const auto stream = [](const std::string& t) {
-    return error_of([&] {
-      std::istringstream in(t);
-      null_sax sax;
-      sax_parse_json(in, "doc", sax, {});
-    });
-  };
   const std::string tail = "; an object names each member once: remove one of them";
   for (const auto& read : {std::function<std::string(const std::string&)>(tree), std::function<std::string(const std::string&)>(stream)}) {
     CHECK(read(R"({"a":1,"a":2})") == "io error: doc: the document has the member 'a' twice (the second ends at line 1, column 10)" + tail);
@@ -167,29 +172,6 @@ TEST_CASE("every JSON reader refuses an object that names a member twice, saying
 }
 
 TEST_CASE("every JSON reader refuses a NUL byte, which nlohmann's parser took for the end of the text") {
-  struct null_sax {  // a streaming reader that keeps nothing
-    bool null() { return true; }
-    bool boolean(bool) { return true; }
-    bool number_integer(std::int64_t) { return true; }
-    bool number_unsigned(std::uint64_t) { return true; }
-    bool number_float(double, const std::string&) { return true; }
-    bool string(std::string&) { return true; }
-    bool binary(nlohmann::json::binary_t&) { return true; }
-    bool start_object(std::size_t) { return true; }
-    bool end_object() { return true; }
-    bool start_array(std::size_t) { return true; }
-    bool end_array() { return true; }
-    bool key(std::string&) { return true; }
-    bool parse_error(std::size_t b, const std::string&, const nlohmann::json::exception& e) { throw json_syntax_error("s", b, e); }
-  };
-  const auto tree = [](const std::string& t) { return error_of([&] { (void)parse_json_text(t, "doc"); }); };
-  const auto stream = [](const std::string& t) {
-    return error_of([&] {
-      std::istringstream in(t);
-      null_sax sax;
-      sax_parse_json(in, "doc", sax, {});
-    });
-  };
   const std::string what = "io error: doc is not valid JSON: a NUL byte (0x00) at offset ";
   const std::string tail = ", which no JSON text holds (a string writes it \\u0000)";
   for (const auto& read : {std::function<std::string(const std::string&)>(tree), std::function<std::string(const std::string&)>(stream)}) {

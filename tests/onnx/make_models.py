@@ -25,6 +25,9 @@ gpt2-dynamo.onnx       the opset 17 model at opset 18 with attention as torch's 
                        finfo.min) added to the scores), q and k^T each scaled by sqrt(scale),
                        k^T transposed over a 3-D view, the softmax guarded by
                        Where(IsNaN(p), 0, p).
+llama-dynamo.onnx      LlamaAttention as torch's dynamo exporter writes it: rotary in the heads'
+                       layout from the inv_freq buffer (base 500000), key/value heads repeated
+                       (4 heads over 2), q and k^T scaled apart; -10k: the same at base 10000.
 rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm exports it
                        (Pow, ReduceMean, Add eps, Sqrt, Reciprocal, Mul, Mul by the weight), an
                        exact (Erf) GELU MLP, and a padding select Where(keep [batch, seq, 1],
@@ -241,6 +244,93 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
     return model
 
 
+def llama_attention(H=64, HEADS=4, KV=2, BASE=500000.0):
+    """LlamaAttention as torch's dynamo exporter writes it, on x [batch, sequence, H]: q/k/v
+    projections (MatMul by the [in, out] weights the exporter folds), heads by Reshape +
+    Transpose, q and k turned by apply_rotary_pos_emb in the heads' layout (x * cos +
+    cat(-x[..., D/2:], x[..., :D/2]) * sin, the tables cos/sin of Range(0, S) x the inv_freq
+    buffer, BASE^(-2i/D), concatenated twice), k and v repeated for the query heads (repeat_kv:
+    Unsqueeze, Expand, Reshape), q and k^T each scaled by sqrt(1/sqrt(D)), softmax, merged back
+    and o_proj. inv_freq is marked a BUFFER as the exporter marks it."""
+    rng = np.random.default_rng(5)
+    D = H // HEADS
+    nodes = []
+    p = "/model/layers.0/self_attn/"
+    inv = (BASE ** (-np.arange(0, D, 2, dtype=np.float64) / D)).astype(np.float32)
+    inits = [numpy_helper.from_array(inv, "model.rotary_emb.inv_freq")]
+    for name, n_out in (("q_proj", H), ("k_proj", KV * D), ("v_proj", KV * D), ("o_proj", H)):
+        inits.append(init(f"model.layers.0.self_attn.{name}.weight", [H, n_out], rng))
+
+    def i64(name, v):
+        return const(nodes, p + name, v, np.int64)
+    nodes.append(helper.make_node("Shape", ["x"], [p + "xs"], name=p + "Shape"))
+    nodes.append(helper.make_node("Gather", [p + "xs", i64("one", 1)], [p + "seq"], name=p + "Gather_seq", axis=0))
+    nodes.append(helper.make_node("Gather", [p + "xs", i64("zero", 0)], [p + "bat"], name=p + "Gather_batch", axis=0))
+    nodes.append(helper.make_node("Range", [i64("r0", 0), p + "seq", i64("r1", 1)], [p + "pos"], name="node_arange"))
+    nodes.append(helper.make_node("Cast", [p + "pos"], [p + "posf"], name="node_to_copy", to=TensorProto.FLOAT))
+    nodes.append(helper.make_node("Unsqueeze", [p + "posf", i64("axl", [-1])], [p + "pos2"], name="node_unsqueeze"))
+    nodes.append(helper.make_node("Mul", [p + "pos2", "model.rotary_emb.inv_freq"], [p + "freqs"], name="node_mul"))
+    nodes.append(helper.make_node("Concat", [p + "freqs", p + "freqs"], [p + "emb"], name="node_cat", axis=-1))
+    for f in ("Cos", "Sin"):
+        nodes.append(helper.make_node(f, [p + "emb"], [p + f.lower()], name="node_" + f.lower()))
+        nodes.append(helper.make_node("Unsqueeze", [p + f.lower(), i64(f.lower() + "_ax", [0, 1])], [p + f.lower() + "4"],
+                                      name="node_unsqueeze_" + f.lower()))
+
+    def view(x, tail, name):  # Reshape(x, [batch, seq] + tail), the shape built from Shape(x) as torch writes views
+        nodes.append(helper.make_node("Unsqueeze", [p + "bat", i64(name + "_a0", [0])], [p + name + "_b"], name=p + name + "_ub"))
+        nodes.append(helper.make_node("Unsqueeze", [p + "seq", i64(name + "_a1", [0])], [p + name + "_s"], name=p + name + "_us"))
+        nodes.append(helper.make_node("Concat", [p + name + "_b", p + name + "_s", i64(name + "_t", tail)], [p + name + "_shape"],
+                                      name=p + name + "_Concat", axis=0))
+        nodes.append(helper.make_node("Reshape", [x, p + name + "_shape"], [p + name], name=p + name))
+        return p + name
+    heads = {}
+    for t, n in (("q", HEADS), ("k", KV), ("v", KV)):
+        nodes.append(helper.make_node("MatMul", ["x", f"model.layers.0.self_attn.{t}_proj.weight"], [p + t], name=f"/model/layers.0/self_attn/{t}_proj/MatMul"))
+        nodes.append(helper.make_node("Transpose", [view(p + t, [n, D], t + "_view")], [p + t + "h"], name=p + "Transpose_" + t, perm=[0, 2, 1, 3]))
+        heads[t] = p + t + "h"
+    for t in ("q", "k"):  # apply_rotary_pos_emb
+        x = heads[t]
+        nodes.append(helper.make_node("Mul", [x, p + "cos4"], [p + t + "_c"], name=p + "Mul_cos_" + t))
+        nodes.append(helper.make_node("Slice", [x, i64(t + "_lo0", [0]), i64(t + "_lo1", [D // 2]), i64(t + "_lax", [-1])], [p + t + "_lo"],
+                                      name=p + "Slice_lo_" + t))
+        nodes.append(helper.make_node("Slice", [x, i64(t + "_hi0", [D // 2]), i64(t + "_hi1", [2 ** 63 - 1]), i64(t + "_hax", [-1])],
+                                      [p + t + "_hi"], name=p + "Slice_hi_" + t))
+        nodes.append(helper.make_node("Neg", [p + t + "_hi"], [p + t + "_n"], name=p + "Neg_" + t))
+        nodes.append(helper.make_node("Concat", [p + t + "_n", p + t + "_lo"], [p + t + "_rh"], name=p + "Concat_rh_" + t, axis=-1))
+        nodes.append(helper.make_node("Mul", [p + t + "_rh", p + "sin4"], [p + t + "_s"], name=p + "Mul_sin_" + t))
+        nodes.append(helper.make_node("Add", [p + t + "_c", p + t + "_s"], [p + t + "_r"], name=p + "Add_rot_" + t))
+        heads[t] = p + t + "_r"
+    rep = HEADS // KV
+    for t in ("k", "v"):  # repeat_kv: [B, kv, S, D] -> [B, kv, rep, S, D] -> [B, kv * rep, S, D]
+        nodes.append(helper.make_node("Unsqueeze", [heads[t], i64(t + "_rep_ax", [2])], [p + t + "_u"], name=p + "Unsqueeze_rep_" + t))
+        nodes.append(helper.make_node("Unsqueeze", [p + "bat", i64(t + "_eb_ax", [0])], [p + t + "_eb"], name=p + "Unsqueeze_eb_" + t))
+        nodes.append(helper.make_node("Unsqueeze", [p + "seq", i64(t + "_es_ax", [0])], [p + t + "_es"], name=p + "Unsqueeze_es_" + t))
+        nodes.append(helper.make_node("Concat", [p + t + "_eb", i64(t + "_e1", [KV, rep]), p + t + "_es", i64(t + "_e2", [D])],
+                                      [p + t + "_eshape"], name=p + "Concat_e_" + t, axis=0))
+        nodes.append(helper.make_node("Expand", [p + t + "_u", p + t + "_eshape"], [p + t + "_e"], name=p + "Expand_" + t))
+        nodes.append(helper.make_node("Concat", [p + t + "_eb", i64(t + "_r1", [HEADS]), p + t + "_es", i64(t + "_r2", [D])],
+                                      [p + t + "_rshape"], name=p + "Concat_r_" + t, axis=0))
+        nodes.append(helper.make_node("Reshape", [p + t + "_e", p + t + "_rshape"], [p + t + "_rep"], name=p + "Reshape_rep_" + t))
+        heads[t] = p + t + "_rep"
+    c = const(nodes, p + "sqrt_scale", math.sqrt(1.0 / math.sqrt(D)))
+    nodes.append(helper.make_node("Transpose", [heads["k"]], [p + "kt"], name=p + "Transpose_kt", perm=[0, 1, 3, 2]))
+    nodes.append(helper.make_node("Mul", [heads["q"], c], [p + "qs"], name=p + "Mul_q"))
+    nodes.append(helper.make_node("Mul", [p + "kt", c], [p + "ks"], name=p + "Mul_k"))
+    nodes.append(helper.make_node("MatMul", [p + "qs", p + "ks"], [p + "scores"], name=p + "MatMul"))
+    nodes.append(helper.make_node("Softmax", [p + "scores"], [p + "probs"], name=p + "Softmax", axis=-1))
+    nodes.append(helper.make_node("MatMul", [p + "probs", heads["v"]], [p + "ctx4"], name=p + "MatMul_1"))
+    nodes.append(helper.make_node("Transpose", [p + "ctx4"], [p + "ctxt"], name=p + "Transpose_ctx", perm=[0, 2, 1, 3]))
+    nodes.append(helper.make_node("MatMul", [view(p + "ctxt", [H], "ctx_view"), "model.layers.0.self_attn.o_proj.weight"], ["y"],
+                                  name="/model/layers.0/self_attn/o_proj/MatMul"))
+    graph = helper.make_graph(nodes, "llama_attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", H])], inits)
+    model = helper.make_model(graph, producer_name="autoshard-tests", opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return with_input_specs(model, {"model.rotary_emb.inv_freq"})
+
+
 def mlp():
     """torch.nn.Sequential(Linear(256, 1024), GELU(), Linear(1024, 256)) through torch.onnx.export
     (opset 14, input x [batch, 256]): Gemm with transB for each Linear, the Erf pattern for GELU."""
@@ -354,6 +444,8 @@ def main():
     onnx.save(gpt2(True, **sizes), os.path.join(out, "gpt2-block-fused.onnx"))
     onnx.save(gpt2(False, leaky_mask=True, **sizes), os.path.join(out, "gpt2-block-leaky.onnx"))
     onnx.save(gpt2(True, dynamo=True, **sizes), os.path.join(out, "gpt2-dynamo.onnx"))
+    onnx.save(llama_attention(**(dict(H=8, HEADS=2, KV=1) if tiny else {})), os.path.join(out, "llama-dynamo.onnx"))
+    onnx.save(llama_attention(BASE=10000.0, **(dict(H=8, HEADS=2, KV=1) if tiny else {})), os.path.join(out, "llama-dynamo-10k.onnx"))
     onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
     hostile = "a\x1b[31mb\nc"  # recolours a terminal, and forges a line of its own
     onnx.save(unmapped(fc1="fc1" + hostile, fancy="fancy" + hostile, fancy_type="Fancy" + hostile,

@@ -120,6 +120,28 @@ EOF
 run "$tool" verify --plan "$tmp/p5.json" --forward-only
 [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "gpt2-dynamo.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 
+# LLaMA's attention as torch's dynamo exporter writes it (rotary in the heads' layout from the
+# inv_freq buffer, key/value heads repeated): one grouped-query attention, the rotary of q's
+# and of k's projection at the buffer's base (Hugging Face's rotate_half), nothing opaque; it runs.
+for f in llama-dynamo:500000 llama-dynamo-10k:10000; do
+  run "$tool" plan --model "$tmp/${f%%:*}.onnx" --mesh 2 --batch 2 --seq 16 --quiet --no-svg --out "$tmp/l.json"
+  "$py" - "$tmp/l.json" "${f##*:}" <<'EOF' && ok || bad "${f%%:*}.onnx: the fused attention: $(cat "$tmp/err")"
+import collections, json, sys
+g = json.load(open(sys.argv[1]))["graph"]["nodes"]
+kinds = collections.Counter(n["kind"] for n in g)
+want = {"attention": 1, "rotary": 2, "linear": 4, "opaque": 0, "matmul": 0, "softmax": 0, "expand": 0}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+att = [n for n in g if n["kind"] == "attention"][0]["attrs"]
+rot = [n["attrs"] for n in g if n["kind"] == "rotary"]
+if bad or att.get("heads") != 4 or att.get("kv_heads") != 2:
+    sys.exit(f"kinds (got, want): {bad}, attention {att}")
+if sorted(r["heads"] for r in rot) != [2, 4] or not all(r.get("rotary_half") and abs(r.get("rotary_base", 1e4) / float(sys.argv[2]) - 1) < 1e-5 for r in rot):
+    sys.exit(f"rotaries {rot}, expected q's (4 heads) and k's (2) in rotate_half pairs at base {sys.argv[2]}")
+EOF
+  run "$tool" verify --plan "$tmp/l.json" --forward-only
+  [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "${f%%:*}.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
+done
+
 # A LLaMA-style block: RMSNorm, the exact GELU, Where and Expand are kinds with kernels, so a
 # sharded training step runs and matches the unsharded one.
 run "$tool" plan --model "$tmp/rms-mlp.onnx" --mesh 2x2 --batch 4 --seq 8 --memory-budget 200KiB --json --quiet --out "$tmp/r.json"

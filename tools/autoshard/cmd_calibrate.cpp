@@ -117,7 +117,9 @@ int run_calibrate(calibrate_cli_options o) {
     return exit_ok;
   }
   std::cout << "calibrated " << to_string(m) << " on " << result.backend << " (" << m.num_ranks()
-            << (o.from_env ? " ranks, one process each" : " ranks as threads of this process") << ")\n\n  axis  ranks   latency       bandwidth     held-out error\n";
+            << (m.num_ranks() == 1 ? (o.from_env ? " rank, one process" : " rank as a thread of this process")
+                : (o.from_env ? " ranks, one process each" : " ranks as threads of this process"))
+            << ")\n\n  axis  ranks   latency       bandwidth     held-out error\n";
   for (const auto& ax : result.axes) {
     std::cout << "  " << std::setw(4) << ax.axis << std::setw(7) << ax.group_size;
     if (!ax.measured) {

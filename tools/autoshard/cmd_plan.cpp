@@ -474,7 +474,7 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
             << parameter_count(g) << " parameters, " << to_string(mode)
             << "\nmesh    " << to_string(m);
   for (std::size_t a = 0; a < m.ndim(); ++a)
-    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << " ranks, " << m.link(a).beta / 1e9
+    std::cout << (a ? ", " : "  (") << "axis " << a << ": " << m.size(a) << (m.size(a) == 1 ? " rank, " : " ranks, ") << m.link(a).beta / 1e9
               << " GB/s, " << human_seconds(m.link(a).alpha);
   std::cout << ")\ndevice  " << device_line(o, po) << "\n";
   if (o.preload) std::cout << "plan    preloaded from " << escaped_text(o.out) << "\n";

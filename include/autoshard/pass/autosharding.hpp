@@ -1074,7 +1074,8 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
   }
   if (counts.empty())
     throw solver_error(name + ": the global batch of " + std::to_string(batch) + " sequences cannot run " +
-                       (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + " micro-batches" : std::string("in micro-batches")) +
+                       (p.micro_batches > 0 ? "in " + std::to_string(p.micro_batches) + (p.micro_batches == 1 ? " micro-batch" : " micro-batches")
+                                            : std::string("in micro-batches")) +
                        (p.micro_batch > 0 ? " of " + std::to_string(p.micro_batch) + " per data-parallel rank" : std::string()) +
                        (dp_fixed > 0 ? " over its " + std::to_string(dp_fixed) + " data-parallel ranks" : std::string()) +
                        " on mesh " + to_string(mesh) +

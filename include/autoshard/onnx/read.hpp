@@ -390,13 +390,16 @@ inline void reader::sort_nodes() {
   std::set<std::string> available;
   for (const auto& t : g.initializer()) available.insert(t.name());
   for (const auto& v : g.input()) available.insert(v.name());
-  for (int i = 0; i < g.node_size(); ++i)
+  for (int i = 0; i < g.node_size(); ++i) {
+    if (g.node(i).op_type().empty())  // ONNX requires one; reports and opaque vertices name it
+      fail(node_label(g.node(i), i) + " has no op_type: every node names the operator it runs");
     for (const std::string& o : g.node(i).output()) {
       if (o.empty()) continue;
       if (available.count(o)) fail(node_label(g.node(i), i) + " writes " + quoted_text(o) + ", which is already a graph input or initializer");
       if (!producer.emplace(o, i).second)
         fail(node_label(g.node(i), i) + " writes " + quoted_text(o) + ", which " + node_label(g.node(producer[o]), producer[o]) + " writes too");
     }
+  }
   std::vector<int> missing(static_cast<std::size_t>(g.node_size()), 0);
   std::vector<std::vector<int>> users(static_cast<std::size_t>(g.node_size()));
   for (int i = 0; i < g.node_size(); ++i)

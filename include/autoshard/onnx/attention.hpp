@@ -393,7 +393,7 @@ inline void reader::fuse_attention(int sm) {
       }
   }
   const std::optional<heads_source> q = heads_source_of(qh), k = keys_of(kt);
-  if (!q || !k || q->heads != k->heads || k->heads % k->own != 0) return;
+  if (!q || !k || q->heads != k->heads) return;  // k's own heads divide them: heads = own x its repeat
   const std::int64_t heads = q->heads;
   if (q->own != heads) return;  // repeated query heads: no attention of the kind's
   const std::int64_t hd = values.at(q->x).shape[2] / heads;

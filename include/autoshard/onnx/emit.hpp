@@ -197,6 +197,15 @@ inline bool reader::single_output(int k) const {
   return true;
 }
 
+/// Node k as no vertex: its output is its first input's vertex (an Identity, an eval-mode
+/// Dropout, a view that changes nothing). Not for a graph output, which keeps a vertex of its
+/// name: false then.
+inline bool reader::pass_through(int k, const std::string& who) {
+  if (known(out_of(k, 0), who).graph_output) return false;
+  vertex_of[out_of(k, 0)] = operand(in_of(k, 0), who);
+  return true;
+}
+
 /// Relu, Tanh, Exp, Identity, Gelu (opset 20), Dropout, Add/Sub/Mul/Div and MatMul: true when
 /// emitted; false when k is none of them, or with `why` when it does not map. Identity, and a
 /// Dropout not in training mode (opset 12 on: its training_mode input absent or a constant
@@ -217,13 +226,7 @@ inline bool reader::emit_elementwise(int k, const std::string& name, const std::
     return false;
   }
   const bool eval_dropout = t == "Dropout" && out.opset >= 12 && (in_of(k, 2).empty() || scalar(in_of(k, 2)) == 0.0);
-  if ((t == "Identity" && n.input_size() == 1) || (eval_dropout && single_output(k))) {
-    const value_info& o = known(out0, who);
-    if (!o.graph_output) {
-      vertex_of[out0] = operand(in_of(k, 0), who);
-      return true;
-    }
-  }
+  if (((t == "Identity" && n.input_size() == 1) || (eval_dropout && single_output(k))) && pass_through(k, who)) return true;
   if ((t == "Dropout" || t == "Identity") && single_output(k)) return try_emit(op_kind::dropout, name, {in_of(k, 0)}, {}, out0, who, why);
   if (auto b = binary.find(t); b != binary.end() && n.input_size() == 2)
     return try_emit(b->second, name, {in_of(k, 0), in_of(k, 1)}, {}, out0, who, why);
@@ -281,10 +284,8 @@ inline bool reader::emit_layout(int k, const std::string& name, const std::strin
   if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") {
     const value_info& o = known(out0, who);
     const value_info& src = known(in_of(k, 0), who);
-    if (o.shape == src.shape && o.type == src.type && !o.graph_output) {  // a view that changes nothing: no vertex
-      vertex_of[out0] = operand(in_of(k, 0), who);                        // (GPT-2's ids.view(-1, S), hidden.view(B, S, H))
-      return true;
-    }
+    // A view to its input's own shape changes nothing (GPT-2's ids.view(-1, S), hidden.view(B, S, H)).
+    if (o.shape == src.shape && o.type == src.type && pass_through(k, who)) return true;
     a.dims = o.shape.to_vector();
     return try_emit(op_kind::reshape, name, {in_of(k, 0)}, a, out0, who, why);
   }

@@ -388,6 +388,7 @@ struct reader {
                 const std::string& o, const std::string& who, std::string& why);
   void emit(int k);
   bool single_output(int k) const;
+  bool pass_through(int k, const std::string& who);
   bool emit_elementwise(int k, const std::string& name, const std::string& who, std::string& why);
   bool emit_gemm(int k, const std::string& name, const std::string& who, std::string& why);
   bool emit_normalisation(int k, const std::string& name, const std::string& who, std::string& why);

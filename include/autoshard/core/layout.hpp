@@ -101,6 +101,15 @@ constexpr tensor_shape max_local_shape(const device_mesh& m, const sharding_spec
   return out;
 }
 
+/// The same layout with every mesh axis of one rank Replicate: a Shard there is one piece, a
+/// Partial one term, so the tensor is whole on that axis either way. Two specs lay a tensor out
+/// the same on `m` exactly when their results are equal.
+constexpr sharding_spec whole_on_unit_axes(const device_mesh& m, sharding_spec s) noexcept {
+  for (std::size_t i = 0; i < s.mesh_rank && i < m.ndim(); ++i)
+    if (m.size(i) == 1) s[i] = Replicate();
+  return s;
+}
+
 /// True when every sharded dim divides evenly at every level of nesting.
 constexpr bool divides_evenly(const device_mesh& m, const sharding_spec& s, const tensor_shape& global) noexcept {
   tensor_shape cur = global;

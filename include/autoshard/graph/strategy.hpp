@@ -46,7 +46,7 @@
 /// collective pays its share bytes / bucket of the latency of a full bucket, default 25 MiB) and
 /// partly hidden behind the backward pass (gradient_overlap_model): per edge parameter ->
 /// consumer, behind the consumer's own backward compute, or a fixed fraction of it.
-#include <algorithm>  // std::min, std::max
+#include <algorithm>  // std::min, std::max, std::find_if, std::all_of
 #include <array>      // std::array
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
@@ -691,15 +691,30 @@ inline std::vector<strategy> enumerate_strategies(const model_graph& g, vertex_t
   const detail::vertex_strategies vs(g, v, m, opt, grads);
   const node& nd = vs.nd;
   if (vs.options.empty()) throw graph_error("vertex " + quoted_text(nd.name) + ": no strategies for kind " + std::string(to_string(nd.kind)));
+  // On a mesh axis of one rank every option is the whole tensor (a Shard is one piece, a
+  // Partial one term): only the all-Replicate option is offered there, so such an axis neither
+  // multiplies the strategies nor shows a split that does nothing.
+  std::array<std::vector<std::size_t>, max_mesh_rank> offered;
+  const auto whole = std::find_if(vs.options.begin(), vs.options.end(), [](const detail::axis_option& o) {
+    return o.out.is_replicate() && std::all_of(o.in.begin(), o.in.end(), [](const placement& p) { return p.is_replicate(); });
+  });
+  std::size_t total = 1;
+  for (int a = 0; a < vs.axes; ++a) {
+    auto& list = offered[static_cast<std::size_t>(a)];
+    if (m.size(static_cast<std::size_t>(a)) == 1 && whole != vs.options.end())
+      list.push_back(static_cast<std::size_t>(whole - vs.options.begin()));
+    else
+      for (std::size_t i = 0; i < vs.options.size(); ++i) list.push_back(i);
+    total *= list.size();
+  }
   std::vector<strategy> out;
   std::array<std::size_t, max_mesh_rank> pick{};
-  std::size_t total = 1;
-  for (int a = 0; a < vs.axes; ++a) total *= vs.options.size();
   for (std::size_t code = 0; code < total; ++code) {
     std::size_t c = code;
     for (int a = vs.axes - 1; a >= 0; --a) {
-      pick[static_cast<std::size_t>(a)] = c % vs.options.size();
-      c /= vs.options.size();
+      const auto& list = offered[static_cast<std::size_t>(a)];
+      pick[static_cast<std::size_t>(a)] = list[c % list.size()];
+      c /= list.size();
     }
     std::optional<strategy> candidate = vs.specs(pick);
     if (!candidate) continue;

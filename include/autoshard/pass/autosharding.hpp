@@ -45,7 +45,7 @@
 /// With a memory budget a tied class counts all its members live over the union of their
 /// intervals (exact for parameters and, in training, for saved activations; conservative for
 /// transient inference activations).
-#include <algorithm>   // std::max, std::sort
+#include <algorithm>   // std::max, std::sort, std::all_of, std::any_of
 #include <cmath>       // std::abs
 #include <cstdint>     // std::int64_t
 #include <functional>  // std::function
@@ -55,11 +55,13 @@
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
 #include <string>      // std::string
+#include <string_view> // std::string_view
 #include <utility>     // std::pair, std::move
 #include <vector>      // std::vector
 
 #include "../core/cost.hpp"         // price_plan, collective_time
 #include "../core/error.hpp"        // solver_error, io_error
+#include "../core/layout.hpp"       // whole_on_unit_axes
 #include "../core/mesh.hpp"         // device_mesh
 #include "../core/parse.hpp"        // to_alpa_string, parse_spec
 #include "../core/redistribute.hpp" // plan_redistribute
@@ -431,7 +433,13 @@ struct solve_request {
   double faster_than = std::numeric_limits<double>::infinity();
 };
 
-/// Whether `rq.a` allows strategy `s` of vertex `v` of operands `ops` (`can_shard_fully`: v is
+/// Whether strategy `s` holds every operand and its output whole on every device.
+inline bool all_replicated(const strategy& s) {
+  return s.output.is_replicated() && std::all_of(s.inputs.begin(), s.inputs.end(), [](const sharding_spec& in) { return in.is_replicated(); });
+}
+
+/// Whether `rq.a` allows strategy `s` of vertex `v` of operands `ops` (`skip_replicated`: alpa
+/// drops the all-replicated strategies, v having others; `can_shard_fully`: v is
 /// a parameter with a fully_sharded strategy; `zero1`: v offers a ZeRO-1 variant of s's
 /// layout, which megatron's distributed optimizer takes; `batch`: the graph's, graph_batch;
 /// `kv_whole`, `vocab`: megatron's key/value projections kept whole and vocabulary operators,
@@ -448,8 +456,7 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
   if (rq.batch_shards > 0 && batch_tensor && (g[v].is_fed_input() || (g[v].kind == op_kind::linear && pm.layers.layer[v] >= 0)) &&
       s.output.shard_count(pm.mesh, 0) != rq.batch_shards)
     return false;
-  bool all_rep = s.output.is_replicated();
-  for (const sharding_spec& in : s.inputs) all_rep = all_rep && in.is_replicated();
+  const bool all_rep = all_replicated(s);
   const auto data_parallel_on = [&](int skip_axis, int zero_stage) {
     bool ok = s.zero_stage == zero_stage;
     for (std::size_t x = 0; x < axes && ok; ++x)
@@ -457,7 +464,7 @@ inline bool allows(const solve_request& rq, const pass_model& pm, vertex_t v, co
     return ok;
   };
   switch (rq.a) {
-    case algo::alpa: return !(skip_replicated && g[v].is_operator() && all_rep && pm.strategies[v].size() > 1);
+    case algo::alpa: return !(skip_replicated && g[v].is_operator() && all_rep);
     case algo::fully_replicated: return all_rep && s.zero_stage == 0;
     case algo::data_parallel: return data_parallel_on(-1, 0);
     case algo::zero3: return can_shard_fully ? fully_sharded(pm.mesh, s) : data_parallel_on(-1, 0);
@@ -491,6 +498,9 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
                                    return fully_sharded(pm.mesh, s);
                                  });
     const std::vector<vertex_t> ops = operands(pm.g, v);
+    // skip_fully_replicated drops an operator's whole strategies only where it has others (an
+    // operator that cannot split, or any on a mesh of one device, keeps them).
+    const bool skip = skip_replicated && std::any_of(ss.begin(), ss.end(), [](const strategy& s) { return !all_replicated(s); });
     // Megatron-LM's distributed optimizer shards over the data-parallel ranks only: a ZeRO-1
     // variant that shards over the tensor-parallel axis too (a weight whole on it: a norm's,
     // a replicated key/value projection's) is not its layout, and such a weight keeps it all.
@@ -500,7 +510,7 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
         return z.zero_stage == 1 && z.output == s.output && dp_only(z);
       });
       allow[v].push_back((s.zero_stage != 1 || rq.a != algo::megatron || dp_only(s)) &&
-                                 allows(rq, pm, v, ops, s, skip_replicated, can_shard_fully, zero1, batch, kv_whole[v] != 0, vocab)
+                                 allows(rq, pm, v, ops, s, skip, can_shard_fully, zero1, batch, kv_whole[v] != 0, vocab)
                              ? 1
                              : 0);
     }
@@ -778,8 +788,9 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
     const auto v = find_vertex(pm.g, name);
     if (!v) throw solver_error("pinned tensor " + quoted_text(name) + " is not a vertex of the graph");
     bool any = false;
+    const sharding_spec want = whole_on_unit_axes(pm.mesh, spec);  // a one-rank axis offers only Replicate
     for (std::size_t i = 0; i < pm.strategies[*v].size(); ++i) {
-      if (!(pm.strategies[*v][i].output == spec)) p.nodes[*v].costs[i] = infinite_cost;
+      if (!(pm.strategies[*v][i].output == want)) p.nodes[*v].costs[i] = infinite_cost;
       else any = any || p.nodes[*v].costs[i] < infinite_cost;
     }
     if (!any)
@@ -1417,6 +1428,31 @@ inline plan_document make_plan_document(const pass_model& pm, const autosharding
   return d;
 }
 
+/// Strategy name `name` (operand specs, "->", the output's, then any " zero-1" or
+/// " recompute-…") with each spec whole_on_unit_axes of `m`: how a plan written with a Shard on
+/// a one-rank axis (an older autoshard's tie, or a hand edit) names the strategy offered now.
+/// A name that does not parse comes back as it is.
+inline std::string name_on_mesh(const device_mesh& m, const std::string& name) {
+  const std::size_t space = name.find(' '), arrow = name.find("->");
+  if (arrow == std::string::npos || arrow > space) return name;
+  const auto whole = [&](std::string_view spec) {
+    return to_alpa_string(whole_on_unit_axes(m, parse_spec(spec, static_cast<int>(m.ndim()))));
+  };
+  try {
+    std::string out;
+    const std::string_view ins = std::string_view(name).substr(0, arrow);
+    for (std::size_t at = 0; at < ins.size();) {
+      const std::size_t comma = std::min(ins.find(',', at), ins.size());
+      out += (at ? "," : "") + whole(ins.substr(at, comma - at));
+      at = comma + 1;
+    }
+    const std::size_t end = std::min(space, name.size());
+    return out + "->" + whole(std::string_view(name).substr(arrow + 2, end - arrow - 2)) + name.substr(end);
+  } catch (const spec_error&) {
+    return name;
+  }
+}
+
 /// The strategy index per vertex that a plan document chose, after checking that the document
 /// is for this graph (names, kinds, shapes), mesh shape and mode, and that every strategy is
 /// one the vertex offers.
@@ -1439,8 +1475,9 @@ inline std::vector<int> plan_choice(const pass_model& pm, const plan_document& d
       throw solver_error(where + ": tensor " + quoted_text(nd.name) + " has shape " + to_string(d.graph[*u].shape) +
                          " in the file but " + to_string(nd.shape) + " in the graph");
     const std::string& sname = d.tensors[*u].strategy;
+    const std::string whole = name_on_mesh(pm.mesh, sname);
     for (std::size_t i = 0; i < pm.strategies[v].size(); ++i)
-      if (pm.strategies[v][i].name == sname) choice[v] = static_cast<int>(i);
+      if (pm.strategies[v][i].name == sname || pm.strategies[v][i].name == whole) choice[v] = static_cast<int>(i);
     if (choice[v] < 0)
       throw solver_error(where + ": tensor " + quoted_text(nd.name) + " has strategy " + quoted_text(sname) + ", which it does not offer on mesh " +
                          to_string(pm.mesh));

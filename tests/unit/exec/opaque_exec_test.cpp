@@ -115,10 +115,10 @@ TEST_CASE("verify runs imported elementwise operators forward, and refuses their
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     // every operator split on its rows where it can be: the opaque ones run on pieces
     const std::vector<strategy> all = enumerate_strategies(g, v, m);
-    const auto split = std::find_if(all.begin(), all.end(), [](const strategy& s) { return to_alpa_string(s.output) == "RS0"; });
+    const auto split = std::find_if(all.begin(), all.end(), [](const strategy& s) { return to_alpa_string(s.output) == "S1R"; });
     plan.push_back(g[v].shape.rank == 2 && split != all.end() ? *split : all.front());
   }
-  CHECK(to_alpa_string(plan[c].output) == "RS0");
+  CHECK(to_alpa_string(plan[c].output) == "S1R");
   const verify_report r = verify_plan(g, m, plan);
   CHECK(r.passed());
   verify_options t;

@@ -973,11 +973,12 @@ TEST_CASE("strategies on 1-D and 3-D meshes (with a size-1 axis) compute the sha
   }
   // Per mesh axis: linear 5 options (R, batch, seq, out, in), attention 4 (R, batch, heads,
   // query heads with the key/values whole), embedding 5 (R, ids dim 0, ids dim 1, column,
-  // vocab). Every size here splits 4 ways without an empty piece, and the size-1 axis takes any
-  // option: 5 + 4 + 5 on the 1-D mesh; on the 3-D one 5^3 + 5^3, and of attention's 4^3 all but
-  // the 13 that split the key/values on one axis and keep them whole on another (a rank's query
-  // heads would read key/value heads it does not hold): 51.
-  CHECK(checked_strategies == (5 + 4 + 5) + (125 + 51 + 125));
+  // vocab). Every size here splits 4 ways without an empty piece, and the size-1 axis offers
+  // only the all-Replicate option (any other is the same layout): 5 + 4 + 5 on the 1-D mesh; on
+  // the 3-D one 5^2 + 5^2, and of attention's 4^2 all but the 2 that split the key/values on
+  // one axis and keep them whole on the other (a rank's query heads would read key/value heads
+  // it does not hold): 14.
+  CHECK(checked_strategies == (5 + 4 + 5) + (25 + 14 + 25));
 }
 
 TEST_CASE("device presets price compute with their data sheet's numbers") {

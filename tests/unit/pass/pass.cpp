@@ -201,6 +201,71 @@ TEST_CASE("plan files: write, preload, and clear errors when the file does not m
   CHECK_THROWS_AS(autoshard::autosharding_analysis_pass(g, o), autoshard::io_error);
 }
 
+TEST_CASE("a mesh axis of one rank offers only Replicate, and a pin or a plan file with a Shard there means the same layout") {
+  using namespace autoshard;
+  const model_graph g = build_gpt2(gpt2_small(8, run_mode::training));
+  strategy_options so;
+  so.pricing.mode = run_mode::training;
+  // A one-rank axis multiplies nothing: every vertex offers on 1x8, 8x1 and 1x1x8 exactly the
+  // strategies it offers on the flat 8, none splitting or summing over a one-rank axis.
+  const auto flat = enumerate_all_strategies(g, make_cluster_mesh({8}), so);
+  for (const std::vector<int>& shape : {std::vector<int>{1, 8}, {8, 1}, {1, 1, 8}}) {
+    const device_mesh m = make_cluster_mesh(shape);
+    CAPTURE(to_string(m));
+    const auto all = enumerate_all_strategies(g, m, so);
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+      CAPTURE(g[v].name);
+      CHECK(all[v].size() == flat[v].size());
+      for (const strategy& s : all[v]) {
+        CHECK(whole_on_unit_axes(m, s.output) == s.output);
+        for (const sharding_spec& in : s.inputs) CHECK(whole_on_unit_axes(m, in) == in);
+      }
+    }
+  }
+  autosharding_options o;
+  o.pricing.mode = run_mode::training;
+  o.mesh = make_cluster_mesh({1, 8});
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file("autoshard_unit_axis.json");
+  const autosharding_result solved = autosharding_analysis_pass(g, o);
+  // A plan file that says S0 on the one-rank axis 0 wherever its output has dim 0 whole (what an
+  // older autoshard could write for a tie, or a hand edit) preloads as the same plan.
+  nlohmann::json j;
+  {
+    std::ifstream in(o.ilp_solution_file);
+    j = nlohmann::json::parse(in);
+  }
+  int edited = 0;
+  for (nlohmann::json& t : j["tensors"]) {
+    std::string name = t["strategy"];
+    const std::size_t arrow = name.find("->");
+    if (t["shape"].empty() || name.compare(arrow + 2, 1, "R") != 0) continue;
+    t["strategy"] = name.replace(arrow + 2, 1, "S0");
+    t["output"] = "S0" + t["output"].get<std::string>().substr(1);
+    ++edited;
+  }
+  CHECK(edited > 10);
+  std::ofstream(o.ilp_solution_file) << j.dump();
+  o.preload_solution = true;
+  o.run_checks = true;
+  const autosharding_result loaded = autosharding_analysis_pass(g, o);
+  CHECK(loaded.report.plan.choice == solved.report.plan.choice);
+  CHECK(loaded.report.plan.step_seconds == doctest::Approx(solved.report.plan.step_seconds).scale(1e-12));
+  std::filesystem::remove(o.ilp_solution_file);
+  // A pin with a Shard on the one-rank axis pins the layout it means.
+  o.preload_solution = false;
+  o.ilp_solution_file.clear();
+  o.pinned["transformer.h.0.mlp.c_fc"] = parse_spec("S0RS1", 2, 3);
+  const autosharding_result pinned = autosharding_analysis_pass(g, o);
+  CHECK(to_alpa_string(chosen(g, pinned, "transformer.h.0.mlp.c_fc").output) == "RRS1");
+  // skip_fully_replicated on one device keeps the whole strategies: there is nothing else.
+  o.pinned.clear();
+  o.mesh = make_cluster_mesh({1, 1});
+  o.skip_fully_replicated = true;
+  const autosharding_result one = autosharding_analysis_pass(g, o);
+  for (const strategy& s : one.strategies) CHECK(detail::all_replicated(s));
+}
+
 TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;

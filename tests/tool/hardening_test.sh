@@ -1232,4 +1232,40 @@ test ! -e "$tmp/se.svg" && ok || bad "show-empty: an SVG was written"
 expect show-empty 0 "" "$tool" show --mesh 2 --shape 0,4 --spec S0R --json
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['empty_ranks'] == [0, 1], d" "$tmp/out" && ok || bad "show-empty: --json: $(head -c 200 "$tmp/out")"
 
+# unit-axes: a mesh axis of one rank offered every option (a Shard there is one piece): --mesh
+# 1x1x1x1 planned LLaMA-7B's 4 layers in 11.8 s and 2.7 GB, and a plan could name a split on an
+# axis that splits nothing (with --skip-fully-replicated on --mesh 1, every operator's "S0RR",
+# the loss "P0"). Now such an axis offers Replicate only. no_split FILE AXES: no spec of the
+# plan shards or sums over one of AXES (digits).
+no_split() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+for t in d["tensors"]:
+    for spec in t["inputs"] + [t["output"]]:
+        assert not re.search(r"[SP](max|min)?[0-9]*[" + sys.argv[2] + "]", spec), (t["name"], spec)
+PY
+}
+expect unit-axes 0 "" "$tool" plan "${small[@]}" --mesh 1x2x1x2 --out "$tmp/ua.json" --quiet --no-svg
+no_split "$tmp/ua.json" 02 && ok || bad "unit-axes: a split on a one-rank axis of 1x2x1x2"
+# skip_fully_replicated on one device kept the plan only by those splits (on the default GPT-2:
+# "alpa: vertex 'transformer.h.0.ln_1' has no strategy this algo allows on mesh mesh(1)"); it now
+# drops an operator's whole strategies only where the operator has others.
+for m in 1 1x1; do
+  expect unit-axes 0 "" "$tool" plan "${small[@]}" --mesh $m --skip-fully-replicated --out "$tmp/so.json" --quiet --no-svg
+  no_split "$tmp/so.json" 01 && ok || bad "unit-axes: a split on the one device of --mesh $m"
+done
+# micro-batch-edit: a training plan's pricing.micro_batch edited to another value in the reader's
+# bounds (2 where its strategies make 4 of the 8 sequences over 2 data-parallel ranks) was read:
+# `show` stated "1 micro-batch of 2 per data-parallel rank". Now show, export, shard and verify
+# refuse it, naming what the strategies make.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['pricing']['micro_batch'] == 4, d['pricing']; d['pricing']['micro_batch'] = 2; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/p.json" "$tmp/mbe.json" || bad "micro-batch-edit: the test plan"
+for cmd in "show --plan $tmp/mbe.json" "export --plan $tmp/mbe.json --to megatron --out $tmp/mbe.out"; do
+  # shellcheck disable=SC2086
+  expect micro-batch-edit 1 "^autoshard: io error: plan file '.*mbe.json': pricing.micro_batch is 2, but its strategies split the graph's micro-step of 8 sequences over 2 data-parallel ranks: 4 per rank$" \
+    "$tool" $cmd
+done
+test ! -e "$tmp/mbe.out" && ok || bad "micro-batch-edit: an export was written"
+
 finish hardening

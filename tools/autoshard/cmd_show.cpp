@@ -8,6 +8,7 @@
 #if defined(AUTOSHARD_TOOL_HAVE_PLAN)
 #include <autoshard/graph/fused.hpp>  // fused_dim_of: tensors cut per part
 #include <autoshard/pass/pipelined.hpp>  // stages_of_parameters: a pipelined plan's stages against its graph
+#include <autoshard/pass/loaded_plan.hpp>  // check_micro_batch: the micro-batch the pricing line states
 #include <autoshard/plan/plan.hpp>
 #endif
 
@@ -565,6 +566,7 @@ int run_show_plan(show_options o) {
   o.svg = paths.output_path("--svg", o.svg).string();
   paths.check();
   const plan_document d = read_plan_file(o.plan);
+  check_micro_batch(d, o.plan);  // the pricing line states the micro-batch: never one the specs do not make
   if (d.pipeline) stages_of_parameters(d);  // stages that do not hold the graph's layers are refused, as shard and export refuse them
   if (!o.tensor.empty()) show_plan_tensor(d, o);
   else if (o.json) show_plan_json(d, o.plan);

@@ -86,6 +86,8 @@ int run_verify(const verify_cli_options& o) {
   require_known_operators(doc.graph, doc.pricing.mode == run_mode::training && !o.forward_only);
   if (doc.pricing.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
   if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
+  // Another batch is split over the same ranks into another micro-batch (which the run does not use).
+  if (o.batch > 0) doc.pricing.micro_batch = 0;
   // Before the plan is re-priced and any rank runs: a --seq beyond the model's position table.
   check_position_tables(doc.graph, o.seq > 0 ? "--seq " + std::to_string(o.seq) : std::string());
   const loaded_plan lp = [&] {

@@ -10,6 +10,8 @@
 
 #include "../plan/document.hpp"  // plan_document, read_plan_file
 #include "autosharding.hpp"      // detail::pass_model, detail::plan_choice
+#include "layers.hpp"            // map_layers
+#include "step_report.hpp"       // parallelism_of
 
 namespace autoshard {
 
@@ -26,6 +28,34 @@ struct loaded_plan {
   const device_mesh& mesh() const noexcept { return document.mesh; }  ///< with the links the plan was priced with
 };
 
+/// The parallelism of a plan document's specs (parallelism_of on the layouts it records, no
+/// strategy enumerated): its tp and dp, and the micro-batch that makes of the graph's micro-step.
+/// The ZeRO stages are not read (the specs do not say them).
+inline parallelism document_parallelism(const plan_document& d) {
+  std::vector<strategy> specs(d.tensors.size());
+  std::vector<const strategy*> chosen;
+  for (std::size_t v = 0; v < d.tensors.size(); ++v) {
+    specs[v].inputs = d.tensors[v].inputs;
+    specs[v].output = d.tensors[v].output;
+    specs[v].recompute = d.tensors[v].recompute;
+    chosen.push_back(&specs[v]);
+  }
+  return parallelism_of(d.graph, d.mesh, chosen, d.pricing.accumulation(), map_layers(d.graph));
+}
+
+/// Throws io_error when a training plan's pricing.micro_batch is not what its strategies make
+/// of the graph's micro-step: the batch over the ranks its layers split it on. The pass writes
+/// exactly that; a hand edit that changed it had `show` describe another job.
+inline void check_micro_batch(const plan_document& d, const std::string& file) {
+  const int mb = d.pricing.micro_batch;
+  if (d.pricing.mode != run_mode::training || mb <= 0) return;
+  const parallelism p = document_parallelism(d);
+  if (p.micro_batch != mb)
+    throw io_error("plan file " + quoted_path(file) + ": pricing.micro_batch is " + std::to_string(mb) + ", but its strategies split the " +
+                   "graph's micro-step of " + std::to_string(graph_batch(d.graph)) + " sequences over " +
+                   count_noun(p.dp, "data-parallel rank") + ": " + std::to_string(p.micro_batch) + " per rank");
+}
+
 /// The strategies a plan document chose, rebuilt on its own graph, mesh and pricing (so the
 /// collectives are priced as the plan was). Throws solver_error when a strategy is not one
 /// its vertex offers. Only the chosen pairs are priced (summarize): the model's edges, every
@@ -41,6 +71,7 @@ inline loaded_plan load_plan(plan_document d, const std::string& file = "(in mem
   const std::vector<int> choice = detail::plan_choice(pm, doc, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
   out.collectives = detail::summarize(pm, doc.options.algo, choice).collectives;
+  check_micro_batch(doc, file);
   return out;
 }
 

@@ -434,6 +434,7 @@ inline plan_document plan_from_json(const nlohmann::json& doc, const std::string
   // ranks, rounded up: at most that batch, at least its share on every rank of the mesh. A
   // hand-edited 16777216 over a graph of 8 sequences was read, and `show` described "16777216
   // micro-batches of 16777216 per data-parallel rank".
+  // Which micro-batch in these bounds the strategies make, check_micro_batch (pass area) checks.
   const std::int64_t batch = graph_batch(d.graph);
   const std::int64_t mb = d.pricing.micro_batch;
   if (d.pricing.mode == run_mode::training && mb > 0 && batch > 0) {

@@ -266,6 +266,40 @@ TEST_CASE("a mesh axis of one rank offers only Replicate, and a pin or a plan fi
   for (const strategy& s : one.strategies) CHECK(detail::all_replicated(s));
 }
 
+TEST_CASE("plan files: a training plan's micro-batch is the one its strategies make, or the file is refused") {
+  using namespace autoshard;
+  const model_graph g = build_gpt2(gpt2_small(16, run_mode::training));
+  autosharding_options o;
+  o.pricing.mode = run_mode::training;
+  o.mesh = make_cluster_mesh({2, 4});
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file("autoshard_micro_batch.json");
+  const autosharding_result solved = autosharding_analysis_pass(g, o);
+  const int mb = solved.report.plan.par.micro_batch;
+  CHECK(mb == 16 / solved.report.plan.par.dp);
+  plan_document d = read_plan_file(o.ilp_solution_file);
+  CHECK(d.pricing.micro_batch == mb);
+  CHECK(document_parallelism(d).dp == solved.report.plan.par.dp);
+  CHECK(document_parallelism(d).tp == solved.report.plan.par.tp);
+  CHECK_NOTHROW(check_micro_batch(d, o.ilp_solution_file));
+  CHECK_NOTHROW((void)load_plan(o.ilp_solution_file));
+  // Every other micro-batch the reader's bounds let through (2 to 16 on 8 ranks) is refused,
+  // by load_plan (export, shard, verify, preload) and by check_micro_batch (show).
+  for (int other = 2; other <= 16; ++other) {
+    if (other == mb) continue;
+    CAPTURE(other);
+    d.pricing.micro_batch = other;
+    write_plan_file(d, o.ilp_solution_file);
+    const std::string want = "pricing.micro_batch is " + std::to_string(other) + ", but its strategies split the graph's micro-step of 16 "
+                             "sequences over " + count_noun(solved.report.plan.par.dp, "data-parallel rank") + ": " + std::to_string(mb) + " per rank";
+    CHECK_THROWS_WITH_AS((void)load_plan(o.ilp_solution_file), doctest::Contains(want.c_str()), io_error);
+    CHECK_THROWS_WITH_AS(check_micro_batch(read_plan_file(o.ilp_solution_file), o.ilp_solution_file), doctest::Contains(want.c_str()), io_error);
+  }
+  d.pricing.micro_batch = 0;  // not recorded: nothing to check
+  CHECK_NOTHROW(check_micro_batch(d, o.ilp_solution_file));
+  std::filesystem::remove(o.ilp_solution_file);
+}
+
 TEST_CASE("options: pinned specs, bad names, time-out, backends") {
   const autoshard::model_graph g = autoshard::build_gpt2(gpt2_small(8, autoshard::run_mode::inference));
   autoshard::autosharding_options o;

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 #include "unit/scratch.hpp"
 
 namespace {
@@ -35,6 +37,16 @@ const autoshard::strategy& chosen(const autoshard::model_graph& g, const autosha
 }
 
 std::string temp_file(const char* name) { return autoshard_test::unique_temp_path(name).string(); }
+
+/// Training on `shape`, no baselines, the plan written to a fresh temporary `file`.
+autoshard::autosharding_options training_to_file(std::vector<int> shape, const char* file) {
+  autoshard::autosharding_options o;
+  o.pricing.mode = autoshard::run_mode::training;
+  o.mesh = autoshard::make_cluster_mesh(std::move(shape));
+  o.compare_baselines = false;
+  o.ilp_solution_file = temp_file(file);
+  return o;
+}
 
 }  // namespace
 
@@ -222,11 +234,7 @@ TEST_CASE("a mesh axis of one rank offers only Replicate, and a pin or a plan fi
       }
     }
   }
-  autosharding_options o;
-  o.pricing.mode = run_mode::training;
-  o.mesh = make_cluster_mesh({1, 8});
-  o.compare_baselines = false;
-  o.ilp_solution_file = temp_file("autoshard_unit_axis.json");
+  autosharding_options o = training_to_file({1, 8}, "autoshard_unit_axis.json");
   const autosharding_result solved = autosharding_analysis_pass(g, o);
   // A plan file that says S0 on the one-rank axis 0 wherever its output has dim 0 whole (what an
   // older autoshard could write for a tie, or a hand edit) preloads as the same plan.
@@ -269,11 +277,7 @@ TEST_CASE("a mesh axis of one rank offers only Replicate, and a pin or a plan fi
 TEST_CASE("plan files: a training plan's micro-batch is the one its strategies make, or the file is refused") {
   using namespace autoshard;
   const model_graph g = build_gpt2(gpt2_small(16, run_mode::training));
-  autosharding_options o;
-  o.pricing.mode = run_mode::training;
-  o.mesh = make_cluster_mesh({2, 4});
-  o.compare_baselines = false;
-  o.ilp_solution_file = temp_file("autoshard_micro_batch.json");
+  autosharding_options o = training_to_file({2, 4}, "autoshard_micro_batch.json");
   const autosharding_result solved = autosharding_analysis_pass(g, o);
   const int mb = solved.report.plan.par.micro_batch;
   CHECK(mb == 16 / solved.report.plan.par.dp);

@@ -131,4 +131,28 @@ inline autoshard::strategy_problem random_tree_problem(std::mt19937& rng, int ma
   return p;
 }
 
+// A side x side grid of k strategies per node, frustrated random node and edge costs (0..1000)
+// and no structure the reductions can use: its optimum takes the ILP seconds to prove.
+inline autoshard::strategy_problem frustrated_grid(unsigned seed, int side = 14, int k = 5) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> c(0, 1000);
+  autoshard::strategy_problem p;
+  for (int v = 0; v < side * side; ++v) {
+    autoshard::strategy_node n;
+    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
+    p.nodes.push_back(n);
+  }
+  auto edge = [&](int a, int b) {
+    autoshard::strategy_edge e{static_cast<std::size_t>(a), static_cast<std::size_t>(b), {}};
+    for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
+    p.edges.push_back(e);
+  };
+  for (int r = 0; r < side; ++r)
+    for (int q = 0; q < side; ++q) {
+      if (q + 1 < side) edge(r * side + q, r * side + q + 1);
+      if (r + 1 < side) edge(r * side + q, (r + 1) * side + q);
+    }
+  return p;
+}
+
 }  // namespace solve_test

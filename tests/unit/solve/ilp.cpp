@@ -53,29 +53,7 @@ void set_binding_limit(strategy_problem& p, std::mt19937& rng) {
   p.usage_limit = d(rng);
 }
 
-// A side x side grid of k strategies per node, frustrated random node and edge costs (0..1000)
-// and no structure the reductions can use: its optimum takes the ILP seconds to prove.
-strategy_problem frustrated_grid(unsigned seed, int side = 14, int k = 5) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> c(0, 1000);
-  strategy_problem p;
-  for (int v = 0; v < side * side; ++v) {
-    autoshard::strategy_node n;
-    for (int i = 0; i < k; ++i) n.costs.push_back(c(rng)), n.usages.push_back(0);
-    p.nodes.push_back(n);
-  }
-  auto edge = [&](int a, int b) {
-    autoshard::strategy_edge e{static_cast<std::size_t>(a), static_cast<std::size_t>(b), {}};
-    for (int i = 0; i < k * k; ++i) e.costs.push_back(c(rng));
-    p.edges.push_back(e);
-  };
-  for (int r = 0; r < side; ++r)
-    for (int q = 0; q < side; ++q) {
-      if (q + 1 < side) edge(r * side + q, r * side + q + 1);
-      if (r + 1 < side) edge(r * side + q, (r + 1) * side + q);
-    }
-  return p;
-}
+using solve_test::frustrated_grid;
 
 }  // namespace
 

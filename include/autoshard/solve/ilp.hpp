@@ -141,6 +141,13 @@ struct solve_options {
   /// caller comparing several solves passes the best answer it already holds (the pass does).
   /// Empty: none; every answer matters.
   std::optional<std::int64_t> cutoff;
+  /// Fault injection for tests of the paths a GLPK failure takes (GLPK's numerical failures come
+  /// only on large LPs, unpredictably): glp_simplex in the LP relaxation, or glp_intopt, is taken
+  /// to have returned this code (GLP_EFAIL is 5); 0: GLPK runs.
+  struct glpk_faults {
+    int relaxation = 0;
+    int branch_and_bound = 0;
+  } glpk_fault;
 };
 
 /// The number of threads a solve uses for `requested` (0: the cores available to this thread,
@@ -539,20 +546,24 @@ inline void glpk_callback(glp_tree* tree, void* info) {
 }
 
 /// How one phase of the search ended.
-enum class phase_end { done, time_out, infeasible };
+/// `failed`: GLPK gave up (a numerical failure, GLP_EFAIL on a large LP): the phase proves
+/// nothing, and the Lagrangian search goes on with the time left.
+enum class phase_end { done, time_out, infeasible, failed };
 
-/// The LP relaxation with memory rows added until none is violated.
-inline phase_end solve_relaxation(glpk_model& model, clock::time_point until, double limit_tol) {
+/// The LP relaxation with memory rows added until none is violated. `failure`: glp_simplex's
+/// code when it ends `failed` (100 + the status when the simplex ended neither optimal nor
+/// infeasible, as the exact search counts them).
+inline phase_end solve_relaxation(glpk_model& model, clock::time_point until, double limit_tol, int& failure, int fault = 0) {
   glp_prob* P = model.lp.get();
   for (;;) {
     const int tm_lim = ms_left(until);
     if (tm_lim == 0) return phase_end::time_out;
-    const int rc = safe_simplex(P, tm_lim);  // its duals give the safe bound
+    const int rc = fault != 0 ? fault : safe_simplex(P, tm_lim);  // its duals give the safe bound
     if (rc == GLP_ETMLIM) return phase_end::time_out;
-    if (rc != 0) throw solver_error("GLPK simplex failed with code " + std::to_string(rc));
+    if (rc != 0) return failure = rc, phase_end::failed;
     const int st = glp_get_status(P);
     if (st == GLP_NOFEAS) return phase_end::infeasible;
-    if (st != GLP_OPT) throw solver_error("GLPK simplex ended with status " + std::to_string(st));
+    if (st != GLP_OPT) return failure = 100 + st, phase_end::failed;
     const long t = model.most_violated(model.lp_values(), limit_tol);
     if (t < 0) return phase_end::done;
     model.add_memory_row(static_cast<std::size_t>(t));
@@ -562,6 +573,7 @@ inline phase_end solve_relaxation(glpk_model& model, clock::time_point until, do
 /// What one branch and bound round found.
 struct mip_round {
   phase_end end = phase_end::done;
+  int failure = 0;              // glp_intopt's code when `end` is failed
   bool proven = false;          // GLPK finished the tree (optimal for this round's rows)
   double bound = -std::numeric_limits<double>::infinity();  // scaled
   std::optional<std::vector<std::size_t>> pick;             // GLPK's integer solution
@@ -587,16 +599,17 @@ inline mip_round run_branch_and_bound(glpk_model& model, callback_state& cb, con
   }
   cb.bound = glp_get_obj_val(P);
   cb.root_done = false;
-  const int rc = glp_intopt(P, &io);
+  const int rc = opt.glpk_fault.branch_and_bound != 0 ? opt.glpk_fault.branch_and_bound : glp_intopt(P, &io);
   if (cb.error) std::rethrow_exception(cb.error);
   const int ms = glp_mip_status(P);
-  if (rc == GLP_ENOPFS || ms == GLP_NOFEAS) {
+  // A failure proves nothing, whatever status the problem object holds.
+  const bool failed = rc != 0 && rc != GLP_ENOPFS && rc != GLP_ETMLIM && rc != GLP_ESTOP && rc != GLP_EMIPGAP;
+  if (!failed && (rc == GLP_ENOPFS || ms == GLP_NOFEAS)) {
     out.end = phase_end::infeasible;
     return out;
   }
-  if (rc != 0 && rc != GLP_ETMLIM && rc != GLP_ESTOP && rc != GLP_EMIPGAP)
-    throw solver_error("GLPK intopt failed with code " + std::to_string(rc));
-  out.end = rc == GLP_ETMLIM ? phase_end::time_out : phase_end::done;
+  if (failed) out.failure = rc;
+  out.end = failed ? phase_end::failed : rc == GLP_ETMLIM ? phase_end::time_out : phase_end::done;
   out.proven = rc == 0 && ms == GLP_OPT;
   if (ms == GLP_OPT || ms == GLP_FEAS) out.pick = model.pick_of(model.mip_values());
   out.bound = out.proven && out.pick ? glp_mip_obj_val(P) : cb.bound;
@@ -932,17 +945,27 @@ class exact_pipeline {
         quarter ? std::min(deadline_, t0_ + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
                                                 opt_.relaxation_share * opt_.time_limit)))
                 : deadline_;
-    const phase_end lp = solve_relaxation(model, lp_until, limit_tol_);
+    int failure = 0;
+    const phase_end lp = solve_relaxation(model, lp_until, limit_tol_, failure, opt_.glpk_fault.relaxation);
     for (std::size_t t = 0; t < rv.times.size(); ++t)
       if (model.added[t] && !std::binary_search(rows_at_.begin(), rows_at_.end(), rv.times[t]))
         rows_at_.insert(std::upper_bound(rows_at_.begin(), rows_at_.end(), rv.times[t]), rv.times[t]);
-    if (lp == phase_end::infeasible) {
-      if (best_.eval) throw solver_error("internal: the LP is infeasible although a feasible answer is known");
-      throw proven_infeasible();
-    }
-    if (lp != phase_end::time_out) return std::nullopt;
+    if (lp == phase_end::infeasible && !best_.eval) throw proven_infeasible();
+    if (lp == phase_end::done) return std::nullopt;
     sizes_kept_ = res_.sizes.size();
     record_sizes(res_, red_, rv, model);
+    // With an answer known, the pass holds only what may be in a cheaper one: GLPK finding no LP
+    // solution says there is none, in floating point, which proves nothing; the bound stays.
+    if (lp == phase_end::infeasible)
+      return exact_end{bound_, stop_reason::time_limit,
+                       "GLPK finds the LP relaxation of what may be in a cheaper answer infeasible (in floating point, no "
+                       "proof); the bound is the last proven one, and the Lagrangian search used the rest of the time",
+                       true};
+    if (lp == phase_end::failed)
+      return exact_end{bound_, stop_reason::time_limit,
+                       "GLPK's simplex failed (code " + std::to_string(failure) +
+                           ") in the LP relaxation; the bound is the reductions', and the Lagrangian search used the rest of the time",
+                       true};
     if (quarter)
       return exact_end{
           bound_, stop_reason::time_limit,
@@ -974,10 +997,10 @@ class exact_pipeline {
   round_end after_branch_and_bound(const mip_round& mr, const reduced_view& rv, glpk_model& model) {
     res_.rounds += 1;
     res_.memory_rows = model.memory_rows;
-    if (mr.end == phase_end::infeasible) {
-      if (best_.eval) throw solver_error("internal: the ILP is infeasible although a feasible answer is known");
-      throw proven_infeasible();
-    }
+    // With an answer known, the pass holds only what may be in a cheaper one (reduced-cost
+    // fixing forbade the rest): GLPK finding no integer answer says there is none cheaper,
+    // in floating point. The exact search (conclude) proves it, or leaves a proven bound.
+    if (mr.end == phase_end::infeasible && !best_.eval) throw proven_infeasible();
     if (mr.pick && !best_.offer(best_.unreduce(rv, *mr.pick))) {
       // Within GLPK's tolerance but not exactly within the limit: repair it in integers.
       if (auto fixed = repair_pick(rv, *mr.pick, heuristic_deadline_from_now(opt_)))
@@ -986,7 +1009,7 @@ class exact_pipeline {
     if (mr.pick) {
       // A violated time point without a row: add it and solve again (the bound stays valid).
       const long t = model.most_violated(model.columns_of(*mr.pick), limit_tol_);
-      if (t >= 0 && mr.end != phase_end::time_out && !best_.reached(bound_)) {
+      if (t >= 0 && mr.end == phase_end::done && !best_.reached(bound_)) {
         model.add_memory_row(static_cast<std::size_t>(t));
         return {};
       }
@@ -1000,6 +1023,11 @@ class exact_pipeline {
   /// (or a bound) with safe LP bounds, in the time left.
   exact_end conclude(const mip_round& mr, const reduced_view& rv, glpk_model& model) {
     if (best_.reached(bound_)) return aim_met("the proven bound");
+    if (!best_.eval && mr.end == phase_end::failed)
+      return {bound_, stop_reason::time_limit,
+              "GLPK's branch and bound failed (code " + std::to_string(mr.failure) +
+                  ") without an answer; the Lagrangian search used the rest of the time",
+              true};
     if (!best_.eval)
       return {bound_, stop_reason::time_limit,
               mr.end == phase_end::time_out ? timed_out_ + " in the branch and bound"

@@ -99,6 +99,10 @@ CASES = [
     # The Megatron plan on a 1-D tp=4 mesh at batch 4 (its sequence-parallel regions split the batch).
     Case("llama-megatron-tp4-b4", "llama", 4, ["--mesh", "tp=4", *MEGATRON, "--batch", "4"]),
     Case("llama-megatron-tp4-infer", "llama", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"], generate=True),
+    # One node named as a 2-D mesh with a data-parallel axis of one rank (a one-rank axis offers
+    # Replicate only): the exports put nothing on it, and PyTorch computes the model exactly.
+    Case("llama-megatron-dp1-tp4-infer", "llama", 4, ["--mesh", "dp=1,tp=4", *MEGATRON, *INFER, "--batch", "4"], generate=True),
+    Case("llama-alpa-dp1-tp4-infer", "llama-docs", 4, ["--mesh", "dp=1,tp=4", *INFER, "--batch", "4"], budget=1.6),
     # The planner's own plans of a 2-layer LLaMA on 4 ranks: under memory budgets that make it cut
     # weights (tensor parallelism), and without one, where it splits the batch over the ranks.
     # Training may recompute layers, which lowers the smallest budget: at 1.1x of it the plan

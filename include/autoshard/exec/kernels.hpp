@@ -337,8 +337,8 @@ host_tensor softmax(const node& nd, const host_tensor& x) {
 }
 
 /// The pairs a rotary turns in a row of its local piece of W columns (whole heads of D, D
-/// even): each pair's two columns and its frequency, attrs.rotary_base^(-2i/D) for pair i of
-/// its head. Pair i is columns (2i, 2i+1) of the head, or (i, i + D/2) with attrs.rotary_half
+/// even): each pair's two columns and its frequency, rotary_frequency(attrs, i, D) for pair i
+/// of its head (base^(-2i/D), or the explicit list). Pair i is columns (2i, 2i+1) of the head, or (i, i + D/2) with attrs.rotary_half
 /// (Hugging Face's rotate_half). One list for the forward and the backward.
 struct rotary_pair {
   std::int64_t a = 0, b = 0;
@@ -349,7 +349,7 @@ inline std::vector<rotary_pair> rotary_pairs(const op_attrs& at, std::int64_t D,
   p.reserve(static_cast<std::size_t>(W / 2));
   for (std::int64_t h = 0; h + D <= W; h += D)
     for (std::int64_t i = 0; i < D / 2; ++i) {
-      const double freq = std::pow(at.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double freq = rotary_frequency(at, i, D);
       p.push_back(at.rotary_half ? rotary_pair{h + i, h + i + D / 2, freq} : rotary_pair{h + 2 * i, h + 2 * i + 1, freq});
     }
   return p;
@@ -363,6 +363,8 @@ inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std
   if (D <= 0 || D % 2 != 0 || e_off % D != 0 || W % D != 0)
     kernel_error(nd, "the local piece (columns " + std::to_string(e_off) + ".." + std::to_string(e_off + W) +
                          ") does not hold whole heads of an even size " + std::to_string(D));
+  if (const std::size_t n = nd.attrs.rotary_frequencies.size(); n != 0 && n != static_cast<std::size_t>(D / 2))
+    kernel_error(nd, std::to_string(n) + " rotary_frequencies for heads of " + std::to_string(D));
   return D;
 }
 

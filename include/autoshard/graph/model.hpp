@@ -6,7 +6,7 @@
 ///   auto w = autoshard::add_parameter(g, "fc.weight", {3072, 768}, autoshard::dtype::bf16);
 ///   auto y = autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});   // shape [8,3072]
 #include <algorithm>    // std::find, std::sort
-#include <cmath>        // std::isfinite
+#include <cmath>        // std::isfinite, std::pow
 #include <cstdint>      // std::int64_t
 #include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
@@ -132,6 +132,9 @@ struct op_attrs {
                                    ///< false: (2i, 2i+1), interleaved (Meta's and GPT-NeoX's original layout)
   double rotary_base = 10000.0;    ///< rotary: pair i of a head of D turns by position x base^(-2i/D)
                                    ///< (Hugging Face's rope_theta)
+  std::vector<double> rotary_frequencies;  ///< rotary: pair i's frequency given outright, D/2 of them, each
+                                           ///< finite and > 0 (Llama-3's scaled rope_scaling); empty:
+                                           ///< base^(-2i/D). Read through rotary_frequency.
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
@@ -146,6 +149,17 @@ struct op_attrs {
                                    ///< (graph_batch, with_batch_seq), and no gradient, as any input
   friend bool operator==(const op_attrs&, const op_attrs&) = default;
 };
+
+/// The most explicit rotary frequencies a graph file may give (half the largest head size read).
+inline constexpr std::size_t max_rotary_frequencies = std::size_t{1} << 16;
+
+/// The frequency pair i (0 <= i < D/2) of a rotary's head of D turns by per position: the
+/// explicit rotary_frequencies[i] where given, else rotary_base^(-2i/D). The one place the
+/// kernels (forward and backward) and the ONNX import take it from.
+inline double rotary_frequency(const op_attrs& a, std::int64_t i, std::int64_t D) {
+  if (!a.rotary_frequencies.empty()) return a.rotary_frequencies[static_cast<std::size_t>(i)];
+  return std::pow(a.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+}
 
 /// Vertex bundle.
 struct node {
@@ -409,6 +423,14 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
                             ") x an even head size");
       if (!(a.rotary_base > 1.0) || !std::isfinite(a.rotary_base))
         bad_operands(k, "base " + std::to_string(a.rotary_base) + " is not a finite number above 1");
+      if (const std::int64_t half = detail::last_dim(in[0]) / a.heads / 2;
+          !a.rotary_frequencies.empty() && static_cast<std::int64_t>(a.rotary_frequencies.size()) != half)
+        bad_operands(k, std::to_string(a.rotary_frequencies.size()) + " rotary_frequencies for heads of " +
+                            std::to_string(2 * half) + ": one a pair, " + std::to_string(half) + ", is needed");
+      for (std::size_t i = 0; i < a.rotary_frequencies.size(); ++i)
+        if (!(a.rotary_frequencies[i] > 0.0) || !std::isfinite(a.rotary_frequencies[i]))
+          bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + std::to_string(a.rotary_frequencies[i]) +
+                              " is not a finite number above 0");
       return in[0];
     case op_kind::gelu:
     case op_kind::gelu_erf:

@@ -102,6 +102,9 @@ std::vector<bw_case> bw_cases() {
   rot_half.rotary_half = true;
   rot_half.rotary_base = 500000.0;
   v.push_back({"rotary, rotate_half pairs", op_kind::rotary, rot_half, {{1, 3, 8}}, {}});
+  op_attrs rot_scaled = rot_half;
+  rot_scaled.rotary_frequencies = {1.3, 0.07};
+  v.push_back({"rotary, explicit frequencies", op_kind::rotary, rot_scaled, {{1, 3, 8}}, {}});
   for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul})
     v.push_back({std::string(to_string(k)) + " with broadcasting", k, none, {{2, 3, 4}, {4}}, {}});
   v.push_back({"div with broadcasting", op_kind::div, none, {{2, 1, 4}, {3, 1}}, {}, 0.5, 1.5});

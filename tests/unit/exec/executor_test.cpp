@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -171,6 +172,22 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     h.heads = 2;  // heads of 2: rotary pairs a head's own two columns
     const host_tensor y2 = run1(op(op_kind::rotary, h), {&xh});
     CHECK(y2.as<double>()[5] == doctest::Approx(1 * std::sin(1.0) + 2 * std::cos(1.0)).epsilon(1e-14));
+    // Explicit frequencies (Llama-3's scaled ones) replace base^(-2i/D), pair by pair: columns
+    // (0, 2) turn by 0.5 radians at position 1, (1, 3) by 2, whatever the base.
+    h.heads = 1;
+    h.rotary_frequencies = {0.5, 2.0};
+    const double* pf = run1(op(op_kind::rotary, h), {&xh}).as<double>();
+    CHECK(pf[4] == doctest::Approx(1 * std::cos(0.5) - 3 * std::sin(0.5)).epsilon(1e-14));
+    CHECK(pf[6] == doctest::Approx(1 * std::sin(0.5) + 3 * std::cos(0.5)).epsilon(1e-14));
+    CHECK(pf[5] == doctest::Approx(2 * std::cos(2.0) - 4 * std::sin(2.0)).epsilon(1e-14));
+    CHECK(pf[7] == doctest::Approx(2 * std::sin(2.0) + 4 * std::cos(2.0)).epsilon(1e-14));
+    h.rotary_frequencies = {0.5, 2.0, 1.0};  // one a pair, two pairs in a head of 4
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("3 rotary_frequencies for heads of 4: one a pair, 2, is needed"), graph_error);
+    h.rotary_frequencies = {0.5, 0.0};
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("rotary_frequencies[1] 0.000000 is not a finite number above 0"), graph_error);
+    h.rotary_frequencies = {std::numeric_limits<double>::infinity(), 1.0};
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("rotary_frequencies[0] inf is not a finite number above 0"), graph_error);
+    h.rotary_frequencies.clear();
     h.heads = 4;  // heads of 1: no pair, refused where the shape is inferred
     CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("an even head size"), graph_error);
     h.heads = 1;
@@ -217,6 +234,9 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   rot_half.rotary_half = true;
   rot_half.rotary_base = 500000.0;
   make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_half);
+  op_attrs rot_scaled = rot_half;  // explicit frequencies (Llama-3's scaled ones): pairs keep their own across shards
+  rot_scaled.rotary_frequencies = {0.9, 0.05};
+  make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_scaled);
   for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul, op_kind::div})
     make_case(k, {{"x", {4, 3, 6}, f}, {"y", {6}, f}});
   make_case(op_kind::add, {{"x", {4, 1, 6}, f}, {"y", {1, 3, 6}, f}});

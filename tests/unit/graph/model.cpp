@@ -194,6 +194,44 @@ TEST_CASE("JSON errors name the JSON path or the vertex") {
   CHECK(contains(error_of<io_error>([&] { read_json_file(path); }), "cannot open model file '/nonexistent/model.json'"));
 }
 
+TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones are refused") {
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
+  const std::string x = R"({"name": "x", "kind": "input", "shape": [3, 8], "dtype": "f32"},)";
+  const auto rot = [&](const std::string& attrs) {
+    return head + x + R"({"name": "r", "kind": "rotary", "shape": [3, 8], "dtype": "f32", "inputs": ["x"], "attrs": {"heads": 2, )" +
+           attrs + "}}]}";
+  };
+  model_graph g;
+  op_attrs a;
+  a.heads = 2;
+  a.rotary_half = true;
+  a.rotary_frequencies = {0.1 + 0.2, 1.0 / 3.0};  // doubles that print long
+  add_op(g, op_kind::rotary, "r", {add_input(g, "x", {3, 8}, dtype::f32)}, a);
+  std::ostringstream out;
+  write_json(out, g);
+  CHECK(contains(out.str(), "\"rotary_frequencies\""));
+  std::istringstream in(out.str());
+  const model_graph h = read_json(in);
+  CHECK(h[1].attrs == g[1].attrs);  // bit for bit
+  std::ostringstream plain;  // the default (base^(-2i/D)) writes no list
+  a.rotary_frequencies.clear();
+  model_graph p;
+  add_op(p, op_kind::rotary, "r", {add_input(p, "x", {3, 8}, dtype::f32)}, a);
+  write_json(plain, p);
+  CHECK(!contains(plain.str(), "rotary_frequencies"));
+
+  CHECK(contains(expect_graph_error(rot(R"("rotary_frequencies": [1.0, 0.5, 0.25])")),
+                 "vertex 'r': rotary: 3 rotary_frequencies for heads of 4: one a pair, 2, is needed"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_frequencies": [1.0, 0])")), "nodes[1].attrs.rotary_frequencies[1] is 0, not a number in ["));
+  CHECK(contains(expect_io_error(rot(R"("rotary_frequencies": [-1.0, 0.5])")), "nodes[1].attrs.rotary_frequencies[0] is -1"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_frequencies": [1.0, "fast"])")), "nodes[1].attrs.rotary_frequencies[1] is \"fast\""));
+  CHECK(contains(expect_io_error(rot(R"("rotary_frequencies": 1.0)")), "nodes[1].attrs.rotary_frequencies is 1.0, not an array"));
+  std::string many = "[1";  // refused by its count before any element is kept
+  for (std::size_t i = 0; i < max_rotary_frequencies; ++i) many += ",1";
+  CHECK(contains(expect_io_error(rot(R"("rotary_frequencies": )" + many + "]")),
+                 "nodes[1].attrs.rotary_frequencies has 65537 elements; at most 65536 are allowed"));
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

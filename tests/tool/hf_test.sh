@@ -11,7 +11,7 @@ data="$here/../data/hf"
 "$tool" --help | grep -q ' synth' || { echo "SKIP: no synth"; exit 0; }
 small=(--layers 2 --hidden 64 --heads 4 --vocab 256)
 for cfg in gpt2 bert-base-uncased roberta-base opt-125m pythia-160m bloom-560m qwen2-0.5b mistral-7b-v0.1 \
-           llama-2-7b gemma-2b falcon-7b phi-3-mini-4k; do
+           llama-2-7b gemma-2b falcon-7b phi-3-mini-4k llama-3.1-8b; do
   d="$tmp/$cfg"
   extra=()
   case $cfg in qwen2*|mistral*|llama*|phi*) extra=(--kv-heads 2 --ffn 128);; bloom*) ;; *) extra=(--ffn 128);; esac
@@ -46,6 +46,16 @@ EOF
   run "$tool" show --plan "$d/plan.json" && ok || bad "$cfg: show --plan"
   run "$tool" verify --plan "$d/plan.json" && grep -q "^PASS" "$tmp/out" && ok || { bad "$cfg: verify --plan"; tail -3 "$tmp/out" "$tmp/err"; }
 done
+
+# Llama-3.1's rope_scaling survives synth (the rotaries' frequencies are its llama3 ones: the plan
+# of the written directory has them, and verify above ran them).
+python3 - "$tmp/llama-3.1-8b" <<'EOF' && ok || bad "llama-3.1-8b: rope_scaling after synth"
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))["rope_scaling"]
+assert c["rope_type"] == "llama3" and c["factor"] == 8.0 and c["original_max_position_embeddings"] == 8192, c
+rot = [n["attrs"] for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"]["nodes"] if n["kind"] == "rotary"]
+assert rot and all(len(r.get("rotary_frequencies", [])) == 8 for r in rot), rot
+EOF
 
 # A checkpoint split over two files with an index (as large models ship) plans and shards the same.
 d="$tmp/qwen2-0.5b"

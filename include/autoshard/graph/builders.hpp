@@ -4,6 +4,8 @@
 ///   autoshard::parameter_count(g);                         // 124'439'808 (tied embeddings)
 ///   autoshard::parameter_names(g, *autoshard::find_vertex(g, "transformer.h.0.attn.c_attn"));
 ///     // {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
+#include <cmath>   // std::pow
+#include <numbers>  // std::numbers::pi
 #include <string>  // std::string
 #include <vector>  // std::vector
 
@@ -11,6 +13,48 @@
 #include "pricing.hpp"   // run_mode, default_run_mode
 
 namespace autoshard {
+
+/// Hugging Face's rope_scaling (transformers 5: rope_parameters): how a rotary's frequencies
+/// differ from base^(-2i/D). The types autoshard computes; hf_config.hpp refuses the others.
+struct rope_scaling_config {
+  std::string type;                  ///< "" (none: base^(-2i/D)), "linear" or "llama3"
+  double factor = 1.0;               ///< linear, llama3: the frequencies' divisor (Llama-3.1: 8)
+  double low_freq_factor = 1.0;      ///< llama3 (Llama-3.1: 1)
+  double high_freq_factor = 4.0;     ///< llama3 (Llama-3.1: 4)
+  int original_max_positions = 8192;  ///< llama3: the pretraining context (original_max_position_embeddings)
+  friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
+};
+
+/// The frequencies of a rotary's pairs for heads of D at `base` under `s`: empty where there
+/// is no scaling (the rotary op's base^(-2i/D)), else the D/2 values of transformers'
+/// modeling_rope_utils, computed in double:
+///   linear (_compute_linear_scaling_rope_parameters): inv_freq_i / factor, inv_freq_i = base^(-2i/D);
+///   llama3 (_compute_llama3_parameters): with wavelen = 2 pi / inv_freq,
+///     low_freq_wavelen = original_max_position_embeddings / low_freq_factor,
+///     high_freq_wavelen = original_max_position_embeddings / high_freq_factor:
+///     wavelen < high_freq_wavelen: inv_freq (kept);  wavelen > low_freq_wavelen: inv_freq / factor;
+///     otherwise smooth = (original_max_position_embeddings / wavelen - low_freq_factor) /
+///                        (high_freq_factor - low_freq_factor),
+///               (1 - smooth) inv_freq / factor + smooth inv_freq.
+inline std::vector<double> rope_frequencies(double base, int D, const rope_scaling_config& s) {
+  std::vector<double> f;
+  if (s.type.empty()) return f;
+  for (int i = 0; i < D / 2; ++i) {
+    const double inv = 1.0 / std::pow(base, 2.0 * i / D);
+    if (s.type == "linear") {
+      f.push_back(inv / s.factor);
+      continue;
+    }
+    const double wavelen = 2 * std::numbers::pi / inv, old = s.original_max_positions;
+    if (wavelen < old / s.high_freq_factor) f.push_back(inv);
+    else if (wavelen > old / s.low_freq_factor) f.push_back(inv / s.factor);
+    else {
+      const double smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f.push_back((1 - smooth) * inv / s.factor + smooth * inv);
+    }
+  }
+  return f;
+}
 
 /// Sizes of a transformer; the presets are the published models' configurations.
 struct transformer_config {
@@ -44,6 +88,7 @@ struct transformer_config {
   int position_offset = 0;      ///< rows of the learned position table before position 0 (OPT, RoBERTa: 2)
   bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: ALiBi (no parameters)
   double rope_theta = 10000.0;  ///< rotary's base (Hugging Face's rope_theta, GPT-NeoX's rotary_emb_base)
+  rope_scaling_config rope_scaling;  ///< rotary's scaled frequencies (Hugging Face's rope_scaling; none by default)
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
@@ -182,12 +227,13 @@ struct builder {
     return op(op_kind::reshape, name, {v}, back);
   }
   /// Rotary positions as Hugging Face's models apply them: rotate_half's pairs (i, i + D/2),
-  /// at the config's base.
+  /// at the config's base, with its rope_scaling's frequencies where it has one.
   vertex_t rope(const transformer_config& c, const std::string& name, vertex_t x, int heads) {
     op_attrs a;
     a.heads = heads;
     a.rotary_half = true;
     a.rotary_base = c.rope_theta;
+    a.rotary_frequencies = rope_frequencies(c.rope_theta, c.head_dim(), c.rope_scaling);
     return op(op_kind::rotary, name, {x}, a);
   }
   /// The output head: lm_head of its own, or the token embedding's table when tied.

@@ -10,7 +10,8 @@
 /// ("n_embd", "n_embed", "hidden_size"); a missing (or null) optional key takes transformers'
 /// default for that model_type. Values are read through io/json.hpp: sizes are bounded
 /// integers (a config is input), and every error names the file, the key and the value.
-#include <algorithm>    // std::min
+#include <algorithm>    // std::min, std::find
+#include <iterator>     // std::begin, std::end
 #include <cstdint>      // std::int64_t
 #include <filesystem>   // std::filesystem::path
 #include <initializer_list>  // std::initializer_list
@@ -109,10 +110,62 @@ inline double read_rope_theta(const hf_reader& r) {
   return r.real({"rope_theta", "rotary_emb_base"}, lo, hi, 10000.0);
 }
 
+/// The rope types read_rope_scaling computes (rope_frequencies), in the order errors list them.
+inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3"};
+
+/// Rotary's scaled frequencies: transformers 5's rope_parameters, else rope_scaling (earlier
+/// versions), whose rope_type (or its legacy spelling, type) is "default" (or absent, or the
+/// member null: base^(-2i/D)), "linear" (factor) or "llama3" (factor, low_freq_factor,
+/// high_freq_factor and original_max_position_embeddings: the config's own member first, then
+/// the dict's, then max_position_embeddings, as transformers 5's standardize_rope_params).
+/// Any other type (dynamic, yarn, longrope, su, ...) is refused, naming it: autoshard would
+/// plan another model's numbers. Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
+/// high_freq_factor <= 1e6, original_max_position_embeddings a position count.
+inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
+  rope_scaling_config s;
+  std::optional<json_in> p = r.find({"rope_parameters"});
+  if (!p) p = r.find({"rope_scaling"});
+  if (!p) return s;
+  p->require_object();
+  std::optional<json_in> t = p->find("rope_type");
+  if (!t) t = p->find("type");
+  const std::string type = t ? t->string() : "default";
+  std::string known;
+  for (std::string_view k : hf_rope_types) known += (known.empty() ? "\"" : ", \"") + std::string(k) + "\"";
+  if (std::find(std::begin(hf_rope_types), std::end(hf_rope_types), type) == std::end(hf_rope_types))
+    t->fail("is " + quoted_text(type) + ", a rope type autoshard does not compute (it computes " + known +
+            "): its rotary frequencies would be another model's");
+  if (type == "default") return s;
+  s.type = type;
+  const auto need = [&](const char* key, double lo, double hi) {
+    const std::optional<json_in> v = p->find(key);
+    if (!v) p->fail("has no \"" + std::string(key) + "\", which rope type \"" + type + "\" needs");
+    return v->number(lo, hi);
+  };
+  s.factor = need("factor", 1e-6, 1e6);
+  if (type == "llama3") {
+    s.low_freq_factor = need("low_freq_factor", 1e-6, 1e6);
+    s.high_freq_factor = need("high_freq_factor", 1e-6, 1e6);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      p->fail("has high_freq_factor " + json_excerpt((*p)["high_freq_factor"].raw()) + ", not above its low_freq_factor " +
+              json_excerpt((*p)["low_freq_factor"].raw()));
+    if (const std::optional<json_in> o = r.find({"original_max_position_embeddings"}))
+      s.original_max_positions = o->small_integer(1, hf_max_positions);
+    else if (const std::optional<json_in> d = p->find("original_max_position_embeddings"))
+      s.original_max_positions = d->small_integer(1, hf_max_positions);
+    else
+      s.original_max_positions = r.need({"max_position_embeddings"}, 1, hf_max_positions);
+  }
+  return s;
+}
+
 /// The members of config.json that only model_type `t`'s architecture has (its MLP width,
 /// norms, biases, activation, key/value heads, position offsets, tied embeddings, rotary's base).
 inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
-  if (t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom") c.rope_theta = read_rope_theta(r);
+  if (t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom") {
+    c.rope_theta = read_rope_theta(r);
+    c.rope_scaling = read_rope_scaling(r);
+  }
   if (t == "gpt2") {
     c.ffn = r.get({"n_inner"}, 1, hf_max_ffn, 4 * c.hidden);
     c.max_positions = r.get({"n_positions", "max_position_embeddings"}, 1, hf_max_positions, 1024);
@@ -275,7 +328,7 @@ inline model_graph build_hf(const hf_model& m) {
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
 /// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (rope_theta,
-/// GPT-NeoX's rotary_emb_base), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's
+/// GPT-NeoX's rotary_emb_base) and scaling (rope_scaling), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's
 /// last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
@@ -325,6 +378,15 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
+  }
+  // Scaled rotary frequencies as transformers 4 writes them (transformers 5 reads them too).
+  if (c.rotary && !c.rope_scaling.type.empty() && j.contains(t == "gpt_neox" ? "rotary_emb_base" : "rope_theta")) {
+    const rope_scaling_config& s = c.rope_scaling;
+    nlohmann::json rs{{"rope_type", s.type}, {"factor", s.factor}};
+    if (s.type == "llama3")
+      rs.update({{"low_freq_factor", s.low_freq_factor}, {"high_freq_factor", s.high_freq_factor},
+                 {"original_max_position_embeddings", s.original_max_positions}});
+    j["rope_scaling"] = rs;
   }
   return j;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace {
 using namespace autoshard;
@@ -41,7 +42,8 @@ TEST_CASE("Hugging Face configs of published models give their published paramet
       {"pythia-160m.json", 162'322'944},   {"bloom-560m.json", 559'214'592},
       {"qwen2-0.5b.json", 494'032'768},    {"mistral-7b-v0.1.json", 7'241'732'096},
       {"llama-2-7b.json", 6'738'415'616},  {"gemma-2b.json", 2'506'172'416},
-      {"falcon-7b.json", 6'921'720'704},   {"phi-3-mini-4k.json", 3'821'079'552}};
+      {"falcon-7b.json", 6'921'720'704},   {"phi-3-mini-4k.json", 3'821'079'552},
+      {"llama-3.1-8b.json", 8'030'261'248}};
   std::map<std::string, bool> families;
   for (const auto& entry : published) {
     const std::string& file = entry.first;  // a plain name: Clang 14's CAPTURE cannot take a structured binding
@@ -173,7 +175,7 @@ TEST_CASE("Hugging Face names and shapes per family") {
 TEST_CASE("a written config reads back to the same graph, for every family") {
   for (const char* file : {"gpt2.json", "bert-base-uncased.json", "roberta-base.json", "opt-125m.json",
                            "pythia-160m.json", "bloom-560m.json", "qwen2-0.5b.json", "mistral-7b-v0.1.json",
-                           "llama-2-7b.json", "gemma-2b.json", "falcon-7b.json", "phi-3-mini-4k.json"}) {
+                           "llama-2-7b.json", "gemma-2b.json", "falcon-7b.json", "phi-3-mini-4k.json", "llama-3.1-8b.json"}) {
     CAPTURE(file);
     hf_model m = read_hf_config_file(hf_dir + file);
     m.config.layers = 2;
@@ -231,6 +233,87 @@ TEST_CASE("bad Hugging Face configs are errors naming the key and the value") {
   CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "num_key_value_heads": null})")).config.kv() == 4);
   CHECK(read_hf_config(nlohmann::json::parse(llama + R"("hidden_size": 32, "rope_theta": null})")).config.rope_theta == 10000.0);
   CHECK_THROWS_AS(read_hf_config_file(hf_dir + "no-such-config.json"), io_error);
+}
+
+// transformers 5.25's ROPE_INIT_FUNCTIONS["llama3"] / ["linear"] on a LlamaConfig with
+// hidden_size 64, 4 heads (head_dim 16), rope_theta 500000 and Llama-3.1's rope_scaling
+// (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192), or
+// {"rope_type": "linear", "factor": 4}: the inv_freq tensors it returns, printed with repr
+// (float32, so 1e-6 relative). Pairs 0-3 keep their frequency, 4 is interpolated, 5-7 divided.
+const std::vector<double> transformers_llama3_inv_freq{1.0, 0.193922758102417, 0.03760603070259094, 0.00729266507551074,
+                                                       0.0005248460220173001, 3.428102354519069e-05, 6.647869668086059e-06,
+                                                       1.289173155782919e-06};
+const std::vector<double> transformers_linear_inv_freq{0.25, 0.04848068952560425, 0.009401507675647736, 0.001823166268877685,
+                                                       0.0003535533614922315, 6.856204709038138e-05, 1.3295739336172119e-05,
+                                                       2.578346311565838e-06};
+
+TEST_CASE("rope_scaling: llama3 and linear frequencies are transformers', under every spelling") {
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                                "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 131072, )";
+  const auto freqs = [&](const std::string& rest) {
+    hf_model m = read_hf_config(nlohmann::json::parse(llama + rest), "c.json");
+    m.config.seq = 4;
+    m.config.batch = 1;
+    const model_graph g = build_hf(m);
+    const op_attrs q = g[*find_vertex(g, "model.layers.0.self_attn.rotary_q")].attrs;
+    CHECK(g[*find_vertex(g, "model.layers.0.self_attn.rotary_k")].attrs.rotary_frequencies == q.rotary_frequencies);
+    return q.rotary_frequencies;
+  };
+  const auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  };
+  const std::string l31 = R"("factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192)";
+  // transformers 4's rope_scaling, with rope_type or its legacy spelling type; transformers 5's rope_parameters.
+  near(freqs(R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", )" + l31 + "}}"), transformers_llama3_inv_freq);
+  near(freqs(R"("rope_theta": 500000.0, "rope_scaling": {"type": "llama3", )" + l31 + "}}"), transformers_llama3_inv_freq);
+  near(freqs(R"("rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", )" + l31 + "}}"), transformers_llama3_inv_freq);
+  // original_max_position_embeddings: the config's own member first, else max_position_embeddings (transformers 5).
+  near(freqs(R"("rope_theta": 500000.0, "original_max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}})"),
+       transformers_llama3_inv_freq);
+  const std::vector<double> fallback = freqs(R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0}})");  // 131072 positions: pair 4 is kept, not interpolated
+  CHECK(fallback[4] == doctest::Approx(std::pow(500000.0, -8.0 / 16)).epsilon(1e-12));
+  CHECK(fallback[7] == doctest::Approx(std::pow(500000.0, -14.0 / 16) / 8).epsilon(1e-12));
+  near(freqs(R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "linear", "factor": 4.0}})"), transformers_linear_inv_freq);
+  // No scaling: the op's own base^(-2i/D), no list.
+  CHECK(freqs(R"("rope_theta": 500000.0, "rope_scaling": null})").empty());
+  CHECK(freqs(R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "default"}})").empty());
+  CHECK(freqs(R"("rope_parameters": {"rope_theta": 500000.0}})").empty());
+  CHECK(freqs(R"("rope_theta": 500000.0})").empty());
+  // A written config reads back to the same scaling (autoshard synth).
+  const hf_model m = read_hf_config(nlohmann::json::parse(llama + R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", )" + l31 + "}}"));
+  CHECK(m.config.rope_scaling.type == "llama3");
+  CHECK(read_hf_config(to_hf_config(m)).config.rope_scaling == m.config.rope_scaling);
+  const hf_model lin = read_hf_config(nlohmann::json::parse(llama + R"("rope_scaling": {"type": "linear", "factor": 2.5}})"));
+  CHECK(read_hf_config(to_hf_config(lin)).config.rope_scaling == lin.config.rope_scaling);
+  CHECK_FALSE(to_hf_config(read_hf_config(nlohmann::json::parse(llama + "\"rope_theta\": 1e4}"))).contains("rope_scaling"));
+}
+
+TEST_CASE("rope_scaling: a type autoshard does not compute and bad numbers are refused, naming the member") {
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                                "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";
+  const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", )";
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0}})"),
+            "c.json: rope_scaling.rope_type is 'yarn', a rope type autoshard does not compute (it computes \"default\", \"linear\", \"llama3\")"));
+  CHECK(has(hf_error(llama + R"("rope_parameters": {"rope_type": "longrope"}})"), "rope_parameters.rope_type is 'longrope', a rope type"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"type": "dynamic", "factor": 2.0}})"), "rope_scaling.type is 'dynamic', a rope type"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"type": "su"}})"), "rope_scaling.type is 'su'"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": 3}})"), "rope_scaling.rope_type is 3, not a string"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": "llama3"})"), "rope_scaling is \"llama3\", not an object"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear"}})"), "rope_scaling has no \"factor\", which rope type \"linear\" needs"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear", "factor": 0}})"), "rope_scaling.factor is 0, not a number in [1e-06, 1e+06]"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear", "factor": -2.0}})"), "rope_scaling.factor is -2.0, not a number"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear", "factor": "8"}})"), "rope_scaling.factor is \"8\", not a number"));
+  CHECK(has(hf_error(llama + l3 + R"("factor": 8.0, "high_freq_factor": 4.0}})"), "rope_scaling has no \"low_freq_factor\", which rope type \"llama3\" needs"));
+  CHECK(has(hf_error(llama + l3 + R"("factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0}})"),
+            "rope_scaling has high_freq_factor 4.0, not above its low_freq_factor 4.0"));
+  CHECK(has(hf_error(llama + l3 + R"("factor": 8.0, "low_freq_factor": 0, "high_freq_factor": 4.0}})"), "rope_scaling.low_freq_factor is 0, not a number"));
+  CHECK(has(hf_error(llama + l3 + R"("factor": 8.0, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 0}})"),
+            "rope_scaling.original_max_position_embeddings is 0, not an integer in [1, 16777216]"));
+  CHECK(has(hf_error(llama + l3 + R"("factor": 8.0, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 81.5}})"),
+            "rope_scaling.original_max_position_embeddings is 81.5, not an integer"));
 }
 
 TEST_CASE("every vertex of every family's graph has a replicated strategy and finite costs") {

@@ -15,7 +15,8 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     no opaque vertex: GPT-2's, whose heads are split from [B,S,H] as the attention kind takes
     them, and LLaMA's, whose q and k turn in the heads' layout (rotate_half, the cos/sin tables
     of positions and the inv_freq buffer evaluated: a rotary of rope_theta's base on q and on
-    k) and whose key/value heads are repeated for the query heads (the kind's kv_heads);
+    k, carrying transformers' inv_freq where rope_parameters scales them, Llama-3.1's llama3)
+    and whose key/value heads are repeated for the query heads (the kind's kv_heads);
   * the step is data parallel over the 4 devices, as an expert runs a model this small;
   * price as autoshard's own builder of the model's config.json does: in inference, at batch 2
     under a memory budget of half the unsplit peak (so that the weights must be cut), the two
@@ -40,6 +41,13 @@ CASES = {
     "llama-gqa": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
         num_hidden_layers=LAYERS, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,
         vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False, rope_theta=500000.0)),  # LLaMA-3's base
+    # Llama-3.1's rope scaling (its factors; 64 original positions so that heads of 32 have
+    # pairs kept, interpolated and divided): the rotaries carry transformers' inv_freq.
+    "llama3-scaled": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        num_hidden_layers=LAYERS, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,
+        vocab_size=512, max_position_embeddings=SEQ, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
 }
 
 
@@ -87,12 +95,16 @@ def as_builder(name, model, onnx_path, tool, work):
     same = lambda j: (j["plan"]["step_seconds"], len([o for o in j["operators"] if o["kind"] not in ("parameter", "input")]),
                       j["parameters"], j["solver"]["status"], j["plan"]["peak_memory_bytes"] <= budget)
     b, i = same(built), same(imported)
-    # The rotaries turn alike: Hugging Face's pairs at the config's base, on as many heads.
-    rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), round(n["attrs"].get("rotary_base", 1e4), 1))
+    # The rotaries turn alike: Hugging Face's pairs at the config's base (and its scaled
+    # frequencies, where it has them), on as many heads; within float32's rounding.
+    rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), n["attrs"].get("rotary_base", 1e4),
+                            n["attrs"].get("rotary_frequencies", []))
                            for n in json.loads(f.read_text())["graph"]["nodes"] if n["kind"] == "rotary")
-    if rot(work / f"{name}-infer-json.json") != rot(work / f"{name}-infer-onnx.json"):
-        raise AssertionError(f"rotary vertices (heads, rotate_half, base): the builder's {rot(work / f'{name}-infer-json.json')[:2]}, "
-                             f"the export's {rot(work / f'{name}-infer-onnx.json')[:2]}")
+    near = lambda a, b: abs(a / b - 1) < 1e-5
+    rb, ri = rot(work / f"{name}-infer-json.json"), rot(work / f"{name}-infer-onnx.json")
+    if len(rb) != len(ri) or not all(x[:2] == y[:2] and near(x[2], y[2]) and len(x[3]) == len(y[3]) and all(map(near, x[3], y[3]))
+                                     for x, y in zip(rb, ri)):
+        raise AssertionError(f"rotary vertices (heads, rotate_half, base, frequencies): the builder's {rb[:2]}, the export's {ri[:2]}")
     if abs(b[0] / i[0] - 1) > 1e-9 or b[1:] != i[1:] or b[3] != "optimal" or not b[4]:
         raise AssertionError(f"under a budget of {budget} bytes, the builder plans (step, operators, parameters, solver, "
                              f"fits) {b}, the export {i}")
@@ -175,8 +187,13 @@ def check(name, tool, work):
     if name != "gpt2":
         theta = getattr(model.config, "rope_theta", None) or model.config.rope_parameters["rope_theta"]
         fed = {i for a in attentions for i in graph[a["name"]]["inputs"][:2]}
+        # transformers' own frequencies (model.model.rotary_emb.inv_freq: scaled where the config scales them).
+        inv = [float(f) for f in model.model.rotary_emb.inv_freq]
+        scaled = getattr(model.config, "rope_parameters", None) and model.config.rope_parameters.get("rope_type") not in (None, "default")
+        freqs_ok = lambda a: (all(abs(x / y - 1) < 1e-5 for x, y in zip(a.get("rotary_frequencies", []), inv))
+                              and len(a.get("rotary_frequencies", [])) == (len(inv) if scaled else 0))
         bad = [r for r in rotaries if not (r["attrs"].get("rotary_half") and abs(r["attrs"].get("rotary_base", 10000.0) / theta - 1) < 1e-5
-                                           and r["name"] in fed)]
+                                           and freqs_ok(r["attrs"]) and r["name"] in fed)]
         if len(rotaries) != 2 * LAYERS or bad:
             raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's in each of {LAYERS} layers, "
                                  f"rotate_half at base {theta}, read by the attention: {bad[:2]}")

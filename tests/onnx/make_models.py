@@ -27,7 +27,9 @@ gpt2-dynamo.onnx       the opset 17 model at opset 18 with attention as torch's 
                        Where(IsNaN(p), 0, p).
 llama-dynamo.onnx      LlamaAttention as torch's dynamo exporter writes it: rotary in the heads'
                        layout from the inv_freq buffer (base 500000), key/value heads repeated
-                       (4 heads over 2), q and k^T scaled apart; -10k: the same at base 10000.
+                       (4 heads over 2), q and k^T scaled apart; -10k: the same at base 10000;
+                       -llama3: base 500000 with Llama-3.1's rope_scaling (llama3_inv_freq);
+                       -yarn: -llama3's tables times an attention factor of 1.1, as YaRN's.
 rms-mlp.onnx           a LLaMA-style residual MLP block: RMSNorm as LlamaRMSNorm exports it
                        (Pow, ReduceMean, Add eps, Sqrt, Reciprocal, Mul, Mul by the weight), an
                        exact (Erf) GELU MLP, and a padding select Where(keep [batch, seq, 1],
@@ -244,19 +246,31 @@ def gpt2(fused_norm, LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, VOCAB=VOCAB, POS
     return model
 
 
-def llama_attention(H=64, HEADS=4, KV=2, BASE=500000.0):
+def llama3_inv_freq(base, D, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original=8192):
+    """transformers' _compute_llama3_parameters (modeling_rope_utils), in numpy float64:
+    frequencies whose wavelength 2 pi / f is below original / high_freq_factor are kept, above
+    original / low_freq_factor divided by factor, and interpolated between."""
+    inv = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    wavelen = 2 * math.pi / inv
+    smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    mid = (1 - smooth) * inv / factor + smooth * inv
+    return np.where(wavelen < original / high_freq_factor, inv, np.where(wavelen > original / low_freq_factor, inv / factor, mid))
+
+
+def llama_attention(H=64, HEADS=4, KV=2, BASE=500000.0, INV=None, ATTENTION_FACTOR=1.0):
     """LlamaAttention as torch's dynamo exporter writes it, on x [batch, sequence, H]: q/k/v
     projections (MatMul by the [in, out] weights the exporter folds), heads by Reshape +
     Transpose, q and k turned by apply_rotary_pos_emb in the heads' layout (x * cos +
     cat(-x[..., D/2:], x[..., :D/2]) * sin, the tables cos/sin of Range(0, S) x the inv_freq
     buffer, BASE^(-2i/D), concatenated twice), k and v repeated for the query heads (repeat_kv:
     Unsqueeze, Expand, Reshape), q and k^T each scaled by sqrt(1/sqrt(D)), softmax, merged back
-    and o_proj. inv_freq is marked a BUFFER as the exporter marks it."""
+    and o_proj. inv_freq is marked a BUFFER as the exporter marks it; INV replaces its values
+    (scaled frequencies), and an ATTENTION_FACTOR other than 1 multiplies cos and sin."""
     rng = np.random.default_rng(5)
     D = H // HEADS
     nodes = []
     p = "/model/layers.0/self_attn/"
-    inv = (BASE ** (-np.arange(0, D, 2, dtype=np.float64) / D)).astype(np.float32)
+    inv = (BASE ** (-np.arange(0, D, 2, dtype=np.float64) / D) if INV is None else np.asarray(INV, np.float64)).astype(np.float32)
     inits = [numpy_helper.from_array(inv, "model.rotary_emb.inv_freq")]
     for name, n_out in (("q_proj", H), ("k_proj", KV * D), ("v_proj", KV * D), ("o_proj", H)):
         inits.append(init(f"model.layers.0.self_attn.{name}.weight", [H, n_out], rng))
@@ -272,8 +286,13 @@ def llama_attention(H=64, HEADS=4, KV=2, BASE=500000.0):
     nodes.append(helper.make_node("Mul", [p + "pos2", "model.rotary_emb.inv_freq"], [p + "freqs"], name="node_mul"))
     nodes.append(helper.make_node("Concat", [p + "freqs", p + "freqs"], [p + "emb"], name="node_cat", axis=-1))
     for f in ("Cos", "Sin"):
-        nodes.append(helper.make_node(f, [p + "emb"], [p + f.lower()], name="node_" + f.lower()))
-        nodes.append(helper.make_node("Unsqueeze", [p + f.lower(), i64(f.lower() + "_ax", [0, 1])], [p + f.lower() + "4"],
+        table = p + f.lower()
+        nodes.append(helper.make_node(f, [p + "emb"], [table], name="node_" + f.lower()))
+        if ATTENTION_FACTOR != 1.0:  # cos() * attention_scaling, sin() * attention_scaling
+            af = const(nodes, table + "_af", ATTENTION_FACTOR)
+            nodes.append(helper.make_node("Mul", [table, af], [table + "_scaled"], name="node_" + f.lower() + "_factor"))
+            table += "_scaled"
+        nodes.append(helper.make_node("Unsqueeze", [table, i64(f.lower() + "_ax", [0, 1])], [p + f.lower() + "4"],
                                       name="node_unsqueeze_" + f.lower()))
 
     def view(x, tail, name):  # Reshape(x, [batch, seq] + tail), the shape built from Shape(x) as torch writes views
@@ -446,6 +465,10 @@ def main():
     onnx.save(gpt2(True, dynamo=True, **sizes), os.path.join(out, "gpt2-dynamo.onnx"))
     onnx.save(llama_attention(**(dict(H=8, HEADS=2, KV=1) if tiny else {})), os.path.join(out, "llama-dynamo.onnx"))
     onnx.save(llama_attention(BASE=10000.0, **(dict(H=8, HEADS=2, KV=1) if tiny else {})), os.path.join(out, "llama-dynamo-10k.onnx"))
+    llama = dict(H=8, HEADS=2, KV=1) if tiny else dict(H=64, HEADS=4, KV=2)
+    inv3 = llama3_inv_freq(500000.0, llama["H"] // llama["HEADS"])
+    onnx.save(llama_attention(INV=inv3, **llama), os.path.join(out, "llama-dynamo-llama3.onnx"))
+    onnx.save(llama_attention(INV=inv3, ATTENTION_FACTOR=1.1, **llama), os.path.join(out, "llama-dynamo-yarn.onnx"))
     onnx.save(unmapped(), os.path.join(out, "unmapped.onnx"))
     hostile = "a\x1b[31mb\nc"  # recolours a terminal, and forges a line of its own
     onnx.save(unmapped(fc1="fc1" + hostile, fancy="fancy" + hostile, fancy_type="Fancy" + hostile,

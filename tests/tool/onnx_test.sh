@@ -142,6 +142,35 @@ EOF
   [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "${f%%:*}.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 done
 
+# Llama-3.1's scaled frequencies (rope_scaling llama3) in the buffer: the same fusion, the
+# rotaries carrying the buffer's frequencies (transformers' formula, make_models.py's
+# llama3_inv_freq); it runs. With YaRN's attention factor on cos and sin it stays unfused.
+run "$tool" plan --model "$tmp/llama-dynamo-llama3.onnx" --mesh 2 --batch 2 --seq 16 --quiet --no-svg --out "$tmp/l3.json"
+"$py" - "$tmp/l3.json" "$here/../onnx" <<'EOF' && ok || bad "llama-dynamo-llama3.onnx: the fused attention: $(cat "$tmp/err")"
+import collections, json, sys
+sys.path.insert(0, sys.argv[2])
+from make_models import llama3_inv_freq
+g = json.load(open(sys.argv[1]))["graph"]["nodes"]
+kinds = collections.Counter(n["kind"] for n in g)
+want = {"attention": 1, "rotary": 2, "linear": 4, "opaque": 0, "matmul": 0, "softmax": 0}
+bad = {k: (kinds[k], n) for k, n in want.items() if kinds[k] != n}
+want_f = llama3_inv_freq(500000.0, 16)
+rot = [n["attrs"] for n in g if n["kind"] == "rotary"]
+off = [r.get("rotary_frequencies") for r in rot
+       if len(r.get("rotary_frequencies", [])) != 8 or any(abs(a / b - 1) > 1e-5 for a, b in zip(r["rotary_frequencies"], want_f))]
+if bad or off:
+    sys.exit(f"kinds (got, want): {bad}; rotary frequencies {off}, expected {list(want_f)}")
+EOF
+run "$tool" verify --plan "$tmp/l3.json" --forward-only
+[ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "llama-dynamo-llama3.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
+run "$tool" plan --model "$tmp/llama-dynamo-yarn.onnx" --mesh 2 --batch 2 --seq 16 --quiet --no-svg --out "$tmp/ly.json"
+"$py" - "$tmp/ly.json" <<'EOF' && ok || bad "llama-dynamo-yarn.onnx: an attention factor must stay unfused: $(cat "$tmp/err")"
+import collections, json, sys
+kinds = collections.Counter(n["kind"] for n in json.load(open(sys.argv[1]))["graph"]["nodes"])
+if kinds["rotary"] or kinds["attention"] or not kinds["softmax"]:
+    sys.exit(f"kinds {dict(kinds)}")
+EOF
+
 # A LLaMA-style block: RMSNorm, the exact GELU, Where and Expand are kinds with kernels, so a
 # sharded training step runs and matches the unsharded one.
 run "$tool" plan --model "$tmp/rms-mlp.onnx" --mesh 2x2 --batch 4 --seq 8 --memory-budget 200KiB --json --quiet --out "$tmp/r.json"

@@ -5,6 +5,9 @@
 /// Hugging Face's LLaMA family does to the heads on the way: rotary positions turned in the
 /// heads' layout (rotate_half, its tables evaluated) and key/value heads repeated for the
 /// query heads (repeat_kv: grouped-query attention).
+#include <cmath>    // std::atan2, std::round
+#include <numbers>  // std::numbers::pi
+
 #include "fusions.hpp"
 
 namespace autoshard::detail::onnx_in {
@@ -166,7 +169,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> reader::last_dim_sli
 /// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)), either
 /// order of each operation's operands, where C and S are computed from constants and buffers
 /// alone (the positions' Range, the inv_freq buffer: computed_with_buffers) and hold cos and
-/// sin of position x base^(-2i/D) for column i and i + hd/2 (rotary_base_of). Intermediates
+/// sin of position x f_i for column i and i + hd/2 (rotary_frequencies_of). Intermediates
 /// are used only inside the pattern.
 inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& v) const {
   const int add = producer(v);
@@ -208,49 +211,78 @@ inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& 
         continue;
       const std::optional<std::string> cos = other(mc, xh);
       if (!cos || !table(*cos)) continue;
-      const std::optional<double> base = rotary_base_of(*cos, sin, seq, hd);
-      if (!base) continue;
-      return rotary_match{xh, *base, {mc, ms, cat, neg, hi, lo, add}};
+      std::optional<rotary_turn> turn = rotary_frequencies_of(*cos, sin, seq, hd);
+      if (!turn) continue;
+      return rotary_match{xh, std::move(*turn), {mc, ms, cat, neg, hi, lo, add}};
     }
   }
   return std::nullopt;
 }
 
-/// The base of rotary tables `cos` and `sin` ([.., S, hd], computed from constants): element
-/// [.., p, j] is cos / sin of p x base^(-2i/hd), i = j mod hd/2, at every index of the leading
-/// dims, within 1e-4 + 1e-6 p (float32's rounding of the angles); nullopt otherwise (another
-/// layout, Llama-3's or YaRN's scaled frequencies, an attention factor, positions other than
-/// 0..S-1). The base comes from the last pair's frequency at position 1 (10000 where one
-/// position or one pair leaves it free); evaluated within constant_budget(), once a pair.
-inline std::optional<double> reader::rotary_base_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const {
+/// The frequencies of rotary tables `cos` and `sin` ([.., S, hd], computed from constants):
+/// element [.., p, j] is cos / sin of p x f_i, i = j mod hd/2, at every index of the leading
+/// dims, within 1e-4 + 1e-6 p (float32's rounding of the angles), for some f_i > 0 per pair;
+/// nullopt otherwise (another layout, an attention factor scaling cos and sin as YaRN's,
+/// positions other than 0..S-1, a pair turning by more than pi a position). Each f_i is read
+/// at position 1 and refined at the last (its angle there unwrapped by the first estimate).
+/// Where every f_i is base^(-2i/hd) (the base from the last pair; 10000 where one position or
+/// one pair leaves it free) the answer is that base alone, as the rotary op's default;
+/// otherwise (Llama-3's or a linear rope_scaling's frequencies) the f_i themselves, with the
+/// base of pair 1 (which Llama-3's scaling keeps). Evaluated within constant_budget(), once a pair.
+inline std::optional<reader::rotary_turn> reader::rotary_frequencies_of(const std::string& cos, const std::string& sin,
+                                                                        std::int64_t seq, std::int64_t hd) const {
   const auto key = std::pair{cos, sin};
   if (auto it = rotary_memo.find(key); it != rotary_memo.end()) return it->second;
-  std::optional<double> base;
+  std::optional<rotary_turn> turn;
   const std::uint64_t budget = constant_budget();
   std::optional<dense_value> c = evaluate(cos, budget / 2, true);
   std::optional<dense_value> s = c ? evaluate(sin, budget / 2, true) : std::nullopt;
   const std::int64_t half = hd / 2;
-  if (c && s && c->shape == s->shape && c->size() > 0 && seq >= 1 && half >= 1) {
-    base = 10000.0;
-    if (seq >= 2 && half >= 2) {  // pair half-1 turns by base^(-(hd-2)/hd) at position 1
-      const double f = std::atan2((*s)[static_cast<std::size_t>(hd + half - 1)], (*c)[static_cast<std::size_t>(hd + half - 1)]);
-      base = f > 0 && f < 1 ? std::pow(f, -static_cast<double>(hd) / static_cast<double>(hd - 2)) : 0.0;
-      if (!(*base > 1.0) || !std::isfinite(*base)) base.reset();
-    }
-    std::vector<double> freq(static_cast<std::size_t>(half));
-    for (std::int64_t i = 0; base && i < half; ++i)
-      freq[static_cast<std::size_t>(i)] = std::pow(*base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+  const auto at = [&](const dense_value& t, std::int64_t p, std::int64_t i) { return t[static_cast<std::size_t>(p * hd + i)]; };
+  // Every element of the tables is cos / sin of p x freq[j mod half], within the tolerance.
+  const auto fits = [&](const std::vector<double>& freq) {
     const std::size_t n = c->size();
-    for (std::size_t e = 0; base && e < n; ++e) {
+    for (std::size_t e = 0; e < n; ++e) {
       const std::int64_t j = static_cast<std::int64_t>(e % static_cast<std::size_t>(hd));
       const std::int64_t p = static_cast<std::int64_t>(e / static_cast<std::size_t>(hd)) % seq;
       const double angle = static_cast<double>(p) * freq[static_cast<std::size_t>(j % half)];
       const double tol = 1e-4 + 1e-6 * static_cast<double>(p);
-      if (!(std::abs((*c)[e] - std::cos(angle)) <= tol) || !(std::abs((*s)[e] - std::sin(angle)) <= tol)) base.reset();
+      if (!(std::abs((*c)[e] - std::cos(angle)) <= tol) || !(std::abs((*s)[e] - std::sin(angle)) <= tol)) return false;
+    }
+    return true;
+  };
+  const auto powers = [&](double base) {
+    std::vector<double> f(static_cast<std::size_t>(half));
+    for (std::int64_t i = 0; i < half; ++i) f[static_cast<std::size_t>(i)] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    return f;
+  };
+  if (c && s && c->shape == s->shape && c->size() > 0 && seq >= 1 && half >= 1) {
+    if (seq < 2) {  // position 0 alone does not turn: any frequencies fit
+      if (fits(powers(10000.0))) turn = rotary_turn{};
+    } else {
+      std::vector<double> f(static_cast<std::size_t>(half));
+      bool positive = true;
+      const double last = static_cast<double>(seq - 1), two_pi = 2 * std::numbers::pi;
+      for (std::int64_t i = 0; i < half; ++i) {
+        double fi = std::atan2(at(*s, 1, i), at(*c, 1, i));
+        if (seq > 2 && fi > 0) {  // the last position's angle, unwrapped near last x fi
+          const double a = std::atan2(at(*s, seq - 1, i), at(*c, seq - 1, i));
+          fi = (a + two_pi * std::round((last * fi - a) / two_pi)) / last;
+        }
+        positive = positive && fi > 0 && std::isfinite(fi);
+        f[static_cast<std::size_t>(i)] = fi;
+      }
+      const auto base_of = [&](std::int64_t i) {  // the base pair i's frequency is the power of
+        const double b = std::pow(f[static_cast<std::size_t>(i)], -static_cast<double>(hd) / (2.0 * static_cast<double>(i)));
+        return b > 1.0 && std::isfinite(b) ? std::optional<double>(b) : std::nullopt;
+      };
+      const std::optional<double> plain = half >= 2 ? base_of(half - 1) : std::optional<double>(10000.0);
+      if (positive && plain && fits(powers(*plain))) turn = rotary_turn{*plain, {}};
+      else if (positive && fits(f)) turn = rotary_turn{half >= 2 ? base_of(1).value_or(10000.0) : 10000.0, std::move(f)};
     }
   }
-  rotary_memo[key] = base;
-  return base;
+  rotary_memo[key] = turn;
+  return turn;
 }
 
 /// An attention operand in heads [B,h,S,hd] (see heads_source): [GQA's repeat,
@@ -289,7 +321,8 @@ inline std::optional<reader::heads_source> reader::heads_source_of(const std::st
     h = rot->xh;
     src.rotary = fusion{op_kind::rotary, {}, {}, {}, out_of(src.rotary_at, 0)};  // named by fuse_attention
     src.rotary->attrs.rotary_half = true;
-    src.rotary->attrs.rotary_base = rot->base;
+    src.rotary->attrs.rotary_base = rot->turn.base;
+    src.rotary->attrs.rotary_frequencies = rot->turn.frequencies;
   }
   const auto x = heads_of(h, {0, 2, 1, 3}, uses);
   if (!x) return std::nullopt;

@@ -360,15 +360,19 @@ struct reader {
   };
   std::optional<heads_source> heads_source_of(const std::string& v) const;
   /// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)): xh, the
-  /// base C and S turn by, and the nodes (the Add last).
+  /// frequencies C and S turn by, and the nodes (the Add last).
+  struct rotary_turn {  ///< a rotary's base, and its explicit frequencies where they are not base^(-2i/D)
+    double base = 10000.0;
+    std::vector<double> frequencies;
+  };
   struct rotary_match {
     std::string xh;
-    double base = 10000.0;
+    rotary_turn turn;
     std::vector<int> nodes;
   };
   std::optional<rotary_match> rotary_of(const std::string& v) const;
-  std::optional<double> rotary_base_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const;
-  mutable std::map<std::pair<std::string, std::string>, std::optional<double>> rotary_memo;  ///< rotary_base_of's answers
+  std::optional<rotary_turn> rotary_frequencies_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const;
+  mutable std::map<std::pair<std::string, std::string>, std::optional<rotary_turn>> rotary_memo;  ///< rotary_frequencies_of's answers
   std::optional<heads_source> keys_of(const std::string& kt) const;
   std::optional<std::pair<std::int64_t, std::int64_t>> last_dim_slice(int k, std::int64_t rank, std::int64_t dim) const;
   bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const;

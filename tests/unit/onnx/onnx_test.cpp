@@ -790,8 +790,9 @@ namespace {
 /// (x * cos + rotate_half(x) * sin, the tables cos/sin of positions x the inv_freq buffer,
 /// concatenated twice and unsqueezed for the heads), k and v repeated for the query heads
 /// (repeat_kv: Unsqueeze, Expand, Reshape), q and k^T each scaled by sqrt(1/sqrt(8)), k^T
-/// transposed over a 3-D view. `inv_freq` are the buffer's 4 frequencies.
-std::string llama_attention(const std::vector<float>& inv_freq) {
+/// transposed over a 3-D view. `inv_freq` are the buffer's 4 frequencies; an
+/// `attention_factor` other than 1 scales cos and sin (YaRN's), `first` is the first position.
+std::string llama_attention(const std::vector<float>& inv_freq, float attention_factor = 1.0f, std::int64_t first = 0) {
   model_maker mm(18);
   mm.input("x", {"2", "4", "16"}).weight("q_proj.weight", {16, 16}).weight("k_proj.weight", {16, 8}).weight("v_proj.weight", {16, 8});
   auto* f = mm.g->add_initializer();
@@ -801,8 +802,8 @@ std::string llama_attention(const std::vector<float>& inv_freq) {
   for (float x : inv_freq) f->add_float_data(x);
   input_spec(mm, "model.rotary_emb.inv_freq", {"4"}, "BUFFER");
   mm.scalar("c", static_cast<float>(std::sqrt(1.0 / std::sqrt(8.0))));
-  int_scalar(mm, "start", 0);
-  int_scalar(mm, "limit", 4);
+  int_scalar(mm, "start", first);
+  int_scalar(mm, "limit", first + 4);
   int_scalar(mm, "delta", 1);
   mm.ints("ax0", {0}).ints("ax1", {1}).ints("ax2", {2}).ints("axl", {-1});
   mm.ints("lo_start", {0}).ints("half", {4}).ints("end", {std::numeric_limits<std::int64_t>::max()});
@@ -816,8 +817,13 @@ std::string llama_attention(const std::vector<float>& inv_freq) {
   model_maker::attr(mm.node("Cast", "node_to_copy", {"pos3"}, {"posf"}), "to", std::int64_t{onnx::TensorProto::FLOAT});
   mm.node("Mul", "node_mul", {"posf", "model.rotary_emb.inv_freq"}, {"freqs"});
   model_maker::attr(mm.node("Concat", "node_cat", {"freqs", "freqs"}, {"emb"}), "axis", std::int64_t{-1});
-  mm.node("Cos", "node_cos", {"emb"}, {"cos"});
-  mm.node("Sin", "node_sin", {"emb"}, {"sin"});
+  mm.node("Cos", "node_cos", {"emb"}, {attention_factor == 1.0f ? "cos" : "cos1"});
+  mm.node("Sin", "node_sin", {"emb"}, {attention_factor == 1.0f ? "sin" : "sin1"});
+  if (attention_factor != 1.0f) {
+    mm.scalar("attention_factor", attention_factor);
+    mm.node("Mul", "node_cos_factor", {"cos1", "attention_factor"}, {"cos"});
+    mm.node("Mul", "node_sin_factor", {"sin1", "attention_factor"}, {"sin"});
+  }
   mm.node("Unsqueeze", "node_unsqueeze_cos", {"cos", "ax1"}, {"cos4"});
   mm.node("Unsqueeze", "node_unsqueeze_sin", {"sin", "ax1"}, {"sin4"});
   // Heads, turned.
@@ -903,17 +909,57 @@ TEST_CASE("LLaMA's attention from torch's dynamo exporter: rotary in the heads' 
     if (r2.graph[v].kind == op_kind::rotary) CHECK(r2.graph[v].attrs.rotary_base == doctest::Approx(10000.0).epsilon(1e-5));
 }
 
-TEST_CASE("LLaMA's rotary tables other than base^(-2i/D) of positions 0..S-1 stay as the file computes them") {
-  // Llama-3.1's rope scaling divides the low frequencies (here the last) by 8; an attention
-  // factor or scaled positions turn the first pair by other than the position. Either is not
-  // the rotary kind's turn: no rotary vertex, and with the heads turned as computed, no
-  // attention either (the heads' layout is not the kind's).
-  std::vector<float> scaled = frequencies(500000.0);
-  scaled[3] /= 8.0f;
-  std::vector<float> shifted = frequencies(10000.0);
-  for (float& x : shifted) x *= 1.5f;
-  for (const std::vector<float>& freq : {scaled, shifted}) {
+TEST_CASE("LLaMA's rotary tables of scaled frequencies fuse with those frequencies") {
+  // Llama-3.1's rope_scaling (factor 8, low/high_freq_factor 1/4, 8192 original positions)
+  // over heads of 8 at base 500000: pairs 0 and 1 kept, 2 interpolated, 3 divided by 8; and a
+  // linear scaling (every frequency x 1.5). Each is cos/sin of p x f_i: a rotary with the
+  // buffer's frequencies, the attention fused as at base^(-2i/D).
+  rope_scaling_config l3;
+  l3.type = "llama3";
+  l3.factor = 8.0;
+  const std::vector<double> want = rope_frequencies(500000.0, 8, l3);
+  REQUIRE(want.size() == 4);
+  CHECK(want[2] > std::pow(500000.0, -0.5) / 8);  // interpolated: neither kept nor divided
+  CHECK(want[2] < std::pow(500000.0, -0.5));
+  std::vector<float> llama3, linear = frequencies(10000.0);
+  for (double f : want) llama3.push_back(static_cast<float>(f));
+  for (float& x : linear) x *= 1.5f;
+  for (const std::vector<float>& freq : {llama3, linear}) {
     const onnx_import r = read_onnx(llama_attention(freq), "m.onnx");
+    CHECK(r.opaque.empty());
+    int rotaries = 0, attentions = 0;
+    for (vertex_t v : boost::make_iterator_range(boost::vertices(r.graph))) {
+      const node& nd = r.graph[v];
+      CHECK(nd.kind != op_kind::matmul);  // no scores materialised: q k^T and p v are the attention's
+      CHECK(nd.kind != op_kind::softmax);
+      attentions += nd.kind == op_kind::attention;
+      if (nd.kind != op_kind::rotary) continue;
+      ++rotaries;
+      CHECK(nd.attrs.rotary_half);
+      REQUIRE(nd.attrs.rotary_frequencies.size() == 4);
+      for (std::size_t i = 0; i < 4; ++i) CHECK(nd.attrs.rotary_frequencies[i] == doctest::Approx(freq[i]).epsilon(1e-5));
+      if (&freq == &llama3) CHECK(nd.attrs.rotary_base == doctest::Approx(500000.0).epsilon(1e-5));  // pair 1's, kept by the scaling
+    }
+    CHECK(rotaries == 2);
+    CHECK(attentions == 1);
+    CHECK_FALSE(find_vertex(r.graph, "node_rot_neg_q"));
+  }
+}
+
+TEST_CASE("LLaMA's rotary tables other than cos and sin of positions 0..S-1 x frequencies stay as the file computes them") {
+  // An attention factor (YaRN's: cos and sin x 1.1), positions from 1, or a pair turning
+  // backwards is not the rotary kind's turn: no rotary vertex, and with the heads turned as
+  // computed, no attention either (the heads' layout is not the kind's).
+  rope_scaling_config l3;
+  l3.type = "llama3";
+  l3.factor = 8.0;
+  std::vector<float> scaled;
+  for (double f : rope_frequencies(500000.0, 8, l3)) scaled.push_back(static_cast<float>(f));
+  std::vector<float> backwards = frequencies(10000.0);
+  backwards[0] = -backwards[0];
+  for (const std::string& file : {llama_attention(scaled, 1.1f), llama_attention(frequencies(10000.0), 1.1f),
+                                  llama_attention(scaled, 1.0f, 1), llama_attention(backwards)}) {
+    const onnx_import r = read_onnx(file, "m.onnx");
     for (vertex_t v : boost::make_iterator_range(boost::vertices(r.graph))) {
       CHECK(r.graph[v].kind != op_kind::rotary);
       CHECK(r.graph[v].kind != op_kind::attention);

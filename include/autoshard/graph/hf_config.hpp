@@ -126,7 +126,8 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
   std::optional<json_in> p = r.find({"rope_parameters"});
   if (!p) p = r.find({"rope_scaling"});
   if (!p) return s;
-  p->require_object();
+  for (const auto& [key, v] : p->members())  // Gemma-3's {"full_attention": {...}, "sliding_attention": {...}}
+    if (v.raw().is_object()) v.fail("is a rope configuration of its own (one per layer type), which autoshard does not read");
   std::optional<json_in> t = p->find("rope_type");
   if (!t) t = p->find("type");
   const std::string type = t ? t->string() : "default";

@@ -302,6 +302,8 @@ TEST_CASE("rope_scaling: a type autoshard does not compute and bad numbers are r
   CHECK(has(hf_error(llama + R"("rope_scaling": {"type": "su"}})"), "rope_scaling.type is 'su'"));
   CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": 3}})"), "rope_scaling.rope_type is 3, not a string"));
   CHECK(has(hf_error(llama + R"("rope_scaling": "llama3"})"), "rope_scaling is \"llama3\", not an object"));
+  CHECK(has(hf_error(llama + R"("rope_parameters": {"full_attention": {"rope_type": "default"}}})"),
+            "rope_parameters.full_attention is a rope configuration of its own (one per layer type)"));
   CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear"}})"), "rope_scaling has no \"factor\", which rope type \"linear\" needs"));
   CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear", "factor": 0}})"), "rope_scaling.factor is 0, not a number in [1e-06, 1e+06]"));
   CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "linear", "factor": -2.0}})"), "rope_scaling.factor is -2.0, not a number"));

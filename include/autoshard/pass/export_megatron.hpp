@@ -194,6 +194,7 @@ struct megatron_model {
   int layers = 0, heads = 0, kv = 0;
   std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
   bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false, dropout = false;
+  std::string scaled_rope;  ///< a rotary whose frequencies are given outright (Llama-3.1's rope_scaling)
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
@@ -216,6 +217,7 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
     }
     if (nd.kind == op_kind::rms_norm) md.rms = true;
     if (nd.kind == op_kind::rotary) md.rope = true;
+    if (nd.kind == op_kind::rotary && !nd.attrs.rotary_frequencies.empty() && md.scaled_rope.empty()) md.scaled_rope = nd.name;
     if (nd.kind == op_kind::silu) md.swiglu = true;
     if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) md.bias = true;
     // Positions: an embedding other than the word one whose indices are one row shared by the batch.
@@ -309,6 +311,9 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   const std::int64_t micro = step_batch / std::max(1, e.dp);
   const detail::megatron_model md = detail::megatron_model_of(g, layers, linears);
   if (md.heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
+  if (!md.scaled_rope.empty())
+    problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
+            "the arguments say Megatron-LM's rope, base^(-2i/D)");
   const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, md.layers, e);
   if (!e.problems.empty()) return e;
   detail::megatron_model_arguments(md, g[operands(g, linears.front())[1]].type, pricing, e);

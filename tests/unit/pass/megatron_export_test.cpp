@@ -193,6 +193,18 @@ TEST_CASE("export --to megatron refuses alpa's plan of GPT-2 on four ranks, nami
   }
 }
 
+TEST_CASE("export --to megatron refuses a LLaMA whose rotaries turn by scaled frequencies (Llama-3.1's rope_scaling)") {
+  transformer_config c = mx_llama(2);
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = "llama3";
+  c.rope_scaling.factor = 8.0;
+  const std::vector<std::string> problems = mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2)));
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("'model.layers.0.self_attn.rotary_q' (rotary) turns by frequencies given outright") != std::string::npos);
+  c.rope_scaling = {};  // the same model without the scaling exports
+  CHECK(mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))).empty());
+}
+
 TEST_CASE("export --to megatron: megatron's plans of GPT-2 and LLaMA still export, at tp 2 and 4, with and without sequence parallelism and a pipeline") {
   for (const bool llama : {false, true}) {
     const model_graph g = llama ? build_llama(mx_llama(2)) : build_gpt2(mx_gpt2(2));

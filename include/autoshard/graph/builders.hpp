@@ -4,10 +4,10 @@
 ///   autoshard::parameter_count(g);                         // 124'439'808 (tied embeddings)
 ///   autoshard::parameter_names(g, *autoshard::find_vertex(g, "transformer.h.0.attn.c_attn"));
 ///     // {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
-#include <cmath>   // std::pow
+#include <cmath>    // std::pow
 #include <numbers>  // std::numbers::pi
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <string>   // std::string
+#include <vector>   // std::vector
 
 #include "model.hpp"     // model_graph, add_op, add_parameter
 #include "pricing.hpp"   // run_mode, default_run_mode

@@ -11,10 +11,10 @@
 /// default for that model_type. Values are read through io/json.hpp: sizes are bounded
 /// integers (a config is input), and every error names the file, the key and the value.
 #include <algorithm>    // std::min, std::find
-#include <iterator>     // std::begin, std::end
 #include <cstdint>      // std::int64_t
 #include <filesystem>   // std::filesystem::path
 #include <initializer_list>  // std::initializer_list
+#include <iterator>     // std::begin, std::end
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -329,8 +329,8 @@ inline model_graph build_hf(const hf_model& m) {
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
 /// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (rope_theta,
-/// GPT-NeoX's rotary_emb_base) and scaling (rope_scaling), and the begin/end-of-sequence ids (LLaMA's 1 and 2, GPT-2's
-/// last token).
+/// GPT-NeoX's rotary_emb_base) and scaling (rope_scaling), and the begin/end-of-sequence ids
+/// (LLaMA's 1 and 2, GPT-2's last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
   const std::string& t = m.model_type;

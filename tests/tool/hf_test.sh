@@ -57,6 +57,23 @@ rot = [n["attrs"] for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"][
 assert rot and all(len(r.get("rotary_frequencies", [])) == 8 for r in rot), rot
 EOF
 
+# A rope type autoshard does not compute (YaRN's context extension here; Phi-3-128k's longrope)
+# plans as its model, the rotaries at base^(-2i/D), with a note; synth writes the member back as
+# given. (It was refused before it was read, then read as the default without a word.)
+mkdir -p "$tmp/yarn"
+python3 - "$data/llama-3.1-8b.json" "$tmp/yarn/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+json.dump(c, open(sys.argv[2], "w"))
+EOF
+run "$tool" plan --model "$tmp/yarn" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq 16 --mesh 2 \
+  --quiet --no-svg --out "$tmp/yarn-plan.json" && grep -q "^note: rope type 'yarn' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D)" "$tmp/err" &&
+  ok || bad "yarn: plan: $(head -c 300 "$tmp/err")"
+run "$tool" synth --model "$tmp/yarn" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --out "$tmp/yarn-synth" &&
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['rope_scaling']; assert c == {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32768}, c" \
+    "$tmp/yarn-synth/config.json" && ok || bad "yarn: synth: $(head -c 300 "$tmp/err")"
+
 # A checkpoint split over two files with an index (as large models ship) plans and shards the same.
 d="$tmp/qwen2-0.5b"
 mkdir -p "$tmp/split" && cp "$d/config.json" "$tmp/split/"

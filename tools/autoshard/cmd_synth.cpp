@@ -91,7 +91,7 @@ int run_synth(const synth_options& o) {
   } else {
     if (!o.model.is_preset()) throw spec_error("synth needs a preset or a Hugging Face config --model, not a model JSON or ONNX file");
     auto [family, cfg] = o.model.preset();
-    m = hf_model{family, cfg, !o.model.dtype_name.empty()};
+    m = hf_model{family, cfg, !o.model.dtype_name.empty(), {}};
   }
   const std::string family = m.model_type;
   // f32 unless --dtype: the written config.json names the dtype the weights have.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -219,6 +220,7 @@ struct model_options {
   model_graph build(bool check_weights = true) const {
     if (is_onnx()) return build_onnx();
     if (std::optional<hf_model> m = hf()) {
+      for (const std::string& n : m->notes) std::cerr << "note: " << n << "\n";
 #if defined(AUTOSHARD_TOOL_HAVE_TENSOR)
       if (check_weights) return build_checked(*m, hf_dir(), dtype_name.empty());
 #endif

@@ -15,9 +15,13 @@
 namespace autoshard {
 
 /// Hugging Face's rope_scaling (transformers 5: rope_parameters): how a rotary's frequencies
-/// differ from base^(-2i/D). The types autoshard computes; hf_config.hpp refuses the others.
+/// differ from base^(-2i/D). `type`: one autoshard computes; a type it does not compute is kept
+/// in `uncomputed` (its rotaries then turn at base^(-2i/D), and hf_config.hpp says so).
 struct rope_scaling_config {
   std::string type;                  ///< "" (none: base^(-2i/D)), "linear" or "llama3"
+  /// A rope type read but not computed ("yarn", "longrope", "dynamic", ...), and the member as
+  /// the config gave it (compact JSON), which to_hf_config writes back; both empty otherwise.
+  std::string uncomputed, given;
   double factor = 1.0;               ///< linear, llama3: the frequencies' divisor (Llama-3.1: 8)
   double low_freq_factor = 1.0;      ///< llama3 (Llama-3.1: 1)
   double high_freq_factor = 4.0;     ///< llama3 (Llama-3.1: 4)

@@ -36,6 +36,8 @@ struct hf_model {
   std::string model_type;
   transformer_config config;
   bool dtype_given = false;  ///< the config named torch_dtype (else config.type is f32, transformers' default)
+  /// What the graph does otherwise than the config says (a rope type not computed), in words.
+  std::vector<std::string> notes;
 };
 
 namespace detail {
@@ -110,16 +112,23 @@ inline double read_rope_theta(const hf_reader& r) {
   return r.real({"rope_theta", "rotary_emb_base"}, lo, hi, 10000.0);
 }
 
-/// The rope types read_rope_scaling computes (rope_frequencies), in the order errors list them.
+/// The rope types read_rope_scaling computes (rope_frequencies), in the order notes list them.
 inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3"};
+
+inline std::string known_rope_types() {
+  std::string known;
+  for (std::string_view k : hf_rope_types) known += (known.empty() ? "\"" : ", \"") + std::string(k) + "\"";
+  return known;
+}
 
 /// Rotary's scaled frequencies: transformers 5's rope_parameters, else rope_scaling (earlier
 /// versions), whose rope_type (or its legacy spelling, type) is "default" (or absent, or the
 /// member null: base^(-2i/D)), "linear" (factor) or "llama3" (factor, low_freq_factor,
 /// high_freq_factor and original_max_position_embeddings: the config's own member first, then
 /// the dict's, then max_position_embeddings, as transformers 5's standardize_rope_params).
-/// Any other type (dynamic, yarn, longrope, su, ...) is refused, naming it: autoshard would
-/// plan another model's numbers. Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
+/// Any other type (dynamic, yarn, longrope, su, ...) is kept as `uncomputed`, with the member as
+/// given: a plan's shapes and prices do not depend on the frequencies, and read_hf_config notes
+/// that the rotaries turn at base^(-2i/D). Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
 /// high_freq_factor <= 1e6, original_max_position_embeddings a position count.
 inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
   rope_scaling_config s;
@@ -131,11 +140,11 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
   std::optional<json_in> t = p->find("rope_type");
   if (!t) t = p->find("type");
   const std::string type = t ? t->string() : "default";
-  std::string known;
-  for (std::string_view k : hf_rope_types) known += (known.empty() ? "\"" : ", \"") + std::string(k) + "\"";
-  if (std::find(std::begin(hf_rope_types), std::end(hf_rope_types), type) == std::end(hf_rope_types))
-    t->fail("is " + quoted_text(type) + ", a rope type autoshard does not compute (it computes " + known +
-            "): its rotary frequencies would be another model's");
+  if (std::find(std::begin(hf_rope_types), std::end(hf_rope_types), type) == std::end(hf_rope_types)) {
+    s.uncomputed = type;
+    s.given = p->raw().dump();
+    return s;
+  }
   if (type == "default") return s;
   s.type = type;
   const auto need = [&](const char* key, double lo, double hi) {
@@ -283,6 +292,10 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
 
   read_hf_family(r, t, c);
+  if (!c.rope_scaling.uncomputed.empty())
+    m.notes.push_back("rope type " + quoted_text(c.rope_scaling.uncomputed) + " (rope_scaling) is not computed: the rotaries turn at " +
+                      "rope_theta^(-2i/D), which the plan's shapes and prices do not depend on, and verify runs them so (computed: " +
+                      known_rope_types() + ")");
   if (c.head_size == 0 && c.hidden % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads) + " heads");
   if (c.heads % c.kv() != 0)
@@ -380,7 +393,10 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
   }
-  // Scaled rotary frequencies as transformers 4 writes them (transformers 5 reads them too).
+  // Scaled rotary frequencies as transformers 4 writes them (transformers 5 reads them too); a
+  // type not computed as the config gave it.
+  if (c.rotary && !c.rope_scaling.given.empty() && j.contains(t == "gpt_neox" ? "rotary_emb_base" : "rope_theta"))
+    j["rope_scaling"] = nlohmann::json::parse(c.rope_scaling.given);
   if (c.rotary && !c.rope_scaling.type.empty() && j.contains(t == "gpt_neox" ? "rotary_emb_base" : "rope_theta")) {
     const rope_scaling_config& s = c.rope_scaling;
     nlohmann::json rs{{"rope_type", s.type}, {"factor", s.factor}};

@@ -291,15 +291,30 @@ TEST_CASE("rope_scaling: llama3 and linear frequencies are transformers', under 
   CHECK_FALSE(to_hf_config(read_hf_config(nlohmann::json::parse(llama + "\"rope_theta\": 1e4}"))).contains("rope_scaling"));
 }
 
-TEST_CASE("rope_scaling: a type autoshard does not compute and bad numbers are refused, naming the member") {
+TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, bad numbers are refused, naming the member") {
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
                                 "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";
   const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", )";
-  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0}})"),
-            "c.json: rope_scaling.rope_type is 'yarn', a rope type autoshard does not compute (it computes \"default\", \"linear\", \"llama3\")"));
-  CHECK(has(hf_error(llama + R"("rope_parameters": {"rope_type": "longrope"}})"), "rope_parameters.rope_type is 'longrope', a rope type"));
-  CHECK(has(hf_error(llama + R"("rope_scaling": {"type": "dynamic", "factor": 2.0}})"), "rope_scaling.type is 'dynamic', a rope type"));
-  CHECK(has(hf_error(llama + R"("rope_scaling": {"type": "su"}})"), "rope_scaling.type is 'su'"));
+  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope, a YaRN
+  // context extension or dynamic NTK plan as their model, the rotaries at base^(-2i/D), with a
+  // note saying so; synth writes the member back as given.
+  for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})", "yarn"},
+                                     {R"("rope_parameters": {"rope_type": "longrope"})", "longrope"},
+                                     {R"("rope_scaling": {"type": "dynamic", "factor": 2.0})", "dynamic"},
+                                     {R"("rope_scaling": {"type": "su"})", "su"}}) {
+    const std::string t = type;  // a structured binding: Clang 14's CAPTURE cannot take it
+    CAPTURE(t);
+    const hf_model m = read_hf_config(nlohmann::json::parse(llama + member + "}"));
+    CHECK(m.config.rope_scaling.uncomputed == type);
+    CHECK(m.config.rope_scaling.type.empty());
+    CHECK(rope_frequencies(m.config.rope_theta, 16, m.config.rope_scaling).empty());
+    REQUIRE(m.notes.size() == 1);
+    CHECK(m.notes[0] == "rope type '" + type + "' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D), which the "
+                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\")");
+    const nlohmann::json written = to_hf_config(m);
+    CHECK(written["rope_scaling"] == nlohmann::json::parse(member.substr(member.find('{'))));
+    CHECK(read_hf_config(written).config.rope_scaling == m.config.rope_scaling);
+  }
   CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": 3}})"), "rope_scaling.rope_type is 3, not a string"));
   CHECK(has(hf_error(llama + R"("rope_scaling": "llama3"})"), "rope_scaling is \"llama3\", not an object"));
   CHECK(has(hf_error(llama + R"("rope_parameters": {"full_attention": {"rope_type": "default"}}})"),

@@ -176,7 +176,8 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     // (0, 2) turn by 0.5 radians at position 1, (1, 3) by 2, whatever the base.
     h.heads = 1;
     h.rotary_frequencies = {0.5, 2.0};
-    const double* pf = run1(op(op_kind::rotary, h), {&xh}).as<double>();
+    const host_tensor yf = run1(op(op_kind::rotary, h), {&xh});  // kept: a pointer into a temporary dangles
+    const double* pf = yf.as<double>();
     CHECK(pf[4] == doctest::Approx(1 * std::cos(0.5) - 3 * std::sin(0.5)).epsilon(1e-14));
     CHECK(pf[6] == doctest::Approx(1 * std::sin(0.5) + 3 * std::cos(0.5)).epsilon(1e-14));
     CHECK(pf[5] == doctest::Approx(2 * std::cos(2.0) - 4 * std::sin(2.0)).epsilon(1e-14));

@@ -566,7 +566,7 @@ int run_show_plan(show_options o) {
   o.svg = paths.output_path("--svg", o.svg).string();
   paths.check();
   const plan_document d = read_plan_file(o.plan);
-  check_micro_batch(d, o.plan);  // the pricing line states the micro-batch: never one the specs do not make
+  check_micro_batch(d, document_parallelism(d), o.plan);  // the pricing line states the micro-batch: never one the specs do not make
   if (d.pipeline) stages_of_parameters(d);  // stages that do not hold the graph's layers are refused, as shard and export refuse them
   if (!o.tensor.empty()) show_plan_tensor(d, o);
   else if (o.json) show_plan_json(d, o.plan);

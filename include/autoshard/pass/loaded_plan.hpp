@@ -44,12 +44,12 @@ inline parallelism document_parallelism(const plan_document& d) {
 }
 
 /// Throws io_error when a training plan's pricing.micro_batch is not what its strategies make
-/// of the graph's micro-step: the batch over the ranks its layers split it on. The pass writes
-/// exactly that; a hand edit that changed it had `show` describe another job.
-inline void check_micro_batch(const plan_document& d, const std::string& file) {
+/// of the graph's micro-step (`p`: their parallelism, document_parallelism or a summary's): the
+/// batch over the ranks its layers split it on. The pass writes exactly that; a hand edit that
+/// changed it had `show` describe another job.
+inline void check_micro_batch(const plan_document& d, const parallelism& p, const std::string& file) {
   const int mb = d.pricing.micro_batch;
   if (d.pricing.mode != run_mode::training || mb <= 0) return;
-  const parallelism p = document_parallelism(d);
   if (p.micro_batch != mb)
     throw io_error("plan file " + quoted_path(file) + ": pricing.micro_batch is " + std::to_string(mb) + ", but its strategies split the " +
                    "graph's micro-step of " + std::to_string(graph_batch(d.graph)) + " sequences over " +
@@ -70,8 +70,9 @@ inline loaded_plan load_plan(plan_document d, const std::string& file = "(in mem
   if (doc.pipeline) (void)detail::unit_of_vertices(doc.graph, pm.layers);
   const std::vector<int> choice = detail::plan_choice(pm, doc, file);
   for (vertex_t v = 0; v < pm.size(); ++v) out.strategies.push_back(pm.strategies[v][static_cast<std::size_t>(choice[v])]);
-  out.collectives = detail::summarize(pm, doc.options.algo, choice).collectives;
-  check_micro_batch(doc, file);
+  const plan_summary summary = detail::summarize(pm, doc.options.algo, choice);
+  out.collectives = summary.collectives;
+  check_micro_batch(doc, summary.par, file);
   return out;
 }
 

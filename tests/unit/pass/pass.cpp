@@ -285,7 +285,7 @@ TEST_CASE("plan files: a training plan's micro-batch is the one its strategies m
   CHECK(d.pricing.micro_batch == mb);
   CHECK(document_parallelism(d).dp == solved.report.plan.par.dp);
   CHECK(document_parallelism(d).tp == solved.report.plan.par.tp);
-  CHECK_NOTHROW(check_micro_batch(d, o.ilp_solution_file));
+  CHECK_NOTHROW(check_micro_batch(d, document_parallelism(d), o.ilp_solution_file));
   CHECK_NOTHROW((void)load_plan(o.ilp_solution_file));
   // Every other micro-batch the reader's bounds let through (2 to 16 on 8 ranks) is refused,
   // by load_plan (export, shard, verify, preload) and by check_micro_batch (show).
@@ -297,10 +297,11 @@ TEST_CASE("plan files: a training plan's micro-batch is the one its strategies m
     const std::string want = "pricing.micro_batch is " + std::to_string(other) + ", but its strategies split the graph's micro-step of 16 "
                              "sequences over " + count_noun(solved.report.plan.par.dp, "data-parallel rank") + ": " + std::to_string(mb) + " per rank";
     CHECK_THROWS_WITH_AS((void)load_plan(o.ilp_solution_file), doctest::Contains(want.c_str()), io_error);
-    CHECK_THROWS_WITH_AS(check_micro_batch(read_plan_file(o.ilp_solution_file), o.ilp_solution_file), doctest::Contains(want.c_str()), io_error);
+    const plan_document edited = read_plan_file(o.ilp_solution_file);
+    CHECK_THROWS_WITH_AS(check_micro_batch(edited, document_parallelism(edited), o.ilp_solution_file), doctest::Contains(want.c_str()), io_error);
   }
   d.pricing.micro_batch = 0;  // not recorded: nothing to check
-  CHECK_NOTHROW(check_micro_batch(d, o.ilp_solution_file));
+  CHECK_NOTHROW(check_micro_batch(d, document_parallelism(d), o.ilp_solution_file));
   std::filesystem::remove(o.ilp_solution_file);
 }
 

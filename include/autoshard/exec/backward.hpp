@@ -215,7 +215,8 @@ host_tensor softmax_backward(const node& nd, const host_tensor& x, const host_te
   return o;
 }
 
-/// The rotary turn is orthogonal: its backward turns the gradient back by the same angle.
+/// The rotary turn is orthogonal: its backward turns the gradient back by the same angle; the
+/// columns no pair turns (past a partial rotary's R) pass the gradient through.
 template <class T>
 host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_tensor& dy, const local_context& c) {
   const std::size_t r = x.shape().rank;
@@ -227,6 +228,7 @@ host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_ten
     const double pos = static_cast<double>(row % S + s_off);
     const T* pd = dy.as<T>() + row * W;
     T* pg = o.as<T>() + row * W;
+    std::copy_n(pd, W, pg);
     for (const rotary_pair& q : pairs) {
       const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
       pg[q.a] = pd[q.a] * cs + pd[q.b] * sn;

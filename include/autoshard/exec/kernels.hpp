@@ -338,24 +338,28 @@ host_tensor softmax(const node& nd, const host_tensor& x) {
 
 /// The pairs a rotary turns in a row of its local piece of W columns (whole heads of D, D
 /// even): each pair's two columns and its frequency, rotary_frequency(attrs, i, D) for pair i
-/// of its head (base^(-2i/D), or the explicit list). Pair i is columns (2i, 2i+1) of the head, or (i, i + D/2) with attrs.rotary_half
-/// (Hugging Face's rotate_half). One list for the forward and the backward.
+/// of its head (base^(-2i/R), or the explicit list). The pairs lie within the head's first R =
+/// rotary_width(attrs, D) columns: pair i is columns (2i, 2i+1) of the head, or (i, i + R/2)
+/// with attrs.rotary_half (Hugging Face's rotate_half); columns R..D-1 are in no pair. One list
+/// for the forward and the backward.
 struct rotary_pair {
   std::int64_t a = 0, b = 0;
   double freq = 0;
 };
 inline std::vector<rotary_pair> rotary_pairs(const op_attrs& at, std::int64_t D, std::int64_t W) {
   std::vector<rotary_pair> p;
-  p.reserve(static_cast<std::size_t>(W / 2));
+  const std::int64_t R = rotary_width(at, D);
+  p.reserve(static_cast<std::size_t>(W / D * (R / 2)));
   for (std::int64_t h = 0; h + D <= W; h += D)
-    for (std::int64_t i = 0; i < D / 2; ++i) {
+    for (std::int64_t i = 0; i < R / 2; ++i) {
       const double freq = rotary_frequency(at, i, D);
-      p.push_back(at.rotary_half ? rotary_pair{h + i, h + i + D / 2, freq} : rotary_pair{h + 2 * i, h + 2 * i + 1, freq});
+      p.push_back(at.rotary_half ? rotary_pair{h + i, h + i + R / 2, freq} : rotary_pair{h + 2 * i, h + 2 * i + 1, freq});
     }
   return p;
 }
 
-/// The head size of a rotary's input, checked against its local piece: whole heads, D even.
+/// The head size of a rotary's input, checked against its local piece: whole heads, D even,
+/// the turned dims even and within the head, one explicit frequency a pair of them.
 inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std::int64_t W) {
   const std::size_t r = c.global_in[0].rank;
   if (nd.attrs.heads <= 0) kernel_error(nd, "rotary needs attrs.heads");
@@ -363,13 +367,17 @@ inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std
   if (D <= 0 || D % 2 != 0 || e_off % D != 0 || W % D != 0)
     kernel_error(nd, "the local piece (columns " + std::to_string(e_off) + ".." + std::to_string(e_off + W) +
                          ") does not hold whole heads of an even size " + std::to_string(D));
-  if (const std::size_t n = nd.attrs.rotary_frequencies.size(); n != 0 && n != static_cast<std::size_t>(D / 2))
-    kernel_error(nd, std::to_string(n) + " rotary_frequencies for heads of " + std::to_string(D));
+  const std::int64_t R = rotary_width(nd.attrs, D);
+  if (R <= 0 || R > D || R % 2 != 0)
+    kernel_error(nd, "rotary_dims " + std::to_string(R) + " is not an even number of dims within heads of " + std::to_string(D));
+  if (const std::size_t n = nd.attrs.rotary_frequencies.size(); n != 0 && n != static_cast<std::size_t>(R / 2))
+    kernel_error(nd, std::to_string(n) + " rotary_frequencies for " + std::to_string(R) + " turned dims of heads of " + std::to_string(D));
   return D;
 }
 
 /// Rotary embedding of x[..., S, heads*D]: each pair of a head (rotary_pairs) at position p
-/// turns by p x its frequency. Positions and head offsets are global (the piece's offsets).
+/// turns by p x its frequency; a column in no pair (past a partial rotary's R) is copied.
+/// Positions and head offsets are global (the piece's offsets).
 template <class T>
 host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c) {
   const std::size_t r = x.shape().rank;
@@ -381,6 +389,7 @@ host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c)
     const double pos = static_cast<double>(row % S + s_off);
     const T* px = x.as<T>() + row * W;
     T* py = o.as<T>() + row * W;
+    std::copy_n(px, W, py);  // the columns no pair turns
     for (const rotary_pair& q : pairs) {
       const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
       py[q.a] = px[q.a] * cs - px[q.b] * sn;

@@ -90,7 +90,10 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
     case op_kind::silu: return 8.0 * n_out;
     case op_kind::where: return n_out;
     case op_kind::expand: return 0.0;  // a copy: its bytes are priced by the memory bandwidth
-    case op_kind::rotary: return 3.0 * n_out;
+    case op_kind::rotary: {  // 3 a turned element (2 multiplies, an add); a partial rotary's other dims are copied
+      const std::int64_t D = nd.attrs.heads > 0 && nd.shape.rank > 0 ? nd.shape[nd.shape.rank - 1u] / nd.attrs.heads : 0;
+      return D > 0 ? 3.0 * n_out * static_cast<double>(rotary_width(nd.attrs, D)) / static_cast<double>(D) : 3.0 * n_out;
+    }
     default: return is_binary_elementwise(nd.kind) || is_unary_elementwise(nd.kind) ? n_out : 0.0;
   }
 }

@@ -11,8 +11,10 @@
 /// "kind" is an op_kind spelling (to_string(op_kind)); "dtype" a dtype spelling ("f32", "bf16",
 /// "float16", ...); "attrs" may hold transposed_weight, causal, dropout, rotary_half (booleans),
 /// axis, heads, kv_heads, start, length (integers), rotary_base (a number above 1),
-/// rotary_frequencies (array of numbers above 0, one per pair of a head: at most
-/// max_rotary_frequencies, the count checked against the head size), dims (array of integers), op_type (the source
+/// rotary_dims (an integer: the dims of each head a rotary turns, at most
+/// 2 x max_rotary_frequencies; 0 or absent: the whole head; checked even and within the head at
+/// shape inference), rotary_frequencies (array of numbers above 0, one per pair of the turned
+/// dims: at most max_rotary_frequencies, the count checked against them), dims (array of integers), op_type (the source
 /// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
 /// vertex whose operands broadcast to its output, which then has no dims); an "input" vertex's
 /// only held (a boolean: data the model holds, not fed each step); omitted ones keep their
@@ -67,6 +69,7 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.kv_heads != d.kv_heads) at["kv_heads"] = a.kv_heads;
       if (a.rotary_half != d.rotary_half) at["rotary_half"] = a.rotary_half;
       if (a.rotary_base != d.rotary_base) at["rotary_base"] = a.rotary_base;  // nlohmann writes a double back exactly
+      if (a.rotary_dims != d.rotary_dims) at["rotary_dims"] = a.rotary_dims;
       if (!a.rotary_frequencies.empty()) at["rotary_frequencies"] = a.rotary_frequencies;
       if (a.start != d.start) at["start"] = a.start;
       if (a.length != d.length) at["length"] = a.length;
@@ -96,7 +99,8 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "kv_heads") a.kv_heads = val.small_integer(0, 1'000'000'000);
     else if (key == "rotary_half") a.rotary_half = val.boolean();
     else if (key == "rotary_base") a.rotary_base = val.number(1.0, 1e300);
-    else if (key == "rotary_frequencies") {  // the count is checked against the head size at shape inference
+    else if (key == "rotary_dims") a.rotary_dims = val.integer(0, 2 * static_cast<std::int64_t>(max_rotary_frequencies));  // checked against the head at shape inference
+    else if (key == "rotary_frequencies") {  // the count is checked against the turned dims at shape inference
       for (const json_in& f : val.elements(max_rotary_frequencies))
         a.rotary_frequencies.push_back(f.number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()));
     }
@@ -106,7 +110,7 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_frequencies, start, length, dims, op_type, elementwise, held)");
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

@@ -130,11 +130,16 @@ struct op_attrs {
   int heads = 0;                   ///< attention (query heads), rotary
   bool rotary_half = false;        ///< rotary: pairs (i, i + D/2) of each head (Hugging Face's rotate_half);
                                    ///< false: (2i, 2i+1), interleaved (Meta's and GPT-NeoX's original layout)
-  double rotary_base = 10000.0;    ///< rotary: pair i of a head of D turns by position x base^(-2i/D)
-                                   ///< (Hugging Face's rope_theta)
-  std::vector<double> rotary_frequencies;  ///< rotary: pair i's frequency given outright, D/2 of them, each
+  double rotary_base = 10000.0;    ///< rotary: pair i of a head's R turned dims turns by position x
+                                   ///< base^(-2i/R) (Hugging Face's rope_theta)
+  std::int64_t rotary_dims = 0;    ///< rotary: R, the dims of each head of D turned (the first R: the
+                                   ///< pairs lie within them, with rotary_half (i, i + R/2)); dims
+                                   ///< R..D-1 pass through unchanged. 0 or D: the whole head. Even,
+                                   ///< 0 < R <= D (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor).
+                                   ///< Read through rotary_width.
+  std::vector<double> rotary_frequencies;  ///< rotary: pair i's frequency given outright, R/2 of them, each
                                            ///< finite and > 0 (Llama-3's scaled rope_scaling); empty:
-                                           ///< base^(-2i/D). Read through rotary_frequency.
+                                           ///< base^(-2i/R). Read through rotary_frequency.
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
@@ -153,12 +158,16 @@ struct op_attrs {
 /// The most explicit rotary frequencies a graph file may give (half the largest head size read).
 inline constexpr std::size_t max_rotary_frequencies = std::size_t{1} << 16;
 
-/// The frequency pair i (0 <= i < D/2) of a rotary's head of D turns by per position: the
-/// explicit rotary_frequencies[i] where given, else rotary_base^(-2i/D). The one place the
-/// kernels (forward and backward) and the ONNX import take it from.
+/// R, the dims of each head of D a rotary turns: attrs.rotary_dims, 0 meaning the whole head.
+/// The one place the kernels, the FLOP count and the exports take it from.
+inline std::int64_t rotary_width(const op_attrs& a, std::int64_t D) { return a.rotary_dims > 0 ? a.rotary_dims : D; }
+
+/// The frequency pair i (0 <= i < R/2, R = rotary_width) of a rotary's head of D turns by per
+/// position: the explicit rotary_frequencies[i] where given, else rotary_base^(-2i/R). The one
+/// place the kernels (forward and backward) and the ONNX import take it from.
 inline double rotary_frequency(const op_attrs& a, std::int64_t i, std::int64_t D) {
   if (!a.rotary_frequencies.empty()) return a.rotary_frequencies[static_cast<std::size_t>(i)];
-  return std::pow(a.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  return std::pow(a.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_width(a, D)));
 }
 
 /// Vertex bundle.
@@ -423,10 +432,16 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
                             ") x an even head size");
       if (!(a.rotary_base > 1.0) || !std::isfinite(a.rotary_base))
         bad_operands(k, "base " + std::to_string(a.rotary_base) + " is not a finite number above 1");
-      if (const std::int64_t half = detail::last_dim(in[0]) / a.heads / 2;
+      if (const std::int64_t D = detail::last_dim(in[0]) / a.heads; a.rotary_dims != 0 && (a.rotary_dims < 0 || a.rotary_dims > D || a.rotary_dims % 2 != 0))
+        bad_operands(k, "rotary_dims " + std::to_string(a.rotary_dims) + " is not an even number of dims in 1.." +
+                            std::to_string(D) + ", the head size (" + to_string(in[0]) + " over " + std::to_string(a.heads) + " heads)");
+      if (const std::int64_t R = rotary_width(a, detail::last_dim(in[0]) / a.heads), half = R / 2;
           !a.rotary_frequencies.empty() && static_cast<std::int64_t>(a.rotary_frequencies.size()) != half)
-        bad_operands(k, std::to_string(a.rotary_frequencies.size()) + " rotary_frequencies for heads of " +
-                            std::to_string(2 * half) + ": one a pair, " + std::to_string(half) + ", is needed");
+        bad_operands(k, std::to_string(a.rotary_frequencies.size()) + " rotary_frequencies for " +
+                            (R == detail::last_dim(in[0]) / a.heads ? "heads of " + std::to_string(R)
+                                                                    : std::to_string(R) + " turned dims of heads of " +
+                                                                          std::to_string(detail::last_dim(in[0]) / a.heads)) +
+                            ": one a pair, " + std::to_string(half) + ", is needed");
       for (std::size_t i = 0; i < a.rotary_frequencies.size(); ++i)
         if (!(a.rotary_frequencies[i] > 0.0) || !std::isfinite(a.rotary_frequencies[i]))
           bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + std::to_string(a.rotary_frequencies[i]) +

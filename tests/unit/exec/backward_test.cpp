@@ -105,6 +105,12 @@ std::vector<bw_case> bw_cases() {
   op_attrs rot_scaled = rot_half;
   rot_scaled.rotary_frequencies = {1.3, 0.07};
   v.push_back({"rotary, explicit frequencies", op_kind::rotary, rot_scaled, {{1, 3, 8}}, {}});
+  op_attrs rot_partial = rot_half;  // R = 4 of heads of 8: the other 4 dims pass the gradient through
+  rot_partial.rotary_dims = 4;
+  v.push_back({"rotary, partial (rotary_dims 4 of 8), rotate_half pairs", op_kind::rotary, rot_partial, {{1, 3, 16}}, {}});
+  rot_partial.rotary_half = false;
+  rot_partial.rotary_frequencies = {0.9, 0.2};
+  v.push_back({"rotary, partial, interleaved pairs, explicit frequencies", op_kind::rotary, rot_partial, {{1, 3, 16}}, {}});
   for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul})
     v.push_back({std::string(to_string(k)) + " with broadcasting", k, none, {{2, 3, 4}, {4}}, {}});
   v.push_back({"div with broadcasting", op_kind::div, none, {{2, 1, 4}, {3, 1}}, {}, 0.5, 1.5});

@@ -34,6 +34,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "unit/exec/tiny_models.hpp"
 #include "unit/scratch.hpp"
@@ -195,6 +196,68 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     h.rotary_base = 1.0;  // no turn at all, or a growing one: not a rotary's base
     CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, h), {&xh}), doctest::Contains("base 1.000000 is not a finite number above 1"), graph_error);
   }
+  SUBCASE("a partial rotary turns the first R dims of each head and passes the rest through") {
+    // GPT-NeoX's rotary_pct, Phi's partial_rotary_factor: R = 4 of each head of D = 8 turned,
+    // pair i by p x base^(-2i/R) (not base^(-2i/D)), dims 4..7 copied. Two heads, base 100, at
+    // position 1: rotate_half's pairs (0, 2) turn by 100^0 = 1 radian, (1, 3) by 100^(-2/4) = 0.1.
+    op_attrs pr;
+    pr.heads = 2;
+    pr.rotary_half = true;
+    pr.rotary_base = 100.0;
+    pr.rotary_dims = 4;
+    std::vector<double> xv(32);
+    for (std::size_t e = 0; e < xv.size(); ++e) xv[e] = 0.5 + static_cast<double>(e) * 0.25;
+    const host_tensor xp = make({2, 16}, xv);  // positions 0 and 1
+    const auto turned = [&](const op_attrs& a) {
+      const host_tensor y = run1(op(op_kind::rotary, a), {&xp});
+      return std::vector<double>(y.as<double>(), y.as<double>() + 32);
+    };
+    const auto turn = [](double a, double b, double angle) {
+      return std::pair{a * std::cos(angle) - b * std::sin(angle), a * std::sin(angle) + b * std::cos(angle)};
+    };
+    const std::vector<double> yh = turned(pr);
+    for (std::size_t e = 0; e < 16; ++e) CHECK(yh[e] == xv[e]);  // position 0 does not turn
+    for (std::size_t h0 : {16u, 24u}) {  // each head at position 1
+      CAPTURE(h0);
+      for (std::size_t d = 4; d < 8; ++d) CHECK(yh[h0 + d] == xv[h0 + d]);  // passed through, bit for bit
+      const std::pair<double, double> p02 = turn(xv[h0 + 0], xv[h0 + 2], 1.0), p13 = turn(xv[h0 + 1], xv[h0 + 3], 0.1);
+      CHECK(yh[h0 + 0] == doctest::Approx(p02.first).epsilon(1e-14));
+      CHECK(yh[h0 + 2] == doctest::Approx(p02.second).epsilon(1e-14));
+      CHECK(yh[h0 + 1] == doctest::Approx(p13.first).epsilon(1e-14));
+      CHECK(yh[h0 + 3] == doctest::Approx(p13.second).epsilon(1e-14));
+    }
+    pr.rotary_half = false;  // interleaved pairs within the R dims: (0, 1) by 1 radian, (2, 3) by 0.1
+    const std::vector<double> yi = turned(pr);
+    for (std::size_t h0 : {16u, 24u}) {
+      CAPTURE(h0);
+      for (std::size_t d = 4; d < 8; ++d) CHECK(yi[h0 + d] == xv[h0 + d]);
+      const std::pair<double, double> p01 = turn(xv[h0 + 0], xv[h0 + 1], 1.0), p23 = turn(xv[h0 + 2], xv[h0 + 3], 0.1);
+      CHECK(yi[h0 + 0] == doctest::Approx(p01.first).epsilon(1e-14));
+      CHECK(yi[h0 + 1] == doctest::Approx(p01.second).epsilon(1e-14));
+      CHECK(yi[h0 + 2] == doctest::Approx(p23.first).epsilon(1e-14));
+      CHECK(yi[h0 + 3] == doctest::Approx(p23.second).epsilon(1e-14));
+    }
+    pr.rotary_half = true;  // explicit frequencies: one a pair of the R dims
+    pr.rotary_frequencies = {0.5, 2.0};
+    const std::vector<double> yf = turned(pr);
+    CHECK(yf[16 + 0] == doctest::Approx(turn(xv[16], xv[18], 0.5).first).epsilon(1e-14));
+    CHECK(yf[16 + 3] == doctest::Approx(turn(xv[17], xv[19], 2.0).second).epsilon(1e-14));
+    CHECK(yf[16 + 5] == xv[16 + 5]);
+    pr.rotary_frequencies = {0.5, 2.0, 1.0, 1.0};  // a pair of the whole head each: R/2 = 2 are needed
+    CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, pr), {&xp}),
+                         doctest::Contains("4 rotary_frequencies for 4 turned dims of heads of 8: one a pair, 2, is needed"), graph_error);
+    pr.rotary_frequencies.clear();
+    pr.rotary_dims = 8;  // R = D: the whole head, as 0 says it
+    const std::vector<double> y8 = turned(pr);
+    pr.rotary_dims = 0;
+    CHECK(y8 == turned(pr));
+    for (const std::int64_t bad : {3, 10, -2}) {
+      CAPTURE(bad);
+      pr.rotary_dims = bad;
+      const std::string why = "rotary_dims " + std::to_string(bad) + " is not an even number of dims in 1..8, the head size";
+      CHECK_THROWS_WITH_AS(run1(op(op_kind::rotary, pr), {&xp}), doctest::Contains(why.c_str()), graph_error);
+    }
+  }
   SUBCASE("an id outside the table is an exec_error naming the vertex") {
     const host_tensor table = make({3, 2}, {0, 1, 10, 11, 20, 21});
     const host_tensor ids = make_ids({1}, {3});
@@ -238,6 +301,12 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   op_attrs rot_scaled = rot_half;  // explicit frequencies (Llama-3's scaled ones): pairs keep their own across shards
   rot_scaled.rotary_frequencies = {0.9, 0.05};
   make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_scaled);
+  op_attrs rot_partial = rot_half;  // a partial rotary (Pythia's rotary_pct 0.25 of heads of 8): split by whole heads only
+  rot_partial.rotary_dims = 2;
+  make_case(op_kind::rotary, {{"x", {2, 4, 16}, f}}, rot_partial);
+  rot_partial.rotary_half = false;
+  rot_partial.rotary_frequencies = {0.7};
+  make_case(op_kind::rotary, {{"x", {2, 4, 16}, f}}, rot_partial);
   for (op_kind k : {op_kind::add, op_kind::sub, op_kind::mul, op_kind::div})
     make_case(k, {{"x", {4, 3, 6}, f}, {"y", {6}, f}});
   make_case(op_kind::add, {{"x", {4, 1, 6}, f}, {"y", {1, 3, 6}, f}});

@@ -232,6 +232,53 @@ TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones
                  "nodes[1].attrs.rotary_frequencies has 65537 elements; at most 65536 are allowed"));
 }
 
+TEST_CASE("JSON: a partial rotary's rotary_dims round-trips, is checked against the head, and prices its turned dims") {
+  // GPT-NeoX's rotary_pct, Phi's partial_rotary_factor: the first R dims of each head turn.
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
+  const std::string x = R"({"name": "x", "kind": "input", "shape": [3, 16], "dtype": "f32"},)";
+  const auto rot = [&](const std::string& attrs) {  // 2 heads of 8
+    return head + x + R"({"name": "r", "kind": "rotary", "shape": [3, 16], "dtype": "f32", "inputs": ["x"], "attrs": {"heads": 2, )" +
+           attrs + "}}]}";
+  };
+  model_graph g;
+  op_attrs a;
+  a.heads = 2;
+  a.rotary_half = true;
+  a.rotary_dims = 4;
+  a.rotary_frequencies = {0.5, 0.25};  // R/2 of them
+  const vertex_t r = add_op(g, op_kind::rotary, "r", {add_input(g, "x", {3, 16}, dtype::f32)}, a);
+  std::ostringstream out;
+  write_json(out, g);
+  CHECK(contains(out.str(), "\"rotary_dims\": 4"));
+  std::istringstream in(out.str());
+  CHECK(read_json(in)[1].attrs == g[1].attrs);
+  // 3 FLOPs a turned element: 4 of each head's 8 here, the other half copied.
+  CHECK(detail::op_flops(g[r], {g[0].shape}, g[r].shape) == 3.0 * 48 * 4 / 8);
+  op_attrs whole = a;  // 0, the default, is the whole head, and is not written
+  whole.rotary_dims = 0;
+  whole.rotary_frequencies.clear();
+  model_graph p;
+  const vertex_t w = add_op(p, op_kind::rotary, "r", {add_input(p, "x", {3, 16}, dtype::f32)}, whole);
+  std::ostringstream plain;
+  write_json(plain, p);
+  CHECK(!contains(plain.str(), "rotary_dims"));
+  CHECK(detail::op_flops(p[w], {p[0].shape}, p[w].shape) == 3.0 * 48);
+  CHECK(rotary_frequency(a, 1, 8) == 0.25);
+  a.rotary_frequencies.clear();  // base^(-2i/R), not base^(-2i/D)
+  CHECK(rotary_frequency(a, 1, 8) == std::pow(10000.0, -2.0 / 4.0));
+  CHECK(rotary_width(a, 8) == 4);
+  CHECK(rotary_width(whole, 8) == 8);
+
+  CHECK(contains(expect_graph_error(rot(R"("rotary_dims": 3)")), "vertex 'r': rotary: rotary_dims 3 is not an even number of dims in 1..8, the head size"));
+  CHECK(contains(expect_graph_error(rot(R"("rotary_dims": 10)")), "rotary_dims 10 is not an even number of dims in 1..8"));
+  CHECK(contains(expect_graph_error(rot(R"("rotary_dims": 4, "rotary_frequencies": [1.0, 0.5, 0.25, 0.125])")),
+                 "4 rotary_frequencies for 4 turned dims of heads of 8: one a pair, 2, is needed"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_dims": -2)")), "nodes[1].attrs.rotary_dims is -2, not an integer in [0, 131072]"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_dims": 2.5)")), "nodes[1].attrs.rotary_dims is 2.5, not an integer"));
+  std::istringstream full(rot(R"("rotary_dims": 8)"));  // R = D reads as given, and turns as 0 does
+  CHECK(read_json(full)[1].attrs.rotary_dims == 8);
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

@@ -2,6 +2,7 @@
 /// Element types autoshard moves and prices: f32, f16, bf16, i32, i64, u8 (plus f64, bool).
 ///   static_assert(autoshard::dtype_size(autoshard::dtype::bf16) == 2);
 #include <bit>          // std::bit_cast
+#include <charconv>     // std::to_chars
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <cstdio>       // std::snprintf
@@ -94,6 +95,14 @@ inline std::string human_bytes(double b) {
   char buf[48];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
   return buf;
+}
+
+/// The shortest decimal that reads back as exactly `x` ("0.25", "500000", "1e-06"), as
+/// Python's repr writes it: for values a program parses again (Megatron-LM's arguments) and
+/// messages that must name a number as given.
+inline std::string exact_number(double x) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
 }
 
 /// Bytes as people and programs read them: "40.00 GiB (42949672960 bytes)".

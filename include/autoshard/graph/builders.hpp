@@ -29,9 +29,9 @@ struct rope_scaling_config {
   friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
 };
 
-/// The frequencies of a rotary's pairs for heads of D at `base` under `s`: empty where there
-/// is no scaling (the rotary op's base^(-2i/D)), else the D/2 values of transformers'
-/// modeling_rope_utils, computed in double:
+/// The frequencies of a rotary's pairs for D turned dims (the head size, or a partial rotary's
+/// R) at `base` under `s`: empty where there is no scaling (the rotary op's base^(-2i/D)), else
+/// the D/2 values of transformers' modeling_rope_utils, computed in double:
 ///   linear (_compute_linear_scaling_rope_parameters): inv_freq_i / factor, inv_freq_i = base^(-2i/D);
 ///   llama3 (_compute_llama3_parameters): with wavelen = 2 pi / inv_freq,
 ///     low_freq_wavelen = original_max_position_embeddings / low_freq_factor,
@@ -93,12 +93,17 @@ struct transformer_config {
   bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: ALiBi (no parameters)
   double rope_theta = 10000.0;  ///< rotary's base (Hugging Face's rope_theta, GPT-NeoX's rotary_emb_base)
   rope_scaling_config rope_scaling;  ///< rotary's scaled frequencies (Hugging Face's rope_scaling; none by default)
+  /// The part of each head rotary turns: its first int(head_dim x rotary_pct) dims, as
+  /// transformers computes them (GPT-NeoX's rotary_pct, partial_rotary_factor); 1: the whole head.
+  double rotary_pct = 1.0;
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
 
   int kv() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
   int head_dim() const noexcept { return head_size > 0 ? head_size : hidden / heads; }
+  /// R, the dims of each head rotary turns: int(head_dim x rotary_pct), truncated as Python's int().
+  int rotary_dims() const noexcept { return static_cast<int>(static_cast<double>(head_dim()) * rotary_pct); }
 
   static transformer_config gpt2(int layers, int hidden, int heads) {
     transformer_config c;
@@ -164,6 +169,11 @@ inline void check_config(const transformer_config& c, const char* what) {
     bad("activation " + std::string(to_string(c.activation)) + " is not an activation");
   if (c.heads % c.kv() != 0)
     bad("heads " + std::to_string(c.heads) + " is not a multiple of kv_heads " + std::to_string(c.kv()));
+  if (c.rotary && (!(c.rotary_pct > 0.0) || !(c.rotary_pct <= 1.0)))
+    bad("rotary_pct " + exact_number(c.rotary_pct) + " is not a part of the head in (0, 1]");
+  if (c.rotary && c.rotary_pct != 1.0 && (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0))
+    bad("rotary_pct " + exact_number(c.rotary_pct) + " of heads of " + std::to_string(c.head_dim()) + " turns " +
+        std::to_string(c.rotary_dims()) + " dims (int(head_dim x rotary_pct)), not an even number of at least 2");
 }
 
 inline void check_no_gqa(const transformer_config& c, const char* what) {
@@ -230,14 +240,17 @@ struct builder {
     back.dims = {s[0], s[1], groups * length};
     return op(op_kind::reshape, name, {v}, back);
   }
-  /// Rotary positions as Hugging Face's models apply them: rotate_half's pairs (i, i + D/2),
-  /// at the config's base, with its rope_scaling's frequencies where it has one.
+  /// Rotary positions as Hugging Face's models apply them: rotate_half's pairs (i, i + R/2)
+  /// within the first R = rotary_dims() dims of each head (all of it, or a partial rotary's
+  /// part), at the config's base, with its rope_scaling's frequencies (of R) where it has one.
   vertex_t rope(const transformer_config& c, const std::string& name, vertex_t x, int heads) {
     op_attrs a;
     a.heads = heads;
     a.rotary_half = true;
     a.rotary_base = c.rope_theta;
-    a.rotary_frequencies = rope_frequencies(c.rope_theta, c.head_dim(), c.rope_scaling);
+    const int R = c.rotary_dims();
+    a.rotary_dims = R == c.head_dim() ? 0 : R;  // 0: the whole head, as a graph without a partial rotary says it
+    a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling);
     return op(op_kind::rotary, name, {x}, a);
   }
   /// The output head: lm_head of its own, or the token embedding's table when tied.

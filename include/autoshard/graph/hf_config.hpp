@@ -18,6 +18,8 @@
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <tuple>        // std::tie
+#include <utility>      // std::pair
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -169,6 +171,21 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
   return s;
 }
 
+/// The part of each head the rotaries turn, as transformers 5 reads it (its R is int(head_dim x
+/// the part), _compute_default_rope_parameters): rope_parameters' partial_rotary_factor
+/// (rope_scaling's, without rope_parameters, as read_rope_scaling), else GPT-NeoX's rotary_pct
+/// (GPTNeoXConfig's default 0.25; a top-level partial_rotary_factor is not read there), else the
+/// config's own partial_rotary_factor (Phi-3's, Phi-4-mini's), else 1. A number in [0, 1], and
+/// the member it was read from (none: the default), for read_hf_config's checks against the head.
+inline std::pair<double, std::optional<json_in>> read_rotary_pct(const hf_reader& r, const std::string& t) {
+  std::optional<json_in> p = r.find({"rope_parameters"});
+  if (!p) p = r.find({"rope_scaling"});
+  std::optional<json_in> v = p ? p->require_object().find("partial_rotary_factor") : std::nullopt;
+  if (!v) v = r.find({t == "gpt_neox" ? "rotary_pct" : "partial_rotary_factor"});
+  if (!v) return {t == "gpt_neox" ? 0.25 : 1.0, std::nullopt};
+  return {v->number(0.0, 1.0), v};
+}
+
 /// The members of config.json that only model_type `t`'s architecture has (its MLP width,
 /// norms, biases, activation, key/value heads, position offsets, tied embeddings, rotary's base).
 inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
@@ -292,6 +309,9 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
 
   read_hf_family(r, t, c);
+  std::optional<json_in> pct_member;
+  if (c.rotary && t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom")
+    std::tie(c.rotary_pct, pct_member) = read_rotary_pct(r, t);
   if (!c.rope_scaling.uncomputed.empty())
     m.notes.push_back("rope type " + quoted_text(c.rope_scaling.uncomputed) + " (rope_scaling) is not computed: the rotaries turn at " +
                       "rope_theta^(-2i/D), which the plan's shapes and prices do not depend on, and verify runs them so (computed: " +
@@ -301,6 +321,15 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   if (c.heads % c.kv() != 0)
     r.fail(std::to_string(c.heads) + " attention heads are not a multiple of " + std::to_string(c.kv()) +
            " key/value heads");
+  if (c.rotary_pct != 1.0) {  // a partial rotary: transformers' R = int(head_dim x part), its first R dims of each head
+    const std::string what = (pct_member ? pct_member->path() : std::string("rotary_pct (GPT-NeoX's default)")) + " " +
+                             exact_number(c.rotary_pct) + " of heads of " + std::to_string(c.head_dim()) + " turns int(" +
+                             std::to_string(c.head_dim()) + " x " + exact_number(c.rotary_pct) + ") = " +
+                             std::to_string(c.rotary_dims()) + " dims";
+    if (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0) r.fail(what + ": rotary turns an even number of dims, at least 2");
+    if (t != "gpt_neox" && t != "phi3" && c.rotary_dims() != c.head_dim())
+      r.fail(what + ", but transformers' " + t + " turns the whole head (its apply_rotary_pos_emb has no part passed through)");
+  }
   // Default sequence: the whole learned position table (less its offset), else the context, at most 2048.
   const std::int64_t table = c.max_positions > 0 ? c.max_positions - c.position_offset : positions;
   if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
@@ -342,7 +371,8 @@ inline model_graph build_hf(const hf_model& m) {
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
 /// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (rope_theta,
-/// GPT-NeoX's rotary_emb_base) and scaling (rope_scaling), and the begin/end-of-sequence ids
+/// GPT-NeoX's rotary_emb_base), scaling (rope_scaling) and part of the head (partial_rotary_factor,
+/// GPT-NeoX's rotary_pct), and the begin/end-of-sequence ids
 /// (LLaMA's 1 and 2, GPT-2's last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
@@ -376,7 +406,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       j.update({{"intermediate_size", c.ffn}, {"use_parallel_residual", c.parallel_residual},
                 {"attention_bias", c.qkv_bias}, {"hidden_act", act(c.activation)},
                 {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
-                {"rotary_emb_base", c.rope_theta}});
+                {"rotary_emb_base", c.rope_theta}, {"rotary_pct", c.rotary_pct}});  // always: GPTNeoXConfig's default is 0.25
     } else if (t == "falcon") {
       j.update({{"ffn_hidden_size", c.ffn}, {"new_decoder_architecture", c.new_decoder_architecture},
                 {"multi_query", c.kv() == 1}, {"num_kv_heads", c.kv()}, {"parallel_attn", c.parallel_residual},
@@ -393,6 +423,8 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
   }
+  // A partial rotary (transformers 4's and 5's top-level member; GPT-NeoX's rotary_pct above).
+  if (c.rotary && c.rotary_pct != 1.0 && t != "gpt_neox" && j.contains("rope_theta")) j["partial_rotary_factor"] = c.rotary_pct;
   // Scaled rotary frequencies as transformers 4 writes them (transformers 5 reads them too); a
   // type not computed as the config gave it.
   if (c.rotary && !c.rope_scaling.given.empty() && j.contains(t == "gpt_neox" ? "rotary_emb_base" : "rope_theta"))

@@ -371,3 +371,102 @@ TEST_CASE("every vertex of every family's graph has a replicated strategy and fi
     }
   }
 }
+
+// transformers 5.25's GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=64, num_attention_heads=4,
+// rotary_pct=0.5, rope_scaling={"rope_type": "linear", "factor": 4.0})).gpt_neox.rotary_emb.inv_freq
+// (R = int(16 x 0.5) = 8: four pairs) and Phi3ForCausalLM(Phi3Config(hidden_size=96,
+// num_attention_heads=4, partial_rotary_factor=0.75)).model.rotary_emb.inv_freq (R = int(24 x
+// 0.75) = 18: nine pairs, 10000^(-2i/18)), printed with repr (float32: 1e-6 relative).
+const std::vector<double> transformers_neox_partial_linear_inv_freq{0.25, 0.02500000037252903, 0.0024999999441206455,
+                                                                    0.0002500000118743628};
+const std::vector<double> transformers_phi3_partial_inv_freq{1.0, 0.35938137769699097, 0.1291549652814865, 0.04641588404774666,
+                                                             0.01668100617825985, 0.005994841456413269, 0.002154434332624078,
+                                                             0.0007742635789327323, 0.00027825593133457005};
+
+TEST_CASE("partial rotary: GPT-NeoX's rotary_pct and Phi's partial_rotary_factor turn transformers' first int(head_dim x part) dims") {
+  const auto small = [](hf_model m) {
+    m.config.layers = 1;
+    m.config.seq = 4;
+    m.config.batch = 1;
+    return build_hf(m);
+  };
+  // Pythia-160m: rotary_pct 0.25 of heads of 64, the first 16 dims, pair i at 10000^(-2i/16).
+  const hf_model py = read_hf_config_file(hf_dir + "pythia-160m.json");
+  CHECK(py.config.rotary_pct == 0.25);
+  CHECK(py.config.rotary_dims() == 16);
+  const model_graph pg = small(py);
+  for (const char* r : {"gpt_neox.layers.0.attention.rotary_q", "gpt_neox.layers.0.attention.rotary_k"}) {
+    CAPTURE(r);
+    const op_attrs& a = pg[*find_vertex(pg, r)].attrs;
+    CHECK(a.rotary_dims == 16);
+    CHECK(a.rotary_half);
+    CHECK(a.rotary_frequencies.empty());
+    CHECK(rotary_frequency(a, 1, 64) == std::pow(10000.0, -2.0 / 16.0));
+  }
+  const std::string neox = R"({"model_type": "gpt_neox", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                               "intermediate_size": 128, "vocab_size": 100)";
+  const auto pct = [](const std::string& text) { return read_hf_config(nlohmann::json::parse(text), "c.json").config.rotary_pct; };
+  CHECK(pct(neox + "}") == 0.25);  // GPTNeoXConfig's default
+  CHECK(pct(neox + R"(, "rotary_pct": 1.0})") == 1.0);
+  CHECK(pct(neox + R"(, "partial_rotary_factor": 0.5})") == 0.25);  // GPTNeoXConfig reads rotary_pct only
+  // transformers 5 writes it in rope_parameters, which comes first.
+  CHECK(pct(neox + R"(, "rotary_pct": 1.0, "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}})") == 0.5);
+  {
+    const model_graph g = small(read_hf_config(nlohmann::json::parse(neox + R"(, "rotary_pct": 1.0})")));
+    CHECK(g[*find_vertex(g, "gpt_neox.layers.0.attention.rotary_q")].attrs.rotary_dims == 0);  // the whole head
+  }
+  // Scaled frequencies are those of the R turned dims: transformers' inv_freq.
+  {
+    const model_graph g = small(read_hf_config(nlohmann::json::parse(neox + R"(, "rotary_pct": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 4.0}})")));
+    const op_attrs& a = g[*find_vertex(g, "gpt_neox.layers.0.attention.rotary_q")].attrs;
+    CHECK(a.rotary_dims == 8);
+    REQUIRE(a.rotary_frequencies.size() == transformers_neox_partial_linear_inv_freq.size());
+    for (std::size_t i = 0; i < a.rotary_frequencies.size(); ++i)
+      CHECK(a.rotary_frequencies[i] == doctest::Approx(transformers_neox_partial_linear_inv_freq[i]).epsilon(1e-6));
+  }
+  // Phi-3 / Phi-4-mini: partial_rotary_factor (the config's own member, or rope_parameters').
+  const std::string phi3 = R"({"model_type": "phi3", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 96,
+                               "intermediate_size": 128, "vocab_size": 100)";
+  for (const std::string& member : {std::string(R"(, "partial_rotary_factor": 0.75})"),
+                                    std::string(R"(, "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.75}})")}) {
+    CAPTURE(member);
+    const hf_model m = read_hf_config(nlohmann::json::parse(phi3 + member));
+    CHECK(m.config.rotary_dims() == 18);
+    const model_graph g = small(m);
+    const op_attrs& a = g[*find_vertex(g, "model.layers.0.self_attn.rotary_k")].attrs;
+    CHECK(a.rotary_dims == 18);
+    for (std::size_t i = 0; i < transformers_phi3_partial_inv_freq.size(); ++i)
+      CHECK(rotary_frequency(a, static_cast<std::int64_t>(i), 24) == doctest::Approx(transformers_phi3_partial_inv_freq[i]).epsilon(1e-6));
+  }
+  CHECK(pct(phi3 + "}") == 1.0);
+  // The part is written back, and reads back to the same graph (GPT-NeoX's always: its default is not 1).
+  for (const std::string& text : {neox + R"(, "rotary_pct": 0.5})", neox + R"(, "rotary_pct": 1.0})", phi3 + R"(, "partial_rotary_factor": 0.75})"}) {
+    CAPTURE(text);
+    const hf_model m = read_hf_config(nlohmann::json::parse(text));
+    const nlohmann::json written = to_hf_config(m);
+    CHECK(written.value(m.model_type == "gpt_neox" ? "rotary_pct" : "partial_rotary_factor", -1.0) == m.config.rotary_pct);
+    const hf_model back = read_hf_config(written);
+    CHECK(back.config.rotary_pct == m.config.rotary_pct);
+    CHECK(to_json(small(back)) == to_json(small(m)));
+  }
+  CHECK_FALSE(to_hf_config(read_hf_config(nlohmann::json::parse(phi3 + "}"))).contains("partial_rotary_factor"));
+  // Refused, naming the member and the numbers: an odd or empty part, a part out of [0, 1], and
+  // a part where transformers' family turns the whole head (LLaMA's apply_rotary_pos_emb).
+  CHECK(has(hf_error(neox + R"(, "rotary_pct": 0.2})"),
+            "c.json: rotary_pct 0.2 of heads of 16 turns int(16 x 0.2) = 3 dims: rotary turns an even number of dims, at least 2"));
+  CHECK(has(hf_error(neox + R"(, "rotary_pct": 0})"), "rotary_pct 0 of heads of 16 turns int(16 x 0) = 0 dims"));
+  CHECK(has(hf_error(neox + R"(, "rotary_pct": 1.5})"), "c.json: rotary_pct is 1.5, not a number in [0, 1]"));
+  CHECK(has(hf_error(phi3 + R"(, "rope_parameters": {"partial_rotary_factor": "half"}})"),
+            "rope_parameters.partial_rotary_factor is \"half\", not a number"));
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                                "intermediate_size": 128, "vocab_size": 100, "partial_rotary_factor": )";
+  CHECK(has(hf_error(llama + "0.5}"), "c.json: partial_rotary_factor 0.5 of heads of 16 turns int(16 x 0.5) = 8 dims, but "
+                                      "transformers' llama turns the whole head"));
+  CHECK(pct(llama + "1.0}") == 1.0);
+  // The builder refuses a part it cannot turn, as transformers would fail.
+  transformer_config c = py.config;
+  c.rotary_pct = 0.2;  // heads of 64: int(12.8) = 12 dims, even
+  CHECK(c.rotary_dims() == 12);
+  c.rotary_pct = 0.01;  // 0 dims
+  CHECK_THROWS_WITH_AS(build_gpt_neox(c), doctest::Contains("rotary_pct 0.01 of heads of 64 turns 0 dims"), graph_error);
+}

@@ -31,9 +31,11 @@
 /// stage their own counts and the stages between the rest evenly. Stages between of unequal
 /// counts, a stage without layers, or a schedule other than 1F1B (Megatron-LM's without
 /// virtual stages) are refused.
-#include <map>     // std::map
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <cmath>     // std::floor, std::nextafter
+#include <map>       // std::map
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <vector>    // std::vector
 
 #include "../core/error.hpp"     // spec_error, solver_error
 #include "../graph/resize.hpp"   // graph_sequence, graph_batch
@@ -195,6 +197,12 @@ struct megatron_model {
   std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
   bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false, dropout = false;
   std::string scaled_rope;  ///< a rotary whose frequencies are given outright (Llama-3.1's rope_scaling)
+  /// The first rotary (its name, base, layout, head size D and turned dims R), and a second
+  /// that turns otherwise ("" where they all turn alike): Megatron-LM's arguments say one rotary.
+  std::string rope_name, rope_differs;
+  double rope_base = 10000.0;
+  bool rope_half = true;
+  std::int64_t rope_head = 0, rope_dims = 0;
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
@@ -218,6 +226,16 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
     if (nd.kind == op_kind::rms_norm) md.rms = true;
     if (nd.kind == op_kind::rotary) md.rope = true;
     if (nd.kind == op_kind::rotary && !nd.attrs.rotary_frequencies.empty() && md.scaled_rope.empty()) md.scaled_rope = nd.name;
+    if (nd.kind == op_kind::rotary) {
+      const std::int64_t D = nd.attrs.heads > 0 ? nd.shape[nd.shape.rank - 1u] / nd.attrs.heads : 0, R = rotary_width(nd.attrs, D);
+      if (md.rope_name.empty()) {
+        md.rope_name = nd.name, md.rope_base = nd.attrs.rotary_base, md.rope_half = nd.attrs.rotary_half;
+        md.rope_head = D, md.rope_dims = R;
+      } else if (md.rope_differs.empty() && (nd.attrs.rotary_base != md.rope_base || nd.attrs.rotary_half != md.rope_half ||
+                                             D != md.rope_head || R != md.rope_dims)) {
+        md.rope_differs = nd.name;
+      }
+    }
     if (nd.kind == op_kind::silu) md.swiglu = true;
     if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) md.bias = true;
     // Positions: an embedding other than the word one whose indices are one row shared by the batch.
@@ -233,8 +251,44 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
   return md;
 }
 
+/// Megatron-LM's default --rotary-base (arguments.py: type=int, default=10000).
+inline constexpr double megatron_rotary_base = 10000.0;
+
+/// --rotary-percent for R turned dims of heads of D: the shortest decimal p, as Python reads
+/// it, for which Megatron-LM's RotaryEmbedding turns R dims: int(D * p) with p < 1 (dim =
+/// int(kv_channels * rotary_percent), then rot_dim of each head, the rest passed through).
+/// R/D's own decimal, else the double just above it (where D x R/D rounds below R); nullopt
+/// where neither gives R.
+inline std::optional<std::string> megatron_rotary_percent(std::int64_t R, std::int64_t D) {
+  const double Dd = static_cast<double>(D), p = static_cast<double>(R) / Dd;
+  for (const double q : {p, std::nextafter(p, 2.0)})  // exact_number's text reads back as q, in Python too
+    if (q < 1.0 && static_cast<std::int64_t>(Dd * q) == R) return exact_number(q);
+  return std::nullopt;
+}
+
+/// What Megatron-LM's rotary arguments cannot say of the model's rotaries (problems, each
+/// naming a rotary): rotaries that turn unalike, a base that is not an integer (--rotary-base
+/// is an int), a part of the head no --rotary-percent turns exactly.
+inline void megatron_rope_problems(const megatron_model& md, std::vector<std::string>& problems) {
+  if (!md.rope || md.rope_name.empty()) return;
+  const std::string r = quoted_text(md.rope_name) + " (rotary) ";
+  if (!md.rope_differs.empty())
+    problems.push_back(quoted_text(md.rope_differs) + " (rotary) turns otherwise than " + r +
+                       "(its base, pairs' layout, head size or turned dims): Megatron-LM's rotary arguments are one for every layer");
+  if (!(md.rope_base == std::floor(md.rope_base)))
+    problems.push_back(r + "turns at base " + exact_number(md.rope_base) +
+                       ": Megatron-LM's --rotary-base is an integer (arguments.py: type=int), and the base is not rounded");
+  else if (!(md.rope_base < 0x1p62))
+    problems.push_back(r + "turns at base " + exact_number(md.rope_base) + ", beyond the integers the export writes (2^62)");
+  if (md.rope_dims != md.rope_head && !megatron_rotary_percent(md.rope_dims, md.rope_head))
+    problems.push_back(r + "turns " + std::to_string(md.rope_dims) + " of each head's " + std::to_string(md.rope_head) +
+                       " dims: no --rotary-percent p makes Megatron-LM's int(" + std::to_string(md.rope_head) + " * p) " +
+                       std::to_string(md.rope_dims));
+}
+
 /// The model's arguments, in the order Megatron-LM's --help groups them: its sizes, its
-/// architecture, the weights' dtype `t` and the attention kernel of `pricing`.
+/// architecture (its rotary's base, part of the head and layout where they are not Megatron-LM's
+/// defaults), the weights' dtype `t` and the attention kernel of `pricing`.
 inline void megatron_model_arguments(const megatron_model& md, dtype t, const step_pricing& pricing, megatron_export& e) {
   const auto num = [](std::int64_t x) { return std::to_string(x); };
   megatron_arg(e, "--num-layers", num(md.layers));
@@ -245,6 +299,9 @@ inline void megatron_model_arguments(const megatron_model& md, dtype t, const st
   megatron_arg(e, "--seq-length", num(md.seq));
   megatron_arg(e, "--max-position-embeddings", num(md.seq));
   megatron_arg(e, "--position-embedding-type", md.rope ? "rope" : md.learned_positions ? "learned_absolute" : "none");
+  if (md.rope && md.rope_base != megatron_rotary_base) megatron_arg(e, "--rotary-base", std::to_string(static_cast<std::int64_t>(md.rope_base)));
+  if (md.rope && md.rope_dims != md.rope_head) megatron_arg(e, "--rotary-percent", *megatron_rotary_percent(md.rope_dims, md.rope_head));
+  if (md.rope && !md.rope_half) megatron_arg(e, "--rotary-interleaved");  // pairs (2i, 2i+1): rope_utils' _rotate_half, interleaved
   if (md.rms) megatron_arg(e, "--normalization", "RMSNorm");
   if (md.swiglu) megatron_arg(e, "--swiglu");
   if (!md.bias) megatron_arg(e, "--disable-bias-linear");
@@ -314,6 +371,7 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   if (!md.scaled_rope.empty())
     problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
             "the arguments say Megatron-LM's rope, base^(-2i/D)");
+  detail::megatron_rope_problems(md, e.problems);
   const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, md.layers, e);
   if (!e.problems.empty()) return e;
   detail::megatron_model_arguments(md, g[operands(g, linears.front())[1]].type, pricing, e);

@@ -255,3 +255,64 @@ TEST_CASE("export --to megatron: megatron's plans of GPT-2 and LLaMA still expor
   CHECK(a.at("--micro-batch-size") == "2");
   CHECK(a.at("--recompute-granularity") == "full");
 }
+
+TEST_CASE("export --to megatron writes the rotary's base, turned part and layout where they are not Megatron-LM's defaults") {
+  // Megatron-LM's arguments.py: --rotary-base (type=int, default 10000), --rotary-percent (float,
+  // default 1.0: RotaryEmbedding turns dim = int(kv_channels * rotary_percent) dims of each head,
+  // the rest passed through), --rotary-interleaved (pairs (2i, 2i+1)). LLaMA-3's base 500000
+  // exported without its flag was a model of base 10000.
+  transformer_config c = mx_llama(2);  // heads of 256 / 8 = 32
+  c.rope_theta = 500000.0;
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  megatron_export e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-base 500000 \\\n--normalization RMSNorm \\\n") !=
+        std::string::npos);
+  CHECK(mx_arguments(e).count("--rotary-percent") == 0);
+  CHECK(mx_arguments(e).count("--rotary-interleaved") == 0);
+  c.rope_theta = 10000.0;  // Megatron-LM's default: no flag
+  CHECK(mx_arguments(exported(build_llama(c))).count("--rotary-base") == 0);
+  // A partial rotary (GPT-NeoX's rotary_pct): 8 of each head's 32 dims.
+  c.rotary_pct = 0.25;
+  e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-percent 0.25 \\\n") != std::string::npos);
+  // Interleaved pairs (Meta's layout) say --rotary-interleaved; with a part of the head as well.
+  model_graph g = build_llama(c);
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::rotary) g[v].attrs.rotary_half = false;
+  e = exported(g);
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-percent 0.25 \\\n--rotary-interleaved \\\n") !=
+        std::string::npos);
+  // A base that is not an integer is refused, never rounded; so are rotaries that turn unalike
+  // (Megatron-LM's arguments say one rotary for every layer).
+  c.rotary_pct = 1.0;
+  c.rope_theta = 10000.5;
+  std::vector<std::string> problems = exported(build_llama(c)).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'model.layers.0.self_attn.rotary_q' (rotary) turns at base 10000.5: Megatron-LM's --rotary-base is an integer "
+                       "(arguments.py: type=int), and the base is not rounded");
+  c.rope_theta = 10000.0;
+  g = build_llama(c);
+  g[*find_vertex(g, "model.layers.1.self_attn.rotary_k")].attrs.rotary_dims = 16;
+  problems = exported(g).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("'model.layers.1.self_attn.rotary_k' (rotary) turns otherwise than 'model.layers.0.self_attn.rotary_q' (rotary)") == 0);
+  CHECK(problems[0].find("Megatron-LM's rotary arguments are one for every layer") != std::string::npos);
+}
+
+TEST_CASE("export --to megatron: --rotary-percent is a decimal Megatron-LM's int(D * p) reads back as exactly R dims") {
+  // 30 of 44 dims: 30/44 is 0.6818181818181818, and int(44 * 0.6818181818181818) is 29 in
+  // double (as in Python); the next double up, 0.6818181818181819, gives 30.
+  CHECK(detail::megatron_rotary_percent(30, 44) == "0.6818181818181819");
+  CHECK(detail::megatron_rotary_percent(16, 64) == "0.25");
+  CHECK(detail::megatron_rotary_percent(24, 32) == "0.75");
+  for (std::int64_t D = 2; D <= 512; ++D)
+    for (std::int64_t R = 2; R < D; R += 2) {
+      const std::optional<std::string> p = detail::megatron_rotary_percent(R, D);
+      REQUIRE(p);
+      const double read = std::stod(*p);
+      if (!(read < 1.0) || static_cast<std::int64_t>(static_cast<double>(D) * read) != R) FAIL("R " << R << " of D " << D << ": " << *p);
+    }
+}

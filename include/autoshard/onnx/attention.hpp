@@ -170,8 +170,38 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> reader::last_dim_sli
 /// order of each operation's operands, where C and S are computed from constants and buffers
 /// alone (the positions' Range, the inv_freq buffer: computed_with_buffers) and hold cos and
 /// sin of position x f_i for column i and i + hd/2 (rotary_frequencies_of). Intermediates
-/// are used only inside the pattern.
+/// are used only inside the pattern. A partial rotary (GPT-NeoX's and Phi-3's
+/// apply_rotary_pos_emb: x[..., :R] turned, x[..., R:] passed through) is Concat(that turn of
+/// Slice(xh, :R), Slice(xh, R:)) on the last dim, its tables of width R (pair i at
+/// base^(-2i/R)): a rotary of R turned dims. Any other form stays as the file computes it.
 inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& v) const {
+  if (const int cat = producer(v); is_op(cat, "Concat") && nd(cat).input_size() == 2) {
+    auto vi = values.find(v);
+    const std::int64_t axis = attr_int(nd(cat), "axis", 0);
+    if (vi == values.end() || !vi->second.known || vi->second.shape.rank != 4 || (axis != -1 && axis != 3)) return std::nullopt;
+    const std::int64_t hd = vi->second.shape[3];
+    const std::string turned = in_of(cat, 0), pass = in_of(cat, 1);
+    const int ps = producer(pass);
+    if (!is_op(ps, "Slice") || !is_op(producer(turned), "Add") || !only_consumer(pass) || !only_consumer(turned)) return std::nullopt;
+    std::optional<rotary_match> inner = rotary_of(turned);  // the turn of heads of R
+    if (!inner) return std::nullopt;
+    const std::string xh = in_of(ps, 0);
+    const int rs = producer(inner->xh);
+    auto ri = values.find(inner->xh);
+    auto xi = values.find(xh);
+    // x[..., :R]: read by the turn's Mul and two Slices alone.
+    if (!is_op(rs, "Slice") || in_of(rs, 0) != xh || ri == values.end() || !ri->second.known || ri->second.consumers.size() != 3 ||
+        ri->second.graph_output || xi == values.end() || !xi->second.known || !(xi->second.shape == vi->second.shape))
+      return std::nullopt;
+    const std::int64_t R = ri->second.shape[3];
+    if (R < 2 || R >= hd || last_dim_slice(rs, 4, hd) != std::pair<std::int64_t, std::int64_t>{0, R} ||
+        last_dim_slice(ps, 4, hd) != std::pair<std::int64_t, std::int64_t>{R, hd})
+      return std::nullopt;
+    inner->xh = xh;
+    inner->dims = R;
+    inner->nodes.insert(inner->nodes.end(), {rs, ps, cat});
+    return inner;
+  }
   const int add = producer(v);
   if (!is_op(add, "Add") || nd(add).input_size() != 2) return std::nullopt;
   auto vi = values.find(v);
@@ -315,7 +345,7 @@ inline std::optional<reader::heads_source> reader::heads_source_of(const std::st
   }
   std::size_t uses = 1;
   if (const std::optional<rotary_match> rot = only_consumer(h) ? rotary_of(h) : std::nullopt) {
-    uses = 3;  // the Mul by cos and the two Slices
+    uses = rot->dims > 0 ? 2 : 3;  // the Mul by cos and the two Slices; a partial rotary's two Slices
     src.rotary_at = rot->nodes.back();
     src.nodes.insert(src.nodes.end(), rot->nodes.begin(), rot->nodes.end() - 1);
     h = rot->xh;
@@ -323,6 +353,7 @@ inline std::optional<reader::heads_source> reader::heads_source_of(const std::st
     src.rotary->attrs.rotary_half = true;
     src.rotary->attrs.rotary_base = rot->turn.base;
     src.rotary->attrs.rotary_frequencies = rot->turn.frequencies;
+    src.rotary->attrs.rotary_dims = rot->dims;
   }
   const auto x = heads_of(h, {0, 2, 1, 3}, uses);
   if (!x) return std::nullopt;

@@ -360,7 +360,8 @@ struct reader {
   };
   std::optional<heads_source> heads_source_of(const std::string& v) const;
   /// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)): xh, the
-  /// frequencies C and S turn by, and the nodes (the Add last).
+  /// frequencies C and S turn by, and the nodes (the Add last); or a partial rotary's
+  /// Concat(that turn of Slice(xh, :R), Slice(xh, R:)) with its R (`dims`; the Concat last).
   struct rotary_turn {  ///< a rotary's base, and its explicit frequencies where they are not base^(-2i/D)
     double base = 10000.0;
     std::vector<double> frequencies;
@@ -369,6 +370,7 @@ struct reader {
     std::string xh;
     rotary_turn turn;
     std::vector<int> nodes;
+    std::int64_t dims = 0;  ///< a partial rotary's turned dims R; 0: the whole head
   };
   std::optional<rotary_match> rotary_of(const std::string& v) const;
   std::optional<rotary_turn> rotary_frequencies_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const;

@@ -789,21 +789,24 @@ namespace {
 /// (repeat_kv: Unsqueeze, Expand, Reshape), q and k^T each scaled by sqrt(1/sqrt(8)), k^T
 /// transposed over a 3-D view. `inv_freq` are the buffer's 4 frequencies; an
 /// `attention_factor` other than 1 scales cos and sin (YaRN's), `first` is the first position.
-std::string llama_attention(const std::vector<float>& inv_freq, float attention_factor = 1.0f, std::int64_t first = 0) {
+/// With `turned` R below 8, a partial rotary as GPT-NeoX's and Phi-3's apply_rotary_pos_emb
+/// write it: x[..., :R] turned (the buffer's R/2 frequencies), x[..., R:] concatenated after.
+std::string llama_attention(const std::vector<float>& inv_freq, float attention_factor = 1.0f, std::int64_t first = 0,
+                            std::int64_t turned = 8) {
   model_maker mm(18);
   mm.input("x", {"2", "4", "16"}).weight("q_proj.weight", {16, 16}).weight("k_proj.weight", {16, 8}).weight("v_proj.weight", {16, 8});
   auto* f = mm.g->add_initializer();
   f->set_name("model.rotary_emb.inv_freq");
   f->set_data_type(onnx::TensorProto::FLOAT);
-  f->add_dims(4);
+  f->add_dims(static_cast<std::int64_t>(inv_freq.size()));
   for (float x : inv_freq) f->add_float_data(x);
-  input_spec(mm, "model.rotary_emb.inv_freq", {"4"}, "BUFFER");
+  input_spec(mm, "model.rotary_emb.inv_freq", {std::to_string(inv_freq.size())}, "BUFFER");
   mm.scalar("c", static_cast<float>(std::sqrt(1.0 / std::sqrt(8.0))));
   int_scalar(mm, "start", first);
   int_scalar(mm, "limit", first + 4);
   int_scalar(mm, "delta", 1);
   mm.ints("ax0", {0}).ints("ax1", {1}).ints("ax2", {2}).ints("axl", {-1});
-  mm.ints("lo_start", {0}).ints("half", {4}).ints("end", {std::numeric_limits<std::int64_t>::max()});
+  mm.ints("lo_start", {0}).ints("half", {turned / 2}).ints("end", {std::numeric_limits<std::int64_t>::max()}).ints("rot_end", {turned});
   mm.ints("q_shape", {2, 4, 2, 8}).ints("kv_shape", {2, 4, 1, 8}).ints("rep_shape", {2, 1, 2, 4, 8}).ints("rep_view", {2, 2, 4, 8});
   mm.ints("flat_shape", {4, 4, 8}).ints("kt_shape", {2, 2, 8, 4}).ints("out_shape", {2, 4, 16});
   const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
@@ -830,13 +833,21 @@ std::string llama_attention(const std::vector<float>& inv_freq, float attention_
     perm(mm.node("Transpose", "node_transpose_" + t, {t + "4"}, {t + "h"}), {0, 2, 1, 3});
   }
   for (const std::string t : {"q", "k"}) {
-    mm.node("Mul", "node_rot_cos_" + t, {t + "h", "cos4"}, {t + "c"});
-    mm.node("Slice", "node_rot_lo_" + t, {t + "h", "lo_start", "half", "axl"}, {t + "lo"});
-    mm.node("Slice", "node_rot_hi_" + t, {t + "h", "half", "end", "axl"}, {t + "hi"});
+    const bool part = turned < 8;
+    const std::string x = part ? t + "x" : t + "h";
+    if (part) {
+      mm.node("Slice", "node_rot_part_" + t, {t + "h", "lo_start", "rot_end", "axl"}, {x});
+      mm.node("Slice", "node_rot_pass_" + t, {t + "h", "rot_end", "end", "axl"}, {t + "pass"});
+    }
+    mm.node("Mul", "node_rot_cos_" + t, {x, "cos4"}, {t + "c"});
+    mm.node("Slice", "node_rot_lo_" + t, {x, "lo_start", "half", "axl"}, {t + "lo"});
+    mm.node("Slice", "node_rot_hi_" + t, {x, "half", "end", "axl"}, {t + "hi"});
     mm.node("Neg", "node_rot_neg_" + t, {t + "hi"}, {t + "n"});
     model_maker::attr(mm.node("Concat", "node_rot_cat_" + t, {t + "n", t + "lo"}, {t + "rh"}), "axis", std::int64_t{-1});
     mm.node("Mul", "node_rot_sin_" + t, {t + "rh", "sin4"}, {t + "sn"});
-    mm.node("Add", "node_rot_" + t, {t + "c", t + "sn"}, {t + "r"});
+    mm.node("Add", "node_rot_" + t, {t + "c", t + "sn"}, {part ? t + "r0" : t + "r"});
+    if (part)
+      model_maker::attr(mm.node("Concat", "node_rot_join_" + t, {t + "r0", t + "pass"}, {t + "r"}), "axis", std::int64_t{-1});
   }
   for (const std::string t : {"k", "v"}) {  // repeat_kv
     mm.node("Unsqueeze", "node_rep_unsqueeze_" + t, {t == "k" ? "kr" : "vh", "ax2"}, {t + "u"});
@@ -857,10 +868,11 @@ std::string llama_attention(const std::vector<float>& inv_freq, float attention_
   return mm.bytes();
 }
 
-/// The frequencies of a rotary of base `base` over heads of 8: base^(-2i/8), as float32.
-std::vector<float> frequencies(double base) {
+/// The frequencies of a rotary of base `base` over R = `turned` dims of heads of 8:
+/// base^(-2i/R), as float32.
+std::vector<float> frequencies(double base, int turned = 8) {
   std::vector<float> f;
-  for (int i = 0; i < 4; ++i) f.push_back(static_cast<float>(std::pow(base, -2.0 * i / 8.0)));
+  for (int i = 0; i < turned / 2; ++i) f.push_back(static_cast<float>(std::pow(base, -2.0 * i / turned)));
   return f;
 }
 }  // namespace
@@ -904,6 +916,31 @@ TEST_CASE("LLaMA's attention from torch's dynamo exporter: rotary in the heads' 
   const onnx_import r2 = read_onnx(llama_attention(frequencies(10000.0)), "m.onnx");
   for (vertex_t v : boost::make_iterator_range(boost::vertices(r2.graph)))
     if (r2.graph[v].kind == op_kind::rotary) CHECK(r2.graph[v].attrs.rotary_base == doctest::Approx(10000.0).epsilon(1e-5));
+}
+
+TEST_CASE("a partial rotary (GPT-NeoX's, Phi-3's apply_rotary_pos_emb) fuses as a rotary of its turned dims") {
+  // x[..., :4] of heads of 8 turned by tables of width 4 (pair i at base^(-2i/4)), x[..., 4:]
+  // concatenated after: a rotary with rotary_dims 4, the attention fused as with a whole head.
+  for (const double base : {10000.0, 500000.0}) {
+    CAPTURE(base);
+    const onnx_import r = read_onnx(llama_attention(frequencies(base, 4), 1.0f, 0, 4), "m.onnx");
+    CHECK(r.opaque.empty());
+    const model_graph& g = r.graph;
+    int rotaries = 0, attentions = 0;
+    for (vertex_t v : boost::make_iterator_range(boost::vertices(g))) {
+      const node& nd = g[v];
+      attentions += nd.kind == op_kind::attention;
+      if (nd.kind != op_kind::rotary) continue;
+      ++rotaries;
+      CHECK(nd.attrs.rotary_half);
+      CHECK(nd.attrs.rotary_dims == 4);
+      CHECK(nd.attrs.rotary_base == doctest::Approx(base).epsilon(1e-5));
+      CHECK(nd.attrs.rotary_frequencies.empty());
+    }
+    CHECK(rotaries == 2);
+    CHECK(attentions == 1);
+    for (const char* gone : {"node_rot_part_q", "node_rot_pass_k", "node_rot_join_q", "node_rot_neg_k"}) CHECK_FALSE(find_vertex(g, gone));
+  }
 }
 
 TEST_CASE("LLaMA's rotary tables of scaled frequencies fuse with those frequencies") {

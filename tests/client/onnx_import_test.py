@@ -16,7 +16,9 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     them, and LLaMA's, whose q and k turn in the heads' layout (rotate_half, the cos/sin tables
     of positions and the inv_freq buffer evaluated: a rotary of rope_theta's base on q and on
     k, carrying transformers' inv_freq where rope_parameters scales them, Llama-3.1's llama3)
-    and whose key/value heads are repeated for the query heads (the kind's kv_heads);
+    and whose key/value heads are repeated for the query heads (the kind's kv_heads); every
+    rotary's frequencies (base^(-2i/R) of its R turned dims, or its explicit ones) are
+    transformers' own inv_freq, R/2 of them (partial rotaries: tests/client/rotary_test.py);
   * the step is data parallel over the 4 devices, as an expert runs a model this small;
   * price as autoshard's own builder of the model's config.json does: in inference, at batch 2
     under a memory budget of half the unsplit peak (so that the weights must be cut), the two
@@ -97,14 +99,15 @@ def as_builder(name, model, onnx_path, tool, work):
     b, i = same(built), same(imported)
     # The rotaries turn alike: Hugging Face's pairs at the config's base (and its scaled
     # frequencies, where it has them), on as many heads; within float32's rounding.
-    rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), n["attrs"].get("rotary_base", 1e4),
-                            n["attrs"].get("rotary_frequencies", []))
+    rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), n["attrs"].get("rotary_dims", 0),
+                            n["attrs"].get("rotary_base", 1e4), n["attrs"].get("rotary_frequencies", []))
                            for n in json.loads(f.read_text())["graph"]["nodes"] if n["kind"] == "rotary")
     near = lambda a, b: abs(a / b - 1) < 1e-5
     rb, ri = rot(work / f"{name}-infer-json.json"), rot(work / f"{name}-infer-onnx.json")
-    if len(rb) != len(ri) or not all(x[:2] == y[:2] and near(x[2], y[2]) and len(x[3]) == len(y[3]) and all(map(near, x[3], y[3]))
+    if len(rb) != len(ri) or not all(x[:3] == y[:3] and near(x[3], y[3]) and len(x[4]) == len(y[4]) and all(map(near, x[4], y[4]))
                                      for x, y in zip(rb, ri)):
-        raise AssertionError(f"rotary vertices (heads, rotate_half, base, frequencies): the builder's {rb[:2]}, the export's {ri[:2]}")
+        raise AssertionError(f"rotary vertices (heads, rotate_half, turned dims, base, frequencies): the builder's {rb[:2]}, "
+                             f"the export's {ri[:2]}")
     if abs(b[0] / i[0] - 1) > 1e-9 or b[1:] != i[1:] or b[3] != "optimal" or not b[4]:
         raise AssertionError(f"under a budget of {budget} bytes, the builder plans (step, operators, parameters, solver, "
                              f"fits) {b}, the export {i}")
@@ -192,11 +195,19 @@ def check(name, tool, work):
         scaled = getattr(model.config, "rope_parameters", None) and model.config.rope_parameters.get("rope_type") not in (None, "default")
         freqs_ok = lambda a: (all(abs(x / y - 1) < 1e-5 for x, y in zip(a.get("rotary_frequencies", []), inv))
                               and len(a.get("rotary_frequencies", [])) == (len(inv) if scaled else 0))
+        # Every rotary turns as transformers does: pair i of its R turned dims (rotary_dims, 0 the
+        # whole head) at base^(-2i/R) or its explicit frequency, transformers' inv_freq[i], R/2 of
+        # them: a partial rotary's R and base judged by transformers' own frequencies.
+        head = model.config.hidden_size // heads
+        turns = lambda a: (a.get("rotary_frequencies") or
+                           [a.get("rotary_base", 10000.0) ** (-2 * i / (a.get("rotary_dims") or head))
+                            for i in range((a.get("rotary_dims") or head) // 2)])
         bad = [r for r in rotaries if not (r["attrs"].get("rotary_half") and abs(r["attrs"].get("rotary_base", 10000.0) / theta - 1) < 1e-5
-                                           and freqs_ok(r["attrs"]) and r["name"] in fed)]
+                                           and freqs_ok(r["attrs"]) and r["name"] in fed and len(turns(r["attrs"])) == len(inv)
+                                           and all(abs(x / y - 1) < 1e-5 for x, y in zip(turns(r["attrs"]), inv)))]
         if len(rotaries) != 2 * LAYERS or bad:
             raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's in each of {LAYERS} layers, "
-                                 f"rotate_half at base {theta}, read by the attention: {bad[:2]}")
+                                 f"rotate_half at base {theta} with transformers' {len(inv)} frequencies, read by the attention: {bad[:2]}")
     # The builder of the model's config.json, an independent construction of the same graph.
     as_built = as_builder(name, model, onnx_path, tool, work)
     if par["dp"] != DEVICES:

@@ -57,6 +57,15 @@ rot = [n["attrs"] for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"][
 assert rot and all(len(r.get("rotary_frequencies", [])) == 8 for r in rot), rot
 EOF
 
+# Pythia's partial rotary survives synth: rotary_pct 0.25 written back, the rotaries of the
+# written directory's plan turning int(16 x 0.25) = 4 of each head's 16 dims (verify above ran them).
+python3 - "$tmp/pythia-160m" <<'EOF' && ok || bad "pythia-160m: rotary_pct after synth"
+import json, sys
+assert json.load(open(sys.argv[1] + "/config.json"))["rotary_pct"] == 0.25
+rot = [n["attrs"] for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"]["nodes"] if n["kind"] == "rotary"]
+assert rot and all(r.get("rotary_dims") == 4 for r in rot), rot
+EOF
+
 # A rope type autoshard does not compute (YaRN's context extension here; Phi-3-128k's longrope)
 # plans as its model, the rotaries at base^(-2i/D), with a note; synth writes the member back as
 # given. (It was refused before it was read, then read as the default without a word.)

@@ -1268,4 +1268,16 @@ for cmd in "show --plan $tmp/mbe.json" "export --plan $tmp/mbe.json --to megatro
 done
 test ! -e "$tmp/mbe.out" && ok || bad "micro-batch-edit: an export was written"
 
+# evaluate-flags: `solve P --evaluate S` scores S and solves nothing, but took the solver's
+# options without a word: `--solution-out F` wrote no F (exit 0), and --time-limit, --threads,
+# --cutoff, ... did nothing. Now each is a usage error naming it.
+"$tool" solve "$data/solve/example.json" --quiet --solution-out "$tmp/ef-sol.json" >/dev/null 2>&1 || bad "evaluate-flags: the test solution"
+for opt in "--solution-out $tmp/ef-out.json" "--time-limit 5" "--threads 1" "--cutoff 0" "--seed 3" "--mip-rel-gap 0.1" "--progress"; do
+  # shellcheck disable=SC2086
+  expect evaluate-flags 2 "^${opt%% *}: --evaluate solves nothing \(it scores the solution file given\), so this option has nothing to act on: leave it out, or solve without --evaluate$" \
+    "$tool" solve "$data/solve/example.json" --evaluate "$tmp/ef-sol.json" $opt
+done
+test ! -e "$tmp/ef-out.json" && ok || bad "evaluate-flags: a solution file was written"
+expect evaluate-flags 0 "" "$tool" solve "$data/solve/example.json" --evaluate "$tmp/ef-sol.json" --json
+
 finish hardening

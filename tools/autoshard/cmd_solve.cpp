@@ -167,7 +167,15 @@ void register_solve(CLI::App& app, action& run) {
                 "print the incumbent and the proven bound over time on stderr (one line per better answer and about "
                 "one a second), even when it is not a terminal");
   cmd->add_flag("--quiet", o->quiet, "no solver progress on stderr");
-  cmd->callback([o, &run] { run = [o] { return run_solve(*o); }; });
+  cmd->callback([o, cmd, &run] {
+    // --evaluate solves nothing: a solver option was taken without a word, and --solution-out
+    // wrote no file (exit 0), though a script then read it as the answer.
+    if (!o->evaluate.empty())
+      refuse_given(*cmd, {"--solution-out", "--time-limit", "--mip-rel-gap", "--threads", "--seed", "--cutoff", "--progress"},
+                   "--evaluate solves nothing (it scores the solution file given), so this option has nothing to act on: "
+                   "leave it out, or solve without --evaluate");
+    run = [o] { return run_solve(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

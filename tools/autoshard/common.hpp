@@ -21,6 +21,7 @@
 #include <unistd.h>    // environ
 #include <cerrno>
 #include <filesystem>
+#include <initializer_list>
 #include <iomanip>
 #include <limits>
 #include <optional>
@@ -290,6 +291,15 @@ inline void add_follow_symlinks(CLI::App& cmd, bool& follow) {
   cmd.add_flag("--follow-symlinks", follow,
                "an output that is a symbolic link: write the file it points to (refused unless a regular file) "
                "instead of refusing");
+}
+
+/// A usage error (exit 2) naming the first of `names` that `cmd` was given: in the combination
+/// its callback found, the option does nothing, and an option taken without a word promises
+/// what the run does not do (`solve P --evaluate S --solution-out F` wrote no F, exit 0). `why`
+/// says why it does nothing and what to do instead.
+inline void refuse_given(const CLI::App& cmd, std::initializer_list<const char*> names, const std::string& why) {
+  for (const char* name : names)
+    if (cmd.get_option(name)->count() > 0) throw CLI::ValidationError(name, why);
 }
 
 // Subcommand registration: each returns the subcommand; `run` is set to its action.

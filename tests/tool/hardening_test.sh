@@ -1279,5 +1279,22 @@ for opt in "--solution-out $tmp/ef-out.json" "--time-limit 5" "--threads 1" "--c
 done
 test ! -e "$tmp/ef-out.json" && ok || bad "evaluate-flags: a solution file was written"
 expect evaluate-flags 0 "" "$tool" solve "$data/solve/example.json" --evaluate "$tmp/ef-sol.json" --json
+# plan-inert-flags: options of one way of planning taken without a word by another, exit 0:
+# `--schedule gpipe` without --pp planned no pipeline, `--force` without --calibration forced
+# nothing, and with --pp `--run-checks` checked nothing, `--no-tie-layers` untied nothing and
+# `--dot F` wrote no F. Now usage errors naming the option.
+pf=(plan --model gpt2 --layers 2 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mesh 2x2 --out "$tmp/pif.json" --quiet --no-svg)
+expect plan-inert-flags 2 "^--schedule: the pipeline schedule applies with --pp: plan pipeline stages with --pp, or leave it out$" \
+  "$tool" "${pf[@]}" --schedule gpipe
+expect plan-inert-flags 2 "^--force: forces the use of a --calibration measured on another mesh or backend; there is no --calibration: leave it out$" \
+  "$tool" "${pf[@]}" --force
+expect plan-inert-flags 2 "^--run-checks: re-checks a plan of one mesh; a pipelined plan's stages are not re-checked: leave it out, or plan without --pp$" \
+  "$tool" "${pf[@]}" --pp 2 --run-checks
+expect plan-inert-flags 2 "^--no-tie-layers: with --pp every layer of a stage takes the stage's one strategy for it: leave it out, or plan without --pp$" \
+  "$tool" "${pf[@]}" --pp 2 --no-tie-layers
+expect plan-inert-flags 2 "^--dot: a pipelined plan draws no picture: leave it out, or plan without --pp$" \
+  "$tool" "${pf[@]}" --pp 2 --dot "$tmp/pif.dot"
+test ! -e "$tmp/pif.json" && test ! -e "$tmp/pif.dot" && ok || bad "plan-inert-flags: a plan or DOT was written"
+expect plan-inert-flags 0 "" "$tool" "${pf[@]}" --pp 2 --schedule gpipe
 
 finish hardening

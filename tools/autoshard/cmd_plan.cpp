@@ -719,11 +719,25 @@ void register_plan(CLI::App& app, action& run) {
     // A training option under --mode infer priced nothing and was dropped without a word
     // (`--mode infer --micro-batches 2` planned one forward pass).
     if (o->model.run() == run_mode::inference)
-      for (const char* name : {"--optimizer", "--gradient-bucket", "--gradient-overlap", "--no-zero", "--micro-batch",
-                               "--micro-batches", "--recompute"})
-        if (cmd->get_option(name)->count() > 0)
-          throw CLI::ValidationError(name, "prices a training step (gradients, optimizer state, micro-steps, recomputation); "
-                                           "--mode infer has none: leave it out, or plan with --mode train");
+      refuse_given(*cmd, {"--optimizer", "--gradient-bucket", "--gradient-overlap", "--no-zero", "--micro-batch", "--micro-batches", "--recompute"},
+                   "prices a training step (gradients, optimizer state, micro-steps, recomputation); --mode infer has none: "
+                   "leave it out, or plan with --mode train");
+    // Options of one way of planning, taken without a word by another: `--schedule gpipe`
+    // without --pp planned no pipeline, `--force` without --calibration forced nothing, and
+    // with --pp (whose stages tie their layers, are checked as they are priced, and draw no
+    // picture) `--run-checks` ran no check, `--no-tie-layers` untied nothing and `--dot` wrote no file.
+    if (o->pipeline_stages.empty())
+      refuse_given(*cmd, {"--schedule"}, "the pipeline schedule applies with --pp: plan pipeline stages with --pp, or leave it out");
+    if (o->calibration.empty())
+      refuse_given(*cmd, {"--force"}, "forces the use of a --calibration measured on another mesh or backend; there is no "
+                                      "--calibration: leave it out");
+    if (!o->pipeline_stages.empty()) {
+      refuse_given(*cmd, {"--run-checks"}, "re-checks a plan of one mesh; a pipelined plan's stages are not re-checked: "
+                                           "leave it out, or plan without --pp");
+      refuse_given(*cmd, {"--no-tie-layers"}, "with --pp every layer of a stage takes the stage's one strategy for it: "
+                                              "leave it out, or plan without --pp");
+      refuse_given(*cmd, {"--dot"}, "a pipelined plan draws no picture: leave it out, or plan without --pp");
+    }
     // Under --pp the micro-steps are the global batch over the data-parallel ranks and the
     // micro-batch: a --micro-batches of its own was dropped without a word (`--pp 2
     // --micro-batches 3` planned 2).

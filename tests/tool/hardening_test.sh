@@ -1296,5 +1296,12 @@ expect plan-inert-flags 2 "^--dot: a pipelined plan draws no picture: leave it o
   "$tool" "${pf[@]}" --pp 2 --dot "$tmp/pif.dot"
 test ! -e "$tmp/pif.json" && test ! -e "$tmp/pif.dot" && ok || bad "plan-inert-flags: a plan or DOT was written"
 expect plan-inert-flags 0 "" "$tool" "${pf[@]}" --pp 2 --schedule gpipe
+# export-transformers: `--transformers 4` picks a tp_plan's style names; with --to dtensor or
+# megatron it was taken without a word (the one DTensor plan written, exit 0).
+for to in dtensor megatron; do
+  expect export-transformers 2 "^--transformers: picks the style names of a Hugging Face tp_plan \(--to hf-tp-plan\); --to $to has none: leave it out$" \
+    "$tool" export --plan "$tmp/e.json" --to $to --transformers 4 --out "$tmp/et.out"
+done
+test ! -e "$tmp/et.out" && ok || bad "export-transformers: an export was written"
 
 finish hardening

@@ -97,7 +97,14 @@ void register_export(CLI::App& app, action& run) {
       "  autoshard export --plan plan.json --to hf-tp-plan --out tp_plan.json\n"
       "  autoshard export --plan plan.json --to dtensor --out dtensor.json\n"
       "  autoshard export --plan plan.json --to megatron");
-  cmd->callback([o, &run] { run = [o] { return run_export(*o); }; });
+  cmd->callback([o, cmd, &run] {
+    // --transformers names the style names of a tp_plan: the other formats have none, and it
+    // was taken without a word (`--to dtensor --transformers 4` wrote the one DTensor plan).
+    if (o->to != "hf-tp-plan")
+      refuse_given(*cmd, {"--transformers"}, "picks the style names of a Hugging Face tp_plan (--to hf-tp-plan); --to " + o->to +
+                                                 " has none: leave it out");
+    run = [o] { return run_export(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

@@ -1303,5 +1303,12 @@ for to in dtensor megatron; do
     "$tool" export --plan "$tmp/e.json" --to $to --transformers 4 --out "$tmp/et.out"
 done
 test ! -e "$tmp/et.out" && ok || bad "export-transformers: an export was written"
+# verify-optimizer: `verify --optimizer sgd` of an inference plan, or with --forward-only, checks
+# no optimizer step, and said "the forward pass", exit 0, the option dropped without a word.
+"$tool" plan "${small[@]}" --mode infer --mesh 2x2 --out "$tmp/vo.json" --quiet --no-svg >/dev/null 2>&1 || bad "verify-optimizer: the test plan"
+expect verify-optimizer 1 "^autoshard: spec error: --optimizer sgd: '.*vo\.json' is an inference plan, whose check is its forward pass, with no optimizer step: leave --optimizer out$" \
+  "$tool" verify --plan "$tmp/vo.json" --optimizer sgd
+expect verify-optimizer 2 "^--optimizer: picks the optimizer step checked after the backward; --forward-only checks the forward pass alone: leave one of them out$" \
+  "$tool" verify --plan "$tmp/p.json" --forward-only --optimizer sgd
 
 finish hardening

@@ -81,6 +81,10 @@ int run_verify(const verify_cli_options& o) {
 #endif
   command_paths{}.input("--plan", o.plan).check();
   plan_document doc = read_plan_file(o.plan);
+  // An inference plan's check is its forward pass: --optimizer sgd was taken without a word.
+  if (!o.optimizer.empty() && doc.pricing.mode != run_mode::training)
+    throw spec_error("--optimizer " + o.optimizer + ": " + quoted_path(o.plan) + " is an inference plan, whose check is its forward pass, "
+                     "with no optimizer step: leave --optimizer out");
   // Before the plan is re-priced (seconds on a large graph): every operator has a kernel, and
   // a training check needs a loss.
   require_known_operators(doc.graph, doc.pricing.mode == run_mode::training && !o.forward_only);
@@ -226,7 +230,13 @@ void register_verify(CLI::App& app, action& run) {
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--progress", o->progress,
                 "progress of each phase (reference run, ranks, comparison) on stderr even when it is not a terminal");
-  cmd->callback([o, &run] { run = [o] { return run_verify(*o); }; });
+  cmd->callback([o, cmd, &run] {
+    // No optimizer step runs in a check of the forward pass: --optimizer was taken without a word.
+    if (o->forward_only)
+      refuse_given(*cmd, {"--optimizer"}, "picks the optimizer step checked after the backward; --forward-only checks the "
+                                          "forward pass alone: leave one of them out");
+    run = [o] { return run_verify(*o); };
+  });
 }
 
 }  // namespace autoshard::tool

@@ -1310,5 +1310,9 @@ expect verify-optimizer 1 "^autoshard: spec error: --optimizer sgd: '.*vo\.json'
   "$tool" verify --plan "$tmp/vo.json" --optimizer sgd
 expect verify-optimizer 2 "^--optimizer: picks the optimizer step checked after the backward; --forward-only checks the forward pass alone: leave one of them out$" \
   "$tool" verify --plan "$tmp/p.json" --forward-only --optimizer sgd
+# show-slice-list: `show --plan P --slice 0` lists the plan's tensors (no map is drawn without
+# --tensor), and the slice was dropped without a word.
+expect show-slice-list 2 "^--slice: picks the block of one tensor's map to draw; with --plan, give --tensor NAME$" \
+  "$tool" show --plan "$tmp/p.json" --slice 0
 
 finish hardening

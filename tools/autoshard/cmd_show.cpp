@@ -603,6 +603,9 @@ void register_show(CLI::App& app, action& run) {
     if (o->spec.empty() && o->plan.empty()) throw CLI::RequiredError("--spec or --plan");
     if (!o->plan.empty() && o->tensor.empty() && !o->svg.empty())
       throw CLI::ValidationError("--svg", "with --plan, --svg draws one tensor: give --tensor NAME");
+    // A plan's list draws nothing: `--plan P --slice 0` listed the tensors, the slice dropped.
+    if (!o->plan.empty() && o->tensor.empty())
+      refuse_given(*cmd, {"--slice"}, "picks the block of one tensor's map to draw; with --plan, give --tensor NAME");
     run = [o] { return o->plan.empty() ? run_show_spec(*o) : run_show_plan(*o); };
   });
 }

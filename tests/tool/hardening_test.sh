@@ -1314,5 +1314,10 @@ expect verify-optimizer 2 "^--optimizer: picks the optimizer step checked after 
 # --tensor), and the slice was dropped without a word.
 expect show-slice-list 2 "^--slice: picks the block of one tensor's map to draw; with --plan, give --tensor NAME$" \
   "$tool" show --plan "$tmp/p.json" --slice 0
+# shard-plan-config: `shard CK --plan P --config C` checked C as an input and never read it:
+# the plan's graph says the model.
+expect shard-plan-config 2 "^--config: the config.json a --policy cuts by; with --plan the plan's graph says the model: leave it out$" \
+  "$tool" shard "$tmp/ck" --plan "$tmp/p.json" --config "$tmp/ck/config.json" --out "$tmp/spc" --quiet
+test ! -e "$tmp/spc" && ok || bad "shard-plan-config: an output directory was made"
 
 finish hardening

@@ -288,9 +288,12 @@ void register_shard(CLI::App& app, action& run) {
   add_follow_symlinks(*cmd, o->follow_symlinks);
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
-  cmd->callback([o, &run] {
+  cmd->callback([o, cmd, &run] {
     if (o->policy.empty() && o->plan.empty()) throw CLI::RequiredError("--policy (with --tp) or --plan");
     if (!o->policy.empty() && o->tp == 0) throw CLI::RequiredError("--tp (the tensor-parallel size, with --policy)");
+    // A plan's graph is the model: --config was checked as an input and then never read.
+    if (!o->plan.empty())
+      refuse_given(*cmd, {"--config"}, "the config.json a --policy cuts by; with --plan the plan's graph says the model: leave it out");
     run = [o] { return run_shard(*o); };
   });
 }

@@ -1319,5 +1319,33 @@ expect show-slice-list 2 "^--slice: picks the block of one tensor's map to draw;
 expect shard-plan-config 2 "^--config: the config.json a --policy cuts by; with --plan the plan's graph says the model: leave it out$" \
   "$tool" shard "$tmp/ck" --plan "$tmp/p.json" --config "$tmp/ck/config.json" --out "$tmp/spc" --quiet
 test ! -e "$tmp/spc" && ok || bad "shard-plan-config: an output directory was made"
+# empty-lookups: a model whose embedding table has no rows, or whose cross_entropy has logits of
+# no class or no label at all, was a valid graph: planned (exit 0), then verify failed at run
+# time ("id 1 outside the table of 0 rows", "label 1 outside the vocabulary of 0") or blamed the
+# plan for the NaN of a mean over no label ("the plan's result differs from the unsharded run");
+# a reduce_mean over an empty dim computed 0 where PyTorch computes NaN.
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+def g(name, nodes):
+    json.dump({"format": "autoshard.graph", "nodes": nodes}, open(f"{t}/{name}.json", "w"))
+x = lambda n, s: {"dtype": "f32", "kind": "input", "name": n, "shape": s}
+i = lambda n, s: {"dtype": "i64", "kind": "input", "name": n, "shape": s}
+w = lambda n, s: {"dtype": "f32", "kind": "parameter", "name": n, "shape": s}
+op = lambda k, n, ins, s: {"dtype": "f32", "kind": k, "name": n, "inputs": ins, "shape": s}
+g("el-rows", [i("ids", [4, 8]), w("tab", [0, 16]), op("embedding", "emb", ["ids", "tab"], [4, 8, 16])])
+g("el-classes", [x("x", [4, 8]), w("w", [0, 8]), op("linear", "logits", ["x", "w"], [4, 0]), i("labels", [4]),
+                 op("cross_entropy", "loss", ["logits", "labels"], [])])
+g("el-labels", [x("x", [0, 8]), w("w", [4, 8]), op("linear", "logits", ["x", "w"], [0, 4]), i("labels", [0]),
+                op("cross_entropy", "loss", ["logits", "labels"], [])])
+g("el-mean", [x("x", [4, 0]), dict(op("reduce_mean", "mean", ["x"], [4]), attrs={"dims": [1]})])
+PY
+for m in "el-rows|vertex 'emb': embedding: table \[0,16\] has no rows, so none of the ids \[4,8\] can be looked up" \
+         "el-classes|vertex 'loss': cross_entropy: logits \[4,0\] have no class \(last dim 0\) for the labels \[4\] to name" \
+         "el-labels|vertex 'loss': cross_entropy: labels \[0\] hold no label: the mean loss over none is 0/0" \
+         "el-mean|vertex 'mean': reduce_mean: reduced dim 1 of \[4,0\] is empty: each mean of \[4\] would be over no element, 0/0"; do
+  expect empty-lookups 1 "^autoshard: graph error: .*${m#*|}" "$tool" plan --model "$tmp/${m%%|*}.json" --mode infer --mesh 2 --out "$tmp/el.json" --quiet --no-svg
+done
+test ! -e "$tmp/el.json" && ok || bad "empty-lookups: a plan was written"
 
 finish hardening

@@ -308,9 +308,18 @@ inline tensor_shape expand_shape(op_kind k, const op_attrs& a, std::span<const t
 }
 
 /// ids [...] into a table [vocab, hidden]: [..., hidden].
+/// Whether a tensor of shape `s` holds any element (no dim of 0; a scalar holds one).
+inline bool has_elements(const tensor_shape& s) noexcept {
+  return std::find(s.begin(), s.end(), std::int64_t{0}) == s.end();
+}
+
 inline tensor_shape embedding_shape(op_kind k, std::span<const tensor_shape> in) {
   if (in[1].rank != 2) bad_operands(k, "table " + to_string(in[1]) + " must have rank 2");
   if (in[0].rank + 1u > max_tensor_rank) bad_operands(k, "ids have too many dims");
+  // A table of no rows has no id to look up: such a graph was planned, and verify failed at
+  // run time ("id 1 outside the table of 0 rows").
+  if (in[1][0] == 0 && has_elements(in[0]))
+    bad_operands(k, "table " + to_string(in[1]) + " has no rows, so none of the ids " + to_string(in[0]) + " can be looked up");
   tensor_shape out = in[0];
   out.dims[out.rank] = in[1][1];
   ++out.rank;
@@ -360,6 +369,12 @@ inline tensor_shape reduce_shape(op_kind k, const op_attrs& a, std::span<const t
   tensor_shape out;
   for (std::size_t d = 0; d < in[0].rank; ++d)
     if (!drop[d]) out.dims[out.rank++] = in[0][d];
+  // Each element of the output the mean of no element: 0/0 (the executor wrote 0 where PyTorch computes NaN).
+  if (k == op_kind::reduce_mean && has_elements(out))
+    for (std::int64_t d : a.dims)
+      if (in[0][static_cast<std::size_t>(d)] == 0)
+        bad_operands(k, "reduced dim " + std::to_string(d) + " of " + to_string(in[0]) + " is empty: each mean of " + to_string(out) +
+                            " would be over no element, 0/0");
   return out;
 }
 
@@ -406,6 +421,8 @@ inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<cons
     bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
                         "] for q " + to_string(in[0]) + ", got " + shapes_str(in.subspan(1)));
   if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
+  if (in[1][1] == 0 && has_elements(in[0]))
+    bad_operands(k, "k and v " + to_string(in[1]) + " hold no key: each query of " + to_string(in[0]) + " would weigh none, 0/0");
   return in[0];
 }
 
@@ -487,6 +504,13 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       bool ok = in[1].rank + 1u == in[0].rank;
       for (std::size_t d = 0; ok && d < in[1].rank; ++d) ok = in[1][d] == in[0][d];
       if (!ok) bad_operands(k, "labels " + to_string(in[1]) + " must be logits " + to_string(in[0]) + " without the last dim");
+      // The mean over no label is 0/0, and a label of no class is out of range whatever it is:
+      // such a graph was planned, and verify blamed the plan ("the plan's result differs from
+      // the unsharded run" at a NaN loss) or failed at run time ("label 1 outside the vocabulary of 0").
+      if (!detail::has_elements(in[1]))
+        bad_operands(k, "labels " + to_string(in[1]) + " hold no label: the mean loss over none is 0/0");
+      if (in[0][in[0].rank - 1] == 0)
+        bad_operands(k, "logits " + to_string(in[0]) + " have no class (last dim 0) for the labels " + to_string(in[1]) + " to name");
       return tensor_shape{};
     }
     case op_kind::opaque: {

@@ -1347,5 +1347,15 @@ for m in "el-rows|vertex 'emb': embedding: table \[0,16\] has no rows, so none o
   expect empty-lookups 1 "^autoshard: graph error: .*${m#*|}" "$tool" plan --model "$tmp/${m%%|*}.json" --mode infer --mesh 2 --out "$tmp/el.json" --quiet --no-svg
 done
 test ! -e "$tmp/el.json" && ok || bad "empty-lookups: a plan was written"
+# megatron-names: `plan --algo megatron --mesh tp=4,dp=2` split its tensor parallelism over the
+# last axis, named dp: the report said "tp 2, dp 4" and "all-reduce mesh axis 1 (dp)", and the
+# exports took axis 0, named tp, for the plan's tensor-parallel axis. Now refused, naming the axis.
+expect megatron-names 1 "^autoshard: solver error: megatron: tensor parallelism runs on the mesh's last axis \(the devices of a node\), but mesh\(tp=4,dp=2\) names mesh axis 0 \(tp\): name the last axis tp \(e\.g\. dp=2,tp=4\), or leave the names out$" \
+  "$tool" plan "${small[@]}" --mesh tp=4,dp=2 --algo megatron --out "$tmp/mn.json" --quiet --no-svg
+test ! -e "$tmp/mn.json" && ok || bad "megatron-names: a plan was written"
+# As the default algo's baseline: alpa plans, and the megatron row says why it is not feasible.
+expect megatron-names 0 "" "$tool" plan "${small[@]}" --mesh tp=4,dp=2 --out "$tmp/mn2.json" --no-svg
+grep -q "megatron  *not feasible: megatron: tensor parallelism runs on the mesh's last axis" "$tmp/out" && ok ||
+  bad "megatron-names: the baseline row: $(grep megatron "$tmp/out" | head -3)"
 
 finish hardening

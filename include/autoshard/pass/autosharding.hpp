@@ -961,6 +961,17 @@ inline std::pair<plan_summary, solve_result> solve_algo(const pass_model& pm, co
 inline std::pair<device_mesh, int> megatron_mesh(const device_mesh& m, int tp) {
   const std::size_t last = m.ndim() - 1;
   const int size = m.size(last);
+  // Megatron-LM's tensor parallelism is on the last axis (split by tp), whatever the axes' names
+  // say: `--mesh tp=4,dp=2` planned "tp 2, dp 4", its tensor-parallel all-reduces labelled "mesh
+  // axis 1 (dp)", and the exports then took axis 0, the one named tp, as the plan's.
+  if (tp != 1 && size > 1) {
+    const int named = m.find_axis("tp");
+    if ((named >= 0 && named != static_cast<int>(last)) || m.axis_name(last) == "dp")
+      throw solver_error("megatron: tensor parallelism runs on the mesh's last axis (the devices of a node), but " + to_string(m) +
+                         " names " + (named >= 0 && named != static_cast<int>(last) ? m.axis_label(static_cast<std::size_t>(named))
+                                                                                     : m.axis_label(last)) +
+                         ": name the last axis tp (e.g. dp=2,tp=4), or leave the names out");
+  }
   if (tp == 0 || tp == size) return {m, size > 1 ? static_cast<int>(last) : -1};
   if (tp == 1) return {m, -1};
   if (tp < 1 || size % tp != 0 || m.ndim() == max_mesh_rank)

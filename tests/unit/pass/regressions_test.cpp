@@ -55,3 +55,42 @@ TEST_CASE("regression: a plan whose mesh asks for 10^16 devices is refused befor
   CHECK_THROWS_WITH_AS(autoshard::mesh_from_json(autoshard::json_in(wide, "plan file 'p.json'", "mesh")),
                        doctest::Contains("mesh.axes the mesh has more than 1048576 ranks"), autoshard::io_error);
 }
+
+TEST_CASE("regression: megatron refuses a mesh whose names put tensor parallelism off its last axis") {
+  // Hardening round thirteen, megatron-names: on --mesh tp=4,dp=2 megatron split its tensor
+  // parallelism over the last axis, named dp, and reported "tp 2, dp 4" with its all-reduces on
+  // "mesh axis 1 (dp)"; the exports then took axis 0, named tp, for the plan's.
+  autoshard::model_graph g;
+  const auto x = autoshard::add_input(g, "x", {8, 16}, autoshard::dtype::f32);
+  autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, autoshard::add_parameter(g, "w", {8, 16}, autoshard::dtype::f32)});
+  autoshard::autosharding_options o;
+  o.algo = autoshard::algo::megatron;
+  o.pricing.mode = autoshard::run_mode::inference;
+  o.compare_baselines = false;
+  o.mesh = autoshard::parse_mesh("tp=4,dp=2");
+  CHECK_THROWS_WITH_AS((void)autoshard::autosharding_analysis_pass(g, o),
+                       "solver error: megatron: tensor parallelism runs on the mesh's last axis (the devices of a node), but "
+                       "mesh(tp=4,dp=2) names mesh axis 0 (tp): name the last axis tp (e.g. dp=2,tp=4), or leave the names out",
+                       autoshard::solver_error);
+  o.mesh = autoshard::parse_mesh("a=2,dp=4");
+  CHECK_THROWS_WITH_AS((void)autoshard::autosharding_analysis_pass(g, o), doctest::Contains("names mesh axis 1 (dp): name the last axis tp"),
+                       autoshard::solver_error);
+  // The names where megatron puts them, no names, or no tensor parallelism at all (--tp 1): planned.
+  for (const char* mesh : {"dp=2,tp=4", "2x4", "tp=8"}) {
+    o.mesh = autoshard::parse_mesh(mesh);
+    CHECK(autoshard::autosharding_analysis_pass(g, o).report.plan.feasible);
+  }
+  o.mesh = autoshard::parse_mesh("tp=4,dp=2");
+  o.tensor_parallel = 1;
+  CHECK(autoshard::autosharding_analysis_pass(g, o).report.plan.feasible);
+  // As alpa's baseline, megatron is not feasible, and says why; alpa plans.
+  o.algo = autoshard::algo::alpa;
+  o.tensor_parallel = 0;
+  o.compare_baselines = true;
+  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+  CHECK(r.report.plan.feasible);
+  bool said = false;
+  for (const auto& b : r.report.baselines)
+    said = said || (b.algo == autoshard::algo::megatron && !b.feasible && b.why_not.find("names mesh axis 0 (tp)") != std::string::npos);
+  CHECK(said);
+}

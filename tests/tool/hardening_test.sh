@@ -1357,5 +1357,11 @@ test ! -e "$tmp/mn.json" && ok || bad "megatron-names: a plan was written"
 expect megatron-names 0 "" "$tool" plan "${small[@]}" --mesh tp=4,dp=2 --out "$tmp/mn2.json" --no-svg
 grep -q "megatron  *not feasible: megatron: tensor parallelism runs on the mesh's last axis" "$tmp/out" && ok ||
   bad "megatron-names: the baseline row: $(grep megatron "$tmp/out" | head -3)"
+# pp-mesh-names: `plan --pp 2 --mesh tp=2,dp=2` put the pipeline's stages on the axis named tp
+# (its report: "pp 2, tp 2, dp 1"), and wrote a stage mesh without the names, without a word:
+# the search chooses the split of the ranks itself. Now refused, with the shape to give instead.
+expect pp-mesh-names 1 "^autoshard: spec error: --mesh tp=2,dp=2: with --pp the search chooses which ranks are pipeline stages, tensor- and data-parallel \(pp x tp x dp\), whatever the axes are named, and writes a stage mesh without names: give the shape alone \(--mesh 2x2\)$" \
+  "$tool" plan --model gpt2 --layers 2 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mesh tp=2,dp=2 --pp 2 --out "$tmp/pmn.json" --quiet
+test ! -e "$tmp/pmn.json" && ok || bad "pp-mesh-names: a plan was written"
 
 finish hardening

@@ -1363,5 +1363,19 @@ grep -q "megatron  *not feasible: megatron: tensor parallelism runs on the mesh'
 expect pp-mesh-names 1 "^autoshard: spec error: --mesh tp=2,dp=2: with --pp the search chooses which ranks are pipeline stages, tensor- and data-parallel \(pp x tp x dp\), whatever the axes are named, and writes a stage mesh without names: give the shape alone \(--mesh 2x2\)$" \
   "$tool" plan --model gpt2 --layers 2 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --mesh tp=2,dp=2 --pp 2 --out "$tmp/pmn.json" --quiet
 test ! -e "$tmp/pmn.json" && ok || bad "pp-mesh-names: a plan was written"
+# calibration-links: `plan --calibration links.json --intra-bw 1e9` (any link option beside a
+# calibration of the mesh's shape) read the option, then replaced it on every axis with the
+# measured links, without a word; `--intra-bw 1 --backend gloo` was even refused in gloo's words
+# ("gloo achieves half, 0.5"), for a link the calibration replaced. With --force (another shape,
+# whose unmeasured axes keep the options) they are taken as before.
+"$tool" calibrate --mesh 2 --max-bytes 65536 --repeats 1 --out "$tmp/cl.json" >/dev/null 2>&1 || bad "calibration-links: the test calibration"
+for opt in "--intra-bw 1e9" "--inter-lat 1e-5" "--intra-bw 1"; do
+  # shellcheck disable=SC2086
+  expect calibration-links 1 "^autoshard: spec error: ${opt%% *}: the links measured in --calibration '.*cl\.json' replace it on every axis of mesh\(2\): leave it out, or plan without --calibration to price the links you give$" \
+    "$tool" plan "${small[@]}" --mesh 2 --calibration "$tmp/cl.json" $opt --out "$tmp/clp.json" --quiet --no-svg
+done
+test ! -e "$tmp/clp.json" && ok || bad "calibration-links: a plan was written"
+expect calibration-links 0 "" "$tool" plan "${small[@]}" --mesh 2 --calibration "$tmp/cl.json" --out "$tmp/clp.json" --quiet --no-svg
+expect calibration-links 0 "" "$tool" plan "${small[@]}" --mesh 2x2 --calibration "$tmp/cl.json" --force --intra-bw 1e9 --out "$tmp/clf.json" --quiet --no-svg
 
 finish hardening

@@ -16,6 +16,7 @@
 #include <sys/stat.h>  // lstat
 #include <unistd.h>    // unlink
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -136,6 +137,20 @@ device_mesh plan_mesh(const plan_cli_options& o) {
   if (o.calibration.empty()) return o.mesh.build(o.backend);
 #if defined(AUTOSHARD_TOOL_HAVE_GLOO)
   const calibration_result cal = load_calibration(o.calibration);
+  // Its measured links replace the link options on every axis it measured: beside a calibration
+  // of the mesh's shape that measured each axis of more than one rank, a link option was read
+  // (`--intra-bw 1` even refused, in gloo's words) and then replaced without a word.
+  if (const char* flag = o.mesh.given_link_flag(); flag && !o.force) {
+    const device_mesh shape = parse_mesh(o.mesh.mesh);
+    bool covered = cal.measured_on(shape);
+    for (std::size_t a = 0; covered && a < shape.ndim(); ++a)
+      covered = shape.size(a) < 2 || std::any_of(cal.axes.begin(), cal.axes.end(), [a](const axis_calibration& x) {
+                  return x.measured && x.axis == static_cast<int>(a);
+                });
+    if (covered)
+      throw spec_error(std::string(flag) + ": the links measured in --calibration " + quoted_path(o.calibration) + " replace it on every axis of " +
+                       to_string(shape) + ": leave it out, or plan without --calibration to price the links you give");
+  }
   const std::string backend = o.backend_given ? o.backend : cal.backend_family();
   device_mesh m = o.mesh.build(backend);
   cal.check_fits(m, backend, o.force);

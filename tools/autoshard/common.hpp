@@ -143,6 +143,15 @@ struct mesh_options {
     cmd.add_option("--intra-hop", links.intra_node_hop, "intra-node latency per ring step, seconds (default: the backend's, nccl 6e-7)")
         ->check(finite_in(0, max_link_hop_s));
   }
+  /// The first link option given on the command line, or nullptr.
+  const char* given_link_flag() const {
+    if (inter_bw && inter_bw->count() > 0) return "--inter-bw";
+    if (intra_bw && intra_bw->count() > 0) return "--intra-bw";
+    for (auto [value, flag] : {std::pair{links.inter_node_latency, "--inter-lat"}, std::pair{links.intra_node_latency, "--intra-lat"},
+                               std::pair{links.inter_node_hop, "--inter-hop"}, std::pair{links.intra_node_hop, "--intra-hop"}})
+      if (!std::isnan(value)) return flag;
+    return nullptr;
+  }
   /// Other defaults for the bandwidths (a device preset's), where --inter-bw / --intra-bw were not given.
   void default_bandwidths(double inter, double intra) {
     if (inter_bw && inter_bw->count() == 0) links.inter_node_bandwidth = inter;

@@ -205,8 +205,12 @@ inline void reader::parse(std::string_view bytes) {
   if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     fail_io("not an ONNX model: the protobuf does not parse (" + std::to_string(bytes.size()) + " bytes; truncated, or another format?)");
-  if (!model.has_graph() || model.graph().node_size() == 0)
-    fail_io("not an ONNX model: no graph with nodes (" + std::to_string(bytes.size()) + " bytes parsed)");
+  if (!model.has_graph())  // protobuf's wire format reads many a file (an empty one too) as an empty message
+    fail_io("not an ONNX model: it parses as a protobuf message but holds no graph (" + std::to_string(bytes.size()) + " bytes)");
+  if (model.graph().node_size() == 0)
+    fail_io("the model's graph has no nodes (graph inputs " + std::to_string(model.graph().input_size()) + ", outputs " +
+            std::to_string(model.graph().output_size()) + ", initializers " + std::to_string(model.graph().initializer_size()) +
+            "): it computes nothing to plan");
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
   if (model.opset_import_size() > 0 && out.opset <= 0) fail_io("the model imports no opset of the default ONNX domain");

@@ -300,7 +300,14 @@ TEST_CASE("hostile ONNX models are clear errors naming the numbers") {
   }
   SUBCASE("truncated, empty, not protobuf") {
     CHECK(error_of<io_error>(good.substr(0, good.size() - 7)).find("not an ONNX model") != std::string::npos);
-    CHECK(error_of<io_error>("").find("no graph with nodes (0 bytes parsed)") != std::string::npos);
+    CHECK(error_of<io_error>("").find("not an ONNX model: it parses as a protobuf message but holds no graph (0 bytes)") != std::string::npos);
+  }
+  SUBCASE("a model whose graph has no nodes is named so, not 'not an ONNX model'") {
+    model_maker m = ok;
+    m.g->clear_node();
+    const std::string e = error_of<io_error>(m.bytes());
+    CHECK(e.find("the model's graph has no nodes (graph inputs 1, outputs 1, initializers 1): it computes nothing to plan") != std::string::npos);
+    CHECK(e.find("not an ONNX model") == std::string::npos);
     CHECK(error_of<io_error>("{\"not\": \"onnx\"}").find("not an ONNX model") != std::string::npos);
   }
   SUBCASE("a dim of 2^62 in an input, an initializer, a value_info") {

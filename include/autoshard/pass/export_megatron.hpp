@@ -31,6 +31,7 @@
 /// stage their own counts and the stages between the rest evenly. Stages between of unequal
 /// counts, a stage without layers, or a schedule other than 1F1B (Megatron-LM's without
 /// virtual stages) are refused.
+#include <algorithm>  // std::max
 #include <cmath>     // std::floor, std::nextafter
 #include <map>       // std::map
 #include <optional>  // std::optional
@@ -194,9 +195,22 @@ inline bool megatron_sequence_parallel(const loaded_plan& p, const layer_map& la
 /// The model as Megatron-LM's arguments describe it: its sizes and its architecture's switches.
 struct megatron_model {
   int layers = 0, heads = 0, kv = 0;
-  std::int64_t hidden = 0, ffn = 0, vocab = 0, seq = 0;
+  /// head: each attention head's width D, which Megatron-LM's --kv-channels says (its default
+  /// hidden / heads; Gemma-7B's heads of 256 on a hidden of 3072 are not).
+  /// positions: the rows of the learned position table (GPT-2's n_positions), 0 without one.
+  std::int64_t hidden = 0, head = 0, ffn = 0, vocab = 0, seq = 0, positions = 0;
   bool rms = false, rope = false, swiglu = false, bias = false, learned_positions = false, tied = false, dropout = false;
   std::string scaled_rope;  ///< a rotary whose frequencies are given outright (Llama-3.1's rope_scaling)
+  /// The MLP's activation (the first in a layer: its name and kind), whether it gates (a mul
+  /// reads it: SwiGLU, GeGLU), and whether the MLP's first projection has a bias.
+  std::string act_name;
+  op_kind act = op_kind::input;
+  std::string bidirectional;  ///< an attention core without the causal mask (an encoder's: BERT's), "" where none
+  bool gated = false, mlp_bias = false;
+  /// The block linears' biases: a linear with one and one without (their names; "" where all
+  /// alike), and whether those with one are exactly query/key/value's (Qwen2's).
+  std::string biased, unbiased;
+  bool qkv_bias_only = false;
   /// The first rotary (its name, base, layout, head size D and turned dims R), and a second
   /// that turns otherwise ("" where they all turn alike): Megatron-LM's arguments say one rotary.
   std::string rope_name, rope_differs;
@@ -206,8 +220,9 @@ struct megatron_model {
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
-/// and width, the MLP's first projection's width, the vocabulary and whether the head shares
-/// its table (vocab_operators_of: the word embedding is the head's, or without a head the first
+/// and their width (its output's last dim / heads), the hidden size (the first row-parallel
+/// linear's output's last dim, the residual's; without one, the core's output's), the MLP's
+/// first projection's width, the vocabulary and whether the head shares its table (vocab_operators_of: the word embedding is the head's, or without a head the first
 /// whose indices are not one row of positions), the sequence (graph_sequence).
 inline megatron_model megatron_model_of(const model_graph& g, const layer_map& layers, const std::vector<vertex_t>& linears) {
   megatron_model md;
@@ -216,12 +231,16 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
   md.tied = vo.tied;
   md.layers = static_cast<int>(layers.indices.size());
   md.seq = graph_sequence(g);
+  for (vertex_t v : linears)
+    if (megatron_row(g[v].name) && md.hidden == 0) md.hidden = g[v].shape[g[v].shape.rank - 1u];
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     const node& nd = g[v];
     if (nd.kind == op_kind::attention && md.heads == 0) {
       md.heads = nd.attrs.heads;
       md.kv = nd.attrs.kv_heads > 0 ? nd.attrs.kv_heads : nd.attrs.heads;
-      md.hidden = nd.shape[nd.shape.rank - 1u];
+      md.head = md.heads > 0 ? nd.shape[nd.shape.rank - 1u] / md.heads : 0;
+      if (!nd.attrs.causal) md.bidirectional = nd.name;
+      if (md.hidden == 0) md.hidden = nd.shape[nd.shape.rank - 1u];
     }
     if (nd.kind == op_kind::rms_norm) md.rms = true;
     if (nd.kind == op_kind::rotary) md.rope = true;
@@ -236,18 +255,34 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
         md.rope_differs = nd.name;
       }
     }
-    if (nd.kind == op_kind::silu) md.swiglu = true;
-    if (nd.kind == op_kind::linear && operands(g, v).size() == 3 && layers.layer[v] >= 0) md.bias = true;
+    const bool activation = nd.kind == op_kind::gelu || nd.kind == op_kind::gelu_erf || nd.kind == op_kind::silu ||
+                            nd.kind == op_kind::relu || nd.kind == op_kind::tanh;
+    if (activation && layers.layer[v] >= 0 && md.act_name.empty()) {
+      md.act_name = nd.name, md.act = nd.kind;
+      for (auto [o, end] = boost::out_edges(v, g); o != end; ++o) md.gated = md.gated || g[boost::target(*o, g)].kind == op_kind::mul;
+      md.swiglu = nd.kind == op_kind::silu && md.gated;
+    }
     // Positions: an embedding other than the word one whose indices are one row shared by the batch.
     if (nd.kind == op_kind::embedding && vo.embedding != v && g[operands(g, v)[0]].shape.rank >= 2 &&
-        g[operands(g, v)[0]].shape[0] == 1)
+        g[operands(g, v)[0]].shape[0] == 1) {
       md.learned_positions = true;
+      if (md.positions == 0) md.positions = g[operands(g, v)[1]].shape[0];
+    }
     md.dropout = md.dropout || nd.kind == op_kind::dropout;
   }
   for (vertex_t v : linears)
     if (megatron_column(g[v].name) && (g[v].name.ends_with(".mlp.c_fc") || g[v].name.ends_with(".up_proj") ||
                                        g[v].name.ends_with(".intermediate.dense")) && md.ffn == 0)
-      md.ffn = g[v].shape[g[v].shape.rank - 1u];
+      md.ffn = g[v].shape[g[v].shape.rank - 1u], md.mlp_bias = operands(g, v).size() == 3;
+  bool qkv_only = true;
+  for (vertex_t v : linears) {
+    const bool has = operands(g, v).size() == 3;
+    std::string& first = has ? md.biased : md.unbiased;
+    if (first.empty()) first = g[v].name;
+    qkv_only = qkv_only && has == megatron_qkv(g[v].name);
+  }
+  md.bias = !md.biased.empty();
+  md.qkv_bias_only = md.bias && !md.unbiased.empty() && qkv_only;
   return md;
 }
 
@@ -286,6 +321,27 @@ inline void megatron_rope_problems(const megatron_model& md, std::vector<std::st
                        std::to_string(md.rope_dims));
 }
 
+/// What Megatron-LM's arguments cannot say of the MLP's activation (a problem naming it), as
+/// megatron.core's MLP computes it: --swiglu is SiLU gating (silu(gate) x up); otherwise GELU,
+/// the tanh approximation where the first projection has a bias (bias_gelu_fusion, on by
+/// default, fuses the bias with fused_bias_gelu's tanh form), the exact F.gelu without one or
+/// with --no-bias-gelu-fusion. No argument says a GELU gate (Gemma's GeGLU: --quick-geglu is
+/// x sigmoid(1.702 x)), an ungated SiLU, ReLU or tanh, nor the tanh GELU without a bias.
+inline void megatron_activation_problems(const megatron_model& md, std::vector<std::string>& problems) {
+  if (md.act_name.empty()) return;
+  const std::string a = quoted_text(md.act_name) + " (" + std::string(to_string(md.act)) + ") ";
+  if (md.act == op_kind::silu && !md.gated)
+    problems.push_back(a + "is an ungated SiLU: Megatron-LM's --swiglu gates it (silu(gate) x up), and no argument says it alone");
+  else if ((md.act == op_kind::gelu || md.act == op_kind::gelu_erf) && md.gated)
+    problems.push_back(a + "gates the MLP (GeGLU): Megatron-LM's arguments gate SiLU (--swiglu) or x sigmoid(1.702 x) "
+                           "(--quick-geglu), not GELU");
+  else if (md.act == op_kind::gelu && !md.mlp_bias)
+    problems.push_back(a + "is GELU's tanh approximation on an MLP without biases: Megatron-LM's MLP computes it only fused "
+                           "with a bias (bias_gelu_fusion), and the exact F.gelu otherwise");
+  else if (md.act != op_kind::silu && md.act != op_kind::gelu && md.act != op_kind::gelu_erf)
+    problems.push_back(a + "is not an activation Megatron-LM's arguments say (GELU, or SiLU gated by --swiglu)");
+}
+
 /// The model's arguments, in the order Megatron-LM's --help groups them: its sizes, its
 /// architecture (its rotary's base, part of the head and layout where they are not Megatron-LM's
 /// defaults), the weights' dtype `t` and the attention kernel of `pricing`.
@@ -295,16 +351,24 @@ inline void megatron_model_arguments(const megatron_model& md, dtype t, const st
   megatron_arg(e, "--hidden-size", num(md.hidden));
   if (md.ffn > 0) megatron_arg(e, "--ffn-hidden-size", num(md.ffn));
   megatron_arg(e, "--num-attention-heads", num(md.heads));
+  // Megatron-LM's default is hidden // heads (arguments.py, validate_args); a head of another
+  // width (Gemma-7B's 256 on 3072 / 16) builds other projections without it.
+  if (md.head * md.heads != md.hidden) megatron_arg(e, "--kv-channels", num(md.head));
   if (md.kv != md.heads) megatron_arg(e, "--group-query-attention"), megatron_arg(e, "--num-query-groups", num(md.kv));
   megatron_arg(e, "--seq-length", num(md.seq));
-  megatron_arg(e, "--max-position-embeddings", num(md.seq));
+  // Megatron-LM's learned position table has --max-position-embeddings rows: the model's
+  // (GPT-2's 1024), not the sequence's, or the checkpoint's table does not load into it.
+  megatron_arg(e, "--max-position-embeddings", num(md.learned_positions ? std::max(md.positions, md.seq) : md.seq));
   megatron_arg(e, "--position-embedding-type", md.rope ? "rope" : md.learned_positions ? "learned_absolute" : "none");
   if (md.rope && md.rope_base != megatron_rotary_base) megatron_arg(e, "--rotary-base", std::to_string(static_cast<std::int64_t>(md.rope_base)));
   if (md.rope && md.rope_dims != md.rope_head) megatron_arg(e, "--rotary-percent", *megatron_rotary_percent(md.rope_dims, md.rope_head));
   if (md.rope && !md.rope_half) megatron_arg(e, "--rotary-interleaved");  // pairs (2i, 2i+1): rope_utils' _rotate_half, interleaved
   if (md.rms) megatron_arg(e, "--normalization", "RMSNorm");
   if (md.swiglu) megatron_arg(e, "--swiglu");
-  if (!md.bias) megatron_arg(e, "--disable-bias-linear");
+  // Exact GELU after a bias: without the switch Megatron-LM fuses them into the tanh form.
+  if (md.act == op_kind::gelu_erf && md.mlp_bias) megatron_arg(e, "--no-bias-gelu-fusion");
+  if (!md.bias || md.qkv_bias_only) megatron_arg(e, "--disable-bias-linear");
+  if (md.qkv_bias_only) megatron_arg(e, "--add-qkv-bias");  // Qwen2's: query/key/value only
   if (!md.tied) megatron_arg(e, "--untie-embeddings-and-output-weights");
   // A model without dropout (LLaMA) runs Megatron-LM's at 0.
   if (!md.dropout) megatron_arg(e, "--attention-dropout", "0.0"), megatron_arg(e, "--hidden-dropout", "0.0");
@@ -368,10 +432,17 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   const std::int64_t micro = step_batch / std::max(1, e.dp);
   const detail::megatron_model md = detail::megatron_model_of(g, layers, linears);
   if (md.heads == 0) problem("the model has no attention core to give Megatron-LM its heads");
+  if (!md.bidirectional.empty())
+    problem(quoted_text(md.bidirectional) + " (attention) attends to every position, an encoder's: Megatron-LM's arguments " +
+            "build GPTModel, a causal decoder");
   if (!md.scaled_rope.empty())
     problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
             "the arguments say Megatron-LM's rope, base^(-2i/D)");
   detail::megatron_rope_problems(md, e.problems);
+  detail::megatron_activation_problems(md, e.problems);
+  if (md.bias && !md.unbiased.empty() && !md.qkv_bias_only)
+    problem(quoted_text(md.biased) + " has a bias and " + quoted_text(md.unbiased) + " none: Megatron-LM's block linears have " +
+            "biases all (its default), none (--disable-bias-linear) or only query/key/value's (--add-qkv-bias)");
   const std::vector<megatron_argument> pipeline = detail::megatron_pipeline(p.document.pipeline, md.layers, e);
   if (!e.problems.empty()) return e;
   detail::megatron_model_arguments(md, g[operands(g, linears.front())[1]].type, pricing, e);

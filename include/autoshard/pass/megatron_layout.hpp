@@ -38,6 +38,14 @@ inline bool megatron_column(const std::string& n) {
     if (ends_with(n, s)) return true;
   return false;
 }
+/// Whether column-parallel linear `n` is the attention's query, key or value (Megatron-LM's
+/// linear_qkv, whose bias --add-qkv-bias keeps).
+inline bool megatron_qkv(const std::string& n) {
+  for (const char* s : {".attn.c_attn", ".attention.self.query", ".attention.self.key", ".attention.self.value", ".q_proj",
+                        ".k_proj", ".v_proj"})
+    if (ends_with(n, s)) return true;
+  return false;
+}
 /// Whether linear `n` is one Megatron-LM makes row-parallel: the attention output and the
 /// MLP's last projection.
 inline bool megatron_row(const std::string& n) {

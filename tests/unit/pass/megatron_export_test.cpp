@@ -9,6 +9,7 @@
 #include <autoshard/pass/pass.hpp>
 #include <autoshard/pass/pipelined.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -300,6 +301,113 @@ TEST_CASE("export --to megatron writes the rotary's base, turned part and layout
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("'model.layers.1.self_attn.rotary_k' (rotary) turns otherwise than 'model.layers.0.self_attn.rotary_q' (rotary)") == 0);
   CHECK(problems[0].find("Megatron-LM's rotary arguments are one for every layer") != std::string::npos);
+}
+
+TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden / heads wide (Gemma-7B's 256 on 3072 / 16)") {
+  // Megatron-LM's validate_args sets kv_channels = hidden_size // num_attention_heads when
+  // --kv-channels is absent: heads of 64 on a hidden of 256 / 8 exported without it built
+  // heads of 32 (query/key/value and the output projection of other shapes), and the hidden
+  // size was read from the attention core's width, 8 x 64 = 512.
+  transformer_config c = mx_llama(2);  // hidden 256, 8 heads
+  c.head_size = 64;
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  megatron_export e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--hidden-size 256 \\\n--ffn-hidden-size 512 \\\n--num-attention-heads 8 \\\n--kv-channels 64 \\\n") !=
+        std::string::npos);
+  // Grouped-query attention too: the head's width is the query heads', not the groups'.
+  c.kv_heads = 2;
+  e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).at("--kv-channels") == "64");
+  CHECK(mx_arguments(e).at("--num-query-groups") == "2");
+  CHECK(mx_arguments(e).at("--hidden-size") == "256");
+  // Heads of hidden / heads: Megatron-LM's default, no flag.
+  c.head_size = 32;
+  CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
+  c.head_size = 0;
+  CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
+  CHECK(mx_arguments(exported(build_gpt2(mx_gpt2(2)))).count("--kv-channels") == 0);
+}
+
+TEST_CASE("export --to megatron: --max-position-embeddings is the learned position table's rows, not the sequence's") {
+  // Megatron-LM's LanguageModelEmbedding holds --max-position-embeddings rows of positions:
+  // GPT-2's 64-row table exported as the sequence's 16 rows was another model, into which the
+  // checkpoint's table does not load.
+  transformer_config c = mx_gpt2(2);  // max_positions 64
+  c.seq = 16;
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  megatron_export e = exported(build_gpt2(c));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).at("--seq-length") == "16");
+  CHECK(mx_arguments(e).at("--max-position-embeddings") == "64");
+  CHECK(mx_arguments(e).at("--position-embedding-type") == "learned_absolute");
+  // A rotary has no table: the sequence's.
+  transformer_config l = mx_llama(2);
+  l.seq = 16;
+  e = exported(build_llama(l));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).at("--max-position-embeddings") == "16");
+}
+
+TEST_CASE("export --to megatron says the MLP's activation as megatron.core's MLP computes it, or refuses it") {
+  // megatron.core's MLP: --swiglu gates SiLU; otherwise F.gelu (exact), which bias_gelu_fusion
+  // (Megatron-LM's default, wherever the first projection has a bias) replaces by
+  // fused_bias_gelu's tanh form. GPT-2's tanh GELU with biases is the default; an exact GELU
+  // with biases needs --no-bias-gelu-fusion; nothing says a GELU gate, ReLU or an ungated SiLU.
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  transformer_config c = mx_gpt2(2);
+  megatron_export e = exported(build_gpt2(c));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).count("--no-bias-gelu-fusion") == 0);
+  CHECK(mx_arguments(e).count("--swiglu") == 0);
+  c.activation = op_kind::gelu_erf;
+  e = exported(build_gpt2(c));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).count("--no-bias-gelu-fusion") == 1);
+  c.activation = op_kind::relu;
+  std::vector<std::string> problems = exported(build_gpt2(c)).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'transformer.h.0.mlp.act' (relu) is not an activation Megatron-LM's arguments say (GELU, or SiLU gated by --swiglu)");
+  transformer_config l = mx_llama(2);
+  CHECK(mx_arguments(exported(build_llama(l))).count("--swiglu") == 1);
+  // An encoder (BERT's attention sees every position) is not Megatron-LM's GPTModel.
+  transformer_config b = transformer_config::bert(2, 256, 4);
+  b.seq = 64, b.vocab = 256, b.batch = 16, b.mode = run_mode::training;
+  const std::vector<std::string> bert = exported(build_bert(b)).problems;
+  CHECK(std::find(bert.begin(), bert.end(), "'bert.encoder.layer.0.attention.self.attention' (attention) attends to every position, "
+                                            "an encoder's: Megatron-LM's arguments build GPTModel, a causal decoder") != bert.end());
+  l.activation = op_kind::gelu;  // Gemma's GeGLU
+  problems = exported(build_llama(l)).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("(gelu) gates the MLP (GeGLU): Megatron-LM's arguments gate SiLU (--swiglu)") != std::string::npos);
+}
+
+TEST_CASE("export --to megatron: biases on all block linears, none, or query/key/value's only (--add-qkv-bias)") {
+  // Megatron-LM's --disable-bias-linear drops every block linear's bias and --add-qkv-bias keeps
+  // linear_qkv's. Qwen2's query/key/value biases exported without either built biases on the
+  // attention output and the MLP too, parameters the model does not have.
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  transformer_config c = mx_llama(2);
+  std::map<std::string, std::string> a = mx_arguments(exported(build_llama(c)));
+  CHECK(a.count("--disable-bias-linear") == 1);
+  CHECK(a.count("--add-qkv-bias") == 0);
+  c.qkv_bias = true;  // Qwen2's
+  megatron_export e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--disable-bias-linear \\\n--add-qkv-bias \\\n") != std::string::npos);
+  c.out_bias = true;  // LLaMA's attention_bias: the output projection's too, not the MLP's
+  std::vector<std::string> problems = exported(build_llama(c)).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'model.layers.0.self_attn.q_proj' has a bias and 'model.layers.0.mlp.gate_proj' none: Megatron-LM's block "
+                       "linears have biases all (its default), none (--disable-bias-linear) or only query/key/value's (--add-qkv-bias)");
+  c.mlp_bias = true;  // all of them: Megatron-LM's default
+  a = mx_arguments(exported(build_llama(c)));
+  CHECK(a.count("--disable-bias-linear") == 0);
+  CHECK(a.count("--add-qkv-bias") == 0);
+  a = mx_arguments(exported(build_gpt2(mx_gpt2(2))));
+  CHECK(a.count("--disable-bias-linear") == 0);
+  CHECK(a.count("--add-qkv-bias") == 0);
 }
 
 TEST_CASE("export --to megatron: --rotary-percent is a decimal Megatron-LM's int(D * p) reads back as exactly R dims") {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real client of the exports, for the tests: a Python virtual environment with the
-# pinned PyTorch, transformers, accelerate, safetensors, onnx and onnxscript of
+# pinned PyTorch, transformers, accelerate, safetensors, onnx, onnxscript and megatron-core of
 # tests/client/requirements.txt.
 # Created once per machine and per requirements file, outside the checkout:
 #   ${AUTOSHARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autoshard}/client-<sha256 of the file, 16 hex>
@@ -27,7 +27,7 @@ if [ ! -f "$env/.complete" ]; then
     (cd "$cache" && python3 -I -m venv "$env") >&2
     # --no-cache-dir: the wheels are not kept twice (the environment is the cache).
     (cd "$cache" && "$env/bin/python" -I -m pip install -q --disable-pip-version-check --no-cache-dir -r "$req") >&2
-    (cd "$cache" && "$env/bin/python" -I -c 'import torch, transformers, accelerate, safetensors, onnx, onnxscript, torch.distributed as d; assert d.is_gloo_available()') >&2
+    (cd "$cache" && "$env/bin/python" -I -c 'import torch, transformers, accelerate, safetensors, onnx, onnxscript, megatron.core, torch.distributed as d; assert d.is_gloo_available()') >&2
     cp "$req" "$env/requirements.txt"
     echo "client_env: created in $(( $(date +%s) - start )) s, $(du -sh "$env" | cut -f1)" >&2
     touch "$env/.complete"

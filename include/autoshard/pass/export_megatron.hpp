@@ -274,6 +274,14 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
     if (megatron_column(g[v].name) && (g[v].name.ends_with(".mlp.c_fc") || g[v].name.ends_with(".up_proj") ||
                                        g[v].name.ends_with(".intermediate.dense")) && md.ffn == 0)
       md.ffn = g[v].shape[g[v].shape.rank - 1u], md.mlp_bias = operands(g, v).size() == 3;
+  // A fused gate|up (Phi-3's gate_up_proj) is none of those: the MLP's last projection reads
+  // the width. Without --ffn-hidden-size Megatron-LM's is 4 x hidden, or with --swiglu
+  // int(8 x hidden / 3 / 64) x 64.
+  for (vertex_t v : linears)
+    if (md.ffn == 0 && (g[v].name.ends_with(".down_proj") || g[v].name.ends_with(".mlp.c_proj"))) {
+      const tensor_shape& in = g[operands(g, v)[0]].shape;
+      md.ffn = in[in.rank - 1u];
+    }
   bool qkv_only = true;
   for (vertex_t v : linears) {
     const bool has = operands(g, v).size() == 3;

@@ -330,6 +330,18 @@ TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden 
   CHECK(mx_arguments(exported(build_gpt2(mx_gpt2(2)))).count("--kv-channels") == 0);
 }
 
+TEST_CASE("export --to megatron writes --ffn-hidden-size of a fused gate|up (Phi-3's gate_up_proj) too") {
+  // The MLP's width was read from its up projection only: Phi-3's fused gate_up_proj left the
+  // flag out, and Megatron-LM's --swiglu default int(8 x 256 / 3 / 64) x 64 = 640 is not 384.
+  transformer_config c = mx_llama(2);
+  c.ffn = 384;
+  c.fused_qkv = true;
+  const megatron_export e = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).at("--ffn-hidden-size") == "384");
+  CHECK(mx_arguments(e).count("--swiglu") == 1);
+}
+
 TEST_CASE("export --to megatron: --max-position-embeddings is the learned position table's rows, not the sequence's") {
   // Megatron-LM's LanguageModelEmbedding holds --max-position-embeddings rows of positions:
   // GPT-2's 64-row table exported as the sequence's 16 rows was another model, into which the

@@ -27,10 +27,10 @@ CPU, forked from this process):
     get_batch makes them): the vocab-parallel logits gathered over the ranks must equal
     transformers' forward of the same checkpoint within 1e-5 x max |logits| (f32).
 Controls show the harness sees what the flags say: per case, an exported flag dropped
-(--rotary-base, --kv-channels, --untie-embeddings-and-output-weights, --add-qkv-bias) or one
-added (--no-bias-gelu-fusion: the exact GELU for GPT-2's tanh form) must make Megatron build
-another model (other shapes) or compute logits at least 5e-5 x max |logits| away (5 x the
-tolerance; the cases match within 1e-6).
+(--rotary-base, --kv-channels, --untie-embeddings-and-output-weights, --add-qkv-bias,
+--ffn-hidden-size) or one added (--no-bias-gelu-fusion: the exact GELU for GPT-2's tanh form)
+must make Megatron build another model (other shapes) or compute logits at least 5e-5 x
+max |logits| away (5 x the tolerance; the cases match within 1e-6).
 
 What differs from a GPU run, each computing the same function: the local layer spec instead of
 Megatron-LM's default --transformer-impl transformer_engine (TransformerEngine needs CUDA);
@@ -80,7 +80,7 @@ LLAMA_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "h
                 "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float32"}
 
 # The flags the case's line names (what the arguments say of the model beyond its sizes).
-MODEL_FLAGS = ("--rotary-base", "--kv-channels", "--num-query-groups", "--swiglu", "--normalization", "--no-bias-gelu-fusion",
+MODEL_FLAGS = ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-query-groups", "--swiglu", "--normalization", "--no-bias-gelu-fusion",
                "--add-qkv-bias",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--max-position-embeddings")
 
@@ -90,6 +90,14 @@ QWEN2_CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "h
                 "vocab_size": 256, "max_position_embeddings": 64, "rope_theta": 1000000.0, "rms_norm_eps": 1e-05,
                 "tie_word_embeddings": True, "torch_dtype": "float32"}
 
+# Phi-3's: one qkv_proj (q|k|v) and one gate_up_proj (gate|up), an MLP of 3 x hidden (not
+# Megatron-LM's --swiglu default int(8 x hidden / 3 / 64) x 64 = 128).
+PHI3_CONFIG = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_act": "silu", "hidden_size": 64,
+               "intermediate_size": 192, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2,
+               "vocab_size": 256, "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-05,
+               "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+               "torch_dtype": "float32"}
+
 CASES = {
     # The built-in LLaMA: RMSNorm, SwiGLU, rotary at 10000, untied, no biases.
     "llama-7b": dict(model=["--model", "llama-7b", "--layers", "2", "--hidden", "64", "--heads", "4", "--ffn", "128",
@@ -97,6 +105,7 @@ CASES = {
     # LLAMA_CONFIG on 4 ranks: --rotary-base 500000, --group-query-attention, --kv-channels 16.
     "llama-config": dict(config=LLAMA_CONFIG, tp=4, controls=[("drop", "--rotary-base"), ("drop", "--kv-channels")]),
     "qwen2-config": dict(config=QWEN2_CONFIG, tp=2, controls=[("drop", "--add-qkv-bias")]),
+    "phi3-config": dict(config=PHI3_CONFIG, tp=2, controls=[("drop", "--ffn-hidden-size")]),
     # The built-in GPT-2: LayerNorm, GELU's tanh form (Megatron's bias_gelu_fusion), biases,
     # learned positions (a table of 1024), tied embeddings.
     "gpt2": dict(model=["--model", "gpt2", "--layers", "2", "--hidden", "64", "--heads", "4", "--vocab", "256"], tp=2,
@@ -258,6 +267,11 @@ def megatron_weights(hf, cfg, args, vocab):
         for i in range(L):
             s, m = f"model.layers.{i}.", f"decoder.layers.{i}."
             out[m + "input_layernorm.weight"] = (hf.pop(s + "input_layernorm.weight"), None)
+            if s + "self_attn.qkv_proj.weight" in hf:  # Phi-3's fused q|k|v and gate|up
+                q_k_v = hf.pop(s + "self_attn.qkv_proj.weight").split([heads * D, groups * D, groups * D])
+                gate_up = hf.pop(s + "mlp.gate_up_proj.weight").chunk(2)
+                hf.update({s + f"self_attn.{x}_proj.weight": t for x, t in zip("qkv", q_k_v)})
+                hf.update({s + "mlp.gate_proj.weight": gate_up[0], s + "mlp.up_proj.weight": gate_up[1]})
             out[m + "self_attention.linear_qkv.weight"] = (qkv(*(hf.pop(s + f"self_attn.{x}_proj.weight") for x in "qkv")), "rows")
             if s + "self_attn.q_proj.bias" in hf:  # Qwen2's
                 out[m + "self_attention.linear_qkv.bias"] = (qkv(*(hf.pop(s + f"self_attn.{x}_proj.bias") for x in "qkv")), "rows")
@@ -417,7 +431,7 @@ def check(name, tool, work):
     if failures:
         raise AssertionError("\n".join(failures) + "\nthe exported arguments:\n" + lines)
     words = lines.replace("\\", " ").split()
-    flags = " ".join(f"{w} {words[i + 1]}" if w in ("--rotary-base", "--kv-channels", "--num-query-groups", "--normalization",
+    flags = " ".join(f"{w} {words[i + 1]}" if w in ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-query-groups", "--normalization",
                                                      "--max-position-embeddings") else w
                      for i, w in enumerate(words) if w in MODEL_FLAGS)
     controls = ", ".join(f"{how} {flag}" for how, flag in case["controls"]) or "none"

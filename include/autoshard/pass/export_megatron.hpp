@@ -205,7 +205,8 @@ struct megatron_model {
   /// reads it: SwiGLU, GeGLU), and whether the MLP's first projection has a bias.
   std::string act_name;
   op_kind act = op_kind::input;
-  std::string bidirectional;  ///< an attention core without the causal mask (an encoder's: BERT's), "" where none
+  /// An attention core without the causal mask (an encoder's: BERT's), "" where none.
+  std::string bidirectional;
   bool gated = false, mlp_bias = false;
   /// The block linears' biases: a linear with one and one without (their names; "" where all
   /// alike), and whether those with one are exactly query/key/value's (Qwen2's).
@@ -220,10 +221,12 @@ struct megatron_model {
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
-/// and their width (its output's last dim / heads), the hidden size (the first row-parallel
-/// linear's output's last dim, the residual's; without one, the core's output's), the MLP's
-/// first projection's width, the vocabulary and whether the head shares its table (vocab_operators_of: the word embedding is the head's, or without a head the first
-/// whose indices are not one row of positions), the sequence (graph_sequence).
+/// and their width (its output's last dim / heads), whether it is causal, the hidden size (the
+/// first row-parallel linear's output's last dim, the residual's; without one, the core's
+/// output's), the MLP's width and activation, the block linears' biases, the vocabulary and
+/// whether the head shares its table (vocab_operators_of: the word embedding is the head's, or
+/// without a head the first whose indices are not one row of positions), the learned position
+/// table's rows, the sequence (graph_sequence).
 inline megatron_model megatron_model_of(const model_graph& g, const layer_map& layers, const std::vector<vertex_t>& linears) {
   megatron_model md;
   const vocab_operators vo = vocab_operators_of(g);  // the word embedding, its vocabulary, whether the head is tied

@@ -43,7 +43,9 @@ are no-ops, and the model runs in eval mode); the causal mask passed explicitly 
 default one is made with device="cuda"); and one monkeypatch: torch.cuda.current_device returns
 the CPU device (megatron.core places the rotary frequencies, and a few buffers, with
 torch.cuda.current_device()). What the arguments say of the step (micro and global batch,
-recomputation, the distributed optimizer, overlaps) is parsed, not run.
+recomputation, the distributed optimizer, overlaps) is parsed, not run; --sequence-parallel
+cannot run here (megatron.core's torch norms refuse it without Apex or TransformerEngine), and
+the cases' plans do not ask for it.
 Usage: megatron_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
 import argparse, dataclasses, json, os, pathlib, subprocess, sys, tempfile, time, traceback

@@ -48,7 +48,7 @@ cannot run here (megatron.core's torch norms refuse it without Apex or Transform
 the cases' plans do not ask for it.
 Usage: megatron_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import argparse, dataclasses, json, os, pathlib, subprocess, sys, tempfile, time, traceback
+import argparse, dataclasses, json, os, pathlib, subprocess, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import warnings  # noqa: E402
@@ -67,6 +67,7 @@ from megatron.core.tensor_parallel.random import initialize_rng_tracker  # noqa:
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import cases  # noqa: E402
 import client  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -442,23 +443,7 @@ def check(name, tool, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--only", nargs="*")
-    a = ap.parse_args()
-    tool = str(pathlib.Path(a.tool).resolve())
-    names = a.only or list(CASES)
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            start = time.monotonic()
-            try:
-                print(f"ok   {name}: {check(name, tool, pathlib.Path(tmp))} ({time.monotonic() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001  (every failure is reported, and fails the run)
-                failed += 1
-                print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return cases.run(CASES, check)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,13 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     elementwise operators with their ONNX semantics) and matches the unsharded forward.
 Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
 """
-import argparse, json, os, pathlib, re, subprocess, sys, tempfile, time, traceback
+import json, os, pathlib, re, subprocess, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
+import cases  # noqa: E402  (the command line and the loop; this script's directory is on sys.path)
 
 transformers.logging.set_verbosity_error()
 LAYERS, BATCH, SEQ, MESH, DEVICES = 3, 8, 128, "1x4", 4
@@ -229,27 +231,7 @@ def check(name, tool, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--keep", help="write the exports and plans here (kept)")
-    a = ap.parse_args()
-    tool = str(pathlib.Path(a.tool).resolve())
-    names = a.only or list(CASES)
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        work = pathlib.Path(a.keep) if a.keep else pathlib.Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            start = time.monotonic()
-            try:
-                what = check(name, tool, work)
-                print(f"ok   {name}: {what} ({time.monotonic() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001  (every failure is reported, and fails the run)
-                failed += 1
-                print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return cases.run(CASES, check)
 
 
 if __name__ == "__main__":

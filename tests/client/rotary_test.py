@@ -18,11 +18,13 @@ rotary that turns what transformers turns:
     split) and matches the unsharded forward.
 Usage: rotary_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import argparse, importlib, json, os, pathlib, subprocess, sys, tempfile, time, traceback
+import importlib, json, os, subprocess, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
+import cases  # noqa: E402  (the command line and the loop; this script's directory is on sys.path)
 
 transformers.logging.set_verbosity_error()
 SEQ = 16
@@ -107,23 +109,7 @@ def check(name, tool, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--only", nargs="*")
-    a = ap.parse_args()
-    tool = str(pathlib.Path(a.tool).resolve())
-    names = a.only or list(CASES)
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            start = time.monotonic()
-            try:
-                print(f"ok   {name}: {check(name, tool, pathlib.Path(tmp))} ({time.monotonic() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001  (every failure is reported, and fails the run)
-                failed += 1
-                print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return cases.run(CASES, check)
 
 
 if __name__ == "__main__":

@@ -408,6 +408,32 @@ inline tensor_shape split_shape(op_kind k, const op_attrs& a, std::span<const te
   return out;
 }
 
+/// rotary: x[..., heads x D], D even, its R = rotary_width turned dims even and within the head,
+/// the base a finite number above 1, and the explicit frequencies (where given) one a pair of
+/// the R, each finite and above 0.
+inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
+  need_rank(k, in, 0, 2);
+  if (a.heads <= 0 || last_dim(in[0]) % a.heads != 0 || (last_dim(in[0]) / a.heads) % 2 != 0)
+    bad_operands(k, "last dim of " + to_string(in[0]) + " must be heads (" + std::to_string(a.heads) +
+                        ") x an even head size");
+  if (!(a.rotary_base > 1.0) || !std::isfinite(a.rotary_base))
+    bad_operands(k, "base " + std::to_string(a.rotary_base) + " is not a finite number above 1");
+  const std::int64_t D = last_dim(in[0]) / a.heads;
+  if (a.rotary_dims != 0 && (a.rotary_dims < 0 || a.rotary_dims > D || a.rotary_dims % 2 != 0))
+    bad_operands(k, "rotary_dims " + std::to_string(a.rotary_dims) + " is not an even number of dims in 1.." +
+                        std::to_string(D) + ", the head size (" + to_string(in[0]) + " over " + std::to_string(a.heads) + " heads)");
+  if (const std::int64_t R = rotary_width(a, D), half = R / 2;
+      !a.rotary_frequencies.empty() && static_cast<std::int64_t>(a.rotary_frequencies.size()) != half)
+    bad_operands(k, std::to_string(a.rotary_frequencies.size()) + " rotary_frequencies for " +
+                        (R == D ? "heads of " + std::to_string(R) : std::to_string(R) + " turned dims of heads of " + std::to_string(D)) +
+                        ": one a pair, " + std::to_string(half) + ", is needed");
+  for (std::size_t i = 0; i < a.rotary_frequencies.size(); ++i)
+    if (!(a.rotary_frequencies[i] > 0.0) || !std::isfinite(a.rotary_frequencies[i]))
+      bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + std::to_string(a.rotary_frequencies[i]) +
+                          " is not a finite number above 0");
+  return in[0];
+}
+
 /// q [b, s, heads*hd], k and v [b, s_kv, kv_heads*hd] -> q's shape.
 inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
   for (std::size_t i = 0; i < 3; ++i)
@@ -442,28 +468,7 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
     case op_kind::parameter: throw graph_error(std::string(to_string(k)) + " vertices have no operands");
     case op_kind::linear: return detail::linear_shape(k, a, in);
     case op_kind::matmul: return detail::matmul_shape(k, in);
-    case op_kind::rotary:
-      detail::need_rank(k, in, 0, 2);
-      if (a.heads <= 0 || detail::last_dim(in[0]) % a.heads != 0 || (detail::last_dim(in[0]) / a.heads) % 2 != 0)
-        bad_operands(k, "last dim of " + to_string(in[0]) + " must be heads (" + std::to_string(a.heads) +
-                            ") x an even head size");
-      if (!(a.rotary_base > 1.0) || !std::isfinite(a.rotary_base))
-        bad_operands(k, "base " + std::to_string(a.rotary_base) + " is not a finite number above 1");
-      if (const std::int64_t D = detail::last_dim(in[0]) / a.heads; a.rotary_dims != 0 && (a.rotary_dims < 0 || a.rotary_dims > D || a.rotary_dims % 2 != 0))
-        bad_operands(k, "rotary_dims " + std::to_string(a.rotary_dims) + " is not an even number of dims in 1.." +
-                            std::to_string(D) + ", the head size (" + to_string(in[0]) + " over " + std::to_string(a.heads) + " heads)");
-      if (const std::int64_t R = rotary_width(a, detail::last_dim(in[0]) / a.heads), half = R / 2;
-          !a.rotary_frequencies.empty() && static_cast<std::int64_t>(a.rotary_frequencies.size()) != half)
-        bad_operands(k, std::to_string(a.rotary_frequencies.size()) + " rotary_frequencies for " +
-                            (R == detail::last_dim(in[0]) / a.heads ? "heads of " + std::to_string(R)
-                                                                    : std::to_string(R) + " turned dims of heads of " +
-                                                                          std::to_string(detail::last_dim(in[0]) / a.heads)) +
-                            ": one a pair, " + std::to_string(half) + ", is needed");
-      for (std::size_t i = 0; i < a.rotary_frequencies.size(); ++i)
-        if (!(a.rotary_frequencies[i] > 0.0) || !std::isfinite(a.rotary_frequencies[i]))
-          bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + std::to_string(a.rotary_frequencies[i]) +
-                              " is not a finite number above 0");
-      return in[0];
+    case op_kind::rotary: return detail::rotary_shape(k, a, in);
     case op_kind::gelu:
     case op_kind::gelu_erf:
     case op_kind::silu:

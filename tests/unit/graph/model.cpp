@@ -194,13 +194,18 @@ TEST_CASE("JSON errors name the JSON path or the vertex") {
   CHECK(contains(error_of<io_error>([&] { read_json_file(path); }), "cannot open model file '/nonexistent/model.json'"));
 }
 
+namespace {
+/// A graph file of an input x [3, W] and a rotary of 2 heads over it, with more attributes `attrs`.
+std::string rotary_graph_text(int W, const std::string& attrs) {
+  const std::string w = std::to_string(W);
+  return R"({"format": "autoshard.graph", "version": 1, "nodes": [{"name": "x", "kind": "input", "shape": [3, )" + w +
+         R"(], "dtype": "f32"}, {"name": "r", "kind": "rotary", "shape": [3, )" + w +
+         R"(], "dtype": "f32", "inputs": ["x"], "attrs": {"heads": 2, )" + attrs + "}}]}";
+}
+}  // namespace
+
 TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones are refused") {
-  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
-  const std::string x = R"({"name": "x", "kind": "input", "shape": [3, 8], "dtype": "f32"},)";
-  const auto rot = [&](const std::string& attrs) {
-    return head + x + R"({"name": "r", "kind": "rotary", "shape": [3, 8], "dtype": "f32", "inputs": ["x"], "attrs": {"heads": 2, )" +
-           attrs + "}}]}";
-  };
+  const auto rot = [](const std::string& attrs) { return rotary_graph_text(8, attrs); };  // 2 heads of 4
   model_graph g;
   op_attrs a;
   a.heads = 2;
@@ -234,12 +239,7 @@ TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones
 
 TEST_CASE("JSON: a partial rotary's rotary_dims round-trips, is checked against the head, and prices its turned dims") {
   // GPT-NeoX's rotary_pct, Phi's partial_rotary_factor: the first R dims of each head turn.
-  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
-  const std::string x = R"({"name": "x", "kind": "input", "shape": [3, 16], "dtype": "f32"},)";
-  const auto rot = [&](const std::string& attrs) {  // 2 heads of 8
-    return head + x + R"({"name": "r", "kind": "rotary", "shape": [3, 16], "dtype": "f32", "inputs": ["x"], "attrs": {"heads": 2, )" +
-           attrs + "}}]}";
-  };
+  const auto rot = [](const std::string& attrs) { return rotary_graph_text(16, attrs); };  // 2 heads of 8
   model_graph g;
   op_attrs a;
   a.heads = 2;

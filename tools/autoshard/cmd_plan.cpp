@@ -568,13 +568,10 @@ int run_plan(plan_cli_options o) {
     // The search splits the ranks into stages, tensor- and data-parallel ranks of its own choosing
     // and writes a stage mesh without names: `--mesh tp=2,dp=2 --pp 2` put the stages on the axis
     // named tp, without a word.
-    if (po.mesh.has_axis_names()) {
-      std::string shape;
-      for (std::size_t a = 0; a < po.mesh.ndim(); ++a) shape += (a ? "x" : "") + std::to_string(po.mesh.size(a));
+    if (po.mesh.has_axis_names())
       throw spec_error("--mesh " + escaped_text(o.mesh.mesh) + ": with --pp the search chooses which ranks are pipeline stages, tensor- and "
                        "data-parallel (pp x tp x dp), whatever the axes are named, and writes a stage mesh without names: give the "
-                       "shape alone (--mesh " + shape + ")");
-    }
+                       "shape alone (--mesh " + shape_text(device_mesh(po.mesh.shape())) + ")");
     po.on_progress = nullptr;
     const bool fits =
         run_pipelined_plan(g, po, {o.pipeline_stages, o.schedule, o.tensor_parallel, o.micro_batch, po.pricing.recompute, o.json});

@@ -29,20 +29,19 @@ inline bool ends_with(const std::string& s, const char* suf) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
-/// Whether linear `n` (by its Hugging Face name) is a block linear Megatron-LM makes
-/// column-parallel: query/key/value (fused or not) and the MLP's first projections.
-inline bool megatron_column(const std::string& n) {
-  for (const char* s : {".attn.c_attn", ".mlp.c_fc", ".attention.self.query", ".attention.self.key",
-                        ".attention.self.value", ".intermediate.dense", ".q_proj", ".k_proj", ".v_proj", ".gate_proj",
-                        ".up_proj"})
-    if (ends_with(n, s)) return true;
-  return false;
-}
 /// Whether column-parallel linear `n` is the attention's query, key or value (Megatron-LM's
 /// linear_qkv, whose bias --add-qkv-bias keeps).
 inline bool megatron_qkv(const std::string& n) {
   for (const char* s : {".attn.c_attn", ".attention.self.query", ".attention.self.key", ".attention.self.value", ".q_proj",
                         ".k_proj", ".v_proj"})
+    if (ends_with(n, s)) return true;
+  return false;
+}
+/// Whether linear `n` (by its Hugging Face name) is a block linear Megatron-LM makes
+/// column-parallel: query/key/value (fused or not) and the MLP's first projections.
+inline bool megatron_column(const std::string& n) {
+  if (megatron_qkv(n)) return true;
+  for (const char* s : {".mlp.c_fc", ".intermediate.dense", ".gate_proj", ".up_proj"})  // the MLP's first projections
     if (ends_with(n, s)) return true;
   return false;
 }

@@ -268,7 +268,7 @@ PY
   expect_rc 3 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --tp 2 --pp 2 --micro-batch 2 \
     --quiet --no-svg --memory-budget 1KiB --out "$tmp/pp-1k.json"
   grep -q "OVER THE MEMORY BUDGET of 1.00 KiB (1024 bytes)" "$tmp/out" && ok || bad "--pp 2 over its budget: $(cat "$tmp/out")"
-  expect_rc 1 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp auto --quiet --no-svg --memory-budget 1KiB \
+  expect_rc 1 "$tool" plan "${pipe[@]}" --mesh 2x2 --mode train --device a100-80g --pp auto --quiet --no-svg --memory-budget 1KiB \
     --out "$tmp/pp-auto-1k.json"
   grep -q "no pipelined configuration fits .* and the memory budget of 1.00 KiB (1024 bytes); the closest, .*, over the memory budget of 1.00 KiB" "$tmp/err" \
     && test ! -e "$tmp/pp-auto-1k.json" && ok || bad "--pp auto under 1 KiB: $(cat "$tmp/err")"

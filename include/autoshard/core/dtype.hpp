@@ -113,11 +113,15 @@ inline std::string human_bytes_exact(std::int64_t b) {
 /// Human-readable seconds: "12.3 us".
 /// From a million seconds (11.6 days) on, and for inf or NaN, three significant digits
 /// ("1.76e+08 s"): "%.2f" of 1.7e293 s had 297 characters, cut to 31 without its unit, and
-/// figures of 10^7 s ran into the next column of a table.
+/// figures of 10^7 s ran into the next column of a table. Below what "%.1f us" shows (0.05 us)
+/// a positive time is nanoseconds, or under one, seconds ("12 ns", "1e-12 s"): it read "0.0 us",
+/// a zero it is not (`solve --time-limit 1e-9`: "--time-limit of 0.0 us passed").
 inline std::string human_seconds(double s) {
   char buf[32];
   if (s == 0) return "0";
   if (!(s < 1e6)) std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s > 0 && s < 1e-9) std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s > 0 && s < 0.05e-6) std::snprintf(buf, sizeof buf, "%.3g ns", s * 1e9);
   else if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
   else if (s < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
   else std::snprintf(buf, sizeof buf, "%.2f s", s);

@@ -91,6 +91,13 @@ TEST_CASE("numbers: a link's bandwidth is in [1, 1e18] bytes/s, as every plan an
 
 TEST_CASE("numbers: human_seconds keeps its unit and a table's width at any size") {
   CHECK(human_seconds(1.5e-6) == "1.5 us");
+  CHECK(human_seconds(6e-8) == "0.1 us");
+  // Below 0.05 us "%.1f us" read "0.0 us", a zero the time is not.
+  CHECK(human_seconds(1e-9) == "1 ns");
+  CHECK(human_seconds(4.26e-8) == "42.6 ns");
+  CHECK(human_seconds(1e-12) == "1e-12 s");
+  CHECK(human_seconds(4.9e-324) == "4.94e-324 s");
+  CHECK(human_seconds(-2e-6) == "-2.0 us");
   CHECK(human_seconds(17568.0) == "17568.00 s");
   CHECK(human_seconds(999999.0) == "999999.00 s");
   // "%.2f" of 1.7e293 s had 297 characters, cut to 31 without its unit; 1.2e8 s ran into the

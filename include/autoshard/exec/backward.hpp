@@ -175,7 +175,7 @@ std::vector<host_tensor> norm_backward(const node& nd, std::span<const host_tens
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* px = x.as<T>() + r * n;
     const T* pd = dy.as<T>() + r * n;
-    const auto [mean, inv] = norm_stats(px, n, ln);
+    const auto [mean, inv] = norm_stats(px, n, ln, nd.attrs.epsilon);
     T sum_d = 0, sum_dx = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto ui = static_cast<std::size_t>(i);

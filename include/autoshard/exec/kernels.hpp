@@ -281,17 +281,17 @@ host_tensor matmul(const node& nd, const host_tensor& x, const host_tensor& y) {
 }
 
 /// One row's statistics for layer_norm (`centred`: mean and 1 / sqrt(variance + eps)) and
-/// rms_norm (mean 0, 1 / sqrt(mean square + eps)), eps = norm_epsilon; the forward and the
-/// backward share them.
+/// rms_norm (mean 0, 1 / sqrt(mean square + eps)), eps the norm's attrs.epsilon; the forward
+/// and the backward share them.
 template <class T>
-std::pair<T, T> norm_stats(const T* px, std::int64_t n, bool centred) {
+std::pair<T, T> norm_stats(const T* px, std::int64_t n, bool centred, double eps) {
   T mean = 0, var = 0;
   if (centred) {
     for (std::int64_t i = 0; i < n; ++i) mean += px[i];
     mean /= static_cast<T>(n);
   }
   for (std::int64_t i = 0; i < n; ++i) var += (px[i] - mean) * (px[i] - mean);
-  return {mean, T(1) / std::sqrt(var / static_cast<T>(n) + static_cast<T>(norm_epsilon))};
+  return {mean, T(1) / std::sqrt(var / static_cast<T>(n) + static_cast<T>(eps))};
 }
 
 template <class T>
@@ -306,7 +306,7 @@ host_tensor norm(const node& nd, std::span<const host_tensor* const> in) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* px = x.as<T>() + r * n;
     T* py = o.as<T>() + r * n;
-    const auto [mean, inv] = norm_stats(px, n, ln);
+    const auto [mean, inv] = norm_stats(px, n, ln, nd.attrs.epsilon);
     for (std::int64_t i = 0; i < n; ++i) {
       T v = (px[i] - mean) * inv;
       if (in.size() > 1) v *= in[1]->as<T>()[i];

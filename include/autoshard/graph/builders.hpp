@@ -96,6 +96,9 @@ struct transformer_config {
   /// The part of each head rotary turns: its first int(head_dim x rotary_pct) dims, as
   /// transformers computes them (GPT-NeoX's rotary_pct, partial_rotary_factor); 1: the whole head.
   double rotary_pct = 1.0;
+  /// The epsilon of every norm built (Hugging Face's layer_norm_eps, layer_norm_epsilon or
+  /// rms_norm_eps; hf_config.hpp reads each family's with transformers' default).
+  double norm_epsilon = default_norm_epsilon;
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
@@ -169,6 +172,8 @@ inline void check_config(const transformer_config& c, const char* what) {
     bad("activation " + std::string(to_string(c.activation)) + " is not an activation");
   if (c.heads % c.kv() != 0)
     bad("heads " + std::to_string(c.heads) + " is not a multiple of kv_heads " + std::to_string(c.kv()));
+  if (!valid_norm_epsilon(c.norm_epsilon))
+    bad("norm epsilon " + exact_number(c.norm_epsilon) + " is not a finite number in (0, " + exact_number(max_norm_epsilon) + "]");
   if (c.rotary && (!(c.rotary_pct > 0.0) || !(c.rotary_pct <= 1.0)))
     bad("rotary_pct " + exact_number(c.rotary_pct) + " is not a part of the head in (0, 1]");
   if (c.rotary && c.rotary_pct != 1.0 && (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0))
@@ -185,6 +190,12 @@ inline void check_no_gqa(const transformer_config& c, const char* what) {
 struct builder {
   model_graph& g;
   dtype t;
+  double epsilon;  ///< every norm's (transformer_config::norm_epsilon)
+  op_attrs norm_attrs() const {
+    op_attrs a;
+    a.epsilon = epsilon;
+    return a;
+  }
   vertex_t param(const std::string& name, tensor_shape s) { return add_parameter(g, name, s, t); }
   vertex_t linear(const std::string& name, vertex_t x, std::int64_t in, std::int64_t out, bool bias, bool conv1d) {
     vertex_t w = param(name + ".weight", conv1d ? tensor_shape{in, out} : tensor_shape{out, in});
@@ -195,10 +206,10 @@ struct builder {
     return add_op(g, op_kind::linear, name, {x, w, b}, a);
   }
   vertex_t layer_norm(const std::string& name, vertex_t x, std::int64_t h) {
-    return add_op(g, op_kind::layer_norm, name, {x, param(name + ".weight", {h}), param(name + ".bias", {h})});
+    return add_op(g, op_kind::layer_norm, name, {x, param(name + ".weight", {h}), param(name + ".bias", {h})}, norm_attrs());
   }
   vertex_t rms_norm(const std::string& name, vertex_t x, std::int64_t h) {
-    return add_op(g, op_kind::rms_norm, name, {x, param(name + ".weight", {h})});
+    return add_op(g, op_kind::rms_norm, name, {x, param(name + ".weight", {h})}, norm_attrs());
   }
   vertex_t op(op_kind k, const std::string& name, std::initializer_list<vertex_t> xs, op_attrs a = {}) {
     return add_op(g, k, name, xs, std::move(a));
@@ -274,7 +285,7 @@ inline model_graph build_gpt2(const transformer_config& c) {
   if (c.seq > c.max_positions)
     throw graph_error("gpt2 config: seq " + std::to_string(c.seq) + " exceeds max_positions " + std::to_string(c.max_positions));
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden;
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t pos = add_input(g, "position_ids", {1, c.seq}, dtype::i64);
@@ -329,7 +340,7 @@ inline model_graph build_bert(const transformer_config& c) {
   detail::check_no_gqa(c, pre.c_str());
   detail::check_positions(c, pre.c_str());
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden;
   const std::string e = pre + ".embeddings";
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
@@ -392,7 +403,7 @@ inline model_graph build_bert(const transformer_config& c) {
 inline model_graph build_llama(const transformer_config& c) {
   detail::check_config(c, "llama");
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden, D = c.head_dim();
   const std::int64_t Q = c.heads * D, KV = static_cast<std::int64_t>(c.kv()) * D;
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
@@ -446,7 +457,7 @@ inline model_graph build_opt(const transformer_config& c) {
   detail::check_no_gqa(c, "opt");
   detail::check_positions(c, "opt");
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden, E = c.embed_proj > 0 ? c.embed_proj : c.hidden;
   const std::string d = "model.decoder";
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
@@ -487,7 +498,7 @@ inline model_graph build_gpt_neox(const transformer_config& c) {
   detail::check_config(c, "gpt_neox");
   detail::check_no_gqa(c, "gpt_neox");
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden, D = c.head_dim();
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t table = b.param("gpt_neox.embed_in.weight", {c.vocab, H});
@@ -525,7 +536,7 @@ inline model_graph build_bloom(const transformer_config& c) {
   detail::check_config(c, "bloom");
   detail::check_no_gqa(c, "bloom");
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden, D = c.head_dim();
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t table = b.param("transformer.word_embeddings.weight", {c.vocab, H});
@@ -560,7 +571,7 @@ inline model_graph build_bloom(const transformer_config& c) {
 inline model_graph build_falcon(const transformer_config& c) {
   detail::check_config(c, "falcon");
   model_graph g;
-  detail::builder b{g, c.type};
+  detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden, D = c.head_dim(), KV = c.kv(), G = c.heads / c.kv();
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t table = b.param("transformer.word_embeddings.weight", {c.vocab, H});

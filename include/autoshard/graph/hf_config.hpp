@@ -370,7 +370,7 @@ inline model_graph build_hf(const hf_model& m) {
 
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
-/// generate as the graph does: the norms' epsilon (norm_epsilon), rotary's base (rope_theta,
+/// generate as the graph does: the norms' epsilon (default_norm_epsilon), rotary's base (rope_theta,
 /// GPT-NeoX's rotary_emb_base), scaling (rope_scaling) and part of the head (partial_rotary_factor,
 /// GPT-NeoX's rotary_pct), and the begin/end-of-sequence ids
 /// (LLaMA's 1 and 2, GPT-2's last token).
@@ -386,7 +386,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
   if (t == "gpt2") {
     j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
               {"n_positions", c.max_positions}, {"n_ctx", c.max_positions}, {"activation_function", act(c.activation)},
-              {"layer_norm_epsilon", norm_epsilon}, {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
+              {"layer_norm_epsilon", default_norm_epsilon}, {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
     if (!c.dropout) j.update({{"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}});
   } else if (t == "bloom") {
     j.update({{"n_layer", c.layers}, {"hidden_size", c.hidden}, {"n_head", c.heads},
@@ -395,7 +395,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     j.update({{"num_hidden_layers", c.layers}, {"hidden_size", c.hidden}, {"num_attention_heads", c.heads}});
     if (t == "bert" || t == "roberta") {
       j.update({{"intermediate_size", c.ffn}, {"max_position_embeddings", c.max_positions},
-                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}, {"layer_norm_eps", norm_epsilon}});
+                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}, {"layer_norm_eps", default_norm_epsilon}});
       if (t == "roberta") j["pad_token_id"] = c.position_offset - 1;
     } else if (t == "opt") {
       j.update({{"ffn_dim", c.ffn}, {"max_position_embeddings", c.max_positions - 2},
@@ -416,7 +416,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     } else {  // the LLaMA family
       j.update({{"intermediate_size", c.ffn}, {"num_key_value_heads", c.kv()}, {"hidden_act", act(c.activation)},
                 {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
-                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", norm_epsilon}, {"rope_theta", c.rope_theta}});
+                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", default_norm_epsilon}, {"rope_theta", c.rope_theta}});
       if (c.vocab > 2) j.update({{"bos_token_id", 1}, {"eos_token_id", 2}});
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;

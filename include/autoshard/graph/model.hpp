@@ -35,8 +35,8 @@ enum class op_kind : std::uint8_t {
   silu, relu, tanh, exp, dropout,        ///< elementwise unary (dropout: identity at inference)
   rotary,         ///< rotary position embedding of x[B,S,heads*D] (pairs within each head)
   add, sub, mul, div,                    ///< elementwise binary, numpy broadcasting
-  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]; epsilon norm_epsilon
-  rms_norm,       ///< over the last dim; operands x, [weight]; epsilon norm_epsilon
+  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]; attrs.epsilon
+  rms_norm,       ///< over the last dim; operands x, [weight]; attrs.epsilon
   softmax,        ///< over attrs.axis
   embedding,      ///< ids[...] (integer), table[V,H] -> [...,H]
   reshape,        ///< to attrs.dims (same number of elements)
@@ -54,9 +54,19 @@ enum class op_kind : std::uint8_t {
                   ///< operands broadcast (numpy) to its output, and it splits as add does
 };
 
-/// The epsilon layer_norm and rms_norm add to the variance (mean square): what the executor
-/// computes with, and what `synth` writes into a config so that PyTorch computes the same.
-inline constexpr double norm_epsilon = 1e-5;
+/// The epsilon a layer_norm or rms_norm adds to the variance (mean square) where its
+/// attrs.epsilon is not given: a graph file's norm without one, a norm built in code.
+/// torch.nn.LayerNorm's, ONNX LayerNormalization's and Megatron-LM's --norm-epsilon default.
+/// A model's own (Qwen2's 1e-6, BERT's 1e-12) is its norms' attrs.epsilon.
+inline constexpr double default_norm_epsilon = 1e-5;
+
+/// The largest norm epsilon read (a graph file, a config.json, an ONNX model): far above any
+/// trained model's (1e-12 .. 1e-5), and below which the epsilon cannot drown the variance of
+/// activations of unit scale without it being a mistake.
+inline constexpr double max_norm_epsilon = 1.0;
+
+/// Whether `e` is a norm epsilon autoshard computes with: finite, above 0, at most max_norm_epsilon.
+inline bool valid_norm_epsilon(double e) noexcept { return e > 0.0 && e <= max_norm_epsilon; }
 
 inline constexpr op_kind all_op_kinds[] = {
     op_kind::input,      op_kind::parameter,   op_kind::linear,     op_kind::matmul,     op_kind::gelu,
@@ -132,6 +142,9 @@ struct op_attrs {
                                    ///< false: (2i, 2i+1), interleaved (Meta's and GPT-NeoX's original layout)
   double rotary_base = 10000.0;    ///< rotary: pair i of a head's R turned dims turns by position x
                                    ///< base^(-2i/R) (Hugging Face's rope_theta)
+  double epsilon = default_norm_epsilon;  ///< layer_norm, rms_norm: added to the variance (mean
+                                          ///< square) before its root; valid_norm_epsilon
+                                          ///< (Hugging Face's layer_norm_eps, rms_norm_eps)
   std::int64_t rotary_dims = 0;    ///< rotary: R, the dims of each head of D turned (the first R: the
                                    ///< pairs lie within them, with rotary_half (i, i + R/2)); dims
                                    ///< R..D-1 pass through unchanged. 0 or D: the whole head. Even,
@@ -485,6 +498,8 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
     case op_kind::layer_norm:
     case op_kind::rms_norm:
       detail::need_rank(k, in, 0, 1);
+      if (!valid_norm_epsilon(a.epsilon))
+        bad_operands(k, "epsilon " + exact_number(a.epsilon) + " is not a finite number in (0, " + exact_number(max_norm_epsilon) + "]");
       for (std::size_t i = 1; i < in.size(); ++i)
         if (!(in[i] == tensor_shape{detail::last_dim(in[0])}))
           bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " must be [" +

@@ -117,6 +117,10 @@ std::vector<bw_case> bw_cases() {
   v.push_back({"layer_norm", op_kind::layer_norm, none, {{3, 6}, {6}, {6}}, {}});
   v.push_back({"layer_norm without weights", op_kind::layer_norm, none, {{3, 6}}, {}});
   v.push_back({"rms_norm", op_kind::rms_norm, none, {{3, 6}, {6}}, {}});
+  op_attrs eps;  // an epsilon that weighs against the variance of values in [-1, 1] (about 1/3)
+  eps.epsilon = 0.5;
+  v.push_back({"layer_norm, epsilon 0.5", op_kind::layer_norm, eps, {{3, 6}, {6}, {6}}, {}});
+  v.push_back({"rms_norm, epsilon 0.5", op_kind::rms_norm, eps, {{3, 6}, {6}}, {}});
   op_attrs last;
   last.axis = -1;
   op_attrs mid;

@@ -128,6 +128,42 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     CHECK(p[4] == doctest::Approx((1 - w1) * 1 + w1 * 3).epsilon(1e-14));
     CHECK(p[5] == doctest::Approx((1 - w1) * 2 + w1 * 4).epsilon(1e-14));
   }
+  SUBCASE("each norm adds its own epsilon (attrs.epsilon), forward and backward") {
+    // x = [1, 2, 3, 4]: variance 1.25 about the mean 2.5, mean square 7.5. At epsilon 0.5 the
+    // layer norm divides by sqrt(1.75) (1.3229, not the default's sqrt(1.25001) = 1.1180) and
+    // the RMS norm by sqrt(8) (2.8284, not sqrt(7.50001) = 2.7386).
+    const host_tensor x = make({1, 4}, {1, 2, 3, 4});
+    const host_tensor w = make({4}, {1, 1, 2, 2});
+    const host_tensor b = make({4}, {0, 0, 0, 1});
+    op_attrs half;
+    half.epsilon = 0.5;
+    const host_tensor ln = run1(op(op_kind::layer_norm, half), {&x, &w, &b});
+    const std::vector<double> ln_want{-1.5 / std::sqrt(1.75), -0.5 / std::sqrt(1.75), 2 * 0.5 / std::sqrt(1.75),
+                                      2 * 1.5 / std::sqrt(1.75) + 1};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(ln.as<double>()[i] == doctest::Approx(ln_want[i]).epsilon(1e-14));
+    const host_tensor rms = run1(op(op_kind::rms_norm, half), {&x, &w});
+    const std::vector<double> rms_want{1 / std::sqrt(8.0), 2 / std::sqrt(8.0), 2 * 3 / std::sqrt(8.0), 2 * 4 / std::sqrt(8.0)};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(rms.as<double>()[i] == doctest::Approx(rms_want[i]).epsilon(1e-14));
+    // The default's is visibly another row.
+    CHECK(run1(op(op_kind::rms_norm), {&x, &w}).as<double>()[0] == doctest::Approx(1 / std::sqrt(7.5 + 1e-5)).epsilon(1e-14));
+    // The backward of y = x / sqrt(mean square + eps) (no weight), by hand: with r = sqrt(7.5 + 0.5),
+    // dx_i = dy_i / r - x_i (sum_j dy_j x_j) / (n r^3); dy = [1, 0, 0, 0]: dx_0 = 1/r - 1/(4 r^3).
+    const host_tensor dy = make({1, 4}, {1, 0, 0, 0});
+    const std::vector<const host_tensor*> xs{&x};
+    const std::vector<host_tensor> dx =
+        run_kernel_backward<double>(op(op_kind::rms_norm, half), xs, dy, whole_context({x.shape()}, x.shape()));
+    const double r = std::sqrt(8.0);
+    CHECK(dx[0].as<double>()[0] == doctest::Approx(1 / r - 1 / (4 * r * r * r)).epsilon(1e-14));
+    CHECK(dx[0].as<double>()[3] == doctest::Approx(-4 / (4 * r * r * r)).epsilon(1e-14));
+    // An epsilon autoshard does not compute with is refused by the shape rule, naming it.
+    for (const double bad : {0.0, -1e-5, 2.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+      op_attrs a;
+      a.epsilon = bad;
+      const std::vector<tensor_shape> s{tensor_shape{1, 4}};
+      const std::string why = "rms_norm: epsilon " + exact_number(bad) + " is not a finite number in (0, 1]";
+      CHECK_THROWS_WITH_AS(infer_shape(op_kind::rms_norm, a, s), doctest::Contains(why.c_str()), graph_error);
+    }
+  }
   SUBCASE("layer norm, softmax, cross-entropy, embedding, rotary") {
     const host_tensor x = make({1, 4}, {1, 2, 3, 4});
     const host_tensor w = make({4}, {1, 1, 2, 2});

@@ -279,6 +279,44 @@ TEST_CASE("JSON: a partial rotary's rotary_dims round-trips, is checked against 
   CHECK(read_json(full)[1].attrs.rotary_dims == 8);
 }
 
+TEST_CASE("JSON: a norm's epsilon round-trips exactly, is written only where it is not the default, and is checked") {
+  const auto norm = [](const std::string& kind, const std::string& attrs) {
+    return R"({"format": "autoshard.graph", "version": 1, "nodes": [{"name": "x", "kind": "input", "shape": [3, 8], "dtype": "f32"},)"
+           R"({"name": "ln", "kind": ")" + kind + R"(", "shape": [3, 8], "dtype": "f32", "inputs": ["x"], "attrs": {)" + attrs + "}}]}";
+  };
+  model_graph g;
+  op_attrs a;
+  a.epsilon = 1e-6;  // Qwen2's rms_norm_eps
+  const vertex_t x = add_input(g, "x", {3, 8}, dtype::f32);
+  add_op(g, op_kind::rms_norm, "rms", {x}, a);
+  a.epsilon = 1e-12;  // BERT's layer_norm_eps
+  add_op(g, op_kind::layer_norm, "ln", {x}, a);
+  add_op(g, op_kind::layer_norm, "plain", {x});  // default_norm_epsilon: not written
+  CHECK(g[3].attrs.epsilon == default_norm_epsilon);
+  CHECK(default_norm_epsilon == 1e-5);
+  std::ostringstream out;
+  write_json(out, g);
+  CHECK(contains(out.str(), "\"epsilon\": 1e-06"));
+  CHECK(contains(out.str(), "\"epsilon\": 1e-12"));
+  CHECK(!contains(out.str().substr(out.str().find("\"plain\"")), "epsilon"));
+  std::istringstream in(out.str());
+  const model_graph back = read_json(in);
+  CHECK(back[1].attrs.epsilon == 1e-6);
+  CHECK(back[2].attrs.epsilon == 1e-12);
+  CHECK(back[3].attrs.epsilon == default_norm_epsilon);
+  for (vertex_t v = 1; v < 4; ++v) CHECK(back[v].attrs == g[v].attrs);
+  op_attrs other = g[1].attrs;  // operator== sees it
+  other.epsilon = 1e-5;
+  CHECK_FALSE(other == g[1].attrs);
+
+  std::istringstream top(norm("layer_norm", R"("epsilon": 1)"));  // the bound itself is an epsilon
+  CHECK(read_json(top)[1].attrs.epsilon == 1.0);
+  CHECK(contains(expect_graph_error(norm("layer_norm", R"("epsilon": 0)")), "vertex 'ln': layer_norm: epsilon 0 is not a finite number in (0, 1]"));
+  CHECK(contains(expect_graph_error(norm("rms_norm", R"("epsilon": -1e-05)")), "vertex 'ln': rms_norm: epsilon -1e-05 is not a finite number in (0, 1]"));
+  CHECK(contains(expect_graph_error(norm("rms_norm", R"("epsilon": 1.5)")), "vertex 'ln': rms_norm: epsilon 1.5 is not a finite number in (0, 1]"));
+  CHECK(contains(expect_io_error(norm("rms_norm", R"("epsilon": "1e-5")")), "nodes[1].attrs.epsilon is \"1e-5\", not a number"));
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

@@ -66,6 +66,18 @@ rot = [n["attrs"] for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"][
 assert rot and all(r.get("rotary_dims") == 4 for r in rot), rot
 EOF
 
+# The norms' epsilon survives synth: Qwen2-0.5B's rms_norm_eps 1e-6 and bert-base-uncased's
+# layer_norm_eps 1e-12 written back, every norm of the written directory's plan adding it (verify
+# above ran them so); gpt2's 1e-5, the default, is written and not said on a norm.
+python3 - "$tmp" <<'EOF' && ok || bad "the norms' epsilon after synth"
+import json, sys
+for d, key, eps in (("qwen2-0.5b", "rms_norm_eps", 1e-6), ("bert-base-uncased", "layer_norm_eps", 1e-12), ("gpt2", "layer_norm_epsilon", 1e-5)):
+    assert json.load(open(f"{sys.argv[1]}/{d}/config.json"))[key] == eps, (d, key)
+    norms = [n["attrs"] for n in json.load(open(f"{sys.argv[1]}/{d}/plan.json"))["graph"]["nodes"] if n["kind"].endswith("_norm")]
+    assert norms and all(a.get("epsilon", 1e-5) == eps for a in norms), (d, norms)
+    assert (eps == 1e-5) == all("epsilon" not in a for a in norms), (d, norms)
+EOF
+
 # A rope type autoshard does not compute (YaRN's context extension here; Phi-3-128k's longrope)
 # plans as its model, the rotaries at base^(-2i/D), with a note; synth writes the member back as
 # given. (It was refused before it was read, then read as the default without a word.)
@@ -182,7 +194,7 @@ run "$tool" plan --model "$tmp/t5" --mesh 2
 python3 - "$data/mistral-7b-v0.1.json" "$tmp/tmpl.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-d.update(rope_theta=500000.0, rms_norm_eps=1e-5, sliding_window=1024, bos_token_id=1, eos_token_id=2,
+d.update(rope_theta=500000.0, rms_norm_eps=2e-6, sliding_window=1024, bos_token_id=1, eos_token_id=2,
          initializer_range=0.02, use_cache=True, attention_dropout=0.0, n_head=32, dtype="bfloat16")
 json.dump(d, open(sys.argv[2], "w"))
 PY

@@ -186,9 +186,37 @@ inline std::pair<double, std::optional<json_in>> read_rotary_pct(const hf_reader
   return {v->number(0.0, 1.0), v};
 }
 
+/// Where model_type `t`'s configuration class keeps its norms' epsilon, and its default there
+/// (transformers' configuration_<t>.py): key nullptr where the modeling code fixes it (OPT's
+/// nn.LayerNorm(...) takes torch's 1e-5, its config has no key).
+struct hf_norm_epsilon_key {
+  const char* key;
+  double fallback;
+};
+inline hf_norm_epsilon_key hf_norm_epsilon_of(const std::string& t) {
+  if (t == "gpt2" || t == "bloom" || t == "falcon") return {"layer_norm_epsilon", 1e-5};
+  if (t == "bert" || t == "roberta") return {"layer_norm_eps", 1e-12};
+  if (t == "gpt_neox") return {"layer_norm_eps", 1e-5};
+  if (t == "phi3") return {"rms_norm_eps", 1e-5};
+  if (t == "llama" || t == "mistral" || t == "qwen2" || t == "gemma") return {"rms_norm_eps", 1e-6};
+  return {nullptr, default_norm_epsilon};  // opt
+}
+
+/// The norms' epsilon of model_type `t` (hf_norm_epsilon_of: its key, else its default): a
+/// finite number in (0, max_norm_epsilon], an error naming the key and the value otherwise.
+inline double read_norm_epsilon(const hf_reader& r, const std::string& t) {
+  const hf_norm_epsilon_key k = hf_norm_epsilon_of(t);
+  const std::optional<json_in> v = k.key ? r.find({k.key}) : std::nullopt;
+  if (!v) return k.fallback;
+  const double e = v->number();
+  if (!valid_norm_epsilon(e)) v->fail_expected("a norm epsilon: a finite number in (0, " + exact_number(max_norm_epsilon) + "]");
+  return e;
+}
+
 /// The members of config.json that only model_type `t`'s architecture has (its MLP width,
 /// norms, biases, activation, key/value heads, position offsets, tied embeddings, rotary's base).
 inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
+  c.norm_epsilon = read_norm_epsilon(r, t);
   if (t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom") {
     c.rope_theta = read_rope_theta(r);
     c.rope_scaling = read_rope_scaling(r);
@@ -370,7 +398,8 @@ inline model_graph build_hf(const hf_model& m) {
 
 /// The config.json of `m`, as the family's configuration class writes it (the keys
 /// read_hf_config reads back to the same model), with what transformers needs to compute and
-/// generate as the graph does: the norms' epsilon (default_norm_epsilon), rotary's base (rope_theta,
+/// generate as the graph does: the norms' epsilon (config.norm_epsilon, under the family's key;
+/// OPT's, which no key says, must be its fixed 1e-5: graph_error otherwise), rotary's base (rope_theta,
 /// GPT-NeoX's rotary_emb_base), scaling (rope_scaling) and part of the head (partial_rotary_factor,
 /// GPT-NeoX's rotary_pct), and the begin/end-of-sequence ids
 /// (LLaMA's 1 and 2, GPT-2's last token).
@@ -386,7 +415,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
   if (t == "gpt2") {
     j.update({{"n_layer", c.layers}, {"n_embd", c.hidden}, {"n_head", c.heads}, {"n_inner", c.ffn},
               {"n_positions", c.max_positions}, {"n_ctx", c.max_positions}, {"activation_function", act(c.activation)},
-              {"layer_norm_epsilon", default_norm_epsilon}, {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
+              {"bos_token_id", c.vocab - 1}, {"eos_token_id", c.vocab - 1}});
     if (!c.dropout) j.update({{"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}});
   } else if (t == "bloom") {
     j.update({{"n_layer", c.layers}, {"hidden_size", c.hidden}, {"n_head", c.heads},
@@ -395,7 +424,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     j.update({{"num_hidden_layers", c.layers}, {"hidden_size", c.hidden}, {"num_attention_heads", c.heads}});
     if (t == "bert" || t == "roberta") {
       j.update({{"intermediate_size", c.ffn}, {"max_position_embeddings", c.max_positions},
-                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}, {"layer_norm_eps", default_norm_epsilon}});
+                {"type_vocab_size", c.type_vocab}, {"hidden_act", act(c.activation)}});
       if (t == "roberta") j["pad_token_id"] = c.position_offset - 1;
     } else if (t == "opt") {
       j.update({{"ffn_dim", c.ffn}, {"max_position_embeddings", c.max_positions - 2},
@@ -416,13 +445,18 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     } else {  // the LLaMA family
       j.update({{"intermediate_size", c.ffn}, {"num_key_value_heads", c.kv()}, {"hidden_act", act(c.activation)},
                 {"tie_word_embeddings", c.tie_embeddings}, {"max_position_embeddings", c.seq},
-                {"mlp_bias", c.mlp_bias}, {"rms_norm_eps", default_norm_epsilon}, {"rope_theta", c.rope_theta}});
+                {"mlp_bias", c.mlp_bias}, {"rope_theta", c.rope_theta}});
       if (c.vocab > 2) j.update({{"bos_token_id", 1}, {"eos_token_id", 2}});
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
   }
+  if (const detail::hf_norm_epsilon_key k = detail::hf_norm_epsilon_of(t); k.key)
+    j[k.key] = c.norm_epsilon;
+  else if (c.norm_epsilon != k.fallback)
+    throw graph_error(t + " config: its norms' epsilon " + exact_number(c.norm_epsilon) + " is not " + exact_number(k.fallback) +
+                      ", which transformers' " + t + " fixes (its config.json has no key to say another)");
   // A partial rotary (transformers 4's and 5's top-level member; GPT-NeoX's rotary_pct above).
   if (c.rotary && c.rotary_pct != 1.0 && t != "gpt_neox" && j.contains("rope_theta")) j["partial_rotary_factor"] = c.rotary_pct;
   // Scaled rotary frequencies as transformers 4 writes them (transformers 5 reads them too); a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -469,4 +470,77 @@ TEST_CASE("partial rotary: GPT-NeoX's rotary_pct and Phi's partial_rotary_factor
   CHECK(c.rotary_dims() == 12);
   c.rotary_pct = 0.01;  // 0 dims
   CHECK_THROWS_WITH_AS(build_gpt_neox(c), doctest::Contains("rotary_pct 0.01 of heads of 64 turns 0 dims"), graph_error);
+}
+
+// Each family's norms' epsilon as transformers 5.25 reads it: the key of its configuration class
+// and that class's default (configuration_<family>.py), OPT's fixed in modeling_opt.py
+// (nn.LayerNorm's 1e-5, no key). The published configs give their own.
+TEST_CASE("norm epsilon: each family's key and transformers' default, on every norm, written back") {
+  struct family {
+    const char* file;
+    const char* key;  // nullptr: OPT's, not read
+    double fallback, published;
+  };
+  const family families[] = {
+      {"gpt2.json", "layer_norm_epsilon", 1e-5, 1e-5},      {"bert-base-uncased.json", "layer_norm_eps", 1e-12, 1e-12},
+      {"roberta-base.json", "layer_norm_eps", 1e-12, 1e-5}, {"opt-125m.json", nullptr, 1e-5, 1e-5},
+      {"pythia-160m.json", "layer_norm_eps", 1e-5, 1e-5},   {"bloom-560m.json", "layer_norm_epsilon", 1e-5, 1e-5},
+      {"qwen2-0.5b.json", "rms_norm_eps", 1e-6, 1e-6},      {"mistral-7b-v0.1.json", "rms_norm_eps", 1e-6, 1e-5},
+      {"llama-2-7b.json", "rms_norm_eps", 1e-6, 1e-5},      {"gemma-2b.json", "rms_norm_eps", 1e-6, 1e-6},
+      {"falcon-7b.json", "layer_norm_epsilon", 1e-5, 1e-5}, {"phi-3-mini-4k.json", "rms_norm_eps", 1e-5, 1e-5},
+      {"llama-3.1-8b.json", "rms_norm_eps", 1e-6, 1e-5}};
+  const auto norms_epsilons = [](hf_model m) {  // every norm's epsilon in a 2-layer graph
+    m.config.layers = 2;
+    m.config.seq = 4;
+    m.config.batch = 1;
+    const model_graph g = build_hf(m);
+    std::vector<double> eps;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].kind == op_kind::layer_norm || g[v].kind == op_kind::rms_norm) eps.push_back(g[v].attrs.epsilon);
+    return eps;
+  };
+  for (const family& f : families) {
+    CAPTURE(f.file);
+    std::ifstream in(hf_dir + f.file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    const hf_model published = read_hf_config(j);
+    CHECK(published.config.norm_epsilon == f.published);
+    const std::vector<double> eps = norms_epsilons(published);
+    CHECK(eps.size() >= 3);  // one or two per layer, and the final (or the embeddings') norm
+    CHECK(std::all_of(eps.begin(), eps.end(), [&](double e) { return e == f.published; }));
+    if (f.key) j.erase(f.key);
+    CHECK(read_hf_config(j).config.norm_epsilon == f.fallback);  // the key absent: transformers' default
+    if (f.key) j[f.key] = nullptr;
+    CHECK(read_hf_config(j).config.norm_epsilon == f.fallback);  // null: the default, as every key
+    // Another epsilon reaches every norm, and to_hf_config writes it back under the family's key.
+    if (!f.key) continue;
+    j[f.key] = 0.25;
+    const hf_model m = read_hf_config(j);
+    const std::vector<double> quarter = norms_epsilons(m);
+    CHECK(std::all_of(quarter.begin(), quarter.end(), [](double e) { return e == 0.25; }));
+    const nlohmann::json written = to_hf_config(m);
+    CHECK(written.at(f.key) == 0.25);
+    CHECK(read_hf_config(written).config.norm_epsilon == 0.25);
+  }
+  // OPT's norms are fixed at 1e-5: a key is not read, and another epsilon cannot be written.
+  nlohmann::json opt = nlohmann::json::parse(std::ifstream(hf_dir + "opt-125m.json"));
+  opt["layer_norm_eps"] = 0.25;
+  CHECK(read_hf_config(opt).config.norm_epsilon == 1e-5);
+  CHECK_FALSE(to_hf_config(read_hf_config(opt)).contains("layer_norm_eps"));
+  hf_model opt_other = read_hf_config(opt);
+  opt_other.config.norm_epsilon = 1e-6;
+  CHECK_THROWS_WITH_AS(to_hf_config(opt_other),
+                       doctest::Contains("opt config: its norms' epsilon 1e-06 is not 1e-05, which transformers' opt fixes"), graph_error);
+  // Read as graph files are checked: a finite number in (0, 1], an error naming the key and the value.
+  const std::string qwen = R"({"model_type": "qwen2", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 32,
+                               "intermediate_size": 64, "vocab_size": 100, "rms_norm_eps": )";
+  CHECK(has(hf_error(qwen + "0}"), "c.json: rms_norm_eps is 0, not a norm epsilon: a finite number in (0, 1]"));
+  CHECK(has(hf_error(qwen + "-1e-06}"), "c.json: rms_norm_eps is -1e-06, not a norm epsilon"));
+  CHECK(has(hf_error(qwen + "2}"), "c.json: rms_norm_eps is 2, not a norm epsilon"));
+  CHECK(has(hf_error(qwen + "\"1e-6\"}"), "c.json: rms_norm_eps is \"1e-6\", not a number"));
+  CHECK(read_hf_config(nlohmann::json::parse(qwen + "1}")).config.norm_epsilon == 1.0);
+  // The builders refuse one as well, naming it.
+  transformer_config c = transformer_config::gpt2(1, 64, 4);
+  c.norm_epsilon = 0;
+  CHECK_THROWS_WITH_AS(build_gpt2(c), doctest::Contains("gpt2 config: norm epsilon 0 is not a finite number in (0, 1]"), graph_error);
 }

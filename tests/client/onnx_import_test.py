@@ -24,6 +24,8 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     under a memory budget of half the unsplit peak (so that the weights must be cut), the two
     graphs have as many operators and plan the same optimal step time, each within the budget
     (the peak of a plan among those of that time depends on the solver's ties);
+  * add the model's norm epsilon on every norm (GPT-2's 1e-5, LLaMA's rms_norm_eps 1e-6), as the
+    builder of its config.json does;
   * run: `autoshard verify --forward-only` executes the plan on 4 Gloo ranks (the imported
     elementwise operators with their ONNX semantics) and matches the unsharded forward.
 Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
@@ -110,6 +112,12 @@ def as_builder(name, model, onnx_path, tool, work):
                                      for x, y in zip(rb, ri)):
         raise AssertionError(f"rotary vertices (heads, rotate_half, turned dims, base, frequencies): the builder's {rb[:2]}, "
                              f"the export's {ri[:2]}")
+    # The norms add the same epsilon: the config's key (the builder's) and the export's constants.
+    eps = lambda f: sorted(n.get("attrs", {}).get("epsilon", 1e-5) for n in json.loads(f.read_text())["graph"]["nodes"]
+                           if n["kind"] in ("layer_norm", "rms_norm"))
+    eb, ei = eps(work / f"{name}-infer-json.json"), eps(work / f"{name}-infer-onnx.json")
+    if eb != ei:
+        raise AssertionError(f"the norms' epsilons: the builder's {eb}, the export's {ei}")
     if abs(b[0] / i[0] - 1) > 1e-9 or b[1:] != i[1:] or b[3] != "optimal" or not b[4]:
         raise AssertionError(f"under a budget of {budget} bytes, the builder plans (step, operators, parameters, solver, "
                              f"fits) {b}, the export {i}")
@@ -210,6 +218,14 @@ def check(name, tool, work):
         if len(rotaries) != 2 * LAYERS or bad:
             raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's in each of {LAYERS} layers, "
                                  f"rotate_half at base {theta} with transformers' {len(inv)} frequencies, read by the attention: {bad[:2]}")
+    # Every norm adds the model's epsilon, exactly as the config says it (GPT-2's
+    # layer_norm_epsilon 1e-5 in LayerNormalization's attribute, LLaMA's rms_norm_eps 1e-6 in the
+    # RMSNorm's float32 constant: each read back as the decimal written).
+    eps = getattr(model.config, "rms_norm_eps", None) or model.config.layer_norm_epsilon
+    norms = [n for n in doc["graph"]["nodes"] if n["kind"] in ("layer_norm", "rms_norm")]
+    if len(norms) != 2 * LAYERS + 1 or any(n.get("attrs", {}).get("epsilon", 1e-5) != eps for n in norms):
+        raise AssertionError(f"{len(norms)} norms, expected {2 * LAYERS + 1} adding the config's {eps}: "
+                             f"{[(n['name'], n.get('attrs', {}).get('epsilon', 1e-5)) for n in norms][:4]}")
     # The builder of the model's config.json, an independent construction of the same graph.
     as_built = as_builder(name, model, onnx_path, tool, work)
     if par["dp"] != DEVICES:

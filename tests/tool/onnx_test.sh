@@ -185,6 +185,13 @@ if bad or j["opaque"]:
 if not any("S" in o["output"] for o in j["operators"] if o["kind"] in ("where", "expand")):
     sys.exit("where / expand are not sharded: the verify below would prove little")
 EOF
+# Its RMSNorm adds the model's epsilon, the float32 constant 1e-6 the file holds, as written.
+"$py" - "$tmp/r.json" <<'EOF' && ok || bad "rms-mlp.onnx: the norm's epsilon"
+import json, sys
+norms = [n["attrs"] for n in json.load(open(sys.argv[1]))["graph"]["nodes"] if n["kind"] == "rms_norm"]
+if [a.get("epsilon") for a in norms] != [1e-06]:
+    sys.exit(f"rms_norm attrs {norms}")
+EOF
 run "$tool" verify --plan "$tmp/r.json"
 [ $? -eq 0 ] && grep -q "^PASS" "$tmp/out" && ok || bad "rms-mlp.onnx: verify: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
 

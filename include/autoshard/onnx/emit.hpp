@@ -268,8 +268,13 @@ inline bool reader::emit_normalisation(int k, const std::string& name, const std
     std::vector<std::string> ops{in_of(k, 0)};
     for (int i = 1; i < n.input_size() && i < 3; ++i)
       if (!in_of(k, i).empty()) ops.push_back(in_of(k, i));
+    // Its epsilon attribute (a float; ONNX's default 1e-5), as_written; one autoshard does
+    // not compute with (0, negative, above 1) is refused by the shape rule: opaque, with why.
+    op_attrs a;
+    const auto* eps = attr(n, "epsilon");
+    a.epsilon = eps ? as_written(eps->f()) : default_norm_epsilon;
     return ops.size() == static_cast<std::size_t>(std::min(n.input_size(), 3)) &&
-           try_emit(op_kind::layer_norm, name, ops, {}, out_of(k, 0), who, why);
+           try_emit(op_kind::layer_norm, name, ops, a, out_of(k, 0), who, why);
   }
   return false;
 }

@@ -81,7 +81,8 @@ inline void reader::absorb(std::initializer_list<int> ks) {
 }
 
 /// mean = ReduceMean(x); d = Sub(x, mean); var = ReduceMean(Pow(d, 2)); s = Sqrt(Add(var, eps));
-/// y = Div(d, s) [; Mul(y, gamma) [; Add(., beta)]] -> layer_norm(x [, gamma [, beta]]).
+/// y = Div(d, s) [; Mul(y, gamma) [; Add(., beta)]] -> layer_norm(x [, gamma [, beta]]) with
+/// epsilon eps (a scalar constant in (0, 1]: norm_epsilon; another leaves the nodes unfused).
 inline void reader::fuse_layer_norm(int div) {
   const auto& dn = nd(div);
   if (dn.input_size() != 2) return;
@@ -98,7 +99,8 @@ inline void reader::fuse_layer_norm(int div) {
   int var = producer(in_of(add, 0));
   std::string eps = in_of(add, 1);
   if (!is_op(var, "ReduceMean")) var = producer(in_of(add, 1)), eps = in_of(add, 0);
-  if (!is_op(var, "ReduceMean") || !reduces_last(var, rank) || !scalar(eps)) return;
+  const std::optional<double> epsilon = norm_epsilon(scalar(eps));
+  if (!is_op(var, "ReduceMean") || !reduces_last(var, rank) || !epsilon) return;
   const int pow = producer(in_of(var, 0));
   if (!(is_op(pow, "Pow") && in_of(pow, 0) == in_of(div, 0) && near(scalar(in_of(pow, 1)), 2.0)) &&
       !(is_op(pow, "Mul") && nd(pow).input_size() == 2 && in_of(pow, 0) == in_of(div, 0) && in_of(pow, 1) == in_of(div, 0)))
@@ -109,6 +111,7 @@ inline void reader::fuse_layer_norm(int div) {
       uses(out_of(var, 0)) != 1 || uses(out_of(add, 0)) != 1 || uses(out_of(sqrt, 0)) != 1)
     return;
   fusion f{op_kind::layer_norm, {x}, {}, pattern_name(div), out_of(div, 0)};
+  f.attrs.epsilon = *epsilon;
   int last = div;
   std::vector<int> extra;
   if (auto mul = only_consumer(out_of(div, 0)); mul && is_op(*mul, "Mul")) {
@@ -226,7 +229,7 @@ inline void reader::fuse_silu(int sig) {
 
 /// LLaMA's RMSNorm as exported: ms = ReduceMean(Pow(x, 2) | Mul(x, x)); s = Sqrt(Add(ms, eps));
 /// y = Mul(x, Reciprocal(s)) | Mul(x, Div(1, s)) | Div(x, s) [; Cast] [; Mul(w, .)] ->
-/// rms_norm(x [, w]) (over the last dim).
+/// rms_norm(x [, w]) (over the last dim) with epsilon eps (as the layer norm's).
 inline void reader::fuse_rms_norm(int mean) {
   const int pow = producer(in_of(mean, 0));
   std::string x;
@@ -237,7 +240,9 @@ inline void reader::fuse_rms_norm(int mean) {
   const std::int64_t rank = xv->second.shape.rank, h = xv->second.shape[xv->second.shape.rank - 1u];
   if (!reduces_last(mean, rank) || !only_consumer(out_of(pow, 0)) || !only_consumer(out_of(mean, 0))) return;
   auto add = only_consumer(out_of(mean, 0));
-  if (!add || !is_op(*add, "Add") || !other(*add, out_of(mean, 0)) || !scalar(*other(*add, out_of(mean, 0)))) return;
+  if (!add || !is_op(*add, "Add") || !other(*add, out_of(mean, 0))) return;
+  const std::optional<double> epsilon = norm_epsilon(scalar(*other(*add, out_of(mean, 0))));
+  if (!epsilon) return;
   auto sqrt = only_consumer(out_of(*add, 0));
   if (!sqrt || !is_op(*sqrt, "Sqrt")) return;
   auto inv = only_consumer(out_of(*sqrt, 0));
@@ -255,6 +260,7 @@ inline void reader::fuse_rms_norm(int mean) {
     body.push_back(last);
   }
   fusion f{op_kind::rms_norm, {x}, {}, pattern_name(*sqrt), out_of(last, 0)};
+  f.attrs.epsilon = *epsilon;
   std::string y = f.output;
   auto next = only_consumer(y);
   if (next && is_op(*next, "Cast")) {  // back to the input dtype, before the weight

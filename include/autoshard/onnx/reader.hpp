@@ -9,6 +9,7 @@
 /// (the vertices, and build()).
 #include <algorithm>      // std::find, std::min, std::max
 #include <cctype>         // std::isalnum
+#include <charconv>       // std::to_chars, std::from_chars (as_written)
 #include <cmath>          // std::abs, std::sqrt
 #include <cstdint>        // std::int64_t
 #include <cstdio>         // std::snprintf
@@ -274,6 +275,27 @@ struct reader {
     for (const auto& a : n.attribute())
       if (a.name() == name) return &a;
     return nullptr;
+  }
+  /// A number the file holds as a float32 (a norm's epsilon: a 0-d initializer, a float
+  /// attribute) as its writer gave it: the shortest decimal that reads back as that float32
+  /// (torch's eps=1e-5 is stored as 9.99999974737875e-06, and is 1e-05 again), so that the
+  /// graph, and what is exported from it (Megatron-LM's --norm-epsilon), says the model's own
+  /// number. A value no float32 holds exactly (a double's) as it is.
+  static double as_written(double v) {
+    const float f = static_cast<float>(v);
+    if (!(static_cast<double>(f) == v)) return v;
+    char buf[32];
+    const auto end = std::to_chars(buf, buf + sizeof buf, f).ptr;
+    double d = v;
+    std::from_chars(buf, end, d);
+    return d;
+  }
+  /// A norm's epsilon from its pattern's constant (or its attribute): as_written, nullopt where
+  /// it is no epsilon autoshard computes with (valid_norm_epsilon: 0, negative, above 1), and the
+  /// pattern is then not a norm.
+  static std::optional<double> norm_epsilon(std::optional<double> v) {
+    if (!v || !valid_norm_epsilon(*v)) return std::nullopt;
+    return as_written(*v);
   }
   static std::int64_t attr_int(const onnx::NodeProto& n, std::string_view name, std::int64_t fallback) {
     const auto* a = attr(n, name);

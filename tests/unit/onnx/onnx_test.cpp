@@ -98,6 +98,12 @@ struct model_maker {
     a->set_type(onnx::AttributeProto::INTS);
     for (auto x : v) a->add_ints(x);
   }
+  static void attr(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
   std::string bytes() const { return m.SerializeAsString(); }
 };
 
@@ -270,6 +276,9 @@ TEST_CASE("ONNX GELU forms, RMSNorm, Where and Expand map to kinds with their ow
   CHECK(vertex(g, "norm").kind == op_kind::rms_norm);
   CHECK(boost::in_degree(*find_vertex(g, "norm"), g) == 2);  // x and the weight
   CHECK(boost::in_degree(*find_vertex(g, "n2"), g) == 1);
+  // Their epsilon is the constant added, as the exporter wrote it (the float32 1e-6f is 1e-06, exactly).
+  CHECK(vertex(g, "norm").attrs.epsilon == 1e-6);
+  CHECK(vertex(g, "n2").attrs.epsilon == 1e-6);
   CHECK(vertex(g, "expand").attrs.dims == std::vector<std::int64_t>{2, 3, 8});
   CHECK(vertex(g, "where").shape == tensor_shape{2, 3, 8});
   CHECK(vertex(g, "keep").type == dtype::boolean);
@@ -281,6 +290,48 @@ TEST_CASE("ONNX GELU forms, RMSNorm, Where and Expand map to kinds with their ow
   CHECK_FALSE(find_vertex(h, "t"));
   CHECK(vertex(h, "t.Tanh").kind == op_kind::tanh);
   CHECK(vertex(h, "e").kind == op_kind::gelu_erf);
+}
+
+TEST_CASE("ONNX norms keep their epsilon: the fused patterns' constant, LayerNormalization's attribute") {
+  // BERT's layer_norm_eps 1e-12 as torch's older exporter writes a LayerNorm (Sub, Pow, Add eps,
+  // Sqrt, Div, then the weight and bias), and as opset 17's LayerNormalization.
+  model_maker mm(17);
+  mm.input("x", {"2", "3", "8"}).weight("ln.weight", {8}).weight("ln.bias", {8}).weight("ln2.weight", {8}).weight("ln2.bias", {8});
+  mm.weight("ln3.weight", {8}).scalar("two", 2.0f).scalar("eps", 1e-12f);
+  model_maker::attr(mm.node("ReduceMean", "/ln/ReduceMean", {"x"}, {"mean"}), "axes", std::vector<std::int64_t>{-1});
+  mm.node("Sub", "/ln/Sub", {"x", "mean"}, {"d"});
+  mm.node("Pow", "/ln/Pow", {"d", "two"}, {"d2"});
+  model_maker::attr(mm.node("ReduceMean", "/ln/ReduceMean_1", {"d2"}, {"var"}), "axes", std::vector<std::int64_t>{-1});
+  mm.node("Add", "/ln/Add", {"var", "eps"}, {"ve"});
+  mm.node("Sqrt", "/ln/Sqrt", {"ve"}, {"sd"});
+  mm.node("Div", "/ln/Div", {"d", "sd"}, {"y0"});
+  mm.node("Mul", "/ln/Mul", {"y0", "ln.weight"}, {"y1"});
+  mm.node("Add", "/ln/Add_1", {"y1", "ln.bias"}, {"y"});
+  auto* ln2 = mm.node("LayerNormalization", "/ln2/LayerNormalization", {"y", "ln2.weight", "ln2.bias"}, {"z"});
+  model_maker::attr(ln2, "epsilon", 1e-6f);
+  mm.node("LayerNormalization", "/ln3/LayerNormalization", {"z", "ln3.weight"}, {"out"});  // ONNX's default, 1e-5
+  mm.output("out");
+  const onnx_import r = read_onnx(mm.bytes());
+  CHECK(r.opaque.empty());
+  CHECK(vertex(r.graph, "ln").kind == op_kind::layer_norm);
+  CHECK(vertex(r.graph, "ln").attrs.epsilon == 1e-12);
+  CHECK(vertex(r.graph, "ln2").kind == op_kind::layer_norm);
+  CHECK(vertex(r.graph, "ln2").attrs.epsilon == 1e-6);
+  CHECK(vertex(r.graph, "ln3").attrs.epsilon == default_norm_epsilon);
+  // A constant that is no epsilon autoshard computes with (0 here) leaves the pattern as the
+  // file computes it; such an attribute makes the LayerNormalization opaque, saying why.
+  model_maker zero = mm;
+  for (auto& t : *zero.g->mutable_initializer())
+    if (t.name() == "eps") t.set_float_data(0, 0.0f);
+  for (auto& n : *zero.g->mutable_node())
+    if (n.name() == "/ln2/LayerNormalization") n.mutable_attribute(0)->set_f(-1.0f);
+  const onnx_import z = read_onnx(zero.bytes());
+  CHECK_FALSE(find_vertex(z.graph, "ln"));
+  CHECK(vertex(z.graph, "ln.Sqrt").kind == op_kind::opaque);
+  REQUIRE(z.opaque.size() >= 1);
+  bool said = false;
+  for (const auto& o : z.opaque) said = said || o.why.find("epsilon -1 is not a finite number in (0, 1]") != std::string::npos;
+  CHECK(said);
 }
 
 TEST_CASE("hostile ONNX models are clear errors naming the numbers") {

@@ -13,7 +13,7 @@ CPU, forked from this process):
   * completed as validate_args completes them (--ffn-hidden-size, --kv-channels defaults, the
     bias switches, the parameters' dtype) and turned into megatron.core's TransformerConfig as
     core_transformer_config_from_args does (every argument whose name is a field, then its
-    explicit ones: layernorm_epsilon, activation_func and gated_linear_unit for --swiglu,
+    explicit ones: layernorm_epsilon (--norm-epsilon), activation_func and gated_linear_unit for --swiglu,
     bias_activation_fusion, num_query_groups only with --group-query-attention);
   * built as gpt_builders.py's gpt_builder builds the model: GPTModel with the local layer spec
     (get_gpt_layer_local_spec(normalization=...)), the vocabulary padded as Megatron-LM pads it
@@ -28,7 +28,7 @@ CPU, forked from this process):
     transformers' forward of the same checkpoint within 1e-5 x max |logits| (f32).
 Controls show the harness sees what the flags say: per case, an exported flag dropped
 (--rotary-base, --kv-channels, --untie-embeddings-and-output-weights, --add-qkv-bias,
---ffn-hidden-size) or one added (--no-bias-gelu-fusion: the exact GELU for GPT-2's tanh form)
+--ffn-hidden-size, --norm-epsilon) or one added (--no-bias-gelu-fusion: the exact GELU for GPT-2's tanh form)
 must make Megatron build another model (other shapes) or compute logits at least 5e-5 x
 max |logits| away (5 x the tolerance; the cases match within 1e-6).
 
@@ -83,8 +83,8 @@ LLAMA_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "h
                 "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float32"}
 
 # The flags the case's line names (what the arguments say of the model beyond its sizes).
-MODEL_FLAGS = ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-query-groups", "--swiglu", "--normalization", "--no-bias-gelu-fusion",
-               "--add-qkv-bias",
+MODEL_FLAGS = ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-query-groups", "--swiglu", "--normalization", "--norm-epsilon",
+               "--no-bias-gelu-fusion", "--add-qkv-bias",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--max-position-embeddings")
 
 # Qwen2's: query/key/value biases only (--add-qkv-bias), tied embeddings, rope_theta 1e6.
@@ -108,6 +108,8 @@ CASES = {
     # LLAMA_CONFIG on 4 ranks: --rotary-base 500000, --group-query-attention, --kv-channels 16.
     "llama-config": dict(config=LLAMA_CONFIG, tp=4, controls=[("drop", "--rotary-base"), ("drop", "--kv-channels")]),
     "qwen2-config": dict(config=QWEN2_CONFIG, tp=2, controls=[("drop", "--add-qkv-bias")]),
+    # Qwen2's published rms_norm_eps, 1e-6: --norm-epsilon 1e-06 (Megatron-LM's default is 1e-5).
+    "qwen2-eps-config": dict(config={**QWEN2_CONFIG, "rms_norm_eps": 1e-06}, tp=2, controls=[("drop", "--norm-epsilon")]),
     "phi3-config": dict(config=PHI3_CONFIG, tp=2, controls=[("drop", "--ffn-hidden-size")]),
     # The built-in GPT-2: LayerNorm, GELU's tanh form (Megatron's bias_gelu_fusion), biases,
     # learned positions (a table of 1024), tied embeddings.
@@ -435,7 +437,7 @@ def check(name, tool, work):
         raise AssertionError("\n".join(failures) + "\nthe exported arguments:\n" + lines)
     words = lines.replace("\\", " ").split()
     flags = " ".join(f"{w} {words[i + 1]}" if w in ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-query-groups", "--normalization",
-                                                     "--max-position-embeddings") else w
+                                                     "--norm-epsilon", "--max-position-embeddings") else w
                      for i, w in enumerate(words) if w in MODEL_FLAGS)
     controls = ", ".join(f"{how} {flag}" for how, flag in case["controls"]) or "none"
     return (f"Megatron's GPTModel on {case['tp']} ranks computes transformers' logits ({hf_config['model_type']}: {flags}); "

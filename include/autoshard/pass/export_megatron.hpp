@@ -31,11 +31,12 @@
 /// stage their own counts and the stages between the rest evenly. Stages between of unequal
 /// counts, a stage without layers, or a schedule other than 1F1B (Megatron-LM's without
 /// virtual stages) are refused.
-#include <algorithm>  // std::max
+#include <algorithm>  // std::max, std::none_of
 #include <cmath>     // std::floor, std::nextafter
 #include <map>       // std::map
 #include <optional>  // std::optional
 #include <string>    // std::string
+#include <utility>   // std::pair
 #include <vector>    // std::vector
 
 #include "../core/error.hpp"     // spec_error, solver_error
@@ -218,6 +219,9 @@ struct megatron_model {
   double rope_base = 10000.0;
   bool rope_half = true;
   std::int64_t rope_head = 0, rope_dims = 0;
+  /// The norms' epsilons (attrs.epsilon), each distinct one with the first norm that has it,
+  /// in the graph's order: Megatron-LM's --norm-epsilon is one for every norm.
+  std::vector<std::pair<double, std::string>> norm_epsilons;
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
@@ -246,6 +250,9 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
       if (md.hidden == 0) md.hidden = nd.shape[nd.shape.rank - 1u];
     }
     if (nd.kind == op_kind::rms_norm) md.rms = true;
+    if ((nd.kind == op_kind::rms_norm || nd.kind == op_kind::layer_norm) &&
+        std::none_of(md.norm_epsilons.begin(), md.norm_epsilons.end(), [&](const auto& e) { return e.first == nd.attrs.epsilon; }))
+      md.norm_epsilons.emplace_back(nd.attrs.epsilon, nd.name);
     if (nd.kind == op_kind::rotary) md.rope = true;
     if (nd.kind == op_kind::rotary && !nd.attrs.rotary_frequencies.empty() && md.scaled_rope.empty()) md.scaled_rope = nd.name;
     if (nd.kind == op_kind::rotary) {
@@ -332,6 +339,19 @@ inline void megatron_rope_problems(const megatron_model& md, std::vector<std::st
                        std::to_string(md.rope_dims));
 }
 
+/// Megatron-LM's default --norm-epsilon (arguments.py: type=float, default=1e-5).
+inline constexpr double megatron_norm_epsilon = 1e-5;
+
+/// What Megatron-LM's --norm-epsilon cannot say of the model's norms (a problem listing each
+/// epsilon with a norm that has it): norms of unlike epsilons, where it is one for every norm.
+inline void megatron_norm_problems(const megatron_model& md, std::vector<std::string>& problems) {
+  if (md.norm_epsilons.size() < 2) return;
+  std::string list;
+  for (const auto& [eps, name] : md.norm_epsilons) list += (list.empty() ? "" : ", ") + quoted_text(name) + " " + exact_number(eps);
+  problems.push_back("the norms add unlike epsilons (" + list +
+                     "): Megatron-LM's --norm-epsilon (TransformerConfig.layernorm_epsilon) is one for every norm");
+}
+
 /// What Megatron-LM's arguments cannot say of the MLP's activation (a problem naming it), as
 /// megatron.core's MLP computes it: --swiglu is SiLU gating (silu(gate) x up); otherwise GELU,
 /// the tanh approximation where the first projection has a bias (bias_gelu_fusion, on by
@@ -354,8 +374,8 @@ inline void megatron_activation_problems(const megatron_model& md, std::vector<s
 }
 
 /// The model's arguments, in the order Megatron-LM's --help groups them: its sizes, its
-/// architecture (its rotary's base, part of the head and layout where they are not Megatron-LM's
-/// defaults), the weights' dtype `t` and the attention kernel of `pricing`.
+/// architecture (its rotary's base, part of the head and layout, and its norms' epsilon, where
+/// they are not Megatron-LM's defaults), the weights' dtype `t` and the attention kernel of `pricing`.
 inline void megatron_model_arguments(const megatron_model& md, dtype t, const step_pricing& pricing, megatron_export& e) {
   const auto num = [](std::int64_t x) { return std::to_string(x); };
   megatron_arg(e, "--num-layers", num(md.layers));
@@ -375,6 +395,8 @@ inline void megatron_model_arguments(const megatron_model& md, dtype t, const st
   if (md.rope && md.rope_dims != md.rope_head) megatron_arg(e, "--rotary-percent", *megatron_rotary_percent(md.rope_dims, md.rope_head));
   if (md.rope && !md.rope_half) megatron_arg(e, "--rotary-interleaved");  // pairs (2i, 2i+1): rope_utils' _rotate_half, interleaved
   if (md.rms) megatron_arg(e, "--normalization", "RMSNorm");
+  if (!md.norm_epsilons.empty() && md.norm_epsilons.front().first != megatron_norm_epsilon)
+    megatron_arg(e, "--norm-epsilon", exact_number(md.norm_epsilons.front().first));  // as Python's float() reads it back
   if (md.swiglu) megatron_arg(e, "--swiglu");
   // Exact GELU after a bias: without the switch Megatron-LM fuses them into the tanh form.
   if (md.act == op_kind::gelu_erf && md.mlp_bias) megatron_arg(e, "--no-bias-gelu-fusion");
@@ -451,6 +473,7 @@ inline megatron_export export_megatron(const loaded_plan& p) {
             "the arguments say Megatron-LM's rope, base^(-2i/D)");
   detail::megatron_rope_problems(md, e.problems);
   detail::megatron_activation_problems(md, e.problems);
+  detail::megatron_norm_problems(md, e.problems);
   if (md.bias && !md.unbiased.empty() && !md.qkv_bias_only)
     problem(quoted_text(md.biased) + " has a bias and " + quoted_text(md.unbiased) + " none: Megatron-LM's block linears have " +
             "biases all (its default), none (--disable-bias-linear) or only query/key/value's (--add-qkv-bias)");

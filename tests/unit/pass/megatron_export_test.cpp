@@ -303,6 +303,37 @@ TEST_CASE("export --to megatron writes the rotary's base, turned part and layout
   CHECK(problems[0].find("Megatron-LM's rotary arguments are one for every layer") != std::string::npos);
 }
 
+TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where it is not Megatron-LM's default, and refuses unlike ones") {
+  // Megatron-LM's arguments.py: --norm-epsilon (type=float, default 1e-5), which
+  // core_transformer_config_from_args makes TransformerConfig.layernorm_epsilon: every norm's.
+  // Qwen2's rms_norm_eps 1e-6 exported without it was a model whose norms add 1e-5.
+  transformer_config c = mx_llama(2);
+  c.norm_epsilon = 1e-6;
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  megatron_export e = exported(build_llama(c));
+  REQUIRE(e.problems.empty());
+  CHECK(megatron_arguments(e).find("--normalization RMSNorm \\\n--norm-epsilon 1e-06 \\\n") != std::string::npos);
+  c.norm_epsilon = 1e-5;  // Megatron-LM's default: no flag
+  CHECK(mx_arguments(exported(build_llama(c))).count("--norm-epsilon") == 0);
+  transformer_config b = mx_gpt2(2);  // a LayerNorm's as well: BERT's 1e-12 in a decoder
+  b.norm_epsilon = 1e-12;
+  e = exported(build_gpt2(b));
+  REQUIRE(e.problems.empty());
+  CHECK(mx_arguments(e).at("--norm-epsilon") == "1e-12");
+  CHECK(mx_arguments(e).count("--normalization") == 0);
+  // Norms of unlike epsilons: refused, listing each epsilon with a norm that has it.
+  c.norm_epsilon = 1e-6;
+  model_graph g = build_llama(c);
+  g[*find_vertex(g, "model.layers.1.post_attention_layernorm")].attrs.epsilon = 1e-5;
+  g[*find_vertex(g, "model.norm")].attrs.epsilon = 0.25;
+  const std::vector<std::string> problems = exported(g).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "the norms add unlike epsilons ('model.layers.0.input_layernorm' 1e-06, "
+                       "'model.layers.1.post_attention_layernorm' 1e-05, 'model.norm' 0.25): Megatron-LM's --norm-epsilon "
+                       "(TransformerConfig.layernorm_epsilon) is one for every norm");
+  CHECK_THROWS_WITH_AS(megatron_arguments(exported(g)), doctest::Contains("the norms add unlike epsilons"), spec_error);
+}
+
 TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden / heads wide (Gemma-7B's 256 on 3072 / 16)") {
   // Megatron-LM's validate_args sets kv_channels = hidden_size // num_attention_heads when
   // --kv-channels is absent: heads of 64 on a hidden of 256 / 8 exported without it built

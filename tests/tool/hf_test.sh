@@ -73,7 +73,7 @@ python3 - "$tmp" <<'EOF' && ok || bad "the norms' epsilon after synth"
 import json, sys
 for d, key, eps in (("qwen2-0.5b", "rms_norm_eps", 1e-6), ("bert-base-uncased", "layer_norm_eps", 1e-12), ("gpt2", "layer_norm_epsilon", 1e-5)):
     assert json.load(open(f"{sys.argv[1]}/{d}/config.json"))[key] == eps, (d, key)
-    norms = [n["attrs"] for n in json.load(open(f"{sys.argv[1]}/{d}/plan.json"))["graph"]["nodes"] if n["kind"].endswith("_norm")]
+    norms = [n.get("attrs", {}) for n in json.load(open(f"{sys.argv[1]}/{d}/plan.json"))["graph"]["nodes"] if n["kind"].endswith("_norm")]
     assert norms and all(a.get("epsilon", 1e-5) == eps for a in norms), (d, norms)
     assert (eps == 1e-5) == all("epsilon" not in a for a in norms), (d, norms)
 EOF

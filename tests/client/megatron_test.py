@@ -87,10 +87,10 @@ MODEL_FLAGS = ("--ffn-hidden-size", "--rotary-base", "--kv-channels", "--num-que
                "--no-bias-gelu-fusion", "--add-qkv-bias",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--max-position-embeddings")
 
-# Qwen2's: query/key/value biases only (--add-qkv-bias), tied embeddings, rope_theta 1e6.
+# Qwen2's: query/key/value biases only (--add-qkv-bias), tied embeddings, rope_theta 1e6, rms_norm_eps 1e-6 (--norm-epsilon).
 QWEN2_CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 64,
                 "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-                "vocab_size": 256, "max_position_embeddings": 64, "rope_theta": 1000000.0, "rms_norm_eps": 1e-05,
+                "vocab_size": 256, "max_position_embeddings": 64, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
                 "tie_word_embeddings": True, "torch_dtype": "float32"}
 
 # Phi-3's: one qkv_proj (q|k|v) and one gate_up_proj (gate|up), an MLP of 3 x hidden (not
@@ -107,9 +107,8 @@ CASES = {
                             "--vocab", "256"], tp=2, controls=[("drop", "--untie-embeddings-and-output-weights")]),
     # LLAMA_CONFIG on 4 ranks: --rotary-base 500000, --group-query-attention, --kv-channels 16.
     "llama-config": dict(config=LLAMA_CONFIG, tp=4, controls=[("drop", "--rotary-base"), ("drop", "--kv-channels")]),
-    "qwen2-config": dict(config=QWEN2_CONFIG, tp=2, controls=[("drop", "--add-qkv-bias")]),
-    # Qwen2's published rms_norm_eps, 1e-6: --norm-epsilon 1e-06 (Megatron-LM's default is 1e-5).
-    "qwen2-eps-config": dict(config={**QWEN2_CONFIG, "rms_norm_eps": 1e-06}, tp=2, controls=[("drop", "--norm-epsilon")]),
+    # With Qwen2's published rms_norm_eps, 1e-6: --norm-epsilon 1e-06 (Megatron-LM's default is 1e-5).
+    "qwen2-config": dict(config=QWEN2_CONFIG, tp=2, controls=[("drop", "--add-qkv-bias"), ("drop", "--norm-epsilon")]),
     "phi3-config": dict(config=PHI3_CONFIG, tp=2, controls=[("drop", "--ffn-hidden-size")]),
     # The built-in GPT-2: LayerNorm, GELU's tanh form (Megatron's bias_gelu_fusion), biases,
     # learned positions (a table of 1024), tied embeddings.

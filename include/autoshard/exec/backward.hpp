@@ -172,6 +172,7 @@ std::vector<host_tensor> norm_backward(const node& nd, std::span<const host_tens
   for (std::size_t i = 1; i < in.size(); ++i) out.emplace_back(in[i]->type(), in[i]->shape());
   const std::int64_t rows = n ? x.numel() / n : 0;
   std::vector<T> xhat(static_cast<std::size_t>(n)), dxhat(static_cast<std::size_t>(n));
+  const T offset = static_cast<T>(nd.attrs.weight_offset);  // y = xhat (offset + w): dy/dw is xhat still
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* px = x.as<T>() + r * n;
     const T* pd = dy.as<T>() + r * n;
@@ -180,7 +181,7 @@ std::vector<host_tensor> norm_backward(const node& nd, std::span<const host_tens
     for (std::int64_t i = 0; i < n; ++i) {
       const auto ui = static_cast<std::size_t>(i);
       xhat[ui] = (px[i] - mean) * inv;
-      dxhat[ui] = in.size() > 1 ? pd[i] * in[1]->as<T>()[i] : pd[i];
+      dxhat[ui] = in.size() > 1 ? pd[i] * (offset + in[1]->as<T>()[i]) : pd[i];
       sum_d += dxhat[ui];
       sum_dx += dxhat[ui] * xhat[ui];
       if (in.size() > 1) out[1].as<T>()[i] += pd[i] * xhat[ui];
@@ -239,7 +240,9 @@ host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_ten
 }
 
 template <class T>
-host_tensor embedding_backward(const host_tensor& ids, const host_tensor& table, const host_tensor& dy, const local_context& c) {
+host_tensor embedding_backward(const node& nd, const host_tensor& ids, const host_tensor& table, const host_tensor& dy,
+                               const local_context& c) {
+  const T scale = static_cast<T>(nd.attrs.scale);
   const std::int64_t rows = table.shape()[0], H = table.shape()[1], row_off = c.in_offset[1][0];
   host_tensor o(table.type(), table.shape());
   const std::int64_t* pid = ids.as<std::int64_t>();
@@ -248,7 +251,7 @@ host_tensor embedding_backward(const host_tensor& ids, const host_tensor& table,
     if (id < 0 || id >= rows) continue;  // another rank's rows
     T* pr = o.as<T>() + id * H;
     const T* pd = dy.as<T>() + i * H;
-    for (std::int64_t h = 0; h < H; ++h) pr[h] += pd[h];
+    for (std::int64_t h = 0; h < H; ++h) pr[h] += scale * pd[h];
   }
   return o;
 }
@@ -469,7 +472,7 @@ std::vector<host_tensor> run_kernel_backward(const node& nd, std::span<const hos
     case op_kind::embedding: {
       std::vector<host_tensor> v;
       v.emplace_back();  // ids
-      v.push_back(embedding_backward<T>(*in[0], *in[1], dy, c));
+      v.push_back(embedding_backward<T>(nd, *in[0], *in[1], dy, c));
       return v;
     }
     case op_kind::reshape: {

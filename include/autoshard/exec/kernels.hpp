@@ -303,13 +303,14 @@ host_tensor norm(const node& nd, std::span<const host_tensor* const> in) {
     if (in[i]->numel() != n) kernel_error(nd, "local weight " + to_string(in[i]->shape()) + " for rows of " + std::to_string(n));
   host_tensor o(x.type(), x.shape());
   const std::int64_t rows = n ? x.numel() / n : 0;
+  const T offset = static_cast<T>(nd.attrs.weight_offset);  // Gemma's 1 + weight
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* px = x.as<T>() + r * n;
     T* py = o.as<T>() + r * n;
     const auto [mean, inv] = norm_stats(px, n, ln, nd.attrs.epsilon);
     for (std::int64_t i = 0; i < n; ++i) {
       T v = (px[i] - mean) * inv;
-      if (in.size() > 1) v *= in[1]->as<T>()[i];
+      if (in.size() > 1) v *= offset + in[1]->as<T>()[i];
       if (in.size() > 2) v += in[2]->as<T>()[i];
       py[i] = v;
     }
@@ -412,6 +413,10 @@ host_tensor embedding(const node& nd, const host_tensor& ids, const host_tensor&
     const std::int64_t id = pid[i] - row_off;
     if (id < 0 || id >= rows) continue;  // another rank's rows (vocab-parallel): zeros, a partial sum
     std::copy_n(table.as<T>() + id * H, H, o.as<T>() + i * H);
+  }
+  if (nd.attrs.scale != 1.0) {  // Gemma's normalizer: every row, a partial sum's too (it is linear)
+    const T scale = static_cast<T>(nd.attrs.scale);
+    for (std::int64_t i = 0; i < o.numel(); ++i) o.as<T>()[i] *= scale;
   }
   return o;
 }

@@ -4,7 +4,7 @@
 ///   autoshard::parameter_count(g);                         // 124'439'808 (tied embeddings)
 ///   autoshard::parameter_names(g, *autoshard::find_vertex(g, "transformer.h.0.attn.c_attn"));
 ///     // {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
-#include <cmath>    // std::pow
+#include <cmath>    // std::pow, std::sqrt
 #include <numbers>  // std::numbers::pi
 #include <string>   // std::string
 #include <vector>   // std::vector
@@ -99,6 +99,10 @@ struct transformer_config {
   /// The epsilon of every norm built (Hugging Face's layer_norm_eps, layer_norm_epsilon or
   /// rms_norm_eps; hf_config.hpp reads each family's with transformers' default).
   double norm_epsilon = default_norm_epsilon;
+  /// Gemma's: every norm scales by 1 + weight (GemmaRMSNorm; op_attrs::weight_offset 1), and the
+  /// word embeddings' rows are multiplied by sqrt(hidden) in the model's dtype (GemmaModel's
+  /// normalizer; op_attrs::scale). build_llama only.
+  bool gemma_scaling = false;
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
@@ -187,13 +191,25 @@ inline void check_no_gqa(const transformer_config& c, const char* what) {
                       std::to_string(c.heads) + " heads, but " + what + " has no grouped-query attention");
 }
 
+/// GemmaModel's normalizer: hidden ** 0.5 as GemmaTextScaledWordEmbedding applies it (a float32
+/// tensor .to(the weight's dtype)), rounded to the model's dtype `t` (bf16: sqrt(2048) = 45.2548 is 45.25).
+inline double gemma_normalizer(std::int64_t hidden, dtype t) {
+  const double s = std::sqrt(static_cast<double>(hidden));
+  if (t == dtype::bf16) return bf16_to_float(float_to_bf16(static_cast<float>(s)));
+  if (t == dtype::f16) return f16_to_float(float_to_f16(static_cast<float>(s)));
+  if (t == dtype::f32) return static_cast<float>(s);
+  return s;
+}
+
 struct builder {
   model_graph& g;
   dtype t;
   double epsilon;  ///< every norm's (transformer_config::norm_epsilon)
+  double weight_offset = 0.0;  ///< every norm's (Gemma's 1: transformer_config::gemma_scaling)
   op_attrs norm_attrs() const {
     op_attrs a;
     a.epsilon = epsilon;
+    a.weight_offset = weight_offset;
     return a;
   }
   vertex_t param(const std::string& name, tensor_shape s) { return add_parameter(g, name, s, t); }
@@ -403,12 +419,14 @@ inline model_graph build_bert(const transformer_config& c) {
 inline model_graph build_llama(const transformer_config& c) {
   detail::check_config(c, "llama");
   model_graph g;
-  detail::builder b{g, c.type, c.norm_epsilon};
+  detail::builder b{g, c.type, c.norm_epsilon, c.gemma_scaling ? 1.0 : 0.0};
   const std::int64_t H = c.hidden, D = c.head_dim();
   const std::int64_t Q = c.heads * D, KV = static_cast<std::int64_t>(c.kv()) * D;
   vertex_t ids = add_input(g, "input_ids", {c.batch, c.seq}, dtype::i64);
   vertex_t table = b.param("model.embed_tokens.weight", {c.vocab, H});
-  vertex_t x = b.op(op_kind::embedding, "model.embed_tokens", {ids, table});
+  op_attrs embed;
+  if (c.gemma_scaling) embed.scale = detail::gemma_normalizer(H, c.type);
+  vertex_t x = b.op(op_kind::embedding, "model.embed_tokens", {ids, table}, embed);
   for (int i = 0; i < c.layers; ++i) {
     const std::string n = "model.layers." + std::to_string(i);
     vertex_t h = b.rms_norm(n + ".input_layernorm", x, H);

@@ -244,6 +244,9 @@ inline void read_hf_family(const hf_reader& r, const std::string& t, transformer
     c.activation = t == "gemma" ? r.activation({"hidden_activation"}, op_kind::gelu)
                                 : r.activation({"hidden_act"}, op_kind::silu);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, t == "gemma");
+    // modeling_gemma.py: GemmaRMSNorm scales by 1 + weight, and GemmaModel multiplies the
+    // embeddings by its normalizer, sqrt(hidden_size); no config key says either.
+    c.gemma_scaling = t == "gemma";
     const bool attention_bias = r.flag({"attention_bias"}, false);
     c.qkv_bias = t == "qwen2" || attention_bias;
     c.out_bias = attention_bias && t != "qwen2";
@@ -452,6 +455,11 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
     }
   }
+  if (c.gemma_scaling != (t == "gemma"))  // no key says it: transformers' gemma code does it, and only it
+    throw graph_error(t + " config: " + (c.gemma_scaling ? "Gemma's scaling (norms by 1 + weight, embeddings by sqrt(hidden)) is "
+                                                          "only model_type \"gemma\"'s, which no key of another says"
+                                                        : "transformers' gemma scales its norms by 1 + weight and its embeddings by "
+                                                          "sqrt(hidden): a config without gemma_scaling is another model"));
   if (const detail::hf_norm_epsilon_key k = detail::hf_norm_epsilon_of(t); k.key)
     j[k.key] = c.norm_epsilon;
   else if (c.norm_epsilon != k.fallback)

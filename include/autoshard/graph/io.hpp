@@ -12,7 +12,9 @@
 /// "float16", ...); "attrs" may hold transposed_weight, causal, dropout, rotary_half (booleans),
 /// axis, heads, kv_heads, start, length (integers), rotary_base (a number above 1), epsilon
 /// (a layer_norm's or rms_norm's, a number: checked finite and in (0, max_norm_epsilon] at
-/// shape inference, naming the vertex; absent: default_norm_epsilon),
+/// shape inference, naming the vertex; absent: default_norm_epsilon), weight_offset (a norm's,
+/// a finite number: the row times weight_offset + weight, Gemma's 1; absent: 0), scale (an
+/// embedding's, a finite number its rows are multiplied by, Gemma's sqrt(hidden); absent: 1),
 /// rotary_dims (an integer: the dims of each head a rotary turns, at most
 /// 2 x max_rotary_frequencies; 0 or absent: the whole head; checked even and within the head at
 /// shape inference), rotary_frequencies (array of numbers above 0, one per pair of the turned
@@ -73,6 +75,8 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.rotary_base != d.rotary_base) at["rotary_base"] = a.rotary_base;  // nlohmann writes a double back exactly
       if (a.rotary_dims != d.rotary_dims) at["rotary_dims"] = a.rotary_dims;
       if (a.epsilon != d.epsilon) at["epsilon"] = a.epsilon;  // exactly, as rotary_base
+      if (a.weight_offset != d.weight_offset) at["weight_offset"] = a.weight_offset;
+      if (a.scale != d.scale) at["scale"] = a.scale;
       if (!a.rotary_frequencies.empty()) at["rotary_frequencies"] = a.rotary_frequencies;
       if (a.start != d.start) at["start"] = a.start;
       if (a.length != d.length) at["length"] = a.length;
@@ -104,6 +108,8 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "rotary_base") a.rotary_base = val.number(1.0, 1e300);
     else if (key == "rotary_dims") a.rotary_dims = val.integer(0, 2 * static_cast<std::int64_t>(max_rotary_frequencies));  // checked against the head at shape inference
     else if (key == "epsilon") a.epsilon = val.number();  // checked against (0, max_norm_epsilon] at shape inference, naming the vertex
+    else if (key == "weight_offset") a.weight_offset = val.number();  // finite, checked at shape inference
+    else if (key == "scale") a.scale = val.number();
     else if (key == "rotary_frequencies") {  // the count is checked against the turned dims at shape inference
       for (const json_in& f : val.elements(max_rotary_frequencies))
         a.rotary_frequencies.push_back(f.number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()));
@@ -114,7 +120,7 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, epsilon, start, length, dims, op_type, elementwise, held)");
+    else val.fail("is not an attribute (transposed_weight, causal, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

@@ -35,10 +35,10 @@ enum class op_kind : std::uint8_t {
   silu, relu, tanh, exp, dropout,        ///< elementwise unary (dropout: identity at inference)
   rotary,         ///< rotary position embedding of x[B,S,heads*D] (pairs within each head)
   add, sub, mul, div,                    ///< elementwise binary, numpy broadcasting
-  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]; attrs.epsilon
-  rms_norm,       ///< over the last dim; operands x, [weight]; attrs.epsilon
+  layer_norm,     ///< over the last dim; operands x, [weight, [bias]]; attrs.epsilon, attrs.weight_offset
+  rms_norm,       ///< over the last dim; operands x, [weight]; attrs.epsilon, attrs.weight_offset
   softmax,        ///< over attrs.axis
-  embedding,      ///< ids[...] (integer), table[V,H] -> [...,H]
+  embedding,      ///< ids[...] (integer), table[V,H] -> [...,H], each row times attrs.scale
   reshape,        ///< to attrs.dims (same number of elements)
   transpose,      ///< permute by attrs.dims
   reduce_sum, reduce_mean,  ///< over attrs.dims (removed from the shape)
@@ -145,6 +145,10 @@ struct op_attrs {
   double epsilon = default_norm_epsilon;  ///< layer_norm, rms_norm: added to the variance (mean
                                           ///< square) before its root; valid_norm_epsilon
                                           ///< (Hugging Face's layer_norm_eps, rms_norm_eps)
+  double weight_offset = 0.0;      ///< layer_norm, rms_norm with a weight: the normalised row times
+                                   ///< weight_offset + weight (Gemma's GemmaRMSNorm: 1 + weight); finite
+  double scale = 1.0;              ///< embedding: each row looked up times this (Gemma's normalizer,
+                                   ///< sqrt(hidden)); finite
   std::int64_t rotary_dims = 0;    ///< rotary: R, the dims of each head of D turned (the first R: the
                                    ///< pairs lie within them, with rotary_half (i, i + R/2)); dims
                                    ///< R..D-1 pass through unchanged. 0 or D: the whole head. Even,
@@ -500,6 +504,9 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       detail::need_rank(k, in, 0, 1);
       if (!valid_norm_epsilon(a.epsilon))
         bad_operands(k, "epsilon " + exact_number(a.epsilon) + " is not a finite number in (0, " + exact_number(max_norm_epsilon) + "]");
+      if (!std::isfinite(a.weight_offset)) bad_operands(k, "weight_offset " + exact_number(a.weight_offset) + " is not a finite number");
+      if (a.weight_offset != 0.0 && in.size() < 2)
+        bad_operands(k, "weight_offset " + exact_number(a.weight_offset) + " without a weight: it offsets the weight (weight_offset + weight)");
       for (std::size_t i = 1; i < in.size(); ++i)
         if (!(in[i] == tensor_shape{detail::last_dim(in[0])}))
           bad_operands(k, "operand " + std::to_string(i) + " " + to_string(in[i]) + " must be [" +
@@ -511,7 +518,9 @@ inline tensor_shape infer_shape(op_kind k, const op_attrs& a, std::span<const te
       if (ax < 0 || ax >= in[0].rank) bad_operands(k, "axis " + std::to_string(a.axis) + " outside " + to_string(in[0]));
       return in[0];
     }
-    case op_kind::embedding: return detail::embedding_shape(k, in);
+    case op_kind::embedding:
+      if (!std::isfinite(a.scale)) bad_operands(k, "scale " + exact_number(a.scale) + " is not a finite number");
+      return detail::embedding_shape(k, in);
     case op_kind::reshape: return detail::reshape_shape(k, a, in);
     case op_kind::transpose: return detail::transpose_shape(k, a, in);
     case op_kind::reduce_sum:

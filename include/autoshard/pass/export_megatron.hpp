@@ -222,6 +222,8 @@ struct megatron_model {
   /// The norms' epsilons (attrs.epsilon), each distinct one with the first norm that has it,
   /// in the graph's order: Megatron-LM's --norm-epsilon is one for every norm.
   std::vector<std::pair<double, std::string>> norm_epsilons;
+  std::pair<std::string, double> offset_norm;       ///< the first norm scaling by weight_offset + weight, its offset (Gemma's 1)
+  std::pair<std::string, double> scaled_embedding;  ///< the first embedding whose rows are scaled, its scale (Gemma's sqrt(hidden))
 };
 
 /// Model `g` of repeated layers `layers` and block `linears`: the first attention core's heads
@@ -255,6 +257,10 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
       md.norm_epsilons.emplace_back(nd.attrs.epsilon, nd.name);
     if (nd.kind == op_kind::rotary) md.rope = true;
     if (nd.kind == op_kind::rotary && !nd.attrs.rotary_frequencies.empty() && md.scaled_rope.empty()) md.scaled_rope = nd.name;
+    if ((nd.kind == op_kind::rms_norm || nd.kind == op_kind::layer_norm) && nd.attrs.weight_offset != 0.0 && md.offset_norm.first.empty())
+      md.offset_norm = {nd.name, nd.attrs.weight_offset};
+    if (nd.kind == op_kind::embedding && nd.attrs.scale != 1.0 && md.scaled_embedding.first.empty())
+      md.scaled_embedding = {nd.name, nd.attrs.scale};
     if (nd.kind == op_kind::rotary) {
       const std::int64_t D = nd.attrs.heads > 0 ? nd.shape[nd.shape.rank - 1u] / nd.attrs.heads : 0, R = rotary_width(nd.attrs, D);
       if (md.rope_name.empty()) {
@@ -474,6 +480,14 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   detail::megatron_rope_problems(md, e.problems);
   detail::megatron_activation_problems(md, e.problems);
   detail::megatron_norm_problems(md, e.problems);
+  // megatron.core's local norms (WrappedTorchNorm) refuse --apply-layernorm-1p (zero-centred
+  // gamma), and GPTModel's embedding has no multiplier: Gemma's scaling is not said.
+  if (!md.offset_norm.first.empty())
+    problem(quoted_text(md.offset_norm.first) + " scales by " + exact_number(md.offset_norm.second) +
+            " + weight (Gemma's norms): no Megatron-LM argument says it for the local layer spec");
+  if (!md.scaled_embedding.first.empty())
+    problem(quoted_text(md.scaled_embedding.first) + " (embedding) multiplies its rows by " + exact_number(md.scaled_embedding.second) +
+            " (Gemma's normalizer): Megatron-LM's GPTModel does not");
   if (md.bias && !md.unbiased.empty() && !md.qkv_bias_only)
     problem(quoted_text(md.biased) + " has a bias and " + quoted_text(md.unbiased) + " none: Megatron-LM's block linears have " +
             "biases all (its default), none (--disable-bias-linear) or only query/key/value's (--add-qkv-bias)");

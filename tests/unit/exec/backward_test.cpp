@@ -121,6 +121,10 @@ std::vector<bw_case> bw_cases() {
   eps.epsilon = 0.5;
   v.push_back({"layer_norm, epsilon 0.5", op_kind::layer_norm, eps, {{3, 6}, {6}, {6}}, {}});
   v.push_back({"rms_norm, epsilon 0.5", op_kind::rms_norm, eps, {{3, 6}, {6}}, {}});
+  op_attrs offset;  // Gemma's norms: the row times 1 + weight
+  offset.weight_offset = 1.0;
+  v.push_back({"rms_norm, weight_offset 1 (Gemma's)", op_kind::rms_norm, offset, {{3, 6}, {6}}, {}});
+  v.push_back({"layer_norm, weight_offset 1", op_kind::layer_norm, offset, {{3, 6}, {6}, {6}}, {}});
   op_attrs last;
   last.axis = -1;
   op_attrs mid;
@@ -128,6 +132,9 @@ std::vector<bw_case> bw_cases() {
   v.push_back({"softmax, last axis", op_kind::softmax, last, {{2, 3, 4}}, {}});
   v.push_back({"softmax, middle axis", op_kind::softmax, mid, {{2, 3, 4}}, {}});
   v.push_back({"embedding", op_kind::embedding, none, {{2, 3}, {5, 4}}, {5, 0}});
+  op_attrs scaled;  // Gemma's normalizer
+  scaled.scale = 2.5;
+  v.push_back({"embedding, rows scaled by 2.5 (Gemma's normalizer)", op_kind::embedding, scaled, {{2, 3}, {5, 4}}, {5, 0}});
   op_attrs rs;
   rs.dims = {3, 4};
   v.push_back({"reshape", op_kind::reshape, rs, {{2, 6}}, {}});

@@ -164,6 +164,44 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
       CHECK_THROWS_WITH_AS(infer_shape(op_kind::rms_norm, a, s), doctest::Contains(why.c_str()), graph_error);
     }
   }
+  SUBCASE("Gemma's scaling: a norm's weight_offset (1 + weight) and an embedding's scale, forward and backward") {
+    // x = [1, 2, 3, 4], mean square 7.5: rms_norm at the default epsilon divides by
+    // r = sqrt(7.50001); with weight_offset 1 and weight [0, 0, 1, -1] the row is times [1, 1, 2, 0].
+    const host_tensor x = make({1, 4}, {1, 2, 3, 4});
+    const host_tensor w = make({4}, {0, 0, 1, -1});
+    op_attrs gemma;
+    gemma.weight_offset = 1.0;
+    const host_tensor y = run1(op(op_kind::rms_norm, gemma), {&x, &w});
+    const double r = std::sqrt(7.5 + 1e-5);
+    const std::vector<double> want{1 / r, 2 / r, 2 * 3 / r, 0};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(y.as<double>()[i] == doctest::Approx(want[i]).epsilon(1e-14));
+    // Without the offset the same weights zero the first two: visibly another row.
+    CHECK(run1(op(op_kind::rms_norm), {&x, &w}).as<double>()[0] == 0.0);
+    // Backward, dy = [0, 0, 0, 1] on the zeroed column (1 + w = 0): dx is 0 and dw_3 = x_3 / r.
+    const host_tensor dy = make({1, 4}, {0, 0, 0, 1});
+    const std::vector<const host_tensor*> xs{&x, &w};
+    const std::vector<host_tensor> d =
+        run_kernel_backward<double>(op(op_kind::rms_norm, gemma), xs, dy, whole_context({x.shape(), w.shape()}, x.shape()));
+    for (std::size_t i = 0; i < 4; ++i) CHECK(d[0].as<double>()[i] == doctest::Approx(0.0).epsilon(1e-14));
+    CHECK(d[1].as<double>()[3] == doctest::Approx(4 / r).epsilon(1e-14));
+    // The embedding's rows times its scale (its gradient: backward_test's finite differences).
+    const host_tensor ids = make_ids({1, 2}, {2, 0});
+    const host_tensor table = make({3, 2}, {1, 2, 3, 4, 5, 6});
+    op_attrs norm;
+    norm.scale = 8.0;  // GemmaModel's sqrt(64)
+    const host_tensor e = run1(op(op_kind::embedding, norm), {&ids, &table});
+    const std::vector<double> rows{40, 48, 8, 16};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(e.as<double>()[i] == rows[i]);
+    // A scale or offset that is not a finite number is refused by the shape rule, naming it.
+    op_attrs inf_scale;
+    inf_scale.scale = std::numeric_limits<double>::infinity();
+    const std::vector<tensor_shape> es{tensor_shape{1, 2}, tensor_shape{3, 2}};
+    CHECK_THROWS_WITH_AS(infer_shape(op_kind::embedding, inf_scale, es), doctest::Contains("embedding: scale inf is not a finite number"),
+                         graph_error);
+    const std::vector<tensor_shape> alone{tensor_shape{1, 4}};
+    CHECK_THROWS_WITH_AS(infer_shape(op_kind::rms_norm, gemma, alone),
+                         doctest::Contains("rms_norm: weight_offset 1 without a weight"), graph_error);
+  }
   SUBCASE("layer norm, softmax, cross-entropy, embedding, rotary") {
     const host_tensor x = make({1, 4}, {1, 2, 3, 4});
     const host_tensor w = make({4}, {1, 1, 2, 2});

@@ -544,3 +544,43 @@ TEST_CASE("norm epsilon: each family's key and transformers' default, on every n
   c.norm_epsilon = 0;
   CHECK_THROWS_WITH_AS(build_gpt2(c), doctest::Contains("gpt2 config: norm epsilon 0 is not a finite number in (0, 1]"), graph_error);
 }
+
+// modeling_gemma.py: GemmaRMSNorm returns norm(x) * (1 + weight), and GemmaModel multiplies the
+// embeddings by hidden_size ** 0.5 in the weight's dtype (GemmaTextScaledWordEmbedding).
+TEST_CASE("gemma: every norm scales by 1 + weight, the embeddings by sqrt(hidden) in the model's dtype") {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(hf_dir + "gemma-2b.json"));
+  hf_model m = read_hf_config(j);
+  m.config.layers = 2;
+  m.config.seq = 4;
+  m.config.batch = 1;
+  CHECK(m.config.gemma_scaling);
+  const model_graph g = build_hf(m);
+  int norms = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::rms_norm) {
+      CHECK(g[v].attrs.weight_offset == 1.0);
+      ++norms;
+    }
+  CHECK(norms == 5);  // two a layer and the final norm
+  const auto embed = find_vertex(g, "model.embed_tokens");
+  REQUIRE(embed);
+  CHECK(g[*embed].attrs.scale == 45.25);  // sqrt(2048) = 45.2548 in bfloat16, gemma-2b's torch_dtype
+  j["torch_dtype"] = "float32";
+  hf_model f32 = read_hf_config(j);
+  f32.config.layers = 1;
+  const model_graph g32 = build_hf(f32);
+  CHECK(g32[*find_vertex(g32, "model.embed_tokens")].attrs.scale == static_cast<double>(static_cast<float>(std::sqrt(2048.0))));
+  // Mistral and LLaMA: neither.
+  nlohmann::json l = nlohmann::json::parse(std::ifstream(hf_dir + "llama-2-7b.json"));
+  hf_model lm = read_hf_config(l);
+  lm.config.layers = 1;
+  CHECK_FALSE(lm.config.gemma_scaling);
+  const model_graph lg = build_hf(lm);
+  CHECK(lg[*find_vertex(lg, "model.embed_tokens")].attrs.scale == 1.0);
+  CHECK(lg[*find_vertex(lg, "model.norm")].attrs.weight_offset == 0.0);
+  // No key says it: a config of another model_type cannot carry it, nor a gemma one drop it.
+  lm.config.gemma_scaling = true;
+  CHECK_THROWS_WITH_AS(to_hf_config(lm), doctest::Contains("llama config: Gemma's scaling"), graph_error);
+  m.config.gemma_scaling = false;
+  CHECK_THROWS_WITH_AS(to_hf_config(m), doctest::Contains("gemma config: transformers' gemma scales its norms by 1 + weight"), graph_error);
+}

@@ -317,6 +317,39 @@ TEST_CASE("JSON: a norm's epsilon round-trips exactly, is written only where it 
   CHECK(contains(expect_io_error(norm("rms_norm", R"("epsilon": "1e-5")")), "nodes[1].attrs.epsilon is \"1e-5\", not a number"));
 }
 
+TEST_CASE("JSON: Gemma's scaling, a norm's weight_offset and an embedding's scale, round-trips and is checked") {
+  model_graph g;
+  const vertex_t ids = add_input(g, "ids", {2, 3}, dtype::i64);
+  const vertex_t table = add_parameter(g, "table", {16, 8}, dtype::f32);
+  op_attrs e;
+  e.scale = 2.8284271247461903;  // sqrt(8)
+  const vertex_t x = add_op(g, op_kind::embedding, "embed", {ids, table}, e);
+  const vertex_t w = add_parameter(g, "norm.weight", {8}, dtype::f32);
+  op_attrs n;
+  n.weight_offset = 1.0;
+  add_op(g, op_kind::rms_norm, "norm", {x, w}, n);
+  add_op(g, op_kind::rms_norm, "plain", {x, w});
+  std::ostringstream out;
+  write_json(out, g);
+  CHECK(contains(out.str(), "\"scale\": 2.8284271247461903"));
+  CHECK(contains(out.str(), "\"weight_offset\": 1.0"));
+  CHECK(!contains(out.str().substr(out.str().find("\"plain\"")), "weight_offset"));
+  std::istringstream in(out.str());
+  const model_graph back = read_json(in);
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) CHECK(back[v].attrs == g[v].attrs);
+  op_attrs other = g[2].attrs;
+  other.scale = 1.0;
+  CHECK_FALSE(other == g[2].attrs);
+
+  const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [{"name": "x", "kind": "input", "shape": [3, 8], "dtype": "f32"},)";
+  CHECK(contains(expect_graph_error(head + R"({"name": "ln", "kind": "rms_norm", "shape": [3, 8], "dtype": "f32", "inputs": ["x"], "attrs": {"weight_offset": 1}}]})"),
+                 "vertex 'ln': rms_norm: weight_offset 1 without a weight"));
+  CHECK(contains(expect_io_error(head + R"({"name": "ln", "kind": "rms_norm", "shape": [3, 8], "dtype": "f32", "inputs": ["x"], "attrs": {"weight_offset": "1"}}]})"),
+                 "nodes[1].attrs.weight_offset is \"1\", not a number"));
+  CHECK(contains(expect_io_error(head + R"({"name": "e", "kind": "embedding", "shape": [3, 8, 8], "dtype": "f32", "inputs": ["x", "x"], "attrs": {"scale": true}}]})"),
+                 "nodes[1].attrs.scale is true, not a number"));
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

@@ -199,8 +199,8 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
         if (!ln) mean = 0;
         for (std::int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean) / static_cast<double>(n);
         for (std::int64_t i = 0; i < n; ++i) {
-          y[i] = (x[i] - mean) / std::sqrt(var + 1e-5);
-          if (in.size() > 1) y[i] *= in[1].v[static_cast<std::size_t>(i)];
+          y[i] = (x[i] - mean) / std::sqrt(var + a.epsilon);
+          if (in.size() > 1) y[i] *= a.weight_offset + in[1].v[static_cast<std::size_t>(i)];
           if (in.size() > 2) y[i] += in[2].v[static_cast<std::size_t>(i)];
         }
       });
@@ -228,7 +228,8 @@ dense apply(const node& nd, const std::vector<dense>& in, const op_context& c) {
       for (std::size_t i = 0; i < ids.v.size(); ++i) {
         const auto id = static_cast<std::int64_t>(ids.v[i]) - row_off;
         if (id < 0 || id >= rows) continue;  // another rank's rows (vocab-parallel)
-        for (std::int64_t h = 0; h < H; ++h) o.v[i * static_cast<std::size_t>(H) + static_cast<std::size_t>(h)] = tab.v[static_cast<std::size_t>(id * H + h)];
+        for (std::int64_t h = 0; h < H; ++h)
+          o.v[i * static_cast<std::size_t>(H) + static_cast<std::size_t>(h)] = a.scale * tab.v[static_cast<std::size_t>(id * H + h)];
       }
       return o;
     }
@@ -555,10 +556,17 @@ TEST_CASE("every strategy of every operator kind computes the sharded result") {
   });
   run(op_kind::layer_norm, [](one_op& t) { t.add("x", {4, 3, 6}); t.add("w", {6}); t.add("b", {6}); });
   run(op_kind::rms_norm, [](one_op& t) { t.add("x", {4, 6}); t.add("w", {6}); });
+  op_attrs gemma_norm;  // Gemma's: the row times 1 + weight; and an epsilon that shows
+  gemma_norm.weight_offset = 1.0;
+  gemma_norm.epsilon = 0.5;
+  run(op_kind::rms_norm, [](one_op& t) { t.add("x", {4, 6}); t.add("w", {6}); }, gemma_norm);
   op_attrs sm;
   sm.axis = 1;
   run(op_kind::softmax, [](one_op& t) { t.add("x", {4, 5, 2}); }, sm);
   run(op_kind::embedding, [](one_op& t) { t.add("ids", {4, 3}, dtype::i64, 10); t.add("table", {10, 6}); });
+  op_attrs scaled;  // Gemma's normalizer: a vocab-parallel partial sum scales as well
+  scaled.scale = 3.0;
+  run(op_kind::embedding, [](one_op& t) { t.add("ids", {4, 3}, dtype::i64, 10); t.add("table", {10, 6}); }, scaled);
   op_attrs rs;
   rs.dims = {4, 3, 2, 4};
   run(op_kind::reshape, [](one_op& t) { t.add("x", {4, 6, 4}); }, rs);

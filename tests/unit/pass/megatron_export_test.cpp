@@ -453,6 +453,18 @@ TEST_CASE("export --to megatron: biases on all block linears, none, or query/key
   CHECK(a.count("--add-qkv-bias") == 0);
 }
 
+TEST_CASE("export --to megatron refuses Gemma's scaling: norms by 1 + weight, embeddings by sqrt(hidden)") {
+  // megatron.core's local norms (WrappedTorchNorm) refuse zero-centred gamma (--apply-layernorm-1p),
+  // and GPTModel does not scale its embeddings: exported without a word, it was another model.
+  transformer_config c = mx_llama(2);
+  c.gemma_scaling = true;
+  const std::vector<std::string> problems = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2)))).problems;
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0] == "'model.layers.0.input_layernorm' scales by 1 + weight (Gemma's norms): no Megatron-LM argument says it for the "
+                       "local layer spec");
+  CHECK(problems[1] == "'model.embed_tokens' (embedding) multiplies its rows by 16 (Gemma's normalizer): Megatron-LM's GPTModel does not");
+}
+
 TEST_CASE("export --to megatron: --rotary-percent is a decimal Megatron-LM's int(D * p) reads back as exactly R dims") {
   // 30 of 44 dims: 30/44 is 0.6818181818181818, and int(44 * 0.6818181818181818) is 29 in
   // double (as in Python); the next double up, 0.6818181818181819, gives 30.

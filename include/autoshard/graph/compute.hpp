@@ -15,7 +15,7 @@
 /// scaled masked softmax reads and writes them, dropout (when the model has it) reads them and
 /// writes them and its 1-byte mask, the product with V reads them: 8 bytes per score element,
 /// 13 with dropout. As `flash` it reads q, k, v and writes its output, and a causal mask skips
-/// the masked half of the pairs.
+/// the masked half of the pairs (with a sliding window, every pair outside it: attention_pairs).
 ///
 /// Memory kept for the backward (training; autograd's saved tensors, as Korthikanti et al.
 /// 2022 count them): a tensor is kept when an operator needs it in its backward: the input of
@@ -51,6 +51,16 @@ inline double attention_scores(const node& nd, const std::vector<tensor_shape>& 
          static_cast<double>(in[1][1]);
 }
 
+/// The (query, key) pairs a causal attention core over S queries and S keys keeps: S (S + 1) / 2,
+/// or with a sliding window W < S (op_attrs::window) the W (W + 1) / 2 of the first W queries
+/// and W for each later one. Per batch row and head.
+inline double attention_pairs(const op_attrs& a, std::int64_t S) {
+  const double s = static_cast<double>(S);
+  if (a.window <= 0 || a.window >= S) return s * (s + 1.0) / 2.0;
+  const double w = static_cast<double>(a.window);
+  return w * (w + 1.0) / 2.0 + (s - w) * w;
+}
+
 /// Bytes the unfused attention core moves through HBM per score element in one forward (see
 /// the header comment): 8, or 13 with attention dropout.
 constexpr double unfused_score_traffic(bool dropout) noexcept { return dropout ? 13.0 : 8.0; }
@@ -71,12 +81,13 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
     case op_kind::matmul: return 2.0 * n_out * static_cast<double>(in[0][in[0].rank - 1u]);
     case op_kind::attention: {
       // Scores and the weighted sum, 2 FLOPs per multiply-add each, over the (query, key) pairs
-      // computed: all Sq x Sk of them, or with a causal mask over equal lengths the S (S + 1) / 2
-      // a causal flash kernel computes (it skips the masked blocks): about half. The unfused
-      // kernel computes every pair and masks afterwards.
+      // computed: all Sq x Sk of them, or with a causal mask over equal lengths the pairs it
+      // keeps (attention_pairs: S (S + 1) / 2, about half, and with a sliding window W < S
+      // fewer, about S W), which a flash kernel computes alone (it skips the masked blocks).
+      // The unfused kernel computes every pair and masks afterwards, a window's as a causal one's.
       const double sq = static_cast<double>(in[0][1]), sk = static_cast<double>(in[1][1]);
       const bool skip = nd.attrs.causal && in[0][1] == in[1][1] && kernel == attention_kernel::flash;
-      const double pairs = skip ? sq * (sq + 1.0) / 2.0 : sq * sk;
+      const double pairs = skip ? attention_pairs(nd.attrs, in[0][1]) : sq * sk;
       return 4.0 * static_cast<double>(in[0][0]) * pairs * static_cast<double>(in[0][2]);
     }
     case op_kind::layer_norm:

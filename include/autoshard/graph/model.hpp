@@ -135,6 +135,11 @@ constexpr bool is_source(op_kind k) noexcept { return k == op_kind::input || k =
 struct op_attrs {
   bool transposed_weight = false;  ///< linear: weight stored [in,out] (GPT-2 Conv1D)
   bool causal = false;             ///< attention: causal mask
+  /// attention, causal only: a sliding window of W keys: the query at position q sees keys
+  /// q-W+1..q (itself and the W-1 before it), as transformers' sliding_window (masking_utils.py
+  /// sliding_window_overlay: kv_idx > q_idx - sliding_window, with the causal kv_idx <= q_idx).
+  /// 0: no window, every earlier key. A window at least the sequence masks nothing more.
+  std::int64_t window = 0;
   bool dropout = false;            ///< attention: its probabilities dropped out in training (GPT-2's attn_pdrop, BERT's)
   int axis = -1;                   ///< softmax, concat, split: tensor dim, negative counts from the end
   int heads = 0;                   ///< attention (query heads), rotary
@@ -171,6 +176,9 @@ struct op_attrs {
                                    ///< (graph_batch, with_batch_seq), and no gradient, as any input
   friend bool operator==(const op_attrs&, const op_attrs&) = default;
 };
+
+/// The largest sliding window an attention takes (op_attrs::window): far beyond any context.
+inline constexpr std::int64_t max_attention_window = std::int64_t{1} << 40;
 
 /// The most explicit rotary frequencies a graph file may give (half the largest head size read).
 inline constexpr std::size_t max_rotary_frequencies = std::size_t{1} << 16;
@@ -464,6 +472,10 @@ inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<cons
     bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
                         "] for q " + to_string(in[0]) + ", got " + shapes_str(in.subspan(1)));
   if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
+  if (a.window < 0 || a.window > max_attention_window)
+    bad_operands(k, "window " + std::to_string(a.window) + " is not a key count in 1.." + std::to_string(max_attention_window) + " (0: none)");
+  if (a.window != 0 && !a.causal)
+    bad_operands(k, "window " + std::to_string(a.window) + " is a causal sliding window, but the attention is not causal");
   if (in[1][1] == 0 && has_elements(in[0]))
     bad_operands(k, "k and v " + to_string(in[1]) + " hold no key: each query of " + to_string(in[0]) + " would weigh none, 0/0");
   return in[0];

@@ -88,7 +88,7 @@ inline std::vector<std::int64_t> strategy_count_key(const model_graph& g, vertex
   const node& nd = g[v];
   const op_attrs& a = nd.attrs;
   std::vector<std::int64_t> k{static_cast<std::int64_t>(nd.kind), static_cast<std::int64_t>(nd.type), a.transposed_weight, a.causal,
-                              a.dropout, a.axis, a.heads, a.kv_heads, a.start, a.length, a.elementwise, r.plain, r.selective, r.full};
+                              a.window, a.dropout, a.axis, a.heads, a.kv_heads, a.start, a.length, a.elementwise, r.plain, r.selective, r.full};
   const auto tensor = [&](vertex_t u) {
     k.insert(k.end(), {static_cast<std::int64_t>(g[u].shape.rank), static_cast<std::int64_t>(g[u].type), fused[u].dim, fused[u].parts});
     for (std::size_t d = 0; d < g[u].shape.rank; ++d) k.push_back(g[u].shape[d]);

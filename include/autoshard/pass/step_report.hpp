@@ -27,6 +27,7 @@
 
 #include "../core/layout.hpp"     // sharding_spec
 #include "../core/mesh.hpp"       // device_mesh
+#include "../graph/compute.hpp"   // attention_pairs
 #include "../graph/model.hpp"     // model_graph
 #include "../graph/resize.hpp"    // graph_batch
 #include "../graph/strategy.hpp"  // strategy
@@ -57,9 +58,9 @@ inline step_flops count_step_flops(const model_graph& g, int micro_batches, cons
       const tensor_shape q = g[ops[0]].shape, k = g[ops[1]].shape;
       const double b = static_cast<double>(q[0]), sq = static_cast<double>(q[1]), d = static_cast<double>(q[2]);
       x = 4.0 * b * sq * static_cast<double>(k[1]) * d;
-      // A causal mask over equal lengths keeps S (S + 1) / 2 of the S x S pairs (compute.hpp's
-      // op_flops counts the same pairs for a flash kernel).
-      if (nd.attrs.causal && q[1] == k[1]) f.masked += 4.0 * b * (sq * sq - sq * (sq + 1.0) / 2.0) * d * micro_batches;
+      // A causal mask over equal lengths keeps S (S + 1) / 2 of the S x S pairs, a sliding
+      // window fewer (compute.hpp's attention_pairs, which op_flops counts for a flash kernel).
+      if (nd.attrs.causal && q[1] == k[1]) f.masked += 4.0 * b * (sq * sq - detail::attention_pairs(nd.attrs, q[1])) * d * micro_batches;
     }
     (layers.layer[v] >= 0 ? f.layers : f.rest) += x * micro_batches;
   }

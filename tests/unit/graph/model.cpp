@@ -350,6 +350,57 @@ TEST_CASE("JSON: Gemma's scaling, a norm's weight_offset and an embedding's scal
                  "nodes[1].attrs.scale is true, not a number"));
 }
 
+TEST_CASE("JSON: an attention's sliding window round-trips, is checked, and prices only the pairs it keeps") {
+  const auto att = [](const std::string& attrs) {
+    return std::string(R"({"format": "autoshard.graph", "version": 1, "nodes": [)") +
+           R"({"name": "q", "kind": "input", "shape": [2, 8, 16], "dtype": "f32"},)"
+           R"({"name": "a", "kind": "attention", "shape": [2, 8, 16], "dtype": "f32", "inputs": ["q", "q", "q"],)"
+           R"( "attrs": {"heads": 2, )" + attrs + "}}]}";
+  };
+  std::istringstream in(att(R"("causal": true, "window": 3)"));
+  const model_graph g = read_json(in);
+  CHECK(g[1].attrs.window == 3);
+  std::ostringstream out;
+  write_json(out, g);
+  CHECK(contains(out.str(), "\"window\": 3"));
+  std::istringstream back(out.str());
+  CHECK(read_json(back)[1].attrs == g[1].attrs);
+  op_attrs other = g[1].attrs;  // operator== sees it
+  other.window = 4;
+  CHECK(!(other == g[1].attrs));
+  std::istringstream none(att(R"("causal": true)"));
+  std::ostringstream plain;
+  write_json(plain, read_json(none));
+  CHECK(!contains(plain.str(), "window"));  // 0, no window, is not written
+
+  CHECK(contains(expect_graph_error(att(R"("window": 3)")),
+                 "vertex 'a': attention: window 3 is a causal sliding window, but the attention is not causal"));
+  CHECK(contains(expect_io_error(att(R"("causal": true, "window": -1)")), "nodes[1].attrs.window is -1, not an integer in [0, 1099511627776]"));
+  CHECK(contains(expect_io_error(att(R"("causal": true, "window": 1099511627777)")), "nodes[1].attrs.window is 1099511627777"));
+  model_graph h;  // built in code past the reader, the shape check still bounds it
+  op_attrs bad;
+  bad.heads = 2;
+  bad.causal = true;
+  bad.window = -2;
+  const vertex_t q = add_input(h, "q", {2, 8, 16}, dtype::f32);
+  CHECK_THROWS_WITH_AS(add_op(h, op_kind::attention, "a", {q, q, q}, bad), doctest::Contains("window -2 is not a key count"), graph_error);
+
+  // FLOPs: 4 x batch x pairs x width; causal over 8 positions keeps 36 pairs, a window of 3 keeps
+  // 1 + 2 + 3 x 6 = 21, a window of 8 or more all 36. The unfused kernel computes all 64 either way.
+  const auto flops = [&](std::int64_t w, attention_kernel k) {
+    node nd = g[1];
+    nd.attrs.window = w;
+    return detail::op_flops(nd, {g[0].shape, g[0].shape, g[0].shape}, nd.shape, k);
+  };
+  CHECK(flops(0, attention_kernel::flash) == 4.0 * 2 * 36 * 16);
+  CHECK(flops(3, attention_kernel::flash) == 4.0 * 2 * 21 * 16);
+  CHECK(flops(1, attention_kernel::flash) == 4.0 * 2 * 8 * 16);
+  CHECK(flops(8, attention_kernel::flash) == flops(0, attention_kernel::flash));
+  CHECK(flops(100, attention_kernel::flash) == flops(0, attention_kernel::flash));
+  CHECK(flops(3, attention_kernel::unfused) == 4.0 * 2 * 64 * 16);
+  CHECK(flops(3, attention_kernel::unfused) == flops(0, attention_kernel::unfused));
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

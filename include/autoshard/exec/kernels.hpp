@@ -523,16 +523,21 @@ host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> 
 
 /// Scaled-dot-product attention of q[B,S,hq*D] with k,v[B,Sk,hkv*D]; query head h reads
 /// key/value head h / (hq/hkv). D comes from the global width and attrs.heads.
-/// Row-wise softmax of attention scores in place; with `causal`, query i sees keys 0..i only
-/// (the rest become 0). The forward kernel and its backward share it, so they cannot drift.
+/// Row-wise softmax of attention scores in place; with `causal`, query i sees keys 0..i only,
+/// and with a sliding `window` W > 0 as well only keys i-W+1..i (op_attrs::window: itself and
+/// the W-1 before it, transformers' kv_idx > q_idx - sliding_window); the rest become 0. Row
+/// and column indices are the global positions: no strategy splits the attention core's
+/// sequence (strategy.hpp: batch or heads), so a rank holds every query and key of its heads.
+/// The forward kernel and its backward share it, so they cannot drift.
 template <class T>
-void softmax_scores(rm_matrix<T>& p, bool causal) {
+void softmax_scores(rm_matrix<T>& p, bool causal, std::int64_t window = 0) {
   const std::int64_t S = p.rows(), Sk = p.cols();
   for (std::int64_t i = 0; i < S; ++i) {
     const std::int64_t last = causal ? std::min(i, Sk - 1) : Sk - 1;
+    const std::int64_t first = causal && window > 0 ? std::max<std::int64_t>(0, i - window + 1) : 0;
     T mx = -std::numeric_limits<T>::infinity(), sum = 0;
-    for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, p(i, j));
-    for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j <= last ? std::exp(p(i, j) - mx) : T(0));
+    for (std::int64_t j = first; j <= last; ++j) mx = std::max(mx, p(i, j));
+    for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j >= first && j <= last ? std::exp(p(i, j) - mx) : T(0));
     p.row(i) /= sum;
   }
 }
@@ -582,7 +587,7 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
       stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       p.noalias() = Q * K.transpose();  // into p: (Q K^T) * scale would make an S x Sk temporary
       p *= scale;
-      softmax_scores(p, nd.attrs.causal);
+      softmax_scores(p, nd.attrs.causal, nd.attrs.window);
       Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
           .noalias() = p * V;
     }

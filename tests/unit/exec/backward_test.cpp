@@ -158,6 +158,9 @@ std::vector<bw_case> bw_cases() {
   at.kv_heads = 2;
   at.causal = true;
   v.push_back({"causal attention, grouped heads", op_kind::attention, at, {{2, 3, 8}, {2, 3, 4}, {2, 3, 4}}, {}});
+  op_attrs atw = at;
+  atw.window = 2;
+  v.push_back({"causal attention, sliding window 2 of 5, grouped heads", op_kind::attention, atw, {{2, 5, 8}, {2, 5, 4}, {2, 5, 4}}, {}});
   op_attrs at2;
   at2.heads = 2;
   v.push_back({"attention", op_kind::attention, at2, {{1, 3, 4}, {1, 4, 4}, {1, 4, 4}}, {}});
@@ -203,4 +206,32 @@ TEST_CASE("a backward kernel that is wrong is caught: the check can fail") {
   CHECK(diff > 1e-3);
   CHECK(bw_check(k) < 1e-6);
   CHECK_THROWS_AS(run_kernel_backward<double>(gelu, in, host_tensor(dtype::f64, {3}), c), exec_error);
+}
+
+TEST_CASE("a sliding window's backward: a key gets gradient only from the queries whose window holds it (hand-computed)") {
+  // Zero queries weigh the keys they see alike: with window 2 of 3 positions, query 0 sees key 0,
+  // query 1 keys 0 and 1 (1/2 each), query 2 keys 1 and 2; dy = 1 gives dv = 1 + 1/2, 1/2 + 1/2, 1/2
+  // (without the window query 2 would give key 0 a third too: 11/6).
+  op_attrs a;
+  a.heads = 1;
+  a.causal = true;
+  a.window = 2;
+  const node nd{"op", op_kind::attention, a, {}, dtype::f64};
+  const std::vector<tensor_shape> shapes{{1, 3, 1}, {1, 3, 1}, {1, 3, 1}};
+  host_tensor q(dtype::f64, {1, 3, 1}), k(dtype::f64, {1, 3, 1}), v(dtype::f64, {1, 3, 1}), dy(dtype::f64, {1, 3, 1});
+  for (int i = 0; i < 3; ++i) {
+    q.as<double>()[i] = 0.0;
+    k.as<double>()[i] = static_cast<double>(i + 1);
+    v.as<double>()[i] = static_cast<double>(i);
+    dy.as<double>()[i] = 1.0;
+  }
+  std::vector<const host_tensor*> in{&q, &k, &v};
+  const std::vector<host_tensor> g = run_kernel_backward<double>(nd, in, dy, whole_context(shapes, shapes[0]));
+  REQUIRE(g.size() == 3);
+  CHECK(g[2].as<double>()[0] == doctest::Approx(1.5).epsilon(1e-14));
+  CHECK(g[2].as<double>()[1] == doctest::Approx(1.0).epsilon(1e-14));
+  CHECK(g[2].as<double>()[2] == doctest::Approx(0.5).epsilon(1e-14));
+  // Query 2's score gradient: p (dp - p.dp) over keys 1, 2 (v 1, 2, weights 1/2): dq = scale sum_j ds_j k_j
+  // = (1/2 (1 - 1.5) x 2 + 1/2 (2 - 1.5) x 3) = 0.25; key 0 outside its window adds nothing.
+  CHECK(g[0].as<double>()[2] == doctest::Approx(0.25).epsilon(1e-14));
 }

@@ -202,6 +202,36 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     CHECK_THROWS_WITH_AS(infer_shape(op_kind::rms_norm, gemma, alone),
                          doctest::Contains("rms_norm: weight_offset 1 without a weight"), graph_error);
   }
+  SUBCASE("causal attention with a sliding window: position q sees keys q-W+1..q, the window's W keys") {
+    // Zero queries score every key alike, so each output is the mean of the values it sees:
+    // v = 1, 10, 100, 1000 at positions 0..3 (both dims, 10x apart).
+    op_attrs a;
+    a.heads = 1;
+    a.causal = true;
+    const host_tensor q = make({1, 4, 2}, {0, 0, 0, 0, 0, 0, 0, 0});
+    const host_tensor k = make({1, 4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+    const host_tensor v = make({1, 4, 2}, {1, 10, 10, 100, 100, 1000, 1000, 10000});
+    const auto first_dims = [&](const op_attrs& at) {
+      const host_tensor o = run1(op(op_kind::attention, at), {&q, &k, &v});
+      std::vector<double> r;
+      for (int i = 0; i < 4; ++i) r.push_back(o.as<double>()[2 * i]);
+      return r;
+    };
+    const std::vector<double> full = first_dims(a);
+    CHECK(full[3] == doctest::Approx(1111.0 / 4).epsilon(1e-14));
+    a.window = 2;  // itself and the one key before it
+    const std::vector<double> w2 = first_dims(a);
+    CHECK(w2[0] == doctest::Approx(1.0).epsilon(1e-14));
+    CHECK(w2[1] == doctest::Approx(11.0 / 2).epsilon(1e-14));
+    CHECK(w2[2] == doctest::Approx(110.0 / 2).epsilon(1e-14));
+    CHECK(w2[3] == doctest::Approx(1100.0 / 2).epsilon(1e-14));
+    a.window = 1;  // itself only
+    CHECK(first_dims(a) == std::vector<double>{1, 10, 100, 1000});
+    a.window = 4;  // the whole sequence: as no window
+    CHECK(first_dims(a) == full);
+    a.window = 1000;
+    CHECK(first_dims(a) == full);
+  }
   SUBCASE("layer norm, softmax, cross-entropy, embedding, rotary") {
     const host_tensor x = make({1, 4}, {1, 2, 3, 4});
     const host_tensor w = make({4}, {1, 1, 2, 2});
@@ -413,6 +443,9 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   att.kv_heads = 2;
   att.causal = true;
   make_case(op_kind::attention, {{"q", {2, 3, 8}, f}, {"k", {2, 3, 4}, f}, {"v", {2, 3, 4}, f}}, att);
+  op_attrs att_window = att;  // a sliding window of 2 of 5 positions, on every split of the heads and batch
+  att_window.window = 2;
+  make_case(op_kind::attention, {{"q", {2, 5, 8}, f}, {"k", {2, 5, 4}, f}, {"v", {2, 5, 4}, f}}, att_window);
   make_case(op_kind::where, {{"c", {4, 1, 6}, dtype::boolean}, {"x", {4, 3, 6}, f}, {"y", {6}, f}});
   op_attrs ex;
   ex.dims = {4, 3, 2, 6};

@@ -101,6 +101,14 @@ PHI3_CONFIG = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidd
                "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                "torch_dtype": "float32"}
 
+# Mistral's sliding window: a window of 4 at the sequence of 16 is refused (megatron.core's
+# window_size is not written: its local attention makes the window's mask on CUDA only); one of
+# 16, the whole sequence, masks nothing more and exports as LLaMA's causal attention.
+MISTRAL_CONFIG = {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 64,
+                  "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                  "vocab_size": 256, "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-05,
+                  "sliding_window": 16, "tie_word_embeddings": False, "torch_dtype": "float32"}
+
 CASES = {
     # The built-in LLaMA: RMSNorm, SwiGLU, rotary at 10000, untied, no biases.
     "llama-7b": dict(model=["--model", "llama-7b", "--layers", "2", "--hidden", "64", "--heads", "4", "--ffn", "128",
@@ -110,6 +118,10 @@ CASES = {
     # With Qwen2's published rms_norm_eps, 1e-6: --norm-epsilon 1e-06 (Megatron-LM's default is 1e-5).
     "qwen2-config": dict(config=QWEN2_CONFIG, tp=2, controls=[("drop", "--add-qkv-bias"), ("drop", "--norm-epsilon")]),
     "phi3-config": dict(config=PHI3_CONFIG, tp=2, controls=[("drop", "--ffn-hidden-size")]),
+    "mistral-window-16": dict(config=MISTRAL_CONFIG, tp=2, controls=[("drop", "--untie-embeddings-and-output-weights")]),
+    "mistral-window-4-refused": dict(config=dict(MISTRAL_CONFIG, sliding_window=4), tp=2, controls=[],
+                                     refused="'model.layers.0.self_attn.attention' (attention) sees a sliding window of 4 keys, "
+                                             "shorter than the sequence of 16"),
     # The built-in GPT-2: LayerNorm, GELU's tanh form (Megatron's bias_gelu_fusion), biases,
     # learned positions (a table of 1024), tied embeddings.
     "gpt2": dict(model=["--model", "gpt2", "--layers", "2", "--hidden", "64", "--heads", "4", "--vocab", "256"], tp=2,
@@ -418,6 +430,11 @@ def check(name, tool, work):
     plan = d / "plan.json"
     run_tool(tool, "plan", "--model", str(ckpt), *sizes, "--mesh", f"tp={case['tp']}", "--algo", "megatron", "--mode", "train",
              "--dtype", "f32", "--quiet", "--no-svg", "--out", str(plan))
+    if "refused" in case:
+        r = subprocess.run([tool, "export", "--plan", str(plan), "--to", "megatron"], capture_output=True, text=True, timeout=300)
+        if r.returncode != 1 or case["refused"] not in r.stderr:
+            raise AssertionError(f"export exited {r.returncode}, not refusing with {case['refused']!r}: {r.stderr[-2000:]}{r.stdout[-2000:]}")
+        return f"export --to megatron refuses it: {case['refused']}"
     lines = run_tool(tool, "export", "--plan", str(plan), "--to", "megatron")
     hf_config = json.loads((ckpt / "config.json").read_text())
     reference = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()

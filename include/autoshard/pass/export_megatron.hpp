@@ -208,6 +208,10 @@ struct megatron_model {
   op_kind act = op_kind::input;
   /// An attention core without the causal mask (an encoder's: BERT's), "" where none.
   std::string bidirectional;
+  /// An attention core whose sliding window is shorter than the sequence (its name and window;
+  /// "" and 0 where none): the arguments do not say a window (export_megatron refuses it).
+  std::string windowed;
+  std::int64_t window = 0, window_seq = 0;  ///< and the sequence its queries span
   bool gated = false, mlp_bias = false;
   /// The block linears' biases: a linear with one and one without (their names; "" where all
   /// alike), and whether those with one are exactly query/key/value's (Qwen2's).
@@ -251,6 +255,8 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
       if (!nd.attrs.causal) md.bidirectional = nd.name;
       if (md.hidden == 0) md.hidden = nd.shape[nd.shape.rank - 1u];
     }
+    if (nd.kind == op_kind::attention && nd.attrs.window > 0 && nd.shape.rank == 3 && nd.attrs.window < nd.shape[1] && md.windowed.empty())
+      md.windowed = nd.name, md.window = nd.attrs.window, md.window_seq = nd.shape[1];
     if (nd.kind == op_kind::rms_norm) md.rms = true;
     if ((nd.kind == op_kind::rms_norm || nd.kind == op_kind::layer_norm) &&
         std::none_of(md.norm_epsilons.begin(), md.norm_epsilons.end(), [&](const auto& e) { return e.first == nd.attrs.epsilon; }))
@@ -474,6 +480,14 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   if (!md.bidirectional.empty())
     problem(quoted_text(md.bidirectional) + " (attention) attends to every position, an encoder's: Megatron-LM's arguments " +
             "build GPTModel, a causal decoder");
+  // megatron-core has window_size (with window_attn_skip_freq for some layers), but its local
+  // attention (the spec without TransformerEngine, as tests/client/megatron_test.py runs it)
+  // makes the window's mask on CUDA only (transformer/utils.py get_sliding_window_causal_mask,
+  // 0.16.1), so the arguments could not be checked against transformers: a window that masks
+  // something at the plan's sequence is refused; a window at least the sequence masks nothing.
+  if (!md.windowed.empty())
+    problem(quoted_text(md.windowed) + " (attention) sees a sliding window of " + std::to_string(md.window) + " keys, shorter than the sequence of " +
+            std::to_string(md.window_seq) + ": the arguments would say full causal attention (megatron-core's --window-size is not written)");
   if (!md.scaled_rope.empty())
     problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
             "the arguments say Megatron-LM's rope, base^(-2i/D)");

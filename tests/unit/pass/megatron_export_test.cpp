@@ -479,3 +479,24 @@ TEST_CASE("export --to megatron: --rotary-percent is a decimal Megatron-LM's int
       if (!(read < 1.0) || static_cast<std::int64_t>(static_cast<double>(D) * read) != R) FAIL("R " << R << " of D " << D << ": " << *p);
     }
 }
+
+TEST_CASE("export --to megatron refuses a sliding window shorter than the sequence, naming it, and exports one at least the sequence") {
+  // megatron.core's window_size is not written (its local attention makes the window's mask on
+  // CUDA only, which the CPU check of the arguments cannot run): a window that masks something
+  // at the plan's sequence would be dropped, so it is refused; one at least the sequence masks nothing.
+  transformer_config c = mx_llama(2);
+  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
+  c.sliding_window = c.seq - 1;
+  const std::vector<std::string> problems = exported(build_llama(c)).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'model.layers.0.self_attn.attention' (attention) sees a sliding window of " + std::to_string(c.seq - 1) +
+                           " keys, shorter than the sequence of " + std::to_string(c.seq) +
+                           ": the arguments would say full causal attention (megatron-core's --window-size is not written)");
+  c.max_window_layers = 1;  // Qwen2's layers from max_window_layers on: the second layer's is named
+  CHECK(exported(build_llama(c)).problems.at(0).find("'model.layers.1.self_attn.attention' (attention)") == 0);
+  c.max_window_layers = 0;
+  c.sliding_window = c.seq;
+  const megatron_export e = exported(build_llama(c));
+  CHECK(e.problems.empty());
+  CHECK(mx_arguments(e).count("--window-size") == 0);
+}

@@ -77,6 +77,34 @@ for d, key, eps in (("qwen2-0.5b", "rms_norm_eps", 1e-6), ("bert-base-uncased", 
     assert norms and all(a.get("epsilon", 1e-5) == eps for a in norms), (d, norms)
     assert (eps == 1e-5) == all("epsilon" not in a for a in norms), (d, norms)
 EOF
+# Sliding windows survive synth: Mistral-7B's 4096 and Phi-3-mini-4k's 2047 written back, every
+# attention of the written directory's plan carrying it (kept above the sequence: it is the model).
+python3 - "$tmp/mistral-7b-v0.1" 4096 "$tmp/phi-3-mini-4k" 2047 <<'EOF' && ok || bad "mistral, phi3: sliding_window after synth"
+import json, sys
+for d, w in ((sys.argv[1], int(sys.argv[2])), (sys.argv[3], int(sys.argv[4]))):
+    assert json.load(open(d + "/config.json"))["sliding_window"] == w, d
+    att = [n["attrs"] for n in json.load(open(d + "/plan.json"))["graph"]["nodes"] if n["kind"] == "attention"]
+    assert len(att) == 2 and all(a.get("window") == w for a in att), (d, att)
+EOF
+# Qwen2's window on the layers from max_window_layers on, shorter than the sequence: synth writes
+# it back, the plan's second layer alone slides, and verify runs it on 2 ranks.
+mkdir -p "$tmp/qwen2-window"
+python3 - "$data/qwen2-0.5b.json" "$tmp/qwen2-window/in.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(use_sliding_window=True, sliding_window=3, max_window_layers=1)
+json.dump(c, open(sys.argv[2], "w"))
+EOF
+run "$tool" synth --model "$tmp/qwen2-window/in.json" "${small[@]}" --kv-heads 2 --ffn 128 --mode infer --out "$tmp/qwen2-window/m" &&
+run "$tool" plan --model "$tmp/qwen2-window/m" --mesh 2 --seq 8 --batch 2 --mode infer --quiet --out "$tmp/qwen2-window/plan.json" &&
+run "$tool" verify --plan "$tmp/qwen2-window/plan.json" && grep -q "^PASS" "$tmp/out" &&
+python3 - "$tmp/qwen2-window" <<'EOF' && ok || { bad "qwen2: sliding window after synth"; cat "$tmp/err"; }
+import json, sys
+c = json.load(open(sys.argv[1] + "/m/config.json"))
+assert c["use_sliding_window"] is True and c["sliding_window"] == 3 and c["max_window_layers"] == 1, c
+att = [n["attrs"].get("window", 0) for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"]["nodes"] if n["kind"] == "attention"]
+assert att == [0, 3], att
+EOF
 
 # A rope type autoshard does not compute (YaRN's context extension here; Phi-3-128k's longrope)
 # plans as its model, the rotaries at base^(-2i/D), with a note; synth writes the member back as

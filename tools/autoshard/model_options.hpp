@@ -113,6 +113,9 @@ struct model_options {
       if (ffn == 0 && c.ffn == 4 * c.hidden) c.ffn = four_hidden();
       if (c.embed_proj == c.hidden) c.embed_proj = hidden;
     }
+    if (layers > 0 && !c.sliding_layers.empty() && c.sliding_layers.size() != static_cast<std::size_t>(layers))
+      throw spec_error("--layers " + std::to_string(layers) + ": the config's layer_types names the sliding-window layers of " +
+                       std::to_string(c.sliding_layers.size()) + " layers one by one; give it as many");
     if (layers > 0) c.layers = layers;
     if (hidden > 0) c.hidden = hidden;
     set_heads(c);

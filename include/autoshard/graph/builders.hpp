@@ -103,6 +103,14 @@ struct transformer_config {
   /// word embeddings' rows are multiplied by sqrt(hidden) in the model's dtype (GemmaModel's
   /// normalizer; op_attrs::scale). build_llama only.
   bool gemma_scaling = false;
+  /// Sliding-window attention (Mistral's, Phi-3's and Qwen2's sliding_window): each query sees
+  /// itself and the sliding_window - 1 keys before it (op_attrs::window); 0: none.
+  int sliding_window = 0;
+  /// The layers the window applies to: one flag per layer (Qwen2's layer_types), else, empty,
+  /// the layers from max_window_layers on (Qwen2's max_window_layers; 0: every layer, as
+  /// Mistral's and Phi-3's). Read through window_of.
+  std::vector<bool> sliding_layers;
+  int max_window_layers = 0;
   bool new_decoder_architecture = false;  ///< Falcon-40B/180B: grouped qkv, ln_attn and ln_mlp
   int layer_norms = 1;          ///< Falcon new architecture: 2 is ln_attn + ln_mlp
   std::string prefix;           ///< BERT family: "bert" or "roberta" (empty: "bert")
@@ -111,6 +119,13 @@ struct transformer_config {
   int head_dim() const noexcept { return head_size > 0 ? head_size : hidden / heads; }
   /// R, the dims of each head rotary turns: int(head_dim x rotary_pct), truncated as Python's int().
   int rotary_dims() const noexcept { return static_cast<int>(static_cast<double>(head_dim()) * rotary_pct); }
+  /// The sliding window of layer `i`'s attention: sliding_window where it applies, else 0.
+  int window_of(int i) const {
+    if (sliding_window <= 0 || i < 0) return 0;
+    const auto u = static_cast<std::size_t>(i);
+    const bool sliding = sliding_layers.empty() ? i >= max_window_layers : u < sliding_layers.size() && sliding_layers[u];
+    return sliding ? sliding_window : 0;
+  }
 
   static transformer_config gpt2(int layers, int hidden, int heads) {
     transformer_config c;
@@ -178,6 +193,11 @@ inline void check_config(const transformer_config& c, const char* what) {
     bad("heads " + std::to_string(c.heads) + " is not a multiple of kv_heads " + std::to_string(c.kv()));
   if (!valid_norm_epsilon(c.norm_epsilon))
     bad("norm epsilon " + exact_number(c.norm_epsilon) + " is not a finite number in (0, " + exact_number(max_norm_epsilon) + "]");
+  if (c.sliding_window < 0 || c.max_window_layers < 0)
+    bad("sliding_window " + std::to_string(c.sliding_window) + " or max_window_layers " + std::to_string(c.max_window_layers) +
+        " is negative");
+  if (!c.sliding_layers.empty() && c.sliding_layers.size() != static_cast<std::size_t>(c.layers))
+    bad(std::to_string(c.sliding_layers.size()) + " sliding_layers flags for " + std::to_string(c.layers) + " layers");
   if (c.rotary && (!(c.rotary_pct > 0.0) || !(c.rotary_pct <= 1.0)))
     bad("rotary_pct " + exact_number(c.rotary_pct) + " is not a part of the head in (0, 1]");
   if (c.rotary && c.rotary_pct != 1.0 && (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0))
@@ -238,11 +258,12 @@ struct builder {
     return add_op(g, op_kind::split, name, {x}, a);
   }
   vertex_t attention(const std::string& name, vertex_t q, vertex_t k, vertex_t v, int heads, int kv, bool causal,
-                     bool dropout = false) {
+                     bool dropout = false, std::int64_t window = 0) {
     op_attrs a;
     a.heads = heads;
     a.kv_heads = kv;
     a.causal = causal;
+    a.window = window;
     a.dropout = dropout;
     return add_op(g, op_kind::attention, name, {q, k, v}, a);
   }
@@ -415,7 +436,8 @@ inline model_graph build_bert(const transformer_config& c) {
 /// LLaMA-style decoder (LlamaForCausalLM): RMSNorm, rotary (elementwise on q and k),
 /// grouped-query attention, gated MLP (SwiGLU), lm_head. The same layout with the config's
 /// details is Mistral (as LLaMA), Qwen2 (qkv_bias), Gemma (head_size, GELU gate, tied
-/// embeddings) and Phi-3 (fused_qkv: qkv_proj = q|k|v and gate_up_proj = gate|up).
+/// embeddings) and Phi-3 (fused_qkv: qkv_proj = q|k|v and gate_up_proj = gate|up); Mistral's,
+/// Qwen2's and Phi-3's sliding window is the attention's window on the layers it applies to.
 inline model_graph build_llama(const transformer_config& c) {
   detail::check_config(c, "llama");
   model_graph g;
@@ -443,7 +465,7 @@ inline model_graph build_llama(const transformer_config& c) {
     }
     q = b.rope(c, n + ".self_attn.rotary_q", q, c.heads);
     k = b.rope(c, n + ".self_attn.rotary_k", k, c.kv());
-    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true);
+    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true, false, c.window_of(i));
     a = b.linear(n + ".self_attn.o_proj", a, Q, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
     h = b.rms_norm(n + ".post_attention_layernorm", x, H);

@@ -213,6 +213,49 @@ inline double read_norm_epsilon(const hf_reader& r, const std::string& t) {
   return e;
 }
 
+/// The sliding window of Mistral, Phi-3 and Qwen2 and the layers it applies to, as transformers 5
+/// applies it (5.25: masking_utils.py, models/{mistral,phi3,qwen2}/configuration_*.py and
+/// modeling_*.py). A sliding layer's query at q keeps the keys k with q - W < k <= q
+/// (sliding_window_overlay's kv_idx > q_idx - sliding_window and'd with the causal mask): W keys,
+/// itself included (op_attrs::window).
+///   mistral: every layer when sliding_window is set (MistralConfig's default 4096 when the key
+///     is absent; null: none); a layer_types is not read (MistralModel masks every layer alike).
+///   phi3: every layer when sliding_window is set (Phi3Config's default: none).
+///   qwen2: none unless use_sliding_window (default false; Qwen2Config then sets sliding_window
+///     None); with it, sliding_window (default 4096; null: none) on the layers layer_types names
+///     "sliding_attention", or without layer_types on layers i >= max_window_layers (default 28).
+///     A layer_types naming a sliding layer without a window is refused (transformers raises
+///     "Could not find a `sliding_window` argument in the config" building its mask).
+/// W is a key count in [1, hf_max_positions]; a window at least the sequence is kept (it is the
+/// model, and masks nothing more at that sequence).
+inline void read_sliding_window(const hf_reader& r, const std::string& t, transformer_config& c) {
+  if (t != "mistral" && t != "phi3" && t != "qwen2") return;
+  const bool qwen_on = t != "qwen2" || r.flag({"use_sliding_window"}, false);
+  const int fallback = t == "phi3" ? 0 : 4096;
+  int w = 0;
+  if (qwen_on) {
+    if (!r.in.has("sliding_window")) w = fallback;
+    else if (const std::optional<json_in> v = r.in.find("sliding_window")) w = v->small_integer(1, hf_max_positions);
+  }
+  c.sliding_window = w;
+  c.sliding_layers.clear();
+  c.max_window_layers = 0;
+  if (t != "qwen2") return;
+  c.max_window_layers = r.get({"max_window_layers"}, 0, hf_max_layers, 28);
+  if (const std::optional<json_in> lt = r.in.find("layer_types")) {
+    const std::vector<json_in> types = lt->elements(static_cast<std::size_t>(hf_max_layers));
+    if (types.size() != static_cast<std::size_t>(c.layers))
+      lt->fail("names " + std::to_string(types.size()) + " layer types for " + std::to_string(c.layers) + " layers");
+    for (const json_in& e : types) {
+      const bool sliding = e.one_of({"full_attention", "sliding_attention"}) == "sliding_attention";
+      if (sliding && w == 0)
+        e.fail("is a sliding layer, but the config has no sliding window (" +
+               std::string(qwen_on ? "sliding_window is null" : "use_sliding_window is not true") + ")");
+      c.sliding_layers.push_back(sliding);
+    }
+  }
+}
+
 /// The members of config.json that only model_type `t`'s architecture has (its MLP width,
 /// norms, biases, activation, key/value heads, position offsets, tied embeddings, rotary's base).
 inline void read_hf_family(const hf_reader& r, const std::string& t, transformer_config& c) {
@@ -340,6 +383,7 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
   const int positions = r.get({"max_position_embeddings", "n_positions", "seq_length"}, 1, hf_max_positions, 2048);
 
   read_hf_family(r, t, c);
+  read_sliding_window(r, t, c);
   std::optional<json_in> pct_member;
   if (c.rotary && t != "gpt2" && t != "bert" && t != "roberta" && t != "opt" && t != "bloom")
     std::tie(c.rotary_pct, pct_member) = read_rotary_pct(r, t);
@@ -404,7 +448,8 @@ inline model_graph build_hf(const hf_model& m) {
 /// generate as the graph does: the norms' epsilon (config.norm_epsilon, under the family's key;
 /// OPT's, which no key says, must be its fixed 1e-5: graph_error otherwise), rotary's base (rope_theta,
 /// GPT-NeoX's rotary_emb_base), scaling (rope_scaling) and part of the head (partial_rotary_factor,
-/// GPT-NeoX's rotary_pct), and the begin/end-of-sequence ids
+/// GPT-NeoX's rotary_pct), the sliding window (Mistral's, Phi-3's, Qwen2's, on its layers),
+/// and the begin/end-of-sequence ids
 /// (LLaMA's 1 and 2, GPT-2's last token).
 inline nlohmann::json to_hf_config(const hf_model& m) {
   const transformer_config& c = m.config;
@@ -453,6 +498,21 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       if (c.head_size > 0) j["head_dim"] = c.head_size;
       if (t != "qwen2") j["attention_bias"] = c.qkv_bias;
       if (t == "gemma") j["hidden_activation"] = act(c.activation);
+      // The sliding window (read_sliding_window): null where there is none, as MistralConfig's
+      // default is a 4096-key window; Qwen2's with the layers it applies to, max_window_layers
+      // and, where the config named them one by one, layer_types.
+      if (t == "mistral" || t == "phi3") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
+      if (t == "qwen2") {
+        j["use_sliding_window"] = c.sliding_window > 0;
+        if (c.sliding_window > 0) {
+          j.update({{"sliding_window", c.sliding_window}, {"max_window_layers", c.max_window_layers}});
+          if (!c.sliding_layers.empty()) {
+            nlohmann::json types = nlohmann::json::array();
+            for (int i = 0; i < c.layers; ++i) types.push_back(c.window_of(i) > 0 ? "sliding_attention" : "full_attention");
+            j["layer_types"] = std::move(types);
+          }
+        }
+      }
     }
   }
   if (c.gemma_scaling != (t == "gemma"))  // no key says it: transformers' gemma code does it, and only it

@@ -584,3 +584,78 @@ TEST_CASE("gemma: every norm scales by 1 + weight, the embeddings by sqrt(hidden
   m.config.gemma_scaling = false;
   CHECK_THROWS_WITH_AS(to_hf_config(m), doctest::Contains("gemma config: transformers' gemma scales its norms by 1 + weight"), graph_error);
 }
+
+TEST_CASE("sliding window: Mistral's, Phi-3's and Qwen2's read per layer as transformers applies them, and written back") {
+  const auto windows = [](const hf_model& m) {
+    hf_model s = m;
+    s.config.seq = 8;  // below every window here but 4 and 5: a window at least the sequence is kept, it is the model
+    s.config.batch = 1;
+    const model_graph g = build_hf(s);
+    std::vector<std::int64_t> w;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].kind == op_kind::attention) w.push_back(g[v].attrs.window);
+    return w;
+  };
+  const auto read = [](const std::string& text) { return read_hf_config(nlohmann::json::parse(text), "c.json"); };
+  const std::string tiny = R"("hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_hidden_layers": 3, "vocab_size": 32)";
+  SUBCASE("Mistral: every layer; absent is MistralConfig's 4096, null none") {
+    hf_model m = read_hf_config_file(hf_dir + "mistral-7b-v0.1.json");
+    CHECK(m.config.sliding_window == 4096);
+    m.config.layers = 2;
+    CHECK(windows(m) == std::vector<std::int64_t>{4096, 4096});
+    CHECK(read(R"({"model_type": "mistral", )" + tiny + "}").config.sliding_window == 4096);
+    CHECK(read(R"({"model_type": "mistral", "sliding_window": null, )" + tiny + "}").config.sliding_window == 0);
+    CHECK(windows(read(R"({"model_type": "mistral", "sliding_window": 4, )" + tiny + "}")) == std::vector<std::int64_t>{4, 4, 4});
+    // a layer_types is not Mistral's: MistralModel masks every layer alike
+    CHECK(windows(read(R"({"model_type": "mistral", "sliding_window": 4, "layer_types": ["full_attention"], )" + tiny + "}")) ==
+          std::vector<std::int64_t>{4, 4, 4});
+    // none is written as null, else transformers would take MistralConfig's 4096
+    CHECK(to_hf_config(read(R"({"model_type": "mistral", "sliding_window": null, )" + tiny + "}"))["sliding_window"].is_null());
+    CHECK(to_hf_config(read(R"({"model_type": "mistral", "sliding_window": 4, )" + tiny + "}"))["sliding_window"] == 4);
+  }
+  SUBCASE("Phi-3: every layer; absent is none") {
+    const hf_model m = read_hf_config_file(hf_dir + "phi-3-mini-4k.json");
+    CHECK(m.config.sliding_window == 2047);
+    CHECK(read(R"({"model_type": "phi3", )" + tiny + "}").config.sliding_window == 0);
+    CHECK(windows(read(R"({"model_type": "phi3", "sliding_window": 5, )" + tiny + "}")) == std::vector<std::int64_t>{5, 5, 5});
+    CHECK(to_hf_config(m)["sliding_window"] == 2047);
+  }
+  SUBCASE("Qwen2: only with use_sliding_window, from max_window_layers on, or on the layers layer_types names") {
+    CHECK(read_hf_config_file(hf_dir + "qwen2-0.5b.json").config.sliding_window == 0);
+    CHECK(windows(read(R"({"model_type": "qwen2", "sliding_window": 4, )" + tiny + "}")) == std::vector<std::int64_t>{0, 0, 0});
+    // Qwen2Config's default max_window_layers 28: none of 3 layers slides
+    CHECK(windows(read(R"({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4, )" + tiny + "}")) ==
+          std::vector<std::int64_t>{0, 0, 0});
+    const hf_model from1 = read(R"({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1, )" + tiny + "}");
+    CHECK(windows(from1) == std::vector<std::int64_t>{0, 4, 4});
+    CHECK(windows(read(R"({"model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 2, )" + tiny + "}")) ==
+          std::vector<std::int64_t>{0, 0, 4096});  // Qwen2Config's default window
+    CHECK(windows(read(R"({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": null, "max_window_layers": 0, )" + tiny +
+                       "}")) == std::vector<std::int64_t>{0, 0, 0});
+    const std::string typed = R"({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 5, "max_window_layers": 0,
+                                 "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], )" + tiny + "}";
+    const hf_model t = read(typed);
+    CHECK(windows(t) == std::vector<std::int64_t>{5, 0, 5});  // layer_types over max_window_layers
+    // Written back: use_sliding_window, the window, max_window_layers, layer_types where the config named them.
+    const nlohmann::json w1 = to_hf_config(from1), wt = to_hf_config(t);
+    CHECK(w1["use_sliding_window"] == true);
+    CHECK(w1["max_window_layers"] == 1);
+    CHECK_FALSE(w1.contains("layer_types"));
+    CHECK(wt["layer_types"] == nlohmann::json{"sliding_attention", "full_attention", "sliding_attention"});
+    CHECK(windows(read_hf_config(w1)) == windows(from1));
+    CHECK(windows(read_hf_config(wt)) == windows(t));
+    CHECK(to_hf_config(read(R"({"model_type": "qwen2", )" + tiny + "}"))["use_sliding_window"] == false);
+  }
+  SUBCASE("bad windows are refused, naming the key and the value") {
+    CHECK(has(hf_error(R"({"model_type": "mistral", "sliding_window": 0, )" + tiny + "}"), "c.json: sliding_window is 0, not an integer in [1, 16777216]"));
+    CHECK(has(hf_error(R"({"model_type": "phi3", "sliding_window": -3, )" + tiny + "}"), "sliding_window is -3"));
+    CHECK(has(hf_error(R"({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4.5, )" + tiny + "}"), "sliding_window is 4.5"));
+    CHECK(has(hf_error(R"({"model_type": "qwen2", "use_sliding_window": true, "layer_types": ["full_attention"], )" + tiny + "}"),
+              "layer_types names 1 layer types for 3 layers"));
+    CHECK(has(hf_error(R"({"model_type": "qwen2", "use_sliding_window": true, "layer_types": ["full_attention", "local", "full_attention"], )" +
+                       tiny + "}"),
+              "layer_types[1]"));
+    CHECK(has(hf_error(R"({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention", "full_attention"], )" + tiny + "}"),
+              "layer_types[1] is a sliding layer, but the config has no sliding window (use_sliding_window is not true)"));
+  }
+}

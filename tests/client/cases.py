@@ -1,5 +1,5 @@
 """The command line and the loop of a client test made of named cases (onnx_import_test.py,
-rotary_test.py, megatron_test.py): `--tool PATH [--only NAME ...] [--keep DIR]`, each case run
+rotary_test.py, sliding_window_test.py, megatron_test.py): `--tool PATH [--only NAME ...] [--keep DIR]`, each case run
 as check(name, tool, work) -> what it proved, printed `ok   NAME: ... (s)` or `FAIL NAME:` with
 its traceback; exit 1 when any failed. Imports nothing heavy: each test sets up torch first.
 """

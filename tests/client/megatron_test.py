@@ -26,6 +26,9 @@ CPU, forked from this process):
   * run forward on the same tokens (positions 0..S-1 and the causal mask, as Megatron-LM's
     get_batch makes them): the vocab-parallel logits gathered over the ranks must equal
     transformers' forward of the same checkpoint within 1e-5 x max |logits| (f32).
+A case with `refused` (Mistral's sliding window shorter than the sequence, which the arguments
+do not say: megatron.core's local attention makes a window's mask on CUDA only) must exit 1
+naming it instead.
 Controls show the harness sees what the flags say: per case, an exported flag dropped
 (--rotary-base, --kv-channels, --untie-embeddings-and-output-weights, --add-qkv-bias,
 --ffn-hidden-size, --norm-epsilon) or one added (--no-bias-gelu-fusion: the exact GELU for GPT-2's tanh form)

@@ -407,3 +407,24 @@ TEST_CASE("micro-batches: a graph whose views the micro-step's batch cannot foll
                                          "reshape 'mix' from [8,6] to [4,12] cannot follow its input re-sized to [4,6])"),
                        solver_error);
 }
+
+TEST_CASE("a sliding window's pairs: the model's FLOPs count only the keys each query sees, eq. 3 all of them") {
+  // Mistral's window W < s: the first W queries see W (W + 1) / 2 pairs, every later one W.
+  const double B = 2, s = 32, l = 2, h = 64, W = 8;
+  transformer_config c = transformer_config::llama(2, 64, 4, 4, 128);
+  c.seq = 32;
+  c.batch = 2;
+  c.vocab = 256;
+  const model_graph full = build_llama(c);
+  const step_flops f = count_step_flops(full, 1, map_layers(full));
+  c.sliding_window = 8;
+  const model_graph windowed = build_llama(c);
+  const step_flops w = count_step_flops(windowed, 1, map_layers(windowed));
+  CHECK(w.megatron == f.megatron);
+  CHECK(f.masked == doctest::Approx(l * 4 * B * h * (s * s - s * (s + 1) / 2)).epsilon(1e-12));
+  CHECK(w.masked == doctest::Approx(l * 4 * B * h * (s * s - (W * (W + 1) / 2 + (s - W) * W))).epsilon(1e-12));
+  CHECK(f.model - w.model == doctest::Approx(3 * (w.masked - f.masked)).epsilon(1e-12));
+  c.sliding_window = 32;  // the whole sequence: the causal count
+  const model_graph whole = build_llama(c);
+  CHECK(count_step_flops(whole, 1, map_layers(whole)).masked == f.masked);
+}

@@ -39,7 +39,7 @@
 /// baseline solved to optimality.
 ///
 /// Repeated layers: vertices whose names differ only in the layer index (".h.7." / ".layer.7." /
-/// ".layers.7.") and whose strategy lists agree are tied to one strategy (tie_layers, default on):
+/// ".layers.7.") and whose strategy lists (and sliding windows) agree are tied to one strategy (tie_layers, default on):
 /// the ILP sees one node per class, with summed costs and edges, so an 80-layer model costs about
 /// what one layer does. The plan is optimal among plans that treat identical layers identically.
 /// With a memory budget a tied class counts all its members live over the union of their
@@ -519,7 +519,7 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
 }
 
 /// Tied classes: vertex -> class id; classes group vertices that differ only in the layer index
-/// and have identical strategy lists.
+/// and have identical strategy lists and sliding windows.
 inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, std::size_t& count) {
   std::vector<std::size_t> cls(pm.problem.nodes.size());
   std::vector<std::string> keys(pm.size());
@@ -529,6 +529,9 @@ inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, st
     std::string key = tie ? layer_key(nd.name) : nd.name;
     if (key == nd.name) key += "\x01" + std::to_string(v);  // not in a repeated layer: its own class
     key += "\x02" + std::string(to_string(nd.kind)) + to_string(nd.shape);
+    // Layers alike but for their attention's sliding window (Qwen2's full layers before
+    // max_window_layers, sliding after) price their cores otherwise: those are not tied.
+    if (nd.attrs.window != 0) key += "\x05" + std::to_string(nd.attrs.window);
     for (const strategy& s : pm.strategies[v]) key += "\x03" + s.name;
     cls[v] = ids.try_emplace(key, ids.size()).first->second;
     keys[v] = std::move(key);

@@ -1003,3 +1003,22 @@ TEST_CASE("numbers: a plan is proven optimal only where rounding its costs hides
   CHECK(slow.solver.bound_value() <= fast.plan.step_seconds);  // a bound is a proven bound
   CHECK(slow.solver.bound_value() >= 0.0);
 }
+
+TEST_CASE("tied layers: attention cores of other sliding windows are not tied (Qwen2's full layers, then sliding ones)") {
+  auto c = autoshard::transformer_config::llama(3, 64, 4, 4, 128);
+  c.seq = 32;
+  c.batch = 2;
+  c.vocab = 256;
+  c.sliding_window = 8;
+  c.max_window_layers = 1;  // layer 0 full, layers 1 and 2 within a window of 8
+  const autoshard::model_graph g = autoshard::build_llama(c);
+  autoshard::autosharding_options o;
+  o.mesh = autoshard::make_cluster_mesh({1, 2});
+  const autoshard::detail::pass_model pm(g, o);
+  std::size_t classes = 0;
+  const std::vector<std::size_t> cls = autoshard::detail::layer_classes(pm, true, classes);
+  const auto at = [&](const std::string& name) { return cls[*autoshard::find_vertex(g, name)]; };
+  CHECK(at("model.layers.1.self_attn.attention") == at("model.layers.2.self_attn.attention"));
+  CHECK(at("model.layers.0.self_attn.attention") != at("model.layers.1.self_attn.attention"));
+  CHECK(at("model.layers.0.self_attn.o_proj") == at("model.layers.1.self_attn.o_proj"));  // the rest of the layer still is
+}

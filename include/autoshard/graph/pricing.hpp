@@ -172,7 +172,7 @@ constexpr std::optional<recompute_policy> parse_recompute_policy(std::string_vie
 
 /// How the attention core (softmax(QK^T) V) runs. `flash`: FlashAttention, the scores never
 /// reach HBM and are recomputed block by block in the backward (a causal mask skips the masked
-/// half). `unfused`: as Megatron-LM ran before it (Narayanan et al. 2021, Korthikanti et al.
+/// half, a sliding window every block outside it). `unfused`: as Megatron-LM ran before it (Narayanan et al. 2021, Korthikanti et al.
 /// 2022): the full S x S scores, their softmax, the dropout mask and its output are written to
 /// HBM and read back, and kept for the backward (the 5 a s^2 b bytes per layer) unless selective
 /// recomputation recomputes them.

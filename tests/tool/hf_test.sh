@@ -105,6 +105,15 @@ assert c["use_sliding_window"] is True and c["sliding_window"] == 3 and c["max_w
 att = [n["attrs"].get("window", 0) for n in json.load(open(sys.argv[1] + "/plan.json"))["graph"]["nodes"] if n["kind"] == "attention"]
 assert att == [0, 3], att
 EOF
+# A layer_types names its sliding layers one by one: --layers of another count is refused, not guessed.
+python3 - "$tmp/qwen2-window/in.json" "$tmp/qwen2-window/typed.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(num_hidden_layers=3, layer_types=["full_attention", "sliding_attention", "sliding_attention"])
+json.dump(c, open(sys.argv[2], "w"))
+EOF
+[ "$(run_rc "$tool" plan --model "$tmp/qwen2-window/typed.json" --layers 2 "${small[@]:2}" --kv-heads 2 --ffn 128 --mesh 2 --seq 8 --batch 2 --quiet --out "$tmp/qwen2-window/t.json")" = 1 ] &&
+  grep -q "layer_types names the sliding-window layers of 3 layers one by one" "$tmp/err" && ok || bad "qwen2: --layers against layer_types: $(cat "$tmp/err")"
 
 # A rope type autoshard does not compute (YaRN's context extension here; Phi-3-128k's longrope)
 # plans as its model, the rotaries at base^(-2i/D), with a note; synth writes the member back as

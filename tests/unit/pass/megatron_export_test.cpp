@@ -307,7 +307,7 @@ TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where
   // Megatron-LM's arguments.py: --norm-epsilon (type=float, default 1e-5), which
   // core_transformer_config_from_args makes TransformerConfig.layernorm_epsilon: every norm's.
   // Qwen2's rms_norm_eps 1e-6 exported without it was a model whose norms add 1e-5.
-  transformer_config c = mx_llama(2);
+  transformer_config c = mx_llama(1);
   c.norm_epsilon = 1e-6;
   const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   megatron_export e = exported(build_llama(c));
@@ -315,7 +315,7 @@ TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where
   CHECK(megatron_arguments(e).find("--normalization RMSNorm \\\n--norm-epsilon 1e-06 \\\n") != std::string::npos);
   c.norm_epsilon = 1e-5;  // Megatron-LM's default: no flag
   CHECK(mx_arguments(exported(build_llama(c))).count("--norm-epsilon") == 0);
-  transformer_config b = mx_gpt2(2);  // a LayerNorm's as well: BERT's 1e-12 in a decoder
+  transformer_config b = mx_gpt2(1);  // a LayerNorm's as well: BERT's 1e-12 in a decoder
   b.norm_epsilon = 1e-12;
   e = exported(build_gpt2(b));
   REQUIRE(e.problems.empty());
@@ -324,12 +324,12 @@ TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where
   // Norms of unlike epsilons: refused, listing each epsilon with a norm that has it.
   c.norm_epsilon = 1e-6;
   model_graph g = build_llama(c);
-  g[*find_vertex(g, "model.layers.1.post_attention_layernorm")].attrs.epsilon = 1e-5;
+  g[*find_vertex(g, "model.layers.0.post_attention_layernorm")].attrs.epsilon = 1e-5;
   g[*find_vertex(g, "model.norm")].attrs.epsilon = 0.25;
   const std::vector<std::string> problems = exported(g).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "the norms add unlike epsilons ('model.layers.0.input_layernorm' 1e-06, "
-                       "'model.layers.1.post_attention_layernorm' 1e-05, 'model.norm' 0.25): Megatron-LM's --norm-epsilon "
+                       "'model.layers.0.post_attention_layernorm' 1e-05, 'model.norm' 0.25): Megatron-LM's --norm-epsilon "
                        "(TransformerConfig.layernorm_epsilon) is one for every norm");
   CHECK_THROWS_WITH_AS(megatron_arguments(exported(g)), doctest::Contains("the norms add unlike epsilons"), spec_error);
 }
@@ -339,7 +339,7 @@ TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden 
   // --kv-channels is absent: heads of 64 on a hidden of 256 / 8 exported without it built
   // heads of 32 (query/key/value and the output projection of other shapes), and the hidden
   // size was read from the attention core's width, 8 x 64 = 512.
-  transformer_config c = mx_llama(2);  // hidden 256, 8 heads
+  transformer_config c = mx_llama(1);  // hidden 256, 8 heads
   c.head_size = 64;
   const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   megatron_export e = exported(build_llama(c));
@@ -358,13 +358,13 @@ TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden 
   CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
   c.head_size = 0;
   CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
-  CHECK(mx_arguments(exported(build_gpt2(mx_gpt2(2)))).count("--kv-channels") == 0);
+  CHECK(mx_arguments(exported(build_gpt2(mx_gpt2(1)))).count("--kv-channels") == 0);
 }
 
 TEST_CASE("export --to megatron writes --ffn-hidden-size of a fused gate|up (Phi-3's gate_up_proj) too") {
   // The MLP's width was read from its up projection only: Phi-3's fused gate_up_proj left the
   // flag out, and Megatron-LM's --swiglu default int(8 x 256 / 3 / 64) x 64 = 640 is not 384.
-  transformer_config c = mx_llama(2);
+  transformer_config c = mx_llama(1);
   c.ffn = 384;
   c.fused_qkv = true;
   const megatron_export e = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))));
@@ -377,7 +377,7 @@ TEST_CASE("export --to megatron: --max-position-embeddings is the learned positi
   // Megatron-LM's LanguageModelEmbedding holds --max-position-embeddings rows of positions:
   // GPT-2's 64-row table exported as the sequence's 16 rows was another model, into which the
   // checkpoint's table does not load.
-  transformer_config c = mx_gpt2(2);  // max_positions 64
+  transformer_config c = mx_gpt2(1);  // max_positions 64
   c.seq = 16;
   const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   megatron_export e = exported(build_gpt2(c));
@@ -386,7 +386,7 @@ TEST_CASE("export --to megatron: --max-position-embeddings is the learned positi
   CHECK(mx_arguments(e).at("--max-position-embeddings") == "64");
   CHECK(mx_arguments(e).at("--position-embedding-type") == "learned_absolute");
   // A rotary has no table: the sequence's.
-  transformer_config l = mx_llama(2);
+  transformer_config l = mx_llama(1);
   l.seq = 16;
   e = exported(build_llama(l));
   REQUIRE(e.problems.empty());
@@ -399,7 +399,7 @@ TEST_CASE("export --to megatron says the MLP's activation as megatron.core's MLP
   // fused_bias_gelu's tanh form. GPT-2's tanh GELU with biases is the default; an exact GELU
   // with biases needs --no-bias-gelu-fusion; nothing says a GELU gate, ReLU or an ungated SiLU.
   const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  transformer_config c = mx_gpt2(2);
+  transformer_config c = mx_gpt2(1);
   megatron_export e = exported(build_gpt2(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).count("--no-bias-gelu-fusion") == 0);
@@ -412,7 +412,7 @@ TEST_CASE("export --to megatron says the MLP's activation as megatron.core's MLP
   std::vector<std::string> problems = exported(build_gpt2(c)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "'transformer.h.0.mlp.act' (relu) is not an activation Megatron-LM's arguments say (GELU, or SiLU gated by --swiglu)");
-  transformer_config l = mx_llama(2);
+  transformer_config l = mx_llama(1);
   CHECK(mx_arguments(exported(build_llama(l))).count("--swiglu") == 1);
   // An encoder (BERT's attention sees every position) is not Megatron-LM's GPTModel.
   transformer_config b = transformer_config::bert(2, 256, 4);
@@ -431,7 +431,7 @@ TEST_CASE("export --to megatron: biases on all block linears, none, or query/key
   // linear_qkv's. Qwen2's query/key/value biases exported without either built biases on the
   // attention output and the MLP too, parameters the model does not have.
   const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  transformer_config c = mx_llama(2);
+  transformer_config c = mx_llama(1);
   std::map<std::string, std::string> a = mx_arguments(exported(build_llama(c)));
   CHECK(a.count("--disable-bias-linear") == 1);
   CHECK(a.count("--add-qkv-bias") == 0);
@@ -448,7 +448,7 @@ TEST_CASE("export --to megatron: biases on all block linears, none, or query/key
   a = mx_arguments(exported(build_llama(c)));
   CHECK(a.count("--disable-bias-linear") == 0);
   CHECK(a.count("--add-qkv-bias") == 0);
-  a = mx_arguments(exported(build_gpt2(mx_gpt2(2))));
+  a = mx_arguments(exported(build_gpt2(mx_gpt2(1))));
   CHECK(a.count("--disable-bias-linear") == 0);
   CHECK(a.count("--add-qkv-bias") == 0);
 }
@@ -456,7 +456,7 @@ TEST_CASE("export --to megatron: biases on all block linears, none, or query/key
 TEST_CASE("export --to megatron refuses Gemma's scaling: norms by 1 + weight, embeddings by sqrt(hidden)") {
   // megatron.core's local norms (WrappedTorchNorm) refuse zero-centred gamma (--apply-layernorm-1p),
   // and GPTModel does not scale its embeddings: exported without a word, it was another model.
-  transformer_config c = mx_llama(2);
+  transformer_config c = mx_llama(1);
   c.gemma_scaling = true;
   const std::vector<std::string> problems = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2)))).problems;
   REQUIRE(problems.size() == 2);

@@ -2,8 +2,10 @@
 rotary_test.py, sliding_window_test.py, megatron_test.py): `--tool PATH [--only NAME ...] [--keep DIR]`, each case run
 as check(name, tool, work) -> what it proved, printed `ok   NAME: ... (s)` or `FAIL NAME:` with
 its traceback; exit 1 when any failed. Imports nothing heavy: each test sets up torch first.
+The tests that judge a graph built from a transformers config (rotary_test.py,
+sliding_window_test.py) share its plan and its run: plan_config and verify_forward.
 """
-import argparse, pathlib, tempfile, time, traceback
+import argparse, json, pathlib, subprocess, tempfile, time, traceback
 
 
 def run(cases, check, doc=None):
@@ -28,3 +30,24 @@ def run(cases, check, doc=None):
                 print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
     print(f"{len(names) - failed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def plan_config(tool, config, work, name, seq):
+    """`config` (a transformers config) as `save_pretrained` writes it, planned by `autoshard plan
+    --model config.json` in inference on a 1x2 mesh at batch 2 and sequence `seq`: the plan file's
+    path and its graph's nodes."""
+    config_dir = work / name
+    config.save_pretrained(str(config_dir))
+    plan = work / f"{name}-plan.json"
+    r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(seq), "--mesh", "1x2",
+                        "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan)], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
+    return plan, json.loads(plan.read_text())["graph"]["nodes"]
+
+
+def verify_forward(tool, plan):
+    """`autoshard verify --forward-only` of `plan` on its ranks: an AssertionError unless it passed."""
+    v = subprocess.run([tool, "verify", "--plan", str(plan), "--forward-only", "--json"], capture_output=True, text=True, timeout=300)
+    if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
+        raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")

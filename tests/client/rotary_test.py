@@ -18,7 +18,7 @@ rotary that turns what transformers turns:
     split) and matches the unsharded forward.
 Usage: rotary_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import importlib, json, os, subprocess, sys
+import importlib, json, os, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
@@ -68,14 +68,7 @@ def check(name, tool, work):
     torch.manual_seed(0)
     config = config_class(**kwargs)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    config_dir = work / name
-    config.save_pretrained(str(config_dir))
-    plan = work / f"{name}-plan.json"
-    r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(SEQ), "--mesh", "1x2",
-                        "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan)], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
-    nodes = json.loads(plan.read_text())["graph"]["nodes"]
+    plan, nodes = cases.plan_config(tool, config, work, name, SEQ)
     rotaries = [n for n in nodes if n["kind"] == "rotary"]
     if len(rotaries) != 2 * config.num_hidden_layers:
         raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's of {config.num_hidden_layers} layers")
@@ -101,9 +94,7 @@ def check(name, tool, work):
         err = (graph_turn(a, q) - want).abs().max().item()
         if err > 1e-5:
             raise AssertionError(f"{rot['name']} ({a}): the graph's turn differs from transformers' apply_rotary_pos_emb by {err}")
-    v = subprocess.run([tool, "verify", "--plan", str(plan), "--forward-only", "--json"], capture_output=True, text=True, timeout=300)
-    if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
-        raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
+    cases.verify_forward(tool, plan)
     return f"{len(rotaries)} rotaries turn {R} of {D} dims at transformers' {len(inv)} frequencies, as its " \
            f"apply_rotary_pos_emb does; verified on 2 ranks"
 

@@ -18,7 +18,7 @@ No client path runs autoshard's executor on a checkpoint's weights against trans
 graph keeps keys transformers drops, and the case fails.
 Usage: sliding_window_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import json, os, subprocess, sys
+import json, os, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
@@ -68,14 +68,7 @@ def check(name, tool, work):
     config = config_class(**kwargs)
     config._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    config_dir = work / name
-    config.save_pretrained(str(config_dir))
-    plan = work / f"{name}-plan.json"
-    r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(SEQ), "--mesh", "1x2",
-                        "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan)], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
-    nodes = json.loads(plan.read_text())["graph"]["nodes"]
+    plan, nodes = cases.plan_config(tool, config, work, name, SEQ)
     cores = [n for n in nodes if n["kind"] == "attention"]
     if len(cores) != config.num_hidden_layers:
         raise AssertionError(f"{len(cores)} attention vertices, expected {config.num_hidden_layers}")
@@ -93,9 +86,7 @@ def check(name, tool, work):
             diff = (kept_by_hf != keep).nonzero().tolist()[:6]
             raise AssertionError(f"layer {layer} ({core['name']}, {core.get('attrs')}): the graph's mask differs from transformers' "
                                  f"attention at (query, key) {diff}")
-    v = subprocess.run([tool, "verify", "--plan", str(plan), "--forward-only", "--json"], capture_output=True, text=True, timeout=300)
-    if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
-        raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
+    cases.verify_forward(tool, plan)
     return f"windows {got} mask the keys transformers' eager attention drops at seq {SEQ}; verified on 2 ranks"
 
 

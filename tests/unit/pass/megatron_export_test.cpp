@@ -60,6 +60,10 @@ autosharding_options mx_megatron(std::vector<int> shape, int tp = 0) {
   return o;
 }
 
+/// The export of `g`'s Megatron-LM plan on 2 x 4 devices at tensor parallel 2, the layout most
+/// tests read the arguments (or the problems) of.
+megatron_export mx_exported(const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); }
+
 /// Plan `d` with tensor `name` switched to the first other strategy it offers that `want`
 /// accepts, stored at the same ZeRO stage and laid out as before on every mesh axis but
 /// `axis` (so only what changes there is Megatron-LM's business): a hand-edited plan file.
@@ -264,25 +268,24 @@ TEST_CASE("export --to megatron writes the rotary's base, turned part and layout
   // exported without its flag was a model of base 10000.
   transformer_config c = mx_llama(2);  // heads of 256 / 8 = 32
   c.rope_theta = 500000.0;
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  megatron_export e = exported(build_llama(c));
+  megatron_export e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-base 500000 \\\n--normalization RMSNorm \\\n") !=
         std::string::npos);
   CHECK(mx_arguments(e).count("--rotary-percent") == 0);
   CHECK(mx_arguments(e).count("--rotary-interleaved") == 0);
   c.rope_theta = 10000.0;  // Megatron-LM's default: no flag
-  CHECK(mx_arguments(exported(build_llama(c))).count("--rotary-base") == 0);
+  CHECK(mx_arguments(mx_exported(build_llama(c))).count("--rotary-base") == 0);
   // A partial rotary (GPT-NeoX's rotary_pct): 8 of each head's 32 dims.
   c.rotary_pct = 0.25;
-  e = exported(build_llama(c));
+  e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-percent 0.25 \\\n") != std::string::npos);
   // Interleaved pairs (Meta's layout) say --rotary-interleaved; with a part of the head as well.
   model_graph g = build_llama(c);
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
     if (g[v].kind == op_kind::rotary) g[v].attrs.rotary_half = false;
-  e = exported(g);
+  e = mx_exported(g);
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--position-embedding-type rope \\\n--rotary-percent 0.25 \\\n--rotary-interleaved \\\n") !=
         std::string::npos);
@@ -290,14 +293,14 @@ TEST_CASE("export --to megatron writes the rotary's base, turned part and layout
   // (Megatron-LM's arguments say one rotary for every layer).
   c.rotary_pct = 1.0;
   c.rope_theta = 10000.5;
-  std::vector<std::string> problems = exported(build_llama(c)).problems;
+  std::vector<std::string> problems = mx_exported(build_llama(c)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "'model.layers.0.self_attn.rotary_q' (rotary) turns at base 10000.5: Megatron-LM's --rotary-base is an integer "
                        "(arguments.py: type=int), and the base is not rounded");
   c.rope_theta = 10000.0;
   g = build_llama(c);
   g[*find_vertex(g, "model.layers.1.self_attn.rotary_k")].attrs.rotary_dims = 16;
-  problems = exported(g).problems;
+  problems = mx_exported(g).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("'model.layers.1.self_attn.rotary_k' (rotary) turns otherwise than 'model.layers.0.self_attn.rotary_q' (rotary)") == 0);
   CHECK(problems[0].find("Megatron-LM's rotary arguments are one for every layer") != std::string::npos);
@@ -309,15 +312,14 @@ TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where
   // Qwen2's rms_norm_eps 1e-6 exported without it was a model whose norms add 1e-5.
   transformer_config c = mx_llama(1);
   c.norm_epsilon = 1e-6;
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  megatron_export e = exported(build_llama(c));
+  megatron_export e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--normalization RMSNorm \\\n--norm-epsilon 1e-06 \\\n") != std::string::npos);
   c.norm_epsilon = 1e-5;  // Megatron-LM's default: no flag
-  CHECK(mx_arguments(exported(build_llama(c))).count("--norm-epsilon") == 0);
+  CHECK(mx_arguments(mx_exported(build_llama(c))).count("--norm-epsilon") == 0);
   transformer_config b = mx_gpt2(1);  // a LayerNorm's as well: BERT's 1e-12 in a decoder
   b.norm_epsilon = 1e-12;
-  e = exported(build_gpt2(b));
+  e = mx_exported(build_gpt2(b));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).at("--norm-epsilon") == "1e-12");
   CHECK(mx_arguments(e).count("--normalization") == 0);
@@ -326,12 +328,12 @@ TEST_CASE("export --to megatron writes the norms' epsilon (--norm-epsilon) where
   model_graph g = build_llama(c);
   g[*find_vertex(g, "model.layers.0.post_attention_layernorm")].attrs.epsilon = 1e-5;
   g[*find_vertex(g, "model.norm")].attrs.epsilon = 0.25;
-  const std::vector<std::string> problems = exported(g).problems;
+  const std::vector<std::string> problems = mx_exported(g).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "the norms add unlike epsilons ('model.layers.0.input_layernorm' 1e-06, "
                        "'model.layers.0.post_attention_layernorm' 1e-05, 'model.norm' 0.25): Megatron-LM's --norm-epsilon "
                        "(TransformerConfig.layernorm_epsilon) is one for every norm");
-  CHECK_THROWS_WITH_AS(megatron_arguments(exported(g)), doctest::Contains("the norms add unlike epsilons"), spec_error);
+  CHECK_THROWS_WITH_AS(megatron_arguments(mx_exported(g)), doctest::Contains("the norms add unlike epsilons"), spec_error);
 }
 
 TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden / heads wide (Gemma-7B's 256 on 3072 / 16)") {
@@ -341,24 +343,23 @@ TEST_CASE("export --to megatron writes --kv-channels where a head is not hidden 
   // size was read from the attention core's width, 8 x 64 = 512.
   transformer_config c = mx_llama(1);  // hidden 256, 8 heads
   c.head_size = 64;
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  megatron_export e = exported(build_llama(c));
+  megatron_export e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--hidden-size 256 \\\n--ffn-hidden-size 512 \\\n--num-attention-heads 8 \\\n--kv-channels 64 \\\n") !=
         std::string::npos);
   // Grouped-query attention too: the head's width is the query heads', not the groups'.
   c.kv_heads = 2;
-  e = exported(build_llama(c));
+  e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).at("--kv-channels") == "64");
   CHECK(mx_arguments(e).at("--num-query-groups") == "2");
   CHECK(mx_arguments(e).at("--hidden-size") == "256");
   // Heads of hidden / heads: Megatron-LM's default, no flag.
   c.head_size = 32;
-  CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
+  CHECK(mx_arguments(mx_exported(build_llama(c))).count("--kv-channels") == 0);
   c.head_size = 0;
-  CHECK(mx_arguments(exported(build_llama(c))).count("--kv-channels") == 0);
-  CHECK(mx_arguments(exported(build_gpt2(mx_gpt2(1)))).count("--kv-channels") == 0);
+  CHECK(mx_arguments(mx_exported(build_llama(c))).count("--kv-channels") == 0);
+  CHECK(mx_arguments(mx_exported(build_gpt2(mx_gpt2(1)))).count("--kv-channels") == 0);
 }
 
 TEST_CASE("export --to megatron writes --ffn-hidden-size of a fused gate|up (Phi-3's gate_up_proj) too") {
@@ -367,7 +368,7 @@ TEST_CASE("export --to megatron writes --ffn-hidden-size of a fused gate|up (Phi
   transformer_config c = mx_llama(1);
   c.ffn = 384;
   c.fused_qkv = true;
-  const megatron_export e = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))));
+  const megatron_export e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).at("--ffn-hidden-size") == "384");
   CHECK(mx_arguments(e).count("--swiglu") == 1);
@@ -379,8 +380,7 @@ TEST_CASE("export --to megatron: --max-position-embeddings is the learned positi
   // checkpoint's table does not load.
   transformer_config c = mx_gpt2(1);  // max_positions 64
   c.seq = 16;
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
-  megatron_export e = exported(build_gpt2(c));
+  megatron_export e = mx_exported(build_gpt2(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).at("--seq-length") == "16");
   CHECK(mx_arguments(e).at("--max-position-embeddings") == "64");
@@ -388,7 +388,7 @@ TEST_CASE("export --to megatron: --max-position-embeddings is the learned positi
   // A rotary has no table: the sequence's.
   transformer_config l = mx_llama(1);
   l.seq = 16;
-  e = exported(build_llama(l));
+  e = mx_exported(build_llama(l));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).at("--max-position-embeddings") == "16");
 }
@@ -398,30 +398,29 @@ TEST_CASE("export --to megatron says the MLP's activation as megatron.core's MLP
   // (Megatron-LM's default, wherever the first projection has a bias) replaces by
   // fused_bias_gelu's tanh form. GPT-2's tanh GELU with biases is the default; an exact GELU
   // with biases needs --no-bias-gelu-fusion; nothing says a GELU gate, ReLU or an ungated SiLU.
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   transformer_config c = mx_gpt2(1);
-  megatron_export e = exported(build_gpt2(c));
+  megatron_export e = mx_exported(build_gpt2(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).count("--no-bias-gelu-fusion") == 0);
   CHECK(mx_arguments(e).count("--swiglu") == 0);
   c.activation = op_kind::gelu_erf;
-  e = exported(build_gpt2(c));
+  e = mx_exported(build_gpt2(c));
   REQUIRE(e.problems.empty());
   CHECK(mx_arguments(e).count("--no-bias-gelu-fusion") == 1);
   c.activation = op_kind::relu;
-  std::vector<std::string> problems = exported(build_gpt2(c)).problems;
+  std::vector<std::string> problems = mx_exported(build_gpt2(c)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "'transformer.h.0.mlp.act' (relu) is not an activation Megatron-LM's arguments say (GELU, or SiLU gated by --swiglu)");
   transformer_config l = mx_llama(1);
-  CHECK(mx_arguments(exported(build_llama(l))).count("--swiglu") == 1);
+  CHECK(mx_arguments(mx_exported(build_llama(l))).count("--swiglu") == 1);
   // An encoder (BERT's attention sees every position) is not Megatron-LM's GPTModel.
   transformer_config b = transformer_config::bert(2, 256, 4);
   b.seq = 64, b.vocab = 256, b.batch = 16, b.mode = run_mode::training;
-  const std::vector<std::string> bert = exported(build_bert(b)).problems;
+  const std::vector<std::string> bert = mx_exported(build_bert(b)).problems;
   CHECK(std::find(bert.begin(), bert.end(), "'bert.encoder.layer.0.attention.self.attention' (attention) attends to every position, "
                                             "an encoder's: Megatron-LM's arguments build GPTModel, a causal decoder") != bert.end());
   l.activation = op_kind::gelu;  // Gemma's GeGLU
-  problems = exported(build_llama(l)).problems;
+  problems = mx_exported(build_llama(l)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("(gelu) gates the MLP (GeGLU): Megatron-LM's arguments gate SiLU (--swiglu)") != std::string::npos);
 }
@@ -430,25 +429,24 @@ TEST_CASE("export --to megatron: biases on all block linears, none, or query/key
   // Megatron-LM's --disable-bias-linear drops every block linear's bias and --add-qkv-bias keeps
   // linear_qkv's. Qwen2's query/key/value biases exported without either built biases on the
   // attention output and the MLP too, parameters the model does not have.
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   transformer_config c = mx_llama(1);
-  std::map<std::string, std::string> a = mx_arguments(exported(build_llama(c)));
+  std::map<std::string, std::string> a = mx_arguments(mx_exported(build_llama(c)));
   CHECK(a.count("--disable-bias-linear") == 1);
   CHECK(a.count("--add-qkv-bias") == 0);
   c.qkv_bias = true;  // Qwen2's
-  megatron_export e = exported(build_llama(c));
+  megatron_export e = mx_exported(build_llama(c));
   REQUIRE(e.problems.empty());
   CHECK(megatron_arguments(e).find("--disable-bias-linear \\\n--add-qkv-bias \\\n") != std::string::npos);
   c.out_bias = true;  // LLaMA's attention_bias: the output projection's too, not the MLP's
-  std::vector<std::string> problems = exported(build_llama(c)).problems;
+  std::vector<std::string> problems = mx_exported(build_llama(c)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "'model.layers.0.self_attn.q_proj' has a bias and 'model.layers.0.mlp.gate_proj' none: Megatron-LM's block "
                        "linears have biases all (its default), none (--disable-bias-linear) or only query/key/value's (--add-qkv-bias)");
   c.mlp_bias = true;  // all of them: Megatron-LM's default
-  a = mx_arguments(exported(build_llama(c)));
+  a = mx_arguments(mx_exported(build_llama(c)));
   CHECK(a.count("--disable-bias-linear") == 0);
   CHECK(a.count("--add-qkv-bias") == 0);
-  a = mx_arguments(exported(build_gpt2(mx_gpt2(1))));
+  a = mx_arguments(mx_exported(build_gpt2(mx_gpt2(1))));
   CHECK(a.count("--disable-bias-linear") == 0);
   CHECK(a.count("--add-qkv-bias") == 0);
 }
@@ -458,7 +456,7 @@ TEST_CASE("export --to megatron refuses Gemma's scaling: norms by 1 + weight, em
   // and GPTModel does not scale its embeddings: exported without a word, it was another model.
   transformer_config c = mx_llama(1);
   c.gemma_scaling = true;
-  const std::vector<std::string> problems = export_megatron(load_plan(mx_plan(build_llama(c), mx_megatron({2, 4}, 2)))).problems;
+  const std::vector<std::string> problems = mx_exported(build_llama(c)).problems;
   REQUIRE(problems.size() == 2);
   CHECK(problems[0] == "'model.layers.0.input_layernorm' scales by 1 + weight (Gemma's norms): no Megatron-LM argument says it for the "
                        "local layer spec");
@@ -485,18 +483,17 @@ TEST_CASE("export --to megatron refuses a sliding window shorter than the sequen
   // CUDA only, which the CPU check of the arguments cannot run): a window that masks something
   // at the plan's sequence would be dropped, so it is refused; one at least the sequence masks nothing.
   transformer_config c = mx_llama(2);
-  const auto exported = [](const model_graph& g) { return export_megatron(load_plan(mx_plan(g, mx_megatron({2, 4}, 2)))); };
   c.sliding_window = c.seq - 1;
-  const std::vector<std::string> problems = exported(build_llama(c)).problems;
+  const std::vector<std::string> problems = mx_exported(build_llama(c)).problems;
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "'model.layers.0.self_attn.attention' (attention) sees a sliding window of " + std::to_string(c.seq - 1) +
                            " keys, shorter than the sequence of " + std::to_string(c.seq) +
                            ": the arguments would say full causal attention (megatron-core's --window-size is not written)");
   c.max_window_layers = 1;  // Qwen2's layers from max_window_layers on: the second layer's is named
-  CHECK(exported(build_llama(c)).problems.at(0).find("'model.layers.1.self_attn.attention' (attention)") == 0);
+  CHECK(mx_exported(build_llama(c)).problems.at(0).find("'model.layers.1.self_attn.attention' (attention)") == 0);
   c.max_window_layers = 0;
   c.sliding_window = c.seq;
-  const megatron_export e = exported(build_llama(c));
+  const megatron_export e = mx_exported(build_llama(c));
   CHECK(e.problems.empty());
   CHECK(mx_arguments(e).count("--window-size") == 0);
 }

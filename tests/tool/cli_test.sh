@@ -217,6 +217,40 @@ if "$tool" --help | grep -q ' plan' && "$tool" --help | grep -q ' synth'; then
   :
   small=(--model gpt2 --layers 2 --hidden 64 --heads 4 --vocab 512 --seq 64 --batch 8)
   expect_rc 0 "$tool" synth "${small[@]}" --out "$tmp/ck"
+  # synth's values, computed here on their own (docs/cli.md): value k of a tensor is
+  # SplitMix64 over the FNV-1a hash of its name keyed by the seed and k, on a grid of 2^-26 in
+  # [-0.125, 0.125),
+  # norm weights around 1; the same seed writes the same bytes, another seed other values.
+  expect_rc 0 "$tool" synth "${small[@]}" --out "$tmp/ck-again"
+  cmp -s "$tmp/ck/model.safetensors" "$tmp/ck-again/model.safetensors" && ok || bad "synth twice at seed 1 wrote different bytes"
+  expect_rc 0 "$tool" synth "${small[@]}" --seed 7 --out "$tmp/ck-seed7"
+  python3 - "$tmp/ck/model.safetensors" 1 "$tmp/ck-seed7/model.safetensors" 7 <<'PY' && ok || bad "synth's values are not SplitMix64 of the seed, the name and the index"
+import json, struct, sys
+M = 2**64 - 1
+def mix(x):
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M
+    return x ^ (x >> 31)
+def expected(seed, name, k, centre):
+    h = 1469598103934665603 ^ seed
+    for ch in name.encode():
+        h = ((h ^ ch) * 1099511628211) & M
+    step = (mix((mix(h) + (k + 1) * 0x9e3779b97f4a7c15) & M) >> 40) - 2**23
+    return struct.unpack("<f", struct.pack("<f", centre + step * 2.0**-26))[0]  # exact in a double, rounded once
+for path, seed in zip(sys.argv[1::2], map(int, sys.argv[2::2])):
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        header = json.loads(fh.read(n))
+        base = 8 + n
+        for name in ("wte.weight", "h.1.ln_2.weight", "h.0.mlp.c_fc.weight"):
+            begin, end = header[name]["data_offsets"]
+            count = (end - begin) // 4
+            for k in (0, 1, count - 1):
+                fh.seek(base + begin + 4 * k)
+                got = struct.unpack("<f", fh.read(4))[0]
+                want = expected(seed, name, k, 1.0 if "ln" in name else 0.0)
+                assert got == want, (path, name, k, got, want)
+PY
   json_check "d['plan']['feasible'] and all(d['plan']['step_seconds'] <= b['step_seconds'] * (1 + 1e-9) for b in d['baselines'] if b['feasible']) and d['solver']['status'] == 'optimal'" \
     "$tool" plan "${small[@]}" --mesh 2x4 --mode train --out "$tmp/plan.json" --json --quiet
   test -s "$tmp/plan.json" && test -s "$tmp/plan.dot" && ok || bad "plan files missing"

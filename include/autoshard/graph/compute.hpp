@@ -16,6 +16,10 @@
 /// writes them and its 1-byte mask, the product with V reads them: 8 bytes per score element,
 /// 13 with dropout. As `flash` it reads q, k, v and writes its output, and a causal mask skips
 /// the masked half of the pairs (with a sliding window, every pair outside it: attention_pairs).
+/// ALiBi's bias (op_attrs::alibi) is one add per score, which both kernels fold into a pass
+/// they make anyway (BLOOM's baddbmm writes the scores with it, FlashAttention takes
+/// alibi_slopes): no score moves for it, and like the scaling, the mask and the softmax's
+/// arithmetic it is not counted in the FLOPs (the products' 4 D per pair dwarf it).
 ///
 /// Memory kept for the backward (training; autograd's saved tensors, as Korthikanti et al.
 /// 2022 count them): a tensor is kept when an operator needs it in its backward: the input of

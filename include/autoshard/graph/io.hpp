@@ -11,7 +11,8 @@
 /// "kind" is an op_kind spelling (to_string(op_kind)); "dtype" a dtype spelling ("f32", "bf16",
 /// "float16", ...); "attrs" may hold transposed_weight, causal, dropout, rotary_half (booleans),
 /// axis, heads, kv_heads, start, length (integers), window (an integer: a causal attention's
-/// sliding window of keys, at most max_attention_window; 0 or absent: none), rotary_base (a
+/// sliding window of keys, at most max_attention_window; 0 or absent: none), alibi (an
+/// attention's ALiBi position bias, "bloom" or "falcon": alibi_rule; "none" or absent: none), rotary_base (a
 /// number above 1), epsilon (a layer_norm's or rms_norm's, a number: checked finite and in (0,
 /// max_norm_epsilon] at shape inference, naming the vertex; absent: default_norm_epsilon),
 /// weight_offset (a norm's, a finite number: the row times weight_offset + weight, Gemma's 1;
@@ -70,6 +71,7 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.transposed_weight != d.transposed_weight) at["transposed_weight"] = a.transposed_weight;
       if (a.causal != d.causal) at["causal"] = a.causal;
       if (a.window != d.window) at["window"] = a.window;
+      if (a.alibi != d.alibi) at["alibi"] = std::string(to_string(a.alibi));
       if (a.dropout != d.dropout) at["dropout"] = a.dropout;
       if (a.axis != d.axis) at["axis"] = a.axis;
       if (a.heads != d.heads) at["heads"] = a.heads;
@@ -104,6 +106,7 @@ inline op_attrs json_attrs(const json_in& j) {
     if (key == "transposed_weight") a.transposed_weight = val.boolean();
     else if (key == "causal") a.causal = val.boolean();
     else if (key == "window") a.window = val.integer(0, max_attention_window);  // checked against causal at shape inference
+    else if (key == "alibi") a.alibi = enum_value(val, all_alibi_rules);
     else if (key == "dropout") a.dropout = val.boolean();
     else if (key == "axis") a.axis = val.small_integer(-64, 64);
     else if (key == "heads") a.heads = val.small_integer(0, 1'000'000'000);
@@ -124,7 +127,7 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, window, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
+    else val.fail("is not an attribute (transposed_weight, causal, window, alibi, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

@@ -6,7 +6,8 @@
 ///   auto w = autoshard::add_parameter(g, "fc.weight", {3072, 768}, autoshard::dtype::bf16);
 ///   auto y = autoshard::add_op(g, autoshard::op_kind::linear, "fc", {x, w});   // shape [8,3072]
 #include <algorithm>    // std::find, std::sort
-#include <cmath>        // std::isfinite, std::pow
+#include <bit>          // std::bit_floor
+#include <cmath>        // std::isfinite, std::pow, std::sqrt
 #include <cstdint>      // std::int64_t
 #include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
@@ -131,6 +132,23 @@ constexpr bool is_binary_elementwise(op_kind k) noexcept {
 }
 constexpr bool is_source(op_kind k) noexcept { return k == op_kind::input || k == op_kind::parameter; }
 
+/// ALiBi (Press et al. 2022): a bias linear in the key's position added to an attention's
+/// scaled scores, per query head, as a model's transformers code adds it (op_attrs::alibi; the
+/// values: alibi_bias). `bloom`: modeling_bloom.py's (BLOOM). `falcon`: modeling_falcon.py's
+/// (Falcon with alibi: true), which rounds to bfloat16 and adds before the 1/sqrt(D) scaling.
+enum class alibi_rule : std::uint8_t { none, bloom, falcon };
+inline constexpr alibi_rule all_alibi_rules[] = {alibi_rule::none, alibi_rule::bloom, alibi_rule::falcon};
+
+/// "none", "bloom" or "falcon" (the graph file's spelling).
+constexpr std::string_view to_string(alibi_rule r) noexcept {
+  switch (r) {
+    case alibi_rule::none: return "none";
+    case alibi_rule::bloom: return "bloom";
+    case alibi_rule::falcon: return "falcon";
+  }
+  return "?";
+}
+
 /// Vertex attributes; each kind reads only the fields its comment names.
 struct op_attrs {
   bool transposed_weight = false;  ///< linear: weight stored [in,out] (GPT-2 Conv1D)
@@ -140,6 +158,9 @@ struct op_attrs {
   /// sliding_window_overlay: kv_idx > q_idx - sliding_window, with the causal kv_idx <= q_idx).
   /// 0: no window, every earlier key. A window at least the sequence masks nothing more.
   std::int64_t window = 0;
+  /// attention: ALiBi's position bias added to the scaled scores (alibi_bias, per global query
+  /// head); none: no bias.
+  alibi_rule alibi = alibi_rule::none;
   bool dropout = false;            ///< attention: its probabilities dropped out in training (GPT-2's attn_pdrop, BERT's)
   int axis = -1;                   ///< softmax, concat, split: tensor dim, negative counts from the end
   int heads = 0;                   ///< attention (query heads), rotary
@@ -193,6 +214,44 @@ inline std::int64_t rotary_width(const op_attrs& a, std::int64_t D) { return a.r
 inline double rotary_frequency(const op_attrs& a, std::int64_t i, std::int64_t D) {
   if (!a.rotary_frequencies.empty()) return a.rotary_frequencies[static_cast<std::size_t>(i)];
   return std::pow(a.rotary_base, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_width(a, D)));
+}
+
+/// The ALiBi slope of query head `h` (0-based, the global index) of an attention of `heads`
+/// heads, as transformers computes it in float32 (modeling_bloom.py _get_alibi_slopes; Falcon's
+/// build_alibi_tensor has the same): with p the largest power of two <= heads, head h < p gets
+/// b^(h+1), b = 2^(-8/p) rounded to float, and the heads past p (a count not a power of two)
+/// every other slope of 2p heads, e^(2(h-p)+1), e = 2^(-4/p) rounded to float. 8 heads: 1/2,
+/// 1/4, ..., 1/256. The power is the float nearest b^i; torch's vectorised pow is within one
+/// ulp of it and a few slopes differ by that ulp (32 heads: head 14's, 7e-9 of 0.0743).
+inline float alibi_slope(std::int64_t heads, std::int64_t h) {
+  if (heads <= 0 || h < 0 || h >= heads)
+    throw graph_error("ALiBi: head " + std::to_string(h) + " of " + std::to_string(heads) + " heads does not exist");
+  const auto p = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(heads)));
+  const double pd = static_cast<double>(p);
+  const bool first = h < p;
+  const auto base = static_cast<float>(std::pow(2.0, (first ? -8.0 : -4.0) / pd));  // Python's 2 ** -(2 ** -(log2(p) - 3)), as a float32 tensor
+  const double power = first ? static_cast<double>(h + 1) : static_cast<double>(2 * (h - p) + 1);
+  return static_cast<float>(std::pow(static_cast<double>(base), power));
+}
+
+/// What ALiBi (rule `r`) adds to the scaled score (QK^T / sqrt(D)) of query head `h` (global)
+/// of `heads`, head size `D`, at the key of position `key`, as transformers adds it:
+///   bloom:  float(slope x key), a float32 product, added after the scaling (modeling_bloom.py:
+///           alibi.baddbmm(q, k^T, beta=1, alpha=1/sqrt(D)));
+///   falcon: bf16(bf16(slope) x bf16(key)) / sqrt(D): modeling_falcon.py's build_alibi_tensor
+///           multiplies the slopes .bfloat16() by the positions (a bfloat16 product), and its
+///           FalconModel divides the bias by sqrt(D) into the mask added to the scaled scores:
+///           (QK^T + bias) / sqrt(D). Exact up to 256 positions at 2^k heads; past them bfloat16
+///           rounds the position and the product, as transformers does.
+/// transformers adds slope x key, not the paper's -slope x (query - key): the two differ by
+/// slope x query along each query's row, which the softmax cancels. Positions are 0.. with no
+/// padding (transformers' cumsum of an all-ones attention mask). none: 0.
+inline double alibi_bias(alibi_rule r, std::int64_t heads, std::int64_t h, std::int64_t key, std::int64_t D) {
+  if (r == alibi_rule::none) return 0.0;
+  const float slope = alibi_slope(heads, h), position = static_cast<float>(key);
+  if (r == alibi_rule::bloom) return static_cast<double>(slope * position);
+  const auto bf16 = [](float x) { return bf16_to_float(float_to_bf16(x)); };
+  return static_cast<double>(bf16(bf16(slope) * bf16(position))) / std::sqrt(static_cast<double>(D));
 }
 
 /// Vertex bundle.
@@ -476,6 +535,8 @@ inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<cons
     bad_operands(k, "window " + std::to_string(a.window) + " is not a key count in 1.." + std::to_string(max_attention_window) + " (0: none)");
   if (a.window != 0 && !a.causal)
     bad_operands(k, "window " + std::to_string(a.window) + " is a causal sliding window, but the attention is not causal");
+  if (static_cast<unsigned>(a.alibi) > static_cast<unsigned>(alibi_rule::falcon))
+    bad_operands(k, "alibi " + std::to_string(static_cast<unsigned>(a.alibi)) + " is not an ALiBi rule (none, bloom, falcon)");
   if (in[1][1] == 0 && has_elements(in[0]))
     bad_operands(k, "k and v " + to_string(in[1]) + " hold no key: each query of " + to_string(in[0]) + " would weigh none, 0/0");
   return in[0];

@@ -401,6 +401,80 @@ TEST_CASE("JSON: an attention's sliding window round-trips, is checked, and pric
   CHECK(flops(3, attention_kernel::unfused) == flops(0, attention_kernel::unfused));
 }
 
+TEST_CASE("ALiBi: the slopes and biases transformers computes, the attr read, written and checked") {
+  // The numbers are transformers' (5.25.0, CPU torch 2.15): modeling_bloom.py _get_alibi_slopes(n)
+  // and the build_alibi_tensor of modeling_bloom.py and modeling_falcon.py on an all-ones mask,
+  // printed with float.hex and copied here.
+  const auto slopes = [](std::int64_t n) {
+    std::vector<double> s;
+    for (std::int64_t h = 0; h < n; ++h) s.push_back(static_cast<double>(alibi_slope(n, h)));
+    return s;
+  };
+  CHECK(slopes(4) == std::vector<double>{0x1p-2, 0x1p-4, 0x1p-6, 0x1p-8});
+  CHECK(slopes(8) == std::vector<double>{0x1p-1, 0x1p-2, 0x1p-3, 0x1p-4, 0x1p-5, 0x1p-6, 0x1p-7, 0x1p-8});
+  // 12 is no power of two: the 8 of 8 heads, then every other slope of 16 heads from 2^-1/2.
+  CHECK(slopes(12) == std::vector<double>{0x1p-1, 0x1p-2, 0x1p-3, 0x1p-4, 0x1p-5, 0x1p-6, 0x1p-7, 0x1p-8, 0x1.6a09e6p-1,
+                                          0x1.6a09e6p-2, 0x1.6a09e4p-3, 0x1.6a09e4p-4});
+  // torch's vectorised pow is within an ulp of the nearest float, which alibi_slope takes:
+  // 32 heads' head 14 is 0x1.306fe4p-4 in transformers, one ulp below.
+  CHECK(static_cast<double>(alibi_slope(32, 14)) == 0x1.306fe6p-4);
+  CHECK(static_cast<double>(alibi_slope(32, 13)) == 0x1.6a09ecp-4);
+  CHECK_THROWS_WITH_AS(alibi_slope(12, 12), doctest::Contains("ALiBi: head 12 of 12 heads does not exist"), graph_error);
+  CHECK_THROWS_AS(alibi_slope(0, 0), graph_error);
+
+  // BLOOM: float32 slope x position, added to the scaled scores as it is. Falcon: bfloat16 slope
+  // x bfloat16 position in bfloat16 (257 is 256 there), then over sqrt(D) (D = 1 leaves it be).
+  const std::vector<std::int64_t> keys{0, 1, 7, 255, 257, 300, 1000};
+  const auto biases = [&](alibi_rule r, std::int64_t h, std::int64_t D) {
+    std::vector<double> b;
+    for (std::int64_t k : keys) b.push_back(alibi_bias(r, 12, h, k, D));
+    return b;
+  };
+  CHECK(biases(alibi_rule::bloom, 0, 64) == std::vector<double>{0, 0x1p-1, 0x1.cp+1, 0x1.fep+6, 0x1.01p+7, 0x1.2cp+7, 0x1.f4p+8});
+  CHECK(biases(alibi_rule::bloom, 8, 64) ==
+        std::vector<double>{0, 0x1.6a09e6p-1, 0x1.3cc8aap+2, 0x1.689fdcp+7, 0x1.6b73fp+7, 0x1.a8439ap+7, 0x1.618daap+9});
+  CHECK(biases(alibi_rule::bloom, 11, 64) ==
+        std::vector<double>{0, 0x1.6a09e4p-4, 0x1.3cc8a8p-1, 0x1.689fdap+4, 0x1.6b73eep+4, 0x1.a84398p+4, 0x1.618da8p+6});
+  CHECK(biases(alibi_rule::falcon, 0, 1) == std::vector<double>{0, 0.5, 3.5, 127.5, 128.0, 150.0, 500.0});
+  CHECK(biases(alibi_rule::falcon, 8, 1) == std::vector<double>{0, 0.70703125, 4.9375, 180.0, 181.0, 212.0, 708.0});
+  CHECK(biases(alibi_rule::falcon, 11, 1) == std::vector<double>{0, 0.08837890625, 0.6171875, 22.5, 22.625, 26.5, 88.5});
+  CHECK(alibi_bias(alibi_rule::falcon, 12, 8, 300, 16) == 212.0 / 4);  // divided by sqrt(16)
+  CHECK(alibi_bias(alibi_rule::none, 12, 8, 300, 16) == 0.0);
+
+  // The attr: read, written only when set, checked.
+  const auto att = [](const std::string& attrs) {
+    return std::string(R"({"format": "autoshard.graph", "version": 1, "nodes": [)") +
+           R"({"name": "q", "kind": "input", "shape": [2, 8, 16], "dtype": "f32"},)"
+           R"({"name": "a", "kind": "attention", "shape": [2, 8, 16], "dtype": "f32", "inputs": ["q", "q", "q"],)"
+           R"( "attrs": {"heads": 2, "causal": true)" + attrs + "}}]}";
+  };
+  for (const alibi_rule r : {alibi_rule::bloom, alibi_rule::falcon}) {
+    std::istringstream in(att(R"(, "alibi": ")" + std::string(to_string(r)) + "\""));
+    const model_graph g = read_json(in);
+    CHECK(g[1].attrs.alibi == r);
+    std::ostringstream out;
+    write_json(out, g);
+    CHECK(contains(out.str(), "\"alibi\": \"" + std::string(to_string(r)) + "\""));
+    std::istringstream back(out.str());
+    CHECK(read_json(back)[1].attrs == g[1].attrs);
+  }
+  std::istringstream none(att(R"(, "alibi": "none")"));
+  const model_graph plain = read_json(none);
+  CHECK(plain[1].attrs.alibi == alibi_rule::none);
+  std::ostringstream plain_out;
+  write_json(plain_out, plain);
+  CHECK(!contains(plain_out.str(), "alibi"));  // none is not written
+  CHECK(contains(expect_io_error(att(R"(, "alibi": "mpt")")), R"(nodes[1].attrs.alibi is "mpt", not "none", "bloom" or "falcon")"));
+  CHECK(contains(expect_io_error(att(R"(, "alibi": true)")), "nodes[1].attrs.alibi is true, not a string"));
+  model_graph h;  // built in code past the reader, the shape check still bounds it
+  op_attrs bad;
+  bad.heads = 2;
+  bad.alibi = static_cast<alibi_rule>(7);
+  const vertex_t q = add_input(h, "q", {2, 8, 16}, dtype::f32);
+  CHECK_THROWS_WITH_AS(add_op(h, op_kind::attention, "a", {q, q, q}, bad), doctest::Contains("alibi 7 is not an ALiBi rule (none, bloom, falcon)"),
+                       graph_error);
+}
+
 TEST_CASE("faults: a model with a cycle or a dangling operand never reaches the solver") {
   const std::string head = R"({"format": "autoshard.graph", "version": 1, "nodes": [)";
   SUBCASE("cycle: graph_error naming the vertices") {

@@ -90,7 +90,7 @@ struct transformer_config {
   bool final_norm = true;       ///< OPT without do_layer_norm_before has no final_layer_norm
   int embed_proj = 0;           ///< OPT's word_embed_proj_dim when it differs from hidden (project_in/out)
   int position_offset = 0;      ///< rows of the learned position table before position 0 (OPT, RoBERTa: 2)
-  bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: ALiBi (no parameters)
+  bool rotary = true;           ///< GPT-NeoX and Falcon: rotary positions; false: Falcon's ALiBi (no parameters; BLOOM's always)
   double rope_theta = 10000.0;  ///< rotary's base (Hugging Face's rope_theta, GPT-NeoX's rotary_emb_base)
   rope_scaling_config rope_scaling;  ///< rotary's scaled frequencies (Hugging Face's rope_scaling; none by default)
   /// The part of each head rotary turns: its first int(head_dim x rotary_pct) dims, as
@@ -258,12 +258,13 @@ struct builder {
     return add_op(g, op_kind::split, name, {x}, a);
   }
   vertex_t attention(const std::string& name, vertex_t q, vertex_t k, vertex_t v, int heads, int kv, bool causal,
-                     bool dropout = false, std::int64_t window = 0) {
+                     bool dropout = false, std::int64_t window = 0, alibi_rule alibi = alibi_rule::none) {
     op_attrs a;
     a.heads = heads;
     a.kv_heads = kv;
     a.causal = causal;
     a.window = window;
+    a.alibi = alibi;
     a.dropout = dropout;
     return add_op(g, op_kind::attention, name, {q, k, v}, a);
   }
@@ -570,8 +571,8 @@ inline model_graph build_gpt_neox(const transformer_config& c) {
 }
 
 /// BLOOM (BloomForCausalLM): word_embeddings_layernorm, query_key_value per-head interleaved
-/// ([heads, 3, head_dim] rows), ALiBi positions (no parameters), GELU MLP, lm_head tied to
-/// transformer.word_embeddings.
+/// ([heads, 3, head_dim] rows), ALiBi positions (no parameters: the attention's alibi "bloom"),
+/// GELU MLP, lm_head tied to transformer.word_embeddings.
 inline model_graph build_bloom(const transformer_config& c) {
   detail::check_config(c, "bloom");
   detail::check_no_gqa(c, "bloom");
@@ -589,7 +590,7 @@ inline model_graph build_bloom(const transformer_config& c) {
     vertex_t q = b.group_slice(n + ".self_attention.q", qkv, c.heads, 0, D);
     vertex_t k = b.group_slice(n + ".self_attention.k", qkv, c.heads, D, D);
     vertex_t v = b.group_slice(n + ".self_attention.v", qkv, c.heads, 2 * D, D);
-    vertex_t a = b.attention(n + ".self_attention.attention", q, k, v, c.heads, c.heads, true);
+    vertex_t a = b.attention(n + ".self_attention.attention", q, k, v, c.heads, c.heads, true, false, 0, alibi_rule::bloom);
     a = b.linear(n + ".self_attention.dense", a, H, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attention.residual", {x, a});
     h = b.layer_norm(n + ".post_attention_layernorm", x, H);
@@ -606,7 +607,8 @@ inline model_graph build_bloom(const transformer_config& c) {
 
 /// Falcon (FalconForCausalLM). query_key_value holds q|k|v: multi-query (kv_heads 1) as
 /// heads*D | D | D, the new decoder architecture per key/value group as [kv, heads/kv + 2, D]
-/// rows, otherwise per head as [heads, 3, D]. Rotary (or ALiBi), parallel attention and MLP
+/// rows, otherwise per head as [heads, 3, D]. Rotary (or, with rotary false, ALiBi: the
+/// attention's alibi "falcon"), parallel attention and MLP
 /// (one input_layernorm, or ln_attn and ln_mlp), GELU MLP, lm_head tied by default.
 inline model_graph build_falcon(const transformer_config& c) {
   detail::check_config(c, "falcon");
@@ -646,7 +648,7 @@ inline model_graph build_falcon(const transformer_config& c) {
       q = b.rope(c, s + ".rotary_q", q, c.heads);
       k = b.rope(c, s + ".rotary_k", k, c.kv());
     }
-    vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true);
+    vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true, false, 0, c.rotary ? alibi_rule::none : alibi_rule::falcon);
     a = b.linear(s + ".dense", a, c.heads * D, H, c.out_bias, false);
     vertex_t m_in = h;
     if (two_norms) m_in = b.layer_norm(n + ".ln_mlp", x, H);

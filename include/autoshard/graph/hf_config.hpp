@@ -315,7 +315,7 @@ inline void read_hf_family(const hf_reader& r, const std::string& t, transformer
   } else if (t == "bloom") {
     c.ffn = 4 * c.hidden;
     c.qkv_bias = c.out_bias = c.mlp_bias = true;
-    c.rotary = false;  // ALiBi
+    c.rotary = false;  // ALiBi: build_bloom's attention adds BLOOM's biases (alibi "bloom")
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
   } else {  // falcon
     c.ffn = r.get({"ffn_hidden_size"}, 1, hf_max_ffn, 4 * c.hidden);
@@ -327,7 +327,7 @@ inline void read_hf_family(const hf_reader& r, const std::string& t, transformer
     c.layer_norms = r.get({"num_ln_in_parallel_attn"}, 1, 2, c.new_decoder_architecture ? 2 : 1);
     c.parallel_residual = r.flag({"parallel_attn"}, true);
     c.qkv_bias = c.out_bias = c.mlp_bias = r.flag({"bias"}, false);
-    c.rotary = !r.flag({"alibi"}, false);
+    c.rotary = !r.flag({"alibi"}, false);  // alibi: build_falcon's attention adds Falcon's biases (alibi "falcon")
     c.activation = r.activation({"activation"}, op_kind::gelu_erf);
     c.tie_embeddings = r.flag({"tie_word_embeddings"}, true);
   }

@@ -138,6 +138,7 @@ TEST_CASE("Hugging Face names and shapes per family") {
     const node& att = g[*find_vertex(g, "transformer.h.0.self_attention.attention")];
     CHECK(att.attrs.heads == 71);
     CHECK(att.attrs.kv_heads == 1);
+    CHECK(att.attrs.alibi == alibi_rule::none);  // rotary: alibi false
   }
   SUBCASE("pythia: per-head interleaved query_key_value, untied embed_out, rotary") {
     const model_graph g = build("pythia-160m.json");
@@ -158,6 +159,8 @@ TEST_CASE("Hugging Face names and shapes per family") {
     CHECK(param(g, "transformer.word_embeddings_layernorm.weight").shape == tensor_shape{1024});
     CHECK(param(g, "transformer.h.23.self_attention.query_key_value.bias").shape == tensor_shape{3072});
     CHECK_FALSE(find_vertex(g, "transformer.h.0.self_attention.rotary_q"));
+    for (const char* a : {"transformer.h.0.self_attention.attention", "transformer.h.23.self_attention.attention"})
+      CHECK(g[*find_vertex(g, a)].attrs.alibi == alibi_rule::bloom);
   }
   SUBCASE("roberta: RoBERTa names, one token type, 514 positions") {
     const model_graph g = build("roberta-base.json");
@@ -203,6 +206,26 @@ TEST_CASE("falcon's new decoder architecture: grouped query_key_value and two la
   CHECK(find_vertex(g, "transformer.h.1.ln_mlp.bias"));
   CHECK(g[*find_vertex(g, "transformer.h.1.self_attention.k")].shape == tensor_shape{1, 4, 8 * 64});
   CHECK(g[*find_vertex(g, "transformer.h.1.self_attention.q")].shape == tensor_shape{1, 4, 128 * 64});
+}
+
+TEST_CASE("falcon with alibi: true: no rotary, Falcon's ALiBi on every attention, written back") {
+  // Falcon-RW-1B's published sizes (alibi, per-head query_key_value, sequential attention and MLP).
+  hf_model m = read_hf_config(nlohmann::json::parse(R"({"model_type": "falcon", "hidden_size": 2048,
+      "num_hidden_layers": 2, "num_attention_heads": 32, "multi_query": false, "alibi": true, "parallel_attn": false,
+      "bias": true, "vocab_size": 50304})"));
+  m.config.seq = 4;
+  m.config.batch = 1;
+  const model_graph g = build_hf(m);
+  CHECK_FALSE(find_vertex(g, "transformer.h.0.self_attention.rotary_q"));
+  for (const char* a : {"transformer.h.0.self_attention.attention", "transformer.h.1.self_attention.attention"}) {
+    CHECK(g[*find_vertex(g, a)].attrs.alibi == alibi_rule::falcon);
+    CHECK(g[*find_vertex(g, a)].attrs.heads == 32);
+  }
+  CHECK(to_hf_config(m)["alibi"] == true);
+  hf_model back = read_hf_config(to_hf_config(m));
+  back.config.seq = 4;
+  back.config.batch = 1;
+  CHECK(to_json(build_hf(back)) == to_json(g));
 }
 
 TEST_CASE("bad Hugging Face configs are errors naming the key and the value") {

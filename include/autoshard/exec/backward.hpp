@@ -329,6 +329,7 @@ std::vector<host_tensor> attention_backward(const node& nd, std::span<const host
       cmap DO(dy.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq));
       p.noalias() = Q * K.transpose();  // into p: (Q K^T) * scale would make an S x Sk temporary
       p *= scale;
+      detail::add_alibi(p, nd.attrs, kvm.q0 + h, c.in_offset[1][1], D);  // a constant of the scores: their gradient is the softmax's
       detail::softmax_scores(p, nd.attrs.causal, nd.attrs.window);
       mmap(out[2].as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk)).noalias() += p.transpose() * DO;
       dp.noalias() = DO * V.transpose();

@@ -522,7 +522,8 @@ host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> 
 }
 
 /// Scaled-dot-product attention of q[B,S,hq*D] with k,v[B,Sk,hkv*D]; query head h reads
-/// key/value head h / (hq/hkv). D comes from the global width and attrs.heads.
+/// key/value head h / (hq/hkv). D comes from the global width and attrs.heads. Scores are
+/// Q K^T / sqrt(D), plus ALiBi's biases where attrs.alibi says (add_alibi), then masked.
 /// Row-wise softmax of attention scores in place; with `causal`, query i sees keys 0..i only,
 /// and with a sliding `window` W > 0 as well only keys i-W+1..i (op_attrs::window: itself and
 /// the W-1 before it, transformers' kv_idx > q_idx - sliding_window); the rest become 0. Row
@@ -540,6 +541,18 @@ void softmax_scores(rm_matrix<T>& p, bool causal, std::int64_t window = 0) {
     for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j >= first && j <= last ? std::exp(p(i, j) - mx) : T(0));
     p.row(i) /= sum;
   }
+}
+
+/// Adds ALiBi's biases (op_attrs::alibi; alibi_bias) of query head `head`, its GLOBAL index
+/// (the slope is the head's, wherever the heads are split), to every row of the scaled scores
+/// p, key j at global position key0 + j; nothing without ALiBi. Masked scores get it too, and
+/// softmax_scores drops them after. The forward kernel and its backward share it.
+template <class T>
+void add_alibi(rm_matrix<T>& p, const op_attrs& a, std::int64_t head, std::int64_t key0, std::int64_t D) {
+  if (a.alibi == alibi_rule::none) return;
+  Eigen::Matrix<T, 1, Eigen::Dynamic> bias(p.cols());
+  for (std::int64_t j = 0; j < p.cols(); ++j) bias(j) = static_cast<T>(alibi_bias(a.alibi, a.heads, head, key0 + j, D));
+  p.rowwise() += bias;
 }
 
 /// Which local key/value head each local query head reads: query head h (global) reads key/value
@@ -587,6 +600,7 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
       stride_map V(v.as<T>() + b * Sk * Wk + kh * D, Sk, D, Eigen::OuterStride<>(Wk));
       p.noalias() = Q * K.transpose();  // into p: (Q K^T) * scale would make an S x Sk temporary
       p *= scale;
+      add_alibi(p, nd.attrs, kvm.q0 + h, c.in_offset[1][1], D);
       softmax_scores(p, nd.attrs.causal, nd.attrs.window);
       Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
           .noalias() = p * V;

@@ -161,6 +161,12 @@ std::vector<bw_case> bw_cases() {
   op_attrs atw = at;
   atw.window = 2;
   v.push_back({"causal attention, sliding window 2 of 5, grouped heads", op_kind::attention, atw, {{2, 5, 8}, {2, 5, 4}, {2, 5, 4}}, {}});
+  op_attrs ata = at;  // ALiBi: a constant of the scores, which the backward's recomputed softmax must add too
+  ata.alibi = alibi_rule::bloom;
+  v.push_back({"causal attention, BLOOM's ALiBi, grouped heads", op_kind::attention, ata, {{2, 5, 8}, {2, 5, 4}, {2, 5, 4}}, {}});
+  ata.alibi = alibi_rule::falcon;
+  ata.window = 3;
+  v.push_back({"causal attention, Falcon's ALiBi, sliding window 3 of 5, grouped heads", op_kind::attention, ata, {{2, 5, 8}, {2, 5, 4}, {2, 5, 4}}, {}});
   op_attrs at2;
   at2.heads = 2;
   v.push_back({"attention", op_kind::attention, at2, {{1, 3, 4}, {1, 4, 4}, {1, 4, 4}}, {}});
@@ -234,4 +240,45 @@ TEST_CASE("a sliding window's backward: a key gets gradient only from the querie
   // Query 2's score gradient: p (dp - p.dp) over keys 1, 2 (v 1, 2, weights 1/2): dq = scale sum_j ds_j k_j
   // = (1/2 (1 - 1.5) x 2 + 1/2 (2 - 1.5) x 3) = 0.25; key 0 outside its window adds nothing.
   CHECK(g[0].as<double>()[2] == doctest::Approx(0.25).epsilon(1e-14));
+}
+
+TEST_CASE("ALiBi's backward on a rank holding head 1 alone adds head 1's slope (its global index), not head 0's") {
+  // 2 heads of 2 over 4 positions (slopes 1/16 and 1/256): the gradients of the piece at offset 2
+  // (head 1's columns) are the unsharded gradients' head 1; taken as head 0 (offset 0), others.
+  op_attrs a;
+  a.heads = 2;
+  a.causal = true;
+  a.alibi = alibi_rule::bloom;
+  const node nd{"op", op_kind::attention, a, {}, dtype::f64};
+  const tensor_shape whole{1, 4, 4}, piece{1, 4, 2};
+  std::mt19937_64 rng(11);
+  std::vector<host_tensor> x;
+  for (int i = 0; i < 3; ++i) x.push_back(bw_random(whole, 0, -2.0, 2.0, rng));
+  const host_tensor dy = bw_random(whole, 0, -1.0, 1.0, rng);
+  const auto head1 = [&](const host_tensor& t) {
+    host_tensor p(dtype::f64, piece);
+    for (int s = 0; s < 4; ++s)
+      for (int d = 0; d < 2; ++d) p.as<double>()[s * 2 + d] = t.as<double>()[s * 4 + 2 + d];
+    return p;
+  };
+  const std::vector<const host_tensor*> in{&x[0], &x[1], &x[2]};
+  const std::vector<host_tensor> g = run_kernel_backward<double>(nd, in, dy, whole_context({whole, whole, whole}, whole));
+  std::vector<host_tensor> xp;
+  for (const host_tensor& t : x) xp.push_back(head1(t));
+  const host_tensor dyp = head1(dy);
+  const std::vector<const host_tensor*> in_piece{&xp[0], &xp[1], &xp[2]};
+  const auto worst = [&](std::int64_t offset) {
+    local_context c = whole_context({whole, whole, whole}, whole);
+    for (tensor_shape& o : c.in_offset) o = tensor_shape{0, 0, offset};
+    c.out_shape = piece;
+    const std::vector<host_tensor> gp = run_kernel_backward<double>(nd, in_piece, dyp, c);
+    double w = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      const host_tensor want = head1(g[i]);
+      for (std::int64_t e = 0; e < want.numel(); ++e) w = std::max(w, std::abs(gp[i].as<double>()[e] - want.as<double>()[e]));
+    }
+    return w;
+  };
+  CHECK(worst(2) < 1e-12);
+  CHECK(worst(0) > 1e-4);
 }

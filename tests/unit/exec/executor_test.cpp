@@ -232,6 +232,81 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     a.window = 1000;
     CHECK(first_dims(a) == full);
   }
+  SUBCASE("causal attention with ALiBi: BLOOM's bias after the scaling, Falcon's scaled with the scores, each head its own slope") {
+    // 2 heads of D = 4 over 3 positions: slopes 1/16 and 1/256 (transformers' for 2 heads, exact
+    // in float and bfloat16). The score of query i, key j <= i, head h is q.k / 2 + s_h j (BLOOM)
+    // or (q.k + s_h j) / 2 (Falcon); the output the softmax-weighted mean of v over j <= i.
+    const int H = 2, D = 4, S = 3;
+    const double slope[2] = {1.0 / 16, 1.0 / 256};
+    std::vector<double> qv, kv, vv;
+    for (int i = 0; i < S * H * D; ++i) {
+      qv.push_back(0.25 * ((i * 7) % 5) - 0.5);
+      kv.push_back(0.5 * ((i * 3) % 7) - 1.0);
+      vv.push_back(std::pow(10.0, i / (H * D)) + (i % (H * D)));  // v at position j: 10^j + column
+    }
+    const host_tensor q = make({1, S, H * D}, qv), k = make({1, S, H * D}, kv), v = make({1, S, H * D}, vv);
+    const auto expected = [&](alibi_rule r) {  // by hand, one (query, head) at a time
+      std::vector<double> o(static_cast<std::size_t>(S * H * D), 0.0);
+      for (int i = 0; i < S; ++i)
+        for (int h = 0; h < H; ++h) {
+          std::vector<double> w;
+          double sum = 0;
+          for (int j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int d = 0; d < D; ++d) dot += qv[static_cast<std::size_t>(i * H * D + h * D + d)] * kv[static_cast<std::size_t>(j * H * D + h * D + d)];
+            const double bias = r == alibi_rule::none ? 0.0 : slope[h] * j;
+            w.push_back(std::exp(r == alibi_rule::falcon ? (dot + bias) / 2 : dot / 2 + bias));
+            sum += w.back();
+          }
+          for (int j = 0; j <= i; ++j)
+            for (int d = 0; d < D; ++d)
+              o[static_cast<std::size_t>(i * H * D + h * D + d)] += w[static_cast<std::size_t>(j)] / sum * vv[static_cast<std::size_t>(j * H * D + h * D + d)];
+        }
+      return o;
+    };
+    const auto ran = [](const host_tensor& t) { return std::vector<double>(t.as<double>(), t.as<double>() + t.numel()); };
+    const auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+      double worst = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+      return worst;
+    };
+    op_attrs a;
+    a.heads = H;
+    a.causal = true;
+    const std::vector<double> plain = ran(run1(op(op_kind::attention, a), {&q, &k, &v}));
+    CHECK(close(plain, expected(alibi_rule::none)) < 1e-12);
+    for (const alibi_rule r : {alibi_rule::bloom, alibi_rule::falcon}) {
+      CAPTURE(to_string(r));
+      a.alibi = r;
+      const std::vector<double> got = ran(run1(op(op_kind::attention, a), {&q, &k, &v}));
+      CHECK(close(got, expected(r)) < 1e-12);
+      CHECK(close(got, plain) > 1e-3);  // the bias moves the output
+    }
+    a.alibi = alibi_rule::bloom;
+    CHECK(close(ran(run1(op(op_kind::attention, a), {&q, &k, &v})), expected(alibi_rule::falcon)) > 1e-3);  // the place matters
+
+    // A rank holding head 1 alone (its columns 4..7, at offset 4 in the global q, k, v) adds head
+    // 1's slope: its output is the unsharded run's head 1. Taking the local index (head 0's slope,
+    // as if the piece were at offset 0) gives another.
+    const auto head1 = [&](const host_tensor& t) {
+      std::vector<double> c;
+      for (int i = 0; i < S; ++i)
+        for (int d = 0; d < D; ++d) c.push_back(t.as<double>()[i * H * D + D + d]);
+      return make({1, S, D}, c);
+    };
+    const host_tensor q1 = head1(q), k1 = head1(k), v1 = head1(v);
+    const std::vector<const host_tensor*> in1{&q1, &k1, &v1};
+    const host_tensor whole = run1(op(op_kind::attention, a), {&q, &k, &v});
+    const auto on_rank = [&](std::int64_t offset) {
+      local_context c = whole_context({q.shape(), k.shape(), v.shape()}, q.shape());
+      for (tensor_shape& o : c.in_offset) o = tensor_shape{0, 0, offset};
+      c.out_shape = q1.shape();
+      return ran(run_kernel<double>(op(op_kind::attention, a), in1, c));
+    };
+    const std::vector<double> want = ran(head1(whole));
+    CHECK(close(on_rank(D), want) < 1e-12);
+    CHECK(close(on_rank(0), want) > 1e-3);
+  }
   SUBCASE("layer norm, softmax, cross-entropy, embedding, rotary") {
     const host_tensor x = make({1, 4}, {1, 2, 3, 4});
     const host_tensor w = make({4}, {1, 1, 2, 2});
@@ -446,6 +521,11 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   op_attrs att_window = att;  // a sliding window of 2 of 5 positions, on every split of the heads and batch
   att_window.window = 2;
   make_case(op_kind::attention, {{"q", {2, 5, 8}, f}, {"k", {2, 5, 4}, f}, {"v", {2, 5, 4}, f}}, att_window);
+  for (const alibi_rule r : {alibi_rule::bloom, alibi_rule::falcon}) {  // ALiBi: each head its global slope on every split
+    op_attrs att_alibi = att;
+    att_alibi.alibi = r;
+    make_case(op_kind::attention, {{"q", {2, 5, 8}, f}, {"k", {2, 5, 4}, f}, {"v", {2, 5, 4}, f}}, att_alibi);
+  }
   make_case(op_kind::where, {{"c", {4, 1, 6}, dtype::boolean}, {"x", {4, 3, 6}, f}, {"y", {6}, f}});
   op_attrs ex;
   ex.dims = {4, 3, 2, 6};

@@ -32,15 +32,15 @@ def run(cases, check, doc=None):
     return 1 if failed else 0
 
 
-def plan_config(tool, config, work, name, seq):
+def plan_config(tool, config, work, name, seq, extra=()):
     """`config` (a transformers config) as `save_pretrained` writes it, planned by `autoshard plan
-    --model config.json` in inference on a 1x2 mesh at batch 2 and sequence `seq`: the plan file's
-    path and its graph's nodes."""
+    --model config.json` in inference on a 1x2 mesh at batch 2 and sequence `seq` (and the plan
+    options `extra`, e.g. --pin): the plan file's path and its graph's nodes."""
     config_dir = work / name
     config.save_pretrained(str(config_dir))
     plan = work / f"{name}-plan.json"
     r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(seq), "--mesh", "1x2",
-                        "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan)], capture_output=True, text=True, timeout=300)
+                        "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan), *extra], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
     return plan, json.loads(plan.read_text())["graph"]["nodes"]

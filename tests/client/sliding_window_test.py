@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""transformers judges the sliding windows autoshard builds from a Hugging Face config.json.
+"""transformers judges the sliding windows and the ALiBi biases autoshard builds from a Hugging
+Face config.json.
 
 Per case, a tiny transformers model of a family with a sliding window (Mistral's and Phi-3's
 sliding_window on every layer; Qwen2's with use_sliding_window on the layers from
@@ -16,9 +17,23 @@ as `save_pretrained` writes it is planned by `autoshard plan --model config.json
 No client path runs autoshard's executor on a checkpoint's weights against transformers' logits
 (verify draws its own weights), so the mask is what is compared: the window dropped from the
 graph keeps keys transformers drops, and the case fails.
+
+ALiBi (the alibi-* cases, in this process to spare the suite another start of torch): a tiny
+BLOOM and tiny Falcons with alibi: true, 12 heads (not a power of two, so the extra slopes are
+used), are planned the same way, and
+  * every attention of the graph has the alibi rule of its family ("bloom", "falcon");
+  * per layer, the queries and keys transformers computes (captured from query_key_value's
+    output with a hook, split as the model's code splits it) scored by the graph's rule as
+    docs/graph.md defines it (QK^T / sqrt(D) plus the rule's bias of the head's slope and the
+    key's position, causal mask, softmax) give transformers' own attention probabilities
+    (eager, output_attentions=True, float32) to 1e-6; the same rule without the bias, with the
+    other family's rule, or (Falcon) without its bfloat16 rounding misses them by far more:
+    the comparison can fail;
+  * `autoshard verify --forward-only` runs the plan on 2 ranks, and the plan splits the heads
+    there, so each rank must take its heads' global slopes.
 Usage: sliding_window_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import json, os, sys
+import json, math, os, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
@@ -49,6 +64,113 @@ CASES = {
     "mistral-window-32": (transformers.MistralConfig, dict(SMALL, sliding_window=32), [32, 32]),
 }
 
+ALIBI_SMALL = dict(hidden_size=96, vocab_size=128)  # 12 heads of 8
+ALIBI_CASES = {
+    # name: (config class, its arguments, the graph's rule, query_key_value's layout)
+    "alibi-bloom-12-heads": (transformers.BloomConfig, dict(ALIBI_SMALL, n_layer=2, n_head=12), "bloom", "per-head"),
+    # Falcon-RW's layout: one key/value per head, [heads, 3, D] rows, attention then MLP
+    "alibi-falcon-12-heads": (transformers.FalconConfig,
+                              dict(ALIBI_SMALL, num_hidden_layers=2, num_attention_heads=12, alibi=True, multi_query=False,
+                                   parallel_attn=False, bias=True), "falcon", "per-head"),
+    # FalconConfig's default multi_query: 12 query heads, one key/value (heads x D | D | D)
+    "alibi-falcon-multi-query": (transformers.FalconConfig,
+                                 dict(ALIBI_SMALL, num_hidden_layers=2, num_attention_heads=12, alibi=True), "falcon", "multi-query"),
+}
+CASES.update({name: None for name in ALIBI_CASES})
+
+
+def f32(x):
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def bf16(x):
+    return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
+
+
+def alibi_slope(heads, h):
+    """docs/graph.md's slope of head h of `heads` (float32): p = the largest power of two <= heads,
+    b^(h+1) with b = 2^(-8/p) for h < p, else e^(2(h-p)+1) with e = 2^(-4/p)."""
+    p = 1 << (heads.bit_length() - 1)
+    base, power = (f32(2.0 ** (-8.0 / p)), h + 1) if h < p else (f32(2.0 ** (-4.0 / p)), 2 * (h - p) + 1)
+    return f32(base ** power)
+
+
+def alibi_scores(rule, q, k, bf16_rounding=True):
+    """The graph's scores of q [B, H, S, D] and k [B, H or 1, S, D] (float64) by the alibi rule
+    of docs/graph.md: QK^T / sqrt(D) + bias(h, j), 'bloom' float32(slope x j), 'falcon'
+    bf16(bf16(slope) x bf16(j)) / sqrt(D) (without the rounding when told), 'none' 0."""
+    B, H, S, D = q.shape
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(D)
+    bias = torch.zeros(H, S, dtype=torch.float64)
+    for h in range(H):
+        s = alibi_slope(H, h)
+        for j in range(S):
+            if rule == "bloom":
+                bias[h, j] = f32(s * j)
+            elif rule == "falcon":
+                bias[h, j] = (bf16(bf16(s) * bf16(j)) if bf16_rounding else s * j) / math.sqrt(D)
+    return scores + bias[None, :, None, :]
+
+
+def graph_probabilities(rule, q, k, bf16_rounding=True):
+    S = q.shape[2]
+    scores = alibi_scores(rule, q, k, bf16_rounding).masked_fill(~graph_keeps({"causal": True}, S), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def check_alibi(name, tool, work):
+    config_class, kwargs, rule, layout = ALIBI_CASES[name]
+    torch.manual_seed(0)
+    config = config_class(**kwargs)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    # Each layer's attention pinned to its heads split over the 2 ranks (the solver would split
+    # the batch): rank 1 holds heads 6..11 and must add their slopes, not heads 0..5's.
+    pins = [a for i in range(config.num_hidden_layers) for a in ("--pin", f"transformer.h.{i}.self_attention.attention=RRS1")]
+    plan, nodes = cases.plan_config(tool, config, work, name, SEQ, pins)
+    cores = [n for n in nodes if n["kind"] == "attention"]
+    rules = [c.get("attrs", {}).get("alibi", "none") for c in cores]
+    if rules != [rule] * config.num_hidden_layers:
+        raise AssertionError(f"the graph's alibi per layer is {rules}, expected {[rule] * config.num_hidden_layers}")
+    H = cores[0]["attrs"]["heads"]
+    D = config.hidden_size // H
+    fused = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: fused.append(out.detach()))
+             for n, m in model.named_modules() if n.endswith("self_attention.query_key_value")]
+    ids = torch.randint(3, config.vocab_size, (2, SEQ))
+    with torch.no_grad():
+        probs = model(ids, output_attentions=True).attentions  # per layer [B, heads, S, S]
+    for h in hooks:
+        h.remove()
+    other = {"bloom": "falcon", "falcon": "bloom"}[rule]
+    worst, nearest_control = 0.0, math.inf
+    for layer, (qkv, p) in enumerate(zip(fused, probs)):
+        B = qkv.shape[0]
+        if layout == "per-head":  # [B, S, heads, 3, D]: BLOOM's _reshape, Falcon's unflatten(-2, (heads, 3))
+            x = qkv.view(B, SEQ, H, 3, D)
+            q, k = x[..., 0, :].transpose(1, 2), x[..., 1, :].transpose(1, 2)
+        else:  # multi-query: heads x D | D | D
+            x = qkv.view(B, SEQ, H + 2, D)
+            q, k = x[:, :, :H].transpose(1, 2), x[:, :, H:H + 1].transpose(1, 2)
+        err = (graph_probabilities(rule, q, k) - p.double()).abs().max().item()
+        if err > 1e-6:
+            raise AssertionError(f"layer {layer}: the graph's rule '{rule}' gives probabilities {err:.3g} from transformers'")
+        worst = max(worst, err)
+        # The comparison can fail: no bias, the other family's rule, Falcon's bias unrounded.
+        controls = {"no bias": graph_probabilities("none", q, k), f"the {other} rule": graph_probabilities(other, q, k)}
+        if rule == "falcon":
+            controls["no bfloat16 rounding"] = graph_probabilities(rule, q, k, bf16_rounding=False)
+        for what, c in controls.items():
+            miss = (c - p.double()).abs().max().item()
+            if miss < 1e-4:
+                raise AssertionError(f"layer {layer}: {what} gives probabilities only {miss:.3g} from transformers': the check is blind")
+            nearest_control = min(nearest_control, miss)
+    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "attention"]
+    if len(strategies) != config.num_hidden_layers or not all(s.startswith("RRS1,") and s.endswith("->RRS1") for s in strategies):
+        raise AssertionError(f"the plan's attention strategies are {strategies}, not the query heads split over the 2 ranks")
+    cases.verify_forward(tool, plan)
+    return (f"alibi '{rule}' on every layer gives transformers' probabilities to {worst:.1g} (the controls miss by "
+            f">= {nearest_control:.1g}); verified on 2 ranks, heads split")
+
 
 def graph_keeps(attrs, S):
     """[S, S] bool: the keys the graph's attention of attributes `attrs` keeps per query (docs/graph.md)."""
@@ -63,6 +185,8 @@ def graph_keeps(attrs, S):
 
 
 def check(name, tool, work):
+    if name in ALIBI_CASES:
+        return check_alibi(name, tool, work)
     config_class, kwargs, windows = CASES[name]
     torch.manual_seed(0)
     config = config_class(**kwargs)

@@ -212,6 +212,10 @@ struct megatron_model {
   /// "" and 0 where none): the arguments do not say a window (export_megatron refuses it).
   std::string windowed;
   std::int64_t window = 0, window_seq = 0;  ///< and the sequence its queries span
+  /// An attention core that adds ALiBi's biases (its name and rule; "" where none): Megatron-LM
+  /// has no ALiBi (export_megatron refuses it).
+  std::string alibi;
+  alibi_rule alibi_kind = alibi_rule::none;
   bool gated = false, mlp_bias = false;
   /// The block linears' biases: a linear with one and one without (their names; "" where all
   /// alike), and whether those with one are exactly query/key/value's (Qwen2's).
@@ -257,6 +261,7 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
     }
     if (nd.kind == op_kind::attention && nd.attrs.window > 0 && nd.shape.rank == 3 && nd.attrs.window < nd.shape[1] && md.windowed.empty())
       md.windowed = nd.name, md.window = nd.attrs.window, md.window_seq = nd.shape[1];
+    if (nd.kind == op_kind::attention && nd.attrs.alibi != alibi_rule::none && md.alibi.empty()) md.alibi = nd.name, md.alibi_kind = nd.attrs.alibi;
     if (nd.kind == op_kind::rms_norm) md.rms = true;
     if ((nd.kind == op_kind::rms_norm || nd.kind == op_kind::layer_norm) &&
         std::none_of(md.norm_epsilons.begin(), md.norm_epsilons.end(), [&](const auto& e) { return e.first == nd.attrs.epsilon; }))
@@ -488,6 +493,11 @@ inline megatron_export export_megatron(const loaded_plan& p) {
   if (!md.windowed.empty())
     problem(quoted_text(md.windowed) + " (attention) sees a sliding window of " + std::to_string(md.window) + " keys, shorter than the sequence of " +
             std::to_string(md.window_seq) + ": the arguments would say full causal attention (megatron-core's --window-size is not written)");
+  // megatron.core 0.16.1's GPTModel takes position_embedding_type learned_absolute, rope, mrope,
+  // yarn or none, and nothing in it adds ALiBi: "none" would build a model without positions.
+  if (!md.alibi.empty())
+    problem(quoted_text(md.alibi) + " (attention) adds ALiBi's position biases (" + std::string(to_string(md.alibi_kind)) +
+            "'s): Megatron-LM has no ALiBi (its --position-embedding-type is learned_absolute, rope, mrope, yarn or none)");
   if (!md.scaled_rope.empty())
     problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
             "the arguments say Megatron-LM's rope, base^(-2i/D)");

@@ -497,3 +497,25 @@ TEST_CASE("export --to megatron refuses a sliding window shorter than the sequen
   CHECK(e.problems.empty());
   CHECK(mx_arguments(e).count("--window-size") == 0);
 }
+
+TEST_CASE("export --to megatron refuses ALiBi, naming the attention (Megatron-LM has none), for BLOOM as for any graph") {
+  // A LLaMA graph whose attention adds BLOOM's biases: everything else exports.
+  model_graph g = build_llama(mx_llama(2));
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].kind == op_kind::attention) g[v].attrs.alibi = alibi_rule::bloom;
+  const std::vector<std::string> problems = mx_exported(g).problems;
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "'model.layers.0.self_attn.attention' (attention) adds ALiBi's position biases (bloom's): Megatron-LM has no "
+                       "ALiBi (its --position-embedding-type is learned_absolute, rope, mrope, yarn or none)");
+  CHECK(mx_exported(build_llama(mx_llama(2))).problems.empty());  // the same graph without
+  // BLOOM itself, and Falcon with alibi: true, name it among their problems.
+  transformer_config c = mx_gpt2(2);
+  c.ffn = 4 * c.hidden;
+  const auto names_alibi = [](const std::vector<std::string>& ps, const std::string& rule) {
+    return std::any_of(ps.begin(), ps.end(), [&](const std::string& p) { return p.find("adds ALiBi's position biases (" + rule + "'s)") != std::string::npos; });
+  };
+  CHECK(names_alibi(mx_exported(build_bloom(c)).problems, "bloom"));
+  c.rotary = false;
+  c.kv_heads = c.heads;
+  CHECK(names_alibi(mx_exported(build_falcon(c)).problems, "falcon"));
+}

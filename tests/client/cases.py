@@ -32,14 +32,14 @@ def run(cases, check, doc=None):
     return 1 if failed else 0
 
 
-def plan_config(tool, config, work, name, seq, extra=()):
+def plan_config(tool, config, work, name, seq, extra=(), mesh="1x2"):
     """`config` (a transformers config) as `save_pretrained` writes it, planned by `autoshard plan
-    --model config.json` in inference on a 1x2 mesh at batch 2 and sequence `seq` (and the plan
+    --model config.json` in inference on `mesh` at batch 2 and sequence `seq` (and the plan
     options `extra`, e.g. --pin): the plan file's path and its graph's nodes."""
     config_dir = work / name
     config.save_pretrained(str(config_dir))
     plan = work / f"{name}-plan.json"
-    r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(seq), "--mesh", "1x2",
+    r = subprocess.run([tool, "plan", "--model", str(config_dir / "config.json"), "--batch", "2", "--seq", str(seq), "--mesh", mesh,
                         "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan), *extra], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")

@@ -1,7 +1,9 @@
 // autoshard verify: execute a plan file on one local Gloo rank per device of its mesh and
 // compare every operator with the unsharded run of the same graph and seeded weights.
 #include "common.hpp"
+#include "hf_weights.hpp"  // hf_checkpoint, check_weights_match: a checkpoint matched as shard matches it
 #include "paths.hpp"
+#include "plan_file.hpp"   // checkpoint_name
 #include "progress.hpp"
 
 #include <autoshard/exec/exec.hpp>
@@ -27,7 +29,118 @@ struct verify_cli_options {
   bool forward_only = false;
   bool json = false;
   bool progress = false;
+  std::string weights;  // a checkpoint directory: the parameters' values
+  std::string tokens;   // a JSON file of token ids: input_ids
+  std::string outputs;  // a safetensors file: the inputs and outputs of both runs
 };
+
+/// The most token ids a --tokens file may give (the batch and sequence flags' bounds allow
+/// more, but no run of that many ids fits a host).
+inline constexpr std::int64_t max_token_ids = std::int64_t{1} << 28;
+
+/// `--tokens FILE`: a JSON array of B arrays of S token ids (or one array of S ids, batch 1),
+/// as a tokenizer's input_ids; every row as long, every id an integer (its range against the
+/// vocabulary is checked with the run's other sources, check_source_values).
+host_tensor read_tokens(const std::string& path) {
+  const nlohmann::json j = load_json_file(path, "--tokens file");
+  const std::string where = "--tokens file " + quoted_path(path);
+  if (!j.is_array() || j.empty())
+    throw io_error(where + " must hold a JSON array of token ids, or an array of such arrays (one per sequence), not " + autoshard::detail::json_excerpt(j));
+  const bool one = !j.front().is_array();
+  const std::size_t rows = one ? 1 : j.size();
+  const std::size_t cols = one ? j.size() : j.front().size();
+  if (cols == 0) throw io_error(where + ": its first sequence has no ids");
+  if (static_cast<double>(rows) * static_cast<double>(cols) > static_cast<double>(max_token_ids))
+    throw io_error(where + " gives " + std::to_string(rows) + " sequences of " + std::to_string(cols) + " ids; at most " +
+                   std::to_string(max_token_ids) + " ids are read");
+  host_tensor t(dtype::i64, tensor_shape{static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)});
+  std::int64_t* p = t.as<std::int64_t>();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const nlohmann::json& row = one ? j : j[r];
+    if (!row.is_array() || row.size() != cols)
+      throw io_error(where + ": sequence " + std::to_string(r) + " has " + (row.is_array() ? std::to_string(row.size()) + " ids" : "no array") +
+                     ", the first " + std::to_string(cols) + " (every sequence of a batch is as long)");
+    for (std::size_t c = 0; c < cols; ++c) {
+      const std::optional<std::int64_t> id = json_int64(row[c]);
+      if (!id) throw io_error(where + ": sequence " + std::to_string(r) + ", position " + std::to_string(c) + " is " + autoshard::detail::json_excerpt(row[c]) + ", not an integer token id");
+      p[r * cols + c] = *id;
+    }
+  }
+  return t;
+}
+
+/// The graph input that `--tokens` feeds: input_ids.
+std::optional<vertex_t> token_input(const model_graph& g) {
+  const auto v = find_vertex(g, "input_ids");
+  return v && g[*v].is_input() ? v : std::nullopt;
+}
+
+/// `--weights DIR`: the checkpoint checked against the plan's graph as `shard` and `plan`
+/// check one (names with or without the base-model prefix, tied copies, saved buffers and task
+/// heads; shapes, and a float dtype verify can convert), before the plan is re-priced or a rank
+/// starts. Returns the largest tensor's bytes: what reading one while converting it holds.
+std::uint64_t check_weights(const model_graph& g, const checkpoint& ck, const std::string& dir, const std::string& plan) {
+  weights_check how;
+  how.where = dir;
+  how.config = "the graph of plan file " + quoted_path(plan);
+  how.compare_dtype = false;  // converted to the compute dtype
+  check_weights_match(g, ck, how);
+  std::uint64_t largest = 0;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_parameter()) continue;
+    const std::string n = checkpoint_name(ck, g[v].name);
+    const safetensors_entry& e = ck.entry(n);
+    if (e.type != dtype::f64 && e.type != dtype::f32 && e.type != dtype::f16 && e.type != dtype::bf16)
+      throw io_error("the weights in " + quoted_path(dir) + ": " + quoted_text(n) + " is " + std::string(to_string(e.type)) +
+                     ", not a float dtype verify converts (f64, f32, f16, bf16)");
+    largest = std::max<std::uint64_t>(largest, e.nbytes());
+  }
+  return largest;
+}
+
+/// Every parameter of `g` read from `ck` and converted to `compute`, one tensor at a time (its
+/// pages dropped after), and input_ids from `tokens` when given; the rest left to the seed.
+std::vector<host_tensor> checkpoint_sources(const model_graph& g, dtype compute, const checkpoint* ck, const host_tensor* tokens) {
+  std::vector<host_tensor> out(boost::num_vertices(g));
+  for (vertex_t v = 0; ck && v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_parameter()) continue;
+    const std::string n = checkpoint_name(*ck, g[v].name);
+    const safetensors_entry& e = ck->entry(n);
+    const safetensors_file& f = ck->file_of(n);
+    host_tensor t(compute, g[v].shape);
+    const std::byte* src = f.bytes(e).data();
+    std::byte* dst = t.data();
+    const std::int64_t count = t.numel();
+    f.read_guarded([&] { convert_into(src, e.type, dst, compute, count); });
+    f.release(e);
+    out[v] = std::move(t);
+  }
+  if (tokens) {
+    const vertex_t v = *token_input(g);
+    if (!(g[v].shape == tokens->shape()))
+      throw exec_error("--tokens gives " + to_string(tokens->shape()) + " ids but the run feeds input_ids " + to_string(g[v].shape) +
+                       " (a training plan of micro-batches runs its global batch: give that many sequences)");
+    out[v] = host_tensor::copy_of(tokens->view());
+  }
+  return out;
+}
+
+/// `--outputs FILE`: the run's graph inputs ("input.NAME"), and each output of the unsharded
+/// run ("unsharded.NAME") and of the sharded one gathered whole ("sharded.NAME"), written at
+/// once (atomically: a failed write leaves no file, and an earlier one whole).
+void write_outputs(const std::string& path, const verify_report& r, const verify_cli_options& o) {
+  std::vector<std::pair<std::string, const_tensor_view>> tensors;
+  std::string names;
+  for (const named_tensor& t : r.inputs) tensors.emplace_back("input." + t.name, t.value.view());
+  for (const named_tensor& t : r.unsharded_outputs) {
+    tensors.emplace_back("unsharded." + t.name, t.value.view());
+    names += (names.empty() ? "" : ",") + t.name;
+  }
+  for (const named_tensor& t : r.sharded_outputs) tensors.emplace_back("sharded." + t.name, t.value.view());
+  save_safetensors(path, tensors,
+                   {{"plan", o.plan}, {"weights", o.weights}, {"dtype", std::string(to_string(r.compute))}, {"outputs", names},
+                    {"passed", r.passed() ? "true" : "false"}});
+}
 
 std::string without_prefix(std::string s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
@@ -79,7 +192,25 @@ int run_verify(const verify_cli_options& o) {
   // KiB each, stayed there: 3.00 GiB resident against an estimate of 2.80 GiB.)
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
 #endif
-  command_paths{}.input("--plan", o.plan).check();
+  command_paths paths;
+  paths.input("--plan", o.plan);
+  if (!o.tokens.empty()) paths.input("--tokens", o.tokens);
+  if (!o.weights.empty()) paths.input_or_dir("--weights", o.weights);
+  paths.check();  // the inputs exist before the checkpoint is opened
+  std::optional<checkpoint> ck;
+  if (!o.weights.empty()) {
+    if (!std::filesystem::is_directory(o.weights))
+      throw io_error("--weights " + quoted_path(o.weights) + " is not a directory: give the Hugging Face directory that holds "
+                     "model.safetensors (or model.safetensors.index.json), or one `autoshard synth` wrote");
+    ck = hf_checkpoint(o.weights);
+    if (!ck)
+      throw io_error("--weights " + quoted_path(o.weights) + " holds neither model.safetensors nor model.safetensors.index.json");
+    for (const std::filesystem::path& f : hf_checkpoint_files(o.weights)) paths.input("--weights file", f);  // the index too
+  }
+  const std::string outputs = paths.output_path("--outputs", o.outputs);
+  paths.check();  // --outputs is none of the inputs: not the plan, the tokens or a checkpoint file
+  std::optional<host_tensor> tokens;
+  if (!o.tokens.empty()) tokens = read_tokens(o.tokens);
   plan_document doc = read_plan_file(o.plan);
   // An inference plan's check is its forward pass: --optimizer sgd was taken without a word.
   if (!o.optimizer.empty() && doc.pricing.mode != run_mode::training)
@@ -89,18 +220,39 @@ int run_verify(const verify_cli_options& o) {
   // a training check needs a loss.
   require_known_operators(doc.graph, doc.pricing.mode == run_mode::training && !o.forward_only);
   if (doc.pricing.mode == run_mode::training && !o.forward_only) (void)training_losses(doc.graph);
-  if (o.batch > 0 || o.seq > 0) doc.graph = with_batch_seq(doc.graph, o.batch, o.seq);
+  // The tokens' batch and sequence are the run's (the plan's strategies at those sizes, as
+  // --batch and --seq run them); flags that say otherwise are refused.
+  std::int64_t batch = o.batch, seq = o.seq;
+  if (tokens) {
+    const auto v = token_input(doc.graph);
+    if (!v || doc.graph[*v].shape.rank != 2)
+      throw spec_error("--tokens feeds input_ids [batch, seq], but the graph of " + quoted_path(o.plan) + " has " +
+                       (v ? "input_ids " + to_string(doc.graph[*v].shape) : std::string("no input named input_ids")));
+    const std::int64_t tb = tokens->shape()[0], ts = tokens->shape()[1];
+    if ((o.batch > 0 && o.batch != tb) || (o.seq > 0 && o.seq != ts))
+      throw spec_error("--tokens " + quoted_path(o.tokens) + " holds " + std::to_string(tb) + " sequences of " + std::to_string(ts) +
+                       " ids, but --batch " + std::to_string(o.batch > 0 ? o.batch : tb) + " --seq " + std::to_string(o.seq > 0 ? o.seq : ts) +
+                       " were given: leave them out (the tokens set both)");
+    const tensor_shape& was = doc.graph[*v].shape;
+    batch = tb != was[0] ? tb : 0;
+    seq = ts != was[1] ? ts : 0;
+  }
+  if (batch > 0 || seq > 0) doc.graph = with_batch_seq(doc.graph, batch, seq);
   // Another batch is split over the same ranks into another micro-batch (which the run does not use).
-  if (o.batch > 0) doc.pricing.micro_batch = 0;
+  if (batch > 0) doc.pricing.micro_batch = 0;
   // Before the plan is re-priced and any rank runs: a --seq beyond the model's position table.
-  check_position_tables(doc.graph, o.seq > 0 ? "--seq " + std::to_string(o.seq) : std::string());
+  check_position_tables(doc.graph, seq > 0 ? (tokens ? "--tokens of " + std::to_string(seq) + " ids" : "--seq " + std::to_string(seq))
+                                           : std::string());
+  // Before the plan is re-priced: the checkpoint is the graph's, tensor by tensor.
+  const std::uint64_t largest_tensor = ck ? check_weights(doc.graph, *ck, o.weights, o.plan) : 0;
   const loaded_plan lp = [&] {
     try {
       return load_plan(std::move(doc), o.plan);
     } catch (const solver_error& e) {
-      if (o.batch == 0 && o.seq == 0) throw;
-      throw solver_error("at --batch " + (o.batch > 0 ? std::to_string(o.batch) : std::string("(the plan's)")) + " --seq " +
-                         (o.seq > 0 ? std::to_string(o.seq) : std::string("(the plan's)")) +
+      if (batch == 0 && seq == 0) throw;
+      throw solver_error("at " + std::string(tokens ? "the --tokens' " : "") + "--batch " +
+                         (batch > 0 ? std::to_string(batch) : std::string("(the plan's)")) + " --seq " +
+                         (seq > 0 ? std::to_string(seq) : std::string("(the plan's)")) +
                          " the plan no longer fits its graph: " + without_prefix(e.what(), "solver error: ") +
                          "; choose sizes its shards divide");
     }
@@ -111,6 +263,13 @@ int run_verify(const verify_cli_options& o) {
     throw exec_error("--dtype: verify computes in f32 or f64, not " + o.dtype_name);
   vo.seed = o.seed;
   vo.rtol = o.rtol;
+  if (ck || tokens) {
+    const checkpoint* c = ck ? &*ck : nullptr;
+    const host_tensor* t = tokens ? &*tokens : nullptr;
+    vo.source_values = [c, t](const model_graph& g, dtype compute) { return checkpoint_sources(g, compute, c, t); };
+    vo.source_overhead = largest_tensor;
+  }
+  vo.keep_outputs = !outputs.empty();
   if (!(o.timeout > 0.0)) throw exec_error("--timeout must be positive seconds, got " + std::to_string(o.timeout));
   vo.timeout = std::chrono::milliseconds(checked_milliseconds(o.timeout, "--timeout"));
   if (!o.max_memory.empty()) vo.max_memory = static_cast<std::uint64_t>(parse_bytes(o.max_memory, "--max-memory"));
@@ -141,6 +300,7 @@ int run_verify(const verify_cli_options& o) {
   };
   const verify_report r = verify_plan(lp, vo);  // audited against the collectives the plan is priced with
   progress.finish();
+  if (!outputs.empty()) write_outputs(outputs, r, o);  // whether it passed or not: the values to look at
   if (o.json) {
     const auto list = [](const std::vector<vertex_check>& v) {
       nlohmann::json checks = nlohmann::json::array();
@@ -158,6 +318,9 @@ int run_verify(const verify_cli_options& o) {
                      {"stages", r.stages},
                      {"dtype", std::string(to_string(r.compute))},
                      {"seed", o.seed},
+                     {"weights", o.weights.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.weights)},
+                     {"tokens", o.tokens.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.tokens)},
+                     {"outputs", outputs.empty() ? nlohmann::json(nullptr) : nlohmann::json(outputs)},
                      {"rtol", r.rtol},
                      {"passed", r.passed()},
                      {"failed", r.failed},
@@ -201,7 +364,8 @@ void register_verify(CLI::App& app, action& run) {
   cmd->footer(
       "Examples:\n"
       "  autoshard plan --model gpt2 --layers 1 --hidden 32 --heads 4 --vocab 128 --seq 16 --batch 8 --out small.json\n"
-      "  autoshard verify --plan small.json --dtype f32");
+      "  autoshard verify --plan small.json --dtype f32\n"
+      "  autoshard verify --plan tiny.json --weights tiny/ --outputs logits.safetensors  # tiny/: save_pretrained's directory");
   cmd->add_option("--plan", o->plan, "plan file written by `autoshard plan --out`")->required();
   cmd->add_option("--dtype", o->dtype_name, "compute in f64 (differences are rounding only) or f32")
       ->check(CLI::IsMember({"f32", "f64"}))
@@ -227,6 +391,15 @@ void register_verify(CLI::App& app, action& run) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--seq", o->seq, "run the plan's graph at this sequence length (the plan's strategies, checked to still fit)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--weights", o->weights,
+                  "the parameters' values from this checkpoint directory (model.safetensors or its index: save_pretrained's, or "
+                  "synth's) instead of the seed, matched by name and checked by shape, converted to --dtype");
+  cmd->add_option("--tokens", o->tokens,
+                  "input_ids from this JSON file (an array of token ids, or of equally long arrays: one per sequence) instead of "
+                  "the seed; its batch and sequence are the run's");
+  cmd->add_option("--outputs", o->outputs,
+                  "write the graph inputs (input.NAME), the unsharded run's outputs (unsharded.NAME: the logits) and the sharded "
+                  "run's gathered whole (sharded.NAME) to this safetensors file");
   cmd->add_flag("--json", o->json, "write one JSON document to stdout");
   cmd->add_flag("--progress", o->progress,
                 "progress of each phase (reference run, ranks, comparison) on stderr even when it is not a terminal");

@@ -15,6 +15,7 @@
 #include <mutex>       // std::mutex, std::lock_guard
 #include <random>      // std::mt19937_64, std::uniform_real_distribution
 #include <string>      // std::string
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 #include "../comm/mesh_communicator.hpp"  // mesh_communicator_like
@@ -41,19 +42,29 @@ constexpr dtype compute_dtype() {
 namespace detail {
 inline bool integer_node(const node& n) { return is_integer(n.type); }
 
-/// The exclusive upper bound of the integer values source `u` feeds: table rows for embedding
-/// ids, the vocabulary for labels; 2 when no consumer says.
-inline std::int64_t integer_range(const model_graph& g, vertex_t u) {
-  std::int64_t range = 0;
+/// The exclusive upper bound a consumer of integer source `u` puts on its values, and that
+/// consumer: table rows for embedding ids, the vocabulary for labels (the smallest over its
+/// consumers); 0 when none says.
+inline std::pair<std::int64_t, vertex_t> integer_bound(const model_graph& g, vertex_t u) {
+  std::pair<std::int64_t, vertex_t> bound{0, u};
   for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
     const vertex_t v = boost::target(*e, g);
     const std::vector<vertex_t> ops = operands(g, v);
+    std::int64_t range = 0;
     if (g[v].kind == op_kind::embedding && g[*e].operand == 0) range = g[ops[1]].shape[0];
     if (g[v].kind == op_kind::cross_entropy && g[*e].operand == 1) {
       const tensor_shape& l = g[ops[0]].shape;
       range = l[l.rank - 1u];
     }
+    if (range > 0 && (bound.first == 0 || range < bound.first)) bound = {range, v};
   }
+  return bound;
+}
+
+/// The exclusive upper bound of the integer values source `u` feeds: table rows for embedding
+/// ids, the vocabulary for labels; 2 when no consumer says.
+inline std::int64_t integer_range(const model_graph& g, vertex_t u) {
+  const std::int64_t range = integer_bound(g, u).first;
   return range > 0 ? range : 2;
 }
 
@@ -88,45 +99,87 @@ inline void check_position_tables(const model_graph& g, const std::string& what 
   }
 }
 
-/// Seeded values for every source vertex (inputs and parameters), indexed by vertex; operator
-/// entries stay empty. Integer inputs get ids inside the range their consumers accept; weight
-/// matrices are uniform in +-sqrt(3/fan) (fan = their larger dim), norm weights near 1, other
-/// vectors small. A value depends on the seed and the vertex name only, not on vertex order.
+/// The seeded value of source vertex `v` (an input or a parameter). Integer inputs get ids
+/// inside the range their consumers accept (position_ids count 0 to S - 1); weight matrices are
+/// uniform in +-sqrt(3/fan) (fan = their larger dim), norm weights near 1, other vectors small.
+/// It depends on the seed and the vertex name only, not on vertex order.
+template <class T>
+host_tensor make_source_value(const model_graph& g, vertex_t v, std::uint64_t seed = 1) {
+  const node& nd = g[v];
+  std::mt19937_64 rng(detail::name_seed(seed, nd.name));
+  if (detail::integer_node(nd)) {
+    host_tensor t(dtype::i64, nd.shape);
+    std::uniform_int_distribution<std::int64_t> u(0, detail::integer_range(g, v) - 1);
+    std::int64_t* p = t.as<std::int64_t>();
+    if (nd.name == "position_ids")  // positions count up, as a model feeds them
+      for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = i % nd.shape[nd.shape.rank - 1u];
+    else
+      for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+    return t;
+  }
+  host_tensor t(compute_dtype<T>(), nd.shape);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  double scale = 1.0, base = 0.0;
+  if (nd.is_parameter() && nd.shape.rank >= 2) {
+    std::int64_t fan = 1;
+    for (std::size_t d = 0; d < nd.shape.rank; ++d) fan = std::max(fan, nd.shape[d]);
+    scale = std::sqrt(3.0 / static_cast<double>(fan));
+  } else if (nd.is_parameter()) {
+    const bool norm_weight = nd.name.size() >= 7 && nd.name.compare(nd.name.size() - 7, 7, ".weight") == 0;
+    base = norm_weight ? 1.0 : 0.0;
+    scale = 0.1;
+  }
+  T* p = t.as<T>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(base + scale * u(rng));
+  return t;
+}
+
+/// Seeded values for every source vertex (inputs and parameters; make_source_value), indexed
+/// by vertex; operator entries stay empty.
 template <class T>
 std::vector<host_tensor> make_source_values(const model_graph& g, std::uint64_t seed = 1) {
   std::vector<host_tensor> out(boost::num_vertices(g));
-  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (!g[v].is_operator()) out[v] = make_source_value<T>(g, v, seed);
+  return out;
+}
+
+/// Throws exec_error unless `sources` holds a value of every source vertex of `g` (indexed by
+/// vertex; operator entries ignored) that a run computing in `compute` can read: the vertex's
+/// shape, i64 for an integer input and `compute` for the rest, and every id inside the range
+/// its consumers accept (an embedding's table rows, the vocabulary of labels). Checked before
+/// a rank starts: an id outside the table failed on a rank half-way through the run.
+inline void check_source_values(const model_graph& g, const std::vector<host_tensor>& sources, dtype compute) {
+  const std::size_t n = boost::num_vertices(g);
+  if (sources.size() != n)
+    throw exec_error(std::to_string(sources.size()) + " source values for a graph of " + std::to_string(n) + " vertices");
+  for (vertex_t v = 0; v < n; ++v) {
     const node& nd = g[v];
     if (nd.is_operator()) continue;
-    std::mt19937_64 rng(detail::name_seed(seed, nd.name));
-    if (detail::integer_node(nd)) {
-      host_tensor t(dtype::i64, nd.shape);
-      std::uniform_int_distribution<std::int64_t> u(0, detail::integer_range(g, v) - 1);
-      std::int64_t* p = t.as<std::int64_t>();
-      if (nd.name == "position_ids")  // positions count up, as a model feeds them
-        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = i % nd.shape[nd.shape.rank - 1u];
-      else
-        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
-      out[v] = std::move(t);
-      continue;
+    const host_tensor& t = sources[v];
+    const dtype want = detail::integer_node(nd) ? dtype::i64 : compute;
+    if (t.data() == nullptr && t.numel() > 0)
+      throw exec_error("source " + quoted_text(nd.name) + " has no value");
+    if (!(t.shape() == nd.shape) || t.type() != want)
+      throw exec_error("source " + quoted_text(nd.name) + " is " + to_string(nd.shape) + " " + std::string(to_string(want)) +
+                       " in the graph but its value is " + to_string(t.shape()) + " " + std::string(to_string(t.type())));
+    if (want != dtype::i64) continue;
+    const auto [range, by] = detail::integer_bound(g, v);
+    if (range == 0) continue;
+    const std::int64_t* p = t.as<std::int64_t>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (p[i] >= 0 && p[i] < range) continue;
+      std::string at;
+      for (std::int64_t k = i, d = static_cast<std::int64_t>(nd.shape.rank); d-- > 0;) {
+        at = std::to_string(k % nd.shape[static_cast<std::size_t>(d)]) + (at.empty() ? "" : "," + at);
+        k /= nd.shape[static_cast<std::size_t>(d)];
+      }
+      throw exec_error("source " + quoted_text(nd.name) + " holds " + std::to_string(p[i]) + " at [" + at + "], outside 0 to " +
+                       std::to_string(range - 1) + ": " + quoted_text(g[by].name) +
+                       (g[by].kind == op_kind::embedding ? " (embedding) looks it up in a table of " + std::to_string(range) + " rows"
+                                                         : " (cross_entropy) has a vocabulary of " + std::to_string(range)));
     }
-    host_tensor t(compute_dtype<T>(), nd.shape);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    double scale = 1.0, base = 0.0;
-    if (nd.is_parameter() && nd.shape.rank >= 2) {
-      std::int64_t fan = 1;
-      for (std::size_t d = 0; d < nd.shape.rank; ++d) fan = std::max(fan, nd.shape[d]);
-      scale = std::sqrt(3.0 / static_cast<double>(fan));
-    } else if (nd.is_parameter()) {
-      const bool norm_weight = nd.name.size() >= 7 && nd.name.compare(nd.name.size() - 7, 7, ".weight") == 0;
-      base = norm_weight ? 1.0 : 0.0;
-      scale = 0.1;
-    }
-    T* p = t.as<T>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(base + scale * u(rng));
-    out[v] = std::move(t);
   }
-  return out;
 }
 
 /// Every vertex's value computed on one host, indexed by vertex. `sources` holds the value

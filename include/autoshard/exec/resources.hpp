@@ -114,8 +114,12 @@ struct memory_estimate {
   /// gathered weights), which a smaller batch or sequence does not shrink.
   std::uint64_t parameters = 0;
   std::uint64_t ranks = 0;       ///< threads and connections
+  /// Held beside the run for its caller: the source values' making (a checkpoint's tensor read
+  /// while it is converted, verify_options::source_overhead) and the outputs kept whole
+  /// (verify_options::keep_outputs).
+  std::uint64_t held = 0;
   std::string worst_step;        ///< the vertex computed at the worst step, quoted (or the step, naming it)
-  std::uint64_t total() const noexcept { return sources + activations + parameters + ranks; }
+  std::uint64_t total() const noexcept { return sources + activations + parameters + ranks + held; }
 };
 
 namespace detail {

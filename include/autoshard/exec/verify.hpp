@@ -94,6 +94,26 @@ struct verify_options {
   /// A pipelined plan's stages (verify_pipeline_of; verify_plan of a loaded pipelined plan sets
   /// it): the plan's mesh is one stage's, and stages x its ranks run, each stage its operators.
   std::optional<verify_pipeline> pipeline;
+  /// The values of the sources instead of seeded ones (a checkpoint's weights, given token
+  /// ids): called once, after the memory check and before any rank starts, with the graph the
+  /// run computes (a training plan's global batch) and the compute dtype; it returns a value
+  /// per vertex, and a source it leaves empty (an operator's entry is ignored) takes its seeded
+  /// value (make_source_value). Each is checked (check_source_values: shape, dtype i64 for
+  /// integers and `compute` for the rest, ids inside their tables) before the run.
+  std::function<std::vector<host_tensor>(const model_graph&, dtype compute)> source_values;
+  /// Bytes source_values holds while it makes them beyond what it returns (a checkpoint's
+  /// largest tensor, read while it is converted): counted in the memory check.
+  std::uint64_t source_overhead = 0;
+  /// Keep the graph inputs' values and the outputs' (operators nothing reads: a language
+  /// model's logits) of the unsharded run and, gathered whole, of the sharded one
+  /// (verify_report::inputs, unsharded_outputs, sharded_outputs), counted in the memory check.
+  bool keep_outputs = false;
+};
+
+/// A tensor by name (verify_report's kept values).
+struct named_tensor {
+  std::string name;
+  host_tensor value;
 };
 
 /// One operator's comparison, over every rank's piece.
@@ -132,6 +152,10 @@ struct verify_report {
   double reference_seconds = 0.0, sharded_seconds = 0.0;
   memory_estimate estimate;  ///< the peak estimated before the run started
   traffic_audit traffic;     ///< executed against priced collectives (checked when verify_options::priced is given)
+  /// With verify_options::keep_outputs: every graph input's value (vertex order), and every
+  /// output's (operators nothing reads, topological order) of the unsharded run and of the
+  /// sharded run gathered whole, in the compute dtype.
+  std::vector<named_tensor> inputs, unsharded_outputs, sharded_outputs;
   bool passed() const noexcept { return failed == 0 && traffic.passed(); }
 };
 
@@ -236,7 +260,8 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
 /// plan's stages (verify_pipeline::stage_of), each on `mesh`.
 inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
                                               dtype compute, std::uint64_t max_memory, bool training = false,
-                                              int micro_batches = 1, const std::vector<std::vector<int>>* stage_of = nullptr) {
+                                              int micro_batches = 1, const std::vector<std::vector<int>>* stage_of = nullptr,
+                                              std::uint64_t held = 0) {
   const machine_limits m = machine_limits::here();
   const int ranks = stage_of ? pipeline_world(mesh, *stage_of).num_ranks() : mesh.num_ranks();
   const auto estimate = [&](dtype t) {
@@ -245,7 +270,8 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   };
   if (stage_of) check_rank_threads(pipeline_world(mesh, *stage_of), m, pipeline_extra_peers(mesh));
   else check_rank_threads(mesh, m);
-  const memory_estimate e = estimate(compute);
+  memory_estimate e = estimate(compute);
+  e.held = held;  // the caller's (verify_options::source_overhead, keep_outputs)
   // The address space left counts too (machine_limits::memory): under ulimit -v 700000 a run
   // estimated at 714 MiB started, ran for 30 s and ended in "out of memory". Where it is what
   // binds, so does what the threads map beyond their bytes (reserved_address_space).
@@ -256,7 +282,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   if (e.total() + reserved <= limit) return e;
   std::string fix;
   if (compute == dtype::f64) {
-    const std::uint64_t f32 = estimate(dtype::f32).total() + reserved;
+    const std::uint64_t f32 = estimate(dtype::f32).total() + held + reserved;
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
   // The sources' graph inputs (token ids, positions) scale with batch x seq as the activations
@@ -268,7 +294,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
       inputs += detail::bytes_of(g[v].shape, detail::is_integer(g[v].type) ? dtype::i64 : compute) *
                 (1 + (stage_of ? static_cast<std::uint64_t>((*stage_of)[v].size()) : 0));  // once, and each stage's copy
   inputs = std::min(inputs, e.sources);
-  const std::uint64_t fixed = e.sources - inputs + e.ranks + e.parameters + reserved;  // what a smaller batch or sequence leaves
+  const std::uint64_t fixed = e.sources - inputs + e.ranks + e.parameters + e.held + reserved;  // what a smaller batch or sequence leaves
   if (fixed < limit && e.activations + inputs > 0) {
     const double shrink = static_cast<double>(e.activations + inputs) / static_cast<double>(limit - fixed);
     std::ostringstream f;
@@ -283,6 +309,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   throw exec_error("verify would need about " + human_bytes(static_cast<double>(e.total() + reserved)) + " (inputs and parameters " +
                    human_bytes(static_cast<double>(e.sources)) + ", activations " + human_bytes(static_cast<double>(e.activations)) + " at " + e.worst_step +
                    (e.parameters > 0 ? ", gradients and updates of the parameters " + human_bytes(static_cast<double>(e.parameters)) : std::string()) +
+                   (e.held > 0 ? ", the outputs kept and the sources' making " + human_bytes(static_cast<double>(e.held)) : std::string()) +
                    ", " + std::to_string(ranks) + " rank threads " + human_bytes(static_cast<double>(e.ranks)) +
                    (reserved > 0 ? ", and " + human_bytes(static_cast<double>(reserved)) +
                                        " of address space their stacks and a malloc arena map beyond what they use"
@@ -346,7 +373,7 @@ class verify_run {
                        std::to_string(n_));
     // The global batch's step bounds each micro-step's (its activations are micro_batches times theirs).
     rep_.estimate = check_verify_resources(*whole_, mesh, plan, compute_dtype<T>(), o.max_memory, o.training, micro_batches_,
-                                           o.pipeline ? &o.pipeline->stage_of : nullptr);
+                                           o.pipeline ? &o.pipeline->stage_of : nullptr, o.source_overhead + kept_bytes());
     for (vertex_t v = 0; v < n_; ++v) {
       operators_ += g[v].is_operator() ? 1 : 0;
       parameters_ += g[v].is_parameter() ? 1 : 0;
@@ -357,8 +384,11 @@ class verify_run {
   }
 
   verify_report run() {
-    const std::vector<host_tensor> sources = make_source_values<T>(*whole_, o_.seed);
+    const std::vector<host_tensor> sources = source_values();
     sources_ = &sources;
+    if (o_.keep_outputs)
+      for (vertex_t v = 0; v < n_; ++v)
+        if (!g_[v].is_operator() && !g_[v].is_parameter()) rep_.inputs.push_back({(*whole_)[v].name, host_tensor::copy_of(sources[v].view())});
     for (const stage_graph& sg : step_stages_) stage_sources_.push_back(stage_sources(sg, sources));
     // Each rank compares its piece with the same block of the reference as soon as it has it;
     // the reference is computed on demand and forgotten once every rank has compared.
@@ -375,12 +405,48 @@ class verify_run {
     // The reference is computed on demand inside the ranks' run: its time is taken out.
     rep_.reference_seconds = ref.seconds() + train_ref_seconds;
     rep_.sharded_seconds = std::max(0.0, std::chrono::duration<double>(t2 - t1).count() - ref.seconds());
+    for (const vertex_t v : outputs_) {
+      rep_.unsharded_outputs.push_back({(*whole_)[v].name, std::move(unsharded_out_[v])});
+      rep_.sharded_outputs.push_back({(*whole_)[v].name, std::move(sharded_out_[v])});
+    }
     fold_report();
     if (o_.priced) audit();
     return std::move(rep_);
   }
 
  private:
+  /// The sources: the caller's (verify_options::source_values), any it leaves empty seeded,
+  /// checked against the graph before a rank starts.
+  std::vector<host_tensor> source_values() const {
+    if (!o_.source_values) return make_source_values<T>(*whole_, o_.seed);
+    std::vector<host_tensor> s = o_.source_values(*whole_, compute_dtype<T>());
+    if (s.size() != n_)
+      throw exec_error("the source values are " + std::to_string(s.size()) + " for a graph of " + std::to_string(n_) + " vertices");
+    for (vertex_t v = 0; v < n_; ++v)
+      if (!(*whole_)[v].is_operator() && s[v].data() == nullptr && (*whole_)[v].shape.numel() > 0)
+        s[v] = make_source_value<T>(*whole_, v, o_.seed);
+    check_source_values(*whole_, s, compute_dtype<T>());
+    return s;
+  }
+
+  /// What keep_outputs holds beside the run: the inputs' copies, and per output its unsharded
+  /// copy, its sharded copy and the whole tensor every rank of its stage gathers for it.
+  std::uint64_t kept_bytes() {
+    if (!o_.keep_outputs) return 0;
+    std::uint64_t b = 0;
+    const auto type_of = [&](vertex_t v) { return detail::is_integer((*whole_)[v].type) ? dtype::i64 : compute_dtype<T>(); };
+    for (vertex_t v = 0; v < n_; ++v) {
+      const node& nd = (*whole_)[v];
+      if (!nd.is_operator() && !nd.is_parameter()) b += detail::bytes_of(nd.shape, type_of(v));
+      if (!nd.is_operator() || boost::out_degree(v, *whole_) != 0) continue;
+      outputs_.push_back(v);
+      b += detail::bytes_of(nd.shape, type_of(v)) * (2 + static_cast<std::uint64_t>(mesh_.num_ranks()));
+    }
+    unsharded_out_.resize(n_);
+    sharded_out_.resize(n_);
+    return b;
+  }
+
   void report(const char* phase, std::size_t done, std::size_t total) const {
     if (o_.progress)
       o_.progress({phase, done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()});
@@ -459,9 +525,23 @@ class verify_run {
       const host_tensor whole = settled == spec ? host_tensor() : redistribute(mc, piece.view(), (*whole_)[v].shape, spec, settled);
       const host_tensor& got = settled == spec ? piece : whole;
       if (o_.training) digest_[static_cast<std::size_t>(slot)][v] = bytes_digest(piece);
+      if (o_.keep_outputs && boost::out_degree(v, *whole_) == 0) keep_output(mc, v, piece, spec, ref_->value(v));
       compare_block(mc.rank(), got, ref_->value(v), settled, per_rank_[static_cast<std::size_t>(slot)][v], fused_[v]);
       ref_->release(v);
     };
+  }
+
+  /// Output v kept whole: the unsharded value, and the ranks' pieces gathered (every rank of
+  /// the stage takes part; its first keeps the result).
+  template <class M>
+  void keep_output(M& mc, vertex_t v, const host_tensor& piece, const sharding_spec& spec, const host_tensor& want) {
+    sharding_spec whole_spec = spec;
+    for (std::size_t a = 0; a < whole_spec.mesh_rank; ++a) whole_spec[a] = Replicate();
+    host_tensor all = whole_spec == spec ? host_tensor::copy_of(piece.view())
+                                         : redistribute(mc, piece.view(), (*whole_)[v].shape, spec, whole_spec);
+    std::lock_guard<std::mutex> lock(compare_mu_);
+    if (mc.rank() == 0) sharded_out_[v] = std::move(all);
+    if (unsharded_out_[v].data() == nullptr) unsharded_out_[v] = host_tensor::copy_of(want.view());
   }
 
   /// The training step's forward pieces: with one micro-step, the same bits as the forward just
@@ -653,6 +733,9 @@ class verify_run {
   std::vector<training_record> records_;
   std::vector<std::vector<issued_collective>> issued_;  // each rank's ledger
   double worst_ = -1.0;
+  // keep_outputs: the graph's outputs, and (by vertex) their unsharded and gathered sharded values.
+  std::vector<vertex_t> outputs_;
+  std::vector<host_tensor> unsharded_out_, sharded_out_;
 };
 
 template <class T>

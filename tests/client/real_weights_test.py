@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""transformers judges autoshard's executor on a real checkpoint's weights.
+
+Per case, a tiny random model of a family `autoshard plan --model config.json` builds
+(docs/graph.md's table) is made by transformers and saved by `save_pretrained` (safetensors,
+float32). Its config.json is planned on a 2x2 mesh in inference (cases.plan_config), and
+`autoshard verify --plan P --weights DIR --dtype f64 --outputs OUT` runs the plan on 4 Gloo
+ranks with the checkpoint's weights (converted to float64) against the unsharded run, writing
+the token ids it fed (input.*), the unsharded output (unsharded.*: the logits, BERT's pooler)
+and the sharded one gathered whole (sharded.*). transformers then runs the same model in
+float64 (model.double(), attn_implementation "eager") on those ids, and both outputs must be
+its own to 1e-9 relative (to max(1, the largest |value|)).
+
+transformers upcasts to float32 whatever the model's dtype: its RMS norms (LLaMA's
+`hidden_states.to(torch.float32)`, Gemma's `x.float()`), its eager softmax (`dtype=torch.float32`)
+and its rotary tables (inv_freq made `.float()`, cos and sin computed in float32). The reference
+is computed under `float64_everywhere()`, where torch.float32, torch.float and Tensor.float mean
+float64 (the model, its rotary frequencies included, built under it too), so transformers'
+formulas run in float64 and the 1e-9 is a comparison of formulas, not of float32 rounding. The
+upcasts are checked to be what stands between the two: without the patch a case differs by
+about 1e-7 (float32's rounding), far above 1e-9 and far below any modelling difference.
+
+Each case has a control that must NOT match: the same weights in a transformers model whose
+config differs where the graph must follow it (an rms_norm_eps or layer-norm epsilon 10x, the
+sliding window dropped, Gemma's 1 + weight norm read as weight via an epsilon change, ...):
+the judge sees the difference. The roberta case feeds its ids with --tokens (transformers
+derives its positions from the ids, so none may be the padding id).
+Not here: bloom and falcon (ALiBi, being added elsewhere).
+Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
+"""
+import contextlib, json, os, subprocess, sys
+
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+import cases  # noqa: E402  (the command line and the loop; this script's directory is on sys.path)
+
+transformers.logging.set_verbosity_error()
+torch.set_num_threads(1)
+SEQ = 16
+RTOL = 1e-9
+SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+             max_position_embeddings=64)
+GQA = dict(SMALL, num_key_value_heads=2)
+PHI = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+CASES = {
+    # name: (config class, its arguments, the control's changes (must not match))
+    "gpt2": (transformers.GPT2Config, dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64),
+             dict(layer_norm_epsilon=1e-4)),
+    "llama": (transformers.LlamaConfig, GQA, dict(rms_norm_eps=1e-5)),
+    "mistral-window-4": (transformers.MistralConfig, dict(GQA, sliding_window=4), dict(sliding_window=None)),
+    "qwen2": (transformers.Qwen2Config, GQA, dict(rms_norm_eps=1e-5)),
+    # head_dim 16, not Gemma's default 256; hidden 64: its embedding scale sqrt(64) = 8 in any dtype
+    "gemma": (transformers.GemmaConfig, dict(GQA, head_dim=16), dict(rms_norm_eps=1e-5)),
+    "phi3": (transformers.Phi3Config, dict(GQA, **PHI), dict(rms_norm_eps=1e-4)),
+    "opt": (transformers.OPTConfig, dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128, vocab_size=128,
+                                         max_position_embeddings=64, word_embed_proj_dim=64), dict(do_layer_norm_before=False)),
+    "gpt_neox": (transformers.GPTNeoXConfig, SMALL, dict(rotary_pct=0.5)),
+    "bert": (transformers.BertConfig, SMALL, dict(layer_norm_eps=1e-4)),
+    "roberta": (transformers.RobertaConfig, dict(SMALL, max_position_embeddings=66), dict(layer_norm_eps=1e-4)),
+}
+TOKENS = {"roberta"}  # ids given with --tokens
+
+
+@contextlib.contextmanager
+def float64_everywhere():
+    """torch.float32, torch.float and Tensor.float as float64, for transformers' upcasts."""
+    saved = torch.float32, torch.float, torch.Tensor.float
+    torch.float32 = torch.float = torch.float64
+    torch.Tensor.float = lambda self, *a, **k: self.double(*a, **k)
+    try:
+        yield
+    finally:
+        torch.float32, torch.float, torch.Tensor.float = saved
+
+
+def build(config_class, kwargs):
+    config = config_class(**kwargs)
+    config._attn_implementation = "eager"
+    if config_class in (transformers.BertConfig, transformers.RobertaConfig):
+        return config, transformers.AutoModel.from_config(config, attn_implementation="eager")
+    return config, transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+def reference(config_class, kwargs, state, inputs):
+    """The model of `kwargs` with weights `state`, in float64 throughout, on `inputs`: its output."""
+    with float64_everywhere():
+        _, model = build(config_class, kwargs)
+        model.load_state_dict(state)
+        model = model.double().eval()
+        with torch.no_grad():
+            out = model(**inputs)
+    return out.pooler_output if hasattr(out, "pooler_output") else out.logits
+
+
+def relative(a, b):
+    return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+
+
+def check(name, tool, work):
+    config_class, kwargs, control = CASES[name]
+    torch.manual_seed(0)
+    config, model = build(config_class, kwargs)
+    model.save_pretrained(str(work / name))  # the checkpoint plan_config's config.json sits beside
+    plan, _ = cases.plan_config(tool, config, work, name, SEQ, mesh="2x2")
+    out = work / f"{name}-outputs.safetensors"
+    cmd = [tool, "verify", "--plan", str(plan), "--weights", str(work / name), "--dtype", "f64", "--outputs", str(out), "--json"]
+    if name in TOKENS:  # ids that are not RoBERTa's padding id (transformers counts positions past it)
+        ids = torch.randint(config.pad_token_id + 1, config.vocab_size, (2, SEQ), generator=torch.Generator().manual_seed(1))
+        (work / f"{name}-tokens.json").write_text(json.dumps(ids.tolist()))
+        cmd += ["--tokens", str(work / f"{name}-tokens.json")]
+    v = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
+        raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
+    got = load_file(str(out))
+    outputs = [k[len("unsharded."):] for k in got if k.startswith("unsharded.")]
+    if len(outputs) != 1:
+        raise AssertionError(f"expected one output, the file has {sorted(got)}")
+    inputs = {"input_ids": got["input.input_ids"]}
+    if name in TOKENS and not torch.equal(inputs["input_ids"], ids):
+        raise AssertionError("the ids run are not the --tokens given")
+    if "input.token_type_ids" in got:
+        inputs["token_type_ids"] = got["input.token_type_ids"]
+    if "input.position_ids" in got and not torch.equal(got["input.position_ids"][0], torch.arange(SEQ)):
+        raise AssertionError(f"position_ids {got['input.position_ids'].tolist()} are not 0..{SEQ - 1}, what transformers feeds")
+    state = model.state_dict()
+    want = reference(config_class, kwargs, state, inputs)
+    unsharded, sharded = got["unsharded." + outputs[0]], got["sharded." + outputs[0]]
+    if unsharded.dtype != torch.float64 or unsharded.shape != want.shape:
+        raise AssertionError(f"{outputs[0]} is {unsharded.dtype} {list(unsharded.shape)}, transformers' {want.dtype} {list(want.shape)}")
+    d_ref, d_sh = relative(unsharded, want), relative(sharded, want)
+    if d_ref > RTOL or d_sh > RTOL:
+        raise AssertionError(f"{outputs[0]} differs from transformers' by {d_ref:.3g} (unsharded) and {d_sh:.3g} (sharded), "
+                             f"relative; tolerance {RTOL}")
+    d_ctl = relative(unsharded, reference(config_class, dict(kwargs, **control), state, inputs))
+    if d_ctl <= 1e3 * RTOL:
+        raise AssertionError(f"the control {control} matches too ({d_ctl:.3g}): the comparison cannot see it")
+    return (f"{outputs[0]} {list(want.shape)} within {max(d_ref, d_sh):.2g} of transformers' float64 (2x2, 4 ranks); "
+            f"the control {control} differs by {d_ctl:.2g}")
+
+
+def main():
+    return cases.run(CASES, check, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

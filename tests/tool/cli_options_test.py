@@ -114,7 +114,7 @@ TABLE = {
         {"--plan": "{F}/v-infer.json", "--dtype": "f32", "--seed": "2", "--rtol": "0.5",
          "--timeout": weak("0", "a collective's time-out shows only when a rank hangs"),
          "--max-memory": "1KiB", "--optimizer": "sgd", "--forward-only": FLAG, "--json": REMOVE, "--progress": FLAG,
-         "--batch": "8", "--seq": "4"}),
+         "--batch": "8", "--seq": "4", "--weights": "{F}/vck", "--tokens": "{F}/tokens.json", "--outputs": "o.safetensors"}),
     "synth": (
         TINY_LLAMA[:-2] + [("--out", "c"), ("--json", FLAG)], [],
         {"--model": "gpt2", "--layers": "2", "--hidden": "64", "--heads": "8", "--kv-heads": "2", "--ffn": "128",
@@ -228,6 +228,8 @@ def make_fixture(d):
          "--mesh", "2x2", "--quiet"]
     run("plan", *v, "--out", "v.json")
     run("plan", *v, "--mode", "infer", "--out", "v-infer.json")
+    run("synth", *v[:10], "--out", "vck")  # v.json's model's checkpoint (verify --weights)
+    (pathlib.Path(d) / "tokens.json").write_text(json.dumps([[(3 * i + r) % 32 for i in range(8)] for r in range(4)]))
     run("plan", "--model", "llama-7b", "--layers", "2", "--mesh", "dp=2,tp=4", "--algo", "megatron", "--out", "tp.json", "--quiet")
 
 

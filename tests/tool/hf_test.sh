@@ -45,7 +45,97 @@ assert split > 0, "the budget cut no weight"
 EOF
   run "$tool" show --plan "$d/plan.json" && ok || bad "$cfg: show --plan"
   run "$tool" verify --plan "$d/plan.json" && grep -q "^PASS" "$tmp/out" && ok || { bad "$cfg: verify --plan"; tail -3 "$tmp/out" "$tmp/err"; }
+  # The checkpoint's own weights (converted to f64), its logits written out.
+  run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$d/outputs.safetensors" && grep -q "^PASS" "$tmp/out" &&
+    [ -s "$d/outputs.safetensors" ] && ok || { bad "$cfg: verify --weights"; tail -3 "$tmp/out" "$tmp/err"; }
 done
+
+# verify --weights/--tokens/--outputs: the values run are the checkpoint's and the tokens', and
+# every refusal comes before a rank starts and leaves no file (tests/client/real_weights_test.py
+# compares the outputs with transformers).
+d="$tmp/gpt2"
+python3 - "$d" "$tmp/wrong" <<'PY' && ok || bad "verify --outputs: the logits are not the checkpoint's model's"
+import json, struct, sys, os, numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    dt = {"F64": np.float64, "F32": np.float32, "I64": np.int64}
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dt[v["dtype"]]).reshape(v["shape"])
+            for k, v in head.items()}, meta
+def save(path, tensors):
+    head, off, blobs = {}, 0, []
+    for k, t in tensors.items():
+        b = np.ascontiguousarray(t).tobytes()
+        head[k] = {"dtype": {"float32": "F32", "float64": "F64", "int64": "I64"}[str(t.dtype)], "shape": list(t.shape),
+                   "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(head).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+ck, _ = load(sys.argv[1] + "/model.safetensors")
+out, meta = load(sys.argv[1] + "/outputs.safetensors")
+assert sorted(out) == ["input.input_ids", "input.position_ids", "sharded.lm_head", "unsharded.lm_head"], sorted(out)
+assert meta["outputs"] == "lm_head" and meta["passed"] == "true", meta
+# GPT-2 by hand from the checkpoint (layer norms, causal attention, gelu_new, tied head): the logits
+x = ck["transformer.wte.weight"].astype(np.float64)[out["input.input_ids"]] + ck["transformer.wpe.weight"].astype(np.float64)[out["input.position_ids"]]
+def ln(x, p): m = x.mean(-1, keepdims=True); v = ((x - m) ** 2).mean(-1, keepdims=True); return (x - m) / np.sqrt(v + 1e-5) * ck[p + ".weight"] + ck[p + ".bias"]
+def lin(x, p): return x @ ck[p + ".weight"].astype(np.float64) + ck[p + ".bias"]
+B, S, H = x.shape
+heads = 4
+for i in range(2):
+    p = f"transformer.h.{i}"
+    q, k, v = np.split(lin(ln(x, p + ".ln_1"), p + ".attn.c_attn"), 3, axis=-1)
+    q, k, v = (t.reshape(B, S, heads, H // heads).transpose(0, 2, 1, 3) for t in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(H // heads) + np.triu(np.full((S, S), -np.inf), 1)
+    a = np.exp(s - s.max(-1, keepdims=True)); a /= a.sum(-1, keepdims=True)
+    x = x + lin((a @ v).transpose(0, 2, 1, 3).reshape(B, S, H), p + ".attn.c_proj")
+    h = lin(ln(x, p + ".ln_2"), p + ".mlp.c_fc")
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    x = x + lin(h, p + ".mlp.c_proj")
+logits = ln(x, "transformer.ln_f") @ ck["transformer.wte.weight"].astype(np.float64).T
+for name in ("unsharded.lm_head", "sharded.lm_head"):
+    d = np.abs(out[name] - logits).max() / max(1, np.abs(logits).max())
+    assert d < 1e-9, (name, d)
+# Checkpoints that are not the plan's model: a tensor missing, one of another shape.
+os.makedirs(sys.argv[2] + "/missing"); os.makedirs(sys.argv[2] + "/shape")
+save(sys.argv[2] + "/missing/model.safetensors", {k: v for k, v in ck.items() if k != "transformer.h.1.mlp.c_fc.bias"})
+save(sys.argv[2] + "/shape/model.safetensors", {k: (v.T if k == "transformer.h.0.attn.c_proj.weight" else v) for k, v in ck.items()})
+PY
+run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/missing" --outputs "$tmp/wrong/o.safetensors"
+[ $? -eq 1 ] && grep -q "1 parameter is not in the checkpoint: 'transformer.h.1.mlp.c_fc.bias'" "$tmp/err" && ! grep -q running "$tmp/err" &&
+  [ ! -e "$tmp/wrong/o.safetensors" ] && ok || bad "verify --weights of a checkpoint missing a tensor: $(cat "$tmp/err")"
+run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/shape"
+[ $? -eq 1 ] && grep -q "1 differs: 'transformer.h.0.attn.c_proj.weight' (checkpoint \[" "$tmp/err" && ok ||
+  bad "verify --weights of a tensor of another shape: $(cat "$tmp/err")"
+# Token ids: given ones are run (their batch and sequence the run's); one past the vocabulary is
+# refused naming it, and the outputs file of an earlier run stays whole.
+echo '[[5, 6, 7, 8], [255, 0, 1, 2]]' > "$tmp/tokens.json"
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --tokens "$tmp/tokens.json" --outputs "$tmp/tok.safetensors" && grep -q "^PASS" "$tmp/out" &&
+  python3 -c "
+import json, struct, sys
+raw = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', raw[:8])[0]; h = json.loads(raw[8:8 + n])
+e = h['input.input_ids']; assert e['shape'] == [2, 4], e
+assert list(struct.unpack('<8q', raw[8 + n + e['data_offsets'][0]:8 + n + e['data_offsets'][1]])) == [5, 6, 7, 8, 255, 0, 1, 2]
+assert h['unsharded.lm_head']['shape'] == [2, 4, 256], h['unsharded.lm_head']" "$tmp/tok.safetensors" && ok ||
+  bad "verify --tokens: $(cat "$tmp/err")"
+sum=$(md5sum < "$tmp/tok.safetensors")
+echo '[[5, 6, 7, 8], [256, 0, 1, 2]]' > "$tmp/tokens.json"
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --tokens "$tmp/tokens.json" --outputs "$tmp/tok.safetensors"
+[ $? -eq 1 ] && grep -q "source 'input_ids' holds 256 at \[1,0\], outside 0 to 255: 'transformer.wte' (embedding) looks it up in a table of 256 rows" "$tmp/err" &&
+  [ "$(md5sum < "$tmp/tok.safetensors")" = "$sum" ] && ok || bad "verify --tokens past the vocabulary: $(cat "$tmp/err")"
+echo '[[5, 6, 7], [1, 2]]' > "$tmp/ragged.json"
+run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/ragged.json"
+[ $? -eq 1 ] && grep -q "sequence 1 has 2 ids, the first 3" "$tmp/err" && ok || bad "verify --tokens ragged: $(cat "$tmp/err")"
+echo '[[5, 6, 7, 8]]' > "$tmp/one.json"
+run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/one.json" --batch 2
+[ $? -eq 1 ] && grep -q "holds 1 sequence of 4 ids, but --batch 2 --seq 4 were given" "$tmp/err" && ok || bad "verify --tokens with --batch: $(cat "$tmp/err")"
+# --outputs never writes over the checkpoint (or the plan).
+sum=$(md5sum < "$d/model.safetensors")
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$d/model.safetensors"
+[ $? -eq 1 ] && grep -q "refusing to overwrite its input" "$tmp/err" && [ "$(md5sum < "$d/model.safetensors")" = "$sum" ] && ok ||
+  bad "verify --outputs over the checkpoint: $(cat "$tmp/err")"
 
 # Llama-3.1's rope_scaling survives synth (the rotaries' frequencies are its llama3 ones: the plan
 # of the written directory has them, and verify above ran them).

@@ -230,7 +230,7 @@ int run_verify(const verify_cli_options& o) {
                        (v ? "input_ids " + to_string(doc.graph[*v].shape) : std::string("no input named input_ids")));
     const std::int64_t tb = tokens->shape()[0], ts = tokens->shape()[1];
     if ((o.batch > 0 && o.batch != tb) || (o.seq > 0 && o.seq != ts))
-      throw spec_error("--tokens " + quoted_path(o.tokens) + " holds " + std::to_string(tb) + " sequences of " + std::to_string(ts) +
+      throw spec_error("--tokens " + quoted_path(o.tokens) + " holds " + count_noun(tb, "sequence") + " of " + std::to_string(ts) +
                        " ids, but --batch " + std::to_string(o.batch > 0 ? o.batch : tb) + " --seq " + std::to_string(o.seq > 0 ? o.seq : ts) +
                        " were given: leave them out (the tokens set both)");
     const tensor_shape& was = doc.graph[*v].shape;

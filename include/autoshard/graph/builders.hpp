@@ -359,6 +359,17 @@ inline model_graph build_gpt2(const transformer_config& c) {
 }
 
 namespace detail {
+/// The learned position table `name`.weight of `shape` as its embedding `name` reads it: the rows
+/// from `offset` on (OPT's OPTLearnedPositionalEmbedding adds 2 to every position, RoBERTa's
+/// positions start at pad_token_id + 1), so that position_ids 0..S-1 look up the rows
+/// transformers looks up; a `split` of the table (`name`.past_offset) when `offset` > 0.
+/// Without it position p read row p: the first `offset` rows, never trained, were every
+/// sequence's first positions, and the logits were another model's.
+inline vertex_t position_rows(builder& b, const std::string& name, tensor_shape shape, std::int64_t offset) {
+  const vertex_t table = b.param(name + ".weight", shape);
+  return offset > 0 ? b.slice(name + ".past_offset", table, 0, offset, shape[0] - offset) : table;
+}
+
 inline void check_positions(const transformer_config& c, const char* what) {
   if (static_cast<std::int64_t>(c.seq) + c.position_offset > c.max_positions)
     throw graph_error(std::string(what) + " config: seq " + std::to_string(c.seq) + " exceeds max_positions " +
@@ -387,7 +398,7 @@ inline model_graph build_bert(const transformer_config& c) {
   vertex_t word = b.param(e + ".word_embeddings.weight", {c.vocab, H});
   vertex_t x = b.op(op_kind::embedding, e + ".word_embeddings", {ids, word});
   vertex_t p = b.op(op_kind::embedding, e + ".position_embeddings",
-                    {pos, b.param(e + ".position_embeddings.weight", {c.max_positions, H})});
+                    {pos, detail::position_rows(b, e + ".position_embeddings", {c.max_positions, H}, c.position_offset)});
   x = b.op(op_kind::add, e + ".add_position", {x, p});
   if (c.type_vocab > 0) {
     vertex_t t = b.op(op_kind::embedding, e + ".token_type_embeddings",
@@ -506,7 +517,8 @@ inline model_graph build_opt(const transformer_config& c) {
   vertex_t table = b.param(d + ".embed_tokens.weight", {c.vocab, E});
   vertex_t x = b.op(op_kind::embedding, d + ".embed_tokens", {ids, table});
   if (E != H) x = b.linear(d + ".project_in", x, E, H, false, false);
-  vertex_t p = b.op(op_kind::embedding, d + ".embed_positions", {pos, b.param(d + ".embed_positions.weight", {c.max_positions, H})});
+  vertex_t p = b.op(op_kind::embedding, d + ".embed_positions",
+                    {pos, detail::position_rows(b, d + ".embed_positions", {c.max_positions, H}, c.position_offset)});
   x = b.op(op_kind::add, d + ".embed_add", {x, p});
   for (int i = 0; i < c.layers; ++i) {
     const std::string n = d + ".layers." + std::to_string(i);

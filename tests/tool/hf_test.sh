@@ -75,6 +75,7 @@ def save(path, tensors):
     h = json.dumps(head).encode()
     open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 ck, _ = load(sys.argv[1] + "/model.safetensors")
+ck = {("transformer." + k if not k.startswith("transformer.") and k != "lm_head.weight" else k): v for k, v in ck.items()}
 out, meta = load(sys.argv[1] + "/outputs.safetensors")
 assert sorted(out) == ["input.input_ids", "input.position_ids", "sharded.lm_head", "unsharded.lm_head"], sorted(out)
 assert meta["outputs"] == "lm_head" and meta["passed"] == "true", meta
@@ -101,13 +102,13 @@ for name in ("unsharded.lm_head", "sharded.lm_head"):
 # Checkpoints that are not the plan's model: a tensor missing, one of another shape.
 os.makedirs(sys.argv[2] + "/missing"); os.makedirs(sys.argv[2] + "/shape")
 save(sys.argv[2] + "/missing/model.safetensors", {k: v for k, v in ck.items() if k != "transformer.h.1.mlp.c_fc.bias"})
-save(sys.argv[2] + "/shape/model.safetensors", {k: (v.T if k == "transformer.h.0.attn.c_proj.weight" else v) for k, v in ck.items()})
+save(sys.argv[2] + "/shape/model.safetensors", {k: (v.T if k == "transformer.h.0.mlp.c_fc.weight" else v) for k, v in ck.items()})
 PY
 run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/missing" --outputs "$tmp/wrong/o.safetensors"
 [ $? -eq 1 ] && grep -q "1 parameter is not in the checkpoint: 'transformer.h.1.mlp.c_fc.bias'" "$tmp/err" && ! grep -q running "$tmp/err" &&
   [ ! -e "$tmp/wrong/o.safetensors" ] && ok || bad "verify --weights of a checkpoint missing a tensor: $(cat "$tmp/err")"
 run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/shape"
-[ $? -eq 1 ] && grep -q "1 differs: 'transformer.h.0.attn.c_proj.weight' (checkpoint \[" "$tmp/err" && ok ||
+[ $? -eq 1 ] && grep -qF "1 differs: 'transformer.h.0.mlp.c_fc.weight' (checkpoint [128,64] f32, config [64,128] f32)" "$tmp/err" && ok ||
   bad "verify --weights of a tensor of another shape: $(cat "$tmp/err")"
 # Token ids: given ones are run (their batch and sequence the run's); one past the vocabulary is
 # refused naming it, and the outputs file of an earlier run stays whole.

@@ -91,6 +91,23 @@ TEST_CASE("verify runs the caller's source values, seeds the rest, and keeps the
   // Not the seeded model's logits: the values given are the ones run.
   const std::vector<host_tensor> seeded = run_unsharded<double>(g, make_source_values<double>(g, 1));
   CHECK(max_abs_diff(r.unsharded_outputs[0].value, seeded[*find_vertex(g, "lm_head")]) > 1e-3);
+  // The sharded output is the ranks' own, gathered: a plan that forgets a reduction (a
+  // row-parallel projection's partial sums claimed replicated) gives other logits there.
+  std::vector<strategy> wrong = p.plan;
+  const vertex_t proj = *find_vertex(g, "transformer.h.0.mlp.c_proj");
+  bool found = false;
+  for (const strategy& s : enumerate_strategies(g, proj, p.mesh))
+    if (!found && s.output[1].is_partial() && s.output[0].is_replicate()) {
+      wrong[proj] = s;
+      wrong[proj].output[1] = Replicate();
+      found = true;
+    }
+  REQUIRE(found);
+  const verify_report w = verify_plan(g, p.mesh, wrong, o);
+  CHECK_FALSE(w.passed());
+  REQUIRE(w.sharded_outputs.size() == 1);
+  CHECK(bitwise_equal(w.unsharded_outputs[0].value.view(), logits.view()));
+  CHECK(max_abs_diff(w.sharded_outputs[0].value, logits) > 1e-6);
   // Without keep_outputs nothing is kept.
   verify_options plain;
   const verify_report q = verify_plan(g, p.mesh, p.plan, plain);
@@ -116,10 +133,10 @@ TEST_CASE("the caller's source values are checked before a rank starts: count, s
   CHECK_THROWS_WITH_AS(verify_plan(g, p.mesh, p.plan, with([](std::vector<host_tensor>& s) { s.pop_back(); })),
                        doctest::Contains("source values are"), exec_error);
   CHECK_THROWS_WITH_AS(verify_plan(g, p.mesh, p.plan, with([&](std::vector<host_tensor>& s) { s[wte] = host_tensor(dtype::f64, {3, 4}); })),
-                       doctest::Contains("source 'transformer.wte.weight' is [96, 32] f64 in the graph but its value is [3, 4] f64"),
+                       doctest::Contains("source 'transformer.wte.weight' is [96,32] f64 in the graph but its value is [3,4] f64"),
                        exec_error);
   CHECK_THROWS_WITH_AS(verify_plan(g, p.mesh, p.plan, with([&](std::vector<host_tensor>& s) { s[wte] = convert(s[wte].view(), dtype::f32); })),
-                       doctest::Contains("but its value is [96, 32] f32"), exec_error);
+                       doctest::Contains("but its value is [96,32] f32"), exec_error);
   // An id past the vocabulary: named with its place and the table, not a rank's failure.
   CHECK_THROWS_WITH_AS(verify_plan(g, p.mesh, p.plan, with([&](std::vector<host_tensor>& s) { s[ids].as<std::int64_t>()[9] = 96; })),
                        doctest::Contains("source 'input_ids' holds 96 at [1,1], outside 0 to 95: 'transformer.wte' (embedding) looks it "
@@ -142,7 +159,7 @@ TEST_CASE("what the caller's values and the kept outputs hold is in the memory c
   CHECK(r.estimate.held == (1u << 20) + kept);
   CHECK(r.estimate.total() == base + (1u << 20) + kept);
   o.max_memory = r.estimate.total() - 1;
-  CHECK_THROWS_WITH_AS(verify_plan(p.g, p.mesh, p.plan, o), doctest::Contains("the outputs kept and the sources' making 1.02 MiB"), exec_error);
+  CHECK_THROWS_WITH_AS(verify_plan(p.g, p.mesh, p.plan, o), doctest::Contains("the outputs kept and the sources' making 1.07 MiB"), exec_error);
 }
 
 TEST_CASE("OPT's and RoBERTa's position tables are read past their offset, as transformers reads them") {

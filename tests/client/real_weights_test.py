@@ -43,6 +43,7 @@ from safetensors.torch import load_file  # noqa: E402
 import cases  # noqa: E402  (the command line and the loop; this script's directory is on sys.path)
 
 transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar
 torch.set_num_threads(1)
 SEQ = 16
 RTOL = 1e-9

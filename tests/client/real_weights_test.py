@@ -25,7 +25,9 @@ Each case has a control that must NOT match: the same weights in a transformers 
 config differs where the graph must follow it (an rms_norm_eps or layer-norm epsilon 10x, the
 sliding window dropped, Gemma's 1 + weight norm read as weight via an epsilon change, ...):
 the judge sees the difference. The roberta case feeds its ids with --tokens (transformers
-derives its positions from the ids, so none may be the padding id).
+derives its positions from the ids, so none may be the padding id); llama-bf16 saves its
+checkpoint in bfloat16 (widened to float64 by verify as by torch, exactly), qwen2-index cuts it
+into files under model.safetensors.index.json.
 What it found: OPT's and RoBERTa's learned position tables were read from row 0, while
 transformers reads them past their offset (OPT's 2, RoBERTa's pad_token_id + 1): the logits
 differed by 0.5 relative. The graph now reads the rows past the offset (graph/builders.hpp
@@ -69,6 +71,11 @@ CASES = {
     "roberta": (transformers.RobertaConfig, dict(SMALL, max_position_embeddings=66), dict(layer_norm_eps=1e-4)),
 }
 TOKENS = {"roberta"}  # ids given with --tokens
+# How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
+# widens it to float64 exactly, as torch does), and cut into files under an index.
+CASES["llama-bf16"] = CASES["llama"]
+CASES["qwen2-index"] = CASES["qwen2"]
+SAVED = {"llama-bf16": dict(dtype=torch.bfloat16), "qwen2-index": dict(max_shard_size="100KB")}
 
 
 @contextlib.contextmanager
@@ -110,7 +117,13 @@ def check(name, tool, work):
     config_class, kwargs, control = CASES[name]
     torch.manual_seed(0)
     config, model = build(config_class, kwargs)
-    model.save_pretrained(str(work / name))  # the checkpoint plan_config's config.json sits beside
+    saved = SAVED.get(name, {})
+    if "dtype" in saved:
+        model = model.to(saved["dtype"])
+        config.dtype = saved["dtype"]
+    model.save_pretrained(str(work / name), **{k: v for k, v in saved.items() if k != "dtype"})  # plan_config's config.json beside it
+    if "max_shard_size" in saved and not (work / name / "model.safetensors.index.json").exists():
+        raise AssertionError("save_pretrained wrote no index")
     plan, _ = cases.plan_config(tool, config, work, name, SEQ, mesh="2x2")
     out = work / f"{name}-outputs.safetensors"
     cmd = [tool, "verify", "--plan", str(plan), "--weights", str(work / name), "--dtype", "f64", "--outputs", str(out), "--json"]

@@ -132,6 +132,10 @@ run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/ragged.json"
 echo '[[5, 6, 7, 8]]' > "$tmp/one.json"
 run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/one.json" --batch 2
 [ $? -eq 1 ] && grep -q "holds 1 sequence of 4 ids, but --batch 2 --seq 4 were given" "$tmp/err" && ok || bad "verify --tokens with --batch: $(cat "$tmp/err")"
+# The memory check counts the checkpoint's weights as they are read and the outputs kept.
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$tmp/mem.safetensors" --max-memory 1MiB
+[ $? -eq 1 ] && grep -q "the outputs kept and the sources' making [0-9.]* KiB" "$tmp/err" && [ ! -e "$tmp/mem.safetensors" ] && ok ||
+  bad "verify --weights --max-memory: $(cat "$tmp/err")"
 # --outputs never writes over the checkpoint (or the plan).
 sum=$(md5sum < "$d/model.safetensors")
 run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$d/model.safetensors"

@@ -1,5 +1,6 @@
 // autoshard verify: execute a plan file on one local Gloo rank per device of its mesh and
-// compare every operator with the unsharded run of the same graph and seeded weights.
+// compare every operator with the unsharded run of the same graph and seeded weights, or a
+// checkpoint's (--weights), writing the logits of both runs for a client to judge (--outputs).
 #include "common.hpp"
 #include "hf_weights.hpp"  // hf_checkpoint, check_weights_match: a checkpoint matched as shard matches it
 #include "paths.hpp"

@@ -32,7 +32,12 @@ What it found: OPT's and RoBERTa's learned position tables were read from row 0,
 transformers reads them past their offset (OPT's 2, RoBERTa's pad_token_id + 1): the logits
 differed by 0.5 relative. The graph now reads the rows past the offset (graph/builders.hpp
 position_rows; tests/unit/exec/sources_test.cpp).
-Not here: bloom and falcon (ALiBi, being added elsewhere).
+bloom and falcon (with alibi) add ALiBi's biases, which transformers computes in float32
+(BLOOM: slope x position; Falcon: rounded to bfloat16, then divided by sqrt(D)): under the patch
+their build_alibi_tensor still runs with the real float32, as transformers runs it, and so does
+the graph (graph/model.hpp alibi_bias). falcon's control drops alibi (rotary positions instead).
+bloom matches to about 4e-12, not 1e-16: BLOOM's GELU writes sqrt(2/pi) as 0.79788456
+(modeling_bloom.py bloom_gelu_forward), 1e-10 relative off the graph's gelu_tanh.
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -69,6 +74,9 @@ CASES = {
     "gpt_neox": (transformers.GPTNeoXConfig, SMALL, dict(rotary_pct=0.5)),
     "bert": (transformers.BertConfig, SMALL, dict(layer_norm_eps=1e-4)),
     "roberta": (transformers.RobertaConfig, dict(SMALL, max_position_embeddings=66), dict(layer_norm_eps=1e-4)),
+    "bloom": (transformers.BloomConfig, dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=128), dict(layer_norm_epsilon=1e-4)),
+    "falcon-alibi": (transformers.FalconConfig, dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=128,
+                                                     alibi=True, max_position_embeddings=64), dict(alibi=False)),
 }
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
@@ -78,16 +86,37 @@ CASES["qwen2-index"] = CASES["qwen2"]
 SAVED = {"llama-bf16": dict(dtype=torch.bfloat16), "qwen2-index": dict(max_shard_size="100KB")}
 
 
+REAL_FLOAT32 = torch.float32, torch.float, torch.Tensor.float
+ALIBI_MODULES = (transformers.models.bloom.modeling_bloom, transformers.models.falcon.modeling_falcon)
+
+
+def in_real_float32(fn):
+    """`fn` run with torch.float32 the real one again (inside float64_everywhere)."""
+    def wrapped(*args, **kwargs):
+        patched = torch.float32, torch.float, torch.Tensor.float
+        torch.float32, torch.float, torch.Tensor.float = REAL_FLOAT32
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.float32, torch.float, torch.Tensor.float = patched
+    return wrapped
+
+
 @contextlib.contextmanager
 def float64_everywhere():
-    """torch.float32, torch.float and Tensor.float as float64, for transformers' upcasts."""
-    saved = torch.float32, torch.float, torch.Tensor.float
+    """torch.float32, torch.float and Tensor.float as float64, for transformers' upcasts; but
+    ALiBi's biases made in float32 (and Falcon's in bfloat16) as transformers makes them."""
+    saved = [m.build_alibi_tensor for m in ALIBI_MODULES]
+    for m, f in zip(ALIBI_MODULES, saved):
+        m.build_alibi_tensor = in_real_float32(f)
     torch.float32 = torch.float = torch.float64
     torch.Tensor.float = lambda self, *a, **k: self.double(*a, **k)
     try:
         yield
     finally:
-        torch.float32, torch.float, torch.Tensor.float = saved
+        torch.float32, torch.float, torch.Tensor.float = REAL_FLOAT32
+        for m, f in zip(ALIBI_MODULES, saved):
+            m.build_alibi_tensor = f
 
 
 def build(config_class, kwargs):

@@ -136,6 +136,13 @@ run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/one.json" --batch 2
 run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$tmp/mem.safetensors" --max-memory 1MiB
 [ $? -eq 1 ] && grep -q "the outputs kept and the sources' making [0-9.]* KiB" "$tmp/err" && [ ! -e "$tmp/mem.safetensors" ] && ok ||
   bad "verify --weights --max-memory: $(cat "$tmp/err")"
+# Refused at f64, the f32 offered is what f32 takes, the kept outputs at f32 too: what a refused
+# f32 run of the same check needs.
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$tmp/mem.safetensors" --max-memory 1KiB --dtype f64
+offer=$(grep -o 'use --dtype f32 (about [0-9.]* [KMGT]*i*B)' "$tmp/err" | grep -o '[0-9.]* [KMGT]*i*B')
+run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$tmp/mem.safetensors" --max-memory 1KiB --dtype f32
+need=$(grep -o 'verify would need about [0-9.]* [KMGT]*i*B' "$tmp/err" | grep -o '[0-9.]* [KMGT]*i*B')
+[ -n "$offer" ] && [ "$offer" = "$need" ] && ok || bad "verify --dtype f64 refused offers f32 at $offer, but f32 needs $need"
 # --outputs never writes over the checkpoint (or the plan).
 sum=$(md5sum < "$d/model.safetensors")
 run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$d/model.safetensors"

@@ -257,11 +257,14 @@ void compare_piece(const host_tensor& piece, const host_tensor& ref_block, verte
 /// rank threads than it can start, or an estimated peak above `max_memory` (0: what this
 /// process can allocate, machine_limits::memory: MemAvailable, a cgroup's limit, ulimit -v).
 /// The message names the estimate, the limit and what to change. `stage_of`: a pipelined
-/// plan's stages (verify_pipeline::stage_of), each on `mesh`.
+/// plan's stages (verify_pipeline::stage_of), each on `mesh`. `held`: the bytes the caller holds
+/// beyond the estimate when the run computes in a dtype (verify_options::source_overhead, the
+/// outputs keep_outputs keeps, at that dtype's size): asked at `compute`, and at f32 for the
+/// figure a refused f64 run is offered.
 inline memory_estimate check_verify_resources(const model_graph& g, const device_mesh& mesh, const std::vector<strategy>& plan,
                                               dtype compute, std::uint64_t max_memory, bool training = false,
                                               int micro_batches = 1, const std::vector<std::vector<int>>* stage_of = nullptr,
-                                              std::uint64_t held = 0) {
+                                              const std::function<std::uint64_t(dtype)>& held = {}) {
   const machine_limits m = machine_limits::here();
   const int ranks = stage_of ? pipeline_world(mesh, *stage_of).num_ranks() : mesh.num_ranks();
   const auto estimate = [&](dtype t) {
@@ -270,8 +273,9 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   };
   if (stage_of) check_rank_threads(pipeline_world(mesh, *stage_of), m, pipeline_extra_peers(mesh));
   else check_rank_threads(mesh, m);
+  const auto held_at = [&](dtype t) { return held ? held(t) : std::uint64_t{0}; };
   memory_estimate e = estimate(compute);
-  e.held = held;  // the caller's (verify_options::source_overhead, keep_outputs)
+  e.held = held_at(compute);  // the caller's (verify_options::source_overhead, keep_outputs)
   // The address space left counts too (machine_limits::memory): under ulimit -v 700000 a run
   // estimated at 714 MiB started, ran for 30 s and ended in "out of memory". Where it is what
   // binds, so does what the threads map beyond their bytes (reserved_address_space).
@@ -282,7 +286,7 @@ inline memory_estimate check_verify_resources(const model_graph& g, const device
   if (e.total() + reserved <= limit) return e;
   std::string fix;
   if (compute == dtype::f64) {
-    const std::uint64_t f32 = estimate(dtype::f32).total() + held + reserved;
+    const std::uint64_t f32 = estimate(dtype::f32).total() + held_at(dtype::f32) + reserved;  // the kept outputs at f32 too
     fix += "--dtype f32 (about " + human_bytes(static_cast<double>(f32)) + ")" + std::string(f32 <= limit ? ", or " : " and ");
   }
   // The sources' graph inputs (token ids, positions) scale with batch x seq as the activations
@@ -372,8 +376,10 @@ class verify_run {
       throw exec_error("the pipeline gives stages for " + std::to_string(o.pipeline->stage_of.size()) + " vertices of a graph of " +
                        std::to_string(n_));
     // The global batch's step bounds each micro-step's (its activations are micro_batches times theirs).
+    if (o.keep_outputs) find_outputs();
     rep_.estimate = check_verify_resources(*whole_, mesh, plan, compute_dtype<T>(), o.max_memory, o.training, micro_batches_,
-                                           o.pipeline ? &o.pipeline->stage_of : nullptr, o.source_overhead + kept_bytes());
+                                           o.pipeline ? &o.pipeline->stage_of : nullptr,
+                                           [this](dtype t) { return o_.source_overhead + kept_bytes(t); });
     for (vertex_t v = 0; v < n_; ++v) {
       operators_ += g[v].is_operator() ? 1 : 0;
       parameters_ += g[v].is_parameter() ? 1 : 0;
@@ -431,20 +437,26 @@ class verify_run {
 
   /// What keep_outputs holds beside the run: the inputs' copies, and per output its unsharded
   /// copy, its sharded copy and the whole tensor every rank of its stage gathers for it.
-  std::uint64_t kept_bytes() {
+  /// (Computed in `compute`: the run's dtype, or the f32 a refused f64 run is offered.)
+  std::uint64_t kept_bytes(dtype compute) const {
     if (!o_.keep_outputs) return 0;
     std::uint64_t b = 0;
-    const auto type_of = [&](vertex_t v) { return detail::is_integer((*whole_)[v].type) ? dtype::i64 : compute_dtype<T>(); };
+    const auto type_of = [&](vertex_t v) { return detail::is_integer((*whole_)[v].type) ? dtype::i64 : compute; };
     for (vertex_t v = 0; v < n_; ++v) {
       const node& nd = (*whole_)[v];
       if (!nd.is_operator() && !nd.is_parameter()) b += detail::bytes_of(nd.shape, type_of(v));
-      if (!nd.is_operator() || boost::out_degree(v, *whole_) != 0) continue;
-      outputs_.push_back(v);
-      b += detail::bytes_of(nd.shape, type_of(v)) * (2 + static_cast<std::uint64_t>(mesh_.num_ranks()));
+      if (nd.is_operator() && boost::out_degree(v, *whole_) == 0)
+        b += detail::bytes_of(nd.shape, type_of(v)) * (2 + static_cast<std::uint64_t>(mesh_.num_ranks()));
     }
+    return b;
+  }
+
+  /// keep_outputs: the outputs (operators nothing reads) whose values the report keeps.
+  void find_outputs() {
+    for (vertex_t v = 0; v < n_; ++v)
+      if ((*whole_)[v].is_operator() && boost::out_degree(v, *whole_) == 0) outputs_.push_back(v);
     unsharded_out_.resize(n_);
     sharded_out_.resize(n_);
-    return b;
   }
 
   void report(const char* phase, std::size_t done, std::size_t total) const {

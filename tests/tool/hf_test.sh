@@ -132,6 +132,16 @@ run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/ragged.json"
 echo '[[5, 6, 7, 8]]' > "$tmp/one.json"
 run "$tool" verify --plan "$d/plan.json" --tokens "$tmp/one.json" --batch 2
 [ $? -eq 1 ] && grep -q "holds 1 sequence of 4 ids, but --batch 2 --seq 4 were given" "$tmp/err" && ok || bad "verify --tokens with --batch: $(cat "$tmp/err")"
+# A training step of 2 micro-batches of 1 runs the global batch of 2: tokens of 1 are refused
+# naming both, before the memory check (--max-memory 1KiB would refuse the run otherwise), and
+# tokens of 2 are run.
+run "$tool" plan --model "$d" --mesh 2 --seq 4 --batch 2 --mode train --micro-batches 2 --quiet --no-svg --out "$tmp/micro.json" &&
+run "$tool" verify --plan "$tmp/micro.json" --tokens "$tmp/one.json" --max-memory 1KiB
+[ $? -eq 1 ] && grep -q "holds 1 sequence, but the training step of .* runs 2 micro-batches of 1 sequence: give its whole global batch, 2 sequences" "$tmp/err" &&
+  ! grep -q "verify would need" "$tmp/err" && ok || bad "verify --tokens of a micro-batched training plan: $(cat "$tmp/err")"
+echo '[[5, 6, 7, 8], [9, 10, 11, 12]]' > "$tmp/two.json"
+run "$tool" verify --plan "$tmp/micro.json" --tokens "$tmp/two.json" && grep -q "^PASS" "$tmp/out" && ok ||
+  bad "verify --tokens of a micro-batched training plan's global batch: $(cat "$tmp/err")"
 # The memory check counts the checkpoint's weights as they are read and the outputs kept.
 run "$tool" verify --plan "$d/plan.json" --weights "$d" --outputs "$tmp/mem.safetensors" --max-memory 1MiB
 [ $? -eq 1 ] && grep -q "the outputs kept and the sources' making [0-9.]* KiB" "$tmp/err" && [ ! -e "$tmp/mem.safetensors" ] && ok ||

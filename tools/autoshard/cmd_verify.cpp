@@ -235,7 +235,15 @@ int run_verify(const verify_cli_options& o) {
                        " ids, but --batch " + std::to_string(o.batch > 0 ? o.batch : tb) + " --seq " + std::to_string(o.seq > 0 ? o.seq : ts) +
                        " were given: leave them out (the tokens set both)");
     const tensor_shape& was = doc.graph[*v].shape;
-    batch = tb != was[0] ? tb : 0;
+    // A training step of several micro-batches runs the global batch (the graph's is one
+    // micro-step's): the tokens must be it, refused here rather than after the memory check.
+    const int steps = doc.pricing.mode == run_mode::training && !o.forward_only ? plan_micro_batches(doc) : 1;
+    if (steps > 1 && tb != was[0] * steps)
+      throw spec_error("--tokens " + quoted_path(o.tokens) + " holds " + count_noun(tb, "sequence") + ", but the training step of " +
+                       quoted_path(o.plan) + " runs " + std::to_string(steps) + " micro-batches of " + count_noun(was[0], "sequence") +
+                       ": give its whole global batch, " + count_noun(was[0] * steps, "sequence") +
+                       " (or --forward-only, one forward pass of the tokens' batch)");
+    batch = steps == 1 && tb != was[0] ? tb : 0;
     seq = ts != was[1] ? ts : 0;
   }
   if (batch > 0 || seq > 0) doc.graph = with_batch_seq(doc.graph, batch, seq);

@@ -12,8 +12,10 @@ as `save_pretrained` writes it is planned by `autoshard plan --model config.json
     output_attentions=True, on random token ids) are 0 exactly where the graph's mask drops a
     key, as docs/graph.md defines it (causal; with `window` W the query at q sees keys
     q-W+1..q) and positive everywhere else;
-  * it runs: `autoshard verify --forward-only` executes the plan on 2 Gloo ranks (the heads
-    split) and matches the unsharded forward.
+  * it runs: `autoshard verify --forward-only` executes the plan on 2 Gloo ranks and matches the
+    unsharded forward. Each layer's attention is pinned to its heads split over the 2 ranks (the
+    solver would split the batch, S1RR, where the window is each rank's whole), so every rank
+    masks its own heads' keys with the window, and the plan is checked to split them.
 No client path runs autoshard's executor on a checkpoint's weights against transformers' logits
 (verify draws its own weights), so the mask is what is compared: the window dropped from the
 graph keeps keys transformers drops, and the case fails.
@@ -118,6 +120,18 @@ def graph_probabilities(rule, q, k, bf16_rounding=True):
     return torch.softmax(scores, dim=-1)
 
 
+def heads_split_pins(prefix, layers):
+    """--pin options putting layer i's attention (`prefix`.i.`...`) on its heads split over the 2
+    ranks (RRS1: rank 1 holds the second half of the query heads)."""
+    return [a for i in range(layers) for a in ("--pin", prefix.format(i) + "=RRS1")]
+
+
+def check_heads_split(plan, layers):
+    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "attention"]
+    if len(strategies) != layers or not all(s.startswith("RRS1,") and s.endswith("->RRS1") for s in strategies):
+        raise AssertionError(f"the plan's attention strategies are {strategies}, not the query heads split over the 2 ranks")
+
+
 def check_alibi(name, tool, work):
     config_class, kwargs, rule, layout = ALIBI_CASES[name]
     torch.manual_seed(0)
@@ -125,7 +139,7 @@ def check_alibi(name, tool, work):
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     # Each layer's attention pinned to its heads split over the 2 ranks (the solver would split
     # the batch): rank 1 holds heads 6..11 and must add their slopes, not heads 0..5's.
-    pins = [a for i in range(config.num_hidden_layers) for a in ("--pin", f"transformer.h.{i}.self_attention.attention=RRS1")]
+    pins = heads_split_pins("transformer.h.{}.self_attention.attention", config.num_hidden_layers)
     plan, nodes = cases.plan_config(tool, config, work, name, SEQ, pins)
     cores = [n for n in nodes if n["kind"] == "attention"]
     rules = [c.get("attrs", {}).get("alibi", "none") for c in cores]
@@ -164,9 +178,7 @@ def check_alibi(name, tool, work):
             if miss < 1e-4:
                 raise AssertionError(f"layer {layer}: {what} gives probabilities only {miss:.3g} from transformers': the check is blind")
             nearest_control = min(nearest_control, miss)
-    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "attention"]
-    if len(strategies) != config.num_hidden_layers or not all(s.startswith("RRS1,") and s.endswith("->RRS1") for s in strategies):
-        raise AssertionError(f"the plan's attention strategies are {strategies}, not the query heads split over the 2 ranks")
+    check_heads_split(plan, config.num_hidden_layers)
     cases.verify_forward(tool, plan)
     return (f"alibi '{rule}' on every layer gives transformers' probabilities to {worst:.1g} (the controls miss by "
             f">= {nearest_control:.1g}); verified on 2 ranks, heads split")
@@ -192,7 +204,9 @@ def check(name, tool, work):
     config = config_class(**kwargs)
     config._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    plan, nodes = cases.plan_config(tool, config, work, name, SEQ)
+    # The heads split (the solver would split the batch): each rank masks its heads' keys.
+    plan, nodes = cases.plan_config(tool, config, work, name, SEQ,
+                                    heads_split_pins("model.layers.{}.self_attn.attention", config.num_hidden_layers))
     cores = [n for n in nodes if n["kind"] == "attention"]
     if len(cores) != config.num_hidden_layers:
         raise AssertionError(f"{len(cores)} attention vertices, expected {config.num_hidden_layers}")
@@ -210,8 +224,9 @@ def check(name, tool, work):
             diff = (kept_by_hf != keep).nonzero().tolist()[:6]
             raise AssertionError(f"layer {layer} ({core['name']}, {core.get('attrs')}): the graph's mask differs from transformers' "
                                  f"attention at (query, key) {diff}")
+    check_heads_split(plan, config.num_hidden_layers)
     cases.verify_forward(tool, plan)
-    return f"windows {got} mask the keys transformers' eager attention drops at seq {SEQ}; verified on 2 ranks"
+    return f"windows {got} mask the keys transformers' eager attention drops at seq {SEQ}; verified on 2 ranks, heads split"
 
 
 def main():

@@ -209,9 +209,11 @@ struct tp_walk {
   /// Whether the model has rotary position embeddings (LLaMA's family; set by classify, before
   /// batch_sliced_embedding reads it).
   bool rotary_model = false;
-  /// hf: the operators the plan runs on a slice of the batch or sequence over tp that
-  /// transformers hands their input whole (note_whole_runs).
+  /// hf: the operators the plan runs on a slice of the batch, the sequence or the heads over tp
+  /// that transformers hands their input whole (note_whole_runs), and what each slice is of
+  /// (sliced_what: "batch", "sequence", "heads").
   std::vector<vertex_t> run_whole;
+  std::set<std::string> run_whole_of;
 
   tp_walk(const loaded_plan& plan, tp_export& e)
       : p(plan), g(plan.graph()), t(static_cast<std::size_t>(e.tp_axis)), n(plan.mesh().size(t)), out(e),
@@ -1167,17 +1169,35 @@ struct tp_walk {
   }
 
   /// Whether `q`, a layout of activation u on tp, splits its rows: a dim other than its features
-  /// (the batch or the sequence).
+  /// (the batch, the sequence, or the heads of a [B, S, heads, ...] view: sliced_what).
   bool sliced_rows(const placement& q, vertex_t u) const {
     return q.is_shard() && q.dim != static_cast<int>(g[u].shape.rank) - 1;
   }
 
-  /// hf: one note for the operators the plan runs on a slice of the batch or sequence over tp
-  /// that transformers runs on the whole (run_whole): every rank of tp repeats their work.
+  /// What the split dim of sliced_rows(q, u) is: "heads" between the sequence and the features
+  /// of a view of 4 or more dims (BLOOM's q/k/v slices of [B, S, heads, 3D]), else "batch" (dim
+  /// 0) or "sequence".
+  static std::string sliced_what(const placement& q, const tensor_shape& s) {
+    if (s.rank >= 4 && q.dim >= 2) return "heads";
+    return q.dim == 0 ? "batch" : "sequence";
+  }
+
+  void add_run_whole(vertex_t v, const placement& q, vertex_t u) {
+    run_whole.push_back(v);
+    run_whole_of.insert(sliced_what(q, g[u].shape));
+  }
+
+  /// hf: one note for the operators the plan runs on a slice of the batch, sequence or heads over
+  /// tp that transformers runs on the whole (run_whole): every rank of tp repeats their work.
   void note_whole_runs() {
     if (run_whole.empty()) return;
+    std::vector<std::string> of;  // in the order batch, sequence, heads
+    for (const char* w : {"batch", "sequence", "heads"})
+      if (run_whole_of.count(w)) of.push_back(std::string("the ") + w);
+    std::string what = of[0];
+    for (std::size_t i = 1; i < of.size(); ++i) what += (i + 1 == of.size() ? " or " : ", ") + of[i];
     out.notes.push_back(count_noun(run_whole.size(), "operator") + " (the first " + quoted_text(name(run_whole.front())) +
-                        ") the plan runs on a slice of the batch or sequence over " + axis() + " run on the whole on each of its " +
+                        ") the plan runs on a slice of " + what + " over " + axis() + " run on the whole on each of its " +
                         std::to_string(n) + " ranks: transformers' styles hand them their inputs whole. The same numbers, "
                         "with up to " + std::to_string(n) + " times the plan's compute and activation memory on them (the "
                         "DTensor export keeps the plan's slices where its styles can express them)");
@@ -1193,7 +1213,7 @@ struct tp_walk {
     if (!check_module(v)) return;
     const module_role r = role[v];
     const placement a = failed[x] ? in(v, 0) : held[x];
-    if (sliced_rows(in(v, 0), x) && a.is_replicate()) run_whole.push_back(v);
+    if (sliced_rows(in(v, 0), x) && a.is_replicate()) add_run_whole(v, in(v, 0), x);
     tp_module m{module_name(nd.name), "replicate", nlohmann::json::object()};
     if (a.is_partial()) {
       problem(v, "its input arrives as partial sums, which no transformers style reduces before a module");
@@ -1240,7 +1260,7 @@ struct tp_walk {
       ins.push_back(g[ops[i]].is_parameter() ? stored(ops[i]) : failed[ops[i]] ? in(v, i) : held[ops[i]]);
     for (std::size_t i = 0; i < ops.size(); ++i)
       if (!g[ops[i]].is_parameter() && sliced_rows(in(v, i), ops[i]) && ins[i].is_replicate()) {
-        run_whole.push_back(v);
+        add_run_whole(v, in(v, i), ops[i]);
         break;
       }
     if (!local_kind_ok(v, ins)) return;

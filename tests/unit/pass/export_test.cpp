@@ -3,6 +3,7 @@
 // the exports in PyTorch and transformers and compares with the unsharded model.
 #include <doctest/doctest.h>
 
+#include <autoshard/graph/hf_config.hpp>
 #include <autoshard/pass/export.hpp>
 #include <autoshard/pass/pass.hpp>
 
@@ -484,7 +485,7 @@ TEST_CASE("export: the hf export says where transformers runs on the whole what 
   const auto p = solve_and_load(g, {.algo = "alpa", .mesh = {4}, .pins = pins});
   const autoshard::tp_export hf = exported(p, export_target::hf);
   REQUIRE(hf.problems.empty());
-  CHECK(mentions(hf.notes, "the plan runs on a slice of the batch or sequence over mesh axis 0 run on the whole on each of its 4 ranks",
+  CHECK(mentions(hf.notes, "the plan runs on a slice of the batch over mesh axis 0 run on the whole on each of its 4 ranks",
                  "up to 4 times the plan's compute"));
   CHECK(mentions(hf.notes, "(the first 'transformer.", "operators"));
   // The DTensor export keeps the plan's slices, which GPT-2's code cannot take: its attention mask
@@ -502,6 +503,28 @@ TEST_CASE("export: the hf export says where transformers runs on the whole what 
   const autoshard::tp_export whole_hf = exported(whole, export_target::hf);
   REQUIRE(whole_hf.problems.empty());  // written, its notes read: not a refusal without notes
   CHECK_FALSE(mentions(whole_hf.notes, "run on the whole on each of its", "ranks"));
+}
+
+TEST_CASE("export: the hf export names the heads where the plan slices BLOOM's q, k, v on them") {
+  // BLOOM views query_key_value's output as [B, S, heads, 3D] and slices q, k, v from it: with
+  // each attention pinned to its heads split, the plan runs those slices on a slice of dim 2, the
+  // heads, which transformers runs on the whole on each rank. The note says the heads, not "the
+  // batch or sequence" (the plan slices neither).
+  autoshard::hf_model m = autoshard::read_hf_config(
+      nlohmann::json{{"model_type", "bloom"}, {"n_layer", 2}, {"hidden_size", 64}, {"n_head", 4}, {"vocab_size", 128}}, "bloom.json");
+  m.config.batch = 2;
+  m.config.seq = 8;
+  m.config.mode = autoshard::run_mode::inference;
+  const auto g = autoshard::build_hf(m);
+  const auto p = solve_and_load(g, {.algo = "alpa",
+                                    .mesh = {2},
+                                    .pins = {{"transformer.h.0.self_attention.attention", "[S(2)]"},
+                                             {"transformer.h.1.self_attention.attention", "[S(2)]"}}});
+  const autoshard::tp_export hf = exported(p, export_target::hf);
+  CHECK(mentions(hf.notes, "the plan runs on a slice of the heads over mesh axis 0 run on the whole on each of its 2 ranks",
+                 "(the first 'transformer.h.0.self_attention."));
+  CHECK_FALSE(mentions(hf.notes, "batch", "run on the whole on each of its"));
+  CHECK_FALSE(mentions(hf.notes, "sequence", "run on the whole on each of its"));
 }
 
 // Pins for the small LLaMA on dp=2,tp=2 as the planner's plans for LLaMA on two or more nodes:

@@ -38,6 +38,10 @@ their build_alibi_tensor still runs with the real float32, as transformers runs 
 the graph (graph/model.hpp alibi_bias). falcon's control drops alibi (rotary positions instead).
 bloom matches to about 4e-12, not 1e-16: BLOOM's GELU writes sqrt(2/pi) as 0.79788456
 (modeling_bloom.py bloom_gelu_forward), 1e-10 relative off the graph's gelu_tanh.
+llama-dynamic runs dynamic NTK rope at SEQ past max_position_embeddings (8), where transformers'
+forward scales the base (in float32 on its sequence-length tensor, under the patch too; the graph
+rounds it so: graph/builders.hpp rope_frequencies); its control, the default rope, is what the
+graph turned at before.
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -78,6 +82,11 @@ CASES = {
     "falcon-alibi": (transformers.FalconConfig, dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=128,
                                                      alibi=True, max_position_embeddings=64), dict(alibi=False)),
 }
+# Scaled rotaries (docs/graph.md): dynamic NTK at a sequence (SEQ = 16) past max_position_embeddings
+# (8), where transformers' forward scales the base; the control is the default rope, what the
+# graph turned at before (max_position_embeddings is the graph's input, not a control: SEQ past it).
+CASES["llama-dynamic"] = (transformers.LlamaConfig, dict(GQA, max_position_embeddings=8, rope_scaling=dict(rope_type="dynamic", factor=2.0)),
+                          dict(rope_scaling=None))
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
 # widens it to float64 exactly, as torch does), and cut into files under an index.

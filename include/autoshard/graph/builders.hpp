@@ -4,7 +4,8 @@
 ///   autoshard::parameter_count(g);                         // 124'439'808 (tied embeddings)
 ///   autoshard::parameter_names(g, *autoshard::find_vertex(g, "transformer.h.0.attn.c_attn"));
 ///     // {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
-#include <cmath>    // std::pow, std::sqrt
+#include <cmath>    // std::pow, std::sqrt, std::isfinite
+#include <cstdint>  // std::int64_t
 #include <numbers>  // std::numbers::pi
 #include <string>   // std::string
 #include <vector>   // std::vector
@@ -18,20 +19,23 @@ namespace autoshard {
 /// differ from base^(-2i/D). `type`: one autoshard computes; a type it does not compute is kept
 /// in `uncomputed` (its rotaries then turn at base^(-2i/D), and hf_config.hpp says so).
 struct rope_scaling_config {
-  std::string type;                  ///< "" (none: base^(-2i/D)), "linear" or "llama3"
-  /// A rope type read but not computed ("yarn", "longrope", "dynamic", ...), and the member as
+  std::string type;                  ///< "" (none: base^(-2i/D)), "linear", "llama3" or "dynamic"
+  /// A rope type read but not computed ("yarn", "longrope", ...), and the member as
   /// the config gave it (compact JSON), which to_hf_config writes back; both empty otherwise.
   std::string uncomputed, given;
-  double factor = 1.0;               ///< linear, llama3: the frequencies' divisor (Llama-3.1: 8)
+  double factor = 1.0;               ///< linear, llama3, dynamic: the scaling factor (Llama-3.1: 8)
   double low_freq_factor = 1.0;      ///< llama3 (Llama-3.1: 1)
   double high_freq_factor = 4.0;     ///< llama3 (Llama-3.1: 4)
-  int original_max_positions = 8192;  ///< llama3: the pretraining context (original_max_position_embeddings)
+  /// llama3: the pretraining context (original_max_position_embeddings); dynamic: the config's
+  /// max_position_embeddings, past which a sequence scales the base.
+  int original_max_positions = 8192;
   friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
 };
 
 /// The frequencies of a rotary's pairs for D turned dims (the head size, or a partial rotary's
-/// R) at `base` under `s`: empty where there is no scaling (the rotary op's base^(-2i/D)), else
-/// the D/2 values of transformers' modeling_rope_utils, computed in double:
+/// R) at `base` under `s`, for a run of `seq` positions: empty where there is no scaling (the
+/// rotary op's base^(-2i/D)), else the D/2 values of transformers' modeling_rope_utils,
+/// computed in double:
 ///   linear (_compute_linear_scaling_rope_parameters): inv_freq_i / factor, inv_freq_i = base^(-2i/D);
 ///   llama3 (_compute_llama3_parameters): with wavelen = 2 pi / inv_freq,
 ///     low_freq_wavelen = original_max_position_embeddings / low_freq_factor,
@@ -40,9 +44,32 @@ struct rope_scaling_config {
 ///     otherwise smooth = (original_max_position_embeddings / wavelen - low_freq_factor) /
 ///                        (high_freq_factor - low_freq_factor),
 ///               (1 - smooth) inv_freq / factor + smooth inv_freq.
-inline std::vector<double> rope_frequencies(double base, int D, const rope_scaling_config& s) {
+///   dynamic (_compute_dynamic_ntk_parameters, as dynamic_rope_update calls it in the forward
+///     with seq_len = the largest position + 1 = seq): seq <= max_position_embeddings (M): none
+///     (transformers keeps its initial inv_freq, the default's); else base' ^ (-2i/D) with
+///     base' = base x (factor x seq / M - (factor - 1)) ^ (D / (D - 2)), which transformers
+///     computes on its seq_len tensor, so in float32 whatever the model's dtype (torch's
+///     default dtype): each step rounded to float32, the power taken in double (torch's pow of
+///     a float32 tensor by a double) and rounded, as here; D = 2 is refused (D - 2 = 0).
+inline std::vector<double> rope_frequencies(double base, int D, const rope_scaling_config& s, std::int64_t seq) {
   std::vector<double> f;
   if (s.type.empty()) return f;
+  if (s.type == "dynamic") {
+    if (seq <= s.original_max_positions) return f;
+    const std::string what = "rope type \"dynamic\" (factor " + std::to_string(s.factor) + ", max_position_embeddings " +
+                             std::to_string(s.original_max_positions) + ") at sequence " + std::to_string(seq);
+    if (D <= 2) throw graph_error(what + " turns " + std::to_string(D) + " dims: its base's power D / (D - 2) needs D above 2");
+    float grown = static_cast<float>(s.factor) * static_cast<float>(seq);
+    grown = grown / static_cast<float>(s.original_max_positions);
+    grown = grown - static_cast<float>(s.factor - 1);
+    const float scaled = static_cast<float>(base) *
+                         static_cast<float>(std::pow(static_cast<double>(grown), static_cast<double>(D) / (D - 2)));
+    if (!(scaled > 1.0f) || !std::isfinite(scaled))
+      throw graph_error(what + ": its base " + std::to_string(base) + " scaled to " + std::to_string(scaled) +
+                        " (float32, as transformers computes it) is not a finite number above 1");
+    for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / std::pow(static_cast<double>(scaled), 2.0 * i / D));
+    return f;
+  }
   for (int i = 0; i < D / 2; ++i) {
     const double inv = 1.0 / std::pow(base, 2.0 * i / D);
     if (s.type == "linear") {
@@ -299,7 +326,7 @@ struct builder {
     a.rotary_base = c.rope_theta;
     const int R = c.rotary_dims();
     a.rotary_dims = R == c.head_dim() ? 0 : R;  // 0: the whole head, as a graph without a partial rotary says it
-    a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling);
+    a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling, c.seq);
     return op(op_kind::rotary, name, {x}, a);
   }
   /// The output head: lm_head of its own, or the token embedding's table when tied.

@@ -115,7 +115,7 @@ inline double read_rope_theta(const hf_reader& r) {
 }
 
 /// The rope types read_rope_scaling computes (rope_frequencies), in the order notes list them.
-inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3"};
+inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3", "dynamic"};
 
 inline std::string known_rope_types() {
   std::string known;
@@ -127,8 +127,11 @@ inline std::string known_rope_types() {
 /// versions), whose rope_type (or its legacy spelling, type) is "default" (or absent, or the
 /// member null: base^(-2i/D)), "linear" (factor) or "llama3" (factor, low_freq_factor,
 /// high_freq_factor and original_max_position_embeddings: the config's own member first, then
-/// the dict's, then max_position_embeddings, as transformers 5's standardize_rope_params).
-/// Any other type (dynamic, yarn, longrope, su, ...) is kept as `uncomputed`, with the member as
+/// the dict's, then max_position_embeddings, as transformers 5's standardize_rope_params) or
+/// "dynamic" (factor and the config's max_position_embeddings, which transformers 5's
+/// _compute_dynamic_ntk_parameters reads: the frequencies depend on the plan's sequence, so
+/// builders.hpp rope_frequencies computes them at the build's).
+/// Any other type (yarn, longrope, su, ...) is kept as `uncomputed`, with the member as
 /// given: a plan's shapes and prices do not depend on the frequencies, and read_hf_config notes
 /// that the rotaries turn at base^(-2i/D). Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
 /// high_freq_factor <= 1e6, original_max_position_embeddings a position count.
@@ -168,6 +171,7 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
     else
       s.original_max_positions = r.need({"max_position_embeddings"}, 1, hf_max_positions);
   }
+  if (type == "dynamic") s.original_max_positions = r.need({"max_position_embeddings"}, 1, hf_max_positions);
   return s;
 }
 
@@ -537,6 +541,7 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
     if (s.type == "llama3")
       rs.update({{"low_freq_factor", s.low_freq_factor}, {"high_freq_factor", s.high_freq_factor},
                  {"original_max_position_embeddings", s.original_max_positions}});
+    if (s.type == "dynamic") j["max_position_embeddings"] = s.original_max_positions;  // past it, the sequence scales the base
     j["rope_scaling"] = rs;
   }
   return j;

@@ -315,26 +315,79 @@ TEST_CASE("rope_scaling: llama3 and linear frequencies are transformers', under 
   CHECK_FALSE(to_hf_config(read_hf_config(nlohmann::json::parse(llama + "\"rope_theta\": 1e4}"))).contains("rope_scaling"));
 }
 
+// transformers 5.25's _compute_dynamic_ntk_parameters on a LlamaConfig with hidden_size 64, 4
+// heads (head_dim 16), max_position_embeddings 4096, rope_theta 500000 and rope_scaling
+// {"rope_type": "dynamic", "factor": 2.0}, at seq_len torch.tensor(10000) (as its forward's
+// dynamic_rope_update passes it): the inv_freq it returns, printed with repr, computed under
+// tests/client/real_weights_test.py's float64_everywhere (its scaled base stays float32, as on
+// its seq_len tensor; the powers float64), so to 1e-12.
+const std::vector<double> transformers_dynamic_inv_freq{1.0, 0.1597588678503935, 0.025522895856839495, 0.004077508946352177,
+                                                        0.0006514182129190746, 0.00010406983619307795, 1.6626079207582038e-05,
+                                                        2.6561635909942743e-06};
+
+TEST_CASE("rope_scaling: dynamic frequencies are transformers' at the plan's sequence past max_position_embeddings") {
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                                "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, "rope_theta": 500000.0, )";
+  const auto freqs = [&](const std::string& rest, int seq) {
+    hf_model m = read_hf_config(nlohmann::json::parse(llama + rest), "c.json");
+    m.config.seq = seq;
+    m.config.batch = 1;
+    const model_graph g = build_hf(m);
+    return g[*find_vertex(g, "model.layers.0.self_attn.rotary_q")].attrs.rotary_frequencies;
+  };
+  for (const char* member : {R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})", R"("rope_scaling": {"type": "dynamic", "factor": 2.0}})",
+                             R"("rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500000.0}})"}) {
+    CAPTURE(member);
+    const hf_model m = read_hf_config(nlohmann::json::parse(llama + member), "c.json");
+    CHECK(m.config.rope_scaling.type == "dynamic");
+    CHECK(m.config.rope_scaling.original_max_positions == 4096);
+    CHECK(m.notes.empty());
+    const std::vector<double> f = freqs(member, 10000);
+    REQUIRE(f.size() == transformers_dynamic_inv_freq.size());
+    for (std::size_t i = 0; i < f.size(); ++i) CHECK(f[i] == doctest::Approx(transformers_dynamic_inv_freq[i]).epsilon(1e-12));
+    // Up to max_position_embeddings transformers keeps its initial (default) inv_freq: the op's own.
+    CHECK(freqs(member, 4096).empty());
+    CHECK(freqs(member, 16).empty());
+    // synth writes it back (max_position_embeddings as read, not the sequence: past it the base scales).
+    const nlohmann::json written = to_hf_config(m);
+    CHECK(written["max_position_embeddings"] == 4096);
+    CHECK(read_hf_config(written).config.rope_scaling == m.config.rope_scaling);
+  }
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "dynamic"}})"), "rope_scaling has no \"factor\", which rope type \"dynamic\" needs"));
+  CHECK(has(hf_error(llama + R"("rope_scaling": {"rope_type": "dynamic", "factor": 1e7}})"), "rope_scaling.factor is 10000000.0, not a number in [1e-06, 1e+06]"));
+  // Two turned dims: transformers' D / (D - 2) divides by zero; a base scaled past float32 is refused too.
+  rope_scaling_config dyn;
+  dyn.type = "dynamic";
+  dyn.factor = 2.0;
+  dyn.original_max_positions = 4096;
+  CHECK_THROWS_WITH_AS(rope_frequencies(1e4, 2, dyn, 8192), doctest::Contains("at sequence 8192 turns 2 dims: its base's power D / (D - 2) needs D above 2"),
+                       graph_error);
+  CHECK(rope_frequencies(1e4, 2, dyn, 4096).empty());
+  dyn.factor = 1e6;
+  dyn.original_max_positions = 1;
+  CHECK_THROWS_WITH_AS(rope_frequencies(1e12, 4, dyn, 1 << 25), doctest::Contains("(float32, as transformers computes it) is not a finite number above 1"),
+                       graph_error);
+}
+
 TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, bad numbers are refused, naming the member") {
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
                                 "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";
   const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", )";
-  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope, a YaRN
-  // context extension or dynamic NTK plan as their model, the rotaries at base^(-2i/D), with a
-  // note saying so; synth writes the member back as given.
+  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope or a YaRN
+  // context extension plan as their model, the rotaries at base^(-2i/D), with a note saying
+  // so; synth writes the member back as given.
   for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})", "yarn"},
                                      {R"("rope_parameters": {"rope_type": "longrope"})", "longrope"},
-                                     {R"("rope_scaling": {"type": "dynamic", "factor": 2.0})", "dynamic"},
                                      {R"("rope_scaling": {"type": "su"})", "su"}}) {
     const std::string t = type;  // a structured binding: Clang 14's CAPTURE cannot take it
     CAPTURE(t);
     const hf_model m = read_hf_config(nlohmann::json::parse(llama + member + "}"));
     CHECK(m.config.rope_scaling.uncomputed == type);
     CHECK(m.config.rope_scaling.type.empty());
-    CHECK(rope_frequencies(m.config.rope_theta, 16, m.config.rope_scaling).empty());
+    CHECK(rope_frequencies(m.config.rope_theta, 16, m.config.rope_scaling, m.config.seq).empty());
     REQUIRE(m.notes.size() == 1);
     CHECK(m.notes[0] == "rope type '" + type + "' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D), which the "
-                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\")");
+                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\", \"dynamic\")");
     const nlohmann::json written = to_hf_config(m);
     CHECK(written["rope_scaling"] == nlohmann::json::parse(member.substr(member.find('{'))));
     CHECK(read_hf_config(written).config.rope_scaling == m.config.rope_scaling);

@@ -1009,7 +1009,7 @@ TEST_CASE("LLaMA's rotary tables of scaled frequencies fuse with those frequenci
   rope_scaling_config l3;
   l3.type = "llama3";
   l3.factor = 8.0;
-  const std::vector<double> want = rope_frequencies(500000.0, 8, l3);
+  const std::vector<double> want = rope_frequencies(500000.0, 8, l3, 16);
   REQUIRE(want.size() == 4);
   CHECK(want[2] > std::pow(500000.0, -0.5) / 8);  // interpolated: neither kept nor divided
   CHECK(want[2] < std::pow(500000.0, -0.5));
@@ -1046,7 +1046,7 @@ TEST_CASE("LLaMA's rotary tables other than cos and sin of positions 0..S-1 x fr
   l3.type = "llama3";
   l3.factor = 8.0;
   std::vector<float> scaled;
-  for (double f : rope_frequencies(500000.0, 8, l3)) scaled.push_back(static_cast<float>(f));
+  for (double f : rope_frequencies(500000.0, 8, l3, 16)) scaled.push_back(static_cast<float>(f));
   std::vector<float> backwards = frequencies(10000.0);
   backwards[0] = -backwards[0];
   for (const std::string& file : {llama_attention(scaled, 1.1f), llama_attention(frequencies(10000.0), 1.1f),

@@ -41,7 +41,8 @@ bloom matches to about 4e-12, not 1e-16: BLOOM's GELU writes sqrt(2/pi) as 0.797
 llama-dynamic runs dynamic NTK rope at SEQ past max_position_embeddings (8), where transformers'
 forward scales the base (in float32 on its sequence-length tensor, under the patch too; the graph
 rounds it so: graph/builders.hpp rope_frequencies); its control, the default rope, is what the
-graph turned at before.
+graph turned at before. qwen2-yarn: YaRN's blended frequencies and its attention_factor on
+the rotary (op_attrs scale); its control, the same YaRN with attention_factor 1.
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -87,6 +88,12 @@ CASES = {
 # graph turned at before (max_position_embeddings is the graph's input, not a control: SEQ past it).
 CASES["llama-dynamic"] = (transformers.LlamaConfig, dict(GQA, max_position_embeddings=8, rope_scaling=dict(rope_type="dynamic", factor=2.0)),
                           dict(rope_scaling=None))
+# YaRN as Qwen2.5 extends its context (factor 4 over original_max_position_embeddings 16: its
+# frequencies blended by the ramp); the control drops its attention_factor (1.139, on cos and sin,
+# so q and k) to 1: the judge sees the scale the rotary op carries.
+YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)
+CASES["qwen2-yarn"] = (transformers.Qwen2Config, dict(GQA, rope_theta=1e6, rope_scaling=YARN),
+                       dict(rope_scaling=dict(YARN, attention_factor=1.0)))
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
 # widens it to float64 exactly, as torch does), and cut into files under an index.

@@ -101,7 +101,7 @@ inline bool backward_reads_operand(op_kind kind, std::size_t i) {
     case op_kind::expand:
     case op_kind::reduce_sum:
     case op_kind::reduce_mean:
-    case op_kind::rotary:  // orthogonal: the gradient is turned back by the same angle
+    case op_kind::rotary:  // orthogonal (times its scale): the gradient is turned back by the same angle
     case op_kind::add:
     case op_kind::sub: return false;
     case op_kind::linear: return i < 2;     // x and W; the bias's gradient is a column sum of dy
@@ -216,8 +216,9 @@ host_tensor softmax_backward(const node& nd, const host_tensor& x, const host_te
   return o;
 }
 
-/// The rotary turn is orthogonal: its backward turns the gradient back by the same angle; the
-/// columns no pair turns (past a partial rotary's R) pass the gradient through.
+/// The rotary turn is orthogonal (times attrs.scale): its backward turns the gradient back by
+/// the same angle, times the same scale; the columns no pair turns (past a partial rotary's R)
+/// pass the gradient through.
 template <class T>
 host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_tensor& dy, const local_context& c) {
   const std::size_t r = x.shape().rank;
@@ -231,7 +232,7 @@ host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_ten
     T* pg = o.as<T>() + row * W;
     std::copy_n(pd, W, pg);
     for (const rotary_pair& q : pairs) {
-      const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
+      const T cs = static_cast<T>(std::cos(pos * q.freq) * nd.attrs.scale), sn = static_cast<T>(std::sin(pos * q.freq) * nd.attrs.scale);
       pg[q.a] = pd[q.a] * cs + pd[q.b] * sn;
       pg[q.b] = -pd[q.a] * sn + pd[q.b] * cs;
     }

@@ -377,7 +377,8 @@ inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std
 }
 
 /// Rotary embedding of x[..., S, heads*D]: each pair of a head (rotary_pairs) at position p
-/// turns by p x its frequency; a column in no pair (past a partial rotary's R) is copied.
+/// turns by p x its frequency, its cos and sin times attrs.scale (YaRN's attention_factor, as
+/// transformers scales its tables); a column in no pair (past a partial rotary's R) is copied.
 /// Positions and head offsets are global (the piece's offsets).
 template <class T>
 host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c) {
@@ -392,7 +393,7 @@ host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c)
     T* py = o.as<T>() + row * W;
     std::copy_n(px, W, py);  // the columns no pair turns
     for (const rotary_pair& q : pairs) {
-      const T cs = static_cast<T>(std::cos(pos * q.freq)), sn = static_cast<T>(std::sin(pos * q.freq));
+      const T cs = static_cast<T>(std::cos(pos * q.freq) * nd.attrs.scale), sn = static_cast<T>(std::sin(pos * q.freq) * nd.attrs.scale);
       py[q.a] = px[q.a] * cs - px[q.b] * sn;
       py[q.b] = px[q.a] * sn + px[q.b] * cs;
     }

@@ -4,7 +4,8 @@
 ///   autoshard::parameter_count(g);                         // 124'439'808 (tied embeddings)
 ///   autoshard::parameter_names(g, *autoshard::find_vertex(g, "transformer.h.0.attn.c_attn"));
 ///     // {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
-#include <cmath>    // std::pow, std::sqrt, std::isfinite
+#include <algorithm>  // std::clamp, std::max, std::min
+#include <cmath>    // std::pow, std::sqrt, std::isfinite, std::log, std::floor, std::ceil
 #include <cstdint>  // std::int64_t
 #include <numbers>  // std::numbers::pi
 #include <string>   // std::string
@@ -19,16 +20,20 @@ namespace autoshard {
 /// differ from base^(-2i/D). `type`: one autoshard computes; a type it does not compute is kept
 /// in `uncomputed` (its rotaries then turn at base^(-2i/D), and hf_config.hpp says so).
 struct rope_scaling_config {
-  std::string type;                  ///< "" (none: base^(-2i/D)), "linear", "llama3" or "dynamic"
-  /// A rope type read but not computed ("yarn", "longrope", ...), and the member as
+  std::string type;                  ///< "" (none: base^(-2i/D)), "linear", "llama3", "dynamic" or "yarn"
+  /// A rope type read but not computed ("longrope", "su", ...), and the member as
   /// the config gave it (compact JSON), which to_hf_config writes back; both empty otherwise.
   std::string uncomputed, given;
-  double factor = 1.0;               ///< linear, llama3, dynamic: the scaling factor (Llama-3.1: 8)
+  double factor = 1.0;               ///< linear, llama3, dynamic, yarn: the scaling factor (Llama-3.1: 8)
   double low_freq_factor = 1.0;      ///< llama3 (Llama-3.1: 1)
   double high_freq_factor = 4.0;     ///< llama3 (Llama-3.1: 4)
-  /// llama3: the pretraining context (original_max_position_embeddings); dynamic: the config's
-  /// max_position_embeddings, past which a sequence scales the base.
+  /// llama3, yarn: the pretraining context (original_max_position_embeddings); dynamic: the
+  /// config's max_position_embeddings, past which a sequence scales the base.
   int original_max_positions = 8192;
+  double beta_fast = 32.0, beta_slow = 1.0;  ///< yarn: the ramp's rotations (transformers' defaults 32 and 1)
+  double mscale = 0.0, mscale_all_dim = 0.0;  ///< yarn: DeepSeek's mscale pair; 0: not given
+  double attention_factor = 0.0;     ///< yarn: cos and sin times this; 0: not given (computed from factor)
+  bool truncate = true;              ///< yarn: the ramp's ends rounded outward (floor, ceil)
   friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
 };
 
@@ -44,6 +49,11 @@ struct rope_scaling_config {
 ///     otherwise smooth = (original_max_position_embeddings / wavelen - low_freq_factor) /
 ///                        (high_freq_factor - low_freq_factor),
 ///               (1 - smooth) inv_freq / factor + smooth inv_freq.
+///   yarn (_compute_yarn_parameters): with pos_i = base^(2i/D) and the ramp's ends
+///     low, high = D ln(original / (beta 2 pi)) / (2 ln base) for beta_fast, beta_slow (floored,
+///     ceiled when truncate), clamped to [0, D - 1] (high + 0.001 where they meet):
+///     ramp_i = clamp((i - low) / (high - low), 0, 1),
+///     (1 / (factor pos_i)) ramp_i + (1 / pos_i) (1 - ramp_i)  (rope_attention_factor scales cos and sin);
 ///   dynamic (_compute_dynamic_ntk_parameters, as dynamic_rope_update calls it in the forward
 ///     with seq_len = the largest position + 1 = seq): seq <= max_position_embeddings (M): none
 ///     (transformers keeps its initial inv_freq, the default's); else base' ^ (-2i/D) with
@@ -70,6 +80,25 @@ inline std::vector<double> rope_frequencies(double base, int D, const rope_scali
     for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / std::pow(static_cast<double>(scaled), 2.0 * i / D));
     return f;
   }
+  if (s.type == "yarn") {
+    const auto correction = [&](double rotations) {
+      return D * std::log(s.original_max_positions / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+    };
+    double low = correction(s.beta_fast), high = correction(s.beta_slow);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, D - 1.0);
+    if (low == high) high += 0.001;  // transformers' linear_ramp_factor: "Prevent singularity"
+    for (int i = 0; i < D / 2; ++i) {
+      const double pos = std::pow(base, 2.0 * i / D), ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      const double extrapolation = 1 - ramp;
+      f.push_back(1.0 / (s.factor * pos) * (1 - extrapolation) + 1.0 / pos * extrapolation);
+    }
+    return f;
+  }
   for (int i = 0; i < D / 2; ++i) {
     const double inv = 1.0 / std::pow(base, 2.0 * i / D);
     if (s.type == "linear") {
@@ -85,6 +114,17 @@ inline std::vector<double> rope_frequencies(double base, int D, const rope_scali
     }
   }
   return f;
+}
+
+/// What transformers multiplies a rotary's cos and sin by (its attention_scaling): 1 but for
+/// yarn, whose attention_factor is the config's where given, else (_compute_yarn_parameters)
+/// m(factor, mscale) / m(factor, mscale_all_dim) where both are given (non-zero), else
+/// m(factor, 1), with yarn_get_mscale's m(s, k) = 1 for s <= 1, else 0.1 k ln(s) + 1.
+inline double rope_attention_factor(const rope_scaling_config& s) {
+  if (s.type != "yarn") return 1.0;
+  if (s.attention_factor != 0.0) return s.attention_factor;
+  const auto m = [&](double k) { return s.factor <= 1 ? 1.0 : 0.1 * k * std::log(s.factor) + 1.0; };
+  return s.mscale != 0.0 && s.mscale_all_dim != 0.0 ? m(s.mscale) / m(s.mscale_all_dim) : m(1.0);
 }
 
 /// Sizes of a transformer; the presets are the published models' configurations.
@@ -327,6 +367,7 @@ struct builder {
     const int R = c.rotary_dims();
     a.rotary_dims = R == c.head_dim() ? 0 : R;  // 0: the whole head, as a graph without a partial rotary says it
     a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling, c.seq);
+    a.scale = rope_attention_factor(c.rope_scaling);  // yarn's attention_factor: the turned dims' cos and sin times it
     return op(op_kind::rotary, name, {x}, a);
   }
   /// The output head: lm_head of its own, or the token embedding's table when tied.

@@ -115,7 +115,7 @@ inline double read_rope_theta(const hf_reader& r) {
 }
 
 /// The rope types read_rope_scaling computes (rope_frequencies), in the order notes list them.
-inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3", "dynamic"};
+inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3", "dynamic", "yarn"};
 
 inline std::string known_rope_types() {
   std::string known;
@@ -130,11 +130,15 @@ inline std::string known_rope_types() {
 /// the dict's, then max_position_embeddings, as transformers 5's standardize_rope_params) or
 /// "dynamic" (factor and the config's max_position_embeddings, which transformers 5's
 /// _compute_dynamic_ntk_parameters reads: the frequencies depend on the plan's sequence, so
-/// builders.hpp rope_frequencies computes them at the build's).
-/// Any other type (yarn, longrope, su, ...) is kept as `uncomputed`, with the member as
+/// builders.hpp rope_frequencies computes them at the build's) or "yarn" (factor,
+/// original_max_position_embeddings as llama3's, and the optional beta_fast, beta_slow (32 and 1
+/// without them), mscale, mscale_all_dim, attention_factor and truncate (true)).
+/// Any other type (longrope, su, ...) is kept as `uncomputed`, with the member as
 /// given: a plan's shapes and prices do not depend on the frequencies, and read_hf_config notes
 /// that the rotaries turn at base^(-2i/D). Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
-/// high_freq_factor <= 1e6, original_max_position_embeddings a position count.
+/// high_freq_factor <= 1e6, original_max_position_embeddings a position count; yarn's beta_fast,
+/// beta_slow and attention_factor in [1e-6, 1e6], mscale and mscale_all_dim in [0, 1e6] (0: not
+/// given, as transformers' truthiness reads it).
 inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
   rope_scaling_config s;
   std::optional<json_in> p = r.find({"rope_parameters"});
@@ -158,12 +162,26 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
     return v->number(lo, hi);
   };
   s.factor = need("factor", 1e-6, 1e6);
-  if (type == "llama3") {
-    s.low_freq_factor = need("low_freq_factor", 1e-6, 1e6);
-    s.high_freq_factor = need("high_freq_factor", 1e-6, 1e6);
-    if (!(s.high_freq_factor > s.low_freq_factor))
-      p->fail("has high_freq_factor " + json_excerpt((*p)["high_freq_factor"].raw()) + ", not above its low_freq_factor " +
-              json_excerpt((*p)["low_freq_factor"].raw()));
+  const auto optional = [&](const char* key, double lo, double hi, double fallback) {
+    const std::optional<json_in> v = p->find(key);
+    return v ? v->number(lo, hi) : fallback;
+  };
+  if (type == "yarn") {
+    s.beta_fast = optional("beta_fast", 1e-6, 1e6, 32.0);
+    s.beta_slow = optional("beta_slow", 1e-6, 1e6, 1.0);
+    s.mscale = optional("mscale", 0.0, 1e6, 0.0);
+    s.mscale_all_dim = optional("mscale_all_dim", 0.0, 1e6, 0.0);
+    s.attention_factor = optional("attention_factor", 1e-6, 1e6, 0.0);
+    if (const std::optional<json_in> v = p->find("truncate")) s.truncate = v->boolean();
+  }
+  if (type == "llama3" || type == "yarn") {
+    if (type == "llama3") {
+      s.low_freq_factor = need("low_freq_factor", 1e-6, 1e6);
+      s.high_freq_factor = need("high_freq_factor", 1e-6, 1e6);
+      if (!(s.high_freq_factor > s.low_freq_factor))
+        p->fail("has high_freq_factor " + json_excerpt((*p)["high_freq_factor"].raw()) + ", not above its low_freq_factor " +
+                json_excerpt((*p)["low_freq_factor"].raw()));
+    }
     if (const std::optional<json_in> o = r.find({"original_max_position_embeddings"}))
       s.original_max_positions = o->small_integer(1, hf_max_positions);
     else if (const std::optional<json_in> d = p->find("original_max_position_embeddings"))
@@ -542,6 +560,13 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       rs.update({{"low_freq_factor", s.low_freq_factor}, {"high_freq_factor", s.high_freq_factor},
                  {"original_max_position_embeddings", s.original_max_positions}});
     if (s.type == "dynamic") j["max_position_embeddings"] = s.original_max_positions;  // past it, the sequence scales the base
+    if (s.type == "yarn") {
+      rs.update({{"original_max_position_embeddings", s.original_max_positions}, {"beta_fast", s.beta_fast},
+                 {"beta_slow", s.beta_slow}, {"truncate", s.truncate}});
+      for (const auto& [key, v] : {std::pair<const char*, double>{"mscale", s.mscale}, {"mscale_all_dim", s.mscale_all_dim},
+                                   {"attention_factor", s.attention_factor}})
+        if (v != 0.0) rs[key] = v;
+    }
     j["rope_scaling"] = rs;
   }
   return j;

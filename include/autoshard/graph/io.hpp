@@ -17,7 +17,8 @@
 /// max_norm_epsilon] at shape inference, naming the vertex; absent: default_norm_epsilon),
 /// weight_offset (a norm's, a finite number: the row times weight_offset + weight, Gemma's 1;
 /// absent: 0), scale (an embedding's, a finite number its rows are multiplied by, Gemma's
-/// sqrt(hidden); absent: 1),
+/// sqrt(hidden); a rotary's, its cos and sin times it, YaRN's attention_factor, checked above 0
+/// at shape inference; written only when not 1; absent: 1),
 /// rotary_dims (an integer: the dims of each head a rotary turns, at most
 /// 2 x max_rotary_frequencies; 0 or absent: the whole head; checked even and within the head at
 /// shape inference), rotary_frequencies (array of numbers above 0, one per pair of the turned

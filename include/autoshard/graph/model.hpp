@@ -174,7 +174,8 @@ struct op_attrs {
   double weight_offset = 0.0;      ///< layer_norm, rms_norm with a weight: the normalised row times
                                    ///< weight_offset + weight (Gemma's GemmaRMSNorm: 1 + weight); finite
   double scale = 1.0;              ///< embedding: each row looked up times this (Gemma's normalizer,
-                                   ///< sqrt(hidden)); finite
+                                   ///< sqrt(hidden)); finite. rotary: the turned dims' cos and sin
+                                   ///< times this (YaRN's attention_factor: q and k scaled); finite, > 0
   std::int64_t rotary_dims = 0;    ///< rotary: R, the dims of each head of D turned (the first R: the
                                    ///< pairs lie within them, with rotary_half (i, i + R/2)); dims
                                    ///< R..D-1 pass through unchanged. 0 or D: the whole head. Even,
@@ -515,6 +516,8 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
     if (!(a.rotary_frequencies[i] > 0.0) || !std::isfinite(a.rotary_frequencies[i]))
       bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + std::to_string(a.rotary_frequencies[i]) +
                           " is not a finite number above 0");
+  if (!(a.scale > 0.0) || !std::isfinite(a.scale))
+    bad_operands(k, "scale " + exact_number(a.scale) + " (its cos and sin times it) is not a finite number above 0");
   return in[0];
 }
 

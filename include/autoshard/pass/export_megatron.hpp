@@ -267,7 +267,8 @@ inline megatron_model megatron_model_of(const model_graph& g, const layer_map& l
         std::none_of(md.norm_epsilons.begin(), md.norm_epsilons.end(), [&](const auto& e) { return e.first == nd.attrs.epsilon; }))
       md.norm_epsilons.emplace_back(nd.attrs.epsilon, nd.name);
     if (nd.kind == op_kind::rotary) md.rope = true;
-    if (nd.kind == op_kind::rotary && !nd.attrs.rotary_frequencies.empty() && md.scaled_rope.empty()) md.scaled_rope = nd.name;
+    if (nd.kind == op_kind::rotary && (!nd.attrs.rotary_frequencies.empty() || nd.attrs.scale != 1.0) && md.scaled_rope.empty())
+      md.scaled_rope = nd.name;
     if ((nd.kind == op_kind::rms_norm || nd.kind == op_kind::layer_norm) && nd.attrs.weight_offset != 0.0 && md.offset_norm.first.empty())
       md.offset_norm = {nd.name, nd.attrs.weight_offset};
     if (nd.kind == op_kind::embedding && nd.attrs.scale != 1.0 && md.scaled_embedding.first.empty())
@@ -499,8 +500,8 @@ inline megatron_export export_megatron(const loaded_plan& p) {
     problem(quoted_text(md.alibi) + " (attention) adds ALiBi's position biases (" + std::string(to_string(md.alibi_kind)) +
             "'s): Megatron-LM has no ALiBi (its --position-embedding-type is learned_absolute, rope, mrope, yarn or none)");
   if (!md.scaled_rope.empty())
-    problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright (a scaled rope, as Llama-3.1's rope_scaling): "
-            "the arguments say Megatron-LM's rope, base^(-2i/D)");
+    problem(quoted_text(md.scaled_rope) + " (rotary) turns by frequencies given outright or scales its cos and sin (a scaled rope, as "
+            "Llama-3.1's or YaRN's rope_scaling): the arguments say Megatron-LM's rope, base^(-2i/D)");
   detail::megatron_rope_problems(md, e.problems);
   detail::megatron_activation_problems(md, e.problems);
   detail::megatron_norm_problems(md, e.problems);

@@ -105,6 +105,9 @@ std::vector<bw_case> bw_cases() {
   op_attrs rot_scaled = rot_half;
   rot_scaled.rotary_frequencies = {1.3, 0.07};
   v.push_back({"rotary, explicit frequencies", op_kind::rotary, rot_scaled, {{1, 3, 8}}, {}});
+  op_attrs rot_yarn = rot_scaled;  // YaRN's attention_factor: cos and sin times it, so the gradient too
+  rot_yarn.scale = 1.25;
+  v.push_back({"rotary, scaled (YaRN's attention_factor)", op_kind::rotary, rot_yarn, {{1, 3, 8}}, {}});
   op_attrs rot_partial = rot_half;  // R = 4 of heads of 8: the other 4 dims pass the gradient through
   rot_partial.rotary_dims = 4;
   v.push_back({"rotary, partial (rotary_dims 4 of 8), rotate_half pairs", op_kind::rotary, rot_partial, {{1, 3, 16}}, {}});

@@ -480,6 +480,9 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
   op_attrs rot_scaled = rot_half;  // explicit frequencies (Llama-3's scaled ones): pairs keep their own across shards
   rot_scaled.rotary_frequencies = {0.9, 0.05};
   make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_scaled);
+  op_attrs rot_yarn = rot_scaled;  // YaRN's attention_factor on cos and sin
+  rot_yarn.scale = 1.25;
+  make_case(op_kind::rotary, {{"x", {2, 4, 8}, f}}, rot_yarn);
   op_attrs rot_partial = rot_half;  // a partial rotary (Pythia's rotary_pct 0.25 of heads of 8): split by whole heads only
   rot_partial.rotary_dims = 2;
   make_case(op_kind::rotary, {{"x", {2, 4, 16}, f}}, rot_partial);

@@ -369,15 +369,68 @@ TEST_CASE("rope_scaling: dynamic frequencies are transformers' at the plan's seq
                        graph_error);
 }
 
+// transformers 5.25's _compute_yarn_parameters (inv_freq, attention_factor) under
+// tests/client/real_weights_test.py's float64_everywhere (so to 1e-12), printed with repr, on a
+// Qwen2Config with hidden_size 64, 4 heads (head_dim 16), max_position_embeddings 131072 and
+// Qwen2.5's yarn: rope_theta 1e6, {"factor": 4, "original_max_position_embeddings": 32768}; and
+// with rope_theta 1e4, {"factor": 8, "original_max_position_embeddings": 4096, "beta_fast": 16,
+// "beta_slow": 2, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": false}.
+const std::vector<double> transformers_yarn_inv_freq{1.0, 0.17782794100389226, 0.03162277660168379, 0.004217559938927618,
+                                                     0.0005, 4.445698525097307e-05, 7.905694150420949e-06, 1.4058533129758728e-06};
+const double transformers_yarn_attention_factor = 1.138629436111989;
+const std::vector<double> transformers_yarn_mscale_inv_freq{1.0, 0.31622776601683794, 0.1, 0.03162277660168379, 0.006221889068862788,
+                                                            0.00043557547602531194, 0.000125, 3.952847075210474e-05};
+const double transformers_yarn_mscale_attention_factor = 0.9495608824621653;
+
+TEST_CASE("rope_scaling: yarn frequencies and attention factor are transformers'") {
+  const std::string qwen = R"({"model_type": "qwen2", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                               "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 131072, )";
+  const auto rotary = [&](const std::string& rest) {
+    hf_model m = read_hf_config(nlohmann::json::parse(qwen + rest), "c.json");
+    CHECK(m.notes.empty());
+    CHECK(read_hf_config(to_hf_config(m)).config.rope_scaling == m.config.rope_scaling);  // synth writes it back
+    m.config.seq = 4;
+    m.config.batch = 1;
+    const model_graph g = build_hf(m);
+    const op_attrs q = g[*find_vertex(g, "model.layers.0.self_attn.rotary_q")].attrs;
+    CHECK(g[*find_vertex(g, "model.layers.0.self_attn.rotary_k")].attrs == q);  // q and k both scaled
+    return q;
+  };
+  const auto near = [](const op_attrs& got, const std::vector<double>& want, double factor) {
+    REQUIRE(got.rotary_frequencies.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(got.rotary_frequencies[i] == doctest::Approx(want[i]).epsilon(1e-12));
+    CHECK(got.scale == doctest::Approx(factor).epsilon(1e-14));
+  };
+  const std::string q25 = R"("factor": 4.0, "original_max_position_embeddings": 32768)";
+  near(rotary(R"("rope_theta": 1e6, "rope_scaling": {"rope_type": "yarn", )" + q25 + "}}"), transformers_yarn_inv_freq,
+       transformers_yarn_attention_factor);
+  near(rotary(R"("rope_theta": 1e6, "rope_scaling": {"type": "yarn", )" + q25 + "}}"), transformers_yarn_inv_freq,
+       transformers_yarn_attention_factor);
+  near(rotary(R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "yarn", )" + q25 + "}}"), transformers_yarn_inv_freq,
+       transformers_yarn_attention_factor);
+  near(rotary(R"("rope_theta": 1e4, "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+                 "beta_fast": 16, "beta_slow": 2, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": false}})"),
+       transformers_yarn_mscale_inv_freq, transformers_yarn_mscale_attention_factor);
+  // attention_factor given: taken as it is.
+  CHECK(rotary(R"("rope_theta": 1e6, "rope_scaling": {"rope_type": "yarn", "attention_factor": 1.5, )" + q25 + "}}").scale == 1.5);
+  // Without a scaling the rotary's scale stays 1 (and graph io writes none).
+  CHECK(rotary(R"("rope_theta": 1e6})").scale == 1.0);
+  // Bounds, naming the member.
+  const std::string y = R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, )";
+  CHECK(has(hf_error(qwen + y + R"("beta_fast": 0}})"), "rope_scaling.beta_fast is 0, not a number in [1e-06, 1e+06]"));
+  CHECK(has(hf_error(qwen + y + R"("mscale": -1}})"), "rope_scaling.mscale is -1, not a number in [0, 1e+06]"));
+  CHECK(has(hf_error(qwen + y + R"("attention_factor": 0}})"), "rope_scaling.attention_factor is 0, not a number in [1e-06, 1e+06]"));
+  CHECK(has(hf_error(qwen + y + R"("truncate": 1}})"), "rope_scaling.truncate is 1, not true or false"));
+  CHECK(has(hf_error(qwen + R"("rope_scaling": {"rope_type": "yarn"}})"), "rope_scaling has no \"factor\", which rope type \"yarn\" needs"));
+}
+
 TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, bad numbers are refused, naming the member") {
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
                                 "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";
   const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", )";
-  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope or a YaRN
-  // context extension plan as their model, the rotaries at base^(-2i/D), with a note saying
-  // so; synth writes the member back as given.
-  for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})", "yarn"},
-                                     {R"("rope_parameters": {"rope_type": "longrope"})", "longrope"},
+  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope plans as its
+  // model, the rotaries at base^(-2i/D), with a note saying so; synth writes the member back as given.
+  for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_parameters": {"rope_type": "longrope"})", "longrope"},
                                      {R"("rope_scaling": {"type": "su"})", "su"}}) {
     const std::string t = type;  // a structured binding: Clang 14's CAPTURE cannot take it
     CAPTURE(t);
@@ -387,7 +440,7 @@ TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, ba
     CHECK(rope_frequencies(m.config.rope_theta, 16, m.config.rope_scaling, m.config.seq).empty());
     REQUIRE(m.notes.size() == 1);
     CHECK(m.notes[0] == "rope type '" + type + "' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D), which the "
-                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\", \"dynamic\")");
+                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\", \"dynamic\", \"yarn\")");
     const nlohmann::json written = to_hf_config(m);
     CHECK(written["rope_scaling"] == nlohmann::json::parse(member.substr(member.find('{'))));
     CHECK(read_hf_config(written).config.rope_scaling == m.config.rope_scaling);

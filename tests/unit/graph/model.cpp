@@ -224,6 +224,19 @@ TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones
   add_op(p, op_kind::rotary, "r", {add_input(p, "x", {3, 8}, dtype::f32)}, a);
   write_json(plain, p);
   CHECK(!contains(plain.str(), "rotary_frequencies"));
+  CHECK(!contains(plain.str(), "\"scale\""));  // a scale of 1 (no YaRN attention_factor) writes none
+
+  // YaRN's attention_factor: the rotary's scale, written when not 1, read back bit for bit, and refused unless above 0.
+  a.scale = 1.0 / 3.0 + 1.0;
+  model_graph y;
+  add_op(y, op_kind::rotary, "r", {add_input(y, "x", {3, 8}, dtype::f32)}, a);
+  std::ostringstream scaled;
+  write_json(scaled, y);
+  CHECK(contains(scaled.str(), "\"scale\""));
+  std::istringstream scaled_in(scaled.str());
+  CHECK(read_json(scaled_in)[1].attrs == y[1].attrs);
+  CHECK(contains(expect_graph_error(rot(R"("scale": 0)")), "vertex 'r': rotary: scale 0 (its cos and sin times it) is not a finite number above 0"));
+  CHECK(contains(expect_graph_error(rot(R"("scale": -1.5)")), "rotary: scale -1.5 (its cos and sin times it) is not a finite number above 0"));
 
   CHECK(contains(expect_graph_error(rot(R"("rotary_frequencies": [1.0, 0.5, 0.25])")),
                  "vertex 'r': rotary: 3 rotary_frequencies for heads of 4: one a pair, 2, is needed"));

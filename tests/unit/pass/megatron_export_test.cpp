@@ -208,6 +208,25 @@ TEST_CASE("export --to megatron refuses a LLaMA whose rotaries turn by scaled fr
   CHECK(problems[0].find("'model.layers.0.self_attn.rotary_q' (rotary) turns by frequencies given outright") != std::string::npos);
   c.rope_scaling = {};  // the same model without the scaling exports
   CHECK(mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))).empty());
+  // YaRN: blended frequencies and cos and sin scaled by its attention_factor; a rotary scaled alone is refused too.
+  c.rope_scaling.type = "yarn";
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_positions = 16;
+  const std::vector<std::string> yarn = mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2)));
+  REQUIRE(yarn.size() == 1);
+  CHECK(yarn[0].find("scales its cos and sin (a scaled rope, as Llama-3.1's or YaRN's rope_scaling)") != std::string::npos);
+  c.rope_scaling = {};
+  model_graph scaled = build_llama(c);
+  for (vertex_t v = 0; v < boost::num_vertices(scaled); ++v)
+    if (scaled[v].kind == op_kind::rotary) scaled[v].attrs.scale = 1.25;
+  CHECK(mx_problems(mx_plan(scaled, mx_megatron({2, 4}, 2))).size() == 1);
+  // Dynamic NTK past max_position_embeddings turns by a scaled base (refused); up to it, by the default one.
+  c.rope_scaling.type = "dynamic";
+  c.rope_scaling.factor = 2.0;
+  c.rope_scaling.original_max_positions = c.seq - 1;
+  CHECK(mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))).size() == 1);
+  c.rope_scaling.original_max_positions = c.seq;
+  CHECK(mx_problems(mx_plan(build_llama(c), mx_megatron({2, 4}, 2))).empty());
 }
 
 TEST_CASE("export --to megatron: megatron's plans of GPT-2 and LLaMA still export, at tp 2 and 4, with and without sequence parallelism and a pipeline") {

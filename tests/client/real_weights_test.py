@@ -42,7 +42,8 @@ llama-dynamic runs dynamic NTK rope at SEQ past max_position_embeddings (8), whe
 forward scales the base (in float32 on its sequence-length tensor, under the patch too; the graph
 rounds it so: graph/builders.hpp rope_frequencies); its control, the default rope, is what the
 graph turned at before. qwen2-yarn: YaRN's blended frequencies and its attention_factor on
-the rotary (op_attrs scale); its control, the same YaRN with attention_factor 1.
+the rotary (op_attrs scale); its control, the same YaRN with attention_factor 1. phi3-longrope:
+LongRoPE's long factors past original_max_position_embeddings; its control, the short ones.
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -94,6 +95,12 @@ CASES["llama-dynamic"] = (transformers.LlamaConfig, dict(GQA, max_position_embed
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)
 CASES["qwen2-yarn"] = (transformers.Qwen2Config, dict(GQA, rope_theta=1e6, rope_scaling=YARN),
                        dict(rope_scaling=dict(YARN, attention_factor=1.0)))
+# LongRoPE as Phi-3-mini-128k's, at SEQ past original_max_position_embeddings (8): the long
+# factors, and its attention_factor sqrt(1 + ln(64 / 8) / ln 8); the control turns by the short ones.
+LONGROPE = dict(rope_type="longrope", short_factor=[1.0, 1.02, 1.05, 1.1, 1.3, 1.6, 2.0, 2.5],
+                long_factor=[1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0])
+CASES["phi3-longrope"] = (transformers.Phi3Config, dict(GQA, **PHI, original_max_position_embeddings=8, rope_scaling=LONGROPE),
+                          dict(rope_scaling=dict(LONGROPE, long_factor=LONGROPE["short_factor"])))
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
 # widens it to float64 exactly, as torch does), and cut into files under an index.

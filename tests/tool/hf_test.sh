@@ -227,26 +227,26 @@ EOF
 [ "$(run_rc "$tool" plan --model "$tmp/qwen2-window/typed.json" --layers 2 "${small[@]:2}" --kv-heads 2 --ffn 128 --mesh 2 --seq 8 --batch 2 --quiet --out "$tmp/qwen2-window/t.json")" = 1 ] &&
   grep -q "layer_types names the sliding-window layers of 3 layers one by one" "$tmp/err" && ok || bad "qwen2: --layers against layer_types: $(cat "$tmp/err")"
 
-# A rope type autoshard does not compute (Phi-3-128k's longrope here) plans as its model, the
+# A rope type autoshard does not compute (Phi-3's older su here) plans as its model, the
 # rotaries at base^(-2i/D), with a note; synth writes the member back as given. (It was refused
 # before it was read, then read as the default without a word.) YaRN's context extension is
 # computed (docs/graph.md): no note, its attention factor on the rotaries, and synth writes it
 # back as given too.
-mkdir -p "$tmp/yarn" "$tmp/longrope"
+mkdir -p "$tmp/yarn" "$tmp/su"
 python3 - "$data/llama-3.1-8b.json" "$tmp" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
 json.dump(c, open(sys.argv[2] + "/yarn/config.json", "w"))
-c["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32768}
-json.dump(c, open(sys.argv[2] + "/longrope/config.json", "w"))
+c["rope_scaling"] = {"rope_type": "su", "factor": 4.0, "original_max_position_embeddings": 32768}
+json.dump(c, open(sys.argv[2] + "/su/config.json", "w"))
 EOF
-run "$tool" plan --model "$tmp/longrope" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq 16 --mesh 2 \
-  --quiet --no-svg --out "$tmp/longrope-plan.json" && grep -q "^note: rope type 'longrope' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D)" "$tmp/err" &&
-  ok || bad "longrope: plan: $(head -c 300 "$tmp/err")"
-run "$tool" synth --model "$tmp/longrope" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --out "$tmp/longrope-synth" &&
-  python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['rope_scaling']; assert c == {'rope_type': 'longrope', 'factor': 4.0, 'original_max_position_embeddings': 32768}, c" \
-    "$tmp/longrope-synth/config.json" && ok || bad "longrope: synth: $(head -c 300 "$tmp/err")"
+run "$tool" plan --model "$tmp/su" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq 16 --mesh 2 \
+  --quiet --no-svg --out "$tmp/su-plan.json" && grep -q "^note: rope type 'su' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D)" "$tmp/err" &&
+  ok || bad "su: plan: $(head -c 300 "$tmp/err")"
+run "$tool" synth --model "$tmp/su" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --out "$tmp/su-synth" &&
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['rope_scaling']; assert c == {'rope_type': 'su', 'factor': 4.0, 'original_max_position_embeddings': 32768}, c" \
+    "$tmp/su-synth/config.json" && ok || bad "su: synth: $(head -c 300 "$tmp/err")"
 run "$tool" plan --model "$tmp/yarn" --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq 16 --mesh 2 \
   --quiet --no-svg --out "$tmp/yarn-plan.json" && ! grep -q "note: rope type" "$tmp/err" &&
   python3 -c "import json, sys; r = [n for n in json.load(open(sys.argv[1]))['graph']['nodes'] if n['kind'] == 'rotary']; assert r and all(abs(n['attrs']['scale'] - 1.138629436111989) < 1e-15 for n in r), r" \

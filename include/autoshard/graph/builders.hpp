@@ -20,19 +20,21 @@ namespace autoshard {
 /// differ from base^(-2i/D). `type`: one autoshard computes; a type it does not compute is kept
 /// in `uncomputed` (its rotaries then turn at base^(-2i/D), and hf_config.hpp says so).
 struct rope_scaling_config {
-  std::string type;                  ///< "" (none: base^(-2i/D)), "linear", "llama3", "dynamic" or "yarn"
-  /// A rope type read but not computed ("longrope", "su", ...), and the member as
+  std::string type;                  ///< "" (none: base^(-2i/D)), "linear", "llama3", "dynamic", "yarn" or "longrope"
+  /// A rope type read but not computed ("su", ...), and the member as
   /// the config gave it (compact JSON), which to_hf_config writes back; both empty otherwise.
   std::string uncomputed, given;
   double factor = 1.0;               ///< linear, llama3, dynamic, yarn: the scaling factor (Llama-3.1: 8)
   double low_freq_factor = 1.0;      ///< llama3 (Llama-3.1: 1)
   double high_freq_factor = 4.0;     ///< llama3 (Llama-3.1: 4)
-  /// llama3, yarn: the pretraining context (original_max_position_embeddings); dynamic: the
+  /// llama3, yarn, longrope: the pretraining context (original_max_position_embeddings); dynamic: the
   /// config's max_position_embeddings, past which a sequence scales the base.
   int original_max_positions = 8192;
   double beta_fast = 32.0, beta_slow = 1.0;  ///< yarn: the ramp's rotations (transformers' defaults 32 and 1)
   double mscale = 0.0, mscale_all_dim = 0.0;  ///< yarn: DeepSeek's mscale pair; 0: not given
-  double attention_factor = 0.0;     ///< yarn: cos and sin times this; 0: not given (computed from factor)
+  double attention_factor = 0.0;     ///< yarn, longrope: cos and sin times this; 0: not given (computed from factor)
+  /// longrope: pair i's divisor up to original_max_positions (short) and past it (long), D/2 each.
+  std::vector<double> short_factor, long_factor;
   bool truncate = true;              ///< yarn: the ramp's ends rounded outward (floor, ceil)
   friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
 };
@@ -54,6 +56,9 @@ struct rope_scaling_config {
 ///     ceiled when truncate), clamped to [0, D - 1] (high + 0.001 where they meet):
 ///     ramp_i = clamp((i - low) / (high - low), 0, 1),
 ///     (1 / (factor pos_i)) ramp_i + (1 / pos_i) (1 - ramp_i)  (rope_attention_factor scales cos and sin);
+///   longrope (_compute_longrope_parameters, and dynamic_rope_update's longrope_frequency_update):
+///     base^(-2i/D) / ext_i, ext = long_factor where seq > original_max_position_embeddings, else
+///     short_factor (rope_attention_factor scales cos and sin);
 ///   dynamic (_compute_dynamic_ntk_parameters, as dynamic_rope_update calls it in the forward
 ///     with seq_len = the largest position + 1 = seq): seq <= max_position_embeddings (M): none
 ///     (transformers keeps its initial inv_freq, the default's); else base' ^ (-2i/D) with
@@ -78,6 +83,14 @@ inline std::vector<double> rope_frequencies(double base, int D, const rope_scali
       throw graph_error(what + ": its base " + std::to_string(base) + " scaled to " + std::to_string(scaled) +
                         " (float32, as transformers computes it) is not a finite number above 1");
     for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / std::pow(static_cast<double>(scaled), 2.0 * i / D));
+    return f;
+  }
+  if (s.type == "longrope") {
+    const std::vector<double>& ext = seq > s.original_max_positions ? s.long_factor : s.short_factor;
+    if (ext.size() != static_cast<std::size_t>(D / 2))
+      throw graph_error("rope type \"longrope\": " + std::to_string(ext.size()) + " factors for " + std::to_string(D) +
+                        " turned dims: one a pair, " + std::to_string(D / 2) + ", is needed");
+    for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / (ext[static_cast<std::size_t>(i)] * std::pow(base, 2.0 * i / D)));
     return f;
   }
   if (s.type == "yarn") {
@@ -117,12 +130,15 @@ inline std::vector<double> rope_frequencies(double base, int D, const rope_scali
 }
 
 /// What transformers multiplies a rotary's cos and sin by (its attention_scaling): 1 but for
-/// yarn, whose attention_factor is the config's where given, else (_compute_yarn_parameters)
+/// longrope (the config's attention_factor, else 1 for factor <= 1, else
+/// sqrt(1 + ln(factor) / ln(original_max_position_embeddings))) and yarn, whose attention_factor is the config's where given, else (_compute_yarn_parameters)
 /// m(factor, mscale) / m(factor, mscale_all_dim) where both are given (non-zero), else
 /// m(factor, 1), with yarn_get_mscale's m(s, k) = 1 for s <= 1, else 0.1 k ln(s) + 1.
 inline double rope_attention_factor(const rope_scaling_config& s) {
-  if (s.type != "yarn") return 1.0;
+  if (s.type != "yarn" && s.type != "longrope") return 1.0;
   if (s.attention_factor != 0.0) return s.attention_factor;
+  if (s.type == "longrope")
+    return s.factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(s.factor) / std::log(static_cast<double>(s.original_max_positions)));
   const auto m = [&](double k) { return s.factor <= 1 ? 1.0 : 0.1 * k * std::log(s.factor) + 1.0; };
   return s.mscale != 0.0 && s.mscale_all_dim != 0.0 ? m(s.mscale) / m(s.mscale_all_dim) : m(1.0);
 }

@@ -115,7 +115,7 @@ inline double read_rope_theta(const hf_reader& r) {
 }
 
 /// The rope types read_rope_scaling computes (rope_frequencies), in the order notes list them.
-inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3", "dynamic", "yarn"};
+inline constexpr std::string_view hf_rope_types[] = {"default", "linear", "llama3", "dynamic", "yarn", "longrope"};
 
 inline std::string known_rope_types() {
   std::string known;
@@ -132,8 +132,12 @@ inline std::string known_rope_types() {
 /// _compute_dynamic_ntk_parameters reads: the frequencies depend on the plan's sequence, so
 /// builders.hpp rope_frequencies computes them at the build's) or "yarn" (factor,
 /// original_max_position_embeddings as llama3's, and the optional beta_fast, beta_slow (32 and 1
-/// without them), mscale, mscale_all_dim, attention_factor and truncate (true)).
-/// Any other type (longrope, su, ...) is kept as `uncomputed`, with the member as
+/// without them), mscale, mscale_all_dim, attention_factor and truncate (true)) or "longrope"
+/// (short_factor and long_factor, one a turned pair, checked by read_hf_config against the
+/// rotary's dims; original_max_position_embeddings as llama3's; factor, else
+/// max_position_embeddings / original_max_position_embeddings; the optional attention_factor).
+/// model_type phi3's "su" and "yarn" are its "longrope", as Phi3Config reads them. Any other
+/// type (su, ...) is kept as `uncomputed`, with the member as
 /// given: a plan's shapes and prices do not depend on the frequencies, and read_hf_config notes
 /// that the rotaries turn at base^(-2i/D). Bounds: factor in [1e-6, 1e6], 0 < low_freq_factor <
 /// high_freq_factor <= 1e6, original_max_position_embeddings a position count; yarn's beta_fast,
@@ -148,7 +152,10 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
     if (v.raw().is_object()) v.fail("is a rope configuration of its own (one per layer type), which autoshard does not read");
   std::optional<json_in> t = p->find("rope_type");
   if (!t) t = p->find("type");
-  const std::string type = t ? t->string() : "default";
+  std::string type = t ? t->string() : "default";
+  // Phi3Config reads an older "su" or "yarn" as "longrope" (configuration_phi3.py, "for backward compatibility").
+  if (const std::optional<json_in> mt = r.in.find("model_type"); mt && mt->raw() == "phi3" && (type == "su" || type == "yarn"))
+    type = "longrope";
   if (std::find(std::begin(hf_rope_types), std::end(hf_rope_types), type) == std::end(hf_rope_types)) {
     s.uncomputed = type;
     s.given = p->raw().dump();
@@ -161,11 +168,20 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
     if (!v) p->fail("has no \"" + std::string(key) + "\", which rope type \"" + type + "\" needs");
     return v->number(lo, hi);
   };
-  s.factor = need("factor", 1e-6, 1e6);
   const auto optional = [&](const char* key, double lo, double hi, double fallback) {
     const std::optional<json_in> v = p->find(key);
     return v ? v->number(lo, hi) : fallback;
   };
+  if (type == "longrope") {
+    for (const auto& [key, list] : {std::pair<const char*, std::vector<double>*>{"short_factor", &s.short_factor}, {"long_factor", &s.long_factor}}) {
+      const std::optional<json_in> v = p->find(key);
+      if (!v) p->fail("has no \"" + std::string(key) + "\", which rope type \"longrope\" needs");
+      for (const json_in& e : v->elements(max_rotary_frequencies)) list->push_back(e.number(1e-6, 1e6));
+    }
+    s.attention_factor = optional("attention_factor", 1e-6, 1e6, 0.0);
+  } else {
+    s.factor = need("factor", 1e-6, 1e6);
+  }
   if (type == "yarn") {
     s.beta_fast = optional("beta_fast", 1e-6, 1e6, 32.0);
     s.beta_slow = optional("beta_slow", 1e-6, 1e6, 1.0);
@@ -174,7 +190,7 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
     s.attention_factor = optional("attention_factor", 1e-6, 1e6, 0.0);
     if (const std::optional<json_in> v = p->find("truncate")) s.truncate = v->boolean();
   }
-  if (type == "llama3" || type == "yarn") {
+  if (type == "llama3" || type == "yarn" || type == "longrope") {
     if (type == "llama3") {
       s.low_freq_factor = need("low_freq_factor", 1e-6, 1e6);
       s.high_freq_factor = need("high_freq_factor", 1e-6, 1e6);
@@ -190,6 +206,12 @@ inline rope_scaling_config read_rope_scaling(const hf_reader& r) {
       s.original_max_positions = r.need({"max_position_embeddings"}, 1, hf_max_positions);
   }
   if (type == "dynamic") s.original_max_positions = r.need({"max_position_embeddings"}, 1, hf_max_positions);
+  if (type == "longrope") {  // transformers: factor, else the context's growth over the pretraining one
+    if (p->find("factor"))
+      s.factor = need("factor", 1e-6, 1e6);
+    else
+      s.factor = static_cast<double>(r.need({"max_position_embeddings"}, 1, hf_max_positions)) / s.original_max_positions;
+  }
   return s;
 }
 
@@ -427,6 +449,11 @@ inline hf_model read_hf_config(const nlohmann::json& j, const std::string& what 
     if (t != "gpt_neox" && t != "phi3" && c.rotary_dims() != c.head_dim())
       r.fail(what + ", but transformers' " + t + " turns the whole head (its apply_rotary_pos_emb has no part passed through)");
   }
+  if (const rope_scaling_config& s = c.rope_scaling; s.type == "longrope")
+    for (const auto& [key, list] : {std::pair<const char*, const std::vector<double>*>{"short_factor", &s.short_factor}, {"long_factor", &s.long_factor}})
+      if (list->size() != static_cast<std::size_t>(c.rotary_dims() / 2))
+        r.fail(std::string("rope scaling's ") + key + " has " + std::to_string(list->size()) + " factors, but the rotaries turn " +
+               std::to_string(c.rotary_dims()) + " dims of each head: one a pair, " + std::to_string(c.rotary_dims() / 2) + ", is needed");
   // Default sequence: the whole learned position table (less its offset), else the context, at most 2048.
   const std::int64_t table = c.max_positions > 0 ? c.max_positions - c.position_offset : positions;
   if (table < 1) r.fail("the position table has no row past its offset of " + std::to_string(c.position_offset));
@@ -560,6 +587,11 @@ inline nlohmann::json to_hf_config(const hf_model& m) {
       rs.update({{"low_freq_factor", s.low_freq_factor}, {"high_freq_factor", s.high_freq_factor},
                  {"original_max_position_embeddings", s.original_max_positions}});
     if (s.type == "dynamic") j["max_position_embeddings"] = s.original_max_positions;  // past it, the sequence scales the base
+    if (s.type == "longrope") {
+      rs.update({{"original_max_position_embeddings", s.original_max_positions}, {"short_factor", s.short_factor},
+                 {"long_factor", s.long_factor}});
+      if (s.attention_factor != 0.0) rs["attention_factor"] = s.attention_factor;
+    }
     if (s.type == "yarn") {
       rs.update({{"original_max_position_embeddings", s.original_max_positions}, {"beta_fast", s.beta_fast},
                  {"beta_slow", s.beta_slow}, {"truncate", s.truncate}});

@@ -424,13 +424,68 @@ TEST_CASE("rope_scaling: yarn frequencies and attention factor are transformers'
   CHECK(has(hf_error(qwen + R"("rope_scaling": {"rope_type": "yarn"}})"), "rope_scaling has no \"factor\", which rope type \"yarn\" needs"));
 }
 
+// transformers 5.25's _compute_longrope_parameters under tests/client/real_weights_test.py's
+// float64_everywhere (so to 1e-12), printed with repr, on a Phi3Config with hidden_size 64, 4
+// heads (head_dim 16), max_position_embeddings 131072, original_max_position_embeddings 4096
+// (Phi-3-mini-128k's, at the config's top level), rope_theta 1e4 and rope_scaling longrope with
+// the short and long factors below (no factor: 131072 / 4096 = 32), at seq_len None (its init:
+// short) and 4097 (longrope_frequency_update's long ones past 4096).
+const std::vector<double> longrope_short{1.0, 1.02, 1.05, 1.1, 1.3, 1.6, 2.0, 2.5}, longrope_long{1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0};
+const std::vector<double> transformers_longrope_short_inv_freq{1.0, 0.3100272215851352, 0.09523809523809523, 0.02874797872880345,
+                                                               0.007692307692307693, 0.001976423537605237, 0.0005, 0.00012649110640673515};
+const std::vector<double> transformers_longrope_long_inv_freq{1.0, 0.21081851067789195, 0.04, 0.007905694150420948, 0.00125,
+                                                              0.00019764235376052369, 4.1666666666666665e-05, 9.882117688026186e-06};
+const double transformers_longrope_attention_factor = 1.1902380714238083;
+
+TEST_CASE("rope_scaling: longrope frequencies (short up to original_max_position_embeddings, long past it) are transformers'") {
+  const auto list = [](const std::vector<double>& v) { return nlohmann::json(v).dump(); };
+  const std::string phi = R"({"model_type": "phi3", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
+                              "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096, )";
+  const std::string member = R"("rope_scaling": {"rope_type": "longrope", "short_factor": )" + list(longrope_short) +
+                             R"(, "long_factor": )" + list(longrope_long) + "}}";
+  const hf_model m = read_hf_config(nlohmann::json::parse(phi + member), "c.json");
+  CHECK(m.notes.empty());
+  CHECK(m.config.rope_scaling.factor == 32.0);
+  CHECK(m.config.rope_scaling.original_max_positions == 4096);
+  CHECK(read_hf_config(to_hf_config(m)).config.rope_scaling == m.config.rope_scaling);  // synth writes it back
+  const auto rotary = [&](int seq) {
+    hf_model s = m;
+    s.config.seq = seq;
+    s.config.batch = 1;
+    const model_graph g = build_hf(s);
+    return g[*find_vertex(g, "model.layers.0.self_attn.rotary_q")].attrs;
+  };
+  for (const auto& [seq, want] : {std::pair<int, const std::vector<double>*>{4096, &transformers_longrope_short_inv_freq},
+                                  {4097, &transformers_longrope_long_inv_freq}}) {
+    const int n = seq;  // a structured binding: Clang 14's CAPTURE cannot take it
+    CAPTURE(n);
+    const op_attrs a = rotary(seq);
+    REQUIRE(a.rotary_frequencies.size() == want->size());
+    for (std::size_t i = 0; i < want->size(); ++i) CHECK(a.rotary_frequencies[i] == doctest::Approx((*want)[i]).epsilon(1e-12));
+    CHECK(a.scale == doctest::Approx(transformers_longrope_attention_factor).epsilon(1e-14));
+  }
+  // Phi3Config reads an older "su" or "yarn" as "longrope".
+  for (const char* older : {"su", "yarn"}) {
+    CAPTURE(older);
+    std::string given = member;
+    given.replace(given.find("longrope"), 8, older);
+    CHECK(read_hf_config(nlohmann::json::parse(phi + given)).config.rope_scaling == m.config.rope_scaling);
+  }
+  CHECK(has(hf_error(phi + R"("rope_scaling": {"rope_type": "longrope", "long_factor": [1, 2]}})"),
+            "rope_scaling has no \"short_factor\", which rope type \"longrope\" needs"));
+  CHECK(has(hf_error(phi + R"("rope_scaling": {"rope_type": "longrope", "short_factor": [1, 2], "long_factor": [1, 2]}})"),
+            "rope scaling's short_factor has 2 factors, but the rotaries turn 16 dims of each head: one a pair, 8, is needed"));
+  CHECK(has(hf_error(phi + R"("rope_scaling": {"rope_type": "longrope", "short_factor": [1, 0], "long_factor": [1, 2]}})"),
+            "rope_scaling.short_factor[1] is 0, not a number in [1e-06, 1e+06]"));
+}
+
 TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, bad numbers are refused, naming the member") {
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
                                 "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";
   const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", )";
-  // A plan's shapes and prices do not depend on the frequencies: Phi-3's longrope plans as its
+  // A plan's shapes and prices do not depend on the frequencies: Phi-3's older su plans as its
   // model, the rotaries at base^(-2i/D), with a note saying so; synth writes the member back as given.
-  for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_parameters": {"rope_type": "longrope"})", "longrope"},
+  for (const auto& [member, type] : {std::pair<std::string, std::string>{R"("rope_parameters": {"rope_type": "su"})", "su"},
                                      {R"("rope_scaling": {"type": "su"})", "su"}}) {
     const std::string t = type;  // a structured binding: Clang 14's CAPTURE cannot take it
     CAPTURE(t);
@@ -440,7 +495,7 @@ TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, ba
     CHECK(rope_frequencies(m.config.rope_theta, 16, m.config.rope_scaling, m.config.seq).empty());
     REQUIRE(m.notes.size() == 1);
     CHECK(m.notes[0] == "rope type '" + type + "' (rope_scaling) is not computed: the rotaries turn at rope_theta^(-2i/D), which the "
-                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\", \"dynamic\", \"yarn\")");
+                        "plan's shapes and prices do not depend on, and verify runs them so (computed: \"default\", \"linear\", \"llama3\", \"dynamic\", \"yarn\", \"longrope\")");
     const nlohmann::json written = to_hf_config(m);
     CHECK(written["rope_scaling"] == nlohmann::json::parse(member.substr(member.find('{'))));
     CHECK(read_hf_config(written).config.rope_scaling == m.config.rope_scaling);

@@ -55,25 +55,12 @@ done
 # compares the outputs with transformers).
 d="$tmp/gpt2"
 python3 - "$d" "$tmp/wrong" <<'PY' && ok || bad "verify --outputs: the logits are not the checkpoint's model's"
-import json, struct, sys, os, numpy as np
+import sys, os, numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    meta = head.pop("__metadata__", {})
-    dt = {"F64": np.float64, "F32": np.float32, "I64": np.int64}
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dt[v["dtype"]]).reshape(v["shape"])
-            for k, v in head.items()}, meta
-def save(path, tensors):
-    head, off, blobs = {}, 0, []
-    for k, t in tensors.items():
-        b = np.ascontiguousarray(t).tobytes()
-        head[k] = {"dtype": {"float32": "F32", "float64": "F64", "int64": "I64"}[str(t.dtype)], "shape": list(t.shape),
-                   "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(head).encode()
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    with safe_open(path, "np") as f:
+        return load_file(path), f.metadata()
 ck, _ = load(sys.argv[1] + "/model.safetensors")
 ck = {("transformer." + k if not k.startswith("transformer.") and k != "lm_head.weight" else k): v for k, v in ck.items()}
 out, meta = load(sys.argv[1] + "/outputs.safetensors")
@@ -101,8 +88,9 @@ for name in ("unsharded.lm_head", "sharded.lm_head"):
     assert d < 1e-9, (name, d)
 # Checkpoints that are not the plan's model: a tensor missing, one of another shape.
 os.makedirs(sys.argv[2] + "/missing"); os.makedirs(sys.argv[2] + "/shape")
-save(sys.argv[2] + "/missing/model.safetensors", {k: v for k, v in ck.items() if k != "transformer.h.1.mlp.c_fc.bias"})
-save(sys.argv[2] + "/shape/model.safetensors", {k: (v.T if k == "transformer.h.0.mlp.c_fc.weight" else v) for k, v in ck.items()})
+save_file({k: v for k, v in ck.items() if k != "transformer.h.1.mlp.c_fc.bias"}, sys.argv[2] + "/missing/model.safetensors")
+save_file({k: (np.ascontiguousarray(v.T) if k == "transformer.h.0.mlp.c_fc.weight" else v) for k, v in ck.items()},
+          sys.argv[2] + "/shape/model.safetensors")
 PY
 run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/missing" --outputs "$tmp/wrong/o.safetensors"
 [ $? -eq 1 ] && grep -q "1 parameter is not in the checkpoint: 'transformer.h.1.mlp.c_fc.bias'" "$tmp/err" && ! grep -q running "$tmp/err" &&
@@ -115,11 +103,11 @@ run "$tool" verify --plan "$d/plan.json" --weights "$tmp/wrong/shape"
 echo '[[5, 6, 7, 8], [255, 0, 1, 2]]' > "$tmp/tokens.json"
 run "$tool" verify --plan "$d/plan.json" --weights "$d" --tokens "$tmp/tokens.json" --outputs "$tmp/tok.safetensors" && grep -q "^PASS" "$tmp/out" &&
   python3 -c "
-import json, struct, sys
-raw = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', raw[:8])[0]; h = json.loads(raw[8:8 + n])
-e = h['input.input_ids']; assert e['shape'] == [2, 4], e
-assert list(struct.unpack('<8q', raw[8 + n + e['data_offsets'][0]:8 + n + e['data_offsets'][1]])) == [5, 6, 7, 8, 255, 0, 1, 2]
-assert h['unsharded.lm_head']['shape'] == [2, 4, 256], h['unsharded.lm_head']" "$tmp/tok.safetensors" && ok ||
+import sys
+from safetensors.numpy import load_file
+t = load_file(sys.argv[1])
+assert t['input.input_ids'].tolist() == [[5, 6, 7, 8], [255, 0, 1, 2]], t['input.input_ids']
+assert t['unsharded.lm_head'].shape == (2, 4, 256), t['unsharded.lm_head'].shape" "$tmp/tok.safetensors" && ok ||
   bad "verify --tokens: $(cat "$tmp/err")"
 sum=$(md5sum < "$tmp/tok.safetensors")
 echo '[[5, 6, 7, 8], [256, 0, 1, 2]]' > "$tmp/tokens.json"

@@ -16,9 +16,9 @@ as `save_pretrained` writes it is planned by `autoshard plan --model config.json
     unsharded forward. Each layer's attention is pinned to its heads split over the 2 ranks (the
     solver would split the batch, S1RR, where the window is each rank's whole), so every rank
     masks its own heads' keys with the window, and the plan is checked to split them.
-No client path runs autoshard's executor on a checkpoint's weights against transformers' logits
-(verify draws its own weights), so the mask is what is compared: the window dropped from the
-graph keeps keys transformers drops, and the case fails.
+The mask is compared here, layer by layer: the window dropped from the graph keeps keys
+transformers drops, and the case fails. (real_weights_test.py compares whole models' logits on
+a checkpoint's weights, a window among them.)
 
 ALiBi (the alibi-* cases, in this process to spare the suite another start of torch): a tiny
 BLOOM and tiny Falcons with alibi: true, 12 heads (not a power of two, so the extra slopes are

@@ -764,6 +764,7 @@ struct backward_pricing {
   double bucket_bytes = 0; ///< gradient bucket (parameters); 0: per tensor
   gradient_overlap_model overlap{};  ///< how much of a parameter's gradient sync the backward hides
   int micro_batches = 1;   ///< micro-steps per step (step_pricing::accumulation)
+  friend bool operator==(const backward_pricing&, const backward_pricing&) = default;
 };
 
 /// Whether a parameter held as `producer` synchronises the gradient `grad` a consumer hands it
@@ -1076,5 +1077,78 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
       c.values[i * c.cols + j] = price(producer[i], rows[i], consumer[j], cols[j]).total();
   return c;
 }
+
+/// What resharding_costs reads of one edge (producer u -> consumer v): u's shape, dtype and
+/// whether it is a parameter, the operand, whether a gradient flows, the backward's pricing,
+/// and of each strategy what the pricer uses: a producer's output, backward target and ZeRO-1,
+/// a consumer's operand spec, gradient, backward compute seconds and full recomputation (with
+/// the producer's recomputation too, which the pass's ties inside a layer read). Two edges
+/// alike in all of it have equal cost matrices: the edges of a model's repeated layers are
+/// priced once each (pass_model::price_edges). hash() buckets them; alike() decides.
+class edge_pricing_inputs {
+ public:
+  /// `grads`: detail::gradient_flags(g) (empty: u is looked up), as resharding_costs takes it.
+  edge_pricing_inputs(const model_graph& g, edge_t e, const std::vector<strategy>& producer, const std::vector<strategy>& consumer,
+                      const strategy_options& opt, const std::vector<char>& grads = {})
+      : source_(g[boost::source(e, g)]),
+        operand_(static_cast<std::size_t>(g[e].operand)),
+        grad_flows_(opt.pricing.mode == run_mode::training &&
+                    (grads.empty() ? detail::requires_grad(g, boost::source(e, g)) : grads[boost::source(e, g)] != 0)),
+        backward_(backward_pricing_of(g, e, opt)),
+        producer_(producer),
+        consumer_(consumer) {}
+
+  std::uint64_t hash() const noexcept {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the words below
+    const auto mix = [&h](std::uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+    const auto spec = [&mix](const sharding_spec& s) {
+      mix(static_cast<std::uint64_t>(s.mesh_rank) | static_cast<std::uint64_t>(s.tensor_rank) << 8);
+      for (std::size_t a = 0; a < s.mesh_rank; ++a)
+        mix(static_cast<std::uint64_t>(s[a].kind) << 16 | static_cast<std::uint64_t>(static_cast<std::uint8_t>(s[a].dim)) << 8 |
+            static_cast<std::uint64_t>(s[a].op));
+    };
+    for (std::size_t d = 0; d < source_.shape.rank; ++d) mix(static_cast<std::uint64_t>(source_.shape[d]));
+    mix(static_cast<std::uint64_t>(source_.type) | std::uint64_t{source_.is_parameter()} << 8 | std::uint64_t{grad_flows_} << 9);
+    mix(operand_);
+    mix(static_cast<std::uint64_t>(backward_.consumers));
+    mix(producer_.size());
+    mix(consumer_.size());
+    for (const strategy& s : producer_) spec(s.output);
+    for (const strategy& s : consumer_)
+      if (operand_ < s.inputs.size()) spec(s.inputs[operand_]);
+    return h;
+  }
+
+  bool alike(const edge_pricing_inputs& o) const {
+    if (!(source_.shape == o.source_.shape) || source_.type != o.source_.type || source_.is_parameter() != o.source_.is_parameter() ||
+        operand_ != o.operand_ || grad_flows_ != o.grad_flows_ || !(backward_ == o.backward_) ||
+        producer_.size() != o.producer_.size() || consumer_.size() != o.consumer_.size())
+      return false;
+    for (std::size_t i = 0; i < producer_.size(); ++i) {
+      const strategy &a = producer_[i], &b = o.producer_[i];
+      if (!(a.output == b.output) || (a.zero_stage == 1) != (b.zero_stage == 1) || a.recompute != b.recompute) return false;
+      if (grad_flows_ && !(backward_target(a) == backward_target(b))) return false;
+    }
+    for (std::size_t j = 0; j < consumer_.size(); ++j) {
+      const strategy &a = consumer_[j], &b = o.consumer_[j];
+      // An operand a strategy lacks is an error resharding_costs reports: never alike.
+      if (operand_ >= a.inputs.size() || operand_ >= b.inputs.size() || !(a.inputs[operand_] == b.inputs[operand_]) ||
+          a.recompute != b.recompute || !(a.backward_compute_seconds == b.backward_compute_seconds))
+        return false;
+      if (!grad_flows_) continue;
+      const bool ga = operand_ < a.grads.size(), gb = operand_ < b.grads.size();
+      if (ga != gb || (ga && !(a.grads[operand_] == b.grads[operand_]))) return false;
+    }
+    return true;
+  }
+
+ private:
+  const node& source_;
+  std::size_t operand_;
+  bool grad_flows_;
+  backward_pricing backward_;
+  const std::vector<strategy>& producer_;
+  const std::vector<strategy>& consumer_;
+};
 
 }  // namespace autoshard

@@ -56,6 +56,7 @@
 #include <ostream>     // std::ostream
 #include <string>      // std::string
 #include <string_view> // std::string_view
+#include <unordered_map> // std::unordered_map
 #include <utility>     // std::pair, std::move
 #include <vector>      // std::vector
 
@@ -301,16 +302,35 @@ struct pass_model {
     if (on_phase) on_phase("pricing", 0, edge_count);
     constexpr double forbidden = std::numeric_limits<double>::infinity();
     plan_price_cache prices(mesh);  // the edges share their tensors' shapes and specs
+    // The edges of repeated layers are alike (edge_pricing_inputs): each is priced once and its
+    // matrix copied to the others (a layer's ties between its operators' recomputation alike too).
+    const auto inputs_of = [&](edge_t e) {
+      return edge_pricing_inputs(g, e, strategies[boost::source(e, g)], strategies[boost::target(e, g)], sopt, gradients);
+    };
+    const auto in_one_layer = [&](vertex_t u, vertex_t v) { return layers.layer[u] >= 0 && layers.layer[u] == layers.layer[v]; };
+    std::unordered_map<std::uint64_t, std::vector<std::size_t>> priced_alike;  // hash -> the problem edges priced with it
     for (auto [e, end] = boost::edges(g); e != end; ++e) {
       const vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
+      const edge_pricing_inputs in = inputs_of(*e);
+      std::vector<std::size_t>& bucket = priced_alike[in.hash() ^ std::uint64_t{in_one_layer(u, v)}];
+      const std::size_t k = problem.edges.size();
+      const auto same = std::find_if(bucket.begin(), bucket.end(), [&](std::size_t x) {
+        const edge_t o = edges[x];
+        return in_one_layer(boost::source(o, g), boost::target(o, g)) == in_one_layer(u, v) && inputs_of(o).alike(in);
+      });
+      if (on_phase) on_phase("pricing", k + 1, edge_count);
+      problem.edges.push_back({u, v, {}});
+      if (same != bucket.end()) {
+        seconds.push_back(seconds[*same]);
+        continue;
+      }
       cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients, &prices);
       for (std::size_t i = 0; i < c.rows; ++i)
         for (std::size_t j = 0; j < c.cols; ++j)
           if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;
-      if (on_phase) on_phase("pricing", problem.edges.size() + 1, edge_count);
       for (double x : c.values) note(x);
-      problem.edges.push_back({u, v, {}});
       seconds.push_back(std::move(c.values));
+      bucket.push_back(k);
     }
     set_node_costs(largest);
     for (std::size_t k = 0; k < seconds.size(); ++k)

@@ -6,6 +6,7 @@
 
 #include <autoshard/graph/graph.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -828,6 +829,117 @@ TEST_CASE("a plan price cache shared by edges gives every edge the prices it get
   plan_price_cache wrong(other);
   const edge_t e = boost::edge(vertex("l0.fc"), vertex("l0.act"), g).first;
   CHECK_THROWS_AS(resharding_costs(g, e, all[boost::source(e, g)], all[boost::target(e, g)], m, opt, {}, &wrong), graph_error);
+}
+
+TEST_CASE("edges alike in everything resharding_costs reads price alike, and each thing it reads tells two apart") {
+  // Two layers of x -> fc(W) -> gelu; the second layer's edges are the first's over again.
+  model_graph g;
+  const device_mesh m = make_mesh_2d(2, 2, 25e9, 300e9);
+  vertex_t h = add_input(g, "x", {64, 256}, dtype::f32);
+  for (int l = 0; l < 2; ++l) {
+    const std::string n = "l" + std::to_string(l);
+    auto w = add_parameter(g, n + ".weight", {256, 256}, dtype::f32);
+    auto fc = add_op(g, op_kind::linear, n + ".fc", {h, w});
+    h = add_op(g, op_kind::gelu, n + ".act", {fc});
+  }
+  strategy_options opt{{device_model{}, run_mode::training}};
+  opt.pricing.gradient_overlap = gradient_overlap_model::behind_backward();  // the consumer's backward hides the sync
+  std::vector<std::vector<strategy>> all(boost::num_vertices(g));
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt);
+  const auto edge = [&](const std::string& from, const std::string& to) {
+    const auto u = find_vertex(g, from), v = find_vertex(g, to);
+    REQUIRE((u && v));
+    return boost::edge(*u, *v, g).first;
+  };
+  const auto inputs = [&](edge_t e, const std::vector<strategy>& p, const std::vector<strategy>& c) {
+    return edge_pricing_inputs(g, e, p, c, opt);
+  };
+  const auto costs = [&](edge_t e, const std::vector<strategy>& p, const std::vector<strategy>& c) {
+    return resharding_costs(g, e, p, c, m, opt).values;
+  };
+  for (const auto& [a, b] : {std::pair{edge("l0.weight", "l0.fc"), edge("l1.weight", "l1.fc")},
+                             std::pair{edge("l0.fc", "l0.act"), edge("l1.fc", "l1.act")}}) {
+    const vertex_t ua = boost::source(a, g), va = boost::target(a, g), ub = boost::source(b, g), vb = boost::target(b, g);
+    const edge_pricing_inputs ia = inputs(a, all[ua], all[va]), ib = inputs(b, all[ub], all[vb]);
+    CHECK(ia.alike(ib));
+    CHECK(ia.hash() == ib.hash());
+    CHECK(costs(a, all[ua], all[va]) == costs(b, all[ub], all[vb]));  // bit for bit
+  }
+  // Each thing the pricer reads, changed on the second layer's weight edge alone: no longer
+  // alike, and (where the change reaches this edge's costs) priced otherwise.
+  const edge_t wa = edge("l0.weight", "l0.fc"), wb = edge("l1.weight", "l1.fc");
+  const vertex_t pw = boost::source(wb, g), cw = boost::target(wb, g);
+  const edge_pricing_inputs base = inputs(wa, all[boost::source(wa, g)], all[boost::target(wa, g)]);
+  const std::vector<double> before = costs(wb, all[pw], all[cw]);
+  std::size_t dp = all[cw].size();  // a consumer strategy whose weight gradient is synchronised
+  for (std::size_t j = 0; j < all[cw].size(); ++j)
+    if (all[cw][j].grads.size() > 1 && all[cw][j].grads[1].has_partial() && all[cw][j].inputs[1].is_replicated()) dp = j;
+  REQUIRE(dp < all[cw].size());
+  const auto differs = [&](const char* what, std::vector<strategy> producer, std::vector<strategy> consumer, bool costs_move) {
+    INFO(what);
+    CHECK_FALSE(base.alike(inputs(wb, producer, consumer)));
+    if (costs_move) CHECK(costs(wb, producer, consumer) != before);
+  };
+  {
+    std::vector<strategy> c = all[cw];
+    c[dp].backward_compute_seconds *= 0.5;  // less backward to hide the sync behind
+    differs("the consumer's backward compute", all[pw], c, true);
+  }
+  {
+    std::vector<strategy> c = all[cw];
+    c[dp].grads[1] = c[dp].inputs[1];  // the weight's gradient handed back whole: no sync
+    differs("the consumer's gradient", all[pw], c, true);
+  }
+  {
+    std::vector<strategy> c = all[cw];
+    c[dp].inputs[1] = c[dp].output;  // another spec the weight must arrive in
+    differs("the consumer's operand spec", all[pw], c, true);
+  }
+  {
+    std::vector<strategy> c = all[cw];
+    c[dp].recompute = recompute_kind::full;  // a recomputed consumer reshards its activations again
+    differs("the consumer's recomputation", all[pw], c, false);
+  }
+  {
+    std::vector<strategy> p = all[pw];
+    const auto other_output = std::find_if(p.begin(), p.end(), [&](const strategy& s) { return !(s.output == p[0].output); });
+    REQUIRE(other_output != p.end());
+    p[0].output = other_output->output;
+    differs("the producer's output", p, all[cw], true);
+  }
+  {
+    std::vector<strategy> p = all[pw];
+    std::size_t r = p.size();
+    for (std::size_t i = 0; i < p.size(); ++i) r = p[i].output.is_replicated() && p[i].zero_stage == 0 ? i : r;
+    REQUIRE(r < p.size());
+    p[r].zero_stage = 1;  // ZeRO-1: the gradient ends where gradient_spec says, synchronised once per step
+    p[r].gradient_spec = p[r].output;
+    p[r].gradient_spec[0] = Shard(0);
+    differs("the producer's ZeRO stage and backward target", p, all[cw], true);
+  }
+  {
+    std::vector<strategy> p = all[pw];
+    p[0].recompute = recompute_kind::full;  // what the pass's ties inside a layer read
+    differs("the producer's recomputation", p, all[cw], false);
+  }
+  {
+    std::vector<strategy> c = all[cw];
+    c.pop_back();
+    differs("the consumer's strategy count", all[pw], c, true);
+  }
+  // The pricing options the backward reads, and the mode.
+  strategy_options other = opt;
+  other.pricing.gradient_bucket_bytes = 1 << 20;
+  CHECK_FALSE(base.alike(edge_pricing_inputs(g, wb, all[pw], all[cw], other)));
+  other = opt;
+  other.pricing.mode = run_mode::inference;
+  CHECK_FALSE(base.alike(edge_pricing_inputs(g, wb, all[pw], all[cw], other)));
+  // Another source shape: a wider layer's edge.
+  const vertex_t wide = add_parameter(g, "l2.weight", {256, 512}, dtype::f32);
+  const vertex_t x2 = add_input(g, "x2", {64, 512}, dtype::f32);
+  const vertex_t fc2 = add_op(g, op_kind::linear, "l2.fc", {x2, wide});
+  const std::vector<strategy> sw = enumerate_strategies(g, wide, m, opt), sf = enumerate_strategies(g, fc2, m, opt);
+  CHECK_FALSE(base.alike(inputs(boost::edge(wide, fc2, g).first, sw, sf)));
 }
 
 TEST_CASE("gradient sync of parameters is bucketed and may overlap") {

@@ -794,6 +794,41 @@ TEST_CASE("tied layers: the tied problem counts memory exactly (inference activa
   }
 }
 
+TEST_CASE("pricing a model's edges: repeated layers priced once are every edge priced alone, bit for bit") {
+  // LLaMA in training on 2 x 2, every recomputation offered, ZeRO variants, the gradient sync
+  // hidden behind the consumer's backward: each problem edge's costs are its own matrix
+  // (resharding_costs, a layer's recomputation tied), as the pass priced it before it copied
+  // alike edges, in the problem's cost unit.
+  auto c = autoshard::transformer_config::llama(3, 64, 4, 2, 128);
+  c.seq = 16;
+  c.vocab = 64;
+  c.batch = 4;
+  c.mode = autoshard::run_mode::training;
+  const autoshard::model_graph g = autoshard::build_llama(c);
+  autoshard::step_pricing p;
+  p.mode = autoshard::run_mode::training;
+  p.recompute = autoshard::recompute_policy::choose;
+  p.gradient_overlap = autoshard::gradient_overlap_model::behind_backward();
+  const autoshard::device_mesh mesh = autoshard::make_cluster_mesh({2, 2});
+  const autoshard::detail::pass_model pm(g, mesh, p);
+  REQUIRE(pm.layers.indices.size() == 3);
+  std::size_t k = 0, forbidden = 0;
+  for (auto [e, end] = boost::edges(g); e != end; ++e, ++k) {
+    const autoshard::vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
+    autoshard::cost_matrix alone = autoshard::resharding_costs(g, *e, pm.strategies[u], pm.strategies[v], pm.mesh, pm.sopt);
+    std::vector<std::int64_t> want;
+    for (std::size_t i = 0; i < alone.rows; ++i)
+      for (std::size_t j = 0; j < alone.cols; ++j) {
+        const bool tied = autoshard::recompute_consistent(pm.layers, u, v, pm.strategies[u][i], pm.strategies[v][j]);
+        forbidden += tied ? 0 : 1;
+        want.push_back(autoshard::to_cost_units(tied ? alone(i, j) : std::numeric_limits<double>::infinity(), pm.problem.cost_unit));
+      }
+    INFO(g[u].name << " -> " << g[v].name);
+    CHECK(pm.problem.edges[k].costs == want);
+  }
+  CHECK(forbidden > 0);  // the layers' recomputation ties are part of what is copied
+}
+
 TEST_CASE("tied layers: in inference, four more layers add only their weights to the smallest peak") {
   // Inference activations are live one layer at a time, so four more LLaMA-7B layers add only
   // their weights, each cut 8 ways at its most frugal: 4 x (4 d^2 + 3 d f + 2 d) bf16 values / 8

@@ -13,6 +13,7 @@
 
 #include "model.hpp"     // model_graph, add_op, add_parameter
 #include "pricing.hpp"   // run_mode, default_run_mode
+#include "rope.hpp"      // rope_rule, rope_rule_frequencies
 
 namespace autoshard {
 
@@ -39,6 +40,25 @@ struct rope_scaling_config {
   friend bool operator==(const rope_scaling_config&, const rope_scaling_config&) = default;
 };
 
+/// The sequence-dependent rule of `s` (rope.hpp) the rotary op carries: dynamic (factor,
+/// max_position_embeddings) or longrope (original_max_position_embeddings, short and long
+/// factors); none for every other type, whose frequencies do not depend on the sequence.
+inline rope_rule rope_rule_of(const rope_scaling_config& s) {
+  rope_rule r;
+  if (s.type == "dynamic") {
+    r.kind = rope_rule_kind::dynamic;
+    r.factor = s.factor;
+  } else if (s.type == "longrope") {
+    r.kind = rope_rule_kind::longrope;
+    r.short_factor = s.short_factor;
+    r.long_factor = s.long_factor;
+  } else {
+    return r;
+  }
+  r.threshold = s.original_max_positions;
+  return r;
+}
+
 /// The frequencies of a rotary's pairs for D turned dims (the head size, or a partial rotary's
 /// R) at `base` under `s`, for a run of `seq` positions: empty where there is no scaling (the
 /// rotary op's base^(-2i/D)), else the D/2 values of transformers' modeling_rope_utils,
@@ -56,43 +76,16 @@ struct rope_scaling_config {
 ///     ceiled when truncate), clamped to [0, D - 1] (high + 0.001 where they meet):
 ///     ramp_i = clamp((i - low) / (high - low), 0, 1),
 ///     (1 / (factor pos_i)) ramp_i + (1 / pos_i) (1 - ramp_i)  (rope_attention_factor scales cos and sin);
-///   longrope (_compute_longrope_parameters, and dynamic_rope_update's longrope_frequency_update):
-///     base^(-2i/D) / ext_i, ext = long_factor where seq > original_max_position_embeddings, else
-///     short_factor (rope_attention_factor scales cos and sin);
-///   dynamic (_compute_dynamic_ntk_parameters, as dynamic_rope_update calls it in the forward
-///     with seq_len = the largest position + 1 = seq): seq <= max_position_embeddings (M): none
-///     (transformers keeps its initial inv_freq, the default's); else base' ^ (-2i/D) with
-///     base' = base x (factor x seq / M - (factor - 1)) ^ (D / (D - 2)), which transformers
-///     computes on its seq_len tensor, so in float32 whatever the model's dtype (torch's
-///     default dtype): each step rounded to float32, the power taken in double (torch's pow of
-///     a float32 tensor by a double) and rounded, as here; D = 2 is refused (D - 2 = 0).
+///   longrope and dynamic, the two that depend on the sequence: rope_rule_frequencies (rope.hpp)
+///     of rope_rule_of(s), the rule the rotary op carries so that a re-sized graph turns as
+///     transformers does at its new sequence (longrope: short_factor up to
+///     original_max_position_embeddings, long_factor past it, rope_attention_factor scaling
+///     cos and sin at every length; dynamic: the default up to max_position_embeddings, a
+///     grown base past it).
 inline std::vector<double> rope_frequencies(double base, int D, const rope_scaling_config& s, std::int64_t seq) {
   std::vector<double> f;
   if (s.type.empty()) return f;
-  if (s.type == "dynamic") {
-    if (seq <= s.original_max_positions) return f;
-    const std::string what = "rope type \"dynamic\" (factor " + std::to_string(s.factor) + ", max_position_embeddings " +
-                             std::to_string(s.original_max_positions) + ") at sequence " + std::to_string(seq);
-    if (D <= 2) throw graph_error(what + " turns " + std::to_string(D) + " dims: its base's power D / (D - 2) needs D above 2");
-    float grown = static_cast<float>(s.factor) * static_cast<float>(seq);
-    grown = grown / static_cast<float>(s.original_max_positions);
-    grown = grown - static_cast<float>(s.factor - 1);
-    const float scaled = static_cast<float>(base) *
-                         static_cast<float>(std::pow(static_cast<double>(grown), static_cast<double>(D) / (D - 2)));
-    if (!(scaled > 1.0f) || !std::isfinite(scaled))
-      throw graph_error(what + ": its base " + std::to_string(base) + " scaled to " + std::to_string(scaled) +
-                        " (float32, as transformers computes it) is not a finite number above 1");
-    for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / std::pow(static_cast<double>(scaled), 2.0 * i / D));
-    return f;
-  }
-  if (s.type == "longrope") {
-    const std::vector<double>& ext = seq > s.original_max_positions ? s.long_factor : s.short_factor;
-    if (ext.size() != static_cast<std::size_t>(D / 2))
-      throw graph_error("rope type \"longrope\": " + std::to_string(ext.size()) + " factors for " + std::to_string(D) +
-                        " turned dims: one a pair, " + std::to_string(D / 2) + ", is needed");
-    for (int i = 0; i < D / 2; ++i) f.push_back(1.0 / (ext[static_cast<std::size_t>(i)] * std::pow(base, 2.0 * i / D)));
-    return f;
-  }
+  if (s.type == "dynamic" || s.type == "longrope") return rope_rule_frequencies(base, D, rope_rule_of(s), seq);
   if (s.type == "yarn") {
     const auto correction = [&](double rotations) {
       return D * std::log(s.original_max_positions / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
@@ -383,6 +376,7 @@ struct builder {
     const int R = c.rotary_dims();
     a.rotary_dims = R == c.head_dim() ? 0 : R;  // 0: the whole head, as a graph without a partial rotary says it
     a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling, c.seq);
+    a.rotary_rule = rope_rule_of(c.rope_scaling);  // dynamic, longrope: with_batch_seq turns at another sequence by it
     a.scale = rope_attention_factor(c.rope_scaling);  // yarn's attention_factor: the turned dims' cos and sin times it
     return op(op_kind::rotary, name, {x}, a);
   }

@@ -16,6 +16,7 @@
 #include "model.hpp"     // model_graph, node, edge, op_kind, op_attrs, add_op, infer_shape
 #include "pricing.hpp"   // step_pricing, run_mode, optimizer_kind: how a step is priced
 #include "resize.hpp"    // with_batch_seq
+#include "rope.hpp"      // rope_rule: a rotary's sequence-dependent rope (dynamic, longrope)
 #include "rules.hpp"     // constexpr output-spec rules: matmul_output_spec, ...
 #include "strategy.hpp"  // strategy, device_model, enumerate_strategies, resharding_costs
 #include "traffic.hpp"   // traffic_site

@@ -22,7 +22,13 @@
 /// rotary_dims (an integer: the dims of each head a rotary turns, at most
 /// 2 x max_rotary_frequencies; 0 or absent: the whole head; checked even and within the head at
 /// shape inference), rotary_frequencies (array of numbers above 0, one per pair of the turned
-/// dims: at most max_rotary_frequencies, the count checked against them), dims (array of integers), op_type (the source
+/// dims: at most max_rotary_frequencies, the count checked against them), rotary_rule (a
+/// rotary's sequence-dependent rope, graph/rope.hpp: {"type": "dynamic", "threshold": M,
+/// "factor": f} or {"type": "longrope", "threshold": original_max_position_embeddings,
+/// "short_factor": [...], "long_factor": [...]}, threshold an integer in [1, max_rope_threshold],
+/// each list at most max_rotary_frequencies; checked at shape inference against the turned dims
+/// and the rotary_frequencies, which must be the rule's at the input's sequence; absent: none),
+/// dims (array of integers), op_type (the source
 /// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
 /// vertex whose operands broadcast to its output, which then has no dims); an "input" vertex's
 /// only held (a boolean: data the model holds, not fed each step); omitted ones keep their
@@ -84,6 +90,12 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.weight_offset != d.weight_offset) at["weight_offset"] = a.weight_offset;
       if (a.scale != d.scale) at["scale"] = a.scale;
       if (!a.rotary_frequencies.empty()) at["rotary_frequencies"] = a.rotary_frequencies;
+      if (const rope_rule& r = a.rotary_rule; r.kind != rope_rule_kind::none) {
+        json rule{{"type", std::string(to_string(r.kind))}, {"threshold", r.threshold}};
+        if (r.kind == rope_rule_kind::dynamic) rule["factor"] = r.factor;  // exactly, as rotary_base
+        if (r.kind == rope_rule_kind::longrope) rule["short_factor"] = r.short_factor, rule["long_factor"] = r.long_factor;
+        at["rotary_rule"] = std::move(rule);
+      }
       if (a.start != d.start) at["start"] = a.start;
       if (a.length != d.length) at["length"] = a.length;
       if (!a.dims.empty()) at["dims"] = a.dims;
@@ -101,6 +113,32 @@ inline nlohmann::json to_json(const model_graph& g) {
 inline void write_json(std::ostream& os, const model_graph& g, int indent = 1) { os << to_json(g).dump(indent) << '\n'; }
 
 namespace detail {
+/// A rotary's rule (format above): its type, threshold, and dynamic's factor or longrope's
+/// lists, each list at most max_rotary_frequencies long; a member the type does not have is
+/// refused. Checked against the rotary's turned dims and frequencies at shape inference.
+inline rope_rule json_rope_rule(const json_in& j) {
+  rope_rule r;
+  r.kind = enum_value(j["type"], all_rope_rule_kinds);
+  if (r.kind == rope_rule_kind::none) j["type"].fail("is \"none\": a rotary without a rule has no rotary_rule");
+  r.threshold = j["threshold"].integer(1, max_rope_threshold);
+  const bool dynamic = r.kind == rope_rule_kind::dynamic;
+  for (const auto& [key, val] : j.members()) {
+    if (key == "type" || key == "threshold") continue;
+    if (dynamic && key == "factor") r.factor = val.number(1e-6, 1e6);
+    else if (!dynamic && (key == "short_factor" || key == "long_factor")) {
+      std::vector<double>& list = key == "short_factor" ? r.short_factor : r.long_factor;
+      for (const json_in& f : val.elements(max_rotary_frequencies))
+        list.push_back(f.number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()));
+    } else
+      val.fail(dynamic ? "is not a member of a dynamic rule (type, threshold, factor)"
+                       : "is not a member of a longrope rule (type, threshold, short_factor, long_factor)");
+  }
+  if (dynamic && !j.find("factor")) j.fail("has no \"factor\", which a dynamic rule needs");
+  if (!dynamic && (!j.find("short_factor") || !j.find("long_factor")))
+    j.fail("has no \"" + std::string(j.find("short_factor") ? "long_factor" : "short_factor") + "\", which a longrope rule needs");
+  return r;
+}
+
 inline op_attrs json_attrs(const json_in& j) {
   op_attrs a;
   for (const auto& [key, val] : j.members()) {
@@ -122,13 +160,14 @@ inline op_attrs json_attrs(const json_in& j) {
       for (const json_in& f : val.elements(max_rotary_frequencies))
         a.rotary_frequencies.push_back(f.number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()));
     }
+    else if (key == "rotary_rule") a.rotary_rule = json_rope_rule(val.require_object());
     else if (key == "start") a.start = val.integer(0);
     else if (key == "length") a.length = val.integer(0);
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, window, alibi, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
+    else val.fail("is not an attribute (transposed_weight, causal, window, alibi, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, rotary_rule, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
   }
   return a;
 }

@@ -22,6 +22,7 @@
 #include "../core/dtype.hpp"  // dtype
 #include "../core/error.hpp"  // graph_error
 #include "../core/shape.hpp"  // tensor_shape
+#include "rope.hpp"            // rope_rule, rope_rule_problem, rope_rule_frequencies
 
 namespace autoshard {
 
@@ -184,6 +185,11 @@ struct op_attrs {
   std::vector<double> rotary_frequencies;  ///< rotary: pair i's frequency given outright, R/2 of them, each
                                            ///< finite and > 0 (Llama-3's scaled rope_scaling); empty:
                                            ///< base^(-2i/R). Read through rotary_frequency.
+  /// rotary: the sequence-dependent rope rule (rope.hpp: dynamic, longrope) its
+  /// rotary_frequencies follow; they are rope_rule_frequencies(rotary_base, R, rule, S) at its
+  /// input's sequence S (dim -2), checked at shape inference and recomputed by with_batch_seq
+  /// when S changes. none: the frequencies are fixed.
+  rope_rule rotary_rule;
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
@@ -494,8 +500,9 @@ inline tensor_shape split_shape(op_kind k, const op_attrs& a, std::span<const te
 }
 
 /// rotary: x[..., heads x D], D even, its R = rotary_width turned dims even and within the head,
-/// the base a finite number above 1, and the explicit frequencies (where given) one a pair of
-/// the R, each finite and above 0.
+/// the base a finite number above 1, the explicit frequencies (where given) one a pair of
+/// the R, each finite and above 0, and with a rotary_rule, the rule sound (rope_rule_problem)
+/// and the frequencies its own at the sequence (dim -2), bit for bit.
 inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
   need_rank(k, in, 0, 2);
   if (a.heads <= 0 || last_dim(in[0]) % a.heads != 0 || (last_dim(in[0]) / a.heads) % 2 != 0)
@@ -518,6 +525,25 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
                           " is not a finite number above 0");
   if (!(a.scale > 0.0) || !std::isfinite(a.scale))
     bad_operands(k, "scale " + exact_number(a.scale) + " (its cos and sin times it) is not a finite number above 0");
+  if (a.rotary_rule.kind != rope_rule_kind::none) {
+    const std::int64_t R = rotary_width(a, D), S = in[0][in[0].rank - 2];
+    if (const std::string why = rope_rule_problem(a.rotary_rule, R); !why.empty()) bad_operands(k, why);
+    std::vector<double> want;
+    try {
+      want = rope_rule_frequencies(a.rotary_base, R, a.rotary_rule, S);
+    } catch (const graph_error& e) {
+      bad_operands(k, std::string(e.message()));
+    }
+    const std::string at = "at sequence " + std::to_string(S) + " (dim " + std::to_string(in[0].rank - 2) + " of " + to_string(in[0]) + ")";
+    if (want.size() != a.rotary_frequencies.size())
+      bad_operands(k, "rotary_rule " + to_string(a.rotary_rule) + " " + at + " gives " +
+                          (want.empty() ? std::string("the default base^(-2i/R)") : std::to_string(want.size()) + " rotary_frequencies") +
+                          ", but " + std::to_string(a.rotary_frequencies.size()) + " are given");
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (want[i] != a.rotary_frequencies[i])
+        bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + exact_number(a.rotary_frequencies[i]) + " is not " +
+                            exact_number(want[i]) + ", what rotary_rule " + to_string(a.rotary_rule) + " gives " + at);
+  }
   return in[0];
 }
 

@@ -3,8 +3,10 @@
 /// (dim 0) and sequence dim (dim 1) replaced, every operator's shape inferred again, and a
 /// reshape's target following its input (a dim it carries over, or the product of the dims
 /// it merges), an expand's target following its input where it carries the input's dims and
-/// the new batch / sequence where it broadcasts to them. Vertex order, names, kinds and parameters are unchanged, so a plan's
-/// strategies can be looked up on the result (verify --batch/--seq).
+/// the new batch / sequence where it broadcasts to them, and a rotary with a sequence-dependent
+/// rope rule (op_attrs::rotary_rule: dynamic, longrope) turning by the rule's frequencies at
+/// its new sequence, as transformers would at that length. Vertex order, names, kinds and
+/// parameters are unchanged, so a plan's strategies can be looked up on the result (verify --batch/--seq).
 ///   autoshard::model_graph small = autoshard::with_batch_seq(g, 2, 64);
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
 /// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2 (graph_batch,
@@ -18,7 +20,8 @@
 #include <vector>   // std::vector
 
 #include "../core/error.hpp"  // graph_error
-#include "model.hpp"          // model_graph, node, infer_shape, operands
+#include "model.hpp"          // model_graph, node, infer_shape, operands, rotary_width
+#include "rope.hpp"           // rope_rule_frequencies
 #include "validate.hpp"       // topological_order, validate
 
 namespace autoshard {
@@ -155,6 +158,16 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
       }
     }
     try {
+      // A rotary with a sequence-dependent rule (dynamic, longrope) turns at its new sequence
+      // as transformers does there: its frequencies recomputed from the rule when, and only
+      // when, its sequence (dim -2) changed.
+      if (nd.kind == op_kind::rotary && nd.attrs.rotary_rule.kind != rope_rule_kind::none && nd.attrs.heads > 0 && in[0].rank >= 2) {
+        const std::size_t r = in[0].rank;
+        const std::int64_t S0 = g[operands(g, v)[0]].shape[r - 2], S = in[0][r - 2];
+        if (S != S0)
+          nd.attrs.rotary_frequencies = rope_rule_frequencies(nd.attrs.rotary_base, rotary_width(nd.attrs, in[0][r - 1] / nd.attrs.heads),
+                                                              nd.attrs.rotary_rule, S);
+      }
       nd.shape = infer_shape(nd.kind, nd.attrs, in);
     } catch (const graph_error& e) {
       throw graph_error("re-sizing to batch " + std::to_string(batch > 0 ? batch : b0) + ", sequence " +

@@ -479,6 +479,73 @@ TEST_CASE("rope_scaling: longrope frequencies (short up to original_max_position
             "rope_scaling.short_factor[1] is 0, not a number in [1e-06, 1e+06]"));
 }
 
+TEST_CASE("rope rule: a dynamic or longrope graph re-sized to another sequence is the graph built there, on both sides of the threshold") {
+  // A graph built at s1 and re-sized (with_batch_seq: verify --seq, --tokens of another length)
+  // to s2 turns as transformers does at s2: its rotaries' frequencies the build's at s2, bit for
+  // bit; dynamic's threshold is max_position_embeddings (4096), longrope's
+  // original_max_position_embeddings (4096).
+  const std::string head = R"({"num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 64, "vocab_size": 100, )";
+  const auto list = [](const std::vector<double>& v) { return nlohmann::json(v).dump(); };
+  const std::string dynamic = head + R"("model_type": "llama", "max_position_embeddings": 4096, "rope_theta": 500000.0,
+                                        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})";
+  const std::string longrope = head + R"("model_type": "phi3", "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                                         "rope_scaling": {"rope_type": "longrope", "short_factor": )" + list(longrope_short) +
+                               R"(, "long_factor": )" + list(longrope_long) + "}}";
+  for (const std::string* text : {&dynamic, &longrope}) {
+    const hf_model m = read_hf_config(nlohmann::json::parse(*text), "c.json");
+    CAPTURE(m.config.rope_scaling.type);
+    const auto built = [&](int seq) {
+      hf_model s = m;
+      s.config.seq = seq;
+      s.config.batch = 1;
+      return build_hf(s);
+    };
+    const std::vector<int> seqs{16, 4096, 4097, 10000};
+    for (const int s1 : seqs)
+      for (const int s2 : seqs) {
+        CAPTURE(s1);
+        CAPTURE(s2);
+        const model_graph want = built(s2), got = with_batch_seq(built(s1), 0, s2);
+        REQUIRE(boost::num_vertices(got) == boost::num_vertices(want));
+        int rotaries = 0;
+        for (vertex_t v = 0; v < boost::num_vertices(want); ++v) {
+          CHECK(got[v].shape == want[v].shape);
+          CHECK(got[v].attrs == want[v].attrs);  // frequencies and rule bit for bit
+          rotaries += want[v].kind == op_kind::rotary;
+        }
+        CHECK(rotaries == 2);
+      }
+    // The rule survives a graph file (a plan's graph), and the graph read back re-sizes as well.
+    const model_graph short_one = built(16);
+    const model_graph read = from_json(to_json(short_one));
+    const vertex_t q = *find_vertex(read, "model.layers.0.self_attn.rotary_q");
+    CHECK(read[q].attrs == short_one[q].attrs);
+    CHECK(read[q].attrs.rotary_rule.kind != rope_rule_kind::none);
+    CHECK(with_batch_seq(read, 0, 10000)[q].attrs == built(10000)[q].attrs);
+    // Only the sequence moves them: another batch keeps them.
+    CHECK(with_batch_seq(built(10000), 3, 0)[q].attrs == built(10000)[q].attrs);
+  }
+  // The two sides differ (the check above could not pass by accident): past the threshold the
+  // frequencies are transformers' grown (dynamic) or long (longrope) ones.
+  hf_model d = read_hf_config(nlohmann::json::parse(dynamic), "c.json");
+  d.config.seq = 16;
+  d.config.batch = 1;
+  const model_graph grown = with_batch_seq(build_hf(d), 0, 10000);
+  const op_attrs& dq = grown[*find_vertex(grown, "model.layers.0.self_attn.rotary_q")].attrs;
+  REQUIRE(dq.rotary_frequencies.size() == transformers_dynamic_inv_freq.size());
+  for (std::size_t i = 0; i < dq.rotary_frequencies.size(); ++i)
+    CHECK(dq.rotary_frequencies[i] == doctest::Approx(transformers_dynamic_inv_freq[i]).epsilon(1e-12));
+  hf_model l = read_hf_config(nlohmann::json::parse(longrope), "c.json");
+  l.config.seq = 10000;
+  l.config.batch = 1;
+  const model_graph shortened = with_batch_seq(build_hf(l), 0, 4096);
+  const op_attrs& lq = shortened[*find_vertex(shortened, "model.layers.0.self_attn.rotary_q")].attrs;
+  REQUIRE(lq.rotary_frequencies.size() == transformers_longrope_short_inv_freq.size());
+  for (std::size_t i = 0; i < lq.rotary_frequencies.size(); ++i)
+    CHECK(lq.rotary_frequencies[i] == doctest::Approx(transformers_longrope_short_inv_freq[i]).epsilon(1e-12));
+  CHECK(lq.scale == doctest::Approx(transformers_longrope_attention_factor).epsilon(1e-14));  // the same at every length
+}
+
 TEST_CASE("rope_scaling: a type autoshard does not compute is noted and kept, bad numbers are refused, naming the member") {
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 4, "hidden_size": 64,
                                 "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 4096, )";

@@ -250,6 +250,65 @@ TEST_CASE("JSON: a rotary's explicit frequencies round-trip exactly and bad ones
                  "nodes[1].attrs.rotary_frequencies has 65537 elements; at most 65536 are allowed"));
 }
 
+TEST_CASE("JSON: a rotary's rope rule (dynamic, longrope) round-trips exactly and a malformed one is refused, naming the numbers") {
+  const auto rot = [](const std::string& attrs) { return rotary_graph_text(8, attrs); };  // 2 heads of 4 (R 4), sequence 3 (dim -2)
+  const auto round_trip = [](const rope_rule& rule) {
+    model_graph g;
+    op_attrs a;
+    a.heads = 2;
+    a.rotary_half = true;
+    a.rotary_rule = rule;
+    a.rotary_frequencies = rope_rule_frequencies(a.rotary_base, 4, rule, 3);
+    add_op(g, op_kind::rotary, "r", {add_input(g, "x", {3, 8}, dtype::f32)}, a);
+    std::ostringstream out;
+    write_json(out, g);
+    CHECK(contains(out.str(), "\"rotary_rule\""));
+    std::istringstream in(out.str());
+    CHECK(read_json(in)[1].attrs == g[1].attrs);  // the rule and its frequencies, bit for bit
+  };
+  round_trip(rope_rule{rope_rule_kind::dynamic, 1.0 / 3.0 + 1.0, 2, {}, {}});  // past its threshold: a grown base
+  round_trip(rope_rule{rope_rule_kind::dynamic, 2.0, 8, {}, {}});              // within it: the default, no list
+  round_trip(rope_rule{rope_rule_kind::longrope, 1.0, 2, {1.0, 0.1 + 0.2}, {2.0, 1.0 / 3.0}});
+  round_trip(rope_rule{rope_rule_kind::longrope, 1.0, 8, {1.0, 0.1 + 0.2}, {2.0, 1.0 / 3.0}});
+
+  // Malformed in the file (io_error naming the JSON path) ...
+  const std::string at = "nodes[1].attrs.rotary_rule";
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "yarn", "threshold": 8})")), at + ".type is \"yarn\""));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "none", "threshold": 8})")), at + ".type is \"none\": a rotary without a rule"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "dynamic", "threshold": 0, "factor": 2})")),
+                 at + ".threshold is 0, not an integer in [1, 1099511627776]"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "dynamic", "threshold": 8})")), at + " has no \"factor\", which a dynamic rule needs"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "dynamic", "threshold": 8, "factor": 0})")), at + ".factor is 0, not a number in [1e-06"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "dynamic", "threshold": 8, "factor": 2, "long_factor": [1, 1]})")),
+                 at + ".long_factor is not a member of a dynamic rule (type, threshold, factor)"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "longrope", "threshold": 8, "short_factor": [1, 1]})")),
+                 at + " has no \"long_factor\", which a longrope rule needs"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "longrope", "threshold": 8, "factor": 2, "short_factor": [1, 1], "long_factor": [1, 1]})")),
+                 at + ".factor is not a member of a longrope rule"));
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "longrope", "threshold": 8, "short_factor": [1, 0], "long_factor": [1, 1]})")),
+                 at + ".short_factor[1] is 0, not a number in ["));
+  std::string many = "[1";  // refused by its count before any element is kept
+  for (std::size_t i = 0; i < max_rotary_frequencies; ++i) many += ",1";
+  CHECK(contains(expect_io_error(rot(R"("rotary_rule": {"type": "longrope", "threshold": 8, "short_factor": [1, 1], "long_factor": )" + many + "]}")),
+                 at + ".long_factor has 65537 elements; at most 65536 are allowed"));
+  // ... and well-formed but not the rotary's (graph_error naming the vertex and the numbers).
+  CHECK(contains(expect_graph_error(rot(R"("rotary_rule": {"type": "longrope", "threshold": 8, "short_factor": [1], "long_factor": [1, 1]})")),
+                 "vertex 'r': rotary: rotary_rule longrope (original_max_position_embeddings 8): 1 short_factors for 4 turned dims: one a pair, 2, is needed"));
+  CHECK(contains(expect_graph_error(rot(R"("rotary_dims": 2, "rotary_rule": {"type": "dynamic", "threshold": 8, "factor": 2})")),
+                 "rotary_rule dynamic (factor 2, max_position_embeddings 8): turns 2 dims: its base's power R / (R - 2) needs R above 2"));
+  // Its frequencies must be the rule's at the sequence (3, dim 0 of [3, 8]): past a dynamic threshold of 2 a grown base, ...
+  CHECK(contains(expect_graph_error(rot(R"("rotary_rule": {"type": "dynamic", "threshold": 2, "factor": 2})")),
+                 "rotary_rule dynamic (factor 2, max_position_embeddings 2) at sequence 3 (dim 0 of [3,8]) gives 2 rotary_frequencies, but 0 are given"));
+  // ... within a threshold of 8, none (the default), ...
+  CHECK(contains(expect_graph_error(rot(R"("rotary_frequencies": [1.0, 0.5], "rotary_rule": {"type": "dynamic", "threshold": 8, "factor": 2})")),
+                 "at sequence 3 (dim 0 of [3,8]) gives the default base^(-2i/R), but 2 are given"));
+  // ... and longrope's short factors within its threshold (the long ones' frequencies refused).
+  CHECK(contains(expect_graph_error(rot(R"("rotary_frequencies": [0.5, 0.005], "rotary_rule": {"type": "longrope", "threshold": 8, "short_factor": [1, 1], "long_factor": [2, 2]})")),
+                 "rotary_frequencies[0] 0.5 is not 1, what rotary_rule longrope (original_max_position_embeddings 8) gives at sequence 3 (dim 0 of [3,8])"));
+  std::istringstream fits(rot(R"("rotary_frequencies": [0.5, 0.005], "rotary_rule": {"type": "longrope", "threshold": 2, "short_factor": [1, 1], "long_factor": [2, 2]})"));
+  CHECK(read_json(fits)[1].attrs.rotary_frequencies == std::vector<double>{0.5, 0.005});  // past 2: the long ones
+}
+
 TEST_CASE("JSON: a partial rotary's rotary_dims round-trips, is checked against the head, and prices its turned dims") {
   // GPT-NeoX's rotary_pct, Phi's partial_rotary_factor: the first R dims of each head turn.
   const auto rot = [](const std::string& attrs) { return rotary_graph_text(16, attrs); };  // 2 heads of 8

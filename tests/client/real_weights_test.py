@@ -44,6 +44,14 @@ rounds it so: graph/builders.hpp rope_frequencies); its control, the default rop
 graph turned at before. qwen2-yarn: YaRN's blended frequencies and its attention_factor on
 the rotary (op_attrs scale); its control, the same YaRN with attention_factor 1. phi3-longrope:
 LongRoPE's long factors past original_max_position_embeddings; its control, the short ones.
+Both are verified again, with the same plan and checkpoint, at lengths where their rope turns
+otherwise than at SEQ (OTHER_LENGTHS: verify --seq or --tokens of that length re-sizes the
+graph, and the rotaries' rope rule, graph/rope.hpp, recomputes their frequencies there):
+llama-dynamic at 8 (max_position_embeddings: the default base) and 24 (a base grown further),
+phi3-longrope at 8 (original_max_position_embeddings: the short factors), each against
+transformers at that length, its control what the graph turned by before it carried the rule
+(the plan sequence's frequencies): with the rule's recomputation taken out, both runs at 8
+differ from transformers by what their controls differ (5e-4 and 2e-3).
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -101,6 +109,20 @@ LONGROPE = dict(rope_type="longrope", short_factor=[1.0, 1.02, 1.05, 1.1, 1.3, 1
                 long_factor=[1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0])
 CASES["phi3-longrope"] = (transformers.Phi3Config, dict(GQA, **PHI, original_max_position_embeddings=8, rope_scaling=LONGROPE),
                           dict(rope_scaling=dict(LONGROPE, long_factor=LONGROPE["short_factor"])))
+# The same plan (made at SEQ = 16) verified at other lengths, (length, how it is asked for:
+# "seq" for --seq, "tokens" for --tokens of that length, the control's changes): verify re-sizes
+# the graph, and its rotaries' rope rule turns them as transformers does at that length.
+# llama-dynamic at 8 (= max_position_embeddings: the default base again) and 24 (a base grown
+# further than at 16); phi3-longrope at 8 (= original_max_position_embeddings: the short factors
+# again). Each control is what the graph turned by before it carried the rule, the plan
+# sequence's frequencies: dynamic's base grown at 16 (transformers' float32 rounding of
+# 1e4 x (2 x 16 / 8 - 1)^(16 / 14) aside), the long factors within the threshold.
+DYNAMIC_BASE_AT_16 = 1e4 * 3.0 ** (16 / 14)
+OTHER_LENGTHS = {
+    "llama-dynamic": [(8, "seq", dict(rope_scaling=None, rope_theta=DYNAMIC_BASE_AT_16)),
+                      (24, "seq", dict(rope_scaling=None, rope_theta=DYNAMIC_BASE_AT_16))],
+    "phi3-longrope": [(8, "tokens", dict(rope_scaling=dict(LONGROPE, short_factor=LONGROPE["long_factor"])))],
+}
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
 # widens it to float64 exactly, as torch does), and cut into files under an index.
@@ -177,12 +199,35 @@ def check(name, tool, work):
     if "max_shard_size" in saved and not (work / name / "model.safetensors.index.json").exists():
         raise AssertionError("save_pretrained wrote no index")
     plan, _ = cases.plan_config(tool, config, work, name, SEQ, mesh="2x2")
-    out = work / f"{name}-outputs.safetensors"
-    cmd = [tool, "verify", "--plan", str(plan), "--weights", str(work / name), "--dtype", "f64", "--outputs", str(out), "--json"]
+    state = model.state_dict()
+    ids = None
     if name in TOKENS:  # ids that are not RoBERTa's padding id (transformers counts positions past it)
         ids = torch.randint(config.pad_token_id + 1, config.vocab_size, (2, SEQ), generator=torch.Generator().manual_seed(1))
-        (work / f"{name}-tokens.json").write_text(json.dumps(ids.tolist()))
-        cmd += ["--tokens", str(work / f"{name}-tokens.json")]
+    case = (config_class, kwargs, state, plan, work / name)
+    what = judge(tool, work, name, case, SEQ, ids, [], control)
+    # The same plan at other lengths (verify re-sizes its graph), where a rope rule turns
+    # otherwise than at the plan's sequence: transformers at that length is the reference, and
+    # the control is what the plan's sequence turns by.
+    for seq, how, ctl in OTHER_LENGTHS.get(name, []):
+        extra, ids = ["--seq", str(seq)], None
+        if how == "tokens":
+            ids = torch.randint(0, config.vocab_size, (2, seq), generator=torch.Generator().manual_seed(2))
+            extra = []
+        what += f"; at {how} {seq}: " + judge(tool, work, f"{name}-{seq}", case, seq, ids, extra, ctl)
+    return what
+
+
+def judge(tool, work, tag, case, seq, ids, extra, control):
+    """`verify --plan P --weights DIR` of `case` (config class, its arguments, the weights' state,
+    P, DIR) on 4 ranks (the ids `ids` given with --tokens, else verify's own; `extra`: more
+    flags, --seq) against transformers' float64 run at `seq` positions, to RTOL, and the
+    `control`'s changes seen to differ: what it proved. Files are named by `tag`."""
+    config_class, kwargs, state, plan, weights = case
+    out = work / f"{tag}-outputs.safetensors"
+    cmd = [tool, "verify", "--plan", str(plan), "--weights", str(weights), "--dtype", "f64", "--outputs", str(out), "--json", *extra]
+    if ids is not None:
+        (work / f"{tag}-tokens.json").write_text(json.dumps(ids.tolist()))
+        cmd += ["--tokens", str(work / f"{tag}-tokens.json")]
     v = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
         raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
@@ -191,13 +236,14 @@ def check(name, tool, work):
     if len(outputs) != 1:
         raise AssertionError(f"expected one output, the file has {sorted(got)}")
     inputs = {"input_ids": got["input.input_ids"]}
-    if name in TOKENS and not torch.equal(inputs["input_ids"], ids):
+    if ids is not None and not torch.equal(inputs["input_ids"], ids):
         raise AssertionError("the ids run are not the --tokens given")
+    if inputs["input_ids"].shape[1] != seq:
+        raise AssertionError(f"verify ran {list(inputs['input_ids'].shape)} ids, not a sequence of {seq}")
     if "input.token_type_ids" in got:
         inputs["token_type_ids"] = got["input.token_type_ids"]
-    if "input.position_ids" in got and not torch.equal(got["input.position_ids"][0], torch.arange(SEQ)):
-        raise AssertionError(f"position_ids {got['input.position_ids'].tolist()} are not 0..{SEQ - 1}, what transformers feeds")
-    state = model.state_dict()
+    if "input.position_ids" in got and not torch.equal(got["input.position_ids"][0], torch.arange(seq)):
+        raise AssertionError(f"position_ids {got['input.position_ids'].tolist()} are not 0..{seq - 1}, what transformers feeds")
     want = reference(config_class, kwargs, state, inputs)
     unsharded, sharded = got["unsharded." + outputs[0]], got["sharded." + outputs[0]]
     if unsharded.dtype != torch.float64 or unsharded.shape != want.shape:

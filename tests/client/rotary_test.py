@@ -14,8 +14,11 @@ rotary that turns what transformers turns:
     rotate_half's pairs (i, i + R/2) with rotary_half, the other dims unchanged), applied to a
     random q [1, heads, S, D] equals transformers' own apply_rotary_pos_emb of the model's
     module with the model's cos and sin (1e-5);
-  * it runs: `autoshard verify --forward-only` executes the plan on 2 Gloo ranks (the heads
-    split) and matches the unsharded forward.
+  * it runs with the heads split: every rotary is pinned (--pin NAME=RRS1) to its heads split
+    over the 2 ranks (the solver would split this small batch), the plan is checked to hold
+    that layout (each rotary's strategy RRS1->RRS1, so rank 1 turns the second half of the
+    heads from its own piece), and `autoshard verify --forward-only` executes it on 2 Gloo
+    ranks and matches the unsharded forward.
 Usage: rotary_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
 import importlib, json, os, sys
@@ -45,6 +48,10 @@ CASES = {
 }
 
 
+# Where a family's attention (and its rotaries) sit in the graph, layer i at {}.
+ATTENTION_PREFIX = {"gpt_neox": "gpt_neox.layers.{}.attention", "phi3": "model.layers.{}.self_attn", "llama": "model.layers.{}.self_attn"}
+
+
 def graph_turn(attrs, x):
     """The rotary of graph attributes `attrs` on x [B, heads, S, D], as docs/graph.md defines it."""
     D = x.shape[-1]
@@ -68,7 +75,11 @@ def check(name, tool, work):
     torch.manual_seed(0)
     config = config_class(**kwargs)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    plan, nodes = cases.plan_config(tool, config, work, name, SEQ)
+    # q's and k's rotary of every layer pinned to the heads split over the 2 ranks.
+    prefix = ATTENTION_PREFIX[family]
+    pins = [a for i in range(config.num_hidden_layers) for r in ("rotary_q", "rotary_k")
+            for a in ("--pin", f"{prefix.format(i)}.{r}=RRS1")]
+    plan, nodes = cases.plan_config(tool, config, work, name, SEQ, pins)
     rotaries = [n for n in nodes if n["kind"] == "rotary"]
     if len(rotaries) != 2 * config.num_hidden_layers:
         raise AssertionError(f"{len(rotaries)} rotary vertices, expected q's and k's of {config.num_hidden_layers} layers")
@@ -94,9 +105,12 @@ def check(name, tool, work):
         err = (graph_turn(a, q) - want).abs().max().item()
         if err > 1e-5:
             raise AssertionError(f"{rot['name']} ({a}): the graph's turn differs from transformers' apply_rotary_pos_emb by {err}")
+    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "rotary"]
+    if len(strategies) != len(rotaries) or any(s != "RRS1->RRS1" for s in strategies):
+        raise AssertionError(f"the plan's rotary strategies are {strategies}, not the heads split over the 2 ranks (RRS1->RRS1)")
     cases.verify_forward(tool, plan)
     return f"{len(rotaries)} rotaries turn {R} of {D} dims at transformers' {len(inv)} frequencies, as its " \
-           f"apply_rotary_pos_emb does; verified on 2 ranks"
+           f"apply_rotary_pos_emb does; verified on 2 ranks, heads split"
 
 
 def main():

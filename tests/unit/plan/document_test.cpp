@@ -1,5 +1,6 @@
 // The plan document: one writer, one reader, every member checked.
 #include <autoshard/plan/plan.hpp>
+#include <autoshard/graph/resize.hpp>
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -93,6 +94,28 @@ TEST_CASE("plan document: written and read back, it compares equal field by fiel
   CHECK(j["version"] == 5);
   CHECK(j["mesh"]["axes"][1] == nlohmann::json{{"size", 2}, {"latency_s", 4e-6}, {"bandwidth_Bps", 250e9}, {"hop_s", 0.0}});
   CHECK(j["tensors"][1]["local_shape"] == nlohmann::json{16, 16});
+}
+
+TEST_CASE("plan document: a rotary's rope rule (longrope) is written with its graph and read back, so a re-sized plan turns by it") {
+  plan_document d = small_plan();
+  const vertex_t fc = *find_vertex(d.graph, "fc");
+  op_attrs a;  // fc's [8, 32] as 4 heads of 8 over 8 positions (its dim -2, here the graph's batch)
+  a.heads = 4;
+  a.rotary_half = true;
+  a.rotary_rule = rope_rule{rope_rule_kind::longrope, 1.0, 4, {1.0, 1.5, 2.0, 4.0}, {2.0, 4.0, 8.0, 16.0}};
+  a.rotary_frequencies = rope_rule_frequencies(a.rotary_base, 8, a.rotary_rule, 8);  // past 4: the long factors
+  add_op(d.graph, op_kind::rotary, "rot", {fc}, a);
+  const sharding_spec out = parse_spec("S0S1", 2, 2);
+  d.tensors.push_back({"S0S1->S0S1", {out}, out, tensor_shape{4, 16}, 0.0, 256});
+  temp_plan f;
+  write_plan_file(d, f.path);
+  const plan_document back = read_plan_file(f.path.string());
+  CHECK(back == d);
+  const vertex_t rot = *find_vertex(back.graph, "rot");
+  CHECK(back.graph[rot].attrs == d.graph[rot].attrs);
+  // Re-sized to 4 rows, 4 positions within the threshold, the plan's graph turns by the short factors.
+  CHECK(with_batch_seq(back.graph, 4, 0)[rot].attrs.rotary_frequencies ==
+        rope_rule_frequencies(a.rotary_base, 8, a.rotary_rule, 4));
 }
 
 TEST_CASE("plan document: an unknown, newer or older version fails naming both versions") {

@@ -534,15 +534,15 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
     } catch (const graph_error& e) {
       bad_operands(k, std::string(e.message()));
     }
-    const std::string at = "at sequence " + std::to_string(S) + " (dim " + std::to_string(in[0].rank - 2) + " of " + to_string(in[0]) + ")";
+    const auto at = [&] { return "at sequence " + std::to_string(S) + " (dim " + std::to_string(in[0].rank - 2) + " of " + to_string(in[0]) + ")"; };
     if (want.size() != a.rotary_frequencies.size())
-      bad_operands(k, "rotary_rule " + to_string(a.rotary_rule) + " " + at + " gives " +
+      bad_operands(k, "rotary_rule " + to_string(a.rotary_rule) + " " + at() + " gives " +
                           (want.empty() ? std::string("the default base^(-2i/R)") : std::to_string(want.size()) + " rotary_frequencies") +
                           ", but " + std::to_string(a.rotary_frequencies.size()) + " are given");
     for (std::size_t i = 0; i < want.size(); ++i)
       if (want[i] != a.rotary_frequencies[i])
         bad_operands(k, "rotary_frequencies[" + std::to_string(i) + "] " + exact_number(a.rotary_frequencies[i]) + " is not " +
-                            exact_number(want[i]) + ", what rotary_rule " + to_string(a.rotary_rule) + " gives " + at);
+                            exact_number(want[i]) + ", what rotary_rule " + to_string(a.rotary_rule) + " gives " + at());
   }
   return in[0];
 }

@@ -1084,7 +1084,8 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
 /// a consumer's operand spec, gradient, backward compute seconds and full recomputation (with
 /// the producer's recomputation too, which the pass's ties inside a layer read). Two edges
 /// alike in all of it have equal cost matrices: the edges of a model's repeated layers are
-/// priced once each (pass_model::price_edges). hash() buckets them; alike() decides.
+/// priced once each (pass_model::price_edges). hash() buckets them; alike() decides. It refers
+/// to the graph's node and the two strategy lists: they outlive it, unchanged.
 class edge_pricing_inputs {
  public:
   /// `grads`: detail::gradient_flags(g) (empty: u is looked up), as resharding_costs takes it.

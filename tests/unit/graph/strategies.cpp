@@ -934,12 +934,14 @@ TEST_CASE("edges alike in everything resharding_costs reads price alike, and eac
   other = opt;
   other.pricing.mode = run_mode::inference;
   CHECK_FALSE(base.alike(edge_pricing_inputs(g, wb, all[pw], all[cw], other)));
-  // Another source shape: a wider layer's edge.
-  const vertex_t wide = add_parameter(g, "l2.weight", {256, 512}, dtype::f32);
-  const vertex_t x2 = add_input(g, "x2", {64, 512}, dtype::f32);
-  const vertex_t fc2 = add_op(g, op_kind::linear, "l2.fc", {x2, wide});
-  const std::vector<strategy> sw = enumerate_strategies(g, wide, m, opt), sf = enumerate_strategies(g, fc2, m, opt);
-  CHECK_FALSE(base.alike(inputs(boost::edge(wide, fc2, g).first, sw, sf)));
+  // Another source shape: a wider layer's edge, in a graph of its own (the inputs refer to
+  // their graph's nodes: adding vertices to g would move them).
+  model_graph g2;
+  const vertex_t wide = add_parameter(g2, "l2.weight", {256, 512}, dtype::f32);
+  const vertex_t x2 = add_input(g2, "x2", {64, 512}, dtype::f32);
+  const vertex_t fc2 = add_op(g2, op_kind::linear, "l2.fc", {x2, wide});
+  const std::vector<strategy> sw = enumerate_strategies(g2, wide, m, opt), sf = enumerate_strategies(g2, fc2, m, opt);
+  CHECK_FALSE(base.alike(edge_pricing_inputs(g2, boost::edge(wide, fc2, g2).first, sw, sf, opt)));
 }
 
 TEST_CASE("gradient sync of parameters is bucketed and may overlap") {

@@ -320,6 +320,17 @@ PY
   expect_rc 0 "$tool" show --plan "$tmp/pp.json"
   grep -q "pipeline of 2 stages, 1f1b: embedding + layers 0-1 | layers 2-3 + head" "$tmp/out" && ok || bad "show --plan of a pipelined plan: $(head -5 "$tmp/out")"
   json_check "[s['holds'] for s in d['pipeline']['stages']] == ['embedding + layers 0-1', 'layers 2-3 + head']" "$tool" show --plan "$tmp/pp.json" --json
+  # The stage times and the step shown are priced again from the plan's strategies and stages:
+  # a hand-edited step is shown as the file's figure beside the priced one, never as the plan's.
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['pipeline']['step_seconds'] /= 100; d['pipeline']['stages'][0]['seconds'] = 1.0; json.dump(d, open(sys.argv[2], 'w'))" \
+    "$tmp/pp.json" "$tmp/pp-edited.json"
+  expect_rc 0 "$tool" show --plan "$tmp/pp.json" --json
+  step=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pipeline']['step_seconds'])" "$tmp/out")
+  json_check "d['pipeline']['step_seconds'] == $step and d['pipeline']['stages'][0]['seconds'] < 1e-3 and len(d['pipeline']['recorded_differs']) == 2" \
+    "$tool" show --plan "$tmp/pp-edited.json" --json
+  expect_rc 0 "$tool" show --plan "$tmp/pp-edited.json"
+  grep -q "^  (priced again: the file records step .* (priced .*), stage 0 per micro-batch 1.00 s (priced .* us); another pricing wrote it, or an edit)" "$tmp/out" &&
+    ! grep -q "stage 0: .*, 1.00 s per micro-batch" "$tmp/out" && ok || bad "show --plan of an edited pipeline: $(head -6 "$tmp/out")"
   python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['pipeline']['stages'][1]['layers'] = 5; json.dump(d, open(sys.argv[2], 'w'))" \
     "$tmp/pp.json" "$tmp/pp-7-layers.json"
   expect_rc 1 "$tool" show --plan "$tmp/pp-7-layers.json"

@@ -473,7 +473,8 @@ void show_plan_tensor(const plan_document& d, const show_options& o) {
 }
 
 /// --plan --json: every tensor with its specs and local shape, and the mesh with its links.
-void show_plan_json(const plan_document& d, const std::string& file) {
+void show_plan_json(const plan_document& d, const std::string& file, const std::optional<plan_pipeline>& priced,
+                    const std::vector<std::string>& recorded_differs) {
   const device_mesh& m = d.mesh;
   nlohmann::json ts = nlohmann::json::array();
   for (vertex_t v = 0; v < d.tensors.size(); ++v) {
@@ -496,15 +497,16 @@ void show_plan_json(const plan_document& d, const std::string& file) {
                    {"mesh", to_json(m)},
                    {"tensors", ts}};
   if (const std::string training = training_line(d); !training.empty()) j["training"] = training;
-  if (d.pipeline) {
+  if (priced) {  // the figures priced again (reprice_pipeline), never the file's own
     nlohmann::json stages = nlohmann::json::array();
-    for (std::size_t k = 0; k < d.pipeline->stages.size(); ++k) {
-      const plan_stage& s = d.pipeline->stages[k];
-      stages.push_back({{"holds", describe_stage(*d.pipeline, k)}, {"first_layer", s.first_layer}, {"layers", s.layers},
+    for (std::size_t k = 0; k < priced->stages.size(); ++k) {
+      const plan_stage& s = priced->stages[k];
+      stages.push_back({{"holds", describe_stage(*priced, k)}, {"first_layer", s.first_layer}, {"layers", s.layers},
                         {"seconds", s.seconds}, {"memory_bytes", s.memory_bytes}, {"in_flight", s.in_flight}});
     }
-    j["pipeline"] = {{"schedule", std::string(to_string(d.pipeline->schedule))}, {"stages", stages},
-                     {"step_seconds", d.pipeline->step_seconds}, {"bubble_fraction", d.pipeline->bubble_fraction}};
+    j["pipeline"] = {{"schedule", std::string(to_string(priced->schedule))}, {"stages", stages},
+                     {"step_seconds", priced->step_seconds}, {"bubble_fraction", priced->bubble_fraction}};
+    if (!recorded_differs.empty()) j["pipeline"]["recorded_differs"] = recorded_differs;
   }
   std::cout << j.dump(2) << "\n";
 }
@@ -521,7 +523,8 @@ void show_plan_stages(const plan_pipeline& p, const device_mesh& m) {
 }
 
 /// --plan: one row per tensor, columns as wide as their widest cell.
-void show_plan_table(const plan_document& d, const std::string& file) {
+void show_plan_table(const plan_document& d, const std::string& file, const std::optional<plan_pipeline>& priced,
+                     const std::vector<std::string>& recorded_differs) {
   const device_mesh& m = d.mesh;
   const std::size_t n = d.tensors.size();
   std::size_t wn = 6, wk = 4, ws = 5, wd = 4, wa = 4;
@@ -538,7 +541,14 @@ void show_plan_table(const plan_document& d, const std::string& file) {
   std::cout << "plan " << escaped_text(file) << ": " << to_string(d.options.algo) << ", " << to_string(d.pricing.mode) << ", "
             << to_string(m) << ", " << n << " tensors (output specs; local shape = the largest shard, rank 0's)\n";
   if (!training.empty()) std::cout << "priced for training with " << training << "\n";
-  if (d.pipeline) show_plan_stages(*d.pipeline, m);
+  if (priced) {
+    show_plan_stages(*priced, m);
+    if (!recorded_differs.empty()) {
+      std::cout << "  (priced again: the file records ";
+      for (std::size_t k = 0; k < recorded_differs.size(); ++k) std::cout << (k ? ", " : "") << recorded_differs[k];
+      std::cout << "; another pricing wrote it, or an edit)\n";
+    }
+  }
   std::cout << std::left << "  " << cell(wn) << "tensor" << "  " << cell(wk) << "kind" << "  " << cell(ws) << "shape" << "  "
             << cell(wd) << "spec" << "  " << cell(wa) << "alpa" << "  local shape\n";
   bool any_uneven = false;
@@ -568,9 +578,20 @@ int run_show_plan(show_options o) {
   const plan_document d = read_plan_file(o.plan);
   check_micro_batch(d, document_parallelism(d), o.plan);  // the pricing line states the micro-batch: never one the specs do not make
   if (d.pipeline) stages_of_parameters(d);  // stages that do not hold the graph's layers are refused, as shard and export refuse them
-  if (!o.tensor.empty()) show_plan_tensor(d, o);
-  else if (o.json) show_plan_json(d, o.plan);
-  else show_plan_table(d, o.plan);
+  if (!o.tensor.empty()) {
+    show_plan_tensor(d, o);
+    return exit_ok;
+  }
+  // A pipelined plan's stage times, memory and step are priced again from its strategies and
+  // stages: what the file records is shown only as a difference (a hand edit, another pricing).
+  std::optional<plan_pipeline> priced;
+  std::vector<std::string> differs;
+  if (d.pipeline) {
+    priced = reprice_pipeline(d);
+    differs = pipeline_differences(*d.pipeline, *priced);
+  }
+  if (o.json) show_plan_json(d, o.plan, priced, differs);
+  else show_plan_table(d, o.plan, priced, differs);
   return exit_ok;
 }
 #else

@@ -31,7 +31,8 @@
 /// a budget tightens the search, never loosens it past the device.
 #include <algorithm>  // std::max, std::min, std::sort
 #include <chrono>     // std::chrono::steady_clock
-#include <cmath>      // std::pow
+#include <cmath>      // std::pow, std::abs
+#include <cstdio>     // std::snprintf
 #include <cstdint>    // std::int64_t
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
@@ -506,6 +507,23 @@ inline double shared_parameter_sync(const unit_costs& uc, const std::vector<int>
   return sec;
 }
 
+/// The step of out.stages (out.config's schedule, out.micro_batches) from the units' `passes`
+/// and the probe's `uc`: each stage's passes and transfers (over `link`) simulated under the
+/// schedule, the gradient syncs after the flush and of parameters two stages share, the step,
+/// and the largest stage's peak; into `out`.
+inline void run_stages(const unit_passes& passes, const unit_costs& uc, const link_model& link, int layers, pipelined_step& out) {
+  const stage_passes sp = stage_passes_of(passes, uc, link, layers, out);
+  out.timeline = simulate_pipeline(out.config.schedule, sp.per_stage, out.boundary_seconds, out.micro_batches);
+  double end = 0;
+  for (int k = 0; k < out.config.pp; ++k) {
+    end = std::max(end, out.timeline.finish[static_cast<std::size_t>(k)] + sp.after[static_cast<std::size_t>(k)]);
+    out.sync_seconds = std::max(out.sync_seconds, sp.after[static_cast<std::size_t>(k)]);
+  }
+  out.shared_sync_seconds = shared_parameter_sync(uc, sp.stage_of_unit, link, layers);
+  out.step_seconds = end + out.shared_sync_seconds;
+  for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
+}
+
 }  // namespace detail
 
 /// The step of `g` (the global batch) on `mesh` under configuration `c`, each stage planned by
@@ -533,17 +551,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   out.budget = out.runtime.left_on(pricing.device);
   if (base.memory_budget) out.budget = std::min(out.budget, std::max<std::int64_t>(*base.memory_budget, 0));
   out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, out.budget, layers) : detail::given_stages(out, stage_counts, c, layers);
-  // Per stage: its passes, its transfers, what it syncs after the flush.
-  const detail::stage_passes sp = detail::stage_passes_of(passes, uc, pp_link, layers, out);
-  out.timeline = simulate_pipeline(c.schedule, sp.per_stage, out.boundary_seconds, out.micro_batches);
-  double end = 0;
-  for (int k = 0; k < c.pp; ++k) {
-    end = std::max(end, out.timeline.finish[static_cast<std::size_t>(k)] + sp.after[static_cast<std::size_t>(k)]);
-    out.sync_seconds = std::max(out.sync_seconds, sp.after[static_cast<std::size_t>(k)]);
-  }
-  out.shared_sync_seconds = detail::shared_parameter_sync(uc, sp.stage_of_unit, pp_link, layers);
-  out.step_seconds = end + out.shared_sync_seconds;
-  for (std::int64_t b : out.stages.memory) out.peak_memory_bytes = std::max(out.peak_memory_bytes, b);
+  detail::run_stages(passes, uc, pp_link, layers, out);
   out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
   out.within_budget = out.peak_memory_bytes <= out.budget;
   out.flops = count_step_flops(g, 1, full);
@@ -948,6 +956,94 @@ inline plan_document pipelined_document(const model_graph& g, const device_mesh&
   d.solver = s.solver;
   d.pipeline = plan_pipeline_of(s, probe.pp_link);
   return d;
+}
+
+/// The pipeline of pipelined plan `d` priced again from what the file holds (its graph at one
+/// micro-step, its stage mesh, its pricing, its strategies, its stages' layers, schedule and
+/// link), as the search priced it (make_stage_probe, price_pipelined): the stage model of the
+/// first two layers on the stage mesh, each unit's passes over the m + p - 1 slots of the
+/// schedule, the stages the file gives. What a reader reports of a pipelined plan (show --plan)
+/// comes from here, never from the figures the file records, which another pricing wrote or a
+/// hand edited. Throws solver_error when the plan is not one the search writes: a strategy its
+/// stage model does not offer, or a layer after the first that does not run as the second (the
+/// search prices every later layer as that one).
+inline plan_pipeline reprice_pipeline(const plan_document& d) {
+  if (!d.pipeline) throw solver_error("the plan has no pipeline stages");
+  const plan_pipeline& recorded = *d.pipeline;
+  pipelined_step out;
+  out.config.pp = static_cast<int>(recorded.stages.size());
+  out.config.schedule = recorded.schedule;
+  out.micro_batches = d.pricing.mode == run_mode::training ? d.pricing.accumulation() : 1;
+  step_pricing p = d.pricing;
+  p.micro_batches = out.micro_batches + out.config.pp - 1;
+  p.micro_batch = 0;
+  p.recompute = recompute_policy::choose;
+  const model_graph two = with_layers(d.graph, 2);
+  check_planning_memory(estimate_planning_memory(two, {{d.mesh, 1}}, p, true));  // before the stage model is built
+  const detail::pass_model pm(two, d.mesh, p);
+  // The stage model's strategies, by name, and every vertex of the plan as its counterpart runs.
+  std::vector<int> choice(pm.size(), -1);
+  for (vertex_t u = 0; u < pm.size(); ++u) {
+    const std::optional<vertex_t> v = find_vertex(d.graph, two[u].name);
+    if (!v) throw solver_error("the stage model's '" + two[u].name + "' is not in the plan's graph");
+    const std::string& want = d.tensors[*v].strategy;
+    const auto& ss = pm.strategies[u];
+    for (std::size_t i = 0; i < ss.size() && choice[u] < 0; ++i)
+      if (ss[i].name == want) choice[u] = static_cast<int>(i);
+    if (choice[u] < 0) throw solver_error("'" + two[u].name + "': strategy " + want + " is not one its stage model offers");
+  }
+  const layer_map L = map_layers(d.graph);
+  std::map<long, int> position;
+  for (std::size_t k = 0; k < L.indices.size(); ++k) position[L.indices[k]] = static_cast<int>(k);
+  for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
+    const vertex_t u = detail::probe_vertex(d.graph, position, two, pm.layers, v);
+    const std::string& runs = pm.strategies[u][static_cast<std::size_t>(choice[u])].name;
+    if (d.tensors[v].strategy != runs)
+      throw solver_error("'" + d.graph[v].name + "' runs " + d.tensors[v].strategy + ", but a pipelined plan runs every layer after the "
+                         "first as the second, and '" + two[u].name + "' runs " + runs);
+  }
+  const int layers = static_cast<int>(L.indices.size());
+  const unit_costs uc = price_units(pm, choice);
+  const detail::unit_passes passes = detail::model_units(uc, layers, out);
+  std::vector<int> counts;
+  for (const plan_stage& s : recorded.stages) counts.push_back(s.layers);
+  out.stages = detail::given_stages(out, counts, out.config, layers);
+  detail::run_stages(passes, uc, recorded.link, layers, out);
+  return plan_pipeline_of(out, recorded.link);
+}
+
+/// Where pipeline `recorded` (a plan file's) says other than `priced` (reprice_pipeline of the
+/// same plan), in words naming both numbers: "step 4.7 us (priced 473.7 us)"; empty when every
+/// figure agrees (to 1e-9 of the larger, the file's decimal digits aside).
+inline std::vector<std::string> pipeline_differences(const plan_pipeline& recorded, const plan_pipeline& priced) {
+  std::vector<std::string> out;
+  const auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); };
+  const auto seconds = [&](const std::string& what, double a, double b) {
+    if (!same(a, b)) out.push_back(what + " " + human_seconds(a) + " (priced " + human_seconds(b) + ")");
+  };
+  seconds("step", recorded.step_seconds, priced.step_seconds);
+  const auto percent = [](double f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100 * f);
+    return std::string(buf);
+  };
+  if (!same(recorded.bubble_fraction, priced.bubble_fraction))
+    out.push_back("bubble " + percent(recorded.bubble_fraction) + " (priced " + percent(priced.bubble_fraction) + ")");
+  seconds("gradient sync after the flush", recorded.gradient_sync_seconds, priced.gradient_sync_seconds);
+  seconds("tied parameters' sync", recorded.tied_sync_seconds, priced.tied_sync_seconds);
+  for (std::size_t k = 0; k < recorded.stages.size() && k < priced.stages.size(); ++k) {
+    const plan_stage &a = recorded.stages[k], &b = priced.stages[k];
+    const std::string st = "stage " + std::to_string(k) + " ";
+    seconds(st + "per micro-batch", a.seconds, b.seconds);
+    if (a.memory_bytes != b.memory_bytes)
+      out.push_back(st + "memory " + human_bytes(static_cast<double>(a.memory_bytes)) + " (priced " +
+                    human_bytes(static_cast<double>(b.memory_bytes)) + ")");
+    if (a.in_flight != b.in_flight)
+      out.push_back(st + "in flight " + std::to_string(a.in_flight) + " (priced " + std::to_string(b.in_flight) + ")");
+  }
+  for (std::size_t k = 0; k < recorded.transfer_seconds.size() && k < priced.transfer_seconds.size(); ++k)
+    seconds("transfer " + std::to_string(k), recorded.transfer_seconds[k], priced.transfer_seconds[k]);
+  return out;
 }
 
 /// Per vertex of pipelined plan `d`: the stage of an operator, and the stages whose operators

@@ -220,6 +220,67 @@ TEST_CASE("pipelined: the plan document holds every layer in its stage's strateg
   CHECK_THROWS_WITH_AS(stages_of_parameters(wrong), doctest::Contains("stages hold 7 layers, but its graph has 8"), solver_error);
 }
 
+TEST_CASE("pipelined: a plan file's stage times, memory and step are priced again from its strategies and stages, edits shown as differences") {
+  using namespace autoshard;
+  const model_graph g = small_gpt(8, 32);
+  const device_mesh mesh = make_cluster_mesh({4, 4});
+  autosharding_options o;
+  o.mesh = mesh;
+  o.pricing = a100();
+  for (const pipeline_schedule sch : {pipeline_schedule::one_f_one_b, pipeline_schedule::gpipe}) {
+    CAPTURE(to_string(sch));
+    pipeline_config c;
+    c.pp = 4;
+    c.tp = 2;
+    c.micro_batch = 2;
+    c.recompute = sch == pipeline_schedule::gpipe ? recompute_kind::full : recompute_kind::selective;
+    c.schedule = sch;
+    const pipelined_step s = price_pipelined(g, mesh, o.pricing, algo::megatron, c);
+    // Read back from its file, as show reads it: every figure the search wrote (a stage's time
+    // summed over its units in another order than the partition's search: to the last bits).
+    const plan_document d = plan_from_json(to_json(pipelined_document(g, mesh, s, o)), "p.json");
+    const plan_pipeline priced = reprice_pipeline(d);
+    CHECK(pipeline_differences(*d.pipeline, priced).empty());
+    CHECK(priced.step_seconds == doctest::Approx(s.step_seconds).epsilon(1e-12));
+    REQUIRE(priced.stages.size() == d.pipeline->stages.size());
+    for (std::size_t k = 0; k < priced.stages.size(); ++k) {
+      CHECK(priced.stages[k].memory_bytes == d.pipeline->stages[k].memory_bytes);
+      CHECK(priced.stages[k].in_flight == d.pipeline->stages[k].in_flight);
+      CHECK(priced.stages[k].seconds == doctest::Approx(d.pipeline->stages[k].seconds).epsilon(1e-12));
+    }
+    // A hand edit of the figures: priced again regardless, each edit named with both numbers.
+    plan_document edited = d;
+    edited.pipeline->step_seconds *= 0.01;
+    edited.pipeline->stages[1].memory_bytes = 1;
+    CHECK(pipeline_differences(*d.pipeline, reprice_pipeline(edited)).empty());
+    const std::vector<std::string> diff = pipeline_differences(*edited.pipeline, reprice_pipeline(edited));
+    REQUIRE(diff.size() == 2);
+    CHECK(diff[0] == "step " + human_seconds(s.step_seconds * 0.01) + " (priced " + human_seconds(s.step_seconds) + ")");
+    CHECK(diff[1].find("stage 1 memory 1 B") == 0);
+    // Stages that cut the layers elsewhere price otherwise (their own step), not as the file says.
+    plan_document moved = d;
+    moved.pipeline->stages[0].layers += 1;
+    moved.pipeline->stages[1].layers -= 1;
+    moved.pipeline->stages[1].first_layer += 1;
+    const plan_pipeline other = reprice_pipeline(moved);
+    CHECK(other.stages[0].seconds > d.pipeline->stages[0].seconds);
+    CHECK_FALSE(pipeline_differences(*moved.pipeline, other).empty());
+    // A later layer that runs other than the second: the search never writes it, and its
+    // figures would not be the plan's. Refused, naming both.
+    plan_document odd = d;
+    const vertex_t v = *find_vertex(odd.graph, "transformer.h.5.mlp.c_fc");
+    const detail::pass_model offered(odd.graph, odd.mesh, odd.pricing, std::nullopt, {}, detail::pass_model::edges_when::deferred);
+    const auto other_strategy = std::find_if(offered.strategies[v].begin(), offered.strategies[v].end(),
+                                             [&](const strategy& x) { return x.name != odd.tensors[v].strategy; });
+    REQUIRE(other_strategy != offered.strategies[v].end());
+    const std::string was = odd.tensors[v].strategy;
+    odd.tensors[v].strategy = other_strategy->name;
+    const std::string refused = "'transformer.h.5.mlp.c_fc' runs " + other_strategy->name + ", but a pipelined plan runs every "
+                                "layer after the first as the second, and 'transformer.h.1.mlp.c_fc' runs " + was;
+    CHECK_THROWS_WITH_AS(reprice_pipeline(odd), doctest::Contains(refused.c_str()), solver_error);
+  }
+}
+
 TEST_CASE("pipelined: layers numbered out of the graph's order are refused, not run as stages that feed earlier ones") {
   using namespace autoshard;
   const model_graph g = small_gpt(4, 32);

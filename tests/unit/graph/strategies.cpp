@@ -777,10 +777,10 @@ TEST_CASE("edge resharding cost matrix is the priced redistribute plan, and in t
   }
 }
 
-TEST_CASE("a plan price cache shared by edges gives every edge the prices it gets alone") {
-  // Two layers of the same shapes: the second layer's edges are the first's plans again.
+namespace {
+/// Two layers of x [64, 256] -> fc(W [256, 256]) -> gelu, f32: "l0.weight", "l0.fc", "l0.act", then "l1.*".
+model_graph two_linear_layers() {
   model_graph g;
-  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
   vertex_t h = add_input(g, "x", {64, 256}, dtype::f32);
   for (int l = 0; l < 2; ++l) {
     const std::string n = "l" + std::to_string(l);
@@ -788,6 +788,14 @@ TEST_CASE("a plan price cache shared by edges gives every edge the prices it get
     auto fc = add_op(g, op_kind::linear, n + ".fc", {h, w});
     h = add_op(g, op_kind::gelu, n + ".act", {fc});
   }
+  return g;
+}
+}  // namespace
+
+TEST_CASE("a plan price cache shared by edges gives every edge the prices it gets alone") {
+  // Two layers of the same shapes: the second layer's edges are the first's plans again.
+  model_graph g = two_linear_layers();
+  const device_mesh m = make_mesh_2d(2, 4, 25e9, 300e9);
   strategy_options opt{{device_model{}, run_mode::training}};
   std::vector<std::vector<strategy>> all(boost::num_vertices(g));
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v) all[v] = enumerate_strategies(g, v, m, opt);
@@ -833,15 +841,8 @@ TEST_CASE("a plan price cache shared by edges gives every edge the prices it get
 
 TEST_CASE("edges alike in everything resharding_costs reads price alike, and each thing it reads tells two apart") {
   // Two layers of x -> fc(W) -> gelu; the second layer's edges are the first's over again.
-  model_graph g;
+  const model_graph g = two_linear_layers();
   const device_mesh m = make_mesh_2d(2, 2, 25e9, 300e9);
-  vertex_t h = add_input(g, "x", {64, 256}, dtype::f32);
-  for (int l = 0; l < 2; ++l) {
-    const std::string n = "l" + std::to_string(l);
-    auto w = add_parameter(g, n + ".weight", {256, 256}, dtype::f32);
-    auto fc = add_op(g, op_kind::linear, n + ".fc", {h, w});
-    h = add_op(g, op_kind::gelu, n + ".act", {fc});
-  }
   strategy_options opt{{device_model{}, run_mode::training}};
   opt.pricing.gradient_overlap = gradient_overlap_model::behind_backward();  // the consumer's backward hides the sync
   std::vector<std::vector<strategy>> all(boost::num_vertices(g));

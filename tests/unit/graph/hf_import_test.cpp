@@ -527,22 +527,21 @@ TEST_CASE("rope rule: a dynamic or longrope graph re-sized to another sequence i
   }
   // The two sides differ (the check above could not pass by accident): past the threshold the
   // frequencies are transformers' grown (dynamic) or long (longrope) ones.
-  hf_model d = read_hf_config(nlohmann::json::parse(dynamic), "c.json");
-  d.config.seq = 16;
-  d.config.batch = 1;
-  const model_graph grown = with_batch_seq(build_hf(d), 0, 10000);
-  const op_attrs& dq = grown[*find_vertex(grown, "model.layers.0.self_attn.rotary_q")].attrs;
-  REQUIRE(dq.rotary_frequencies.size() == transformers_dynamic_inv_freq.size());
-  for (std::size_t i = 0; i < dq.rotary_frequencies.size(); ++i)
-    CHECK(dq.rotary_frequencies[i] == doctest::Approx(transformers_dynamic_inv_freq[i]).epsilon(1e-12));
-  hf_model l = read_hf_config(nlohmann::json::parse(longrope), "c.json");
-  l.config.seq = 10000;
-  l.config.batch = 1;
-  const model_graph shortened = with_batch_seq(build_hf(l), 0, 4096);
-  const op_attrs& lq = shortened[*find_vertex(shortened, "model.layers.0.self_attn.rotary_q")].attrs;
-  REQUIRE(lq.rotary_frequencies.size() == transformers_longrope_short_inv_freq.size());
-  for (std::size_t i = 0; i < lq.rotary_frequencies.size(); ++i)
-    CHECK(lq.rotary_frequencies[i] == doctest::Approx(transformers_longrope_short_inv_freq[i]).epsilon(1e-12));
+  // The first rotary's attributes of `config` built at sequence `from`, re-sized to `to`.
+  const auto resized = [](const std::string& config, std::int64_t from, std::int64_t to) {
+    hf_model m = read_hf_config(nlohmann::json::parse(config), "c.json");
+    m.config.seq = static_cast<int>(from);
+    m.config.batch = 1;
+    const model_graph g = with_batch_seq(build_hf(m), 0, to);
+    return g[*find_vertex(g, "model.layers.0.self_attn.rotary_q")].attrs;
+  };
+  const auto matches = [](const std::vector<double>& got, const auto& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+  };
+  matches(resized(dynamic, 16, 10000).rotary_frequencies, transformers_dynamic_inv_freq);
+  const op_attrs lq = resized(longrope, 10000, 4096);
+  matches(lq.rotary_frequencies, transformers_longrope_short_inv_freq);
   CHECK(lq.scale == doctest::Approx(transformers_longrope_attention_factor).epsilon(1e-14));  // the same at every length
 }
 

@@ -804,6 +804,24 @@ inline std::array<bool, redist_plan::capacity> reduction_steps(const plan_cost& 
   return r;
 }
 
+namespace detail {
+/// FNV-1a over 64-bit words: the hash of plan_price_cache's keys and of edge_pricing_inputs.
+inline constexpr std::uint64_t fnv1a_offset = 1469598103934665603ull;
+constexpr std::uint64_t fnv1a(std::uint64_t h, std::uint64_t word) noexcept { return (h ^ word) * 1099511628211ull; }
+
+/// A placement as one word: its kind, and a Shard's dim or a Partial's op.
+constexpr std::int64_t placement_word(const placement& p) noexcept {
+  const std::int64_t detail = p.is_shard() ? p.dim : p.is_partial() ? static_cast<std::int64_t>(p.op) : 0;
+  return static_cast<std::int64_t>(p.kind) << 16 | (detail & 0xffff);
+}
+
+/// Whether a step priced by `opt` carries a gradient back into vertex u: a training step, and u
+/// requires one (`grads`: gradient_flags(g), or empty: u is looked up).
+inline bool gradient_flows(const model_graph& g, vertex_t u, const strategy_options& opt, const std::vector<char>& grads) {
+  return opt.pricing.mode == run_mode::training && (grads.empty() ? requires_grad(g, u) : grads[u] != 0);
+}
+}  // namespace detail
+
 /// Redistribution plans priced once per (from, to, shape, dtype) on one mesh. The pass prices
 /// every edge of a model for every pair of its strategies, and the edges of a model carry a
 /// few shapes (each layer's activations and weights, again in every layer) between the same
@@ -830,23 +848,19 @@ class plan_price_cache {
   using key = std::array<std::int64_t, 2 + 2 * max_mesh_rank + max_tensor_rank + 2>;
   struct key_hash {
     std::size_t operator()(const key& k) const noexcept {
-      std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
-      for (std::int64_t x : k) h = (h ^ static_cast<std::uint64_t>(x)) * 1099511628211ull;
+      std::uint64_t h = detail::fnv1a_offset;
+      for (std::int64_t x : k) h = detail::fnv1a(h, static_cast<std::uint64_t>(x));
       return static_cast<std::size_t>(h);
     }
   };
-  static std::int64_t word(const placement& p) noexcept {
-    const std::int64_t detail = p.is_shard() ? p.dim : p.is_partial() ? static_cast<std::int64_t>(p.op) : 0;
-    return static_cast<std::int64_t>(p.kind) << 16 | (detail & 0xffff);
-  }
   static key key_of(const sharding_spec& from, const sharding_spec& to, const tensor_shape& shape, dtype t) noexcept {
     key k{};
     std::size_t i = 0;
     k[i++] = from.mesh_rank | from.tensor_rank << 8 | to.mesh_rank << 16 | to.tensor_rank << 24;
     k[i++] = static_cast<std::int64_t>(t) | static_cast<std::int64_t>(shape.rank) << 8;
     for (std::size_t a = 0; a < max_mesh_rank; ++a) {
-      k[i++] = a < from.mesh_rank ? word(from[a]) : -1;
-      k[i++] = a < to.mesh_rank ? word(to[a]) : -1;
+      k[i++] = a < from.mesh_rank ? detail::placement_word(from[a]) : -1;
+      k[i++] = a < to.mesh_rank ? detail::placement_word(to[a]) : -1;
     }
     for (std::size_t d = 0; d < max_tensor_rank; ++d) k[i++] = d < shape.rank ? shape.dims[d] : -1;
     return k;
@@ -1062,7 +1076,7 @@ inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::v
                                     plan_price_cache* prices = nullptr) {
   const auto operand = static_cast<std::size_t>(g[e].operand);
   const vertex_t u = boost::source(e, g);
-  const bool grad_flows = opt.pricing.mode == run_mode::training && (grads.empty() ? detail::requires_grad(g, u) : grads[u] != 0);
+  const bool grad_flows = detail::gradient_flows(g, u, opt, grads);
   edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt), prices);
   cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
   for (std::size_t j = 0; j < consumer.size(); ++j)
@@ -1093,20 +1107,17 @@ class edge_pricing_inputs {
                       const strategy_options& opt, const std::vector<char>& grads = {})
       : source_(g[boost::source(e, g)]),
         operand_(static_cast<std::size_t>(g[e].operand)),
-        grad_flows_(opt.pricing.mode == run_mode::training &&
-                    (grads.empty() ? detail::requires_grad(g, boost::source(e, g)) : grads[boost::source(e, g)] != 0)),
+        grad_flows_(detail::gradient_flows(g, boost::source(e, g), opt, grads)),
         backward_(backward_pricing_of(g, e, opt)),
         producer_(producer),
         consumer_(consumer) {}
 
   std::uint64_t hash() const noexcept {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the words below
-    const auto mix = [&h](std::uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+    std::uint64_t h = detail::fnv1a_offset;
+    const auto mix = [&h](std::uint64_t x) { h = detail::fnv1a(h, x); };
     const auto spec = [&mix](const sharding_spec& s) {
       mix(static_cast<std::uint64_t>(s.mesh_rank) | static_cast<std::uint64_t>(s.tensor_rank) << 8);
-      for (std::size_t a = 0; a < s.mesh_rank; ++a)
-        mix(static_cast<std::uint64_t>(s[a].kind) << 16 | static_cast<std::uint64_t>(static_cast<std::uint8_t>(s[a].dim)) << 8 |
-            static_cast<std::uint64_t>(s[a].op));
+      for (std::size_t a = 0; a < s.mesh_rank; ++a) mix(static_cast<std::uint64_t>(detail::placement_word(s[a])));
     };
     for (std::size_t d = 0; d < source_.shape.rank; ++d) mix(static_cast<std::uint64_t>(source_.shape[d]));
     mix(static_cast<std::uint64_t>(source_.type) | std::uint64_t{source_.is_parameter()} << 8 | std::uint64_t{grad_flows_} << 9);

@@ -917,6 +917,16 @@ inline vertex_t probe_vertex(const model_graph& full, const std::map<long, int>&
   return *u;
 }
 
+/// probe_vertex of every vertex of `full`, by vertex.
+inline std::vector<vertex_t> probe_vertices(const model_graph& full, const model_graph& probe, const layer_map& probe_layers) {
+  const layer_map L = map_layers(full);
+  std::map<long, int> position;
+  for (std::size_t k = 0; k < L.indices.size(); ++k) position[L.indices[k]] = static_cast<int>(k);
+  std::vector<vertex_t> out;
+  for (vertex_t v = 0; v < boost::num_vertices(full); ++v) out.push_back(probe_vertex(full, position, probe, probe_layers, v));
+  return out;
+}
+
 }  // namespace detail
 
 /// The plan document of pipelined step `s` of `g` (the global batch) on `mesh`, searched with
@@ -941,11 +951,9 @@ inline plan_document pipelined_document(const model_graph& g, const device_mesh&
   d.options = {s.stage_plan.algo, o.time_limit, o.mip_rel_gap, o.skip_fully_replicated, true, s.budget, {}};
   for (const auto& [name, spec] : o.pinned) d.options.pinned[name] = to_alpa_string(spec);
   d.graph = with_batch_seq(g, static_cast<std::int64_t>(s.config.micro_batch) * s.config.dp, 0);
-  const layer_map L = map_layers(d.graph);
-  std::map<long, int> position;
-  for (std::size_t k = 0; k < L.indices.size(); ++k) position[L.indices[k]] = static_cast<int>(k);
+  const std::vector<vertex_t> counterpart = detail::probe_vertices(d.graph, pm.g, pm.layers);
   for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
-    const vertex_t u = detail::probe_vertex(d.graph, position, pm.g, pm.layers, v);
+    const vertex_t u = counterpart[v];
     const strategy& st = pm.strategies[u][static_cast<std::size_t>(s.stage_plan.choice[u])];
     d.tensors.push_back({st.name, st.inputs, st.output, max_local_shape(pm.mesh, st.output, d.graph[v].shape), st.seconds(),
                          st.memory_bytes, st.recompute});
@@ -992,17 +1000,15 @@ inline plan_pipeline reprice_pipeline(const plan_document& d) {
       if (ss[i].name == want) choice[u] = static_cast<int>(i);
     if (choice[u] < 0) throw solver_error("'" + two[u].name + "': strategy " + want + " is not one its stage model offers");
   }
-  const layer_map L = map_layers(d.graph);
-  std::map<long, int> position;
-  for (std::size_t k = 0; k < L.indices.size(); ++k) position[L.indices[k]] = static_cast<int>(k);
+  const std::vector<vertex_t> counterpart = detail::probe_vertices(d.graph, two, pm.layers);
   for (vertex_t v = 0; v < boost::num_vertices(d.graph); ++v) {
-    const vertex_t u = detail::probe_vertex(d.graph, position, two, pm.layers, v);
+    const vertex_t u = counterpart[v];
     const std::string& runs = pm.strategies[u][static_cast<std::size_t>(choice[u])].name;
     if (d.tensors[v].strategy != runs)
       throw solver_error("'" + d.graph[v].name + "' runs " + d.tensors[v].strategy + ", but a pipelined plan runs every layer after the "
                          "first as the second, and '" + two[u].name + "' runs " + runs);
   }
-  const int layers = static_cast<int>(L.indices.size());
+  const int layers = static_cast<int>(map_layers(d.graph).indices.size());
   const unit_costs uc = price_units(pm, choice);
   const detail::unit_passes passes = detail::model_units(uc, layers, out);
   std::vector<int> counts;

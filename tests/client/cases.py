@@ -3,7 +3,9 @@ rotary_test.py, sliding_window_test.py, megatron_test.py): `--tool PATH [--only 
 as check(name, tool, work) -> what it proved, printed `ok   NAME: ... (s)` or `FAIL NAME:` with
 its traceback; exit 1 when any failed. Imports nothing heavy: each test sets up torch first.
 The tests that judge a graph built from a transformers config (rotary_test.py,
-sliding_window_test.py) share its plan and its run: plan_config and verify_forward.
+sliding_window_test.py) share its plan and its run: plan_config and verify_forward, and the
+pins that put vertices on their heads split over the 2 ranks and the check that the plan did:
+heads_split_pins and check_heads_split.
 """
 import argparse, json, pathlib, subprocess, tempfile, time, traceback
 
@@ -51,3 +53,17 @@ def verify_forward(tool, plan):
     v = subprocess.run([tool, "verify", "--plan", str(plan), "--forward-only", "--json"], capture_output=True, text=True, timeout=300)
     if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
         raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
+
+
+def heads_split_pins(names):
+    """--pin options putting each vertex of `names` on its heads split over the 2 ranks (RRS1:
+    rank 1 holds the second half of the heads)."""
+    return [a for n in names for a in ("--pin", n + "=RRS1")]
+
+
+def check_heads_split(plan, kind, count):
+    """Raises unless plan file `plan` holds `count` vertices of `kind`, each taking its first
+    operand and giving its output split on the heads over the 2 ranks (RRS1)."""
+    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == kind]
+    if len(strategies) != count or not all(s.split("->")[0].split(",")[0] == "RRS1" and s.endswith("->RRS1") for s in strategies):
+        raise AssertionError(f"the plan's {kind} strategies are {strategies}, not the heads split over the 2 ranks (RRS1)")

@@ -21,7 +21,7 @@ rotary that turns what transformers turns:
     ranks and matches the unsharded forward.
 Usage: rotary_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import importlib, json, os, sys
+import importlib, os, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
@@ -77,8 +77,7 @@ def check(name, tool, work):
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     # q's and k's rotary of every layer pinned to the heads split over the 2 ranks.
     prefix = ATTENTION_PREFIX[family]
-    pins = [a for i in range(config.num_hidden_layers) for r in ("rotary_q", "rotary_k")
-            for a in ("--pin", f"{prefix.format(i)}.{r}=RRS1")]
+    pins = cases.heads_split_pins(f"{prefix.format(i)}.{r}" for i in range(config.num_hidden_layers) for r in ("rotary_q", "rotary_k"))
     plan, nodes = cases.plan_config(tool, config, work, name, SEQ, pins)
     rotaries = [n for n in nodes if n["kind"] == "rotary"]
     if len(rotaries) != 2 * config.num_hidden_layers:
@@ -105,9 +104,7 @@ def check(name, tool, work):
         err = (graph_turn(a, q) - want).abs().max().item()
         if err > 1e-5:
             raise AssertionError(f"{rot['name']} ({a}): the graph's turn differs from transformers' apply_rotary_pos_emb by {err}")
-    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "rotary"]
-    if len(strategies) != len(rotaries) or any(s != "RRS1->RRS1" for s in strategies):
-        raise AssertionError(f"the plan's rotary strategies are {strategies}, not the heads split over the 2 ranks (RRS1->RRS1)")
+    cases.check_heads_split(plan, "rotary", len(rotaries))
     cases.verify_forward(tool, plan)
     return f"{len(rotaries)} rotaries turn {R} of {D} dims at transformers' {len(inv)} frequencies, as its " \
            f"apply_rotary_pos_emb does; verified on 2 ranks, heads split"

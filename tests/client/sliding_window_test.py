@@ -35,7 +35,7 @@ used), are planned the same way, and
     there, so each rank must take its heads' global slopes.
 Usage: sliding_window_test.py --tool build/release/tools/autoshard [--only NAME ...]
 """
-import json, math, os, sys
+import math, os, sys
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import torch  # noqa: E402
@@ -120,18 +120,6 @@ def graph_probabilities(rule, q, k, bf16_rounding=True):
     return torch.softmax(scores, dim=-1)
 
 
-def heads_split_pins(prefix, layers):
-    """--pin options putting layer i's attention (`prefix`.i.`...`) on its heads split over the 2
-    ranks (RRS1: rank 1 holds the second half of the query heads)."""
-    return [a for i in range(layers) for a in ("--pin", prefix.format(i) + "=RRS1")]
-
-
-def check_heads_split(plan, layers):
-    strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == "attention"]
-    if len(strategies) != layers or not all(s.startswith("RRS1,") and s.endswith("->RRS1") for s in strategies):
-        raise AssertionError(f"the plan's attention strategies are {strategies}, not the query heads split over the 2 ranks")
-
-
 def check_alibi(name, tool, work):
     config_class, kwargs, rule, layout = ALIBI_CASES[name]
     torch.manual_seed(0)
@@ -139,7 +127,7 @@ def check_alibi(name, tool, work):
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     # Each layer's attention pinned to its heads split over the 2 ranks (the solver would split
     # the batch): rank 1 holds heads 6..11 and must add their slopes, not heads 0..5's.
-    pins = heads_split_pins("transformer.h.{}.self_attention.attention", config.num_hidden_layers)
+    pins = cases.heads_split_pins(f"transformer.h.{i}.self_attention.attention" for i in range(config.num_hidden_layers))
     plan, nodes = cases.plan_config(tool, config, work, name, SEQ, pins)
     cores = [n for n in nodes if n["kind"] == "attention"]
     rules = [c.get("attrs", {}).get("alibi", "none") for c in cores]
@@ -178,7 +166,7 @@ def check_alibi(name, tool, work):
             if miss < 1e-4:
                 raise AssertionError(f"layer {layer}: {what} gives probabilities only {miss:.3g} from transformers': the check is blind")
             nearest_control = min(nearest_control, miss)
-    check_heads_split(plan, config.num_hidden_layers)
+    cases.check_heads_split(plan, "attention", config.num_hidden_layers)
     cases.verify_forward(tool, plan)
     return (f"alibi '{rule}' on every layer gives transformers' probabilities to {worst:.1g} (the controls miss by "
             f">= {nearest_control:.1g}); verified on 2 ranks, heads split")
@@ -206,7 +194,7 @@ def check(name, tool, work):
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     # The heads split (the solver would split the batch): each rank masks its heads' keys.
     plan, nodes = cases.plan_config(tool, config, work, name, SEQ,
-                                    heads_split_pins("model.layers.{}.self_attn.attention", config.num_hidden_layers))
+                                    cases.heads_split_pins(f"model.layers.{i}.self_attn.attention" for i in range(config.num_hidden_layers)))
     cores = [n for n in nodes if n["kind"] == "attention"]
     if len(cores) != config.num_hidden_layers:
         raise AssertionError(f"{len(cores)} attention vertices, expected {config.num_hidden_layers}")
@@ -224,7 +212,7 @@ def check(name, tool, work):
             diff = (kept_by_hf != keep).nonzero().tolist()[:6]
             raise AssertionError(f"layer {layer} ({core['name']}, {core.get('attrs')}): the graph's mask differs from transformers' "
                                  f"attention at (query, key) {diff}")
-    check_heads_split(plan, config.num_hidden_layers)
+    cases.check_heads_split(plan, "attention", config.num_hidden_layers)
     cases.verify_forward(tool, plan)
     return f"windows {got} mask the keys transformers' eager attention drops at seq {SEQ}; verified on 2 ranks, heads split"
 

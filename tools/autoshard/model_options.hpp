@@ -26,6 +26,7 @@ inline const char* mode_flag(run_mode m) { return m == run_mode::training ? "tra
 struct model_options {
   std::string model = "gpt2";
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0, batch = 0;
+  std::int64_t kv_cache = 0;  // transformer_config::past
   std::string dtype_name;
   std::string mode = mode_flag(default_run_mode);  // the library's default, not a second one
 
@@ -47,6 +48,11 @@ struct model_options {
     cmd.add_option("--vocab", vocab, "override the vocabulary size")->check(positive_int());
     cmd.add_option("--seq", seq, "sequence length")->check(positive_int());
     cmd.add_option("--batch", batch, "global batch size")->check(positive_int());
+    cmd.add_option("--kv-cache", kv_cache,
+                   "tokens of each sequence already in a key/value cache: plan the step after them (a decode step with --seq 1), "
+                   "the cache held on the devices; --mode infer, decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX, "
+                   "BLOOM, Falcon)")
+        ->check(CLI::Range(std::int64_t{1}, max_attention_window));
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
   run_mode run() const { return mode == mode_flag(run_mode::training) ? run_mode::training : run_mode::inference; }
@@ -54,6 +60,9 @@ struct model_options {
   /// floating-point --dtype (i32, bool, u8 or int64 parameters have no gradients; such a plan
   /// was reported as a training plan).
   void check_flags() const {
+    if (run() == run_mode::training && kv_cache > 0)
+      throw CLI::ValidationError("--kv-cache", "a step after a key/value cache (" + std::to_string(kv_cache) +
+                                                    " tokens) is a decode step, which is inference: give --mode infer");
     if (run() == run_mode::training && !dtype_name.empty() && !is_floating(*parse_dtype(dtype_name)))
       throw CLI::ValidationError("--dtype", "training needs a floating-point dtype (f32, bf16, f16 or f64), not " +
                                                 quoted_text(dtype_name) + " (use --mode infer for an integer model)");
@@ -123,6 +132,7 @@ struct model_options {
     if (vocab > 0) c.vocab = vocab;
     if (seq > 0) c.seq = seq;  // a learned position table must be long enough: the builder says so
     if (batch > 0) c.batch = batch;
+    c.past = kv_cache;
     if (!dtype_name.empty()) {
       c.type = parse_dtype_or_throw(dtype_name);
       m.dtype_given = true;
@@ -141,6 +151,9 @@ struct model_options {
   /// An ONNX model: --batch and --seq size its inputs' symbolic dims 0 and 1, --dtype every
   /// floating tensor; the size overrides of presets do not apply to it.
   model_graph build_onnx() const {
+    if (kv_cache > 0)
+      throw spec_error("--kv-cache builds a preset's or a Hugging Face config's decode step; an ONNX model's cache inputs, if it "
+                       "has any, are its own");
     if (layers || hidden || heads || kv_heads || ffn || vocab)
       throw spec_error("--layers, --hidden, --heads, --kv-heads, --ffn and --vocab size presets and Hugging Face "
                        "configs; an ONNX model's sizes are its own (only --batch, --seq and --dtype apply)");
@@ -212,6 +225,7 @@ struct model_options {
       if (c.max_positions > 0 && c.max_positions < seq) c.max_positions = seq;
     }
     if (batch > 0) c.batch = batch;
+    c.past = kv_cache;
     if (!dtype_name.empty()) c.type = parse_dtype_or_throw(dtype_name);
     c.mode = run();
     return {it->second.first, c};
@@ -230,7 +244,12 @@ struct model_options {
       (void)check_weights;
       return build_hf(*m);
     }
-    if (!is_preset()) return read_json_file(model);
+    if (!is_preset()) {
+      if (kv_cache > 0)
+        throw spec_error("--kv-cache builds a preset's or a Hugging Face config's decode step; a model JSON file's graph is its "
+                         "own (give its attentions kv_cache inputs: docs/graph.md)");
+      return read_json_file(model);
+    }
     auto [family, c] = preset();
     if (family == "gpt2") return build_gpt2(c);
     if (family == "bert") return build_bert(c);

@@ -308,6 +308,8 @@ std::vector<host_tensor> concat_or_split_backward(const node& nd, std::span<cons
 template <class T>
 std::vector<host_tensor> attention_backward(const node& nd, std::span<const host_tensor* const> in, const host_tensor& dy,
                                             const local_context& c) {
+  if (in.size() != 3)  // a decode step's: inference only (the builders and the pass refuse to train one)
+    kernel_error(nd, "an attention with a key/value cache has no backward: a step after a cache is inference");
   const host_tensor &q = *in[0], &k = *in[1], &v = *in[2];
   const std::int64_t D = c.global_in[0][2] / nd.attrs.heads;
   const std::int64_t B = q.shape()[0], S = q.shape()[1], Sk = k.shape()[1];

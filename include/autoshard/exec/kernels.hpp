@@ -525,18 +525,19 @@ host_tensor concat_or_split(const node& nd, std::span<const host_tensor* const> 
 /// Scaled-dot-product attention of q[B,S,hq*D] with k,v[B,Sk,hkv*D]; query head h reads
 /// key/value head h / (hq/hkv). D comes from the global width and attrs.heads. Scores are
 /// Q K^T / sqrt(D), plus ALiBi's biases where attrs.alibi says (add_alibi), then masked.
-/// Row-wise softmax of attention scores in place; with `causal`, query i sees keys 0..i only,
-/// and with a sliding `window` W > 0 as well only keys i-W+1..i (op_attrs::window: itself and
+/// Row-wise softmax of attention scores in place; with `causal`, query i (at position q0 + i:
+/// q0 the keys of a key/value cache before the step's) sees keys 0..q0+i only, and with a
+/// sliding `window` W > 0 as well only keys q0+i-W+1..q0+i (op_attrs::window: itself and
 /// the W-1 before it, transformers' kv_idx > q_idx - sliding_window); the rest become 0. Row
 /// and column indices are the global positions: no strategy splits the attention core's
 /// sequence (strategy.hpp: batch or heads), so a rank holds every query and key of its heads.
 /// The forward kernel and its backward share it, so they cannot drift.
 template <class T>
-void softmax_scores(rm_matrix<T>& p, bool causal, std::int64_t window = 0) {
+void softmax_scores(rm_matrix<T>& p, bool causal, std::int64_t window = 0, std::int64_t q0 = 0) {
   const std::int64_t S = p.rows(), Sk = p.cols();
   for (std::int64_t i = 0; i < S; ++i) {
-    const std::int64_t last = causal ? std::min(i, Sk - 1) : Sk - 1;
-    const std::int64_t first = causal && window > 0 ? std::max<std::int64_t>(0, i - window + 1) : 0;
+    const std::int64_t last = causal ? std::min(q0 + i, Sk - 1) : Sk - 1;
+    const std::int64_t first = causal && window > 0 ? std::max<std::int64_t>(0, q0 + i - window + 1) : 0;
     T mx = -std::numeric_limits<T>::infinity(), sum = 0;
     for (std::int64_t j = first; j <= last; ++j) mx = std::max(mx, p(i, j));
     for (std::int64_t j = 0; j < Sk; ++j) sum += (p(i, j) = j >= first && j <= last ? std::exp(p(i, j) - mx) : T(0));
@@ -581,8 +582,22 @@ inline kv_heads_map kv_heads_of(const node& nd, const host_tensor& q, const host
                        " with the key/value heads of their query heads");
 }
 
+/// The keys (or values) an attention with a key/value cache weighs: cache[B,P,W] then the
+/// step's own x[B,S,W], as [B,P+S,W] (the cache's in-place append, made as a copy here).
 template <class T>
-host_tensor attention(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
+host_tensor after_cache(const host_tensor& cache, const host_tensor& x) {
+  const std::int64_t B = x.shape()[0], P = cache.shape()[1], S = x.shape()[1], W = x.shape()[2];
+  host_tensor o(x.type(), tensor_shape{B, P + S, W});
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::copy_n(cache.as<T>() + b * P * W, P * W, o.as<T>() + b * (P + S) * W);
+    std::copy_n(x.as<T>() + b * S * W, S * W, o.as<T>() + (b * (P + S) + P) * W);
+  }
+  return o;
+}
+
+/// The attention core over q and the whole keys and values, query i at position q0 + i.
+template <class T>
+host_tensor attention_core(const node& nd, std::span<const host_tensor* const> in, const local_context& c, std::int64_t q0) {
   const host_tensor &q = *in[0], &k = *in[1], &v = *in[2];
   if (nd.attrs.heads <= 0) kernel_error(nd, "attention needs attrs.heads");
   const std::int64_t D = c.global_in[0][2] / nd.attrs.heads;
@@ -602,11 +617,29 @@ host_tensor attention(const node& nd, std::span<const host_tensor* const> in, co
       p.noalias() = Q * K.transpose();  // into p: (Q K^T) * scale would make an S x Sk temporary
       p *= scale;
       add_alibi(p, nd.attrs, kvm.q0 + h, c.in_offset[1][1], D);
-      softmax_scores(p, nd.attrs.causal, nd.attrs.window);
+      softmax_scores(p, nd.attrs.causal, nd.attrs.window, q0);
       Eigen::Map<rm_matrix<T>, 0, Eigen::OuterStride<>>(o.as<T>() + b * S * Wq + h * D, S, D, Eigen::OuterStride<>(Wq))
           .noalias() = p * V;
     }
   return o;
+}
+
+template <class T>
+host_tensor attention(const node& nd, std::span<const host_tensor* const> in, const local_context& c) {
+  if (in.size() == 5) {  // a key/value cache: its keys and values before the step's, the queries after them
+    if (!(in[3]->shape() == in[4]->shape()) || in[3]->shape().rank != 3 || in[3]->shape()[0] != in[1]->shape()[0] ||
+        in[3]->shape()[2] != in[1]->shape()[2])
+      kernel_error(nd, "local key/value cache " + to_string(in[3]->shape()) + ", " + to_string(in[4]->shape()) + " does not fit k " +
+                           to_string(in[1]->shape()));
+    const host_tensor k = after_cache<T>(*in[3], *in[1]), v = after_cache<T>(*in[4], *in[2]);
+    local_context whole = c;
+    whole.global_in.resize(3);
+    whole.in_offset.resize(3);
+    whole.global_in[1][1] = whole.global_in[2][1] = k.shape()[1];
+    const host_tensor* ops[] = {in[0], &k, &v};
+    return attention_core<T>(nd, ops, whole, in[3]->shape()[1]);
+  }
+  return attention_core<T>(nd, in, c, 0);
 }
 
 /// Mean cross-entropy over every row of the global batch; this piece's rows contribute

@@ -17,6 +17,7 @@
 #include "../core/layout.hpp"      // local_box
 #include "../core/shape.hpp"       // tensor_shape
 #include "../graph/model.hpp"      // node, op_kind, is_binary_elementwise
+#include "../graph/compute.hpp"    // attention_keys
 #include "../graph/strategy.hpp"   // model_graph, strategy, operands
 
 namespace autoshard {
@@ -54,9 +55,11 @@ inline std::uint64_t kernel_workspace_bytes(const node& nd, const std::vector<te
   switch (nd.kind) {
     case op_kind::attention: {
       if (in.size() < 2 || in[0].rank < 3 || in[1].rank < 3) return 0;
-      const std::int64_t S = in[0][1], Sk = in[1][1], D = std::max(in[0][2], in[1][2]);
+      const std::int64_t S = in[0][1], Sk = detail::attention_keys(in), D = std::max(in[0][2], in[1][2]);
       const auto s = static_cast<std::uint64_t>(S), sk = static_cast<std::uint64_t>(Sk), d = static_cast<std::uint64_t>(D);
-      if (!backward) return s * sk * e + gemm({{S, D, Sk}, {S, Sk, D}});
+      // A key/value cache: the keys and values copied after it, [B, P + S, kv width] each (after_cache).
+      const std::uint64_t cached = in.size() == 5 ? 2 * static_cast<std::uint64_t>(in[0][0]) * sk * static_cast<std::uint64_t>(in[1][2]) * e : 0;
+      if (!backward) return cached + s * sk * e + gemm({{S, D, Sk}, {S, Sk, D}});
       return (2 * s * sk + std::max(s, sk) * d) * e + gemm({{Sk, S, D}, {S, D, Sk}, {S, Sk, D}});
     }
     case op_kind::linear:

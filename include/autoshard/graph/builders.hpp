@@ -148,6 +148,12 @@ struct transformer_config {
   int type_vocab = 2;          ///< BERT token types
   int seq = 1024;
   int batch = 8;
+  /// Tokens of each sequence already in a key/value cache: the graph is a step after them (a
+  /// decode step at seq 1), its attentions reading the cache (past_key_values.<layer>.key and
+  /// .value inputs, [batch, past, kv_heads*D]) and its rotaries turning from position past.
+  /// Inference only; the decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX,
+  /// BLOOM, Falcon). 0: none, a prefill or a training step.
+  std::int64_t past = 0;
   dtype type = dtype::bf16;
   run_mode mode = default_run_mode;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
   bool dropout = true;         ///< GPT-2 trains with dropouts; false: a config whose dropout probabilities are all 0 has none
@@ -274,11 +280,23 @@ inline void check_config(const transformer_config& c, const char* what) {
         " is negative");
   if (!c.sliding_layers.empty() && c.sliding_layers.size() != static_cast<std::size_t>(c.layers))
     bad(std::to_string(c.sliding_layers.size()) + " sliding_layers flags for " + std::to_string(c.layers) + " layers");
+  if (c.past < 0 || c.past > max_attention_window)
+    bad("past " + std::to_string(c.past) + " is not a count of cached tokens in 0.." + std::to_string(max_attention_window));
+  if (c.past > 0 && c.mode == run_mode::training)
+    bad("a key/value cache of " + std::to_string(c.past) + " tokens makes a decode step, which is inference, not training");
   if (c.rotary && (!(c.rotary_pct > 0.0) || !(c.rotary_pct <= 1.0)))
     bad("rotary_pct " + exact_number(c.rotary_pct) + " is not a part of the head in (0, 1]");
   if (c.rotary && c.rotary_pct != 1.0 && (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0))
     bad("rotary_pct " + exact_number(c.rotary_pct) + " of heads of " + std::to_string(c.head_dim()) + " turns " +
         std::to_string(c.rotary_dims()) + " dims (int(head_dim x rotary_pct)), not an even number of at least 2");
+}
+
+/// Families whose positions are a learned table or absent (GPT-2, OPT, BERT) build no cache:
+/// their position_ids would start at the past, which verify does not feed.
+inline void check_no_cache(const transformer_config& c, const char* what) {
+  if (c.past > 0)
+    throw graph_error(std::string(what) + " config: a key/value cache (past " + std::to_string(c.past) + ") is built for the decoders "
+                      "with rotary or ALiBi positions (LLaMA family, GPT-NeoX, BLOOM, Falcon), not " + what);
 }
 
 inline void check_no_gqa(const transformer_config& c, const char* what) {
@@ -333,8 +351,11 @@ struct builder {
     a.length = length;
     return add_op(g, op_kind::split, name, {x}, a);
   }
+  /// The attention core over q, k, v and, when `cache` holds them (kv_cache), a key/value
+  /// cache's keys and values.
   vertex_t attention(const std::string& name, vertex_t q, vertex_t k, vertex_t v, int heads, int kv, bool causal,
-                     bool dropout = false, std::int64_t window = 0, alibi_rule alibi = alibi_rule::none) {
+                     bool dropout = false, std::int64_t window = 0, alibi_rule alibi = alibi_rule::none,
+                     const std::vector<vertex_t>& cache = {}) {
     op_attrs a;
     a.heads = heads;
     a.kv_heads = kv;
@@ -342,7 +363,17 @@ struct builder {
     a.window = window;
     a.alibi = alibi;
     a.dropout = dropout;
-    return add_op(g, op_kind::attention, name, {q, k, v}, a);
+    std::vector<vertex_t> ops{q, k, v};
+    ops.insert(ops.end(), cache.begin(), cache.end());
+    return add_op(g, op_kind::attention, name, ops, a);
+  }
+  /// Layer `layer`'s key/value cache of transformer_config::past tokens, keys of `width`
+  /// (kv_heads x head size): past_key_values.<layer>.key and .value, as optimum's ONNX exports
+  /// name them; none without a past.
+  std::vector<vertex_t> kv_cache(const transformer_config& c, int layer, std::int64_t width) {
+    if (c.past == 0) return {};
+    const std::string n = "past_key_values." + std::to_string(layer);
+    return {add_kv_cache(g, n + ".key", {c.batch, c.past, width}, t), add_kv_cache(g, n + ".value", {c.batch, c.past, width}, t)};
   }
   /// A dropout module of the training graph (nothing at inference, where it is the identity).
   vertex_t dropout(const transformer_config& c, const std::string& name, vertex_t x) {
@@ -375,7 +406,8 @@ struct builder {
     a.rotary_base = c.rope_theta;
     const int R = c.rotary_dims();
     a.rotary_dims = R == c.head_dim() ? 0 : R;  // 0: the whole head, as a graph without a partial rotary says it
-    a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling, c.seq);
+    a.rotary_offset = c.past;  // the step's tokens come after the cached ones
+    a.rotary_frequencies = rope_frequencies(c.rope_theta, R, c.rope_scaling, c.past + c.seq);
     a.rotary_rule = rope_rule_of(c.rope_scaling);  // dynamic, longrope: with_batch_seq turns at another sequence by it
     a.scale = rope_attention_factor(c.rope_scaling);  // yarn's attention_factor: the turned dims' cos and sin times it
     return op(op_kind::rotary, name, {x}, a);
@@ -397,6 +429,7 @@ struct builder {
 /// fused c_attn split into q, k, v, causal attention, lm_head tied to transformer.wte.
 inline model_graph build_gpt2(const transformer_config& c) {
   detail::check_config(c, "gpt2");
+  detail::check_no_cache(c, "gpt2");
   detail::check_no_gqa(c, "gpt2");
   if (c.seq > c.max_positions)
     throw graph_error("gpt2 config: seq " + std::to_string(c.seq) + " exceeds max_positions " + std::to_string(c.max_positions));
@@ -464,6 +497,7 @@ inline void check_positions(const transformer_config& c, const char* what) {
 inline model_graph build_bert(const transformer_config& c) {
   const std::string pre = c.prefix.empty() ? "bert" : c.prefix;
   detail::check_config(c, pre.c_str());
+  detail::check_no_cache(c, pre.c_str());
   detail::check_no_gqa(c, pre.c_str());
   detail::check_positions(c, pre.c_str());
   model_graph g;
@@ -555,7 +589,8 @@ inline model_graph build_llama(const transformer_config& c) {
     }
     q = b.rope(c, n + ".self_attn.rotary_q", q, c.heads);
     k = b.rope(c, n + ".self_attn.rotary_k", k, c.kv());
-    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true, false, c.window_of(i));
+    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.kv(), true, false, c.window_of(i), alibi_rule::none,
+                             b.kv_cache(c, i, KV));
     a = b.linear(n + ".self_attn.o_proj", a, Q, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
     h = b.rms_norm(n + ".post_attention_layernorm", x, H);
@@ -584,6 +619,7 @@ inline model_graph build_llama(const transformer_config& c) {
 /// word_embed_proj_dim differs from hidden, lm_head tied to model.decoder.embed_tokens.
 inline model_graph build_opt(const transformer_config& c) {
   detail::check_config(c, "opt");
+  detail::check_no_cache(c, "opt");
   detail::check_no_gqa(c, "opt");
   detail::check_positions(c, "opt");
   model_graph g;
@@ -643,7 +679,8 @@ inline model_graph build_gpt_neox(const transformer_config& c) {
     vertex_t v = b.group_slice(n + ".attention.v", qkv, c.heads, 2 * D, D);
     q = b.rope(c, n + ".attention.rotary_q", q, c.heads);
     k = b.rope(c, n + ".attention.rotary_k", k, c.heads);
-    vertex_t a = b.attention(n + ".attention.attention", q, k, v, c.heads, c.heads, true);
+    vertex_t a = b.attention(n + ".attention.attention", q, k, v, c.heads, c.heads, true, false, 0, alibi_rule::none,
+                             b.kv_cache(c, i, H));
     a = b.linear(n + ".attention.dense", a, H, H, c.out_bias, false);
     vertex_t m_in = x;
     if (!c.parallel_residual) m_in = x = b.op(op_kind::add, n + ".attention.residual", {x, a});
@@ -680,7 +717,8 @@ inline model_graph build_bloom(const transformer_config& c) {
     vertex_t q = b.group_slice(n + ".self_attention.q", qkv, c.heads, 0, D);
     vertex_t k = b.group_slice(n + ".self_attention.k", qkv, c.heads, D, D);
     vertex_t v = b.group_slice(n + ".self_attention.v", qkv, c.heads, 2 * D, D);
-    vertex_t a = b.attention(n + ".self_attention.attention", q, k, v, c.heads, c.heads, true, false, 0, alibi_rule::bloom);
+    vertex_t a = b.attention(n + ".self_attention.attention", q, k, v, c.heads, c.heads, true, false, 0, alibi_rule::bloom,
+                             b.kv_cache(c, i, H));
     a = b.linear(n + ".self_attention.dense", a, H, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attention.residual", {x, a});
     h = b.layer_norm(n + ".post_attention_layernorm", x, H);
@@ -738,7 +776,8 @@ inline model_graph build_falcon(const transformer_config& c) {
       q = b.rope(c, s + ".rotary_q", q, c.heads);
       k = b.rope(c, s + ".rotary_k", k, c.kv());
     }
-    vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true, false, 0, c.rotary ? alibi_rule::none : alibi_rule::falcon);
+    vertex_t a = b.attention(s + ".attention", q, k, v, c.heads, c.kv(), true, false, 0, c.rotary ? alibi_rule::none : alibi_rule::falcon,
+                             b.kv_cache(c, i, KV * D));
     a = b.linear(s + ".dense", a, c.heads * D, H, c.out_bias, false);
     vertex_t m_in = h;
     if (two_norms) m_in = b.layer_norm(n + ".ln_mlp", x, H);

@@ -19,7 +19,10 @@
 /// ALiBi's bias (op_attrs::alibi) is one add per score, which both kernels fold into a pass
 /// they make anyway (BLOOM's baddbmm writes the scores with it, FlashAttention takes
 /// alibi_slopes): no score moves for it, and like the scaling, the mask and the softmax's
-/// arithmetic it is not counted in the FLOPs (the products' 4 D per pair dwarf it).
+/// arithmetic it is not counted in the FLOPs (the products' 4 D per pair dwarf it). A
+/// key/value cache (a decode step's, operands 3 and 4) is read once, as the step's own keys
+/// and values are: its bytes are operands' bytes; the step's keys and values are written
+/// into it in place (vLLM's paged cache, transformers' StaticCache), not copied with it.
 ///
 /// Memory kept for the backward (training; autograd's saved tensors, as Korthikanti et al.
 /// 2022 count them): a tensor is kept when an operator needs it in its backward: the input of
@@ -32,6 +35,7 @@
 /// of Korthikanti et al.'s 34 s b h + 5 a s^2 b bytes per GPT layer.
 #include <algorithm>  // std::min
 #include <cstdint>    // std::int64_t
+#include <span>       // std::span
 #include <vector>     // std::vector
 
 #include "../core/shape.hpp"  // tensor_shape
@@ -49,20 +53,31 @@ inline double local_heads(const node& nd, double local_width) {
   return width > 0 ? static_cast<double>(nd.attrs.heads) * local_width / width : 0.0;
 }
 
+/// The tokens of an attention core's key/value cache (operands 3 and 4 of shapes `in`: the
+/// past each query sees before the step's keys), 0 without one.
+inline std::int64_t attention_past(std::span<const tensor_shape> in) { return in.size() == 5 ? in[3][1] : 0; }
+
+/// The keys an attention core over operands of shapes `in` weighs: its cache's then its own.
+inline std::int64_t attention_keys(std::span<const tensor_shape> in) { return attention_past(in) + in[1][1]; }
+
 /// Score elements of the attention core `nd` on local shapes: batch x heads x queries x keys.
 inline double attention_scores(const node& nd, const std::vector<tensor_shape>& in) {
   return static_cast<double>(in[0][0]) * local_heads(nd, static_cast<double>(in[0][2])) * static_cast<double>(in[0][1]) *
-         static_cast<double>(in[1][1]);
+         static_cast<double>(attention_keys(in));
 }
 
-/// The (query, key) pairs a causal attention core over S queries and S keys keeps: S (S + 1) / 2,
-/// or with a sliding window W < S (op_attrs::window) the W (W + 1) / 2 of the first W queries
-/// and W for each later one. Per batch row and head.
-inline double attention_pairs(const op_attrs& a, std::int64_t S) {
-  const double s = static_cast<double>(S);
-  if (a.window <= 0 || a.window >= S) return s * (s + 1.0) / 2.0;
+/// The (query, key) pairs a causal attention core over S queries after P cached keys keeps,
+/// query i (at position P + i) seeing the P + i + 1 keys up to itself, or with a sliding
+/// window W (op_attrs::window) the last W of them: S (S + 1) / 2 + S P without a window or
+/// one of at least P + S; with P = 0 and W < S, the W (W + 1) / 2 of the first W queries and W
+/// for each later one. Per batch row and head.
+inline double attention_pairs(const op_attrs& a, std::int64_t S, std::int64_t P = 0) {
+  const double s = static_cast<double>(S), p = static_cast<double>(P);
+  if (a.window <= 0 || a.window >= P + S) return s * (s + 1.0) / 2.0 + s * p;
   const double w = static_cast<double>(a.window);
-  return w * (w + 1.0) / 2.0 + (s - w) * w;
+  if (a.window <= P + 1) return s * w;  // every query sees a full window
+  // Queries see P + 1 .. W keys (a growing prefix), then W each.
+  return w * (w + 1.0) / 2.0 - p * (p + 1.0) / 2.0 + (p + s - w) * w;
 }
 
 /// Bytes the unfused attention core moves through HBM per score element in one forward (see
@@ -89,9 +104,10 @@ inline double op_flops(const node& nd, const std::vector<tensor_shape>& in, cons
       // keeps (attention_pairs: S (S + 1) / 2, about half, and with a sliding window W < S
       // fewer, about S W), which a flash kernel computes alone (it skips the masked blocks).
       // The unfused kernel computes every pair and masks afterwards, a window's as a causal one's.
-      const double sq = static_cast<double>(in[0][1]), sk = static_cast<double>(in[1][1]);
+      // A key/value cache adds its P keys before the step's (attention_pairs).
+      const double sq = static_cast<double>(in[0][1]), sk = static_cast<double>(attention_keys(in));
       const bool skip = nd.attrs.causal && in[0][1] == in[1][1] && kernel == attention_kernel::flash;
-      const double pairs = skip ? attention_pairs(nd.attrs, in[0][1]) : sq * sk;
+      const double pairs = skip ? attention_pairs(nd.attrs, in[0][1], attention_past(in)) : sq * sk;
       return 4.0 * static_cast<double>(in[0][0]) * pairs * static_cast<double>(in[0][2]);
     }
     case op_kind::layer_norm:
@@ -126,7 +142,7 @@ inline double gemm_smallest_dim(const node& nd, const std::vector<tensor_shape>&
     }
     case op_kind::attention: {
       const double head = nd.attrs.heads > 0 ? static_cast<double>(nd.shape[nd.shape.rank - 1u]) / nd.attrs.heads : 0.0;
-      return std::min({static_cast<double>(in[0][1]), static_cast<double>(in[1][1]), head});
+      return std::min({static_cast<double>(in[0][1]), static_cast<double>(attention_keys(in)), head});
     }
     default: return 0.0;
   }

@@ -27,11 +27,14 @@
 /// "factor": f} or {"type": "longrope", "threshold": original_max_position_embeddings,
 /// "short_factor": [...], "long_factor": [...]}, threshold an integer in [1, max_rope_threshold],
 /// each list at most max_rotary_frequencies; checked at shape inference against the turned dims
-/// and the rotary_frequencies, which must be the rule's at the input's sequence; absent: none),
+/// and the rotary_frequencies, which must be the rule's at the input's sequence after
+/// rotary_offset; absent: none), rotary_offset (a rotary's first position, an integer in [0,
+/// max_attention_window]: a step after a key/value cache; absent: 0),
 /// dims (array of integers), op_type (the source
 /// format's operator of an "opaque" vertex, a string) and elementwise (a boolean: an opaque
 /// vertex whose operands broadcast to its output, which then has no dims); an "input" vertex's
-/// only held (a boolean: data the model holds, not fed each step); omitted ones keep their
+/// only held (a boolean: data the model holds, not fed each step) and kv_cache (a boolean: a
+/// key/value cache an attention reads as its operand 3 or 4; validate()); omitted ones keep their
 /// defaults. A malformed file throws io_error naming the JSON path
 /// ("nodes[3].shape[1] is -1, not an integer in [0, ...]"); a well-formed file describing an
 /// invalid graph throws graph_error naming the vertex (see validate()).
@@ -96,14 +99,16 @@ inline nlohmann::json to_json(const model_graph& g) {
         if (r.kind == rope_rule_kind::longrope) rule["short_factor"] = r.short_factor, rule["long_factor"] = r.long_factor;
         at["rotary_rule"] = std::move(rule);
       }
+      if (a.rotary_offset != d.rotary_offset) at["rotary_offset"] = a.rotary_offset;
       if (a.start != d.start) at["start"] = a.start;
       if (a.length != d.length) at["length"] = a.length;
       if (!a.dims.empty()) at["dims"] = a.dims;
       if (!a.op_type.empty()) at["op_type"] = a.op_type;
       if (a.elementwise != d.elementwise) at["elementwise"] = a.elementwise;
       if (!at.empty()) j["attrs"] = at;
-    } else if (n.is_input() && n.attrs.held) {
-      j["attrs"] = json{{"held", true}};
+    } else if (n.is_input() && (n.attrs.held || n.attrs.kv_cache)) {
+      j["attrs"] = n.attrs.held ? json{{"held", true}} : json{{"kv_cache", true}};
+      if (n.attrs.held && n.attrs.kv_cache) j["attrs"]["kv_cache"] = true;  // refused when read back: validate says why
     }
     nodes.push_back(std::move(j));
   }
@@ -166,8 +171,10 @@ inline op_attrs json_attrs(const json_in& j) {
     else if (key == "dims") a.dims = val.integers(0, std::numeric_limits<std::int64_t>::max(), max_tensor_rank);
     else if (key == "op_type") a.op_type = val.string();
     else if (key == "elementwise") a.elementwise = val.boolean();
+    else if (key == "rotary_offset") a.rotary_offset = val.integer(0, max_attention_window);
     else if (key == "held") a.held = val.boolean();
-    else val.fail("is not an attribute (transposed_weight, causal, window, alibi, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, rotary_rule, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held)");
+    else if (key == "kv_cache") a.kv_cache = val.boolean();
+    else val.fail("is not an attribute (transposed_weight, causal, window, alibi, dropout, axis, heads, kv_heads, rotary_half, rotary_base, rotary_dims, rotary_frequencies, rotary_rule, rotary_offset, epsilon, weight_offset, scale, start, length, dims, op_type, elementwise, held, kv_cache)");
   }
   return a;
 }

@@ -46,7 +46,9 @@ enum class op_kind : std::uint8_t {
   reduce_sum, reduce_mean,  ///< over attrs.dims (removed from the shape)
   concat,         ///< along attrs.axis
   split,          ///< the slice [start, start+length) of attrs.axis (one output per split node)
-  attention,      ///< scaled-dot-product attention: q[B,S,heads*D], k,v[B,Sk,kv_heads*D]
+  attention,      ///< scaled-dot-product attention: q[B,S,heads*D], k,v[B,Sk,kv_heads*D], and
+                  ///< optionally a key/value cache k,v[B,P,kv_heads*D] (operands 3, 4): the keys
+                  ///< are the P cached then the Sk new, and query i sits at position P + i
   cross_entropy,  ///< logits[...,V], labels[...] (integer) -> mean loss, shape []
   where,          ///< cond ? x : y elementwise (cond integer/boolean, nonzero is true), numpy broadcasting
   expand,         ///< x broadcast (numpy rules) to the shape attrs.dims
@@ -190,6 +192,11 @@ struct op_attrs {
   /// input's sequence S (dim -2), checked at shape inference and recomputed by with_batch_seq
   /// when S changes. none: the frequencies are fixed.
   rope_rule rotary_rule;
+  /// rotary: the position of its first token; its S tokens are at positions rotary_offset ..
+  /// rotary_offset + S - 1 (a step after a key/value cache of that many tokens, transformers'
+  /// position_ids there), and a rope rule reads the sequence rotary_offset + S (transformers'
+  /// max(position_ids) + 1). 0..max_attention_window.
+  std::int64_t rotary_offset = 0;
   int kv_heads = 0;                ///< attention: key/value heads, 0 means `heads` (GQA when fewer)
   std::int64_t start = 0;          ///< split: first index taken along `axis`
   std::int64_t length = 0;         ///< split: number of indices taken
@@ -199,6 +206,11 @@ struct op_attrs {
                                    ///< "com.example.FancyNorm"), for reports
   bool elementwise = false;        ///< opaque: elementwise over operands that broadcast to the output
                                    ///< (its shape, inferred; attrs.dims empty)
+  /// input: a key/value cache [batch, past, kv_heads*D]: the keys (or values) of the past
+  /// tokens of each sequence, which an attention reads as its operand 3 (4) before the step's
+  /// own (op_kind::attention). Kept from step to step, so live the whole step; its dim 1 is
+  /// the past, not the sequence (graph_sequence, with_batch_seq leave it), and it has no gradient.
+  bool kv_cache = false;
   bool held = false;               ///< input: data the model holds (an ONNX file's buffers, constants and
                                    ///< integer tables), not fed each step: no batch or sequence dim
                                    ///< (graph_batch, with_batch_seq), and no gradient, as any input
@@ -307,7 +319,7 @@ constexpr std::pair<int, int> operand_count_range(op_kind k) noexcept {
     case op_kind::rms_norm: return {1, 2};
     case op_kind::concat: return {1, 64};
     case op_kind::opaque: return {0, 64};
-    case op_kind::attention:
+    case op_kind::attention: return {3, 5};  // q, k, v, and a key/value cache's k and v
     case op_kind::where: return {3, 3};
     case op_kind::matmul:
     case op_kind::embedding:
@@ -525,8 +537,10 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
                           " is not a finite number above 0");
   if (!(a.scale > 0.0) || !std::isfinite(a.scale))
     bad_operands(k, "scale " + exact_number(a.scale) + " (its cos and sin times it) is not a finite number above 0");
+  if (a.rotary_offset < 0 || a.rotary_offset > max_attention_window)
+    bad_operands(k, "rotary_offset " + std::to_string(a.rotary_offset) + " is not a position in 0.." + std::to_string(max_attention_window));
   if (a.rotary_rule.kind != rope_rule_kind::none) {
-    const std::int64_t R = rotary_width(a, D), S = in[0][in[0].rank - 2];
+    const std::int64_t R = rotary_width(a, D), S = a.rotary_offset + in[0][in[0].rank - 2];
     if (const std::string why = rope_rule_problem(a.rotary_rule, R); !why.empty()) bad_operands(k, why);
     std::vector<double> want;
     try {
@@ -534,7 +548,10 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
     } catch (const graph_error& e) {
       bad_operands(k, std::string(e.message()));
     }
-    const auto at = [&] { return "at sequence " + std::to_string(S) + " (dim " + std::to_string(in[0].rank - 2) + " of " + to_string(in[0]) + ")"; };
+    const auto at = [&] {
+      return "at sequence " + std::to_string(S) + " (dim " + std::to_string(in[0].rank - 2) + " of " + to_string(in[0]) +
+             (a.rotary_offset > 0 ? " after rotary_offset " + std::to_string(a.rotary_offset) : std::string()) + ")";
+    };
     if (want.size() != a.rotary_frequencies.size())
       bad_operands(k, "rotary_rule " + to_string(a.rotary_rule) + " " + at() + " gives " +
                           (want.empty() ? std::string("the default base^(-2i/R)") : std::to_string(want.size()) + " rotary_frequencies") +
@@ -559,14 +576,20 @@ inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<cons
   if (!(in[1] == in[2]) || in[1][0] != in[0][0] || hd == 0 || in[1][2] % hd != 0 || in[1][2] / hd != kv)
     bad_operands(k, "k and v must be [" + std::to_string(in[0][0]) + ", seq, " + std::to_string(kv * hd) +
                         "] for q " + to_string(in[0]) + ", got " + shapes_str(in.subspan(1)));
-  if (a.causal && in[1][1] != in[0][1]) bad_operands(k, "causal attention needs equal q and k lengths");
+  if (in.size() == 4) bad_operands(k, "takes q, k, v and, with a key/value cache, its k and v: 3 or 5 operands, got 4");
+  if (in.size() == 5 && (!(in[3] == in[4]) || in[3].rank != 3 || in[3][0] != in[1][0] || in[3][2] != in[1][2]))
+    bad_operands(k, "the key/value cache must be two [" + std::to_string(in[1][0]) + ", past, " + std::to_string(in[1][2]) +
+                        "] (k and v's batch and width), got " + shapes_str(in.subspan(3)));
+  if (a.causal && in[1][1] != in[0][1])
+    bad_operands(k, "causal attention needs equal q and k lengths (the step's tokens; earlier ones are a key/value cache), got " +
+                        shapes_str(in.first(2)));
   if (a.window < 0 || a.window > max_attention_window)
     bad_operands(k, "window " + std::to_string(a.window) + " is not a key count in 1.." + std::to_string(max_attention_window) + " (0: none)");
   if (a.window != 0 && !a.causal)
     bad_operands(k, "window " + std::to_string(a.window) + " is a causal sliding window, but the attention is not causal");
   if (static_cast<unsigned>(a.alibi) > static_cast<unsigned>(alibi_rule::falcon))
     bad_operands(k, "alibi " + std::to_string(static_cast<unsigned>(a.alibi)) + " is not an ALiBi rule (none, bloom, falcon)");
-  if (in[1][1] == 0 && has_elements(in[0]))
+  if (in[1][1] + (in.size() == 5 ? in[3][1] : 0) == 0 && has_elements(in[0]))
     bad_operands(k, "k and v " + to_string(in[1]) + " hold no key: each query of " + to_string(in[0]) + " would weigh none, 0/0");
   return in[0];
 }
@@ -704,6 +727,14 @@ inline vertex_t add_input(model_graph& g, std::string name, tensor_shape shape, 
 inline vertex_t add_held_input(model_graph& g, std::string name, tensor_shape shape, dtype t) {
   op_attrs a;
   a.held = true;
+  return boost::add_vertex(node{std::move(name), op_kind::input, std::move(a), shape, t}, g);
+}
+/// Adds a key/value cache [batch, past, kv_heads*D] an attention reads as its operand 3 or 4:
+/// an input with attrs.kv_cache (name it as the keys or values of its layer's cache,
+/// "past_key_values.0.key").
+inline vertex_t add_kv_cache(model_graph& g, std::string name, tensor_shape shape, dtype t) {
+  op_attrs a;
+  a.kv_cache = true;
   return boost::add_vertex(node{std::move(name), op_kind::input, std::move(a), shape, t}, g);
 }
 /// Adds a parameter (weight); name it as in the checkpoint ("transformer.h.0.attn.c_attn.weight").

@@ -11,7 +11,8 @@
 /// The batch is dim 0 of the first graph input, and every input whose dim 0 has that size is
 /// re-sized; the sequence likewise with dim 1 of the first input of rank >= 2 (graph_batch,
 /// graph_sequence). Inputs the model holds (attrs.held: an ONNX file's buffers and constants)
-/// have neither and keep their shapes. 0 keeps a size.
+/// have neither and keep their shapes; a key/value cache (attrs.kv_cache) has the batch and
+/// keeps its past (dim 1), as a rotary keeps its rotary_offset. 0 keeps a size.
 #include <algorithm>  // std::equal
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
@@ -34,11 +35,11 @@ inline std::int64_t graph_batch(const model_graph& g) {
   return 0;
 }
 
-/// The sequence length of a graph: dim 1 of its first fed input of rank >= 2 (what
-/// with_batch_seq re-sizes), 0 without one.
+/// The sequence length of a graph: dim 1 of its first fed input of rank >= 2 that is not a
+/// key/value cache (whose dim 1 is the past; what with_batch_seq re-sizes), 0 without one.
 inline std::int64_t graph_sequence(const model_graph& g) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_fed_input() && g[v].shape.rank >= 2) return g[v].shape[1];
+    if (g[v].is_fed_input() && !g[v].attrs.kv_cache && g[v].shape.rank >= 2) return g[v].shape[1];
   return 0;
 }
 
@@ -127,7 +128,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
     if (nd.is_input()) {
       if (nd.attrs.held) continue;  // data the model holds: no batch, no sequence
       if (batch > 0 && nd.shape.rank >= 1 && nd.shape[0] == b0) nd.shape[0] = batch;
-      if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0) nd.shape[1] = seq;
+      if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0 && !nd.attrs.kv_cache) nd.shape[1] = seq;  // a cache's is its past
       continue;
     }
     std::vector<tensor_shape> in;
@@ -166,7 +167,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
         const std::int64_t S0 = g[operands(g, v)[0]].shape[r - 2], S = in[0][r - 2];
         if (S != S0)
           nd.attrs.rotary_frequencies = rope_rule_frequencies(nd.attrs.rotary_base, rotary_width(nd.attrs, in[0][r - 1] / nd.attrs.heads),
-                                                              nd.attrs.rotary_rule, S);
+                                                              nd.attrs.rotary_rule, nd.attrs.rotary_offset + S);
       }
       nd.shape = infer_shape(nd.kind, nd.attrs, in);
     } catch (const graph_error& e) {

@@ -422,15 +422,22 @@ inline std::vector<axis_option> axis_options(const model_graph& g, vertex_t v, c
       opt({Replicate(), Shard(0)}, Partial());                                      // vocab-parallel
       break;
     }
-    case op_kind::attention:
-      opt({Replicate(), Replicate(), Replicate()}, Replicate());
-      opt({Shard(0), Shard(0), Shard(0)}, Shard(0));  // batch
-      opt({Shard(2), Shard(2), Shard(2)}, Shard(2));  // heads
+    case op_kind::attention: {
+      // A key/value cache (operands 3, 4) is laid out as the step's own keys and values.
+      const auto qkv = [&](placement q, placement kv) {
+        std::vector<placement> p{q, kv, kv};
+        if (n == 5) p.insert(p.end(), {kv, kv});
+        return p;
+      };
+      opt(qkv(Replicate(), Replicate()), Replicate());
+      opt(qkv(Shard(0), Shard(0)), Shard(0));  // batch
+      opt(qkv(Shard(2), Shard(2)), Shard(2));  // heads
       // Query heads split, the key/value heads whole on every rank: the replicated KV projection
       // when there are fewer KV heads than ranks (or a count they do not divide). Each rank reads
       // the KV heads of its query heads; their gradients are partial sums over the ranks.
-      opt({Shard(2), Replicate(), Replicate()}, Shard(2));
+      opt(qkv(Shard(2), Replicate()), Shard(2));
       break;
+    }
     case op_kind::reshape:
       opt({Replicate()}, Replicate());
       for (auto [a, b] : reshape_groups(in[0], nd.shape)) opt({Shard(a)}, Shard(b));

@@ -109,6 +109,23 @@ inline void validate(const model_graph& g) {
       throw graph_error(who + ": shape " + to_string(nd.shape) + " of " + std::string(to_string(nd.type)) + " is " +
                         (bytes < 0 ? std::string("more than 2^63-1") : std::to_string(bytes)) +
                         " bytes; one tensor may have at most 2^53 (8 PiB)");
+    // A key/value cache is live the whole step and keeps its past through re-sizing: only as
+    // an attention's cache operand (3, 4) do those mean what they say; and an attention's cache
+    // operands are such inputs (a computed tensor there would be priced as held across steps).
+    if (nd.attrs.kv_cache) {
+      if (!nd.is_fed_input() || nd.shape.rank != 3 || !is_floating(nd.type))
+        throw graph_error(who + ": kv_cache marks a fed input [batch, past, kv_heads*D] of a floating type, not a " +
+                          std::string(to_string(nd.kind)) + " " + to_string(nd.shape) + " of " + std::string(to_string(nd.type)));
+      for (auto [it, end] = boost::out_edges(v, g); it != end; ++it)
+        if (const node& c = g[boost::target(*it, g)]; c.kind != op_kind::attention || g[*it].operand < 3)
+          throw graph_error(who + ": a key/value cache is read as an attention's operand 3 or 4, not as operand " +
+                            std::to_string(g[*it].operand) + " of " + quoted_text(c.name) + " (" + std::string(to_string(c.kind)) + ")");
+    }
+    if (nd.kind == op_kind::attention)
+      for (auto [it, end] = boost::in_edges(v, g); it != end; ++it)
+        if (const node& c = g[boost::source(*it, g)]; g[*it].operand >= 3 && !(c.is_input() && c.attrs.kv_cache))
+          throw graph_error(who + " (attention): operand " + std::to_string(g[*it].operand) + " " + quoted_text(c.name) +
+                            " is not a key/value cache (an input with kv_cache)");
     if (!nd.is_operator()) continue;
     tensor_shape inferred;
     try {

@@ -226,7 +226,7 @@ inline void check_pricing(const step_pricing& p) {
 /// Everything the pass derives from the graph once: strategies, the full strategy problem.
 ///
 /// Memory over time: inference runs the forward, a tensor live from its operator to its last
-/// consumer. Training runs the forward (times 0..N-1, topological order) and then the backward
+/// consumer; a parameter and a key/value cache (kept for the next step) throughout. Training runs the forward (times 0..N-1, topological order) and then the backward
 /// (N..2N-1, the reverse order): a parameter is live throughout, a tensor kept for the
 /// backward from its operator to its operator's backward. An operator that may recompute its
 /// layer fully has a second problem node, its shadow (after the vertices, tied to it by an edge
@@ -262,6 +262,11 @@ struct pass_model {
     if (mesh.ndim() == 0) throw solver_error("the mesh has no axes");
     check_pricing(sopt.pricing);
     validate(g);
+    if (sopt.pricing.mode == run_mode::training)
+      for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+        if (g[v].is_input() && g[v].attrs.kv_cache)
+          throw solver_error("vertex " + quoted_text(g[v].name) + " is a key/value cache: a step after one is inference (a decode "
+                             "step), which training does not run; plan it in inference mode");
     const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
       if (on_phase) on_phase(name, done, total);
     };
@@ -378,7 +383,7 @@ struct pass_model {
       strategy_node& node = problem.nodes[v];
       node.name = g[v].name;
       for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
-      if (g[v].is_parameter())
+      if (g[v].is_parameter() || (g[v].is_input() && g[v].attrs.kv_cache))  // a cache is kept for the next step
         node.live = {0, train ? 2 * N : N};
       else if (!train)
         node.live = {pos[v], last[v] + 1};
@@ -791,6 +796,7 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
 /// budget dropped unless it applies, tied into classes (`cls`: problem node -> class).
 struct restricted_problem {
   strategy_problem q;
+  strategy_problem untied;  ///< the same restricted problem before tying (one node per vertex, then the shadows)
   std::vector<std::size_t> cls;
   std::size_t classes = 0;
 };
@@ -840,7 +846,41 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
     for (std::size_t c : r.cls) r.classes = std::max(r.classes, c + 1);
   }
   r.q = quotient(p, r.cls, r.classes);
+  r.untied = std::move(p);
   return r;
+}
+
+/// Each parameter and fed input of `choice` stored as its consumers use it where that costs
+/// the same: the strategy of least memory among those `p` (restricted_problem::untied) allows
+/// whose node cost plus edges to the consumers' chosen strategies is exactly the chosen one's,
+/// in the solver's integer units. The ILP prices time and only bounds memory, so between
+/// storing a weight whole and slicing it locally for a consumer that reads a shard (free), or
+/// storing the shard, it saw no difference: LLaMA-70B's inference plan on 1x8 held its
+/// down_proj, up_proj and v_proj weights whole on every rank (78 GiB where 16 GiB do at the
+/// same step time). A source has no operand and no shadow, so its cost is its node's and its
+/// out-edges'; the objective is unchanged and the peak can only fall.
+inline void store_as_used(const pass_model& pm, const strategy_problem& p, std::vector<int>& choice) {
+  std::vector<std::vector<std::size_t>> out(pm.size());
+  for (std::size_t k = 0; k < pm.edges.size() && k < p.edges.size(); ++k)
+    if (p.edges[k].from < pm.size()) out[p.edges[k].from].push_back(k);
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    if (!(pm.g[v].is_parameter() || pm.g[v].is_fed_input()) || out[v].empty()) continue;
+    const strategy_node& nd = p.nodes[v];
+    const auto cost = [&](std::size_t i) {
+      std::int64_t c = nd.costs[i];
+      for (std::size_t k : out[v]) {
+        const strategy_edge& e = p.edges[k];
+        const std::size_t cols = p.nodes[e.to].costs.size();
+        c = add_costs(c, e.costs[i * cols + static_cast<std::size_t>(choice[e.to])]);
+      }
+      return c;
+    };
+    auto best = static_cast<std::size_t>(choice[v]);
+    const std::int64_t chosen = cost(best);
+    for (std::size_t i = 0; i < nd.costs.size(); ++i)
+      if (nd.usages[i] < nd.usages[best] && !is_forbidden(nd.costs[i]) && cost(i) == chosen) best = i;
+    choice[v] = static_cast<int>(best);
+  }
 }
 
 /// Seconds that rounding every node's and edge's cost of `pm` to a whole cost unit can hide:
@@ -925,6 +965,7 @@ inline std::pair<plan_summary, solve_result> solve_masked(const pass_model& pm, 
   solve_result res = solve_ilp(r.q, so);
   std::vector<int> choice(pm.size());
   for (vertex_t v = 0; v < pm.size(); ++v) choice[v] = res.choice[r.cls[v]];
+  store_as_used(pm, r.untied, choice);
   plan_summary s = summarize(pm, rq.a, std::move(choice));
   unprove_rounding(pm, s, res);
   return {std::move(s), std::move(res)};

@@ -56,11 +56,15 @@ inline step_flops count_step_flops(const model_graph& g, int micro_batches, cons
     } else if (nd.kind == op_kind::attention) {
       const std::vector<vertex_t> ops = operands(g, v);
       const tensor_shape q = g[ops[0]].shape, k = g[ops[1]].shape;
+      const std::vector<tensor_shape> in = operand_shapes(g, v);
       const double b = static_cast<double>(q[0]), sq = static_cast<double>(q[1]), d = static_cast<double>(q[2]);
-      x = 4.0 * b * sq * static_cast<double>(k[1]) * d;
-      // A causal mask over equal lengths keeps S (S + 1) / 2 of the S x S pairs, a sliding
-      // window fewer (compute.hpp's attention_pairs, which op_flops counts for a flash kernel).
-      if (nd.attrs.causal && q[1] == k[1]) f.masked += 4.0 * b * (sq * sq - detail::attention_pairs(nd.attrs, q[1])) * d * micro_batches;
+      const double keys = static_cast<double>(detail::attention_keys(in));
+      x = 4.0 * b * sq * keys * d;
+      // A causal mask over equal lengths keeps S (S + 1) / 2 of the S x S pairs (and each
+      // query every key of a cache before them), a sliding window fewer (compute.hpp's
+      // attention_pairs, which op_flops counts for a flash kernel).
+      if (nd.attrs.causal && q[1] == k[1])
+        f.masked += 4.0 * b * (sq * keys - detail::attention_pairs(nd.attrs, q[1], detail::attention_past(in))) * d * micro_batches;
     }
     (layers.layer[v] >= 0 ? f.layers : f.rest) += x * micro_batches;
   }

@@ -76,7 +76,8 @@ TABLE = {
     "plan": (
         TINY_LLAMA + [("--mesh", "2x2"), ("--out", "p.json"), ("--json", FLAG), ("--quiet", FLAG)], [],
         {"--model": "gpt2", "--mode": "infer", "--layers": "2", "--hidden": "64", "--heads": "8", "--kv-heads": "2",
-         "--ffn": "128", "--vocab": "256", "--seq": "32", "--batch": "4", "--dtype": "f32", "--mesh": "2x4",
+         "--ffn": "128", "--vocab": "256", "--seq": "32", "--batch": "4", "--kv-cache": based({"--mode": "infer"}, "4"),
+         "--dtype": "f32", "--mesh": "2x4",
          "--inter-bw": "1e9", "--intra-bw": "1e9", "--inter-lat": "1e-2", "--intra-lat": "1e-2",
          "--inter-hop": "1e-3", "--intra-hop": "1e-3", "--algo": "megatron", "--backend": "gloo",
          "--device": "h100-80g", "--optimizer": "sgd", "--gradient-bucket": "0", "--gradient-overlap": "1",

@@ -666,4 +666,26 @@ PY
     && ok || bad "the schema accepts an invalid plan"
 fi
 
+# A decode step after a key/value cache (--kv-cache): refused in training, for GPT-2's learned
+# positions and for a model file; a small LLaMA's decode step holds its cache split as its keys
+# and runs on its ranks, also with another count of new tokens after the same cache.
+kv=(--model llama-7b --layers 2 --hidden 64 --heads 8 --kv-heads 4 --ffn 96 --vocab 128 --mesh 1x4 --batch 2 --seq 2 --kv-cache 5)
+expect_rc 2 "$tool" plan "${kv[@]}" --mode train --out "$tmp/kv.json"
+grep -q "a decode step, which is inference: give --mode infer" "$tmp/err" && ok || bad "--kv-cache in training: $(cat "$tmp/err")"
+expect_rc 1 "$tool" plan --model gpt2 --layers 1 --mode infer --kv-cache 8 --mesh 1x2 --out "$tmp/kv.json"
+grep -q "gpt2 config: a key/value cache (past 8) is built for the decoders with rotary or ALiBi positions" "$tmp/err" && ok || bad "--kv-cache on gpt2: $(cat "$tmp/err")"
+expect_rc 0 "$tool" plan "${kv[@]}" --mode infer --algo megatron --quiet --no-svg --out "$tmp/kv.json"
+python3 - "$tmp/kv.json" "$tmp/kv-graph.json" <<'PY' && ok || bad "the decode plan's cache is not split as its keys"
+import json, sys
+d = json.load(open(sys.argv[1]))
+json.dump(d["graph"], open(sys.argv[2], "w"))  # its graph as a model file: kv_cache inputs and rotary offsets
+t = {x["name"]: x["strategy"] for x in d["tensors"]}
+sys.exit(0 if t["past_key_values.1.key"] == "->RRS1" and t["model.layers.1.self_attn.attention"] == "RRS1,RRS1,RRS1,RRS1,RRS1->RRS1" else 1)
+PY
+expect_rc 1 "$tool" plan --model "$tmp/kv-graph.json" --mode infer --kv-cache 8 --mesh 1x2 --out "$tmp/kv-again.json"
+grep -q "a model JSON file's graph is its own" "$tmp/err" && ok || bad "--kv-cache on a model file: $(cat "$tmp/err")"
+expect_rc 0 "$tool" plan --model "$tmp/kv-graph.json" --mode infer --mesh 1x2 --quiet --no-svg --out "$tmp/kv-again.json"
+expect_rc 0 "$tool" verify --plan "$tmp/kv.json"
+expect_rc 0 "$tool" verify --plan "$tmp/kv.json" --seq 1 --batch 4
+
 finish cli

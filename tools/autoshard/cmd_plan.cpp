@@ -628,7 +628,7 @@ void register_plan(CLI::App& app, action& run) {
       "  autoshard plan --model gpt2 --mesh 2x4 --out plan.json\n"
       "  autoshard plan --model llama-7b --mesh dp=2,tp=4 --mode infer --memory-budget 40GiB --out plan.json --json");
 
-  o->model.add_to(*cmd);
+  o->model.add_to(*cmd, true);
   o->mesh.add_to(*cmd);
   std::vector<std::string> algos;
   for (algo a : all_algos) algos.emplace_back(to_string(a));

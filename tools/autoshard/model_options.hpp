@@ -32,7 +32,8 @@ struct model_options {
 
   /// The size overrides must be positive when given: 0 or -1 used to fall back to the
   /// preset's value without a word (synth --layers -1 wrote 12 layers).
-  void add_to(CLI::App& cmd) {
+  /// `decode`: offer --kv-cache (plan; synth writes weights, which a cache does not change).
+  void add_to(CLI::App& cmd, bool decode = false) {
     cmd.add_option("--model", model,
                    "preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large, llama-7b, llama-70b), "
                    "a Hugging Face model directory (or its config.json), an ONNX file (.onnx), or a model JSON file")
@@ -48,11 +49,12 @@ struct model_options {
     cmd.add_option("--vocab", vocab, "override the vocabulary size")->check(positive_int());
     cmd.add_option("--seq", seq, "sequence length")->check(positive_int());
     cmd.add_option("--batch", batch, "global batch size")->check(positive_int());
-    cmd.add_option("--kv-cache", kv_cache,
-                   "tokens of each sequence already in a key/value cache: plan the step after them (a decode step with --seq 1), "
-                   "the cache held on the devices; --mode infer, decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX, "
-                   "BLOOM, Falcon)")
-        ->check(CLI::Range(std::int64_t{1}, max_attention_window));
+    if (decode)
+      cmd.add_option("--kv-cache", kv_cache,
+                     "tokens of each sequence already in a key/value cache: plan the step after them (a decode step with --seq 1), "
+                     "the cache held on the devices; --mode infer, decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX, "
+                     "BLOOM, Falcon)")
+          ->check(CLI::Range(std::int64_t{1}, max_attention_window));
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
   run_mode run() const { return mode == mode_flag(run_mode::training) ? run_mode::training : run_mode::inference; }

@@ -55,7 +55,9 @@ inline double local_heads(const node& nd, double local_width) {
 
 /// The tokens of an attention core's key/value cache (operands 3 and 4 of shapes `in`: the
 /// past each query sees before the step's keys), 0 without one.
-inline std::int64_t attention_past(std::span<const tensor_shape> in) { return in.size() == 5 ? in[3][1] : 0; }
+/// (Not inlined: GCC 12 at -O3 inlined it into 3-operand calls and warned that in[3], on the
+/// branch they never take, was out of bounds.)
+[[gnu::noinline]] inline std::int64_t attention_past(std::span<const tensor_shape> in) { return in.size() == 5 ? in[3][1] : 0; }
 
 /// The keys an attention core over operands of shapes `in` weighs: its cache's then its own.
 inline std::int64_t attention_keys(std::span<const tensor_shape> in) { return attention_past(in) + in[1][1]; }

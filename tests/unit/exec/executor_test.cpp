@@ -446,6 +446,45 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
   }
 }
 
+TEST_CASE("an attention after a key/value cache computes the last rows of the whole sequence's attention") {
+  // Independent computation: the whole sequence of P + S tokens through the causal kernel with
+  // no cache, against the step's S queries, keys and values after the first P keys and values
+  // given as the cache: query i of the step is token P + i, so its row is row P + i of the whole
+  // run, with a sliding window shorter and longer than the cache, and ALiBi (by key position).
+  const std::int64_t B = 2, P = 5, S = 3, H = 4, KV = 2, D = 3;
+  const auto filled = [](tensor_shape s, double phase) {
+    host_tensor t(dtype::f64, s);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.as<double>()[i] = std::sin(0.7 * static_cast<double>(i) + phase);
+    return t;
+  };
+  const auto tokens = [](const host_tensor& t, std::int64_t from, std::int64_t count) {  // [B, count, W] from token `from`
+    const std::int64_t n = t.shape()[1], w = t.shape()[2];
+    host_tensor o(dtype::f64, {t.shape()[0], count, w});
+    for (std::int64_t b = 0; b < t.shape()[0]; ++b)
+      std::copy_n(t.as<double>() + (b * n + from) * w, count * w, o.as<double>() + b * count * w);
+    return o;
+  };
+  const host_tensor q = filled({B, P + S, H * D}, 0.1), k = filled({B, P + S, KV * D}, 1.3), v = filled({B, P + S, KV * D}, 2.9);
+  const host_tensor qs = tokens(q, P, S), ks = tokens(k, P, S), vs = tokens(v, P, S), kc = tokens(k, 0, P), vc = tokens(v, 0, P);
+  for (const std::int64_t window : {0, 2, 4, 7, 100})
+    for (const alibi_rule alibi : {alibi_rule::none, alibi_rule::bloom, alibi_rule::falcon}) {
+      op_attrs a;
+      a.heads = H;
+      a.kv_heads = KV;
+      a.causal = true;
+      a.window = window;
+      a.alibi = alibi;
+      const host_tensor want = tokens(run1(op(op_kind::attention, a), {&q, &k, &v}), P, S);
+      const host_tensor got = run1(op(op_kind::attention, a), {&qs, &ks, &vs, &kc, &vc});
+      REQUIRE(got.shape() == want.shape());
+      double worst = 0.0;
+      for (std::int64_t i = 0; i < got.numel(); ++i) worst = std::max(worst, std::abs(got.as<double>()[i] - want.as<double>()[i]));
+      CHECK_MESSAGE(worst < 1e-12, "window " << window << ", alibi " << to_string(alibi));
+      // Without the cache the step's queries see only their own keys: another answer.
+      CHECK(run1(op(op_kind::attention, a), {&qs, &ks, &vs}).as<double>()[0] != doctest::Approx(want.as<double>()[0]));
+    }
+}
+
 TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matches the unsharded kernel") {
   // One-operator graphs; each source starts in the spec the strategy takes (Partial operands
   // start Replicate, so the executor's local Partial conversion runs too).
@@ -528,6 +567,16 @@ TEST_CASE("every strategy of every operator kind runs on 4 Gloo ranks and matche
     op_attrs att_alibi = att;
     att_alibi.alibi = r;
     make_case(op_kind::attention, {{"q", {2, 5, 8}, f}, {"k", {2, 5, 4}, f}, {"v", {2, 5, 4}, f}}, att_alibi);
+  }
+  {  // a key/value cache of 3 tokens before the step's 2, windowed past it, with ALiBi: split as the keys and values
+    one_op c;
+    for (const char* n : {"q", "k", "v"}) c.ins.push_back(add_input(c.g, n, {2, 2, n[0] == 'q' ? 8 : 4}, f));
+    for (const char* n : {"k_cache", "v_cache"}) c.ins.push_back(add_kv_cache(c.g, n, {2, 3, 4}, f));
+    op_attrs att_cache = att;
+    att_cache.window = 3;
+    att_cache.alibi = alibi_rule::bloom;
+    c.v = add_op(c.g, op_kind::attention, "op", c.ins, att_cache);
+    cases.push_back(std::move(c));
   }
   make_case(op_kind::where, {{"c", {4, 1, 6}, dtype::boolean}, {"x", {4, 3, 6}, f}, {"y", {6}, f}});
   op_attrs ex;

@@ -509,7 +509,9 @@ TEST_CASE("export: the hf export names the heads where the plan slices BLOOM's q
   // BLOOM views query_key_value's output as [B, S, heads, 3D] and slices q, k, v from it: with
   // each attention pinned to its heads split, the plan runs those slices on a slice of dim 2, the
   // heads, which transformers runs on the whole on each rank. The note says the heads, not "the
-  // batch or sequence" (the plan slices neither).
+  // batch or sequence" (the plan slices neither). query_key_value's weight is pinned whole: the
+  // heads' slice is then cut from it on each rank, as transformers runs it (stored as its
+  // consumer reads it, a slice, the export refuses BLOOM's views by its own head counts).
   autoshard::hf_model m = autoshard::read_hf_config(
       nlohmann::json{{"model_type", "bloom"}, {"n_layer", 2}, {"hidden_size", 64}, {"n_head", 4}, {"vocab_size", 128}}, "bloom.json");
   m.config.batch = 2;
@@ -519,7 +521,11 @@ TEST_CASE("export: the hf export names the heads where the plan slices BLOOM's q
   const auto p = solve_and_load(g, {.algo = "alpa",
                                     .mesh = {2},
                                     .pins = {{"transformer.h.0.self_attention.attention", "[S(2)]"},
-                                             {"transformer.h.1.self_attention.attention", "[S(2)]"}}});
+                                             {"transformer.h.1.self_attention.attention", "[S(2)]"},
+                                             {"transformer.h.0.self_attention.query_key_value.weight", "[R]"},
+                                             {"transformer.h.1.self_attention.query_key_value.weight", "[R]"},
+                                             {"transformer.h.0.self_attention.query_key_value.bias", "[R]"},
+                                             {"transformer.h.1.self_attention.query_key_value.bias", "[R]"}}});
   const autoshard::tp_export hf = exported(p, export_target::hf);
   CHECK(mentions(hf.notes, "the plan runs on a slice of the heads over mesh axis 0 run on the whole on each of its 2 ranks",
                  "(the first 'transformer.h.0.self_attention."));

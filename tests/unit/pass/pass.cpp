@@ -1057,3 +1057,77 @@ TEST_CASE("tied layers: attention cores of other sliding windows are not tied (Q
   CHECK(at("model.layers.0.self_attn.attention") != at("model.layers.1.self_attn.attention"));
   CHECK(at("model.layers.0.self_attn.o_proj") == at("model.layers.1.self_attn.o_proj"));  // the rest of the layer still is
 }
+
+TEST_CASE("a decode step after a key/value cache: the cache split with the heads and live the whole step") {
+  // LLaMA-7B's widths, 2 layers, 8 sequences after 4,096 cached tokens, one new token each, on
+  // one node of 4: the cache (2 x 2 x 8 x 4,096 x 4,096 x 2 B = 2 GiB) is the step's memory.
+  const auto config = [](std::int64_t past) {
+    autoshard::transformer_config c = autoshard::transformer_config::llama_7b();
+    c.layers = 2;
+    c.batch = 8;
+    c.seq = 1;
+    c.past = past;
+    c.mode = autoshard::run_mode::inference;
+    return c;
+  };
+  const autoshard::model_graph g = autoshard::build_llama(config(4096)), plain = autoshard::build_llama(config(0));
+  autoshard::autosharding_options o;
+  o.pricing.mode = autoshard::run_mode::inference;
+  o.mesh = autoshard::make_cluster_mesh({1, 4});
+  o.compare_baselines = false;
+  o.run_checks = true;
+  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+  for (const char* layer : {"model.layers.0", "model.layers.1"}) {
+    const autoshard::strategy& att = chosen(g, r, std::string(layer) + ".self_attn.attention");
+    REQUIRE(att.inputs.size() == 5);
+    CHECK(att.inputs[3][1].is_shard(2));  // the cache's heads, as the step's keys
+    CHECK(att.inputs[1] == att.inputs[3]);
+  }
+  // Each cache input stores its quarter: 8 x 4,096 x 4,096 x 2 B / 4 = 64 MiB, and is live
+  // from the step's start to its end, as a weight is.
+  const autoshard::detail::pass_model pm(g, o);
+  const std::int64_t quarter = std::int64_t{8} * 4096 * 4096 * 2 / 4;
+  for (const char* name : {"past_key_values.0.key", "past_key_values.1.value"}) {
+    const autoshard::vertex_t v = *autoshard::find_vertex(g, name);
+    CHECK(r.strategies[v].output[1].is_shard(2));
+    CHECK(r.strategies[v].memory_bytes == quarter);
+    CHECK(pm.problem.nodes[v].live.begin == 0);
+    CHECK(pm.problem.nodes[v].live.end == static_cast<std::int64_t>(boost::num_vertices(g)));
+  }
+  // Megatron's plan of the same step without the cache peaks exactly the 4 caches' quarters lower.
+  o.algo = autoshard::algo::megatron;
+  const autoshard::autosharding_result with = autoshard::autosharding_analysis_pass(g, o), without = autoshard::autosharding_analysis_pass(plain, o);
+  CHECK(with.report.plan.peak_memory_bytes - without.report.plan.peak_memory_bytes == 4 * quarter);
+  // Reading the cache is the step's largest cost: more than the weights' 2 x 0.4 GB per rank.
+  CHECK(with.report.plan.compute_seconds > without.report.plan.compute_seconds * 1.5);
+}
+
+TEST_CASE("an inference plan stores each weight as its consumer reads it, where that costs the same") {
+  // The ILP prices time and bounds memory: holding a weight whole and slicing it locally (free)
+  // for a consumer that reads a shard cost it the same as holding the shard. LLaMA-70B on 1x8
+  // kept three of each layer's seven weights whole that way (78 GiB for a 16 GiB plan). Every
+  // weight read by one operator is now stored in the spec that operator reads it in.
+  autoshard::transformer_config c = autoshard::transformer_config::llama_7b();
+  c.layers = 2;
+  c.batch = 8;
+  c.seq = 1;
+  c.mode = autoshard::run_mode::inference;
+  const autoshard::model_graph g = autoshard::build_llama(c);
+  autoshard::autosharding_options o;
+  o.pricing.mode = autoshard::run_mode::inference;
+  o.mesh = autoshard::make_cluster_mesh({1, 8});
+  o.compare_baselines = false;
+  o.run_checks = true;
+  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+  int sharded = 0;
+  for (autoshard::vertex_t v = 0; v < boost::num_vertices(g); ++v) {
+    if (!g[v].is_parameter() || boost::out_degree(v, g) != 1) continue;
+    const auto e = *boost::out_edges(v, g).first;
+    const autoshard::sharding_spec& read = r.strategies[boost::target(e, g)].inputs[static_cast<std::size_t>(g[e].operand)];
+    CHECK_MESSAGE(r.strategies[v].output == read, g[v].name << " is stored " << to_alpa_string(r.strategies[v].output) << " but read "
+                                                            << to_alpa_string(read));
+    sharded += !read[1].is_replicate();
+  }
+  CHECK(sharded >= 14);  // the 7 weights of each layer's linears
+  CHECK(r.report.solver.status == autoshard::solve_status::optimal);
+}

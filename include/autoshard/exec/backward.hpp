@@ -218,11 +218,11 @@ host_tensor softmax_backward(const node& nd, const host_tensor& x, const host_te
 
 /// The rotary turn is orthogonal (times attrs.scale): its backward turns the gradient back by
 /// the same angle, times the same scale; the columns no pair turns (past a partial rotary's R)
-/// pass the gradient through.
+/// pass the gradient through. Positions as the forward's (from attrs.rotary_offset).
 template <class T>
 host_tensor rotary_backward(const node& nd, const host_tensor& x, const host_tensor& dy, const local_context& c) {
   const std::size_t r = x.shape().rank;
-  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = c.in_offset[0][r - 2];
+  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = nd.attrs.rotary_offset + c.in_offset[0][r - 2];
   const std::vector<rotary_pair> pairs = rotary_pairs(nd.attrs, rotary_head_size(nd, c, W), W);
   host_tensor o(x.type(), x.shape());
   const std::int64_t rows = W ? x.numel() / W : 0;

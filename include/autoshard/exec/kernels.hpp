@@ -379,11 +379,12 @@ inline std::int64_t rotary_head_size(const node& nd, const local_context& c, std
 /// Rotary embedding of x[..., S, heads*D]: each pair of a head (rotary_pairs) at position p
 /// turns by p x its frequency, its cos and sin times attrs.scale (YaRN's attention_factor, as
 /// transformers scales its tables); a column in no pair (past a partial rotary's R) is copied.
-/// Positions and head offsets are global (the piece's offsets).
+/// Positions and head offsets are global (the piece's offsets); row s of the sequence is at
+/// position attrs.rotary_offset + s (a step after a key/value cache of that many tokens).
 template <class T>
 host_tensor rotary(const node& nd, const host_tensor& x, const local_context& c) {
   const std::size_t r = x.shape().rank;
-  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = c.in_offset[0][r - 2];
+  const std::int64_t W = x.shape()[r - 1], S = x.shape()[r - 2], s_off = nd.attrs.rotary_offset + c.in_offset[0][r - 2];
   const std::vector<rotary_pair> pairs = rotary_pairs(nd.attrs, rotary_head_size(nd, c, W), W);
   host_tensor o(x.type(), x.shape());
   const std::int64_t rows = W ? x.numel() / W : 0;

@@ -108,6 +108,9 @@ std::vector<bw_case> bw_cases() {
   op_attrs rot_yarn = rot_scaled;  // YaRN's attention_factor: cos and sin times it, so the gradient too
   rot_yarn.scale = 1.25;
   v.push_back({"rotary, scaled (YaRN's attention_factor)", op_kind::rotary, rot_yarn, {{1, 3, 8}}, {}});
+  op_attrs rot_offset = rot_yarn;  // after a key/value cache of 7: positions 7.., the backward turning back by them
+  rot_offset.rotary_offset = 7;
+  v.push_back({"rotary, after a key/value cache (rotary_offset 7)", op_kind::rotary, rot_offset, {{1, 3, 8}}, {}});
   op_attrs rot_partial = rot_half;  // R = 4 of heads of 8: the other 4 dims pass the gradient through
   rot_partial.rotary_dims = 4;
   v.push_back({"rotary, partial (rotary_dims 4 of 8), rotate_half pairs", op_kind::rotary, rot_partial, {{1, 3, 16}}, {}});

@@ -335,6 +335,11 @@ TEST_CASE("kernels compute what the operators mean (hand-computed values)") {
     CHECK(yr.as<double>()[0] == 1.0);  // position 0 does not turn
     CHECK(yr.as<double>()[2] == doctest::Approx(std::cos(1.0)).epsilon(1e-14));
     CHECK(yr.as<double>()[3] == doctest::Approx(std::sin(1.0)).epsilon(1e-14));
+    r.rotary_offset = 5;  // a step after a key/value cache of 5 tokens: its rows at positions 5 and 6
+    const host_tensor yo = run1(op(op_kind::rotary, r), {&xr});
+    CHECK(yo.as<double>()[0] == doctest::Approx(std::cos(5.0)).epsilon(1e-14));
+    CHECK(yo.as<double>()[1] == doctest::Approx(std::sin(5.0)).epsilon(1e-14));
+    CHECK(yo.as<double>()[3] == doctest::Approx(std::sin(6.0)).epsilon(1e-14));
     // Hugging Face's rotate_half pairs (i, i + D/2); pair i turns by p x base^(-2i/D). One head
     // of 4 at position 1, base 100: columns (0, 2) by 1 radian, (1, 3) by 100^(-1/2) = 0.1.
     op_attrs h;

@@ -55,15 +55,16 @@ def verify_forward(tool, plan):
         raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
 
 
-def heads_split_pins(names):
+def heads_split_pins(names, spec="RRS1"):
     """--pin options putting each vertex of `names` on its heads split over the 2 ranks (RRS1:
-    rank 1 holds the second half of the heads)."""
-    return [a for n in names for a in ("--pin", n + "=RRS1")]
+    rank 1 holds the second half of the heads; on a 2x2 mesh S0RS1, the batch over mesh axis 0
+    as well)."""
+    return [a for n in names for a in ("--pin", n + "=" + spec)]
 
 
-def check_heads_split(plan, kind, count):
+def check_heads_split(plan, kind, count, spec="RRS1"):
     """Raises unless plan file `plan` holds `count` vertices of `kind`, each taking its first
-    operand and giving its output split on the heads over the 2 ranks (RRS1)."""
+    operand and giving its output split on the heads over the 2 ranks (`spec`, as pinned)."""
     strategies = [t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["kind"] == kind]
-    if len(strategies) != count or not all(s.split("->")[0].split(",")[0] == "RRS1" and s.endswith("->RRS1") for s in strategies):
-        raise AssertionError(f"the plan's {kind} strategies are {strategies}, not the heads split over the 2 ranks (RRS1)")
+    if len(strategies) != count or not all(s.split("->")[0].split(",")[0] == spec and s.endswith("->" + spec) for s in strategies):
+        raise AssertionError(f"the plan's {kind} strategies are {strategies}, not the heads split over the 2 ranks ({spec})")

@@ -52,6 +52,30 @@ phi3-longrope at 8 (original_max_position_embeddings: the short factors), each a
 transformers at that length, its control what the graph turned by before it carried the rule
 (the plan sequence's frequencies): with the rule's recomputation taken out, both runs at 8
 differ from transformers by what their controls differ (5e-4 and 2e-3).
+Decode steps (DECODE): a step of S tokens after a key/value cache of P (`plan --kv-cache P
+--seq S`), for which verify feeds random cache keys and values (input.past_key_values.<layer>.key
+and .value, [B, P, kv heads x D], written to its --outputs). transformers runs the same step on
+them: a DynamicCache of the model's config (Mistral's window layers keep only their last 3 keys)
+made of the cache as [B, kv heads, P, D] (transformers caches keys after the rotary, as the
+graph's cache holds them), position_ids P..P+S-1 and an attention mask of all P+S keys.
+  * llama-decode (GQA: 2 key/value heads of 4; its attentions, and so its caches, pinned to the
+    heads split S0RS1) judges the rotary offset; its control gives the step positions 0..S-1.
+  * mistral-window-4-decode judges the causal mask and the window offset by P (query i sees
+    keys P+i-3..P+i of the P+S = 8); its control has no window.
+  * llama-dynamic-decode judges the rope rule at P+S = 10, past max_position_embeddings (8)
+    where S = 4 is not; its control is the default rope, the rule at S.
+  * falcon-alibi-decode, a decode step proper (S = 1; multi-query Falcon with ALiBi, biased by
+    the key's index over the cache and the step), judges that its query sees the whole cache;
+    its control masks every key but the first, as a causal mask not offset by P has it. (An
+    offset of ALiBi's key index is no control: BLOOM's bias is slope x index, a constant per
+    row shift that the softmax does not see; Falcon's bfloat16 rounding of it would show, but
+    transformers offers no way to shift it.)
+What they found: the executor's rotary kernel ignored rotary_offset (exec/kernels.hpp rotary,
+and its backward), turning the step at 0..S-1: llama-decode differed from transformers by 0.027
+and matched its control to 3e-16, while verify, the same kernel on both sides, passed. Broken
+by hand, each is seen: the causal mask not offset (softmax_scores(..., 0)) fails all four (0.4
+to 0.7 relative), the window's start not offset fails mistral (0.53), the rope rule read at S
+fails llama-dynamic (0.0025).
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -123,6 +147,21 @@ OTHER_LENGTHS = {
                       (24, "seq", dict(rope_scaling=None, rope_theta=DYNAMIC_BASE_AT_16))],
     "phi3-longrope": [(8, "tokens", dict(rope_scaling=dict(LONGROPE, short_factor=LONGROPE["long_factor"])))],
 }
+# Decode steps after a key/value cache (the docstring's DECODE): name: (the case whose model and
+# config control it is, P cached tokens, S the step's, the layers' attention pinned to the heads
+# split HEADS_SPLIT (a name format; None: the solver's choice), the control's call: None for the
+# case's config control, else a function of (B, P, S) giving the step's inputs it changes).
+DECODE = {
+    "llama-decode": ("llama", 5, 3, "model.layers.{}.self_attn.attention",
+                     lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
+    "mistral-window-4-decode": ("mistral-window-4", 5, 3, None, None),
+    "llama-dynamic-decode": ("llama-dynamic", 6, 4, None, None),
+    "falcon-alibi-decode": ("falcon-alibi", 5, 1, None,
+                            lambda B, P, S: dict(attention_mask=(torch.arange(P + S) == 0).long().expand(B, P + S))),
+}
+for _name, (_base, *_) in DECODE.items():
+    CASES[_name] = CASES[_base]
+HEADS_SPLIT = "S0RS1"  # on the 2x2 mesh: the batch over axis 0, the heads over axis 1
 TOKENS = {"roberta"}  # ids given with --tokens
 # How a case's checkpoint is saved, beside float32 in one model.safetensors: in bfloat16 (verify
 # widens it to float64 exactly, as torch does), and cut into files under an index.
@@ -172,15 +211,35 @@ def build(config_class, kwargs):
     return config, transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
 
 
-def reference(config_class, kwargs, state, inputs):
-    """The model of `kwargs` with weights `state`, in float64 throughout, on `inputs`: its output."""
+def reference(config_class, kwargs, state, inputs, past=None):
+    """The model of `kwargs` with weights `state`, in float64 throughout, on `inputs`: its output.
+    `past`: a key/value cache, per layer (keys, values) [B, kv heads, P, D], which the model is
+    given as a DynamicCache of its config (a sliding window's layers keep their window)."""
     with float64_everywhere():
-        _, model = build(config_class, kwargs)
+        config, model = build(config_class, kwargs)
         model.load_state_dict(state)
         model = model.double().eval()
+        if past is not None:
+            inputs = dict(inputs, cache=transformers.DynamicCache(ddp_cache_data=past, config=config), use_cache=True)
         with torch.no_grad():
             out = model(**inputs)
     return out.pooler_output if hasattr(out, "pooler_output") else out.logits
+
+
+def cache_of(got, config, past):
+    """verify's key/value cache inputs (input.past_key_values.<layer>.key and .value, [B, P,
+    kv heads x D]) as transformers' cache layers ([B, kv heads, P, D]), checked to be P long."""
+    D = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    layers = []
+    for i in range(config.num_hidden_layers):
+        kv = [got.pop(f"input.past_key_values.{i}.{w}", None) for w in ("key", "value")]
+        if any(t is None or t.dim() != 3 or t.shape[1] != past or t.shape[2] % D for t in kv):
+            raise AssertionError(f"layer {i}'s cache inputs are {[None if t is None else list(t.shape) for t in kv]}, not two "
+                                 f"[batch, {past}, kv heads x {D}]")
+        layers.append(tuple(t.reshape(t.shape[0], past, -1, D).transpose(1, 2).contiguous() for t in kv))
+    if any(k.startswith("input.past_key_values.") for k in got):
+        raise AssertionError(f"cache inputs past layer {config.num_hidden_layers}: {sorted(got)}")
+    return layers
 
 
 def relative(a, b):
@@ -188,6 +247,8 @@ def relative(a, b):
 
 
 def check(name, tool, work):
+    if name in DECODE:
+        return check_decode(name, tool, work)
     config_class, kwargs, control = CASES[name]
     torch.manual_seed(0)
     config, model = build(config_class, kwargs)
@@ -217,11 +278,35 @@ def check(name, tool, work):
     return what
 
 
-def judge(tool, work, tag, case, seq, ids, extra, control):
+def check_decode(name, tool, work):
+    """DECODE's case `name`: its model planned as a step of S tokens after a cache of P, judged."""
+    base, past, seq, attention, control_call = DECODE[name]
+    config_class, kwargs, control = CASES[base]
+    torch.manual_seed(0)
+    config, model = build(config_class, kwargs)
+    model.save_pretrained(str(work / name))
+    pins = []
+    if attention:
+        pins = cases.heads_split_pins([attention.format(i) for i in range(config.num_hidden_layers)], HEADS_SPLIT)
+    plan, _ = cases.plan_config(tool, config, work, name, seq, ["--kv-cache", str(past), *pins], mesh="2x2")
+    if attention:
+        cases.check_heads_split(plan, "attention", config.num_hidden_layers, HEADS_SPLIT)
+        caches = {t["name"]: t["strategy"] for t in json.loads(plan.read_text())["tensors"] if t["name"].startswith("past_key_values.")}
+        if len(caches) != 2 * config.num_hidden_layers or set(caches.values()) != {"->" + HEADS_SPLIT}:
+            raise AssertionError(f"the cache inputs are {caches}, not on the heads split ({HEADS_SPLIT})")
+    case = (config_class, kwargs, model.state_dict(), plan, work / name)
+    return (f"after a cache of {past}" + (f", attention {HEADS_SPLIT}" if attention else "") + ": " +
+            judge(tool, work, name, case, seq, None, [], {} if control_call else control, (past, control_call)))
+
+
+def judge(tool, work, tag, case, seq, ids, extra, control, decode=None):
     """`verify --plan P --weights DIR` of `case` (config class, its arguments, the weights' state,
     P, DIR) on 4 ranks (the ids `ids` given with --tokens, else verify's own; `extra`: more
     flags, --seq) against transformers' float64 run at `seq` positions, to RTOL, and the
-    `control`'s changes seen to differ: what it proved. Files are named by `tag`."""
+    `control`'s changes seen to differ: what it proved. Files are named by `tag`. `decode`:
+    (P, the control's call or None), a step after a key/value cache of P tokens (the plan's
+    --kv-cache): transformers gets verify's cache, positions P..P+seq-1 and a mask of every
+    key; the control's call, a function of (B, P, S), changes those inputs of the control's run."""
     config_class, kwargs, state, plan, weights = case
     out = work / f"{tag}-outputs.safetensors"
     cmd = [tool, "verify", "--plan", str(plan), "--weights", str(weights), "--dtype", "f64", "--outputs", str(out), "--json", *extra]
@@ -232,6 +317,11 @@ def judge(tool, work, tag, case, seq, ids, extra, control):
     if v.returncode != 0 or not json.loads(v.stdout)["passed"]:
         raise AssertionError(f"verify exited {v.returncode}: {v.stderr[-2000:]}")
     got = load_file(str(out))
+    past = None
+    if decode is not None:
+        past = cache_of(got, build(config_class, kwargs)[0], decode[0])
+    elif any(k.startswith("input.past_key_values.") for k in got):
+        raise AssertionError(f"a step without a cache fed {sorted(got)}")
     outputs = [k[len("unsharded."):] for k in got if k.startswith("unsharded.")]
     if len(outputs) != 1:
         raise AssertionError(f"expected one output, the file has {sorted(got)}")
@@ -244,7 +334,13 @@ def judge(tool, work, tag, case, seq, ids, extra, control):
         inputs["token_type_ids"] = got["input.token_type_ids"]
     if "input.position_ids" in got and not torch.equal(got["input.position_ids"][0], torch.arange(seq)):
         raise AssertionError(f"position_ids {got['input.position_ids'].tolist()} are not 0..{seq - 1}, what transformers feeds")
-    want = reference(config_class, kwargs, state, inputs)
+    control_inputs = inputs
+    if decode is not None:  # the step's tokens after the P cached: their positions, every key in the mask
+        P, call = decode
+        B = inputs["input_ids"].shape[0]
+        inputs = dict(inputs, position_ids=torch.arange(P, P + seq).expand(B, seq), attention_mask=torch.ones(B, P + seq, dtype=torch.long))
+        control_inputs = dict(inputs, **call(B, P, seq)) if call else inputs
+    want = reference(config_class, kwargs, state, inputs, past)
     unsharded, sharded = got["unsharded." + outputs[0]], got["sharded." + outputs[0]]
     if unsharded.dtype != torch.float64 or unsharded.shape != want.shape:
         raise AssertionError(f"{outputs[0]} is {unsharded.dtype} {list(unsharded.shape)}, transformers' {want.dtype} {list(want.shape)}")
@@ -252,11 +348,12 @@ def judge(tool, work, tag, case, seq, ids, extra, control):
     if d_ref > RTOL or d_sh > RTOL:
         raise AssertionError(f"{outputs[0]} differs from transformers' by {d_ref:.3g} (unsharded) and {d_sh:.3g} (sharded), "
                              f"relative; tolerance {RTOL}")
-    d_ctl = relative(unsharded, reference(config_class, dict(kwargs, **control), state, inputs))
+    d_ctl = relative(unsharded, reference(config_class, dict(kwargs, **control), state, control_inputs, past))
+    said = control if decode is None or not decode[1] else {k: v[0].tolist() for k, v in control_inputs.items() if k in call(1, P, seq)}
     if d_ctl <= 1e3 * RTOL:
-        raise AssertionError(f"the control {control} matches too ({d_ctl:.3g}): the comparison cannot see it")
+        raise AssertionError(f"the control {said} matches too ({d_ctl:.3g}): the comparison cannot see it")
     return (f"{outputs[0]} {list(want.shape)} within {max(d_ref, d_sh):.2g} of transformers' float64 (2x2, 4 ranks); "
-            f"the control {control} differs by {d_ctl:.2g}")
+            f"the control {said} differs by {d_ctl:.2g}")
 
 
 def main():

@@ -64,6 +64,10 @@ graph's cache holds them), position_ids P..P+S-1 and an attention mask of all P+
     keys P+i-3..P+i of the P+S = 8); its control has no window.
   * llama-dynamic-decode judges the rope rule at P+S = 10, past max_position_embeddings (8)
     where S = 4 is not; its control is the default rope, the rule at S.
+  * phi3-longrope-decode: LongRoPE's long factors at P+S = 9, past original_max_position_embeddings
+    (8) where S = 3 is not; its control, the short factors (the rule at S).
+  * gpt_neox-decode: GPT-NeoX's partial rotary (a quarter of each head) and its own builder's
+    cache; its control gives the step positions 0..S-1.
   * falcon-alibi-decode, a decode step proper (S = 1; multi-query Falcon with ALiBi, biased by
     the key's index over the cache and the step), judges that its query sees the whole cache;
     its control masks every key but the first, as a causal mask not offset by P has it. (An
@@ -72,10 +76,13 @@ graph's cache holds them), position_ids P..P+S-1 and an attention mask of all P+
     transformers offers no way to shift it.)
 What they found: the executor's rotary kernel ignored rotary_offset (exec/kernels.hpp rotary,
 and its backward), turning the step at 0..S-1: llama-decode differed from transformers by 0.027
-and matched its control to 3e-16, while verify, the same kernel on both sides, passed. Broken
-by hand, each is seen: the causal mask not offset (softmax_scores(..., 0)) fails all four (0.4
-to 0.7 relative), the window's start not offset fails mistral (0.53), the rope rule read at S
-fails llama-dynamic (0.0025).
+and matched its control to 3e-16, while verify, the same kernel on both sides, passed (with
+that kernel every decode case with a rotary fails, by 0.016 to 0.028; falcon's passes). Broken
+by hand, each is seen: the causal mask not offset (softmax_scores(..., 0)) fails llama, mistral,
+llama-dynamic and falcon (0.4 to 0.7 relative), the window's start not offset fails mistral
+(0.53), the rope rule read at S fails llama-dynamic (0.0025). (Gemma, Qwen2 at S = 1 with the
+heads split, Qwen2's YaRN and BLOOM match transformers after a cache too, to 3e-16 and BLOOM's
+4e-12; not kept, as they judge nothing the cases above do not.)
 Usage: real_weights_test.py --tool build/release/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import contextlib, json, os, subprocess, sys
@@ -156,6 +163,8 @@ DECODE = {
                      lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
     "mistral-window-4-decode": ("mistral-window-4", 5, 3, None, None),
     "llama-dynamic-decode": ("llama-dynamic", 6, 4, None, None),
+    "phi3-longrope-decode": ("phi3-longrope", 6, 3, None, None),
+    "gpt_neox-decode": ("gpt_neox", 5, 3, None, lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
     "falcon-alibi-decode": ("falcon-alibi", 5, 1, None,
                             lambda B, P, S: dict(attention_mask=(torch.arange(P + S) == 0).long().expand(B, P + S))),
 }

@@ -675,6 +675,8 @@ grep -q "a decode step, which is inference: give --mode infer" "$tmp/err" && ok 
 expect_rc 1 "$tool" plan --model gpt2 --layers 1 --mode infer --kv-cache 8 --mesh 1x2 --out "$tmp/kv.json"
 grep -q "gpt2 config: a key/value cache (past 8) is built for the decoders with rotary or ALiBi positions" "$tmp/err" && ok || bad "--kv-cache on gpt2: $(cat "$tmp/err")"
 expect_rc 0 "$tool" plan "${kv[@]}" --mode infer --algo megatron --quiet --no-svg --out "$tmp/kv.json"
+grep -qE "^decode  2 sequences x 2 tokens after 5 cached: [0-9]+ tokens/s \(a step .*\); the key/value cache 640 B per device$" "$tmp/out" &&
+  ok || bad "plan's decode line: $(grep ^decode "$tmp/out")"
 python3 - "$tmp/kv.json" "$tmp/kv-graph.json" <<'PY' && ok || bad "the decode plan's cache is not split as its keys"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -505,6 +505,18 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
   if (rep.plan.feasible && rep.plan.runtime.bytes() > 0)  // the peak beside what the process holds
     std::cout << "memory  " << describe_peak(rep.plan.peak_memory_bytes, rep.plan.runtime, po.pricing.device)
               << (rep.plan.fits ? "" : "  DOES NOT FIT") << "\n";
+  if (rep.plan.feasible && mode == run_mode::inference) {  // a decode step: its tokens a second and its cache
+    std::int64_t past = 0, cache = 0;
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (g[v].is_input() && g[v].attrs.kv_cache) past = g[v].shape[1], cache += r.strategies[v].memory_bytes;
+    const std::int64_t batch = graph_batch(g), seq = graph_sequence(g);
+    if (past > 0 && rep.plan.step_seconds > 0)
+      std::cout << "decode  " << batch << (batch == 1 ? " sequence x " : " sequences x ") << seq << (seq == 1 ? " token" : " tokens")
+                << " after " << past << " cached: " << std::fixed << std::setprecision(0)
+                << static_cast<double>(batch * seq) / rep.plan.step_seconds << std::defaultfloat << std::setprecision(6)
+                << " tokens/s (a step " << human_seconds(rep.plan.step_seconds) << "); the key/value cache " << human_bytes(static_cast<double>(cache))
+                << " per device\n";
+  }
   if (o.run_checks)  // a failed check is an error before any output
     std::cout << "checks  passed: the plan is consistent and re-priced from scratch to the same step time\n";
   if (mode == run_mode::training) {

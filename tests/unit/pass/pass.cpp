@@ -1058,24 +1058,33 @@ TEST_CASE("tied layers: attention cores of other sliding windows are not tied (Q
   CHECK(at("model.layers.0.self_attn.o_proj") == at("model.layers.1.self_attn.o_proj"));  // the rest of the layer still is
 }
 
-TEST_CASE("a decode step after a key/value cache: the cache split with the heads and live the whole step") {
-  // LLaMA-7B's widths, 2 layers, 8 sequences after 4,096 cached tokens, one new token each, on
-  // one node of 4: the cache (2 x 2 x 8 x 4,096 x 4,096 x 2 B = 2 GiB) is the step's memory.
-  const auto config = [](std::int64_t past) {
-    autoshard::transformer_config c = autoshard::transformer_config::llama_7b();
-    c.layers = 2;
-    c.batch = 8;
-    c.seq = 1;
-    c.past = past;
-    c.mode = autoshard::run_mode::inference;
-    return c;
-  };
-  const autoshard::model_graph g = autoshard::build_llama(config(4096)), plain = autoshard::build_llama(config(0));
+namespace {
+/// One decode step of LLaMA-7B's widths with 2 layers: 8 sequences, one new token each after
+/// `past` cached ones; and the pass's options for it on one node of `ranks`.
+autoshard::model_graph llama_7b_step(std::int64_t past) {
+  autoshard::transformer_config c = autoshard::transformer_config::llama_7b();
+  c.layers = 2;
+  c.batch = 8;
+  c.seq = 1;
+  c.past = past;
+  c.mode = autoshard::run_mode::inference;
+  return autoshard::build_llama(c);
+}
+autoshard::autosharding_options inference_on_one_node(int ranks) {
   autoshard::autosharding_options o;
   o.pricing.mode = autoshard::run_mode::inference;
-  o.mesh = autoshard::make_cluster_mesh({1, 4});
+  o.mesh = autoshard::make_cluster_mesh({1, ranks});
   o.compare_baselines = false;
   o.run_checks = true;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a decode step after a key/value cache: the cache split with the heads and live the whole step") {
+  // 4,096 cached tokens on one node of 4: the cache (2 x 2 x 8 x 4,096 x 4,096 x 2 B = 2 GiB)
+  // is the step's memory.
+  const autoshard::model_graph g = llama_7b_step(4096), plain = llama_7b_step(0);
+  autoshard::autosharding_options o = inference_on_one_node(4);
   const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
   for (const char* layer : {"model.layers.0", "model.layers.1"}) {
     const autoshard::strategy& att = chosen(g, r, std::string(layer) + ".self_attn.attention");
@@ -1107,18 +1116,8 @@ TEST_CASE("an inference plan stores each weight as its consumer reads it, where 
   // for a consumer that reads a shard cost it the same as holding the shard. LLaMA-70B on 1x8
   // kept three of each layer's seven weights whole that way (78 GiB for a 16 GiB plan). Every
   // weight read by one operator is now stored in the spec that operator reads it in.
-  autoshard::transformer_config c = autoshard::transformer_config::llama_7b();
-  c.layers = 2;
-  c.batch = 8;
-  c.seq = 1;
-  c.mode = autoshard::run_mode::inference;
-  const autoshard::model_graph g = autoshard::build_llama(c);
-  autoshard::autosharding_options o;
-  o.pricing.mode = autoshard::run_mode::inference;
-  o.mesh = autoshard::make_cluster_mesh({1, 8});
-  o.compare_baselines = false;
-  o.run_checks = true;
-  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, o);
+  const autoshard::model_graph g = llama_7b_step(0);
+  const autoshard::autosharding_result r = autoshard::autosharding_analysis_pass(g, inference_on_one_node(8));
   int sharded = 0;
   for (autoshard::vertex_t v = 0; v < boost::num_vertices(g); ++v) {
     if (!g[v].is_parameter() || boost::out_degree(v, g) != 1) continue;

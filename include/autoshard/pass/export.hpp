@@ -253,10 +253,13 @@ struct tp_walk {
   }
   std::string layer(vertex_t v) const { return layer_of(name(v)); }
   bool rigid(vertex_t c) const { return !is_module[c] || role[c] == module_role::sequence; }
+  /// A key/value cache (attrs.kv_cache): in PyTorch the attention module's state, not an input
+  /// the user hands over (hold_cache).
+  bool is_cache(vertex_t u) const { return g[u].is_input() && g[u].attrs.kv_cache; }
 
   /// Whether the layer of c converts u at its entry (so c takes u as the layer hands it).
   bool enters_convertible_layer(vertex_t u, vertex_t c) const {
-    if (hf()) return false;  // transformers has no style for a layer's input
+    if (hf() || is_cache(u)) return false;  // transformers has no style for a layer's input; a cache is the attention's own
     const std::string l = layer(c);
     if (l.empty() || l == layer(u)) return false;
     const auto it = layers.find(l);
@@ -334,7 +337,7 @@ struct tp_walk {
       if (l.empty() || !g[v].is_operator()) continue;
       entry& e = layers[l];
       for (vertex_t u : operands(g, v))
-        if (!g[u].is_parameter() && layer(u) != l) e.inputs.insert(u);
+        if (!g[u].is_parameter() && !is_cache(u) && layer(u) != l) e.inputs.insert(u);
     }
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) rotary_model = rotary_model || g[v].kind == op_kind::rotary;
     sliced_embedding = batch_sliced_embedding();
@@ -687,7 +690,7 @@ struct tp_walk {
   void fix_inputs_if_split(vertex_t v, const placement& q) {
     if (!sliced_rows(q, v)) return;
     for (vertex_t u = 0; u < boost::num_vertices(g); ++u)
-      if (g[u].is_fed_input()) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
+      if (g[u].is_fed_input() && !is_cache(u)) out.fixed_inputs[name(u)] = std::vector<std::int64_t>(g[u].shape.dims.begin(), g[u].shape.dims.begin() + g[u].shape.rank);
   }
 
   // ---- operators that are not modules: they run as the model's code runs them -------------------
@@ -783,8 +786,47 @@ struct tp_walk {
     return true;
   }
 
+  /// An attention's key/value cache (operands 3, 4) as PyTorch holds it: not an input the user
+  /// hands over but the attention module's state (transformers' DynamicCache), the keys and
+  /// values the module computed on this rank in earlier steps, so it arrives as the step's own
+  /// keys (operand 1) and values (operand 2) do (the rank's heads under a colwise k_proj). The
+  /// plan must keep it so on tp: stored as the attention reads it, or whole and read on a slice
+  /// (the module keeps only the slice: the same numbers). A cache the plan keeps in another
+  /// layout and moves to the attention each step, or one that two attentions or operands
+  /// read, is no cache of PyTorch's: a problem naming the cache.
+  void hold_cache(vertex_t v) {
+    if (g[v].kind != op_kind::attention) return;
+    const std::vector<vertex_t> ops = operands(g, v);
+    for (std::size_t i = 3; i < ops.size(); ++i) {
+      const vertex_t u = ops[i], own = ops[i - 2];
+      if (!is_cache(u) || failed[u]) continue;
+      const placement kept = plan_out(u), read = in(v, i);
+      const std::string whose = std::string("a key/value cache is the attention module's state (transformers' DynamicCache), the ") +
+                                (i == 3 ? "keys" : "values") + " each rank computed in earlier steps as " + quoted_text(name(own)) +
+                                " reaches the attention, never handed over or moved";
+      if (boost::out_degree(u, g) != 1) {
+        problem(u, "it is read by " + std::to_string(boost::out_degree(u, g)) + " attention operands, but " + whose + ", one attention's own");
+        continue;
+      }
+      if (!(kept == read) && !kept.is_replicate()) {
+        problem(u, "the plan keeps it " + to_string(kept) + " on " + axis() + " and " + quoted_text(name(v)) + " reads it " + to_string(read) +
+                       ", but " + whose);
+        continue;
+      }
+      if (!(kept == read))
+        note(u, "the plan keeps the whole cache on each rank of " + axis() + " and the attention reads its slice " + to_string(read) +
+                "; the attention module keeps only its slice: the same numbers");
+      held[u] = held[own];
+      dtensor[u] = dtensor[own];
+      kv_of[u] = kv_of[own];
+      kv_sliced[u] = kv_sliced[own];
+      failed[u] = failed[own];
+    }
+  }
+
   /// dtensor: an operator gets exactly the layouts the plan computes it on.
   void local_dtensor(vertex_t v) {
+    hold_cache(v);
     const node& nd = g[v];
     const std::vector<vertex_t> ops = operands(g, v);
     bool any_dt = false, all_dt = true, ok = true;
@@ -1253,6 +1295,7 @@ struct tp_walk {
   /// hf: an operator runs on what transformers hands it; it must be a way the graph's rules
   /// compute it (a strategy taking exactly those layouts, with no communication of its own).
   void local_hf(vertex_t v, const strategy_options& so) {
+    hold_cache(v);
     const node& nd = g[v];
     const std::vector<vertex_t> ops = operands(g, v);
     std::vector<placement> ins;
@@ -1332,7 +1375,7 @@ struct tp_walk {
       const node& nd = g[v];
       if (nd.is_parameter()) continue;
       if (nd.is_input()) {
-        held[v] = Replicate();  // the user hands every rank of the tp group the whole input
+        held[v] = Replicate();  // the user hands every rank of the tp group the whole input (a cache: hold_cache)
         continue;
       }
       if (is_module[v]) hf() ? module_hf(v) : module_dtensor(v);

@@ -655,3 +655,88 @@ TEST_CASE("export: key/value heads replicated over tp export for inference, refu
     }
   }
 }
+
+TEST_CASE("export: a decode step after a key/value cache exports as its prefill plan, the cache held as the step's keys") {
+  // In PyTorch the cache is the attention module's state (transformers' DynamicCache), the keys
+  // and values the module computed on each rank in earlier steps: it arrives as the step's own k
+  // and v do (the rank's heads under a colwise k_proj, or the rank's key/value heads where they
+  // are replicated over the ranks), never handed over whole by the user.
+  for (const int kv : {4, 2}) {  // 4 key/value heads split over 4 ranks, 2 replicated over them
+    CAPTURE(kv);
+    auto c = autoshard::transformer_config::llama(2, 256, 8, kv, 688);
+    c.seq = 1;
+    c.batch = 8;
+    c.vocab = 512;
+    c.mode = autoshard::run_mode::inference;
+    const auto prefill = solve_and_load(autoshard::build_llama(c), {.mesh = {4}});
+    c.past = 16;
+    const auto decode = solve_and_load(autoshard::build_llama(c), {.mesh = {4}});
+    REQUIRE(autoshard::find_vertex(decode.graph(), "past_key_values.1.value"));
+    const autoshard::tp_export pd = exported(prefill, export_target::dtensor), dd = exported(decode, export_target::dtensor);
+    const autoshard::tp_export ph = exported(prefill, export_target::hf), dh = exported(decode, export_target::hf);
+    CHECK(dd.problems.empty());
+    CHECK(dh.problems.empty());
+    REQUIRE(pd.problems.empty());
+    REQUIRE(ph.problems.empty());
+    CHECK(autoshard::to_dtensor_plan(dd) == autoshard::to_dtensor_plan(pd));
+    CHECK(autoshard::to_hf_tp_plan(dh) == autoshard::to_hf_tp_plan(ph));
+  }
+  // The planner's own plan sliced on the batch from the token embedding on: the cache too is
+  // each rank's rows, kept by the module; the user feeds only the step's tokens (fixed_inputs),
+  // and the layers' entries convert the hidden states as in the prefill plan.
+  auto c = autoshard::transformer_config::llama(2, 256, 8, 4, 688);
+  c.seq = 1;
+  c.batch = 8;
+  c.vocab = 512;
+  c.mode = autoshard::run_mode::inference;
+  const std::map<std::string, std::string> pins{{"model.embed_tokens.weight", "[S(1)]"},
+                                                {"model.embed_tokens", "[S(2)]"},
+                                                {"model.layers.0.self_attn.attention", "[S(0)]"},
+                                                {"model.layers.1.self_attn.attention", "[S(0)]"}};
+  const auto prefill = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = pins});
+  c.past = 16;
+  const auto decode = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = pins});
+  const autoshard::tp_export pd = exported(prefill, export_target::dtensor), dd = exported(decode, export_target::dtensor);
+  CHECK(dd.problems.empty());
+  REQUIRE(pd.problems.empty());
+  CHECK(dd.fixed_inputs.size() == 1);
+  CHECK(dd.fixed_inputs.count("input_ids") == 1);
+  CHECK(autoshard::to_dtensor_plan(dd) == autoshard::to_dtensor_plan(pd));
+  // The first layer's input norm on a slice of the batch: the layer's entry slices the hidden
+  // states (PrepareModuleInput, the one tensor entering it; the cache enters no layer).
+  const std::map<std::string, std::string> entry{{"model.layers.0.input_layernorm", "[S(0)]"},
+                                                 {"model.layers.0.self_attn.attention", "[S(2)]"}};
+  c.past = 0;
+  const auto prefill_entry = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = entry});
+  c.past = 16;
+  const auto decode_entry = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = entry});
+  const autoshard::tp_export pe = exported(prefill_entry, export_target::dtensor), de = exported(decode_entry, export_target::dtensor);
+  CHECK(de.problems.empty());
+  REQUIRE(pe.problems.empty());
+  const nlohmann::json pj = autoshard::to_dtensor_plan(pe);
+  CHECK(pj["plan"]["model.layers.0"]["style"] == "PrepareModuleInput");
+  CHECK(autoshard::to_dtensor_plan(de) == pj);
+}
+
+TEST_CASE("export: a key/value cache the plan keeps in another layout than the attention reads is refused, naming it") {
+  // The cache kept split on the batch over tp and moved to the attention's heads each step:
+  // PyTorch keeps a cache where its attention computed it, and moves none.
+  auto c = autoshard::transformer_config::llama(2, 256, 8, 4, 688);
+  c.seq = 1;
+  c.batch = 8;
+  c.vocab = 512;
+  c.past = 16;
+  c.mode = autoshard::run_mode::inference;
+  const auto p = solve_and_load(autoshard::build_llama(c), {.algo = "alpa",
+                                                            .mesh = {4},
+                                                            .pins = {{"model.layers.0.self_attn.attention", "[S(2)]"},
+                                                                     {"past_key_values.0.key", "[S(0)]"}}});
+  REQUIRE(p.strategies[*autoshard::find_vertex(p.graph(), "past_key_values.0.key")].output[0].is_shard(0));
+  for (const export_target t : {export_target::dtensor, export_target::hf}) {
+    CAPTURE(static_cast<int>(t));
+    const autoshard::tp_export e = exported(p, t);
+    CHECK(mentions(e.problems, "'past_key_values.0.key' (input): the plan keeps it S(0) on mesh axis 0",
+                   "reads it S(2), but a key/value cache is the attention module's state"));
+    CHECK_FALSE(mentions(e.problems, "'past_key_values.0.value'", ""));  // kept as read
+  }
+}

@@ -5,7 +5,8 @@ Per case: `autoshard synth` writes a tiny model, `autoshard plan` plans it, `aut
 writes the DTensor plan and transformers' tp_plan, `autoshard shard --plan` cuts the
 checkpoint. Then on N forked Gloo ranks (CPU):
   * dtensor: the model loaded whole, apply_dtensor_plan() (docs/cli.md's snippet), logits
-    within 1e-5 of the unsharded model's, greedy generate() token for token (when the plan does
+    within 1e-5 of the unsharded model's (a decode plan's, of `past` prompt tokens' forward then
+    one step after their key/value cache, which the attention modules keep), greedy generate() token for token (when the plan does
     not fix the input shape), every rank file byte-equal to PyTorch's local shards, and, for a
     training plan, one training step run as the export's notes say (each data-parallel rank on
     its slice of the batch, tp_gradient_sums summed, DDP's or FSDP2's averaging) with every
@@ -67,11 +68,12 @@ class Case:
     """plan: `autoshard plan` options; dtensor, hf: "exact" or ("refused", what the error names);
     plan_refused: `plan` itself must exit 1 naming this; policy: also `shard --policy NAME` on
     `world` ranks, its rank files compared with what transformers holds under the same split;
-    verify: `autoshard verify --plan` must pass."""
+    verify: `autoshard verify --plan` must pass; past: a decode plan (--kv-cache past --seq 1),
+    whose logits are compared after a prompt of `past` tokens (forward)."""
 
     def __init__(self, name, model, world, plan, dtensor="exact", hf="exact", generate=False, batch=4, seq=16,
-                 plan_refused=None, policy=None, verify=False, budget=None):
-        self.name, self.model, self.world, self.plan = name, model, world, plan
+                 plan_refused=None, policy=None, verify=False, budget=None, past=0):
+        self.name, self.model, self.world, self.plan, self.past = name, model, world, plan + (["--kv-cache", str(past)] if past else []), past
         self.expect = {"dtensor": dtensor, "hf": hf}  # "exact" or ("refused", text the error names)
         self.generate, self.batch, self.seq = generate, batch, seq
         self.plan_refused, self.policy, self.verify = plan_refused, policy, verify
@@ -120,6 +122,11 @@ CASES = [
     Case("llama-alpa-infer-2x2", "llama", 4, ["--mesh", "dp=2,tp=2", *INFER, "--batch", "4"]),
     # Two KV heads on tp 4.
     Case("llama-kv2-megatron-tp4", "llama-kv2", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"],
+         generate=True),
+    # A decode step after a key/value cache of 8 tokens, 4 key/value heads split over tp 4: the
+    # cache is the attention modules' state (transformers' DynamicCache), the rank's heads, and
+    # both exports are the prefill plan's; generate() runs on it token for token.
+    Case("llama-kv4-decode-tp4", "llama-kv4", 4, ["--mesh", "tp=4", *MEGATRON, *INFER, "--batch", "4"], seq=1, past=8,
          generate=True),
     # Qwen2: q/k/v biases; 14 heads, which tp 4 does not divide.
     Case("qwen2-megatron-tp4", "qwen2", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"], generate=True),
@@ -308,14 +315,24 @@ def prepare(case, scratch, synth_lock):
     return out
 
 
+def logits_of(m, case, ids):
+    """The logits of the case's step: the forward of `ids`, or for a decode plan (case.past) the
+    step's `seq` tokens after a forward of the first `past` ones, through the key/value cache
+    the model keeps."""
+    if not case.past:
+        return m(ids).logits
+    cache = m(ids[:, :case.past], use_cache=True).cache
+    return m(ids[:, case.past:], cache=cache, use_cache=True).logits
+
+
 def reference(case, prep):
     """The unsharded model's logits (and greedy tokens) on the case's input, computed once."""
     model = AutoModelForCausalLM.from_pretrained(prep["model"], dtype=torch.float32)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (case.batch, case.seq), generator=g)
+    ids = torch.randint(0, model.config.vocab_size, (case.batch, case.past + case.seq), generator=g)
     prompt = torch.randint(0, model.config.vocab_size, (2, 6), generator=g)
     with torch.no_grad():
-        logits = model(ids).logits
+        logits = logits_of(model, case, ids)
         tokens = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0) if case.generate else None
     return model, ids, logits, prompt, tokens
 
@@ -327,7 +344,7 @@ def run_dtensor(rank, world, case, prep, ref):
     root = client.apply_dtensor_plan(m, export)
     bad = []
     with torch.no_grad():
-        got = m(ids).logits
+        got = logits_of(m, case, ids)
     err = client.rel_error(got, want)
     if not err <= client.RTOL:
         bad.append(f"rank {rank}: dtensor logits differ from the unsharded model's by {err:.3g} (relative)")
@@ -412,7 +429,7 @@ def run_hf(rank, world, case, prep, ref):
     cfg = DistributedConfig(tp_size=export["tp_size"], dp_replicate_size=dp if dp > 1 else None, tp_plan=plan)
     m = AutoModelForCausalLM.from_pretrained(prep["model"], dtype=torch.float32, distributed_config=cfg)
     with torch.no_grad():
-        got = m(ids).logits
+        got = logits_of(m, case, ids)
     err = client.rel_error(got, want)
     if not err <= client.RTOL:
         bad.append(f"rank {rank}: hf logits differ from the unsharded model's by {err:.3g} (relative)")

@@ -677,6 +677,9 @@ grep -q "gpt2 config: a key/value cache (past 8) is built for the decoders with 
 expect_rc 0 "$tool" plan "${kv[@]}" --mode infer --algo megatron --quiet --no-svg --out "$tmp/kv.json"
 grep -qE "^decode  2 sequences x 2 tokens after 5 cached: [0-9]+ tokens/s \(a step .*\); the key/value cache 640 B per device$" "$tmp/out" &&
   ok || bad "plan's decode line: $(grep ^decode "$tmp/out")"
+json_check 'd["decode"]["past"] == 5 and d["decode"]["cache_bytes_per_device"] == 640 and abs(d["decode"]["tokens_per_second"] * d["plan"]["step_seconds"] - 4) < 1e-9' \
+  "$tool" plan "${kv[@]}" --mode infer --algo megatron --json --no-svg --out "$tmp/kv-j.json"
+json_check 'd["decode"] is None' "$tool" plan "${kv[@]:0:${#kv[@]}-2}" --mode infer --json --no-svg --out "$tmp/kv-j.json"  # no --kv-cache 5
 python3 - "$tmp/kv.json" "$tmp/kv-graph.json" <<'PY' && ok || bad "the decode plan's cache is not split as its keys"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -383,6 +383,26 @@ std::string percent_text(double fraction) {
 }
 
 /// --json: one document with the plan, the baselines, the collectives and the files.
+/// A decode step's figures (an inference plan whose graph has a key/value cache): its batch,
+/// new tokens per sequence and past, the tokens it makes a second, and the cache's bytes per
+/// device as the plan stores it. None for any other plan.
+struct decode_figures {
+  std::int64_t batch = 0, seq = 0, past = 0, cache_bytes = 0;
+  double tokens_per_second = 0;
+};
+std::optional<decode_figures> decode_of(const model_graph& g, const autosharding_result& r) {
+  const plan_summary& p = r.report.plan;
+  if (!p.feasible || p.step_seconds <= 0 || r.report.pricing.mode != run_mode::inference) return std::nullopt;
+  decode_figures d;
+  for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+    if (g[v].is_input() && g[v].attrs.kv_cache) d.past = g[v].shape[1], d.cache_bytes += r.strategies[v].memory_bytes;
+  if (d.past == 0) return std::nullopt;
+  d.batch = graph_batch(g);
+  d.seq = graph_sequence(g);
+  d.tokens_per_second = static_cast<double>(d.batch * d.seq) / p.step_seconds;
+  return d;
+}
+
 void print_plan_json(const plan_cli_options& o, const autosharding_options& po, const model_graph& g, const autosharding_result& r,
                      const collective_totals& agg, const std::filesystem::path& dot, const std::filesystem::path& svg,
                      const std::vector<export_verdict>& exports) {
@@ -424,6 +444,10 @@ void print_plan_json(const plan_cli_options& o, const autosharding_options& po, 
                    {"bound", rep.solver.bound_value()}, {"gap", rep.solver.gap}, {"seconds", rep.solver.seconds},
                    {"ilp_nodes", rep.tied_classes}, {"stopped", rep.solver.stopped}};
   if (o.run_checks) j["checks"] = "passed";  // a failed check is an error before any output
+  j["decode"] = nullptr;  // a decode step's figures, as the report's decode line says them
+  if (const std::optional<decode_figures> d = decode_of(g, r))
+    j["decode"] = {{"batch", d->batch}, {"tokens", d->seq}, {"past", d->past}, {"tokens_per_second", d->tokens_per_second},
+                   {"cache_bytes_per_device", d->cache_bytes}};
   j["exports"] = export_verdicts_json(exports);
   std::cout << j.dump(2) << "\n";
 }
@@ -505,18 +529,11 @@ void print_plan_report(const plan_cli_options& o, const autosharding_options& po
   if (rep.plan.feasible && rep.plan.runtime.bytes() > 0)  // the peak beside what the process holds
     std::cout << "memory  " << describe_peak(rep.plan.peak_memory_bytes, rep.plan.runtime, po.pricing.device)
               << (rep.plan.fits ? "" : "  DOES NOT FIT") << "\n";
-  if (rep.plan.feasible && mode == run_mode::inference) {  // a decode step: its tokens a second and its cache
-    std::int64_t past = 0, cache = 0;
-    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-      if (g[v].is_input() && g[v].attrs.kv_cache) past = g[v].shape[1], cache += r.strategies[v].memory_bytes;
-    const std::int64_t batch = graph_batch(g), seq = graph_sequence(g);
-    if (past > 0 && rep.plan.step_seconds > 0)
-      std::cout << "decode  " << batch << (batch == 1 ? " sequence x " : " sequences x ") << seq << (seq == 1 ? " token" : " tokens")
-                << " after " << past << " cached: " << std::fixed << std::setprecision(0)
-                << static_cast<double>(batch * seq) / rep.plan.step_seconds << std::defaultfloat << std::setprecision(6)
-                << " tokens/s (a step " << human_seconds(rep.plan.step_seconds) << "); the key/value cache " << human_bytes(static_cast<double>(cache))
-                << " per device\n";
-  }
+  if (const std::optional<decode_figures> d = decode_of(g, r))
+    std::cout << "decode  " << d->batch << (d->batch == 1 ? " sequence x " : " sequences x ") << d->seq << (d->seq == 1 ? " token" : " tokens")
+              << " after " << d->past << " cached: " << std::fixed << std::setprecision(0) << d->tokens_per_second << std::defaultfloat
+              << std::setprecision(6) << " tokens/s (a step " << human_seconds(rep.plan.step_seconds) << "); the key/value cache "
+              << human_bytes(static_cast<double>(d->cache_bytes)) << " per device\n";
   if (o.run_checks)  // a failed check is an error before any output
     std::cout << "checks  passed: the plan is consistent and re-priced from scratch to the same step time\n";
   if (mode == run_mode::training) {

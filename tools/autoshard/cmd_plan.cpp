@@ -395,7 +395,7 @@ std::optional<decode_figures> decode_of(const model_graph& g, const autosharding
   if (!p.feasible || p.step_seconds <= 0 || r.report.pricing.mode != run_mode::inference) return std::nullopt;
   decode_figures d;
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_input() && g[v].attrs.kv_cache) d.past = g[v].shape[1], d.cache_bytes += r.strategies[v].memory_bytes;
+    if (g[v].is_kv_cache()) d.past = g[v].shape[1], d.cache_bytes += r.strategies[v].memory_bytes;
   if (d.past == 0) return std::nullopt;
   d.batch = graph_batch(g);
   d.seq = graph_sequence(g);

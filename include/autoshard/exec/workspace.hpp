@@ -16,8 +16,7 @@
 #include "../core/dtype.hpp"       // dtype, dtype_size
 #include "../core/layout.hpp"      // local_box
 #include "../core/shape.hpp"       // tensor_shape
-#include "../graph/model.hpp"      // node, op_kind, is_binary_elementwise
-#include "../graph/compute.hpp"    // attention_keys
+#include "../graph/model.hpp"      // node, op_kind, is_binary_elementwise, attention_keys
 #include "../graph/strategy.hpp"   // model_graph, strategy, operands
 
 namespace autoshard {

@@ -35,7 +35,6 @@
 /// of Korthikanti et al.'s 34 s b h + 5 a s^2 b bytes per GPT layer.
 #include <algorithm>  // std::min
 #include <cstdint>    // std::int64_t
-#include <span>       // std::span
 #include <vector>     // std::vector
 
 #include "../core/shape.hpp"  // tensor_shape
@@ -52,15 +51,6 @@ inline double local_heads(const node& nd, double local_width) {
   const double width = static_cast<double>(nd.shape[nd.shape.rank - 1u]);
   return width > 0 ? static_cast<double>(nd.attrs.heads) * local_width / width : 0.0;
 }
-
-/// The tokens of an attention core's key/value cache (operands 3 and 4 of shapes `in`: the
-/// past each query sees before the step's keys), 0 without one.
-/// (Not inlined: GCC 12 at -O3 inlined it into 3-operand calls and warned that in[3], on the
-/// branch they never take, was out of bounds.)
-[[gnu::noinline]] inline std::int64_t attention_past(std::span<const tensor_shape> in) { return in.size() == 5 ? in[3][1] : 0; }
-
-/// The keys an attention core over operands of shapes `in` weighs: its cache's then its own.
-inline std::int64_t attention_keys(std::span<const tensor_shape> in) { return attention_past(in) + in[1][1]; }
 
 /// Score elements of the attention core `nd` on local shapes: batch x heads x queries x keys.
 inline double attention_scores(const node& nd, const std::vector<tensor_shape>& in) {

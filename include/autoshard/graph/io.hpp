@@ -107,8 +107,10 @@ inline nlohmann::json to_json(const model_graph& g) {
       if (a.elementwise != d.elementwise) at["elementwise"] = a.elementwise;
       if (!at.empty()) j["attrs"] = at;
     } else if (n.is_input() && (n.attrs.held || n.attrs.kv_cache)) {
-      j["attrs"] = n.attrs.held ? json{{"held", true}} : json{{"kv_cache", true}};
-      if (n.attrs.held && n.attrs.kv_cache) j["attrs"]["kv_cache"] = true;  // refused when read back: validate says why
+      json at;  // both set is refused when read back: validate says why
+      if (n.attrs.held) at["held"] = true;
+      if (n.attrs.kv_cache) at["kv_cache"] = true;
+      j["attrs"] = std::move(at);
     }
     nodes.push_back(std::move(j));
   }

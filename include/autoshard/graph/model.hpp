@@ -283,6 +283,8 @@ struct node {
   bool is_input() const noexcept { return kind == op_kind::input; }
   /// An input fed each step (token ids, labels, activations), not data the model holds (attrs.held).
   bool is_fed_input() const noexcept { return kind == op_kind::input && !attrs.held; }
+  /// A key/value cache an attention reads (attrs.kv_cache).
+  bool is_kv_cache() const noexcept { return kind == op_kind::input && attrs.kv_cache; }
   bool is_parameter() const noexcept { return kind == op_kind::parameter; }
   bool is_operator() const noexcept { return !is_source(kind); }
 };
@@ -564,6 +566,15 @@ inline tensor_shape rotary_shape(op_kind k, const op_attrs& a, std::span<const t
   return in[0];
 }
 
+/// The tokens of an attention core's key/value cache (operands 3 and 4 of shapes `in`: the
+/// past each query sees before the step's keys), 0 without one.
+/// (Not inlined: GCC 12 at -O3 inlined it into 3-operand calls and warned that in[3], on the
+/// branch they never take, was out of bounds.)
+[[gnu::noinline]] inline std::int64_t attention_past(std::span<const tensor_shape> in) { return in.size() == 5 ? in[3][1] : 0; }
+
+/// The keys an attention core over operands of shapes `in` weighs: its cache's then its own.
+inline std::int64_t attention_keys(std::span<const tensor_shape> in) { return attention_past(in) + in[1][1]; }
+
 /// q [b, s, heads*hd], k and v [b, s_kv, kv_heads*hd] -> q's shape.
 inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<const tensor_shape> in) {
   for (std::size_t i = 0; i < 3; ++i)
@@ -589,7 +600,7 @@ inline tensor_shape attention_shape(op_kind k, const op_attrs& a, std::span<cons
     bad_operands(k, "window " + std::to_string(a.window) + " is a causal sliding window, but the attention is not causal");
   if (static_cast<unsigned>(a.alibi) > static_cast<unsigned>(alibi_rule::falcon))
     bad_operands(k, "alibi " + std::to_string(static_cast<unsigned>(a.alibi)) + " is not an ALiBi rule (none, bloom, falcon)");
-  if (in[1][1] + (in.size() == 5 ? in[3][1] : 0) == 0 && has_elements(in[0]))
+  if (attention_keys(in) == 0 && has_elements(in[0]))
     bad_operands(k, "k and v " + to_string(in[1]) + " hold no key: each query of " + to_string(in[0]) + " would weigh none, 0/0");
   return in[0];
 }

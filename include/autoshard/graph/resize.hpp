@@ -39,7 +39,7 @@ inline std::int64_t graph_batch(const model_graph& g) {
 /// key/value cache (whose dim 1 is the past; what with_batch_seq re-sizes), 0 without one.
 inline std::int64_t graph_sequence(const model_graph& g) {
   for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-    if (g[v].is_fed_input() && !g[v].attrs.kv_cache && g[v].shape.rank >= 2) return g[v].shape[1];
+    if (g[v].is_fed_input() && !g[v].is_kv_cache() && g[v].shape.rank >= 2) return g[v].shape[1];
   return 0;
 }
 
@@ -128,7 +128,7 @@ inline model_graph with_batch_seq(const model_graph& g, std::int64_t batch, std:
     if (nd.is_input()) {
       if (nd.attrs.held) continue;  // data the model holds: no batch, no sequence
       if (batch > 0 && nd.shape.rank >= 1 && nd.shape[0] == b0) nd.shape[0] = batch;
-      if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0 && !nd.attrs.kv_cache) nd.shape[1] = seq;  // a cache's is its past
+      if (seq > 0 && nd.shape.rank >= 2 && nd.shape[1] == s0 && !nd.is_kv_cache()) nd.shape[1] = seq;  // a cache's is its past
       continue;
     }
     std::vector<tensor_shape> in;

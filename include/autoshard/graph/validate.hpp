@@ -123,7 +123,7 @@ inline void validate(const model_graph& g) {
     }
     if (nd.kind == op_kind::attention)
       for (auto [it, end] = boost::in_edges(v, g); it != end; ++it)
-        if (const node& c = g[boost::source(*it, g)]; g[*it].operand >= 3 && !(c.is_input() && c.attrs.kv_cache))
+        if (const node& c = g[boost::source(*it, g)]; g[*it].operand >= 3 && !c.is_kv_cache())
           throw graph_error(who + " (attention): operand " + std::to_string(g[*it].operand) + " " + quoted_text(c.name) +
                             " is not a key/value cache (an input with kv_cache)");
     if (!nd.is_operator()) continue;

@@ -264,7 +264,7 @@ struct pass_model {
     validate(g);
     if (sopt.pricing.mode == run_mode::training)
       for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
-        if (g[v].is_input() && g[v].attrs.kv_cache)
+        if (g[v].is_kv_cache())
           throw solver_error("vertex " + quoted_text(g[v].name) + " is a key/value cache: a step after one is inference (a decode "
                              "step), which training does not run; plan it in inference mode");
     const auto phase = [&on_phase](const char* name, std::size_t done, std::size_t total) {
@@ -383,7 +383,7 @@ struct pass_model {
       strategy_node& node = problem.nodes[v];
       node.name = g[v].name;
       for (const strategy& s : strategies[v]) node.usages.push_back(s.memory_bytes);
-      if (g[v].is_parameter() || (g[v].is_input() && g[v].attrs.kv_cache))  // a cache is kept for the next step
+      if (g[v].is_parameter() || g[v].is_kv_cache())  // a cache is kept for the next step
         node.live = {0, train ? 2 * N : N};
       else if (!train)
         node.live = {pos[v], last[v] + 1};

@@ -255,7 +255,7 @@ struct tp_walk {
   bool rigid(vertex_t c) const { return !is_module[c] || role[c] == module_role::sequence; }
   /// A key/value cache (attrs.kv_cache): in PyTorch the attention module's state, not an input
   /// the user hands over (hold_cache).
-  bool is_cache(vertex_t u) const { return g[u].is_input() && g[u].attrs.kv_cache; }
+  bool is_cache(vertex_t u) const { return g[u].is_kv_cache(); }
 
   /// Whether the layer of c converts u at its entry (so c takes u as the layer hands it).
   bool enters_convertible_layer(vertex_t u, vertex_t c) const {

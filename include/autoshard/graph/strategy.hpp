@@ -1077,25 +1077,36 @@ struct cost_matrix {
 /// pair of u's and v's strategies, forward plus (training) backward. Distinct specs are
 /// priced once. `grads`: detail::gradient_flags(g) when pricing many edges (empty: u is looked up);
 /// `prices`: a cache on `m` shared by the edges priced (plan_price_cache), or none.
+/// `rows_used`, `cols_used` (one flag per producer, consumer strategy; empty: all): only the pairs
+/// of two used strategies are priced, every other pair costs +infinity (no choice of a solve that
+/// cannot pick them: the pass prices megatron's layout alone so).
 inline cost_matrix resharding_costs(const model_graph& g, edge_t e, const std::vector<strategy>& producer,
                                     const std::vector<strategy>& consumer, const device_mesh& m,
                                     const strategy_options& opt = {}, const std::vector<char>& grads = {},
-                                    plan_price_cache* prices = nullptr) {
+                                    plan_price_cache* prices = nullptr, const std::vector<char>& rows_used = {},
+                                    const std::vector<char>& cols_used = {}) {
+  if ((!rows_used.empty() && rows_used.size() != producer.size()) || (!cols_used.empty() && cols_used.size() != consumer.size()))
+    throw graph_error("resharding_costs: " + std::to_string(rows_used.size()) + " and " + std::to_string(cols_used.size()) +
+                      " used flags for " + std::to_string(producer.size()) + " x " + std::to_string(consumer.size()) + " strategies");
+  const auto used = [](const std::vector<char>& flags, std::size_t i) { return flags.empty() || flags[i] != 0; };
   const auto operand = static_cast<std::size_t>(g[e].operand);
   const vertex_t u = boost::source(e, g);
   const bool grad_flows = detail::gradient_flows(g, u, opt, grads);
   edge_pricer price(g, e, m, grad_flows, backward_pricing_of(g, e, opt), prices);
-  cost_matrix c{producer.size(), consumer.size(), std::vector<double>(producer.size() * consumer.size())};
+  cost_matrix c{producer.size(), consumer.size(),
+                std::vector<double>(producer.size() * consumer.size(), std::numeric_limits<double>::infinity())};
   for (std::size_t j = 0; j < consumer.size(); ++j)
     if (operand >= consumer[j].inputs.size())
       throw graph_error("edge into " + quoted_text(g[boost::target(e, g)].name) + ": strategy has no operand " + std::to_string(operand));
-  std::vector<edge_pricer::producer_key> rows;
-  std::vector<edge_pricer::consumer_key> cols;
-  for (const strategy& s : producer) rows.push_back(price.producer_key_of(s));
-  for (const strategy& s : consumer) cols.push_back(price.consumer_key_of(s));
+  std::vector<std::optional<edge_pricer::producer_key>> rows(producer.size());
+  std::vector<std::optional<edge_pricer::consumer_key>> cols(consumer.size());
+  for (std::size_t i = 0; i < producer.size(); ++i)
+    if (used(rows_used, i)) rows[i] = price.producer_key_of(producer[i]);
+  for (std::size_t j = 0; j < consumer.size(); ++j)
+    if (used(cols_used, j)) cols[j] = price.consumer_key_of(consumer[j]);
   for (std::size_t i = 0; i < producer.size(); ++i)
     for (std::size_t j = 0; j < consumer.size(); ++j)
-      c.values[i * c.cols + j] = price(producer[i], rows[i], consumer[j], cols[j]).total();
+      if (rows[i] && cols[j]) c.values[i * c.cols + j] = price(producer[i], *rows[i], consumer[j], *cols[j]).total();
   return c;
 }
 

@@ -293,11 +293,27 @@ struct pass_model {
   std::size_t size() const { return strategies.size(); }
   bool edges_priced() const { return priced_; }
 
+  /// Which strategies of each vertex a solve may choose (algo_mask's answer).
+  using strategy_mask = std::vector<std::vector<char>>;
+
   /// One edge per graph edge with its resharding costs (a pair that disagrees on its layer's
   /// recomputation forbidden), then each shadow's edge to its vertex; then every cost, node
   /// and edge, in integer units of one cost_unit (the solver works in exact integers). Once.
-  void price_edges(const phase_callback& on_phase = {}) {
-    if (priced_) return;
+  /// `only`: the strategies every solve on the model allows (one algo solved alone): the pairs
+  /// of two of them are priced, every other pair is forbidden. Megatron's layout allows a few
+  /// of a vertex's dozens, and pricing every pair was most of a `--algo megatron` plan's time.
+  /// Asked again for strategies `only` did not allow, every pair is priced.
+  void price_edges(const phase_callback& on_phase = {}, const strategy_mask* only = nullptr) {
+    if (priced_ && (!priced_only_ || (only != nullptr && within(*only, *priced_only_)))) return;
+    if (priced_) {  // priced for fewer strategies than a solve allows now: every pair this time
+      problem.edges.clear();
+      only = nullptr;
+    }
+    if (only != nullptr && only->size() != strategies.size())
+      throw solver_error("price_edges: a strategy mask of " + std::to_string(only->size()) + " vertices for " +
+                         std::to_string(strategies.size()));
+    static const std::vector<char> all;  // resharding_costs' every strategy
+    const auto used = [&](vertex_t v) -> const std::vector<char>& { return only != nullptr ? (*only)[v] : all; };
     std::vector<std::vector<double>> seconds;
     double largest = 0.0;
     const auto note = [&largest](double x) {
@@ -321,7 +337,8 @@ struct pass_model {
       const std::size_t k = problem.edges.size();
       const auto same = std::find_if(bucket.begin(), bucket.end(), [&](std::size_t x) {
         const edge_t o = edges[x];
-        return in_one_layer(boost::source(o, g), boost::target(o, g)) == in_one_layer(u, v) && inputs_of(o).alike(in);
+        return in_one_layer(boost::source(o, g), boost::target(o, g)) == in_one_layer(u, v) &&
+               used(boost::source(o, g)) == used(u) && used(boost::target(o, g)) == used(v) && inputs_of(o).alike(in);
       });
       if (on_phase) on_phase("pricing", k + 1, edge_count);
       problem.edges.push_back({u, v, {}});
@@ -329,7 +346,7 @@ struct pass_model {
         seconds.push_back(seconds[*same]);
         continue;
       }
-      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients, &prices);
+      cost_matrix c = resharding_costs(g, *e, strategies[u], strategies[v], mesh, sopt, gradients, &prices, used(u), used(v));
       for (std::size_t i = 0; i < c.rows; ++i)
         for (std::size_t j = 0; j < c.cols; ++j)
           if (!recompute_consistent(layers, u, v, strategies[u][i], strategies[v][j])) c.values[i * c.cols + j] = forbidden;
@@ -349,6 +366,8 @@ struct pass_model {
       problem.edges.push_back(std::move(same));
     }
     priced_ = true;
+    if (only != nullptr) priced_only_ = *only;
+    else priced_only_.reset();
   }
 
   /// A strategy per problem node from one per vertex: a shadow takes its vertex's.
@@ -420,6 +439,18 @@ struct pass_model {
   }
 
   bool priced_ = false;
+  std::optional<strategy_mask> priced_only_;  // the strategies priced_edges priced the pairs of (none: all)
+
+  /// Whether mask `a` allows nothing `b` does not.
+  static bool within(const strategy_mask& a, const strategy_mask& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t v = 0; v < a.size(); ++v) {
+      if (a[v].size() != b[v].size()) return false;
+      for (std::size_t i = 0; i < a[v].size(); ++i)
+        if (a[v][i] && !b[v][i]) return false;
+    }
+    return true;
+  }
 };
 
 /// ZeRO-3 stores a parameter sharded on every mesh axis of more than one rank, where the
@@ -1248,7 +1279,7 @@ struct micro_batching_walk {
         solve_request free = r;
         free.recompute = cheapest_recompute(r.recompute);
         free.budget = false;
-        model->pm.price_edges(o.on_phase);
+        price(model->pm, r);
         auto u = solve_algo(pm, o, free, classes);
         least = std::max(least, proven_floor(pm, u.first, u.second));
         bounds.push_back({m, least});
@@ -1298,6 +1329,15 @@ struct micro_batching_walk {
     if (bytes < closest_bytes) closest_bytes = bytes, closest = what;
   }
 
+  /// Prices `pm`'s edges for the solves of request `r` (each of its recomputation kinds, with
+  /// and without the budget): only the pairs of the strategies r's algo allows when the pass
+  /// solves that algo alone, every pair when the baselines share the model.
+  void price(pass_model& pm, const solve_request& r) const {
+    if (o.compare_baselines) return pm.price_edges(o.on_phase);
+    const pass_model::strategy_mask allow = algo_mask(pm, r, o.skip_fully_replicated);
+    pm.price_edges(o.on_phase, &allow);
+  }
+
   /// Whether request `r` on `pm` cannot meet the budget even at its most frugal strategies
   /// (then it is listed so, before the solver runs).
   bool beyond_budget(const pass_model& pm, const solve_request& r, const std::string& what) {
@@ -1341,7 +1381,7 @@ struct micro_batching_walk {
         continue;
       }
       std::size_t c = 0;
-      model.pm.price_edges(o.on_phase);
+      price(model.pm, r);
       if (same_problem_as_one_of(pm, rk, solved)) continue;
       solved.push_back(kind);
       if (found) rk.faster_than = std::min(rk.faster_than, found->first.step_seconds);

@@ -829,6 +829,59 @@ TEST_CASE("pricing a model's edges: repeated layers priced once are every edge p
   CHECK(forbidden > 0);  // the layers' recomputation ties are part of what is copied
 }
 
+TEST_CASE("pricing for one algo alone: the pairs of the strategies it allows as every pair priced, the rest forbidden") {
+  // megatron's layout allows a few of a vertex's strategies: a pass that solves it alone
+  // (compare_baselines off) prices their pairs only. Each is the pair's own resharding cost, in
+  // the problem's unit; asked for more than the mask allowed, the model prices every pair.
+  auto c = autoshard::transformer_config::llama(2, 64, 4, 2, 128);
+  c.seq = 16;
+  c.vocab = 64;
+  c.batch = 4;
+  c.mode = autoshard::run_mode::training;
+  const autoshard::model_graph g = autoshard::build_llama(c);
+  autoshard::step_pricing p;
+  p.mode = autoshard::run_mode::training;
+  p.recompute = autoshard::recompute_policy::choose;
+  const autoshard::device_mesh mesh = autoshard::make_cluster_mesh({2, 2});
+  autoshard::detail::pass_model pm(g, mesh, p, std::nullopt, {}, autoshard::detail::pass_model::edges_when::deferred);
+  autoshard::detail::solve_request rq;
+  rq.a = autoshard::algo::megatron;
+  rq.tp_axis = 1;
+  const autoshard::detail::pass_model::strategy_mask allow = autoshard::detail::algo_mask(pm, rq, false);
+  const auto check_edges = [&](bool masked) {
+    std::size_t k = 0, priced = 0, pairs = 0;
+    for (auto [e, end] = boost::edges(g); e != end; ++e, ++k) {
+      const autoshard::vertex_t u = boost::source(*e, g), v = boost::target(*e, g);
+      const autoshard::cost_matrix alone = autoshard::resharding_costs(g, *e, pm.strategies[u], pm.strategies[v], pm.mesh, pm.sopt);
+      std::vector<std::int64_t> want;
+      for (std::size_t i = 0; i < alone.rows; ++i)
+        for (std::size_t j = 0; j < alone.cols; ++j) {
+          const bool both = !masked || (allow[u][i] && allow[v][j]);
+          const bool tied = autoshard::recompute_consistent(pm.layers, u, v, pm.strategies[u][i], pm.strategies[v][j]);
+          priced += both ? 1 : 0;
+          want.push_back(autoshard::to_cost_units(both && tied ? alone(i, j) : std::numeric_limits<double>::infinity(),
+                                                  pm.problem.cost_unit));
+        }
+      pairs += alone.values.size();
+      INFO(g[u].name << " -> " << g[v].name);
+      CHECK(pm.problem.edges[k].costs == want);
+    }
+    CHECK(pm.problem.edges.size() >= k);
+    return std::pair{priced, pairs};
+  };
+  pm.price_edges({}, &allow);
+  REQUIRE(pm.edges_priced());
+  const auto [priced, pairs] = check_edges(true);
+  CHECK(priced * 20 < pairs);  // megatron's pairs are a small part of the whole
+  pm.price_edges({}, &allow);  // the same mask again: nothing to do
+  check_edges(true);
+  autoshard::detail::solve_request alpa = rq;
+  alpa.a = autoshard::algo::alpa;
+  const autoshard::detail::pass_model::strategy_mask wider = autoshard::detail::algo_mask(pm, alpa, false);
+  pm.price_edges({}, &wider);  // more than the mask allowed: every pair
+  CHECK(check_edges(false).first == pairs);
+}
+
 TEST_CASE("tied layers: in inference, four more layers add only their weights to the smallest peak") {
   // Inference activations are live one layer at a time, so four more LLaMA-7B layers add only
   // their weights, each cut 8 ways at its most frugal: 4 x (4 d^2 + 3 d f + 2 d) bf16 values / 8

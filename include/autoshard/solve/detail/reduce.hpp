@@ -16,7 +16,7 @@
 //     becomes an edge min_j R_a[i][j] + c[j] + R_b[j][k]) when their usage never binds.
 // A node's usage "binds" when it is live at a time point where the largest possible summed usage
 // exceeds the limit; elsewhere its usage cannot change feasibility.
-#include <algorithm>  // std::min, std::max, std::sort, std::lower_bound
+#include <algorithm>  // std::min, std::max, std::sort, std::lower_bound, std::any_of
 #include <chrono>     // std::chrono::steady_clock
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
@@ -156,6 +156,9 @@ class reducer {
   bool unchanged(const seen_marks& s, std::size_t k, std::uint64_t v) const { return skip_unchanged && s.clean(k, v); }
   std::uint64_t edge_version(const work_edge& e) const { return std::max(version[e.u], version[e.v]); }
 
+  /// The problem's strategies less those of a forbidden node cost (none can be chosen; a node
+  /// with no other keeps them all, for prune_infinite to refuse in its words): a solve the pass
+  /// restricted to one algo's few strategies of each node's dozens copies only their pairs.
   reducer(const strategy_problem& prob, bool merge_parallel) : p(prob), merge(merge_parallel) {
     nodes.resize(p.nodes.size());
     version.assign(p.nodes.size(), 1);
@@ -164,19 +167,30 @@ class reducer {
     for (std::size_t v = 0; v < p.nodes.size(); ++v) {
       work_node& n = nodes[v];
       const strategy_node& s = p.nodes[v];
-      for (std::int64_t c : s.costs) n.cost.push_back(to_wcost(c));
-      n.parts.push_back({s.live, s.usages, 0, 0, v});
-      for (std::size_t i = 0; i < s.costs.size(); ++i) n.strat.push_back(static_cast<int>(i));
+      const bool any = std::any_of(s.costs.begin(), s.costs.end(), [](std::int64_t c) { return !is_forbidden(c); });
+      std::vector<std::int64_t> usage;
+      for (std::size_t i = 0; i < s.costs.size(); ++i)
+        if (!any || !is_forbidden(s.costs[i])) {
+          n.strat.push_back(static_cast<int>(i));
+          n.cost.push_back(to_wcost(s.costs[i]));
+          usage.push_back(s.usages[i]);
+        }
+      n.parts.push_back({s.live, std::move(usage), 0, 0, v});
     }
     for (const strategy_edge& e : p.edges) {
       const std::size_t nu = nodes[e.from].size(), nv = nodes[e.to].size();
+      const std::vector<int>&su = nodes[e.from].strat, &sv = nodes[e.to].strat;
+      const std::size_t cols = p.nodes[e.to].costs.size();  // e.costs is over every strategy
       if (e.from == e.to) {  // a self-loop only ever pays its diagonal
-        for (std::size_t i = 0; i < nu; ++i) nodes[e.from].cost[i] = wadd(nodes[e.from].cost[i], to_wcost(e.costs[i * nv + i]));
+        for (std::size_t i = 0; i < nu; ++i)
+          nodes[e.from].cost[i] = wadd(nodes[e.from].cost[i], to_wcost(e.costs[static_cast<std::size_t>(su[i]) * cols + static_cast<std::size_t>(su[i])]));
         continue;
       }
       std::vector<wcost> m;
-      m.reserve(e.costs.size());
-      for (std::int64_t c : e.costs) m.push_back(to_wcost(c));
+      m.reserve(nu * nv);
+      for (std::size_t i = 0; i < nu; ++i)
+        for (std::size_t j = 0; j < nv; ++j)
+          m.push_back(to_wcost(e.costs[static_cast<std::size_t>(su[i]) * cols + static_cast<std::size_t>(sv[j])]));
       if (merge) {
         connect(e.from, e.to, std::move(m));
       } else {

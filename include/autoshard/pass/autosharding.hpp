@@ -54,6 +54,7 @@
 #include <memory>      // std::shared_ptr
 #include <optional>    // std::optional
 #include <ostream>     // std::ostream
+#include <span>        // std::span
 #include <string>      // std::string
 #include <string_view> // std::string_view
 #include <unordered_map> // std::unordered_map
@@ -607,7 +608,10 @@ inline std::vector<std::size_t> layer_classes(const pass_model& pm, bool tie, st
 /// reductions fold it back into the class as one more live part. Summing every member over the
 /// hull of their intervals instead counted 32 inference layers' activations as live at once
 /// (llama-7b on 1x8: a smallest budget of 7.26 GiB for plans that peak at 2.2 GiB).
-inline strategy_problem quotient(const strategy_problem& full, const std::vector<std::size_t>& cls, std::size_t count) {
+/// `edges`: the edges between `full`'s nodes (full.edges in the overload below; the pass's
+/// restricted problems leave theirs in pass_model::problem, which a restriction never changes).
+inline strategy_problem quotient(const strategy_problem& full, std::span<const strategy_edge> edges, const std::vector<std::size_t>& cls,
+                                 std::size_t count) {
   strategy_problem q;
   q.name = full.name + " (tied layers)";
   q.usage_limit = full.usage_limit;
@@ -636,7 +640,7 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
       for (std::size_t i = 0; i < f.usages.size(); ++i) same->second[i] += f.usages[i];
     }
   }
-  for (const strategy_edge& e : full.edges) q.edges.push_back({cls[e.from], cls[e.to], e.costs});
+  for (const strategy_edge& e : edges) q.edges.push_back({cls[e.from], cls[e.to], e.costs});
   for (std::size_t c = 0; c < count; ++c) {
     q.nodes[c].usages = parts[c].front().second;
     const std::size_t k = q.nodes[c].costs.size();
@@ -655,6 +659,9 @@ inline strategy_problem quotient(const strategy_problem& full, const std::vector
     }
   }
   return q;
+}
+inline strategy_problem quotient(const strategy_problem& full, const std::vector<std::size_t>& cls, std::size_t count) {
+  return quotient(full, full.edges, cls, count);
 }
 
 /// The cost of every edge under `choice`, as the ILP has it.
@@ -825,17 +832,30 @@ inline void check_plan(const pass_model& pm, const plan_summary& s, double solve
 
 /// The problem one solve sees: `pm.problem` restricted to what `rq` and the pins allow, the
 /// budget dropped unless it applies, tied into classes (`cls`: problem node -> class).
+/// A restriction changes node costs only: the untied problem's edges are the first
+/// `untied_edges` of pm.problem's, not copied (an edge matrix is every pair of two vertices'
+/// strategies: most of a model's problem).
 struct restricted_problem {
-  strategy_problem q;
-  strategy_problem untied;  ///< the same restricted problem before tying (one node per vertex, then the shadows)
+  strategy_problem q;       ///< tied; without pm.problem's edges when restricted for its memory alone
+  strategy_problem untied;  ///< the same restricted problem before tying (one node per vertex, then the shadows), no edges
+  std::size_t untied_edges = 0;
   std::vector<std::size_t> cls;
   std::size_t classes = 0;
 };
 
-inline restricted_problem restrict_problem(const pass_model& pm, const autosharding_options& o, const solve_request& rq) {
+/// What restrict_problem builds: the problem to solve, or only its nodes (what min_peak_usage
+/// reads: a budget's check before a solve).
+enum class restricted_for { solving, memory };
+
+inline restricted_problem restrict_problem(const pass_model& pm, const autosharding_options& o, const solve_request& rq,
+                                           restricted_for what = restricted_for::solving) {
   const algo a = rq.a;
   const std::vector<std::vector<char>> allow = algo_mask(pm, rq, o.skip_fully_replicated);
-  strategy_problem p = pm.problem;
+  strategy_problem p;
+  p.name = pm.problem.name;
+  p.nodes = pm.problem.nodes;
+  p.usage_limit = pm.problem.usage_limit;
+  p.cost_unit = pm.problem.cost_unit;
   if (!rq.budget) p.usage_limit.reset();
   for (vertex_t v = 0; v < pm.size(); ++v) {
     for (std::size_t i = 0; i < allow[v].size(); ++i)
@@ -865,25 +885,28 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
   }
   restricted_problem r;
   r.cls = layer_classes(pm, o.tie_layers, r.classes);
+  r.untied_edges = pm.problem.edges.size();
   if (!pm.shadow_of.empty() && !has_kind(rq.recompute, recompute_kind::full)) {
     // Nothing recomputes fully: each vertex holds what it keeps throughout, its shadow's part
     // too, and the shadows (the last nodes and edges, and the last classes) go.
     const std::size_t n = pm.size();
     for (std::size_t k = 0; k < pm.shadow_of.size(); ++k) p.nodes[pm.shadow_of[k]].live.end = p.nodes[n + k].live.end;
     p.nodes.resize(n);
-    p.edges.resize(pm.edges.size());
+    r.untied_edges = std::min(r.untied_edges, pm.edges.size());
     r.cls.resize(n);
     r.classes = 0;
     for (std::size_t c : r.cls) r.classes = std::max(r.classes, c + 1);
   }
-  r.q = quotient(p, r.cls, r.classes);
+  const std::span<const strategy_edge> edges(pm.problem.edges.data(), what == restricted_for::solving ? r.untied_edges : 0);
+  r.q = quotient(p, edges, r.cls, r.classes);
   r.untied = std::move(p);
   return r;
 }
 
 /// Each parameter and fed input of `choice` stored as its consumers use it where that costs
-/// the same: the strategy of least memory among those `p` (restricted_problem::untied) allows
-/// whose node cost plus edges to the consumers' chosen strategies is exactly the chosen one's,
+/// the same: the strategy of least memory among those `p` (restricted_problem::untied: its node
+/// costs; the edges are pm.problem's) allows whose node cost plus edges to the consumers' chosen
+/// strategies is exactly the chosen one's,
 /// in the solver's integer units. The ILP prices time and only bounds memory, so between
 /// storing a weight whole and slicing it locally for a consumer that reads a shard (free), or
 /// storing the shard, it saw no difference: LLaMA-70B's inference plan on 1x8 held its
@@ -892,15 +915,16 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
 /// out-edges'; the objective is unchanged and the peak can only fall.
 inline void store_as_used(const pass_model& pm, const strategy_problem& p, std::vector<int>& choice) {
   std::vector<std::vector<std::size_t>> out(pm.size());
-  for (std::size_t k = 0; k < pm.edges.size() && k < p.edges.size(); ++k)
-    if (p.edges[k].from < pm.size()) out[p.edges[k].from].push_back(k);
+  const std::vector<strategy_edge>& edges = pm.problem.edges;  // p's: a restriction changes node costs only
+  for (std::size_t k = 0; k < pm.edges.size() && k < edges.size(); ++k)
+    if (edges[k].from < pm.size()) out[edges[k].from].push_back(k);
   for (vertex_t v = 0; v < pm.size(); ++v) {
     if (!(pm.g[v].is_parameter() || pm.g[v].is_fed_input()) || out[v].empty()) continue;
     const strategy_node& nd = p.nodes[v];
     const auto cost = [&](std::size_t i) {
       std::int64_t c = nd.costs[i];
       for (std::size_t k : out[v]) {
-        const strategy_edge& e = p.edges[k];
+        const strategy_edge& e = edges[k];
         const std::size_t cols = p.nodes[e.to].costs.size();
         c = add_costs(c, e.costs[i * cols + static_cast<std::size_t>(choice[e.to])]);
       }
@@ -1342,7 +1366,7 @@ struct micro_batching_walk {
   /// (then it is listed so, before the solver runs).
   bool beyond_budget(const pass_model& pm, const solve_request& r, const std::string& what) {
     if (!pm.problem.usage_limit) return false;
-    const usage_peak lo = restrict_problem(pm, o, r).q.min_peak_usage();
+    const usage_peak lo = restrict_problem(pm, o, r, restricted_for::memory).q.min_peak_usage();
     if (lo.bytes <= *pm.problem.usage_limit) return false;
     tried.push_back(what + ": cannot fit, the least memory its strategies allow is " + human_bytes(static_cast<double>(lo.bytes)));
     missed(what, lo.bytes);
@@ -1373,7 +1397,7 @@ struct micro_batching_walk {
     for (unsigned kind : kinds) {
       solve_request rk = r;
       rk.recompute = kind;
-      const usage_peak lo = restrict_problem(pm, o, rk).q.min_peak_usage();
+      const usage_peak lo = restrict_problem(pm, o, rk, restricted_for::memory).q.min_peak_usage();
       if (lo.bytes > *pm.problem.usage_limit) {
         misses += (misses.empty() ? "" : ", ") + describe_recompute_kinds(kind) + " needs at least " +
                   human_bytes(static_cast<double>(lo.bytes));

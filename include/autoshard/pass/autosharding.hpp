@@ -562,10 +562,11 @@ inline std::vector<std::vector<char>> algo_mask(const pass_model& pm, const solv
     // variant that shards over the tensor-parallel axis too (a weight whole on it: a norm's,
     // a replicated key/value projection's) is not its layout, and such a weight keeps it all.
     const auto dp_only = [&](const strategy& z) { return megatron_zero1_rule(z, rq.tp_axis) == nullptr; };
+    std::vector<const strategy*> dp_zero1;  // the ZeRO-1 variants megatron's optimizer may take (a few of the strategies)
+    for (const strategy& z : ss)
+      if (z.zero_stage == 1 && dp_only(z)) dp_zero1.push_back(&z);
     for (const strategy& s : ss) {
-      const bool zero1 = std::any_of(ss.begin(), ss.end(), [&](const strategy& z) {
-        return z.zero_stage == 1 && z.output == s.output && dp_only(z);
-      });
+      const bool zero1 = std::any_of(dp_zero1.begin(), dp_zero1.end(), [&](const strategy* z) { return z->output == s.output; });
       allow[v].push_back((s.zero_stage != 1 || rq.a != algo::megatron || dp_only(s)) &&
                                  allows(rq, pm, v, ops, s, skip, can_shard_fully, zero1, batch, kv_whole[v] != 0, vocab)
                              ? 1

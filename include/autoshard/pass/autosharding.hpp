@@ -1127,10 +1127,61 @@ struct micro_step_model {
       : graph(std::move(g)), pm(graph, m, p, budget, on_phase, when) {}
 };
 
+/// The micro-step counts a global batch of `batch` sequences can run in: its divisors up to
+/// max_micro_batches, ascending (found in O(sqrt) steps: a batch of 2^31 - 1 is two).
+inline std::vector<std::int64_t> micro_step_counts(std::int64_t batch) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 1; i <= max_micro_batches && i <= batch / i; ++i) {
+    if (batch % i != 0) continue;
+    out.push_back(i);
+    if (batch / i != i && batch / i <= max_micro_batches) out.push_back(batch / i);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// The micro-step counts m of graph `g`'s global batch that the pricing `p` allows and the
+/// graph re-sizes to (micro_step_counts: every divisor, or p.micro_batches alone; one step in
+/// inference or for a graph with an operator of fixed shape), and why others could not.
+struct micro_steps {
+  std::vector<std::int64_t> counts;
+  std::string fixed;        ///< an opaque operator of fixed output shape: the graph runs as one step
+  std::string unresizable;  ///< the first re-sizing that failed
+};
+inline micro_steps resizable_micro_steps(const model_graph& g, const step_pricing& p) {
+  micro_steps out;
+  const std::int64_t batch = graph_batch(g);
+  if (p.mode != run_mode::training || batch <= 0) {
+    out.counts.push_back(1);
+    return out;
+  }
+  // A graph with an operator of fixed shape, or a view the new batch cannot follow, cannot be
+  // re-sized to a micro-step: one step.
+  out.fixed = fixed_shape_operator(g);
+  for (const std::int64_t m : micro_step_counts(batch)) {
+    if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !out.fixed.empty())) continue;
+    if (m > 1) try {
+        (void)with_batch_seq(g, batch / m, 0);
+      } catch (const graph_error& e) {
+        if (out.unresizable.empty()) out.unresizable = std::string(e.message());
+        continue;
+      }
+    out.counts.push_back(m);
+  }
+  return out;
+}
+
 /// The models priced so far, by mesh shape and micro-steps: the algos of one pass share them.
 /// Their edges are priced when a search first solves them (pass_model::price_edges).
 class model_cache {
  public:
+  /// resizable_micro_steps of the pass's graph and pricing, once for every algo and mesh
+  /// (each count re-sizes a copy of the graph).
+  const micro_steps& steps(const model_graph& g, const step_pricing& p) {
+    if (!steps_) steps_ = resizable_micro_steps(g, p);
+    return *steps_;
+  }
+
   std::shared_ptr<micro_step_model> get(const model_graph& g, const device_mesh& m, int micro_batches,
                                         const autosharding_options& o) {
     std::vector<int> key = m.shape();
@@ -1149,6 +1200,7 @@ class model_cache {
 
  private:
   std::map<std::vector<int>, std::shared_ptr<micro_step_model>> models_;
+  std::optional<micro_steps> steps_;
 };
 
 /// One algo's plan from the search, with the model its choice indexes.
@@ -1158,19 +1210,6 @@ struct algo_plan {
   std::shared_ptr<micro_step_model> model;
   std::size_t classes = 0;
 };
-
-/// The micro-step counts a global batch of `batch` sequences can run in: its divisors up to
-/// max_micro_batches, ascending (found in O(sqrt) steps: a batch of 2^31 - 1 is two).
-inline std::vector<std::int64_t> micro_step_counts(std::int64_t batch) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t i = 1; i <= max_micro_batches && i <= batch / i; ++i) {
-    if (batch % i != 0) continue;
-    out.push_back(i);
-    if (batch / i != i && batch / i <= max_micro_batches) out.push_back(batch / i);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 /// "4 micro-batches of 128 sequences": one micro-batching of a global batch in words.
 inline std::string micro_batching(int m, std::int64_t batch) {
@@ -1183,27 +1222,22 @@ inline std::string micro_batching(int m, std::int64_t batch) {
 /// the pricing fixes, or those a micro-batch per data-parallel rank allows (over megatron's
 /// `dp_fixed` ranks when not 0); one step in inference, or when an operator of fixed shape keeps
 /// the graph from being re-sized. Throws solver_error saying why when none can run.
+/// `cache`: the pass's, which re-sizes the graph once for every search (none: here).
 inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph& g, const step_pricing& p,
-                                                               const device_mesh& mesh, int dp_fixed, const std::string& name) {
+                                                               const device_mesh& mesh, int dp_fixed, const std::string& name,
+                                                               model_cache* cache = nullptr) {
   const std::int64_t batch = graph_batch(g);
   std::vector<std::pair<int, int>> counts;  // (m, batch shards or 0)
   if (p.mode != run_mode::training || batch <= 0) {
     counts.push_back({1, 0});
     return counts;
   }
-  // A graph with an operator of fixed shape, or a view the new batch cannot follow, cannot be
-  // re-sized to a micro-step: one step.
-  const std::string fixed = fixed_shape_operator(g);
-  std::string unresizable;
-  for (const std::int64_t m : micro_step_counts(batch)) {
-    if ((p.micro_batches > 0 && m != p.micro_batches) || (m > 1 && !fixed.empty())) continue;
+  const micro_steps mine = cache != nullptr ? micro_steps{} : resizable_micro_steps(g, p);
+  const micro_steps& steps = cache != nullptr ? cache->steps(g, p) : mine;
+  const std::string& fixed = steps.fixed;
+  const std::string& unresizable = steps.unresizable;
+  for (const std::int64_t m : steps.counts) {
     const std::int64_t step = batch / m;
-    if (m > 1 && fixed.empty()) try {
-        (void)with_batch_seq(g, step, 0);
-      } catch (const graph_error& e) {
-        if (unresizable.empty()) unresizable = std::string(e.message());
-        continue;
-      }
     if (dp_fixed > 0 && step % dp_fixed != 0) continue;
     int shards = 0;
     if (p.micro_batch > 0) {
@@ -1232,7 +1266,8 @@ inline std::vector<std::pair<int, int>> micro_batchings_to_try(const model_graph
 /// o.mesh and on megatron's mesh when it searches megatron (micro_batchings_to_try without
 /// megatron's data-parallel filter: a superset). The planning-memory estimate counts them all
 /// kept, as the cache keeps them.
-inline std::vector<planned_model> pass_models(const model_graph& g, const autosharding_options& o, const device_mesh* preloaded) {
+inline std::vector<planned_model> pass_models(const model_graph& g, const autosharding_options& o, const device_mesh* preloaded,
+                                              model_cache* cache = nullptr) {
   std::vector<planned_model> out;
   if (preloaded) out.push_back({*preloaded, 1});
   if (preloaded && !o.compare_baselines) return out;
@@ -1242,7 +1277,7 @@ inline std::vector<planned_model> pass_models(const model_graph& g, const autosh
     } catch (const solver_error&) {  // megatron is refused before it builds a model
     }
   for (const device_mesh& mesh : meshes) try {
-      for (const auto& [m, shards] : micro_batchings_to_try(g, o.pricing, mesh, 0, "the pass")) {
+      for (const auto& [m, shards] : micro_batchings_to_try(g, o.pricing, mesh, 0, "the pass", cache)) {
         const planned_model k{mesh, m};
         if (std::none_of(out.begin() + (preloaded ? 1 : 0), out.end(), [&](const planned_model& x) { return x.same_key(k); }))
           out.push_back(k);
@@ -1505,7 +1540,7 @@ inline algo_plan search_algo(const model_graph& g, const autosharding_options& o
     megatron_kv_whole(g, mesh, tp_axis);
     megatron_vocab(g, mesh, tp_axis);
   }
-  const std::vector<std::pair<int, int>> counts = micro_batchings_to_try(g, p, mesh, dp_fixed, std::string(to_string(a)));
+  const std::vector<std::pair<int, int>> counts = micro_batchings_to_try(g, p, mesh, dp_fixed, std::string(to_string(a)), &cache);
   solve_request rq;
   rq.a = a;
   // Inference recomputes nothing: one kind, so the budgeted solve below runs once, not per kind.
@@ -1692,14 +1727,14 @@ inline autosharding_result autosharding_analysis_pass(const model_graph& g, cons
       throw solver_error("plan file " + quoted_path(o.ilp_solution_file) + " is for mesh " + to_string(preloaded->mesh) + ", not " +
                          to_string(o.mesh));
   }
+  detail::model_cache cache;
   // Refused here, with the estimate, rather than by the OOM killer halfway (planning_memory.hpp).
-  check_planning_memory(estimate_planning_memory(g, detail::pass_models(g, o, preloaded ? &preloaded->mesh : nullptr), o.pricing,
-                                                 o.tie_layers));
+  check_planning_memory(estimate_planning_memory(g, detail::pass_models(g, o, preloaded ? &preloaded->mesh : nullptr, &cache),
+                                                 o.pricing, o.tie_layers));
   autosharding_result res;
   autosharding_report& rep = res.report;
   std::shared_ptr<detail::micro_step_model> model;
   double solver_objective = 0.0;
-  detail::model_cache cache;
   if (preloaded) {
     // A preloaded plan is priced with the links, the training settings and the micro-batching
     // it was solved with, on the device and in the mode asked for now (a plan of another mode

@@ -74,6 +74,11 @@ graph's cache holds them), position_ids P..P+S-1 and an attention mask of all P+
     offset of ALiBi's key index is no control: BLOOM's bias is slope x index, a constant per
     row shift that the softmax does not see; Falcon's bfloat16 rounding of it would show, but
     transformers offers no way to shift it.)
+  * gpt2-decode (S = 3) and opt-decode (S = 1, its attentions and caches on the heads split) judge the
+    learned position table read after the cache: the graph feeds position_ids 0..S-1 into the
+    table's rows from P (+ OPT's offset 2) on (graph/builders.hpp position_rows), where
+    transformers looks up P..P+S-1 (GPT-2's cache_position; OPT's mask cumsum cut at the past,
+    + 2); each control gives the step positions 0..S-1, the rows a graph without the past reads.
 What they found: the executor's rotary kernel ignored rotary_offset (exec/kernels.hpp rotary,
 and its backward), turning the step at 0..S-1: llama-decode differed from transformers by 0.027
 and matched its control to 3e-16, while verify, the same kernel on both sides, passed (with
@@ -167,6 +172,9 @@ DECODE = {
     "gpt_neox-decode": ("gpt_neox", 5, 3, None, lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
     "falcon-alibi-decode": ("falcon-alibi", 5, 1, None,
                             lambda B, P, S: dict(attention_mask=(torch.arange(P + S) == 0).long().expand(B, P + S))),
+    "gpt2-decode": ("gpt2", 5, 3, None, lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
+    "opt-decode": ("opt", 6, 1, "model.decoder.layers.{}.self_attn.attention",
+                   lambda B, P, S: dict(position_ids=torch.arange(S).expand(B, S))),
 }
 for _name, (_base, *_) in DECODE.items():
     CASES[_name] = CASES[_base]

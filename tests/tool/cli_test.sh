@@ -666,14 +666,26 @@ PY
     && ok || bad "the schema accepts an invalid plan"
 fi
 
-# A decode step after a key/value cache (--kv-cache): refused in training, for GPT-2's learned
-# positions and for a model file; a small LLaMA's decode step holds its cache split as its keys
-# and runs on its ranks, also with another count of new tokens after the same cache.
+# A decode step after a key/value cache (--kv-cache): refused in training, for BERT (an encoder)
+# and for a model file; a small LLaMA's decode step holds its cache split as its keys and runs on
+# its ranks, also with another count of new tokens after the same cache. GPT-2's and OPT's Hugging
+# Face configs decode too, their position tables read from the past on (within max_positions).
 kv=(--model llama-7b --layers 2 --hidden 64 --heads 8 --kv-heads 4 --ffn 96 --vocab 128 --mesh 1x4 --batch 2 --seq 2 --kv-cache 5)
 expect_rc 2 "$tool" plan "${kv[@]}" --mode train --out "$tmp/kv.json"
 grep -q "a decode step, which is inference: give --mode infer" "$tmp/err" && ok || bad "--kv-cache in training: $(cat "$tmp/err")"
-expect_rc 1 "$tool" plan --model gpt2 --layers 1 --mode infer --kv-cache 8 --mesh 1x2 --out "$tmp/kv.json"
-grep -q "gpt2 config: a key/value cache (past 8) is built for the decoders with rotary or ALiBi positions" "$tmp/err" && ok || bad "--kv-cache on gpt2: $(cat "$tmp/err")"
+expect_rc 1 "$tool" plan --model bert-base --layers 1 --mode infer --kv-cache 8 --mesh 1x2 --out "$tmp/kv.json"
+grep -q "bert config: a key/value cache (past 8) is for a decoder's step after cached tokens, but bert is an encoder" "$tmp/err" &&
+  ok || bad "--kv-cache on bert: $(cat "$tmp/err")"
+hf_data=$(cd "$here/../data/hf" && pwd)
+for m in gpt2 opt-125m; do
+  expect_rc 0 "$tool" plan --model "$hf_data/$m.json" --layers 2 --hidden 64 --heads 4 --vocab 128 --mode infer --mesh 1x2 --batch 2 \
+    --seq 1 --kv-cache 6 --quiet --no-svg --out "$tmp/kv-$m.json"
+  grep -qE "^decode  2 sequences x 1 token after 6 cached: " "$tmp/out" && ok || bad "$m's decode line: $(grep ^decode "$tmp/out")"
+  expect_rc 0 "$tool" verify --plan "$tmp/kv-$m.json" --seq 2
+done
+expect_rc 1 "$tool" plan --model "$hf_data/gpt2.json" --layers 1 --mode infer --mesh 1x2 --seq 2 --kv-cache 1023 --out "$tmp/kv.json"
+grep -q "gpt2 config: past 1023 + seq 2 = 1025 exceeds max_positions 1024, the rows of the learned position table" "$tmp/err" &&
+  ok || bad "--kv-cache past gpt2's positions: $(cat "$tmp/err")"
 expect_rc 0 "$tool" plan "${kv[@]}" --mode infer --algo megatron --quiet --no-svg --out "$tmp/kv.json"
 grep -qE "^decode  2 sequences x 2 tokens after 5 cached: [0-9]+ tokens/s \(a step .*\); the key/value cache 640 B per device$" "$tmp/out" &&
   ok || bad "plan's decode line: $(grep ^decode "$tmp/out")"

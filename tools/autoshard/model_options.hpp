@@ -52,8 +52,8 @@ struct model_options {
     if (decode)
       cmd.add_option("--kv-cache", kv_cache,
                      "tokens of each sequence already in a key/value cache: plan the step after them (a decode step with --seq 1), "
-                     "the cache held on the devices; --mode infer, decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX, "
-                     "BLOOM, Falcon)")
+                     "the cache held on the devices; --mode infer, decoders (LLaMA family, GPT-2, OPT, GPT-NeoX, BLOOM, Falcon; not "
+                     "BERT, an encoder)")
           ->check(CLI::Range(std::int64_t{1}, max_attention_window));
     cmd.add_option("--dtype", dtype_name, "parameter and activation dtype (default bf16)")->check(dtype_value());
   }
@@ -222,9 +222,11 @@ struct model_options {
     if (ffn > 0) c.ffn = ffn;
     else if (widened) c.ffn = four_hidden();
     if (vocab > 0) c.vocab = vocab;
-    if (seq > 0) {
+    if (seq > 0) {  // a preset's learned position table grows to hold the positions asked for (after a cache's)
       c.seq = seq;
-      if (c.max_positions > 0 && c.max_positions < seq) c.max_positions = seq;
+      const std::int64_t positions = seq + kv_cache;  // past int's range: the builder refuses it, naming the numbers
+      if (c.max_positions > 0 && c.max_positions < positions && positions <= std::numeric_limits<int>::max())
+        c.max_positions = static_cast<int>(positions);
     }
     if (batch > 0) c.batch = batch;
     c.past = kv_cache;

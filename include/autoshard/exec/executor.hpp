@@ -90,11 +90,17 @@ inline void check_position_tables(const model_graph& g, const std::string& what 
       if (g[v].kind != op_kind::embedding || g[*e].operand != 0) continue;
       const vertex_t table = operands(g, v)[1];
       const std::int64_t rows = g[table].shape[0];
+      // A table read past its offset or a key/value cache's tokens (graph/builders.hpp position_rows):
+      // the rows of the parameter that slice keeps.
+      const bool sliced = g[table].kind == op_kind::split && g[table].attrs.axis == 0;
       if (positions > rows)
         throw exec_error((what.empty() ? std::string() : what + ": ") + "position_ids " + to_string(nd.shape) + " count positions 0 to " +
                          std::to_string(positions - 1) + ", but " + quoted_text(g[v].name) + " (embedding) looks them up in " +
-                         quoted_text(g[table].name) + ", a table of " + std::to_string(rows) + " rows: a sequence is at most " +
-                         std::to_string(rows) + " positions, the model's position table");
+                         quoted_text(g[table].name) + ", a table of " + std::to_string(rows) + " rows" +
+                         (sliced ? " (rows " + std::to_string(g[table].attrs.start) + ".. of " + quoted_text(g[operands(g, table)[0]].name) +
+                                       ", past its offset and the key/value cache's tokens)"
+                                 : std::string()) +
+                         ": a sequence is at most " + std::to_string(rows) + " positions, the model's position table");
     }
   }
 }

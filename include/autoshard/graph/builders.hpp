@@ -150,9 +150,10 @@ struct transformer_config {
   int batch = 8;
   /// Tokens of each sequence already in a key/value cache: the graph is a step after them (a
   /// decode step at seq 1), its attentions reading the cache (past_key_values.<layer>.key and
-  /// .value inputs, [batch, past, kv_heads*D]) and its rotaries turning from position past.
-  /// Inference only; the decoders with rotary or ALiBi positions (LLaMA family, GPT-NeoX,
-  /// BLOOM, Falcon). 0: none, a prefill or a training step.
+  /// .value inputs, [batch, past, kv_heads*D]), its rotaries turning from position past and its
+  /// learned position table (GPT-2, OPT) read from row past (+ position_offset) on.
+  /// Inference only; the decoders (LLaMA family, GPT-2, OPT, GPT-NeoX, BLOOM, Falcon), not
+  /// BERT (an encoder). 0: none, a prefill or a training step.
   std::int64_t past = 0;
   dtype type = dtype::bf16;
   run_mode mode = default_run_mode;  ///< training adds labels and a cross-entropy loss (BERT: its masked-LM head)
@@ -291,12 +292,13 @@ inline void check_config(const transformer_config& c, const char* what) {
         std::to_string(c.rotary_dims()) + " dims (int(head_dim x rotary_pct)), not an even number of at least 2");
 }
 
-/// Families whose positions are a learned table or absent (GPT-2, OPT, BERT) build no cache:
-/// their position_ids would start at the past, which verify does not feed.
+/// An encoder (BERT, RoBERTa) builds no cache: each token attends to every other, before and
+/// after it, so no step adds tokens after cached ones.
 inline void check_no_cache(const transformer_config& c, const char* what) {
   if (c.past > 0)
-    throw graph_error(std::string(what) + " config: a key/value cache (past " + std::to_string(c.past) + ") is built for the decoders "
-                      "with rotary or ALiBi positions (LLaMA family, GPT-NeoX, BLOOM, Falcon), not " + what);
+    throw graph_error(std::string(what) + " config: a key/value cache (past " + std::to_string(c.past) + ") is for a decoder's step "
+                      "after cached tokens, but " + what + " is an encoder (each token attends to every other, later ones too): no "
+                      "decode step");
 }
 
 inline void check_no_gqa(const transformer_config& c, const char* what) {
@@ -425,14 +427,42 @@ struct builder {
 };
 }  // namespace detail
 
+namespace detail {
+/// The learned position table `name`.weight of `shape` as its embedding `name` reads it: the rows
+/// from `offset` + `past` on, so that position_ids 0..S-1 look up the rows transformers looks
+/// up; a `split` of the table (`name`.past_offset) when that is above 0. The offset: OPT's
+/// OPTLearnedPositionalEmbedding adds 2 to every position, RoBERTa's positions start at
+/// pad_token_id + 1; without it position p read row p, the first `offset` rows, never trained,
+/// were every sequence's first positions, and the logits were another model's. The past
+/// (transformer_config::past): a step after P cached tokens is at positions P..P+S-1
+/// (GPT2Model's cache_position, OPT's cumsum of the mask cut at the past), its rows
+/// offset + P.. of the table.
+inline vertex_t position_rows(builder& b, const std::string& name, tensor_shape shape, std::int64_t offset, std::int64_t past) {
+  const vertex_t table = b.param(name + ".weight", shape);
+  const std::int64_t first = offset + past;
+  return first > 0 ? b.slice(name + ".past_offset", table, 0, first, shape[0] - first) : table;
+}
+
+/// A learned position table of max_positions rows holds the step's positions: past + seq
+/// (+ position_offset, the rows before position 0) at most max_positions.
+inline void check_positions(const transformer_config& c, const char* what) {
+  const std::int64_t rows = c.past + c.seq + c.position_offset;
+  if (rows <= c.max_positions) return;
+  std::string sum = (c.past ? "past " + std::to_string(c.past) + " + " : std::string()) + "seq " + std::to_string(c.seq) +
+                    (c.position_offset ? " + position offset " + std::to_string(c.position_offset) : std::string());
+  if (c.past || c.position_offset) sum += " = " + std::to_string(rows);
+  throw graph_error(std::string(what) + " config: " + sum + " exceeds max_positions " + std::to_string(c.max_positions) +
+                    ", the rows of the learned position table" +
+                    (c.past ? " (the step's last token is at position " + std::to_string(c.past + c.seq - 1) + ")" : std::string()));
+}
+}  // namespace detail
+
 /// GPT-2 (GPT2LMHeadModel): learned positions, pre-norm blocks, Conv1D ([in,out]) weights,
 /// fused c_attn split into q, k, v, causal attention, lm_head tied to transformer.wte.
 inline model_graph build_gpt2(const transformer_config& c) {
   detail::check_config(c, "gpt2");
-  detail::check_no_cache(c, "gpt2");
   detail::check_no_gqa(c, "gpt2");
-  if (c.seq > c.max_positions)
-    throw graph_error("gpt2 config: seq " + std::to_string(c.seq) + " exceeds max_positions " + std::to_string(c.max_positions));
+  detail::check_positions(c, "gpt2");
   model_graph g;
   detail::builder b{g, c.type, c.norm_epsilon};
   const std::int64_t H = c.hidden;
@@ -440,7 +470,7 @@ inline model_graph build_gpt2(const transformer_config& c) {
   vertex_t pos = add_input(g, "position_ids", {1, c.seq}, dtype::i64);
   vertex_t wte = b.param("transformer.wte.weight", {c.vocab, H});
   vertex_t x = b.op(op_kind::embedding, "transformer.wte", {ids, wte});
-  vertex_t p = b.op(op_kind::embedding, "transformer.wpe", {pos, b.param("transformer.wpe.weight", {c.max_positions, H})});
+  vertex_t p = b.op(op_kind::embedding, "transformer.wpe", {pos, detail::position_rows(b, "transformer.wpe", {c.max_positions, H}, 0, c.past)});
   x = b.op(op_kind::add, "transformer.embed_add", {x, p});
   x = b.dropout(c, "transformer.drop", x);
   for (int i = 0; i < c.layers; ++i) {
@@ -452,7 +482,8 @@ inline model_graph build_gpt2(const transformer_config& c) {
     vertex_t v = b.slice(n + ".attn.v", qkv, 2, 2 * H, H);
     // GPT2Attention's attn_dropout (on the probabilities, inside the core) and resid_dropout,
     // GPT2MLP's dropout: the dropouts Megatron-LM's GPT layer has too.
-    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true, c.mode == run_mode::training && c.dropout);
+    vertex_t a = b.attention(n + ".attn.attention", q, k, v, c.heads, c.heads, true, c.mode == run_mode::training && c.dropout, 0,
+                             alibi_rule::none, b.kv_cache(c, i, H));
     a = b.linear(n + ".attn.c_proj", a, H, H, true, true);
     a = b.dropout(c, n + ".attn.resid_dropout", a);
     x = b.op(op_kind::add, n + ".attn.residual", {x, a});
@@ -468,26 +499,6 @@ inline model_graph build_gpt2(const transformer_config& c) {
   b.loss(c, logits);
   return g;
 }
-
-namespace detail {
-/// The learned position table `name`.weight of `shape` as its embedding `name` reads it: the rows
-/// from `offset` on (OPT's OPTLearnedPositionalEmbedding adds 2 to every position, RoBERTa's
-/// positions start at pad_token_id + 1), so that position_ids 0..S-1 look up the rows
-/// transformers looks up; a `split` of the table (`name`.past_offset) when `offset` > 0.
-/// Without it position p read row p: the first `offset` rows, never trained, were every
-/// sequence's first positions, and the logits were another model's.
-inline vertex_t position_rows(builder& b, const std::string& name, tensor_shape shape, std::int64_t offset) {
-  const vertex_t table = b.param(name + ".weight", shape);
-  return offset > 0 ? b.slice(name + ".past_offset", table, 0, offset, shape[0] - offset) : table;
-}
-
-inline void check_positions(const transformer_config& c, const char* what) {
-  if (static_cast<std::int64_t>(c.seq) + c.position_offset > c.max_positions)
-    throw graph_error(std::string(what) + " config: seq " + std::to_string(c.seq) + " exceeds max_positions " +
-                      std::to_string(c.max_positions) +
-                      (c.position_offset ? " - " + std::to_string(c.position_offset) + " (position offset)" : ""));
-}
-}  // namespace detail
 
 /// BERT (BertModel, as bert-base-uncased: embeddings, post-norm encoder, tanh pooler); with
 /// prefix "roberta" and position_offset 2 it is RobertaModel (same layout, other names).
@@ -510,7 +521,7 @@ inline model_graph build_bert(const transformer_config& c) {
   vertex_t word = b.param(e + ".word_embeddings.weight", {c.vocab, H});
   vertex_t x = b.op(op_kind::embedding, e + ".word_embeddings", {ids, word});
   vertex_t p = b.op(op_kind::embedding, e + ".position_embeddings",
-                    {pos, detail::position_rows(b, e + ".position_embeddings", {c.max_positions, H}, c.position_offset)});
+                    {pos, detail::position_rows(b, e + ".position_embeddings", {c.max_positions, H}, c.position_offset, 0)});
   x = b.op(op_kind::add, e + ".add_position", {x, p});
   if (c.type_vocab > 0) {
     vertex_t t = b.op(op_kind::embedding, e + ".token_type_embeddings",
@@ -619,7 +630,6 @@ inline model_graph build_llama(const transformer_config& c) {
 /// word_embed_proj_dim differs from hidden, lm_head tied to model.decoder.embed_tokens.
 inline model_graph build_opt(const transformer_config& c) {
   detail::check_config(c, "opt");
-  detail::check_no_cache(c, "opt");
   detail::check_no_gqa(c, "opt");
   detail::check_positions(c, "opt");
   model_graph g;
@@ -632,7 +642,7 @@ inline model_graph build_opt(const transformer_config& c) {
   vertex_t x = b.op(op_kind::embedding, d + ".embed_tokens", {ids, table});
   if (E != H) x = b.linear(d + ".project_in", x, E, H, false, false);
   vertex_t p = b.op(op_kind::embedding, d + ".embed_positions",
-                    {pos, detail::position_rows(b, d + ".embed_positions", {c.max_positions, H}, c.position_offset)});
+                    {pos, detail::position_rows(b, d + ".embed_positions", {c.max_positions, H}, c.position_offset, c.past)});
   x = b.op(op_kind::add, d + ".embed_add", {x, p});
   for (int i = 0; i < c.layers; ++i) {
     const std::string n = d + ".layers." + std::to_string(i);
@@ -640,7 +650,7 @@ inline model_graph build_opt(const transformer_config& c) {
     vertex_t q = b.linear(n + ".self_attn.q_proj", h, H, H, c.qkv_bias, false);
     vertex_t k = b.linear(n + ".self_attn.k_proj", h, H, H, c.qkv_bias, false);
     vertex_t v = b.linear(n + ".self_attn.v_proj", h, H, H, c.qkv_bias, false);
-    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.heads, true);
+    vertex_t a = b.attention(n + ".self_attn.attention", q, k, v, c.heads, c.heads, true, false, 0, alibi_rule::none, b.kv_cache(c, i, H));
     a = b.linear(n + ".self_attn.out_proj", a, H, H, c.out_bias, false);
     x = b.op(op_kind::add, n + ".self_attn.residual", {x, a});
     if (!c.pre_norm) x = b.layer_norm(n + ".self_attn_layer_norm", x, H);

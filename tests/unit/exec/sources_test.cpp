@@ -186,3 +186,30 @@ TEST_CASE("OPT's and RoBERTa's position tables are read past their offset, as tr
     CHECK_THROWS_WITH_AS(check_position_tables(with_batch_seq(g, 0, 17)), doctest::Contains("a table of 16 rows"), exec_error);
   }
 }
+
+TEST_CASE("GPT-2's and OPT's position tables after a cache of P are read from row P (+ offset) on, as transformers reads them") {
+  // a step of 3 tokens after 5 cached: position_ids 0..2 read rows offset + 5 + q (GPT2Model's
+  // cache_position, OPT's mask cumsum cut at the past, + 2)
+  for (const bool opt : {false, true}) {
+    CAPTURE(opt);
+    transformer_config c = tiny(transformer_config::gpt2_124m());
+    c.mode = run_mode::inference;
+    c.position_offset = opt ? 2 : 0;
+    c.max_positions = 16 + c.position_offset;
+    c.batch = 1;
+    c.seq = 3;
+    c.past = 5;
+    const model_graph g = opt ? build_opt(c) : build_gpt2(c);
+    const std::string table = opt ? "model.decoder.embed_positions" : "transformer.wpe";
+    std::vector<host_tensor> s = make_source_values<double>(g, 1);
+    host_tensor& rows = s[*find_vertex(g, table + ".weight")];
+    for (std::int64_t i = 0; i < rows.numel(); ++i) rows.as<double>()[i] = static_cast<double>(i / c.hidden);  // row r holds r
+    const std::vector<host_tensor> val = run_unsharded<double>(g, s);
+    const host_tensor& looked_up = val[*find_vertex(g, table)];
+    REQUIRE(looked_up.shape() == tensor_shape{1, 3, c.hidden});
+    for (std::int64_t q = 0; q < 3; ++q) CHECK(looked_up.as<double>()[q * c.hidden] == static_cast<double>(c.position_offset + 5 + q));
+    // a step re-sized past the table's last row after the cache is refused before it runs
+    CHECK_NOTHROW(check_position_tables(with_batch_seq(g, 0, 11)));
+    CHECK_THROWS_WITH_AS(check_position_tables(with_batch_seq(g, 0, 12)), doctest::Contains("a table of 11 rows"), exec_error);
+  }
+}

@@ -112,10 +112,11 @@ TEST_CASE("a key/value cache is refused where it would mean something else, nami
   transformer_config train = small_llama(4, 1);
   train.mode = run_mode::training;
   CHECK(throws_with([&] { build_llama(train); }, "a key/value cache of 4 tokens makes a decode step, which is inference"));
-  transformer_config gpt2 = transformer_config::gpt2(1, 32, 4);
-  gpt2.past = 3;
-  gpt2.mode = run_mode::inference;
-  CHECK(throws_with([&] { build_gpt2(gpt2); }, "gpt2 config: a key/value cache (past 3) is built for the decoders with rotary or ALiBi"));
+  transformer_config bert = transformer_config::bert(1, 32, 4);
+  bert.past = 3;
+  bert.mode = run_mode::inference;
+  CHECK(throws_with([&] { build_bert(bert); }, "bert config: a key/value cache (past 3) is for a decoder's step after cached tokens, "
+                                               "but bert is an encoder"));
 
   model_graph g;
   const vertex_t q = add_input(g, "q", {2, 3, 8}, dtype::f32), k = add_input(g, "k", {2, 3, 4}, dtype::f32),
@@ -153,4 +154,51 @@ TEST_CASE("a key/value cache is refused where it would mean something else, nami
   r.heads = 2;
   r.rotary_offset = -1;
   CHECK(throws_with([&] { add_op(g, op_kind::rotary, "rot", {k}, r); }, "rotary_offset -1 is not a position in 0.."));
+}
+
+TEST_CASE("GPT-2 and OPT after a cache: each attention takes its layer's cache, the position table read from row past (+ offset) on") {
+  using namespace kv_cache_test;
+  for (const bool opt : {false, true}) {
+    CAPTURE(opt);
+    transformer_config c = transformer_config::gpt2(2, 32, 4);
+    c.vocab = 64;
+    c.max_positions = opt ? 20 + 2 : 20;
+    c.position_offset = opt ? 2 : 0;
+    c.batch = 2;
+    c.seq = 3;
+    c.past = 5;
+    c.mode = run_mode::inference;
+    const model_graph g = opt ? build_opt(c) : build_gpt2(c);
+    validate(g);
+    const std::string att = opt ? "model.decoder.layers.1.self_attn.attention" : "transformer.h.1.attn.attention";
+    const std::vector<vertex_t> ops = operands(g, *find_vertex(g, att));
+    REQUIRE(ops.size() == 5);
+    CHECK(ops[3] == *find_vertex(g, "past_key_values.1.key"));
+    CHECK(ops[4] == *find_vertex(g, "past_key_values.1.value"));
+    CHECK(g[ops[3]].shape == tensor_shape{2, 5, 32});  // [batch, past, heads x D]
+    // position_ids 0..2 look up rows offset + 5.. of the table: a slice of its rows from there on
+    const std::string table = opt ? "model.decoder.embed_positions" : "transformer.wpe";
+    const auto rows = find_vertex(g, table + ".past_offset");
+    REQUIRE(rows);
+    CHECK(g[*rows].attrs.axis == 0);
+    CHECK(g[*rows].attrs.start == c.position_offset + 5);
+    CHECK(g[*rows].shape == tensor_shape{20 - 5, 32});
+    CHECK(operands(g, *find_vertex(g, table))[1] == *rows);
+    CHECK(g[*find_vertex(g, "position_ids")].shape == tensor_shape{1, 3});
+    // the table holds past + seq (+ offset) rows at most: 5 + 15 fit, 5 + 16 do not
+    c.seq = 15;
+    CHECK_NOTHROW(opt ? build_opt(c) : build_gpt2(c));
+    c.seq = 16;
+    const std::string want = opt ? "opt config: past 5 + seq 16 + position offset 2 = 23 exceeds max_positions 22, the rows of the "
+                                   "learned position table (the step's last token is at position 20)"
+                                 : "gpt2 config: past 5 + seq 16 = 21 exceeds max_positions 20, the rows of the learned position table "
+                                   "(the step's last token is at position 20)";
+    CHECK(throws_with([&] { opt ? build_opt(c) : build_gpt2(c); }, want));
+    // without a past, GPT-2 reads its table whole (no slice), OPT past its offset only
+    c.past = 0;
+    c.seq = 3;
+    const model_graph prefill = opt ? build_opt(c) : build_gpt2(c);
+    CHECK_FALSE(find_vertex(prefill, "past_key_values.0.key"));
+    CHECK(bool(find_vertex(prefill, table + ".past_offset")) == opt);
+  }
 }

@@ -254,6 +254,13 @@ CASES = [
     # loads and generates under transformers; the Megatron plan's split Conv1D weights are refused
     # (neither PyTorch's styles nor transformers' shard them).
     Case("gpt2-alpa-infer-4", "gpt2", 4, ["--mesh", "4", *INFER, "--batch", "4"], generate=True),
+    # A GPT-2 decode step after 8 cached tokens, its position table split on the hidden dim: the
+    # plan's embedding reads the table's rows 8.. (a slice), the model's wpe indexes the whole
+    # table at positions 8..; both exports split it as the prefill plan's do (ColwiseParallel,
+    # embedding_colwise). One sequence: the planner's own plan for 4 splits the batch, which a
+    # model with learned positions exports only as data parallelism.
+    Case("gpt2-wpe-colwise-decode-tp4", "gpt2", 4, ["--mesh", "tp=4", *INFER, "--batch", "1", *pin("transformer.wpe.weight=RS0")],
+         batch=1, seq=1, past=8, generate=True),
     Case("gpt2-megatron-tp4", "gpt2", 4, ["--mesh", "tp=4", *MEGATRON, "--mode", "infer", "--batch", "4"],
          dtensor=("refused", "transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]"),
          hf=("refused", "transformer.h.0.attn.c_attn' (linear): its weight is stored [in,out]")),

@@ -683,6 +683,35 @@ for m in gpt2 opt-125m; do
   grep -qE "^decode  2 sequences x 1 token after 6 cached: " "$tmp/out" && ok || bad "$m's decode line: $(grep ^decode "$tmp/out")"
   expect_rc 0 "$tool" verify --plan "$tmp/kv-$m.json" --seq 2
 done
+# A decode plan exports as its prefill plan: GPT-2's position embedding reads a slice of its table
+# (rows 6.. after 6 cached), where the model's module indexes the whole table, so the exports name
+# it as the prefill's does (hf: "transformer.wpe": "replicate"; its table split on the hidden dim:
+# embedding_colwise); a table stored with its rows split is refused, naming the rows. (One
+# sequence: with more, the planner splits the batch, which a learned-positions model's DTensor
+# export refuses, cache or not.)
+for pin in "" "--pin transformer.wpe.weight=RS0"; do
+  for past in 0 6; do
+    expect_rc 0 "$tool" plan --model "$hf_data/gpt2.json" --layers 2 --hidden 64 --heads 4 --vocab 128 --mode infer --mesh tp=2 --batch 1 \
+      --seq 1 $([ "$past" -gt 0 ] && echo --kv-cache $past) $pin --quiet --no-svg --out "$tmp/kvx-$past.json"
+    for to in dtensor hf-tp-plan; do expect_rc 0 "$tool" export --plan "$tmp/kvx-$past.json" --to $to --out "$tmp/kvx-$past-$to.json"; done
+  done
+  python3 - "$tmp" "$pin" <<'PY' && ok || bad "the decode plan's exports differ from the prefill plan's (pin '$pin')"
+import json, sys
+t, pin = sys.argv[1], sys.argv[2]
+for to in ("dtensor", "hf-tp-plan"):
+    a, b = (json.load(open(f"{t}/kvx-{p}-{to}.json")) for p in (0, 6))
+    a.pop("notes", None), b.pop("notes", None)
+    if a != b:
+        sys.exit(f"{to}: {a} != {b}")
+plan = json.load(open(f"{t}/kvx-6-hf-tp-plan.json"))["tp_plan"]
+sys.exit(0 if plan["transformer.wpe"] == ("embedding_colwise" if pin else "replicate") else f"wpe: {plan}")
+PY
+done
+expect_rc 0 "$tool" plan --model "$hf_data/gpt2.json" --layers 2 --hidden 64 --heads 4 --vocab 128 --mode infer --mesh tp=2 --batch 1 \
+  --seq 1 --kv-cache 6 --pin transformer.wpe.weight=S0R --quiet --no-svg --out "$tmp/kvx-rows.json"
+expect_rc 1 "$tool" export --plan "$tmp/kvx-rows.json" --to hf-tp-plan --out "$tmp/kvx-rows-hf.json"
+grep -q "'transformer.wpe' (embedding): it reads the rows 6.. of 'transformer.wpe.weight' (past the table's offset and a key/value cache's tokens), where the model's module indexes the whole table, and the plan splits the rows over" "$tmp/err" &&
+  ok || bad "a decode plan's row-split position table exported: $(cat "$tmp/err")"
 expect_rc 1 "$tool" plan --model "$hf_data/gpt2.json" --layers 1 --mode infer --mesh 1x2 --seq 2 --kv-cache 1023 --out "$tmp/kv.json"
 grep -q "gpt2 config: past 1023 + seq 2 = 1025 exceeds max_positions 1024, the rows of the learned position table" "$tmp/err" &&
   ok || bad "--kv-cache past gpt2's positions: $(cat "$tmp/err")"

@@ -187,6 +187,11 @@ struct tp_walk {
   std::vector<placement> held;      ///< what PyTorch holds for each activation, on the tp axis
   std::vector<char> dtensor;        ///< ... as a DTensor (use_local_output=False upstream)
   std::vector<char> is_module;
+  /// A learned position table's rows past its offset and a key/value cache's tokens (a `split`
+  /// on dim 0 of the parameter, builders.hpp position_rows), which its embedding alone reads:
+  /// in PyTorch no operator, the embedding module indexing its whole table at the positions
+  /// past them (table_slice).
+  std::vector<char> is_table_slice;
   std::vector<module_role> role;
   std::vector<char> failed;         ///< reported: consumers of it report nothing more
   /// Key/value chains: the operators between a replicated key/value projection and an attention
@@ -218,7 +223,7 @@ struct tp_walk {
   tp_walk(const loaded_plan& plan, tp_export& e)
       : p(plan), g(plan.graph()), t(static_cast<std::size_t>(e.tp_axis)), n(plan.mesh().size(t)), out(e),
         held(boost::num_vertices(g)), dtensor(boost::num_vertices(g), 0), is_module(boost::num_vertices(g), 0),
-        role(boost::num_vertices(g), module_role::none), failed(boost::num_vertices(g), 0),
+        is_table_slice(boost::num_vertices(g), 0), role(boost::num_vertices(g), module_role::none), failed(boost::num_vertices(g), 0),
         kv_of(boost::num_vertices(g), none), kv_sliced(boost::num_vertices(g), 0) {}
 
   bool hf() const { return out.options.target == export_target::hf; }
@@ -303,16 +308,37 @@ struct tp_walk {
     return n == "embed_out" && out.options.transformers_major >= 5 ? std::string("lm_head") : n;
   }
 
-  /// Classifies every module: a linear, embedding or norm whose operand 1 is a parameter.
+  /// The rows of a learned position table embedding v reads past the table's offset and a
+  /// key/value cache's tokens (GPT-2's and OPT's decode steps, OPT's and RoBERTa's offset): its
+  /// operand 1 when that is a split of dim 0 of a parameter that only v reads, else none.
+  std::optional<vertex_t> table_slice(vertex_t v) const {
+    if (g[v].kind != op_kind::embedding) return std::nullopt;
+    const std::vector<vertex_t> ops = operands(g, v);
+    if (ops.size() != 2 || g[ops[1]].kind != op_kind::split || g[ops[1]].attrs.axis != 0 || boost::out_degree(ops[1], g) != 1 ||
+        !g[operands(g, ops[1])[0]].is_parameter())
+      return std::nullopt;
+    return ops[1];
+  }
+  /// A module's weight: its operand 1, the parameter (an embedding's table behind its table_slice).
+  vertex_t weight(vertex_t v) const {
+    const vertex_t w = operands(g, v)[1];
+    return is_table_slice[w] ? operands(g, w)[0] : w;
+  }
+
+  /// Classifies every module: a linear, embedding or norm whose operand 1 is a parameter (or an
+  /// embedding reading a table_slice of one: the module indexes the whole table, and its rows past
+  /// the slice's start are the slice's).
   void classify() {
+    for (vertex_t v = 0; v < boost::num_vertices(g); ++v)
+      if (const std::optional<vertex_t> s = table_slice(v)) is_table_slice[*s] = 1;
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       const node& nd = g[v];
       const bool lin = nd.kind == op_kind::linear, emb = nd.kind == op_kind::embedding;
       const bool norm = nd.kind == op_kind::layer_norm || nd.kind == op_kind::rms_norm;
       const std::vector<vertex_t> ops = operands(g, v);
-      if (!(lin || emb || norm) || ops.size() < 2 || !g[ops[1]].is_parameter()) continue;
+      if (!(lin || emb || norm) || ops.size() < 2 || !g[weight(v)].is_parameter()) continue;
       is_module[v] = 1;
-      const placement ws = stored(ops[1]), wc = in(v, 1), x = in(v, 0);
+      const placement ws = stored(weight(v)), wc = in(v, 1), x = in(v, 0);
       const int out_dim = lin ? (nd.attrs.transposed_weight ? 1 : 0) : 1, in_dim = lin ? 1 - out_dim : 0;
       if (norm) role[v] = x.is_replicate() ? module_role::whole : module_role::sequence;
       else if (ws.is_replicate() && wc.is_replicate()) role[v] = module_role::whole;
@@ -601,15 +627,34 @@ struct tp_walk {
     const node& nd = g[v];
     const std::vector<vertex_t> ops = operands(g, v);
     const module_role r = role[v];
-    const placement ws = stored(ops[1]), wc = in(v, 1);
+    const placement ws = stored(weight(v)), wc = in(v, 1);
     if (ws.is_partial() || wc.is_partial()) {
       problem(v, "its weight is Partial on " + axis() + ": no parallel style holds a weight as partial sums");
       return false;
     }
+    if (is_table_slice[ops[1]]) {
+      // The module indexes its whole table at positions past the slice's start: the slice is
+      // its rows as the module holds them only where no rows are split, and taken on each rank
+      // from the table as stored (nothing moved).
+      const vertex_t s = ops[1];
+      const std::string rows = "it reads the rows " + std::to_string(g[s].attrs.start) + ".. of " + quoted_text(name(weight(v))) +
+                               " (past the table's offset and a key/value cache's tokens), where the model's module indexes the "
+                               "whole table";
+      if (ws.is_shard(0) || wc.is_shard(0)) {
+        problem(v, rows + ", and the plan splits the rows over " + axis() + ": a row-parallel style splits the whole table's "
+                       "rows, which gives each rank other rows than the plan's split of the slice");
+        return false;
+      }
+      if (!(in(s, 0) == ws) || !(plan_out(s) == wc)) {
+        problem(v, rows + ", and the plan moves the table between its storage (" + to_string(ws) + ") and the slice it reads (" +
+                       to_string(wc) + ") on " + axis() + ": no style moves a module's weight");
+        return false;
+      }
+    }
     if (r == module_role::none) {
       problem(v, "its weight is stored " + to_string(ws) + " but used " + to_string(wc) + " on " + axis() +
                      ": a parallel style stores a weight the way the module uses it" +
-                     (hf() && gathered_on_use(ops[1], t) ? " (gathered whole at each use, ZeRO-3: the DTensor export writes "
+                     (hf() && gathered_on_use(weight(v), t) ? " (gathered whole at each use, ZeRO-3: the DTensor export writes "
                                                            "that as FSDP2)"
                                                          : ""));
       return false;
@@ -1373,7 +1418,7 @@ struct tp_walk {
     so.pricing.mode = p.document.pricing.mode;
     for (vertex_t v : topological_order(g)) {
       const node& nd = g[v];
-      if (nd.is_parameter()) continue;
+      if (nd.is_parameter() || is_table_slice[v]) continue;  // a table slice: its embedding module's weight
       if (nd.is_input()) {
         held[v] = Replicate();  // the user hands every rank of the tp group the whole input (a cache: hold_cache)
         continue;
@@ -1385,7 +1430,8 @@ struct tp_walk {
     for (vertex_t v = 0; v < boost::num_vertices(g); ++v) {
       if (!g[v].is_parameter() || stored(v).is_replicate()) continue;
       bool held_by_module = false;
-      for (auto [c, i] : consumers(v)) held_by_module = held_by_module || (is_module[c] && i >= 1);
+      for (auto [c, i] : consumers(v))
+        held_by_module = held_by_module || (is_module[c] && i >= 1) || (is_table_slice[c] && is_module[consumers(c).front().first]);
       if (!held_by_module)
         problem(v, "a parameter split " + to_string(p.strategies[v].output) + " that no linear, embedding or norm holds: no parallel "
                    "style splits it");

@@ -712,6 +712,13 @@ expect_rc 0 "$tool" plan --model "$hf_data/gpt2.json" --layers 2 --hidden 64 --h
 expect_rc 1 "$tool" export --plan "$tmp/kvx-rows.json" --to hf-tp-plan --out "$tmp/kvx-rows-hf.json"
 grep -q "'transformer.wpe' (embedding): it reads the rows 6.. of 'transformer.wpe.weight' (past the table's offset and a key/value cache's tokens), where the model's module indexes the whole table, and the plan splits the rows over" "$tmp/err" &&
   ok || bad "a decode plan's row-split position table exported: $(cat "$tmp/err")"
+# A preset's table grows to hold the step after the cache (as it grows for a --seq past it); a
+# Hugging Face config's is the checkpoint's, and past it is refused, naming the numbers.
+expect_rc 0 "$tool" plan --model gpt2 --layers 1 --hidden 64 --heads 4 --vocab 128 --mode infer --mesh 1x2 --seq 1 --kv-cache 2000 --quiet \
+  --no-svg --out "$tmp/kv-grown.json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+sys.exit(0 if [n["shape"] for n in d["graph"]["nodes"] if n["name"] == "transformer.wpe.weight"] == [[2001, 64]] else 1)' "$tmp/kv-grown.json" &&
+  ok || bad "the gpt2 preset's position table did not grow to the step after a cache of 2000"
 expect_rc 1 "$tool" plan --model "$hf_data/gpt2.json" --layers 1 --mode infer --mesh 1x2 --seq 2 --kv-cache 1023 --out "$tmp/kv.json"
 grep -q "gpt2 config: past 1023 + seq 2 = 1025 exceeds max_positions 1024, the rows of the learned position table" "$tmp/err" &&
   ok || bad "--kv-cache past gpt2's positions: $(cat "$tmp/err")"

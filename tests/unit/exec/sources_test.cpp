@@ -162,6 +162,24 @@ TEST_CASE("what the caller's values and the kept outputs hold is in the memory c
   CHECK_THROWS_WITH_AS(verify_plan(p.g, p.mesh, p.plan, o), doctest::Contains("the outputs kept and the sources' making 1.07 MiB"), exec_error);
 }
 
+namespace {
+/// The row of position table `table` (embedding `table`, weight `table`.weight, rows of
+/// `hidden`) that each position of g's one sequence reads, run unsharded with row r holding r.
+std::vector<double> rows_looked_up(const model_graph& g, const std::string& table, std::int64_t hidden) {
+  std::vector<host_tensor> s = make_source_values<double>(g, 1);
+  host_tensor& rows = s[*find_vertex(g, table + ".weight")];
+  for (std::int64_t i = 0; i < rows.numel(); ++i) rows.as<double>()[i] = static_cast<double>(i / hidden);  // row r holds r
+  const std::vector<host_tensor> val = run_unsharded<double>(g, s);
+  const host_tensor& looked_up = val[*find_vertex(g, table)];
+  REQUIRE(looked_up.shape().rank == 3);
+  REQUIRE(looked_up.shape()[0] == 1);
+  REQUIRE(looked_up.shape()[2] == hidden);
+  std::vector<double> out;
+  for (std::int64_t q = 0; q < looked_up.shape()[1]; ++q) out.push_back(looked_up.as<double>()[q * hidden]);
+  return out;
+}
+}  // namespace
+
 TEST_CASE("OPT's and RoBERTa's position tables are read past their offset, as transformers reads them") {
   // position p reads row p + offset of the table (OPT: 2; RoBERTa: pad_token_id + 1)
   for (const char* family : {"opt", "roberta"}) {
@@ -175,13 +193,7 @@ TEST_CASE("OPT's and RoBERTa's position tables are read past their offset, as tr
     if (!opt) c.prefix = "roberta";
     const model_graph g = opt ? build_opt(c) : build_bert(c);
     const std::string table = opt ? "model.decoder.embed_positions" : "roberta.embeddings.position_embeddings";
-    std::vector<host_tensor> s = make_source_values<double>(g, 1);
-    host_tensor& rows = s[*find_vertex(g, table + ".weight")];
-    for (std::int64_t i = 0; i < rows.numel(); ++i) rows.as<double>()[i] = static_cast<double>(i / c.hidden);  // row r holds r
-    const std::vector<host_tensor> val = run_unsharded<double>(g, s);
-    const host_tensor& looked_up = val[*find_vertex(g, table)];
-    REQUIRE(looked_up.shape() == tensor_shape{1, 8, c.hidden});
-    for (std::int64_t q = 0; q < 8; ++q) CHECK(looked_up.as<double>()[q * c.hidden] == static_cast<double>(q + 2));
+    CHECK(rows_looked_up(g, table, c.hidden) == std::vector<double>{2, 3, 4, 5, 6, 7, 8, 9});
     // the graph's positions run to the table's last row, not past it
     CHECK_THROWS_WITH_AS(check_position_tables(with_batch_seq(g, 0, 17)), doctest::Contains("a table of 16 rows"), exec_error);
   }
@@ -201,13 +213,8 @@ TEST_CASE("GPT-2's and OPT's position tables after a cache of P are read from ro
     c.past = 5;
     const model_graph g = opt ? build_opt(c) : build_gpt2(c);
     const std::string table = opt ? "model.decoder.embed_positions" : "transformer.wpe";
-    std::vector<host_tensor> s = make_source_values<double>(g, 1);
-    host_tensor& rows = s[*find_vertex(g, table + ".weight")];
-    for (std::int64_t i = 0; i < rows.numel(); ++i) rows.as<double>()[i] = static_cast<double>(i / c.hidden);  // row r holds r
-    const std::vector<host_tensor> val = run_unsharded<double>(g, s);
-    const host_tensor& looked_up = val[*find_vertex(g, table)];
-    REQUIRE(looked_up.shape() == tensor_shape{1, 3, c.hidden});
-    for (std::int64_t q = 0; q < 3; ++q) CHECK(looked_up.as<double>()[q * c.hidden] == static_cast<double>(c.position_offset + 5 + q));
+    const double first = static_cast<double>(c.position_offset + 5);
+    CHECK(rows_looked_up(g, table, c.hidden) == std::vector<double>{first, first + 1, first + 2});
     // a step re-sized past the table's last row after the cache is refused before it runs
     CHECK_NOTHROW(check_position_tables(with_batch_seq(g, 0, 11)));
     CHECK_THROWS_WITH_AS(check_position_tables(with_batch_seq(g, 0, 12)), doctest::Contains("a table of 11 rows"), exec_error);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include "unit/scratch.hpp"
 
 namespace {
@@ -53,6 +54,15 @@ autoshard::loaded_plan solve_and_load(const autoshard::model_graph& g, const sol
   autoshard::loaded_plan p = autoshard::load_plan(o.ilp_solution_file);  // the one plan reader
   std::filesystem::remove(o.ilp_solution_file);
   return p;
+}
+
+/// LLaMA `c`'s plan of a step without a key/value cache and of the same step after one of 16
+/// tokens, each solved as `w` says: what a decode plan's export is compared with.
+std::pair<autoshard::loaded_plan, autoshard::loaded_plan> prefill_and_decode(autoshard::transformer_config c, const solve_with& w) {
+  c.past = 0;
+  autoshard::loaded_plan prefill = solve_and_load(autoshard::build_llama(c), w);
+  c.past = 16;
+  return {std::move(prefill), solve_and_load(autoshard::build_llama(c), w)};
 }
 
 autoshard::tp_export exported(const autoshard::loaded_plan& p, export_target t, int transformers = 5) {
@@ -668,9 +678,7 @@ TEST_CASE("export: a decode step after a key/value cache exports as its prefill 
     c.batch = 8;
     c.vocab = 512;
     c.mode = autoshard::run_mode::inference;
-    const auto prefill = solve_and_load(autoshard::build_llama(c), {.mesh = {4}});
-    c.past = 16;
-    const auto decode = solve_and_load(autoshard::build_llama(c), {.mesh = {4}});
+    const auto [prefill, decode] = prefill_and_decode(c, {.mesh = {4}});
     REQUIRE(autoshard::find_vertex(decode.graph(), "past_key_values.1.value"));
     const autoshard::tp_export pd = exported(prefill, export_target::dtensor), dd = exported(decode, export_target::dtensor);
     const autoshard::tp_export ph = exported(prefill, export_target::hf), dh = exported(decode, export_target::hf);
@@ -693,9 +701,7 @@ TEST_CASE("export: a decode step after a key/value cache exports as its prefill 
                                                 {"model.embed_tokens", "[S(2)]"},
                                                 {"model.layers.0.self_attn.attention", "[S(0)]"},
                                                 {"model.layers.1.self_attn.attention", "[S(0)]"}};
-  const auto prefill = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = pins});
-  c.past = 16;
-  const auto decode = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = pins});
+  const auto [prefill, decode] = prefill_and_decode(c, {.algo = "alpa", .mesh = {4}, .pins = pins});
   const autoshard::tp_export pd = exported(prefill, export_target::dtensor), dd = exported(decode, export_target::dtensor);
   CHECK(dd.problems.empty());
   REQUIRE(pd.problems.empty());
@@ -706,10 +712,7 @@ TEST_CASE("export: a decode step after a key/value cache exports as its prefill 
   // states (PrepareModuleInput, the one tensor entering it; the cache enters no layer).
   const std::map<std::string, std::string> entry{{"model.layers.0.input_layernorm", "[S(0)]"},
                                                  {"model.layers.0.self_attn.attention", "[S(2)]"}};
-  c.past = 0;
-  const auto prefill_entry = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = entry});
-  c.past = 16;
-  const auto decode_entry = solve_and_load(autoshard::build_llama(c), {.algo = "alpa", .mesh = {4}, .pins = entry});
+  const auto [prefill_entry, decode_entry] = prefill_and_decode(c, {.algo = "alpa", .mesh = {4}, .pins = entry});
   const autoshard::tp_export pe = exported(prefill_entry, export_target::dtensor), de = exported(decode_entry, export_target::dtensor);
   CHECK(de.problems.empty());
   REQUIRE(pe.problems.empty());

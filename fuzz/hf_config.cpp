@@ -10,7 +10,11 @@
 
 #include <autoshard/graph/graph.hpp>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+#include "target.hpp"
+
+namespace autoshard_fuzz::hf_config_target {
+
+int one_input(const std::uint8_t* data, std::size_t size) {
   nlohmann::json j;
   try {  // as the tool reads a config.json: depth-checked first (io/json.hpp)
     j = autoshard::parse_json_text(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
@@ -49,3 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::hf_config_target
+
+AUTOSHARD_FUZZ_TARGET(hf_config)

@@ -14,8 +14,9 @@
 #include <autoshard/tensor/safetensors.hpp>
 
 #include "scratch.hpp"
+#include "target.hpp"
 
-namespace {
+namespace autoshard_fuzz::index_json_target {
 namespace fs = std::filesystem;
 
 const fs::path& scratch() {
@@ -39,9 +40,8 @@ const fs::path& scratch() {
   (void)cleanup;
   return dir;
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   const fs::path index = scratch() / "model.safetensors.index.json";
   {
     std::ofstream out(index, std::ios::binary | std::ios::trunc);
@@ -61,3 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::index_json_target
+
+AUTOSHARD_FUZZ_TARGET(index_json)

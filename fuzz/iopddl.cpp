@@ -27,8 +27,9 @@
 #include <autoshard/solve/iopddl.hpp>
 
 #include "scratch.hpp"
+#include "target.hpp"
 
-namespace {
+namespace autoshard_fuzz::iopddl_target {
 namespace fs = std::filesystem;
 
 const fs::path& scratch_file() {
@@ -101,9 +102,8 @@ const autoshard::strategy_problem& three_nodes() {
   }();
   return p;
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   const fs::path& file = scratch_file();
   {
@@ -184,3 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::iopddl_target
+
+AUTOSHARD_FUZZ_TARGET(iopddl)

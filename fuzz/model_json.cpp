@@ -11,7 +11,11 @@
 #include <autoshard/graph/dot.hpp>
 #include <autoshard/graph/io.hpp>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+#include "target.hpp"
+
+namespace autoshard_fuzz::model_json_target {
+
+int one_input(const std::uint8_t* data, std::size_t size) {
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
   autoshard::model_graph g;
   try {
@@ -37,3 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   autoshard::write_dot(dot, g);
   return 0;
 }
+
+}  // namespace autoshard_fuzz::model_json_target
+
+AUTOSHARD_FUZZ_TARGET(model_json)

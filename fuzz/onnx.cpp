@@ -14,7 +14,11 @@
 #include <autoshard/graph/graph.hpp>
 #include <autoshard/onnx/onnx.hpp>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+#include "target.hpp"
+
+namespace autoshard_fuzz::onnx_target {
+
+int one_input(const std::uint8_t* data, std::size_t size) {
   autoshard::onnx_options o;
   // Keep each input fast and small: shapes, not sizes, are what the reader decides.
   o.max_file_bytes = std::uint64_t{1} << 20;
@@ -57,3 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::onnx_target
+
+AUTOSHARD_FUZZ_TARGET(onnx)

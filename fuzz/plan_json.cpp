@@ -24,7 +24,9 @@
 #include <autoshard/pass/autosharding.hpp>
 #include <autoshard/pass/loaded_plan.hpp>
 
-namespace {
+#include "target.hpp"
+
+namespace autoshard_fuzz::plan_json_target {
 namespace fs = std::filesystem;
 
 const char* const mlp_json = R"({"nodes": [
@@ -66,9 +68,8 @@ struct fixture {
     fs::remove(plan, ec);
   }
 };
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   static fixture f;
   // The preload path of autosharding_analysis_pass without re-enumerating the strategies on
   // every execution (that made the pass itself run at ~12 executions/s): the same JSON
@@ -126,3 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::plan_json_target
+
+AUTOSHARD_FUZZ_TARGET(plan_json)

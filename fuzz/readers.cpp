@@ -46,8 +46,9 @@
 #include <autoshard/tensor/shard_checkpoint.hpp>
 
 #include "scratch.hpp"
+#include "target.hpp"
 
-namespace {
+namespace autoshard_fuzz::readers_target {
 namespace fs = std::filesystem;
 using autoshard::dtype;
 using autoshard::tensor_shape;
@@ -377,9 +378,7 @@ void read_shard_index(const fs::path& dir) {
   AUTOSHARD_FUZZ_SAY("shard index", "read: " + std::to_string(gathered) + " of " + std::to_string(sc->names().size()) + " tensors gathered");
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   fixture& f = the_fixture();
   if (size == 0) return 0;
   const int reader = data[0] % 3;
@@ -392,3 +391,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::readers_target
+
+AUTOSHARD_FUZZ_TARGET(readers)

@@ -17,14 +17,15 @@
 
 #include <autoshard/tensor/safetensors.hpp>
 
-namespace {
+#include "target.hpp"
+
+namespace autoshard_fuzz::safetensors_target {
 [[noreturn]] void fail(const char* what, const std::string& detail = "") {
   std::fprintf(stderr, "fuzz_safetensors: %s %s\n", what, detail.c_str());
   std::abort();
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   std::vector<std::byte> file;
   if (size > 0 && data[0] == '{') {
     const std::uint8_t* nl = static_cast<const std::uint8_t*>(std::memchr(data, '\n', size));
@@ -74,3 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+}  // namespace autoshard_fuzz::safetensors_target
+
+AUTOSHARD_FUZZ_TARGET(safetensors)

@@ -11,15 +11,16 @@
 
 #include <autoshard/core/parse.hpp>
 
-namespace {
+#include "target.hpp"
+
+namespace autoshard_fuzz::spec_target {
 void check(bool ok, const char* what, const std::string& a, const std::string& b) {
   if (ok) return;
   std::fprintf(stderr, "fuzz_spec: %s: '%s' vs '%s'\n", what, a.c_str(), b.c_str());
   std::abort();
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+int one_input(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   // Mesh rank -1 (infer), 1..4, or 5 (too many: must throw). 0 is not asked: this target found
   // Alpa notation returning 1 axis for it (docs/fuzzing.md); both notations now reject it.
@@ -58,3 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(back == s, "Alpa round trip changed the spec", std::string(text), alpa);
   return 0;
 }
+
+}  // namespace autoshard_fuzz::spec_target
+
+AUTOSHARD_FUZZ_TARGET(spec)

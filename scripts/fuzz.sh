@@ -44,7 +44,7 @@ echo "=== fuzz: built in $(( $(date +%s) - start )) s ==="
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  for exe in "$build"/fuzz/fuzz_*; do [ -x "$exe" ] && targets+=("$(basename "$exe" | sed 's/^fuzz_//')"); done
+  for exe in "$build"/fuzz/fuzz_*; do [ -x "$exe" ] && [ "$exe" != "$build/fuzz/fuzz_all" ] && targets+=("$(basename "$exe" | sed 's/^fuzz_//')"); done
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/autoshard-fuzz.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -580,6 +580,10 @@ struct pipeline_search_options {
   int micro_batch = 0;                  ///< fixed, or 0 for every divisor of the batch per data-parallel rank up to max_micro_batch
   int max_micro_batch = 8;
   unsigned recompute = 0b111;           ///< recompute_kind bits allowed
+  /// The layers split evenly over the stages, as Megatron-LM runs them (its default, without
+  /// --decoder-first/last-pipeline-num-layers): only stage counts that divide the layers, each
+  /// stage as many. false: any count up to the layers, partitioned to balance the stages.
+  bool even_stages = false;
   std::size_t alternatives = 5;         ///< the best few configurations kept beside the plan
   /// Solver settings for each stage's ILP (time limit, threads); its memory_budget, where
   /// given, is what a stage's tensors may use when less than the device's memory less the
@@ -611,8 +615,9 @@ inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_
   return "no pipelined configuration" + fixed + " on " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " devices, " +
          std::to_string(mesh.size(mesh.ndim() - 1)) + " per node) for a global batch of " + std::to_string(batch) + " and " +
          std::to_string(layers) + " layers: pp x tp x dp must be the devices, tp divide a node, a stage (dp x tp) fill whole nodes "
-         "or divide one, pp be at most the layers, the micro-batch divide each data-parallel rank's share of the batch (a micro-batch "
-         "of at most " + std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + " sequences), and pp x micro-batches be at most " +
+         "or divide one, pp be at most the layers" + (so.even_stages ? " and divide them (each stage as many)" : "") +
+         ", the micro-batch divide each data-parallel rank's share of the batch (a micro-batch of at most " +
+         std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + " sequences), and pp x micro-batches be at most " +
          std::to_string(max_pipeline_micro_steps) + " (max_pipeline_micro_steps)";
 }
 
@@ -627,7 +632,7 @@ inline std::vector<pipeline_config> pipeline_space(const model_graph& g, const l
   for (int tp = 1; tp <= per_node; ++tp) {
     if (per_node % tp != 0 || (so.tp > 0 && tp != so.tp)) continue;
     for (int pp = 1; pp <= std::min(layers, devices / tp); ++pp) {
-      if ((devices / tp) % pp != 0 || (so.pp > 0 && pp != so.pp)) continue;
+      if ((devices / tp) % pp != 0 || (so.pp > 0 && pp != so.pp) || (so.even_stages && layers % pp != 0)) continue;
       const int dp = devices / (tp * pp);
       if ((so.dp > 0 && dp != so.dp) || devices % (tp * pp) != 0) continue;
       const int stage = dp * tp;
@@ -698,7 +703,7 @@ class pipeline_pricer {
  public:
   pipeline_pricer(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, const pipeline_search_options& so,
                   const std::vector<pipeline_config>& space)
-      : g_(g), mesh_(mesh), pricing_(pricing), so_(so), space_(space) {}
+      : g_(g), mesh_(mesh), pricing_(pricing), so_(so), space_(space), layers_(static_cast<int>(map_layers(g).indices.size())) {}
 
   /// Configuration `at` of the space, priced (now, or ahead by an earlier one of its sizes).
   priced_ahead take(std::size_t at) {
@@ -721,10 +726,11 @@ class pipeline_pricer {
   /// Megatron-LM's layout 235.3 us, faster than the ILP's). alpa's search never loses to
   /// Megatron-LM's layout on a configuration.
   pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
-    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, {}, so_.base);
+    const std::vector<int> counts = so_.even_stages ? std::vector<int>(static_cast<std::size_t>(c.pp), layers_ / c.pp) : std::vector<int>{};
+    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, counts, so_.base);
     if (so_.a != algo::alpa) return s;
     try {
-      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, {}, so_.base);
+      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, counts, so_.base);
       if (m.within_budget && (!s.within_budget || m.step_seconds < s.step_seconds)) s = std::move(m);
     } catch (const solver_error&) {  // a configuration Megatron-LM's layout cannot take: alpa's stands
     }
@@ -755,6 +761,7 @@ class pipeline_pricer {
   const step_pricing& pricing_;
   const pipeline_search_options& so_;
   const std::vector<pipeline_config>& space_;
+  int layers_;                                 // the model's repeated layers
   std::map<std::size_t, priced_ahead> ahead_;  // by position in the space
 };
 
@@ -775,7 +782,8 @@ inline void keep_fastest(std::vector<pipelined_step>& fitting, pipelined_step s,
 /// node): every (pp, tp, dp) with pp x tp x dp the devices, tp dividing a node and a stage
 /// filling whole nodes or dividing one, pp at most the layers; every micro-batch b dividing the
 /// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
-/// priced by price_pipelined with the balanced partition (each stage the fastest plan `so.a`
+/// priced by price_pipelined with the balanced partition, or with the layers split evenly
+/// (so.even_stages: only stage counts dividing them) (each stage the fastest plan `so.a`
 /// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
 /// skipped only when a proven bound says it cannot beat the best so far (the bubble bound,
 /// detail::pipeline_bound: the slowest stage's micro-batches plus the pipeline's fill and

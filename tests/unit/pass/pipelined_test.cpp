@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -497,6 +498,60 @@ TEST_CASE("pipelined: alpa's search keeps Megatron-LM's layout of a configuratio
   REQUIRE(r.best);
   CHECK(r.best->step_seconds == meg.step_seconds);
   CHECK(r.best->stage_plan.algo == algo::megatron);
+}
+
+TEST_CASE("pipelined: megatron's search with even stages is the fastest configuration Megatron-LM runs, and exports") {
+  using namespace autoshard;
+  // 6 layers on 8 devices: a balanced partition may cut them into 4 stages (2, 2, 1, 1), which
+  // Megatron-LM's --pipeline-model-parallel-size does not run; an even split only into 1 or 2.
+  // The head (a vocabulary of 32,768) weighs as much as several layers, so a balanced cut into 2
+  // stages is not 3 and 3 either.
+  transformer_config cfg = transformer_config::gpt2(6, 256, 4);
+  cfg.seq = cfg.max_positions = 128;
+  cfg.vocab = 32768;
+  cfg.ffn = 1024;
+  cfg.batch = 16;
+  cfg.mode = run_mode::training;
+  const model_graph g = build_gpt2(cfg);
+  const device_mesh mesh = make_cluster_mesh({2, 4});
+  pipeline_search_options so;
+  so.a = algo::megatron;
+  so.micro_batch = 2;
+  so.recompute = 1u << static_cast<unsigned>(recompute_kind::none);
+  so.base.mesh = mesh;
+  so.base.pricing = a100();
+  const std::vector<pipeline_config> balanced = detail::pipeline_space(g, map_layers(g), mesh, a100(), so);
+  so.even_stages = true;
+  const std::vector<pipeline_config> even = detail::pipeline_space(g, map_layers(g), mesh, a100(), so);
+  CHECK(std::any_of(balanced.begin(), balanced.end(), [](const pipeline_config& c) { return c.pp == 4; }));
+  REQUIRE_FALSE(even.empty());
+  for (const pipeline_config& c : even) CHECK(6 % c.pp == 0);
+  CHECK(even.size() < balanced.size());
+  const pipeline_search r = search_pipelines(g, mesh, a100(), so);
+  REQUIRE(r.best);
+  // The search against every configuration priced on its own with the layers split evenly:
+  // the fastest within the budget is its answer (the bound prunes none that could win).
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const pipeline_config& c : even) {
+    const pipelined_step s = price_pipelined(g, mesh, a100(), algo::megatron, c, std::vector<int>(static_cast<std::size_t>(c.pp), 6 / c.pp), so.base);
+    if (s.within_budget) fastest = std::min(fastest, s.step_seconds);
+  }
+  CHECK(r.best->step_seconds == fastest);
+  std::vector<pipelined_step> steps = r.alternatives;
+  steps.insert(steps.begin(), *r.best);
+  for (const pipelined_step& s : steps) {
+    CAPTURE(describe(s.config, s.micro_batches));
+    CHECK(s.stage_plan.algo == algo::megatron);
+    const plan_document d = pipelined_document(g, mesh, s, so.base);
+    REQUIRE(d.pipeline);
+    REQUIRE(d.pipeline->stages.size() == static_cast<std::size_t>(s.config.pp));
+    for (const plan_stage& st : d.pipeline->stages) CHECK(st.layers == 6 / s.config.pp);
+    // What it chose, Megatron-LM's arguments say exactly.
+    const megatron_export e = export_megatron(load_plan(d));
+    CHECK(e.problems.empty());
+    CHECK(e.pp == s.config.pp);
+    CHECK(e.tp == s.config.tp);
+  }
 }
 
 TEST_CASE("pipelined: one stage's step is the pass's step of the same plan in m micro-batches, ZeRO-2's per-micro-batch sync included") {

@@ -732,12 +732,12 @@ void register_plan(CLI::App& app, action& run) {
                 "were measured to achieve");
   cmd->add_option("--tp", o->tensor_parallel,
                   "--algo megatron: tensor-parallel size (a divisor of the devices per node; 1 = data parallel "
-                  "only); default: the devices per node")
+                  "only); default: the devices per node, or with --pp auto every divisor, searched")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--pp", o->pipeline_stages,
                   "training: pipeline stages: auto (search stages, tensor and data parallel sizes, micro-batch and "
-                  "recomputation) or a stage count; with --algo megatron --tp T, the configuration Megatron-LM runs "
-                  "(docs/pipelines.md)")
+                  "recomputation; with --algo megatron, in Megatron-LM's layout with the layers split evenly) or a "
+                  "stage count; with --algo megatron --tp T, the configuration Megatron-LM runs (docs/pipelines.md)")
       ->check(CLI::Validator(  // its form is a usage error, as every number's (it was exit 1)
           [](std::string& in) -> std::string {
             const bool count = !in.empty() && in.size() <= 7 && in.find_first_not_of("0123456789") == std::string::npos &&

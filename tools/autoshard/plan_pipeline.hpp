@@ -1,8 +1,10 @@
 // autoshard plan --pp: a training step with pipeline stages. `--pp auto` searches (pp, tp, dp,
-// micro-batch, recomputation) with every stage planned by the ILP; `--pp P` fixes the stage
-// count; `--algo megatron --tp T --pp P` prices the configuration Megatron-LM runs. The report
-// shows the choice, its stages, the best alternatives and Megatron-LM's 3D configuration
-// (tensor parallel over a node, the fewest stages that fit) priced the same way.
+// micro-batch, recomputation) with every stage planned by the ILP, or with `--algo megatron`
+// every stage in Megatron-LM's layout and the layers split evenly (what its arguments run);
+// `--pp P` fixes the stage count; `--algo megatron --tp T --pp P` prices the configuration
+// Megatron-LM runs. The report shows the choice, its stages, the best alternatives and
+// Megatron-LM's 3D configuration (tensor parallel over a node, the fewest stages that fit)
+// priced the same way.
 #pragma once
 
 #include <autoshard/pass/pipelined.hpp>
@@ -120,7 +122,8 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
       if (has_kind(bits, r)) return r;
     return recompute_kind::none;
   };
-  // Megatron's 3D configuration, as the baseline (and the plan with --algo megatron --pp auto).
+  // Megatron's 3D configuration as people run it (tensor parallel over a node, the fewest stages
+  // that fit): the baseline every pipelined plan is shown beside.
   std::optional<pipelined_step> megatron;
   std::string megatron_why;
   try {
@@ -140,9 +143,6 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     plan = price_pipelined(g, po.mesh, po.pricing, algo::megatron,
                            pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},
                            std::vector<int>(static_cast<std::size_t>(pp), layers / pp), po);
-  } else if (po.algo == algo::megatron) {
-    if (!megatron) throw solver_error(megatron_why);
-    plan = megatron;
   } else {
     pipeline_search_options so;
     so.a = po.algo;
@@ -150,6 +150,15 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     so.pp = pp;
     so.micro_batch = c.micro_batch;
     so.recompute = kinds(po.algo);
+    if (po.algo == algo::megatron) {
+      // --algo megatron --pp auto: the fastest configuration Megatron-LM runs as its arguments
+      // say (export --to megatron writes them): its layout in every stage, the layers split
+      // evenly, every tensor-parallel size dividing a node (or --tp's), micro-batch (or
+      // --micro-batch) and recomputation it has flags for (none, selective, full; or --recompute's).
+      so.even_stages = true;
+      so.tp = c.tp;
+      so.recompute = recompute_kinds_of(c.recompute);
+    }
     so.base = po;
     found = search_pipelines(g, po.mesh, po.pricing, so);
     if (!found.empty.empty()) throw solver_error(found.empty);
@@ -191,7 +200,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   if (plan->stage_plan.algo != po.algo)  // alpa's search kept Megatron-LM's layout of this configuration
     std::cout << "  each stage in " << to_string(plan->stage_plan.algo) << "'s layout: its step is faster than the "
               << to_string(po.algo) << " ILP's plan of the same configuration\n";
-  if (search || po.algo != algo::megatron) {
+  if (search || po.algo != algo::megatron) {  // not a fixed --algo megatron --pp P, which is priced, not searched
     std::cout << "searched  " << found.configurations << " configurations: " << found.priced << " planned by the ILP, "
               << found.pruned_bound << " pruned by the bubble bound, " << found.pruned_recompute
               << " by a fit with less recomputation, " << found.failed << " failed, in " << human_seconds(found.seconds) << "\n";

@@ -41,10 +41,13 @@ inline std::optional<std::pair<std::string, std::int64_t>> reader::heads_of(cons
 inline bool reader::causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const {
   auto vi = values.find(v);
   if (vi == values.end() || !vi->second.known || vi->second.shape.rank < 2 || scores.rank < 2) return false;
-  const tensor_shape& ms = vi->second.shape;  // the mask as the scores see it: [.., S, S] exactly
+  const tensor_shape& ms = vi->second.shape;  // the mask as the scores see it: [.., S, P + S] exactly
   if (ms[ms.rank - 1u] != scores[scores.rank - 1u] || ms[ms.rank - 2u] != scores[scores.rank - 2u] ||
-      scores[scores.rank - 1u] != scores[scores.rank - 2u])
+      scores[scores.rank - 1u] < scores[scores.rank - 2u])
     return false;
+  // After a key/value cache of P tokens, query i sits at position P + i: evaluated.
+  if (const std::int64_t past = scores[scores.rank - 1u] - scores[scores.rank - 2u]; past > 0)
+    return evaluates_causal(v, additive, past);
   std::string src = v;
   std::vector<int> slices;
   for (int sl = producer(src); sl >= 0; sl = producer(src)) {
@@ -80,22 +83,24 @@ inline bool reader::causal_mask(const std::string& v, const tensor_shape& scores
 }
 
 /// Whether `v`, a value computed from constants (mark_constants; torch's dynamo exporter
-/// builds its masks from positions at run time), holds a causal mask on its last two dims for
-/// every index of the others: with `additive`, 0 on and below the diagonal and at most -1e4
-/// above it; else nonzero / zero. Evaluated within constant_budget(), once per value.
-inline bool reader::evaluates_causal(const std::string& v, bool additive) const {
-  const auto key = std::pair{v, additive};
+/// builds its masks from positions at run time), holds a causal mask on its last two dims
+/// [S, past + S] for every index of the others, query i at position past + i (a step after a
+/// key/value cache of `past` tokens): with `additive`, 0 for the keys j <= past + i and at
+/// most -1e4 for the later ones; else nonzero / zero. Evaluated within constant_budget(),
+/// once per value and past.
+inline bool reader::evaluates_causal(const std::string& v, bool additive, std::int64_t past) const {
+  const auto key = std::tuple{v, additive, past};
   if (auto it = causal_memo.find(key); it != causal_memo.end()) return it->second;
   bool ok = false;
-  if (computed_from_constants.count(v)) {
+  if (computed_from_constants.count(v) && past >= 0) {
     if (const std::optional<dense_value> d = evaluate(v, constant_budget()); d && d->shape.rank >= 2) {
-      const std::int64_t n = d->shape[d->shape.rank - 1u];
-      ok = d->shape[d->shape.rank - 2u] == n && d->size() > 0;  // every dim >= 1: n x n <= its size
-      for (std::size_t base = 0; ok && base < d->size(); base += static_cast<std::size_t>(n * n))
-        for (std::int64_t i = 0; ok && i < n; ++i)
+      const std::int64_t n = d->shape[d->shape.rank - 1u], rows = d->shape[d->shape.rank - 2u];
+      ok = n - rows == past && rows >= 1 && d->size() > 0;  // every dim >= 1: rows x n <= its size
+      for (std::size_t base = 0; ok && base < d->size(); base += static_cast<std::size_t>(rows * n))
+        for (std::int64_t i = 0; ok && i < rows; ++i)
           for (std::int64_t j = 0; ok && j < n; ++j) {
             const double x = (*d)[base + static_cast<std::size_t>(i * n + j)];
-            ok = additive ? (j <= i ? x == 0.0 : x <= -1e4) : (j <= i ? x != 0.0 : x == 0.0);
+            ok = additive ? (j <= past + i ? x == 0.0 : x <= -1e4) : (j <= past + i ? x != 0.0 : x == 0.0);
           }
     }
   }
@@ -174,7 +179,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> reader::last_dim_sli
 /// apply_rotary_pos_emb: x[..., :R] turned, x[..., R:] passed through) is Concat(that turn of
 /// Slice(xh, :R), Slice(xh, R:)) on the last dim, its tables of width R (pair i at
 /// base^(-2i/R)): a rotary of R turned dims. Any other form stays as the file computes it.
-inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& v) const {
+inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& v, std::int64_t first) const {
   if (const int cat = producer(v); is_op(cat, "Concat") && nd(cat).input_size() == 2) {
     auto vi = values.find(v);
     const std::int64_t axis = attr_int(nd(cat), "axis", 0);
@@ -183,7 +188,7 @@ inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& 
     const std::string turned = in_of(cat, 0), pass = in_of(cat, 1);
     const int ps = producer(pass);
     if (!is_op(ps, "Slice") || !is_op(producer(turned), "Add") || !only_consumer(pass) || !only_consumer(turned)) return std::nullopt;
-    std::optional<rotary_match> inner = rotary_of(turned);  // the turn of heads of R
+    std::optional<rotary_match> inner = rotary_of(turned, first);  // the turn of heads of R
     if (!inner) return std::nullopt;
     const std::string xh = in_of(ps, 0);
     const int rs = producer(inner->xh);
@@ -241,7 +246,7 @@ inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& 
         continue;
       const std::optional<std::string> cos = other(mc, xh);
       if (!cos || !table(*cos)) continue;
-      std::optional<rotary_turn> turn = rotary_frequencies_of(*cos, sin, seq, hd);
+      std::optional<rotary_turn> turn = rotary_frequencies_of(*cos, sin, seq, hd, first);
       if (!turn) continue;
       return rotary_match{xh, std::move(*turn), {mc, ms, cat, neg, hi, lo, add}};
     }
@@ -249,19 +254,24 @@ inline std::optional<reader::rotary_match> reader::rotary_of(const std::string& 
   return std::nullopt;
 }
 
-/// The frequencies of rotary tables `cos` and `sin` ([.., S, hd], computed from constants):
-/// element [.., p, j] is cos / sin of p x f_i, i = j mod hd/2, at every index of the leading
-/// dims, within 1e-4 + 1e-6 p (float32's rounding of the angles), for some f_i > 0 per pair;
-/// nullopt otherwise (another layout, an attention factor scaling cos and sin as YaRN's,
-/// positions other than 0..S-1, a pair turning by more than pi a position). Each f_i is read
-/// at position 1 and refined at the last (its angle there unwrapped by the first estimate).
-/// Where every f_i is base^(-2i/hd) (the base from the last pair; 10000 where one position or
-/// one pair leaves it free) the answer is that base alone, as the rotary op's default;
-/// otherwise (Llama-3's or a linear rope_scaling's frequencies) the f_i themselves, with the
-/// base of pair 1 (which Llama-3's scaling keeps). Evaluated within constant_budget(), once a pair.
+/// The frequencies of rotary tables `cos` and `sin` ([.., S, hd], computed from constants)
+/// of the S positions from `first` on (a step after a key/value cache of `first` tokens):
+/// element [.., p, j] is cos / sin of (first + p) x f_i, i = j mod hd/2, at every index of the
+/// leading dims, within 1e-4 + 1e-6 (first + p) (float32's rounding of the angles), for some
+/// f_i > 0 per pair; nullopt otherwise (another layout, an attention factor scaling cos and
+/// sin as YaRN's, other positions, a pair turning by more than pi a position). Each f_i is
+/// read from the turn between the first two positions and refined at the last (its angle
+/// there unwrapped by the first estimate). Where every f_i is base^(-2i/hd) (the base from
+/// the last pair; 10000 where one position or one pair leaves it free) the answer is that base
+/// alone, as the rotary op's default; otherwise (Llama-3's or a linear rope_scaling's
+/// frequencies) the f_i themselves, with the base of pair 1 (which Llama-3's scaling keeps).
+/// One position past 0 (a decode step's token) shows each pair's angle there only modulo
+/// 2 pi: the base is read from the last pair, which turns slowest (its angle below pi), and
+/// must fit every pair; explicit frequencies cannot be told apart there (nullopt).
+/// Evaluated within constant_budget(), once a pair.
 inline std::optional<reader::rotary_turn> reader::rotary_frequencies_of(const std::string& cos, const std::string& sin,
-                                                                        std::int64_t seq, std::int64_t hd) const {
-  const auto key = std::pair{cos, sin};
+                                                                        std::int64_t seq, std::int64_t hd, std::int64_t first) const {
+  const auto key = std::tuple{cos, sin, first};
   if (auto it = rotary_memo.find(key); it != rotary_memo.end()) return it->second;
   std::optional<rotary_turn> turn;
   const std::uint64_t budget = constant_budget();
@@ -269,14 +279,15 @@ inline std::optional<reader::rotary_turn> reader::rotary_frequencies_of(const st
   std::optional<dense_value> s = c ? evaluate(sin, budget / 2, true) : std::nullopt;
   const std::int64_t half = hd / 2;
   const auto at = [&](const dense_value& t, std::int64_t p, std::int64_t i) { return t[static_cast<std::size_t>(p * hd + i)]; };
-  // Every element of the tables is cos / sin of p x freq[j mod half], within the tolerance.
+  const auto position = [&](std::int64_t p) { return static_cast<double>(first + p); };
+  // Every element of the tables is cos / sin of (first + p) x freq[j mod half], within the tolerance.
   const auto fits = [&](const std::vector<double>& freq) {
     const std::size_t n = c->size();
     for (std::size_t e = 0; e < n; ++e) {
       const std::int64_t j = static_cast<std::int64_t>(e % static_cast<std::size_t>(hd));
       const std::int64_t p = static_cast<std::int64_t>(e / static_cast<std::size_t>(hd)) % seq;
-      const double angle = static_cast<double>(p) * freq[static_cast<std::size_t>(j % half)];
-      const double tol = 1e-4 + 1e-6 * static_cast<double>(p);
+      const double angle = position(p) * freq[static_cast<std::size_t>(j % half)];
+      const double tol = 1e-4 + 1e-6 * position(p);
       if (!(std::abs((*c)[e] - std::cos(angle)) <= tol) || !(std::abs((*s)[e] - std::sin(angle)) <= tol)) return false;
     }
     return true;
@@ -286,26 +297,34 @@ inline std::optional<reader::rotary_turn> reader::rotary_frequencies_of(const st
     for (std::int64_t i = 0; i < half; ++i) f[static_cast<std::size_t>(i)] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     return f;
   };
-  if (c && s && c->shape == s->shape && c->size() > 0 && seq >= 1 && half >= 1) {
-    if (seq < 2) {  // position 0 alone does not turn: any frequencies fit
+  const auto base_from = [&](double fi, std::int64_t i) {  // the base whose power -2i/hd is fi
+    const double b = std::pow(fi, -static_cast<double>(hd) / (2.0 * static_cast<double>(i)));
+    return b > 1.0 && std::isfinite(b) ? std::optional<double>(b) : std::nullopt;
+  };
+  if (c && s && c->shape == s->shape && c->size() > 0 && seq >= 1 && half >= 1 && first >= 0) {
+    if (seq < 2 && first == 0) {  // position 0 alone does not turn: any frequencies fit
       if (fits(powers(10000.0))) turn = rotary_turn{};
+    } else if (seq < 2) {  // one position past 0: the slowest pair's angle gives the base
+      const double a = std::atan2(at(*s, 0, half - 1), at(*c, 0, half - 1));
+      const std::optional<double> base = half >= 2 ? (a > 0 ? base_from(a / position(0), half - 1) : std::nullopt)
+                                                   : std::optional<double>(10000.0);
+      if (base && fits(powers(*base))) turn = rotary_turn{*base, {}};
     } else {
       std::vector<double> f(static_cast<std::size_t>(half));
       bool positive = true;
-      const double last = static_cast<double>(seq - 1), two_pi = 2 * std::numbers::pi;
+      const double last = position(seq - 1), two_pi = 2 * std::numbers::pi;
       for (std::int64_t i = 0; i < half; ++i) {
-        double fi = std::atan2(at(*s, 1, i), at(*c, 1, i));
-        if (seq > 2 && fi > 0) {  // the last position's angle, unwrapped near last x fi
+        // the turn from the first position to the second: sin and cos of their angles' difference
+        const double c0 = at(*c, 0, i), s0 = at(*s, 0, i), c1 = at(*c, 1, i), s1 = at(*s, 1, i);
+        double fi = std::atan2(s1 * c0 - c1 * s0, c1 * c0 + s1 * s0);
+        if (last > 1 && fi > 0) {  // the last position's angle, unwrapped near last x fi
           const double a = std::atan2(at(*s, seq - 1, i), at(*c, seq - 1, i));
           fi = (a + two_pi * std::round((last * fi - a) / two_pi)) / last;
         }
         positive = positive && fi > 0 && std::isfinite(fi);
         f[static_cast<std::size_t>(i)] = fi;
       }
-      const auto base_of = [&](std::int64_t i) {  // the base pair i's frequency is the power of
-        const double b = std::pow(f[static_cast<std::size_t>(i)], -static_cast<double>(hd) / (2.0 * static_cast<double>(i)));
-        return b > 1.0 && std::isfinite(b) ? std::optional<double>(b) : std::nullopt;
-      };
+      const auto base_of = [&](std::int64_t i) { return base_from(f[static_cast<std::size_t>(i)], i); };
       const std::optional<double> plain = half >= 2 ? base_of(half - 1) : std::optional<double>(10000.0);
       if (positive && plain && fits(powers(*plain))) turn = rotary_turn{*plain, {}};
       else if (positive && fits(f)) turn = rotary_turn{half >= 2 ? base_of(1).value_or(10000.0) : 10000.0, std::move(f)};
@@ -317,8 +336,11 @@ inline std::optional<reader::rotary_turn> reader::rotary_frequencies_of(const st
 
 /// An attention operand in heads [B,h,S,hd] (see heads_source): [GQA's repeat,
 /// Reshape(Expand(Unsqueeze(kh) to [B,kv,1,S,hd], [B,kv,n,S,hd]), [B,kv*n,S,hd])] of
-/// [a rotary in heads (rotary_of)] of Transpose(Reshape(x), [0,2,1,3]).
-inline std::optional<reader::heads_source> reader::heads_source_of(const std::string& v) const {
+/// [a key/value cache: Concat(past, ., axis 2) of a graph input past [B,kv,P,hd] read by
+/// nothing else, its output read by nothing else but as a graph output (present.<i>.key)] of
+/// [a rotary in heads (rotary_of), turning from position `first` (-1: the cache's P, else 0)]
+/// of Transpose(Reshape(x), [0,2,1,3]).
+inline std::optional<reader::heads_source> reader::heads_source_of(const std::string& v, std::int64_t first) const {
   heads_source src;
   std::string h = v;
   std::int64_t repeat = 1;
@@ -343,8 +365,25 @@ inline std::optional<reader::heads_source> reader::heads_source_of(const std::st
       }
     }
   }
+  if (const int cat = producer(h); is_op(cat, "Concat") && nd(cat).input_size() == 2) {
+    const std::int64_t axis = attr_int(nd(cat), "axis", 0);
+    auto ci = values.find(h);
+    auto pi = values.find(in_of(cat, 0));
+    const tensor_shape *now = shape(in_of(cat, 1)), *all = shape(h);
+    if ((axis == 2 || axis == -2) && ci != values.end() && ci->second.consumers.size() == 1 && pi != values.end() &&
+        pi->second.graph_input && !pi->second.init && !pi->second.graph_output && pi->second.consumers.size() == 1 &&
+        pi->second.known && pi->second.shape.rank == 4 && now && now->rank == 4 && all && all->rank == 4 &&
+        only_consumer(in_of(cat, 1))) {
+      src.past = in_of(cat, 0);
+      src.present = h;
+      src.past_len = pi->second.shape[2];
+      src.nodes.push_back(cat);
+      h = in_of(cat, 1);
+    }
+  }
+  if (first < 0) first = src.past_len;
   std::size_t uses = 1;
-  if (const std::optional<rotary_match> rot = only_consumer(h) ? rotary_of(h) : std::nullopt) {
+  if (const std::optional<rotary_match> rot = only_consumer(h) ? rotary_of(h, first) : std::nullopt) {
     uses = rot->dims > 0 ? 2 : 3;  // the Mul by cos and the two Slices; a partial rotary's two Slices
     src.rotary_at = rot->nodes.back();
     src.nodes.insert(src.nodes.end(), rot->nodes.begin(), rot->nodes.end() - 1);
@@ -354,6 +393,7 @@ inline std::optional<reader::heads_source> reader::heads_source_of(const std::st
     src.rotary->attrs.rotary_base = rot->turn.base;
     src.rotary->attrs.rotary_frequencies = rot->turn.frequencies;
     src.rotary->attrs.rotary_dims = rot->dims;
+    src.rotary->attrs.rotary_offset = first;  // the step's tokens come after the cached ones
   }
   const auto x = heads_of(h, {0, 2, 1, 3}, uses);
   if (!x) return std::nullopt;
@@ -378,7 +418,7 @@ inline std::optional<reader::heads_source> reader::keys_of(const std::string& kt
   if (auto k = heads_of(kt, {0, 2, 3, 1})) {
     const int t = producer(kt);
     extra.insert(extra.end(), {t, producer(in_of(t, 0))});
-    return heads_source{k->first, k->second, k->second, extra, std::nullopt, -1};
+    return heads_source{k->first, k->second, k->second, extra, std::nullopt, -1, {}, {}, 0};
   }
   const auto with_extra = [&](std::optional<heads_source> k) {
     if (k) k->nodes.insert(k->nodes.end(), extra.begin(), extra.end());
@@ -456,8 +496,10 @@ inline void reader::fuse_attention(int sm) {
         break;
       }
   }
-  const std::optional<heads_source> q = heads_source_of(qh), k = keys_of(kt);
-  if (!q || !k || q->heads != k->heads) return;  // k's own heads divide them: heads = own x its repeat
+  // k first: a key/value cache in front of its new keys says where q's positions start.
+  const std::optional<heads_source> k = keys_of(kt);
+  const std::optional<heads_source> q = k ? heads_source_of(qh, k->past_len) : std::nullopt;
+  if (!q || !k || q->heads != k->heads || !q->past.empty()) return;  // k's own heads divide them: heads = own x its repeat
   const std::int64_t heads = q->heads;
   if (q->own != heads) return;  // repeated query heads: no attention of the kind's
   const std::int64_t hd = values.at(q->x).shape[2] / heads;
@@ -481,7 +523,7 @@ inline void reader::fuse_attention(int sm) {
   }
   if (!pv || !is_op(*pv, "MatMul") || in_of(*pv, 0) != probs) return;
   const std::optional<heads_source> v = heads_source_of(in_of(*pv, 1));
-  if (!v || v->heads != heads || v->own != k->own || v->rotary) return;
+  if (!v || v->heads != heads || v->own != k->own || v->rotary || v->past.empty() != k->past.empty()) return;
   auto tr = only_consumer(out_of(*pv, 0));
   if (!tr || !is_op(*tr, "Transpose") || attr_ints(nd(*tr), "perm") != std::vector<std::int64_t>{0, 2, 1, 3}) return;
   auto rs = only_consumer(out_of(*tr, 0));
@@ -495,6 +537,31 @@ inline void reader::fuse_attention(int sm) {
   auto out_v = values.find(out_of(*rs, 0));
   if (out_v == values.end() || !out_v->second.known || !elements_of(qs) || elements_of(out_v->second.shape) != elements_of(qs)) return;
   const bool merged = out_v->second.shape == qs;
+  // A key/value cache: the kind's operands 3 and 4, [B, P, kv_heads*hd]; the queries at
+  // positions P.. (the mask counted from there: scores [.., S, P + S]).
+  const std::int64_t past = k->past_len;
+  if (!k->past.empty()) {
+    const tensor_shape ks = values.at(k->x).shape;
+    const auto layout = [&](const heads_source& h) {
+      return "[" + std::to_string(qs[0]) + ", " + std::to_string(h.own) + ", P, " + std::to_string(hd) + "]";
+    };
+    for (const heads_source* h : {&*k, &*v}) {
+      const tensor_shape& ps = values.at(h->past).shape;
+      if (ps[0] != qs[0] || ps[1] != h->own || ps[3] != hd || ps[2] != past)
+        fail("graph input " + quoted_text(h->past) + " is " + to_string(ps) + ", concatenated in front of " +
+             (h == &*k ? "the keys" : "the values") + " of the attention at " + quoted_text(pattern_name(sm)) +
+             " as its key/value cache: it must be " + layout(*h) + " (batch, " + std::to_string(h->own) + " key/value heads of " +
+             std::to_string(hd) + ", the past P of its keys' cache, " + std::to_string(past) + ")");
+    }
+    if (past < 1 || past > max_attention_window)
+      fail("graph input " + quoted_text(k->past) + ": a key/value cache of " + std::to_string(past) + " tokens; autoshard takes 1.." +
+           std::to_string(max_attention_window));
+    if (scores[3] != past + ks[1] || (causal && ks[1] != qs[1])) return;
+    // One query at position P sees every key, with or without a mask: causal is the same.
+    if (!causal && qs[1] == 1) causal = true;
+  } else if (scores[3] != scores[2] && causal) {
+    return;  // a mask counted from a past the keys do not have
+  }
   for (const heads_source* h : {&*q, &*k, &*v}) used.insert(used.end(), h->nodes.begin(), h->nodes.end());
   used.push_back(*pv);
   used.push_back(*tr);
@@ -510,6 +577,13 @@ inline void reader::fuse_attention(int sm) {
     fused[h->rotary_at].name = pattern_name(sm) + (h == &*q ? ".rotary_q" : ".rotary_k");  // as the builders name them
   }
   fusion f{op_kind::attention, {q->value(), k->value(), v->value()}, {}, pattern_name(sm), out_of(last, 0)};
+  for (const heads_source* h : {&*k, &*v}) {  // the cache's inputs, in the kind's layout; present.<i>.* no output
+    if (h->past.empty()) continue;
+    values.at(h->past).shape = tensor_shape{qs[0], past, h->own * hd};
+    kv_caches.insert(h->past);
+    if (values.at(h->present).graph_output) out.cache_outputs.push_back(h->present);
+    f.operands.push_back(h->past);
+  }
   f.attrs.heads = static_cast<int>(heads);
   f.attrs.kv_heads = static_cast<int>(k->own);
   f.attrs.causal = causal;

@@ -56,6 +56,8 @@ inline vertex_t reader::operand(const std::string& v, const std::string& who) {
   if (vi.init && vi.producer < 0 && is_float(vi.type) && !lifted_constant(v, vi.shape.rank) && !buffers.count(v)) {
     const auto renamed = weight_names.find(v);
     u = add_parameter(out.graph, unique_name(renamed == weight_names.end() ? v : renamed->second), vi.shape, vi.type);
+  } else if (kv_caches.count(v)) {  // a fused attention's key/value cache (its shape rewritten: fuse_attention)
+    u = add_kv_cache(out.graph, unique_name(v), vi.shape, vi.type);
   } else if (vi.graph_input || !vi.init) {
     // Fed each step; or computed from constants alone (mark_constants), whose shape may be the
     // batch's and the sequence's (torch's dynamo export builds a [B, 1, S, S] mask from
@@ -314,8 +316,23 @@ inline bool reader::emit_layout(int k, const std::string& name, const std::strin
   if (t == "Gather" && n.input_size() == 2) {
     const value_info& table = known(in_of(k, 0), who);
     const value_info& ids = known(in_of(k, 1), who);
-    if (attr_int(n, "axis", 0) == 0 && table.shape.rank == 2 && is_float(table.type) && !is_float(ids.type))
+    if (attr_int(n, "axis", 0) == 0 && table.shape.rank == 2 && is_float(table.type) && !is_float(ids.type)) {
+      if (const std::int64_t first = positions_from(in_of(k, 1), table.shape[0]); first > 0) {
+        // A decode step's learned positions P..P+S-1: the table's rows from P on, as the
+        // builders' position_rows reads them (`<table>.past_offset`, a split).
+        std::string base = in_of(k, 0);
+        if (const auto w = weight_names.find(base); w != weight_names.end()) base = w->second;
+        if (base.size() > 7 && base.compare(base.size() - 7, 7, ".weight") == 0) base.resize(base.size() - 7);
+        op_attrs rows;
+        rows.axis = 0;
+        rows.start = first;
+        rows.length = table.shape[0] - first;
+        const vertex_t t = add_op(out.graph, op_kind::split, unique_name(base + ".past_offset"), {operand(in_of(k, 0), who)}, rows, table.type);
+        vertex_of[out0] = add_op(out.graph, op_kind::embedding, unique_name(name), {operand(in_of(k, 1), who), t}, {}, known(out0, who).type);
+        return true;
+      }
       return try_emit(op_kind::embedding, name, {in_of(k, 1), in_of(k, 0)}, {}, out0, who, why);
+    }
     why = "only a lookup of rows of a 2-D floating table maps (to embedding)";
     return false;
   }
@@ -358,6 +375,22 @@ inline bool reader::emit_reduction(int k, const std::string& name, const std::st
     return try_emit(op_kind::expand, name, {in_of(k, 0)}, a, out0, who, why);
   }
   return false;
+}
+
+/// In a decode step (a fused attention reads a key/value cache), the first position P > 0
+/// where `ids`, computed from constants (torch's export of GPT-2's cache_position), holds
+/// P..P+S-1 along its last dim in every row, P + S at most `rows`; 0 otherwise. Its input
+/// then stands for the positions counted from P (0..S-1), which look up the table's rows P..
+inline std::int64_t reader::positions_from(const std::string& ids, std::int64_t rows) const {
+  if (kv_caches.empty() || !computed_from_constants.count(ids)) return 0;
+  const std::optional<dense_value> d = evaluate(ids, constant_budget());
+  if (!d || d->shape.rank < 1 || d->size() == 0) return 0;
+  const std::int64_t s = d->shape[d->shape.rank - 1u];
+  const double first = (*d)[0];
+  if (!(first >= 1) || first + static_cast<double>(s) > static_cast<double>(rows)) return 0;
+  for (std::size_t e = 0; e < d->size(); ++e)
+    if ((*d)[e] != first + static_cast<double>(static_cast<std::int64_t>(e) % s)) return 0;
+  return static_cast<std::int64_t>(first);
 }
 
 /// Split: one split vertex per used output, [start, start + length) from the inferred shapes.
@@ -555,7 +588,10 @@ inline void reader::build() {
     emit(static_cast<int>(k));
     any = true;
   }
-  for (const auto& o : model.graph().output()) operand(o.name(), "graph output " + quoted_text(o.name()));
+  // Every graph output but a key/value cache written back (onnx_import::cache_outputs).
+  const std::set<std::string> written_back(out.cache_outputs.begin(), out.cache_outputs.end());
+  for (const auto& o : model.graph().output())
+    if (!written_back.count(o.name())) operand(o.name(), "graph output " + quoted_text(o.name()));
   if (!any) fail("the graph computes its outputs with no operator autoshard could place");
   validate(out.graph);
 }

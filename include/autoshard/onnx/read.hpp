@@ -483,6 +483,7 @@ inline void reader::fix_input_dims() {
       if (d.has_dim_value()) {
         if (i == 0 && opt.batch > 0 && d.dim_value() == opt.batch) out.batch_used = true;
         if (i == 1 && opt.seq > 0 && d.dim_value() == opt.seq) out.seq_used = true;
+        if (i == 2 && dims.size() == 4 && opt.past > 0 && d.dim_value() == opt.past) out.past_used = true;
         continue;
       }
       const std::string sym = d.has_dim_param() ? d.dim_param() : std::string();
@@ -490,20 +491,55 @@ inline void reader::fix_input_dims() {
       if (auto it = named.find(sym); !sym.empty() && it != named.end()) size = it->second;
       else if (i == 0 && opt.batch > 0) size = opt.batch, out.batch_used = true;
       else if (i == 1 && opt.seq > 0) size = opt.seq, out.seq_used = true;
+      else if (i == 2 && dims.size() == 4 && opt.past > 0) size = opt.past, out.past_used = true;
       if (size <= 0)
         fail("graph input " + quoted_text(v.name()) + " dim " + std::to_string(i) + " is symbolic" +
-             (sym.empty() ? std::string() : " (" + quoted_text(sym) + ")") + "; give its size (--batch sizes dim 0, --seq dim 1)");
+             (sym.empty() ? std::string() : " (" + quoted_text(sym) + ")") + "; give its size (--batch sizes dim 0, --seq dim 1" +
+             (i == 2 && dims.size() == 4 ? ", --kv-cache dim 2 of a key/value cache [batch, kv_heads, past, head_dim]" : "") + ")");
       if (size > max_dim) fail("graph input " + quoted_text(v.name()) + " dim " + std::to_string(i) + " is " + std::to_string(size) + ", more than 2^40");
       if (!sym.empty()) named.emplace(sym, size);
       d.set_dim_value(size);
     }
   }
-  // The same symbol elsewhere (outputs, value_info) takes the same size.
+  // A sum of sized symbols and integers, each term maybe times an integer, as torch's exporter
+  // names a dim it derives ("past + sequence": a key/value cache's keys with the step's); nullopt
+  // where a term is anything else, names an unsized symbol, or the sum leaves 1..2^40.
+  const auto sum_of = [&](const std::string& e) -> std::optional<std::int64_t> {
+    std::int64_t total = 0;
+    std::size_t at = 0;
+    while (at <= e.size()) {
+      std::size_t plus = e.find('+', at);
+      if (plus == std::string::npos) plus = e.size();
+      std::string term = e.substr(at, plus - at);
+      term.erase(0, term.find_first_not_of(' '));
+      term.erase(term.find_last_not_of(' ') + 1);
+      std::int64_t factor = 1;
+      if (const std::size_t star = term.find('*'); star != std::string::npos) {
+        const std::string k = term.substr(0, star);
+        const auto r = std::from_chars(k.data(), k.data() + k.size(), factor);
+        if (r.ec != std::errc() || r.ptr != k.data() + k.size() || factor < 1 || factor > max_dim) return std::nullopt;
+        term.erase(0, star + 1);
+      }
+      std::int64_t v = 0;
+      if (auto it = named.find(term); it != named.end()) v = it->second;
+      else if (const auto r = std::from_chars(term.data(), term.data() + term.size(), v);
+               term.empty() || r.ec != std::errc() || r.ptr != term.data() + term.size() || v < 0 || v > max_dim)
+        return std::nullopt;
+      if (v > 0 && factor > max_dim / v) return std::nullopt;
+      total += factor * v;  // each term and the total so far at most 2^40: no overflow
+      if (total > max_dim) return std::nullopt;
+      at = plus + 1;
+    }
+    return total >= 1 ? std::optional<std::int64_t>(total) : std::nullopt;
+  };
+  // The same symbol elsewhere (outputs, value_info) takes the same size, and a sum of them theirs.
   auto fix = [&](onnx::ValueInfoProto& v) {
     if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
     for (auto& d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
-      if (d.has_dim_param())
+      if (d.has_dim_param()) {
         if (auto it = named.find(d.dim_param()); it != named.end()) d.set_dim_value(it->second);
+        else if (const std::optional<std::int64_t> n = sum_of(d.dim_param())) d.set_dim_value(*n);
+      }
   };
   for (auto& v : *g.mutable_output()) fix(v);
   for (auto& v : *g.mutable_value_info()) fix(v);

@@ -23,6 +23,7 @@
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
 #include <utility>        // std::pair, std::move
+#include <tuple>          // std::tuple (memo keys)
 #include <vector>         // std::vector
 
 // <sys/mman.h> (the tensor area maps checkpoints) defines MAP_TYPE, which ONNX's parser.h
@@ -50,6 +51,9 @@ struct onnx_options {
   std::int64_t max_nodes = std::int64_t{1} << 20;                ///< nodes, initializers, inputs, outputs each
   std::int64_t batch = 0;  ///< size of a symbolic dim 0 of a graph input (0: the model must give it)
   std::int64_t seq = 0;    ///< size of a symbolic dim 1 of a graph input
+  /// size of a symbolic dim 2 of a rank-4 graph input: a key/value cache's past P in
+  /// transformers' layout [B, kv_heads, P, D] (`plan --kv-cache P`)
+  std::int64_t past = 0;
   std::map<std::string, std::int64_t> dims;  ///< symbolic dim name -> size (before batch / seq)
   std::optional<dtype> float_type;           ///< every floating tensor in this dtype (default: the model's)
 };
@@ -71,6 +75,12 @@ struct onnx_import {
   /// or one has it as its fixed size. A caller whose size the model has no place for says so
   /// (`plan --batch 7` of a model whose inputs are fixed [4,8] planned batch 4 without a word).
   bool batch_used = false, seq_used = false;
+  bool past_used = false;  ///< onnx_options::past sized a symbolic dim 2 of a rank-4 graph input, or one has it there
+  /// The graph outputs that are a layer's key/value cache written back (present.<i>.key: the
+  /// past concatenated with the step's new keys, read by its attention): not outputs of the
+  /// graph, whose attention reads the past as its kv_cache operands (as the builders' decode
+  /// steps do; the runtime appends the step's keys and values to its cache).
+  std::vector<std::string> cache_outputs;
 };
 
 namespace detail::onnx_in {
@@ -156,6 +166,9 @@ struct reader {
   std::vector<std::string> scoped;
   std::map<std::string, std::string> weight_names;  ///< initializer -> its parameter's name (name_lifted_weights)
   std::vector<onnx::TensorProto> shape_constants;  // Shape nodes' values, when needed as data
+  /// Graph inputs a fused attention reads as its key/value cache (heads_source::past): emitted
+  /// as kv_cache inputs [B, P, kv_heads*D] (their values' shapes rewritten to that).
+  std::set<std::string> kv_caches;
 
   reader(const onnx_options& o, std::string src) : opt(o), source(std::move(src)) {}
 
@@ -322,9 +335,9 @@ struct reader {
   void mark_constants();
   std::optional<dense_value> evaluate_node(int k, const std::vector<const dense_value*>& in) const;
   std::optional<dense_value> evaluate(const std::string& name, std::uint64_t max_bytes, bool buffers_too = false) const;
-  mutable std::map<std::pair<std::string, bool>, bool> causal_memo;  ///< evaluates_causal's answers
+  mutable std::map<std::tuple<std::string, bool, std::int64_t>, bool> causal_memo;  ///< evaluates_causal's answers
   mutable std::optional<std::uint64_t> budget_cache;
-  bool evaluates_causal(const std::string& v, bool additive) const;
+  bool evaluates_causal(const std::string& v, bool additive, std::int64_t offset = 0) const;
   std::uint64_t constant_budget() const;
 
   // ---- fusions: patterns of several nodes that are one kind ---- (fusions.hpp)
@@ -378,9 +391,16 @@ struct reader {
     std::vector<int> nodes;  // from x's split to the operand, the rotary's but its last
     std::optional<fusion> rotary;
     int rotary_at = -1;
+    /// A key/value cache: the graph input [B, own, P, hd] (transformers' past_key_values.<i>.key)
+    /// concatenated in front of the step's heads on the sequence axis, and that Concat's output
+    /// (present.<i>.key, the cache written back); empty without one.
+    std::string past, present;
+    std::int64_t past_len = 0;
     std::string value() const { return rotary ? rotary->output : x; }  // the attention's operand
   };
-  std::optional<heads_source> heads_source_of(const std::string& v) const;
+  /// `first`: the position of the step's first token (a rotary turns from it); -1: the past of
+  /// a cache this operand is concatenated with, 0 without one.
+  std::optional<heads_source> heads_source_of(const std::string& v, std::int64_t first = -1) const;
   /// x_rot = Add(Mul(xh, C), Mul(Concat(Neg(Slice(xh, hd/2:)), Slice(xh, :hd/2)), S)): xh, the
   /// frequencies C and S turn by, and the nodes (the Add last); or a partial rotary's
   /// Concat(that turn of Slice(xh, :R), Slice(xh, R:)) with its R (`dims`; the Concat last).
@@ -394,9 +414,10 @@ struct reader {
     std::vector<int> nodes;
     std::int64_t dims = 0;  ///< a partial rotary's turned dims R; 0: the whole head
   };
-  std::optional<rotary_match> rotary_of(const std::string& v) const;
-  std::optional<rotary_turn> rotary_frequencies_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd) const;
-  mutable std::map<std::pair<std::string, std::string>, std::optional<rotary_turn>> rotary_memo;  ///< rotary_frequencies_of's answers
+  std::optional<rotary_match> rotary_of(const std::string& v, std::int64_t first = 0) const;
+  std::optional<rotary_turn> rotary_frequencies_of(const std::string& cos, const std::string& sin, std::int64_t seq, std::int64_t hd,
+                                                   std::int64_t first = 0) const;
+  mutable std::map<std::tuple<std::string, std::string, std::int64_t>, std::optional<rotary_turn>> rotary_memo;  ///< rotary_frequencies_of's answers
   std::optional<heads_source> keys_of(const std::string& kt) const;
   std::optional<std::pair<std::int64_t, std::int64_t>> last_dim_slice(int k, std::int64_t rank, std::int64_t dim) const;
   bool causal_mask(const std::string& v, const tensor_shape& scores, bool additive, std::vector<int>& nodes_used) const;
@@ -421,6 +442,7 @@ struct reader {
   bool emit_gemm(int k, const std::string& name, const std::string& who, std::string& why);
   bool emit_normalisation(int k, const std::string& name, const std::string& who, std::string& why);
   bool emit_layout(int k, const std::string& name, const std::string& who, std::string& why);
+  std::int64_t positions_from(const std::string& ids, std::int64_t rows) const;
   bool emit_reduction(int k, const std::string& name, const std::string& who, std::string& why);
   bool split(int k, const std::string& name, const std::string& who, std::string& why);
   std::optional<vertex_t> slice(int k, const std::string& who, std::string& why);

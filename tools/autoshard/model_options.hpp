@@ -150,12 +150,10 @@ struct model_options {
     return ext == ".onnx" && !is_preset();
   }
 
-  /// An ONNX model: --batch and --seq size its inputs' symbolic dims 0 and 1, --dtype every
+  /// An ONNX model: --batch and --seq size its inputs' symbolic dims 0 and 1, --kv-cache the
+  /// past (dim 2) of its key/value cache inputs [batch, kv_heads, past, head_dim], --dtype every
   /// floating tensor; the size overrides of presets do not apply to it.
   model_graph build_onnx() const {
-    if (kv_cache > 0)
-      throw spec_error("--kv-cache builds a preset's or a Hugging Face config's decode step; an ONNX model's cache inputs, if it "
-                       "has any, are its own");
     if (layers || hidden || heads || kv_heads || ffn || vocab)
       throw spec_error("--layers, --hidden, --heads, --kv-heads, --ffn and --vocab size presets and Hugging Face "
                        "configs; an ONNX model's sizes are its own (only --batch, --seq and --dtype apply)");
@@ -163,14 +161,27 @@ struct model_options {
     onnx_options o;
     o.batch = batch;
     o.seq = seq;
+    o.past = kv_cache;
     if (!dtype_name.empty()) o.float_type = parse_dtype_or_throw(dtype_name);
     onnx_import r = read_onnx_file(model, o);
     // A size the model has no symbolic dim for was ignored: --batch 7 planned a fixed [4,8] at 4.
-    for (auto [flag, size, used, dim] : {std::tuple{"--batch", batch, r.batch_used, 0}, std::tuple{"--seq", seq, r.seq_used, 1}})
+    for (auto [flag, size, used, dim] : {std::tuple{"--batch", std::int64_t{batch}, r.batch_used, 0},
+                                         std::tuple{"--seq", std::int64_t{seq}, r.seq_used, 1},
+                                         std::tuple{"--kv-cache", kv_cache, r.past_used, 2}})
       if (size > 0 && !used)
         throw spec_error(std::string(flag) + " " + std::to_string(size) + " sizes nothing: no graph input of ONNX model " + quoted_path(model) +
-                         " has a symbolic dim " + std::to_string(dim) + " (or that size there); its sizes are its own: leave " +
-                         flag + " out, or export the model with that dim dynamic");
+                         " has a symbolic dim " + std::to_string(dim) + (dim == 2 ? " of four (a key/value cache)" : "") +
+                         " (or that size there); its sizes are its own: leave " + flag + " out, or export the model with that dim dynamic");
+    bool cached = false;
+    for (vertex_t v = 0; v < boost::num_vertices(r.graph); ++v) cached = cached || r.graph[v].is_kv_cache();
+    if (kv_cache > 0 && !cached)
+      throw spec_error("--kv-cache " + std::to_string(kv_cache) + ": no attention of ONNX model " + quoted_path(model) +
+                       " reads a key/value cache (a graph input [batch, kv_heads, past, head_dim] concatenated in front of the "
+                       "keys and values of an attention that fuses; one that does not fuse, such as one token's rotary tables of "
+                       "explicit frequencies, which one position cannot tell apart, stays as the file computes it: docs/graph.md); "
+                       "leave --kv-cache out");
+    if (cached && run() == run_mode::training)
+      throw spec_error("ONNX model " + quoted_path(model) + " reads a key/value cache: a decode step, which is inference; give --mode infer");
     return std::move(r.graph);
 #else
     throw io_error(quoted_path(model) + " is an ONNX model, but this autoshard was built without ONNX (libonnx-dev)");

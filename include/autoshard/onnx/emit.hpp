@@ -341,6 +341,23 @@ inline bool reader::emit_layout(int k, const std::string& name, const std::strin
     std::vector<std::string> ops;
     for (const std::string& i : n.input())
       if (!i.empty()) ops.push_back(i);
+    // ONNX 1.12's inference leaves a Concat of operands that disagree off its axis unknown
+    // ("the shape is unknown"): named here, with the dims (a key/value cache of other heads).
+    for (std::size_t i = 1; i < ops.size(); ++i) {
+      auto x = values.find(ops[0]), y = values.find(ops[i]);
+      if (x == values.end() || y == values.end() || !x->second.known || !y->second.known) continue;
+      const tensor_shape &xs = x->second.shape, &ys = y->second.shape;
+      const std::int64_t r = static_cast<std::int64_t>(xs.rank), ax = a.axis < 0 ? a.axis + r : a.axis;
+      if (ys.rank != xs.rank || ax < 0 || ax >= r) continue;
+      for (std::int64_t d = 0; d < r; ++d)
+        if (d != ax && xs[static_cast<std::size_t>(d)] != ys[static_cast<std::size_t>(d)])
+          fail(who + ": " + quoted_text(ops[0]) + " " + to_string(xs) + " and " + quoted_text(ops[i]) + " " + to_string(ys) +
+               " differ in dim " + std::to_string(d) + " (" + std::to_string(xs[static_cast<std::size_t>(d)]) + " vs " +
+               std::to_string(ys[static_cast<std::size_t>(d)]) + "), which a concatenation on axis " + std::to_string(ax) + " keeps" +
+               (r == 4 && ax == 2 && x->second.graph_input
+                    ? "; a key/value cache [batch, kv_heads, past, head_dim] has its new keys' batch, heads and head size"
+                    : ""));
+    }
     return try_emit(op_kind::concat, name, ops, a, out0, who, why);
   }
   if (t == "Split") return split(k, name, who, why);

@@ -669,6 +669,139 @@ std::string dynamo_attention(const std::string& compare) {
 }
 }  // namespace
 
+namespace {
+/// GPT-2's attention of x [2, S, 8] over 2 heads of 4 in a decode step, as torch's dynamo
+/// exporter writes it with transformers' DynamicCache: k and v in heads concatenated after a
+/// key/value cache of P tokens on the sequence axis (graph inputs past_key_values.0.key and
+/// .value, [2, 2, P, 4] unless `past_dims` says otherwise, their dim 2 symbolic "past" with
+/// `symbolic`; the concatenations graph outputs present.0.key and .value), the scores
+/// [2, 2, S, P + S] masked by positions: key j is seen by query i where j <= `mask_from` + i
+/// (P: causal after the cache).
+std::string cached_attention(std::int64_t past, std::int64_t seq, std::int64_t mask_from, bool symbolic = false,
+                             std::vector<std::string> past_dims = {}) {
+  const std::int64_t keys = past + seq;
+  if (past_dims.empty()) past_dims = {"2", "2", symbolic ? "past" : std::to_string(past), "4"};
+  model_maker mm(18);
+  mm.input("x", {"2", std::to_string(seq), "8"});
+  mm.input("past_key_values.0.key", past_dims).input("past_key_values.0.value", past_dims);
+  mm.scalar("zero", 0.0f).scalar("fill", -3.4028235e38f).scalar("c", static_cast<float>(std::sqrt(0.5)));
+  int_scalar(mm, "zero_i", 0);
+  int_scalar(mm, "keys", keys);
+  int_scalar(mm, "from", mask_from);
+  int_scalar(mm, "to", mask_from + seq);
+  int_scalar(mm, "delta", 1);
+  mm.ints("heads_shape", {2, seq, 2, 4}).ints("flat_shape", {4, keys, 4}).ints("kt_shape", {2, 2, 4, keys});
+  mm.ints("out_shape", {2, seq, 8}).ints("ax0", {0}).ints("ax1", {1}).ints("mask_shape", {1, 1, seq, keys});
+  const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
+  mm.node("Range", "node_key_positions", {"zero_i", "keys", "delta"}, {"kpos"});
+  mm.node("Range", "node_query_positions", {"from", "to", "delta"}, {"qpos"});
+  mm.node("Unsqueeze", "node_unsqueeze", {"kpos", "ax0"}, {"col"});
+  mm.node("Unsqueeze", "node_unsqueeze_1", {"qpos", "ax1"}, {"row"});
+  mm.node("LessOrEqual", "node_le", {"col", "row"}, {"m2"});
+  mm.node("Reshape", "node_view", {"m2", "mask_shape"}, {"mask"});
+  mm.node("Where", "node_where", {"mask", "zero", "fill"}, {"bias"});
+  for (const char* t : {"q", "k", "v"}) {
+    mm.node("Reshape", std::string("node_view_") + t, {"x", "heads_shape"}, {std::string(t) + "4"});
+    perm(mm.node("Transpose", std::string("node_transpose_") + t, {std::string(t) + "4"}, {std::string(t) + "h"}), {0, 2, 1, 3});
+  }
+  model_maker::attr(mm.node("Concat", "node_cache_k", {"past_key_values.0.key", "kh"}, {"present.0.key"}), "axis", std::int64_t{2});
+  model_maker::attr(mm.node("Concat", "node_cache_v", {"past_key_values.0.value", "vh"}, {"present.0.value"}), "axis", std::int64_t{2});
+  mm.node("Reshape", "node_kflat", {"present.0.key", "flat_shape"}, {"kflat"});
+  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
+  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
+  mm.node("Mul", "node_mul_q", {"qh", "c"}, {"qs"});
+  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
+  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
+  mm.node("Add", "node_masked", {"scores", "bias"}, {"masked"});
+  model_maker::attr(mm.node("Softmax", "node_softmax", {"masked"}, {"p"}), "axis", std::int64_t{-1});
+  mm.node("IsNaN", "node_isnan", {"p"}, {"nan"});
+  mm.node("Where", "node_guard", {"nan", "zero", "p"}, {"pg"});
+  mm.node("MatMul", "node_pv", {"pg", "present.0.value"}, {"o"});
+  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
+  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+  mm.output("y").output("present.0.key").output("present.0.value");
+  return mm.bytes();
+}
+
+/// The attention vertices of `g`.
+std::vector<vertex_t> attentions_of(const model_graph& g) {
+  std::vector<vertex_t> a;
+  for (vertex_t v : boost::make_iterator_range(boost::vertices(g)))
+    if (g[v].kind == op_kind::attention) a.push_back(v);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("a decode step exported with its key/value cache: the past concatenated before the attention is its kv_cache") {
+  for (const std::int64_t seq : {1, 3}) {
+    CAPTURE(seq);
+    const onnx_import r = read_onnx(cached_attention(5, seq, 5), "m.onnx");
+    CHECK(r.opaque.empty());
+    const model_graph& g = r.graph;
+    const std::vector<vertex_t> att = attentions_of(g);
+    REQUIRE(att.size() == 1);
+    const node& a = g[att[0]];
+    CHECK(a.attrs.causal);  // query i at position 5 + i
+    CHECK(a.attrs.heads == 2);
+    CHECK(a.shape == tensor_shape{2, seq, 8});
+    const std::vector<vertex_t> ops = operands(g, att[0]);
+    REQUIRE(ops.size() == 5);
+    // Operands 3 and 4: the graph inputs, named as the file (and the builders) name them, in
+    // the kind's layout [B, P, kv_heads*D].
+    CHECK(g[ops[3]].name == "past_key_values.0.key");
+    CHECK(g[ops[4]].name == "past_key_values.0.value");
+    for (std::size_t i : {3u, 4u}) {
+      CHECK(g[ops[i]].is_kv_cache());
+      CHECK(g[ops[i]].shape == tensor_shape{2, 5, 8});
+    }
+    // present.0.key and .value (the cache written back) are no outputs and no vertices.
+    CHECK(r.cache_outputs == std::vector<std::string>{"present.0.key", "present.0.value"});
+    for (const char* gone : {"present.0.key", "present.0.value", "node_cache_k", "node_cache_v", "node_le", "bias"})
+      CHECK_FALSE(find_vertex(g, gone));
+    std::size_t outputs = 0;
+    for (vertex_t v : boost::make_iterator_range(boost::vertices(g))) outputs += boost::out_degree(v, g) == 0;
+    CHECK(outputs == 1);
+  }
+  // A mask counted from position 0, not the cache's 5: no causal attention after the cache;
+  // the scores stay as the file computes them, and the past is a plain input in its layout.
+  const onnx_import from0 = read_onnx(cached_attention(5, 3, 0), "m.onnx");
+  CHECK(attentions_of(from0.graph).empty());
+  CHECK(vertex(from0.graph, "node_softmax").kind == op_kind::softmax);
+  CHECK_FALSE(vertex(from0.graph, "past_key_values.0.key").is_kv_cache());
+  CHECK(vertex(from0.graph, "past_key_values.0.key").shape == tensor_shape{2, 2, 5, 4});
+  CHECK(from0.cache_outputs.empty());
+}
+
+TEST_CASE("a key/value cache's symbolic past is sized by onnx_options::past, or named as the size to give") {
+  const std::string file = cached_attention(5, 1, 5, true);
+  const std::string e = error_of<graph_error>(file);
+  CHECK(e.find("graph input 'past_key_values.0.key' dim 2 is symbolic ('past')") != std::string::npos);
+  CHECK(e.find("--kv-cache dim 2 of a key/value cache [batch, kv_heads, past, head_dim]") != std::string::npos);
+  onnx_options o;
+  o.past = 5;
+  const onnx_import r = read_onnx(file, "m.onnx", o);
+  CHECK(r.past_used);
+  REQUIRE(attentions_of(r.graph).size() == 1);
+  CHECK(vertex(r.graph, "past_key_values.0.value").shape == tensor_shape{2, 5, 8});
+  CHECK_FALSE(read_onnx(cached_attention(5, 1, 5), "m.onnx").past_used);  // a fixed past no option sized
+}
+
+TEST_CASE("a key/value cache whose heads or head size disagree with the new keys is refused, naming the numbers") {
+  // 3 heads where the keys have 2; heads of 5 where they have 4.
+  // (ONNX 1.12's inference leaves such a Concat's shape unknown; the reader names why.)
+  const std::string tail = "which a concatenation on axis 2 keeps; a key/value cache [batch, kv_heads, past, head_dim] has its new keys' "
+                           "batch, heads and head size";
+  for (const auto& c : {std::pair{std::vector<std::string>{"2", "3", "5", "4"}, std::string("'past_key_values.0.key' [2,3,5,4] and "
+                                                                                          "'kh' [2,2,1,4] differ in dim 1 (3 vs 2), ")},
+                        std::pair{std::vector<std::string>{"2", "2", "5", "5"}, std::string("'past_key_values.0.key' [2,2,5,5] and "
+                                                                                          "'kh' [2,2,1,4] differ in dim 3 (5 vs 4), ")}}) {
+    const auto& [dims, want] = c;
+    CAPTURE(c.second);
+    const std::string e = error_of<graph_error>(cached_attention(5, 1, 5, false, dims));
+    CHECK(e.find("'node_cache_k' ('Concat'): " + want + tail) != std::string::npos);
+  }
+}
+
 TEST_CASE("torch's dynamo export of attention: a mask built from positions is evaluated, and a causal one fuses") {
   const onnx_import r = read_onnx(dynamo_attention("LessOrEqual"), "m.onnx");
   CHECK(r.opaque.empty());
@@ -849,8 +982,11 @@ namespace {
 /// `attention_factor` other than 1 scales cos and sin (YaRN's), `first` is the first position.
 /// With `turned` R below 8, a partial rotary as GPT-NeoX's and Phi-3's apply_rotary_pos_emb
 /// write it: x[..., :R] turned (the buffer's R/2 frequencies), x[..., R:] concatenated after.
+/// With a `past` P above 0, k (turned) and v are concatenated after a key/value cache of P
+/// tokens (graph inputs past_key_values.0.key and .value [2, 1, P, 8], the concatenations
+/// graph outputs present.0.key and .value), as transformers' DynamicCache exports.
 std::string llama_attention(const std::vector<float>& inv_freq, float attention_factor = 1.0f, std::int64_t first = 0,
-                            std::int64_t turned = 8) {
+                            std::int64_t turned = 8, std::int64_t past = 0) {
   model_maker mm(18);
   mm.input("x", {"2", "4", "16"}).weight("q_proj.weight", {16, 16}).weight("k_proj.weight", {16, 8}).weight("v_proj.weight", {16, 8});
   auto* f = mm.g->add_initializer();
@@ -865,8 +1001,9 @@ std::string llama_attention(const std::vector<float>& inv_freq, float attention_
   int_scalar(mm, "delta", 1);
   mm.ints("ax0", {0}).ints("ax1", {1}).ints("ax2", {2}).ints("axl", {-1});
   mm.ints("lo_start", {0}).ints("half", {turned / 2}).ints("end", {std::numeric_limits<std::int64_t>::max()}).ints("rot_end", {turned});
-  mm.ints("q_shape", {2, 4, 2, 8}).ints("kv_shape", {2, 4, 1, 8}).ints("rep_shape", {2, 1, 2, 4, 8}).ints("rep_view", {2, 2, 4, 8});
-  mm.ints("flat_shape", {4, 4, 8}).ints("kt_shape", {2, 2, 8, 4}).ints("out_shape", {2, 4, 16});
+  const std::int64_t keys = past + 4;
+  mm.ints("q_shape", {2, 4, 2, 8}).ints("kv_shape", {2, 4, 1, 8}).ints("rep_shape", {2, 1, 2, keys, 8}).ints("rep_view", {2, 2, keys, 8});
+  mm.ints("flat_shape", {4, keys, 8}).ints("kt_shape", {2, 2, 8, keys}).ints("out_shape", {2, 4, 16});
   const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
   // The tables, from positions and the buffer alone.
   mm.node("Range", "node_arange", {"start", "limit", "delta"}, {"pos"});
@@ -907,8 +1044,17 @@ std::string llama_attention(const std::vector<float>& inv_freq, float attention_
     if (part)
       model_maker::attr(mm.node("Concat", "node_rot_join_" + t, {t + "r0", t + "pass"}, {t + "r"}), "axis", std::int64_t{-1});
   }
-  for (const std::string t : {"k", "v"}) {  // repeat_kv
-    mm.node("Unsqueeze", "node_rep_unsqueeze_" + t, {t == "k" ? "kr" : "vh", "ax2"}, {t + "u"});
+  for (const std::string t : {"k", "v"}) {  // [the cache,] repeat_kv
+    std::string kv = t == "k" ? "kr" : "vh";
+    if (past > 0) {
+      const std::string which = t == "k" ? "key" : "value";
+      mm.input("past_key_values.0." + which, {"2", "1", std::to_string(past), "8"});
+      model_maker::attr(mm.node("Concat", "node_cache_" + t, {"past_key_values.0." + which, kv}, {"present.0." + which}), "axis",
+                        std::int64_t{-2});
+      mm.output("present.0." + which);
+      kv = "present.0." + which;
+    }
+    mm.node("Unsqueeze", "node_rep_unsqueeze_" + t, {kv, "ax2"}, {t + "u"});
     mm.node("Expand", "node_rep_expand_" + t, {t + "u", "rep_shape"}, {t + "e"});
     mm.node("Reshape", "node_rep_view_" + t, {t + "e", "rep_view"}, {t + "rep"});
   }
@@ -974,6 +1120,32 @@ TEST_CASE("LLaMA's attention from torch's dynamo exporter: rotary in the heads' 
   const onnx_import r2 = read_onnx(llama_attention(frequencies(10000.0)), "m.onnx");
   for (vertex_t v : boost::make_iterator_range(boost::vertices(r2.graph)))
     if (r2.graph[v].kind == op_kind::rotary) CHECK(r2.graph[v].attrs.rotary_base == doctest::Approx(10000.0).epsilon(1e-5));
+}
+
+TEST_CASE("LLaMA's attention after a key/value cache: the rotaries turn from the past, the cache is read before the repeat") {
+  // 4 tokens after a cache of 6: the tables hold positions 6..9; k is turned, then concatenated
+  // after the cache's key/value head, then repeated for the 2 query heads.
+  const onnx_import r = read_onnx(llama_attention(frequencies(500000.0), 1.0f, 6, 8, 6), "m.onnx");
+  CHECK(r.opaque.empty());
+  const model_graph& g = r.graph;
+  const std::vector<vertex_t> att = attentions_of(g);
+  REQUIRE(att.size() == 1);
+  CHECK(g[att[0]].attrs.kv_heads == 1);
+  CHECK_FALSE(g[att[0]].attrs.causal);  // unmasked: every query sees the cache and the 4 new keys
+  const std::vector<vertex_t> ops = operands(g, att[0]);
+  REQUIRE(ops.size() == 5);
+  for (std::size_t i : {0u, 1u}) {
+    CHECK(g[ops[i]].kind == op_kind::rotary);
+    CHECK(g[ops[i]].attrs.rotary_offset == 6);
+    CHECK(g[ops[i]].attrs.rotary_base == doctest::Approx(500000.0).epsilon(1e-5));
+  }
+  for (std::size_t i : {3u, 4u}) CHECK(g[ops[i]].is_kv_cache());
+  CHECK(g[ops[3]].shape == tensor_shape{2, 6, 8});
+  CHECK(r.cache_outputs.size() == 2);
+  // Tables of positions 0..3 after a cache of 6 are another step's: nothing fuses.
+  const onnx_import wrong = read_onnx(llama_attention(frequencies(500000.0), 1.0f, 0, 8, 6), "m.onnx");
+  CHECK(attentions_of(wrong.graph).empty());
+  CHECK(find_vertex(wrong.graph, "node_rot_neg_q"));
 }
 
 TEST_CASE("a partial rotary (GPT-NeoX's, Phi-3's apply_rotary_pos_emb) fuses as a rotary of its turned dims") {

@@ -85,12 +85,13 @@ def export(name, path):
     return model, list(names.values())
 
 
-def as_builder(name, model, onnx_path, tool, work):
-    """Plans the export and the builder of the model's config.json alike, and compares them."""
+def as_builder(name, model, onnx_path, tool, work, step=("--seq", str(SEQ))):
+    """Plans the export and the builder of the model's config.json alike (`step`: the sizes of
+    the step, the same flags for both), and compares them."""
     config_dir = work / f"{name}-config"
     model.config.save_pretrained(str(config_dir))
     def infer(model_arg, budget=None):
-        args = [tool, "plan", "--model", str(model_arg), "--batch", "2", "--seq", str(SEQ), "--mesh", MESH, "--mode", "infer",
+        args = [tool, "plan", "--model", str(model_arg), "--batch", "2", *step, "--mesh", MESH, "--mode", "infer",
                 "--quiet", "--no-svg", "--json", "--out", str(work / f"{name}-infer-{pathlib.Path(model_arg).suffix[1:]}.json")]
         r = subprocess.run(args + (["--memory-budget", str(budget)] if budget else []), capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
@@ -104,13 +105,14 @@ def as_builder(name, model, onnx_path, tool, work):
     # The rotaries turn alike: Hugging Face's pairs at the config's base (and its scaled
     # frequencies, where it has them), on as many heads; within float32's rounding.
     rot = lambda f: sorted((n["attrs"].get("heads"), n["attrs"].get("rotary_half", False), n["attrs"].get("rotary_dims", 0),
-                            n["attrs"].get("rotary_base", 1e4), n["attrs"].get("rotary_frequencies", []))
+                            n["attrs"].get("rotary_offset", 0), n["attrs"].get("rotary_base", 1e4),
+                            n["attrs"].get("rotary_frequencies", []))
                            for n in json.loads(f.read_text())["graph"]["nodes"] if n["kind"] == "rotary")
     near = lambda a, b: abs(a / b - 1) < 1e-5
     rb, ri = rot(work / f"{name}-infer-json.json"), rot(work / f"{name}-infer-onnx.json")
-    if len(rb) != len(ri) or not all(x[:3] == y[:3] and near(x[3], y[3]) and len(x[4]) == len(y[4]) and all(map(near, x[4], y[4]))
+    if len(rb) != len(ri) or not all(x[:4] == y[:4] and near(x[4], y[4]) and len(x[5]) == len(y[5]) and all(map(near, x[5], y[5]))
                                      for x, y in zip(rb, ri)):
-        raise AssertionError(f"rotary vertices (heads, rotate_half, turned dims, base, frequencies): the builder's {rb[:2]}, "
+        raise AssertionError(f"rotary vertices (heads, rotate_half, turned dims, first position, base, frequencies): the builder's {rb[:2]}, "
                              f"the export's {ri[:2]}")
     # The norms add the same epsilon: the config's key (the builder's) and the export's constants.
     eps = lambda f: sorted(n.get("attrs", {}).get("epsilon", 1e-5) for n in json.loads(f.read_text())["graph"]["nodes"]
@@ -124,7 +126,99 @@ def as_builder(name, model, onnx_path, tool, work):
     return f", as the builder prices it ({b[0] * 1e6:.1f} us at tp {built['plan']['parallelism']['tp']} under {budget} bytes)"
 
 
+# A decode step exported with its cache: the model's forward after a DynamicCache of a few
+# tokens, its past_key_values.<i>.key/.value inputs [B, kv_heads, P, D] (batch, sequence and
+# past dynamic), its present.<i>.* outputs the cache written back. Planned after a past of
+# PLANNED_PAST tokens (--kv-cache sizes the symbolic past) at one token a sequence; Llama-3.1's
+# scaled rotary at two (one token's tables show each pair's angle only modulo 2 pi: its
+# explicit frequencies cannot be read there, and a plan of one token is refused).
+DECODE = {"gpt2-decode": ("gpt2", 1), "llama-gqa-decode": ("llama-gqa", 1), "llama3-scaled-decode": ("llama3-scaled", 2)}
+EXPORTED_PAST, PLANNED_PAST = 5, 7
+
+
+class Step(torch.nn.Module):
+    """The model's step after a key/value cache: token ids and each layer's cached keys and values in, logits and the
+    cache written back out, as a server runs a decoder."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, past):
+        cache = transformers.DynamicCache(config=self.model.config)
+        for i, (k, v) in enumerate(past):
+            cache.update(k, v, i)
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        return out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+
+
+def export_decode(base, path):
+    torch.manual_seed(0)
+    model = CASES[base]()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02)
+    model.eval()
+    c = model.config
+    heads = c.num_attention_heads
+    kv, hd = getattr(c, "num_key_value_heads", None) or heads, c.hidden_size // heads
+    ids = torch.randint(0, 512, (2, 3))
+    past = [(torch.randn(2, kv, EXPORTED_PAST, hd), torch.randn(2, kv, EXPORTED_PAST, hd)) for _ in range(LAYERS)]
+    b, s, p = torch.export.Dim("batch"), torch.export.Dim("sequence"), torch.export.Dim("past")
+    names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
+    torch.onnx.export(Step(model).eval(), (ids, past), str(path), input_names=["input_ids", *names],
+                      output_names=["logits", *[n.replace("past_key_values", "present") for n in names]],
+                      dynamic_shapes=({0: b, 1: s}, [({0: b, 2: p}, {0: b, 2: p}) for _ in range(LAYERS)]), dynamo=True, verbose=False)
+    return model
+
+
+def check_decode(name, tool, work):
+    """The decode step's export: its attentions read the cache (operands 3 and 4, kv_cache inputs named as the file
+    names them), its present.* outputs are not the graph's, the report says the decode step, the plan prices as the
+    builder's --kv-cache step of the model's config.json does, and runs."""
+    onnx_path = work / f"{name}.onnx"
+    base, tokens = DECODE[name]
+    model = export_decode(base, onnx_path)
+    plan = work / f"{name}-plan.json"
+    def plan_step(seq):
+        return subprocess.run([tool, "plan", "--model", str(onnx_path), "--batch", "2", "--seq", str(seq), "--kv-cache", str(PLANNED_PAST),
+                               "--mesh", MESH, "--mode", "infer", "--quiet", "--no-svg", "--json", "--out", str(plan)],
+                              capture_output=True, text=True, timeout=600)
+    if tokens > 1:  # one token: refused, naming why
+        r = plan_step(1)
+        if r.returncode != 1 or "no attention of ONNX model" not in r.stderr or "explicit frequencies" not in r.stderr:
+            raise AssertionError(f"one token of {name} planned (exit {r.returncode}), not refused: {r.stderr[-2000:]}")
+    step = ("--seq", str(tokens), "--kv-cache", str(PLANNED_PAST))
+    r = plan_step(tokens)
+    if r.returncode != 0:
+        raise AssertionError(f"plan exited {r.returncode}: {r.stderr[-2000:]}")
+    report = json.loads(r.stdout)
+    d = report["decode"]
+    if not d or (d["batch"], d["tokens"], d["past"]) != (2, tokens, PLANNED_PAST):
+        raise AssertionError(f"the report's decode step is {d}, not batch 2, {tokens} tokens after {PLANNED_PAST} cached")
+    doc = json.loads(plan.read_text())
+    nodes = {n["name"]: n for n in doc["graph"]["nodes"]}
+    kv = getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads
+    width = kv * model.config.hidden_size // model.config.num_attention_heads
+    attentions = sorted((n for n in nodes.values() if n["kind"] == "attention"), key=lambda n: n["inputs"][3])
+    want = [[f"past_key_values.{i}.key", f"past_key_values.{i}.value"] for i in range(LAYERS)]
+    if [a["inputs"][3:] for a in attentions] != want or not all(a["attrs"].get("causal") for a in attentions):
+        raise AssertionError(f"the attentions read {[a['inputs'][3:] for a in attentions]}, not each layer's cache {want}")
+    caches = [nodes[n] for w in want for n in w]
+    if any(not c["attrs"].get("kv_cache") or c["shape"] != [2, PLANNED_PAST, width] for c in caches):
+        raise AssertionError(f"the caches are {[(c['name'], c['shape'], c['attrs']) for c in caches][:2]}, not kv_cache inputs "
+                             f"[2, {PLANNED_PAST}, {width}]")
+    if report["opaque"] or any(n.startswith("present.") for n in nodes):
+        raise AssertionError(f"opaque {report['opaque'][:4]}, present.* vertices {[n for n in nodes if n.startswith('present.')]}")
+    as_built = as_builder(name, model, onnx_path, tool, work, step)
+    cases.verify_forward(tool, plan)
+    return f"{len(attentions)} attentions reading their layer's cache of {PLANNED_PAST}{as_built}, " \
+           f"{d['tokens_per_second']:.0f} tokens/s, verified on {DEVICES} ranks"
+
+
 def check(name, tool, work):
+    if name in DECODE:
+        return check_decode(name, tool, work)
     onnx_path = work / f"{name}.onnx"
     model, params = export(name, onnx_path)
     plan = work / f"{name}-plan.json"
@@ -247,7 +341,7 @@ def check(name, tool, work):
 
 
 def main():
-    return cases.run(CASES, check)
+    return cases.run({**CASES, **DECODE}, check)
 
 
 if __name__ == "__main__":

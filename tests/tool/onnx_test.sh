@@ -272,6 +272,11 @@ run "$tool" plan --model "$tmp/small.onnx" --batch 7 --mesh 2 --out "$tmp/never.
   [ ! -e "$tmp/never.json" ] && ok || bad "small.onnx --batch 7: $(cat "$tmp/err")"
 run "$tool" plan --model "$tmp/unmapped.onnx" --batch 8 --seq 4 --mesh 2 --out "$tmp/never.json"
 [ $? -eq 1 ] && grep -q "spec error: --seq 4 sizes nothing: .* has a symbolic dim 1" "$tmp/err" && ok || bad "unmapped.onnx --seq 4: $(cat "$tmp/err")"
+# --kv-cache sizes the past of a decode step's cache inputs (tests/client/onnx_import_test.py
+# plans such exports): a model with no rank-4 input has none to size.
+run "$tool" plan --model "$tmp/small.onnx" --mode infer --kv-cache 5 --mesh 2 --out "$tmp/never.json"
+[ $? -eq 1 ] && grep -q "spec error: --kv-cache 5 sizes nothing: .* has a symbolic dim 2 of four (a key/value cache)" "$tmp/err" &&
+  [ ! -e "$tmp/never.json" ] && ok || bad "small.onnx --kv-cache 5: $(cat "$tmp/err")"
 run "$tool" plan --model "$tmp/small.onnx" --batch 4 --mesh 2 --out "$tmp/same.json"  # its own size: fine
 [ $? -eq 0 ] && ok || bad "small.onnx --batch 4: $(cat "$tmp/err")"
 

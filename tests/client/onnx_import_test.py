@@ -28,6 +28,13 @@ default since PyTorch 2.9), and planned by autoshard on a 1x4 mesh. The plan mus
     builder of its config.json does;
   * run: `autoshard verify --forward-only` executes the plan on 4 Gloo ranks (the imported
     elementwise operators with their ONNX semantics) and matches the unsharded forward.
+The *-decode cases export the same models as a server runs a decode step, with transformers'
+DynamicCache of a few tokens (inputs past_key_values.<i>.key/.value, outputs present.<i>.*;
+batch, sequence and past dynamic), plan them at one token after another past (`--kv-cache`
+sizes it) and check that each layer's attention reads its cache, the report's decode line, the
+builder's --kv-cache step of the same config (operators, optimal step time, rotary offsets), and
+verify --forward-only; Llama-3.1's scaled rope is planned at two tokens, its one-token plan
+refused (one position cannot tell its frequencies apart).
 Usage: onnx_import_test.py --tool build/gcc/tools/autoshard [--only NAME ...] [--keep DIR]
 """
 import json, os, pathlib, re, subprocess, sys

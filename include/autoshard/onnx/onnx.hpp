@@ -22,7 +22,12 @@
 /// ReduceMean/ReduceSum, Where (floating values) -> where, Expand (floating) -> expand.
 /// Softmax over QK^T / sqrt(hd) with heads split by Reshape+Transpose is attention; an
 /// additive causal mask or GPT-2's Where(bool causal buffer, scores, finfo.min) before the
-/// Softmax makes it causal. Any other operator (and one whose attributes the kinds cannot
+/// Softmax makes it causal. A decoder exported with its key/value cache (graph inputs
+/// past_key_values.<i>.key/.value [B, kv_heads, P, D] concatenated in front of the new keys and
+/// values on axis 2) is the decode step: the attention reads them as its kv_cache operands 3 and
+/// 4 ([B, P, kv_heads*D]), its mask and rotaries counted from position P, and the present.<i>.*
+/// outputs (the cache written back) are no outputs (onnx_import::cache_outputs); o.past sizes a
+/// symbolic P. Any other operator (and one whose attributes the kinds cannot
 /// express: a Gemm with alpha != 1, a strided Slice, a Where on integers) becomes an opaque
 /// vertex that offers only Replicate; `opaque` lists each with the reason, so every model
 /// gets a plan. Values computed only for shapes (Shape -> Gather -> Concat -> Reshape) are

@@ -676,13 +676,14 @@ namespace {
 /// .value, [2, 2, P, 4] unless `past_dims` says otherwise, their dim 2 symbolic "past" with
 /// `symbolic`; the concatenations graph outputs present.0.key and .value), the scores
 /// [2, 2, S, P + S] masked by positions: key j is seen by query i where j <= `mask_from` + i
-/// (P: causal after the cache).
+/// (P: causal after the cache). The query positions also look up a learned table `wpe` of 16
+/// rows added to x, as GPT-2's cache_position does.
 std::string cached_attention(std::int64_t past, std::int64_t seq, std::int64_t mask_from, bool symbolic = false,
                              std::vector<std::string> past_dims = {}) {
   const std::int64_t keys = past + seq;
   if (past_dims.empty()) past_dims = {"2", "2", symbolic ? "past" : std::to_string(past), "4"};
   model_maker mm(18);
-  mm.input("x", {"2", std::to_string(seq), "8"});
+  mm.input("x", {"2", std::to_string(seq), "8"}).weight("wpe", {16, 8});
   mm.input("past_key_values.0.key", past_dims).input("past_key_values.0.value", past_dims);
   mm.scalar("zero", 0.0f).scalar("fill", -3.4028235e38f).scalar("c", static_cast<float>(std::sqrt(0.5)));
   int_scalar(mm, "zero_i", 0);
@@ -700,8 +701,11 @@ std::string cached_attention(std::int64_t past, std::int64_t seq, std::int64_t m
   mm.node("LessOrEqual", "node_le", {"col", "row"}, {"m2"});
   mm.node("Reshape", "node_view", {"m2", "mask_shape"}, {"mask"});
   mm.node("Where", "node_where", {"mask", "zero", "fill"}, {"bias"});
+  mm.node("Unsqueeze", "node_unsqueeze_2", {"qpos", "ax0"}, {"position_ids"});
+  mm.node("Gather", "node_embedding", {"wpe", "position_ids"}, {"positions"});
+  mm.node("Add", "node_add", {"x", "positions"}, {"h"});
   for (const char* t : {"q", "k", "v"}) {
-    mm.node("Reshape", std::string("node_view_") + t, {"x", "heads_shape"}, {std::string(t) + "4"});
+    mm.node("Reshape", std::string("node_view_") + t, {"h", "heads_shape"}, {std::string(t) + "4"});
     perm(mm.node("Transpose", std::string("node_transpose_") + t, {std::string(t) + "4"}, {std::string(t) + "h"}), {0, 2, 1, 3});
   }
   model_maker::attr(mm.node("Concat", "node_cache_k", {"past_key_values.0.key", "kh"}, {"present.0.key"}), "axis", std::int64_t{2});
@@ -761,6 +765,13 @@ TEST_CASE("a decode step exported with its key/value cache: the past concatenate
     std::size_t outputs = 0;
     for (vertex_t v : boost::make_iterator_range(boost::vertices(g))) outputs += boost::out_degree(v, g) == 0;
     CHECK(outputs == 1);
+    // The positions 5.. look up the table's rows from 5 on, as the builders' position_rows do.
+    const node& rows = vertex(g, "wpe.past_offset");
+    CHECK(rows.kind == op_kind::split);
+    CHECK(rows.attrs.start == 5);
+    CHECK(rows.shape == tensor_shape{11, 8});
+    const vertex_t e = *find_vertex(g, "node_embedding");
+    CHECK(g[operands(g, e)[1]].name == "wpe.past_offset");
   }
   // A mask counted from position 0, not the cache's 5: no causal attention after the cache;
   // the scores stay as the file computes them, and the past is a plain input in its layout.
@@ -770,6 +781,7 @@ TEST_CASE("a decode step exported with its key/value cache: the past concatenate
   CHECK_FALSE(vertex(from0.graph, "past_key_values.0.key").is_kv_cache());
   CHECK(vertex(from0.graph, "past_key_values.0.key").shape == tensor_shape{2, 2, 5, 4});
   CHECK(from0.cache_outputs.empty());
+  CHECK_FALSE(find_vertex(from0.graph, "wpe.past_offset"));  // no decode step: the positions read the whole table
 }
 
 TEST_CASE("a key/value cache's symbolic past is sized by onnx_options::past, or named as the size to give") {

@@ -621,6 +621,27 @@ void int_scalar(model_maker& mm, const std::string& name, std::int64_t v) {
   t->add_int64_data(v);
 }
 
+/// The rest of the attention as torch's dynamo exporter writes it, from the heads q (`qh`) and
+/// k, v [B, h, keys, hd] (`k`, `v`): k^T over a 3-D view (`flat_shape`, `kt_shape`), q and
+/// k^T scaled by `c`, the scores plus the mask's `bias`, the softmax guarded by
+/// Where(IsNaN(p), 0, p), times v, and the heads merged into y (`out_shape`).
+void scores_to_output(model_maker& mm, const std::string& k, const std::string& v) {
+  const auto perm = [&](onnx::NodeProto* n, const std::vector<std::int64_t>& p) { model_maker::attr(n, "perm", p); };
+  mm.node("Reshape", "node_kflat", {k, "flat_shape"}, {"kflat"});
+  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
+  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
+  mm.node("Mul", "node_mul_q", {"qh", "c"}, {"qs"});
+  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
+  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
+  mm.node("Add", "node_masked", {"scores", "bias"}, {"masked"});
+  model_maker::attr(mm.node("Softmax", "node_softmax", {"masked"}, {"p"}), "axis", std::int64_t{-1});
+  mm.node("IsNaN", "node_isnan", {"p"}, {"nan"});
+  mm.node("Where", "node_guard", {"nan", "zero", "p"}, {"pg"});
+  mm.node("MatMul", "node_pv", {"pg", v}, {"o"});
+  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
+  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+}
+
 /// scaled_dot_product_attention(q, k, v, mask) of [2, 4, 8] over 2 heads as torch's dynamo
 /// exporter decomposes it: q and k^T each scaled by sqrt(scale) (k^T transposed over a 3-D
 /// view), the mask built at run time from positions (Range, Unsqueeze, a comparison) and
@@ -651,19 +672,7 @@ std::string dynamo_attention(const std::string& compare) {
     mm.node("Reshape", std::string("node_view_") + t, {"h", "heads_shape"}, {std::string(t) + "4"});
     perm(mm.node("Transpose", std::string("node_transpose_") + t, {std::string(t) + "4"}, {std::string(t) + "h"}), {0, 2, 1, 3});
   }
-  mm.node("Reshape", "node_kflat", {"kh", "flat_shape"}, {"kflat"});
-  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
-  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
-  mm.node("Mul", "node_mul_q", {"qh", "c"}, {"qs"});
-  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
-  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
-  mm.node("Add", "node_masked", {"scores", "bias"}, {"masked"});
-  model_maker::attr(mm.node("Softmax", "node_softmax", {"masked"}, {"p"}), "axis", std::int64_t{-1});
-  mm.node("IsNaN", "node_isnan", {"p"}, {"nan"});
-  mm.node("Where", "node_guard", {"nan", "zero", "p"}, {"pg"});
-  mm.node("MatMul", "node_pv", {"pg", "vh"}, {"o"});
-  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
-  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+  scores_to_output(mm, "kh", "vh");
   mm.output("y");
   return mm.bytes();
 }
@@ -710,19 +719,7 @@ std::string cached_attention(std::int64_t past, std::int64_t seq, std::int64_t m
   }
   model_maker::attr(mm.node("Concat", "node_cache_k", {"past_key_values.0.key", "kh"}, {"present.0.key"}), "axis", std::int64_t{2});
   model_maker::attr(mm.node("Concat", "node_cache_v", {"past_key_values.0.value", "vh"}, {"present.0.value"}), "axis", std::int64_t{2});
-  mm.node("Reshape", "node_kflat", {"present.0.key", "flat_shape"}, {"kflat"});
-  perm(mm.node("Transpose", "node_kt", {"kflat"}, {"ktflat"}), {0, 2, 1});
-  mm.node("Reshape", "node_kt4", {"ktflat", "kt_shape"}, {"kt"});
-  mm.node("Mul", "node_mul_q", {"qh", "c"}, {"qs"});
-  mm.node("Mul", "node_mul_k", {"kt", "c"}, {"ks"});
-  mm.node("MatMul", "node_scores", {"qs", "ks"}, {"scores"});
-  mm.node("Add", "node_masked", {"scores", "bias"}, {"masked"});
-  model_maker::attr(mm.node("Softmax", "node_softmax", {"masked"}, {"p"}), "axis", std::int64_t{-1});
-  mm.node("IsNaN", "node_isnan", {"p"}, {"nan"});
-  mm.node("Where", "node_guard", {"nan", "zero", "p"}, {"pg"});
-  mm.node("MatMul", "node_pv", {"pg", "present.0.value"}, {"o"});
-  perm(mm.node("Transpose", "node_merge", {"o"}, {"om"}), {0, 2, 1, 3});
-  mm.node("Reshape", "node_view_out", {"om", "out_shape"}, {"y"});
+  scores_to_output(mm, "present.0.key", "present.0.value");
   mm.output("y").output("present.0.key").output("present.0.value");
   return mm.bytes();
 }

@@ -1,5 +1,5 @@
-// The libFuzzer executable of every target (fuzz/target.hpp): fuzz/CMakeLists.txt defines
-// AUTOSHARD_FUZZ_<NAME> for each target whose area is built, and links fuzz/fuzz_<name> to it.
+// The libFuzzer executable of every target (fuzz/target.hpp): fuzz/CMakeLists.txt writes the
+// include of each target whose area is built, and links fuzz/fuzz_<name> to it.
 // LLVMFuzzerInitialize picks the target from the name the program was run by, before libFuzzer
 // reads its flags, corpus or dictionary.
 #include <cstddef>
@@ -11,33 +11,8 @@
 
 #include "target.hpp"
 
-#if defined(AUTOSHARD_FUZZ_SPEC)
-#include "spec.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_MODEL_JSON)
-#include "model_json.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_IOPDDL)
-#include "iopddl.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_SAFETENSORS)
-#include "safetensors.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_INDEX_JSON)
-#include "index_json.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_PLAN_JSON)
-#include "plan_json.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_HF_CONFIG)
-#include "hf_config.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_ONNX)
-#include "onnx.cpp"
-#endif
-#if defined(AUTOSHARD_FUZZ_READERS)
-#include "readers.cpp"
-#endif
+// Each built target's source (fuzz/CMakeLists.txt lists them once, in autoshard_fuzz calls).
+#include "autoshard_fuzz_targets.inc"
 
 namespace {
 int (*chosen)(const std::uint8_t*, std::size_t) = nullptr;

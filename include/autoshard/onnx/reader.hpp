@@ -21,9 +21,9 @@
 #include <set>            // std::set
 #include <string>         // std::string
 #include <string_view>    // std::string_view
+#include <tuple>          // std::tuple (memo keys)
 #include <unordered_map>  // std::unordered_map
 #include <utility>        // std::pair, std::move
-#include <tuple>          // std::tuple (memo keys)
 #include <vector>         // std::vector
 
 // <sys/mman.h> (the tensor area maps checkpoints) defines MAP_TYPE, which ONNX's parser.h
@@ -337,7 +337,7 @@ struct reader {
   std::optional<dense_value> evaluate(const std::string& name, std::uint64_t max_bytes, bool buffers_too = false) const;
   mutable std::map<std::tuple<std::string, bool, std::int64_t>, bool> causal_memo;  ///< evaluates_causal's answers
   mutable std::optional<std::uint64_t> budget_cache;
-  bool evaluates_causal(const std::string& v, bool additive, std::int64_t offset = 0) const;
+  bool evaluates_causal(const std::string& v, bool additive, std::int64_t past = 0) const;
   std::uint64_t constant_budget() const;
 
   // ---- fusions: patterns of several nodes that are one kind ---- (fusions.hpp)

@@ -1543,8 +1543,8 @@ inline tp_export export_tensor_parallel(const loaded_plan& p, const export_optio
   out.mesh = p.mesh();
   out.options = o;
   if (p.document.pipeline)  // the tp_plan and DTensor layouts place a whole model on one mesh
-    throw spec_error("the plan is pipelined (" + std::to_string(p.document.pipeline->stages.size()) +
-                     " stages): a tensor-parallel plan or DTensor layout places the whole model on one mesh; export it "
+    throw spec_error("the plan is pipelined (" + count_noun(p.document.pipeline->stages.size(), "stage") +
+                     "): a tensor-parallel plan or DTensor layout places the whole model on one mesh; export it "
                      "--to megatron");
   out.tp_axis = o.tp_axis >= 0 ? o.tp_axis : detail::default_tp_axis(p.mesh());
   if (out.tp_axis < 0) throw spec_error("the plan's mesh " + to_string(p.mesh()) + " has no axis of more than one rank to export");

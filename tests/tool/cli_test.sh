@@ -331,10 +331,37 @@ PY
   # layout, and the text says so exactly when it is not the algo asked for.
   ppa=("${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --pp 2 --micro-batch 1 --quiet --no-svg --out "$tmp/pp-layout.json")
   expect_rc 0 "$tool" plan "${ppa[@]}" --json
+  cp "$tmp/out" "$tmp/pp-layout.out"
   layout=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['plan']['stage_layout'])" "$tmp/out")
   expect_rc 0 "$tool" plan "${ppa[@]}"
   if [ "$layout" = megatron ]; then grep -q "^  each stage in megatron's layout: its step is faster than the alpa ILP's plan" "$tmp/out"
   else [ "$layout" = alpa ] && ! grep -q "each stage in" "$tmp/out"; fi && ok || bad "stage layout '$layout' and the report: $(head -3 "$tmp/out")"
+  # Its stage 0 holds the embedding alone, which Megatron-LM cannot run: the report shows the
+  # fastest plan Megatron-LM runs, the one --algo megatron finds with the same flags.
+  cp "$tmp/out" "$tmp/pp-layout.txt"
+  # It is the best of the configurations --algo megatron prices one by one (pp 2: tp 1, 2 or 4,
+  # no recomputation, micro-batches of 1), and the flags it names price it.
+  for tp in 1 2 4; do
+    expect_rc 0 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --pp 2 --tp $tp --micro-batch 1 \
+      --recompute none --quiet --no-svg --json --out "$tmp/pp-meg-tp$tp.json"
+    cp "$tmp/out" "$tmp/pp-meg-tp$tp.out"
+  done
+  python3 - "$tmp/pp-layout.out" "$tmp/pp-layout.txt" "$tmp"/pp-meg-tp{1,2,4}.out <<'PY' && ok || bad "the fastest plan Megatron-LM runs beside alpa's: $(tail -4 "$tmp/pp-layout.txt")"
+import json, sys
+a, text = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+each = [json.load(open(f)) for f in sys.argv[3:]]
+assert not a["exports"]["megatron"]["exports"], a["exports"]["megatron"]
+assert all(m["exports"]["megatron"]["exports"] and "megatron_runnable" not in m for m in each), [m["exports"]["megatron"] for m in each]
+best = min((m["plan"] for m in each if m["plan"]["within_budget"]), key=lambda p: p["step_seconds"])
+r = a["megatron_runnable"]
+assert r["parallelism"] == best["parallelism"] and r["step_seconds"] == best["step_seconds"], (r, best)
+par = r["parallelism"]
+slower = 100 * (r["step_seconds"] / a["plan"]["step_seconds"] - 1)
+line = (f"  the fastest plan Megatron-LM runs: pp {par['pp']}, tp {par['tp']}, dp {par['dp']}, micro-batch {par['micro_batch']} x "
+        f"{par['micro_batches']}, recompute {par['recompute']}, 1f1b, ")
+flags = f"--algo megatron --pp {par['pp']} --tp {par['tp']} --micro-batch {par['micro_batch']} --recompute {par['recompute']}"
+assert line in text and f"({abs(slower):.1f} % {'faster' if slower < 0 else 'slower'}): plan with {flags} writes it" in text, text
+PY
   expect_rc 0 "$tool" show --plan "$tmp/pp.json"
   grep -q "pipeline of 2 stages, 1f1b: embedding + layers 0-1 | layers 2-3 + head" "$tmp/out" && ok || bad "show --plan of a pipelined plan: $(head -5 "$tmp/out")"
   json_check "[s['holds'] for s in d['pipeline']['stages']] == ['embedding + layers 0-1', 'layers 2-3 + head']" "$tool" show --plan "$tmp/pp.json" --json

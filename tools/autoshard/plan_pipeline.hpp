@@ -11,6 +11,8 @@
 
 #include "export_verdicts.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <string>
@@ -99,6 +101,31 @@ inline std::string write_pipelined_plan(const model_graph& g, const autosharding
   return po.ilp_solution_file;
 }
 
+/// The best plan of search `found`, or the solver_error that says why it has none: no
+/// configuration in its space, none the ILP could plan, or none within the device's memory (and
+/// po's budget) with the one that came closest.
+inline pipelined_step searched_best(const pipeline_search& found, const autosharding_options& po) {
+  if (!found.empty.empty()) throw solver_error(found.empty);
+  if (!found.best && found.priced == 0 && found.failed > 0) {
+    // Not memory: the ILP planned none of them (a time limit too short for any answer, or a
+    // pin no stage could honour, said "no pipelined configuration fits 80.00 GiB per device",
+    // the failures it had kept dropped).
+    std::string why;
+    for (const std::string& f : found.failures) why += (why.empty() ? "" : "; ") + f;
+    throw solver_error("no pipelined configuration could be planned: the ILP found no plan for any of the " +
+                       count_noun(found.failed, "configuration") + " it tried (" + why +
+                       (found.failed > found.failures.size() ? "; …" : "") + ")");
+  }
+  if (!found.best)
+    throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
+                       (runtime_reserve_of(po.pricing.device, device_mesh{1}).bytes() > 0
+                            ? std::string(" with its runtime reserve (CUDA context and NCCL communicators)")
+                            : std::string()) +
+                       (po.memory_budget ? " and the memory budget of " + human_bytes_exact(*po.memory_budget) : std::string()) +
+                       (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
+  return *found.best;
+}
+
 /// Runs `plan --pp`: prints the report (or one JSON document); returns whether the plan is
 /// within its budget (and so fits the device). po.memory_budget, where given, tightens each
 /// configuration's budget (the device's memory less its runtime reserve).
@@ -132,6 +159,25 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   } catch (const solver_error& e) {
     megatron_why = std::string(e.message());
   }
+  // The search `a` runs: with megatron, Megatron-LM's configurations as its arguments say
+  // (export --to megatron writes them): its layout in every stage, the layers split evenly,
+  // every tensor-parallel size dividing a node (or --tp's), micro-batch (or --micro-batch) and
+  // recomputation it has flags for (none, selective, full; or --recompute's).
+  const auto search_options = [&](algo a) {
+    pipeline_search_options so;
+    so.a = a;
+    so.schedule = *schedule;
+    so.pp = pp;
+    so.micro_batch = c.micro_batch;
+    so.recompute = kinds(a);
+    if (a == algo::megatron) {
+      so.even_stages = true;
+      so.tp = c.tp;
+      so.recompute = recompute_kinds_of(c.recompute);
+    }
+    so.base = po;
+    return so;
+  };
   std::optional<pipelined_step> plan;
   pipeline_search found;
   if (po.algo == algo::megatron && !search) {
@@ -144,45 +190,23 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                            pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},
                            std::vector<int>(static_cast<std::size_t>(pp), layers / pp), po);
   } else {
-    pipeline_search_options so;
-    so.a = po.algo;
-    so.schedule = *schedule;
-    so.pp = pp;
-    so.micro_batch = c.micro_batch;
-    so.recompute = kinds(po.algo);
-    if (po.algo == algo::megatron) {
-      // --algo megatron --pp auto: the fastest configuration Megatron-LM runs as its arguments
-      // say (export --to megatron writes them): its layout in every stage, the layers split
-      // evenly, every tensor-parallel size dividing a node (or --tp's), micro-batch (or
-      // --micro-batch) and recomputation it has flags for (none, selective, full; or --recompute's).
-      so.even_stages = true;
-      so.tp = c.tp;
-      so.recompute = recompute_kinds_of(c.recompute);
-    }
-    so.base = po;
-    found = search_pipelines(g, po.mesh, po.pricing, so);
-    if (!found.empty.empty()) throw solver_error(found.empty);
-    if (!found.best && found.priced == 0 && found.failed > 0) {
-      // Not memory: the ILP planned none of them (a time limit too short for any answer, or a
-      // pin no stage could honour, said "no pipelined configuration fits 80.00 GiB per device",
-      // the failures it had kept dropped).
-      std::string why;
-      for (const std::string& f : found.failures) why += (why.empty() ? "" : "; ") + f;
-      throw solver_error("no pipelined configuration could be planned: the ILP found no plan for any of the " +
-                         count_noun(found.failed, "configuration") + " it tried (" + why +
-                         (found.failed > found.failures.size() ? "; …" : "") + ")");
-    }
-    if (!found.best)
-      throw solver_error("no pipelined configuration fits " + human_bytes_exact(po.pricing.device.memory_bytes) + " per device" +
-                         (runtime_reserve_of(po.pricing.device, device_mesh{1}).bytes() > 0
-                              ? std::string(" with its runtime reserve (CUDA context and NCCL communicators)")
-                              : std::string()) +
-                         (po.memory_budget ? " and the memory budget of " + human_bytes_exact(*po.memory_budget) : std::string()) +
-                         (found.closest.empty() ? std::string() : "; the closest, " + found.closest));
-    plan = found.best;
+    found = search_pipelines(g, po.mesh, po.pricing, search_options(po.algo));
+    plan = searched_best(found, po);
   }
   const std::string file = write_pipelined_plan(g, po, *plan);
   const std::vector<export_verdict> exports = file.empty() ? std::vector<export_verdict>{} : export_verdicts(file);
+  // alpa's plan that export --to megatron cannot write (its stages' layouts are the ILP's, or
+  // its layers split unevenly): the fastest plan Megatron-LM runs, searched as --algo megatron
+  // --pp auto searches, is shown beside it: what running the step in Megatron-LM costs.
+  std::optional<pipelined_step> runnable;
+  std::string runnable_why;
+  const bool megatron_refuses =
+      std::any_of(exports.begin(), exports.end(), [](const export_verdict& v) { return v.target == "megatron" && !v.ok; });
+  if (po.algo == algo::alpa && megatron_refuses) try {
+      runnable = searched_best(search_pipelines(g, po.mesh, po.pricing, search_options(algo::megatron)), po);
+    } catch (const solver_error& e) {
+      runnable_why = std::string(e.message());
+    }
   if (c.json) {
     nlohmann::json j{{"algo", std::string(to_string(po.algo))}, {"plan", pipelined_json(*plan)}, {"files", {{"plan", file}}}};
     nlohmann::json alts = nlohmann::json::array();
@@ -193,6 +217,8 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
                    {"seconds", found.seconds}};
     j["baselines"] = {{"megatron", megatron ? pipelined_json(*megatron) : nlohmann::json{{"feasible", false}, {"why_not", megatron_why}}}};
     if (!file.empty()) j["exports"] = export_verdicts_json(exports);
+    if (runnable || !runnable_why.empty())
+      j["megatron_runnable"] = runnable ? pipelined_json(*runnable) : nlohmann::json{{"feasible", false}, {"why_not", runnable_why}};
     std::cout << j.dump(2) << "\n";
     return plan->within_budget;
   }
@@ -211,6 +237,16 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   if (megatron) print_pipelined(*megatron, "megatron  ", po.pricing.device);
   else std::cout << "megatron  not feasible: " << megatron_why << "\n";
   if (!file.empty()) print_export_verdicts(exports, file);
+  if (runnable)
+    std::cout << "  the fastest plan Megatron-LM runs: " << describe(runnable->config, runnable->micro_batches) << ", "
+              << human_seconds(runnable->step_seconds) << " (" << std::fixed << std::setprecision(1)
+              << 100 * std::abs(runnable->step_seconds / plan->step_seconds - 1)
+              << (runnable->step_seconds < plan->step_seconds ? " % faster" : " % slower") << std::defaultfloat
+              << "): plan with --algo megatron --pp " << runnable->config.pp << " --tp " << runnable->config.tp
+              << " --micro-batch " << runnable->config.micro_batch << " --recompute " << to_string(runnable->config.recompute)
+              << " writes it\n";
+  else if (!runnable_why.empty())
+    std::cout << "  no plan Megatron-LM runs: " << runnable_why << "\n";
   if (!file.empty()) std::cout << "wrote " << escaped_text(file) << " (plan: every layer on one stage's " << to_string(plan->stage_mesh) << ", and the stages)\n";
   return plan->within_budget;
 }

@@ -736,7 +736,7 @@ void register_plan(CLI::App& app, action& run) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--pp", o->pipeline_stages,
                   "training: pipeline stages: auto (search stages, tensor and data parallel sizes, micro-batch and "
-                  "recomputation; with --algo megatron, in Megatron-LM's layout with the layers split evenly) or a "
+                  "recomputation; with --algo megatron, in Megatron-LM's layout with the layers split as its arguments can) or a "
                   "stage count; with --algo megatron --tp T, the configuration Megatron-LM runs (docs/pipelines.md)")
       ->check(CLI::Validator(  // its form is a usage error, as every number's (it was exit 1)
           [](std::string& in) -> std::string {

@@ -1,6 +1,7 @@
 // autoshard plan --pp: a training step with pipeline stages. `--pp auto` searches (pp, tp, dp,
 // micro-batch, recomputation) with every stage planned by the ILP, or with `--algo megatron`
-// every stage in Megatron-LM's layout and the layers split evenly (what its arguments run);
+// every stage in Megatron-LM's layout and the layers split as its arguments can split them
+// (evenly, or the first and the last stage their own counts);
 // `--pp P` fixes the stage count; `--algo megatron --tp T --pp P` prices the configuration
 // Megatron-LM runs. The report shows the choice, its stages, the best alternatives and
 // Megatron-LM's 3D configuration (tensor parallel over a node, the fewest stages that fit)
@@ -160,8 +161,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     megatron_why = std::string(e.message());
   }
   // The search `a` runs: with megatron, Megatron-LM's configurations as its arguments say
-  // (export --to megatron writes them): its layout in every stage, the layers split evenly,
-  // every tensor-parallel size dividing a node (or --tp's), micro-batch (or --micro-batch) and
+  // (export --to megatron writes them): its layout in every stage, the layers split as its
+  // arguments can (evenly, or the first and last stage their own counts), every
+  // tensor-parallel size dividing a node (or --tp's), micro-batch (or --micro-batch) and
   // recomputation it has flags for (none, selective, full; or --recompute's).
   const auto search_options = [&](algo a) {
     pipeline_search_options so;
@@ -171,7 +173,7 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
     so.micro_batch = c.micro_batch;
     so.recompute = kinds(a);
     if (a == algo::megatron) {
-      so.even_stages = true;
+      so.megatron_stages = true;
       so.tp = c.tp;
       so.recompute = recompute_kinds_of(c.recompute);
     }
@@ -182,13 +184,9 @@ inline bool run_pipelined_plan(const model_graph& g, const autosharding_options&
   pipeline_search found;
   if (po.algo == algo::megatron && !search) {
     const int tp = c.tp > 0 ? c.tp : po.mesh.size(po.mesh.ndim() - 1);
-    const int layers = static_cast<int>(map_layers(g).indices.size());
-    if (layers % pp != 0)
-      throw solver_error("megatron splits the " + count_noun(layers, "layer") + " evenly over its stages: --pp " + std::to_string(pp) +
-                         " does not divide them");
     plan = price_pipelined(g, po.mesh, po.pricing, algo::megatron,
                            pipeline_config{pp, tp, 0, c.micro_batch > 0 ? c.micro_batch : 1, first_kind(kinds(algo::megatron)), *schedule},
-                           std::vector<int>(static_cast<std::size_t>(pp), layers / pp), po);
+                           stage_split::megatron_arguments(), po);
   } else {
     found = search_pipelines(g, po.mesh, po.pricing, search_options(po.algo));
     plan = searched_best(found, po);

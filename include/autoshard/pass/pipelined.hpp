@@ -34,6 +34,7 @@
 #include <cmath>      // std::pow, std::abs
 #include <cstdio>     // std::snprintf
 #include <cstdint>    // std::int64_t
+#include <initializer_list>  // std::initializer_list
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
 #include <memory>     // std::shared_ptr
@@ -424,6 +425,54 @@ inline unit_passes model_units(const unit_costs& uc, int layers, pipelined_step&
   return passes;
 }
 
+}  // namespace detail
+
+/// The layers per stage that Megatron-LM's arguments can give `pp` stages of `layers` layers,
+/// every stage at least one: all as many (--pipeline-model-parallel-size alone: the even split,
+/// listed first where pp divides the layers), or the first and the last stage counts of their
+/// own and the stages between as many each (--decoder-first-pipeline-num-layers and
+/// --decoder-last-pipeline-num-layers, Megatron Core 0.10 and later; with 2 stages, the first's
+/// count alone). Empty when pp is below 1 or above the layers.
+inline std::vector<std::vector<int>> megatron_stage_counts(int pp, int layers) {
+  std::vector<std::vector<int>> out;
+  if (pp < 1 || layers < pp) return out;
+  const auto n = static_cast<std::size_t>(pp);
+  if (layers % pp == 0) out.emplace_back(n, layers / pp);
+  if (pp == 1) return out;
+  // The stages between hold `mid` layers each (none with 2 stages), the first and the last the rest.
+  for (int mid = 1; mid * (pp - 2) <= layers - 2; ++mid) {
+    const int ends = layers - mid * (pp - 2);
+    for (int first = 1; first < ends; ++first) {
+      std::vector<int> c(n, mid);
+      c.front() = first;
+      c.back() = ends - first;
+      if (c != std::vector<int>(n, first)) out.push_back(std::move(c));  // the even split is listed first
+    }
+    if (pp == 2) break;
+  }
+  return out;
+}
+
+/// How price_pipelined splits the layers over the stages: as given (`counts`, the layers per
+/// stage), or chosen: the partition that balances the stages (the default), or with `megatron`
+/// the split among megatron_stage_counts whose slowest stage is fastest within the budget (the
+/// first listed on a tie, so the even split where it is as fast).
+struct stage_split {
+  std::vector<int> counts;
+  bool megatron = false;
+  stage_split() = default;
+  stage_split(std::vector<int> c) : counts(std::move(c)) {}             // NOLINT: implicit, as the counts alone
+  stage_split(std::initializer_list<int> c) : counts(c) {}              // NOLINT
+  /// Chosen among the splits Megatron-LM's arguments express.
+  static stage_split megatron_arguments() {
+    stage_split s;
+    s.megatron = true;
+    return s;
+  }
+};
+
+namespace detail {
+
 /// The stages of `c` over `out.units` with `stage_counts` layers each (the embedding with the
 /// first stage's layers, the head with the last's), priced; solver_error when the counts do not
 /// give c.pp stages `layers` layers in all.
@@ -456,6 +505,35 @@ inline stage_partition balanced_stages(const pipelined_step& out, const pipeline
   if (!s) s = partition_stages(out.units, c.pp, c.schedule, out.micro_batches);  // none fits: the fastest, flagged below
   if (!s) throw solver_error("a model of " + std::to_string(layers + 2) + " units cannot fill " + std::to_string(c.pp) + " stages");
   return std::move(*s);
+}
+
+/// The split among megatron_stage_counts(c.pp, layers) whose slowest stage is fastest, among
+/// those whose every stage fits `budget` (or, when none fits, regardless of it: flagged by the
+/// caller); the first listed on a tie. solver_error when there is none (more stages than layers).
+inline stage_partition megatron_stages(const pipelined_step& out, const pipeline_config& c, std::int64_t budget, int layers) {
+  const std::vector<std::vector<int>> splits = megatron_stage_counts(c.pp, layers);
+  if (splits.empty())
+    throw solver_error("Megatron-LM gives each of its " + std::to_string(c.pp) + " stages at least one of the model's " +
+                       count_noun(layers, "layer"));
+  // Each split's stages from range sums, O(pp) a split (given_stages walks every unit): there
+  // are about layers^2 / (2 (pp - 2)) of them.
+  const unit_sums sums(out.units);
+  const std::vector<int>* best = nullptr;
+  double best_slowest = 0.0;
+  bool best_fits = false;
+  for (const std::vector<int>& counts : splits) {
+    double slowest = 0.0;
+    bool fits = true;
+    int at = 0;
+    for (int k = 0; k < c.pp; ++k) {
+      const int n = counts[static_cast<std::size_t>(k)] + (k == 0 ? 1 : 0) + (k + 1 == c.pp ? 1 : 0);
+      slowest = std::max(slowest, sums.seconds(at, at + n));
+      fits = fits && sums.memory(at, at + n, in_flight_micro_batches(c.schedule, c.pp, k, out.micro_batches)) <= budget;
+      at += n;
+    }
+    if (!best || (fits && !best_fits) || (fits == best_fits && slowest < best_slowest)) best = &counts, best_slowest = slowest, best_fits = fits;
+  }
+  return given_stages(out, *best, c, layers);
 }
 
 /// Per stage of out.stages: the passes of one micro-batch, the gradient sync it runs after the
@@ -529,11 +607,12 @@ inline void run_stages(const unit_passes& passes, const unit_costs& uc, const li
 /// The step of `g` (the global batch) on `mesh` under configuration `c`, each stage planned by
 /// `a`'s strategies (megatron: its tensor-parallel layout on tp; alpa: the ILP's choice on the
 /// stage's sub-mesh, its batch split dp ways) with recomputation c.recompute, on `probe`
-/// (make_stage_probe's for c); `stage_counts`: the layers per stage as given (Megatron-LM's
-/// even split), or empty for the partition that balances them. Throws solver_error when the
-/// configuration does not factor the mesh or the batch.
+/// (make_stage_probe's for c); `split`: the layers per stage as given (Megatron-LM's even
+/// split), or chosen (stage_split: the partition that balances them, or the best one
+/// Megatron-LM's arguments express). Throws solver_error when the configuration does not
+/// factor the mesh or the batch.
 inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
-                                      pipeline_config c, const stage_probe& probe, const std::vector<int>& stage_counts = {},
+                                      pipeline_config c, const stage_probe& probe, const stage_split& split = {},
                                       const autosharding_options& base = {}) {
   if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
   const layer_map full = map_layers(g);
@@ -550,7 +629,9 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   out.runtime = runtime_reserve_of(pricing.device, out.stage_mesh, c.pp);
   out.budget = out.runtime.left_on(pricing.device);
   if (base.memory_budget) out.budget = std::min(out.budget, std::max<std::int64_t>(*base.memory_budget, 0));
-  out.stages = stage_counts.empty() ? detail::balanced_stages(out, c, out.budget, layers) : detail::given_stages(out, stage_counts, c, layers);
+  out.stages = !split.counts.empty() ? detail::given_stages(out, split.counts, c, layers)
+               : split.megatron       ? detail::megatron_stages(out, c, out.budget, layers)
+                                      : detail::balanced_stages(out, c, out.budget, layers);
   detail::run_stages(passes, uc, pp_link, layers, out);
   out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
   out.within_budget = out.peak_memory_bytes <= out.budget;
@@ -563,11 +644,11 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
 
 /// price_pipelined on the probe it needs.
 inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
-                                      pipeline_config c, const std::vector<int>& stage_counts = {},
+                                      pipeline_config c, const stage_split& split = {},
                                       const autosharding_options& base = {}) {
   if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
   check_pipeline_memory(g, mesh, pricing, {c});  // before the probe's model is built
-  return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, c), stage_counts, base);
+  return price_pipelined(g, mesh, pricing, a, c, make_stage_probe(g, mesh, pricing, c), split, base);
 }
 
 // ---- the outer search -------------------------------------------------------------------------
@@ -580,10 +661,10 @@ struct pipeline_search_options {
   int micro_batch = 0;                  ///< fixed, or 0 for every divisor of the batch per data-parallel rank up to max_micro_batch
   int max_micro_batch = 8;
   unsigned recompute = 0b111;           ///< recompute_kind bits allowed
-  /// The layers split evenly over the stages, as Megatron-LM runs them (its default, without
-  /// --decoder-first/last-pipeline-num-layers): only stage counts that divide the layers, each
-  /// stage as many. false: any count up to the layers, partitioned to balance the stages.
-  bool even_stages = false;
+  /// The layers split as Megatron-LM's arguments can split them (stage_split::megatron_arguments:
+  /// evenly, or the first and the last stage their own counts and the stages between as many
+  /// each). false: partitioned to balance the stages.
+  bool megatron_stages = false;
   std::size_t alternatives = 5;         ///< the best few configurations kept beside the plan
   /// Solver settings for each stage's ILP (time limit, threads); its memory_budget, where
   /// given, is what a stage's tensors may use when less than the device's memory less the
@@ -615,7 +696,7 @@ inline std::string why_no_configuration(const device_mesh& mesh, const pipeline_
   return "no pipelined configuration" + fixed + " on " + to_string(mesh) + " (" + std::to_string(mesh.num_ranks()) + " devices, " +
          std::to_string(mesh.size(mesh.ndim() - 1)) + " per node) for a global batch of " + std::to_string(batch) + " and " +
          std::to_string(layers) + " layers: pp x tp x dp must be the devices, tp divide a node, a stage (dp x tp) fill whole nodes "
-         "or divide one, pp be at most the layers" + (so.even_stages ? " and divide them (each stage as many)" : "") +
+         "or divide one, pp be at most the layers" +
          ", the micro-batch divide each data-parallel rank's share of the batch (a micro-batch of at most " +
          std::to_string(std::max(so.max_micro_batch, so.micro_batch)) + " sequences), and pp x micro-batches be at most " +
          std::to_string(max_pipeline_micro_steps) + " (max_pipeline_micro_steps)";
@@ -632,7 +713,7 @@ inline std::vector<pipeline_config> pipeline_space(const model_graph& g, const l
   for (int tp = 1; tp <= per_node; ++tp) {
     if (per_node % tp != 0 || (so.tp > 0 && tp != so.tp)) continue;
     for (int pp = 1; pp <= std::min(layers, devices / tp); ++pp) {
-      if ((devices / tp) % pp != 0 || (so.pp > 0 && pp != so.pp) || (so.even_stages && layers % pp != 0)) continue;
+      if ((devices / tp) % pp != 0 || (so.pp > 0 && pp != so.pp)) continue;
       const int dp = devices / (tp * pp);
       if ((so.dp > 0 && dp != so.dp) || devices % (tp * pp) != 0) continue;
       const int stage = dp * tp;
@@ -703,7 +784,7 @@ class pipeline_pricer {
  public:
   pipeline_pricer(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, const pipeline_search_options& so,
                   const std::vector<pipeline_config>& space)
-      : g_(g), mesh_(mesh), pricing_(pricing), so_(so), space_(space), layers_(static_cast<int>(map_layers(g).indices.size())) {}
+      : g_(g), mesh_(mesh), pricing_(pricing), so_(so), space_(space) {}
 
   /// Configuration `at` of the space, priced (now, or ahead by an earlier one of its sizes).
   priced_ahead take(std::size_t at) {
@@ -726,11 +807,11 @@ class pipeline_pricer {
   /// Megatron-LM's layout 235.3 us, faster than the ILP's). alpa's search never loses to
   /// Megatron-LM's layout on a configuration.
   pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
-    const std::vector<int> counts = so_.even_stages ? std::vector<int>(static_cast<std::size_t>(c.pp), layers_ / c.pp) : std::vector<int>{};
-    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, counts, so_.base);
+    const stage_split split = so_.megatron_stages ? stage_split::megatron_arguments() : stage_split();
+    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, split, so_.base);
     if (so_.a != algo::alpa) return s;
     try {
-      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, counts, so_.base);
+      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, split, so_.base);
       if (m.within_budget && (!s.within_budget || m.step_seconds < s.step_seconds)) s = std::move(m);
     } catch (const solver_error&) {  // a configuration Megatron-LM's layout cannot take: alpa's stands
     }
@@ -761,7 +842,6 @@ class pipeline_pricer {
   const step_pricing& pricing_;
   const pipeline_search_options& so_;
   const std::vector<pipeline_config>& space_;
-  int layers_;                                 // the model's repeated layers
   std::map<std::size_t, priced_ahead> ahead_;  // by position in the space
 };
 
@@ -783,7 +863,7 @@ inline void keep_fastest(std::vector<pipelined_step>& fitting, pipelined_step s,
 /// filling whole nodes or dividing one, pp at most the layers; every micro-batch b dividing the
 /// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
 /// priced by price_pipelined with the balanced partition, or with the layers split evenly
-/// (so.even_stages: only stage counts dividing them) (each stage the fastest plan `so.a`
+/// (so.megatron_stages: the fastest split Megatron-LM's arguments express) (each stage the fastest plan `so.a`
 /// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
 /// skipped only when a proven bound says it cannot beat the best so far (the bubble bound,
 /// detail::pipeline_bound: the slowest stage's micro-batches plus the pipeline's fill and

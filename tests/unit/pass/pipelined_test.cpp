@@ -11,6 +11,7 @@
 #include <autoshard/pass/pipelined.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -500,12 +501,49 @@ TEST_CASE("pipelined: alpa's search keeps Megatron-LM's layout of a configuratio
   CHECK(r.best->stage_plan.algo == algo::megatron);
 }
 
-TEST_CASE("pipelined: megatron's search with even stages is the fastest configuration Megatron-LM runs, and exports") {
+TEST_CASE("pipelined: megatron_stage_counts lists every split Megatron-LM's arguments express, the even one first") {
   using namespace autoshard;
-  // 6 layers on 8 devices: a balanced partition may cut them into 4 stages (2, 2, 1, 1), which
-  // Megatron-LM's --pipeline-model-parallel-size does not run; an even split only into 1 or 2.
-  // The head (a vocabulary of 32,768) weighs as much as several layers, so a balanced cut into 2
-  // stages is not 3 and 3 either.
+  // 6 layers in 4 stages: the two between hold 1 layer each (the first and last 4 together) or
+  // 2 each (the ends 1 and 1); 4 does not divide 6.
+  CHECK(megatron_stage_counts(4, 6) == std::vector<std::vector<int>>{{1, 1, 1, 3}, {2, 1, 1, 2}, {3, 1, 1, 1}, {1, 2, 2, 1}});
+  CHECK(megatron_stage_counts(2, 6) == std::vector<std::vector<int>>{{3, 3}, {1, 5}, {2, 4}, {4, 2}, {5, 1}});
+  CHECK(megatron_stage_counts(1, 6) == std::vector<std::vector<int>>{{6}});
+  CHECK(megatron_stage_counts(7, 6).empty());
+  CHECK(megatron_stage_counts(0, 6).empty());
+  // Against every composition of the layers into positive stage counts whose stages between the
+  // first and the last hold as many each: the same set, each once, the even split first.
+  for (int layers : {5, 8, 12})
+    for (int pp = 1; pp <= layers; ++pp) {
+      CAPTURE(layers);
+      CAPTURE(pp);
+      std::set<std::vector<int>> all;
+      std::vector<int> c(static_cast<std::size_t>(pp), 1);
+      const std::function<void(int, int)> compose = [&](int k, int left) {
+        if (k + 1 == pp) {
+          c[static_cast<std::size_t>(k)] = left;
+          bool mid_equal = true;
+          for (int i = 2; i + 1 < pp; ++i) mid_equal = mid_equal && c[static_cast<std::size_t>(i)] == c[1];
+          if (mid_equal) all.insert(c);
+          return;
+        }
+        for (int n = 1; n <= left - (pp - k - 1); ++n) {
+          c[static_cast<std::size_t>(k)] = n;
+          compose(k + 1, left - n);
+        }
+      };
+      compose(0, layers);
+      const std::vector<std::vector<int>> listed = megatron_stage_counts(pp, layers);
+      CHECK(std::set<std::vector<int>>(listed.begin(), listed.end()) == all);
+      CHECK(listed.size() == all.size());
+      if (layers % pp == 0) CHECK(listed.front() == std::vector<int>(static_cast<std::size_t>(pp), layers / pp));
+    }
+}
+
+TEST_CASE("pipelined: megatron's search splits the layers as Megatron-LM's arguments can, is the fastest configuration it runs, and exports") {
+  using namespace autoshard;
+  // 6 layers on 8 devices: 4 stages only as 1, 1, 1, 3 or the like (--decoder-first/last-
+  // pipeline-num-layers), 2 stages as 3 and 3 or unevenly. The head (a vocabulary of 32,768)
+  // weighs as much as several layers, so the even split's last stage is the slowest.
   transformer_config cfg = transformer_config::gpt2(6, 256, 4);
   cfg.seq = cfg.max_positions = 128;
   cfg.vocab = 32768;
@@ -520,20 +558,35 @@ TEST_CASE("pipelined: megatron's search with even stages is the fastest configur
   so.recompute = 1u << static_cast<unsigned>(recompute_kind::none);
   so.base.mesh = mesh;
   so.base.pricing = a100();
-  const std::vector<pipeline_config> balanced = detail::pipeline_space(g, map_layers(g), mesh, a100(), so);
-  so.even_stages = true;
-  const std::vector<pipeline_config> even = detail::pipeline_space(g, map_layers(g), mesh, a100(), so);
-  CHECK(std::any_of(balanced.begin(), balanced.end(), [](const pipeline_config& c) { return c.pp == 4; }));
-  REQUIRE_FALSE(even.empty());
-  for (const pipeline_config& c : even) CHECK(6 % c.pp == 0);
-  CHECK(even.size() < balanced.size());
+  so.megatron_stages = true;
+  const std::vector<pipeline_config> space = detail::pipeline_space(g, map_layers(g), mesh, a100(), so);
+  CHECK(std::any_of(space.begin(), space.end(), [](const pipeline_config& c) { return c.pp == 4; }));
+  // Each configuration's split: no split its arguments express has a faster slowest stage
+  // within the budget; at 2 stages that is not the even one, and the step beats the even split's.
+  bool uneven_won = false;
+  for (const pipeline_config& c : space) {
+    CAPTURE(describe(c, 0));
+    const pipelined_step s = price_pipelined(g, mesh, a100(), algo::megatron, c, stage_split::megatron_arguments(), so.base);
+    for (const std::vector<int>& counts : megatron_stage_counts(c.pp, 6)) {
+      const stage_partition p = detail::given_stages(s, counts, s.config, 6);
+      const bool fits = std::all_of(p.memory.begin(), p.memory.end(), [&](std::int64_t m) { return m <= s.budget; });
+      if (fits) CHECK(s.stages.slowest <= p.slowest);
+    }
+    if (c.pp == 2) {
+      const pipelined_step even = price_pipelined(g, mesh, a100(), algo::megatron, c, {3, 3}, so.base);
+      CHECK(s.stages.count.front() > s.stages.count.back());  // the head's stage holds fewer layers
+      CHECK(s.step_seconds < even.step_seconds);
+      uneven_won = true;
+    }
+  }
+  CHECK(uneven_won);
   const pipeline_search r = search_pipelines(g, mesh, a100(), so);
   REQUIRE(r.best);
-  // The search against every configuration priced on its own with the layers split evenly:
-  // the fastest within the budget is its answer (the bound prunes none that could win).
+  // The search against every configuration priced on its own: the fastest within the budget is
+  // its answer (the bound prunes none that could win).
   double fastest = std::numeric_limits<double>::infinity();
-  for (const pipeline_config& c : even) {
-    const pipelined_step s = price_pipelined(g, mesh, a100(), algo::megatron, c, std::vector<int>(static_cast<std::size_t>(c.pp), 6 / c.pp), so.base);
+  for (const pipeline_config& c : space) {
+    const pipelined_step s = price_pipelined(g, mesh, a100(), algo::megatron, c, stage_split::megatron_arguments(), so.base);
     if (s.within_budget) fastest = std::min(fastest, s.step_seconds);
   }
   CHECK(r.best->step_seconds == fastest);
@@ -545,7 +598,10 @@ TEST_CASE("pipelined: megatron's search with even stages is the fastest configur
     const plan_document d = pipelined_document(g, mesh, s, so.base);
     REQUIRE(d.pipeline);
     REQUIRE(d.pipeline->stages.size() == static_cast<std::size_t>(s.config.pp));
-    for (const plan_stage& st : d.pipeline->stages) CHECK(st.layers == 6 / s.config.pp);
+    std::vector<int> counts;
+    for (const plan_stage& st : d.pipeline->stages) counts.push_back(st.layers);
+    const std::vector<std::vector<int>> expressed = megatron_stage_counts(s.config.pp, 6);
+    CHECK(std::find(expressed.begin(), expressed.end(), counts) != expressed.end());
     // What it chose, Megatron-LM's arguments say exactly.
     const megatron_export e = export_megatron(load_plan(d));
     CHECK(e.problems.empty());

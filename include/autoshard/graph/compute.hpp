@@ -2,10 +2,25 @@
 /// What one operator costs on one device: its FLOPs, its time at the device's rates (the peaks,
 /// or what real kernels achieve), and in training what it keeps for its backward pass.
 ///   double f = autoshard::detail::op_flops(g[v], local_in, local_out);        // 2 M N K for a linear
-///   double s = autoshard::detail::forward_seconds(g[v], local_in, local_out, bytes, pricing);
+///   double b = autoshard::detail::bytes_moved(g[v], local_in, in_types, local_out);  // through HBM
+///   double s = autoshard::detail::forward_seconds(g[v], local_in, local_out, b, pricing);
+///   double t = autoshard::detail::backward_seconds(g[v], local_in, in_types, local_out, s, pricing);
 ///   bool kept = autoshard::kept_for_backward(g, v);   // a consumer needs it in the backward
 ///
-/// Time of one forward, per device: FLOPs / rate + bytes touched / memory rate, where the rate
+/// The bytes an operator moves are its local operands read and its output written, but where
+/// its kernel moves fewer: an embedding (F.embedding, a gather; Megatron-LM's
+/// VocabParallelEmbedding masks the ids outside its shard, gathers and zeroes their rows)
+/// reads its ids and the B x S rows they select, not its table, and writes its output; a
+/// split whose dims before its axis are all 1 locally (the rows from P on of a position table,
+/// builders.hpp position_rows) is a view, PyTorch's narrow: it moves nothing, and a view of a
+/// parameter holds no memory of its own (a view of an activation keeps that activation's
+/// storage alive, its own bytes' worth). Other splits are strided views their consumers copy:
+/// priced as copies. In training the backward is backward_products forwards (the gradients of
+/// the operands and of the weight), but an embedding's (embedding_dense_backward): its ids
+/// have no gradient, and its table's zero-fills a table-sized gradient and adds each id's row
+/// of the output's gradient into it: ids, table and output's gradient once, the rows written.
+///
+/// Time of one forward, per device: FLOPs / rate + bytes moved / memory rate, where the rate
 /// of a GEMM (linear, matmul, the attention core's products) is the device's large-GEMM figure
 /// when its smallest local dimension is at least device_model::large_matmul_dim and its
 /// sliced-GEMM figure below, and every other operator's FLOPs run at the peak (they are bound
@@ -42,6 +57,12 @@
 #include "pricing.hpp"        // step_pricing, attention_kernel
 
 namespace autoshard {
+
+/// Training prices an operator's backward as this many of its forward: the gradient of each
+/// operand and of the weight, each a product as costly as the forward one (compute and memory
+/// traffic alike), as Megatron-LM's and Alpa's FLOP counts do; an embedding's is what its
+/// kernel moves (detail::backward_seconds).
+inline constexpr double backward_products = 2.0;
 
 namespace detail {
 
@@ -140,9 +161,51 @@ inline double gemm_smallest_dim(const node& nd, const std::vector<tensor_shape>&
   }
 }
 
-/// Seconds of one forward of the operator on one device: FLOPs at its rate, plus `bytes` (its
-/// local operands and output) and the unfused attention core's score traffic at the memory
-/// rate (see the header comment).
+/// Whether the split `nd` of a local operand `in` is a view of contiguous memory: every dim
+/// before its axis is 1 locally (its axis 0 always: the table's rows from P on, builders.hpp
+/// position_rows), so its output is one contiguous range of the operand's, as PyTorch's
+/// `narrow` or `table[first:]` returns it without a copy. A split on a later axis of a
+/// [B, S, 3 H] activation with B S > 1 is a strided view whose consumers copy it: priced as a
+/// copy.
+inline bool is_contiguous_view(const node& nd, const tensor_shape& in) {
+  if (nd.kind != op_kind::split || in.rank == 0) return false;
+  const int ax = norm_axis(nd.attrs.axis, static_cast<int>(in.rank));
+  if (ax < 0 || ax >= static_cast<int>(in.rank)) return false;
+  for (int d = 0; d < ax; ++d)
+    if (in[static_cast<std::size_t>(d)] != 1) return false;
+  return true;
+}
+
+/// Bytes of `shape` in elements of `t`.
+inline double tensor_bytes(const tensor_shape& shape, dtype t) {
+  return static_cast<double>(shape.numel()) * static_cast<double>(dtype_size(t));
+}
+
+/// Bytes one forward of the operator moves through HBM on one device, on local shapes (`types`:
+/// its operands' element types; its output's is nd.type), as its kernel moves them (the
+/// header comment): an embedding gathers the rows its ids select, not its table; a contiguous
+/// view (is_contiguous_view) moves nothing; every other operator reads its operands and writes
+/// its output once.
+inline double bytes_moved(const node& nd, const std::vector<tensor_shape>& in, const std::vector<dtype>& types,
+                          const tensor_shape& out) {
+  if (nd.kind == op_kind::split && !in.empty() && is_contiguous_view(nd, in[0])) return 0.0;
+  const double written = tensor_bytes(out, nd.type);
+  if (nd.kind == op_kind::embedding && in.size() == 2) {
+    // F.embedding (and Megatron-LM's VocabParallelEmbedding, which masks the ids outside its
+    // shard, gathers and zeroes those rows): the ids, one row of the table per id, the output;
+    // Gemma's scale (attrs.scale) a multiply after the gather (transformers' normalizer),
+    // reading and writing the output once more.
+    const double rows = static_cast<double>(out.numel()) * static_cast<double>(dtype_size(types[1]));
+    return tensor_bytes(in[0], types[0]) + rows + written + (nd.attrs.scale != 1.0 ? 2.0 * written : 0.0);
+  }
+  double bytes = written;
+  for (std::size_t i = 0; i < in.size(); ++i) bytes += tensor_bytes(in[i], types[i]);
+  return bytes;
+}
+
+/// Seconds of one forward of the operator on one device: FLOPs at its rate, plus `bytes` (what
+/// it moves: bytes_moved) and the unfused attention core's score traffic at the memory rate
+/// (see the header comment).
 inline double forward_seconds(const node& nd, const std::vector<tensor_shape>& in, const tensor_shape& out, double bytes,
                               const step_pricing& p) {
   const device_model& d = p.device;
@@ -152,6 +215,20 @@ inline double forward_seconds(const node& nd, const std::vector<tensor_shape>& i
   if (nd.kind == op_kind::attention && p.attention == attention_kernel::unfused)
     bytes += unfused_score_traffic(nd.attrs.dropout && p.mode == run_mode::training) * attention_scores(nd, in);
   return flops / rate + bytes / d.memory_rate(p.achievable);
+}
+
+/// Seconds of the operator's backward on one device in training, on local shapes, given its
+/// forward's (`forward`): backward_products times it, but for an embedding, whose ids have no
+/// gradient and whose table's (embedding_dense_backward) zero-fills a gradient of the local
+/// table and adds each id's row of the output's gradient into it: the ids, the table's bytes
+/// written once, the output's gradient read and its rows written.
+inline double backward_seconds(const node& nd, const std::vector<tensor_shape>& in, const std::vector<dtype>& types,
+                               const tensor_shape& out, double forward, const step_pricing& p) {
+  if (nd.kind != op_kind::embedding || in.size() != 2) return backward_products * forward;
+  const double rows = static_cast<double>(out.numel()) * static_cast<double>(dtype_size(types[1]));
+  const double grad = tensor_bytes(out, nd.type);  // Gemma's scale: its multiply's backward reads and writes it once more
+  const double bytes = tensor_bytes(in[0], types[0]) + tensor_bytes(in[1], types[1]) + grad + rows + (nd.attrs.scale != 1.0 ? 2.0 * grad : 0.0);
+  return bytes / p.device.memory_rate(p.achievable);
 }
 
 /// Bytes an operator keeps of its own for its backward, on local shapes (training): dropout's

@@ -19,7 +19,10 @@
 ///
 /// Costs, per device, in seconds:
 ///   compute  = FLOPs(local shapes) / peak_flops + bytes(local operands + output) / memory_bandwidth
-///              (x3 in training: forward + two backward products, backward_compute_seconds)
+///              (x3 in training: forward + two backward products, backward_compute_seconds),
+///              where the bytes are what the kernel moves (compute.hpp bytes_moved: an
+///              embedding's gathered rows, not its table; nothing for a contiguous view) and an
+///              embedding's backward is its table's gradient (compute.hpp backward_seconds)
 ///   comm     = the operator's own communication: none (a Partial output is settled on the
 ///              edge that consumes it), except vocab-parallel cross-entropy (three
 ///              all-reduces of one f32 per local row: max, sum of exponentials, target logit).
@@ -27,7 +30,8 @@
 ///              differentiable operand that is Replicate on a mesh axis where the strategy
 ///              shards a label it lacks has a Partial gradient there; a Partial operand has a
 ///              Replicate one; otherwise the gradient is laid out as the operand was.
-///   memory   = bytes of the local output (activations); a parameter vertex holds its local
+///   memory   = bytes of the local output (activations; none for a contiguous view of a
+///              parameter, compute.hpp is_contiguous_view); a parameter vertex holds its local
 ///              weight, and in training its gradient and optimizer state too
 ///              (parameter_state_bytes: 16 B per parameter for mixed-precision Adam).
 /// An edge u -> v costs, forward, price_plan(plan_redistribute(u's output -> v's input)) and,
@@ -84,11 +88,6 @@ struct strategy_options {
   /// Also drop strategies whose sharded dims do not divide evenly (the even-split policy).
   bool even_split_only = false;
 };
-
-/// Training prices an operator's backward as this many of its forward: the gradient of each
-/// operand and of the weight, each a product as costly as the forward one (compute and memory
-/// traffic alike), as Megatron-LM's and Alpa's FLOP counts do.
-inline constexpr double backward_products = 2.0;
 
 /// One way to run an operator on the mesh.
 struct strategy {
@@ -643,18 +642,23 @@ struct vertex_strategies {
   /// its gradients' layouts.
   void price(strategy& s, const std::array<std::size_t, max_mesh_rank>& pick) const {
     std::vector<tensor_shape> local_in;
-    double bytes = 0.0;
+    std::vector<dtype> types;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       local_in.push_back(max_local_shape(m, s.inputs[i], in[i]));
-      bytes += static_cast<double>(local_in.back().numel() * static_cast<std::int64_t>(dtype_size(g[ops[i]].type)));
+      types.push_back(g[ops[i]].type);
     }
-    const std::int64_t out_bytes = local_bytes(m, s.output, nd.shape, nd.type);
+    std::int64_t out_bytes = local_bytes(m, s.output, nd.shape, nd.type);
     if (nd.is_operator()) {
-      bytes += static_cast<double>(out_bytes);
       const tensor_shape local_out = max_local_shape(m, s.output, nd.shape);
+      const double bytes = bytes_moved(nd, local_in, types, local_out);
       s.forward_compute_seconds = forward_seconds(nd, local_in, local_out, bytes, opt.pricing);
-      s.backward_compute_seconds = train ? backward_products * s.forward_compute_seconds : 0.0;
+      s.backward_compute_seconds = train ? backward_seconds(nd, local_in, types, local_out, s.forward_compute_seconds, opt.pricing) : 0.0;
       s.compute_seconds = steps * (s.forward_compute_seconds + s.backward_compute_seconds);
+      // A contiguous view of a parameter (a position table's rows from P on) is the
+      // parameter's memory, counted there; a view of an activation keeps that activation's
+      // storage alive as long as it is, its own bytes' worth (q, k and v of one projection
+      // together hold all of it).
+      if (nd.kind == op_kind::split && is_contiguous_view(nd, local_in[0]) && g[ops[0]].is_parameter()) out_bytes = 0;
       if (train) {
         s.kept_internal_bytes = kept_internal_bytes(nd, local_in, local_out, opt.pricing);
         s.memory_bytes = (kept ? out_bytes : 0) + s.kept_internal_bytes;

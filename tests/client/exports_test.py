@@ -109,8 +109,10 @@ CASES = [
     # weights (tensor parallelism), and without one, where it splits the batch over the ranks.
     # Training may recompute layers, which lowers the smallest budget: at 1.1x of it the plan
     # stores embed_tokens sharded over tp and gathers it at use, where the embedding computes
-    # on whole rows: FSDP2 over tp would sum whole gradients (refused); at 1.3x it cuts weights.
-    Case("llama-alpa-train-4", "llama-docs", 4, ["--mesh", "4", "--batch", "4"], budget=1.3),
+    # on whole rows: FSDP2 over tp would sum whole gradients (refused); at 1.4x it cuts weights
+    # (at 1.3x, since the embedding is priced by the rows it gathers, o_proj keeps its weight
+    # whole behind column-parallel q/k/v, which a tp_plan cannot say: refused, as it should be).
+    Case("llama-alpa-train-4", "llama-docs", 4, ["--mesh", "4", "--batch", "4"], budget=1.4),
     Case("llama-alpa-train-4-tight", "llama-docs", 4, ["--mesh", "4", "--batch", "4"], budget=1.1,
          dtensor=("refused", "'model.embed_tokens.weight' (parameter): stored S(0) on mesh axis 0 and gathered whole"),
          hf=("refused", "'model.embed_tokens' (embedding): its weight is stored S(0) but used R")),

@@ -427,35 +427,46 @@ inline unit_passes model_units(const unit_costs& uc, int layers, pipelined_step&
 
 }  // namespace detail
 
-/// The layers per stage that Megatron-LM's arguments can give `pp` stages of `layers` layers,
-/// every stage at least one: all as many (--pipeline-model-parallel-size alone: the even split,
-/// listed first where pp divides the layers), or the first and the last stage counts of their
-/// own and the stages between as many each (--decoder-first-pipeline-num-layers and
-/// --decoder-last-pipeline-num-layers, Megatron Core 0.10 and later; with 2 stages, the first's
-/// count alone). Empty when pp is below 1 or above the layers.
-inline std::vector<std::vector<int>> megatron_stage_counts(int pp, int layers) {
-  std::vector<std::vector<int>> out;
-  if (pp < 1 || layers < pp) return out;
+/// Calls `visit(counts)` with the layers per stage of each split Megatron-LM's arguments can give
+/// `pp` stages of `layers` layers, every stage at least one: all as many
+/// (--pipeline-model-parallel-size alone: the even split, first where pp divides the layers),
+/// or the first and the last stage counts of their own and the stages between as many each
+/// (--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers, Megatron Core
+/// 0.10 and later; with 2 stages, the first's count alone). None when pp is below 1 or above
+/// the layers. About layers^2 / (2 (pp - 2)) splits, visited one at a time in one buffer
+/// (4,096 layers in 3 stages are 8 million).
+template <class Visit>
+void for_each_megatron_split(int pp, int layers, Visit&& visit) {
+  if (pp < 1 || layers < pp) return;
   const auto n = static_cast<std::size_t>(pp);
-  if (layers % pp == 0) out.emplace_back(n, layers / pp);
-  if (pp == 1) return out;
+  std::vector<int> c(n, layers / pp);
+  if (layers % pp == 0) visit(static_cast<const std::vector<int>&>(c));
+  if (pp == 1) return;
   // The stages between hold `mid` layers each (none with 2 stages), the first and the last the rest.
   for (int mid = 1; mid * (pp - 2) <= layers - 2; ++mid) {
     const int ends = layers - mid * (pp - 2);
+    std::fill(c.begin(), c.end(), mid);
     for (int first = 1; first < ends; ++first) {
-      std::vector<int> c(n, mid);
       c.front() = first;
       c.back() = ends - first;
-      if (c != std::vector<int>(n, first)) out.push_back(std::move(c));  // the even split is listed first
+      const bool even = first == ends - first && (pp == 2 || first == mid);
+      if (!even) visit(static_cast<const std::vector<int>&>(c));  // the even split came first
     }
     if (pp == 2) break;
   }
+}
+
+/// The splits for_each_megatron_split visits, in its order (for small models and tests: a model
+/// of thousands of layers has millions).
+inline std::vector<std::vector<int>> megatron_stage_counts(int pp, int layers) {
+  std::vector<std::vector<int>> out;
+  for_each_megatron_split(pp, layers, [&](const std::vector<int>& c) { out.push_back(c); });
   return out;
 }
 
 /// How price_pipelined splits the layers over the stages: as given (`counts`, the layers per
 /// stage), or chosen: the partition that balances the stages (the default), or with `megatron`
-/// the split among megatron_stage_counts whose slowest stage is fastest within the budget (the
+/// the split among for_each_megatron_split's whose slowest stage is fastest within the budget (the
 /// first listed on a tie, so the even split where it is as fast).
 struct stage_split {
   std::vector<int> counts;
@@ -507,21 +518,16 @@ inline stage_partition balanced_stages(const pipelined_step& out, const pipeline
   return std::move(*s);
 }
 
-/// The split among megatron_stage_counts(c.pp, layers) whose slowest stage is fastest, among
+/// The split among for_each_megatron_split(c.pp, layers)'s whose slowest stage is fastest, among
 /// those whose every stage fits `budget` (or, when none fits, regardless of it: flagged by the
 /// caller); the first listed on a tie. solver_error when there is none (more stages than layers).
 inline stage_partition megatron_stages(const pipelined_step& out, const pipeline_config& c, std::int64_t budget, int layers) {
-  const std::vector<std::vector<int>> splits = megatron_stage_counts(c.pp, layers);
-  if (splits.empty())
-    throw solver_error("Megatron-LM gives each of its " + std::to_string(c.pp) + " stages at least one of the model's " +
-                       count_noun(layers, "layer"));
-  // Each split's stages from range sums, O(pp) a split (given_stages walks every unit): there
-  // are about layers^2 / (2 (pp - 2)) of them.
+  // Each split's stages from range sums, O(pp) a split (given_stages walks every unit).
   const unit_sums sums(out.units);
-  const std::vector<int>* best = nullptr;
+  std::vector<int> best;
   double best_slowest = 0.0;
   bool best_fits = false;
-  for (const std::vector<int>& counts : splits) {
+  for_each_megatron_split(c.pp, layers, [&](const std::vector<int>& counts) {
     double slowest = 0.0;
     bool fits = true;
     int at = 0;
@@ -531,9 +537,13 @@ inline stage_partition megatron_stages(const pipelined_step& out, const pipeline
       fits = fits && sums.memory(at, at + n, in_flight_micro_batches(c.schedule, c.pp, k, out.micro_batches)) <= budget;
       at += n;
     }
-    if (!best || (fits && !best_fits) || (fits == best_fits && slowest < best_slowest)) best = &counts, best_slowest = slowest, best_fits = fits;
-  }
-  return given_stages(out, *best, c, layers);
+    if (best.empty() || (fits && !best_fits) || (fits == best_fits && slowest < best_slowest))
+      best = counts, best_slowest = slowest, best_fits = fits;
+  });
+  if (best.empty())
+    throw solver_error("Megatron-LM gives each of its " + std::to_string(c.pp) + " stages at least one of the model's " +
+                       count_noun(layers, "layer"));
+  return given_stages(out, best, c, layers);
 }
 
 /// Per stage of out.stages: the passes of one micro-batch, the gradient sync it runs after the

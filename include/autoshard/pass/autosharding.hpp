@@ -480,6 +480,9 @@ struct solve_request {
   algo a = algo::alpa;
   unsigned recompute = 0b111;  ///< recompute_kind bits
   bool budget = true;          ///< the memory budget applies
+  /// A limit of the solve's own on the memory per device at each time point, in place of the
+  /// budget (a pipeline's stage plan solved again so that its stages fit: price_pipelined).
+  std::optional<std::int64_t> usage_limit;
   int batch_shards = 0;        ///< > 0: every batch input splits its dim 0 exactly this many ways
   int tp_axis = -1;            ///< megatron: its tensor-parallel mesh axis (-1: none, every axis data parallel)
   /// megatron: every layer's norms split on the sequence on tp_axis (true: Megatron-LM's
@@ -858,6 +861,7 @@ inline restricted_problem restrict_problem(const pass_model& pm, const autoshard
   p.usage_limit = pm.problem.usage_limit;
   p.cost_unit = pm.problem.cost_unit;
   if (!rq.budget) p.usage_limit.reset();
+  if (rq.usage_limit) p.usage_limit = rq.usage_limit;
   for (vertex_t v = 0; v < pm.size(); ++v) {
     for (std::size_t i = 0; i < allow[v].size(); ++i)
       if (!allow[v][i]) p.nodes[v].costs[i] = infinite_cost;

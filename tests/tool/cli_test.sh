@@ -298,6 +298,23 @@ assert [(s["first_layer"], s["layers"]) for s in p["stages"]] == [(0, 2), (2, 2)
 assert [a["size"] for a in d["mesh"]["axes"]] == [2, 2]  # one stage: dp 2 x tp 2
 assert d["pricing"]["micro_batches"] == 4 and d["pricing"]["micro_batch"] == 2
 PY
+  # One byte below that plan's largest stage: the stages' fastest plan does not fit its even
+  # split, and a stage plan solved within a limit of memory keeps it (0.48 ms a step, where
+  # moving a layer off the first stage costs 0.52 ms); the report and the JSON say so.
+  peak=$(python3 -c "import json,sys; print(max(s['memory_bytes'] for s in json.load(open(sys.argv[1]))['pipeline']['stages']))" "$tmp/pp.json")
+  expect_rc 0 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --tp 2 --pp 2 --micro-batch 2 \
+    --no-svg --memory-budget $((peak - 1)) --out "$tmp/pp-lean.json"
+  grep -q "stage plan solved within .* per device of its two-layer model (the fastest plan's stages do not fit" "$tmp/out" \
+    && ok || bad "--pp 2 one byte under its peak: $(cat "$tmp/out")"
+  expect_rc 0 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --tp 2 --pp 2 --micro-batch 2 \
+    --quiet --no-svg --json --memory-budget $((peak - 1)) --out "$tmp/pp-lean.json"
+  python3 - "$tmp/out" "$peak" <<'PY' && ok || bad "--pp 2 one byte under its peak: $(head -c 600 "$tmp/out")"
+import json, sys
+r, peak = json.load(open(sys.argv[1]))["plan"], int(sys.argv[2])
+assert r["within_budget"] and r["peak_memory_bytes"] < peak, r
+assert r["stage_plan_limit_bytes"] is not None and r["stage_plan_limit_bytes"] < peak, r["stage_plan_limit_bytes"]
+assert [s["unit_count"] for s in r["stages"]] == [3, 3], r["stages"]  # 2 layers each, with the embedding and the head
+PY
   # A stated budget tightens the stages' (never loosens them past the device); none is refused.
   expect_rc 3 "$tool" plan "${pipe[@]}" --mesh 2x4 --mode train --device a100-80g --algo megatron --tp 2 --pp 2 --micro-batch 2 \
     --quiet --no-svg --memory-budget 1KiB --out "$tmp/pp-1k.json"

@@ -70,7 +70,8 @@ inline nlohmann::json pipelined_json(const pipelined_step& s) {
           {"fits", s.fits},
           {"within_budget", s.within_budget},
           {"stage_mesh", to_string(s.stage_mesh)},
-          {"stage_layout", std::string(to_string(s.stage_plan.algo))}};
+          {"stage_layout", std::string(to_string(s.stage_plan.algo))},
+          {"stage_plan_limit_bytes", s.stage_plan_limit ? nlohmann::json(*s.stage_plan_limit) : nlohmann::json(nullptr)}};
 }
 
 inline void print_pipelined(const pipelined_step& s, const std::string& label, const device_model& device) {
@@ -85,6 +86,10 @@ inline void print_pipelined(const pipelined_step& s, const std::string& label, c
             << " TFLOP/s per device, MFU " << 100 * s.mfu << " %, " << describe_peak(s.peak_memory_bytes, s.runtime, device)
             << (!s.fits ? "  DOES NOT FIT" : !s.within_budget ? "  OVER THE MEMORY BUDGET of " + human_bytes_exact(s.budget) : "")
             << std::defaultfloat << "\n";
+  if (s.stage_plan_limit)
+    std::cout << "  stage plan solved within " << human_bytes(static_cast<double>(*s.stage_plan_limit))
+              << " per device of its two-layer model (the fastest plan's stages do not fit, or fit only split more slowly): "
+              << describe_zero(s.stage_plan.par) << "\n";
 }
 
 inline void print_alternative(const pipelined_step& s) {

@@ -41,6 +41,7 @@
 #include <optional>   // std::optional
 #include <set>        // std::set
 #include <string>     // std::string
+#include <utility>    // std::move, std::pair
 #include <vector>     // std::vector
 
 #include "../core/cost.hpp"      // collective_time
@@ -221,6 +222,9 @@ struct pipelined_step {
   double mfu = 0.0;
   plan_summary stage_plan;             ///< the intra-operator plan of the two-layer model it was priced from
   plan_solver solver;                  ///< how the ILP of that model ended
+  /// The memory per device that model's plan was solved within, where the fastest plan's stages
+  /// did not fit `budget` (price_pipelined); none: the fastest plan, whatever its memory.
+  std::optional<std::int64_t> stage_plan_limit;
 };
 
 namespace detail {
@@ -381,10 +385,10 @@ namespace detail {
 /// the embedding, the first layer, every later one as the second, the head.
 inline int probe_unit(int k, int layers) { return k == 0 ? 0 : k == layers + 1 ? 3 : k == 1 ? 1 : 2; }
 
-/// Plan one stage of `c` on `probe`: `a`'s strategies, tied, recomputation c.recompute, the
-/// batch split c.dp ways, no memory budget; into out.stage_plan, out.solver and out.stage_mesh.
-inline void solve_stage_plan(const stage_probe& probe, algo a, const pipeline_config& c, const autosharding_options& base,
-                             pipelined_step& out) {
+/// The options and request that plan one stage of `c` on `probe`: `a`'s strategies, tied,
+/// recomputation c.recompute, the batch split c.dp ways, and no memory budget.
+inline std::pair<autosharding_options, solve_request> stage_solve(const stage_probe& probe, algo a, const pipeline_config& c,
+                                                                  const autosharding_options& base) {
   const pass_model& pm = probe.model->pm;
   autosharding_options o = base;
   o.mesh = pm.mesh;
@@ -396,13 +400,30 @@ inline void solve_stage_plan(const stage_probe& probe, algo a, const pipeline_co
   rq.budget = false;
   rq.batch_shards = c.dp;
   rq.tp_axis = probe.tp_axis;
+  return {std::move(o), rq};
+}
+
+/// Plan one stage of `c` on `probe` (stage_solve), its memory per device at most `limit` where
+/// given; into out.stage_plan, out.solver, out.stage_mesh and out.stage_plan_limit.
+inline void solve_stage_plan(const stage_probe& probe, algo a, const pipeline_config& c, const autosharding_options& base,
+                             std::optional<std::int64_t> limit, pipelined_step& out) {
+  auto [o, rq] = stage_solve(probe, a, c, base);
+  rq.usage_limit = limit;
   std::size_t classes = 0;
-  auto solved = solve_algo(pm, o, rq, classes);
+  auto solved = solve_algo(probe.model->pm, o, rq, classes);
   out.stage_plan = std::move(solved.first);
   out.solver = {to_string(solved.second.status), solved.second.objective_value(), solved.second.bound_value(), solved.second.gap,
                 solved.second.seconds};
   out.stage_plan.par.pp = c.pp;
-  out.stage_mesh = pm.mesh;
+  out.stage_mesh = probe.model->pm.mesh;
+  out.stage_plan_limit = limit;
+}
+
+/// The least memory per device any plan of one stage of `c` on `probe` reaches (stage_solve's
+/// strategies, each operator at its most frugal).
+inline std::int64_t least_stage_memory(const stage_probe& probe, algo a, const pipeline_config& c, const autosharding_options& base) {
+  const auto [o, rq] = stage_solve(probe, a, c, base);
+  return restrict_problem(probe.model->pm, o, rq, restricted_for::memory).q.min_peak_usage().bytes;
 }
 
 /// Per unit of the model: the seconds of one micro-batch's forward and backward, and its
@@ -614,6 +635,93 @@ inline void run_stages(const unit_passes& passes, const unit_costs& uc, const li
 
 }  // namespace detail
 
+namespace detail {
+
+/// The stages of out.units with out.config's split as `split` gives them, ignoring the memory
+/// budget: the fastest the units allow.
+inline stage_partition stages_ignoring_memory(const pipelined_step& out, const stage_split& split, int layers) {
+  const pipeline_config& c = out.config;
+  if (!split.counts.empty()) return given_stages(out, split.counts, c, layers);
+  if (split.megatron) return megatron_stages(out, c, std::numeric_limits<std::int64_t>::max(), layers);
+  return balanced_stages(out, c, std::numeric_limits<std::int64_t>::max(), layers);
+}
+
+/// How much memory per device the stages of `out` lack: 0 when its split (out.stages) fits
+/// out.budget and is as fast as the split that ignores memory; else the most a stage of that
+/// split holds beyond the budget (at least 1 byte).
+inline std::int64_t memory_short(const pipelined_step& out, const stage_split& split, int layers) {
+  const stage_partition fastest = stages_ignoring_memory(out, split, layers);
+  if (out.within_budget && out.stages.slowest <= fastest.slowest) return 0;
+  std::int64_t over = 1;
+  for (std::int64_t b : fastest.memory) over = std::max(over, b - out.budget);
+  return over;
+}
+
+/// Whether the stages of `first`'s configuration could fit first.budget at all: with every
+/// operator of the two-layer model at its most frugal strategy stage_solve allows (the least
+/// memory it holds, the cheaper on a tie), split as `split` splits them. Where they do not,
+/// price_pipelined tries no plan at the least memory a plan reaches (a heuristic gate: a
+/// stage's memory is not exactly the two-layer model's peak).
+inline bool frugal_stages_fit(const stage_probe& probe, algo a, const pipelined_step& first, const stage_split& split,
+                              const autosharding_options& base, int layers) {
+  const pass_model& pm = probe.model->pm;
+  const auto [o, rq] = stage_solve(probe, a, first.config, base);
+  const restricted_problem r = restrict_problem(pm, o, rq, restricted_for::memory);
+  std::vector<int> choice(pm.size());
+  for (vertex_t v = 0; v < pm.size(); ++v) {
+    const strategy_node& n = r.untied.nodes[v];
+    std::size_t best = n.costs.size();
+    for (std::size_t i = 0; i < n.costs.size(); ++i)
+      if (!is_forbidden(n.costs[i]) &&
+          (best == n.costs.size() || n.usages[i] < n.usages[best] || (n.usages[i] == n.usages[best] && n.costs[i] < n.costs[best])))
+        best = i;
+    choice[v] = static_cast<int>(best);
+  }
+  pipelined_step frugal;
+  frugal.config = first.config;
+  frugal.micro_batches = first.micro_batches;
+  model_units(price_units(pm, choice), layers, frugal);
+  const pipeline_config& c = first.config;
+  const stage_partition s = !split.counts.empty() ? given_stages(frugal, split.counts, c, layers)
+                            : split.megatron       ? megatron_stages(frugal, c, first.budget, layers)
+                                                   : balanced_stages(frugal, c, first.budget, layers);
+  return std::all_of(s.memory.begin(), s.memory.end(), [&](std::int64_t b) { return b <= first.budget; });
+}
+
+/// price_pipelined's step with the stage plan solved within `limit` (none: the fastest plan).
+inline pipelined_step price_stage_plan(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
+                                       const pipeline_config& c, const stage_probe& probe, const stage_split& split,
+                                       const autosharding_options& base, int layers, std::optional<std::int64_t> limit) {
+  pipelined_step out;
+  out.config = c;
+  out.micro_batches = probe.micro_batches;
+  solve_stage_plan(probe, a, c, base, limit, out);
+  const unit_costs uc = price_units(probe.model->pm, out.stage_plan.choice);
+  const unit_passes passes = model_units(uc, layers, out);
+  // The stages' tensors may use the device's memory less what the process holds beside them,
+  // or the budget the caller gives where that is smaller.
+  out.runtime = runtime_reserve_of(pricing.device, out.stage_mesh, c.pp);
+  out.budget = out.runtime.left_on(pricing.device);
+  if (base.memory_budget) out.budget = std::min(out.budget, std::max<std::int64_t>(*base.memory_budget, 0));
+  out.stages = !split.counts.empty() ? given_stages(out, split.counts, c, layers)
+               : split.megatron       ? megatron_stages(out, c, out.budget, layers)
+                                      : balanced_stages(out, c, out.budget, layers);
+  run_stages(passes, uc, probe.pp_link, layers, out);
+  out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
+  out.within_budget = out.peak_memory_bytes <= out.budget;
+  out.flops = count_step_flops(g, 1, map_layers(g));
+  const double devices = mesh.num_ranks();
+  out.tflops_per_device = out.flops.megatron / (out.step_seconds * devices) / 1e12;
+  out.mfu = out.flops.model / (out.step_seconds * devices * pricing.device.peak_flops);
+  return out;
+}
+
+}  // namespace detail
+
+/// How many times price_pipelined solves a stage plan again within a memory limit when the
+/// fastest plan's stages do not fit.
+inline constexpr int max_leaner_stage_plans = 3;
+
 /// The step of `g` (the global batch) on `mesh` under configuration `c`, each stage planned by
 /// `a`'s strategies (megatron: its tensor-parallel layout on tp; alpa: the ILP's choice on the
 /// stage's sub-mesh, its batch split dp ways) with recomputation c.recompute, on `probe`
@@ -621,34 +729,50 @@ inline void run_stages(const unit_passes& passes, const unit_costs& uc, const li
 /// split), or chosen (stage_split: the partition that balances them, or the best one
 /// Megatron-LM's arguments express). Throws solver_error when the configuration does not
 /// factor the mesh or the batch.
+///
+/// The stage plan is first the fastest the ILP finds for the two-layer model, whatever its
+/// memory. Where its stages do not fit the budget, or fit only split more slowly than they
+/// would be without it, the plan is solved again (up to max_leaner_stage_plans times) within a
+/// limit on the two-layer model's memory: its peak less what the fastest split's fullest stage
+/// lacks (memory_short), and again from that plan's peak while its stages still lack memory.
+/// A limit below the least any plan reaches is that least, tried for Megatron-LM's layout
+/// alone (its distributed optimizer) and only where its stages could fit (frugal_stages_fit).
+/// Each is priced as a whole step and the fastest step within the budget kept (the first where
+/// none is); none is tried when the slowest stage of the fastest plan's fastest split, m
+/// times, is already `worth_below` (the search's best step so far). The limit is a probe, not
+/// a proof: a stage holds its layers' memory many times over and the two-layer model's twice,
+/// so a leaner plan than the limits admit may exist; each plan kept is priced exactly.
 inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
                                       pipeline_config c, const stage_probe& probe, const stage_split& split = {},
-                                      const autosharding_options& base = {}) {
+                                      const autosharding_options& base = {},
+                                      double worth_below = std::numeric_limits<double>::infinity()) {
   if (c.dp == 0 && c.pp > 0 && c.tp > 0) c.dp = mesh.num_ranks() / (c.pp * c.tp);
-  const layer_map full = map_layers(g);
-  const int layers = static_cast<int>(full.indices.size());
-  const link_model pp_link = probe.pp_link;
-  pipelined_step out;
-  out.config = c;
-  out.micro_batches = probe.micro_batches;
-  detail::solve_stage_plan(probe, a, c, base, out);
-  const unit_costs uc = price_units(probe.model->pm, out.stage_plan.choice);
-  const detail::unit_passes passes = detail::model_units(uc, layers, out);
-  // The stages' tensors may use the device's memory less what the process holds beside them,
-  // or the budget the caller gives where that is smaller.
-  out.runtime = runtime_reserve_of(pricing.device, out.stage_mesh, c.pp);
-  out.budget = out.runtime.left_on(pricing.device);
-  if (base.memory_budget) out.budget = std::min(out.budget, std::max<std::int64_t>(*base.memory_budget, 0));
-  out.stages = !split.counts.empty() ? detail::given_stages(out, split.counts, c, layers)
-               : split.megatron       ? detail::megatron_stages(out, c, out.budget, layers)
-                                      : detail::balanced_stages(out, c, out.budget, layers);
-  detail::run_stages(passes, uc, pp_link, layers, out);
-  out.fits = out.runtime.fits(out.peak_memory_bytes, pricing.device);
-  out.within_budget = out.peak_memory_bytes <= out.budget;
-  out.flops = count_step_flops(g, 1, full);
-  const double devices = mesh.num_ranks();
-  out.tflops_per_device = out.flops.megatron / (out.step_seconds * devices) / 1e12;
-  out.mfu = out.flops.model / (out.step_seconds * devices * pricing.device.peak_flops);
+  const int layers = static_cast<int>(map_layers(g).indices.size());
+  pipelined_step out = detail::price_stage_plan(g, mesh, pricing, a, c, probe, split, base, layers, std::nullopt);
+  std::int64_t peak = out.stage_plan.peak_memory_bytes, short_by = detail::memory_short(out, split, layers);
+  // The slowest stage runs every micro-batch: m times its time is a floor of this plan's step
+  // split as fast as memory aside, and a leaner plan's stages are taken to be no faster.
+  if (short_by > 0 && out.micro_batches * detail::stages_ignoring_memory(out, split, layers).slowest >= worth_below) short_by = 0;
+  std::optional<std::int64_t> least;
+  for (int round = 0; round < max_leaner_stage_plans && short_by > 0; ++round) {
+    if (!least) least = detail::least_stage_memory(probe, a, c, base);
+    if (peak <= *least) break;  // as lean as a plan gets
+    // A stage short of more than the two-layer model can shed: the plan of least memory, tried
+    // for Megatron-LM's layout alone, and only where its stages could fit. There it is the
+    // distributed optimizer (and sequence parallelism), which experts run to fit a model. alpa's
+    // least is every operator at its most frugal sharding, never near the fastest, and its ILP,
+    // that tight, the hardest to solve (60 s of a LLaMA-70B search's 120).
+    if (peak - short_by <= *least && (a != algo::megatron || !detail::frugal_stages_fit(probe, a, out, split, base, layers))) break;
+    std::optional<pipelined_step> lean;
+    try {
+      lean = detail::price_stage_plan(g, mesh, pricing, a, c, probe, split, base, layers, std::max(*least, peak - short_by));
+    } catch (const solver_error&) {  // no plan within the limit in the solver's time: the plans so far stand
+      break;
+    }
+    peak = lean->stage_plan.peak_memory_bytes;
+    short_by = detail::memory_short(*lean, split, layers);
+    if (lean->within_budget && (!out.within_budget || lean->step_seconds < out.step_seconds)) out = std::move(*lean);
+  }
   return out;
 }
 
@@ -807,6 +931,10 @@ class pipeline_pricer {
   /// Configuration `at` pruned: what was priced ahead for it goes.
   void drop(std::size_t at) { ahead_.erase(at); }
 
+  /// The best step found so far: a stage plan leaner than the fastest is not tried where the
+  /// fastest's stages cannot beat it (price_pipelined's worth_below).
+  void best_so_far(double seconds) { incumbent_ = seconds; }
+
  private:
   /// Each stage takes the fastest plan for its layers, whatever its memory. Under alpa,
   /// Megatron-LM's layout (a subset of its strategies, storing the optimizer state sharded) is
@@ -818,10 +946,10 @@ class pipeline_pricer {
   /// Megatron-LM's layout on a configuration.
   pipelined_step price_on(const pipeline_config& c, const stage_probe& probe) const {
     const stage_split split = so_.megatron_stages ? stage_split::megatron_arguments() : stage_split();
-    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, split, so_.base);
+    pipelined_step s = price_pipelined(g_, mesh_, pricing_, so_.a, c, probe, split, so_.base, incumbent_);
     if (so_.a != algo::alpa) return s;
     try {
-      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, split, so_.base);
+      pipelined_step m = price_pipelined(g_, mesh_, pricing_, algo::megatron, c, probe, split, so_.base, incumbent_);
       if (m.within_budget && (!s.within_budget || m.step_seconds < s.step_seconds)) s = std::move(m);
     } catch (const solver_error&) {  // a configuration Megatron-LM's layout cannot take: alpa's stands
     }
@@ -853,6 +981,7 @@ class pipeline_pricer {
   const pipeline_search_options& so_;
   const std::vector<pipeline_config>& space_;
   std::map<std::size_t, priced_ahead> ahead_;  // by position in the space
+  double incumbent_ = std::numeric_limits<double>::infinity();
 };
 
 /// `s` among the fastest `alternatives` + 1 plans `fitting` keeps (fastest first): only the best
@@ -930,6 +1059,7 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
     }
     fit_without.emplace(key, c.recompute);
     incumbent = std::min(incumbent, s.step_seconds);
+    pricer.best_so_far(incumbent);
     detail::keep_fastest(fitting, std::move(s), so.alternatives);
   }
   if (!fitting.empty()) {

@@ -661,3 +661,44 @@ TEST_CASE("pipelined: one stage's step is the pass's step of the same plan in m 
     CHECK(after == doctest::Approx(gathers + plain).epsilon(1e-12));
   }
 }
+
+TEST_CASE("pipelined: where the fastest stage plan's stages do not fit, a plan solved within a limit of memory does") {
+  using namespace autoshard;
+  // Megatron-LM's layout of pp 2, tp 2, dp 2 with the layers split 2 and 2. A budget one byte
+  // below the fastest stage plan's largest stage leaves no other split, so only a leaner stage
+  // plan can fit. (On LLaMA-70B that plan is the distributed optimizer: docs/pipelines.md.)
+  const model_graph g = small_gpt(4, 16);
+  const device_mesh mesh(std::vector<int>{2, 4});
+  const pipeline_config c{2, 2, 2, 1, recompute_kind::none, pipeline_schedule::one_f_one_b};
+  const stage_split even(std::vector<int>{2, 2});
+  const pipelined_step fastest = price_pipelined(g, mesh, a100(), algo::megatron, c, even);
+  REQUIRE(fastest.within_budget);
+  CHECK_FALSE(fastest.stage_plan_limit);
+  autosharding_options base;
+  base.memory_budget = fastest.peak_memory_bytes - 1;
+  const pipelined_step lean = price_pipelined(g, mesh, a100(), algo::megatron, c, even, base);
+  REQUIRE(lean.within_budget);
+  REQUIRE(lean.stage_plan_limit);
+  CHECK(*lean.stage_plan_limit < fastest.stage_plan.peak_memory_bytes);
+  CHECK(lean.stage_plan.peak_memory_bytes <= *lean.stage_plan_limit);
+  CHECK(lean.peak_memory_bytes <= *base.memory_budget);
+  CHECK(lean.step_seconds >= fastest.step_seconds);  // the limit only takes plans away
+  // The same configuration's search keeps it: before, its stage plan alone was tried, over the
+  // budget, and the search had only recomputation left.
+  pipeline_search_options so;
+  so.a = algo::megatron;
+  so.pp = 2;
+  so.tp = 2;
+  so.micro_batch = 1;
+  so.megatron_stages = true;
+  so.base = base;
+  const pipeline_search r = search_pipelines(g, mesh, a100(), so);
+  REQUIRE(r.best);
+  CHECK(r.best->within_budget);
+  CHECK(r.best->step_seconds <= lean.step_seconds);
+  // A limit no plan of its stages can meet leaves the fastest plan, flagged over the budget.
+  base.memory_budget = 1024;
+  const pipelined_step none = price_pipelined(g, mesh, a100(), algo::megatron, c, even, base);
+  CHECK_FALSE(none.within_budget);
+  CHECK_FALSE(none.stage_plan_limit);
+}

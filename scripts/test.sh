@@ -20,7 +20,25 @@
 # -O0, for 27 s more of compiling.
 # The ASan build links without PIE (-no-pie, CMakePresets.json): a PIE tool applied 545,000
 # relocations at every start (a write, and a page copied, across its 8 MB of data), and the ASan
-# tool tests start it about 1,300 times: tool.hardening's 630 runs took 56 and 59 s of CPU instead of 66 and 66.
+# tool tests start it about 1,300 times: tool.hardening's 630 runs took 56 and 59 s of CPU
+# instead of 66 and 66.
+#
+# What does not pay (measured 2026-12-07 on the CI machine, 2 cores, CPU seconds user + sys from
+# /usr/bin/time, each pair back to back; ci100's clean run used 36.7 of its 37.9 core-minutes and
+# each ctest run ended within 1 % of its tests' CPU spread over 2 cores, so reordering gains
+# nothing: only less CPU makes CI shorter):
+# - The ASan tool at -O1 (AUTOSHARD_TOOL_OPTIMIZATION): it compiles in 270 s instead of 64
+#   (-O1 -fno-inline-functions: 280), and tool.cli, tool.hardening, tool.hf and tool.onnx take
+#   47, 41, 32 and 13 s instead of 95, 77, 54 and 38: 129 s saved for 206 s more compiling. (The
+#   unit tests were not tried: at the same 4x, test_exec's 47 s of compiling would grow by more
+#   than its 137 s of tests could shrink.)
+# - The fuzz targets at -O1: fuzz_all compiles in 167 s instead of 52, and the smoke's 9 x 20,000
+#   executions take 47 s instead of 152: even, so the smoke stays at -O0.
+# - The header checks are 286 s of the ASan build's 654 (98 headers, ci100's .ninja_log): Clang
+#   instantiates what each header's inline functions use (exec/verify.hpp alone: 12 s, most
+#   of it instantiating the executor's templates for float and double). Checked as precompiled
+#   headers they skip those instantiations (a quarter less) and with them the lookups a header
+#   alone makes when instantiating: not done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

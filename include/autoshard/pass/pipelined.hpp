@@ -688,6 +688,17 @@ inline bool frugal_stages_fit(const stage_probe& probe, algo a, const pipelined_
   return std::all_of(s.memory.begin(), s.memory.end(), [&](std::int64_t b) { return b <= first.budget; });
 }
 
+/// A floor of the step of `out`'s units split any way `split` allows (a leaner stage plan's
+/// units are taken to be no faster): the slowest stage of the fastest split runs every one of
+/// the m micro-batches, and over every split of the units' total T per micro-batch into p
+/// stages the step is at least T / (1 - (1 - 1/m)^p) (pipeline_bound's argument).
+inline double step_floor(const pipelined_step& out, const stage_split& split, int layers) {
+  const double m = out.micro_batches;
+  double total = 0.0;
+  for (const stage_unit& u : out.units) total += u.seconds;
+  return std::max(m * stages_ignoring_memory(out, split, layers).slowest, total / (1.0 - std::pow(1.0 - 1.0 / m, out.config.pp)));
+}
+
 /// price_pipelined's step with the stage plan solved within `limit` (none: the fastest plan).
 inline pipelined_step price_stage_plan(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
                                        const pipeline_config& c, const stage_probe& probe, const stage_split& split,
@@ -738,8 +749,8 @@ inline constexpr int max_leaner_stage_plans = 3;
 /// A limit below the least any plan reaches is that least, tried for Megatron-LM's layout
 /// alone (its distributed optimizer) and only where its stages could fit (frugal_stages_fit).
 /// Each is priced as a whole step and the fastest step within the budget kept (the first where
-/// none is); none is tried when the slowest stage of the fastest plan's fastest split, m
-/// times, is already `worth_below` (the search's best step so far). The limit is a probe, not
+/// none is); none is tried when the fastest plan's step_floor is already `worth_below` (the
+/// search's best step so far). The limit is a probe, not
 /// a proof: a stage holds its layers' memory many times over and the two-layer model's twice,
 /// so a leaner plan than the limits admit may exist; each plan kept is priced exactly.
 inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing, algo a,
@@ -750,9 +761,7 @@ inline pipelined_step price_pipelined(const model_graph& g, const device_mesh& m
   const int layers = static_cast<int>(map_layers(g).indices.size());
   pipelined_step out = detail::price_stage_plan(g, mesh, pricing, a, c, probe, split, base, layers, std::nullopt);
   std::int64_t peak = out.stage_plan.peak_memory_bytes, short_by = detail::memory_short(out, split, layers);
-  // The slowest stage runs every micro-batch: m times its time is a floor of this plan's step
-  // split as fast as memory aside, and a leaner plan's stages are taken to be no faster.
-  if (short_by > 0 && out.micro_batches * detail::stages_ignoring_memory(out, split, layers).slowest >= worth_below) short_by = 0;
+  if (short_by > 0 && detail::step_floor(out, split, layers) >= worth_below) short_by = 0;
   std::optional<std::int64_t> least;
   for (int round = 0; round < max_leaner_stage_plans && short_by > 0; ++round) {
     if (!least) least = detail::least_stage_memory(probe, a, c, base);

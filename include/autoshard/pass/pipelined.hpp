@@ -945,7 +945,8 @@ class pipeline_pricer {
   void best_so_far(double seconds) { incumbent_ = seconds; }
 
  private:
-  /// Each stage takes the fastest plan for its layers, whatever its memory. Under alpa,
+  /// Each stage takes the fastest plan for its layers, or where its stages do not fit, a leaner
+  /// one (price_pipelined, not tried where it cannot beat the best step so far). Under alpa,
   /// Megatron-LM's layout (a subset of its strategies, storing the optimizer state sharded) is
   /// priced on the same stage model too, and the faster step within the budget kept: the stage
   /// ILP weighs a micro-step's passes m + p - 1 times against the once-per-step gradient sync,
@@ -1012,12 +1013,14 @@ inline void keep_fastest(std::vector<pipelined_step>& fitting, pipelined_step s,
 /// batch per data-parallel rank (up to max_micro_batch); every recomputation allowed; each
 /// priced by price_pipelined with the balanced partition, or with the layers split evenly
 /// (so.megatron_stages: the fastest split Megatron-LM's arguments express) (each stage the fastest plan `so.a`
-/// allows for its layers, tied, on its sub-mesh). Exact over that space: a configuration is
-/// skipped only when a proven bound says it cannot beat the best so far (the bubble bound,
-/// detail::pipeline_bound: the slowest stage's micro-batches plus the pipeline's fill and
-/// drain, at the device's fastest GEMM rate), or when the same (pp, tp, dp, b) already fit with
-/// less recomputation (recomputation only adds time to the same strategies). The space is
-/// listed up front and walked once; only the best few plans are kept.
+/// allows for its layers, tied, on its sub-mesh, or where its stages do not fit, leaner plans
+/// as price_pipelined tries them). Exact over that space as far as the stage plans go: a
+/// configuration is skipped only when a proven bound says it cannot beat the best so far (the
+/// bubble bound, detail::pipeline_bound: the slowest stage's micro-batches plus the pipeline's
+/// fill and drain, at the device's fastest GEMM rate), or when the same (pp, tp, dp, b) already
+/// fit its fastest stage plan with less recomputation (recomputation only adds time to the same
+/// strategies; a fit by a leaner plan prunes nothing). The space is listed up front and walked
+/// once; only the best few plans are kept.
 inline pipeline_search search_pipelines(const model_graph& g, const device_mesh& mesh, const step_pricing& pricing,
                                         const pipeline_search_options& so = {}) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -1066,7 +1069,8 @@ inline pipeline_search search_pipelines(const model_graph& g, const device_mesh&
         closest_bytes = s.peak_memory_bytes + s.runtime.bytes(), out.closest = describe(c, s.micro_batches) + ": " + detail::peak_beside(s);
       continue;
     }
-    fit_without.emplace(key, c.recompute);
+    // A leaner stage plan's fit says nothing of a recomputing twin's fastest plan, which may be faster.
+    if (!s.stage_plan_limit) fit_without.emplace(key, c.recompute);
     incumbent = std::min(incumbent, s.step_seconds);
     pricer.best_so_far(incumbent);
     detail::keep_fastest(fitting, std::move(s), so.alternatives);
